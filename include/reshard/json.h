@@ -1,0 +1,22 @@
+// Canonical JSON: the byte form of every reshard id and wire document.
+
+#ifndef RESHARD_JSON_H_
+#define RESHARD_JSON_H_
+
+#include <string>
+#include <string_view>
+
+#include "reshard/status.h"
+
+namespace reshard {
+
+// Re-encodes any JSON text exactly as Python's
+// json.dumps(obj, sort_keys=True, separators=(",", ":"),
+// ensure_ascii=ensure_ascii) would. Duplicate keys, NaN/Infinity and
+// floating-point numbers (absent from the contract) are rejected.
+Result<std::string> CanonicalizeJson(std::string_view text,
+                                     bool ensure_ascii = true);
+
+}  // namespace reshard
+
+#endif  // RESHARD_JSON_H_

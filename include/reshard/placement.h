@@ -1,0 +1,325 @@
+// The address-free placement contract: where every weight fragment lives.
+//
+// Every type here is an immutable value. The only way to obtain one is its
+// static factory (`Make`, `FromFragments`), which validates the input against
+// the contract and returns a Status naming the offending field, tensor,
+// fragment or participant. Identities (`placement_fragment_id`,
+// `topology_id`, `placement_id`, `digest`) are SHA-256 over canonical JSON,
+// byte-compatible with every other implementation of the specification.
+
+#ifndef RESHARD_PLACEMENT_H_
+#define RESHARD_PLACEMENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/status.h"
+
+namespace reshard {
+
+using Dims = std::vector<int64_t>;
+
+// Parallel axis kinds in their canonical order dp < pp < ep < tp.
+enum class AxisKind : uint8_t { kDp = 0, kPp = 1, kEp = 2, kTp = 3 };
+inline constexpr AxisKind kAllAxisKinds[] = {AxisKind::kDp, AxisKind::kPp,
+                                             AxisKind::kEp, AxisKind::kTp};
+std::string_view AxisKindName(AxisKind kind);
+// Parses "dp", "pp", "ep" or "tp".
+Result<AxisKind> ParseAxisKind(std::string_view name);
+
+// A routing coordinate. Logical sharding is expressed by fragment boxes.
+struct ParallelRank {
+  int64_t dp = 0;
+  int64_t tp = 0;
+  int64_t pp = 0;
+  int64_t ep = 0;
+
+  int64_t Get(AxisKind kind) const;
+  friend bool operator==(const ParallelRank&, const ParallelRank&) = default;
+  // Ordered by (dp, pp, ep, tp), the planner's deterministic order.
+  friend bool operator<(const ParallelRank& a, const ParallelRank& b);
+  // "dp=0,pp=1,ep=2,tp=3".
+  std::string ToString() const;
+};
+
+enum class AxisSemantics : uint8_t { kSplit, kReplicated, kOwnership };
+std::string_view AxisSemanticsName(AxisSemantics semantics);
+
+// One entry of TensorDescriptor::parallel_axes.
+class ParallelAxis {
+ public:
+  AxisSemantics semantics() const { return semantics_; }
+  AxisKind kind() const { return kind_; }
+  // The split dimension; -1 unless semantics() == kSplit.
+  int64_t dim() const { return dim_; }
+
+  friend bool operator==(const ParallelAxis&, const ParallelAxis&) = default;
+
+ private:
+  friend Result<ParallelAxis> SplitAxis(AxisKind kind, int64_t dim);
+  friend ParallelAxis ReplicatedAxis(AxisKind kind);
+  friend ParallelAxis OwnershipAxis(AxisKind kind);
+  ParallelAxis(AxisSemantics s, AxisKind k, int64_t d)
+      : semantics_(s), kind_(k), dim_(d) {}
+
+  AxisSemantics semantics_;
+  AxisKind kind_;
+  int64_t dim_;
+};
+
+// Ranks of `kind` jointly partition the tensor along `dim`. Only ep and tp
+// may split; EP must split the leading (expert) dimension 0.
+Result<ParallelAxis> SplitAxis(AxisKind kind, int64_t dim);
+// Every rank of `kind` holds a complete independent copy.
+ParallelAxis ReplicatedAxis(AxisKind kind);
+// Only the ranks named by fragments hold the tensor (PP layer ownership,
+// individually allocated experts, DP-owned tensors).
+ParallelAxis OwnershipAxis(AxisKind kind);
+
+// Plain input of TensorDescriptor::Make.
+struct TensorDescriptorSpec {
+  std::string tensor_id;
+  Dims global_shape;
+  std::string dtype;
+  int64_t itemsize = 0;
+  Dims shard_dims;
+  std::string layout_fingerprint;
+  std::vector<ParallelAxis> parallel_axes;
+  std::optional<int64_t> layer_id;
+  std::optional<int64_t> expert_id;
+};
+
+class TensorDescriptor {
+ public:
+  // Validates (rules 3, 5, 6) and normalises parallel_axes to kind order.
+  static Result<TensorDescriptor> Make(TensorDescriptorSpec spec);
+
+  const std::string& tensor_id() const { return s_.tensor_id; }
+  const Dims& global_shape() const { return s_.global_shape; }
+  size_t ndim() const { return s_.global_shape.size(); }
+  const std::string& dtype() const { return s_.dtype; }
+  int64_t itemsize() const { return s_.itemsize; }
+  const Dims& shard_dims() const { return s_.shard_dims; }
+  const std::string& layout_fingerprint() const {
+    return s_.layout_fingerprint;
+  }
+  const std::vector<ParallelAxis>& parallel_axes() const {
+    return s_.parallel_axes;
+  }
+  const std::optional<int64_t>& layer_id() const { return s_.layer_id; }
+  const std::optional<int64_t>& expert_id() const { return s_.expert_id; }
+  // The axis declared for `kind`, or nullptr.
+  const ParallelAxis* FindAxis(AxisKind kind) const;
+  // Number of elements (product of global_shape), saturating at 2^64-1.
+  uint64_t num_elements() const;
+
+  friend bool operator==(const TensorDescriptor& a,
+                         const TensorDescriptor& b);
+
+ private:
+  explicit TensorDescriptor(TensorDescriptorSpec s) : s_(std::move(s)) {}
+  TensorDescriptorSpec s_;
+};
+
+// Plain input of PlacementFragment::Make.
+struct PlacementFragmentSpec {
+  std::string tensor_id;
+  Dims global_offset;
+  Dims local_shape;
+  uint64_t nbytes = 0;
+  ParallelRank rank;
+  std::vector<std::string> aliases;
+  // Defaults to the canonical id when absent.
+  std::optional<std::string> placement_fragment_id;
+  std::optional<int64_t> pipeline_stage_id;
+};
+
+// An address-free N-D box of one tensor held by one parallel rank.
+class PlacementFragment {
+ public:
+  // Validates the fragment on its own (rules 3, 10): offsets >= 0, extents
+  // >= 1, nbytes >= 1, alias group shape. Geometry against the tensor is
+  // checked when the fragment joins a part.
+  static Result<PlacementFragment> Make(PlacementFragmentSpec spec);
+
+  const std::string& placement_fragment_id() const { return s_.placement_fragment_id.value(); }
+  const std::string& fragment_id() const { return placement_fragment_id(); }
+  const std::string& tensor_id() const { return s_.tensor_id; }
+  const Dims& global_offset() const { return s_.global_offset; }
+  const Dims& local_shape() const { return s_.local_shape; }
+  uint64_t nbytes() const { return s_.nbytes; }
+  const ParallelRank& rank() const { return s_.rank; }
+  const std::vector<std::string>& aliases() const { return s_.aliases; }
+  const std::optional<int64_t>& pipeline_stage_id() const {
+    return s_.pipeline_stage_id;
+  }
+
+  friend bool operator==(const PlacementFragment& a,
+                         const PlacementFragment& b);
+
+ private:
+  explicit PlacementFragment(PlacementFragmentSpec s) : s_(std::move(s)) {}
+  PlacementFragmentSpec s_;
+};
+
+// The canonical placement_fragment_id of a fragment's logical content.
+std::string CanonicalPlacementFragmentId(const PlacementFragmentSpec& spec);
+
+struct TopologyParticipant {
+  std::string participant_id;
+  ParallelRank rank;
+  friend bool operator==(const TopologyParticipant&,
+                         const TopologyParticipant&) = default;
+};
+
+struct ParallelTopologySpec {
+  int64_t tp_size = 1;
+  int64_t pp_size = 1;
+  int64_t ep_size = 1;
+  int64_t dp_size = 1;
+  std::vector<TopologyParticipant> participants;
+  // When supplied it must equal the canonical id.
+  std::optional<std::string> topology_id;
+};
+
+class ParallelTopology {
+ public:
+  // Validates rule 16, sorts participants by id, computes topology_id.
+  static Result<ParallelTopology> Make(ParallelTopologySpec spec);
+
+  int64_t tp_size() const { return s_.tp_size; }
+  int64_t pp_size() const { return s_.pp_size; }
+  int64_t ep_size() const { return s_.ep_size; }
+  int64_t dp_size() const { return s_.dp_size; }
+  int64_t size(AxisKind kind) const;
+  const std::vector<TopologyParticipant>& participants() const {
+    return s_.participants;
+  }
+  // Number of participants (not the product of the sizes).
+  size_t world_size() const { return s_.participants.size(); }
+  const std::string& topology_id() const { return *s_.topology_id; }
+  // The participant with this id, or nullptr.
+  const TopologyParticipant* FindParticipant(std::string_view id) const;
+
+  friend bool operator==(const ParallelTopology& a, const ParallelTopology& b) {
+    return a.s_.topology_id == b.s_.topology_id;
+  }
+
+ private:
+  explicit ParallelTopology(ParallelTopologySpec s) : s_(std::move(s)) {}
+  ParallelTopologySpec s_;
+};
+
+// The fields shared by every part of one placement.
+struct PlacementHeader {
+  std::string resource_id;
+  std::string revision;
+  uint64_t weight_generation = 0;
+  std::string placement_set_id;
+};
+
+struct WeightPlacementPartSpec {
+  PlacementHeader header;
+  std::string topology_id;
+  std::string participant_id;
+  ParallelRank rank;
+  std::vector<TensorDescriptor> tensors;
+  std::vector<PlacementFragment> fragments;
+};
+
+// One participant's address-free contribution. A part may be empty.
+class WeightPlacementPart {
+ public:
+  // Validates rules 7-14 for the part's own fragments and sorts tensors by
+  // tensor_id and fragments by placement_fragment_id.
+  static Result<WeightPlacementPart> Make(WeightPlacementPartSpec spec);
+
+  const PlacementHeader& header() const { return s_.header; }
+  const std::string& topology_id() const { return s_.topology_id; }
+  const std::string& participant_id() const { return s_.participant_id; }
+  const ParallelRank& rank() const { return s_.rank; }
+  const std::vector<TensorDescriptor>& tensors() const { return s_.tensors; }
+  const std::vector<PlacementFragment>& fragments() const {
+    return s_.fragments;
+  }
+
+ private:
+  explicit WeightPlacementPart(WeightPlacementPartSpec s) : s_(std::move(s)) {}
+  WeightPlacementPartSpec s_;
+};
+
+struct WeightPlacementManifestSpec {
+  PlacementHeader header;
+  ParallelTopology topology;
+  std::vector<WeightPlacementPart> parts;
+  // When supplied it must equal the canonical id.
+  std::optional<std::string> placement_id;
+};
+
+// One complete, validated global placement of a weight generation.
+// Copies are cheap (shared immutable state).
+class WeightPlacementManifest {
+ public:
+  // Assembles parts (rules 16-27) and computes the identities.
+  static Result<WeightPlacementManifest> Make(WeightPlacementManifestSpec spec);
+  // Groups a flat fragment inventory into parts by rank -> participant
+  // (rule 28). Participants without fragments get empty parts.
+  static Result<WeightPlacementManifest> FromFragments(
+      PlacementHeader header, ParallelTopology topology,
+      std::vector<TensorDescriptor> tensors,
+      std::vector<PlacementFragment> fragments);
+
+  static constexpr std::string_view kResourceKind = "model_weight";
+
+  const PlacementHeader& header() const;
+  const std::string& resource_id() const { return header().resource_id; }
+  const std::string& revision() const { return header().revision; }
+  uint64_t weight_generation() const { return header().weight_generation; }
+  const std::string& placement_set_id() const {
+    return header().placement_set_id;
+  }
+  const ParallelTopology& topology() const;
+  // Sorted by participant_id; one per topology participant.
+  const std::vector<WeightPlacementPart>& parts() const;
+  // Union of the parts' tensors, sorted by tensor_id.
+  const std::vector<TensorDescriptor>& tensors() const;
+  // Union of the parts' fragments, sorted by placement_fragment_id.
+  const std::vector<const PlacementFragment*>& fragments() const;
+  const TensorDescriptor* FindTensor(std::string_view tensor_id) const;
+  const WeightPlacementPart* FindPart(std::string_view participant_id) const;
+  const PlacementFragment* FindFragment(std::string_view fragment_id) const;
+
+  // "sha256:" + hex of the canonical identity object.
+  const std::string& placement_id() const;
+  // Hex SHA-256 of the canonical wire (ToJson()).
+  const std::string& digest() const;
+  // The canonical wire (ensure_ascii=True), as produced by
+  // WeightPlacementToJson.
+  const std::string& canonical_json() const;
+
+  friend bool operator==(const WeightPlacementManifest& a,
+                         const WeightPlacementManifest& b) {
+    return a.digest() == b.digest();
+  }
+
+  struct Impl;
+
+ private:
+  explicit WeightPlacementManifest(std::shared_ptr<const Impl> impl)
+      : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Canonical wire form (sorted keys, compact, ensure_ascii=True).
+std::string WeightPlacementToJson(const WeightPlacementManifest& placement);
+// Strict decoder: exact field sets, no duplicate keys, integers only, then
+// every rule of the typed factories, then identity checks.
+Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json);
+
+}  // namespace reshard
+
+#endif  // RESHARD_PLACEMENT_H_

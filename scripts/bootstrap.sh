@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages reshard needs. As root it installs what is
+# missing; otherwise it prints the exact apt-get line and fails.
+set -euo pipefail
+PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
+  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -eq 0 ]; then
+  echo "bootstrap: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "bootstrap: missing Debian packages; run:" >&2
+  echo "  sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi

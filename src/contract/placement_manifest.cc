@@ -1,0 +1,723 @@
+// WeightPlacementManifest: global assembly, validation (rules 16-28) and
+// identities (placement_id, digest).
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <numeric>
+#include <unordered_map>
+
+#include "contract/placement_json.h"
+#include "reshard/placement.h"
+#include "util/box_cover.h"
+#include "util/sha256.h"
+
+namespace reshard {
+
+using internal::CanonicalJsonWriter;
+
+struct WeightPlacementManifest::Impl {
+  PlacementHeader header;
+  ParallelTopology topology;
+  std::vector<WeightPlacementPart> parts;
+  std::vector<TensorDescriptor> tensors;
+  std::vector<const PlacementFragment*> fragments;
+  std::string placement_id;
+  std::string digest;
+  std::string canonical_json;
+};
+
+namespace {
+
+// A rank projected onto a subset of axis kinds; unselected coordinates are
+// -1. Used as a hash key for owner, replica and split tuples.
+using AxisKey = std::array<int64_t, 4>;
+using KindMask = uint8_t;
+
+AxisKey Project(const ParallelRank& r, KindMask mask) {
+  AxisKey k{-1, -1, -1, -1};
+  for (AxisKind kind : kAllAxisKinds) {
+    const auto i = static_cast<size_t>(kind);
+    if (mask & (1u << i)) k[i] = r.Get(kind);
+  }
+  return k;
+}
+
+struct AxisKeyHash {
+  size_t operator()(const AxisKey& k) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
+    return h;
+  }
+};
+
+KindMask MaskOf(const TensorDescriptor& t, AxisSemantics semantics) {
+  KindMask m = 0;
+  for (const auto& axis : t.parallel_axes()) {
+    if (axis.semantics() == semantics) {
+      m |= 1u << static_cast<unsigned>(axis.kind());
+    }
+  }
+  return m;
+}
+
+// What the topology says each (owner, replica) group must contain, for one
+// combination of ownership, replicated and split masks. Computed once per
+// distinct combination, then shared by every tensor that uses it.
+struct TopologyExpectation {
+  // owner -> sorted unique replica keys of the participants of that owner.
+  std::unordered_map<AxisKey, std::vector<AxisKey>, AxisKeyHash> replicas;
+  // owner|replica -> sorted unique split keys of matching participants.
+  std::unordered_map<AxisKey, std::vector<AxisKey>, AxisKeyHash> splits;
+};
+
+void SortUnique(std::vector<AxisKey>* v) {
+  std::sort(v->begin(), v->end());
+  v->erase(std::unique(v->begin(), v->end()), v->end());
+}
+
+TopologyExpectation ComputeExpectation(const ParallelTopology& topo,
+                                       KindMask owner, KindMask replica,
+                                       KindMask split) {
+  TopologyExpectation e;
+  for (const auto& p : topo.participants()) {
+    e.replicas[Project(p.rank, owner)].push_back(Project(p.rank, replica));
+    e.splits[Project(p.rank, owner | replica)].push_back(
+        Project(p.rank, split));
+  }
+  for (auto& [k, v] : e.replicas) SortUnique(&v);
+  for (auto& [k, v] : e.splits) SortUnique(&v);
+  return e;
+}
+
+class GlobalValidator {
+ public:
+  explicit GlobalValidator(const ParallelTopology& topo) : topo_(topo) {}
+
+  Status CheckTensor(const TensorDescriptor& t,
+                     const std::vector<const PlacementFragment*>& frags);
+
+ private:
+  Status CheckUndeclaredAxes(const TensorDescriptor& t,
+                             const std::vector<const PlacementFragment*>& f);
+  Status CheckSplitGeometry(const TensorDescriptor& t,
+                            const std::vector<const PlacementFragment*>& f);
+  const TopologyExpectation& Expectation(KindMask o, KindMask r, KindMask s);
+
+  const ParallelTopology& topo_;
+  std::map<uint32_t, TopologyExpectation> cache_;
+};
+
+const TopologyExpectation& GlobalValidator::Expectation(KindMask o,
+                                                        KindMask r,
+                                                        KindMask s) {
+  const uint32_t key = o | (r << 8) | (s << 16);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    it = cache_.emplace(key, ComputeExpectation(topo_, o, r, s)).first;
+  }
+  return it->second;
+}
+
+Status GlobalValidator::CheckUndeclaredAxes(
+    const TensorDescriptor& t,
+    const std::vector<const PlacementFragment*>& frags) {
+  KindMask declared = 0;
+  for (const auto& axis : t.parallel_axes()) {
+    declared |= 1u << static_cast<unsigned>(axis.kind());
+  }
+  for (AxisKind kind : kAllAxisKinds) {
+    if (declared & (1u << static_cast<unsigned>(kind))) continue;
+    if (topo_.size(kind) <= 1) continue;
+    const std::string name(AxisKindName(kind));
+    const int64_t first = frags.front()->rank().Get(kind);
+    bool varies = false;
+    for (const auto* f : frags) varies |= f->rank().Get(kind) != first;
+    if (kind == AxisKind::kDp || kind == AxisKind::kPp || !varies) {
+      return Status::InvalidArgument(
+          "global placement tensor requires explicit parallel semantics for "
+          "active undeclared " +
+          name + " axis: " + t.tensor_id());
+    }
+    // It varies: it must be a function of the varying declared coordinates.
+    KindMask varying_declared = 0;
+    for (AxisKind d : kAllAxisKinds) {
+      if (!(declared & (1u << static_cast<unsigned>(d)))) continue;
+      const int64_t v0 = frags.front()->rank().Get(d);
+      for (const auto* f : frags) {
+        if (f->rank().Get(d) != v0) {
+          varying_declared |= 1u << static_cast<unsigned>(d);
+          break;
+        }
+      }
+    }
+    if (varying_declared == 0) {
+      return Status::InvalidArgument(
+          "global placement tensor varies across undeclared " + name +
+          " axis: " + t.tensor_id());
+    }
+    std::unordered_map<AxisKey, int64_t, AxisKeyHash> projection;
+    for (const auto* f : frags) {
+      auto [it, inserted] = projection.emplace(
+          Project(f->rank(), varying_declared), f->rank().Get(kind));
+      if (!inserted && it->second != f->rank().Get(kind)) {
+        return Status::InvalidArgument(
+            "global placement tensor varies independently across undeclared " +
+            name + " axis: " + t.tensor_id());
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status GlobalValidator::CheckSplitGeometry(
+    const TensorDescriptor& t,
+    const std::vector<const PlacementFragment*>& frags) {
+  std::vector<std::array<int64_t, 3>> iv;  // rank value, begin, end
+  iv.reserve(frags.size());
+  for (const auto& axis : t.parallel_axes()) {
+    if (axis.semantics() != AxisSemantics::kSplit) continue;
+    const auto dim = static_cast<size_t>(axis.dim());
+    iv.clear();
+    for (const auto* f : frags) {
+      iv.push_back({f->rank().Get(axis.kind()), f->global_offset()[dim],
+                    f->global_offset()[dim] + f->local_shape()[dim]});
+    }
+    std::sort(iv.begin(), iv.end());
+    // Merge each rank's intervals, then the merged intervals of all ranks
+    // must tile [0, extent) contiguously.
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (size_t i = 0; i < iv.size();) {
+      int64_t b = iv[i][1];
+      int64_t e = iv[i][2];
+      size_t j = i + 1;
+      for (; j < iv.size() && iv[j][0] == iv[i][0]; ++j) {
+        if (iv[j][1] <= e) {
+          e = std::max(e, iv[j][2]);
+        } else {
+          merged.emplace_back(b, e);
+          b = iv[j][1];
+          e = iv[j][2];
+        }
+      }
+      merged.emplace_back(b, e);
+      i = j;
+    }
+    std::sort(merged.begin(), merged.end());
+    int64_t pos = 0;
+    bool ok = true;
+    for (const auto& [b, e] : merged) {
+      if (b != pos) {
+        ok = false;
+        break;
+      }
+      pos = e;
+    }
+    if (!ok || pos != t.global_shape()[dim]) {
+      return Status::InvalidArgument(
+          "split-axis rank geometry conflicts with declared dimension: " +
+          t.tensor_id() + ": " + std::string(AxisKindName(axis.kind())) +
+          " -> dim " + std::to_string(dim));
+    }
+  }
+  return Status::OK();
+}
+
+Status GlobalValidator::CheckTensor(
+    const TensorDescriptor& t,
+    const std::vector<const PlacementFragment*>& frags) {
+  const std::string& id = t.tensor_id();
+  if (frags.empty()) {
+    return Status::InvalidArgument(
+        "global placement tensor is not fully covered: " + id +
+        " (no fragments)");
+  }
+  RETURN_NOT_OK(CheckUndeclaredAxes(t, frags));
+  const KindMask o_mask = MaskOf(t, AxisSemantics::kOwnership);
+  const KindMask r_mask = MaskOf(t, AxisSemantics::kReplicated);
+  const KindMask s_mask = MaskOf(t, AxisSemantics::kSplit);
+  const TopologyExpectation& expect = Expectation(o_mask, r_mask, s_mask);
+
+  struct Entry {
+    AxisKey owner, replica, split;
+    const PlacementFragment* f;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(frags.size());
+  for (const auto* f : frags) {
+    entries.push_back({Project(f->rank(), o_mask),
+                       Project(f->rank(), r_mask),
+                       Project(f->rank(), s_mask), f});
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.owner, a.replica, a.split) <
+           std::tie(b.owner, b.replica, b.split);
+  });
+  std::vector<AxisKey> replicas;
+  std::vector<AxisKey> splits;
+  std::vector<internal::BoxRef> boxes;
+  for (size_t i = 0; i < entries.size();) {
+    size_t j = i;
+    replicas.clear();
+    while (j < entries.size() && entries[j].owner == entries[i].owner) {
+      // One (owner, replica) group: [j, k).
+      size_t k = j;
+      boxes.clear();
+      splits.clear();
+      while (k < entries.size() && entries[k].owner == entries[i].owner &&
+             entries[k].replica == entries[j].replica) {
+        boxes.push_back({entries[k].f->global_offset().data(),
+                         entries[k].f->local_shape().data()});
+        splits.push_back(entries[k].split);
+        ++k;
+      }
+      replicas.push_back(entries[j].replica);
+      if (!internal::ExactlyCovers(t.global_shape(), boxes)) {
+        return Status::InvalidArgument(
+            "global placement tensor is not fully covered: " + id +
+            " (owner/replica group at " + entries[j].f->rank().ToString() +
+            ")");
+      }
+      SortUnique(&splits);
+      AxisKey group_key = entries[j].owner;
+      for (size_t a = 0; a < 4; ++a) {
+        if (entries[j].replica[a] >= 0) group_key[a] = entries[j].replica[a];
+      }
+      auto sp = expect.splits.find(group_key);
+      bool ok = sp != expect.splits.end() && sp->second == splits;
+      if (ok) {
+        // Per split kind the participants' values must be {0..size-1}.
+        for (AxisKind kind : kAllAxisKinds) {
+          const auto a = static_cast<size_t>(kind);
+          if (!(s_mask & (1u << a))) continue;
+          std::vector<int64_t> values;
+          for (const auto& key : splits) values.push_back(key[a]);
+          std::sort(values.begin(), values.end());
+          values.erase(std::unique(values.begin(), values.end()),
+                       values.end());
+          ok &= static_cast<int64_t>(values.size()) == topo_.size(kind) &&
+                values.front() == 0 && values.back() == topo_.size(kind) - 1;
+        }
+      }
+      if (!ok) {
+        return Status::InvalidArgument(
+            "missing or unexpected split-axis participant for " + id +
+            " (owner/replica group at " + entries[j].f->rank().ToString() +
+            ")");
+      }
+      // Cartesian product rule: tuples == product of per-axis value sets.
+      size_t product = 1;
+      for (size_t a = 0; a < 4; ++a) {
+        if (!(s_mask & (1u << a))) continue;
+        std::vector<int64_t> values;
+        for (const auto& key : splits) values.push_back(key[a]);
+        std::sort(values.begin(), values.end());
+        product *= std::unique(values.begin(), values.end()) - values.begin();
+      }
+      if (product != splits.size()) {
+        return Status::InvalidArgument(
+            "non-Cartesian split-axis participant mapping cannot prove "
+            "rank-to-dimension ownership: " +
+            id);
+      }
+      j = k;
+    }
+    auto rp = expect.replicas.find(entries[i].owner);
+    if (rp == expect.replicas.end() || rp->second != replicas) {
+      return Status::InvalidArgument(
+          "missing or unexpected replicated-axis participant for " + id +
+          " (owner at " + entries[i].f->rank().ToString() + ")");
+    }
+    i = j;
+  }
+  return CheckSplitGeometry(t, frags);
+}
+
+Status CheckAliasGroups(
+    const std::vector<TensorDescriptor>& tensors,
+    const std::vector<std::vector<const PlacementFragment*>>& by_tensor,
+    const std::unordered_map<std::string_view, size_t>& index) {
+  std::vector<const std::vector<std::string>*> group(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const auto& frags = by_tensor[t];
+    group[t] = &frags.front()->aliases();
+    for (const auto* f : frags) {
+      if (f->aliases() != *group[t]) {
+        return Status::InvalidArgument(
+            "alias group is not declared consistently for tensor: " +
+            tensors[t].tensor_id() + " (fragment " +
+            f->placement_fragment_id() + ")");
+      }
+    }
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    for (const auto& member : *group[t]) {
+      auto it = index.find(member);
+      if (it == index.end()) {
+        return Status::InvalidArgument(
+            "alias group references unknown tensor: " + member +
+            " (declared by tensor " + tensors[t].tensor_id() + ")");
+      }
+      if (*group[it->second] != *group[t]) {
+        return Status::InvalidArgument(
+            "alias group is not declared consistently for tensor: " + member +
+            " (group of tensor " + tensors[t].tensor_id() + ")");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+// Writes the canonical identity object and wire, hashing both.
+void ComputeIdentity(WeightPlacementManifest::Impl* m) {
+  std::string parts;
+  {
+    CanonicalJsonWriter w(&parts);
+    w.BeginArray();
+    for (const auto& part : m->parts) {
+      w.BeginObject();
+      w.Key("fragments");
+      w.BeginArray();
+      for (const auto& f : part.fragments()) internal::WriteFragment(f, &w);
+      w.EndArray();
+      w.KeyString("participant_id", part.participant_id());
+      w.Key("rank");
+      internal::WriteRank(part.rank(), &w);
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  std::string tensors;
+  {
+    CanonicalJsonWriter w(&tensors);
+    w.BeginArray();
+    for (const auto& t : m->tensors) internal::WriteTensor(t, &w);
+    w.EndArray();
+  }
+  std::string topology;
+  {
+    CanonicalJsonWriter w(&topology);
+    internal::WriteTopology(m->topology, &w);
+  }
+  // Top-level fields other than the three shared values.
+  std::string head;
+  {
+    CanonicalJsonWriter w(&head);
+    w.BeginObject();
+    w.KeyString("placement_set_id", m->header.placement_set_id);
+    w.KeyString("resource_id", m->header.resource_id);
+    w.KeyString("revision", m->header.revision);
+    w.KeyString("schema", "complete-weight-placement");
+    w.EndObject();
+  }
+  std::string generation = std::to_string(m->header.weight_generation);
+  // Identity object: {"parts":P,<head fields>,"tensors":T,"topology":TOPO,
+  // "weight_generation":G}.
+  internal::Sha256 id_hash;
+  id_hash.Update("{\"parts\":");
+  id_hash.Update(parts);
+  id_hash.Update(",");
+  id_hash.Update(std::string_view(head).substr(1, head.size() - 2));
+  id_hash.Update(",\"tensors\":");
+  id_hash.Update(tensors);
+  id_hash.Update(",\"topology\":");
+  id_hash.Update(topology);
+  id_hash.Update(",\"weight_generation\":");
+  id_hash.Update(generation);
+  id_hash.Update("}");
+  m->placement_id = "sha256:" + id_hash.FinishHex();
+
+  std::string& wire = m->canonical_json;
+  wire.reserve(parts.size() + tensors.size() + topology.size() + 512);
+  CanonicalJsonWriter w(&wire);
+  w.BeginObject();
+  w.Key("parts");
+  w.Raw(parts);
+  w.KeyString("placement_id", m->placement_id);
+  w.KeyString("placement_set_id", m->header.placement_set_id);
+  w.KeyString("resource_id", m->header.resource_id);
+  w.KeyString("resource_kind", WeightPlacementManifest::kResourceKind);
+  w.KeyString("revision", m->header.revision);
+  w.Key("tensors");
+  w.Raw(tensors);
+  w.Key("topology");
+  w.Raw(topology);
+  w.KeyUInt("weight_generation", m->header.weight_generation);
+  w.EndObject();
+  m->digest = internal::Sha256Hex(wire);
+}
+
+}  // namespace
+
+Result<WeightPlacementManifest> WeightPlacementManifest::Make(
+    WeightPlacementManifestSpec s) {
+  const PlacementHeader& h = s.header;
+  if (h.resource_id.empty()) {
+    return Status::InvalidArgument("resource_id must be a non-empty string");
+  }
+  if (h.revision.empty()) {
+    return Status::InvalidArgument("revision must be a non-empty string");
+  }
+  if (h.placement_set_id.empty()) {
+    return Status::InvalidArgument(
+        "placement_set_id must be a non-empty string");
+  }
+  auto impl = std::make_shared<Impl>(
+      Impl{h, std::move(s.topology), std::move(s.parts), {}, {}, {}, {}, {}});
+  const ParallelTopology& topo = impl->topology;
+  auto& parts = impl->parts;
+
+  // Rule 17: parts match the topology one to one.
+  std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) {
+    return a.participant_id() < b.participant_id();
+  });
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i].participant_id() == parts[i - 1].participant_id()) {
+      return Status::InvalidArgument("duplicate placement participant: " +
+                                     parts[i].participant_id());
+    }
+  }
+  const auto& participants = topo.participants();
+  for (size_t i = 0, j = 0; i < participants.size() || j < parts.size();) {
+    if (j == parts.size() ||
+        (i < participants.size() &&
+         participants[i].participant_id < parts[j].participant_id())) {
+      return Status::InvalidArgument("missing topology participant: " +
+                                     participants[i].participant_id);
+    }
+    if (i == participants.size() ||
+        parts[j].participant_id() < participants[i].participant_id) {
+      return Status::InvalidArgument("unknown topology participant: " +
+                                     parts[j].participant_id());
+    }
+    const WeightPlacementPart& part = parts[j];
+    const std::string& pid = part.participant_id();
+    const PlacementHeader& ph = part.header();
+    const std::pair<const char*, bool> same[] = {
+        {"resource_id", ph.resource_id == h.resource_id},
+        {"revision", ph.revision == h.revision},
+        {"weight_generation", ph.weight_generation == h.weight_generation},
+        {"placement_set_id", ph.placement_set_id == h.placement_set_id},
+        {"topology_id", part.topology_id() == topo.topology_id()}};
+    for (const auto& [field, equal] : same) {
+      if (!equal) {
+        return Status::InvalidArgument(std::string("placement part ") +
+                                       field + " differs: participant " + pid);
+      }
+    }
+    if (!(part.rank() == participants[i].rank)) {
+      return Status::InvalidArgument(
+          "placement part rank differs from topology: participant " + pid +
+          " has " + part.rank().ToString() + ", topology has " +
+          participants[i].rank.ToString());
+    }
+    ++i;
+    ++j;
+  }
+
+  // Rule 18: one descriptor per tensor id across parts.
+  std::vector<const TensorDescriptor*> all_tensors;
+  size_t n_fragments = 0;
+  for (const auto& part : parts) {
+    for (const auto& t : part.tensors()) all_tensors.push_back(&t);
+    n_fragments += part.fragments().size();
+  }
+  std::stable_sort(all_tensors.begin(), all_tensors.end(),
+                   [](const auto* a, const auto* b) {
+                     return a->tensor_id() < b->tensor_id();
+                   });
+  for (size_t i = 0; i < all_tensors.size(); ++i) {
+    if (i > 0 && all_tensors[i]->tensor_id() ==
+                     all_tensors[i - 1]->tensor_id()) {
+      if (!(*all_tensors[i] == *all_tensors[i - 1])) {
+        return Status::InvalidArgument(
+            "placement part tensor descriptor mismatch: " +
+            all_tensors[i]->tensor_id());
+      }
+      continue;
+    }
+    impl->tensors.push_back(*all_tensors[i]);
+  }
+  if (impl->tensors.empty()) {
+    return Status::InvalidArgument(
+        "global weight placement must contain tensors");
+  }
+  if (n_fragments == 0) {
+    return Status::InvalidArgument(
+        "global weight placement must contain fragments");
+  }
+
+  // Fragments: globally unique ids, grouped by tensor.
+  auto& frags = impl->fragments;
+  frags.reserve(n_fragments);
+  for (const auto& part : parts) {
+    for (const auto& f : part.fragments()) frags.push_back(&f);
+  }
+  std::sort(frags.begin(), frags.end(), [](const auto* a, const auto* b) {
+    return a->placement_fragment_id() < b->placement_fragment_id();
+  });
+  for (size_t i = 1; i < frags.size(); ++i) {
+    if (frags[i]->placement_fragment_id() ==
+        frags[i - 1]->placement_fragment_id()) {
+      return Status::InvalidArgument("duplicate fragment_id: " +
+                                     frags[i]->placement_fragment_id());
+    }
+  }
+  std::unordered_map<std::string_view, size_t> index;
+  index.reserve(impl->tensors.size());
+  for (size_t t = 0; t < impl->tensors.size(); ++t) {
+    index.emplace(impl->tensors[t].tensor_id(), t);
+  }
+  std::vector<std::vector<const PlacementFragment*>> by_tensor(
+      impl->tensors.size());
+  for (const auto& part : parts) {
+    for (const auto& f : part.fragments()) {
+      by_tensor[index.at(f.tensor_id())].push_back(&f);
+    }
+  }
+  RETURN_NOT_OK(CheckAliasGroups(impl->tensors, by_tensor, index));
+  GlobalValidator validator(topo);
+  for (size_t t = 0; t < impl->tensors.size(); ++t) {
+    RETURN_NOT_OK(validator.CheckTensor(impl->tensors[t], by_tensor[t]));
+  }
+
+  ComputeIdentity(impl.get());
+  if (s.placement_id.has_value() && *s.placement_id != impl->placement_id) {
+    return Status::InvalidArgument(
+        "placement_id does not match canonical logical content: got " +
+        *s.placement_id + ", expected " + impl->placement_id);
+  }
+  return WeightPlacementManifest(std::move(impl));
+}
+
+Result<WeightPlacementManifest> WeightPlacementManifest::FromFragments(
+    PlacementHeader header, ParallelTopology topology,
+    std::vector<TensorDescriptor> tensors,
+    std::vector<PlacementFragment> fragments) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return a.tensor_id() < b.tensor_id();
+  });
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    if (tensors[i].tensor_id() == tensors[i - 1].tensor_id()) {
+      return Status::InvalidArgument("duplicate tensor_id: " +
+                                     tensors[i].tensor_id());
+    }
+  }
+  std::map<ParallelRank, size_t> by_rank;
+  const auto& participants = topology.participants();
+  for (size_t i = 0; i < participants.size(); ++i) {
+    by_rank.emplace(participants[i].rank, i);
+  }
+  std::vector<WeightPlacementPartSpec> specs(participants.size());
+  std::vector<std::vector<bool>> uses(participants.size(),
+                                      std::vector<bool>(tensors.size()));
+  std::vector<bool> referenced(tensors.size(), false);
+  for (auto& f : fragments) {
+    auto it = by_rank.find(f.rank());
+    if (it == by_rank.end()) {
+      return Status::InvalidArgument(
+          "placement fragment rank has no topology participant: " +
+          f.placement_fragment_id() + " at " + f.rank().ToString());
+    }
+    auto t = std::lower_bound(
+        tensors.begin(), tensors.end(), f.tensor_id(),
+        [](const auto& d, const std::string& id) { return d.tensor_id() < id; });
+    if (t == tensors.end() || t->tensor_id() != f.tensor_id()) {
+      return Status::InvalidArgument("unknown tensor_id " + f.tensor_id() +
+                                     " in fragment " +
+                                     f.placement_fragment_id());
+    }
+    const size_t ti = t - tensors.begin();
+    uses[it->second][ti] = true;
+    referenced[ti] = true;
+    specs[it->second].fragments.push_back(std::move(f));
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    if (!referenced[t]) {
+      return Status::InvalidArgument(
+          "placement fragment inventory contains an unreferenced tensor: " +
+          tensors[t].tensor_id());
+    }
+  }
+  WeightPlacementManifestSpec spec{header, topology, {}, std::nullopt};
+  for (size_t i = 0; i < participants.size(); ++i) {
+    auto& ps = specs[i];
+    ps.header = header;
+    ps.topology_id = topology.topology_id();
+    ps.participant_id = participants[i].participant_id;
+    ps.rank = participants[i].rank;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (uses[i][t]) ps.tensors.push_back(tensors[t]);
+    }
+    ASSIGN_OR_RETURN(auto part, WeightPlacementPart::Make(std::move(ps)));
+    spec.parts.push_back(std::move(part));
+  }
+  return Make(std::move(spec));
+}
+
+const PlacementHeader& WeightPlacementManifest::header() const {
+  return impl_->header;
+}
+const ParallelTopology& WeightPlacementManifest::topology() const {
+  return impl_->topology;
+}
+const std::vector<WeightPlacementPart>& WeightPlacementManifest::parts()
+    const {
+  return impl_->parts;
+}
+const std::vector<TensorDescriptor>& WeightPlacementManifest::tensors() const {
+  return impl_->tensors;
+}
+const std::vector<const PlacementFragment*>&
+WeightPlacementManifest::fragments() const {
+  return impl_->fragments;
+}
+const std::string& WeightPlacementManifest::placement_id() const {
+  return impl_->placement_id;
+}
+const std::string& WeightPlacementManifest::digest() const {
+  return impl_->digest;
+}
+const std::string& WeightPlacementManifest::canonical_json() const {
+  return impl_->canonical_json;
+}
+
+const TensorDescriptor* WeightPlacementManifest::FindTensor(
+    std::string_view id) const {
+  const auto& v = impl_->tensors;
+  auto it = std::lower_bound(
+      v.begin(), v.end(), id,
+      [](const TensorDescriptor& t, std::string_view x) {
+        return t.tensor_id() < x;
+      });
+  return it != v.end() && it->tensor_id() == id ? &*it : nullptr;
+}
+
+const WeightPlacementPart* WeightPlacementManifest::FindPart(
+    std::string_view id) const {
+  const auto& v = impl_->parts;
+  auto it = std::lower_bound(
+      v.begin(), v.end(), id,
+      [](const WeightPlacementPart& p, std::string_view x) {
+        return p.participant_id() < x;
+      });
+  return it != v.end() && it->participant_id() == id ? &*it : nullptr;
+}
+
+const PlacementFragment* WeightPlacementManifest::FindFragment(
+    std::string_view id) const {
+  const auto& v = impl_->fragments;
+  auto it = std::lower_bound(
+      v.begin(), v.end(), id,
+      [](const PlacementFragment* f, std::string_view x) {
+        return f->placement_fragment_id() < x;
+      });
+  return it != v.end() && (*it)->placement_fragment_id() == id ? *it
+                                                               : nullptr;
+}
+
+std::string WeightPlacementToJson(const WeightPlacementManifest& placement) {
+  return placement.canonical_json();
+}
+
+}  // namespace reshard

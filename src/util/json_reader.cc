@@ -1,0 +1,338 @@
+#include "util/json_reader.h"
+
+#include "reshard/json.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace reshard::internal {
+namespace {
+
+using simdjson::dom::element_type;
+
+// True if `text` holds a NaN or Infinity token outside of strings: Python's
+// encoder can produce those, and we name them instead of a generic error.
+bool HasNonFiniteToken(std::string_view text) {
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (text.substr(i, 3) == "NaN" || text.substr(i, 8) == "Infinity") {
+      return true;
+    }
+  }
+  return false;
+}
+
+// True if `text` holds an integer token of 20 or more digits outside
+// strings: simdjson reports those as a generic number error.
+bool HasHugeInteger(std::string_view text) {
+  bool in_string = false;
+  size_t digits = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c >= '0' && c <= '9') {
+      if (++digits >= 20) return true;
+    } else {
+      digits = 0;
+      in_string = c == '"';
+    }
+  }
+  return false;
+}
+
+Status TypeError(const JsonPath& path, std::string_view expectation) {
+  return Status::InvalidArgument(path.ToString() + " " +
+                                 std::string(expectation));
+}
+
+void WriteCanonical(JsonElement e, CanonicalJsonWriter* w, Status* error,
+                    const JsonPath& path) {
+  if (!error->ok()) return;
+  switch (e.type()) {
+    case element_type::OBJECT: {
+      std::vector<std::pair<std::string_view, JsonElement>> fields;
+      for (auto field : simdjson::dom::object(e)) {
+        fields.emplace_back(field.key, field.value);
+      }
+      std::sort(fields.begin(), fields.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t i = 1; i < fields.size(); ++i) {
+        if (fields[i].first == fields[i - 1].first) {
+          *error = Status::InvalidArgument(path.ToString() +
+                                           ": duplicate JSON field \"" +
+                                           std::string(fields[i].first) + "\"");
+          return;
+        }
+      }
+      w->BeginObject();
+      for (const auto& [key, value] : fields) {
+        w->Key(key);
+        WriteCanonical(value, w, error, path.Field(key));
+      }
+      w->EndObject();
+      return;
+    }
+    case element_type::ARRAY: {
+      w->BeginArray();
+      size_t i = 0;
+      for (auto item : simdjson::dom::array(e)) {
+        WriteCanonical(item, w, error, path.Index(i++));
+      }
+      w->EndArray();
+      return;
+    }
+    case element_type::STRING:
+      w->String(std::string_view(e));
+      return;
+    case element_type::INT64:
+      w->Int(int64_t(e));
+      return;
+    case element_type::UINT64:
+      w->UInt(uint64_t(e));
+      return;
+    case element_type::DOUBLE:
+      *error = Status::InvalidArgument(
+          path.ToString() +
+          " is a floating-point number; the contract has integers only");
+      return;
+    case element_type::BOOL:
+      w->Bool(bool(e));
+      return;
+    case element_type::NULL_VALUE:
+      w->Null();
+      return;
+  }
+}
+
+}  // namespace
+
+std::string JsonPath::ToString() const {
+  std::vector<const JsonPath*> chain;
+  for (const JsonPath* p = this; p != nullptr && p->parent_ != nullptr;
+       p = p->parent_) {
+    chain.push_back(p);
+  }
+  if (chain.empty()) return "$";
+  std::string out;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const JsonPath* p = *it;
+    if (p->is_index_) {
+      out += '[';
+      out += std::to_string(p->index_);
+      out += ']';
+    } else {
+      if (!out.empty()) out += '.';
+      out.append(p->key_);
+    }
+  }
+  return out;
+}
+
+Result<JsonDocument> JsonDocument::Parse(std::string_view text) {
+  JsonDocument doc;
+  doc.parser_ = std::make_unique<simdjson::dom::parser>();
+  auto result = doc.parser_->parse(text.data(), text.size(), true);
+  if (result.error() != simdjson::SUCCESS) {
+    if (HasNonFiniteToken(text)) {
+      return Status::InvalidArgument("non-finite JSON number is unsupported");
+    }
+    if (result.error() == simdjson::NUMBER_OUT_OF_RANGE ||
+        (result.error() == simdjson::NUMBER_ERROR && HasHugeInteger(text))) {
+      return Status::InvalidArgument(
+          "JSON integer must fit in an unsigned 64-bit integer");
+    }
+    return Status::InvalidArgument(
+        std::string("invalid JSON: ") +
+        simdjson::error_message(result.error()));
+  }
+  doc.root_ = result.value_unsafe();
+  return doc;
+}
+
+Result<StrictObject> StrictObject::Make(
+    JsonElement element, const JsonPath& path, std::string_view what,
+    std::initializer_list<std::string_view> required,
+    std::initializer_list<std::string_view> optional) {
+  if (element.type() != element_type::OBJECT) {
+    return TypeError(path, "must be a JSON object");
+  }
+  StrictObject obj;
+  std::array<std::string_view, kMaxFields> expected{};
+  size_t n_expected = 0;
+  for (auto k : required) expected[n_expected++] = k;
+  for (auto k : optional) expected[n_expected++] = k;
+  std::array<bool, kMaxFields> seen{};
+  for (auto field : simdjson::dom::object(element)) {
+    size_t idx = n_expected;
+    for (size_t i = 0; i < n_expected; ++i) {
+      if (expected[i] == field.key) {
+        idx = i;
+        break;
+      }
+    }
+    if (idx == n_expected) {
+      return Status::InvalidArgument(
+          path.ToString() + ": " + std::string(what) +
+          " schema fields do not match contract: unknown field \"" +
+          std::string(field.key) + "\"");
+    }
+    if (seen[idx]) {
+      return Status::InvalidArgument(path.ToString() +
+                                     ": duplicate JSON field \"" +
+                                     std::string(field.key) + "\"");
+    }
+    seen[idx] = true;
+    obj.keys_[obj.size_] = expected[idx];
+    obj.values_[obj.size_] = field.value;
+    ++obj.size_;
+  }
+  for (size_t i = 0; i < required.size(); ++i) {
+    if (!seen[i]) {
+      return Status::InvalidArgument(
+          path.ToString() + ": " + std::string(what) +
+          " schema fields do not match contract: missing field \"" +
+          std::string(expected[i]) + "\"");
+    }
+  }
+  return obj;
+}
+
+std::optional<JsonElement> StrictObject::Find(std::string_view key) const {
+  for (size_t i = 0; i < size_; ++i) {
+    if (keys_[i] == key) return values_[i];
+  }
+  return std::nullopt;
+}
+
+Result<std::string_view> ReadString(JsonElement e, const JsonPath& path) {
+  if (e.type() != element_type::STRING) {
+    return TypeError(path, "must be a string");
+  }
+  return std::string_view(e);
+}
+
+Result<std::string_view> ReadNonEmptyString(JsonElement e,
+                                            const JsonPath& path) {
+  if (e.type() != element_type::STRING || std::string_view(e).empty()) {
+    return TypeError(path, "must be a non-empty string");
+  }
+  return std::string_view(e);
+}
+
+Result<int64_t> ReadInt(JsonElement e, const JsonPath& path) {
+  switch (e.type()) {
+    case element_type::INT64:
+      return int64_t(e);
+    case element_type::UINT64:
+      return TypeError(path, "must fit in a signed 64-bit integer");
+    default:
+      return TypeError(path, "must be an integer");
+  }
+}
+
+Result<uint64_t> ReadU64(JsonElement e, const JsonPath& path) {
+  switch (e.type()) {
+    case element_type::INT64: {
+      const int64_t v = int64_t(e);
+      if (v < 0) {
+        return TypeError(path, "must fit in an unsigned 64-bit integer");
+      }
+      return static_cast<uint64_t>(v);
+    }
+    case element_type::UINT64:
+      return uint64_t(e);
+    default:
+      return TypeError(path, "must be an integer");
+  }
+}
+
+Result<std::optional<int64_t>> ReadNullableInt(JsonElement e,
+                                               const JsonPath& path) {
+  if (e.type() == element_type::NULL_VALUE) {
+    return std::optional<int64_t>();
+  }
+  ASSIGN_OR_RETURN(int64_t v, ReadInt(e, path));
+  return std::optional<int64_t>(v);
+}
+
+Result<simdjson::dom::array> ReadArray(JsonElement e, const JsonPath& path) {
+  if (e.type() != element_type::ARRAY) {
+    return TypeError(path, "must be an array");
+  }
+  return simdjson::dom::array(e);
+}
+
+Result<std::vector<int64_t>> ReadIntArray(JsonElement e,
+                                          const JsonPath& path) {
+  ASSIGN_OR_RETURN(auto arr, ReadArray(e, path));
+  std::vector<int64_t> out;
+  out.reserve(arr.size());
+  size_t i = 0;
+  for (auto item : arr) {
+    if (item.type() != element_type::INT64) {
+      ASSIGN_OR_RETURN(int64_t v, ReadInt(item, path.Index(i)));
+      out.push_back(v);
+    } else {
+      out.push_back(int64_t(item));
+    }
+    ++i;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> ReadStringArray(JsonElement e,
+                                                 const JsonPath& path) {
+  ASSIGN_OR_RETURN(auto arr, ReadArray(e, path));
+  std::vector<std::string> out;
+  out.reserve(arr.size());
+  size_t i = 0;
+  for (auto item : arr) {
+    ASSIGN_OR_RETURN(std::string_view s, ReadString(item, path.Index(i++)));
+    out.emplace_back(s);
+  }
+  return out;
+}
+
+Result<std::string> CanonicalizeJsonText(std::string_view text,
+                                         JsonAscii mode) {
+  ASSIGN_OR_RETURN(JsonDocument doc, JsonDocument::Parse(text));
+  std::string out;
+  out.reserve(text.size());
+  CanonicalJsonWriter writer(&out, mode);
+  Status error;
+  JsonPath root;
+  WriteCanonical(doc.root(), &writer, &error, root);
+  RETURN_NOT_OK(error);
+  return out;
+}
+
+}  // namespace reshard::internal
+
+namespace reshard {
+
+Result<std::string> CanonicalizeJson(std::string_view text,
+                                     bool ensure_ascii) {
+  return internal::CanonicalizeJsonText(
+      text, ensure_ascii ? internal::JsonAscii::kEscapeNonAscii
+                         : internal::JsonAscii::kRawUtf8);
+}
+
+}  // namespace reshard

@@ -1,0 +1,75 @@
+#include "util/sha256.h"
+
+#include <openssl/evp.h>
+
+#include <cstdlib>
+#include <utility>
+
+namespace reshard::internal {
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  // Allocation or init failure of a built-in digest is unrecoverable.
+  if (ctx_ == nullptr ||
+      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(),
+                        nullptr) != 1) {
+    std::abort();
+  }
+}
+
+Sha256::~Sha256() {
+  if (ctx_ != nullptr) EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_));
+}
+
+Sha256::Sha256(Sha256&& other) noexcept
+    : ctx_(std::exchange(other.ctx_, nullptr)) {}
+
+Sha256& Sha256::operator=(Sha256&& other) noexcept {
+  if (this != &other) {
+    if (ctx_ != nullptr) EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_));
+    ctx_ = std::exchange(other.ctx_, nullptr);
+  }
+  return *this;
+}
+
+void Sha256::Update(std::string_view bytes) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), bytes.data(),
+                   bytes.size());
+}
+
+std::array<uint8_t, 32> Sha256::Finish() {
+  std::array<uint8_t, 32> out{};
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), out.data(), &len);
+  return out;
+}
+
+std::string Sha256::FinishHex() {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const auto raw = Finish();
+  std::string hex(64, '0');
+  for (size_t i = 0; i < raw.size(); ++i) {
+    hex[2 * i] = kHex[raw[i] >> 4];
+    hex[2 * i + 1] = kHex[raw[i] & 0xF];
+  }
+  return hex;
+}
+
+std::string Sha256Hex(std::string_view bytes) {
+  Sha256 h;
+  h.Update(bytes);
+  return h.FinishHex();
+}
+
+std::string Sha256Id(std::string_view bytes) {
+  return "sha256:" + Sha256Hex(bytes);
+}
+
+bool IsLowercaseSha256Hex(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace reshard::internal

@@ -1,0 +1,15 @@
+// Registration of the reshard CLI subcommands.
+
+#ifndef RESHARD_TOOLS_COMMANDS_H_
+#define RESHARD_TOOLS_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+
+namespace reshard::cli {
+
+void AddValidateCommand(CLI::App& app);
+void AddCanonicalizeCommand(CLI::App& app);
+
+}  // namespace reshard::cli
+
+#endif  // RESHARD_TOOLS_COMMANDS_H_

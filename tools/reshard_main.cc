@@ -1,0 +1,51 @@
+// The reshard command-line tool: argument parsing plus public API calls.
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "tools/cli_common.h"
+#include "tools/commands.h"
+
+namespace reshard::cli {
+
+Result<std::string> ReadFile(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::IOError("cannot read " + path + ": " +
+                           std::strerror(errno));
+  }
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+int Fail(const Status& status) {
+  std::cerr << "reshard: error: " << status.message() << "\n";
+  return 1;
+}
+
+}  // namespace reshard::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "reshard: move model weights between parallel layouts, exactly."};
+  app.require_subcommand(1);
+  reshard::cli::AddValidateCommand(app);
+  reshard::cli::AddCanonicalizeCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}
