@@ -98,20 +98,20 @@ class TensorDescriptor {
   // Validates (rules 3, 5, 6) and normalises parallel_axes to kind order.
   static Result<TensorDescriptor> Make(TensorDescriptorSpec spec);
 
-  const std::string& tensor_id() const { return s_.tensor_id; }
-  const Dims& global_shape() const { return s_.global_shape; }
-  size_t ndim() const { return s_.global_shape.size(); }
-  const std::string& dtype() const { return s_.dtype; }
-  int64_t itemsize() const { return s_.itemsize; }
-  const Dims& shard_dims() const { return s_.shard_dims; }
+  const std::string& tensor_id() const { return s_->tensor_id; }
+  const Dims& global_shape() const { return s_->global_shape; }
+  size_t ndim() const { return s_->global_shape.size(); }
+  const std::string& dtype() const { return s_->dtype; }
+  int64_t itemsize() const { return s_->itemsize; }
+  const Dims& shard_dims() const { return s_->shard_dims; }
   const std::string& layout_fingerprint() const {
-    return s_.layout_fingerprint;
+    return s_->layout_fingerprint;
   }
   const std::vector<ParallelAxis>& parallel_axes() const {
-    return s_.parallel_axes;
+    return s_->parallel_axes;
   }
-  const std::optional<int64_t>& layer_id() const { return s_.layer_id; }
-  const std::optional<int64_t>& expert_id() const { return s_.expert_id; }
+  const std::optional<int64_t>& layer_id() const { return s_->layer_id; }
+  const std::optional<int64_t>& expert_id() const { return s_->expert_id; }
   // The axis declared for `kind`, or nullptr.
   const ParallelAxis* FindAxis(AxisKind kind) const;
   // Number of elements (product of global_shape), saturating at 2^64-1.
@@ -121,8 +121,10 @@ class TensorDescriptor {
                          const TensorDescriptor& b);
 
  private:
-  explicit TensorDescriptor(TensorDescriptorSpec s) : s_(std::move(s)) {}
-  TensorDescriptorSpec s_;
+  explicit TensorDescriptor(TensorDescriptorSpec s)
+      : s_(std::make_shared<const TensorDescriptorSpec>(std::move(s))) {}
+  // Shared: parts and manifests hold copies of the same descriptor.
+  std::shared_ptr<const TensorDescriptorSpec> s_;
 };
 
 // Plain input of PlacementFragment::Make.

@@ -447,6 +447,41 @@ void ComputeIdentity(WeightPlacementManifest::Impl* m) {
   m->digest = internal::Sha256Hex(wire);
 }
 
+// Sorts fragments by placement_fragment_id. Ids share long prefixes
+// ("sha256:"), so each id gets an 8-byte big-endian key taken after the
+// common prefix; full comparisons only break key ties.
+void SortById(std::vector<const PlacementFragment*>* frags) {
+  if (frags->empty()) return;
+  const std::string& first = frags->front()->placement_fragment_id();
+  size_t common = first.size();
+  for (const auto* f : *frags) {
+    const std::string& id = f->placement_fragment_id();
+    size_t n = std::min(common, id.size());
+    size_t i = 0;
+    while (i < n && id[i] == first[i]) ++i;
+    common = i;
+    if (common == 0) break;
+  }
+  std::vector<std::pair<uint64_t, const PlacementFragment*>> keyed;
+  keyed.reserve(frags->size());
+  for (const auto* f : *frags) {
+    const std::string& id = f->placement_fragment_id();
+    uint64_t key = 0;
+    for (size_t i = 0; i < 8; ++i) {
+      const size_t at = common + i;
+      key = (key << 8) |
+            (at < id.size() ? static_cast<unsigned char>(id[at]) : 0u);
+    }
+    keyed.emplace_back(key, f);
+  }
+  std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return a.second->placement_fragment_id() <
+           b.second->placement_fragment_id();
+  });
+  for (size_t i = 0; i < keyed.size(); ++i) (*frags)[i] = keyed[i].second;
+}
+
 }  // namespace
 
 Result<WeightPlacementManifest> WeightPlacementManifest::Make(
@@ -516,28 +551,24 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
   }
 
   // Rule 18: one descriptor per tensor id across parts.
-  std::vector<const TensorDescriptor*> all_tensors;
+  std::unordered_map<std::string_view, const TensorDescriptor*> seen_tensors;
   size_t n_fragments = 0;
   for (const auto& part : parts) {
-    for (const auto& t : part.tensors()) all_tensors.push_back(&t);
+    for (const auto& t : part.tensors()) {
+      auto [it, inserted] = seen_tensors.emplace(t.tensor_id(), &t);
+      if (inserted) {
+        impl->tensors.push_back(t);
+      } else if (!(*it->second == t)) {
+        return Status::InvalidArgument(
+            "placement part tensor descriptor mismatch: " + t.tensor_id());
+      }
+    }
     n_fragments += part.fragments().size();
   }
-  std::stable_sort(all_tensors.begin(), all_tensors.end(),
-                   [](const auto* a, const auto* b) {
-                     return a->tensor_id() < b->tensor_id();
-                   });
-  for (size_t i = 0; i < all_tensors.size(); ++i) {
-    if (i > 0 && all_tensors[i]->tensor_id() ==
-                     all_tensors[i - 1]->tensor_id()) {
-      if (!(*all_tensors[i] == *all_tensors[i - 1])) {
-        return Status::InvalidArgument(
-            "placement part tensor descriptor mismatch: " +
-            all_tensors[i]->tensor_id());
-      }
-      continue;
-    }
-    impl->tensors.push_back(*all_tensors[i]);
-  }
+  std::sort(impl->tensors.begin(), impl->tensors.end(),
+            [](const auto& a, const auto& b) {
+              return a.tensor_id() < b.tensor_id();
+            });
   if (impl->tensors.empty()) {
     return Status::InvalidArgument(
         "global weight placement must contain tensors");
@@ -553,9 +584,7 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
   for (const auto& part : parts) {
     for (const auto& f : part.fragments()) frags.push_back(&f);
   }
-  std::sort(frags.begin(), frags.end(), [](const auto* a, const auto* b) {
-    return a->placement_fragment_id() < b->placement_fragment_id();
-  });
+  SortById(&frags);
   for (size_t i = 1; i < frags.size(); ++i) {
     if (frags[i]->placement_fragment_id() ==
         frags[i - 1]->placement_fragment_id()) {

@@ -156,7 +156,7 @@ Result<TensorDescriptor> TensorDescriptor::Make(TensorDescriptorSpec s) {
 }
 
 const ParallelAxis* TensorDescriptor::FindAxis(AxisKind kind) const {
-  for (const auto& axis : s_.parallel_axes) {
+  for (const auto& axis : s_->parallel_axes) {
     if (axis.kind() == kind) return &axis;
   }
   return nullptr;
@@ -164,7 +164,7 @@ const ParallelAxis* TensorDescriptor::FindAxis(AxisKind kind) const {
 
 uint64_t TensorDescriptor::num_elements() const {
   unsigned __int128 n = 1;
-  for (int64_t e : s_.global_shape) {
+  for (int64_t e : s_->global_shape) {
     n *= static_cast<uint64_t>(e);
     if (n > UINT64_MAX) return UINT64_MAX;
   }
@@ -172,8 +172,9 @@ uint64_t TensorDescriptor::num_elements() const {
 }
 
 bool operator==(const TensorDescriptor& a, const TensorDescriptor& b) {
-  const auto& x = a.s_;
-  const auto& y = b.s_;
+  if (a.s_ == b.s_) return true;
+  const auto& x = *a.s_;
+  const auto& y = *b.s_;
   return x.tensor_id == y.tensor_id && x.global_shape == y.global_shape &&
          x.dtype == y.dtype && x.itemsize == y.itemsize &&
          x.shard_dims == y.shard_dims &&

@@ -36,6 +36,11 @@ Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
                    ReadString(obj.Get("kind"), path.Field("kind")));
   auto kind = ParseAxisKind(kind_name);
   if (!kind.ok()) return kind.status().WithContext(path.ToString());
+  if (sem != "split" && sem != "replicated" && sem != "ownership") {
+    return Status::InvalidArgument(path.ToString() +
+                                   ": unsupported parallel axis semantics \"" +
+                                   std::string(sem) + "\"");
+  }
   const auto dim = obj.Find("dim");
   if (sem == "split") {
     if (!dim.has_value()) {
@@ -56,10 +61,7 @@ Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
         "axes carry \"dim\"");
   }
   if (sem == "replicated") return ReplicatedAxis(*kind);
-  if (sem == "ownership") return OwnershipAxis(*kind);
-  return Status::InvalidArgument(path.ToString() +
-                                 ": unsupported parallel axis semantics \"" +
-                                 std::string(sem) + "\"");
+  return OwnershipAxis(*kind);
 }
 
 Result<TensorDescriptor> ReadTensor(JsonElement e, const JsonPath& path) {

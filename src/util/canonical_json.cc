@@ -27,6 +27,20 @@ uint32_t DecodeUtf8(std::string_view s, size_t* i) {
   return cp;
 }
 
+// kNeedsEscape[mode][byte]: true when the byte cannot be copied verbatim.
+struct EscapeTable {
+  bool ascii[256];
+  bool raw[256];
+  constexpr EscapeTable() : ascii(), raw() {
+    for (int c = 0; c < 256; ++c) {
+      const bool special = c < 0x20 || c == '"' || c == '\\';
+      raw[c] = special;
+      ascii[c] = special || c >= 0x7F;
+    }
+  }
+};
+constexpr EscapeTable kEscape;
+
 }  // namespace
 
 void AppendJsonString(std::string_view utf8, JsonAscii mode,
@@ -34,12 +48,11 @@ void AppendJsonString(std::string_view utf8, JsonAscii mode,
   out->push_back('"');
   size_t run_start = 0;
   size_t i = 0;
-  const bool ascii = mode == JsonAscii::kEscapeNonAscii;
+  const bool* needs_escape =
+      mode == JsonAscii::kEscapeNonAscii ? kEscape.ascii : kEscape.raw;
   while (i < utf8.size()) {
     const auto c = static_cast<unsigned char>(utf8[i]);
-    const bool plain = c >= 0x20 && c != '"' && c != '\\' &&
-                       (!ascii || c < 0x7F);
-    if (plain) {
+    if (!needs_escape[c]) {
       ++i;
       continue;
     }

@@ -1,0 +1,119 @@
+// Contract pipeline benchmark: decode + validate + identify a placement of
+// about one million fragments, next to the bare simdjson parse of the same
+// bytes measured in the same run.
+//
+// Usage: reshard_bench_contract [--fragments-scale N] [--repeat R] [--json]
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "reshard/placement.h"
+#include "testing/placement_builders.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+template <typename F>
+double Best(int repeat, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < repeat; ++i) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int layers = 16;  // 16 layers x 64 experts-tensors => 1,048,576 fragments
+  int repeat = 3;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) {
+      layers = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) {
+      repeat = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--json")) {
+      json = true;
+    }
+  }
+  // An MoE at EP/TP scale: EP64 x TP16 (1,024 participants), each layer with
+  // 4 grouped expert tensors split on experts and TP, plus dense tensors.
+  using namespace reshard::testing;  // NOLINT
+  PlacementDraft draft = GridDraft({1, 1, 64, 16});
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* w : {"w1", "w2", "w3", "gate"}) {
+      AddTensor(&draft, {.tensor_id = p + "mlp.experts." + w,
+                         .shape = {256, 2048, 7168},
+                         .tp_dim = 1,
+                         .ep_split = true,
+                         .layer_id = l});
+    }
+    for (const char* w : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      AddTensor(&draft, {.tensor_id = p + "self_attn." + w + ".weight",
+                         .shape = {7168, 7168},
+                         .tp_dim = 0,
+                         .layer_id = l});
+    }
+    AddTensor(&draft, {.tensor_id = p + "input_layernorm.weight",
+                       .shape = {7168},
+                       .layer_id = l});
+  }
+  auto built = draft.Build();
+  if (!built.ok()) {
+    std::fprintf(stderr, "build failed: %s\n",
+                 built.status().ToString().c_str());
+    return 1;
+  }
+  const std::string wire = reshard::WeightPlacementToJson(*built);
+  const size_t fragments = built->fragments().size();
+
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(wire);
+  const double parse_s = Best(repeat, [&] {
+    auto doc = parser.parse(padded);
+    if (doc.error()) std::abort();
+  });
+  std::string placement_id;
+  const double pipeline_s = Best(repeat, [&] {
+    auto m = reshard::WeightPlacementFromJson(wire);
+    if (!m.ok()) {
+      std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+      std::abort();
+    }
+    placement_id = m->placement_id();
+  });
+  if (placement_id != built->placement_id()) {
+    std::fprintf(stderr, "identity mismatch\n");
+    return 1;
+  }
+  const double ratio = pipeline_s / parse_s;
+  if (json) {
+    std::printf(
+        "{\"bytes\":%zu,\"fragments\":%zu,\"parse_seconds\":%.4f,"
+        "\"pipeline_seconds\":%.4f,\"ratio\":%.2f}\n",
+        wire.size(), fragments, parse_s, pipeline_s, ratio);
+  } else {
+    std::printf("contract pipeline: %zu fragments, %.1f MB of JSON\n",
+                fragments, wire.size() / 1e6);
+    std::printf("  bare simdjson parse            %8.3f s  (%.2f GB/s)\n",
+                parse_s, wire.size() / parse_s / 1e9);
+    std::printf("  decode+validate+identify       %8.3f s  (%.2fx the parse)\n",
+                pipeline_s, ratio);
+  }
+  return 0;
+}

@@ -1,0 +1,168 @@
+#include "testing/placement_builders.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+namespace reshard::testing {
+
+std::string ParticipantId(const ParallelRank& r) {
+  return "p-d" + std::to_string(r.dp) + "-p" + std::to_string(r.pp) + "-e" +
+         std::to_string(r.ep) + "-t" + std::to_string(r.tp);
+}
+
+PlacementDraft GridDraft(Sizes sizes) {
+  PlacementDraft d;
+  d.topology.dp_size = sizes.dp;
+  d.topology.pp_size = sizes.pp;
+  d.topology.ep_size = sizes.ep;
+  d.topology.tp_size = sizes.tp;
+  for (int64_t dp = 0; dp < sizes.dp; ++dp) {
+    for (int64_t pp = 0; pp < sizes.pp; ++pp) {
+      for (int64_t ep = 0; ep < sizes.ep; ++ep) {
+        for (int64_t tp = 0; tp < sizes.tp; ++tp) {
+          ParallelRank r{dp, tp, pp, ep};
+          d.topology.participants.push_back({ParticipantId(r), r});
+        }
+      }
+    }
+  }
+  return d;
+}
+
+void AddTensor(PlacementDraft* d, const TensorLayout& l) {
+  const auto& topo = d->topology;
+  TensorDescriptorSpec t;
+  t.tensor_id = l.tensor_id;
+  t.global_shape = l.shape;
+  t.dtype = l.dtype;
+  t.itemsize = l.itemsize;
+  t.layout_fingerprint = "test:" + l.dtype;
+  t.layer_id = l.layer_id;
+  t.expert_id = l.expert_id;
+  if (topo.dp_size > 1) t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kDp));
+  if (topo.pp_size > 1) {
+    t.parallel_axes.push_back(l.pp_owner >= 0 ? OwnershipAxis(AxisKind::kPp)
+                                              : ReplicatedAxis(AxisKind::kPp));
+  }
+  if (l.ep_split) {
+    t.parallel_axes.push_back(*SplitAxis(AxisKind::kEp, 0));
+    t.shard_dims.push_back(0);
+  } else if (l.ep_owner >= 0) {
+    t.parallel_axes.push_back(OwnershipAxis(AxisKind::kEp));
+  } else if (topo.ep_size > 1) {
+    t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kEp));
+  }
+  if (l.tp_dim >= 0) {
+    t.parallel_axes.push_back(*SplitAxis(AxisKind::kTp, l.tp_dim));
+    if (l.tp_dim != 0 || !l.ep_split) t.shard_dims.push_back(l.tp_dim);
+    std::sort(t.shard_dims.begin(), t.shard_dims.end());
+  } else if (topo.tp_size > 1) {
+    t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kTp));
+  }
+  d->tensors.push_back(t);
+  for (const auto& p : topo.participants) {
+    const ParallelRank& r = p.rank;
+    if (l.pp_owner >= 0 && r.pp != l.pp_owner) continue;
+    if (l.ep_owner >= 0 && r.ep != l.ep_owner) continue;
+    PlacementFragmentSpec f;
+    f.tensor_id = l.tensor_id;
+    f.global_offset.assign(l.shape.size(), 0);
+    f.local_shape = l.shape;
+    if (l.ep_split) {
+      f.local_shape[0] = l.shape[0] / topo.ep_size;
+      f.global_offset[0] = r.ep * f.local_shape[0];
+    }
+    if (l.tp_dim >= 0) {
+      const auto dim = static_cast<size_t>(l.tp_dim);
+      f.local_shape[dim] = l.shape[dim] / topo.tp_size;
+      f.global_offset[dim] = r.tp * f.local_shape[dim];
+    }
+    uint64_t n = static_cast<uint64_t>(l.itemsize);
+    for (int64_t e : f.local_shape) n *= static_cast<uint64_t>(e);
+    f.nbytes = n;
+    f.rank = r;
+    f.aliases = l.aliases;
+    d->fragments.push_back(std::move(f));
+  }
+}
+
+Result<WeightPlacementManifest> PlacementDraft::Build() const {
+  ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topology));
+  std::vector<TensorDescriptor> ts;
+  for (const auto& t : tensors) {
+    ASSIGN_OR_RETURN(auto td, TensorDescriptor::Make(t));
+    ts.push_back(std::move(td));
+  }
+  std::vector<PlacementFragment> fs;
+  fs.reserve(fragments.size());
+  for (const auto& f : fragments) {
+    ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(f));
+    fs.push_back(std::move(pf));
+  }
+  return WeightPlacementManifest::FromFragments(header, std::move(topo),
+                                                std::move(ts), std::move(fs));
+}
+
+RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
+                                               int64_t itemsize,
+                                               uint64_t address) {
+  RuntimeBindingFragmentSpec s;
+  s.placement_fragment_id = f.placement_fragment_id();
+  s.fragment_id = "rt-" + f.placement_fragment_id().substr(7, 24);
+  s.address = address;
+  s.nbytes = f.nbytes();
+  s.worker_id = "worker-" + ParticipantId(f.rank());
+  s.endpoint = "endpoint-" + ParticipantId(f.rank());
+  s.device = "cpu";
+  s.itemsize = itemsize;
+  s.local_shape = f.local_shape();
+  s.strides_bytes.assign(f.local_shape().size(), 0);
+  int64_t stride = itemsize;
+  for (size_t d = f.local_shape().size(); d-- > 0;) {
+    s.strides_bytes[d] = stride;
+    stride *= f.local_shape()[d];
+  }
+  s.storage_address = address;
+  s.storage_nbytes = f.nbytes();
+  s.storage_offset_bytes = 0;
+  return s;
+}
+
+std::vector<WeightRuntimeBindingManifest> FakeBindings(
+    const WeightPlacementManifest& placement, uint64_t generation) {
+  std::vector<WeightRuntimeBindingManifest> out;
+  for (const auto& part : placement.parts()) {
+    if (part.fragments().empty()) continue;
+    WeightRuntimeBindingManifestSpec s;
+    s.resource_id = placement.resource_id();
+    s.placement_id = placement.placement_id();
+    s.placement_digest = placement.digest();
+    s.instance_id = "instance-" + part.participant_id();
+    s.generation = generation;
+    s.lease_id = "lease-1";
+    s.revision = placement.revision();
+    s.participant_id = part.participant_id();
+    uint64_t address = 0x10000;
+    for (const auto& f : part.fragments()) {
+      const auto* t = placement.FindTensor(f.tensor_id());
+      s.fragments.push_back(
+          *RuntimeBindingFragment::Make(
+              FakeRuntimeFragment(f, t->itemsize(), address)));
+      address += (f.nbytes() + 0xFFF) & ~uint64_t{0xFFF};
+    }
+    out.push_back(*WeightRuntimeBindingManifest::Make(std::move(s)));
+  }
+  return out;
+}
+
+std::string ReadTestData(const std::string& relative_path) {
+  const std::string path = std::string(RESHARD_TEST_DATA) + "/" + relative_path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read test data " + path);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+}  // namespace reshard::testing

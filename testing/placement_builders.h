@@ -1,0 +1,74 @@
+// Builders of placements for tests and benchmarks: a mutable draft that
+// tests can corrupt field by field before building it through the real
+// factories, and a grid layout helper (TP/EP/PP/DP) for real-looking
+// placements of any size.
+
+#ifndef RESHARD_TESTING_PLACEMENT_BUILDERS_H_
+#define RESHARD_TESTING_PLACEMENT_BUILDERS_H_
+
+#include <string>
+#include <vector>
+
+#include "reshard/binding.h"
+#include "reshard/placement.h"
+
+namespace reshard::testing {
+
+struct Sizes {
+  int64_t dp = 1, pp = 1, ep = 1, tp = 1;
+};
+
+// Every input of a placement, still mutable.
+struct PlacementDraft {
+  PlacementHeader header{"demo-model", "step-1", 1, "demo-set"};
+  ParallelTopologySpec topology;
+  std::vector<TensorDescriptorSpec> tensors;
+  std::vector<PlacementFragmentSpec> fragments;
+
+  // Builds every tensor, fragment and the topology through their factories,
+  // then WeightPlacementManifest::FromFragments.
+  Result<WeightPlacementManifest> Build() const;
+};
+
+// "p-d<dp>-p<pp>-e<ep>-t<tp>".
+std::string ParticipantId(const ParallelRank& rank);
+
+// A draft whose topology is the full dp x pp x ep x tp grid.
+PlacementDraft GridDraft(Sizes sizes);
+
+// How one tensor is laid out on the grid.
+struct TensorLayout {
+  std::string tensor_id;
+  Dims shape;
+  std::string dtype = "bfloat16";
+  int64_t itemsize = 2;
+  int64_t tp_dim = -1;     // TP split dimension; -1: replicated over TP
+  bool ep_split = false;   // EP splits dim 0 (grouped experts)
+  int64_t pp_owner = -1;   // owning PP rank; -1: replicated over PP
+  std::optional<int64_t> layer_id;
+  std::optional<int64_t> expert_id;
+  int64_t ep_owner = -1;   // with expert_id: owning EP rank
+  std::vector<std::string> aliases;
+};
+
+// Adds the tensor and one fragment per participant that holds it. Axes are
+// declared for every axis with size > 1: DP replicated, PP ownership (or
+// replicated), EP split/ownership/replicated, TP split or replicated.
+void AddTensor(PlacementDraft* draft, const TensorLayout& layout);
+
+// One binding per participant with fragments: every fragment is a
+// contiguous view in its own allocation at distinct fake addresses.
+std::vector<WeightRuntimeBindingManifest> FakeBindings(
+    const WeightPlacementManifest& placement, uint64_t generation = 1);
+
+// The RuntimeBindingFragmentSpec of FakeBindings for one fragment.
+RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
+                                               int64_t itemsize,
+                                               uint64_t address);
+
+// Reads a file under tests/data (RESHARD_TEST_DATA).
+std::string ReadTestData(const std::string& relative_path);
+
+}  // namespace reshard::testing
+
+#endif  // RESHARD_TESTING_PLACEMENT_BUILDERS_H_
