@@ -299,9 +299,6 @@ class WeightPlacementManifest {
   const std::string& placement_id() const;
   // Hex SHA-256 of the canonical wire (ToJson()).
   const std::string& digest() const;
-  // The canonical wire (ensure_ascii=True), as produced by
-  // WeightPlacementToJson.
-  const std::string& canonical_json() const;
 
   friend bool operator==(const WeightPlacementManifest& a,
                          const WeightPlacementManifest& b) {
@@ -309,6 +306,8 @@ class WeightPlacementManifest {
   }
 
   struct Impl;
+  // Internal state, for the library's own encoders.
+  const Impl& impl() const { return *impl_; }
 
  private:
   explicit WeightPlacementManifest(std::shared_ptr<const Impl> impl)

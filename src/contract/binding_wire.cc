@@ -69,10 +69,10 @@ Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
       auto obj,
       internal::StrictObject::Make(
           e, path, "runtime binding fragment",
-          {"placement_fragment_id", "fragment_id", "address", "nbytes",
-           "worker_id", "endpoint", "device", "itemsize", "local_shape",
-           "strides_bytes", "storage_address", "storage_nbytes",
-           "storage_offset_bytes"}));
+          {"address", "device", "endpoint", "fragment_id", "itemsize",
+           "local_shape", "nbytes", "placement_fragment_id",
+           "storage_address", "storage_nbytes", "storage_offset_bytes",
+           "strides_bytes", "worker_id"}));
   RuntimeBindingFragmentSpec s;
   ASSIGN_OR_RETURN(s.placement_fragment_id,
                    ReadId(obj, "placement_fragment_id", path));
@@ -110,9 +110,9 @@ Result<WeightRuntimeBindingManifest> WeightRuntimeBindingFromJson(
       auto obj,
       internal::StrictObject::Make(
           doc.root(), root, "runtime binding manifest",
-          {"resource_kind", "resource_id", "placement_id", "placement_digest",
-           "instance_id", "generation", "lease_id", "revision",
-           "participant_id", "fragments"}));
+          {"fragments", "generation", "instance_id", "lease_id",
+           "participant_id", "placement_digest", "placement_id",
+           "resource_id", "resource_kind", "revision"}));
   ASSIGN_OR_RETURN(std::string_view kind,
                    internal::ReadString(obj.Get("resource_kind"),
                                         root.Field("resource_kind")));

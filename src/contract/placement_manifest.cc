@@ -24,7 +24,6 @@ struct WeightPlacementManifest::Impl {
   std::vector<const PlacementFragment*> fragments;
   std::string placement_id;
   std::string digest;
-  std::string canonical_json;
 };
 
 namespace {
@@ -368,83 +367,89 @@ Status CheckAliasGroups(
   return Status::OK();
 }
 
-// Writes the canonical identity object and wire, hashing both.
-void ComputeIdentity(WeightPlacementManifest::Impl* m) {
-  std::string parts;
-  {
-    CanonicalJsonWriter w(&parts);
+// Streams the canonical "parts" array to `sink` in chunks of about 1 MiB,
+// so a million-fragment placement never needs its whole wire in memory.
+template <typename Sink>
+void StreamParts(const std::vector<WeightPlacementPart>& parts, Sink&& sink) {
+  constexpr size_t kChunk = 1 << 20;
+  std::string buf;
+  buf.reserve(kChunk + 4096);
+  CanonicalJsonWriter w(&buf);
+  w.BeginArray();
+  for (const auto& part : parts) {
+    w.BeginObject();
+    w.Key("fragments");
     w.BeginArray();
-    for (const auto& part : m->parts) {
-      w.BeginObject();
-      w.Key("fragments");
-      w.BeginArray();
-      for (const auto& f : part.fragments()) internal::WriteFragment(f, &w);
-      w.EndArray();
-      w.KeyString("participant_id", part.participant_id());
-      w.Key("rank");
-      internal::WriteRank(part.rank(), &w);
-      w.EndObject();
+    for (const auto& f : part.fragments()) {
+      internal::WriteFragment(f, &w);
+      if (buf.size() >= kChunk) {
+        sink(std::string_view(buf));
+        buf.clear();
+      }
     }
     w.EndArray();
+    w.KeyString("participant_id", part.participant_id());
+    w.Key("rank");
+    internal::WriteRank(part.rank(), &w);
+    w.EndObject();
   }
-  std::string tensors;
+  w.EndArray();
+  sink(std::string_view(buf));
+}
+
+// The wire after the "parts" value, given the placement_id:
+// ,"placement_id":..,...,"weight_generation":G}
+std::string WireTail(const WeightPlacementManifest::Impl& m,
+                     const std::string& placement_id) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyString("placement_id", placement_id);
+  w.KeyString("placement_set_id", m.header.placement_set_id);
+  w.KeyString("resource_id", m.header.resource_id);
+  w.KeyString("resource_kind", WeightPlacementManifest::kResourceKind);
+  w.KeyString("revision", m.header.revision);
+  w.Key("tensors");
+  w.BeginArray();
+  for (const auto& t : m.tensors) internal::WriteTensor(t, &w);
+  w.EndArray();
+  w.Key("topology");
+  internal::WriteTopology(m.topology, &w);
+  w.KeyUInt("weight_generation", m.header.weight_generation);
+  w.EndObject();
+  out[0] = ',';  // continues the object opened before "parts"
+  return out;
+}
+
+// placement_id and digest share the prefix {"parts":P, so P is serialised
+// and hashed once and the hasher is cloned for the two tails.
+void ComputeIdentity(WeightPlacementManifest::Impl* m) {
+  internal::Sha256 prefix;
+  prefix.Update("{\"parts\":");
+  StreamParts(m->parts, [&](std::string_view chunk) { prefix.Update(chunk); });
+  internal::Sha256 id_hash = prefix.Clone();
+  std::string tail;
   {
-    CanonicalJsonWriter w(&tensors);
-    w.BeginArray();
-    for (const auto& t : m->tensors) internal::WriteTensor(t, &w);
-    w.EndArray();
-  }
-  std::string topology;
-  {
-    CanonicalJsonWriter w(&topology);
-    internal::WriteTopology(m->topology, &w);
-  }
-  // Top-level fields other than the three shared values.
-  std::string head;
-  {
-    CanonicalJsonWriter w(&head);
+    CanonicalJsonWriter w(&tail);
     w.BeginObject();
     w.KeyString("placement_set_id", m->header.placement_set_id);
     w.KeyString("resource_id", m->header.resource_id);
     w.KeyString("revision", m->header.revision);
     w.KeyString("schema", "complete-weight-placement");
+    w.Key("tensors");
+    w.BeginArray();
+    for (const auto& t : m->tensors) internal::WriteTensor(t, &w);
+    w.EndArray();
+    w.Key("topology");
+    internal::WriteTopology(m->topology, &w);
+    w.KeyUInt("weight_generation", m->header.weight_generation);
     w.EndObject();
+    tail[0] = ',';
   }
-  std::string generation = std::to_string(m->header.weight_generation);
-  // Identity object: {"parts":P,<head fields>,"tensors":T,"topology":TOPO,
-  // "weight_generation":G}.
-  internal::Sha256 id_hash;
-  id_hash.Update("{\"parts\":");
-  id_hash.Update(parts);
-  id_hash.Update(",");
-  id_hash.Update(std::string_view(head).substr(1, head.size() - 2));
-  id_hash.Update(",\"tensors\":");
-  id_hash.Update(tensors);
-  id_hash.Update(",\"topology\":");
-  id_hash.Update(topology);
-  id_hash.Update(",\"weight_generation\":");
-  id_hash.Update(generation);
-  id_hash.Update("}");
+  id_hash.Update(tail);
   m->placement_id = "sha256:" + id_hash.FinishHex();
-
-  std::string& wire = m->canonical_json;
-  wire.reserve(parts.size() + tensors.size() + topology.size() + 512);
-  CanonicalJsonWriter w(&wire);
-  w.BeginObject();
-  w.Key("parts");
-  w.Raw(parts);
-  w.KeyString("placement_id", m->placement_id);
-  w.KeyString("placement_set_id", m->header.placement_set_id);
-  w.KeyString("resource_id", m->header.resource_id);
-  w.KeyString("resource_kind", WeightPlacementManifest::kResourceKind);
-  w.KeyString("revision", m->header.revision);
-  w.Key("tensors");
-  w.Raw(tensors);
-  w.Key("topology");
-  w.Raw(topology);
-  w.KeyUInt("weight_generation", m->header.weight_generation);
-  w.EndObject();
-  m->digest = internal::Sha256Hex(wire);
+  prefix.Update(WireTail(*m, m->placement_id));
+  m->digest = prefix.FinishHex();
 }
 
 // Sorts fragments by placement_fragment_id. Ids share long prefixes
@@ -498,7 +503,7 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
         "placement_set_id must be a non-empty string");
   }
   auto impl = std::make_shared<Impl>(
-      Impl{h, std::move(s.topology), std::move(s.parts), {}, {}, {}, {}, {}});
+      Impl{h, std::move(s.topology), std::move(s.parts), {}, {}, {}, {}});
   const ParallelTopology& topo = impl->topology;
   auto& parts = impl->parts;
 
@@ -707,9 +712,6 @@ const std::string& WeightPlacementManifest::placement_id() const {
 const std::string& WeightPlacementManifest::digest() const {
   return impl_->digest;
 }
-const std::string& WeightPlacementManifest::canonical_json() const {
-  return impl_->canonical_json;
-}
 
 const TensorDescriptor* WeightPlacementManifest::FindTensor(
     std::string_view id) const {
@@ -746,7 +748,11 @@ const PlacementFragment* WeightPlacementManifest::FindFragment(
 }
 
 std::string WeightPlacementToJson(const WeightPlacementManifest& placement) {
-  return placement.canonical_json();
+  const auto& m = placement.impl();
+  std::string out = "{\"parts\":";
+  StreamParts(m.parts, [&](std::string_view chunk) { out.append(chunk); });
+  out += WireTail(m, m.placement_id);
+  return out;
 }
 
 }  // namespace reshard

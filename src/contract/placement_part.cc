@@ -69,10 +69,13 @@ Result<WeightPlacementPart> WeightPlacementPart::Make(
                                      s.tensors[i].tensor_id());
     }
   }
-  std::sort(s.fragments.begin(), s.fragments.end(),
-            [](const auto& a, const auto& b) {
-              return a.placement_fragment_id() < b.placement_fragment_id();
-            });
+  auto by_id = [](const auto& a, const auto& b) {
+    return a.placement_fragment_id() < b.placement_fragment_id();
+  };
+  // Canonical input arrives sorted; checking is cheaper than sorting.
+  if (!std::is_sorted(s.fragments.begin(), s.fragments.end(), by_id)) {
+    std::sort(s.fragments.begin(), s.fragments.end(), by_id);
+  }
   // Fragment index grouped by tensor index, for rules 11, 12 and 14.
   std::vector<std::pair<size_t, size_t>> by_tensor;
   by_tensor.reserve(s.fragments.size());

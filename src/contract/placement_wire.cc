@@ -28,7 +28,7 @@ Result<ParallelRank> ReadRank(JsonElement e, const JsonPath& path) {
 
 Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
   ASSIGN_OR_RETURN(auto obj, StrictObject::Make(e, path, "parallel axis",
-                                                {"semantics", "kind"},
+                                                {"kind", "semantics"},
                                                 {"dim"}));
   ASSIGN_OR_RETURN(std::string_view sem,
                    ReadString(obj.Get("semantics"), path.Field("semantics")));
@@ -68,9 +68,9 @@ Result<TensorDescriptor> ReadTensor(JsonElement e, const JsonPath& path) {
   ASSIGN_OR_RETURN(
       auto obj,
       StrictObject::Make(e, path, "tensor descriptor",
-                         {"tensor_id", "global_shape", "dtype", "itemsize",
-                          "shard_dims", "layout_fingerprint", "parallel_axes",
-                          "layer_id", "expert_id"}));
+                         {"dtype", "expert_id", "global_shape", "itemsize",
+                          "layer_id", "layout_fingerprint", "parallel_axes",
+                          "shard_dims", "tensor_id"}));
   TensorDescriptorSpec s;
   ASSIGN_OR_RETURN(std::string_view id, ReadNonEmptyString(obj.Get("tensor_id"),
                                                            path.Field("tensor_id")));
@@ -108,9 +108,9 @@ Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path) {
   ASSIGN_OR_RETURN(
       auto obj,
       StrictObject::Make(e, path, "placement fragment",
-                         {"placement_fragment_id", "tensor_id",
-                          "global_offset", "local_shape", "nbytes", "rank",
-                          "aliases"},
+                         {"aliases", "global_offset", "local_shape",
+                          "nbytes", "placement_fragment_id", "rank",
+                          "tensor_id"},
                          {"pipeline_stage_id"}));
   PlacementFragmentSpec s;
   ASSIGN_OR_RETURN(std::string_view id,
@@ -141,8 +141,8 @@ Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path) {
 Result<ParallelTopology> ReadTopology(JsonElement e, const JsonPath& path) {
   ASSIGN_OR_RETURN(
       auto obj, StrictObject::Make(e, path, "topology",
-                                   {"tp_size", "pp_size", "ep_size", "dp_size",
-                                    "topology_id", "participants"}));
+                                   {"dp_size", "ep_size", "participants",
+                                    "pp_size", "topology_id", "tp_size"}));
   ParallelTopologySpec s;
   ASSIGN_OR_RETURN(s.tp_size, ReadInt(obj.Get("tp_size"), path.Field("tp_size")));
   ASSIGN_OR_RETURN(s.pp_size, ReadInt(obj.Get("pp_size"), path.Field("pp_size")));
@@ -182,9 +182,9 @@ Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
   ASSIGN_OR_RETURN(
       auto obj,
       StrictObject::Make(doc.root(), root, "placement manifest",
-                         {"resource_kind", "resource_id", "revision",
-                          "weight_generation", "placement_set_id",
-                          "placement_id", "topology", "tensors", "parts"}));
+                         {"parts", "placement_id", "placement_set_id",
+                          "resource_id", "resource_kind", "revision",
+                          "tensors", "topology", "weight_generation"}));
   ASSIGN_OR_RETURN(std::string_view kind,
                    ReadString(obj.Get("resource_kind"),
                               root.Field("resource_kind")));
@@ -249,8 +249,8 @@ Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
   for (auto item : parts_arr) {
     JsonPath ip = parts_path.Index(i++);
     ASSIGN_OR_RETURN(auto po, StrictObject::Make(item, ip, "placement part",
-                                                 {"participant_id", "rank",
-                                                  "fragments"}));
+                                                 {"fragments", "participant_id",
+                                                  "rank"}));
     WeightPlacementPartSpec ps;
     ps.header = header;
     ps.topology_id = spec.topology.topology_id();

@@ -180,14 +180,22 @@ Result<StrictObject> StrictObject::Make(
   for (auto k : required) expected[n_expected++] = k;
   for (auto k : optional) expected[n_expected++] = k;
   std::array<bool, kMaxFields> seen{};
+  // Canonical input lists keys in sorted order; callers list `required` in
+  // that order too, so the next expected key is usually the one present.
+  size_t cursor = 0;
   for (auto field : simdjson::dom::object(element)) {
     size_t idx = n_expected;
-    for (size_t i = 0; i < n_expected; ++i) {
-      if (expected[i] == field.key) {
-        idx = i;
-        break;
+    if (cursor < n_expected && expected[cursor] == field.key) {
+      idx = cursor;
+    } else {
+      for (size_t i = 0; i < n_expected; ++i) {
+        if (expected[i] == field.key) {
+          idx = i;
+          break;
+        }
       }
     }
+    cursor = idx + 1;
     if (idx == n_expected) {
       return Status::InvalidArgument(
           path.ToString() + ": " + std::string(what) +

@@ -16,6 +16,19 @@ Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   }
 }
 
+Sha256::Sha256(NoInit) : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr) std::abort();
+}
+
+Sha256 Sha256::Clone() const {
+  Sha256 copy{NoInit{}};
+  if (EVP_MD_CTX_copy_ex(static_cast<EVP_MD_CTX*>(copy.ctx_),
+                         static_cast<const EVP_MD_CTX*>(ctx_)) != 1) {
+    std::abort();
+  }
+  return copy;
+}
+
 Sha256::~Sha256() {
   if (ctx_ != nullptr) EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_));
 }

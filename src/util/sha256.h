@@ -21,12 +21,16 @@ class Sha256 {
   Sha256& operator=(const Sha256&) = delete;
 
   void Update(std::string_view bytes);
+  // An independent hasher that has seen the same bytes as this one.
+  Sha256 Clone() const;
   // Finishes the hash; the object must not be updated afterwards.
   std::array<uint8_t, 32> Finish();
   // Lowercase hex of Finish().
   std::string FinishHex();
 
  private:
+  struct NoInit {};
+  explicit Sha256(NoInit);
   void* ctx_;  // EVP_MD_CTX*
 };
 
