@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <future>
 #include <map>
 #include <numeric>
 #include <unordered_map>
@@ -27,6 +28,9 @@ struct WeightPlacementManifest::Impl {
 };
 
 namespace {
+
+// Below this many fragments a second thread costs more than it saves.
+constexpr size_t kParallelIdentityThreshold = 16384;
 
 // A rank projected onto a subset of axis kinds; unselected coordinates are
 // -1. Used as a hash key for owner, replica and split tuples.
@@ -609,13 +613,24 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
       by_tensor[index.at(f.tensor_id())].push_back(&f);
     }
   }
+  // Identity depends only on what is assembled so far, so large placements
+  // hash on a second thread while the global rules run here. The future's
+  // destructor joins it on every return path.
+  std::future<void> identity;
+  if (n_fragments >= kParallelIdentityThreshold) {
+    identity = std::async(std::launch::async,
+                          [raw = impl.get()] { ComputeIdentity(raw); });
+  }
   RETURN_NOT_OK(CheckAliasGroups(impl->tensors, by_tensor, index));
   GlobalValidator validator(topo);
   for (size_t t = 0; t < impl->tensors.size(); ++t) {
     RETURN_NOT_OK(validator.CheckTensor(impl->tensors[t], by_tensor[t]));
   }
-
-  ComputeIdentity(impl.get());
+  if (identity.valid()) {
+    identity.get();
+  } else {
+    ComputeIdentity(impl.get());
+  }
   if (s.placement_id.has_value() && *s.placement_id != impl->placement_id) {
     return Status::InvalidArgument(
         "placement_id does not match canonical logical content: got " +

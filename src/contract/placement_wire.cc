@@ -1,6 +1,8 @@
 // Strict decoder of the canonical placement wire (digest 2.11).
 
 #include <algorithm>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "contract/placement_wire_internal.h"
@@ -173,6 +175,55 @@ Result<ParallelTopology> ReadTopology(JsonElement e, const JsonPath& path) {
   return topo;
 }
 
+namespace {
+
+// Documents at least this large decode their parts on two threads.
+constexpr size_t kParallelDecodeBytes = 4 << 20;
+
+Result<WeightPlacementPart> DecodePart(
+    JsonElement item, const JsonPath& ip, const PlacementHeader& header,
+    const std::string& topology_id, const std::vector<TensorDescriptor>& tensors,
+    const std::unordered_map<std::string_view, size_t>& index,
+    std::vector<size_t>* part_tensors, std::vector<uint8_t>* referenced) {
+  ASSIGN_OR_RETURN(auto po, StrictObject::Make(item, ip, "placement part",
+                                               {"fragments", "participant_id",
+                                                "rank"}));
+  WeightPlacementPartSpec ps;
+  ps.header = header;
+  ps.topology_id = topology_id;
+  ASSIGN_OR_RETURN(std::string_view part_id,
+                   ReadNonEmptyString(po.Get("participant_id"),
+                                      ip.Field("participant_id")));
+  ps.participant_id = part_id;
+  ASSIGN_OR_RETURN(ps.rank, ReadRank(po.Get("rank"), ip.Field("rank")));
+  JsonPath fp = ip.Field("fragments");
+  ASSIGN_OR_RETURN(auto frag_arr, ReadArray(po.Get("fragments"), fp));
+  ps.fragments.reserve(frag_arr.size());
+  part_tensors->clear();
+  size_t k = 0;
+  for (auto fe : frag_arr) {
+    JsonPath fpk = fp.Index(k++);
+    ASSIGN_OR_RETURN(auto f, ReadFragment(fe, fpk));
+    auto it = index.find(f.tensor_id());
+    if (it == index.end()) {
+      return Status::InvalidArgument(
+          fpk.ToString() + ": placement part references an unknown tensor: " +
+          f.tensor_id());
+    }
+    part_tensors->push_back(it->second);
+    (*referenced)[it->second] = 1;
+    ps.fragments.push_back(std::move(f));
+  }
+  std::sort(part_tensors->begin(), part_tensors->end());
+  part_tensors->erase(std::unique(part_tensors->begin(), part_tensors->end()),
+                      part_tensors->end());
+  for (size_t t : *part_tensors) ps.tensors.push_back(tensors[t]);
+  auto part = WeightPlacementPart::Make(std::move(ps));
+  if (!part.ok()) return part.status().WithContext(ip.ToString());
+  return part;
+}
+
+}  // namespace
 }  // namespace internal
 
 Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
@@ -237,53 +288,41 @@ Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
   for (size_t k = 0; k < tensors.size(); ++k) {
     index.emplace(tensors[k].tensor_id(), k);
   }
-  std::vector<bool> referenced(tensors.size(), false);
 
   JsonPath parts_path = root.Field("parts");
   ASSIGN_OR_RETURN(auto parts_arr, ReadArray(obj.Get("parts"), parts_path));
   WeightPlacementManifestSpec spec{header, std::move(topology), {},
                                    std::string(pid)};
-  spec.parts.reserve(parts_arr.size());
-  std::vector<size_t> part_tensors;
-  i = 0;
-  for (auto item : parts_arr) {
-    JsonPath ip = parts_path.Index(i++);
-    ASSIGN_OR_RETURN(auto po, StrictObject::Make(item, ip, "placement part",
-                                                 {"fragments", "participant_id",
-                                                  "rank"}));
-    WeightPlacementPartSpec ps;
-    ps.header = header;
-    ps.topology_id = spec.topology.topology_id();
-    ASSIGN_OR_RETURN(std::string_view part_id,
-                     ReadNonEmptyString(po.Get("participant_id"),
-                                        ip.Field("participant_id")));
-    ps.participant_id = part_id;
-    ASSIGN_OR_RETURN(ps.rank, ReadRank(po.Get("rank"), ip.Field("rank")));
-    JsonPath fp = ip.Field("fragments");
-    ASSIGN_OR_RETURN(auto frag_arr, ReadArray(po.Get("fragments"), fp));
-    ps.fragments.reserve(frag_arr.size());
-    part_tensors.clear();
-    size_t k = 0;
-    for (auto fe : frag_arr) {
-      JsonPath fpk = fp.Index(k++);
-      ASSIGN_OR_RETURN(auto f, ReadFragment(fe, fpk));
-      auto it = index.find(f.tensor_id());
-      if (it == index.end()) {
-        return Status::InvalidArgument(
-            fpk.ToString() + ": placement part references an unknown tensor: " +
-            f.tensor_id());
-      }
-      part_tensors.push_back(it->second);
-      referenced[it->second] = true;
-      ps.fragments.push_back(std::move(f));
+  std::vector<JsonElement> items(parts_arr.begin(), parts_arr.end());
+  std::vector<std::optional<Result<WeightPlacementPart>>> decoded(
+      items.size());
+  // Decodes parts [begin, end) and marks the tensors they reference.
+  auto decode = [&](size_t begin, size_t end, std::vector<uint8_t>* seen) {
+    std::vector<size_t> part_tensors;
+    for (size_t p = begin; p < end; ++p) {
+      decoded[p] = DecodePart(items[p], parts_path.Index(p), header,
+                              spec.topology.topology_id(), tensors, index,
+                              &part_tensors, seen);
+      if (!decoded[p]->ok()) return;  // later parts are not needed
     }
-    std::sort(part_tensors.begin(), part_tensors.end());
-    part_tensors.erase(std::unique(part_tensors.begin(), part_tensors.end()),
-                       part_tensors.end());
-    for (size_t t : part_tensors) ps.tensors.push_back(tensors[t]);
-    auto part = WeightPlacementPart::Make(std::move(ps));
-    if (!part.ok()) return part.status().WithContext(ip.ToString());
-    spec.parts.push_back(std::move(part).ValueOrDie());
+  };
+  std::vector<uint8_t> referenced(tensors.size(), 0);
+  // Parts are independent: large documents decode on two threads.
+  if (json.size() >= kParallelDecodeBytes && items.size() >= 2) {
+    std::vector<uint8_t> referenced2(tensors.size(), 0);
+    const size_t mid = items.size() / 2;
+    std::thread worker(decode, mid, items.size(), &referenced2);
+    decode(0, mid, &referenced);
+    worker.join();
+    for (size_t k = 0; k < tensors.size(); ++k) referenced[k] |= referenced2[k];
+  } else {
+    decode(0, items.size(), &referenced);
+  }
+  spec.parts.reserve(items.size());
+  for (auto& part : decoded) {
+    if (!part.has_value()) continue;  // skipped after an earlier error
+    if (!part->ok()) return part->status();
+    spec.parts.push_back(std::move(*part).ValueOrDie());
   }
   for (size_t k = 0; k < tensors.size(); ++k) {
     if (!referenced[k]) {

@@ -204,3 +204,44 @@ TEST(PlacementWireTest, MalformedJson) {
 
 }  // namespace
 }  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// Documents over 4 MiB decode their parts on two threads; the result and
+// the first error must not depend on that.
+TEST(PlacementWireTest, LargeDocumentsDecodeInParallelDeterministically) {
+  auto draft = testing::GridDraft({1, 1, 16, 16});
+  for (int t = 0; t < 96; ++t) {
+    testing::AddTensor(&draft, {.tensor_id = "layers." + std::to_string(t) +
+                                             ".experts.w",
+                                .shape = {32, 64, 8},
+                                .tp_dim = 1,
+                                .ep_split = true,
+                                .layer_id = t});
+  }
+  auto built = draft.Build();
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  const std::string text = WeightPlacementToJson(*built);
+  ASSERT_GT(text.size(), size_t{4} << 20);
+  auto decoded = WeightPlacementFromJson(text);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->placement_id(), built->placement_id());
+  EXPECT_EQ(decoded->digest(), built->digest());
+  EXPECT_EQ(WeightPlacementToJson(*decoded), text);
+  // Corrupt one fragment in the last part (decoded by the second thread)
+  // and one in the first part: the first part's error is reported.
+  std::string bad = text;
+  const size_t last = bad.rfind("\"nbytes\":128");
+  ASSERT_NE(last, std::string::npos);
+  bad.replace(last, 12, "\"nbytes\":127");
+  EXPECT_THAT(WeightPlacementFromJson(bad).status().message(),
+              ::testing::StartsWith("parts[255]: fragment byte size mismatch"));
+  const size_t first = bad.find("\"nbytes\":128");
+  bad.replace(first, 12, "\"nbytes\":129");
+  EXPECT_THAT(WeightPlacementFromJson(bad).status().message(),
+              ::testing::StartsWith("parts[0]: fragment byte size mismatch"));
+}
+
+}  // namespace
+}  // namespace reshard
