@@ -9,6 +9,7 @@ namespace reshard::cli {
 
 void AddValidateCommand(CLI::App& app);
 void AddCanonicalizeCommand(CLI::App& app);
+void AddPlanCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   reshard::cli::AddValidateCommand(app);
   reshard::cli::AddCanonicalizeCommand(app);
+  reshard::cli::AddPlanCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -1,0 +1,173 @@
+// The N-D reshard planner: for every byte of every target fragment, which
+// source fragment serves it, described as strided copies.
+//
+// A plan is an address-free value. Each region is one overlap box between
+// one source fragment and one target fragment, described as a strided copy:
+// a base byte offset on each side, `inner_bytes` contiguous on both sides,
+// and outer loops (count, source stride, target stride) with count-1 loops
+// dropped and adjacent loops merged whenever both sides allow it. A region
+// is one operation for an executor that supports strided copies; it is
+// never expanded into one operation per row.
+
+#ifndef RESHARD_PLAN_H_
+#define RESHARD_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reshard/placement.h"
+#include "reshard/status.h"
+
+namespace reshard {
+
+// Bounds checked while planning, before any memory is committed to a plan.
+// A segment cap belongs to executors that copy row by row, not here.
+struct PlanningLimits {
+  uint64_t max_transfer_regions = 1'000'000'000;
+  uint64_t max_operations = 1'000'000'000;
+};
+
+struct PlanOptions {
+  PlanningLimits limits;
+  // Plan only this target participant's fragments (a local target).
+  std::optional<std::string> target_participant_id;
+};
+
+// One outer loop of a strided copy, outermost first.
+struct OuterLoop {
+  uint64_t count = 0;
+  uint64_t source_stride = 0;
+  uint64_t target_stride = 0;
+  friend bool operator==(const OuterLoop&, const OuterLoop&) = default;
+};
+
+// One overlap between a source and a target fragment.
+struct TransferRegion {
+  uint32_t tensor = 0;           // index into LogicalTransferPlan::tensors()
+  uint32_t source_fragment = 0;  // index into source_fragments()
+  uint32_t target_fragment = 0;  // index into target_fragments()
+  Dims overlap_offset;           // global coordinates
+  Dims overlap_shape;
+  uint64_t source_base_offset = 0;  // bytes from the fragment's first byte
+  uint64_t target_base_offset = 0;
+  uint64_t inner_bytes = 0;  // contiguous on both sides
+  std::vector<OuterLoop> loops;  // merged, count > 1 only
+  // Contiguous runs under the unmerged (row-by-row) geometry.
+  uint64_t segments = 0;
+  uint64_t bytes = 0;
+
+  friend bool operator==(const TransferRegion&,
+                         const TransferRegion&) = default;
+};
+
+// A fragment as the plan sees it: box, owner and where it came from.
+struct PlanFragment {
+  std::string fragment_id;
+  std::string participant_id;
+  ParallelRank rank;
+  std::optional<int64_t> pipeline_stage_id;
+  uint32_t tensor = 0;
+  Dims global_offset;
+  Dims local_shape;
+  uint64_t nbytes = 0;
+  friend bool operator==(const PlanFragment&, const PlanFragment&) = default;
+};
+
+// Operations grouped by pipeline route. Stages are -1 when unset.
+struct PipelineRoute {
+  int64_t source_pp = 0;
+  int64_t source_stage = -1;
+  int64_t target_pp = 0;
+  int64_t target_stage = -1;
+  uint64_t operations = 0;
+  uint64_t bytes = 0;
+  friend bool operator==(const PipelineRoute&, const PipelineRoute&) = default;
+};
+
+// Bytes moved from one source participant to one target participant.
+struct TrafficEntry {
+  uint32_t source_participant = 0;  // index into source_participants()
+  uint32_t target_participant = 0;  // index into target_participants()
+  uint64_t bytes = 0;
+  friend bool operator==(const TrafficEntry&, const TrafficEntry&) = default;
+};
+
+struct PlanSummary {
+  uint64_t regions = 0;
+  uint64_t segments = 0;
+  uint64_t operations = 0;
+  uint64_t bytes = 0;
+  uint64_t max_source_bytes = 0;
+  // Total bytes over the source participants that hold fragments.
+  double mean_source_bytes = 0;
+  uint64_t max_target_bytes = 0;
+  uint64_t source_fragments_used = 0;
+};
+
+class LogicalTransferPlan {
+ public:
+  // Plans `target` from `source` (both validated placements).
+  static Result<LogicalTransferPlan> Make(
+      const WeightPlacementManifest& source,
+      const WeightPlacementManifest& target, const PlanOptions& options = {});
+
+  const std::string& resource_id() const;
+  const std::string& revision() const;
+  const std::string& source_placement_id() const;
+  const std::string& target_placement_id() const;
+  const std::vector<std::string>& tensors() const;
+  const std::vector<PlanFragment>& source_fragments() const;
+  const std::vector<PlanFragment>& target_fragments() const;
+  // Sorted by (target fragment id, target base offset, source fragment id,
+  // source base offset).
+  const std::vector<TransferRegion>& regions() const;
+  const std::vector<PipelineRoute>& pipeline_routes() const;
+  // Participant ids of each side, sorted, and the bytes each serves or
+  // receives (aligned).
+  const std::vector<std::string>& source_participants() const;
+  const std::vector<uint64_t>& source_bytes() const;
+  const std::vector<std::string>& target_participants() const;
+  const std::vector<uint64_t>& target_bytes() const;
+  // Non-zero entries, sorted by (source, target).
+  const std::vector<TrafficEntry>& traffic() const;
+  const PlanSummary& summary() const;
+
+  // Human-readable one-line description of a region.
+  std::string DescribeRegion(const TransferRegion& region) const;
+
+  struct Impl;
+
+ private:
+  explicit LogicalTransferPlan(std::shared_ptr<const Impl> impl)
+      : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// The plan summary as one canonical JSON object (the `--json` of
+// `reshard plan`): regions, segments, operations, bytes, max_source_bytes,
+// mean_source_bytes, max_target_bytes, and per-participant tables.
+std::string PlanSummaryToJson(const LogicalTransferPlan& plan);
+
+// Strided-copy geometry of one overlap between two canonical row-major
+// fragments (exposed for executors and tests).
+struct RegionGeometry {
+  uint64_t source_base_offset = 0;
+  uint64_t target_base_offset = 0;
+  uint64_t inner_bytes = 0;
+  std::vector<OuterLoop> loops;
+  uint64_t segments = 0;
+};
+RegionGeometry ComputeRegionGeometry(const Dims& source_offset,
+                                     const Dims& source_shape,
+                                     const Dims& target_offset,
+                                     const Dims& target_shape,
+                                     const Dims& overlap_offset,
+                                     const Dims& overlap_shape,
+                                     int64_t itemsize);
+
+}  // namespace reshard
+
+#endif  // RESHARD_PLAN_H_

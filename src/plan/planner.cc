@@ -1,0 +1,599 @@
+// The planner: replica/owner selection, candidate index, overlap regions,
+// balanced source choice, summaries.
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <numeric>
+#include <unordered_map>
+
+#include "reshard/plan.h"
+#include "util/canonical_json.h"
+
+namespace reshard {
+
+struct LogicalTransferPlan::Impl {
+  std::string resource_id;
+  std::string revision;
+  std::string source_placement_id;
+  std::string target_placement_id;
+  std::vector<std::string> tensors;
+  std::vector<PlanFragment> source_fragments;
+  std::vector<PlanFragment> target_fragments;
+  std::vector<TransferRegion> regions;
+  std::vector<PipelineRoute> routes;
+  std::vector<std::string> source_participants;
+  std::vector<uint64_t> source_bytes;
+  std::vector<std::string> target_participants;
+  std::vector<uint64_t> target_bytes;
+  std::vector<TrafficEntry> traffic;
+  PlanSummary summary;
+};
+
+namespace {
+
+using AxisKey = std::array<int64_t, 4>;
+
+// The rank projected on the kinds of `t` with the given semantics.
+AxisKey Project(const ParallelRank& r, const TensorDescriptor& t,
+                AxisSemantics a, AxisSemantics b) {
+  AxisKey k{-1, -1, -1, -1};
+  for (const auto& axis : t.parallel_axes()) {
+    if (axis.semantics() == a || axis.semantics() == b) {
+      k[static_cast<size_t>(axis.kind())] = r.Get(axis.kind());
+    }
+  }
+  return k;
+}
+
+// One box of the chosen source tiling and the interchangeable fragments
+// (one per cover group) that hold it.
+struct SourceBox {
+  const Dims* offset;
+  const Dims* shape;
+  std::vector<uint32_t> members;  // source fragment indices
+};
+
+// Boxes of one tensor indexed for interval queries along one dimension:
+// sorted by begin, with a running maximum of ends, so a query visits only
+// boxes whose begin lies before the query's end.
+class BoxIndex {
+ public:
+  // `boxes` must outlive the index.
+  void Build(const std::vector<SourceBox>& boxes, size_t ndim) {
+    boxes_.clear();
+    for (const auto& b : boxes) boxes_.push_back(&b);
+    // Sweep the dimension with the most distinct begin coordinates.
+    size_t best = 0;
+    size_t best_distinct = 0;
+    std::vector<int64_t> v(boxes_.size());
+    for (size_t d = 0; d < ndim; ++d) {
+      for (size_t i = 0; i < boxes_.size(); ++i) v[i] = (*boxes_[i]->offset)[d];
+      std::sort(v.begin(), v.end());
+      size_t distinct = std::unique(v.begin(), v.end()) - v.begin();
+      if (distinct > best_distinct) {
+        best_distinct = distinct;
+        best = d;
+      }
+    }
+    dim_ = best;
+    std::sort(boxes_.begin(), boxes_.end(), [&](const auto* a, const auto* b) {
+      return (*a->offset)[dim_] < (*b->offset)[dim_];
+    });
+    max_end_.resize(boxes_.size());
+    int64_t m = INT64_MIN;
+    for (size_t i = 0; i < boxes_.size(); ++i) {
+      m = std::max(m, (*boxes_[i]->offset)[dim_] + (*boxes_[i]->shape)[dim_]);
+      max_end_[i] = m;
+    }
+  }
+
+  // Calls f(box) for every box intersecting [offset, offset + shape).
+  template <typename F>
+  void Query(const Dims& offset, const Dims& shape, F&& f) const {
+    const int64_t a = offset[dim_];
+    const int64_t b = a + shape[dim_];
+    size_t i = std::upper_bound(max_end_.begin(), max_end_.end(), a) -
+               max_end_.begin();
+    for (; i < boxes_.size() && (*boxes_[i]->offset)[dim_] < b; ++i) {
+      const SourceBox& box = *boxes_[i];
+      bool hit = true;
+      for (size_t d = 0; d < offset.size() && hit; ++d) {
+        hit = (*box.offset)[d] < offset[d] + shape[d] &&
+              offset[d] < (*box.offset)[d] + (*box.shape)[d];
+      }
+      if (hit) f(box);
+    }
+  }
+
+ private:
+  std::vector<const SourceBox*> boxes_;
+  std::vector<int64_t> max_end_;
+  size_t dim_ = 0;
+};
+
+Status CheckCompatible(const TensorDescriptor& s, const TensorDescriptor& t) {
+  if (s.layout_fingerprint() != t.layout_fingerprint()) {
+    return Status::InvalidArgument("layout mismatch for tensor " +
+                                   t.tensor_id() + ": source \"" +
+                                   s.layout_fingerprint() + "\", target \"" +
+                                   t.layout_fingerprint() + "\"");
+  }
+  if (s.global_shape() != t.global_shape() || s.dtype() != t.dtype() ||
+      s.itemsize() != t.itemsize() || s.layer_id() != t.layer_id() ||
+      s.expert_id() != t.expert_id()) {
+    return Status::InvalidArgument("tensor descriptor mismatch: " +
+                                   t.tensor_id());
+  }
+  return Status::OK();
+}
+
+PlanFragment ToPlanFragment(const PlacementFragment& f,
+                            const std::string& participant, uint32_t tensor) {
+  return {f.placement_fragment_id(), participant,   f.rank(),
+          f.pipeline_stage_id(),     tensor,        f.global_offset(),
+          f.local_shape(),           f.nbytes()};
+}
+
+// Chooses the source tiling of one tensor and returns its boxes with their
+// interchangeable members. Cover groups are the (owner, replica) groups,
+// each a complete cover; groups with identical tilings hold the same boxes.
+Result<std::vector<SourceBox>> SourceBoxes(
+    const TensorDescriptor& t, const std::vector<uint32_t>& frags,
+    const std::vector<PlanFragment>& table) {
+  std::map<AxisKey, std::vector<uint32_t>> groups;
+  for (uint32_t i : frags) {
+    groups[Project(table[i].rank, t, AxisSemantics::kOwnership,
+                   AxisSemantics::kReplicated)]
+        .push_back(i);
+  }
+  const ParallelAxis* dp = t.FindAxis(AxisKind::kDp);
+  if (dp != nullptr && dp->semantics() == AxisSemantics::kOwnership &&
+      groups.size() > 1) {
+    return Status::InvalidArgument(
+        "DP-owned source tensor has ambiguous declared owners: " +
+        t.tensor_id());
+  }
+  // Tiling signature: the sorted boxes of a group.
+  auto box_less = [&](uint32_t a, uint32_t b) {
+    return std::tie(table[a].global_offset, table[a].local_shape) <
+           std::tie(table[b].global_offset, table[b].local_shape);
+  };
+  std::vector<std::vector<uint32_t>> classes;  // groups, by tiling
+  std::vector<std::vector<uint32_t>*> reps;    // first group of each class
+  std::vector<std::vector<std::vector<uint32_t>*>> members;
+  for (auto& [key, g] : groups) {
+    std::sort(g.begin(), g.end(), box_less);
+    size_t c = 0;
+    for (; c < reps.size(); ++c) {
+      const auto& r = *reps[c];
+      if (r.size() != g.size()) continue;
+      bool same = true;
+      for (size_t i = 0; i < g.size() && same; ++i) {
+        same = table[r[i]].global_offset == table[g[i]].global_offset &&
+               table[r[i]].local_shape == table[g[i]].local_shape;
+      }
+      if (same) break;
+    }
+    if (c == reps.size()) {
+      reps.push_back(&g);
+      members.emplace_back();
+    }
+    members[c].push_back(&g);
+  }
+  // The tiling held by the most groups offers the most choice; ties go to
+  // the class of the smallest group key (map order).
+  size_t best = 0;
+  for (size_t c = 1; c < members.size(); ++c) {
+    if (members[c].size() > members[best].size()) best = c;
+  }
+  std::vector<SourceBox> boxes;
+  const auto& rep = *reps[best];
+  boxes.reserve(rep.size());
+  for (size_t i = 0; i < rep.size(); ++i) {
+    SourceBox box{&table[rep[i]].global_offset, &table[rep[i]].local_shape,
+                  {}};
+    for (const auto* g : members[best]) box.members.push_back((*g)[i]);
+    std::sort(box.members.begin(), box.members.end(), [&](auto a, auto b) {
+      return std::tie(table[a].rank, table[a].fragment_id) <
+             std::tie(table[b].rank, table[b].fragment_id);
+    });
+    boxes.push_back(std::move(box));
+  }
+  return boxes;
+}
+
+}  // namespace
+
+Result<LogicalTransferPlan> LogicalTransferPlan::Make(
+    const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target, const PlanOptions& options) {
+  if (source.resource_id() != target.resource_id()) {
+    return Status::InvalidArgument("source and target resource_id differ: " +
+                                   source.resource_id() + " vs " +
+                                   target.resource_id());
+  }
+  if (source.revision() != target.revision()) {
+    return Status::InvalidArgument("source and target revision differ: " +
+                                   source.revision() + " vs " +
+                                   target.revision());
+  }
+  if (source.weight_generation() != target.weight_generation()) {
+    return Status::InvalidArgument(
+        "source and target weight_generation differ: " +
+        std::to_string(source.weight_generation()) + " vs " +
+        std::to_string(target.weight_generation()));
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->resource_id = target.resource_id();
+  impl->revision = target.revision();
+  impl->source_placement_id = source.placement_id();
+  impl->target_placement_id = target.placement_id();
+
+  // Target selection: every part, or one local participant.
+  std::vector<const WeightPlacementPart*> target_parts;
+  if (options.target_participant_id.has_value()) {
+    const auto* part = target.FindPart(*options.target_participant_id);
+    if (part == nullptr) {
+      return Status::InvalidArgument("unknown target participant: " +
+                                     *options.target_participant_id);
+    }
+    target_parts.push_back(part);
+  } else {
+    for (const auto& p : target.parts()) target_parts.push_back(&p);
+  }
+  // Tensor sets.
+  std::vector<const TensorDescriptor*> plan_tensors;
+  if (options.target_participant_id.has_value()) {
+    for (const auto& t : target_parts.front()->tensors()) {
+      plan_tensors.push_back(target.FindTensor(t.tensor_id()));
+    }
+  } else {
+    for (const auto& t : target.tensors()) plan_tensors.push_back(&t);
+    for (const auto& t : source.tensors()) {
+      if (target.FindTensor(t.tensor_id()) == nullptr) {
+        return Status::InvalidArgument(
+            "target manifests are missing tensors: " + t.tensor_id());
+      }
+    }
+  }
+  std::unordered_map<std::string_view, uint32_t> tensor_index;
+  for (const auto* t : plan_tensors) {
+    const TensorDescriptor* s = source.FindTensor(t->tensor_id());
+    if (s == nullptr) {
+      return Status::InvalidArgument(
+          "target manifests contain unknown tensors: " + t->tensor_id());
+    }
+    RETURN_NOT_OK(CheckCompatible(*s, *t));
+    tensor_index.emplace(t->tensor_id(), impl->tensors.size());
+    impl->tensors.push_back(t->tensor_id());
+  }
+
+  // Fragment tables and participants.
+  std::vector<std::vector<uint32_t>> source_by_tensor(plan_tensors.size());
+  for (const auto& part : source.parts()) {
+    if (part.fragments().empty()) continue;
+    impl->source_participants.push_back(part.participant_id());
+    for (const auto& f : part.fragments()) {
+      auto it = tensor_index.find(f.tensor_id());
+      if (it == tensor_index.end()) continue;  // not needed by this target
+      source_by_tensor[it->second].push_back(impl->source_fragments.size());
+      impl->source_fragments.push_back(
+          ToPlanFragment(f, part.participant_id(), it->second));
+    }
+  }
+  std::vector<std::vector<uint32_t>> target_by_tensor(plan_tensors.size());
+  for (const auto* part : target_parts) {
+    if (part->fragments().empty()) continue;
+    impl->target_participants.push_back(part->participant_id());
+    for (const auto& f : part->fragments()) {
+      const uint32_t t = tensor_index.at(f.tensor_id());
+      target_by_tensor[t].push_back(impl->target_fragments.size());
+      impl->target_fragments.push_back(
+          ToPlanFragment(f, part->participant_id(), t));
+    }
+  }
+
+  // Regions with their candidate members; the source is chosen afterwards.
+  struct Pending {
+    const SourceBox* box;
+    uint32_t target;
+    Dims offset;
+    Dims shape;
+    uint64_t bytes;
+  };
+  std::vector<Pending> pending;
+  std::vector<std::vector<SourceBox>> tensor_boxes(plan_tensors.size());
+  for (uint32_t t = 0; t < plan_tensors.size(); ++t) {
+    const TensorDescriptor& desc = *source.FindTensor(impl->tensors[t]);
+    ASSIGN_OR_RETURN(tensor_boxes[t],
+                     SourceBoxes(desc, source_by_tensor[t],
+                                 impl->source_fragments));
+    BoxIndex index;
+    index.Build(tensor_boxes[t], desc.ndim());
+    const auto itemsize = static_cast<uint64_t>(desc.itemsize());
+    for (uint32_t ti : target_by_tensor[t]) {
+      const PlanFragment& tf = impl->target_fragments[ti];
+      uint64_t covered = 0;
+      index.Query(tf.global_offset, tf.local_shape, [&](const SourceBox& box) {
+        Pending p{&box, ti, Dims(tf.global_offset.size()),
+                  Dims(tf.global_offset.size()), itemsize};
+        for (size_t d = 0; d < p.offset.size(); ++d) {
+          const int64_t b = std::max(tf.global_offset[d], (*box.offset)[d]);
+          const int64_t e =
+              std::min(tf.global_offset[d] + tf.local_shape[d],
+                       (*box.offset)[d] + (*box.shape)[d]);
+          p.offset[d] = b;
+          p.shape[d] = e - b;
+          p.bytes *= static_cast<uint64_t>(e - b);
+        }
+        covered += p.bytes;
+        pending.push_back(std::move(p));
+      });
+      if (covered != tf.nbytes) {
+        return Status::InvalidArgument("target fragment is not fully covered: " +
+                                       tf.fragment_id);
+      }
+      if (pending.size() > options.limits.max_transfer_regions) {
+        return Status::ResourceExhausted(
+            "plan exceeds max_transfer_regions: more than " +
+            std::to_string(options.limits.max_transfer_regions) +
+            " regions (at tensor " + impl->tensors[t] + ")");
+      }
+    }
+  }
+  if (pending.size() > options.limits.max_operations) {
+    return Status::ResourceExhausted(
+        "plan exceeds max_operations: " + std::to_string(pending.size()) +
+        " > " + std::to_string(options.limits.max_operations));
+  }
+
+  // Balanced choice: largest regions first, each to the candidate whose
+  // participant has served the fewest bytes so far (ties: rank order).
+  std::unordered_map<std::string_view, uint32_t> source_pidx;
+  for (uint32_t i = 0; i < impl->source_participants.size(); ++i) {
+    source_pidx.emplace(impl->source_participants[i], i);
+  }
+  std::vector<uint32_t> member_participant(impl->source_fragments.size());
+  for (uint32_t i = 0; i < impl->source_fragments.size(); ++i) {
+    member_participant[i] =
+        source_pidx.at(impl->source_fragments[i].participant_id);
+  }
+  impl->source_bytes.assign(impl->source_participants.size(), 0);
+  std::vector<uint32_t> order(pending.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return pending[a].bytes > pending[b].bytes;
+  });
+  std::vector<uint32_t> chosen(pending.size());
+  for (uint32_t r : order) {
+    const auto& members = pending[r].box->members;
+    uint32_t best = members.front();
+    for (uint32_t m : members) {
+      if (impl->source_bytes[member_participant[m]] <
+          impl->source_bytes[member_participant[best]]) {
+        best = m;
+      }
+    }
+    chosen[r] = best;
+    impl->source_bytes[member_participant[best]] += pending[r].bytes;
+  }
+
+  // Regions with geometry, in canonical order.
+  impl->regions.reserve(pending.size());
+  for (uint32_t r = 0; r < pending.size(); ++r) {
+    Pending& p = pending[r];
+    const PlanFragment& sf = impl->source_fragments[chosen[r]];
+    const PlanFragment& tf = impl->target_fragments[p.target];
+    const int64_t itemsize =
+        source.FindTensor(impl->tensors[tf.tensor])->itemsize();
+    RegionGeometry g = ComputeRegionGeometry(
+        sf.global_offset, sf.local_shape, tf.global_offset, tf.local_shape,
+        p.offset, p.shape, itemsize);
+    impl->regions.push_back({tf.tensor, chosen[r], p.target,
+                             std::move(p.offset), std::move(p.shape),
+                             g.source_base_offset, g.target_base_offset,
+                             g.inner_bytes, std::move(g.loops), g.segments,
+                             p.bytes});
+  }
+  const auto& sfr = impl->source_fragments;
+  const auto& tfr = impl->target_fragments;
+  std::sort(impl->regions.begin(), impl->regions.end(),
+            [&](const TransferRegion& a, const TransferRegion& b) {
+              const auto& ta = tfr[a.target_fragment].fragment_id;
+              const auto& tb = tfr[b.target_fragment].fragment_id;
+              if (ta != tb) return ta < tb;
+              if (a.target_base_offset != b.target_base_offset) {
+                return a.target_base_offset < b.target_base_offset;
+              }
+              const auto& sa = sfr[a.source_fragment].fragment_id;
+              const auto& sb = sfr[b.source_fragment].fragment_id;
+              if (sa != sb) return sa < sb;
+              return a.source_base_offset < b.source_base_offset;
+            });
+
+  // Summaries: totals, per-participant bytes, traffic, routes.
+  std::unordered_map<std::string_view, uint32_t> target_pidx;
+  for (uint32_t i = 0; i < impl->target_participants.size(); ++i) {
+    target_pidx.emplace(impl->target_participants[i], i);
+  }
+  impl->target_bytes.assign(impl->target_participants.size(), 0);
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> traffic;
+  std::map<std::array<int64_t, 4>, std::pair<uint64_t, uint64_t>> routes;
+  std::vector<bool> used(sfr.size(), false);
+  PlanSummary& sum = impl->summary;
+  for (const auto& r : impl->regions) {
+    const PlanFragment& sf = sfr[r.source_fragment];
+    const PlanFragment& tf = tfr[r.target_fragment];
+    const uint32_t sp = member_participant[r.source_fragment];
+    const uint32_t tp = target_pidx.at(tf.participant_id);
+    impl->target_bytes[tp] += r.bytes;
+    traffic[{sp, tp}] += r.bytes;
+    auto& route = routes[{sf.rank.pp, sf.pipeline_stage_id.value_or(-1),
+                          tf.rank.pp, tf.pipeline_stage_id.value_or(-1)}];
+    route.first += 1;
+    route.second += r.bytes;
+    used[r.source_fragment] = true;
+    sum.regions += 1;
+    sum.segments += r.segments;
+    sum.bytes += r.bytes;
+  }
+  sum.operations = sum.regions;
+  sum.source_fragments_used = std::count(used.begin(), used.end(), true);
+  for (uint64_t b : impl->source_bytes) {
+    sum.max_source_bytes = std::max(sum.max_source_bytes, b);
+  }
+  for (uint64_t b : impl->target_bytes) {
+    sum.max_target_bytes = std::max(sum.max_target_bytes, b);
+  }
+  sum.mean_source_bytes =
+      impl->source_participants.empty()
+          ? 0.0
+          : static_cast<double>(sum.bytes) / impl->source_participants.size();
+  for (const auto& [key, bytes] : traffic) {
+    impl->traffic.push_back({key.first, key.second, bytes});
+  }
+  for (const auto& [key, value] : routes) {
+    impl->routes.push_back(
+        {key[0], key[1], key[2], key[3], value.first, value.second});
+  }
+  return LogicalTransferPlan(std::move(impl));
+}
+
+const std::string& LogicalTransferPlan::resource_id() const {
+  return impl_->resource_id;
+}
+const std::string& LogicalTransferPlan::revision() const {
+  return impl_->revision;
+}
+const std::string& LogicalTransferPlan::source_placement_id() const {
+  return impl_->source_placement_id;
+}
+const std::string& LogicalTransferPlan::target_placement_id() const {
+  return impl_->target_placement_id;
+}
+const std::vector<std::string>& LogicalTransferPlan::tensors() const {
+  return impl_->tensors;
+}
+const std::vector<PlanFragment>& LogicalTransferPlan::source_fragments()
+    const {
+  return impl_->source_fragments;
+}
+const std::vector<PlanFragment>& LogicalTransferPlan::target_fragments()
+    const {
+  return impl_->target_fragments;
+}
+const std::vector<TransferRegion>& LogicalTransferPlan::regions() const {
+  return impl_->regions;
+}
+const std::vector<PipelineRoute>& LogicalTransferPlan::pipeline_routes()
+    const {
+  return impl_->routes;
+}
+const std::vector<std::string>& LogicalTransferPlan::source_participants()
+    const {
+  return impl_->source_participants;
+}
+const std::vector<uint64_t>& LogicalTransferPlan::source_bytes() const {
+  return impl_->source_bytes;
+}
+const std::vector<std::string>& LogicalTransferPlan::target_participants()
+    const {
+  return impl_->target_participants;
+}
+const std::vector<uint64_t>& LogicalTransferPlan::target_bytes() const {
+  return impl_->target_bytes;
+}
+const std::vector<TrafficEntry>& LogicalTransferPlan::traffic() const {
+  return impl_->traffic;
+}
+const PlanSummary& LogicalTransferPlan::summary() const {
+  return impl_->summary;
+}
+
+std::string LogicalTransferPlan::DescribeRegion(const TransferRegion& r) const {
+  auto dims = [](const Dims& d) {
+    std::string s = "[";
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (i) s += ",";
+      s += std::to_string(d[i]);
+    }
+    return s + "]";
+  };
+  std::string s = impl_->tensors[r.tensor] + " " + dims(r.overlap_offset) +
+                  "+" + dims(r.overlap_shape) + ": " +
+                  impl_->source_fragments[r.source_fragment].participant_id +
+                  "@" + std::to_string(r.source_base_offset) + " -> " +
+                  impl_->target_fragments[r.target_fragment].participant_id +
+                  "@" + std::to_string(r.target_base_offset) + ", inner " +
+                  std::to_string(r.inner_bytes);
+  for (const auto& l : r.loops) {
+    s += " x(" + std::to_string(l.count) + "," +
+         std::to_string(l.source_stride) + "," +
+         std::to_string(l.target_stride) + ")";
+  }
+  return s;
+}
+
+std::string PlanSummaryToJson(const LogicalTransferPlan& plan) {
+  const PlanSummary& s = plan.summary();
+  std::string out;
+  internal::CanonicalJsonWriter w(&out);
+  auto participants = [&](const std::vector<std::string>& ids,
+                          const std::vector<uint64_t>& bytes) {
+    w.BeginArray();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      w.BeginObject();
+      w.KeyUInt("bytes", bytes[i]);
+      w.KeyString("participant_id", ids[i]);
+      w.EndObject();
+    }
+    w.EndArray();
+  };
+  w.BeginObject();
+  w.KeyUInt("bytes", s.bytes);
+  w.KeyUInt("max_source_bytes", s.max_source_bytes);
+  w.KeyUInt("max_target_bytes", s.max_target_bytes);
+  // Integer-valued in the canonical writer: bytes per participant, rounded.
+  w.KeyUInt("mean_source_bytes",
+            static_cast<uint64_t>(s.mean_source_bytes + 0.5));
+  w.KeyUInt("operations", s.operations);
+  w.Key("pipeline_routes");
+  w.BeginArray();
+  for (const auto& r : plan.pipeline_routes()) {
+    w.BeginObject();
+    w.KeyUInt("bytes", r.bytes);
+    w.KeyUInt("operations", r.operations);
+    w.KeyInt("source_pp", r.source_pp);
+    w.KeyInt("source_stage", r.source_stage);
+    w.KeyInt("target_pp", r.target_pp);
+    w.KeyInt("target_stage", r.target_stage);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.KeyUInt("regions", s.regions);
+  w.KeyUInt("segments", s.segments);
+  w.KeyUInt("source_fragments", plan.source_fragments().size());
+  w.KeyUInt("source_fragments_used", s.source_fragments_used);
+  w.Key("source_participants");
+  participants(plan.source_participants(), plan.source_bytes());
+  w.KeyString("source_placement_id", plan.source_placement_id());
+  w.KeyUInt("target_fragments", plan.target_fragments().size());
+  w.Key("target_participants");
+  participants(plan.target_participants(), plan.target_bytes());
+  w.KeyString("target_placement_id", plan.target_placement_id());
+  w.Key("traffic");
+  w.BeginArray();
+  for (const auto& e : plan.traffic()) {
+    w.BeginObject();
+    w.KeyUInt("bytes", e.bytes);
+    w.KeyString("source", plan.source_participants()[e.source_participant]);
+    w.KeyString("target", plan.target_participants()[e.target_participant]);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return out;
+}
+
+}  // namespace reshard
