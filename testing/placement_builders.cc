@@ -1,6 +1,8 @@
 #include "testing/placement_builders.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -32,59 +34,11 @@ PlacementDraft GridDraft(Sizes sizes) {
 }
 
 void AddTensor(PlacementDraft* d, const TensorLayout& l) {
-  const auto& topo = d->topology;
-  TensorDescriptorSpec t;
-  t.tensor_id = l.tensor_id;
-  t.global_shape = l.shape;
-  t.dtype = l.dtype;
-  t.itemsize = l.itemsize;
-  t.layout_fingerprint = "test:" + l.dtype;
-  t.layer_id = l.layer_id;
-  t.expert_id = l.expert_id;
-  if (topo.dp_size > 1) t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kDp));
-  if (topo.pp_size > 1) {
-    t.parallel_axes.push_back(l.pp_owner >= 0 ? OwnershipAxis(AxisKind::kPp)
-                                              : ReplicatedAxis(AxisKind::kPp));
-  }
-  if (l.ep_split) {
-    t.parallel_axes.push_back(*SplitAxis(AxisKind::kEp, 0));
-    t.shard_dims.push_back(0);
-  } else if (l.ep_owner >= 0) {
-    t.parallel_axes.push_back(OwnershipAxis(AxisKind::kEp));
-  } else if (topo.ep_size > 1) {
-    t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kEp));
-  }
-  if (l.tp_dim >= 0) {
-    t.parallel_axes.push_back(*SplitAxis(AxisKind::kTp, l.tp_dim));
-    if (l.tp_dim != 0 || !l.ep_split) t.shard_dims.push_back(l.tp_dim);
-    std::sort(t.shard_dims.begin(), t.shard_dims.end());
-  } else if (topo.tp_size > 1) {
-    t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kTp));
-  }
-  d->tensors.push_back(t);
-  for (const auto& p : topo.participants) {
-    const ParallelRank& r = p.rank;
-    if (l.pp_owner >= 0 && r.pp != l.pp_owner) continue;
-    if (l.ep_owner >= 0 && r.ep != l.ep_owner) continue;
-    PlacementFragmentSpec f;
-    f.tensor_id = l.tensor_id;
-    f.global_offset.assign(l.shape.size(), 0);
-    f.local_shape = l.shape;
-    if (l.ep_split) {
-      f.local_shape[0] = l.shape[0] / topo.ep_size;
-      f.global_offset[0] = r.ep * f.local_shape[0];
-    }
-    if (l.tp_dim >= 0) {
-      const auto dim = static_cast<size_t>(l.tp_dim);
-      f.local_shape[dim] = l.shape[dim] / topo.tp_size;
-      f.global_offset[dim] = r.tp * f.local_shape[dim];
-    }
-    uint64_t n = static_cast<uint64_t>(l.itemsize);
-    for (int64_t e : f.local_shape) n *= static_cast<uint64_t>(e);
-    f.nbytes = n;
-    f.rank = r;
-    f.aliases = l.aliases;
-    d->fragments.push_back(std::move(f));
+  Status st = internal::AppendTensorLayout(d->topology, l, &d->tensors,
+                                           &d->fragments);
+  if (!st.ok()) {
+    std::fprintf(stderr, "AddTensor: %s\n", st.ToString().c_str());
+    std::abort();
   }
 }
 

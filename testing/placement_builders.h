@@ -11,6 +11,7 @@
 
 #include "reshard/binding.h"
 #include "reshard/placement.h"
+#include "gen/tensor_layout.h"
 
 namespace reshard::testing {
 
@@ -36,24 +37,11 @@ std::string ParticipantId(const ParallelRank& rank);
 // A draft whose topology is the full dp x pp x ep x tp grid.
 PlacementDraft GridDraft(Sizes sizes);
 
-// How one tensor is laid out on the grid.
-struct TensorLayout {
-  std::string tensor_id;
-  Dims shape;
-  std::string dtype = "bfloat16";
-  int64_t itemsize = 2;
-  int64_t tp_dim = -1;     // TP split dimension; -1: replicated over TP
-  bool ep_split = false;   // EP splits dim 0 (grouped experts)
-  int64_t pp_owner = -1;   // owning PP rank; -1: replicated over PP
-  std::optional<int64_t> layer_id;
-  std::optional<int64_t> expert_id;
-  int64_t ep_owner = -1;   // with expert_id: owning EP rank
-  std::vector<std::string> aliases;
-};
+// How one tensor is laid out on the grid (shared with the generator).
+using TensorLayout = internal::TensorLayout;
 
-// Adds the tensor and one fragment per participant that holds it. Axes are
-// declared for every axis with size > 1: DP replicated, PP ownership (or
-// replicated), EP split/ownership/replicated, TP split or replicated.
+// Adds the tensor and one fragment per participant that holds it; aborts
+// on a layout that cannot be split (a bug in the test itself).
 void AddTensor(PlacementDraft* draft, const TensorLayout& layout);
 
 // One binding per participant with fragments: every fragment is a

@@ -10,6 +10,7 @@ namespace reshard::cli {
 void AddValidateCommand(CLI::App& app);
 void AddCanonicalizeCommand(CLI::App& app);
 void AddPlanCommand(CLI::App& app);
+void AddGenCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

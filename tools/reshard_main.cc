@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   reshard::cli::AddValidateCommand(app);
   reshard::cli::AddCanonicalizeCommand(app);
   reshard::cli::AddPlanCommand(app);
+  reshard::cli::AddGenCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

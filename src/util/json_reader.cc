@@ -272,6 +272,11 @@ Result<uint64_t> ReadU64(JsonElement e, const JsonPath& path) {
   }
 }
 
+Result<bool> ReadBool(JsonElement e, const JsonPath& path) {
+  if (e.type() != element_type::BOOL) return TypeError(path, "must be a boolean");
+  return bool(e);
+}
+
 Result<std::optional<int64_t>> ReadNullableInt(JsonElement e,
                                                const JsonPath& path) {
   if (e.type() == element_type::NULL_VALUE) {

@@ -94,6 +94,7 @@ Result<std::string_view> ReadNonEmptyString(JsonElement e,
 Result<int64_t> ReadInt(JsonElement e, const JsonPath& path);
 // Rule 2: 0 <= v <= 2^64-1.
 Result<uint64_t> ReadU64(JsonElement e, const JsonPath& path);
+Result<bool> ReadBool(JsonElement e, const JsonPath& path);
 // null or an integer.
 Result<std::optional<int64_t>> ReadNullableInt(JsonElement e,
                                                const JsonPath& path);

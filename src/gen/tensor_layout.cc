@@ -1,0 +1,90 @@
+#include "gen/tensor_layout.h"
+
+#include <algorithm>
+
+namespace reshard::internal {
+
+Status AppendTensorLayout(const ParallelTopologySpec& topo,
+                          const TensorLayout& l,
+                          std::vector<TensorDescriptorSpec>* tensors,
+                          std::vector<PlacementFragmentSpec>* fragments) {
+  auto divides = [&](const char* axis, int64_t size, int64_t dim) -> Status {
+    if (dim < 0 || dim >= static_cast<int64_t>(l.shape.size())) {
+      return Status::InvalidArgument(std::string(axis) + " split dimension " +
+                                     std::to_string(dim) +
+                                     " is out of range for " + l.tensor_id);
+    }
+    if (l.shape[dim] % size != 0) {
+      return Status::InvalidArgument(
+          std::string(axis) + " " + std::to_string(size) +
+          " does not divide dimension " + std::to_string(dim) + " (" +
+          std::to_string(l.shape[dim]) + ") of " + l.tensor_id);
+    }
+    return Status::OK();
+  };
+  TensorDescriptorSpec t;
+  t.tensor_id = l.tensor_id;
+  t.global_shape = l.shape;
+  t.dtype = l.dtype;
+  t.itemsize = l.itemsize;
+  t.layout_fingerprint = l.layout_fingerprint.empty()
+                             ? l.dtype + ":row-major"
+                             : l.layout_fingerprint;
+  t.layer_id = l.layer_id;
+  t.expert_id = l.expert_id;
+  if (topo.dp_size > 1) t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kDp));
+  if (topo.pp_size > 1) {
+    t.parallel_axes.push_back(l.pp_owner >= 0 ? OwnershipAxis(AxisKind::kPp)
+                                              : ReplicatedAxis(AxisKind::kPp));
+  }
+  if (l.ep_split) {
+    RETURN_NOT_OK(divides("EP", topo.ep_size, 0));
+    t.parallel_axes.push_back(*SplitAxis(AxisKind::kEp, 0));
+    t.shard_dims.push_back(0);
+  } else if (l.ep_owner >= 0) {
+    t.parallel_axes.push_back(OwnershipAxis(AxisKind::kEp));
+  } else if (topo.ep_size > 1) {
+    t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kEp));
+  }
+  if (l.tp_dim >= 0) {
+    RETURN_NOT_OK(divides("TP", topo.tp_size, l.tp_dim));
+    auto axis = SplitAxis(AxisKind::kTp, l.tp_dim);
+    if (!axis.ok()) return axis.status();
+    t.parallel_axes.push_back(*axis);
+    if (std::find(t.shard_dims.begin(), t.shard_dims.end(), l.tp_dim) ==
+        t.shard_dims.end()) {
+      t.shard_dims.push_back(l.tp_dim);
+    }
+    std::sort(t.shard_dims.begin(), t.shard_dims.end());
+  } else if (topo.tp_size > 1) {
+    t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kTp));
+  }
+  for (const auto& p : topo.participants) {
+    const ParallelRank& r = p.rank;
+    if (l.pp_owner >= 0 && r.pp != l.pp_owner) continue;
+    if (l.ep_owner >= 0 && r.ep != l.ep_owner) continue;
+    PlacementFragmentSpec f;
+    f.tensor_id = l.tensor_id;
+    f.global_offset.assign(l.shape.size(), 0);
+    f.local_shape = l.shape;
+    if (l.ep_split) {
+      f.local_shape[0] = l.shape[0] / topo.ep_size;
+      f.global_offset[0] = r.ep * f.local_shape[0];
+    }
+    if (l.tp_dim >= 0) {
+      const auto dim = static_cast<size_t>(l.tp_dim);
+      f.local_shape[dim] = f.local_shape[dim] / topo.tp_size;
+      f.global_offset[dim] += r.tp * f.local_shape[dim];
+    }
+    uint64_t n = static_cast<uint64_t>(l.itemsize);
+    for (int64_t e : f.local_shape) n *= static_cast<uint64_t>(e);
+    f.nbytes = n;
+    f.rank = r;
+    f.aliases = l.aliases;
+    fragments->push_back(std::move(f));
+  }
+  tensors->push_back(std::move(t));
+  return Status::OK();
+}
+
+}  // namespace reshard::internal

@@ -1,0 +1,41 @@
+// Laying one tensor out on a dp x pp x ep x tp participant grid: the shared
+// core of the layout generator and the test builders.
+
+#ifndef RESHARD_GEN_TENSOR_LAYOUT_H_
+#define RESHARD_GEN_TENSOR_LAYOUT_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reshard/placement.h"
+
+namespace reshard::internal {
+
+struct TensorLayout {
+  std::string tensor_id;
+  Dims shape;
+  std::string dtype = "bfloat16";
+  int64_t itemsize = 2;
+  int64_t tp_dim = -1;     // TP split dimension; -1: replicated over TP
+  bool ep_split = false;   // EP splits dim 0 (grouped experts)
+  int64_t pp_owner = -1;   // owning PP rank; -1: replicated over PP
+  std::optional<int64_t> layer_id;
+  std::optional<int64_t> expert_id;
+  int64_t ep_owner = -1;   // owning EP rank (individually allocated experts)
+  std::vector<std::string> aliases;
+  std::string layout_fingerprint;  // defaults to "<dtype>:row-major"
+};
+
+// Appends the tensor's descriptor and one fragment per participant that
+// holds it. Axes are declared for every axis of size > 1: DP replicated,
+// PP ownership (or replicated), EP split / ownership / replicated, TP split
+// or replicated. Fails when a split does not divide its dimension.
+Status AppendTensorLayout(const ParallelTopologySpec& topology,
+                          const TensorLayout& layout,
+                          std::vector<TensorDescriptorSpec>* tensors,
+                          std::vector<PlacementFragmentSpec>* fragments);
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_GEN_TENSOR_LAYOUT_H_
