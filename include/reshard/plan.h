@@ -73,6 +73,10 @@ struct PlanFragment {
   Dims global_offset;
   Dims local_shape;
   uint64_t nbytes = 0;
+  // Index of participant_id in the plan's participants of this side.
+  uint32_t participant = 0;
+  // Position of fragment_id in the id order of this side's fragments.
+  uint32_t order = 0;
   friend bool operator==(const PlanFragment&, const PlanFragment&) = default;
 };
 

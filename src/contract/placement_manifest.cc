@@ -12,6 +12,7 @@
 #include "reshard/placement.h"
 #include "util/box_cover.h"
 #include "util/sha256.h"
+#include "util/string_sort.h"
 
 namespace reshard {
 
@@ -456,41 +457,6 @@ void ComputeIdentity(WeightPlacementManifest::Impl* m) {
   m->digest = prefix.FinishHex();
 }
 
-// Sorts fragments by placement_fragment_id. Ids share long prefixes
-// ("sha256:"), so each id gets an 8-byte big-endian key taken after the
-// common prefix; full comparisons only break key ties.
-void SortById(std::vector<const PlacementFragment*>* frags) {
-  if (frags->empty()) return;
-  const std::string& first = frags->front()->placement_fragment_id();
-  size_t common = first.size();
-  for (const auto* f : *frags) {
-    const std::string& id = f->placement_fragment_id();
-    size_t n = std::min(common, id.size());
-    size_t i = 0;
-    while (i < n && id[i] == first[i]) ++i;
-    common = i;
-    if (common == 0) break;
-  }
-  std::vector<std::pair<uint64_t, const PlacementFragment*>> keyed;
-  keyed.reserve(frags->size());
-  for (const auto* f : *frags) {
-    const std::string& id = f->placement_fragment_id();
-    uint64_t key = 0;
-    for (size_t i = 0; i < 8; ++i) {
-      const size_t at = common + i;
-      key = (key << 8) |
-            (at < id.size() ? static_cast<unsigned char>(id[at]) : 0u);
-    }
-    keyed.emplace_back(key, f);
-  }
-  std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
-    if (a.first != b.first) return a.first < b.first;
-    return a.second->placement_fragment_id() <
-           b.second->placement_fragment_id();
-  });
-  for (size_t i = 0; i < keyed.size(); ++i) (*frags)[i] = keyed[i].second;
-}
-
 }  // namespace
 
 Result<WeightPlacementManifest> WeightPlacementManifest::Make(
@@ -593,7 +559,8 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
   for (const auto& part : parts) {
     for (const auto& f : part.fragments()) frags.push_back(&f);
   }
-  SortById(&frags);
+  internal::SortByStringKey(&frags, [](const PlacementFragment* f) -> const
+                            std::string& { return f->placement_fragment_id(); });
   for (size_t i = 1; i < frags.size(); ++i) {
     if (frags[i]->placement_fragment_id() ==
         frags[i - 1]->placement_fragment_id()) {

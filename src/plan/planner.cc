@@ -5,10 +5,12 @@
 #include <array>
 #include <map>
 #include <numeric>
+#include <tuple>
 #include <unordered_map>
 
 #include "reshard/plan.h"
 #include "util/canonical_json.h"
+#include "util/string_sort.h"
 
 namespace reshard {
 
@@ -129,10 +131,22 @@ Status CheckCompatible(const TensorDescriptor& s, const TensorDescriptor& t) {
 }
 
 PlanFragment ToPlanFragment(const PlacementFragment& f,
-                            const std::string& participant, uint32_t tensor) {
-  return {f.placement_fragment_id(), participant,   f.rank(),
-          f.pipeline_stage_id(),     tensor,        f.global_offset(),
-          f.local_shape(),           f.nbytes()};
+                            const std::string& participant,
+                            uint32_t participant_index, uint32_t tensor) {
+  return {f.placement_fragment_id(), participant,       f.rank(),
+          f.pipeline_stage_id(),     tensor,            f.global_offset(),
+          f.local_shape(),           f.nbytes(),        participant_index,
+          0};
+}
+
+// Sets PlanFragment::order: the position of each fragment in id order.
+void AssignOrder(std::vector<PlanFragment>* table) {
+  std::vector<uint32_t> idx(table->size());
+  std::iota(idx.begin(), idx.end(), 0);
+  internal::SortByStringKey(&idx, [&](uint32_t i) -> const std::string& {
+    return (*table)[i].fragment_id;
+  });
+  for (uint32_t pos = 0; pos < idx.size(); ++pos) (*table)[idx[pos]].order = pos;
 }
 
 // Chooses the source tiling of one tensor and returns its boxes with their
@@ -148,8 +162,16 @@ Result<std::vector<SourceBox>> SourceBoxes(
         .push_back(i);
   }
   const ParallelAxis* dp = t.FindAxis(AxisKind::kDp);
+  // DP ownership is ambiguous when more than one DP rank owns the tensor
+  // (replicas over other axes within one owner are fine).
+  auto owners_differ = [&] {
+    for (uint32_t i : frags) {
+      if (table[i].rank.dp != table[frags.front()].rank.dp) return true;
+    }
+    return false;
+  };
   if (dp != nullptr && dp->semantics() == AxisSemantics::kOwnership &&
-      groups.size() > 1) {
+      owners_differ()) {
     return Status::InvalidArgument(
         "DP-owned source tensor has ambiguous declared owners: " +
         t.tensor_id());
@@ -273,36 +295,37 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
   std::vector<std::vector<uint32_t>> source_by_tensor(plan_tensors.size());
   for (const auto& part : source.parts()) {
     if (part.fragments().empty()) continue;
+    const auto pidx = static_cast<uint32_t>(impl->source_participants.size());
     impl->source_participants.push_back(part.participant_id());
     for (const auto& f : part.fragments()) {
       auto it = tensor_index.find(f.tensor_id());
       if (it == tensor_index.end()) continue;  // not needed by this target
-      source_by_tensor[it->second].push_back(impl->source_fragments.size());
+      const auto i = static_cast<uint32_t>(impl->source_fragments.size());
+      source_by_tensor[it->second].push_back(i);
       impl->source_fragments.push_back(
-          ToPlanFragment(f, part.participant_id(), it->second));
+          ToPlanFragment(f, part.participant_id(), pidx, it->second));
     }
   }
+  AssignOrder(&impl->source_fragments);
   std::vector<std::vector<uint32_t>> target_by_tensor(plan_tensors.size());
   for (const auto* part : target_parts) {
     if (part->fragments().empty()) continue;
+    const auto pidx = static_cast<uint32_t>(impl->target_participants.size());
     impl->target_participants.push_back(part->participant_id());
     for (const auto& f : part->fragments()) {
       const uint32_t t = tensor_index.at(f.tensor_id());
-      target_by_tensor[t].push_back(impl->target_fragments.size());
+      const auto i = static_cast<uint32_t>(impl->target_fragments.size());
+      target_by_tensor[t].push_back(i);
       impl->target_fragments.push_back(
-          ToPlanFragment(f, part->participant_id(), t));
+          ToPlanFragment(f, part->participant_id(), pidx, t));
     }
   }
+  AssignOrder(&impl->target_fragments);
 
-  // Regions with their candidate members; the source is chosen afterwards.
-  struct Pending {
-    const SourceBox* box;
-    uint32_t target;
-    Dims offset;
-    Dims shape;
-    uint64_t bytes;
-  };
-  std::vector<Pending> pending;
+  // Overlap regions; each remembers its source box, and the serving
+  // fragment among the box's interchangeable members is chosen afterwards.
+  auto& regions = impl->regions;
+  std::vector<const SourceBox*> region_box;
   std::vector<std::vector<SourceBox>> tensor_boxes(plan_tensors.size());
   for (uint32_t t = 0; t < plan_tensors.size(); ++t) {
     const TensorDescriptor& desc = *source.FindTensor(impl->tensors[t]);
@@ -312,29 +335,35 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
     BoxIndex index;
     index.Build(tensor_boxes[t], desc.ndim());
     const auto itemsize = static_cast<uint64_t>(desc.itemsize());
+    const size_t ndim = desc.ndim();
     for (uint32_t ti : target_by_tensor[t]) {
       const PlanFragment& tf = impl->target_fragments[ti];
       uint64_t covered = 0;
       index.Query(tf.global_offset, tf.local_shape, [&](const SourceBox& box) {
-        Pending p{&box, ti, Dims(tf.global_offset.size()),
-                  Dims(tf.global_offset.size()), itemsize};
-        for (size_t d = 0; d < p.offset.size(); ++d) {
+        TransferRegion r;
+        r.tensor = t;
+        r.target_fragment = ti;
+        r.overlap_offset.resize(ndim);
+        r.overlap_shape.resize(ndim);
+        r.bytes = itemsize;
+        for (size_t d = 0; d < ndim; ++d) {
           const int64_t b = std::max(tf.global_offset[d], (*box.offset)[d]);
           const int64_t e =
               std::min(tf.global_offset[d] + tf.local_shape[d],
                        (*box.offset)[d] + (*box.shape)[d]);
-          p.offset[d] = b;
-          p.shape[d] = e - b;
-          p.bytes *= static_cast<uint64_t>(e - b);
+          r.overlap_offset[d] = b;
+          r.overlap_shape[d] = e - b;
+          r.bytes *= static_cast<uint64_t>(e - b);
         }
-        covered += p.bytes;
-        pending.push_back(std::move(p));
+        covered += r.bytes;
+        regions.push_back(std::move(r));
+        region_box.push_back(&box);
       });
       if (covered != tf.nbytes) {
         return Status::InvalidArgument("target fragment is not fully covered: " +
                                        tf.fragment_id);
       }
-      if (pending.size() > options.limits.max_transfer_regions) {
+      if (regions.size() > options.limits.max_transfer_regions) {
         return Status::ResourceExhausted(
             "plan exceeds max_transfer_regions: more than " +
             std::to_string(options.limits.max_transfer_regions) +
@@ -342,97 +371,97 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
       }
     }
   }
-  if (pending.size() > options.limits.max_operations) {
+  if (regions.size() > options.limits.max_operations) {
     return Status::ResourceExhausted(
-        "plan exceeds max_operations: " + std::to_string(pending.size()) +
+        "plan exceeds max_operations: " + std::to_string(regions.size()) +
         " > " + std::to_string(options.limits.max_operations));
   }
 
   // Balanced choice: largest regions first, each to the candidate whose
   // participant has served the fewest bytes so far (ties: rank order).
-  std::unordered_map<std::string_view, uint32_t> source_pidx;
-  for (uint32_t i = 0; i < impl->source_participants.size(); ++i) {
-    source_pidx.emplace(impl->source_participants[i], i);
-  }
-  std::vector<uint32_t> member_participant(impl->source_fragments.size());
-  for (uint32_t i = 0; i < impl->source_fragments.size(); ++i) {
-    member_participant[i] =
-        source_pidx.at(impl->source_fragments[i].participant_id);
-  }
-  impl->source_bytes.assign(impl->source_participants.size(), 0);
-  std::vector<uint32_t> order(pending.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return pending[a].bytes > pending[b].bytes;
-  });
-  std::vector<uint32_t> chosen(pending.size());
-  for (uint32_t r : order) {
-    const auto& members = pending[r].box->members;
-    uint32_t best = members.front();
-    for (uint32_t m : members) {
-      if (impl->source_bytes[member_participant[m]] <
-          impl->source_bytes[member_participant[best]]) {
-        best = m;
-      }
-    }
-    chosen[r] = best;
-    impl->source_bytes[member_participant[best]] += pending[r].bytes;
-  }
-
-  // Regions with geometry, in canonical order.
-  impl->regions.reserve(pending.size());
-  for (uint32_t r = 0; r < pending.size(); ++r) {
-    Pending& p = pending[r];
-    const PlanFragment& sf = impl->source_fragments[chosen[r]];
-    const PlanFragment& tf = impl->target_fragments[p.target];
-    const int64_t itemsize =
-        source.FindTensor(impl->tensors[tf.tensor])->itemsize();
-    RegionGeometry g = ComputeRegionGeometry(
-        sf.global_offset, sf.local_shape, tf.global_offset, tf.local_shape,
-        p.offset, p.shape, itemsize);
-    impl->regions.push_back({tf.tensor, chosen[r], p.target,
-                             std::move(p.offset), std::move(p.shape),
-                             g.source_base_offset, g.target_base_offset,
-                             g.inner_bytes, std::move(g.loops), g.segments,
-                             p.bytes});
-  }
   const auto& sfr = impl->source_fragments;
   const auto& tfr = impl->target_fragments;
-  std::sort(impl->regions.begin(), impl->regions.end(),
-            [&](const TransferRegion& a, const TransferRegion& b) {
-              const auto& ta = tfr[a.target_fragment].fragment_id;
-              const auto& tb = tfr[b.target_fragment].fragment_id;
-              if (ta != tb) return ta < tb;
-              if (a.target_base_offset != b.target_base_offset) {
-                return a.target_base_offset < b.target_base_offset;
-              }
-              const auto& sa = sfr[a.source_fragment].fragment_id;
-              const auto& sb = sfr[b.source_fragment].fragment_id;
-              if (sa != sb) return sa < sb;
-              return a.source_base_offset < b.source_base_offset;
-            });
+  impl->source_bytes.assign(impl->source_participants.size(), 0);
+  auto& load = impl->source_bytes;
+  std::vector<uint32_t> order(regions.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return regions[a].bytes > regions[b].bytes;
+  });
+  for (uint32_t i : order) {
+    const auto& members = region_box[i]->members;
+    uint32_t best = members.front();
+    for (uint32_t m : members) {
+      if (load[sfr[m].participant] < load[sfr[best].participant]) best = m;
+    }
+    regions[i].source_fragment = best;
+    load[sfr[best].participant] += regions[i].bytes;
+  }
+
+  // Geometry, then the canonical order: (target fragment id, target base
+  // offset, source fragment id, source base offset).
+  for (auto& r : regions) {
+    const PlanFragment& sf = sfr[r.source_fragment];
+    const PlanFragment& tf = tfr[r.target_fragment];
+    RegionGeometry g = ComputeRegionGeometry(
+        sf.global_offset, sf.local_shape, tf.global_offset, tf.local_shape,
+        r.overlap_offset, r.overlap_shape,
+        plan_tensors[r.tensor]->itemsize());
+    r.source_base_offset = g.source_base_offset;
+    r.target_base_offset = g.target_base_offset;
+    r.inner_bytes = g.inner_bytes;
+    r.loops = std::move(g.loops);
+    r.segments = g.segments;
+  }
+  {
+    struct Key {
+      uint32_t target_order;
+      uint64_t target_base;
+      uint32_t source_order;
+      uint64_t source_base;
+      uint32_t index;
+    };
+    std::vector<Key> keys;
+    keys.reserve(regions.size());
+    for (uint32_t i = 0; i < regions.size(); ++i) {
+      const auto& r = regions[i];
+      keys.push_back({tfr[r.target_fragment].order, r.target_base_offset,
+                      sfr[r.source_fragment].order, r.source_base_offset, i});
+    }
+    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+      return std::tie(a.target_order, a.target_base, a.source_order,
+                      a.source_base) < std::tie(b.target_order, b.target_base,
+                                                b.source_order, b.source_base);
+    });
+    std::vector<TransferRegion> sorted;
+    sorted.reserve(regions.size());
+    for (const Key& k : keys) sorted.push_back(std::move(regions[k.index]));
+    regions = std::move(sorted);
+  }
 
   // Summaries: totals, per-participant bytes, traffic, routes.
-  std::unordered_map<std::string_view, uint32_t> target_pidx;
-  for (uint32_t i = 0; i < impl->target_participants.size(); ++i) {
-    target_pidx.emplace(impl->target_participants[i], i);
-  }
   impl->target_bytes.assign(impl->target_participants.size(), 0);
-  std::map<std::pair<uint32_t, uint32_t>, uint64_t> traffic;
+  std::unordered_map<uint64_t, uint64_t> traffic;
   std::map<std::array<int64_t, 4>, std::pair<uint64_t, uint64_t>> routes;
   std::vector<bool> used(sfr.size(), false);
   PlanSummary& sum = impl->summary;
-  for (const auto& r : impl->regions) {
+  std::array<int64_t, 4> last_route{-2, -2, -2, -2};
+  std::pair<uint64_t, uint64_t>* route = nullptr;
+  for (const auto& r : regions) {
     const PlanFragment& sf = sfr[r.source_fragment];
     const PlanFragment& tf = tfr[r.target_fragment];
-    const uint32_t sp = member_participant[r.source_fragment];
-    const uint32_t tp = target_pidx.at(tf.participant_id);
-    impl->target_bytes[tp] += r.bytes;
-    traffic[{sp, tp}] += r.bytes;
-    auto& route = routes[{sf.rank.pp, sf.pipeline_stage_id.value_or(-1),
-                          tf.rank.pp, tf.pipeline_stage_id.value_or(-1)}];
-    route.first += 1;
-    route.second += r.bytes;
+    impl->target_bytes[tf.participant] += r.bytes;
+    traffic[(uint64_t{sf.participant} << 32) | tf.participant] += r.bytes;
+    const std::array<int64_t, 4> key{sf.rank.pp,
+                                     sf.pipeline_stage_id.value_or(-1),
+                                     tf.rank.pp,
+                                     tf.pipeline_stage_id.value_or(-1)};
+    if (route == nullptr || key != last_route) {
+      route = &routes[key];
+      last_route = key;
+    }
+    route->first += 1;
+    route->second += r.bytes;
     used[r.source_fragment] = true;
     sum.regions += 1;
     sum.segments += r.segments;
@@ -451,8 +480,14 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
           ? 0.0
           : static_cast<double>(sum.bytes) / impl->source_participants.size();
   for (const auto& [key, bytes] : traffic) {
-    impl->traffic.push_back({key.first, key.second, bytes});
+    impl->traffic.push_back({static_cast<uint32_t>(key >> 32),
+                             static_cast<uint32_t>(key & 0xFFFFFFFFu), bytes});
   }
+  std::sort(impl->traffic.begin(), impl->traffic.end(),
+            [](const TrafficEntry& a, const TrafficEntry& b) {
+              return std::tie(a.source_participant, a.target_participant) <
+                     std::tie(b.source_participant, b.target_participant);
+            });
   for (const auto& [key, value] : routes) {
     impl->routes.push_back(
         {key[0], key[1], key[2], key[3], value.first, value.second});
