@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs the benchmarks; each reports a ratio against a baseline measured in
-# the same run.
+# the same run (the bare JSON parse of the same bytes).
 set -euo pipefail
 BUILD=${1:-build}
 echo "== contract: decode + validate + identify vs bare JSON parse"
-"$BUILD/reshard_bench_contract" "${@:2}"
+"$BUILD/reshard_bench_contract"
+echo
+echo "== planner: real-model layouts (validate = both sides from the wire)"
+"$BUILD/reshard_bench_plan" --models examples/models

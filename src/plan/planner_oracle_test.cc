@@ -459,6 +459,7 @@ OracleStats RunOracle(const OracleOptions& o) {
     }
     if (!Execute(*plan, *source, *target, c.local_target)) return st;
   }
+  if (getenv("ORACLE_STATS")) fprintf(stderr, "exec %d regen %d regions %lu multi %lu\n", st.executed, st.regenerated, st.regions, st.multi_loop_regions);
   return st;
 }
 
@@ -471,7 +472,6 @@ TEST(PlannerOracleTest, GridLayouts) {
   EXPECT_GT(st.regions, 10000u);
   EXPECT_GT(st.multi_loop_regions, 100u);
   RecordProperty("regenerated", st.regenerated);
-  if (getenv("ORACLE_STATS")) fprintf(stderr, "exec %d regen %d regions %lu multi %lu\n", st.executed, st.regenerated, st.regions, st.multi_loop_regions);
 }
 
 TEST(PlannerOracleTest, SubtiledReplicas) {

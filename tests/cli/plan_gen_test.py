@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""CLI contract of `reshard gen` and `reshard plan`.
+
+Usage: plan_gen_test.py RESHARD_BINARY TESTS_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+RESHARD, TESTS = sys.argv[1], sys.argv[2]
+ROOT = os.path.dirname(os.path.abspath(TESTS))
+MODELS = os.path.join(ROOT, "examples", "models")
+FIXTURES = os.path.join(TESTS, "data", "fixtures", "plans")
+SCENARIOS = os.path.join(TESTS, "data", "scenarios")
+passed = failed = 0
+
+
+def run(*args):
+    return subprocess.run([RESHARD, *args], capture_output=True, text=True)
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok  ", name)
+    else:
+        failed += 1
+        print("FAIL", name, detail)
+
+
+def plan_json(src, dst, *extra):
+    r = run("plan", "--json", src, dst, *extra)
+    if r.returncode != 0:
+        return None, r
+    return json.loads(r.stdout), r
+
+
+REQUIRED = ["regions", "segments", "operations", "bytes", "max_source_bytes",
+            "mean_source_bytes", "max_target_bytes"]
+
+# Golden plan counts of the fixtures.
+with open(os.path.join(FIXTURES, "expected.json")) as f:
+    expected = json.load(f)
+for name, exp in sorted(expected.items()):
+    got, r = plan_json(os.path.join(FIXTURES, exp["source"]),
+                       os.path.join(FIXTURES, exp["target"]))
+    check(f"plan {name} runs", got is not None, r.stderr)
+    if got is None:
+        continue
+    check(f"plan {name} keys", all(k in got for k in REQUIRED), list(got))
+    for key in ("regions", "segments", "bytes"):
+        check(f"plan {name} {key}", got[key] == exp[key],
+              f"{got[key]} != {exp[key]}")
+    check(f"plan {name} operations <= regions",
+          got["operations"] <= got["regions"])
+    check(f"plan {name} participant bytes",
+          sum(p["bytes"] for p in got["source_participants"]) == got["bytes"]
+          and sum(p["bytes"] for p in got["target_participants"]) == got["bytes"]
+          and sum(t["bytes"] for t in got["traffic"]) == got["bytes"])
+
+# The prototype's 2,097,152-segment case plans as 16 operations.
+got, r = plan_json(os.path.join(SCENARIOS, "cross_dim_tp4_dim0_to_dim2_source.json"),
+                   os.path.join(SCENARIOS, "cross_dim_tp4_dim0_to_dim2_target.json"))
+check("dim0->dim2 operations", got is not None and got["operations"] == 16
+      and got["segments"] == 2097152, r.stderr if got is None else got["operations"])
+
+# Balance: DP2/TP4 -> DP1/TP8 uses both replicas evenly.
+got, r = plan_json(os.path.join(SCENARIOS, "dp_replicas_dp2tp4_to_dp1tp8_source.json"),
+                   os.path.join(SCENARIOS, "dp_replicas_dp2tp4_to_dp1tp8_target.json"))
+check("dp2->dp1 balanced", got is not None and
+      got["max_source_bytes"] <= 1.01 * got["mean_source_bytes"] and
+      all(p["bytes"] > 0 for p in got["source_participants"]),
+      r.stderr if got is None else got["source_participants"])
+
+with tempfile.TemporaryDirectory() as tmp:
+    def gen(out, *args):
+        return run("gen", "--model", os.path.join(MODELS, "tiny-moe.json"),
+                   *args, "-o", os.path.join(tmp, out))
+
+    r = gen("train.json", "--tp", "4", "--pp", "2", "--ep", "8", "--dp", "2")
+    check("gen train", r.returncode == 0, r.stderr)
+    r = gen("rollout.json", "--tp", "8", "--pp", "4", "--ep", "2", "--dp", "4")
+    check("gen rollout", r.returncode == 0, r.stderr)
+    v = run("validate", "--json", os.path.join(tmp, "train.json"))
+    check("gen output validates", v.returncode == 0, v.stderr)
+    if v.returncode == 0:
+        j = json.loads(v.stdout)
+        check("gen participants", j["participants"] == 128, j)
+    got, r = plan_json(os.path.join(tmp, "train.json"),
+                       os.path.join(tmp, "rollout.json"))
+    check("plan train->rollout", got is not None, r.stderr)
+    if got is not None:
+        check("plan writes every target byte once",
+              got["bytes"] == sum(p["bytes"] for p in got["target_participants"]))
+    # Local target: one participant's share.
+    local, r = plan_json(os.path.join(tmp, "train.json"),
+                         os.path.join(tmp, "rollout.json"),
+                         "--target-participant", "p-d1-p2-e1-t3")
+    check("plan local target", local is not None and
+          len(local["target_participants"]) == 1 and
+          local["target_participants"][0]["participant_id"] == "p-d1-p2-e1-t3",
+          r.stderr if local is None else local["target_participants"])
+    r = run("plan", os.path.join(tmp, "train.json"),
+            os.path.join(tmp, "rollout.json"), "--target-participant", "nobody")
+    check("plan unknown participant", r.returncode != 0 and
+          r.stderr.strip() == "reshard: error: unknown target participant: nobody",
+          r.stderr)
+    # Separate experts carry expert ids and EP ownership.
+    r = gen("sep.json", "--tp", "2", "--ep", "4", "--experts", "separate")
+    check("gen separate experts", r.returncode == 0, r.stderr)
+    if r.returncode == 0:
+        with open(os.path.join(tmp, "sep.json")) as f:
+            sep = json.load(f)
+        experts = [t for t in sep["tensors"] if t["expert_id"] is not None]
+        check("separate experts have ownership",
+              len(experts) == 3 * 8 * 3 and all(
+                  {"semantics": "ownership", "kind": "ep"} in t["parallel_axes"]
+                  for t in experts), len(experts))
+    # Invalid combinations name the problem.
+    r = gen("bad.json", "--tp", "3")
+    check("gen tp not dividing", r.returncode != 0 and r.stderr.strip() ==
+          "reshard: error: TP 3 does not divide dimension 0 (256) of "
+          "model.embed_tokens.weight", r.stderr)
+    r = gen("bad.json", "--ep", "3")
+    check("gen ep not dividing", r.returncode != 0 and r.stderr.strip() ==
+          "reshard: error: EP 3 does not divide the expert count 8 of tiny-moe",
+          r.stderr)
+    r = gen("bad.json", "--pp", "5")
+    check("gen pp exceeding layers", r.returncode != 0 and r.stderr.strip() ==
+          "reshard: error: PP 5 exceeds the layer count 4 of tiny-moe", r.stderr)
+    r = run("gen", "--model", os.path.join(MODELS, "qwen3-8b.json"), "--ep",
+            "2", "-o", os.path.join(tmp, "x.json"))
+    check("gen ep on a dense model", r.returncode != 0 and r.stderr.strip() ==
+          "reshard: error: EP 2 needs an MoE model; Qwen3-8B has no experts",
+          r.stderr)
+    # Every shipped model spec generates a valid placement.
+    for spec in sorted(os.listdir(MODELS)):
+        r = run("gen", "--model", os.path.join(MODELS, spec), "--tp", "2",
+                "-o", os.path.join(tmp, "m.json"))
+        ok = r.returncode == 0 and run("validate", os.path.join(tmp, "m.json")).returncode == 0
+        check(f"gen {spec}", ok, r.stderr)
+    # Mismatched layouts fail closed.
+    with open(os.path.join(tmp, "train.json")) as f:
+        doc = json.load(f)
+    r = gen("other.json", "--tp", "2", "--revision", "step-9")
+    got, r = plan_json(os.path.join(tmp, "train.json"), os.path.join(tmp, "other.json"))
+    check("plan revision mismatch", got is None and
+          "source and target revision differ: step-0 vs step-9" in r.stderr, r.stderr)
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
