@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -15,13 +16,16 @@ namespace {
 // a + b without wrapping, as u64.
 bool AddFits(uint64_t a, uint64_t b) { return a <= UINT64_MAX - b; }
 
-// Canonical contiguous row-major byte strides.
-Dims CanonicalStrides(const Dims& shape, int64_t itemsize) {
+// Canonical contiguous row-major byte strides, or nullopt when a stride
+// does not fit in int64 (checked arithmetic: shapes come from input).
+std::optional<Dims> CanonicalStrides(const Dims& shape, int64_t itemsize) {
   Dims s(shape.size());
   int64_t stride = itemsize;
   for (size_t d = shape.size(); d-- > 0;) {
     s[d] = stride;
-    stride *= shape[d];
+    if (d > 0 && __builtin_mul_overflow(stride, shape[d], &stride)) {
+      return std::nullopt;
+    }
   }
   return s;
 }
@@ -59,11 +63,16 @@ Result<RuntimeBindingFragment> RuntimeBindingFragment::Make(
   if (s.strides_bytes.size() != s.local_shape.size()) {
     return fail("strides_bytes must have the same rank as local_shape");
   }
-  const Dims canonical = CanonicalStrides(s.local_shape, s.itemsize);
+  const std::optional<Dims> canonical =
+      CanonicalStrides(s.local_shape, s.itemsize);
+  if (!canonical.has_value()) {
+    return fail("local_shape byte strides must fit in a signed 64-bit "
+                "integer");
+  }
   for (size_t d = 0; d < s.strides_bytes.size(); ++d) {
     if (s.strides_bytes[d] < 0) return fail("strides_bytes must be >= 0");
     if (s.local_shape[d] == 1) {
-      s.strides_bytes[d] = canonical[d];  // singleton dims do not constrain
+      s.strides_bytes[d] = (*canonical)[d];  // singleton dims do not constrain
     } else if (s.strides_bytes[d] == 0) {
       return fail("stride 0 is only allowed on extent-1 dimensions");
     }
@@ -338,7 +347,8 @@ Status CheckOneBinding(const WeightPlacementManifest& placement,
           ": expected " + std::to_string(t->itemsize()) + ", got " +
           std::to_string(rf.itemsize()));
     }
-    if (rf.strides_bytes() != CanonicalStrides(lf.local_shape(), t->itemsize())) {
+    if (rf.strides_bytes() !=
+        CanonicalStrides(lf.local_shape(), t->itemsize())) {
       return Status::InvalidArgument(
           "runtime binding stride does not describe a canonical contiguous "
           "view: " +
@@ -368,7 +378,8 @@ Status ValidateRuntimeBindings(
   std::unordered_set<std::string_view> seen;
   std::unordered_set<std::string_view> runtime_ids;
   for (const auto& b : bindings) {
-    if (require_all) {
+    {
+      // Rule 50: bindings are only for participants that own fragments.
       const WeightPlacementPart* part = placement.FindPart(b.participant_id());
       if (part != nullptr && part->fragments().empty()) {
         return Status::InvalidArgument(

@@ -1,5 +1,7 @@
 // Tests of the runtime binding contract (rules 29-38) and its wire.
 
+#include "reshard/binding.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "reshard/binding.h"
 #include "reshard/placement.h"
 #include "testing/placement_builders.h"
 
@@ -142,8 +143,7 @@ const PlacementFragment& FragmentOf(const WeightPlacementManifest& p,
 WeightRuntimeBindingManifest SingleBinding(
     const WeightPlacementManifest& p,
     std::vector<RuntimeBindingFragmentSpec> fragments) {
-  WeightRuntimeBindingManifestSpec s =
-      SpecOf(FakeBindings(p).at(0));
+  WeightRuntimeBindingManifestSpec s = SpecOf(FakeBindings(p).at(0));
   s.fragments.clear();
   for (auto& f : fragments) {
     s.fragments.push_back(Must(RuntimeBindingFragment::Make(std::move(f))));
@@ -275,8 +275,8 @@ TEST_F(BindingTest, RuntimeFragmentRejectsEmptyIds) {
                                  "endpoint must be a non-empty string");
   s = ValidRuntimeSpec();
   s.device = "";
-  EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
-                                 "device must be a non-empty string");
+  EXPECT_EQ(RuntimeError(s),
+            std::string(kRuntimePrefix) + "device must be a non-empty string");
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsZeroAddress) {
@@ -289,8 +289,8 @@ TEST_F(BindingTest, RuntimeFragmentRejectsZeroAddress) {
 TEST_F(BindingTest, RuntimeFragmentRejectsZeroNbytes) {
   RuntimeBindingFragmentSpec s = ValidRuntimeSpec();
   s.nbytes = 0;
-  EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
-                                 "nbytes must be >= 1");
+  EXPECT_EQ(RuntimeError(s),
+            std::string(kRuntimePrefix) + "nbytes must be >= 1");
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsAddressOverflow) {
@@ -314,20 +314,20 @@ TEST_F(BindingTest, RuntimeFragmentRejectsAddressOverflow) {
 TEST_F(BindingTest, RuntimeFragmentRejectsNonPositiveItemsize) {
   RuntimeBindingFragmentSpec s = ValidRuntimeSpec();
   s.itemsize = 0;
-  EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
-                                 "itemsize must be >= 1");
+  EXPECT_EQ(RuntimeError(s),
+            std::string(kRuntimePrefix) + "itemsize must be >= 1");
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsBadLocalShape) {
   RuntimeBindingFragmentSpec s = ValidRuntimeSpec();
   s.local_shape = {};
   s.strides_bytes = {};
-  EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
-                                 "local_shape must not be empty");
+  EXPECT_EQ(RuntimeError(s),
+            std::string(kRuntimePrefix) + "local_shape must not be empty");
   s = ValidRuntimeSpec();
   s.local_shape = {4, 0};
-  EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
-                                 "local_shape extents must be >= 1");
+  EXPECT_EQ(RuntimeError(s),
+            std::string(kRuntimePrefix) + "local_shape extents must be >= 1");
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsStridesRankMismatch) {
@@ -345,13 +345,13 @@ TEST_F(BindingTest, RuntimeFragmentRejectsStridesRankMismatch) {
 TEST_F(BindingTest, RuntimeFragmentRejectsNegativeStride) {
   RuntimeBindingFragmentSpec s = ValidRuntimeSpec();
   s.strides_bytes = {-8, 2};
-  EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
-                                 "strides_bytes must be >= 0");
+  EXPECT_EQ(RuntimeError(s),
+            std::string(kRuntimePrefix) + "strides_bytes must be >= 0");
   // Also on an extent-1 dimension: it is rejected before normalisation.
   s.local_shape = {1, 16};
   s.strides_bytes = {-1, 2};
-  EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
-                                 "strides_bytes must be >= 0");
+  EXPECT_EQ(RuntimeError(s),
+            std::string(kRuntimePrefix) + "strides_bytes must be >= 0");
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsZeroStrideOnNonSingletonDim) {
@@ -393,8 +393,8 @@ TEST_F(BindingTest, RuntimeFragmentRejectsZeroStorageAddress) {
 TEST_F(BindingTest, RuntimeFragmentRejectsZeroStorageNbytes) {
   RuntimeBindingFragmentSpec s = ValidRuntimeSpec();
   s.storage_nbytes = 0;
-  EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
-                                 "storage_nbytes must be >= 1");
+  EXPECT_EQ(RuntimeError(s),
+            std::string(kRuntimePrefix) + "storage_nbytes must be >= 1");
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsStorageOverflow) {
@@ -446,7 +446,6 @@ TEST_F(BindingTest, RuntimeFragmentRejectsViewPastItsAllocation) {
 }
 
 // ------------------------------------------- WeightRuntimeBindingManifest
-
 
 TEST_F(BindingTest, FakeBindingsAreValid) {
   for (const auto& b : bindings_) {
@@ -504,8 +503,7 @@ TEST_F(BindingTest, ManifestRejectsUppercaseDigest) {
 }
 
 TEST_F(BindingTest, ManifestRejectsEmptyIds) {
-  const std::pair<std::string WeightRuntimeBindingManifestSpec::*,
-                  const char*>
+  const std::pair<std::string WeightRuntimeBindingManifestSpec::*, const char*>
       fields[] = {
           {&WeightRuntimeBindingManifestSpec::resource_id,
            "runtime binding resource_id must be a non-empty string"},
@@ -532,10 +530,10 @@ TEST_F(BindingTest, ManifestRejectsDuplicatePlacementFragment) {
   RuntimeBindingFragmentSpec copy = SpecOf(s.fragments[0]);
   copy.fragment_id = "rt-copy";
   s.fragments.push_back(Must(RuntimeBindingFragment::Make(copy)));
-  EXPECT_EQ(ErrorOf(WeightRuntimeBindingManifest::Make(s)),
-            std::string("runtime binding of participant ") + kT0 +
-                " has a duplicate placement fragment: " +
-                copy.placement_fragment_id);
+  EXPECT_EQ(
+      ErrorOf(WeightRuntimeBindingManifest::Make(s)),
+      std::string("runtime binding of participant ") + kT0 +
+          " has a duplicate placement fragment: " + copy.placement_fragment_id);
 }
 
 TEST_F(BindingTest, ManifestRejectsDuplicateRuntimeFragmentId) {
@@ -545,8 +543,7 @@ TEST_F(BindingTest, ManifestRejectsDuplicateRuntimeFragmentId) {
   s.fragments[1] = Must(RuntimeBindingFragment::Make(second));
   EXPECT_EQ(ErrorOf(WeightRuntimeBindingManifest::Make(s)),
             std::string("runtime binding of participant ") + kT0 +
-                " has a duplicate runtime fragment_id: " +
-                second.fragment_id);
+                " has a duplicate runtime fragment_id: " + second.fragment_id);
 }
 
 // --------------------------------------------------- ValidateRuntimeBinding
@@ -617,8 +614,7 @@ TEST_F(BindingTest, RejectsUnknownPlacementFragment) {
   auto c = Must(WeightRuntimeBindingManifest::Make(s));
   EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), c)),
             "unknown placement fragment in runtime binding: " +
-                foreign.placement_fragment_id() + " (participant " + kT0 +
-                ")");
+                foreign.placement_fragment_id() + " (participant " + kT0 + ")");
 }
 
 TEST_F(BindingTest, RejectsMissingPlacementFragment) {
@@ -713,11 +709,11 @@ TEST_F(BindingTest, RejectsOverlappingViewsInOneAddressSpace) {
   const RuntimeBindingFragment& b = bindings_[0].fragments()[1];
   ASSERT_LT(a.address(), b.address());
   auto binding = T0With(1, MovedTo(b, a.address() + 16));
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), binding)),
-            "runtime binding address ranges overlap: " +
-                a.placement_fragment_id() + " and " +
-                b.placement_fragment_id() + " (worker worker-" + kT0 +
-                ", device cpu)");
+  EXPECT_EQ(
+      ErrorOf(ValidateRuntimeBinding(placement(), binding)),
+      "runtime binding address ranges overlap: " + a.placement_fragment_id() +
+          " and " + b.placement_fragment_id() + " (worker worker-" + kT0 +
+          ", device cpu)");
   // Touching ranges do not overlap.
   auto touching = T0With(1, MovedTo(b, a.address() + a.nbytes()));
   EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), touching)), "<ok>");
@@ -728,14 +724,14 @@ TEST_F(BindingTest, OverlapIsAllowedAcrossWorkersAndDevices) {
   const RuntimeBindingFragment& b = bindings_[0].fragments()[1];
   RuntimeBindingFragmentSpec other_worker = MovedTo(b, a.address());
   other_worker.worker_id = "worker-other";
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(),
-                                           T0With(1, other_worker))),
-            "<ok>");
+  EXPECT_EQ(
+      ErrorOf(ValidateRuntimeBinding(placement(), T0With(1, other_worker))),
+      "<ok>");
   RuntimeBindingFragmentSpec other_device = MovedTo(b, a.address());
   other_device.device = "cuda:1";
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(),
-                                           T0With(1, other_device))),
-            "<ok>");
+  EXPECT_EQ(
+      ErrorOf(ValidateRuntimeBinding(placement(), T0With(1, other_device))),
+      "<ok>");
 }
 
 TEST_F(BindingTest, EndpointIsNotAnAddressSpace) {
@@ -743,12 +739,11 @@ TEST_F(BindingTest, EndpointIsNotAnAddressSpace) {
   const RuntimeBindingFragment& b = bindings_[0].fragments()[1];
   RuntimeBindingFragmentSpec other_endpoint = MovedTo(b, a.address() + 8);
   other_endpoint.endpoint = "endpoint-other";
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(),
-                                           T0With(1, other_endpoint))),
-            "runtime binding address ranges overlap: " +
-                a.placement_fragment_id() + " and " +
-                b.placement_fragment_id() + " (worker worker-" + kT0 +
-                ", device cpu)");
+  EXPECT_EQ(
+      ErrorOf(ValidateRuntimeBinding(placement(), T0With(1, other_endpoint))),
+      "runtime binding address ranges overlap: " + a.placement_fragment_id() +
+          " and " + b.placement_fragment_id() + " (worker worker-" + kT0 +
+          ", device cpu)");
 }
 
 TEST_F(BindingTest, RejectsPartiallyOverlappingAllocations) {
@@ -828,11 +823,11 @@ TEST_F(BindingTest, RejectsUndeclaredAlias) {
   WeightPlacementManifest p = TiedPlacement();
   const PlacementFragment& a = FragmentOf(p, "norm.a");
   const PlacementFragment& b = FragmentOf(p, "norm.b");
-  auto binding = SingleBinding(
-      p, {FakeRuntimeFragment(FragmentOf(p, kEmbed), 2, 0x10000),
-          FakeRuntimeFragment(FragmentOf(p, kLmHead), 2, 0x10000),
-          FakeRuntimeFragment(a, 2, 0x20000),
-          FakeRuntimeFragment(b, 2, 0x20000)});
+  auto binding =
+      SingleBinding(p, {FakeRuntimeFragment(FragmentOf(p, kEmbed), 2, 0x10000),
+                        FakeRuntimeFragment(FragmentOf(p, kLmHead), 2, 0x10000),
+                        FakeRuntimeFragment(a, 2, 0x20000),
+                        FakeRuntimeFragment(b, 2, 0x20000)});
   EXPECT_THAT(ErrorOf(ValidateRuntimeBinding(p, binding)),
               HasSubstr("runtime binding address ranges overlap: "));
   EXPECT_THAT(ErrorOf(ValidateRuntimeBinding(p, binding)),
@@ -859,11 +854,11 @@ TEST_F(BindingTest, RejectsAliasWithDifferentNbytes) {
   auto binding = SingleBinding(*p, {FakeRuntimeFragment(e, 2, 0x10000),
                                     FakeRuntimeFragment(h, 2, 0x10000)});
   // Sorted by (address, nbytes): the 64-byte lm_head view comes first.
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(*p, binding)),
-            "runtime binding address ranges overlap: " +
-                h.placement_fragment_id() + " and " +
-                e.placement_fragment_id() +
-                " (worker worker-p-d0-p0-e0-t0, device cpu)");
+  EXPECT_EQ(
+      ErrorOf(ValidateRuntimeBinding(*p, binding)),
+      "runtime binding address ranges overlap: " + h.placement_fragment_id() +
+          " and " + e.placement_fragment_id() +
+          " (worker worker-p-d0-p0-e0-t0, device cpu)");
 }
 
 // ------------------------------------------------- ValidateRuntimeBindings
@@ -877,7 +872,8 @@ TEST_F(BindingTest, BindingsRejectDuplicateParticipant) {
             std::string("duplicate runtime binding participant: ") + kT0);
 }
 
-TEST_F(BindingTest, BindingsRejectDuplicateRuntimeFragmentIdAcrossParticipants) {
+TEST_F(BindingTest,
+       BindingsRejectDuplicateRuntimeFragmentIdAcrossParticipants) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[1]);
   RuntimeBindingFragmentSpec f = SpecOf(s.fragments[0]);
   const std::string taken = bindings_[0].fragments()[0].fragment_id();
@@ -888,9 +884,9 @@ TEST_F(BindingTest, BindingsRejectDuplicateRuntimeFragmentIdAcrossParticipants) 
   EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), t1)), "<ok>");
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1})),
             "duplicate runtime fragment_id across participants: " + taken);
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1},
-                                            false)),
-            "duplicate runtime fragment_id across participants: " + taken);
+  EXPECT_EQ(
+      ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1}, false)),
+      "duplicate runtime fragment_id across participants: " + taken);
 }
 
 TEST_F(BindingTest, BindingsRequireEveryOwningParticipant) {
@@ -945,8 +941,8 @@ TEST_F(BindingTest, BindingsRejectParticipantOwningNoFragments) {
 // bindings_ re-homed into one instance and one worker, with the fragments of
 // bindings_[1] starting at `t1_base`.
 std::vector<WeightRuntimeBindingManifest> SharedInstance(
-    const std::vector<WeightRuntimeBindingManifest>& bindings,
-    uint64_t t1_base, const std::string& t1_instance) {
+    const std::vector<WeightRuntimeBindingManifest>& bindings, uint64_t t1_base,
+    const std::string& t1_instance) {
   std::vector<WeightRuntimeBindingManifest> out;
   for (size_t i = 0; i < bindings.size(); ++i) {
     WeightRuntimeBindingManifestSpec s = SpecOf(bindings[i]);
@@ -1025,14 +1021,15 @@ TEST_F(BindingTest, JsonRoundTripIsByteIdentical) {
 
 TEST_F(BindingTest, JsonIsCanonical) {
   const std::string json = WeightRuntimeBindingToJson(bindings_[0]);
-  EXPECT_EQ(json.rfind("{\"fragments\":[{\"address\":65536,\"device\":\"cpu\",",
-                       0),
-            0u)
+  EXPECT_EQ(
+      json.rfind("{\"fragments\":[{\"address\":65536,\"device\":\"cpu\",", 0),
+      0u)
       << json;
-  EXPECT_THAT(json, HasSubstr(",\"generation\":1,\"instance_id\":\"instance-" +
-                              std::string(kT0) + "\",\"lease_id\":\"lease-1\","));
-  EXPECT_THAT(json, HasSubstr("\"placement_digest\":\"" + placement().digest() +
-                              "\""));
+  EXPECT_THAT(json,
+              HasSubstr(",\"generation\":1,\"instance_id\":\"instance-" +
+                        std::string(kT0) + "\",\"lease_id\":\"lease-1\","));
+  EXPECT_THAT(
+      json, HasSubstr("\"placement_digest\":\"" + placement().digest() + "\""));
   const std::string tail =
       "\"resource_id\":\"demo-model\",\"resource_kind\":\"model_weight\","
       "\"revision\":\"step-1\"}";
@@ -1078,11 +1075,11 @@ TEST_F(BindingTest, JsonRoundTripOfLargeAddresses) {
   EXPECT_EQ(WeightRuntimeBindingToJson(*decoded), json);
 }
 
-
 TEST_F(BindingTest, WireRejectsUnknownField) {
-  EXPECT_EQ(DecodeError(Patched("{\"fragments\"", "{\"extra\":1,\"fragments\"")),
-            "$: runtime binding manifest schema fields do not match contract: "
-            "unknown field \"extra\"");
+  EXPECT_EQ(
+      DecodeError(Patched("{\"fragments\"", "{\"extra\":1,\"fragments\"")),
+      "$: runtime binding manifest schema fields do not match contract: "
+      "unknown field \"extra\"");
   EXPECT_EQ(DecodeError(Patched("{\"address\"", "{\"owner\":null,\"address\"")),
             "fragments[0]: runtime binding fragment schema fields do not match "
             "contract: unknown field \"owner\"");
@@ -1134,9 +1131,9 @@ TEST_F(BindingTest, WireRejectsDuplicateKey) {
 }
 
 TEST_F(BindingTest, WireRejectsEmptyId) {
-  EXPECT_EQ(DecodeError(Patched("\"lease_id\":\"lease-1\"",
-                                "\"lease_id\":\"\"")),
-            "lease_id must be a non-empty string");
+  EXPECT_EQ(
+      DecodeError(Patched("\"lease_id\":\"lease-1\"", "\"lease_id\":\"\"")),
+      "lease_id must be a non-empty string");
   EXPECT_EQ(DecodeError(Patched("\"device\":\"cpu\"", "\"device\":\"\"")),
             "fragments[0].device must be a non-empty string");
 }
@@ -1153,6 +1150,44 @@ TEST_F(BindingTest, WireRejectsFactoryViolationsWithContext) {
   EXPECT_EQ(DecodeError(Patched(placement().digest(), upper)),
             "runtime binding placement_digest must be a lowercase SHA-256 "
             "digest (64 hex characters)");
+}
+
+}  // namespace
+}  // namespace reshard
+
+namespace reshard {
+namespace {
+
+TEST(BindingFixesTest, StrideOverflowIsRejectedNotUndefined) {
+  RuntimeBindingFragmentSpec s;
+  s.placement_fragment_id = "f";
+  s.fragment_id = "rt-f";
+  s.address = 4096;
+  s.nbytes = 16;
+  s.worker_id = "w";
+  s.endpoint = "e";
+  s.device = "cpu";
+  s.itemsize = 4;
+  s.local_shape = {int64_t{1} << 62, 4, 4};
+  s.strides_bytes = {64, 16, 4};
+  s.storage_address = 4096;
+  s.storage_nbytes = 16;
+  EXPECT_EQ(RuntimeBindingFragment::Make(s).status().message(),
+            "runtime fragment for placement fragment f: local_shape byte "
+            "strides must fit in a signed 64-bit integer");
+}
+
+TEST(BindingFixesTest, CanonicalFragmentIdSortsAliases) {
+  PlacementFragmentSpec a{.tensor_id = "w",
+                          .global_offset = {0},
+                          .local_shape = {4},
+                          .nbytes = 4,
+                          .aliases = {"z", "w"}};
+  PlacementFragmentSpec b = a;
+  b.aliases = {"w", "z"};
+  EXPECT_EQ(CanonicalPlacementFragmentId(a), CanonicalPlacementFragmentId(b));
+  EXPECT_EQ(PlacementFragment::Make(a)->placement_fragment_id(),
+            CanonicalPlacementFragmentId(a));
 }
 
 }  // namespace

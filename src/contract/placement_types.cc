@@ -186,13 +186,16 @@ bool operator==(const TensorDescriptor& a, const TensorDescriptor& b) {
 // -------------------------------------------------------------- fragments
 
 std::string CanonicalPlacementFragmentId(const PlacementFragmentSpec& s) {
+  // The identity uses the normalised (sorted) alias group.
+  std::vector<std::string> aliases = s.aliases;
+  std::sort(aliases.begin(), aliases.end());
   std::string json;
   json.reserve(256);
   CanonicalJsonWriter w(&json);
   w.BeginObject();
   w.Key("aliases");
   w.BeginArray();
-  for (const auto& a : s.aliases) w.String(a);
+  for (const auto& a : aliases) w.String(a);
   w.EndArray();
   w.Key("global_offset");
   w.IntArray(s.global_offset);

@@ -136,10 +136,9 @@ TEST(PlacementTypesTest, ValidTensorDescriptorKeepsItsFields) {
 
 TEST(PlacementTypesTest, ParallelAxesAreNormalisedToKindOrder) {
   TensorDescriptorSpec s = ValidTensorSpec();
-  s.parallel_axes = {*SplitAxis(AxisKind::kTp, 1),
-                     ReplicatedAxis(AxisKind::kEp),
-                     OwnershipAxis(AxisKind::kPp),
-                     ReplicatedAxis(AxisKind::kDp)};
+  s.parallel_axes = {
+      *SplitAxis(AxisKind::kTp, 1), ReplicatedAxis(AxisKind::kEp),
+      OwnershipAxis(AxisKind::kPp), ReplicatedAxis(AxisKind::kDp)};
   auto t = TensorDescriptor::Make(s);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_EQ(t->parallel_axes().size(), 4u);
@@ -150,10 +149,9 @@ TEST(PlacementTypesTest, ParallelAxesAreNormalisedToKindOrder) {
 
   // The same axes in another input order give an equal descriptor.
   TensorDescriptorSpec other = s;
-  other.parallel_axes = {OwnershipAxis(AxisKind::kPp),
-                         ReplicatedAxis(AxisKind::kDp),
-                         *SplitAxis(AxisKind::kTp, 1),
-                         ReplicatedAxis(AxisKind::kEp)};
+  other.parallel_axes = {
+      OwnershipAxis(AxisKind::kPp), ReplicatedAxis(AxisKind::kDp),
+      *SplitAxis(AxisKind::kTp, 1), ReplicatedAxis(AxisKind::kEp)};
   auto u = TensorDescriptor::Make(other);
   ASSERT_TRUE(u.ok()) << u.status().ToString();
   EXPECT_EQ(*t, *u);
@@ -373,8 +371,7 @@ TEST(PlacementTypesTest, FragmentWithoutIdGetsTheCanonicalId) {
 }
 
 TEST(PlacementTypesTest, FragmentIdDependsOnEveryLogicalField) {
-  const std::string base =
-      CanonicalPlacementFragmentId(ValidFragmentSpec());
+  const std::string base = CanonicalPlacementFragmentId(ValidFragmentSpec());
   PlacementFragmentSpec s = ValidFragmentSpec();
   s.tensor_id = "v";
   EXPECT_NE(CanonicalPlacementFragmentId(s), base);
@@ -451,9 +448,9 @@ TEST(PlacementTypesTest, FragmentErrorsNameASuppliedId) {
 TEST(PlacementTypesTest, FragmentRejectsNonPositiveExtent) {
   PlacementFragmentSpec s = ValidFragmentSpec();
   s.local_shape = {8, 0};
-  EXPECT_EQ(ErrorOf(PlacementFragment::Make(s)),
-            std::string(kAnonymousFragment) +
-                "local_shape extents must be >= 1");
+  EXPECT_EQ(
+      ErrorOf(PlacementFragment::Make(s)),
+      std::string(kAnonymousFragment) + "local_shape extents must be >= 1");
 }
 
 TEST(PlacementTypesTest, FragmentRejectsZeroNbytes) {
@@ -487,24 +484,23 @@ TEST(PlacementTypesTest, FragmentRejectsNegativePipelineStage) {
   PlacementFragmentSpec s = ValidFragmentSpec();
   s.pipeline_stage_id = -1;
   EXPECT_EQ(ErrorOf(PlacementFragment::Make(s)),
-            std::string(kAnonymousFragment) +
-                "pipeline_stage_id must be >= 0");
+            std::string(kAnonymousFragment) + "pipeline_stage_id must be >= 0");
 }
 
 TEST(PlacementTypesTest, FragmentRejectsDuplicateAliases) {
   PlacementFragmentSpec s = ValidFragmentSpec();
   s.aliases = {"w", "lm_head", "w"};
-  EXPECT_EQ(ErrorOf(PlacementFragment::Make(s)),
-            std::string(kAnonymousFragment) +
-                "aliases must not contain duplicates");
+  EXPECT_EQ(
+      ErrorOf(PlacementFragment::Make(s)),
+      std::string(kAnonymousFragment) + "aliases must not contain duplicates");
 }
 
 TEST(PlacementTypesTest, FragmentRejectsEmptyAlias) {
   PlacementFragmentSpec s = ValidFragmentSpec();
   s.aliases = {"w", ""};
-  EXPECT_EQ(ErrorOf(PlacementFragment::Make(s)),
-            std::string(kAnonymousFragment) +
-                "aliases must be non-empty strings");
+  EXPECT_EQ(
+      ErrorOf(PlacementFragment::Make(s)),
+      std::string(kAnonymousFragment) + "aliases must be non-empty strings");
 }
 
 TEST(PlacementTypesTest, FragmentRejectsSingleMemberAliasGroup) {
@@ -581,9 +577,9 @@ ParallelTopologySpec Dp2Tp2Spec() {
   ParallelTopologySpec s;
   s.tp_size = 2;
   s.dp_size = 2;
-  s.participants = {Participant("worker-d", 1, 1), Participant("worker-b", 0, 1),
-                    Participant("worker-a", 0, 0),
-                    Participant("worker-c", 1, 0)};
+  s.participants = {
+      Participant("worker-d", 1, 1), Participant("worker-b", 0, 1),
+      Participant("worker-a", 0, 0), Participant("worker-c", 1, 0)};
   return s;
 }
 
@@ -678,8 +674,7 @@ TEST(PlacementTypesTest, TopologyRejectsSizesBelowOne) {
     for (int64_t bad : {int64_t{0}, int64_t{-1}}) {
       ParallelTopologySpec s = Dp2Tp2Spec();
       s.*field = bad;
-      EXPECT_EQ(ErrorOf(ParallelTopology::Make(s)), message)
-          << "size " << bad;
+      EXPECT_EQ(ErrorOf(ParallelTopology::Make(s)), message) << "size " << bad;
     }
   }
 }
