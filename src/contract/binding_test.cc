@@ -1168,7 +1168,7 @@ TEST(BindingFixesTest, StrideOverflowIsRejectedNotUndefined) {
   s.endpoint = "e";
   s.device = "cpu";
   s.itemsize = 4;
-  s.local_shape = {int64_t{1} << 62, 4, 4};
+  s.local_shape = {2, int64_t{1} << 62, 4};
   s.strides_bytes = {64, 16, 4};
   s.storage_address = 4096;
   s.storage_nbytes = 16;
