@@ -51,10 +51,8 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
     auto axis = SplitAxis(AxisKind::kTp, l.tp_dim);
     if (!axis.ok()) return axis.status();
     t.parallel_axes.push_back(*axis);
-    if (std::find(t.shard_dims.begin(), t.shard_dims.end(), l.tp_dim) ==
-        t.shard_dims.end()) {
-      t.shard_dims.push_back(l.tp_dim);
-    }
+    // EP and TP never share dimension 0 (the descriptor rejects it).
+    t.shard_dims.push_back(l.tp_dim);
     std::sort(t.shard_dims.begin(), t.shard_dims.end());
   } else if (topo.tp_size > 1) {
     t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kTp));
@@ -73,8 +71,8 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
     }
     if (l.tp_dim >= 0) {
       const auto dim = static_cast<size_t>(l.tp_dim);
-      f.local_shape[dim] = f.local_shape[dim] / topo.tp_size;
-      f.global_offset[dim] += r.tp * f.local_shape[dim];
+      f.local_shape[dim] = l.shape[dim] / topo.tp_size;
+      f.global_offset[dim] = r.tp * f.local_shape[dim];
     }
     uint64_t n = static_cast<uint64_t>(l.itemsize);
     for (int64_t e : f.local_shape) n *= static_cast<uint64_t>(e);

@@ -49,13 +49,9 @@ RegionGeometry ComputeRegionGeometry(const Dims& so, const Dims& ss,
     }
     g.loops.push_back(cur);
   }
-  // An innermost loop that steps exactly one run on both sides is
-  // contiguous: fold it into inner_bytes.
-  while (!g.loops.empty() && g.loops.back().source_stride == inner &&
-         g.loops.back().target_stride == inner) {
-    inner *= g.loops.back().count;
-    g.loops.pop_back();
-  }
+  // No remaining loop steps exactly one run on both sides: the stride of
+  // the dimension above the shared suffix exceeds inner_bytes on at least
+  // one side, and outer strides only grow from there.
   g.inner_bytes = inner;
   return g;
 }

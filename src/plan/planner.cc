@@ -260,6 +260,11 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
       return Status::InvalidArgument("unknown target participant: " +
                                      *options.target_participant_id);
     }
+    if (part->fragments().empty()) {
+      return Status::InvalidArgument(
+          "local target manifest is missing fragments: participant " +
+          *options.target_participant_id + " holds none");
+    }
     target_parts.push_back(part);
   } else {
     for (const auto& p : target.parts()) target_parts.push_back(&p);

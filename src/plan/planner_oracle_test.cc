@@ -87,8 +87,18 @@ class Generator {
       c.description += "; target subtiled";
     }
     if (Chance(o_.local_target_probability)) {
-      const auto& ps = c.target.topology.participants;
-      c.local_target = ps[Uniform(0, ps.size() - 1)].participant_id;
+      // A local target is a participant that holds fragments (planning
+      // for an empty one is an error, tested in planner_test.cc).
+      std::vector<std::string> holders;
+      for (const auto& p : c.target.topology.participants) {
+        for (const auto& f : c.target.fragments) {
+          if (f.rank == p.rank) {
+            holders.push_back(p.participant_id);
+            break;
+          }
+        }
+      }
+      c.local_target = holders[Uniform(0, holders.size() - 1)];
       c.description += "; local target " + *c.local_target;
     }
     return c;
@@ -176,12 +186,12 @@ class Generator {
                         l.dtype + " [" + side_str(a) + " -> " + side_str(b) +
                         "]";
       if (Chance(o_.dp_owner_probability)) {
-        if (MakeDpOwned(&c->source, l.tensor_id, /*source=*/true)) {
+        if (MakeDpOwned(&c->source, l.tensor_id)) {
           c->description += " source dp-owned";
         }
       }
       if (Chance(o_.dp_owner_probability)) {
-        if (MakeDpOwned(&c->target, l.tensor_id, /*source=*/false)) {
+        if (MakeDpOwned(&c->target, l.tensor_id)) {
           c->description += " target dp-owned";
         }
       }
@@ -190,21 +200,11 @@ class Generator {
   }
 
   // Turns the DP-replicated tensor `id` into one owned by a random DP rank.
-  // On the source side only tensors without other replicated axes (see the
-  // DISABLED_ planner test for the ambiguity check).
-  bool MakeDpOwned(PlacementDraft* d, const std::string& id, bool source) {
+  bool MakeDpOwned(PlacementDraft* d, const std::string& id) {
     if (d->topology.dp_size < 2) return false;
     TensorDescriptorSpec* t = nullptr;
     for (auto& x : d->tensors) {
       if (x.tensor_id == id) t = &x;
-    }
-    if (source) {
-      for (const auto& axis : t->parallel_axes) {
-        if (axis.kind() != AxisKind::kDp &&
-            axis.semantics() == AxisSemantics::kReplicated) {
-          return false;
-        }
-      }
     }
     for (auto& axis : t->parallel_axes) {
       if (axis.kind() == AxisKind::kDp) axis = OwnershipAxis(AxisKind::kDp);
@@ -421,6 +421,8 @@ struct OracleStats {
   int executed = 0;
   int regenerated = 0;
   int local = 0;
+  int dp_owned = 0;     // cases with a DP-owned source tensor
+  int subtiled = 0;     // cases with a sub-tiled side
   uint64_t regions = 0;
   uint64_t multi_loop_regions = 0;
 };
@@ -453,6 +455,8 @@ OracleStats RunOracle(const OracleOptions& o) {
       return st;
     }
     st.local += c.local_target.has_value();
+    st.dp_owned += c.description.find("source dp-owned") != std::string::npos;
+    st.subtiled += c.description.find("subtiled") != std::string::npos;
     st.regions += plan->regions().size();
     for (const auto& r : plan->regions()) {
       st.multi_loop_regions += r.loops.size() > 1;
@@ -483,6 +487,7 @@ TEST(PlannerOracleTest, SubtiledReplicas) {
   o.subtile_probability = 0.7;
   const OracleStats st = RunOracle(o);
   EXPECT_EQ(st.executed, o.cases);
+  EXPECT_GT(st.subtiled, o.cases / 2);
 }
 
 TEST(PlannerOracleTest, LocalTargets) {
@@ -504,6 +509,7 @@ TEST(PlannerOracleTest, DpOwnedTensors) {
   o.dp_owner_probability = 0.5;
   const OracleStats st = RunOracle(o);
   EXPECT_EQ(st.executed, o.cases);
+  EXPECT_GT(st.dp_owned, o.cases / 4);
 }
 
 }  // namespace

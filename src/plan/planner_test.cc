@@ -768,12 +768,9 @@ TEST(PlannerTest, DpOwnedTensorRoutesThroughItsOwner) {
   CheckInvariants(*plan);
 }
 
-// Library bug (src/plan/planner.cc, SourceBoxes): the DP-ownership
-// ambiguity check counts (owner, replica) groups, so a tensor owned by one
-// DP rank and replicated over TP forms one group per TP rank and is
-// rejected as "ambiguous". Enable once the check counts distinct ownership
-// keys.
-TEST(PlannerTest, DISABLED_DpOwnedTensorReplicatedOverTpIsNotAmbiguous) {
+// One DP owner, replicated over TP: one owner, two interchangeable replica
+// groups, not an ambiguity.
+TEST(PlannerTest, DpOwnedTensorReplicatedOverTpIsNotAmbiguous) {
   PlacementDraft src = GridDraft(Sizes{.dp = 2, .tp = 2});
   AddTensor(&src, {.tensor_id = "w", .shape = {8, 4}});
   src.tensors[0].parallel_axes = {OwnershipAxis(AxisKind::kDp),
@@ -892,6 +889,24 @@ TEST(PlannerTest, DescribeRegion) {
   EXPECT_TRUE(lines.count("w [0,0,4]+[2,6,4]: p-d0-p0-e0-t0@8 -> "
                           "p-d0-p0-e0-t1@0, inner 8 x(12,16,8)"))
       << ::testing::PrintToString(lines);
+}
+
+}  // namespace
+}  // namespace reshard
+
+namespace reshard {
+namespace {
+
+TEST(PlannerLocalTargetTest, ParticipantWithoutFragmentsIsRejected) {
+  auto src = testing::GridDraft({1, 2, 1, 1});
+  testing::AddTensor(&src, {.tensor_id = "w", .shape = {8}, .pp_owner = 0});
+  auto dst = src;
+  auto plan = LogicalTransferPlan::Make(*src.Build(), *dst.Build(),
+                                        {.target_participant_id =
+                                             "p-d0-p1-e0-t0"});
+  EXPECT_EQ(plan.status().message(),
+            "local target manifest is missing fragments: participant "
+            "p-d0-p1-e0-t0 holds none");
 }
 
 }  // namespace

@@ -1,0 +1,83 @@
+// A committed store revision's manifest (digest 2.13): the stored fragments
+// of one complete replica, each a byte range of an object, usable as a plan
+// source in place of a live placement.
+
+#ifndef RESHARD_STORED_MANIFEST_H_
+#define RESHARD_STORED_MANIFEST_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/placement.h"
+#include "reshard/status.h"
+
+namespace reshard {
+
+struct StoredFragment {
+  std::string fragment_id;
+  std::string tensor_id;
+  Dims global_offset;
+  Dims local_shape;
+  std::string object_key;
+  uint64_t object_offset = 0;
+  uint64_t nbytes = 0;
+  std::vector<std::string> aliases;  // sorted
+  friend bool operator==(const StoredFragment&,
+                         const StoredFragment&) = default;
+};
+
+struct StoredWeightManifestSpec {
+  std::string namespace_;
+  std::string resource_id;
+  std::string revision;
+  uint64_t weight_generation = 0;
+  std::string group_id;
+  std::string manifest_key;  // "<group>/manifest"
+  std::string created_at;    // UTC ISO-8601, e.g. 2026-07-23T00:00:00Z
+  std::vector<TensorDescriptor> tensors;
+  std::vector<StoredFragment> fragments;
+};
+
+class StoredWeightManifest {
+ public:
+  // Validates rule 63: key layout, fragment geometry, unique ids and
+  // geometry, complete alias groups, exact cover per tensor, disjoint object
+  // ranges (except alias members sharing one range).
+  static Result<StoredWeightManifest> Make(StoredWeightManifestSpec spec);
+
+  static constexpr std::string_view kResourceKind = "model_weight";
+
+  const StoredWeightManifestSpec& spec() const { return *s_; }
+  const std::string& resource_id() const { return s_->resource_id; }
+  const std::string& revision() const { return s_->revision; }
+  uint64_t weight_generation() const { return s_->weight_generation; }
+  const std::string& manifest_key() const { return s_->manifest_key; }
+  // Sorted by tensor_id.
+  const std::vector<TensorDescriptor>& tensors() const { return s_->tensors; }
+  // Sorted by fragment_id.
+  const std::vector<StoredFragment>& fragments() const {
+    return s_->fragments;
+  }
+  const TensorDescriptor* FindTensor(std::string_view tensor_id) const;
+  // Hex SHA-256 of the canonical JSON (ensure_ascii=False).
+  const std::string& manifest_digest() const { return digest_; }
+
+ private:
+  StoredWeightManifest(std::shared_ptr<const StoredWeightManifestSpec> s,
+                       std::string digest)
+      : s_(std::move(s)), digest_(std::move(digest)) {}
+  std::shared_ptr<const StoredWeightManifestSpec> s_;
+  std::string digest_;
+};
+
+// Canonical JSON, ensure_ascii=False (raw UTF-8), sorted keys, compact.
+std::string StoredWeightManifestToJson(const StoredWeightManifest& manifest);
+Result<StoredWeightManifest> StoredWeightManifestFromJson(
+    std::string_view json);
+
+}  // namespace reshard
+
+#endif  // RESHARD_STORED_MANIFEST_H_

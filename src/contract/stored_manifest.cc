@@ -1,0 +1,326 @@
+// StoredWeightManifest: factory, validation (rule 63) and JSON.
+
+#include "reshard/stored_manifest.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "contract/placement_json.h"
+#include "contract/placement_wire_internal.h"
+#include "util/box_cover.h"
+#include "util/json_reader.h"
+#include "util/sha256.h"
+
+namespace reshard {
+namespace {
+
+constexpr std::string_view kManifestSuffix = "/manifest";
+
+Status CheckStoredFragment(const TensorDescriptor& t, const StoredFragment& f) {
+  // Same geometry rules as placement fragments (rules 7-10).
+  PlacementFragmentSpec spec{f.tensor_id, f.global_offset, f.local_shape,
+                             f.nbytes,    {},              f.aliases,
+                             f.fragment_id};
+  auto pf = PlacementFragment::Make(std::move(spec));
+  if (!pf.ok()) return pf.status();
+  return internal::CheckFragmentGeometry(t, *pf);
+}
+
+}  // namespace
+
+Result<StoredWeightManifest> StoredWeightManifest::Make(
+    StoredWeightManifestSpec s) {
+  const std::pair<const char*, const std::string*> ids[] = {
+      {"namespace", &s.namespace_},     {"resource_id", &s.resource_id},
+      {"revision", &s.revision},        {"group_id", &s.group_id},
+      {"manifest_key", &s.manifest_key}, {"created_at", &s.created_at}};
+  for (const auto& [name, v] : ids) {
+    if (v->empty()) {
+      return Status::InvalidArgument(std::string("stored manifest ") + name +
+                                     " must be a non-empty string");
+    }
+  }
+  const std::string& key = s.manifest_key;
+  if (key.size() <= kManifestSuffix.size() ||
+      key.compare(key.size() - kManifestSuffix.size(), kManifestSuffix.size(),
+                  kManifestSuffix) != 0) {
+    return Status::InvalidArgument(
+        "manifest_key must use the canonical manifest suffix: " + key);
+  }
+  const std::string payload_prefix =
+      key.substr(0, key.size() - kManifestSuffix.size()) + "/payload/";
+  std::sort(s.tensors.begin(), s.tensors.end(),
+            [](const auto& a, const auto& b) {
+              return a.tensor_id() < b.tensor_id();
+            });
+  for (size_t i = 1; i < s.tensors.size(); ++i) {
+    if (s.tensors[i].tensor_id() == s.tensors[i - 1].tensor_id()) {
+      return Status::InvalidArgument("duplicate tensor_id: " +
+                                     s.tensors[i].tensor_id());
+    }
+  }
+  if (s.tensors.empty() || s.fragments.empty()) {
+    return Status::InvalidArgument(
+        "stored manifest must contain tensors and fragments");
+  }
+  for (auto& f : s.fragments) std::sort(f.aliases.begin(), f.aliases.end());
+  std::sort(s.fragments.begin(), s.fragments.end(),
+            [](const auto& a, const auto& b) {
+              return a.fragment_id < b.fragment_id;
+            });
+  std::unordered_map<std::string_view, size_t> index;
+  for (size_t t = 0; t < s.tensors.size(); ++t) {
+    index.emplace(s.tensors[t].tensor_id(), t);
+  }
+  std::vector<std::vector<const StoredFragment*>> by_tensor(s.tensors.size());
+  for (size_t i = 0; i < s.fragments.size(); ++i) {
+    const StoredFragment& f = s.fragments[i];
+    if (i > 0 && f.fragment_id == s.fragments[i - 1].fragment_id) {
+      return Status::InvalidArgument("duplicate fragment_id: " +
+                                     f.fragment_id);
+    }
+    if (f.object_key.compare(0, payload_prefix.size(), payload_prefix) != 0 ||
+        f.object_key.size() == payload_prefix.size()) {
+      return Status::InvalidArgument(
+          "payload object_key does not belong to manifest group: " +
+          f.object_key + " (fragment " + f.fragment_id + ")");
+    }
+    auto it = index.find(f.tensor_id);
+    if (it == index.end()) {
+      return Status::InvalidArgument("unknown tensor_id " + f.tensor_id +
+                                     " in stored fragment " + f.fragment_id);
+    }
+    RETURN_NOT_OK(CheckStoredFragment(s.tensors[it->second], f));
+    by_tensor[it->second].push_back(&f);
+  }
+  // Unique geometry per tensor and exact cover.
+  std::vector<internal::BoxRef> boxes;
+  for (size_t t = 0; t < s.tensors.size(); ++t) {
+    auto& frags = by_tensor[t];
+    if (frags.empty()) {
+      return Status::InvalidArgument("tensor is not fully covered: " +
+                                     s.tensors[t].tensor_id());
+    }
+    std::sort(frags.begin(), frags.end(), [](const auto* a, const auto* b) {
+      return std::tie(a->global_offset, a->local_shape) <
+             std::tie(b->global_offset, b->local_shape);
+    });
+    boxes.clear();
+    for (size_t i = 0; i < frags.size(); ++i) {
+      if (i > 0 && frags[i]->global_offset == frags[i - 1]->global_offset &&
+          frags[i]->local_shape == frags[i - 1]->local_shape) {
+        return Status::InvalidArgument(
+            "duplicate fragment geometry: " + frags[i]->fragment_id + " and " +
+            frags[i - 1]->fragment_id + " (tensor " +
+            s.tensors[t].tensor_id() + ")");
+      }
+      boxes.push_back({frags[i]->global_offset.data(),
+                       frags[i]->local_shape.data()});
+    }
+    if (!internal::ExactlyCovers(s.tensors[t].global_shape(), boxes)) {
+      return Status::InvalidArgument("tensor is not fully covered: " +
+                                     s.tensors[t].tensor_id());
+    }
+  }
+  // Alias groups: every member has a fragment with the same geometry and
+  // group, and all members' descriptors agree except the id.
+  using GeometryKey = std::tuple<std::vector<std::string>, Dims, Dims,
+                                 uint64_t>;
+  std::map<GeometryKey, std::vector<const StoredFragment*>> alias_groups;
+  for (const auto& f : s.fragments) {
+    if (f.aliases.empty()) continue;
+    alias_groups[{f.aliases, f.global_offset, f.local_shape, f.nbytes}]
+        .push_back(&f);
+  }
+  for (const auto& [geometry, members] : alias_groups) {
+    const auto& group = std::get<0>(geometry);
+    std::vector<std::string> present;
+    for (const auto* f : members) present.push_back(f->tensor_id);
+    std::sort(present.begin(), present.end());
+    present.erase(std::unique(present.begin(), present.end()), present.end());
+    if (present != group) {
+      return Status::InvalidArgument(
+          "stored alias group is incomplete for fragment geometry: " +
+          members.front()->fragment_id);
+    }
+    const TensorDescriptor& first = s.tensors[index.at(group.front())];
+    for (const auto& member : group) {
+      const TensorDescriptor& d = s.tensors[index.at(member)];
+      if (d.global_shape() != first.global_shape() ||
+          d.dtype() != first.dtype() || d.itemsize() != first.itemsize() ||
+          d.layout_fingerprint() != first.layout_fingerprint()) {
+        return Status::InvalidArgument(
+            "stored alias tensor descriptors differ: " + group.front() +
+            " and " + member);
+      }
+    }
+  }
+  // Object ranges: disjoint per object, except one range shared by the
+  // members of one alias group with the same geometry.
+  std::vector<const StoredFragment*> ranges;
+  for (const auto& f : s.fragments) ranges.push_back(&f);
+  std::sort(ranges.begin(), ranges.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->object_key, a->object_offset, a->nbytes) <
+           std::tie(b->object_key, b->object_offset, b->nbytes);
+  });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const StoredFragment* p = ranges[i - 1];
+    const StoredFragment* f = ranges[i];
+    if (p->object_key != f->object_key) continue;
+    const bool shared_alias =
+        p->object_offset == f->object_offset && p->nbytes == f->nbytes &&
+        !f->aliases.empty() && p->aliases == f->aliases &&
+        p->global_offset == f->global_offset &&
+        p->local_shape == f->local_shape;
+    if (!shared_alias && f->object_offset < p->object_offset + p->nbytes) {
+      return Status::InvalidArgument("stored fragment object ranges overlap: " +
+                                     p->fragment_id + " and " +
+                                     f->fragment_id + " in " + f->object_key);
+    }
+  }
+  auto shared = std::make_shared<const StoredWeightManifestSpec>(std::move(s));
+  StoredWeightManifest m(shared, "");
+  m.digest_ = internal::Sha256Hex(StoredWeightManifestToJson(m));
+  return m;
+}
+
+const TensorDescriptor* StoredWeightManifest::FindTensor(
+    std::string_view id) const {
+  const auto& v = s_->tensors;
+  auto it = std::lower_bound(
+      v.begin(), v.end(), id,
+      [](const TensorDescriptor& t, std::string_view x) {
+        return t.tensor_id() < x;
+      });
+  return it != v.end() && it->tensor_id() == id ? &*it : nullptr;
+}
+
+std::string StoredWeightManifestToJson(const StoredWeightManifest& m) {
+  const auto& s = m.spec();
+  std::string out;
+  internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
+  w.BeginObject();
+  w.KeyString("created_at", s.created_at);
+  w.Key("fragments");
+  w.BeginArray();
+  for (const auto& f : s.fragments) {
+    w.BeginObject();
+    w.Key("aliases");
+    w.BeginArray();
+    for (const auto& a : f.aliases) w.String(a);
+    w.EndArray();
+    w.KeyString("fragment_id", f.fragment_id);
+    w.Key("global_offset");
+    w.IntArray(f.global_offset);
+    w.Key("local_shape");
+    w.IntArray(f.local_shape);
+    w.KeyUInt("nbytes", f.nbytes);
+    w.KeyString("object_key", f.object_key);
+    w.KeyUInt("object_offset", f.object_offset);
+    w.KeyString("tensor_id", f.tensor_id);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.KeyString("group_id", s.group_id);
+  w.KeyString("manifest_key", s.manifest_key);
+  w.KeyString("namespace", s.namespace_);
+  w.KeyString("resource_id", s.resource_id);
+  w.KeyString("resource_kind", StoredWeightManifest::kResourceKind);
+  w.KeyString("revision", s.revision);
+  w.Key("tensors");
+  w.BeginArray();
+  for (const auto& t : s.tensors) internal::WriteTensor(t, &w);
+  w.EndArray();
+  w.KeyUInt("weight_generation", s.weight_generation);
+  w.EndObject();
+  return out;
+}
+
+Result<StoredWeightManifest> StoredWeightManifestFromJson(
+    std::string_view json) {
+  using internal::JsonPath;
+  ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
+  JsonPath root;
+  ASSIGN_OR_RETURN(
+      auto obj,
+      internal::StrictObject::Make(
+          doc.root(), root, "stored manifest",
+          {"created_at", "fragments", "group_id", "manifest_key", "namespace",
+           "resource_id", "resource_kind", "revision", "tensors",
+           "weight_generation"}));
+  ASSIGN_OR_RETURN(std::string_view kind,
+                   internal::ReadString(obj.Get("resource_kind"),
+                                        root.Field("resource_kind")));
+  if (kind != StoredWeightManifest::kResourceKind) {
+    return Status::InvalidArgument(
+        "stored manifest resource_kind must be model_weight, got \"" +
+        std::string(kind) + "\"");
+  }
+  StoredWeightManifestSpec s;
+  auto str = [&](std::string_view k, std::string* out) -> Status {
+    auto v = internal::ReadNonEmptyString(obj.Get(k), root.Field(k));
+    if (!v.ok()) return v.status();
+    *out = *v;
+    return Status::OK();
+  };
+  RETURN_NOT_OK(str("created_at", &s.created_at));
+  RETURN_NOT_OK(str("group_id", &s.group_id));
+  RETURN_NOT_OK(str("manifest_key", &s.manifest_key));
+  RETURN_NOT_OK(str("namespace", &s.namespace_));
+  RETURN_NOT_OK(str("resource_id", &s.resource_id));
+  RETURN_NOT_OK(str("revision", &s.revision));
+  ASSIGN_OR_RETURN(s.weight_generation,
+                   internal::ReadU64(obj.Get("weight_generation"),
+                                     root.Field("weight_generation")));
+  JsonPath tp = root.Field("tensors");
+  ASSIGN_OR_RETURN(auto tensors, internal::ReadArray(obj.Get("tensors"), tp));
+  size_t i = 0;
+  for (auto e : tensors) {
+    ASSIGN_OR_RETURN(auto t, internal::ReadTensor(e, tp.Index(i++)));
+    s.tensors.push_back(std::move(t));
+  }
+  JsonPath fp = root.Field("fragments");
+  ASSIGN_OR_RETURN(auto frags, internal::ReadArray(obj.Get("fragments"), fp));
+  i = 0;
+  for (auto e : frags) {
+    JsonPath p = fp.Index(i++);
+    ASSIGN_OR_RETURN(
+        auto fo, internal::StrictObject::Make(
+                     e, p, "stored fragment",
+                     {"aliases", "fragment_id", "global_offset",
+                      "local_shape", "nbytes", "object_key", "object_offset",
+                      "tensor_id"}));
+    StoredFragment f;
+    ASSIGN_OR_RETURN(std::string_view id,
+                     internal::ReadNonEmptyString(fo.Get("fragment_id"),
+                                                  p.Field("fragment_id")));
+    f.fragment_id = id;
+    ASSIGN_OR_RETURN(std::string_view tid,
+                     internal::ReadNonEmptyString(fo.Get("tensor_id"),
+                                                  p.Field("tensor_id")));
+    f.tensor_id = tid;
+    ASSIGN_OR_RETURN(f.global_offset,
+                     internal::ReadIntArray(fo.Get("global_offset"),
+                                            p.Field("global_offset")));
+    ASSIGN_OR_RETURN(f.local_shape, internal::ReadIntArray(
+                                        fo.Get("local_shape"),
+                                        p.Field("local_shape")));
+    ASSIGN_OR_RETURN(std::string_view ok,
+                     internal::ReadNonEmptyString(fo.Get("object_key"),
+                                                  p.Field("object_key")));
+    f.object_key = ok;
+    ASSIGN_OR_RETURN(f.object_offset, internal::ReadU64(
+                                          fo.Get("object_offset"),
+                                          p.Field("object_offset")));
+    ASSIGN_OR_RETURN(f.nbytes,
+                     internal::ReadU64(fo.Get("nbytes"), p.Field("nbytes")));
+    ASSIGN_OR_RETURN(f.aliases, internal::ReadStringArray(fo.Get("aliases"),
+                                                          p.Field("aliases")));
+    s.fragments.push_back(std::move(f));
+  }
+  return StoredWeightManifest::Make(std::move(s));
+}
+
+}  // namespace reshard
