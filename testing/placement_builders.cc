@@ -1,6 +1,8 @@
 #include "testing/placement_builders.h"
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -109,6 +111,50 @@ std::vector<WeightRuntimeBindingManifest> FakeBindings(
     out.push_back(*WeightRuntimeBindingManifest::Make(std::move(s)));
   }
   return out;
+}
+
+StoredWeightManifestSpec StoredSpecFrom(const WeightPlacementManifest& m,
+                                        const std::string& group) {
+  StoredWeightManifestSpec s;
+  s.namespace_ = "ns";
+  s.resource_id = m.resource_id();
+  s.revision = m.revision();
+  s.weight_generation = m.weight_generation();
+  s.group_id = group;
+  s.manifest_key = group + "/manifest";
+  s.created_at = "2026-07-23T00:00:00Z";
+  s.tensors = m.tensors();
+  // Per tensor, the rank projected on its non-split axes picks the group.
+  auto group_key = [&](const PlacementFragment& f) {
+    const TensorDescriptor* t = m.FindTensor(f.tensor_id());
+    std::array<int64_t, 4> k{-1, -1, -1, -1};
+    for (const auto& axis : t->parallel_axes()) {
+      if (axis.semantics() != AxisSemantics::kSplit) {
+        k[static_cast<size_t>(axis.kind())] = f.rank().Get(axis.kind());
+      }
+    }
+    return k;
+  };
+  std::map<std::string, std::array<int64_t, 4>> chosen;
+  for (const auto* f : m.fragments()) {
+    auto k = group_key(*f);
+    auto [it, inserted] = chosen.emplace(f->tensor_id(), k);
+    if (!inserted && k < it->second) it->second = k;
+  }
+  std::map<std::string, uint64_t> object_size;
+  for (const auto& part : m.parts()) {
+    for (const auto& f : part.fragments()) {
+      if (group_key(f) != chosen.at(f.tensor_id())) continue;
+      const std::string object =
+          group + "/payload/" + part.participant_id();
+      uint64_t& offset = object_size[object];
+      s.fragments.push_back({"stored-" + f.placement_fragment_id().substr(7, 16),
+                             f.tensor_id(), f.global_offset(), f.local_shape(),
+                             object, offset, f.nbytes(), f.aliases()});
+      offset += f.nbytes();
+    }
+  }
+  return s;
 }
 
 std::string ReadTestData(const std::string& relative_path) {

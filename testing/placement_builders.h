@@ -11,6 +11,7 @@
 
 #include "reshard/binding.h"
 #include "reshard/placement.h"
+#include "reshard/stored_manifest.h"
 #include "gen/tensor_layout.h"
 
 namespace reshard::testing {
@@ -53,6 +54,12 @@ std::vector<WeightRuntimeBindingManifest> FakeBindings(
 RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
                                                int64_t itemsize,
                                                uint64_t address);
+
+// A stored manifest holding one complete cover of every tensor of
+// `placement` (the first (owner, replica) group in rank order), each
+// participant's fragments packed into one payload object.
+StoredWeightManifestSpec StoredSpecFrom(const WeightPlacementManifest& placement,
+                                        const std::string& group = "ns/rev");
 
 // Reads a file under tests/data (RESHARD_TEST_DATA).
 std::string ReadTestData(const std::string& relative_path);

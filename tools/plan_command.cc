@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "reshard/stored_manifest.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
 
@@ -63,12 +65,28 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([=]() {
     auto run = [&]() -> Result<std::string> {
-      ASSIGN_OR_RETURN(auto src, LoadPlacement(*source));
+      ASSIGN_OR_RETURN(std::string source_text, ReadFile(*source));
       ASSIGN_OR_RETURN(auto dst, LoadPlacement(*target));
       PlanOptions options;
       if (!participant->empty()) options.target_participant_id = *participant;
+      // The source is a live placement or a stored manifest.
+      std::optional<WeightPlacementManifest> src;
+      std::optional<StoredWeightManifest> stored;
+      if (LooksLikeStoredManifest(source_text)) {
+        auto m = StoredWeightManifestFromJson(source_text);
+        if (!m.ok()) return m.status().WithContext(*source);
+        stored = std::move(m).ValueOrDie();
+      } else {
+        auto m = WeightPlacementFromJson(source_text);
+        if (!m.ok()) return m.status().WithContext(*source);
+        src = std::move(m).ValueOrDie();
+      }
       const auto t0 = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(src, dst, options));
+      ASSIGN_OR_RETURN(
+          auto plan, stored.has_value()
+                         ? LogicalTransferPlan::MakeFromStored(*stored, dst,
+                                                               options)
+                         : LogicalTransferPlan::Make(*src, dst, options));
       const double seconds = std::chrono::duration<double>(
                                  std::chrono::steady_clock::now() - t0)
                                  .count();

@@ -20,6 +20,7 @@
 
 #include "reshard/placement.h"
 #include "reshard/status.h"
+#include "reshard/stored_manifest.h"
 
 namespace reshard {
 
@@ -120,6 +121,8 @@ class LogicalTransferPlan {
 
   const std::string& resource_id() const;
   const std::string& revision() const;
+  // The source placement_id, or "manifest:<manifest_key>" for a stored
+  // source.
   const std::string& source_placement_id() const;
   const std::string& target_placement_id() const;
   const std::vector<std::string>& tensors() const;
@@ -139,12 +142,22 @@ class LogicalTransferPlan {
   const std::vector<TrafficEntry>& traffic() const;
   const PlanSummary& summary() const;
 
+  // Plans `target` from a committed store manifest: every stored fragment
+  // is eligible; source "participants" are the payload objects.
+  static Result<LogicalTransferPlan> MakeFromStored(
+      const StoredWeightManifest& source,
+      const WeightPlacementManifest& target, const PlanOptions& options = {});
+
   // Human-readable one-line description of a region.
   std::string DescribeRegion(const TransferRegion& region) const;
 
   struct Impl;
 
  private:
+  struct SourceView;
+  static Result<LogicalTransferPlan> Plan(const SourceView& source,
+                                          const WeightPlacementManifest& target,
+                                          const PlanOptions& options);
   explicit LogicalTransferPlan(std::shared_ptr<const Impl> impl)
       : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;

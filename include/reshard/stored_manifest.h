@@ -78,6 +78,10 @@ std::string StoredWeightManifestToJson(const StoredWeightManifest& manifest);
 Result<StoredWeightManifest> StoredWeightManifestFromJson(
     std::string_view json);
 
+// True if `json` is an object with a top-level "manifest_key" (a stored
+// manifest rather than a placement); false for anything else.
+bool LooksLikeStoredManifest(std::string_view json);
+
 }  // namespace reshard
 
 #endif  // RESHARD_STORED_MANIFEST_H_

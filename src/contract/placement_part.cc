@@ -20,7 +20,9 @@ Status CheckFragmentGeometry(const TensorDescriptor& t,
                                    " dimensions, fragment has " +
                                    std::to_string(f.global_offset().size()));
   }
+  // Checked: a wrapped product must not match nbytes by accident.
   unsigned __int128 bytes = static_cast<uint64_t>(t.itemsize());
+  bool too_large = false;
   for (size_t d = 0; d < t.ndim(); ++d) {
     if (f.global_offset()[d] > t.global_shape()[d] - f.local_shape()[d]) {
       return Status::InvalidArgument(
@@ -30,12 +32,14 @@ Status CheckFragmentGeometry(const TensorDescriptor& t,
           std::to_string(f.local_shape()[d]) + " > " +
           std::to_string(t.global_shape()[d]));
     }
-    bytes *= static_cast<uint64_t>(f.local_shape()[d]);
+    too_large |= __builtin_mul_overflow(
+        bytes, static_cast<unsigned __int128>(f.local_shape()[d]), &bytes);
+    too_large |= bytes > UINT64_MAX;
   }
-  if (bytes != f.nbytes()) {
+  if (too_large || bytes != f.nbytes()) {
     std::string expected =
-        bytes > UINT64_MAX ? "more than 2^64-1"
-                           : std::to_string(static_cast<uint64_t>(bytes));
+        too_large ? "more than 2^64-1"
+                  : std::to_string(static_cast<uint64_t>(bytes));
     return Status::InvalidArgument("fragment byte size mismatch: " + id +
                                    ": expected " + expected + ", got " +
                                    std::to_string(f.nbytes()));

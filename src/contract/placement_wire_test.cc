@@ -245,3 +245,32 @@ TEST(PlacementWireTest, LargeDocumentsDecodeInParallelDeterministically) {
 
 }  // namespace
 }  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// A byte size whose product wraps around 2^128 must not match nbytes.
+TEST(PlacementWireTest, WrappedByteSizeIsAMismatch) {
+  TensorDescriptorSpec t{.tensor_id = "w",
+                         .global_shape = {int64_t{1} << 62, int64_t{1} << 62,
+                                          int64_t{1} << 62},
+                         .dtype = "uint8",
+                         .itemsize = 1,
+                         .layout_fingerprint = "x"};
+  auto f = PlacementFragment::Make({.tensor_id = "w",
+                                    .global_offset = {0, 0, 0},
+                                    .local_shape = {int64_t{1} << 62,
+                                                    int64_t{1} << 62,
+                                                    int64_t{1} << 62},
+                                    .nbytes = 0 + 1,
+                                    .placement_fragment_id = "f"});
+  ASSERT_TRUE(f.ok());
+  WeightPlacementPartSpec s{{"r", "v", 1, "set"}, "sha256:t", "p", {},
+                            {*TensorDescriptor::Make(t)}, {*f}};
+  EXPECT_EQ(WeightPlacementPart::Make(s).status().message(),
+            "fragment byte size mismatch: f: expected more than 2^64-1, got "
+            "1");
+}
+
+}  // namespace
+}  // namespace reshard

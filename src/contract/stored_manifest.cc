@@ -323,4 +323,12 @@ Result<StoredWeightManifest> StoredWeightManifestFromJson(
   return StoredWeightManifest::Make(std::move(s));
 }
 
+bool LooksLikeStoredManifest(std::string_view json) {
+  auto doc = internal::JsonDocument::Parse(json);
+  if (!doc.ok()) return false;
+  auto root = doc->root();
+  return root.type() == simdjson::dom::element_type::OBJECT &&
+         !root["manifest_key"].error();
+}
+
 }  // namespace reshard

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -15,6 +16,7 @@
 namespace reshard {
 
 struct LogicalTransferPlan::Impl {
+  bool stored_source = false;  // routes then have no source pp
   std::string resource_id;
   std::string revision;
   std::string source_placement_id;
@@ -227,29 +229,104 @@ Result<std::vector<SourceBox>> SourceBoxes(
 
 }  // namespace
 
+// What the planner needs of a source: identity, tensors and a way to emit
+// the fragments of the tensors it needs. Implemented for live placements
+// and for stored manifests.
+struct LogicalTransferPlan::SourceView {
+  const std::string& resource_id;
+  const std::string& revision;
+  uint64_t weight_generation;
+  const std::string& id;
+  std::vector<const TensorDescriptor*> tensors;
+  std::function<const TensorDescriptor*(std::string_view)> find_tensor;
+  // Appends the fragments of needed tensors to the plan's source table.
+  std::function<void(const std::unordered_map<std::string_view, uint32_t>&,
+                     Impl*, std::vector<std::vector<uint32_t>>*)>
+      add_fragments;
+};
+
 Result<LogicalTransferPlan> LogicalTransferPlan::Make(
     const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, const PlanOptions& options) {
-  if (source.resource_id() != target.resource_id()) {
+  SourceView view{source.resource_id(), source.revision(),
+                  source.weight_generation(), source.placement_id(), {},
+                  [&](std::string_view id) { return source.FindTensor(id); },
+                  {}};
+  for (const auto& t : source.tensors()) view.tensors.push_back(&t);
+  view.add_fragments = [&](const auto& tensor_index, Impl* impl,
+                           std::vector<std::vector<uint32_t>>* by_tensor) {
+    for (const auto& part : source.parts()) {
+      if (part.fragments().empty()) continue;
+      const auto pidx =
+          static_cast<uint32_t>(impl->source_participants.size());
+      impl->source_participants.push_back(part.participant_id());
+      for (const auto& f : part.fragments()) {
+        auto it = tensor_index.find(f.tensor_id());
+        if (it == tensor_index.end()) continue;  // not needed by the target
+        (*by_tensor)[it->second].push_back(impl->source_fragments.size());
+        impl->source_fragments.push_back(
+            ToPlanFragment(f, part.participant_id(), pidx, it->second));
+      }
+    }
+  };
+  return Plan(view, target, options);
+}
+
+Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
+    const StoredWeightManifest& source,
+    const WeightPlacementManifest& target, const PlanOptions& options) {
+  const std::string id = "manifest:" + source.manifest_key();
+  SourceView view{source.resource_id(), source.revision(),
+                  source.weight_generation(), id, {},
+                  [&](std::string_view t) { return source.FindTensor(t); },
+                  {}};
+  for (const auto& t : source.tensors()) view.tensors.push_back(&t);
+  // Every stored fragment is eligible; its "participant" is its object.
+  view.add_fragments = [&](const auto& tensor_index, Impl* impl,
+                           std::vector<std::vector<uint32_t>>* by_tensor) {
+    impl->stored_source = true;
+    std::map<std::string_view, uint32_t> objects;
+    for (const auto& f : source.fragments()) objects.emplace(f.object_key, 0);
+    for (auto& [key, idx] : objects) {
+      idx = impl->source_participants.size();
+      impl->source_participants.emplace_back(key);
+    }
+    for (const auto& f : source.fragments()) {
+      auto it = tensor_index.find(f.tensor_id);
+      if (it == tensor_index.end()) continue;
+      (*by_tensor)[it->second].push_back(impl->source_fragments.size());
+      impl->source_fragments.push_back(
+          {f.fragment_id, f.object_key, ParallelRank{}, std::nullopt,
+           it->second, f.global_offset, f.local_shape, f.nbytes,
+           objects.at(f.object_key), 0});
+    }
+  };
+  return Plan(view, target, options);
+}
+
+Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
+    const SourceView& source, const WeightPlacementManifest& target,
+    const PlanOptions& options) {
+  if (source.resource_id != target.resource_id()) {
     return Status::InvalidArgument("source and target resource_id differ: " +
-                                   source.resource_id() + " vs " +
+                                   source.resource_id + " vs " +
                                    target.resource_id());
   }
-  if (source.revision() != target.revision()) {
+  if (source.revision != target.revision()) {
     return Status::InvalidArgument("source and target revision differ: " +
-                                   source.revision() + " vs " +
+                                   source.revision + " vs " +
                                    target.revision());
   }
-  if (source.weight_generation() != target.weight_generation()) {
+  if (source.weight_generation != target.weight_generation()) {
     return Status::InvalidArgument(
         "source and target weight_generation differ: " +
-        std::to_string(source.weight_generation()) + " vs " +
+        std::to_string(source.weight_generation) + " vs " +
         std::to_string(target.weight_generation()));
   }
   auto impl = std::make_shared<Impl>();
   impl->resource_id = target.resource_id();
   impl->revision = target.revision();
-  impl->source_placement_id = source.placement_id();
+  impl->source_placement_id = source.id;
   impl->target_placement_id = target.placement_id();
 
   // Target selection: every part, or one local participant.
@@ -277,16 +354,16 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
     }
   } else {
     for (const auto& t : target.tensors()) plan_tensors.push_back(&t);
-    for (const auto& t : source.tensors()) {
-      if (target.FindTensor(t.tensor_id()) == nullptr) {
+    for (const auto* t : source.tensors) {
+      if (target.FindTensor(t->tensor_id()) == nullptr) {
         return Status::InvalidArgument(
-            "target manifests are missing tensors: " + t.tensor_id());
+            "target manifests are missing tensors: " + t->tensor_id());
       }
     }
   }
   std::unordered_map<std::string_view, uint32_t> tensor_index;
   for (const auto* t : plan_tensors) {
-    const TensorDescriptor* s = source.FindTensor(t->tensor_id());
+    const TensorDescriptor* s = source.find_tensor(t->tensor_id());
     if (s == nullptr) {
       return Status::InvalidArgument(
           "target manifests contain unknown tensors: " + t->tensor_id());
@@ -298,19 +375,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
 
   // Fragment tables and participants.
   std::vector<std::vector<uint32_t>> source_by_tensor(plan_tensors.size());
-  for (const auto& part : source.parts()) {
-    if (part.fragments().empty()) continue;
-    const auto pidx = static_cast<uint32_t>(impl->source_participants.size());
-    impl->source_participants.push_back(part.participant_id());
-    for (const auto& f : part.fragments()) {
-      auto it = tensor_index.find(f.tensor_id());
-      if (it == tensor_index.end()) continue;  // not needed by this target
-      const auto i = static_cast<uint32_t>(impl->source_fragments.size());
-      source_by_tensor[it->second].push_back(i);
-      impl->source_fragments.push_back(
-          ToPlanFragment(f, part.participant_id(), pidx, it->second));
-    }
-  }
+  source.add_fragments(tensor_index, impl.get(), &source_by_tensor);
   AssignOrder(&impl->source_fragments);
   std::vector<std::vector<uint32_t>> target_by_tensor(plan_tensors.size());
   for (const auto* part : target_parts) {
@@ -333,7 +398,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
   std::vector<const SourceBox*> region_box;
   std::vector<std::vector<SourceBox>> tensor_boxes(plan_tensors.size());
   for (uint32_t t = 0; t < plan_tensors.size(); ++t) {
-    const TensorDescriptor& desc = *source.FindTensor(impl->tensors[t]);
+    const TensorDescriptor& desc = *source.find_tensor(impl->tensors[t]);
     ASSIGN_OR_RETURN(tensor_boxes[t],
                      SourceBoxes(desc, source_by_tensor[t],
                                  impl->source_fragments));
@@ -457,7 +522,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
     const PlanFragment& tf = tfr[r.target_fragment];
     impl->target_bytes[tf.participant] += r.bytes;
     traffic[(uint64_t{sf.participant} << 32) | tf.participant] += r.bytes;
-    const std::array<int64_t, 4> key{sf.rank.pp,
+    const std::array<int64_t, 4> key{impl->stored_source ? -1 : sf.rank.pp,
                                      sf.pipeline_stage_id.value_or(-1),
                                      tf.rank.pp,
                                      tf.pipeline_stage_id.value_or(-1)};

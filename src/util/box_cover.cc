@@ -121,22 +121,37 @@ bool ExactlyCovers(std::span<const int64_t> extent,
                    std::span<const BoxRef> boxes) {
   const size_t ndim = extent.size();
   if (boxes.empty()) return false;
+  // Volumes in checked 128-bit arithmetic: a wrapped product could fake an
+  // equal volume. Nothing real has 2^128 elements, so overflow means "no".
   u128 total = 1;
-  for (int64_t e : extent) total *= static_cast<uint64_t>(e);
+  for (int64_t e : extent) {
+    if (e < 1 || __builtin_mul_overflow(total, static_cast<u128>(e), &total)) {
+      return false;
+    }
+  }
+  if (boxes.size() == 1) {
+    for (size_t d = 0; d < ndim; ++d) {
+      if (boxes[0].offset[d] != 0 || boxes[0].shape[d] != extent[d]) {
+        return false;
+      }
+    }
+    return true;
+  }
   u128 sum = 0;
   for (const BoxRef& b : boxes) {
     u128 v = 1;
     for (size_t d = 0; d < ndim; ++d) {
-      if (b.offset[d] < 0 || b.offset[d] + b.shape[d] > extent[d]) {
+      if (b.offset[d] < 0 || b.shape[d] < 1 ||
+          b.offset[d] > extent[d] - b.shape[d]) {
         return false;
       }
-      v *= static_cast<uint64_t>(b.shape[d]);
+      if (__builtin_mul_overflow(v, static_cast<u128>(b.shape[d]), &v)) {
+        return false;
+      }
     }
-    sum += v;
-    if (sum > total) return false;
+    if (__builtin_add_overflow(sum, v, &sum) || sum > total) return false;
   }
   if (sum != total) return false;
-  if (boxes.size() == 1) return true;  // in bounds with the full volume
   if (auto grid = GridCovers(extent, boxes); grid.has_value()) return *grid;
   if (ndim <= 8) return CornersCover(extent, boxes);
   // Disjoint boxes inside the extent with the full volume tile it.

@@ -360,7 +360,7 @@ TEST(BoxCoverTest, LargeCoordinatesDoNotOverflow) {
 // "disjoint + full volume" fallback) accepts a box that covers a ~1e-38
 // fraction of the tensor. Found with a 2-D lattice reduction of
 // x * (a * b) mod 2^128.
-TEST(BoxCoverTest, DISABLED_VolumeOverflowDoesNotFakeCover) {
+TEST(BoxCoverTest, VolumeOverflowDoesNotFakeCover) {
   const int64_t a = 5922139795108761373;
   const int64_t b = 9100938232759824033;
   const int64_t x = 5466526306856062697;

@@ -33,8 +33,9 @@ bool HasNonFiniteToken(std::string_view text) {
   return false;
 }
 
-// True if `text` holds an integer token of 20 or more digits outside
-// strings: simdjson reports those as a generic number error.
+// True if `text` holds an integer token of 19 or more digits outside
+// strings: after a failed parse such a token is out of the 64-bit range
+// (simdjson reports it as a generic number error).
 bool HasHugeInteger(std::string_view text) {
   bool in_string = false;
   size_t digits = 0;
@@ -49,7 +50,7 @@ bool HasHugeInteger(std::string_view text) {
       continue;
     }
     if (c >= '0' && c <= '9') {
-      if (++digits >= 20) return true;
+      if (++digits >= 19) return true;
     } else {
       digits = 0;
       in_string = c == '"';
@@ -173,6 +174,9 @@ Result<StrictObject> StrictObject::Make(
     std::initializer_list<std::string_view> optional) {
   if (element.type() != element_type::OBJECT) {
     return TypeError(path, "must be a JSON object");
+  }
+  if (required.size() + optional.size() > kMaxFields) {
+    return Status::Internal("StrictObject supports at most 16 fields");
   }
   StrictObject obj;
   std::array<std::string_view, kMaxFields> expected{};
