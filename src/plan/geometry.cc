@@ -1,6 +1,8 @@
 // Strided-copy geometry of one overlap between two canonical row-major
 // fragments (digest 4.3), then loop compression beyond it.
 
+#include <algorithm>
+
 #include "reshard/plan.h"
 
 namespace reshard {
@@ -10,8 +12,16 @@ RegionGeometry ComputeRegionGeometry(const Dims& so, const Dims& ss,
                                      const Dims& oo, const Dims& os,
                                      int64_t itemsize) {
   const size_t n = os.size();
-  std::vector<uint64_t> src_stride(n);
-  std::vector<uint64_t> dst_stride(n);
+  // Strides live on the stack for the usual ranks; called once per region.
+  constexpr size_t kInline = 16;
+  uint64_t inline_strides[2 * kInline];
+  std::vector<uint64_t> heap_strides;
+  uint64_t* src_stride = inline_strides;
+  if (n > kInline) {
+    heap_strides.resize(2 * n);
+    src_stride = heap_strides.data();
+  }
+  uint64_t* dst_stride = src_stride + std::max(n, kInline);
   uint64_t s = static_cast<uint64_t>(itemsize);
   uint64_t t = s;
   for (size_t d = n; d-- > 0;) {

@@ -396,6 +396,8 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
   // fragment among the box's interchangeable members is chosen afterwards.
   auto& regions = impl->regions;
   std::vector<const SourceBox*> region_box;
+  regions.reserve(impl->target_fragments.size());
+  region_box.reserve(impl->target_fragments.size());
   std::vector<std::vector<SourceBox>> tensor_boxes(plan_tensors.size());
   for (uint32_t t = 0; t < plan_tensors.size(); ++t) {
     const TensorDescriptor& desc = *source.find_tensor(impl->tensors[t]);
@@ -458,14 +460,22 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
     return regions[a].bytes > regions[b].bytes;
   });
+  // Compact per-fragment columns: the loops below touch fragments in
+  // random order, and whole PlanFragments would miss the cache each time.
+  std::vector<uint32_t> source_participant(sfr.size());
+  for (size_t i = 0; i < sfr.size(); ++i) {
+    source_participant[i] = sfr[i].participant;
+  }
   for (uint32_t i : order) {
     const auto& members = region_box[i]->members;
     uint32_t best = members.front();
     for (uint32_t m : members) {
-      if (load[sfr[m].participant] < load[sfr[best].participant]) best = m;
+      if (load[source_participant[m]] < load[source_participant[best]]) {
+        best = m;
+      }
     }
     regions[i].source_fragment = best;
-    load[sfr[best].participant] += regions[i].bytes;
+    load[source_participant[best]] += regions[i].bytes;
   }
 
   // Geometry, then the canonical order: (target fragment id, target base
@@ -511,19 +521,27 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
 
   // Summaries: totals, per-participant bytes, traffic, routes.
   impl->target_bytes.assign(impl->target_participants.size(), 0);
-  std::unordered_map<uint64_t, uint64_t> traffic;
+  std::vector<std::pair<uint64_t, uint64_t>> traffic;  // (pair key, bytes)
+  traffic.reserve(regions.size());
   std::map<std::array<int64_t, 4>, std::pair<uint64_t, uint64_t>> routes;
   std::vector<bool> used(sfr.size(), false);
   PlanSummary& sum = impl->summary;
   std::array<int64_t, 4> last_route{-2, -2, -2, -2};
   std::pair<uint64_t, uint64_t>* route = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> source_route(sfr.size());
+  for (size_t i = 0; i < sfr.size(); ++i) {
+    source_route[i] = {impl->stored_source ? -1 : sfr[i].rank.pp,
+                       sfr[i].pipeline_stage_id.value_or(-1)};
+  }
   for (const auto& r : regions) {
-    const PlanFragment& sf = sfr[r.source_fragment];
+    const auto& [source_pp, source_stage] = source_route[r.source_fragment];
     const PlanFragment& tf = tfr[r.target_fragment];
     impl->target_bytes[tf.participant] += r.bytes;
-    traffic[(uint64_t{sf.participant} << 32) | tf.participant] += r.bytes;
-    const std::array<int64_t, 4> key{impl->stored_source ? -1 : sf.rank.pp,
-                                     sf.pipeline_stage_id.value_or(-1),
+    traffic.emplace_back(
+        (uint64_t{source_participant[r.source_fragment]} << 32) |
+            tf.participant,
+        r.bytes);
+    const std::array<int64_t, 4> key{source_pp, source_stage,
                                      tf.rank.pp,
                                      tf.pipeline_stage_id.value_or(-1)};
     if (route == nullptr || key != last_route) {
@@ -549,15 +567,18 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
       impl->source_participants.empty()
           ? 0.0
           : static_cast<double>(sum.bytes) / impl->source_participants.size();
+  std::sort(traffic.begin(), traffic.end());
   for (const auto& [key, bytes] : traffic) {
-    impl->traffic.push_back({static_cast<uint32_t>(key >> 32),
-                             static_cast<uint32_t>(key & 0xFFFFFFFFu), bytes});
+    const auto sp = static_cast<uint32_t>(key >> 32);
+    const auto tp = static_cast<uint32_t>(key & 0xFFFFFFFFu);
+    if (!impl->traffic.empty() &&
+        impl->traffic.back().source_participant == sp &&
+        impl->traffic.back().target_participant == tp) {
+      impl->traffic.back().bytes += bytes;
+    } else {
+      impl->traffic.push_back({sp, tp, bytes});
+    }
   }
-  std::sort(impl->traffic.begin(), impl->traffic.end(),
-            [](const TrafficEntry& a, const TrafficEntry& b) {
-              return std::tie(a.source_participant, a.target_participant) <
-                     std::tie(b.source_participant, b.target_participant);
-            });
   for (const auto& [key, value] : routes) {
     impl->routes.push_back(
         {key[0], key[1], key[2], key[3], value.first, value.second});
