@@ -105,10 +105,9 @@ int main(int argc, char** argv) {
       {"kimi-k2", "kimi-k2.json", L(8, 8, 16, 2), L(8, 1, 64, 1)},
   };
   if (!json) {
-    std::printf(
-        "%-18s %9s %9s %10s %10s %9s %10s %10s %8s\n", "case", "src frags",
-        "dst frags", "regions", "segments", "parse s", "validate s",
-        "plan cpu s", "val/parse");
+    std::printf("%-18s %9s %9s %10s %10s %9s %10s %10s %8s\n", "case",
+                "src frags", "dst frags", "regions", "segments", "parse s",
+                "validate s", "plan cpu s", "val/parse");
   }
   for (const Case& c : cases) {
     if (!only.empty() && only != c.name) continue;
@@ -147,7 +146,8 @@ int main(int argc, char** argv) {
       if (!WeightPlacementFromJson(dst_wire).ok()) std::abort();
     });
     Result<LogicalTransferPlan> plan = Status::Internal("not run");
-    Timing planning = Time([&] { plan = LogicalTransferPlan::Make(*src, *dst); });
+    Timing planning =
+        Time([&] { plan = LogicalTransferPlan::Make(*src, *dst); });
     if (!plan.ok()) {
       std::fprintf(stderr, "%s: %s\n", c.name,
                    plan.status().ToString().c_str());
@@ -169,9 +169,9 @@ int main(int argc, char** argv) {
     } else {
       std::printf("%-18s %9zu %9zu %10llu %10llu %9.3f %10.3f %10.3f %7.1fx\n",
                   c.name, src->fragments().size(), dst->fragments().size(),
-                  (unsigned long long)s.regions,
-                  (unsigned long long)s.segments, parse.wall, validate.wall,
-                  planning.cpu, validate.wall / parse.wall);
+                  (unsigned long long)s.regions, (unsigned long long)s.segments,
+                  parse.wall, validate.wall, planning.cpu,
+                  validate.wall / parse.wall);
     }
     std::fflush(stdout);
   }

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <stdexcept>
 
 namespace reshard::testing {
@@ -36,8 +36,8 @@ PlacementDraft GridDraft(Sizes sizes) {
 }
 
 void AddTensor(PlacementDraft* d, const TensorLayout& l) {
-  Status st = internal::AppendTensorLayout(d->topology, l, &d->tensors,
-                                           &d->fragments);
+  Status st =
+      internal::AppendTensorLayout(d->topology, l, &d->tensors, &d->fragments);
   if (!st.ok()) {
     std::fprintf(stderr, "AddTensor: %s\n", st.ToString().c_str());
     std::abort();
@@ -103,9 +103,8 @@ std::vector<WeightRuntimeBindingManifest> FakeBindings(
     uint64_t address = 0x10000;
     for (const auto& f : part.fragments()) {
       const auto* t = placement.FindTensor(f.tensor_id());
-      s.fragments.push_back(
-          *RuntimeBindingFragment::Make(
-              FakeRuntimeFragment(f, t->itemsize(), address)));
+      s.fragments.push_back(*RuntimeBindingFragment::Make(
+          FakeRuntimeFragment(f, t->itemsize(), address)));
       address += (f.nbytes() + 0xFFF) & ~uint64_t{0xFFF};
     }
     out.push_back(*WeightRuntimeBindingManifest::Make(std::move(s)));
@@ -145,12 +144,12 @@ StoredWeightManifestSpec StoredSpecFrom(const WeightPlacementManifest& m,
   for (const auto& part : m.parts()) {
     for (const auto& f : part.fragments()) {
       if (group_key(f) != chosen.at(f.tensor_id())) continue;
-      const std::string object =
-          group + "/payload/" + part.participant_id();
+      const std::string object = group + "/payload/" + part.participant_id();
       uint64_t& offset = object_size[object];
-      s.fragments.push_back({"stored-" + f.placement_fragment_id().substr(7, 16),
-                             f.tensor_id(), f.global_offset(), f.local_shape(),
-                             object, offset, f.nbytes(), f.aliases()});
+      s.fragments.push_back(
+          {"stored-" + f.placement_fragment_id().substr(7, 16), f.tensor_id(),
+           f.global_offset(), f.local_shape(), object, offset, f.nbytes(),
+           f.aliases()});
       offset += f.nbytes();
     }
   }

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "gen/tensor_layout.h"
 #include "reshard/binding.h"
 #include "reshard/placement.h"
 #include "reshard/stored_manifest.h"
-#include "gen/tensor_layout.h"
 
 namespace reshard::testing {
 
@@ -58,8 +58,9 @@ RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
 // A stored manifest holding one complete cover of every tensor of
 // `placement` (the first (owner, replica) group in rank order), each
 // participant's fragments packed into one payload object.
-StoredWeightManifestSpec StoredSpecFrom(const WeightPlacementManifest& placement,
-                                        const std::string& group = "ns/rev");
+StoredWeightManifestSpec StoredSpecFrom(
+    const WeightPlacementManifest& placement,
+    const std::string& group = "ns/rev");
 
 // Reads a file under tests/data (RESHARD_TEST_DATA).
 std::string ReadTestData(const std::string& relative_path);

@@ -53,11 +53,11 @@ void AddGenCommand(CLI::App& app) {
         out << json;
         if (!out) return Status::IOError("cannot write " + a->output);
       }
-      std::cerr << "reshard gen: " << placement.tensors().size()
-                << " tensors, " << placement.fragments().size()
-                << " fragments, " << placement.topology().world_size()
-                << " participants; placement_id "
-                << placement.placement_id() << "\n";
+      std::cerr << "reshard gen: " << placement.tensors().size() << " tensors, "
+                << placement.fragments().size() << " fragments, "
+                << placement.topology().world_size()
+                << " participants; placement_id " << placement.placement_id()
+                << "\n";
       return Status::OK();
     };
     Status st = run();

@@ -83,13 +83,13 @@ void AddPlanCommand(CLI::App& app) {
       }
       const auto t0 = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(
-          auto plan, stored.has_value()
-                         ? LogicalTransferPlan::MakeFromStored(*stored, dst,
-                                                               options)
-                         : LogicalTransferPlan::Make(*src, dst, options));
-      const double seconds = std::chrono::duration<double>(
-                                 std::chrono::steady_clock::now() - t0)
-                                 .count();
+          auto plan,
+          stored.has_value()
+              ? LogicalTransferPlan::MakeFromStored(*stored, dst, options)
+              : LogicalTransferPlan::Make(*src, dst, options));
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
       if (*json) return PlanSummaryToJson(plan) + "\n";
       const PlanSummary& s = plan.summary();
       char line[512];

@@ -21,8 +21,7 @@ Result<std::string> ReadFile(const std::string& path) {
   }
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
-    return Status::IOError("cannot read " + path + ": " +
-                           std::strerror(errno));
+    return Status::IOError("cannot read " + path + ": " + std::strerror(errno));
   }
   std::string out;
   char buf[1 << 16];

@@ -91,8 +91,8 @@ void AddValidateCommand(CLI::App& app) {
 }
 
 void AddCanonicalizeCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "canonicalize", "Print the canonical JSON form of a file");
+  auto* cmd = app.add_subcommand("canonicalize",
+                                 "Print the canonical JSON form of a file");
   auto file = std::make_shared<std::string>();
   auto utf8 = std::make_shared<bool>(false);
   cmd->add_option("FILE", *file, "JSON file ('-' for stdin)")->required();

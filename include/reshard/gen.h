@@ -27,11 +27,11 @@ struct ModelSpec {
   // Attention: "gqa" or "mla".
   std::string attention = "gqa";
   int64_t heads = 0;
-  int64_t kv_heads = 0;        // gqa
-  int64_t head_dim = 0;        // gqa
-  bool qk_norm = false;        // gqa
-  int64_t q_lora_rank = 0;     // mla
-  int64_t kv_lora_rank = 0;    // mla
+  int64_t kv_heads = 0;      // gqa
+  int64_t head_dim = 0;      // gqa
+  bool qk_norm = false;      // gqa
+  int64_t q_lora_rank = 0;   // mla
+  int64_t kv_lora_rank = 0;  // mla
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;

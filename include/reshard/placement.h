@@ -117,8 +117,7 @@ class TensorDescriptor {
   // Number of elements (product of global_shape), saturating at 2^64-1.
   uint64_t num_elements() const;
 
-  friend bool operator==(const TensorDescriptor& a,
-                         const TensorDescriptor& b);
+  friend bool operator==(const TensorDescriptor& a, const TensorDescriptor& b);
 
  private:
   explicit TensorDescriptor(TensorDescriptorSpec s)
@@ -148,7 +147,9 @@ class PlacementFragment {
   // checked when the fragment joins a part.
   static Result<PlacementFragment> Make(PlacementFragmentSpec spec);
 
-  const std::string& placement_fragment_id() const { return s_.placement_fragment_id.value(); }
+  const std::string& placement_fragment_id() const {
+    return s_.placement_fragment_id.value();
+  }
   const std::string& fragment_id() const { return placement_fragment_id(); }
   const std::string& tensor_id() const { return s_.tensor_id; }
   const Dims& global_offset() const { return s_.global_offset; }

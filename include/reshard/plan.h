@@ -54,7 +54,7 @@ struct TransferRegion {
   Dims overlap_shape;
   uint64_t source_base_offset = 0;  // bytes from the fragment's first byte
   uint64_t target_base_offset = 0;
-  uint64_t inner_bytes = 0;  // contiguous on both sides
+  uint64_t inner_bytes = 0;      // contiguous on both sides
   std::vector<OuterLoop> loops;  // merged, count > 1 only
   // Contiguous runs under the unmerged (row-by-row) geometry.
   uint64_t segments = 0;
@@ -115,9 +115,9 @@ struct PlanSummary {
 class LogicalTransferPlan {
  public:
   // Plans `target` from `source` (both validated placements).
-  static Result<LogicalTransferPlan> Make(
-      const WeightPlacementManifest& source,
-      const WeightPlacementManifest& target, const PlanOptions& options = {});
+  static Result<LogicalTransferPlan> Make(const WeightPlacementManifest& source,
+                                          const WeightPlacementManifest& target,
+                                          const PlanOptions& options = {});
 
   const std::string& resource_id() const;
   const std::string& revision() const;
@@ -145,8 +145,8 @@ class LogicalTransferPlan {
   // Plans `target` from a committed store manifest: every stored fragment
   // is eligible; source "participants" are the payload objects.
   static Result<LogicalTransferPlan> MakeFromStored(
-      const StoredWeightManifest& source,
-      const WeightPlacementManifest& target, const PlanOptions& options = {});
+      const StoredWeightManifest& source, const WeightPlacementManifest& target,
+      const PlanOptions& options = {});
 
   // Human-readable one-line description of a region.
   std::string DescribeRegion(const TransferRegion& region) const;
@@ -177,13 +177,10 @@ struct RegionGeometry {
   std::vector<OuterLoop> loops;
   uint64_t segments = 0;
 };
-RegionGeometry ComputeRegionGeometry(const Dims& source_offset,
-                                     const Dims& source_shape,
-                                     const Dims& target_offset,
-                                     const Dims& target_shape,
-                                     const Dims& overlap_offset,
-                                     const Dims& overlap_shape,
-                                     int64_t itemsize);
+RegionGeometry ComputeRegionGeometry(
+    const Dims& source_offset, const Dims& source_shape,
+    const Dims& target_offset, const Dims& target_shape,
+    const Dims& overlap_offset, const Dims& overlap_shape, int64_t itemsize);
 
 }  // namespace reshard
 

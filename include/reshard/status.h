@@ -138,10 +138,10 @@ class [[nodiscard]] Result {
 #define RESHARD_CONCAT(a, b) RESHARD_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function when `expr` yields a non-OK Status.
-#define RETURN_NOT_OK(expr)                          \
-  do {                                               \
-    ::reshard::Status _st = (expr);                  \
-    if (!_st.ok()) return _st;                       \
+#define RETURN_NOT_OK(expr)         \
+  do {                              \
+    ::reshard::Status _st = (expr); \
+    if (!_st.ok()) return _st;      \
   } while (false)
 
 #define RESHARD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
@@ -150,8 +150,8 @@ class [[nodiscard]] Result {
   lhs = std::move(tmp).ValueOrDie()
 
 // `ASSIGN_OR_RETURN(auto x, MakeX())` declares x or returns the error.
-#define ASSIGN_OR_RETURN(lhs, rexpr) \
-  RESHARD_ASSIGN_OR_RETURN_IMPL(     \
-      RESHARD_CONCAT(_result_, __COUNTER__), lhs, rexpr)
+#define ASSIGN_OR_RETURN(lhs, rexpr)                                        \
+  RESHARD_ASSIGN_OR_RETURN_IMPL(RESHARD_CONCAT(_result_, __COUNTER__), lhs, \
+                                rexpr)
 
 #endif  // RESHARD_STATUS_H_

@@ -58,9 +58,7 @@ class StoredWeightManifest {
   // Sorted by tensor_id.
   const std::vector<TensorDescriptor>& tensors() const { return s_->tensors; }
   // Sorted by fragment_id.
-  const std::vector<StoredFragment>& fragments() const {
-    return s_->fragments;
-  }
+  const std::vector<StoredFragment>& fragments() const { return s_->fragments; }
   const TensorDescriptor* FindTensor(std::string_view tensor_id) const;
   // Hex SHA-256 of the canonical JSON (ensure_ascii=False).
   const std::string& manifest_digest() const { return digest_; }

@@ -1,5 +1,7 @@
 // Runtime binding factories and validation (rules 29-38).
 
+#include "reshard/binding.h"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -7,8 +9,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "reshard/binding.h"
 #include "util/sha256.h"
+#include "util/sorted_find.h"
 
 namespace reshard {
 namespace {
@@ -48,7 +50,8 @@ Result<RuntimeBindingFragment> RuntimeBindingFragment::Make(
       {"endpoint", &s.endpoint},
       {"device", &s.device}};
   for (const auto& [name, v] : ids) {
-    if (v->empty()) return fail(std::string(name) + " must be a non-empty string");
+    if (v->empty())
+      return fail(std::string(name) + " must be a non-empty string");
   }
   if (s.address == 0) return fail("address must be >= 1 (zero is reserved)");
   if (s.nbytes == 0) return fail("nbytes must be >= 1");
@@ -66,8 +69,9 @@ Result<RuntimeBindingFragment> RuntimeBindingFragment::Make(
   const std::optional<Dims> canonical =
       CanonicalStrides(s.local_shape, s.itemsize);
   if (!canonical.has_value()) {
-    return fail("local_shape byte strides must fit in a signed 64-bit "
-                "integer");
+    return fail(
+        "local_shape byte strides must fit in a signed 64-bit "
+        "integer");
   }
   for (size_t d = 0; d < s.strides_bytes.size(); ++d) {
     if (s.strides_bytes[d] < 0) return fail("strides_bytes must be >= 0");
@@ -121,9 +125,9 @@ bool operator==(const RuntimeBindingFragment& a,
 Result<WeightRuntimeBindingManifest> WeightRuntimeBindingManifest::Make(
     WeightRuntimeBindingManifestSpec s) {
   const std::pair<const char*, const std::string*> ids[] = {
-      {"resource_id", &s.resource_id},   {"placement_id", &s.placement_id},
-      {"instance_id", &s.instance_id},   {"lease_id", &s.lease_id},
-      {"revision", &s.revision},         {"participant_id", &s.participant_id}};
+      {"resource_id", &s.resource_id}, {"placement_id", &s.placement_id},
+      {"instance_id", &s.instance_id}, {"lease_id", &s.lease_id},
+      {"revision", &s.revision},       {"participant_id", &s.participant_id}};
   for (const auto& [name, v] : ids) {
     if (v->empty()) {
       return Status::InvalidArgument(std::string("runtime binding ") + name +
@@ -144,20 +148,20 @@ Result<WeightRuntimeBindingManifest> WeightRuntimeBindingManifest::Make(
   for (size_t i = 0; i < s.fragments.size(); ++i) {
     if (i > 0 && s.fragments[i].placement_fragment_id() ==
                      s.fragments[i - 1].placement_fragment_id()) {
-      return Status::InvalidArgument(
-          "runtime binding of participant " + s.participant_id +
-          " has a duplicate placement fragment: " +
-          s.fragments[i].placement_fragment_id());
+      return Status::InvalidArgument("runtime binding of participant " +
+                                     s.participant_id +
+                                     " has a duplicate placement fragment: " +
+                                     s.fragments[i].placement_fragment_id());
     }
     runtime_ids.push_back(s.fragments[i].fragment_id());
   }
   std::sort(runtime_ids.begin(), runtime_ids.end());
   for (size_t i = 1; i < runtime_ids.size(); ++i) {
     if (runtime_ids[i] == runtime_ids[i - 1]) {
-      return Status::InvalidArgument(
-          "runtime binding of participant " + s.participant_id +
-          " has a duplicate runtime fragment_id: " +
-          std::string(runtime_ids[i]));
+      return Status::InvalidArgument("runtime binding of participant " +
+                                     s.participant_id +
+                                     " has a duplicate runtime fragment_id: " +
+                                     std::string(runtime_ids[i]));
     }
   }
   return WeightRuntimeBindingManifest(std::move(s));
@@ -165,14 +169,10 @@ Result<WeightRuntimeBindingManifest> WeightRuntimeBindingManifest::Make(
 
 const RuntimeBindingFragment* WeightRuntimeBindingManifest::FindFragment(
     std::string_view id) const {
-  auto it = std::lower_bound(
-      s_.fragments.begin(), s_.fragments.end(), id,
-      [](const RuntimeBindingFragment& f, std::string_view x) {
-        return f.placement_fragment_id() < x;
-      });
-  return it != s_.fragments.end() && it->placement_fragment_id() == id
-             ? &*it
-             : nullptr;
+  return internal::FindSorted(s_.fragments, id,
+                              [](const auto& f) -> decltype(auto) {
+                                return f.placement_fragment_id();
+                              });
 }
 
 namespace {
@@ -185,8 +185,8 @@ struct View {
 
 // Exact declared alias (rule 35): same range, same alias group containing
 // both tensors, same box, descriptors identical except tensor_id.
-bool ExactDeclaredAlias(const WeightPlacementManifest& placement,
-                        const View& a, const View& b) {
+bool ExactDeclaredAlias(const WeightPlacementManifest& placement, const View& a,
+                        const View& b) {
   const auto& ra = *a.runtime;
   const auto& rb = *b.runtime;
   const auto& la = *a.logical;

@@ -6,8 +6,7 @@
 
 namespace reshard {
 
-std::string WeightRuntimeBindingToJson(
-    const WeightRuntimeBindingManifest& b) {
+std::string WeightRuntimeBindingToJson(const WeightRuntimeBindingManifest& b) {
   std::string out;
   internal::CanonicalJsonWriter w(&out);
   w.BeginObject();
@@ -66,13 +65,12 @@ Result<uint64_t> ReadU64Field(const internal::StrictObject& obj,
 Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
                                                    const JsonPath& path) {
   ASSIGN_OR_RETURN(
-      auto obj,
-      internal::StrictObject::Make(
-          e, path, "runtime binding fragment",
-          {"address", "device", "endpoint", "fragment_id", "itemsize",
-           "local_shape", "nbytes", "placement_fragment_id",
-           "storage_address", "storage_nbytes", "storage_offset_bytes",
-           "strides_bytes", "worker_id"}));
+      auto obj, internal::StrictObject::Make(
+                    e, path, "runtime binding fragment",
+                    {"address", "device", "endpoint", "fragment_id", "itemsize",
+                     "local_shape", "nbytes", "placement_fragment_id",
+                     "storage_address", "storage_nbytes",
+                     "storage_offset_bytes", "strides_bytes", "worker_id"}));
   RuntimeBindingFragmentSpec s;
   ASSIGN_OR_RETURN(s.placement_fragment_id,
                    ReadId(obj, "placement_fragment_id", path));
@@ -84,12 +82,12 @@ Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
   ASSIGN_OR_RETURN(s.device, ReadId(obj, "device", path));
   ASSIGN_OR_RETURN(s.itemsize, internal::ReadInt(obj.Get("itemsize"),
                                                  path.Field("itemsize")));
-  ASSIGN_OR_RETURN(s.local_shape, internal::ReadIntArray(
-                                      obj.Get("local_shape"),
-                                      path.Field("local_shape")));
-  ASSIGN_OR_RETURN(s.strides_bytes, internal::ReadIntArray(
-                                        obj.Get("strides_bytes"),
-                                        path.Field("strides_bytes")));
+  ASSIGN_OR_RETURN(s.local_shape,
+                   internal::ReadIntArray(obj.Get("local_shape"),
+                                          path.Field("local_shape")));
+  ASSIGN_OR_RETURN(s.strides_bytes,
+                   internal::ReadIntArray(obj.Get("strides_bytes"),
+                                          path.Field("strides_bytes")));
   ASSIGN_OR_RETURN(s.storage_address,
                    ReadU64Field(obj, "storage_address", path));
   ASSIGN_OR_RETURN(s.storage_nbytes, ReadU64Field(obj, "storage_nbytes", path));
@@ -106,13 +104,12 @@ Result<WeightRuntimeBindingManifest> WeightRuntimeBindingFromJson(
     std::string_view json) {
   ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
   JsonPath root;
-  ASSIGN_OR_RETURN(
-      auto obj,
-      internal::StrictObject::Make(
-          doc.root(), root, "runtime binding manifest",
-          {"fragments", "generation", "instance_id", "lease_id",
-           "participant_id", "placement_digest", "placement_id",
-           "resource_id", "resource_kind", "revision"}));
+  ASSIGN_OR_RETURN(auto obj,
+                   internal::StrictObject::Make(
+                       doc.root(), root, "runtime binding manifest",
+                       {"fragments", "generation", "instance_id", "lease_id",
+                        "participant_id", "placement_digest", "placement_id",
+                        "resource_id", "resource_kind", "revision"}));
   ASSIGN_OR_RETURN(std::string_view kind,
                    internal::ReadString(obj.Get("resource_kind"),
                                         root.Field("resource_kind")));

@@ -20,8 +20,7 @@ void WriteAxis(const ParallelAxis& axis, CanonicalJsonWriter* w) {
 }
 
 namespace {
-void WriteOptionalInt(const std::optional<int64_t>& v,
-                      CanonicalJsonWriter* w) {
+void WriteOptionalInt(const std::optional<int64_t>& v, CanonicalJsonWriter* w) {
   if (v.has_value()) {
     w->Int(*v);
   } else {

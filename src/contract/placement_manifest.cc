@@ -12,6 +12,7 @@
 #include "reshard/placement.h"
 #include "util/box_cover.h"
 #include "util/sha256.h"
+#include "util/sorted_find.h"
 #include "util/string_sort.h"
 
 namespace reshard {
@@ -112,8 +113,7 @@ class GlobalValidator {
   std::map<uint32_t, TopologyExpectation> cache_;
 };
 
-const TopologyExpectation& GlobalValidator::Expectation(KindMask o,
-                                                        KindMask r,
+const TopologyExpectation& GlobalValidator::Expectation(KindMask o, KindMask r,
                                                         KindMask s) {
   const uint32_t key = o | (r << 8) | (s << 16);
   auto it = cache_.find(key);
@@ -249,8 +249,7 @@ Status GlobalValidator::CheckTensor(
   std::vector<Entry> entries;
   entries.reserve(frags.size());
   for (const auto* f : frags) {
-    entries.push_back({Project(f->rank(), o_mask),
-                       Project(f->rank(), r_mask),
+    entries.push_back({Project(f->rank(), o_mask), Project(f->rank(), r_mask),
                        Project(f->rank(), s_mask), f});
   }
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
@@ -297,8 +296,7 @@ Status GlobalValidator::CheckTensor(
           std::vector<int64_t> values;
           for (const auto& key : splits) values.push_back(key[a]);
           std::sort(values.begin(), values.end());
-          values.erase(std::unique(values.begin(), values.end()),
-                       values.end());
+          values.erase(std::unique(values.begin(), values.end()), values.end());
           ok &= static_cast<int64_t>(values.size()) == topo_.size(kind) &&
                 values.front() == 0 && values.back() == topo_.size(kind) - 1;
         }
@@ -511,8 +509,8 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
         {"topology_id", part.topology_id() == topo.topology_id()}};
     for (const auto& [field, equal] : same) {
       if (!equal) {
-        return Status::InvalidArgument(std::string("placement part ") +
-                                       field + " differs: participant " + pid);
+        return Status::InvalidArgument(std::string("placement part ") + field +
+                                       " differs: participant " + pid);
       }
     }
     if (!(part.rank() == participants[i].rank)) {
@@ -559,8 +557,10 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
   for (const auto& part : parts) {
     for (const auto& f : part.fragments()) frags.push_back(&f);
   }
-  internal::SortByStringKey(&frags, [](const PlacementFragment* f) -> const
-                            std::string& { return f->placement_fragment_id(); });
+  internal::SortByStringKey(
+      &frags, [](const PlacementFragment* f) -> const std::string& {
+        return f->placement_fragment_id();
+      });
   for (size_t i = 1; i < frags.size(); ++i) {
     if (frags[i]->placement_fragment_id() ==
         frags[i - 1]->placement_fragment_id()) {
@@ -635,15 +635,15 @@ Result<WeightPlacementManifest> WeightPlacementManifest::FromFragments(
           "placement fragment rank has no topology participant: " +
           f.placement_fragment_id() + " at " + f.rank().ToString());
     }
-    auto t = std::lower_bound(
-        tensors.begin(), tensors.end(), f.tensor_id(),
-        [](const auto& d, const std::string& id) { return d.tensor_id() < id; });
-    if (t == tensors.end() || t->tensor_id() != f.tensor_id()) {
+    const TensorDescriptor* t = internal::FindSorted(
+        tensors, f.tensor_id(),
+        [](const auto& d) -> decltype(auto) { return d.tensor_id(); });
+    if (t == nullptr) {
       return Status::InvalidArgument("unknown tensor_id " + f.tensor_id() +
                                      " in fragment " +
                                      f.placement_fragment_id());
     }
-    const size_t ti = t - tensors.begin();
+    const size_t ti = t - tensors.data();
     uses[it->second][ti] = true;
     referenced[ti] = true;
     specs[it->second].fragments.push_back(std::move(f));
@@ -677,8 +677,7 @@ const PlacementHeader& WeightPlacementManifest::header() const {
 const ParallelTopology& WeightPlacementManifest::topology() const {
   return impl_->topology;
 }
-const std::vector<WeightPlacementPart>& WeightPlacementManifest::parts()
-    const {
+const std::vector<WeightPlacementPart>& WeightPlacementManifest::parts() const {
   return impl_->parts;
 }
 const std::vector<TensorDescriptor>& WeightPlacementManifest::tensors() const {
@@ -697,36 +696,25 @@ const std::string& WeightPlacementManifest::digest() const {
 
 const TensorDescriptor* WeightPlacementManifest::FindTensor(
     std::string_view id) const {
-  const auto& v = impl_->tensors;
-  auto it = std::lower_bound(
-      v.begin(), v.end(), id,
-      [](const TensorDescriptor& t, std::string_view x) {
-        return t.tensor_id() < x;
-      });
-  return it != v.end() && it->tensor_id() == id ? &*it : nullptr;
+  return internal::FindSorted(
+      impl_->tensors, id,
+      [](const auto& t) -> decltype(auto) { return t.tensor_id(); });
 }
 
 const WeightPlacementPart* WeightPlacementManifest::FindPart(
     std::string_view id) const {
-  const auto& v = impl_->parts;
-  auto it = std::lower_bound(
-      v.begin(), v.end(), id,
-      [](const WeightPlacementPart& p, std::string_view x) {
-        return p.participant_id() < x;
-      });
-  return it != v.end() && it->participant_id() == id ? &*it : nullptr;
+  return internal::FindSorted(
+      impl_->parts, id,
+      [](const auto& p) -> decltype(auto) { return p.participant_id(); });
 }
 
 const PlacementFragment* WeightPlacementManifest::FindFragment(
     std::string_view id) const {
-  const auto& v = impl_->fragments;
-  auto it = std::lower_bound(
-      v.begin(), v.end(), id,
-      [](const PlacementFragment* f, std::string_view x) {
-        return f->placement_fragment_id() < x;
+  const PlacementFragment* const* f = internal::FindSorted(
+      impl_->fragments, id, [](const PlacementFragment* p) -> decltype(auto) {
+        return p->placement_fragment_id();
       });
-  return it != v.end() && (*it)->placement_fragment_id() == id ? *it
-                                                               : nullptr;
+  return f == nullptr ? nullptr : *f;
 }
 
 std::string WeightPlacementToJson(const WeightPlacementManifest& placement) {

@@ -10,9 +10,9 @@
 namespace reshard {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::AddTensor;
 using testing::GridDraft;
+using ::testing::HasSubstr;
 using testing::PlacementDraft;
 using testing::Sizes;
 using testing::TensorLayout;
@@ -52,8 +52,7 @@ TEST(PlacementManifestTest, FourAxisLayoutValidates) {
   // embed: 16 fragments; experts: 8 (pp0 only); norm: 8 (pp1 only).
   EXPECT_EQ(m->fragments().size(), 32u);
   EXPECT_TRUE(std::is_sorted(
-      m->fragments().begin(), m->fragments().end(),
-      [](auto* a, auto* b) {
+      m->fragments().begin(), m->fragments().end(), [](auto* a, auto* b) {
         return a->placement_fragment_id() < b->placement_fragment_id();
       }));
   EXPECT_EQ(m->placement_id().substr(0, 7), "sha256:");
@@ -141,7 +140,8 @@ TEST(PlacementManifestTest, FragmentGeometryRules) {
   auto* f = FindFragment(&d, "embed", {0, 0, 0, 0});
   f->placement_fragment_id = "f0";
   f->nbytes = 3;
-  EXPECT_EQ(BuildError(d), "fragment byte size mismatch: f0: expected 128, got 3");
+  EXPECT_EQ(BuildError(d),
+            "fragment byte size mismatch: f0: expected 128, got 3");
   d = FourAxisDraft();
   f = FindFragment(&d, "embed", {0, 0, 0, 0});
   f->placement_fragment_id = "f0";
@@ -249,9 +249,9 @@ TEST(PlacementManifestTest, PartsMustMatchTopology) {
   s.topology = *ParallelTopology::Make(ts);
   std::vector<WeightPlacementPart> parts;
   for (const auto& p : other.parts()) {
-    WeightPlacementPartSpec q{p.header(), s.topology.topology_id(),
-                              p.participant_id(), p.rank(), p.tensors(),
-                              p.fragments()};
+    WeightPlacementPartSpec q{p.header(),         s.topology.topology_id(),
+                              p.participant_id(), p.rank(),
+                              p.tensors(),        p.fragments()};
     parts.push_back(*WeightPlacementPart::Make(q));
   }
   s.parts = parts;
@@ -267,11 +267,11 @@ TEST(PlacementManifestTest, PartTopologyIdMustMatch) {
   auto s = SpecOf(m);
   const auto& p = m.parts()[3];
   WeightPlacementPartSpec q{p.header(), "sha256:other", p.participant_id(),
-                            p.rank(), p.tensors(), p.fragments()};
+                            p.rank(),   p.tensors(),    p.fragments()};
   s.parts[3] = *WeightPlacementPart::Make(q);
-  EXPECT_EQ(WeightPlacementManifest::Make(s).status().message(),
-            "placement part topology_id differs: participant " +
-                p.participant_id());
+  EXPECT_EQ(
+      WeightPlacementManifest::Make(s).status().message(),
+      "placement part topology_id differs: participant " + p.participant_id());
 }
 
 // Rule 18.
@@ -285,14 +285,14 @@ TEST(PlacementManifestTest, TensorDescriptorsMustAgreeAcrossParts) {
       tensors.push_back(t);
       continue;
     }
-    TensorDescriptorSpec ts{t.tensor_id(), t.global_shape(), "float16",
-                            t.itemsize(), t.shard_dims(),
-                            t.layout_fingerprint(), t.parallel_axes(),
-                            t.layer_id(), t.expert_id()};
+    TensorDescriptorSpec ts{
+        t.tensor_id(),     t.global_shape(), "float16",
+        t.itemsize(),      t.shard_dims(),   t.layout_fingerprint(),
+        t.parallel_axes(), t.layer_id(),     t.expert_id()};
     tensors.push_back(*TensorDescriptor::Make(ts));
   }
   WeightPlacementPartSpec q{p.header(), p.topology_id(), p.participant_id(),
-                            p.rank(), tensors, p.fragments()};
+                            p.rank(),   tensors,         p.fragments()};
   s.parts[0] = *WeightPlacementPart::Make(q);
   EXPECT_EQ(WeightPlacementManifest::Make(s).status().message(),
             "placement part tensor descriptor mismatch: embed");
@@ -330,10 +330,10 @@ TEST(PlacementManifestTest, AliasGroups) {
 
 TEST(PlacementManifestTest, AliasGroupInconsistentWithinTensor) {
   PlacementDraft d = GridDraft({1, 1, 1, 2});
-  AddTensor(&d, {.tensor_id = "a", .shape = {8}, .tp_dim = 0,
-                 .aliases = {"a", "b"}});
-  AddTensor(&d, {.tensor_id = "b", .shape = {8}, .tp_dim = 0,
-                 .aliases = {"a", "b"}});
+  AddTensor(
+      &d, {.tensor_id = "a", .shape = {8}, .tp_dim = 0, .aliases = {"a", "b"}});
+  AddTensor(
+      &d, {.tensor_id = "b", .shape = {8}, .tp_dim = 0, .aliases = {"a", "b"}});
   ASSERT_TRUE(d.Build().ok()) << BuildError(d);
   d.fragments[0].aliases.clear();
   d.fragments[0].placement_fragment_id = "a0";
@@ -491,10 +491,9 @@ TEST(PlacementManifestTest, FromFragmentsRankWithoutParticipant) {
   d.fragments[0].rank.dp = 1;
   d.fragments[0].placement_fragment_id = "lost";
   // Its new rank exists; make it one that does not.
-  d.topology.participants.erase(
-      std::find_if(d.topology.participants.begin(),
-                   d.topology.participants.end(),
-                   [&](auto& p) { return p.rank == d.fragments[0].rank; }));
+  d.topology.participants.erase(std::find_if(
+      d.topology.participants.begin(), d.topology.participants.end(),
+      [&](auto& p) { return p.rank == d.fragments[0].rank; }));
   EXPECT_THAT(BuildError(d),
               HasSubstr("placement fragment rank has no topology participant: "
                         "lost at "));

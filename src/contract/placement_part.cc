@@ -5,6 +5,7 @@
 
 #include "reshard/placement.h"
 #include "util/box_cover.h"
+#include "util/sorted_find.h"
 
 namespace reshard {
 namespace internal {
@@ -14,11 +15,10 @@ Status CheckFragmentGeometry(const TensorDescriptor& t,
                              const PlacementFragment& f) {
   const std::string& id = f.placement_fragment_id();
   if (f.global_offset().size() != t.ndim()) {
-    return Status::InvalidArgument("fragment rank mismatch: " + id +
-                                   ": tensor " + t.tensor_id() + " has " +
-                                   std::to_string(t.ndim()) +
-                                   " dimensions, fragment has " +
-                                   std::to_string(f.global_offset().size()));
+    return Status::InvalidArgument(
+        "fragment rank mismatch: " + id + ": tensor " + t.tensor_id() +
+        " has " + std::to_string(t.ndim()) + " dimensions, fragment has " +
+        std::to_string(f.global_offset().size()));
   }
   // Checked: a wrapped product must not match nbytes by accident.
   unsigned __int128 bytes = static_cast<uint64_t>(t.itemsize());
@@ -37,9 +37,9 @@ Status CheckFragmentGeometry(const TensorDescriptor& t,
     too_large |= bytes > UINT64_MAX;
   }
   if (too_large || bytes != f.nbytes()) {
-    std::string expected =
-        too_large ? "more than 2^64-1"
-                  : std::to_string(static_cast<uint64_t>(bytes));
+    std::string expected = too_large
+                               ? "more than 2^64-1"
+                               : std::to_string(static_cast<uint64_t>(bytes));
     return Status::InvalidArgument("fragment byte size mismatch: " + id +
                                    ": expected " + expected + ", got " +
                                    std::to_string(f.nbytes()));
@@ -69,8 +69,8 @@ Result<WeightPlacementPart> WeightPlacementPart::Make(
             });
   for (size_t i = 1; i < s.tensors.size(); ++i) {
     if (s.tensors[i].tensor_id() == s.tensors[i - 1].tensor_id()) {
-      return Status::InvalidArgument(who + "duplicate tensor_id: " +
-                                     s.tensors[i].tensor_id());
+      return Status::InvalidArgument(
+          who + "duplicate tensor_id: " + s.tensors[i].tensor_id());
     }
   }
   auto by_id = [](const auto& a, const auto& b) {
@@ -87,8 +87,8 @@ Result<WeightPlacementPart> WeightPlacementPart::Make(
     const PlacementFragment& f = s.fragments[i];
     if (i > 0 && f.placement_fragment_id() ==
                      s.fragments[i - 1].placement_fragment_id()) {
-      return Status::InvalidArgument(who + "duplicate fragment_id: " +
-                                     f.placement_fragment_id());
+      return Status::InvalidArgument(
+          who + "duplicate fragment_id: " + f.placement_fragment_id());
     }
     if (!(f.rank() == s.rank)) {
       return Status::InvalidArgument(
@@ -96,18 +96,16 @@ Result<WeightPlacementPart> WeightPlacementPart::Make(
           f.placement_fragment_id() + " has " + f.rank().ToString() +
           ", part has " + s.rank.ToString());
     }
-    auto it = std::lower_bound(
-        s.tensors.begin(), s.tensors.end(), f.tensor_id(),
-        [](const TensorDescriptor& t, const std::string& id) {
-          return t.tensor_id() < id;
-        });
-    if (it == s.tensors.end() || it->tensor_id() != f.tensor_id()) {
+    const TensorDescriptor* it = internal::FindSorted(
+        s.tensors, f.tensor_id(),
+        [](const auto& t) -> decltype(auto) { return t.tensor_id(); });
+    if (it == nullptr) {
       return Status::InvalidArgument(who + "unknown tensor_id " +
                                      f.tensor_id() + " in fragment " +
                                      f.placement_fragment_id());
     }
     RETURN_NOT_OK(internal::CheckFragmentGeometry(*it, f));
-    by_tensor.emplace_back(it - s.tensors.begin(), i);
+    by_tensor.emplace_back(it - s.tensors.data(), i);
   }
   std::sort(by_tensor.begin(), by_tensor.end());
   std::vector<bool> referenced(s.tensors.size(), false);
@@ -131,13 +129,15 @@ Result<WeightPlacementPart> WeightPlacementPart::Make(
         if (a.global_offset() == b.global_offset() &&
             a.local_shape() == b.local_shape()) {
           return Status::InvalidArgument(
-              who + "duplicate logical fragment for tensor and parallel rank: " +
+              who +
+              "duplicate logical fragment for tensor and parallel rank: " +
               a.tensor_id() + " at " + s.rank.ToString() + ": " +
               a.placement_fragment_id() + " and " + b.placement_fragment_id());
         }
         return Status::InvalidArgument(
-            who + "logical fragment boxes overlap for tensor and parallel "
-                  "rank: " +
+            who +
+            "logical fragment boxes overlap for tensor and parallel "
+            "rank: " +
             a.placement_fragment_id() + " and " + b.placement_fragment_id() +
             " (tensor " + a.tensor_id() + ")");
       }

@@ -7,6 +7,7 @@
 #include "contract/placement_json.h"
 #include "reshard/placement.h"
 #include "util/sha256.h"
+#include "util/sorted_find.h"
 
 namespace reshard {
 
@@ -14,10 +15,14 @@ using internal::CanonicalJsonWriter;
 
 std::string_view AxisKindName(AxisKind kind) {
   switch (kind) {
-    case AxisKind::kDp: return "dp";
-    case AxisKind::kPp: return "pp";
-    case AxisKind::kEp: return "ep";
-    case AxisKind::kTp: return "tp";
+    case AxisKind::kDp:
+      return "dp";
+    case AxisKind::kPp:
+      return "pp";
+    case AxisKind::kEp:
+      return "ep";
+    case AxisKind::kTp:
+      return "tp";
   }
   return "?";
 }
@@ -32,19 +37,26 @@ Result<AxisKind> ParseAxisKind(std::string_view name) {
 
 std::string_view AxisSemanticsName(AxisSemantics semantics) {
   switch (semantics) {
-    case AxisSemantics::kSplit: return "split";
-    case AxisSemantics::kReplicated: return "replicated";
-    case AxisSemantics::kOwnership: return "ownership";
+    case AxisSemantics::kSplit:
+      return "split";
+    case AxisSemantics::kReplicated:
+      return "replicated";
+    case AxisSemantics::kOwnership:
+      return "ownership";
   }
   return "?";
 }
 
 int64_t ParallelRank::Get(AxisKind kind) const {
   switch (kind) {
-    case AxisKind::kDp: return dp;
-    case AxisKind::kPp: return pp;
-    case AxisKind::kEp: return ep;
-    case AxisKind::kTp: return tp;
+    case AxisKind::kDp:
+      return dp;
+    case AxisKind::kPp:
+      return pp;
+    case AxisKind::kEp:
+      return ep;
+    case AxisKind::kTp:
+      return tp;
   }
   return 0;
 }
@@ -221,9 +233,9 @@ Result<PlacementFragment> PlacementFragment::Make(PlacementFragmentSpec s) {
   std::sort(s.aliases.begin(), s.aliases.end());
   const bool has_id = s.placement_fragment_id.has_value();
   auto fail = [&](const std::string& what) {
-    std::string who = has_id ? *s.placement_fragment_id
-                             : "of tensor " + s.tensor_id + " at rank " +
-                                   s.rank.ToString();
+    std::string who =
+        has_id ? *s.placement_fragment_id
+               : "of tensor " + s.tensor_id + " at rank " + s.rank.ToString();
     return Status::InvalidArgument("placement fragment " + who + ": " + what);
   };
   if (has_id && s.placement_fragment_id->empty()) {
@@ -234,10 +246,10 @@ Result<PlacementFragment> PlacementFragment::Make(PlacementFragmentSpec s) {
   if (s.rank.dp < 0 || s.rank.tp < 0 || s.rank.pp < 0 || s.rank.ep < 0) {
     return fail("rank coordinates must be >= 0");
   }
-  if (s.global_offset.size() != s.local_shape.size() ||
-      s.local_shape.empty()) {
-    return fail("fragment rank mismatch: global_offset and local_shape "
-                "differ in length");
+  if (s.global_offset.size() != s.local_shape.size() || s.local_shape.empty()) {
+    return fail(
+        "fragment rank mismatch: global_offset and local_shape "
+        "differ in length");
   }
   for (int64_t o : s.global_offset) {
     if (o < 0) return fail("global_offset must be >= 0");
@@ -261,8 +273,7 @@ Result<PlacementFragment> PlacementFragment::Make(PlacementFragmentSpec s) {
     if (s.aliases.size() < 2) {
       return fail("alias group must contain at least two tensor IDs");
     }
-    if (!std::binary_search(s.aliases.begin(), s.aliases.end(),
-                            s.tensor_id)) {
+    if (!std::binary_search(s.aliases.begin(), s.aliases.end(), s.tensor_id)) {
       return fail("alias group must contain the fragment tensor_id");
     }
   }
@@ -284,10 +295,14 @@ bool operator==(const PlacementFragment& a, const PlacementFragment& b) {
 
 int64_t ParallelTopology::size(AxisKind kind) const {
   switch (kind) {
-    case AxisKind::kDp: return s_.dp_size;
-    case AxisKind::kPp: return s_.pp_size;
-    case AxisKind::kEp: return s_.ep_size;
-    case AxisKind::kTp: return s_.tp_size;
+    case AxisKind::kDp:
+      return s_.dp_size;
+    case AxisKind::kPp:
+      return s_.pp_size;
+    case AxisKind::kEp:
+      return s_.ep_size;
+    case AxisKind::kTp:
+      return s_.tp_size;
   }
   return 1;
 }
@@ -326,17 +341,24 @@ Result<ParallelTopology> ParallelTopology::Make(ParallelTopologySpec s) {
       const int64_t v = p.rank.Get(k);
       int64_t size = 1;
       switch (k) {
-        case AxisKind::kDp: size = s.dp_size; break;
-        case AxisKind::kPp: size = s.pp_size; break;
-        case AxisKind::kEp: size = s.ep_size; break;
-        case AxisKind::kTp: size = s.tp_size; break;
+        case AxisKind::kDp:
+          size = s.dp_size;
+          break;
+        case AxisKind::kPp:
+          size = s.pp_size;
+          break;
+        case AxisKind::kEp:
+          size = s.ep_size;
+          break;
+        case AxisKind::kTp:
+          size = s.tp_size;
+          break;
       }
       if (v < 0 || v >= size) {
         return Status::InvalidArgument(
             std::string(AxisKindName(k)) +
-            " rank is out of range for participant " + p.participant_id +
-            ": " + std::to_string(v) + " not in [0, " + std::to_string(size) +
-            ")");
+            " rank is out of range for participant " + p.participant_id + ": " +
+            std::to_string(v) + " not in [0, " + std::to_string(size) + ")");
       }
     }
     ranks.push_back(p.rank);
@@ -364,8 +386,8 @@ Result<ParallelTopology> ParallelTopology::Make(ParallelTopologySpec s) {
   std::string id = internal::Sha256Id(json);
   if (s.topology_id.has_value() && *s.topology_id != id) {
     return Status::InvalidArgument(
-        "topology_id does not match canonical topology: got " +
-        *s.topology_id + ", expected " + id);
+        "topology_id does not match canonical topology: got " + *s.topology_id +
+        ", expected " + id);
   }
   s.topology_id = std::move(id);
   return ParallelTopology(std::move(s));
@@ -373,13 +395,9 @@ Result<ParallelTopology> ParallelTopology::Make(ParallelTopologySpec s) {
 
 const TopologyParticipant* ParallelTopology::FindParticipant(
     std::string_view id) const {
-  auto it = std::lower_bound(
-      s_.participants.begin(), s_.participants.end(), id,
-      [](const TopologyParticipant& p, std::string_view v) {
-        return p.participant_id < v;
-      });
-  if (it == s_.participants.end() || it->participant_id != id) return nullptr;
-  return &*it;
+  return internal::FindSorted(
+      s_.participants, id,
+      [](const auto& p) -> decltype(auto) { return p.participant_id; });
 }
 
 }  // namespace reshard

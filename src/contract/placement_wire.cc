@@ -29,9 +29,9 @@ Result<ParallelRank> ReadRank(JsonElement e, const JsonPath& path) {
 }
 
 Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(auto obj, StrictObject::Make(e, path, "parallel axis",
-                                                {"kind", "semantics"},
-                                                {"dim"}));
+  ASSIGN_OR_RETURN(auto obj,
+                   StrictObject::Make(e, path, "parallel axis",
+                                      {"kind", "semantics"}, {"dim"}));
   ASSIGN_OR_RETURN(std::string_view sem,
                    ReadString(obj.Get("semantics"), path.Field("semantics")));
   ASSIGN_OR_RETURN(std::string_view kind_name,
@@ -67,15 +67,15 @@ Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
 }
 
 Result<TensorDescriptor> ReadTensor(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(
-      auto obj,
-      StrictObject::Make(e, path, "tensor descriptor",
-                         {"dtype", "expert_id", "global_shape", "itemsize",
-                          "layer_id", "layout_fingerprint", "parallel_axes",
-                          "shard_dims", "tensor_id"}));
+  ASSIGN_OR_RETURN(auto obj, StrictObject::Make(
+                                 e, path, "tensor descriptor",
+                                 {"dtype", "expert_id", "global_shape",
+                                  "itemsize", "layer_id", "layout_fingerprint",
+                                  "parallel_axes", "shard_dims", "tensor_id"}));
   TensorDescriptorSpec s;
-  ASSIGN_OR_RETURN(std::string_view id, ReadNonEmptyString(obj.Get("tensor_id"),
-                                                           path.Field("tensor_id")));
+  ASSIGN_OR_RETURN(
+      std::string_view id,
+      ReadNonEmptyString(obj.Get("tensor_id"), path.Field("tensor_id")));
   s.tensor_id = id;
   ASSIGN_OR_RETURN(s.global_shape, ReadIntArray(obj.Get("global_shape"),
                                                 path.Field("global_shape")));
@@ -97,8 +97,8 @@ Result<TensorDescriptor> ReadTensor(JsonElement e, const JsonPath& path) {
     ASSIGN_OR_RETURN(auto axis, ReadAxis(a, axes_path.Index(i++)));
     s.parallel_axes.push_back(axis);
   }
-  ASSIGN_OR_RETURN(s.layer_id, ReadNullableInt(obj.Get("layer_id"),
-                                               path.Field("layer_id")));
+  ASSIGN_OR_RETURN(
+      s.layer_id, ReadNullableInt(obj.Get("layer_id"), path.Field("layer_id")));
   ASSIGN_OR_RETURN(s.expert_id, ReadNullableInt(obj.Get("expert_id"),
                                                 path.Field("expert_id")));
   auto t = TensorDescriptor::Make(std::move(s));
@@ -110,18 +110,17 @@ Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path) {
   ASSIGN_OR_RETURN(
       auto obj,
       StrictObject::Make(e, path, "placement fragment",
-                         {"aliases", "global_offset", "local_shape",
-                          "nbytes", "placement_fragment_id", "rank",
-                          "tensor_id"},
+                         {"aliases", "global_offset", "local_shape", "nbytes",
+                          "placement_fragment_id", "rank", "tensor_id"},
                          {"pipeline_stage_id"}));
   PlacementFragmentSpec s;
   ASSIGN_OR_RETURN(std::string_view id,
                    ReadNonEmptyString(obj.Get("placement_fragment_id"),
                                       path.Field("placement_fragment_id")));
   s.placement_fragment_id = std::string(id);
-  ASSIGN_OR_RETURN(std::string_view tid,
-                   ReadNonEmptyString(obj.Get("tensor_id"),
-                                      path.Field("tensor_id")));
+  ASSIGN_OR_RETURN(
+      std::string_view tid,
+      ReadNonEmptyString(obj.Get("tensor_id"), path.Field("tensor_id")));
   s.tensor_id = tid;
   ASSIGN_OR_RETURN(s.global_offset, ReadIntArray(obj.Get("global_offset"),
                                                  path.Field("global_offset")));
@@ -141,27 +140,31 @@ Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path) {
 }
 
 Result<ParallelTopology> ReadTopology(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(
-      auto obj, StrictObject::Make(e, path, "topology",
-                                   {"dp_size", "ep_size", "participants",
-                                    "pp_size", "topology_id", "tp_size"}));
+  ASSIGN_OR_RETURN(auto obj,
+                   StrictObject::Make(e, path, "topology",
+                                      {"dp_size", "ep_size", "participants",
+                                       "pp_size", "topology_id", "tp_size"}));
   ParallelTopologySpec s;
-  ASSIGN_OR_RETURN(s.tp_size, ReadInt(obj.Get("tp_size"), path.Field("tp_size")));
-  ASSIGN_OR_RETURN(s.pp_size, ReadInt(obj.Get("pp_size"), path.Field("pp_size")));
-  ASSIGN_OR_RETURN(s.ep_size, ReadInt(obj.Get("ep_size"), path.Field("ep_size")));
-  ASSIGN_OR_RETURN(s.dp_size, ReadInt(obj.Get("dp_size"), path.Field("dp_size")));
-  ASSIGN_OR_RETURN(std::string_view tid,
-                   ReadNonEmptyString(obj.Get("topology_id"),
-                                      path.Field("topology_id")));
+  ASSIGN_OR_RETURN(s.tp_size,
+                   ReadInt(obj.Get("tp_size"), path.Field("tp_size")));
+  ASSIGN_OR_RETURN(s.pp_size,
+                   ReadInt(obj.Get("pp_size"), path.Field("pp_size")));
+  ASSIGN_OR_RETURN(s.ep_size,
+                   ReadInt(obj.Get("ep_size"), path.Field("ep_size")));
+  ASSIGN_OR_RETURN(s.dp_size,
+                   ReadInt(obj.Get("dp_size"), path.Field("dp_size")));
+  ASSIGN_OR_RETURN(
+      std::string_view tid,
+      ReadNonEmptyString(obj.Get("topology_id"), path.Field("topology_id")));
   s.topology_id = std::string(tid);
   JsonPath pp = path.Field("participants");
   ASSIGN_OR_RETURN(auto arr, ReadArray(obj.Get("participants"), pp));
   size_t i = 0;
   for (auto item : arr) {
     JsonPath ip = pp.Index(i++);
-    ASSIGN_OR_RETURN(auto po, StrictObject::Make(item, ip,
-                                                 "topology participant",
-                                                 {"participant_id", "rank"}));
+    ASSIGN_OR_RETURN(auto po,
+                     StrictObject::Make(item, ip, "topology participant",
+                                        {"participant_id", "rank"}));
     TopologyParticipant p;
     ASSIGN_OR_RETURN(std::string_view pid,
                      ReadNonEmptyString(po.Get("participant_id"),
@@ -182,18 +185,19 @@ constexpr size_t kParallelDecodeBytes = 4 << 20;
 
 Result<WeightPlacementPart> DecodePart(
     JsonElement item, const JsonPath& ip, const PlacementHeader& header,
-    const std::string& topology_id, const std::vector<TensorDescriptor>& tensors,
+    const std::string& topology_id,
+    const std::vector<TensorDescriptor>& tensors,
     const std::unordered_map<std::string_view, size_t>& index,
     std::vector<size_t>* part_tensors, std::vector<uint8_t>* referenced) {
-  ASSIGN_OR_RETURN(auto po, StrictObject::Make(item, ip, "placement part",
-                                               {"fragments", "participant_id",
-                                                "rank"}));
+  ASSIGN_OR_RETURN(auto po,
+                   StrictObject::Make(item, ip, "placement part",
+                                      {"fragments", "participant_id", "rank"}));
   WeightPlacementPartSpec ps;
   ps.header = header;
   ps.topology_id = topology_id;
-  ASSIGN_OR_RETURN(std::string_view part_id,
-                   ReadNonEmptyString(po.Get("participant_id"),
-                                      ip.Field("participant_id")));
+  ASSIGN_OR_RETURN(
+      std::string_view part_id,
+      ReadNonEmptyString(po.Get("participant_id"), ip.Field("participant_id")));
   ps.participant_id = part_id;
   ASSIGN_OR_RETURN(ps.rank, ReadRank(po.Get("rank"), ip.Field("rank")));
   JsonPath fp = ip.Field("fragments");
@@ -207,8 +211,8 @@ Result<WeightPlacementPart> DecodePart(
     auto it = index.find(f.tensor_id());
     if (it == index.end()) {
       return Status::InvalidArgument(
-          fpk.ToString() + ": placement part references an unknown tensor: " +
-          f.tensor_id());
+          fpk.ToString() +
+          ": placement part references an unknown tensor: " + f.tensor_id());
     }
     part_tensors->push_back(it->second);
     (*referenced)[it->second] = 1;
@@ -230,38 +234,38 @@ Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
   using namespace internal;  // NOLINT: the reader helpers
   ASSIGN_OR_RETURN(JsonDocument doc, JsonDocument::Parse(json));
   JsonPath root;
+  ASSIGN_OR_RETURN(auto obj, StrictObject::Make(
+                                 doc.root(), root, "placement manifest",
+                                 {"parts", "placement_id", "placement_set_id",
+                                  "resource_id", "resource_kind", "revision",
+                                  "tensors", "topology", "weight_generation"}));
   ASSIGN_OR_RETURN(
-      auto obj,
-      StrictObject::Make(doc.root(), root, "placement manifest",
-                         {"parts", "placement_id", "placement_set_id",
-                          "resource_id", "resource_kind", "revision",
-                          "tensors", "topology", "weight_generation"}));
-  ASSIGN_OR_RETURN(std::string_view kind,
-                   ReadString(obj.Get("resource_kind"),
-                              root.Field("resource_kind")));
+      std::string_view kind,
+      ReadString(obj.Get("resource_kind"), root.Field("resource_kind")));
   if (kind != WeightPlacementManifest::kResourceKind) {
     return Status::InvalidArgument(
         "placement manifest resource_kind must be model_weight, got \"" +
         std::string(kind) + "\"");
   }
   PlacementHeader header;
-  ASSIGN_OR_RETURN(std::string_view rid,
-                   ReadNonEmptyString(obj.Get("resource_id"),
-                                      root.Field("resource_id")));
+  ASSIGN_OR_RETURN(
+      std::string_view rid,
+      ReadNonEmptyString(obj.Get("resource_id"), root.Field("resource_id")));
   header.resource_id = rid;
-  ASSIGN_OR_RETURN(std::string_view rev, ReadNonEmptyString(obj.Get("revision"),
-                                                            root.Field("revision")));
+  ASSIGN_OR_RETURN(
+      std::string_view rev,
+      ReadNonEmptyString(obj.Get("revision"), root.Field("revision")));
   header.revision = rev;
-  ASSIGN_OR_RETURN(header.weight_generation,
-                   ReadU64(obj.Get("weight_generation"),
-                           root.Field("weight_generation")));
+  ASSIGN_OR_RETURN(
+      header.weight_generation,
+      ReadU64(obj.Get("weight_generation"), root.Field("weight_generation")));
   ASSIGN_OR_RETURN(std::string_view psid,
                    ReadNonEmptyString(obj.Get("placement_set_id"),
                                       root.Field("placement_set_id")));
   header.placement_set_id = psid;
-  ASSIGN_OR_RETURN(std::string_view pid,
-                   ReadNonEmptyString(obj.Get("placement_id"),
-                                      root.Field("placement_id")));
+  ASSIGN_OR_RETURN(
+      std::string_view pid,
+      ReadNonEmptyString(obj.Get("placement_id"), root.Field("placement_id")));
   ASSIGN_OR_RETURN(auto topology,
                    ReadTopology(obj.Get("topology"), root.Field("topology")));
 
@@ -291,11 +295,10 @@ Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
 
   JsonPath parts_path = root.Field("parts");
   ASSIGN_OR_RETURN(auto parts_arr, ReadArray(obj.Get("parts"), parts_path));
-  WeightPlacementManifestSpec spec{header, std::move(topology), {},
-                                   std::string(pid)};
+  WeightPlacementManifestSpec spec{
+      header, std::move(topology), {}, std::string(pid)};
   std::vector<JsonElement> items(parts_arr.begin(), parts_arr.end());
-  std::vector<std::optional<Result<WeightPlacementPart>>> decoded(
-      items.size());
+  std::vector<std::optional<Result<WeightPlacementPart>>> decoded(items.size());
   // Decodes parts [begin, end) and marks the tensors they reference.
   auto decode = [&](size_t begin, size_t end, std::vector<uint8_t>* seen) {
     std::vector<size_t> part_tensors;

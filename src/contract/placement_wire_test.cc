@@ -31,9 +31,9 @@ std::vector<Golden> LoadGoldens(const std::string& dir, bool nested) {
   const std::string text = ReadTestData(dir + "/expected.json");
   simdjson::dom::parser parser;
   simdjson::dom::element root = parser.parse(text);
-  simdjson::dom::object table =
-      nested ? simdjson::dom::object(root["placements"])
-             : simdjson::dom::object(root);
+  simdjson::dom::object table = nested
+                                    ? simdjson::dom::object(root["placements"])
+                                    : simdjson::dom::object(root);
   std::vector<Golden> out;
   for (auto [key, value] : table) {
     out.push_back({dir + "/" + std::string(key),
@@ -84,7 +84,8 @@ TEST(PlacementWireTest, PlanFixturePlacementsValidate) {
 
 TEST(PlacementWireTest, NonCanonicalInputDecodesToCanonicalForm) {
   // Reordered keys and whitespace decode to the same manifest.
-  const std::string text = ReadTestData("fixtures/placements/placement_100.json");
+  const std::string text =
+      ReadTestData("fixtures/placements/placement_100.json");
   std::string spaced;
   for (char c : text) {
     spaced += c;
@@ -168,10 +169,10 @@ TEST_F(WireMutationTest, IdsMustMatchCanonicalContent) {
               HasSubstr("topology: topology_id does not match canonical "
                         "topology"));
   // Tampered content with the old ids is caught by the placement_id.
-  EXPECT_THAT(Error(Mutate("\"revision\":\"step-7\"",
-                           "\"revision\":\"step-8\"")),
-              HasSubstr("placement_id does not match canonical logical "
-                        "content"));
+  EXPECT_THAT(
+      Error(Mutate("\"revision\":\"step-7\"", "\"revision\":\"step-8\"")),
+      HasSubstr("placement_id does not match canonical logical "
+                "content"));
 }
 
 TEST_F(WireMutationTest, UnreferencedAndUnknownTensors) {
@@ -188,9 +189,9 @@ TEST_F(WireMutationTest, EmptyIdsRejected) {
 }
 
 TEST_F(WireMutationTest, AxisWireForms) {
-  EXPECT_THAT(Error(Mutate("\"semantics\":\"split\"",
-                           "\"semantics\":\"sharded\"")),
-              HasSubstr("unsupported parallel axis semantics \"sharded\""));
+  EXPECT_THAT(
+      Error(Mutate("\"semantics\":\"split\"", "\"semantics\":\"sharded\"")),
+      HasSubstr("unsupported parallel axis semantics \"sharded\""));
   EXPECT_THAT(Error(Mutate("\"kind\":\"ep\"", "\"kind\":\"cp\"")),
               HasSubstr("unsupported parallel axis kind: \"cp\""));
 }
@@ -213,12 +214,12 @@ namespace {
 TEST(PlacementWireTest, LargeDocumentsDecodeInParallelDeterministically) {
   auto draft = testing::GridDraft({1, 1, 16, 16});
   for (int t = 0; t < 96; ++t) {
-    testing::AddTensor(&draft, {.tensor_id = "layers." + std::to_string(t) +
-                                             ".experts.w",
-                                .shape = {32, 64, 8},
-                                .tp_dim = 1,
-                                .ep_split = true,
-                                .layer_id = t});
+    testing::AddTensor(
+        &draft, {.tensor_id = "layers." + std::to_string(t) + ".experts.w",
+                 .shape = {32, 64, 8},
+                 .tp_dim = 1,
+                 .ep_split = true,
+                 .layer_id = t});
   }
   auto built = draft.Build();
   ASSERT_TRUE(built.ok()) << built.status().ToString();
@@ -251,21 +252,20 @@ namespace {
 
 // A byte size whose product wraps around 2^128 must not match nbytes.
 TEST(PlacementWireTest, WrappedByteSizeIsAMismatch) {
-  TensorDescriptorSpec t{.tensor_id = "w",
-                         .global_shape = {int64_t{1} << 62, int64_t{1} << 62,
-                                          int64_t{1} << 62},
-                         .dtype = "uint8",
-                         .itemsize = 1,
-                         .layout_fingerprint = "x"};
-  auto f = PlacementFragment::Make({.tensor_id = "w",
-                                    .global_offset = {0, 0, 0},
-                                    .local_shape = {int64_t{1} << 62,
-                                                    int64_t{1} << 62,
-                                                    int64_t{1} << 62},
-                                    .nbytes = 0 + 1,
-                                    .placement_fragment_id = "f"});
+  TensorDescriptorSpec t{
+      .tensor_id = "w",
+      .global_shape = {int64_t{1} << 62, int64_t{1} << 62, int64_t{1} << 62},
+      .dtype = "uint8",
+      .itemsize = 1,
+      .layout_fingerprint = "x"};
+  auto f = PlacementFragment::Make(
+      {.tensor_id = "w",
+       .global_offset = {0, 0, 0},
+       .local_shape = {int64_t{1} << 62, int64_t{1} << 62, int64_t{1} << 62},
+       .nbytes = 0 + 1,
+       .placement_fragment_id = "f"});
   ASSERT_TRUE(f.ok());
-  WeightPlacementPartSpec s{{"r", "v", 1, "set"}, "sha256:t", "p", {},
+  WeightPlacementPartSpec s{{"r", "v", 1, "set"},         "sha256:t", "p", {},
                             {*TensorDescriptor::Make(t)}, {*f}};
   EXPECT_EQ(WeightPlacementPart::Make(s).status().message(),
             "fragment byte size mismatch: f: expected more than 2^64-1, got "

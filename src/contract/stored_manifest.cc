@@ -12,6 +12,7 @@
 #include "util/box_cover.h"
 #include "util/json_reader.h"
 #include "util/sha256.h"
+#include "util/sorted_find.h"
 
 namespace reshard {
 namespace {
@@ -20,9 +21,9 @@ constexpr std::string_view kManifestSuffix = "/manifest";
 
 Status CheckStoredFragment(const TensorDescriptor& t, const StoredFragment& f) {
   // Same geometry rules as placement fragments (rules 7-10).
-  PlacementFragmentSpec spec{f.tensor_id, f.global_offset, f.local_shape,
-                             f.nbytes,    {},              f.aliases,
-                             f.fragment_id};
+  PlacementFragmentSpec spec{
+      f.tensor_id, f.global_offset, f.local_shape, f.nbytes,
+      {},          f.aliases,       f.fragment_id};
   auto pf = PlacementFragment::Make(std::move(spec));
   if (!pf.ok()) return pf.status();
   return internal::CheckFragmentGeometry(t, *pf);
@@ -33,8 +34,8 @@ Status CheckStoredFragment(const TensorDescriptor& t, const StoredFragment& f) {
 Result<StoredWeightManifest> StoredWeightManifest::Make(
     StoredWeightManifestSpec s) {
   const std::pair<const char*, const std::string*> ids[] = {
-      {"namespace", &s.namespace_},     {"resource_id", &s.resource_id},
-      {"revision", &s.revision},        {"group_id", &s.group_id},
+      {"namespace", &s.namespace_},      {"resource_id", &s.resource_id},
+      {"revision", &s.revision},         {"group_id", &s.group_id},
       {"manifest_key", &s.manifest_key}, {"created_at", &s.created_at}};
   for (const auto& [name, v] : ids) {
     if (v->empty()) {
@@ -78,8 +79,7 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
   for (size_t i = 0; i < s.fragments.size(); ++i) {
     const StoredFragment& f = s.fragments[i];
     if (i > 0 && f.fragment_id == s.fragments[i - 1].fragment_id) {
-      return Status::InvalidArgument("duplicate fragment_id: " +
-                                     f.fragment_id);
+      return Status::InvalidArgument("duplicate fragment_id: " + f.fragment_id);
     }
     if (f.object_key.compare(0, payload_prefix.size(), payload_prefix) != 0 ||
         f.object_key.size() == payload_prefix.size()) {
@@ -113,11 +113,11 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
           frags[i]->local_shape == frags[i - 1]->local_shape) {
         return Status::InvalidArgument(
             "duplicate fragment geometry: " + frags[i]->fragment_id + " and " +
-            frags[i - 1]->fragment_id + " (tensor " +
-            s.tensors[t].tensor_id() + ")");
+            frags[i - 1]->fragment_id + " (tensor " + s.tensors[t].tensor_id() +
+            ")");
       }
-      boxes.push_back({frags[i]->global_offset.data(),
-                       frags[i]->local_shape.data()});
+      boxes.push_back(
+          {frags[i]->global_offset.data(), frags[i]->local_shape.data()});
     }
     if (!internal::ExactlyCovers(s.tensors[t].global_shape(), boxes)) {
       return Status::InvalidArgument("tensor is not fully covered: " +
@@ -126,8 +126,8 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
   }
   // Alias groups: every member has a fragment with the same geometry and
   // group, and all members' descriptors agree except the id.
-  using GeometryKey = std::tuple<std::vector<std::string>, Dims, Dims,
-                                 uint64_t>;
+  using GeometryKey =
+      std::tuple<std::vector<std::string>, Dims, Dims, uint64_t>;
   std::map<GeometryKey, std::vector<const StoredFragment*>> alias_groups;
   for (const auto& f : s.fragments) {
     if (f.aliases.empty()) continue;
@@ -169,15 +169,15 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
     const StoredFragment* p = ranges[i - 1];
     const StoredFragment* f = ranges[i];
     if (p->object_key != f->object_key) continue;
-    const bool shared_alias =
-        p->object_offset == f->object_offset && p->nbytes == f->nbytes &&
-        !f->aliases.empty() && p->aliases == f->aliases &&
-        p->global_offset == f->global_offset &&
-        p->local_shape == f->local_shape;
+    const bool shared_alias = p->object_offset == f->object_offset &&
+                              p->nbytes == f->nbytes && !f->aliases.empty() &&
+                              p->aliases == f->aliases &&
+                              p->global_offset == f->global_offset &&
+                              p->local_shape == f->local_shape;
     if (!shared_alias && f->object_offset < p->object_offset + p->nbytes) {
-      return Status::InvalidArgument("stored fragment object ranges overlap: " +
-                                     p->fragment_id + " and " +
-                                     f->fragment_id + " in " + f->object_key);
+      return Status::InvalidArgument(
+          "stored fragment object ranges overlap: " + p->fragment_id + " and " +
+          f->fragment_id + " in " + f->object_key);
     }
   }
   auto shared = std::make_shared<const StoredWeightManifestSpec>(std::move(s));
@@ -188,13 +188,9 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
 
 const TensorDescriptor* StoredWeightManifest::FindTensor(
     std::string_view id) const {
-  const auto& v = s_->tensors;
-  auto it = std::lower_bound(
-      v.begin(), v.end(), id,
-      [](const TensorDescriptor& t, std::string_view x) {
-        return t.tensor_id() < x;
-      });
-  return it != v.end() && it->tensor_id() == id ? &*it : nullptr;
+  return internal::FindSorted(
+      s_->tensors, id,
+      [](const auto& t) -> decltype(auto) { return t.tensor_id(); });
 }
 
 std::string StoredWeightManifestToJson(const StoredWeightManifest& m) {
@@ -243,13 +239,12 @@ Result<StoredWeightManifest> StoredWeightManifestFromJson(
   using internal::JsonPath;
   ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
   JsonPath root;
-  ASSIGN_OR_RETURN(
-      auto obj,
-      internal::StrictObject::Make(
-          doc.root(), root, "stored manifest",
-          {"created_at", "fragments", "group_id", "manifest_key", "namespace",
-           "resource_id", "resource_kind", "revision", "tensors",
-           "weight_generation"}));
+  ASSIGN_OR_RETURN(auto obj,
+                   internal::StrictObject::Make(
+                       doc.root(), root, "stored manifest",
+                       {"created_at", "fragments", "group_id", "manifest_key",
+                        "namespace", "resource_id", "resource_kind", "revision",
+                        "tensors", "weight_generation"}));
   ASSIGN_OR_RETURN(std::string_view kind,
                    internal::ReadString(obj.Get("resource_kind"),
                                         root.Field("resource_kind")));
@@ -289,9 +284,8 @@ Result<StoredWeightManifest> StoredWeightManifestFromJson(
     ASSIGN_OR_RETURN(
         auto fo, internal::StrictObject::Make(
                      e, p, "stored fragment",
-                     {"aliases", "fragment_id", "global_offset",
-                      "local_shape", "nbytes", "object_key", "object_offset",
-                      "tensor_id"}));
+                     {"aliases", "fragment_id", "global_offset", "local_shape",
+                      "nbytes", "object_key", "object_offset", "tensor_id"}));
     StoredFragment f;
     ASSIGN_OR_RETURN(std::string_view id,
                      internal::ReadNonEmptyString(fo.Get("fragment_id"),
@@ -304,16 +298,16 @@ Result<StoredWeightManifest> StoredWeightManifestFromJson(
     ASSIGN_OR_RETURN(f.global_offset,
                      internal::ReadIntArray(fo.Get("global_offset"),
                                             p.Field("global_offset")));
-    ASSIGN_OR_RETURN(f.local_shape, internal::ReadIntArray(
-                                        fo.Get("local_shape"),
-                                        p.Field("local_shape")));
+    ASSIGN_OR_RETURN(
+        f.local_shape,
+        internal::ReadIntArray(fo.Get("local_shape"), p.Field("local_shape")));
     ASSIGN_OR_RETURN(std::string_view ok,
                      internal::ReadNonEmptyString(fo.Get("object_key"),
                                                   p.Field("object_key")));
     f.object_key = ok;
-    ASSIGN_OR_RETURN(f.object_offset, internal::ReadU64(
-                                          fo.Get("object_offset"),
-                                          p.Field("object_offset")));
+    ASSIGN_OR_RETURN(
+        f.object_offset,
+        internal::ReadU64(fo.Get("object_offset"), p.Field("object_offset")));
     ASSIGN_OR_RETURN(f.nbytes,
                      internal::ReadU64(fo.Get("nbytes"), p.Field("nbytes")));
     ASSIGN_OR_RETURN(f.aliases, internal::ReadStringArray(fo.Get("aliases"),

@@ -93,7 +93,8 @@ TEST_F(StoredRulesTest, GeometryAndCover) {
   EXPECT_THAT(Error(s), HasSubstr("duplicate fragment geometry: "));
   s = Valid();
   s.fragments[0].tensor_id = "ghost";
-  EXPECT_THAT(Error(s), HasSubstr("unknown tensor_id ghost in stored fragment"));
+  EXPECT_THAT(Error(s),
+              HasSubstr("unknown tensor_id ghost in stored fragment"));
 }
 
 TEST_F(StoredRulesTest, ObjectRangesMustNotOverlap) {
@@ -109,9 +110,9 @@ TEST_F(StoredRulesTest, AliasGroupsMustBeComplete) {
   auto s = StoredSpecFrom(placement);
   ASSERT_EQ(Error(s), "OK");
   s.fragments.erase(s.fragments.begin());
-  EXPECT_THAT(Error(s), ::testing::AnyOf(
-                            HasSubstr("stored alias group is incomplete"),
-                            HasSubstr("tensor is not fully covered")));
+  EXPECT_THAT(Error(s),
+              ::testing::AnyOf(HasSubstr("stored alias group is incomplete"),
+                               HasSubstr("tensor is not fully covered")));
 }
 
 TEST_F(StoredRulesTest, StrictJson) {

@@ -30,8 +30,8 @@ class Builder {
           for (int64_t tp = 0; tp < o.tp; ++tp) {
             ParallelRank r{dp, tp, pp, ep};
             topo_.participants.push_back(
-                {"p-d" + std::to_string(dp) + "-p" + std::to_string(pp) +
-                     "-e" + std::to_string(ep) + "-t" + std::to_string(tp),
+                {"p-d" + std::to_string(dp) + "-p" + std::to_string(pp) + "-e" +
+                     std::to_string(ep) + "-t" + std::to_string(tp),
                  r});
           }
         }
@@ -80,17 +80,18 @@ class Builder {
     } else {
       const int64_t qk = m_.qk_nope_head_dim + m_.qk_rope_head_dim;
       RETURN_NOT_OK(Add(a + "q_a_proj.weight", {m_.q_lora_rank, h}, -1, s, l));
-      RETURN_NOT_OK(Add(a + "q_a_layernorm.weight", {m_.q_lora_rank}, -1, s, l));
+      RETURN_NOT_OK(
+          Add(a + "q_a_layernorm.weight", {m_.q_lora_rank}, -1, s, l));
       RETURN_NOT_OK(
           Add(a + "q_b_proj.weight", {m_.heads * qk, m_.q_lora_rank}, 0, s, l));
       RETURN_NOT_OK(Add(a + "kv_a_proj_with_mqa.weight",
                         {m_.kv_lora_rank + m_.qk_rope_head_dim, h}, -1, s, l));
       RETURN_NOT_OK(
           Add(a + "kv_a_layernorm.weight", {m_.kv_lora_rank}, -1, s, l));
-      RETURN_NOT_OK(Add(a + "kv_b_proj.weight",
-                        {m_.heads * (m_.qk_nope_head_dim + m_.v_head_dim),
-                         m_.kv_lora_rank},
-                        0, s, l));
+      RETURN_NOT_OK(Add(
+          a + "kv_b_proj.weight",
+          {m_.heads * (m_.qk_nope_head_dim + m_.v_head_dim), m_.kv_lora_rank},
+          0, s, l));
       RETURN_NOT_OK(
           Add(a + "o_proj.weight", {h, m_.heads * m_.v_head_dim}, 1, s, l));
     }
@@ -171,12 +172,12 @@ class Builder {
       ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
       fragments.push_back(std::move(pf));
     }
-    PlacementHeader header{
-        o_.resource_id.empty() ? m_.name : o_.resource_id, o_.revision,
-        o_.weight_generation,
-        m_.name + "-tp" + std::to_string(o_.tp) + "-pp" +
-            std::to_string(o_.pp) + "-ep" + std::to_string(o_.ep) + "-dp" +
-            std::to_string(o_.dp)};
+    PlacementHeader header{o_.resource_id.empty() ? m_.name : o_.resource_id,
+                           o_.revision, o_.weight_generation,
+                           m_.name + "-tp" + std::to_string(o_.tp) + "-pp" +
+                               std::to_string(o_.pp) + "-ep" +
+                               std::to_string(o_.ep) + "-dp" +
+                               std::to_string(o_.dp)};
     return WeightPlacementManifest::FromFragments(
         std::move(header), std::move(topo), std::move(tensors),
         std::move(fragments));

@@ -27,12 +27,12 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
   t.global_shape = l.shape;
   t.dtype = l.dtype;
   t.itemsize = l.itemsize;
-  t.layout_fingerprint = l.layout_fingerprint.empty()
-                             ? l.dtype + ":row-major"
-                             : l.layout_fingerprint;
+  t.layout_fingerprint = l.layout_fingerprint.empty() ? l.dtype + ":row-major"
+                                                      : l.layout_fingerprint;
   t.layer_id = l.layer_id;
   t.expert_id = l.expert_id;
-  if (topo.dp_size > 1) t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kDp));
+  if (topo.dp_size > 1)
+    t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kDp));
   if (topo.pp_size > 1) {
     t.parallel_axes.push_back(l.pp_owner >= 0 ? OwnershipAxis(AxisKind::kPp)
                                               : ReplicatedAxis(AxisKind::kPp));

@@ -17,12 +17,12 @@ struct TensorLayout {
   Dims shape;
   std::string dtype = "bfloat16";
   int64_t itemsize = 2;
-  int64_t tp_dim = -1;     // TP split dimension; -1: replicated over TP
-  bool ep_split = false;   // EP splits dim 0 (grouped experts)
-  int64_t pp_owner = -1;   // owning PP rank; -1: replicated over PP
+  int64_t tp_dim = -1;    // TP split dimension; -1: replicated over TP
+  bool ep_split = false;  // EP splits dim 0 (grouped experts)
+  int64_t pp_owner = -1;  // owning PP rank; -1: replicated over PP
   std::optional<int64_t> layer_id;
   std::optional<int64_t> expert_id;
-  int64_t ep_owner = -1;   // owning EP rank (individually allocated experts)
+  int64_t ep_owner = -1;  // owning EP rank (individually allocated experts)
   std::vector<std::string> aliases;
   std::string layout_fingerprint;  // defaults to "<dtype>:row-major"
 };

@@ -32,8 +32,10 @@ RegionGeometry ComputeRegionGeometry(const Dims& so, const Dims& ss,
   }
   RegionGeometry g;
   for (size_t d = 0; d < n; ++d) {
-    g.source_base_offset += static_cast<uint64_t>(oo[d] - so[d]) * src_stride[d];
-    g.target_base_offset += static_cast<uint64_t>(oo[d] - to[d]) * dst_stride[d];
+    g.source_base_offset +=
+        static_cast<uint64_t>(oo[d] - so[d]) * src_stride[d];
+    g.target_base_offset +=
+        static_cast<uint64_t>(oo[d] - to[d]) * dst_stride[d];
   }
   // The contiguous suffix shared by both sides (the reference geometry).
   uint64_t inner = static_cast<uint64_t>(os[n - 1]) * itemsize;

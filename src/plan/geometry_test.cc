@@ -209,8 +209,8 @@ TEST(GeometryTest, CrossDimDim0ToDim2MergesIntoOneLoop) {
 
 TEST(GeometryTest, FullyContiguousOverlapHasNoLoops) {
   // TP4 -> TP8 on dim0 of [64,16] bf16: rows are whole on both sides.
-  const RegionGeometry g = ComputeRegionGeometry(
-      {16, 0}, {16, 16}, {24, 0}, {8, 16}, {24, 0}, {8, 16}, 2);
+  const RegionGeometry g = ComputeRegionGeometry({16, 0}, {16, 16}, {24, 0},
+                                                 {8, 16}, {24, 0}, {8, 16}, 2);
   EXPECT_EQ(g.source_base_offset, 8u * 32);
   EXPECT_EQ(g.target_base_offset, 0u);
   EXPECT_EQ(g.inner_bytes, 8u * 32);
@@ -241,8 +241,7 @@ TEST(GeometryTest, CountOneDimensionsAreDropped) {
   // Prototype: only the last dim is contiguous on both sides, so its outer
   // loops are (1,3,1): 3 segments.
   EXPECT_EQ(g.segments, 3u);
-  EXPECT_EQ(ExpandGeometry(g),
-            ExpandCoordinates(so, ss, to, ts, oo, os, 1));
+  EXPECT_EQ(ExpandGeometry(g), ExpandCoordinates(so, ss, to, ts, oo, os, 1));
 }
 
 TEST(GeometryTest, SuffixMergesThroughCountOneDimensions) {
@@ -267,8 +266,7 @@ TEST(GeometryTest, RowsOfDifferentLengthDoNotFold) {
   EXPECT_EQ(g.inner_bytes, 4u);
   EXPECT_THAT(g.loops, ElementsAre(OuterLoop{3, 8, 4}));
   EXPECT_EQ(g.segments, 3u);
-  EXPECT_EQ(ExpandGeometry(g),
-            ExpandCoordinates(so, ss, to, ts, oo, os, 2));
+  EXPECT_EQ(ExpandGeometry(g), ExpandCoordinates(so, ss, to, ts, oo, os, 2));
 
   // Source (4,2,2), target (4,1,2), overlap (4,1,2): source dim 1 steps one
   // run (4 bytes) but dim 0 steps 8, target dim 0 steps 4 = one run.
@@ -323,8 +321,7 @@ TEST(GeometryTest, RandomizedMatchesCoordinates) {
         ComputeRegionGeometry(so, ss, to, ts, oo, os, itemsize);
     ExpectCanonical(g);
     size_t outer_dims = 0;
-    EXPECT_EQ(g.segments,
-              PrototypeSegments(ss, ts, os, itemsize, &outer_dims));
+    EXPECT_EQ(g.segments, PrototypeSegments(ss, ts, os, itemsize, &outer_dims));
     const auto want = ExpandCoordinates(so, ss, to, ts, oo, os, itemsize);
     const auto got = ExpandGeometry(g);
     // Same pairs in the same (row-major) order: every byte exactly once.

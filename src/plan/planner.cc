@@ -135,9 +135,15 @@ Status CheckCompatible(const TensorDescriptor& s, const TensorDescriptor& t) {
 PlanFragment ToPlanFragment(const PlacementFragment& f,
                             const std::string& participant,
                             uint32_t participant_index, uint32_t tensor) {
-  return {f.placement_fragment_id(), participant,       f.rank(),
-          f.pipeline_stage_id(),     tensor,            f.global_offset(),
-          f.local_shape(),           f.nbytes(),        participant_index,
+  return {f.placement_fragment_id(),
+          participant,
+          f.rank(),
+          f.pipeline_stage_id(),
+          tensor,
+          f.global_offset(),
+          f.local_shape(),
+          f.nbytes(),
+          participant_index,
           0};
 }
 
@@ -148,7 +154,8 @@ void AssignOrder(std::vector<PlanFragment>* table) {
   internal::SortByStringKey(&idx, [&](uint32_t i) -> const std::string& {
     return (*table)[i].fragment_id;
   });
-  for (uint32_t pos = 0; pos < idx.size(); ++pos) (*table)[idx[pos]].order = pos;
+  for (uint32_t pos = 0; pos < idx.size(); ++pos)
+    (*table)[idx[pos]].order = pos;
 }
 
 // Chooses the source tiling of one tensor and returns its boxes with their
@@ -215,8 +222,7 @@ Result<std::vector<SourceBox>> SourceBoxes(
   const auto& rep = *reps[best];
   boxes.reserve(rep.size());
   for (size_t i = 0; i < rep.size(); ++i) {
-    SourceBox box{&table[rep[i]].global_offset, &table[rep[i]].local_shape,
-                  {}};
+    SourceBox box{&table[rep[i]].global_offset, &table[rep[i]].local_shape, {}};
     for (const auto* g : members[best]) box.members.push_back((*g)[i]);
     std::sort(box.members.begin(), box.members.end(), [&](auto a, auto b) {
       return std::tie(table[a].rank, table[a].fragment_id) <
@@ -248,8 +254,11 @@ struct LogicalTransferPlan::SourceView {
 Result<LogicalTransferPlan> LogicalTransferPlan::Make(
     const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, const PlanOptions& options) {
-  SourceView view{source.resource_id(), source.revision(),
-                  source.weight_generation(), source.placement_id(), {},
+  SourceView view{source.resource_id(),
+                  source.revision(),
+                  source.weight_generation(),
+                  source.placement_id(),
+                  {},
                   [&](std::string_view id) { return source.FindTensor(id); },
                   {}};
   for (const auto& t : source.tensors()) view.tensors.push_back(&t);
@@ -257,8 +266,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
                            std::vector<std::vector<uint32_t>>* by_tensor) {
     for (const auto& part : source.parts()) {
       if (part.fragments().empty()) continue;
-      const auto pidx =
-          static_cast<uint32_t>(impl->source_participants.size());
+      const auto pidx = static_cast<uint32_t>(impl->source_participants.size());
       impl->source_participants.push_back(part.participant_id());
       for (const auto& f : part.fragments()) {
         auto it = tensor_index.find(f.tensor_id());
@@ -273,11 +281,14 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
 }
 
 Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
-    const StoredWeightManifest& source,
-    const WeightPlacementManifest& target, const PlanOptions& options) {
+    const StoredWeightManifest& source, const WeightPlacementManifest& target,
+    const PlanOptions& options) {
   const std::string id = "manifest:" + source.manifest_key();
-  SourceView view{source.resource_id(), source.revision(),
-                  source.weight_generation(), id, {},
+  SourceView view{source.resource_id(),
+                  source.revision(),
+                  source.weight_generation(),
+                  id,
+                  {},
                   [&](std::string_view t) { return source.FindTensor(t); },
                   {}};
   for (const auto& t : source.tensors()) view.tensors.push_back(&t);
@@ -308,14 +319,14 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
     const SourceView& source, const WeightPlacementManifest& target,
     const PlanOptions& options) {
   if (source.resource_id != target.resource_id()) {
-    return Status::InvalidArgument("source and target resource_id differ: " +
-                                   source.resource_id + " vs " +
-                                   target.resource_id());
+    return Status::InvalidArgument(
+        "source and target resource_id differ: " + source.resource_id + " vs " +
+        target.resource_id());
   }
   if (source.revision != target.revision()) {
-    return Status::InvalidArgument("source and target revision differ: " +
-                                   source.revision + " vs " +
-                                   target.revision());
+    return Status::InvalidArgument(
+        "source and target revision differ: " + source.revision + " vs " +
+        target.revision());
   }
   if (source.weight_generation != target.weight_generation()) {
     return Status::InvalidArgument(
@@ -401,9 +412,8 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
   std::vector<std::vector<SourceBox>> tensor_boxes(plan_tensors.size());
   for (uint32_t t = 0; t < plan_tensors.size(); ++t) {
     const TensorDescriptor& desc = *source.find_tensor(impl->tensors[t]);
-    ASSIGN_OR_RETURN(tensor_boxes[t],
-                     SourceBoxes(desc, source_by_tensor[t],
-                                 impl->source_fragments));
+    ASSIGN_OR_RETURN(tensor_boxes[t], SourceBoxes(desc, source_by_tensor[t],
+                                                  impl->source_fragments));
     BoxIndex index;
     index.Build(tensor_boxes[t], desc.ndim());
     const auto itemsize = static_cast<uint64_t>(desc.itemsize());
@@ -420,9 +430,8 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
         r.bytes = itemsize;
         for (size_t d = 0; d < ndim; ++d) {
           const int64_t b = std::max(tf.global_offset[d], (*box.offset)[d]);
-          const int64_t e =
-              std::min(tf.global_offset[d] + tf.local_shape[d],
-                       (*box.offset)[d] + (*box.shape)[d]);
+          const int64_t e = std::min(tf.global_offset[d] + tf.local_shape[d],
+                                     (*box.offset)[d] + (*box.shape)[d]);
           r.overlap_offset[d] = b;
           r.overlap_shape[d] = e - b;
           r.bytes *= static_cast<uint64_t>(e - b);
@@ -432,8 +441,8 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
         region_box.push_back(&box);
       });
       if (covered != tf.nbytes) {
-        return Status::InvalidArgument("target fragment is not fully covered: " +
-                                       tf.fragment_id);
+        return Status::InvalidArgument(
+            "target fragment is not fully covered: " + tf.fragment_id);
       }
       if (regions.size() > options.limits.max_transfer_regions) {
         return Status::ResourceExhausted(
@@ -485,8 +494,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
     const PlanFragment& tf = tfr[r.target_fragment];
     RegionGeometry g = ComputeRegionGeometry(
         sf.global_offset, sf.local_shape, tf.global_offset, tf.local_shape,
-        r.overlap_offset, r.overlap_shape,
-        plan_tensors[r.tensor]->itemsize());
+        r.overlap_offset, r.overlap_shape, plan_tensors[r.tensor]->itemsize());
     r.source_base_offset = g.source_base_offset;
     r.target_base_offset = g.target_base_offset;
     r.inner_bytes = g.inner_bytes;
@@ -541,8 +549,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
         (uint64_t{source_participant[r.source_fragment]} << 32) |
             tf.participant,
         r.bytes);
-    const std::array<int64_t, 4> key{source_pp, source_stage,
-                                     tf.rank.pp,
+    const std::array<int64_t, 4> key{source_pp, source_stage, tf.rank.pp,
                                      tf.pipeline_stage_id.value_or(-1)};
     if (route == nullptr || key != last_route) {
       route = &routes[key];
@@ -601,19 +608,16 @@ const std::string& LogicalTransferPlan::target_placement_id() const {
 const std::vector<std::string>& LogicalTransferPlan::tensors() const {
   return impl_->tensors;
 }
-const std::vector<PlanFragment>& LogicalTransferPlan::source_fragments()
-    const {
+const std::vector<PlanFragment>& LogicalTransferPlan::source_fragments() const {
   return impl_->source_fragments;
 }
-const std::vector<PlanFragment>& LogicalTransferPlan::target_fragments()
-    const {
+const std::vector<PlanFragment>& LogicalTransferPlan::target_fragments() const {
   return impl_->target_fragments;
 }
 const std::vector<TransferRegion>& LogicalTransferPlan::regions() const {
   return impl_->regions;
 }
-const std::vector<PipelineRoute>& LogicalTransferPlan::pipeline_routes()
-    const {
+const std::vector<PipelineRoute>& LogicalTransferPlan::pipeline_routes() const {
   return impl_->routes;
 }
 const std::vector<std::string>& LogicalTransferPlan::source_participants()

@@ -32,10 +32,10 @@ using testing::TensorLayout;
 struct OracleOptions {
   uint64_t seed = 1;
   int cases = 100;
-  double subtile_probability = 0.0;     // per side
+  double subtile_probability = 0.0;  // per side
   double local_target_probability = 0.0;
-  double dp_owner_probability = 0.0;    // per tensor and side
-  int64_t max_elements = 4096;          // per tensor
+  double dp_owner_probability = 0.0;  // per tensor and side
+  int64_t max_elements = 4096;        // per tensor
 };
 
 class Generator {
@@ -120,8 +120,8 @@ class Generator {
       side.tp_dim = Uniform(0, static_cast<int64_t>(ndim) - 1);
       // EP and TP must not split the same dimension.
       if (side.ep_split && side.tp_dim == 0) {
-        side.tp_dim = ndim > 1 ? Uniform(1, static_cast<int64_t>(ndim) - 1)
-                               : -1;
+        side.tp_dim =
+            ndim > 1 ? Uniform(1, static_cast<int64_t>(ndim) - 1) : -1;
       }
     }
     if (s.pp > 1 && Chance(0.6)) side.pp_owner = Uniform(0, s.pp - 1);
@@ -149,7 +149,8 @@ class Generator {
       Dims shape(ndim);
       int64_t elements = 1;
       for (size_t d = 0; d < ndim; ++d) {
-        shape[d] = divisor[d] * Uniform(1, std::max<int64_t>(1, 12 / divisor[d]));
+        shape[d] =
+            divisor[d] * Uniform(1, std::max<int64_t>(1, 12 / divisor[d]));
         elements *= shape[d];
       }
       if (elements > o_.max_elements) continue;  // draw a smaller tensor
@@ -172,8 +173,8 @@ class Generator {
       AddTensor(&c->source, la);
       AddTensor(&c->target, lb);
       std::string shape_str;
-      for (int64_t e : shape) shape_str += (shape_str.empty() ? "" : "x") +
-                                           std::to_string(e);
+      for (int64_t e : shape)
+        shape_str += (shape_str.empty() ? "" : "x") + std::to_string(e);
       auto side_str = [](const Side& s) {
         return "tp_dim=" + std::to_string(s.tp_dim) +
                (s.ep_split ? ",ep_split" : "") +
@@ -182,9 +183,8 @@ class Generator {
                (s.ep_owner >= 0 ? ",ep_owner=" + std::to_string(s.ep_owner)
                                 : "");
       };
-      c->description += "; " + l.tensor_id + " " + shape_str + " " +
-                        l.dtype + " [" + side_str(a) + " -> " + side_str(b) +
-                        "]";
+      c->description += "; " + l.tensor_id + " " + shape_str + " " + l.dtype +
+                        " [" + side_str(a) + " -> " + side_str(b) + "]";
       if (Chance(o_.dp_owner_probability)) {
         if (MakeDpOwned(&c->source, l.tensor_id)) {
           c->description += " source dp-owned";
@@ -236,9 +236,8 @@ class Generator {
         cuts[k].push_back(f.local_shape[k]);
       }
       const uint64_t itemsize =
-          f.nbytes / std::accumulate(f.local_shape.begin(),
-                                     f.local_shape.end(), uint64_t{1},
-                                     [](uint64_t a, int64_t b) {
+          f.nbytes / std::accumulate(f.local_shape.begin(), f.local_shape.end(),
+                                     uint64_t{1}, [](uint64_t a, int64_t b) {
                                        return a * static_cast<uint64_t>(b);
                                      });
       std::vector<size_t> idx(n, 0);
@@ -386,8 +385,8 @@ bool Execute(const LogicalTransferPlan& plan,
       if (done) break;
     }
     if (copied != r.bytes) {
-      ADD_FAILURE() << "region copies " << copied << " bytes, says "
-                    << r.bytes << ": " << plan.DescribeRegion(r);
+      ADD_FAILURE() << "region copies " << copied << " bytes, says " << r.bytes
+                    << ": " << plan.DescribeRegion(r);
       return false;
     }
   }
@@ -402,9 +401,9 @@ bool Execute(const LogicalTransferPlan& plan,
                 [&](uint64_t off, uint64_t g, int64_t b) {
                   if (!ok) return;
                   if (writes[i][off] != 1) {
-                    ADD_FAILURE() << "target " << f.fragment_id << " byte "
-                                  << off << " written "
-                                  << int(writes[i][off]) << " times";
+                    ADD_FAILURE()
+                        << "target " << f.fragment_id << " byte " << off
+                        << " written " << int(writes[i][off]) << " times";
                     ok = false;
                   } else if (dst[i][off] != Tag(f.tensor, g, b)) {
                     ADD_FAILURE() << "target " << f.fragment_id << " byte "
@@ -421,8 +420,8 @@ struct OracleStats {
   int executed = 0;
   int regenerated = 0;
   int local = 0;
-  int dp_owned = 0;     // cases with a DP-owned source tensor
-  int subtiled = 0;     // cases with a sub-tiled side
+  int dp_owned = 0;  // cases with a DP-owned source tensor
+  int subtiled = 0;  // cases with a sub-tiled side
   uint64_t regions = 0;
   uint64_t multi_loop_regions = 0;
 };
@@ -445,8 +444,7 @@ OracleStats RunOracle(const OracleOptions& o) {
       continue;
     }
     ++st.executed;
-    SCOPED_TRACE("case " + std::to_string(st.executed) + ": " +
-                 c.description);
+    SCOPED_TRACE("case " + std::to_string(st.executed) + ": " + c.description);
     PlanOptions options;
     options.target_participant_id = c.local_target;
     auto plan = LogicalTransferPlan::Make(*source, *target, options);

@@ -22,8 +22,8 @@
 namespace reshard {
 namespace {
 
-using ::testing::ElementsAre;
 using testing::AddTensor;
+using ::testing::ElementsAre;
 using testing::GridDraft;
 using testing::PlacementDraft;
 using testing::ReadTestData;
@@ -108,11 +108,11 @@ void CheckInvariants(const LogicalTransferPlan& plan) {
   for (size_t i = 1; i < regions.size(); ++i) {
     const auto& p = regions[i - 1];
     const auto& q = regions[i];
-    EXPECT_LE(std::tie(tf[p.target_fragment].fragment_id, p.target_base_offset,
-                       sf[p.source_fragment].fragment_id, p.source_base_offset),
-              std::tie(tf[q.target_fragment].fragment_id, q.target_base_offset,
-                       sf[q.source_fragment].fragment_id,
-                       q.source_base_offset));
+    EXPECT_LE(
+        std::tie(tf[p.target_fragment].fragment_id, p.target_base_offset,
+                 sf[p.source_fragment].fragment_id, p.source_base_offset),
+        std::tie(tf[q.target_fragment].fragment_id, q.target_base_offset,
+                 sf[q.source_fragment].fragment_id, q.source_base_offset));
   }
   // Per-participant bytes, traffic and routes all add up to the plan.
   uint64_t src_total = 0;
@@ -162,9 +162,9 @@ void CheckInvariants(const LogicalTransferPlan& plan) {
   EXPECT_EQ(route_ops, s.operations);
   EXPECT_EQ(route_bytes, s.bytes);
   if (!plan.source_participants().empty()) {
-    EXPECT_DOUBLE_EQ(s.mean_source_bytes,
-                     static_cast<double>(s.bytes) /
-                         plan.source_participants().size());
+    EXPECT_DOUBLE_EQ(
+        s.mean_source_bytes,
+        static_cast<double>(s.bytes) / plan.source_participants().size());
   }
 }
 
@@ -260,9 +260,8 @@ TEST(PlannerTest, ScenariosMatchGolden) {
       for (simdjson::dom::element r : routes) {
         simdjson::dom::array a = r;
         ASSERT_EQ(a.size(), 5u);
-        want.push_back({int64_t(a.at(0)), IntOrNull(a.at(1)),
-                        int64_t(a.at(2)), IntOrNull(a.at(3)),
-                        int64_t(a.at(4))});
+        want.push_back({int64_t(a.at(0)), IntOrNull(a.at(1)), int64_t(a.at(2)),
+                        IntOrNull(a.at(3)), int64_t(a.at(4))});
       }
       std::sort(want.begin(), want.end());
       EXPECT_EQ(Routes(*plan), want);
@@ -497,10 +496,16 @@ TEST(PlannerTest, LocalTargetPlansOnlyItsFragments) {
   PlacementDraft dst = GridDraft(Sizes{.tp = 8});
   AddTensor(&src, {.tensor_id = "a", .shape = {64, 16}, .tp_dim = 0});
   AddTensor(&dst, {.tensor_id = "a", .shape = {64, 16}, .tp_dim = 1});
-  AddTensor(&src, {.tensor_id = "b", .shape = {8}, .dtype = "uint8",
-                   .itemsize = 1, .tp_dim = 0});
-  AddTensor(&dst, {.tensor_id = "b", .shape = {8}, .dtype = "uint8",
-                   .itemsize = 1, .tp_dim = 0});
+  AddTensor(&src, {.tensor_id = "b",
+                   .shape = {8},
+                   .dtype = "uint8",
+                   .itemsize = 1,
+                   .tp_dim = 0});
+  AddTensor(&dst, {.tensor_id = "b",
+                   .shape = {8},
+                   .dtype = "uint8",
+                   .itemsize = 1,
+                   .tp_dim = 0});
   const auto source = MustBuild(src);
   const auto target = MustBuild(dst);
   auto full = LogicalTransferPlan::Make(source, target);
@@ -538,8 +543,8 @@ TEST(PlannerTest, LocalTargetUnknownParticipant) {
   AddTensor(&src, {.tensor_id = "w", .shape = {8}, .tp_dim = 0});
   PlanOptions options;
   options.target_participant_id = "nobody";
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(src),
-                                        options);
+  auto plan =
+      LogicalTransferPlan::Make(MustBuild(src), MustBuild(src), options);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(plan.status().message(), "unknown target participant: nobody");
@@ -567,9 +572,9 @@ TEST(PlannerTest, ErrorResourceIdDiffers) {
   PlacementDraft dst = TwoTensors();
   src.header.resource_id = "a";
   dst.header.resource_id = "b";
-  EXPECT_EQ(PlanStatus(src, dst),
-            Status::InvalidArgument(
-                "source and target resource_id differ: a vs b"));
+  EXPECT_EQ(
+      PlanStatus(src, dst),
+      Status::InvalidArgument("source and target resource_id differ: a vs b"));
 }
 
 TEST(PlannerTest, ErrorRevisionDiffers) {
@@ -610,9 +615,9 @@ TEST(PlannerTest, ErrorUnknownTensors) {
   PlacementDraft src = GridDraft(Sizes{.tp = 2});
   AddTensor(&src, {.tensor_id = "a", .shape = {8, 4}, .tp_dim = 0});
   PlacementDraft dst = TwoTensors();
-  EXPECT_EQ(PlanStatus(src, dst),
-            Status::InvalidArgument(
-                "target manifests contain unknown tensors: b"));
+  EXPECT_EQ(
+      PlanStatus(src, dst),
+      Status::InvalidArgument("target manifests contain unknown tensors: b"));
 }
 
 TEST(PlannerTest, LocalTargetMayUseSubsetOfSourceTensors) {
@@ -639,10 +644,10 @@ TEST(PlannerTest, ErrorLayoutMismatch) {
                    .tp_dim = 0,
                    .layout_fingerprint = "bfloat16:swizzled"});
   const std::string source_fp = src.tensors[0].layout_fingerprint;
-  EXPECT_EQ(PlanStatus(src, dst),
-            Status::InvalidArgument("layout mismatch for tensor w: source \"" +
-                                    source_fp +
-                                    "\", target \"bfloat16:swizzled\""));
+  EXPECT_EQ(
+      PlanStatus(src, dst),
+      Status::InvalidArgument("layout mismatch for tensor w: source \"" +
+                              source_fp + "\", target \"bfloat16:swizzled\""));
 }
 
 TEST(PlannerTest, ErrorDescriptorMismatch) {
@@ -696,8 +701,8 @@ TEST(PlannerTest, ParallelAxesMayDiffer) {
   // Only the logical descriptor must match; the parallel layout is what
   // the plan changes.
   PlacementDraft src = GridDraft(Sizes{.ep = 2, .tp = 2});
-  AddTensor(&src, {.tensor_id = "w", .shape = {4, 8}, .tp_dim = 1,
-                   .ep_split = true});
+  AddTensor(&src,
+            {.tensor_id = "w", .shape = {4, 8}, .tp_dim = 1, .ep_split = true});
   PlacementDraft dst = GridDraft(Sizes{.dp = 2, .pp = 2});
   AddTensor(&dst, {.tensor_id = "w", .shape = {4, 8}, .pp_owner = 1});
   auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
@@ -755,8 +760,7 @@ TEST(PlannerTest, DpOwnedTensorRoutesThroughItsOwner) {
   AddTensor(&src, {.tensor_id = "w", .shape = {8, 4}, .tp_dim = 0});
   src.tensors[0].parallel_axes = {OwnershipAxis(AxisKind::kDp),
                                   *SplitAxis(AxisKind::kTp, 0)};
-  std::erase_if(src.fragments,
-                [](const auto& f) { return f.rank.dp != 1; });
+  std::erase_if(src.fragments, [](const auto& f) { return f.rank.dp != 1; });
   PlacementDraft dst = GridDraft(Sizes{.tp = 2});
   AddTensor(&dst, {.tensor_id = "w", .shape = {8, 4}, .tp_dim = 1});
   auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
@@ -775,8 +779,7 @@ TEST(PlannerTest, DpOwnedTensorReplicatedOverTpIsNotAmbiguous) {
   AddTensor(&src, {.tensor_id = "w", .shape = {8, 4}});
   src.tensors[0].parallel_axes = {OwnershipAxis(AxisKind::kDp),
                                   ReplicatedAxis(AxisKind::kTp)};
-  std::erase_if(src.fragments,
-                [](const auto& f) { return f.rank.dp != 1; });
+  std::erase_if(src.fragments, [](const auto& f) { return f.rank.dp != 1; });
   PlacementDraft dst = GridDraft(Sizes{.tp = 2});
   AddTensor(&dst, {.tensor_id = "w", .shape = {8, 4}, .tp_dim = 1});
   auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
@@ -813,10 +816,17 @@ TEST(PlannerTest, TrafficAndParticipantBytesSumToPlanBytes) {
   PlacementDraft dst = GridDraft(Sizes{.dp = 1, .pp = 2, .ep = 1, .tp = 4});
   for (int l = 0; l < 4; ++l) {
     const std::string id = "layers." + std::to_string(l) + ".experts";
-    AddTensor(&src, {.tensor_id = id, .shape = {4, 8, 6}, .tp_dim = 1,
-                     .ep_split = true, .pp_owner = l / 2, .layer_id = l});
-    AddTensor(&dst, {.tensor_id = id, .shape = {4, 8, 6}, .tp_dim = 0,
-                     .pp_owner = l % 2, .layer_id = l});
+    AddTensor(&src, {.tensor_id = id,
+                     .shape = {4, 8, 6},
+                     .tp_dim = 1,
+                     .ep_split = true,
+                     .pp_owner = l / 2,
+                     .layer_id = l});
+    AddTensor(&dst, {.tensor_id = id,
+                     .shape = {4, 8, 6},
+                     .tp_dim = 0,
+                     .pp_owner = l % 2,
+                     .layer_id = l});
   }
   auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -845,9 +855,9 @@ TEST(PlannerTest, SummaryJsonHasKeys) {
   simdjson::dom::element root;
   ASSERT_EQ(parser.parse(json).get(root), simdjson::SUCCESS) << json;
   const PlanSummary& s = plan->summary();
-  for (const char* key : {"regions", "segments", "operations", "bytes",
-                          "max_source_bytes", "mean_source_bytes",
-                          "max_target_bytes"}) {
+  for (const char* key :
+       {"regions", "segments", "operations", "bytes", "max_source_bytes",
+        "mean_source_bytes", "max_target_bytes"}) {
     simdjson::dom::element v;
     EXPECT_EQ(root[key].get(v), simdjson::SUCCESS) << key;
   }
@@ -886,8 +896,9 @@ TEST(PlannerTest, DescribeRegion) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   std::set<std::string> lines;
   for (const auto& r : plan->regions()) lines.insert(plan->DescribeRegion(r));
-  EXPECT_TRUE(lines.count("w [0,0,4]+[2,6,4]: p-d0-p0-e0-t0@8 -> "
-                          "p-d0-p0-e0-t1@0, inner 8 x(12,16,8)"))
+  EXPECT_TRUE(
+      lines.count("w [0,0,4]+[2,6,4]: p-d0-p0-e0-t0@8 -> "
+                  "p-d0-p0-e0-t1@0, inner 8 x(12,16,8)"))
       << ::testing::PrintToString(lines);
 }
 
@@ -901,9 +912,8 @@ TEST(PlannerLocalTargetTest, ParticipantWithoutFragmentsIsRejected) {
   auto src = testing::GridDraft({1, 2, 1, 1});
   testing::AddTensor(&src, {.tensor_id = "w", .shape = {8}, .pp_owner = 0});
   auto dst = src;
-  auto plan = LogicalTransferPlan::Make(*src.Build(), *dst.Build(),
-                                        {.target_participant_id =
-                                             "p-d0-p1-e0-t0"});
+  auto plan = LogicalTransferPlan::Make(
+      *src.Build(), *dst.Build(), {.target_participant_id = "p-d0-p1-e0-t0"});
   EXPECT_EQ(plan.status().message(),
             "local target manifest is missing fragments: participant "
             "p-d0-p1-e0-t0 holds none");

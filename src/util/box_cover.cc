@@ -46,9 +46,9 @@ std::optional<bool> GridCovers(std::span<const int64_t> extent,
   std::vector<size_t> order(boxes.size());
   std::iota(order.begin(), order.end(), 0);
   auto less = [&](size_t a, size_t b) {
-    return std::lexicographical_compare(
-        boxes[a].offset, boxes[a].offset + ndim, boxes[b].offset,
-        boxes[b].offset + ndim);
+    return std::lexicographical_compare(boxes[a].offset, boxes[a].offset + ndim,
+                                        boxes[b].offset,
+                                        boxes[b].offset + ndim);
   };
   std::sort(order.begin(), order.end(), less);
   for (size_t i = 1; i < order.size(); ++i) {
@@ -83,10 +83,9 @@ bool CornersCover(std::span<const int64_t> extent,
   std::vector<size_t> order(k);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::lexicographical_compare(&corners[a * stride],
-                                        &corners[a * stride] + ndim,
-                                        &corners[b * stride],
-                                        &corners[b * stride] + ndim);
+    return std::lexicographical_compare(
+        &corners[a * stride], &corners[a * stride] + ndim, &corners[b * stride],
+        &corners[b * stride] + ndim);
   });
   size_t nonzero = 0;
   for (size_t i = 0; i < k;) {

@@ -94,8 +94,7 @@ bool OracleCovers(const std::vector<int64_t>& extent,
       if (d == ndim + 1 || ndim == 0) break;
     }
   }
-  return std::all_of(count.begin(), count.end(),
-                     [](int c) { return c == 1; });
+  return std::all_of(count.begin(), count.end(), [](int c) { return c == 1; });
 }
 
 void ExpectOverlapResult(size_t ndim, const std::vector<Box>& boxes,
@@ -148,7 +147,7 @@ TEST(BoxCoverTest, SingleBox) {
 
 TEST(BoxCoverTest, OneDimensional) {
   EXPECT_TRUE(Covers({10}, {{{0}, {3}}, {{3}, {3}}, {{6}, {4}}}));
-  EXPECT_TRUE(Covers({10}, {{{6}, {4}}, {{0}, {3}}, {{3}, {3}}}));  // order
+  EXPECT_TRUE(Covers({10}, {{{6}, {4}}, {{0}, {3}}, {{3}, {3}}}));   // order
   EXPECT_FALSE(Covers({10}, {{{0}, {3}}, {{4}, {3}}, {{6}, {4}}}));  // gap+ovl
   EXPECT_FALSE(Covers({10}, {{{0}, {3}}, {{3}, {3}}}));              // gap
   EXPECT_FALSE(Covers({10}, {{{0}, {3}}, {{3}, {3}}, {{6}, {5}}}));  // oob
@@ -330,10 +329,9 @@ TEST(BoxCoverTest, NineDimensionsUseTheSweep) {
   EXPECT_EQ(*pair, std::make_pair(size_t{0}, bad.size() - 1));
 
   // Overlap only in the last dimension's coordinates.
-  std::vector<Box> two = {{std::vector<int64_t>(9, 0),
-                           std::vector<int64_t>(9, 1)},
-                          {std::vector<int64_t>(9, 0),
-                           std::vector<int64_t>(9, 1)}};
+  std::vector<Box> two = {
+      {std::vector<int64_t>(9, 0), std::vector<int64_t>(9, 1)},
+      {std::vector<int64_t>(9, 0), std::vector<int64_t>(9, 1)}};
   two[1].off[0] = 1;
   EXPECT_FALSE(Overlap(9, two).has_value());
   two[1].off[0] = 0;
@@ -373,10 +371,8 @@ TEST(BoxCoverTest, VolumeOverflowDoesNotFakeCover) {
 
 TEST(BoxCoverTest, FindOverlapTouchingIsNotOverlap) {
   // Boxes that share faces, edges or corners do not overlap.
-  const std::vector<Box> touching = {{{0, 0}, {2, 2}},
-                                     {{2, 0}, {2, 2}},
-                                     {{0, 2}, {2, 2}},
-                                     {{2, 2}, {2, 2}}};
+  const std::vector<Box> touching = {
+      {{0, 0}, {2, 2}}, {{2, 0}, {2, 2}}, {{0, 2}, {2, 2}}, {{2, 2}, {2, 2}}};
   EXPECT_FALSE(Overlap(2, touching).has_value());
   // Containment overlaps.
   const std::vector<Box> nested = {{{0, 0}, {4, 4}}, {{1, 1}, {1, 1}}};
@@ -390,8 +386,8 @@ TEST(BoxCoverTest, FindOverlapAcrossLongSweep) {
   // begins) with a single overlap hidden between a long box and a late one.
   std::vector<Box> boxes;
   for (int64_t i = 0; i < 100; ++i) boxes.push_back({{0, i}, {1, 1}});
-  boxes.push_back({{1, 0}, {1, 100}});   // long box in row 1
-  boxes.push_back({{1, 97}, {1, 1}});    // overlaps it near the end
+  boxes.push_back({{1, 0}, {1, 100}});  // long box in row 1
+  boxes.push_back({{1, 97}, {1, 1}});   // overlaps it near the end
   const auto pair = Overlap(2, boxes);
   ASSERT_TRUE(pair.has_value());
   EXPECT_EQ(*pair, std::make_pair(size_t{100}, size_t{101}));
@@ -511,7 +507,8 @@ TEST(BoxCoverTest, RandomizedAgainstBruteForce) {
         break;
       case Perturb::kShift: {
         Box& b = boxes[pick()];
-        const size_t d = std::uniform_int_distribution<size_t>(0, ndim - 1)(rng);
+        const size_t d =
+            std::uniform_int_distribution<size_t>(0, ndim - 1)(rng);
         b.off[d] += std::uniform_int_distribution<int>(0, 1)(rng) ? 1 : -1;
         break;
       }
@@ -536,7 +533,8 @@ TEST(BoxCoverTest, RandomizedAgainstBruteForce) {
         // Grow one box by a slab and shrink another by the same volume when
         // possible: the total volume is unchanged.
         const size_t i = pick();
-        const size_t d = std::uniform_int_distribution<size_t>(0, ndim - 1)(rng);
+        const size_t d =
+            std::uniform_int_distribution<size_t>(0, ndim - 1)(rng);
         Box& b = boxes[i];
         if (b.off[d] + b.shape[d] < extent[d]) {
           ++b.shape[d];
@@ -597,12 +595,12 @@ TEST(BoxCoverTest, RandomizedFindOverlapOnArbitraryBoxes) {
     for (Box& b : boxes) {
       for (size_t d = 0; d < ndim; ++d) {
         b.off.push_back(std::uniform_int_distribution<int64_t>(0, 9)(rng));
-        b.shape.push_back(std::uniform_int_distribution<int64_t>(
-            1, ndim <= 2 ? 3 : 6)(rng));
+        b.shape.push_back(
+            std::uniform_int_distribution<int64_t>(1, ndim <= 2 ? 3 : 6)(rng));
       }
     }
-    ASSERT_NO_FATAL_FAILURE(ExpectOverlapResult(
-        ndim, boxes, "iter " + std::to_string(iter)));
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectOverlapResult(ndim, boxes, "iter " + std::to_string(iter)));
     with_overlap += AnyPairIntersects(boxes);
   }
   EXPECT_GT(with_overlap, 200);

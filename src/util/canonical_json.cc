@@ -9,8 +9,12 @@ namespace {
 constexpr char kHex[] = "0123456789abcdef";
 
 void AppendEscapedUnit(uint32_t unit, std::string* out) {
-  char buf[6] = {'\\', 'u', kHex[(unit >> 12) & 0xF], kHex[(unit >> 8) & 0xF],
-                 kHex[(unit >> 4) & 0xF], kHex[unit & 0xF]};
+  char buf[6] = {'\\',
+                 'u',
+                 kHex[(unit >> 12) & 0xF],
+                 kHex[(unit >> 8) & 0xF],
+                 kHex[(unit >> 4) & 0xF],
+                 kHex[unit & 0xF]};
   out->append(buf, 6);
 }
 
@@ -43,8 +47,7 @@ constexpr EscapeTable kEscape;
 
 }  // namespace
 
-void AppendJsonString(std::string_view utf8, JsonAscii mode,
-                      std::string* out) {
+void AppendJsonString(std::string_view utf8, JsonAscii mode, std::string* out) {
   out->push_back('"');
   size_t run_start = 0;
   size_t i = 0;
@@ -59,14 +62,30 @@ void AppendJsonString(std::string_view utf8, JsonAscii mode,
     out->append(utf8.data() + run_start, i - run_start);
     if (c < 0x80) {
       switch (c) {
-        case '"': out->append("\\\""); break;
-        case '\\': out->append("\\\\"); break;
-        case '\n': out->append("\\n"); break;
-        case '\r': out->append("\\r"); break;
-        case '\t': out->append("\\t"); break;
-        case '\b': out->append("\\b"); break;
-        case '\f': out->append("\\f"); break;
-        default: AppendEscapedUnit(c, out); break;  // other controls, DEL
+        case '"':
+          out->append("\\\"");
+          break;
+        case '\\':
+          out->append("\\\\");
+          break;
+        case '\n':
+          out->append("\\n");
+          break;
+        case '\r':
+          out->append("\\r");
+          break;
+        case '\t':
+          out->append("\\t");
+          break;
+        case '\b':
+          out->append("\\b");
+          break;
+        case '\f':
+          out->append("\\f");
+          break;
+        default:
+          AppendEscapedUnit(c, out);
+          break;  // other controls, DEL
       }
       ++i;
     } else {

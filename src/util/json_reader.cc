@@ -1,9 +1,9 @@
 #include "util/json_reader.h"
 
-#include "reshard/json.h"
-
 #include <algorithm>
 #include <utility>
+
+#include "reshard/json.h"
 
 namespace reshard::internal {
 namespace {
@@ -160,9 +160,8 @@ Result<JsonDocument> JsonDocument::Parse(std::string_view text) {
       return Status::InvalidArgument(
           "JSON integer must fit in an unsigned 64-bit integer");
     }
-    return Status::InvalidArgument(
-        std::string("invalid JSON: ") +
-        simdjson::error_message(result.error()));
+    return Status::InvalidArgument(std::string("invalid JSON: ") +
+                                   simdjson::error_message(result.error()));
   }
   doc.root_ = result.value_unsafe();
   return doc;
@@ -277,7 +276,8 @@ Result<uint64_t> ReadU64(JsonElement e, const JsonPath& path) {
 }
 
 Result<bool> ReadBool(JsonElement e, const JsonPath& path) {
-  if (e.type() != element_type::BOOL) return TypeError(path, "must be a boolean");
+  if (e.type() != element_type::BOOL)
+    return TypeError(path, "must be a boolean");
   return bool(e);
 }
 
@@ -297,8 +297,7 @@ Result<simdjson::dom::array> ReadArray(JsonElement e, const JsonPath& path) {
   return simdjson::dom::array(e);
 }
 
-Result<std::vector<int64_t>> ReadIntArray(JsonElement e,
-                                          const JsonPath& path) {
+Result<std::vector<int64_t>> ReadIntArray(JsonElement e, const JsonPath& path) {
   ASSIGN_OR_RETURN(auto arr, ReadArray(e, path));
   std::vector<int64_t> out;
   out.reserve(arr.size());
@@ -345,8 +344,7 @@ Result<std::string> CanonicalizeJsonText(std::string_view text,
 
 namespace reshard {
 
-Result<std::string> CanonicalizeJson(std::string_view text,
-                                     bool ensure_ascii) {
+Result<std::string> CanonicalizeJson(std::string_view text, bool ensure_ascii) {
   return internal::CanonicalizeJsonText(
       text, ensure_ascii ? internal::JsonAscii::kEscapeNonAscii
                          : internal::JsonAscii::kRawUtf8);

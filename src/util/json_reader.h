@@ -69,12 +69,10 @@ class StrictObject {
   // Checks that `element` is an object with no duplicate keys whose keys are
   // all of `required` plus any subset of `optional`. `what` names the object
   // in messages ("placement fragment").
-  static Result<StrictObject> Make(JsonElement element, const JsonPath& path,
-                                   std::string_view what,
-                                   std::initializer_list<std::string_view>
-                                       required,
-                                   std::initializer_list<std::string_view>
-                                       optional = {});
+  static Result<StrictObject> Make(
+      JsonElement element, const JsonPath& path, std::string_view what,
+      std::initializer_list<std::string_view> required,
+      std::initializer_list<std::string_view> optional = {});
 
   // The value of a required field, or of an optional field that is present.
   std::optional<JsonElement> Find(std::string_view key) const;
@@ -98,8 +96,7 @@ Result<bool> ReadBool(JsonElement e, const JsonPath& path);
 // null or an integer.
 Result<std::optional<int64_t>> ReadNullableInt(JsonElement e,
                                                const JsonPath& path);
-Result<std::vector<int64_t>> ReadIntArray(JsonElement e,
-                                          const JsonPath& path);
+Result<std::vector<int64_t>> ReadIntArray(JsonElement e, const JsonPath& path);
 Result<std::vector<std::string>> ReadStringArray(JsonElement e,
                                                  const JsonPath& path);
 Result<simdjson::dom::array> ReadArray(JsonElement e, const JsonPath& path);
@@ -107,8 +104,7 @@ Result<simdjson::dom::array> ReadArray(JsonElement e, const JsonPath& path);
 // Parses any JSON text and re-encodes it canonically (sorted keys, compact,
 // Python's escaping in the given mode). Floats are not part of the contract
 // and are rejected.
-Result<std::string> CanonicalizeJsonText(std::string_view text,
-                                         JsonAscii mode);
+Result<std::string> CanonicalizeJsonText(std::string_view text, JsonAscii mode);
 
 }  // namespace reshard::internal
 

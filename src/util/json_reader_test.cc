@@ -122,8 +122,12 @@ TEST(JsonReaderTest, RejectsInvalidUtf8) {
        {"\"\xff\""sv, "\"\xc0\xaf\""sv, "\"\x80\""sv, "\"\xc3\""sv,
         "\"\xe2\x82\""sv, "\"\xed\xa0\x80\""sv, "\"\xf4\x90\x80\x80\""sv,
         "{\"\xfe\":1}"sv}) {
-    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON", ParseError(text)) << text;
-    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON", CanonError(text)) << text;
+    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON",
+                        ParseError(text))
+        << text;
+    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON",
+                        CanonError(text))
+        << text;
   }
 }
 
@@ -131,7 +135,9 @@ TEST(JsonReaderTest, RejectsMalformedAndTrailingContent) {
   for (std::string_view text :
        {"", "   ", "[1] x", "[1,]", "{\"a\":1,}", "{\"a\"}", "[01]", "-",
         "{\"a\":1", "[\"unterminated]", "tru", "{} {}", "'a'"}) {
-    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON", ParseError(text)) << text;
+    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON",
+                        ParseError(text))
+        << text;
   }
 }
 
@@ -141,8 +147,8 @@ TEST(JsonReaderTest, RejectsMalformedAndTrailingContent) {
 
 TEST(JsonReaderTest, StrictObjectExactFieldSet) {
   JsonDocument doc = MustParse(R"({"b":2,"a":1})");
-  auto obj = StrictObject::Make(doc.root(), JsonPath(), "thing", {"a", "b"},
-                                {"c"});
+  auto obj =
+      StrictObject::Make(doc.root(), JsonPath(), "thing", {"a", "b"}, {"c"});
   ASSERT_TRUE(obj.ok()) << obj.status().ToString();
   EXPECT_EQ(int64_t(obj->Get("a")), 1);
   EXPECT_EQ(int64_t(obj->Get("b")), 2);
@@ -182,8 +188,8 @@ TEST(JsonReaderTest, StrictObjectUnknownField) {
             "topology: topology schema fields do not match contract: "
             "unknown field \"extra\"");
   // Root path renders as "$".
-  auto at_root = StrictObject::Make(doc.root(), root, "placement", {"a"},
-                                    {"b"});
+  auto at_root =
+      StrictObject::Make(doc.root(), root, "placement", {"a"}, {"b"});
   ASSERT_FALSE(at_root.ok());
   EXPECT_EQ(at_root.status().message(),
             "$: placement schema fields do not match contract: unknown field "
@@ -191,17 +197,16 @@ TEST(JsonReaderTest, StrictObjectUnknownField) {
 }
 
 TEST(JsonReaderTest, StrictObjectDuplicateKeys) {
-  for (std::string_view text :
-       {R"({"a":1,"a":1})", R"({"a":1,"b":2,"a":3})",
-        R"({"a":1,"b":2,"c":3,"c":4})"}) {
+  for (std::string_view text : {R"({"a":1,"a":1})", R"({"a":1,"b":2,"a":3})",
+                                R"({"a":1,"b":2,"c":3,"c":4})"}) {
     JsonDocument doc = MustParse(text);
-    auto obj = StrictObject::Make(doc.root(), JsonPath(), "thing",
-                                  {"a", "b"}, {"c"});
+    auto obj =
+        StrictObject::Make(doc.root(), JsonPath(), "thing", {"a", "b"}, {"c"});
     ASSERT_FALSE(obj.ok()) << text;
-    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "duplicate JSON field", obj.status().message())
+    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "duplicate JSON field",
+                        obj.status().message())
         << text;
-    EXPECT_EQ(obj.status().message().rfind("$: duplicate JSON field \"", 0),
-              0u)
+    EXPECT_EQ(obj.status().message().rfind("$: duplicate JSON field \"", 0), 0u)
         << obj.status().message();
   }
 }
@@ -233,9 +238,9 @@ TEST(JsonReaderTest, ReadIntAcceptsInt64Range) {
       MustParse("[0,-1,9223372036854775807,-9223372036854775808,-0]");
   auto arr = ReadIntArray(doc.root(), JsonPath());
   ASSERT_TRUE(arr.ok()) << arr.status().ToString();
-  EXPECT_EQ(*arr, (std::vector<int64_t>{
-                      0, -1, std::numeric_limits<int64_t>::max(),
-                      std::numeric_limits<int64_t>::min(), 0}));
+  EXPECT_EQ(*arr,
+            (std::vector<int64_t>{0, -1, std::numeric_limits<int64_t>::max(),
+                                  std::numeric_limits<int64_t>::min(), 0}));
 }
 
 TEST(JsonReaderTest, ReadIntRejectsBoolFloatStringNull) {
@@ -268,19 +273,18 @@ TEST(JsonReaderTest, ReadIntRejectsAboveInt64) {
 }
 
 TEST(JsonReaderTest, ReadU64Range) {
-  JsonDocument doc =
-      MustParse("[0,1,18446744073709551615,9223372036854775807,"
-                "9223372036854775808]");
+  JsonDocument doc = MustParse(
+      "[0,1,18446744073709551615,9223372036854775807,"
+      "9223372036854775808]");
   std::vector<uint64_t> got;
   for (auto item : simdjson::dom::array(doc.root())) {
     auto r = ReadU64(item, JsonPath());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     got.push_back(*r);
   }
-  EXPECT_EQ(got, (std::vector<uint64_t>{0, 1,
-                                        std::numeric_limits<uint64_t>::max(),
-                                        9223372036854775807ull,
-                                        9223372036854775808ull}));
+  EXPECT_EQ(got, (std::vector<uint64_t>{
+                     0, 1, std::numeric_limits<uint64_t>::max(),
+                     9223372036854775807ull, 9223372036854775808ull}));
 }
 
 TEST(JsonReaderTest, ReadU64RejectsNegativeAndNonIntegers) {
@@ -302,9 +306,12 @@ TEST(JsonReaderTest, ReadU64RejectsNegativeAndNonIntegers) {
     JsonDocument doc = MustParse("-9223372036854775808");
     auto r = ReadU64(doc.root(), nbytes);
     ASSERT_FALSE(r.ok());
-    EXPECT_PRED_FORMAT2(::testing::IsSubstring, "must fit in an unsigned 64-bit integer", r.status().message());
+    EXPECT_PRED_FORMAT2(::testing::IsSubstring,
+                        "must fit in an unsigned 64-bit integer",
+                        r.status().message());
   }
-  for (std::string_view text : {"true", "false", "1.0", "\"1\"", "null", "[]"}) {
+  for (std::string_view text :
+       {"true", "false", "1.0", "\"1\"", "null", "[]"}) {
     JsonDocument doc = MustParse(text);
     auto r = ReadU64(doc.root(), nbytes);
     ASSERT_FALSE(r.ok()) << text;
@@ -460,20 +467,25 @@ TEST(JsonReaderTest, CanonicalizeRejectsDuplicateKeys) {
 }
 
 TEST(JsonReaderTest, CanonicalizeRejectsInvalidUtf8AndSurrogates) {
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON", CanonError("[\"ok\",\"\xff\"]"));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON",
+                      CanonError("[\"ok\",\"\xff\"]"));
   // A lone surrogate escape has no UTF-8 form.
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON", CanonError(R"(["\ud800"])"));
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON", CanonError(R"(["\udc00"])"));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON",
+                      CanonError(R"(["\ud800"])"));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "invalid JSON",
+                      CanonError(R"(["\udc00"])"));
 }
 
 TEST(JsonReaderTest, PublicCanonicalizeJsonPropagatesErrors) {
   auto r = CanonicalizeJson(R"({"a":1,"a":2})");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "duplicate JSON field", r.status().message());
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "duplicate JSON field",
+                      r.status().message());
   auto f = CanonicalizeJson("[0.5]", /*ensure_ascii=*/false);
   ASSERT_FALSE(f.ok());
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "floating-point", f.status().message());
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "floating-point",
+                      f.status().message());
 }
 
 }  // namespace

@@ -9,9 +9,8 @@ namespace reshard::internal {
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   // Allocation or init failure of a built-in digest is unrecoverable.
-  if (ctx_ == nullptr ||
-      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(),
-                        nullptr) != 1) {
+  if (ctx_ == nullptr || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_),
+                                           EVP_sha256(), nullptr) != 1) {
     std::abort();
   }
 }
@@ -45,8 +44,7 @@ Sha256& Sha256::operator=(Sha256&& other) noexcept {
 }
 
 void Sha256::Update(std::string_view bytes) {
-  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), bytes.data(),
-                   bytes.size());
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), bytes.data(), bytes.size());
 }
 
 std::array<uint8_t, 32> Sha256::Finish() {
