@@ -28,6 +28,7 @@ using namespace reshard;  // NOLINT
 struct Case {
   const char* name;
   const char* model;  // file under the models directory, or "" (synthetic)
+  int64_t synthetic_layers;
   LayoutOptions source;
   LayoutOptions target;
 };
@@ -64,12 +65,13 @@ LayoutOptions L(int64_t tp, int64_t pp, int64_t ep, int64_t dp) {
   return o;
 }
 
-// A synthetic MoE sized like the reference comparison: about 16,384
-// fragments on each side of TP4/PP2/EP8/DP2 -> TP8/PP4/EP2/DP4.
-ModelSpec SyntheticMoe() {
+// Synthetic MoEs sized like the reference comparisons: 16 layers give
+// about 16,384 fragments per side of TP4/PP2/EP8/DP2 -> TP8/PP4/EP2/DP4;
+// 68 layers give about 65,536 source and, at DP2, 32,768 target fragments.
+ModelSpec SyntheticMoe(int64_t layers) {
   ModelSpec m;
-  m.name = "synthetic-moe-16k";
-  m.layers = 16;
+  m.name = "synthetic-moe";
+  m.layers = layers;
   m.hidden = 1024;
   m.vocab = 32768;
   m.heads = 16;
@@ -99,10 +101,11 @@ int main(int argc, char** argv) {
     }
   }
   const std::vector<Case> cases = {
-      {"synthetic-moe-16k", "", L(4, 2, 8, 2), L(8, 4, 2, 4)},
-      {"qwen3-235b", "qwen3-235b-a22b.json", L(4, 4, 8, 2), L(4, 1, 16, 1)},
-      {"deepseek-v3", "deepseek-v3.json", L(8, 4, 16, 2), L(8, 1, 32, 1)},
-      {"kimi-k2", "kimi-k2.json", L(8, 8, 16, 2), L(8, 1, 64, 1)},
+      {"synthetic-moe-16k", "", 16, L(4, 2, 8, 2), L(8, 4, 2, 4)},
+      {"synthetic-moe-64k", "", 68, L(4, 2, 8, 2), L(8, 4, 2, 2)},
+      {"qwen3-235b", "qwen3-235b-a22b.json", 0, L(4, 4, 8, 2), L(4, 1, 16, 1)},
+      {"deepseek-v3", "deepseek-v3.json", 0, L(8, 4, 16, 2), L(8, 1, 32, 1)},
+      {"kimi-k2", "kimi-k2.json", 0, L(8, 8, 16, 2), L(8, 1, 64, 1)},
   };
   if (!json) {
     std::printf("%-18s %9s %9s %10s %10s %9s %10s %10s %8s\n", "case",
@@ -113,7 +116,7 @@ int main(int argc, char** argv) {
     if (!only.empty() && only != c.name) continue;
     ModelSpec spec;
     if (*c.model == '\0') {
-      spec = SyntheticMoe();
+      spec = SyntheticMoe(c.synthetic_layers);
     } else {
       auto parsed = ModelSpecFromJson(ReadAll(models + "/" + c.model));
       if (!parsed.ok()) {

@@ -38,7 +38,19 @@ struct ParallelRank {
   int64_t pp = 0;
   int64_t ep = 0;
 
-  int64_t Get(AxisKind kind) const;
+  int64_t Get(AxisKind kind) const {
+    switch (kind) {
+      case AxisKind::kDp:
+        return dp;
+      case AxisKind::kPp:
+        return pp;
+      case AxisKind::kEp:
+        return ep;
+      case AxisKind::kTp:
+        return tp;
+    }
+    return 0;
+  }
   friend bool operator==(const ParallelRank&, const ParallelRank&) = default;
   // Ordered by (dp, pp, ep, tp), the planner's deterministic order.
   friend bool operator<(const ParallelRank& a, const ParallelRank& b);

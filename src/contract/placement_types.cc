@@ -47,20 +47,6 @@ std::string_view AxisSemanticsName(AxisSemantics semantics) {
   return "?";
 }
 
-int64_t ParallelRank::Get(AxisKind kind) const {
-  switch (kind) {
-    case AxisKind::kDp:
-      return dp;
-    case AxisKind::kPp:
-      return pp;
-    case AxisKind::kEp:
-      return ep;
-    case AxisKind::kTp:
-      return tp;
-  }
-  return 0;
-}
-
 bool operator<(const ParallelRank& a, const ParallelRank& b) {
   return std::tie(a.dp, a.pp, a.ep, a.tp) < std::tie(b.dp, b.pp, b.ep, b.tp);
 }

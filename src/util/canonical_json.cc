@@ -157,8 +157,18 @@ void CanonicalJsonWriter::Key(std::string_view key) {
 #endif
   if (has_element_.back()) out_->push_back(',');
   has_element_.back() = true;
-  AppendJsonString(key, mode_, out_);
-  out_->push_back(':');
+  const bool* needs_escape =
+      mode_ == JsonAscii::kEscapeNonAscii ? kEscape.ascii : kEscape.raw;
+  bool plain = true;
+  for (char c : key) plain &= !needs_escape[static_cast<unsigned char>(c)];
+  if (plain) {  // the typed encoders' literal keys
+    out_->push_back('"');
+    out_->append(key);
+    out_->append("\":", 2);
+  } else {
+    AppendJsonString(key, mode_, out_);
+    out_->push_back(':');
+  }
   after_key_ = true;
 }
 
