@@ -11,6 +11,7 @@ void AddValidateCommand(CLI::App& app);
 void AddCanonicalizeCommand(CLI::App& app);
 void AddPlanCommand(CLI::App& app);
 void AddGenCommand(CLI::App& app);
+void AddSelftestCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   reshard::cli::AddCanonicalizeCommand(app);
   reshard::cli::AddPlanCommand(app);
   reshard::cli::AddGenCommand(app);
+  reshard::cli::AddSelftestCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

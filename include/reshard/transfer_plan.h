@@ -1,0 +1,59 @@
+// Binding: a logical plan plus the live runtime bindings of both sides
+// becomes an executable TransferPlan of absolute addresses. Everything is
+// checked before any byte moves; re-binding after an address change reuses
+// the logical plan and never re-plans.
+
+#ifndef RESHARD_TRANSFER_PLAN_H_
+#define RESHARD_TRANSFER_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "reshard/binding.h"
+#include "reshard/placement.h"
+#include "reshard/plan.h"
+#include "reshard/status.h"
+
+namespace reshard {
+
+// One region with absolute addresses: copy `inner_bytes` contiguous bytes
+// for every index of `loops` (outermost first), from
+// source_address + sum(i * source_stride) to
+// target_address + sum(i * target_stride).
+struct BoundRegion {
+  uint64_t source_address = 0;
+  uint64_t target_address = 0;
+  uint64_t inner_bytes = 0;
+  std::vector<OuterLoop> loops;
+  uint64_t bytes = 0;
+  uint32_t region = 0;  // index into the logical plan's regions()
+};
+
+class TransferPlan {
+ public:
+  // Checks that the plan was made for these placements (ids), validates
+  // every binding against its placement (rules 29-38), requires a binding
+  // for every fragment a region touches, and rejects in-place reshard
+  // (source and target storage overlapping in one address space).
+  static Result<TransferPlan> Bind(
+      const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
+      const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+      const WeightPlacementManifest& target,
+      const std::vector<WeightRuntimeBindingManifest>& target_bindings);
+
+  const std::vector<BoundRegion>& regions() const { return *regions_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  TransferPlan(std::shared_ptr<const std::vector<BoundRegion>> regions,
+               uint64_t bytes)
+      : regions_(std::move(regions)), bytes_(bytes) {}
+  std::shared_ptr<const std::vector<BoundRegion>> regions_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace reshard
+
+#endif  // RESHARD_TRANSFER_PLAN_H_

@@ -1,0 +1,228 @@
+// LocalTransport: a transfer is cut into pieces of about chunk_bytes (a
+// piece is a range of one region's rows, or a byte range of one large
+// contiguous run) and executed by `threads` workers started per transfer.
+
+#include "reshard/local_transport.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace reshard {
+
+namespace {
+
+// Number of rows (contiguous runs of inner_bytes) in a region.
+uint64_t Rows(const BoundRegion& r) {
+  uint64_t n = 1;
+  for (const auto& l : r.loops) n *= l.count;
+  return n;
+}
+
+struct Piece {
+  const BoundRegion* region;
+  uint64_t first_row;
+  uint64_t rows;
+  // For a single-row region split by bytes: byte range inside the row.
+  uint64_t byte_offset;
+  uint64_t byte_count;
+};
+
+}  // namespace
+
+void CopyRegionSegments(const BoundRegion& r, uint64_t first, uint64_t count) {
+  const size_t n = r.loops.size();
+  if (n == 0) {
+    if (count > 0) {
+      std::memcpy(reinterpret_cast<void*>(r.target_address),
+                  reinterpret_cast<const void*>(r.source_address),
+                  r.inner_bytes);
+    }
+    return;
+  }
+  // Mixed-radix index of `first`, last loop fastest.
+  uint64_t idx[16];
+  std::vector<uint64_t> heap;
+  uint64_t* index = idx;
+  if (n > 16) {
+    heap.resize(n);
+    index = heap.data();
+  }
+  uint64_t rest = first;
+  uint64_t src = r.source_address;
+  uint64_t dst = r.target_address;
+  for (size_t d = n; d-- > 0;) {
+    index[d] = rest % r.loops[d].count;
+    rest /= r.loops[d].count;
+    src += index[d] * r.loops[d].source_stride;
+    dst += index[d] * r.loops[d].target_stride;
+  }
+  const OuterLoop& last = r.loops[n - 1];
+  for (uint64_t k = 0; k < count; ++k) {
+    std::memcpy(reinterpret_cast<void*>(dst),
+                reinterpret_cast<const void*>(src), r.inner_bytes);
+    // Advance the innermost loop; carry outwards.
+    size_t d = n - 1;
+    ++index[d];
+    src += last.source_stride;
+    dst += last.target_stride;
+    while (index[d] == r.loops[d].count && d > 0) {
+      src -= r.loops[d].count * r.loops[d].source_stride;
+      dst -= r.loops[d].count * r.loops[d].target_stride;
+      index[d] = 0;
+      --d;
+      ++index[d];
+      src += r.loops[d].source_stride;
+      dst += r.loops[d].target_stride;
+    }
+  }
+}
+
+struct LocalTransport::Impl {
+  LocalTransportOptions options;
+  TransportCapabilities caps;
+  std::mutex mu;
+  std::condition_variable cv;
+  TransferId next_id = 1;
+  struct Transfer {
+    std::thread runner;
+    TransferState state = TransferState::kPending;
+  };
+  std::map<TransferId, Transfer> transfers;
+
+  // Runs one transfer to completion on `threads` workers.
+  void Run(TransferId id, TransferPlan plan) {
+    std::vector<Piece> pieces;
+    const uint64_t chunk = options.chunk_bytes;
+    for (const BoundRegion& r : plan.regions()) {
+      const uint64_t rows = Rows(r);
+      if (rows == 1 && r.inner_bytes > chunk) {
+        for (uint64_t off = 0; off < r.inner_bytes; off += chunk) {
+          pieces.push_back(
+              {&r, 0, 1, off, std::min(chunk, r.inner_bytes - off)});
+        }
+        continue;
+      }
+      const uint64_t per =
+          std::max<uint64_t>(1, chunk / std::max<uint64_t>(1, r.inner_bytes));
+      for (uint64_t first = 0; first < rows; first += per) {
+        pieces.push_back({&r, first, std::min(per, rows - first), 0, 0});
+      }
+    }
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < pieces.size(); i = next++) {
+        const Piece& p = pieces[i];
+        if (p.byte_count > 0) {
+          std::memcpy(
+              reinterpret_cast<void*>(p.region->target_address + p.byte_offset),
+              reinterpret_cast<const void*>(p.region->source_address +
+                                            p.byte_offset),
+              p.byte_count);
+        } else {
+          CopyRegionSegments(*p.region, p.first_row, p.rows);
+        }
+      }
+    };
+    const uint32_t n = std::max<uint32_t>(1, options.threads);
+    std::vector<std::thread> workers;
+    for (uint32_t t = 1; t < n && t < pieces.size(); ++t) {
+      workers.emplace_back(work);
+    }
+    work();
+    for (auto& w : workers) w.join();
+    std::lock_guard<std::mutex> lock(mu);
+    transfers[id].state = TransferState::kCompleted;
+    cv.notify_all();
+  }
+};
+
+LocalTransport::LocalTransport(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+LocalTransport::~LocalTransport() {
+  // Join every runner; transfers in flight finish first.
+  std::map<TransferId, Impl::Transfer> transfers;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    transfers.swap(impl_->transfers);
+  }
+  for (auto& [id, t] : transfers) {
+    if (t.runner.joinable()) t.runner.join();
+  }
+}
+
+Result<std::unique_ptr<LocalTransport>> LocalTransport::Make(
+    LocalTransportOptions options) {
+  if (options.threads < 1) {
+    return Status::InvalidArgument("local transport threads must be >= 1");
+  }
+  if (options.chunk_bytes < 1 || options.max_in_flight < 1) {
+    return Status::InvalidArgument(
+        "local transport chunk_bytes and max_in_flight must be >= 1");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->caps = {"local", {MemoryKind::kHost}, true, options.max_in_flight};
+  return std::unique_ptr<LocalTransport>(new LocalTransport(std::move(impl)));
+}
+
+const TransportCapabilities& LocalTransport::capabilities() const {
+  return impl_->caps;
+}
+
+Result<TransferId> LocalTransport::Submit(const TransferPlan& plan) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  size_t pending = 0;
+  for (const auto& [id, t] : impl_->transfers) {
+    pending += t.state == TransferState::kPending;
+  }
+  if (pending >= impl_->options.max_in_flight) {
+    return Status::ResourceExhausted(
+        "local transport has " + std::to_string(pending) +
+        " transfers in flight (max_in_flight " +
+        std::to_string(impl_->options.max_in_flight) + ")");
+  }
+  const TransferId id = impl_->next_id++;
+  auto& t = impl_->transfers[id];
+  // The plan's regions are shared, so the copy is cheap and keeps them
+  // alive for the runner.
+  t.runner = std::thread([this, id, plan] { impl_->Run(id, plan); });
+  return id;
+}
+
+Result<TransferState> LocalTransport::Poll(TransferId id) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->transfers.find(id);
+  if (it == impl_->transfers.end()) {
+    return Status::NotFound("unknown transfer " + std::to_string(id));
+  }
+  return it->second.state;
+}
+
+Status LocalTransport::Wait(TransferId id) {
+  std::thread runner;
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    auto it = impl_->transfers.find(id);
+    if (it == impl_->transfers.end()) {
+      return Status::NotFound("unknown transfer " + std::to_string(id));
+    }
+    impl_->cv.wait(lock, [&] {
+      return impl_->transfers[id].state != TransferState::kPending;
+    });
+    runner = std::move(impl_->transfers[id].runner);
+  }
+  if (runner.joinable()) runner.join();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->transfers[id].state == TransferState::kCompleted
+             ? Status::OK()
+             : Status::Aborted("transfer " + std::to_string(id) + " failed");
+}
+
+Status LocalTransport::Drain() { return Status::OK(); }
+
+}  // namespace reshard
