@@ -14,7 +14,7 @@ struct LocalTransportOptions {
   // Worker threads per transfer (>= 1).
   uint32_t threads = 1;
   // Work is cut into pieces of about this many bytes for balancing.
-  uint64_t chunk_bytes = uint64_t{4} << 20;
+  uint64_t chunk_bytes = uint64_t{32} << 20;
   uint32_t max_in_flight = 4;
 };
 

@@ -17,6 +17,8 @@ namespace reshard {
 struct SelfTestOptions {
   std::string transport = "local";
   uint32_t threads = 1;
+  // Measure the memcpy baseline (skipped when false).
+  bool measure_memcpy = true;
 };
 
 struct SelfTestReport {
@@ -26,6 +28,9 @@ struct SelfTestReport {
   uint64_t segments = 0;    // rows under the row-by-row geometry
   double plan_seconds = 0;  // planning + binding
   double seconds = 0;       // the transfer itself
+  // memcpy bandwidth of this machine measured in the same run, with as
+  // many threads as the transfer (the baseline to compare against).
+  double memcpy_gbps = 0;
   // Empty when verified; else names the first wrong tensor, fragment,
   // element and byte.
   std::string mismatch;

@@ -2,12 +2,16 @@
 
 #include "reshard/selftest.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
+#include "exec/host_buffers.h"
 #include "reshard/binding.h"
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
@@ -24,11 +28,6 @@ uint64_t Mix(uint64_t x) {
   x ^= x >> 33;
   return x;
 }
-
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
 
 // Calls f(local byte offset, global element index, element count) for every
 // run of contiguous elements along the last dimension of a fragment.
@@ -58,66 +57,36 @@ void ForEachRow(const Dims& global_shape, const Dims& offset, const Dims& shape,
   }
 }
 
-struct Side {
-  std::vector<Buffer> buffers;
-  std::vector<WeightRuntimeBindingManifest> bindings;
-  std::unordered_map<std::string_view, uint8_t*> data;  // by fragment id
-};
+// Best-of-3 bandwidth of `threads` parallel memcpys over `bytes` in total.
+}  // namespace
 
-Result<Side> Allocate(const WeightPlacementManifest& m,
-                      const std::string& instance) {
-  Side side;
-  for (const auto& part : m.parts()) {
-    if (part.fragments().empty()) continue;
-    WeightRuntimeBindingManifestSpec spec{m.resource_id(),
-                                          m.placement_id(),
-                                          m.digest(),
-                                          instance,
-                                          1,
-                                          "selftest-lease",
-                                          m.revision(),
-                                          part.participant_id(),
-                                          {}};
-    for (const auto& f : part.fragments()) {
-      const size_t size = (f.nbytes() + 63) & ~size_t{63};
-      Buffer buf(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
-      if (!buf) {
-        return Status::ResourceExhausted(
-            "cannot allocate " + std::to_string(f.nbytes()) + " bytes for " +
-            f.placement_fragment_id());
-      }
-      const TensorDescriptor* t = m.FindTensor(f.tensor_id());
-      RuntimeBindingFragmentSpec r;
-      r.placement_fragment_id = f.placement_fragment_id();
-      r.fragment_id = instance + ":" + f.placement_fragment_id();
-      r.address = reinterpret_cast<uint64_t>(buf.get());
-      r.nbytes = f.nbytes();
-      r.worker_id = part.participant_id();
-      r.endpoint = "local";
-      r.device = "cpu";
-      r.itemsize = t->itemsize();
-      r.local_shape = f.local_shape();
-      r.strides_bytes.resize(f.local_shape().size());
-      int64_t stride = t->itemsize();
-      for (size_t d = f.local_shape().size(); d-- > 0;) {
-        r.strides_bytes[d] = stride;
-        stride *= f.local_shape()[d];
-      }
-      r.storage_address = r.address;
-      r.storage_nbytes = f.nbytes();
-      ASSIGN_OR_RETURN(auto rf, RuntimeBindingFragment::Make(std::move(r)));
-      spec.fragments.push_back(std::move(rf));
-      side.data.emplace(f.placement_fragment_id(), buf.get());
-      side.buffers.push_back(std::move(buf));
+namespace internal {
+
+double MeasureMemcpyGbps(uint64_t bytes, uint32_t threads) {
+  bytes = std::max<uint64_t>(bytes, 1 << 20);
+  std::vector<uint8_t> from(bytes, 0x5A);
+  std::vector<uint8_t> to(bytes, 0);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> workers;
+    const uint64_t per = (bytes + threads - 1) / threads;
+    for (uint32_t t = 0; t < threads; ++t) {
+      const uint64_t begin = std::min<uint64_t>(bytes, t * per);
+      const uint64_t end = std::min<uint64_t>(bytes, begin + per);
+      workers.emplace_back([&, begin, end] {
+        std::memcpy(to.data() + begin, from.data() + begin, end - begin);
+      });
     }
-    ASSIGN_OR_RETURN(auto b,
-                     WeightRuntimeBindingManifest::Make(std::move(spec)));
-    side.bindings.push_back(std::move(b));
+    for (auto& w : workers) w.join();
+    best = std::min(best, std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - t0)
+                              .count());
   }
-  return side;
+  return static_cast<double>(bytes) / best / 1e9;
 }
 
-}  // namespace
+}  // namespace internal
 
 uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte) {
   const uint64_t h = Mix(element * 0x9E3779B97F4A7C15ull + tensor + 1);
@@ -135,8 +104,10 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
   SelfTestReport report;
   auto t0 = Clock::now();
   ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(source, target));
-  ASSIGN_OR_RETURN(Side src, Allocate(source, "selftest-source"));
-  ASSIGN_OR_RETURN(Side dst, Allocate(target, "selftest-target"));
+  ASSIGN_OR_RETURN(internal::HostBuffers src,
+                   internal::AllocateHostBuffers(source, "selftest-source"));
+  ASSIGN_OR_RETURN(internal::HostBuffers dst,
+                   internal::AllocateHostBuffers(target, "selftest-target"));
   ASSIGN_OR_RETURN(auto bound, TransferPlan::Bind(plan, source, src.bindings,
                                                   target, dst.bindings));
   report.plan_seconds =
@@ -201,6 +172,10 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
     if (!report.mismatch.empty()) break;
   }
   report.verified = report.mismatch.empty();
+  if (options.measure_memcpy) {
+    report.memcpy_gbps = internal::MeasureMemcpyGbps(
+        std::min<uint64_t>(report.bytes, uint64_t{256} << 20), options.threads);
+  }
   return report;
 }
 

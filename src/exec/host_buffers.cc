@@ -1,0 +1,58 @@
+#include "exec/host_buffers.h"
+
+namespace reshard::internal {
+
+Result<HostBuffers> AllocateHostBuffers(const WeightPlacementManifest& m,
+                                        const std::string& instance) {
+  HostBuffers side;
+  for (const auto& part : m.parts()) {
+    if (part.fragments().empty()) continue;
+    WeightRuntimeBindingManifestSpec spec{m.resource_id(),
+                                          m.placement_id(),
+                                          m.digest(),
+                                          instance,
+                                          1,
+                                          "host-lease",
+                                          m.revision(),
+                                          part.participant_id(),
+                                          {}};
+    for (const auto& f : part.fragments()) {
+      const size_t size = (f.nbytes() + 63) & ~size_t{63};
+      HostBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
+      if (!buf) {
+        return Status::ResourceExhausted(
+            "cannot allocate " + std::to_string(f.nbytes()) + " bytes for " +
+            f.placement_fragment_id());
+      }
+      const TensorDescriptor* t = m.FindTensor(f.tensor_id());
+      RuntimeBindingFragmentSpec r;
+      r.placement_fragment_id = f.placement_fragment_id();
+      r.fragment_id = instance + ":" + f.placement_fragment_id();
+      r.address = reinterpret_cast<uint64_t>(buf.get());
+      r.nbytes = f.nbytes();
+      r.worker_id = part.participant_id();
+      r.endpoint = "local";
+      r.device = "cpu";
+      r.itemsize = t->itemsize();
+      r.local_shape = f.local_shape();
+      r.strides_bytes.resize(f.local_shape().size());
+      int64_t stride = t->itemsize();
+      for (size_t d = f.local_shape().size(); d-- > 0;) {
+        r.strides_bytes[d] = stride;
+        stride *= f.local_shape()[d];
+      }
+      r.storage_address = r.address;
+      r.storage_nbytes = f.nbytes();
+      ASSIGN_OR_RETURN(auto rf, RuntimeBindingFragment::Make(std::move(r)));
+      spec.fragments.push_back(std::move(rf));
+      side.data.emplace(f.placement_fragment_id(), buf.get());
+      side.buffers.push_back(std::move(buf));
+    }
+    ASSIGN_OR_RETURN(auto b,
+                     WeightRuntimeBindingManifest::Make(std::move(spec)));
+    side.bindings.push_back(std::move(b));
+  }
+  return side;
+}
+
+}  // namespace reshard::internal

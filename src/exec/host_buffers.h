@@ -1,0 +1,41 @@
+// Host buffers and runtime bindings for every fragment of a placement: the
+// self-test's and the benchmarks' stand-in for a framework's allocations.
+
+#ifndef RESHARD_EXEC_HOST_BUFFERS_H_
+#define RESHARD_EXEC_HOST_BUFFERS_H_
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "reshard/binding.h"
+#include "reshard/placement.h"
+
+namespace reshard::internal {
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using HostBuffer = std::unique_ptr<uint8_t, FreeDeleter>;
+
+// One 64-byte-aligned allocation per fragment and one binding per
+// participant with fragments (instance `instance`, device "cpu").
+struct HostBuffers {
+  std::vector<HostBuffer> buffers;
+  std::vector<WeightRuntimeBindingManifest> bindings;
+  std::unordered_map<std::string_view, uint8_t*> data;  // by fragment id
+};
+
+Result<HostBuffers> AllocateHostBuffers(const WeightPlacementManifest& m,
+                                        const std::string& instance);
+
+// Best-of-3 bandwidth (GB/s) of `threads` parallel memcpys over `bytes`.
+double MeasureMemcpyGbps(uint64_t bytes, uint32_t threads);
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_EXEC_HOST_BUFFERS_H_
