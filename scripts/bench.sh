@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the benchmarks; each reports a ratio against a baseline measured in
-# the same run (the bare JSON parse of the same bytes).
+# the same run (the bare JSON parse of the same bytes, or memcpy).
 set -euo pipefail
 BUILD=${1:-build}
 echo "== contract: decode + validate + identify vs bare JSON parse"
@@ -8,3 +8,6 @@ echo "== contract: decode + validate + identify vs bare JSON parse"
 echo
 echo "== planner: real-model layouts (validate = both sides from the wire)"
 "$BUILD/reshard_bench_plan" --models examples/models
+echo
+echo "== local executor vs memcpy"
+"$BUILD/reshard_bench_local" --threads "$(nproc)"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The main job on the embedded defaults: generate a small MoE as a trainer
-# layout (TP4/PP2/EP8/DP2) and a rollout layout (TP8/PP4/EP2/DP4), validate
-# both, and plan the reshard between them.
+# The main job on the embedded defaults: lay a small MoE out as a trainer
+# (TP4/PP2/EP8/DP2) and as a rollout engine (TP8/PP4/EP2/DP4), validate both
+# layouts, plan the reshard, then reshard real host buffers in memory and
+# check every target byte, next to this machine's memcpy bandwidth.
 set -euo pipefail
 BUILD=${1:-build}
 R="$BUILD/reshard"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-MODEL=examples/models/tiny-moe.json
+MODEL=examples/models/small-moe.json
+THREADS=$(nproc)
 echo "== reshard gen: $MODEL as TP4/PP2/EP8/DP2 and TP8/PP4/EP2/DP4"
 "$R" gen --model "$MODEL" --tp 4 --pp 2 --ep 8 --dp 2 -o "$out/train.json"
 "$R" gen --model "$MODEL" --tp 8 --pp 4 --ep 2 --dp 4 -o "$out/rollout.json"
@@ -17,6 +19,8 @@ for f in "$out/train.json" "$out/rollout.json"; do
 done
 echo "== reshard plan train.json rollout.json"
 "$R" plan "$out/train.json" "$out/rollout.json"
+echo "== reshard selftest train.json rollout.json --threads $THREADS"
+"$R" selftest --threads "$THREADS" "$out/train.json" "$out/rollout.json"
 echo "== a tampered placement fails closed"
 sed "0,/\"nbytes\":[0-9]*/s//\"nbytes\":1/" "$out/rollout.json" > "$out/bad.json"
 if "$R" validate "$out/bad.json"; then

@@ -150,5 +150,34 @@ with tempfile.TemporaryDirectory() as tmp:
     check("plan revision mismatch", got is None and
           "source and target revision differ: step-0 vs step-9" in r.stderr, r.stderr)
 
+# The self-test moves real bytes and checks every one.
+with tempfile.TemporaryDirectory() as tmp:
+    model = os.path.join(MODELS, "tiny-moe.json")
+    run("gen", "--model", model, "--tp", "4", "--pp", "2", "--ep", "8",
+        "--dp", "2", "-o", os.path.join(tmp, "s.json"))
+    run("gen", "--model", model, "--tp", "8", "--pp", "4", "--ep", "2",
+        "--dp", "4", "-o", os.path.join(tmp, "t.json"))
+    r = run("selftest", "--json", "--threads", "2", os.path.join(tmp, "s.json"),
+            os.path.join(tmp, "t.json"))
+    check("selftest runs", r.returncode == 0, r.stderr)
+    if r.returncode == 0:
+        j = json.loads(r.stdout)
+        check("selftest keys", all(k in j for k in
+                                   ("verified", "bytes", "seconds", "operations")), j)
+        check("selftest verified", j["verified"] is True and j["mismatch"] == "", j)
+        plan, _ = plan_json(os.path.join(tmp, "s.json"), os.path.join(tmp, "t.json"))
+        check("selftest bytes == plan bytes", plan is not None and
+              j["bytes"] == plan["bytes"] and j["operations"] == plan["operations"],
+              (j, plan and plan["bytes"]))
+    r = run("selftest", "--transport", "nccl", os.path.join(tmp, "s.json"),
+            os.path.join(tmp, "t.json"))
+    check("selftest unknown transport", r.returncode != 0, r.stderr)
+    for name in ("four_axis", "cross_dim_ep4_to_tp4_uint8", "fp8_fused_moe",
+                 "dp_replicas_dp2tp2_to_dp3tp4", "aliases_tied_embeddings"):
+        r = run("selftest", "--json", os.path.join(SCENARIOS, name + "_source.json"),
+                os.path.join(SCENARIOS, name + "_target.json"))
+        check(f"selftest {name}", r.returncode == 0 and
+              json.loads(r.stdout)["verified"] is True, r.stderr)
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
