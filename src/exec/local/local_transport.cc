@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include "exec/local/stream_copy.h"
+
 namespace reshard {
 
 namespace {
@@ -33,13 +35,20 @@ struct Piece {
 
 }  // namespace
 
-void CopyRegionSegments(const BoundRegion& r, uint64_t first, uint64_t count) {
+namespace {
+
+// Streams at least this many bytes per transfer piece; smaller pieces use
+// memcpy and stay in cache.
+constexpr uint64_t kStreamThreshold = uint64_t{1} << 20;
+
+template <typename Copy>
+void CopyRows(const BoundRegion& r, uint64_t first, uint64_t count,
+              Copy&& copy) {
   const size_t n = r.loops.size();
   if (n == 0) {
     if (count > 0) {
-      std::memcpy(reinterpret_cast<void*>(r.target_address),
-                  reinterpret_cast<const void*>(r.source_address),
-                  r.inner_bytes);
+      copy(reinterpret_cast<void*>(r.target_address),
+           reinterpret_cast<const void*>(r.source_address), r.inner_bytes);
     }
     return;
   }
@@ -62,8 +71,8 @@ void CopyRegionSegments(const BoundRegion& r, uint64_t first, uint64_t count) {
   }
   const OuterLoop& last = r.loops[n - 1];
   for (uint64_t k = 0; k < count; ++k) {
-    std::memcpy(reinterpret_cast<void*>(dst),
-                reinterpret_cast<const void*>(src), r.inner_bytes);
+    copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
+         r.inner_bytes);
     // Advance the innermost loop; carry outwards.
     size_t d = n - 1;
     ++index[d];
@@ -79,6 +88,13 @@ void CopyRegionSegments(const BoundRegion& r, uint64_t first, uint64_t count) {
       dst += r.loops[d].target_stride;
     }
   }
+}
+
+}  // namespace
+
+void CopyRegionSegments(const BoundRegion& r, uint64_t first, uint64_t count) {
+  CopyRows(r, first, count,
+           [](void* d, const void* s, size_t n) { std::memcpy(d, s, n); });
 }
 
 struct LocalTransport::Impl {
@@ -113,19 +129,30 @@ struct LocalTransport::Impl {
       }
     }
     std::atomic<size_t> next{0};
+    // Large transfers stream past the cache; each worker fences its
+    // streaming stores before the transfer is reported complete.
+    const bool stream = plan.bytes() >= kStreamThreshold;
+    auto copy = [stream](void* d, const void* s, size_t n) {
+      if (stream) {
+        internal::StreamCopy(d, s, n);
+      } else {
+        std::memcpy(d, s, n);
+      }
+    };
     auto work = [&] {
       for (size_t i = next++; i < pieces.size(); i = next++) {
         const Piece& p = pieces[i];
         if (p.byte_count > 0) {
-          std::memcpy(
+          copy(
               reinterpret_cast<void*>(p.region->target_address + p.byte_offset),
               reinterpret_cast<const void*>(p.region->source_address +
                                             p.byte_offset),
               p.byte_count);
         } else {
-          CopyRegionSegments(*p.region, p.first_row, p.rows);
+          CopyRows(*p.region, p.first_row, p.rows, copy);
         }
       }
+      if (stream) internal::StreamFence();
     };
     const uint32_t n = std::max<uint32_t>(1, options.threads);
     std::vector<std::thread> workers;
