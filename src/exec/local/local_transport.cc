@@ -222,12 +222,23 @@ Result<TransferId> LocalTransport::Submit(const TransferPlan& plan) {
 }
 
 Result<TransferState> LocalTransport::Poll(TransferId id) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->transfers.find(id);
-  if (it == impl_->transfers.end()) {
-    return Status::NotFound("unknown transfer " + std::to_string(id));
+  std::thread finished;
+  TransferState state;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->transfers.find(id);
+    if (it == impl_->transfers.end()) {
+      return Status::NotFound("unknown transfer " + std::to_string(id));
+    }
+    state = it->second.state;
+    // A terminal transfer's runner is done: reap it here so callers that
+    // only poll do not accumulate finished threads.
+    if (state != TransferState::kPending) {
+      finished = std::move(it->second.runner);
+    }
   }
-  return it->second.state;
+  if (finished.joinable()) finished.join();
+  return state;
 }
 
 Status LocalTransport::Wait(TransferId id) {

@@ -1,0 +1,240 @@
+// The end-to-end self-test: every golden scenario that fits in memory and
+// generated tiny-moe layouts verify byte for byte; the pattern is
+// deterministic and discriminating; unsupported transports and plan errors
+// are errors, not reports.
+
+#include "reshard/selftest.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <cstdint>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "reshard/gen.h"
+#include "reshard/placement.h"
+#include "reshard/plan.h"
+#include "testing/placement_builders.h"
+
+namespace reshard {
+namespace {
+
+using ::reshard::testing::ReadTestData;
+
+template <typename T>
+T Must(Result<T> r) {
+  if (!r.ok()) throw std::runtime_error(r.status().ToString());
+  return std::move(r).ValueOrDie();
+}
+
+std::string Str(simdjson::dom::element e) {
+  return std::string(std::string_view(e));
+}
+
+constexpr uint64_t kMaxScenarioBytes = uint64_t{64} << 20;
+
+// Checks a verified report against the plan it ran.
+void ExpectVerified(const SelfTestReport& report,
+                    const LogicalTransferPlan& plan) {
+  EXPECT_TRUE(report.verified);
+  EXPECT_EQ(report.mismatch, "");
+  EXPECT_EQ(report.bytes, plan.summary().bytes);
+  EXPECT_EQ(report.operations, plan.regions().size());
+  EXPECT_EQ(report.segments, plan.summary().segments);
+  EXPECT_GE(report.plan_seconds, 0.0);
+  EXPECT_GE(report.seconds, 0.0);
+}
+
+TEST(SelfTestTest, GoldenScenariosVerify) {
+  const std::string text = ReadTestData("scenarios/expected.json");
+  simdjson::dom::parser parser;
+  simdjson::dom::element root = parser.parse(text);
+  simdjson::dom::object plans = root["plans"];
+  size_t ran = 0;
+  size_t too_large = 0;
+  size_t errors = 0;
+  for (auto [key, value] : plans) {
+    const std::string name(key);
+    SCOPED_TRACE(name);
+    simdjson::dom::element error;
+    const bool expect_error = value["error"].get(error) == simdjson::SUCCESS;
+    if (!expect_error) {
+      const uint64_t bytes = uint64_t(value["bytes"]);
+      if (bytes > kMaxScenarioBytes) {
+        // Too large for a unit test's host memory and time budget.
+        ++too_large;
+        continue;
+      }
+    }
+    const auto source = Must(WeightPlacementFromJson(
+        ReadTestData("scenarios/" + Str(value["source"]))));
+    const auto target = Must(WeightPlacementFromJson(
+        ReadTestData("scenarios/" + Str(value["target"]))));
+    auto report = RunSelfTest(source, target);
+    if (expect_error) {
+      // The planner's error comes through unchanged.
+      ++errors;
+      ASSERT_FALSE(report.ok());
+      EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(report.status().message(), Str(error));
+      continue;
+    }
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    const auto plan = Must(LogicalTransferPlan::Make(source, target));
+    ExpectVerified(*report, plan);
+    EXPECT_EQ(report->bytes, uint64_t(value["bytes"]));
+    EXPECT_EQ(report->operations, uint64_t(value["regions"]));
+    EXPECT_EQ(report->segments, uint64_t(value["segments"]));
+    ++ran;
+  }
+  EXPECT_GE(ran, 20u);
+  EXPECT_EQ(too_large, 7u);
+  EXPECT_EQ(errors, 1u);
+}
+
+ModelSpec TinyMoe() {
+  return Must(
+      ModelSpecFromJson(ReadTestData("../../examples/models/tiny-moe.json")));
+}
+
+TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
+  const ModelSpec model = TinyMoe();
+  std::mt19937 rng(1234);
+  const int64_t tps[] = {1, 2, 4, 8};
+  const int64_t pps[] = {1, 2, 4};
+  const int64_t eps[] = {1, 2, 4, 8};
+  const int64_t dps[] = {1, 2, 3};
+  // Grouped and separate experts are different tensor sets: both sides of
+  // a pair use the same expert layout.
+  auto random_layout = [&](ExpertLayout experts) {
+    LayoutOptions o;
+    o.tp = tps[rng() % 4];
+    o.pp = pps[rng() % 3];
+    o.ep = eps[rng() % 4];
+    o.dp = dps[rng() % 3];
+    o.experts = experts;
+    return o;
+  };
+  auto describe = [](const LayoutOptions& o) {
+    return "tp" + std::to_string(o.tp) + " pp" + std::to_string(o.pp) +
+           " ep" + std::to_string(o.ep) + " dp" + std::to_string(o.dp) +
+           (o.experts == ExpertLayout::kGrouped ? " grouped" : " separate");
+  };
+  size_t ran = 0;
+  std::set<std::string> shapes;
+  for (int i = 0; i < 30; ++i) {
+    const ExpertLayout experts =
+        rng() % 2 == 0 ? ExpertLayout::kGrouped : ExpertLayout::kSeparate;
+    const LayoutOptions so = random_layout(experts);
+    const LayoutOptions to = random_layout(experts);
+    SCOPED_TRACE(describe(so) + " -> " + describe(to));
+    auto source = GenerateLayout(model, so);
+    auto target = GenerateLayout(model, to);
+    // Every combination of these sizes divides tiny-moe's dimensions.
+    ASSERT_TRUE(source.ok()) << source.status().ToString();
+    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    const auto plan = Must(LogicalTransferPlan::Make(*source, *target));
+    for (uint32_t threads : {1u, 3u}) {
+      SCOPED_TRACE("threads " + std::to_string(threads));
+      auto report =
+          RunSelfTest(*source, *target, {.transport = "local", .threads = threads});
+      ASSERT_TRUE(report.ok()) << report.status().ToString();
+      ExpectVerified(*report, plan);
+    }
+    shapes.insert(describe(so));
+    ++ran;
+  }
+  EXPECT_EQ(ran, 30u);
+  EXPECT_GT(shapes.size(), 20u);  // the combinations really vary
+}
+
+TEST(SelfTestTest, PatternIsDeterministicAndDiscriminating) {
+  // Deterministic.
+  for (uint64_t t : {0u, 1u, 7u}) {
+    for (uint64_t e : {0u, 1u, 12345u}) {
+      for (uint64_t b = 0; b < 16; ++b) {
+        EXPECT_EQ(SelfTestPatternByte(t, e, b), SelfTestPatternByte(t, e, b));
+      }
+    }
+  }
+  auto word = [](uint64_t t, uint64_t e, uint64_t first_byte) {
+    uint64_t w = 0;
+    for (uint64_t b = 0; b < 8; ++b) {
+      w = w << 8 | SelfTestPatternByte(t, e, first_byte + b);
+    }
+    return w;
+  };
+  // Elements: the 8-byte words of 10,000 elements of one tensor are
+  // distinct, and so are a few tensors' words for the same element.
+  std::set<uint64_t> words;
+  for (uint64_t e = 0; e < 10000; ++e) words.insert(word(0, e, 0));
+  EXPECT_EQ(words.size(), 10000u);
+  size_t byte_differs = 0;
+  for (uint64_t e = 0; e < 1000; ++e) {
+    std::set<uint64_t> per_tensor;
+    for (uint64_t t = 0; t < 4; ++t) per_tensor.insert(word(t, e, 0));
+    EXPECT_EQ(per_tensor.size(), 4u) << "element " << e;
+    byte_differs += SelfTestPatternByte(0, e, 0) != SelfTestPatternByte(1, e, 0);
+  }
+  EXPECT_GT(byte_differs, 950u);  // single bytes collide only by chance
+  // Bytes: within an element the bytes vary, and wide elements do not
+  // repeat with an 8-byte period.
+  for (uint64_t e = 0; e < 1000; ++e) {
+    std::set<uint8_t> bytes;
+    for (uint64_t b = 0; b < 8; ++b) bytes.insert(SelfTestPatternByte(2, e, b));
+    EXPECT_GT(bytes.size(), 1u) << "element " << e;
+    EXPECT_NE(word(2, e, 0), word(2, e, 8)) << "element " << e;
+  }
+  // Spot checks across all three arguments.
+  EXPECT_NE(word(0, 0, 0), word(1, 0, 0));
+  EXPECT_NE(word(0, 0, 0), word(0, 1, 0));
+  EXPECT_NE(word(5, 99, 0), word(5, 99, 8));
+}
+
+TEST(SelfTestTest, OnlyTheLocalTransportIsAvailable) {
+  const ModelSpec model = TinyMoe();
+  const auto source = Must(GenerateLayout(model, {.tp = 2}));
+  const auto target = Must(GenerateLayout(model, {.tp = 4}));
+  auto report = RunSelfTest(source, target, {.transport = "ucx"});
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(report.status().message(),
+            "transport \"ucx\" is not available for the self-test");
+  report = RunSelfTest(source, target, {.transport = ""});
+  EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(report.status().message(),
+            "transport \"\" is not available for the self-test");
+  EXPECT_TRUE(RunSelfTest(source, target, {.transport = "local"}).ok());
+}
+
+TEST(SelfTestTest, ErrorsPropagate) {
+  const ModelSpec model = TinyMoe();
+  const auto source = Must(GenerateLayout(model, {.tp = 2}));
+  const auto other_revision =
+      Must(GenerateLayout(model, {.tp = 4, .revision = "step-1"}));
+  auto report = RunSelfTest(source, other_revision);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(report.status().message(),
+            "source and target revision differ: step-0 vs step-1");
+  const auto other_resource =
+      Must(GenerateLayout(model, {.tp = 4, .resource_id = "other-model"}));
+  report = RunSelfTest(source, other_resource);
+  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(report.status().message(),
+            "source and target resource_id differ: tiny-moe vs other-model");
+  // The executor's option errors come through too.
+  const auto target = Must(GenerateLayout(model, {.tp = 4}));
+  report = RunSelfTest(source, target, {.threads = 0});
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(report.status().message(), "local transport threads must be >= 1");
+}
+
+}  // namespace
+}  // namespace reshard
