@@ -74,12 +74,8 @@ RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
   s.device = "cpu";
   s.itemsize = itemsize;
   s.local_shape = f.local_shape();
-  s.strides_bytes.assign(f.local_shape().size(), 0);
-  int64_t stride = itemsize;
-  for (size_t d = f.local_shape().size(); d-- > 0;) {
-    s.strides_bytes[d] = stride;
-    stride *= f.local_shape()[d];
-  }
+  s.strides_bytes =
+      CanonicalStrides(f.local_shape(), itemsize).value_or(Dims{});
   s.storage_address = address;
   s.storage_nbytes = f.nbytes();
   s.storage_offset_bytes = 0;

@@ -5,12 +5,16 @@
 
 #include <string>
 
+#include "reshard/placement.h"
 #include "reshard/status.h"
 
 namespace reshard::cli {
 
 // Reads a whole file ("-" is standard input).
 Result<std::string> ReadFile(const std::string& path);
+
+// Reads and decodes a placement file; errors name the file.
+Result<WeightPlacementManifest> LoadPlacement(const std::string& path);
 
 // Prints "reshard: error: <message>" to stderr and returns exit code 1.
 int Fail(const Status& status);

@@ -15,13 +15,6 @@
 namespace reshard::cli {
 namespace {
 
-Result<WeightPlacementManifest> LoadPlacement(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  auto m = WeightPlacementFromJson(text);
-  if (!m.ok()) return m.status().WithContext(path);
-  return m;
-}
-
 std::string Bytes(uint64_t b) {
   char buf[64];
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -33,6 +33,13 @@ Result<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
+Result<WeightPlacementManifest> LoadPlacement(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  auto m = WeightPlacementFromJson(text);
+  if (!m.ok()) return m.status().WithContext(path);
+  return m;
+}
+
 int Fail(const Status& status) {
   std::cerr << "reshard: error: " << status.message() << "\n";
   return 1;

@@ -30,15 +30,9 @@ void AddSelftestCommand(CLI::App& app) {
       ->check(CLI::Range(1u, 1024u));
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a]() {
-    auto load = [](const std::string& path) -> Result<WeightPlacementManifest> {
-      ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-      auto m = WeightPlacementFromJson(text);
-      if (!m.ok()) return m.status().WithContext(path);
-      return m;
-    };
     auto run = [&]() -> Result<SelfTestReport> {
-      ASSIGN_OR_RETURN(auto src, load(a->source));
-      ASSIGN_OR_RETURN(auto dst, load(a->target));
+      ASSIGN_OR_RETURN(auto src, LoadPlacement(a->source));
+      ASSIGN_OR_RETURN(auto dst, LoadPlacement(a->target));
       return RunSelfTest(src, dst, {a->transport, a->threads});
     };
     auto report = run();

@@ -24,9 +24,7 @@ void AddValidateCommand(CLI::App& app) {
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([=]() {
     auto run = [&]() -> Result<std::string> {
-      ASSIGN_OR_RETURN(std::string text, ReadFile(*placement));
-      auto manifest = WeightPlacementFromJson(text);
-      if (!manifest.ok()) return manifest.status().WithContext(*placement);
+      ASSIGN_OR_RETURN(auto manifest, LoadPlacement(*placement));
       std::vector<WeightRuntimeBindingManifest> parsed;
       for (const auto& path : *bindings) {
         ASSIGN_OR_RETURN(std::string btext, ReadFile(path));
@@ -35,11 +33,11 @@ void AddValidateCommand(CLI::App& app) {
         parsed.push_back(std::move(b).ValueOrDie());
       }
       if (!parsed.empty()) {
-        RETURN_NOT_OK(ValidateRuntimeBindings(*manifest, parsed,
+        RETURN_NOT_OK(ValidateRuntimeBindings(manifest, parsed,
                                               /*require_all=*/false)
                           .WithContext("bindings"));
       }
-      const auto& m = *manifest;
+      const auto& m = manifest;
       std::string out;
       if (*json) {
         internal::CanonicalJsonWriter w(&out);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -111,6 +112,10 @@ class WeightRuntimeBindingManifest {
       : s_(std::move(s)) {}
   WeightRuntimeBindingManifestSpec s_;
 };
+
+// Canonical contiguous row-major byte strides of `shape` (last dimension
+// `itemsize`), or nullopt when a stride does not fit in int64.
+std::optional<Dims> CanonicalStrides(const Dims& shape, int64_t itemsize);
 
 // Rules 30-36: the binding attests this placement, names a known
 // participant, binds exactly that participant's fragments with matching

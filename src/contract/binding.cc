@@ -18,9 +18,10 @@ namespace {
 // a + b without wrapping, as u64.
 bool AddFits(uint64_t a, uint64_t b) { return a <= UINT64_MAX - b; }
 
-// Canonical contiguous row-major byte strides, or nullopt when a stride
-// does not fit in int64 (checked arithmetic: shapes come from input).
+}  // namespace
+
 std::optional<Dims> CanonicalStrides(const Dims& shape, int64_t itemsize) {
+  // Checked arithmetic: shapes come from input.
   Dims s(shape.size());
   int64_t stride = itemsize;
   for (size_t d = shape.size(); d-- > 0;) {
@@ -31,8 +32,6 @@ std::optional<Dims> CanonicalStrides(const Dims& shape, int64_t itemsize) {
   }
   return s;
 }
-
-}  // namespace
 
 Result<RuntimeBindingFragment> RuntimeBindingFragment::Make(
     RuntimeBindingFragmentSpec s) {

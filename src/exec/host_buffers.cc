@@ -35,12 +35,8 @@ Result<HostBuffers> AllocateHostBuffers(const WeightPlacementManifest& m,
       r.device = "cpu";
       r.itemsize = t->itemsize();
       r.local_shape = f.local_shape();
-      r.strides_bytes.resize(f.local_shape().size());
-      int64_t stride = t->itemsize();
-      for (size_t d = f.local_shape().size(); d-- > 0;) {
-        r.strides_bytes[d] = stride;
-        stride *= f.local_shape()[d];
-      }
+      r.strides_bytes =
+          CanonicalStrides(f.local_shape(), t->itemsize()).value_or(Dims{});
       r.storage_address = r.address;
       r.storage_nbytes = f.nbytes();
       ASSIGN_OR_RETURN(auto rf, RuntimeBindingFragment::Make(std::move(r)));
