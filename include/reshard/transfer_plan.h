@@ -43,15 +43,25 @@ class TransferPlan {
       const WeightPlacementManifest& target,
       const std::vector<WeightRuntimeBindingManifest>& target_bindings);
 
-  const std::vector<BoundRegion>& regions() const { return *regions_; }
-  uint64_t bytes() const { return bytes_; }
+  const std::vector<BoundRegion>& regions() const;
+  uint64_t bytes() const;
+
+  // Generation and lease fence (rules 57-60), checked right before
+  // execution: the current bindings of every participant the plan uses must
+  // still carry the planned instance, generation and lease, and every used
+  // fragment must be physically unchanged. Fails closed, naming the
+  // participant or fragment ("acquired runtime binding generation differs
+  // from plan", "stale target fragment: <id>", ...).
+  Status CheckCurrent(
+      const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+      const std::vector<WeightRuntimeBindingManifest>& target_bindings) const;
+
+  struct State;
 
  private:
-  TransferPlan(std::shared_ptr<const std::vector<BoundRegion>> regions,
-               uint64_t bytes)
-      : regions_(std::move(regions)), bytes_(bytes) {}
-  std::shared_ptr<const std::vector<BoundRegion>> regions_;
-  uint64_t bytes_ = 0;
+  explicit TransferPlan(std::shared_ptr<const State> state)
+      : state_(std::move(state)) {}
+  std::shared_ptr<const State> state_;
 };
 
 }  // namespace reshard

@@ -6,9 +6,90 @@
 #include <map>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace reshard {
+
+// What execution must find unchanged: per used participant of each side,
+// the binding's identity and the used fragments' physical views.
+struct BindingSnapshot {
+  std::string participant_id;
+  std::string instance_id;
+  uint64_t generation = 0;
+  std::string lease_id;
+  std::vector<RuntimeBindingFragment> fragments;  // used ones, sorted
+};
+
+struct TransferPlan::State {
+  std::vector<BoundRegion> regions;
+  uint64_t bytes = 0;
+  std::vector<BindingSnapshot> sources;
+  std::vector<BindingSnapshot> targets;
+};
+
 namespace {
+
+// Snapshots of the bindings whose fragments are in `used`.
+std::vector<BindingSnapshot> Snapshot(
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    const std::unordered_set<std::string_view>& used) {
+  std::vector<BindingSnapshot> out;
+  for (const auto& b : bindings) {
+    BindingSnapshot snap{
+        b.participant_id(), b.instance_id(), b.generation(), b.lease_id(), {}};
+    for (const auto& f : b.fragments()) {
+      if (used.count(f.placement_fragment_id())) snap.fragments.push_back(f);
+    }
+    if (!snap.fragments.empty()) out.push_back(std::move(snap));
+  }
+  return out;
+}
+
+Status CheckSide(const std::vector<BindingSnapshot>& planned,
+                 const std::vector<WeightRuntimeBindingManifest>& current,
+                 std::string_view side) {
+  std::unordered_map<std::string_view, const WeightRuntimeBindingManifest*>
+      by_participant;
+  for (const auto& b : current) by_participant[b.participant_id()] = &b;
+  for (const BindingSnapshot& snap : planned) {
+    auto it = by_participant.find(snap.participant_id);
+    if (it == by_participant.end()) {
+      return Status::FailedPrecondition(
+          "acquired " + std::string(side) +
+          " runtime binding is missing for participant " + snap.participant_id +
+          " (lease revoked?)");
+    }
+    const WeightRuntimeBindingManifest& b = *it->second;
+    auto differs = [&](const char* field, const std::string& planned_value,
+                       const std::string& current_value) {
+      return Status::FailedPrecondition(
+          std::string("acquired runtime binding ") + field +
+          " differs from plan: " + std::string(side) + " participant " +
+          snap.participant_id + ": planned " + planned_value + ", current " +
+          current_value);
+    };
+    if (b.instance_id() != snap.instance_id) {
+      return differs("instance_id", snap.instance_id, b.instance_id());
+    }
+    if (b.generation() != snap.generation) {
+      return differs("generation", std::to_string(snap.generation),
+                     std::to_string(b.generation()));
+    }
+    if (b.lease_id() != snap.lease_id) {
+      return differs("lease_id", snap.lease_id, b.lease_id());
+    }
+    for (const RuntimeBindingFragment& f : snap.fragments) {
+      const RuntimeBindingFragment* now =
+          b.FindFragment(f.placement_fragment_id());
+      if (now == nullptr || !(*now == f)) {
+        return Status::FailedPrecondition(
+            "stale " + std::string(side) +
+            " fragment: " + f.placement_fragment_id());
+      }
+    }
+  }
+  return Status::OK();
+}
 
 struct Bound {
   const RuntimeBindingFragment* fragment;
@@ -96,9 +177,12 @@ Result<TransferPlan> TransferPlan::Bind(
   ASSIGN_OR_RETURN(auto targets,
                    IndexBindings(target, target_bindings, "target"));
   RETURN_NOT_OK(CheckNotInPlace(sources, targets));
-  auto regions = std::make_shared<std::vector<BoundRegion>>();
+  auto state = std::make_shared<State>();
+  auto* regions = &state->regions;
   regions->reserve(plan.regions().size());
-  uint64_t bytes = 0;
+  uint64_t& bytes = state->bytes;
+  std::unordered_set<std::string_view> used_sources;
+  std::unordered_set<std::string_view> used_targets;
   const auto& sfr = plan.source_fragments();
   const auto& tfr = plan.target_fragments();
   for (uint32_t i = 0; i < plan.regions().size(); ++i) {
@@ -115,12 +199,29 @@ Result<TransferPlan> TransferPlan::Bind(
       return Status::InvalidArgument(
           "missing runtime binding for placement fragment: " + tid);
     }
+    used_sources.insert(sid);
+    used_targets.insert(tid);
     regions->push_back({s->second.fragment->address() + r.source_base_offset,
                         t->second.fragment->address() + r.target_base_offset,
                         r.inner_bytes, r.loops, r.bytes, i});
     bytes += r.bytes;
   }
-  return TransferPlan(std::move(regions), bytes);
+  state->sources = Snapshot(source_bindings, used_sources);
+  state->targets = Snapshot(target_bindings, used_targets);
+  return TransferPlan(std::move(state));
+}
+
+const std::vector<BoundRegion>& TransferPlan::regions() const {
+  return state_->regions;
+}
+
+uint64_t TransferPlan::bytes() const { return state_->bytes; }
+
+Status TransferPlan::CheckCurrent(
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings) const {
+  RETURN_NOT_OK(CheckSide(state_->sources, source_bindings, "source"));
+  return CheckSide(state_->targets, target_bindings, "target");
 }
 
 }  // namespace reshard

@@ -54,10 +54,8 @@ WeightPlacementManifest Layout(Sizes sizes, bool target) {
   TensorLayout w{.tensor_id = "w", .shape = {12, 6}};
   w.tp_dim = target ? 1 : 0;
   AddTensor(&d, w);
-  TensorLayout v{.tensor_id = "v",
-                 .shape = {4, 6, 12},
-                 .dtype = "float32",
-                 .itemsize = 4};
+  TensorLayout v{
+      .tensor_id = "v", .shape = {4, 6, 12}, .dtype = "float32", .itemsize = 4};
   v.tp_dim = target ? 1 : 2;
   AddTensor(&d, v);
   TensorLayout r{.tensor_id = "r", .shape = {12}};
@@ -67,7 +65,9 @@ WeightPlacementManifest Layout(Sizes sizes, bool target) {
 }
 
 // DP2 x TP2 -> TP3, crossing split dimensions.
-WeightPlacementManifest Source() { return Layout(Sizes{.dp = 2, .tp = 2}, false); }
+WeightPlacementManifest Source() {
+  return Layout(Sizes{.dp = 2, .tp = 2}, false);
+}
 WeightPlacementManifest Target() { return Layout(Sizes{.tp = 3}, true); }
 
 // Adjusts one fragment's runtime view before it is made.
@@ -119,11 +119,15 @@ void ExpectBoundAt(const LogicalTransferPlan& plan, const TransferPlan& bound,
     SCOPED_TRACE("region " + std::to_string(i));
     const TransferRegion& r = plan.regions()[i];
     const BoundRegion& b = bound.regions()[i];
-    const std::string& sid = plan.source_fragments()[r.source_fragment].fragment_id;
-    const std::string& tid = plan.target_fragments()[r.target_fragment].fragment_id;
+    const std::string& sid =
+        plan.source_fragments()[r.source_fragment].fragment_id;
+    const std::string& tid =
+        plan.target_fragments()[r.target_fragment].fragment_id;
     EXPECT_EQ(b.region, i);
-    EXPECT_EQ(b.source_address, source_addresses.at(sid) + r.source_base_offset);
-    EXPECT_EQ(b.target_address, target_addresses.at(tid) + r.target_base_offset);
+    EXPECT_EQ(b.source_address,
+              source_addresses.at(sid) + r.source_base_offset);
+    EXPECT_EQ(b.target_address,
+              target_addresses.at(tid) + r.target_base_offset);
     EXPECT_EQ(b.inner_bytes, r.inner_bytes);
     EXPECT_EQ(b.loops, r.loops);
     EXPECT_EQ(b.bytes, r.bytes);
@@ -186,9 +190,8 @@ TEST(TransferPlanTest, PlanForAnotherPlacement) {
   ASSERT_NE(other_target.placement_id(), target.placement_id());
   const auto sb = Bindings(source, "src", 0x100000);
   const auto tb = Bindings(target, "dst", 0x100000);
-  auto r = TransferPlan::Bind(plan, other_source,
-                              Bindings(other_source, "src", 0x100000), target,
-                              tb);
+  auto r = TransferPlan::Bind(
+      plan, other_source, Bindings(other_source, "src", 0x100000), target, tb);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
@@ -232,9 +235,9 @@ TEST(TransferPlanTest, MissingSourceBinding) {
   auto r = TransferPlan::Bind(plan, source, Without(sb, dropped), target, tb);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            "missing source runtime binding for placement fragment: " +
-                expected);
+  EXPECT_EQ(
+      r.status().message(),
+      "missing source runtime binding for placement fragment: " + expected);
 }
 
 TEST(TransferPlanTest, UnusedSourceReplicaNeedsNoBinding) {
@@ -256,9 +259,8 @@ TEST(TransferPlanTest, UnusedSourceReplicaNeedsNoBinding) {
   ASSERT_LT(used.size(), 3u);
   std::map<std::string, uint64_t> sa, ta;
   auto sb = Bindings(source, "src", 0x100000, &sa);
-  std::erase_if(sb, [&](const auto& b) {
-    return used.count(b.participant_id()) == 0;
-  });
+  std::erase_if(
+      sb, [&](const auto& b) { return used.count(b.participant_id()) == 0; });
   ASSERT_EQ(sb.size(), used.size());
   const auto tb = Bindings(target, "dst", 0x100000, &ta);
   auto bound = TransferPlan::Bind(plan, source, sb, target, tb);
@@ -307,11 +309,10 @@ TEST(TransferPlanTest, MissingTargetBinding) {
 WeightRuntimeBindingManifest Rewrite(
     const WeightRuntimeBindingManifest& b,
     const std::function<void(WeightRuntimeBindingManifestSpec*)>& change) {
-  WeightRuntimeBindingManifestSpec s{b.resource_id(),  b.placement_id(),
-                                     b.placement_digest(), b.instance_id(),
-                                     b.generation(),   b.lease_id(),
-                                     b.revision(),     b.participant_id(),
-                                     b.fragments()};
+  WeightRuntimeBindingManifestSpec s{
+      b.resource_id(), b.placement_id(),   b.placement_digest(),
+      b.instance_id(), b.generation(),     b.lease_id(),
+      b.revision(),    b.participant_id(), b.fragments()};
   change(&s);
   return Must(WeightRuntimeBindingManifest::Make(std::move(s)));
 }
@@ -429,8 +430,8 @@ class TransferPlanInPlaceTest : public ::testing::Test {
 };
 
 TEST_F(TransferPlanInPlaceTest, DisjointStorageInOneSpaceIsAccepted) {
-  auto r = TransferPlan::Bind(*plan_, source_, sb_, target_,
-                              Targets("", nullptr));
+  auto r =
+      TransferPlan::Bind(*plan_, source_, sb_, target_, Targets("", nullptr));
   EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
@@ -447,7 +448,8 @@ TEST_F(TransferPlanInPlaceTest, TargetInsideASourceAllocation) {
   EXPECT_THAT(r.status().message(),
               StartsWith("source and target runtime storage allocations "
                          "overlap (source "));
-  EXPECT_THAT(r.status().message(), EndsWith("in-place reshard is unsupported"));
+  EXPECT_THAT(r.status().message(),
+              EndsWith("in-place reshard is unsupported"));
   EXPECT_EQ(r.status().message(), Overlap(victim, moved));
 }
 
@@ -512,7 +514,8 @@ TEST_F(TransferPlanInPlaceTest, SameAddressesInAnotherSpaceAreAccepted) {
   // Another instance, device or worker is another address space.
   for (const auto& [instance, device, worker] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"node-2", "cpu", "w0"}, {"node", "cuda:0", "w0"},
+           {"node-2", "cpu", "w0"},
+           {"node", "cuda:0", "w0"},
            {"node", "cpu", "w1"}}) {
     SCOPED_TRACE(instance + "/" + device + "/" + worker);
     auto tb = Targets(moved, place, instance, device, worker);

@@ -138,6 +138,8 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
   ASSIGN_OR_RETURN(auto transport,
                    LocalTransport::Make({.threads = options.threads}));
   t0 = Clock::now();
+  // The generation and lease fence, right before the bytes move.
+  RETURN_NOT_OK(bound.CheckCurrent(src.bindings, dst.bindings));
   ASSIGN_OR_RETURN(TransferId id, transport->Submit(bound));
   RETURN_NOT_OK(transport->Wait(id));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
