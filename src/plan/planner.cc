@@ -245,6 +245,7 @@ struct LogicalTransferPlan::SourceView {
   const std::string& id;
   std::vector<const TensorDescriptor*> tensors;
   std::function<const TensorDescriptor*(std::string_view)> find_tensor;
+  size_t fragment_count = 0;  // an upper bound, for reserving
   // Appends the fragments of needed tensors to the plan's source table.
   std::function<void(const std::unordered_map<std::string_view, uint32_t>&,
                      Impl*, std::vector<std::vector<uint32_t>>*)>
@@ -262,6 +263,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
                   [&](std::string_view id) { return source.FindTensor(id); },
                   {}};
   for (const auto& t : source.tensors()) view.tensors.push_back(&t);
+  view.fragment_count = source.fragments().size();
   view.add_fragments = [&](const auto& tensor_index, Impl* impl,
                            std::vector<std::vector<uint32_t>>* by_tensor) {
     for (const auto& part : source.parts()) {
@@ -292,6 +294,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
                   [&](std::string_view t) { return source.FindTensor(t); },
                   {}};
   for (const auto& t : source.tensors()) view.tensors.push_back(&t);
+  view.fragment_count = source.fragments().size();
   // Every stored fragment is eligible; its "participant" is its object.
   view.add_fragments = [&](const auto& tensor_index, Impl* impl,
                            std::vector<std::vector<uint32_t>>* by_tensor) {
@@ -386,9 +389,14 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
 
   // Fragment tables and participants.
   std::vector<std::vector<uint32_t>> source_by_tensor(plan_tensors.size());
+  impl->source_fragments.reserve(source.fragment_count);
   source.add_fragments(tensor_index, impl.get(), &source_by_tensor);
   AssignOrder(&impl->source_fragments);
   std::vector<std::vector<uint32_t>> target_by_tensor(plan_tensors.size());
+  size_t target_count = 0;
+  for (const auto* part : target_parts)
+    target_count += part->fragments().size();
+  impl->target_fragments.reserve(target_count);
   for (const auto* part : target_parts) {
     if (part->fragments().empty()) continue;
     const auto pidx = static_cast<uint32_t>(impl->target_participants.size());
