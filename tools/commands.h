@@ -12,6 +12,7 @@ void AddCanonicalizeCommand(CLI::App& app);
 void AddPlanCommand(CLI::App& app);
 void AddGenCommand(CLI::App& app);
 void AddSelftestCommand(CLI::App& app);
+void AddImportLegacyCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

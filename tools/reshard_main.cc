@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   reshard::cli::AddPlanCommand(app);
   reshard::cli::AddGenCommand(app);
   reshard::cli::AddSelftestCommand(app);
+  reshard::cli::AddImportLegacyCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

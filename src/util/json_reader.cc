@@ -167,7 +167,8 @@ Result<JsonDocument> JsonDocument::Parse(std::string_view text) {
   return doc;
 }
 
-Result<StrictObject> StrictObject::Make(
+template <size_t N>
+Result<BasicStrictObject<N>> BasicStrictObject<N>::Make(
     JsonElement element, const JsonPath& path, std::string_view what,
     std::initializer_list<std::string_view> required,
     std::initializer_list<std::string_view> optional) {
@@ -175,9 +176,10 @@ Result<StrictObject> StrictObject::Make(
     return TypeError(path, "must be a JSON object");
   }
   if (required.size() + optional.size() > kMaxFields) {
-    return Status::Internal("StrictObject supports at most 16 fields");
+    return Status::Internal("StrictObject supports at most " +
+                            std::to_string(N) + " fields");
   }
-  StrictObject obj;
+  BasicStrictObject obj;
   std::array<std::string_view, kMaxFields> expected{};
   size_t n_expected = 0;
   for (auto k : required) expected[n_expected++] = k;
@@ -226,12 +228,17 @@ Result<StrictObject> StrictObject::Make(
   return obj;
 }
 
-std::optional<JsonElement> StrictObject::Find(std::string_view key) const {
+template <size_t N>
+std::optional<JsonElement> BasicStrictObject<N>::Find(
+    std::string_view key) const {
   for (size_t i = 0; i < size_; ++i) {
     if (keys_[i] == key) return values_[i];
   }
   return std::nullopt;
 }
+
+template class BasicStrictObject<16>;
+template class BasicStrictObject<32>;
 
 Result<std::string_view> ReadString(JsonElement e, const JsonPath& path) {
   if (e.type() != element_type::STRING) {

@@ -61,15 +61,17 @@ class JsonDocument {
   JsonElement root_;
 };
 
-// An object whose field set has been checked against the contract.
-class StrictObject {
+// An object whose field set has been checked against the contract. N bounds
+// the number of fields (kept small: one lives per decoded fragment).
+template <size_t N>
+class BasicStrictObject {
  public:
-  static constexpr size_t kMaxFields = 16;
+  static constexpr size_t kMaxFields = N;
 
   // Checks that `element` is an object with no duplicate keys whose keys are
   // all of `required` plus any subset of `optional`. `what` names the object
   // in messages ("placement fragment").
-  static Result<StrictObject> Make(
+  static Result<BasicStrictObject> Make(
       JsonElement element, const JsonPath& path, std::string_view what,
       std::initializer_list<std::string_view> required,
       std::initializer_list<std::string_view> optional = {});
@@ -83,6 +85,10 @@ class StrictObject {
   std::array<JsonElement, kMaxFields> values_{};
   size_t size_ = 0;
 };
+
+using StrictObject = BasicStrictObject<16>;
+// For wide legacy records.
+using WideStrictObject = BasicStrictObject<32>;
 
 Result<std::string_view> ReadString(JsonElement e, const JsonPath& path);
 // Rule 3: ids are non-empty strings.
