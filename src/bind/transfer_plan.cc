@@ -157,6 +157,58 @@ Status CheckNotInPlace(
   return Status::OK();
 }
 
+// Rule 54: two target views may share bytes only as an exact declared
+// alias (ValidateRuntimeBindings already rejects anything else). Such a
+// pair is written twice, which is only sound when the source declares the
+// same alias group for both tensors (so their bytes are the same weight),
+// the source is a live placement, and both views share one lease scope.
+Status CheckTargetAliases(
+    const std::unordered_map<std::string_view, Bound>& targets,
+    const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target) {
+  using Key = std::tuple<std::string_view, std::string_view, std::string_view,
+                         uint64_t, uint64_t>;
+  std::map<Key, std::vector<const Bound*>> ranges;
+  for (const auto& [id, b] : targets) {
+    const auto& f = *b.fragment;
+    ranges[{b.binding->instance_id(), f.worker_id(), f.device(), f.address(),
+            f.nbytes()}]
+        .push_back(&b);
+  }
+  std::unordered_map<std::string_view, const std::vector<std::string>*>
+      source_groups;
+  for (const PlacementFragment* f : source.fragments()) {
+    source_groups.emplace(f->tensor_id(), &f->aliases());
+  }
+  for (auto& [key, views] : ranges) {
+    if (views.size() < 2) continue;
+    std::sort(views.begin(), views.end(), [](const Bound* a, const Bound* b) {
+      return a->fragment->placement_fragment_id() <
+             b->fragment->placement_fragment_id();
+    });
+    const Bound& first = *views.front();
+    for (const Bound* v : views) {
+      const std::string& id = v->fragment->placement_fragment_id();
+      const PlacementFragment* logical = target.FindFragment(id);
+      auto group = source_groups.find(logical->tensor_id());
+      if (group == source_groups.end() || group->second->size() < 2 ||
+          *group->second != logical->aliases()) {
+        return Status::InvalidArgument(
+            "conflicting target physical range: " + id +
+            " (aliased target views need the same alias group on the "
+            "source)");
+      }
+      if (v->binding->lease_id() != first.binding->lease_id() ||
+          v->binding->generation() != first.binding->generation()) {
+        return Status::InvalidArgument(
+            "conflicting target physical range: " + id +
+            " (aliased target views in different lease scopes)");
+      }
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<TransferPlan> TransferPlan::Bind(
@@ -177,6 +229,7 @@ Result<TransferPlan> TransferPlan::Bind(
   ASSIGN_OR_RETURN(auto targets,
                    IndexBindings(target, target_bindings, "target"));
   RETURN_NOT_OK(CheckNotInPlace(sources, targets));
+  RETURN_NOT_OK(CheckTargetAliases(targets, source, target));
   auto state = std::make_shared<State>();
   auto* regions = &state->regions;
   regions->reserve(plan.regions().size());
