@@ -1,8 +1,12 @@
 // `reshard selftest SOURCE.json TARGET.json [--transport local]
 //  [--threads N] [--json]`.
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "reshard/placement.h"
 #include "reshard/selftest.h"
@@ -33,7 +37,31 @@ void AddSelftestCommand(CLI::App& app) {
     auto run = [&]() -> Result<SelfTestReport> {
       ASSIGN_OR_RETURN(auto src, LoadPlacement(a->source));
       ASSIGN_OR_RETURN(auto dst, LoadPlacement(a->target));
-      return RunSelfTest(src, dst, {a->transport, a->threads});
+      SelfTestOptions options{a->transport, a->threads, {}};
+      // A progress bar on a terminal, drawn only once a run has taken more
+      // than a second, and erased when it ends.
+      const bool tty = !a->json && isatty(fileno(stderr));
+      const auto start = std::chrono::steady_clock::now();
+      bool drawn = false;
+      if (tty) {
+        options.progress = [&](std::string_view phase, double fraction) {
+          const double elapsed = std::chrono::duration<double>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count();
+          if (elapsed < 1.0) return;
+          const int width = 30;
+          const int filled = static_cast<int>(fraction * width + 0.5);
+          std::fprintf(stderr, "\r  %-8.*s [%s%s] %3.0f%%",
+                       static_cast<int>(phase.size()), phase.data(),
+                       std::string(filled, '#').c_str(),
+                       std::string(width - filled, '.').c_str(),
+                       fraction * 100);
+          drawn = true;
+        };
+      }
+      auto report = RunSelfTest(src, dst, options);
+      if (drawn) std::fprintf(stderr, "\r%60s\r", "");
+      return report;
     };
     auto report = run();
     if (!report.ok()) throw CLI::RuntimeError(Fail(report.status()));

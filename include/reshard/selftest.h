@@ -7,7 +7,9 @@
 #define RESHARD_SELFTEST_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "reshard/placement.h"
 #include "reshard/status.h"
@@ -17,6 +19,9 @@ namespace reshard {
 struct SelfTestOptions {
   std::string transport = "local";
   uint32_t threads = 1;
+  // Called from the calling thread with the phase ("fill", "transfer",
+  // "verify") and the fraction of its bytes done; may be empty.
+  std::function<void(std::string_view phase, double fraction)> progress;
   // Measure the memcpy baseline (skipped when false).
   bool measure_memcpy = true;
 };

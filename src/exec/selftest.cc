@@ -117,7 +117,17 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
   for (size_t i = 0; i < source.tensors().size(); ++i) {
     tensor_index.emplace(source.tensors()[i].tensor_id(), i);
   }
+  auto progress = [&](std::string_view phase, uint64_t done, uint64_t total) {
+    if (options.progress) {
+      options.progress(phase, total == 0 ? 1.0 : double(done) / double(total));
+    }
+  };
+  uint64_t source_total = 0;
+  for (const auto* f : source.fragments()) source_total += f->nbytes();
+  uint64_t done = 0;
   for (const auto* f : source.fragments()) {
+    progress("fill", done, source_total);
+    done += f->nbytes();
     const TensorDescriptor* t = source.FindTensor(f->tensor_id());
     const uint64_t ti = tensor_index.at(f->tensor_id());
     uint8_t* base = src.data.at(f->placement_fragment_id());
@@ -140,14 +150,22 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
   t0 = Clock::now();
   // The generation and lease fence, right before the bytes move.
   RETURN_NOT_OK(bound.CheckCurrent(src.bindings, dst.bindings));
+  progress("transfer", 0, 1);
   ASSIGN_OR_RETURN(TransferId id, transport->Submit(bound));
   RETURN_NOT_OK(transport->Wait(id));
+  progress("transfer", 1, 1);
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   report.bytes = bound.bytes();
   report.operations = bound.regions().size();
   report.segments = plan.summary().segments;
   // Verify every target byte.
+  progress("fill", 1, 1);
+  uint64_t target_total = 0;
+  for (const auto* f : target.fragments()) target_total += f->nbytes();
+  done = 0;
   for (const auto* f : target.fragments()) {
+    progress("verify", done, target_total);
+    done += f->nbytes();
     const TensorDescriptor* t = target.FindTensor(f->tensor_id());
     const uint64_t ti = tensor_index.at(f->tensor_id());
     const uint8_t* base = dst.data.at(f->placement_fragment_id());
@@ -173,6 +191,7 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
                });
     if (!report.mismatch.empty()) break;
   }
+  progress("verify", 1, 1);
   report.verified = report.mismatch.empty();
   if (options.measure_memcpy) {
     report.memcpy_gbps = internal::MeasureMemcpyGbps(
