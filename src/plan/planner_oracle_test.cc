@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "reshard/plan.h"
+#include "reshard/selftest.h"
 #include "testing/placement_builders.h"
 
 namespace reshard {
@@ -424,6 +425,7 @@ struct OracleStats {
   int subtiled = 0;  // cases with a sub-tiled side
   uint64_t regions = 0;
   uint64_t multi_loop_regions = 0;
+  int selftests = 0;  // cases also run end to end with real bytes
 };
 
 OracleStats RunOracle(const OracleOptions& o) {
@@ -460,6 +462,21 @@ OracleStats RunOracle(const OracleOptions& o) {
       st.multi_loop_regions += r.loops.size() > 1;
     }
     if (!Execute(*plan, *source, *target, c.local_target)) return st;
+    // The same layouts with real buffers, the binding checks and the local
+    // executor (global plans; the self-test plans every target).
+    if (!c.local_target.has_value()) {
+      auto report =
+          RunSelfTest(*source, *target,
+                      {.threads = static_cast<uint32_t>(1 + st.executed % 3),
+                       .measure_memcpy = false});
+      if (!report.ok() || !report->verified) {
+        ADD_FAILURE() << "selftest: "
+                      << (report.ok() ? report->mismatch
+                                      : report.status().ToString());
+        return st;
+      }
+      ++st.selftests;
+    }
   }
   ::testing::Test::RecordProperty("regenerated", st.regenerated);
   ::testing::Test::RecordProperty("regions", std::to_string(st.regions));
@@ -476,6 +493,7 @@ TEST(PlannerOracleTest, GridLayouts) {
   EXPECT_EQ(st.executed, o.cases);
   EXPECT_GT(st.regions, 10000u);
   EXPECT_GT(st.multi_loop_regions, 100u);
+  EXPECT_EQ(st.selftests, o.cases);  // every case also moved real bytes
 }
 
 TEST(PlannerOracleTest, SubtiledReplicas) {
@@ -486,6 +504,7 @@ TEST(PlannerOracleTest, SubtiledReplicas) {
   const OracleStats st = RunOracle(o);
   EXPECT_EQ(st.executed, o.cases);
   EXPECT_GT(st.subtiled, o.cases / 2);
+  EXPECT_EQ(st.selftests, o.cases);
 }
 
 TEST(PlannerOracleTest, LocalTargets) {
@@ -508,6 +527,7 @@ TEST(PlannerOracleTest, DpOwnedTensors) {
   const OracleStats st = RunOracle(o);
   EXPECT_EQ(st.executed, o.cases);
   EXPECT_GT(st.dp_owned, o.cases / 4);
+  EXPECT_EQ(st.selftests, o.cases);
 }
 
 }  // namespace
