@@ -50,13 +50,6 @@ namespace {
 using internal::JsonElement;
 using internal::JsonPath;
 
-Result<std::string> ReadId(const internal::StrictObject& obj,
-                           std::string_view key, const JsonPath& path) {
-  ASSIGN_OR_RETURN(std::string_view v,
-                   internal::ReadNonEmptyString(obj.Get(key), path.Field(key)));
-  return std::string(v);
-}
-
 Result<uint64_t> ReadU64Field(const internal::StrictObject& obj,
                               std::string_view key, const JsonPath& path) {
   return internal::ReadU64(obj.Get(key), path.Field(key));
@@ -73,13 +66,14 @@ Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
                      "storage_offset_bytes", "strides_bytes", "worker_id"}));
   RuntimeBindingFragmentSpec s;
   ASSIGN_OR_RETURN(s.placement_fragment_id,
-                   ReadId(obj, "placement_fragment_id", path));
-  ASSIGN_OR_RETURN(s.fragment_id, ReadId(obj, "fragment_id", path));
+                   internal::ReadIdField(obj, "placement_fragment_id", path));
+  ASSIGN_OR_RETURN(s.fragment_id,
+                   internal::ReadIdField(obj, "fragment_id", path));
   ASSIGN_OR_RETURN(s.address, ReadU64Field(obj, "address", path));
   ASSIGN_OR_RETURN(s.nbytes, ReadU64Field(obj, "nbytes", path));
-  ASSIGN_OR_RETURN(s.worker_id, ReadId(obj, "worker_id", path));
-  ASSIGN_OR_RETURN(s.endpoint, ReadId(obj, "endpoint", path));
-  ASSIGN_OR_RETURN(s.device, ReadId(obj, "device", path));
+  ASSIGN_OR_RETURN(s.worker_id, internal::ReadIdField(obj, "worker_id", path));
+  ASSIGN_OR_RETURN(s.endpoint, internal::ReadIdField(obj, "endpoint", path));
+  ASSIGN_OR_RETURN(s.device, internal::ReadIdField(obj, "device", path));
   ASSIGN_OR_RETURN(s.itemsize, internal::ReadInt(obj.Get("itemsize"),
                                                  path.Field("itemsize")));
   ASSIGN_OR_RETURN(s.local_shape,
@@ -119,14 +113,19 @@ Result<WeightRuntimeBindingManifest> WeightRuntimeBindingFromJson(
         std::string(kind) + "\"");
   }
   WeightRuntimeBindingManifestSpec s;
-  ASSIGN_OR_RETURN(s.resource_id, ReadId(obj, "resource_id", root));
-  ASSIGN_OR_RETURN(s.placement_id, ReadId(obj, "placement_id", root));
-  ASSIGN_OR_RETURN(s.placement_digest, ReadId(obj, "placement_digest", root));
-  ASSIGN_OR_RETURN(s.instance_id, ReadId(obj, "instance_id", root));
+  ASSIGN_OR_RETURN(s.resource_id,
+                   internal::ReadIdField(obj, "resource_id", root));
+  ASSIGN_OR_RETURN(s.placement_id,
+                   internal::ReadIdField(obj, "placement_id", root));
+  ASSIGN_OR_RETURN(s.placement_digest,
+                   internal::ReadIdField(obj, "placement_digest", root));
+  ASSIGN_OR_RETURN(s.instance_id,
+                   internal::ReadIdField(obj, "instance_id", root));
   ASSIGN_OR_RETURN(s.generation, ReadU64Field(obj, "generation", root));
-  ASSIGN_OR_RETURN(s.lease_id, ReadId(obj, "lease_id", root));
-  ASSIGN_OR_RETURN(s.revision, ReadId(obj, "revision", root));
-  ASSIGN_OR_RETURN(s.participant_id, ReadId(obj, "participant_id", root));
+  ASSIGN_OR_RETURN(s.lease_id, internal::ReadIdField(obj, "lease_id", root));
+  ASSIGN_OR_RETURN(s.revision, internal::ReadIdField(obj, "revision", root));
+  ASSIGN_OR_RETURN(s.participant_id,
+                   internal::ReadIdField(obj, "participant_id", root));
   JsonPath fp = root.Field("fragments");
   ASSIGN_OR_RETURN(auto arr, internal::ReadArray(obj.Get("fragments"), fp));
   size_t i = 0;

@@ -48,16 +48,11 @@ Result<Entry> ReadEntry(JsonElement e, const JsonPath& p) {
     }
   }
   Entry out;
-  auto str = [&](std::string_view k, std::string* dst) -> Status {
-    auto v = internal::ReadNonEmptyString(o.Get(k), p.Field(k));
-    if (!v.ok()) return v.status();
-    *dst = *v;
-    return Status::OK();
-  };
   TensorDescriptorSpec& t = out.tensor;
-  RETURN_NOT_OK(str("tensor_id", &t.tensor_id));
-  RETURN_NOT_OK(str("dtype", &t.dtype));
-  RETURN_NOT_OK(str("layout_fingerprint", &t.layout_fingerprint));
+  ASSIGN_OR_RETURN(t.tensor_id, internal::ReadIdField(o, "tensor_id", p));
+  ASSIGN_OR_RETURN(t.dtype, internal::ReadIdField(o, "dtype", p));
+  ASSIGN_OR_RETURN(t.layout_fingerprint,
+                   internal::ReadIdField(o, "layout_fingerprint", p));
   ASSIGN_OR_RETURN(
       t.global_shape,
       internal::ReadIntArray(o.Get("global_shape"), p.Field("global_shape")));
@@ -133,10 +128,10 @@ Result<Entry> ReadEntry(JsonElement e, const JsonPath& p) {
   }
   // Runtime view.
   RuntimeBindingFragmentSpec& r = out.runtime;
-  RETURN_NOT_OK(str("fragment_id", &r.fragment_id));
-  RETURN_NOT_OK(str("worker_id", &r.worker_id));
-  RETURN_NOT_OK(str("endpoint", &r.endpoint));
-  RETURN_NOT_OK(str("device", &r.device));
+  ASSIGN_OR_RETURN(r.fragment_id, internal::ReadIdField(o, "fragment_id", p));
+  ASSIGN_OR_RETURN(r.worker_id, internal::ReadIdField(o, "worker_id", p));
+  ASSIGN_OR_RETURN(r.endpoint, internal::ReadIdField(o, "endpoint", p));
+  ASSIGN_OR_RETURN(r.device, internal::ReadIdField(o, "device", p));
   ASSIGN_OR_RETURN(r.address,
                    internal::ReadU64(o.Get("address"), p.Field("address")));
   r.nbytes = f.nbytes;
@@ -198,10 +193,9 @@ Result<LegacyImport> ImportLegacyInventories(
     if (!top.ok()) return fail(top.status());
     Pending p;
     auto str = [&](std::string_view k, std::string* dst) -> Status {
-      auto v = internal::ReadNonEmptyString(top->Get(k), root.Field(k));
-      if (!v.ok()) return v.status();
-      *dst = *v;
-      return Status::OK();
+      auto v = internal::ReadIdField(*top, k, root);
+      if (v.ok()) *dst = std::move(v).ValueOrDie();
+      return v.status();
     };
     std::string model_id;
     Status st = str("model_id", &model_id);

@@ -254,18 +254,15 @@ Result<StoredWeightManifest> StoredWeightManifestFromJson(
         std::string(kind) + "\"");
   }
   StoredWeightManifestSpec s;
-  auto str = [&](std::string_view k, std::string* out) -> Status {
-    auto v = internal::ReadNonEmptyString(obj.Get(k), root.Field(k));
-    if (!v.ok()) return v.status();
-    *out = *v;
-    return Status::OK();
-  };
-  RETURN_NOT_OK(str("created_at", &s.created_at));
-  RETURN_NOT_OK(str("group_id", &s.group_id));
-  RETURN_NOT_OK(str("manifest_key", &s.manifest_key));
-  RETURN_NOT_OK(str("namespace", &s.namespace_));
-  RETURN_NOT_OK(str("resource_id", &s.resource_id));
-  RETURN_NOT_OK(str("revision", &s.revision));
+  ASSIGN_OR_RETURN(s.created_at,
+                   internal::ReadIdField(obj, "created_at", root));
+  ASSIGN_OR_RETURN(s.group_id, internal::ReadIdField(obj, "group_id", root));
+  ASSIGN_OR_RETURN(s.manifest_key,
+                   internal::ReadIdField(obj, "manifest_key", root));
+  ASSIGN_OR_RETURN(s.namespace_, internal::ReadIdField(obj, "namespace", root));
+  ASSIGN_OR_RETURN(s.resource_id,
+                   internal::ReadIdField(obj, "resource_id", root));
+  ASSIGN_OR_RETURN(s.revision, internal::ReadIdField(obj, "revision", root));
   ASSIGN_OR_RETURN(s.weight_generation,
                    internal::ReadU64(obj.Get("weight_generation"),
                                      root.Field("weight_generation")));

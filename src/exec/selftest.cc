@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -57,36 +56,7 @@ void ForEachRow(const Dims& global_shape, const Dims& offset, const Dims& shape,
   }
 }
 
-// Best-of-3 bandwidth of `threads` parallel memcpys over `bytes` in total.
 }  // namespace
-
-namespace internal {
-
-double MeasureMemcpyGbps(uint64_t bytes, uint32_t threads) {
-  bytes = std::max<uint64_t>(bytes, 1 << 20);
-  std::vector<uint8_t> from(bytes, 0x5A);
-  std::vector<uint8_t> to(bytes, 0);
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::thread> workers;
-    const uint64_t per = (bytes + threads - 1) / threads;
-    for (uint32_t t = 0; t < threads; ++t) {
-      const uint64_t begin = std::min<uint64_t>(bytes, t * per);
-      const uint64_t end = std::min<uint64_t>(bytes, begin + per);
-      workers.emplace_back([&, begin, end] {
-        std::memcpy(to.data() + begin, from.data() + begin, end - begin);
-      });
-    }
-    for (auto& w : workers) w.join();
-    best = std::min(best, std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - t0)
-                              .count());
-  }
-  return static_cast<double>(bytes) / best / 1e9;
-}
-
-}  // namespace internal
 
 uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte) {
   const uint64_t h = Mix(element * 0x9E3779B97F4A7C15ull + tensor + 1);

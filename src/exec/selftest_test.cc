@@ -121,8 +121,8 @@ TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
     return o;
   };
   auto describe = [](const LayoutOptions& o) {
-    return "tp" + std::to_string(o.tp) + " pp" + std::to_string(o.pp) +
-           " ep" + std::to_string(o.ep) + " dp" + std::to_string(o.dp) +
+    return "tp" + std::to_string(o.tp) + " pp" + std::to_string(o.pp) + " ep" +
+           std::to_string(o.ep) + " dp" + std::to_string(o.dp) +
            (o.experts == ExpertLayout::kGrouped ? " grouped" : " separate");
   };
   size_t ran = 0;
@@ -141,8 +141,8 @@ TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
     const auto plan = Must(LogicalTransferPlan::Make(*source, *target));
     for (uint32_t threads : {1u, 3u}) {
       SCOPED_TRACE("threads " + std::to_string(threads));
-      auto report =
-          RunSelfTest(*source, *target, {.transport = "local", .threads = threads});
+      auto report = RunSelfTest(*source, *target,
+                                {.transport = "local", .threads = threads});
       ASSERT_TRUE(report.ok()) << report.status().ToString();
       ExpectVerified(*report, plan);
     }
@@ -179,7 +179,8 @@ TEST(SelfTestTest, PatternIsDeterministicAndDiscriminating) {
     std::set<uint64_t> per_tensor;
     for (uint64_t t = 0; t < 4; ++t) per_tensor.insert(word(t, e, 0));
     EXPECT_EQ(per_tensor.size(), 4u) << "element " << e;
-    byte_differs += SelfTestPatternByte(0, e, 0) != SelfTestPatternByte(1, e, 0);
+    byte_differs +=
+        SelfTestPatternByte(0, e, 0) != SelfTestPatternByte(1, e, 0);
   }
   EXPECT_GT(byte_differs, 950u);  // single bytes collide only by chance
   // Bytes: within an element the bytes vary, and wide elements do not

@@ -240,6 +240,19 @@ std::optional<JsonElement> BasicStrictObject<N>::Find(
 template class BasicStrictObject<16>;
 template class BasicStrictObject<32>;
 
+template <size_t N>
+Result<std::string> ReadIdField(const BasicStrictObject<N>& obj,
+                                std::string_view key, const JsonPath& path) {
+  ASSIGN_OR_RETURN(std::string_view v,
+                   ReadNonEmptyString(obj.Get(key), path.Field(key)));
+  return std::string(v);
+}
+
+template Result<std::string> ReadIdField(const BasicStrictObject<16>&,
+                                         std::string_view, const JsonPath&);
+template Result<std::string> ReadIdField(const BasicStrictObject<32>&,
+                                         std::string_view, const JsonPath&);
+
 Result<std::string_view> ReadString(JsonElement e, const JsonPath& path) {
   if (e.type() != element_type::STRING) {
     return TypeError(path, "must be a string");

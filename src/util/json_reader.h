@@ -91,6 +91,10 @@ using StrictObject = BasicStrictObject<16>;
 using WideStrictObject = BasicStrictObject<32>;
 
 Result<std::string_view> ReadString(JsonElement e, const JsonPath& path);
+// The non-empty string field `key` of `obj` (an id), copied.
+template <size_t N>
+Result<std::string> ReadIdField(const BasicStrictObject<N>& obj,
+                                std::string_view key, const JsonPath& path);
 // Rule 3: ids are non-empty strings.
 Result<std::string_view> ReadNonEmptyString(JsonElement e,
                                             const JsonPath& path);
