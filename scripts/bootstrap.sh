@@ -3,7 +3,8 @@
 # missing; otherwise it prints the exact apt-get line and fails.
 set -euo pipefail
 PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
-  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev)
+  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config
+  libucx-dev ucx-utils)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -1,11 +1,12 @@
-// `reshard selftest SOURCE.json TARGET.json [--transport local]
-//  [--threads N] [--json]`.
+// `reshard selftest SOURCE.json TARGET.json [--transport local|ucx]
+//  [--threads N] [--procs N] [--rendezvous DIR] [--rank R] [--json]`.
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "reshard/placement.h"
@@ -24,20 +25,65 @@ void AddSelftestCommand(CLI::App& app) {
     std::string source, target, transport = "local";
     uint32_t threads = 1;
     bool json = false;
+    uint32_t procs = 2;
+    std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
+    std::optional<uint32_t> rank;
+    double timeout = 60;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("SOURCE", a->source, "source placement (JSON)")->required();
   cmd->add_option("TARGET", a->target, "target placement (JSON)")->required();
   cmd->add_option("--transport", a->transport, "executor")
-      ->check(CLI::IsMember({"local"}));
+      ->check(CLI::IsMember({"local", "ucx"}));
   cmd->add_option("--threads", a->threads, "copy threads")
       ->check(CLI::Range(1u, 1024u));
   cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->add_option("--procs", a->procs,
+                  "ucx: processes (sources on the first half, targets on "
+                  "the second)")
+      ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--rendezvous", a->rendezvous,
+                  "ucx: rendezvous directory shared by every rank "
+                  "(default: a temporary one)");
+  cmd->add_option("--session", a->session, "ucx: session key");
+  cmd->add_option("--rank", a->rank,
+                  "ucx: run only this rank here (needs --rendezvous and "
+                  "--session; the others run elsewhere)");
+  cmd->add_option("--timeout", a->timeout,
+                  "ucx: seconds to wait for any peer")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ucx-tls", a->ucx_tls,
+                  "ucx: transports (UCX_TLS), e.g. cma,tcp or tcp");
+  cmd->add_option("--ucx-net-devices", a->ucx_net_devices,
+                  "ucx: network devices (UCX_NET_DEVICES), e.g. lo");
+  cmd->add_option("--inject-fault", a->fault,
+                  "ucx: kill-source, kill-target or stale-generation "
+                  "(failure-path tests)")
+      ->check(CLI::IsMember(
+          {"none", "kill-source", "kill-target", "stale-generation"}));
   cmd->callback([a]() {
     auto run = [&]() -> Result<SelfTestReport> {
       ASSIGN_OR_RETURN(auto src, LoadPlacement(a->source));
       ASSIGN_OR_RETURN(auto dst, LoadPlacement(a->target));
-      SelfTestOptions options{a->transport, a->threads, {}};
+      if (a->rank && a->session.empty()) {
+        return Status::InvalidArgument("--rank needs --session");
+      }
+      SelfTestOptions options;
+      options.transport = a->transport;
+      options.threads = a->threads;
+      options.procs = a->procs;
+      options.rendezvous = a->rendezvous;
+      options.session = a->session;
+      options.rank = a->rank;
+      options.timeout = std::chrono::milliseconds(
+          static_cast<int64_t>(a->timeout * 1000));
+      options.ucx.tls = a->ucx_tls;
+      options.ucx.net_devices = a->ucx_net_devices;
+      if (a->fault == "kill-source") options.fault = SelfTestFault::kKillSource;
+      if (a->fault == "kill-target") options.fault = SelfTestFault::kKillTarget;
+      if (a->fault == "stale-generation") {
+        options.fault = SelfTestFault::kStaleGeneration;
+      }
       // A progress bar on a terminal, drawn only once a run has taken more
       // than a second, and erased when it ends.
       const bool tty = !a->json && isatty(fileno(stderr));
@@ -73,21 +119,28 @@ void AddSelftestCommand(CLI::App& app) {
       char buf[64];
       w.BeginObject();
       w.KeyUInt("bytes", r.bytes);
+      const bool ucx = a->transport == "ucx";
       std::snprintf(buf, sizeof(buf), "%.3f", gbps);
       w.Key("gbps");
       w.Raw(buf);
       std::snprintf(buf, sizeof(buf), "%.3f", r.memcpy_gbps);
       w.Key("memcpy_gbps");
       w.Raw(buf);
+      if (ucx) w.KeyUInt("messages", r.messages);
       w.KeyString("mismatch", r.mismatch);
       w.KeyUInt("operations", r.operations);
+      if (ucx) w.KeyUInt("packed_messages", r.packed_messages);
       std::snprintf(buf, sizeof(buf), "%.6f", r.plan_seconds);
       w.Key("plan_seconds");
       w.Raw(buf);
-      std::snprintf(buf, sizeof(buf), "%.6f", r.seconds);
+      if (ucx) {
+        w.KeyUInt("procs", a->procs);
+        w.KeyUInt("ranks_ready", r.ranks_ready);
+      }
+            std::snprintf(buf, sizeof(buf), "%.6f", r.seconds);
       w.Key("seconds");
       w.Raw(buf);
-      w.KeyUInt("segments", r.segments);
+w.KeyUInt("segments", r.segments);
       w.KeyString("transport", a->transport);
       w.Key("verified");
       w.Bool(r.verified);
@@ -100,6 +153,13 @@ void AddSelftestCommand(CLI::App& app) {
                   static_cast<unsigned long long>(r.bytes));
       std::printf("  %-26s %14llu\n", "operations",
                   static_cast<unsigned long long>(r.operations));
+      if (a->transport == "ucx") {
+        std::printf("  %-26s %14u\n", "processes", a->procs);
+        std::printf("  %-26s %14llu\n", "UCX messages",
+                    static_cast<unsigned long long>(r.messages));
+        std::printf("  %-26s %14u\n", "ranks activation-ready",
+                    r.ranks_ready);
+      }
       std::printf("  %-26s %14.4f s\n", "plan + bind", r.plan_seconds);
       std::printf("  %-26s %14.4f s\n", "transfer", r.seconds);
       std::printf("  %-26s %14.2f GB/s\n", "reshard bandwidth", gbps);

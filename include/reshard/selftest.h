@@ -6,19 +6,47 @@
 #ifndef RESHARD_SELFTEST_H_
 #define RESHARD_SELFTEST_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "reshard/live.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
 
 namespace reshard {
 
+// Where the self-test injects a fault (tests of the failure paths).
+enum class SelfTestFault : uint8_t {
+  kNone,
+  kKillSource,       // the first source rank dies (SIGKILL) mid-transfer
+  kKillTarget,       // the first target rank dies (SIGKILL) mid-transfer
+  kStaleGeneration,  // the first source rank's generation moves on after
+                     // publication, before execution
+};
+
 struct SelfTestOptions {
+  // "local" (one process) or "ucx" (`procs` processes).
   std::string transport = "local";
   uint32_t threads = 1;
+  // ucx: number of processes. Sources go to the first half of the ranks,
+  // targets to the second half (everything on rank 0 when procs is 1).
+  uint32_t procs = 2;
+  // ucx: rendezvous directory shared by the ranks; empty: a fresh
+  // temporary directory, removed afterwards.
+  std::string rendezvous;
+  // ucx: session key (default: unique per run).
+  std::string session;
+  // ucx: run only this rank in the calling process (the other ranks run
+  // elsewhere with the same placements, rendezvous and session).
+  std::optional<uint32_t> rank;
+  // ucx: longest wait on any peer.
+  std::chrono::milliseconds timeout{60000};
+  UcxOptions ucx;
+  SelfTestFault fault = SelfTestFault::kNone;
   // Called from the calling thread with the phase ("fill", "transfer",
   // "verify") and the fraction of its bytes done; may be empty.
   std::function<void(std::string_view phase, double fraction)> progress;
@@ -39,6 +67,11 @@ struct SelfTestReport {
   // Empty when verified; else names the first wrong tensor, fragment,
   // element and byte.
   std::string mismatch;
+  // ucx: messages sent between processes, and how many of their sides
+  // were packed (strided); ranks that reported activation-ready.
+  uint64_t messages = 0;
+  uint64_t packed_messages = 0;
+  uint32_t ranks_ready = 0;
 };
 
 // The byte the pattern puts at byte `byte` of element `element` (global

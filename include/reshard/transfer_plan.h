@@ -56,6 +56,14 @@ class TransferPlan {
       const std::vector<WeightRuntimeBindingManifest>& source_bindings,
       const std::vector<WeightRuntimeBindingManifest>& target_bindings) const;
 
+  // The same fence restricted to the participants named in `source_scope`
+  // and `target_scope` (a live rank fences the participants it hosts).
+  Status CheckCurrentFor(
+      const std::vector<std::string>& source_scope,
+      const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+      const std::vector<std::string>& target_scope,
+      const std::vector<WeightRuntimeBindingManifest>& target_bindings) const;
+
   struct State;
 
  private:

@@ -47,11 +47,16 @@ std::vector<BindingSnapshot> Snapshot(
 
 Status CheckSide(const std::vector<BindingSnapshot>& planned,
                  const std::vector<WeightRuntimeBindingManifest>& current,
-                 std::string_view side) {
+                 std::string_view side,
+                 const std::vector<std::string>* scope = nullptr) {
   std::unordered_map<std::string_view, const WeightRuntimeBindingManifest*>
       by_participant;
   for (const auto& b : current) by_participant[b.participant_id()] = &b;
   for (const BindingSnapshot& snap : planned) {
+    if (scope != nullptr && std::find(scope->begin(), scope->end(),
+                                      snap.participant_id) == scope->end()) {
+      continue;
+    }
     auto it = by_participant.find(snap.participant_id);
     if (it == by_participant.end()) {
       return Status::FailedPrecondition(
@@ -275,6 +280,16 @@ Status TransferPlan::CheckCurrent(
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) const {
   RETURN_NOT_OK(CheckSide(state_->sources, source_bindings, "source"));
   return CheckSide(state_->targets, target_bindings, "target");
+}
+
+Status TransferPlan::CheckCurrentFor(
+    const std::vector<std::string>& source_scope,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const std::vector<std::string>& target_scope,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings) const {
+  RETURN_NOT_OK(
+      CheckSide(state_->sources, source_bindings, "source", &source_scope));
+  return CheckSide(state_->targets, target_bindings, "target", &target_scope);
 }
 
 }  // namespace reshard

@@ -1,5 +1,7 @@
 #include "exec/host_buffers.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -7,11 +9,17 @@
 
 namespace reshard::internal {
 
-Result<HostBuffers> AllocateHostBuffers(const WeightPlacementManifest& m,
-                                        const std::string& instance) {
+Result<HostBuffers> AllocateHostBuffers(
+    const WeightPlacementManifest& m, const std::string& instance,
+    const std::vector<std::string>& participants) {
   HostBuffers side;
   for (const auto& part : m.parts()) {
     if (part.fragments().empty()) continue;
+    if (!participants.empty() &&
+        std::find(participants.begin(), participants.end(),
+                  part.participant_id()) == participants.end()) {
+      continue;
+    }
     WeightRuntimeBindingManifestSpec spec{m.resource_id(),
                                           m.placement_id(),
                                           m.digest(),
@@ -22,8 +30,13 @@ Result<HostBuffers> AllocateHostBuffers(const WeightPlacementManifest& m,
                                           part.participant_id(),
                                           {}};
     for (const auto& f : part.fragments()) {
-      const size_t size = (f.nbytes() + 63) & ~size_t{63};
-      HostBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(64, size)));
+      // Large buffers on 2 MiB boundaries with transparent huge pages:
+      // fewer page faults, and fewer pages to pin for zero-copy transports.
+      constexpr size_t kHuge = size_t{2} << 20;
+      const size_t align = f.nbytes() >= kHuge ? kHuge : 64;
+      const size_t size = (f.nbytes() + align - 1) & ~(align - 1);
+      HostBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(align, size)));
+      if (buf && align == kHuge) ::madvise(buf.get(), size, MADV_HUGEPAGE);
       if (!buf) {
         return Status::ResourceExhausted(
             "cannot allocate " + std::to_string(f.nbytes()) + " bytes for " +

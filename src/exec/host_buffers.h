@@ -30,8 +30,10 @@ struct HostBuffers {
   std::unordered_map<std::string_view, uint8_t*> data;  // by fragment id
 };
 
-Result<HostBuffers> AllocateHostBuffers(const WeightPlacementManifest& m,
-                                        const std::string& instance);
+// With `participants` non-empty, only those participants' fragments.
+Result<HostBuffers> AllocateHostBuffers(
+    const WeightPlacementManifest& m, const std::string& instance,
+    const std::vector<std::string>& participants = {});
 
 // Best-of-3 bandwidth (GB/s) of `threads` parallel memcpys over `bytes`.
 double MeasureMemcpyGbps(uint64_t bytes, uint32_t threads);

@@ -197,15 +197,15 @@ TEST(SelfTestTest, PatternIsDeterministicAndDiscriminating) {
   EXPECT_NE(word(5, 99, 0), word(5, 99, 8));
 }
 
-TEST(SelfTestTest, OnlyTheLocalTransportIsAvailable) {
+TEST(SelfTestTest, UnknownTransportsAreRejected) {
   const ModelSpec model = TinyMoe();
   const auto source = Must(GenerateLayout(model, {.tp = 2}));
   const auto target = Must(GenerateLayout(model, {.tp = 4}));
-  auto report = RunSelfTest(source, target, {.transport = "ucx"});
+  auto report = RunSelfTest(source, target, {.transport = "rdma"});
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(report.status().message(),
-            "transport \"ucx\" is not available for the self-test");
+            "transport \"rdma\" is not available for the self-test");
   report = RunSelfTest(source, target, {.transport = ""});
   EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(report.status().message(),

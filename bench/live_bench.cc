@@ -1,0 +1,154 @@
+// Live (UCX) benchmark: reshard a [d0, 4096, 4096] uint8 tensor between
+// two processes (sources on one, targets on the other) and compare with
+// ucx_perftest's tag bandwidth for the same transport and message size,
+// measured in the same run.
+//
+// Usage: reshard_bench_live [--d0 N] [--perftest PATH]
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "reshard/plan.h"
+#include "reshard/selftest.h"
+#include "testing/placement_builders.h"
+
+namespace {
+
+using namespace reshard;  // NOLINT
+
+WeightPlacementManifest Layout(int64_t tp, int64_t dim, int64_t d0) {
+  auto draft = testing::GridDraft({1, 1, 1, tp});
+  testing::AddTensor(&draft, {.tensor_id = "w",
+                              .shape = {d0, 4096, 4096},
+                              .dtype = "uint8",
+                              .itemsize = 1,
+                              .tp_dim = dim});
+  auto m = draft.Build();
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+    std::abort();
+  }
+  return *m;
+}
+
+// Runs `cmd` and returns its standard output.
+std::string Capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+// ucx_perftest tag_bw between two local processes: overall GB/s (10^9),
+// or 0 when it did not run.
+double PerftestGbps(const std::string& perftest, const std::string& env,
+                    uint64_t size, uint64_t iterations, int port) {
+  const std::string args = " -p " + std::to_string(port) +
+                           " -t tag_bw -s " + std::to_string(size) + " -n " +
+                           std::to_string(iterations) + " -w 2";
+  const std::string server =
+      env + " " + perftest + args + " >/dev/null 2>&1 &";
+  if (std::system(server.c_str()) != 0) return 0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const std::string out =
+      Capture(env + " " + perftest + " 127.0.0.1" + args + " 2>/dev/null");
+  const size_t at = out.find("Final:");
+  if (at == std::string::npos) return 0;
+  // Final: iters, latency typical/average/overall, bandwidth average,
+  // bandwidth overall (MB/s meaning MiB/s), message rates.
+  double v[7] = {};
+  if (std::sscanf(out.c_str() + at, "Final: %lf %lf %lf %lf %lf %lf", &v[0],
+                  &v[1], &v[2], &v[3], &v[4], &v[5]) != 6) {
+    return 0;
+  }
+  return v[5] * 1048576.0 / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t d0 = 32;
+  std::string perftest = "ucx_perftest";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--d0") && i + 1 < argc) {
+      d0 = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--perftest") && i + 1 < argc) {
+      perftest = argv[++i];
+    }
+  }
+  struct Transport {
+    const char* name;
+    const char* tls;
+    const char* devices;
+  };
+  const Transport transports[] = {{"shared memory (UCX default)", "", ""},
+                                  {"cma,tcp", "cma,tcp", "lo"},
+                                  {"tcp loopback", "tcp", "lo"}};
+  struct Case {
+    const char* name;
+    int64_t src_tp, src_dim, dst_tp, dst_dim;
+  };
+  const Case cases[] = {{"TP4 -> TP8 dim 0 (contiguous)", 4, 0, 8, 0},
+                        {"TP4 dim 0 -> TP4 dim 2", 4, 0, 4, 2}};
+  std::printf(
+      "live executor over UCX, 2 processes, [%lld, 4096, 4096] uint8 "
+      "(%.2f GB)\n",
+      static_cast<long long>(d0), d0 * 4096.0 * 4096.0 / 1e9);
+  std::printf("%-28s %-30s %5s %9s %9s %12s %6s\n", "transport", "case", "ops",
+              "msg MiB", "GB/s", "perftest GB/s", "ratio");
+  int port = 13500 + static_cast<int>(::getpid() % 1000);
+  for (const Transport& t : transports) {
+    for (const Case& c : cases) {
+      auto src = Layout(c.src_tp, c.src_dim, d0);
+      auto dst = Layout(c.dst_tp, c.dst_dim, d0);
+      auto plan = LogicalTransferPlan::Make(src, dst);
+      if (!plan.ok()) return 1;
+      const uint64_t msg = plan->summary().bytes / plan->summary().regions;
+      SelfTestOptions o;
+      o.transport = "ucx";
+      o.procs = 2;
+      o.ucx.tls = t.tls;
+      o.ucx.net_devices = t.devices;
+      o.measure_memcpy = false;
+      double best = 0;
+      uint64_t ops = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        auto r = RunSelfTest(src, dst, o);
+        if (!r.ok() || !r->verified) {
+          std::fprintf(stderr, "%s\n",
+                       r.ok() ? r->mismatch.c_str()
+                              : r.status().ToString().c_str());
+          return 1;
+        }
+        best = std::max(best, r->bytes / r->seconds / 1e9);
+        ops = r->operations;
+      }
+      std::string env;
+      if (*t.tls) env += std::string("UCX_TLS=") + t.tls;
+      if (*t.devices) env += std::string(" UCX_NET_DEVICES=") + t.devices;
+      const uint64_t iterations =
+          std::max<uint64_t>(8, plan->summary().bytes / msg);
+      const double perf =
+          c.src_dim == c.dst_dim
+              ? PerftestGbps(perftest, env, msg, iterations, port++)
+              : 0;
+      char ratio[16] = "-";
+      if (perf > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", best / perf);
+      std::printf("%-28s %-30s %5llu %9.1f %9.2f %12.2f %6s\n", t.name, c.name,
+                  static_cast<unsigned long long>(ops), msg / 1048576.0, best,
+                  perf, ratio);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,106 @@
+// Live reshard between processes and hosts over UCX.
+//
+// Every process of a session (a "rank") hosts some source and/or target
+// participants. It publishes its runtime bindings and UCX worker address in
+// a rendezvous RecordStore under the session key, derives the same plan
+// as every other rank from the two placements, binds it with everybody's
+// bindings, rechecks its own generations and leases, and then moves only
+// its own share: it sends the regions whose source it hosts and receives
+// the regions whose target it hosts (regions with both ends here are
+// copied locally).
+//
+// Lifecycle (each step fails closed):
+//  1. publish: this rank's source snapshot is read-only from here on, until
+//     RunLiveReshard returns;
+//  2. plan + bind + fence (generation and lease recheck at execution);
+//  3. exchange: one UCX message per region, bounded send window;
+//  4. completion: targets check every receive (and the caller's validator),
+//     then record "done";
+//  5. world barrier: every rank waits for every rank's "done";
+//  6. ready: target ranks record activation-ready; sources may release
+//     their snapshot once RunLiveReshard returns.
+// A failure anywhere records an abort with its reason; every other rank
+// stops with an error naming the failed rank within `timeout`, no target
+// is marked ready, and sources release their snapshot.
+//
+// Rendezvous keys (under <session>/): rank/<r> (publication),
+// bindings/<r>/<side>-<i>, address/<r>, done/<r>, ready/<r>, abort/<r>.
+
+#ifndef RESHARD_LIVE_H_
+#define RESHARD_LIVE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "reshard/binding.h"
+#include "reshard/placement.h"
+#include "reshard/record_store.h"
+#include "reshard/status.h"
+
+namespace reshard {
+
+// UCX settings applied on top of UCX's own configuration (UCX_* variables).
+struct UcxOptions {
+  std::string tls;          // UCX_TLS, e.g. "cma,tcp" or "tcp"; empty: UCX's
+  std::string net_devices;  // UCX_NET_DEVICES, e.g. "lo"; empty: UCX's
+  // Any other setting, by name without the UCX_ prefix.
+  std::vector<std::pair<std::string, std::string>> config;
+};
+
+// The bindings of the participants one rank hosts.
+struct LiveBindings {
+  std::vector<WeightRuntimeBindingManifest> sources;
+  std::vector<WeightRuntimeBindingManifest> targets;
+};
+
+struct LiveSessionOptions {
+  // Session key: one record-key component ([A-Za-z0-9._-]).
+  std::string session;
+  uint32_t rank = 0;
+  uint32_t ranks = 1;
+  // Longest wait on any peer (publication, transfer, barrier).
+  std::chrono::milliseconds timeout{60000};
+  // Send operations in flight per rank.
+  uint32_t max_in_flight = 64;
+  UcxOptions ucx;
+  // The bindings current right before execution (the fence); when empty,
+  // the published ones are taken as current.
+  std::function<Result<LiveBindings>()> current_bindings;
+  // Called after every receive of this rank completed, before "done";
+  // an error aborts the session (no target becomes ready).
+  std::function<Status()> validate_targets;
+  // Observer of this rank's progress, for tools and fault tests: called
+  // with "published", "transfer" (after the first message of this rank
+  // completed) and "done".
+  std::function<void(std::string_view stage)> on_stage;
+};
+
+struct LiveReport {
+  uint64_t regions = 0;            // regions of the whole plan
+  uint64_t operations = 0;         // regions this rank executed as target
+  uint64_t local_operations = 0;   // of those, copied within this rank
+  uint64_t messages_sent = 0;
+  uint64_t packed_messages = 0;    // sides packed/unpacked (strided)
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;     // incl. local copies into targets
+  double plan_seconds = 0;         // plan + bind + fence
+  double transfer_seconds = 0;     // this rank's exchange and copies
+  double barrier_seconds = 0;      // waiting for the world
+  bool ready = false;              // this rank's targets are activation-ready
+};
+
+// Runs this rank's part of a live reshard session; see the file comment.
+Result<LiveReport> RunLiveReshard(RecordStore& rendezvous,
+                                  const WeightPlacementManifest& source,
+                                  const WeightPlacementManifest& target,
+                                  const LiveBindings& bindings,
+                                  const LiveSessionOptions& options);
+
+}  // namespace reshard
+
+#endif  // RESHARD_LIVE_H_

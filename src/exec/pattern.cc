@@ -1,0 +1,138 @@
+#include "exec/pattern.h"
+
+#include "reshard/selftest.h"
+
+namespace reshard {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ull;
+  x ^= x >> 27;
+  x *= 0x81dadef4bc2dd44dull;
+  x ^= x >> 33;
+  return x;
+}
+
+// Calls f(local byte offset, global element index, element count) for every
+// run of contiguous elements along the last dimension of a fragment.
+template <typename F>
+void ForEachRow(const Dims& global_shape, const Dims& offset, const Dims& shape,
+                int64_t itemsize, F&& f) {
+  const size_t n = shape.size();
+  Dims idx(n, 0);
+  const uint64_t row = static_cast<uint64_t>(shape[n - 1]);
+  uint64_t local = 0;
+  while (true) {
+    uint64_t g = 0;
+    for (size_t d = 0; d < n; ++d) {
+      g = g * static_cast<uint64_t>(global_shape[d]) +
+          static_cast<uint64_t>(offset[d] + idx[d]);
+    }
+    f(local, g, row);
+    local += row * static_cast<uint64_t>(itemsize);
+    size_t d = n - 1;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+      if (d == 0) return;
+    }
+    if (n == 1) return;
+  }
+}
+
+}  // namespace
+
+uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte) {
+  const uint64_t h = Mix(element * 0x9E3779B97F4A7C15ull + tensor + 1);
+  return static_cast<uint8_t>((h >> (8 * (byte % 8))) ^ (byte / 8));
+}
+
+namespace internal {
+
+std::unordered_map<std::string_view, uint64_t> TensorIndex(
+    const WeightPlacementManifest& m) {
+  std::unordered_map<std::string_view, uint64_t> out;
+  for (size_t i = 0; i < m.tensors().size(); ++i) {
+    out.emplace(m.tensors()[i].tensor_id(), i);
+  }
+  return out;
+}
+
+void FillPattern(const WeightPlacementManifest& m,
+                 const std::unordered_map<std::string_view, uint64_t>& tensors,
+                 const HostBuffers& buffers, const PatternProgress& progress) {
+  uint64_t total = 0;
+  for (const auto* f : m.fragments()) {
+    if (buffers.data.count(f->placement_fragment_id())) total += f->nbytes();
+  }
+  uint64_t done = 0;
+  for (const auto* f : m.fragments()) {
+    auto it = buffers.data.find(f->placement_fragment_id());
+    if (it == buffers.data.end()) continue;
+    if (progress) progress(done, total);
+    done += f->nbytes();
+    const TensorDescriptor* t = m.FindTensor(f->tensor_id());
+    const uint64_t ti = tensors.at(f->tensor_id());
+    uint8_t* base = it->second;
+    const auto item = static_cast<uint64_t>(t->itemsize());
+    ForEachRow(t->global_shape(), f->global_offset(), f->local_shape(),
+               t->itemsize(), [&](uint64_t local, uint64_t g, uint64_t n) {
+                 uint8_t* p = base + local;
+                 for (uint64_t e = 0; e < n; ++e) {
+                   for (uint64_t b = 0; b < item; ++b) {
+                     *p++ = SelfTestPatternByte(ti, g + e, b);
+                   }
+                 }
+               });
+  }
+  if (progress) progress(total, total);
+}
+
+std::string VerifyPattern(
+    const WeightPlacementManifest& m,
+    const std::unordered_map<std::string_view, uint64_t>& tensors,
+    const HostBuffers& buffers, const PatternProgress& progress) {
+  uint64_t total = 0;
+  for (const auto* f : m.fragments()) {
+    if (buffers.data.count(f->placement_fragment_id())) total += f->nbytes();
+  }
+  uint64_t done = 0;
+  std::string mismatch;
+  for (const auto* f : m.fragments()) {
+    auto it = buffers.data.find(f->placement_fragment_id());
+    if (it == buffers.data.end()) continue;
+    if (progress) progress(done, total);
+    done += f->nbytes();
+    const TensorDescriptor* t = m.FindTensor(f->tensor_id());
+    const uint64_t ti = tensors.at(f->tensor_id());
+    const uint8_t* base = it->second;
+    const auto item = static_cast<uint64_t>(t->itemsize());
+    ForEachRow(t->global_shape(), f->global_offset(), f->local_shape(),
+               t->itemsize(), [&](uint64_t local, uint64_t g, uint64_t n) {
+                 if (!mismatch.empty()) return;
+                 const uint8_t* p = base + local;
+                 for (uint64_t e = 0; e < n; ++e) {
+                   for (uint64_t b = 0; b < item; ++b, ++p) {
+                     const uint8_t want = SelfTestPatternByte(ti, g + e, b);
+                     if (*p != want) {
+                       mismatch = "tensor " + f->tensor_id() + ", fragment " +
+                                  f->placement_fragment_id() +
+                                  ", global element " + std::to_string(g + e) +
+                                  ", byte " + std::to_string(b) +
+                                  ": expected " + std::to_string(want) +
+                                  ", got " + std::to_string(*p);
+                       return;
+                     }
+                   }
+                 }
+               });
+    if (!mismatch.empty()) break;
+  }
+  if (progress) progress(total, total);
+  return mismatch;
+}
+
+}  // namespace internal
+}  // namespace reshard

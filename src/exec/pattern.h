@@ -1,0 +1,40 @@
+// The self-test pattern: every source element gets bytes derived from its
+// tensor and global element index, so that any target byte can be checked
+// without the source.
+
+#ifndef RESHARD_EXEC_PATTERN_H_
+#define RESHARD_EXEC_PATTERN_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "exec/host_buffers.h"
+#include "reshard/placement.h"
+
+namespace reshard::internal {
+
+// Tensor index in `m`'s sorted tensor order (the pattern's tensor number).
+std::unordered_map<std::string_view, uint64_t> TensorIndex(
+    const WeightPlacementManifest& m);
+
+using PatternProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// Fills every fragment of `m` that has a buffer in `buffers`.
+void FillPattern(const WeightPlacementManifest& m,
+                 const std::unordered_map<std::string_view, uint64_t>& tensors,
+                 const HostBuffers& buffers,
+                 const PatternProgress& progress = nullptr);
+
+// Checks every byte of every fragment of `m` that has a buffer; returns ""
+// or the first mismatch (tensor, fragment, global element, byte).
+std::string VerifyPattern(
+    const WeightPlacementManifest& m,
+    const std::unordered_map<std::string_view, uint64_t>& tensors,
+    const HostBuffers& buffers, const PatternProgress& progress = nullptr);
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_EXEC_PATTERN_H_

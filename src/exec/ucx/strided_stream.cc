@@ -1,0 +1,97 @@
+#include "exec/ucx/strided_stream.h"
+
+#include <cstring>
+
+namespace reshard::internal {
+namespace {
+
+StridedSide MakeSide(const BoundRegion& r, uint64_t address, bool source) {
+  StridedSide s;
+  s.base = reinterpret_cast<uint8_t*>(address);
+  s.inner_bytes = r.inner_bytes;
+  s.total_bytes = r.inner_bytes;
+  for (const OuterLoop& l : r.loops) {
+    s.counts.push_back(l.count);
+    s.strides.push_back(source ? l.source_stride : l.target_stride);
+    s.total_bytes *= l.count;
+  }
+  return s;
+}
+
+// Walks the rows that cover stream bytes [offset, offset + length) and
+// calls f(address in the side, position in the caller's buffer, bytes).
+template <typename F>
+void Walk(const StridedSide& s, uint64_t offset, uint64_t length, F&& f) {
+  if (length == 0) return;
+  if (s.inner_bytes == 0) return;
+  const size_t n = s.counts.size();
+  uint64_t row = offset / s.inner_bytes;
+  uint64_t within = offset % s.inner_bytes;
+  // Mixed-radix index of `row` (last loop fastest) and its byte address.
+  uint64_t small[16];
+  std::vector<uint64_t> big;
+  uint64_t* idx = small;
+  if (n > 16) {
+    big.resize(n);
+    idx = big.data();
+  }
+  uint64_t addr = 0;
+  for (size_t d = n; d-- > 0;) {
+    idx[d] = row % s.counts[d];
+    row /= s.counts[d];
+    addr += idx[d] * s.strides[d];
+  }
+  uint64_t done = 0;
+  while (true) {
+    const uint64_t take = std::min(s.inner_bytes - within, length - done);
+    f(s.base + addr + within, done, take);
+    done += take;
+    if (done == length) return;
+    within = 0;
+    // Next row.
+    size_t d = n;
+    while (d-- > 0) {
+      addr += s.strides[d];
+      if (++idx[d] < s.counts[d]) break;
+      addr -= idx[d] * s.strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+StridedSide StridedSide::Source(const BoundRegion& region) {
+  return MakeSide(region, region.source_address, true);
+}
+
+StridedSide StridedSide::Target(const BoundRegion& region) {
+  return MakeSide(region, region.target_address, false);
+}
+
+bool StridedSide::contiguous() const {
+  uint64_t run = inner_bytes;
+  for (size_t d = counts.size(); d-- > 0;) {
+    if (counts[d] > 1 && strides[d] != run) return false;
+    run *= counts[d];
+  }
+  return true;
+}
+
+void PackStream(const StridedSide& side, uint64_t offset, void* dest,
+                uint64_t length) {
+  auto* out = static_cast<uint8_t*>(dest);
+  Walk(side, offset, length, [&](uint8_t* p, uint64_t at, uint64_t n) {
+    std::memcpy(out + at, p, n);
+  });
+}
+
+void UnpackStream(const StridedSide& side, uint64_t offset, const void* src,
+                  uint64_t length) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  Walk(side, offset, length, [&](uint8_t* p, uint64_t at, uint64_t n) {
+    std::memcpy(p, in + at, n);
+  });
+}
+
+}  // namespace reshard::internal

@@ -1,0 +1,293 @@
+#include "exec/ucx/ucx_exchange.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "exec/ucx/strided_stream.h"
+
+namespace reshard::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Per-operation state; the side must outlive the UCX request.
+struct OpState {
+  StridedSide side;
+  void* request = nullptr;
+  bool posted = false;
+  bool done = false;
+  bool freed = false;
+  ucs_status_t status = UCS_OK;
+  uint64_t received = 0;
+  size_t index = 0;
+  std::vector<size_t>* completed = nullptr;  // completion queue
+};
+
+// Generic datatype callbacks: the "buffer" UCX hands back is the
+// StridedSide of the operation.
+void* StartPack(void*, const void* buffer, size_t) {
+  return const_cast<void*>(buffer);
+}
+void* StartUnpack(void*, void* buffer, size_t) { return buffer; }
+size_t PackedSize(void* state) {
+  return static_cast<const StridedSide*>(state)->total_bytes;
+}
+size_t Pack(void* state, size_t offset, void* dest, size_t max_length) {
+  const auto* side = static_cast<const StridedSide*>(state);
+  if (offset >= side->total_bytes) return 0;
+  const uint64_t n = std::min<uint64_t>(max_length, side->total_bytes - offset);
+  PackStream(*side, offset, dest, n);
+  return n;
+}
+ucs_status_t Unpack(void* state, size_t offset, const void* src,
+                    size_t length) {
+  const auto* side = static_cast<const StridedSide*>(state);
+  if (offset + length > side->total_bytes) return UCS_ERR_MESSAGE_TRUNCATED;
+  UnpackStream(*side, offset, src, length);
+  return UCS_OK;
+}
+void Finish(void*) {}
+
+void OnSend(void*, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<OpState*>(user_data);
+  op->status = status;
+  op->done = true;
+  op->completed->push_back(op->index);
+}
+
+void OnRecv(void*, ucs_status_t status, const ucp_tag_recv_info_t* info,
+            void* user_data) {
+  auto* op = static_cast<OpState*>(user_data);
+  op->status = status;
+  if (status == UCS_OK && info != nullptr) op->received = info->length;
+  op->done = true;
+  op->completed->push_back(op->index);
+}
+
+// Owner of a generic datatype.
+class GenericDatatype {
+ public:
+  GenericDatatype() {
+    ucp_generic_dt_ops_t ops{};
+    ops.start_pack = &StartPack;
+    ops.start_unpack = &StartUnpack;
+    ops.packed_size = &PackedSize;
+    ops.pack = &Pack;
+    ops.unpack = &Unpack;
+    ops.finish = &Finish;
+    status_ = ucp_dt_create_generic(&ops, nullptr, &datatype_);
+  }
+  ~GenericDatatype() {
+    if (status_ == UCS_OK) ucp_dt_destroy(datatype_);
+  }
+  GenericDatatype(const GenericDatatype&) = delete;
+  GenericDatatype& operator=(const GenericDatatype&) = delete;
+  ucs_status_t status() const { return status_; }
+  ucp_datatype_t get() const { return datatype_; }
+
+ private:
+  ucp_datatype_t datatype_ = 0;
+  ucs_status_t status_;
+};
+
+std::string Describe(const ExchangeOp& op) {
+  return std::string(op.send ? "sending" : "receiving") + " region " +
+         std::to_string(op.region->region) + (op.send ? " to " : " from ") +
+         op.peer->peer_name();
+}
+
+}  // namespace
+
+Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
+                      const ExchangeOptions& options, ExchangeStats* stats) {
+  auto generic_owner = std::make_unique<GenericDatatype>();
+  GenericDatatype& generic = *generic_owner;
+  RETURN_NOT_OK(
+      FromUcs(generic.status(), "cannot create UCX generic datatype"));
+  // Heap-held so that requests still pending after a failure can keep it.
+  auto* completed = new std::vector<size_t>();
+  std::unique_ptr<std::vector<size_t>> completed_owner(completed);
+  std::vector<std::unique_ptr<OpState>> state(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    state[i] = std::make_unique<OpState>();
+    state[i]->index = i;
+    state[i]->completed = completed;
+    state[i]->side = ops[i].send ? StridedSide::Source(*ops[i].region)
+                                 : StridedSide::Target(*ops[i].region);
+  }
+  auto post = [&](size_t i) -> Status {
+    const ExchangeOp& op = ops[i];
+    OpState& s = *state[i];
+    const bool contiguous = s.side.contiguous();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE;
+    param.user_data = &s;
+    void* buffer;
+    size_t count;
+    if (contiguous) {
+      param.datatype = ucp_dt_make_contig(1);
+      buffer = s.side.base;
+      count = s.side.total_bytes;
+    } else {
+      param.datatype = generic.get();
+      buffer = &s.side;
+      count = 1;
+      if (stats) ++stats->packed_messages;
+    }
+    const ucp_tag_t tag =
+        (ucp_tag_t{options.session_tag} << 32) | op.region->region;
+    void* req;
+    if (op.send) {
+      param.cb.send = &OnSend;
+      req = ucp_tag_send_nbx(op.peer->get(), buffer, count, tag, &param);
+    } else {
+      param.cb.recv = &OnRecv;
+      req = ucp_tag_recv_nbx(worker.get(), buffer, count, tag, ~ucp_tag_t{0},
+                             &param);
+    }
+    s.posted = true;
+    if (UCS_PTR_IS_ERR(req)) {
+      s.done = true;
+      s.status = UCS_PTR_STATUS(req);
+      completed->push_back(i);
+    } else if (req == nullptr) {
+      s.done = true;  // completed in place, no callback
+      if (!op.send) s.received = s.side.total_bytes;
+      completed->push_back(i);
+    } else {
+      s.request = req;
+    }
+    return Status::OK();
+  };
+
+  Status failure;
+  size_t next_send = 0;
+  size_t in_flight_sends = 0;
+  size_t remaining = ops.size();
+  std::vector<size_t> sends;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].send) {
+      sends.push_back(i);
+    } else {
+      RETURN_NOT_OK(post(i));
+    }
+  }
+  std::vector<bool> settled(ops.size(), false);
+  bool first_done = false;
+  auto settle = [&](size_t i) {
+    OpState& s = *state[i];
+    settled[i] = true;
+    --remaining;
+    if (s.request != nullptr) {
+      ucp_request_free(s.request);
+      s.request = nullptr;
+    }
+    const ExchangeOp& op = ops[i];
+    if (s.status != UCS_OK) {
+      if (failure.ok()) {
+        Status peer = op.peer->failure();
+        failure = !peer.ok() ? peer.WithContext(Describe(op))
+                             : FromUcs(s.status, Describe(op));
+      }
+      return;
+    }
+    if (!first_done) {
+      first_done = true;
+      if (options.on_first_completion) options.on_first_completion();
+    }
+    if (op.send) {
+      --in_flight_sends;
+      if (stats) {
+        ++stats->messages_sent;
+        stats->bytes_sent += op.region->bytes;
+      }
+    } else {
+      if (s.received != op.region->bytes && failure.ok()) {
+        failure = Status::DataLoss(Describe(op) + ": received " +
+                                   std::to_string(s.received) +
+                                   " bytes, expected " +
+                                   std::to_string(op.region->bytes));
+      }
+      if (stats) {
+        ++stats->messages_received;
+        stats->bytes_received += s.received;
+      }
+    }
+  };
+
+  auto last_abort_poll = Clock::now();
+  while (remaining > 0) {
+    // Keep the send window full.
+    while (failure.ok() && next_send < sends.size() &&
+           in_flight_sends < options.max_in_flight) {
+      ++in_flight_sends;
+      RETURN_NOT_OK(post(sends[next_send++]));
+    }
+    while (!completed->empty()) {
+      const size_t i = completed->back();
+      completed->pop_back();
+      if (!settled[i]) settle(i);
+    }
+    if (remaining == 0) break;
+    if (failure.ok()) {
+      const auto now = Clock::now();
+      if (now >= options.deadline) {
+        failure = Status::Unavailable(
+            "timed out with " + std::to_string(remaining) +
+            " transfers outstanding");
+      } else if (now - last_abort_poll >= options.abort_poll_interval) {
+        last_abort_poll = now;
+        for (const ExchangeOp& op : ops) {
+          if (!op.peer->failure().ok()) {
+            failure = op.peer->failure();
+            break;
+          }
+        }
+        if (failure.ok() && options.poll_abort) failure = options.poll_abort();
+      }
+    }
+    if (!failure.ok()) break;
+    worker.ProgressOrWait(std::chrono::milliseconds(2));
+  }
+  if (failure.ok()) return Status::OK();
+
+  // Stop: cancel what is posted, settle what completes within a second;
+  // the rest stays with UCX (its buffers must stay allocated, the caller
+  // treats the transfer as uncertain and does not mark targets ready).
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!settled[i] && state[i]->request != nullptr && !state[i]->done) {
+      ucp_request_cancel(worker.get(), state[i]->request);
+    }
+  }
+  const auto drain_deadline = Clock::now() + std::chrono::seconds(1);
+  auto pending = [&] {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!settled[i] && state[i]->posted && !state[i]->done) return true;
+    }
+    return false;
+  };
+  while (pending() && Clock::now() < drain_deadline) {
+    ucp_worker_progress(worker.get());
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!settled[i] && state[i]->posted && state[i]->done) {
+      Status keep = failure;
+      settle(i);
+      failure = keep;
+    }
+  }
+  // Requests still pending keep their state (and the completion queue)
+  // alive until process exit: UCX may still call back into them.
+  if (pending()) {
+    completed_owner.release();
+    generic_owner.release();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!settled[i] && state[i]->posted) state[i].release();
+    }
+  }
+  return failure;
+}
+
+}  // namespace reshard::internal

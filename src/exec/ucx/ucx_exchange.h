@@ -1,0 +1,60 @@
+// The UCX executor: one process's share of a bound transfer plan, as tagged
+// messages. Every region is exactly one message: contiguous sides go
+// zero-copy (UCX picks eager or rendezvous; CMA or shared memory on one
+// host), strided sides are packed and unpacked through a UCX generic
+// datatype, so small rows never become one request each.
+//
+// Receives are all posted up front (cheap, and no cycle of full windows
+// can deadlock); sends keep at most `max_in_flight` in flight and never
+// drain between batches.
+
+#ifndef RESHARD_EXEC_UCX_UCX_EXCHANGE_H_
+#define RESHARD_EXEC_UCX_UCX_EXCHANGE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "exec/ucx/ucx_handles.h"
+#include "reshard/transfer_plan.h"
+
+namespace reshard::internal {
+
+struct ExchangeOp {
+  const BoundRegion* region = nullptr;
+  UcxEndpoint* peer = nullptr;  // the other side's endpoint
+  bool send = false;            // else receive into the target side
+};
+
+struct ExchangeOptions {
+  // High 32 bits of every tag (the region index fills the low 32), so that
+  // messages of another session never match.
+  uint32_t session_tag = 0;
+  uint32_t max_in_flight = 64;
+  std::chrono::steady_clock::time_point deadline;
+  // Polled about every `abort_poll_interval`; a non-OK status stops the
+  // exchange with that status (a peer's abort, for example).
+  std::function<Status()> poll_abort;
+  std::chrono::milliseconds abort_poll_interval{20};
+  // Called once, after the first operation completed successfully.
+  std::function<void()> on_first_completion;
+};
+
+struct ExchangeStats {
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t packed_messages = 0;  // sides that went through pack/unpack
+};
+
+// Runs `ops` to completion. On any failure (a peer lost, a wrong message
+// size, the deadline, an abort) the remaining operations are cancelled and
+// the first error is returned, naming the region and the peer.
+Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
+                      const ExchangeOptions& options, ExchangeStats* stats);
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_EXEC_UCX_UCX_EXCHANGE_H_

@@ -1,0 +1,152 @@
+#include "exec/ucx/ucx_handles.h"
+
+#include <poll.h>
+
+namespace reshard::internal {
+
+Status FromUcs(ucs_status_t status, const std::string& what) {
+  if (status == UCS_OK) return Status::OK();
+  std::string msg = what + ": " + ucs_status_string(status);
+  switch (status) {
+    case UCS_ERR_NO_MEMORY:
+      return Status::ResourceExhausted(std::move(msg));
+    case UCS_ERR_CANCELED:
+      return Status::Aborted(std::move(msg));
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_TIMED_OUT:
+      return Status::Unavailable(std::move(msg));
+    default:
+      return Status::IOError(std::move(msg));
+  }
+}
+
+Result<UcxContext> UcxContext::Make(const UcxOptions& options) {
+  ucp_config_t* config = nullptr;
+  RETURN_NOT_OK(FromUcs(ucp_config_read(nullptr, nullptr, &config),
+                        "cannot read UCX configuration"));
+  std::vector<std::pair<std::string, std::string>> settings = options.config;
+  if (!options.tls.empty()) settings.emplace_back("TLS", options.tls);
+  if (!options.net_devices.empty()) {
+    settings.emplace_back("NET_DEVICES", options.net_devices);
+  }
+  for (const auto& [name, value] : settings) {
+    const ucs_status_t st =
+        ucp_config_modify(config, name.c_str(), value.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return FromUcs(st, "invalid UCX setting " + name + "=" + value);
+    }
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  ucp_context_h context = nullptr;
+  const ucs_status_t st = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  RETURN_NOT_OK(FromUcs(st, "cannot initialise UCX"));
+  return UcxContext(context);
+}
+
+UcxContext::~UcxContext() {
+  if (handle_ != nullptr) ucp_cleanup(handle_);
+}
+
+Result<UcxWorker> UcxWorker::Make(const UcxContext& context) {
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h worker = nullptr;
+  RETURN_NOT_OK(FromUcs(ucp_worker_create(context.get(), &params, &worker),
+                        "cannot create UCX worker"));
+  int efd = -1;
+  if (ucp_worker_get_efd(worker, &efd) != UCS_OK) efd = -1;
+  return UcxWorker(worker, efd);
+}
+
+UcxWorker::~UcxWorker() {
+  if (handle_ != nullptr) ucp_worker_destroy(handle_);
+}
+
+Result<std::string> UcxWorker::Address() const {
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  RETURN_NOT_OK(FromUcs(ucp_worker_get_address(handle_, &address, &length),
+                        "cannot get UCX worker address"));
+  std::string out(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(handle_, address);
+  return out;
+}
+
+void UcxWorker::ProgressOrWait(std::chrono::microseconds idle_wait) {
+  if (ucp_worker_progress(handle_) != 0) {
+    idle_spins_ = 0;
+    return;
+  }
+  // Spin a little (latency), then sleep on the event descriptor
+  // (throughput of the other processes on a loaded machine).
+  if (++idle_spins_ < 64) return;
+  idle_spins_ = 0;
+  if (efd_ < 0) return;
+  if (ucp_worker_arm(handle_) != UCS_OK) return;  // busy: progress again
+  pollfd p{efd_, POLLIN, 0};
+  const int ms = static_cast<int>(
+      std::max<int64_t>(1, idle_wait.count() / 1000));
+  ::poll(&p, 1, ms);
+}
+
+Result<std::unique_ptr<UcxEndpoint>> UcxEndpoint::Connect(
+    const UcxWorker& worker, const std::string& peer_address,
+    std::string peer_name) {
+  std::unique_ptr<UcxEndpoint> ep(
+      new UcxEndpoint(worker.get(), std::move(peer_name)));
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &UcxEndpoint::OnError;
+  params.err_handler.arg = ep.get();
+  ucs_status_t st = ucp_ep_create(worker.get(), &params, &ep->handle_);
+  if (st == UCS_ERR_UNREACHABLE) {
+    // Some transports (UCX_TLS=sm, for example) cannot report peer
+    // failures; connect without, and rely on the session timeout.
+    params.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                           UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    st = ucp_ep_create(worker.get(), &params, &ep->handle_);
+  }
+  RETURN_NOT_OK(FromUcs(st, "cannot connect to " + ep->peer_name_));
+  return ep;
+}
+
+void UcxEndpoint::OnError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* self = static_cast<UcxEndpoint*>(arg);
+  if (self->failure_.ok()) {
+    self->failure_ = FromUcs(status, "lost " + self->peer_name_);
+  }
+}
+
+UcxEndpoint::~UcxEndpoint() {
+  if (handle_ == nullptr) return;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = failure_.ok() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+  void* req = ucp_ep_close_nbx(handle_, &param);
+  if (UCS_PTR_IS_PTR(req)) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < deadline) {
+      ucp_worker_progress(worker_);
+    }
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) {
+      ucp_request_cancel(worker_, req);
+    }
+    ucp_request_free(req);
+  }
+}
+
+}  // namespace reshard::internal

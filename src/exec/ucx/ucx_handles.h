@@ -1,0 +1,97 @@
+// Move-only owners of UCX resources: context, worker and endpoints. Each
+// releases its handle exactly once; an endpoint records its peer's failure
+// (reported by UCX's error handler) so that the executor can fail closed.
+
+#ifndef RESHARD_EXEC_UCX_UCX_HANDLES_H_
+#define RESHARD_EXEC_UCX_UCX_HANDLES_H_
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reshard/live.h"
+#include "reshard/status.h"
+
+namespace reshard::internal {
+
+// A UCX status as a reshard Status with `what` as context.
+Status FromUcs(ucs_status_t status, const std::string& what);
+
+class UcxContext {
+ public:
+  // Reads UCX's configuration (UCX_* environment variables apply), then
+  // overrides it with `options` (TLS, NET_DEVICES, extra settings).
+  static Result<UcxContext> Make(const UcxOptions& options);
+  UcxContext(UcxContext&& other) noexcept
+      : handle_(std::exchange(other.handle_, nullptr)) {}
+  UcxContext& operator=(UcxContext&&) = delete;
+  UcxContext(const UcxContext&) = delete;
+  ~UcxContext();
+
+  ucp_context_h get() const { return handle_; }
+
+ private:
+  explicit UcxContext(ucp_context_h h) : handle_(h) {}
+  ucp_context_h handle_;
+};
+
+class UcxWorker {
+ public:
+  // A single-threaded worker with a wake-up file descriptor.
+  static Result<UcxWorker> Make(const UcxContext& context);
+  UcxWorker(UcxWorker&& other) noexcept
+      : handle_(std::exchange(other.handle_, nullptr)),
+        efd_(other.efd_) {}
+  UcxWorker& operator=(UcxWorker&&) = delete;
+  UcxWorker(const UcxWorker&) = delete;
+  ~UcxWorker();
+
+  ucp_worker_h get() const { return handle_; }
+  // The worker's address, to publish for peers.
+  Result<std::string> Address() const;
+  // Progresses; when nothing moved, sleeps on the wake-up descriptor for at
+  // most `idle_wait` (so idle processes leave the CPU to busy ones).
+  void ProgressOrWait(std::chrono::microseconds idle_wait);
+
+ private:
+  UcxWorker(ucp_worker_h h, int efd) : handle_(h), efd_(efd) {}
+  ucp_worker_h handle_;
+  int efd_;
+  uint32_t idle_spins_ = 0;
+};
+
+// An endpoint to a peer worker, with peer-failure error handling.
+class UcxEndpoint {
+ public:
+  static Result<std::unique_ptr<UcxEndpoint>> Connect(
+      const UcxWorker& worker, const std::string& peer_address,
+      std::string peer_name);
+  UcxEndpoint(const UcxEndpoint&) = delete;
+  UcxEndpoint& operator=(const UcxEndpoint&) = delete;
+  // Closes the endpoint (forcefully if the peer failed), progressing the
+  // worker for at most a second.
+  ~UcxEndpoint();
+
+  ucp_ep_h get() const { return handle_; }
+  const std::string& peer_name() const { return peer_name_; }
+  // OK while the peer is healthy; else the failure UCX reported.
+  const Status& failure() const { return failure_; }
+
+ private:
+  UcxEndpoint(ucp_worker_h worker, std::string peer_name)
+      : worker_(worker), peer_name_(std::move(peer_name)) {}
+  static void OnError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  ucp_worker_h worker_;
+  ucp_ep_h handle_ = nullptr;
+  std::string peer_name_;
+  Status failure_;
+};
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_EXEC_UCX_UCX_HANDLES_H_

@@ -1,0 +1,194 @@
+// RecordStore over a directory: one file per record, create-only publication
+// by link(2).
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "reshard/record_store.h"
+
+namespace reshard {
+namespace {
+
+namespace fs = std::filesystem;
+
+Status Errno(const std::string& what, const std::string& path) {
+  return Status::IOError(what + " " + path + ": " + std::strerror(errno));
+}
+
+// Writes all of `data` to `fd`.
+Status WriteAll(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("cannot write", path);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::OK();
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open directory", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Errno("cannot sync directory", dir);
+  return Status::OK();
+}
+
+class DirectoryRecordStore : public RecordStore {
+ public:
+  explicit DirectoryRecordStore(std::string root) : root_(std::move(root)) {}
+
+  Status Put(std::string_view key, std::string_view value) override {
+    RETURN_NOT_OK(ValidateRecordKey(key));
+    const std::string path = PathOf(key);
+    const std::string dir = fs::path(path).parent_path().string();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return Status::IOError("cannot create directory " + dir + ": " +
+                             ec.message());
+    }
+    // A unique temporary name beside the target (same filesystem).
+    static std::atomic<uint64_t> counter{0};
+    const std::string tmp = dir + "/.tmp." + std::to_string(::getpid()) + "." +
+                            std::to_string(counter.fetch_add(1));
+    const int fd =
+        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno("cannot create", tmp);
+    Status st = WriteAll(fd, value, tmp);
+    if (st.ok() && ::fsync(fd) != 0) st = Errno("cannot sync", tmp);
+    ::close(fd);
+    if (st.ok() && ::link(tmp.c_str(), path.c_str()) != 0) {
+      st = errno == EEXIST
+               ? Status::AlreadyExists("record exists: " + std::string(key))
+               : Errno("cannot publish", path);
+    }
+    ::unlink(tmp.c_str());
+    RETURN_NOT_OK(st);
+    return SyncDirectory(dir);
+  }
+
+  Result<std::string> Get(std::string_view key) override {
+    RETURN_NOT_OK(ValidateRecordKey(key));
+    const std::string path = PathOf(key);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) {
+        return Status::NotFound("no record " + std::string(key));
+      }
+      return Errno("cannot open", path);
+    }
+    std::string out;
+    char buf[1 << 16];
+    while (true) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        Status st = Errno("cannot read", path);
+        ::close(fd);
+        return st;
+      }
+      if (n == 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return out;
+  }
+
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    // Walk the deepest directory the prefix names completely.
+    const size_t slash = prefix.rfind('/');
+    const std::string base(
+        slash == std::string_view::npos ? "" : prefix.substr(0, slash));
+    const std::string dir = base.empty() ? root_ : root_ + "/" + base;
+    std::vector<std::string> keys;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) return keys;
+    for (auto it = fs::recursive_directory_iterator(dir, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.starts_with(".")) {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (!it->is_regular_file()) continue;
+      std::string key = fs::relative(it->path(), root_).string();
+      if (key.starts_with(prefix)) keys.push_back(std::move(key));
+    }
+    if (ec) {
+      return Status::IOError("cannot list " + dir + ": " + ec.message());
+    }
+    std::sort(keys.begin(), keys.end());
+    return keys;
+  }
+
+  Status Delete(std::string_view key) override {
+    RETURN_NOT_OK(ValidateRecordKey(key));
+    const std::string path = PathOf(key);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Errno("cannot delete", path);
+    }
+    return Status::OK();
+  }
+
+ private:
+  std::string PathOf(std::string_view key) const {
+    return root_ + "/" + std::string(key);
+  }
+
+  std::string root_;
+};
+
+}  // namespace
+
+Status ValidateRecordKey(std::string_view key) {
+  auto bad = [&](const char* why) {
+    return Status::InvalidArgument("invalid record key \"" + std::string(key) +
+                                   "\": " + why);
+  };
+  if (key.empty()) return bad("empty");
+  size_t begin = 0;
+  while (true) {
+    const size_t end = std::min(key.find('/', begin), key.size());
+    const std::string_view part = key.substr(begin, end - begin);
+    if (part.empty()) return bad("empty component");
+    if (part.front() == '.') return bad("component starts with '.'");
+    for (char c : part) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                      c == '-';
+      if (!ok) return bad("characters other than [A-Za-z0-9._-]");
+    }
+    if (end == key.size()) break;
+    begin = end + 1;
+  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
+    const std::string& root) {
+  if (root.empty()) {
+    return Status::InvalidArgument("record store directory is empty");
+  }
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec || !fs::is_directory(root)) {
+    return Status::IOError("cannot create record store directory " + root +
+                           (ec ? ": " + ec.message() : ""));
+  }
+  return std::unique_ptr<RecordStore>(
+      new DirectoryRecordStore(fs::absolute(root).lexically_normal().string()));
+}
+
+}  // namespace reshard

@@ -1,0 +1,346 @@
+// RunUcxSelfTest: fork one process per rank (or run one given rank), each
+// with only its own participants' buffers, and collect their reports from
+// the rendezvous.
+
+#include "live/live_selftest.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "exec/host_buffers.h"
+#include "exec/pattern.h"
+#include "reshard/live.h"
+#include "reshard/plan.h"
+#include "reshard/record_store.h"
+
+namespace reshard::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RankShare {
+  std::vector<std::string> sources, targets;
+};
+
+std::vector<std::string> ParticipantsWithFragments(
+    const WeightPlacementManifest& m) {
+  std::vector<std::string> out;
+  for (const auto& part : m.parts()) {
+    if (!part.fragments().empty()) out.push_back(part.participant_id());
+  }
+  return out;
+}
+
+// Sources on ranks [0, s), targets on [s, procs); all on rank 0 if procs
+// is 1.
+RankShare ShareOf(const WeightPlacementManifest& source,
+                  const WeightPlacementManifest& target, uint32_t procs,
+                  uint32_t rank) {
+  const uint32_t s = procs >= 2 ? std::max<uint32_t>(1, procs / 2) : 1;
+  RankShare share;
+  const auto src = ParticipantsWithFragments(source);
+  const auto dst = ParticipantsWithFragments(target);
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (i % s == rank) share.sources.push_back(src[i]);
+  }
+  for (size_t j = 0; j < dst.size(); ++j) {
+    const uint32_t r = procs >= 2 ? s + j % (procs - s) : 0;
+    if (r == rank) share.targets.push_back(dst[j]);
+  }
+  return share;
+}
+
+Result<WeightRuntimeBindingManifest> WithGeneration(
+    const WeightRuntimeBindingManifest& b, uint64_t generation) {
+  WeightRuntimeBindingManifestSpec spec{b.resource_id(),   b.placement_id(),
+                                        b.placement_digest(), b.instance_id(),
+                                        generation,        b.lease_id(),
+                                        b.revision(),      b.participant_id(),
+                                        b.fragments()};
+  return WeightRuntimeBindingManifest::Make(std::move(spec));
+}
+
+// Report records: "key=value" lines (values on one line).
+std::string EncodeReport(const SelfTestReport& r, const std::string& error) {
+  std::ostringstream out;
+  out.precision(17);
+  auto line = [](std::string v) {
+    for (char& c : v) {
+      if (c == '\n') c = ' ';
+    }
+    return v;
+  };
+  out << "verified=" << r.verified << "\nbytes=" << r.bytes
+      << "\noperations=" << r.operations << "\nmessages=" << r.messages
+      << "\npacked=" << r.packed_messages << "\nready=" << r.ranks_ready
+      << "\nseconds=" << r.seconds << "\nplan_seconds=" << r.plan_seconds
+      << "\nmismatch=" << line(r.mismatch) << "\nerror=" << line(error)
+      << "\n";
+  return out.str();
+}
+
+std::map<std::string, std::string> DecodeRecord(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) {
+    const size_t eq = l.find('=');
+    if (eq != std::string::npos) out[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  return out;
+}
+
+Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
+                               const WeightPlacementManifest& target,
+                               const SelfTestOptions& options,
+                               RecordStore& store, const std::string& session,
+                               uint32_t procs, uint32_t rank) {
+  const RankShare share = ShareOf(source, target, procs, rank);
+  const std::string instance = session + "-rank" + std::to_string(rank);
+  HostBuffers src, dst;
+  if (!share.sources.empty()) {
+    ASSIGN_OR_RETURN(src, AllocateHostBuffers(source, instance, share.sources));
+  }
+  if (!share.targets.empty()) {
+    ASSIGN_OR_RETURN(dst, AllocateHostBuffers(target, instance, share.targets));
+  }
+  const auto tensors = TensorIndex(source);
+  FillPattern(source, tensors, src);
+  for (const auto& [id, p] : dst.data) {
+    std::memset(p, 0xD7, target.FindFragment(id)->nbytes());
+  }
+  LiveBindings bindings{src.bindings, dst.bindings};
+  LiveSessionOptions lo;
+  lo.session = session;
+  lo.rank = rank;
+  lo.ranks = procs;
+  lo.timeout = options.timeout;
+  lo.ucx = options.ucx;
+  std::string mismatch;
+  lo.validate_targets = [&]() -> Status {
+    mismatch = VerifyPattern(target, tensors, dst);
+    if (mismatch.empty()) return Status::OK();
+    return Status::DataLoss("target bytes differ: " + mismatch);
+  };
+  const uint32_t first_target_rank =
+      procs >= 2 ? std::max<uint32_t>(1, procs / 2) : 0;
+  if (options.fault == SelfTestFault::kKillSource && rank == 0) {
+    lo.on_stage = [](std::string_view stage) {
+      if (stage == "transfer") ::raise(SIGKILL);
+    };
+  }
+  if (options.fault == SelfTestFault::kKillTarget &&
+      rank == first_target_rank) {
+    lo.on_stage = [](std::string_view stage) {
+      if (stage == "transfer") ::raise(SIGKILL);
+    };
+  }
+  if (options.fault == SelfTestFault::kStaleGeneration && rank == 0) {
+    lo.current_bindings = [&]() -> Result<LiveBindings> {
+      LiveBindings now{{}, bindings.targets};
+      for (const auto& b : bindings.sources) {
+        ASSIGN_OR_RETURN(auto moved, WithGeneration(b, b.generation() + 1));
+        now.sources.push_back(std::move(moved));
+      }
+      return now;
+    };
+  }
+  auto live = RunLiveReshard(store, source, target, bindings, lo);
+  SelfTestReport report;
+  if (!live.ok()) {
+    if (mismatch.empty()) return live.status();
+    report.mismatch = mismatch;  // the validator failed: not verified
+    return report;
+  }
+  report.verified = true;
+  report.bytes = live->bytes_received;
+  report.operations = live->operations;
+  report.messages = live->messages_sent;
+  report.packed_messages = live->packed_messages;
+  report.ranks_ready = live->ready ? 1 : 0;
+  report.seconds = live->transfer_seconds;
+  report.plan_seconds = live->plan_seconds;
+  return report;
+}
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) {
+    return "died of signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  }
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+}  // namespace
+
+Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
+                                      const WeightPlacementManifest& target,
+                                      const SelfTestOptions& options) {
+  namespace fs = std::filesystem;
+  const uint32_t procs = options.procs;
+  if (procs == 0) return Status::InvalidArgument("--procs must be at least 1");
+  if (options.rank && *options.rank >= procs) {
+    return Status::InvalidArgument("--rank " + std::to_string(*options.rank) +
+                                   " is not below --procs " +
+                                   std::to_string(procs));
+  }
+  if (options.rank && options.rendezvous.empty()) {
+    return Status::InvalidArgument(
+        "--rank needs --rendezvous DIR shared by every rank");
+  }
+  // Plan once here: invalid inputs fail before any process starts.
+  const auto t0 = Clock::now();
+  ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(source, target));
+  const double plan_seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
+
+  std::string dir = options.rendezvous;
+  bool remove_dir = false;
+  if (dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "reshard-live-XXXXXX");
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return Status::IOError("cannot create a rendezvous directory in " +
+                             fs::temp_directory_path().string());
+    }
+    dir = tmpl;
+    remove_dir = true;
+  }
+  struct Cleanup {
+    std::string dir;
+    bool remove;
+    ~Cleanup() {
+      std::error_code ec;
+      if (remove) fs::remove_all(dir, ec);
+    }
+  } cleanup{dir, remove_dir};
+  ASSIGN_OR_RETURN(auto store, OpenDirectoryRecordStore(dir));
+  std::string session = options.session;
+  if (session.empty()) {
+    session = "selftest-" + std::to_string(::getpid()) + "-" +
+              std::to_string(std::chrono::steady_clock::now()
+                                 .time_since_epoch()
+                                 .count());
+  }
+  if (options.rank) {
+    auto report = RunRank(source, target, options, *store, session, procs,
+                          *options.rank);
+    if (report.ok()) report->segments = plan.summary().segments;
+    return report;
+  }
+
+  std::vector<pid_t> pids(procs, -1);
+  for (uint32_t r = 0; r < procs; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      for (pid_t p : pids) {
+        if (p > 0) ::kill(p, SIGKILL);
+      }
+      return Status::IOError(std::string("fork failed: ") +
+                             std::strerror(errno));
+    }
+    if (pid == 0) {
+      auto report = RunRank(source, target, options, *store, session, procs, r);
+      const std::string record =
+          report.ok() ? EncodeReport(*report, "")
+                      : EncodeReport({}, report.status().ToString());
+      (void)store->Put(session + "/report/" + std::to_string(r), record);
+      std::_Exit(report.ok() ? 0 : 1);
+    }
+    pids[r] = pid;
+  }
+  // Reap; a rank that dies without a report gets an abort record so that
+  // the others stop at once instead of at their timeout.
+  const auto deadline = Clock::now() + 3 * options.timeout;
+  uint32_t running = procs;
+  std::vector<std::string> exits(procs);
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (uint32_t r = 0; r < procs; ++r) {
+        if (pids[r] != pid) continue;
+        pids[r] = -1;
+        --running;
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+          exits[r] = DescribeExit(status);
+          if (!store->Get(session + "/report/" + std::to_string(r)).ok()) {
+            (void)store->Put(session + "/abort/" + std::to_string(r),
+                             "rank " + std::to_string(r) + " " + exits[r]);
+          }
+        }
+      }
+      continue;
+    }
+    if (Clock::now() > deadline) {
+      for (uint32_t r = 0; r < procs; ++r) {
+        if (pids[r] > 0) ::kill(pids[r], SIGKILL);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+
+  SelfTestReport total;
+  total.verified = true;
+  total.plan_seconds = plan_seconds;
+  total.segments = plan.summary().segments;
+  // The root cause: a rank that died, else a rank's own error, else an
+  // echo of another rank's abort.
+  std::string died, root_cause, other;
+  for (uint32_t r = 0; r < procs; ++r) {
+    auto text = store->Get(session + "/report/" + std::to_string(r));
+    std::map<std::string, std::string> rec;
+    if (!text.ok()) {
+      if (died.empty()) {
+        died = "rank " + std::to_string(r) + " " +
+               (exits[r].empty() ? "left no report" : exits[r]);
+      }
+      continue;
+    }
+    rec = DecodeRecord(*text);
+    const std::string& error = rec["error"];
+    if (!error.empty()) {
+      const bool echo = error.find("aborted by rank") != std::string::npos;
+      std::string& slot = echo ? other : root_cause;
+      if (slot.empty()) slot = "rank " + std::to_string(r) + ": " + error;
+      continue;
+    }
+    total.verified = total.verified && rec["verified"] == "1";
+    if (total.mismatch.empty()) total.mismatch = rec["mismatch"];
+    total.bytes += std::stoull(rec["bytes"]);
+    total.operations += std::stoull(rec["operations"]);
+    total.messages += std::stoull(rec["messages"]);
+    total.packed_messages += std::stoull(rec["packed"]);
+    total.ranks_ready += static_cast<uint32_t>(std::stoul(rec["ready"]));
+    total.seconds = std::max(total.seconds, std::stod(rec["seconds"]));
+  }
+  // A rank whose targets differ aborts the others: report the mismatch.
+  if (!died.empty() || !root_cause.empty() ||
+      (!other.empty() && total.mismatch.empty())) {
+    return Status::Aborted(
+        "live self-test failed: " +
+        (!died.empty() ? died : !root_cause.empty() ? root_cause : other));
+  }
+  if (!total.mismatch.empty()) total.verified = false;
+  if (total.verified && total.bytes != plan.summary().bytes) {
+    total.verified = false;
+    total.mismatch = "targets received " + std::to_string(total.bytes) +
+                     " bytes, the plan moves " +
+                     std::to_string(plan.summary().bytes);
+  }
+  if (options.measure_memcpy) {
+    total.memcpy_gbps = MeasureMemcpyGbps(
+        std::min<uint64_t>(total.bytes, uint64_t{256} << 20), 1);
+  }
+  return total;
+}
+
+}  // namespace reshard::internal

@@ -1,0 +1,331 @@
+// RunLiveReshard: rendezvous, plan, bind, fence, UCX exchange, completion
+// barrier. See include/reshard/live.h for the lifecycle.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "exec/ucx/ucx_exchange.h"
+#include "exec/ucx/ucx_handles.h"
+#include "reshard/live.h"
+#include "reshard/local_transport.h"
+#include "reshard/plan.h"
+#include "reshard/transfer_plan.h"
+#include "util/sha256.h"
+
+namespace reshard {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using internal::UcxEndpoint;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// One rank's view of the session's records.
+class Session {
+ public:
+  Session(RecordStore& store, const LiveSessionOptions& options)
+      : store_(store), options_(options), prefix_(options.session + "/") {}
+
+  std::string Key(std::string_view kind, uint32_t rank) const {
+    return prefix_ + std::string(kind) + "/" + std::to_string(rank);
+  }
+  std::string Key(std::string_view kind) const {
+    return Key(kind, options_.rank);
+  }
+
+  Status Put(const std::string& key, std::string_view value) {
+    return store_.Put(key, value);
+  }
+  Result<std::string> Get(const std::string& key) { return store_.Get(key); }
+  Result<std::vector<std::string>> List(std::string_view kind) {
+    return store_.List(prefix_ + std::string(kind) + "/");
+  }
+
+  // Records this rank's failure for the others (first reason wins) and
+  // returns `st`.
+  Status Abort(const Status& st) {
+    std::string reason = st.ToString();
+    std::replace(reason.begin(), reason.end(), '\n', ' ');
+    (void)store_.Put(Key("abort"), reason);
+    return st;
+  }
+
+  // An error if another rank aborted.
+  Status CheckAborts() {
+    ASSIGN_OR_RETURN(auto keys, List("abort"));
+    for (const std::string& key : keys) {
+      const std::string who = key.substr(key.rfind('/') + 1);
+      if (who == std::to_string(options_.rank)) continue;
+      auto reason = store_.Get(key);
+      return Status::Aborted(
+          "live session " + options_.session + " aborted by rank " + who +
+          ": " + (reason.ok() ? *reason : std::string("(unreadable reason)")));
+    }
+    return Status::OK();
+  }
+
+  // Waits until every rank has a record of `kind`, polling aborts and
+  // `poll` (endpoint health, progress) in between.
+  Status WaitForAll(std::string_view kind, Clock::time_point deadline,
+                    const std::function<Status()>& poll) {
+    auto sleep = std::chrono::microseconds(200);
+    while (true) {
+      ASSIGN_OR_RETURN(auto keys, List(kind));
+      if (keys.size() >= options_.ranks) return Status::OK();
+      RETURN_NOT_OK(CheckAborts());
+      if (poll) RETURN_NOT_OK(poll());
+      if (Clock::now() >= deadline) {
+        std::set<std::string> have(keys.begin(), keys.end());
+        std::string missing;
+        for (uint32_t r = 0; r < options_.ranks; ++r) {
+          if (!have.count(Key(kind, r))) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          }
+        }
+        return Status::Unavailable(
+            "live session " + options_.session + ": timed out after " +
+            std::to_string(options_.timeout.count()) + " ms waiting for " +
+            std::string(kind) + " of rank(s) " + missing);
+      }
+      if (!poll) {
+        std::this_thread::sleep_for(sleep);
+        sleep = std::min(sleep * 2, std::chrono::microseconds(10000));
+      }
+    }
+  }
+
+ private:
+  RecordStore& store_;
+  const LiveSessionOptions& options_;
+  std::string prefix_;
+};
+
+std::vector<std::string> ParticipantsOf(
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  std::vector<std::string> out;
+  for (const auto& b : bindings) out.push_back(b.participant_id());
+  return out;
+}
+
+Status ValidateOptions(const LiveSessionOptions& o) {
+  if (o.session.empty() || o.session.find('/') != std::string::npos) {
+    return Status::InvalidArgument(
+        "live session key must be one record-key component, got \"" +
+        o.session + "\"");
+  }
+  RETURN_NOT_OK(ValidateRecordKey(o.session));
+  if (o.ranks == 0) return Status::InvalidArgument("live session: ranks is 0");
+  if (o.rank >= o.ranks) {
+    return Status::InvalidArgument("live session: rank " +
+                                   std::to_string(o.rank) + " is not below " +
+                                   std::to_string(o.ranks) + " ranks");
+  }
+  if (o.max_in_flight == 0) {
+    return Status::InvalidArgument("live session: max_in_flight is 0");
+  }
+  return Status::OK();
+}
+
+// Everything the other ranks published.
+struct World {
+  std::vector<WeightRuntimeBindingManifest> sources, targets;
+  std::map<std::string, uint32_t> source_rank, target_rank;
+  std::vector<std::string> addresses;  // by rank
+};
+
+Result<World> ReadWorld(Session& s, RecordStore& store,
+                        const LiveSessionOptions& o) {
+  World w;
+  w.addresses.resize(o.ranks);
+  for (uint32_t r = 0; r < o.ranks; ++r) {
+    ASSIGN_OR_RETURN(w.addresses[r], s.Get(s.Key("address", r)));
+    ASSIGN_OR_RETURN(auto keys,
+                     store.List(o.session + "/bindings/" + std::to_string(r) +
+                                "/"));
+    for (const std::string& key : keys) {
+      ASSIGN_OR_RETURN(std::string json, store.Get(key));
+      auto b = WeightRuntimeBindingFromJson(json);
+      if (!b.ok()) {
+        return b.status().WithContext("binding published by rank " +
+                                      std::to_string(r) + " (" + key + ")");
+      }
+      const bool source = key.substr(key.rfind('/') + 1).starts_with("source");
+      auto& ranks = source ? w.source_rank : w.target_rank;
+      auto [it, fresh] = ranks.emplace(b->participant_id(), r);
+      if (!fresh) {
+        return Status::InvalidArgument(
+            std::string(source ? "source" : "target") + " participant " +
+            b->participant_id() + " is published by rank " +
+            std::to_string(it->second) + " and rank " + std::to_string(r));
+      }
+      (source ? w.sources : w.targets).push_back(std::move(*b));
+    }
+  }
+  return w;
+}
+
+std::string RankName(uint32_t rank, const World& w) {
+  std::vector<std::string> who;
+  for (const auto& [p, r] : w.source_rank) {
+    if (r == rank) who.push_back("source " + p);
+  }
+  for (const auto& [p, r] : w.target_rank) {
+    if (r == rank) who.push_back("target " + p);
+  }
+  std::string out = "rank " + std::to_string(rank);
+  if (who.empty()) return out;
+  out += " (" + who[0];
+  if (who.size() > 1) {
+    out += " and " + std::to_string(who.size() - 1) + " more";
+  }
+  return out + ")";
+}
+
+uint32_t SessionTag(const std::string& session) {
+  const std::string h = internal::Sha256Hex(session);
+  return static_cast<uint32_t>(std::stoul(h.substr(0, 8), nullptr, 16));
+}
+
+}  // namespace
+
+Result<LiveReport> RunLiveReshard(RecordStore& store,
+                                  const WeightPlacementManifest& source,
+                                  const WeightPlacementManifest& target,
+                                  const LiveBindings& bindings,
+                                  const LiveSessionOptions& options) {
+  RETURN_NOT_OK(ValidateOptions(options));
+  Session s(store, options);
+  LiveReport report;
+  const auto start = Clock::now();
+  auto deadline = [&] { return Clock::now() + options.timeout; };
+  // Every failure from here on is recorded for the other ranks.
+  auto run = [&]() -> Status {
+    ASSIGN_OR_RETURN(auto context, internal::UcxContext::Make(options.ucx));
+    ASSIGN_OR_RETURN(auto worker, internal::UcxWorker::Make(context));
+    ASSIGN_OR_RETURN(std::string address, worker.Address());
+
+    // 1. Publish: bindings, address, then the rank record (the marker).
+    for (size_t i = 0; i < bindings.sources.size(); ++i) {
+      RETURN_NOT_OK(s.Put(s.Key("bindings") + "/source-" + std::to_string(i),
+                          WeightRuntimeBindingToJson(bindings.sources[i])));
+    }
+    for (size_t i = 0; i < bindings.targets.size(); ++i) {
+      RETURN_NOT_OK(s.Put(s.Key("bindings") + "/target-" + std::to_string(i),
+                          WeightRuntimeBindingToJson(bindings.targets[i])));
+    }
+    RETURN_NOT_OK(s.Put(s.Key("address"), address));
+    RETURN_NOT_OK(s.Put(s.Key("rank"), std::to_string(::getpid())));
+    if (options.on_stage) options.on_stage("published");
+
+    // 2. Plan while the others publish; then bind with everybody's
+    //    bindings and fence our own.
+    ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(source, target));
+    report.regions = plan.regions().size();
+    RETURN_NOT_OK(s.WaitForAll("rank", deadline(), nullptr));
+    ASSIGN_OR_RETURN(World world, ReadWorld(s, store, options));
+    ASSIGN_OR_RETURN(auto bound, TransferPlan::Bind(plan, source, world.sources,
+                                                    target, world.targets));
+    LiveBindings current = bindings;
+    if (options.current_bindings) {
+      ASSIGN_OR_RETURN(current, options.current_bindings());
+    }
+    RETURN_NOT_OK(bound.CheckCurrentFor(
+        ParticipantsOf(bindings.sources), current.sources,
+        ParticipantsOf(bindings.targets), current.targets));
+    report.plan_seconds = Seconds(start);
+
+    // 3. Our share: sends, receives, local copies.
+    const auto t0 = Clock::now();
+    std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers;
+    auto peer = [&](uint32_t r) -> Result<UcxEndpoint*> {
+      auto it = peers.find(r);
+      if (it != peers.end()) return it->second.get();
+      ASSIGN_OR_RETURN(auto ep, UcxEndpoint::Connect(worker, world.addresses[r],
+                                                     RankName(r, world)));
+      return peers.emplace(r, std::move(ep)).first->second.get();
+    };
+    std::vector<internal::ExchangeOp> ops;
+    std::vector<const BoundRegion*> local;
+    for (const BoundRegion& br : bound.regions()) {
+      const TransferRegion& lr = plan.regions()[br.region];
+      const uint32_t from = world.source_rank.at(
+          plan.source_fragments()[lr.source_fragment].participant_id);
+      const uint32_t to = world.target_rank.at(
+          plan.target_fragments()[lr.target_fragment].participant_id);
+      if (from == options.rank && to == options.rank) {
+        local.push_back(&br);
+      } else if (from == options.rank) {
+        ASSIGN_OR_RETURN(auto* ep, peer(to));
+        ops.push_back({&br, ep, true});
+      } else if (to == options.rank) {
+        ASSIGN_OR_RETURN(auto* ep, peer(from));
+        ops.push_back({&br, ep, false});
+      }
+    }
+    internal::ExchangeOptions xo;
+    xo.session_tag = SessionTag(options.session);
+    xo.max_in_flight = options.max_in_flight;
+    xo.deadline = deadline();
+    xo.poll_abort = [&] { return s.CheckAborts(); };
+    xo.on_first_completion = [&] {
+      if (options.on_stage) options.on_stage("transfer");
+    };
+    internal::ExchangeStats stats;
+    // Local copies first: they need no peer.
+    for (const BoundRegion* br : local) {
+      uint64_t rows = 1;
+      for (const OuterLoop& l : br->loops) rows *= l.count;
+      CopyRegionSegments(*br, 0, rows);
+      report.bytes_received += br->bytes;
+    }
+    report.local_operations = local.size();
+    RETURN_NOT_OK(internal::RunUcxExchange(worker, ops, xo, &stats));
+    report.operations = local.size() + stats.messages_received;
+    report.messages_sent = stats.messages_sent;
+    report.packed_messages = stats.packed_messages;
+    report.bytes_sent = stats.bytes_sent;
+    report.bytes_received += stats.bytes_received;
+
+    report.transfer_seconds = Seconds(t0);
+
+    // 4. Completion of our targets, then "done".
+    if (options.validate_targets) RETURN_NOT_OK(options.validate_targets());
+    RETURN_NOT_OK(s.Put(s.Key("done"), "ok"));
+    if (options.on_stage) options.on_stage("done");
+
+    // 5. World barrier; keep progressing (peers may still fetch from us)
+    //    and watch our peers' health.
+    const auto t1 = Clock::now();
+    RETURN_NOT_OK(s.WaitForAll("done", deadline(), [&]() -> Status {
+      for (const auto& [r, ep] : peers) {
+        if (!ep->failure().ok()) return ep->failure();
+      }
+      worker.ProgressOrWait(std::chrono::milliseconds(5));
+      return Status::OK();
+    }));
+    report.barrier_seconds = Seconds(t1);
+
+    // 6. Activation-ready.
+    if (!bindings.targets.empty()) {
+      RETURN_NOT_OK(s.Put(s.Key("ready"), "ok"));
+      report.ready = true;
+    }
+    return Status::OK();
+  };
+  Status st = run();
+  if (!st.ok()) {
+    return s.Abort(st.WithContext("live session " + options.session +
+                                  ", rank " + std::to_string(options.rank)));
+  }
+  return report;
+}
+
+}  // namespace reshard
