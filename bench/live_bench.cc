@@ -53,11 +53,10 @@ std::string Capture(const std::string& cmd) {
 // or 0 when it did not run.
 double PerftestGbps(const std::string& perftest, const std::string& env,
                     uint64_t size, uint64_t iterations, int port) {
-  const std::string args = " -p " + std::to_string(port) +
-                           " -t tag_bw -s " + std::to_string(size) + " -n " +
+  const std::string args = " -p " + std::to_string(port) + " -t tag_bw -s " +
+                           std::to_string(size) + " -n " +
                            std::to_string(iterations) + " -w 2";
-  const std::string server =
-      env + " " + perftest + args + " >/dev/null 2>&1 &";
+  const std::string server = env + " " + perftest + args + " >/dev/null 2>&1 &";
   if (std::system(server.c_str()) != 0) return 0;
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const std::string out =
@@ -125,9 +124,9 @@ int main(int argc, char** argv) {
       for (int rep = 0; rep < 3; ++rep) {
         auto r = RunSelfTest(src, dst, o);
         if (!r.ok() || !r->verified) {
-          std::fprintf(stderr, "%s\n",
-                       r.ok() ? r->mismatch.c_str()
-                              : r.status().ToString().c_str());
+          std::fprintf(
+              stderr, "%s\n",
+              r.ok() ? r->mismatch.c_str() : r.status().ToString().c_str());
           return 1;
         }
         best = std::max(best, r->bytes / r->seconds / 1e9);

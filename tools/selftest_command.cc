@@ -49,8 +49,7 @@ void AddSelftestCommand(CLI::App& app) {
   cmd->add_option("--rank", a->rank,
                   "ucx: run only this rank here (needs --rendezvous and "
                   "--session; the others run elsewhere)");
-  cmd->add_option("--timeout", a->timeout,
-                  "ucx: seconds to wait for any peer")
+  cmd->add_option("--timeout", a->timeout, "ucx: seconds to wait for any peer")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ucx-tls", a->ucx_tls,
                   "ucx: transports (UCX_TLS), e.g. cma,tcp or tcp");
@@ -75,8 +74,8 @@ void AddSelftestCommand(CLI::App& app) {
       options.rendezvous = a->rendezvous;
       options.session = a->session;
       options.rank = a->rank;
-      options.timeout = std::chrono::milliseconds(
-          static_cast<int64_t>(a->timeout * 1000));
+      options.timeout =
+          std::chrono::milliseconds(static_cast<int64_t>(a->timeout * 1000));
       options.ucx.tls = a->ucx_tls;
       options.ucx.net_devices = a->ucx_net_devices;
       if (a->fault == "kill-source") options.fault = SelfTestFault::kKillSource;
@@ -137,10 +136,10 @@ void AddSelftestCommand(CLI::App& app) {
         w.KeyUInt("procs", a->procs);
         w.KeyUInt("ranks_ready", r.ranks_ready);
       }
-            std::snprintf(buf, sizeof(buf), "%.6f", r.seconds);
+      std::snprintf(buf, sizeof(buf), "%.6f", r.seconds);
       w.Key("seconds");
       w.Raw(buf);
-w.KeyUInt("segments", r.segments);
+      w.KeyUInt("segments", r.segments);
       w.KeyString("transport", a->transport);
       w.Key("verified");
       w.Bool(r.verified);
@@ -157,8 +156,7 @@ w.KeyUInt("segments", r.segments);
         std::printf("  %-26s %14u\n", "processes", a->procs);
         std::printf("  %-26s %14llu\n", "UCX messages",
                     static_cast<unsigned long long>(r.messages));
-        std::printf("  %-26s %14u\n", "ranks activation-ready",
-                    r.ranks_ready);
+        std::printf("  %-26s %14u\n", "ranks activation-ready", r.ranks_ready);
       }
       std::printf("  %-26s %14.4f s\n", "plan + bind", r.plan_seconds);
       std::printf("  %-26s %14.4f s\n", "transfer", r.seconds);

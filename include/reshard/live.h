@@ -81,17 +81,17 @@ struct LiveSessionOptions {
 };
 
 struct LiveReport {
-  uint64_t regions = 0;            // regions of the whole plan
-  uint64_t operations = 0;         // regions this rank executed as target
-  uint64_t local_operations = 0;   // of those, copied within this rank
+  uint64_t regions = 0;           // regions of the whole plan
+  uint64_t operations = 0;        // regions this rank executed as target
+  uint64_t local_operations = 0;  // of those, copied within this rank
   uint64_t messages_sent = 0;
-  uint64_t packed_messages = 0;    // sides packed/unpacked (strided)
+  uint64_t packed_messages = 0;  // sides packed/unpacked (strided)
   uint64_t bytes_sent = 0;
-  uint64_t bytes_received = 0;     // incl. local copies into targets
-  double plan_seconds = 0;         // plan + bind + fence
-  double transfer_seconds = 0;     // this rank's exchange and copies
-  double barrier_seconds = 0;      // waiting for the world
-  bool ready = false;              // this rank's targets are activation-ready
+  uint64_t bytes_received = 0;  // incl. local copies into targets
+  double plan_seconds = 0;      // plan + bind + fence + connect
+  double transfer_seconds = 0;  // this rank's exchange and copies
+  double barrier_seconds = 0;   // waiting for the world
+  bool ready = false;           // this rank's targets are activation-ready
 };
 
 // Runs this rank's part of a live reshard session; see the file comment.

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
 
 #include "reshard/record_store.h"
@@ -45,6 +47,24 @@ Status SyncDirectory(const std::string& dir) {
   return Status::OK();
 }
 
+// pid, host and random bits: temporary names never collide, also between
+// hosts or containers that share the filesystem.
+std::string UniqueSuffix() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t random = [] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) ^ rd();
+  }();
+  char host[64] = "host";
+  ::gethostname(host, sizeof host - 1);
+  host[sizeof host - 1] = '\0';
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s.%d.%016llx.%llu", host, ::getpid(),
+                static_cast<unsigned long long>(random),
+                static_cast<unsigned long long>(counter.fetch_add(1)));
+  return buf;
+}
+
 class DirectoryRecordStore : public RecordStore {
  public:
   explicit DirectoryRecordStore(std::string root) : root_(std::move(root)) {}
@@ -54,15 +74,26 @@ class DirectoryRecordStore : public RecordStore {
     const std::string path = PathOf(key);
     const std::string dir = fs::path(path).parent_path().string();
     std::error_code ec;
-    fs::create_directories(dir, ec);
+    const bool created = fs::create_directories(dir, ec);
     if (ec) {
       return Status::IOError("cannot create directory " + dir + ": " +
                              ec.message());
     }
-    // A unique temporary name beside the target (same filesystem).
-    static std::atomic<uint64_t> counter{0};
-    const std::string tmp = dir + "/.tmp." + std::to_string(::getpid()) + "." +
-                            std::to_string(counter.fetch_add(1));
+    if (created) {
+      // Make the new directories themselves durable.
+      for (fs::path d = fs::path(dir).parent_path();
+           d.string().size() >= root_.size(); d = d.parent_path()) {
+        RETURN_NOT_OK(SyncDirectory(d.string()));
+        if (d.string().size() == root_.size()) break;
+      }
+    }
+    if (fs::is_directory(path, ec)) {
+      return Status::InvalidArgument("record key " + std::string(key) +
+                                     " names a directory of records");
+    }
+    // A unique temporary name beside the target (same filesystem), unique
+    // also across hosts and containers sharing the filesystem.
+    const std::string tmp = dir + "/.tmp." + UniqueSuffix();
     const int fd =
         ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return Errno("cannot create", tmp);
@@ -84,7 +115,7 @@ class DirectoryRecordStore : public RecordStore {
     const std::string path = PathOf(key);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      if (errno == ENOENT) {
+      if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR) {
         return Status::NotFound("no record " + std::string(key));
       }
       return Errno("cannot open", path);
@@ -107,6 +138,9 @@ class DirectoryRecordStore : public RecordStore {
   }
 
   Result<std::vector<std::string>> List(std::string_view prefix) override {
+    std::string_view whole = prefix;
+    if (whole.ends_with('/')) whole.remove_suffix(1);
+    if (!whole.empty()) RETURN_NOT_OK(ValidateRecordKey(whole));
     // Walk the deepest directory the prefix names completely.
     const size_t slash = prefix.rfind('/');
     const std::string base(
@@ -118,12 +152,13 @@ class DirectoryRecordStore : public RecordStore {
     for (auto it = fs::recursive_directory_iterator(dir, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
       const std::string name = it->path().filename().string();
+      std::error_code type_ec;  // entries may vanish while we list
       if (name.starts_with(".")) {
-        if (it->is_directory()) it.disable_recursion_pending();
+        if (it->is_directory(type_ec)) it.disable_recursion_pending();
         continue;
       }
-      if (!it->is_regular_file()) continue;
-      std::string key = fs::relative(it->path(), root_).string();
+      if (!it->is_regular_file(type_ec)) continue;
+      std::string key = it->path().string().substr(root_.size() + 1);
       if (key.starts_with(prefix)) keys.push_back(std::move(key));
     }
     if (ec) {
@@ -136,7 +171,7 @@ class DirectoryRecordStore : public RecordStore {
   Status Delete(std::string_view key) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
     const std::string path = PathOf(key);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
       return Errno("cannot delete", path);
     }
     return Status::OK();
@@ -187,8 +222,9 @@ Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
     return Status::IOError("cannot create record store directory " + root +
                            (ec ? ": " + ec.message() : ""));
   }
-  return std::unique_ptr<RecordStore>(
-      new DirectoryRecordStore(fs::absolute(root).lexically_normal().string()));
+  std::string normal = fs::absolute(root).lexically_normal().string();
+  while (normal.size() > 1 && normal.ends_with('/')) normal.pop_back();
+  return std::unique_ptr<RecordStore>(new DirectoryRecordStore(normal));
 }
 
 }  // namespace reshard

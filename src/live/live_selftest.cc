@@ -61,11 +61,10 @@ RankShare ShareOf(const WeightPlacementManifest& source,
 
 Result<WeightRuntimeBindingManifest> WithGeneration(
     const WeightRuntimeBindingManifest& b, uint64_t generation) {
-  WeightRuntimeBindingManifestSpec spec{b.resource_id(),   b.placement_id(),
-                                        b.placement_digest(), b.instance_id(),
-                                        generation,        b.lease_id(),
-                                        b.revision(),      b.participant_id(),
-                                        b.fragments()};
+  WeightRuntimeBindingManifestSpec spec{
+      b.resource_id(), b.placement_id(),   b.placement_digest(),
+      b.instance_id(), generation,         b.lease_id(),
+      b.revision(),    b.participant_id(), b.fragments()};
   return WeightRuntimeBindingManifest::Make(std::move(spec));
 }
 
@@ -83,8 +82,7 @@ std::string EncodeReport(const SelfTestReport& r, const std::string& error) {
       << "\noperations=" << r.operations << "\nmessages=" << r.messages
       << "\npacked=" << r.packed_messages << "\nready=" << r.ranks_ready
       << "\nseconds=" << r.seconds << "\nplan_seconds=" << r.plan_seconds
-      << "\nmismatch=" << line(r.mismatch) << "\nerror=" << line(error)
-      << "\n";
+      << "\nmismatch=" << line(r.mismatch) << "\nerror=" << line(error) << "\n";
   return out.str();
 }
 
@@ -226,13 +224,12 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
   std::string session = options.session;
   if (session.empty()) {
     session = "selftest-" + std::to_string(::getpid()) + "-" +
-              std::to_string(std::chrono::steady_clock::now()
-                                 .time_since_epoch()
-                                 .count());
+              std::to_string(
+                  std::chrono::steady_clock::now().time_since_epoch().count());
   }
   if (options.rank) {
-    auto report = RunRank(source, target, options, *store, session, procs,
-                          *options.rank);
+    auto report =
+        RunRank(source, target, options, *store, session, procs, *options.rank);
     if (report.ok()) report->segments = plan.summary().segments;
     return report;
   }
@@ -325,9 +322,10 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
   // A rank whose targets differ aborts the others: report the mismatch.
   if (!died.empty() || !root_cause.empty() ||
       (!other.empty() && total.mismatch.empty())) {
-    return Status::Aborted(
-        "live self-test failed: " +
-        (!died.empty() ? died : !root_cause.empty() ? root_cause : other));
+    return Status::Aborted("live self-test failed: " + (!died.empty() ? died
+                                                        : !root_cause.empty()
+                                                            ? root_cause
+                                                            : other));
   }
   if (!total.mismatch.empty()) total.verified = false;
   if (total.verified && total.bytes != plan.summary().bytes) {

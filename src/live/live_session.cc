@@ -147,9 +147,8 @@ Result<World> ReadWorld(Session& s, RecordStore& store,
   w.addresses.resize(o.ranks);
   for (uint32_t r = 0; r < o.ranks; ++r) {
     ASSIGN_OR_RETURN(w.addresses[r], s.Get(s.Key("address", r)));
-    ASSIGN_OR_RETURN(auto keys,
-                     store.List(o.session + "/bindings/" + std::to_string(r) +
-                                "/"));
+    ASSIGN_OR_RETURN(auto keys, store.List(o.session + "/bindings/" +
+                                           std::to_string(r) + "/"));
     for (const std::string& key : keys) {
       ASSIGN_OR_RETURN(std::string json, store.Get(key));
       auto b = WeightRuntimeBindingFromJson(json);
@@ -211,6 +210,23 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     ASSIGN_OR_RETURN(auto context, internal::UcxContext::Make(options.ucx));
     ASSIGN_OR_RETURN(auto worker, internal::UcxWorker::Make(context));
     ASSIGN_OR_RETURN(std::string address, worker.Address());
+    std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers;
+    // A failed session abandons its UCX resources rather than progressing
+    // or tearing them down (see UcxWorker::Abandon); declared after them,
+    // so it runs first.
+    bool succeeded = false;
+    struct AbandonOnFailure {
+      bool& succeeded;
+      internal::UcxContext& context;
+      internal::UcxWorker& worker;
+      std::map<uint32_t, std::unique_ptr<UcxEndpoint>>& peers;
+      ~AbandonOnFailure() {
+        if (succeeded) return;
+        for (auto& [r, ep] : peers) ep->Abandon();
+        worker.Abandon();
+        context.Abandon();
+      }
+    } abandon{succeeded, context, worker, peers};
 
     // 1. Publish: bindings, address, then the rank record (the marker).
     for (size_t i = 0; i < bindings.sources.size(); ++i) {
@@ -240,11 +256,8 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     RETURN_NOT_OK(bound.CheckCurrentFor(
         ParticipantsOf(bindings.sources), current.sources,
         ParticipantsOf(bindings.targets), current.targets));
-    report.plan_seconds = Seconds(start);
 
     // 3. Our share: sends, receives, local copies.
-    const auto t0 = Clock::now();
-    std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers;
     auto peer = [&](uint32_t r) -> Result<UcxEndpoint*> {
       auto it = peers.find(r);
       if (it != peers.end()) return it->second.get();
@@ -270,6 +283,12 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
         ops.push_back({&br, ep, false});
       }
     }
+    std::vector<UcxEndpoint*> endpoints;
+    for (auto& [r, ep] : peers) endpoints.push_back(ep.get());
+    RETURN_NOT_OK(internal::WireUp(worker, endpoints, deadline(),
+                                   [&] { return s.CheckAborts(); }));
+    report.plan_seconds = Seconds(start);
+    const auto t0 = Clock::now();
     internal::ExchangeOptions xo;
     xo.session_tag = SessionTag(options.session);
     xo.max_in_flight = options.max_in_flight;
@@ -318,9 +337,16 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
       RETURN_NOT_OK(s.Put(s.Key("ready"), "ok"));
       report.ready = true;
     }
+    succeeded = true;
     return Status::OK();
   };
   Status st = run();
+  if (!st.ok() && st.code() != StatusCode::kAborted) {
+    // When another rank failed first (its death or abort explains ours,
+    // e.g. an endpoint that cannot connect to it), report that cause.
+    Status first = s.CheckAborts();
+    if (!first.ok()) st = first.WithContext(st.message());
+  }
   if (!st.ok()) {
     return s.Abort(st.WithContext("live session " + options.session +
                                   ", rank " + std::to_string(options.rank)));

@@ -1,5 +1,6 @@
 #include "exec/ucx/strided_stream.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace reshard::internal {

@@ -96,7 +96,71 @@ std::string Describe(const ExchangeOp& op) {
          op.peer->peer_name();
 }
 
+void OnFlush(void*, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<OpState*>(user_data);
+  op->status = status;
+  op->done = true;
+}
+
 }  // namespace
+
+Status WireUp(UcxWorker& worker, const std::vector<UcxEndpoint*>& peers,
+              std::chrono::steady_clock::time_point deadline,
+              const std::function<Status()>& poll_abort) {
+  std::vector<std::unique_ptr<OpState>> state;
+  for (UcxEndpoint* p : peers) {
+    state.push_back(std::make_unique<OpState>());
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &OnFlush;
+    param.user_data = state.back().get();
+    void* req = ucp_ep_flush_nbx(p->get(), &param);
+    if (UCS_PTR_IS_ERR(req)) {
+      return FromUcs(UCS_PTR_STATUS(req),
+                     "cannot connect to " + p->peer_name());
+    }
+    state.back()->request = req;
+    if (req == nullptr) state.back()->done = true;
+  }
+  auto last_poll = Clock::now();
+  Status failure;
+  while (failure.ok()) {
+    bool pending = false;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      OpState& s = *state[i];
+      if (!peers[i]->failure().ok()) {
+        failure = peers[i]->failure();
+        break;
+      }
+      if (!s.done) {
+        pending = true;
+      } else if (s.status != UCS_OK) {
+        failure =
+            FromUcs(s.status, "cannot connect to " + peers[i]->peer_name());
+        break;
+      }
+    }
+    if (!failure.ok() || !pending) break;
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      failure = Status::Unavailable("timed out connecting to peers");
+    } else if (poll_abort && now - last_poll >= std::chrono::milliseconds(20)) {
+      last_poll = now;
+      failure = poll_abort();
+    }
+    if (failure.ok()) worker.ProgressOrWait(std::chrono::milliseconds(2));
+  }
+  for (auto& s : state) {
+    if (s->request == nullptr) continue;
+    if (s->done) {
+      ucp_request_free(s->request);
+    } else {
+      s.release();  // still owned by UCX (the session is abandoned)
+    }
+  }
+  return failure;
+}
 
 Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
                       const ExchangeOptions& options, ExchangeStats* stats) {
@@ -174,6 +238,12 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
       RETURN_NOT_OK(post(i));
     }
   }
+  std::vector<UcxEndpoint*> peers;
+  for (const ExchangeOp& op : ops) {
+    if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) {
+      peers.push_back(op.peer);
+    }
+  }
   std::vector<bool> settled(ops.size(), false);
   bool first_done = false;
   auto settle = [&](size_t i) {
@@ -205,10 +275,9 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
       }
     } else {
       if (s.received != op.region->bytes && failure.ok()) {
-        failure = Status::DataLoss(Describe(op) + ": received " +
-                                   std::to_string(s.received) +
-                                   " bytes, expected " +
-                                   std::to_string(op.region->bytes));
+        failure = Status::DataLoss(
+            Describe(op) + ": received " + std::to_string(s.received) +
+            " bytes, expected " + std::to_string(op.region->bytes));
       }
       if (stats) {
         ++stats->messages_received;
@@ -231,21 +300,19 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
       if (!settled[i]) settle(i);
     }
     if (remaining == 0) break;
+    // A peer failure stops the exchange before any further progress.
+    for (UcxEndpoint* p : peers) {
+      if (failure.ok() && !p->failure().ok()) failure = p->failure();
+    }
     if (failure.ok()) {
       const auto now = Clock::now();
       if (now >= options.deadline) {
-        failure = Status::Unavailable(
-            "timed out with " + std::to_string(remaining) +
-            " transfers outstanding");
+        failure =
+            Status::Unavailable("timed out with " + std::to_string(remaining) +
+                                " transfers outstanding");
       } else if (now - last_abort_poll >= options.abort_poll_interval) {
         last_abort_poll = now;
-        for (const ExchangeOp& op : ops) {
-          if (!op.peer->failure().ok()) {
-            failure = op.peer->failure();
-            break;
-          }
-        }
-        if (failure.ok() && options.poll_abort) failure = options.poll_abort();
+        if (options.poll_abort) failure = options.poll_abort();
       }
     }
     if (!failure.ok()) break;
@@ -253,24 +320,10 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
   }
   if (failure.ok()) return Status::OK();
 
-  // Stop: cancel what is posted, settle what completes within a second;
-  // the rest stays with UCX (its buffers must stay allocated, the caller
-  // treats the transfer as uncertain and does not mark targets ready).
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (!settled[i] && state[i]->request != nullptr && !state[i]->done) {
-      ucp_request_cancel(worker.get(), state[i]->request);
-    }
-  }
-  const auto drain_deadline = Clock::now() + std::chrono::seconds(1);
-  auto pending = [&] {
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (!settled[i] && state[i]->posted && !state[i]->done) return true;
-    }
-    return false;
-  };
-  while (pending() && Clock::now() < drain_deadline) {
-    ucp_worker_progress(worker.get());
-  }
+  // Stop without progressing the worker again (see UcxWorker::Abandon):
+  // what is still posted stays with UCX, so its state, the completion
+  // queue and the datatype live until process exit, and the caller treats
+  // the buffers as uncertain (never marked ready).
   for (size_t i = 0; i < ops.size(); ++i) {
     if (!settled[i] && state[i]->posted && state[i]->done) {
       Status keep = failure;
@@ -278,14 +331,10 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
       failure = keep;
     }
   }
-  // Requests still pending keep their state (and the completion queue)
-  // alive until process exit: UCX may still call back into them.
-  if (pending()) {
-    completed_owner.release();
-    generic_owner.release();
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (!settled[i] && state[i]->posted) state[i].release();
-    }
+  completed_owner.release();
+  generic_owner.release();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!settled[i] && state[i]->posted) state[i].release();
   }
   return failure;
 }

@@ -49,6 +49,13 @@ struct ExchangeStats {
   uint64_t packed_messages = 0;  // sides that went through pack/unpack
 };
 
+// Completes connection establishment to every peer (a flush of each new
+// endpoint), so that transfers start on wired-up connections and a peer
+// that dies later is seen as a lost connection, not a failed connect.
+Status WireUp(UcxWorker& worker, const std::vector<UcxEndpoint*>& peers,
+              std::chrono::steady_clock::time_point deadline,
+              const std::function<Status()>& poll_abort);
+
 // Runs `ops` to completion. On any failure (a peer lost, a wrong message
 // size, the deadline, an abort) the remaining operations are cancelled and
 // the first error is returned, naming the region and the peer.

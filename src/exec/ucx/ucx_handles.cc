@@ -92,8 +92,8 @@ void UcxWorker::ProgressOrWait(std::chrono::microseconds idle_wait) {
   if (efd_ < 0) return;
   if (ucp_worker_arm(handle_) != UCS_OK) return;  // busy: progress again
   pollfd p{efd_, POLLIN, 0};
-  const int ms = static_cast<int>(
-      std::max<int64_t>(1, idle_wait.count() / 1000));
+  const int ms =
+      static_cast<int>(std::max<int64_t>(1, idle_wait.count() / 1000));
   ::poll(&p, 1, ms);
 }
 
@@ -133,7 +133,7 @@ UcxEndpoint::~UcxEndpoint() {
   if (handle_ == nullptr) return;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = failure_.ok() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
   void* req = ucp_ep_close_nbx(handle_, &param);
   if (UCS_PTR_IS_PTR(req)) {
     const auto deadline =

@@ -33,6 +33,8 @@ class UcxContext {
   ~UcxContext();
 
   ucp_context_h get() const { return handle_; }
+  // Gives the handle up without cleanup (see UcxWorker::Abandon).
+  void Abandon() { handle_ = nullptr; }
 
  private:
   explicit UcxContext(ucp_context_h h) : handle_(h) {}
@@ -44,8 +46,7 @@ class UcxWorker {
   // A single-threaded worker with a wake-up file descriptor.
   static Result<UcxWorker> Make(const UcxContext& context);
   UcxWorker(UcxWorker&& other) noexcept
-      : handle_(std::exchange(other.handle_, nullptr)),
-        efd_(other.efd_) {}
+      : handle_(std::exchange(other.handle_, nullptr)), efd_(other.efd_) {}
   UcxWorker& operator=(UcxWorker&&) = delete;
   UcxWorker(const UcxWorker&) = delete;
   ~UcxWorker();
@@ -56,6 +57,11 @@ class UcxWorker {
   // Progresses; when nothing moved, sleeps on the wake-up descriptor for at
   // most `idle_wait` (so idle processes leave the CPU to busy ones).
   void ProgressOrWait(std::chrono::microseconds idle_wait);
+  // Gives the worker up without destroying it. After a peer failure,
+  // UCX 1.13's TCP transport can fail an internal assertion when the
+  // worker is progressed or torn down again, so a failed session abandons
+  // its UCX resources instead of progressing them.
+  void Abandon() { handle_ = nullptr; }
 
  private:
   UcxWorker(ucp_worker_h h, int efd) : handle_(h), efd_(efd) {}
@@ -72,14 +78,17 @@ class UcxEndpoint {
       std::string peer_name);
   UcxEndpoint(const UcxEndpoint&) = delete;
   UcxEndpoint& operator=(const UcxEndpoint&) = delete;
-  // Closes the endpoint (forcefully if the peer failed), progressing the
-  // worker for at most a second.
+  // Closes the endpoint forcefully (a session only closes endpoints after
+  // its completion barrier, when nothing is left to flush), progressing
+  // the worker for at most a second.
   ~UcxEndpoint();
 
   ucp_ep_h get() const { return handle_; }
   const std::string& peer_name() const { return peer_name_; }
   // OK while the peer is healthy; else the failure UCX reported.
   const Status& failure() const { return failure_; }
+  // Gives the endpoint up without closing it (see UcxWorker::Abandon).
+  void Abandon() { handle_ = nullptr; }
 
  private:
   UcxEndpoint(ucp_worker_h worker, std::string peer_name)

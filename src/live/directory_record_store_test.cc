@@ -1,0 +1,359 @@
+// The directory RecordStore: byte-exact Put/Get, create-only publication
+// (also across racing processes), List/Delete semantics and key validation.
+
+#include <gtest/gtest.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/record_store.h"
+#include "reshard/status.h"
+
+namespace reshard::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Keys = std::vector<std::string>;
+
+class DirectoryRecordStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/reshard_record_store_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto store = OpenDirectoryRecordStore(dir_);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).ValueOrDie();
+  }
+
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // Every path under the store directory, relative to it, sorted.
+  std::set<std::string> AllPaths() const {
+    std::set<std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+      out.insert(fs::relative(e.path(), dir_).string());
+    }
+    return out;
+  }
+
+  Keys ListOrDie(std::string_view prefix) {
+    auto keys = store_->List(prefix);
+    EXPECT_TRUE(keys.ok()) << keys.status().ToString();
+    return keys.ok() ? *keys : Keys{};
+  }
+
+  std::string dir_;
+  std::unique_ptr<RecordStore> store_;
+};
+
+TEST_F(DirectoryRecordStoreTest, PutThenGetReturnsExactBytes) {
+  ASSERT_TRUE(store_->Put("a", "hello").ok());
+  auto got = store_->Get("a");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "hello");
+
+  // Nested key: parent directories are created.
+  ASSERT_TRUE(store_->Put("s/x/y", "nested").ok());
+  got = store_->Get("s/x/y");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "nested");
+
+  // Empty value.
+  ASSERT_TRUE(store_->Put("empty", "").ok());
+  got = store_->Get("empty");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "");
+}
+
+TEST_F(DirectoryRecordStoreTest, BinaryValuesWithNulRoundTrip) {
+  std::string binary;
+  for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
+  binary += std::string("\0\0\xff\0", 4);
+  ASSERT_EQ(binary.size(), 260u);
+  ASSERT_TRUE(store_->Put("bin", binary).ok());
+  auto got = store_->Get("bin");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->size(), binary.size());
+  EXPECT_EQ(*got, binary);
+}
+
+TEST_F(DirectoryRecordStoreTest, OneMebibyteValueRoundTrips) {
+  std::mt19937_64 rng(42);
+  std::string big(1 << 20, '\0');
+  for (char& c : big) c = static_cast<char>(rng());
+  ASSERT_TRUE(store_->Put("big/value", big).ok());
+  auto got = store_->Get("big/value");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), big.size());
+  EXPECT_TRUE(*got == big);
+  // Also bigger than one read buffer and not a multiple of it.
+  std::string odd = big.substr(0, (1 << 20) - 7) + std::string(3, '\0');
+  ASSERT_TRUE(store_->Put("big/odd", odd).ok());
+  got = store_->Get("big/odd");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(*got == odd);
+}
+
+TEST_F(DirectoryRecordStoreTest, PutExistingKeyIsAlreadyExistsAndKeepsFirst) {
+  ASSERT_TRUE(store_->Put("s/k", "first").ok());
+  const Status st = store_->Put("s/k", "second value");
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(st.message(), "record exists: s/k");
+  auto got = store_->Get("s/k");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "first");
+  // The losing writer's temporary is gone.
+  EXPECT_EQ(AllPaths(), (std::set<std::string>{"s", "s/k"}));
+}
+
+TEST_F(DirectoryRecordStoreTest, GetMissingKeyIsNotFound) {
+  auto got = store_->Get("no/such");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(got.status().message(), "no record no/such");
+
+  got = store_->Get("missing");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(got.status().message(), "no record missing");
+}
+
+TEST_F(DirectoryRecordStoreTest, GetAndPutValidateTheKey) {
+  auto got = store_->Get("a//b");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+  const Status st = store_->Put(".x", "v");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "invalid record key \".x\": component starts with '.'");
+  EXPECT_EQ(store_->Delete("a b").code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(AllPaths().empty());
+}
+
+TEST_F(DirectoryRecordStoreTest, ListReturnsSortedMatchingKeys) {
+  for (const char* key :
+       {"s/done/2", "s/done/1", "s/doing", "s/a", "t/x", "s2/y", "top"}) {
+    ASSERT_TRUE(store_->Put(key, key).ok()) << key;
+  }
+  EXPECT_EQ(ListOrDie(""), (Keys{"s/a", "s/doing", "s/done/1", "s/done/2",
+                                 "s2/y", "t/x", "top"}));
+  EXPECT_EQ(ListOrDie("s/"), (Keys{"s/a", "s/doing", "s/done/1", "s/done/2"}));
+  EXPECT_EQ(ListOrDie("s"),
+            (Keys{"s/a", "s/doing", "s/done/1", "s/done/2", "s2/y"}));
+  EXPECT_EQ(ListOrDie("s/do"), (Keys{"s/doing", "s/done/1", "s/done/2"}));
+  EXPECT_EQ(ListOrDie("s/done"), (Keys{"s/done/1", "s/done/2"}));
+  EXPECT_EQ(ListOrDie("s/done/"), (Keys{"s/done/1", "s/done/2"}));
+  EXPECT_EQ(ListOrDie("s/done/1"), (Keys{"s/done/1"}));
+  EXPECT_EQ(ListOrDie("t"), (Keys{"t/x", "top"}));
+  EXPECT_EQ(ListOrDie("to"), (Keys{"top"}));
+  EXPECT_EQ(ListOrDie("s/z"), Keys{});
+  EXPECT_EQ(ListOrDie("u"), Keys{});
+}
+
+TEST_F(DirectoryRecordStoreTest, ListOfMissingDirectoryIsEmpty) {
+  ASSERT_TRUE(store_->Put("a/b", "v").ok());
+  EXPECT_EQ(ListOrDie("missing/"), Keys{});
+  EXPECT_EQ(ListOrDie("missing/deeper/x"), Keys{});
+  EXPECT_EQ(ListOrDie("a/b/c/"), Keys{});  // a/b is a record, not a dir
+  // An empty store lists nothing at all.
+  ASSERT_TRUE(store_->Delete("a/b").ok());
+  EXPECT_EQ(ListOrDie(""), Keys{});
+}
+
+TEST_F(DirectoryRecordStoreTest, ListNeverShowsTemporariesOrHiddenFiles) {
+  ASSERT_TRUE(store_->Put("s/k", "v").ok());
+  // Simulate a writer caught mid-publication and other dot entries.
+  std::ofstream(dir_ + "/s/.tmp.12345.0") << "partial";
+  std::ofstream(dir_ + "/.tmp.999.3") << "partial";
+  fs::create_directories(dir_ + "/.hidden/sub");
+  std::ofstream(dir_ + "/.hidden/sub/file") << "x";
+  std::ofstream(dir_ + "/s/.other") << "x";
+  EXPECT_EQ(ListOrDie(""), (Keys{"s/k"}));
+  EXPECT_EQ(ListOrDie("s/"), (Keys{"s/k"}));
+  // Prefixes are checked like keys: hidden names and ".." never list.
+  for (std::string_view bad : {"s/.", ".", "../", "s/../x"}) {
+    auto keys = store_->List(bad);
+    EXPECT_EQ(keys.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST_F(DirectoryRecordStoreTest, PutsLeaveNoTemporaries) {
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(store_->Put("k/" + std::to_string(i), "v").ok());
+    EXPECT_EQ(store_->Put("k/" + std::to_string(i), "w").code(),
+              StatusCode::kAlreadyExists);
+  }
+  const std::set<std::string> paths = AllPaths();
+  EXPECT_EQ(paths.size(), 21u);  // "k" and its 20 records
+  for (const std::string& p : paths) {
+    EXPECT_EQ(p.find(".tmp."), std::string::npos) << p;
+  }
+}
+
+TEST_F(DirectoryRecordStoreTest, DeleteRemovesAndMissingIsOk) {
+  ASSERT_TRUE(store_->Put("d/one", "1").ok());
+  ASSERT_TRUE(store_->Put("d/two", "2").ok());
+  ASSERT_TRUE(store_->Delete("d/one").ok());
+  auto got = store_->Get("d/one");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ListOrDie("d/"), (Keys{"d/two"}));
+  got = store_->Get("d/two");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "2");
+
+  // Deleting again, or a key that never existed, is OK.
+  EXPECT_TRUE(store_->Delete("d/one").ok());
+  EXPECT_TRUE(store_->Delete("never/was").ok());
+
+  // A deleted key can be published again.
+  ASSERT_TRUE(store_->Put("d/one", "again").ok());
+  got = store_->Get("d/one");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "again");
+}
+
+TEST(DirectoryRecordStoreKeyTest, ValidateRecordKeyAcceptsGoodKeys) {
+  for (const char* key : {"a", "a/b", "A-Z_0.9/x.y/z-", "s/done/1", "a./b."}) {
+    const Status st = ValidateRecordKey(key);
+    EXPECT_TRUE(st.ok()) << key << ": " << st.ToString();
+  }
+}
+
+TEST(DirectoryRecordStoreKeyTest, ValidateRecordKeyRejectsWithExactMessage) {
+  struct Case {
+    std::string key;
+    std::string reason;
+  };
+  const std::string chars = "characters other than [A-Za-z0-9._-]";
+  const std::vector<Case> cases = {
+      {"", "empty"},
+      {"a//b", "empty component"},
+      {"/a", "empty component"},
+      {"a/", "empty component"},
+      {"/", "empty component"},
+      {".hidden", "component starts with '.'"},
+      {"a/.b", "component starts with '.'"},
+      {"a/..", "component starts with '.'"},
+      {"a b", chars},
+      {"a\n", chars},
+      {"a/b\\c", chars},
+      {std::string("a\0b", 3), chars},
+  };
+  for (const Case& c : cases) {
+    const Status st = ValidateRecordKey(c.key);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.key;
+    EXPECT_EQ(st.message(),
+              "invalid record key \"" + c.key + "\": " + c.reason);
+  }
+}
+
+TEST(DirectoryRecordStoreOpenTest, EmptyRootIsInvalidArgument) {
+  auto store = OpenDirectoryRecordStore("");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DirectoryRecordStoreOpenTest, CreatesMissingRootAndRejectsAFile) {
+  char tmpl[] = "/tmp/reshard_record_store_open_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    auto store = OpenDirectoryRecordStore(dir + "/x/y");
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_TRUE(fs::is_directory(dir + "/x/y"));
+    ASSERT_TRUE((*store)->Put("k", "v").ok());
+    EXPECT_TRUE(fs::is_regular_file(dir + "/x/y/k"));
+    // A second store over the same root sees the record.
+    auto again = OpenDirectoryRecordStore(dir + "/x/y/");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    auto got = (*again)->Get("k");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, "v");
+    EXPECT_EQ((*again)->Put("k", "w").code(), StatusCode::kAlreadyExists);
+  }
+  std::ofstream(dir + "/file") << "x";
+  auto bad = OpenDirectoryRecordStore(dir + "/file");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kIOError);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+TEST_F(DirectoryRecordStoreTest, RacingProcessesPublishExactlyOnce) {
+  constexpr int kChildren = 8;
+  auto value_of = [](int i) {
+    // Distinct, self-identifying and large enough to widen the race window.
+    return "child " + std::to_string(i) + ":" +
+           std::string(256 * 1024, static_cast<char>('a' + i));
+  };
+  int start[2];
+  ASSERT_EQ(::pipe(start), 0);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kChildren; ++i) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(start[1]);  // release the children already started
+      FAIL() << "fork failed";
+    }
+    if (pid == 0) {
+      ::close(start[1]);
+      char c;
+      // Blocks until the parent closes the write end (EOF for everyone).
+      while (::read(start[0], &c, 1) > 0) {
+      }
+      const Status st = store_->Put("race", value_of(i));
+      ::_exit(st.ok() ? 0 : st.code() == StatusCode::kAlreadyExists ? 1 : 2);
+    }
+    pids.push_back(pid);
+  }
+  ::close(start[0]);
+  ::close(start[1]);  // go
+
+  int winners = 0;
+  int losers = 0;
+  int winner = -1;
+  for (int i = 0; i < kChildren; ++i) {
+    int wstatus = 0;
+    ASSERT_EQ(::waitpid(pids[i], &wstatus, 0), pids[i]);
+    ASSERT_TRUE(WIFEXITED(wstatus)) << "child " << i;
+    const int code = WEXITSTATUS(wstatus);
+    if (code == 0) {
+      ++winners;
+      winner = i;
+    } else if (code == 1) {
+      ++losers;
+    } else {
+      ADD_FAILURE() << "child " << i << " exited " << code;
+    }
+  }
+  EXPECT_EQ(winners, 1);
+  EXPECT_EQ(losers, kChildren - 1);
+  ASSERT_GE(winner, 0);
+  auto got = store_->Get("race");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(*got == value_of(winner))
+      << "record starts with " << got->substr(0, 16);
+  EXPECT_EQ(AllPaths(), (std::set<std::string>{"race"}));
+  EXPECT_EQ(ListOrDie(""), (Keys{"race"}));
+}
+
+}  // namespace
+}  // namespace reshard::internal

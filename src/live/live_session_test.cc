@@ -1,0 +1,350 @@
+// Live reshard between real processes over UCX (shared memory and TCP on
+// loopback): every golden scenario that fits, generated four-axis layouts
+// and a dim0 -> dim2 case verify byte for byte with one message per region;
+// killed ranks, stale generations and missing peers end with clear errors
+// on every survivor, no target ready and no wait past the timeout.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <simdjson.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "reshard/gen.h"
+#include "reshard/live.h"
+#include "reshard/placement.h"
+#include "reshard/plan.h"
+#include "reshard/record_store.h"
+#include "reshard/selftest.h"
+#include "testing/placement_builders.h"
+
+namespace reshard {
+namespace {
+
+using ::reshard::testing::ReadTestData;
+using ::testing::HasSubstr;
+
+template <typename T>
+T Must(Result<T> r) {
+  if (!r.ok()) throw std::runtime_error(r.status().ToString());
+  return std::move(r).ValueOrDie();
+}
+
+struct NamedUcx {
+  std::string name;
+  UcxOptions ucx;
+};
+
+// Shared memory (UCX's default choice on one host: posix/sysv + cma) and
+// TCP pinned to loopback.
+std::vector<NamedUcx> Transports() {
+  return {{"shm", {}}, {"tcp", {.tls = "tcp", .net_devices = "lo"}}};
+}
+
+SelfTestOptions Ucx(const UcxOptions& ucx, uint32_t procs) {
+  SelfTestOptions o;
+  o.transport = "ucx";
+  o.procs = procs;
+  o.ucx = ucx;
+  o.timeout = std::chrono::seconds(30);
+  o.measure_memcpy = false;
+  return o;
+}
+
+// Target ranks that hold fragments when targets fill ranks [procs/2, procs).
+uint32_t TargetRanksWithFragments(const WeightPlacementManifest& target,
+                                  uint32_t procs) {
+  uint32_t parts = 0;
+  for (const auto& p : target.parts()) parts += !p.fragments().empty();
+  const uint32_t target_ranks = procs - procs / 2;
+  return std::min(parts, target_ranks);
+}
+
+void ExpectLiveVerified(const SelfTestReport& r,
+                        const WeightPlacementManifest& source,
+                        const WeightPlacementManifest& target, uint32_t procs) {
+  const auto plan = Must(LogicalTransferPlan::Make(source, target));
+  EXPECT_TRUE(r.verified) << r.mismatch;
+  EXPECT_EQ(r.mismatch, "");
+  EXPECT_EQ(r.bytes, plan.summary().bytes);
+  // Each region executed once, by its target's rank, as one message.
+  EXPECT_EQ(r.operations, plan.regions().size());
+  EXPECT_EQ(r.messages, plan.regions().size());
+  EXPECT_EQ(r.segments, plan.summary().segments);
+  EXPECT_EQ(r.ranks_ready, TargetRanksWithFragments(target, procs));
+}
+
+constexpr uint64_t kMaxScenarioBytes = uint64_t{16} << 20;
+
+TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
+  const std::string text = ReadTestData("scenarios/expected.json");
+  simdjson::dom::parser parser;
+  simdjson::dom::element root = parser.parse(text);
+  simdjson::dom::object plans = root["plans"];
+  size_t ran = 0;
+  for (auto [key, value] : plans) {
+    simdjson::dom::element error;
+    if (value["error"].get(error) == simdjson::SUCCESS) continue;
+    if (uint64_t(value["bytes"]) > kMaxScenarioBytes) continue;
+    const auto source = Must(WeightPlacementFromJson(ReadTestData(
+        "scenarios/" + std::string(std::string_view(value["source"])))));
+    const auto target = Must(WeightPlacementFromJson(ReadTestData(
+        "scenarios/" + std::string(std::string_view(value["target"])))));
+    for (const NamedUcx& t : Transports()) {
+      // Alternate 2, 3 and 4 processes over the scenarios.
+      const uint32_t procs = 2 + ran % 3;
+      SCOPED_TRACE(std::string(key) + " over " + t.name + ", " +
+                   std::to_string(procs) + " processes");
+      auto report = RunSelfTest(source, target, Ucx(t.ucx, procs));
+      ASSERT_TRUE(report.ok()) << report.status().ToString();
+      ExpectLiveVerified(*report, source, target, procs);
+      ++ran;
+    }
+  }
+  // Every scenario of digest 7.2 that fits (TP, EP, PP, DP, cross-dim,
+  // four-axis, aliases, fp8) ran on both transports.
+  EXPECT_GE(ran, 2u * 18);
+}
+
+TEST(LiveSessionTest, FourAxisGeneratedLayouts) {
+  const ModelSpec model = Must(
+      ModelSpecFromJson(ReadTestData("../../examples/models/tiny-moe.json")));
+  const auto source =
+      Must(GenerateLayout(model, {.tp = 4, .pp = 2, .ep = 8, .dp = 2}));
+  const auto target =
+      Must(GenerateLayout(model, {.tp = 8, .pp = 4, .ep = 2, .dp = 4}));
+  for (const NamedUcx& t : Transports()) {
+    SCOPED_TRACE(t.name);
+    auto report = RunSelfTest(source, target, Ucx(t.ucx, 4));
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ExpectLiveVerified(*report, source, target, 4);
+    EXPECT_GT(report->packed_messages, 0u);
+  }
+}
+
+WeightPlacementManifest Cube(int64_t tp, int64_t dim) {
+  auto draft = testing::GridDraft({1, 1, 1, tp});
+  testing::AddTensor(&draft, {.tensor_id = "w",
+                              .shape = {8, 64, 1024},
+                              .dtype = "uint8",
+                              .itemsize = 1,
+                              .tp_dim = dim});
+  return Must(draft.Build());
+}
+
+// The [128, 4096, 16384] dim0 -> dim2 shape, scaled down: every region is
+// one message although each has hundreds of 256-byte rows.
+TEST(LiveSessionTest, Dim0ToDim2IsOneMessagePerRegion) {
+  const auto source = Cube(4, 0);
+  const auto target = Cube(4, 2);
+  const auto plan = Must(LogicalTransferPlan::Make(source, target));
+  ASSERT_EQ(plan.regions().size(), 16u);
+  ASSERT_EQ(plan.summary().segments, 8u * 64 * 4);
+  for (const NamedUcx& t : Transports()) {
+    SCOPED_TRACE(t.name);
+    auto report = RunSelfTest(source, target, Ucx(t.ucx, 2));
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ExpectLiveVerified(*report, source, target, 2);
+    EXPECT_LE(report->messages, plan.regions().size());
+    // Sources are strided (256-byte rows of 1 KiB pitch) and packed by the
+    // sender; each overlap is one contiguous block of its target.
+    EXPECT_EQ(report->packed_messages, plan.regions().size());
+  }
+}
+
+TEST(LiveSessionTest, OneProcessCopiesLocally) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(4, 1);
+  auto report = RunSelfTest(source, target, Ucx({}, 1));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  const auto plan = Must(LogicalTransferPlan::Make(source, target));
+  EXPECT_TRUE(report->verified);
+  EXPECT_EQ(report->bytes, plan.summary().bytes);
+  EXPECT_EQ(report->operations, plan.regions().size());
+  EXPECT_EQ(report->messages, 0u);
+  EXPECT_EQ(report->ranks_ready, 1u);
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = "/tmp/reshard-live-test-XXXXXX";
+    if (::mkdtemp(t.data()) == nullptr) throw std::runtime_error("mkdtemp");
+    path_ = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct FaultCase {
+  SelfTestFault fault;
+  std::string transport;
+  std::string error;  // expected in the launcher's error
+};
+
+class LiveFaultTest : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(LiveFaultTest, EverySurvivorFailsAndNoTargetIsReady) {
+  const FaultCase& c = GetParam();
+  // Many small regions, so that a rank dies with work outstanding.
+  const auto source = Must(WeightPlacementFromJson(
+      ReadTestData("scenarios/four_axis_uint8_source.json")));
+  const auto target = Must(WeightPlacementFromJson(
+      ReadTestData("scenarios/four_axis_uint8_target.json")));
+  TempDir dir;
+  SelfTestOptions o =
+      Ucx(c.transport == "tcp" ? UcxOptions{.tls = "tcp", .net_devices = "lo"}
+                               : UcxOptions{},
+          4);
+  o.rendezvous = dir.path();
+  o.session = "fault";
+  o.fault = c.fault;
+  o.timeout = std::chrono::seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto report = RunSelfTest(source, target, o);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  ASSERT_FALSE(report.ok());
+  EXPECT_THAT(report.status().message(),
+              HasSubstr("live self-test failed: " + c.error));
+  // The survivors stopped on the failure, not on their timeout.
+  EXPECT_LT(seconds, 10.0);
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  EXPECT_TRUE(Must(store->List("fault/ready/")).empty());
+  // Every rank either died or reported its own clear error.
+  const auto reports = Must(store->List("fault/report/"));
+  const bool killed = c.fault != SelfTestFault::kStaleGeneration;
+  EXPECT_EQ(reports.size(), killed ? 3u : 4u);
+  for (const std::string& key : reports) {
+    const std::string text = Must(store->Get(key));
+    SCOPED_TRACE(key + ": " + text);
+    // "<code>: live session fault, rank R: <reason>", where the reason is
+    // the peer's recorded abort, the lost endpoint, or the rank's own
+    // fence failure.
+    EXPECT_THAT(text, HasSubstr(": live session fault, rank "));
+    const bool named =
+        text.find("aborted by rank") != std::string::npos ||
+        text.find("lost rank") != std::string::npos ||
+        text.find("cannot connect to rank") != std::string::npos ||
+        text.find("generation differs") != std::string::npos;
+    EXPECT_TRUE(named);
+  }
+  // The failed rank's reason is recorded for the others.
+  EXPECT_FALSE(Must(store->List("fault/abort/")).empty());
+}
+
+std::string FaultName(const ::testing::TestParamInfo<FaultCase>& info) {
+  static const char* const kNames[] = {"none", "KillSource", "KillTarget",
+                                       "StaleGeneration"};
+  return std::string(kNames[static_cast<int>(info.param.fault)]) + "_" +
+         info.param.transport;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, LiveFaultTest,
+    ::testing::Values(
+        FaultCase{SelfTestFault::kKillSource, "shm",
+                  "rank 0 died of signal 9 (Killed)"},
+        FaultCase{SelfTestFault::kKillSource, "tcp",
+                  "rank 0 died of signal 9 (Killed)"},
+        FaultCase{SelfTestFault::kKillTarget, "shm",
+                  "rank 2 died of signal 9 (Killed)"},
+        FaultCase{SelfTestFault::kKillTarget, "tcp",
+                  "rank 2 died of signal 9 (Killed)"},
+        FaultCase{SelfTestFault::kStaleGeneration, "shm",
+                  "rank 0: FailedPrecondition: live session fault, rank 0: "
+                  "acquired runtime binding generation differs from plan: "
+                  "source participant p-d0-p0-e0-t0: planned 1, current 2"}),
+    FaultName);
+
+// Runs `f` in a child process (a rank that initialises UCX must not be the
+// process that later forks the other tests' ranks) and returns what it
+// wrote.
+std::string InChild(const std::function<std::string()>& f) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const std::string out = f();
+    (void)!::write(fds[1], out.data(), out.size());
+    std::_Exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, n);
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return out;
+}
+
+// A rank whose peer never arrives fails at the timeout, naming the peer.
+TEST(LiveSessionTest, MissingPeerTimesOut) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  SelfTestOptions o = Ucx({}, 2);
+  o.rendezvous = dir.path();
+  o.session = "lonely";
+  o.rank = 0;
+  o.timeout = std::chrono::milliseconds(500);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string error = InChild([&] {
+    auto report = RunSelfTest(source, target, o);
+    return report.ok() ? std::string("ok") : report.status().ToString();
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_EQ(error,
+            "Unavailable: live session lonely, rank 0: live session lonely: "
+            "timed out after 500 ms waiting for rank of rank(s) 1");
+  EXPECT_LT(seconds, 5.0);
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  EXPECT_EQ(Must(store->Get("lonely/abort/0")), error);
+  EXPECT_TRUE(Must(store->List("lonely/ready/")).empty());
+}
+
+// Session options are checked before anything is published.
+TEST(LiveSessionTest, InvalidSessionOptions) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  LiveSessionOptions o;
+  o.session = "a/b";
+  auto r = RunLiveReshard(*store, source, target, {}, o);
+  EXPECT_EQ(r.status().message(),
+            "live session key must be one record-key component, got \"a/b\"");
+  o.session = "s";
+  o.ranks = 2;
+  o.rank = 2;
+  r = RunLiveReshard(*store, source, target, {}, o);
+  EXPECT_EQ(r.status().message(), "live session: rank 2 is not below 2 ranks");
+  SelfTestOptions so = Ucx({}, 2);
+  so.rank = 1;
+  auto rep = RunSelfTest(source, target, so);
+  EXPECT_EQ(rep.status().message(),
+            "--rank needs --rendezvous DIR shared by every rank");
+}
+
+}  // namespace
+}  // namespace reshard
