@@ -3,7 +3,8 @@
 // ucx_perftest's tag bandwidth for the same transport and message size,
 // measured in the same run.
 //
-// Usage: reshard_bench_live [--d0 N] [--perftest PATH]
+// Usage: reshard_bench_live [--d0 N] [--perftest PATH] [--only NAME]
+//                           [--max-in-flight N]
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,11 +79,17 @@ double PerftestGbps(const std::string& perftest, const std::string& env,
 int main(int argc, char** argv) {
   int64_t d0 = 32;
   std::string perftest = "ucx_perftest";
+  std::string only;  // run only the transport with this name prefix
+  uint32_t window = 64;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--d0") && i + 1 < argc) {
       d0 = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--perftest") && i + 1 < argc) {
       perftest = argv[++i];
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--max-in-flight") && i + 1 < argc) {
+      window = std::atoi(argv[++i]);
     }
   }
   struct Transport {
@@ -107,6 +114,7 @@ int main(int argc, char** argv) {
               "msg MiB", "GB/s", "perftest GB/s", "ratio");
   int port = 13500 + static_cast<int>(::getpid() % 1000);
   for (const Transport& t : transports) {
+    if (!std::string(t.name).starts_with(only)) continue;
     for (const Case& c : cases) {
       auto src = Layout(c.src_tp, c.src_dim, d0);
       auto dst = Layout(c.dst_tp, c.dst_dim, d0);
@@ -119,6 +127,7 @@ int main(int argc, char** argv) {
       o.ucx.tls = t.tls;
       o.ucx.net_devices = t.devices;
       o.measure_memcpy = false;
+      o.max_in_flight = window;
       double best = 0;
       uint64_t ops = 0;
       for (int rep = 0; rep < 3; ++rep) {

@@ -11,3 +11,6 @@ echo "== planner: real-model layouts (validate = both sides from the wire)"
 echo
 echo "== local executor vs memcpy"
 "$BUILD/reshard_bench_local" --threads "$(nproc)"
+echo
+echo "== live executor over UCX vs ucx_perftest (same transport, same message size)"
+"$BUILD/reshard_bench_live"

@@ -2,7 +2,9 @@
 # The main job on the embedded defaults: lay a small MoE out as a trainer
 # (TP4/PP2/EP8/DP2) and as a rollout engine (TP8/PP4/EP2/DP4), validate both
 # layouts, plan the reshard, then reshard real host buffers in memory and
-# check every target byte, next to this machine's memcpy bandwidth.
+# check every target byte, next to this machine's memcpy bandwidth; then the
+# same reshard live between 4 processes over UCX (2 trainer ranks, 2 rollout
+# ranks), over shared memory and over TCP on loopback.
 set -euo pipefail
 BUILD=${1:-build}
 R="$BUILD/reshard"
@@ -21,6 +23,11 @@ echo "== reshard plan train.json rollout.json"
 "$R" plan "$out/train.json" "$out/rollout.json"
 echo "== reshard selftest train.json rollout.json --threads $THREADS"
 "$R" selftest --threads "$THREADS" "$out/train.json" "$out/rollout.json"
+echo "== reshard selftest --transport ucx --procs 4 (shared memory)"
+"$R" selftest --transport ucx --procs 4 "$out/train.json" "$out/rollout.json"
+echo "== reshard selftest --transport ucx --procs 4 --ucx-tls tcp (loopback)"
+"$R" selftest --transport ucx --procs 4 --ucx-tls tcp --ucx-net-devices lo \
+  "$out/train.json" "$out/rollout.json"
 echo "== a tampered placement fails closed"
 sed "0,/\"nbytes\":[0-9]*/s//\"nbytes\":1/" "$out/rollout.json" > "$out/bad.json"
 if "$R" validate "$out/bad.json"; then

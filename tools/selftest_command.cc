@@ -27,6 +27,8 @@ void AddSelftestCommand(CLI::App& app) {
     bool json = false;
     uint32_t procs = 2;
     std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
+    std::string ucx_errors = "auto";
+    uint32_t max_in_flight = 64;
     std::optional<uint32_t> rank;
     double timeout = 60;
   };
@@ -55,6 +57,13 @@ void AddSelftestCommand(CLI::App& app) {
                   "ucx: transports (UCX_TLS), e.g. cma,tcp or tcp");
   cmd->add_option("--ucx-net-devices", a->ucx_net_devices,
                   "ucx: network devices (UCX_NET_DEVICES), e.g. lo");
+  cmd->add_option("--ucx-error-handling", a->ucx_errors,
+                  "ucx: peer (UCX reports peer failures; excludes CMA and "
+                  "shared memory), none, or auto (peer for tcp only)")
+      ->check(CLI::IsMember({"auto", "peer", "none"}));
+  cmd->add_option("--max-in-flight", a->max_in_flight,
+                  "ucx: send operations in flight per process")
+      ->check(CLI::Range(1u, 65536u));
   cmd->add_option("--inject-fault", a->fault,
                   "ucx: kill-source, kill-target or stale-generation "
                   "(failure-path tests)")
@@ -78,6 +87,12 @@ void AddSelftestCommand(CLI::App& app) {
           std::chrono::milliseconds(static_cast<int64_t>(a->timeout * 1000));
       options.ucx.tls = a->ucx_tls;
       options.ucx.net_devices = a->ucx_net_devices;
+      options.max_in_flight = a->max_in_flight;
+      if (a->ucx_errors == "peer") {
+        options.ucx.error_handling = UcxErrorHandling::kPeer;
+      } else if (a->ucx_errors == "none") {
+        options.ucx.error_handling = UcxErrorHandling::kNone;
+      }
       if (a->fault == "kill-source") options.fault = SelfTestFault::kKillSource;
       if (a->fault == "kill-target") options.fault = SelfTestFault::kKillTarget;
       if (a->fault == "stale-generation") {

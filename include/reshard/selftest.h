@@ -45,6 +45,8 @@ struct SelfTestOptions {
   std::optional<uint32_t> rank;
   // ucx: longest wait on any peer.
   std::chrono::milliseconds timeout{60000};
+  // ucx: send operations in flight per rank.
+  uint32_t max_in_flight = 64;
   UcxOptions ucx;
   SelfTestFault fault = SelfTestFault::kNone;
   // Called from the calling thread with the phase ("fill", "transfer",

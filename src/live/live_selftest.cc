@@ -122,6 +122,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   lo.rank = rank;
   lo.ranks = procs;
   lo.timeout = options.timeout;
+  lo.max_in_flight = options.max_in_flight;
   lo.ucx = options.ucx;
   std::string mismatch;
   lo.validate_targets = [&]() -> Status {

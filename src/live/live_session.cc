@@ -258,11 +258,13 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
         ParticipantsOf(bindings.targets), current.targets));
 
     // 3. Our share: sends, receives, local copies.
+    const bool peer_errors = internal::UsePeerErrorHandling(options.ucx);
     auto peer = [&](uint32_t r) -> Result<UcxEndpoint*> {
       auto it = peers.find(r);
       if (it != peers.end()) return it->second.get();
-      ASSIGN_OR_RETURN(auto ep, UcxEndpoint::Connect(worker, world.addresses[r],
-                                                     RankName(r, world)));
+      ASSIGN_OR_RETURN(auto ep,
+                       UcxEndpoint::Connect(worker, world.addresses[r],
+                                            RankName(r, world), peer_errors));
       return peers.emplace(r, std::move(ep)).first->second.get();
     };
     std::vector<internal::ExchangeOp> ops;

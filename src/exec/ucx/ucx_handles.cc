@@ -23,6 +23,18 @@ Status FromUcs(ucs_status_t status, const std::string& what) {
   }
 }
 
+bool UsePeerErrorHandling(const UcxOptions& options) {
+  switch (options.error_handling) {
+    case UcxErrorHandling::kPeer:
+      return true;
+    case UcxErrorHandling::kNone:
+      return false;
+    case UcxErrorHandling::kAuto:
+      break;
+  }
+  return options.tls == "tcp";
+}
+
 Result<UcxContext> UcxContext::Make(const UcxOptions& options) {
   ucp_config_t* config = nullptr;
   RETURN_NOT_OK(FromUcs(ucp_config_read(nullptr, nullptr, &config),
@@ -99,7 +111,7 @@ void UcxWorker::ProgressOrWait(std::chrono::microseconds idle_wait) {
 
 Result<std::unique_ptr<UcxEndpoint>> UcxEndpoint::Connect(
     const UcxWorker& worker, const std::string& peer_address,
-    std::string peer_name) {
+    std::string peer_name, bool peer_errors) {
   std::unique_ptr<UcxEndpoint> ep(
       new UcxEndpoint(worker.get(), std::move(peer_name)));
   ucp_ep_params_t params{};
@@ -110,8 +122,12 @@ Result<std::unique_ptr<UcxEndpoint>> UcxEndpoint::Connect(
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &UcxEndpoint::OnError;
   params.err_handler.arg = ep.get();
+  if (!peer_errors) {
+    params.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                           UCP_EP_PARAM_FIELD_ERR_HANDLER);
+  }
   ucs_status_t st = ucp_ep_create(worker.get(), &params, &ep->handle_);
-  if (st == UCS_ERR_UNREACHABLE) {
+  if (st == UCS_ERR_UNREACHABLE && peer_errors) {
     // Some transports (UCX_TLS=sm, for example) cannot report peer
     // failures; connect without, and rely on the session timeout.
     params.field_mask &= ~(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |

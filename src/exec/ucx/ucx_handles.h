@@ -21,6 +21,9 @@ namespace reshard::internal {
 // A UCX status as a reshard Status with `what` as context.
 Status FromUcs(ucs_status_t status, const std::string& what);
 
+// Resolves kAuto (see UcxErrorHandling).
+bool UsePeerErrorHandling(const UcxOptions& options);
+
 class UcxContext {
  public:
   // Reads UCX's configuration (UCX_* environment variables apply), then
@@ -73,9 +76,11 @@ class UcxWorker {
 // An endpoint to a peer worker, with peer-failure error handling.
 class UcxEndpoint {
  public:
+  // With `peer_errors`, UCX reports the peer's failure (and uses only
+  // transports that can).
   static Result<std::unique_ptr<UcxEndpoint>> Connect(
       const UcxWorker& worker, const std::string& peer_address,
-      std::string peer_name);
+      std::string peer_name, bool peer_errors);
   UcxEndpoint(const UcxEndpoint&) = delete;
   UcxEndpoint& operator=(const UcxEndpoint&) = delete;
   // Closes the endpoint forcefully (a session only closes endpoints after
