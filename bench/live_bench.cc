@@ -4,7 +4,7 @@
 // measured in the same run.
 //
 // Usage: reshard_bench_live [--d0 N] [--perftest PATH] [--only NAME]
-//                           [--max-in-flight N]
+//                           [--max-in-flight N] [--push|--pull]
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "reshard/plan.h"
 #include "reshard/selftest.h"
@@ -81,11 +83,17 @@ int main(int argc, char** argv) {
   std::string perftest = "ucx_perftest";
   std::string only;  // run only the transport with this name prefix
   uint32_t window = 64;
+  std::vector<LiveProtocol> protocols = {LiveProtocol::kPush,
+                                         LiveProtocol::kPull};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--d0") && i + 1 < argc) {
       d0 = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--perftest") && i + 1 < argc) {
       perftest = argv[++i];
+    } else if (!std::strcmp(argv[i], "--pull")) {
+      protocols = {LiveProtocol::kPull};
+    } else if (!std::strcmp(argv[i], "--push")) {
+      protocols = {LiveProtocol::kPush};
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
     } else if (!std::strcmp(argv[i], "--max-in-flight") && i + 1 < argc) {
@@ -110,52 +118,63 @@ int main(int argc, char** argv) {
       "live executor over UCX, 2 processes, [%lld, 4096, 4096] uint8 "
       "(%.2f GB)\n",
       static_cast<long long>(d0), d0 * 4096.0 * 4096.0 / 1e9);
-  std::printf("%-28s %-30s %5s %9s %9s %12s %6s\n", "transport", "case", "ops",
-              "msg MiB", "GB/s", "perftest GB/s", "ratio");
+  std::printf("%-28s %-30s %-5s %5s %8s %7s %13s %6s\n", "transport", "case",
+              "mode", "ops", "msg MiB", "GB/s", "perftest GB/s", "ratio");
   int port = 13500 + static_cast<int>(::getpid() % 1000);
   for (const Transport& t : transports) {
     if (!std::string(t.name).starts_with(only)) continue;
     for (const Case& c : cases) {
-      auto src = Layout(c.src_tp, c.src_dim, d0);
-      auto dst = Layout(c.dst_tp, c.dst_dim, d0);
-      auto plan = LogicalTransferPlan::Make(src, dst);
-      if (!plan.ok()) return 1;
-      const uint64_t msg = plan->summary().bytes / plan->summary().regions;
-      SelfTestOptions o;
-      o.transport = "ucx";
-      o.procs = 2;
-      o.ucx.tls = t.tls;
-      o.ucx.net_devices = t.devices;
-      o.measure_memcpy = false;
-      o.max_in_flight = window;
-      double best = 0;
-      uint64_t ops = 0;
-      for (int rep = 0; rep < 3; ++rep) {
-        auto r = RunSelfTest(src, dst, o);
-        if (!r.ok() || !r->verified) {
-          std::fprintf(
-              stderr, "%s\n",
-              r.ok() ? r->mismatch.c_str() : r.status().ToString().c_str());
-          return 1;
+      for (const LiveProtocol protocol : protocols) {
+        auto src = Layout(c.src_tp, c.src_dim, d0);
+        auto dst = Layout(c.dst_tp, c.dst_dim, d0);
+        auto plan = LogicalTransferPlan::Make(src, dst);
+        if (!plan.ok()) return 1;
+        const uint64_t msg = plan->summary().bytes / plan->summary().regions;
+        SelfTestOptions o;
+        o.transport = "ucx";
+        o.procs = 2;
+        o.ucx.tls = t.tls;
+        o.ucx.net_devices = t.devices;
+        o.measure_memcpy = false;
+        o.max_in_flight = window;
+        o.protocol = protocol;
+        double best = 0;
+        uint64_t ops = 0;
+        for (int rep = 0; rep < 3; ++rep) {
+          auto r = RunSelfTest(src, dst, o);
+          if (!r.ok() || !r->verified) {
+            std::fprintf(
+                stderr, "%s\n",
+                r.ok() ? r->mismatch.c_str() : r.status().ToString().c_str());
+            return 1;
+          }
+          best = std::max(best, r->bytes / r->seconds / 1e9);
+          ops = r->operations;
         }
-        best = std::max(best, r->bytes / r->seconds / 1e9);
-        ops = r->operations;
+        std::string env;
+        if (*t.tls) env += std::string("UCX_TLS=") + t.tls;
+        if (*t.devices) env += std::string(" UCX_NET_DEVICES=") + t.devices;
+        const uint64_t iterations =
+            std::max<uint64_t>(8, plan->summary().bytes / msg);
+        // One ucx_perftest run per transport and message size.
+        static std::map<std::string, double> perf_cache;
+        const std::string perf_key = env + "/" + std::to_string(msg);
+        double perf = 0;
+        if (c.src_dim == c.dst_dim) {
+          auto it = perf_cache.find(perf_key);
+          perf = it != perf_cache.end()
+                     ? it->second
+                     : perf_cache[perf_key] =
+                           PerftestGbps(perftest, env, msg, iterations, port++);
+        }
+        char ratio[16] = "-";
+        if (perf > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", best / perf);
+        std::printf("%-28s %-30s %-5s %5llu %8.1f %7.2f %13.2f %6s\n", t.name,
+                    c.name, protocol == LiveProtocol::kPull ? "pull" : "push",
+                    static_cast<unsigned long long>(ops), msg / 1048576.0, best,
+                    perf, ratio);
+        std::fflush(stdout);
       }
-      std::string env;
-      if (*t.tls) env += std::string("UCX_TLS=") + t.tls;
-      if (*t.devices) env += std::string(" UCX_NET_DEVICES=") + t.devices;
-      const uint64_t iterations =
-          std::max<uint64_t>(8, plan->summary().bytes / msg);
-      const double perf =
-          c.src_dim == c.dst_dim
-              ? PerftestGbps(perftest, env, msg, iterations, port++)
-              : 0;
-      char ratio[16] = "-";
-      if (perf > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", best / perf);
-      std::printf("%-28s %-30s %5llu %9.1f %9.2f %12.2f %6s\n", t.name, c.name,
-                  static_cast<unsigned long long>(ops), msg / 1048576.0, best,
-                  perf, ratio);
-      std::fflush(stdout);
     }
   }
   return 0;

@@ -27,7 +27,7 @@ void AddSelftestCommand(CLI::App& app) {
     bool json = false;
     uint32_t procs = 2;
     std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
-    std::string ucx_errors = "auto";
+    std::string ucx_errors = "auto", ucx_protocol = "auto";
     uint32_t max_in_flight = 64;
     std::optional<uint32_t> rank;
     double timeout = 60;
@@ -61,6 +61,11 @@ void AddSelftestCommand(CLI::App& app) {
                   "ucx: peer (UCX reports peer failures; excludes CMA and "
                   "shared memory), none, or auto (peer for tcp only)")
       ->check(CLI::IsMember({"auto", "peer", "none"}));
+  cmd->add_option("--ucx-protocol", a->ucx_protocol,
+                  "ucx: push (sources send tagged messages), pull "
+                  "(targets read with RMA get) or auto (pull on one host "
+                  "with UCX's own transports, else push)")
+      ->check(CLI::IsMember({"auto", "push", "pull"}));
   cmd->add_option("--max-in-flight", a->max_in_flight,
                   "ucx: send operations in flight per process")
       ->check(CLI::Range(1u, 65536u));
@@ -88,6 +93,8 @@ void AddSelftestCommand(CLI::App& app) {
       options.ucx.tls = a->ucx_tls;
       options.ucx.net_devices = a->ucx_net_devices;
       options.max_in_flight = a->max_in_flight;
+      if (a->ucx_protocol == "pull") options.protocol = LiveProtocol::kPull;
+      if (a->ucx_protocol == "push") options.protocol = LiveProtocol::kPush;
       if (a->ucx_errors == "peer") {
         options.ucx.error_handling = UcxErrorHandling::kPeer;
       } else if (a->ucx_errors == "none") {

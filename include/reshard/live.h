@@ -24,7 +24,8 @@
 // is marked ready, and sources release their snapshot.
 //
 // Rendezvous keys (under <session>/): rank/<r> (publication),
-// bindings/<r>/<side>-<i>, address/<r>, done/<r>, ready/<r>, abort/<r>.
+// bindings/<r>/<side>-<i>, address/<r>, rkeys/<r> (pull), done/<r>,
+// ready/<r>, abort/<r>.
 
 #ifndef RESHARD_LIVE_H_
 #define RESHARD_LIVE_H_
@@ -71,6 +72,16 @@ struct LiveBindings {
   std::vector<WeightRuntimeBindingManifest> targets;
 };
 
+// Who moves the bytes. kPush: sources send tagged messages, targets
+// receive (two-sided; UCX uses CMA zero-copy on one host). kPull: sources
+// register their fragments and publish remote keys, targets read with RMA
+// get (regions with contiguous sides or rows of at least 256 KiB; the rest
+// are still pushed). kAuto: pull when every rank is on one host and UCX
+// chooses its transports (shared memory: pull measured 9.1 GB/s, push 7.3),
+// else push (RMA over TCP is far slower than tagged messages). Measured in
+// docs/live.md.
+enum class LiveProtocol : uint8_t { kAuto, kPush, kPull };
+
 struct LiveSessionOptions {
   // Session key: one record-key component ([A-Za-z0-9._-]).
   std::string session;
@@ -78,8 +89,9 @@ struct LiveSessionOptions {
   uint32_t ranks = 1;
   // Longest wait on any peer (publication, transfer, barrier).
   std::chrono::milliseconds timeout{60000};
-  // Send operations in flight per rank.
+  // Send (or get) operations in flight per rank.
   uint32_t max_in_flight = 64;
+  LiveProtocol protocol = LiveProtocol::kAuto;
   UcxOptions ucx;
   // The bindings current right before execution (the fence); when empty,
   // the published ones are taken as current.
@@ -88,8 +100,9 @@ struct LiveSessionOptions {
   // an error aborts the session (no target becomes ready).
   std::function<Status()> validate_targets;
   // Observer of this rank's progress, for tools and fault tests: called
-  // with "published", "transfer" (after the first message of this rank
-  // completed) and "done".
+  // with "published", "transfer" (after the first operation this rank
+  // initiated or received completed), "completing" (its own operations
+  // are over; before validation and "done") and "done".
   std::function<void(std::string_view stage)> on_stage;
 };
 
@@ -98,6 +111,7 @@ struct LiveReport {
   uint64_t operations = 0;        // regions this rank executed as target
   uint64_t local_operations = 0;  // of those, copied within this rank
   uint64_t messages_sent = 0;
+  uint64_t gets = 0;             // RMA get requests (pull)
   uint64_t packed_messages = 0;  // sides packed/unpacked (strided)
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;  // incl. local copies into targets

@@ -47,6 +47,8 @@ struct SelfTestOptions {
   std::chrono::milliseconds timeout{60000};
   // ucx: send operations in flight per rank.
   uint32_t max_in_flight = 64;
+  // ucx: sources push (tagged messages) or targets pull (RMA get).
+  LiveProtocol protocol = LiveProtocol::kAuto;
   UcxOptions ucx;
   SelfTestFault fault = SelfTestFault::kNone;
   // Called from the calling thread with the phase ("fill", "transfer",
@@ -69,8 +71,9 @@ struct SelfTestReport {
   // Empty when verified; else names the first wrong tensor, fragment,
   // element and byte.
   std::string mismatch;
-  // ucx: messages sent between processes, and how many of their sides
-  // were packed (strided); ranks that reported activation-ready.
+  // ucx: messages sent between processes plus RMA gets issued, and how
+  // many message sides were packed (strided); ranks that reported
+  // activation-ready.
   uint64_t messages = 0;
   uint64_t packed_messages = 0;
   uint32_t ranks_ready = 0;

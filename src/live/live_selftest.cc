@@ -123,6 +123,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   lo.ranks = procs;
   lo.timeout = options.timeout;
   lo.max_in_flight = options.max_in_flight;
+  lo.protocol = options.protocol;
   lo.ucx = options.ucx;
   std::string mismatch;
   lo.validate_targets = [&]() -> Status {
@@ -133,8 +134,11 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   const uint32_t first_target_rank =
       procs >= 2 ? std::max<uint32_t>(1, procs / 2) : 0;
   if (options.fault == SelfTestFault::kKillSource && rank == 0) {
+    // A pushing source dies after its first message; a source that is
+    // read (pull) has no operations of its own and dies while its targets
+    // read.
     lo.on_stage = [](std::string_view stage) {
-      if (stage == "transfer") ::raise(SIGKILL);
+      if (stage == "transfer" || stage == "completing") ::raise(SIGKILL);
     };
   }
   if (options.fault == SelfTestFault::kKillTarget &&
@@ -163,7 +167,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   report.verified = true;
   report.bytes = live->bytes_received;
   report.operations = live->operations;
-  report.messages = live->messages_sent;
+  report.messages = live->messages_sent + live->gets;
   report.packed_messages = live->packed_messages;
   report.ranks_ready = live->ready ? 1 : 0;
   report.seconds = live->transfer_seconds;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <set>
@@ -188,6 +189,68 @@ std::string RankName(uint32_t rank, const World& w) {
   return out + ")";
 }
 
+// Remote-key records (pull): one line per registered source buffer,
+// "<address> <length> <hex packed key>".
+struct RemoteRange {
+  uint64_t address = 0, length = 0;
+  std::string packed;
+};
+
+std::string EncodeRanges(
+    const std::vector<std::unique_ptr<internal::UcxMemory>>& mems) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (const auto& m : mems) {
+    out +=
+        std::to_string(m->address()) + " " + std::to_string(m->length()) + " ";
+    for (unsigned char c : m->packed_key()) {
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+Result<std::vector<RemoteRange>> DecodeRanges(const std::string& text,
+                                              uint32_t rank) {
+  std::vector<RemoteRange> out;
+  size_t pos = 0;
+  auto bad = [&] {
+    return Status::InvalidArgument("malformed remote-key record of rank " +
+                                   std::to_string(rank));
+  };
+  while (pos < text.size()) {
+    const size_t end = text.find('\n', pos);
+    if (end == std::string::npos) return bad();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    RemoteRange r;
+    char hex[8192];
+    if (line.size() >= sizeof hex ||
+        std::sscanf(line.c_str(), "%lu %lu %8191s", &r.address, &r.length,
+                    hex) != 3) {
+      return bad();
+    }
+    const std::string h(hex);
+    if (h.size() % 2 != 0) return bad();
+    for (size_t i = 0; i < h.size(); i += 2) {
+      r.packed.push_back(
+          static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+    }
+    out.push_back(std::move(r));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.address < b.address; });
+  return out;
+}
+
+std::string HostName() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
+  return host;
+}
+
 uint32_t SessionTag(const std::string& session) {
   const std::string h = internal::Sha256Hex(session);
   return static_cast<uint32_t>(std::stoul(h.substr(0, 8), nullptr, 16));
@@ -211,6 +274,8 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     ASSIGN_OR_RETURN(auto worker, internal::UcxWorker::Make(context));
     ASSIGN_OR_RETURN(std::string address, worker.Address());
     std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers;
+    std::vector<std::unique_ptr<internal::UcxMemory>> mems;
+    std::vector<std::unique_ptr<internal::UcxRemoteKey>> rkeys;
     // A failed session abandons its UCX resources rather than progressing
     // or tearing them down (see UcxWorker::Abandon); declared after them,
     // so it runs first.
@@ -220,13 +285,20 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
       internal::UcxContext& context;
       internal::UcxWorker& worker;
       std::map<uint32_t, std::unique_ptr<UcxEndpoint>>& peers;
+      std::vector<std::unique_ptr<internal::UcxMemory>>& mems;
+      std::vector<std::unique_ptr<internal::UcxRemoteKey>>& rkeys;
       ~AbandonOnFailure() {
-        if (succeeded) return;
+        if (succeeded) {
+          rkeys.clear();  // before their endpoints
+          return;
+        }
+        for (auto& k : rkeys) k->Abandon();
+        for (auto& m : mems) m->Abandon();
         for (auto& [r, ep] : peers) ep->Abandon();
         worker.Abandon();
         context.Abandon();
       }
-    } abandon{succeeded, context, worker, peers};
+    } abandon{succeeded, context, worker, peers, mems, rkeys};
 
     // 1. Publish: bindings, address, then the rank record (the marker).
     for (size_t i = 0; i < bindings.sources.size(); ++i) {
@@ -238,7 +310,24 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
                           WeightRuntimeBindingToJson(bindings.targets[i])));
     }
     RETURN_NOT_OK(s.Put(s.Key("address"), address));
-    RETURN_NOT_OK(s.Put(s.Key("rank"), std::to_string(::getpid())));
+    // Pull (possibly, under kAuto): register every source fragment and
+    // publish the keys.
+    const bool may_pull =
+        options.protocol == LiveProtocol::kPull ||
+        (options.protocol == LiveProtocol::kAuto && options.ucx.tls.empty());
+    if (may_pull && !bindings.sources.empty()) {
+      for (const auto& b : bindings.sources) {
+        for (const auto& f : b.fragments()) {
+          ASSIGN_OR_RETURN(auto m,
+                           internal::UcxMemory::Map(
+                               context, reinterpret_cast<void*>(f.address()),
+                               std::max<uint64_t>(f.nbytes(), 1)));
+          mems.push_back(std::move(m));
+        }
+      }
+      RETURN_NOT_OK(s.Put(s.Key("rkeys"), EncodeRanges(mems)));
+    }
+    RETURN_NOT_OK(s.Put(s.Key("rank"), HostName()));
     if (options.on_stage) options.on_stage("published");
 
     // 2. Plan while the others publish; then bind with everybody's
@@ -247,6 +336,14 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     report.regions = plan.regions().size();
     RETURN_NOT_OK(s.WaitForAll("rank", deadline(), nullptr));
     ASSIGN_OR_RETURN(World world, ReadWorld(s, store, options));
+    bool pull = options.protocol == LiveProtocol::kPull;
+    if (options.protocol == LiveProtocol::kAuto && may_pull) {
+      pull = true;  // when every rank runs on this host
+      for (uint32_t r = 0; r < options.ranks && pull; ++r) {
+        ASSIGN_OR_RETURN(std::string host, s.Get(s.Key("rank", r)));
+        pull = host == HostName();
+      }
+    }
     ASSIGN_OR_RETURN(auto bound, TransferPlan::Bind(plan, source, world.sources,
                                                     target, world.targets));
     LiveBindings current = bindings;
@@ -267,6 +364,38 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
                                             RankName(r, world), peer_errors));
       return peers.emplace(r, std::move(ep)).first->second.get();
     };
+    // Pull: the peers' registered ranges, and keys unpacked per range.
+    std::map<uint32_t, std::vector<RemoteRange>> ranges;
+    std::map<std::pair<uint32_t, size_t>, ucp_rkey_h> unpacked;
+    auto remote_key = [&](uint32_t r, UcxEndpoint* ep,
+                          const BoundRegion& br) -> Result<ucp_rkey_h> {
+      auto it = ranges.find(r);
+      if (it == ranges.end()) {
+        ASSIGN_OR_RETURN(std::string text, s.Get(s.Key("rkeys", r)));
+        ASSIGN_OR_RETURN(auto decoded, DecodeRanges(text, r));
+        it = ranges.emplace(r, std::move(decoded)).first;
+      }
+      const auto& list = it->second;
+      auto at = std::upper_bound(
+          list.begin(), list.end(), br.source_address,
+          [](uint64_t a, const RemoteRange& x) { return a < x.address; });
+      if (at == list.begin() ||
+          br.source_address + 1 >
+              std::prev(at)->address + std::prev(at)->length) {
+        return Status::InvalidArgument(
+            "region " + std::to_string(br.region) + ": rank " +
+            std::to_string(r) + " published no remote key for its source");
+      }
+      const size_t index = static_cast<size_t>(std::prev(at) - list.begin());
+      auto [u, fresh] = unpacked.emplace(std::make_pair(r, index), nullptr);
+      if (fresh) {
+        ASSIGN_OR_RETURN(
+            auto key, internal::UcxRemoteKey::Unpack(*ep, list[index].packed));
+        u->second = key->get();
+        rkeys.push_back(std::move(key));
+      }
+      return u->second;
+    };
     std::vector<internal::ExchangeOp> ops;
     std::vector<const BoundRegion*> local;
     for (const BoundRegion& br : bound.regions()) {
@@ -275,14 +404,21 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
           plan.source_fragments()[lr.source_fragment].participant_id);
       const uint32_t to = world.target_rank.at(
           plan.target_fragments()[lr.target_fragment].participant_id);
+      using Kind = internal::ExchangeOp::Kind;
+      const bool pulled = pull && internal::PulledRegion(br);
       if (from == options.rank && to == options.rank) {
         local.push_back(&br);
       } else if (from == options.rank) {
         ASSIGN_OR_RETURN(auto* ep, peer(to));
-        ops.push_back({&br, ep, true});
+        if (!pulled) ops.push_back({&br, ep, Kind::kSend});
       } else if (to == options.rank) {
         ASSIGN_OR_RETURN(auto* ep, peer(from));
-        ops.push_back({&br, ep, false});
+        if (!pulled) {
+          ops.push_back({&br, ep, Kind::kReceive});
+          continue;
+        }
+        ASSIGN_OR_RETURN(ucp_rkey_h key, remote_key(from, ep, br));
+        ops.push_back({&br, ep, Kind::kGet, key});
       }
     }
     std::vector<UcxEndpoint*> endpoints;
@@ -311,6 +447,7 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     RETURN_NOT_OK(internal::RunUcxExchange(worker, ops, xo, &stats));
     report.operations = local.size() + stats.messages_received;
     report.messages_sent = stats.messages_sent;
+    report.gets = stats.gets;
     report.packed_messages = stats.packed_messages;
     report.bytes_sent = stats.bytes_sent;
     report.bytes_received += stats.bytes_received;
@@ -318,6 +455,7 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     report.transfer_seconds = Seconds(t0);
 
     // 4. Completion of our targets, then "done".
+    if (options.on_stage) options.on_stage("completing");
     if (options.validate_targets) RETURN_NOT_OK(options.validate_targets());
     RETURN_NOT_OK(s.Put(s.Key("done"), "ok"));
     if (options.on_stage) options.on_stage("done");

@@ -41,19 +41,27 @@ T Must(Result<T> r) {
 struct NamedUcx {
   std::string name;
   UcxOptions ucx;
+  LiveProtocol protocol = LiveProtocol::kAuto;
 };
 
 // Shared memory (UCX's default choice on one host: posix/sysv + cma) and
-// TCP pinned to loopback.
+// TCP pinned to loopback, each pushed and pulled (auto is pull on shared
+// memory, push on TCP).
 std::vector<NamedUcx> Transports() {
-  return {{"shm", {}}, {"tcp", {.tls = "tcp", .net_devices = "lo"}}};
+  const UcxOptions tcp{.tls = "tcp", .net_devices = "lo"};
+  return {{"shm pull", {}, LiveProtocol::kAuto},
+          {"shm push", {}, LiveProtocol::kPush},
+          {"tcp push", tcp, LiveProtocol::kAuto},
+          {"tcp pull", tcp, LiveProtocol::kPull}};
 }
 
-SelfTestOptions Ucx(const UcxOptions& ucx, uint32_t procs) {
+SelfTestOptions Ucx(const UcxOptions& ucx, uint32_t procs,
+                    LiveProtocol protocol = LiveProtocol::kAuto) {
   SelfTestOptions o;
   o.transport = "ucx";
   o.procs = procs;
   o.ucx = ucx;
+  o.protocol = protocol;
   o.timeout = std::chrono::seconds(30);
   o.measure_memcpy = false;
   return o;
@@ -103,15 +111,16 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
       const uint32_t procs = 2 + ran % 3;
       SCOPED_TRACE(std::string(key) + " over " + t.name + ", " +
                    std::to_string(procs) + " processes");
-      auto report = RunSelfTest(source, target, Ucx(t.ucx, procs));
+      auto report =
+          RunSelfTest(source, target, Ucx(t.ucx, procs, t.protocol));
       ASSERT_TRUE(report.ok()) << report.status().ToString();
       ExpectLiveVerified(*report, source, target, procs);
       ++ran;
     }
   }
   // Every scenario of digest 7.2 that fits (TP, EP, PP, DP, cross-dim,
-  // four-axis, aliases, fp8) ran on both transports.
-  EXPECT_GE(ran, 2u * 18);
+  // four-axis, aliases, fp8) ran on both transports, pushed and pulled.
+  EXPECT_GE(ran, 4u * 18);
 }
 
 TEST(LiveSessionTest, FourAxisGeneratedLayouts) {
@@ -123,7 +132,7 @@ TEST(LiveSessionTest, FourAxisGeneratedLayouts) {
       Must(GenerateLayout(model, {.tp = 8, .pp = 4, .ep = 2, .dp = 4}));
   for (const NamedUcx& t : Transports()) {
     SCOPED_TRACE(t.name);
-    auto report = RunSelfTest(source, target, Ucx(t.ucx, 4));
+    auto report = RunSelfTest(source, target, Ucx(t.ucx, 4, t.protocol));
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     ExpectLiveVerified(*report, source, target, 4);
     EXPECT_GT(report->packed_messages, 0u);
@@ -150,7 +159,7 @@ TEST(LiveSessionTest, Dim0ToDim2IsOneMessagePerRegion) {
   ASSERT_EQ(plan.summary().segments, 8u * 64 * 4);
   for (const NamedUcx& t : Transports()) {
     SCOPED_TRACE(t.name);
-    auto report = RunSelfTest(source, target, Ucx(t.ucx, 2));
+    auto report = RunSelfTest(source, target, Ucx(t.ucx, 2, t.protocol));
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     ExpectLiveVerified(*report, source, target, 2);
     EXPECT_LE(report->messages, plan.regions().size());
@@ -194,6 +203,7 @@ struct FaultCase {
   SelfTestFault fault;
   std::string transport;
   std::string error;  // expected in the launcher's error
+  LiveProtocol protocol = LiveProtocol::kAuto;  // on shm: pull
 };
 
 class LiveFaultTest : public ::testing::TestWithParam<FaultCase> {};
@@ -213,6 +223,7 @@ TEST_P(LiveFaultTest, EverySurvivorFailsAndNoTargetIsReady) {
   o.rendezvous = dir.path();
   o.session = "fault";
   o.fault = c.fault;
+  o.protocol = c.protocol;
   o.timeout = std::chrono::seconds(10);
   const auto t0 = std::chrono::steady_clock::now();
   auto report = RunSelfTest(source, target, o);
@@ -262,6 +273,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "rank 0 died of signal 9 (Killed)"},
         FaultCase{SelfTestFault::kKillSource, "tcp",
                   "rank 0 died of signal 9 (Killed)"},
+        FaultCase{SelfTestFault::kKillSource, "shmpush",
+                  "rank 0 died of signal 9 (Killed)", LiveProtocol::kPush},
+        FaultCase{SelfTestFault::kKillTarget, "shmpush",
+                  "rank 2 died of signal 9 (Killed)", LiveProtocol::kPush},
         FaultCase{SelfTestFault::kKillTarget, "shm",
                   "rank 2 died of signal 9 (Killed)"},
         FaultCase{SelfTestFault::kKillTarget, "tcp",

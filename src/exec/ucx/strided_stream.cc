@@ -79,6 +79,15 @@ bool StridedSide::contiguous() const {
   return true;
 }
 
+uint64_t RowOffset(const StridedSide& side, uint64_t row) {
+  uint64_t offset = 0;
+  for (size_t d = side.counts.size(); d-- > 0;) {
+    offset += (row % side.counts[d]) * side.strides[d];
+    row /= side.counts[d];
+  }
+  return offset;
+}
+
 void PackStream(const StridedSide& side, uint64_t offset, void* dest,
                 uint64_t length) {
   auto* out = static_cast<uint8_t*>(dest);

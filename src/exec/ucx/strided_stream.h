@@ -29,6 +29,9 @@ struct StridedSide {
   bool contiguous() const;
 };
 
+// Byte offset from `side.base` of row `row` (enumeration order).
+uint64_t RowOffset(const StridedSide& side, uint64_t row);
+
 // Copies stream bytes [offset, offset + length) of `side` to `dest`.
 // Precondition: offset + length <= side.total_bytes.
 void PackStream(const StridedSide& side, uint64_t offset, void* dest,

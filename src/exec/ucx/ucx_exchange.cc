@@ -19,6 +19,7 @@ struct OpState {
   bool freed = false;
   ucs_status_t status = UCS_OK;
   uint64_t received = 0;
+  uint64_t pending = 0;  // kGet: get requests not yet completed
   size_t index = 0;
   std::vector<size_t>* completed = nullptr;  // completion queue
 };
@@ -53,6 +54,16 @@ void OnSend(void*, ucs_status_t status, void* user_data) {
   op->status = status;
   op->done = true;
   op->completed->push_back(op->index);
+}
+
+void OnGetPart(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<OpState*>(user_data);
+  if (status != UCS_OK && op->status == UCS_OK) op->status = status;
+  ucp_request_free(request);
+  if (--op->pending == 0) {
+    op->done = true;
+    op->completed->push_back(op->index);
+  }
 }
 
 void OnRecv(void*, ucs_status_t status, const ucp_tag_recv_info_t* info,
@@ -91,9 +102,12 @@ class GenericDatatype {
 };
 
 std::string Describe(const ExchangeOp& op) {
-  return std::string(op.send ? "sending" : "receiving") + " region " +
-         std::to_string(op.region->region) + (op.send ? " to " : " from ") +
-         op.peer->peer_name();
+  const bool send = op.kind == ExchangeOp::Kind::kSend;
+  const char* verb = send                                    ? "sending"
+                     : op.kind == ExchangeOp::Kind::kReceive ? "receiving"
+                                                             : "reading";
+  return std::string(verb) + " region " + std::to_string(op.region->region) +
+         (send ? " to " : " from ") + op.peer->peer_name();
 }
 
 void OnFlush(void*, ucs_status_t status, void* user_data) {
@@ -103,6 +117,12 @@ void OnFlush(void*, ucs_status_t status, void* user_data) {
 }
 
 }  // namespace
+
+bool PulledRegion(const BoundRegion& region) {
+  return (StridedSide::Source(region).contiguous() &&
+          StridedSide::Target(region).contiguous()) ||
+         region.inner_bytes >= kMinPulledRow;
+}
 
 Status WireUp(UcxWorker& worker, const std::vector<UcxEndpoint*>& peers,
               std::chrono::steady_clock::time_point deadline,
@@ -176,12 +196,52 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
     state[i] = std::make_unique<OpState>();
     state[i]->index = i;
     state[i]->completed = completed;
-    state[i]->side = ops[i].send ? StridedSide::Source(*ops[i].region)
-                                 : StridedSide::Target(*ops[i].region);
+    state[i]->side = ops[i].kind == ExchangeOp::Kind::kSend
+                         ? StridedSide::Source(*ops[i].region)
+                         : StridedSide::Target(*ops[i].region);
   }
+  // Pull: one get per row, or one for a contiguous region.
+  auto post_get = [&](size_t i) {
+    const ExchangeOp& op = ops[i];
+    OpState& s = *state[i];
+    const StridedSide remote = StridedSide::Source(*op.region);
+    const bool whole = remote.contiguous() && s.side.contiguous();
+    const uint64_t rows =
+        whole ? 1
+              : s.side.total_bytes / std::max<uint64_t>(1, s.side.inner_bytes);
+    const uint64_t run = whole ? s.side.total_bytes : s.side.inner_bytes;
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &OnGetPart;
+    param.user_data = &s;
+    s.posted = true;
+    s.pending = rows;
+    for (uint64_t k = 0; k < rows; ++k) {
+      uint8_t* local = s.side.base + (whole ? 0 : RowOffset(s.side, k));
+      const uint64_t from = reinterpret_cast<uint64_t>(remote.base) +
+                            (whole ? 0 : RowOffset(remote, k));
+      void* req =
+          ucp_get_nbx(op.peer->get(), local, run, from, op.rkey, &param);
+      if (stats) ++stats->gets;
+      if (UCS_PTR_IS_PTR(req)) continue;
+      if (UCS_PTR_IS_ERR(req) && s.status == UCS_OK) {
+        s.status = UCS_PTR_STATUS(req);
+      }
+      --s.pending;
+    }
+    if (s.pending == 0) {
+      s.done = true;
+      completed->push_back(i);
+    }
+  };
   auto post = [&](size_t i) -> Status {
     const ExchangeOp& op = ops[i];
     OpState& s = *state[i];
+    if (op.kind == ExchangeOp::Kind::kGet) {
+      post_get(i);
+      return Status::OK();
+    }
     const bool contiguous = s.side.contiguous();
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -203,7 +263,8 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
     const ucp_tag_t tag =
         (ucp_tag_t{options.session_tag} << 32) | op.region->region;
     void* req;
-    if (op.send) {
+    const bool send = op.kind == ExchangeOp::Kind::kSend;
+    if (send) {
       param.cb.send = &OnSend;
       req = ucp_tag_send_nbx(op.peer->get(), buffer, count, tag, &param);
     } else {
@@ -218,7 +279,7 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
       completed->push_back(i);
     } else if (req == nullptr) {
       s.done = true;  // completed in place, no callback
-      if (!op.send) s.received = s.side.total_bytes;
+      if (!send) s.received = s.side.total_bytes;
       completed->push_back(i);
     } else {
       s.request = req;
@@ -232,10 +293,10 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
   size_t remaining = ops.size();
   std::vector<size_t> sends;
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].send) {
-      sends.push_back(i);
-    } else {
+    if (ops[i].kind == ExchangeOp::Kind::kReceive) {
       RETURN_NOT_OK(post(i));
+    } else {
+      sends.push_back(i);  // initiated here: sends and gets
     }
   }
   std::vector<UcxEndpoint*> peers;
@@ -267,7 +328,13 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
       first_done = true;
       if (options.on_first_completion) options.on_first_completion();
     }
-    if (op.send) {
+    if (op.kind == ExchangeOp::Kind::kGet) {
+      --in_flight_sends;
+      if (stats) {
+        ++stats->messages_received;
+        stats->bytes_received += op.region->bytes;
+      }
+    } else if (op.kind == ExchangeOp::Kind::kSend) {
       --in_flight_sends;
       if (stats) {
         ++stats->messages_sent;

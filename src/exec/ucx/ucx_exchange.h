@@ -22,10 +22,22 @@
 namespace reshard::internal {
 
 struct ExchangeOp {
+  enum class Kind : uint8_t {
+    kSend,     // tag-send the source side to the peer (push)
+    kReceive,  // tag-receive into the target side
+    kGet,      // read the peer's source side into the target side (pull)
+  };
   const BoundRegion* region = nullptr;
   UcxEndpoint* peer = nullptr;  // the other side's endpoint
-  bool send = false;            // else receive into the target side
+  Kind kind = Kind::kSend;
+  ucp_rkey_h rkey = nullptr;  // kGet: the peer's key for the source side
 };
+
+// Regions read with RMA get in pull mode: both sides contiguous (one get),
+// or rows of at least this many bytes (one get per row). The others are
+// pushed as tagged messages, so small rows never become one get each.
+constexpr uint64_t kMinPulledRow = uint64_t{256} << 10;
+bool PulledRegion(const BoundRegion& region);
 
 struct ExchangeOptions {
   // High 32 bits of every tag (the region index fills the low 32), so that
@@ -47,6 +59,7 @@ struct ExchangeStats {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t packed_messages = 0;  // sides that went through pack/unpack
+  uint64_t gets = 0;             // RMA get requests (pull mode)
 };
 
 // Completes connection establishment to every peer (a flush of each new

@@ -54,7 +54,7 @@ Result<UcxContext> UcxContext::Make(const UcxOptions& options) {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   ucp_context_h context = nullptr;
   const ucs_status_t st = ucp_init(&params, config, &context);
   ucp_config_release(config);
@@ -163,6 +163,45 @@ UcxEndpoint::~UcxEndpoint() {
     }
     ucp_request_free(req);
   }
+}
+
+Result<std::unique_ptr<UcxMemory>> UcxMemory::Map(const UcxContext& context,
+                                                  void* address,
+                                                  uint64_t length) {
+  std::unique_ptr<UcxMemory> m(new UcxMemory(
+      context.get(), reinterpret_cast<uint64_t>(address), length));
+  ucp_mem_map_params_t params{};
+  params.field_mask =
+      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = address;
+  params.length = length;
+  RETURN_NOT_OK(
+      FromUcs(ucp_mem_map(context.get(), &params, &m->handle_),
+              "cannot register " + std::to_string(length) + " bytes with UCX"));
+  void* key = nullptr;
+  size_t size = 0;
+  RETURN_NOT_OK(FromUcs(ucp_rkey_pack(context.get(), m->handle_, &key, &size),
+                        "cannot pack a UCX remote key"));
+  m->packed_key_.assign(static_cast<const char*>(key), size);
+  ucp_rkey_buffer_release(key);
+  return m;
+}
+
+UcxMemory::~UcxMemory() {
+  if (handle_ != nullptr) ucp_mem_unmap(context_, handle_);
+}
+
+Result<std::unique_ptr<UcxRemoteKey>> UcxRemoteKey::Unpack(
+    const UcxEndpoint& endpoint, const std::string& packed) {
+  ucp_rkey_h rkey = nullptr;
+  RETURN_NOT_OK(
+      FromUcs(ucp_ep_rkey_unpack(endpoint.get(), packed.data(), &rkey),
+              "cannot unpack the remote key of " + endpoint.peer_name()));
+  return std::unique_ptr<UcxRemoteKey>(new UcxRemoteKey(rkey));
+}
+
+UcxRemoteKey::~UcxRemoteKey() {
+  if (handle_ != nullptr) ucp_rkey_destroy(handle_);
 }
 
 }  // namespace reshard::internal

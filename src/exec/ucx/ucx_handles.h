@@ -106,6 +106,46 @@ class UcxEndpoint {
   Status failure_;
 };
 
+// A registration of local memory for remote access, with its packed key.
+class UcxMemory {
+ public:
+  static Result<std::unique_ptr<UcxMemory>> Map(const UcxContext& context,
+                                                void* address, uint64_t length);
+  UcxMemory(const UcxMemory&) = delete;
+  UcxMemory& operator=(const UcxMemory&) = delete;
+  ~UcxMemory();
+
+  uint64_t address() const { return address_; }
+  uint64_t length() const { return length_; }
+  const std::string& packed_key() const { return packed_key_; }
+  void Abandon() { handle_ = nullptr; }
+
+ private:
+  UcxMemory(ucp_context_h context, uint64_t address, uint64_t length)
+      : context_(context), address_(address), length_(length) {}
+  ucp_context_h context_;
+  ucp_mem_h handle_ = nullptr;
+  uint64_t address_, length_;
+  std::string packed_key_;
+};
+
+// A peer's key, unpacked for one endpoint.
+class UcxRemoteKey {
+ public:
+  static Result<std::unique_ptr<UcxRemoteKey>> Unpack(
+      const UcxEndpoint& endpoint, const std::string& packed);
+  UcxRemoteKey(const UcxRemoteKey&) = delete;
+  UcxRemoteKey& operator=(const UcxRemoteKey&) = delete;
+  ~UcxRemoteKey();
+
+  ucp_rkey_h get() const { return handle_; }
+  void Abandon() { handle_ = nullptr; }
+
+ private:
+  explicit UcxRemoteKey(ucp_rkey_h h) : handle_(h) {}
+  ucp_rkey_h handle_;
+};
+
 }  // namespace reshard::internal
 
 #endif  // RESHARD_EXEC_UCX_UCX_HANDLES_H_
