@@ -4,7 +4,7 @@
 set -euo pipefail
 PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config
-  libucx-dev ucx-utils)
+  libucx-dev ucx-utils libxxhash-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -27,7 +27,7 @@ void AddSelftestCommand(CLI::App& app) {
     bool json = false;
     uint32_t procs = 2;
     std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
-    std::string ucx_errors = "auto", ucx_protocol = "auto";
+    std::string ucx_errors = "auto", ucx_protocol = "auto", via_store;
     uint32_t max_in_flight = 64;
     std::optional<uint32_t> rank;
     double timeout = 60;
@@ -69,6 +69,9 @@ void AddSelftestCommand(CLI::App& app) {
   cmd->add_option("--max-in-flight", a->max_in_flight,
                   "ucx: send operations in flight per process")
       ->check(CLI::Range(1u, 65536u));
+  cmd->add_option("--via-store", a->via_store,
+                  "upload the source layout to this weight store (fs://DIR), "
+                  "commit, load into the target layout, check every byte");
   cmd->add_option("--inject-fault", a->fault,
                   "ucx: kill-source, kill-target or stale-generation "
                   "(failure-path tests)")
@@ -93,6 +96,7 @@ void AddSelftestCommand(CLI::App& app) {
       options.ucx.tls = a->ucx_tls;
       options.ucx.net_devices = a->ucx_net_devices;
       options.max_in_flight = a->max_in_flight;
+      options.via_store = a->via_store;
       if (a->ucx_protocol == "pull") options.protocol = LiveProtocol::kPull;
       if (a->ucx_protocol == "push") options.protocol = LiveProtocol::kPush;
       if (a->ucx_errors == "peer") {
@@ -140,10 +144,16 @@ void AddSelftestCommand(CLI::App& app) {
       char buf[64];
       w.BeginObject();
       w.KeyUInt("bytes", r.bytes);
-      const bool ucx = a->transport == "ucx";
+      const bool ucx = a->transport == "ucx" && a->via_store.empty();
+      const bool store = !a->via_store.empty();
       std::snprintf(buf, sizeof(buf), "%.3f", gbps);
       w.Key("gbps");
       w.Raw(buf);
+      if (store) {
+        std::snprintf(buf, sizeof(buf), "%.6f", r.load_seconds);
+        w.Key("load_seconds");
+        w.Raw(buf);
+      }
       std::snprintf(buf, sizeof(buf), "%.3f", r.memcpy_gbps);
       w.Key("memcpy_gbps");
       w.Raw(buf);
@@ -162,7 +172,12 @@ void AddSelftestCommand(CLI::App& app) {
       w.Key("seconds");
       w.Raw(buf);
       w.KeyUInt("segments", r.segments);
-      w.KeyString("transport", a->transport);
+      w.KeyString("transport", store ? "store" : a->transport);
+      if (store) {
+        std::snprintf(buf, sizeof(buf), "%.6f", r.upload_seconds);
+        w.Key("upload_seconds");
+        w.Raw(buf);
+      }
       w.Key("verified");
       w.Bool(r.verified);
       w.EndObject();
@@ -181,6 +196,10 @@ void AddSelftestCommand(CLI::App& app) {
         std::printf("  %-26s %14u\n", "ranks activation-ready", r.ranks_ready);
       }
       std::printf("  %-26s %14.4f s\n", "plan + bind", r.plan_seconds);
+      if (!a->via_store.empty()) {
+        std::printf("  %-26s %14.4f s\n", "upload + commit", r.upload_seconds);
+        std::printf("  %-26s %14.4f s\n", "load", r.load_seconds);
+      }
       std::printf("  %-26s %14.4f s\n", "transfer", r.seconds);
       std::printf("  %-26s %14.2f GB/s\n", "reshard bandwidth", gbps);
       std::printf("  %-26s %14.2f GB/s\n", "memcpy (same run)", r.memcpy_gbps);

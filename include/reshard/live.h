@@ -83,7 +83,7 @@ struct LiveBindings {
 enum class LiveProtocol : uint8_t { kAuto, kPush, kPull };
 
 struct LiveSessionOptions {
-  // Session key: one record-key component ([A-Za-z0-9._-]).
+  // Session key: one record-key component ([A-Za-z0-9._~%-]).
   std::string session;
   uint32_t rank = 0;
   uint32_t ranks = 1;

@@ -1,7 +1,7 @@
 // Small immutable records under '/'-separated keys: the rendezvous of live
 // sessions and the control records of the weight store.
 //
-// Keys are one or more components of [A-Za-z0-9._-] (no empty component,
+// Keys are one or more components of [A-Za-z0-9._~%-] (no empty component,
 // none starting with '.'), joined by '/'.
 //
 // Thread and process contract: every method may be called concurrently from

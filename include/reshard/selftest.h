@@ -51,6 +51,10 @@ struct SelfTestOptions {
   LiveProtocol protocol = LiveProtocol::kAuto;
   UcxOptions ucx;
   SelfTestFault fault = SelfTestFault::kNone;
+  // When set (a store URI, e.g. fs://DIR): upload the source layout to the
+  // weight store, commit, load the revision into the target layout and
+  // check every byte; the revision is removed afterwards.
+  std::string via_store;
   // Called from the calling thread with the phase ("fill", "transfer",
   // "verify") and the fraction of its bytes done; may be empty.
   std::function<void(std::string_view phase, double fraction)> progress;
@@ -75,6 +79,9 @@ struct SelfTestReport {
   // many message sides were packed (strided); ranks that reported
   // activation-ready.
   uint64_t messages = 0;
+  // via_store: upload (prepare + payloads + commit) and load seconds.
+  double upload_seconds = 0;
+  double load_seconds = 0;
   uint64_t packed_messages = 0;
   uint32_t ranks_ready = 0;
 };

@@ -17,12 +17,16 @@
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
 #include "reshard/transfer_plan.h"
+#include "store/store_selftest.h"
 
 namespace reshard {
 
 Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
                                    const WeightPlacementManifest& target,
                                    const SelfTestOptions& options) {
+  if (!options.via_store.empty()) {
+    return internal::RunStoreSelfTest(source, target, options);
+  }
   if (options.transport == "ucx") {
     return internal::RunUcxSelfTest(source, target, options);
   }

@@ -1,4 +1,4 @@
-#include "exec/ucx/strided_stream.h"
+#include "exec/strided_stream.h"
 
 #include <algorithm>
 #include <cstring>

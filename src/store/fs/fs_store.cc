@@ -1,5 +1,7 @@
-// RecordStore over a directory: one file per record, create-only publication
-// by link(2).
+// The filesystem backend (fs://PATH): one file per record or object under
+// PATH, created as a temporary file, fsynced, published by link(2) (which
+// never replaces, also on shared filesystems) and made durable by an fsync
+// of its directory. Reads are positional, straight into caller memory.
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +15,9 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <unordered_map>
 
+#include "reshard/object_store.h"
 #include "reshard/record_store.h"
 
 namespace reshard {
@@ -65,11 +69,19 @@ std::string UniqueSuffix() {
   return buf;
 }
 
-class DirectoryRecordStore : public RecordStore {
+class FsStore : public ObjectStore {
  public:
-  explicit DirectoryRecordStore(std::string root) : root_(std::move(root)) {}
+  explicit FsStore(std::string root)
+      : root_(std::move(root)), uri_("fs://" + root_) {}
+
+  const std::string& uri() const override { return uri_; }
 
   Status Put(std::string_view key, std::string_view value) override {
+    return PutObject(key, {ConstBuffer{value.data(), value.size()}});
+  }
+
+  Status PutObject(std::string_view key,
+                   const std::vector<ConstBuffer>& parts) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
     const std::string path = PathOf(key);
     const std::string dir = fs::path(path).parent_path().string();
@@ -94,10 +106,20 @@ class DirectoryRecordStore : public RecordStore {
     // A unique temporary name beside the target (same filesystem), unique
     // also across hosts and containers sharing the filesystem.
     const std::string tmp = dir + "/.tmp." + UniqueSuffix();
-    const int fd =
-        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    for (int retry = 0; fd < 0 && errno == ENOENT && retry < 8; ++retry) {
+      // A concurrent Delete pruned the directory we just created.
+      fs::create_directories(dir, ec);
+      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
     if (fd < 0) return Errno("cannot create", tmp);
-    Status st = WriteAll(fd, value, tmp);
+    Status st;
+    for (const ConstBuffer& part : parts) {
+      if (!st.ok()) break;
+      st = WriteAll(
+          fd, std::string_view(static_cast<const char*>(part.data), part.size),
+          tmp);
+    }
     if (st.ok() && ::fsync(fd) != 0) st = Errno("cannot sync", tmp);
     ::close(fd);
     if (st.ok() && ::link(tmp.c_str(), path.c_str()) != 0) {
@@ -168,11 +190,74 @@ class DirectoryRecordStore : public RecordStore {
     return keys;
   }
 
+  Status ReadRanges(const std::vector<ReadRange>& ranges) override {
+    // One descriptor per object for the whole call.
+    std::unordered_map<std::string_view, int> fds;
+    Status st;
+    for (const ReadRange& r : ranges) {
+      auto it = fds.find(r.key);
+      if (it == fds.end()) {
+        st = ValidateRecordKey(r.key);
+        if (!st.ok()) break;
+        const std::string path = PathOf(r.key);
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+          st = errno == ENOENT || errno == ENOTDIR
+                   ? Status::NotFound("no object " + r.key)
+                   : Errno("cannot open", path);
+          break;
+        }
+        it = fds.emplace(r.key, fd).first;
+      }
+      auto* dest = static_cast<char*>(r.dest);
+      uint64_t done = 0;
+      while (done < r.length) {
+        const ssize_t n = ::pread(it->second, dest + done, r.length - done,
+                                  static_cast<off_t>(r.offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+          st = Errno("cannot read", PathOf(r.key));
+          break;
+        }
+        if (n == 0) {
+          st = Status::DataLoss("object " + r.key + " is short: range [" +
+                                std::to_string(r.offset) + ", " +
+                                std::to_string(r.offset + r.length) +
+                                ") ends after " +
+                                std::to_string(r.offset + done) + " bytes");
+          break;
+        }
+        done += static_cast<uint64_t>(n);
+      }
+      if (!st.ok()) break;
+    }
+    for (const auto& [k, fd] : fds) ::close(fd);
+    return st;
+  }
+
+  Result<uint64_t> ObjectSize(std::string_view key) override {
+    RETURN_NOT_OK(ValidateRecordKey(key));
+    struct stat sb;
+    const std::string path = PathOf(key);
+    if (::stat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+      if (errno == ENOENT || errno == ENOTDIR || S_ISDIR(sb.st_mode)) {
+        return Status::NotFound("no object " + std::string(key));
+      }
+      return Errno("cannot stat", path);
+    }
+    return static_cast<uint64_t>(sb.st_size);
+  }
+
   Status Delete(std::string_view key) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
     const std::string path = PathOf(key);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
       return Errno("cannot delete", path);
+    }
+    // Prune directories left empty (a Put racing with this retries).
+    for (fs::path d = fs::path(path).parent_path();
+         d.string().size() > root_.size(); d = d.parent_path()) {
+      if (::rmdir(d.c_str()) != 0) break;
     }
     return Status::OK();
   }
@@ -183,6 +268,7 @@ class DirectoryRecordStore : public RecordStore {
   }
 
   std::string root_;
+  std::string uri_;
 };
 
 }  // namespace
@@ -202,8 +288,8 @@ Status ValidateRecordKey(std::string_view key) {
     for (char c : part) {
       const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                       (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-                      c == '-';
-      if (!ok) return bad("characters other than [A-Za-z0-9._-]");
+                      c == '~' || c == '%' || c == '-';
+      if (!ok) return bad("characters other than [A-Za-z0-9._~%-]");
     }
     if (end == key.size()) break;
     begin = end + 1;
@@ -211,8 +297,9 @@ Status ValidateRecordKey(std::string_view key) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
-    const std::string& root) {
+namespace {
+
+Result<std::unique_ptr<FsStore>> OpenFsStore(const std::string& root) {
   if (root.empty()) {
     return Status::InvalidArgument("record store directory is empty");
   }
@@ -224,7 +311,32 @@ Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
   }
   std::string normal = fs::absolute(root).lexically_normal().string();
   while (normal.size() > 1 && normal.ends_with('/')) normal.pop_back();
-  return std::unique_ptr<RecordStore>(new DirectoryRecordStore(normal));
+  return std::make_unique<FsStore>(normal);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
+    const std::string& root) {
+  ASSIGN_OR_RETURN(auto store, OpenFsStore(root));
+  return std::unique_ptr<RecordStore>(std::move(store));
+}
+
+Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri) {
+  std::string_view path = uri;
+  if (uri.starts_with("fs://")) {
+    path.remove_prefix(5);
+  } else if (uri.find("://") != std::string_view::npos) {
+    return Status::InvalidArgument("unsupported store URI \"" +
+                                   std::string(uri) +
+                                   "\" (supported: fs://PATH)");
+  }
+  if (path.empty()) {
+    return Status::InvalidArgument("store URI \"" + std::string(uri) +
+                                   "\" names no directory");
+  }
+  ASSIGN_OR_RETURN(auto store, OpenFsStore(std::string(path)));
+  return std::unique_ptr<ObjectStore>(std::move(store));
 }
 
 }  // namespace reshard

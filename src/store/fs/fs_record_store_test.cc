@@ -242,7 +242,7 @@ TEST(DirectoryRecordStoreKeyTest, ValidateRecordKeyRejectsWithExactMessage) {
     std::string key;
     std::string reason;
   };
-  const std::string chars = "characters other than [A-Za-z0-9._-]";
+  const std::string chars = "characters other than [A-Za-z0-9._~%-]";
   const std::vector<Case> cases = {
       {"", "empty"},
       {"a//b", "empty component"},

@@ -1,0 +1,60 @@
+// The backend SDK of the weight store: objects (large, written once,
+// streamed from caller memory, read by byte ranges straight into caller
+// memory) plus the small create-only records of RecordStore.
+//
+// Thread and process contract: every method may be called concurrently from
+// any thread of any process sharing the backend. Objects, like records, are
+// create-only and atomic: a reader sees no object or the whole object, and
+// of racing writers of one key exactly one wins (AlreadyExists for the
+// others, whose bytes are discarded). Objects and records share one key
+// space. A backend must pass testing/object_store_conformance.h.
+
+#ifndef RESHARD_OBJECT_STORE_H_
+#define RESHARD_OBJECT_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/record_store.h"
+#include "reshard/status.h"
+
+namespace reshard {
+
+// A range of caller memory to write from.
+struct ConstBuffer {
+  const void* data = nullptr;
+  uint64_t size = 0;
+};
+
+// One ranged read: `length` bytes of `key` at `offset` into `dest`.
+struct ReadRange {
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  void* dest = nullptr;
+};
+
+class ObjectStore : public RecordStore {
+ public:
+  // Writes the concatenation of `parts` as object `key` without assembling
+  // it in memory; AlreadyExists if the key exists (nothing is changed).
+  virtual Status PutObject(std::string_view key,
+                           const std::vector<ConstBuffer>& parts) = 0;
+  // Reads every range; fails (naming the key and range) if any range is
+  // missing or short. Ranges may target any caller memory.
+  virtual Status ReadRanges(const std::vector<ReadRange>& ranges) = 0;
+  // The object's size; NotFound if absent.
+  virtual Result<uint64_t> ObjectSize(std::string_view key) = 0;
+  // The backend's URI.
+  virtual const std::string& uri() const = 0;
+};
+
+// "fs://PATH" (or a plain path): objects and records as files under PATH.
+Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri);
+
+}  // namespace reshard
+
+#endif  // RESHARD_OBJECT_STORE_H_

@@ -1,0 +1,195 @@
+// The weight store: a complete DP replica of a live model persisted as
+// source-native fragments, published as an immutable revision, loaded into
+// any other layout with ranged reads straight into the target buffers.
+//
+// Protocol (digest section 5, seed RFC "Weight storage"):
+//   PrepareUpload  selects one complete, generation-consistent source DP
+//                  replica and spreads its fragments over every source
+//                  participant holding identical bytes;
+//   Upload         each participant writes its fragments (payload object +
+//                  checksum record) and returns receipts;
+//   Commit         first decision wins (create-only decision record), then
+//                  the manifest is published create-only; idempotent on
+//                  retry; a writer that loses to another manifest removes
+//                  its own payloads;
+//   Abort          claims "abort" and removes its payloads; never touches a
+//                  published revision.
+// A revision is IMPORTING until its manifest exists, then READY. Loads hold
+// a lease record; Remove refuses a leased revision; Gc removes payloads of
+// aborted and abandoned uploads and never anything a manifest references.
+//
+// Keys (docs/store-format.md):
+//   <prefix>/<q(namespace)>/<q(resource)>/<q(revision)>/<generation>/
+//     manifest                          the published StoredWeightManifest
+//     payload/<txn>/<fragment_id>       one object per stored fragment
+//     checksums/<txn>/<fragment_id>     XXH3-64 per chunk of that object
+//     transactions/<txn>/started        upload start (for gc's grace)
+//     transactions/<txn>/decision       "commit" or "abort", first wins
+//     leases/<lease_id>                 a load in progress
+
+#ifndef RESHARD_WEIGHT_STORE_H_
+#define RESHARD_WEIGHT_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/binding.h"
+#include "reshard/object_store.h"
+#include "reshard/placement.h"
+#include "reshard/status.h"
+#include "reshard/stored_manifest.h"
+
+namespace reshard {
+
+struct WeightStoreOptions {
+  std::string key_prefix = "weights";
+  std::string namespace_ = "default";
+  // Checksum granularity; loads verify whole chunks.
+  uint64_t chunk_bytes = uint64_t{1} << 20;
+  // Loads: largest single read, and ranges per backend request.
+  uint64_t max_range_bytes = uint64_t{64} << 20;
+  uint32_t max_ranges_per_request = 1024;
+  // Loads: staging for strided regions and chunk edges (bounded extra
+  // memory whatever the model size).
+  uint64_t staging_bytes = uint64_t{64} << 20;
+  std::chrono::seconds lease_ttl{86400};
+  // Gc: an upload without decision (or with a commit decision but no
+  // manifest) older than this is abandoned.
+  std::chrono::seconds gc_grace{3600};
+  // Test and tool hook, called at "payload" (after each payload object),
+  // "decision" (commit decided, manifest not yet published) and
+  // "published".
+  std::function<void(std::string_view stage)> on_stage;
+};
+
+struct UploadOperation {
+  size_t stored_fragment = 0;  // index into the manifest's fragments
+  std::string participant_id;  // the source participant that writes it
+  std::string placement_fragment_id;
+};
+
+class UploadPlan {
+ public:
+  const StoredWeightManifest& manifest() const { return *manifest_; }
+  const std::string& transaction_id() const { return transaction_id_; }
+  const std::vector<UploadOperation>& operations() const { return ops_; }
+  uint64_t generation() const { return generation_; }
+  // Bytes each participant writes.
+  uint64_t BytesOf(std::string_view participant_id) const;
+
+ private:
+  friend class WeightStore;
+  std::shared_ptr<const StoredWeightManifest> manifest_;
+  std::string transaction_id_;
+  std::string source_placement_id_;
+  uint64_t generation_ = 0;
+  std::vector<UploadOperation> ops_;
+};
+
+struct UploadReceipt {
+  std::string fragment_id;
+  std::string object_key;
+  std::string participant_id;
+  friend bool operator==(const UploadReceipt&, const UploadReceipt&) = default;
+};
+
+struct LoadReport {
+  uint64_t bytes = 0;          // bytes written to targets
+  uint64_t bytes_read = 0;     // bytes read from the backend
+  uint64_t read_requests = 0;  // backend ReadRanges calls
+  uint64_t ranges = 0;         // ranges in those calls
+  uint64_t chunks_verified = 0;
+  uint64_t regions = 0;
+};
+
+struct RevisionInfo {
+  std::string manifest_key;
+  std::string resource_id;
+  std::string revision;
+  uint64_t weight_generation = 0;
+  std::string state;  // "READY" or "IMPORTING"
+  uint64_t fragments = 0;
+  uint64_t bytes = 0;
+  uint32_t leases = 0;
+};
+
+struct VerifyReport {
+  uint64_t objects = 0;
+  uint64_t bytes = 0;
+  uint64_t chunks = 0;
+};
+
+struct GcReport {
+  uint64_t keys_removed = 0;
+  uint64_t bytes_removed = 0;
+  std::vector<std::string> transactions_removed;
+};
+
+class WeightStore {
+ public:
+  static Result<WeightStore> Open(std::string_view uri,
+                                  WeightStoreOptions options = {});
+  static Result<WeightStore> Open(std::shared_ptr<ObjectStore> backend,
+                                  WeightStoreOptions options = {});
+
+  ObjectStore& backend() const { return *backend_; }
+  const WeightStoreOptions& options() const { return options_; }
+
+  // The base key of a revision.
+  std::string BaseKey(std::string_view resource_id, std::string_view revision,
+                      uint64_t generation) const;
+
+  Result<UploadPlan> PrepareUpload(
+      const WeightPlacementManifest& source,
+      const std::vector<WeightRuntimeBindingManifest>& bindings);
+  // Writes the fragments assigned to `binding`'s participant, after
+  // re-checking its generation, lease and fragments against the plan.
+  Result<std::vector<UploadReceipt>> Upload(
+      const UploadPlan& plan, const WeightPlacementManifest& source,
+      const WeightRuntimeBindingManifest& binding);
+  Status Commit(const UploadPlan& plan,
+                const std::vector<UploadReceipt>& receipts);
+  Status Abort(const UploadPlan& plan);
+
+  // A published manifest (strict; its key must match).
+  Result<StoredWeightManifest> LoadManifest(std::string_view manifest_key);
+  // Plans `target` from the manifest and reads straight into the bound
+  // target buffers, verifying every delivered chunk. Holds a lease for the
+  // duration. On error the targets are not loaded (contents unspecified).
+  Result<LoadReport> Load(
+      const StoredWeightManifest& manifest,
+      const WeightPlacementManifest& target,
+      const std::vector<WeightRuntimeBindingManifest>& target_bindings);
+
+  Result<std::vector<RevisionInfo>> List();
+  // Re-reads every payload of the revision and checks every checksum.
+  Result<VerifyReport> Verify(std::string_view manifest_key);
+  // Removes a READY revision; refuses while a load holds a lease.
+  Status Remove(std::string_view manifest_key);
+  Result<GcReport> Gc();
+
+ private:
+  WeightStore(std::shared_ptr<ObjectStore> backend, WeightStoreOptions o)
+      : backend_(std::move(backend)), options_(std::move(o)) {}
+  std::shared_ptr<ObjectStore> backend_;
+  WeightStoreOptions options_;
+};
+
+// Stored fragment id: the first 24 hex digits of SHA-256 of
+// "<tensor_id>|<offset>|<shape>" with Python tuple rendering ("(0, 4)",
+// "(8,)"), as the reference computes it.
+std::string StoredFragmentId(std::string_view tensor_id, const Dims& offset,
+                             const Dims& shape);
+
+// Python urllib.parse.quote(s, safe="") for ids inside keys; additionally a
+// leading '.' is escaped (%2E), since key components cannot start with '.'.
+std::string QuoteKeyComponent(std::string_view id);
+
+}  // namespace reshard
+
+#endif  // RESHARD_WEIGHT_STORE_H_

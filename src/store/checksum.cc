@@ -1,0 +1,95 @@
+#include "store/checksum.h"
+
+#include <xxhash.h>
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace reshard::internal {
+namespace {
+
+constexpr std::string_view kHeader = "xxh3-64 v1 ";
+
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string ChecksumRecord(const uint8_t* data, uint64_t size,
+                           uint64_t chunk_bytes) {
+  std::string out = std::string(kHeader) +
+                    "chunk_bytes=" + std::to_string(chunk_bytes) +
+                    " size=" + std::to_string(size) + "\n";
+  for (uint64_t at = 0; at < size; at += chunk_bytes) {
+    out += Hex(XXH3_64bits(data + at, std::min(chunk_bytes, size - at)));
+    out += '\n';
+  }
+  return out;
+}
+
+Result<ChunkSums> ParseChecksumRecord(std::string_view record) {
+  auto bad = [] { return Status::DataLoss("malformed checksum record"); };
+  if (!record.starts_with(kHeader)) return bad();
+  const size_t eol = record.find('\n');
+  if (eol == std::string_view::npos) return bad();
+  ChunkSums s;
+  const std::string header(record.substr(kHeader.size(), eol - kHeader.size()));
+  if (std::sscanf(header.c_str(), "chunk_bytes=%" SCNu64 " size=%" SCNu64,
+                  &s.chunk_bytes, &s.size) != 2 ||
+      s.chunk_bytes == 0) {
+    return bad();
+  }
+  size_t pos = eol + 1;
+  while (pos < record.size()) {
+    const size_t end = record.find('\n', pos);
+    if (end == std::string_view::npos || end - pos != 16) return bad();
+    uint64_t v = 0;
+    for (size_t i = pos; i < end; ++i) {
+      const char c = record[i];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                           : -1;
+      if (d < 0) return bad();
+      v = (v << 4) | static_cast<uint64_t>(d);
+    }
+    s.sums.push_back(v);
+    pos = end + 1;
+  }
+  if (s.sums.size() != (s.size + s.chunk_bytes - 1) / s.chunk_bytes) {
+    return bad();
+  }
+  return s;
+}
+
+Status VerifyChunks(const ChunkSums& sums, uint64_t offset, const uint8_t* data,
+                    uint64_t n, std::string_view object_key,
+                    std::string_view fragment_id, uint64_t* chunks_verified) {
+  if (offset % sums.chunk_bytes != 0 || offset + n > sums.size) {
+    return Status::Internal("unaligned checksum verification of " +
+                            std::string(object_key));
+  }
+  for (uint64_t at = 0; at < n; at += sums.chunk_bytes) {
+    const uint64_t len = std::min(sums.chunk_bytes, n - at);
+    const uint64_t chunk = (offset + at) / sums.chunk_bytes;
+    if (len != std::min(sums.chunk_bytes, sums.size - (offset + at))) {
+      return Status::Internal("partial chunk verification of " +
+                              std::string(object_key));
+    }
+    const uint64_t got = XXH3_64bits(data + at, len);
+    if (got != sums.sums[chunk]) {
+      return Status::DataLoss(
+          "checksum mismatch in stored fragment " + std::string(fragment_id) +
+          " (object " + std::string(object_key) + ") at bytes [" +
+          std::to_string(offset + at) + ", " +
+          std::to_string(offset + at + len) + "): expected " +
+          Hex(sums.sums[chunk]) + ", got " + Hex(got));
+    }
+    if (chunks_verified != nullptr) ++*chunks_verified;
+  }
+  return Status::OK();
+}
+
+}  // namespace reshard::internal

@@ -1,0 +1,82 @@
+#include "store/store_selftest.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "exec/host_buffers.h"
+#include "exec/pattern.h"
+#include "reshard/plan.h"
+#include "reshard/weight_store.h"
+
+namespace reshard::internal {
+
+Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
+                                        const WeightPlacementManifest& target,
+                                        const SelfTestOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  SelfTestReport report;
+  auto t0 = Clock::now();
+  ASSIGN_OR_RETURN(HostBuffers src,
+                   AllocateHostBuffers(source, "selftest-source"));
+  ASSIGN_OR_RETURN(HostBuffers dst,
+                   AllocateHostBuffers(target, "selftest-target"));
+  const auto tensors = TensorIndex(source);
+  FillPattern(source, tensors, src);
+  for (const auto& [id, p] : dst.data) {
+    std::memset(p, 0xD7, target.FindFragment(id)->nbytes());
+  }
+  // A namespace of its own per run: the revision is removed afterwards and
+  // never meets another run's.
+  WeightStoreOptions store_options;
+  store_options.namespace_ =
+      "selftest-" + std::to_string(::getpid()) + "-" +
+      std::to_string(Clock::now().time_since_epoch().count());
+  ASSIGN_OR_RETURN(auto store,
+                   WeightStore::Open(options.via_store, store_options));
+  report.plan_seconds = seconds(t0);
+
+  t0 = Clock::now();
+  ASSIGN_OR_RETURN(auto upload, store.PrepareUpload(source, src.bindings));
+  std::vector<UploadReceipt> receipts;
+  for (const auto& b : src.bindings) {
+    ASSIGN_OR_RETURN(auto r, store.Upload(upload, source, b));
+    receipts.insert(receipts.end(), r.begin(), r.end());
+  }
+  RETURN_NOT_OK(store.Commit(upload, receipts));
+  report.upload_seconds = seconds(t0);
+
+  t0 = Clock::now();
+  ASSIGN_OR_RETURN(auto manifest,
+                   store.LoadManifest(upload.manifest().manifest_key()));
+  auto loaded = store.Load(manifest, target, dst.bindings);
+  report.load_seconds = seconds(t0);
+  report.seconds = report.upload_seconds + report.load_seconds;
+  const Status removed = store.Remove(manifest.manifest_key());
+  RETURN_NOT_OK(loaded.status());
+  RETURN_NOT_OK(removed.WithContext("removing the self-test revision"));
+  report.bytes = loaded->bytes;
+  report.operations = loaded->regions;
+  ASSIGN_OR_RETURN(auto plan,
+                   LogicalTransferPlan::MakeFromStored(manifest, target));
+  report.segments = plan.summary().segments;
+  report.mismatch = VerifyPattern(target, tensors, dst);
+  report.verified = report.mismatch.empty();
+  if (report.verified && report.bytes != plan.summary().bytes) {
+    report.verified = false;
+    report.mismatch = "loaded " + std::to_string(report.bytes) +
+                      " bytes, the plan moves " +
+                      std::to_string(plan.summary().bytes);
+  }
+  if (options.measure_memcpy) {
+    report.memcpy_gbps = MeasureMemcpyGbps(
+        std::min<uint64_t>(report.bytes, uint64_t{256} << 20), 1);
+  }
+  return report;
+}
+
+}  // namespace reshard::internal

@@ -1,0 +1,307 @@
+// WeightStore::Load: stored manifest + target placement -> plan -> bounded,
+// verified ranged reads straight into the target buffers.
+//
+// Per stored fragment (one payload object), regions whose both sides are
+// contiguous are read directly into the target (whole checksum chunks; the
+// partial chunks at their edges through a one-chunk buffer). Strided
+// regions are served by one sequential sweep over the object in
+// chunk-aligned spans of at most `staging_bytes`: each span is read once,
+// verified, and scattered to every region with rows in it, so no read is
+// ever issued per row and every stored byte is read at most once per load.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+#include <unordered_map>
+
+#include "exec/strided_stream.h"
+#include "reshard/plan.h"
+#include "reshard/weight_store.h"
+#include "store/checksum.h"
+
+namespace reshard {
+namespace {
+
+using internal::ChunkSums;
+using internal::StridedSide;
+
+// One region to serve from its stored fragment: object offset of its first
+// row, its source side (offsets relative to that) and its target side.
+struct Work {
+  uint64_t object_base = 0;
+  StridedSide source;  // base == nullptr: offsets only
+  StridedSide target;
+  uint64_t rows = 0;
+  // Sweep cursor: next row and byte within it.
+  uint64_t row = 0;
+  uint64_t within = 0;
+  uint64_t NextOffset() const {
+    return object_base + internal::RowOffset(source, row) + within;
+  }
+};
+
+class Loader {
+ public:
+  Loader(ObjectStore& backend, const WeightStoreOptions& options,
+         LoadReport* report)
+      : b_(backend), o_(options), report_(report) {}
+
+  Status Run(const std::string& object_key, const std::string& fragment_id,
+             const ChunkSums& sums, std::vector<Work>& direct,
+             std::vector<Work>& staged) {
+    key_ = &object_key;
+    fid_ = &fragment_id;
+    sums_ = &sums;
+    for (Work& w : direct) RETURN_NOT_OK(Direct(w));
+    RETURN_NOT_OK(Flush());
+    return Sweep(staged);
+  }
+
+ private:
+  // A contiguous region: whole chunks straight into the target, edges via
+  // the chunk buffer.
+  Status Direct(const Work& w) {
+    const uint64_t c = sums_->chunk_bytes;
+    const uint64_t begin = w.object_base;
+    const uint64_t end = begin + w.source.total_bytes;
+    uint8_t* dest = w.target.base;
+    const uint64_t first_full = (begin + c - 1) / c * c;
+    uint64_t last_full = end / c * c;
+    if (end == sums_->size) last_full = end;  // the short last chunk
+    if (first_full >= last_full) {
+      return Edge(begin, end, dest);
+    }
+    if (begin < first_full) RETURN_NOT_OK(Edge(begin, first_full, dest));
+    for (uint64_t at = first_full; at < last_full;) {
+      const uint64_t n = std::min<uint64_t>(
+          std::max<uint64_t>(o_.max_range_bytes / c, 1) * c, last_full - at);
+      pending_.push_back({*key_, at, n, dest + (at - begin)});
+      at += n;
+      if (pending_.size() >= o_.max_ranges_per_request) RETURN_NOT_OK(Flush());
+    }
+    if (last_full < end)
+      RETURN_NOT_OK(Edge(last_full, end, dest + (last_full - begin)));
+    return Status::OK();
+  }
+
+  // Object bytes [begin, end) within one chunk, through the chunk buffer.
+  Status Edge(uint64_t begin, uint64_t end, uint8_t* dest) {
+    const uint64_t c = sums_->chunk_bytes;
+    const uint64_t chunk = begin / c * c;
+    const uint64_t n = std::min(c, sums_->size - chunk);
+    if (chunk_buf_.size() < c) chunk_buf_.resize(c);
+    RETURN_NOT_OK(Read({{*key_, chunk, n, chunk_buf_.data()}}));
+    RETURN_NOT_OK(internal::VerifyChunks(*sums_, chunk, chunk_buf_.data(), n,
+                                         *key_, *fid_,
+                                         &report_->chunks_verified));
+    std::memcpy(dest, chunk_buf_.data() + (begin - chunk), end - begin);
+    return Status::OK();
+  }
+
+  Status Flush() {
+    if (pending_.empty()) return Status::OK();
+    RETURN_NOT_OK(Read(pending_));
+    for (const ReadRange& r : pending_) {
+      RETURN_NOT_OK(internal::VerifyChunks(
+          *sums_, r.offset, static_cast<const uint8_t*>(r.dest), r.length,
+          *key_, *fid_, &report_->chunks_verified));
+    }
+    pending_.clear();
+    return Status::OK();
+  }
+
+  Status Read(const std::vector<ReadRange>& ranges) {
+    ++report_->read_requests;
+    report_->ranges += ranges.size();
+    for (const ReadRange& r : ranges) report_->bytes_read += r.length;
+    Status st = b_.ReadRanges(ranges);
+    if (!st.ok()) return st.WithContext("stored fragment " + *fid_);
+    return st;
+  }
+
+  // Strided regions: chunk-aligned spans in object order, each read once
+  // into the staging buffer, verified and scattered.
+  Status Sweep(std::vector<Work>& work) {
+    const uint64_t c = sums_->chunk_bytes;
+    const uint64_t span = o_.staging_bytes / c * c;
+    while (true) {
+      uint64_t next = UINT64_MAX;
+      for (const Work& w : work) {
+        if (w.row < w.rows) next = std::min(next, w.NextOffset());
+      }
+      if (next == UINT64_MAX) return Status::OK();
+      const uint64_t begin = next / c * c;
+      const uint64_t end = std::min(begin + span, sums_->size);
+      if (staging_.size() < end - begin) staging_.resize(end - begin);
+      RETURN_NOT_OK(Read({{*key_, begin, end - begin, staging_.data()}}));
+      RETURN_NOT_OK(internal::VerifyChunks(*sums_, begin, staging_.data(),
+                                           end - begin, *key_, *fid_,
+                                           &report_->chunks_verified));
+      for (Work& w : work) Scatter(w, begin, end);
+    }
+  }
+
+  // Copies the rows (or parts) of `w` inside object bytes [begin, end).
+  void Scatter(Work& w, uint64_t begin, uint64_t end) {
+    const uint64_t inner = w.source.inner_bytes;
+    while (w.row < w.rows) {
+      const uint64_t at = w.NextOffset();
+      if (at < begin || at >= end) return;
+      const uint64_t n = std::min(inner - w.within, end - at);
+      std::memcpy(
+          w.target.base + internal::RowOffset(w.target, w.row) + w.within,
+          staging_.data() + (at - begin), n);
+      w.within += n;
+      if (w.within == inner) {
+        w.within = 0;
+        ++w.row;
+      }
+    }
+  }
+
+  ObjectStore& b_;
+  const WeightStoreOptions& o_;
+  LoadReport* report_;
+  const std::string* key_ = nullptr;
+  const std::string* fid_ = nullptr;
+  const ChunkSums* sums_ = nullptr;
+  std::vector<ReadRange> pending_;
+  std::vector<uint8_t> chunk_buf_;
+  std::vector<uint8_t> staging_;
+};
+
+std::string TransactionOf(std::string_view object_key) {
+  const size_t p = object_key.rfind("/payload/");
+  if (p == std::string_view::npos) return "";
+  std::string_view rest = object_key.substr(p + 9);
+  return std::string(rest.substr(0, rest.find('/')));
+}
+
+// A lease record held for the duration of a load.
+class Lease {
+ public:
+  static Result<Lease> Take(ObjectStore& b, const std::string& base,
+                            std::chrono::seconds ttl) {
+    std::mt19937_64 rng{std::random_device{}() ^ uint64_t(::getpid())};
+    char id[32];
+    std::snprintf(id, sizeof id, "%016llx",
+                  static_cast<unsigned long long>(rng()));
+    const int64_t expires =
+        std::chrono::duration_cast<std::chrono::seconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count() +
+        ttl.count();
+    Lease l(b, base + "/leases/" + id);
+    RETURN_NOT_OK(b.Put(l.key_, "expires=" + std::to_string(expires)));
+    return l;
+  }
+  Lease(Lease&& o) noexcept : b_(o.b_), key_(std::move(o.key_)) {
+    o.key_.clear();
+  }
+  ~Lease() {
+    if (!key_.empty()) (void)b_.Delete(key_);
+  }
+
+ private:
+  Lease(ObjectStore& b, std::string key) : b_(b), key_(std::move(key)) {}
+  ObjectStore& b_;
+  std::string key_;
+};
+
+}  // namespace
+
+Result<LoadReport> WeightStore::Load(
+    const StoredWeightManifest& manifest, const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
+  if (manifest.resource_id() != target.resource_id() ||
+      manifest.revision() != target.revision()) {
+    return Status::InvalidArgument(
+        "target placement revision mismatch: stored " + manifest.resource_id() +
+        "@" + manifest.revision() + ", target " + target.resource_id() + "@" +
+        target.revision());
+  }
+  RETURN_NOT_OK(ValidateRuntimeBindings(target, target_bindings,
+                                        /*require_all=*/false)
+                    .WithContext("target bindings"));
+  const std::string base = manifest.spec().group_id;
+  ASSIGN_OR_RETURN(Lease lease,
+                   Lease::Take(*backend_, base, options_.lease_ttl));
+  // The revision must be the committed one (and still there, under lease).
+  auto committed = LoadManifest(manifest.manifest_key());
+  if (!committed.ok()) {
+    return Status::FailedPrecondition("weight manifest is not committed: " +
+                                      manifest.manifest_key());
+  }
+  if (committed->manifest_digest() != manifest.manifest_digest()) {
+    return Status::FailedPrecondition(
+        "committed weight manifest differs from load plan: " +
+        manifest.manifest_key());
+  }
+  PlanOptions plan_options;
+  if (target_bindings.size() == 1) {
+    plan_options.target_participant_id = target_bindings[0].participant_id();
+  }
+  ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::MakeFromStored(
+                                  manifest, target, plan_options));
+  std::unordered_map<std::string_view, const RuntimeBindingFragment*> bound;
+  for (const auto& b : target_bindings) {
+    for (const auto& f : b.fragments()) bound[f.placement_fragment_id()] = &f;
+  }
+  std::unordered_map<std::string_view, const StoredFragment*> stored;
+  for (const auto& f : manifest.fragments()) stored[f.fragment_id] = &f;
+  // Regions per stored fragment, split into direct and staged work.
+  struct PerObject {
+    const StoredFragment* fragment;
+    std::vector<Work> direct, staged;
+  };
+  std::map<std::string_view, PerObject> objects;
+  LoadReport report;
+  for (const TransferRegion& r : plan.regions()) {
+    const PlanFragment& tf = plan.target_fragments()[r.target_fragment];
+    auto t = bound.find(tf.fragment_id);
+    if (t == bound.end()) continue;  // a target this load does not fill
+    const PlanFragment& sf = plan.source_fragments()[r.source_fragment];
+    const StoredFragment* s = stored.at(sf.fragment_id);
+    BoundRegion br;
+    br.source_address = 0;
+    br.target_address = t->second->address() + r.target_base_offset;
+    br.inner_bytes = r.inner_bytes;
+    br.loops = r.loops;
+    br.bytes = r.bytes;
+    Work w;
+    w.object_base = s->object_offset + r.source_base_offset;
+    w.source = StridedSide::Source(br);
+    w.target = StridedSide::Target(br);
+    w.rows = r.inner_bytes == 0 ? 0 : r.bytes / r.inner_bytes;
+    auto& per = objects[s->fragment_id];
+    per.fragment = s;
+    (w.source.contiguous() && w.target.contiguous() ? per.direct : per.staged)
+        .push_back(std::move(w));
+    report.bytes += r.bytes;
+    ++report.regions;
+  }
+  Loader loader(*backend_, options_, &report);
+  for (auto& [fid, per] : objects) {
+    const StoredFragment& s = *per.fragment;
+    const std::string txn = TransactionOf(s.object_key);
+    ASSIGN_OR_RETURN(auto record, backend_->Get(base + "/checksums/" + txn +
+                                                "/" + s.fragment_id));
+    auto sums = internal::ParseChecksumRecord(record);
+    if (!sums.ok()) {
+      return sums.status().WithContext("stored fragment " + s.fragment_id);
+    }
+    std::sort(per.staged.begin(), per.staged.end(),
+              [](const Work& a, const Work& b) {
+                return a.object_base < b.object_base;
+              });
+    RETURN_NOT_OK(
+        loader.Run(s.object_key, s.fragment_id, *sums, per.direct, per.staged));
+  }
+  return report;
+}
+
+}  // namespace reshard

@@ -1,0 +1,681 @@
+// WeightStore: upload, commit/abort, ranged verified loads, lifecycle.
+
+#include "reshard/weight_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include "reshard/plan.h"
+#include "store/checksum.h"
+#include "util/canonical_json.h"
+#include "util/sha256.h"
+
+namespace reshard {
+namespace {
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string UtcNow() {
+  const std::time_t t =
+      std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string RandomHex(size_t bytes) {
+  static thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                          (uint64_t(::getpid()) << 32)};
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < bytes; ++i) {
+    const auto b = static_cast<uint8_t>(rng());
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+std::string PyTuple(const Dims& d) {
+  std::string out = "(";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(d[i]);
+  }
+  if (d.size() == 1) out += ",";
+  return out + ")";
+}
+
+// "<base>/payload/<txn>/<fid>" -> txn.
+std::string TransactionOfObject(std::string_view object_key) {
+  const size_t p = object_key.rfind("/payload/");
+  if (p == std::string_view::npos) return "";
+  std::string_view rest = object_key.substr(p + 9);
+  return std::string(rest.substr(0, rest.find('/')));
+}
+
+std::string BaseOfManifestKey(std::string_view manifest_key) {
+  constexpr std::string_view kSuffix = "/manifest";
+  if (!manifest_key.ends_with(kSuffix)) return "";
+  return std::string(
+      manifest_key.substr(0, manifest_key.size() - kSuffix.size()));
+}
+
+std::string DecisionJson(std::string_view decision, std::string_view digest) {
+  std::string out;
+  internal::CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyString("decision", decision);
+  w.KeyString("plan_digest", digest);
+  w.KeyString("record_type", "weight-upload-decision");
+  w.EndObject();
+  return out;
+}
+
+}  // namespace
+
+std::string StoredFragmentId(std::string_view tensor_id, const Dims& offset,
+                             const Dims& shape) {
+  const std::string s =
+      std::string(tensor_id) + "|" + PyTuple(offset) + "|" + PyTuple(shape);
+  return internal::Sha256Hex(s).substr(0, 24);
+}
+
+std::string QuoteKeyComponent(std::string_view id) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (size_t i = 0; i < id.size(); ++i) {
+    const auto c = static_cast<unsigned char>(id[i]);
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+                      c == '~' || (c == '.' && i > 0);
+    if (safe) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+uint64_t UploadPlan::BytesOf(std::string_view participant_id) const {
+  uint64_t n = 0;
+  for (const auto& op : ops_) {
+    if (op.participant_id == participant_id) {
+      n += manifest_->fragments()[op.stored_fragment].nbytes;
+    }
+  }
+  return n;
+}
+
+Result<WeightStore> WeightStore::Open(std::string_view uri,
+                                      WeightStoreOptions options) {
+  ASSIGN_OR_RETURN(auto backend, OpenObjectStore(uri));
+  return Open(std::shared_ptr<ObjectStore>(std::move(backend)),
+              std::move(options));
+}
+
+Result<WeightStore> WeightStore::Open(std::shared_ptr<ObjectStore> backend,
+                                      WeightStoreOptions options) {
+  if (options.chunk_bytes == 0 || options.max_range_bytes == 0 ||
+      options.max_ranges_per_request == 0) {
+    return Status::InvalidArgument(
+        "chunk_bytes, max_range_bytes and max_ranges_per_request must be "
+        "positive");
+  }
+  if (options.staging_bytes < options.chunk_bytes) {
+    return Status::InvalidArgument("staging_bytes (" +
+                                   std::to_string(options.staging_bytes) +
+                                   ") must hold at least one chunk (" +
+                                   std::to_string(options.chunk_bytes) + ")");
+  }
+  while (options.key_prefix.ends_with('/')) options.key_prefix.pop_back();
+  while (options.key_prefix.starts_with('/')) options.key_prefix.erase(0, 1);
+  RETURN_NOT_OK(ValidateRecordKey(options.key_prefix));
+  return WeightStore(std::move(backend), std::move(options));
+}
+
+std::string WeightStore::BaseKey(std::string_view resource_id,
+                                 std::string_view revision,
+                                 uint64_t generation) const {
+  return options_.key_prefix + "/" + QuoteKeyComponent(options_.namespace_) +
+         "/" + QuoteKeyComponent(resource_id) + "/" +
+         QuoteKeyComponent(revision) + "/" + std::to_string(generation);
+}
+
+// ---------------------------------------------------------------- upload
+
+Result<UploadPlan> WeightStore::PrepareUpload(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  RETURN_NOT_OK(ValidateRuntimeBindings(source, bindings,
+                                        /*require_all=*/false)
+                    .WithContext("source bindings"));
+  for (const auto& t : source.tensors()) {
+    for (const auto& axis : t.parallel_axes()) {
+      if (axis.kind() == AxisKind::kDp &&
+          axis.semantics() == AxisSemantics::kOwnership) {
+        return Status::InvalidArgument(
+            "Weight Store upload requires replicated DP source tensors; "
+            "DP-owned tensor snapshots are not supported: " +
+            t.tensor_id());
+      }
+    }
+  }
+  std::map<std::string_view, const WeightRuntimeBindingManifest*> by_part;
+  for (const auto& b : bindings) by_part[b.participant_id()] = &b;
+  // Fragments per DP replica; a replica is eligible when every fragment is
+  // bound and its bindings share one generation.
+  struct Candidate {
+    const PlacementFragment* fragment;
+    const WeightRuntimeBindingManifest* binding;
+  };
+  std::map<int64_t, std::vector<Candidate>> replicas;
+  std::map<int64_t, std::set<uint64_t>> generations;
+  std::set<int64_t> incomplete;
+  for (const auto& part : source.parts()) {
+    auto it = by_part.find(part.participant_id());
+    for (const auto& f : part.fragments()) {
+      const int64_t dp = part.rank().dp;
+      if (it == by_part.end()) {
+        incomplete.insert(dp);
+        continue;
+      }
+      replicas[dp].push_back({&f, it->second});
+      generations[dp].insert(it->second->generation());
+    }
+  }
+  std::optional<uint64_t> generation;
+  std::vector<int64_t> eligible;
+  for (const auto& [dp, frags] : replicas) {
+    if (incomplete.count(dp) || generations[dp].size() != 1) continue;
+    const uint64_t g = *generations[dp].begin();
+    if (generation && *generation != g) {
+      return Status::FailedPrecondition(
+          "complete source DP replicas have inconsistent lease generations");
+    }
+    generation = g;
+    eligible.push_back(dp);
+  }
+  if (eligible.empty()) {
+    return Status::FailedPrecondition(
+        "source manifests have no complete generation-consistent DP replica");
+  }
+  // The stored fragments: the boxes of the lowest eligible replica; the
+  // writers: every eligible copy of each box, balanced by bytes.
+  using Box = std::tuple<std::string, Dims, Dims>;
+  std::map<Box, std::vector<Candidate>> boxes;
+  for (const Candidate& c : replicas[eligible.front()]) {
+    boxes[{c.fragment->tensor_id(), c.fragment->global_offset(),
+           c.fragment->local_shape()}];
+  }
+  for (int64_t dp : eligible) {
+    for (const Candidate& c : replicas[dp]) {
+      auto it =
+          boxes.find({c.fragment->tensor_id(), c.fragment->global_offset(),
+                      c.fragment->local_shape()});
+      if (it != boxes.end()) it->second.push_back(c);
+    }
+  }
+  const std::string base =
+      BaseKey(source.resource_id(), source.revision(), *generation);
+  UploadPlan plan;
+  plan.transaction_id_ = RandomHex(16);
+  plan.generation_ = *generation;
+  plan.source_placement_id_ = source.placement_id();
+  StoredWeightManifestSpec spec;
+  spec.namespace_ = options_.namespace_;
+  spec.resource_id = source.resource_id();
+  spec.revision = source.revision();
+  spec.weight_generation = *generation;
+  spec.group_id = base;
+  spec.manifest_key = base + "/manifest";
+  spec.created_at = UtcNow();
+  spec.tensors = source.tensors();
+  struct Pending {
+    StoredFragment stored;
+    std::vector<Candidate> writers;
+  };
+  std::vector<Pending> pending;
+  for (auto& [box, writers] : boxes) {
+    const PlacementFragment& f = *writers.front().fragment;
+    StoredFragment s;
+    s.fragment_id =
+        StoredFragmentId(f.tensor_id(), f.global_offset(), f.local_shape());
+    s.tensor_id = f.tensor_id();
+    s.global_offset = f.global_offset();
+    s.local_shape = f.local_shape();
+    s.object_key =
+        base + "/payload/" + plan.transaction_id_ + "/" + s.fragment_id;
+    s.object_offset = 0;
+    s.nbytes = f.nbytes();
+    s.aliases = f.aliases();
+    spec.fragments.push_back(s);
+    pending.push_back({std::move(s), writers});
+  }
+  ASSIGN_OR_RETURN(auto manifest, StoredWeightManifest::Make(std::move(spec)));
+  plan.manifest_ =
+      std::make_shared<const StoredWeightManifest>(std::move(manifest));
+  // Largest first, to the least-loaded holder of identical bytes.
+  std::vector<size_t> order(pending.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return pending[a].stored.nbytes > pending[b].stored.nbytes;
+  });
+  std::map<std::string, uint64_t> load;
+  std::map<std::string_view, size_t> index_of;
+  const auto& stored = plan.manifest_->fragments();
+  for (size_t i = 0; i < stored.size(); ++i) {
+    index_of[stored[i].fragment_id] = i;
+  }
+  for (size_t i : order) {
+    const Candidate* best = nullptr;
+    for (const Candidate& c : pending[i].writers) {
+      if (best == nullptr || load[c.binding->participant_id()] <
+                                 load[best->binding->participant_id()]) {
+        best = &c;
+      }
+    }
+    load[best->binding->participant_id()] += pending[i].stored.nbytes;
+    plan.ops_.push_back({index_of.at(pending[i].stored.fragment_id),
+                         best->binding->participant_id(),
+                         best->fragment->placement_fragment_id()});
+  }
+  std::sort(plan.ops_.begin(), plan.ops_.end(),
+            [](const auto& a, const auto& b) {
+              return a.stored_fragment < b.stored_fragment;
+            });
+  RETURN_NOT_OK(
+      backend_->Put(base + "/transactions/" + plan.transaction_id_ + "/started",
+                    std::to_string(UnixSeconds())));
+  return plan;
+}
+
+Result<std::vector<UploadReceipt>> WeightStore::Upload(
+    const UploadPlan& plan, const WeightPlacementManifest& source,
+    const WeightRuntimeBindingManifest& binding) {
+  if (source.placement_id() != plan.source_placement_id_) {
+    return Status::InvalidArgument("source placement identity mismatch");
+  }
+  RETURN_NOT_OK(ValidateRuntimeBinding(source, binding));
+  if (binding.generation() != plan.generation()) {
+    return Status::FailedPrecondition(
+        "stale source lease: participant " + binding.participant_id() +
+        " is at generation " + std::to_string(binding.generation()) +
+        ", the upload plan at " + std::to_string(plan.generation()));
+  }
+  const StoredWeightManifest& m = plan.manifest();
+  const std::string base = m.spec().group_id;
+  std::vector<UploadReceipt> receipts;
+  for (const UploadOperation& op : plan.operations()) {
+    if (op.participant_id != binding.participant_id()) continue;
+    const StoredFragment& s = m.fragments()[op.stored_fragment];
+    const RuntimeBindingFragment* f =
+        binding.FindFragment(op.placement_fragment_id);
+    if (f == nullptr) {
+      return Status::FailedPrecondition("missing planned source fragment: " +
+                                        op.placement_fragment_id);
+    }
+    if (f->nbytes() != s.nbytes) {
+      return Status::FailedPrecondition("stale source fragment: " +
+                                        op.placement_fragment_id);
+    }
+    const auto* data = reinterpret_cast<const uint8_t*>(f->address());
+    const std::string sums =
+        internal::ChecksumRecord(data, s.nbytes, options_.chunk_bytes);
+    Status st = backend_->PutObject(s.object_key, {{data, s.nbytes}});
+    if (st.code() == StatusCode::kAlreadyExists) {
+      // A retry of this upload: the object must be the same bytes.
+      ASSIGN_OR_RETURN(
+          auto old, backend_->Get(base + "/checksums/" + plan.transaction_id() +
+                                  "/" + s.fragment_id));
+      if (old != sums) {
+        return Status::AlreadyExists("payload exists with other bytes: " +
+                                     s.object_key);
+      }
+    } else {
+      RETURN_NOT_OK(st);
+      st = backend_->Put(
+          base + "/checksums/" + plan.transaction_id() + "/" + s.fragment_id,
+          sums);
+      if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
+    }
+    if (options_.on_stage) options_.on_stage("payload");
+    receipts.push_back({s.fragment_id, s.object_key, binding.participant_id()});
+  }
+  return receipts;
+}
+
+namespace {
+
+// The decision record of a transaction, if any.
+Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
+                                                const std::string& key) {
+  auto text = b.Get(key);
+  if (text.status().code() == StatusCode::kNotFound) {
+    return std::optional<std::string>();
+  }
+  RETURN_NOT_OK(text.status());
+  const size_t p = text->find("\"decision\":\"");
+  if (p == std::string::npos) {
+    return Status::DataLoss("malformed upload decision record: " + key);
+  }
+  const size_t q = text->find('"', p + 12);
+  return std::optional<std::string>(text->substr(p + 12, q - p - 12));
+}
+
+// Removes every payload and checksum record of `txn` under `base`.
+Status RemoveTransactionPayloads(ObjectStore& b, const std::string& base,
+                                 const std::string& txn, GcReport* report) {
+  for (const char* kind : {"/payload/", "/checksums/"}) {
+    ASSIGN_OR_RETURN(auto keys, b.List(base + kind + txn + "/"));
+    for (const std::string& k : keys) {
+      if (report != nullptr) {
+        auto size = b.ObjectSize(k);
+        if (size.ok()) report->bytes_removed += *size;
+        ++report->keys_removed;
+      }
+      RETURN_NOT_OK(b.Delete(k));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status WeightStore::Commit(const UploadPlan& plan,
+                           const std::vector<UploadReceipt>& receipts) {
+  const StoredWeightManifest& m = plan.manifest();
+  const std::string base = m.spec().group_id;
+  const std::string txn = plan.transaction_id();
+  // Receipts: exactly one per stored fragment, matching the plan.
+  std::map<std::string, const UploadReceipt*> got;
+  for (const auto& r : receipts) {
+    if (!got.emplace(r.fragment_id, &r).second) {
+      return Status::InvalidArgument("duplicate upload receipt: " +
+                                     r.fragment_id);
+    }
+  }
+  for (const UploadOperation& op : plan.operations()) {
+    const StoredFragment& s = m.fragments()[op.stored_fragment];
+    auto it = got.find(s.fragment_id);
+    if (it == got.end()) {
+      return Status::FailedPrecondition("missing upload receipt: " +
+                                        s.fragment_id);
+    }
+    if (it->second->object_key != s.object_key ||
+        it->second->participant_id != op.participant_id) {
+      return Status::InvalidArgument("upload receipt does not match plan: " +
+                                     s.fragment_id);
+    }
+    got.erase(it);
+  }
+  if (!got.empty()) {
+    return Status::InvalidArgument("unexpected upload receipt: " +
+                                   got.begin()->first);
+  }
+  const std::string json = StoredWeightManifestToJson(m);
+  const std::string decision_key = base + "/transactions/" + txn + "/decision";
+  auto require_payloads = [&]() -> Status {
+    for (const StoredFragment& s : m.fragments()) {
+      auto size = backend_->ObjectSize(s.object_key);
+      if (!size.ok() || *size != s.nbytes) {
+        return Status::FailedPrecondition("payload is not complete: " +
+                                          s.object_key);
+      }
+      auto sums =
+          backend_->Get(base + "/checksums/" + txn + "/" + s.fragment_id);
+      if (!sums.ok()) {
+        return Status::FailedPrecondition("payload checksums missing: " +
+                                          s.object_key);
+      }
+    }
+    return Status::OK();
+  };
+  // First decision wins.
+  ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
+  if (!decided) {
+    RETURN_NOT_OK(require_payloads());
+    Status st = backend_->Put(decision_key,
+                              DecisionJson("commit", m.manifest_digest()));
+    if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
+    ASSIGN_OR_RETURN(decided, ReadDecision(*backend_, decision_key));
+  }
+  if (!decided) {
+    return Status::Unavailable("upload decision is not complete; retry");
+  }
+  if (*decided != "commit") {
+    return Status::FailedPrecondition("weight upload already chose " +
+                                      *decided);
+  }
+  RETURN_NOT_OK(require_payloads());
+  if (options_.on_stage) options_.on_stage("decision");
+  // Publish the manifest create-only; resolve a race.
+  Status st = backend_->Put(m.manifest_key(), json);
+  if (st.code() == StatusCode::kAlreadyExists) {
+    ASSIGN_OR_RETURN(std::string winner, backend_->Get(m.manifest_key()));
+    if (winner == json) return Status::OK();  // idempotent retry
+    RETURN_NOT_OK(RemoveTransactionPayloads(*backend_, base, txn, nullptr));
+    return Status::AlreadyExists("conflicting weight revision: " +
+                                 m.manifest_key());
+  }
+  RETURN_NOT_OK(st.WithContext("manifest put failed"));
+  if (options_.on_stage) options_.on_stage("published");
+  return Status::OK();
+}
+
+Status WeightStore::Abort(const UploadPlan& plan) {
+  const StoredWeightManifest& m = plan.manifest();
+  const std::string base = m.spec().group_id;
+  const std::string txn = plan.transaction_id();
+  auto published = backend_->Get(m.manifest_key());
+  if (published.ok() && *published == StoredWeightManifestToJson(m)) {
+    return Status::FailedPrecondition(
+        "cannot abort a published weight revision: " + m.manifest_key());
+  }
+  const std::string decision_key = base + "/transactions/" + txn + "/decision";
+  Status st =
+      backend_->Put(decision_key, DecisionJson("abort", m.manifest_digest()));
+  if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
+  ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
+  if (!decided) {
+    return Status::Unavailable("upload decision is not complete; retry");
+  }
+  if (*decided != "abort") {
+    return Status::FailedPrecondition("weight upload already chose " +
+                                      *decided);
+  }
+  return RemoveTransactionPayloads(*backend_, base, txn, nullptr);
+}
+
+// ---------------------------------------------------------------- read side
+
+Result<StoredWeightManifest> WeightStore::LoadManifest(
+    std::string_view manifest_key) {
+  auto text = backend_->Get(manifest_key);
+  if (text.status().code() == StatusCode::kNotFound) {
+    return Status::NotFound("no published weight revision " +
+                            std::string(manifest_key));
+  }
+  RETURN_NOT_OK(text.status());
+  ASSIGN_OR_RETURN(auto m, StoredWeightManifestFromJson(*text));
+  if (m.manifest_key() != manifest_key) {
+    return Status::DataLoss(
+        "manifest key mismatch: " + std::string(manifest_key) + " holds " +
+        m.manifest_key());
+  }
+  return m;
+}
+
+Result<std::vector<RevisionInfo>> WeightStore::List() {
+  ASSIGN_OR_RETURN(auto keys, backend_->List(options_.key_prefix + "/"));
+  std::map<std::string, RevisionInfo> revisions;  // by base
+  for (const std::string& k : keys) {
+    if (k.ends_with("/manifest")) {
+      const std::string base = BaseOfManifestKey(k);
+      ASSIGN_OR_RETURN(auto m, LoadManifest(k));
+      RevisionInfo& r = revisions[base];
+      r.manifest_key = k;
+      r.resource_id = m.resource_id();
+      r.revision = m.revision();
+      r.weight_generation = m.weight_generation();
+      r.state = "READY";
+      r.fragments = m.fragments().size();
+      for (const auto& f : m.fragments()) r.bytes += f.nbytes;
+    }
+  }
+  const int64_t now = UnixSeconds();
+  for (const std::string& k : keys) {
+    const size_t t = k.find("/transactions/");
+    const size_t l = k.find("/leases/");
+    if (l != std::string::npos) {
+      auto it = revisions.find(k.substr(0, l));
+      auto text = backend_->Get(k);
+      if (it != revisions.end() && text.ok() &&
+          std::stoll(text->substr(text->find('=') + 1)) > now) {
+        ++it->second.leases;
+      }
+    }
+    if (t != std::string::npos && k.ends_with("/started")) {
+      const std::string base = k.substr(0, t);
+      if (revisions.count(base)) continue;
+      RevisionInfo& r = revisions[base];
+      r.manifest_key = base + "/manifest";
+      r.state = "IMPORTING";
+    }
+  }
+  std::vector<RevisionInfo> out;
+  for (auto& [b, r] : revisions) out.push_back(std::move(r));
+  return out;
+}
+
+Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
+  ASSIGN_OR_RETURN(auto m, LoadManifest(manifest_key));
+  const std::string base = m.spec().group_id;
+  VerifyReport report;
+  std::vector<uint8_t> buf(options_.staging_bytes);
+  for (const StoredFragment& s : m.fragments()) {
+    const std::string txn = TransactionOfObject(s.object_key);
+    ASSIGN_OR_RETURN(auto record, backend_->Get(base + "/checksums/" + txn +
+                                                "/" + s.fragment_id));
+    ASSIGN_OR_RETURN(auto sums, internal::ParseChecksumRecord(record));
+    ASSIGN_OR_RETURN(uint64_t size, backend_->ObjectSize(s.object_key));
+    if (size < s.object_offset + s.nbytes) {
+      return Status::DataLoss("payload " + s.object_key +
+                              " is short: " + std::to_string(size) + " bytes");
+    }
+    const uint64_t step =
+        options_.staging_bytes / sums.chunk_bytes * sums.chunk_bytes;
+    for (uint64_t at = 0; at < size; at += step) {
+      const uint64_t n = std::min(step, size - at);
+      RETURN_NOT_OK(backend_->ReadRanges({{s.object_key, at, n, buf.data()}}));
+      RETURN_NOT_OK(internal::VerifyChunks(sums, at, buf.data(), n,
+                                           s.object_key, s.fragment_id,
+                                           &report.chunks));
+    }
+    ++report.objects;
+    report.bytes += size;
+  }
+  return report;
+}
+
+Status WeightStore::Remove(std::string_view manifest_key) {
+  ASSIGN_OR_RETURN(auto m, LoadManifest(manifest_key));
+  const std::string base = m.spec().group_id;
+  const int64_t now = UnixSeconds();
+  ASSIGN_OR_RETURN(auto leases, backend_->List(base + "/leases/"));
+  uint32_t live = 0;
+  for (const std::string& k : leases) {
+    auto text = backend_->Get(k);
+    if (text.ok() && std::stoll(text->substr(text->find('=') + 1)) > now) {
+      ++live;
+    }
+  }
+  if (live > 0) {
+    return Status::FailedPrecondition(
+        "weight revision " + std::string(manifest_key) + " is leased by " +
+        std::to_string(live) + " load(s); not removed");
+  }
+  // Hide the revision first, then remove everything under it.
+  RETURN_NOT_OK(backend_->Delete(manifest_key));
+  ASSIGN_OR_RETURN(auto keys, backend_->List(base + "/"));
+  for (const std::string& k : keys) RETURN_NOT_OK(backend_->Delete(k));
+  return Status::OK();
+}
+
+Result<GcReport> WeightStore::Gc() {
+  GcReport report;
+  ASSIGN_OR_RETURN(auto keys, backend_->List(options_.key_prefix + "/"));
+  // Transactions per base, and what published manifests reference.
+  std::map<std::string, std::set<std::string>> txns;  // base -> txn ids
+  std::set<std::string> referenced;                   // object keys
+  std::map<std::string, std::string> manifests;       // base -> key
+  for (const std::string& k : keys) {
+    if (k.ends_with("/manifest")) manifests[BaseOfManifestKey(k)] = k;
+    for (const char* kind : {"/payload/", "/checksums/", "/transactions/"}) {
+      const size_t p = k.find(kind);
+      if (p == std::string::npos) continue;
+      std::string rest = k.substr(p + std::strlen(kind));
+      txns[k.substr(0, p)].insert(rest.substr(0, rest.find('/')));
+    }
+  }
+  std::map<std::string, std::string> committed_txn;  // base -> txn
+  for (const auto& [base, key] : manifests) {
+    ASSIGN_OR_RETURN(auto m, LoadManifest(key));
+    for (const auto& f : m.fragments()) {
+      referenced.insert(f.object_key);
+      committed_txn[base] = TransactionOfObject(f.object_key);
+    }
+  }
+  const int64_t now = UnixSeconds();
+  for (const auto& [base, ids] : txns) {
+    for (const std::string& txn : ids) {
+      if (committed_txn.count(base) && committed_txn[base] == txn) continue;
+      const std::string tkey = base + "/transactions/" + txn;
+      ASSIGN_OR_RETURN(auto decided,
+                       ReadDecision(*backend_, tkey + "/decision"));
+      bool remove = decided && *decided == "abort";
+      if (!remove && decided && *decided == "commit" && manifests.count(base)) {
+        remove = true;  // lost to another manifest
+      }
+      if (!remove) {
+        // Undecided, or decided commit without a manifest: abandoned once
+        // older than the grace period.
+        auto started = backend_->Get(tkey + "/started");
+        const int64_t t = started.ok() ? std::stoll(*started) : 0;
+        remove = now - t >= options_.gc_grace.count();
+      }
+      if (!remove) continue;
+      // Never anything a published manifest references.
+      for (const char* kind : {"/payload/", "/checksums/", "/transactions/"}) {
+        ASSIGN_OR_RETURN(auto ks, backend_->List(base + kind + txn + "/"));
+        for (const std::string& k : ks) {
+          if (referenced.count(k)) continue;
+          auto size = backend_->ObjectSize(k);
+          if (size.ok()) report.bytes_removed += *size;
+          RETURN_NOT_OK(backend_->Delete(k));
+          ++report.keys_removed;
+        }
+      }
+      report.transactions_removed.push_back(base + "/" + txn);
+    }
+  }
+  return report;
+}
+
+}  // namespace reshard
