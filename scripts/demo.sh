@@ -4,7 +4,8 @@
 # layouts, plan the reshard, then reshard real host buffers in memory and
 # check every target byte, next to this machine's memcpy bandwidth; then the
 # same reshard live between 4 processes over UCX (2 trainer ranks, 2 rollout
-# ranks), over shared memory and over TCP on loopback.
+# ranks), over shared memory and over TCP on loopback; then through the
+# weight store (upload, commit, load into the other layout, verify).
 set -euo pipefail
 BUILD=${1:-build}
 R="$BUILD/reshard"
@@ -28,6 +29,18 @@ echo "== reshard selftest --transport ucx --procs 4 (shared memory)"
 echo "== reshard selftest --transport ucx --procs 4 --ucx-tls tcp (loopback)"
 "$R" selftest --transport ucx --procs 4 --ucx-tls tcp --ucx-net-devices lo \
   "$out/train.json" "$out/rollout.json"
+echo "== reshard selftest --via-store: upload the trainer layout, commit, load as rollout"
+"$R" selftest --via-store "fs://$out/store" --keep-revision "$out/train.json" "$out/rollout.json"
+echo "== reshard store ls / verify"
+"$R" store ls "fs://$out/store"
+"$R" store verify "fs://$out/store"
+echo "== a flipped payload byte fails verification"
+payload=$(find "$out/store" -path '*/payload/*' -type f | head -n 1)
+printf '\x5a' | dd of="$payload" bs=1 seek=7 count=1 conv=notrunc status=none
+if "$R" store verify "fs://$out/store"; then
+  echo "demo: corrupted payload was accepted" >&2
+  exit 1
+fi
 echo "== a tampered placement fails closed"
 sed "0,/\"nbytes\":[0-9]*/s//\"nbytes\":1/" "$out/rollout.json" > "$out/bad.json"
 if "$R" validate "$out/bad.json"; then

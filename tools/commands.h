@@ -13,6 +13,7 @@ void AddPlanCommand(CLI::App& app);
 void AddGenCommand(CLI::App& app);
 void AddSelftestCommand(CLI::App& app);
 void AddImportLegacyCommand(CLI::App& app);
+void AddStoreCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

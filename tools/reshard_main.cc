@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   reshard::cli::AddGenCommand(app);
   reshard::cli::AddSelftestCommand(app);
   reshard::cli::AddImportLegacyCommand(app);
+  reshard::cli::AddStoreCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

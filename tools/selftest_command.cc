@@ -25,6 +25,7 @@ void AddSelftestCommand(CLI::App& app) {
     std::string source, target, transport = "local";
     uint32_t threads = 1;
     bool json = false;
+    bool keep_revision = false;
     uint32_t procs = 2;
     std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
     std::string ucx_errors = "auto", ucx_protocol = "auto", via_store;
@@ -72,6 +73,8 @@ void AddSelftestCommand(CLI::App& app) {
   cmd->add_option("--via-store", a->via_store,
                   "upload the source layout to this weight store (fs://DIR), "
                   "commit, load into the target layout, check every byte");
+  cmd->add_flag("--keep-revision", a->keep_revision,
+                "with --via-store: keep the revision afterwards");
   cmd->add_option("--inject-fault", a->fault,
                   "ucx: kill-source, kill-target or stale-generation "
                   "(failure-path tests)")
@@ -97,6 +100,7 @@ void AddSelftestCommand(CLI::App& app) {
       options.ucx.net_devices = a->ucx_net_devices;
       options.max_in_flight = a->max_in_flight;
       options.via_store = a->via_store;
+      options.keep_revision = a->keep_revision;
       if (a->ucx_protocol == "pull") options.protocol = LiveProtocol::kPull;
       if (a->ucx_protocol == "push") options.protocol = LiveProtocol::kPush;
       if (a->ucx_errors == "peer") {

@@ -41,8 +41,13 @@ class ObjectStore : public RecordStore {
  public:
   // Writes the concatenation of `parts` as object `key` without assembling
   // it in memory; AlreadyExists if the key exists (nothing is changed).
+  // With `durable` false the object is visible and complete but may be
+  // lost in a crash until the next Sync().
   virtual Status PutObject(std::string_view key,
-                           const std::vector<ConstBuffer>& parts) = 0;
+                           const std::vector<ConstBuffer>& parts,
+                           bool durable = true) = 0;
+  // Makes every object written before the call durable.
+  virtual Status Sync() = 0;
   // Reads every range; fails (naming the key and range) if any range is
   // missing or short. Ranges may target any caller memory.
   virtual Status ReadRanges(const std::vector<ReadRange>& ranges) = 0;

@@ -53,8 +53,11 @@ struct SelfTestOptions {
   SelfTestFault fault = SelfTestFault::kNone;
   // When set (a store URI, e.g. fs://DIR): upload the source layout to the
   // weight store, commit, load the revision into the target layout and
-  // check every byte; the revision is removed afterwards.
+  // check every byte. Each run uses a namespace of its own
+  // ("selftest-<pid>-<time>"); the revision is removed afterwards unless
+  // keep_revision.
   std::string via_store;
+  bool keep_revision = false;
   // Called from the calling thread with the phase ("fill", "transfer",
   // "verify") and the fraction of its bytes done; may be empty.
   std::function<void(std::string_view phase, double fraction)> progress;

@@ -78,6 +78,8 @@ class UploadPlan {
   const StoredWeightManifest& manifest() const { return *manifest_; }
   const std::string& transaction_id() const { return transaction_id_; }
   const std::vector<UploadOperation>& operations() const { return ops_; }
+  // The runtime binding generation every upload is fenced at (the
+  // revision's weight generation is manifest().weight_generation()).
   uint64_t generation() const { return generation_; }
   // Bytes each participant writes.
   uint64_t BytesOf(std::string_view participant_id) const;

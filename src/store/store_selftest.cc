@@ -56,7 +56,9 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   auto loaded = store.Load(manifest, target, dst.bindings);
   report.load_seconds = seconds(t0);
   report.seconds = report.upload_seconds + report.load_seconds;
-  const Status removed = store.Remove(manifest.manifest_key());
+  const Status removed = options.keep_revision
+                             ? Status::OK()
+                             : store.Remove(manifest.manifest_key());
   RETURN_NOT_OK(loaded.status());
   RETURN_NOT_OK(removed.WithContext("removing the self-test revision"));
   report.bytes = loaded->bytes;

@@ -232,8 +232,10 @@ Result<UploadPlan> WeightStore::PrepareUpload(
       if (it != boxes.end()) it->second.push_back(c);
     }
   }
-  const std::string base =
-      BaseKey(source.resource_id(), source.revision(), *generation);
+  // The revision is the placement's weight generation; `generation` is
+  // the runtime binding generation the upload is fenced at.
+  const std::string base = BaseKey(source.resource_id(), source.revision(),
+                                   source.weight_generation());
   UploadPlan plan;
   plan.transaction_id_ = RandomHex(16);
   plan.generation_ = *generation;
@@ -242,7 +244,7 @@ Result<UploadPlan> WeightStore::PrepareUpload(
   spec.namespace_ = options_.namespace_;
   spec.resource_id = source.resource_id();
   spec.revision = source.revision();
-  spec.weight_generation = *generation;
+  spec.weight_generation = source.weight_generation();
   spec.group_id = base;
   spec.manifest_key = base + "/manifest";
   spec.created_at = UtcNow();
@@ -338,23 +340,24 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
     const auto* data = reinterpret_cast<const uint8_t*>(f->address());
     const std::string sums =
         internal::ChecksumRecord(data, s.nbytes, options_.chunk_bytes);
-    Status st = backend_->PutObject(s.object_key, {{data, s.nbytes}});
+    // The checksum record first, then the payload, both durable at commit
+    // (one Sync for the whole upload). A retry after a crash finds the
+    // record and requires the same checksums; the payload is atomic.
+    const std::string sums_key =
+        base + "/checksums/" + plan.transaction_id() + "/" + s.fragment_id;
+    Status st =
+        backend_->PutObject(sums_key, {{sums.data(), sums.size()}}, false);
     if (st.code() == StatusCode::kAlreadyExists) {
-      // A retry of this upload: the object must be the same bytes.
-      ASSIGN_OR_RETURN(
-          auto old, backend_->Get(base + "/checksums/" + plan.transaction_id() +
-                                  "/" + s.fragment_id));
+      ASSIGN_OR_RETURN(auto old, backend_->Get(sums_key));
       if (old != sums) {
         return Status::AlreadyExists("payload exists with other bytes: " +
                                      s.object_key);
       }
     } else {
       RETURN_NOT_OK(st);
-      st = backend_->Put(
-          base + "/checksums/" + plan.transaction_id() + "/" + s.fragment_id,
-          sums);
-      if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
     }
+    st = backend_->PutObject(s.object_key, {{data, s.nbytes}}, false);
+    if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
     if (options_.on_stage) options_.on_stage("payload");
     receipts.push_back({s.fragment_id, s.object_key, binding.participant_id()});
   }
@@ -451,6 +454,8 @@ Status WeightStore::Commit(const UploadPlan& plan,
   ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
   if (!decided) {
     RETURN_NOT_OK(require_payloads());
+    // Payloads are durable before anything can refer to them.
+    RETURN_NOT_OK(backend_->Sync());
     Status st = backend_->Put(decision_key,
                               DecisionJson("commit", m.manifest_digest()));
     if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;

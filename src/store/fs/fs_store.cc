@@ -80,8 +80,8 @@ class FsStore : public ObjectStore {
     return PutObject(key, {ConstBuffer{value.data(), value.size()}});
   }
 
-  Status PutObject(std::string_view key,
-                   const std::vector<ConstBuffer>& parts) override {
+  Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
+                   bool durable = true) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
     const std::string path = PathOf(key);
     const std::string dir = fs::path(path).parent_path().string();
@@ -91,7 +91,7 @@ class FsStore : public ObjectStore {
       return Status::IOError("cannot create directory " + dir + ": " +
                              ec.message());
     }
-    if (created) {
+    if (created && durable) {
       // Make the new directories themselves durable.
       for (fs::path d = fs::path(dir).parent_path();
            d.string().size() >= root_.size(); d = d.parent_path()) {
@@ -120,7 +120,9 @@ class FsStore : public ObjectStore {
           fd, std::string_view(static_cast<const char*>(part.data), part.size),
           tmp);
     }
-    if (st.ok() && ::fsync(fd) != 0) st = Errno("cannot sync", tmp);
+    if (st.ok() && durable && ::fsync(fd) != 0) {
+      st = Errno("cannot sync", tmp);
+    }
     ::close(fd);
     if (st.ok() && ::link(tmp.c_str(), path.c_str()) != 0) {
       st = errno == EEXIST
@@ -129,7 +131,18 @@ class FsStore : public ObjectStore {
     }
     ::unlink(tmp.c_str());
     RETURN_NOT_OK(st);
-    return SyncDirectory(dir);
+    return durable ? SyncDirectory(dir) : Status::OK();
+  }
+
+  // One filesystem-wide flush: data, inodes and directory entries of
+  // everything written so far.
+  Status Sync() override {
+    const int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Errno("cannot open", root_);
+    const int rc = ::syncfs(fd);
+    ::close(fd);
+    if (rc != 0) return Errno("cannot sync filesystem of", root_);
+    return Status::OK();
   }
 
   Result<std::string> Get(std::string_view key) override {

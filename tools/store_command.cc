@@ -1,0 +1,215 @@
+// `reshard store ls|show|verify|rm|gc URI ...`: inspect and maintain a
+// weight store.
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "reshard/weight_store.h"
+#include "tools/cli_common.h"
+#include "tools/commands.h"
+#include "util/canonical_json.h"
+
+namespace reshard::cli {
+namespace {
+
+struct StoreArgs {
+  std::string uri, key, prefix = "weights";
+  bool json = false;
+  double grace = 3600;
+};
+
+Result<WeightStore> OpenStore(const StoreArgs& a) {
+  WeightStoreOptions o;
+  o.key_prefix = a.prefix;
+  o.gc_grace = std::chrono::seconds(static_cast<int64_t>(a.grace));
+  return WeightStore::Open(a.uri, o);
+}
+
+// Adds a subcommand with URI, an optional or required MANIFEST_KEY, --json
+// and --prefix; `run` prints and returns the status.
+CLI::App* Sub(CLI::App* store, const char* name, const char* help,
+              int key_mode,  // 0: none, 1: optional, 2: required
+              std::function<Status(const StoreArgs&)> run) {
+  auto a = std::make_shared<StoreArgs>();
+  auto* cmd = store->add_subcommand(name, help);
+  cmd->add_option("URI", a->uri, "store URI (fs://DIR)")->required();
+  if (key_mode > 0) {
+    auto* k = cmd->add_option("MANIFEST_KEY", a->key,
+                              "revision manifest key (see `store ls`)");
+    if (key_mode == 2) k->required();
+  }
+  cmd->add_option("--prefix", a->prefix, "key prefix (default weights)");
+  cmd->add_flag("--json", a->json, "print JSON");
+  if (std::string(name) == "gc") {
+    cmd->add_option("--grace", a->grace,
+                    "seconds after which an undecided upload is abandoned "
+                    "(default 3600)")
+        ->check(CLI::NonNegativeNumber);
+  }
+  cmd->callback([a, run]() {
+    Status st = run(*a);
+    if (!st.ok()) throw CLI::RuntimeError(Fail(st));
+  });
+  return cmd;
+}
+
+}  // namespace
+
+void AddStoreCommand(CLI::App& app) {
+  auto* store =
+      app.add_subcommand("store", "Inspect and maintain a weight store");
+  store->require_subcommand(1);
+
+  Sub(store, "ls", "List revisions (READY or IMPORTING)", 0,
+      [](const StoreArgs& a) -> Status {
+        ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        ASSIGN_OR_RETURN(auto revs, s.List());
+        if (a.json) {
+          std::string out;
+          internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
+          w.BeginArray();
+          for (const auto& r : revs) {
+            w.BeginObject();
+            w.KeyUInt("bytes", r.bytes);
+            w.KeyUInt("fragments", r.fragments);
+            w.KeyUInt("leases", r.leases);
+            w.KeyString("manifest_key", r.manifest_key);
+            w.KeyString("resource_id", r.resource_id);
+            w.KeyString("revision", r.revision);
+            w.KeyString("state", r.state);
+            w.KeyUInt("weight_generation", r.weight_generation);
+            w.EndObject();
+          }
+          w.EndArray();
+          std::cout << out << "\n";
+          return Status::OK();
+        }
+        std::printf("%-9s %10s %14s %6s  %s\n", "state", "fragments", "bytes",
+                    "leases", "manifest_key");
+        for (const auto& r : revs) {
+          std::printf("%-9s %10llu %14llu %6u  %s\n", r.state.c_str(),
+                      static_cast<unsigned long long>(r.fragments),
+                      static_cast<unsigned long long>(r.bytes), r.leases,
+                      r.manifest_key.c_str());
+        }
+        return Status::OK();
+      });
+
+  Sub(store, "show", "Show one revision's manifest summary", 2,
+      [](const StoreArgs& a) -> Status {
+        ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        ASSIGN_OR_RETURN(auto m, s.LoadManifest(a.key));
+        uint64_t bytes = 0;
+        for (const auto& f : m.fragments()) bytes += f.nbytes;
+        std::string out;
+        internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
+        w.BeginObject();
+        w.KeyUInt("bytes", bytes);
+        w.KeyString("created_at", m.spec().created_at);
+        w.KeyUInt("fragments", m.fragments().size());
+        w.KeyString("manifest_digest", m.manifest_digest());
+        w.KeyString("manifest_key", m.manifest_key());
+        w.KeyString("namespace", m.spec().namespace_);
+        w.KeyString("resource_id", m.resource_id());
+        w.KeyString("revision", m.revision());
+        w.KeyUInt("tensors", m.tensors().size());
+        w.KeyUInt("weight_generation", m.weight_generation());
+        w.EndObject();
+        if (a.json) {
+          std::cout << out << "\n";
+        } else {
+          std::printf("revision %s (%s@%s, generation %llu)\n",
+                      m.manifest_key().c_str(), m.resource_id().c_str(),
+                      m.revision().c_str(),
+                      static_cast<unsigned long long>(m.weight_generation()));
+          std::printf("  tensors %zu, fragments %zu, bytes %llu\n",
+                      m.tensors().size(), m.fragments().size(),
+                      static_cast<unsigned long long>(bytes));
+          std::printf("  created %s, digest %s\n", m.spec().created_at.c_str(),
+                      m.manifest_digest().c_str());
+        }
+        return Status::OK();
+      });
+
+  Sub(store, "verify",
+      "Re-read every payload and check every checksum (all READY revisions "
+      "without MANIFEST_KEY)",
+      1, [](const StoreArgs& a) -> Status {
+        ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        std::vector<std::string> keys;
+        if (!a.key.empty()) {
+          keys.push_back(a.key);
+        } else {
+          ASSIGN_OR_RETURN(auto revs, s.List());
+          for (const auto& r : revs) {
+            if (r.state == "READY") keys.push_back(r.manifest_key);
+          }
+        }
+        VerifyReport total;
+        for (const auto& k : keys) {
+          ASSIGN_OR_RETURN(auto r, s.Verify(k));
+          total.objects += r.objects;
+          total.bytes += r.bytes;
+          total.chunks += r.chunks;
+          if (!a.json) {
+            std::printf("ok  %s: %llu objects, %llu bytes, %llu chunks\n",
+                        k.c_str(), static_cast<unsigned long long>(r.objects),
+                        static_cast<unsigned long long>(r.bytes),
+                        static_cast<unsigned long long>(r.chunks));
+          }
+        }
+        if (a.json) {
+          std::string out;
+          internal::CanonicalJsonWriter w(&out);
+          w.BeginObject();
+          w.KeyUInt("bytes", total.bytes);
+          w.KeyUInt("chunks", total.chunks);
+          w.KeyUInt("objects", total.objects);
+          w.KeyUInt("revisions", keys.size());
+          w.Key("verified");
+          w.Bool(true);
+          w.EndObject();
+          std::cout << out << "\n";
+        }
+        return Status::OK();
+      });
+
+  Sub(store, "rm", "Remove a revision (refused while a load holds a lease)", 2,
+      [](const StoreArgs& a) -> Status {
+        ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        RETURN_NOT_OK(s.Remove(a.key));
+        if (!a.json) std::printf("removed %s\n", a.key.c_str());
+        return Status::OK();
+      });
+
+  Sub(store, "gc",
+      "Remove payloads of aborted and abandoned uploads (never anything a "
+      "published revision references)",
+      0, [](const StoreArgs& a) -> Status {
+        ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        ASSIGN_OR_RETURN(auto r, s.Gc());
+        if (a.json) {
+          std::string out;
+          internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
+          w.BeginObject();
+          w.KeyUInt("bytes_removed", r.bytes_removed);
+          w.KeyUInt("keys_removed", r.keys_removed);
+          w.Key("transactions_removed");
+          w.BeginArray();
+          for (const auto& t : r.transactions_removed) w.String(t);
+          w.EndArray();
+          w.EndObject();
+          std::cout << out << "\n";
+        } else {
+          std::printf("gc: removed %llu keys (%llu bytes) of %zu uploads\n",
+                      static_cast<unsigned long long>(r.keys_removed),
+                      static_cast<unsigned long long>(r.bytes_removed),
+                      r.transactions_removed.size());
+        }
+        return Status::OK();
+      });
+}
+
+}  // namespace reshard::cli
