@@ -14,3 +14,6 @@ echo "== local executor vs memcpy"
 echo
 echo "== live executor over UCX vs ucx_perftest (same transport, same message size)"
 "$BUILD/reshard_bench_live"
+echo
+echo "== weight store (fs) vs sequential file write/read of the same bytes"
+"$BUILD/reshard_bench_store"

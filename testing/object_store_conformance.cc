@@ -271,6 +271,36 @@ TEST_P(ObjectStoreConformance, ObjectsAndRecordsAreCreateOnly) {
   EXPECT_EQ(ListOrDie(*store_, ""), (Keys{"k/obj", "k/rec"}));
 }
 
+TEST_P(ObjectStoreConformance, NonDurablePutsAreCompleteAndCreateOnly) {
+  ASSERT_OK(store_->Sync());  // nothing written yet
+  const std::string bytes = Pattern(71, 100'000);
+  const std::string_view v = bytes;
+  ASSERT_OK(store_->PutObject("nd/a", {Buf(v.substr(0, 3)), Buf(v.substr(3))},
+                              /*durable=*/false));
+  ASSERT_OK(store_->PutObject("nd/b/zero", {}, /*durable=*/false));
+  ExpectObject(*store_, "nd/a", bytes);
+  ExpectObject(*store_, "nd/b/zero", "");
+  EXPECT_EQ(ListOrDie(*store_, "nd/"), (Keys{"nd/a", "nd/b/zero"}));
+  for (const Status& st : {store_->PutObject("nd/a", {Buf("x")}, false),
+                           store_->PutObject("nd/a", {Buf("x")}, true),
+                           store_->Put("nd/a", "x")}) {
+    EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+    EXPECT_TRUE(Names(st, "nd/a")) << st.ToString();
+  }
+  ASSERT_OK(store_->Put("nd/rec", "record"));
+  EXPECT_EQ(store_->PutObject("nd/rec", {}, false).code(),
+            StatusCode::kAlreadyExists);
+  const Status invalid = store_->PutObject("nd//bad", {Buf("x")}, false);
+  EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument) << invalid.ToString();
+  ASSERT_OK(store_->Sync());
+  ASSERT_OK(store_->Sync());
+  ExpectObject(*store_, "nd/a", bytes);
+  ExpectObject(*store_, "nd/rec", "record");
+  ASSERT_OK(store_->Delete("nd/a"));
+  ASSERT_OK(store_->PutObject("nd/a", {Buf("again")}, false));
+  ExpectObject(*store_, "nd/a", "again");
+}
+
 TEST_P(ObjectStoreConformance, ObjectSizeIsExactAndNotFoundWhenMissing) {
   for (uint64_t size : {0, 1, 7, 4096, 4097, (1 << 20) + 3}) {
     const std::string key = "size/" + std::to_string(size);
@@ -468,6 +498,7 @@ TEST_P(ObjectStoreConformance, InvalidKeysAreRejectedByEveryMethod) {
     const std::vector<Status> statuses = {
         store_->Put(key, "v"),
         store_->PutObject(key, {Buf("v")}),
+        store_->PutObject(key, {Buf("v")}, /*durable=*/false),
         store_->Get(key).status(),
         store_->ObjectSize(key).status(),
         store_->Delete(key),
@@ -510,10 +541,13 @@ TEST_P(ObjectStoreConformance, ConcurrentWritersAndReadersOfDistinctKeys) {
       const size_t cut1 = rng() % (v.size() + 1);
       const size_t cut2 = cut1 + rng() % (v.size() - cut1 + 1);
       const Status st = store_->PutObject(
-          key, {Buf(v.substr(0, cut1)), Buf(v.substr(cut1, cut2 - cut1)),
-                Buf(v.substr(cut2))});
+          key,
+          {Buf(v.substr(0, cut1)), Buf(v.substr(cut1, cut2 - cut1)),
+           Buf(v.substr(cut2))},
+          /*durable=*/t % 2 == 0);
       if (!st.ok()) fail("PutObject " + key + ": " + st.ToString());
     }
+    if (Status st = store_->Sync(); !st.ok()) fail("Sync: " + st.ToString());
     std::vector<Target> own = RandomTargets(sources[t], 200, t);
     for (const auto& [key, bytes] : sources[t]) {
       own.push_back(MakeTarget(key, 0, bytes.size(), t % 8));
@@ -566,7 +600,8 @@ TEST_P(ObjectStoreConformance, RacingWritersOfOneKeyHaveExactlyOneWinner) {
         const std::string_view v = contents[t];
         start.arrive_and_wait();
         statuses[t] = store_->PutObject(
-            key, {Buf(v.substr(0, 4097)), Buf(v.substr(4097))});
+            key, {Buf(v.substr(0, 4097)), Buf(v.substr(4097))},
+            /*durable=*/t % 2 == 0);
       });
     }
     for (std::thread& thread : threads) thread.join();

@@ -1,10 +1,10 @@
 // The conformance suite every ObjectStore backend must pass: multi-part
 // create-only publication (exact concatenation, zero-byte objects, 64 MiB
-// objects), ObjectSize, ReadRanges (many ranges of several objects into
-// distinct and unaligned caller buffers, zero-length, short and missing
-// ranges), List over objects and records alike, Delete and re-Put, the
-// shared key space of objects and records, key validation by every method,
-// concurrent writers and readers, and racing writers of one key.
+// objects, durable or not, then Sync), ObjectSize, ReadRanges (many ranges of
+// several objects into distinct and unaligned caller buffers, zero-length,
+// short and missing ranges), List over objects and records alike, Delete and
+// re-Put, the shared key space of objects and records, key validation by every
+// method, concurrent writers and readers, and racing writers of one key.
 //
 // A backend instantiates it with a factory of fresh, empty stores:
 //

@@ -84,10 +84,11 @@ class TempDirStore : public ObjectStore {
     return store_->List(prefix);
   }
   Status Delete(std::string_view key) override { return store_->Delete(key); }
-  Status PutObject(std::string_view key,
-                   const std::vector<ConstBuffer>& parts) override {
-    return store_->PutObject(key, parts);
+  Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
+                   bool durable = true) override {
+    return store_->PutObject(key, parts, durable);
   }
+  Status Sync() override { return store_->Sync(); }
   Status ReadRanges(const std::vector<ReadRange>& ranges) override {
     return store_->ReadRanges(ranges);
   }

@@ -13,8 +13,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "reshard/object_store.h"
@@ -203,10 +205,23 @@ class FsStore : public ObjectStore {
     return keys;
   }
 
+  // Opens every object once, cuts the ranges into pieces of at most
+  // kReadPiece bytes and reads them with up to kReadThreads threads, each
+  // piece straight into caller memory. One thread: on this machine's
+  // virtio disk, 4 threads made cold reads slower (readahead is per
+  // stream); raise it for devices that want a deeper queue.
   Status ReadRanges(const std::vector<ReadRange>& ranges) override {
-    // One descriptor per object for the whole call.
+    constexpr uint64_t kReadPiece = uint64_t{8} << 20;
+    constexpr uint32_t kReadThreads = 1;
     std::unordered_map<std::string_view, int> fds;
     Status st;
+    struct Piece {
+      const ReadRange* range;
+      int fd;
+      uint64_t begin, end;  // within the range
+    };
+    std::vector<Piece> pieces;
+    uint64_t total = 0;
     for (const ReadRange& r : ranges) {
       auto it = fds.find(r.key);
       if (it == fds.end()) {
@@ -222,27 +237,32 @@ class FsStore : public ObjectStore {
         }
         it = fds.emplace(r.key, fd).first;
       }
-      auto* dest = static_cast<char*>(r.dest);
-      uint64_t done = 0;
-      while (done < r.length) {
-        const ssize_t n = ::pread(it->second, dest + done, r.length - done,
-                                  static_cast<off_t>(r.offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          st = Errno("cannot read", PathOf(r.key));
-          break;
-        }
-        if (n == 0) {
-          st = Status::DataLoss("object " + r.key + " is short: range [" +
-                                std::to_string(r.offset) + ", " +
-                                std::to_string(r.offset + r.length) +
-                                ") ends after " +
-                                std::to_string(r.offset + done) + " bytes");
-          break;
-        }
-        done += static_cast<uint64_t>(n);
+      for (uint64_t at = 0; at < r.length; at += kReadPiece) {
+        pieces.push_back(
+            {&r, it->second, at, std::min(r.length, at + kReadPiece)});
       }
-      if (!st.ok()) break;
+      total += r.length;
+    }
+    if (st.ok()) {
+      std::atomic<size_t> next{0};
+      std::mutex mu;
+      auto worker = [&] {
+        for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
+          Status piece = ReadPiece(pieces[i].range, pieces[i].fd,
+                                   pieces[i].begin, pieces[i].end);
+          if (!piece.ok()) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (st.ok()) st = piece;
+            next = pieces.size();
+          }
+        }
+      };
+      const uint32_t threads = static_cast<uint32_t>(std::min<uint64_t>(
+          kReadThreads, (total + kReadPiece - 1) / kReadPiece));
+      std::vector<std::thread> pool;
+      for (uint32_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+      worker();
+      for (auto& t : pool) t.join();
     }
     for (const auto& [k, fd] : fds) ::close(fd);
     return st;
@@ -276,6 +296,27 @@ class FsStore : public ObjectStore {
   }
 
  private:
+  Status ReadPiece(const ReadRange* r, int fd, uint64_t begin,
+                   uint64_t end) const {
+    auto* dest = static_cast<char*>(r->dest);
+    uint64_t done = begin;
+    while (done < end) {
+      const ssize_t n = ::pread(fd, dest + done, end - done,
+                                static_cast<off_t>(r->offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Errno("cannot read", PathOf(r->key));
+      if (n == 0) {
+        return Status::DataLoss("object " + r->key + " is short: range [" +
+                                std::to_string(r->offset) + ", " +
+                                std::to_string(r->offset + r->length) +
+                                ") ends after " +
+                                std::to_string(r->offset + done) + " bytes");
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    return Status::OK();
+  }
+
   std::string PathOf(std::string_view key) const {
     return root_ + "/" + std::string(key);
   }

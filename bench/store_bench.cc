@@ -1,0 +1,217 @@
+// Weight store benchmark (fs backend): upload a [d0, 4096, 4096] uint8
+// tensor from TP4 and load it as TP8 (contiguous) and as TP4 split on dim 2
+// (strided), next to a plain sequential write and read of the same number
+// of bytes in the same directory, measured in the same run. Reads are cold
+// for both (pages dropped with posix_fadvise after a sync). Also reports
+// how much the resident set grew during each load (the staging bound).
+//
+// Usage: reshard_bench_store [--d0 N] [--dir PATH]
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/host_buffers.h"
+#include "reshard/weight_store.h"
+#include "testing/placement_builders.h"
+
+namespace {
+
+using namespace reshard;  // NOLINT
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+WeightPlacementManifest Layout(int64_t tp, int64_t dim, int64_t d0) {
+  auto draft = testing::GridDraft({1, 1, 1, tp});
+  testing::AddTensor(&draft, {.tensor_id = "w",
+                              .shape = {d0, 4096, 4096},
+                              .dtype = "uint8",
+                              .itemsize = 1,
+                              .tp_dim = dim});
+  auto m = draft.Build();
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+    std::abort();
+  }
+  return *m;
+}
+
+// Drops the page cache of every file under `dir` (clean pages only).
+void DropCache(const std::string& dir) {
+  ::sync();
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+uint64_t RssBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long long pages = 0, rss = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%llu %llu", &pages, &rss) != 2) rss = 0;
+    std::fclose(f);
+  }
+  return rss * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Samples the resident set every millisecond while `f` runs; returns the
+// largest growth over the resident set before it.
+template <typename F>
+uint64_t RssGrowthDuring(F&& f) {
+  const uint64_t before = RssBytes();
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> peak{before};
+  std::thread sampler([&] {
+    while (!done) {
+      const uint64_t now = RssBytes();
+      if (now > peak) peak = now;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  f();
+  done = true;
+  sampler.join();
+  return peak > before ? peak - before : 0;
+}
+
+struct Baseline {
+  double write_gbps, read_gbps;
+};
+
+Baseline SequentialFile(const std::string& dir, const uint8_t* data,
+                        uint64_t bytes) {
+  const std::string path = dir + "/baseline.bin";
+  auto t0 = Clock::now();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  for (uint64_t at = 0; at < bytes;) {
+    const ssize_t n =
+        ::write(fd, data + at, std::min<uint64_t>(bytes - at, 64 << 20));
+    if (n <= 0) std::abort();
+    at += static_cast<uint64_t>(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  const double w = Since(t0);
+  DropCache(dir);
+  std::vector<uint8_t> into(bytes);
+  std::memset(into.data(), 0, bytes);
+  t0 = Clock::now();
+  fd = ::open(path.c_str(), O_RDONLY);
+  for (uint64_t at = 0; at < bytes;) {
+    const ssize_t n = ::pread(fd, into.data() + at,
+                              std::min<uint64_t>(bytes - at, 64 << 20), at);
+    if (n <= 0) std::abort();
+    at += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  const double r = Since(t0);
+  ::unlink(path.c_str());
+  return {bytes / w / 1e9, bytes / r / 1e9};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t d0 = 32;
+  std::string dir = "/tmp/reshard-store-bench";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--d0") && i + 1 < argc) {
+      d0 = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) {
+      dir = argv[++i];
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir);
+  const uint64_t bytes = uint64_t(d0) * 4096 * 4096;
+  auto src = Layout(4, 0, d0);
+  auto sb = internal::AllocateHostBuffers(src, "bench-source");
+  if (!sb.ok()) return 1;
+  for (const auto* f : src.fragments()) {
+    uint8_t* p = sb->data.at(f->placement_fragment_id());
+    for (uint64_t i = 0; i < f->nbytes(); ++i) p[i] = uint8_t(i * 131 + 7);
+  }
+  // Contiguous baseline data: the first fragment repeated is enough.
+  std::vector<uint8_t> plain(bytes);
+  std::memset(plain.data(), 0x5A, bytes);
+  const Baseline base = SequentialFile(dir, plain.data(), bytes);
+  plain.clear();
+  plain.shrink_to_fit();
+
+  auto store = WeightStore::Open("fs://" + dir + "/store");
+  if (!store.ok()) return 1;
+  auto t0 = Clock::now();
+  auto plan = store->PrepareUpload(src, sb->bindings);
+  if (!plan.ok()) return 1;
+  std::vector<UploadReceipt> receipts;
+  for (const auto& b : sb->bindings) {
+    auto r = store->Upload(*plan, src, b);
+    if (!r.ok()) return 1;
+    receipts.insert(receipts.end(), r->begin(), r->end());
+  }
+  if (!store->Commit(*plan, receipts).ok()) return 1;
+  const double upload = Since(t0);
+  auto manifest = store->LoadManifest(plan->manifest().manifest_key());
+  if (!manifest.ok()) return 1;
+
+  std::printf(
+      "weight store (fs), [%lld, 4096, 4096] uint8 (%.2f GB), cold "
+      "reads, staging %llu MiB\n",
+      static_cast<long long>(d0), bytes / 1e9,
+      static_cast<unsigned long long>(store->options().staging_bytes >> 20));
+  std::printf("%-36s %8s %10s %14s %7s %12s\n", "step", "seconds", "GB/s",
+              "baseline GB/s", "ratio", "RSS growth");
+  std::printf("%-36s %8.3f %10.2f %14.2f %6.2fx %12s\n",
+              "upload TP4 (4 fragments) + commit", upload, bytes / upload / 1e9,
+              base.write_gbps, bytes / upload / 1e9 / base.write_gbps, "-");
+  struct Case {
+    const char* name;
+    int64_t tp, dim;
+  };
+  for (const Case& c : {Case{"load as TP8 dim 0 (contiguous)", 8, 0},
+                        Case{"load as TP4 dim 2 (strided)", 4, 2}}) {
+    auto dst = Layout(c.tp, c.dim, d0);
+    auto tb = internal::AllocateHostBuffers(dst, "bench-target");
+    if (!tb.ok()) return 1;
+    for (const auto* f : dst.fragments()) {
+      std::memset(tb->data.at(f->placement_fragment_id()), 0, f->nbytes());
+    }
+    DropCache(dir);
+    Result<LoadReport> r = Status::Internal("not run");
+    double load = 0;
+    const uint64_t grown = RssGrowthDuring([&] {
+      t0 = Clock::now();
+      r = store->Load(*manifest, dst, tb->bindings);
+      load = Since(t0);
+    });
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    char growth[32];
+    std::snprintf(growth, sizeof growth, "%.1f MiB", grown / 1048576.0);
+    std::printf("%-36s %8.3f %10.2f %14.2f %6.2fx %12s\n", c.name, load,
+                bytes / load / 1e9, base.read_gbps,
+                bytes / load / 1e9 / base.read_gbps, growth);
+  }
+  fs::remove_all(dir, ec);
+  return 0;
+}
