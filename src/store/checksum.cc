@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -20,6 +21,7 @@ std::string Hex(uint64_t v) {
 
 std::string ChecksumRecord(const uint8_t* data, uint64_t size,
                            uint64_t chunk_bytes) {
+  if (chunk_bytes == 0) chunk_bytes = std::max<uint64_t>(size, 1);
   std::string out = std::string(kHeader) +
                     "chunk_bytes=" + std::to_string(chunk_bytes) +
                     " size=" + std::to_string(size) + "\n";
@@ -36,10 +38,26 @@ Result<ChunkSums> ParseChecksumRecord(std::string_view record) {
   const size_t eol = record.find('\n');
   if (eol == std::string_view::npos) return bad();
   ChunkSums s;
-  const std::string header(record.substr(kHeader.size(), eol - kHeader.size()));
-  if (std::sscanf(header.c_str(), "chunk_bytes=%" SCNu64 " size=%" SCNu64,
-                  &s.chunk_bytes, &s.size) != 2 ||
-      s.chunk_bytes == 0) {
+  // Exactly "chunk_bytes=<digits> size=<digits>", no sign, no overflow.
+  std::string_view header = record.substr(kHeader.size(), eol - kHeader.size());
+  auto number = [&](std::string_view name, uint64_t* out) {
+    if (!header.starts_with(name)) return false;
+    header.remove_prefix(name.size());
+    size_t n = 0;
+    uint64_t v = 0;
+    while (n < header.size() && header[n] >= '0' && header[n] <= '9') {
+      const uint64_t d = static_cast<uint64_t>(header[n] - '0');
+      if (v > (UINT64_MAX - d) / 10) return false;
+      v = v * 10 + d;
+      ++n;
+    }
+    if (n == 0 || n > 20) return false;
+    header.remove_prefix(n);
+    *out = v;
+    return true;
+  };
+  if (!number("chunk_bytes=", &s.chunk_bytes) || !number(" size=", &s.size) ||
+      !header.empty() || s.chunk_bytes == 0) {
     return bad();
   }
   size_t pos = eol + 1;
@@ -58,16 +76,17 @@ Result<ChunkSums> ParseChecksumRecord(std::string_view record) {
     s.sums.push_back(v);
     pos = end + 1;
   }
-  if (s.sums.size() != (s.size + s.chunk_bytes - 1) / s.chunk_bytes) {
-    return bad();
-  }
+  const uint64_t chunks =
+      s.size / s.chunk_bytes + (s.size % s.chunk_bytes != 0 ? 1 : 0);
+  if (s.sums.size() != chunks) return bad();
   return s;
 }
 
 Status VerifyChunks(const ChunkSums& sums, uint64_t offset, const uint8_t* data,
                     uint64_t n, std::string_view object_key,
                     std::string_view fragment_id, uint64_t* chunks_verified) {
-  if (offset % sums.chunk_bytes != 0 || offset + n > sums.size) {
+  if (sums.chunk_bytes == 0 || offset % sums.chunk_bytes != 0 ||
+      offset + n > sums.size || offset + n < offset) {
     return Status::Internal("unaligned checksum verification of " +
                             std::string(object_key));
   }

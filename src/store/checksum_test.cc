@@ -151,6 +151,27 @@ TEST(ChecksumParseTest, RejectsMalformedRecordsWithDataLoss) {
   }
 }
 
+// DISABLED: fails today. The header is parsed with sscanf, which accepts
+// trailing text, blanks, signs and out-of-range numbers, and the expected
+// line count (size + chunk_bytes - 1) / chunk_bytes overflows, so that
+// "chunk_bytes=2 size=18446744073709551615" with no lines parses and
+// VerifyChunks then reads past the empty sums.
+TEST(ChecksumParseTest, RejectsLaxOrOverflowingHeaders) {
+  const std::string bad[] = {
+      "xxh3-64 v1 chunk_bytes=4 size=0 junk\n",
+      "xxh3-64 v1 chunk_bytes= 4 size=0\n",
+      "xxh3-64 v1 chunk_bytes=+4 size=0\n",
+      "xxh3-64 v1 chunk_bytes=-1 size=0\n",
+      "xxh3-64 v1 chunk_bytes=99999999999999999999 size=0\n",
+      "xxh3-64 v1 chunk_bytes=2 size=18446744073709551615\n",
+  };
+  for (const std::string& record : bad) {
+    EXPECT_EQ(ParseChecksumRecord(record).status().code(),
+              StatusCode::kDataLoss)
+        << record;
+  }
+}
+
 class ChecksumVerifyTest : public ::testing::Test {
  protected:
   // Ten full chunks and a short last one.

@@ -3,11 +3,13 @@
 // errors, plain paths, the normalized absolute uri(), objects as plain files
 // under the root, the exact short-read error, Delete pruning emptied
 // directories (never the root), a Delete/Put storm on sibling keys that
-// never fails a Put, and no ".tmp." file left behind by any test.
+// never fails a Put, and no ".tmp." file left behind by any test. Two
+// DISABLED tests reproduce races that fail today (see their comments).
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -122,6 +124,49 @@ INSTANTIATE_TEST_SUITE_P(FsObjectStore, ObjectStoreConformance,
                          ::testing::Values(ObjectStoreFactory(NewTempDirStore)),
                          [](const auto&) { return std::string("fs"); });
 
+// kThreads threads each Put, Get and Delete their own key in directory
+// `dir` `iterations` times, so that siblings keep pruning and recreating
+// it; with `list`, one more thread Lists all along. Returns the failures.
+Keys Storm(ObjectStore& store, const std::string& dir, bool durable,
+           int iterations, bool list) {
+  constexpr int kThreads = 8;
+  std::vector<Keys> errors(kThreads + 1);
+  std::latch start(kThreads + 1);
+  std::atomic<int> running = kThreads;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string key = dir + "/k" + std::to_string(t);
+      const std::string value(100 + t, static_cast<char>('a' + t));
+      start.arrive_and_wait();
+      for (int i = 0; i < iterations; ++i) {
+        if (Status st = store.PutObject(key, {Buf(value)}, durable); !st.ok()) {
+          errors[t].push_back("Put " + key + ": " + st.ToString());
+          continue;
+        }
+        auto got = store.Get(key);
+        if (!got.ok() || *got != value) errors[t].push_back("Get " + key);
+        if (Status st = store.Delete(key); !st.ok()) {
+          errors[t].push_back("Delete " + key + ": " + st.ToString());
+        }
+      }
+      --running;
+    });
+  }
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    while (list && running > 0) {
+      if (auto keys = store.List(""); !keys.ok()) {
+        errors[kThreads].push_back("List: " + keys.status().ToString());
+      }
+    }
+  });
+  for (std::thread& thread : threads) thread.join();
+  Keys all;
+  for (const Keys& e : errors) all.insert(all.end(), e.begin(), e.end());
+  return all;
+}
+
 class FsObjectStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -224,11 +269,14 @@ TEST_F(FsObjectStoreTest, ShortReadIsDataLossNamingKeyAndRange) {
   Status st = store->ReadRanges({{"s/obj", 4, 10, dest}});
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_EQ(st.message(),
-            "object s/obj is short: range [4, 14) ends after 10 bytes");
+            "object s/obj is short: range [4, 14) is past its end (10 bytes)");
   st = store->ReadRanges({{"s/obj", 20, 1, dest}});
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_EQ(st.message(),
-            "object s/obj is short: range [20, 21) ends after 20 bytes");
+            "object s/obj is short: range [20, 21) is past its end (10 bytes)");
+  // A zero-length range past the end is as wrong as a long one.
+  st = store->ReadRanges({{"s/obj", 200, 0, dest}});
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
 }
 
 TEST_F(FsObjectStoreTest, DeletePrunesEmptiedDirectoriesButNeverTheRoot) {
@@ -256,36 +304,32 @@ TEST_F(FsObjectStoreTest, DeletePrunesEmptiedDirectoriesButNeverTheRoot) {
 TEST_F(FsObjectStoreTest, DeletePutStormOnSiblingKeysNeverFailsAPut) {
   auto store = OpenOrDie("fs://" + dir_);
   ASSERT_NE(store, nullptr);
-  constexpr int kThreads = 8;
-  constexpr int kIterations = 100;
-  std::vector<std::vector<std::string>> errors(kThreads);
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      const std::string key = "storm/dir/k" + std::to_string(t);
-      const std::string value(100 + t, static_cast<char>('a' + t));
-      start.arrive_and_wait();
-      for (int i = 0; i < kIterations; ++i) {
-        if (Status st = store->PutObject(key, {Buf(value)}); !st.ok()) {
-          errors[t].push_back("Put " + std::to_string(i) + ": " +
-                              st.ToString());
-          continue;
-        }
-        auto got = store->Get(key);
-        if (!got.ok() || *got != value) errors[t].push_back("bad read");
-        if (Status st = store->Delete(key); !st.ok()) {
-          errors[t].push_back("Delete: " + st.ToString());
-        }
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(errors[t], Keys{}) << "thread " << t;
-  }
+  EXPECT_EQ(Storm(*store, "storm", /*durable=*/true, 100, /*list=*/false),
+            Keys{});
   EXPECT_EQ(*store->List(""), Keys{});
   EXPECT_EQ(AllPaths(), std::set<std::string>{});
+}
+
+// DISABLED: fails today. A Delete that prunes a directory while a Put's
+// std::filesystem::create_directories is creating it makes the Put fail
+// ("cannot create directory ...: No such file or directory" or "...: File
+// exists"); frequent with nested directories and durable=false.
+TEST_F(FsObjectStoreTest, NestedNonDurableStormNeverFailsAPut) {
+  auto store = OpenOrDie("fs://" + dir_);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Storm(*store, "storm/a/b", /*durable=*/false, 500,
+                  /*list=*/false),
+            Keys{});
+}
+
+// DISABLED: fails today. List walks the tree with a recursive directory
+// iterator and fails ("cannot list ROOT: No such file or directory") when a
+// concurrent Delete prunes a directory it is about to enter.
+TEST_F(FsObjectStoreTest, ListDuringDeleteStormNeverFails) {
+  auto store = OpenOrDie("fs://" + dir_);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Storm(*store, "storm", /*durable=*/false, 500, /*list=*/true),
+            Keys{});
 }
 
 }  // namespace

@@ -88,31 +88,40 @@ class FsStore : public ObjectStore {
     const std::string path = PathOf(key);
     const std::string dir = fs::path(path).parent_path().string();
     std::error_code ec;
-    const bool created = fs::create_directories(dir, ec);
-    if (ec) {
-      return Status::IOError("cannot create directory " + dir + ": " +
-                             ec.message());
-    }
-    if (created && durable) {
-      // Make the new directories themselves durable.
-      for (fs::path d = fs::path(dir).parent_path();
-           d.string().size() >= root_.size(); d = d.parent_path()) {
-        RETURN_NOT_OK(SyncDirectory(d.string()));
-        if (d.string().size() == root_.size()) break;
-      }
-    }
     if (fs::is_directory(path, ec)) {
       return Status::InvalidArgument("record key " + std::string(key) +
                                      " names a directory of records");
     }
     // A unique temporary name beside the target (same filesystem), unique
-    // also across hosts and containers sharing the filesystem.
+    // also across hosts and containers sharing the filesystem. A concurrent
+    // Delete may prune the directory between its creation and our open:
+    // retry both (once the temporary file exists, the directory is
+    // non-empty and stays).
     const std::string tmp = dir + "/.tmp." + UniqueSuffix();
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    for (int retry = 0; fd < 0 && errno == ENOENT && retry < 8; ++retry) {
-      // A concurrent Delete pruned the directory we just created.
-      fs::create_directories(dir, ec);
+    int fd = -1;
+    bool created = false;
+    for (int attempt = 0; fd < 0 && attempt < 64; ++attempt) {
+      created = fs::create_directories(dir, ec) || created;
+      if (ec && attempt + 1 < 64) continue;
+      if (ec) {
+        return Status::IOError("cannot create directory " + dir + ": " +
+                               ec.message());
+      }
       fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0 && errno != ENOENT) break;
+    }
+    if (fd >= 0 && created && durable) {
+      // Make the new directories themselves durable.
+      for (fs::path d = fs::path(dir).parent_path();
+           d.string().size() >= root_.size(); d = d.parent_path()) {
+        Status synced = SyncDirectory(d.string());
+        if (!synced.ok()) {
+          ::close(fd);
+          ::unlink(tmp.c_str());
+          return synced;
+        }
+        if (d.string().size() == root_.size()) break;
+      }
     }
     if (fd < 0) return Errno("cannot create", tmp);
     Status st;
@@ -150,7 +159,7 @@ class FsStore : public ObjectStore {
   Result<std::string> Get(std::string_view key) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
     const std::string path = PathOf(key);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = OpenRegular(path);
     if (fd < 0) {
       if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR) {
         return Status::NotFound("no record " + std::string(key));
@@ -184,22 +193,36 @@ class FsStore : public ObjectStore {
         slash == std::string_view::npos ? "" : prefix.substr(0, slash));
     const std::string dir = base.empty() ? root_ : root_ + "/" + base;
     std::vector<std::string> keys;
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) return keys;
-    for (auto it = fs::recursive_directory_iterator(dir, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      std::error_code type_ec;  // entries may vanish while we list
-      if (name.starts_with(".")) {
-        if (it->is_directory(type_ec)) it.disable_recursion_pending();
-        continue;
+    // Our own walk: directories that vanish under a concurrent Delete are
+    // skipped, not errors.
+    std::vector<std::string> todo{dir};
+    while (!todo.empty()) {
+      const std::string d = std::move(todo.back());
+      todo.pop_back();
+      std::error_code ec;
+      fs::directory_iterator it(d, ec), end;
+      if (ec) {
+        if (ec == std::errc::no_such_file_or_directory ||
+            ec == std::errc::not_a_directory) {
+          continue;
+        }
+        return Status::IOError("cannot list " + d + ": " + ec.message());
       }
-      if (!it->is_regular_file(type_ec)) continue;
-      std::string key = it->path().string().substr(root_.size() + 1);
-      if (key.starts_with(prefix)) keys.push_back(std::move(key));
-    }
-    if (ec) {
-      return Status::IOError("cannot list " + dir + ": " + ec.message());
+      for (; it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.starts_with(".")) continue;
+        std::error_code type_ec;
+        if (it->is_directory(type_ec)) {
+          todo.push_back(it->path().string());
+          continue;
+        }
+        if (!it->is_regular_file(type_ec)) continue;
+        std::string key = it->path().string().substr(root_.size() + 1);
+        if (key.starts_with(prefix)) keys.push_back(std::move(key));
+      }
+      if (ec && ec != std::errc::no_such_file_or_directory) {
+        return Status::IOError("cannot list " + d + ": " + ec.message());
+      }
     }
     std::sort(keys.begin(), keys.end());
     return keys;
@@ -228,14 +251,28 @@ class FsStore : public ObjectStore {
         st = ValidateRecordKey(r.key);
         if (!st.ok()) break;
         const std::string path = PathOf(r.key);
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        const int fd = OpenRegular(path);
         if (fd < 0) {
-          st = errno == ENOENT || errno == ENOTDIR
+          st = errno == ENOENT || errno == ENOTDIR || errno == EISDIR
                    ? Status::NotFound("no object " + r.key)
                    : Errno("cannot open", path);
           break;
         }
         it = fds.emplace(r.key, fd).first;
+      }
+      struct stat sb;
+      if (::fstat(it->second, &sb) != 0) {
+        st = Errno("cannot stat", PathOf(r.key));
+        break;
+      }
+      if (r.offset + r.length > static_cast<uint64_t>(sb.st_size) ||
+          r.offset + r.length < r.offset) {
+        st = Status::DataLoss("object " + r.key + " is short: range [" +
+                              std::to_string(r.offset) + ", " +
+                              std::to_string(r.offset + r.length) +
+                              ") is past its end (" +
+                              std::to_string(sb.st_size) + " bytes)");
+        break;
       }
       for (uint64_t at = 0; at < r.length; at += kReadPiece) {
         pieces.push_back(
@@ -272,11 +309,14 @@ class FsStore : public ObjectStore {
     RETURN_NOT_OK(ValidateRecordKey(key));
     struct stat sb;
     const std::string path = PathOf(key);
-    if (::stat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-      if (errno == ENOENT || errno == ENOTDIR || S_ISDIR(sb.st_mode)) {
+    if (::stat(path.c_str(), &sb) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) {
         return Status::NotFound("no object " + std::string(key));
       }
       return Errno("cannot stat", path);
+    }
+    if (!S_ISREG(sb.st_mode)) {
+      return Status::NotFound("no object " + std::string(key));
     }
     return static_cast<uint64_t>(sb.st_size);
   }
@@ -284,7 +324,8 @@ class FsStore : public ObjectStore {
   Status Delete(std::string_view key) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
     const std::string path = PathOf(key);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR &&
+        errno != EISDIR) {
       return Errno("cannot delete", path);
     }
     // Prune directories left empty (a Put racing with this retries).
@@ -315,6 +356,19 @@ class FsStore : public ObjectStore {
       done += static_cast<uint64_t>(n);
     }
     return Status::OK();
+  }
+
+  // Opens a regular file for reading; a directory fails with EISDIR.
+  static int OpenRegular(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fd;
+    struct stat sb;
+    if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+      ::close(fd);
+      errno = EISDIR;
+      return -1;
+    }
+    return fd;
   }
 
   std::string PathOf(std::string_view key) const {
