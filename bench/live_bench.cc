@@ -26,18 +26,7 @@ namespace {
 using namespace reshard;  // NOLINT
 
 WeightPlacementManifest Layout(int64_t tp, int64_t dim, int64_t d0) {
-  auto draft = testing::GridDraft({1, 1, 1, tp});
-  testing::AddTensor(&draft, {.tensor_id = "w",
-                              .shape = {d0, 4096, 4096},
-                              .dtype = "uint8",
-                              .itemsize = 1,
-                              .tp_dim = dim});
-  auto m = draft.Build();
-  if (!m.ok()) {
-    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
-    std::abort();
-  }
-  return *m;
+  return testing::CubeLayout(tp, dim, {d0, 4096, 4096});
 }
 
 // Runs `cmd` and returns its standard output.

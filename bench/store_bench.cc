@@ -35,18 +35,7 @@ double Since(Clock::time_point t) {
 }
 
 WeightPlacementManifest Layout(int64_t tp, int64_t dim, int64_t d0) {
-  auto draft = testing::GridDraft({1, 1, 1, tp});
-  testing::AddTensor(&draft, {.tensor_id = "w",
-                              .shape = {d0, 4096, 4096},
-                              .dtype = "uint8",
-                              .itemsize = 1,
-                              .tp_dim = dim});
-  auto m = draft.Build();
-  if (!m.ok()) {
-    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
-    std::abort();
-  }
-  return *m;
+  return testing::CubeLayout(tp, dim, {d0, 4096, 4096});
 }
 
 // Drops the page cache of every file under `dir` (clean pages only).

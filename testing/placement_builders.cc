@@ -160,4 +160,19 @@ std::string ReadTestData(const std::string& relative_path) {
                      std::istreambuf_iterator<char>());
 }
 
+WeightPlacementManifest CubeLayout(int64_t tp, int64_t dim, const Dims& shape) {
+  auto draft = GridDraft({1, 1, 1, tp});
+  AddTensor(&draft, {.tensor_id = "w",
+                     .shape = shape,
+                     .dtype = "uint8",
+                     .itemsize = 1,
+                     .tp_dim = dim});
+  auto m = draft.Build();
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(m);
+}
+
 }  // namespace reshard::testing

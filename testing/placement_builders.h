@@ -45,6 +45,10 @@ using TensorLayout = internal::TensorLayout;
 // on a layout that cannot be split (a bug in the test itself).
 void AddTensor(PlacementDraft* draft, const TensorLayout& layout);
 
+// One uint8 tensor "w" of `shape` split `tp` ways on dimension `dim` (the
+// benchmarks' and transfer tests' reshard cube); aborts on invalid input.
+WeightPlacementManifest CubeLayout(int64_t tp, int64_t dim, const Dims& shape);
+
 // One binding per participant with fragments: every fragment is a
 // contiguous view in its own allocation at distinct fake addresses.
 std::vector<WeightRuntimeBindingManifest> FakeBindings(

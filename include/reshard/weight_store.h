@@ -16,7 +16,9 @@
 //                  published revision.
 // A revision is IMPORTING until its manifest exists, then READY. Loads hold
 // a lease record; Remove refuses a leased revision; Gc removes payloads of
-// aborted and abandoned uploads and never anything a manifest references.
+// aborted and abandoned (undecided) uploads, publishes uploads that decided
+// to commit but died before publishing, and never removes anything a
+// manifest references.
 //
 // Keys (docs/store-format.md):
 //   <prefix>/<q(namespace)>/<q(resource)>/<q(revision)>/<generation>/
@@ -25,6 +27,7 @@
 //     checksums/<txn>/<fragment_id>     XXH3-64 per chunk of that object
 //     transactions/<txn>/started        upload start (for gc's grace)
 //     transactions/<txn>/decision       "commit" or "abort", first wins
+//     transactions/<txn>/pending-manifest  the manifest to publish (commit)
 //     leases/<lease_id>                 a load in progress
 
 #ifndef RESHARD_WEIGHT_STORE_H_
@@ -58,8 +61,8 @@ struct WeightStoreOptions {
   // memory whatever the model size).
   uint64_t staging_bytes = uint64_t{64} << 20;
   std::chrono::seconds lease_ttl{86400};
-  // Gc: an upload without decision (or with a commit decision but no
-  // manifest) older than this is abandoned.
+  // Gc: an upload without a decision older than this is abandoned. (An
+  // upload that decided to commit is never abandoned: Gc publishes it.)
   std::chrono::seconds gc_grace{3600};
   // Test and tool hook, called at "payload" (after each payload object),
   // "decision" (commit decided, manifest not yet published) and
@@ -130,6 +133,8 @@ struct GcReport {
   uint64_t keys_removed = 0;
   uint64_t bytes_removed = 0;
   std::vector<std::string> transactions_removed;
+  // Uploads that had decided to commit and were published by Gc.
+  std::vector<std::string> transactions_completed;
 };
 
 class WeightStore {

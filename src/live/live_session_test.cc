@@ -111,8 +111,7 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
       const uint32_t procs = 2 + ran % 3;
       SCOPED_TRACE(std::string(key) + " over " + t.name + ", " +
                    std::to_string(procs) + " processes");
-      auto report =
-          RunSelfTest(source, target, Ucx(t.ucx, procs, t.protocol));
+      auto report = RunSelfTest(source, target, Ucx(t.ucx, procs, t.protocol));
       ASSERT_TRUE(report.ok()) << report.status().ToString();
       ExpectLiveVerified(*report, source, target, procs);
       ++ran;
@@ -140,13 +139,7 @@ TEST(LiveSessionTest, FourAxisGeneratedLayouts) {
 }
 
 WeightPlacementManifest Cube(int64_t tp, int64_t dim) {
-  auto draft = testing::GridDraft({1, 1, 1, tp});
-  testing::AddTensor(&draft, {.tensor_id = "w",
-                              .shape = {8, 64, 1024},
-                              .dtype = "uint8",
-                              .itemsize = 1,
-                              .tp_dim = dim});
-  return Must(draft.Build());
+  return testing::CubeLayout(tp, dim, {8, 64, 1024});
 }
 
 // The [128, 4096, 16384] dim0 -> dim2 shape, scaled down: every region is

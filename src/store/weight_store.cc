@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -37,8 +38,14 @@ std::string UtcNow() {
 }
 
 std::string RandomHex(size_t bytes) {
-  static thread_local std::mt19937_64 rng{std::random_device{}() ^
-                                          (uint64_t(::getpid()) << 32)};
+  // Reseeded in every process: forked writers must not share ids.
+  static thread_local pid_t seeded_in = 0;
+  static thread_local std::mt19937_64 rng;
+  if (seeded_in != ::getpid()) {
+    seeded_in = ::getpid();
+    std::random_device rd;
+    rng.seed((uint64_t{rd()} << 32) ^ rd() ^ (uint64_t(seeded_in) << 17));
+  }
   static const char* kHex = "0123456789abcdef";
   std::string out;
   for (size_t i = 0; i < bytes; ++i) {
@@ -47,6 +54,15 @@ std::string RandomHex(size_t bytes) {
     out += kHex[b & 15];
   }
   return out;
+}
+
+// The integer after the last '=' (or the whole text); 0 when malformed.
+int64_t ParseSeconds(std::string_view text) {
+  const size_t eq = text.rfind('=');
+  if (eq != std::string_view::npos) text.remove_prefix(eq + 1);
+  int64_t v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  return r.ec == std::errc() ? v : 0;
 }
 
 std::string PyTuple(const Dims& d) {
@@ -454,6 +470,15 @@ Status WeightStore::Commit(const UploadPlan& plan,
   ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
   if (!decided) {
     RETURN_NOT_OK(require_payloads());
+    // The manifest travels with the decision, so that anyone (a retry, or
+    // Gc) can roll a decided commit forward.
+    Status copied =
+        backend_->PutObject(base + "/transactions/" + txn + "/pending-manifest",
+                            {{json.data(), json.size()}},
+                            /*durable=*/false);
+    if (!copied.ok() && copied.code() != StatusCode::kAlreadyExists) {
+      return copied;
+    }
     // Payloads are durable before anything can refer to them.
     RETURN_NOT_OK(backend_->Sync());
     Status st = backend_->Put(decision_key,
@@ -551,8 +576,7 @@ Result<std::vector<RevisionInfo>> WeightStore::List() {
     if (l != std::string::npos) {
       auto it = revisions.find(k.substr(0, l));
       auto text = backend_->Get(k);
-      if (it != revisions.end() && text.ok() &&
-          std::stoll(text->substr(text->find('=') + 1)) > now) {
+      if (it != revisions.end() && text.ok() && ParseSeconds(*text) > now) {
         ++it->second.leases;
       }
     }
@@ -607,7 +631,7 @@ Status WeightStore::Remove(std::string_view manifest_key) {
   uint32_t live = 0;
   for (const std::string& k : leases) {
     auto text = backend_->Get(k);
-    if (text.ok() && std::stoll(text->substr(text->find('=') + 1)) > now) {
+    if (text.ok() && ParseSeconds(*text) > now) {
       ++live;
     }
   }
@@ -655,14 +679,26 @@ Result<GcReport> WeightStore::Gc() {
       ASSIGN_OR_RETURN(auto decided,
                        ReadDecision(*backend_, tkey + "/decision"));
       bool remove = decided && *decided == "abort";
-      if (!remove && decided && *decided == "commit" && manifests.count(base)) {
-        remove = true;  // lost to another manifest
+      if (decided && *decided == "commit") {
+        if (manifests.count(base)) {
+          remove = true;  // lost to another manifest
+        } else {
+          // Decided but not published (the writer died after its decision):
+          // roll forward, never delete. A concurrent Commit of the same
+          // transaction publishes the same bytes.
+          auto copy = backend_->Get(tkey + "/pending-manifest");
+          if (copy.ok()) {
+            Status st = backend_->Put(base + "/manifest", *copy);
+            if (st.ok())
+              report.transactions_completed.push_back(base + "/" + txn);
+          }
+          continue;
+        }
       }
-      if (!remove) {
-        // Undecided, or decided commit without a manifest: abandoned once
-        // older than the grace period.
+      if (!remove && !decided) {
+        // Undecided: abandoned once older than the grace period.
         auto started = backend_->Get(tkey + "/started");
-        const int64_t t = started.ok() ? std::stoll(*started) : 0;
+        const int64_t t = started.ok() ? ParseSeconds(*started) : 0;
         remove = now - t >= options_.gc_grace.count();
       }
       if (!remove) continue;
