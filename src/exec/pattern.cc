@@ -50,6 +50,19 @@ uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte) {
 }
 
 namespace internal {
+namespace {
+
+// Bytes of the fragments of `m` that have a buffer.
+uint64_t BufferedBytes(const WeightPlacementManifest& m,
+                       const HostBuffers& buffers) {
+  uint64_t total = 0;
+  for (const auto* f : m.fragments()) {
+    if (buffers.data.count(f->placement_fragment_id())) total += f->nbytes();
+  }
+  return total;
+}
+
+}  // namespace
 
 std::unordered_map<std::string_view, uint64_t> TensorIndex(
     const WeightPlacementManifest& m) {
@@ -63,10 +76,7 @@ std::unordered_map<std::string_view, uint64_t> TensorIndex(
 void FillPattern(const WeightPlacementManifest& m,
                  const std::unordered_map<std::string_view, uint64_t>& tensors,
                  const HostBuffers& buffers, const PatternProgress& progress) {
-  uint64_t total = 0;
-  for (const auto* f : m.fragments()) {
-    if (buffers.data.count(f->placement_fragment_id())) total += f->nbytes();
-  }
+  const uint64_t total = BufferedBytes(m, buffers);
   uint64_t done = 0;
   for (const auto* f : m.fragments()) {
     auto it = buffers.data.find(f->placement_fragment_id());
@@ -94,10 +104,7 @@ std::string VerifyPattern(
     const WeightPlacementManifest& m,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
     const HostBuffers& buffers, const PatternProgress& progress) {
-  uint64_t total = 0;
-  for (const auto* f : m.fragments()) {
-    if (buffers.data.count(f->placement_fragment_id())) total += f->nbytes();
-  }
+  const uint64_t total = BufferedBytes(m, buffers);
   uint64_t done = 0;
   std::string mismatch;
   for (const auto* f : m.fragments()) {

@@ -25,6 +25,7 @@
 #include "reshard/record_store.h"
 #include "reshard/selftest.h"
 #include "testing/placement_builders.h"
+#include "testing/temp_dir.h"
 
 namespace reshard {
 namespace {
@@ -175,21 +176,10 @@ TEST(LiveSessionTest, OneProcessCopiesLocally) {
   EXPECT_EQ(report->ranks_ready, 1u);
 }
 
-class TempDir {
+// A store or rendezvous directory of its own.
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    std::string t = "/tmp/reshard-live-test-XXXXXX";
-    if (::mkdtemp(t.data()) == nullptr) throw std::runtime_error("mkdtemp");
-    path_ = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("reshard-live-test") {}
 };
 
 struct FaultCase {

@@ -48,6 +48,7 @@
 #include "reshard/placement.h"
 #include "reshard/weight_store.h"
 #include "testing/placement_builders.h"
+#include "testing/temp_dir.h"
 
 namespace reshard {
 namespace {
@@ -71,21 +72,10 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-class TempDir {
+// A store or rendezvous directory of its own.
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    std::string t = "/tmp/reshard-store-crash-test-XXXXXX";
-    if (::mkdtemp(t.data()) == nullptr) throw std::runtime_error("mkdtemp");
-    path_ = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("reshard-store-crash-test") {}
 };
 
 // ---------------------------------------------------------------- processes

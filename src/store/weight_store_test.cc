@@ -46,6 +46,7 @@
 #include "reshard/placement.h"
 #include "reshard/plan.h"
 #include "testing/placement_builders.h"
+#include "testing/temp_dir.h"
 
 namespace reshard {
 namespace {
@@ -76,22 +77,10 @@ int64_t UnixNow() {
       .count();
 }
 
-// A fresh mkdtemp directory, removed afterwards.
-class TempDir {
+// A store or rendezvous directory of its own.
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    std::string t = "/tmp/reshard-weight-store-test-XXXXXX";
-    if (::mkdtemp(t.data()) == nullptr) throw std::runtime_error("mkdtemp");
-    path_ = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("reshard-weight-store-test") {}
 };
 
 // A store directory with one backend shared by every WeightStore opened on
