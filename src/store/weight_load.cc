@@ -196,7 +196,10 @@ class Lease {
             .count() +
         ttl.count();
     Lease l(b, base + "/leases/" + id);
-    RETURN_NOT_OK(b.Put(l.key_, "expires=" + std::to_string(expires)));
+    // Advisory: a lease need not survive a crash (nor does its load).
+    const std::string value = "expires=" + std::to_string(expires);
+    RETURN_NOT_OK(
+        b.PutObject(l.key_, {{value.data(), value.size()}}, /*durable=*/false));
     return l;
   }
   Lease(Lease&& o) noexcept : b_(o.b_), key_(std::move(o.key_)) {
