@@ -161,6 +161,19 @@ class WeightStore {
       const WeightRuntimeBindingManifest& binding);
   Status Commit(const UploadPlan& plan,
                 const std::vector<UploadReceipt>& receipts);
+
+  // Multi-process uploads: the coordinator publishes the plan in the store
+  // (transactions/<txn>/plan); each worker process reads it back with
+  // LoadUploadPlan, uploads its own fragments and publishes its receipts
+  // (PublishReceipts, transactions/<txn>/receipts/<n>); the coordinator
+  // gathers them (GatherReceipts, all or FailedPrecondition naming the
+  // missing fragment) and commits.
+  Status PublishUploadPlan(const UploadPlan& plan);
+  Result<UploadPlan> LoadUploadPlan(std::string_view manifest_key,
+                                    std::string_view transaction_id);
+  Status PublishReceipts(const UploadPlan& plan,
+                         const std::vector<UploadReceipt>& receipts);
+  Result<std::vector<UploadReceipt>> GatherReceipts(const UploadPlan& plan);
   Status Abort(const UploadPlan& plan);
 
   // A published manifest (strict; its key must match).

@@ -26,6 +26,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <simdjson.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1287,6 +1288,108 @@ TEST(WeightStoreCorruptionTest, TruncatedPayloadFailsClearly) {
     EXPECT_THAT(r.status().message(), HasSubstr(f.object_key));
     EXPECT_THAT(r.status().message(), HasSubstr("is short"));
   }
+}
+
+}  // namespace
+}  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// An upload spread over processes: the coordinator prepares and publishes
+// the plan; one process per source participant (DP2 x TP2) reads the plan
+// back from the store, uploads only its own fragments from its own binding
+// and publishes its receipts; the coordinator gathers them and commits.
+TEST(WeightStoreMultiProcessTest, WorkersUploadFromThePublishedPlan) {
+  TestStore dir;
+  WeightStore store = dir.Open({.chunk_bytes = 256});
+  auto draft = testing::GridDraft({.dp = 2, .tp = 2});
+  testing::AddTensor(&draft,
+                     {.tensor_id = "w", .shape = {64, 32}, .tp_dim = 1});
+  // A second tensor: four stored fragments, each held by both replicas.
+  testing::AddTensor(&draft,
+                     {.tensor_id = "v", .shape = {64, 32}, .tp_dim = 1});
+  const Side src = SourceSide(Build(draft));
+  const UploadPlan plan =
+      Must(store.PrepareUpload(src.placement, src.buffers.bindings));
+  MustOk(store.PublishUploadPlan(plan));
+  const std::string key = plan.manifest().manifest_key();
+  std::vector<pid_t> workers;
+  for (const auto& binding : src.buffers.bindings) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      WeightStore mine = dir.Open();
+      auto loaded = mine.LoadUploadPlan(key, plan.transaction_id());
+      if (!loaded.ok()) std::_Exit(2);
+      auto receipts = mine.Upload(*loaded, src.placement, binding);
+      if (!receipts.ok()) std::_Exit(3);
+      std::_Exit(mine.PublishReceipts(*loaded, *receipts).ok() ? 0 : 4);
+    }
+    workers.push_back(pid);
+  }
+  for (pid_t pid : workers) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  // Every participant of both replicas wrote (the work is spread).
+  for (const auto& b : src.buffers.bindings) {
+    EXPECT_GT(plan.BytesOf(b.participant_id()), 0u) << b.participant_id();
+  }
+  const auto receipts = Must(store.GatherReceipts(plan));
+  EXPECT_EQ(receipts.size(), plan.manifest().fragments().size());
+  MustOk(store.Commit(plan, receipts));
+  Side dst = TargetSide(Build([] {
+    auto d = testing::GridDraft({.tp = 4});
+    testing::AddTensor(&d, {.tensor_id = "w", .shape = {64, 32}, .tp_dim = 0});
+    testing::AddTensor(&d, {.tensor_id = "v", .shape = {64, 32}, .tp_dim = 0});
+    return d;
+  }()));
+  LoadAndVerify(store, Must(store.LoadManifest(key)), dst);
+}
+
+TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
+  TestStore dir;
+  WeightStore store = dir.Open();
+  auto draft = testing::GridDraft({.tp = 2});
+  testing::AddTensor(&draft, {.tensor_id = "w", .shape = {8, 8}, .tp_dim = 0});
+  const Side src = SourceSide(Build(draft));
+  const UploadPlan plan =
+      Must(store.PrepareUpload(src.placement, src.buffers.bindings));
+  // Only the first participant publishes receipts.
+  MustOk(store.PublishReceipts(
+      plan,
+      Must(store.Upload(plan, src.placement, src.buffers.bindings.front()))));
+  auto gathered = store.GatherReceipts(plan);
+  ASSERT_FALSE(gathered.ok());
+  EXPECT_EQ(gathered.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(gathered.status().message(),
+              ::testing::StartsWith("missing upload receipt: "));
+  // No plan published yet; then a plan for another transaction id.
+  const std::string key = plan.manifest().manifest_key();
+  EXPECT_EQ(store.LoadUploadPlan(key, plan.transaction_id()).status().code(),
+            StatusCode::kNotFound);
+  MustOk(store.PublishUploadPlan(plan));
+  const UploadPlan back =
+      Must(store.LoadUploadPlan(key, plan.transaction_id()));
+  EXPECT_EQ(back.transaction_id(), plan.transaction_id());
+  EXPECT_EQ(back.generation(), plan.generation());
+  EXPECT_EQ(back.manifest().manifest_digest(),
+            plan.manifest().manifest_digest());
+  ASSERT_EQ(back.operations().size(), plan.operations().size());
+  for (size_t i = 0; i < back.operations().size(); ++i) {
+    EXPECT_EQ(back.operations()[i].participant_id,
+              plan.operations()[i].participant_id);
+    EXPECT_EQ(back.operations()[i].placement_fragment_id,
+              plan.operations()[i].placement_fragment_id);
+    EXPECT_EQ(back.operations()[i].stored_fragment,
+              plan.operations()[i].stored_fragment);
+  }
+  const std::string plan_key = BaseOf(plan) + "/transactions/other/plan";
+  MustOk(dir.backend().Put(plan_key, "{\"generation\":1}"));
+  auto bad = store.LoadUploadPlan(key, "other");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), ::testing::StartsWith(plan_key + ": "));
 }
 
 }  // namespace
