@@ -196,6 +196,7 @@ void AddStoreCommand(CLI::App& app) {
           w.BeginObject();
           w.KeyUInt("bytes_removed", r.bytes_removed);
           w.KeyUInt("keys_removed", r.keys_removed);
+          w.KeyUInt("temporaries_removed", r.temporaries_removed);
           w.Key("transactions_removed");
           w.BeginArray();
           for (const auto& t : r.transactions_removed) w.String(t);

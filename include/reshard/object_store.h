@@ -12,6 +12,7 @@
 #ifndef RESHARD_OBJECT_STORE_H_
 #define RESHARD_OBJECT_STORE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +54,11 @@ class ObjectStore : public RecordStore {
   virtual Status ReadRanges(const std::vector<ReadRange>& ranges) = 0;
   // The object's size; NotFound if absent.
   virtual Result<uint64_t> ObjectSize(std::string_view key) = 0;
+  // Removes what interrupted writers left behind (partial temporary
+  // objects) if older than `older_than`; returns how many. Never touches a
+  // published object or record.
+  virtual Result<uint64_t> RemoveStaleTemporaries(
+      std::chrono::seconds older_than) = 0;
   // The backend's URI.
   virtual const std::string& uri() const = 0;
 };

@@ -133,6 +133,8 @@ struct GcReport {
   uint64_t keys_removed = 0;
   uint64_t bytes_removed = 0;
   std::vector<std::string> transactions_removed;
+  // Partial objects of interrupted writers (older than gc_grace).
+  uint64_t temporaries_removed = 0;
   // Uploads that had decided to commit and were published by Gc.
   std::vector<std::string> transactions_completed;
 };

@@ -716,6 +716,8 @@ Result<GcReport> WeightStore::Gc() {
       report.transactions_removed.push_back(base + "/" + txn);
     }
   }
+  ASSIGN_OR_RETURN(report.temporaries_removed,
+                   backend_->RemoveStaleTemporaries(options_.gc_grace));
   return report;
 }
 

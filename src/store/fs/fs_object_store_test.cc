@@ -24,6 +24,7 @@
 #include "reshard/object_store.h"
 #include "reshard/status.h"
 #include "testing/object_store_conformance.h"
+#include "testing/temp_dir.h"
 
 namespace reshard::internal {
 namespace {
@@ -91,6 +92,10 @@ class TempDirStore : public ObjectStore {
     return store_->PutObject(key, parts, durable);
   }
   Status Sync() override { return store_->Sync(); }
+  Result<uint64_t> RemoveStaleTemporaries(
+      std::chrono::seconds older_than) override {
+    return store_->RemoveStaleTemporaries(older_than);
+  }
   Status ReadRanges(const std::vector<ReadRange>& ranges) override {
     return store_->ReadRanges(ranges);
   }
@@ -330,6 +335,38 @@ TEST_F(FsObjectStoreTest, ListDuringDeleteStormNeverFails) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(Storm(*store, "storm", /*durable=*/false, 500, /*list=*/true),
             Keys{});
+}
+
+}  // namespace
+}  // namespace reshard::internal
+
+namespace reshard::internal {
+namespace {
+
+// What an interrupted writer leaves (a hidden temporary file) is swept once
+// older than the given age; published objects never are.
+TEST(FsObjectStoreSweepTest, RemovesOnlyStaleTemporaries) {
+  reshard::testing::TempDir dir("reshard-fs-sweep-test");
+  auto store = OpenObjectStore("fs://" + dir.path());
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Put("a/b", "kept").ok());
+  const std::string stale = dir.path() + "/a/.tmp.host.1.2.3";
+  const std::string fresh = dir.path() + "/a/.tmp.host.1.2.4";
+  { std::ofstream(stale) << "partial"; }
+  { std::ofstream(fresh) << "partial"; }
+  std::filesystem::last_write_time(
+      stale,
+      std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+  auto removed = (*store)->RemoveStaleTemporaries(std::chrono::hours(1));
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 1u);
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(fresh));
+  EXPECT_EQ(*(*store)->Get("a/b"), "kept");
+  removed = (*store)->RemoveStaleTemporaries(std::chrono::seconds(0));
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 1u);
+  EXPECT_EQ(*(*store)->Get("a/b"), "kept");
 }
 
 }  // namespace

@@ -145,6 +145,23 @@ class FsStore : public ObjectStore {
     return durable ? SyncDirectory(dir) : Status::OK();
   }
 
+  Result<uint64_t> RemoveStaleTemporaries(
+      std::chrono::seconds older_than) override {
+    uint64_t removed = 0;
+    const auto now = fs::file_time_type::clock::now();
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(root_, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code e2;
+      const std::string name = it->path().filename().string();
+      if (!name.starts_with(".tmp.") || !it->is_regular_file(e2)) continue;
+      const auto mtime = fs::last_write_time(it->path(), e2);
+      if (e2 || now - mtime < older_than) continue;
+      if (fs::remove(it->path(), e2)) ++removed;
+    }
+    return removed;
+  }
+
   // One filesystem-wide flush: data, inodes and directory entries of
   // everything written so far.
   Status Sync() override {
