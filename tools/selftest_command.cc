@@ -80,12 +80,29 @@ void AddSelftestCommand(CLI::App& app) {
                   "(failure-path tests)")
       ->check(CLI::IsMember(
           {"none", "kill-source", "kill-target", "stale-generation"}));
-  cmd->callback([a]() {
+  cmd->callback([a, cmd]() {
     auto run = [&]() -> Result<SelfTestReport> {
       ASSIGN_OR_RETURN(auto src, LoadPlacement(a->source));
       ASSIGN_OR_RETURN(auto dst, LoadPlacement(a->target));
       if (a->rank && a->session.empty()) {
         return Status::InvalidArgument("--rank needs --session");
+      }
+      const bool ucx = a->transport == "ucx";
+      for (const char* flag :
+           {"--procs", "--rendezvous", "--session", "--rank", "--ucx-tls",
+            "--ucx-net-devices", "--ucx-error-handling", "--ucx-protocol",
+            "--max-in-flight", "--inject-fault"}) {
+        if (!ucx && cmd->count(flag) > 0) {
+          return Status::InvalidArgument(std::string(flag) +
+                                         " needs --transport ucx");
+        }
+      }
+      if (ucx && !a->via_store.empty()) {
+        return Status::InvalidArgument(
+            "--via-store runs in one process; drop --transport ucx");
+      }
+      if (a->keep_revision && a->via_store.empty()) {
+        return Status::InvalidArgument("--keep-revision needs --via-store");
       }
       SelfTestOptions options;
       options.transport = a->transport;
@@ -193,7 +210,7 @@ void AddSelftestCommand(CLI::App& app) {
                   static_cast<unsigned long long>(r.bytes));
       std::printf("  %-26s %14llu\n", "operations",
                   static_cast<unsigned long long>(r.operations));
-      if (a->transport == "ucx") {
+      if (a->transport == "ucx" && a->via_store.empty()) {
         std::printf("  %-26s %14u\n", "processes", a->procs);
         std::printf("  %-26s %14llu\n", "UCX messages",
                     static_cast<unsigned long long>(r.messages));

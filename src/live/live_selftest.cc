@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -250,6 +251,10 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
                              std::strerror(errno));
     }
     if (pid == 0) {
+      // The launcher owns stdout (a --json report); UCX logs to stdout by
+      // default, so a rank's stdout goes to stderr.
+      std::fflush(stdout);
+      ::dup2(STDERR_FILENO, STDOUT_FILENO);
       auto report = RunRank(source, target, options, *store, session, procs, r);
       const std::string record =
           report.ok() ? EncodeReport(*report, "")

@@ -334,7 +334,9 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     //    bindings and fence our own.
     ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(source, target));
     report.regions = plan.regions().size();
+    const auto waiting = Clock::now();
     RETURN_NOT_OK(s.WaitForAll("rank", deadline(), nullptr));
+    const double waited = Seconds(waiting);
     ASSIGN_OR_RETURN(World world, ReadWorld(s, store, options));
     bool pull = options.protocol == LiveProtocol::kPull;
     if (options.protocol == LiveProtocol::kAuto && may_pull) {
@@ -425,7 +427,8 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     for (auto& [r, ep] : peers) endpoints.push_back(ep.get());
     RETURN_NOT_OK(internal::WireUp(worker, endpoints, deadline(),
                                    [&] { return s.CheckAborts(); }));
-    report.plan_seconds = Seconds(start);
+    // Plan, bind, fence and connect; not the wait for the others to publish.
+    report.plan_seconds = Seconds(start) - waited;
     const auto t0 = Clock::now();
     internal::ExchangeOptions xo;
     xo.session_tag = SessionTag(options.session);

@@ -1,2 +1,670 @@
+#!/usr/bin/env python3
+"""Contract tests of `reshard selftest --transport ucx`, `--via-store` and
+`reshard store`.
+
+Usage: live_store_cli_test.py PATH/TO/reshard TESTS_DIR
+
+Runs the live self-test between real processes over UCX (shared memory, TCP
+on loopback, push and pull, one rank per invocation), its failure paths
+(missing options, a killed rank, a stale generation), and the weight-store
+self-test plus every `store` subcommand on an fs:// store, including a
+payload with one flipped byte. Expected numbers come from `reshard plan
+--json` and from the placement files themselves.
+
+Prints one line per test and a final line 'N passed, M failed'; exits
+non-zero on any failure. Standard library only.
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
 import sys
-print("0 passed, 0 failed")
+import tempfile
+import time
+import traceback
+import urllib.parse
+
+RESHARD = None
+TESTS_DIR = None
+TMP = None
+
+SCENARIOS = None
+FOUR_AXIS = ("four_axis_uint8_source.json", "four_axis_uint8_target.json")
+CROSS_DIM = ("cross_dim_ep2_to_tp2_source.json",
+             "cross_dim_ep2_to_tp2_target.json")
+
+UCX_KEYS = ["bytes", "gbps", "memcpy_gbps", "messages", "mismatch",
+            "operations", "packed_messages", "plan_seconds", "procs",
+            "ranks_ready", "seconds", "segments", "transport", "verified"]
+STORE_KEYS = ["bytes", "gbps", "load_seconds", "memcpy_gbps", "mismatch",
+              "operations", "plan_seconds", "seconds", "segments",
+              "transport", "upload_seconds", "verified"]
+FLOAT_KEYS = ("gbps", "memcpy_gbps", "plan_seconds", "seconds",
+              "load_seconds", "upload_seconds")
+LS_KEYS = ["bytes", "fragments", "leases", "manifest_key", "resource_id",
+           "revision", "state", "weight_generation"]
+SHOW_KEYS = ["bytes", "created_at", "fragments", "manifest_digest",
+             "manifest_key", "namespace", "resource_id", "revision",
+             "tensors", "weight_generation"]
+VERIFY_KEYS = ["bytes", "chunks", "objects", "revisions", "verified"]
+GC_KEYS = ["bytes_removed", "keys_removed", "temporaries_removed",
+           "transactions_removed"]
+
+UCX_LOG = re.compile(r"^\[\d+\.\d+\] \[[^\]]*\] +\S+:\d+ +UCX +[A-Z]+ ")
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise Failure(message)
+
+
+def run(*args, timeout=120, env=None):
+    proc = subprocess.run([RESHARD] + list(args), capture_output=True,
+                          timeout=timeout, env=env)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def scenario(pair):
+    return [os.path.join(SCENARIOS, name) for name in pair]
+
+
+def fresh_dir(name):
+    path = os.path.join(TMP, name)
+    os.makedirs(path)
+    return path
+
+
+def load(path):
+    with open(path, "rb") as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+_PLANS = {}
+
+
+def plan(src, dst):
+    """`reshard plan --json` of a pair (cached)."""
+    if (src, dst) not in _PLANS:
+        rc, out, err = run("plan", src, dst, "--json")
+        check(rc == 0, "plan exit %d: %r" % (rc, err))
+        _PLANS[(src, dst)] = json.loads(out.decode("utf-8"))
+    return _PLANS[(src, dst)]
+
+
+def expected_ranks_ready(dst, procs):
+    """Target ranks holding fragments: targets fill [procs/2, procs)."""
+    parts = sum(1 for p in load(dst)["parts"] if p["fragments"])
+    if procs == 1:
+        return 1
+    return min(parts, procs - max(1, procs // 2))
+
+
+def model_bytes(placement_path):
+    placement = load(placement_path)
+    return sum(math.prod(t["global_shape"]) * t["itemsize"]
+               for t in placement["tensors"])
+
+
+def one_json_line(out, want_keys=None):
+    """Parses stdout that must be one compact JSON line with sorted,
+    unique keys; returns the value."""
+    text = out.decode("utf-8")
+    check(text.endswith("\n") and text.count("\n") == 1,
+          "want one JSON line, got %r" % text)
+    line = text[:-1]
+    seen = []
+
+    def hook(pairs):
+        keys = [k for k, _ in pairs]
+        check(keys == sorted(keys), "keys not sorted: %r" % keys)
+        check(len(set(keys)) == len(keys), "duplicate keys: %r" % keys)
+        seen.append(keys)
+        return dict(pairs)
+
+    value = json.loads(line, object_pairs_hook=hook)
+    # Compact: no whitespace outside strings.
+    stripped = re.sub(r'"(?:[^"\\]|\\.)*"', '""', line)
+    check(not re.search(r"\s", stripped), "JSON is not compact: %r" % line)
+    if want_keys is not None:
+        check(isinstance(value, dict), "want an object: %r" % line)
+        check(list(value.keys()) == want_keys,
+              "keys %r, want %r" % (list(value.keys()), want_keys))
+    return value
+
+
+def check_floats(report):
+    for key in FLOAT_KEYS:
+        if key in report:
+            v = report[key]
+            check(isinstance(v, float) and v >= 0,
+                  "%s must be a non-negative number: %r" % (key, v))
+
+
+def expect_one_line_error(rc, out, err, needle, code=1):
+    check(rc == code, "exit status %d, want %d (stderr %r)" % (rc, code, err))
+    text = err.decode("utf-8")
+    lines = text.splitlines()
+    check(len(lines) == 1, "want exactly one stderr line, got %r" % text)
+    check(text.endswith("\n"), "stderr line must end with a newline: %r" % text)
+    check(lines[0].startswith("reshard: error: "),
+          "stderr must start with 'reshard: error: ': %r" % lines[0])
+    check(needle in lines[0], "stderr %r lacks %r" % (lines[0], needle))
+    check(out == b"", "stdout must be empty on error, got %r" % out)
+    return lines[0]
+
+
+def expect_error_line(rc, out, err, needle):
+    """Like expect_one_line_error, but tolerates UCX's own diagnostics on
+    other stderr lines (fault-injection runs)."""
+    check(rc == 1, "exit status %d, want 1 (stderr %r)" % (rc, err))
+    # UCX writes its own log lines ("[time] [host:pid:thread] file:line UCX
+    # ERROR ...") to stdout when a peer dies mid-connection; nothing else
+    # may be there.
+    other = [l for l in out.decode("utf-8", "replace").splitlines()
+             if not UCX_LOG.match(l)]
+    check(other == [], "stdout must be empty on error, got %r" % out)
+    lines = [l for l in err.decode("utf-8").splitlines()
+             if l.startswith("reshard: error: ")]
+    check(len(lines) == 1, "want one 'reshard: error: ' line, got %r" % err)
+    check(needle in lines[0], "stderr %r lacks %r" % (lines[0], needle))
+    return lines[0]
+
+
+def check_ucx_report(report, src, dst, procs):
+    p = plan(src, dst)
+    check(report["verified"] is True, "verified %r" % report["verified"])
+    check(report["mismatch"] == "", "mismatch %r" % report["mismatch"])
+    check(report["transport"] == "ucx", "transport %r" % report["transport"])
+    check(report["procs"] == procs, "procs %r, want %d" %
+          (report["procs"], procs))
+    check(report["bytes"] == p["bytes"],
+          "bytes %r, plan says %r" % (report["bytes"], p["bytes"]))
+    check(report["operations"] == p["regions"],
+          "operations %r, plan has %r regions" %
+          (report["operations"], p["regions"]))
+    check(report["messages"] == p["regions"],
+          "messages %r, want one per region (%r)" %
+          (report["messages"], p["regions"]))
+    check(report["segments"] == p["segments"],
+          "segments %r, plan says %r" % (report["segments"], p["segments"]))
+    check(0 <= report["packed_messages"] <= report["messages"],
+          "packed_messages %r out of range" % report["packed_messages"])
+    want_ready = expected_ranks_ready(dst, procs)
+    check(report["ranks_ready"] == want_ready,
+          "ranks_ready %r, want %d" % (report["ranks_ready"], want_ready))
+    check_floats(report)
+
+
+def ucx_selftest_json(pair_paths, procs, *extra):
+    src, dst = pair_paths
+    # The launcher's temporary rendezvous goes under TMPDIR and must be
+    # removed afterwards.
+    tmpdir = tempfile.mkdtemp(dir=TMP, prefix="tmpdir_")
+    env = dict(os.environ, TMPDIR=tmpdir)
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       str(procs), "--json", *extra, env=env)
+    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    check(err == b"", "stderr must be empty: %r" % err)
+    report = one_json_line(out, UCX_KEYS)
+    check_ucx_report(report, src, dst, procs)
+    check(os.listdir(tmpdir) == [],
+          "rendezvous left behind in TMPDIR: %r" % os.listdir(tmpdir))
+    return report
+
+
+# ---------------------------------------------------------------------------
+# selftest --transport ucx: success
+# ---------------------------------------------------------------------------
+
+@test
+def ucx_json_three_procs_matches_plan():
+    ucx_selftest_json(scenario(FOUR_AXIS), 3)
+
+
+@test
+def ucx_json_tcp_on_loopback():
+    ucx_selftest_json(scenario(FOUR_AXIS), 3, "--ucx-tls", "tcp",
+                      "--ucx-net-devices", "lo")
+
+
+@test
+def ucx_json_push():
+    ucx_selftest_json(scenario(FOUR_AXIS), 3, "--ucx-protocol", "push")
+
+
+@test
+def ucx_json_pull():
+    ucx_selftest_json(scenario(FOUR_AXIS), 3, "--ucx-protocol", "pull")
+
+
+@test
+def ucx_json_cross_dim_two_procs():
+    report = ucx_selftest_json(scenario(CROSS_DIM), 2)
+    check(report["ranks_ready"] == 1, "ranks_ready %r" % report["ranks_ready"])
+
+
+@test
+def ucx_json_generated_four_axis_layouts():
+    model = os.path.join(TESTS_DIR, "..", "examples", "models",
+                         "tiny-moe.json")
+    src = os.path.join(TMP, "gen_tp4_pp2_ep8_dp2.json")
+    dst = os.path.join(TMP, "gen_tp8_pp4_ep2_dp4.json")
+    for path, grid in ((src, ("4", "2", "8", "2")), (dst, ("8", "4", "2", "4"))):
+        rc, out, err = run("gen", "--model", model, "--tp", grid[0], "--pp",
+                           grid[1], "--ep", grid[2], "--dp", grid[3], "-o",
+                           path)
+        check(rc == 0, "gen exit %d: %r" % (rc, err))
+    report = ucx_selftest_json((src, dst), 4)
+    # Strided regions are packed by UCX generic datatypes.
+    check(report["packed_messages"] > 0,
+          "packed_messages %r, want > 0" % report["packed_messages"])
+
+
+@test
+def ucx_human_output():
+    src, dst = scenario(FOUR_AXIS)
+    p = plan(src, dst)
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "3")
+    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    text = out.decode("utf-8")
+    lines = text.splitlines()
+    check(lines and lines[0] == "selftest: every target byte verified",
+          "first line %r" % (lines[:1],))
+    check("selftest: every target byte verified" in text, "no verdict")
+    check("ranks activation-ready" in text, "no ranks activation-ready line")
+
+    def value(label):
+        for line in lines:
+            m = re.match(r"^  %s +(\S+)" % re.escape(label), line)
+            if m:
+                return m.group(1)
+        raise Failure("no %r line in %r" % (label, text))
+
+    check(value("bytes moved") == str(p["bytes"]), "bytes moved")
+    check(value("operations") == str(p["regions"]), "operations")
+    check(value("processes") == "3", "processes")
+    check(value("UCX messages") == str(p["regions"]), "UCX messages")
+    check(value("ranks activation-ready") ==
+          str(expected_ranks_ready(dst, 3)), "ranks activation-ready")
+
+
+# ---------------------------------------------------------------------------
+# selftest --transport ucx: errors
+# ---------------------------------------------------------------------------
+
+@test
+def rank_needs_rendezvous():
+    src, dst = scenario(FOUR_AXIS)
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "2", "--rank", "0", "--session", "s")
+    line = expect_one_line_error(
+        rc, out, err, "--rank needs --rendezvous DIR shared by every rank")
+    check(line == "reshard: error: --rank needs --rendezvous DIR shared by "
+          "every rank", "unexpected line %r" % line)
+
+
+@test
+def rank_needs_session():
+    src, dst = scenario(FOUR_AXIS)
+    rdv = fresh_dir("rank_needs_session")
+    for extra in ((), ("--rendezvous", rdv)):
+        rc, out, err = run("selftest", src, dst, "--transport", "ucx",
+                           "--procs", "2", "--rank", "0", *extra)
+        line = expect_one_line_error(rc, out, err, "--rank needs --session")
+        check(line == "reshard: error: --rank needs --session",
+              "unexpected line %r" % line)
+    check(os.listdir(rdv) == [], "rendezvous written: %r" % os.listdir(rdv))
+
+
+@test
+def kill_source_fails_fast():
+    src, dst = scenario(FOUR_AXIS)
+    rdv = fresh_dir("kill_source")
+    t0 = time.monotonic()
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "4", "--inject-fault", "kill-source", "--timeout",
+                       "10", "--rendezvous", rdv, "--session", "fault",
+                       timeout=60)
+    seconds = time.monotonic() - t0
+    line = expect_error_line(rc, out, err, "rank 0 died of signal 9 (Killed)")
+    check(line == "reshard: error: live self-test failed: rank 0 died of "
+          "signal 9 (Killed)", "unexpected line %r" % line)
+    check(seconds < 7, "took %.1f s, want well under the 10 s timeout" %
+          seconds)
+    ready = os.path.join(rdv, "fault", "ready")
+    ready_records = os.listdir(ready) if os.path.isdir(ready) else []
+    check(ready_records == [], "a rank reported ready: %r" % ready_records)
+    abort = os.path.join(rdv, "fault", "abort")
+    check(os.path.isdir(abort) and os.listdir(abort),
+          "no abort record under %s" % abort)
+
+
+@test
+def stale_generation_fails():
+    src, dst = scenario(FOUR_AXIS)
+    t0 = time.monotonic()
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "4", "--inject-fault", "stale-generation",
+                       "--timeout", "10", timeout=60)
+    seconds = time.monotonic() - t0
+    line = expect_error_line(
+        rc, out, err, "acquired runtime binding generation differs from plan")
+    check("source participant p-d0-p0-e0-t0: planned 1, current 2" in line,
+          "error does not name the stale participant: %r" % line)
+    check(seconds < 7, "took %.1f s" % seconds)
+
+
+@test
+def bogus_protocol_is_rejected():
+    src, dst = scenario(FOUR_AXIS)
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx",
+                       "--ucx-protocol", "bogus")
+    check(rc != 0, "exit status 0 for --ucx-protocol bogus")
+    check(rc != 1 or b"reshard: error:" not in err,
+          "want a command-line validation error, got %r" % err)
+    text = err.decode("utf-8")
+    check("--ucx-protocol" in text and "bogus" in text,
+          "stderr does not name the option and value: %r" % text)
+    check(out == b"", "stdout must be empty: %r" % out)
+
+
+# ---------------------------------------------------------------------------
+# selftest --rank: one rank per invocation
+# ---------------------------------------------------------------------------
+
+@test
+def rank_mode_two_invocations():
+    src, dst = scenario(FOUR_AXIS)
+    p = plan(src, dst)
+    rdv = fresh_dir("rank_mode")
+    procs = []
+    try:
+        for rank in ("0", "1"):
+            procs.append(subprocess.Popen(
+                [RESHARD, "selftest", src, dst, "--transport", "ucx",
+                 "--procs", "2", "--rendezvous", rdv, "--session", "s1",
+                 "--rank", rank, "--timeout", "30", "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        results = [proc.communicate(timeout=90) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    reports = []
+    for rank, (proc, (out, err)) in enumerate(zip(procs, results)):
+        check(proc.returncode == 0,
+              "rank %d exit %d, stderr %r" % (rank, proc.returncode, err))
+        report = one_json_line(out, UCX_KEYS)
+        check(report["verified"] is True, "rank %d not verified" % rank)
+        check(report["mismatch"] == "", "rank %d mismatch" % rank)
+        check(report["transport"] == "ucx" and report["procs"] == 2,
+              "rank %d: %r" % (rank, report))
+        check(report["segments"] == p["segments"], "rank %d segments" % rank)
+        check_floats(report)
+        reports.append(report)
+    # Rank 0 hosts every source, rank 1 every target.
+    check(reports[0]["ranks_ready"] == 0, "rank 0 ranks_ready %r" %
+          reports[0]["ranks_ready"])
+    check(reports[1]["ranks_ready"] == 1, "rank 1 ranks_ready %r" %
+          reports[1]["ranks_ready"])
+    check(reports[0]["bytes"] == 0 and reports[1]["bytes"] == p["bytes"],
+          "bytes %r / %r, plan %r" %
+          (reports[0]["bytes"], reports[1]["bytes"], p["bytes"]))
+    check(reports[1]["operations"] == p["regions"],
+          "target rank operations %r" % reports[1]["operations"])
+    check(reports[0]["messages"] + reports[1]["messages"] == p["regions"],
+          "messages %r + %r, want %r" % (reports[0]["messages"],
+                                          reports[1]["messages"],
+                                          p["regions"]))
+    session = os.path.join(rdv, "s1")
+    check(sorted(os.listdir(os.path.join(session, "ready"))) == ["1"],
+          "ready records %r" % os.listdir(os.path.join(session, "ready")))
+    check(sorted(os.listdir(os.path.join(session, "done"))) == ["0", "1"],
+          "done records %r" % os.listdir(os.path.join(session, "done")))
+    check(not os.path.exists(os.path.join(session, "abort")),
+          "abort records in a successful session")
+
+
+# ---------------------------------------------------------------------------
+# selftest --via-store and `reshard store`
+# ---------------------------------------------------------------------------
+
+def q(component):
+    s = urllib.parse.quote(component, safe="")
+    return "%2E" + s[1:] if s.startswith(".") else s
+
+
+def keep_revision(name, json_mode=True):
+    """Uploads FOUR_AXIS into a fresh fs:// store, keeps the revision and
+    returns (store dir, uri, the ls entry)."""
+    src, dst = scenario(FOUR_AXIS)
+    store_dir = os.path.join(TMP, name)
+    uri = "fs://" + store_dir
+    args = ["selftest", src, dst, "--via-store", uri, "--keep-revision"]
+    rc, out, err = run(*(args + (["--json"] if json_mode else [])))
+    check(rc == 0, "selftest exit %d, stderr %r" % (rc, err))
+    if json_mode:
+        report = one_json_line(out, STORE_KEYS)
+        check(report["verified"] is True, "not verified")
+    else:
+        text = out.decode("utf-8")
+        for needle in ("selftest: every target byte verified\n",
+                       "  upload + commit ", "  load "):
+            check(needle in text, "human output lacks %r: %r" % (needle, text))
+        check("UCX messages" not in text, "UCX lines in a store run")
+    rc, out, err = run("store", "ls", uri, "--json")
+    check(rc == 0, "ls exit %d: %r" % (rc, err))
+    revs = one_json_line(out)
+    check(isinstance(revs, list) and len(revs) == 1,
+          "want one revision, got %r" % revs)
+    check(list(revs[0].keys()) == LS_KEYS, "ls keys %r" % list(revs[0]))
+    return store_dir, uri, revs[0]
+
+
+def payload_files(store_dir, key):
+    root = os.path.join(store_dir, os.path.dirname(key), "payload")
+    out = []
+    for dirpath, _, files in os.walk(root):
+        out.extend(os.path.join(dirpath, f) for f in files)
+    return sorted(out)
+
+
+@test
+def store_selftest_json_removes_revision():
+    src, dst = scenario(FOUR_AXIS)
+    p = plan(src, dst)
+    store_dir = os.path.join(TMP, "store_removed")
+    uri = "fs://" + store_dir
+    rc, out, err = run("selftest", src, dst, "--via-store", uri, "--json")
+    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    check(err == b"", "stderr must be empty: %r" % err)
+    report = one_json_line(out, STORE_KEYS)
+    check(report["transport"] == "store", "transport %r" % report["transport"])
+    check(report["verified"] is True and report["mismatch"] == "",
+          "not verified: %r" % report)
+    check(report["bytes"] == p["bytes"], "bytes %r, plan %r" %
+          (report["bytes"], p["bytes"]))
+    check(report["operations"] == p["regions"], "operations %r" %
+          report["operations"])
+    check(report["segments"] == p["segments"], "segments %r" %
+          report["segments"])
+    check_floats(report)
+    rc, out, err = run("store", "ls", uri, "--json")
+    check(rc == 0 and out == b"[]\n", "ls after selftest: %d %r %r" %
+          (rc, out, err))
+    files = [os.path.join(d, f) for d, _, fs in os.walk(store_dir) for f in fs]
+    check(files == [], "files left in the store: %r" % files[:5])
+
+
+@test
+def store_keep_revision_ls_show_verify():
+    src, _ = scenario(FOUR_AXIS)
+    placement = load(src)
+    store_dir, uri, rev = keep_revision("store_kept", json_mode=False)
+    check(rev["state"] == "READY", "state %r" % rev["state"])
+    check(rev["leases"] == 0, "leases %r" % rev["leases"])
+    check(rev["fragments"] > 0, "fragments %r" % rev["fragments"])
+    # One logical model, whatever the DP size.
+    check(rev["bytes"] == model_bytes(src),
+          "bytes %r, model has %r" % (rev["bytes"], model_bytes(src)))
+    check(rev["resource_id"] == placement["resource_id"], "resource_id")
+    check(rev["revision"] == placement["revision"], "revision")
+    check(rev["weight_generation"] == placement["weight_generation"],
+          "weight_generation")
+    key = rev["manifest_key"]
+    check(os.path.isfile(os.path.join(store_dir, key)),
+          "no manifest file at %s" % key)
+    check(len(payload_files(store_dir, key)) == rev["fragments"],
+          "payload files %d, fragments %d" %
+          (len(payload_files(store_dir, key)), rev["fragments"]))
+
+    rc, out, err = run("store", "show", uri, key, "--json")
+    check(rc == 0, "show exit %d: %r" % (rc, err))
+    show = one_json_line(out, SHOW_KEYS)
+    for k in ("bytes", "fragments", "manifest_key", "resource_id",
+              "revision", "weight_generation"):
+        check(show[k] == rev[k], "show %s %r, ls %r" % (k, show[k], rev[k]))
+    check(show["tensors"] == len(placement["tensors"]),
+          "tensors %r" % show["tensors"])
+    check(re.fullmatch(r"[0-9a-f]{64}", show["manifest_digest"]),
+          "manifest_digest %r" % show["manifest_digest"])
+    check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", show["created_at"]),
+          "created_at %r" % show["created_at"])
+    want_key = "weights/%s/%s/%s/%d/manifest" % (
+        q(show["namespace"]), q(show["resource_id"]), q(show["revision"]),
+        show["weight_generation"])
+    check(key == want_key, "manifest_key %r, want %r" % (key, want_key))
+
+    for extra in ((), (key,)):
+        rc, out, err = run("store", "verify", uri, *extra, "--json")
+        check(rc == 0, "verify exit %d: %r" % (rc, err))
+        v = one_json_line(out, VERIFY_KEYS)
+        check(v["verified"] is True, "verified %r" % v["verified"])
+        check(v["objects"] == rev["fragments"],
+              "objects %r, fragments %r" % (v["objects"], rev["fragments"]))
+        check(v["bytes"] == rev["bytes"], "verify bytes %r" % v["bytes"])
+        check(v["revisions"] == 1, "revisions %r" % v["revisions"])
+        # Every payload is smaller than one 1 MiB chunk.
+        check(v["chunks"] == v["objects"], "chunks %r" % v["chunks"])
+
+
+@test
+def store_verify_detects_flipped_byte():
+    store_dir, uri, rev = keep_revision("store_corrupt")
+    key = rev["manifest_key"]
+    files = payload_files(store_dir, key)
+    check(files, "no payload files under %s" % store_dir)
+    victim = files[0]
+    with open(victim, "rb") as handle:
+        original = handle.read()
+    check(original, "empty payload %s" % victim)
+    with open(victim, "wb") as handle:
+        handle.write(bytes([original[0] ^ 0xFF]) + original[1:])
+    object_key = os.path.relpath(victim, store_dir)
+    fid = os.path.basename(victim)
+    for extra in (("--json",), (key,)):
+        rc, out, err = run("store", "verify", uri, *extra)
+        line = expect_one_line_error(rc, out, err,
+                                     "checksum mismatch in stored fragment")
+        check("at bytes [" in line, "no byte range in %r" % line)
+        want = ("reshard: error: checksum mismatch in stored fragment %s "
+                "\\(object %s\\) at bytes \\[0, %d\\): expected [0-9a-f]{16}, got "
+                "[0-9a-f]{16}" % (re.escape(fid), re.escape(object_key),
+                                  min(len(original), 1 << 20)))
+        check(re.fullmatch(want, line), "%r does not match %r" % (line, want))
+    # Restored, the revision verifies again.
+    with open(victim, "wb") as handle:
+        handle.write(original)
+    rc, out, err = run("store", "verify", uri, "--json")
+    check(rc == 0 and one_json_line(out)["verified"] is True,
+          "verify after restore: %d %r" % (rc, err))
+
+
+@test
+def store_gc_then_rm():
+    store_dir, uri, rev = keep_revision("store_gc_rm")
+    key = rev["manifest_key"]
+    rc, out, err = run("store", "gc", uri, "--json")
+    check(rc == 0, "gc exit %d: %r" % (rc, err))
+    gc = one_json_line(out, GC_KEYS)
+    check(gc == {"bytes_removed": 0, "keys_removed": 0,
+                 "temporaries_removed": 0, "transactions_removed": []},
+          "gc collected something: %r" % gc)
+    # gc never touches a published revision.
+    rc, out, err = run("store", "verify", uri, key, "--json")
+    check(rc == 0, "verify after gc exit %d: %r" % (rc, err))
+
+    rc, out, err = run("store", "rm", uri, key)
+    check(rc == 0, "rm exit %d: %r" % (rc, err))
+    check(out.decode("utf-8") == "removed %s\n" % key, "rm output %r" % out)
+    check(err == b"", "rm stderr %r" % err)
+    rc, out, err = run("store", "ls", uri, "--json")
+    check(rc == 0 and out == b"[]\n", "ls after rm: %d %r %r" % (rc, out, err))
+    files = [os.path.join(d, f) for d, _, fs in os.walk(store_dir) for f in fs]
+    check(files == [], "files left after rm: %r" % files[:5])
+    for sub in ("show", "verify", "rm"):
+        rc, out, err = run("store", sub, uri, key)
+        line = expect_one_line_error(rc, out, err,
+                                     "no published weight revision")
+        check(line == "reshard: error: no published weight revision " + key,
+              "store %s: %r" % (sub, line))
+
+
+@test
+def store_unsupported_uri():
+    for args in (("ls", "redis://x"), ("ls", "redis://x", "--json"),
+                 ("gc", "redis://x")):
+        rc, out, err = run("store", *args)
+        line = expect_one_line_error(rc, out, err, "unsupported store URI")
+        check('"redis://x"' in line, "error does not name the URI: %r" % line)
+
+
+# ---------------------------------------------------------------------------
+
+def main(argv):
+    global RESHARD, TESTS_DIR, TMP, SCENARIOS
+    if len(argv) != 3:
+        print("usage: live_store_cli_test.py PATH/TO/reshard TESTS_DIR",
+              file=sys.stderr)
+        return 2
+    RESHARD = os.path.abspath(argv[1])
+    TESTS_DIR = os.path.abspath(argv[2])
+    SCENARIOS = os.path.join(TESTS_DIR, "data", "scenarios")
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix="reshard_live_store_test_") as tmp:
+        TMP = tmp
+        for fn in TESTS:
+            try:
+                fn()
+            except Failure as exc:
+                failed += 1
+                print("FAIL %s: %s" % (fn.__name__, exc))
+            except Exception:  # noqa: BLE001 - report and keep going
+                failed += 1
+                print("FAIL %s: unexpected exception\n%s" %
+                      (fn.__name__, traceback.format_exc()))
+            else:
+                passed += 1
+                print("PASS %s" % fn.__name__)
+            sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
