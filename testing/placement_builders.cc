@@ -1,5 +1,7 @@
 #include "testing/placement_builders.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -158,6 +160,30 @@ std::string ReadTestData(const std::string& relative_path) {
   if (!in) throw std::runtime_error("cannot read test data " + path);
   return std::string(std::istreambuf_iterator<char>(in),
                      std::istreambuf_iterator<char>());
+}
+
+std::vector<ScenarioPair> ScenarioPairs(uint64_t max_bytes) {
+  const std::string text = ReadTestData("scenarios/expected.json");
+  simdjson::dom::parser parser;
+  simdjson::dom::object plans = parser.parse(text)["plans"];
+  std::vector<ScenarioPair> out;
+  for (auto [key, value] : plans) {
+    simdjson::dom::element error;
+    if (value["error"].get(error) == simdjson::SUCCESS) continue;
+    if (uint64_t(value["bytes"]) > max_bytes) continue;
+    auto load = [&](const char* side) {
+      auto m = WeightPlacementFromJson(ReadTestData(
+          "scenarios/" + std::string(std::string_view(value[side]))));
+      if (!m.ok()) {
+        std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+        std::abort();
+      }
+      return *std::move(m);
+    };
+    out.push_back({std::string(key), load("source"), load("target"),
+                   uint64_t(value["bytes"]), uint64_t(value["regions"])});
+  }
+  return out;
 }
 
 WeightPlacementManifest CubeLayout(int64_t tp, int64_t dim, const Dims& shape) {

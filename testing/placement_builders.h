@@ -45,6 +45,17 @@ using TensorLayout = internal::TensorLayout;
 // on a layout that cannot be split (a bug in the test itself).
 void AddTensor(PlacementDraft* draft, const TensorLayout& layout);
 
+// The golden scenario pairs of tests/data/scenarios/expected.json that plan
+// without error and move at most `max_bytes`, decoded.
+struct ScenarioPair {
+  std::string name;
+  WeightPlacementManifest source;
+  WeightPlacementManifest target;
+  uint64_t bytes = 0;  // as the reference plans them
+  uint64_t regions = 0;
+};
+std::vector<ScenarioPair> ScenarioPairs(uint64_t max_bytes);
+
 // One uint8 tensor "w" of `shape` split `tp` ways on dimension `dim` (the
 // benchmarks' and transfer tests' reshard cube); aborts on invalid input.
 WeightPlacementManifest CubeLayout(int64_t tp, int64_t dim, const Dims& shape);

@@ -6,7 +6,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <simdjson.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,19 +93,10 @@ void ExpectLiveVerified(const SelfTestReport& r,
 constexpr uint64_t kMaxScenarioBytes = uint64_t{16} << 20;
 
 TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
-  const std::string text = ReadTestData("scenarios/expected.json");
-  simdjson::dom::parser parser;
-  simdjson::dom::element root = parser.parse(text);
-  simdjson::dom::object plans = root["plans"];
   size_t ran = 0;
-  for (auto [key, value] : plans) {
-    simdjson::dom::element error;
-    if (value["error"].get(error) == simdjson::SUCCESS) continue;
-    if (uint64_t(value["bytes"]) > kMaxScenarioBytes) continue;
-    const auto source = Must(WeightPlacementFromJson(ReadTestData(
-        "scenarios/" + std::string(std::string_view(value["source"])))));
-    const auto target = Must(WeightPlacementFromJson(ReadTestData(
-        "scenarios/" + std::string(std::string_view(value["target"])))));
+  for (const testing::ScenarioPair& pair :
+       testing::ScenarioPairs(kMaxScenarioBytes)) {
+    const auto& [key, source, target, bytes, regions] = pair;
     for (const NamedUcx& t : Transports()) {
       // Alternate 2, 3 and 4 processes over the scenarios.
       const uint32_t procs = 2 + ran % 3;

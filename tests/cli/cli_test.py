@@ -22,27 +22,19 @@ import sys
 import tempfile
 import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Failure, Suite, check  # noqa: E402
+
 RESHARD = None
 TESTS_DIR = None
 ORACLE = None
 TMP = None
 FIXTURE = "placement_100.json"
 
-TESTS = []
+SUITE = Suite()
+test = SUITE.test
 
 
-def test(fn):
-    TESTS.append(fn)
-    return fn
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
 
 
 def canonical(obj, ensure_ascii=True):
@@ -468,24 +460,12 @@ def main(argv):
         "reshard_oracle", os.path.join(TESTS_DIR, "oracle", "reshard_oracle.py"))
     ORACLE = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ORACLE)
-    passed = failed = 0
-    with tempfile.TemporaryDirectory(prefix="reshard_cli_test_") as tmp:
+
+    def set_tmp(tmp):
+        global TMP
         TMP = tmp
-        for fn in TESTS:
-            try:
-                fn()
-            except Failure as exc:
-                failed += 1
-                print("FAIL %s: %s" % (fn.__name__, exc))
-            except Exception:  # noqa: BLE001 - report and keep going
-                failed += 1
-                print("FAIL %s: unexpected exception\n%s" %
-                      (fn.__name__, traceback.format_exc()))
-            else:
-                passed += 1
-                print("PASS %s" % fn.__name__)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+
+    return SUITE.run("reshard_cli_test_", set_tmp)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ import sys
 import tempfile
 import time
 import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Failure, Suite, check  # noqa: E402
 import urllib.parse
 
 RESHARD = None
@@ -54,21 +57,10 @@ GC_KEYS = ["bytes_removed", "keys_removed", "temporaries_removed",
 
 UCX_LOG = re.compile(r"^\[\d+\.\d+\] \[[^\]]*\] +\S+:\d+ +UCX +[A-Z]+ ")
 
-TESTS = []
+SUITE = Suite()
+test = SUITE.test
 
 
-def test(fn):
-    TESTS.append(fn)
-    return fn
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise Failure(message)
 
 
 def run(*args, timeout=120, env=None):
@@ -645,25 +637,12 @@ def main(argv):
     RESHARD = os.path.abspath(argv[1])
     TESTS_DIR = os.path.abspath(argv[2])
     SCENARIOS = os.path.join(TESTS_DIR, "data", "scenarios")
-    passed = failed = 0
-    with tempfile.TemporaryDirectory(prefix="reshard_live_store_test_") as tmp:
+
+    def set_tmp(tmp):
+        global TMP
         TMP = tmp
-        for fn in TESTS:
-            try:
-                fn()
-            except Failure as exc:
-                failed += 1
-                print("FAIL %s: %s" % (fn.__name__, exc))
-            except Exception:  # noqa: BLE001 - report and keep going
-                failed += 1
-                print("FAIL %s: unexpected exception\n%s" %
-                      (fn.__name__, traceback.format_exc()))
-            else:
-                passed += 1
-                print("PASS %s" % fn.__name__)
-            sys.stdout.flush()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+
+    return SUITE.run("reshard_live_store_test_", set_tmp)
 
 
 if __name__ == "__main__":
