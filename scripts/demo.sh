@@ -35,7 +35,7 @@ echo "== reshard store ls / verify"
 "$R" store ls "fs://$out/store"
 "$R" store verify "fs://$out/store"
 echo "== a flipped payload byte fails verification"
-payload=$(find "$out/store" -path '*/payload/*' -type f | head -n 1)
+payload=$(find "$out/store" -path '*/payload/*' -type f -print -quit)
 printf '\x5a' | dd of="$payload" bs=1 seek=7 count=1 conv=notrunc status=none
 if "$R" store verify "fs://$out/store"; then
   echo "demo: corrupted payload was accepted" >&2
