@@ -47,4 +47,6 @@ if "$R" validate "$out/bad.json"; then
   echo "demo: tampered placement was accepted" >&2
   exit 1
 fi
+echo "== reshard demo: the same three paths from the binary alone"
+"$R" demo
 echo "demo: ok"

@@ -14,6 +14,7 @@ void AddGenCommand(CLI::App& app);
 void AddSelftestCommand(CLI::App& app);
 void AddImportLegacyCommand(CLI::App& app);
 void AddStoreCommand(CLI::App& app);
+void AddDemoCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   reshard::cli::AddSelftestCommand(app);
   reshard::cli::AddImportLegacyCommand(app);
   reshard::cli::AddStoreCommand(app);
+  reshard::cli::AddDemoCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -240,6 +240,9 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
     return report;
   }
 
+  // Nothing buffered may be inherited (and written again) by the ranks.
+  std::fflush(stdout);
+  std::fflush(stderr);
   std::vector<pid_t> pids(procs, -1);
   for (uint32_t r = 0; r < procs; ++r) {
     const pid_t pid = ::fork();

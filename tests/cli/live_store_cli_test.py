@@ -626,6 +626,30 @@ def store_unsupported_uri():
         check('"redis://x"' in line, "error does not name the URI: %r" % line)
 
 
+
+@test
+def demo_runs_all_three_paths():
+    """`reshard demo` needs nothing but the binary: in memory, live over
+    UCX and through a store, every byte verified, one row each."""
+    rc, out, err = run("demo", "--procs", "2", timeout=300)
+    check(rc == 0, "demo exited %d: %s" % (rc, err.decode()[-400:]))
+    lines = out.decode().splitlines()
+    check(lines and lines[0].startswith("small-moe: trainer TP4/PP2/EP8/DP2"),
+          "first line: %r" % (lines[:1],))
+    rows = [l for l in lines if "verified" in l.split()]
+    check(len(rows) == 3, "expected 3 verified rows, got %r" % (lines,))
+    for prefix in ("in memory", "live, 2 processes over UCX", "weight store"):
+        check(any(r.startswith(prefix) for r in rows),
+              "no row for %r in %r" % (prefix, rows))
+    # The three paths move the same bytes over the same regions.
+    check(len({tuple(r.split()[-4:-2]) for r in rows}) == 1,
+          "bytes/regions differ between paths: %r" % (rows,))
+    check(lines[-1] ==
+          "demo: ok, every target byte verified on all three paths",
+          "last line: %r" % (lines[-1],))
+    rc, out, err = run("demo", "--procs", "1")
+    check(rc != 0 and b"--procs" in err, "--procs 1 accepted: %r" % (err,))
+
 # ---------------------------------------------------------------------------
 
 def main(argv):
