@@ -5,6 +5,7 @@
 #include <map>
 
 #include "reshard/weight_store.h"
+#include "store/layout.h"
 #include "util/canonical_json.h"
 #include "util/json_reader.h"
 
@@ -46,15 +47,13 @@ Status WeightStore::PublishUploadPlan(const UploadPlan& plan) {
 
 Result<UploadPlan> WeightStore::LoadUploadPlan(
     std::string_view manifest_key, std::string_view transaction_id) {
-  constexpr std::string_view kSuffix = "/manifest";
-  if (!manifest_key.ends_with(kSuffix)) {
+  const std::string base = internal::BaseOfManifestKey(manifest_key);
+  if (base.empty()) {
     return Status::InvalidArgument("not a manifest key: " +
                                    std::string(manifest_key));
   }
-  const std::string key = std::string(manifest_key.substr(
-                              0, manifest_key.size() - kSuffix.size())) +
-                          "/transactions/" + std::string(transaction_id) +
-                          "/plan";
+  const std::string key =
+      base + "/transactions/" + std::string(transaction_id) + "/plan";
   ASSIGN_OR_RETURN(std::string text, backend_->Get(key));
   auto fail = [&](const Status& st) { return st.WithContext(key); };
   auto doc = JsonDocument::Parse(text);

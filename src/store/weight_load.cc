@@ -15,13 +15,13 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <random>
 #include <unordered_map>
 
 #include "exec/strided_stream.h"
 #include "reshard/plan.h"
 #include "reshard/weight_store.h"
 #include "store/checksum.h"
+#include "store/layout.h"
 
 namespace reshard {
 namespace {
@@ -174,28 +174,13 @@ class Loader {
   std::vector<uint8_t> staging_;
 };
 
-std::string TransactionOf(std::string_view object_key) {
-  const size_t p = object_key.rfind("/payload/");
-  if (p == std::string_view::npos) return "";
-  std::string_view rest = object_key.substr(p + 9);
-  return std::string(rest.substr(0, rest.find('/')));
-}
-
 // A lease record held for the duration of a load.
 class Lease {
  public:
   static Result<Lease> Take(ObjectStore& b, const std::string& base,
                             std::chrono::seconds ttl) {
-    std::mt19937_64 rng{std::random_device{}() ^ uint64_t(::getpid())};
-    char id[32];
-    std::snprintf(id, sizeof id, "%016llx",
-                  static_cast<unsigned long long>(rng()));
-    const int64_t expires =
-        std::chrono::duration_cast<std::chrono::seconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count() +
-        ttl.count();
-    Lease l(b, base + "/leases/" + id);
+    const int64_t expires = internal::UnixSeconds() + ttl.count();
+    Lease l(b, base + "/leases/" + internal::RandomHex(8));
     // Advisory: a lease need not survive a crash (nor does its load).
     const std::string value = "expires=" + std::to_string(expires);
     RETURN_NOT_OK(
@@ -290,19 +275,13 @@ Result<LoadReport> WeightStore::Load(
   Loader loader(*backend_, options_, &report);
   for (auto& [fid, per] : objects) {
     const StoredFragment& s = *per.fragment;
-    const std::string txn = TransactionOf(s.object_key);
-    ASSIGN_OR_RETURN(auto record, backend_->Get(base + "/checksums/" + txn +
-                                                "/" + s.fragment_id));
-    auto sums = internal::ParseChecksumRecord(record);
-    if (!sums.ok()) {
-      return sums.status().WithContext("stored fragment " + s.fragment_id);
-    }
+    ASSIGN_OR_RETURN(auto sums, internal::ReadChunkSums(*backend_, base, s));
     std::sort(per.staged.begin(), per.staged.end(),
               [](const Work& a, const Work& b) {
                 return a.object_base < b.object_base;
               });
     RETURN_NOT_OK(
-        loader.Run(s.object_key, s.fragment_id, *sums, per.direct, per.staged));
+        loader.Run(s.object_key, s.fragment_id, sums, per.direct, per.staged));
   }
   return report;
 }

@@ -9,23 +9,23 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <random>
 #include <set>
 #include <unordered_map>
 
 #include "reshard/plan.h"
 #include "store/checksum.h"
+#include "store/layout.h"
 #include "util/canonical_json.h"
 #include "util/sha256.h"
 
 namespace reshard {
 namespace {
 
-int64_t UnixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using internal::BaseOfManifestKey;
+using internal::ChecksumKey;
+using internal::RandomHex;
+using internal::TransactionOfObject;
+using internal::UnixSeconds;
 
 std::string UtcNow() {
   const std::time_t t =
@@ -35,25 +35,6 @@ std::string UtcNow() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-std::string RandomHex(size_t bytes) {
-  // Reseeded in every process: forked writers must not share ids.
-  static thread_local pid_t seeded_in = 0;
-  static thread_local std::mt19937_64 rng;
-  if (seeded_in != ::getpid()) {
-    seeded_in = ::getpid();
-    std::random_device rd;
-    rng.seed((uint64_t{rd()} << 32) ^ rd() ^ (uint64_t(seeded_in) << 17));
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < bytes; ++i) {
-    const auto b = static_cast<uint8_t>(rng());
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
 }
 
 // The integer after the last '=' (or the whole text); 0 when malformed.
@@ -73,21 +54,6 @@ std::string PyTuple(const Dims& d) {
   }
   if (d.size() == 1) out += ",";
   return out + ")";
-}
-
-// "<base>/payload/<txn>/<fid>" -> txn.
-std::string TransactionOfObject(std::string_view object_key) {
-  const size_t p = object_key.rfind("/payload/");
-  if (p == std::string_view::npos) return "";
-  std::string_view rest = object_key.substr(p + 9);
-  return std::string(rest.substr(0, rest.find('/')));
-}
-
-std::string BaseOfManifestKey(std::string_view manifest_key) {
-  constexpr std::string_view kSuffix = "/manifest";
-  if (!manifest_key.ends_with(kSuffix)) return "";
-  return std::string(
-      manifest_key.substr(0, manifest_key.size() - kSuffix.size()));
 }
 
 std::string DecisionJson(std::string_view decision, std::string_view digest) {
@@ -360,7 +326,7 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
     // (one Sync for the whole upload). A retry after a crash finds the
     // record and requires the same checksums; the payload is atomic.
     const std::string sums_key =
-        base + "/checksums/" + plan.transaction_id() + "/" + s.fragment_id;
+        ChecksumKey(base, plan.transaction_id(), s.fragment_id);
     Status st =
         backend_->PutObject(sums_key, {{sums.data(), sums.size()}}, false);
     if (st.code() == StatusCode::kAlreadyExists) {
@@ -457,8 +423,7 @@ Status WeightStore::Commit(const UploadPlan& plan,
         return Status::FailedPrecondition("payload is not complete: " +
                                           s.object_key);
       }
-      auto sums =
-          backend_->Get(base + "/checksums/" + txn + "/" + s.fragment_id);
+      auto sums = backend_->Get(ChecksumKey(base, txn, s.fragment_id));
       if (!sums.ok()) {
         return Status::FailedPrecondition("payload checksums missing: " +
                                           s.object_key);
@@ -599,10 +564,7 @@ Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
   VerifyReport report;
   std::vector<uint8_t> buf(options_.staging_bytes);
   for (const StoredFragment& s : m.fragments()) {
-    const std::string txn = TransactionOfObject(s.object_key);
-    ASSIGN_OR_RETURN(auto record, backend_->Get(base + "/checksums/" + txn +
-                                                "/" + s.fragment_id));
-    ASSIGN_OR_RETURN(auto sums, internal::ParseChecksumRecord(record));
+    ASSIGN_OR_RETURN(auto sums, internal::ReadChunkSums(*backend_, base, s));
     ASSIGN_OR_RETURN(uint64_t size, backend_->ObjectSize(s.object_key));
     if (size < s.object_offset + s.nbytes) {
       return Status::DataLoss("payload " + s.object_key +
