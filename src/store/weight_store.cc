@@ -364,12 +364,19 @@ Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
   return std::optional<std::string>(text->substr(p + 12, q - p - 12));
 }
 
-// Removes every payload and checksum record of `txn` under `base`.
-Status RemoveTransactionPayloads(ObjectStore& b, const std::string& base,
-                                 const std::string& txn, GcReport* report) {
-  for (const char* kind : {"/payload/", "/checksums/"}) {
-    ASSIGN_OR_RETURN(auto keys, b.List(base + kind + txn + "/"));
+// Removes the keys of transaction `txn` under `base` in the given key
+// families ("payload", "checksums", "transactions") except those in `keep`,
+// counting them in `report` when given.
+Status RemoveTransactionKeys(ObjectStore& b, const std::string& base,
+                             const std::string& txn,
+                             std::initializer_list<std::string_view> families,
+                             const std::set<std::string>& keep,
+                             GcReport* report) {
+  for (std::string_view family : families) {
+    ASSIGN_OR_RETURN(
+        auto keys, b.List(base + "/" + std::string(family) + "/" + txn + "/"));
     for (const std::string& k : keys) {
+      if (keep.count(k)) continue;
       if (report != nullptr) {
         auto size = b.ObjectSize(k);
         if (size.ok()) report->bytes_removed += *size;
@@ -465,7 +472,8 @@ Status WeightStore::Commit(const UploadPlan& plan,
   if (st.code() == StatusCode::kAlreadyExists) {
     ASSIGN_OR_RETURN(std::string winner, backend_->Get(m.manifest_key()));
     if (winner == json) return Status::OK();  // idempotent retry
-    RETURN_NOT_OK(RemoveTransactionPayloads(*backend_, base, txn, nullptr));
+    RETURN_NOT_OK(RemoveTransactionKeys(*backend_, base, txn,
+                                        {"payload", "checksums"}, {}, nullptr));
     return Status::AlreadyExists("conflicting weight revision: " +
                                  m.manifest_key());
   }
@@ -495,7 +503,8 @@ Status WeightStore::Abort(const UploadPlan& plan) {
     return Status::FailedPrecondition("weight upload already chose " +
                                       *decided);
   }
-  return RemoveTransactionPayloads(*backend_, base, txn, nullptr);
+  return RemoveTransactionKeys(*backend_, base, txn, {"payload", "checksums"},
+                               {}, nullptr);
 }
 
 // ---------------------------------------------------------------- read side
@@ -665,16 +674,9 @@ Result<GcReport> WeightStore::Gc() {
       }
       if (!remove) continue;
       // Never anything a published manifest references.
-      for (const char* kind : {"/payload/", "/checksums/", "/transactions/"}) {
-        ASSIGN_OR_RETURN(auto ks, backend_->List(base + kind + txn + "/"));
-        for (const std::string& k : ks) {
-          if (referenced.count(k)) continue;
-          auto size = backend_->ObjectSize(k);
-          if (size.ok()) report.bytes_removed += *size;
-          RETURN_NOT_OK(backend_->Delete(k));
-          ++report.keys_removed;
-        }
-      }
+      RETURN_NOT_OK(RemoveTransactionKeys(
+          *backend_, base, txn, {"payload", "checksums", "transactions"},
+          referenced, &report));
       report.transactions_removed.push_back(base + "/" + txn);
     }
   }
