@@ -1,5 +1,7 @@
 #include "reshard/status.h"
 
+#include "util/printable.h"
+
 namespace reshard {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -36,6 +38,11 @@ std::string_view StatusCodeName(StatusCode code) {
 
 Status::Status(StatusCode code, std::string message) {
   if (code != StatusCode::kOk) {
+    // One line, bounded: messages quote input (ids, keys, peers' records).
+    if (message.size() > internal::kMaxMessageBytes ||
+        !internal::IsPrintable(message)) {
+      message = internal::SanitizeMessage(message);
+    }
     state_ = std::make_shared<const State>(State{code, std::move(message)});
   }
 }

@@ -20,6 +20,7 @@
 
 #include "reshard/object_store.h"
 #include "reshard/status.h"
+#include "util/printable.h"
 
 namespace reshard::testing {
 namespace {
@@ -63,8 +64,9 @@ int64_t FirstMismatch(std::string_view got, std::string_view want) {
   return got.size() == want.size() ? -1 : static_cast<int64_t>(n);
 }
 
+// Messages quote keys as Printable shows them (control bytes escaped).
 bool Names(const Status& st, std::string_view key) {
-  return st.message().find(key) != std::string::npos;
+  return st.message().find(internal::Printable(key)) != std::string::npos;
 }
 
 // [offset, offset + length) of `key`, read through ReadRanges.

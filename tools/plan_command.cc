@@ -11,6 +11,7 @@
 #include "reshard/stored_manifest.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
+#include "util/printable.h"
 
 namespace reshard::cli {
 namespace {
@@ -37,7 +38,8 @@ std::string Top(const std::vector<std::string>& ids,
                    [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
   std::string out;
   for (size_t i = 0; i < std::min(count, order.size()); ++i) {
-    out += "    " + ids[order[i]] + "  " + Bytes(bytes[order[i]]) + "\n";
+    out += "    " + internal::Printable(ids[order[i]]) + "  " +
+           Bytes(bytes[order[i]]) + "\n";
   }
   return out;
 }

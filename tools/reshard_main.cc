@@ -10,6 +10,7 @@
 
 #include "tools/cli_common.h"
 #include "tools/commands.h"
+#include "util/printable.h"
 
 namespace reshard::cli {
 
@@ -51,6 +52,12 @@ int main(int argc, char** argv) {
   CLI::App app{
       "reshard: move model weights between parallel layouts, exactly."};
   app.require_subcommand(1);
+  // Usage errors are one line like every other error, with the offending
+  // argument escaped (set before the subcommands, which copy it).
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "reshard: error: " + reshard::internal::Printable(e.what(), 1024) +
+           " (run with --help for usage)\n";
+  });
   reshard::cli::AddValidateCommand(app);
   reshard::cli::AddCanonicalizeCommand(app);
   reshard::cli::AddPlanCommand(app);

@@ -113,6 +113,26 @@ class WeightRuntimeBindingManifest {
   WeightRuntimeBindingManifestSpec s_;
 };
 
+// Where a fragment's bytes live. Executors, the store and the bindings
+// state which kinds they move; anything else is refused before a byte
+// moves (never copied as if it were host memory).
+enum class MemoryKind : uint8_t { kHost, kCuda };
+
+std::string_view MemoryKindName(MemoryKind kind);
+
+// The memory kind a runtime fragment's `device` names: "cpu" is host
+// memory, "cuda" or "cuda:<ordinal>" CUDA device memory. Any other device
+// is a kind this build does not know: InvalidArgument naming it.
+Result<MemoryKind> MemoryKindOfDevice(std::string_view device);
+
+// OK if `fragment`'s memory is of a kind in `supported`; otherwise
+// FailedPrecondition "<executor> executor cannot move <kind> memory: <side>
+// fragment <id> of participant <p> (device "<device>")".
+Status RequireMemoryKind(const RuntimeBindingFragment& fragment,
+                         const std::vector<MemoryKind>& supported,
+                         std::string_view executor, std::string_view side,
+                         std::string_view participant_id);
+
 // Canonical contiguous row-major byte strides of `shape` (last dimension
 // `itemsize`), or nullopt when a stride does not fit in int64.
 std::optional<Dims> CanonicalStrides(const Dims& shape, int64_t itemsize);

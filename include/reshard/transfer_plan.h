@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reshard/binding.h"
@@ -63,6 +64,13 @@ class TransferPlan {
       const std::vector<WeightRuntimeBindingManifest>& source_bindings,
       const std::vector<std::string>& target_scope,
       const std::vector<WeightRuntimeBindingManifest>& target_bindings) const;
+
+  // Every fragment the plan reads or writes lives in memory of a kind in
+  // `supported`; otherwise FailedPrecondition naming the side, fragment,
+  // participant and device. An executor calls it before moving anything,
+  // so a device pointer is never copied as host memory.
+  Status RequireMemoryKinds(const std::vector<MemoryKind>& supported,
+                            std::string_view executor) const;
 
   struct State;
 

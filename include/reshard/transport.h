@@ -28,10 +28,10 @@
 
 namespace reshard {
 
-enum class MemoryKind : uint8_t { kHost, kCuda };
-
 struct TransportCapabilities {
   std::string name;
+  // The kinds Submit accepts; a plan touching any other kind is refused
+  // (TransferPlan::RequireMemoryKinds).
   std::vector<MemoryKind> memory_kinds;
   // True if one strided region is one operation (never one per row).
   bool strided = false;

@@ -76,6 +76,15 @@ struct UploadOperation {
   std::string placement_fragment_id;
 };
 
+// The binding identity a participant's uploads are fenced at: a writer
+// whose lease or instance changed since PrepareUpload writes nothing.
+struct UploadWriter {
+  std::string participant_id;
+  std::string instance_id;
+  std::string lease_id;
+  friend bool operator==(const UploadWriter&, const UploadWriter&) = default;
+};
+
 class UploadPlan {
  public:
   const StoredWeightManifest& manifest() const { return *manifest_; }
@@ -84,6 +93,8 @@ class UploadPlan {
   // The runtime binding generation every upload is fenced at (the
   // revision's weight generation is manifest().weight_generation()).
   uint64_t generation() const { return generation_; }
+  // One per participant with operations, sorted by participant_id.
+  const std::vector<UploadWriter>& writers() const { return writers_; }
   // Bytes each participant writes.
   uint64_t BytesOf(std::string_view participant_id) const;
 
@@ -94,6 +105,7 @@ class UploadPlan {
   std::string source_placement_id_;
   uint64_t generation_ = 0;
   std::vector<UploadOperation> ops_;
+  std::vector<UploadWriter> writers_;
 };
 
 struct UploadReceipt {
@@ -157,7 +169,9 @@ class WeightStore {
       const WeightPlacementManifest& source,
       const std::vector<WeightRuntimeBindingManifest>& bindings);
   // Writes the fragments assigned to `binding`'s participant, after
-  // re-checking its generation, lease and fragments against the plan.
+  // re-checking its generation, instance, lease and fragments (memory kind
+  // and geometry) against the plan. Refused once the transaction decided
+  // to abort; after a commit decision only identical bytes are accepted.
   Result<std::vector<UploadReceipt>> Upload(
       const UploadPlan& plan, const WeightPlacementManifest& source,
       const WeightRuntimeBindingManifest& binding);

@@ -292,4 +292,28 @@ Status TransferPlan::CheckCurrentFor(
   return CheckSide(state_->targets, target_bindings, "target", &target_scope);
 }
 
+namespace {
+
+Status RequireMemoryKindsOf(const std::vector<BindingSnapshot>& side,
+                            std::string_view side_name,
+                            const std::vector<MemoryKind>& supported,
+                            std::string_view executor) {
+  for (const BindingSnapshot& snap : side) {
+    for (const RuntimeBindingFragment& f : snap.fragments) {
+      RETURN_NOT_OK(RequireMemoryKind(f, supported, executor, side_name,
+                                      snap.participant_id));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status TransferPlan::RequireMemoryKinds(
+    const std::vector<MemoryKind>& supported, std::string_view executor) const {
+  RETURN_NOT_OK(
+      RequireMemoryKindsOf(state_->sources, "source", supported, executor));
+  return RequireMemoryKindsOf(state_->targets, "target", supported, executor);
+}
+
 }  // namespace reshard

@@ -20,6 +20,52 @@ bool AddFits(uint64_t a, uint64_t b) { return a <= UINT64_MAX - b; }
 
 }  // namespace
 
+std::string_view MemoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHost:
+      return "host";
+    case MemoryKind::kCuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+Result<MemoryKind> MemoryKindOfDevice(std::string_view device) {
+  if (device == "cpu") return MemoryKind::kHost;
+  if (device == "cuda") return MemoryKind::kCuda;
+  if (device.starts_with("cuda:")) {
+    const std::string_view ordinal = device.substr(5);
+    const bool digits = !ordinal.empty() && ordinal.size() <= 9 &&
+                        (ordinal == "0" || ordinal.front() != '0') &&
+                        std::all_of(ordinal.begin(), ordinal.end(), [](char c) {
+                          return c >= '0' && c <= '9';
+                        });
+    if (digits) return MemoryKind::kCuda;
+  }
+  return Status::InvalidArgument("unsupported runtime fragment device \"" +
+                                 std::string(device) +
+                                 "\" (known: cpu, cuda, cuda:<ordinal>)");
+}
+
+Status RequireMemoryKind(const RuntimeBindingFragment& fragment,
+                         const std::vector<MemoryKind>& supported,
+                         std::string_view executor, std::string_view side,
+                         std::string_view participant_id) {
+  auto kind = MemoryKindOfDevice(fragment.device());
+  if (kind.ok() &&
+      std::find(supported.begin(), supported.end(), *kind) != supported.end()) {
+    return Status::OK();
+  }
+  const std::string what = kind.ok()
+                               ? std::string(MemoryKindName(*kind)) + " memory"
+                               : std::string("unknown memory kind");
+  return Status::FailedPrecondition(
+      std::string(executor) + " executor cannot move " + what + ": " +
+      std::string(side) + " fragment " + fragment.placement_fragment_id() +
+      " of participant " + std::string(participant_id) + " (device \"" +
+      fragment.device() + "\")");
+}
+
 std::optional<Dims> CanonicalStrides(const Dims& shape, int64_t itemsize) {
   // Checked arithmetic: shapes come from input.
   Dims s(shape.size());

@@ -1190,5 +1190,23 @@ TEST(BindingFixesTest, CanonicalFragmentIdSortsAliases) {
             CanonicalPlacementFragmentId(a));
 }
 
+TEST(MemoryKindTest, DevicesNameTheirMemoryKind) {
+  EXPECT_EQ(*MemoryKindOfDevice("cpu"), MemoryKind::kHost);
+  EXPECT_EQ(*MemoryKindOfDevice("cuda"), MemoryKind::kCuda);
+  EXPECT_EQ(*MemoryKindOfDevice("cuda:0"), MemoryKind::kCuda);
+  EXPECT_EQ(*MemoryKindOfDevice("cuda:15"), MemoryKind::kCuda);
+  for (const char* bad :
+       {"CPU", "cpu:0", "cuda:", "cuda:01", "cuda:-1", "cuda:1x",
+        "cuda:1234567890", "npu:0", "gpu", " cpu"}) {
+    auto k = MemoryKindOfDevice(bad);
+    ASSERT_FALSE(k.ok()) << bad;
+    EXPECT_EQ(k.status().message(),
+              std::string("unsupported runtime fragment device \"") + bad +
+                  "\" (known: cpu, cuda, cuda:<ordinal>)");
+  }
+  EXPECT_EQ(MemoryKindName(MemoryKind::kHost), "host");
+  EXPECT_EQ(MemoryKindName(MemoryKind::kCuda), "cuda");
+}
+
 }  // namespace
 }  // namespace reshard

@@ -2,6 +2,7 @@
 // processes (the coordinator prepares and commits, every source process
 // uploads its own fragments).
 
+#include <algorithm>
 #include <map>
 
 #include "reshard/weight_store.h"
@@ -41,6 +42,16 @@ Status WeightStore::PublishUploadPlan(const UploadPlan& plan) {
   w.EndArray();
   w.KeyString("source_placement_id", plan.source_placement_id_);
   w.KeyString("transaction_id", plan.transaction_id());
+  w.Key("writers");
+  w.BeginArray();
+  for (const UploadWriter& writer : plan.writers()) {
+    w.BeginObject();
+    w.KeyString("instance_id", writer.instance_id);
+    w.KeyString("lease_id", writer.lease_id);
+    w.KeyString("participant_id", writer.participant_id);
+    w.EndObject();
+  }
+  w.EndArray();
   w.EndObject();
   return backend_->Put(TransactionKey(plan) + "/plan", out);
 }
@@ -59,9 +70,10 @@ Result<UploadPlan> WeightStore::LoadUploadPlan(
   auto doc = JsonDocument::Parse(text);
   if (!doc.ok()) return fail(doc.status());
   const JsonPath root;
-  auto obj = StrictObject::Make(doc->root(), root, "upload plan",
-                                {"generation", "manifest", "operations",
-                                 "source_placement_id", "transaction_id"});
+  auto obj =
+      StrictObject::Make(doc->root(), root, "upload plan",
+                         {"generation", "manifest", "operations",
+                          "source_placement_id", "transaction_id", "writers"});
   if (!obj.ok()) return fail(obj.status());
   UploadPlan plan;
   auto generation =
@@ -112,12 +124,75 @@ Result<UploadPlan> WeightStore::LoadUploadPlan(
     }
     plan.ops_.push_back({*index, *participant, *fragment});
   }
-  if (plan.ops_.size() != plan.manifest_->fragments().size()) {
+  // Rule 65: every stored fragment written by exactly one operation, into
+  // an object the transaction owns, under the group this store's key
+  // layout gives the revision.
+  const StoredWeightManifest& m = *plan.manifest_;
+  if (plan.ops_.size() != m.fragments().size()) {
     return fail(Status::InvalidArgument(
         "upload plan has " + std::to_string(plan.ops_.size()) +
-        " operations for " +
-        std::to_string(plan.manifest_->fragments().size()) +
+        " operations for " + std::to_string(m.fragments().size()) +
         " stored fragments"));
+  }
+  std::vector<bool> written(m.fragments().size());
+  for (const UploadOperation& op : plan.ops_) {
+    if (written[op.stored_fragment]) {
+      return fail(Status::InvalidArgument(
+          "upload plan writes stored fragment " +
+          m.fragments()[op.stored_fragment].fragment_id + " twice"));
+    }
+    written[op.stored_fragment] = true;
+  }
+  const std::string owned = m.spec().group_id + "/payload/" + *txn + "/";
+  for (const StoredFragment& f : m.fragments()) {
+    if (!f.object_key.starts_with(owned) || f.object_offset != 0) {
+      return fail(Status::InvalidArgument(
+          "upload session/transaction does not own payload members: " +
+          f.object_key));
+    }
+  }
+  if (m.spec().group_id !=
+          BaseKey(m.resource_id(), m.revision(), m.weight_generation()) ||
+      m.spec().namespace_ != options_.namespace_) {
+    return fail(Status::InvalidArgument(
+        "upload control key does not belong to session group: " +
+        m.spec().group_id));
+  }
+  const JsonPath writers_path = root.Field("writers");
+  auto writers = internal::ReadArray(obj->Get("writers"), writers_path);
+  if (!writers.ok()) return fail(writers.status());
+  i = 0;
+  for (internal::JsonElement e : *writers) {
+    const JsonPath p = writers_path.Index(i++);
+    auto wo = StrictObject::Make(e, p, "upload writer",
+                                 {"instance_id", "lease_id", "participant_id"});
+    if (!wo.ok()) return fail(wo.status());
+    UploadWriter writer;
+    for (auto [field, into] :
+         {std::pair{"instance_id", &writer.instance_id},
+          std::pair{"lease_id", &writer.lease_id},
+          std::pair{"participant_id", &writer.participant_id}}) {
+      auto v = internal::ReadIdField(*wo, field, p);
+      if (!v.ok()) return fail(v.status());
+      *into = std::move(*v);
+    }
+    if (!plan.writers_.empty() &&
+        plan.writers_.back().participant_id >= writer.participant_id) {
+      return fail(Status::InvalidArgument(
+          p.ToString() + ": writers must be sorted and unique by participant"));
+    }
+    plan.writers_.push_back(std::move(writer));
+  }
+  for (const UploadOperation& op : plan.ops_) {
+    const bool known = std::any_of(
+        plan.writers_.begin(), plan.writers_.end(), [&](const UploadWriter& w) {
+          return w.participant_id == op.participant_id;
+        });
+    if (!known) {
+      return fail(Status::InvalidArgument("upload operation of participant " +
+                                          op.participant_id +
+                                          " has no writer record"));
+    }
   }
   return plan;
 }

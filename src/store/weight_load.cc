@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "exec/strided_stream.h"
@@ -235,9 +236,15 @@ Result<LoadReport> WeightStore::Load(
   }
   ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::MakeFromStored(
                                   manifest, target, plan_options));
-  std::unordered_map<std::string_view, const RuntimeBindingFragment*> bound;
+  struct BoundTarget {
+    const RuntimeBindingFragment* fragment;
+    const WeightRuntimeBindingManifest* binding;
+  };
+  std::unordered_map<std::string_view, BoundTarget> bound;
   for (const auto& b : target_bindings) {
-    for (const auto& f : b.fragments()) bound[f.placement_fragment_id()] = &f;
+    for (const auto& f : b.fragments()) {
+      bound[f.placement_fragment_id()] = {&f, &b};
+    }
   }
   std::unordered_map<std::string_view, const StoredFragment*> stored;
   for (const auto& f : manifest.fragments()) stored[f.fragment_id] = &f;
@@ -247,16 +254,45 @@ Result<LoadReport> WeightStore::Load(
     std::vector<Work> direct, staged;
   };
   std::map<std::string_view, PerObject> objects;
+  // Rule 56: a stored source never authorises target alias
+  // de-duplication: two loaded target views at one physical address (an
+  // exact declared alias the bindings accept) would be written twice from
+  // different stored bytes.
+  std::map<std::tuple<std::string_view, std::string_view, std::string_view,
+                      uint64_t>,
+           std::string_view>
+      written;
   LoadReport report;
   for (const TransferRegion& r : plan.regions()) {
     const PlanFragment& tf = plan.target_fragments()[r.target_fragment];
     auto t = bound.find(tf.fragment_id);
     if (t == bound.end()) continue;  // a target this load does not fill
+    const RuntimeBindingFragment& tv = *t->second.fragment;
+    const std::string& participant = t->second.binding->participant_id();
+    const auto space =
+        std::tuple{std::string_view(t->second.binding->instance_id()),
+                   std::string_view(tv.worker_id()),
+                   std::string_view(tv.device()), tv.address()};
+    auto [it, fresh] = written.emplace(space, tf.fragment_id);
+    if (!fresh && it->second != tf.fragment_id) {
+      return Status::FailedPrecondition("conflicting target physical range: " +
+                                        tf.fragment_id);
+    }
+    if (fresh) {
+      RETURN_NOT_OK(RequireMemoryKind(tv, {MemoryKind::kHost}, "store load",
+                                      "target", participant));
+    }
+    // Rule 67: every operation reads a fragment of this manifest.
     const PlanFragment& sf = plan.source_fragments()[r.source_fragment];
-    const StoredFragment* s = stored.at(sf.fragment_id);
+    auto sit = stored.find(sf.fragment_id);
+    if (sit == stored.end()) {
+      return Status::Internal("load plan sources and manifest differ: " +
+                              sf.fragment_id);
+    }
+    const StoredFragment* s = sit->second;
     BoundRegion br;
     br.source_address = 0;
-    br.target_address = t->second->address() + r.target_base_offset;
+    br.target_address = tv.address() + r.target_base_offset;
     br.inner_bytes = r.inner_bytes;
     br.loops = r.loops;
     br.bytes = r.bytes;
@@ -271,6 +307,13 @@ Result<LoadReport> WeightStore::Load(
         .push_back(std::move(w));
     report.bytes += r.bytes;
     ++report.regions;
+  }
+  // Rule 67: at least one operation.
+  if (report.regions == 0) {
+    return Status::InvalidArgument(
+        "load plan has no operations: the target bindings bind no fragment "
+        "of " +
+        manifest.manifest_key() + "'s target placement");
   }
   Loader loader(*backend_, options_, &report);
   for (auto& [fid, per] : objects) {

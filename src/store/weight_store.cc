@@ -16,6 +16,7 @@
 #include "store/checksum.h"
 #include "store/layout.h"
 #include "util/canonical_json.h"
+#include "util/json_reader.h"
 #include "util/sha256.h"
 
 namespace reshard {
@@ -284,11 +285,51 @@ Result<UploadPlan> WeightStore::PrepareUpload(
             [](const auto& a, const auto& b) {
               return a.stored_fragment < b.stored_fragment;
             });
+  for (const auto& [participant, bytes] : load) {
+    const WeightRuntimeBindingManifest& b = *by_part.at(participant);
+    plan.writers_.push_back({participant, b.instance_id(), b.lease_id()});
+  }
   RETURN_NOT_OK(
       backend_->Put(base + "/transactions/" + plan.transaction_id_ + "/started",
                     std::to_string(UnixSeconds())));
   return plan;
 }
+
+namespace {
+
+Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
+                                                const std::string& key);
+
+// Rule 65: the placement fragment an operation reads holds exactly the
+// stored fragment's box (a tampered plan must not store one box's bytes
+// under another's id).
+Status CheckOperationGeometry(const WeightPlacementManifest& source,
+                              const UploadOperation& op,
+                              const StoredFragment& s) {
+  const PlacementFragment* pf = nullptr;
+  for (const auto& part : source.parts()) {
+    if (part.participant_id() != op.participant_id) continue;
+    for (const auto& f : part.fragments()) {
+      if (f.placement_fragment_id() == op.placement_fragment_id) pf = &f;
+    }
+  }
+  if (pf == nullptr) {
+    return Status::InvalidArgument(
+        "upload operation names no fragment of its participant: " +
+        op.placement_fragment_id + " of " + op.participant_id);
+  }
+  if (pf->tensor_id() != s.tensor_id ||
+      pf->global_offset() != s.global_offset ||
+      pf->local_shape() != s.local_shape || pf->nbytes() != s.nbytes ||
+      s.object_offset != 0) {
+    return Status::InvalidArgument(
+        "upload operation source and stored fragment geometry differ: " +
+        op.placement_fragment_id + " -> " + s.fragment_id);
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 Result<std::vector<UploadReceipt>> WeightStore::Upload(
     const UploadPlan& plan, const WeightPlacementManifest& source,
@@ -303,9 +344,45 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
         " is at generation " + std::to_string(binding.generation()) +
         ", the upload plan at " + std::to_string(plan.generation()));
   }
+  bool writes = false;
+  for (const UploadOperation& op : plan.operations()) {
+    writes = writes || op.participant_id == binding.participant_id();
+  }
+  if (!writes) return std::vector<UploadReceipt>{};
+  const UploadWriter* writer = nullptr;
+  for (const UploadWriter& w : plan.writers()) {
+    if (w.participant_id == binding.participant_id()) writer = &w;
+  }
+  if (writer == nullptr) {
+    return Status::InvalidArgument("upload plan has no writer record for " +
+                                   binding.participant_id());
+  }
+  if (writer->instance_id != binding.instance_id() ||
+      writer->lease_id != binding.lease_id()) {
+    return Status::FailedPrecondition(
+        "stale source lease: participant " + binding.participant_id() +
+        " holds lease " + binding.lease_id() + " of instance " +
+        binding.instance_id() + ", the upload plan was made at lease " +
+        writer->lease_id + " of instance " + writer->instance_id);
+  }
   const StoredWeightManifest& m = plan.manifest();
   const std::string base = m.spec().group_id;
-  std::vector<UploadReceipt> receipts;
+  const std::string decision_key =
+      base + "/transactions/" + plan.transaction_id() + "/decision";
+  // No writes into a transaction that chose abort (a late writer would
+  // leave payloads nobody references); checked before every object.
+  auto fence = [&]() -> Status {
+    ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
+    if (decided && *decided == "abort") {
+      return Status::FailedPrecondition("weight upload transaction " +
+                                        plan.transaction_id() +
+                                        " was aborted: no more payload writes");
+    }
+    return Status::OK();
+  };
+  // Everything is checked before the first byte is written.
+  std::vector<std::pair<const StoredFragment*, const RuntimeBindingFragment*>>
+      work;
   for (const UploadOperation& op : plan.operations()) {
     if (op.participant_id != binding.participant_id()) continue;
     const StoredFragment& s = m.fragments()[op.stored_fragment];
@@ -319,6 +396,15 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
       return Status::FailedPrecondition("stale source fragment: " +
                                         op.placement_fragment_id);
     }
+    RETURN_NOT_OK(CheckOperationGeometry(source, op, s));
+    RETURN_NOT_OK(RequireMemoryKind(*f, {MemoryKind::kHost}, "store upload",
+                                    "source", binding.participant_id()));
+    work.emplace_back(&s, f);
+  }
+  std::vector<UploadReceipt> receipts;
+  for (const auto& [sp, f] : work) {
+    const StoredFragment& s = *sp;
+    RETURN_NOT_OK(fence());
     const auto* data = reinterpret_cast<const uint8_t*>(f->address());
     const std::string sums =
         internal::ChecksumRecord(data, s.nbytes, options_.chunk_bytes);
@@ -348,7 +434,8 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
 
 namespace {
 
-// The decision record of a transaction, if any.
+// The decision record of a transaction, if any. The record is input from
+// another process: parsed strictly, any other shape is DataLoss naming it.
 Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
                                                 const std::string& key) {
   auto text = b.Get(key);
@@ -356,12 +443,34 @@ Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
     return std::optional<std::string>();
   }
   RETURN_NOT_OK(text.status());
-  const size_t p = text->find("\"decision\":\"");
-  if (p == std::string::npos) {
-    return Status::DataLoss("malformed upload decision record: " + key);
+  auto malformed = [&](const Status& why) {
+    return Status::DataLoss("malformed upload decision record " + key + ": " +
+                            why.message());
+  };
+  auto doc = internal::JsonDocument::Parse(*text);
+  if (!doc.ok()) return malformed(doc.status());
+  const internal::JsonPath root;
+  auto obj =
+      internal::StrictObject::Make(doc->root(), root, "upload decision",
+                                   {"decision", "plan_digest", "record_type"});
+  if (!obj.ok()) return malformed(obj.status());
+  auto decision =
+      internal::ReadString(obj->Get("decision"), root.Field("decision"));
+  auto type =
+      internal::ReadString(obj->Get("record_type"), root.Field("record_type"));
+  auto digest =
+      internal::ReadString(obj->Get("plan_digest"), root.Field("plan_digest"));
+  for (const Status* st :
+       {&decision.status(), &type.status(), &digest.status()}) {
+    if (!st->ok()) return malformed(*st);
   }
-  const size_t q = text->find('"', p + 12);
-  return std::optional<std::string>(text->substr(p + 12, q - p - 12));
+  if ((*decision != "commit" && *decision != "abort") ||
+      *type != "weight-upload-decision") {
+    return malformed(Status::InvalidArgument(
+        "decision must be \"commit\" or \"abort\" of record_type "
+        "\"weight-upload-decision\""));
+  }
+  return std::optional<std::string>(std::move(*decision));
 }
 
 // Removes the keys of transaction `txn` under `base` in the given key

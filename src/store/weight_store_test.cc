@@ -1376,5 +1376,229 @@ TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
   EXPECT_THAT(bad.status().message(), ::testing::StartsWith(plan_key + ": "));
 }
 
+// Fences and contract rules on the store paths (rules 56, 65, 67; writer
+// leases; memory kinds).
+
+// `b` with every fragment on `device`, or with another instance and lease.
+WeightRuntimeBindingManifest Rebind(const WeightRuntimeBindingManifest& b,
+                                    std::string device,
+                                    std::string instance = "",
+                                    std::string lease = "") {
+  std::vector<RuntimeBindingFragment> fragments;
+  for (const auto& f : b.fragments()) {
+    fragments.push_back(Must(RuntimeBindingFragment::Make(
+        {f.placement_fragment_id(), f.fragment_id(), f.address(), f.nbytes(),
+         f.worker_id(), f.endpoint(), device.empty() ? f.device() : device,
+         f.itemsize(), f.local_shape(), f.strides_bytes(), f.storage_address(),
+         f.storage_nbytes(), f.storage_offset_bytes(), f.owner()})));
+  }
+  return Must(WeightRuntimeBindingManifest::Make(
+      {b.resource_id(), b.placement_id(), b.placement_digest(),
+       instance.empty() ? b.instance_id() : instance, b.generation(),
+       lease.empty() ? b.lease_id() : lease, b.revision(), b.participant_id(),
+       std::move(fragments)}));
+}
+
+TEST(WeightStoreFenceTest, UploadRejectsAChangedLeaseOrInstance) {
+  TestStore dir;
+  WeightStore store = dir.Open();
+  const Side src = SourceSide(TpLayout(1, 2));
+  const auto plan =
+      Must(store.PrepareUpload(src.placement, src.buffers.bindings));
+  const auto& b = src.buffers.bindings[0];
+  ASSERT_EQ(plan.writers().size(), 2u);
+  EXPECT_EQ(plan.writers()[0],
+            (UploadWriter{b.participant_id(), b.instance_id(), b.lease_id()}));
+  auto r = store.Upload(plan, src.placement, Rebind(b, "", "", "lease-2"));
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "stale source lease: participant " + b.participant_id() +
+                " holds lease lease-2 of instance " + b.instance_id() +
+                ", the upload plan was made at lease " + b.lease_id() +
+                " of instance " + b.instance_id());
+  r = store.Upload(plan, src.placement, Rebind(b, "", "restarted"));
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("of instance restarted,"));
+  EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").size() == 1);  // "started" only
+}
+
+TEST(WeightStoreFenceTest, NoPayloadWritesAfterAbort) {
+  TestStore dir;
+  WeightStore store = dir.Open();
+  const Side src = SourceSide(TpLayout(1, 2));
+  const auto plan =
+      Must(store.PrepareUpload(src.placement, src.buffers.bindings));
+  MustOk(store.Abort(plan));
+  for (const auto& b : src.buffers.bindings) {
+    auto r = store.Upload(plan, src.placement, b);
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(r.status().message(), "weight upload transaction " +
+                                        plan.transaction_id() +
+                                        " was aborted: no more payload writes");
+  }
+  EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
+  EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/checksums/").empty());
+}
+
+TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
+  TestStore dir;
+  WeightStore store = dir.Open();
+  const Side src = SourceSide(TpLayout(1, 2));
+  const auto plan =
+      Must(store.PrepareUpload(src.placement, src.buffers.bindings));
+  const auto& b = src.buffers.bindings[0];
+  std::string first;  // the first fragment the plan has it write
+  for (const auto& op : plan.operations()) {
+    if (first.empty() && op.participant_id == b.participant_id()) {
+      first = op.placement_fragment_id;
+    }
+  }
+  auto r = store.Upload(plan, src.placement, Rebind(b, "cuda:0"));
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "store upload executor cannot move cuda memory: source fragment " +
+                first + " of participant " + b.participant_id() +
+                " (device \"cuda:0\")");
+  r = store.Upload(plan, src.placement, Rebind(b, "npu:3"));
+  EXPECT_EQ(r.status().message(),
+            "store upload executor cannot move unknown memory kind: source "
+            "fragment " +
+                first + " of participant " + b.participant_id() +
+                " (device \"npu:3\")");
+  EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
+
+  const auto committed = Must(UploadAndCommit(store, src));
+  Side dst = TargetSide(TpLayout(1, 4));
+  std::vector<WeightRuntimeBindingManifest> cuda;
+  for (const auto& t : dst.buffers.bindings) cuda.push_back(Rebind(t, "cuda"));
+  auto loaded = store.Load(committed.manifest(), dst.placement, cuda);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(loaded.status().message(),
+              StartsWith("store load executor cannot move cuda memory: target "
+                         "fragment "));
+  // Nothing was written into the (host) buffers behind the bindings.
+  for (const auto& [id, p] : dst.buffers.data) {
+    EXPECT_EQ(p[0], 0xD7) << id;
+  }
+}
+
+TEST(WeightStoreFenceTest, LoadWithNoOperationsIsAnError) {
+  TestStore dir;
+  WeightStore store = dir.Open();
+  const Side src = SourceSide(TpLayout(1, 2));
+  const auto plan = Must(UploadAndCommit(store, src));
+  const Side dst = TargetSide(TpLayout(1, 4));
+  auto r = store.Load(plan.manifest(), dst.placement, {});
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), StartsWith("load plan has no operations"));
+}
+
+// Rule 56: two aliased target views at one address may be written twice
+// only from one source alias group; a stored source never authorises it.
+TEST(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
+  auto tied = [] {
+    auto d = testing::GridDraft({});
+    const std::vector<std::string> group = {"embed_tokens.weight",
+                                            "lm_head.weight"};
+    testing::AddTensor(
+        &d,
+        {.tensor_id = "embed_tokens.weight", .shape = {32}, .aliases = group});
+    testing::AddTensor(
+        &d, {.tensor_id = "lm_head.weight", .shape = {32}, .aliases = group});
+    return Build(d);
+  };
+  TestStore dir;
+  WeightStore store = dir.Open();
+  const Side src = SourceSide(tied());
+  const auto plan = Must(UploadAndCommit(store, src));
+  const WeightPlacementManifest target = tied();
+  std::vector<uint8_t> memory(64, 0xD7);
+  const auto address = reinterpret_cast<uint64_t>(memory.data());
+  const auto& part = target.parts()[0];
+  WeightRuntimeBindingManifestSpec spec{target.resource_id(),
+                                        target.placement_id(),
+                                        target.digest(),
+                                        "target-instance",
+                                        1,
+                                        "lease",
+                                        target.revision(),
+                                        part.participant_id(),
+                                        {}};
+  for (const auto& f : part.fragments()) {
+    spec.fragments.push_back(Must(RuntimeBindingFragment::Make(
+        testing::FakeRuntimeFragment(f, 2, address))));
+  }
+  const auto binding = Must(WeightRuntimeBindingManifest::Make(spec));
+  ASSERT_TRUE(ValidateRuntimeBindings(target, {binding}, false).ok());
+  auto r = store.Load(plan.manifest(), target, {binding});
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(),
+              StartsWith("conflicting target physical range: "));
+}
+
+// Rule 65 on a published upload plan: each stored fragment written once,
+// into objects the transaction owns; operations read the stored box.
+TEST(WeightStoreFenceTest, TamperedUploadPlansAreRefused) {
+  TestStore dir;
+  WeightStore store = dir.Open();
+  auto draft = testing::GridDraft({.tp = 2});
+  testing::AddTensor(&draft, {.tensor_id = "a", .shape = {8, 8}, .tp_dim = 0});
+  testing::AddTensor(&draft, {.tensor_id = "b", .shape = {8, 8}, .tp_dim = 0});
+  const Side src = SourceSide(Build(draft));
+  const UploadPlan plan =
+      Must(store.PrepareUpload(src.placement, src.buffers.bindings));
+  MustOk(store.PublishUploadPlan(plan));
+  const std::string key = plan.manifest().manifest_key();
+  const std::string plan_key =
+      BaseOf(plan) + "/transactions/" + plan.transaction_id() + "/plan";
+  const std::string good = Must(dir.backend().Get(plan_key));
+  auto with = [&](const std::string& text) {
+    MustOk(dir.backend().Delete(plan_key));
+    MustOk(dir.backend().Put(plan_key, text));
+    return store.LoadUploadPlan(key, plan.transaction_id());
+  };
+  auto replace = [](std::string text, const std::string& from,
+                    const std::string& to) {
+    const size_t at = text.find(from);
+    if (at == std::string::npos) throw std::runtime_error("no " + from);
+    return text.replace(at, from.size(), to);
+  };
+  // Two operations writing stored fragment 0.
+  auto dup =
+      with(replace(good, "\"stored_fragment\":1}", "\"stored_fragment\":0}"));
+  EXPECT_EQ(dup.status().message(),
+            plan_key + ": upload plan writes stored fragment " +
+                plan.manifest().fragments()[0].fragment_id + " twice");
+  // No writer records: operations without a fenced writer.
+  auto nowriter =
+      with(good.substr(0, good.find("\"writers\":[")) + "\"writers\":[]}");
+  EXPECT_EQ(nowriter.status().message(),
+            plan_key + ": upload operation of participant " +
+                plan.operations()[0].participant_id + " has no writer record");
+  // Operations of one participant that swap their placement fragments: the
+  // bytes of one box would be stored under the other's id.
+  std::map<std::string, std::vector<size_t>> by_participant;
+  for (size_t i = 0; i < plan.operations().size(); ++i) {
+    by_participant[plan.operations()[i].participant_id].push_back(i);
+  }
+  const auto& mine = by_participant.begin()->second;
+  ASSERT_GE(mine.size(), 2u);
+  const std::string fa = plan.operations()[mine[0]].placement_fragment_id;
+  const std::string fb = plan.operations()[mine[1]].placement_fragment_id;
+  std::string swapped = replace(good, fa, "@@");
+  swapped = replace(swapped, fb, fa);
+  swapped = replace(swapped, "@@", fb);
+  const UploadPlan tampered = Must(with(swapped));
+  for (const auto& b : src.buffers.bindings) {
+    if (b.participant_id() != by_participant.begin()->first) continue;
+    auto r = store.Upload(tampered, src.placement, b);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(),
+                StartsWith("upload operation source and stored fragment "
+                           "geometry differ: "));
+  }
+  EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
+}
+
 }  // namespace
 }  // namespace reshard

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "reshard/json.h"
+#include "util/printable.h"
 
 namespace reshard::internal {
 namespace {
@@ -205,12 +206,12 @@ Result<BasicStrictObject<N>> BasicStrictObject<N>::Make(
       return Status::InvalidArgument(
           path.ToString() + ": " + std::string(what) +
           " schema fields do not match contract: unknown field \"" +
-          std::string(field.key) + "\"");
+          Printable(field.key) + "\"");
     }
     if (seen[idx]) {
       return Status::InvalidArgument(path.ToString() +
                                      ": duplicate JSON field \"" +
-                                     std::string(field.key) + "\"");
+                                     Printable(field.key) + "\"");
     }
     seen[idx] = true;
     obj.keys_[obj.size_] = expected[idx];

@@ -336,6 +336,47 @@ def invalid_missing_file():
 
 
 @test
+def invalid_forged_field_name_stays_one_escaped_line():
+    # A field name with a newline, an ANSI escape and a C1 control used to
+    # print a second, forged "reshard: ok:" line on stderr.
+    path = write("forged.json",
+                 b'{"x\\n\\u001b[32mreshard: ok: valid\\u009b2J\\u202e":1}')
+    rc, out, err = run("validate", path)
+    line = expect_one_line_error(rc, out, err, "unknown field")
+    check(b"\x1b" not in err and b"\xc2\x9b" not in err,
+          "control characters reach the terminal: %r" % err)
+    check("x\\n\\e[32mreshard: ok: valid\\u{009b}2J\\u{202e}" in line,
+          "field name not shown escaped: %r" % line)
+    expect_invalid(path, "x\\n\\e[32mreshard: ok: valid")
+
+
+@test
+def invalid_huge_unknown_key_is_shortened():
+    # A 50 MB unknown key used to be echoed whole into stderr and the JSON
+    # error.
+    key = "k" * (50 << 20)
+    path = write("huge-key.json", ('{"%s":1}' % key).encode())
+    for args in (("validate", path), ("validate", "--json", path)):
+        rc, out, err = run(*args)
+        check(len(err) < 2048, "stderr is %d bytes" % len(err))
+        check(len(out) < 2048, "stdout is %d bytes" % len(out))
+        expect_one_line_error(rc, out, err, "... (52428800 bytes)",
+                              json_mode="--json" in args)
+
+
+@test
+def usage_errors_are_one_escaped_line():
+    rc, out, err = run("validate", fixture_path(),
+                       "--bogus\n\x1b[2Jreshard: ok")
+    check(rc != 0, "unknown option must fail")
+    text = err.decode("utf-8")
+    check(len(text.splitlines()) == 1 and "\x1b" not in text,
+          "want one escaped stderr line, got %r" % text)
+    check(text.startswith("reshard: error: ") and "--bogus\\n\\e[2J" in text,
+          "usage error line %r" % text)
+
+
+@test
 def missing_subcommand_fails():
     rc, out, err = run()
     check(rc != 0, "no subcommand must fail")

@@ -202,6 +202,10 @@ const TransportCapabilities& LocalTransport::capabilities() const {
 }
 
 Result<TransferId> LocalTransport::Submit(const TransferPlan& plan) {
+  // Host memory only: a device pointer copied with memcpy would fault or,
+  // worse, read host memory that happens to be mapped there.
+  RETURN_NOT_OK(
+      plan.RequireMemoryKinds(impl_->caps.memory_kinds, impl_->caps.name));
   std::lock_guard<std::mutex> lock(impl_->mu);
   size_t pending = 0;
   for (const auto& [id, t] : impl_->transfers) {

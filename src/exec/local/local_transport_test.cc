@@ -177,9 +177,8 @@ TEST(CopyRegionTest, MatchesBruteForceOnRandomRegions) {
       BruteForceRows(c.region, 0, rows, src_base, exp_base);
       ++full;
     }
-    ASSERT_EQ(c.target, c.expected)
-        << "inner_bytes " << c.region.inner_bytes << ", loops "
-        << c.region.loops.size();
+    ASSERT_EQ(c.target, c.expected) << "inner_bytes " << c.region.inner_bytes
+                                    << ", loops " << c.region.loops.size();
   }
   EXPECT_GT(partial, 50u);
   EXPECT_GT(full, 300u);
@@ -231,7 +230,7 @@ struct HostSide {
 };
 
 HostSide Allocate(const WeightPlacementManifest& m, const std::string& instance,
-                  uint8_t fill) {
+                  uint8_t fill, const std::string& device = "cpu") {
   HostSide side;
   for (const auto& part : m.parts()) {
     if (part.fragments().empty()) continue;
@@ -248,9 +247,10 @@ HostSide Allocate(const WeightPlacementManifest& m, const std::string& instance,
       auto& buf = side.data[f.placement_fragment_id()];
       buf.assign(f.nbytes(), fill);
       const auto* t = m.FindTensor(f.tensor_id());
-      spec.fragments.push_back(Must(RuntimeBindingFragment::Make(
-          FakeRuntimeFragment(f, t->itemsize(),
-                              reinterpret_cast<uint64_t>(buf.data())))));
+      auto view = FakeRuntimeFragment(f, t->itemsize(),
+                                      reinterpret_cast<uint64_t>(buf.data()));
+      view.device = device;
+      spec.fragments.push_back(Must(RuntimeBindingFragment::Make(view)));
     }
     side.bindings.push_back(
         Must(WeightRuntimeBindingManifest::Make(std::move(spec))));
@@ -299,7 +299,8 @@ void FillSources(const WeightPlacementManifest& m, HostSide* side) {
     const auto item = static_cast<uint64_t>(t->itemsize());
     uint8_t* p = side->data.at(f->placement_fragment_id()).data();
     ForEachElement(t->global_shape(), *f, [&](uint64_t local, uint64_t g) {
-      for (uint64_t b = 0; b < item; ++b) p[local * item + b] = Pattern(ti, g, b);
+      for (uint64_t b = 0; b < item; ++b)
+        p[local * item + b] = Pattern(ti, g, b);
     });
   }
 }
@@ -407,6 +408,35 @@ TEST(LocalTransportTest, Capabilities) {
   EXPECT_TRUE(t->Drain().ok());
 }
 
+// A binding's device is never ignored: CUDA memory or a device kind this
+// build does not know is refused before a byte moves (it used to be copied
+// as if the pointer were host memory).
+TEST(LocalTransportTest, RefusesMemoryKindsItCannotMove) {
+  const Layouts l = MixedLayouts();
+  const auto plan = Must(LogicalTransferPlan::Make(l.source, l.target));
+  HostSide src = Allocate(l.source, "host", 0);
+  for (const std::string device : {"cuda:0", "cuda", "npu:1", "CPU"}) {
+    HostSide dst = Allocate(l.target, "host", 0xEE, device);
+    const TransferPlan bound = Must(TransferPlan::Bind(
+        plan, l.source, src.bindings, l.target, dst.bindings));
+    auto transport = MustMake({.threads = 2});
+    auto id = transport->Submit(bound);
+    ASSERT_FALSE(id.ok()) << device;
+    EXPECT_EQ(id.status().code(), StatusCode::kFailedPrecondition);
+    const std::string kind =
+        device.starts_with("cuda") ? "cuda memory" : "unknown memory kind";
+    EXPECT_THAT(id.status().message(),
+                ::testing::AllOf(
+                    ::testing::StartsWith("local executor cannot move " + kind +
+                                          ": target fragment sha256:"),
+                    ::testing::EndsWith("(device \"" + device + "\")")));
+    for (const auto& [fid, buf] : dst.data) {
+      EXPECT_TRUE(std::all_of(buf.begin(), buf.end(),
+                              [](uint8_t b) { return b == 0xEE; }));
+    }
+  }
+}
+
 TEST(LocalTransportTest, SubmitWaitPollMovesEveryByte) {
   const Layouts l = MixedLayouts();
   const auto plan = Must(LogicalTransferPlan::Make(l.source, l.target));
@@ -468,7 +498,8 @@ TEST(LocalTransportTest, ResultsIdenticalForThreadsAndChunkSizes) {
       SCOPED_TRACE("threads " + std::to_string(threads) + ", chunk_bytes " +
                    std::to_string(chunk));
       for (auto& [id, buf] : dst.data) {
-        std::fill(buf.begin(), buf.end(), static_cast<uint8_t>(threads + chunk));
+        std::fill(buf.begin(), buf.end(),
+                  static_cast<uint8_t>(threads + chunk));
       }
       auto transport = MustMake({.threads = threads, .chunk_bytes = chunk});
       const TransferId id = Must(transport->Submit(bound));
@@ -490,8 +521,8 @@ TEST(LocalTransportTest, RebindAfterAddressChangeWritesTheNewBuffers) {
   FillSources(l.source, &src);
   HostSide dst1 = Allocate(l.target, "host", 0x11);
   HostSide dst2 = Allocate(l.target, "host", 0x22);
-  const TransferPlan b1 = Must(
-      TransferPlan::Bind(plan, l.source, src.bindings, l.target, dst1.bindings));
+  const TransferPlan b1 = Must(TransferPlan::Bind(plan, l.source, src.bindings,
+                                                  l.target, dst1.bindings));
   auto transport = MustMake({.threads = 2, .chunk_bytes = 256});
   ASSERT_TRUE(transport->Wait(Must(transport->Submit(b1))).ok());
   ExpectTargets(l.source, l.target, dst1);
@@ -499,8 +530,8 @@ TEST(LocalTransportTest, RebindAfterAddressChangeWritesTheNewBuffers) {
   // change.
   for (auto& [id, buf] : dst1.data) std::fill(buf.begin(), buf.end(), 0x33);
   const auto dst1_before = dst1.data;
-  const TransferPlan b2 = Must(
-      TransferPlan::Bind(plan, l.source, src.bindings, l.target, dst2.bindings));
+  const TransferPlan b2 = Must(TransferPlan::Bind(plan, l.source, src.bindings,
+                                                  l.target, dst2.bindings));
   ASSERT_TRUE(transport->Wait(Must(transport->Submit(b2))).ok());
   ExpectTargets(l.source, l.target, dst2);
   EXPECT_TRUE(dst1.data == dst1_before);
@@ -515,11 +546,11 @@ TEST(LocalTransportTest, ConcurrentTransfersToDistinctTargets) {
   for (int i = 0; i < 4; ++i) dsts.push_back(Allocate(l.target, "host", 0x5A));
   std::vector<TransferPlan> bound;
   for (const auto& d : dsts) {
-    bound.push_back(Must(
-        TransferPlan::Bind(plan, l.source, src.bindings, l.target, d.bindings)));
+    bound.push_back(Must(TransferPlan::Bind(plan, l.source, src.bindings,
+                                            l.target, d.bindings)));
   }
-  auto transport = MustMake({.threads = 2, .chunk_bytes = 512,
-                             .max_in_flight = 4});
+  auto transport =
+      MustMake({.threads = 2, .chunk_bytes = 512, .max_in_flight = 4});
   std::vector<TransferId> ids;
   for (const auto& b : bound) ids.push_back(Must(transport->Submit(b)));
   for (TransferId id : ids) ASSERT_TRUE(transport->Wait(id).ok());
@@ -540,10 +571,8 @@ TEST(LocalTransportTest, UnknownTransfer) {
 // One tensor [rows, 4] uint8 split over TP4 on dim 1 -> TP1: four regions of
 // `rows` one-byte rows each, slow on purpose.
 Layouts SlowLayouts(int64_t rows) {
-  TensorLayout x{.tensor_id = "slow",
-                 .shape = {rows, 4},
-                 .dtype = "uint8",
-                 .itemsize = 1};
+  TensorLayout x{
+      .tensor_id = "slow", .shape = {rows, 4}, .dtype = "uint8", .itemsize = 1};
   PlacementDraft s = GridDraft(Sizes{.tp = 4});
   x.tp_dim = 1;
   AddTensor(&s, x);

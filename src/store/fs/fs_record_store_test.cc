@@ -19,6 +19,7 @@
 
 #include "reshard/record_store.h"
 #include "reshard/status.h"
+#include "util/printable.h"
 
 namespace reshard::internal {
 namespace {
@@ -260,8 +261,9 @@ TEST(DirectoryRecordStoreKeyTest, ValidateRecordKeyRejectsWithExactMessage) {
   for (const Case& c : cases) {
     const Status st = ValidateRecordKey(c.key);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.key;
-    EXPECT_EQ(st.message(),
-              "invalid record key \"" + c.key + "\": " + c.reason);
+    // Control bytes in the key are shown escaped.
+    EXPECT_EQ(st.message(), "invalid record key \"" +
+                                internal::Printable(c.key) + "\": " + c.reason);
   }
 }
 
