@@ -1,8 +1,10 @@
 // The weight store under injected backend faults (testing/
 // fault_injection_store.h) over the fs backend. For every operation --
-// upload + commit, load, verify, gc, remove, abort -- and every fault kind,
-// the fault hits the N-th applicable backend call for every N from 1 to the
-// number of such calls the operation makes without faults. Each run checks:
+// upload + commit (in one process, and the multi-process protocol with its
+// plan and receipts records), load, verify, gc, remove, abort -- and every
+// fault kind, the fault hits the N-th applicable backend call for every N
+// from 1 to the number of such calls the operation makes without faults
+// (latency: every third N and the last). Each run checks:
 //  - the operation succeeds, or fails with a non-OK Status whose message
 //    says what failed (no crash, no hang);
 //  - no revision is partly visible: every READY revision in List loads
@@ -258,6 +260,35 @@ Status UploadOnly(WeightStore& store, const Side& source,
   return Status::OK();
 }
 
+// The multi-process upload, in one process: the coordinator prepares and
+// publishes the plan, each participant loads it, uploads and publishes its
+// receipts, the coordinator gathers them and commits. With `retry`, records
+// an earlier attempt published already count as published.
+Status DistributedWithPlan(WeightStore& store, const Side& source,
+                           const UploadPlan& plan, bool retry) {
+  auto published = [retry](const Status& st) {
+    return retry && st.code() == StatusCode::kAlreadyExists ? Status::OK() : st;
+  };
+  RETURN_NOT_OK(published(store.PublishUploadPlan(plan)));
+  for (const auto& b : source.buffers.bindings) {
+    ASSIGN_OR_RETURN(auto mine,
+                     store.LoadUploadPlan(plan.manifest().manifest_key(),
+                                          plan.transaction_id()));
+    ASSIGN_OR_RETURN(auto r, store.Upload(mine, source.placement, b));
+    RETURN_NOT_OK(published(store.PublishReceipts(mine, r)));
+  }
+  ASSIGN_OR_RETURN(auto receipts, store.GatherReceipts(plan));
+  return store.Commit(plan, receipts);
+}
+
+Status DistributedUpload(WeightStore& store, const Side& source,
+                         std::optional<UploadPlan>* plan) {
+  ASSIGN_OR_RETURN(
+      auto p, store.PrepareUpload(source.placement, source.buffers.bindings));
+  *plan = p;
+  return DistributedWithPlan(store, source, p, /*retry=*/false);
+}
+
 // Loads the revision of `source` into a fresh target; "" when every target
 // byte holds the pattern, else the error (a failed load, or -- a defect --
 // wrong bytes delivered by a successful one, prefixed "WRONG BYTES").
@@ -423,8 +454,20 @@ void RecoverTo(FaultyStore& s, const std::vector<const Side*>& sources,
                       source->placement.revision(),
                       source->placement.weight_generation()) +
         "/manifest";
-    auto keys = CommittedKeys(Must(store.LoadManifest(key)));
+    const auto manifest = Must(store.LoadManifest(key));
+    auto keys = CommittedKeys(manifest);
     expected.insert(keys.begin(), keys.end());
+    // A multi-process upload's plan and receipts stay with its revision.
+    const std::string& object = manifest.fragments().front().object_key;
+    const std::string base = manifest.spec().group_id;
+    const std::string txn = object.substr(
+        base.size() + 9, object.find('/', base.size() + 9) - base.size() - 9);
+    const std::string records = base + "/transactions/" + txn + "/";
+    for (const std::string& k : s.Keys()) {
+      if (k == records + "plan" || k.starts_with(records + "receipts/")) {
+        expected.insert(k);
+      }
+    }
   }
   MustOk(WithHandRepair(s, [&] { return s.clean_no_grace().Gc().status(); }));
   EXPECT_EQ(s.Keys(), expected);
@@ -521,15 +564,22 @@ void PrintSummary(const std::string& scenario) {
 
 // ---------------------------------------------------------------- tests
 
-TEST(StoreFaultTest, UploadAndCommit) {
+// Upload scenarios: `op` uploads through the faulty store, `retry` repeats
+// it without faults with the same plan (or afresh when none was prepared).
+Scenario UploadScenario(
+    const std::string& name,
+    std::function<Status(WeightStore&, const Side&, std::optional<UploadPlan>*)>
+        op,
+    std::function<Status(WeightStore&, const Side&, const UploadPlan&)> retry) {
   auto plan = std::make_shared<std::optional<UploadPlan>>();
   Scenario sc;
-  sc.name = "upload+commit";
+  sc.name = name;
   sc.setup = [plan](FaultyStore&) { plan->reset(); };
-  sc.op = [plan](FaultyStore& s) {
-    return UploadAndCommit(s.faulty(), TheModels().source, plan.get());
+  sc.op = [plan, op](FaultyStore& s) {
+    return op(s.faulty(), TheModels().source, plan.get());
   };
-  sc.check = [plan](FaultyStore& s, const Status& st, FaultKind kind) {
+  sc.check = [plan, op, retry](FaultyStore& s, const Status& st,
+                               FaultKind kind) {
     const Side& src = TheModels().source;
     const int corrupt = CheckVisible(s, kind);
     Outcome o = Outcome::kSucceeded;
@@ -541,13 +591,12 @@ TEST(StoreFaultTest, UploadAndCommit) {
         o = Outcome::kCorruptionCaught;
       }
     } else {
-      // Retry the same upload (same plan) without faults.
-      Status retry = *plan ? UploadWithPlan(s.clean(), src, **plan)
-                           : UploadAndCommit(s.clean(), src, plan.get());
+      Status again = *plan ? retry(s.clean(), src, **plan)
+                           : op(s.clean(), src, plan.get());
       o = Outcome::kFailedRetried;
-      if (!retry.ok() || !LoadError(s.clean(), src).empty()) {
+      if (!again.ok() || !LoadError(s.clean(), src).empty()) {
         EXPECT_TRUE(SilentCorruption(kind))
-            << "retry after a clean failure: " << retry.ToString();
+            << "retry after a clean failure: " << again.ToString();
         RemoveDamaged(s, src);
         o = Outcome::kFailedGcRecovered;
       }
@@ -555,6 +604,23 @@ TEST(StoreFaultTest, UploadAndCommit) {
     RecoverTo(s, {&src}, *plan);
     return o;
   };
+  return sc;
+}
+
+TEST(StoreFaultTest, UploadAndCommit) {
+  const Scenario sc =
+      UploadScenario("upload+commit", UploadAndCommit, UploadWithPlan);
+  RunSweep(sc);
+  PrintSummary(sc.name);
+}
+
+// The multi-process protocol: plan and receipts records in the store.
+TEST(StoreFaultTest, DistributedUpload) {
+  const Scenario sc = UploadScenario(
+      "distributed-upload", DistributedUpload,
+      [](WeightStore& store, const Side& source, const UploadPlan& plan) {
+        return DistributedWithPlan(store, source, plan, /*retry=*/true);
+      });
   RunSweep(sc);
   PrintSummary(sc.name);
 }
