@@ -1,6 +1,5 @@
 #include "testing/fault_injection_store.h"
 
-#include <functional>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -158,12 +157,15 @@ std::string FaultInjectionStore::Damage(const FaultSpec& spec,
   if (spec.kind == FaultKind::kTornWrite) {
     return std::string(value.substr(0, value.size() / 2));
   }
-  // kCorruptWrite: one bit, at a position from the seed and the value.
+  // kCorruptWrite: one bit, at a position from the seed and the size only
+  // (the same damage whatever ids or times the value holds).
   std::string out(value);
   if (out.empty()) return std::string(1, '\x01');
-  const uint64_t h =
-      std::hash<std::string_view>()(value) ^ (spec.seed * 0x9E3779B97F4A7C15u);
-  out[h % out.size()] ^= static_cast<char>(1u << ((h >> 32) % 8));
+  uint64_t h = (spec.seed + 1) * 0x9E3779B97F4A7C15u ^ out.size();
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9u;
+  h ^= h >> 32;
+  out[h % out.size()] ^= static_cast<char>(1u << ((h >> 40) % 8));
   return out;
 }
 

@@ -18,8 +18,8 @@
 //                  with DataLoss;
 //   kTornWrite     Put / PutObject publish the first half of the bytes, then
 //                  report IOError;
-//   kCorruptWrite  Put / PutObject publish the bytes with one bit flipped (a
-//                  seeded position) and report success;
+//   kCorruptWrite  Put / PutObject publish the bytes with one bit flipped (at
+//                  a position from the seed and the size) and report success;
 //   kLatency       every call kind: the call waits, then runs normally.
 // kTornWrite and kCorruptWrite break the ObjectStore contract (objects are
 // atomic and exact); they model a faulty backend whose damage only the
@@ -27,7 +27,7 @@
 //
 // Deterministic: the N-th call is counted in call order (the wrapper
 // serializes the counting, not the calls), and the corrupted bit depends
-// only on the seed and the value. Thread-safe.
+// only on the seed and the size of the value. Thread-safe.
 
 #ifndef RESHARD_TESTING_FAULT_INJECTION_STORE_H_
 #define RESHARD_TESTING_FAULT_INJECTION_STORE_H_

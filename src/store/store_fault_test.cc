@@ -342,6 +342,8 @@ struct Tally {
   // Load leases left behind by a failed lease write or delete (they expire
   // after lease_ttl; until then Remove refuses the revision).
   uint64_t leases_left = 0;
+  // The faults after which a damaged record had to be deleted by hand.
+  std::vector<std::string> by_hand;
 };
 
 // scenario -> fault kind -> tally.
@@ -537,6 +539,7 @@ void RunSweep(const Scenario& sc) {
                       fault.find(" in Put ") != std::string::npos)
               << "only a damaged control record may need removing by hand";
           o = Outcome::kRecordRemovedByHand;
+          tally.by_hand.push_back(fault);
         }
         ++tally.outcomes[o];
       } catch (const std::exception& e) {
@@ -559,6 +562,9 @@ void PrintSummary(const std::string& scenario) {
       line += " (" + std::to_string(t.leases_left) + " left a lease)";
     }
     std::printf("[ faults   ] %s\n", line.c_str());
+    for (const std::string& fault : t.by_hand) {
+      std::printf("[ faults   ]   deleted by hand after: %s\n", fault.c_str());
+    }
   }
 }
 
