@@ -443,17 +443,16 @@ Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
     return std::optional<std::string>();
   }
   RETURN_NOT_OK(text.status());
-  auto malformed = [&](const Status& why) {
-    return Status::DataLoss("malformed upload decision record " + key + ": " +
-                            why.message());
-  };
+  // The key ends the message (tools and tests read it back from there).
+  const Status malformed =
+      Status::DataLoss("malformed upload decision record: " + key);
   auto doc = internal::JsonDocument::Parse(*text);
-  if (!doc.ok()) return malformed(doc.status());
+  if (!doc.ok()) return malformed;
   const internal::JsonPath root;
   auto obj =
       internal::StrictObject::Make(doc->root(), root, "upload decision",
                                    {"decision", "plan_digest", "record_type"});
-  if (!obj.ok()) return malformed(obj.status());
+  if (!obj.ok()) return malformed;
   auto decision =
       internal::ReadString(obj->Get("decision"), root.Field("decision"));
   auto type =
@@ -462,15 +461,25 @@ Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
       internal::ReadString(obj->Get("plan_digest"), root.Field("plan_digest"));
   for (const Status* st :
        {&decision.status(), &type.status(), &digest.status()}) {
-    if (!st->ok()) return malformed(*st);
+    if (!st->ok()) return malformed;
   }
   if ((*decision != "commit" && *decision != "abort") ||
       *type != "weight-upload-decision") {
-    return malformed(Status::InvalidArgument(
-        "decision must be \"commit\" or \"abort\" of record_type "
-        "\"weight-upload-decision\""));
+    return malformed;
   }
   return std::optional<std::string>(std::move(*decision));
+}
+
+// Publishes `json` create-only under `key` and reads it back: a backend
+// that acknowledged damaged bytes is reported, never trusted.
+Status PublishManifest(ObjectStore& b, const std::string& key,
+                       const std::string& json) {
+  RETURN_NOT_OK(b.Put(key, json));
+  ASSIGN_OR_RETURN(std::string stored, b.Get(key));
+  if (stored != json) {
+    return Status::DataLoss("published weight manifest is damaged: " + key);
+  }
+  return Status::OK();
 }
 
 // Removes the keys of transaction `txn` under `base` in the given key
@@ -577,10 +586,24 @@ Status WeightStore::Commit(const UploadPlan& plan,
   RETURN_NOT_OK(require_payloads());
   if (options_.on_stage) options_.on_stage("decision");
   // Publish the manifest create-only; resolve a race.
-  Status st = backend_->Put(m.manifest_key(), json);
+  Status st = PublishManifest(*backend_, m.manifest_key(), json);
   if (st.code() == StatusCode::kAlreadyExists) {
     ASSIGN_OR_RETURN(std::string winner, backend_->Get(m.manifest_key()));
     if (winner == json) return Status::OK();  // idempotent retry
+    // Only another writer's valid manifest makes this upload a loser whose
+    // payloads go; damaged bytes under the key (a torn or corrupted
+    // publication of this very upload) are reported and the payloads kept.
+    auto other = StoredWeightManifestFromJson(winner);
+    const bool damaged =
+        !other.ok() || other->manifest_key() != m.manifest_key() ||
+        std::any_of(other->fragments().begin(), other->fragments().end(),
+                    [&](const StoredFragment& f) {
+                      return TransactionOfObject(f.object_key) == txn;
+                    });
+    if (damaged) {
+      return Status::DataLoss("published weight manifest is damaged: " +
+                              m.manifest_key());
+    }
     RETURN_NOT_OK(RemoveTransactionKeys(*backend_, base, txn,
                                         {"payload", "checksums"}, {}, nullptr));
     return Status::AlreadyExists("conflicting weight revision: " +
@@ -626,11 +649,31 @@ Result<StoredWeightManifest> WeightStore::LoadManifest(
                             std::string(manifest_key));
   }
   RETURN_NOT_OK(text.status());
-  ASSIGN_OR_RETURN(auto m, StoredWeightManifestFromJson(*text));
+  auto parsed = StoredWeightManifestFromJson(*text);
+  if (!parsed.ok()) {
+    return Status::DataLoss("damaged weight manifest " +
+                            std::string(manifest_key) + ": " +
+                            parsed.status().message());
+  }
+  StoredWeightManifest m = std::move(parsed).ValueOrDie();
   if (m.manifest_key() != manifest_key) {
     return Status::DataLoss(
         "manifest key mismatch: " + std::string(manifest_key) + " holds " +
         m.manifest_key());
+  }
+  // The revision the manifest describes is the one its key names (a
+  // damaged identity would send loads and checksum reads elsewhere).
+  const std::string identity = "/" + QuoteKeyComponent(m.spec().namespace_) +
+                               "/" + QuoteKeyComponent(m.resource_id()) + "/" +
+                               QuoteKeyComponent(m.revision()) + "/" +
+                               std::to_string(m.weight_generation()) +
+                               "/manifest";
+  if (!m.manifest_key().ends_with(identity) ||
+      m.spec().group_id + "/manifest" != m.manifest_key()) {
+    return Status::DataLoss("damaged weight manifest " +
+                            std::string(manifest_key) + ": it describes " +
+                            m.resource_id() + "@" + m.revision() + "/" +
+                            std::to_string(m.weight_generation()));
   }
   return m;
 }
@@ -720,7 +763,15 @@ Status WeightStore::Remove(std::string_view manifest_key) {
         "weight revision " + std::string(manifest_key) + " is leased by " +
         std::to_string(live) + " load(s); not removed");
   }
-  // Hide the revision first, then remove everything under it.
+  // Withdraw the commit decisions first, so that a removal interrupted
+  // below leaves undecided uploads (abandoned after gc_grace) rather than
+  // decided ones that Gc would publish again from their pending manifest,
+  // some of whose keys may already be gone. Then hide the revision and
+  // remove everything under it.
+  ASSIGN_OR_RETURN(auto txn_keys, backend_->List(base + "/transactions/"));
+  for (const std::string& k : txn_keys) {
+    if (k.ends_with("/decision")) RETURN_NOT_OK(backend_->Delete(k));
+  }
   RETURN_NOT_OK(backend_->Delete(manifest_key));
   ASSIGN_OR_RETURN(auto keys, backend_->List(base + "/"));
   for (const std::string& k : keys) RETURN_NOT_OK(backend_->Delete(k));
@@ -766,11 +817,21 @@ Result<GcReport> WeightStore::Gc() {
           // Decided but not published (the writer died after its decision):
           // roll forward, never delete. A concurrent Commit of the same
           // transaction publishes the same bytes.
-          auto copy = backend_->Get(tkey + "/pending-manifest");
-          if (copy.ok()) {
-            Status st = backend_->Put(base + "/manifest", *copy);
-            if (st.ok())
-              report.transactions_completed.push_back(base + "/" + txn);
+          // Only a copy that is this revision's manifest is published.
+          const std::string pending = tkey + "/pending-manifest";
+          auto copy = backend_->Get(pending);
+          if (copy.status().code() == StatusCode::kNotFound) continue;
+          RETURN_NOT_OK(copy.status());
+          auto parsed = StoredWeightManifestFromJson(*copy);
+          if (!parsed.ok() || parsed->manifest_key() != base + "/manifest") {
+            return Status::DataLoss("damaged pending weight manifest: " +
+                                    pending);
+          }
+          Status st = PublishManifest(*backend_, base + "/manifest", *copy);
+          if (st.ok()) {
+            report.transactions_completed.push_back(base + "/" + txn);
+          } else if (st.code() != StatusCode::kAlreadyExists) {
+            return st.WithContext("publishing " + pending);
           }
           continue;
         }
