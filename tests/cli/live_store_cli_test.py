@@ -433,6 +433,158 @@ def rank_mode_two_invocations():
 
 
 # ---------------------------------------------------------------------------
+# selftest --transport ucx: sessions, records and limits fail closed
+# ---------------------------------------------------------------------------
+
+@test
+def ucx_session_reuse_is_refused():
+    # The second run of one command used to print the first run's figures
+    # with "verified": true and exit 0 while its own ranks failed.
+    src, dst = scenario(CROSS_DIM)
+    rdv = fresh_dir("session_reuse")
+    args = ("selftest", src, dst, "--transport", "ucx", "--procs", "2",
+            "--rendezvous", rdv, "--session", "again", "--json")
+    rc, out, err = run(*args)
+    check(rc == 0, "first run: exit %d, stderr %r" % (rc, err))
+    one_json_line(out, UCX_KEYS)
+    session = os.path.join(rdv, "again")
+    before = sorted(os.path.join(d, f) for d, _, fs in os.walk(session)
+                    for f in fs)
+    rc, out, err = run(*args)
+    line = expect_one_line_error(rc, out, err, "already has")
+    check(line == "reshard: error: live session again already has %d "
+          "record(s) in rendezvous %s (again/address/0, ...); use a new "
+          "--session or remove them" % (len(before), rdv),
+          "unexpected line %r" % line)
+    after = sorted(os.path.join(d, f) for d, _, fs in os.walk(session)
+                   for f in fs)
+    check(before == after, "records changed: %r -> %r" % (before, after))
+
+
+@test
+def ucx_malformed_report_record_is_one_error_line():
+    # Used to die of SIGABRT (an uncaught std::invalid_argument).
+    src, dst = scenario(CROSS_DIM)
+    rdv = fresh_dir("malformed_report")
+    os.makedirs(os.path.join(rdv, "s", "report"))
+    with open(os.path.join(rdv, "s", "report", "1"), "wb") as handle:
+        handle.write(b"verified=1\nbytes=lots\n")
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "2", "--rendezvous", rdv, "--session", "s",
+                       "--timeout", "5", "--json")
+    line = expect_one_line_error(rc, out, err, "s/report/1")
+    check(line == "reshard: error: live session s already has 1 record(s) "
+          "in rendezvous %s (s/report/1); use a new --session or remove them"
+          % rdv, "unexpected line %r" % line)
+
+
+@test
+def ucx_malformed_peer_address_is_one_error_line():
+    # 64 bytes of 0x02 as rank 1's address used to kill rank 0 inside UCX
+    # (an assertion). Rank 1 publishes garbage; rank 0 must fail cleanly.
+    src, dst = scenario(CROSS_DIM)
+    rdv = fresh_dir("malformed_address")
+    session = os.path.join(rdv, "s")
+    for kind in ("address", "rank"):
+        os.makedirs(os.path.join(session, kind))
+    with open(os.path.join(session, "address", "1"), "wb") as handle:
+        handle.write(b"\x02" * 64)
+    with open(os.path.join(session, "rank", "1"), "wb") as handle:
+        handle.write(b'{"host":"elsewhere","rank":1,"ranks":2}')
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "2", "--rendezvous", rdv, "--session", "s", "--rank",
+                       "0", "--timeout", "5", "--json")
+    line = expect_one_line_error(rc, out, err, "s/address/1")
+    check(line.startswith("reshard: error: live session s, rank 0: malformed "
+                          "address record s/address/1: invalid JSON"),
+          "unexpected line %r" % line)
+    abort = os.path.join(session, "abort", "0")
+    check(os.path.exists(abort), "no abort record for the others")
+    record = load(abort)
+    check(sorted(record) == ["rank", "reason"] and record["rank"] == 0,
+          "abort record %r" % record)
+
+
+@test
+def ucx_unsupported_rendezvous_uri():
+    src, dst = scenario(CROSS_DIM)
+    cwd = fresh_dir("rendezvous_uri")
+    for uri in ("redis://h:1", "s3://bucket/rdv"):
+        proc = subprocess.run(
+            [RESHARD, "selftest", src, dst, "--transport", "ucx",
+             "--rendezvous", uri, "--session", "s"],
+            capture_output=True, timeout=60, cwd=cwd)
+        line = expect_one_line_error(proc.returncode, proc.stdout,
+                                     proc.stderr, uri)
+        check(line == 'reshard: error: unsupported rendezvous URI "%s" '
+              '(supported: fs://PATH or a directory)' % uri,
+              "unexpected line %r" % line)
+    check(os.listdir(cwd) == [], "created %r" % os.listdir(cwd))
+    rdv = os.path.join(cwd, "rdv")
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx",
+                       "--rendezvous", "fs://" + rdv, "--session", "s",
+                       "--json")
+    check(rc == 0, "fs:// rendezvous: exit %d, stderr %r" % (rc, err))
+    check(one_json_line(out, UCX_KEYS)["verified"] is True, "not verified")
+    check(os.path.isdir(os.path.join(rdv, "s", "done")), "no records in %s"
+          % rdv)
+
+
+@test
+def ucx_procs_beyond_use_or_cap_are_refused():
+    src, dst = scenario(CROSS_DIM)
+    parts = sum(1 for path in (src, dst) for p in load(path)["parts"]
+                if p["fragments"])
+    for procs, want in (
+            (4096, "--procs 4096 is over the limit of 64 processes"),
+            (65, "--procs 65 is over the limit of 64 processes"),
+            (parts + 1, "--procs %d is more than the %d processes the "
+             "placements can use" % (parts + 1, parts))):
+        t0 = time.monotonic()
+        rc, out, err = run("selftest", src, dst, "--transport", "ucx",
+                           "--procs", str(procs), timeout=30)
+        line = expect_one_line_error(rc, out, err, want)
+        check(time.monotonic() - t0 < 5, "--procs %d took %.1f s" %
+              (procs, time.monotonic() - t0))
+
+
+@test
+def ucx_warnings_never_reach_stdout():
+    # UCX warns about an unknown UCX_* variable on its log, which is stdout
+    # unless redirected; --json output must stay one JSON object, in the
+    # launcher and in a rank run here.
+    src, dst = scenario(CROSS_DIM)
+    env = dict(os.environ, UCX_RESHARD_TEST_UNKNOWN="1")
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "2", "--json", env=env)
+    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    one_json_line(out, UCX_KEYS)
+    check(b"UCX_RESHARD_TEST_UNKNOWN" in err,
+          "UCX did not warn (the test proves nothing): %r" % err)
+    rdv = fresh_dir("ucx_warnings")
+    procs = []
+    try:
+        for rank in ("0", "1"):
+            procs.append(subprocess.Popen(
+                [RESHARD, "selftest", src, dst, "--transport", "ucx",
+                 "--procs", "2", "--rendezvous", rdv, "--session", "w",
+                 "--rank", rank, "--timeout", "30", "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
+        results = [proc.communicate(timeout=90) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for rank, (proc, (out, err)) in enumerate(zip(procs, results)):
+        check(proc.returncode == 0,
+              "rank %d exit %d, stderr %r" % (rank, proc.returncode, err))
+        one_json_line(out, UCX_KEYS)
+        check(b"UCX_RESHARD_TEST_UNKNOWN" in err,
+              "rank %d: UCX did not warn: %r" % (rank, err))
+
+
+# ---------------------------------------------------------------------------
 # selftest --via-store and `reshard store`
 # ---------------------------------------------------------------------------
 
