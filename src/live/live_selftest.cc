@@ -357,7 +357,7 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
     } else if (!rec->error.empty()) {
       error = rec->error;
     } else if (!exited_ok) {
-      error = exits[r] + " after recording a report";
+      error = exits[r] + " (its report record holds no error)";
     }
     if (!error.empty()) {
       const bool echo = rec.ok() && !rec->error.empty() &&

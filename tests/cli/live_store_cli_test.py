@@ -514,6 +514,58 @@ def ucx_malformed_peer_address_is_one_error_line():
 
 
 @test
+def ucx_failed_rank_fails_the_run_whatever_its_report_says():
+    # A record of another writer under this run's session: a successful
+    # report for rank 1 appears while the run is going on, so rank 1's own
+    # report cannot be written and it exits with status 1. The launcher's
+    # result is the ranks' exit statuses; the forged figures must not be
+    # printed. (Before, the launcher died of SIGABRT on this record.)
+    src, dst = scenario(FOUR_AXIS)
+    forged = json.dumps({
+        "bytes": 1, "error": "", "messages": 1, "mismatch": "",
+        "operations": 1, "packed_messages": 0, "plan_ns": 1, "rank": 1,
+        "ready": True, "transfer_ns": 1, "verified": True},
+        sort_keys=True, separators=(",", ":")).encode()
+    # Rank 1 reports well after it publishes; should it ever report before
+    # the forged record lands, run again.
+    for attempt in range(3):
+        rdv = fresh_dir("forged_report_%d" % attempt)
+        session = os.path.join(rdv, "s")
+        staged = os.path.join(rdv, "staged")
+        with open(staged, "wb") as handle:
+            handle.write(forged)
+        proc = subprocess.Popen(
+            [RESHARD, "selftest", src, dst, "--transport", "ucx", "--procs",
+             "2", "--rendezvous", rdv, "--session", "s", "--timeout", "20",
+             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        planted = False
+        try:
+            marker = os.path.join(session, "rank", "1")
+            deadline = time.monotonic() + 30
+            while not os.path.exists(marker) and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            check(os.path.exists(marker), "rank 1 never published")
+            os.makedirs(os.path.join(session, "report"), exist_ok=True)
+            try:
+                os.link(staged, os.path.join(session, "report", "1"))
+                planted = True
+            except FileExistsError:
+                pass
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if planted:
+            break
+    check(planted, "rank 1 reported before the forged record, three times")
+    line = expect_one_line_error(proc.returncode, out, err, "rank 1")
+    check(line == "reshard: error: live self-test failed: rank 1: exited "
+          "with status 1 (its report record holds no error)",
+          "unexpected line %r" % line)
+
+
+@test
 def ucx_unsupported_rendezvous_uri():
     src, dst = scenario(CROSS_DIM)
     cwd = fresh_dir("rendezvous_uri")
