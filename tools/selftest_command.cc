@@ -43,11 +43,12 @@ void AddSelftestCommand(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->add_option("--procs", a->procs,
                   "ucx: processes (sources on the first half, targets on "
-                  "the second)")
-      ->check(CLI::Range(1u, 4096u));
+                  "the second; at most 64, and at most one per participant "
+                  "with fragments)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--rendezvous", a->rendezvous,
-                  "ucx: rendezvous directory shared by every rank "
-                  "(default: a temporary one)");
+                  "ucx: rendezvous shared by every rank, a directory or "
+                  "fs://DIR (default: a temporary directory)");
   cmd->add_option("--session", a->session, "ucx: session key");
   cmd->add_option("--rank", a->rank,
                   "ucx: run only this rank here (needs --rendezvous and "
@@ -151,7 +152,18 @@ void AddSelftestCommand(CLI::App& app) {
           drawn = true;
         };
       }
+      // UCX logs to stdout unless told otherwise; while it runs here (a
+      // --rank run; forked ranks redirect their own), stdout goes to
+      // stderr so that it carries only the report.
+      std::fflush(stdout);
+      const int saved_stdout = ucx ? ::dup(STDOUT_FILENO) : -1;
+      if (saved_stdout >= 0) ::dup2(STDERR_FILENO, STDOUT_FILENO);
       auto report = RunSelfTest(src, dst, options);
+      if (saved_stdout >= 0) {
+        std::fflush(stdout);
+        ::dup2(saved_stdout, STDOUT_FILENO);
+        ::close(saved_stdout);
+      }
       if (drawn) std::fprintf(stderr, "\r%60s\r", "");
       return report;
     };

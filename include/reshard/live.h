@@ -25,7 +25,11 @@
 //
 // Rendezvous keys (under <session>/): rank/<r> (publication),
 // bindings/<r>/<side>-<i>, address/<r>, rkeys/<r> (pull), done/<r>,
-// ready/<r>, abort/<r>.
+// ready/<r>, abort/<r>. Each is a canonical JSON record that other ranks
+// parse strictly (exact fields, the rank in the record equal to the rank in
+// the key; UCX addresses and keys with their SHA-256, checked before UCX
+// sees them); docs/live.md lists them. A session key names one run: a rank
+// refuses to join a session in which it already has records.
 
 #ifndef RESHARD_LIVE_H_
 #define RESHARD_LIVE_H_
@@ -33,6 +37,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -121,7 +126,15 @@ struct LiveReport {
   bool ready = false;           // this rank's targets are activation-ready
 };
 
+// Opens the rendezvous named by `uri`: a directory (a plain path or
+// fs://PATH, see OpenDirectoryRecordStore). Any other scheme is refused
+// rather than taken for a relative directory.
+Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri);
+
 // Runs this rank's part of a live reshard session; see the file comment.
+// Refuses (AlreadyExists, before publishing anything) a session in which
+// this rank already has records. Every record of another rank is parsed
+// strictly; a malformed one fails the session with an error naming it.
 Result<LiveReport> RunLiveReshard(RecordStore& rendezvous,
                                   const WeightPlacementManifest& source,
                                   const WeightPlacementManifest& target,

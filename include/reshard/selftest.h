@@ -33,12 +33,17 @@ struct SelfTestOptions {
   std::string transport = "local";
   uint32_t threads = 1;
   // ucx: number of processes. Sources go to the first half of the ranks,
-  // targets to the second half (everything on rank 0 when procs is 1).
+  // targets to the second half (everything on rank 0 when procs is 1). At
+  // most 64, and at most the participants with fragments of both
+  // placements together.
   uint32_t procs = 2;
-  // ucx: rendezvous directory shared by the ranks; empty: a fresh
-  // temporary directory, removed afterwards.
+  // ucx: rendezvous shared by the ranks, a directory or fs://DIR (other
+  // schemes are refused); empty: a fresh temporary directory, removed
+  // afterwards.
   std::string rendezvous;
-  // ucx: session key (default: unique per run).
+  // ucx: session key (default: unique per run). A session is used once:
+  // a launcher run refuses a session with records, a rank one with records
+  // of its own.
   std::string session;
   // ucx: run only this rank in the calling process (the other ranks run
   // elsewhere with the same placements, rendezvous and session).

@@ -19,6 +19,7 @@
 
 #include "exec/host_buffers.h"
 #include "exec/pattern.h"
+#include "live/live_records.h"
 #include "reshard/live.h"
 #include "reshard/plan.h"
 #include "reshard/record_store.h"
@@ -67,35 +68,6 @@ Result<WeightRuntimeBindingManifest> WithGeneration(
       b.instance_id(), generation,         b.lease_id(),
       b.revision(),    b.participant_id(), b.fragments()};
   return WeightRuntimeBindingManifest::Make(std::move(spec));
-}
-
-// Report records: "key=value" lines (values on one line).
-std::string EncodeReport(const SelfTestReport& r, const std::string& error) {
-  std::ostringstream out;
-  out.precision(17);
-  auto line = [](std::string v) {
-    for (char& c : v) {
-      if (c == '\n') c = ' ';
-    }
-    return v;
-  };
-  out << "verified=" << r.verified << "\nbytes=" << r.bytes
-      << "\noperations=" << r.operations << "\nmessages=" << r.messages
-      << "\npacked=" << r.packed_messages << "\nready=" << r.ranks_ready
-      << "\nseconds=" << r.seconds << "\nplan_seconds=" << r.plan_seconds
-      << "\nmismatch=" << line(r.mismatch) << "\nerror=" << line(error) << "\n";
-  return out.str();
-}
-
-std::map<std::string, std::string> DecodeRecord(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string l;
-  while (std::getline(in, l)) {
-    const size_t eq = l.find('=');
-    if (eq != std::string::npos) out[l.substr(0, eq)] = l.substr(eq + 1);
-  }
-  return out;
 }
 
 Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
@@ -176,6 +148,50 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   return report;
 }
 
+// Rank `r`'s report record: its outcome, or `error`.
+std::string ReportOf(uint32_t r, const Result<SelfTestReport>& report) {
+  internal::ReportRecord rec;
+  rec.rank = r;
+  if (!report.ok()) {
+    rec.error = report.status().ToString();
+    return EncodeReportRecord(rec);
+  }
+  rec.verified = report->verified;
+  rec.ready = report->ranks_ready > 0;
+  rec.bytes = report->bytes;
+  rec.operations = report->operations;
+  rec.messages = report->messages;
+  rec.packed_messages = report->packed_messages;
+  rec.plan_ns = static_cast<uint64_t>(report->plan_seconds * 1e9);
+  rec.transfer_ns = static_cast<uint64_t>(report->seconds * 1e9);
+  rec.mismatch = report->mismatch;
+  return EncodeReportRecord(rec);
+}
+
+// The ranks a self-test may run: at most kMaxSelfTestProcs, and no more
+// than the participants with fragments (one rank per participant is the
+// most the placements can use).
+Status CheckProcs(const WeightPlacementManifest& source,
+                  const WeightPlacementManifest& target, uint32_t procs) {
+  if (procs == 0) return Status::InvalidArgument("--procs must be at least 1");
+  if (procs > kMaxSelfTestProcs) {
+    return Status::InvalidArgument(
+        "--procs " + std::to_string(procs) + " is over the limit of " +
+        std::to_string(kMaxSelfTestProcs) + " processes");
+  }
+  const size_t sources = ParticipantsWithFragments(source).size();
+  const size_t targets = ParticipantsWithFragments(target).size();
+  if (procs > 1 && procs > sources + targets) {
+    return Status::InvalidArgument(
+        "--procs " + std::to_string(procs) + " is more than the " +
+        std::to_string(sources + targets) +
+        " processes the placements can use (" + std::to_string(sources) +
+        " source and " + std::to_string(targets) +
+        " target participants with fragments)");
+  }
+  return Status::OK();
+}
+
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
     return "died of signal " + std::to_string(WTERMSIG(status)) + " (" +
@@ -191,7 +207,7 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
                                       const SelfTestOptions& options) {
   namespace fs = std::filesystem;
   const uint32_t procs = options.procs;
-  if (procs == 0) return Status::InvalidArgument("--procs must be at least 1");
+  RETURN_NOT_OK(CheckProcs(source, target, procs));
   if (options.rank && *options.rank >= procs) {
     return Status::InvalidArgument("--rank " + std::to_string(*options.rank) +
                                    " is not below --procs " +
@@ -226,7 +242,7 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
       if (remove) fs::remove_all(dir, ec);
     }
   } cleanup{dir, remove_dir};
-  ASSIGN_OR_RETURN(auto store, OpenDirectoryRecordStore(dir));
+  ASSIGN_OR_RETURN(auto store, OpenRendezvous(dir));
   std::string session = options.session;
   if (session.empty()) {
     session = "selftest-" + std::to_string(::getpid()) + "-" +
@@ -240,6 +256,20 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
     return report;
   }
 
+  // The launcher's result is its own ranks' exit statuses and records:
+  // records of an earlier run under this session would be read as this
+  // run's (and make every rank fail to publish).
+  {
+    RETURN_NOT_OK(ValidateRecordKey(session));
+    ASSIGN_OR_RETURN(auto earlier, store->List(session + "/"));
+    if (!earlier.empty()) {
+      return Status::AlreadyExists(
+          "live session " + session + " already has " +
+          std::to_string(earlier.size()) + " record(s) in rendezvous " + dir +
+          " (" + earlier[0] + (earlier.size() > 1 ? ", ..." : "") +
+          "); use a new --session or remove them");
+    }
+  }
   // Nothing buffered may be inherited (and written again) by the ranks.
   std::fflush(stdout);
   std::fflush(stderr);
@@ -259,11 +289,10 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
       std::fflush(stdout);
       ::dup2(STDERR_FILENO, STDOUT_FILENO);
       auto report = RunRank(source, target, options, *store, session, procs, r);
-      const std::string record =
-          report.ok() ? EncodeReport(*report, "")
-                      : EncodeReport({}, report.status().ToString());
-      (void)store->Put(session + "/report/" + std::to_string(r), record);
-      std::_Exit(report.ok() ? 0 : 1);
+      const Status put = store->Put(session + "/report/" + std::to_string(r),
+                                    ReportOf(r, report));
+      std::fflush(stdout);
+      std::_Exit(report.ok() && put.ok() ? 0 : 1);
     }
     pids[r] = pid;
   }
@@ -283,8 +312,10 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
         if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
           exits[r] = DescribeExit(status);
           if (!store->Get(session + "/report/" + std::to_string(r)).ok()) {
-            (void)store->Put(session + "/abort/" + std::to_string(r),
-                             "rank " + std::to_string(r) + " " + exits[r]);
+            (void)store->Put(
+                session + "/abort/" + std::to_string(r),
+                internal::EncodeAbortRecord(
+                    r, "rank " + std::to_string(r) + " " + exits[r]));
           }
         }
       }
@@ -302,35 +333,47 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
   total.verified = true;
   total.plan_seconds = plan_seconds;
   total.segments = plan.summary().segments;
-  // The root cause: a rank that died, else a rank's own error, else an
-  // echo of another rank's abort.
+  // The root cause: a rank that died or failed without a report, else a
+  // rank's own error (a malformed report is one), else an echo of another
+  // rank's abort. A rank that did not exit with status 0 fails the run
+  // whatever its report says.
   std::string died, root_cause, other;
   for (uint32_t r = 0; r < procs; ++r) {
-    auto text = store->Get(session + "/report/" + std::to_string(r));
-    std::map<std::string, std::string> rec;
+    const std::string key = session + "/report/" + std::to_string(r);
+    auto text = store->Get(key);
+    const bool exited_ok = exits[r].empty();
     if (!text.ok()) {
       if (died.empty()) {
-        died = "rank " + std::to_string(r) + " " +
-               (exits[r].empty() ? "left no report" : exits[r]);
+        died =
+            "rank " + std::to_string(r) + " " +
+            (exited_ok ? "exited with status 0 but left no report" : exits[r]);
       }
       continue;
     }
-    rec = DecodeRecord(*text);
-    const std::string& error = rec["error"];
+    auto rec = internal::DecodeReportRecord(*text, key, r);
+    std::string error;
+    if (!rec.ok()) {
+      error = rec.status().ToString();
+    } else if (!rec->error.empty()) {
+      error = rec->error;
+    } else if (!exited_ok) {
+      error = exits[r] + " (its report record holds no error)";
+    }
     if (!error.empty()) {
-      const bool echo = error.find("aborted by rank") != std::string::npos;
+      const bool echo = rec.ok() && !rec->error.empty() &&
+                        error.find("aborted by rank") != std::string::npos;
       std::string& slot = echo ? other : root_cause;
       if (slot.empty()) slot = "rank " + std::to_string(r) + ": " + error;
       continue;
     }
-    total.verified = total.verified && rec["verified"] == "1";
-    if (total.mismatch.empty()) total.mismatch = rec["mismatch"];
-    total.bytes += std::stoull(rec["bytes"]);
-    total.operations += std::stoull(rec["operations"]);
-    total.messages += std::stoull(rec["messages"]);
-    total.packed_messages += std::stoull(rec["packed"]);
-    total.ranks_ready += static_cast<uint32_t>(std::stoul(rec["ready"]));
-    total.seconds = std::max(total.seconds, std::stod(rec["seconds"]));
+    total.verified = total.verified && rec->verified;
+    if (total.mismatch.empty()) total.mismatch = rec->mismatch;
+    total.bytes += rec->bytes;
+    total.operations += rec->operations;
+    total.messages += rec->messages;
+    total.packed_messages += rec->packed_messages;
+    total.ranks_ready += rec->ready ? 1 : 0;
+    total.seconds = std::max(total.seconds, rec->transfer_ns / 1e9);
   }
   // A rank whose targets differ aborts the others: report the mismatch.
   if (!died.empty() || !root_cause.empty() ||

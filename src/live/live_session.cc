@@ -13,6 +13,7 @@
 
 #include "exec/ucx/ucx_exchange.h"
 #include "exec/ucx/ucx_handles.h"
+#include "live/live_records.h"
 #include "reshard/live.h"
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
@@ -23,6 +24,7 @@ namespace reshard {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using internal::RemoteRange;
 using internal::UcxEndpoint;
 
 double Seconds(Clock::time_point since) {
@@ -53,9 +55,8 @@ class Session {
   // Records this rank's failure for the others (first reason wins) and
   // returns `st`.
   Status Abort(const Status& st) {
-    std::string reason = st.ToString();
-    std::replace(reason.begin(), reason.end(), '\n', ' ');
-    (void)store_.Put(Key("abort"), reason);
+    (void)store_.Put(Key("abort"),
+                     internal::EncodeAbortRecord(options_.rank, st.ToString()));
     return st;
   }
 
@@ -63,14 +64,44 @@ class Session {
   Status CheckAborts() {
     ASSIGN_OR_RETURN(auto keys, List("abort"));
     for (const std::string& key : keys) {
-      const std::string who = key.substr(key.rfind('/') + 1);
-      if (who == std::to_string(options_.rank)) continue;
-      auto reason = store_.Get(key);
-      return Status::Aborted(
-          "live session " + options_.session + " aborted by rank " + who +
-          ": " + (reason.ok() ? *reason : std::string("(unreadable reason)")));
+      ASSIGN_OR_RETURN(uint32_t who, RankOfKey(key));
+      if (who == options_.rank) continue;
+      // Whatever the record holds, the session is over; a malformed record
+      // is reported as the reason.
+      std::string reason;
+      auto text = store_.Get(key);
+      if (!text.ok()) {
+        reason = "(unreadable reason: " + text.status().ToString() + ")";
+      } else {
+        auto decoded = internal::DecodeAbortRecord(*text, key, who);
+        reason = decoded.ok() ? *decoded : decoded.status().ToString();
+      }
+      return Status::Aborted("live session " + options_.session +
+                             " aborted by rank " + std::to_string(who) + ": " +
+                             reason);
     }
     return Status::OK();
+  }
+
+  // The rank a key of kind/<r>[/...] belongs to; an error for a key that
+  // names no rank of this session (a stray or forged record).
+  Result<uint32_t> RankOfKey(std::string_view key) const {
+    std::string_view rest = key.substr(prefix_.size());
+    rest = rest.substr(rest.find('/') + 1);
+    const std::string_view digits = rest.substr(0, rest.find('/'));
+    uint64_t r = 0;
+    bool ok = !digits.empty() && digits.size() <= 10 &&
+              (digits.size() == 1 || digits[0] != '0');
+    for (char c : digits) {
+      ok = ok && c >= '0' && c <= '9';
+      r = r * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (!ok || r >= options_.ranks) {
+      return Status::InvalidArgument(
+          "live session " + options_.session + ": record " + std::string(key) +
+          " names no rank of " + std::to_string(options_.ranks));
+    }
+    return static_cast<uint32_t>(r);
   }
 
   // Waits until every rank has a record of `kind`, polling aborts and
@@ -80,6 +111,9 @@ class Session {
     auto sleep = std::chrono::microseconds(200);
     while (true) {
       ASSIGN_OR_RETURN(auto keys, List(kind));
+      for (const std::string& key : keys) {
+        RETURN_NOT_OK(RankOfKey(key).status());
+      }
       if (keys.size() >= options_.ranks) return Status::OK();
       RETURN_NOT_OK(CheckAborts());
       if (poll) RETURN_NOT_OK(poll());
@@ -140,14 +174,24 @@ struct World {
   std::vector<WeightRuntimeBindingManifest> sources, targets;
   std::map<std::string, uint32_t> source_rank, target_rank;
   std::vector<std::string> addresses;  // by rank
+  std::vector<std::string> hosts;      // by rank
 };
 
 Result<World> ReadWorld(Session& s, RecordStore& store,
                         const LiveSessionOptions& o) {
   World w;
   w.addresses.resize(o.ranks);
+  w.hosts.resize(o.ranks);
   for (uint32_t r = 0; r < o.ranks; ++r) {
-    ASSIGN_OR_RETURN(w.addresses[r], s.Get(s.Key("address", r)));
+    const std::string rank_key = s.Key("rank", r);
+    ASSIGN_OR_RETURN(std::string rank_text, s.Get(rank_key));
+    ASSIGN_OR_RETURN(auto rank_record, internal::DecodeRankRecord(
+                                           rank_text, rank_key, r, o.ranks));
+    w.hosts[r] = std::move(rank_record.host);
+    const std::string address_key = s.Key("address", r);
+    ASSIGN_OR_RETURN(std::string address_text, s.Get(address_key));
+    ASSIGN_OR_RETURN(w.addresses[r], internal::DecodeAddressRecord(
+                                         address_text, address_key, r));
     ASSIGN_OR_RETURN(auto keys, store.List(o.session + "/bindings/" +
                                            std::to_string(r) + "/"));
     for (const std::string& key : keys) {
@@ -157,7 +201,12 @@ Result<World> ReadWorld(Session& s, RecordStore& store,
         return b.status().WithContext("binding published by rank " +
                                       std::to_string(r) + " (" + key + ")");
       }
-      const bool source = key.substr(key.rfind('/') + 1).starts_with("source");
+      const std::string name = key.substr(key.rfind('/') + 1);
+      const bool source = name.starts_with("source-");
+      if (!source && !name.starts_with("target-")) {
+        return Status::InvalidArgument("live session " + o.session +
+                                       ": unexpected record " + key);
+      }
       auto& ranks = source ? w.source_rank : w.target_rank;
       auto [it, fresh] = ranks.emplace(b->participant_id(), r);
       if (!fresh) {
@@ -189,62 +238,6 @@ std::string RankName(uint32_t rank, const World& w) {
   return out + ")";
 }
 
-// Remote-key records (pull): one line per registered source buffer,
-// "<address> <length> <hex packed key>".
-struct RemoteRange {
-  uint64_t address = 0, length = 0;
-  std::string packed;
-};
-
-std::string EncodeRanges(
-    const std::vector<std::unique_ptr<internal::UcxMemory>>& mems) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (const auto& m : mems) {
-    out +=
-        std::to_string(m->address()) + " " + std::to_string(m->length()) + " ";
-    for (unsigned char c : m->packed_key()) {
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-    out += "\n";
-  }
-  return out;
-}
-
-Result<std::vector<RemoteRange>> DecodeRanges(const std::string& text,
-                                              uint32_t rank) {
-  std::vector<RemoteRange> out;
-  size_t pos = 0;
-  auto bad = [&] {
-    return Status::InvalidArgument("malformed remote-key record of rank " +
-                                   std::to_string(rank));
-  };
-  while (pos < text.size()) {
-    const size_t end = text.find('\n', pos);
-    if (end == std::string::npos) return bad();
-    const std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
-    RemoteRange r;
-    char hex[8192];
-    if (line.size() >= sizeof hex ||
-        std::sscanf(line.c_str(), "%lu %lu %8191s", &r.address, &r.length,
-                    hex) != 3) {
-      return bad();
-    }
-    const std::string h(hex);
-    if (h.size() % 2 != 0) return bad();
-    for (size_t i = 0; i < h.size(); i += 2) {
-      r.packed.push_back(
-          static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
-    }
-    out.push_back(std::move(r));
-  }
-  std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.address < b.address; });
-  return out;
-}
-
 std::string HostName() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
@@ -265,6 +258,32 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
                                   const LiveSessionOptions& options) {
   RETURN_NOT_OK(ValidateOptions(options));
   Session s(store, options);
+  // A rank joins a session once: records of its own from an earlier run
+  // would be taken for this run's by the other ranks (and its writes would
+  // fail). Nothing is recorded, so the earlier run's records stay as they
+  // are.
+  {
+    ASSIGN_OR_RETURN(auto keys, store.List(options.session + "/"));
+    std::vector<std::string> own;
+    for (const std::string& key : keys) {
+      std::string_view rest =
+          std::string_view(key).substr(options.session.size() + 1);
+      const size_t slash = rest.find('/');
+      if (slash == std::string_view::npos) continue;
+      rest = rest.substr(slash + 1);
+      if (rest.substr(0, rest.find('/')) == std::to_string(options.rank)) {
+        own.push_back(key);
+      }
+    }
+    if (!own.empty()) {
+      return Status::AlreadyExists(
+          "live session " + options.session + ": rank " +
+          std::to_string(options.rank) + " already has " +
+          std::to_string(own.size()) + " record(s) (" + own[0] +
+          (own.size() > 1 ? ", ..." : "") +
+          ") from an earlier run; use a new session key");
+    }
+  }
   LiveReport report;
   const auto start = Clock::now();
   auto deadline = [&] { return Clock::now() + options.timeout; };
@@ -309,7 +328,8 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
       RETURN_NOT_OK(s.Put(s.Key("bindings") + "/target-" + std::to_string(i),
                           WeightRuntimeBindingToJson(bindings.targets[i])));
     }
-    RETURN_NOT_OK(s.Put(s.Key("address"), address));
+    RETURN_NOT_OK(s.Put(s.Key("address"),
+                        internal::EncodeAddressRecord(options.rank, address)));
     // Pull (possibly, under kAuto): register every source fragment and
     // publish the keys.
     const bool may_pull =
@@ -325,9 +345,16 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
           mems.push_back(std::move(m));
         }
       }
-      RETURN_NOT_OK(s.Put(s.Key("rkeys"), EncodeRanges(mems)));
+      std::vector<RemoteRange> ranges;
+      for (const auto& m : mems) {
+        ranges.push_back({m->address(), m->length(), m->packed_key()});
+      }
+      RETURN_NOT_OK(s.Put(s.Key("rkeys"), internal::EncodeRemoteKeysRecord(
+                                              options.rank, ranges)));
     }
-    RETURN_NOT_OK(s.Put(s.Key("rank"), HostName()));
+    RETURN_NOT_OK(s.Put(
+        s.Key("rank"),
+        internal::EncodeRankRecord({HostName(), options.rank, options.ranks})));
     if (options.on_stage) options.on_stage("published");
 
     // 2. Plan while the others publish; then bind with everybody's
@@ -342,12 +369,14 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     if (options.protocol == LiveProtocol::kAuto && may_pull) {
       pull = true;  // when every rank runs on this host
       for (uint32_t r = 0; r < options.ranks && pull; ++r) {
-        ASSIGN_OR_RETURN(std::string host, s.Get(s.Key("rank", r)));
-        pull = host == HostName();
+        pull = world.hosts[r] == HostName();
       }
     }
     ASSIGN_OR_RETURN(auto bound, TransferPlan::Bind(plan, source, world.sources,
                                                     target, world.targets));
+    // Host memory only, on every rank alike: a device pointer is never
+    // handed to UCX as host memory.
+    RETURN_NOT_OK(bound.RequireMemoryKinds({MemoryKind::kHost}, "ucx"));
     LiveBindings current = bindings;
     if (options.current_bindings) {
       ASSIGN_OR_RETURN(current, options.current_bindings());
@@ -373,8 +402,10 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
                           const BoundRegion& br) -> Result<ucp_rkey_h> {
       auto it = ranges.find(r);
       if (it == ranges.end()) {
-        ASSIGN_OR_RETURN(std::string text, s.Get(s.Key("rkeys", r)));
-        ASSIGN_OR_RETURN(auto decoded, DecodeRanges(text, r));
+        const std::string key = s.Key("rkeys", r);
+        ASSIGN_OR_RETURN(std::string text, s.Get(key));
+        ASSIGN_OR_RETURN(auto decoded,
+                         internal::DecodeRemoteKeysRecord(text, key, r));
         it = ranges.emplace(r, std::move(decoded)).first;
       }
       const auto& list = it->second;
@@ -460,7 +491,8 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     // 4. Completion of our targets, then "done".
     if (options.on_stage) options.on_stage("completing");
     if (options.validate_targets) RETURN_NOT_OK(options.validate_targets());
-    RETURN_NOT_OK(s.Put(s.Key("done"), "ok"));
+    RETURN_NOT_OK(
+        s.Put(s.Key("done"), internal::EncodeMarkerRecord(options.rank)));
     if (options.on_stage) options.on_stage("done");
 
     // 5. World barrier; keep progressing (peers may still fetch from us)
@@ -473,11 +505,17 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
       worker.ProgressOrWait(std::chrono::milliseconds(5));
       return Status::OK();
     }));
+    for (uint32_t r = 0; r < options.ranks; ++r) {
+      const std::string key = s.Key("done", r);
+      ASSIGN_OR_RETURN(std::string text, s.Get(key));
+      RETURN_NOT_OK(internal::DecodeMarkerRecord(text, key, r));
+    }
     report.barrier_seconds = Seconds(t1);
 
     // 6. Activation-ready.
     if (!bindings.targets.empty()) {
-      RETURN_NOT_OK(s.Put(s.Key("ready"), "ok"));
+      RETURN_NOT_OK(
+          s.Put(s.Key("ready"), internal::EncodeMarkerRecord(options.rank)));
       report.ready = true;
     }
     succeeded = true;
@@ -495,6 +533,22 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
                                   ", rank " + std::to_string(options.rank)));
   }
   return report;
+}
+
+Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {
+  std::string_view path = uri;
+  if (uri.starts_with("fs://")) {
+    path.remove_prefix(5);
+  } else if (uri.find("://") != std::string_view::npos) {
+    return Status::InvalidArgument("unsupported rendezvous URI \"" +
+                                   std::string(uri) +
+                                   "\" (supported: fs://PATH or a directory)");
+  }
+  if (path.empty()) {
+    return Status::InvalidArgument("rendezvous URI \"" + std::string(uri) +
+                                   "\" names no directory");
+  }
+  return OpenDirectoryRecordStore(std::string(path));
 }
 
 }  // namespace reshard

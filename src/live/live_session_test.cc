@@ -11,12 +11,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "exec/host_buffers.h"
+#include "live/live_records.h"
+#include "reshard/binding.h"
 #include "reshard/gen.h"
 #include "reshard/live.h"
 #include "reshard/placement.h"
@@ -67,6 +71,12 @@ SelfTestOptions Ucx(const UcxOptions& ucx, uint32_t procs,
   return o;
 }
 
+uint32_t ParticipantsWithFragments(const WeightPlacementManifest& m) {
+  uint32_t parts = 0;
+  for (const auto& p : m.parts()) parts += !p.fragments().empty();
+  return parts;
+}
+
 // Target ranks that hold fragments when targets fill ranks [procs/2, procs).
 uint32_t TargetRanksWithFragments(const WeightPlacementManifest& target,
                                   uint32_t procs) {
@@ -98,8 +108,11 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
        testing::ScenarioPairs(kMaxScenarioBytes)) {
     const auto& [key, source, target, bytes, regions] = pair;
     for (const NamedUcx& t : Transports()) {
-      // Alternate 2, 3 and 4 processes over the scenarios.
-      const uint32_t procs = 2 + ran % 3;
+      // Alternate 2, 3 and 4 processes over the scenarios, never more
+      // than the participants with fragments (the self-test refuses more).
+      const uint32_t procs = std::min(2 + static_cast<uint32_t>(ran % 3),
+                                      ParticipantsWithFragments(source) +
+                                          ParticipantsWithFragments(target));
       SCOPED_TRACE(std::string(key) + " over " + t.name + ", " +
                    std::to_string(procs) + " processes");
       auto report = RunSelfTest(source, target, Ucx(t.ucx, procs, t.protocol));
@@ -307,8 +320,241 @@ TEST(LiveSessionTest, MissingPeerTimesOut) {
             "timed out after 500 ms waiting for rank of rank(s) 1");
   EXPECT_LT(seconds, 5.0);
   auto store = Must(OpenDirectoryRecordStore(dir.path()));
-  EXPECT_EQ(Must(store->Get("lonely/abort/0")), error);
+  EXPECT_EQ(Must(internal::DecodeAbortRecord(Must(store->Get("lonely/abort/0")),
+                                             "lonely/abort/0", 0)),
+            error);
   EXPECT_TRUE(Must(store->List("lonely/ready/")).empty());
+}
+
+// Running the same launcher command twice used to print the first run's
+// figures with "verified": true and exit 0 while both ranks of the second
+// run failed ("record exists"): the launcher read the earlier run's
+// reports. It now refuses a session that has records.
+TEST(LiveSessionTest, LauncherRefusesASessionWithRecords) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  SelfTestOptions o = Ucx({}, 2);
+  o.rendezvous = dir.path();
+  o.session = "again";
+  auto first = RunSelfTest(source, target, o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->verified);
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  const auto records = Must(store->List("again/"));
+  auto second = RunSelfTest(source, target, o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().ToString(),
+            "AlreadyExists: live session again already has " +
+                std::to_string(records.size()) + " record(s) in rendezvous " +
+                dir.path() + " (" + records[0] +
+                ", ...); use a new --session or remove them");
+  // Nothing ran: the first run's records are as they were.
+  EXPECT_EQ(Must(store->List("again/")), records);
+}
+
+// A malformed report record used to kill the launcher with an uncaught
+// std::invalid_argument from stoull (SIGABRT; the child below then wrote
+// nothing).
+TEST(LiveSessionTest, MalformedReportRecordIsAnError) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  ASSERT_TRUE(store->Put("bad/report/1", "verified=1\nbytes=lots\n").ok());
+  SelfTestOptions o = Ucx({}, 2);
+  o.rendezvous = dir.path();
+  o.session = "bad";
+  o.timeout = std::chrono::seconds(2);
+  const std::string error = InChild([&] {
+    auto report = RunSelfTest(source, target, o);
+    return report.ok() ? std::string("ok") : report.status().ToString();
+  });
+  EXPECT_EQ(error,
+            "AlreadyExists: live session bad already has 1 record(s) "
+            "in rendezvous " +
+                dir.path() +
+                " (bad/report/1); use a new --session or remove them");
+}
+
+// A rank joins a session once; other ranks' records are expected (ranks
+// join one at a time), its own are not. Before, the rank published its
+// bindings and then failed on "record exists".
+TEST(LiveSessionTest, RankRefusesToJoinTwice) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  ASSERT_TRUE(store->Put("twice/address/0", "{}").ok());
+  ASSERT_TRUE(store->Put("twice/rank/1", "{}").ok());
+  SelfTestOptions o = Ucx({}, 2);
+  o.rendezvous = dir.path();
+  o.session = "twice";
+  o.rank = 0;
+  o.timeout = std::chrono::milliseconds(500);
+  const std::string error = InChild([&] {
+    auto report = RunSelfTest(source, target, o);
+    return report.ok() ? std::string("ok") : report.status().ToString();
+  });
+  EXPECT_EQ(error,
+            "AlreadyExists: live session twice: rank 0 already has 1 "
+            "record(s) (twice/address/0) from an earlier run; use a new "
+            "session key");
+  EXPECT_EQ(Must(store->List("twice/")),
+            (std::vector<std::string>{"twice/address/0", "twice/rank/1"}));
+}
+
+// Rank 1's records as a peer would publish them, with `address` as its
+// address record; rank 0 (all sources) then reads them.
+void PublishPeer(RecordStore& store, const std::string& session,
+                 const WeightPlacementManifest& target,
+                 const std::string& address) {
+  auto buffers = Must(internal::AllocateHostBuffers(target, "peer"));
+  for (size_t i = 0; i < buffers.bindings.size(); ++i) {
+    ASSERT_TRUE(store
+                    .Put(session + "/bindings/1/target-" + std::to_string(i),
+                         WeightRuntimeBindingToJson(buffers.bindings[i]))
+                    .ok());
+  }
+  ASSERT_TRUE(store.Put(session + "/address/1", address).ok());
+  ASSERT_TRUE(store
+                  .Put(session + "/rank/1",
+                       internal::EncodeRankRecord({"elsewhere", 1, 2}))
+                  .ok());
+}
+
+std::string RunRankZero(const std::string& dir, const std::string& session) {
+  SelfTestOptions o = Ucx({}, 2);
+  o.rendezvous = dir;
+  o.session = session;
+  o.rank = 0;
+  o.timeout = std::chrono::seconds(2);
+  return InChild([&] {
+    auto report = RunSelfTest(Cube(2, 0), Cube(2, 1), o);
+    return report.ok() ? std::string("ok") : report.status().ToString();
+  });
+}
+
+// 64 bytes of 0x02 as a peer's address used to reach ucp_ep_create, which
+// failed an assertion and killed the rank (the child wrote nothing).
+TEST(LiveSessionTest, MalformedPeerAddressIsAnError) {
+  TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  const std::string garbage(64, '\x02');
+  PublishPeer(*store, "raw", Cube(2, 1), garbage);
+  EXPECT_THAT(RunRankZero(dir.path(), "raw"),
+              ::testing::StartsWith(
+                  "InvalidArgument: live session raw, rank 0: malformed "
+                  "address record raw/address/1: invalid JSON: "));
+  // Well-formed record, digest and all, of bytes no UCX wrote.
+  PublishPeer(*store, "forged", Cube(2, 1),
+              internal::EncodeAddressRecord(1, garbage));
+  const std::string error = RunRankZero(dir.path(), "forged");
+  EXPECT_THAT(error, ::testing::StartsWith(
+                         "InvalidArgument: live session forged, rank 0: "
+                         "cannot connect to rank 1 ("));
+  EXPECT_THAT(error, ::testing::EndsWith(
+                         "): UCX worker address has format version 2, this "
+                         "UCX writes version 0"));
+  // The failure is recorded for the others.
+  EXPECT_EQ(Must(internal::DecodeAbortRecord(Must(store->Get("forged/abort/0")),
+                                             "forged/abort/0", 0)),
+            error);
+}
+
+// --procs 4096 used to fork 4096 UCX ranks; counts beyond what the
+// placements can use (one rank per participant with fragments) or the cap
+// are refused before anything starts.
+TEST(LiveSessionTest, AbsurdProcessCountsAreRefused) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  SelfTestOptions o = Ucx({}, 5);
+  o.rendezvous = dir.path();
+  o.session = "many";
+  auto five = RunSelfTest(source, target, o);
+  ASSERT_FALSE(five.ok());
+  EXPECT_EQ(five.status().message(),
+            "--procs 5 is more than the 4 processes the placements can use "
+            "(2 source and 2 target participants with fragments)");
+  o.procs = 4096;
+  auto many = RunSelfTest(source, target, o);
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.status().message(),
+            "--procs 4096 is over the limit of 64 processes");
+  o.procs = 65;
+  o.rank = 3;
+  EXPECT_EQ(RunSelfTest(source, target, o).status().message(),
+            "--procs 65 is over the limit of 64 processes");
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// A rendezvous URI with a scheme this build does not support used to
+// become a relative directory named after the scheme ("redis:").
+TEST(LiveSessionTest, UnsupportedRendezvousUriIsRefused) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  SelfTestOptions o = Ucx({}, 2);
+  o.rendezvous = "redis://h:1";
+  o.session = "s";
+  auto r = RunSelfTest(source, target, o);
+  std::filesystem::current_path(cwd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().ToString(),
+            "InvalidArgument: unsupported rendezvous URI \"redis://h:1\" "
+            "(supported: fs://PATH or a directory)");
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  // fs:// names a directory.
+  o.rendezvous = "fs://" + dir.path() + "/rdv";
+  auto ok = RunSelfTest(source, target, o);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->verified);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/rdv/s/done/1"));
+}
+
+// A binding on CUDA memory is refused before UCX sees its pointer (the
+// exchange used to send it as host memory).
+TEST(LiveSessionTest, DeviceMemoryIsRefusedBeforeAnyTransfer) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(4, 1);
+  auto src = Must(internal::AllocateHostBuffers(source, "source"));
+  auto dst = Must(internal::AllocateHostBuffers(target, "target"));
+  for (auto& [id, p] : dst.data) {
+    std::memset(p, 0xD7, target.FindFragment(id)->nbytes());
+  }
+  std::vector<WeightRuntimeBindingManifest> on_gpu;
+  for (const auto& b : dst.bindings) {
+    WeightRuntimeBindingManifestSpec spec{
+        b.resource_id(), b.placement_id(),   b.placement_digest(),
+        b.instance_id(), b.generation(),     b.lease_id(),
+        b.revision(),    b.participant_id(), {}};
+    for (const auto& f : b.fragments()) {
+      spec.fragments.push_back(Must(RuntimeBindingFragment::Make(
+          {f.placement_fragment_id(), f.fragment_id(), f.address(), f.nbytes(),
+           f.worker_id(), f.endpoint(), "cuda:0", f.itemsize(), f.local_shape(),
+           f.strides_bytes(), f.storage_address(), f.storage_nbytes(),
+           f.storage_offset_bytes(), f.owner()})));
+    }
+    on_gpu.push_back(Must(WeightRuntimeBindingManifest::Make(spec)));
+  }
+  TempDir dir;
+  auto rdv = Must(OpenRendezvous(dir.path()));
+  LiveSessionOptions o;
+  o.session = "gpu";
+  o.timeout = std::chrono::milliseconds(10000);
+  auto r = RunLiveReshard(*rdv, source, target, {src.bindings, on_gpu}, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(
+      r.status().message(),
+      ::testing::AllOf(HasSubstr("ucx executor cannot move cuda memory: target "
+                                 "fragment sha256:"),
+                       ::testing::EndsWith("(device \"cuda:0\")")));
+  for (const auto& [id, p] : dst.data) {
+    EXPECT_EQ(static_cast<uint8_t>(p[0]), 0xD7) << id;
+  }
 }
 
 // Session options are checked before anything is published.

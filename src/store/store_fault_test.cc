@@ -796,8 +796,7 @@ TEST(StoreFaultTest, Abort) {
     if (!st.ok()) {
       // A torn decision record is refused (strictly parsed) until the
       // operator removes it.
-      Status retry =
-          WithHandRepair(s, [&] { return s.clean().Abort(**plan); });
+      Status retry = WithHandRepair(s, [&] { return s.clean().Abort(**plan); });
       EXPECT_TRUE(retry.ok()) << retry.ToString();
       o = Outcome::kFailedRetried;
     }

@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <cstring>
+
 namespace reshard::internal {
 
 Status FromUcs(ucs_status_t status, const std::string& what) {
@@ -109,9 +111,59 @@ void UcxWorker::ProgressOrWait(std::chrono::microseconds idle_wait) {
   ::poll(&p, 1, ms);
 }
 
+Status CheckWorkerAddress(std::string_view peer, std::string_view own) {
+  // [ header (8 bits: version in the low 4) | worker uuid (64 bits) | ... ]
+  constexpr size_t kMinBytes = 9;
+  constexpr unsigned kVersionMask = 0x0F;
+  if (peer.size() < kMinBytes || own.empty()) {
+    return Status::InvalidArgument("UCX worker address of " +
+                                   std::to_string(peer.size()) +
+                                   " bytes is too short");
+  }
+  const unsigned peer_version =
+      static_cast<unsigned char>(peer[0]) & kVersionMask;
+  const unsigned own_version =
+      static_cast<unsigned char>(own[0]) & kVersionMask;
+  if (peer_version != own_version) {
+    return Status::InvalidArgument("UCX worker address has format version " +
+                                   std::to_string(peer_version) +
+                                   ", this UCX writes version " +
+                                   std::to_string(own_version));
+  }
+  return Status::OK();
+}
+
+Status CheckPackedRemoteKey(std::string_view packed) {
+  constexpr size_t kMapBytes = 8;
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("packed UCX remote key of " +
+                                   std::to_string(packed.size()) +
+                                   " bytes: " + why);
+  };
+  if (packed.size() < kMapBytes + 1) return bad("too short");
+  uint64_t md_map = 0;
+  std::memcpy(&md_map, packed.data(), kMapBytes);
+  if (md_map == 0) return bad("no memory domain");
+  const auto memory_type = static_cast<unsigned char>(packed[kMapBytes]);
+  if (memory_type != UCS_MEMORY_TYPE_HOST) {
+    return bad("memory type " + std::to_string(memory_type) +
+               " is not host memory");
+  }
+  size_t at = kMapBytes + 1;
+  for (int i = 0; i < __builtin_popcountll(md_map); ++i) {
+    if (at >= packed.size()) return bad("keys run past the end");
+    at += 1 + static_cast<unsigned char>(packed[at]);
+  }
+  if (at > packed.size()) return bad("keys run past the end");
+  return Status::OK();
+}
+
 Result<std::unique_ptr<UcxEndpoint>> UcxEndpoint::Connect(
     const UcxWorker& worker, const std::string& peer_address,
     std::string peer_name, bool peer_errors) {
+  ASSIGN_OR_RETURN(std::string own, worker.Address());
+  Status valid = CheckWorkerAddress(peer_address, own);
+  if (!valid.ok()) return valid.WithContext("cannot connect to " + peer_name);
   std::unique_ptr<UcxEndpoint> ep(
       new UcxEndpoint(worker.get(), std::move(peer_name)));
   ucp_ep_params_t params{};
@@ -193,6 +245,11 @@ UcxMemory::~UcxMemory() {
 
 Result<std::unique_ptr<UcxRemoteKey>> UcxRemoteKey::Unpack(
     const UcxEndpoint& endpoint, const std::string& packed) {
+  Status valid = CheckPackedRemoteKey(packed);
+  if (!valid.ok()) {
+    return valid.WithContext("cannot unpack the remote key of " +
+                             endpoint.peer_name());
+  }
   ucp_rkey_h rkey = nullptr;
   RETURN_NOT_OK(
       FromUcs(ucp_ep_rkey_unpack(endpoint.get(), packed.data(), &rkey),

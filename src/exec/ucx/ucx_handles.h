@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,19 @@ namespace reshard::internal {
 
 // A UCX status as a reshard Status with `what` as context.
 Status FromUcs(ucs_status_t status, const std::string& what);
+
+// Checks a peer's packed worker address before UCX parses it (UCX asserts
+// instead of failing on a malformed one): at least the header and worker id
+// (9 bytes) and the same address format version as `own`, this process's
+// worker address (every rank runs the same UCX release).
+Status CheckWorkerAddress(std::string_view peer, std::string_view own);
+
+// Checks a peer's packed remote key before UCX unpacks it: UCX 1.13 packs
+// a 64-bit memory-domain map, a memory-type byte and one length-prefixed
+// key per memory domain in the map. The map must be non-empty, the memory
+// host memory (the only kind sessions register) and every key within the
+// bytes.
+Status CheckPackedRemoteKey(std::string_view packed);
 
 // Resolves kAuto (see UcxErrorHandling).
 bool UsePeerErrorHandling(const UcxOptions& options);

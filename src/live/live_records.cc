@@ -1,0 +1,365 @@
+#include "live/live_records.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+
+#include "util/canonical_json.h"
+#include "util/json_reader.h"
+#include "util/sha256.h"
+
+namespace reshard::internal {
+namespace {
+
+constexpr char kHex[] = "0123456789abcdef";
+// What a reader keeps of a recorded text: a writer's shortened text and
+// its "... (N bytes)" suffix fit.
+constexpr size_t kMaxReadText = kMaxRecordedText + 64;
+
+std::string ToHex(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// Valid UTF-8 for the canonical writer: when `text` is not, every byte
+// outside ASCII becomes '?'.
+std::string ValidUtf8(std::string_view text) {
+  std::string out(text);
+  if (!simdjson::validate_utf8(out.data(), out.size())) {
+    for (char& c : out) {
+      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    }
+  }
+  return out;
+}
+
+// A parsed record; `what` ("address record of rank 1 (s/address/1)") is
+// the context of every error.
+struct Parsed {
+  JsonDocument doc;
+  StrictObject obj;
+};
+
+std::string What(std::string_view kind, std::string_view key) {
+  return "malformed " + std::string(kind) + " record " + std::string(key);
+}
+
+Result<Parsed> Parse(std::string_view text, std::string_view kind,
+                     std::string_view key,
+                     std::initializer_list<std::string_view> fields) {
+  auto doc = JsonDocument::Parse(text);
+  if (!doc.ok()) return doc.status().WithContext(What(kind, key));
+  const JsonPath root;
+  auto obj = StrictObject::Make(doc->root(), root,
+                                std::string(kind) + " record", fields);
+  if (!obj.ok()) return obj.status().WithContext(What(kind, key));
+  return Parsed{std::move(doc).ValueOrDie(), std::move(obj).ValueOrDie()};
+}
+
+// Checks the "rank" field against the rank in the record's key.
+Status CheckRank(const StrictObject& obj, std::string_view kind,
+                 std::string_view key, uint32_t rank) {
+  const JsonPath root;
+  auto r = ReadU64(obj.Get("rank"), root.Field("rank"));
+  if (!r.ok()) return r.status().WithContext(What(kind, key));
+  if (*r != rank) {
+    return Status::InvalidArgument(
+        What(kind, key) + ": rank " + std::to_string(*r) +
+        " under the key of rank " + std::to_string(rank));
+  }
+  return Status::OK();
+}
+
+Result<uint64_t> U64Field(const StrictObject& obj, std::string_view field,
+                          std::string_view kind, std::string_view key) {
+  const JsonPath root;
+  auto v = ReadU64(obj.Get(field), root.Field(field));
+  if (!v.ok()) return v.status().WithContext(What(kind, key));
+  return *v;
+}
+
+Result<std::string> StringField(const StrictObject& obj, std::string_view field,
+                                std::string_view kind, std::string_view key) {
+  const JsonPath root;
+  auto v = ReadString(obj.Get(field), root.Field(field));
+  if (!v.ok()) return v.status().WithContext(What(kind, key));
+  return std::string(*v);
+}
+
+Result<bool> BoolField(const StrictObject& obj, std::string_view field,
+                       std::string_view kind, std::string_view key) {
+  const JsonPath root;
+  auto v = ReadBool(obj.Get(field), root.Field(field));
+  if (!v.ok()) return v.status().WithContext(What(kind, key));
+  return *v;
+}
+
+// Hex-encoded bytes with their digest: decodes `hex` (lowercase, at most
+// `limit` bytes) and checks it against `digest`.
+Result<std::string> DecodeDigestedHex(std::string_view hex,
+                                      std::string_view digest, size_t limit,
+                                      const std::string& field,
+                                      std::string_view kind,
+                                      std::string_view key) {
+  if (hex.empty() || hex.size() % 2 != 0 || hex.size() / 2 > limit) {
+    return Status::InvalidArgument(What(kind, key) + ": " + field +
+                                   " must be 1 to " + std::to_string(limit) +
+                                   " bytes of lowercase hex, got " +
+                                   std::to_string(hex.size()) + " characters");
+  }
+  std::string bytes(hex.size() / 2, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int hi = HexDigit(hex[2 * i]), lo = HexDigit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      return Status::InvalidArgument(What(kind, key) + ": " + field +
+                                     " must be lowercase hex");
+    }
+    bytes[i] = static_cast<char>(hi << 4 | lo);
+  }
+  if (Sha256Hex(bytes) != digest) {
+    return Status::DataLoss(What(kind, key) + ": " + field +
+                            " does not match its sha256 (torn or altered "
+                            "record)");
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::string Shorten(std::string_view text, size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  size_t cut = limit;
+  // Back up to the first byte of a UTF-8 character.
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
+    --cut;
+  }
+  return std::string(text.substr(0, cut)) + "... (" +
+         std::to_string(text.size()) + " bytes)";
+}
+
+std::string EncodeRankRecord(const RankRecord& record) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyString("host", ValidUtf8(Shorten(record.host, 255)));
+  w.KeyUInt("rank", record.rank);
+  w.KeyUInt("ranks", record.ranks);
+  w.EndObject();
+  return out;
+}
+
+Result<RankRecord> DecodeRankRecord(std::string_view text, std::string_view key,
+                                    uint32_t rank, uint32_t ranks) {
+  constexpr std::string_view kKind = "rank";
+  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"host", "rank", "ranks"}));
+  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  RankRecord r;
+  r.rank = rank;
+  ASSIGN_OR_RETURN(r.host, StringField(p.obj, "host", kKind, key));
+  ASSIGN_OR_RETURN(uint64_t n, U64Field(p.obj, "ranks", kKind, key));
+  if (n != ranks) {
+    return Status::InvalidArgument(
+        "rank " + std::to_string(rank) + " joined with " + std::to_string(n) +
+        " ranks, this rank with " + std::to_string(ranks) + " (" +
+        std::string(key) + ")");
+  }
+  r.ranks = ranks;
+  return r;
+}
+
+std::string EncodeAddressRecord(uint32_t rank, std::string_view address) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyString("address", ToHex(address));
+  w.KeyUInt("rank", rank);
+  w.KeyString("sha256", Sha256Hex(address));
+  w.EndObject();
+  return out;
+}
+
+Result<std::string> DecodeAddressRecord(std::string_view text,
+                                        std::string_view key, uint32_t rank) {
+  constexpr std::string_view kKind = "address";
+  ASSIGN_OR_RETURN(auto p,
+                   Parse(text, kKind, key, {"address", "rank", "sha256"}));
+  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  ASSIGN_OR_RETURN(std::string hex, StringField(p.obj, "address", kKind, key));
+  ASSIGN_OR_RETURN(std::string digest,
+                   StringField(p.obj, "sha256", kKind, key));
+  return DecodeDigestedHex(hex, digest, kMaxWorkerAddressBytes, "address",
+                           kKind, key);
+}
+
+std::string EncodeRemoteKeysRecord(uint32_t rank,
+                                   const std::vector<RemoteRange>& ranges) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.Key("keys");
+  w.BeginArray();
+  for (const RemoteRange& r : ranges) {
+    w.BeginObject();
+    w.KeyUInt("address", r.address);
+    w.KeyString("key", ToHex(r.packed));
+    w.KeyUInt("length", r.length);
+    w.KeyString("sha256", Sha256Hex(r.packed));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.KeyUInt("rank", rank);
+  w.EndObject();
+  return out;
+}
+
+Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
+                                                        std::string_view key,
+                                                        uint32_t rank) {
+  constexpr std::string_view kKind = "remote-key";
+  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"keys", "rank"}));
+  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  const JsonPath root;
+  const JsonPath keys_path = root.Field("keys");
+  auto keys = ReadArray(p.obj.Get("keys"), keys_path);
+  if (!keys.ok()) return keys.status().WithContext(What(kKind, key));
+  std::vector<RemoteRange> out;
+  size_t i = 0;
+  for (JsonElement e : *keys) {
+    const JsonPath at = keys_path.Index(i++);
+    auto entry = StrictObject::Make(e, at, "remote key",
+                                    {"address", "key", "length", "sha256"});
+    if (!entry.ok()) return entry.status().WithContext(What(kKind, key));
+    RemoteRange r;
+    auto address = ReadU64(entry->Get("address"), at.Field("address"));
+    auto length = ReadU64(entry->Get("length"), at.Field("length"));
+    auto hex = ReadString(entry->Get("key"), at.Field("key"));
+    auto digest = ReadString(entry->Get("sha256"), at.Field("sha256"));
+    for (const Status& st :
+         {address.status(), length.status(), hex.status(), digest.status()}) {
+      if (!st.ok()) return st.WithContext(What(kKind, key));
+    }
+    r.address = *address;
+    r.length = *length;
+    if (r.length == 0 || r.address + r.length < r.address) {
+      return Status::InvalidArgument(What(kKind, key) + ": " + at.ToString() +
+                                     " is an empty or wrapping range");
+    }
+    ASSIGN_OR_RETURN(r.packed,
+                     DecodeDigestedHex(*hex, *digest, kMaxRemoteKeyBytes,
+                                       at.ToString() + ".key", kKind, key));
+    out.push_back(std::move(r));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.address < b.address; });
+  for (size_t j = 1; j < out.size(); ++j) {
+    if (out[j - 1].address + out[j - 1].length > out[j].address) {
+      return Status::InvalidArgument(What(kKind, key) +
+                                     ": registered ranges overlap");
+    }
+  }
+  return out;
+}
+
+std::string EncodeMarkerRecord(uint32_t rank) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("rank", rank);
+  w.EndObject();
+  return out;
+}
+
+Status DecodeMarkerRecord(std::string_view text, std::string_view key,
+                          uint32_t rank) {
+  constexpr std::string_view kKind = "marker";
+  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"rank"}));
+  return CheckRank(p.obj, kKind, key, rank);
+}
+
+std::string EncodeAbortRecord(uint32_t rank, std::string_view reason) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("rank", rank);
+  w.KeyString("reason", ValidUtf8(Shorten(reason, kMaxRecordedText)));
+  w.EndObject();
+  return out;
+}
+
+Result<std::string> DecodeAbortRecord(std::string_view text,
+                                      std::string_view key, uint32_t rank) {
+  constexpr std::string_view kKind = "abort";
+  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"rank", "reason"}));
+  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  ASSIGN_OR_RETURN(std::string reason,
+                   StringField(p.obj, "reason", kKind, key));
+  return Shorten(reason, kMaxReadText);
+}
+
+std::string EncodeReportRecord(const ReportRecord& r) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("bytes", r.bytes);
+  w.KeyString("error", ValidUtf8(Shorten(r.error, kMaxRecordedText)));
+  w.KeyUInt("messages", r.messages);
+  w.KeyString("mismatch", ValidUtf8(Shorten(r.mismatch, kMaxRecordedText)));
+  w.KeyUInt("operations", r.operations);
+  w.KeyUInt("packed_messages", r.packed_messages);
+  w.KeyUInt("plan_ns", r.plan_ns);
+  w.KeyUInt("rank", r.rank);
+  w.Key("ready");
+  w.Bool(r.ready);
+  w.KeyUInt("transfer_ns", r.transfer_ns);
+  w.Key("verified");
+  w.Bool(r.verified);
+  w.EndObject();
+  return out;
+}
+
+Result<ReportRecord> DecodeReportRecord(std::string_view text,
+                                        std::string_view key, uint32_t rank) {
+  constexpr std::string_view kKind = "report";
+  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key,
+                                 {"bytes", "error", "messages", "mismatch",
+                                  "operations", "packed_messages", "plan_ns",
+                                  "rank", "ready", "transfer_ns", "verified"}));
+  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  ReportRecord r;
+  r.rank = rank;
+  ASSIGN_OR_RETURN(r.bytes, U64Field(p.obj, "bytes", kKind, key));
+  ASSIGN_OR_RETURN(r.messages, U64Field(p.obj, "messages", kKind, key));
+  ASSIGN_OR_RETURN(r.operations, U64Field(p.obj, "operations", kKind, key));
+  ASSIGN_OR_RETURN(r.packed_messages,
+                   U64Field(p.obj, "packed_messages", kKind, key));
+  ASSIGN_OR_RETURN(r.plan_ns, U64Field(p.obj, "plan_ns", kKind, key));
+  ASSIGN_OR_RETURN(r.transfer_ns, U64Field(p.obj, "transfer_ns", kKind, key));
+  ASSIGN_OR_RETURN(r.ready, BoolField(p.obj, "ready", kKind, key));
+  ASSIGN_OR_RETURN(r.verified, BoolField(p.obj, "verified", kKind, key));
+  ASSIGN_OR_RETURN(r.error, StringField(p.obj, "error", kKind, key));
+  ASSIGN_OR_RETURN(r.mismatch, StringField(p.obj, "mismatch", kKind, key));
+  r.error = Shorten(r.error, kMaxReadText);
+  r.mismatch = Shorten(r.mismatch, kMaxReadText);
+  if (!r.error.empty() && r.verified) {
+    return Status::InvalidArgument(What(kKind, key) +
+                                   ": verified with an error");
+  }
+  if (!r.mismatch.empty() && r.verified) {
+    return Status::InvalidArgument(What(kKind, key) +
+                                   ": verified with a mismatch");
+  }
+  return r;
+}
+
+}  // namespace reshard::internal

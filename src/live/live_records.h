@@ -1,0 +1,105 @@
+// The records a live session's ranks exchange through the rendezvous, and
+// the self-test's report records. Every record is canonical JSON (sorted
+// keys, compact) written by one process and read by others, so a reader
+// treats it as untrusted input: exact field sets, typed values, the rank
+// in the record equal to the rank in its key, bytes for UCX carried as hex
+// with their SHA-256 (a torn or garbled record is caught before UCX sees
+// it), and every error naming the record's key.
+
+#ifndef RESHARD_LIVE_LIVE_RECORDS_H_
+#define RESHARD_LIVE_LIVE_RECORDS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/status.h"
+
+namespace reshard::internal {
+
+// Bounds on bytes handed to UCX. A UCX 1.13 worker address is a few hundred
+// bytes (one per transport and device); a packed remote key a few dozen.
+inline constexpr size_t kMaxWorkerAddressBytes = 64 * 1024;
+inline constexpr size_t kMaxRemoteKeyBytes = 4 * 1024;
+// Reasons and error strings longer than this are cut when recorded.
+inline constexpr size_t kMaxRecordedText = 4 * 1024;
+
+// rank/<r>: the rank's publication marker, written last.
+// {"host":"...","rank":R,"ranks":N}
+struct RankRecord {
+  std::string host;
+  uint32_t rank = 0;
+  uint32_t ranks = 0;
+};
+std::string EncodeRankRecord(const RankRecord& record);
+// Also checks that the record's rank is `rank` and its world size `ranks`.
+Result<RankRecord> DecodeRankRecord(std::string_view text, std::string_view key,
+                                    uint32_t rank, uint32_t ranks);
+
+// address/<r>: the UCX worker address.
+// {"address":"<hex>","rank":R,"sha256":"<hex of the address bytes>"}
+std::string EncodeAddressRecord(uint32_t rank, std::string_view address);
+// The address bytes: at most kMaxWorkerAddressBytes, digest checked.
+Result<std::string> DecodeAddressRecord(std::string_view text,
+                                        std::string_view key, uint32_t rank);
+
+// rkeys/<r> (pull): one entry per registered source buffer.
+// {"keys":[{"address":A,"key":"<hex>","length":L,"sha256":"<hex>"}...],
+//  "rank":R}
+struct RemoteRange {
+  uint64_t address = 0;
+  uint64_t length = 0;
+  std::string packed;  // the packed UCX remote key
+};
+std::string EncodeRemoteKeysRecord(uint32_t rank,
+                                   const std::vector<RemoteRange>& ranges);
+// The ranges sorted by address; each non-empty, not wrapping around the
+// address space, disjoint from the others, with a packed key of at most
+// kMaxRemoteKeyBytes whose digest matches.
+Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
+                                                        std::string_view key,
+                                                        uint32_t rank);
+
+// done/<r> and ready/<r>: {"rank":R}.
+std::string EncodeMarkerRecord(uint32_t rank);
+Status DecodeMarkerRecord(std::string_view text, std::string_view key,
+                          uint32_t rank);
+
+// abort/<r>: {"rank":R,"reason":"..."}; the reason is cut at
+// kMaxRecordedText bytes.
+std::string EncodeAbortRecord(uint32_t rank, std::string_view reason);
+// The reason.
+Result<std::string> DecodeAbortRecord(std::string_view text,
+                                      std::string_view key, uint32_t rank);
+
+// report/<r> (self-test): one rank's outcome, written by the rank.
+// {"bytes":B,"error":"...","messages":M,"mismatch":"...","operations":O,
+//  "packed_messages":P,"plan_ns":T,"rank":R,"ready":bool,
+//  "transfer_ns":T,"verified":bool}
+// `error` is empty when the rank succeeded; `verified` is then true unless
+// its targets differ (`mismatch`).
+struct ReportRecord {
+  uint32_t rank = 0;
+  bool verified = false;
+  bool ready = false;
+  uint64_t bytes = 0;
+  uint64_t operations = 0;
+  uint64_t messages = 0;
+  uint64_t packed_messages = 0;
+  uint64_t plan_ns = 0;
+  uint64_t transfer_ns = 0;
+  std::string mismatch;
+  std::string error;
+};
+std::string EncodeReportRecord(const ReportRecord& record);
+Result<ReportRecord> DecodeReportRecord(std::string_view text,
+                                        std::string_view key, uint32_t rank);
+
+// `text` cut to `limit` bytes (at a UTF-8 character boundary) with
+// "... (N bytes)" appended when it is longer.
+std::string Shorten(std::string_view text, size_t limit);
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_LIVE_LIVE_RECORDS_H_

@@ -1,0 +1,268 @@
+// The live session's records are input from other processes: each decoder
+// accepts exactly what its encoder writes and refuses anything else with
+// one error naming the record; bytes for UCX are checked before UCX sees
+// them; the rendezvous URI names a directory or is refused.
+
+#include "live/live_records.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "exec/ucx/ucx_handles.h"
+#include "reshard/live.h"
+#include "testing/temp_dir.h"
+
+namespace reshard::internal {
+namespace {
+
+TEST(LiveRecordsTest, RoundTrips) {
+  const RankRecord rank{"host-a", 1, 3};
+  EXPECT_EQ(EncodeRankRecord(rank), R"({"host":"host-a","rank":1,"ranks":3})");
+  auto r = DecodeRankRecord(EncodeRankRecord(rank), "s/rank/1", 1, 3);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->host, "host-a");
+
+  const std::string address("\x20\x01\x02\x03\x04\x05\x06\x07\x08\x09", 10);
+  auto a =
+      DecodeAddressRecord(EncodeAddressRecord(2, address), "s/address/2", 2);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(*a, address);
+
+  const std::vector<RemoteRange> ranges = {
+      {4096, 100, std::string("\x01\0\0\0\0\0\0\0\0\0", 10)},
+      {1024, 8, std::string("\x13\0\0\0\0\0\0\0\0\0\0\0", 12)}};
+  auto k =
+      DecodeRemoteKeysRecord(EncodeRemoteKeysRecord(0, ranges), "s/rkeys/0", 0);
+  ASSERT_TRUE(k.ok()) << k.status().ToString();
+  ASSERT_EQ(k->size(), 2u);
+  EXPECT_EQ((*k)[0].address, 1024u);  // sorted
+  EXPECT_EQ((*k)[0].packed, ranges[1].packed);
+  EXPECT_EQ((*k)[1].length, 100u);
+
+  EXPECT_EQ(EncodeMarkerRecord(4), R"({"rank":4})");
+  EXPECT_TRUE(DecodeMarkerRecord(R"({"rank":4})", "s/done/4", 4).ok());
+
+  auto reason = DecodeAbortRecord(EncodeAbortRecord(1, "line one\nline two"),
+                                  "s/abort/1", 1);
+  ASSERT_TRUE(reason.ok());
+  EXPECT_EQ(*reason, "line one\nline two");
+
+  ReportRecord report;
+  report.rank = 1;
+  report.verified = true;
+  report.ready = true;
+  report.bytes = 1 << 20;
+  report.operations = 7;
+  report.messages = 7;
+  report.packed_messages = 2;
+  report.plan_ns = 1500;
+  report.transfer_ns = 123456789;
+  const std::string text = EncodeReportRecord(report);
+  EXPECT_EQ(text,
+            R"({"bytes":1048576,"error":"","messages":7,"mismatch":"",)"
+            R"("operations":7,"packed_messages":2,"plan_ns":1500,"rank":1,)"
+            R"("ready":true,"transfer_ns":123456789,"verified":true})");
+  auto back = DecodeReportRecord(text, "s/report/1", 1);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->bytes, report.bytes);
+  EXPECT_EQ(back->transfer_ns, report.transfer_ns);
+  EXPECT_TRUE(back->verified && back->ready);
+}
+
+// The launcher used to read "key=value" lines with stoull: a malformed
+// report killed it with an uncaught exception.
+TEST(LiveRecordsTest, MalformedReportsAreErrorsNamingTheRecord) {
+  const std::string key = "s/report/1";
+  const std::string valid = EncodeReportRecord({.rank = 1, .verified = true});
+  const struct {
+    std::string text;
+    std::string message;
+  } cases[] = {
+      {"verified=1\nbytes=lots\n",
+       "malformed report record s/report/1: invalid JSON: "},
+      {"", "malformed report record s/report/1: invalid JSON: "},
+      {R"({"bytes":"1","error":"","messages":0,"mismatch":"","operations":0,)"
+       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,)"
+       R"("transfer_ns":0,"verified":true})",
+       "malformed report record s/report/1: bytes must be an integer"},
+      {R"({"bytes":-1,"error":"","messages":0,"mismatch":"","operations":0,)"
+       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,)"
+       R"("transfer_ns":0,"verified":true})",
+       "malformed report record s/report/1: bytes must fit in an unsigned "
+       "64-bit integer"},
+      {R"({"bytes":0,"error":"","messages":0,"mismatch":"","operations":0,)"
+       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,)"
+       R"("transfer_ns":0,"verified":1})",
+       "malformed report record s/report/1: verified must be a boolean"},
+      {R"({"bytes":0,"error":"","messages":0,"mismatch":"","operations":0,)"
+       R"("packed_messages":0,"plan_ns":0,"rank":0,"ready":false,)"
+       R"("transfer_ns":0,"verified":true})",
+       "malformed report record s/report/1: rank 0 under the key of rank 1"},
+      {R"({"bytes":0,"error":"boom","messages":0,"mismatch":"",)"
+       R"("operations":0,"packed_messages":0,"plan_ns":0,"rank":1,)"
+       R"("ready":false,"transfer_ns":0,"verified":true})",
+       "malformed report record s/report/1: verified with an error"},
+      {valid.substr(0, valid.size() - 1),
+       "malformed report record s/report/1: invalid JSON: "},
+      {valid.substr(0, valid.size() - 1) + R"(,"extra":0})",
+       "malformed report record s/report/1: $: report record schema fields "
+       "do not match contract: unknown field \"extra\""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto r = DecodeReportRecord(c.text, key, 1);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message().substr(0, c.message.size()), c.message);
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  }
+}
+
+TEST(LiveRecordsTest, AddressRecordsAreCheckedBeforeUcx) {
+  const std::string key = "s/address/1";
+  // The raw bytes that used to go straight to ucp_ep_create.
+  auto raw = DecodeAddressRecord(std::string(64, '\x02'), key, 1);
+  EXPECT_EQ(raw.status().message().substr(0, 48),
+            "malformed address record s/address/1: invalid JS");
+  // A torn or altered address: the digest no longer matches.
+  std::string text = EncodeAddressRecord(1, std::string(64, '\x20'));
+  text[13] = text[13] == '0' ? '1' : '0';
+  auto torn = DecodeAddressRecord(text, key, 1);
+  EXPECT_EQ(torn.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(torn.status().message(),
+            "malformed address record s/address/1: address does not match "
+            "its sha256 (torn or altered record)");
+  auto upper =
+      DecodeAddressRecord(R"({"address":"0A","rank":1,"sha256":"x"})", key, 1);
+  EXPECT_EQ(upper.status().message(),
+            "malformed address record s/address/1: address must be lowercase "
+            "hex");
+  auto empty =
+      DecodeAddressRecord(R"({"address":"","rank":1,"sha256":"x"})", key, 1);
+  EXPECT_EQ(empty.status().message(),
+            "malformed address record s/address/1: address must be 1 to 65536 "
+            "bytes of lowercase hex, got 0 characters");
+  auto huge = DecodeAddressRecord(
+      EncodeAddressRecord(1, std::string(kMaxWorkerAddressBytes + 1, 'x')), key,
+      1);
+  EXPECT_EQ(huge.status().message(),
+            "malformed address record s/address/1: address must be 1 to 65536 "
+            "bytes of lowercase hex, got 131074 characters");
+  auto wrong_rank =
+      DecodeAddressRecord(EncodeAddressRecord(0, "abcdefghij"), key, 1);
+  EXPECT_EQ(wrong_rank.status().message(),
+            "malformed address record s/address/1: rank 0 under the key of "
+            "rank 1");
+
+  // Well-formed records of bytes UCX did not write.
+  const std::string own("\x20\x45\x5c\x97\x1d\x74\x4d\x22\xf2\x20\x00", 11);
+  EXPECT_TRUE(CheckWorkerAddress(own, own).ok());
+  EXPECT_EQ(CheckWorkerAddress(std::string(64, '\x02'), own).message(),
+            "UCX worker address has format version 2, this UCX writes "
+            "version 0");
+  EXPECT_EQ(CheckWorkerAddress("\x20\x01", own).message(),
+            "UCX worker address of 2 bytes is too short");
+}
+
+TEST(LiveRecordsTest, RemoteKeysAreCheckedBeforeUcx) {
+  const std::string key = "s/rkeys/0";
+  // Packed as UCX 1.13 packs them: md map, memory type, one sized key per
+  // memory domain.
+  const std::string shm("\x13\0\0\0\0\0\0\0\0\0\0\0", 12);
+  const std::string tcp("\x01\0\0\0\0\0\0\0\0\0", 10);
+  EXPECT_TRUE(CheckPackedRemoteKey(shm).ok());
+  EXPECT_TRUE(CheckPackedRemoteKey(tcp).ok());
+  EXPECT_EQ(CheckPackedRemoteKey(std::string(64, '\x02')).message(),
+            "packed UCX remote key of 64 bytes: memory type 2 is not host "
+            "memory");
+  EXPECT_EQ(CheckPackedRemoteKey(std::string(9, '\0')).message(),
+            "packed UCX remote key of 9 bytes: no memory domain");
+  EXPECT_EQ(CheckPackedRemoteKey("\x01").message(),
+            "packed UCX remote key of 1 bytes: too short");
+  EXPECT_EQ(CheckPackedRemoteKey(std::string("\x01\0\0\0\0\0\0\0\0\x05", 10))
+                .message(),
+            "packed UCX remote key of 10 bytes: keys run past the end");
+  EXPECT_EQ(
+      CheckPackedRemoteKey(std::string("\xff\0\0\0\0\0\0\0\0", 9)).message(),
+      "packed UCX remote key of 9 bytes: keys run past the end");
+
+  auto overlap = DecodeRemoteKeysRecord(
+      EncodeRemoteKeysRecord(0, {{1000, 100, tcp}, {1050, 10, tcp}}), key, 0);
+  EXPECT_EQ(overlap.status().message(),
+            "malformed remote-key record s/rkeys/0: registered ranges overlap");
+  auto wrap = DecodeRemoteKeysRecord(
+      EncodeRemoteKeysRecord(0, {{~uint64_t{0}, 2, tcp}}), key, 0);
+  EXPECT_EQ(wrap.status().message(),
+            "malformed remote-key record s/rkeys/0: keys[0] is an empty or "
+            "wrapping range");
+  // The format this record had before: "<address> <length> <hex>" lines.
+  auto lines =
+      DecodeRemoteKeysRecord("4096 100 01000000000000000000\n", key, 0);
+  EXPECT_EQ(lines.status().message().substr(0, 51),
+            "malformed remote-key record s/rkeys/0: invalid JSON");
+  std::string text = EncodeRemoteKeysRecord(0, {{1000, 100, tcp}});
+  text.replace(text.find("\"key\":\"01"), 9, "\"key\":\"02");
+  auto altered = DecodeRemoteKeysRecord(text, key, 0);
+  EXPECT_EQ(altered.status().message(),
+            "malformed remote-key record s/rkeys/0: keys[0].key does not "
+            "match its sha256 (torn or altered record)");
+}
+
+TEST(LiveRecordsTest, RankAbortAndMarkerRecords) {
+  auto other_world =
+      DecodeRankRecord(EncodeRankRecord({"h", 1, 4}), "s/rank/1", 1, 2);
+  EXPECT_EQ(other_world.status().message(),
+            "rank 1 joined with 4 ranks, this rank with 2 (s/rank/1)");
+  auto hostname = DecodeRankRecord("myhost", "s/rank/1", 1, 2);
+  EXPECT_EQ(hostname.status().message().substr(0, 45),
+            "malformed rank record s/rank/1: invalid JSON:");
+  EXPECT_EQ(DecodeMarkerRecord("ok", "s/done/0", 0).message().substr(0, 46),
+            "malformed marker record s/done/0: invalid JSON");
+  EXPECT_EQ(DecodeMarkerRecord(R"({"rank":1.0})", "s/done/1", 1).message(),
+            "malformed marker record s/done/1: rank must be an integer");
+  // Reasons are bounded and valid UTF-8 whatever the error held.
+  const std::string huge(50 << 20, 'k');
+  const std::string record = EncodeAbortRecord(0, huge + "\xff");
+  EXPECT_LT(record.size(), 2 * kMaxRecordedText);
+  auto reason = DecodeAbortRecord(record, "s/abort/0", 0);
+  ASSERT_TRUE(reason.ok()) << reason.status().ToString();
+  EXPECT_EQ(*reason,
+            std::string(kMaxRecordedText, 'k') + "... (52428801 bytes)");
+  EXPECT_EQ(Shorten("a\xc3\xa9", 2), "a... (3 bytes)");
+}
+
+TEST(LiveRecordsTest, RendezvousUriNamesADirectory) {
+  testing::TempDir dir("reshard-rendezvous-uri");
+  for (const std::string& uri :
+       {dir.path() + "/plain", "fs://" + dir.path() + "/fs"}) {
+    auto store = OpenRendezvous(uri);
+    ASSERT_TRUE(store.ok()) << uri << ": " << store.status().ToString();
+    ASSERT_TRUE((*store)->Put("s/rank/0", "{}").ok());
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/plain/s/rank/0"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/fs/s/rank/0"));
+  const struct {
+    std::string uri, message;
+  } cases[] = {
+      {"redis://h:1",
+       "unsupported rendezvous URI \"redis://h:1\" (supported: fs://PATH or a "
+       "directory)"},
+      {"s3://bucket/x",
+       "unsupported rendezvous URI \"s3://bucket/x\" (supported: fs://PATH or "
+       "a directory)"},
+      {"fs://", "rendezvous URI \"fs://\" names no directory"},
+      {"", "rendezvous URI \"\" names no directory"},
+  };
+  for (const auto& c : cases) {
+    auto store = OpenRendezvous(c.uri);
+    ASSERT_FALSE(store.ok()) << c.uri;
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(store.status().message(), c.message);
+  }
+  EXPECT_FALSE(std::filesystem::exists("redis:"));
+}
+
+}  // namespace
+}  // namespace reshard::internal
