@@ -5,11 +5,14 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "reshard/weight_store.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
 #include "util/canonical_json.h"
+#include "util/printable.h"
 
 namespace reshard::cli {
 namespace {
@@ -73,6 +76,8 @@ void AddStoreCommand(CLI::App& app) {
           for (const auto& r : revs) {
             w.BeginObject();
             w.KeyUInt("bytes", r.bytes);
+            // Only a CORRUPT revision has an error.
+            if (!r.error.empty()) w.KeyString("error", r.error);
             w.KeyUInt("fragments", r.fragments);
             w.KeyUInt("leases", r.leases);
             w.KeyString("manifest_key", r.manifest_key);
@@ -89,6 +94,11 @@ void AddStoreCommand(CLI::App& app) {
         std::printf("%-9s %10s %14s %6s  %s\n", "state", "fragments", "bytes",
                     "leases", "manifest_key");
         for (const auto& r : revs) {
+          if (!r.error.empty()) {
+            std::printf("%-9s %10s %14s %6s  %s  (%s)\n", r.state.c_str(), "-",
+                        "-", "-", r.manifest_key.c_str(), r.error.c_str());
+            continue;
+          }
           std::printf("%-9s %10llu %14llu %6u  %s\n", r.state.c_str(),
                       static_cast<unsigned long long>(r.fragments),
                       static_cast<unsigned long long>(r.bytes), r.leases,
@@ -120,22 +130,26 @@ void AddStoreCommand(CLI::App& app) {
         if (a.json) {
           std::cout << out << "\n";
         } else {
+          // Ids come from the manifest: shown escaped.
           std::printf("revision %s (%s@%s, generation %llu)\n",
-                      m.manifest_key().c_str(), m.resource_id().c_str(),
-                      m.revision().c_str(),
+                      m.manifest_key().c_str(),
+                      internal::Printable(m.resource_id()).c_str(),
+                      internal::Printable(m.revision()).c_str(),
                       static_cast<unsigned long long>(m.weight_generation()));
           std::printf("  tensors %zu, fragments %zu, bytes %llu\n",
                       m.tensors().size(), m.fragments().size(),
                       static_cast<unsigned long long>(bytes));
-          std::printf("  created %s, digest %s\n", m.spec().created_at.c_str(),
+          std::printf("  created %s, digest %s\n",
+                      internal::Printable(m.spec().created_at).c_str(),
                       m.manifest_digest().c_str());
         }
         return Status::OK();
       });
 
   Sub(store, "verify",
-      "Re-read every payload and check every checksum (all READY revisions "
-      "without MANIFEST_KEY)",
+      "Re-read every payload and check every checksum (all READY and "
+      "CORRUPT revisions without MANIFEST_KEY); every revision is checked, "
+      "each corrupt one is one error line, and any makes the exit status 1",
       1, [](const StoreArgs& a) -> Status {
         ASSIGN_OR_RETURN(auto s, OpenStore(a));
         std::vector<std::string> keys;
@@ -144,20 +158,25 @@ void AddStoreCommand(CLI::App& app) {
         } else {
           ASSIGN_OR_RETURN(auto revs, s.List());
           for (const auto& r : revs) {
-            if (r.state == "READY") keys.push_back(r.manifest_key);
+            if (r.state != "IMPORTING") keys.push_back(r.manifest_key);
           }
         }
         VerifyReport total;
+        std::vector<std::pair<std::string, Status>> corrupt;
         for (const auto& k : keys) {
-          ASSIGN_OR_RETURN(auto r, s.Verify(k));
-          total.objects += r.objects;
-          total.bytes += r.bytes;
-          total.chunks += r.chunks;
+          auto r = s.Verify(k);
+          if (!r.ok()) {
+            corrupt.emplace_back(k, r.status());
+            continue;
+          }
+          total.objects += r->objects;
+          total.bytes += r->bytes;
+          total.chunks += r->chunks;
           if (!a.json) {
             std::printf("ok  %s: %llu objects, %llu bytes, %llu chunks\n",
-                        k.c_str(), static_cast<unsigned long long>(r.objects),
-                        static_cast<unsigned long long>(r.bytes),
-                        static_cast<unsigned long long>(r.chunks));
+                        k.c_str(), static_cast<unsigned long long>(r->objects),
+                        static_cast<unsigned long long>(r->bytes),
+                        static_cast<unsigned long long>(r->chunks));
           }
         }
         if (a.json) {
@@ -166,18 +185,37 @@ void AddStoreCommand(CLI::App& app) {
           w.BeginObject();
           w.KeyUInt("bytes", total.bytes);
           w.KeyUInt("chunks", total.chunks);
+          w.Key("corrupt");
+          w.BeginArray();
+          for (const auto& [k, st] : corrupt) {
+            w.BeginObject();
+            w.KeyString("error", st.message());
+            w.KeyString("manifest_key", k);
+            w.EndObject();
+          }
+          w.EndArray();
           w.KeyUInt("objects", total.objects);
           w.KeyUInt("revisions", keys.size());
           w.Key("verified");
-          w.Bool(true);
+          w.Bool(corrupt.empty());
           w.EndObject();
           std::cout << out << "\n";
         }
-        return Status::OK();
+        std::cout.flush();
+        std::fflush(stdout);
+        if (corrupt.empty()) return Status::OK();
+        // One error line per corrupt revision: all but the last here, the
+        // last as the command's status.
+        for (size_t i = 0; i + 1 < corrupt.size(); ++i) {
+          Fail(corrupt[i].second);
+        }
+        return corrupt.back().second;
       });
 
-  Sub(store, "rm", "Remove a revision (refused while a load holds a lease)", 2,
-      [](const StoreArgs& a) -> Status {
+  Sub(store, "rm",
+      "Remove a revision, also a corrupt one, and only keys under it (refused "
+      "while a load holds a lease)",
+      2, [](const StoreArgs& a) -> Status {
         ASSIGN_OR_RETURN(auto s, OpenStore(a));
         RETURN_NOT_OK(s.Remove(a.key));
         if (!a.json) std::printf("removed %s\n", a.key.c_str());
@@ -186,7 +224,8 @@ void AddStoreCommand(CLI::App& app) {
 
   Sub(store, "gc",
       "Remove payloads of aborted and abandoned uploads (never anything a "
-      "published revision references)",
+      "published revision references; corrupt revisions are left alone and "
+      "reported)",
       0, [](const StoreArgs& a) -> Status {
         ASSIGN_OR_RETURN(auto s, OpenStore(a));
         ASSIGN_OR_RETURN(auto r, s.Gc());
@@ -196,6 +235,15 @@ void AddStoreCommand(CLI::App& app) {
           w.BeginObject();
           w.KeyUInt("bytes_removed", r.bytes_removed);
           w.KeyUInt("keys_removed", r.keys_removed);
+          w.Key("skipped");
+          w.BeginArray();
+          for (const auto& p : r.skipped) {
+            w.BeginObject();
+            w.KeyString("error", p.error);
+            w.KeyString("key", p.key);
+            w.EndObject();
+          }
+          w.EndArray();
           w.KeyUInt("temporaries_removed", r.temporaries_removed);
           w.Key("transactions_removed");
           w.BeginArray();
@@ -208,6 +256,9 @@ void AddStoreCommand(CLI::App& app) {
                       static_cast<unsigned long long>(r.keys_removed),
                       static_cast<unsigned long long>(r.bytes_removed),
                       r.transactions_removed.size());
+          for (const auto& p : r.skipped) {
+            std::printf("gc: skipped %s: %s\n", p.key.c_str(), p.error.c_str());
+          }
         }
         return Status::OK();
       });

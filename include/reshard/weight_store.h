@@ -129,10 +129,21 @@ struct RevisionInfo {
   std::string resource_id;
   std::string revision;
   uint64_t weight_generation = 0;
-  std::string state;  // "READY" or "IMPORTING"
+  // "READY", "IMPORTING" or "CORRUPT" (a manifest that cannot be read or
+  // does not describe its own revision; only manifest_key and error are
+  // set).
+  std::string state;
   uint64_t fragments = 0;
   uint64_t bytes = 0;
   uint32_t leases = 0;
+  std::string error;  // why a CORRUPT revision cannot be read
+};
+
+// A revision or upload a maintenance operation left alone because it could
+// not read or process it, and why.
+struct StoreProblem {
+  std::string key;  // a manifest key, or "<base>/<txn>" of an upload
+  std::string error;
 };
 
 struct VerifyReport {
@@ -149,6 +160,9 @@ struct GcReport {
   uint64_t temporaries_removed = 0;
   // Uploads that had decided to commit and were published by Gc.
   std::vector<std::string> transactions_completed;
+  // Corrupt revisions (nothing under them is collected: their manifest may
+  // reference anything there) and uploads Gc could not process.
+  std::vector<StoreProblem> skipped;
 };
 
 class WeightStore {
@@ -192,7 +206,9 @@ class WeightStore {
   Result<std::vector<UploadReceipt>> GatherReceipts(const UploadPlan& plan);
   Status Abort(const UploadPlan& plan);
 
-  // A published manifest (strict; its key must match).
+  // A published manifest (strict: its key must match, its group must be the
+  // revision at that key, every payload must be <group>/payload/<txn>/<id>;
+  // otherwise DataLoss).
   Result<StoredWeightManifest> LoadManifest(std::string_view manifest_key);
   // Plans `target` from the manifest and reads straight into the bound
   // target buffers, verifying every delivered chunk. Holds a lease for the
@@ -202,11 +218,18 @@ class WeightStore {
       const WeightPlacementManifest& target,
       const std::vector<WeightRuntimeBindingManifest>& target_bindings);
 
+  // Every revision under the key prefix; a manifest that cannot be read is
+  // listed as CORRUPT (with its error), not an error of the listing.
   Result<std::vector<RevisionInfo>> List();
-  // Re-reads every payload of the revision and checks every checksum.
+  // Re-reads every payload of the revision and checks every checksum; an
+  // error means the revision is corrupt (or unreadable).
   Result<VerifyReport> Verify(std::string_view manifest_key);
-  // Removes a READY revision; refuses while a load holds a lease.
+  // Removes a published revision, READY or CORRUPT; refuses while a load
+  // holds a lease. Removes only keys under the manifest key's own revision
+  // (never keys a tampered manifest names elsewhere).
   Status Remove(std::string_view manifest_key);
+  // Collects abandoned uploads; corrupt revisions and uploads it cannot
+  // process are reported in `skipped` and left alone, the rest collected.
   Result<GcReport> Gc();
 
  private:

@@ -491,9 +491,13 @@ Status RemoveTransactionKeys(ObjectStore& b, const std::string& base,
                              const std::set<std::string>& keep,
                              GcReport* report) {
   for (std::string_view family : families) {
-    ASSIGN_OR_RETURN(
-        auto keys, b.List(base + "/" + std::string(family) + "/" + txn + "/"));
+    // Listed without the trailing '/', so that a non-directory entry at
+    // "<family>/<txn>" (a planted symbolic link) is removed too: Delete
+    // removes a link itself, never what it points to.
+    const std::string dir = base + "/" + std::string(family) + "/" + txn;
+    ASSIGN_OR_RETURN(auto keys, b.List(dir));
     for (const std::string& k : keys) {
+      if (k != dir && !k.starts_with(dir + "/")) continue;
       if (keep.count(k)) continue;
       if (report != nullptr) {
         auto size = b.ObjectSize(k);
@@ -504,6 +508,80 @@ Status RemoveTransactionKeys(ObjectStore& b, const std::string& base,
     }
   }
   return Status::OK();
+}
+
+// Splits `key`, a key under `prefix`, into its revision base
+// ("<prefix>/<ns>/<resource>/<revision>/<generation>") and the rest after
+// it; false when the key is not below a revision base.
+bool SplitRevisionKey(std::string_view prefix, std::string_view key,
+                      std::string* base, std::string* rest) {
+  if (!key.starts_with(prefix) || key.size() <= prefix.size() ||
+      key[prefix.size()] != '/') {
+    return false;
+  }
+  size_t at = prefix.size();
+  for (int i = 0; i < 4; ++i) {
+    at = key.find('/', at + 1);
+    if (at == std::string_view::npos) return false;
+  }
+  *base = std::string(key.substr(0, at));
+  *rest = std::string(key.substr(at + 1));
+  return true;
+}
+
+// Parses `text` as the manifest published at `manifest_key` and checks that
+// it describes that revision only: its key, its group (the revision base)
+// and every payload key (<base>/payload/<txn>/<name>). A manifest failing
+// these is corrupt (DataLoss): loads, verify and gc never act on the keys
+// it names.
+Result<StoredWeightManifest> ParsePublishedManifest(
+    std::string_view manifest_key, std::string_view text) {
+  auto parsed = StoredWeightManifestFromJson(text);
+  if (!parsed.ok()) {
+    return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
+                            ": " + parsed.status().message());
+  }
+  StoredWeightManifest m = std::move(parsed).ValueOrDie();
+  if (m.manifest_key() != manifest_key) {
+    return Status::DataLoss(
+        "manifest key mismatch: " + std::string(manifest_key) + " holds " +
+        m.manifest_key());
+  }
+  const std::string base = BaseOfManifestKey(manifest_key);
+  if (m.spec().group_id != base) {
+    return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
+                            ": group_id " + m.spec().group_id +
+                            " is not its revision " + base);
+  }
+  // The revision the manifest describes is the one its key names (a
+  // damaged identity would send loads and checksum reads elsewhere).
+  const std::string identity = "/" + QuoteKeyComponent(m.spec().namespace_) +
+                               "/" + QuoteKeyComponent(m.resource_id()) + "/" +
+                               QuoteKeyComponent(m.revision()) + "/" +
+                               std::to_string(m.weight_generation()) +
+                               "/manifest";
+  if (!m.manifest_key().ends_with(identity)) {
+    return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
+                            ": it describes " + m.resource_id() + "@" +
+                            m.revision() + "/" +
+                            std::to_string(m.weight_generation()));
+  }
+  const std::string payload = base + "/payload/";
+  for (const StoredFragment& f : m.fragments()) {
+    const std::string_view key(f.object_key);
+    const std::string_view rest =
+        key.starts_with(payload) ? key.substr(payload.size()) : "";
+    const size_t slash = rest.find('/');
+    if (slash == 0 || slash == std::string_view::npos ||
+        slash + 1 == rest.size() ||
+        rest.find('/', slash + 1) != std::string_view::npos) {
+      return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
+                              ": stored fragment " + f.fragment_id +
+                              " names object " + f.object_key + ", not " +
+                              payload + "<txn>/<id>");
+    }
+  }
+  return m;
 }
 
 }  // namespace
@@ -649,65 +727,44 @@ Result<StoredWeightManifest> WeightStore::LoadManifest(
                             std::string(manifest_key));
   }
   RETURN_NOT_OK(text.status());
-  auto parsed = StoredWeightManifestFromJson(*text);
-  if (!parsed.ok()) {
-    return Status::DataLoss("damaged weight manifest " +
-                            std::string(manifest_key) + ": " +
-                            parsed.status().message());
-  }
-  StoredWeightManifest m = std::move(parsed).ValueOrDie();
-  if (m.manifest_key() != manifest_key) {
-    return Status::DataLoss(
-        "manifest key mismatch: " + std::string(manifest_key) + " holds " +
-        m.manifest_key());
-  }
-  // The revision the manifest describes is the one its key names (a
-  // damaged identity would send loads and checksum reads elsewhere).
-  const std::string identity = "/" + QuoteKeyComponent(m.spec().namespace_) +
-                               "/" + QuoteKeyComponent(m.resource_id()) + "/" +
-                               QuoteKeyComponent(m.revision()) + "/" +
-                               std::to_string(m.weight_generation()) +
-                               "/manifest";
-  if (!m.manifest_key().ends_with(identity) ||
-      m.spec().group_id + "/manifest" != m.manifest_key()) {
-    return Status::DataLoss("damaged weight manifest " +
-                            std::string(manifest_key) + ": it describes " +
-                            m.resource_id() + "@" + m.revision() + "/" +
-                            std::to_string(m.weight_generation()));
-  }
-  return m;
+  return ParsePublishedManifest(manifest_key, *text);
 }
 
 Result<std::vector<RevisionInfo>> WeightStore::List() {
-  ASSIGN_OR_RETURN(auto keys, backend_->List(options_.key_prefix + "/"));
+  const std::string& prefix = options_.key_prefix;
+  ASSIGN_OR_RETURN(auto keys, backend_->List(prefix + "/"));
   std::map<std::string, RevisionInfo> revisions;  // by base
+  std::string base, rest;
   for (const std::string& k : keys) {
-    if (k.ends_with("/manifest")) {
-      const std::string base = BaseOfManifestKey(k);
-      ASSIGN_OR_RETURN(auto m, LoadManifest(k));
-      RevisionInfo& r = revisions[base];
-      r.manifest_key = k;
-      r.resource_id = m.resource_id();
-      r.revision = m.revision();
-      r.weight_generation = m.weight_generation();
-      r.state = "READY";
-      r.fragments = m.fragments().size();
-      for (const auto& f : m.fragments()) r.bytes += f.nbytes;
+    if (!SplitRevisionKey(prefix, k, &base, &rest) || rest != "manifest") {
+      continue;
     }
+    RevisionInfo& r = revisions[base];
+    r.manifest_key = k;
+    auto m = LoadManifest(k);
+    if (!m.ok()) {
+      // One tampered revision must not hide the others.
+      r.state = "CORRUPT";
+      r.error = m.status().message();
+      continue;
+    }
+    r.resource_id = m->resource_id();
+    r.revision = m->revision();
+    r.weight_generation = m->weight_generation();
+    r.state = "READY";
+    r.fragments = m->fragments().size();
+    for (const auto& f : m->fragments()) r.bytes += f.nbytes;
   }
   const int64_t now = UnixSeconds();
   for (const std::string& k : keys) {
-    const size_t t = k.find("/transactions/");
-    const size_t l = k.find("/leases/");
-    if (l != std::string::npos) {
-      auto it = revisions.find(k.substr(0, l));
+    if (!SplitRevisionKey(prefix, k, &base, &rest)) continue;
+    if (rest.starts_with("leases/")) {
+      auto it = revisions.find(base);
+      if (it == revisions.end() || it->second.state != "READY") continue;
       auto text = backend_->Get(k);
-      if (it != revisions.end() && text.ok() && ParseSeconds(*text) > now) {
-        ++it->second.leases;
-      }
+      if (text.ok() && ParseSeconds(*text) > now) ++it->second.leases;
     }
-    if (t != std::string::npos && k.ends_with("/started")) {
-      const std::string base = k.substr(0, t);
+    if (rest.starts_with("transactions/") && rest.ends_with("/started")) {
       if (revisions.count(base)) continue;
       RevisionInfo& r = revisions[base];
       r.manifest_key = base + "/manifest";
@@ -721,7 +778,7 @@ Result<std::vector<RevisionInfo>> WeightStore::List() {
 
 Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
   ASSIGN_OR_RETURN(auto m, LoadManifest(manifest_key));
-  const std::string base = m.spec().group_id;
+  const std::string base = m.spec().group_id;  // checked: the key's own
   VerifyReport report;
   std::vector<uint8_t> buf(options_.staging_bytes);
   for (const StoredFragment& s : m.fragments()) {
@@ -747,12 +804,26 @@ Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
 }
 
 Status WeightStore::Remove(std::string_view manifest_key) {
-  ASSIGN_OR_RETURN(auto m, LoadManifest(manifest_key));
-  const std::string base = m.spec().group_id;
+  // The revision is the one the key names, whatever its manifest says.
+  std::string base, rest;
+  if (!SplitRevisionKey(options_.key_prefix, manifest_key, &base, &rest) ||
+      rest != "manifest") {
+    return Status::InvalidArgument(
+        "not a weight revision manifest key (" + options_.key_prefix +
+        "/<namespace>/<resource>/<revision>/<generation>/manifest): " +
+        std::string(manifest_key));
+  }
+  // A corrupt manifest (unparseable, a link, naming keys elsewhere) is
+  // removable; only an absent one is an error.
+  auto m = LoadManifest(manifest_key);
+  if (m.status().code() == StatusCode::kNotFound) return m.status();
   const int64_t now = UnixSeconds();
-  ASSIGN_OR_RETURN(auto leases, backend_->List(base + "/leases/"));
+  // Listed without the trailing '/': a link planted at "leases" is no
+  // lease (and is removed with the rest below).
+  ASSIGN_OR_RETURN(auto leases, backend_->List(base + "/leases"));
   uint32_t live = 0;
   for (const std::string& k : leases) {
+    if (!k.starts_with(base + "/leases/")) continue;
     auto text = backend_->Get(k);
     if (text.ok() && ParseSeconds(*text) > now) {
       ++live;
@@ -767,7 +838,8 @@ Status WeightStore::Remove(std::string_view manifest_key) {
   // below leaves undecided uploads (abandoned after gc_grace) rather than
   // decided ones that Gc would publish again from their pending manifest,
   // some of whose keys may already be gone. Then hide the revision and
-  // remove everything under it.
+  // remove everything under it (the backend lists no key through a
+  // symbolic link and deletes a link itself only).
   ASSIGN_OR_RETURN(auto txn_keys, backend_->List(base + "/transactions/"));
   for (const std::string& k : txn_keys) {
     if (k.ends_with("/decision")) RETURN_NOT_OK(backend_->Delete(k));
@@ -780,74 +852,91 @@ Status WeightStore::Remove(std::string_view manifest_key) {
 
 Result<GcReport> WeightStore::Gc() {
   GcReport report;
-  ASSIGN_OR_RETURN(auto keys, backend_->List(options_.key_prefix + "/"));
+  const std::string& prefix = options_.key_prefix;
+  ASSIGN_OR_RETURN(auto keys, backend_->List(prefix + "/"));
   // Transactions per base, and what published manifests reference.
   std::map<std::string, std::set<std::string>> txns;  // base -> txn ids
   std::set<std::string> referenced;                   // object keys
   std::map<std::string, std::string> manifests;       // base -> key
+  std::string base, rest;
   for (const std::string& k : keys) {
-    if (k.ends_with("/manifest")) manifests[BaseOfManifestKey(k)] = k;
-    for (const char* kind : {"/payload/", "/checksums/", "/transactions/"}) {
-      const size_t p = k.find(kind);
-      if (p == std::string::npos) continue;
-      std::string rest = k.substr(p + std::strlen(kind));
-      txns[k.substr(0, p)].insert(rest.substr(0, rest.find('/')));
+    if (!SplitRevisionKey(prefix, k, &base, &rest)) continue;
+    if (rest == "manifest") manifests[base] = k;
+    for (std::string_view family :
+         {"payload/", "checksums/", "transactions/"}) {
+      if (!rest.starts_with(family)) continue;
+      const std::string txn = rest.substr(family.size());
+      txns[base].insert(txn.substr(0, txn.find('/')));
     }
   }
   std::map<std::string, std::string> committed_txn;  // base -> txn
-  for (const auto& [base, key] : manifests) {
-    ASSIGN_OR_RETURN(auto m, LoadManifest(key));
-    for (const auto& f : m.fragments()) {
+  std::set<std::string> corrupt;                     // bases
+  for (const auto& [b, key] : manifests) {
+    auto m = LoadManifest(key);
+    if (!m.ok()) {
+      // Its manifest may reference anything under the revision: collect
+      // nothing there until it is repaired or removed.
+      corrupt.insert(b);
+      report.skipped.push_back({key, m.status().message()});
+      continue;
+    }
+    for (const auto& f : m->fragments()) {
       referenced.insert(f.object_key);
-      committed_txn[base] = TransactionOfObject(f.object_key);
+      committed_txn[b] = TransactionOfObject(f.object_key);
     }
   }
   const int64_t now = UnixSeconds();
-  for (const auto& [base, ids] : txns) {
-    for (const std::string& txn : ids) {
-      if (committed_txn.count(base) && committed_txn[base] == txn) continue;
-      const std::string tkey = base + "/transactions/" + txn;
-      ASSIGN_OR_RETURN(auto decided,
-                       ReadDecision(*backend_, tkey + "/decision"));
-      bool remove = decided && *decided == "abort";
-      if (decided && *decided == "commit") {
-        if (manifests.count(base)) {
-          remove = true;  // lost to another manifest
-        } else {
-          // Decided but not published (the writer died after its decision):
-          // roll forward, never delete. A concurrent Commit of the same
-          // transaction publishes the same bytes.
-          // Only a copy that is this revision's manifest is published.
-          const std::string pending = tkey + "/pending-manifest";
-          auto copy = backend_->Get(pending);
-          if (copy.status().code() == StatusCode::kNotFound) continue;
-          RETURN_NOT_OK(copy.status());
-          auto parsed = StoredWeightManifestFromJson(*copy);
-          if (!parsed.ok() || parsed->manifest_key() != base + "/manifest") {
-            return Status::DataLoss("damaged pending weight manifest: " +
-                                    pending);
-          }
-          Status st = PublishManifest(*backend_, base + "/manifest", *copy);
-          if (st.ok()) {
-            report.transactions_completed.push_back(base + "/" + txn);
-          } else if (st.code() != StatusCode::kAlreadyExists) {
-            return st.WithContext("publishing " + pending);
-          }
-          continue;
+  // One upload; an error skips it (reported), not the rest of the store.
+  auto collect = [&](const std::string& b, const std::string& txn) -> Status {
+    const std::string tkey = b + "/transactions/" + txn;
+    ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, tkey + "/decision"));
+    bool remove = decided && *decided == "abort";
+    if (decided && *decided == "commit") {
+      if (manifests.count(b)) {
+        remove = true;  // lost to another manifest
+      } else {
+        // Decided but not published (the writer died after its decision):
+        // roll forward, never delete. A concurrent Commit of the same
+        // transaction publishes the same bytes. Only a manifest of this
+        // very revision is published.
+        const std::string pending = tkey + "/pending-manifest";
+        auto copy = backend_->Get(pending);
+        if (copy.status().code() == StatusCode::kNotFound) return Status::OK();
+        RETURN_NOT_OK(copy.status());
+        if (!ParsePublishedManifest(b + "/manifest", *copy).ok()) {
+          return Status::DataLoss("damaged pending weight manifest: " +
+                                  pending);
         }
+        Status st = PublishManifest(*backend_, b + "/manifest", *copy);
+        if (st.ok()) {
+          report.transactions_completed.push_back(b + "/" + txn);
+        } else if (st.code() != StatusCode::kAlreadyExists) {
+          return st.WithContext("publishing " + pending);
+        }
+        return Status::OK();
       }
-      if (!remove && !decided) {
-        // Undecided: abandoned once older than the grace period.
-        auto started = backend_->Get(tkey + "/started");
-        const int64_t t = started.ok() ? ParseSeconds(*started) : 0;
-        remove = now - t >= options_.gc_grace.count();
-      }
-      if (!remove) continue;
-      // Never anything a published manifest references.
-      RETURN_NOT_OK(RemoveTransactionKeys(
-          *backend_, base, txn, {"payload", "checksums", "transactions"},
-          referenced, &report));
-      report.transactions_removed.push_back(base + "/" + txn);
+    }
+    if (!remove && !decided) {
+      // Undecided: abandoned once older than the grace period.
+      auto started = backend_->Get(tkey + "/started");
+      const int64_t t = started.ok() ? ParseSeconds(*started) : 0;
+      remove = now - t >= options_.gc_grace.count();
+    }
+    if (!remove) return Status::OK();
+    // Never anything a published manifest references.
+    RETURN_NOT_OK(RemoveTransactionKeys(
+        *backend_, b, txn, {"payload", "checksums", "transactions"}, referenced,
+        &report));
+    report.transactions_removed.push_back(b + "/" + txn);
+    return Status::OK();
+  };
+  for (const auto& [b, ids] : txns) {
+    if (corrupt.count(b)) continue;
+    for (const std::string& txn : ids) {
+      if (txn.empty()) continue;
+      if (committed_txn.count(b) && committed_txn[b] == txn) continue;
+      Status st = collect(b, txn);
+      if (!st.ok()) report.skipped.push_back({b + "/" + txn, st.message()});
     }
   }
   ASSIGN_OR_RETURN(report.temporaries_removed,

@@ -15,10 +15,12 @@ Prints one line per test and a final line 'N passed, M failed'; exits
 non-zero on any failure. Standard library only.
 """
 
+import hashlib
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,8 +53,9 @@ LS_KEYS = ["bytes", "fragments", "leases", "manifest_key", "resource_id",
 SHOW_KEYS = ["bytes", "created_at", "fragments", "manifest_digest",
              "manifest_key", "namespace", "resource_id", "revision",
              "tensors", "weight_generation"]
-VERIFY_KEYS = ["bytes", "chunks", "objects", "revisions", "verified"]
-GC_KEYS = ["bytes_removed", "keys_removed", "temporaries_removed",
+VERIFY_KEYS = ["bytes", "chunks", "corrupt", "objects", "revisions",
+               "verified"]
+GC_KEYS = ["bytes_removed", "keys_removed", "skipped", "temporaries_removed",
            "transactions_removed"]
 
 UCX_LOG = re.compile(r"^\[\d+\.\d+\] \[[^\]]*\] +\S+:\d+ +UCX +[A-Z]+ ")
@@ -784,16 +787,27 @@ def store_verify_detects_flipped_byte():
         handle.write(bytes([original[0] ^ 0xFF]) + original[1:])
     object_key = os.path.relpath(victim, store_dir)
     fid = os.path.basename(victim)
-    for extra in (("--json",), (key,)):
-        rc, out, err = run("store", "verify", uri, *extra)
-        line = expect_one_line_error(rc, out, err,
-                                     "checksum mismatch in stored fragment")
-        check("at bytes [" in line, "no byte range in %r" % line)
-        want = ("reshard: error: checksum mismatch in stored fragment %s "
-                "\\(object %s\\) at bytes \\[0, %d\\): expected [0-9a-f]{16}, got "
-                "[0-9a-f]{16}" % (re.escape(fid), re.escape(object_key),
-                                  min(len(original), 1 << 20)))
-        check(re.fullmatch(want, line), "%r does not match %r" % (line, want))
+    want = ("reshard: error: checksum mismatch in stored fragment %s "
+            "\\(object %s\\) at bytes \\[0, %d\\): expected [0-9a-f]{16}, got "
+            "[0-9a-f]{16}" % (re.escape(fid), re.escape(object_key),
+                              min(len(original), 1 << 20)))
+    rc, out, err = run("store", "verify", uri, key)
+    line = expect_one_line_error(rc, out, err,
+                                 "checksum mismatch in stored fragment")
+    check(re.fullmatch(want, line), "%r does not match %r" % (line, want))
+    # --json: the same one error line, and the report says which revision.
+    rc, out, err = run("store", "verify", uri, "--json")
+    check(rc == 1, "verify --json exit %d" % rc)
+    lines = err.decode("utf-8").splitlines()
+    check(len(lines) == 1 and re.fullmatch(want, lines[0]),
+          "stderr %r does not match %r" % (err, want))
+    v = one_json_line(out, VERIFY_KEYS)
+    check(v["verified"] is False and v["revisions"] == 1 and
+          v["objects"] == 0,
+          "verify --json report %r" % v)
+    check(v["corrupt"] == [{"error": lines[0][len("reshard: error: "):],
+                            "manifest_key": key}],
+          "corrupt %r" % v["corrupt"])
     # Restored, the revision verifies again.
     with open(victim, "wb") as handle:
         handle.write(original)
@@ -809,7 +823,7 @@ def store_gc_then_rm():
     rc, out, err = run("store", "gc", uri, "--json")
     check(rc == 0, "gc exit %d: %r" % (rc, err))
     gc = one_json_line(out, GC_KEYS)
-    check(gc == {"bytes_removed": 0, "keys_removed": 0,
+    check(gc == {"bytes_removed": 0, "keys_removed": 0, "skipped": [],
                  "temporaries_removed": 0, "transactions_removed": []},
           "gc collected something: %r" % gc)
     # gc never touches a published revision.
@@ -830,6 +844,196 @@ def store_gc_then_rm():
                                      "no published weight revision")
         check(line == "reshard: error: no published weight revision " + key,
               "store %s: %r" % (sub, line))
+
+
+def tree_snapshot(root):
+    """Every path under `root` (and `root`): type, size, content hash and
+    mtime, never following a link."""
+    snap = {}
+
+    def add(path):
+        st = os.lstat(path)
+        entry = (st.st_mode, st.st_size, st.st_mtime_ns)
+        if os.path.islink(path):
+            entry += (os.readlink(path),)
+        elif os.path.isfile(path):
+            with open(path, "rb") as handle:
+                entry += (hashlib.sha256(handle.read()).hexdigest(),)
+        snap[os.path.relpath(path, root)] = entry
+
+    add(root)
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            add(os.path.join(dirpath, name))
+    return snap
+
+
+def make_sentinel(name):
+    sentinel = fresh_dir(name)
+    os.makedirs(os.path.join(sentinel, "sub", "deeper"))
+    for rel, text in (("file", "sentinel"), ("manifest", "not a manifest"),
+                      ("sub/file2", "sentinel 2"),
+                      ("sub/deeper/file3", "sentinel 3"),
+                      (".tmp.host.1.2.3", "an old temporary")):
+        with open(os.path.join(sentinel, rel), "w") as handle:
+            handle.write(text)
+    old = time.time() - 86400
+    os.utime(os.path.join(sentinel, ".tmp.host.1.2.3"), (old, old))
+    return sentinel
+
+
+@test
+def store_commands_never_follow_links():
+    """Links to a sentinel directory planted at every directory level of a
+    store, where an object would be, as an abandoned upload's payload
+    directory and as a revision's manifest: every `store` command leaves the
+    sentinel exactly as it was."""
+    store_dir, uri, rev = keep_revision("store_links")
+    key = rev["manifest_key"]
+    base = os.path.dirname(key)
+    sentinel = make_sentinel("store_links_sentinel")
+    payload = os.path.join(store_dir, base, "payload")
+    txn = os.listdir(payload)[0]
+    dirs = [d for d, _, _ in os.walk(store_dir)]
+    for d in dirs:
+        os.symlink(sentinel, os.path.join(d, "zz-link"))
+    os.symlink(os.path.join(sentinel, "file"),
+               os.path.join(payload, txn, "0" * 24))
+    # An abandoned upload whose payload directory is a link (no started
+    # record: gc --grace 0 collects it).
+    os.symlink(sentinel, os.path.join(payload, "f" * 32))
+    # A revision whose manifest is a link.
+    linked = os.path.join(os.path.dirname(os.path.dirname(base)),
+                          "linked", "0")
+    os.makedirs(os.path.join(store_dir, linked))
+    linked_key = linked + "/manifest"
+    os.symlink(os.path.join(sentinel, "manifest"),
+               os.path.join(store_dir, linked_key))
+    before = tree_snapshot(sentinel)
+    link_error = ("cannot read record %s: %s is a symbolic link (a store "
+                  "never follows links)" % (linked_key, linked_key))
+
+    rc, out, err = run("store", "ls", uri, "--json")
+    check(rc == 0, "ls exit %d: %r" % (rc, err))
+    revs = {r["manifest_key"]: r for r in one_json_line(out)}
+    check(sorted(revs) == sorted([key, linked_key]), "ls %r" % revs)
+    check(revs[key] == rev, "ls entry changed: %r" % revs[key])
+    check(revs[linked_key] == {"bytes": 0, "error": link_error,
+                               "fragments": 0, "leases": 0,
+                               "manifest_key": linked_key,
+                               "resource_id": "", "revision": "",
+                               "state": "CORRUPT", "weight_generation": 0},
+          "corrupt entry %r" % revs[linked_key])
+    rc, out, err = run("store", "ls", uri)
+    check(rc == 0 and ("CORRUPT" in out.decode() and
+                       link_error in out.decode()),
+          "ls: %d %r %r" % (rc, out, err))
+    rc, out, err = run("store", "show", uri, key, "--json")
+    check(rc == 0, "show exit %d: %r" % (rc, err))
+    rc, out, err = run("store", "show", uri, linked_key)
+    line = expect_one_line_error(rc, out, err, "is a symbolic link")
+    check(line == "reshard: error: " + link_error, "show %r" % line)
+    rc, out, err = run("store", "verify", uri, "--json")
+    check(rc == 1, "verify exit %d: %r" % (rc, err))
+    check(err.decode() == "reshard: error: %s\n" % link_error,
+          "verify stderr %r" % err)
+    v = one_json_line(out, VERIFY_KEYS)
+    check(v["revisions"] == 2 and v["objects"] == rev["fragments"] and
+          v["verified"] is False and
+          v["corrupt"] == [{"error": link_error,
+                            "manifest_key": linked_key}],
+          "verify %r" % v)
+    rc, out, err = run("store", "verify", uri, key)
+    check(rc == 0, "verify of the kept revision: %d %r" % (rc, err))
+    rc, out, err = run("store", "gc", uri, "--grace", "0", "--json")
+    check(rc == 0, "gc exit %d: %r" % (rc, err))
+    gc = one_json_line(out, GC_KEYS)
+    check("%s/%s" % (base, "f" * 32) in gc["transactions_removed"],
+          "gc did not collect the linked upload: %r" % gc)
+    check({"error": link_error, "key": linked_key} in gc["skipped"],
+          "gc skipped %r" % gc["skipped"])
+    check(not os.path.lexists(os.path.join(payload, "f" * 32)),
+          "the link of the collected upload is still there")
+    rc, out, err = run("store", "rm", uri, linked_key)
+    check(rc == 0 and out.decode() == "removed %s\n" % linked_key,
+          "rm of the corrupt revision: %d %r %r" % (rc, out, err))
+    rc, out, err = run("store", "verify", uri, "--json")
+    check(rc == 0 and one_json_line(out)["verified"] is True,
+          "verify after rm: %d %r" % (rc, err))
+    rc, out, err = run("store", "rm", uri, key)
+    check(rc == 0, "rm exit %d: %r" % (rc, err))
+    rc, out, err = run("store", "ls", uri, "--json")
+    check(rc == 0 and out == b"[]\n", "ls after rm: %d %r %r" %
+          (rc, out, err))
+    check(tree_snapshot(sentinel) == before, "the sentinel changed")
+
+
+@test
+def store_corrupt_revisions_do_not_hide_the_rest():
+    """A garbage manifest and a manifest copied from another revision are
+    reported as CORRUPT by ls, verify and gc; the healthy revision is listed,
+    verified and kept; rm removes each corrupt one, only its own files."""
+    store_dir, uri, rev = keep_revision("store_tampered")
+    key = rev["manifest_key"]
+    base = os.path.dirname(key)
+    parent = os.path.dirname(os.path.dirname(base))
+    copied = parent + "/copied/0"
+    shutil.copytree(os.path.join(store_dir, base),
+                    os.path.join(store_dir, copied))
+    garbage = parent + "/garbage/0"
+    os.makedirs(os.path.join(store_dir, garbage))
+    with open(os.path.join(store_dir, garbage, "manifest"), "wb") as handle:
+        handle.write(b"garbage")
+    kept_files = tree_snapshot(os.path.join(store_dir, base))
+    corrupt = {copied + "/manifest": "manifest key mismatch: %s/manifest "
+                                     "holds %s" % (copied, key),
+               garbage + "/manifest": "corrupt manifest %s/manifest: " %
+                                      garbage}
+
+    rc, out, err = run("store", "ls", uri, "--json")
+    check(rc == 0, "ls exit %d: %r" % (rc, err))
+    revs = {r["manifest_key"]: r for r in one_json_line(out)}
+    check(sorted(revs) == sorted([key] + list(corrupt)), "ls %r" % revs)
+    check(revs[key] == rev, "healthy entry changed: %r" % revs[key])
+    for k, msg in corrupt.items():
+        check(revs[k]["state"] == "CORRUPT" and
+              revs[k]["error"].startswith(msg), "entry %r" % revs[k])
+
+    rc, out, err = run("store", "verify", uri)
+    check(rc == 1, "verify exit %d" % rc)
+    check(out.decode().startswith("ok  %s: %d objects" %
+                                  (key, rev["fragments"])) and
+          out.decode().count("\n") == 1, "verify stdout %r" % out)
+    lines = err.decode().splitlines()
+    check(len(lines) == 2, "want one error line per corrupt revision: %r" %
+          err)
+    for line, (k, msg) in zip(lines, sorted(corrupt.items())):
+        check(line.startswith("reshard: error: " + msg), "%r" % line)
+    rc, out, err = run("store", "verify", uri, "--json")
+    v = one_json_line(out, VERIFY_KEYS)
+    check(rc == 1 and v["revisions"] == 3 and v["verified"] is False and
+          [c["manifest_key"] for c in v["corrupt"]] == sorted(corrupt),
+          "verify --json %d %r" % (rc, v))
+
+    rc, out, err = run("store", "gc", uri, "--grace", "0", "--json")
+    check(rc == 0, "gc exit %d: %r" % (rc, err))
+    gc = one_json_line(out, GC_KEYS)
+    check(sorted(p["key"] for p in gc["skipped"]) == sorted(corrupt) and
+          gc["transactions_removed"] == [], "gc %r" % gc)
+    rc, out, err = run("store", "gc", uri)
+    check(rc == 0 and "gc: skipped %s/manifest: " % garbage in out.decode(),
+          "gc human output %r" % out)
+    for k in sorted(corrupt):
+        rc, out, err = run("store", "rm", uri, k)
+        check(rc == 0 and out.decode() == "removed %s\n" % k,
+              "rm %s: %d %r %r" % (k, rc, out, err))
+        check(not os.path.exists(os.path.join(store_dir, os.path.dirname(k))),
+              "files left under %s" % k)
+    check(tree_snapshot(os.path.join(store_dir, base)) == kept_files,
+          "the healthy revision's files changed")
+    rc, out, err = run("store", "verify", uri, "--json")
+    check(rc == 0 and one_json_line(out)["verified"] is True,
+          "verify after rm: %d %r" % (rc, err))
 
 
 @test

@@ -3,8 +3,9 @@
 // errors, plain paths, the normalized absolute uri(), objects as plain files
 // under the root, the exact short-read error, Delete pruning emptied
 // directories (never the root), a Delete/Put storm on sibling keys that
-// never fails a Put, and no ".tmp." file left behind by any test. Two
-// DISABLED tests reproduce races that fail today (see their comments).
+// never fails a Put (also nested and non-durable, also while List walks),
+// and no ".tmp." file left behind by any test. Links inside the store:
+// src/store/store_confinement_test.cc.
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -315,10 +316,9 @@ TEST_F(FsObjectStoreTest, DeletePutStormOnSiblingKeysNeverFailsAPut) {
   EXPECT_EQ(AllPaths(), std::set<std::string>{});
 }
 
-// DISABLED: fails today. A Delete that prunes a directory while a Put's
-// std::filesystem::create_directories is creating it makes the Put fail
-// ("cannot create directory ...: No such file or directory" or "...: File
-// exists"); frequent with nested directories and durable=false.
+// A Delete that prunes a directory while a Put is creating the directories
+// above its key (frequent with nested directories and durable=false) makes
+// the Put retry, never fail.
 TEST_F(FsObjectStoreTest, NestedNonDurableStormNeverFailsAPut) {
   auto store = OpenOrDie("fs://" + dir_);
   ASSERT_NE(store, nullptr);
@@ -327,9 +327,8 @@ TEST_F(FsObjectStoreTest, NestedNonDurableStormNeverFailsAPut) {
             Keys{});
 }
 
-// DISABLED: fails today. List walks the tree with a recursive directory
-// iterator and fails ("cannot list ROOT: No such file or directory") when a
-// concurrent Delete prunes a directory it is about to enter.
+// A directory that a concurrent Delete prunes while List walks the tree is
+// skipped, not an error.
 TEST_F(FsObjectStoreTest, ListDuringDeleteStormNeverFails) {
   auto store = OpenOrDie("fs://" + dir_);
   ASSERT_NE(store, nullptr);

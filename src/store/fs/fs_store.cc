@@ -2,7 +2,19 @@
 // PATH, created as a temporary file, fsynced, published by link(2) (which
 // never replaces, also on shared filesystems) and made durable by an fsync
 // of its directory. Reads are positional, straight into caller memory.
+//
+// Confinement: the root directory is resolved once, when the store is
+// opened (the path the user names may itself be a symbolic link), and held
+// open. Every operation below it walks the key one component at a time
+// with openat(O_NOFOLLOW) relative to the directory reached so far, creates
+// with mkdirat/openat/linkat, and deletes with unlinkat on such a parent,
+// so a symbolic link anywhere inside the store is never followed: nothing
+// outside the root is ever read, written or removed. A link where a record,
+// an object or a directory of keys should be is a corrupt entry: reads and
+// writes through it fail with DataLoss naming it, List reports it as a key
+// (without descending into it) and Delete removes the link itself only.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,12 +22,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "reshard/object_store.h"
 #include "reshard/record_store.h"
@@ -29,6 +45,34 @@ Status Errno(const std::string& what, const std::string& path) {
   return Status::IOError(what + " " + path + ": " + std::strerror(errno));
 }
 
+// Owns one file descriptor; move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { Reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 // Writes all of `data` to `fd`.
 Status WriteAll(int fd, std::string_view data, const std::string& path) {
   while (!data.empty()) {
@@ -39,15 +83,6 @@ Status WriteAll(int fd, std::string_view data, const std::string& path) {
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
-  return Status::OK();
-}
-
-Status SyncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open directory", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Errno("cannot sync directory", dir);
   return Status::OK();
 }
 
@@ -69,10 +104,46 @@ std::string UniqueSuffix() {
   return buf;
 }
 
+// The '/'-separated components of a validated key, as views into it.
+std::vector<std::string_view> Components(std::string_view key) {
+  std::vector<std::string_view> out;
+  size_t begin = 0;
+  while (begin <= key.size()) {
+    const size_t end = std::min(key.find('/', begin), key.size());
+    out.push_back(key.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+// What a directory entry is, never following a link.
+enum class Kind { kMissing, kRegular, kDirectory, kLink, kOther, kError };
+
+Kind KindAt(int dir_fd, const std::string& name) {
+  struct stat sb;
+  if (::fstatat(dir_fd, name.c_str(), &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+    return errno == ENOENT || errno == ENOTDIR ? Kind::kMissing : Kind::kError;
+  }
+  if (S_ISREG(sb.st_mode)) return Kind::kRegular;
+  if (S_ISDIR(sb.st_mode)) return Kind::kDirectory;
+  if (S_ISLNK(sb.st_mode)) return Kind::kLink;
+  return Kind::kOther;
+}
+
+// The directories of a key's parent, opened from the root without following
+// links: dirs[i] is the directory named by the key's components [0, i].
+struct DirChain {
+  std::vector<UniqueFd> dirs;
+  // The deepest directory (the root when the chain is empty).
+  int Last(int root) const { return dirs.empty() ? root : dirs.back().get(); }
+};
+
 class FsStore : public ObjectStore {
  public:
-  explicit FsStore(std::string root)
-      : root_(std::move(root)), uri_("fs://" + root_) {}
+  FsStore(std::string root, UniqueFd root_fd)
+      : root_(std::move(root)),
+        uri_("fs://" + root_),
+        root_fd_(std::move(root_fd)) {}
 
   const std::string& uri() const override { return uri_; }
 
@@ -83,118 +154,126 @@ class FsStore : public ObjectStore {
   Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
                    bool durable = true) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
-    const std::string path = PathOf(key);
-    const std::string dir = fs::path(path).parent_path().string();
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) {
-      return Status::InvalidArgument("record key " + std::string(key) +
-                                     " names a directory of records");
-    }
-    // A unique temporary name beside the target (same filesystem), unique
-    // also across hosts and containers sharing the filesystem. A concurrent
-    // Delete may prune the directory between its creation and our open:
-    // retry both (once the temporary file exists, the directory is
+    const auto comps = Components(key);
+    const std::string leaf(comps.back());
+    // A unique temporary name beside the target (same filesystem). A
+    // concurrent Delete may prune a directory between its creation and our
+    // open: retry both (once the temporary file exists, its directory is
     // non-empty and stays).
-    const std::string tmp = dir + "/.tmp." + UniqueSuffix();
-    int fd = -1;
+    const std::string tmp = ".tmp." + UniqueSuffix();
+    DirChain chain;
     bool created = false;
-    for (int attempt = 0; fd < 0 && attempt < 64; ++attempt) {
-      created = fs::create_directories(dir, ec) || created;
-      if (ec && attempt + 1 < 64) continue;
-      if (ec) {
-        return Status::IOError("cannot create directory " + dir + ": " +
-                               ec.message());
-      }
-      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd < 0 && errno != ENOENT) break;
-    }
-    if (fd >= 0 && created && durable) {
-      // Make the new directories themselves durable.
-      for (fs::path d = fs::path(dir).parent_path();
-           d.string().size() >= root_.size(); d = d.parent_path()) {
-        Status synced = SyncDirectory(d.string());
-        if (!synced.ok()) {
-          ::close(fd);
-          ::unlink(tmp.c_str());
-          return synced;
-        }
-        if (d.string().size() == root_.size()) break;
-      }
-    }
-    if (fd < 0) return Errno("cannot create", tmp);
+    UniqueFd file;
     Status st;
+    for (int attempt = 0; !file.valid() && attempt < 64; ++attempt) {
+      st = OpenDirs(key, comps, comps.size() - 1, /*create=*/true,
+                    "cannot write", &chain, &created);
+      if (st.code() == StatusCode::kNotFound) continue;
+      RETURN_NOT_OK(st);
+      const int dir = chain.Last(root_fd_.get());
+      if (KindAt(dir, leaf) == Kind::kDirectory) {
+        return Status::InvalidArgument("record key " + std::string(key) +
+                                       " names a directory of records");
+      }
+      file = UniqueFd(
+          ::openat(dir, tmp.c_str(),
+                   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+      if (!file.valid() && errno != ENOENT) break;
+    }
+    const int open_errno = errno;
+    const std::string tmp_path = PathOf(ParentOf(key)) + "/" + tmp;
+    if (!file.valid()) {
+      errno = open_errno;
+      return st.ok() ? Errno("cannot create", tmp_path) : st;
+    }
+    const int dir = chain.Last(root_fd_.get());
+    if (created && durable) {
+      // Make the new directories themselves durable: sync every directory
+      // above the key's own (that one is synced after the link below).
+      for (size_t i = 0; i < chain.dirs.size(); ++i) {
+        const int fd = i == 0 ? root_fd_.get() : chain.dirs[i - 1].get();
+        if (::fsync(fd) != 0) {
+          st = Errno("cannot sync directory",
+                     i == 0 ? root_ : PathOf(Prefix(key, comps, i - 1)));
+          file.Reset();
+          ::unlinkat(dir, tmp.c_str(), 0);
+          return st;
+        }
+      }
+    }
     for (const ConstBuffer& part : parts) {
       if (!st.ok()) break;
       st = WriteAll(
-          fd, std::string_view(static_cast<const char*>(part.data), part.size),
-          tmp);
+          file.get(),
+          std::string_view(static_cast<const char*>(part.data), part.size),
+          tmp_path);
     }
-    if (st.ok() && durable && ::fsync(fd) != 0) {
-      st = Errno("cannot sync", tmp);
+    if (st.ok() && durable && ::fsync(file.get()) != 0) {
+      st = Errno("cannot sync", tmp_path);
     }
-    ::close(fd);
-    if (st.ok() && ::link(tmp.c_str(), path.c_str()) != 0) {
-      st = errno == EEXIST
-               ? Status::AlreadyExists("record exists: " + std::string(key))
-               : Errno("cannot publish", path);
+    file.Reset();
+    if (st.ok() && ::linkat(dir, tmp.c_str(), dir, leaf.c_str(), 0) != 0) {
+      if (errno != EEXIST) {
+        st = Errno("cannot publish", PathOf(key));
+      } else if (KindAt(dir, leaf) == Kind::kLink) {
+        st = LinkError("cannot write", key, std::string(key));
+      } else {
+        st = Status::AlreadyExists("record exists: " + std::string(key));
+      }
     }
-    ::unlink(tmp.c_str());
+    ::unlinkat(dir, tmp.c_str(), 0);
     RETURN_NOT_OK(st);
-    return durable ? SyncDirectory(dir) : Status::OK();
+    if (durable && ::fsync(dir) != 0) {
+      return Errno("cannot sync directory", PathOf(ParentOf(key)));
+    }
+    return Status::OK();
   }
 
   Result<uint64_t> RemoveStaleTemporaries(
       std::chrono::seconds older_than) override {
     uint64_t removed = 0;
-    const auto now = fs::file_time_type::clock::now();
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(root_, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      std::error_code e2;
-      const std::string name = it->path().filename().string();
-      if (!name.starts_with(".tmp.") || !it->is_regular_file(e2)) continue;
-      const auto mtime = fs::last_write_time(it->path(), e2);
-      if (e2 || now - mtime < older_than) continue;
-      if (fs::remove(it->path(), e2)) ++removed;
-    }
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    RETURN_NOT_OK(Walk(
+        "", /*hidden=*/true,
+        [&](int dir, const std::string& name, const std::string&, Kind kind) {
+          if (kind != Kind::kRegular || !name.starts_with(".tmp.")) return;
+          struct stat sb;
+          if (::fstatat(dir, name.c_str(), &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+              !S_ISREG(sb.st_mode) ||
+              now - sb.st_mtim.tv_sec < older_than.count()) {
+            return;
+          }
+          if (::unlinkat(dir, name.c_str(), 0) == 0) ++removed;
+        }));
     return removed;
   }
 
   // One filesystem-wide flush: data, inodes and directory entries of
   // everything written so far.
   Status Sync() override {
-    const int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return Errno("cannot open", root_);
-    const int rc = ::syncfs(fd);
-    ::close(fd);
-    if (rc != 0) return Errno("cannot sync filesystem of", root_);
+    if (::syncfs(root_fd_.get()) != 0) {
+      return Errno("cannot sync filesystem of", root_);
+    }
     return Status::OK();
   }
 
   Result<std::string> Get(std::string_view key) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
-    const std::string path = PathOf(key);
-    const int fd = OpenRegular(path);
-    if (fd < 0) {
-      if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR) {
-        return Status::NotFound("no record " + std::string(key));
-      }
-      return Errno("cannot open", path);
-    }
+    uint64_t size = 0;
+    ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(key, "record", &size));
     std::string out;
     char buf[1 << 16];
     while (true) {
-      const ssize_t n = ::read(fd, buf, sizeof buf);
+      const ssize_t n = ::read(fd.get(), buf, sizeof buf);
       if (n < 0) {
         if (errno == EINTR) continue;
-        Status st = Errno("cannot read", path);
-        ::close(fd);
-        return st;
+        return Errno("cannot read", PathOf(key));
       }
       if (n == 0) break;
       out.append(buf, static_cast<size_t>(n));
     }
-    ::close(fd);
     return out;
   }
 
@@ -206,39 +285,15 @@ class FsStore : public ObjectStore {
     const size_t slash = prefix.rfind('/');
     const std::string base(
         slash == std::string_view::npos ? "" : prefix.substr(0, slash));
-    const std::string dir = base.empty() ? root_ : root_ + "/" + base;
     std::vector<std::string> keys;
-    // Our own walk: directories that vanish under a concurrent Delete are
-    // skipped, not errors.
-    std::vector<std::string> todo{dir};
-    while (!todo.empty()) {
-      const std::string d = std::move(todo.back());
-      todo.pop_back();
-      std::error_code ec;
-      fs::directory_iterator it(d, ec), end;
-      if (ec) {
-        if (ec == std::errc::no_such_file_or_directory ||
-            ec == std::errc::not_a_directory) {
-          continue;
-        }
-        return Status::IOError("cannot list " + d + ": " + ec.message());
-      }
-      for (; it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        if (name.starts_with(".")) continue;
-        std::error_code type_ec;
-        if (it->is_directory(type_ec)) {
-          todo.push_back(it->path().string());
-          continue;
-        }
-        if (!it->is_regular_file(type_ec)) continue;
-        std::string key = it->path().string().substr(root_.size() + 1);
-        if (key.starts_with(prefix)) keys.push_back(std::move(key));
-      }
-      if (ec && ec != std::errc::no_such_file_or_directory) {
-        return Status::IOError("cannot list " + d + ": " + ec.message());
-      }
-    }
+    RETURN_NOT_OK(Walk(
+        base, /*hidden=*/false,
+        [&](int, const std::string&, const std::string& key, Kind kind) {
+          if (kind == Kind::kRegular || kind == Kind::kLink) {
+            if (key.starts_with(prefix)) keys.push_back(key);
+          }
+        },
+        prefix));
     std::sort(keys.begin(), keys.end());
     return keys;
   }
@@ -249,80 +304,311 @@ class FsStore : public ObjectStore {
   // made cold reads slower (readahead is per stream).
   Status ReadRanges(const std::vector<ReadRange>& ranges) override {
     struct Open {
-      int fd;
+      UniqueFd fd;
       uint64_t size;
     };
     std::unordered_map<std::string_view, Open> files;
     std::vector<int> fds;  // per range
-    Status st;
     for (const ReadRange& r : ranges) {
       auto it = files.find(r.key);
       if (it == files.end()) {
-        st = ValidateRecordKey(r.key);
-        if (!st.ok()) break;
-        const std::string path = PathOf(r.key);
+        RETURN_NOT_OK(ValidateRecordKey(r.key));
         uint64_t size = 0;
-        const int fd = OpenRegular(path, &size);
-        if (fd < 0) {
-          st = errno == ENOENT || errno == ENOTDIR || errno == EISDIR
-                   ? Status::NotFound("no object " + r.key)
-                   : Errno("cannot open", path);
-          break;
-        }
+        ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(r.key, "object", &size));
         // Loads read each object front to back: a larger readahead.
-        ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-        it = files.emplace(r.key, Open{fd, size}).first;
+        ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+        it = files.emplace(r.key, Open{std::move(fd), size}).first;
       }
       if (r.offset + r.length > it->second.size ||
           r.offset + r.length < r.offset) {
-        st = Status::DataLoss("object " + r.key + " is short: range [" +
-                              std::to_string(r.offset) + ", " +
-                              std::to_string(r.offset + r.length) +
-                              ") is past its end (" +
-                              std::to_string(it->second.size) + " bytes)");
-        break;
+        return Status::DataLoss("object " + r.key + " is short: range [" +
+                                std::to_string(r.offset) + ", " +
+                                std::to_string(r.offset + r.length) +
+                                ") is past its end (" +
+                                std::to_string(it->second.size) + " bytes)");
       }
-      fds.push_back(it->second.fd);
+      fds.push_back(it->second.fd.get());
     }
-    for (size_t i = 0; st.ok() && i < ranges.size(); ++i) {
-      st = ReadAll(ranges[i], fds[i]);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      RETURN_NOT_OK(ReadAll(ranges[i], fds[i]));
     }
-    for (const auto& [k, f] : files) ::close(f.fd);
-    return st;
+    return Status::OK();
   }
 
   Result<uint64_t> ObjectSize(std::string_view key) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
-    struct stat sb;
-    const std::string path = PathOf(key);
-    if (::stat(path.c_str(), &sb) != 0) {
-      if (errno == ENOENT || errno == ENOTDIR) {
-        return Status::NotFound("no object " + std::string(key));
-      }
-      return Errno("cannot stat", path);
-    }
-    if (!S_ISREG(sb.st_mode)) {
-      return Status::NotFound("no object " + std::string(key));
-    }
-    return static_cast<uint64_t>(sb.st_size);
+    uint64_t size = 0;
+    ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(key, "object", &size));
+    return size;
   }
 
+  // Removes the entry at `key` if it is a file or a symbolic link (the link
+  // itself, never what it points to), then prunes the directories it left
+  // empty. A directory of keys at `key` is no object: nothing is removed.
   Status Delete(std::string_view key) override {
     RETURN_NOT_OK(ValidateRecordKey(key));
-    const std::string path = PathOf(key);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR &&
-        errno != EISDIR) {
-      return Errno("cannot delete", path);
+    const auto comps = Components(key);
+    const std::string leaf(comps.back());
+    DirChain chain;
+    Status st = OpenDirs(key, comps, comps.size() - 1, /*create=*/false,
+                         "cannot delete", &chain, nullptr);
+    if (st.code() == StatusCode::kNotFound) return Status::OK();
+    RETURN_NOT_OK(st);
+    const int dir = chain.Last(root_fd_.get());
+    const Kind kind = KindAt(dir, leaf);
+    if (kind == Kind::kError) return Errno("cannot stat", PathOf(key));
+    if (kind == Kind::kMissing || kind == Kind::kDirectory) {
+      return Status::OK();
     }
-    // Prune directories left empty (a Put racing with this retries).
-    for (fs::path d = fs::path(path).parent_path();
-         d.string().size() > root_.size(); d = d.parent_path()) {
-      if (::rmdir(d.c_str()) != 0) break;
+    if (::unlinkat(dir, leaf.c_str(), 0) != 0 && errno != ENOENT) {
+      return Errno("cannot delete", PathOf(key));
+    }
+    // Prune directories left empty (a Put racing with this retries);
+    // unlinkat(AT_REMOVEDIR) removes only an empty directory, never a link.
+    for (size_t i = chain.dirs.size(); i-- > 0;) {
+      const int parent = i == 0 ? root_fd_.get() : chain.dirs[i - 1].get();
+      if (::unlinkat(parent, std::string(comps[i]).c_str(), AT_REMOVEDIR) !=
+          0) {
+        break;
+      }
     }
     return Status::OK();
   }
 
  private:
+  // `key` up to and including its component `i`.
+  static std::string Prefix(std::string_view key,
+                            const std::vector<std::string_view>& comps,
+                            size_t i) {
+    return std::string(key.substr(
+        0,
+        static_cast<size_t>(comps[i].data() + comps[i].size() - key.data())));
+  }
+
+  static std::string ParentOf(std::string_view key) {
+    const size_t slash = key.rfind('/');
+    return slash == std::string_view::npos ? ""
+                                           : std::string(key.substr(0, slash));
+  }
+
+  static Status LinkError(const std::string& verb, std::string_view key,
+                          const std::string& link) {
+    return Status::DataLoss(verb + " " + std::string(key) + ": " + link +
+                            " is a symbolic link (a store never follows "
+                            "links)");
+  }
+
+  // Opens the first `n` components of `key` as directories into `chain`,
+  // never following a link. NotFound when one is missing or is not a
+  // directory; with `create`, missing ones are created (setting *created)
+  // and NotFound means one vanished under a concurrent Delete (retry).
+  // DataLoss naming the link when one is a symbolic link.
+  Status OpenDirs(std::string_view key,
+                  const std::vector<std::string_view>& comps, size_t n,
+                  bool create, const std::string& verb, DirChain* chain,
+                  bool* created) const {
+    chain->dirs.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const int at = chain->Last(root_fd_.get());
+      const std::string name(comps[i]);
+      constexpr int kFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+      int fd = ::openat(at, name.c_str(), kFlags);
+      if (fd < 0 && errno == ENOENT && create) {
+        if (::mkdirat(at, name.c_str(), 0755) == 0) {
+          *created = true;
+        } else if (errno == ENOENT) {
+          // The directory holding it was pruned under us: retry.
+          return Status::NotFound("no key " + std::string(key));
+        } else if (errno != EEXIST) {
+          return Errno("cannot create directory",
+                       PathOf(Prefix(key, comps, i)));
+        }
+        fd = ::openat(at, name.c_str(), kFlags);
+      }
+      if (fd < 0) {
+        const int err = errno;
+        if (err == ENOENT)
+          return Status::NotFound("no key " + std::string(key));
+        if (err == ENOTDIR || err == ELOOP) {
+          const Kind kind = KindAt(at, name);
+          if (kind == Kind::kLink) {
+            return LinkError(verb, key, Prefix(key, comps, i));
+          }
+          if (kind == Kind::kMissing) {
+            return Status::NotFound("no key " + std::string(key));
+          }
+          if (create) {
+            errno = ENOTDIR;
+            return Errno("cannot create directory",
+                         PathOf(Prefix(key, comps, i)));
+          }
+          return Status::NotFound("no key " + std::string(key));
+        }
+        errno = err;
+        return Errno("cannot open directory", PathOf(Prefix(key, comps, i)));
+      }
+      chain->dirs.emplace_back(fd);
+    }
+    return Status::OK();
+  }
+
+  // Opens the regular file at `key` for reading and tells its size.
+  // NotFound ("no <what> KEY") when absent or not a regular file (a
+  // directory of keys, a device); DataLoss when a link is on the way.
+  Result<UniqueFd> OpenRegular(std::string_view key, const char* what,
+                               uint64_t* size) const {
+    const auto comps = Components(key);
+    DirChain chain;
+    const std::string verb = std::string("cannot read ") + what;
+    Status st = OpenDirs(key, comps, comps.size() - 1, /*create=*/false, verb,
+                         &chain, nullptr);
+    const auto absent = [&] {
+      return Status::NotFound("no " + std::string(what) + " " +
+                              std::string(key));
+    };
+    if (st.code() == StatusCode::kNotFound) return absent();
+    RETURN_NOT_OK(st);
+    const int dir = chain.Last(root_fd_.get());
+    const std::string leaf(comps.back());
+    // O_NONBLOCK: opening a FIFO planted at the key must not hang.
+    UniqueFd fd(::openat(dir, leaf.c_str(),
+                         O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd.valid()) {
+      if (errno == ELOOP) return LinkError(verb, key, std::string(key));
+      if (errno == ENOENT || errno == ENOTDIR) return absent();
+      return Errno("cannot open", PathOf(key));
+    }
+    struct stat sb;
+    if (::fstat(fd.get(), &sb) != 0) return Errno("cannot stat", PathOf(key));
+    if (!S_ISREG(sb.st_mode)) return absent();
+    *size = static_cast<uint64_t>(sb.st_size);
+    return fd;
+  }
+
+  // Calls visit(dir fd, name, key, kind) for every entry below the
+  // directory `base` (a key or "" for the root), descending into
+  // directories but never into a symbolic link, skipping names starting
+  // with '.' unless `hidden`. With `prefix`, only directories whose keys
+  // can hold keys starting with it are entered. Directories that vanish
+  // under a concurrent Delete are skipped, not errors; a link on the way to
+  // `base` is DataLoss; a missing `base` visits nothing.
+  template <typename Visit>
+  Status Walk(const std::string& base, bool hidden, Visit visit,
+              std::string_view prefix = {}) const {
+    // Subdirectories wait as (open parent, name), opened when their turn
+    // comes: the descriptors held open are those of the current path's
+    // ancestors, however wide the tree.
+    struct Pending {
+      std::shared_ptr<const UniqueFd> parent;
+      std::string name;
+      std::string key;
+    };
+    std::shared_ptr<const UniqueFd> start;
+    if (base.empty()) {
+      start = std::make_shared<const UniqueFd>(
+          ::openat(root_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!start->valid()) return Errno("cannot open", root_);
+    } else {
+      const auto comps = Components(base);
+      DirChain chain;
+      Status st = OpenDirs(base, comps, comps.size(), /*create=*/false,
+                           "cannot list", &chain, nullptr);
+      if (st.code() == StatusCode::kNotFound) return Status::OK();
+      RETURN_NOT_OK(st);
+      start = std::make_shared<const UniqueFd>(std::move(chain.dirs.back()));
+    }
+    std::vector<Pending> todo;
+    std::shared_ptr<const UniqueFd> dir = std::move(start);
+    std::string dir_key = base;
+    while (true) {
+      RETURN_NOT_OK(ListDirectory(dir, dir_key, hidden, prefix, visit, &todo));
+      std::shared_ptr<const UniqueFd> next;
+      while (next == nullptr && !todo.empty()) {
+        Pending p = std::move(todo.back());
+        todo.pop_back();
+        UniqueFd sub(::openat(p.parent->get(), p.name.c_str(),
+                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!sub.valid()) {
+          // Pruned meanwhile, or replaced by something that is no
+          // directory: report what is there now.
+          const Kind now = KindAt(p.parent->get(), p.name);
+          if (now != Kind::kDirectory && now != Kind::kMissing &&
+              now != Kind::kError) {
+            visit(p.parent->get(), p.name, p.key, now);
+          }
+          continue;
+        }
+        next = std::make_shared<const UniqueFd>(std::move(sub));
+        dir_key = std::move(p.key);
+      }
+      if (next == nullptr) break;
+      dir = std::move(next);
+    }
+    return Status::OK();
+  }
+
+  // One directory of Walk: visits its entries and queues its
+  // subdirectories.
+  template <typename Visit, typename Pending>
+  Status ListDirectory(const std::shared_ptr<const UniqueFd>& dir,
+                       const std::string& dir_key, bool hidden,
+                       std::string_view prefix, Visit& visit,
+                       std::vector<Pending>* todo) const {
+    // fdopendir takes the descriptor it is given, and a duplicate would
+    // share its read position with every other user of `dir` (the root's
+    // is shared by concurrent walks): a fresh open of ".".
+    const int own =
+        ::openat(dir->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR* stream = own < 0 ? nullptr : ::fdopendir(own);
+    if (stream == nullptr) {
+      if (own >= 0) ::close(own);
+      return Errno("cannot list", PathOf(dir_key));
+    }
+    while (true) {
+      errno = 0;
+      const dirent* e = ::readdir(stream);
+      if (e == nullptr) break;
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      if (!hidden && name.starts_with(".")) continue;
+      std::string key = dir_key.empty() ? name : dir_key + "/" + name;
+      Kind kind = Kind::kOther;
+      switch (e->d_type) {
+        case DT_REG:
+          kind = Kind::kRegular;
+          break;
+        case DT_DIR:
+          kind = Kind::kDirectory;
+          break;
+        case DT_LNK:
+          kind = Kind::kLink;
+          break;
+        case DT_UNKNOWN:
+          kind = KindAt(dir->get(), name);
+          break;
+        default:
+          break;
+      }
+      if (kind != Kind::kDirectory) {
+        visit(dir->get(), name, key, kind);
+        continue;
+      }
+      const std::string as_dir = key + "/";
+      if (!prefix.empty() && !as_dir.starts_with(prefix) &&
+          !prefix.starts_with(as_dir)) {
+        continue;
+      }
+      todo->push_back({dir, name, std::move(key)});
+    }
+    const int err = errno;
+    ::closedir(stream);
+    if (err != 0 && err != ENOENT) {
+      errno = err;
+      return Errno("cannot list", PathOf(dir_key));
+    }
+    return Status::OK();
+  }
+
   // Reads all of `r` from `fd`; DataLoss if the object ends early (it
   // shrank after the size check).
   Status ReadAll(const ReadRange& r, int fd) const {
@@ -345,27 +631,15 @@ class FsStore : public ObjectStore {
     return Status::OK();
   }
 
-  // Opens a regular file for reading (and tells its size); a directory
-  // fails with EISDIR.
-  static int OpenRegular(const std::string& path, uint64_t* size = nullptr) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fd;
-    struct stat sb;
-    if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-      ::close(fd);
-      errno = EISDIR;
-      return -1;
-    }
-    if (size != nullptr) *size = static_cast<uint64_t>(sb.st_size);
-    return fd;
-  }
-
   std::string PathOf(std::string_view key) const {
-    return root_ + "/" + std::string(key);
+    return key.empty() ? root_ : root_ + "/" + std::string(key);
   }
 
   std::string root_;
   std::string uri_;
+  // The root directory, resolved once at open; every path below it is
+  // reached from this descriptor.
+  UniqueFd root_fd_;
 };
 
 }  // namespace
@@ -408,7 +682,10 @@ Result<std::unique_ptr<FsStore>> OpenFsStore(const std::string& root) {
   }
   std::string normal = fs::absolute(root).lexically_normal().string();
   while (normal.size() > 1 && normal.ends_with('/')) normal.pop_back();
-  return std::make_unique<FsStore>(normal);
+  // The one place a link may be followed: the root the user named.
+  UniqueFd fd(::open(normal.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return Errno("cannot open record store directory", normal);
+  return std::make_unique<FsStore>(normal, std::move(fd));
 }
 
 }  // namespace
