@@ -366,10 +366,11 @@ bool SilentCorruption(FaultKind k) {
   return k == FaultKind::kCorruptWrite || k == FaultKind::kTornWrite;
 }
 
-// A torn or corrupted Put of a control record (a decision or a manifest;
-// the backend contract rules such writes out) is refused by the store with
-// an error naming the record; deleting it is left to the operator. The
-// sweep does that here and counts it.
+// A torn or corrupted Put of a control record (the backend contract rules
+// such writes out) is refused by the store with an error naming the
+// record. A corrupt manifest is removed with `rm`; a damaged decision
+// record (the upload's fate is unknown) is left to the operator, which the
+// sweep does here and counts.
 int& HandRepairs() {
   static int n = 0;
   return n;
@@ -399,11 +400,15 @@ Status WithHandRepair(FaultyStore& s, const std::function<Status()>& f) {
       const size_t p = st.message().find(marker);
       if (p != std::string::npos) key = st.message().substr(p + marker.size());
     }
+    // A corrupt published manifest is what `rm` is for (it removes the
+    // revision's own keys only); no hand repair needed.
     const std::string manifest_marker = "corrupt manifest ";
     const size_t p = st.message().find(manifest_marker);
     if (p != std::string::npos) {
       const size_t from = p + manifest_marker.size();
-      key = st.message().substr(from, st.message().find(':', from) - from);
+      MustOk(s.clean().Remove(
+          st.message().substr(from, st.message().find(':', from) - from)));
+      continue;
     }
     if (key.empty()) return st;
     MustOk(s.backend().Delete(key));
