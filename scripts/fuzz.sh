@@ -16,7 +16,16 @@ SECONDS_EACH=${FUZZ_SECONDS:-30}
 TIMEOUT=${FUZZ_TIMEOUT:-10}
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  for d in fuzz/corpus/*/; do targets+=("$(basename "$d")"); done
+  # Every target the tree configured (fuzz/CMakeLists.txt writes the list).
+  if [ ! -f "$BUILD/fuzz/targets.txt" ]; then
+    echo "fuzz: $BUILD has no fuzz targets (configure with -DRESHARD_FUZZ=ON)" >&2
+    exit 1
+  fi
+  mapfile -t targets <"$BUILD/fuzz/targets.txt"
+  for d in fuzz/corpus/*/; do
+    grep -qx "$(basename "$d")" "$BUILD/fuzz/targets.txt" ||
+      echo "fuzz: corpus $d has no target in $BUILD; skipped"
+  done
 fi
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/reshard-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
@@ -27,6 +36,11 @@ for t in "${targets[@]}"; do
   bin="$BUILD/fuzz/$t"
   if [ ! -x "$bin" ]; then
     echo "fuzz: $bin not built" >&2
+    failed+=("$t")
+    continue
+  fi
+  if [ ! -d "fuzz/corpus/$t" ]; then
+    echo "fuzz: $t has no seed corpus fuzz/corpus/$t" >&2
     failed+=("$t")
     continue
   fi
