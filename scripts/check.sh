@@ -14,9 +14,11 @@ cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 PASSES=${CHECK_PASSES:-asan tsan fuzz}
 # The suites with threads or processes sharing memory, records or files:
-# local transport, live sessions, store races and crashes, the fs backend,
-# multi-process uploads.
-TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:CopyRegionTest.*:LiveSessionTest.*:LiveFaultTest.*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:*Race*:*Concurren*'}
+# local transport, the self-test (local transport, parallel memcpy), live
+# sessions, store races and crashes, the fs backend, multi-process uploads,
+# and the placement suites (large documents decode on two threads, large
+# placements hash their identity on a second thread).
+TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:CopyRegionTest.*:SelfTestTest.*:LiveSessionTest.*:LiveFaultTest.*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:PlacementWireTest.*:PlacementManifestTest.*:*Race*:*Concurren*'}
 SUPP=$PWD/scripts/sanitizers
 # -O1 with line tables: sanitizer reports with file:line, a third less
 # compile time than the default -O2 -g.
