@@ -20,7 +20,7 @@ PASSES=${CHECK_PASSES:-asan tsan fuzz}
 # placements hash their identity on a second thread).
 TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:CopyRegionTest.*:SelfTestTest.*:LiveSessionTest.*:LiveFaultTest.*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:PlacementWireTest.*:PlacementManifestTest.*:*Race*:*Concurren*'}
 SUPP=$PWD/scripts/sanitizers
-# -O1 with line tables: sanitizer reports with file:line, a third less
+# -O1 with line tables: sanitizer reports with file:line, at less
 # compile time than the default -O2 -g.
 FLAGS="-O1 -gline-tables-only"
 
