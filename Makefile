@@ -1,11 +1,13 @@
 # reshard: `make` builds, `make demo` runs the main job, `make test` runs
-# every test, `make bench` runs the benchmarks. Each installs missing
-# Debian packages first (scripts/bootstrap.sh).
+# every test, `make check` runs the unit tests under sanitizers and the
+# fuzzers (scripts/check.sh, docs/reliability.md), `make bench` runs the
+# benchmarks. Each installs missing Debian packages first
+# (scripts/bootstrap.sh).
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all build bootstrap configure demo test bench format clean
+.PHONY: all build bootstrap configure demo test check fuzz bench format clean
 
 all: build
 
@@ -27,6 +29,15 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# Sanitizer trees build-asan and build-tsan, then the fuzzers for
+# FUZZ_SECONDS each (see scripts/check.sh for the knobs).
+check: bootstrap
+	JOBS=$(JOBS) scripts/check.sh
+
+# Only the fuzzers (FUZZ_SECONDS each).
+fuzz: bootstrap
+	JOBS=$(JOBS) CHECK_PASSES=fuzz scripts/check.sh
+
 bench: build
 	@scripts/bench.sh $(BUILD)
 
@@ -34,4 +45,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-tsan

@@ -4,7 +4,10 @@
 set -euo pipefail
 PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config
-  libucx-dev ucx-utils libxxhash-dev)
+  libucx-dev ucx-utils libxxhash-dev
+  # make check: clang with its sanitizer and libFuzzer runtimes, and
+  # llvm-symbolizer for readable sanitizer reports.
+  clang libclang-rt-14-dev llvm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -167,7 +167,10 @@ std::vector<ScenarioPair> ScenarioPairs(uint64_t max_bytes) {
   simdjson::dom::parser parser;
   simdjson::dom::object plans = parser.parse(text)["plans"];
   std::vector<ScenarioPair> out;
-  for (auto [key, value] : plans) {
+  for (auto [key, entry] : plans) {
+    // A named copy: lambdas cannot capture structured bindings before
+    // C++20's P1091 (clang < 16).
+    const simdjson::dom::element value = entry;
     simdjson::dom::element error;
     if (value["error"].get(error) == simdjson::SUCCESS) continue;
     if (uint64_t(value["bytes"]) > max_bytes) continue;

@@ -50,6 +50,13 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
     return Status::InvalidArgument(
         "manifest_key must use the canonical manifest suffix: " + key);
   }
+  // The revision's other keys (transactions, checksums, leases) are derived
+  // from group_id, so it must be the manifest's own group.
+  if (key != s.group_id + std::string(kManifestSuffix)) {
+    return Status::InvalidArgument("manifest_key must be <group_id>" +
+                                   std::string(kManifestSuffix) + ": " + key +
+                                   " (group_id " + s.group_id + ")");
+  }
   const std::string payload_prefix =
       key.substr(0, key.size() - kManifestSuffix.size()) + "/payload/";
   std::sort(s.tensors.begin(), s.tensors.end(),

@@ -64,6 +64,29 @@ TEST_F(StoredRulesTest, ManifestKeySuffix) {
             "ns/rev/index");
 }
 
+// A group_id naming another revision than the manifest_key sent a store's
+// transaction, checksum and lease keys elsewhere (found by
+// fuzz_upload_plan: a plan loaded from one revision re-published under
+// another).
+TEST_F(StoredRulesTest, GroupIdIsTheManifestKeysGroup) {
+  auto s = Valid();
+  const std::string key = s.manifest_key;
+  const std::string group = s.group_id;
+  s.group_id = group + "x";
+  EXPECT_EQ(Error(s), "manifest_key must be <group_id>/manifest: " + key +
+                          " (group_id " + group + "x)");
+  auto m = StoredWeightManifest::Make(Valid());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::string json = StoredWeightManifestToJson(*m);
+  const std::string field = "\"group_id\":\"" + group + "\"";
+  ASSERT_NE(json.find(field), std::string::npos);
+  json.replace(json.find(field), field.size(),
+               "\"group_id\":\"" + group + "x\"");
+  EXPECT_EQ(StoredWeightManifestFromJson(json).status().message(),
+            "manifest_key must be <group_id>/manifest: " + key + " (group_id " +
+                group + "x)");
+}
+
 TEST_F(StoredRulesTest, PayloadKeysBelongToTheGroup) {
   auto s = Valid();
   s.fragments[0].object_key = "elsewhere/payload/x";

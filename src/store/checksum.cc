@@ -51,7 +51,8 @@ Result<ChunkSums> ParseChecksumRecord(std::string_view record) {
       v = v * 10 + d;
       ++n;
     }
-    if (n == 0 || n > 20) return false;
+    // One spelling per number: no leading zeros.
+    if (n == 0 || n > 20 || (n > 1 && header[0] == '0')) return false;
     header.remove_prefix(n);
     *out = v;
     return true;

@@ -164,6 +164,10 @@ TEST(ChecksumParseTest, RejectsLaxOrOverflowingHeaders) {
       "xxh3-64 v1 chunk_bytes=-1 size=0\n",
       "xxh3-64 v1 chunk_bytes=99999999999999999999 size=0\n",
       "xxh3-64 v1 chunk_bytes=2 size=18446744073709551615\n",
+      // Leading zeros: a second spelling of a number (found by
+      // fuzz_checksum; fuzz/corpus/fuzz_checksum keeps the input).
+      "xxh3-64 v1 chunk_bytes=32 size=08\n3aa61af11e1d7c7b\n",
+      "xxh3-64 v1 chunk_bytes=032 size=8\n3aa61af11e1d7c7b\n",
   };
   for (const std::string& record : bad) {
     EXPECT_EQ(ParseChecksumRecord(record).status().code(),

@@ -1,0 +1,26 @@
+// CanonicalizeJson (and the strict reader under every decoder). Properties:
+// canonical output is a fixed point in both modes, and the ASCII mode
+// emits ASCII only.
+
+#include "fuzz/fuzz_check.h"
+#include "reshard/json.h"
+#include "util/json_reader.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text = reshard::fuzz::AsView(data, size);
+  (void)reshard::internal::JsonDocument::Parse(text);
+  for (bool ascii : {true, false}) {
+    auto canonical = reshard::CanonicalizeJson(text, ascii);
+    if (!canonical.ok()) continue;
+    auto again = reshard::CanonicalizeJson(*canonical, ascii);
+    FUZZ_CHECK(again.ok(), "canonical JSON is accepted");
+    FUZZ_CHECK(*again == *canonical, "canonical JSON is a fixed point");
+    if (ascii) {
+      for (char c : *canonical) {
+        FUZZ_CHECK(static_cast<unsigned char>(c) < 0x80,
+                   "ensure_ascii output is ASCII");
+      }
+    }
+  }
+  return 0;
+}
