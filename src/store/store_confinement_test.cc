@@ -425,9 +425,10 @@ TEST(StoreConfinementTest, CorruptRevisionsAreReportedAndRemovable) {
   EXPECT_THAT(by_key[passwd_key].error,
               HasSubstr("payload object_key does not belong to manifest "
                         "group: /etc/passwd"));
-  EXPECT_EQ(by_key[group_key].error, "corrupt manifest " + group_key +
-                                         ": group_id " + Base(good) +
-                                         " is not its revision " + Base(group));
+  EXPECT_EQ(by_key[group_key].error,
+            "corrupt manifest " + group_key +
+                ": manifest_key must be <group_id>/manifest: " + group_key +
+                " (group_id " + Base(good) + ")");
   EXPECT_EQ(by_key[linked_key].error,
             "cannot read record " + linked_key + ": " + linked_key +
                 " is a symbolic link (a store never follows links)");

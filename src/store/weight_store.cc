@@ -547,12 +547,8 @@ Result<StoredWeightManifest> ParsePublishedManifest(
         "manifest key mismatch: " + std::string(manifest_key) + " holds " +
         m.manifest_key());
   }
-  const std::string base = BaseOfManifestKey(manifest_key);
-  if (m.spec().group_id != base) {
-    return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
-                            ": group_id " + m.spec().group_id +
-                            " is not its revision " + base);
-  }
+  // (The decoder already requires manifest_key == group_id + "/manifest".)
+  const std::string base = m.spec().group_id;
   // The revision the manifest describes is the one its key names (a
   // damaged identity would send loads and checksum reads elsewhere).
   const std::string identity = "/" + QuoteKeyComponent(m.spec().namespace_) +
