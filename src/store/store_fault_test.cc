@@ -68,12 +68,13 @@ struct Side {
   HostBuffers buffers;
 };
 
-// A TP2 source: a column-split matrix, a row-split vector and a replicated
-// one (written by either TP rank) -- 4 stored fragments, 840 bytes.
-WeightPlacementManifest Source(const std::string& revision) {
-  auto d = testing::GridDraft({.tp = 2});
+// The model on TP`tp`: a [8, 24] matrix "w" split on `w_dim`, a row-split
+// float32 vector "b" and a replicated "norm".
+WeightPlacementManifest Model(int64_t tp, int64_t w_dim,
+                              const std::string& revision) {
+  auto d = testing::GridDraft({.tp = tp});
   d.header.revision = revision;
-  testing::AddTensor(&d, {.tensor_id = "w", .shape = {8, 24}, .tp_dim = 1});
+  testing::AddTensor(&d, {.tensor_id = "w", .shape = {8, 24}, .tp_dim = w_dim});
   testing::AddTensor(&d, {.tensor_id = "b",
                           .shape = {16},
                           .dtype = "float32",
@@ -83,19 +84,16 @@ WeightPlacementManifest Source(const std::string& revision) {
   return Must(d.Build());
 }
 
+// A TP2 source: a column-split matrix, a row-split vector and a replicated
+// one (written by either TP rank) -- 4 stored fragments, 840 bytes.
+WeightPlacementManifest Source(const std::string& revision) {
+  return Model(2, 1, revision);
+}
+
 // The same tensors on TP4, "w" split by rows: loads mix staged (strided)
 // and direct regions.
 WeightPlacementManifest Target(const std::string& revision) {
-  auto d = testing::GridDraft({.tp = 4});
-  d.header.revision = revision;
-  testing::AddTensor(&d, {.tensor_id = "w", .shape = {8, 24}, .tp_dim = 0});
-  testing::AddTensor(&d, {.tensor_id = "b",
-                          .shape = {16},
-                          .dtype = "float32",
-                          .itemsize = 4,
-                          .tp_dim = 0});
-  testing::AddTensor(&d, {.tensor_id = "norm", .shape = {24}});
-  return Must(d.Build());
+  return Model(4, 0, revision);
 }
 
 Side SourceSide(const WeightPlacementManifest& m) {
