@@ -110,6 +110,56 @@ std::vector<WeightRuntimeBindingManifest> FakeBindings(
   return out;
 }
 
+RuntimeBindingFragmentSpec SpecOf(const RuntimeBindingFragment& f) {
+  RuntimeBindingFragmentSpec s;
+  s.placement_fragment_id = f.placement_fragment_id();
+  s.fragment_id = f.fragment_id();
+  s.address = f.address();
+  s.nbytes = f.nbytes();
+  s.worker_id = f.worker_id();
+  s.endpoint = f.endpoint();
+  s.device = f.device();
+  s.itemsize = f.itemsize();
+  s.local_shape = f.local_shape();
+  s.strides_bytes = f.strides_bytes();
+  s.storage_address = f.storage_address();
+  s.storage_nbytes = f.storage_nbytes();
+  s.storage_offset_bytes = f.storage_offset_bytes();
+  s.owner = f.owner();
+  return s;
+}
+
+WeightRuntimeBindingManifestSpec SpecOf(const WeightRuntimeBindingManifest& b) {
+  WeightRuntimeBindingManifestSpec s;
+  s.resource_id = b.resource_id();
+  s.placement_id = b.placement_id();
+  s.placement_digest = b.placement_digest();
+  s.instance_id = b.instance_id();
+  s.generation = b.generation();
+  s.lease_id = b.lease_id();
+  s.revision = b.revision();
+  s.participant_id = b.participant_id();
+  s.fragments = b.fragments();
+  return s;
+}
+
+Result<WeightRuntimeBindingManifest> WithBindingChanges(
+    const WeightRuntimeBindingManifest& binding,
+    const BindingChanges& changes) {
+  WeightRuntimeBindingManifestSpec s = SpecOf(binding);
+  if (changes.instance) s.instance_id = *changes.instance;
+  if (changes.lease) s.lease_id = *changes.lease;
+  if (changes.generation) s.generation = *changes.generation;
+  if (changes.device) {
+    for (auto& f : s.fragments) {
+      RuntimeBindingFragmentSpec fs = SpecOf(f);
+      fs.device = *changes.device;
+      ASSIGN_OR_RETURN(f, RuntimeBindingFragment::Make(std::move(fs)));
+    }
+  }
+  return WeightRuntimeBindingManifest::Make(std::move(s));
+}
+
 StoredWeightManifestSpec StoredSpecFrom(const WeightPlacementManifest& m,
                                         const std::string& group) {
   StoredWeightManifestSpec s;

@@ -6,6 +6,8 @@
 #ifndef RESHARD_TESTING_PLACEMENT_BUILDERS_H_
 #define RESHARD_TESTING_PLACEMENT_BUILDERS_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,25 @@ std::vector<WeightRuntimeBindingManifest> FakeBindings(
 RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
                                                int64_t itemsize,
                                                uint64_t address);
+
+// The specs that rebuild `f` and `b` through their factories unchanged;
+// tests edit a field and build again.
+RuntimeBindingFragmentSpec SpecOf(const RuntimeBindingFragment& f);
+WeightRuntimeBindingManifestSpec SpecOf(const WeightRuntimeBindingManifest& b);
+
+// What WithBindingChanges replaces; a field left unset keeps the binding's
+// own value.
+struct BindingChanges {
+  std::optional<std::string> device;  // of every fragment
+  std::optional<std::string> instance;
+  std::optional<std::string> lease;
+  std::optional<uint64_t> generation;
+};
+
+// `binding` with `changes` applied, built again through the factories (so
+// an edit they refuse is an error, not a binding).
+Result<WeightRuntimeBindingManifest> WithBindingChanges(
+    const WeightRuntimeBindingManifest& binding, const BindingChanges& changes);
 
 // A stored manifest holding one complete cover of every tensor of
 // `placement` (the first (owner, replica) group in rank order), each

@@ -22,6 +22,7 @@
 #include "reshard/binding.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
 
 namespace reshard {
@@ -30,17 +31,12 @@ namespace {
 using ::reshard::testing::AddTensor;
 using ::reshard::testing::FakeRuntimeFragment;
 using ::reshard::testing::GridDraft;
+using ::reshard::testing::Must;
 using ::reshard::testing::PlacementDraft;
 using ::reshard::testing::Sizes;
 using ::reshard::testing::TensorLayout;
 using ::testing::EndsWith;
 using ::testing::StartsWith;
-
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
 
 template <typename T>
 std::string ErrorOf(const Result<T>& r) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reshard/placement.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
 
 namespace reshard {
@@ -22,8 +23,10 @@ using ::reshard::testing::AddTensor;
 using ::reshard::testing::FakeBindings;
 using ::reshard::testing::FakeRuntimeFragment;
 using ::reshard::testing::GridDraft;
+using ::reshard::testing::Must;
 using ::reshard::testing::PlacementDraft;
 using ::reshard::testing::Sizes;
+using ::reshard::testing::SpecOf;
 using ::reshard::testing::TensorLayout;
 using ::testing::HasSubstr;
 
@@ -35,47 +38,6 @@ std::string ErrorOf(const Result<T>& r) {
 
 std::string ErrorOf(const Status& s) {
   return s.ok() ? std::string("<ok>") : s.message();
-}
-
-// Unwraps a Result that the test setup requires to succeed; a failure
-// surfaces as an exception that GoogleTest reports against the test.
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
-
-RuntimeBindingFragmentSpec SpecOf(const RuntimeBindingFragment& f) {
-  RuntimeBindingFragmentSpec s;
-  s.placement_fragment_id = f.placement_fragment_id();
-  s.fragment_id = f.fragment_id();
-  s.address = f.address();
-  s.nbytes = f.nbytes();
-  s.worker_id = f.worker_id();
-  s.endpoint = f.endpoint();
-  s.device = f.device();
-  s.itemsize = f.itemsize();
-  s.local_shape = f.local_shape();
-  s.strides_bytes = f.strides_bytes();
-  s.storage_address = f.storage_address();
-  s.storage_nbytes = f.storage_nbytes();
-  s.storage_offset_bytes = f.storage_offset_bytes();
-  s.owner = f.owner();
-  return s;
-}
-
-WeightRuntimeBindingManifestSpec SpecOf(const WeightRuntimeBindingManifest& b) {
-  WeightRuntimeBindingManifestSpec s;
-  s.resource_id = b.resource_id();
-  s.placement_id = b.placement_id();
-  s.placement_digest = b.placement_digest();
-  s.instance_id = b.instance_id();
-  s.generation = b.generation();
-  s.lease_id = b.lease_id();
-  s.revision = b.revision();
-  s.participant_id = b.participant_id();
-  s.fragments = b.fragments();
-  return s;
 }
 
 // Moves a fragment's view (and its own allocation) to `address`.

@@ -19,18 +19,14 @@
 #include "reshard/gen.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
 
 namespace reshard {
 namespace {
 
+using ::reshard::testing::Must;
 using ::reshard::testing::ReadTestData;
-
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
 
 std::string Str(simdjson::dom::element e) {
   return std::string(std::string_view(e));

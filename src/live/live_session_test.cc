@@ -27,20 +27,17 @@
 #include "reshard/plan.h"
 #include "reshard/record_store.h"
 #include "reshard/selftest.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/temp_dir.h"
 
 namespace reshard {
 namespace {
 
+using ::reshard::testing::Must;
 using ::reshard::testing::ReadTestData;
+using ::reshard::testing::WithBindingChanges;
 using ::testing::HasSubstr;
-
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
 
 struct NamedUcx {
   std::string name;
@@ -527,18 +524,7 @@ TEST(LiveSessionTest, DeviceMemoryIsRefusedBeforeAnyTransfer) {
   }
   std::vector<WeightRuntimeBindingManifest> on_gpu;
   for (const auto& b : dst.bindings) {
-    WeightRuntimeBindingManifestSpec spec{
-        b.resource_id(), b.placement_id(),   b.placement_digest(),
-        b.instance_id(), b.generation(),     b.lease_id(),
-        b.revision(),    b.participant_id(), {}};
-    for (const auto& f : b.fragments()) {
-      spec.fragments.push_back(Must(RuntimeBindingFragment::Make(
-          {f.placement_fragment_id(), f.fragment_id(), f.address(), f.nbytes(),
-           f.worker_id(), f.endpoint(), "cuda:0", f.itemsize(), f.local_shape(),
-           f.strides_bytes(), f.storage_address(), f.storage_nbytes(),
-           f.storage_offset_bytes(), f.owner()})));
-    }
-    on_gpu.push_back(Must(WeightRuntimeBindingManifest::Make(spec)));
+    on_gpu.push_back(Must(WithBindingChanges(b, {.device = "cuda:0"})));
   }
   TempDir dir;
   auto rdv = Must(OpenRendezvous(dir.path()));

@@ -39,6 +39,7 @@
 #include "reshard/object_store.h"
 #include "reshard/placement.h"
 #include "reshard/weight_store.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/temp_dir.h"
 #include "util/sha256.h"
@@ -46,21 +47,13 @@
 namespace reshard {
 namespace {
 
+using ::reshard::testing::Must;
+using ::reshard::testing::MustOk;
 namespace fs = std::filesystem;
 
 using ::reshard::internal::AllocateHostBuffers;
 using ::reshard::internal::HostBuffers;
 using ::testing::HasSubstr;
-
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
-
-void MustOk(const Status& st) {
-  if (!st.ok()) throw std::runtime_error(st.ToString());
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -47,7 +47,9 @@
 #include "exec/pattern.h"
 #include "reshard/placement.h"
 #include "reshard/weight_store.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/store_testing.h"
 #include "testing/temp_dir.h"
 
 namespace reshard {
@@ -55,18 +57,11 @@ namespace {
 
 using ::reshard::internal::AllocateHostBuffers;
 using ::reshard::internal::HostBuffers;
+using ::reshard::testing::CommittedKeys;
+using ::reshard::testing::Must;
+using ::reshard::testing::MustOk;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
-
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
-
-void MustOk(const Status& st) {
-  if (!st.ok()) throw std::runtime_error(st.ToString());
-}
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -228,23 +223,6 @@ class Fixture {
 };
 
 std::string BaseOf(const StoredWeightManifest& m) { return m.spec().group_id; }
-
-// The keys of a committed revision: its manifest, one payload and one
-// checksum record per stored fragment, and its transaction's records.
-std::set<std::string> CommittedKeys(const StoredWeightManifest& m) {
-  const std::string base = BaseOf(m);
-  std::set<std::string> keys = {m.manifest_key()};
-  for (const auto& f : m.fragments()) {
-    const std::string rest = f.object_key.substr(base.size() + 9);  // payload/
-    const std::string txn = rest.substr(0, rest.find('/'));
-    keys.insert(f.object_key);
-    keys.insert(base + "/checksums/" + txn + "/" + f.fragment_id);
-    keys.insert(base + "/transactions/" + txn + "/started");
-    keys.insert(base + "/transactions/" + txn + "/decision");
-    keys.insert(base + "/transactions/" + txn + "/pending-manifest");
-  }
-  return keys;
-}
 
 // Upload of every source binding plus Commit; a non-zero result says where
 // it failed. With `kill_stage`, SIGKILL at its `kill_at`th occurrence.

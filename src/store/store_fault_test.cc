@@ -42,27 +42,23 @@
 #include "reshard/placement.h"
 #include "reshard/weight_store.h"
 #include "testing/fault_injection_store.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/store_testing.h"
 
 namespace reshard {
 namespace {
 
 using ::reshard::internal::AllocateHostBuffers;
 using ::reshard::internal::HostBuffers;
+using ::reshard::testing::CommittedKeys;
 using ::reshard::testing::FaultInjectionStore;
 using ::reshard::testing::FaultKind;
 using ::reshard::testing::FaultKindName;
 using ::reshard::testing::FaultSpec;
-
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
-
-void MustOk(const Status& st) {
-  if (!st.ok()) throw std::runtime_error(st.ToString());
-}
+using ::reshard::testing::Must;
+using ::reshard::testing::MustOk;
+using ::reshard::testing::PayloadTransaction;
 
 // ---------------------------------------------------------------- model
 
@@ -72,12 +68,13 @@ struct Side {
   HostBuffers buffers;
 };
 
-// A TP2 source: a column-split matrix, a row-split vector and a replicated
-// one (written by either TP rank) -- 4 stored fragments, 840 bytes.
-WeightPlacementManifest Source(const std::string& revision) {
-  auto d = testing::GridDraft({.tp = 2});
+// The model on TP`tp`: a [8, 24] matrix "w" split on `w_dim`, a row-split
+// float32 vector "b" and a replicated "norm".
+WeightPlacementManifest Model(int64_t tp, int64_t w_dim,
+                              const std::string& revision) {
+  auto d = testing::GridDraft({.tp = tp});
   d.header.revision = revision;
-  testing::AddTensor(&d, {.tensor_id = "w", .shape = {8, 24}, .tp_dim = 1});
+  testing::AddTensor(&d, {.tensor_id = "w", .shape = {8, 24}, .tp_dim = w_dim});
   testing::AddTensor(&d, {.tensor_id = "b",
                           .shape = {16},
                           .dtype = "float32",
@@ -87,19 +84,16 @@ WeightPlacementManifest Source(const std::string& revision) {
   return Must(d.Build());
 }
 
+// A TP2 source: a column-split matrix, a row-split vector and a replicated
+// one (written by either TP rank) -- 4 stored fragments, 840 bytes.
+WeightPlacementManifest Source(const std::string& revision) {
+  return Model(2, 1, revision);
+}
+
 // The same tensors on TP4, "w" split by rows: loads mix staged (strided)
 // and direct regions.
 WeightPlacementManifest Target(const std::string& revision) {
-  auto d = testing::GridDraft({.tp = 4});
-  d.header.revision = revision;
-  testing::AddTensor(&d, {.tensor_id = "w", .shape = {8, 24}, .tp_dim = 0});
-  testing::AddTensor(&d, {.tensor_id = "b",
-                          .shape = {16},
-                          .dtype = "float32",
-                          .itemsize = 4,
-                          .tp_dim = 0});
-  testing::AddTensor(&d, {.tensor_id = "norm", .shape = {24}});
-  return Must(d.Build());
+  return Model(4, 0, revision);
 }
 
 Side SourceSide(const WeightPlacementManifest& m) {
@@ -131,23 +125,6 @@ WeightStoreOptions NoGrace() {
   WeightStoreOptions o = Options();
   o.gc_grace = std::chrono::seconds(0);
   return o;
-}
-
-// The keys of a committed revision: its manifest, one payload and one
-// checksum record per stored fragment, and its transaction's records.
-std::set<std::string> CommittedKeys(const StoredWeightManifest& m) {
-  const std::string base = m.spec().group_id;
-  std::set<std::string> keys = {m.manifest_key()};
-  for (const auto& f : m.fragments()) {
-    const std::string rest = f.object_key.substr(base.size() + 9);  // payload/
-    const std::string txn = rest.substr(0, rest.find('/'));
-    keys.insert(f.object_key);
-    keys.insert(base + "/checksums/" + txn + "/" + f.fragment_id);
-    keys.insert(base + "/transactions/" + txn + "/started");
-    keys.insert(base + "/transactions/" + txn + "/decision");
-    keys.insert(base + "/transactions/" + txn + "/pending-manifest");
-  }
-  return keys;
 }
 
 // ---------------------------------------------------------------- fixture
@@ -228,14 +205,23 @@ const WeightPlacementManifest& TargetOf(const Side& source) {
                                                  : TheModels().target2;
 }
 
-// Upload from every binding with an existing plan, then commit.
-Status UploadWithPlan(WeightStore& store, const Side& source,
-                      const UploadPlan& plan) {
+// Upload from every binding with an existing plan; the receipts of them
+// all.
+Result<std::vector<UploadReceipt>> UploadEach(WeightStore& store,
+                                              const Side& source,
+                                              const UploadPlan& plan) {
   std::vector<UploadReceipt> receipts;
   for (const auto& b : source.buffers.bindings) {
     ASSIGN_OR_RETURN(auto r, store.Upload(plan, source.placement, b));
     receipts.insert(receipts.end(), r.begin(), r.end());
   }
+  return receipts;
+}
+
+// Upload from every binding with an existing plan, then commit.
+Status UploadWithPlan(WeightStore& store, const Side& source,
+                      const UploadPlan& plan) {
+  ASSIGN_OR_RETURN(auto receipts, UploadEach(store, source, plan));
   return store.Commit(plan, receipts);
 }
 
@@ -254,10 +240,7 @@ Status UploadOnly(WeightStore& store, const Side& source,
   ASSIGN_OR_RETURN(
       auto p, store.PrepareUpload(source.placement, source.buffers.bindings));
   *plan = p;
-  for (const auto& b : source.buffers.bindings) {
-    ASSIGN_OR_RETURN(auto r, store.Upload(p, source.placement, b));
-  }
-  return Status::OK();
+  return UploadEach(store, source, p).status();
 }
 
 // The multi-process upload, in one process: the coordinator prepares and
@@ -289,15 +272,18 @@ Status DistributedUpload(WeightStore& store, const Side& source,
   return DistributedWithPlan(store, source, p, /*retry=*/false);
 }
 
+// The manifest key of the revision of `source`.
+std::string ManifestKeyOf(WeightStore& store, const Side& source) {
+  const auto& p = source.placement;
+  return store.BaseKey(p.resource_id(), p.revision(), p.weight_generation()) +
+         "/manifest";
+}
+
 // Loads the revision of `source` into a fresh target; "" when every target
 // byte holds the pattern, else the error (a failed load, or -- a defect --
 // wrong bytes delivered by a successful one, prefixed "WRONG BYTES").
 std::string LoadError(WeightStore& store, const Side& source) {
-  const std::string key =
-      store.BaseKey(source.placement.resource_id(), source.placement.revision(),
-                    source.placement.weight_generation()) +
-      "/manifest";
-  auto manifest = store.LoadManifest(key);
+  auto manifest = store.LoadManifest(ManifestKeyOf(store, source));
   if (!manifest.ok()) return manifest.status().ToString();
   Side target = TargetSide(TargetOf(source));
   auto report =
@@ -475,20 +461,15 @@ void RecoverTo(FaultyStore& s, const std::vector<const Side*>& sources,
     }
     const std::string err = LoadError(store, *source);
     EXPECT_EQ(err, "");
-    const std::string key =
-        store.BaseKey(source->placement.resource_id(),
-                      source->placement.revision(),
-                      source->placement.weight_generation()) +
-        "/manifest";
-    const auto manifest = Must(store.LoadManifest(key));
+    const auto manifest =
+        Must(store.LoadManifest(ManifestKeyOf(store, *source)));
     auto keys = CommittedKeys(manifest);
     expected.insert(keys.begin(), keys.end());
     // A multi-process upload's plan and receipts stay with its revision.
-    const std::string& object = manifest.fragments().front().object_key;
-    const std::string base = manifest.spec().group_id;
-    const std::string txn = object.substr(
-        base.size() + 9, object.find('/', base.size() + 9) - base.size() - 9);
-    const std::string records = base + "/transactions/" + txn + "/";
+    const std::string records =
+        manifest.spec().group_id + "/transactions/" +
+        PayloadTransaction(manifest, manifest.fragments().front().object_key) +
+        "/";
     for (const std::string& k : s.Keys()) {
       if (k == records + "plan" || k.starts_with(records + "receipts/")) {
         expected.insert(k);
@@ -502,11 +483,7 @@ void RecoverTo(FaultyStore& s, const std::vector<const Side*>& sources,
 // A damaged revision is removed (and its garbage collected) so that a
 // fresh upload can replace it.
 void RemoveDamaged(FaultyStore& s, const Side& source) {
-  const std::string key =
-      s.clean().BaseKey(source.placement.resource_id(),
-                        source.placement.revision(),
-                        source.placement.weight_generation()) +
-      "/manifest";
+  const std::string key = ManifestKeyOf(s.clean(), source);
   if (LoadError(s.clean(), source).empty()) return;
   if (s.Keys().count(key) == 0) return;  // nothing visible to remove
   Status st = s.clean().Remove(key);
@@ -655,13 +632,16 @@ TEST(StoreFaultTest, DistributedUpload) {
   PrintSummary(sc.name);
 }
 
+// The setup of the scenarios that start from a committed source revision.
+void CommitSource(FaultyStore& s) {
+  std::optional<UploadPlan> plan;
+  MustOk(UploadAndCommit(s.clean(), TheModels().source, &plan));
+}
+
 TEST(StoreFaultTest, Load) {
   Scenario sc;
   sc.name = "load";
-  sc.setup = [](FaultyStore& s) {
-    std::optional<UploadPlan> plan;
-    MustOk(UploadAndCommit(s.clean(), TheModels().source, &plan));
-  };
+  sc.setup = CommitSource;
   sc.op = [](FaultyStore& s) -> Status {
     const std::string err = LoadError(s.faulty(), TheModels().source);
     EXPECT_EQ(err.find("WRONG BYTES"), std::string::npos) << err;
@@ -688,16 +668,10 @@ TEST(StoreFaultTest, Load) {
 TEST(StoreFaultTest, Verify) {
   Scenario sc;
   sc.name = "verify";
-  sc.setup = [](FaultyStore& s) {
-    std::optional<UploadPlan> plan;
-    MustOk(UploadAndCommit(s.clean(), TheModels().source, &plan));
-  };
+  sc.setup = CommitSource;
   sc.op = [](FaultyStore& s) -> Status {
-    const auto& p = TheModels().source.placement;
     return s.faulty()
-        .Verify(s.faulty().BaseKey(p.resource_id(), p.revision(),
-                                   p.weight_generation()) +
-                "/manifest")
+        .Verify(ManifestKeyOf(s.faulty(), TheModels().source))
         .status();
   };
   sc.check = [](FaultyStore& s, const Status& st, FaultKind kind) {
@@ -770,22 +744,13 @@ TEST(StoreFaultTest, Gc) {
 TEST(StoreFaultTest, Remove) {
   Scenario sc;
   sc.name = "remove";
-  sc.setup = [](FaultyStore& s) {
-    std::optional<UploadPlan> plan;
-    MustOk(UploadAndCommit(s.clean(), TheModels().source, &plan));
-  };
+  sc.setup = CommitSource;
   sc.op = [](FaultyStore& s) {
-    const auto& p = TheModels().source.placement;
-    return s.faulty().Remove(s.faulty().BaseKey(p.resource_id(), p.revision(),
-                                                p.weight_generation()) +
-                             "/manifest");
+    return s.faulty().Remove(ManifestKeyOf(s.faulty(), TheModels().source));
   };
   sc.check = [](FaultyStore& s, const Status& st, FaultKind kind) {
     CheckVisible(s, kind);
-    const auto& p = TheModels().source.placement;
-    const std::string key = s.clean().BaseKey(p.resource_id(), p.revision(),
-                                              p.weight_generation()) +
-                            "/manifest";
+    const std::string key = ManifestKeyOf(s.clean(), TheModels().source);
     Outcome o = Outcome::kSucceeded;
     if (!st.ok()) {
       o = Outcome::kFailedRetried;
@@ -837,12 +802,6 @@ TEST(StoreFaultTest, Abort) {
 // ------------------------------------------------------- regressions
 // Each of these failed before the store fix it names.
 
-std::string ManifestKeyOf(WeightStore& store, const Side& source) {
-  const auto& p = source.placement;
-  return store.BaseKey(p.resource_id(), p.revision(), p.weight_generation()) +
-         "/manifest";
-}
-
 size_t CountKeys(FaultyStore& s, const std::string& part) {
   size_t n = 0;
   for (const std::string& k : s.Keys()) n += k.find(part) != std::string::npos;
@@ -877,11 +836,7 @@ TEST(StoreFaultRegressionTest, CommitRetryAfterTornManifestKeepsPayloads) {
   const Side& src = TheModels().source;
   std::optional<UploadPlan> plan;
   MustOk(UploadOnly(s.clean(), src, &plan));
-  std::vector<UploadReceipt> receipts;
-  for (const auto& b : src.buffers.bindings) {
-    auto r = Must(s.clean().Upload(*plan, src.placement, b));
-    receipts.insert(receipts.end(), r.begin(), r.end());
-  }
+  const auto receipts = Must(UploadEach(s.clean(), src, *plan));
   // Commit's Puts: the decision, then the manifest.
   s.faults().Arm(
       {.kind = FaultKind::kTornWrite, .nth = 2, .calls = testing::kCallPut});
@@ -906,11 +861,7 @@ TEST(StoreFaultRegressionTest, CommitReadsBackItsManifest) {
   const Side& src = TheModels().source;
   std::optional<UploadPlan> plan;
   MustOk(UploadOnly(s.clean(), src, &plan));
-  std::vector<UploadReceipt> receipts;
-  for (const auto& b : src.buffers.bindings) {
-    auto r = Must(s.clean().Upload(*plan, src.placement, b));
-    receipts.insert(receipts.end(), r.begin(), r.end());
-  }
+  const auto receipts = Must(UploadEach(s.clean(), src, *plan));
   s.faults().Arm(
       {.kind = FaultKind::kCorruptWrite, .nth = 2, .calls = testing::kCallPut});
   Status st = s.faulty().Commit(*plan, receipts);
@@ -927,11 +878,7 @@ UploadPlan DecidedUnpublished(FaultyStore& s) {
   const Side& src = TheModels().source2;
   std::optional<UploadPlan> plan;
   MustOk(UploadOnly(s.clean(), src, &plan));
-  std::vector<UploadReceipt> receipts;
-  for (const auto& b : src.buffers.bindings) {
-    auto r = Must(s.clean().Upload(*plan, src.placement, b));
-    receipts.insert(receipts.end(), r.begin(), r.end());
-  }
+  const auto receipts = Must(UploadEach(s.clean(), src, *plan));
   s.faults().Arm(
       {.kind = FaultKind::kIOError, .nth = 2, .calls = testing::kCallPut});
   Status st = s.faulty().Commit(*plan, receipts);

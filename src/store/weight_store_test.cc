@@ -45,6 +45,7 @@
 #include "reshard/gen.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/temp_dir.h"
 
@@ -53,19 +54,12 @@ namespace {
 
 using ::reshard::internal::AllocateHostBuffers;
 using ::reshard::internal::HostBuffers;
+using ::reshard::testing::Must;
+using ::reshard::testing::MustOk;
 using ::reshard::testing::ReadTestData;
+using ::reshard::testing::WithBindingChanges;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
-
-void MustOk(const Status& st) {
-  if (!st.ok()) throw std::runtime_error(st.ToString());
-}
 
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -593,14 +587,6 @@ TEST(WeightStoreUploadTest, PlanSpreadsWritesOverEveryReplica) {
   }
 }
 
-WeightRuntimeBindingManifest WithGeneration(
-    const WeightRuntimeBindingManifest& b, uint64_t generation) {
-  return Must(WeightRuntimeBindingManifest::Make(
-      {b.resource_id(), b.placement_id(), b.placement_digest(), b.instance_id(),
-       generation, b.lease_id(), b.revision(), b.participant_id(),
-       b.fragments()}));
-}
-
 TEST(WeightStoreUploadTest, UploadRejectsStaleSourceLease) {
   TestStore dir;
   WeightStore store = dir.Open();
@@ -609,7 +595,8 @@ TEST(WeightStoreUploadTest, UploadRejectsStaleSourceLease) {
       Must(store.PrepareUpload(src.placement, src.buffers.bindings));
   EXPECT_EQ(plan.generation(), 1u);
   const auto& b = src.buffers.bindings[0];
-  auto r = store.Upload(plan, src.placement, WithGeneration(b, 2));
+  auto r = store.Upload(plan, src.placement,
+                        Must(WithBindingChanges(b, {.generation = 2})));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(r.status().message(), "stale source lease: participant " +
@@ -666,7 +653,7 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
   auto mixed = all;
   for (auto& b : mixed) {
     if (b.participant_id() == d0t1 || b.participant_id() == d1t0) {
-      b = WithGeneration(b, 7);
+      b = Must(WithBindingChanges(b, {.generation = 7}));
     }
   }
   plan = store.PrepareUpload(src.placement, mixed);
@@ -675,7 +662,9 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
   // Two complete replicas at different generations.
   auto split = all;
   for (auto& b : split) {
-    if (b.participant_id().starts_with("p-d1")) b = WithGeneration(b, 2);
+    if (b.participant_id().starts_with("p-d1")) {
+      b = Must(WithBindingChanges(b, {.generation = 2}));
+    }
   }
   plan = store.PrepareUpload(src.placement, split);
   EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
@@ -1379,26 +1368,6 @@ TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
 // Fences and contract rules on the store paths (rules 56, 65, 67; writer
 // leases; memory kinds).
 
-// `b` with every fragment on `device`, or with another instance and lease.
-WeightRuntimeBindingManifest Rebind(const WeightRuntimeBindingManifest& b,
-                                    std::string device,
-                                    std::string instance = "",
-                                    std::string lease = "") {
-  std::vector<RuntimeBindingFragment> fragments;
-  for (const auto& f : b.fragments()) {
-    fragments.push_back(Must(RuntimeBindingFragment::Make(
-        {f.placement_fragment_id(), f.fragment_id(), f.address(), f.nbytes(),
-         f.worker_id(), f.endpoint(), device.empty() ? f.device() : device,
-         f.itemsize(), f.local_shape(), f.strides_bytes(), f.storage_address(),
-         f.storage_nbytes(), f.storage_offset_bytes(), f.owner()})));
-  }
-  return Must(WeightRuntimeBindingManifest::Make(
-      {b.resource_id(), b.placement_id(), b.placement_digest(),
-       instance.empty() ? b.instance_id() : instance, b.generation(),
-       lease.empty() ? b.lease_id() : lease, b.revision(), b.participant_id(),
-       std::move(fragments)}));
-}
-
 TEST(WeightStoreFenceTest, UploadRejectsAChangedLeaseOrInstance) {
   TestStore dir;
   WeightStore store = dir.Open();
@@ -1409,14 +1378,16 @@ TEST(WeightStoreFenceTest, UploadRejectsAChangedLeaseOrInstance) {
   ASSERT_EQ(plan.writers().size(), 2u);
   EXPECT_EQ(plan.writers()[0],
             (UploadWriter{b.participant_id(), b.instance_id(), b.lease_id()}));
-  auto r = store.Upload(plan, src.placement, Rebind(b, "", "", "lease-2"));
+  auto r = store.Upload(plan, src.placement,
+                        Must(WithBindingChanges(b, {.lease = "lease-2"})));
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(r.status().message(),
             "stale source lease: participant " + b.participant_id() +
                 " holds lease lease-2 of instance " + b.instance_id() +
                 ", the upload plan was made at lease " + b.lease_id() +
                 " of instance " + b.instance_id());
-  r = store.Upload(plan, src.placement, Rebind(b, "", "restarted"));
+  r = store.Upload(plan, src.placement,
+                   Must(WithBindingChanges(b, {.instance = "restarted"})));
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(), HasSubstr("of instance restarted,"));
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").size() == 1);  // "started" only
@@ -1453,13 +1424,15 @@ TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
       first = op.placement_fragment_id;
     }
   }
-  auto r = store.Upload(plan, src.placement, Rebind(b, "cuda:0"));
+  auto r = store.Upload(plan, src.placement,
+                        Must(WithBindingChanges(b, {.device = "cuda:0"})));
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(r.status().message(),
             "store upload executor cannot move cuda memory: source fragment " +
                 first + " of participant " + b.participant_id() +
                 " (device \"cuda:0\")");
-  r = store.Upload(plan, src.placement, Rebind(b, "npu:3"));
+  r = store.Upload(plan, src.placement,
+                   Must(WithBindingChanges(b, {.device = "npu:3"})));
   EXPECT_EQ(r.status().message(),
             "store upload executor cannot move unknown memory kind: source "
             "fragment " +
@@ -1470,7 +1443,9 @@ TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
   const auto committed = Must(UploadAndCommit(store, src));
   Side dst = TargetSide(TpLayout(1, 4));
   std::vector<WeightRuntimeBindingManifest> cuda;
-  for (const auto& t : dst.buffers.bindings) cuda.push_back(Rebind(t, "cuda"));
+  for (const auto& t : dst.buffers.bindings) {
+    cuda.push_back(Must(WithBindingChanges(t, {.device = "cuda"})));
+  }
   auto loaded = store.Load(committed.manifest(), dst.placement, cuda);
   EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(loaded.status().message(),

@@ -99,6 +99,27 @@ def plan(src, dst):
     return _PLANS[(src, dst)]
 
 
+def run_two_ranks(src, dst, rdv, session, env=None):
+    """`selftest --rank` for ranks 0 and 1 of a two-process UCX session,
+    run at once; [(returncode, stdout, stderr)] in rank order."""
+    procs = []
+    try:
+        for rank in ("0", "1"):
+            procs.append(subprocess.Popen(
+                [RESHARD, "selftest", src, dst, "--transport", "ucx",
+                 "--procs", "2", "--rendezvous", rdv, "--session", session,
+                 "--rank", rank, "--timeout", "30", "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
+        results = [proc.communicate(timeout=90) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return [(proc.returncode, out, err)
+            for proc, (out, err) in zip(procs, results)]
+
+
 def expected_ranks_ready(dst, procs):
     """Target ranks holding fragments: targets fill [procs/2, procs)."""
     parts = sum(1 for p in load(dst)["parts"] if p["fragments"])
@@ -383,24 +404,9 @@ def rank_mode_two_invocations():
     src, dst = scenario(FOUR_AXIS)
     p = plan(src, dst)
     rdv = fresh_dir("rank_mode")
-    procs = []
-    try:
-        for rank in ("0", "1"):
-            procs.append(subprocess.Popen(
-                [RESHARD, "selftest", src, dst, "--transport", "ucx",
-                 "--procs", "2", "--rendezvous", rdv, "--session", "s1",
-                 "--rank", rank, "--timeout", "30", "--json"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-        results = [proc.communicate(timeout=90) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
     reports = []
-    for rank, (proc, (out, err)) in enumerate(zip(procs, results)):
-        check(proc.returncode == 0,
-              "rank %d exit %d, stderr %r" % (rank, proc.returncode, err))
+    for rank, (rc, out, err) in enumerate(run_two_ranks(src, dst, rdv, "s1")):
+        check(rc == 0, "rank %d exit %d, stderr %r" % (rank, rc, err))
         report = one_json_line(out, UCX_KEYS)
         check(report["verified"] is True, "rank %d not verified" % rank)
         check(report["mismatch"] == "", "rank %d mismatch" % rank)
@@ -628,23 +634,9 @@ def ucx_warnings_never_reach_stdout():
               for l in err.decode("utf-8", "replace").splitlines()),
           "UCX did not warn (the test proves nothing): %r" % err)
     rdv = fresh_dir("ucx_warnings")
-    procs = []
-    try:
-        for rank in ("0", "1"):
-            procs.append(subprocess.Popen(
-                [RESHARD, "selftest", src, dst, "--transport", "ucx",
-                 "--procs", "2", "--rendezvous", rdv, "--session", "w",
-                 "--rank", rank, "--timeout", "30", "--json"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
-        results = [proc.communicate(timeout=90) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for rank, (proc, (out, err)) in enumerate(zip(procs, results)):
-        check(proc.returncode == 0,
-              "rank %d exit %d, stderr %r" % (rank, proc.returncode, err))
+    ranks = run_two_ranks(src, dst, rdv, "w", env=env)
+    for rank, (rc, out, err) in enumerate(ranks):
+        check(rc == 0, "rank %d exit %d, stderr %r" % (rank, rc, err))
         one_json_line(out, UCX_KEYS)
         check(b"UCX_RESHARD_TEST_UNKNOWN" in err,
               "rank %d: UCX did not warn: %r" % (rank, err))

@@ -23,6 +23,7 @@
 #include "reshard/placement.h"
 #include "reshard/plan.h"
 #include "reshard/transfer_plan.h"
+#include "testing/must.h"
 #include "testing/placement_builders.h"
 
 namespace reshard {
@@ -31,16 +32,11 @@ namespace {
 using ::reshard::testing::AddTensor;
 using ::reshard::testing::FakeRuntimeFragment;
 using ::reshard::testing::GridDraft;
+using ::reshard::testing::Must;
 using ::reshard::testing::PlacementDraft;
 using ::reshard::testing::Sizes;
 using ::reshard::testing::TensorLayout;
 using ::testing::ElementsAre;
-
-template <typename T>
-T Must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::move(r).ValueOrDie();
-}
 
 uint64_t Mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

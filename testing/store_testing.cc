@@ -1,0 +1,27 @@
+#include "testing/store_testing.h"
+
+#include <cstring>
+
+namespace reshard::testing {
+
+std::string PayloadTransaction(const StoredWeightManifest& m,
+                               const std::string& object_key) {
+  const size_t from = m.spec().group_id.size() + std::strlen("/payload/");
+  return object_key.substr(from, object_key.find('/', from) - from);
+}
+
+std::set<std::string> CommittedKeys(const StoredWeightManifest& m) {
+  const std::string base = m.spec().group_id;
+  std::set<std::string> keys = {m.manifest_key()};
+  for (const auto& f : m.fragments()) {
+    const std::string txn = PayloadTransaction(m, f.object_key);
+    keys.insert(f.object_key);
+    keys.insert(base + "/checksums/" + txn + "/" + f.fragment_id);
+    keys.insert(base + "/transactions/" + txn + "/started");
+    keys.insert(base + "/transactions/" + txn + "/decision");
+    keys.insert(base + "/transactions/" + txn + "/pending-manifest");
+  }
+  return keys;
+}
+
+}  // namespace reshard::testing
