@@ -101,90 +101,6 @@ void StoreSeeds(const WeightPlacementManifest& placement) {
   }
 }
 
-std::string Ints(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    s += (i ? "," : "") + std::to_string(d[i]);
-  }
-  return s + "]";
-}
-
-std::string Opt(const std::optional<int64_t>& v) {
-  return v ? std::to_string(*v) : "null";
-}
-
-// One legacy inventory per participant of `m`, views packed into one
-// allocation per participant (the runtime_v1 shape of earlier adapters).
-std::vector<std::string> Inventories(const WeightPlacementManifest& m) {
-  std::vector<std::string> out;
-  for (const auto& part : m.parts()) {
-    if (part.fragments().empty()) continue;
-    uint64_t total = 0;
-    for (const auto& f : part.fragments()) total += f.nbytes();
-    std::string inv =
-        "{\"generation\":" + std::to_string(m.weight_generation()) +
-        ",\"instance_id\":\"inst-" + part.participant_id() +
-        "\",\"lease_id\":\"lease\",\"model_id\":\"" + m.resource_id() +
-        "\",\"revision\":\"" + m.revision() + "\",\"tensors\":[";
-    uint64_t offset = 0;
-    bool first = true;
-    for (const auto& f : part.fragments()) {
-      const TensorDescriptor* t = m.FindTensor(f.tensor_id());
-      std::string axes = "[";
-      for (const auto& a : t->parallel_axes()) {
-        axes +=
-            std::string(axes.size() > 1 ? "," : "") + "{\"kind\":\"" +
-            std::string(AxisKindName(a.kind())) + "\",\"split_dim\":" +
-            (a.semantics() == AxisSemantics::kSplit ? std::to_string(a.dim())
-                                                    : std::string("null")) +
-            "}";
-      }
-      axes += "]";
-      std::string aliases = "[";
-      for (size_t i = 0; i < f.aliases().size(); ++i) {
-        aliases += std::string(i ? "," : "") + "\"" + f.aliases()[i] + "\"";
-      }
-      aliases += "]";
-      const uint64_t base = 0x100000;
-      inv +=
-          std::string(first ? "" : ",") +
-          "{\"address\":" + std::to_string(base + offset) +
-          ",\"aliases\":" + aliases +
-          ",\"byte_offset\":" + std::to_string(offset) +
-          ",\"device\":\"cpu\",\"dtype\":\"" + t->dtype() +
-          "\",\"endpoint\":\"ep-" + part.participant_id() +
-          "\",\"expert_axis\":0,\"expert_id\":" + Opt(t->expert_id()) +
-          ",\"fragment_id\":\"rt-" + f.placement_fragment_id().substr(7, 24) +
-          "\",\"global_offset\":" + Ints(f.global_offset()) +
-          ",\"global_shape\":" + Ints(t->global_shape()) +
-          ",\"is_contiguous\":true,\"itemsize\":" +
-          std::to_string(t->itemsize()) +
-          ",\"layer_id\":" + Opt(t->layer_id()) + ",\"layout_fingerprint\":\"" +
-          t->layout_fingerprint() +
-          "\",\"lease_generation\":1,\"local_shape\":" + Ints(f.local_shape()) +
-          ",\"nbytes\":" + std::to_string(f.nbytes()) +
-          ",\"parallel_axes\":" + axes +
-          ",\"partition_dim\":null,\"rank\":{\"dp\":" +
-          std::to_string(f.rank().dp) +
-          ",\"ep\":" + std::to_string(f.rank().ep) +
-          ",\"moe_dp\":0,\"pp\":" + std::to_string(f.rank().pp) +
-          ",\"tp\":" + std::to_string(f.rank().tp) + "},\"runtime_name\":\"" +
-          f.tensor_id() + "\",\"shard_dims\":" + Ints(t->shard_dims()) +
-          ",\"storage_address\":" + std::to_string(base) +
-          ",\"storage_nbytes\":" + std::to_string(total) +
-          ",\"storage_offset\":0,\"storage_offset_bytes\":" +
-          std::to_string(offset) + ",\"stride\":[],\"strides_bytes\":" +
-          Ints(*CanonicalStrides(f.local_shape(), t->itemsize())) +
-          ",\"tensor_id\":\"" + f.tensor_id() + "\",\"worker_id\":\"w-" +
-          part.participant_id() + "\"}";
-      offset += f.nbytes();
-      first = false;
-    }
-    out.push_back(inv + "]}");
-  }
-  return out;
-}
-
 // Legacy seeds: the grid byte (2 bits each of tp-1, pp-1, ep-1, dp-1) and
 // the inventories separated by NUL, checked to import.
 void LegacySeeds() {
@@ -207,7 +123,7 @@ void LegacySeeds() {
     testing::AddTensor(
         &d, {.tensor_id = "layers.0.norm", .shape = {6}, .layer_id = 0});
     auto m = Must(d.Build(), "legacy placement");
-    const auto inventories = Inventories(m);
+    const auto inventories = testing::LegacyInventories(m);
     LegacyImportOptions options{
         .tp = sizes.tp, .pp = sizes.pp, .ep = sizes.ep, .dp = sizes.dp};
     std::vector<std::string_view> views(inventories.begin(), inventories.end());

@@ -254,4 +254,103 @@ WeightPlacementManifest CubeLayout(int64_t tp, int64_t dim, const Dims& shape) {
   return *std::move(m);
 }
 
+namespace {
+
+std::string Ints(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    s += (i ? "," : "") + std::to_string(d[i]);
+  }
+  return s + "]";
+}
+
+std::string Opt(const std::optional<int64_t>& v) {
+  return v ? std::to_string(*v) : "null";
+}
+
+}  // namespace
+
+// Writes one legacy inventory per participant of `m`, with views packed
+// into one allocation per participant, exactly as an old adapter would.
+std::vector<std::string> LegacyInventories(const WeightPlacementManifest& m,
+                                           bool legacy_partition_dim) {
+  std::vector<std::string> out;
+  for (const auto& part : m.parts()) {
+    if (part.fragments().empty()) continue;
+    uint64_t total = 0;
+    for (const auto& f : part.fragments()) total += f.nbytes();
+    std::string inv =
+        "{\"generation\":" + std::to_string(m.weight_generation()) +
+        ",\"instance_id\":\"inst-" + part.participant_id() +
+        "\",\"lease_id\":\"lease\",\"model_id\":\"" + m.resource_id() +
+        "\",\"revision\":\"" + m.revision() + "\",\"tensors\":[";
+    uint64_t offset = 0;
+    bool first = true;
+    for (const auto& f : part.fragments()) {
+      const TensorDescriptor* t = m.FindTensor(f.tensor_id());
+      std::string axes = "[";
+      bool first_axis = true;
+      bool one_dim_tp = false;
+      for (const auto& a : t->parallel_axes()) {
+        if (legacy_partition_dim && a.kind() == AxisKind::kTp &&
+            a.semantics() == AxisSemantics::kSplit &&
+            t->shard_dims().size() == 1) {
+          one_dim_tp = true;  // expressed through partition_dim instead
+          continue;
+        }
+        axes +=
+            std::string(first_axis ? "" : ",") + "{\"kind\":\"" +
+            std::string(AxisKindName(a.kind())) + "\",\"split_dim\":" +
+            (a.semantics() == AxisSemantics::kSplit ? std::to_string(a.dim())
+                                                    : std::string("null")) +
+            "}";
+        first_axis = false;
+      }
+      axes += "]";
+      std::string aliases = "[";
+      for (size_t i = 0; i < f.aliases().size(); ++i) {
+        aliases += std::string(i ? "," : "") + "\"" + f.aliases()[i] + "\"";
+      }
+      aliases += "]";
+      const uint64_t base = 0x100000;
+      inv +=
+          std::string(first ? "" : ",") +
+          "{\"address\":" + std::to_string(base + offset) +
+          ",\"aliases\":" + aliases +
+          ",\"byte_offset\":" + std::to_string(offset) +
+          ",\"device\":\"cpu\",\"dtype\":\"" + t->dtype() +
+          "\",\"endpoint\":\"ep-" + part.participant_id() +
+          "\",\"expert_axis\":0,\"expert_id\":" + Opt(t->expert_id()) +
+          ",\"fragment_id\":\"rt-" + f.placement_fragment_id().substr(7, 24) +
+          "\",\"global_offset\":" + Ints(f.global_offset()) +
+          ",\"global_shape\":" + Ints(t->global_shape()) +
+          ",\"is_contiguous\":true,\"itemsize\":" +
+          std::to_string(t->itemsize()) +
+          ",\"layer_id\":" + Opt(t->layer_id()) + ",\"layout_fingerprint\":\"" +
+          t->layout_fingerprint() +
+          "\",\"lease_generation\":1,\"local_shape\":" + Ints(f.local_shape()) +
+          ",\"nbytes\":" + std::to_string(f.nbytes()) +
+          ",\"parallel_axes\":" + axes + ",\"partition_dim\":" +
+          (one_dim_tp ? std::to_string(t->shard_dims()[0]) : "null") +
+          ",\"rank\":{\"dp\":" + std::to_string(f.rank().dp) +
+          ",\"ep\":" + std::to_string(f.rank().ep) +
+          ",\"moe_dp\":0,\"pp\":" + std::to_string(f.rank().pp) +
+          ",\"tp\":" + std::to_string(f.rank().tp) + "},\"runtime_name\":\"" +
+          f.tensor_id() + "\",\"shard_dims\":" +
+          (one_dim_tp ? std::string("[]") : Ints(t->shard_dims())) +
+          ",\"storage_address\":" + std::to_string(base) +
+          ",\"storage_nbytes\":" + std::to_string(total) +
+          ",\"storage_offset\":0,\"storage_offset_bytes\":" +
+          std::to_string(offset) + ",\"stride\":[],\"strides_bytes\":" +
+          Ints(*CanonicalStrides(f.local_shape(), t->itemsize())) +
+          ",\"tensor_id\":\"" + f.tensor_id() + "\",\"worker_id\":\"w-" +
+          part.participant_id() + "\"}";
+      offset += f.nbytes();
+      first = false;
+    }
+    out.push_back(inv + "]}");
+  }
+  return out;
+}
+
 }  // namespace reshard::testing

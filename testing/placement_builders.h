@@ -98,6 +98,13 @@ StoredWeightManifestSpec StoredSpecFrom(
     const WeightPlacementManifest& placement,
     const std::string& group = "ns/rev");
 
+// One legacy runtime inventory per participant of `m` (the runtime_v1
+// shape of earlier adapters), views packed into one allocation per
+// participant; with `legacy_partition_dim`, a one-dimensional TP split is
+// written as `partition_dim` with empty shard_dims, as old adapters did.
+std::vector<std::string> LegacyInventories(const WeightPlacementManifest& m,
+                                           bool legacy_partition_dim = false);
+
 // Reads a file under tests/data (RESHARD_TEST_DATA).
 std::string ReadTestData(const std::string& relative_path);
 

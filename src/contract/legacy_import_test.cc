@@ -15,101 +15,6 @@ using testing::AddTensor;
 using testing::GridDraft;
 using ::testing::HasSubstr;
 
-std::string Ints(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    s += (i ? "," : "") + std::to_string(d[i]);
-  }
-  return s + "]";
-}
-
-std::string Opt(const std::optional<int64_t>& v) {
-  return v ? std::to_string(*v) : "null";
-}
-
-// Writes one legacy inventory per participant of `m`, with views packed
-// into one allocation per participant, exactly as an old adapter would.
-std::vector<std::string> Inventories(const WeightPlacementManifest& m,
-                                     bool legacy_partition_dim = false) {
-  std::vector<std::string> out;
-  for (const auto& part : m.parts()) {
-    if (part.fragments().empty()) continue;
-    uint64_t total = 0;
-    for (const auto& f : part.fragments()) total += f.nbytes();
-    std::string inv =
-        "{\"generation\":" + std::to_string(m.weight_generation()) +
-        ",\"instance_id\":\"inst-" + part.participant_id() +
-        "\",\"lease_id\":\"lease\",\"model_id\":\"" + m.resource_id() +
-        "\",\"revision\":\"" + m.revision() + "\",\"tensors\":[";
-    uint64_t offset = 0;
-    bool first = true;
-    for (const auto& f : part.fragments()) {
-      const TensorDescriptor* t = m.FindTensor(f.tensor_id());
-      std::string axes = "[";
-      bool first_axis = true;
-      bool one_dim_tp = false;
-      for (const auto& a : t->parallel_axes()) {
-        if (legacy_partition_dim && a.kind() == AxisKind::kTp &&
-            a.semantics() == AxisSemantics::kSplit &&
-            t->shard_dims().size() == 1) {
-          one_dim_tp = true;  // expressed through partition_dim instead
-          continue;
-        }
-        axes +=
-            std::string(first_axis ? "" : ",") + "{\"kind\":\"" +
-            std::string(AxisKindName(a.kind())) + "\",\"split_dim\":" +
-            (a.semantics() == AxisSemantics::kSplit ? std::to_string(a.dim())
-                                                    : std::string("null")) +
-            "}";
-        first_axis = false;
-      }
-      axes += "]";
-      std::string aliases = "[";
-      for (size_t i = 0; i < f.aliases().size(); ++i) {
-        aliases += std::string(i ? "," : "") + "\"" + f.aliases()[i] + "\"";
-      }
-      aliases += "]";
-      const uint64_t base = 0x100000;
-      inv +=
-          std::string(first ? "" : ",") +
-          "{\"address\":" + std::to_string(base + offset) +
-          ",\"aliases\":" + aliases +
-          ",\"byte_offset\":" + std::to_string(offset) +
-          ",\"device\":\"cpu\",\"dtype\":\"" + t->dtype() +
-          "\",\"endpoint\":\"ep-" + part.participant_id() +
-          "\",\"expert_axis\":0,\"expert_id\":" + Opt(t->expert_id()) +
-          ",\"fragment_id\":\"rt-" + f.placement_fragment_id().substr(7, 24) +
-          "\",\"global_offset\":" + Ints(f.global_offset()) +
-          ",\"global_shape\":" + Ints(t->global_shape()) +
-          ",\"is_contiguous\":true,\"itemsize\":" +
-          std::to_string(t->itemsize()) +
-          ",\"layer_id\":" + Opt(t->layer_id()) + ",\"layout_fingerprint\":\"" +
-          t->layout_fingerprint() +
-          "\",\"lease_generation\":1,\"local_shape\":" + Ints(f.local_shape()) +
-          ",\"nbytes\":" + std::to_string(f.nbytes()) +
-          ",\"parallel_axes\":" + axes + ",\"partition_dim\":" +
-          (one_dim_tp ? std::to_string(t->shard_dims()[0]) : "null") +
-          ",\"rank\":{\"dp\":" + std::to_string(f.rank().dp) +
-          ",\"ep\":" + std::to_string(f.rank().ep) +
-          ",\"moe_dp\":0,\"pp\":" + std::to_string(f.rank().pp) +
-          ",\"tp\":" + std::to_string(f.rank().tp) + "},\"runtime_name\":\"" +
-          f.tensor_id() + "\",\"shard_dims\":" +
-          (one_dim_tp ? std::string("[]") : Ints(t->shard_dims())) +
-          ",\"storage_address\":" + std::to_string(base) +
-          ",\"storage_nbytes\":" + std::to_string(total) +
-          ",\"storage_offset\":0,\"storage_offset_bytes\":" +
-          std::to_string(offset) + ",\"stride\":[],\"strides_bytes\":" +
-          Ints(*CanonicalStrides(f.local_shape(), t->itemsize())) +
-          ",\"tensor_id\":\"" + f.tensor_id() + "\",\"worker_id\":\"w-" +
-          part.participant_id() + "\"}";
-      offset += f.nbytes();
-      first = false;
-    }
-    out.push_back(inv + "]}");
-  }
-  return out;
-}
-
 WeightPlacementManifest Original() {
   auto d = GridDraft({2, 2, 2, 2});
   d.header.placement_set_id = "demo-model-legacy";
@@ -138,7 +43,7 @@ Result<LegacyImport> Import(const std::vector<std::string>& inv) {
 
 TEST(LegacyImportTest, InventoriesRebuildTheSamePlacement) {
   auto original = Original();
-  auto imported = Import(Inventories(original));
+  auto imported = Import(testing::LegacyInventories(original));
   ASSERT_TRUE(imported.ok()) << imported.status().ToString();
   EXPECT_EQ(imported->placement.placement_id(), original.placement_id());
   EXPECT_EQ(imported->placement.digest(), original.digest());
@@ -155,7 +60,8 @@ TEST(LegacyImportTest, InventoriesRebuildTheSamePlacement) {
 
 TEST(LegacyImportTest, PartitionDimIsOneDimensionalTp) {
   auto original = Original();
-  auto imported = Import(Inventories(original, /*legacy_partition_dim=*/true));
+  auto imported = Import(
+      testing::LegacyInventories(original, /*legacy_partition_dim=*/true));
   ASSERT_TRUE(imported.ok()) << imported.status().ToString();
   EXPECT_EQ(imported->placement.placement_id(), original.placement_id());
   const TensorDescriptor* q = imported->placement.FindTensor("layers.1.attn.q");
@@ -163,7 +69,7 @@ TEST(LegacyImportTest, PartitionDimIsOneDimensionalTp) {
 }
 
 TEST(LegacyImportTest, NonContiguousViewRejected) {
-  auto inv = Inventories(Original());
+  auto inv = testing::LegacyInventories(Original());
   const size_t at = inv[0].find("\"is_contiguous\":true");
   inv[0].replace(at, 20, "\"is_contiguous\":false");
   EXPECT_EQ(Import(inv).status().message(),
@@ -172,7 +78,7 @@ TEST(LegacyImportTest, NonContiguousViewRejected) {
 }
 
 TEST(LegacyImportTest, StrictFields) {
-  auto inv = Inventories(Original());
+  auto inv = testing::LegacyInventories(Original());
   const size_t at = inv[1].find("\"runtime_name\"");
   inv[1].replace(at, 14, "\"runtime_nam3\"");
   EXPECT_EQ(Import(inv).status().message(),
@@ -181,7 +87,7 @@ TEST(LegacyImportTest, StrictFields) {
 }
 
 TEST(LegacyImportTest, OneParticipantPerInventory) {
-  auto inv = Inventories(Original());
+  auto inv = testing::LegacyInventories(Original());
   // Glue the second inventory's entries into the first.
   const std::string tail = inv[1].substr(inv[1].find("\"tensors\":[") + 11);
   inv[0] = inv[0].substr(0, inv[0].size() - 2) + "," + tail;
@@ -191,7 +97,7 @@ TEST(LegacyImportTest, OneParticipantPerInventory) {
 }
 
 TEST(LegacyImportTest, MissingParticipantIsIncomplete) {
-  auto inv = Inventories(Original());
+  auto inv = testing::LegacyInventories(Original());
   inv.pop_back();
   EXPECT_THAT(Import(inv).status().message(),
               HasSubstr("global placement tensor is not fully covered: "));
