@@ -306,13 +306,9 @@ Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
 Status CheckOperationGeometry(const WeightPlacementManifest& source,
                               const UploadOperation& op,
                               const StoredFragment& s) {
-  const PlacementFragment* pf = nullptr;
-  for (const auto& part : source.parts()) {
-    if (part.participant_id() != op.participant_id) continue;
-    for (const auto& f : part.fragments()) {
-      if (f.placement_fragment_id() == op.placement_fragment_id) pf = &f;
-    }
-  }
+  // The caller found the fragment in the participant's validated binding,
+  // which holds exactly that participant's placement fragments.
+  const PlacementFragment* pf = source.FindFragment(op.placement_fragment_id);
   if (pf == nullptr) {
     return Status::InvalidArgument(
         "upload operation names no fragment of its participant: " +
