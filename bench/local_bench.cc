@@ -10,9 +10,9 @@
 #include <string>
 
 #include "exec/host_buffers.h"
+#include "reshard/bound_plan.h"
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
-#include "reshard/transfer_plan.h"
 #include "testing/placement_builders.h"
 
 namespace {
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       std::memset(tb->data.at(f->placement_fragment_id()), 0, f->nbytes());
     }
     auto bound =
-        TransferPlan::Bind(*plan, src, sb->bindings, dst, tb->bindings);
+        BoundTransferPlan::Bind(*plan, src, sb->bindings, dst, tb->bindings);
     if (!bound.ok()) return 1;
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {

@@ -63,9 +63,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(SamePlan(*plan, *again), "plan round trip");
 
   for (size_t i = 3; i < docs.size(); ++i) {
-    const std::string key = plan->manifest().spec().group_id +
-                            "/transactions/" + plan->transaction_id() +
-                            "/receipts/r" + std::to_string(i);
+    const std::string key = plan->manifest().group_id() + "/transactions/" +
+                            plan->transaction_id() + "/receipts/r" +
+                            std::to_string(i);
     if (!store.backend().Put(key, docs[i]).ok()) return 0;
   }
   auto receipts = store.GatherReceipts(*plan);

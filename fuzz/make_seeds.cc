@@ -78,8 +78,8 @@ void StoreSeeds(const WeightPlacementManifest& placement) {
   std::vector<UploadReceipt> receipts;
   std::string seed =
       plan.manifest().manifest_key() + '\0' + plan.transaction_id() + '\0';
-  const std::string txn_prefix = plan.manifest().spec().group_id +
-                                 "/transactions/" + plan.transaction_id();
+  const std::string txn_prefix =
+      plan.manifest().group_id() + "/transactions/" + plan.transaction_id();
   seed += Must(backend->Get(txn_prefix + "/plan"), "plan record");
   for (const auto& b : buffers.bindings) {
     auto r = Must(store.Upload(plan, placement, b), "upload");
@@ -94,7 +94,7 @@ void StoreSeeds(const WeightPlacementManifest& placement) {
   Must(store.Commit(plan, receipts), "commit");
   Write("fuzz_stored_manifest",
         Must(backend->Get(plan.manifest().manifest_key()), "manifest"));
-  const std::string base = plan.manifest().spec().group_id;
+  const std::string base = plan.manifest().group_id();
   for (const std::string& key :
        Must(backend->List(base + "/checksums/"), "list checksums")) {
     Write("fuzz_checksum", Must(backend->Get(key), "checksum record"));

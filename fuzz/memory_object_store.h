@@ -15,7 +15,7 @@ namespace reshard::fuzz {
 class MemoryObjectStore : public ObjectStore {
  public:
   Status Put(std::string_view key, std::string_view value) override {
-    RETURN_NOT_OK(ValidateRecordKey(key));
+    RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
     if (!data_.emplace(std::string(key), std::string(value)).second) {
       return Status::AlreadyExists(std::string(key));
     }
@@ -60,7 +60,7 @@ class MemoryObjectStore : public ObjectStore {
     return Status::OK();
   }
   Result<uint64_t> ObjectSize(std::string_view key) override {
-    ASSIGN_OR_RETURN(std::string v, Get(key));
+    RESHARD_ASSIGN_OR_RETURN(std::string v, Get(key));
     return v.size();
   }
   Result<uint64_t> RemoveStaleTemporaries(std::chrono::seconds) override {

@@ -174,10 +174,10 @@ Status FaultInjectionStore::Put(std::string_view key, std::string_view value) {
   if (!f) return inner_->Put(key, value);
   switch (f->kind) {
     case FaultKind::kLostAck:
-      RETURN_NOT_OK(inner_->Put(key, value));
+      RESHARD_RETURN_NOT_OK(inner_->Put(key, value));
       break;
     case FaultKind::kTornWrite:
-      RETURN_NOT_OK(inner_->Put(key, Damage(*f, value)));
+      RESHARD_RETURN_NOT_OK(inner_->Put(key, Damage(*f, value)));
       break;
     case FaultKind::kCorruptWrite:
       return inner_->Put(key, Damage(*f, value));
@@ -191,7 +191,7 @@ Result<std::string> FaultInjectionStore::Get(std::string_view key) {
   const auto f = Hit(kCallGet, key);
   if (!f) return inner_->Get(key);
   if (f->kind == FaultKind::kShortRead) {
-    ASSIGN_OR_RETURN(std::string value, inner_->Get(key));
+    RESHARD_ASSIGN_OR_RETURN(std::string value, inner_->Get(key));
     value.resize(value.size() / 2);
     return value;
   }
@@ -208,7 +208,8 @@ Result<std::vector<std::string>> FaultInjectionStore::List(
 Status FaultInjectionStore::Delete(std::string_view key) {
   const auto f = Hit(kCallDelete, key);
   if (!f) return inner_->Delete(key);
-  if (f->kind == FaultKind::kLostAck) RETURN_NOT_OK(inner_->Delete(key));
+  if (f->kind == FaultKind::kLostAck)
+    RESHARD_RETURN_NOT_OK(inner_->Delete(key));
   return Injected(*f, kCallDelete, key);
 }
 
@@ -219,7 +220,7 @@ Status FaultInjectionStore::PutObject(std::string_view key,
   if (!f) return inner_->PutObject(key, parts, durable);
   switch (f->kind) {
     case FaultKind::kLostAck:
-      RETURN_NOT_OK(inner_->PutObject(key, parts, durable));
+      RESHARD_RETURN_NOT_OK(inner_->PutObject(key, parts, durable));
       break;
     case FaultKind::kTornWrite:
     case FaultKind::kCorruptWrite: {
@@ -228,7 +229,7 @@ Status FaultInjectionStore::PutObject(std::string_view key,
         whole.append(static_cast<const char*>(p.data), p.size);
       }
       const std::string damaged = Damage(*f, whole);
-      RETURN_NOT_OK(
+      RESHARD_RETURN_NOT_OK(
           inner_->PutObject(key, {{damaged.data(), damaged.size()}}, durable));
       if (f->kind == FaultKind::kCorruptWrite) return Status::OK();
       break;
@@ -242,7 +243,7 @@ Status FaultInjectionStore::PutObject(std::string_view key,
 Status FaultInjectionStore::Sync() {
   const auto f = Hit(kCallSync, "");
   if (!f) return inner_->Sync();
-  if (f->kind == FaultKind::kLostAck) RETURN_NOT_OK(inner_->Sync());
+  if (f->kind == FaultKind::kLostAck) RESHARD_RETURN_NOT_OK(inner_->Sync());
   return Injected(*f, kCallSync, "");
 }
 
@@ -259,7 +260,7 @@ Status FaultInjectionStore::ReadRanges(const std::vector<ReadRange>& ranges) {
     // Everything but the second half of the last non-empty range.
     std::vector<ReadRange> partial = ranges;
     if (last < partial.size()) partial[last].length /= 2;
-    RETURN_NOT_OK(inner_->ReadRanges(partial));
+    RESHARD_RETURN_NOT_OK(inner_->ReadRanges(partial));
     if (f->kind == FaultKind::kShortRead) return Status::OK();
   }
   return Injected(*f, kCallReadRanges, key);

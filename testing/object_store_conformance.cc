@@ -73,7 +73,8 @@ bool Names(const Status& st, std::string_view key) {
 Result<std::string> Read(ObjectStore& store, const std::string& key,
                          uint64_t offset, uint64_t length) {
   std::string out(length, '\0');
-  RETURN_NOT_OK(store.ReadRanges({ReadRange{key, offset, length, out.data()}}));
+  RESHARD_RETURN_NOT_OK(
+      store.ReadRanges({ReadRange{key, offset, length, out.data()}}));
   return out;
 }
 

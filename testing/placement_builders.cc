@@ -47,16 +47,16 @@ void AddTensor(PlacementDraft* d, const TensorLayout& l) {
 }
 
 Result<WeightPlacementManifest> PlacementDraft::Build() const {
-  ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topology));
+  RESHARD_ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topology));
   std::vector<TensorDescriptor> ts;
   for (const auto& t : tensors) {
-    ASSIGN_OR_RETURN(auto td, TensorDescriptor::Make(t));
+    RESHARD_ASSIGN_OR_RETURN(auto td, TensorDescriptor::Make(t));
     ts.push_back(std::move(td));
   }
   std::vector<PlacementFragment> fs;
   fs.reserve(fragments.size());
   for (const auto& f : fragments) {
-    ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(f));
+    RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(f));
     fs.push_back(std::move(pf));
   }
   return WeightPlacementManifest::FromFragments(header, std::move(topo),
@@ -154,7 +154,7 @@ Result<WeightRuntimeBindingManifest> WithBindingChanges(
     for (auto& f : s.fragments) {
       RuntimeBindingFragmentSpec fs = SpecOf(f);
       fs.device = *changes.device;
-      ASSIGN_OR_RETURN(f, RuntimeBindingFragment::Make(std::move(fs)));
+      RESHARD_ASSIGN_OR_RETURN(f, RuntimeBindingFragment::Make(std::move(fs)));
     }
   }
   return WeightRuntimeBindingManifest::Make(std::move(s));

@@ -6,12 +6,12 @@ namespace reshard::testing {
 
 std::string PayloadTransaction(const StoredWeightManifest& m,
                                const std::string& object_key) {
-  const size_t from = m.spec().group_id.size() + std::strlen("/payload/");
+  const size_t from = m.group_id().size() + std::strlen("/payload/");
   return object_key.substr(from, object_key.find('/', from) - from);
 }
 
 std::set<std::string> CommittedKeys(const StoredWeightManifest& m) {
-  const std::string base = m.spec().group_id;
+  const std::string base = m.group_id();
   std::set<std::string> keys = {m.manifest_key()};
   for (const auto& f : m.fragments()) {
     const std::string txn = PayloadTransaction(m, f.object_key);

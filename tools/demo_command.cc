@@ -57,13 +57,13 @@ void AddDemoCommand(CLI::App& app) {
     auto run = [&]() -> Status {
       std::string spec_text(kSmallMoe);
       if (!a->model.empty()) {
-        ASSIGN_OR_RETURN(spec_text, ReadFile(a->model));
+        RESHARD_ASSIGN_OR_RETURN(spec_text, ReadFile(a->model));
       }
-      ASSIGN_OR_RETURN(auto model, ModelSpecFromJson(spec_text));
-      ASSIGN_OR_RETURN(
+      RESHARD_ASSIGN_OR_RETURN(auto model, ModelSpecFromJson(spec_text));
+      RESHARD_ASSIGN_OR_RETURN(
           auto trainer,
           GenerateLayout(model, {.tp = 4, .pp = 2, .ep = 8, .dp = 2}));
-      ASSIGN_OR_RETURN(
+      RESHARD_ASSIGN_OR_RETURN(
           auto rollout,
           GenerateLayout(model, {.tp = 8, .pp = 4, .ep = 2, .dp = 4}));
       std::printf(
@@ -78,13 +78,13 @@ void AddDemoCommand(CLI::App& app) {
       SelfTestOptions local;
       local.threads = threads;
       local.measure_memcpy = false;
-      ASSIGN_OR_RETURN(auto r1, RunSelfTest(trainer, rollout, local));
+      RESHARD_ASSIGN_OR_RETURN(auto r1, RunSelfTest(trainer, rollout, local));
       Row("in memory (local executor)", r1);
       SelfTestOptions live;
       live.transport = "ucx";
       live.procs = a->procs;
       live.measure_memcpy = false;
-      ASSIGN_OR_RETURN(auto r2, RunSelfTest(trainer, rollout, live));
+      RESHARD_ASSIGN_OR_RETURN(auto r2, RunSelfTest(trainer, rollout, live));
       Row(("live, " + std::to_string(a->procs) + " processes over UCX").c_str(),
           r2);
       std::string dir =
@@ -98,7 +98,7 @@ void AddDemoCommand(CLI::App& app) {
       auto r3 = RunSelfTest(trainer, rollout, store);
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
-      RETURN_NOT_OK(r3.status());
+      RESHARD_RETURN_NOT_OK(r3.status());
       Row("weight store (upload + load)", *r3);
       if (!r1.verified || !r2.verified || !r3->verified) {
         return Status::DataLoss("demo: a target byte differs");

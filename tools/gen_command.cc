@@ -39,12 +39,13 @@ void AddGenCommand(CLI::App& app) {
       ->required();
   cmd->callback([a]() {
     auto run = [&]() -> Status {
-      ASSIGN_OR_RETURN(std::string text, ReadFile(a->model));
+      RESHARD_ASSIGN_OR_RETURN(std::string text, ReadFile(a->model));
       auto spec = ModelSpecFromJson(text);
       if (!spec.ok()) return spec.status().WithContext(a->model);
       a->options.experts = a->experts == "separate" ? ExpertLayout::kSeparate
                                                     : ExpertLayout::kGrouped;
-      ASSIGN_OR_RETURN(auto placement, GenerateLayout(*spec, a->options));
+      RESHARD_ASSIGN_OR_RETURN(auto placement,
+                               GenerateLayout(*spec, a->options));
       const std::string json = WeightPlacementToJson(placement);
       if (a->output == "-") {
         std::cout << json;

@@ -60,8 +60,8 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([=]() {
     auto run = [&]() -> Result<std::string> {
-      ASSIGN_OR_RETURN(std::string source_text, ReadFile(*source));
-      ASSIGN_OR_RETURN(auto dst, LoadPlacement(*target));
+      RESHARD_ASSIGN_OR_RETURN(std::string source_text, ReadFile(*source));
+      RESHARD_ASSIGN_OR_RETURN(auto dst, LoadPlacement(*target));
       PlanOptions options;
       if (!participant->empty()) options.target_participant_id = *participant;
       // The source is a live placement or a stored manifest.
@@ -77,7 +77,7 @@ void AddPlanCommand(CLI::App& app) {
         src = std::move(m).ValueOrDie();
       }
       const auto t0 = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(
+      RESHARD_ASSIGN_OR_RETURN(
           auto plan,
           stored.has_value()
               ? LogicalTransferPlan::MakeFromStored(*stored, dst, options)

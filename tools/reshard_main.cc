@@ -35,7 +35,7 @@ Result<std::string> ReadFile(const std::string& path) {
 }
 
 Result<WeightPlacementManifest> LoadPlacement(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  RESHARD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   auto m = WeightPlacementFromJson(text);
   if (!m.ok()) return m.status().WithContext(path);
   return m;

@@ -83,8 +83,8 @@ void AddSelftestCommand(CLI::App& app) {
           {"none", "kill-source", "kill-target", "stale-generation"}));
   cmd->callback([a, cmd]() {
     auto run = [&]() -> Result<SelfTestReport> {
-      ASSIGN_OR_RETURN(auto src, LoadPlacement(a->source));
-      ASSIGN_OR_RETURN(auto dst, LoadPlacement(a->target));
+      RESHARD_ASSIGN_OR_RETURN(auto src, LoadPlacement(a->source));
+      RESHARD_ASSIGN_OR_RETURN(auto dst, LoadPlacement(a->target));
       if (a->rank && a->session.empty()) {
         return Status::InvalidArgument("--rank needs --session");
       }

@@ -67,8 +67,8 @@ void AddStoreCommand(CLI::App& app) {
 
   Sub(store, "ls", "List revisions (READY or IMPORTING)", 0,
       [](const StoreArgs& a) -> Status {
-        ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        ASSIGN_OR_RETURN(auto revs, s.List());
+        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        RESHARD_ASSIGN_OR_RETURN(auto revs, s.List());
         if (a.json) {
           std::string out;
           internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
@@ -109,19 +109,19 @@ void AddStoreCommand(CLI::App& app) {
 
   Sub(store, "show", "Show one revision's manifest summary", 2,
       [](const StoreArgs& a) -> Status {
-        ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        ASSIGN_OR_RETURN(auto m, s.LoadManifest(a.key));
+        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        RESHARD_ASSIGN_OR_RETURN(auto m, s.LoadManifest(a.key));
         uint64_t bytes = 0;
         for (const auto& f : m.fragments()) bytes += f.nbytes;
         std::string out;
         internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
         w.BeginObject();
         w.KeyUInt("bytes", bytes);
-        w.KeyString("created_at", m.spec().created_at);
+        w.KeyString("created_at", m.created_at());
         w.KeyUInt("fragments", m.fragments().size());
         w.KeyString("manifest_digest", m.manifest_digest());
         w.KeyString("manifest_key", m.manifest_key());
-        w.KeyString("namespace", m.spec().namespace_);
+        w.KeyString("namespace", m.namespace_id());
         w.KeyString("resource_id", m.resource_id());
         w.KeyString("revision", m.revision());
         w.KeyUInt("tensors", m.tensors().size());
@@ -140,7 +140,7 @@ void AddStoreCommand(CLI::App& app) {
                       m.tensors().size(), m.fragments().size(),
                       static_cast<unsigned long long>(bytes));
           std::printf("  created %s, digest %s\n",
-                      internal::Printable(m.spec().created_at).c_str(),
+                      internal::Printable(m.created_at()).c_str(),
                       m.manifest_digest().c_str());
         }
         return Status::OK();
@@ -151,12 +151,12 @@ void AddStoreCommand(CLI::App& app) {
       "CORRUPT revisions without MANIFEST_KEY); every revision is checked, "
       "each corrupt one is one error line, and any makes the exit status 1",
       1, [](const StoreArgs& a) -> Status {
-        ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
         std::vector<std::string> keys;
         if (!a.key.empty()) {
           keys.push_back(a.key);
         } else {
-          ASSIGN_OR_RETURN(auto revs, s.List());
+          RESHARD_ASSIGN_OR_RETURN(auto revs, s.List());
           for (const auto& r : revs) {
             if (r.state != "IMPORTING") keys.push_back(r.manifest_key);
           }
@@ -216,8 +216,8 @@ void AddStoreCommand(CLI::App& app) {
       "Remove a revision, also a corrupt one, and only keys under it (refused "
       "while a load holds a lease)",
       2, [](const StoreArgs& a) -> Status {
-        ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        RETURN_NOT_OK(s.Remove(a.key));
+        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        RESHARD_RETURN_NOT_OK(s.Remove(a.key));
         if (!a.json) std::printf("removed %s\n", a.key.c_str());
         return Status::OK();
       });
@@ -227,8 +227,8 @@ void AddStoreCommand(CLI::App& app) {
       "published revision references; corrupt revisions are left alone and "
       "reported)",
       0, [](const StoreArgs& a) -> Status {
-        ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        ASSIGN_OR_RETURN(auto r, s.Gc());
+        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+        RESHARD_ASSIGN_OR_RETURN(auto r, s.Gc());
         if (a.json) {
           std::string out;
           internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);

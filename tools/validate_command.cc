@@ -24,18 +24,18 @@ void AddValidateCommand(CLI::App& app) {
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([=]() {
     auto run = [&]() -> Result<std::string> {
-      ASSIGN_OR_RETURN(auto manifest, LoadPlacement(*placement));
+      RESHARD_ASSIGN_OR_RETURN(auto manifest, LoadPlacement(*placement));
       std::vector<WeightRuntimeBindingManifest> parsed;
       for (const auto& path : *bindings) {
-        ASSIGN_OR_RETURN(std::string btext, ReadFile(path));
+        RESHARD_ASSIGN_OR_RETURN(std::string btext, ReadFile(path));
         auto b = WeightRuntimeBindingFromJson(btext);
         if (!b.ok()) return b.status().WithContext(path);
         parsed.push_back(std::move(b).ValueOrDie());
       }
       if (!parsed.empty()) {
-        RETURN_NOT_OK(ValidateRuntimeBindings(manifest, parsed,
-                                              /*require_all=*/false)
-                          .WithContext("bindings"));
+        RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(manifest, parsed,
+                                                      /*require_all=*/false)
+                                  .WithContext("bindings"));
       }
       const auto& m = manifest;
       std::string out;

@@ -25,23 +25,17 @@ class LocalTransport : public Transport {
   ~LocalTransport() override;
 
   const TransportCapabilities& capabilities() const override;
-  Result<TransferId> Submit(const TransferPlan& plan) override;
+  Result<TransferId> Submit(const BoundTransferPlan& plan) override;
   Result<TransferState> Poll(TransferId id) override;
   Status Wait(TransferId id) override;
   Status Drain() override;
 
-  struct Impl;
 
  private:
+  struct Impl;
   explicit LocalTransport(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Executes one bound region synchronously on the calling thread, copying
-// segments [first, first + count) of its row enumeration (outer loops,
-// last fastest). Exposed for executors built on top and for tests.
-void CopyRegionSegments(const BoundRegion& region, uint64_t first,
-                        uint64_t count);
 
 }  // namespace reshard
 

@@ -318,11 +318,10 @@ class WeightPlacementManifest {
     return a.digest() == b.digest();
   }
 
-  struct Impl;
-  // Internal state, for the library's own encoders.
-  const Impl& impl() const { return *impl_; }
 
  private:
+  struct Impl;
+  friend std::string WeightPlacementToJson(const WeightPlacementManifest&);
   explicit WeightPlacementManifest(std::shared_ptr<const Impl> impl)
       : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;

@@ -151,9 +151,9 @@ class LogicalTransferPlan {
   // Human-readable one-line description of a region.
   std::string DescribeRegion(const TransferRegion& region) const;
 
-  struct Impl;
 
  private:
+  struct Impl;
   struct SourceView;
   static Result<LogicalTransferPlan> Plan(const SourceView& source,
                                           const WeightPlacementManifest& target,
@@ -167,20 +167,6 @@ class LogicalTransferPlan {
 // `reshard plan`): regions, segments, operations, bytes, max_source_bytes,
 // mean_source_bytes, max_target_bytes, and per-participant tables.
 std::string PlanSummaryToJson(const LogicalTransferPlan& plan);
-
-// Strided-copy geometry of one overlap between two canonical row-major
-// fragments (exposed for executors and tests).
-struct RegionGeometry {
-  uint64_t source_base_offset = 0;
-  uint64_t target_base_offset = 0;
-  uint64_t inner_bytes = 0;
-  std::vector<OuterLoop> loops;
-  uint64_t segments = 0;
-};
-RegionGeometry ComputeRegionGeometry(
-    const Dims& source_offset, const Dims& source_shape,
-    const Dims& target_offset, const Dims& target_shape,
-    const Dims& overlap_offset, const Dims& overlap_shape, int64_t itemsize);
 
 }  // namespace reshard
 

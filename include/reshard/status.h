@@ -9,6 +9,8 @@
 #define RESHARD_STATUS_H_
 
 #include <cassert>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -82,6 +84,24 @@ class [[nodiscard]] Status {
 
   bool ok() const { return state_ == nullptr; }
   StatusCode code() const { return ok() ? StatusCode::kOk : state_->code; }
+  bool IsInvalidArgument() const {
+    return code() == StatusCode::kInvalidArgument;
+  }
+  bool IsNotFound() const { return code() == StatusCode::kNotFound; }
+  bool IsAlreadyExists() const { return code() == StatusCode::kAlreadyExists; }
+  bool IsFailedPrecondition() const {
+    return code() == StatusCode::kFailedPrecondition;
+  }
+  bool IsOutOfRange() const { return code() == StatusCode::kOutOfRange; }
+  bool IsResourceExhausted() const {
+    return code() == StatusCode::kResourceExhausted;
+  }
+  bool IsAborted() const { return code() == StatusCode::kAborted; }
+  bool IsUnavailable() const { return code() == StatusCode::kUnavailable; }
+  bool IsDataLoss() const { return code() == StatusCode::kDataLoss; }
+  bool IsUnimplemented() const { return code() == StatusCode::kUnimplemented; }
+  bool IsInternal() const { return code() == StatusCode::kInternal; }
+  bool IsIOError() const { return code() == StatusCode::kIOError; }
   // Empty for OK.
   const std::string& message() const;
   // "InvalidArgument: <message>" or "OK".
@@ -120,8 +140,17 @@ class [[nodiscard]] Result {
   const T& value() const& { return std::get<T>(repr_); }
   T& value() & { return std::get<T>(repr_); }
   T&& value() && { return std::get<T>(std::move(repr_)); }
-  // Moves the value out; only valid when ok().
-  T ValueOrDie() && { return std::get<T>(std::move(repr_)); }
+  // Moves the value out. Aborts the process, printing the status, when
+  // there is no value: for callers that have already decided an error is
+  // a bug (tests, examples), never for input another party supplied.
+  T ValueOrDie() && {
+    if (!ok()) {
+      std::fprintf(stderr, "reshard: ValueOrDie on an error: %s\n",
+                   std::get<Status>(repr_).ToString().c_str());
+      std::abort();
+    }
+    return std::get<T>(std::move(repr_));
+  }
 
   const T& operator*() const& { return value(); }
   T& operator*() & { return value(); }
@@ -138,7 +167,7 @@ class [[nodiscard]] Result {
 #define RESHARD_CONCAT(a, b) RESHARD_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function when `expr` yields a non-OK Status.
-#define RETURN_NOT_OK(expr)         \
+#define RESHARD_RETURN_NOT_OK(expr) \
   do {                              \
     ::reshard::Status _st = (expr); \
     if (!_st.ok()) return _st;      \
@@ -147,10 +176,10 @@ class [[nodiscard]] Result {
 #define RESHARD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
   auto tmp = (rexpr);                                  \
   if (!tmp.ok()) return tmp.status();                  \
-  lhs = std::move(tmp).ValueOrDie()
+  lhs = std::move(tmp).value()
 
-// `ASSIGN_OR_RETURN(auto x, MakeX())` declares x or returns the error.
-#define ASSIGN_OR_RETURN(lhs, rexpr)                                        \
+// `RESHARD_ASSIGN_OR_RETURN(auto x, MakeX())` declares x or returns the error.
+#define RESHARD_ASSIGN_OR_RETURN(lhs, rexpr)                                \
   RESHARD_ASSIGN_OR_RETURN_IMPL(RESHARD_CONCAT(_result_, __COUNTER__), lhs, \
                                 rexpr)
 

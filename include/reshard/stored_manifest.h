@@ -50,11 +50,18 @@ class StoredWeightManifest {
 
   static constexpr std::string_view kResourceKind = "model_weight";
 
-  const StoredWeightManifestSpec& spec() const { return *s_; }
+  // The store namespace the revision was uploaded under.
+  const std::string& namespace_id() const { return s_->namespace_; }
   const std::string& resource_id() const { return s_->resource_id; }
   const std::string& revision() const { return s_->revision; }
   uint64_t weight_generation() const { return s_->weight_generation; }
+  // The revision's key prefix ("<namespace>/<resource>/<revision>/..."):
+  // every key of the revision lives below it.
+  const std::string& group_id() const { return s_->group_id; }
+  // "<group_id>/manifest".
   const std::string& manifest_key() const { return s_->manifest_key; }
+  // UTC ISO-8601 creation time, e.g. 2026-07-23T00:00:00Z.
+  const std::string& created_at() const { return s_->created_at; }
   // Sorted by tensor_id.
   const std::vector<TensorDescriptor>& tensors() const { return s_->tensors; }
   // Sorted by fragment_id.

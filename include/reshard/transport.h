@@ -1,7 +1,7 @@
 // The executor interface every transport implements (local, UCX, CUDA).
 //
 // Thread contract: Submit, Poll and Wait may be called from any thread; a
-// Transport serialises its own state. A TransferPlan passed to Submit must
+// Transport serialises its own state. A BoundTransferPlan passed to Submit must
 // stay alive, and its buffers must stay allocated and unmodified by the
 // caller, until Poll or Wait reports a terminal state other than
 // kUncertain; an uncertain transfer keeps its buffers pinned until Drain
@@ -23,15 +23,15 @@
 #include <string>
 #include <vector>
 
+#include "reshard/bound_plan.h"
 #include "reshard/status.h"
-#include "reshard/transfer_plan.h"
 
 namespace reshard {
 
 struct TransportCapabilities {
   std::string name;
   // The kinds Submit accepts; a plan touching any other kind is refused
-  // (TransferPlan::RequireMemoryKinds).
+  // (BoundTransferPlan::RequireMemoryKinds).
   std::vector<MemoryKind> memory_kinds;
   // True if one strided region is one operation (never one per row).
   bool strided = false;
@@ -56,7 +56,7 @@ class Transport {
   // Starts moving `plan`'s bytes. Fails (and moves nothing) when the
   // transport is draining an uncertain transfer or the in-flight limit is
   // reached.
-  virtual Result<TransferId> Submit(const TransferPlan& plan) = 0;
+  virtual Result<TransferId> Submit(const BoundTransferPlan& plan) = 0;
   // Non-blocking state of a submitted transfer.
   virtual Result<TransferState> Poll(TransferId id) = 0;
   // Blocks until the transfer is terminal; OK only for kCompleted.

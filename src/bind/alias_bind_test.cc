@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "reshard/transfer_plan.h"
+#include "reshard/bound_plan.h"
 #include "testing/placement_builders.h"
 
 namespace reshard {
@@ -59,14 +59,14 @@ std::vector<WeightRuntimeBindingManifest> SharedRange(
   return out;
 }
 
-Result<TransferPlan> BindTied(
+Result<BoundTransferPlan> BindTied(
     const WeightPlacementManifest& source,
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
   auto plan = LogicalTransferPlan::Make(source, target);
   if (!plan.ok()) return plan.status();
-  return TransferPlan::Bind(*plan, source, testing::FakeBindings(source),
-                            target, target_bindings);
+  return BoundTransferPlan::Bind(*plan, source, testing::FakeBindings(source),
+                                 target, target_bindings);
 }
 
 TEST(AliasBindTest, IdenticalPhysicalCopiesKeepTwoOperations) {

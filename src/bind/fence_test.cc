@@ -1,11 +1,11 @@
 // The execution-time generation and lease fence (rules 57-60):
-// TransferPlan::CheckCurrent against the bindings seen right before a
+// BoundTransferPlan::CheckCurrent against the bindings seen right before a
 // transfer runs.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "reshard/transfer_plan.h"
+#include "reshard/bound_plan.h"
 #include "testing/placement_builders.h"
 
 namespace reshard {
@@ -27,7 +27,8 @@ class FenceTest : public ::testing::Test {
     sources_ = Rename(testing::FakeBindings(*source_, 3), "src");
     targets_ = Rename(testing::FakeBindings(*target_, 5), "dst");
     auto plan = LogicalTransferPlan::Make(*source_, *target_);
-    bound_ = *TransferPlan::Bind(*plan, *source_, sources_, *target_, targets_);
+    bound_ =
+        *BoundTransferPlan::Bind(*plan, *source_, sources_, *target_, targets_);
   }
 
   static std::vector<WeightRuntimeBindingManifest> Rename(
@@ -70,7 +71,7 @@ class FenceTest : public ::testing::Test {
 
   std::optional<WeightPlacementManifest> source_, target_;
   std::vector<WeightRuntimeBindingManifest> sources_, targets_;
-  std::optional<TransferPlan> bound_;
+  std::optional<BoundTransferPlan> bound_;
 };
 
 TEST_F(FenceTest, UnchangedBindingsPass) {

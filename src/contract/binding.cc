@@ -411,7 +411,7 @@ Status CheckOneBinding(const WeightPlacementManifest& placement,
 Status ValidateRuntimeBinding(const WeightPlacementManifest& placement,
                               const WeightRuntimeBindingManifest& binding) {
   std::vector<View> views;
-  RETURN_NOT_OK(CheckOneBinding(placement, binding, &views));
+  RESHARD_RETURN_NOT_OK(CheckOneBinding(placement, binding, &views));
   return CheckAddressRanges(placement, &views);
 }
 
@@ -436,7 +436,7 @@ Status ValidateRuntimeBindings(
       return Status::InvalidArgument("duplicate runtime binding participant: " +
                                      b.participant_id());
     }
-    RETURN_NOT_OK(CheckOneBinding(placement, b, &views));
+    RESHARD_RETURN_NOT_OK(CheckOneBinding(placement, b, &views));
     for (const auto& f : b.fragments()) {
       if (!runtime_ids.insert(f.fragment_id()).second) {
         return Status::InvalidArgument(

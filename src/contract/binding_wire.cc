@@ -57,7 +57,7 @@ Result<uint64_t> ReadU64Field(const internal::StrictObject& obj,
 
 Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
                                                    const JsonPath& path) {
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       auto obj, internal::StrictObject::Make(
                     e, path, "runtime binding fragment",
                     {"address", "device", "endpoint", "fragment_id", "itemsize",
@@ -65,28 +65,34 @@ Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
                      "storage_address", "storage_nbytes",
                      "storage_offset_bytes", "strides_bytes", "worker_id"}));
   RuntimeBindingFragmentSpec s;
-  ASSIGN_OR_RETURN(s.placement_fragment_id,
-                   internal::ReadIdField(obj, "placement_fragment_id", path));
-  ASSIGN_OR_RETURN(s.fragment_id,
-                   internal::ReadIdField(obj, "fragment_id", path));
-  ASSIGN_OR_RETURN(s.address, ReadU64Field(obj, "address", path));
-  ASSIGN_OR_RETURN(s.nbytes, ReadU64Field(obj, "nbytes", path));
-  ASSIGN_OR_RETURN(s.worker_id, internal::ReadIdField(obj, "worker_id", path));
-  ASSIGN_OR_RETURN(s.endpoint, internal::ReadIdField(obj, "endpoint", path));
-  ASSIGN_OR_RETURN(s.device, internal::ReadIdField(obj, "device", path));
-  ASSIGN_OR_RETURN(s.itemsize, internal::ReadInt(obj.Get("itemsize"),
-                                                 path.Field("itemsize")));
-  ASSIGN_OR_RETURN(s.local_shape,
-                   internal::ReadIntArray(obj.Get("local_shape"),
-                                          path.Field("local_shape")));
-  ASSIGN_OR_RETURN(s.strides_bytes,
-                   internal::ReadIntArray(obj.Get("strides_bytes"),
-                                          path.Field("strides_bytes")));
-  ASSIGN_OR_RETURN(s.storage_address,
-                   ReadU64Field(obj, "storage_address", path));
-  ASSIGN_OR_RETURN(s.storage_nbytes, ReadU64Field(obj, "storage_nbytes", path));
-  ASSIGN_OR_RETURN(s.storage_offset_bytes,
-                   ReadU64Field(obj, "storage_offset_bytes", path));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.placement_fragment_id,
+      internal::ReadIdField(obj, "placement_fragment_id", path));
+  RESHARD_ASSIGN_OR_RETURN(s.fragment_id,
+                           internal::ReadIdField(obj, "fragment_id", path));
+  RESHARD_ASSIGN_OR_RETURN(s.address, ReadU64Field(obj, "address", path));
+  RESHARD_ASSIGN_OR_RETURN(s.nbytes, ReadU64Field(obj, "nbytes", path));
+  RESHARD_ASSIGN_OR_RETURN(s.worker_id,
+                           internal::ReadIdField(obj, "worker_id", path));
+  RESHARD_ASSIGN_OR_RETURN(s.endpoint,
+                           internal::ReadIdField(obj, "endpoint", path));
+  RESHARD_ASSIGN_OR_RETURN(s.device,
+                           internal::ReadIdField(obj, "device", path));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.itemsize,
+      internal::ReadInt(obj.Get("itemsize"), path.Field("itemsize")));
+  RESHARD_ASSIGN_OR_RETURN(s.local_shape,
+                           internal::ReadIntArray(obj.Get("local_shape"),
+                                                  path.Field("local_shape")));
+  RESHARD_ASSIGN_OR_RETURN(s.strides_bytes,
+                           internal::ReadIntArray(obj.Get("strides_bytes"),
+                                                  path.Field("strides_bytes")));
+  RESHARD_ASSIGN_OR_RETURN(s.storage_address,
+                           ReadU64Field(obj, "storage_address", path));
+  RESHARD_ASSIGN_OR_RETURN(s.storage_nbytes,
+                           ReadU64Field(obj, "storage_nbytes", path));
+  RESHARD_ASSIGN_OR_RETURN(s.storage_offset_bytes,
+                           ReadU64Field(obj, "storage_offset_bytes", path));
   auto f = RuntimeBindingFragment::Make(std::move(s));
   if (!f.ok()) return f.status().WithContext(path.ToString());
   return f;
@@ -96,41 +102,44 @@ Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
 
 Result<WeightRuntimeBindingManifest> WeightRuntimeBindingFromJson(
     std::string_view json) {
-  ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
+  RESHARD_ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
   JsonPath root;
-  ASSIGN_OR_RETURN(auto obj,
-                   internal::StrictObject::Make(
-                       doc.root(), root, "runtime binding manifest",
-                       {"fragments", "generation", "instance_id", "lease_id",
-                        "participant_id", "placement_digest", "placement_id",
-                        "resource_id", "resource_kind", "revision"}));
-  ASSIGN_OR_RETURN(std::string_view kind,
-                   internal::ReadString(obj.Get("resource_kind"),
-                                        root.Field("resource_kind")));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto obj, internal::StrictObject::Make(
+                    doc.root(), root, "runtime binding manifest",
+                    {"fragments", "generation", "instance_id", "lease_id",
+                     "participant_id", "placement_digest", "placement_id",
+                     "resource_id", "resource_kind", "revision"}));
+  RESHARD_ASSIGN_OR_RETURN(std::string_view kind,
+                           internal::ReadString(obj.Get("resource_kind"),
+                                                root.Field("resource_kind")));
   if (kind != WeightRuntimeBindingManifest::kResourceKind) {
     return Status::InvalidArgument(
         "runtime binding resource_kind must be model_weight, got \"" +
         std::string(kind) + "\"");
   }
   WeightRuntimeBindingManifestSpec s;
-  ASSIGN_OR_RETURN(s.resource_id,
-                   internal::ReadIdField(obj, "resource_id", root));
-  ASSIGN_OR_RETURN(s.placement_id,
-                   internal::ReadIdField(obj, "placement_id", root));
-  ASSIGN_OR_RETURN(s.placement_digest,
-                   internal::ReadIdField(obj, "placement_digest", root));
-  ASSIGN_OR_RETURN(s.instance_id,
-                   internal::ReadIdField(obj, "instance_id", root));
-  ASSIGN_OR_RETURN(s.generation, ReadU64Field(obj, "generation", root));
-  ASSIGN_OR_RETURN(s.lease_id, internal::ReadIdField(obj, "lease_id", root));
-  ASSIGN_OR_RETURN(s.revision, internal::ReadIdField(obj, "revision", root));
-  ASSIGN_OR_RETURN(s.participant_id,
-                   internal::ReadIdField(obj, "participant_id", root));
+  RESHARD_ASSIGN_OR_RETURN(s.resource_id,
+                           internal::ReadIdField(obj, "resource_id", root));
+  RESHARD_ASSIGN_OR_RETURN(s.placement_id,
+                           internal::ReadIdField(obj, "placement_id", root));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.placement_digest, internal::ReadIdField(obj, "placement_digest", root));
+  RESHARD_ASSIGN_OR_RETURN(s.instance_id,
+                           internal::ReadIdField(obj, "instance_id", root));
+  RESHARD_ASSIGN_OR_RETURN(s.generation, ReadU64Field(obj, "generation", root));
+  RESHARD_ASSIGN_OR_RETURN(s.lease_id,
+                           internal::ReadIdField(obj, "lease_id", root));
+  RESHARD_ASSIGN_OR_RETURN(s.revision,
+                           internal::ReadIdField(obj, "revision", root));
+  RESHARD_ASSIGN_OR_RETURN(s.participant_id,
+                           internal::ReadIdField(obj, "participant_id", root));
   JsonPath fp = root.Field("fragments");
-  ASSIGN_OR_RETURN(auto arr, internal::ReadArray(obj.Get("fragments"), fp));
+  RESHARD_ASSIGN_OR_RETURN(auto arr,
+                           internal::ReadArray(obj.Get("fragments"), fp));
   size_t i = 0;
   for (auto item : arr) {
-    ASSIGN_OR_RETURN(auto f, ReadRuntimeFragment(item, fp.Index(i++)));
+    RESHARD_ASSIGN_OR_RETURN(auto f, ReadRuntimeFragment(item, fp.Index(i++)));
     s.fragments.push_back(std::move(f));
   }
   return WeightRuntimeBindingManifest::Make(std::move(s));

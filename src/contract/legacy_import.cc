@@ -24,7 +24,7 @@ struct Entry {
 };
 
 Result<Entry> ReadEntry(JsonElement e, const JsonPath& p) {
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       auto o,
       internal::WideStrictObject::Make(
           e, p, "legacy inventory entry",
@@ -39,8 +39,8 @@ Result<Entry> ReadEntry(JsonElement e, const JsonPath& p) {
           {"byte_offset", "expert_axis", "is_contiguous", "lease_generation",
            "runtime_name", "storage_offset", "stride"}));
   if (auto c = o.Find("is_contiguous")) {
-    ASSIGN_OR_RETURN(bool contiguous,
-                     internal::ReadBool(*c, p.Field("is_contiguous")));
+    RESHARD_ASSIGN_OR_RETURN(bool contiguous,
+                             internal::ReadBool(*c, p.Field("is_contiguous")));
     if (!contiguous) {
       return Status::InvalidArgument(p.ToString() +
                                      ": view is not contiguous (is_contiguous "
@@ -49,37 +49,44 @@ Result<Entry> ReadEntry(JsonElement e, const JsonPath& p) {
   }
   Entry out;
   TensorDescriptorSpec& t = out.tensor;
-  ASSIGN_OR_RETURN(t.tensor_id, internal::ReadIdField(o, "tensor_id", p));
-  ASSIGN_OR_RETURN(t.dtype, internal::ReadIdField(o, "dtype", p));
-  ASSIGN_OR_RETURN(t.layout_fingerprint,
-                   internal::ReadIdField(o, "layout_fingerprint", p));
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(t.tensor_id,
+                           internal::ReadIdField(o, "tensor_id", p));
+  RESHARD_ASSIGN_OR_RETURN(t.dtype, internal::ReadIdField(o, "dtype", p));
+  RESHARD_ASSIGN_OR_RETURN(t.layout_fingerprint,
+                           internal::ReadIdField(o, "layout_fingerprint", p));
+  RESHARD_ASSIGN_OR_RETURN(
       t.global_shape,
       internal::ReadIntArray(o.Get("global_shape"), p.Field("global_shape")));
-  ASSIGN_OR_RETURN(t.itemsize,
-                   internal::ReadInt(o.Get("itemsize"), p.Field("itemsize")));
-  ASSIGN_OR_RETURN(t.layer_id, internal::ReadNullableInt(o.Get("layer_id"),
-                                                         p.Field("layer_id")));
-  ASSIGN_OR_RETURN(t.expert_id, internal::ReadNullableInt(
-                                    o.Get("expert_id"), p.Field("expert_id")));
-  ASSIGN_OR_RETURN(t.shard_dims, internal::ReadIntArray(o.Get("shard_dims"),
-                                                        p.Field("shard_dims")));
-  ASSIGN_OR_RETURN(auto partition_dim,
-                   internal::ReadNullableInt(o.Get("partition_dim"),
-                                             p.Field("partition_dim")));
+  RESHARD_ASSIGN_OR_RETURN(
+      t.itemsize, internal::ReadInt(o.Get("itemsize"), p.Field("itemsize")));
+  RESHARD_ASSIGN_OR_RETURN(
+      t.layer_id,
+      internal::ReadNullableInt(o.Get("layer_id"), p.Field("layer_id")));
+  RESHARD_ASSIGN_OR_RETURN(
+      t.expert_id,
+      internal::ReadNullableInt(o.Get("expert_id"), p.Field("expert_id")));
+  RESHARD_ASSIGN_OR_RETURN(
+      t.shard_dims,
+      internal::ReadIntArray(o.Get("shard_dims"), p.Field("shard_dims")));
+  RESHARD_ASSIGN_OR_RETURN(auto partition_dim,
+                           internal::ReadNullableInt(o.Get("partition_dim"),
+                                                     p.Field("partition_dim")));
   // Axes.
   JsonPath ap = p.Field("parallel_axes");
-  ASSIGN_OR_RETURN(auto axes, internal::ReadArray(o.Get("parallel_axes"), ap));
+  RESHARD_ASSIGN_OR_RETURN(auto axes,
+                           internal::ReadArray(o.Get("parallel_axes"), ap));
   bool has_tp = false;
   size_t i = 0;
   for (auto a : axes) {
     JsonPath ip = ap.Index(i++);
-    ASSIGN_OR_RETURN(auto ao, StrictObject::Make(a, ip, "legacy parallel axis",
-                                                 {"kind", "split_dim"}));
-    ASSIGN_OR_RETURN(std::string_view kind_name,
-                     internal::ReadString(ao.Get("kind"), ip.Field("kind")));
-    ASSIGN_OR_RETURN(AxisKind kind, ParseAxisKind(kind_name));
-    ASSIGN_OR_RETURN(
+    RESHARD_ASSIGN_OR_RETURN(auto ao,
+                             StrictObject::Make(a, ip, "legacy parallel axis",
+                                                {"kind", "split_dim"}));
+    RESHARD_ASSIGN_OR_RETURN(
+        std::string_view kind_name,
+        internal::ReadString(ao.Get("kind"), ip.Field("kind")));
+    RESHARD_ASSIGN_OR_RETURN(AxisKind kind, ParseAxisKind(kind_name));
+    RESHARD_ASSIGN_OR_RETURN(
         auto split,
         internal::ReadNullableInt(ao.Get("split_dim"), ip.Field("split_dim")));
     has_tp |= kind == AxisKind::kTp;
@@ -106,49 +113,52 @@ Result<Entry> ReadEntry(JsonElement e, const JsonPath& p) {
   // Fragment.
   PlacementFragmentSpec& f = out.fragment;
   f.tensor_id = t.tensor_id;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       f.global_offset,
       internal::ReadIntArray(o.Get("global_offset"), p.Field("global_offset")));
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       f.local_shape,
       internal::ReadIntArray(o.Get("local_shape"), p.Field("local_shape")));
-  ASSIGN_OR_RETURN(f.nbytes,
-                   internal::ReadU64(o.Get("nbytes"), p.Field("nbytes")));
-  ASSIGN_OR_RETURN(f.aliases, internal::ReadStringArray(o.Get("aliases"),
-                                                        p.Field("aliases")));
+  RESHARD_ASSIGN_OR_RETURN(
+      f.nbytes, internal::ReadU64(o.Get("nbytes"), p.Field("nbytes")));
+  RESHARD_ASSIGN_OR_RETURN(
+      f.aliases,
+      internal::ReadStringArray(o.Get("aliases"), p.Field("aliases")));
   JsonPath rp = p.Field("rank");
-  ASSIGN_OR_RETURN(auto ro,
-                   StrictObject::Make(o.Get("rank"), rp, "legacy rank",
-                                      {"dp", "ep", "pp", "tp"}, {"moe_dp"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto ro, StrictObject::Make(o.Get("rank"), rp, "legacy rank",
+                                  {"dp", "ep", "pp", "tp"}, {"moe_dp"}));
   int64_t* slots[] = {&f.rank.dp, &f.rank.ep, &f.rank.pp, &f.rank.tp};
   const char* names[] = {"dp", "ep", "pp", "tp"};
   for (int k = 0; k < 4; ++k) {
-    ASSIGN_OR_RETURN(*slots[k],
-                     internal::ReadInt(ro.Get(names[k]), rp.Field(names[k])));
+    RESHARD_ASSIGN_OR_RETURN(
+        *slots[k], internal::ReadInt(ro.Get(names[k]), rp.Field(names[k])));
   }
   // Runtime view.
   RuntimeBindingFragmentSpec& r = out.runtime;
-  ASSIGN_OR_RETURN(r.fragment_id, internal::ReadIdField(o, "fragment_id", p));
-  ASSIGN_OR_RETURN(r.worker_id, internal::ReadIdField(o, "worker_id", p));
-  ASSIGN_OR_RETURN(r.endpoint, internal::ReadIdField(o, "endpoint", p));
-  ASSIGN_OR_RETURN(r.device, internal::ReadIdField(o, "device", p));
-  ASSIGN_OR_RETURN(r.address,
-                   internal::ReadU64(o.Get("address"), p.Field("address")));
+  RESHARD_ASSIGN_OR_RETURN(r.fragment_id,
+                           internal::ReadIdField(o, "fragment_id", p));
+  RESHARD_ASSIGN_OR_RETURN(r.worker_id,
+                           internal::ReadIdField(o, "worker_id", p));
+  RESHARD_ASSIGN_OR_RETURN(r.endpoint, internal::ReadIdField(o, "endpoint", p));
+  RESHARD_ASSIGN_OR_RETURN(r.device, internal::ReadIdField(o, "device", p));
+  RESHARD_ASSIGN_OR_RETURN(
+      r.address, internal::ReadU64(o.Get("address"), p.Field("address")));
   r.nbytes = f.nbytes;
   r.itemsize = t.itemsize;
   r.local_shape = f.local_shape;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       r.strides_bytes,
       internal::ReadIntArray(o.Get("strides_bytes"), p.Field("strides_bytes")));
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       r.storage_address,
       internal::ReadU64(o.Get("storage_address"), p.Field("storage_address")));
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       r.storage_nbytes,
       internal::ReadU64(o.Get("storage_nbytes"), p.Field("storage_nbytes")));
-  ASSIGN_OR_RETURN(r.storage_offset_bytes,
-                   internal::ReadU64(o.Get("storage_offset_bytes"),
-                                     p.Field("storage_offset_bytes")));
+  RESHARD_ASSIGN_OR_RETURN(r.storage_offset_bytes,
+                           internal::ReadU64(o.Get("storage_offset_bytes"),
+                                             p.Field("storage_offset_bytes")));
   return out;
 }
 
@@ -172,7 +182,8 @@ Result<LegacyImport> ImportLegacyInventories(
       }
     }
   }
-  ASSIGN_OR_RETURN(auto topology, ParallelTopology::Make(std::move(topo)));
+  RESHARD_ASSIGN_OR_RETURN(auto topology,
+                           ParallelTopology::Make(std::move(topo)));
   PlacementHeader header;
   std::map<std::string, TensorDescriptor> tensors;
   std::vector<PlacementFragment> fragments;
@@ -247,23 +258,25 @@ Result<LegacyImport> ImportLegacyInventories(
   }
   std::vector<TensorDescriptor> tensor_list;
   for (auto& [id, t] : tensors) tensor_list.push_back(t);
-  ASSIGN_OR_RETURN(auto placement, WeightPlacementManifest::FromFragments(
-                                       header, topology, std::move(tensor_list),
-                                       std::move(fragments)));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto placement,
+      WeightPlacementManifest::FromFragments(
+          header, topology, std::move(tensor_list), std::move(fragments)));
   LegacyImport out{placement, {}};
   for (auto& p : pending) {
     p.spec.resource_id = placement.resource_id();
     p.spec.placement_id = placement.placement_id();
     p.spec.placement_digest = placement.digest();
     for (auto& v : p.views) {
-      ASSIGN_OR_RETURN(auto f, RuntimeBindingFragment::Make(std::move(v)));
+      RESHARD_ASSIGN_OR_RETURN(auto f,
+                               RuntimeBindingFragment::Make(std::move(v)));
       p.spec.fragments.push_back(std::move(f));
     }
-    ASSIGN_OR_RETURN(auto b,
-                     WeightRuntimeBindingManifest::Make(std::move(p.spec)));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto b, WeightRuntimeBindingManifest::Make(std::move(p.spec)));
     out.bindings.push_back(std::move(b));
   }
-  RETURN_NOT_OK(ValidateRuntimeBindings(out.placement, out.bindings));
+  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(out.placement, out.bindings));
   return out;
 }
 

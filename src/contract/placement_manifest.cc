@@ -236,7 +236,7 @@ Status GlobalValidator::CheckTensor(
         "global placement tensor is not fully covered: " + id +
         " (no fragments)");
   }
-  RETURN_NOT_OK(CheckUndeclaredAxes(t, frags));
+  RESHARD_RETURN_NOT_OK(CheckUndeclaredAxes(t, frags));
   const KindMask o_mask = MaskOf(t, AxisSemantics::kOwnership);
   const KindMask r_mask = MaskOf(t, AxisSemantics::kReplicated);
   const KindMask s_mask = MaskOf(t, AxisSemantics::kSplit);
@@ -402,7 +402,9 @@ void StreamParts(const std::vector<WeightPlacementPart>& parts, Sink&& sink) {
 
 // The wire after the "parts" value, given the placement_id:
 // ,"placement_id":..,...,"weight_generation":G}
-std::string WireTail(const WeightPlacementManifest::Impl& m,
+// (A template: the manifest's state type is private to it.)
+template <typename State>
+std::string WireTail(const State& m,
                      const std::string& placement_id) {
   std::string out;
   CanonicalJsonWriter w(&out);
@@ -426,7 +428,8 @@ std::string WireTail(const WeightPlacementManifest::Impl& m,
 
 // placement_id and digest share the prefix {"parts":P, so P is serialised
 // and hashed once and the hasher is cloned for the two tails.
-void ComputeIdentity(WeightPlacementManifest::Impl* m) {
+template <typename State>
+void ComputeIdentity(State* m) {
   internal::Sha256 prefix;
   prefix.Update("{\"parts\":");
   StreamParts(m->parts, [&](std::string_view chunk) { prefix.Update(chunk); });
@@ -588,10 +591,11 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
     identity = std::async(std::launch::async,
                           [raw = impl.get()] { ComputeIdentity(raw); });
   }
-  RETURN_NOT_OK(CheckAliasGroups(impl->tensors, by_tensor, index));
+  RESHARD_RETURN_NOT_OK(CheckAliasGroups(impl->tensors, by_tensor, index));
   GlobalValidator validator(topo);
   for (size_t t = 0; t < impl->tensors.size(); ++t) {
-    RETURN_NOT_OK(validator.CheckTensor(impl->tensors[t], by_tensor[t]));
+    RESHARD_RETURN_NOT_OK(
+        validator.CheckTensor(impl->tensors[t], by_tensor[t]));
   }
   if (identity.valid()) {
     identity.get();
@@ -665,7 +669,8 @@ Result<WeightPlacementManifest> WeightPlacementManifest::FromFragments(
     for (size_t t = 0; t < tensors.size(); ++t) {
       if (uses[i][t]) ps.tensors.push_back(tensors[t]);
     }
-    ASSIGN_OR_RETURN(auto part, WeightPlacementPart::Make(std::move(ps)));
+    RESHARD_ASSIGN_OR_RETURN(auto part,
+                             WeightPlacementPart::Make(std::move(ps)));
     spec.parts.push_back(std::move(part));
   }
   return Make(std::move(spec));
@@ -718,7 +723,7 @@ const PlacementFragment* WeightPlacementManifest::FindFragment(
 }
 
 std::string WeightPlacementToJson(const WeightPlacementManifest& placement) {
-  const auto& m = placement.impl();
+  const auto& m = *placement.impl_;
   std::string out = "{\"parts\":";
   StreamParts(m.parts, [&](std::string_view chunk) { out.append(chunk); });
   out += WireTail(m, m.placement_id);

@@ -104,7 +104,7 @@ Result<WeightPlacementPart> WeightPlacementPart::Make(
                                      f.tensor_id() + " in fragment " +
                                      f.placement_fragment_id());
     }
-    RETURN_NOT_OK(internal::CheckFragmentGeometry(*it, f));
+    RESHARD_RETURN_NOT_OK(internal::CheckFragmentGeometry(*it, f));
     by_tensor.emplace_back(it - s.tensors.data(), i);
   }
   std::sort(by_tensor.begin(), by_tensor.end());

@@ -13,14 +13,15 @@ namespace reshard {
 namespace internal {
 
 Result<ParallelRank> ReadRank(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(auto obj, StrictObject::Make(e, path, "parallel rank",
-                                                {"dp", "ep", "pp", "tp"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto obj,
+      StrictObject::Make(e, path, "parallel rank", {"dp", "ep", "pp", "tp"}));
   ParallelRank r;
   int64_t* slots[] = {&r.dp, &r.ep, &r.pp, &r.tp};
   const char* names[] = {"dp", "ep", "pp", "tp"};
   for (int i = 0; i < 4; ++i) {
     JsonPath p = path.Field(names[i]);
-    ASSIGN_OR_RETURN(*slots[i], ReadInt(obj.Get(names[i]), p));
+    RESHARD_ASSIGN_OR_RETURN(*slots[i], ReadInt(obj.Get(names[i]), p));
     if (*slots[i] < 0) {
       return Status::InvalidArgument(p.ToString() + " must be >= 0");
     }
@@ -29,13 +30,14 @@ Result<ParallelRank> ReadRank(JsonElement e, const JsonPath& path) {
 }
 
 Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(auto obj,
-                   StrictObject::Make(e, path, "parallel axis",
-                                      {"kind", "semantics"}, {"dim"}));
-  ASSIGN_OR_RETURN(std::string_view sem,
-                   ReadString(obj.Get("semantics"), path.Field("semantics")));
-  ASSIGN_OR_RETURN(std::string_view kind_name,
-                   ReadString(obj.Get("kind"), path.Field("kind")));
+  RESHARD_ASSIGN_OR_RETURN(auto obj,
+                           StrictObject::Make(e, path, "parallel axis",
+                                              {"kind", "semantics"}, {"dim"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      std::string_view sem,
+      ReadString(obj.Get("semantics"), path.Field("semantics")));
+  RESHARD_ASSIGN_OR_RETURN(std::string_view kind_name,
+                           ReadString(obj.Get("kind"), path.Field("kind")));
   auto kind = ParseAxisKind(kind_name);
   if (!kind.ok()) return kind.status().WithContext(path.ToString());
   if (sem != "split" && sem != "replicated" && sem != "ownership") {
@@ -51,7 +53,7 @@ Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
           ": parallel axis schema fields do not match contract: split axis "
           "requires \"dim\"");
     }
-    ASSIGN_OR_RETURN(int64_t d, ReadInt(*dim, path.Field("dim")));
+    RESHARD_ASSIGN_OR_RETURN(int64_t d, ReadInt(*dim, path.Field("dim")));
     auto axis = SplitAxis(*kind, d);
     if (!axis.ok()) return axis.status().WithContext(path.ToString());
     return *axis;
@@ -67,72 +69,85 @@ Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
 }
 
 Result<TensorDescriptor> ReadTensor(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(auto obj, StrictObject::Make(
-                                 e, path, "tensor descriptor",
-                                 {"dtype", "expert_id", "global_shape",
-                                  "itemsize", "layer_id", "layout_fingerprint",
-                                  "parallel_axes", "shard_dims", "tensor_id"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto obj,
+      StrictObject::Make(
+          e, path, "tensor descriptor",
+          {"dtype", "expert_id", "global_shape", "itemsize", "layer_id",
+           "layout_fingerprint", "parallel_axes", "shard_dims", "tensor_id"}));
   TensorDescriptorSpec s;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view id,
       ReadNonEmptyString(obj.Get("tensor_id"), path.Field("tensor_id")));
   s.tensor_id = id;
-  ASSIGN_OR_RETURN(s.global_shape, ReadIntArray(obj.Get("global_shape"),
-                                                path.Field("global_shape")));
-  ASSIGN_OR_RETURN(std::string_view dtype,
-                   ReadNonEmptyString(obj.Get("dtype"), path.Field("dtype")));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.global_shape,
+      ReadIntArray(obj.Get("global_shape"), path.Field("global_shape")));
+  RESHARD_ASSIGN_OR_RETURN(
+      std::string_view dtype,
+      ReadNonEmptyString(obj.Get("dtype"), path.Field("dtype")));
   s.dtype = dtype;
-  ASSIGN_OR_RETURN(s.itemsize,
-                   ReadInt(obj.Get("itemsize"), path.Field("itemsize")));
-  ASSIGN_OR_RETURN(s.shard_dims, ReadIntArray(obj.Get("shard_dims"),
-                                              path.Field("shard_dims")));
-  ASSIGN_OR_RETURN(std::string_view fp,
-                   ReadNonEmptyString(obj.Get("layout_fingerprint"),
-                                      path.Field("layout_fingerprint")));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.itemsize, ReadInt(obj.Get("itemsize"), path.Field("itemsize")));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.shard_dims,
+      ReadIntArray(obj.Get("shard_dims"), path.Field("shard_dims")));
+  RESHARD_ASSIGN_OR_RETURN(
+      std::string_view fp,
+      ReadNonEmptyString(obj.Get("layout_fingerprint"),
+                         path.Field("layout_fingerprint")));
   s.layout_fingerprint = fp;
   JsonPath axes_path = path.Field("parallel_axes");
-  ASSIGN_OR_RETURN(auto axes, ReadArray(obj.Get("parallel_axes"), axes_path));
+  RESHARD_ASSIGN_OR_RETURN(auto axes,
+                           ReadArray(obj.Get("parallel_axes"), axes_path));
   size_t i = 0;
   for (auto a : axes) {
-    ASSIGN_OR_RETURN(auto axis, ReadAxis(a, axes_path.Index(i++)));
+    RESHARD_ASSIGN_OR_RETURN(auto axis, ReadAxis(a, axes_path.Index(i++)));
     s.parallel_axes.push_back(axis);
   }
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       s.layer_id, ReadNullableInt(obj.Get("layer_id"), path.Field("layer_id")));
-  ASSIGN_OR_RETURN(s.expert_id, ReadNullableInt(obj.Get("expert_id"),
-                                                path.Field("expert_id")));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.expert_id,
+      ReadNullableInt(obj.Get("expert_id"), path.Field("expert_id")));
   auto t = TensorDescriptor::Make(std::move(s));
   if (!t.ok()) return t.status().WithContext(path.ToString());
   return t;
 }
 
 Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       auto obj,
       StrictObject::Make(e, path, "placement fragment",
                          {"aliases", "global_offset", "local_shape", "nbytes",
                           "placement_fragment_id", "rank", "tensor_id"},
                          {"pipeline_stage_id"}));
   PlacementFragmentSpec s;
-  ASSIGN_OR_RETURN(std::string_view id,
-                   ReadNonEmptyString(obj.Get("placement_fragment_id"),
-                                      path.Field("placement_fragment_id")));
+  RESHARD_ASSIGN_OR_RETURN(
+      std::string_view id,
+      ReadNonEmptyString(obj.Get("placement_fragment_id"),
+                         path.Field("placement_fragment_id")));
   s.placement_fragment_id = std::string(id);
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view tid,
       ReadNonEmptyString(obj.Get("tensor_id"), path.Field("tensor_id")));
   s.tensor_id = tid;
-  ASSIGN_OR_RETURN(s.global_offset, ReadIntArray(obj.Get("global_offset"),
-                                                 path.Field("global_offset")));
-  ASSIGN_OR_RETURN(s.local_shape, ReadIntArray(obj.Get("local_shape"),
-                                               path.Field("local_shape")));
-  ASSIGN_OR_RETURN(s.nbytes, ReadU64(obj.Get("nbytes"), path.Field("nbytes")));
-  ASSIGN_OR_RETURN(s.rank, ReadRank(obj.Get("rank"), path.Field("rank")));
-  ASSIGN_OR_RETURN(s.aliases,
-                   ReadStringArray(obj.Get("aliases"), path.Field("aliases")));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.global_offset,
+      ReadIntArray(obj.Get("global_offset"), path.Field("global_offset")));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.local_shape,
+      ReadIntArray(obj.Get("local_shape"), path.Field("local_shape")));
+  RESHARD_ASSIGN_OR_RETURN(s.nbytes,
+                           ReadU64(obj.Get("nbytes"), path.Field("nbytes")));
+  RESHARD_ASSIGN_OR_RETURN(s.rank,
+                           ReadRank(obj.Get("rank"), path.Field("rank")));
+  RESHARD_ASSIGN_OR_RETURN(
+      s.aliases, ReadStringArray(obj.Get("aliases"), path.Field("aliases")));
   if (auto stage = obj.Find("pipeline_stage_id")) {
-    ASSIGN_OR_RETURN(s.pipeline_stage_id,
-                     ReadNullableInt(*stage, path.Field("pipeline_stage_id")));
+    RESHARD_ASSIGN_OR_RETURN(
+        s.pipeline_stage_id,
+        ReadNullableInt(*stage, path.Field("pipeline_stage_id")));
   }
   auto f = PlacementFragment::Make(std::move(s));
   if (!f.ok()) return f.status().WithContext(path.ToString());
@@ -140,37 +155,38 @@ Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path) {
 }
 
 Result<ParallelTopology> ReadTopology(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(auto obj,
-                   StrictObject::Make(e, path, "topology",
-                                      {"dp_size", "ep_size", "participants",
-                                       "pp_size", "topology_id", "tp_size"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto obj, StrictObject::Make(e, path, "topology",
+                                   {"dp_size", "ep_size", "participants",
+                                    "pp_size", "topology_id", "tp_size"}));
   ParallelTopologySpec s;
-  ASSIGN_OR_RETURN(s.tp_size,
-                   ReadInt(obj.Get("tp_size"), path.Field("tp_size")));
-  ASSIGN_OR_RETURN(s.pp_size,
-                   ReadInt(obj.Get("pp_size"), path.Field("pp_size")));
-  ASSIGN_OR_RETURN(s.ep_size,
-                   ReadInt(obj.Get("ep_size"), path.Field("ep_size")));
-  ASSIGN_OR_RETURN(s.dp_size,
-                   ReadInt(obj.Get("dp_size"), path.Field("dp_size")));
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(s.tp_size,
+                           ReadInt(obj.Get("tp_size"), path.Field("tp_size")));
+  RESHARD_ASSIGN_OR_RETURN(s.pp_size,
+                           ReadInt(obj.Get("pp_size"), path.Field("pp_size")));
+  RESHARD_ASSIGN_OR_RETURN(s.ep_size,
+                           ReadInt(obj.Get("ep_size"), path.Field("ep_size")));
+  RESHARD_ASSIGN_OR_RETURN(s.dp_size,
+                           ReadInt(obj.Get("dp_size"), path.Field("dp_size")));
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view tid,
       ReadNonEmptyString(obj.Get("topology_id"), path.Field("topology_id")));
   s.topology_id = std::string(tid);
   JsonPath pp = path.Field("participants");
-  ASSIGN_OR_RETURN(auto arr, ReadArray(obj.Get("participants"), pp));
+  RESHARD_ASSIGN_OR_RETURN(auto arr, ReadArray(obj.Get("participants"), pp));
   size_t i = 0;
   for (auto item : arr) {
     JsonPath ip = pp.Index(i++);
-    ASSIGN_OR_RETURN(auto po,
-                     StrictObject::Make(item, ip, "topology participant",
-                                        {"participant_id", "rank"}));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto po, StrictObject::Make(item, ip, "topology participant",
+                                    {"participant_id", "rank"}));
     TopologyParticipant p;
-    ASSIGN_OR_RETURN(std::string_view pid,
-                     ReadNonEmptyString(po.Get("participant_id"),
-                                        ip.Field("participant_id")));
+    RESHARD_ASSIGN_OR_RETURN(std::string_view pid,
+                             ReadNonEmptyString(po.Get("participant_id"),
+                                                ip.Field("participant_id")));
     p.participant_id = pid;
-    ASSIGN_OR_RETURN(p.rank, ReadRank(po.Get("rank"), ip.Field("rank")));
+    RESHARD_ASSIGN_OR_RETURN(p.rank,
+                             ReadRank(po.Get("rank"), ip.Field("rank")));
     s.participants.push_back(std::move(p));
   }
   auto topo = ParallelTopology::Make(std::move(s));
@@ -189,25 +205,25 @@ Result<WeightPlacementPart> DecodePart(
     const std::vector<TensorDescriptor>& tensors,
     const std::unordered_map<std::string_view, size_t>& index,
     std::vector<size_t>* part_tensors, std::vector<uint8_t>* referenced) {
-  ASSIGN_OR_RETURN(auto po,
-                   StrictObject::Make(item, ip, "placement part",
-                                      {"fragments", "participant_id", "rank"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto po, StrictObject::Make(item, ip, "placement part",
+                                  {"fragments", "participant_id", "rank"}));
   WeightPlacementPartSpec ps;
   ps.header = header;
   ps.topology_id = topology_id;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view part_id,
       ReadNonEmptyString(po.Get("participant_id"), ip.Field("participant_id")));
   ps.participant_id = part_id;
-  ASSIGN_OR_RETURN(ps.rank, ReadRank(po.Get("rank"), ip.Field("rank")));
+  RESHARD_ASSIGN_OR_RETURN(ps.rank, ReadRank(po.Get("rank"), ip.Field("rank")));
   JsonPath fp = ip.Field("fragments");
-  ASSIGN_OR_RETURN(auto frag_arr, ReadArray(po.Get("fragments"), fp));
+  RESHARD_ASSIGN_OR_RETURN(auto frag_arr, ReadArray(po.Get("fragments"), fp));
   ps.fragments.reserve(frag_arr.size());
   part_tensors->clear();
   size_t k = 0;
   for (auto fe : frag_arr) {
     JsonPath fpk = fp.Index(k++);
-    ASSIGN_OR_RETURN(auto f, ReadFragment(fe, fpk));
+    RESHARD_ASSIGN_OR_RETURN(auto f, ReadFragment(fe, fpk));
     auto it = index.find(f.tensor_id());
     if (it == index.end()) {
       return Status::InvalidArgument(
@@ -232,14 +248,15 @@ Result<WeightPlacementPart> DecodePart(
 
 Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
   using namespace internal;  // NOLINT: the reader helpers
-  ASSIGN_OR_RETURN(JsonDocument doc, JsonDocument::Parse(json));
+  RESHARD_ASSIGN_OR_RETURN(JsonDocument doc, JsonDocument::Parse(json));
   JsonPath root;
-  ASSIGN_OR_RETURN(auto obj, StrictObject::Make(
-                                 doc.root(), root, "placement manifest",
-                                 {"parts", "placement_id", "placement_set_id",
-                                  "resource_id", "resource_kind", "revision",
-                                  "tensors", "topology", "weight_generation"}));
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
+      auto obj,
+      StrictObject::Make(doc.root(), root, "placement manifest",
+                         {"parts", "placement_id", "placement_set_id",
+                          "resource_id", "resource_kind", "revision", "tensors",
+                          "topology", "weight_generation"}));
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view kind,
       ReadString(obj.Get("resource_kind"), root.Field("resource_kind")));
   if (kind != WeightPlacementManifest::kResourceKind) {
@@ -248,34 +265,34 @@ Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
         std::string(kind) + "\"");
   }
   PlacementHeader header;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view rid,
       ReadNonEmptyString(obj.Get("resource_id"), root.Field("resource_id")));
   header.resource_id = rid;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view rev,
       ReadNonEmptyString(obj.Get("revision"), root.Field("revision")));
   header.revision = rev;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       header.weight_generation,
       ReadU64(obj.Get("weight_generation"), root.Field("weight_generation")));
-  ASSIGN_OR_RETURN(std::string_view psid,
-                   ReadNonEmptyString(obj.Get("placement_set_id"),
-                                      root.Field("placement_set_id")));
+  RESHARD_ASSIGN_OR_RETURN(std::string_view psid,
+                           ReadNonEmptyString(obj.Get("placement_set_id"),
+                                              root.Field("placement_set_id")));
   header.placement_set_id = psid;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view pid,
       ReadNonEmptyString(obj.Get("placement_id"), root.Field("placement_id")));
-  ASSIGN_OR_RETURN(auto topology,
-                   ReadTopology(obj.Get("topology"), root.Field("topology")));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto topology, ReadTopology(obj.Get("topology"), root.Field("topology")));
 
   JsonPath tp = root.Field("tensors");
-  ASSIGN_OR_RETURN(auto tensor_arr, ReadArray(obj.Get("tensors"), tp));
+  RESHARD_ASSIGN_OR_RETURN(auto tensor_arr, ReadArray(obj.Get("tensors"), tp));
   std::vector<TensorDescriptor> tensors;
   tensors.reserve(tensor_arr.size());
   size_t i = 0;
   for (auto item : tensor_arr) {
-    ASSIGN_OR_RETURN(auto t, ReadTensor(item, tp.Index(i++)));
+    RESHARD_ASSIGN_OR_RETURN(auto t, ReadTensor(item, tp.Index(i++)));
     tensors.push_back(std::move(t));
   }
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
@@ -294,7 +311,8 @@ Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
   }
 
   JsonPath parts_path = root.Field("parts");
-  ASSIGN_OR_RETURN(auto parts_arr, ReadArray(obj.Get("parts"), parts_path));
+  RESHARD_ASSIGN_OR_RETURN(auto parts_arr,
+                           ReadArray(obj.Get("parts"), parts_path));
   WeightPlacementManifestSpec spec{
       header, std::move(topology), {}, std::string(pid)};
   std::vector<JsonElement> items(parts_arr.begin(), parts_arr.end());

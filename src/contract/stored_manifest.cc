@@ -99,7 +99,7 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
       return Status::InvalidArgument("unknown tensor_id " + f.tensor_id +
                                      " in stored fragment " + f.fragment_id);
     }
-    RETURN_NOT_OK(CheckStoredFragment(s.tensors[it->second], f));
+    RESHARD_RETURN_NOT_OK(CheckStoredFragment(s.tensors[it->second], f));
     by_tensor[it->second].push_back(&f);
   }
   // Unique geometry per tensor and exact cover.
@@ -201,14 +201,13 @@ const TensorDescriptor* StoredWeightManifest::FindTensor(
 }
 
 std::string StoredWeightManifestToJson(const StoredWeightManifest& m) {
-  const auto& s = m.spec();
   std::string out;
   internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
   w.BeginObject();
-  w.KeyString("created_at", s.created_at);
+  w.KeyString("created_at", m.created_at());
   w.Key("fragments");
   w.BeginArray();
-  for (const auto& f : s.fragments) {
+  for (const auto& f : m.fragments()) {
     w.BeginObject();
     w.Key("aliases");
     w.BeginArray();
@@ -226,17 +225,17 @@ std::string StoredWeightManifestToJson(const StoredWeightManifest& m) {
     w.EndObject();
   }
   w.EndArray();
-  w.KeyString("group_id", s.group_id);
-  w.KeyString("manifest_key", s.manifest_key);
-  w.KeyString("namespace", s.namespace_);
-  w.KeyString("resource_id", s.resource_id);
+  w.KeyString("group_id", m.group_id());
+  w.KeyString("manifest_key", m.manifest_key());
+  w.KeyString("namespace", m.namespace_id());
+  w.KeyString("resource_id", m.resource_id());
   w.KeyString("resource_kind", StoredWeightManifest::kResourceKind);
-  w.KeyString("revision", s.revision);
+  w.KeyString("revision", m.revision());
   w.Key("tensors");
   w.BeginArray();
-  for (const auto& t : s.tensors) internal::WriteTensor(t, &w);
+  for (const auto& t : m.tensors()) internal::WriteTensor(t, &w);
   w.EndArray();
-  w.KeyUInt("weight_generation", s.weight_generation);
+  w.KeyUInt("weight_generation", m.weight_generation());
   w.EndObject();
   return out;
 }
@@ -244,78 +243,84 @@ std::string StoredWeightManifestToJson(const StoredWeightManifest& m) {
 Result<StoredWeightManifest> StoredWeightManifestFromJson(
     std::string_view json) {
   using internal::JsonPath;
-  ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
+  RESHARD_ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
   JsonPath root;
-  ASSIGN_OR_RETURN(auto obj,
-                   internal::StrictObject::Make(
-                       doc.root(), root, "stored manifest",
-                       {"created_at", "fragments", "group_id", "manifest_key",
-                        "namespace", "resource_id", "resource_kind", "revision",
-                        "tensors", "weight_generation"}));
-  ASSIGN_OR_RETURN(std::string_view kind,
-                   internal::ReadString(obj.Get("resource_kind"),
-                                        root.Field("resource_kind")));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto obj, internal::StrictObject::Make(
+                    doc.root(), root, "stored manifest",
+                    {"created_at", "fragments", "group_id", "manifest_key",
+                     "namespace", "resource_id", "resource_kind", "revision",
+                     "tensors", "weight_generation"}));
+  RESHARD_ASSIGN_OR_RETURN(std::string_view kind,
+                           internal::ReadString(obj.Get("resource_kind"),
+                                                root.Field("resource_kind")));
   if (kind != StoredWeightManifest::kResourceKind) {
     return Status::InvalidArgument(
         "stored manifest resource_kind must be model_weight, got \"" +
         std::string(kind) + "\"");
   }
   StoredWeightManifestSpec s;
-  ASSIGN_OR_RETURN(s.created_at,
-                   internal::ReadIdField(obj, "created_at", root));
-  ASSIGN_OR_RETURN(s.group_id, internal::ReadIdField(obj, "group_id", root));
-  ASSIGN_OR_RETURN(s.manifest_key,
-                   internal::ReadIdField(obj, "manifest_key", root));
-  ASSIGN_OR_RETURN(s.namespace_, internal::ReadIdField(obj, "namespace", root));
-  ASSIGN_OR_RETURN(s.resource_id,
-                   internal::ReadIdField(obj, "resource_id", root));
-  ASSIGN_OR_RETURN(s.revision, internal::ReadIdField(obj, "revision", root));
-  ASSIGN_OR_RETURN(s.weight_generation,
-                   internal::ReadU64(obj.Get("weight_generation"),
-                                     root.Field("weight_generation")));
+  RESHARD_ASSIGN_OR_RETURN(s.created_at,
+                           internal::ReadIdField(obj, "created_at", root));
+  RESHARD_ASSIGN_OR_RETURN(s.group_id,
+                           internal::ReadIdField(obj, "group_id", root));
+  RESHARD_ASSIGN_OR_RETURN(s.manifest_key,
+                           internal::ReadIdField(obj, "manifest_key", root));
+  RESHARD_ASSIGN_OR_RETURN(s.namespace_,
+                           internal::ReadIdField(obj, "namespace", root));
+  RESHARD_ASSIGN_OR_RETURN(s.resource_id,
+                           internal::ReadIdField(obj, "resource_id", root));
+  RESHARD_ASSIGN_OR_RETURN(s.revision,
+                           internal::ReadIdField(obj, "revision", root));
+  RESHARD_ASSIGN_OR_RETURN(s.weight_generation,
+                           internal::ReadU64(obj.Get("weight_generation"),
+                                             root.Field("weight_generation")));
   JsonPath tp = root.Field("tensors");
-  ASSIGN_OR_RETURN(auto tensors, internal::ReadArray(obj.Get("tensors"), tp));
+  RESHARD_ASSIGN_OR_RETURN(auto tensors,
+                           internal::ReadArray(obj.Get("tensors"), tp));
   size_t i = 0;
   for (auto e : tensors) {
-    ASSIGN_OR_RETURN(auto t, internal::ReadTensor(e, tp.Index(i++)));
+    RESHARD_ASSIGN_OR_RETURN(auto t, internal::ReadTensor(e, tp.Index(i++)));
     s.tensors.push_back(std::move(t));
   }
   JsonPath fp = root.Field("fragments");
-  ASSIGN_OR_RETURN(auto frags, internal::ReadArray(obj.Get("fragments"), fp));
+  RESHARD_ASSIGN_OR_RETURN(auto frags,
+                           internal::ReadArray(obj.Get("fragments"), fp));
   i = 0;
   for (auto e : frags) {
     JsonPath p = fp.Index(i++);
-    ASSIGN_OR_RETURN(
+    RESHARD_ASSIGN_OR_RETURN(
         auto fo, internal::StrictObject::Make(
                      e, p, "stored fragment",
                      {"aliases", "fragment_id", "global_offset", "local_shape",
                       "nbytes", "object_key", "object_offset", "tensor_id"}));
     StoredFragment f;
-    ASSIGN_OR_RETURN(std::string_view id,
-                     internal::ReadNonEmptyString(fo.Get("fragment_id"),
-                                                  p.Field("fragment_id")));
+    RESHARD_ASSIGN_OR_RETURN(std::string_view id, internal::ReadNonEmptyString(
+                                                      fo.Get("fragment_id"),
+                                                      p.Field("fragment_id")));
     f.fragment_id = id;
-    ASSIGN_OR_RETURN(std::string_view tid,
-                     internal::ReadNonEmptyString(fo.Get("tensor_id"),
-                                                  p.Field("tensor_id")));
+    RESHARD_ASSIGN_OR_RETURN(std::string_view tid,
+                             internal::ReadNonEmptyString(
+                                 fo.Get("tensor_id"), p.Field("tensor_id")));
     f.tensor_id = tid;
-    ASSIGN_OR_RETURN(f.global_offset,
-                     internal::ReadIntArray(fo.Get("global_offset"),
-                                            p.Field("global_offset")));
-    ASSIGN_OR_RETURN(
+    RESHARD_ASSIGN_OR_RETURN(f.global_offset,
+                             internal::ReadIntArray(fo.Get("global_offset"),
+                                                    p.Field("global_offset")));
+    RESHARD_ASSIGN_OR_RETURN(
         f.local_shape,
         internal::ReadIntArray(fo.Get("local_shape"), p.Field("local_shape")));
-    ASSIGN_OR_RETURN(std::string_view ok,
-                     internal::ReadNonEmptyString(fo.Get("object_key"),
-                                                  p.Field("object_key")));
+    RESHARD_ASSIGN_OR_RETURN(std::string_view ok,
+                             internal::ReadNonEmptyString(
+                                 fo.Get("object_key"), p.Field("object_key")));
     f.object_key = ok;
-    ASSIGN_OR_RETURN(
+    RESHARD_ASSIGN_OR_RETURN(
         f.object_offset,
         internal::ReadU64(fo.Get("object_offset"), p.Field("object_offset")));
-    ASSIGN_OR_RETURN(f.nbytes,
-                     internal::ReadU64(fo.Get("nbytes"), p.Field("nbytes")));
-    ASSIGN_OR_RETURN(f.aliases, internal::ReadStringArray(fo.Get("aliases"),
-                                                          p.Field("aliases")));
+    RESHARD_ASSIGN_OR_RETURN(
+        f.nbytes, internal::ReadU64(fo.Get("nbytes"), p.Field("nbytes")));
+    RESHARD_ASSIGN_OR_RETURN(
+        f.aliases,
+        internal::ReadStringArray(fo.Get("aliases"), p.Field("aliases")));
     s.fragments.push_back(std::move(f));
   }
   return StoredWeightManifest::Make(std::move(s));

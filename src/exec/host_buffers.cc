@@ -57,13 +57,14 @@ Result<HostBuffers> AllocateHostBuffers(
           CanonicalStrides(f.local_shape(), t->itemsize()).value_or(Dims{});
       r.storage_address = r.address;
       r.storage_nbytes = f.nbytes();
-      ASSIGN_OR_RETURN(auto rf, RuntimeBindingFragment::Make(std::move(r)));
+      RESHARD_ASSIGN_OR_RETURN(auto rf,
+                               RuntimeBindingFragment::Make(std::move(r)));
       spec.fragments.push_back(std::move(rf));
       side.data.emplace(f.placement_fragment_id(), buf.get());
       side.buffers.push_back(std::move(buf));
     }
-    ASSIGN_OR_RETURN(auto b,
-                     WeightRuntimeBindingManifest::Make(std::move(spec)));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto b, WeightRuntimeBindingManifest::Make(std::move(spec)));
     side.bindings.push_back(std::move(b));
   }
   return side;

@@ -14,9 +14,9 @@
 #include "exec/pattern.h"
 #include "live/live_selftest.h"
 #include "reshard/binding.h"
+#include "reshard/bound_plan.h"
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
-#include "reshard/transfer_plan.h"
 #include "store/store_selftest.h"
 
 namespace reshard {
@@ -37,13 +37,17 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
   using Clock = std::chrono::steady_clock;
   SelfTestReport report;
   auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(source, target));
-  ASSIGN_OR_RETURN(internal::HostBuffers src,
-                   internal::AllocateHostBuffers(source, "selftest-source"));
-  ASSIGN_OR_RETURN(internal::HostBuffers dst,
-                   internal::AllocateHostBuffers(target, "selftest-target"));
-  ASSIGN_OR_RETURN(auto bound, TransferPlan::Bind(plan, source, src.bindings,
-                                                  target, dst.bindings));
+  RESHARD_ASSIGN_OR_RETURN(auto plan,
+                           LogicalTransferPlan::Make(source, target));
+  RESHARD_ASSIGN_OR_RETURN(
+      internal::HostBuffers src,
+      internal::AllocateHostBuffers(source, "selftest-source"));
+  RESHARD_ASSIGN_OR_RETURN(
+      internal::HostBuffers dst,
+      internal::AllocateHostBuffers(target, "selftest-target"));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto bound, BoundTransferPlan::Bind(plan, source, src.bindings, target,
+                                          dst.bindings));
   report.plan_seconds =
       std::chrono::duration<double>(Clock::now() - t0).count();
   const auto tensor_index = internal::TensorIndex(source);
@@ -57,14 +61,14 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
   for (const auto* f : target.fragments()) {
     std::memset(dst.data.at(f->placement_fragment_id()), 0xD7, f->nbytes());
   }
-  ASSIGN_OR_RETURN(auto transport,
-                   LocalTransport::Make({.threads = options.threads}));
+  RESHARD_ASSIGN_OR_RETURN(auto transport,
+                           LocalTransport::Make({.threads = options.threads}));
   t0 = Clock::now();
   // The generation and lease fence, right before the bytes move.
-  RETURN_NOT_OK(bound.CheckCurrent(src.bindings, dst.bindings));
+  RESHARD_RETURN_NOT_OK(bound.CheckCurrent(src.bindings, dst.bindings));
   if (options.progress) options.progress("transfer", 0);
-  ASSIGN_OR_RETURN(TransferId id, transport->Submit(bound));
-  RETURN_NOT_OK(transport->Wait(id));
+  RESHARD_ASSIGN_OR_RETURN(TransferId id, transport->Submit(bound));
+  RESHARD_RETURN_NOT_OK(transport->Wait(id));
   if (options.progress) options.progress("transfer", 1);
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   report.bytes = bound.bytes();

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "reshard/transfer_plan.h"
+#include "reshard/bound_plan.h"
 
 namespace reshard::internal {
 

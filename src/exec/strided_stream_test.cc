@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "reshard/bound_plan.h"
 #include "reshard/plan.h"
-#include "reshard/transfer_plan.h"
 
 namespace reshard::internal {
 namespace {

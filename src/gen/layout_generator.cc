@@ -64,56 +64,64 @@ class Builder {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const int64_t s = StageOf(l);
     const int64_t h = m_.hidden;
-    RETURN_NOT_OK(Add(p + "input_layernorm.weight", {h}, -1, s, l));
-    RETURN_NOT_OK(Add(p + "post_attention_layernorm.weight", {h}, -1, s, l));
+    RESHARD_RETURN_NOT_OK(Add(p + "input_layernorm.weight", {h}, -1, s, l));
+    RESHARD_RETURN_NOT_OK(
+        Add(p + "post_attention_layernorm.weight", {h}, -1, s, l));
     const std::string a = p + "self_attn.";
     if (m_.attention == "gqa") {
       const int64_t hd = m_.head_dim;
-      RETURN_NOT_OK(Add(a + "q_proj.weight", {m_.heads * hd, h}, 0, s, l));
-      RETURN_NOT_OK(Add(a + "k_proj.weight", {m_.kv_heads * hd, h}, 0, s, l));
-      RETURN_NOT_OK(Add(a + "v_proj.weight", {m_.kv_heads * hd, h}, 0, s, l));
-      RETURN_NOT_OK(Add(a + "o_proj.weight", {h, m_.heads * hd}, 1, s, l));
+      RESHARD_RETURN_NOT_OK(
+          Add(a + "q_proj.weight", {m_.heads * hd, h}, 0, s, l));
+      RESHARD_RETURN_NOT_OK(
+          Add(a + "k_proj.weight", {m_.kv_heads * hd, h}, 0, s, l));
+      RESHARD_RETURN_NOT_OK(
+          Add(a + "v_proj.weight", {m_.kv_heads * hd, h}, 0, s, l));
+      RESHARD_RETURN_NOT_OK(
+          Add(a + "o_proj.weight", {h, m_.heads * hd}, 1, s, l));
       if (m_.qk_norm) {
-        RETURN_NOT_OK(Add(a + "q_norm.weight", {hd}, -1, s, l));
-        RETURN_NOT_OK(Add(a + "k_norm.weight", {hd}, -1, s, l));
+        RESHARD_RETURN_NOT_OK(Add(a + "q_norm.weight", {hd}, -1, s, l));
+        RESHARD_RETURN_NOT_OK(Add(a + "k_norm.weight", {hd}, -1, s, l));
       }
     } else {
       const int64_t qk = m_.qk_nope_head_dim + m_.qk_rope_head_dim;
-      RETURN_NOT_OK(Add(a + "q_a_proj.weight", {m_.q_lora_rank, h}, -1, s, l));
-      RETURN_NOT_OK(
+      RESHARD_RETURN_NOT_OK(
+          Add(a + "q_a_proj.weight", {m_.q_lora_rank, h}, -1, s, l));
+      RESHARD_RETURN_NOT_OK(
           Add(a + "q_a_layernorm.weight", {m_.q_lora_rank}, -1, s, l));
-      RETURN_NOT_OK(
+      RESHARD_RETURN_NOT_OK(
           Add(a + "q_b_proj.weight", {m_.heads * qk, m_.q_lora_rank}, 0, s, l));
-      RETURN_NOT_OK(Add(a + "kv_a_proj_with_mqa.weight",
-                        {m_.kv_lora_rank + m_.qk_rope_head_dim, h}, -1, s, l));
-      RETURN_NOT_OK(
+      RESHARD_RETURN_NOT_OK(Add(a + "kv_a_proj_with_mqa.weight",
+                                {m_.kv_lora_rank + m_.qk_rope_head_dim, h}, -1,
+                                s, l));
+      RESHARD_RETURN_NOT_OK(
           Add(a + "kv_a_layernorm.weight", {m_.kv_lora_rank}, -1, s, l));
-      RETURN_NOT_OK(Add(
+      RESHARD_RETURN_NOT_OK(Add(
           a + "kv_b_proj.weight",
           {m_.heads * (m_.qk_nope_head_dim + m_.v_head_dim), m_.kv_lora_rank},
           0, s, l));
-      RETURN_NOT_OK(
+      RESHARD_RETURN_NOT_OK(
           Add(a + "o_proj.weight", {h, m_.heads * m_.v_head_dim}, 1, s, l));
     }
     const std::string mlp = p + "mlp.";
     if (m_.experts == 0 || l < m_.dense_layers) {
       const int64_t i = m_.intermediate;
-      RETURN_NOT_OK(Add(mlp + "gate_proj.weight", {i, h}, 0, s, l));
-      RETURN_NOT_OK(Add(mlp + "up_proj.weight", {i, h}, 0, s, l));
+      RESHARD_RETURN_NOT_OK(Add(mlp + "gate_proj.weight", {i, h}, 0, s, l));
+      RESHARD_RETURN_NOT_OK(Add(mlp + "up_proj.weight", {i, h}, 0, s, l));
       return Add(mlp + "down_proj.weight", {h, i}, 1, s, l);
     }
     const int64_t e = m_.experts;
     const int64_t mi = m_.moe_intermediate;
-    RETURN_NOT_OK(Add(mlp + "gate.weight", {e, h}, -1, s, l));
+    RESHARD_RETURN_NOT_OK(Add(mlp + "gate.weight", {e, h}, -1, s, l));
     if (m_.router_bias) {
-      RETURN_NOT_OK(Add(mlp + "gate.e_score_correction_bias", {e}, -1, s, l));
+      RESHARD_RETURN_NOT_OK(
+          Add(mlp + "gate.e_score_correction_bias", {e}, -1, s, l));
     }
     if (m_.shared_experts > 0) {
       const int64_t si = m_.shared_experts * mi;
       const std::string se = mlp + "shared_experts.";
-      RETURN_NOT_OK(Add(se + "gate_proj.weight", {si, h}, 0, s, l));
-      RETURN_NOT_OK(Add(se + "up_proj.weight", {si, h}, 0, s, l));
-      RETURN_NOT_OK(Add(se + "down_proj.weight", {h, si}, 1, s, l));
+      RESHARD_RETURN_NOT_OK(Add(se + "gate_proj.weight", {si, h}, 0, s, l));
+      RESHARD_RETURN_NOT_OK(Add(se + "up_proj.weight", {si, h}, 0, s, l));
+      RESHARD_RETURN_NOT_OK(Add(se + "down_proj.weight", {h, si}, 1, s, l));
     }
     if (o_.experts == ExpertLayout::kGrouped) {
       for (const char* name : {"gate_proj", "up_proj", "down_proj"}) {
@@ -127,7 +135,7 @@ class Builder {
         t.ep_split = o_.ep > 1;
         t.pp_owner = o_.pp > 1 ? s : -1;
         t.layer_id = l;
-        RETURN_NOT_OK(Append(t));
+        RESHARD_RETURN_NOT_OK(Append(t));
       }
       return Status::OK();
     }
@@ -146,7 +154,7 @@ class Builder {
         t.layer_id = l;
         t.expert_id = x;
         if (o_.ep > 1) t.ep_owner = x / per_rank;
-        RETURN_NOT_OK(Append(t));
+        RESHARD_RETURN_NOT_OK(Append(t));
       }
     }
     return Status::OK();
@@ -154,22 +162,23 @@ class Builder {
 
   Result<WeightPlacementManifest> Build() {
     const int64_t last = o_.pp - 1;
-    RETURN_NOT_OK(
+    RESHARD_RETURN_NOT_OK(
         Add("model.embed_tokens.weight", {m_.vocab, m_.hidden}, 0, 0, {}));
-    for (int64_t l = 0; l < m_.layers; ++l) RETURN_NOT_OK(AddLayer(l));
-    RETURN_NOT_OK(Add("model.norm.weight", {m_.hidden}, -1, last, {}));
-    RETURN_NOT_OK(Add("lm_head.weight", {m_.vocab, m_.hidden}, 0, last, {}));
-    ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topo_));
+    for (int64_t l = 0; l < m_.layers; ++l) RESHARD_RETURN_NOT_OK(AddLayer(l));
+    RESHARD_RETURN_NOT_OK(Add("model.norm.weight", {m_.hidden}, -1, last, {}));
+    RESHARD_RETURN_NOT_OK(
+        Add("lm_head.weight", {m_.vocab, m_.hidden}, 0, last, {}));
+    RESHARD_ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topo_));
     std::vector<TensorDescriptor> tensors;
     tensors.reserve(tensors_.size());
     for (auto& t : tensors_) {
-      ASSIGN_OR_RETURN(auto d, TensorDescriptor::Make(std::move(t)));
+      RESHARD_ASSIGN_OR_RETURN(auto d, TensorDescriptor::Make(std::move(t)));
       tensors.push_back(std::move(d));
     }
     std::vector<PlacementFragment> fragments;
     fragments.reserve(fragments_.size());
     for (auto& f : fragments_) {
-      ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
+      RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
       fragments.push_back(std::move(pf));
     }
     PlacementHeader header{o_.resource_id.empty() ? m_.name : o_.resource_id,

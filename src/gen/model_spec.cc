@@ -34,30 +34,35 @@ Status ReadAttention(JsonElement e, const JsonPath& path, ModelSpec* m) {
   }
   m->attention = std::string(std::string_view(kind.value()));
   if (m->attention == "gqa") {
-    ASSIGN_OR_RETURN(auto obj, StrictObject::Make(e, path, "gqa attention",
-                                                  {"head_dim", "heads", "kind",
-                                                   "kv_heads", "qk_norm"}));
-    RETURN_NOT_OK(ReadPositive(obj, "heads", path, &m->heads));
-    RETURN_NOT_OK(ReadPositive(obj, "kv_heads", path, &m->kv_heads));
-    RETURN_NOT_OK(ReadPositive(obj, "head_dim", path, &m->head_dim));
-    ASSIGN_OR_RETURN(m->qk_norm, internal::ReadBool(obj.Get("qk_norm"),
-                                                    path.Field("qk_norm")));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto obj, StrictObject::Make(
+                      e, path, "gqa attention",
+                      {"head_dim", "heads", "kind", "kv_heads", "qk_norm"}));
+    RESHARD_RETURN_NOT_OK(ReadPositive(obj, "heads", path, &m->heads));
+    RESHARD_RETURN_NOT_OK(ReadPositive(obj, "kv_heads", path, &m->kv_heads));
+    RESHARD_RETURN_NOT_OK(ReadPositive(obj, "head_dim", path, &m->head_dim));
+    RESHARD_ASSIGN_OR_RETURN(
+        m->qk_norm,
+        internal::ReadBool(obj.Get("qk_norm"), path.Field("qk_norm")));
     return Status::OK();
   }
   if (m->attention == "mla") {
-    ASSIGN_OR_RETURN(
+    RESHARD_ASSIGN_OR_RETURN(
         auto obj, StrictObject::Make(
                       e, path, "mla attention",
                       {"heads", "kind", "kv_lora_rank", "q_lora_rank",
                        "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}));
-    RETURN_NOT_OK(ReadPositive(obj, "heads", path, &m->heads));
-    RETURN_NOT_OK(ReadPositive(obj, "q_lora_rank", path, &m->q_lora_rank));
-    RETURN_NOT_OK(ReadPositive(obj, "kv_lora_rank", path, &m->kv_lora_rank));
-    RETURN_NOT_OK(
+    RESHARD_RETURN_NOT_OK(ReadPositive(obj, "heads", path, &m->heads));
+    RESHARD_RETURN_NOT_OK(
+        ReadPositive(obj, "q_lora_rank", path, &m->q_lora_rank));
+    RESHARD_RETURN_NOT_OK(
+        ReadPositive(obj, "kv_lora_rank", path, &m->kv_lora_rank));
+    RESHARD_RETURN_NOT_OK(
         ReadPositive(obj, "qk_nope_head_dim", path, &m->qk_nope_head_dim));
-    RETURN_NOT_OK(
+    RESHARD_RETURN_NOT_OK(
         ReadPositive(obj, "qk_rope_head_dim", path, &m->qk_rope_head_dim));
-    RETURN_NOT_OK(ReadPositive(obj, "v_head_dim", path, &m->v_head_dim));
+    RESHARD_RETURN_NOT_OK(
+        ReadPositive(obj, "v_head_dim", path, &m->v_head_dim));
     return Status::OK();
   }
   return Status::InvalidArgument(path.Field("kind").ToString() +
@@ -68,51 +73,53 @@ Status ReadAttention(JsonElement e, const JsonPath& path, ModelSpec* m) {
 }  // namespace
 
 Result<ModelSpec> ModelSpecFromJson(std::string_view json) {
-  ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
+  RESHARD_ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
   JsonPath root;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       auto obj, StrictObject::Make(doc.root(), root, "model spec",
                                    {"attention", "dtype", "hidden", "itemsize",
                                     "layers", "name", "vocab"},
                                    {"mlp", "moe"}));
   ModelSpec m;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view name,
       internal::ReadNonEmptyString(obj.Get("name"), root.Field("name")));
   m.name = name;
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       std::string_view dtype,
       internal::ReadNonEmptyString(obj.Get("dtype"), root.Field("dtype")));
   m.dtype = dtype;
-  RETURN_NOT_OK(ReadPositive(obj, "itemsize", root, &m.itemsize));
-  RETURN_NOT_OK(ReadPositive(obj, "layers", root, &m.layers));
-  RETURN_NOT_OK(ReadPositive(obj, "hidden", root, &m.hidden));
-  RETURN_NOT_OK(ReadPositive(obj, "vocab", root, &m.vocab));
-  RETURN_NOT_OK(
+  RESHARD_RETURN_NOT_OK(ReadPositive(obj, "itemsize", root, &m.itemsize));
+  RESHARD_RETURN_NOT_OK(ReadPositive(obj, "layers", root, &m.layers));
+  RESHARD_RETURN_NOT_OK(ReadPositive(obj, "hidden", root, &m.hidden));
+  RESHARD_RETURN_NOT_OK(ReadPositive(obj, "vocab", root, &m.vocab));
+  RESHARD_RETURN_NOT_OK(
       ReadAttention(obj.Get("attention"), root.Field("attention"), &m));
   if (auto mlp = obj.Find("mlp")) {
     JsonPath p = root.Field("mlp");
-    ASSIGN_OR_RETURN(
+    RESHARD_ASSIGN_OR_RETURN(
         auto mo, StrictObject::Make(*mlp, p, "dense mlp", {"intermediate"}));
-    RETURN_NOT_OK(ReadPositive(mo, "intermediate", p, &m.intermediate));
+    RESHARD_RETURN_NOT_OK(ReadPositive(mo, "intermediate", p, &m.intermediate));
   }
   if (auto moe = obj.Find("moe")) {
     JsonPath p = root.Field("moe");
-    ASSIGN_OR_RETURN(
+    RESHARD_ASSIGN_OR_RETURN(
         auto mo,
         StrictObject::Make(*moe, p, "moe",
                            {"dense_layers", "experts", "moe_intermediate",
                             "router_bias", "shared_experts"}));
-    RETURN_NOT_OK(ReadPositive(mo, "experts", p, &m.experts));
-    RETURN_NOT_OK(ReadPositive(mo, "moe_intermediate", p, &m.moe_intermediate));
-    ASSIGN_OR_RETURN(
+    RESHARD_RETURN_NOT_OK(ReadPositive(mo, "experts", p, &m.experts));
+    RESHARD_RETURN_NOT_OK(
+        ReadPositive(mo, "moe_intermediate", p, &m.moe_intermediate));
+    RESHARD_ASSIGN_OR_RETURN(
         m.shared_experts,
         internal::ReadInt(mo.Get("shared_experts"), p.Field("shared_experts")));
-    ASSIGN_OR_RETURN(
+    RESHARD_ASSIGN_OR_RETURN(
         m.dense_layers,
         internal::ReadInt(mo.Get("dense_layers"), p.Field("dense_layers")));
-    ASSIGN_OR_RETURN(m.router_bias, internal::ReadBool(mo.Get("router_bias"),
-                                                       p.Field("router_bias")));
+    RESHARD_ASSIGN_OR_RETURN(
+        m.router_bias,
+        internal::ReadBool(mo.Get("router_bias"), p.Field("router_bias")));
     if (m.shared_experts < 0 || m.dense_layers < 0 ||
         m.dense_layers > m.layers) {
       return Status::InvalidArgument(

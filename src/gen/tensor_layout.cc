@@ -38,7 +38,7 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
                                               : ReplicatedAxis(AxisKind::kPp));
   }
   if (l.ep_split) {
-    RETURN_NOT_OK(divides("EP", topo.ep_size, 0));
+    RESHARD_RETURN_NOT_OK(divides("EP", topo.ep_size, 0));
     t.parallel_axes.push_back(*SplitAxis(AxisKind::kEp, 0));
     t.shard_dims.push_back(0);
   } else if (l.ep_owner >= 0) {
@@ -47,7 +47,7 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
     t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kEp));
   }
   if (l.tp_dim >= 0) {
-    RETURN_NOT_OK(divides("TP", topo.tp_size, l.tp_dim));
+    RESHARD_RETURN_NOT_OK(divides("TP", topo.tp_size, l.tp_dim));
     auto axis = SplitAxis(AxisKind::kTp, l.tp_dim);
     if (!axis.ok()) return axis.status();
     t.parallel_axes.push_back(*axis);

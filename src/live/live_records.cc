@@ -162,12 +162,13 @@ std::string EncodeRankRecord(const RankRecord& record) {
 Result<RankRecord> DecodeRankRecord(std::string_view text, std::string_view key,
                                     uint32_t rank, uint32_t ranks) {
   constexpr std::string_view kKind = "rank";
-  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"host", "rank", "ranks"}));
-  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  RESHARD_ASSIGN_OR_RETURN(auto p,
+                           Parse(text, kKind, key, {"host", "rank", "ranks"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   RankRecord r;
   r.rank = rank;
-  ASSIGN_OR_RETURN(r.host, StringField(p.obj, "host", kKind, key));
-  ASSIGN_OR_RETURN(uint64_t n, U64Field(p.obj, "ranks", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.host, StringField(p.obj, "host", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(uint64_t n, U64Field(p.obj, "ranks", kKind, key));
   if (n != ranks) {
     return Status::InvalidArgument(
         "rank " + std::to_string(rank) + " joined with " + std::to_string(n) +
@@ -192,12 +193,13 @@ std::string EncodeAddressRecord(uint32_t rank, std::string_view address) {
 Result<std::string> DecodeAddressRecord(std::string_view text,
                                         std::string_view key, uint32_t rank) {
   constexpr std::string_view kKind = "address";
-  ASSIGN_OR_RETURN(auto p,
-                   Parse(text, kKind, key, {"address", "rank", "sha256"}));
-  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
-  ASSIGN_OR_RETURN(std::string hex, StringField(p.obj, "address", kKind, key));
-  ASSIGN_OR_RETURN(std::string digest,
-                   StringField(p.obj, "sha256", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto p, Parse(text, kKind, key, {"address", "rank", "sha256"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  RESHARD_ASSIGN_OR_RETURN(std::string hex,
+                           StringField(p.obj, "address", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(std::string digest,
+                           StringField(p.obj, "sha256", kKind, key));
   return DecodeDigestedHex(hex, digest, kMaxWorkerAddressBytes, "address",
                            kKind, key);
 }
@@ -227,8 +229,8 @@ Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
                                                         std::string_view key,
                                                         uint32_t rank) {
   constexpr std::string_view kKind = "remote-key";
-  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"keys", "rank"}));
-  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  RESHARD_ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"keys", "rank"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   const JsonPath root;
   const JsonPath keys_path = root.Field("keys");
   auto keys = ReadArray(p.obj.Get("keys"), keys_path);
@@ -255,9 +257,9 @@ Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
       return Status::InvalidArgument(What(kKind, key) + ": " + at.ToString() +
                                      " is an empty or wrapping range");
     }
-    ASSIGN_OR_RETURN(r.packed,
-                     DecodeDigestedHex(*hex, *digest, kMaxRemoteKeyBytes,
-                                       at.ToString() + ".key", kKind, key));
+    RESHARD_ASSIGN_OR_RETURN(
+        r.packed, DecodeDigestedHex(*hex, *digest, kMaxRemoteKeyBytes,
+                                    at.ToString() + ".key", kKind, key));
     out.push_back(std::move(r));
   }
   std::sort(out.begin(), out.end(),
@@ -283,7 +285,7 @@ std::string EncodeMarkerRecord(uint32_t rank) {
 Status DecodeMarkerRecord(std::string_view text, std::string_view key,
                           uint32_t rank) {
   constexpr std::string_view kKind = "marker";
-  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"rank"}));
+  RESHARD_ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"rank"}));
   return CheckRank(p.obj, kKind, key, rank);
 }
 
@@ -300,10 +302,10 @@ std::string EncodeAbortRecord(uint32_t rank, std::string_view reason) {
 Result<std::string> DecodeAbortRecord(std::string_view text,
                                       std::string_view key, uint32_t rank) {
   constexpr std::string_view kKind = "abort";
-  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"rank", "reason"}));
-  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
-  ASSIGN_OR_RETURN(std::string reason,
-                   StringField(p.obj, "reason", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"rank", "reason"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  RESHARD_ASSIGN_OR_RETURN(std::string reason,
+                           StringField(p.obj, "reason", kKind, key));
   return Shorten(reason, kMaxReadText);
 }
 
@@ -331,24 +333,29 @@ std::string EncodeReportRecord(const ReportRecord& r) {
 Result<ReportRecord> DecodeReportRecord(std::string_view text,
                                         std::string_view key, uint32_t rank) {
   constexpr std::string_view kKind = "report";
-  ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key,
-                                 {"bytes", "error", "messages", "mismatch",
-                                  "operations", "packed_messages", "plan_ns",
-                                  "rank", "ready", "transfer_ns", "verified"}));
-  RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto p, Parse(text, kKind, key,
+                    {"bytes", "error", "messages", "mismatch", "operations",
+                     "packed_messages", "plan_ns", "rank", "ready",
+                     "transfer_ns", "verified"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   ReportRecord r;
   r.rank = rank;
-  ASSIGN_OR_RETURN(r.bytes, U64Field(p.obj, "bytes", kKind, key));
-  ASSIGN_OR_RETURN(r.messages, U64Field(p.obj, "messages", kKind, key));
-  ASSIGN_OR_RETURN(r.operations, U64Field(p.obj, "operations", kKind, key));
-  ASSIGN_OR_RETURN(r.packed_messages,
-                   U64Field(p.obj, "packed_messages", kKind, key));
-  ASSIGN_OR_RETURN(r.plan_ns, U64Field(p.obj, "plan_ns", kKind, key));
-  ASSIGN_OR_RETURN(r.transfer_ns, U64Field(p.obj, "transfer_ns", kKind, key));
-  ASSIGN_OR_RETURN(r.ready, BoolField(p.obj, "ready", kKind, key));
-  ASSIGN_OR_RETURN(r.verified, BoolField(p.obj, "verified", kKind, key));
-  ASSIGN_OR_RETURN(r.error, StringField(p.obj, "error", kKind, key));
-  ASSIGN_OR_RETURN(r.mismatch, StringField(p.obj, "mismatch", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.bytes, U64Field(p.obj, "bytes", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.messages, U64Field(p.obj, "messages", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.operations,
+                           U64Field(p.obj, "operations", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.packed_messages,
+                           U64Field(p.obj, "packed_messages", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.plan_ns, U64Field(p.obj, "plan_ns", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.transfer_ns,
+                           U64Field(p.obj, "transfer_ns", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.ready, BoolField(p.obj, "ready", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.verified,
+                           BoolField(p.obj, "verified", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.error, StringField(p.obj, "error", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.mismatch,
+                           StringField(p.obj, "mismatch", kKind, key));
   r.error = Shorten(r.error, kMaxReadText);
   r.mismatch = Shorten(r.mismatch, kMaxReadText);
   if (!r.error.empty() && r.verified) {

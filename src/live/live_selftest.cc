@@ -79,10 +79,12 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   const std::string instance = session + "-rank" + std::to_string(rank);
   HostBuffers src, dst;
   if (!share.sources.empty()) {
-    ASSIGN_OR_RETURN(src, AllocateHostBuffers(source, instance, share.sources));
+    RESHARD_ASSIGN_OR_RETURN(
+        src, AllocateHostBuffers(source, instance, share.sources));
   }
   if (!share.targets.empty()) {
-    ASSIGN_OR_RETURN(dst, AllocateHostBuffers(target, instance, share.targets));
+    RESHARD_ASSIGN_OR_RETURN(
+        dst, AllocateHostBuffers(target, instance, share.targets));
   }
   const auto tensors = TensorIndex(source);
   FillPattern(source, tensors, src);
@@ -124,7 +126,8 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
     lo.current_bindings = [&]() -> Result<LiveBindings> {
       LiveBindings now{{}, bindings.targets};
       for (const auto& b : bindings.sources) {
-        ASSIGN_OR_RETURN(auto moved, WithGeneration(b, b.generation() + 1));
+        RESHARD_ASSIGN_OR_RETURN(auto moved,
+                                 WithGeneration(b, b.generation() + 1));
         now.sources.push_back(std::move(moved));
       }
       return now;
@@ -207,7 +210,7 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
                                       const SelfTestOptions& options) {
   namespace fs = std::filesystem;
   const uint32_t procs = options.procs;
-  RETURN_NOT_OK(CheckProcs(source, target, procs));
+  RESHARD_RETURN_NOT_OK(CheckProcs(source, target, procs));
   if (options.rank && *options.rank >= procs) {
     return Status::InvalidArgument("--rank " + std::to_string(*options.rank) +
                                    " is not below --procs " +
@@ -219,7 +222,8 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
   }
   // Plan once here: invalid inputs fail before any process starts.
   const auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(source, target));
+  RESHARD_ASSIGN_OR_RETURN(auto plan,
+                           LogicalTransferPlan::Make(source, target));
   const double plan_seconds =
       std::chrono::duration<double>(Clock::now() - t0).count();
 
@@ -242,7 +246,7 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
       if (remove) fs::remove_all(dir, ec);
     }
   } cleanup{dir, remove_dir};
-  ASSIGN_OR_RETURN(auto store, OpenRendezvous(dir));
+  RESHARD_ASSIGN_OR_RETURN(auto store, OpenRendezvous(dir));
   std::string session = options.session;
   if (session.empty()) {
     session = "selftest-" + std::to_string(::getpid()) + "-" +
@@ -260,8 +264,8 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
   // records of an earlier run under this session would be read as this
   // run's (and make every rank fail to publish).
   {
-    RETURN_NOT_OK(ValidateRecordKey(session));
-    ASSIGN_OR_RETURN(auto earlier, store->List(session + "/"));
+    RESHARD_RETURN_NOT_OK(ValidateRecordKey(session));
+    RESHARD_ASSIGN_OR_RETURN(auto earlier, store->List(session + "/"));
     if (!earlier.empty()) {
       return Status::AlreadyExists(
           "live session " + session + " already has " +

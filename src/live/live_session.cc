@@ -11,13 +11,14 @@
 #include <set>
 #include <thread>
 
+#include "exec/region_copy.h"
 #include "exec/ucx/ucx_exchange.h"
 #include "exec/ucx/ucx_handles.h"
 #include "live/live_records.h"
+#include "reshard/bound_plan.h"
 #include "reshard/live.h"
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
-#include "reshard/transfer_plan.h"
 #include "util/sha256.h"
 
 namespace reshard {
@@ -62,9 +63,9 @@ class Session {
 
   // An error if another rank aborted.
   Status CheckAborts() {
-    ASSIGN_OR_RETURN(auto keys, List("abort"));
+    RESHARD_ASSIGN_OR_RETURN(auto keys, List("abort"));
     for (const std::string& key : keys) {
-      ASSIGN_OR_RETURN(uint32_t who, RankOfKey(key));
+      RESHARD_ASSIGN_OR_RETURN(uint32_t who, RankOfKey(key));
       if (who == options_.rank) continue;
       // Whatever the record holds, the session is over; a malformed record
       // is reported as the reason.
@@ -110,13 +111,13 @@ class Session {
                     const std::function<Status()>& poll) {
     auto sleep = std::chrono::microseconds(200);
     while (true) {
-      ASSIGN_OR_RETURN(auto keys, List(kind));
+      RESHARD_ASSIGN_OR_RETURN(auto keys, List(kind));
       for (const std::string& key : keys) {
-        RETURN_NOT_OK(RankOfKey(key).status());
+        RESHARD_RETURN_NOT_OK(RankOfKey(key).status());
       }
       if (keys.size() >= options_.ranks) return Status::OK();
-      RETURN_NOT_OK(CheckAborts());
-      if (poll) RETURN_NOT_OK(poll());
+      RESHARD_RETURN_NOT_OK(CheckAborts());
+      if (poll) RESHARD_RETURN_NOT_OK(poll());
       if (Clock::now() >= deadline) {
         std::set<std::string> have(keys.begin(), keys.end());
         std::string missing;
@@ -156,7 +157,7 @@ Status ValidateOptions(const LiveSessionOptions& o) {
         "live session key must be one record-key component, got \"" +
         o.session + "\"");
   }
-  RETURN_NOT_OK(ValidateRecordKey(o.session));
+  RESHARD_RETURN_NOT_OK(ValidateRecordKey(o.session));
   if (o.ranks == 0) return Status::InvalidArgument("live session: ranks is 0");
   if (o.rank >= o.ranks) {
     return Status::InvalidArgument("live session: rank " +
@@ -184,18 +185,19 @@ Result<World> ReadWorld(Session& s, RecordStore& store,
   w.hosts.resize(o.ranks);
   for (uint32_t r = 0; r < o.ranks; ++r) {
     const std::string rank_key = s.Key("rank", r);
-    ASSIGN_OR_RETURN(std::string rank_text, s.Get(rank_key));
-    ASSIGN_OR_RETURN(auto rank_record, internal::DecodeRankRecord(
-                                           rank_text, rank_key, r, o.ranks));
+    RESHARD_ASSIGN_OR_RETURN(std::string rank_text, s.Get(rank_key));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto rank_record,
+        internal::DecodeRankRecord(rank_text, rank_key, r, o.ranks));
     w.hosts[r] = std::move(rank_record.host);
     const std::string address_key = s.Key("address", r);
-    ASSIGN_OR_RETURN(std::string address_text, s.Get(address_key));
-    ASSIGN_OR_RETURN(w.addresses[r], internal::DecodeAddressRecord(
-                                         address_text, address_key, r));
-    ASSIGN_OR_RETURN(auto keys, store.List(o.session + "/bindings/" +
-                                           std::to_string(r) + "/"));
+    RESHARD_ASSIGN_OR_RETURN(std::string address_text, s.Get(address_key));
+    RESHARD_ASSIGN_OR_RETURN(w.addresses[r], internal::DecodeAddressRecord(
+                                                 address_text, address_key, r));
+    RESHARD_ASSIGN_OR_RETURN(auto keys, store.List(o.session + "/bindings/" +
+                                                   std::to_string(r) + "/"));
     for (const std::string& key : keys) {
-      ASSIGN_OR_RETURN(std::string json, store.Get(key));
+      RESHARD_ASSIGN_OR_RETURN(std::string json, store.Get(key));
       auto b = WeightRuntimeBindingFromJson(json);
       if (!b.ok()) {
         return b.status().WithContext("binding published by rank " +
@@ -256,14 +258,14 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
                                   const WeightPlacementManifest& target,
                                   const LiveBindings& bindings,
                                   const LiveSessionOptions& options) {
-  RETURN_NOT_OK(ValidateOptions(options));
+  RESHARD_RETURN_NOT_OK(ValidateOptions(options));
   Session s(store, options);
   // A rank joins a session once: records of its own from an earlier run
   // would be taken for this run's by the other ranks (and its writes would
   // fail). Nothing is recorded, so the earlier run's records stay as they
   // are.
   {
-    ASSIGN_OR_RETURN(auto keys, store.List(options.session + "/"));
+    RESHARD_ASSIGN_OR_RETURN(auto keys, store.List(options.session + "/"));
     std::vector<std::string> own;
     for (const std::string& key : keys) {
       std::string_view rest =
@@ -289,9 +291,10 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
   auto deadline = [&] { return Clock::now() + options.timeout; };
   // Every failure from here on is recorded for the other ranks.
   auto run = [&]() -> Status {
-    ASSIGN_OR_RETURN(auto context, internal::UcxContext::Make(options.ucx));
-    ASSIGN_OR_RETURN(auto worker, internal::UcxWorker::Make(context));
-    ASSIGN_OR_RETURN(std::string address, worker.Address());
+    RESHARD_ASSIGN_OR_RETURN(auto context,
+                             internal::UcxContext::Make(options.ucx));
+    RESHARD_ASSIGN_OR_RETURN(auto worker, internal::UcxWorker::Make(context));
+    RESHARD_ASSIGN_OR_RETURN(std::string address, worker.Address());
     std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers;
     std::vector<std::unique_ptr<internal::UcxMemory>> mems;
     std::vector<std::unique_ptr<internal::UcxRemoteKey>> rkeys;
@@ -321,15 +324,17 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
 
     // 1. Publish: bindings, address, then the rank record (the marker).
     for (size_t i = 0; i < bindings.sources.size(); ++i) {
-      RETURN_NOT_OK(s.Put(s.Key("bindings") + "/source-" + std::to_string(i),
-                          WeightRuntimeBindingToJson(bindings.sources[i])));
+      RESHARD_RETURN_NOT_OK(
+          s.Put(s.Key("bindings") + "/source-" + std::to_string(i),
+                WeightRuntimeBindingToJson(bindings.sources[i])));
     }
     for (size_t i = 0; i < bindings.targets.size(); ++i) {
-      RETURN_NOT_OK(s.Put(s.Key("bindings") + "/target-" + std::to_string(i),
-                          WeightRuntimeBindingToJson(bindings.targets[i])));
+      RESHARD_RETURN_NOT_OK(
+          s.Put(s.Key("bindings") + "/target-" + std::to_string(i),
+                WeightRuntimeBindingToJson(bindings.targets[i])));
     }
-    RETURN_NOT_OK(s.Put(s.Key("address"),
-                        internal::EncodeAddressRecord(options.rank, address)));
+    RESHARD_RETURN_NOT_OK(s.Put(s.Key("address"), internal::EncodeAddressRecord(
+                                                      options.rank, address)));
     // Pull (possibly, under kAuto): register every source fragment and
     // publish the keys.
     const bool may_pull =
@@ -338,10 +343,10 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     if (may_pull && !bindings.sources.empty()) {
       for (const auto& b : bindings.sources) {
         for (const auto& f : b.fragments()) {
-          ASSIGN_OR_RETURN(auto m,
-                           internal::UcxMemory::Map(
-                               context, reinterpret_cast<void*>(f.address()),
-                               std::max<uint64_t>(f.nbytes(), 1)));
+          RESHARD_ASSIGN_OR_RETURN(
+              auto m, internal::UcxMemory::Map(
+                          context, reinterpret_cast<void*>(f.address()),
+                          std::max<uint64_t>(f.nbytes(), 1)));
           mems.push_back(std::move(m));
         }
       }
@@ -349,22 +354,24 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
       for (const auto& m : mems) {
         ranges.push_back({m->address(), m->length(), m->packed_key()});
       }
-      RETURN_NOT_OK(s.Put(s.Key("rkeys"), internal::EncodeRemoteKeysRecord(
-                                              options.rank, ranges)));
+      RESHARD_RETURN_NOT_OK(
+          s.Put(s.Key("rkeys"),
+                internal::EncodeRemoteKeysRecord(options.rank, ranges)));
     }
-    RETURN_NOT_OK(s.Put(
+    RESHARD_RETURN_NOT_OK(s.Put(
         s.Key("rank"),
         internal::EncodeRankRecord({HostName(), options.rank, options.ranks})));
     if (options.on_stage) options.on_stage("published");
 
     // 2. Plan while the others publish; then bind with everybody's
     //    bindings and fence our own.
-    ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(source, target));
+    RESHARD_ASSIGN_OR_RETURN(auto plan,
+                             LogicalTransferPlan::Make(source, target));
     report.regions = plan.regions().size();
     const auto waiting = Clock::now();
-    RETURN_NOT_OK(s.WaitForAll("rank", deadline(), nullptr));
+    RESHARD_RETURN_NOT_OK(s.WaitForAll("rank", deadline(), nullptr));
     const double waited = Seconds(waiting);
-    ASSIGN_OR_RETURN(World world, ReadWorld(s, store, options));
+    RESHARD_ASSIGN_OR_RETURN(World world, ReadWorld(s, store, options));
     bool pull = options.protocol == LiveProtocol::kPull;
     if (options.protocol == LiveProtocol::kAuto && may_pull) {
       pull = true;  // when every rank runs on this host
@@ -372,16 +379,17 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
         pull = world.hosts[r] == HostName();
       }
     }
-    ASSIGN_OR_RETURN(auto bound, TransferPlan::Bind(plan, source, world.sources,
-                                                    target, world.targets));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto bound, BoundTransferPlan::Bind(plan, source, world.sources, target,
+                                            world.targets));
     // Host memory only, on every rank alike: a device pointer is never
     // handed to UCX as host memory.
-    RETURN_NOT_OK(bound.RequireMemoryKinds({MemoryKind::kHost}, "ucx"));
+    RESHARD_RETURN_NOT_OK(bound.RequireMemoryKinds({MemoryKind::kHost}, "ucx"));
     LiveBindings current = bindings;
     if (options.current_bindings) {
-      ASSIGN_OR_RETURN(current, options.current_bindings());
+      RESHARD_ASSIGN_OR_RETURN(current, options.current_bindings());
     }
-    RETURN_NOT_OK(bound.CheckCurrentFor(
+    RESHARD_RETURN_NOT_OK(bound.CheckCurrentFor(
         ParticipantsOf(bindings.sources), current.sources,
         ParticipantsOf(bindings.targets), current.targets));
 
@@ -390,9 +398,9 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     auto peer = [&](uint32_t r) -> Result<UcxEndpoint*> {
       auto it = peers.find(r);
       if (it != peers.end()) return it->second.get();
-      ASSIGN_OR_RETURN(auto ep,
-                       UcxEndpoint::Connect(worker, world.addresses[r],
-                                            RankName(r, world), peer_errors));
+      RESHARD_ASSIGN_OR_RETURN(
+          auto ep, UcxEndpoint::Connect(worker, world.addresses[r],
+                                        RankName(r, world), peer_errors));
       return peers.emplace(r, std::move(ep)).first->second.get();
     };
     // Pull: the peers' registered ranges, and keys unpacked per range.
@@ -403,9 +411,9 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
       auto it = ranges.find(r);
       if (it == ranges.end()) {
         const std::string key = s.Key("rkeys", r);
-        ASSIGN_OR_RETURN(std::string text, s.Get(key));
-        ASSIGN_OR_RETURN(auto decoded,
-                         internal::DecodeRemoteKeysRecord(text, key, r));
+        RESHARD_ASSIGN_OR_RETURN(std::string text, s.Get(key));
+        RESHARD_ASSIGN_OR_RETURN(
+            auto decoded, internal::DecodeRemoteKeysRecord(text, key, r));
         it = ranges.emplace(r, std::move(decoded)).first;
       }
       const auto& list = it->second;
@@ -422,7 +430,7 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
       const size_t index = static_cast<size_t>(std::prev(at) - list.begin());
       auto [u, fresh] = unpacked.emplace(std::make_pair(r, index), nullptr);
       if (fresh) {
-        ASSIGN_OR_RETURN(
+        RESHARD_ASSIGN_OR_RETURN(
             auto key, internal::UcxRemoteKey::Unpack(*ep, list[index].packed));
         u->second = key->get();
         rkeys.push_back(std::move(key));
@@ -442,22 +450,22 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
       if (from == options.rank && to == options.rank) {
         local.push_back(&br);
       } else if (from == options.rank) {
-        ASSIGN_OR_RETURN(auto* ep, peer(to));
+        RESHARD_ASSIGN_OR_RETURN(auto* ep, peer(to));
         if (!pulled) ops.push_back({&br, ep, Kind::kSend});
       } else if (to == options.rank) {
-        ASSIGN_OR_RETURN(auto* ep, peer(from));
+        RESHARD_ASSIGN_OR_RETURN(auto* ep, peer(from));
         if (!pulled) {
           ops.push_back({&br, ep, Kind::kReceive});
           continue;
         }
-        ASSIGN_OR_RETURN(ucp_rkey_h key, remote_key(from, ep, br));
+        RESHARD_ASSIGN_OR_RETURN(ucp_rkey_h key, remote_key(from, ep, br));
         ops.push_back({&br, ep, Kind::kGet, key});
       }
     }
     std::vector<UcxEndpoint*> endpoints;
     for (auto& [r, ep] : peers) endpoints.push_back(ep.get());
-    RETURN_NOT_OK(internal::WireUp(worker, endpoints, deadline(),
-                                   [&] { return s.CheckAborts(); }));
+    RESHARD_RETURN_NOT_OK(internal::WireUp(worker, endpoints, deadline(),
+                                           [&] { return s.CheckAborts(); }));
     // Plan, bind, fence and connect; not the wait for the others to publish.
     report.plan_seconds = Seconds(start) - waited;
     const auto t0 = Clock::now();
@@ -474,11 +482,11 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     for (const BoundRegion* br : local) {
       uint64_t rows = 1;
       for (const OuterLoop& l : br->loops) rows *= l.count;
-      CopyRegionSegments(*br, 0, rows);
+      internal::CopyRegionSegments(*br, 0, rows);
       report.bytes_received += br->bytes;
     }
     report.local_operations = local.size();
-    RETURN_NOT_OK(internal::RunUcxExchange(worker, ops, xo, &stats));
+    RESHARD_RETURN_NOT_OK(internal::RunUcxExchange(worker, ops, xo, &stats));
     report.operations = local.size() + stats.messages_received;
     report.messages_sent = stats.messages_sent;
     report.gets = stats.gets;
@@ -490,15 +498,16 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
 
     // 4. Completion of our targets, then "done".
     if (options.on_stage) options.on_stage("completing");
-    if (options.validate_targets) RETURN_NOT_OK(options.validate_targets());
-    RETURN_NOT_OK(
+    if (options.validate_targets)
+      RESHARD_RETURN_NOT_OK(options.validate_targets());
+    RESHARD_RETURN_NOT_OK(
         s.Put(s.Key("done"), internal::EncodeMarkerRecord(options.rank)));
     if (options.on_stage) options.on_stage("done");
 
     // 5. World barrier; keep progressing (peers may still fetch from us)
     //    and watch our peers' health.
     const auto t1 = Clock::now();
-    RETURN_NOT_OK(s.WaitForAll("done", deadline(), [&]() -> Status {
+    RESHARD_RETURN_NOT_OK(s.WaitForAll("done", deadline(), [&]() -> Status {
       for (const auto& [r, ep] : peers) {
         if (!ep->failure().ok()) return ep->failure();
       }
@@ -507,14 +516,14 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     }));
     for (uint32_t r = 0; r < options.ranks; ++r) {
       const std::string key = s.Key("done", r);
-      ASSIGN_OR_RETURN(std::string text, s.Get(key));
-      RETURN_NOT_OK(internal::DecodeMarkerRecord(text, key, r));
+      RESHARD_ASSIGN_OR_RETURN(std::string text, s.Get(key));
+      RESHARD_RETURN_NOT_OK(internal::DecodeMarkerRecord(text, key, r));
     }
     report.barrier_seconds = Seconds(t1);
 
     // 6. Activation-ready.
     if (!bindings.targets.empty()) {
-      RETURN_NOT_OK(
+      RESHARD_RETURN_NOT_OK(
           s.Put(s.Key("ready"), internal::EncodeMarkerRecord(options.rank)));
       report.ready = true;
     }
@@ -522,7 +531,7 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
     return Status::OK();
   };
   Status st = run();
-  if (!st.ok() && st.code() != StatusCode::kAborted) {
+  if (!st.ok() && !st.IsAborted()) {
     // When another rank failed first (its death or abort explains ours,
     // e.g. an endpoint that cannot connect to it), report that cause.
     Status first = s.CheckAborts();

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "reshard/plan.h"
+#include "plan/geometry.h"
 
-namespace reshard {
+namespace reshard::internal {
 
 RegionGeometry ComputeRegionGeometry(const Dims& so, const Dims& ss,
                                      const Dims& to, const Dims& ts,
@@ -68,4 +68,4 @@ RegionGeometry ComputeRegionGeometry(const Dims& so, const Dims& ss,
   return g;
 }
 
-}  // namespace reshard
+}  // namespace reshard::internal

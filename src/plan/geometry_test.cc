@@ -10,10 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "plan/geometry.h"
 #include "reshard/plan.h"
 
 namespace reshard {
 namespace {
+
+using internal::ComputeRegionGeometry;
+using internal::RegionGeometry;
 
 using ::testing::ElementsAre;
 

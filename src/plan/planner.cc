@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "plan/geometry.h"
 #include "reshard/plan.h"
 #include "util/canonical_json.h"
 #include "util/string_sort.h"
@@ -382,7 +383,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
       return Status::InvalidArgument(
           "target manifests contain unknown tensors: " + t->tensor_id());
     }
-    RETURN_NOT_OK(CheckCompatible(*s, *t));
+    RESHARD_RETURN_NOT_OK(CheckCompatible(*s, *t));
     tensor_index.emplace(t->tensor_id(), impl->tensors.size());
     impl->tensors.push_back(t->tensor_id());
   }
@@ -420,8 +421,9 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
   std::vector<std::vector<SourceBox>> tensor_boxes(plan_tensors.size());
   for (uint32_t t = 0; t < plan_tensors.size(); ++t) {
     const TensorDescriptor& desc = *source.find_tensor(impl->tensors[t]);
-    ASSIGN_OR_RETURN(tensor_boxes[t], SourceBoxes(desc, source_by_tensor[t],
-                                                  impl->source_fragments));
+    RESHARD_ASSIGN_OR_RETURN(
+        tensor_boxes[t],
+        SourceBoxes(desc, source_by_tensor[t], impl->source_fragments));
     BoxIndex index;
     index.Build(tensor_boxes[t], desc.ndim());
     const auto itemsize = static_cast<uint64_t>(desc.itemsize());
@@ -500,7 +502,7 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
   for (auto& r : regions) {
     const PlanFragment& sf = sfr[r.source_fragment];
     const PlanFragment& tf = tfr[r.target_fragment];
-    RegionGeometry g = ComputeRegionGeometry(
+    internal::RegionGeometry g = internal::ComputeRegionGeometry(
         sf.global_offset, sf.local_shape, tf.global_offset, tf.local_shape,
         r.overlap_offset, r.overlap_shape, plan_tensors[r.tensor]->itemsize());
     r.source_base_offset = g.source_base_offset;

@@ -53,7 +53,7 @@ std::string ChecksumKey(std::string_view base, std::string_view txn,
 
 Result<ChunkSums> ReadChunkSums(ObjectStore& backend, std::string_view base,
                                 const StoredFragment& fragment) {
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       auto record,
       backend.Get(ChecksumKey(base, TransactionOfObject(fragment.object_key),
                               fragment.fragment_id)));

@@ -282,9 +282,7 @@ UploadPlan Publish(WeightStore& store, const Side& src) {
   return plan;
 }
 
-std::string Base(const UploadPlan& plan) {
-  return plan.manifest().spec().group_id;
-}
+std::string Base(const UploadPlan& plan) { return plan.manifest().group_id(); }
 
 std::string PayloadDir(const UploadPlan& plan) {
   return Base(plan) + "/payload/" + plan.transaction_id();

@@ -222,7 +222,7 @@ class Fixture {
   WeightPlacementManifest target_;
 };
 
-std::string BaseOf(const StoredWeightManifest& m) { return m.spec().group_id; }
+std::string BaseOf(const StoredWeightManifest& m) { return m.group_id(); }
 
 // Upload of every source binding plus Commit; a non-zero result says where
 // it failed. With `kill_stage`, SIGKILL at its `kill_at`th occurrence.
@@ -525,7 +525,7 @@ std::vector<WriterResult> RunWriters(const Fixture& f, int writers,
           receipts.insert(receipts.end(), r->begin(), r->end());
         }
         const Status st = store.Commit(*plan, receipts);
-        rc = st.ok() ? 0 : st.code() == StatusCode::kAlreadyExists ? 10 : 11;
+        rc = st.ok() ? 0 : st.IsAlreadyExists() ? 10 : 11;
         WriteFile(out, std::to_string(rc) + "\n" + plan->transaction_id() +
                            "\n" + st.message());
       };

@@ -212,7 +212,7 @@ Result<std::vector<UploadReceipt>> UploadEach(WeightStore& store,
                                               const UploadPlan& plan) {
   std::vector<UploadReceipt> receipts;
   for (const auto& b : source.buffers.bindings) {
-    ASSIGN_OR_RETURN(auto r, store.Upload(plan, source.placement, b));
+    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(plan, source.placement, b));
     receipts.insert(receipts.end(), r.begin(), r.end());
   }
   return receipts;
@@ -221,7 +221,7 @@ Result<std::vector<UploadReceipt>> UploadEach(WeightStore& store,
 // Upload from every binding with an existing plan, then commit.
 Status UploadWithPlan(WeightStore& store, const Side& source,
                       const UploadPlan& plan) {
-  ASSIGN_OR_RETURN(auto receipts, UploadEach(store, source, plan));
+  RESHARD_ASSIGN_OR_RETURN(auto receipts, UploadEach(store, source, plan));
   return store.Commit(plan, receipts);
 }
 
@@ -229,7 +229,7 @@ Status UploadWithPlan(WeightStore& store, const Side& source,
 // returned through `plan`.
 Status UploadAndCommit(WeightStore& store, const Side& source,
                        std::optional<UploadPlan>* plan) {
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       auto p, store.PrepareUpload(source.placement, source.buffers.bindings));
   *plan = p;
   return UploadWithPlan(store, source, p);
@@ -237,7 +237,7 @@ Status UploadAndCommit(WeightStore& store, const Side& source,
 
 Status UploadOnly(WeightStore& store, const Side& source,
                   std::optional<UploadPlan>* plan) {
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       auto p, store.PrepareUpload(source.placement, source.buffers.bindings));
   *plan = p;
   return UploadEach(store, source, p).status();
@@ -250,23 +250,23 @@ Status UploadOnly(WeightStore& store, const Side& source,
 Status DistributedWithPlan(WeightStore& store, const Side& source,
                            const UploadPlan& plan, bool retry) {
   auto published = [retry](const Status& st) {
-    return retry && st.code() == StatusCode::kAlreadyExists ? Status::OK() : st;
+    return retry && st.IsAlreadyExists() ? Status::OK() : st;
   };
-  RETURN_NOT_OK(published(store.PublishUploadPlan(plan)));
+  RESHARD_RETURN_NOT_OK(published(store.PublishUploadPlan(plan)));
   for (const auto& b : source.buffers.bindings) {
-    ASSIGN_OR_RETURN(auto mine,
-                     store.LoadUploadPlan(plan.manifest().manifest_key(),
-                                          plan.transaction_id()));
-    ASSIGN_OR_RETURN(auto r, store.Upload(mine, source.placement, b));
-    RETURN_NOT_OK(published(store.PublishReceipts(mine, r)));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto mine, store.LoadUploadPlan(plan.manifest().manifest_key(),
+                                        plan.transaction_id()));
+    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(mine, source.placement, b));
+    RESHARD_RETURN_NOT_OK(published(store.PublishReceipts(mine, r)));
   }
-  ASSIGN_OR_RETURN(auto receipts, store.GatherReceipts(plan));
+  RESHARD_ASSIGN_OR_RETURN(auto receipts, store.GatherReceipts(plan));
   return store.Commit(plan, receipts);
 }
 
 Status DistributedUpload(WeightStore& store, const Side& source,
                          std::optional<UploadPlan>* plan) {
-  ASSIGN_OR_RETURN(
+  RESHARD_ASSIGN_OR_RETURN(
       auto p, store.PrepareUpload(source.placement, source.buffers.bindings));
   *plan = p;
   return DistributedWithPlan(store, source, p, /*retry=*/false);
@@ -467,7 +467,7 @@ void RecoverTo(FaultyStore& s, const std::vector<const Side*>& sources,
     expected.insert(keys.begin(), keys.end());
     // A multi-process upload's plan and receipts stay with its revision.
     const std::string records =
-        manifest.spec().group_id + "/transactions/" +
+        manifest.group_id() + "/transactions/" +
         PayloadTransaction(manifest, manifest.fragments().front().object_key) +
         "/";
     for (const std::string& k : s.Keys()) {
@@ -888,9 +888,8 @@ TEST(StoreFaultRegressionTest, GcPublishesOnlyAWholePendingManifest) {
   FaultyStore s;
   const UploadPlan plan = DecidedUnpublished(s);
   const std::string key = plan.manifest().manifest_key();
-  const std::string pending = plan.manifest().spec().group_id +
-                              "/transactions/" + plan.transaction_id() +
-                              "/pending-manifest";
+  const std::string pending = plan.manifest().group_id() + "/transactions/" +
+                              plan.transaction_id() + "/pending-manifest";
   // Gc's Gets: the decision, then the pending manifest.
   s.faults().Arm(
       {.kind = FaultKind::kShortRead, .nth = 2, .calls = testing::kCallGet});
@@ -931,9 +930,8 @@ TEST(StoreFaultRegressionTest, GcRefusesAMalformedDecision) {
   const Side& src = TheModels().source;
   std::optional<UploadPlan> plan;
   MustOk(UploadOnly(s.clean(), src, &plan));
-  const std::string decision = plan->manifest().spec().group_id +
-                               "/transactions/" + plan->transaction_id() +
-                               "/decision";
+  const std::string decision = plan->manifest().group_id() + "/transactions/" +
+                               plan->transaction_id() + "/decision";
   MustOk(s.backend().Put(
       decision,
       R"({"decision":"commkt","plan_digest":"x","record_type":"weight-upload-decision"})"));
@@ -941,7 +939,7 @@ TEST(StoreFaultRegressionTest, GcRefusesAMalformedDecision) {
   ASSERT_TRUE(gc.ok()) << gc.status().ToString();
   ASSERT_EQ(gc->skipped.size(), 1u);
   EXPECT_EQ(gc->skipped[0].key,
-            plan->manifest().spec().group_id + "/" + plan->transaction_id());
+            plan->manifest().group_id() + "/" + plan->transaction_id());
   EXPECT_EQ(gc->skipped[0].error,
             "malformed upload decision record: " + decision);
 }

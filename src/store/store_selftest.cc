@@ -21,10 +21,10 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   };
   SelfTestReport report;
   auto t0 = Clock::now();
-  ASSIGN_OR_RETURN(HostBuffers src,
-                   AllocateHostBuffers(source, "selftest-source"));
-  ASSIGN_OR_RETURN(HostBuffers dst,
-                   AllocateHostBuffers(target, "selftest-target"));
+  RESHARD_ASSIGN_OR_RETURN(HostBuffers src,
+                           AllocateHostBuffers(source, "selftest-source"));
+  RESHARD_ASSIGN_OR_RETURN(HostBuffers dst,
+                           AllocateHostBuffers(target, "selftest-target"));
   const auto tensors = TensorIndex(source);
   FillPattern(source, tensors, src);
   for (const auto& [id, p] : dst.data) {
@@ -39,35 +39,36 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   store_options.namespace_ =
       "selftest-" + std::to_string(::getpid()) + "-" +
       std::to_string(Clock::now().time_since_epoch().count());
-  ASSIGN_OR_RETURN(auto store,
-                   WeightStore::Open(options.via_store, store_options));
+  RESHARD_ASSIGN_OR_RETURN(auto store,
+                           WeightStore::Open(options.via_store, store_options));
   report.plan_seconds = seconds(t0);
 
   t0 = Clock::now();
-  ASSIGN_OR_RETURN(auto upload, store.PrepareUpload(source, src.bindings));
+  RESHARD_ASSIGN_OR_RETURN(auto upload,
+                           store.PrepareUpload(source, src.bindings));
   std::vector<UploadReceipt> receipts;
   for (const auto& b : src.bindings) {
-    ASSIGN_OR_RETURN(auto r, store.Upload(upload, source, b));
+    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(upload, source, b));
     receipts.insert(receipts.end(), r.begin(), r.end());
   }
-  RETURN_NOT_OK(store.Commit(upload, receipts));
+  RESHARD_RETURN_NOT_OK(store.Commit(upload, receipts));
   report.upload_seconds = seconds(t0);
 
   t0 = Clock::now();
-  ASSIGN_OR_RETURN(auto manifest,
-                   store.LoadManifest(upload.manifest().manifest_key()));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto manifest, store.LoadManifest(upload.manifest().manifest_key()));
   auto loaded = store.Load(manifest, target, dst.bindings);
   report.load_seconds = seconds(t0);
   report.seconds = report.upload_seconds + report.load_seconds;
   const Status removed = options.keep_revision
                              ? Status::OK()
                              : store.Remove(manifest.manifest_key());
-  RETURN_NOT_OK(loaded.status());
-  RETURN_NOT_OK(removed.WithContext("removing the self-test revision"));
+  RESHARD_RETURN_NOT_OK(loaded.status());
+  RESHARD_RETURN_NOT_OK(removed.WithContext("removing the self-test revision"));
   report.bytes = loaded->bytes;
   report.operations = loaded->regions;
-  ASSIGN_OR_RETURN(auto plan,
-                   LogicalTransferPlan::MakeFromStored(manifest, target));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto plan, LogicalTransferPlan::MakeFromStored(manifest, target));
   report.segments = plan.summary().segments;
   report.mismatch = VerifyPattern(target, tensors, dst);
   report.verified = report.mismatch.empty();

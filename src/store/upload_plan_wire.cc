@@ -18,8 +18,7 @@ using internal::JsonPath;
 using internal::StrictObject;
 
 std::string TransactionKey(const UploadPlan& plan) {
-  return plan.manifest().spec().group_id + "/transactions/" +
-         plan.transaction_id();
+  return plan.manifest().group_id() + "/transactions/" + plan.transaction_id();
 }
 
 }  // namespace
@@ -65,7 +64,7 @@ Result<UploadPlan> WeightStore::LoadUploadPlan(
   }
   const std::string key =
       base + "/transactions/" + std::string(transaction_id) + "/plan";
-  ASSIGN_OR_RETURN(std::string text, backend_->Get(key));
+  RESHARD_ASSIGN_OR_RETURN(std::string text, backend_->Get(key));
   auto fail = [&](const Status& st) { return st.WithContext(key); };
   auto doc = JsonDocument::Parse(text);
   if (!doc.ok()) return fail(doc.status());
@@ -143,7 +142,7 @@ Result<UploadPlan> WeightStore::LoadUploadPlan(
     }
     written[op.stored_fragment] = true;
   }
-  const std::string owned = m.spec().group_id + "/payload/" + *txn + "/";
+  const std::string owned = m.group_id() + "/payload/" + *txn + "/";
   for (const StoredFragment& f : m.fragments()) {
     if (!f.object_key.starts_with(owned) || f.object_offset != 0) {
       return fail(Status::InvalidArgument(
@@ -151,12 +150,12 @@ Result<UploadPlan> WeightStore::LoadUploadPlan(
           f.object_key));
     }
   }
-  if (m.spec().group_id !=
+  if (m.group_id() !=
           BaseKey(m.resource_id(), m.revision(), m.weight_generation()) ||
-      m.spec().namespace_ != options_.namespace_) {
+      m.namespace_id() != options_.namespace_) {
     return fail(Status::InvalidArgument(
         "upload control key does not belong to session group: " +
-        m.spec().group_id));
+        m.group_id()));
   }
   const JsonPath writers_path = root.Field("writers");
   auto writers = internal::ReadArray(obj->Get("writers"), writers_path);
@@ -219,11 +218,11 @@ Status WeightStore::PublishReceipts(
 
 Result<std::vector<UploadReceipt>> WeightStore::GatherReceipts(
     const UploadPlan& plan) {
-  ASSIGN_OR_RETURN(auto keys,
-                   backend_->List(TransactionKey(plan) + "/receipts/"));
+  RESHARD_ASSIGN_OR_RETURN(auto keys,
+                           backend_->List(TransactionKey(plan) + "/receipts/"));
   std::vector<UploadReceipt> out;
   for (const std::string& key : keys) {
-    ASSIGN_OR_RETURN(std::string text, backend_->Get(key));
+    RESHARD_ASSIGN_OR_RETURN(std::string text, backend_->Get(key));
     auto doc = JsonDocument::Parse(text);
     if (!doc.ok()) return doc.status().WithContext(key);
     const JsonPath root;

@@ -57,8 +57,8 @@ class Loader {
     key_ = &object_key;
     fid_ = &fragment_id;
     sums_ = &sums;
-    for (Work& w : direct) RETURN_NOT_OK(Direct(w));
-    RETURN_NOT_OK(Flush());
+    for (Work& w : direct) RESHARD_RETURN_NOT_OK(Direct(w));
+    RESHARD_RETURN_NOT_OK(Flush());
     return Sweep(staged);
   }
 
@@ -76,16 +76,18 @@ class Loader {
     if (first_full >= last_full) {
       return Edge(begin, end, dest);
     }
-    if (begin < first_full) RETURN_NOT_OK(Edge(begin, first_full, dest));
+    if (begin < first_full)
+      RESHARD_RETURN_NOT_OK(Edge(begin, first_full, dest));
     for (uint64_t at = first_full; at < last_full;) {
       const uint64_t n = std::min<uint64_t>(
           std::max<uint64_t>(o_.max_range_bytes / c, 1) * c, last_full - at);
       pending_.push_back({*key_, at, n, dest + (at - begin)});
       at += n;
-      if (pending_.size() >= o_.max_ranges_per_request) RETURN_NOT_OK(Flush());
+      if (pending_.size() >= o_.max_ranges_per_request)
+        RESHARD_RETURN_NOT_OK(Flush());
     }
     if (last_full < end)
-      RETURN_NOT_OK(Edge(last_full, end, dest + (last_full - begin)));
+      RESHARD_RETURN_NOT_OK(Edge(last_full, end, dest + (last_full - begin)));
     return Status::OK();
   }
 
@@ -95,19 +97,19 @@ class Loader {
     const uint64_t chunk = begin / c * c;
     const uint64_t n = std::min(c, sums_->size - chunk);
     if (chunk_buf_.size() < c) chunk_buf_.resize(c);
-    RETURN_NOT_OK(Read({{*key_, chunk, n, chunk_buf_.data()}}));
-    RETURN_NOT_OK(internal::VerifyChunks(*sums_, chunk, chunk_buf_.data(), n,
-                                         *key_, *fid_,
-                                         &report_->chunks_verified));
+    RESHARD_RETURN_NOT_OK(Read({{*key_, chunk, n, chunk_buf_.data()}}));
+    RESHARD_RETURN_NOT_OK(
+        internal::VerifyChunks(*sums_, chunk, chunk_buf_.data(), n, *key_,
+                               *fid_, &report_->chunks_verified));
     std::memcpy(dest, chunk_buf_.data() + (begin - chunk), end - begin);
     return Status::OK();
   }
 
   Status Flush() {
     if (pending_.empty()) return Status::OK();
-    RETURN_NOT_OK(Read(pending_));
+    RESHARD_RETURN_NOT_OK(Read(pending_));
     for (const ReadRange& r : pending_) {
-      RETURN_NOT_OK(internal::VerifyChunks(
+      RESHARD_RETURN_NOT_OK(internal::VerifyChunks(
           *sums_, r.offset, static_cast<const uint8_t*>(r.dest), r.length,
           *key_, *fid_, &report_->chunks_verified));
     }
@@ -138,10 +140,11 @@ class Loader {
       const uint64_t begin = next / c * c;
       const uint64_t end = std::min(begin + span, sums_->size);
       if (staging_.size() < end - begin) staging_.resize(end - begin);
-      RETURN_NOT_OK(Read({{*key_, begin, end - begin, staging_.data()}}));
-      RETURN_NOT_OK(internal::VerifyChunks(*sums_, begin, staging_.data(),
-                                           end - begin, *key_, *fid_,
-                                           &report_->chunks_verified));
+      RESHARD_RETURN_NOT_OK(
+          Read({{*key_, begin, end - begin, staging_.data()}}));
+      RESHARD_RETURN_NOT_OK(
+          internal::VerifyChunks(*sums_, begin, staging_.data(), end - begin,
+                                 *key_, *fid_, &report_->chunks_verified));
       for (Work& w : work) Scatter(w, begin, end);
     }
   }
@@ -184,7 +187,7 @@ class Lease {
     Lease l(b, base + "/leases/" + internal::RandomHex(8));
     // Advisory: a lease need not survive a crash (nor does its load).
     const std::string value = "expires=" + std::to_string(expires);
-    RETURN_NOT_OK(
+    RESHARD_RETURN_NOT_OK(
         b.PutObject(l.key_, {{value.data(), value.size()}}, /*durable=*/false));
     return l;
   }
@@ -213,12 +216,12 @@ Result<LoadReport> WeightStore::Load(
         "@" + manifest.revision() + ", target " + target.resource_id() + "@" +
         target.revision());
   }
-  RETURN_NOT_OK(ValidateRuntimeBindings(target, target_bindings,
-                                        /*require_all=*/false)
-                    .WithContext("target bindings"));
-  const std::string base = manifest.spec().group_id;
-  ASSIGN_OR_RETURN(Lease lease,
-                   Lease::Take(*backend_, base, options_.lease_ttl));
+  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(target, target_bindings,
+                                                /*require_all=*/false)
+                            .WithContext("target bindings"));
+  const std::string base = manifest.group_id();
+  RESHARD_ASSIGN_OR_RETURN(Lease lease,
+                           Lease::Take(*backend_, base, options_.lease_ttl));
   // The revision must be the committed one (and still there, under lease).
   auto committed = LoadManifest(manifest.manifest_key());
   if (!committed.ok()) {
@@ -234,8 +237,8 @@ Result<LoadReport> WeightStore::Load(
   if (target_bindings.size() == 1) {
     plan_options.target_participant_id = target_bindings[0].participant_id();
   }
-  ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::MakeFromStored(
-                                  manifest, target, plan_options));
+  RESHARD_ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::MakeFromStored(
+                                          manifest, target, plan_options));
   struct BoundTarget {
     const RuntimeBindingFragment* fragment;
     const WeightRuntimeBindingManifest* binding;
@@ -279,8 +282,8 @@ Result<LoadReport> WeightStore::Load(
                                         tf.fragment_id);
     }
     if (fresh) {
-      RETURN_NOT_OK(RequireMemoryKind(tv, {MemoryKind::kHost}, "store load",
-                                      "target", participant));
+      RESHARD_RETURN_NOT_OK(RequireMemoryKind(
+          tv, {MemoryKind::kHost}, "store load", "target", participant));
     }
     // Rule 67: every operation reads a fragment of this manifest.
     const PlanFragment& sf = plan.source_fragments()[r.source_fragment];
@@ -318,12 +321,13 @@ Result<LoadReport> WeightStore::Load(
   Loader loader(*backend_, options_, &report);
   for (auto& [fid, per] : objects) {
     const StoredFragment& s = *per.fragment;
-    ASSIGN_OR_RETURN(auto sums, internal::ReadChunkSums(*backend_, base, s));
+    RESHARD_ASSIGN_OR_RETURN(auto sums,
+                             internal::ReadChunkSums(*backend_, base, s));
     std::sort(per.staged.begin(), per.staged.end(),
               [](const Work& a, const Work& b) {
                 return a.object_base < b.object_base;
               });
-    RETURN_NOT_OK(
+    RESHARD_RETURN_NOT_OK(
         loader.Run(s.object_key, s.fragment_id, sums, per.direct, per.staged));
   }
   return report;

@@ -108,7 +108,7 @@ uint64_t UploadPlan::BytesOf(std::string_view participant_id) const {
 
 Result<WeightStore> WeightStore::Open(std::string_view uri,
                                       WeightStoreOptions options) {
-  ASSIGN_OR_RETURN(auto backend, OpenObjectStore(uri));
+  RESHARD_ASSIGN_OR_RETURN(auto backend, OpenObjectStore(uri));
   return Open(std::shared_ptr<ObjectStore>(std::move(backend)),
               std::move(options));
 }
@@ -129,7 +129,7 @@ Result<WeightStore> WeightStore::Open(std::shared_ptr<ObjectStore> backend,
   }
   while (options.key_prefix.ends_with('/')) options.key_prefix.pop_back();
   while (options.key_prefix.starts_with('/')) options.key_prefix.erase(0, 1);
-  RETURN_NOT_OK(ValidateRecordKey(options.key_prefix));
+  RESHARD_RETURN_NOT_OK(ValidateRecordKey(options.key_prefix));
   return WeightStore(std::move(backend), std::move(options));
 }
 
@@ -146,9 +146,9 @@ std::string WeightStore::BaseKey(std::string_view resource_id,
 Result<UploadPlan> WeightStore::PrepareUpload(
     const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& bindings) {
-  RETURN_NOT_OK(ValidateRuntimeBindings(source, bindings,
-                                        /*require_all=*/false)
-                    .WithContext("source bindings"));
+  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(source, bindings,
+                                                /*require_all=*/false)
+                            .WithContext("source bindings"));
   for (const auto& t : source.tensors()) {
     for (const auto& axis : t.parallel_axes()) {
       if (axis.kind() == AxisKind::kDp &&
@@ -253,7 +253,8 @@ Result<UploadPlan> WeightStore::PrepareUpload(
     spec.fragments.push_back(s);
     pending.push_back({std::move(s), writers});
   }
-  ASSIGN_OR_RETURN(auto manifest, StoredWeightManifest::Make(std::move(spec)));
+  RESHARD_ASSIGN_OR_RETURN(auto manifest,
+                           StoredWeightManifest::Make(std::move(spec)));
   plan.manifest_ =
       std::make_shared<const StoredWeightManifest>(std::move(manifest));
   // Largest first, to the least-loaded holder of identical bytes.
@@ -289,7 +290,7 @@ Result<UploadPlan> WeightStore::PrepareUpload(
     const WeightRuntimeBindingManifest& b = *by_part.at(participant);
     plan.writers_.push_back({participant, b.instance_id(), b.lease_id()});
   }
-  RETURN_NOT_OK(
+  RESHARD_RETURN_NOT_OK(
       backend_->Put(base + "/transactions/" + plan.transaction_id_ + "/started",
                     std::to_string(UnixSeconds())));
   return plan;
@@ -333,7 +334,7 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
   if (source.placement_id() != plan.source_placement_id_) {
     return Status::InvalidArgument("source placement identity mismatch");
   }
-  RETURN_NOT_OK(ValidateRuntimeBinding(source, binding));
+  RESHARD_RETURN_NOT_OK(ValidateRuntimeBinding(source, binding));
   if (binding.generation() != plan.generation()) {
     return Status::FailedPrecondition(
         "stale source lease: participant " + binding.participant_id() +
@@ -362,13 +363,14 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
         writer->lease_id + " of instance " + writer->instance_id);
   }
   const StoredWeightManifest& m = plan.manifest();
-  const std::string base = m.spec().group_id;
+  const std::string base = m.group_id();
   const std::string decision_key =
       base + "/transactions/" + plan.transaction_id() + "/decision";
   // No writes into a transaction that chose abort (a late writer would
   // leave payloads nobody references); checked before every object.
   auto fence = [&]() -> Status {
-    ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
+    RESHARD_ASSIGN_OR_RETURN(auto decided,
+                             ReadDecision(*backend_, decision_key));
     if (decided && *decided == "abort") {
       return Status::FailedPrecondition("weight upload transaction " +
                                         plan.transaction_id() +
@@ -392,15 +394,16 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
       return Status::FailedPrecondition("stale source fragment: " +
                                         op.placement_fragment_id);
     }
-    RETURN_NOT_OK(CheckOperationGeometry(source, op, s));
-    RETURN_NOT_OK(RequireMemoryKind(*f, {MemoryKind::kHost}, "store upload",
-                                    "source", binding.participant_id()));
+    RESHARD_RETURN_NOT_OK(CheckOperationGeometry(source, op, s));
+    RESHARD_RETURN_NOT_OK(RequireMemoryKind(*f, {MemoryKind::kHost},
+                                            "store upload", "source",
+                                            binding.participant_id()));
     work.emplace_back(&s, f);
   }
   std::vector<UploadReceipt> receipts;
   for (const auto& [sp, f] : work) {
     const StoredFragment& s = *sp;
-    RETURN_NOT_OK(fence());
+    RESHARD_RETURN_NOT_OK(fence());
     const auto* data = reinterpret_cast<const uint8_t*>(f->address());
     const std::string sums =
         internal::ChecksumRecord(data, s.nbytes, options_.chunk_bytes);
@@ -411,17 +414,17 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
         ChecksumKey(base, plan.transaction_id(), s.fragment_id);
     Status st =
         backend_->PutObject(sums_key, {{sums.data(), sums.size()}}, false);
-    if (st.code() == StatusCode::kAlreadyExists) {
-      ASSIGN_OR_RETURN(auto old, backend_->Get(sums_key));
+    if (st.IsAlreadyExists()) {
+      RESHARD_ASSIGN_OR_RETURN(auto old, backend_->Get(sums_key));
       if (old != sums) {
         return Status::AlreadyExists("payload exists with other bytes: " +
                                      s.object_key);
       }
     } else {
-      RETURN_NOT_OK(st);
+      RESHARD_RETURN_NOT_OK(st);
     }
     st = backend_->PutObject(s.object_key, {{data, s.nbytes}}, false);
-    if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
+    if (!st.ok() && !st.IsAlreadyExists()) return st;
     if (options_.on_stage) options_.on_stage("payload");
     receipts.push_back({s.fragment_id, s.object_key, binding.participant_id()});
   }
@@ -435,10 +438,10 @@ namespace {
 Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
                                                 const std::string& key) {
   auto text = b.Get(key);
-  if (text.status().code() == StatusCode::kNotFound) {
+  if (text.status().IsNotFound()) {
     return std::optional<std::string>();
   }
-  RETURN_NOT_OK(text.status());
+  RESHARD_RETURN_NOT_OK(text.status());
   // The key ends the message (tools and tests read it back from there).
   const Status malformed =
       Status::DataLoss("malformed upload decision record: " + key);
@@ -470,8 +473,8 @@ Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
 // that acknowledged damaged bytes is reported, never trusted.
 Status PublishManifest(ObjectStore& b, const std::string& key,
                        const std::string& json) {
-  RETURN_NOT_OK(b.Put(key, json));
-  ASSIGN_OR_RETURN(std::string stored, b.Get(key));
+  RESHARD_RETURN_NOT_OK(b.Put(key, json));
+  RESHARD_ASSIGN_OR_RETURN(std::string stored, b.Get(key));
   if (stored != json) {
     return Status::DataLoss("published weight manifest is damaged: " + key);
   }
@@ -491,7 +494,7 @@ Status RemoveTransactionKeys(ObjectStore& b, const std::string& base,
     // "<family>/<txn>" (a planted symbolic link) is removed too: Delete
     // removes a link itself, never what it points to.
     const std::string dir = base + "/" + std::string(family) + "/" + txn;
-    ASSIGN_OR_RETURN(auto keys, b.List(dir));
+    RESHARD_ASSIGN_OR_RETURN(auto keys, b.List(dir));
     for (const std::string& k : keys) {
       if (k != dir && !k.starts_with(dir + "/")) continue;
       if (keep.count(k)) continue;
@@ -500,7 +503,7 @@ Status RemoveTransactionKeys(ObjectStore& b, const std::string& base,
         if (size.ok()) report->bytes_removed += *size;
         ++report->keys_removed;
       }
-      RETURN_NOT_OK(b.Delete(k));
+      RESHARD_RETURN_NOT_OK(b.Delete(k));
     }
   }
   return Status::OK();
@@ -544,11 +547,11 @@ Result<StoredWeightManifest> ParsePublishedManifest(
         m.manifest_key());
   }
   // (The decoder already requires manifest_key == group_id + "/manifest".)
-  const std::string base = m.spec().group_id;
+  const std::string base = m.group_id();
   // The revision the manifest describes is the one its key names (a
   // damaged identity would send loads and checksum reads elsewhere).
-  const std::string identity = "/" + QuoteKeyComponent(m.spec().namespace_) +
-                               "/" + QuoteKeyComponent(m.resource_id()) + "/" +
+  const std::string identity = "/" + QuoteKeyComponent(m.namespace_id()) + "/" +
+                               QuoteKeyComponent(m.resource_id()) + "/" +
                                QuoteKeyComponent(m.revision()) + "/" +
                                std::to_string(m.weight_generation()) +
                                "/manifest";
@@ -581,7 +584,7 @@ Result<StoredWeightManifest> ParsePublishedManifest(
 Status WeightStore::Commit(const UploadPlan& plan,
                            const std::vector<UploadReceipt>& receipts) {
   const StoredWeightManifest& m = plan.manifest();
-  const std::string base = m.spec().group_id;
+  const std::string base = m.group_id();
   const std::string txn = plan.transaction_id();
   // Receipts: exactly one per stored fragment, matching the plan.
   std::map<std::string, const UploadReceipt*> got;
@@ -627,24 +630,24 @@ Status WeightStore::Commit(const UploadPlan& plan,
     return Status::OK();
   };
   // First decision wins.
-  ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
+  RESHARD_ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
   if (!decided) {
-    RETURN_NOT_OK(require_payloads());
+    RESHARD_RETURN_NOT_OK(require_payloads());
     // The manifest travels with the decision, so that anyone (a retry, or
     // Gc) can roll a decided commit forward.
     Status copied =
         backend_->PutObject(base + "/transactions/" + txn + "/pending-manifest",
                             {{json.data(), json.size()}},
                             /*durable=*/false);
-    if (!copied.ok() && copied.code() != StatusCode::kAlreadyExists) {
+    if (!copied.ok() && !copied.IsAlreadyExists()) {
       return copied;
     }
     // Payloads are durable before anything can refer to them.
-    RETURN_NOT_OK(backend_->Sync());
+    RESHARD_RETURN_NOT_OK(backend_->Sync());
     Status st = backend_->Put(decision_key,
                               DecisionJson("commit", m.manifest_digest()));
-    if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
-    ASSIGN_OR_RETURN(decided, ReadDecision(*backend_, decision_key));
+    if (!st.ok() && !st.IsAlreadyExists()) return st;
+    RESHARD_ASSIGN_OR_RETURN(decided, ReadDecision(*backend_, decision_key));
   }
   if (!decided) {
     return Status::Unavailable("upload decision is not complete; retry");
@@ -653,12 +656,13 @@ Status WeightStore::Commit(const UploadPlan& plan,
     return Status::FailedPrecondition("weight upload already chose " +
                                       *decided);
   }
-  RETURN_NOT_OK(require_payloads());
+  RESHARD_RETURN_NOT_OK(require_payloads());
   if (options_.on_stage) options_.on_stage("decision");
   // Publish the manifest create-only; resolve a race.
   Status st = PublishManifest(*backend_, m.manifest_key(), json);
-  if (st.code() == StatusCode::kAlreadyExists) {
-    ASSIGN_OR_RETURN(std::string winner, backend_->Get(m.manifest_key()));
+  if (st.IsAlreadyExists()) {
+    RESHARD_ASSIGN_OR_RETURN(std::string winner,
+                             backend_->Get(m.manifest_key()));
     if (winner == json) return Status::OK();  // idempotent retry
     // Only another writer's valid manifest makes this upload a loser whose
     // payloads go; damaged bytes under the key (a torn or corrupted
@@ -674,19 +678,19 @@ Status WeightStore::Commit(const UploadPlan& plan,
       return Status::DataLoss("published weight manifest is damaged: " +
                               m.manifest_key());
     }
-    RETURN_NOT_OK(RemoveTransactionKeys(*backend_, base, txn,
-                                        {"payload", "checksums"}, {}, nullptr));
+    RESHARD_RETURN_NOT_OK(RemoveTransactionKeys(
+        *backend_, base, txn, {"payload", "checksums"}, {}, nullptr));
     return Status::AlreadyExists("conflicting weight revision: " +
                                  m.manifest_key());
   }
-  RETURN_NOT_OK(st.WithContext("manifest put failed"));
+  RESHARD_RETURN_NOT_OK(st.WithContext("manifest put failed"));
   if (options_.on_stage) options_.on_stage("published");
   return Status::OK();
 }
 
 Status WeightStore::Abort(const UploadPlan& plan) {
   const StoredWeightManifest& m = plan.manifest();
-  const std::string base = m.spec().group_id;
+  const std::string base = m.group_id();
   const std::string txn = plan.transaction_id();
   auto published = backend_->Get(m.manifest_key());
   if (published.ok() && *published == StoredWeightManifestToJson(m)) {
@@ -696,8 +700,8 @@ Status WeightStore::Abort(const UploadPlan& plan) {
   const std::string decision_key = base + "/transactions/" + txn + "/decision";
   Status st =
       backend_->Put(decision_key, DecisionJson("abort", m.manifest_digest()));
-  if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
-  ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
+  if (!st.ok() && !st.IsAlreadyExists()) return st;
+  RESHARD_ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
   if (!decided) {
     return Status::Unavailable("upload decision is not complete; retry");
   }
@@ -714,17 +718,17 @@ Status WeightStore::Abort(const UploadPlan& plan) {
 Result<StoredWeightManifest> WeightStore::LoadManifest(
     std::string_view manifest_key) {
   auto text = backend_->Get(manifest_key);
-  if (text.status().code() == StatusCode::kNotFound) {
+  if (text.status().IsNotFound()) {
     return Status::NotFound("no published weight revision " +
                             std::string(manifest_key));
   }
-  RETURN_NOT_OK(text.status());
+  RESHARD_RETURN_NOT_OK(text.status());
   return ParsePublishedManifest(manifest_key, *text);
 }
 
 Result<std::vector<RevisionInfo>> WeightStore::List() {
   const std::string& prefix = options_.key_prefix;
-  ASSIGN_OR_RETURN(auto keys, backend_->List(prefix + "/"));
+  RESHARD_ASSIGN_OR_RETURN(auto keys, backend_->List(prefix + "/"));
   std::map<std::string, RevisionInfo> revisions;  // by base
   std::string base, rest;
   for (const std::string& k : keys) {
@@ -769,13 +773,14 @@ Result<std::vector<RevisionInfo>> WeightStore::List() {
 }
 
 Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
-  ASSIGN_OR_RETURN(auto m, LoadManifest(manifest_key));
-  const std::string base = m.spec().group_id;  // checked: the key's own
+  RESHARD_ASSIGN_OR_RETURN(auto m, LoadManifest(manifest_key));
+  const std::string base = m.group_id();  // checked: the key's own
   VerifyReport report;
   std::vector<uint8_t> buf(options_.staging_bytes);
   for (const StoredFragment& s : m.fragments()) {
-    ASSIGN_OR_RETURN(auto sums, internal::ReadChunkSums(*backend_, base, s));
-    ASSIGN_OR_RETURN(uint64_t size, backend_->ObjectSize(s.object_key));
+    RESHARD_ASSIGN_OR_RETURN(auto sums,
+                             internal::ReadChunkSums(*backend_, base, s));
+    RESHARD_ASSIGN_OR_RETURN(uint64_t size, backend_->ObjectSize(s.object_key));
     if (size < s.object_offset + s.nbytes) {
       return Status::DataLoss("payload " + s.object_key +
                               " is short: " + std::to_string(size) + " bytes");
@@ -784,10 +789,11 @@ Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
         options_.staging_bytes / sums.chunk_bytes * sums.chunk_bytes;
     for (uint64_t at = 0; at < size; at += step) {
       const uint64_t n = std::min(step, size - at);
-      RETURN_NOT_OK(backend_->ReadRanges({{s.object_key, at, n, buf.data()}}));
-      RETURN_NOT_OK(internal::VerifyChunks(sums, at, buf.data(), n,
-                                           s.object_key, s.fragment_id,
-                                           &report.chunks));
+      RESHARD_RETURN_NOT_OK(
+          backend_->ReadRanges({{s.object_key, at, n, buf.data()}}));
+      RESHARD_RETURN_NOT_OK(internal::VerifyChunks(sums, at, buf.data(), n,
+                                                   s.object_key, s.fragment_id,
+                                                   &report.chunks));
     }
     ++report.objects;
     report.bytes += size;
@@ -808,11 +814,11 @@ Status WeightStore::Remove(std::string_view manifest_key) {
   // A corrupt manifest (unparseable, a link, naming keys elsewhere) is
   // removable; only an absent one is an error.
   auto m = LoadManifest(manifest_key);
-  if (m.status().code() == StatusCode::kNotFound) return m.status();
+  if (m.status().IsNotFound()) return m.status();
   const int64_t now = UnixSeconds();
   // Listed without the trailing '/': a link planted at "leases" is no
   // lease (and is removed with the rest below).
-  ASSIGN_OR_RETURN(auto leases, backend_->List(base + "/leases"));
+  RESHARD_ASSIGN_OR_RETURN(auto leases, backend_->List(base + "/leases"));
   uint32_t live = 0;
   for (const std::string& k : leases) {
     if (!k.starts_with(base + "/leases/")) continue;
@@ -832,20 +838,21 @@ Status WeightStore::Remove(std::string_view manifest_key) {
   // some of whose keys may already be gone. Then hide the revision and
   // remove everything under it (the backend lists no key through a
   // symbolic link and deletes a link itself only).
-  ASSIGN_OR_RETURN(auto txn_keys, backend_->List(base + "/transactions/"));
+  RESHARD_ASSIGN_OR_RETURN(auto txn_keys,
+                           backend_->List(base + "/transactions/"));
   for (const std::string& k : txn_keys) {
-    if (k.ends_with("/decision")) RETURN_NOT_OK(backend_->Delete(k));
+    if (k.ends_with("/decision")) RESHARD_RETURN_NOT_OK(backend_->Delete(k));
   }
-  RETURN_NOT_OK(backend_->Delete(manifest_key));
-  ASSIGN_OR_RETURN(auto keys, backend_->List(base + "/"));
-  for (const std::string& k : keys) RETURN_NOT_OK(backend_->Delete(k));
+  RESHARD_RETURN_NOT_OK(backend_->Delete(manifest_key));
+  RESHARD_ASSIGN_OR_RETURN(auto keys, backend_->List(base + "/"));
+  for (const std::string& k : keys) RESHARD_RETURN_NOT_OK(backend_->Delete(k));
   return Status::OK();
 }
 
 Result<GcReport> WeightStore::Gc() {
   GcReport report;
   const std::string& prefix = options_.key_prefix;
-  ASSIGN_OR_RETURN(auto keys, backend_->List(prefix + "/"));
+  RESHARD_ASSIGN_OR_RETURN(auto keys, backend_->List(prefix + "/"));
   // Transactions per base, and what published manifests reference.
   std::map<std::string, std::set<std::string>> txns;  // base -> txn ids
   std::set<std::string> referenced;                   // object keys
@@ -881,7 +888,8 @@ Result<GcReport> WeightStore::Gc() {
   // One upload; an error skips it (reported), not the rest of the store.
   auto collect = [&](const std::string& b, const std::string& txn) -> Status {
     const std::string tkey = b + "/transactions/" + txn;
-    ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, tkey + "/decision"));
+    RESHARD_ASSIGN_OR_RETURN(auto decided,
+                             ReadDecision(*backend_, tkey + "/decision"));
     bool remove = decided && *decided == "abort";
     if (decided && *decided == "commit") {
       if (manifests.count(b)) {
@@ -893,8 +901,8 @@ Result<GcReport> WeightStore::Gc() {
         // very revision is published.
         const std::string pending = tkey + "/pending-manifest";
         auto copy = backend_->Get(pending);
-        if (copy.status().code() == StatusCode::kNotFound) return Status::OK();
-        RETURN_NOT_OK(copy.status());
+        if (copy.status().IsNotFound()) return Status::OK();
+        RESHARD_RETURN_NOT_OK(copy.status());
         if (!ParsePublishedManifest(b + "/manifest", *copy).ok()) {
           return Status::DataLoss("damaged pending weight manifest: " +
                                   pending);
@@ -902,7 +910,7 @@ Result<GcReport> WeightStore::Gc() {
         Status st = PublishManifest(*backend_, b + "/manifest", *copy);
         if (st.ok()) {
           report.transactions_completed.push_back(b + "/" + txn);
-        } else if (st.code() != StatusCode::kAlreadyExists) {
+        } else if (!st.IsAlreadyExists()) {
           return st.WithContext("publishing " + pending);
         }
         return Status::OK();
@@ -916,7 +924,7 @@ Result<GcReport> WeightStore::Gc() {
     }
     if (!remove) return Status::OK();
     // Never anything a published manifest references.
-    RETURN_NOT_OK(RemoveTransactionKeys(
+    RESHARD_RETURN_NOT_OK(RemoveTransactionKeys(
         *backend_, b, txn, {"payload", "checksums", "transactions"}, referenced,
         &report));
     report.transactions_removed.push_back(b + "/" + txn);
@@ -931,8 +939,8 @@ Result<GcReport> WeightStore::Gc() {
       if (!st.ok()) report.skipped.push_back({b + "/" + txn, st.message()});
     }
   }
-  ASSIGN_OR_RETURN(report.temporaries_removed,
-                   backend_->RemoveStaleTemporaries(options_.gc_grace));
+  RESHARD_ASSIGN_OR_RETURN(report.temporaries_removed,
+                           backend_->RemoveStaleTemporaries(options_.gc_grace));
   return report;
 }
 

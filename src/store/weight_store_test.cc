@@ -133,14 +133,15 @@ uint64_t ModelBytes(const WeightPlacementManifest& m) {
 
 // Prepare, upload from every binding, commit.
 Result<UploadPlan> UploadAndCommit(WeightStore& store, const Side& source) {
-  ASSIGN_OR_RETURN(auto plan, store.PrepareUpload(source.placement,
-                                                  source.buffers.bindings));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto plan,
+      store.PrepareUpload(source.placement, source.buffers.bindings));
   std::vector<UploadReceipt> receipts;
   for (const auto& b : source.buffers.bindings) {
-    ASSIGN_OR_RETURN(auto r, store.Upload(plan, source.placement, b));
+    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(plan, source.placement, b));
     receipts.insert(receipts.end(), r.begin(), r.end());
   }
-  RETURN_NOT_OK(store.Commit(plan, receipts));
+  RESHARD_RETURN_NOT_OK(store.Commit(plan, receipts));
   return plan;
 }
 
@@ -157,7 +158,7 @@ UploadPlan PrepareAndUpload(WeightStore& store, const Side& source,
 }
 
 std::string BaseOf(const UploadPlan& plan) {
-  return plan.manifest().spec().group_id;
+  return plan.manifest().group_id();
 }
 
 // Loads `target` (its bound participants) and checks every bound byte and

@@ -244,8 +244,8 @@ template class BasicStrictObject<32>;
 template <size_t N>
 Result<std::string> ReadIdField(const BasicStrictObject<N>& obj,
                                 std::string_view key, const JsonPath& path) {
-  ASSIGN_OR_RETURN(std::string_view v,
-                   ReadNonEmptyString(obj.Get(key), path.Field(key)));
+  RESHARD_ASSIGN_OR_RETURN(std::string_view v,
+                           ReadNonEmptyString(obj.Get(key), path.Field(key)));
   return std::string(v);
 }
 
@@ -307,7 +307,7 @@ Result<std::optional<int64_t>> ReadNullableInt(JsonElement e,
   if (e.type() == element_type::NULL_VALUE) {
     return std::optional<int64_t>();
   }
-  ASSIGN_OR_RETURN(int64_t v, ReadInt(e, path));
+  RESHARD_ASSIGN_OR_RETURN(int64_t v, ReadInt(e, path));
   return std::optional<int64_t>(v);
 }
 
@@ -319,13 +319,13 @@ Result<simdjson::dom::array> ReadArray(JsonElement e, const JsonPath& path) {
 }
 
 Result<std::vector<int64_t>> ReadIntArray(JsonElement e, const JsonPath& path) {
-  ASSIGN_OR_RETURN(auto arr, ReadArray(e, path));
+  RESHARD_ASSIGN_OR_RETURN(auto arr, ReadArray(e, path));
   std::vector<int64_t> out;
   out.reserve(arr.size());
   size_t i = 0;
   for (auto item : arr) {
     if (item.type() != element_type::INT64) {
-      ASSIGN_OR_RETURN(int64_t v, ReadInt(item, path.Index(i)));
+      RESHARD_ASSIGN_OR_RETURN(int64_t v, ReadInt(item, path.Index(i)));
       out.push_back(v);
     } else {
       out.push_back(int64_t(item));
@@ -337,12 +337,13 @@ Result<std::vector<int64_t>> ReadIntArray(JsonElement e, const JsonPath& path) {
 
 Result<std::vector<std::string>> ReadStringArray(JsonElement e,
                                                  const JsonPath& path) {
-  ASSIGN_OR_RETURN(auto arr, ReadArray(e, path));
+  RESHARD_ASSIGN_OR_RETURN(auto arr, ReadArray(e, path));
   std::vector<std::string> out;
   out.reserve(arr.size());
   size_t i = 0;
   for (auto item : arr) {
-    ASSIGN_OR_RETURN(std::string_view s, ReadString(item, path.Index(i++)));
+    RESHARD_ASSIGN_OR_RETURN(std::string_view s,
+                             ReadString(item, path.Index(i++)));
     out.emplace_back(s);
   }
   return out;
@@ -350,14 +351,14 @@ Result<std::vector<std::string>> ReadStringArray(JsonElement e,
 
 Result<std::string> CanonicalizeJsonText(std::string_view text,
                                          JsonAscii mode) {
-  ASSIGN_OR_RETURN(JsonDocument doc, JsonDocument::Parse(text));
+  RESHARD_ASSIGN_OR_RETURN(JsonDocument doc, JsonDocument::Parse(text));
   std::string out;
   out.reserve(text.size());
   CanonicalJsonWriter writer(&out, mode);
   Status error;
   JsonPath root;
   WriteCanonical(doc.root(), &writer, &error, root);
-  RETURN_NOT_OK(error);
+  RESHARD_RETURN_NOT_OK(error);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "exec/local/stream_copy.h"
+#include "exec/region_copy.h"
 
 namespace reshard {
 
@@ -92,10 +93,14 @@ void CopyRows(const BoundRegion& r, uint64_t first, uint64_t count,
 
 }  // namespace
 
+namespace internal {
+
 void CopyRegionSegments(const BoundRegion& r, uint64_t first, uint64_t count) {
   CopyRows(r, first, count,
            [](void* d, const void* s, size_t n) { std::memcpy(d, s, n); });
 }
+
+}  // namespace internal
 
 struct LocalTransport::Impl {
   LocalTransportOptions options;
@@ -110,7 +115,7 @@ struct LocalTransport::Impl {
   std::map<TransferId, Transfer> transfers;
 
   // Runs one transfer to completion on `threads` workers.
-  void Run(TransferId id, TransferPlan plan) {
+  void Run(TransferId id, BoundTransferPlan plan) {
     std::vector<Piece> pieces;
     const uint64_t chunk = options.chunk_bytes;
     for (const BoundRegion& r : plan.regions()) {
@@ -201,10 +206,10 @@ const TransportCapabilities& LocalTransport::capabilities() const {
   return impl_->caps;
 }
 
-Result<TransferId> LocalTransport::Submit(const TransferPlan& plan) {
+Result<TransferId> LocalTransport::Submit(const BoundTransferPlan& plan) {
   // Host memory only: a device pointer copied with memcpy would fault or,
   // worse, read host memory that happens to be mapped there.
-  RETURN_NOT_OK(
+  RESHARD_RETURN_NOT_OK(
       plan.RequireMemoryKinds(impl_->caps.memory_kinds, impl_->caps.name));
   std::lock_guard<std::mutex> lock(impl_->mu);
   size_t pending = 0;

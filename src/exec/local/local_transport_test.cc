@@ -20,15 +20,17 @@
 #include <vector>
 
 #include "reshard/binding.h"
+#include "reshard/bound_plan.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
-#include "reshard/transfer_plan.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "exec/region_copy.h"
 
 namespace reshard {
 namespace {
 
+using ::reshard::internal::CopyRegionSegments;
 using ::reshard::testing::AddTensor;
 using ::reshard::testing::FakeRuntimeFragment;
 using ::reshard::testing::GridDraft;
@@ -413,7 +415,7 @@ TEST(LocalTransportTest, RefusesMemoryKindsItCannotMove) {
   HostSide src = Allocate(l.source, "host", 0);
   for (const std::string device : {"cuda:0", "cuda", "npu:1", "CPU"}) {
     HostSide dst = Allocate(l.target, "host", 0xEE, device);
-    const TransferPlan bound = Must(TransferPlan::Bind(
+    const BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
         plan, l.source, src.bindings, l.target, dst.bindings));
     auto transport = MustMake({.threads = 2});
     auto id = transport->Submit(bound);
@@ -440,8 +442,8 @@ TEST(LocalTransportTest, SubmitWaitPollMovesEveryByte) {
   FillSources(l.source, &src);
   const HostSide src_before = src;
   HostSide dst = Allocate(l.target, "host", 0xEE);
-  const TransferPlan bound = Must(
-      TransferPlan::Bind(plan, l.source, src.bindings, l.target, dst.bindings));
+  const BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
+      plan, l.source, src.bindings, l.target, dst.bindings));
   EXPECT_EQ(bound.bytes(), plan.summary().bytes);
   EXPECT_EQ(bound.bytes(), 2u * (64 * 48 * 2 + 16 * 32 * 8 * 2 +
                                  8 * 12 * 16 * 4 + 40000 + 1000 * 2));
@@ -485,8 +487,8 @@ TEST(LocalTransportTest, ResultsIdenticalForThreadsAndChunkSizes) {
   HostSide src = Allocate(l.source, "host", 0);
   FillSources(l.source, &src);
   HostSide dst = Allocate(l.target, "host", 0);
-  const TransferPlan bound = Must(
-      TransferPlan::Bind(plan, l.source, src.bindings, l.target, dst.bindings));
+  const BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
+      plan, l.source, src.bindings, l.target, dst.bindings));
   std::map<std::string, std::vector<uint8_t>> first;
   for (uint32_t threads : {1u, 2u, 8u}) {
     for (uint64_t chunk : {uint64_t{1}, uint64_t{7}, uint64_t{24}, uint64_t{64},
@@ -517,8 +519,8 @@ TEST(LocalTransportTest, RebindAfterAddressChangeWritesTheNewBuffers) {
   FillSources(l.source, &src);
   HostSide dst1 = Allocate(l.target, "host", 0x11);
   HostSide dst2 = Allocate(l.target, "host", 0x22);
-  const TransferPlan b1 = Must(TransferPlan::Bind(plan, l.source, src.bindings,
-                                                  l.target, dst1.bindings));
+  const BoundTransferPlan b1 = Must(BoundTransferPlan::Bind(
+      plan, l.source, src.bindings, l.target, dst1.bindings));
   auto transport = MustMake({.threads = 2, .chunk_bytes = 256});
   ASSERT_TRUE(transport->Wait(Must(transport->Submit(b1))).ok());
   ExpectTargets(l.source, l.target, dst1);
@@ -526,8 +528,8 @@ TEST(LocalTransportTest, RebindAfterAddressChangeWritesTheNewBuffers) {
   // change.
   for (auto& [id, buf] : dst1.data) std::fill(buf.begin(), buf.end(), 0x33);
   const auto dst1_before = dst1.data;
-  const TransferPlan b2 = Must(TransferPlan::Bind(plan, l.source, src.bindings,
-                                                  l.target, dst2.bindings));
+  const BoundTransferPlan b2 = Must(BoundTransferPlan::Bind(
+      plan, l.source, src.bindings, l.target, dst2.bindings));
   ASSERT_TRUE(transport->Wait(Must(transport->Submit(b2))).ok());
   ExpectTargets(l.source, l.target, dst2);
   EXPECT_TRUE(dst1.data == dst1_before);
@@ -540,10 +542,10 @@ TEST(LocalTransportTest, ConcurrentTransfersToDistinctTargets) {
   FillSources(l.source, &src);
   std::vector<HostSide> dsts;
   for (int i = 0; i < 4; ++i) dsts.push_back(Allocate(l.target, "host", 0x5A));
-  std::vector<TransferPlan> bound;
+  std::vector<BoundTransferPlan> bound;
   for (const auto& d : dsts) {
-    bound.push_back(Must(TransferPlan::Bind(plan, l.source, src.bindings,
-                                            l.target, d.bindings)));
+    bound.push_back(Must(BoundTransferPlan::Bind(plan, l.source, src.bindings,
+                                                 l.target, d.bindings)));
   }
   auto transport =
       MustMake({.threads = 2, .chunk_bytes = 512, .max_in_flight = 4});
@@ -585,8 +587,8 @@ TEST(LocalTransportTest, MaxInFlightCountsPendingTransfersOnly) {
   HostSide src = Allocate(l.source, "host", 0);
   FillSources(l.source, &src);
   HostSide dst = Allocate(l.target, "host", 0);
-  const TransferPlan bound = Must(
-      TransferPlan::Bind(plan, l.source, src.bindings, l.target, dst.bindings));
+  const BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
+      plan, l.source, src.bindings, l.target, dst.bindings));
   auto transport = MustMake({.threads = 1, .max_in_flight = 1});
   // Completed transfers do not count against the limit.
   for (int i = 0; i < 3; ++i) {
@@ -631,8 +633,8 @@ TEST(LocalTransportTest, DestructorFinishesTransfersInFlight) {
   HostSide src = Allocate(l.source, "host", 0);
   FillSources(l.source, &src);
   HostSide dst = Allocate(l.target, "host", 0x77);
-  const TransferPlan bound = Must(
-      TransferPlan::Bind(plan, l.source, src.bindings, l.target, dst.bindings));
+  const BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
+      plan, l.source, src.bindings, l.target, dst.bindings));
   {
     auto transport = MustMake({.threads = 2, .chunk_bytes = 64});
     Must(transport->Submit(bound));

@@ -186,7 +186,7 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
                       const ExchangeOptions& options, ExchangeStats* stats) {
   auto generic_owner = std::make_unique<GenericDatatype>();
   GenericDatatype& generic = *generic_owner;
-  RETURN_NOT_OK(
+  RESHARD_RETURN_NOT_OK(
       FromUcs(generic.status(), "cannot create UCX generic datatype"));
   // Heap-held so that requests still pending after a failure can keep it.
   auto* completed = new std::vector<size_t>();
@@ -294,7 +294,7 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
   std::vector<size_t> sends;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind == ExchangeOp::Kind::kReceive) {
-      RETURN_NOT_OK(post(i));
+      RESHARD_RETURN_NOT_OK(post(i));
     } else {
       sends.push_back(i);  // initiated here: sends and gets
     }
@@ -359,7 +359,7 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
     while (failure.ok() && next_send < sends.size() &&
            in_flight_sends < options.max_in_flight) {
       ++in_flight_sends;
-      RETURN_NOT_OK(post(sends[next_send++]));
+      RESHARD_RETURN_NOT_OK(post(sends[next_send++]));
     }
     while (!completed->empty()) {
       const size_t i = completed->back();

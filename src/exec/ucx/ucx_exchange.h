@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "exec/ucx/ucx_handles.h"
-#include "reshard/transfer_plan.h"
+#include "reshard/bound_plan.h"
 
 namespace reshard::internal {
 

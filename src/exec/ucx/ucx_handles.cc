@@ -39,8 +39,8 @@ bool UsePeerErrorHandling(const UcxOptions& options) {
 
 Result<UcxContext> UcxContext::Make(const UcxOptions& options) {
   ucp_config_t* config = nullptr;
-  RETURN_NOT_OK(FromUcs(ucp_config_read(nullptr, nullptr, &config),
-                        "cannot read UCX configuration"));
+  RESHARD_RETURN_NOT_OK(FromUcs(ucp_config_read(nullptr, nullptr, &config),
+                                "cannot read UCX configuration"));
   std::vector<std::pair<std::string, std::string>> settings = options.config;
   if (!options.tls.empty()) settings.emplace_back("TLS", options.tls);
   if (!options.net_devices.empty()) {
@@ -60,7 +60,7 @@ Result<UcxContext> UcxContext::Make(const UcxOptions& options) {
   ucp_context_h context = nullptr;
   const ucs_status_t st = ucp_init(&params, config, &context);
   ucp_config_release(config);
-  RETURN_NOT_OK(FromUcs(st, "cannot initialise UCX"));
+  RESHARD_RETURN_NOT_OK(FromUcs(st, "cannot initialise UCX"));
   return UcxContext(context);
 }
 
@@ -73,8 +73,9 @@ Result<UcxWorker> UcxWorker::Make(const UcxContext& context) {
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   params.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucp_worker_h worker = nullptr;
-  RETURN_NOT_OK(FromUcs(ucp_worker_create(context.get(), &params, &worker),
-                        "cannot create UCX worker"));
+  RESHARD_RETURN_NOT_OK(
+      FromUcs(ucp_worker_create(context.get(), &params, &worker),
+              "cannot create UCX worker"));
   int efd = -1;
   if (ucp_worker_get_efd(worker, &efd) != UCS_OK) efd = -1;
   return UcxWorker(worker, efd);
@@ -87,8 +88,9 @@ UcxWorker::~UcxWorker() {
 Result<std::string> UcxWorker::Address() const {
   ucp_address_t* address = nullptr;
   size_t length = 0;
-  RETURN_NOT_OK(FromUcs(ucp_worker_get_address(handle_, &address, &length),
-                        "cannot get UCX worker address"));
+  RESHARD_RETURN_NOT_OK(
+      FromUcs(ucp_worker_get_address(handle_, &address, &length),
+              "cannot get UCX worker address"));
   std::string out(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(handle_, address);
   return out;
@@ -161,7 +163,7 @@ Status CheckPackedRemoteKey(std::string_view packed) {
 Result<std::unique_ptr<UcxEndpoint>> UcxEndpoint::Connect(
     const UcxWorker& worker, const std::string& peer_address,
     std::string peer_name, bool peer_errors) {
-  ASSIGN_OR_RETURN(std::string own, worker.Address());
+  RESHARD_ASSIGN_OR_RETURN(std::string own, worker.Address());
   Status valid = CheckWorkerAddress(peer_address, own);
   if (!valid.ok()) return valid.WithContext("cannot connect to " + peer_name);
   std::unique_ptr<UcxEndpoint> ep(
@@ -186,7 +188,7 @@ Result<std::unique_ptr<UcxEndpoint>> UcxEndpoint::Connect(
                            UCP_EP_PARAM_FIELD_ERR_HANDLER);
     st = ucp_ep_create(worker.get(), &params, &ep->handle_);
   }
-  RETURN_NOT_OK(FromUcs(st, "cannot connect to " + ep->peer_name_));
+  RESHARD_RETURN_NOT_OK(FromUcs(st, "cannot connect to " + ep->peer_name_));
   return ep;
 }
 
@@ -227,13 +229,14 @@ Result<std::unique_ptr<UcxMemory>> UcxMemory::Map(const UcxContext& context,
       UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   params.address = address;
   params.length = length;
-  RETURN_NOT_OK(
+  RESHARD_RETURN_NOT_OK(
       FromUcs(ucp_mem_map(context.get(), &params, &m->handle_),
               "cannot register " + std::to_string(length) + " bytes with UCX"));
   void* key = nullptr;
   size_t size = 0;
-  RETURN_NOT_OK(FromUcs(ucp_rkey_pack(context.get(), m->handle_, &key, &size),
-                        "cannot pack a UCX remote key"));
+  RESHARD_RETURN_NOT_OK(
+      FromUcs(ucp_rkey_pack(context.get(), m->handle_, &key, &size),
+              "cannot pack a UCX remote key"));
   m->packed_key_.assign(static_cast<const char*>(key), size);
   ucp_rkey_buffer_release(key);
   return m;
@@ -251,7 +254,7 @@ Result<std::unique_ptr<UcxRemoteKey>> UcxRemoteKey::Unpack(
                              endpoint.peer_name());
   }
   ucp_rkey_h rkey = nullptr;
-  RETURN_NOT_OK(
+  RESHARD_RETURN_NOT_OK(
       FromUcs(ucp_ep_rkey_unpack(endpoint.get(), packed.data(), &rkey),
               "cannot unpack the remote key of " + endpoint.peer_name()));
   return std::unique_ptr<UcxRemoteKey>(new UcxRemoteKey(rkey));

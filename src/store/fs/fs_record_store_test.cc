@@ -322,7 +322,7 @@ TEST_F(DirectoryRecordStoreTest, RacingProcessesPublishExactlyOnce) {
       while (::read(start[0], &c, 1) > 0) {
       }
       const Status st = store_->Put("race", value_of(i));
-      ::_exit(st.ok() ? 0 : st.code() == StatusCode::kAlreadyExists ? 1 : 2);
+      ::_exit(st.ok() ? 0 : st.IsAlreadyExists() ? 1 : 2);
     }
     pids.push_back(pid);
   }

@@ -153,7 +153,7 @@ class FsStore : public ObjectStore {
 
   Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
                    bool durable = true) override {
-    RETURN_NOT_OK(ValidateRecordKey(key));
+    RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
     const auto comps = Components(key);
     const std::string leaf(comps.back());
     // A unique temporary name beside the target (same filesystem). A
@@ -168,8 +168,8 @@ class FsStore : public ObjectStore {
     for (int attempt = 0; !file.valid() && attempt < 64; ++attempt) {
       st = OpenDirs(key, comps, comps.size() - 1, /*create=*/true,
                     "cannot write", &chain, &created);
-      if (st.code() == StatusCode::kNotFound) continue;
-      RETURN_NOT_OK(st);
+      if (st.IsNotFound()) continue;
+      RESHARD_RETURN_NOT_OK(st);
       const int dir = chain.Last(root_fd_.get());
       if (KindAt(dir, leaf) == Kind::kDirectory) {
         return Status::InvalidArgument("record key " + std::string(key) +
@@ -222,7 +222,7 @@ class FsStore : public ObjectStore {
       }
     }
     ::unlinkat(dir, tmp.c_str(), 0);
-    RETURN_NOT_OK(st);
+    RESHARD_RETURN_NOT_OK(st);
     if (durable && ::fsync(dir) != 0) {
       return Errno("cannot sync directory", PathOf(ParentOf(key)));
     }
@@ -235,7 +235,7 @@ class FsStore : public ObjectStore {
     const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
-    RETURN_NOT_OK(Walk(
+    RESHARD_RETURN_NOT_OK(Walk(
         "", /*hidden=*/true,
         [&](int dir, const std::string& name, const std::string&, Kind kind) {
           if (kind != Kind::kRegular || !name.starts_with(".tmp.")) return;
@@ -260,9 +260,9 @@ class FsStore : public ObjectStore {
   }
 
   Result<std::string> Get(std::string_view key) override {
-    RETURN_NOT_OK(ValidateRecordKey(key));
+    RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
     uint64_t size = 0;
-    ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(key, "record", &size));
+    RESHARD_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(key, "record", &size));
     std::string out;
     char buf[1 << 16];
     while (true) {
@@ -280,13 +280,13 @@ class FsStore : public ObjectStore {
   Result<std::vector<std::string>> List(std::string_view prefix) override {
     std::string_view whole = prefix;
     if (whole.ends_with('/')) whole.remove_suffix(1);
-    if (!whole.empty()) RETURN_NOT_OK(ValidateRecordKey(whole));
+    if (!whole.empty()) RESHARD_RETURN_NOT_OK(ValidateRecordKey(whole));
     // Walk the deepest directory the prefix names completely.
     const size_t slash = prefix.rfind('/');
     const std::string base(
         slash == std::string_view::npos ? "" : prefix.substr(0, slash));
     std::vector<std::string> keys;
-    RETURN_NOT_OK(Walk(
+    RESHARD_RETURN_NOT_OK(Walk(
         base, /*hidden=*/false,
         [&](int, const std::string&, const std::string& key, Kind kind) {
           if (kind == Kind::kRegular || kind == Kind::kLink) {
@@ -312,9 +312,10 @@ class FsStore : public ObjectStore {
     for (const ReadRange& r : ranges) {
       auto it = files.find(r.key);
       if (it == files.end()) {
-        RETURN_NOT_OK(ValidateRecordKey(r.key));
+        RESHARD_RETURN_NOT_OK(ValidateRecordKey(r.key));
         uint64_t size = 0;
-        ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(r.key, "object", &size));
+        RESHARD_ASSIGN_OR_RETURN(UniqueFd fd,
+                                 OpenRegular(r.key, "object", &size));
         // Loads read each object front to back: a larger readahead.
         ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
         it = files.emplace(r.key, Open{std::move(fd), size}).first;
@@ -330,15 +331,15 @@ class FsStore : public ObjectStore {
       fds.push_back(it->second.fd.get());
     }
     for (size_t i = 0; i < ranges.size(); ++i) {
-      RETURN_NOT_OK(ReadAll(ranges[i], fds[i]));
+      RESHARD_RETURN_NOT_OK(ReadAll(ranges[i], fds[i]));
     }
     return Status::OK();
   }
 
   Result<uint64_t> ObjectSize(std::string_view key) override {
-    RETURN_NOT_OK(ValidateRecordKey(key));
+    RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
     uint64_t size = 0;
-    ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(key, "object", &size));
+    RESHARD_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(key, "object", &size));
     return size;
   }
 
@@ -346,14 +347,14 @@ class FsStore : public ObjectStore {
   // itself, never what it points to), then prunes the directories it left
   // empty. A directory of keys at `key` is no object: nothing is removed.
   Status Delete(std::string_view key) override {
-    RETURN_NOT_OK(ValidateRecordKey(key));
+    RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
     const auto comps = Components(key);
     const std::string leaf(comps.back());
     DirChain chain;
     Status st = OpenDirs(key, comps, comps.size() - 1, /*create=*/false,
                          "cannot delete", &chain, nullptr);
-    if (st.code() == StatusCode::kNotFound) return Status::OK();
-    RETURN_NOT_OK(st);
+    if (st.IsNotFound()) return Status::OK();
+    RESHARD_RETURN_NOT_OK(st);
     const int dir = chain.Last(root_fd_.get());
     const Kind kind = KindAt(dir, leaf);
     if (kind == Kind::kError) return Errno("cannot stat", PathOf(key));
@@ -466,8 +467,8 @@ class FsStore : public ObjectStore {
       return Status::NotFound("no " + std::string(what) + " " +
                               std::string(key));
     };
-    if (st.code() == StatusCode::kNotFound) return absent();
-    RETURN_NOT_OK(st);
+    if (st.IsNotFound()) return absent();
+    RESHARD_RETURN_NOT_OK(st);
     const int dir = chain.Last(root_fd_.get());
     const std::string leaf(comps.back());
     // O_NONBLOCK: opening a FIFO planted at the key must not hang.
@@ -513,15 +514,16 @@ class FsStore : public ObjectStore {
       DirChain chain;
       Status st = OpenDirs(base, comps, comps.size(), /*create=*/false,
                            "cannot list", &chain, nullptr);
-      if (st.code() == StatusCode::kNotFound) return Status::OK();
-      RETURN_NOT_OK(st);
+      if (st.IsNotFound()) return Status::OK();
+      RESHARD_RETURN_NOT_OK(st);
       start = std::make_shared<const UniqueFd>(std::move(chain.dirs.back()));
     }
     std::vector<Pending> todo;
     std::shared_ptr<const UniqueFd> dir = std::move(start);
     std::string dir_key = base;
     while (true) {
-      RETURN_NOT_OK(ListDirectory(dir, dir_key, hidden, prefix, visit, &todo));
+      RESHARD_RETURN_NOT_OK(
+          ListDirectory(dir, dir_key, hidden, prefix, visit, &todo));
       std::shared_ptr<const UniqueFd> next;
       while (next == nullptr && !todo.empty()) {
         Pending p = std::move(todo.back());
@@ -692,7 +694,7 @@ Result<std::unique_ptr<FsStore>> OpenFsStore(const std::string& root) {
 
 Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
     const std::string& root) {
-  ASSIGN_OR_RETURN(auto store, OpenFsStore(root));
+  RESHARD_ASSIGN_OR_RETURN(auto store, OpenFsStore(root));
   return std::unique_ptr<RecordStore>(std::move(store));
 }
 
@@ -709,7 +711,7 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri) {
     return Status::InvalidArgument("store URI \"" + std::string(uri) +
                                    "\" names no directory");
   }
-  ASSIGN_OR_RETURN(auto store, OpenFsStore(std::string(path)));
+  RESHARD_ASSIGN_OR_RETURN(auto store, OpenFsStore(std::string(path)));
   return std::unique_ptr<ObjectStore>(std::move(store));
 }
 

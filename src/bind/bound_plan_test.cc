@@ -1,10 +1,10 @@
-// TransferPlan::Bind (digest 3.7, rules 49-56 as far as this library
+// BoundTransferPlan::Bind (digest 3.7, rules 49-56 as far as this library
 // implements them): absolute addresses from the bindings, plan/placement
 // identity, required bindings, binding validation with side context, the
 // in-place (overlapping source and target storage) rejection per address
 // space, and re-binding after an address change without re-planning.
 
-#include "reshard/transfer_plan.h"
+#include "reshard/bound_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -106,7 +106,8 @@ std::vector<WeightRuntimeBindingManifest> Bindings(
 }
 
 // Every bound region is the logical region at the bound addresses.
-void ExpectBoundAt(const LogicalTransferPlan& plan, const TransferPlan& bound,
+void ExpectBoundAt(const LogicalTransferPlan& plan,
+                   const BoundTransferPlan& bound,
                    const std::map<std::string, uint64_t>& source_addresses,
                    const std::map<std::string, uint64_t>& target_addresses) {
   ASSERT_EQ(bound.regions().size(), plan.regions().size());
@@ -139,7 +140,7 @@ TEST(TransferPlanTest, BindUsesBindingAddressesAndRegionOffsets) {
   const auto sb = Bindings(source, "src", 0x100000, &sa);
   // The same addresses in another instance are another address space.
   const auto tb = Bindings(target, "dst", 0x100000, &ta);
-  auto bound = TransferPlan::Bind(plan, source, sb, target, tb);
+  auto bound = BoundTransferPlan::Bind(plan, source, sb, target, tb);
   ASSERT_TRUE(bound.ok()) << bound.status().ToString();
   ExpectBoundAt(plan, *bound, sa, ta);
   // The plan is non-trivial: offsets and strided loops occur.
@@ -160,11 +161,13 @@ TEST(TransferPlanTest, RebindFollowsNewAddressesWithoutReplanning) {
   std::map<std::string, uint64_t> sa1, ta1, sa2, ta2;
   const auto sb1 = Bindings(source, "src", 0x100000, &sa1);
   const auto tb1 = Bindings(target, "dst", 0x900000, &ta1);
-  const auto first = Must(TransferPlan::Bind(plan, source, sb1, target, tb1));
+  const auto first =
+      Must(BoundTransferPlan::Bind(plan, source, sb1, target, tb1));
   // The runtime moved its tensors (new allocations, another stride).
   const auto sb2 = Bindings(source, "src", 0x7000000, &sa2, nullptr, 0x20000);
   const auto tb2 = Bindings(target, "dst", 0x5000000, &ta2, nullptr, 0x30000);
-  const auto second = Must(TransferPlan::Bind(plan, source, sb2, target, tb2));
+  const auto second =
+      Must(BoundTransferPlan::Bind(plan, source, sb2, target, tb2));
   ExpectBoundAt(plan, first, sa1, ta1);
   ExpectBoundAt(plan, second, sa2, ta2);
   ASSERT_EQ(first.regions().size(), second.regions().size());
@@ -186,18 +189,18 @@ TEST(TransferPlanTest, PlanForAnotherPlacement) {
   ASSERT_NE(other_target.placement_id(), target.placement_id());
   const auto sb = Bindings(source, "src", 0x100000);
   const auto tb = Bindings(target, "dst", 0x100000);
-  auto r = TransferPlan::Bind(
+  auto r = BoundTransferPlan::Bind(
       plan, other_source, Bindings(other_source, "src", 0x100000), target, tb);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
             "logical plan and source placement IDs differ");
-  r = TransferPlan::Bind(plan, source, sb, other_target,
-                         Bindings(other_target, "dst", 0x100000));
+  r = BoundTransferPlan::Bind(plan, source, sb, other_target,
+                              Bindings(other_target, "dst", 0x100000));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ErrorOf(r), "logical plan and target placement IDs differ");
   // Swapped sides.
-  r = TransferPlan::Bind(plan, target, tb, source, sb);
+  r = BoundTransferPlan::Bind(plan, target, tb, source, sb);
   EXPECT_EQ(ErrorOf(r), "logical plan and source placement IDs differ");
 }
 
@@ -228,7 +231,8 @@ TEST(TransferPlanTest, MissingSourceBinding) {
     }
   }
   ASSERT_FALSE(expected.empty());
-  auto r = TransferPlan::Bind(plan, source, Without(sb, dropped), target, tb);
+  auto r =
+      BoundTransferPlan::Bind(plan, source, Without(sb, dropped), target, tb);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(
@@ -259,12 +263,12 @@ TEST(TransferPlanTest, UnusedSourceReplicaNeedsNoBinding) {
       sb, [&](const auto& b) { return used.count(b.participant_id()) == 0; });
   ASSERT_EQ(sb.size(), used.size());
   const auto tb = Bindings(target, "dst", 0x100000, &ta);
-  auto bound = TransferPlan::Bind(plan, source, sb, target, tb);
+  auto bound = BoundTransferPlan::Bind(plan, source, sb, target, tb);
   ASSERT_TRUE(bound.ok()) << bound.status().ToString();
   ExpectBoundAt(plan, *bound, sa, ta);
   // Dropping a replica that does serve is an error.
   sb = Without(sb, *used.begin());
-  EXPECT_THAT(ErrorOf(TransferPlan::Bind(plan, source, sb, target, tb)),
+  EXPECT_THAT(ErrorOf(BoundTransferPlan::Bind(plan, source, sb, target, tb)),
               StartsWith("missing source runtime binding for placement "
                          "fragment: sha256:"));
 }
@@ -287,14 +291,15 @@ TEST(TransferPlanTest, MissingTargetBinding) {
       }
     }
     ASSERT_FALSE(expected.empty());
-    auto r = TransferPlan::Bind(plan, source, sb, target, Without(tb, dropped));
+    auto r =
+        BoundTransferPlan::Bind(plan, source, sb, target, Without(tb, dropped));
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(r.status().message(),
               "missing runtime binding for placement fragment: " + expected);
   }
   // No target binding at all: the first region's target fragment.
-  auto r = TransferPlan::Bind(plan, source, sb, target, {});
+  auto r = BoundTransferPlan::Bind(plan, source, sb, target, {});
   EXPECT_EQ(ErrorOf(r),
             "missing runtime binding for placement fragment: " +
                 plan.target_fragments()[plan.regions()[0].target_fragment]
@@ -326,7 +331,7 @@ TEST(TransferPlanTest, InvalidBindingsAreReportedWithTheirSide) {
 
   auto bad_sb = sb;
   bad_sb[1] = Rewrite(sb[1], wrong_digest);
-  auto r = TransferPlan::Bind(plan, source, bad_sb, target, tb);
+  auto r = BoundTransferPlan::Bind(plan, source, bad_sb, target, tb);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
@@ -336,7 +341,7 @@ TEST(TransferPlanTest, InvalidBindingsAreReportedWithTheirSide) {
 
   auto bad_tb = tb;
   bad_tb[2] = Rewrite(tb[2], wrong_digest);
-  r = TransferPlan::Bind(plan, source, sb, target, bad_tb);
+  r = BoundTransferPlan::Bind(plan, source, sb, target, bad_tb);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ErrorOf(r),
             "target bindings: placement digest and runtime binding placement "
@@ -348,7 +353,7 @@ TEST(TransferPlanTest, InvalidBindingsAreReportedWithTheirSide) {
   bad_tb[0] = Rewrite(tb[0], [&](WeightRuntimeBindingManifestSpec* s) {
     s->placement_id = source.placement_id();
   });
-  EXPECT_EQ(ErrorOf(TransferPlan::Bind(plan, source, sb, target, bad_tb)),
+  EXPECT_EQ(ErrorOf(BoundTransferPlan::Bind(plan, source, sb, target, bad_tb)),
             "target bindings: placement_id and runtime binding placement_id "
             "differ (participant " +
                 tb[0].participant_id() + ")");
@@ -358,20 +363,21 @@ TEST(TransferPlanTest, InvalidBindingsAreReportedWithTheirSide) {
   bad_sb[0] = Rewrite(sb[0], [](WeightRuntimeBindingManifestSpec* s) {
     s->revision = "step-0";
   });
-  EXPECT_EQ(ErrorOf(TransferPlan::Bind(plan, source, bad_sb, target, tb)),
+  EXPECT_EQ(ErrorOf(BoundTransferPlan::Bind(plan, source, bad_sb, target, tb)),
             "source bindings: placement and runtime binding revision differ: "
             "step-1 vs step-0");
 
   // Duplicate participant.
   bad_tb = tb;
   bad_tb.push_back(tb[0]);
-  EXPECT_EQ(ErrorOf(TransferPlan::Bind(plan, source, sb, target, bad_tb)),
+  EXPECT_EQ(ErrorOf(BoundTransferPlan::Bind(plan, source, sb, target, bad_tb)),
             "target bindings: duplicate runtime binding participant: " +
                 tb[0].participant_id());
 
   // Source validation runs first.
-  EXPECT_THAT(ErrorOf(TransferPlan::Bind(plan, source, bad_sb, target, bad_tb)),
-              StartsWith("source bindings: "));
+  EXPECT_THAT(
+      ErrorOf(BoundTransferPlan::Bind(plan, source, bad_sb, target, bad_tb)),
+      StartsWith("source bindings: "));
 }
 
 // In-place reshard: source and target in one address space.
@@ -426,8 +432,8 @@ class TransferPlanInPlaceTest : public ::testing::Test {
 };
 
 TEST_F(TransferPlanInPlaceTest, DisjointStorageInOneSpaceIsAccepted) {
-  auto r =
-      TransferPlan::Bind(*plan_, source_, sb_, target_, Targets("", nullptr));
+  auto r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_,
+                                   Targets("", nullptr));
   EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
@@ -438,7 +444,7 @@ TEST_F(TransferPlanInPlaceTest, TargetInsideASourceAllocation) {
   auto tb = Targets(moved, [&](RuntimeBindingFragmentSpec* s) {
     s->address = s->storage_address = at;
   });
-  auto r = TransferPlan::Bind(*plan_, source_, sb_, target_, tb);
+  auto r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(),
@@ -459,7 +465,7 @@ TEST_F(TransferPlanInPlaceTest, TargetStorageCoveringASourceAllocation) {
     s->address = s->storage_address;
     s->storage_nbytes = 0x1000 + 8;
   });
-  auto r = TransferPlan::Bind(*plan_, source_, sb_, target_, tb);
+  auto r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb);
   EXPECT_EQ(ErrorOf(r), Overlap(lowest_, moved));
   // Ending exactly where the source allocation starts is no overlap.
   tb = Targets(moved, [](RuntimeBindingFragmentSpec* s) {
@@ -467,7 +473,7 @@ TEST_F(TransferPlanInPlaceTest, TargetStorageCoveringASourceAllocation) {
     s->address = s->storage_address;
     s->storage_nbytes = 0x1000;
   });
-  r = TransferPlan::Bind(*plan_, source_, sb_, target_, tb);
+  r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
@@ -487,13 +493,13 @@ TEST_F(TransferPlanInPlaceTest, SourceStorageBeyondItsViewCounts) {
   auto tb = Targets(moved, [](RuntimeBindingFragmentSpec* s) {
     s->address = s->storage_address = 0x100000 + 0x400;
   });
-  EXPECT_EQ(ErrorOf(TransferPlan::Bind(*plan_, source_, sb, target_, tb)),
+  EXPECT_EQ(ErrorOf(BoundTransferPlan::Bind(*plan_, source_, sb, target_, tb)),
             Overlap(low, moved));
   // Right after the allocation: accepted.
   tb = Targets(moved, [](RuntimeBindingFragmentSpec* s) {
     s->address = s->storage_address = 0x100000 + 0x800;
   });
-  auto r = TransferPlan::Bind(*plan_, source_, sb, target_, tb);
+  auto r = BoundTransferPlan::Bind(*plan_, source_, sb, target_, tb);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
@@ -504,8 +510,8 @@ TEST_F(TransferPlanInPlaceTest, SameAddressesInAnotherSpaceAreAccepted) {
     s->address = s->storage_address = at;
   };
   // Control: the same placement in the same space is rejected.
-  EXPECT_EQ(ErrorOf(TransferPlan::Bind(*plan_, source_, sb_, target_,
-                                       Targets(moved, place))),
+  EXPECT_EQ(ErrorOf(BoundTransferPlan::Bind(*plan_, source_, sb_, target_,
+                                            Targets(moved, place))),
             Overlap(lowest_, moved));
   // Another instance, device or worker is another address space.
   for (const auto& [instance, device, worker] :
@@ -515,7 +521,7 @@ TEST_F(TransferPlanInPlaceTest, SameAddressesInAnotherSpaceAreAccepted) {
            {"node", "cpu", "w1"}}) {
     SCOPED_TRACE(instance + "/" + device + "/" + worker);
     auto tb = Targets(moved, place, instance, device, worker);
-    auto r = TransferPlan::Bind(*plan_, source_, sb_, target_, tb);
+    auto r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     // The moved fragment's regions write at the source's address.
     bool seen = false;

@@ -1,6 +1,6 @@
-// TransferPlan::Bind: logical plan + runtime bindings -> absolute regions.
+// BoundTransferPlan::Bind: logical plan + runtime bindings -> absolute regions.
 
-#include "reshard/transfer_plan.h"
+#include "reshard/bound_plan.h"
 
 #include <algorithm>
 #include <map>
@@ -20,7 +20,7 @@ struct BindingSnapshot {
   std::vector<RuntimeBindingFragment> fragments;  // used ones, sorted
 };
 
-struct TransferPlan::State {
+struct BoundTransferPlan::State {
   std::vector<BoundRegion> regions;
   uint64_t bytes = 0;
   std::vector<BindingSnapshot> sources;
@@ -216,7 +216,7 @@ Status CheckTargetAliases(
 
 }  // namespace
 
-Result<TransferPlan> TransferPlan::Bind(
+Result<BoundTransferPlan> BoundTransferPlan::Bind(
     const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,
     const WeightPlacementManifest& target,
@@ -229,12 +229,12 @@ Result<TransferPlan> TransferPlan::Bind(
     return Status::InvalidArgument(
         "logical plan and target placement IDs differ");
   }
-  ASSIGN_OR_RETURN(auto sources,
-                   IndexBindings(source, source_bindings, "source"));
-  ASSIGN_OR_RETURN(auto targets,
-                   IndexBindings(target, target_bindings, "target"));
-  RETURN_NOT_OK(CheckNotInPlace(sources, targets));
-  RETURN_NOT_OK(CheckTargetAliases(targets, source, target));
+  RESHARD_ASSIGN_OR_RETURN(auto sources,
+                           IndexBindings(source, source_bindings, "source"));
+  RESHARD_ASSIGN_OR_RETURN(auto targets,
+                           IndexBindings(target, target_bindings, "target"));
+  RESHARD_RETURN_NOT_OK(CheckNotInPlace(sources, targets));
+  RESHARD_RETURN_NOT_OK(CheckTargetAliases(targets, source, target));
   auto state = std::make_shared<State>();
   auto* regions = &state->regions;
   regions->reserve(plan.regions().size());
@@ -266,28 +266,28 @@ Result<TransferPlan> TransferPlan::Bind(
   }
   state->sources = Snapshot(source_bindings, used_sources);
   state->targets = Snapshot(target_bindings, used_targets);
-  return TransferPlan(std::move(state));
+  return BoundTransferPlan(std::move(state));
 }
 
-const std::vector<BoundRegion>& TransferPlan::regions() const {
+const std::vector<BoundRegion>& BoundTransferPlan::regions() const {
   return state_->regions;
 }
 
-uint64_t TransferPlan::bytes() const { return state_->bytes; }
+uint64_t BoundTransferPlan::bytes() const { return state_->bytes; }
 
-Status TransferPlan::CheckCurrent(
+Status BoundTransferPlan::CheckCurrent(
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) const {
-  RETURN_NOT_OK(CheckSide(state_->sources, source_bindings, "source"));
+  RESHARD_RETURN_NOT_OK(CheckSide(state_->sources, source_bindings, "source"));
   return CheckSide(state_->targets, target_bindings, "target");
 }
 
-Status TransferPlan::CheckCurrentFor(
+Status BoundTransferPlan::CheckCurrentFor(
     const std::vector<std::string>& source_scope,
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,
     const std::vector<std::string>& target_scope,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) const {
-  RETURN_NOT_OK(
+  RESHARD_RETURN_NOT_OK(
       CheckSide(state_->sources, source_bindings, "source", &source_scope));
   return CheckSide(state_->targets, target_bindings, "target", &target_scope);
 }
@@ -300,8 +300,8 @@ Status RequireMemoryKindsOf(const std::vector<BindingSnapshot>& side,
                             std::string_view executor) {
   for (const BindingSnapshot& snap : side) {
     for (const RuntimeBindingFragment& f : snap.fragments) {
-      RETURN_NOT_OK(RequireMemoryKind(f, supported, executor, side_name,
-                                      snap.participant_id));
+      RESHARD_RETURN_NOT_OK(RequireMemoryKind(f, supported, executor, side_name,
+                                              snap.participant_id));
     }
   }
   return Status::OK();
@@ -309,9 +309,9 @@ Status RequireMemoryKindsOf(const std::vector<BindingSnapshot>& side,
 
 }  // namespace
 
-Status TransferPlan::RequireMemoryKinds(
+Status BoundTransferPlan::RequireMemoryKinds(
     const std::vector<MemoryKind>& supported, std::string_view executor) const {
-  RETURN_NOT_OK(
+  RESHARD_RETURN_NOT_OK(
       RequireMemoryKindsOf(state_->sources, "source", supported, executor));
   return RequireMemoryKindsOf(state_->targets, "target", supported, executor);
 }

@@ -1,10 +1,10 @@
 // Binding: a logical plan plus the live runtime bindings of both sides
-// becomes an executable TransferPlan of absolute addresses. Everything is
+// becomes an executable BoundTransferPlan of absolute addresses. Everything is
 // checked before any byte moves; re-binding after an address change reuses
 // the logical plan and never re-plans.
 
-#ifndef RESHARD_TRANSFER_PLAN_H_
-#define RESHARD_TRANSFER_PLAN_H_
+#ifndef RESHARD_BOUND_PLAN_H_
+#define RESHARD_BOUND_PLAN_H_
 
 #include <cstdint>
 #include <memory>
@@ -32,13 +32,13 @@ struct BoundRegion {
   uint32_t region = 0;  // index into the logical plan's regions()
 };
 
-class TransferPlan {
+class BoundTransferPlan {
  public:
   // Checks that the plan was made for these placements (ids), validates
   // every binding against its placement (rules 29-38), requires a binding
   // for every fragment a region touches, and rejects in-place reshard
   // (source and target storage overlapping in one address space).
-  static Result<TransferPlan> Bind(
+  static Result<BoundTransferPlan> Bind(
       const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
       const std::vector<WeightRuntimeBindingManifest>& source_bindings,
       const WeightPlacementManifest& target,
@@ -72,14 +72,14 @@ class TransferPlan {
   Status RequireMemoryKinds(const std::vector<MemoryKind>& supported,
                             std::string_view executor) const;
 
-  struct State;
 
  private:
-  explicit TransferPlan(std::shared_ptr<const State> state)
+  struct State;
+  explicit BoundTransferPlan(std::shared_ptr<const State> state)
       : state_(std::move(state)) {}
   std::shared_ptr<const State> state_;
 };
 
 }  // namespace reshard
 
-#endif  // RESHARD_TRANSFER_PLAN_H_
+#endif  // RESHARD_BOUND_PLAN_H_
