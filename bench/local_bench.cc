@@ -9,10 +9,10 @@
 #include <cstring>
 #include <string>
 
-#include "exec/host_buffers.h"
 #include "reshard/bound_plan.h"
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
+#include "selftest/host_buffers.h"
 #include "testing/placement_builders.h"
 
 namespace {

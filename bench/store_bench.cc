@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "exec/host_buffers.h"
 #include "reshard/weight_store.h"
+#include "selftest/host_buffers.h"
 #include "testing/placement_builders.h"
 
 namespace {

@@ -13,12 +13,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "exec/host_buffers.h"
-#include "exec/pattern.h"
 #include "fuzz/memory_object_store.h"
 #include "reshard/binding.h"
 #include "reshard/legacy.h"
 #include "reshard/weight_store.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
 #include "testing/placement_builders.h"
 #include "util/sha256.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "reshard/gen.h"
-#include "reshard/selftest.h"
+#include "selftest/selftest.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
 

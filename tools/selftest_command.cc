@@ -10,7 +10,7 @@
 #include <string>
 
 #include "reshard/placement.h"
-#include "reshard/selftest.h"
+#include "selftest/selftest.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
 #include "util/canonical_json.h"

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "exec/host_buffers.h"
 #include "live/live_records.h"
 #include "reshard/binding.h"
 #include "reshard/gen.h"
@@ -26,7 +25,8 @@
 #include "reshard/placement.h"
 #include "reshard/plan.h"
 #include "reshard/record_store.h"
-#include "reshard/selftest.h"
+#include "selftest/host_buffers.h"
+#include "selftest/selftest.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/temp_dir.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "reshard/plan.h"
-#include "reshard/selftest.h"
+#include "selftest/selftest.h"
 #include "testing/placement_builders.h"
 
 namespace reshard {

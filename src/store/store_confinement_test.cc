@@ -34,11 +34,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "exec/host_buffers.h"
-#include "exec/pattern.h"
 #include "reshard/object_store.h"
 #include "reshard/placement.h"
 #include "reshard/weight_store.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/temp_dir.h"

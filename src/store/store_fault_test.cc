@@ -37,10 +37,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "exec/host_buffers.h"
-#include "exec/pattern.h"
 #include "reshard/placement.h"
 #include "reshard/weight_store.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
 #include "testing/fault_injection_store.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"

@@ -18,7 +18,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "exec/strided_stream.h"
+#include "bind/strided_stream.h"
 #include "reshard/plan.h"
 #include "reshard/weight_store.h"
 #include "store/checksum.h"

@@ -40,11 +40,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "exec/host_buffers.h"
-#include "exec/pattern.h"
 #include "reshard/gen.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/temp_dir.h"

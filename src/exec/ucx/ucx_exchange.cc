@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "exec/strided_stream.h"
+#include "bind/strided_stream.h"
 
 namespace reshard::internal {
 namespace {

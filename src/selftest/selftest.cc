@@ -1,6 +1,6 @@
 // RunSelfTest: real buffers, real bindings, the real executor.
 
-#include "reshard/selftest.h"
+#include "selftest/selftest.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,14 +10,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "exec/host_buffers.h"
-#include "exec/pattern.h"
-#include "live/live_selftest.h"
 #include "reshard/binding.h"
 #include "reshard/bound_plan.h"
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
-#include "store/store_selftest.h"
+#include "selftest/host_buffers.h"
+#include "selftest/live_selftest.h"
+#include "selftest/pattern.h"
+#include "selftest/store_selftest.h"
 
 namespace reshard {
 

@@ -1,8 +1,8 @@
 // Host buffers and runtime bindings for every fragment of a placement: the
 // self-test's and the benchmarks' stand-in for a framework's allocations.
 
-#ifndef RESHARD_EXEC_HOST_BUFFERS_H_
-#define RESHARD_EXEC_HOST_BUFFERS_H_
+#ifndef RESHARD_SELFTEST_HOST_BUFFERS_H_
+#define RESHARD_SELFTEST_HOST_BUFFERS_H_
 
 #include <cstdint>
 #include <cstdlib>
@@ -40,4 +40,4 @@ double MeasureMemcpyGbps(uint64_t bytes, uint32_t threads);
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_EXEC_HOST_BUFFERS_H_
+#endif  // RESHARD_SELFTEST_HOST_BUFFERS_H_

@@ -1,4 +1,4 @@
-#include "exec/host_buffers.h"
+#include "selftest/host_buffers.h"
 
 #include <sys/mman.h>
 

@@ -1,4 +1,4 @@
-#include "exec/strided_stream.h"
+#include "bind/strided_stream.h"
 
 #include <algorithm>
 #include <cstring>

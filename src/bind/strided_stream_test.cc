@@ -1,7 +1,7 @@
 // StridedSide, PackStream and UnpackStream against a brute-force row
 // enumeration over real host buffers, for random and hand-made regions.
 
-#include "exec/strided_stream.h"
+#include "bind/strided_stream.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 // The self-test through the weight store: upload from the source layout,
 // commit, load into the target layout, check every byte.
 
-#ifndef RESHARD_STORE_STORE_SELFTEST_H_
-#define RESHARD_STORE_STORE_SELFTEST_H_
+#ifndef RESHARD_SELFTEST_STORE_SELFTEST_H_
+#define RESHARD_SELFTEST_STORE_SELFTEST_H_
 
-#include "reshard/selftest.h"
+#include "selftest/selftest.h"
 
 namespace reshard::internal {
 
@@ -14,4 +14,4 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_STORE_STORE_SELFTEST_H_
+#endif  // RESHARD_SELFTEST_STORE_SELFTEST_H_

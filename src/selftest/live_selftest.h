@@ -1,10 +1,10 @@
 // The self-test over UCX: participants spread over processes, every target
 // byte checked by the rank that holds it.
 
-#ifndef RESHARD_LIVE_LIVE_SELFTEST_H_
-#define RESHARD_LIVE_LIVE_SELFTEST_H_
+#ifndef RESHARD_SELFTEST_LIVE_SELFTEST_H_
+#define RESHARD_SELFTEST_LIVE_SELFTEST_H_
 
-#include "reshard/selftest.h"
+#include "selftest/selftest.h"
 
 namespace reshard::internal {
 
@@ -20,4 +20,4 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_LIVE_LIVE_SELFTEST_H_
+#endif  // RESHARD_SELFTEST_LIVE_SELFTEST_H_

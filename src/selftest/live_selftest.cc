@@ -2,7 +2,7 @@
 // with only its own participants' buffers, and collect their reports from
 // the rendezvous.
 
-#include "live/live_selftest.h"
+#include "selftest/live_selftest.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,12 +17,12 @@
 #include <sstream>
 #include <thread>
 
-#include "exec/host_buffers.h"
-#include "exec/pattern.h"
 #include "live/live_records.h"
 #include "reshard/live.h"
 #include "reshard/plan.h"
 #include "reshard/record_store.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
 
 namespace reshard::internal {
 namespace {

@@ -1,14 +1,14 @@
-#include "store/store_selftest.h"
+#include "selftest/store_selftest.h"
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 
-#include "exec/host_buffers.h"
-#include "exec/pattern.h"
 #include "reshard/plan.h"
 #include "reshard/weight_store.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
 
 namespace reshard::internal {
 

@@ -3,8 +3,8 @@
 // derived from its tensor and global element index, reshard, and check
 // every target byte.
 
-#ifndef RESHARD_SELFTEST_H_
-#define RESHARD_SELFTEST_H_
+#ifndef RESHARD_SELFTEST_SELFTEST_H_
+#define RESHARD_SELFTEST_SELFTEST_H_
 
 #include <chrono>
 #include <cstdint>
@@ -106,4 +106,4 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
 
 }  // namespace reshard
 
-#endif  // RESHARD_SELFTEST_H_
+#endif  // RESHARD_SELFTEST_SELFTEST_H_

@@ -3,8 +3,8 @@
 // UCX executor packs a strided source into that stream and unpacks it into
 // a strided target, so a region is one message however small its rows.
 
-#ifndef RESHARD_EXEC_STRIDED_STREAM_H_
-#define RESHARD_EXEC_STRIDED_STREAM_H_
+#ifndef RESHARD_BIND_STRIDED_STREAM_H_
+#define RESHARD_BIND_STRIDED_STREAM_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -44,4 +44,4 @@ void UnpackStream(const StridedSide& side, uint64_t offset, const void* src,
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_EXEC_STRIDED_STREAM_H_
+#endif  // RESHARD_BIND_STRIDED_STREAM_H_

@@ -2,8 +2,8 @@
 // tensor and global element index, so that any target byte can be checked
 // without the source.
 
-#ifndef RESHARD_EXEC_PATTERN_H_
-#define RESHARD_EXEC_PATTERN_H_
+#ifndef RESHARD_SELFTEST_PATTERN_H_
+#define RESHARD_SELFTEST_PATTERN_H_
 
 #include <cstdint>
 #include <functional>
@@ -11,8 +11,8 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "exec/host_buffers.h"
 #include "reshard/placement.h"
+#include "selftest/host_buffers.h"
 
 namespace reshard::internal {
 
@@ -37,4 +37,4 @@ std::string VerifyPattern(
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_EXEC_PATTERN_H_
+#endif  // RESHARD_SELFTEST_PATTERN_H_

@@ -1,6 +1,6 @@
-#include "exec/pattern.h"
+#include "selftest/pattern.h"
 
-#include "reshard/selftest.h"
+#include "selftest/selftest.h"
 
 namespace reshard {
 namespace {

@@ -3,7 +3,7 @@
 // deterministic and discriminating; unsupported transports and plan errors
 // are errors, not reports.
 
-#include "reshard/selftest.h"
+#include "selftest/selftest.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

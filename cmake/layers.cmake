@@ -1,0 +1,120 @@
+# The library's layers (docs/architecture.md): one static library per layer,
+# linked downward only, each compiled against the headers of itself and of
+# the layers it links, and nothing else.
+#
+#   reshard_layer(<name>
+#     [SOURCES <src/...cc>...]        none: a header-only INTERFACE library
+#     [PUBLIC_HEADERS <file>...]      names in include/reshard/ it owns
+#     [INTERNAL_DIRS <dir>...]        directories under src/ whose *.h it owns
+#     [DEPENDS <layer>...]            the layers below it that it uses
+#     [PUBLIC_LIBS <target>...]       third-party, seen by callers too
+#     [PRIVATE_LIBS <target>...]      third-party, its sources only
+#     [NO_INSTALL])                   built for tools and tests only
+#
+# defines the target reshard_<name> (alias reshard::<name>, file
+# libreshard_<name>.a). Its one include root is a build-tree directory,
+# layers/<name>/, holding symbolic links to exactly the headers it owns:
+# reshard/<file> -> include/reshard/<file> and <dir>/<x>.h -> src/<dir>/<x>.h.
+# The root is a usage requirement, so a layer sees its own headers and those
+# of the layers it links (transitively) and no other: an upward or sideways
+# include is "file not found" at compile time (tests/layering/).
+#
+# Every header of include/reshard/ must belong to exactly one installed
+# layer (checked by reshard_check_public_headers()); the installed headers
+# are those, in include/reshard/ of the prefix.
+
+set(RESHARD_LAYER_ROOT ${PROJECT_BINARY_DIR}/layers)
+
+# Links `link` -> `target`, replacing whatever `link` was.
+function(_reshard_link_header target link)
+  get_filename_component(dir ${link} DIRECTORY)
+  file(MAKE_DIRECTORY ${dir})
+  file(CREATE_LINK ${target} ${link} SYMBOLIC)
+endfunction()
+
+function(reshard_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 L "NO_INSTALL" ""
+    "SOURCES;PUBLIC_HEADERS;INTERNAL_DIRS;DEPENDS;PUBLIC_LIBS;PRIVATE_LIBS")
+  set(target reshard_${name})
+  set(root ${RESHARD_LAYER_ROOT}/${name})
+  # Rebuilt at every configure, so a header that moved to another layer (or
+  # was deleted) leaves no stale link behind.
+  file(REMOVE_RECURSE ${root})
+  file(MAKE_DIRECTORY ${root})
+  foreach(header IN LISTS L_PUBLIC_HEADERS)
+    set(file ${PROJECT_SOURCE_DIR}/include/reshard/${header})
+    if(NOT EXISTS ${file})
+      message(FATAL_ERROR "layer ${name}: no public header ${file}")
+    endif()
+    _reshard_link_header(${file} ${root}/reshard/${header})
+  endforeach()
+  foreach(dir IN LISTS L_INTERNAL_DIRS)
+    # Not recursive: src/exec/ucx/ belongs to exec_ucx, not to exec.
+    file(GLOB headers CONFIGURE_DEPENDS
+      ${PROJECT_SOURCE_DIR}/src/${dir}/*.h)
+    foreach(file IN LISTS headers)
+      get_filename_component(base ${file} NAME)
+      _reshard_link_header(${file} ${root}/${dir}/${base})
+    endforeach()
+  endforeach()
+
+  set(deps)
+  foreach(dep IN LISTS L_DEPENDS)
+    if(NOT TARGET reshard_${dep})
+      message(FATAL_ERROR "layer ${name} depends on ${dep}, which is not "
+        "defined yet (layers are defined bottom-up)")
+    endif()
+    list(APPEND deps reshard_${dep})
+  endforeach()
+
+  if(L_SOURCES)
+    add_library(${target} STATIC ${L_SOURCES})
+    set(scope PUBLIC)
+    target_link_libraries(${target} PRIVATE ${L_PRIVATE_LIBS})
+  else()
+    add_library(${target} INTERFACE)
+    set(scope INTERFACE)
+  endif()
+  add_library(reshard::${name} ALIAS ${target})
+  target_include_directories(${target} ${scope} $<BUILD_INTERFACE:${root}>)
+  target_link_libraries(${target} ${scope} ${deps} ${L_PUBLIC_LIBS})
+  target_compile_features(${target} ${scope} cxx_std_20)
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
+
+  if(NOT L_NO_INSTALL)
+    set_property(GLOBAL APPEND PROPERTY RESHARD_INSTALLED_LAYERS ${name})
+    set_property(GLOBAL APPEND PROPERTY RESHARD_PUBLIC_HEADERS
+      ${L_PUBLIC_HEADERS})
+  elseif(L_PUBLIC_HEADERS)
+    message(FATAL_ERROR "layer ${name} is not installed and cannot own "
+      "public headers")
+  endif()
+endfunction()
+
+# Fails the configure if a header of include/reshard/ belongs to no
+# installed layer (it would be neither visible nor installed).
+function(reshard_check_public_headers)
+  get_property(owned GLOBAL PROPERTY RESHARD_PUBLIC_HEADERS)
+  file(GLOB present CONFIGURE_DEPENDS RELATIVE
+    ${PROJECT_SOURCE_DIR}/include/reshard
+    ${PROJECT_SOURCE_DIR}/include/reshard/*.h)
+  foreach(header IN LISTS present)
+    list(FIND owned ${header} index)
+    if(index EQUAL -1)
+      message(FATAL_ERROR "include/reshard/${header} belongs to no layer: "
+        "name it in PUBLIC_HEADERS of its reshard_layer() (CMakeLists.txt)")
+    endif()
+  endforeach()
+endfunction()
+
+# The umbrella target reshard (reshard::reshard): every installed layer.
+# CMake orders the static libraries on a link line from their dependencies,
+# so a consumer links them in the right order.
+function(reshard_add_umbrella)
+  get_property(layers GLOBAL PROPERTY RESHARD_INSTALLED_LAYERS)
+  add_library(reshard INTERFACE)
+  add_library(reshard::reshard ALIAS reshard)
+  foreach(layer IN LISTS layers)
+    target_link_libraries(reshard INTERFACE reshard_${layer})
+  endforeach()
+endfunction()
