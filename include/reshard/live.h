@@ -13,11 +13,14 @@
 //  1. publish: this rank's source snapshot is read-only from here on, until
 //     RunLiveReshard returns;
 //  2. plan + bind + fence (generation and lease recheck at execution);
-//  3. exchange: one UCX message per region, bounded send window;
-//  4. completion: targets check every receive (and the caller's validator),
+//  3. connect: one endpoint per peer this rank exchanges with, wired up
+//     before any transfer;
+//  4. exchange: one UCX message (push) or get (pull; per row for strided
+//     regions) per region, bounded window of operations this rank starts;
+//  5. completion: targets check every receive (and the caller's validator),
 //     then record "done";
-//  5. world barrier: every rank waits for every rank's "done";
-//  6. ready: target ranks record activation-ready; sources may release
+//  6. world barrier: every rank waits for every rank's "done";
+//  7. ready: target ranks record activation-ready; sources may release
 //     their snapshot once RunLiveReshard returns.
 // A failure anywhere records an abort with its reason; every other rank
 // stops with an error naming the failed rank within `timeout`, no target

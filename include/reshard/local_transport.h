@@ -1,5 +1,9 @@
-// The local executor: same-process (or shared-memory) host copies, strided
-// regions executed directly, large runs split across threads.
+// The local executor: host copies within this process. A transfer is cut
+// into pieces of about `chunk_bytes` (a range of one region's rows, or a
+// byte range of one large contiguous run) and copied by `threads` workers;
+// strided regions are copied straight from their loops. Capabilities:
+// name "local", host memory only, `max_in_flight` transfers. A transfer
+// Submit accepted always completes (kCompleted): host copies cannot fail.
 
 #ifndef RESHARD_LOCAL_TRANSPORT_H_
 #define RESHARD_LOCAL_TRANSPORT_H_
@@ -28,8 +32,6 @@ class LocalTransport : public Transport {
   Result<TransferId> Submit(const BoundTransferPlan& plan) override;
   Result<TransferState> Poll(TransferId id) override;
   Status Wait(TransferId id) override;
-  Status Drain() override;
-
 
  private:
   struct Impl;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "bind/row_walker.h"
+
 namespace reshard::internal {
 namespace {
 
@@ -19,45 +21,12 @@ StridedSide MakeSide(const BoundRegion& r, uint64_t address, bool source) {
   return s;
 }
 
-// Walks the rows that cover stream bytes [offset, offset + length) and
-// calls f(address in the side, position in the caller's buffer, bytes).
+// The pieces of rows covering stream bytes [offset, offset + length):
+// f(address in the side, position in the caller's buffer, bytes).
 template <typename F>
 void Walk(const StridedSide& s, uint64_t offset, uint64_t length, F&& f) {
-  if (length == 0) return;
-  if (s.inner_bytes == 0) return;
-  const size_t n = s.counts.size();
-  uint64_t row = offset / s.inner_bytes;
-  uint64_t within = offset % s.inner_bytes;
-  // Mixed-radix index of `row` (last loop fastest) and its byte address.
-  uint64_t small[16];
-  std::vector<uint64_t> big;
-  uint64_t* idx = small;
-  if (n > 16) {
-    big.resize(n);
-    idx = big.data();
-  }
-  uint64_t addr = 0;
-  for (size_t d = n; d-- > 0;) {
-    idx[d] = row % s.counts[d];
-    row /= s.counts[d];
-    addr += idx[d] * s.strides[d];
-  }
-  uint64_t done = 0;
-  while (true) {
-    const uint64_t take = std::min(s.inner_bytes - within, length - done);
-    f(s.base + addr + within, done, take);
-    done += take;
-    if (done == length) return;
-    within = 0;
-    // Next row.
-    size_t d = n;
-    while (d-- > 0) {
-      addr += s.strides[d];
-      if (++idx[d] < s.counts[d]) break;
-      addr -= idx[d] * s.strides[d];
-      idx[d] = 0;
-    }
-  }
+  WalkStreamRange(SideLoops(s.counts, s.strides), s.base, s.inner_bytes, offset,
+                  length, f);
 }
 
 }  // namespace

@@ -8,10 +8,11 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 
-#include "exec/region_copy.h"
+#include "bind/row_walker.h"
 #include "exec/ucx/ucx_exchange.h"
 #include "exec/ucx/ucx_handles.h"
 #include "live/live_records.h"
@@ -251,6 +252,380 @@ uint32_t SessionTag(const std::string& session) {
   return static_cast<uint32_t>(std::stoul(h.substr(0, 8), nullptr, 16));
 }
 
+// One rank's run of a session, in the lifecycle steps of
+// include/reshard/live.h: RefuseRejoin, then Publish, PlanAndBind, Fence,
+// Connect, Exchange, Complete, Barrier and Ready; Abort records a failure
+// of any of them for the other ranks. Owns this rank's UCX resources: a
+// successful run releases them, a failed one abandons them (see
+// UcxWorker::Abandon) rather than progressing or tearing them down.
+class LiveRank {
+ public:
+  LiveRank(RecordStore& store, const WeightPlacementManifest& source,
+           const WeightPlacementManifest& target, const LiveBindings& bindings,
+           const LiveSessionOptions& options)
+      : records_(store, options),
+        store_(store),
+        source_(source),
+        target_(target),
+        bindings_(bindings),
+        options_(options) {}
+
+  LiveRank(const LiveRank&) = delete;
+  LiveRank& operator=(const LiveRank&) = delete;
+
+  ~LiveRank() {
+    if (succeeded_) {
+      rkeys_.clear();  // before their endpoints
+      return;
+    }
+    for (auto& k : rkeys_) k->Abandon();
+    for (auto& m : mems_) m->Abandon();
+    for (auto& [r, ep] : peers_) ep->Abandon();
+    if (worker_) worker_->Abandon();
+    if (context_) context_->Abandon();
+  }
+
+  // A rank joins a session once: records of its own from an earlier run
+  // would be taken for this run's by the other ranks (and its writes would
+  // fail). Nothing is recorded, so the earlier run's records stay as they
+  // are.
+  Status RefuseRejoin() {
+    const std::string& session = options_.session;
+    RESHARD_ASSIGN_OR_RETURN(auto keys, store_.List(session + "/"));
+    std::vector<std::string> own;
+    for (const std::string& key : keys) {
+      std::string_view rest = std::string_view(key).substr(session.size() + 1);
+      const size_t slash = rest.find('/');
+      if (slash == std::string_view::npos) continue;
+      rest = rest.substr(slash + 1);
+      if (rest.substr(0, rest.find('/')) == std::to_string(options_.rank)) {
+        own.push_back(key);
+      }
+    }
+    if (own.empty()) return Status::OK();
+    return Status::AlreadyExists(
+        "live session " + session + ": rank " + std::to_string(options_.rank) +
+        " already has " + std::to_string(own.size()) + " record(s) (" + own[0] +
+        (own.size() > 1 ? ", ..." : "") +
+        ") from an earlier run; use a new session key");
+  }
+
+  // Every step in order; the first failure stops the run.
+  Status Run() {
+    start_ = Clock::now();
+    RESHARD_RETURN_NOT_OK(Publish());
+    RESHARD_RETURN_NOT_OK(PlanAndBind());
+    RESHARD_RETURN_NOT_OK(Fence());
+    RESHARD_RETURN_NOT_OK(Connect());
+    RESHARD_RETURN_NOT_OK(Exchange());
+    RESHARD_RETURN_NOT_OK(Complete());
+    RESHARD_RETURN_NOT_OK(Barrier());
+    RESHARD_RETURN_NOT_OK(Ready());
+    succeeded_ = true;
+    return Status::OK();
+  }
+
+  // Records `st` as this rank's abort and returns it. When another rank
+  // failed first (its death or abort explains ours, e.g. an endpoint that
+  // cannot connect to it), that cause is reported.
+  Status Abort(Status st) {
+    if (!st.IsAborted()) {
+      Status first = records_.CheckAborts();
+      if (!first.ok()) st = first.WithContext(st.message());
+    }
+    return records_.Abort(st.WithContext("live session " + options_.session +
+                                         ", rank " +
+                                         std::to_string(options_.rank)));
+  }
+
+  const LiveReport& report() const { return report_; }
+
+ private:
+  Clock::time_point Deadline() const { return Clock::now() + options_.timeout; }
+  void Stage(std::string_view stage) const {
+    if (options_.on_stage) options_.on_stage(stage);
+  }
+
+  // 1. Publish: bindings, the worker's address, the remote keys (pull),
+  //    then the rank record (the marker the others wait for).
+  Status Publish() {
+    RESHARD_ASSIGN_OR_RETURN(auto context,
+                             internal::UcxContext::Make(options_.ucx));
+    context_.emplace(std::move(context));
+    RESHARD_ASSIGN_OR_RETURN(auto worker, internal::UcxWorker::Make(*context_));
+    worker_.emplace(std::move(worker));
+    RESHARD_ASSIGN_OR_RETURN(std::string address, worker_->Address());
+    for (size_t i = 0; i < bindings_.sources.size(); ++i) {
+      RESHARD_RETURN_NOT_OK(records_.Put(
+          records_.Key("bindings") + "/source-" + std::to_string(i),
+          WeightRuntimeBindingToJson(bindings_.sources[i])));
+    }
+    for (size_t i = 0; i < bindings_.targets.size(); ++i) {
+      RESHARD_RETURN_NOT_OK(records_.Put(
+          records_.Key("bindings") + "/target-" + std::to_string(i),
+          WeightRuntimeBindingToJson(bindings_.targets[i])));
+    }
+    RESHARD_RETURN_NOT_OK(
+        records_.Put(records_.Key("address"),
+                     internal::EncodeAddressRecord(options_.rank, address)));
+    may_pull_ =
+        options_.protocol == LiveProtocol::kPull ||
+        (options_.protocol == LiveProtocol::kAuto && options_.ucx.tls.empty());
+    if (may_pull_ && !bindings_.sources.empty()) {
+      RESHARD_RETURN_NOT_OK(RegisterSources());
+    }
+    RESHARD_RETURN_NOT_OK(
+        records_.Put(records_.Key("rank"),
+                     internal::EncodeRankRecord(
+                         {HostName(), options_.rank, options_.ranks})));
+    Stage("published");
+    return Status::OK();
+  }
+
+  // Pull (possibly, under kAuto): registers every source fragment and
+  // publishes the keys.
+  Status RegisterSources() {
+    for (const auto& b : bindings_.sources) {
+      for (const auto& f : b.fragments()) {
+        RESHARD_ASSIGN_OR_RETURN(
+            auto m, internal::UcxMemory::Map(
+                        *context_, reinterpret_cast<void*>(f.address()),
+                        std::max<uint64_t>(f.nbytes(), 1)));
+        mems_.push_back(std::move(m));
+      }
+    }
+    std::vector<RemoteRange> ranges;
+    for (const auto& m : mems_) {
+      ranges.push_back({m->address(), m->length(), m->packed_key()});
+    }
+    return records_.Put(records_.Key("rkeys"), internal::EncodeRemoteKeysRecord(
+                                                   options_.rank, ranges));
+  }
+
+  // 2. Plan while the others publish; then read everybody's records,
+  //    choose push or pull and bind the plan with everybody's bindings.
+  Status PlanAndBind() {
+    RESHARD_ASSIGN_OR_RETURN(auto plan,
+                             LogicalTransferPlan::Make(source_, target_));
+    plan_.emplace(std::move(plan));
+    report_.regions = plan_->regions().size();
+    const auto waiting = Clock::now();
+    RESHARD_RETURN_NOT_OK(records_.WaitForAll("rank", Deadline(), nullptr));
+    waited_seconds_ = Seconds(waiting);
+    RESHARD_ASSIGN_OR_RETURN(world_, ReadWorld(records_, store_, options_));
+    pull_ = options_.protocol == LiveProtocol::kPull;
+    if (options_.protocol == LiveProtocol::kAuto && may_pull_) {
+      pull_ = true;  // when every rank runs on this host
+      for (uint32_t r = 0; r < options_.ranks && pull_; ++r) {
+        pull_ = world_.hosts[r] == HostName();
+      }
+    }
+    RESHARD_ASSIGN_OR_RETURN(
+        auto bound, BoundTransferPlan::Bind(*plan_, source_, world_.sources,
+                                            target_, world_.targets));
+    bound_.emplace(std::move(bound));
+    // Host memory only, on every rank alike: a device pointer is never
+    // handed to UCX as host memory.
+    return bound_->RequireMemoryKinds({MemoryKind::kHost}, "ucx");
+  }
+
+  // The generation and lease recheck of this rank's own participants,
+  // against the bindings current right before execution.
+  Status Fence() {
+    LiveBindings current = bindings_;
+    if (options_.current_bindings) {
+      RESHARD_ASSIGN_OR_RETURN(current, options_.current_bindings());
+    }
+    return bound_->CheckCurrentFor(
+        ParticipantsOf(bindings_.sources), current.sources,
+        ParticipantsOf(bindings_.targets), current.targets);
+  }
+
+  // 3. Connect: this rank's share of the regions, with an endpoint per
+  //    peer it exchanges with, wired up before any transfer.
+  Status Connect() {
+    for (const BoundRegion& br : bound_->regions()) {
+      RESHARD_RETURN_NOT_OK(TakeShareOf(br));
+    }
+    std::vector<UcxEndpoint*> endpoints;
+    for (auto& [r, ep] : peers_) endpoints.push_back(ep.get());
+    RESHARD_RETURN_NOT_OK(
+        internal::WireUp(*worker_, endpoints, Deadline(),
+                         [&] { return records_.CheckAborts(); }));
+    // Plan, bind, fence and connect; not the wait for the others to publish.
+    report_.plan_seconds = Seconds(start_) - waited_seconds_;
+    return Status::OK();
+  }
+
+  // What this rank does with `br`: copy it (both ends here), send it, or
+  // receive or read it; nothing when neither end is here.
+  Status TakeShareOf(const BoundRegion& br) {
+    const TransferRegion& lr = plan_->regions()[br.region];
+    const uint32_t from = world_.source_rank.at(
+        plan_->source_fragments()[lr.source_fragment].participant_id);
+    const uint32_t to = world_.target_rank.at(
+        plan_->target_fragments()[lr.target_fragment].participant_id);
+    using Kind = internal::ExchangeOp::Kind;
+    const bool pulled = pull_ && internal::PulledRegion(br);
+    if (from == options_.rank && to == options_.rank) {
+      local_.push_back(&br);
+    } else if (from == options_.rank) {
+      RESHARD_ASSIGN_OR_RETURN(auto* ep, Peer(to));
+      if (!pulled) ops_.push_back({&br, ep, Kind::kSend});
+    } else if (to == options_.rank) {
+      RESHARD_ASSIGN_OR_RETURN(auto* ep, Peer(from));
+      if (!pulled) {
+        ops_.push_back({&br, ep, Kind::kReceive});
+      } else {
+        RESHARD_ASSIGN_OR_RETURN(ucp_rkey_h key, RemoteKey(from, ep, br));
+        ops_.push_back({&br, ep, Kind::kGet, key});
+      }
+    }
+    return Status::OK();
+  }
+
+  // The endpoint to rank `r`, connected on first use.
+  Result<UcxEndpoint*> Peer(uint32_t r) {
+    auto it = peers_.find(r);
+    if (it != peers_.end()) return it->second.get();
+    RESHARD_ASSIGN_OR_RETURN(
+        auto ep,
+        UcxEndpoint::Connect(*worker_, world_.addresses[r], RankName(r, world_),
+                             internal::ResolveErrorHandling(options_.ucx)));
+    return peers_.emplace(r, std::move(ep)).first->second.get();
+  }
+
+  // Pull: rank `r`'s key for the registered range holding `br`'s source,
+  // read from its record once and unpacked once per range.
+  Result<ucp_rkey_h> RemoteKey(uint32_t r, UcxEndpoint* ep,
+                               const BoundRegion& br) {
+    auto it = ranges_.find(r);
+    if (it == ranges_.end()) {
+      const std::string key = records_.Key("rkeys", r);
+      RESHARD_ASSIGN_OR_RETURN(std::string text, records_.Get(key));
+      RESHARD_ASSIGN_OR_RETURN(auto decoded,
+                               internal::DecodeRemoteKeysRecord(text, key, r));
+      it = ranges_.emplace(r, std::move(decoded)).first;
+    }
+    const auto& list = it->second;
+    auto at = std::upper_bound(
+        list.begin(), list.end(), br.source_address,
+        [](uint64_t a, const RemoteRange& x) { return a < x.address; });
+    if (at == list.begin() ||
+        br.source_address + 1 >
+            std::prev(at)->address + std::prev(at)->length) {
+      return Status::InvalidArgument("region " + std::to_string(br.region) +
+                                     ": rank " + std::to_string(r) +
+                                     " published no remote key for its source");
+    }
+    const size_t index = static_cast<size_t>(std::prev(at) - list.begin());
+    auto [u, fresh] = unpacked_.emplace(std::make_pair(r, index), nullptr);
+    if (fresh) {
+      RESHARD_ASSIGN_OR_RETURN(
+          auto key, internal::UcxRemoteKey::Unpack(*ep, list[index].packed));
+      u->second = key->get();
+      rkeys_.push_back(std::move(key));
+    }
+    return u->second;
+  }
+
+  // 4. Exchange: local copies first (they need no peer), then the sends,
+  //    receives and gets.
+  Status Exchange() {
+    const auto t0 = Clock::now();
+    internal::ExchangeOptions xo;
+    xo.session_tag = SessionTag(options_.session);
+    xo.max_in_flight = options_.max_in_flight;
+    xo.deadline = Deadline();
+    xo.poll_abort = [&] { return records_.CheckAborts(); };
+    xo.on_first_completion = [&] { Stage("transfer"); };
+    for (const BoundRegion* br : local_) {
+      internal::CopyRegionSegments(*br, 0, internal::RowCount(*br));
+      report_.bytes_received += br->bytes;
+    }
+    report_.local_operations = local_.size();
+    internal::ExchangeStats stats;
+    RESHARD_RETURN_NOT_OK(internal::RunUcxExchange(*worker_, ops_, xo, &stats));
+    report_.operations = local_.size() + stats.messages_received;
+    report_.messages_sent = stats.messages_sent;
+    report_.gets = stats.gets;
+    report_.packed_messages = stats.packed_messages;
+    report_.bytes_sent = stats.bytes_sent;
+    report_.bytes_received += stats.bytes_received;
+    report_.transfer_seconds = Seconds(t0);
+    return Status::OK();
+  }
+
+  // 5. Completion: the caller's validator, then "done".
+  Status Complete() {
+    Stage("completing");
+    if (options_.validate_targets) {
+      RESHARD_RETURN_NOT_OK(options_.validate_targets());
+    }
+    RESHARD_RETURN_NOT_OK(records_.Put(
+        records_.Key("done"), internal::EncodeMarkerRecord(options_.rank)));
+    Stage("done");
+    return Status::OK();
+  }
+
+  // 6. World barrier: every rank's "done", still progressing (peers may
+  //    still read from us) and watching the peers' health.
+  Status Barrier() {
+    const auto t1 = Clock::now();
+    RESHARD_RETURN_NOT_OK(
+        records_.WaitForAll("done", Deadline(), [&]() -> Status {
+          for (const auto& [r, ep] : peers_) {
+            if (!ep->failure().ok()) return ep->failure();
+          }
+          worker_->ProgressOrWait(std::chrono::milliseconds(5));
+          return Status::OK();
+        }));
+    for (uint32_t r = 0; r < options_.ranks; ++r) {
+      const std::string key = records_.Key("done", r);
+      RESHARD_ASSIGN_OR_RETURN(std::string text, records_.Get(key));
+      RESHARD_RETURN_NOT_OK(internal::DecodeMarkerRecord(text, key, r));
+    }
+    report_.barrier_seconds = Seconds(t1);
+    return Status::OK();
+  }
+
+  // 7. Ready: target ranks record activation-ready.
+  Status Ready() {
+    if (bindings_.targets.empty()) return Status::OK();
+    RESHARD_RETURN_NOT_OK(records_.Put(
+        records_.Key("ready"), internal::EncodeMarkerRecord(options_.rank)));
+    report_.ready = true;
+    return Status::OK();
+  }
+
+  Session records_;
+  RecordStore& store_;
+  const WeightPlacementManifest& source_;
+  const WeightPlacementManifest& target_;
+  const LiveBindings& bindings_;
+  const LiveSessionOptions& options_;
+  LiveReport report_;
+  Clock::time_point start_;
+  double waited_seconds_ = 0;  // for the others to publish
+  bool may_pull_ = false;      // by the options (before the world is known)
+  bool pull_ = false;          // decided with the world's hosts
+  bool succeeded_ = false;
+  // UCX resources, released in reverse order (keys before endpoints).
+  std::optional<internal::UcxContext> context_;
+  std::optional<internal::UcxWorker> worker_;
+  std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers_;
+  std::vector<std::unique_ptr<internal::UcxMemory>> mems_;
+  std::vector<std::unique_ptr<internal::UcxRemoteKey>> rkeys_;
+  // The plan and this rank's share of it.
+  std::optional<LogicalTransferPlan> plan_;
+  std::optional<BoundTransferPlan> bound_;
+  World world_;
+  std::map<uint32_t, std::vector<RemoteRange>> ranges_;  // pull, by rank
+  std::map<std::pair<uint32_t, size_t>, ucp_rkey_h> unpacked_;
+  std::vector<internal::ExchangeOp> ops_;
+  std::vector<const BoundRegion*> local_;
+};
+
 }  // namespace
 
 Result<LiveReport> RunLiveReshard(RecordStore& store,
@@ -259,289 +634,12 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
                                   const LiveBindings& bindings,
                                   const LiveSessionOptions& options) {
   RESHARD_RETURN_NOT_OK(ValidateOptions(options));
-  Session s(store, options);
-  // A rank joins a session once: records of its own from an earlier run
-  // would be taken for this run's by the other ranks (and its writes would
-  // fail). Nothing is recorded, so the earlier run's records stay as they
-  // are.
-  {
-    RESHARD_ASSIGN_OR_RETURN(auto keys, store.List(options.session + "/"));
-    std::vector<std::string> own;
-    for (const std::string& key : keys) {
-      std::string_view rest =
-          std::string_view(key).substr(options.session.size() + 1);
-      const size_t slash = rest.find('/');
-      if (slash == std::string_view::npos) continue;
-      rest = rest.substr(slash + 1);
-      if (rest.substr(0, rest.find('/')) == std::to_string(options.rank)) {
-        own.push_back(key);
-      }
-    }
-    if (!own.empty()) {
-      return Status::AlreadyExists(
-          "live session " + options.session + ": rank " +
-          std::to_string(options.rank) + " already has " +
-          std::to_string(own.size()) + " record(s) (" + own[0] +
-          (own.size() > 1 ? ", ..." : "") +
-          ") from an earlier run; use a new session key");
-    }
-  }
-  LiveReport report;
-  const auto start = Clock::now();
-  auto deadline = [&] { return Clock::now() + options.timeout; };
+  LiveRank rank(store, source, target, bindings, options);
+  RESHARD_RETURN_NOT_OK(rank.RefuseRejoin());
   // Every failure from here on is recorded for the other ranks.
-  auto run = [&]() -> Status {
-    RESHARD_ASSIGN_OR_RETURN(auto context,
-                             internal::UcxContext::Make(options.ucx));
-    RESHARD_ASSIGN_OR_RETURN(auto worker, internal::UcxWorker::Make(context));
-    RESHARD_ASSIGN_OR_RETURN(std::string address, worker.Address());
-    std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers;
-    std::vector<std::unique_ptr<internal::UcxMemory>> mems;
-    std::vector<std::unique_ptr<internal::UcxRemoteKey>> rkeys;
-    // A failed session abandons its UCX resources rather than progressing
-    // or tearing them down (see UcxWorker::Abandon); declared after them,
-    // so it runs first.
-    bool succeeded = false;
-    struct AbandonOnFailure {
-      bool& succeeded;
-      internal::UcxContext& context;
-      internal::UcxWorker& worker;
-      std::map<uint32_t, std::unique_ptr<UcxEndpoint>>& peers;
-      std::vector<std::unique_ptr<internal::UcxMemory>>& mems;
-      std::vector<std::unique_ptr<internal::UcxRemoteKey>>& rkeys;
-      ~AbandonOnFailure() {
-        if (succeeded) {
-          rkeys.clear();  // before their endpoints
-          return;
-        }
-        for (auto& k : rkeys) k->Abandon();
-        for (auto& m : mems) m->Abandon();
-        for (auto& [r, ep] : peers) ep->Abandon();
-        worker.Abandon();
-        context.Abandon();
-      }
-    } abandon{succeeded, context, worker, peers, mems, rkeys};
-
-    // 1. Publish: bindings, address, then the rank record (the marker).
-    for (size_t i = 0; i < bindings.sources.size(); ++i) {
-      RESHARD_RETURN_NOT_OK(
-          s.Put(s.Key("bindings") + "/source-" + std::to_string(i),
-                WeightRuntimeBindingToJson(bindings.sources[i])));
-    }
-    for (size_t i = 0; i < bindings.targets.size(); ++i) {
-      RESHARD_RETURN_NOT_OK(
-          s.Put(s.Key("bindings") + "/target-" + std::to_string(i),
-                WeightRuntimeBindingToJson(bindings.targets[i])));
-    }
-    RESHARD_RETURN_NOT_OK(s.Put(s.Key("address"), internal::EncodeAddressRecord(
-                                                      options.rank, address)));
-    // Pull (possibly, under kAuto): register every source fragment and
-    // publish the keys.
-    const bool may_pull =
-        options.protocol == LiveProtocol::kPull ||
-        (options.protocol == LiveProtocol::kAuto && options.ucx.tls.empty());
-    if (may_pull && !bindings.sources.empty()) {
-      for (const auto& b : bindings.sources) {
-        for (const auto& f : b.fragments()) {
-          RESHARD_ASSIGN_OR_RETURN(
-              auto m, internal::UcxMemory::Map(
-                          context, reinterpret_cast<void*>(f.address()),
-                          std::max<uint64_t>(f.nbytes(), 1)));
-          mems.push_back(std::move(m));
-        }
-      }
-      std::vector<RemoteRange> ranges;
-      for (const auto& m : mems) {
-        ranges.push_back({m->address(), m->length(), m->packed_key()});
-      }
-      RESHARD_RETURN_NOT_OK(
-          s.Put(s.Key("rkeys"),
-                internal::EncodeRemoteKeysRecord(options.rank, ranges)));
-    }
-    RESHARD_RETURN_NOT_OK(s.Put(
-        s.Key("rank"),
-        internal::EncodeRankRecord({HostName(), options.rank, options.ranks})));
-    if (options.on_stage) options.on_stage("published");
-
-    // 2. Plan while the others publish; then bind with everybody's
-    //    bindings and fence our own.
-    RESHARD_ASSIGN_OR_RETURN(auto plan,
-                             LogicalTransferPlan::Make(source, target));
-    report.regions = plan.regions().size();
-    const auto waiting = Clock::now();
-    RESHARD_RETURN_NOT_OK(s.WaitForAll("rank", deadline(), nullptr));
-    const double waited = Seconds(waiting);
-    RESHARD_ASSIGN_OR_RETURN(World world, ReadWorld(s, store, options));
-    bool pull = options.protocol == LiveProtocol::kPull;
-    if (options.protocol == LiveProtocol::kAuto && may_pull) {
-      pull = true;  // when every rank runs on this host
-      for (uint32_t r = 0; r < options.ranks && pull; ++r) {
-        pull = world.hosts[r] == HostName();
-      }
-    }
-    RESHARD_ASSIGN_OR_RETURN(
-        auto bound, BoundTransferPlan::Bind(plan, source, world.sources, target,
-                                            world.targets));
-    // Host memory only, on every rank alike: a device pointer is never
-    // handed to UCX as host memory.
-    RESHARD_RETURN_NOT_OK(bound.RequireMemoryKinds({MemoryKind::kHost}, "ucx"));
-    LiveBindings current = bindings;
-    if (options.current_bindings) {
-      RESHARD_ASSIGN_OR_RETURN(current, options.current_bindings());
-    }
-    RESHARD_RETURN_NOT_OK(bound.CheckCurrentFor(
-        ParticipantsOf(bindings.sources), current.sources,
-        ParticipantsOf(bindings.targets), current.targets));
-
-    // 3. Our share: sends, receives, local copies.
-    const bool peer_errors = internal::UsePeerErrorHandling(options.ucx);
-    auto peer = [&](uint32_t r) -> Result<UcxEndpoint*> {
-      auto it = peers.find(r);
-      if (it != peers.end()) return it->second.get();
-      RESHARD_ASSIGN_OR_RETURN(
-          auto ep, UcxEndpoint::Connect(worker, world.addresses[r],
-                                        RankName(r, world), peer_errors));
-      return peers.emplace(r, std::move(ep)).first->second.get();
-    };
-    // Pull: the peers' registered ranges, and keys unpacked per range.
-    std::map<uint32_t, std::vector<RemoteRange>> ranges;
-    std::map<std::pair<uint32_t, size_t>, ucp_rkey_h> unpacked;
-    auto remote_key = [&](uint32_t r, UcxEndpoint* ep,
-                          const BoundRegion& br) -> Result<ucp_rkey_h> {
-      auto it = ranges.find(r);
-      if (it == ranges.end()) {
-        const std::string key = s.Key("rkeys", r);
-        RESHARD_ASSIGN_OR_RETURN(std::string text, s.Get(key));
-        RESHARD_ASSIGN_OR_RETURN(
-            auto decoded, internal::DecodeRemoteKeysRecord(text, key, r));
-        it = ranges.emplace(r, std::move(decoded)).first;
-      }
-      const auto& list = it->second;
-      auto at = std::upper_bound(
-          list.begin(), list.end(), br.source_address,
-          [](uint64_t a, const RemoteRange& x) { return a < x.address; });
-      if (at == list.begin() ||
-          br.source_address + 1 >
-              std::prev(at)->address + std::prev(at)->length) {
-        return Status::InvalidArgument(
-            "region " + std::to_string(br.region) + ": rank " +
-            std::to_string(r) + " published no remote key for its source");
-      }
-      const size_t index = static_cast<size_t>(std::prev(at) - list.begin());
-      auto [u, fresh] = unpacked.emplace(std::make_pair(r, index), nullptr);
-      if (fresh) {
-        RESHARD_ASSIGN_OR_RETURN(
-            auto key, internal::UcxRemoteKey::Unpack(*ep, list[index].packed));
-        u->second = key->get();
-        rkeys.push_back(std::move(key));
-      }
-      return u->second;
-    };
-    std::vector<internal::ExchangeOp> ops;
-    std::vector<const BoundRegion*> local;
-    for (const BoundRegion& br : bound.regions()) {
-      const TransferRegion& lr = plan.regions()[br.region];
-      const uint32_t from = world.source_rank.at(
-          plan.source_fragments()[lr.source_fragment].participant_id);
-      const uint32_t to = world.target_rank.at(
-          plan.target_fragments()[lr.target_fragment].participant_id);
-      using Kind = internal::ExchangeOp::Kind;
-      const bool pulled = pull && internal::PulledRegion(br);
-      if (from == options.rank && to == options.rank) {
-        local.push_back(&br);
-      } else if (from == options.rank) {
-        RESHARD_ASSIGN_OR_RETURN(auto* ep, peer(to));
-        if (!pulled) ops.push_back({&br, ep, Kind::kSend});
-      } else if (to == options.rank) {
-        RESHARD_ASSIGN_OR_RETURN(auto* ep, peer(from));
-        if (!pulled) {
-          ops.push_back({&br, ep, Kind::kReceive});
-          continue;
-        }
-        RESHARD_ASSIGN_OR_RETURN(ucp_rkey_h key, remote_key(from, ep, br));
-        ops.push_back({&br, ep, Kind::kGet, key});
-      }
-    }
-    std::vector<UcxEndpoint*> endpoints;
-    for (auto& [r, ep] : peers) endpoints.push_back(ep.get());
-    RESHARD_RETURN_NOT_OK(internal::WireUp(worker, endpoints, deadline(),
-                                           [&] { return s.CheckAborts(); }));
-    // Plan, bind, fence and connect; not the wait for the others to publish.
-    report.plan_seconds = Seconds(start) - waited;
-    const auto t0 = Clock::now();
-    internal::ExchangeOptions xo;
-    xo.session_tag = SessionTag(options.session);
-    xo.max_in_flight = options.max_in_flight;
-    xo.deadline = deadline();
-    xo.poll_abort = [&] { return s.CheckAborts(); };
-    xo.on_first_completion = [&] {
-      if (options.on_stage) options.on_stage("transfer");
-    };
-    internal::ExchangeStats stats;
-    // Local copies first: they need no peer.
-    for (const BoundRegion* br : local) {
-      uint64_t rows = 1;
-      for (const OuterLoop& l : br->loops) rows *= l.count;
-      internal::CopyRegionSegments(*br, 0, rows);
-      report.bytes_received += br->bytes;
-    }
-    report.local_operations = local.size();
-    RESHARD_RETURN_NOT_OK(internal::RunUcxExchange(worker, ops, xo, &stats));
-    report.operations = local.size() + stats.messages_received;
-    report.messages_sent = stats.messages_sent;
-    report.gets = stats.gets;
-    report.packed_messages = stats.packed_messages;
-    report.bytes_sent = stats.bytes_sent;
-    report.bytes_received += stats.bytes_received;
-
-    report.transfer_seconds = Seconds(t0);
-
-    // 4. Completion of our targets, then "done".
-    if (options.on_stage) options.on_stage("completing");
-    if (options.validate_targets)
-      RESHARD_RETURN_NOT_OK(options.validate_targets());
-    RESHARD_RETURN_NOT_OK(
-        s.Put(s.Key("done"), internal::EncodeMarkerRecord(options.rank)));
-    if (options.on_stage) options.on_stage("done");
-
-    // 5. World barrier; keep progressing (peers may still fetch from us)
-    //    and watch our peers' health.
-    const auto t1 = Clock::now();
-    RESHARD_RETURN_NOT_OK(s.WaitForAll("done", deadline(), [&]() -> Status {
-      for (const auto& [r, ep] : peers) {
-        if (!ep->failure().ok()) return ep->failure();
-      }
-      worker.ProgressOrWait(std::chrono::milliseconds(5));
-      return Status::OK();
-    }));
-    for (uint32_t r = 0; r < options.ranks; ++r) {
-      const std::string key = s.Key("done", r);
-      RESHARD_ASSIGN_OR_RETURN(std::string text, s.Get(key));
-      RESHARD_RETURN_NOT_OK(internal::DecodeMarkerRecord(text, key, r));
-    }
-    report.barrier_seconds = Seconds(t1);
-
-    // 6. Activation-ready.
-    if (!bindings.targets.empty()) {
-      RESHARD_RETURN_NOT_OK(
-          s.Put(s.Key("ready"), internal::EncodeMarkerRecord(options.rank)));
-      report.ready = true;
-    }
-    succeeded = true;
-    return Status::OK();
-  };
-  Status st = run();
-  if (!st.ok() && !st.IsAborted()) {
-    // When another rank failed first (its death or abort explains ours,
-    // e.g. an endpoint that cannot connect to it), report that cause.
-    Status first = s.CheckAborts();
-    if (!first.ok()) st = first.WithContext(st.message());
-  }
-  if (!st.ok()) {
-    return s.Abort(st.WithContext("live session " + options.session +
-                                  ", rank " + std::to_string(options.rank)));
-  }
-  return report;
+  Status st = rank.Run();
+  if (!st.ok()) return rank.Abort(std::move(st));
+  return rank.report();
 }
 
 Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {

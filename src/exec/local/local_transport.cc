@@ -12,18 +12,11 @@
 #include <thread>
 
 #include "exec/local/stream_copy.h"
-#include "exec/region_copy.h"
+#include "bind/row_walker.h"
 
 namespace reshard {
 
 namespace {
-
-// Number of rows (contiguous runs of inner_bytes) in a region.
-uint64_t Rows(const BoundRegion& r) {
-  uint64_t n = 1;
-  for (const auto& l : r.loops) n *= l.count;
-  return n;
-}
 
 struct Piece {
   const BoundRegion* region;
@@ -34,73 +27,11 @@ struct Piece {
   uint64_t byte_count;
 };
 
-}  // namespace
-
-namespace {
-
 // Streams at least this many bytes per transfer piece; smaller pieces use
 // memcpy and stay in cache.
 constexpr uint64_t kStreamThreshold = uint64_t{1} << 20;
 
-template <typename Copy>
-void CopyRows(const BoundRegion& r, uint64_t first, uint64_t count,
-              Copy&& copy) {
-  const size_t n = r.loops.size();
-  if (n == 0) {
-    if (count > 0) {
-      copy(reinterpret_cast<void*>(r.target_address),
-           reinterpret_cast<const void*>(r.source_address), r.inner_bytes);
-    }
-    return;
-  }
-  // Mixed-radix index of `first`, last loop fastest.
-  uint64_t idx[16];
-  std::vector<uint64_t> heap;
-  uint64_t* index = idx;
-  if (n > 16) {
-    heap.resize(n);
-    index = heap.data();
-  }
-  uint64_t rest = first;
-  uint64_t src = r.source_address;
-  uint64_t dst = r.target_address;
-  for (size_t d = n; d-- > 0;) {
-    index[d] = rest % r.loops[d].count;
-    rest /= r.loops[d].count;
-    src += index[d] * r.loops[d].source_stride;
-    dst += index[d] * r.loops[d].target_stride;
-  }
-  const OuterLoop& last = r.loops[n - 1];
-  for (uint64_t k = 0; k < count; ++k) {
-    copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
-         r.inner_bytes);
-    // Advance the innermost loop; carry outwards.
-    size_t d = n - 1;
-    ++index[d];
-    src += last.source_stride;
-    dst += last.target_stride;
-    while (index[d] == r.loops[d].count && d > 0) {
-      src -= r.loops[d].count * r.loops[d].source_stride;
-      dst -= r.loops[d].count * r.loops[d].target_stride;
-      index[d] = 0;
-      --d;
-      ++index[d];
-      src += r.loops[d].source_stride;
-      dst += r.loops[d].target_stride;
-    }
-  }
-}
-
 }  // namespace
-
-namespace internal {
-
-void CopyRegionSegments(const BoundRegion& r, uint64_t first, uint64_t count) {
-  CopyRows(r, first, count,
-           [](void* d, const void* s, size_t n) { std::memcpy(d, s, n); });
-}
-
-}  // namespace internal
 
 struct LocalTransport::Impl {
   LocalTransportOptions options;
@@ -119,7 +50,7 @@ struct LocalTransport::Impl {
     std::vector<Piece> pieces;
     const uint64_t chunk = options.chunk_bytes;
     for (const BoundRegion& r : plan.regions()) {
-      const uint64_t rows = Rows(r);
+      const uint64_t rows = internal::RowCount(r);
       if (rows == 1 && r.inner_bytes > chunk) {
         for (uint64_t off = 0; off < r.inner_bytes; off += chunk) {
           pieces.push_back(
@@ -154,7 +85,7 @@ struct LocalTransport::Impl {
                                             p.byte_offset),
               p.byte_count);
         } else {
-          CopyRows(*p.region, p.first_row, p.rows, copy);
+          internal::CopyRegionRows(*p.region, p.first_row, p.rows, copy);
         }
       }
       if (stream) internal::StreamFence();
@@ -198,7 +129,7 @@ Result<std::unique_ptr<LocalTransport>> LocalTransport::Make(
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->caps = {"local", {MemoryKind::kHost}, true, options.max_in_flight};
+  impl->caps = {"local", {MemoryKind::kHost}, options.max_in_flight};
   return std::unique_ptr<LocalTransport>(new LocalTransport(std::move(impl)));
 }
 
@@ -269,7 +200,5 @@ Status LocalTransport::Wait(TransferId id) {
              ? Status::OK()
              : Status::Aborted("transfer " + std::to_string(id) + " failed");
 }
-
-Status LocalTransport::Drain() { return Status::OK(); }
 
 }  // namespace reshard

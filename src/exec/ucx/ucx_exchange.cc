@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "bind/row_walker.h"
 #include "bind/strided_stream.h"
 
 namespace reshard::internal {
@@ -182,67 +183,90 @@ Status WireUp(UcxWorker& worker, const std::vector<UcxEndpoint*>& peers,
   return failure;
 }
 
-Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
-                      const ExchangeOptions& options, ExchangeStats* stats) {
-  auto generic_owner = std::make_unique<GenericDatatype>();
-  GenericDatatype& generic = *generic_owner;
-  RESHARD_RETURN_NOT_OK(
-      FromUcs(generic.status(), "cannot create UCX generic datatype"));
-  // Heap-held so that requests still pending after a failure can keep it.
-  auto* completed = new std::vector<size_t>();
-  std::unique_ptr<std::vector<size_t>> completed_owner(completed);
-  std::vector<std::unique_ptr<OpState>> state(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) {
-    state[i] = std::make_unique<OpState>();
-    state[i]->index = i;
-    state[i]->completed = completed;
-    state[i]->side = ops[i].kind == ExchangeOp::Kind::kSend
-                         ? StridedSide::Source(*ops[i].region)
-                         : StridedSide::Target(*ops[i].region);
+namespace {
+
+// One run of RunUcxExchange: the operations' state, the completion queue
+// that UCX callbacks fill, the generic datatype and the send window.
+// Receives are posted up front; sends and gets are initiated here and keep
+// at most `max_in_flight` in flight.
+class Exchange {
+ public:
+  Exchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
+           const ExchangeOptions& options, ExchangeStats* stats)
+      : worker_(worker),
+        ops_(ops),
+        options_(options),
+        stats_(stats != nullptr ? stats : &unused_stats_),
+        settled_(ops.size(), false),
+        remaining_(ops.size()) {}
+
+  Status Run() {
+    RESHARD_RETURN_NOT_OK(Prepare());
+    PostReceives();
+    while (remaining_ > 0) {
+      FillSendWindow();
+      SettleCompleted();
+      if (remaining_ == 0) break;
+      if (failure_.ok()) failure_ = CheckHealth();
+      if (!failure_.ok()) break;
+      worker_.ProgressOrWait(std::chrono::milliseconds(2));
+    }
+    if (!failure_.ok()) AbandonInFlight();
+    return failure_;
   }
-  // Pull: one get per row, or one for a contiguous region.
-  auto post_get = [&](size_t i) {
-    const ExchangeOp& op = ops[i];
-    OpState& s = *state[i];
-    const StridedSide remote = StridedSide::Source(*op.region);
-    const bool whole = remote.contiguous() && s.side.contiguous();
-    const uint64_t rows =
-        whole ? 1
-              : s.side.total_bytes / std::max<uint64_t>(1, s.side.inner_bytes);
-    const uint64_t run = whole ? s.side.total_bytes : s.side.inner_bytes;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &OnGetPart;
-    param.user_data = &s;
-    s.posted = true;
-    s.pending = rows;
-    for (uint64_t k = 0; k < rows; ++k) {
-      uint8_t* local = s.side.base + (whole ? 0 : RowOffset(s.side, k));
-      const uint64_t from = reinterpret_cast<uint64_t>(remote.base) +
-                            (whole ? 0 : RowOffset(remote, k));
-      void* req =
-          ucp_get_nbx(op.peer->get(), local, run, from, op.rkey, &param);
-      if (stats) ++stats->gets;
-      if (UCS_PTR_IS_PTR(req)) continue;
-      if (UCS_PTR_IS_ERR(req) && s.status == UCS_OK) {
-        s.status = UCS_PTR_STATUS(req);
+
+ private:
+  // The datatype, one state per operation (with the side it moves) and
+  // the peers to watch.
+  Status Prepare() {
+    generic_ = std::make_unique<GenericDatatype>();
+    RESHARD_RETURN_NOT_OK(
+        FromUcs(generic_->status(), "cannot create UCX generic datatype"));
+    completed_ = std::make_unique<std::vector<size_t>>();
+    state_.resize(ops_.size());
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      const ExchangeOp& op = ops_[i];
+      state_[i] = std::make_unique<OpState>();
+      state_[i]->index = i;
+      state_[i]->completed = completed_.get();
+      state_[i]->side = op.kind == ExchangeOp::Kind::kSend
+                            ? StridedSide::Source(*op.region)
+                            : StridedSide::Target(*op.region);
+      if (std::find(peers_.begin(), peers_.end(), op.peer) == peers_.end()) {
+        peers_.push_back(op.peer);
       }
-      --s.pending;
     }
-    if (s.pending == 0) {
-      s.done = true;
-      completed->push_back(i);
+    return Status::OK();
+  }
+
+  void PostReceives() {
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (ops_[i].kind == ExchangeOp::Kind::kReceive) {
+        PostMessage(i);
+      } else {
+        initiated_.push_back(i);  // sends and gets
+      }
     }
-  };
-  auto post = [&](size_t i) -> Status {
-    const ExchangeOp& op = ops[i];
-    OpState& s = *state[i];
-    if (op.kind == ExchangeOp::Kind::kGet) {
-      post_get(i);
-      return Status::OK();
+  }
+
+  void FillSendWindow() {
+    while (failure_.ok() && next_initiated_ < initiated_.size() &&
+           in_flight_ < options_.max_in_flight) {
+      ++in_flight_;
+      const size_t i = initiated_[next_initiated_++];
+      if (ops_[i].kind == ExchangeOp::Kind::kGet) {
+        PostGet(i);
+      } else {
+        PostMessage(i);
+      }
     }
-    const bool contiguous = s.side.contiguous();
+  }
+
+  // A tagged send or receive: contiguous sides zero-copy, strided sides
+  // through the generic datatype (one message either way).
+  void PostMessage(size_t i) {
+    const ExchangeOp& op = ops_[i];
+    OpState& s = *state_[i];
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA |
@@ -250,18 +274,18 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
     param.user_data = &s;
     void* buffer;
     size_t count;
-    if (contiguous) {
+    if (s.side.contiguous()) {
       param.datatype = ucp_dt_make_contig(1);
       buffer = s.side.base;
       count = s.side.total_bytes;
     } else {
-      param.datatype = generic.get();
+      param.datatype = generic_->get();
       buffer = &s.side;
       count = 1;
-      if (stats) ++stats->packed_messages;
+      ++stats_->packed_messages;
     }
     const ucp_tag_t tag =
-        (ucp_tag_t{options.session_tag} << 32) | op.region->region;
+        (ucp_tag_t{options_.session_tag} << 32) | op.region->region;
     void* req;
     const bool send = op.kind == ExchangeOp::Kind::kSend;
     if (send) {
@@ -269,141 +293,181 @@ Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
       req = ucp_tag_send_nbx(op.peer->get(), buffer, count, tag, &param);
     } else {
       param.cb.recv = &OnRecv;
-      req = ucp_tag_recv_nbx(worker.get(), buffer, count, tag, ~ucp_tag_t{0},
+      req = ucp_tag_recv_nbx(worker_.get(), buffer, count, tag, ~ucp_tag_t{0},
                              &param);
     }
     s.posted = true;
     if (UCS_PTR_IS_ERR(req)) {
       s.done = true;
       s.status = UCS_PTR_STATUS(req);
-      completed->push_back(i);
+      completed_->push_back(i);
     } else if (req == nullptr) {
       s.done = true;  // completed in place, no callback
       if (!send) s.received = s.side.total_bytes;
-      completed->push_back(i);
+      completed_->push_back(i);
     } else {
       s.request = req;
     }
-    return Status::OK();
-  };
+  }
 
-  Status failure;
-  size_t next_send = 0;
-  size_t in_flight_sends = 0;
-  size_t remaining = ops.size();
-  std::vector<size_t> sends;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind == ExchangeOp::Kind::kReceive) {
-      RESHARD_RETURN_NOT_OK(post(i));
+  // Pull: one get for a region contiguous on both sides, else one per row.
+  void PostGet(size_t i) {
+    const ExchangeOp& op = ops_[i];
+    OpState& s = *state_[i];
+    const BoundRegion& region = *op.region;
+    const StridedSide remote = StridedSide::Source(region);
+    const bool whole = remote.contiguous() && s.side.contiguous();
+    const uint64_t rows =
+        whole ? 1
+              : s.side.total_bytes / std::max<uint64_t>(1, s.side.inner_bytes);
+    s.posted = true;
+    s.pending = rows;
+    if (whole) {
+      PostGetPart(op, s, s.side.base, region.source_address,
+                  s.side.total_bytes);
     } else {
-      sends.push_back(i);  // initiated here: sends and gets
+      ForEachRegionRow(region, 0, rows, [&](uint64_t from, uint64_t to) {
+        PostGetPart(op, s, s.side.base + to, region.source_address + from,
+                    s.side.inner_bytes);
+      });
+    }
+    if (s.pending == 0) {
+      s.done = true;
+      completed_->push_back(i);
     }
   }
-  std::vector<UcxEndpoint*> peers;
-  for (const ExchangeOp& op : ops) {
-    if (std::find(peers.begin(), peers.end(), op.peer) == peers.end()) {
-      peers.push_back(op.peer);
+
+  void PostGetPart(const ExchangeOp& op, OpState& s, uint8_t* local,
+                   uint64_t remote, uint64_t bytes) {
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &OnGetPart;
+    param.user_data = &s;
+    void* req =
+        ucp_get_nbx(op.peer->get(), local, bytes, remote, op.rkey, &param);
+    ++stats_->gets;
+    if (UCS_PTR_IS_PTR(req)) return;
+    if (UCS_PTR_IS_ERR(req) && s.status == UCS_OK) {
+      s.status = UCS_PTR_STATUS(req);
+    }
+    --s.pending;
+  }
+
+  void SettleCompleted() {
+    while (!completed_->empty()) {
+      const size_t i = completed_->back();
+      completed_->pop_back();
+      if (!settled_[i]) Settle(i);
     }
   }
-  std::vector<bool> settled(ops.size(), false);
-  bool first_done = false;
-  auto settle = [&](size_t i) {
-    OpState& s = *state[i];
-    settled[i] = true;
-    --remaining;
+
+  // Frees a completed operation's request and counts it; the first failed
+  // operation (or a receive of the wrong size) becomes the failure.
+  void Settle(size_t i) {
+    OpState& s = *state_[i];
+    const ExchangeOp& op = ops_[i];
+    settled_[i] = true;
+    --remaining_;
     if (s.request != nullptr) {
       ucp_request_free(s.request);
       s.request = nullptr;
     }
-    const ExchangeOp& op = ops[i];
     if (s.status != UCS_OK) {
-      if (failure.ok()) {
+      if (failure_.ok()) {
         Status peer = op.peer->failure();
-        failure = !peer.ok() ? peer.WithContext(Describe(op))
-                             : FromUcs(s.status, Describe(op));
+        failure_ = !peer.ok() ? peer.WithContext(Describe(op))
+                              : FromUcs(s.status, Describe(op));
       }
       return;
     }
-    if (!first_done) {
-      first_done = true;
-      if (options.on_first_completion) options.on_first_completion();
+    if (!first_done_) {
+      first_done_ = true;
+      if (options_.on_first_completion) options_.on_first_completion();
     }
-    if (op.kind == ExchangeOp::Kind::kGet) {
-      --in_flight_sends;
-      if (stats) {
-        ++stats->messages_received;
-        stats->bytes_received += op.region->bytes;
-      }
-    } else if (op.kind == ExchangeOp::Kind::kSend) {
-      --in_flight_sends;
-      if (stats) {
-        ++stats->messages_sent;
-        stats->bytes_sent += op.region->bytes;
-      }
-    } else {
-      if (s.received != op.region->bytes && failure.ok()) {
-        failure = Status::DataLoss(
-            Describe(op) + ": received " + std::to_string(s.received) +
-            " bytes, expected " + std::to_string(op.region->bytes));
-      }
-      if (stats) {
-        ++stats->messages_received;
-        stats->bytes_received += s.received;
-      }
+    switch (op.kind) {
+      case ExchangeOp::Kind::kGet:
+        --in_flight_;
+        ++stats_->messages_received;
+        stats_->bytes_received += op.region->bytes;
+        break;
+      case ExchangeOp::Kind::kSend:
+        --in_flight_;
+        ++stats_->messages_sent;
+        stats_->bytes_sent += op.region->bytes;
+        break;
+      case ExchangeOp::Kind::kReceive:
+        if (s.received != op.region->bytes && failure_.ok()) {
+          failure_ = Status::DataLoss(
+              Describe(op) + ": received " + std::to_string(s.received) +
+              " bytes, expected " + std::to_string(op.region->bytes));
+        }
+        ++stats_->messages_received;
+        stats_->bytes_received += s.received;
+        break;
     }
-  };
-
-  auto last_abort_poll = Clock::now();
-  while (remaining > 0) {
-    // Keep the send window full.
-    while (failure.ok() && next_send < sends.size() &&
-           in_flight_sends < options.max_in_flight) {
-      ++in_flight_sends;
-      RESHARD_RETURN_NOT_OK(post(sends[next_send++]));
-    }
-    while (!completed->empty()) {
-      const size_t i = completed->back();
-      completed->pop_back();
-      if (!settled[i]) settle(i);
-    }
-    if (remaining == 0) break;
-    // A peer failure stops the exchange before any further progress.
-    for (UcxEndpoint* p : peers) {
-      if (failure.ok() && !p->failure().ok()) failure = p->failure();
-    }
-    if (failure.ok()) {
-      const auto now = Clock::now();
-      if (now >= options.deadline) {
-        failure =
-            Status::Unavailable("timed out with " + std::to_string(remaining) +
-                                " transfers outstanding");
-      } else if (now - last_abort_poll >= options.abort_poll_interval) {
-        last_abort_poll = now;
-        if (options.poll_abort) failure = options.poll_abort();
-      }
-    }
-    if (!failure.ok()) break;
-    worker.ProgressOrWait(std::chrono::milliseconds(2));
   }
-  if (failure.ok()) return Status::OK();
 
-  // Stop without progressing the worker again (see UcxWorker::Abandon):
+  // A lost peer, the deadline or another rank's abort (polled about every
+  // abort_poll_interval) stops the exchange before any further progress.
+  Status CheckHealth() {
+    for (UcxEndpoint* p : peers_) {
+      if (!p->failure().ok()) return p->failure();
+    }
+    const auto now = Clock::now();
+    if (now >= options_.deadline) {
+      return Status::Unavailable("timed out with " +
+                                 std::to_string(remaining_) +
+                                 " transfers outstanding");
+    }
+    if (now - last_abort_poll_ >= options_.abort_poll_interval) {
+      last_abort_poll_ = now;
+      if (options_.poll_abort) return options_.poll_abort();
+    }
+    return Status::OK();
+  }
+
+  // Stops without progressing the worker again (see UcxWorker::Abandon):
   // what is still posted stays with UCX, so its state, the completion
   // queue and the datatype live until process exit, and the caller treats
-  // the buffers as uncertain (never marked ready).
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (!settled[i] && state[i]->posted && state[i]->done) {
-      Status keep = failure;
-      settle(i);
-      failure = keep;
+  // the buffers as uncertain (never marked ready). Operations that
+  // completed are still settled (counted); the failure stays the first.
+  void AbandonInFlight() {
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (!settled_[i] && state_[i]->posted && state_[i]->done) Settle(i);
+    }
+    (void)completed_.release();
+    (void)generic_.release();
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (!settled_[i] && state_[i]->posted) (void)state_[i].release();
     }
   }
-  completed_owner.release();
-  generic_owner.release();
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (!settled[i] && state[i]->posted) state[i].release();
-  }
-  return failure;
+
+  UcxWorker& worker_;
+  const std::vector<ExchangeOp>& ops_;
+  const ExchangeOptions& options_;
+  ExchangeStats unused_stats_;
+  ExchangeStats* stats_;
+  // Heap-held so that requests still posted after a failure can keep them.
+  std::unique_ptr<GenericDatatype> generic_;
+  std::unique_ptr<std::vector<size_t>> completed_;
+  std::vector<std::unique_ptr<OpState>> state_;
+  std::vector<UcxEndpoint*> peers_;
+  std::vector<size_t> initiated_;  // sends and gets, in posting order
+  size_t next_initiated_ = 0;
+  size_t in_flight_ = 0;  // initiated and not settled
+  std::vector<bool> settled_;
+  size_t remaining_;
+  bool first_done_ = false;
+  Status failure_;
+  Clock::time_point last_abort_poll_ = Clock::now();
+};
+
+}  // namespace
+
+Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
+                      const ExchangeOptions& options, ExchangeStats* stats) {
+  return Exchange(worker, ops, options, stats).Run();
 }
 
 }  // namespace reshard::internal

@@ -1,12 +1,13 @@
-// The UCX executor: one process's share of a bound transfer plan, as tagged
-// messages. Every region is exactly one message: contiguous sides go
-// zero-copy (UCX picks eager or rendezvous; CMA or shared memory on one
-// host), strided sides are packed and unpacked through a UCX generic
-// datatype, so small rows never become one request each.
+// The UCX executor: one process's share of a bound transfer plan. A pushed
+// region is exactly one tagged message: contiguous sides go zero-copy (UCX
+// picks eager or rendezvous; CMA or shared memory on one host), strided
+// sides are packed and unpacked through a UCX generic datatype, so small
+// rows never become one request each. A pulled region is one RMA get, or
+// one per row of at least kMinPulledRow bytes.
 //
 // Receives are all posted up front (cheap, and no cycle of full windows
-// can deadlock); sends keep at most `max_in_flight` in flight and never
-// drain between batches.
+// can deadlock); sends and gets keep at most `max_in_flight` in flight and
+// never drain between batches.
 
 #ifndef RESHARD_EXEC_UCX_UCX_EXCHANGE_H_
 #define RESHARD_EXEC_UCX_UCX_EXCHANGE_H_
@@ -70,8 +71,10 @@ Status WireUp(UcxWorker& worker, const std::vector<UcxEndpoint*>& peers,
               const std::function<Status()>& poll_abort);
 
 // Runs `ops` to completion. On any failure (a peer lost, a wrong message
-// size, the deadline, an abort) the remaining operations are cancelled and
-// the first error is returned, naming the region and the peer.
+// size, the deadline, an abort) the exchange stops without progressing the
+// worker again: operations still in flight are left to UCX with their
+// state (see UcxWorker::Abandon), so their buffers must be treated as in
+// use, and the first error is returned, naming the region and the peer.
 Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
                       const ExchangeOptions& options, ExchangeStats* stats);
 

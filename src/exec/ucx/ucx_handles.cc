@@ -25,16 +25,12 @@ Status FromUcs(ucs_status_t status, const std::string& what) {
   }
 }
 
-bool UsePeerErrorHandling(const UcxOptions& options) {
-  switch (options.error_handling) {
-    case UcxErrorHandling::kPeer:
-      return true;
-    case UcxErrorHandling::kNone:
-      return false;
-    case UcxErrorHandling::kAuto:
-      break;
+UcxErrorHandling ResolveErrorHandling(const UcxOptions& options) {
+  if (options.error_handling != UcxErrorHandling::kAuto) {
+    return options.error_handling;
   }
-  return options.tls == "tcp";
+  return options.tls == "tcp" ? UcxErrorHandling::kPeer
+                              : UcxErrorHandling::kNone;
 }
 
 Result<UcxContext> UcxContext::Make(const UcxOptions& options) {
@@ -162,7 +158,8 @@ Status CheckPackedRemoteKey(std::string_view packed) {
 
 Result<std::unique_ptr<UcxEndpoint>> UcxEndpoint::Connect(
     const UcxWorker& worker, const std::string& peer_address,
-    std::string peer_name, bool peer_errors) {
+    std::string peer_name, UcxErrorHandling error_handling) {
+  const bool peer_errors = error_handling == UcxErrorHandling::kPeer;
   RESHARD_ASSIGN_OR_RETURN(std::string own, worker.Address());
   Status valid = CheckWorkerAddress(peer_address, own);
   if (!valid.ok()) return valid.WithContext("cannot connect to " + peer_name);

@@ -35,8 +35,8 @@ Status CheckWorkerAddress(std::string_view peer, std::string_view own);
 // bytes.
 Status CheckPackedRemoteKey(std::string_view packed);
 
-// Resolves kAuto (see UcxErrorHandling).
-bool UsePeerErrorHandling(const UcxOptions& options);
+// Resolves kAuto (see UcxErrorHandling): kPeer or kNone.
+UcxErrorHandling ResolveErrorHandling(const UcxOptions& options);
 
 class UcxContext {
  public:
@@ -90,11 +90,12 @@ class UcxWorker {
 // An endpoint to a peer worker, with peer-failure error handling.
 class UcxEndpoint {
  public:
-  // With `peer_errors`, UCX reports the peer's failure (and uses only
-  // transports that can).
+  // With kPeer, UCX reports the peer's failure (and uses only transports
+  // that can; when none can, the endpoint is created without); kNone and
+  // kAuto (unresolved, see ResolveErrorHandling) do not ask for it.
   static Result<std::unique_ptr<UcxEndpoint>> Connect(
       const UcxWorker& worker, const std::string& peer_address,
-      std::string peer_name, bool peer_errors);
+      std::string peer_name, UcxErrorHandling error_handling);
   UcxEndpoint(const UcxEndpoint&) = delete;
   UcxEndpoint& operator=(const UcxEndpoint&) = delete;
   // Closes the endpoint forcefully (a session only closes endpoints after
