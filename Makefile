@@ -1,13 +1,16 @@
 # reshard: `make` builds, `make demo` runs the main job, `make test` runs
 # every test, `make check` runs the unit tests under sanitizers and the
 # fuzzers (scripts/check.sh, docs/reliability.md), `make bench` runs the
-# benchmarks. Each installs missing Debian packages first
-# (scripts/bootstrap.sh).
+# benchmarks, `make install` installs the library (PREFIX, default
+# /usr/local; docs/architecture.md). Each installs missing Debian packages
+# first (scripts/bootstrap.sh).
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
 
-.PHONY: all build bootstrap configure demo test check fuzz bench format clean
+.PHONY: all build bootstrap configure demo test check fuzz bench install format
+.PHONY: clean
 
 all: build
 
@@ -40,6 +43,11 @@ fuzz: bootstrap
 
 bench: build
 	@scripts/bench.sh $(BUILD)
+
+# Public headers, the static libraries, the CMake package (find_package(
+# reshard CONFIG) -> reshard::reshard) and reshard.pc under PREFIX.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
