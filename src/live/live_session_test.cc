@@ -163,6 +163,29 @@ TEST(LiveSessionTest, Dim0ToDim2IsOneMessagePerRegion) {
   }
 }
 
+// Pull reads a strided region whose rows are at least kMinPulledRow (256
+// KiB) with one get per row, at the row walker's offsets on both sides.
+TEST(LiveSessionTest, PullReadsLongStridedRowsOneGetPerRow) {
+  const Dims shape{8, 2, 1 << 20};
+  const auto source = testing::CubeLayout(4, 0, shape);
+  const auto target = testing::CubeLayout(4, 2, shape);
+  const auto plan = Must(LogicalTransferPlan::Make(source, target));
+  ASSERT_EQ(plan.regions().size(), 16u);
+  ASSERT_EQ(plan.summary().segments, 16u * 4);
+  for (const NamedUcx& t : Transports()) {
+    if (t.name.find("pull") == std::string::npos) continue;
+    SCOPED_TRACE(t.name);
+    auto report =
+        RunSelfTest(source, target, Ucx(t.ucx, 2, LiveProtocol::kPull));
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_TRUE(report->verified) << report->mismatch;
+    EXPECT_EQ(report->bytes, plan.summary().bytes);
+    EXPECT_EQ(report->operations, plan.regions().size());
+    EXPECT_EQ(report->messages, plan.summary().segments);
+    EXPECT_EQ(report->packed_messages, 0u);
+  }
+}
+
 TEST(LiveSessionTest, OneProcessCopiesLocally) {
   const auto source = Cube(2, 0);
   const auto target = Cube(4, 1);
