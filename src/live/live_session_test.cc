@@ -118,7 +118,7 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
       ++ran;
     }
   }
-  // Every scenario of digest 7.2 that fits (TP, EP, PP, DP, cross-dim,
+  // Every golden scenario that fits (TP, EP, PP, DP, cross-dim,
   // four-axis, aliases, fp8) ran on both transports, pushed and pulled.
   EXPECT_GE(ran, 4u * 18);
 }
@@ -466,7 +466,7 @@ TEST(LiveSessionTest, MalformedPeerAddressIsAnError) {
               ::testing::StartsWith(
                   "InvalidArgument: live session raw, rank 0: malformed "
                   "address record raw/address/1: invalid JSON: "));
-  // Well-formed record, digest and all, of bytes no UCX wrote.
+  // Well-formed record, SHA-256 and all, of bytes no UCX wrote.
   PublishPeer(*store, "forged", Cube(2, 1),
               internal::EncodeAddressRecord(1, garbage));
   const std::string error = RunRankZero(dir.path(), "forged");
