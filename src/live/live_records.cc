@@ -105,13 +105,13 @@ Result<bool> BoolField(const StrictObject& obj, std::string_view field,
   return *v;
 }
 
-// Hex-encoded bytes with their digest: decodes `hex` (lowercase, at most
-// `limit` bytes) and checks it against `digest`.
-Result<std::string> DecodeDigestedHex(std::string_view hex,
-                                      std::string_view digest, size_t limit,
-                                      const std::string& field,
-                                      std::string_view kind,
-                                      std::string_view key) {
+// Hex-encoded bytes with their SHA-256: decodes `hex` (lowercase, at most
+// `limit` bytes) and checks it against `sha256` (hex).
+Result<std::string> DecodeCheckedHex(std::string_view hex,
+                                     std::string_view sha256, size_t limit,
+                                     const std::string& field,
+                                     std::string_view kind,
+                                     std::string_view key) {
   if (hex.empty() || hex.size() % 2 != 0 || hex.size() / 2 > limit) {
     return Status::InvalidArgument(What(kind, key) + ": " + field +
                                    " must be 1 to " + std::to_string(limit) +
@@ -127,7 +127,7 @@ Result<std::string> DecodeDigestedHex(std::string_view hex,
     }
     bytes[i] = static_cast<char>(hi << 4 | lo);
   }
-  if (Sha256Hex(bytes) != digest) {
+  if (Sha256Hex(bytes) != sha256) {
     return Status::DataLoss(What(kind, key) + ": " + field +
                             " does not match its sha256 (torn or altered "
                             "record)");
@@ -198,10 +198,10 @@ Result<std::string> DecodeAddressRecord(std::string_view text,
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   RESHARD_ASSIGN_OR_RETURN(std::string hex,
                            StringField(p.obj, "address", kKind, key));
-  RESHARD_ASSIGN_OR_RETURN(std::string digest,
+  RESHARD_ASSIGN_OR_RETURN(std::string sha256,
                            StringField(p.obj, "sha256", kKind, key));
-  return DecodeDigestedHex(hex, digest, kMaxWorkerAddressBytes, "address",
-                           kKind, key);
+  return DecodeCheckedHex(hex, sha256, kMaxWorkerAddressBytes, "address", kKind,
+                          key);
 }
 
 std::string EncodeRemoteKeysRecord(uint32_t rank,
@@ -246,9 +246,9 @@ Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
     auto address = ReadU64(entry->Get("address"), at.Field("address"));
     auto length = ReadU64(entry->Get("length"), at.Field("length"));
     auto hex = ReadString(entry->Get("key"), at.Field("key"));
-    auto digest = ReadString(entry->Get("sha256"), at.Field("sha256"));
+    auto sha256 = ReadString(entry->Get("sha256"), at.Field("sha256"));
     for (const Status& st :
-         {address.status(), length.status(), hex.status(), digest.status()}) {
+         {address.status(), length.status(), hex.status(), sha256.status()}) {
       if (!st.ok()) return st.WithContext(What(kKind, key));
     }
     r.address = *address;
@@ -258,8 +258,8 @@ Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
                                      " is an empty or wrapping range");
     }
     RESHARD_ASSIGN_OR_RETURN(
-        r.packed, DecodeDigestedHex(*hex, *digest, kMaxRemoteKeyBytes,
-                                    at.ToString() + ".key", kKind, key));
+        r.packed, DecodeCheckedHex(*hex, *sha256, kMaxRemoteKeyBytes,
+                                   at.ToString() + ".key", kKind, key));
     out.push_back(std::move(r));
   }
   std::sort(out.begin(), out.end(),

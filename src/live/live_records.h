@@ -40,7 +40,7 @@ Result<RankRecord> DecodeRankRecord(std::string_view text, std::string_view key,
 // address/<r>: the UCX worker address.
 // {"address":"<hex>","rank":R,"sha256":"<hex of the address bytes>"}
 std::string EncodeAddressRecord(uint32_t rank, std::string_view address);
-// The address bytes: at most kMaxWorkerAddressBytes, digest checked.
+// The address bytes: at most kMaxWorkerAddressBytes, SHA-256 checked.
 Result<std::string> DecodeAddressRecord(std::string_view text,
                                         std::string_view key, uint32_t rank);
 
@@ -56,7 +56,7 @@ std::string EncodeRemoteKeysRecord(uint32_t rank,
                                    const std::vector<RemoteRange>& ranges);
 // The ranges sorted by address; each non-empty, not wrapping around the
 // address space, disjoint from the others, with a packed key of at most
-// kMaxRemoteKeyBytes whose digest matches.
+// kMaxRemoteKeyBytes whose SHA-256 matches.
 Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
                                                         std::string_view key,
                                                         uint32_t rank);

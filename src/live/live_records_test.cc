@@ -126,7 +126,7 @@ TEST(LiveRecordsTest, AddressRecordsAreCheckedBeforeUcx) {
   auto raw = DecodeAddressRecord(std::string(64, '\x02'), key, 1);
   EXPECT_EQ(raw.status().message().substr(0, 48),
             "malformed address record s/address/1: invalid JS");
-  // A torn or altered address: the digest no longer matches.
+  // A torn or altered address: the SHA-256 no longer matches.
   std::string text = EncodeAddressRecord(1, std::string(64, '\x20'));
   text[13] = text[13] == '0' ? '1' : '0';
   auto torn = DecodeAddressRecord(text, key, 1);

@@ -118,7 +118,7 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
       ++ran;
     }
   }
-  // Every scenario of digest 7.2 that fits (TP, EP, PP, DP, cross-dim,
+  // Every golden scenario that fits (TP, EP, PP, DP, cross-dim,
   // four-axis, aliases, fp8) ran on both transports, pushed and pulled.
   EXPECT_GE(ran, 4u * 18);
 }
@@ -160,6 +160,29 @@ TEST(LiveSessionTest, Dim0ToDim2IsOneMessagePerRegion) {
     // Sources are strided (256-byte rows of 1 KiB pitch) and packed by the
     // sender; each overlap is one contiguous block of its target.
     EXPECT_EQ(report->packed_messages, plan.regions().size());
+  }
+}
+
+// Pull reads a strided region whose rows are at least kMinPulledRow (256
+// KiB) with one get per row, at the row walker's offsets on both sides.
+TEST(LiveSessionTest, PullReadsLongStridedRowsOneGetPerRow) {
+  const Dims shape{8, 2, 1 << 20};
+  const auto source = testing::CubeLayout(4, 0, shape);
+  const auto target = testing::CubeLayout(4, 2, shape);
+  const auto plan = Must(LogicalTransferPlan::Make(source, target));
+  ASSERT_EQ(plan.regions().size(), 16u);
+  ASSERT_EQ(plan.summary().segments, 16u * 4);
+  for (const NamedUcx& t : Transports()) {
+    if (t.name.find("pull") == std::string::npos) continue;
+    SCOPED_TRACE(t.name);
+    auto report =
+        RunSelfTest(source, target, Ucx(t.ucx, 2, LiveProtocol::kPull));
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_TRUE(report->verified) << report->mismatch;
+    EXPECT_EQ(report->bytes, plan.summary().bytes);
+    EXPECT_EQ(report->operations, plan.regions().size());
+    EXPECT_EQ(report->messages, plan.summary().segments);
+    EXPECT_EQ(report->packed_messages, 0u);
   }
 }
 
@@ -443,7 +466,7 @@ TEST(LiveSessionTest, MalformedPeerAddressIsAnError) {
               ::testing::StartsWith(
                   "InvalidArgument: live session raw, rank 0: malformed "
                   "address record raw/address/1: invalid JSON: "));
-  // Well-formed record, digest and all, of bytes no UCX wrote.
+  // Well-formed record, SHA-256 and all, of bytes no UCX wrote.
   PublishPeer(*store, "forged", Cube(2, 1),
               internal::EncodeAddressRecord(1, garbage));
   const std::string error = RunRankZero(dir.path(), "forged");

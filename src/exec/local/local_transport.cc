@@ -31,6 +31,28 @@ struct Piece {
 // memcpy and stay in cache.
 constexpr uint64_t kStreamThreshold = uint64_t{1} << 20;
 
+// A plan's work in pieces of about `chunk` bytes: a range of one region's
+// rows, or a byte range of one long single-row region.
+std::vector<Piece> CutIntoPieces(const BoundTransferPlan& plan,
+                                 uint64_t chunk) {
+  std::vector<Piece> pieces;
+  for (const BoundRegion& r : plan.regions()) {
+    const uint64_t rows = internal::RowCount(r);
+    if (rows == 1 && r.inner_bytes > chunk) {
+      for (uint64_t off = 0; off < r.inner_bytes; off += chunk) {
+        pieces.push_back({&r, 0, 1, off, std::min(chunk, r.inner_bytes - off)});
+      }
+      continue;
+    }
+    const uint64_t per =
+        std::max<uint64_t>(1, chunk / std::max<uint64_t>(1, r.inner_bytes));
+    for (uint64_t first = 0; first < rows; first += per) {
+      pieces.push_back({&r, first, std::min(per, rows - first), 0, 0});
+    }
+  }
+  return pieces;
+}
+
 }  // namespace
 
 struct LocalTransport::Impl {
@@ -47,23 +69,7 @@ struct LocalTransport::Impl {
 
   // Runs one transfer to completion on `threads` workers.
   void Run(TransferId id, BoundTransferPlan plan) {
-    std::vector<Piece> pieces;
-    const uint64_t chunk = options.chunk_bytes;
-    for (const BoundRegion& r : plan.regions()) {
-      const uint64_t rows = internal::RowCount(r);
-      if (rows == 1 && r.inner_bytes > chunk) {
-        for (uint64_t off = 0; off < r.inner_bytes; off += chunk) {
-          pieces.push_back(
-              {&r, 0, 1, off, std::min(chunk, r.inner_bytes - off)});
-        }
-        continue;
-      }
-      const uint64_t per =
-          std::max<uint64_t>(1, chunk / std::max<uint64_t>(1, r.inner_bytes));
-      for (uint64_t first = 0; first < rows; first += per) {
-        pieces.push_back({&r, first, std::min(per, rows - first), 0, 0});
-      }
-    }
+    const std::vector<Piece> pieces = CutIntoPieces(plan, options.chunk_bytes);
     std::atomic<size_t> next{0};
     // Large transfers stream past the cache; each worker fences its
     // streaming stores before the transfer is reported complete.

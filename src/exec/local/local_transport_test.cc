@@ -625,6 +625,25 @@ TEST(LocalTransportTest, MaxInFlightCountsPendingTransfersOnly) {
   ExpectTargets(l.source, l.target, dst);
 }
 
+// The caller may drop its BoundTransferPlan after Submit (transport.h):
+// only the buffers must stay.
+TEST(LocalTransportTest, SubmitKeepsWhatItNeedsOfThePlan) {
+  const Layouts l = MixedLayouts();
+  const auto plan = Must(LogicalTransferPlan::Make(l.source, l.target));
+  HostSide src = Allocate(l.source, "host", 0);
+  FillSources(l.source, &src);
+  HostSide dst = Allocate(l.target, "host", 0x77);
+  auto transport = MustMake({.threads = 2, .chunk_bytes = 64});
+  TransferId id;
+  {
+    const BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
+        plan, l.source, src.bindings, l.target, dst.bindings));
+    id = Must(transport->Submit(bound));
+  }
+  ASSERT_TRUE(transport->Wait(id).ok());
+  ExpectTargets(l.source, l.target, dst);
+}
+
 TEST(LocalTransportTest, DestructorFinishesTransfersInFlight) {
   const Layouts l = MixedLayouts();
   const auto plan = Must(LogicalTransferPlan::Make(l.source, l.target));
