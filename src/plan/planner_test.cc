@@ -309,6 +309,21 @@ TEST(PlannerTest, CrossDimDim0ToDim2Is16Operations) {
   CheckInvariants(*plan);
 }
 
+TEST(PlannerTest, APlacementSourceIsNamedAsSuch) {
+  PlacementDraft src = GridDraft(Sizes{.tp = 2});
+  AddTensor(&src, {.tensor_id = "w", .shape = {8, 8}, .tp_dim = 0});
+  PlacementDraft dst = GridDraft(Sizes{.tp = 2});
+  AddTensor(&dst, {.tensor_id = "w", .shape = {8, 8}, .tp_dim = 1});
+  const auto source = MustBuild(src);
+  const LogicalTransferPlan plan =
+      LogicalTransferPlan::Make(source, MustBuild(dst)).ValueOrDie();
+  EXPECT_EQ(plan.source_kind(), PlanSourceKind::kPlacement);
+  // Source fragment ids are the placement's.
+  for (const auto& f : plan.source_fragments()) {
+    EXPECT_NE(source.FindFragment(f.fragment_id), nullptr) << f.fragment_id;
+  }
+}
+
 TEST(PlannerTest, CrossDimEp2ToTp2MatchesVectorsCAndD) {
   // [4,6,8] bf16: EP2 dim0 -> TP2 dim1 (vector C) and TP2 dim2 (vector D).
   for (int64_t dim : {1, 2}) {
