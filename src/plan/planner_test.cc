@@ -1,6 +1,6 @@
-// The planner: golden plan numbers of the fixtures and conformance
-// scenarios (digest 7.2, 8.3), cross-dimension geometry, balanced replica
-// choice, local targets, error messages and summaries.
+// The planner (docs/planner.md): golden plan numbers of the fixtures and
+// conformance scenarios (tests/data), cross-dimension geometry, balanced
+// replica choice, local targets, error messages and summaries.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
