@@ -65,104 +65,149 @@ double PerftestGbps(const std::string& perftest, const std::string& env,
   return v[5] * 1048576.0 / 1e9;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Args {
   int64_t d0 = 32;
   std::string perftest = "ucx_perftest";
   std::string only;  // run only the transport with this name prefix
   uint32_t window = 64;
   std::vector<LiveProtocol> protocols = {LiveProtocol::kPush,
                                          LiveProtocol::kPull};
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--d0") && i + 1 < argc) {
-      d0 = std::atoi(argv[++i]);
+      a.d0 = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--perftest") && i + 1 < argc) {
-      perftest = argv[++i];
+      a.perftest = argv[++i];
     } else if (!std::strcmp(argv[i], "--pull")) {
-      protocols = {LiveProtocol::kPull};
+      a.protocols = {LiveProtocol::kPull};
     } else if (!std::strcmp(argv[i], "--push")) {
-      protocols = {LiveProtocol::kPush};
+      a.protocols = {LiveProtocol::kPush};
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
-      only = argv[++i];
+      a.only = argv[++i];
     } else if (!std::strcmp(argv[i], "--max-in-flight") && i + 1 < argc) {
-      window = std::atoi(argv[++i]);
+      a.window = std::atoi(argv[++i]);
     }
   }
-  struct Transport {
-    const char* name;
-    const char* tls;
-    const char* devices;
-  };
-  const Transport transports[] = {{"shared memory (UCX default)", "", ""},
-                                  {"cma,tcp", "cma,tcp", "lo"},
-                                  {"tcp loopback", "tcp", "lo"}};
-  struct Case {
-    const char* name;
-    int64_t src_tp, src_dim, dst_tp, dst_dim;
-  };
-  const Case cases[] = {{"TP4 -> TP8 dim 0 (contiguous)", 4, 0, 8, 0},
-                        {"TP4 dim 0 -> TP4 dim 2", 4, 0, 4, 2}};
+  return a;
+}
+
+// A UCX transport selection (UCX_TLS, UCX_NET_DEVICES; empty: default).
+struct TransportCase {
+  const char* name;
+  const char* tls;
+  const char* devices;
+};
+constexpr TransportCase kTransports[] = {
+    {"shared memory (UCX default)", "", ""},
+    {"cma,tcp", "cma,tcp", "lo"},
+    {"tcp loopback", "tcp", "lo"}};
+
+struct Case {
+  const char* name;
+  int64_t src_tp, src_dim, dst_tp, dst_dim;
+};
+constexpr Case kCases[] = {{"TP4 -> TP8 dim 0 (contiguous)", 4, 0, 8, 0},
+                           {"TP4 dim 0 -> TP4 dim 2", 4, 0, 4, 2}};
+
+// ucx_perftest's GB/s, one run per transport and message size.
+class PerftestBaseline {
+ public:
+  explicit PerftestBaseline(std::string perftest)
+      : perftest_(std::move(perftest)),
+        port_(13500 + static_cast<int>(::getpid() % 1000)) {}
+
+  double Gbps(const std::string& env, uint64_t msg, uint64_t iterations) {
+    const std::string key = env + "/" + std::to_string(msg);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    return cache_[key] = PerftestGbps(perftest_, env, msg, iterations, port_++);
+  }
+
+ private:
+  std::string perftest_;
+  int port_;
+  std::map<std::string, double> cache_;
+};
+
+// The best bandwidth of three verified self-test runs.
+struct Measured {
+  double best_gbps = 0;
+  uint64_t operations = 0;
+};
+
+Result<Measured> BestOfThree(const WeightPlacementManifest& src,
+                             const WeightPlacementManifest& dst,
+                             const SelfTestOptions& o) {
+  Measured m;
+  for (int rep = 0; rep < 3; ++rep) {
+    RESHARD_ASSIGN_OR_RETURN(SelfTestReport r, RunSelfTest(src, dst, o));
+    if (!r.verified) return Status::DataLoss(r.mismatch);
+    m.best_gbps = std::max(m.best_gbps, r.bytes / r.seconds / 1e9);
+    m.operations = r.operations;
+  }
+  return m;
+}
+
+void PrintHeader(int64_t d0) {
   std::printf(
       "live executor over UCX, 2 processes, [%lld, 4096, 4096] uint8 "
       "(%.2f GB)\n",
       static_cast<long long>(d0), d0 * 4096.0 * 4096.0 / 1e9);
   std::printf("%-28s %-30s %-5s %5s %8s %7s %13s %6s\n", "transport", "case",
               "mode", "ops", "msg MiB", "GB/s", "perftest GB/s", "ratio");
-  int port = 13500 + static_cast<int>(::getpid() % 1000);
-  for (const Transport& t : transports) {
-    if (!std::string(t.name).starts_with(only)) continue;
-    for (const Case& c : cases) {
-      for (const LiveProtocol protocol : protocols) {
-        auto src = Layout(c.src_tp, c.src_dim, d0);
-        auto dst = Layout(c.dst_tp, c.dst_dim, d0);
-        auto plan = LogicalTransferPlan::Make(src, dst);
-        if (!plan.ok()) return 1;
-        const uint64_t msg = plan->summary().bytes / plan->summary().regions;
-        SelfTestOptions o;
-        o.transport = "ucx";
-        o.procs = 2;
-        o.ucx.tls = t.tls;
-        o.ucx.net_devices = t.devices;
-        o.measure_memcpy = false;
-        o.max_in_flight = window;
-        o.protocol = protocol;
-        double best = 0;
-        uint64_t ops = 0;
-        for (int rep = 0; rep < 3; ++rep) {
-          auto r = RunSelfTest(src, dst, o);
-          if (!r.ok() || !r->verified) {
-            std::fprintf(
-                stderr, "%s\n",
-                r.ok() ? r->mismatch.c_str() : r.status().ToString().c_str());
-            return 1;
-          }
-          best = std::max(best, r->bytes / r->seconds / 1e9);
-          ops = r->operations;
+}
+
+// One row: the case over one transport and protocol, next to perftest's
+// bandwidth for the same message size (contiguous cases only).
+Status RunCase(const Args& args, const TransportCase& t, const Case& c,
+               LiveProtocol protocol, PerftestBaseline* perftest) {
+  auto src = Layout(c.src_tp, c.src_dim, args.d0);
+  auto dst = Layout(c.dst_tp, c.dst_dim, args.d0);
+  RESHARD_ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::Make(src, dst));
+  const uint64_t msg = plan.summary().bytes / plan.summary().regions;
+  SelfTestOptions o;
+  o.transport = "ucx";
+  o.procs = 2;
+  o.ucx.tls = t.tls;
+  o.ucx.net_devices = t.devices;
+  o.measure_memcpy = false;
+  o.max_in_flight = args.window;
+  o.protocol = protocol;
+  RESHARD_ASSIGN_OR_RETURN(Measured m, BestOfThree(src, dst, o));
+  std::string env;
+  if (*t.tls) env += std::string("UCX_TLS=") + t.tls;
+  if (*t.devices) env += std::string(" UCX_NET_DEVICES=") + t.devices;
+  const uint64_t iterations = std::max<uint64_t>(8, plan.summary().bytes / msg);
+  const double perf =
+      c.src_dim == c.dst_dim ? perftest->Gbps(env, msg, iterations) : 0;
+  char ratio[16] = "-";
+  if (perf > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", m.best_gbps / perf);
+  std::printf("%-28s %-30s %-5s %5llu %8.1f %7.2f %13.2f %6s\n", t.name, c.name,
+              protocol == LiveProtocol::kPull ? "pull" : "push",
+              static_cast<unsigned long long>(m.operations), msg / 1048576.0,
+              m.best_gbps, perf, ratio);
+  std::fflush(stdout);
+  return Status::OK();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = ParseArgs(argc, argv);
+  PrintHeader(args.d0);
+  PerftestBaseline perftest(args.perftest);
+  for (const TransportCase& t : kTransports) {
+    if (!std::string(t.name).starts_with(args.only)) continue;
+    for (const Case& c : kCases) {
+      for (const LiveProtocol protocol : args.protocols) {
+        Status st = RunCase(args, t, c, protocol, &perftest);
+        if (!st.ok()) {
+          std::fprintf(stderr, "%s\n", st.message().c_str());
+          return 1;
         }
-        std::string env;
-        if (*t.tls) env += std::string("UCX_TLS=") + t.tls;
-        if (*t.devices) env += std::string(" UCX_NET_DEVICES=") + t.devices;
-        const uint64_t iterations =
-            std::max<uint64_t>(8, plan->summary().bytes / msg);
-        // One ucx_perftest run per transport and message size.
-        static std::map<std::string, double> perf_cache;
-        const std::string perf_key = env + "/" + std::to_string(msg);
-        double perf = 0;
-        if (c.src_dim == c.dst_dim) {
-          auto it = perf_cache.find(perf_key);
-          perf = it != perf_cache.end()
-                     ? it->second
-                     : perf_cache[perf_key] =
-                           PerftestGbps(perftest, env, msg, iterations, port++);
-        }
-        char ratio[16] = "-";
-        if (perf > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", best / perf);
-        std::printf("%-28s %-30s %-5s %5llu %8.1f %7.2f %13.2f %6s\n", t.name,
-                    c.name, protocol == LiveProtocol::kPull ? "pull" : "push",
-                    static_cast<unsigned long long>(ops), msg / 1048576.0, best,
-                    perf, ratio);
-        std::fflush(stdout);
       }
     }
   }

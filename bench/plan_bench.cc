@@ -85,96 +85,139 @@ ModelSpec SyntheticMoe(int64_t layers) {
   return m;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Args {
   std::string models = "examples/models";
-  std::string only;
+  std::string only;  // run only the case of this name
   bool json = false;
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--models") && i + 1 < argc) {
-      models = argv[++i];
+      a.models = argv[++i];
     } else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
-      only = argv[++i];
+      a.only = argv[++i];
     } else if (!std::strcmp(argv[i], "--json")) {
-      json = true;
+      a.json = true;
     }
   }
-  const std::vector<Case> cases = {
+  return a;
+}
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
       {"synthetic-moe-16k", "", 16, L(4, 2, 8, 2), L(8, 4, 2, 4)},
       {"synthetic-moe-64k", "", 68, L(4, 2, 8, 2), L(8, 4, 2, 2)},
       {"qwen3-235b", "qwen3-235b-a22b.json", 0, L(4, 4, 8, 2), L(4, 1, 16, 1)},
       {"deepseek-v3", "deepseek-v3.json", 0, L(8, 4, 16, 2), L(8, 1, 32, 1)},
       {"kimi-k2", "kimi-k2.json", 0, L(8, 8, 16, 2), L(8, 1, 64, 1)},
   };
-  if (!json) {
-    std::printf("%-18s %9s %9s %10s %10s %9s %10s %10s %8s\n", "case",
-                "src frags", "dst frags", "regions", "segments", "parse s",
-                "validate s", "plan cpu s", "val/parse");
+  return cases;
+}
+
+Result<ModelSpec> CaseModel(const Case& c, const std::string& models) {
+  if (*c.model == '\0') return SyntheticMoe(c.synthetic_layers);
+  auto parsed = ModelSpecFromJson(ReadAll(models + "/" + c.model));
+  if (!parsed.ok()) {
+    return Status::InvalidArgument(std::string(c.model) + ": " +
+                                   parsed.status().ToString());
   }
-  for (const Case& c : cases) {
-    if (!only.empty() && only != c.name) continue;
-    ModelSpec spec;
-    if (*c.model == '\0') {
-      spec = SyntheticMoe(c.synthetic_layers);
-    } else {
-      auto parsed = ModelSpecFromJson(ReadAll(models + "/" + c.model));
-      if (!parsed.ok()) {
-        std::fprintf(stderr, "%s: %s\n", c.model,
-                     parsed.status().ToString().c_str());
-        return 1;
-      }
-      spec = *parsed;
+  return parsed;
+}
+
+// What one case measured.
+struct CaseResult {
+  size_t source_fragments = 0;
+  size_t target_fragments = 0;
+  Timing parse, validate, planning;
+  PlanSummary summary;
+};
+
+// Generates both layouts, then times the bare parse and the validation of
+// both wires and the planning.
+Result<CaseResult> RunCase(const Case& c, const std::string& models) {
+  RESHARD_ASSIGN_OR_RETURN(ModelSpec spec, CaseModel(c, models));
+  auto src = GenerateLayout(spec, c.source);
+  auto dst = GenerateLayout(spec, c.target);
+  if (!src.ok() || !dst.ok()) {
+    return Status::InvalidArgument(std::string(c.name) + ": " +
+                                   src.status().ToString() + " " +
+                                   dst.status().ToString());
+  }
+  CaseResult out;
+  out.source_fragments = src->fragments().size();
+  out.target_fragments = dst->fragments().size();
+  // Validation of both sides from their wire, next to the bare parse.
+  const std::string src_wire = WeightPlacementToJson(*src);
+  const std::string dst_wire = WeightPlacementToJson(*dst);
+  simdjson::dom::parser parser;
+  out.parse = Time([&] {
+    for (const auto* w : {&src_wire, &dst_wire}) {
+      simdjson::padded_string p(*w);
+      if (parser.parse(p).error()) std::abort();
     }
-    auto src = GenerateLayout(spec, c.source);
-    auto dst = GenerateLayout(spec, c.target);
-    if (!src.ok() || !dst.ok()) {
-      std::fprintf(stderr, "%s: %s %s\n", c.name,
-                   src.status().ToString().c_str(),
-                   dst.status().ToString().c_str());
+  });
+  out.validate = Time([&] {
+    if (!WeightPlacementFromJson(src_wire).ok()) std::abort();
+    if (!WeightPlacementFromJson(dst_wire).ok()) std::abort();
+  });
+  Result<LogicalTransferPlan> plan = Status::Internal("not run");
+  out.planning = Time([&] { plan = LogicalTransferPlan::Make(*src, *dst); });
+  if (!plan.ok()) {
+    return Status::Internal(std::string(c.name) + ": " +
+                            plan.status().ToString());
+  }
+  out.summary = plan->summary();
+  return out;
+}
+
+void PrintHeader() {
+  std::printf("%-18s %9s %9s %10s %10s %9s %10s %10s %8s\n", "case",
+              "src frags", "dst frags", "regions", "segments", "parse s",
+              "validate s", "plan cpu s", "val/parse");
+}
+
+void PrintRow(const Case& c, const CaseResult& r) {
+  const PlanSummary& s = r.summary;
+  std::printf("%-18s %9zu %9zu %10llu %10llu %9.3f %10.3f %10.3f %7.1fx\n",
+              c.name, r.source_fragments, r.target_fragments,
+              (unsigned long long)s.regions, (unsigned long long)s.segments,
+              r.parse.wall, r.validate.wall, r.planning.cpu,
+              r.validate.wall / r.parse.wall);
+}
+
+void PrintJson(const Case& c, const CaseResult& r) {
+  const PlanSummary& s = r.summary;
+  std::printf(
+      "{\"case\":\"%s\",\"source_fragments\":%zu,\"target_fragments\":%zu,"
+      "\"regions\":%llu,\"operations\":%llu,\"segments\":%llu,"
+      "\"parse_seconds\":%.3f,\"validate_seconds\":%.3f,"
+      "\"plan_cpu_seconds\":%.3f,\"plan_wall_seconds\":%.3f,"
+      "\"max_source_bytes\":%llu,\"mean_source_bytes\":%.0f}\n",
+      c.name, r.source_fragments, r.target_fragments,
+      (unsigned long long)s.regions, (unsigned long long)s.operations,
+      (unsigned long long)s.segments, r.parse.wall, r.validate.wall,
+      r.planning.cpu, r.planning.wall, (unsigned long long)s.max_source_bytes,
+      s.mean_source_bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = ParseArgs(argc, argv);
+  if (!args.json) PrintHeader();
+  for (const Case& c : Cases()) {
+    if (!args.only.empty() && args.only != c.name) continue;
+    auto r = RunCase(c, args.models);
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s\n", r.status().message().c_str());
       return 1;
     }
-    // Validation of both sides from their wire, next to the bare parse.
-    const std::string src_wire = WeightPlacementToJson(*src);
-    const std::string dst_wire = WeightPlacementToJson(*dst);
-    simdjson::dom::parser parser;
-    Timing parse = Time([&] {
-      for (const auto* w : {&src_wire, &dst_wire}) {
-        simdjson::padded_string p(*w);
-        if (parser.parse(p).error()) std::abort();
-      }
-    });
-    Timing validate = Time([&] {
-      if (!WeightPlacementFromJson(src_wire).ok()) std::abort();
-      if (!WeightPlacementFromJson(dst_wire).ok()) std::abort();
-    });
-    Result<LogicalTransferPlan> plan = Status::Internal("not run");
-    Timing planning =
-        Time([&] { plan = LogicalTransferPlan::Make(*src, *dst); });
-    if (!plan.ok()) {
-      std::fprintf(stderr, "%s: %s\n", c.name,
-                   plan.status().ToString().c_str());
-      return 1;
-    }
-    const PlanSummary& s = plan->summary();
-    if (json) {
-      std::printf(
-          "{\"case\":\"%s\",\"source_fragments\":%zu,\"target_fragments\":%zu,"
-          "\"regions\":%llu,\"operations\":%llu,\"segments\":%llu,"
-          "\"parse_seconds\":%.3f,\"validate_seconds\":%.3f,"
-          "\"plan_cpu_seconds\":%.3f,\"plan_wall_seconds\":%.3f,"
-          "\"max_source_bytes\":%llu,\"mean_source_bytes\":%.0f}\n",
-          c.name, src->fragments().size(), dst->fragments().size(),
-          (unsigned long long)s.regions, (unsigned long long)s.operations,
-          (unsigned long long)s.segments, parse.wall, validate.wall,
-          planning.cpu, planning.wall, (unsigned long long)s.max_source_bytes,
-          s.mean_source_bytes);
+    if (args.json) {
+      PrintJson(c, *r);
     } else {
-      std::printf("%-18s %9zu %9zu %10llu %10llu %9.3f %10.3f %10.3f %7.1fx\n",
-                  c.name, src->fragments().size(), dst->fragments().size(),
-                  (unsigned long long)s.regions, (unsigned long long)s.segments,
-                  parse.wall, validate.wall, planning.cpu,
-                  validate.wall / parse.wall);
+      PrintRow(c, *r);
     }
     std::fflush(stdout);
   }

@@ -140,98 +140,146 @@ Baseline SequentialFile(const std::string& dir, const uint8_t* data,
   return {bytes / w / 1e9, bytes / r / 1e9};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Args {
   int64_t d0 = 32;
   std::string dir = "/tmp/reshard-store-bench";
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--d0") && i + 1 < argc) {
-      d0 = std::atoi(argv[++i]);
+      a.d0 = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) {
-      dir = argv[++i];
+      a.dir = argv[++i];
     }
   }
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  fs::create_directories(dir);
-  const uint64_t bytes = uint64_t(d0) * 4096 * 4096;
-  auto src = Layout(4, 0, d0);
-  auto sb = internal::AllocateHostBuffers(src, "bench-source");
-  if (!sb.ok()) return 1;
+  return a;
+}
+
+// Host buffers of `src`, every byte a function of its position.
+Result<internal::HostBuffers> FilledSource(const WeightPlacementManifest& src) {
+  RESHARD_ASSIGN_OR_RETURN(auto sb,
+                           internal::AllocateHostBuffers(src, "bench-source"));
   for (const auto* f : src.fragments()) {
-    uint8_t* p = sb->data.at(f->placement_fragment_id());
+    uint8_t* p = sb.data.at(f->placement_fragment_id());
     for (uint64_t i = 0; i < f->nbytes(); ++i) p[i] = uint8_t(i * 131 + 7);
   }
+  return sb;
+}
+
+// The plain sequential write and read of `bytes` under `dir`.
+Baseline MeasureBaseline(const std::string& dir, uint64_t bytes) {
   // Contiguous baseline data: the first fragment repeated is enough.
   std::vector<uint8_t> plain(bytes);
   std::memset(plain.data(), 0x5A, bytes);
-  const Baseline base = SequentialFile(dir, plain.data(), bytes);
-  plain.clear();
-  plain.shrink_to_fit();
+  return SequentialFile(dir, plain.data(), bytes);
+}
 
-  auto store = WeightStore::Open("fs://" + dir + "/store");
-  if (!store.ok()) return 1;
+// Uploads every source binding and commits; the committed manifest and
+// the seconds it took.
+struct Uploaded {
+  double seconds = 0;
+  StoredWeightManifest manifest;
+};
+
+Result<Uploaded> UploadAndCommit(WeightStore& store,
+                                 const WeightPlacementManifest& src,
+                                 const internal::HostBuffers& sb) {
   auto t0 = Clock::now();
-  auto plan = store->PrepareUpload(src, sb->bindings);
-  if (!plan.ok()) return 1;
+  RESHARD_ASSIGN_OR_RETURN(auto plan, store.PrepareUpload(src, sb.bindings));
   std::vector<UploadReceipt> receipts;
-  for (const auto& b : sb->bindings) {
-    auto r = store->Upload(*plan, src, b);
-    if (!r.ok()) return 1;
-    receipts.insert(receipts.end(), r->begin(), r->end());
+  for (const auto& b : sb.bindings) {
+    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(plan, src, b));
+    receipts.insert(receipts.end(), r.begin(), r.end());
   }
-  if (!store->Commit(*plan, receipts).ok()) return 1;
-  const double upload = Since(t0);
-  auto manifest = store->LoadManifest(plan->manifest().manifest_key());
-  if (!manifest.ok()) return 1;
+  RESHARD_RETURN_NOT_OK(store.Commit(plan, receipts));
+  const double seconds = Since(t0);
+  RESHARD_ASSIGN_OR_RETURN(auto manifest,
+                           store.LoadManifest(plan.manifest().manifest_key()));
+  return Uploaded{seconds, std::move(manifest)};
+}
 
+void PrintHeader(const Args& a, uint64_t bytes, const WeightStore& store) {
   std::printf(
       "weight store (fs), [%lld, 4096, 4096] uint8 (%.2f GB), cold "
       "reads, staging %llu MiB\n",
-      static_cast<long long>(d0), bytes / 1e9,
-      static_cast<unsigned long long>(store->options().staging_bytes >> 20));
+      static_cast<long long>(a.d0), bytes / 1e9,
+      static_cast<unsigned long long>(store.options().staging_bytes >> 20));
   std::printf("%-36s %8s %10s %14s %7s %12s\n", "step", "seconds", "GB/s",
               "baseline GB/s", "ratio", "RSS growth");
+}
+
+struct Case {
+  const char* name;
+  int64_t tp, dim;
+};
+
+// Loads the revision into the case's layout from a cold cache, next to a
+// cold plain read of the payload files; prints one row.
+Status LoadCase(const Args& a, uint64_t bytes, WeightStore& store,
+                const StoredWeightManifest& manifest, const Case& c) {
+  auto dst = Layout(c.tp, c.dim, a.d0);
+  RESHARD_ASSIGN_OR_RETURN(auto tb,
+                           internal::AllocateHostBuffers(dst, "bench-target"));
+  for (const auto* f : dst.fragments()) {
+    std::memset(tb.data.at(f->placement_fragment_id()), 0, f->nbytes());
+  }
+  DropCache(a.dir);
+  std::vector<uint8_t> scratch(bytes + (64 << 20));
+  std::memset(scratch.data(), 0, scratch.size());
+  const double read_gbps = ReadPayloadFiles(a.dir + "/store", scratch);
+  scratch.clear();
+  scratch.shrink_to_fit();
+  DropCache(a.dir);
+  Result<LoadReport> r = Status::Internal("not run");
+  double load = 0;
+  const uint64_t grown = RssGrowthDuring([&] {
+    const auto t0 = Clock::now();
+    r = store.Load(manifest, dst, tb.bindings);
+    load = Since(t0);
+  });
+  RESHARD_RETURN_NOT_OK(r.status());
+  char growth[32];
+  std::snprintf(growth, sizeof growth, "%.1f MiB", grown / 1048576.0);
+  std::printf("%-36s %8.3f %10.2f %14.2f %6.2fx %12s\n", c.name, load,
+              bytes / load / 1e9, read_gbps, bytes / load / 1e9 / read_gbps,
+              growth);
+  return Status::OK();
+}
+
+// The whole run; every error is reported by main.
+Status Run(const Args& a) {
+  std::error_code ec;
+  fs::remove_all(a.dir, ec);
+  fs::create_directories(a.dir);
+  const uint64_t bytes = uint64_t(a.d0) * 4096 * 4096;
+  auto src = Layout(4, 0, a.d0);
+  RESHARD_ASSIGN_OR_RETURN(auto sb, FilledSource(src));
+  const Baseline base = MeasureBaseline(a.dir, bytes);
+  RESHARD_ASSIGN_OR_RETURN(auto store,
+                           WeightStore::Open("fs://" + a.dir + "/store"));
+  RESHARD_ASSIGN_OR_RETURN(Uploaded up, UploadAndCommit(store, src, sb));
+  PrintHeader(a, bytes, store);
   std::printf("%-36s %8.3f %10.2f %14.2f %6.2fx %12s\n",
-              "upload TP4 (4 fragments) + commit", upload, bytes / upload / 1e9,
-              base.write_gbps, bytes / upload / 1e9 / base.write_gbps, "-");
-  struct Case {
-    const char* name;
-    int64_t tp, dim;
-  };
+              "upload TP4 (4 fragments) + commit", up.seconds,
+              bytes / up.seconds / 1e9, base.write_gbps,
+              bytes / up.seconds / 1e9 / base.write_gbps, "-");
   for (const Case& c : {Case{"load as TP8 dim 0 (contiguous)", 8, 0},
                         Case{"load as TP4 dim 2 (strided)", 4, 2}}) {
-    auto dst = Layout(c.tp, c.dim, d0);
-    auto tb = internal::AllocateHostBuffers(dst, "bench-target");
-    if (!tb.ok()) return 1;
-    for (const auto* f : dst.fragments()) {
-      std::memset(tb->data.at(f->placement_fragment_id()), 0, f->nbytes());
-    }
-    DropCache(dir);
-    std::vector<uint8_t> scratch(bytes + (64 << 20));
-    std::memset(scratch.data(), 0, scratch.size());
-    const double read_gbps = ReadPayloadFiles(dir + "/store", scratch);
-    scratch.clear();
-    scratch.shrink_to_fit();
-    DropCache(dir);
-    Result<LoadReport> r = Status::Internal("not run");
-    double load = 0;
-    const uint64_t grown = RssGrowthDuring([&] {
-      t0 = Clock::now();
-      r = store->Load(*manifest, dst, tb->bindings);
-      load = Since(t0);
-    });
-    if (!r.ok()) {
-      std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
-      return 1;
-    }
-    char growth[32];
-    std::snprintf(growth, sizeof growth, "%.1f MiB", grown / 1048576.0);
-    std::printf("%-36s %8.3f %10.2f %14.2f %6.2fx %12s\n", c.name, load,
-                bytes / load / 1e9, read_gbps, bytes / load / 1e9 / read_gbps,
-                growth);
+    RESHARD_RETURN_NOT_OK(LoadCase(a, bytes, store, up.manifest, c));
   }
-  fs::remove_all(dir, ec);
+  fs::remove_all(a.dir, ec);
+  return Status::OK();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Status st = Run(ParseArgs(argc, argv));
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    return 1;
+  }
   return 0;
 }

@@ -16,24 +16,26 @@
 #include "util/canonical_json.h"
 
 namespace reshard::cli {
+namespace {
 
-void AddSelftestCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "selftest",
-      "Reshard real host buffers between two layouts and check every byte");
-  struct Args {
-    std::string source, target, transport = "local";
-    uint32_t threads = 1;
-    bool json = false;
-    bool keep_revision = false;
-    uint32_t procs = 2;
-    std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
-    std::string ucx_errors = "auto", ucx_protocol = "auto", via_store;
-    uint32_t max_in_flight = 64;
-    std::optional<uint32_t> rank;
-    double timeout = 60;
-  };
-  auto a = std::make_shared<Args>();
+struct SelftestArgs {
+  std::string source, target, transport = "local";
+  uint32_t threads = 1;
+  bool json = false;
+  bool keep_revision = false;
+  uint32_t procs = 2;
+  std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
+  std::string ucx_errors = "auto", ucx_protocol = "auto", via_store;
+  uint32_t max_in_flight = 64;
+  std::optional<uint32_t> rank;
+  double timeout = 60;
+
+  // A multi-process UCX run (not a store round trip).
+  bool ucx_run() const { return transport == "ucx" && via_store.empty(); }
+  bool store_run() const { return !via_store.empty(); }
+};
+
+void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
   cmd->add_option("SOURCE", a->source, "source placement (JSON)")->required();
   cmd->add_option("TARGET", a->target, "target placement (JSON)")->required();
   cmd->add_option("--transport", a->transport, "executor")
@@ -81,165 +83,206 @@ void AddSelftestCommand(CLI::App& app) {
                   "(failure-path tests)")
       ->check(CLI::IsMember(
           {"none", "kill-source", "kill-target", "stale-generation"}));
-  cmd->callback([a, cmd]() {
-    auto run = [&]() -> Result<SelfTestReport> {
-      RESHARD_ASSIGN_OR_RETURN(auto src, LoadPlacement(a->source));
-      RESHARD_ASSIGN_OR_RETURN(auto dst, LoadPlacement(a->target));
-      if (a->rank && a->session.empty()) {
-        return Status::InvalidArgument("--rank needs --session");
-      }
-      const bool ucx = a->transport == "ucx";
-      for (const char* flag :
-           {"--procs", "--rendezvous", "--session", "--rank", "--ucx-tls",
-            "--ucx-net-devices", "--ucx-error-handling", "--ucx-protocol",
-            "--max-in-flight", "--inject-fault"}) {
-        if (!ucx && cmd->count(flag) > 0) {
-          return Status::InvalidArgument(std::string(flag) +
-                                         " needs --transport ucx");
-        }
-      }
-      if (ucx && !a->via_store.empty()) {
-        return Status::InvalidArgument(
-            "--via-store runs in one process; drop --transport ucx");
-      }
-      if (a->keep_revision && a->via_store.empty()) {
-        return Status::InvalidArgument("--keep-revision needs --via-store");
-      }
-      SelfTestOptions options;
-      options.transport = a->transport;
-      options.threads = a->threads;
-      options.procs = a->procs;
-      options.rendezvous = a->rendezvous;
-      options.session = a->session;
-      options.rank = a->rank;
-      options.timeout =
-          std::chrono::milliseconds(static_cast<int64_t>(a->timeout * 1000));
-      options.ucx.tls = a->ucx_tls;
-      options.ucx.net_devices = a->ucx_net_devices;
-      options.max_in_flight = a->max_in_flight;
-      options.via_store = a->via_store;
-      options.keep_revision = a->keep_revision;
-      if (a->ucx_protocol == "pull") options.protocol = LiveProtocol::kPull;
-      if (a->ucx_protocol == "push") options.protocol = LiveProtocol::kPush;
-      if (a->ucx_errors == "peer") {
-        options.ucx.error_handling = UcxErrorHandling::kPeer;
-      } else if (a->ucx_errors == "none") {
-        options.ucx.error_handling = UcxErrorHandling::kNone;
-      }
-      if (a->fault == "kill-source") options.fault = SelfTestFault::kKillSource;
-      if (a->fault == "kill-target") options.fault = SelfTestFault::kKillTarget;
-      if (a->fault == "stale-generation") {
-        options.fault = SelfTestFault::kStaleGeneration;
-      }
-      // A progress bar on a terminal, drawn only once a run has taken more
-      // than a second, and erased when it ends.
-      const bool tty = !a->json && isatty(fileno(stderr));
-      const auto start = std::chrono::steady_clock::now();
-      bool drawn = false;
-      if (tty) {
-        options.progress = [&](std::string_view phase, double fraction) {
-          const double elapsed = std::chrono::duration<double>(
-                                     std::chrono::steady_clock::now() - start)
-                                     .count();
-          if (elapsed < 1.0) return;
-          const int width = 30;
-          const int filled = static_cast<int>(fraction * width + 0.5);
-          std::fprintf(stderr, "\r  %-8.*s [%s%s] %3.0f%%",
-                       static_cast<int>(phase.size()), phase.data(),
-                       std::string(filled, '#').c_str(),
-                       std::string(width - filled, '.').c_str(),
-                       fraction * 100);
-          drawn = true;
-        };
-      }
-      // UCX logs to stdout unless told otherwise; while it runs here (a
-      // --rank run; forked ranks redirect their own), stdout goes to
-      // stderr so that it carries only the report.
-      std::fflush(stdout);
-      const int saved_stdout = ucx ? ::dup(STDOUT_FILENO) : -1;
-      if (saved_stdout >= 0) ::dup2(STDERR_FILENO, STDOUT_FILENO);
-      auto report = RunSelfTest(src, dst, options);
-      if (saved_stdout >= 0) {
-        std::fflush(stdout);
-        ::dup2(saved_stdout, STDOUT_FILENO);
-        ::close(saved_stdout);
-      }
-      if (drawn) std::fprintf(stderr, "\r%60s\r", "");
-      return report;
-    };
-    auto report = run();
-    if (!report.ok()) throw CLI::RuntimeError(Fail(report.status()));
-    const SelfTestReport& r = *report;
-    const double gbps = r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0;
-    if (a->json) {
-      std::string out;
-      internal::CanonicalJsonWriter w(&out);
-      char buf[64];
-      w.BeginObject();
-      w.KeyUInt("bytes", r.bytes);
-      const bool ucx = a->transport == "ucx" && a->via_store.empty();
-      const bool store = !a->via_store.empty();
-      std::snprintf(buf, sizeof(buf), "%.3f", gbps);
-      w.Key("gbps");
-      w.Raw(buf);
-      if (store) {
-        std::snprintf(buf, sizeof(buf), "%.6f", r.load_seconds);
-        w.Key("load_seconds");
-        w.Raw(buf);
-      }
-      std::snprintf(buf, sizeof(buf), "%.3f", r.memcpy_gbps);
-      w.Key("memcpy_gbps");
-      w.Raw(buf);
-      if (ucx) w.KeyUInt("messages", r.messages);
-      w.KeyString("mismatch", r.mismatch);
-      w.KeyUInt("operations", r.operations);
-      if (ucx) w.KeyUInt("packed_messages", r.packed_messages);
-      std::snprintf(buf, sizeof(buf), "%.6f", r.plan_seconds);
-      w.Key("plan_seconds");
-      w.Raw(buf);
-      if (ucx) {
-        w.KeyUInt("procs", a->procs);
-        w.KeyUInt("ranks_ready", r.ranks_ready);
-      }
-      std::snprintf(buf, sizeof(buf), "%.6f", r.seconds);
-      w.Key("seconds");
-      w.Raw(buf);
-      w.KeyUInt("segments", r.segments);
-      w.KeyString("transport", store ? "store" : a->transport);
-      if (store) {
-        std::snprintf(buf, sizeof(buf), "%.6f", r.upload_seconds);
-        w.Key("upload_seconds");
-        w.Raw(buf);
-      }
-      w.Key("verified");
-      w.Bool(r.verified);
-      w.EndObject();
-      std::cout << out << "\n";
-    } else {
-      std::printf("selftest: %s\n",
-                  r.verified ? "every target byte verified" : "MISMATCH");
-      std::printf("  %-26s %14llu\n", "bytes moved",
-                  static_cast<unsigned long long>(r.bytes));
-      std::printf("  %-26s %14llu\n", "operations",
-                  static_cast<unsigned long long>(r.operations));
-      if (a->transport == "ucx" && a->via_store.empty()) {
-        std::printf("  %-26s %14u\n", "processes", a->procs);
-        std::printf("  %-26s %14llu\n", "UCX messages",
-                    static_cast<unsigned long long>(r.messages));
-        std::printf("  %-26s %14u\n", "ranks activation-ready", r.ranks_ready);
-      }
-      std::printf("  %-26s %14.4f s\n", "plan + bind", r.plan_seconds);
-      if (!a->via_store.empty()) {
-        std::printf("  %-26s %14.4f s\n", "upload + commit", r.upload_seconds);
-        std::printf("  %-26s %14.4f s\n", "load", r.load_seconds);
-      }
-      std::printf("  %-26s %14.4f s\n", "transfer", r.seconds);
-      std::printf("  %-26s %14.2f GB/s\n", "reshard bandwidth", gbps);
-      std::printf("  %-26s %14.2f GB/s\n", "memcpy (same run)", r.memcpy_gbps);
+}
+
+// Flag combinations CLI11 cannot express: UCX-only flags need --transport
+// ucx, and --via-store runs in one process.
+Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
+  if (a.rank && a.session.empty()) {
+    return Status::InvalidArgument("--rank needs --session");
+  }
+  const bool ucx = a.transport == "ucx";
+  for (const char* flag :
+       {"--procs", "--rendezvous", "--session", "--rank", "--ucx-tls",
+        "--ucx-net-devices", "--ucx-error-handling", "--ucx-protocol",
+        "--max-in-flight", "--inject-fault"}) {
+    if (!ucx && cmd.count(flag) > 0) {
+      return Status::InvalidArgument(std::string(flag) +
+                                     " needs --transport ucx");
     }
-    if (!r.verified) {
+  }
+  if (ucx && !a.via_store.empty()) {
+    return Status::InvalidArgument(
+        "--via-store runs in one process; drop --transport ucx");
+  }
+  if (a.keep_revision && a.via_store.empty()) {
+    return Status::InvalidArgument("--keep-revision needs --via-store");
+  }
+  return Status::OK();
+}
+
+SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
+  SelfTestOptions options;
+  options.transport = a.transport;
+  options.threads = a.threads;
+  options.procs = a.procs;
+  options.rendezvous = a.rendezvous;
+  options.session = a.session;
+  options.rank = a.rank;
+  options.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(a.timeout * 1000));
+  options.ucx.tls = a.ucx_tls;
+  options.ucx.net_devices = a.ucx_net_devices;
+  options.max_in_flight = a.max_in_flight;
+  options.via_store = a.via_store;
+  options.keep_revision = a.keep_revision;
+  if (a.ucx_protocol == "pull") options.protocol = LiveProtocol::kPull;
+  if (a.ucx_protocol == "push") options.protocol = LiveProtocol::kPush;
+  if (a.ucx_errors == "peer") {
+    options.ucx.error_handling = UcxErrorHandling::kPeer;
+  } else if (a.ucx_errors == "none") {
+    options.ucx.error_handling = UcxErrorHandling::kNone;
+  }
+  if (a.fault == "kill-source") options.fault = SelfTestFault::kKillSource;
+  if (a.fault == "kill-target") options.fault = SelfTestFault::kKillTarget;
+  if (a.fault == "stale-generation") {
+    options.fault = SelfTestFault::kStaleGeneration;
+  }
+  return options;
+}
+
+// A progress bar on stderr, drawn only once a run has taken more than a
+// second, and erased when it ends.
+class ProgressBar {
+ public:
+  void Draw(std::string_view phase, double fraction) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
+    if (elapsed < 1.0) return;
+    const int width = 30;
+    const int filled = static_cast<int>(fraction * width + 0.5);
+    std::fprintf(stderr, "\r  %-8.*s [%s%s] %3.0f%%",
+                 static_cast<int>(phase.size()), phase.data(),
+                 std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), fraction * 100);
+    drawn_ = true;
+  }
+  void Erase() {
+    if (drawn_) std::fprintf(stderr, "\r%60s\r", "");
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ =
+      std::chrono::steady_clock::now();
+  bool drawn_ = false;
+};
+
+// Loads both placements, checks the flags and runs the self-test, with a
+// progress bar on a terminal (not with --json).
+Result<SelfTestReport> RunSelftest(const SelftestArgs& a, const CLI::App& cmd) {
+  RESHARD_ASSIGN_OR_RETURN(auto src, LoadPlacement(a.source));
+  RESHARD_ASSIGN_OR_RETURN(auto dst, LoadPlacement(a.target));
+  RESHARD_RETURN_NOT_OK(ValidateSelftestArgs(a, cmd));
+  SelfTestOptions options = ToSelfTestOptions(a);
+  ProgressBar bar;
+  if (!a.json && isatty(fileno(stderr))) {
+    options.progress = [&bar](std::string_view phase, double fraction) {
+      bar.Draw(phase, fraction);
+    };
+  }
+  // UCX logs to stdout unless told otherwise; while it runs here (a
+  // --rank run; forked ranks redirect their own), stdout goes to stderr so
+  // that it carries only the report.
+  std::fflush(stdout);
+  const int saved_stdout = a.transport == "ucx" ? ::dup(STDOUT_FILENO) : -1;
+  if (saved_stdout >= 0) ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  auto report = RunSelfTest(src, dst, options);
+  if (saved_stdout >= 0) {
+    std::fflush(stdout);
+    ::dup2(saved_stdout, STDOUT_FILENO);
+    ::close(saved_stdout);
+  }
+  bar.Erase();
+  return report;
+}
+
+double Gbps(const SelfTestReport& r) {
+  return r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0;
+}
+
+// A number with a fixed count of decimals, written raw (not canonical).
+void KeyFixed(internal::CanonicalJsonWriter* w, const char* key, double value,
+              int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, value);
+  w->Key(key);
+  w->Raw(buf);
+}
+
+// The --json report: one object, keys sorted; UCX and store runs add
+// their own keys.
+std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
+  const bool ucx = a.ucx_run();
+  const bool store = a.store_run();
+  std::string out;
+  internal::CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("bytes", r.bytes);
+  KeyFixed(&w, "gbps", Gbps(r), 3);
+  if (store) KeyFixed(&w, "load_seconds", r.load_seconds, 6);
+  KeyFixed(&w, "memcpy_gbps", r.memcpy_gbps, 3);
+  if (ucx) w.KeyUInt("messages", r.messages);
+  w.KeyString("mismatch", r.mismatch);
+  w.KeyUInt("operations", r.operations);
+  if (ucx) w.KeyUInt("packed_messages", r.packed_messages);
+  KeyFixed(&w, "plan_seconds", r.plan_seconds, 6);
+  if (ucx) {
+    w.KeyUInt("procs", a.procs);
+    w.KeyUInt("ranks_ready", r.ranks_ready);
+  }
+  KeyFixed(&w, "seconds", r.seconds, 6);
+  w.KeyUInt("segments", r.segments);
+  w.KeyString("transport", store ? "store" : a.transport);
+  if (store) KeyFixed(&w, "upload_seconds", r.upload_seconds, 6);
+  w.Key("verified");
+  w.Bool(r.verified);
+  w.EndObject();
+  return out;
+}
+
+void PrintSelftest(const SelftestArgs& a, const SelfTestReport& r) {
+  std::printf("selftest: %s\n",
+              r.verified ? "every target byte verified" : "MISMATCH");
+  std::printf("  %-26s %14llu\n", "bytes moved",
+              static_cast<unsigned long long>(r.bytes));
+  std::printf("  %-26s %14llu\n", "operations",
+              static_cast<unsigned long long>(r.operations));
+  if (a.ucx_run()) {
+    std::printf("  %-26s %14u\n", "processes", a.procs);
+    std::printf("  %-26s %14llu\n", "UCX messages",
+                static_cast<unsigned long long>(r.messages));
+    std::printf("  %-26s %14u\n", "ranks activation-ready", r.ranks_ready);
+  }
+  std::printf("  %-26s %14.4f s\n", "plan + bind", r.plan_seconds);
+  if (a.store_run()) {
+    std::printf("  %-26s %14.4f s\n", "upload + commit", r.upload_seconds);
+    std::printf("  %-26s %14.4f s\n", "load", r.load_seconds);
+  }
+  std::printf("  %-26s %14.4f s\n", "transfer", r.seconds);
+  std::printf("  %-26s %14.2f GB/s\n", "reshard bandwidth", Gbps(r));
+  std::printf("  %-26s %14.2f GB/s\n", "memcpy (same run)", r.memcpy_gbps);
+}
+
+}  // namespace
+
+void AddSelftestCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "selftest",
+      "Reshard real host buffers between two layouts and check every byte");
+  auto a = std::make_shared<SelftestArgs>();
+  AddSelftestOptions(cmd, a.get());
+  cmd->callback([a, cmd]() {
+    auto report = RunSelftest(*a, *cmd);
+    if (!report.ok()) throw CLI::RuntimeError(Fail(report.status()));
+    if (a->json) {
+      std::cout << SelftestJson(*a, *report) << "\n";
+    } else {
+      PrintSelftest(*a, *report);
+    }
+    if (!report->verified) {
       throw CLI::RuntimeError(
-          Fail(Status::DataLoss("selftest mismatch: " + r.mismatch)));
+          Fail(Status::DataLoss("selftest mismatch: " + report->mismatch)));
     }
   });
 }

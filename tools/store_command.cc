@@ -23,6 +23,9 @@ struct StoreArgs {
   double grace = 3600;
 };
 
+// Whether a subcommand takes a MANIFEST_KEY after the URI.
+enum class ManifestKeyArg { kNone, kOptional, kRequired };
+
 Result<WeightStore> OpenStore(const StoreArgs& a) {
   WeightStoreOptions o;
   o.key_prefix = a.prefix;
@@ -31,17 +34,17 @@ Result<WeightStore> OpenStore(const StoreArgs& a) {
 }
 
 // Adds a subcommand with URI, an optional or required MANIFEST_KEY, --json
-// and --prefix; `run` prints and returns the status.
+// and --prefix (and --grace for gc); `run` prints and returns the status.
 CLI::App* Sub(CLI::App* store, const char* name, const char* help,
-              int key_mode,  // 0: none, 1: optional, 2: required
+              ManifestKeyArg key_arg,
               std::function<Status(const StoreArgs&)> run) {
   auto a = std::make_shared<StoreArgs>();
   auto* cmd = store->add_subcommand(name, help);
   cmd->add_option("URI", a->uri, "store URI (fs://DIR)")->required();
-  if (key_mode > 0) {
+  if (key_arg != ManifestKeyArg::kNone) {
     auto* k = cmd->add_option("MANIFEST_KEY", a->key,
                               "revision manifest key (see `store ls`)");
-    if (key_mode == 2) k->required();
+    if (key_arg == ManifestKeyArg::kRequired) k->required();
   }
   cmd->add_option("--prefix", a->prefix, "key prefix (default weights)");
   cmd->add_flag("--json", a->json, "print JSON");
@@ -58,210 +61,276 @@ CLI::App* Sub(CLI::App* store, const char* name, const char* help,
   return cmd;
 }
 
+// ---- store ls
+
+std::string RevisionsJson(const std::vector<RevisionInfo>& revs) {
+  std::string out;
+  internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
+  w.BeginArray();
+  for (const auto& r : revs) {
+    w.BeginObject();
+    w.KeyUInt("bytes", r.bytes);
+    // Only a CORRUPT revision has an error.
+    if (!r.error.empty()) w.KeyString("error", r.error);
+    w.KeyUInt("fragments", r.fragments);
+    w.KeyUInt("leases", r.leases);
+    w.KeyString("manifest_key", r.manifest_key);
+    w.KeyString("resource_id", r.resource_id);
+    w.KeyString("revision", r.revision);
+    w.KeyString("state", r.state);
+    w.KeyUInt("weight_generation", r.weight_generation);
+    w.EndObject();
+  }
+  w.EndArray();
+  return out;
+}
+
+void PrintRevisions(const std::vector<RevisionInfo>& revs) {
+  std::printf("%-9s %10s %14s %6s  %s\n", "state", "fragments", "bytes",
+              "leases", "manifest_key");
+  for (const auto& r : revs) {
+    if (!r.error.empty()) {
+      std::printf("%-9s %10s %14s %6s  %s  (%s)\n", r.state.c_str(), "-", "-",
+                  "-", r.manifest_key.c_str(), r.error.c_str());
+      continue;
+    }
+    std::printf("%-9s %10llu %14llu %6u  %s\n", r.state.c_str(),
+                static_cast<unsigned long long>(r.fragments),
+                static_cast<unsigned long long>(r.bytes), r.leases,
+                r.manifest_key.c_str());
+  }
+}
+
+Status RunList(const StoreArgs& a) {
+  RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+  RESHARD_ASSIGN_OR_RETURN(auto revs, s.List());
+  if (a.json) {
+    std::cout << RevisionsJson(revs) << "\n";
+  } else {
+    PrintRevisions(revs);
+  }
+  return Status::OK();
+}
+
+// ---- store show
+
+uint64_t TotalBytes(const StoredWeightManifest& m) {
+  uint64_t bytes = 0;
+  for (const auto& f : m.fragments()) bytes += f.nbytes;
+  return bytes;
+}
+
+std::string ManifestSummaryJson(const StoredWeightManifest& m) {
+  std::string out;
+  internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
+  w.BeginObject();
+  w.KeyUInt("bytes", TotalBytes(m));
+  w.KeyString("created_at", m.created_at());
+  w.KeyUInt("fragments", m.fragments().size());
+  w.KeyString("manifest_digest", m.manifest_digest());
+  w.KeyString("manifest_key", m.manifest_key());
+  w.KeyString("namespace", m.namespace_id());
+  w.KeyString("resource_id", m.resource_id());
+  w.KeyString("revision", m.revision());
+  w.KeyUInt("tensors", m.tensors().size());
+  w.KeyUInt("weight_generation", m.weight_generation());
+  w.EndObject();
+  return out;
+}
+
+// Ids come from the manifest: shown escaped.
+void PrintManifestSummary(const StoredWeightManifest& m) {
+  std::printf("revision %s (%s@%s, generation %llu)\n",
+              m.manifest_key().c_str(),
+              internal::Printable(m.resource_id()).c_str(),
+              internal::Printable(m.revision()).c_str(),
+              static_cast<unsigned long long>(m.weight_generation()));
+  std::printf("  tensors %zu, fragments %zu, bytes %llu\n", m.tensors().size(),
+              m.fragments().size(),
+              static_cast<unsigned long long>(TotalBytes(m)));
+  std::printf("  created %s, digest %s\n",
+              internal::Printable(m.created_at()).c_str(),
+              m.manifest_digest().c_str());
+}
+
+Status RunShow(const StoreArgs& a) {
+  RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+  RESHARD_ASSIGN_OR_RETURN(auto m, s.LoadManifest(a.key));
+  if (a.json) {
+    std::cout << ManifestSummaryJson(m) << "\n";
+  } else {
+    PrintManifestSummary(m);
+  }
+  return Status::OK();
+}
+
+// ---- store verify
+
+// Totals over the revisions that verified, and each one that did not.
+struct VerifyOutcome {
+  size_t revisions = 0;
+  VerifyReport total;
+  std::vector<std::pair<std::string, Status>> corrupt;
+};
+
+// The revision named on the command line, or every READY and CORRUPT one.
+Result<std::vector<std::string>> RevisionsToVerify(WeightStore& s,
+                                                   const StoreArgs& a) {
+  std::vector<std::string> keys;
+  if (!a.key.empty()) {
+    keys.push_back(a.key);
+    return keys;
+  }
+  RESHARD_ASSIGN_OR_RETURN(auto revs, s.List());
+  for (const auto& r : revs) {
+    if (r.state != "IMPORTING") keys.push_back(r.manifest_key);
+  }
+  return keys;
+}
+
+// Verifies every revision of `keys`; without --json, one line per revision
+// that verified.
+VerifyOutcome VerifyRevisions(WeightStore& s,
+                              const std::vector<std::string>& keys,
+                              const StoreArgs& a) {
+  VerifyOutcome out;
+  out.revisions = keys.size();
+  for (const auto& k : keys) {
+    auto r = s.Verify(k);
+    if (!r.ok()) {
+      out.corrupt.emplace_back(k, r.status());
+      continue;
+    }
+    out.total.objects += r->objects;
+    out.total.bytes += r->bytes;
+    out.total.chunks += r->chunks;
+    if (!a.json) {
+      std::printf("ok  %s: %llu objects, %llu bytes, %llu chunks\n", k.c_str(),
+                  static_cast<unsigned long long>(r->objects),
+                  static_cast<unsigned long long>(r->bytes),
+                  static_cast<unsigned long long>(r->chunks));
+    }
+  }
+  return out;
+}
+
+std::string VerifyJson(const VerifyOutcome& v) {
+  std::string out;
+  internal::CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("bytes", v.total.bytes);
+  w.KeyUInt("chunks", v.total.chunks);
+  w.Key("corrupt");
+  w.BeginArray();
+  for (const auto& [k, st] : v.corrupt) {
+    w.BeginObject();
+    w.KeyString("error", st.message());
+    w.KeyString("manifest_key", k);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.KeyUInt("objects", v.total.objects);
+  w.KeyUInt("revisions", v.revisions);
+  w.Key("verified");
+  w.Bool(v.corrupt.empty());
+  w.EndObject();
+  return out;
+}
+
+Status RunVerify(const StoreArgs& a) {
+  RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+  RESHARD_ASSIGN_OR_RETURN(auto keys, RevisionsToVerify(s, a));
+  const VerifyOutcome v = VerifyRevisions(s, keys, a);
+  if (a.json) std::cout << VerifyJson(v) << "\n";
+  std::cout.flush();
+  std::fflush(stdout);
+  if (v.corrupt.empty()) return Status::OK();
+  // One error line per corrupt revision: all but the last here, the last
+  // as the command's status.
+  for (size_t i = 0; i + 1 < v.corrupt.size(); ++i) Fail(v.corrupt[i].second);
+  return v.corrupt.back().second;
+}
+
+// ---- store rm
+
+Status RunRemove(const StoreArgs& a) {
+  RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+  RESHARD_RETURN_NOT_OK(s.Remove(a.key));
+  if (!a.json) std::printf("removed %s\n", a.key.c_str());
+  return Status::OK();
+}
+
+// ---- store gc
+
+std::string GcJson(const GcReport& r) {
+  std::string out;
+  internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
+  w.BeginObject();
+  w.KeyUInt("bytes_removed", r.bytes_removed);
+  w.KeyUInt("keys_removed", r.keys_removed);
+  w.Key("skipped");
+  w.BeginArray();
+  for (const auto& p : r.skipped) {
+    w.BeginObject();
+    w.KeyString("error", p.error);
+    w.KeyString("key", p.key);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.KeyUInt("temporaries_removed", r.temporaries_removed);
+  w.Key("transactions_removed");
+  w.BeginArray();
+  for (const auto& t : r.transactions_removed) w.String(t);
+  w.EndArray();
+  w.EndObject();
+  return out;
+}
+
+void PrintGc(const GcReport& r) {
+  std::printf("gc: removed %llu keys (%llu bytes) of %zu uploads\n",
+              static_cast<unsigned long long>(r.keys_removed),
+              static_cast<unsigned long long>(r.bytes_removed),
+              r.transactions_removed.size());
+  for (const auto& p : r.skipped) {
+    std::printf("gc: skipped %s: %s\n", p.key.c_str(), p.error.c_str());
+  }
+}
+
+Status RunGc(const StoreArgs& a) {
+  RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
+  RESHARD_ASSIGN_OR_RETURN(auto r, s.Gc());
+  if (a.json) {
+    std::cout << GcJson(r) << "\n";
+  } else {
+    PrintGc(r);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 void AddStoreCommand(CLI::App& app) {
   auto* store =
       app.add_subcommand("store", "Inspect and maintain a weight store");
   store->require_subcommand(1);
-
-  Sub(store, "ls", "List revisions (READY or IMPORTING)", 0,
-      [](const StoreArgs& a) -> Status {
-        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        RESHARD_ASSIGN_OR_RETURN(auto revs, s.List());
-        if (a.json) {
-          std::string out;
-          internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
-          w.BeginArray();
-          for (const auto& r : revs) {
-            w.BeginObject();
-            w.KeyUInt("bytes", r.bytes);
-            // Only a CORRUPT revision has an error.
-            if (!r.error.empty()) w.KeyString("error", r.error);
-            w.KeyUInt("fragments", r.fragments);
-            w.KeyUInt("leases", r.leases);
-            w.KeyString("manifest_key", r.manifest_key);
-            w.KeyString("resource_id", r.resource_id);
-            w.KeyString("revision", r.revision);
-            w.KeyString("state", r.state);
-            w.KeyUInt("weight_generation", r.weight_generation);
-            w.EndObject();
-          }
-          w.EndArray();
-          std::cout << out << "\n";
-          return Status::OK();
-        }
-        std::printf("%-9s %10s %14s %6s  %s\n", "state", "fragments", "bytes",
-                    "leases", "manifest_key");
-        for (const auto& r : revs) {
-          if (!r.error.empty()) {
-            std::printf("%-9s %10s %14s %6s  %s  (%s)\n", r.state.c_str(), "-",
-                        "-", "-", r.manifest_key.c_str(), r.error.c_str());
-            continue;
-          }
-          std::printf("%-9s %10llu %14llu %6u  %s\n", r.state.c_str(),
-                      static_cast<unsigned long long>(r.fragments),
-                      static_cast<unsigned long long>(r.bytes), r.leases,
-                      r.manifest_key.c_str());
-        }
-        return Status::OK();
-      });
-
-  Sub(store, "show", "Show one revision's manifest summary", 2,
-      [](const StoreArgs& a) -> Status {
-        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        RESHARD_ASSIGN_OR_RETURN(auto m, s.LoadManifest(a.key));
-        uint64_t bytes = 0;
-        for (const auto& f : m.fragments()) bytes += f.nbytes;
-        std::string out;
-        internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
-        w.BeginObject();
-        w.KeyUInt("bytes", bytes);
-        w.KeyString("created_at", m.created_at());
-        w.KeyUInt("fragments", m.fragments().size());
-        w.KeyString("manifest_digest", m.manifest_digest());
-        w.KeyString("manifest_key", m.manifest_key());
-        w.KeyString("namespace", m.namespace_id());
-        w.KeyString("resource_id", m.resource_id());
-        w.KeyString("revision", m.revision());
-        w.KeyUInt("tensors", m.tensors().size());
-        w.KeyUInt("weight_generation", m.weight_generation());
-        w.EndObject();
-        if (a.json) {
-          std::cout << out << "\n";
-        } else {
-          // Ids come from the manifest: shown escaped.
-          std::printf("revision %s (%s@%s, generation %llu)\n",
-                      m.manifest_key().c_str(),
-                      internal::Printable(m.resource_id()).c_str(),
-                      internal::Printable(m.revision()).c_str(),
-                      static_cast<unsigned long long>(m.weight_generation()));
-          std::printf("  tensors %zu, fragments %zu, bytes %llu\n",
-                      m.tensors().size(), m.fragments().size(),
-                      static_cast<unsigned long long>(bytes));
-          std::printf("  created %s, digest %s\n",
-                      internal::Printable(m.created_at()).c_str(),
-                      m.manifest_digest().c_str());
-        }
-        return Status::OK();
-      });
-
+  Sub(store, "ls", "List revisions (READY or IMPORTING)", ManifestKeyArg::kNone,
+      RunList);
+  Sub(store, "show", "Show one revision's manifest summary",
+      ManifestKeyArg::kRequired, RunShow);
   Sub(store, "verify",
       "Re-read every payload and check every checksum (all READY and "
       "CORRUPT revisions without MANIFEST_KEY); every revision is checked, "
       "each corrupt one is one error line, and any makes the exit status 1",
-      1, [](const StoreArgs& a) -> Status {
-        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        std::vector<std::string> keys;
-        if (!a.key.empty()) {
-          keys.push_back(a.key);
-        } else {
-          RESHARD_ASSIGN_OR_RETURN(auto revs, s.List());
-          for (const auto& r : revs) {
-            if (r.state != "IMPORTING") keys.push_back(r.manifest_key);
-          }
-        }
-        VerifyReport total;
-        std::vector<std::pair<std::string, Status>> corrupt;
-        for (const auto& k : keys) {
-          auto r = s.Verify(k);
-          if (!r.ok()) {
-            corrupt.emplace_back(k, r.status());
-            continue;
-          }
-          total.objects += r->objects;
-          total.bytes += r->bytes;
-          total.chunks += r->chunks;
-          if (!a.json) {
-            std::printf("ok  %s: %llu objects, %llu bytes, %llu chunks\n",
-                        k.c_str(), static_cast<unsigned long long>(r->objects),
-                        static_cast<unsigned long long>(r->bytes),
-                        static_cast<unsigned long long>(r->chunks));
-          }
-        }
-        if (a.json) {
-          std::string out;
-          internal::CanonicalJsonWriter w(&out);
-          w.BeginObject();
-          w.KeyUInt("bytes", total.bytes);
-          w.KeyUInt("chunks", total.chunks);
-          w.Key("corrupt");
-          w.BeginArray();
-          for (const auto& [k, st] : corrupt) {
-            w.BeginObject();
-            w.KeyString("error", st.message());
-            w.KeyString("manifest_key", k);
-            w.EndObject();
-          }
-          w.EndArray();
-          w.KeyUInt("objects", total.objects);
-          w.KeyUInt("revisions", keys.size());
-          w.Key("verified");
-          w.Bool(corrupt.empty());
-          w.EndObject();
-          std::cout << out << "\n";
-        }
-        std::cout.flush();
-        std::fflush(stdout);
-        if (corrupt.empty()) return Status::OK();
-        // One error line per corrupt revision: all but the last here, the
-        // last as the command's status.
-        for (size_t i = 0; i + 1 < corrupt.size(); ++i) {
-          Fail(corrupt[i].second);
-        }
-        return corrupt.back().second;
-      });
-
+      ManifestKeyArg::kOptional, RunVerify);
   Sub(store, "rm",
       "Remove a revision, also a corrupt one, and only keys under it (refused "
       "while a load holds a lease)",
-      2, [](const StoreArgs& a) -> Status {
-        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        RESHARD_RETURN_NOT_OK(s.Remove(a.key));
-        if (!a.json) std::printf("removed %s\n", a.key.c_str());
-        return Status::OK();
-      });
-
+      ManifestKeyArg::kRequired, RunRemove);
   Sub(store, "gc",
       "Remove payloads of aborted and abandoned uploads (never anything a "
       "published revision references; corrupt revisions are left alone and "
       "reported)",
-      0, [](const StoreArgs& a) -> Status {
-        RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        RESHARD_ASSIGN_OR_RETURN(auto r, s.Gc());
-        if (a.json) {
-          std::string out;
-          internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
-          w.BeginObject();
-          w.KeyUInt("bytes_removed", r.bytes_removed);
-          w.KeyUInt("keys_removed", r.keys_removed);
-          w.Key("skipped");
-          w.BeginArray();
-          for (const auto& p : r.skipped) {
-            w.BeginObject();
-            w.KeyString("error", p.error);
-            w.KeyString("key", p.key);
-            w.EndObject();
-          }
-          w.EndArray();
-          w.KeyUInt("temporaries_removed", r.temporaries_removed);
-          w.Key("transactions_removed");
-          w.BeginArray();
-          for (const auto& t : r.transactions_removed) w.String(t);
-          w.EndArray();
-          w.EndObject();
-          std::cout << out << "\n";
-        } else {
-          std::printf("gc: removed %llu keys (%llu bytes) of %zu uploads\n",
-                      static_cast<unsigned long long>(r.keys_removed),
-                      static_cast<unsigned long long>(r.bytes_removed),
-                      r.transactions_removed.size());
-          for (const auto& p : r.skipped) {
-            std::printf("gc: skipped %s: %s\n", p.key.c_str(), p.error.c_str());
-          }
-        }
-        return Status::OK();
-      });
+      ManifestKeyArg::kNone, RunGc);
 }
 
 }  // namespace reshard::cli

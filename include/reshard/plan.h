@@ -7,7 +7,8 @@
 // and outer loops (count, source stride, target stride) with count-1 loops
 // dropped and adjacent loops merged whenever both sides allow it. A region
 // is one operation for an executor that supports strided copies; it is
-// never expanded into one operation per row.
+// never expanded into one operation per row. docs/planner.md describes the
+// steps and the `reshard plan --json` keys.
 
 #ifndef RESHARD_PLAN_H_
 #define RESHARD_PLAN_H_
@@ -24,11 +25,21 @@
 
 namespace reshard {
 
+namespace internal {
+class Planner;  // builds plans (src/plan/planner.cc)
+}  // namespace internal
+
 // Bounds checked while planning, before any memory is committed to a plan.
 // A segment cap belongs to executors that copy row by row, not here.
 struct PlanningLimits {
   uint64_t max_transfer_regions = 1'000'000'000;
   uint64_t max_operations = 1'000'000'000;
+};
+
+// Where a plan's source fragments come from.
+enum class PlanSourceKind {
+  kPlacement,       // LogicalTransferPlan::Make: a live placement
+  kStoredManifest,  // LogicalTransferPlan::MakeFromStored: a store revision
 };
 
 struct PlanOptions {
@@ -66,9 +77,13 @@ struct TransferRegion {
 
 // A fragment as the plan sees it: box, owner and where it came from.
 struct PlanFragment {
+  // The placement fragment id: of the target placement, and of the source
+  // placement for PlanSourceKind::kPlacement. For kStoredManifest sources it
+  // is the stored fragment id (StoredFragment::fragment_id).
   std::string fragment_id;
+  // The owning participant; for a stored source, the payload object key.
   std::string participant_id;
-  ParallelRank rank;
+  ParallelRank rank;  // all zero for a stored source
   std::optional<int64_t> pipeline_stage_id;
   uint32_t tensor = 0;
   Dims global_offset;
@@ -81,7 +96,8 @@ struct PlanFragment {
   friend bool operator==(const PlanFragment&, const PlanFragment&) = default;
 };
 
-// Operations grouped by pipeline route. Stages are -1 when unset.
+// Operations grouped by pipeline route. Stages are -1 when unset;
+// source_pp is -1 for a stored source.
 struct PipelineRoute {
   int64_t source_pp = 0;
   int64_t source_stage = -1;
@@ -119,6 +135,16 @@ class LogicalTransferPlan {
                                           const WeightPlacementManifest& target,
                                           const PlanOptions& options = {});
 
+  // Plans `target` from a committed store manifest: every stored fragment
+  // is eligible; source "participants" are the payload objects.
+  static Result<LogicalTransferPlan> MakeFromStored(
+      const StoredWeightManifest& source, const WeightPlacementManifest& target,
+      const PlanOptions& options = {});
+
+  // Which of the two factories made the plan; it says what the source
+  // side's PlanFragment::fragment_id and participant_id name.
+  PlanSourceKind source_kind() const;
+
   const std::string& resource_id() const;
   const std::string& revision() const;
   // The source placement_id, or "manifest:<manifest_key>" for a stored
@@ -142,30 +168,19 @@ class LogicalTransferPlan {
   const std::vector<TrafficEntry>& traffic() const;
   const PlanSummary& summary() const;
 
-  // Plans `target` from a committed store manifest: every stored fragment
-  // is eligible; source "participants" are the payload objects.
-  static Result<LogicalTransferPlan> MakeFromStored(
-      const StoredWeightManifest& source, const WeightPlacementManifest& target,
-      const PlanOptions& options = {});
-
   // Human-readable one-line description of a region.
   std::string DescribeRegion(const TransferRegion& region) const;
 
-
  private:
+  friend class internal::Planner;
   struct Impl;
-  struct SourceView;
-  static Result<LogicalTransferPlan> Plan(const SourceView& source,
-                                          const WeightPlacementManifest& target,
-                                          const PlanOptions& options);
   explicit LogicalTransferPlan(std::shared_ptr<const Impl> impl)
       : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
 
-// The plan summary as one canonical JSON object (the `--json` of
-// `reshard plan`): regions, segments, operations, bytes, max_source_bytes,
-// mean_source_bytes, max_target_bytes, and per-participant tables.
+// The plan summary as one canonical JSON object: the `--json` of
+// `reshard plan`, keys as listed in docs/planner.md.
 std::string PlanSummaryToJson(const LogicalTransferPlan& plan);
 
 }  // namespace reshard

@@ -1,9 +1,9 @@
 // Strided-copy geometry of one overlap between two canonical row-major
-// fragments (digest 4.3), then loop compression beyond it.
-
-#include <algorithm>
+// fragments (docs/planner.md, step 6), then loop compression beyond it.
 
 #include "plan/geometry.h"
+
+#include <algorithm>
 
 namespace reshard::internal {
 

@@ -1,5 +1,6 @@
-// ComputeRegionGeometry: the worked vectors of the prototype digest (4.3,
-// 4.4) and a brute-force check of loops x inner_bytes against coordinates.
+// ComputeRegionGeometry (docs/planner.md, step 6): the prototype's worked
+// geometry vectors and a brute-force check of loops x inner_bytes against
+// coordinates.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,6 @@
-// The planner: replica/owner selection, candidate index, overlap regions,
-// balanced source choice, summaries.
+// The planner, in the steps of docs/planner.md: checks, source tiling
+// (cover groups, tiling classes, interchangeable replicas), candidates and
+// regions, balanced choice, geometry, canonical order and summaries.
 
 #include <algorithm>
 #include <array>
@@ -17,7 +18,7 @@
 namespace reshard {
 
 struct LogicalTransferPlan::Impl {
-  bool stored_source = false;  // routes then have no source pp
+  PlanSourceKind source_kind = PlanSourceKind::kPlacement;
   std::string resource_id;
   std::string revision;
   std::string source_placement_id;
@@ -35,9 +36,13 @@ struct LogicalTransferPlan::Impl {
   PlanSummary summary;
 };
 
+namespace internal {
 namespace {
 
 using AxisKey = std::array<int64_t, 4>;
+
+// Index of each planned tensor id in LogicalTransferPlan::tensors().
+using TensorIndex = std::unordered_map<std::string_view, uint32_t>;
 
 // The rank projected on the kinds of `t` with the given semantics.
 AxisKey Project(const ParallelRank& r, const TensorDescriptor& t,
@@ -58,7 +63,6 @@ struct SourceBox {
   const Dims* shape;
   std::vector<uint32_t> members;  // source fragment indices
 };
-
 // Boxes of one tensor indexed for interval queries along one dimension:
 // sorted by begin, with a running maximum of ends, so a query visits only
 // boxes whose begin lies before the query's end.
@@ -159,21 +163,23 @@ void AssignOrder(std::vector<PlanFragment>* table) {
     (*table)[idx[pos]].order = pos;
 }
 
-// Chooses the source tiling of one tensor and returns its boxes with their
-// interchangeable members. Cover groups are the (owner, replica) groups,
-// each a complete cover; groups with identical tilings hold the same boxes.
-Result<std::vector<SourceBox>> SourceBoxes(
-    const TensorDescriptor& t, const std::vector<uint32_t>& frags,
-    const std::vector<PlanFragment>& table) {
-  std::map<AxisKey, std::vector<uint32_t>> groups;
+// Source fragments of one tensor by (owner, replica) cover group, each a
+// complete cover (the contract guarantees it), in group key order.
+using CoverGroups = std::map<AxisKey, std::vector<uint32_t>>;
+
+// Groups the source fragments `frags` of tensor `t` into cover groups.
+// DP ownership is ambiguous when more than one DP rank owns the tensor
+// (replicas over other axes within one owner are fine).
+Result<CoverGroups> GroupCovers(const TensorDescriptor& t,
+                                const std::vector<uint32_t>& frags,
+                                const std::vector<PlanFragment>& table) {
+  CoverGroups groups;
   for (uint32_t i : frags) {
     groups[Project(table[i].rank, t, AxisSemantics::kOwnership,
                    AxisSemantics::kReplicated)]
         .push_back(i);
   }
   const ParallelAxis* dp = t.FindAxis(AxisKind::kDp);
-  // DP ownership is ambiguous when more than one DP rank owns the tensor
-  // (replicas over other axes within one owner are fine).
   auto owners_differ = [&] {
     for (uint32_t i : frags) {
       if (table[i].rank.dp != table[frags.front()].rank.dp) return true;
@@ -186,45 +192,58 @@ Result<std::vector<SourceBox>> SourceBoxes(
         "DP-owned source tensor has ambiguous declared owners: " +
         t.tensor_id());
   }
-  // Tiling signature: the sorted boxes of a group.
+  return groups;
+}
+
+// Cover groups with identical box sets: `first` is the first group of the
+// class (its boxes sorted), `groups` every group of it (`first` included),
+// each with its boxes in the same order.
+struct TilingClass {
+  const std::vector<uint32_t>* first;
+  std::vector<const std::vector<uint32_t>*> groups;
+};
+
+// Sorts each group's boxes and collects the groups into tiling classes,
+// in order of each class's first group.
+std::vector<TilingClass> GroupByTiling(CoverGroups* groups,
+                                       const std::vector<PlanFragment>& table) {
   auto box_less = [&](uint32_t a, uint32_t b) {
     return std::tie(table[a].global_offset, table[a].local_shape) <
            std::tie(table[b].global_offset, table[b].local_shape);
   };
-  std::vector<std::vector<uint32_t>> classes;  // groups, by tiling
-  std::vector<std::vector<uint32_t>*> reps;    // first group of each class
-  std::vector<std::vector<std::vector<uint32_t>*>> members;
-  for (auto& [key, g] : groups) {
+  auto same_tiling = [&](const std::vector<uint32_t>& a,
+                         const std::vector<uint32_t>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (table[a[i]].global_offset != table[b[i]].global_offset ||
+          table[a[i]].local_shape != table[b[i]].local_shape) {
+        return false;
+      }
+    }
+    return true;
+  };
+  std::vector<TilingClass> classes;
+  for (auto& [key, g] : *groups) {
     std::sort(g.begin(), g.end(), box_less);
     size_t c = 0;
-    for (; c < reps.size(); ++c) {
-      const auto& r = *reps[c];
-      if (r.size() != g.size()) continue;
-      bool same = true;
-      for (size_t i = 0; i < g.size() && same; ++i) {
-        same = table[r[i]].global_offset == table[g[i]].global_offset &&
-               table[r[i]].local_shape == table[g[i]].local_shape;
-      }
-      if (same) break;
-    }
-    if (c == reps.size()) {
-      reps.push_back(&g);
-      members.emplace_back();
-    }
-    members[c].push_back(&g);
+    while (c < classes.size() && !same_tiling(*classes[c].first, g)) ++c;
+    if (c == classes.size()) classes.push_back({&g, {}});
+    classes[c].groups.push_back(&g);
   }
-  // The tiling held by the most groups offers the most choice; ties go to
-  // the class of the smallest group key (map order).
-  size_t best = 0;
-  for (size_t c = 1; c < members.size(); ++c) {
-    if (members[c].size() > members[best].size()) best = c;
-  }
+  return classes;
+}
+
+// The boxes of tiling class `tiling`, each with its members (one per group
+// of the class) in rank order (dp, pp, ep, tp), then fragment id order.
+std::vector<SourceBox> ChooseReplicas(const TilingClass& tiling,
+                                      const std::vector<PlanFragment>& table) {
   std::vector<SourceBox> boxes;
-  const auto& rep = *reps[best];
-  boxes.reserve(rep.size());
-  for (size_t i = 0; i < rep.size(); ++i) {
-    SourceBox box{&table[rep[i]].global_offset, &table[rep[i]].local_shape, {}};
-    for (const auto* g : members[best]) box.members.push_back((*g)[i]);
+  const auto& first = *tiling.first;
+  boxes.reserve(first.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    SourceBox box{
+        &table[first[i]].global_offset, &table[first[i]].local_shape, {}};
+    for (const auto* g : tiling.groups) box.members.push_back((*g)[i]);
     std::sort(box.members.begin(), box.members.end(), [&](auto a, auto b) {
       return std::tie(table[a].rank, table[a].fragment_id) <
              std::tie(table[b].rank, table[b].fragment_id);
@@ -234,12 +253,68 @@ Result<std::vector<SourceBox>> SourceBoxes(
   return boxes;
 }
 
+// The source tiling of tensor `t` (docs/planner.md, step 2): the tiling
+// held by the most cover groups offers the most choice; ties go to the
+// class of the smallest group key.
+Result<std::vector<SourceBox>> SourceTiling(
+    const TensorDescriptor& t, const std::vector<uint32_t>& frags,
+    const std::vector<PlanFragment>& table) {
+  RESHARD_ASSIGN_OR_RETURN(CoverGroups groups, GroupCovers(t, frags, table));
+  const std::vector<TilingClass> classes = GroupByTiling(&groups, table);
+  size_t best = 0;
+  for (size_t c = 1; c < classes.size(); ++c) {
+    if (classes[c].groups.size() > classes[best].groups.size()) best = c;
+  }
+  return ChooseReplicas(classes[best], table);
+}
+
+// The region where target fragment `tf` (index `ti`) meets source box
+// `box`, in global coordinates; the serving member is chosen later.
+TransferRegion OverlapRegion(uint32_t tensor, uint32_t ti,
+                             const PlanFragment& tf, const SourceBox& box,
+                             uint64_t itemsize) {
+  const size_t ndim = tf.global_offset.size();
+  TransferRegion r;
+  r.tensor = tensor;
+  r.target_fragment = ti;
+  r.overlap_offset.resize(ndim);
+  r.overlap_shape.resize(ndim);
+  r.bytes = itemsize;
+  for (size_t d = 0; d < ndim; ++d) {
+    const int64_t b = std::max(tf.global_offset[d], (*box.offset)[d]);
+    const int64_t e = std::min(tf.global_offset[d] + tf.local_shape[d],
+                               (*box.offset)[d] + (*box.shape)[d]);
+    r.overlap_offset[d] = b;
+    r.overlap_shape[d] = e - b;
+    r.bytes *= static_cast<uint64_t>(e - b);
+  }
+  return r;
+}
+
+// (source pp, source stage, target pp, target stage); -1 when unset.
+using RouteKey = std::array<int64_t, 4>;
+
+// (source participant << 32 | target participant, bytes) per region.
+using TrafficPairs = std::vector<std::pair<uint64_t, uint64_t>>;
+
+// (operations, bytes) per pipeline route.
+using RouteTotals = std::map<RouteKey, std::pair<uint64_t, uint64_t>>;
+
 }  // namespace
 
+// The source side's tables as a PlanSource fills them.
+struct SourceTables {
+  std::vector<std::string>& participants;
+  std::vector<PlanFragment>& fragments;
+  // Per planned tensor, indices into `fragments`.
+  std::vector<std::vector<uint32_t>>& by_tensor;
+};
+
 // What the planner needs of a source: identity, tensors and a way to emit
-// the fragments of the tensors it needs. Implemented for live placements
-// and for stored manifests.
-struct LogicalTransferPlan::SourceView {
+// the fragments of the tensors it needs. Made for live placements and for
+// stored manifests.
+struct PlanSource {
+  PlanSourceKind kind;
   const std::string& resource_id;
   const std::string& revision;
   uint64_t weight_generation;
@@ -247,322 +322,352 @@ struct LogicalTransferPlan::SourceView {
   std::vector<const TensorDescriptor*> tensors;
   std::function<const TensorDescriptor*(std::string_view)> find_tensor;
   size_t fragment_count = 0;  // an upper bound, for reserving
-  // Appends the fragments of needed tensors to the plan's source table.
-  std::function<void(const std::unordered_map<std::string_view, uint32_t>&,
-                     Impl*, std::vector<std::vector<uint32_t>>*)>
-      add_fragments;
+  // Appends the fragments of the tensors in the index to the tables.
+  std::function<void(const TensorIndex&, SourceTables)> add_fragments;
 };
 
-Result<LogicalTransferPlan> LogicalTransferPlan::Make(
-    const WeightPlacementManifest& source,
-    const WeightPlacementManifest& target, const PlanOptions& options) {
-  SourceView view{source.resource_id(),
-                  source.revision(),
-                  source.weight_generation(),
-                  source.placement_id(),
-                  {},
-                  [&](std::string_view id) { return source.FindTensor(id); },
-                  {}};
-  for (const auto& t : source.tensors()) view.tensors.push_back(&t);
-  view.fragment_count = source.fragments().size();
-  view.add_fragments = [&](const auto& tensor_index, Impl* impl,
-                           std::vector<std::vector<uint32_t>>* by_tensor) {
-    for (const auto& part : source.parts()) {
-      if (part.fragments().empty()) continue;
-      const auto pidx = static_cast<uint32_t>(impl->source_participants.size());
-      impl->source_participants.push_back(part.participant_id());
-      for (const auto& f : part.fragments()) {
-        auto it = tensor_index.find(f.tensor_id());
-        if (it == tensor_index.end()) continue;  // not needed by the target
-        (*by_tensor)[it->second].push_back(impl->source_fragments.size());
-        impl->source_fragments.push_back(
-            ToPlanFragment(f, part.participant_id(), pidx, it->second));
-      }
-    }
-  };
-  return Plan(view, target, options);
-}
-
-Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
-    const StoredWeightManifest& source, const WeightPlacementManifest& target,
-    const PlanOptions& options) {
-  const std::string id = "manifest:" + source.manifest_key();
-  SourceView view{source.resource_id(),
-                  source.revision(),
-                  source.weight_generation(),
-                  id,
-                  {},
-                  [&](std::string_view t) { return source.FindTensor(t); },
-                  {}};
-  for (const auto& t : source.tensors()) view.tensors.push_back(&t);
-  view.fragment_count = source.fragments().size();
-  // Every stored fragment is eligible; its "participant" is its object.
-  view.add_fragments = [&](const auto& tensor_index, Impl* impl,
-                           std::vector<std::vector<uint32_t>>* by_tensor) {
-    impl->stored_source = true;
-    std::map<std::string_view, uint32_t> objects;
-    for (const auto& f : source.fragments()) objects.emplace(f.object_key, 0);
-    for (auto& [key, idx] : objects) {
-      idx = impl->source_participants.size();
-      impl->source_participants.emplace_back(key);
-    }
-    for (const auto& f : source.fragments()) {
-      auto it = tensor_index.find(f.tensor_id);
-      if (it == tensor_index.end()) continue;
-      (*by_tensor)[it->second].push_back(impl->source_fragments.size());
-      impl->source_fragments.push_back(
-          {f.fragment_id, f.object_key, ParallelRank{}, std::nullopt,
-           it->second, f.global_offset, f.local_shape, f.nbytes,
-           objects.at(f.object_key), 0});
-    }
-  };
-  return Plan(view, target, options);
-}
-
-Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
-    const SourceView& source, const WeightPlacementManifest& target,
-    const PlanOptions& options) {
-  if (source.resource_id != target.resource_id()) {
-    return Status::InvalidArgument(
-        "source and target resource_id differ: " + source.resource_id + " vs " +
-        target.resource_id());
+// Plans one target from one source in the steps of docs/planner.md. Each
+// step reads what the steps before it left in the plan being built.
+class Planner {
+ public:
+  static Result<LogicalTransferPlan> Run(const PlanSource& source,
+                                         const WeightPlacementManifest& target,
+                                         const PlanOptions& options) {
+    Planner p(source, target, options);
+    RESHARD_RETURN_NOT_OK(p.CheckIdentity());
+    RESHARD_RETURN_NOT_OK(p.SelectTargetParts());
+    RESHARD_RETURN_NOT_OK(p.SelectTensors());
+    p.BuildFragmentTables();
+    RESHARD_RETURN_NOT_OK(p.Intersect());
+    p.Balance();
+    p.ComputeGeometry();
+    p.SortRegions();
+    p.Summarise();
+    return LogicalTransferPlan(std::move(p.impl_));
   }
-  if (source.revision != target.revision()) {
+
+ private:
+  Planner(const PlanSource& source, const WeightPlacementManifest& target,
+          const PlanOptions& options)
+      : source_(source),
+        target_(target),
+        options_(options),
+        impl_(std::make_shared<LogicalTransferPlan::Impl>()) {}
+
+  // Step 1: same resource, revision and weight generation.
+  Status CheckIdentity();
+  // Every target part, or the one local participant's.
+  Status SelectTargetParts();
+  // Step 1: tensor sets and descriptors; fills tensors and the index.
+  Status SelectTensors();
+  // Fragment tables and participants of both sides, with id order.
+  void BuildFragmentTables();
+  // Steps 2-4: per tensor, the source tiling, candidates and regions.
+  Status Intersect();
+  Status IntersectTensor(uint32_t t);
+  // Step 5: each region's serving fragment among its box's members.
+  void Balance();
+  // Step 6: base offsets, inner run and merged loops of every region.
+  void ComputeGeometry();
+  // Step 7: (target fragment id, target base offset, source fragment id,
+  // source base offset).
+  void SortRegions();
+  // Step 7: totals, per-participant bytes, traffic and pipeline routes.
+  void Summarise();
+  void AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes);
+  void MergeTraffic(TrafficPairs* traffic);
+
+  const PlanSource& source_;
+  const WeightPlacementManifest& target_;
+  const PlanOptions& options_;
+  std::shared_ptr<LogicalTransferPlan::Impl> impl_;
+
+  std::vector<const WeightPlacementPart*> target_parts_;
+  std::vector<const TensorDescriptor*> plan_tensors_;  // target descriptors
+  TensorIndex tensor_index_;
+  std::vector<std::vector<uint32_t>> source_by_tensor_;
+  std::vector<std::vector<uint32_t>> target_by_tensor_;
+  // The boxes of each tensor's source tiling; region_box_[i] is region i's.
+  std::vector<std::vector<SourceBox>> tensor_boxes_;
+  std::vector<const SourceBox*> region_box_;
+  // Compact column of source fragment -> participant: the loops touch
+  // fragments in random order, and whole PlanFragments would miss the
+  // cache each time.
+  std::vector<uint32_t> source_participant_;
+};
+
+Status Planner::CheckIdentity() {
+  if (source_.resource_id != target_.resource_id()) {
     return Status::InvalidArgument(
-        "source and target revision differ: " + source.revision + " vs " +
-        target.revision());
+        "source and target resource_id differ: " + source_.resource_id +
+        " vs " + target_.resource_id());
   }
-  if (source.weight_generation != target.weight_generation()) {
+  if (source_.revision != target_.revision()) {
+    return Status::InvalidArgument(
+        "source and target revision differ: " + source_.revision + " vs " +
+        target_.revision());
+  }
+  if (source_.weight_generation != target_.weight_generation()) {
     return Status::InvalidArgument(
         "source and target weight_generation differ: " +
-        std::to_string(source.weight_generation) + " vs " +
-        std::to_string(target.weight_generation()));
+        std::to_string(source_.weight_generation) + " vs " +
+        std::to_string(target_.weight_generation()));
   }
-  auto impl = std::make_shared<Impl>();
-  impl->resource_id = target.resource_id();
-  impl->revision = target.revision();
-  impl->source_placement_id = source.id;
-  impl->target_placement_id = target.placement_id();
+  impl_->source_kind = source_.kind;
+  impl_->resource_id = target_.resource_id();
+  impl_->revision = target_.revision();
+  impl_->source_placement_id = source_.id;
+  impl_->target_placement_id = target_.placement_id();
+  return Status::OK();
+}
 
-  // Target selection: every part, or one local participant.
-  std::vector<const WeightPlacementPart*> target_parts;
-  if (options.target_participant_id.has_value()) {
-    const auto* part = target.FindPart(*options.target_participant_id);
-    if (part == nullptr) {
-      return Status::InvalidArgument("unknown target participant: " +
-                                     *options.target_participant_id);
-    }
-    if (part->fragments().empty()) {
-      return Status::InvalidArgument(
-          "local target manifest is missing fragments: participant " +
-          *options.target_participant_id + " holds none");
-    }
-    target_parts.push_back(part);
-  } else {
-    for (const auto& p : target.parts()) target_parts.push_back(&p);
+Status Planner::SelectTargetParts() {
+  if (!options_.target_participant_id.has_value()) {
+    for (const auto& p : target_.parts()) target_parts_.push_back(&p);
+    return Status::OK();
   }
-  // Tensor sets.
-  std::vector<const TensorDescriptor*> plan_tensors;
-  if (options.target_participant_id.has_value()) {
-    for (const auto& t : target_parts.front()->tensors()) {
-      plan_tensors.push_back(target.FindTensor(t.tensor_id()));
+  const std::string& id = *options_.target_participant_id;
+  const auto* part = target_.FindPart(id);
+  if (part == nullptr) {
+    return Status::InvalidArgument("unknown target participant: " + id);
+  }
+  if (part->fragments().empty()) {
+    return Status::InvalidArgument(
+        "local target manifest is missing fragments: participant " + id +
+        " holds none");
+  }
+  target_parts_.push_back(part);
+  return Status::OK();
+}
+
+Status Planner::SelectTensors() {
+  if (options_.target_participant_id.has_value()) {
+    for (const auto& t : target_parts_.front()->tensors()) {
+      plan_tensors_.push_back(target_.FindTensor(t.tensor_id()));
     }
   } else {
-    for (const auto& t : target.tensors()) plan_tensors.push_back(&t);
-    for (const auto* t : source.tensors) {
-      if (target.FindTensor(t->tensor_id()) == nullptr) {
+    for (const auto& t : target_.tensors()) plan_tensors_.push_back(&t);
+    for (const auto* t : source_.tensors) {
+      if (target_.FindTensor(t->tensor_id()) == nullptr) {
         return Status::InvalidArgument(
             "target manifests are missing tensors: " + t->tensor_id());
       }
     }
   }
-  std::unordered_map<std::string_view, uint32_t> tensor_index;
-  for (const auto* t : plan_tensors) {
-    const TensorDescriptor* s = source.find_tensor(t->tensor_id());
+  for (const auto* t : plan_tensors_) {
+    const TensorDescriptor* s = source_.find_tensor(t->tensor_id());
     if (s == nullptr) {
       return Status::InvalidArgument(
           "target manifests contain unknown tensors: " + t->tensor_id());
     }
     RESHARD_RETURN_NOT_OK(CheckCompatible(*s, *t));
-    tensor_index.emplace(t->tensor_id(), impl->tensors.size());
-    impl->tensors.push_back(t->tensor_id());
+    tensor_index_.emplace(t->tensor_id(), impl_->tensors.size());
+    impl_->tensors.push_back(t->tensor_id());
   }
+  return Status::OK();
+}
 
-  // Fragment tables and participants.
-  std::vector<std::vector<uint32_t>> source_by_tensor(plan_tensors.size());
-  impl->source_fragments.reserve(source.fragment_count);
-  source.add_fragments(tensor_index, impl.get(), &source_by_tensor);
-  AssignOrder(&impl->source_fragments);
-  std::vector<std::vector<uint32_t>> target_by_tensor(plan_tensors.size());
+void Planner::BuildFragmentTables() {
+  source_by_tensor_.resize(plan_tensors_.size());
+  impl_->source_fragments.reserve(source_.fragment_count);
+  source_.add_fragments(
+      tensor_index_,
+      {impl_->source_participants, impl_->source_fragments, source_by_tensor_});
+  AssignOrder(&impl_->source_fragments);
+  target_by_tensor_.resize(plan_tensors_.size());
   size_t target_count = 0;
-  for (const auto* part : target_parts)
+  for (const auto* part : target_parts_) {
     target_count += part->fragments().size();
-  impl->target_fragments.reserve(target_count);
-  for (const auto* part : target_parts) {
+  }
+  impl_->target_fragments.reserve(target_count);
+  for (const auto* part : target_parts_) {
     if (part->fragments().empty()) continue;
-    const auto pidx = static_cast<uint32_t>(impl->target_participants.size());
-    impl->target_participants.push_back(part->participant_id());
+    const auto pidx = static_cast<uint32_t>(impl_->target_participants.size());
+    impl_->target_participants.push_back(part->participant_id());
     for (const auto& f : part->fragments()) {
-      const uint32_t t = tensor_index.at(f.tensor_id());
-      const auto i = static_cast<uint32_t>(impl->target_fragments.size());
-      target_by_tensor[t].push_back(i);
-      impl->target_fragments.push_back(
+      const uint32_t t = tensor_index_.at(f.tensor_id());
+      const auto i = static_cast<uint32_t>(impl_->target_fragments.size());
+      target_by_tensor_[t].push_back(i);
+      impl_->target_fragments.push_back(
           ToPlanFragment(f, part->participant_id(), pidx, t));
     }
   }
-  AssignOrder(&impl->target_fragments);
+  AssignOrder(&impl_->target_fragments);
+}
 
-  // Overlap regions; each remembers its source box, and the serving
-  // fragment among the box's interchangeable members is chosen afterwards.
-  auto& regions = impl->regions;
-  std::vector<const SourceBox*> region_box;
-  regions.reserve(impl->target_fragments.size());
-  region_box.reserve(impl->target_fragments.size());
-  std::vector<std::vector<SourceBox>> tensor_boxes(plan_tensors.size());
-  for (uint32_t t = 0; t < plan_tensors.size(); ++t) {
-    const TensorDescriptor& desc = *source.find_tensor(impl->tensors[t]);
-    RESHARD_ASSIGN_OR_RETURN(
-        tensor_boxes[t],
-        SourceBoxes(desc, source_by_tensor[t], impl->source_fragments));
-    BoxIndex index;
-    index.Build(tensor_boxes[t], desc.ndim());
-    const auto itemsize = static_cast<uint64_t>(desc.itemsize());
-    const size_t ndim = desc.ndim();
-    for (uint32_t ti : target_by_tensor[t]) {
-      const PlanFragment& tf = impl->target_fragments[ti];
-      uint64_t covered = 0;
-      index.Query(tf.global_offset, tf.local_shape, [&](const SourceBox& box) {
-        TransferRegion r;
-        r.tensor = t;
-        r.target_fragment = ti;
-        r.overlap_offset.resize(ndim);
-        r.overlap_shape.resize(ndim);
-        r.bytes = itemsize;
-        for (size_t d = 0; d < ndim; ++d) {
-          const int64_t b = std::max(tf.global_offset[d], (*box.offset)[d]);
-          const int64_t e = std::min(tf.global_offset[d] + tf.local_shape[d],
-                                     (*box.offset)[d] + (*box.shape)[d]);
-          r.overlap_offset[d] = b;
-          r.overlap_shape[d] = e - b;
-          r.bytes *= static_cast<uint64_t>(e - b);
-        }
-        covered += r.bytes;
-        regions.push_back(std::move(r));
-        region_box.push_back(&box);
-      });
-      if (covered != tf.nbytes) {
-        return Status::InvalidArgument(
-            "target fragment is not fully covered: " + tf.fragment_id);
-      }
-      if (regions.size() > options.limits.max_transfer_regions) {
-        return Status::ResourceExhausted(
-            "plan exceeds max_transfer_regions: more than " +
-            std::to_string(options.limits.max_transfer_regions) +
-            " regions (at tensor " + impl->tensors[t] + ")");
-      }
+Status Planner::Intersect() {
+  impl_->regions.reserve(impl_->target_fragments.size());
+  region_box_.reserve(impl_->target_fragments.size());
+  tensor_boxes_.resize(plan_tensors_.size());
+  for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
+    RESHARD_RETURN_NOT_OK(IntersectTensor(t));
+  }
+  const uint64_t regions = impl_->regions.size();
+  if (regions > options_.limits.max_operations) {
+    return Status::ResourceExhausted(
+        "plan exceeds max_operations: " + std::to_string(regions) + " > " +
+        std::to_string(options_.limits.max_operations));
+  }
+  return Status::OK();
+}
+
+Status Planner::IntersectTensor(uint32_t t) {
+  const TensorDescriptor& desc = *source_.find_tensor(impl_->tensors[t]);
+  RESHARD_ASSIGN_OR_RETURN(
+      tensor_boxes_[t],
+      SourceTiling(desc, source_by_tensor_[t], impl_->source_fragments));
+  BoxIndex index;
+  index.Build(tensor_boxes_[t], desc.ndim());
+  const auto itemsize = static_cast<uint64_t>(desc.itemsize());
+  auto& regions = impl_->regions;
+  for (uint32_t ti : target_by_tensor_[t]) {
+    const PlanFragment& tf = impl_->target_fragments[ti];
+    uint64_t covered = 0;
+    index.Query(tf.global_offset, tf.local_shape, [&](const SourceBox& box) {
+      TransferRegion r = OverlapRegion(t, ti, tf, box, itemsize);
+      covered += r.bytes;
+      regions.push_back(std::move(r));
+      region_box_.push_back(&box);
+    });
+    if (covered != tf.nbytes) {
+      return Status::InvalidArgument("target fragment is not fully covered: " +
+                                     tf.fragment_id);
+    }
+    if (regions.size() > options_.limits.max_transfer_regions) {
+      return Status::ResourceExhausted(
+          "plan exceeds max_transfer_regions: more than " +
+          std::to_string(options_.limits.max_transfer_regions) +
+          " regions (at tensor " + impl_->tensors[t] + ")");
     }
   }
-  if (regions.size() > options.limits.max_operations) {
-    return Status::ResourceExhausted(
-        "plan exceeds max_operations: " + std::to_string(regions.size()) +
-        " > " + std::to_string(options.limits.max_operations));
-  }
+  return Status::OK();
+}
 
-  // Balanced choice: largest regions first, each to the candidate whose
-  // participant has served the fewest bytes so far (ties: rank order).
-  const auto& sfr = impl->source_fragments;
-  const auto& tfr = impl->target_fragments;
-  impl->source_bytes.assign(impl->source_participants.size(), 0);
-  auto& load = impl->source_bytes;
+void Planner::Balance() {
+  const auto& sfr = impl_->source_fragments;
+  auto& regions = impl_->regions;
+  impl_->source_bytes.assign(impl_->source_participants.size(), 0);
+  auto& load = impl_->source_bytes;
   std::vector<uint32_t> order(regions.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
     return regions[a].bytes > regions[b].bytes;
   });
-  // Compact per-fragment columns: the loops below touch fragments in
-  // random order, and whole PlanFragments would miss the cache each time.
-  std::vector<uint32_t> source_participant(sfr.size());
+  source_participant_.resize(sfr.size());
   for (size_t i = 0; i < sfr.size(); ++i) {
-    source_participant[i] = sfr[i].participant;
+    source_participant_[i] = sfr[i].participant;
   }
+  const auto& participant = source_participant_;
   for (uint32_t i : order) {
-    const auto& members = region_box[i]->members;
+    const auto& members = region_box_[i]->members;
     uint32_t best = members.front();
     for (uint32_t m : members) {
-      if (load[source_participant[m]] < load[source_participant[best]]) {
-        best = m;
-      }
+      if (load[participant[m]] < load[participant[best]]) best = m;
     }
     regions[i].source_fragment = best;
-    load[source_participant[best]] += regions[i].bytes;
+    load[participant[best]] += regions[i].bytes;
   }
+}
 
-  // Geometry, then the canonical order: (target fragment id, target base
-  // offset, source fragment id, source base offset).
-  for (auto& r : regions) {
+void Planner::ComputeGeometry() {
+  const auto& sfr = impl_->source_fragments;
+  const auto& tfr = impl_->target_fragments;
+  for (auto& r : impl_->regions) {
     const PlanFragment& sf = sfr[r.source_fragment];
     const PlanFragment& tf = tfr[r.target_fragment];
-    internal::RegionGeometry g = internal::ComputeRegionGeometry(
+    RegionGeometry g = ComputeRegionGeometry(
         sf.global_offset, sf.local_shape, tf.global_offset, tf.local_shape,
-        r.overlap_offset, r.overlap_shape, plan_tensors[r.tensor]->itemsize());
+        r.overlap_offset, r.overlap_shape, plan_tensors_[r.tensor]->itemsize());
     r.source_base_offset = g.source_base_offset;
     r.target_base_offset = g.target_base_offset;
     r.inner_bytes = g.inner_bytes;
     r.loops = std::move(g.loops);
     r.segments = g.segments;
   }
-  {
-    struct Key {
-      uint32_t target_order;
-      uint64_t target_base;
-      uint32_t source_order;
-      uint64_t source_base;
-      uint32_t index;
-    };
-    std::vector<Key> keys;
-    keys.reserve(regions.size());
-    for (uint32_t i = 0; i < regions.size(); ++i) {
-      const auto& r = regions[i];
-      keys.push_back({tfr[r.target_fragment].order, r.target_base_offset,
-                      sfr[r.source_fragment].order, r.source_base_offset, i});
-    }
-    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-      return std::tie(a.target_order, a.target_base, a.source_order,
-                      a.source_base) < std::tie(b.target_order, b.target_base,
-                                                b.source_order, b.source_base);
-    });
-    std::vector<TransferRegion> sorted;
-    sorted.reserve(regions.size());
-    for (const Key& k : keys) sorted.push_back(std::move(regions[k.index]));
-    regions = std::move(sorted);
-  }
+}
 
-  // Summaries: totals, per-participant bytes, traffic, routes.
-  impl->target_bytes.assign(impl->target_participants.size(), 0);
-  std::vector<std::pair<uint64_t, uint64_t>> traffic;  // (pair key, bytes)
-  traffic.reserve(regions.size());
-  std::map<std::array<int64_t, 4>, std::pair<uint64_t, uint64_t>> routes;
-  std::vector<bool> used(sfr.size(), false);
-  PlanSummary& sum = impl->summary;
-  std::array<int64_t, 4> last_route{-2, -2, -2, -2};
-  std::pair<uint64_t, uint64_t>* route = nullptr;
+void Planner::SortRegions() {
+  const auto& sfr = impl_->source_fragments;
+  const auto& tfr = impl_->target_fragments;
+  auto& regions = impl_->regions;
+  struct Key {
+    uint32_t target_order;
+    uint64_t target_base;
+    uint32_t source_order;
+    uint64_t source_base;
+    uint32_t index;
+  };
+  std::vector<Key> keys;
+  keys.reserve(regions.size());
+  for (uint32_t i = 0; i < regions.size(); ++i) {
+    const auto& r = regions[i];
+    keys.push_back({tfr[r.target_fragment].order, r.target_base_offset,
+                    sfr[r.source_fragment].order, r.source_base_offset, i});
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+    return std::tie(a.target_order, a.target_base, a.source_order,
+                    a.source_base) < std::tie(b.target_order, b.target_base,
+                                              b.source_order, b.source_base);
+  });
+  std::vector<TransferRegion> sorted;
+  sorted.reserve(regions.size());
+  for (const Key& k : keys) sorted.push_back(std::move(regions[k.index]));
+  regions = std::move(sorted);
+}
+
+void Planner::Summarise() {
+  impl_->target_bytes.assign(impl_->target_participants.size(), 0);
+  TrafficPairs traffic;
+  traffic.reserve(impl_->regions.size());
+  RouteTotals routes;
+  AccumulateRegions(&traffic, &routes);
+  PlanSummary& sum = impl_->summary;
+  sum.operations = sum.regions;
+  for (uint64_t b : impl_->source_bytes) {
+    sum.max_source_bytes = std::max(sum.max_source_bytes, b);
+  }
+  for (uint64_t b : impl_->target_bytes) {
+    sum.max_target_bytes = std::max(sum.max_target_bytes, b);
+  }
+  sum.mean_source_bytes =
+      impl_->source_participants.empty()
+          ? 0.0
+          : static_cast<double>(sum.bytes) / impl_->source_participants.size();
+  MergeTraffic(&traffic);
+  for (const auto& [key, value] : routes) {
+    impl_->routes.push_back(
+        {key[0], key[1], key[2], key[3], value.first, value.second});
+  }
+}
+
+// One pass over the sorted regions: target bytes, region totals, used
+// source fragments, traffic pairs and route totals.
+void Planner::AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes) {
+  const auto& sfr = impl_->source_fragments;
+  const auto& tfr = impl_->target_fragments;
+  // A stored source has no pipeline rank.
+  const bool stored = impl_->source_kind == PlanSourceKind::kStoredManifest;
   std::vector<std::pair<int64_t, int64_t>> source_route(sfr.size());
   for (size_t i = 0; i < sfr.size(); ++i) {
-    source_route[i] = {impl->stored_source ? -1 : sfr[i].rank.pp,
+    source_route[i] = {stored ? -1 : sfr[i].rank.pp,
                        sfr[i].pipeline_stage_id.value_or(-1)};
   }
-  for (const auto& r : regions) {
+  std::vector<bool> used(sfr.size(), false);
+  PlanSummary& sum = impl_->summary;
+  RouteKey last_route{-2, -2, -2, -2};
+  std::pair<uint64_t, uint64_t>* route = nullptr;
+  for (const auto& r : impl_->regions) {
     const auto& [source_pp, source_stage] = source_route[r.source_fragment];
     const PlanFragment& tf = tfr[r.target_fragment];
-    impl->target_bytes[tf.participant] += r.bytes;
-    traffic.emplace_back(
-        (uint64_t{source_participant[r.source_fragment]} << 32) |
+    impl_->target_bytes[tf.participant] += r.bytes;
+    traffic->emplace_back(
+        (uint64_t{source_participant_[r.source_fragment]} << 32) |
             tf.participant,
         r.bytes);
-    const std::array<int64_t, 4> key{source_pp, source_stage, tf.rank.pp,
-                                     tf.pipeline_stage_id.value_or(-1)};
+    const RouteKey key{source_pp, source_stage, tf.rank.pp,
+                       tf.pipeline_stage_id.value_or(-1)};
     if (route == nullptr || key != last_route) {
-      route = &routes[key];
+      route = &(*routes)[key];
       last_route = key;
     }
     route->first += 1;
@@ -572,37 +677,99 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Plan(
     sum.segments += r.segments;
     sum.bytes += r.bytes;
   }
-  sum.operations = sum.regions;
   sum.source_fragments_used = std::count(used.begin(), used.end(), true);
-  for (uint64_t b : impl->source_bytes) {
-    sum.max_source_bytes = std::max(sum.max_source_bytes, b);
-  }
-  for (uint64_t b : impl->target_bytes) {
-    sum.max_target_bytes = std::max(sum.max_target_bytes, b);
-  }
-  sum.mean_source_bytes =
-      impl->source_participants.empty()
-          ? 0.0
-          : static_cast<double>(sum.bytes) / impl->source_participants.size();
-  std::sort(traffic.begin(), traffic.end());
-  for (const auto& [key, bytes] : traffic) {
-    const auto sp = static_cast<uint32_t>(key >> 32);
-    const auto tp = static_cast<uint32_t>(key & 0xFFFFFFFFu);
-    if (!impl->traffic.empty() &&
-        impl->traffic.back().source_participant == sp &&
-        impl->traffic.back().target_participant == tp) {
-      impl->traffic.back().bytes += bytes;
-    } else {
-      impl->traffic.push_back({sp, tp, bytes});
-    }
-  }
-  for (const auto& [key, value] : routes) {
-    impl->routes.push_back(
-        {key[0], key[1], key[2], key[3], value.first, value.second});
-  }
-  return LogicalTransferPlan(std::move(impl));
 }
 
+// The traffic matrix: pairs sorted by (source, target), equal pairs summed.
+void Planner::MergeTraffic(TrafficPairs* traffic) {
+  std::sort(traffic->begin(), traffic->end());
+  auto& out = impl_->traffic;
+  for (const auto& [key, bytes] : *traffic) {
+    const auto sp = static_cast<uint32_t>(key >> 32);
+    const auto tp = static_cast<uint32_t>(key & 0xFFFFFFFFu);
+    if (!out.empty() && out.back().source_participant == sp &&
+        out.back().target_participant == tp) {
+      out.back().bytes += bytes;
+    } else {
+      out.push_back({sp, tp, bytes});
+    }
+  }
+}
+
+}  // namespace internal
+
+Result<LogicalTransferPlan> LogicalTransferPlan::Make(
+    const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target, const PlanOptions& options) {
+  internal::PlanSource view{
+      PlanSourceKind::kPlacement,
+      source.resource_id(),
+      source.revision(),
+      source.weight_generation(),
+      source.placement_id(),
+      {},
+      [&](std::string_view id) { return source.FindTensor(id); },
+      source.fragments().size(),
+      {}};
+  for (const auto& t : source.tensors()) view.tensors.push_back(&t);
+  view.add_fragments = [&](const internal::TensorIndex& tensor_index,
+                           internal::SourceTables out) {
+    for (const auto& part : source.parts()) {
+      if (part.fragments().empty()) continue;
+      const auto pidx = static_cast<uint32_t>(out.participants.size());
+      out.participants.push_back(part.participant_id());
+      for (const auto& f : part.fragments()) {
+        auto it = tensor_index.find(f.tensor_id());
+        if (it == tensor_index.end()) continue;  // not needed by the target
+        out.by_tensor[it->second].push_back(out.fragments.size());
+        out.fragments.push_back(internal::ToPlanFragment(
+            f, part.participant_id(), pidx, it->second));
+      }
+    }
+  };
+  return internal::Planner::Run(view, target, options);
+}
+
+Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
+    const StoredWeightManifest& source, const WeightPlacementManifest& target,
+    const PlanOptions& options) {
+  const std::string id = "manifest:" + source.manifest_key();
+  internal::PlanSource view{
+      PlanSourceKind::kStoredManifest,
+      source.resource_id(),
+      source.revision(),
+      source.weight_generation(),
+      id,
+      {},
+      [&](std::string_view t) { return source.FindTensor(t); },
+      source.fragments().size(),
+      {}};
+  for (const auto& t : source.tensors()) view.tensors.push_back(&t);
+  // Every stored fragment is eligible; its "participant" is its object.
+  view.add_fragments = [&](const internal::TensorIndex& tensor_index,
+                           internal::SourceTables out) {
+    std::map<std::string_view, uint32_t> objects;
+    for (const auto& f : source.fragments()) objects.emplace(f.object_key, 0);
+    for (auto& [key, idx] : objects) {
+      idx = out.participants.size();
+      out.participants.emplace_back(key);
+    }
+    for (const auto& f : source.fragments()) {
+      auto it = tensor_index.find(f.tensor_id);
+      if (it == tensor_index.end()) continue;
+      out.by_tensor[it->second].push_back(out.fragments.size());
+      out.fragments.push_back({f.fragment_id, f.object_key, ParallelRank{},
+                               std::nullopt, it->second, f.global_offset,
+                               f.local_shape, f.nbytes,
+                               objects.at(f.object_key), 0});
+    }
+  };
+  return internal::Planner::Run(view, target, options);
+}
+
+PlanSourceKind LogicalTransferPlan::source_kind() const {
+  return impl_->source_kind;
+}
 const std::string& LogicalTransferPlan::resource_id() const {
   return impl_->resource_id;
 }

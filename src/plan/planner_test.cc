@@ -1,6 +1,6 @@
-// The planner: golden plan numbers of the fixtures and conformance
-// scenarios (digest 7.2, 8.3), cross-dimension geometry, balanced replica
-// choice, local targets, error messages and summaries.
+// The planner (docs/planner.md): golden plan numbers of the fixtures and
+// conformance scenarios (tests/data), cross-dimension geometry, balanced
+// replica choice, local targets, error messages and summaries.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -307,6 +307,21 @@ TEST(PlannerTest, CrossDimDim0ToDim2Is16Operations) {
     EXPECT_EQ(r.bytes, uint64_t{512} << 20);
   }
   CheckInvariants(*plan);
+}
+
+TEST(PlannerTest, APlacementSourceIsNamedAsSuch) {
+  PlacementDraft src = GridDraft(Sizes{.tp = 2});
+  AddTensor(&src, {.tensor_id = "w", .shape = {8, 8}, .tp_dim = 0});
+  PlacementDraft dst = GridDraft(Sizes{.tp = 2});
+  AddTensor(&dst, {.tensor_id = "w", .shape = {8, 8}, .tp_dim = 1});
+  const auto source = MustBuild(src);
+  const LogicalTransferPlan plan =
+      LogicalTransferPlan::Make(source, MustBuild(dst)).ValueOrDie();
+  EXPECT_EQ(plan.source_kind(), PlanSourceKind::kPlacement);
+  // Source fragment ids are the placement's.
+  for (const auto& f : plan.source_fragments()) {
+    EXPECT_NE(source.FindFragment(f.fragment_id), nullptr) << f.fragment_id;
+  }
 }
 
 TEST(PlannerTest, CrossDimEp2ToTp2MatchesVectorsCAndD) {
