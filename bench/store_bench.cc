@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   }
   if (!store->Commit(*plan, receipts).ok()) return 1;
   const double upload = Since(t0);
-  auto manifest = store->LoadManifest(plan->manifest().manifest_key());
+  auto manifest = store->ReadManifest(plan->manifest().manifest_key());
   if (!manifest.ok()) return 1;
 
   std::printf(

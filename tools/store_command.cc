@@ -110,7 +110,7 @@ void AddStoreCommand(CLI::App& app) {
   Sub(store, "show", "Show one revision's manifest summary", 2,
       [](const StoreArgs& a) -> Status {
         RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-        RESHARD_ASSIGN_OR_RETURN(auto m, s.LoadManifest(a.key));
+        RESHARD_ASSIGN_OR_RETURN(auto m, s.ReadManifest(a.key));
         uint64_t bytes = 0;
         for (const auto& f : m.fragments()) bytes += f.nbytes;
         std::string out;
