@@ -202,7 +202,7 @@ class WeightStore {
   // Multi-process uploads: the coordinator publishes the plan in the store
   // (transactions/<txn>/plan); each worker process reads it back with
   // ReadUploadPlan, uploads its own fragments and publishes its receipts
-  // (PublishReceipts, transactions/<txn>/receipts/<n>); the coordinator
+  // (PublishReceipts, transactions/<txn>/receipts/<fid>); the coordinator
   // gathers them (GatherReceipts, all or FailedPrecondition naming the
   // missing fragment) and commits.
   Status PublishUploadPlan(const UploadPlan& plan);
