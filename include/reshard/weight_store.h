@@ -146,8 +146,8 @@ struct RevisionInfo {
   std::string state;
   uint64_t fragments = 0;
   uint64_t bytes = 0;
-  uint32_t leases = 0;
-  std::string error;  // why a CORRUPT revision cannot be read
+  uint32_t leases = 0;  // unexpired lease records (or unreadable ones)
+  std::string error;    // why a CORRUPT revision cannot be read
 };
 
 // A revision or upload a maintenance operation left alone because it could
@@ -232,8 +232,9 @@ class WeightStore {
   // error means the revision is corrupt (or unreadable).
   Result<VerifyReport> Verify(std::string_view manifest_key);
   // Removes a published revision, READY or CORRUPT; refuses while a load
-  // holds a lease. Removes only keys under the manifest key's own revision
-  // (never keys a tampered manifest names elsewhere).
+  // holds a lease (FailedPrecondition) or a lease record cannot be read
+  // (DataLoss naming it). Removes only keys under the manifest key's own
+  // revision (never keys a tampered manifest names elsewhere).
   Status Remove(std::string_view manifest_key);
   // Collects abandoned uploads; corrupt revisions and uploads it cannot
   // process are reported in `skipped` and left alone, the rest collected.
