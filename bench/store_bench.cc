@@ -196,7 +196,7 @@ Result<Uploaded> UploadAndCommit(WeightStore& store,
   RESHARD_RETURN_NOT_OK(store.Commit(plan, receipts));
   const double seconds = Since(t0);
   RESHARD_ASSIGN_OR_RETURN(auto manifest,
-                           store.LoadManifest(plan.manifest().manifest_key()));
+                           store.ReadManifest(plan.manifest().manifest_key()));
   return Uploaded{seconds, std::move(manifest)};
 }
 

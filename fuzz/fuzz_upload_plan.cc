@@ -1,5 +1,5 @@
 // Upload plans and receipts as the store holds them (WeightStore::
-// LoadUploadPlan, GatherReceipts). Input: NUL-separated documents: the
+// ReadUploadPlan, GatherReceipts). Input: NUL-separated documents: the
 // manifest key, the transaction id, the plan record, then receipt records.
 // Properties: a loaded plan re-published and loaded again is the same plan;
 // gathered receipts cover every stored fragment of the plan.
@@ -7,15 +7,15 @@
 #include <memory>
 
 #include "fuzz/fuzz_check.h"
-#include "fuzz/memory_object_store.h"
 #include "reshard/weight_store.h"
 #include "store/layout.h"
+#include "testing/memory_object_store.h"
 
 namespace {
 
 using reshard::UploadPlan;
 using reshard::WeightStore;
-using reshard::fuzz::MemoryObjectStore;
+using reshard::testing::MemoryObjectStore;
 
 WeightStore NewStore() {
   return *WeightStore::Open(std::make_shared<MemoryObjectStore>());
@@ -48,24 +48,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (docs.size() < 3) return 0;
   const std::string_view manifest_key = docs[0];
   const std::string_view txn = docs[1];
-  const std::string base = reshard::internal::BaseOfManifestKey(manifest_key);
-  if (base.empty()) return 0;
+  const auto keys =
+      reshard::internal::RevisionKeys::OfManifestKey(manifest_key);
+  if (!keys) return 0;
   WeightStore store = NewStore();
-  const std::string txn_key = base + "/transactions/" + std::string(txn);
-  if (!store.backend().Put(txn_key + "/plan", docs[2]).ok()) return 0;
-  auto plan = store.LoadUploadPlan(manifest_key, txn);
+  if (!store.backend().Put(keys->Plan(txn), docs[2]).ok()) return 0;
+  auto plan = store.ReadUploadPlan(manifest_key, txn);
   if (!plan.ok()) return 0;
 
   WeightStore fresh = NewStore();
   FUZZ_CHECK(fresh.PublishUploadPlan(*plan).ok(), "a loaded plan publishes");
-  auto again = fresh.LoadUploadPlan(manifest_key, txn);
+  auto again = fresh.ReadUploadPlan(manifest_key, txn);
   FUZZ_CHECK(again.ok(), "a published plan loads");
   FUZZ_CHECK(SamePlan(*plan, *again), "plan round trip");
 
   for (size_t i = 3; i < docs.size(); ++i) {
-    const std::string key = plan->manifest().group_id() + "/transactions/" +
-                            plan->transaction_id() + "/receipts/r" +
-                            std::to_string(i);
+    const std::string key =
+        reshard::internal::RevisionKeys(plan->manifest().group_id())
+            .Receipt(plan->transaction_id(), "r" + std::to_string(i));
     if (!store.backend().Put(key, docs[i]).ok()) return 0;
   }
   auto receipts = store.GatherReceipts(*plan);

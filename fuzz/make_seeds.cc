@@ -13,12 +13,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "fuzz/memory_object_store.h"
 #include "reshard/binding.h"
 #include "reshard/legacy.h"
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
+#include "testing/memory_object_store.h"
 #include "testing/placement_builders.h"
 #include "util/sha256.h"
 
@@ -68,7 +68,7 @@ void StoreSeeds(const WeightPlacementManifest& placement) {
   for (const auto& b : buffers.bindings) {
     Write("fuzz_binding", WeightRuntimeBindingToJson(b));
   }
-  auto backend = std::make_shared<MemoryObjectStore>();
+  auto backend = std::make_shared<testing::MemoryObjectStore>();
   WeightStoreOptions options;
   options.chunk_bytes = 32;  // several checksum lines per fragment
   WeightStore store = Must(WeightStore::Open(backend, options), "open");

@@ -215,12 +215,12 @@ Status FaultInjectionStore::Delete(std::string_view key) {
 
 Status FaultInjectionStore::PutObject(std::string_view key,
                                       const std::vector<ConstBuffer>& parts,
-                                      bool durable) {
+                                      Durability durability) {
   const auto f = Hit(kCallPutObject, key);
-  if (!f) return inner_->PutObject(key, parts, durable);
+  if (!f) return inner_->PutObject(key, parts, durability);
   switch (f->kind) {
     case FaultKind::kLostAck:
-      RESHARD_RETURN_NOT_OK(inner_->PutObject(key, parts, durable));
+      RESHARD_RETURN_NOT_OK(inner_->PutObject(key, parts, durability));
       break;
     case FaultKind::kTornWrite:
     case FaultKind::kCorruptWrite: {
@@ -229,8 +229,8 @@ Status FaultInjectionStore::PutObject(std::string_view key,
         whole.append(static_cast<const char*>(p.data), p.size);
       }
       const std::string damaged = Damage(*f, whole);
-      RESHARD_RETURN_NOT_OK(
-          inner_->PutObject(key, {{damaged.data(), damaged.size()}}, durable));
+      RESHARD_RETURN_NOT_OK(inner_->PutObject(
+          key, {{damaged.data(), damaged.size()}}, durability));
       if (f->kind == FaultKind::kCorruptWrite) return Status::OK();
       break;
     }

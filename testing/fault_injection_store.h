@@ -114,7 +114,7 @@ class FaultInjectionStore : public ObjectStore {
   Result<std::vector<std::string>> List(std::string_view prefix) override;
   Status Delete(std::string_view key) override;
   Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
-                   bool durable) override;
+                   Durability durability) override;
   Status Sync() override;
   Status ReadRanges(const std::vector<ReadRange>& ranges) override;
   Result<uint64_t> ObjectSize(std::string_view key) override;

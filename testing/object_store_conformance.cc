@@ -280,28 +280,30 @@ TEST_P(ObjectStoreConformance, NonDurablePutsAreCompleteAndCreateOnly) {
   const std::string bytes = Pattern(71, 100'000);
   const std::string_view v = bytes;
   ASSERT_OK(store_->PutObject("nd/a", {Buf(v.substr(0, 3)), Buf(v.substr(3))},
-                              /*durable=*/false));
-  ASSERT_OK(store_->PutObject("nd/b/zero", {}, /*durable=*/false));
+                              Durability::kAtNextSync));
+  ASSERT_OK(store_->PutObject("nd/b/zero", {}, Durability::kAtNextSync));
   ExpectObject(*store_, "nd/a", bytes);
   ExpectObject(*store_, "nd/b/zero", "");
   EXPECT_EQ(ListOrDie(*store_, "nd/"), (Keys{"nd/a", "nd/b/zero"}));
-  for (const Status& st : {store_->PutObject("nd/a", {Buf("x")}, false),
-                           store_->PutObject("nd/a", {Buf("x")}, true),
-                           store_->Put("nd/a", "x")}) {
+  for (const Status& st :
+       {store_->PutObject("nd/a", {Buf("x")}, Durability::kAtNextSync),
+        store_->PutObject("nd/a", {Buf("x")}, Durability::kDurable),
+        store_->Put("nd/a", "x")}) {
     EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
     EXPECT_TRUE(Names(st, "nd/a")) << st.ToString();
   }
   ASSERT_OK(store_->Put("nd/rec", "record"));
-  EXPECT_EQ(store_->PutObject("nd/rec", {}, false).code(),
+  EXPECT_EQ(store_->PutObject("nd/rec", {}, Durability::kAtNextSync).code(),
             StatusCode::kAlreadyExists);
-  const Status invalid = store_->PutObject("nd//bad", {Buf("x")}, false);
+  const Status invalid =
+      store_->PutObject("nd//bad", {Buf("x")}, Durability::kAtNextSync);
   EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument) << invalid.ToString();
   ASSERT_OK(store_->Sync());
   ASSERT_OK(store_->Sync());
   ExpectObject(*store_, "nd/a", bytes);
   ExpectObject(*store_, "nd/rec", "record");
   ASSERT_OK(store_->Delete("nd/a"));
-  ASSERT_OK(store_->PutObject("nd/a", {Buf("again")}, false));
+  ASSERT_OK(store_->PutObject("nd/a", {Buf("again")}, Durability::kAtNextSync));
   ExpectObject(*store_, "nd/a", "again");
 }
 
@@ -519,7 +521,7 @@ TEST_P(ObjectStoreConformance, InvalidKeysAreRejectedByEveryMethod) {
     const std::vector<Status> statuses = {
         store_->Put(key, "v"),
         store_->PutObject(key, {Buf("v")}),
-        store_->PutObject(key, {Buf("v")}, /*durable=*/false),
+        store_->PutObject(key, {Buf("v")}, Durability::kAtNextSync),
         store_->Get(key).status(),
         store_->ObjectSize(key).status(),
         store_->Delete(key),
@@ -565,7 +567,7 @@ TEST_P(ObjectStoreConformance, ConcurrentWritersAndReadersOfDistinctKeys) {
           key,
           {Buf(v.substr(0, cut1)), Buf(v.substr(cut1, cut2 - cut1)),
            Buf(v.substr(cut2))},
-          /*durable=*/t % 2 == 0);
+          t % 2 == 0 ? Durability::kDurable : Durability::kAtNextSync);
       if (!st.ok()) fail("PutObject " + key + ": " + st.ToString());
     }
     if (Status st = store_->Sync(); !st.ok()) fail("Sync: " + st.ToString());
@@ -622,7 +624,7 @@ TEST_P(ObjectStoreConformance, RacingWritersOfOneKeyHaveExactlyOneWinner) {
         start.arrive_and_wait();
         statuses[t] = store_->PutObject(
             key, {Buf(v.substr(0, 4097)), Buf(v.substr(4097))},
-            /*durable=*/t % 2 == 0);
+            t % 2 == 0 ? Durability::kDurable : Durability::kAtNextSync);
       });
     }
     for (std::thread& thread : threads) thread.join();

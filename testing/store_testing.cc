@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "store/layout.h"
+
 namespace reshard::testing {
 
 std::string PayloadTransaction(const StoredWeightManifest& m,
@@ -11,15 +13,15 @@ std::string PayloadTransaction(const StoredWeightManifest& m,
 }
 
 std::set<std::string> CommittedKeys(const StoredWeightManifest& m) {
-  const std::string base = m.group_id();
+  const internal::RevisionKeys revision(m.group_id());
   std::set<std::string> keys = {m.manifest_key()};
   for (const auto& f : m.fragments()) {
     const std::string txn = PayloadTransaction(m, f.object_key);
     keys.insert(f.object_key);
-    keys.insert(base + "/checksums/" + txn + "/" + f.fragment_id);
-    keys.insert(base + "/transactions/" + txn + "/started");
-    keys.insert(base + "/transactions/" + txn + "/decision");
-    keys.insert(base + "/transactions/" + txn + "/pending-manifest");
+    keys.insert(revision.Checksum(txn, f.fragment_id));
+    keys.insert(revision.Started(txn));
+    keys.insert(revision.Decision(txn));
+    keys.insert(revision.PendingManifest(txn));
   }
   return keys;
 }

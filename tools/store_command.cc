@@ -155,7 +155,7 @@ void PrintManifestSummary(const StoredWeightManifest& m) {
 
 Status RunShow(const StoreArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-  RESHARD_ASSIGN_OR_RETURN(auto m, s.LoadManifest(a.key));
+  RESHARD_ASSIGN_OR_RETURN(auto m, s.ReadManifest(a.key));
   if (a.json) {
     std::cout << ManifestSummaryJson(m) << "\n";
   } else {

@@ -38,15 +38,19 @@ struct ReadRange {
   void* dest = nullptr;
 };
 
+// When a written object survives a crash.
+enum class Durability {
+  kDurable,     // before PutObject returns
+  kAtNextSync,  // visible and complete at once, durable after Sync()
+};
+
 class ObjectStore : public RecordStore {
  public:
   // Writes the concatenation of `parts` as object `key` without assembling
   // it in memory; AlreadyExists if the key exists (nothing is changed).
-  // With `durable` false the object is visible and complete but may be
-  // lost in a crash until the next Sync().
   virtual Status PutObject(std::string_view key,
                            const std::vector<ConstBuffer>& parts,
-                           bool durable = true) = 0;
+                           Durability durability = Durability::kDurable) = 0;
   // Makes every object written before the call durable.
   virtual Status Sync() = 0;
   // Reads every range; fails (naming the key and range) if any range is

@@ -2,7 +2,7 @@
 // source-native fragments, published as an immutable revision, loaded into
 // any other layout with ranged reads straight into the target buffers.
 //
-// Protocol (digest section 5, seed RFC "Weight storage"):
+// Protocol (docs/store-format.md, "Upload, commit, abort"):
 //   PrepareUpload  selects one complete, generation-consistent source DP
 //                  replica and spreads its fragments over every source
 //                  participant holding identical bytes;
@@ -20,7 +20,8 @@
 // to commit but died before publishing, and never removes anything a
 // manifest references.
 //
-// Keys (docs/store-format.md):
+// Keys (docs/store-format.md, "Keys" and "Records"; built in one place,
+// src/store/layout.h):
 //   <prefix>/<q(namespace)>/<q(resource)>/<q(revision)>/<generation>/
 //     manifest                          the published StoredWeightManifest
 //     payload/<txn>/<fragment_id>       one object per stored fragment
@@ -28,7 +29,9 @@
 //     transactions/<txn>/started        upload start (for gc's grace)
 //     transactions/<txn>/decision       "commit" or "abort", first wins
 //     transactions/<txn>/pending-manifest  the manifest to publish (commit)
-//     leases/<lease_id>                 a load in progress
+//     transactions/<txn>/plan           the upload plan (multi-process)
+//     transactions/<txn>/receipts/<fid> one writer's receipts (multi-process)
+//     leases/<lease_id>                 a load in progress, until it expires
 
 #ifndef RESHARD_WEIGHT_STORE_H_
 #define RESHARD_WEIGHT_STORE_H_
@@ -68,6 +71,14 @@ struct WeightStoreOptions {
   // "decision" (commit decided, manifest not yet published) and
   // "published".
   std::function<void(std::string_view stage)> on_stage;
+  // The clock (unix seconds) of started records, leases, gc grace and
+  // created_at; empty: the system clock. Tests inject one to age uploads
+  // and leases without waiting.
+  std::function<int64_t()> now_seconds;
+  // Fresh upload transaction ids and lease ids (key components, unique per
+  // call); empty: 32 and 16 random hex digits, reseeded in every process.
+  std::function<std::string()> new_transaction_id;
+  std::function<std::string()> new_lease_id;
 };
 
 struct UploadOperation {
@@ -135,8 +146,8 @@ struct RevisionInfo {
   std::string state;
   uint64_t fragments = 0;
   uint64_t bytes = 0;
-  uint32_t leases = 0;
-  std::string error;  // why a CORRUPT revision cannot be read
+  uint32_t leases = 0;  // unexpired lease records (or unreadable ones)
+  std::string error;    // why a CORRUPT revision cannot be read
 };
 
 // A revision or upload a maintenance operation left alone because it could
@@ -175,10 +186,6 @@ class WeightStore {
   ObjectStore& backend() const { return *backend_; }
   const WeightStoreOptions& options() const { return options_; }
 
-  // The base key of a revision.
-  std::string BaseKey(std::string_view resource_id, std::string_view revision,
-                      uint64_t generation) const;
-
   Result<UploadPlan> PrepareUpload(
       const WeightPlacementManifest& source,
       const std::vector<WeightRuntimeBindingManifest>& bindings);
@@ -194,12 +201,12 @@ class WeightStore {
 
   // Multi-process uploads: the coordinator publishes the plan in the store
   // (transactions/<txn>/plan); each worker process reads it back with
-  // LoadUploadPlan, uploads its own fragments and publishes its receipts
-  // (PublishReceipts, transactions/<txn>/receipts/<n>); the coordinator
+  // ReadUploadPlan, uploads its own fragments and publishes its receipts
+  // (PublishReceipts, transactions/<txn>/receipts/<fid>); the coordinator
   // gathers them (GatherReceipts, all or FailedPrecondition naming the
   // missing fragment) and commits.
   Status PublishUploadPlan(const UploadPlan& plan);
-  Result<UploadPlan> LoadUploadPlan(std::string_view manifest_key,
+  Result<UploadPlan> ReadUploadPlan(std::string_view manifest_key,
                                     std::string_view transaction_id);
   Status PublishReceipts(const UploadPlan& plan,
                          const std::vector<UploadReceipt>& receipts);
@@ -209,7 +216,7 @@ class WeightStore {
   // A published manifest (strict: its key must match, its group must be the
   // revision at that key, every payload must be <group>/payload/<txn>/<id>;
   // otherwise DataLoss).
-  Result<StoredWeightManifest> LoadManifest(std::string_view manifest_key);
+  Result<StoredWeightManifest> ReadManifest(std::string_view manifest_key);
   // Plans `target` from the manifest and reads straight into the bound
   // target buffers, verifying every delivered chunk. Holds a lease for the
   // duration. On error the targets are not loaded (contents unspecified).
@@ -225,8 +232,9 @@ class WeightStore {
   // error means the revision is corrupt (or unreadable).
   Result<VerifyReport> Verify(std::string_view manifest_key);
   // Removes a published revision, READY or CORRUPT; refuses while a load
-  // holds a lease. Removes only keys under the manifest key's own revision
-  // (never keys a tampered manifest names elsewhere).
+  // holds a lease (FailedPrecondition) or a lease record cannot be read
+  // (DataLoss naming it). Removes only keys under the manifest key's own
+  // revision (never keys a tampered manifest names elsewhere).
   Status Remove(std::string_view manifest_key);
   // Collects abandoned uploads; corrupt revisions and uploads it cannot
   // process are reported in `skipped` and left alone, the rest collected.
@@ -238,16 +246,6 @@ class WeightStore {
   std::shared_ptr<ObjectStore> backend_;
   WeightStoreOptions options_;
 };
-
-// Stored fragment id: the first 24 hex digits of SHA-256 of
-// "<tensor_id>|<offset>|<shape>" with Python tuple rendering ("(0, 4)",
-// "(8,)"), as the reference computes it.
-std::string StoredFragmentId(std::string_view tensor_id, const Dims& offset,
-                             const Dims& shape);
-
-// Python urllib.parse.quote(s, safe="") for ids inside keys; additionally a
-// leading '.' is escaped (%2E), since key components cannot start with '.'.
-std::string QuoteKeyComponent(std::string_view id);
 
 }  // namespace reshard
 

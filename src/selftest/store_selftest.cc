@@ -56,7 +56,7 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
 
   t0 = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(
-      auto manifest, store.LoadManifest(upload.manifest().manifest_key()));
+      auto manifest, store.ReadManifest(upload.manifest().manifest_key()));
   auto loaded = store.Load(manifest, target, dst.bindings);
   report.load_seconds = seconds(t0);
   report.seconds = report.upload_seconds + report.load_seconds;

@@ -178,7 +178,8 @@ TEST(FsConfinementTest, LinksAreNeverFollowed) {
   EXPECT_EQ(put.message(),
             "cannot write d/new: d is a symbolic link (a store never follows "
             "links)");
-  put = b.PutObject("d/sub/new", {ConstBuffer{"x", 1}}, false);
+  put =
+      b.PutObject("d/sub/new", {ConstBuffer{"x", 1}}, Durability::kAtNextSync);
   EXPECT_EQ(put.code(), StatusCode::kDataLoss);
   put = b.Put("a/leaf", "x");
   EXPECT_EQ(put.code(), StatusCode::kDataLoss);
@@ -559,14 +560,14 @@ TEST(StoreConfinementTest, LinksAtEveryLevelNeverReachTheSentinel) {
     auto target = Layout(4, "kept");
     HostBuffers buffers = Must(AllocateHostBuffers(target, "target"));
     auto loaded =
-        store.Load(Must(store.LoadManifest(kept.manifest().manifest_key())),
+        store.Load(Must(store.ReadManifest(kept.manifest().manifest_key())),
                    target, buffers.bindings);
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     EXPECT_EQ(
         internal::VerifyPattern(target, internal::TensorIndex(target), buffers),
         "");
     auto removed_manifest =
-        Must(store.LoadManifest(removed.manifest().manifest_key()));
+        Must(store.ReadManifest(removed.manifest().manifest_key()));
     auto removed_target = Layout(4, "removed");
     HostBuffers removed_buffers =
         Must(AllocateHostBuffers(removed_target, "target"));

@@ -47,6 +47,7 @@
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
+#include "store/layout.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/store_testing.h"
@@ -199,7 +200,7 @@ class Fixture {
   // byte; also Verify.
   void ExpectLoadsByteExactly(const std::string& manifest_key) const {
     WeightStore store = Open();
-    auto manifest = store.LoadManifest(manifest_key);
+    auto manifest = store.ReadManifest(manifest_key);
     ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
     HostBuffers dst = Must(AllocateHostBuffers(target_, "target"));
     for (const auto& [id, p] : dst.data) {
@@ -266,7 +267,7 @@ std::vector<UploadReceipt> UploadAgain(const Fixture& f, WeightStore& store,
 bool ExpectNoPartialRevision(const Fixture& f, const UploadPlan& plan) {
   WeightStore store = f.Open();
   const std::string key = plan.manifest().manifest_key();
-  auto m = store.LoadManifest(key);
+  auto m = store.ReadManifest(key);
   if (m.ok()) {
     EXPECT_EQ(m->manifest_digest(), plan.manifest().manifest_digest());
     f.ExpectLoadsByteExactly(key);
@@ -307,7 +308,7 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
   }
   const std::string decision = BaseOf(plan.manifest()) + "/transactions/" +
                                plan.transaction_id() + "/decision";
-  const bool published = store.LoadManifest(key).ok();
+  const bool published = store.ReadManifest(key).ok();
   const bool decided_commit = f.backend().Get(decision).ok();
   const Status aborted = store.Abort(plan);
   if (published) {
@@ -354,7 +355,7 @@ void ExpectOnlyCommittedAfterGc(const Fixture& f, const std::string& key) {
   no_grace.gc_grace = std::chrono::seconds(0);
   WeightStore gc = f.Open(no_grace);
   Must(gc.Gc());
-  const auto manifest = gc.LoadManifest(key);
+  const auto manifest = gc.ReadManifest(key);
   ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
   EXPECT_EQ(f.Keys(), CommittedKeys(*manifest));
   f.ExpectLoadsByteExactly(key);
@@ -561,9 +562,11 @@ std::vector<WriterResult> RunWriters(const Fixture& f, int writers,
 
 std::string ManifestKeyOf(const Fixture& f) {
   const auto& p = f.source().placement;
-  return f.Open().BaseKey(p.resource_id(), p.revision(),
-                          p.weight_generation()) +
-         "/manifest";
+  const WeightStore store = f.Open();
+  const internal::StoreKeys keys(store.options().key_prefix,
+                                 store.options().namespace_);
+  return keys.Revision(p.resource_id(), p.revision(), p.weight_generation())
+      .Manifest();
 }
 
 TEST(StoreCrashRaceTest, RacingWritersExactlyOneCommits) {
@@ -589,7 +592,7 @@ TEST(StoreCrashRaceTest, RacingWritersExactlyOneCommits) {
     EXPECT_EQ(txns.size(), static_cast<size_t>(writers));
     // The losers removed their own payloads already; Gc removes their
     // transaction records.
-    const auto manifest = Must(f.Open().LoadManifest(key));
+    const auto manifest = Must(f.Open().ReadManifest(key));
     std::set<std::string> committed;
     for (const auto& s : manifest.fragments()) {
       committed.insert(s.object_key);
@@ -628,7 +631,7 @@ TEST(StoreCrashRaceTest, ForkedWritersGetDistinctTransactions) {
   EXPECT_EQ(txns.size(), 4u);
   EXPECT_EQ(txns.count(first.transaction_id()), 0u);
   // Whatever happened, the published revision is intact.
-  if (f.Open().LoadManifest(key).ok()) ExpectOnlyCommittedAfterGc(f, key);
+  if (f.Open().ReadManifest(key).ok()) ExpectOnlyCommittedAfterGc(f, key);
 }
 
 }  // namespace

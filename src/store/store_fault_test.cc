@@ -41,6 +41,7 @@
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
+#include "store/layout.h"
 #include "testing/fault_injection_store.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
@@ -255,7 +256,7 @@ Status DistributedWithPlan(WeightStore& store, const Side& source,
   RESHARD_RETURN_NOT_OK(published(store.PublishUploadPlan(plan)));
   for (const auto& b : source.buffers.bindings) {
     RESHARD_ASSIGN_OR_RETURN(
-        auto mine, store.LoadUploadPlan(plan.manifest().manifest_key(),
+        auto mine, store.ReadUploadPlan(plan.manifest().manifest_key(),
                                         plan.transaction_id()));
     RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(mine, source.placement, b));
     RESHARD_RETURN_NOT_OK(published(store.PublishReceipts(mine, r)));
@@ -275,15 +276,17 @@ Status DistributedUpload(WeightStore& store, const Side& source,
 // The manifest key of the revision of `source`.
 std::string ManifestKeyOf(WeightStore& store, const Side& source) {
   const auto& p = source.placement;
-  return store.BaseKey(p.resource_id(), p.revision(), p.weight_generation()) +
-         "/manifest";
+  const internal::StoreKeys keys(store.options().key_prefix,
+                                 store.options().namespace_);
+  return keys.Revision(p.resource_id(), p.revision(), p.weight_generation())
+      .Manifest();
 }
 
 // Loads the revision of `source` into a fresh target; "" when every target
 // byte holds the pattern, else the error (a failed load, or -- a defect --
 // wrong bytes delivered by a successful one, prefixed "WRONG BYTES").
 std::string LoadError(WeightStore& store, const Side& source) {
-  auto manifest = store.LoadManifest(ManifestKeyOf(store, source));
+  auto manifest = store.ReadManifest(ManifestKeyOf(store, source));
   if (!manifest.ok()) return manifest.status().ToString();
   Side target = TargetSide(TargetOf(source));
   auto report =
@@ -354,9 +357,10 @@ bool SilentCorruption(FaultKind k) {
 
 // A torn or corrupted Put of a control record (the backend contract rules
 // such writes out) is refused by the store with an error naming the
-// record. A corrupt manifest is removed with `rm`; a damaged decision
-// record (the upload's fate is unknown) is left to the operator, which the
-// sweep does here and counts.
+// record. A corrupt manifest is removed with `rm`; a damaged decision,
+// started or lease record (the upload's fate or age, or whether a load
+// holds the revision, is unknown) is left to the operator, which the sweep
+// does here and counts.
 int& HandRepairs() {
   static int n = 0;
   return n;
@@ -380,9 +384,11 @@ Status WithHandRepair(FaultyStore& s, const std::function<Status()>& f) {
     Status st = f();
     if (st.ok()) return st;
     std::string key;
-    for (const std::string marker : {"malformed upload decision record: ",
-                                     "published weight manifest is damaged: ",
-                                     "damaged pending weight manifest: "}) {
+    for (const std::string marker :
+         {"malformed upload decision record: ",
+          "malformed upload started record: ", "malformed load lease record: ",
+          "published weight manifest is damaged: ",
+          "damaged pending weight manifest: "}) {
       const size_t p = st.message().find(marker);
       if (p != std::string::npos) key = st.message().substr(p + marker.size());
     }
@@ -462,7 +468,7 @@ void RecoverTo(FaultyStore& s, const std::vector<const Side*>& sources,
     const std::string err = LoadError(store, *source);
     EXPECT_EQ(err, "");
     const auto manifest =
-        Must(store.LoadManifest(ManifestKeyOf(store, *source)));
+        Must(store.ReadManifest(ManifestKeyOf(store, *source)));
     auto keys = CommittedKeys(manifest);
     expected.insert(keys.begin(), keys.end());
     // A multi-process upload's plan and receipts stay with its revision.
@@ -707,7 +713,7 @@ TEST(StoreFaultTest, Gc) {
     Status st = s.faulty().Commit(*decided, receipts);
     s.faults().Disarm();
     if (st.ok()) throw std::runtime_error("commit did not fail");
-    if (s.clean().LoadManifest(decided->manifest().manifest_key()).ok()) {
+    if (s.clean().ReadManifest(decided->manifest().manifest_key()).ok()) {
       throw std::runtime_error("second revision published");
     }
   };
@@ -750,10 +756,10 @@ TEST(StoreFaultTest, Remove) {
     if (!st.ok()) {
       o = Outcome::kFailedRetried;
       // Retry while the revision is visible; then gc finishes the removal.
-      if (s.clean().LoadManifest(key).ok()) MustOk(s.clean().Remove(key));
+      if (s.clean().ReadManifest(key).ok()) MustOk(s.clean().Remove(key));
     }
     MustOk(GcStatus(s.clean_no_grace()));
-    EXPECT_FALSE(s.clean().LoadManifest(key).ok())
+    EXPECT_FALSE(s.clean().ReadManifest(key).ok())
         << "the removed revision is visible again";
     EXPECT_EQ(s.Keys(), std::set<std::string>{});
     RecoverTo(s, {&TheModels().source}, std::nullopt);
@@ -775,7 +781,7 @@ TEST(StoreFaultTest, Abort) {
   sc.check = [plan](FaultyStore& s, const Status& st, FaultKind kind) {
     CheckVisible(s, kind);
     EXPECT_FALSE(
-        s.clean().LoadManifest((*plan)->manifest().manifest_key()).ok());
+        s.clean().ReadManifest((*plan)->manifest().manifest_key()).ok());
     Outcome o = Outcome::kSucceeded;
     if (!st.ok()) {
       // A torn decision record is refused (strictly parsed) until the
@@ -820,7 +826,7 @@ TEST(StoreFaultRegressionTest, InterruptedRemoveIsNotRepublishedByGc) {
   s.faults().Disarm();
   EXPECT_EQ(st.code(), StatusCode::kIOError) << st.ToString();
   MustOk(GcStatus(s.clean_no_grace()));
-  EXPECT_EQ(s.clean().LoadManifest(key).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.clean().ReadManifest(key).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(s.Keys(), std::set<std::string>{});
 }
 
@@ -899,7 +905,7 @@ TEST(StoreFaultRegressionTest, GcPublishesOnlyAWholePendingManifest) {
   ASSERT_EQ(gc->skipped.size(), 1u);
   EXPECT_EQ(gc->skipped[0].error,
             "damaged pending weight manifest: " + pending);
-  EXPECT_EQ(s.clean().LoadManifest(key).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.clean().ReadManifest(key).status().code(), StatusCode::kNotFound);
   auto again = s.clean_no_grace().Gc();
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->transactions_completed.size(), 1u);
@@ -960,7 +966,7 @@ TEST(StoreFaultRegressionTest, ManifestMustDescribeTheRevisionOfItsKey) {
   MustOk(s.backend().Put(key, text));
   const std::string want = "DataLoss: corrupt manifest " + key +
                            ": it describes demo-model@stdp-1/1";
-  EXPECT_EQ(s.clean().LoadManifest(key).status().ToString(), want);
+  EXPECT_EQ(s.clean().ReadManifest(key).status().ToString(), want);
   EXPECT_EQ(s.clean().Verify(key).status().ToString(), want);
 }
 
@@ -973,7 +979,7 @@ TEST(StoreFaultRegressionTest, UnparsableManifestIsNamed) {
   const std::string key = ManifestKeyOf(s.clean(), src);
   MustOk(s.backend().Delete(key));
   MustOk(s.backend().Put(key, "{\"manifest_key\":"));
-  const Status st = s.clean().LoadManifest(key).status();
+  const Status st = s.clean().ReadManifest(key).status();
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_THAT(st.message(),
               ::testing::StartsWith("corrupt manifest " + key + ": "));

@@ -23,6 +23,7 @@
 #include "reshard/weight_store.h"
 #include "store/checksum.h"
 #include "store/layout.h"
+#include "store/records.h"
 
 namespace reshard {
 namespace {
@@ -181,14 +182,14 @@ class Loader {
 // A lease record held for the duration of a load.
 class Lease {
  public:
-  static Result<Lease> Take(ObjectStore& b, const std::string& base,
-                            std::chrono::seconds ttl) {
-    const int64_t expires = internal::UnixSeconds() + ttl.count();
-    Lease l(b, base + "/leases/" + internal::RandomHex(8));
+  static Result<Lease> Take(ObjectStore& b, const internal::RevisionKeys& keys,
+                            const WeightStoreOptions& options) {
+    const int64_t expires = options.now_seconds() + options.lease_ttl.count();
+    Lease l(b, keys.Lease(options.new_lease_id()));
     // Advisory: a lease need not survive a crash (nor does its load).
-    const std::string value = "expires=" + std::to_string(expires);
-    RESHARD_RETURN_NOT_OK(
-        b.PutObject(l.key_, {{value.data(), value.size()}}, /*durable=*/false));
+    const std::string value = internal::LeaseRecord(expires);
+    RESHARD_RETURN_NOT_OK(b.PutObject(l.key_, {{value.data(), value.size()}},
+                                      Durability::kAtNextSync));
     return l;
   }
   Lease(Lease&& o) noexcept : b_(o.b_), key_(std::move(o.key_)) {
@@ -204,9 +205,98 @@ class Lease {
   std::string key_;
 };
 
-}  // namespace
+// The load's target memory, by placement fragment id.
+struct BoundTarget {
+  const RuntimeBindingFragment* fragment;
+  const WeightRuntimeBindingManifest* binding;
+};
 
-Result<LoadReport> WeightStore::Load(
+// The regions of one stored fragment (one payload object), split into
+// direct and staged work.
+struct PerObject {
+  const StoredFragment* fragment = nullptr;
+  std::vector<Work> direct, staged;
+};
+
+// Turns the plan's regions into work per payload object, after checking
+// every target (memory kind, rule 56: no two loaded target views at one
+// physical address, since a stored source never authorises target alias
+// de-duplication) and every source (rule 67: a fragment of this manifest).
+class LoadWorkBuilder {
+ public:
+  LoadWorkBuilder(const StoredWeightManifest& manifest,
+                  const std::vector<WeightRuntimeBindingManifest>& bindings,
+                  LoadReport* report)
+      : report_(report) {
+    for (const auto& b : bindings) {
+      for (const auto& f : b.fragments()) {
+        bound_[f.placement_fragment_id()] = {&f, &b};
+      }
+    }
+    for (const auto& f : manifest.fragments()) stored_[f.fragment_id] = &f;
+  }
+
+  Status Add(const LogicalTransferPlan& plan, const TransferRegion& r) {
+    const PlanFragment& tf = plan.target_fragments()[r.target_fragment];
+    auto t = bound_.find(tf.fragment_id);
+    if (t == bound_.end()) return Status::OK();  // not filled by this load
+    RESHARD_RETURN_NOT_OK(CheckTarget(tf, t->second));
+    const PlanFragment& sf = plan.source_fragments()[r.source_fragment];
+    auto sit = stored_.find(sf.fragment_id);
+    if (sit == stored_.end()) {
+      return Status::Internal("load plan sources and manifest differ: " +
+                              sf.fragment_id);
+    }
+    const StoredFragment* s = sit->second;
+    BoundRegion br;
+    br.source_address = 0;
+    br.target_address = t->second.fragment->address() + r.target_base_offset;
+    br.inner_bytes = r.inner_bytes;
+    br.loops = r.loops;
+    br.bytes = r.bytes;
+    Work w;
+    w.object_base = s->object_offset + r.source_base_offset;
+    w.source = StridedSide::Source(br);
+    w.target = StridedSide::Target(br);
+    w.rows = r.inner_bytes == 0 ? 0 : r.bytes / r.inner_bytes;
+    auto& per = objects_[s->fragment_id];
+    per.fragment = s;
+    (w.source.contiguous() && w.target.contiguous() ? per.direct : per.staged)
+        .push_back(std::move(w));
+    report_->bytes += r.bytes;
+    ++report_->regions;
+    return Status::OK();
+  }
+
+  std::map<std::string_view, PerObject>& objects() { return objects_; }
+
+ private:
+  Status CheckTarget(const PlanFragment& tf, const BoundTarget& t) {
+    const RuntimeBindingFragment& tv = *t.fragment;
+    const auto space = std::tuple{std::string_view(t.binding->instance_id()),
+                                  std::string_view(tv.worker_id()),
+                                  std::string_view(tv.device()), tv.address()};
+    auto [it, fresh] = written_.emplace(space, tf.fragment_id);
+    if (!fresh && it->second != tf.fragment_id) {
+      return Status::FailedPrecondition("conflicting target physical range: " +
+                                        tf.fragment_id);
+    }
+    if (!fresh) return Status::OK();
+    return RequireMemoryKind(tv, {MemoryKind::kHost}, "store load", "target",
+                             t.binding->participant_id());
+  }
+
+  LoadReport* report_;
+  std::unordered_map<std::string_view, BoundTarget> bound_;
+  std::unordered_map<std::string_view, const StoredFragment*> stored_;
+  std::map<std::string_view, PerObject> objects_;
+  std::map<std::tuple<std::string_view, std::string_view, std::string_view,
+                      uint64_t>,
+           std::string_view>
+      written_;
+};
+
+Status CheckLoadIdentity(
     const StoredWeightManifest& manifest, const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
   if (manifest.resource_id() != target.resource_id() ||
@@ -216,14 +306,21 @@ Result<LoadReport> WeightStore::Load(
         "@" + manifest.revision() + ", target " + target.resource_id() + "@" +
         target.revision());
   }
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(target, target_bindings,
-                                                /*require_all=*/false)
-                            .WithContext("target bindings"));
-  const std::string base = manifest.group_id();
-  RESHARD_ASSIGN_OR_RETURN(Lease lease,
-                           Lease::Take(*backend_, base, options_.lease_ttl));
+  return ValidateRuntimeBindings(target, target_bindings,
+                                 /*require_all=*/false)
+      .WithContext("target bindings");
+}
+
+}  // namespace
+
+Result<LoadReport> WeightStore::Load(
+    const StoredWeightManifest& manifest, const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
+  RESHARD_RETURN_NOT_OK(CheckLoadIdentity(manifest, target, target_bindings));
+  const internal::RevisionKeys keys(manifest.group_id());
+  RESHARD_ASSIGN_OR_RETURN(Lease lease, Lease::Take(*backend_, keys, options_));
   // The revision must be the committed one (and still there, under lease).
-  auto committed = LoadManifest(manifest.manifest_key());
+  auto committed = ReadManifest(manifest.manifest_key());
   if (!committed.ok()) {
     return Status::FailedPrecondition("weight manifest is not committed: " +
                                       manifest.manifest_key());
@@ -239,77 +336,10 @@ Result<LoadReport> WeightStore::Load(
   }
   RESHARD_ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::MakeFromStored(
                                           manifest, target, plan_options));
-  struct BoundTarget {
-    const RuntimeBindingFragment* fragment;
-    const WeightRuntimeBindingManifest* binding;
-  };
-  std::unordered_map<std::string_view, BoundTarget> bound;
-  for (const auto& b : target_bindings) {
-    for (const auto& f : b.fragments()) {
-      bound[f.placement_fragment_id()] = {&f, &b};
-    }
-  }
-  std::unordered_map<std::string_view, const StoredFragment*> stored;
-  for (const auto& f : manifest.fragments()) stored[f.fragment_id] = &f;
-  // Regions per stored fragment, split into direct and staged work.
-  struct PerObject {
-    const StoredFragment* fragment;
-    std::vector<Work> direct, staged;
-  };
-  std::map<std::string_view, PerObject> objects;
-  // Rule 56: a stored source never authorises target alias
-  // de-duplication: two loaded target views at one physical address (an
-  // exact declared alias the bindings accept) would be written twice from
-  // different stored bytes.
-  std::map<std::tuple<std::string_view, std::string_view, std::string_view,
-                      uint64_t>,
-           std::string_view>
-      written;
   LoadReport report;
+  LoadWorkBuilder work(manifest, target_bindings, &report);
   for (const TransferRegion& r : plan.regions()) {
-    const PlanFragment& tf = plan.target_fragments()[r.target_fragment];
-    auto t = bound.find(tf.fragment_id);
-    if (t == bound.end()) continue;  // a target this load does not fill
-    const RuntimeBindingFragment& tv = *t->second.fragment;
-    const std::string& participant = t->second.binding->participant_id();
-    const auto space =
-        std::tuple{std::string_view(t->second.binding->instance_id()),
-                   std::string_view(tv.worker_id()),
-                   std::string_view(tv.device()), tv.address()};
-    auto [it, fresh] = written.emplace(space, tf.fragment_id);
-    if (!fresh && it->second != tf.fragment_id) {
-      return Status::FailedPrecondition("conflicting target physical range: " +
-                                        tf.fragment_id);
-    }
-    if (fresh) {
-      RESHARD_RETURN_NOT_OK(RequireMemoryKind(
-          tv, {MemoryKind::kHost}, "store load", "target", participant));
-    }
-    // Rule 67: every operation reads a fragment of this manifest.
-    const PlanFragment& sf = plan.source_fragments()[r.source_fragment];
-    auto sit = stored.find(sf.fragment_id);
-    if (sit == stored.end()) {
-      return Status::Internal("load plan sources and manifest differ: " +
-                              sf.fragment_id);
-    }
-    const StoredFragment* s = sit->second;
-    BoundRegion br;
-    br.source_address = 0;
-    br.target_address = tv.address() + r.target_base_offset;
-    br.inner_bytes = r.inner_bytes;
-    br.loops = r.loops;
-    br.bytes = r.bytes;
-    Work w;
-    w.object_base = s->object_offset + r.source_base_offset;
-    w.source = StridedSide::Source(br);
-    w.target = StridedSide::Target(br);
-    w.rows = r.inner_bytes == 0 ? 0 : r.bytes / r.inner_bytes;
-    auto& per = objects[s->fragment_id];
-    per.fragment = s;
-    (w.source.contiguous() && w.target.contiguous() ? per.direct : per.staged)
-        .push_back(std::move(w));
-    report.bytes += r.bytes;
-    ++report.regions;
+    RESHARD_RETURN_NOT_OK(work.Add(plan, r));
   }
   // Rule 67: at least one operation.
   if (report.regions == 0) {
@@ -319,10 +349,10 @@ Result<LoadReport> WeightStore::Load(
         manifest.manifest_key() + "'s target placement");
   }
   Loader loader(*backend_, options_, &report);
-  for (auto& [fid, per] : objects) {
+  for (auto& [fid, per] : work.objects()) {
     const StoredFragment& s = *per.fragment;
     RESHARD_ASSIGN_OR_RETURN(auto sums,
-                             internal::ReadChunkSums(*backend_, base, s));
+                             internal::ReadChunkSums(*backend_, keys, s));
     std::sort(per.staged.begin(), per.staged.end(),
               [](const Work& a, const Work& b) {
                 return a.object_base < b.object_base;

@@ -1,36 +1,43 @@
-// WeightStore: upload, commit/abort, ranged verified loads, lifecycle.
+// WeightStore: upload, commit/abort, ranged verified loads, lifecycle
+// (docs/store-format.md).
 
 #include "reshard/weight_store.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <charconv>
 #include <chrono>
-#include <cstring>
+#include <ctime>
 #include <map>
+#include <optional>
 #include <set>
-#include <unordered_map>
+#include <tuple>
 
 #include "reshard/plan.h"
 #include "store/checksum.h"
 #include "store/layout.h"
-#include "util/canonical_json.h"
-#include "util/json_reader.h"
-#include "util/sha256.h"
+#include "store/records.h"
 
 namespace reshard {
 namespace {
 
-using internal::BaseOfManifestKey;
-using internal::ChecksumKey;
-using internal::RandomHex;
+using internal::ClassifiedKey;
+using internal::RevisionKeyKind;
+using internal::RevisionKeys;
+using internal::StoreKeys;
 using internal::TransactionOfObject;
-using internal::UnixSeconds;
+using internal::UploadDecision;
 
-std::string UtcNow() {
-  const std::time_t t =
-      std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+StoreKeys KeysOf(const WeightStoreOptions& o) {
+  return StoreKeys(o.key_prefix, o.namespace_);
+}
+
+// The revision a manifest belongs to: its group (the revision base).
+RevisionKeys KeysOf(const StoredWeightManifest& m) {
+  return RevisionKeys(m.group_id());
+}
+
+// UTC ISO-8601 to seconds with 'Z' (the reference's created_at).
+std::string UtcTime(int64_t unix_seconds) {
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[32];
@@ -38,63 +45,156 @@ std::string UtcNow() {
   return buf;
 }
 
-// The integer after the last '=' (or the whole text); 0 when malformed.
-int64_t ParseSeconds(std::string_view text) {
-  const size_t eq = text.rfind('=');
-  if (eq != std::string_view::npos) text.remove_prefix(eq + 1);
-  int64_t v = 0;
-  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
-  return r.ec == std::errc() ? v : 0;
+// The decision record of a transaction, if any (strict: any other shape is
+// DataLoss naming the key).
+Result<std::optional<UploadDecision>> ReadDecision(ObjectStore& b,
+                                                   const std::string& key) {
+  auto text = b.Get(key);
+  if (text.status().IsNotFound()) return std::optional<UploadDecision>();
+  RESHARD_RETURN_NOT_OK(text.status());
+  RESHARD_ASSIGN_OR_RETURN(UploadDecision d,
+                           internal::ParseDecisionRecord(*text, key));
+  return std::optional<UploadDecision>(d);
 }
 
-std::string PyTuple(const Dims& d) {
-  std::string out = "(";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(d[i]);
+// Claims `decision` for the upload (create-only: the first decision wins)
+// and returns the decision that won.
+Result<UploadDecision> ClaimDecision(ObjectStore& b, const std::string& key,
+                                     UploadDecision decision,
+                                     std::string_view plan_digest) {
+  Status st = b.Put(key, internal::DecisionRecord(decision, plan_digest));
+  if (!st.ok() && !st.IsAlreadyExists()) return st;
+  RESHARD_ASSIGN_OR_RETURN(auto decided, ReadDecision(b, key));
+  if (!decided) {
+    return Status::Unavailable("upload decision is not complete; retry");
   }
-  if (d.size() == 1) out += ",";
-  return out + ")";
+  if (*decided != decision) {
+    return Status::FailedPrecondition(
+        "weight upload already chose " +
+        std::string(internal::UploadDecisionName(*decided)));
+  }
+  return *decided;
 }
 
-std::string DecisionJson(std::string_view decision, std::string_view digest) {
-  std::string out;
-  internal::CanonicalJsonWriter w(&out);
-  w.BeginObject();
-  w.KeyString("decision", decision);
-  w.KeyString("plan_digest", digest);
-  w.KeyString("record_type", "weight-upload-decision");
-  w.EndObject();
-  return out;
+// Publishes `json` create-only under `key` and reads it back: a backend
+// that acknowledged damaged bytes is reported, never trusted.
+Status PublishManifest(ObjectStore& b, const std::string& key,
+                       const std::string& json) {
+  RESHARD_RETURN_NOT_OK(b.Put(key, json));
+  RESHARD_ASSIGN_OR_RETURN(std::string stored, b.Get(key));
+  if (stored != json) {
+    return Status::DataLoss("published weight manifest is damaged: " + key);
+  }
+  return Status::OK();
+}
+
+// Removes the keys of upload `txn` of the revision in the given key
+// families ("payload", "checksums", "transactions") except those in `keep`,
+// counting them in `report` when given.
+Status RemoveTransactionKeys(ObjectStore& b, const RevisionKeys& keys,
+                             const std::string& txn,
+                             std::initializer_list<std::string_view> families,
+                             const std::set<std::string>& keep,
+                             GcReport* report) {
+  for (std::string_view family : families) {
+    // Listed without the trailing '/', so that a non-directory entry at
+    // "<family>/<txn>" (a planted symbolic link) is removed too: Delete
+    // removes a link itself, never what it points to.
+    const std::string dir = keys.TransactionFamily(family, txn);
+    RESHARD_ASSIGN_OR_RETURN(auto listed, b.List(dir));
+    for (const std::string& k : listed) {
+      if (k != dir && !k.starts_with(dir + "/")) continue;
+      if (keep.count(k)) continue;
+      if (report != nullptr) {
+        auto size = b.ObjectSize(k);
+        if (size.ok()) report->bytes_removed += *size;
+        ++report->keys_removed;
+      }
+      RESHARD_RETURN_NOT_OK(b.Delete(k));
+    }
+  }
+  return Status::OK();
+}
+
+// Payloads and checksum records; the families an abort or a lost commit
+// removes.
+const std::initializer_list<std::string_view> kPayloadFamilies = {"payload",
+                                                                  "checksums"};
+
+// The revision a manifest describes is the one its key names (a damaged
+// identity would send loads and checksum reads elsewhere), and every
+// payload key is <base>/payload/<txn>/<name>.
+Status CheckManifestConfinement(std::string_view manifest_key,
+                                const StoredWeightManifest& m) {
+  const std::string identity =
+      "/" + internal::QuoteKeyComponent(m.namespace_id()) + "/" +
+      internal::QuoteKeyComponent(m.resource_id()) + "/" +
+      internal::QuoteKeyComponent(m.revision()) + "/" +
+      std::to_string(m.weight_generation()) + "/manifest";
+  if (!m.manifest_key().ends_with(identity)) {
+    return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
+                            ": it describes " + m.resource_id() + "@" +
+                            m.revision() + "/" +
+                            std::to_string(m.weight_generation()));
+  }
+  const std::string payload = m.group_id() + "/payload/";
+  for (const StoredFragment& f : m.fragments()) {
+    const std::string_view key(f.object_key);
+    const std::string_view rest =
+        key.starts_with(payload) ? key.substr(payload.size()) : "";
+    const size_t slash = rest.find('/');
+    if (slash == 0 || slash == std::string_view::npos ||
+        slash + 1 == rest.size() ||
+        rest.find('/', slash + 1) != std::string_view::npos) {
+      return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
+                              ": stored fragment " + f.fragment_id +
+                              " names object " + f.object_key + ", not " +
+                              payload + "<txn>/<id>");
+    }
+  }
+  return Status::OK();
+}
+
+// Parses `text` as the manifest published at `manifest_key` and checks that
+// it describes that revision only: its key, its group (the revision base)
+// and every payload key. A manifest failing these is corrupt (DataLoss):
+// loads, verify and gc never act on the keys it names.
+Result<StoredWeightManifest> ParsePublishedManifest(
+    std::string_view manifest_key, std::string_view text) {
+  auto parsed = StoredWeightManifestFromJson(text);
+  if (!parsed.ok()) {
+    return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
+                            ": " + parsed.status().message());
+  }
+  StoredWeightManifest m = std::move(parsed).ValueOrDie();
+  if (m.manifest_key() != manifest_key) {
+    return Status::DataLoss(
+        "manifest key mismatch: " + std::string(manifest_key) + " holds " +
+        m.manifest_key());
+  }
+  // (The decoder already requires manifest_key == group_id + "/manifest".)
+  RESHARD_RETURN_NOT_OK(CheckManifestConfinement(manifest_key, m));
+  return m;
+}
+
+Result<StoredWeightManifest> ReadPublishedManifest(
+    ObjectStore& b, std::string_view manifest_key) {
+  auto text = b.Get(manifest_key);
+  if (text.status().IsNotFound()) {
+    return Status::NotFound("no published weight revision " +
+                            std::string(manifest_key));
+  }
+  RESHARD_RETURN_NOT_OK(text.status());
+  return ParsePublishedManifest(manifest_key, *text);
+}
+
+// The expiry of the lease record at `key` (strict; errors name the key).
+Result<int64_t> ReadLeaseExpiry(ObjectStore& b, const std::string& key) {
+  RESHARD_ASSIGN_OR_RETURN(std::string text, b.Get(key));
+  return internal::ParseLeaseRecord(text, key);
 }
 
 }  // namespace
-
-std::string StoredFragmentId(std::string_view tensor_id, const Dims& offset,
-                             const Dims& shape) {
-  const std::string s =
-      std::string(tensor_id) + "|" + PyTuple(offset) + "|" + PyTuple(shape);
-  return internal::Sha256Hex(s).substr(0, 24);
-}
-
-std::string QuoteKeyComponent(std::string_view id) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (size_t i = 0; i < id.size(); ++i) {
-    const auto c = static_cast<unsigned char>(id[i]);
-    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                      (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-                      c == '~' || (c == '.' && i > 0);
-    if (safe) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
 
 uint64_t UploadPlan::BytesOf(std::string_view participant_id) const {
   uint64_t n = 0;
@@ -130,25 +230,32 @@ Result<WeightStore> WeightStore::Open(std::shared_ptr<ObjectStore> backend,
   while (options.key_prefix.ends_with('/')) options.key_prefix.pop_back();
   while (options.key_prefix.starts_with('/')) options.key_prefix.erase(0, 1);
   RESHARD_RETURN_NOT_OK(ValidateRecordKey(options.key_prefix));
+  if (!options.now_seconds) options.now_seconds = internal::UnixSeconds;
+  if (!options.new_transaction_id) {
+    options.new_transaction_id = [] { return internal::RandomHex(16); };
+  }
+  if (!options.new_lease_id) {
+    options.new_lease_id = [] { return internal::RandomHex(8); };
+  }
   return WeightStore(std::move(backend), std::move(options));
-}
-
-std::string WeightStore::BaseKey(std::string_view resource_id,
-                                 std::string_view revision,
-                                 uint64_t generation) const {
-  return options_.key_prefix + "/" + QuoteKeyComponent(options_.namespace_) +
-         "/" + QuoteKeyComponent(resource_id) + "/" +
-         QuoteKeyComponent(revision) + "/" + std::to_string(generation);
 }
 
 // ---------------------------------------------------------------- upload
 
-Result<UploadPlan> WeightStore::PrepareUpload(
-    const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& bindings) {
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(source, bindings,
-                                                /*require_all=*/false)
-                            .WithContext("source bindings"));
+namespace {
+
+// A source placement fragment and the binding of the participant holding
+// it.
+struct Candidate {
+  const PlacementFragment* fragment;
+  const WeightRuntimeBindingManifest* binding;
+};
+
+using BindingsByParticipant =
+    std::map<std::string_view, const WeightRuntimeBindingManifest*>;
+
+// Rule 64: the store holds one replica of replicated weights only.
+Status RejectDpOwnedTensors(const WeightPlacementManifest& source) {
   for (const auto& t : source.tensors()) {
     for (const auto& axis : t.parallel_axes()) {
       if (axis.kind() == AxisKind::kDp &&
@@ -160,32 +267,36 @@ Result<UploadPlan> WeightStore::PrepareUpload(
       }
     }
   }
-  std::map<std::string_view, const WeightRuntimeBindingManifest*> by_part;
-  for (const auto& b : bindings) by_part[b.participant_id()] = &b;
-  // Fragments per DP replica; a replica is eligible when every fragment is
-  // bound and its bindings share one generation.
-  struct Candidate {
-    const PlacementFragment* fragment;
-    const WeightRuntimeBindingManifest* binding;
-  };
+  return Status::OK();
+}
+
+// The DP replicas an upload may read: every fragment bound, one binding
+// generation per replica, one generation for all of them.
+struct ReplicaSelection {
+  uint64_t generation = 0;
+  std::vector<int64_t> eligible;  // ascending DP ranks
   std::map<int64_t, std::vector<Candidate>> replicas;
+};
+
+Result<ReplicaSelection> SelectSourceReplicas(
+    const WeightPlacementManifest& source, const BindingsByParticipant& bound) {
+  ReplicaSelection out;
   std::map<int64_t, std::set<uint64_t>> generations;
   std::set<int64_t> incomplete;
   for (const auto& part : source.parts()) {
-    auto it = by_part.find(part.participant_id());
+    auto it = bound.find(part.participant_id());
     for (const auto& f : part.fragments()) {
       const int64_t dp = part.rank().dp;
-      if (it == by_part.end()) {
+      if (it == bound.end()) {
         incomplete.insert(dp);
         continue;
       }
-      replicas[dp].push_back({&f, it->second});
+      out.replicas[dp].push_back({&f, it->second});
       generations[dp].insert(it->second->generation());
     }
   }
   std::optional<uint64_t> generation;
-  std::vector<int64_t> eligible;
-  for (const auto& [dp, frags] : replicas) {
+  for (const auto& [dp, frags] : out.replicas) {
     if (incomplete.count(dp) || generations[dp].size() != 1) continue;
     const uint64_t g = *generations[dp].begin();
     if (generation && *generation != g) {
@@ -193,113 +304,155 @@ Result<UploadPlan> WeightStore::PrepareUpload(
           "complete source DP replicas have inconsistent lease generations");
     }
     generation = g;
-    eligible.push_back(dp);
+    out.eligible.push_back(dp);
   }
-  if (eligible.empty()) {
+  if (out.eligible.empty()) {
     return Status::FailedPrecondition(
         "source manifests have no complete generation-consistent DP replica");
   }
-  // The stored fragments: the boxes of the lowest eligible replica; the
-  // writers: every eligible copy of each box, balanced by bytes.
-  using Box = std::tuple<std::string, Dims, Dims>;
-  std::map<Box, std::vector<Candidate>> boxes;
-  for (const Candidate& c : replicas[eligible.front()]) {
-    boxes[{c.fragment->tensor_id(), c.fragment->global_offset(),
-           c.fragment->local_shape()}];
+  out.generation = *generation;
+  return out;
+}
+
+// A fragment box (tensor, offset, shape) and every eligible copy of it.
+using Box = std::tuple<std::string, Dims, Dims>;
+using BoxCopies = std::map<Box, std::vector<Candidate>>;
+
+// The stored fragments: the boxes of the lowest eligible replica; their
+// possible writers: every eligible copy of each box.
+BoxCopies GroupStoredBoxes(const ReplicaSelection& sel) {
+  BoxCopies boxes;
+  auto box_of = [](const Candidate& c) {
+    return Box{c.fragment->tensor_id(), c.fragment->global_offset(),
+               c.fragment->local_shape()};
+  };
+  for (const Candidate& c : sel.replicas.at(sel.eligible.front())) {
+    boxes[box_of(c)];
   }
-  for (int64_t dp : eligible) {
-    for (const Candidate& c : replicas[dp]) {
-      auto it =
-          boxes.find({c.fragment->tensor_id(), c.fragment->global_offset(),
-                      c.fragment->local_shape()});
+  for (int64_t dp : sel.eligible) {
+    for (const Candidate& c : sel.replicas.at(dp)) {
+      auto it = boxes.find(box_of(c));
       if (it != boxes.end()) it->second.push_back(c);
     }
   }
-  // The revision is the placement's weight generation; `generation` is
-  // the runtime binding generation the upload is fenced at.
-  const std::string base = BaseKey(source.resource_id(), source.revision(),
-                                   source.weight_generation());
-  UploadPlan plan;
-  plan.transaction_id_ = RandomHex(16);
-  plan.generation_ = *generation;
-  plan.source_placement_id_ = source.placement_id();
+  return boxes;
+}
+
+// The manifest the upload will publish: one stored fragment per box, in
+// box order, each in its own payload object of transaction `txn`.
+Result<StoredWeightManifest> MakeUploadManifest(
+    const WeightPlacementManifest& source, const WeightStoreOptions& options,
+    const RevisionKeys& keys, const std::string& txn, const BoxCopies& boxes) {
   StoredWeightManifestSpec spec;
-  spec.namespace_ = options_.namespace_;
+  spec.namespace_ = options.namespace_;
   spec.resource_id = source.resource_id();
   spec.revision = source.revision();
   spec.weight_generation = source.weight_generation();
-  spec.group_id = base;
-  spec.manifest_key = base + "/manifest";
-  spec.created_at = UtcNow();
+  spec.group_id = keys.base();
+  spec.manifest_key = keys.Manifest();
+  spec.created_at = UtcTime(options.now_seconds());
   spec.tensors = source.tensors();
-  struct Pending {
-    StoredFragment stored;
-    std::vector<Candidate> writers;
-  };
-  std::vector<Pending> pending;
-  for (auto& [box, writers] : boxes) {
-    const PlacementFragment& f = *writers.front().fragment;
+  for (const auto& [box, copies] : boxes) {
+    const PlacementFragment& f = *copies.front().fragment;
     StoredFragment s;
-    s.fragment_id =
-        StoredFragmentId(f.tensor_id(), f.global_offset(), f.local_shape());
+    s.fragment_id = internal::StoredFragmentId(f.tensor_id(), f.global_offset(),
+                                               f.local_shape());
     s.tensor_id = f.tensor_id();
     s.global_offset = f.global_offset();
     s.local_shape = f.local_shape();
-    s.object_key =
-        base + "/payload/" + plan.transaction_id_ + "/" + s.fragment_id;
+    s.object_key = keys.Payload(txn, s.fragment_id);
     s.object_offset = 0;
     s.nbytes = f.nbytes();
     s.aliases = f.aliases();
-    spec.fragments.push_back(s);
-    pending.push_back({std::move(s), writers});
+    spec.fragments.push_back(std::move(s));
   }
-  RESHARD_ASSIGN_OR_RETURN(auto manifest,
-                           StoredWeightManifest::Make(std::move(spec)));
-  plan.manifest_ =
-      std::make_shared<const StoredWeightManifest>(std::move(manifest));
-  // Largest first, to the least-loaded holder of identical bytes.
-  std::vector<size_t> order(pending.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return pending[a].stored.nbytes > pending[b].stored.nbytes;
-  });
-  std::map<std::string, uint64_t> load;
-  std::map<std::string_view, size_t> index_of;
-  const auto& stored = plan.manifest_->fragments();
+  return StoredWeightManifest::Make(std::move(spec));
+}
+
+// One writer per stored fragment: largest first (ties in box order), to
+// the least-loaded holder of identical bytes. Returns the bytes each
+// writer writes.
+std::map<std::string, uint64_t> AssignWriters(
+    const StoredWeightManifest& m, const BoxCopies& boxes,
+    std::vector<UploadOperation>* ops) {
+  std::map<std::string_view, size_t> index_of;  // stored fragment id -> index
+  const auto& stored = m.fragments();
   for (size_t i = 0; i < stored.size(); ++i) {
     index_of[stored[i].fragment_id] = i;
   }
-  for (size_t i : order) {
+  struct Pending {
+    size_t stored;
+    const std::vector<Candidate>* copies;
+  };
+  std::vector<Pending> pending;
+  for (const auto& [box, copies] : boxes) {
+    const auto& [tensor, offset, shape] = box;
+    pending.push_back(
+        {index_of.at(internal::StoredFragmentId(tensor, offset, shape)),
+         &copies});
+  }
+  std::stable_sort(pending.begin(), pending.end(),
+                   [&](const Pending& a, const Pending& b) {
+                     return stored[a.stored].nbytes > stored[b.stored].nbytes;
+                   });
+  std::map<std::string, uint64_t> load;
+  for (const Pending& p : pending) {
     const Candidate* best = nullptr;
-    for (const Candidate& c : pending[i].writers) {
+    for (const Candidate& c : *p.copies) {
       if (best == nullptr || load[c.binding->participant_id()] <
                                  load[best->binding->participant_id()]) {
         best = &c;
       }
     }
-    load[best->binding->participant_id()] += pending[i].stored.nbytes;
-    plan.ops_.push_back({index_of.at(pending[i].stored.fragment_id),
-                         best->binding->participant_id(),
-                         best->fragment->placement_fragment_id()});
+    load[best->binding->participant_id()] += stored[p.stored].nbytes;
+    ops->push_back({p.stored, best->binding->participant_id(),
+                    best->fragment->placement_fragment_id()});
   }
-  std::sort(plan.ops_.begin(), plan.ops_.end(),
-            [](const auto& a, const auto& b) {
-              return a.stored_fragment < b.stored_fragment;
-            });
-  for (const auto& [participant, bytes] : load) {
+  std::sort(ops->begin(), ops->end(), [](const auto& a, const auto& b) {
+    return a.stored_fragment < b.stored_fragment;
+  });
+  return load;
+}
+
+}  // namespace
+
+Result<UploadPlan> WeightStore::PrepareUpload(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(source, bindings,
+                                                /*require_all=*/false)
+                            .WithContext("source bindings"));
+  RESHARD_RETURN_NOT_OK(RejectDpOwnedTensors(source));
+  BindingsByParticipant by_part;
+  for (const auto& b : bindings) by_part[b.participant_id()] = &b;
+  RESHARD_ASSIGN_OR_RETURN(ReplicaSelection selection,
+                           SelectSourceReplicas(source, by_part));
+  const BoxCopies boxes = GroupStoredBoxes(selection);
+  // The revision is the placement's weight generation; the plan's
+  // generation is the runtime binding generation the upload is fenced at.
+  const RevisionKeys keys = KeysOf(options_).Revision(
+      source.resource_id(), source.revision(), source.weight_generation());
+  UploadPlan plan;
+  plan.transaction_id_ = options_.new_transaction_id();
+  plan.generation_ = selection.generation;
+  plan.source_placement_id_ = source.placement_id();
+  RESHARD_ASSIGN_OR_RETURN(
+      auto manifest,
+      MakeUploadManifest(source, options_, keys, plan.transaction_id_, boxes));
+  plan.manifest_ =
+      std::make_shared<const StoredWeightManifest>(std::move(manifest));
+  const auto bytes = AssignWriters(*plan.manifest_, boxes, &plan.ops_);
+  for (const auto& [participant, n] : bytes) {
     const WeightRuntimeBindingManifest& b = *by_part.at(participant);
     plan.writers_.push_back({participant, b.instance_id(), b.lease_id()});
   }
   RESHARD_RETURN_NOT_OK(
-      backend_->Put(base + "/transactions/" + plan.transaction_id_ + "/started",
-                    std::to_string(UnixSeconds())));
+      backend_->Put(keys.Started(plan.transaction_id_),
+                    internal::StartedRecord(options_.now_seconds())));
   return plan;
 }
 
 namespace {
-
-Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
-                                                const std::string& key);
 
 // Rule 65: the placement fragment an operation reads holds exactly the
 // stored fragment's box (a tampered plan must not store one box's bytes
@@ -326,26 +479,22 @@ Status CheckOperationGeometry(const WeightPlacementManifest& source,
   return Status::OK();
 }
 
-}  // namespace
-
-Result<std::vector<UploadReceipt>> WeightStore::Upload(
-    const UploadPlan& plan, const WeightPlacementManifest& source,
-    const WeightRuntimeBindingManifest& binding) {
-  if (source.placement_id() != plan.source_placement_id_) {
-    return Status::InvalidArgument("source placement identity mismatch");
-  }
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBinding(source, binding));
+// The writer record of `binding`'s participant, fenced: its generation,
+// instance and lease must be the plan's. nullptr: it writes nothing.
+Result<const UploadWriter*> FenceWriter(
+    const UploadPlan& plan, const WeightRuntimeBindingManifest& binding) {
   if (binding.generation() != plan.generation()) {
     return Status::FailedPrecondition(
         "stale source lease: participant " + binding.participant_id() +
         " is at generation " + std::to_string(binding.generation()) +
         ", the upload plan at " + std::to_string(plan.generation()));
   }
-  bool writes = false;
-  for (const UploadOperation& op : plan.operations()) {
-    writes = writes || op.participant_id == binding.participant_id();
-  }
-  if (!writes) return std::vector<UploadReceipt>{};
+  const bool writes =
+      std::any_of(plan.operations().begin(), plan.operations().end(),
+                  [&](const UploadOperation& op) {
+                    return op.participant_id == binding.participant_id();
+                  });
+  if (!writes) return nullptr;
   const UploadWriter* writer = nullptr;
   for (const UploadWriter& w : plan.writers()) {
     if (w.participant_id == binding.participant_id()) writer = &w;
@@ -362,28 +511,22 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
         binding.instance_id() + ", the upload plan was made at lease " +
         writer->lease_id + " of instance " + writer->instance_id);
   }
-  const StoredWeightManifest& m = plan.manifest();
-  const std::string base = m.group_id();
-  const std::string decision_key =
-      base + "/transactions/" + plan.transaction_id() + "/decision";
-  // No writes into a transaction that chose abort (a late writer would
-  // leave payloads nobody references); checked before every object.
-  auto fence = [&]() -> Status {
-    RESHARD_ASSIGN_OR_RETURN(auto decided,
-                             ReadDecision(*backend_, decision_key));
-    if (decided && *decided == "abort") {
-      return Status::FailedPrecondition("weight upload transaction " +
-                                        plan.transaction_id() +
-                                        " was aborted: no more payload writes");
-    }
-    return Status::OK();
-  };
-  // Everything is checked before the first byte is written.
-  std::vector<std::pair<const StoredFragment*, const RuntimeBindingFragment*>>
-      work;
+  return writer;
+}
+
+// A stored fragment and the bound source memory it is written from.
+using UploadWork = std::vector<
+    std::pair<const StoredFragment*, const RuntimeBindingFragment*>>;
+
+// The participant's operations, every one checked before the first byte
+// is written.
+Result<UploadWork> CollectUploadWork(
+    const UploadPlan& plan, const WeightPlacementManifest& source,
+    const WeightRuntimeBindingManifest& binding) {
+  UploadWork work;
   for (const UploadOperation& op : plan.operations()) {
     if (op.participant_id != binding.participant_id()) continue;
-    const StoredFragment& s = m.fragments()[op.stored_fragment];
+    const StoredFragment& s = plan.manifest().fragments()[op.stored_fragment];
     const RuntimeBindingFragment* f =
         binding.FindFragment(op.placement_fragment_id);
     if (f == nullptr) {
@@ -400,193 +543,83 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
                                             binding.participant_id()));
     work.emplace_back(&s, f);
   }
-  std::vector<UploadReceipt> receipts;
-  for (const auto& [sp, f] : work) {
-    const StoredFragment& s = *sp;
-    RESHARD_RETURN_NOT_OK(fence());
-    const auto* data = reinterpret_cast<const uint8_t*>(f->address());
-    const std::string sums =
-        internal::ChecksumRecord(data, s.nbytes, options_.chunk_bytes);
-    // The checksum record first, then the payload, both durable at commit
-    // (one Sync for the whole upload). A retry after a crash finds the
-    // record and requires the same checksums; the payload is atomic.
-    const std::string sums_key =
-        ChecksumKey(base, plan.transaction_id(), s.fragment_id);
-    Status st =
-        backend_->PutObject(sums_key, {{sums.data(), sums.size()}}, false);
-    if (st.IsAlreadyExists()) {
-      RESHARD_ASSIGN_OR_RETURN(auto old, backend_->Get(sums_key));
-      if (old != sums) {
-        return Status::AlreadyExists("payload exists with other bytes: " +
-                                     s.object_key);
-      }
-    } else {
-      RESHARD_RETURN_NOT_OK(st);
-    }
-    st = backend_->PutObject(s.object_key, {{data, s.nbytes}}, false);
-    if (!st.ok() && !st.IsAlreadyExists()) return st;
-    if (options_.on_stage) options_.on_stage("payload");
-    receipts.push_back({s.fragment_id, s.object_key, binding.participant_id()});
-  }
-  return receipts;
+  return work;
 }
 
-namespace {
-
-// The decision record of a transaction, if any. The record is input from
-// another process: parsed strictly, any other shape is DataLoss naming it.
-Result<std::optional<std::string>> ReadDecision(ObjectStore& b,
-                                                const std::string& key) {
-  auto text = b.Get(key);
-  if (text.status().IsNotFound()) {
-    return std::optional<std::string>();
-  }
-  RESHARD_RETURN_NOT_OK(text.status());
-  // The key ends the message (tools and tests read it back from there).
-  const Status malformed =
-      Status::DataLoss("malformed upload decision record: " + key);
-  auto doc = internal::JsonDocument::Parse(*text);
-  if (!doc.ok()) return malformed;
-  const internal::JsonPath root;
-  auto obj =
-      internal::StrictObject::Make(doc->root(), root, "upload decision",
-                                   {"decision", "plan_digest", "record_type"});
-  if (!obj.ok()) return malformed;
-  auto decision =
-      internal::ReadString(obj->Get("decision"), root.Field("decision"));
-  auto type =
-      internal::ReadString(obj->Get("record_type"), root.Field("record_type"));
-  auto digest =
-      internal::ReadString(obj->Get("plan_digest"), root.Field("plan_digest"));
-  for (const Status* st :
-       {&decision.status(), &type.status(), &digest.status()}) {
-    if (!st->ok()) return malformed;
-  }
-  if ((*decision != "commit" && *decision != "abort") ||
-      *type != "weight-upload-decision") {
-    return malformed;
-  }
-  return std::optional<std::string>(std::move(*decision));
-}
-
-// Publishes `json` create-only under `key` and reads it back: a backend
-// that acknowledged damaged bytes is reported, never trusted.
-Status PublishManifest(ObjectStore& b, const std::string& key,
-                       const std::string& json) {
-  RESHARD_RETURN_NOT_OK(b.Put(key, json));
-  RESHARD_ASSIGN_OR_RETURN(std::string stored, b.Get(key));
-  if (stored != json) {
-    return Status::DataLoss("published weight manifest is damaged: " + key);
+// No writes into a transaction that chose abort (a late writer would leave
+// payloads nobody references); checked before every object.
+Status RequireNotAborted(ObjectStore& b, const UploadPlan& plan) {
+  RESHARD_ASSIGN_OR_RETURN(
+      auto decided,
+      ReadDecision(b, KeysOf(plan.manifest()).Decision(plan.transaction_id())));
+  if (decided == UploadDecision::kAbort) {
+    return Status::FailedPrecondition("weight upload transaction " +
+                                      plan.transaction_id() +
+                                      " was aborted: no more payload writes");
   }
   return Status::OK();
 }
 
-// Removes the keys of transaction `txn` under `base` in the given key
-// families ("payload", "checksums", "transactions") except those in `keep`,
-// counting them in `report` when given.
-Status RemoveTransactionKeys(ObjectStore& b, const std::string& base,
-                             const std::string& txn,
-                             std::initializer_list<std::string_view> families,
-                             const std::set<std::string>& keep,
-                             GcReport* report) {
-  for (std::string_view family : families) {
-    // Listed without the trailing '/', so that a non-directory entry at
-    // "<family>/<txn>" (a planted symbolic link) is removed too: Delete
-    // removes a link itself, never what it points to.
-    const std::string dir = base + "/" + std::string(family) + "/" + txn;
-    RESHARD_ASSIGN_OR_RETURN(auto keys, b.List(dir));
-    for (const std::string& k : keys) {
-      if (k != dir && !k.starts_with(dir + "/")) continue;
-      if (keep.count(k)) continue;
-      if (report != nullptr) {
-        auto size = b.ObjectSize(k);
-        if (size.ok()) report->bytes_removed += *size;
-        ++report->keys_removed;
-      }
-      RESHARD_RETURN_NOT_OK(b.Delete(k));
+// The checksum record first, then the payload, both durable at commit (one
+// Sync for the whole upload). A retry after a crash finds the record and
+// requires the same checksums; the payload is atomic.
+Status WriteStoredFragment(ObjectStore& b, const WeightStoreOptions& options,
+                           const UploadPlan& plan, const StoredFragment& s,
+                           const uint8_t* data) {
+  const std::string sums =
+      internal::ChecksumRecord(data, s.nbytes, options.chunk_bytes);
+  const std::string sums_key =
+      KeysOf(plan.manifest()).Checksum(plan.transaction_id(), s.fragment_id);
+  Status st = b.PutObject(sums_key, {{sums.data(), sums.size()}},
+                          Durability::kAtNextSync);
+  if (st.IsAlreadyExists()) {
+    RESHARD_ASSIGN_OR_RETURN(auto old, b.Get(sums_key));
+    if (old != sums) {
+      return Status::AlreadyExists("payload exists with other bytes: " +
+                                   s.object_key);
     }
+  } else {
+    RESHARD_RETURN_NOT_OK(st);
   }
+  st = b.PutObject(s.object_key, {{data, s.nbytes}}, Durability::kAtNextSync);
+  if (!st.ok() && !st.IsAlreadyExists()) return st;
   return Status::OK();
-}
-
-// Splits `key`, a key under `prefix`, into its revision base
-// ("<prefix>/<ns>/<resource>/<revision>/<generation>") and the rest after
-// it; false when the key is not below a revision base.
-bool SplitRevisionKey(std::string_view prefix, std::string_view key,
-                      std::string* base, std::string* rest) {
-  if (!key.starts_with(prefix) || key.size() <= prefix.size() ||
-      key[prefix.size()] != '/') {
-    return false;
-  }
-  size_t at = prefix.size();
-  for (int i = 0; i < 4; ++i) {
-    at = key.find('/', at + 1);
-    if (at == std::string_view::npos) return false;
-  }
-  *base = std::string(key.substr(0, at));
-  *rest = std::string(key.substr(at + 1));
-  return true;
-}
-
-// Parses `text` as the manifest published at `manifest_key` and checks that
-// it describes that revision only: its key, its group (the revision base)
-// and every payload key (<base>/payload/<txn>/<name>). A manifest failing
-// these is corrupt (DataLoss): loads, verify and gc never act on the keys
-// it names.
-Result<StoredWeightManifest> ParsePublishedManifest(
-    std::string_view manifest_key, std::string_view text) {
-  auto parsed = StoredWeightManifestFromJson(text);
-  if (!parsed.ok()) {
-    return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
-                            ": " + parsed.status().message());
-  }
-  StoredWeightManifest m = std::move(parsed).ValueOrDie();
-  if (m.manifest_key() != manifest_key) {
-    return Status::DataLoss(
-        "manifest key mismatch: " + std::string(manifest_key) + " holds " +
-        m.manifest_key());
-  }
-  // (The decoder already requires manifest_key == group_id + "/manifest".)
-  const std::string base = m.group_id();
-  // The revision the manifest describes is the one its key names (a
-  // damaged identity would send loads and checksum reads elsewhere).
-  const std::string identity = "/" + QuoteKeyComponent(m.namespace_id()) + "/" +
-                               QuoteKeyComponent(m.resource_id()) + "/" +
-                               QuoteKeyComponent(m.revision()) + "/" +
-                               std::to_string(m.weight_generation()) +
-                               "/manifest";
-  if (!m.manifest_key().ends_with(identity)) {
-    return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
-                            ": it describes " + m.resource_id() + "@" +
-                            m.revision() + "/" +
-                            std::to_string(m.weight_generation()));
-  }
-  const std::string payload = base + "/payload/";
-  for (const StoredFragment& f : m.fragments()) {
-    const std::string_view key(f.object_key);
-    const std::string_view rest =
-        key.starts_with(payload) ? key.substr(payload.size()) : "";
-    const size_t slash = rest.find('/');
-    if (slash == 0 || slash == std::string_view::npos ||
-        slash + 1 == rest.size() ||
-        rest.find('/', slash + 1) != std::string_view::npos) {
-      return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
-                              ": stored fragment " + f.fragment_id +
-                              " names object " + f.object_key + ", not " +
-                              payload + "<txn>/<id>");
-    }
-  }
-  return m;
 }
 
 }  // namespace
 
-Status WeightStore::Commit(const UploadPlan& plan,
-                           const std::vector<UploadReceipt>& receipts) {
-  const StoredWeightManifest& m = plan.manifest();
-  const std::string base = m.group_id();
-  const std::string txn = plan.transaction_id();
-  // Receipts: exactly one per stored fragment, matching the plan.
+Result<std::vector<UploadReceipt>> WeightStore::Upload(
+    const UploadPlan& plan, const WeightPlacementManifest& source,
+    const WeightRuntimeBindingManifest& binding) {
+  if (source.placement_id() != plan.source_placement_id_) {
+    return Status::InvalidArgument("source placement identity mismatch");
+  }
+  RESHARD_RETURN_NOT_OK(ValidateRuntimeBinding(source, binding));
+  RESHARD_ASSIGN_OR_RETURN(const UploadWriter* writer,
+                           FenceWriter(plan, binding));
+  if (writer == nullptr) return std::vector<UploadReceipt>{};
+  RESHARD_ASSIGN_OR_RETURN(UploadWork work,
+                           CollectUploadWork(plan, source, binding));
+  std::vector<UploadReceipt> receipts;
+  for (const auto& [s, f] : work) {
+    RESHARD_RETURN_NOT_OK(RequireNotAborted(*backend_, plan));
+    RESHARD_RETURN_NOT_OK(
+        WriteStoredFragment(*backend_, options_, plan, *s,
+                            reinterpret_cast<const uint8_t*>(f->address())));
+    if (options_.on_stage) options_.on_stage("payload");
+    receipts.push_back(
+        {s->fragment_id, s->object_key, binding.participant_id()});
+  }
+  return receipts;
+}
+
+// ---------------------------------------------------------------- commit
+
+namespace {
+
+// Rule 66: exactly one receipt per stored fragment, matching the plan.
+Status CheckReceipts(const UploadPlan& plan,
+                     const std::vector<UploadReceipt>& receipts) {
   std::map<std::string, const UploadReceipt*> got;
   for (const auto& r : receipts) {
     if (!got.emplace(r.fragment_id, &r).second) {
@@ -595,7 +628,7 @@ Status WeightStore::Commit(const UploadPlan& plan,
     }
   }
   for (const UploadOperation& op : plan.operations()) {
-    const StoredFragment& s = m.fragments()[op.stored_fragment];
+    const StoredFragment& s = plan.manifest().fragments()[op.stored_fragment];
     auto it = got.find(s.fragment_id);
     if (it == got.end()) {
       return Status::FailedPrecondition("missing upload receipt: " +
@@ -612,76 +645,96 @@ Status WeightStore::Commit(const UploadPlan& plan,
     return Status::InvalidArgument("unexpected upload receipt: " +
                                    got.begin()->first);
   }
-  const std::string json = StoredWeightManifestToJson(m);
-  const std::string decision_key = base + "/transactions/" + txn + "/decision";
-  auto require_payloads = [&]() -> Status {
-    for (const StoredFragment& s : m.fragments()) {
-      auto size = backend_->ObjectSize(s.object_key);
-      if (!size.ok() || *size != s.nbytes) {
-        return Status::FailedPrecondition("payload is not complete: " +
-                                          s.object_key);
-      }
-      auto sums = backend_->Get(ChecksumKey(base, txn, s.fragment_id));
-      if (!sums.ok()) {
-        return Status::FailedPrecondition("payload checksums missing: " +
-                                          s.object_key);
-      }
+  return Status::OK();
+}
+
+// Every payload complete and its checksum record present.
+Status RequirePayloads(ObjectStore& b, const UploadPlan& plan) {
+  const RevisionKeys keys = KeysOf(plan.manifest());
+  for (const StoredFragment& s : plan.manifest().fragments()) {
+    auto size = b.ObjectSize(s.object_key);
+    if (!size.ok() || *size != s.nbytes) {
+      return Status::FailedPrecondition("payload is not complete: " +
+                                        s.object_key);
+    }
+    auto sums = b.Get(keys.Checksum(plan.transaction_id(), s.fragment_id));
+    if (!sums.ok()) {
+      return Status::FailedPrecondition("payload checksums missing: " +
+                                        s.object_key);
+    }
+  }
+  return Status::OK();
+}
+
+// Decides "commit" unless the upload already decided: the manifest to
+// publish is stored beside the decision first (so that a retry, or Gc, can
+// roll a decided commit forward) and the payloads are made durable before
+// anything can refer to them.
+Status DecideCommit(ObjectStore& b, const UploadPlan& plan,
+                    const std::string& json) {
+  const RevisionKeys keys = KeysOf(plan.manifest());
+  const std::string& txn = plan.transaction_id();
+  RESHARD_ASSIGN_OR_RETURN(auto decided, ReadDecision(b, keys.Decision(txn)));
+  if (decided) {
+    if (*decided != UploadDecision::kCommit) {
+      return Status::FailedPrecondition("weight upload already chose abort");
     }
     return Status::OK();
-  };
+  }
+  RESHARD_RETURN_NOT_OK(RequirePayloads(b, plan));
+  Status copied =
+      b.PutObject(keys.PendingManifest(txn), {{json.data(), json.size()}},
+                  Durability::kAtNextSync);
+  if (!copied.ok() && !copied.IsAlreadyExists()) return copied;
+  RESHARD_RETURN_NOT_OK(b.Sync());
+  return ClaimDecision(b, keys.Decision(txn), UploadDecision::kCommit,
+                       plan.manifest().manifest_digest())
+      .status();
+}
+
+// Another manifest holds the revision: an identical one is this upload
+// (an idempotent retry); another writer's valid manifest makes this upload
+// a loser whose payloads go; damaged bytes under the key (a torn or
+// corrupted publication of this very upload) are reported and the
+// payloads kept.
+Status ResolvePublishedManifest(ObjectStore& b, const UploadPlan& plan,
+                                const std::string& json) {
+  const StoredWeightManifest& m = plan.manifest();
+  RESHARD_ASSIGN_OR_RETURN(std::string winner, b.Get(m.manifest_key()));
+  if (winner == json) return Status::OK();
+  auto other = StoredWeightManifestFromJson(winner);
+  const bool damaged =
+      !other.ok() || other->manifest_key() != m.manifest_key() ||
+      std::any_of(other->fragments().begin(), other->fragments().end(),
+                  [&](const StoredFragment& f) {
+                    return TransactionOfObject(f.object_key) ==
+                           plan.transaction_id();
+                  });
+  if (damaged) {
+    return Status::DataLoss("published weight manifest is damaged: " +
+                            m.manifest_key());
+  }
+  RESHARD_RETURN_NOT_OK(RemoveTransactionKeys(
+      b, KeysOf(m), plan.transaction_id(), kPayloadFamilies, {}, nullptr));
+  return Status::AlreadyExists("conflicting weight revision: " +
+                               m.manifest_key());
+}
+
+}  // namespace
+
+Status WeightStore::Commit(const UploadPlan& plan,
+                           const std::vector<UploadReceipt>& receipts) {
+  RESHARD_RETURN_NOT_OK(CheckReceipts(plan, receipts));
+  const StoredWeightManifest& m = plan.manifest();
+  const std::string json = StoredWeightManifestToJson(m);
   // First decision wins.
-  RESHARD_ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
-  if (!decided) {
-    RESHARD_RETURN_NOT_OK(require_payloads());
-    // The manifest travels with the decision, so that anyone (a retry, or
-    // Gc) can roll a decided commit forward.
-    Status copied =
-        backend_->PutObject(base + "/transactions/" + txn + "/pending-manifest",
-                            {{json.data(), json.size()}},
-                            /*durable=*/false);
-    if (!copied.ok() && !copied.IsAlreadyExists()) {
-      return copied;
-    }
-    // Payloads are durable before anything can refer to them.
-    RESHARD_RETURN_NOT_OK(backend_->Sync());
-    Status st = backend_->Put(decision_key,
-                              DecisionJson("commit", m.manifest_digest()));
-    if (!st.ok() && !st.IsAlreadyExists()) return st;
-    RESHARD_ASSIGN_OR_RETURN(decided, ReadDecision(*backend_, decision_key));
-  }
-  if (!decided) {
-    return Status::Unavailable("upload decision is not complete; retry");
-  }
-  if (*decided != "commit") {
-    return Status::FailedPrecondition("weight upload already chose " +
-                                      *decided);
-  }
-  RESHARD_RETURN_NOT_OK(require_payloads());
+  RESHARD_RETURN_NOT_OK(DecideCommit(*backend_, plan, json));
+  RESHARD_RETURN_NOT_OK(RequirePayloads(*backend_, plan));
   if (options_.on_stage) options_.on_stage("decision");
   // Publish the manifest create-only; resolve a race.
   Status st = PublishManifest(*backend_, m.manifest_key(), json);
   if (st.IsAlreadyExists()) {
-    RESHARD_ASSIGN_OR_RETURN(std::string winner,
-                             backend_->Get(m.manifest_key()));
-    if (winner == json) return Status::OK();  // idempotent retry
-    // Only another writer's valid manifest makes this upload a loser whose
-    // payloads go; damaged bytes under the key (a torn or corrupted
-    // publication of this very upload) are reported and the payloads kept.
-    auto other = StoredWeightManifestFromJson(winner);
-    const bool damaged =
-        !other.ok() || other->manifest_key() != m.manifest_key() ||
-        std::any_of(other->fragments().begin(), other->fragments().end(),
-                    [&](const StoredFragment& f) {
-                      return TransactionOfObject(f.object_key) == txn;
-                    });
-    if (damaged) {
-      return Status::DataLoss("published weight manifest is damaged: " +
-                              m.manifest_key());
-    }
-    RESHARD_RETURN_NOT_OK(RemoveTransactionKeys(
-        *backend_, base, txn, {"payload", "checksums"}, {}, nullptr));
-    return Status::AlreadyExists("conflicting weight revision: " +
-                                 m.manifest_key());
+    return ResolvePublishedManifest(*backend_, plan, json);
   }
   RESHARD_RETURN_NOT_OK(st.WithContext("manifest put failed"));
   if (options_.on_stage) options_.on_stage("published");
@@ -690,80 +743,78 @@ Status WeightStore::Commit(const UploadPlan& plan,
 
 Status WeightStore::Abort(const UploadPlan& plan) {
   const StoredWeightManifest& m = plan.manifest();
-  const std::string base = m.group_id();
-  const std::string txn = plan.transaction_id();
   auto published = backend_->Get(m.manifest_key());
   if (published.ok() && *published == StoredWeightManifestToJson(m)) {
     return Status::FailedPrecondition(
         "cannot abort a published weight revision: " + m.manifest_key());
   }
-  const std::string decision_key = base + "/transactions/" + txn + "/decision";
-  Status st =
-      backend_->Put(decision_key, DecisionJson("abort", m.manifest_digest()));
-  if (!st.ok() && !st.IsAlreadyExists()) return st;
-  RESHARD_ASSIGN_OR_RETURN(auto decided, ReadDecision(*backend_, decision_key));
-  if (!decided) {
-    return Status::Unavailable("upload decision is not complete; retry");
-  }
-  if (*decided != "abort") {
-    return Status::FailedPrecondition("weight upload already chose " +
-                                      *decided);
-  }
-  return RemoveTransactionKeys(*backend_, base, txn, {"payload", "checksums"},
-                               {}, nullptr);
+  const RevisionKeys keys = KeysOf(m);
+  RESHARD_RETURN_NOT_OK(
+      ClaimDecision(*backend_, keys.Decision(plan.transaction_id()),
+                    UploadDecision::kAbort, m.manifest_digest())
+          .status());
+  return RemoveTransactionKeys(*backend_, keys, plan.transaction_id(),
+                               kPayloadFamilies, {}, nullptr);
 }
 
 // ---------------------------------------------------------------- read side
 
-Result<StoredWeightManifest> WeightStore::LoadManifest(
+Result<StoredWeightManifest> WeightStore::ReadManifest(
     std::string_view manifest_key) {
-  auto text = backend_->Get(manifest_key);
-  if (text.status().IsNotFound()) {
-    return Status::NotFound("no published weight revision " +
-                            std::string(manifest_key));
-  }
-  RESHARD_RETURN_NOT_OK(text.status());
-  return ParsePublishedManifest(manifest_key, *text);
+  return ReadPublishedManifest(*backend_, manifest_key);
 }
 
-Result<std::vector<RevisionInfo>> WeightStore::List() {
-  const std::string& prefix = options_.key_prefix;
-  RESHARD_ASSIGN_OR_RETURN(auto keys, backend_->List(prefix + "/"));
-  std::map<std::string, RevisionInfo> revisions;  // by base
-  std::string base, rest;
-  for (const std::string& k : keys) {
-    if (!SplitRevisionKey(prefix, k, &base, &rest) || rest != "manifest") {
-      continue;
-    }
-    RevisionInfo& r = revisions[base];
-    r.manifest_key = k;
-    auto m = LoadManifest(k);
-    if (!m.ok()) {
-      // One tampered revision must not hide the others.
-      r.state = "CORRUPT";
-      r.error = m.status().message();
-      continue;
-    }
-    r.resource_id = m->resource_id();
-    r.revision = m->revision();
-    r.weight_generation = m->weight_generation();
-    r.state = "READY";
-    r.fragments = m->fragments().size();
-    for (const auto& f : m->fragments()) r.bytes += f.nbytes;
+namespace {
+
+// A listed revision from its manifest: READY, or CORRUPT with the error
+// (one tampered revision must not hide the others).
+RevisionInfo DescribeRevision(ObjectStore& b, const std::string& key) {
+  RevisionInfo r;
+  r.manifest_key = key;
+  auto m = ReadPublishedManifest(b, key);
+  if (!m.ok()) {
+    r.state = "CORRUPT";
+    r.error = m.status().message();
+    return r;
   }
-  const int64_t now = UnixSeconds();
+  r.resource_id = m->resource_id();
+  r.revision = m->revision();
+  r.weight_generation = m->weight_generation();
+  r.state = "READY";
+  r.fragments = m->fragments().size();
+  for (const auto& f : m->fragments()) r.bytes += f.nbytes;
+  return r;
+}
+
+}  // namespace
+
+Result<std::vector<RevisionInfo>> WeightStore::List() {
+  const StoreKeys layout = KeysOf(options_);
+  RESHARD_ASSIGN_OR_RETURN(auto keys, backend_->List(layout.ListPrefix()));
+  std::vector<std::pair<const std::string*, ClassifiedKey>> classified;
   for (const std::string& k : keys) {
-    if (!SplitRevisionKey(prefix, k, &base, &rest)) continue;
-    if (rest.starts_with("leases/")) {
-      auto it = revisions.find(base);
-      if (it == revisions.end() || it->second.state != "READY") continue;
-      auto text = backend_->Get(k);
-      if (text.ok() && ParseSeconds(*text) > now) ++it->second.leases;
+    if (auto c = layout.Classify(k)) classified.emplace_back(&k, *c);
+  }
+  std::map<std::string, RevisionInfo> revisions;  // by base
+  for (const auto& [key, c] : classified) {
+    if (c.kind == RevisionKeyKind::kManifest) {
+      revisions[c.base] = DescribeRevision(*backend_, *key);
     }
-    if (rest.starts_with("transactions/") && rest.ends_with("/started")) {
-      if (revisions.count(base)) continue;
-      RevisionInfo& r = revisions[base];
-      r.manifest_key = base + "/manifest";
+  }
+  const int64_t now = options_.now_seconds();
+  for (const auto& [key, c] : classified) {
+    if (c.kind == RevisionKeyKind::kLease) {
+      auto it = revisions.find(c.base);
+      if (it == revisions.end() || it->second.state != "READY") continue;
+      // A lease that cannot be read counts as held (Remove refuses the
+      // revision, naming the record).
+      auto expires = ReadLeaseExpiry(*backend_, *key);
+      if (expires.status().IsNotFound()) continue;  // released meanwhile
+      if (!expires.ok() || *expires > now) ++it->second.leases;
+    }
+    if (c.kind == RevisionKeyKind::kStarted && !revisions.count(c.base)) {
+      RevisionInfo& r = revisions[c.base];
+      r.manifest_key = RevisionKeys(c.base).Manifest();
       r.state = "IMPORTING";
     }
   }
@@ -773,13 +824,13 @@ Result<std::vector<RevisionInfo>> WeightStore::List() {
 }
 
 Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
-  RESHARD_ASSIGN_OR_RETURN(auto m, LoadManifest(manifest_key));
-  const std::string base = m.group_id();  // checked: the key's own
+  RESHARD_ASSIGN_OR_RETURN(auto m, ReadManifest(manifest_key));
+  const RevisionKeys keys = KeysOf(m);  // checked: the key's own
   VerifyReport report;
   std::vector<uint8_t> buf(options_.staging_bytes);
   for (const StoredFragment& s : m.fragments()) {
     RESHARD_ASSIGN_OR_RETURN(auto sums,
-                             internal::ReadChunkSums(*backend_, base, s));
+                             internal::ReadChunkSums(*backend_, keys, s));
     RESHARD_ASSIGN_OR_RETURN(uint64_t size, backend_->ObjectSize(s.object_key));
     if (size < s.object_offset + s.nbytes) {
       return Status::DataLoss("payload " + s.object_key +
@@ -801,32 +852,49 @@ Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
   return report;
 }
 
+namespace {
+
+// How many unexpired leases the revision holds; a lease record that cannot
+// be read is an error naming it (a load may hold it).
+Result<uint32_t> CountLiveLeases(ObjectStore& b, const StoreKeys& layout,
+                                 const RevisionKeys& keys, int64_t now) {
+  // Listed without the trailing '/': a link planted at "leases" is no
+  // lease (and is removed with the rest of the revision).
+  RESHARD_ASSIGN_OR_RETURN(auto listed, b.List(keys.Leases()));
+  uint32_t live = 0;
+  for (const std::string& k : listed) {
+    auto c = layout.Classify(k);
+    if (!c || c->kind != RevisionKeyKind::kLease || c->base != keys.base()) {
+      continue;
+    }
+    auto expires = ReadLeaseExpiry(b, k);
+    if (expires.status().IsNotFound()) continue;  // released meanwhile
+    RESHARD_RETURN_NOT_OK(expires.status());
+    if (*expires > now) ++live;
+  }
+  return live;
+}
+
+}  // namespace
+
 Status WeightStore::Remove(std::string_view manifest_key) {
   // The revision is the one the key names, whatever its manifest says.
-  std::string base, rest;
-  if (!SplitRevisionKey(options_.key_prefix, manifest_key, &base, &rest) ||
-      rest != "manifest") {
+  const StoreKeys layout = KeysOf(options_);
+  auto c = layout.Classify(manifest_key);
+  if (!c || c->kind != RevisionKeyKind::kManifest) {
     return Status::InvalidArgument(
         "not a weight revision manifest key (" + options_.key_prefix +
         "/<namespace>/<resource>/<revision>/<generation>/manifest): " +
         std::string(manifest_key));
   }
+  const RevisionKeys keys(c->base);
   // A corrupt manifest (unparseable, a link, naming keys elsewhere) is
   // removable; only an absent one is an error.
-  auto m = LoadManifest(manifest_key);
+  auto m = ReadManifest(manifest_key);
   if (m.status().IsNotFound()) return m.status();
-  const int64_t now = UnixSeconds();
-  // Listed without the trailing '/': a link planted at "leases" is no
-  // lease (and is removed with the rest below).
-  RESHARD_ASSIGN_OR_RETURN(auto leases, backend_->List(base + "/leases"));
-  uint32_t live = 0;
-  for (const std::string& k : leases) {
-    if (!k.starts_with(base + "/leases/")) continue;
-    auto text = backend_->Get(k);
-    if (text.ok() && ParseSeconds(*text) > now) {
-      ++live;
-    }
-  }
+  RESHARD_ASSIGN_OR_RETURN(
+      uint32_t live,
+      CountLiveLeases(*backend_, layout, keys, options_.now_seconds()));
   if (live > 0) {
     return Status::FailedPrecondition(
         "weight revision " + std::string(manifest_key) + " is leased by " +
@@ -839,106 +907,159 @@ Status WeightStore::Remove(std::string_view manifest_key) {
   // remove everything under it (the backend lists no key through a
   // symbolic link and deletes a link itself only).
   RESHARD_ASSIGN_OR_RETURN(auto txn_keys,
-                           backend_->List(base + "/transactions/"));
+                           backend_->List(keys.base() + "/transactions/"));
   for (const std::string& k : txn_keys) {
-    if (k.ends_with("/decision")) RESHARD_RETURN_NOT_OK(backend_->Delete(k));
+    auto record = layout.Classify(k);
+    if (record && record->kind == RevisionKeyKind::kDecision) {
+      RESHARD_RETURN_NOT_OK(backend_->Delete(k));
+    }
   }
   RESHARD_RETURN_NOT_OK(backend_->Delete(manifest_key));
-  RESHARD_ASSIGN_OR_RETURN(auto keys, backend_->List(base + "/"));
-  for (const std::string& k : keys) RESHARD_RETURN_NOT_OK(backend_->Delete(k));
+  RESHARD_ASSIGN_OR_RETURN(auto all, backend_->List(keys.base() + "/"));
+  for (const std::string& k : all) RESHARD_RETURN_NOT_OK(backend_->Delete(k));
   return Status::OK();
 }
 
-Result<GcReport> WeightStore::Gc() {
-  GcReport report;
-  const std::string& prefix = options_.key_prefix;
-  RESHARD_ASSIGN_OR_RETURN(auto keys, backend_->List(prefix + "/"));
-  // Transactions per base, and what published manifests reference.
-  std::map<std::string, std::set<std::string>> txns;  // base -> txn ids
-  std::set<std::string> referenced;                   // object keys
-  std::map<std::string, std::string> manifests;       // base -> key
-  std::string base, rest;
-  for (const std::string& k : keys) {
-    if (!SplitRevisionKey(prefix, k, &base, &rest)) continue;
-    if (rest == "manifest") manifests[base] = k;
-    for (std::string_view family :
-         {"payload/", "checksums/", "transactions/"}) {
-      if (!rest.starts_with(family)) continue;
-      const std::string txn = rest.substr(family.size());
-      txns[base].insert(txn.substr(0, txn.find('/')));
-    }
-  }
-  std::map<std::string, std::string> committed_txn;  // base -> txn
-  std::set<std::string> corrupt;                     // bases
-  for (const auto& [b, key] : manifests) {
-    auto m = LoadManifest(key);
-    if (!m.ok()) {
-      // Its manifest may reference anything under the revision: collect
-      // nothing there until it is repaired or removed.
-      corrupt.insert(b);
-      report.skipped.push_back({key, m.status().message()});
-      continue;
-    }
-    for (const auto& f : m->fragments()) {
-      referenced.insert(f.object_key);
-      committed_txn[b] = TransactionOfObject(f.object_key);
-    }
-  }
-  const int64_t now = UnixSeconds();
-  // One upload; an error skips it (reported), not the rest of the store.
-  auto collect = [&](const std::string& b, const std::string& txn) -> Status {
-    const std::string tkey = b + "/transactions/" + txn;
-    RESHARD_ASSIGN_OR_RETURN(auto decided,
-                             ReadDecision(*backend_, tkey + "/decision"));
-    bool remove = decided && *decided == "abort";
-    if (decided && *decided == "commit") {
-      if (manifests.count(b)) {
-        remove = true;  // lost to another manifest
-      } else {
-        // Decided but not published (the writer died after its decision):
-        // roll forward, never delete. A concurrent Commit of the same
-        // transaction publishes the same bytes. Only a manifest of this
-        // very revision is published.
-        const std::string pending = tkey + "/pending-manifest";
-        auto copy = backend_->Get(pending);
-        if (copy.status().IsNotFound()) return Status::OK();
-        RESHARD_RETURN_NOT_OK(copy.status());
-        if (!ParsePublishedManifest(b + "/manifest", *copy).ok()) {
-          return Status::DataLoss("damaged pending weight manifest: " +
-                                  pending);
-        }
-        Status st = PublishManifest(*backend_, b + "/manifest", *copy);
-        if (st.ok()) {
-          report.transactions_completed.push_back(b + "/" + txn);
-        } else if (!st.IsAlreadyExists()) {
-          return st.WithContext("publishing " + pending);
-        }
-        return Status::OK();
+// ---------------------------------------------------------------- gc
+
+namespace {
+
+// One Gc pass: what the store holds, then each upload collected (or rolled
+// forward) on its own, an error skipping that upload only.
+class GarbageCollector {
+ public:
+  GarbageCollector(ObjectStore& b, const WeightStoreOptions& o,
+                   GcReport* report)
+      : b_(b), o_(o), layout_(KeysOf(o)), report_(report) {}
+
+  // The uploads of every revision, and its manifest if published.
+  Status Scan() {
+    RESHARD_ASSIGN_OR_RETURN(auto keys, b_.List(layout_.ListPrefix()));
+    for (const std::string& k : keys) {
+      auto c = layout_.Classify(k);
+      if (!c) continue;
+      switch (c->kind) {
+        case RevisionKeyKind::kManifest:
+          manifests_[c->base] = k;
+          break;
+        case RevisionKeyKind::kLease:
+        case RevisionKeyKind::kOther:
+          break;
+        default:  // payload, checksum and transaction keys
+          txns_[c->base].insert(c->transaction);
       }
     }
-    if (!remove && !decided) {
-      // Undecided: abandoned once older than the grace period.
-      auto started = backend_->Get(tkey + "/started");
-      const int64_t t = started.ok() ? ParseSeconds(*started) : 0;
-      remove = now - t >= options_.gc_grace.count();
-    }
-    if (!remove) return Status::OK();
-    // Never anything a published manifest references.
-    RESHARD_RETURN_NOT_OK(RemoveTransactionKeys(
-        *backend_, b, txn, {"payload", "checksums", "transactions"}, referenced,
-        &report));
-    report.transactions_removed.push_back(b + "/" + txn);
     return Status::OK();
-  };
-  for (const auto& [b, ids] : txns) {
-    if (corrupt.count(b)) continue;
-    for (const std::string& txn : ids) {
-      if (txn.empty()) continue;
-      if (committed_txn.count(b) && committed_txn[b] == txn) continue;
-      Status st = collect(b, txn);
-      if (!st.ok()) report.skipped.push_back({b + "/" + txn, st.message()});
+  }
+
+  // What published manifests reference. A corrupt one may reference
+  // anything under its revision: nothing there is collected until it is
+  // repaired or removed.
+  void ReadPublished() {
+    for (const auto& [base, key] : manifests_) {
+      auto m = ReadPublishedManifest(b_, key);
+      if (!m.ok()) {
+        corrupt_.insert(base);
+        report_->skipped.push_back({key, m.status().message()});
+        continue;
+      }
+      for (const auto& f : m->fragments()) {
+        referenced_.insert(f.object_key);
+        committed_txn_[base] = TransactionOfObject(f.object_key);
+      }
     }
   }
+
+  void CollectUploads() {
+    const int64_t now = o_.now_seconds();
+    for (const auto& [base, ids] : txns_) {
+      if (corrupt_.count(base)) continue;
+      auto committed = committed_txn_.find(base);
+      for (const std::string& txn : ids) {
+        if (txn.empty()) continue;
+        if (committed != committed_txn_.end() && committed->second == txn) {
+          continue;
+        }
+        Status st = CollectUpload(RevisionKeys(base), txn, now);
+        if (!st.ok()) {
+          report_->skipped.push_back({base + "/" + txn, st.message()});
+        }
+      }
+    }
+  }
+
+ private:
+  // Aborted, lost to another manifest, or undecided past the grace period:
+  // removed (never a key a published manifest references). Decided to
+  // commit but unpublished: rolled forward.
+  Status CollectUpload(const RevisionKeys& keys, const std::string& txn,
+                       int64_t now) {
+    RESHARD_ASSIGN_OR_RETURN(auto decided,
+                             ReadDecision(b_, keys.Decision(txn)));
+    if (decided == UploadDecision::kCommit && !manifests_.count(keys.base())) {
+      return RollForward(keys, txn);
+    }
+    if (!decided) {
+      RESHARD_ASSIGN_OR_RETURN(int64_t started, StartedAt(keys, txn));
+      if (now - started < o_.gc_grace.count()) return Status::OK();
+    }
+    RESHARD_RETURN_NOT_OK(RemoveTransactionKeys(
+        b_, keys, txn, {"payload", "checksums", "transactions"}, referenced_,
+        report_));
+    report_->transactions_removed.push_back(keys.base() + "/" + txn);
+    return Status::OK();
+  }
+
+  // When the undecided upload started; an upload without a started record
+  // is as old as can be.
+  Result<int64_t> StartedAt(const RevisionKeys& keys, const std::string& txn) {
+    const std::string key = keys.Started(txn);
+    auto text = b_.Get(key);
+    if (text.status().IsNotFound()) return int64_t{0};
+    RESHARD_RETURN_NOT_OK(text.status());
+    return internal::ParseStartedRecord(*text, key);
+  }
+
+  // Decided but not published (the writer died after its decision): roll
+  // forward, never delete. A concurrent Commit of the same transaction
+  // publishes the same bytes. Only a manifest of this very revision is
+  // published.
+  Status RollForward(const RevisionKeys& keys, const std::string& txn) {
+    const std::string pending = keys.PendingManifest(txn);
+    auto copy = b_.Get(pending);
+    if (copy.status().IsNotFound()) return Status::OK();
+    RESHARD_RETURN_NOT_OK(copy.status());
+    if (!ParsePublishedManifest(keys.Manifest(), *copy).ok()) {
+      return Status::DataLoss("damaged pending weight manifest: " + pending);
+    }
+    Status st = PublishManifest(b_, keys.Manifest(), *copy);
+    if (st.ok()) {
+      report_->transactions_completed.push_back(keys.base() + "/" + txn);
+    } else if (!st.IsAlreadyExists()) {
+      return st.WithContext("publishing " + pending);
+    }
+    return Status::OK();
+  }
+
+  ObjectStore& b_;
+  const WeightStoreOptions& o_;
+  const StoreKeys layout_;
+  GcReport* report_;
+  std::map<std::string, std::set<std::string>> txns_;  // base -> txn ids
+  std::map<std::string, std::string> manifests_;       // base -> key
+  std::set<std::string> referenced_;                   // object keys
+  std::map<std::string, std::string> committed_txn_;   // base -> txn
+  std::set<std::string> corrupt_;                      // bases
+};
+
+}  // namespace
+
+Result<GcReport> WeightStore::Gc() {
+  GcReport report;
+  GarbageCollector gc(*backend_, options_, &report);
+  RESHARD_RETURN_NOT_OK(gc.Scan());
+  gc.ReadPublished();
+  gc.CollectUploads();
   RESHARD_ASSIGN_OR_RETURN(report.temporaries_removed,
                            backend_->RemoveStaleTemporaries(options_.gc_grace));
   return report;

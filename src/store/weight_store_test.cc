@@ -45,6 +45,8 @@
 #include "reshard/plan.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
+#include "store/layout.h"
+#include "store/records.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/temp_dir.h"
@@ -60,12 +62,6 @@ using ::reshard::testing::ReadTestData;
 using ::reshard::testing::WithBindingChanges;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // A store or rendezvous directory of its own.
 class TempDir : public testing::TempDir {
@@ -214,7 +210,7 @@ LoadReport RoundTrip(const WeightPlacementManifest& source,
     return {};
   }
   const auto manifest =
-      Must(store.LoadManifest(plan->manifest().manifest_key()));
+      Must(store.ReadManifest(plan->manifest().manifest_key()));
   EXPECT_EQ(manifest.manifest_digest(), plan->manifest().manifest_digest());
   Side dst = TargetSide(target);
   const LoadReport report = LoadAndVerify(store, manifest, dst);
@@ -433,7 +429,7 @@ TEST(WeightStoreLoadTest, SingleTargetParticipantFillsExactlyItsFragments) {
   const Side src = SourceSide(ExpertLayout(2, 2, false));
   const auto plan = Must(UploadAndCommit(store, src));
   const auto manifest =
-      Must(store.LoadManifest(plan.manifest().manifest_key()));
+      Must(store.ReadManifest(plan.manifest().manifest_key()));
   const auto target = ExpertLayout(3, 4, true);
   size_t loaded = 0;
   for (const auto& part : target.parts()) {
@@ -689,7 +685,7 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
   }
   MustOk(store.Commit(*ok, receipts));
   Side dst = TargetSide(TpLayout(3, 4));
-  LoadAndVerify(store, Must(store.LoadManifest(ok->manifest().manifest_key())),
+  LoadAndVerify(store, Must(store.ReadManifest(ok->manifest().manifest_key())),
                 dst);
 }
 
@@ -719,7 +715,7 @@ TEST(WeightStoreUploadTest, RetryResumesAfterCrashBetweenChecksumAndPayload) {
   MustOk(store.Commit(plan, again));
   EXPECT_TRUE(store.Verify(plan.manifest().manifest_key()).ok());
   Side dst = TargetSide(TpLayout(1, 4));
-  LoadAndVerify(store, Must(store.LoadManifest(plan.manifest().manifest_key())),
+  LoadAndVerify(store, Must(store.ReadManifest(plan.manifest().manifest_key())),
                 dst);
 }
 
@@ -771,7 +767,7 @@ struct Uploaded {
   }
   void ExpectLoads() {
     Side dst = TargetSide(TpLayout(3, 4));
-    LoadAndVerify(store, Must(store.LoadManifest(key())), dst);
+    LoadAndVerify(store, Must(store.ReadManifest(key())), dst);
   }
 };
 
@@ -826,7 +822,7 @@ TEST(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
   // None of these decided anything: the real receipts still commit.
   EXPECT_EQ(u.dir.backend().Get(decision).status().code(),
             StatusCode::kNotFound);
-  EXPECT_EQ(u.store.LoadManifest(u.key()).status().code(),
+  EXPECT_EQ(u.store.ReadManifest(u.key()).status().code(),
             StatusCode::kNotFound);
   MustOk(u.store.Commit(u.plan, u.receipts));
   u.ExpectLoads();
@@ -839,7 +835,7 @@ TEST(WeightStoreCommitTest, CommitNeedsEveryPayload) {
   Status st = u.store.Commit(u.plan, u.receipts);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(st.message(), "payload is not complete: " + s.object_key);
-  EXPECT_EQ(u.store.LoadManifest(u.key()).status().code(),
+  EXPECT_EQ(u.store.ReadManifest(u.key()).status().code(),
             StatusCode::kNotFound);
 }
 
@@ -850,7 +846,7 @@ TEST(WeightStoreCommitTest, AbortThenCommitFails) {
   Status st = u.store.Commit(u.plan, u.receipts);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(st.message(), "weight upload already chose abort");
-  EXPECT_EQ(u.store.LoadManifest(u.key()).status().code(),
+  EXPECT_EQ(u.store.ReadManifest(u.key()).status().code(),
             StatusCode::kNotFound);
 }
 
@@ -960,16 +956,30 @@ TEST(WeightStoreLifecycleTest, ListShowsImportingThenReady) {
   EXPECT_EQ(list[0].leases, 0u);
 }
 
+// A clock tests set and advance (WeightStoreOptions::now_seconds).
+struct FakeClock {
+  int64_t now = 1764582000;  // 2025-12-01T09:40:00Z
+  std::function<int64_t()> Source() {
+    return [this] { return now; };
+  }
+};
+
 TEST(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
   TestStore dir;
-  WeightStore store = dir.Open();
+  FakeClock clock;
+  int leases_taken = 0;
+  WeightStore store =
+      dir.Open({.lease_ttl = std::chrono::seconds(3600),
+                .now_seconds = clock.Source(),
+                .new_lease_id = [&] {
+                  return "lease" + std::to_string(++leases_taken);
+                }});
   const Side src = SourceSide(TpLayout(1, 2));
   const auto plan = Must(UploadAndCommit(store, src));
   const std::string key = plan.manifest().manifest_key();
   const std::string lease = BaseOf(plan) + "/leases/0123456789abcdef";
-  // A load in progress.
-  MustOk(
-      dir.backend().Put(lease, "expires=" + std::to_string(UnixNow() + 3600)));
+  // A load in progress (taken by another process, an hour from expiry).
+  MustOk(dir.backend().Put(lease, internal::LeaseRecord(clock.now + 3600)));
   EXPECT_EQ(Must(store.List())[0].leases, 1u);
   Status st = store.Remove(key);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
@@ -979,17 +989,20 @@ TEST(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
             CommittedKeys(plan).size() + 1);
   // The load still works meanwhile (and drops only its own lease).
   Side dst = TargetSide(TpLayout(1, 4));
-  LoadAndVerify(store, Must(store.LoadManifest(key)), dst);
+  LoadAndVerify(store, Must(store.ReadManifest(key)), dst);
   EXPECT_EQ(dir.Keys(BaseOf(plan) + "/leases/"),
             std::vector<std::string>{lease});
-  // Expired: no longer a lease.
-  MustOk(dir.backend().Delete(lease));
-  MustOk(dir.backend().Put(lease, "expires=" + std::to_string(UnixNow() - 5)));
+  EXPECT_EQ(leases_taken, 1);
+  // Still held at its last second; expired one second later.
+  clock.now += 3599;
+  EXPECT_EQ(Must(store.List())[0].leases, 1u);
+  EXPECT_FALSE(store.Remove(key).ok());
+  clock.now += 1;
   EXPECT_EQ(Must(store.List())[0].leases, 0u);
   MustOk(store.Remove(key));
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").empty());
   EXPECT_TRUE(Must(store.List()).empty());
-  EXPECT_EQ(store.LoadManifest(key).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store.ReadManifest(key).status().code(), StatusCode::kNotFound);
   auto loaded =
       store.Load(plan.manifest(), dst.placement, dst.buffers.bindings);
   EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
@@ -1068,7 +1081,7 @@ TEST(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
   EXPECT_TRUE(gc.Verify(committed.manifest().manifest_key()).ok());
   Side dst = TargetSide(TpLayout(3, 4));
   LoadAndVerify(store,
-                Must(store.LoadManifest(committed.manifest().manifest_key())),
+                Must(store.ReadManifest(committed.manifest().manifest_key())),
                 dst);
   // Nothing more to do.
   const GcReport again = Must(gc.Gc());
@@ -1108,8 +1121,87 @@ TEST(WeightStoreLifecycleTest, GcGraceKeepsRecentUndecidedUploads) {
   MustOk(store.Commit(undecided, receipts));
   Side dst = TargetSide(src.placement);
   LoadAndVerify(store,
-                Must(store.LoadManifest(undecided.manifest().manifest_key())),
+                Must(store.ReadManifest(undecided.manifest().manifest_key())),
                 dst);
+}
+
+// The grace period runs on the store's clock: an undecided upload is
+// collected exactly when it becomes older than gc_grace, with no waiting.
+TEST(WeightStoreLifecycleTest, GcGraceRunsOnTheInjectedClock) {
+  TestStore dir;
+  FakeClock clock;
+  WeightStore store = dir.Open(
+      {.gc_grace = std::chrono::seconds(600),
+       .now_seconds = clock.Source(),
+       .new_transaction_id = [] { return std::string("txn-under-test"); }});
+  auto draft = testing::GridDraft({.tp = 2});
+  testing::AddTensor(&draft, {.tensor_id = "w", .shape = {8, 8}, .tp_dim = 0});
+  const Side src = SourceSide(Build(draft));
+  std::vector<UploadReceipt> receipts;
+  const auto undecided = PrepareAndUpload(store, src, &receipts);
+  EXPECT_EQ(undecided.transaction_id(), "txn-under-test");
+  EXPECT_EQ(undecided.manifest().created_at(), "2025-12-01T09:40:00Z");
+  const std::string started =
+      BaseOf(undecided) + "/transactions/txn-under-test/started";
+  EXPECT_EQ(Must(dir.backend().Get(started)),
+            internal::StartedRecord(clock.now));
+  clock.now += 599;
+  EXPECT_TRUE(Must(store.Gc()).transactions_removed.empty());
+  clock.now += 1;
+  EXPECT_EQ(Must(store.Gc()).transactions_removed,
+            std::vector<std::string>{BaseOf(undecided) + "/txn-under-test"});
+  EXPECT_TRUE(dir.Keys("weights/").empty());
+}
+
+// Regression: a lease record was read with from_chars after its last '=',
+// and a malformed one counted as expired, so Remove deleted a revision a
+// load of another process may still hold.
+TEST(WeightStoreLifecycleTest, MalformedLeaseBlocksRemoveNamingTheRecord) {
+  TestStore dir;
+  WeightStore store = dir.Open();
+  const auto plan = Must(UploadAndCommit(store, SourceSide(TpLayout(1, 2))));
+  const std::string key = plan.manifest().manifest_key();
+  const std::string lease = BaseOf(plan) + "/leases/garbled";
+  MustOk(dir.backend().Put(lease, "expires=soon"));
+  // Listed as held; Remove refuses, naming the record.
+  EXPECT_EQ(Must(store.List())[0].leases, 1u);
+  const Status st = store.Remove(key);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(st.message(), "malformed load lease record: " + lease);
+  EXPECT_EQ(KeySet(dir.Keys(BaseOf(plan) + "/")).size(),
+            CommittedKeys(plan).size() + 1);
+  // An older store's lease spelling is still honoured.
+  MustOk(dir.backend().Delete(lease));
+  MustOk(dir.backend().Put(
+      lease, "expires=" + std::to_string(internal::UnixSeconds() + 3600)));
+  EXPECT_EQ(store.Remove(key).code(), StatusCode::kFailedPrecondition);
+  MustOk(dir.backend().Delete(lease));
+  MustOk(store.Remove(key));
+}
+
+// Regression: a started record that did not parse counted as 0 (an
+// upload as old as can be), so Gc removed the payloads of an upload whose
+// age it could not know. Now the upload is skipped, naming the record.
+TEST(WeightStoreLifecycleTest, MalformedStartedRecordIsSkippedByGc) {
+  TestStore dir;
+  WeightStore store = dir.Open({.gc_grace = std::chrono::seconds(0)});
+  std::vector<UploadReceipt> receipts;
+  const auto plan =
+      PrepareAndUpload(store, SourceSide(TpLayout(1, 2)), &receipts);
+  const std::string started =
+      BaseOf(plan) + "/transactions/" + plan.transaction_id() + "/started";
+  MustOk(dir.backend().Delete(started));
+  MustOk(dir.backend().Put(started, "started at noon"));
+  const auto before = KeySet(dir.Keys("weights/"));
+  const GcReport report = Must(store.Gc());
+  EXPECT_TRUE(report.transactions_removed.empty());
+  ASSERT_EQ(report.skipped.size(), 1u);
+  EXPECT_EQ(report.skipped[0].key, BaseOf(plan) + "/" + plan.transaction_id());
+  EXPECT_EQ(report.skipped[0].error,
+            "malformed upload started record: " + started);
+  EXPECT_EQ(KeySet(dir.Keys("weights/")), before);
+  // The upload can still commit.
+  MustOk(store.Commit(plan, receipts));
 }
 
 // Regression: Gc once treated a transaction with a commit decision but no
@@ -1123,11 +1215,9 @@ TEST(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
   std::vector<UploadReceipt> receipts;
   const auto plan = PrepareAndUpload(store, src, &receipts);
   // The upload started two hours ago.
-  const std::string started =
-      BaseOf(plan) + "/transactions/" + plan.transaction_id() + "/started";
-  MustOk(dir.backend().Delete(started));
-  MustOk(dir.backend().Put(started, std::to_string(UnixNow() - 7200)));
-  WeightStore gc = dir.Open();  // default grace: one hour
+  WeightStore gc = dir.Open({.now_seconds = [] {
+    return internal::UnixSeconds() + 7200;
+  }});  // default grace: one hour
   GcReport during;
   WeightStore committer = dir.Open({.on_stage = [&](std::string_view stage) {
     if (stage == "decision") during = Must(gc.Gc());
@@ -1136,7 +1226,7 @@ TEST(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
   const std::string key = plan.manifest().manifest_key();
   if (!st.ok()) {
     // Refusing the commit would be fine: then nothing is published.
-    EXPECT_EQ(store.LoadManifest(key).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(store.ReadManifest(key).status().code(), StatusCode::kNotFound);
     return;
   }
   auto verified = store.Verify(key);
@@ -1145,7 +1235,7 @@ TEST(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
          "concurrent Gc (which removed "
       << during.keys_removed << " keys): " << verified.status().ToString();
   Side dst = TargetSide(TpLayout(3, 4));
-  auto loaded = store.Load(Must(store.LoadManifest(key)), dst.placement,
+  auto loaded = store.Load(Must(store.ReadManifest(key)), dst.placement,
                            dst.buffers.bindings);
   EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
 }
@@ -1203,7 +1293,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
     SCOPED_TRACE(p);
     Side dst = TargetSide(target, {p});
     auto r =
-        store.Load(Must(store.LoadManifest(key)), target, dst.buffers.bindings);
+        store.Load(Must(store.ReadManifest(key)), target, dst.buffers.bindings);
     if (tp == 2) {
       ASSERT_FALSE(r.ok());
       EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
@@ -1220,7 +1310,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
     WeightStore s = dir.Open(o.options);
     for (const auto& t : {RowsLayout(1), RowsLayout(4)}) {
       Side dst = TargetSide(t);
-      auto r = s.Load(Must(s.LoadManifest(key)), t, dst.buffers.bindings);
+      auto r = s.Load(Must(s.ReadManifest(key)), t, dst.buffers.bindings);
       ASSERT_FALSE(r.ok());
       EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
       EXPECT_THAT(r.status().message(), HasSubstr(expected));
@@ -1231,7 +1321,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
   testing::AddTensor(&cols, {.tensor_id = "w", .shape = {64, 32}, .tp_dim = 1});
   const auto col_target = Build(cols);
   Side dst = TargetSide(col_target);
-  auto r = store.Load(Must(store.LoadManifest(key)), col_target,
+  auto r = store.Load(Must(store.ReadManifest(key)), col_target,
                       dst.buffers.bindings);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
@@ -1256,7 +1346,7 @@ TEST(WeightStoreCorruptionTest, TruncatedPayloadFailsClearly) {
             "payload " + f.object_key + " is short: 1000 bytes");
   for (const auto& t : {RowsLayout(1), RowsLayout(4)}) {
     Side dst = TargetSide(t);
-    auto r = store.Load(Must(store.LoadManifest(key)), t, dst.buffers.bindings);
+    auto r = store.Load(Must(store.ReadManifest(key)), t, dst.buffers.bindings);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
     EXPECT_THAT(r.status().message(), HasSubstr(f.object_key));
@@ -1293,7 +1383,7 @@ TEST(WeightStoreMultiProcessTest, WorkersUploadFromThePublishedPlan) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       WeightStore mine = dir.Open();
-      auto loaded = mine.LoadUploadPlan(key, plan.transaction_id());
+      auto loaded = mine.ReadUploadPlan(key, plan.transaction_id());
       if (!loaded.ok()) std::_Exit(2);
       auto receipts = mine.Upload(*loaded, src.placement, binding);
       if (!receipts.ok()) std::_Exit(3);
@@ -1319,7 +1409,7 @@ TEST(WeightStoreMultiProcessTest, WorkersUploadFromThePublishedPlan) {
     testing::AddTensor(&d, {.tensor_id = "v", .shape = {64, 32}, .tp_dim = 0});
     return d;
   }()));
-  LoadAndVerify(store, Must(store.LoadManifest(key)), dst);
+  LoadAndVerify(store, Must(store.ReadManifest(key)), dst);
 }
 
 TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
@@ -1341,11 +1431,11 @@ TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
               ::testing::StartsWith("missing upload receipt: "));
   // No plan published yet; then a plan for another transaction id.
   const std::string key = plan.manifest().manifest_key();
-  EXPECT_EQ(store.LoadUploadPlan(key, plan.transaction_id()).status().code(),
+  EXPECT_EQ(store.ReadUploadPlan(key, plan.transaction_id()).status().code(),
             StatusCode::kNotFound);
   MustOk(store.PublishUploadPlan(plan));
   const UploadPlan back =
-      Must(store.LoadUploadPlan(key, plan.transaction_id()));
+      Must(store.ReadUploadPlan(key, plan.transaction_id()));
   EXPECT_EQ(back.transaction_id(), plan.transaction_id());
   EXPECT_EQ(back.generation(), plan.generation());
   EXPECT_EQ(back.manifest().manifest_digest(),
@@ -1361,7 +1451,7 @@ TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
   }
   const std::string plan_key = BaseOf(plan) + "/transactions/other/plan";
   MustOk(dir.backend().Put(plan_key, "{\"generation\":1}"));
-  auto bad = store.LoadUploadPlan(key, "other");
+  auto bad = store.ReadUploadPlan(key, "other");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), ::testing::StartsWith(plan_key + ": "));
 }
@@ -1531,7 +1621,7 @@ TEST(WeightStoreFenceTest, TamperedUploadPlansAreRefused) {
   auto with = [&](const std::string& text) {
     MustOk(dir.backend().Delete(plan_key));
     MustOk(dir.backend().Put(plan_key, text));
-    return store.LoadUploadPlan(key, plan.transaction_id());
+    return store.ReadUploadPlan(key, plan.transaction_id());
   };
   auto replace = [](std::string text, const std::string& from,
                     const std::string& to) {

@@ -89,8 +89,8 @@ class TempDirStore : public ObjectStore {
   }
   Status Delete(std::string_view key) override { return store_->Delete(key); }
   Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
-                   bool durable = true) override {
-    return store_->PutObject(key, parts, durable);
+                   Durability durability = Durability::kDurable) override {
+    return store_->PutObject(key, parts, durability);
   }
   Status Sync() override { return store_->Sync(); }
   Result<uint64_t> RemoveStaleTemporaries(
@@ -146,7 +146,10 @@ Keys Storm(ObjectStore& store, const std::string& dir, bool durable,
       const std::string value(100 + t, static_cast<char>('a' + t));
       start.arrive_and_wait();
       for (int i = 0; i < iterations; ++i) {
-        if (Status st = store.PutObject(key, {Buf(value)}, durable); !st.ok()) {
+        if (Status st = store.PutObject(
+                key, {Buf(value)},
+                durable ? Durability::kDurable : Durability::kAtNextSync);
+            !st.ok()) {
           errors[t].push_back("Put " + key + ": " + st.ToString());
           continue;
         }

@@ -152,8 +152,9 @@ class FsStore : public ObjectStore {
   }
 
   Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
-                   bool durable = true) override {
+                   Durability durability = Durability::kDurable) override {
     RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
+    const bool durable = durability == Durability::kDurable;
     const auto comps = Components(key);
     const std::string leaf(comps.back());
     // A unique temporary name beside the target (same filesystem). A
