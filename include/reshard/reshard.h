@@ -74,9 +74,10 @@ struct BufferBindingOptions {
 // The result is validated against the placement (rules 30-36).
 //
 // Errors (InvalidArgument) start "cannot bind buffers of participant <p>: "
-// and name the fragment: an unknown participant, a participant without
-// fragments, a null buffer, address arithmetic that does not fit, buffers
-// that overlap without being declared aliases.
+// and name the fragment at fault: an unknown participant, a participant
+// without fragments, a null or missing buffer, address arithmetic that
+// does not fit in 64 bits, buffers that overlap without being declared
+// aliases, an empty id in the options.
 Result<WeightRuntimeBindingManifest> BindBuffers(
     const WeightPlacementManifest& placement, std::string_view participant_id,
     const FragmentBufferLookup& buffer_of,
@@ -95,7 +96,9 @@ Result<WeightRuntimeBindingManifest> BindBuffers(
 
 // One binding per participant of `placement` that owns fragments, in
 // participant order: a process that holds a whole layout (a test, a
-// single-host tool).
+// single-host tool). Every binding gets the same options, so all buffers
+// are in one address space and those of different participants must not
+// overlap either (except exact declared aliases).
 Result<std::vector<WeightRuntimeBindingManifest>> BindAllBuffers(
     const WeightPlacementManifest& placement,
     const FragmentBufferLookup& buffer_of,

@@ -429,6 +429,41 @@ TEST(ReshardTest, AMissingParticipantIsRefusedBeforePlanning) {
             "source bindings: missing runtime binding participant: " +
                 source.parts()[0].participant_id());
   EXPECT_TRUE(pair.target.Untouched());
+  // Coverage is checked first: a target that cannot be planned from this
+  // source reports the missing binding.
+  const auto unplannable = CubeLayout(4, 1, {8, 4});
+  ASSERT_FALSE(LogicalTransferPlan::Make(source, unplannable).ok());
+  EXPECT_EQ(Reshard(source, sources, unplannable, {}).status().message(),
+            "source bindings: missing runtime binding participant: " +
+                source.parts()[0].participant_id());
+}
+
+TEST(ReshardTest, BindAllBuffersNamesTheParticipantWithoutABuffer) {
+  const auto placement = CubeLayout(3, 0, {6, 2});
+  Memory memory(placement);
+  const auto& part = placement.parts()[2];
+  const std::string& id = part.fragments()[0].placement_fragment_id();
+  memory.pointers.erase(id);
+  EXPECT_EQ(BindAllBuffers(placement, memory.Lookup()).status().message(),
+            "cannot bind buffers of participant " + part.participant_id() +
+                ": null buffer for placement fragment " + id + " (tensor w)");
+}
+
+TEST(ReshardTest, BuffersOfTwoParticipantsMustNotOverlap) {
+  // One address space for the whole layout: a buffer handed to two
+  // participants is found when the bindings meet.
+  const auto source = CubeLayout(2, 0, {4, 4});
+  const auto target = CubeLayout(2, 1, {4, 4});
+  Memory memory(source);
+  void* shared = memory.pointers.begin()->second;
+  auto sources = Must(
+      BindAllBuffers(source, [shared](std::string_view) { return shared; }));
+  Memory dst(target);
+  auto report = Reshard(source, sources, target, dst.BindAll());
+  EXPECT_THAT(report.status().message(),
+              StartsWith("source bindings: runtime binding address ranges "
+                         "overlap: "));
+  EXPECT_TRUE(dst.Untouched());
 }
 
 TEST(ReshardTest, OneTargetParticipantWithPlannedCoverage) {
