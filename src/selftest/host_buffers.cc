@@ -7,65 +7,64 @@
 #include <cstring>
 #include <thread>
 
+#include "reshard/reshard.h"
+
 namespace reshard::internal {
+
+namespace {
+
+// One 64-byte-aligned allocation of `f`'s bytes (2 MiB-aligned with
+// transparent huge pages when large: fewer page faults, and fewer pages
+// to pin for zero-copy transports).
+Result<HostBuffer> AllocateFragment(const PlacementFragment& f) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = f.nbytes() >= kHuge ? kHuge : 64;
+  const size_t size = (f.nbytes() + align - 1) & ~(align - 1);
+  HostBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(align, size)));
+  if (!buf) {
+    return Status::ResourceExhausted("cannot allocate " +
+                                     std::to_string(f.nbytes()) +
+                                     " bytes for " + f.placement_fragment_id());
+  }
+  if (align == kHuge) ::madvise(buf.get(), size, MADV_HUGEPAGE);
+  return buf;
+}
+
+bool Selected(const std::vector<std::string>& participants,
+              const std::string& participant_id) {
+  return participants.empty() ||
+         std::find(participants.begin(), participants.end(), participant_id) !=
+             participants.end();
+}
+
+}  // namespace
 
 Result<HostBuffers> AllocateHostBuffers(
     const WeightPlacementManifest& m, const std::string& instance,
     const std::vector<std::string>& participants) {
   HostBuffers side;
+  auto buffer_of = [&side](std::string_view id) -> void* {
+    auto it = side.data.find(id);
+    return it == side.data.end() ? nullptr : it->second;
+  };
   for (const auto& part : m.parts()) {
     if (part.fragments().empty()) continue;
-    if (!participants.empty() &&
-        std::find(participants.begin(), participants.end(),
-                  part.participant_id()) == participants.end()) {
-      continue;
-    }
-    WeightRuntimeBindingManifestSpec spec{m.resource_id(),
-                                          m.placement_id(),
-                                          m.digest(),
-                                          instance,
-                                          1,
-                                          "host-lease",
-                                          m.revision(),
-                                          part.participant_id(),
-                                          {}};
+    if (!Selected(participants, part.participant_id())) continue;
     for (const auto& f : part.fragments()) {
-      // Large buffers on 2 MiB boundaries with transparent huge pages:
-      // fewer page faults, and fewer pages to pin for zero-copy transports.
-      constexpr size_t kHuge = size_t{2} << 20;
-      const size_t align = f.nbytes() >= kHuge ? kHuge : 64;
-      const size_t size = (f.nbytes() + align - 1) & ~(align - 1);
-      HostBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(align, size)));
-      if (buf && align == kHuge) ::madvise(buf.get(), size, MADV_HUGEPAGE);
-      if (!buf) {
-        return Status::ResourceExhausted(
-            "cannot allocate " + std::to_string(f.nbytes()) + " bytes for " +
-            f.placement_fragment_id());
-      }
-      const TensorDescriptor* t = m.FindTensor(f.tensor_id());
-      RuntimeBindingFragmentSpec r;
-      r.placement_fragment_id = f.placement_fragment_id();
-      r.fragment_id = instance + ":" + f.placement_fragment_id();
-      r.address = reinterpret_cast<uint64_t>(buf.get());
-      r.nbytes = f.nbytes();
-      r.worker_id = part.participant_id();
-      r.endpoint = "local";
-      r.device = "cpu";
-      r.itemsize = t->itemsize();
-      r.local_shape = f.local_shape();
-      r.strides_bytes =
-          CanonicalStrides(f.local_shape(), t->itemsize()).value_or(Dims{});
-      r.storage_address = r.address;
-      r.storage_nbytes = f.nbytes();
-      RESHARD_ASSIGN_OR_RETURN(auto rf,
-                               RuntimeBindingFragment::Make(std::move(r)));
-      spec.fragments.push_back(std::move(rf));
+      RESHARD_ASSIGN_OR_RETURN(HostBuffer buf, AllocateFragment(f));
       side.data.emplace(f.placement_fragment_id(), buf.get());
       side.buffers.push_back(std::move(buf));
     }
-    RESHARD_ASSIGN_OR_RETURN(
-        auto b, WeightRuntimeBindingManifest::Make(std::move(spec)));
-    side.bindings.push_back(std::move(b));
+    // Each participant is its own worker in the instance.
+    RESHARD_ASSIGN_OR_RETURN(auto binding,
+                             BindBuffers(m, part.participant_id(), buffer_of,
+                                         {.instance_id = instance,
+                                          .generation = 1,
+                                          .lease_id = "host-lease",
+                                          .worker_id = part.participant_id(),
+                                          .endpoint = "local",
+                                          .device = "cpu"}));
+    side.bindings.push_back(std::move(binding));
   }
   return side;
 }

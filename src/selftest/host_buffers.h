@@ -23,7 +23,9 @@ struct FreeDeleter {
 using HostBuffer = std::unique_ptr<uint8_t, FreeDeleter>;
 
 // One 64-byte-aligned allocation per fragment and one binding per
-// participant with fragments (instance `instance`, device "cpu").
+// participant with fragments, made by BindBuffers (instance `instance`,
+// generation 1, lease "host-lease", the participant as worker, device
+// "cpu").
 struct HostBuffers {
   std::vector<HostBuffer> buffers;
   std::vector<WeightRuntimeBindingManifest> bindings;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -203,12 +204,11 @@ std::string DescribeExit(int status) {
   return "exited with status " + std::to_string(WEXITSTATUS(status));
 }
 
-}  // namespace
-
-Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
-                                      const WeightPlacementManifest& target,
-                                      const SelfTestOptions& options) {
-  namespace fs = std::filesystem;
+// The process count and, for a single-rank run, the rank and a shared
+// rendezvous.
+Status CheckLaunch(const WeightPlacementManifest& source,
+                   const WeightPlacementManifest& target,
+                   const SelfTestOptions& options) {
   const uint32_t procs = options.procs;
   RESHARD_RETURN_NOT_OK(CheckProcs(source, target, procs));
   if (options.rank && *options.rank >= procs) {
@@ -220,60 +220,79 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
     return Status::InvalidArgument(
         "--rank needs --rendezvous DIR shared by every rank");
   }
-  // Plan once here: invalid inputs fail before any process starts.
-  const auto t0 = Clock::now();
-  RESHARD_ASSIGN_OR_RETURN(auto plan,
-                           LogicalTransferPlan::Make(source, target));
-  const double plan_seconds =
-      std::chrono::duration<double>(Clock::now() - t0).count();
+  return Status::OK();
+}
 
-  std::string dir = options.rendezvous;
-  bool remove_dir = false;
-  if (dir.empty()) {
+// The rendezvous directory of a run: the caller's, or a fresh temporary
+// directory removed when the run ends.
+class RendezvousDir {
+ public:
+  static Result<std::unique_ptr<RendezvousDir>> Make(
+      const std::string& requested) {
+    namespace fs = std::filesystem;
+    if (!requested.empty()) {
+      return std::unique_ptr<RendezvousDir>(
+          new RendezvousDir(requested, false));
+    }
     std::string tmpl = (fs::temp_directory_path() / "reshard-live-XXXXXX");
     if (::mkdtemp(tmpl.data()) == nullptr) {
       return Status::IOError("cannot create a rendezvous directory in " +
                              fs::temp_directory_path().string());
     }
-    dir = tmpl;
-    remove_dir = true;
+    return std::unique_ptr<RendezvousDir>(new RendezvousDir(tmpl, true));
   }
-  struct Cleanup {
-    std::string dir;
-    bool remove;
-    ~Cleanup() {
-      std::error_code ec;
-      if (remove) fs::remove_all(dir, ec);
-    }
-  } cleanup{dir, remove_dir};
-  RESHARD_ASSIGN_OR_RETURN(auto store, OpenRendezvous(dir));
-  std::string session = options.session;
-  if (session.empty()) {
-    session = "selftest-" + std::to_string(::getpid()) + "-" +
-              std::to_string(
-                  std::chrono::steady_clock::now().time_since_epoch().count());
+  ~RendezvousDir() {
+    std::error_code ec;
+    if (remove_) std::filesystem::remove_all(path_, ec);
   }
-  if (options.rank) {
-    auto report =
-        RunRank(source, target, options, *store, session, procs, *options.rank);
-    if (report.ok()) report->segments = plan.summary().segments;
-    return report;
-  }
+  RendezvousDir(const RendezvousDir&) = delete;
+  RendezvousDir& operator=(const RendezvousDir&) = delete;
 
-  // The launcher's result is its own ranks' exit statuses and records:
-  // records of an earlier run under this session would be read as this
-  // run's (and make every rank fail to publish).
-  {
-    RESHARD_RETURN_NOT_OK(ValidateRecordKey(session));
-    RESHARD_ASSIGN_OR_RETURN(auto earlier, store->List(session + "/"));
-    if (!earlier.empty()) {
-      return Status::AlreadyExists(
-          "live session " + session + " already has " +
-          std::to_string(earlier.size()) + " record(s) in rendezvous " + dir +
-          " (" + earlier[0] + (earlier.size() > 1 ? ", ..." : "") +
-          "); use a new --session or remove them");
-    }
+  const std::string& path() const { return path_; }
+
+ private:
+  RendezvousDir(std::string path, bool remove)
+      : path_(std::move(path)), remove_(remove) {}
+  std::string path_;
+  bool remove_;
+};
+
+// The caller's session key, or one unique to this run.
+std::string SessionKey(const SelfTestOptions& options) {
+  if (!options.session.empty()) return options.session;
+  return "selftest-" + std::to_string(::getpid()) + "-" +
+         std::to_string(Clock::now().time_since_epoch().count());
+}
+
+// The launcher's result is its own ranks' exit statuses and records:
+// records of an earlier run under this session would be read as this
+// run's (and make every rank fail to publish).
+Status RefuseUsedSession(RecordStore& store, const std::string& session,
+                         const std::string& dir) {
+  RESHARD_RETURN_NOT_OK(ValidateRecordKey(session));
+  RESHARD_ASSIGN_OR_RETURN(auto earlier, store.List(session + "/"));
+  if (!earlier.empty()) {
+    return Status::AlreadyExists(
+        "live session " + session + " already has " +
+        std::to_string(earlier.size()) + " record(s) in rendezvous " + dir +
+        " (" + earlier[0] + (earlier.size() > 1 ? ", ..." : "") +
+        "); use a new --session or remove them");
   }
+  return Status::OK();
+}
+
+std::string ReportKey(const std::string& session, uint32_t rank) {
+  return session + "/report/" + std::to_string(rank);
+}
+
+// Forks one process per rank; each runs its rank, writes its report record
+// and exits. Returns the ranks' process ids.
+Result<std::vector<pid_t>> LaunchRanks(const WeightPlacementManifest& source,
+                                       const WeightPlacementManifest& target,
+                                       const SelfTestOptions& options,
+                                       RecordStore& store,
+                                       const std::string& session) {
+  const uint32_t procs = options.procs;
   // Nothing buffered may be inherited (and written again) by the ranks.
   std::fflush(stdout);
   std::fflush(stderr);
@@ -292,17 +311,25 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
       // default, so a rank's stdout goes to stderr.
       std::fflush(stdout);
       ::dup2(STDERR_FILENO, STDOUT_FILENO);
-      auto report = RunRank(source, target, options, *store, session, procs, r);
-      const Status put = store->Put(session + "/report/" + std::to_string(r),
-                                    ReportOf(r, report));
+      auto report = RunRank(source, target, options, store, session, procs, r);
+      const Status put = store.Put(ReportKey(session, r), ReportOf(r, report));
       std::fflush(stdout);
       std::_Exit(report.ok() && put.ok() ? 0 : 1);
     }
     pids[r] = pid;
   }
-  // Reap; a rank that dies without a report gets an abort record so that
-  // the others stop at once instead of at their timeout.
-  const auto deadline = Clock::now() + 3 * options.timeout;
+  return pids;
+}
+
+// Waits for every rank; a rank that dies without a report gets an abort
+// record so that the others stop at once instead of at their timeout.
+// Ranks still running after `limit` are killed. Returns, per rank, how it
+// ended when that was not a clean exit ("" otherwise).
+std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
+                                   const std::string& session,
+                                   std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  const uint32_t procs = static_cast<uint32_t>(pids.size());
   uint32_t running = procs;
   std::vector<std::string> exits(procs);
   while (running > 0) {
@@ -313,14 +340,12 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
         if (pids[r] != pid) continue;
         pids[r] = -1;
         --running;
-        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-          exits[r] = DescribeExit(status);
-          if (!store->Get(session + "/report/" + std::to_string(r)).ok()) {
-            (void)store->Put(
-                session + "/abort/" + std::to_string(r),
-                internal::EncodeAbortRecord(
-                    r, "rank " + std::to_string(r) + " " + exits[r]));
-          }
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+        exits[r] = DescribeExit(status);
+        if (!store.Get(ReportKey(session, r)).ok()) {
+          (void)store.Put(session + "/abort/" + std::to_string(r),
+                          internal::EncodeAbortRecord(
+                              r, "rank " + std::to_string(r) + " " + exits[r]));
         }
       }
       continue;
@@ -332,27 +357,26 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  return exits;
+}
 
-  SelfTestReport total;
-  total.verified = true;
-  total.plan_seconds = plan_seconds;
-  total.segments = plan.summary().segments;
-  // The root cause: a rank that died or failed without a report, else a
-  // rank's own error (a malformed report is one), else an echo of another
-  // rank's abort. A rank that did not exit with status 0 fails the run
-  // whatever its report says.
-  std::string died, root_cause, other;
-  for (uint32_t r = 0; r < procs; ++r) {
-    const std::string key = session + "/report/" + std::to_string(r);
-    auto text = store->Get(key);
-    const bool exited_ok = exits[r].empty();
+// The ranks' reports summed, and why the run failed if it did: a rank that
+// died or failed without a report, else a rank's own error (a malformed
+// report is one), else an echo of another rank's abort.
+class ReportCollector {
+ public:
+  ReportCollector() { total_.verified = true; }
+
+  // Adds rank `r`'s report record (or its absence) and exit description.
+  void Add(uint32_t r, const std::string& key, const Result<std::string>& text,
+           const std::string& exit) {
+    const bool exited_ok = exit.empty();
     if (!text.ok()) {
-      if (died.empty()) {
-        died =
-            "rank " + std::to_string(r) + " " +
-            (exited_ok ? "exited with status 0 but left no report" : exits[r]);
+      if (died_.empty()) {
+        died_ = "rank " + std::to_string(r) + " " +
+                (exited_ok ? "exited with status 0 but left no report" : exit);
       }
-      continue;
+      return;
     }
     auto rec = internal::DecodeReportRecord(*text, key, r);
     std::string error;
@@ -361,43 +385,105 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
     } else if (!rec->error.empty()) {
       error = rec->error;
     } else if (!exited_ok) {
-      error = exits[r] + " (its report record holds no error)";
+      // A rank that did not exit with status 0 fails the run whatever its
+      // report says.
+      error = exit + " (its report record holds no error)";
     }
     if (!error.empty()) {
       const bool echo = rec.ok() && !rec->error.empty() &&
                         error.find("aborted by rank") != std::string::npos;
-      std::string& slot = echo ? other : root_cause;
+      std::string& slot = echo ? other_ : root_cause_;
       if (slot.empty()) slot = "rank " + std::to_string(r) + ": " + error;
-      continue;
+      return;
     }
-    total.verified = total.verified && rec->verified;
-    if (total.mismatch.empty()) total.mismatch = rec->mismatch;
-    total.bytes += rec->bytes;
-    total.operations += rec->operations;
-    total.messages += rec->messages;
-    total.packed_messages += rec->packed_messages;
-    total.ranks_ready += rec->ready ? 1 : 0;
-    total.seconds = std::max(total.seconds, rec->transfer_ns / 1e9);
+    total_.verified = total_.verified && rec->verified;
+    if (total_.mismatch.empty()) total_.mismatch = rec->mismatch;
+    total_.bytes += rec->bytes;
+    total_.operations += rec->operations;
+    total_.messages += rec->messages;
+    total_.packed_messages += rec->packed_messages;
+    total_.ranks_ready += rec->ready ? 1 : 0;
+    total_.seconds = std::max(total_.seconds, rec->transfer_ns / 1e9);
   }
-  // A rank whose targets differ aborts the others: report the mismatch.
-  if (!died.empty() || !root_cause.empty() ||
-      (!other.empty() && total.mismatch.empty())) {
-    return Status::Aborted("live self-test failed: " + (!died.empty() ? died
-                                                        : !root_cause.empty()
-                                                            ? root_cause
-                                                            : other));
+
+  // The summed report, or Aborted naming the root cause. A rank whose
+  // targets differ aborts the others: that is reported as the mismatch.
+  Result<SelfTestReport> Finish() && {
+    if (!died_.empty() || !root_cause_.empty() ||
+        (!other_.empty() && total_.mismatch.empty())) {
+      return Status::Aborted("live self-test failed: " + (!died_.empty() ? died_
+                                                          : !root_cause_.empty()
+                                                              ? root_cause_
+                                                              : other_));
+    }
+    if (!total_.mismatch.empty()) total_.verified = false;
+    return std::move(total_);
   }
-  if (!total.mismatch.empty()) total.verified = false;
-  if (total.verified && total.bytes != plan.summary().bytes) {
-    total.verified = false;
-    total.mismatch = "targets received " + std::to_string(total.bytes) +
-                     " bytes, the plan moves " +
-                     std::to_string(plan.summary().bytes);
+
+ private:
+  SelfTestReport total_;
+  std::string died_, root_cause_, other_;
+};
+
+// Reads every rank's report record after the ranks have ended.
+Result<SelfTestReport> CollectReports(RecordStore& store,
+                                      const std::string& session,
+                                      const std::vector<std::string>& exits) {
+  ReportCollector collector;
+  for (uint32_t r = 0; r < exits.size(); ++r) {
+    const std::string key = ReportKey(session, r);
+    collector.Add(r, key, store.Get(key), exits[r]);
+  }
+  return std::move(collector).Finish();
+}
+
+// The ranks' total against the plan, and the memcpy baseline.
+void CompleteReport(const LogicalTransferPlan& plan, double plan_seconds,
+                    const SelfTestOptions& options, SelfTestReport* total) {
+  total->plan_seconds = plan_seconds;
+  total->segments = plan.summary().segments;
+  if (total->verified && total->bytes != plan.summary().bytes) {
+    total->verified = false;
+    total->mismatch = "targets received " + std::to_string(total->bytes) +
+                      " bytes, the plan moves " +
+                      std::to_string(plan.summary().bytes);
   }
   if (options.measure_memcpy) {
-    total.memcpy_gbps = MeasureMemcpyGbps(
-        std::min<uint64_t>(total.bytes, uint64_t{256} << 20), 1);
+    total->memcpy_gbps = MeasureMemcpyGbps(
+        std::min<uint64_t>(total->bytes, uint64_t{256} << 20), 1);
   }
+}
+
+}  // namespace
+
+Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
+                                      const WeightPlacementManifest& target,
+                                      const SelfTestOptions& options) {
+  RESHARD_RETURN_NOT_OK(CheckLaunch(source, target, options));
+  // Plan once here: invalid inputs fail before any process starts.
+  const auto t0 = Clock::now();
+  RESHARD_ASSIGN_OR_RETURN(auto plan,
+                           LogicalTransferPlan::Make(source, target));
+  const double plan_seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
+  RESHARD_ASSIGN_OR_RETURN(auto dir, RendezvousDir::Make(options.rendezvous));
+  RESHARD_ASSIGN_OR_RETURN(auto store, OpenRendezvous(dir->path()));
+  const std::string session = SessionKey(options);
+  if (options.rank) {
+    auto report = RunRank(source, target, options, *store, session,
+                          options.procs, *options.rank);
+    if (report.ok()) report->segments = plan.summary().segments;
+    return report;
+  }
+  RESHARD_RETURN_NOT_OK(RefuseUsedSession(*store, session, dir->path()));
+  RESHARD_ASSIGN_OR_RETURN(
+      std::vector<pid_t> pids,
+      LaunchRanks(source, target, options, *store, session));
+  const std::vector<std::string> exits =
+      ReapRanks(std::move(pids), *store, session, 3 * options.timeout);
+  RESHARD_ASSIGN_OR_RETURN(SelfTestReport total,
+                           CollectReports(*store, session, exits));
+  CompleteReport(plan, plan_seconds, options, &total);
   return total;
 }
 

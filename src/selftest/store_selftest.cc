@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "reshard/plan.h"
 #include "reshard/weight_store.h"
@@ -12,15 +15,53 @@
 
 namespace reshard::internal {
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Uploads every source binding's fragments and commits the revision.
+Result<UploadPlan> UploadAndCommit(
+    WeightStore& store, const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  RESHARD_ASSIGN_OR_RETURN(auto upload, store.PrepareUpload(source, bindings));
+  std::vector<UploadReceipt> receipts;
+  for (const auto& b : bindings) {
+    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(upload, source, b));
+    receipts.insert(receipts.end(), r.begin(), r.end());
+  }
+  RESHARD_RETURN_NOT_OK(store.Commit(upload, receipts));
+  return upload;
+}
+
+// Checks every target byte and the loaded byte count against the plan.
+Status VerifyLoad(const StoredWeightManifest& manifest,
+                  const WeightPlacementManifest& target,
+                  const std::unordered_map<std::string_view, uint64_t>& tensors,
+                  const HostBuffers& dst, SelfTestReport* report) {
+  RESHARD_ASSIGN_OR_RETURN(
+      auto plan, LogicalTransferPlan::MakeFromStored(manifest, target));
+  report->segments = plan.summary().segments;
+  report->mismatch = VerifyPattern(target, tensors, dst);
+  report->verified = report->mismatch.empty();
+  if (report->verified && report->bytes != plan.summary().bytes) {
+    report->verified = false;
+    report->mismatch = "loaded " + std::to_string(report->bytes) +
+                       " bytes, the plan moves " +
+                       std::to_string(plan.summary().bytes);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
                                         const WeightPlacementManifest& target,
                                         const SelfTestOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  };
   SelfTestReport report;
-  auto t0 = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(HostBuffers src,
                            AllocateHostBuffers(source, "selftest-source"));
   RESHARD_ASSIGN_OR_RETURN(HostBuffers dst,
@@ -32,7 +73,7 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   }
   // Setup (allocation, pattern) is not timed; planning happens inside the
   // upload (PrepareUpload) and the load (MakeFromStored), timed there.
-  t0 = Clock::now();
+  auto t0 = Clock::now();
   // A namespace of its own per run: the revision is removed afterwards and
   // never meets another run's.
   WeightStoreOptions store_options;
@@ -41,24 +82,18 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
       std::to_string(Clock::now().time_since_epoch().count());
   RESHARD_ASSIGN_OR_RETURN(auto store,
                            WeightStore::Open(options.via_store, store_options));
-  report.plan_seconds = seconds(t0);
+  report.plan_seconds = SecondsSince(t0);
 
   t0 = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(auto upload,
-                           store.PrepareUpload(source, src.bindings));
-  std::vector<UploadReceipt> receipts;
-  for (const auto& b : src.bindings) {
-    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(upload, source, b));
-    receipts.insert(receipts.end(), r.begin(), r.end());
-  }
-  RESHARD_RETURN_NOT_OK(store.Commit(upload, receipts));
-  report.upload_seconds = seconds(t0);
+                           UploadAndCommit(store, source, src.bindings));
+  report.upload_seconds = SecondsSince(t0);
 
   t0 = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(
       auto manifest, store.ReadManifest(upload.manifest().manifest_key()));
   auto loaded = store.Load(manifest, target, dst.bindings);
-  report.load_seconds = seconds(t0);
+  report.load_seconds = SecondsSince(t0);
   report.seconds = report.upload_seconds + report.load_seconds;
   const Status removed = options.keep_revision
                              ? Status::OK()
@@ -67,17 +102,7 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   RESHARD_RETURN_NOT_OK(removed.WithContext("removing the self-test revision"));
   report.bytes = loaded->bytes;
   report.operations = loaded->regions;
-  RESHARD_ASSIGN_OR_RETURN(
-      auto plan, LogicalTransferPlan::MakeFromStored(manifest, target));
-  report.segments = plan.summary().segments;
-  report.mismatch = VerifyPattern(target, tensors, dst);
-  report.verified = report.mismatch.empty();
-  if (report.verified && report.bytes != plan.summary().bytes) {
-    report.verified = false;
-    report.mismatch = "loaded " + std::to_string(report.bytes) +
-                      " bytes, the plan moves " +
-                      std::to_string(plan.summary().bytes);
-  }
+  RESHARD_RETURN_NOT_OK(VerifyLoad(manifest, target, tensors, dst, &report));
   if (options.measure_memcpy) {
     report.memcpy_gbps = MeasureMemcpyGbps(
         std::min<uint64_t>(report.bytes, uint64_t{256} << 20), 1);

@@ -1,0 +1,184 @@
+// The entry point: bind caller memory to a placement, then reshard it.
+//
+// A framework describes each layout as a placement (placement.h) and owns
+// the memory of the fragments its process holds. Two calls move weights
+// from one layout to the other:
+//
+//   auto src = reshard::BindBuffers(source, "trainer-0", source_buffer_of);
+//   auto dst = reshard::BindBuffers(target, "rollout-0", target_buffer_of);
+//   auto report = reshard::Reshard(source, {*src}, target, {*dst}, transport);
+//
+// BindBuffers turns "placement fragment id -> pointer" into a validated
+// runtime binding (binding.h), so nobody fills binding specs by hand.
+// Reshard checks both sides' bindings, plans (plan.h), binds the plan to
+// absolute addresses (bound_plan.h), fences the generation and lease right
+// before execution, submits to a Transport (transport.h) and waits. Nothing
+// is written to a target before every check has passed.
+
+#ifndef RESHARD_RESHARD_H_
+#define RESHARD_RESHARD_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "reshard/binding.h"
+#include "reshard/placement.h"
+#include "reshard/plan.h"
+#include "reshard/status.h"
+#include "reshard/transport.h"
+
+namespace reshard {
+
+// ---------------------------------------------------------------------------
+// Binding caller memory.
+
+// Where the bytes of one placement fragment live: a pointer to the
+// fragment's `nbytes` bytes, contiguous and row-major in its local shape.
+// Returning nullptr means the caller has no buffer for it (an error).
+using FragmentBufferLookup =
+    std::function<void*(std::string_view placement_fragment_id)>;
+
+// What BindBuffers writes into the binding besides the addresses. The
+// defaults describe host memory of one process.
+struct BufferBindingOptions {
+  // The process (address space) holding the memory. Runtime fragment ids
+  // are "<instance_id>:<placement_fragment_id>".
+  std::string instance_id = "local";
+  // The runtime's weight generation and lease: the fence compares them
+  // right before execution (rules 57-60).
+  uint64_t generation = 1;
+  std::string lease_id = "local-lease";
+  // The worker whose memory this is; (instance_id, worker_id, device) is
+  // one address space, so two buffers of one worker must not overlap
+  // unless they are an exact declared alias.
+  std::string worker_id = "local";
+  // Routing only, never an address space.
+  std::string endpoint = "local";
+  // "cpu" (host memory), "cuda" or "cuda:<ordinal>".
+  std::string device = "cpu";
+  // Kept alive by every bound fragment (for example the framework's
+  // allocation); may be empty.
+  std::shared_ptr<void> owner;
+};
+
+// Binds every fragment of `participant_id` in `placement` to the memory
+// `buffer_of` returns for its placement fragment id. Each fragment is one
+// contiguous row-major view in an allocation of its own size. Aliased
+// fragments (tied weights declaring one alias group) may share one buffer.
+// The result is validated against the placement (rules 30-36).
+//
+// Errors (InvalidArgument) start "cannot bind buffers of participant <p>: "
+// and name the fragment at fault: an unknown participant, a participant
+// without fragments, a null or missing buffer, address arithmetic that
+// does not fit in 64 bits, buffers that overlap without being declared
+// aliases, an empty id in the options.
+Result<WeightRuntimeBindingManifest> BindBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const FragmentBufferLookup& buffer_of,
+    const BufferBindingOptions& options = {});
+
+// The same from a map of placement fragment id to buffer; a fragment
+// missing from the map is an error naming it.
+Result<WeightRuntimeBindingManifest> BindBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const std::map<std::string, void*>& buffers,
+    const BufferBindingOptions& options = {});
+Result<WeightRuntimeBindingManifest> BindBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const std::unordered_map<std::string, void*>& buffers,
+    const BufferBindingOptions& options = {});
+
+// One binding per participant of `placement` that owns fragments, in
+// participant order: a process that holds a whole layout (a test, a
+// single-host tool). Every binding gets the same options, so all buffers
+// are in one address space and those of different participants must not
+// overlap either (except exact declared aliases).
+Result<std::vector<WeightRuntimeBindingManifest>> BindAllBuffers(
+    const WeightPlacementManifest& placement,
+    const FragmentBufferLookup& buffer_of,
+    const BufferBindingOptions& options = {});
+
+// ---------------------------------------------------------------------------
+// Resharding.
+
+// Which participants must be bound before Reshard moves a byte.
+enum class BindingCoverage : uint8_t {
+  // Every participant of both placements that owns fragments: a missing
+  // binding is an error naming the side and participant, before binding.
+  kEveryParticipant,
+  // Only the fragments the plan reads or writes (for example a plan for
+  // one target participant, PlanOptions::target_participant_id).
+  kPlannedFragments,
+};
+
+// The runtime bindings of both sides as they are now.
+struct CurrentBindings {
+  std::vector<WeightRuntimeBindingManifest> sources;
+  std::vector<WeightRuntimeBindingManifest> targets;
+};
+
+struct ReshardOptions {
+  // Planning limits and scope; unused by the overload that takes a plan.
+  PlanOptions plan;
+  BindingCoverage coverage = BindingCoverage::kEveryParticipant;
+  // The fence: called right before submission; the bound plan must still
+  // match what it returns (instance, generation, lease, every used view),
+  // else FailedPrecondition and nothing moves. When empty, the bindings
+  // passed to Reshard are taken as current.
+  std::function<Result<CurrentBindings>()> current_bindings;
+  // Worker threads of the LocalTransport the convenience overload builds.
+  uint32_t threads = 1;
+};
+
+struct ReshardReport {
+  uint64_t bytes = 0;           // bytes written to targets
+  uint64_t regions = 0;         // overlap regions of the plan
+  uint64_t operations = 0;      // strided operations submitted
+  uint64_t segments = 0;        // contiguous runs under row-by-row geometry
+  double plan_seconds = 0;      // 0 when the caller passed a plan
+  double bind_seconds = 0;      // binding checks and absolute addresses
+  double transfer_seconds = 0;  // fence, submission and the wait
+};
+
+// Plans `target` from `source`, then reshards with that plan (below).
+Result<ReshardReport> Reshard(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    Transport& transport, const ReshardOptions& options = {});
+
+// Reshards with a plan made earlier for these two placements
+// (LogicalTransferPlan::Make), so that a caller resharding every step
+// plans once: the plan is address-free, only binding is repeated. Checks
+// the bindings' coverage (options.coverage), binds (BoundTransferPlan::
+// Bind: placements match the plan, bindings valid, no in-place reshard),
+// fences, submits to `transport` and waits. On an error no target byte has
+// been written unless the transport itself failed mid-transfer; a transfer
+// the transport reports uncertain keeps its buffers pinned until
+// transport.Drain() succeeds.
+Result<ReshardReport> Reshard(
+    const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    Transport& transport, const ReshardOptions& options = {});
+
+// Plans and reshards in this process with a LocalTransport of
+// options.threads threads (host memory only).
+Result<ReshardReport> Reshard(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    const ReshardOptions& options = {});
+
+}  // namespace reshard
+
+#endif  // RESHARD_RESHARD_H_
