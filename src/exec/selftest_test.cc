@@ -21,6 +21,7 @@
 #include "reshard/plan.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -80,7 +81,7 @@ TEST(SelfTestTest, GoldenScenariosVerify) {
       EXPECT_EQ(report.status().message(), Str(error));
       continue;
     }
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_OK(report);
     const auto plan = Must(LogicalTransferPlan::Make(source, target));
     ExpectVerified(*report, plan);
     EXPECT_EQ(report->bytes, uint64_t(value["bytes"]));
@@ -132,15 +133,15 @@ TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
     auto source = GenerateLayout(model, so);
     auto target = GenerateLayout(model, to);
     // Every combination of these sizes divides tiny-moe's dimensions.
-    ASSERT_TRUE(source.ok()) << source.status().ToString();
-    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    ASSERT_OK(source);
+    ASSERT_OK(target);
     const auto plan = Must(LogicalTransferPlan::Make(*source, *target));
     for (uint32_t threads : {1u, 3u}) {
       SCOPED_TRACE("threads " + std::to_string(threads));
-      auto report = RunSelfTest(*source, *target,
-                                {.transport = "local", .threads = threads});
-      ASSERT_TRUE(report.ok()) << report.status().ToString();
-      ExpectVerified(*report, plan);
+      ASSERT_OK_AND_ASSIGN(
+          auto report, RunSelfTest(*source, *target,
+                                   {.transport = "local", .threads = threads}));
+      ExpectVerified(report, plan);
     }
     shapes.insert(describe(so));
     ++ran;
@@ -206,7 +207,7 @@ TEST(SelfTestTest, UnknownTransportsAreRejected) {
   EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(report.status().message(),
             "transport \"\" is not available for the self-test");
-  EXPECT_TRUE(RunSelfTest(source, target, {.transport = "local"}).ok());
+  EXPECT_OK(RunSelfTest(source, target, {.transport = "local"}));
 }
 
 TEST(SelfTestTest, ErrorsPropagate) {

@@ -41,6 +41,7 @@
 #include "reshard/weight_store.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 #include "util/sha256.h"
 
@@ -561,7 +562,7 @@ TEST(StoreConfinementTest, LinksAtEveryLevelNeverReachTheSentinel) {
     auto loaded =
         store.Load(Must(store.LoadManifest(kept.manifest().manifest_key())),
                    target, buffers.bindings);
-    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_OK(loaded);
     EXPECT_EQ(
         internal::VerifyPattern(target, internal::TensorIndex(target), buffers),
         "");
@@ -592,9 +593,9 @@ TEST(StoreConfinementTest, LinksAtEveryLevelNeverReachTheSentinel) {
   MustOk(store.Remove(namespace_dir + "/linked-res/rev/0/manifest"));
   WeightStore gc = f.Open({.gc_grace = std::chrono::seconds(0)});
   auto report = gc.Gc();
-  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_OK(report);
   report = gc.Gc();
-  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_OK(report);
   MustOk(store.Verify(kept.manifest().manifest_key()).status());
   MustOk(store.Remove(fresh_plan.manifest().manifest_key()));
   MustOk(f.backend().RemoveStaleTemporaries(std::chrono::seconds(0)).status());

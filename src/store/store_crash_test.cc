@@ -49,6 +49,7 @@
 #include "reshard/weight_store.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 #include "testing/store_testing.h"
 #include "testing/temp_dir.h"
 
@@ -199,18 +200,17 @@ class Fixture {
   // byte; also Verify.
   void ExpectLoadsByteExactly(const std::string& manifest_key) const {
     WeightStore store = Open();
-    auto manifest = store.LoadManifest(manifest_key);
-    ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+    ASSERT_OK_AND_ASSIGN(auto manifest, store.LoadManifest(manifest_key));
     HostBuffers dst = Must(AllocateHostBuffers(target_, "target"));
     for (const auto& [id, p] : dst.data) {
       std::memset(p, 0xD7, target_.FindFragment(id)->nbytes());
     }
-    auto report = store.Load(*manifest, target_, dst.bindings);
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_OK_AND_ASSIGN(auto report,
+                         store.Load(manifest, target_, dst.bindings));
     EXPECT_EQ(internal::VerifyPattern(target_, source_.tensors, dst), "");
-    EXPECT_GT(report->chunks_verified, 0u);
+    EXPECT_GT(report.chunks_verified, 0u);
     auto verified = store.Verify(manifest_key);
-    EXPECT_TRUE(verified.ok()) << verified.status().ToString();
+    EXPECT_OK(verified);
   }
 
  private:
@@ -302,7 +302,7 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
   if (recovery == Recovery::kRetry) {
     const auto receipts = UploadAgain(f, store, plan);
     const Status st = store.Commit(plan, receipts);
-    EXPECT_TRUE(st.ok()) << "commit retry: " << st.ToString();
+    EXPECT_OK(st) << "commit retry";
     return key;
   }
   const std::string decision = BaseOf(plan.manifest()) + "/transactions/" +
@@ -318,12 +318,12 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
     EXPECT_EQ(aborted.code(), StatusCode::kFailedPrecondition);
     EXPECT_EQ(aborted.message(), "weight upload already chose commit");
   } else {
-    EXPECT_TRUE(aborted.ok()) << aborted.ToString();
+    EXPECT_OK(aborted);
   }
   if (!aborted.ok()) {
     // A decided commit must be finished.
     const Status st = store.Commit(plan, UploadAgain(f, store, plan));
-    EXPECT_TRUE(st.ok()) << "commit after refused abort: " << st.ToString();
+    EXPECT_OK(st) << "commit after refused abort";
     return key;
   }
   // Aborted for good: commit is refused, and once Gc ran nothing of the
@@ -354,9 +354,8 @@ void ExpectOnlyCommittedAfterGc(const Fixture& f, const std::string& key) {
   no_grace.gc_grace = std::chrono::seconds(0);
   WeightStore gc = f.Open(no_grace);
   Must(gc.Gc());
-  const auto manifest = gc.LoadManifest(key);
-  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
-  EXPECT_EQ(f.Keys(), CommittedKeys(*manifest));
+  ASSERT_OK_AND_ASSIGN(const auto manifest, gc.LoadManifest(key));
+  EXPECT_EQ(f.Keys(), CommittedKeys(manifest));
   f.ExpectLoadsByteExactly(key);
 }
 

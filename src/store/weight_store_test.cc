@@ -47,6 +47,7 @@
 #include "reshard/plan.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 
 namespace reshard {
@@ -219,7 +220,7 @@ LoadReport RoundTrip(const WeightPlacementManifest& source,
   Side dst = TargetSide(target);
   const LoadReport report = LoadAndVerify(store, manifest, dst);
   auto verified = store.Verify(manifest.manifest_key());
-  EXPECT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_OK(verified);
   if (verified.ok()) {
     EXPECT_EQ(verified->objects, manifest.fragments().size());
     EXPECT_EQ(verified->bytes, ModelBytes(source));
@@ -674,22 +675,21 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
   // One complete replica is enough: only its participants write, and the
   // revision loads byte-exactly.
   const auto bindings = without({d0t1});
-  auto ok = store.PrepareUpload(src.placement, bindings);
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  for (const auto& op : ok->operations()) {
+  ASSERT_OK_AND_ASSIGN(auto ok, store.PrepareUpload(src.placement, bindings));
+  for (const auto& op : ok.operations()) {
     EXPECT_THAT(op.participant_id, StartsWith("p-d1-"));
   }
   std::vector<UploadReceipt> receipts;
   for (const auto& b : bindings) {
-    auto r = Must(store.Upload(*ok, src.placement, b));
+    auto r = Must(store.Upload(ok, src.placement, b));
     if (b.participant_id().starts_with("p-d0")) {
       EXPECT_TRUE(r.empty());
     }
     receipts.insert(receipts.end(), r.begin(), r.end());
   }
-  MustOk(store.Commit(*ok, receipts));
+  MustOk(store.Commit(ok, receipts));
   Side dst = TargetSide(TpLayout(3, 4));
-  LoadAndVerify(store, Must(store.LoadManifest(ok->manifest().manifest_key())),
+  LoadAndVerify(store, Must(store.LoadManifest(ok.manifest().manifest_key())),
                 dst);
 }
 
@@ -711,13 +711,12 @@ TEST(WeightStoreUploadTest, RetryResumesAfterCrashBetweenChecksumAndPayload) {
             StatusCode::kFailedPrecondition);
   std::vector<UploadReceipt> again;
   for (const auto& b : src.buffers.bindings) {
-    auto r = store.Upload(plan, src.placement, b);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    again.insert(again.end(), r->begin(), r->end());
+    ASSERT_OK_AND_ASSIGN(auto r, store.Upload(plan, src.placement, b));
+    again.insert(again.end(), r.begin(), r.end());
   }
   EXPECT_EQ(again, receipts);
   MustOk(store.Commit(plan, again));
-  EXPECT_TRUE(store.Verify(plan.manifest().manifest_key()).ok());
+  EXPECT_OK(store.Verify(plan.manifest().manifest_key()));
   Side dst = TargetSide(TpLayout(1, 4));
   LoadAndVerify(store, Must(store.LoadManifest(plan.manifest().manifest_key())),
                 dst);
@@ -778,8 +777,8 @@ struct Uploaded {
 TEST(WeightStoreCommitTest, CommitIsIdempotent) {
   Uploaded u;
   MustOk(u.store.Commit(u.plan, u.receipts));
-  EXPECT_TRUE(u.store.Commit(u.plan, u.receipts).ok());
-  EXPECT_TRUE(u.store.Commit(u.plan, u.receipts).ok());
+  EXPECT_OK(u.store.Commit(u.plan, u.receipts));
+  EXPECT_OK(u.store.Commit(u.plan, u.receipts));
   EXPECT_EQ(Must(u.dir.backend().Get(u.base() + "/transactions/" + u.txn() +
                                      "/decision")),
             "{\"decision\":\"commit\",\"plan_digest\":\"" +
@@ -846,7 +845,7 @@ TEST(WeightStoreCommitTest, CommitNeedsEveryPayload) {
 TEST(WeightStoreCommitTest, AbortThenCommitFails) {
   Uploaded u;
   MustOk(u.store.Abort(u.plan));
-  EXPECT_TRUE(u.store.Abort(u.plan).ok());  // idempotent
+  EXPECT_OK(u.store.Abort(u.plan));  // idempotent
   Status st = u.store.Commit(u.plan, u.receipts);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(st.message(), "weight upload already chose abort");
@@ -862,7 +861,7 @@ TEST(WeightStoreCommitTest, CommitThenAbortFails) {
   EXPECT_EQ(st.message(),
             "cannot abort a published weight revision: " + u.key());
   u.ExpectLoads();
-  EXPECT_TRUE(u.store.Verify(u.key()).ok());
+  EXPECT_OK(u.store.Verify(u.key()));
 }
 
 TEST(WeightStoreCommitTest, AbortRemovesPayloadsAndChecksums) {
@@ -910,7 +909,7 @@ TEST(WeightStoreCommitTest, SecondWriterOfARevisionConflicts) {
   st = u.store.Commit(second, receipts);
   EXPECT_FALSE(st.ok());
   u.ExpectLoads();
-  EXPECT_TRUE(u.store.Verify(u.key()).ok());
+  EXPECT_OK(u.store.Verify(u.key()));
 }
 
 // ---------------------------------------------------------------- lifecycle
@@ -1021,7 +1020,7 @@ TEST(WeightStoreLifecycleTest, RemoveDeletesEveryKeyOfTheRevision) {
   EXPECT_EQ(dir.Keys("weights/"), other_keys);
   EXPECT_EQ(store.Remove(plan.manifest().manifest_key()).code(),
             StatusCode::kNotFound);
-  EXPECT_TRUE(store.Verify(other_plan.manifest().manifest_key()).ok());
+  EXPECT_OK(store.Verify(other_plan.manifest().manifest_key()));
 }
 
 TEST(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
@@ -1065,7 +1064,7 @@ TEST(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
   EXPECT_GT(report.bytes_removed, ModelBytes(src.placement));
   // Exactly the committed revision is left, and it is intact.
   EXPECT_EQ(KeySet(dir.Keys("weights/")), CommittedKeys(committed));
-  EXPECT_TRUE(gc.Verify(committed.manifest().manifest_key()).ok());
+  EXPECT_OK(gc.Verify(committed.manifest().manifest_key()));
   Side dst = TargetSide(TpLayout(3, 4));
   LoadAndVerify(store,
                 Must(store.LoadManifest(committed.manifest().manifest_key())),
@@ -1140,14 +1139,14 @@ TEST(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
     return;
   }
   auto verified = store.Verify(key);
-  EXPECT_TRUE(verified.ok())
+  EXPECT_OK(verified)
       << "Commit returned OK but the published revision lost its data to a "
          "concurrent Gc (which removed "
-      << during.keys_removed << " keys): " << verified.status().ToString();
+      << during.keys_removed << " keys)";
   Side dst = TargetSide(TpLayout(3, 4));
   auto loaded = store.Load(Must(store.LoadManifest(key)), dst.placement,
                            dst.buffers.bindings);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_OK(loaded);
 }
 
 // ---------------------------------------------------------------- corruption
@@ -1209,7 +1208,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
       EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
       EXPECT_THAT(r.status().message(), HasSubstr(expected));
     } else {
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_OK(r);
       EXPECT_EQ(internal::VerifyPattern(target, dst.tensors, dst.buffers), "");
     }
   }
@@ -1238,7 +1237,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
   EXPECT_THAT(r.status().message(), HasSubstr(expected));
   // Flipping the byte back repairs the revision.
   FlipByte(PathOf(dir, b->object_key), 100);
-  EXPECT_TRUE(store.Verify(key).ok());
+  EXPECT_OK(store.Verify(key));
 }
 
 TEST(WeightStoreCorruptionTest, TruncatedPayloadFailsClearly) {
@@ -1490,22 +1489,15 @@ TEST(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
   const WeightPlacementManifest target = tied();
   std::vector<uint8_t> memory(64, 0xD7);
   const auto address = reinterpret_cast<uint64_t>(memory.data());
-  const auto& part = target.parts()[0];
-  WeightRuntimeBindingManifestSpec spec{target.resource_id(),
-                                        target.placement_id(),
-                                        target.digest(),
-                                        "target-instance",
-                                        1,
-                                        "lease",
-                                        target.revision(),
-                                        part.participant_id(),
-                                        {}};
-  for (const auto& f : part.fragments()) {
-    spec.fragments.push_back(Must(RuntimeBindingFragment::Make(
-        testing::FakeRuntimeFragment(f, 2, address))));
-  }
-  const auto binding = Must(WeightRuntimeBindingManifest::Make(spec));
-  ASSERT_TRUE(ValidateRuntimeBindings(target, {binding}, false).ok());
+  ASSERT_EQ(target.parts().size(), 1u);
+  const auto binding =
+      Must(testing::BindingBuilder(target)
+               .Instance("target-instance")
+               .Lease("lease")
+               .AddressOf([&](const PlacementFragment&) { return address; })
+               .Build())
+          .at(0);
+  ASSERT_OK(ValidateRuntimeBindings(target, {binding}, false));
   auto r = store.Load(plan.manifest(), target, {binding});
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(),

@@ -25,6 +25,7 @@
 #include "reshard/object_store.h"
 #include "reshard/status.h"
 #include "testing/object_store_conformance.h"
+#include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 
 namespace reshard::internal {
@@ -35,12 +36,6 @@ namespace fs = std::filesystem;
 using ::reshard::testing::ObjectStoreConformance;
 using ::reshard::testing::ObjectStoreFactory;
 using Keys = std::vector<std::string>;
-
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    const ::reshard::Status _st = (expr);                     \
-    ASSERT_TRUE(_st.ok()) << #expr << ": " << _st.ToString(); \
-  } while (false)
 
 // A fresh directory under /tmp; empty on failure.
 std::string MakeTempDir() {
@@ -188,7 +183,7 @@ class FsObjectStoreTest : public ::testing::Test {
 
   std::unique_ptr<ObjectStore> OpenOrDie(const std::string& uri) {
     auto store = OpenObjectStore(uri);
-    EXPECT_TRUE(store.ok()) << uri << ": " << store.status().ToString();
+    EXPECT_OK(store) << uri;
     return store.ok() ? std::move(store).ValueOrDie() : nullptr;
   }
 
@@ -346,9 +341,8 @@ namespace {
 // older than the given age; published objects never are.
 TEST(FsObjectStoreSweepTest, RemovesOnlyStaleTemporaries) {
   reshard::testing::TempDir dir("reshard-fs-sweep-test");
-  auto store = OpenObjectStore("fs://" + dir.path());
-  ASSERT_TRUE(store.ok());
-  ASSERT_TRUE((*store)->Put("a/b", "kept").ok());
+  ASSERT_OK_AND_ASSIGN(auto store, OpenObjectStore("fs://" + dir.path()));
+  ASSERT_OK((store)->Put("a/b", "kept"));
   const std::string stale = dir.path() + "/a/.tmp.host.1.2.3";
   const std::string fresh = dir.path() + "/a/.tmp.host.1.2.4";
   { std::ofstream(stale) << "partial"; }
@@ -356,16 +350,16 @@ TEST(FsObjectStoreSweepTest, RemovesOnlyStaleTemporaries) {
   std::filesystem::last_write_time(
       stale,
       std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
-  auto removed = (*store)->RemoveStaleTemporaries(std::chrono::hours(1));
-  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  auto removed = (store)->RemoveStaleTemporaries(std::chrono::hours(1));
+  ASSERT_OK(removed);
   EXPECT_EQ(*removed, 1u);
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(fresh));
-  EXPECT_EQ(*(*store)->Get("a/b"), "kept");
-  removed = (*store)->RemoveStaleTemporaries(std::chrono::seconds(0));
-  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*(store)->Get("a/b"), "kept");
+  removed = (store)->RemoveStaleTemporaries(std::chrono::seconds(0));
+  ASSERT_OK(removed);
   EXPECT_EQ(*removed, 1u);
-  EXPECT_EQ(*(*store)->Get("a/b"), "kept");
+  EXPECT_EQ(*(store)->Get("a/b"), "kept");
 }
 
 }  // namespace
