@@ -302,13 +302,88 @@ def rewrite_assigns(text, path):
             return text, count
 
 
+def statement_at(text, masked, start, macro):
+    """(args, end) of `macro(args);` starting at `start` (after blanks),
+    or None."""
+    m = re.compile(r"\s*" + macro + r"\(").match(masked, start)
+    if not m:
+        return None
+    close = matching(masked, m.end() - 1)
+    if close < 0 or not re.match(r"\s*;", masked[close + 1:]):
+        return None
+    end = masked.index(";", close) + 1
+    return text[m.end():close], masked[m.end():close], end
+
+
+CODE_CHECK = re.compile(r"\b(ASSERT|EXPECT)_EQ\(")
+
+
+def rewrite_status_is(text):
+    """EXPECT_EQ(E.status().code(), C); EXPECT_EQ(E.status().message(), M);
+    (after an optional ASSERT_FALSE/EXPECT_FALSE(E.ok());) becomes one
+    EXPECT_THAT(E, StatusIs(C, M)) (ASSERT_THAT after an ASSERT_)."""
+    count = 0
+    pos = 0
+    while True:
+        masked = mask(text)
+        m = CODE_CHECK.search(masked, pos)
+        if not m:
+            return text, count
+        pos = m.end()
+        first = statement_at(text, masked, m.start(), m.group(1) + "_EQ")
+        if not first:
+            continue
+        args, margs, end = first
+        split = top_level_split(args, margs, ",")
+        if len(split) != 2:
+            continue
+        code_of = re.fullmatch(r"\s*(.+?)\s*(?:\.|->)\s*code\(\s*\)\s*",
+                               split[0], re.S)
+        if not code_of:
+            continue
+        holder = code_of.group(1)
+        status_expr = re.sub(r"\s*\.\s*status\(\s*\)$", "", holder)
+        code = split[1].strip()
+        # The message check right after it.
+        msg = None
+        for macro in ("EXPECT_EQ", "EXPECT_THAT", "ASSERT_EQ", "ASSERT_THAT"):
+            second = statement_at(text, masked, end, macro)
+            if not second:
+                continue
+            margs2 = top_level_split(second[0], second[1], ",")
+            if len(margs2) != 2:
+                continue
+            if squash(margs2[0]) != squash(holder) + ".message()":
+                continue
+            msg, end2 = margs2[1].strip(), second[2]
+            break
+        if msg is None:
+            continue
+        # An ok() check right before it, on its own line.
+        kind = m.group(1)
+        begin = m.start()
+        before = re.search(
+            r"(ASSERT|EXPECT)_FALSE\(\s*" + re.escape(status_expr) +
+            r"\s*\.\s*ok\(\s*\)\s*\)\s*;\s*$", masked[:m.start()])
+        if before:
+            begin = before.start()
+            if before.group(1) == "ASSERT":
+                kind = "ASSERT"
+        new = (f"{kind}_THAT({status_expr.strip()}, StatusIs({code}, {msg}));")
+        text = text[:begin] + new + text[end2:]
+        count += 1
+        pos = begin + len(new)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fix", action="store_true")
     parser.add_argument("--assign", action="store_true")
+    parser.add_argument("--status-is", action="store_true")
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
-    report, total = [], {"ASSERT": 0, "EXPECT": 0, "ASSIGN": 0}
+    report, total = [], {"ASSERT": 0, "EXPECT": 0, "ASSIGN": 0,
+                         "STATUS_IS": 0}
     for path in args.files:
         with open(path) as f:
             text = f.read()
@@ -316,12 +391,16 @@ def main():
         assigns = 0
         if args.fix and args.assign:
             new, assigns = rewrite_assigns(new, path)
+        status_is = 0
+        if args.fix and args.status_is:
+            new, status_is = rewrite_status_is(new)
         if args.fix:
             if new != text:
                 with open(path, "w") as f:
                     f.write(new)
             print(f"{path}: ASSERT_OK {count['ASSERT']}, EXPECT_OK "
-                  f"{count['EXPECT']}, ASSERT_OK_AND_ASSIGN {assigns}")
+                  f"{count['EXPECT']}, ASSERT_OK_AND_ASSIGN {assigns}, "
+                  f"StatusIs {status_is}")
         else:
             masked = mask(text)
             for m in ASSERTION.finditer(masked):
@@ -333,11 +412,13 @@ def main():
         total["ASSERT"] += count["ASSERT"]
         total["EXPECT"] += count["EXPECT"]
         total["ASSIGN"] += assigns
+        total["STATUS_IS"] += status_is
     for line in report:
         print(line)
     if args.fix:
         print(f"total: ASSERT_OK {total['ASSERT']}, EXPECT_OK "
-              f"{total['EXPECT']}, ASSERT_OK_AND_ASSIGN {total['ASSIGN']}")
+              f"{total['EXPECT']}, ASSERT_OK_AND_ASSIGN {total['ASSIGN']}, "
+              f"StatusIs {total['STATUS_IS']}")
         return 0
     return 1 if report else 0
 

@@ -36,6 +36,7 @@ using ::reshard::testing::Must;
 using ::reshard::testing::PlacementDraft;
 using ::reshard::testing::Sizes;
 using ::reshard::testing::SpecOf;
+using ::reshard::testing::StatusIs;
 using ::reshard::testing::TensorLayout;
 using ::testing::EndsWith;
 using ::testing::StartsWith;
@@ -177,10 +178,8 @@ TEST(TransferPlanTest, PlanForAnotherPlacement) {
   const auto tb = Bindings(target, "dst", 0x100000);
   auto r = BoundTransferPlan::Bind(
       plan, other_source, Bindings(other_source, "src", 0x100000), target, tb);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            "logical plan and source placement IDs differ");
+  ASSERT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                          "logical plan and source placement IDs differ"));
   r = BoundTransferPlan::Bind(plan, source, sb, other_target,
                               Bindings(other_target, "dst", 0x100000));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -219,11 +218,10 @@ TEST(TransferPlanTest, MissingSourceBinding) {
   ASSERT_FALSE(expected.empty());
   auto r =
       BoundTransferPlan::Bind(plan, source, Without(sb, dropped), target, tb);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      r.status().message(),
-      "missing source runtime binding for placement fragment: " + expected);
+  ASSERT_THAT(
+      r, StatusIs(StatusCode::kInvalidArgument,
+                  "missing source runtime binding for placement fragment: " +
+                      expected));
 }
 
 TEST(TransferPlanTest, UnusedSourceReplicaNeedsNoBinding) {
@@ -279,10 +277,9 @@ TEST(TransferPlanTest, MissingTargetBinding) {
     ASSERT_FALSE(expected.empty());
     auto r =
         BoundTransferPlan::Bind(plan, source, sb, target, Without(tb, dropped));
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(r.status().message(),
-              "missing runtime binding for placement fragment: " + expected);
+    ASSERT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                            "missing runtime binding for placement fragment: " +
+                                expected));
   }
   // No target binding at all: the first region's target fragment.
   auto r = BoundTransferPlan::Bind(plan, source, sb, target, {});
@@ -315,12 +312,12 @@ TEST(TransferPlanTest, InvalidBindingsAreReportedWithTheirSide) {
   auto bad_sb = sb;
   bad_sb[1] = Rewrite(sb[1], wrong_digest);
   auto r = BoundTransferPlan::Bind(plan, source, bad_sb, target, tb);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            "source bindings: placement digest and runtime binding placement "
-            "digest differ (participant " +
-                sb[1].participant_id() + ")");
+  ASSERT_THAT(
+      r, StatusIs(
+             StatusCode::kInvalidArgument,
+             "source bindings: placement digest and runtime binding placement "
+             "digest differ (participant " +
+                 sb[1].participant_id() + ")"));
 
   auto bad_tb = tb;
   bad_tb[2] = Rewrite(tb[2], wrong_digest);
@@ -428,11 +425,10 @@ TEST_F(TransferPlanInPlaceTest, TargetInsideASourceAllocation) {
     s->address = s->storage_address = at;
   });
   auto r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(),
-              StartsWith("source and target runtime storage allocations "
-                         "overlap (source "));
+  ASSERT_THAT(
+      r, StatusIs(StatusCode::kInvalidArgument,
+                  StartsWith("source and target runtime storage allocations "
+                             "overlap (source ")));
   EXPECT_THAT(r.status().message(),
               EndsWith("in-place reshard is unsupported"));
   EXPECT_EQ(r.status().message(), Overlap(victim, moved));

@@ -28,6 +28,7 @@ namespace {
 
 using ::reshard::testing::Must;
 using ::reshard::testing::ReadTestData;
+using ::reshard::testing::StatusIs;
 
 std::string Str(simdjson::dom::element e) {
   return std::string(std::string_view(e));
@@ -76,9 +77,7 @@ TEST(SelfTestTest, GoldenScenariosVerify) {
     if (expect_error) {
       // The planner's error comes through unchanged.
       ++errors;
-      ASSERT_FALSE(report.ok());
-      EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_EQ(report.status().message(), Str(error));
+      ASSERT_THAT(report, StatusIs(StatusCode::kInvalidArgument, Str(error)));
       continue;
     }
     ASSERT_OK(report);
@@ -199,14 +198,14 @@ TEST(SelfTestTest, UnknownTransportsAreRejected) {
   const auto source = Must(GenerateLayout(model, {.tp = 2}));
   const auto target = Must(GenerateLayout(model, {.tp = 4}));
   auto report = RunSelfTest(source, target, {.transport = "rdma"});
-  ASSERT_FALSE(report.ok());
-  EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(report.status().message(),
-            "transport \"rdma\" is not available for the self-test");
+  ASSERT_THAT(
+      report,
+      StatusIs(StatusCode::kUnimplemented,
+               "transport \"rdma\" is not available for the self-test"));
   report = RunSelfTest(source, target, {.transport = ""});
-  EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(report.status().message(),
-            "transport \"\" is not available for the self-test");
+  EXPECT_THAT(report,
+              StatusIs(StatusCode::kUnimplemented,
+                       "transport \"\" is not available for the self-test"));
   EXPECT_OK(RunSelfTest(source, target, {.transport = "local"}));
 }
 
@@ -216,22 +215,22 @@ TEST(SelfTestTest, ErrorsPropagate) {
   const auto other_revision =
       Must(GenerateLayout(model, {.tp = 4, .revision = "step-1"}));
   auto report = RunSelfTest(source, other_revision);
-  ASSERT_FALSE(report.ok());
-  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(report.status().message(),
-            "source and target revision differ: step-0 vs step-1");
+  ASSERT_THAT(report,
+              StatusIs(StatusCode::kInvalidArgument,
+                       "source and target revision differ: step-0 vs step-1"));
   const auto other_resource =
       Must(GenerateLayout(model, {.tp = 4, .resource_id = "other-model"}));
   report = RunSelfTest(source, other_resource);
-  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(report.status().message(),
-            "source and target resource_id differ: tiny-moe vs other-model");
+  EXPECT_THAT(
+      report,
+      StatusIs(
+          StatusCode::kInvalidArgument,
+          "source and target resource_id differ: tiny-moe vs other-model"));
   // The executor's option errors come through too.
   const auto target = Must(GenerateLayout(model, {.tp = 4}));
   report = RunSelfTest(source, target, {.threads = 0});
-  ASSERT_FALSE(report.ok());
-  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(report.status().message(), "local transport threads must be >= 1");
+  ASSERT_THAT(report, StatusIs(StatusCode::kInvalidArgument,
+                               "local transport threads must be >= 1"));
 }
 
 }  // namespace

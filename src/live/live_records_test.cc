@@ -18,6 +18,8 @@
 namespace reshard::internal {
 namespace {
 
+using ::reshard::testing::StatusIs;
+
 TEST(LiveRecordsTest, RoundTrips) {
   const RankRecord rank{"host-a", 1, 3};
   EXPECT_EQ(EncodeRankRecord(rank), R"({"host":"host-a","rank":1,"ranks":3})");
@@ -130,10 +132,11 @@ TEST(LiveRecordsTest, AddressRecordsAreCheckedBeforeUcx) {
   std::string text = EncodeAddressRecord(1, std::string(64, '\x20'));
   text[13] = text[13] == '0' ? '1' : '0';
   auto torn = DecodeAddressRecord(text, key, 1);
-  EXPECT_EQ(torn.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(torn.status().message(),
-            "malformed address record s/address/1: address does not match "
-            "its sha256 (torn or altered record)");
+  EXPECT_THAT(
+      torn,
+      StatusIs(StatusCode::kDataLoss,
+               "malformed address record s/address/1: address does not match "
+               "its sha256 (torn or altered record)"));
   auto upper =
       DecodeAddressRecord(R"({"address":"0A","rank":1,"sha256":"x"})", key, 1);
   EXPECT_EQ(upper.status().message(),
@@ -257,8 +260,7 @@ TEST(LiveRecordsTest, RendezvousUriNamesADirectory) {
   for (const auto& c : cases) {
     auto store = OpenRendezvous(c.uri);
     ASSERT_FALSE(store.ok()) << c.uri;
-    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(store.status().message(), c.message);
+    EXPECT_THAT(store, StatusIs(StatusCode::kInvalidArgument, c.message));
   }
   EXPECT_FALSE(std::filesystem::exists("redis:"));
 }

@@ -23,6 +23,7 @@
 namespace reshard {
 namespace {
 
+using ::reshard::testing::StatusIs;
 using testing::AddTensor;
 using ::testing::ElementsAre;
 using testing::GridDraft;
@@ -238,9 +239,7 @@ TEST(PlannerTest, ScenariosMatchGolden) {
     simdjson::dom::element error;
     if (value["error"].get(error) == simdjson::SUCCESS) {
       ++errors;
-      ASSERT_FALSE(plan.ok());
-      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_EQ(plan.status().message(), Str(error));
+      ASSERT_THAT(plan, StatusIs(StatusCode::kInvalidArgument, Str(error)));
       continue;
     }
     ASSERT_OK(plan);
@@ -544,9 +543,8 @@ TEST(PlannerTest, LocalTargetUnknownParticipant) {
   options.target_participant_id = "nobody";
   auto plan =
       LogicalTransferPlan::Make(MustBuild(src), MustBuild(src), options);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(plan.status().message(), "unknown target participant: nobody");
+  ASSERT_THAT(plan, StatusIs(StatusCode::kInvalidArgument,
+                             "unknown target participant: nobody"));
 }
 
 // ---------------------------------------------------------------------------

@@ -61,6 +61,7 @@ using ::reshard::internal::HostBuffers;
 using ::reshard::testing::CommittedKeys;
 using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
+using ::reshard::testing::StatusIs;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
@@ -285,9 +286,8 @@ bool ExpectNoPartialRevision(const Fixture& f, const UploadPlan& plan) {
   }
   HostBuffers dst = Must(AllocateHostBuffers(f.source().placement, "t"));
   auto loaded = store.Load(plan.manifest(), f.source().placement, dst.bindings);
-  EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(loaded.status().message(),
-            "weight manifest is not committed: " + key);
+  EXPECT_THAT(loaded, StatusIs(StatusCode::kFailedPrecondition,
+                               "weight manifest is not committed: " + key));
   return false;
 }
 
@@ -311,12 +311,12 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
   const bool decided_commit = f.backend().Get(decision).ok();
   const Status aborted = store.Abort(plan);
   if (published) {
-    EXPECT_EQ(aborted.code(), StatusCode::kFailedPrecondition);
-    EXPECT_EQ(aborted.message(),
-              "cannot abort a published weight revision: " + key);
+    EXPECT_THAT(aborted,
+                StatusIs(StatusCode::kFailedPrecondition,
+                         "cannot abort a published weight revision: " + key));
   } else if (decided_commit) {
-    EXPECT_EQ(aborted.code(), StatusCode::kFailedPrecondition);
-    EXPECT_EQ(aborted.message(), "weight upload already chose commit");
+    EXPECT_THAT(aborted, StatusIs(StatusCode::kFailedPrecondition,
+                                  "weight upload already chose commit"));
   } else {
     EXPECT_OK(aborted);
   }
@@ -334,8 +334,8 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
     receipts.push_back({s.fragment_id, s.object_key, op.participant_id});
   }
   const Status st = store.Commit(plan, receipts);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "weight upload already chose abort");
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "weight upload already chose abort"));
   EXPECT_TRUE(f.Keys(BaseOf(plan.manifest()) + "/payload/").empty());
   EXPECT_TRUE(f.Keys(BaseOf(plan.manifest()) + "/checksums/").empty());
   WeightStoreOptions no_grace = f.options();

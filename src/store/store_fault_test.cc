@@ -60,6 +60,7 @@ using ::reshard::testing::FaultSpec;
 using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
 using ::reshard::testing::PayloadTransaction;
+using ::reshard::testing::StatusIs;
 
 // ---------------------------------------------------------------- model
 
@@ -970,9 +971,9 @@ TEST(StoreFaultRegressionTest, UnparsableManifestIsNamed) {
   MustOk(s.backend().Delete(key));
   MustOk(s.backend().Put(key, "{\"manifest_key\":"));
   const Status st = s.clean().LoadManifest(key).status();
-  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_THAT(st.message(),
-              ::testing::StartsWith("corrupt manifest " + key + ": "));
+  EXPECT_THAT(
+      st, StatusIs(StatusCode::kDataLoss,
+                   ::testing::StartsWith("corrupt manifest " + key + ": ")));
 }
 
 }  // namespace

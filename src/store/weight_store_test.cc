@@ -58,6 +58,7 @@ using ::reshard::internal::HostBuffers;
 using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
 using ::reshard::testing::ReadTestData;
+using ::reshard::testing::StatusIs;
 using ::reshard::testing::WithBindingChanges;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -401,12 +402,12 @@ TEST(WeightStoreRoundTripTest, GoldenScenarios) {
       WeightStore store = dir.Open();
       Side src = SourceSide(source);
       auto plan = store.PrepareUpload(source, src.buffers.bindings);
-      ASSERT_FALSE(plan.ok());
-      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_EQ(plan.status().message(),
-                "Weight Store upload requires replicated DP source tensors; "
-                "DP-owned tensor snapshots are not supported: " +
-                    owned);
+      ASSERT_THAT(
+          plan,
+          StatusIs(StatusCode::kInvalidArgument,
+                   "Weight Store upload requires replicated DP source tensors; "
+                   "DP-owned tensor snapshots are not supported: " +
+                       owned));
       continue;
     }
     for (const NamedOptions& o : OptionSets()) {
@@ -599,18 +600,17 @@ TEST(WeightStoreUploadTest, UploadRejectsStaleSourceLease) {
   const auto& b = src.buffers.bindings[0];
   auto r = store.Upload(plan, src.placement,
                         Must(WithBindingChanges(b, {.generation = 2})));
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(r.status().message(), "stale source lease: participant " +
-                                      b.participant_id() +
-                                      " is at generation 2, the upload plan "
-                                      "at 1");
+  ASSERT_THAT(r,
+              StatusIs(StatusCode::kFailedPrecondition,
+                       "stale source lease: participant " + b.participant_id() +
+                           " is at generation 2, the upload plan "
+                           "at 1"));
   // Nothing was written for it.
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
   // Another placement is refused too.
   auto other = store.Upload(plan, TpLayout(1, 4), b);
-  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(other.status().message(), "source placement identity mismatch");
+  EXPECT_THAT(other, StatusIs(StatusCode::kInvalidArgument,
+                              "source placement identity mismatch"));
 }
 
 TEST(WeightStoreUploadTest, PrepareRejectsDpOwnedTensors) {
@@ -620,11 +620,12 @@ TEST(WeightStoreUploadTest, PrepareRejectsDpOwnedTensors) {
   WeightStore store = dir.Open();
   const Side src = SourceSide(source);
   auto plan = store.PrepareUpload(source, src.buffers.bindings);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(plan.status().message(),
-            "Weight Store upload requires replicated DP source tensors; "
-            "DP-owned tensor snapshots are not supported: layers.0.owned_0");
+  ASSERT_THAT(
+      plan,
+      StatusIs(
+          StatusCode::kInvalidArgument,
+          "Weight Store upload requires replicated DP source tensors; "
+          "DP-owned tensor snapshots are not supported: layers.0.owned_0"));
   EXPECT_TRUE(dir.Keys("weights/").empty());
 }
 
@@ -646,9 +647,7 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
       "source manifests have no complete generation-consistent DP replica";
   // Each replica misses a participant.
   auto plan = store.PrepareUpload(src.placement, without({d0t1, d1t0}));
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(plan.status().message(), kNoReplica);
+  ASSERT_THAT(plan, StatusIs(StatusCode::kFailedPrecondition, kNoReplica));
   plan = store.PrepareUpload(src.placement, {});
   EXPECT_EQ(plan.status().message(), kNoReplica);
   // A replica whose bindings disagree on the generation is not complete.
@@ -659,8 +658,7 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
     }
   }
   plan = store.PrepareUpload(src.placement, mixed);
-  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(plan.status().message(), kNoReplica);
+  EXPECT_THAT(plan, StatusIs(StatusCode::kFailedPrecondition, kNoReplica));
   // Two complete replicas at different generations.
   auto split = all;
   for (auto& b : split) {
@@ -669,9 +667,11 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
     }
   }
   plan = store.PrepareUpload(src.placement, split);
-  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(plan.status().message(),
-            "complete source DP replicas have inconsistent lease generations");
+  EXPECT_THAT(
+      plan,
+      StatusIs(
+          StatusCode::kFailedPrecondition,
+          "complete source DP replicas have inconsistent lease generations"));
   // One complete replica is enough: only its participants write, and the
   // revision loads byte-exactly.
   const auto bindings = without({d0t1});
@@ -742,10 +742,9 @@ TEST(WeightStoreUploadTest, RetryWithOtherBytesIsRefused) {
   for (const auto& b : src.buffers.bindings) {
     if (b.participant_id() != op.participant_id) continue;
     auto r = store.Upload(plan, src.placement, b);
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
-    EXPECT_EQ(r.status().message(),
-              "payload exists with other bytes: " + s.object_key);
+    ASSERT_THAT(r,
+                StatusIs(StatusCode::kAlreadyExists,
+                         "payload exists with other bytes: " + s.object_key));
   }
   src.buffers.data.at(op.placement_fragment_id)[0] ^= 0x5A;
 }
@@ -798,30 +797,30 @@ TEST(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
   });
   ASSERT_EQ(missing.size(), u.receipts.size() - 1);
   Status st = u.store.Commit(u.plan, missing);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "missing upload receipt: " + u.fid(0));
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "missing upload receipt: " + u.fid(0)));
   // Duplicate.
   auto dup = u.receipts;
   dup.push_back(u.receipts[1]);
   st = u.store.Commit(u.plan, dup);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(),
-            "duplicate upload receipt: " + u.receipts[1].fragment_id);
+  EXPECT_THAT(
+      st, StatusIs(StatusCode::kInvalidArgument,
+                   "duplicate upload receipt: " + u.receipts[1].fragment_id));
   // Unexpected.
   auto extra = u.receipts;
   extra.push_back({"0123456789abcdef01234567", u.receipts[0].object_key,
                    u.receipts[0].participant_id});
   st = u.store.Commit(u.plan, extra);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(),
-            "unexpected upload receipt: 0123456789abcdef01234567");
+  EXPECT_THAT(st,
+              StatusIs(StatusCode::kInvalidArgument,
+                       "unexpected upload receipt: 0123456789abcdef01234567"));
   // From another participant than planned.
   auto wrong = u.receipts;
   wrong[0].participant_id = "someone-else";
   st = u.store.Commit(u.plan, wrong);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(),
-            "upload receipt does not match plan: " + wrong[0].fragment_id);
+  EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument,
+                           "upload receipt does not match plan: " +
+                               wrong[0].fragment_id));
   // None of these decided anything: the real receipts still commit.
   EXPECT_EQ(u.dir.backend().Get(decision).status().code(),
             StatusCode::kNotFound);
@@ -836,8 +835,8 @@ TEST(WeightStoreCommitTest, CommitNeedsEveryPayload) {
   const auto& s = u.plan.manifest().fragments()[2];
   MustOk(u.dir.backend().Delete(s.object_key));
   Status st = u.store.Commit(u.plan, u.receipts);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "payload is not complete: " + s.object_key);
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "payload is not complete: " + s.object_key));
   EXPECT_EQ(u.store.LoadManifest(u.key()).status().code(),
             StatusCode::kNotFound);
 }
@@ -847,8 +846,8 @@ TEST(WeightStoreCommitTest, AbortThenCommitFails) {
   MustOk(u.store.Abort(u.plan));
   EXPECT_OK(u.store.Abort(u.plan));  // idempotent
   Status st = u.store.Commit(u.plan, u.receipts);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "weight upload already chose abort");
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "weight upload already chose abort"));
   EXPECT_EQ(u.store.LoadManifest(u.key()).status().code(),
             StatusCode::kNotFound);
 }
@@ -857,9 +856,9 @@ TEST(WeightStoreCommitTest, CommitThenAbortFails) {
   Uploaded u;
   MustOk(u.store.Commit(u.plan, u.receipts));
   Status st = u.store.Abort(u.plan);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(),
-            "cannot abort a published weight revision: " + u.key());
+  EXPECT_THAT(st,
+              StatusIs(StatusCode::kFailedPrecondition,
+                       "cannot abort a published weight revision: " + u.key()));
   u.ExpectLoads();
   EXPECT_OK(u.store.Verify(u.key()));
 }
@@ -896,8 +895,8 @@ TEST(WeightStoreCommitTest, SecondWriterOfARevisionConflicts) {
       u.dir.Keys(u.base() + "/payload/" + second.transaction_id() + "/")
           .empty());
   Status st = u.store.Commit(second, receipts);
-  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(), "conflicting weight revision: " + u.key());
+  EXPECT_THAT(st, StatusIs(StatusCode::kAlreadyExists,
+                           "conflicting weight revision: " + u.key()));
   // Its payloads are gone; the winner's stay and load.
   for (const char* kind : {"/payload/", "/checksums/"}) {
     EXPECT_TRUE(
@@ -971,9 +970,9 @@ TEST(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
       dir.backend().Put(lease, "expires=" + std::to_string(UnixNow() + 3600)));
   EXPECT_EQ(Must(store.List())[0].leases, 1u);
   Status st = store.Remove(key);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(),
-            "weight revision " + key + " is leased by 1 load(s); not removed");
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "weight revision " + key +
+                               " is leased by 1 load(s); not removed"));
   EXPECT_EQ(KeySet(dir.Keys(BaseOf(plan) + "/")).size(),
             CommittedKeys(plan).size() + 1);
   // The load still works meanwhile (and drops only its own lease).
@@ -991,9 +990,8 @@ TEST(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
   EXPECT_EQ(store.LoadManifest(key).status().code(), StatusCode::kNotFound);
   auto loaded =
       store.Load(plan.manifest(), dst.placement, dst.buffers.bindings);
-  EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(loaded.status().message(),
-            "weight manifest is not committed: " + key);
+  EXPECT_THAT(loaded, StatusIs(StatusCode::kFailedPrecondition,
+                               "weight manifest is not committed: " + key));
   // A failed load leaves no lease behind.
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").empty());
 }
@@ -1191,9 +1189,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
                                b->fragment_id + " (object " + b->object_key +
                                ") at bytes [64, 128)";
   auto verified = store.Verify(key);
-  ASSERT_FALSE(verified.ok());
-  EXPECT_EQ(verified.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(verified.status().message(), HasSubstr(expected));
+  ASSERT_THAT(verified, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
   // TP4 targets: t2 holds rows 32..47 (reads the bad chunk), t3 rows
   // 48..63 (reads the same object, not that chunk), t0/t1 the other object.
   const auto target = RowsLayout(4);
@@ -1204,9 +1200,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
     auto r =
         store.Load(Must(store.LoadManifest(key)), target, dst.buffers.bindings);
     if (tp == 2) {
-      ASSERT_FALSE(r.ok());
-      EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-      EXPECT_THAT(r.status().message(), HasSubstr(expected));
+      ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
     } else {
       ASSERT_OK(r);
       EXPECT_EQ(internal::VerifyPattern(target, dst.tensors, dst.buffers), "");
@@ -1220,9 +1214,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
     for (const auto& t : {RowsLayout(1), RowsLayout(4)}) {
       Side dst = TargetSide(t);
       auto r = s.Load(Must(s.LoadManifest(key)), t, dst.buffers.bindings);
-      ASSERT_FALSE(r.ok());
-      EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-      EXPECT_THAT(r.status().message(), HasSubstr(expected));
+      ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
     }
   }
   // A column split reads the object through staged sweeps: same report.
@@ -1232,9 +1224,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
   Side dst = TargetSide(col_target);
   auto r = store.Load(Must(store.LoadManifest(key)), col_target,
                       dst.buffers.bindings);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(r.status().message(), HasSubstr(expected));
+  ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
   // Flipping the byte back repairs the revision.
   FlipByte(PathOf(dir, b->object_key), 100);
   EXPECT_OK(store.Verify(key));
@@ -1249,16 +1239,13 @@ TEST(WeightStoreCorruptionTest, TruncatedPayloadFailsClearly) {
   const StoredFragment& f = plan.manifest().fragments()[0];
   ASSERT_EQ(::truncate(PathOf(dir, f.object_key).c_str(), 1000), 0);
   auto verified = store.Verify(key);
-  ASSERT_FALSE(verified.ok());
-  EXPECT_EQ(verified.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(verified.status().message(),
-            "payload " + f.object_key + " is short: 1000 bytes");
+  ASSERT_THAT(verified,
+              StatusIs(StatusCode::kDataLoss,
+                       "payload " + f.object_key + " is short: 1000 bytes"));
   for (const auto& t : {RowsLayout(1), RowsLayout(4)}) {
     Side dst = TargetSide(t);
     auto r = store.Load(Must(store.LoadManifest(key)), t, dst.buffers.bindings);
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-    EXPECT_THAT(r.status().message(), HasSubstr(f.object_key));
+    ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(f.object_key)));
     EXPECT_THAT(r.status().message(), HasSubstr("is short"));
   }
 }
@@ -1334,10 +1321,9 @@ TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
       plan,
       Must(store.Upload(plan, src.placement, src.buffers.bindings.front()))));
   auto gathered = store.GatherReceipts(plan);
-  ASSERT_FALSE(gathered.ok());
-  EXPECT_EQ(gathered.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(gathered.status().message(),
-              ::testing::StartsWith("missing upload receipt: "));
+  ASSERT_THAT(gathered,
+              StatusIs(StatusCode::kFailedPrecondition,
+                       ::testing::StartsWith("missing upload receipt: ")));
   // No plan published yet; then a plan for another transaction id.
   const std::string key = plan.manifest().manifest_key();
   EXPECT_EQ(store.LoadUploadPlan(key, plan.transaction_id()).status().code(),
@@ -1380,16 +1366,16 @@ TEST(WeightStoreFenceTest, UploadRejectsAChangedLeaseOrInstance) {
             (UploadWriter{b.participant_id(), b.instance_id(), b.lease_id()}));
   auto r = store.Upload(plan, src.placement,
                         Must(WithBindingChanges(b, {.lease = "lease-2"})));
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(r.status().message(),
-            "stale source lease: participant " + b.participant_id() +
-                " holds lease lease-2 of instance " + b.instance_id() +
-                ", the upload plan was made at lease " + b.lease_id() +
-                " of instance " + b.instance_id());
+  EXPECT_THAT(
+      r, StatusIs(StatusCode::kFailedPrecondition,
+                  "stale source lease: participant " + b.participant_id() +
+                      " holds lease lease-2 of instance " + b.instance_id() +
+                      ", the upload plan was made at lease " + b.lease_id() +
+                      " of instance " + b.instance_id()));
   r = store.Upload(plan, src.placement,
                    Must(WithBindingChanges(b, {.instance = "restarted"})));
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(r.status().message(), HasSubstr("of instance restarted,"));
+  EXPECT_THAT(r, StatusIs(StatusCode::kFailedPrecondition,
+                          HasSubstr("of instance restarted,")));
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").size() == 1);  // "started" only
 }
 
@@ -1402,10 +1388,10 @@ TEST(WeightStoreFenceTest, NoPayloadWritesAfterAbort) {
   MustOk(store.Abort(plan));
   for (const auto& b : src.buffers.bindings) {
     auto r = store.Upload(plan, src.placement, b);
-    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-    EXPECT_EQ(r.status().message(), "weight upload transaction " +
-                                        plan.transaction_id() +
-                                        " was aborted: no more payload writes");
+    EXPECT_THAT(r,
+                StatusIs(StatusCode::kFailedPrecondition,
+                         "weight upload transaction " + plan.transaction_id() +
+                             " was aborted: no more payload writes"));
   }
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/checksums/").empty());
@@ -1426,11 +1412,12 @@ TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
   }
   auto r = store.Upload(plan, src.placement,
                         Must(WithBindingChanges(b, {.device = "cuda:0"})));
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(r.status().message(),
-            "store upload executor cannot move cuda memory: source fragment " +
-                first + " of participant " + b.participant_id() +
-                " (device \"cuda:0\")");
+  EXPECT_THAT(
+      r, StatusIs(
+             StatusCode::kFailedPrecondition,
+             "store upload executor cannot move cuda memory: source fragment " +
+                 first + " of participant " + b.participant_id() +
+                 " (device \"cuda:0\")"));
   r = store.Upload(plan, src.placement,
                    Must(WithBindingChanges(b, {.device = "npu:3"})));
   EXPECT_EQ(r.status().message(),
@@ -1447,10 +1434,11 @@ TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
     cuda.push_back(Must(WithBindingChanges(t, {.device = "cuda"})));
   }
   auto loaded = store.Load(committed.manifest(), dst.placement, cuda);
-  EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(loaded.status().message(),
-              StartsWith("store load executor cannot move cuda memory: target "
-                         "fragment "));
+  EXPECT_THAT(
+      loaded,
+      StatusIs(StatusCode::kFailedPrecondition,
+               StartsWith("store load executor cannot move cuda memory: target "
+                          "fragment ")));
   // Nothing was written into the (host) buffers behind the bindings.
   for (const auto& [id, p] : dst.buffers.data) {
     EXPECT_EQ(p[0], 0xD7) << id;
@@ -1464,8 +1452,8 @@ TEST(WeightStoreFenceTest, LoadWithNoOperationsIsAnError) {
   const auto plan = Must(UploadAndCommit(store, src));
   const Side dst = TargetSide(TpLayout(1, 4));
   auto r = store.Load(plan.manifest(), dst.placement, {});
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), StartsWith("load plan has no operations"));
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                          StartsWith("load plan has no operations")));
 }
 
 // Rule 56: two aliased target views at one address may be written twice
@@ -1499,9 +1487,8 @@ TEST(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
           .at(0);
   ASSERT_OK(ValidateRuntimeBindings(target, {binding}, false));
   auto r = store.Load(plan.manifest(), target, {binding});
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(r.status().message(),
-              StartsWith("conflicting target physical range: "));
+  EXPECT_THAT(r, StatusIs(StatusCode::kFailedPrecondition,
+                          StartsWith("conflicting target physical range: ")));
 }
 
 // Rule 65 on a published upload plan: each stored fragment written once,
@@ -1560,10 +1547,10 @@ TEST(WeightStoreFenceTest, TamperedUploadPlansAreRefused) {
   for (const auto& b : src.buffers.bindings) {
     if (b.participant_id() != by_participant.begin()->first) continue;
     auto r = store.Upload(tampered, src.placement, b);
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(r.status().message(),
-                StartsWith("upload operation source and stored fragment "
-                           "geometry differ: "));
+    EXPECT_THAT(
+        r, StatusIs(StatusCode::kInvalidArgument,
+                    StartsWith("upload operation source and stored fragment "
+                               "geometry differ: ")));
   }
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
 }

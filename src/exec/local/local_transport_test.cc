@@ -38,6 +38,7 @@ using ::reshard::testing::GridDraft;
 using ::reshard::testing::Must;
 using ::reshard::testing::PlacementDraft;
 using ::reshard::testing::Sizes;
+using ::reshard::testing::StatusIs;
 using ::reshard::testing::TensorLayout;
 using ::testing::ElementsAre;
 
@@ -371,10 +372,8 @@ std::string ErrorOf(const Result<T>& r) {
 
 TEST(LocalTransportTest, MakeValidatesOptions) {
   auto zero_threads = LocalTransport::Make({.threads = 0});
-  ASSERT_FALSE(zero_threads.ok());
-  EXPECT_EQ(zero_threads.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(zero_threads.status().message(),
-            "local transport threads must be >= 1");
+  ASSERT_THAT(zero_threads, StatusIs(StatusCode::kInvalidArgument,
+                                     "local transport threads must be >= 1"));
   auto zero_chunk = LocalTransport::Make({.chunk_bytes = 0});
   ASSERT_FALSE(zero_chunk.ok());
   EXPECT_EQ(zero_chunk.status().code(), StatusCode::kInvalidArgument);
@@ -548,12 +547,9 @@ TEST(LocalTransportTest, ConcurrentTransfersToDistinctTargets) {
 TEST(LocalTransportTest, UnknownTransfer) {
   auto transport = MustMake({});
   auto polled = transport->Poll(42);
-  ASSERT_FALSE(polled.ok());
-  EXPECT_EQ(polled.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(polled.status().message(), "unknown transfer 42");
+  ASSERT_THAT(polled, StatusIs(StatusCode::kNotFound, "unknown transfer 42"));
   const Status waited = transport->Wait(42);
-  EXPECT_EQ(waited.code(), StatusCode::kNotFound);
-  EXPECT_EQ(waited.message(), "unknown transfer 42");
+  EXPECT_THAT(waited, StatusIs(StatusCode::kNotFound, "unknown transfer 42"));
 }
 
 // One tensor [rows, 4] uint8 split over TP4 on dim 1 -> TP1: four regions of
@@ -597,9 +593,11 @@ TEST(LocalTransportTest, MaxInFlightCountsPendingTransfersOnly) {
       ++observed;
       ASSERT_FALSE(second.ok()) << "second transfer accepted while the first "
                                    "was pending (max_in_flight 1)";
-      EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
-      EXPECT_EQ(second.status().message(),
-                "local transport has 1 transfers in flight (max_in_flight 1)");
+      EXPECT_THAT(
+          second,
+          StatusIs(
+              StatusCode::kResourceExhausted,
+              "local transport has 1 transfers in flight (max_in_flight 1)"));
     }
     ASSERT_OK(transport->Wait(first));
     if (second.ok()) {

@@ -35,6 +35,7 @@ namespace fs = std::filesystem;
 
 using ::reshard::testing::ObjectStoreConformance;
 using ::reshard::testing::ObjectStoreFactory;
+using ::reshard::testing::StatusIs;
 using Keys = std::vector<std::string>;
 
 // A fresh directory under /tmp; empty on failure.
@@ -268,13 +269,17 @@ TEST_F(FsObjectStoreTest, ShortReadIsDataLossNamingKeyAndRange) {
   ASSERT_OK(store->PutObject("s/obj", {Buf("0123456789")}));
   char dest[32];
   Status st = store->ReadRanges({{"s/obj", 4, 10, dest}});
-  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(st.message(),
-            "object s/obj is short: range [4, 14) is past its end (10 bytes)");
+  EXPECT_THAT(
+      st,
+      StatusIs(
+          StatusCode::kDataLoss,
+          "object s/obj is short: range [4, 14) is past its end (10 bytes)"));
   st = store->ReadRanges({{"s/obj", 20, 1, dest}});
-  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(st.message(),
-            "object s/obj is short: range [20, 21) is past its end (10 bytes)");
+  EXPECT_THAT(
+      st,
+      StatusIs(
+          StatusCode::kDataLoss,
+          "object s/obj is short: range [20, 21) is past its end (10 bytes)"));
   // A zero-length range past the end is as wrong as a long one.
   st = store->ReadRanges({{"s/obj", 200, 0, dest}});
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);

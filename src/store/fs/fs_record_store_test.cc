@@ -25,6 +25,8 @@
 namespace reshard::internal {
 namespace {
 
+using ::reshard::testing::StatusIs;
+
 namespace fs = std::filesystem;
 
 using Keys = std::vector<std::string>;
@@ -114,8 +116,7 @@ TEST_F(DirectoryRecordStoreTest, OneMebibyteValueRoundTrips) {
 TEST_F(DirectoryRecordStoreTest, PutExistingKeyIsAlreadyExistsAndKeepsFirst) {
   ASSERT_OK(store_->Put("s/k", "first"));
   const Status st = store_->Put("s/k", "second value");
-  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(), "record exists: s/k");
+  EXPECT_THAT(st, StatusIs(StatusCode::kAlreadyExists, "record exists: s/k"));
   ASSERT_OK_AND_ASSIGN(auto got, store_->Get("s/k"));
   EXPECT_EQ(got, "first");
   // The losing writer's temporary is gone.
@@ -124,14 +125,10 @@ TEST_F(DirectoryRecordStoreTest, PutExistingKeyIsAlreadyExistsAndKeepsFirst) {
 
 TEST_F(DirectoryRecordStoreTest, GetMissingKeyIsNotFound) {
   auto got = store_->Get("no/such");
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(got.status().message(), "no record no/such");
+  ASSERT_THAT(got, StatusIs(StatusCode::kNotFound, "no record no/such"));
 
   got = store_->Get("missing");
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(got.status().message(), "no record missing");
+  ASSERT_THAT(got, StatusIs(StatusCode::kNotFound, "no record missing"));
 }
 
 TEST_F(DirectoryRecordStoreTest, GetAndPutValidateTheKey) {
@@ -139,9 +136,9 @@ TEST_F(DirectoryRecordStoreTest, GetAndPutValidateTheKey) {
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
   const Status st = store_->Put(".x", "v");
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(),
-            "invalid record key \".x\": component starts with '.'");
+  EXPECT_THAT(st,
+              StatusIs(StatusCode::kInvalidArgument,
+                       "invalid record key \".x\": component starts with '.'"));
   EXPECT_EQ(store_->Delete("a b").code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(AllPaths().empty());
 }
