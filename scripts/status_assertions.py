@@ -22,10 +22,16 @@ in its block unwraps it (*r, r->, r.value(), std::move(r).value()); those
 uses are unwrapped accordingly. Anything the rules do not cover (compound
 conditions, macros with line continuations) is left alone and listed.
 
+With --status-is, a code check followed by a message check of the same
+status (after an optional ASSERT_FALSE/EXPECT_FALSE(E.ok())) becomes one
+EXPECT_THAT(E, StatusIs(code, message)) (ASSERT_THAT after an ASSERT_).
+The rewritten files get the include of testing/status_testing.h and the
+using-declaration of StatusIs they need.
+
 Usage:
   scripts/status_assertions.py FILES...            list what drops a status
                                                    (exit 1 if anything)
-  scripts/status_assertions.py --fix [--assign] FILES...
+  scripts/status_assertions.py --fix [--assign] [--status-is] FILES...
                                                    rewrite in place, print
                                                    the counts per file
 Run clang-format -i on the rewritten files afterwards.
@@ -375,6 +381,40 @@ def rewrite_status_is(text):
         pos = begin + len(new)
 
 
+def add_declarations(text, path, report):
+    """The include of testing/status_testing.h and the using-declaration of
+    StatusIs where the rewritten text needs them."""
+    if re.search(r"#define\s+(ASSERT_OK|EXPECT_OK)\b", text):
+        report.append(f"{path}: defines its own ASSERT_OK/EXPECT_OK "
+                      "(remove it by hand)")
+    uses = re.search(r"\b(ASSERT_OK|EXPECT_OK|ASSERT_OK_AND_ASSIGN)\(|"
+                     r"\bStatusIs\(", text)
+    if uses and '#include "testing/status_testing.h"' not in text:
+        lines = text.split("\n")
+        first_code = next(i for i, l in enumerate(lines)
+                          if l.startswith("namespace"))
+        last = max(i for i, l in enumerate(lines[:first_code])
+                   if l.startswith('#include "'))
+        lines.insert(last + 1, '#include "testing/status_testing.h"')
+        text = "\n".join(lines)
+    using = "using ::reshard::testing::StatusIs;"
+    if re.search(r"(?<![:\w])StatusIs\(", text) and using not in text:
+        lines = text.split("\n")
+        anon = lines.index("namespace {")
+        run = [i for i in range(anon + 1, min(anon + 40, len(lines)))
+               if lines[i].startswith("using ::")]
+        if run:
+            start = run[0]
+            end = start
+            while lines[end].startswith("using ::"):
+                end += 1
+            lines[start:end] = sorted(lines[start:end] + [using])
+        else:
+            lines[anon + 1:anon + 1] = ["", using]
+        text = "\n".join(lines)
+    return text
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fix", action="store_true")
@@ -395,6 +435,7 @@ def main():
         if args.fix and args.status_is:
             new, status_is = rewrite_status_is(new)
         if args.fix:
+            new = add_declarations(new, path, report)
             if new != text:
                 with open(path, "w") as f:
                     f.write(new)
