@@ -8,6 +8,7 @@
 #include <string>
 
 #include "testing/object_store_conformance.h"
+#include "testing/status_testing.h"
 
 namespace reshard::testing {
 namespace {
@@ -20,7 +21,7 @@ INSTANTIATE_TEST_SUITE_P(MemoryObjectStore, ObjectStoreConformance,
 
 TEST(MemoryObjectStoreTest, AKeyIsARecordOrADirectoryNeverBoth) {
   MemoryObjectStore store;
-  ASSERT_TRUE(store.Put("a/b", "x").ok());
+  ASSERT_OK(store.Put("a/b", "x"));
   EXPECT_EQ(store.Put("a", "y").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store.Put("a/b/c", "z").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(*store.List(""), std::vector<std::string>{"a/b"});

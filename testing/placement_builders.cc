@@ -84,30 +84,92 @@ RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
   return s;
 }
 
-std::vector<WeightRuntimeBindingManifest> FakeBindings(
-    const WeightPlacementManifest& placement, uint64_t generation) {
+BindingBuilder& BindingBuilder::Instance(std::string instance_id) {
+  instance_ = std::move(instance_id);
+  return *this;
+}
+
+BindingBuilder& BindingBuilder::Generation(uint64_t generation) {
+  generation_ = generation;
+  return *this;
+}
+
+BindingBuilder& BindingBuilder::Lease(std::string lease_id) {
+  return LeaseOf([lease_id](const std::string&) { return lease_id; });
+}
+
+BindingBuilder& BindingBuilder::LeaseOf(
+    std::function<std::string(const std::string&)> f) {
+  lease_of_ = std::move(f);
+  return *this;
+}
+
+BindingBuilder& BindingBuilder::Addresses(uint64_t base, uint64_t stride) {
+  base_and_stride_ = {base, stride};
+  address_of_ = nullptr;
+  return *this;
+}
+
+BindingBuilder& BindingBuilder::AddressOf(
+    std::function<uint64_t(const PlacementFragment&)> address_of) {
+  address_of_ = std::move(address_of);
+  base_and_stride_.reset();
+  return *this;
+}
+
+BindingBuilder& BindingBuilder::AdjustEach(Adjust adjust) {
+  adjust_.push_back(std::move(adjust));
+  return *this;
+}
+
+// The address of `f`; `cursor` is the running address of the default and
+// the Addresses() layouts.
+uint64_t BindingBuilder::NextAddress(const PlacementFragment& f,
+                                     uint64_t* cursor) const {
+  if (address_of_) return address_of_(f);
+  const uint64_t address = *cursor;
+  *cursor += base_and_stride_ ? base_and_stride_->second
+                              : (f.nbytes() + 0xFFF) & ~uint64_t{0xFFF};
+  return address;
+}
+
+Result<std::vector<WeightRuntimeBindingManifest>> BindingBuilder::Build()
+    const {
   std::vector<WeightRuntimeBindingManifest> out;
-  for (const auto& part : placement.parts()) {
+  uint64_t cursor = base_and_stride_ ? base_and_stride_->first : 0;
+  for (const auto& part : placement_.parts()) {
     if (part.fragments().empty()) continue;
+    const std::string& participant = part.participant_id();
     WeightRuntimeBindingManifestSpec s;
-    s.resource_id = placement.resource_id();
-    s.placement_id = placement.placement_id();
-    s.placement_digest = placement.digest();
-    s.instance_id = "instance-" + part.participant_id();
-    s.generation = generation;
-    s.lease_id = "lease-1";
-    s.revision = placement.revision();
-    s.participant_id = part.participant_id();
-    uint64_t address = 0x10000;
+    s.resource_id = placement_.resource_id();
+    s.placement_id = placement_.placement_id();
+    s.placement_digest = placement_.digest();
+    s.instance_id = instance_ ? *instance_ : "instance-" + participant;
+    s.generation = generation_;
+    s.lease_id = lease_of_ ? lease_of_(participant) : "lease-1";
+    s.revision = placement_.revision();
+    s.participant_id = participant;
+    // Without a layout, every participant is its own address space.
+    if (!base_and_stride_) cursor = 0x10000;
     for (const auto& f : part.fragments()) {
-      const auto* t = placement.FindTensor(f.tensor_id());
-      s.fragments.push_back(*RuntimeBindingFragment::Make(
-          FakeRuntimeFragment(f, t->itemsize(), address)));
-      address += (f.nbytes() + 0xFFF) & ~uint64_t{0xFFF};
+      const TensorDescriptor* t = placement_.FindTensor(f.tensor_id());
+      RuntimeBindingFragmentSpec view =
+          FakeRuntimeFragment(f, t->itemsize(), NextAddress(f, &cursor));
+      for (const auto& adjust : adjust_) adjust(participant, &view);
+      RESHARD_ASSIGN_OR_RETURN(auto fragment,
+                               RuntimeBindingFragment::Make(std::move(view)));
+      s.fragments.push_back(std::move(fragment));
     }
-    out.push_back(*WeightRuntimeBindingManifest::Make(std::move(s)));
+    RESHARD_ASSIGN_OR_RETURN(auto binding,
+                             WeightRuntimeBindingManifest::Make(std::move(s)));
+    out.push_back(std::move(binding));
   }
   return out;
+}
+
+std::vector<WeightRuntimeBindingManifest> FakeBindings(
+    const WeightPlacementManifest& placement, uint64_t generation) {
+  return BindingBuilder(placement).Generation(generation).Build().ValueOrDie();
 }
 
 RuntimeBindingFragmentSpec SpecOf(const RuntimeBindingFragment& f) {
@@ -150,10 +212,12 @@ Result<WeightRuntimeBindingManifest> WithBindingChanges(
   if (changes.instance) s.instance_id = *changes.instance;
   if (changes.lease) s.lease_id = *changes.lease;
   if (changes.generation) s.generation = *changes.generation;
-  if (changes.device) {
+  if (changes.device || changes.address_shift != 0) {
     for (auto& f : s.fragments) {
       RuntimeBindingFragmentSpec fs = SpecOf(f);
-      fs.device = *changes.device;
+      if (changes.device) fs.device = *changes.device;
+      fs.address += changes.address_shift;
+      fs.storage_address += changes.address_shift;
       RESHARD_ASSIGN_OR_RETURN(f, RuntimeBindingFragment::Make(std::move(fs)));
     }
   }

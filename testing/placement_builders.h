@@ -7,8 +7,10 @@
 #define RESHARD_TESTING_PLACEMENT_BUILDERS_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gen/tensor_layout.h"
@@ -62,12 +64,64 @@ std::vector<ScenarioPair> ScenarioPairs(uint64_t max_bytes);
 // benchmarks' and transfer tests' reshard cube); aborts on invalid input.
 WeightPlacementManifest CubeLayout(int64_t tp, int64_t dim, const Dims& shape);
 
-// One binding per participant with fragments: every fragment is a
-// contiguous view in its own allocation at distinct fake addresses.
+// The runtime bindings of a placement for tests, built through the real
+// factories: one binding per participant with fragments, every fragment a
+// contiguous view (FakeRuntimeFragment). Without options, each binding is
+// instance "instance-<participant>", generation 1, lease "lease-1", and
+// each fragment sits in its own 4 KiB-aligned allocation from 0x10000 in
+// its participant's address space.
+//
+//   auto bindings = BindingBuilder(placement).Instance("dst").Build();
+class BindingBuilder {
+ public:
+  // Edits one fragment's view before it is made; `participant` is its
+  // binding's participant id.
+  using Adjust = std::function<void(const std::string& participant,
+                                    RuntimeBindingFragmentSpec* view)>;
+
+  explicit BindingBuilder(const WeightPlacementManifest& placement)
+      : placement_(placement) {}
+
+  // Every binding's instance id.
+  BindingBuilder& Instance(std::string instance_id);
+  BindingBuilder& Generation(uint64_t generation);
+  BindingBuilder& Lease(std::string lease_id);
+  // Each binding's lease id from its participant id.
+  BindingBuilder& LeaseOf(std::function<std::string(const std::string&)> f);
+  // Fragments at base, base + stride, ... in participant, then fragment
+  // order, across all bindings.
+  BindingBuilder& Addresses(uint64_t base, uint64_t stride);
+  // Each fragment at `address_of(fragment)` (caller memory, one shared
+  // range ...).
+  BindingBuilder& AddressOf(
+      std::function<uint64_t(const PlacementFragment&)> address_of);
+  // Applied to every view after the address is set (several compose in
+  // order).
+  BindingBuilder& AdjustEach(Adjust adjust);
+
+  // The bindings, or the error of the first factory that refused a view
+  // or binding.
+  Result<std::vector<WeightRuntimeBindingManifest>> Build() const;
+
+ private:
+  uint64_t NextAddress(const PlacementFragment& f, uint64_t* cursor) const;
+
+  const WeightPlacementManifest& placement_;
+  std::optional<std::string> instance_;
+  uint64_t generation_ = 1;
+  std::function<std::string(const std::string&)> lease_of_;
+  std::optional<std::pair<uint64_t, uint64_t>> base_and_stride_;
+  std::function<uint64_t(const PlacementFragment&)> address_of_;
+  std::vector<Adjust> adjust_;
+};
+
+// BindingBuilder(placement).Generation(generation).Build(); aborts on an
+// error (a bug in the test).
 std::vector<WeightRuntimeBindingManifest> FakeBindings(
     const WeightPlacementManifest& placement, uint64_t generation = 1);
 
-// The RuntimeBindingFragmentSpec of FakeBindings for one fragment.
+// A contiguous view of `f` at `address` in its own allocation, on worker
+// "worker-<participant>", endpoint "endpoint-<participant>", device "cpu".
 RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
                                                int64_t itemsize,
                                                uint64_t address);
@@ -84,6 +138,8 @@ struct BindingChanges {
   std::optional<std::string> instance;
   std::optional<std::string> lease;
   std::optional<uint64_t> generation;
+  // Added to every fragment's address and storage address.
+  uint64_t address_shift = 0;
 };
 
 // `binding` with `changes` applied, built again through the factories (so

@@ -18,6 +18,7 @@
 #include "reshard/plan.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -215,13 +216,13 @@ TEST(ReshardTest, GoldenScenariosLandByteForByte) {
   for (const auto& scenario : pairs) {
     SCOPED_TRACE(scenario.name);
     Pair pair(scenario.source, scenario.target);
-    auto report = Reshard(scenario.source, pair.source.BindAll(),
-                          scenario.target, pair.target.BindAll());
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    EXPECT_EQ(report->bytes, scenario.bytes);
-    EXPECT_GE(report->plan_seconds, 0.0);
-    ExpectReportMatchesPlan(*report, Must(LogicalTransferPlan::Make(
-                                         scenario.source, scenario.target)));
+    ASSERT_OK_AND_ASSIGN(auto report,
+                         Reshard(scenario.source, pair.source.BindAll(),
+                                 scenario.target, pair.target.BindAll()));
+    EXPECT_EQ(report.bytes, scenario.bytes);
+    EXPECT_GE(report.plan_seconds, 0.0);
+    ExpectReportMatchesPlan(report, Must(LogicalTransferPlan::Make(
+                                        scenario.source, scenario.target)));
     EXPECT_EQ(pair.target.Mismatch(scenario.source), "");
   }
 }
@@ -239,10 +240,10 @@ TEST(ReshardTest, StridedCubesLandByteForByteOnEveryThreadCount) {
       const auto source = CubeLayout(c.tp_from, c.dim_from, shape);
       const auto target = CubeLayout(c.tp_to, c.dim_to, shape);
       Pair pair(source, target);
-      auto report = Reshard(source, pair.source.BindAll(), target,
-                            pair.target.BindAll(), {.threads = threads});
-      ASSERT_TRUE(report.ok()) << report.status().ToString();
-      ExpectReportMatchesPlan(*report,
+      ASSERT_OK_AND_ASSIGN(
+          auto report, Reshard(source, pair.source.BindAll(), target,
+                               pair.target.BindAll(), {.threads = threads}));
+      ExpectReportMatchesPlan(report,
                               Must(LogicalTransferPlan::Make(source, target)));
       EXPECT_EQ(pair.target.Mismatch(source), "");
     }
@@ -258,12 +259,11 @@ TEST(ReshardTest, TiedWeightsShareOneBufferOnEitherSide) {
     // On one stage embed and lm_head are one buffer.
     EXPECT_EQ(pair.source.storage.size(), from == 1 ? 1u : 2u);
     EXPECT_EQ(pair.target.storage.size(), to == 1 ? 1u : 2u);
-    auto report =
-        Reshard(source, pair.source.BindAll(), target, pair.target.BindAll());
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_OK_AND_ASSIGN(auto report, Reshard(source, pair.source.BindAll(),
+                                              target, pair.target.BindAll()));
     // Both target views are written, also when they are one buffer.
-    EXPECT_EQ(report->bytes, 2u * 16 * 4 * 2);
-    EXPECT_EQ(report->operations, 2u);
+    EXPECT_EQ(report.bytes, 2u * 16 * 4 * 2);
+    EXPECT_EQ(report.operations, 2u);
     EXPECT_EQ(pair.target.Mismatch(source), "");
   }
 }
@@ -278,7 +278,7 @@ TEST(ReshardTest, TiedFragmentsBindToOneRangeWithTwoRuntimeIds) {
   EXPECT_EQ(binding.fragments()[0].address(), binding.fragments()[1].address());
   EXPECT_NE(binding.fragments()[0].fragment_id(),
             binding.fragments()[1].fragment_id());
-  EXPECT_TRUE(ValidateRuntimeBinding(placement, binding).ok());
+  EXPECT_OK(ValidateRuntimeBinding(placement, binding));
 }
 
 TEST(ReshardTest, BindBuffersFillsEveryBindingField) {
@@ -321,7 +321,7 @@ TEST(ReshardTest, BindBuffersFillsEveryBindingField) {
   EXPECT_EQ(f.storage_nbytes(), pf.nbytes());
   EXPECT_EQ(f.storage_offset_bytes(), 0u);
   EXPECT_EQ(f.owner(), owner);
-  EXPECT_TRUE(ValidateRuntimeBinding(placement, b).ok());
+  EXPECT_OK(ValidateRuntimeBinding(placement, b));
   // The map overloads bind the same views.
   std::unordered_map<std::string, void*> unordered(memory.pointers.begin(),
                                                    memory.pointers.end());
@@ -476,10 +476,10 @@ TEST(ReshardTest, OneTargetParticipantWithPlannedCoverage) {
   options.coverage = BindingCoverage::kPlannedFragments;
   auto binding = Must(BindBuffers(target, only, pair.target.pointers));
   auto transport = Must(LocalTransport::Make({}));
-  auto report = Reshard(source, pair.source.BindAll(), target, {binding},
-                        *transport, options);
-  ASSERT_TRUE(report.ok()) << report.status().ToString();
-  EXPECT_EQ(report->bytes, target.parts()[1].fragments()[0].nbytes());
+  ASSERT_OK_AND_ASSIGN(auto report,
+                       Reshard(source, pair.source.BindAll(), target, {binding},
+                               *transport, options));
+  EXPECT_EQ(report.bytes, target.parts()[1].fragments()[0].nbytes());
   // Only that participant's buffer was written, and correctly.
   Memory expected(target);
   expected.Fill(source);
@@ -513,11 +513,11 @@ TEST(ReshardTest, APlanIsReusedAcrossCallsAndGenerations) {
     // repeats.
     Pair pair(source, target);
     const BufferBindingOptions options{.generation = generation};
-    auto report = Reshard(plan, source, pair.source.BindAll(options), target,
-                          pair.target.BindAll(options), *transport);
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    EXPECT_EQ(report->plan_seconds, 0.0);
-    ExpectReportMatchesPlan(*report, plan);
+    ASSERT_OK_AND_ASSIGN(
+        auto report, Reshard(plan, source, pair.source.BindAll(options), target,
+                             pair.target.BindAll(options), *transport));
+    EXPECT_EQ(report.plan_seconds, 0.0);
+    ExpectReportMatchesPlan(report, plan);
     EXPECT_EQ(pair.target.Mismatch(source), "");
   }
 }
@@ -570,7 +570,7 @@ TEST(ReshardTest, AStaleGenerationIsRefusedBeforeAnyByteMoves) {
   options.current_bindings = [&]() -> Result<CurrentBindings> {
     return CurrentBindings{sources, targets};
   };
-  ASSERT_TRUE(Reshard(source, sources, target, targets, options).ok());
+  ASSERT_OK(Reshard(source, sources, target, targets, options));
   EXPECT_EQ(pair.target.Mismatch(source), "");
 }
 

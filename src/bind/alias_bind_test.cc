@@ -7,6 +7,7 @@
 
 #include "reshard/bound_plan.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -37,26 +38,15 @@ WeightPlacementManifest Tied(int64_t pp, bool aliased) {
 std::vector<WeightRuntimeBindingManifest> SharedRange(
     const WeightPlacementManifest& m,
     std::function<std::string(const std::string&)> lease_of) {
-  std::vector<WeightRuntimeBindingManifest> out;
-  for (const auto& part : m.parts()) {
-    if (part.fragments().empty()) continue;
-    WeightRuntimeBindingManifestSpec s{m.resource_id(),
-                                       m.placement_id(),
-                                       m.digest(),
-                                       "target-instance",
-                                       1,
-                                       lease_of(part.participant_id()),
-                                       m.revision(),
-                                       part.participant_id(),
-                                       {}};
-    for (const auto& f : part.fragments()) {
-      auto r = testing::FakeRuntimeFragment(f, 2, 0x900000);
-      r.worker_id = "gpu-host";
-      s.fragments.push_back(*RuntimeBindingFragment::Make(r));
-    }
-    out.push_back(*WeightRuntimeBindingManifest::Make(s));
-  }
-  return out;
+  return testing::BindingBuilder(m)
+      .Instance("target-instance")
+      .LeaseOf(std::move(lease_of))
+      .AddressOf([](const PlacementFragment&) { return 0x900000; })
+      .AdjustEach([](const std::string&, RuntimeBindingFragmentSpec* r) {
+        r->worker_id = "gpu-host";
+      })
+      .Build()
+      .ValueOrDie();
 }
 
 Result<BoundTransferPlan> BindTied(
@@ -74,7 +64,7 @@ TEST(AliasBindTest, IdenticalPhysicalCopiesKeepTwoOperations) {
   auto target = Tied(1, true);
   auto bound = BindTied(source, target,
                         SharedRange(target, [](auto&) { return "lease"; }));
-  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  ASSERT_OK(bound);
   EXPECT_EQ(bound->regions().size(), 2u);
   EXPECT_EQ(bound->bytes(), 128u);
   EXPECT_EQ(bound->regions()[0].target_address,
@@ -96,9 +86,8 @@ TEST(AliasBindTest, SourceWithoutTheAliasGroupCannotShareATargetRange) {
 TEST(AliasBindTest, AliasesAcrossPipelineStagesShareOneLease) {
   auto source = Tied(2, true);
   auto target = Tied(2, true);
-  EXPECT_TRUE(BindTied(source, target,
-                       SharedRange(target, [](auto&) { return "lease"; }))
-                  .ok());
+  EXPECT_OK(BindTied(source, target,
+                     SharedRange(target, [](auto&) { return "lease"; })));
   auto bound =
       BindTied(source, target,
                SharedRange(target, [](auto& p) { return "lease-of-" + p; }));

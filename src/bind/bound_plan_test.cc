@@ -24,16 +24,19 @@
 #include "reshard/plan.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
 
 using ::reshard::testing::AddTensor;
-using ::reshard::testing::FakeRuntimeFragment;
+using ::reshard::testing::BindingBuilder;
 using ::reshard::testing::GridDraft;
 using ::reshard::testing::Must;
 using ::reshard::testing::PlacementDraft;
 using ::reshard::testing::Sizes;
+using ::reshard::testing::SpecOf;
+using ::reshard::testing::StatusIs;
 using ::reshard::testing::TensorLayout;
 using ::testing::EndsWith;
 using ::testing::StartsWith;
@@ -66,9 +69,7 @@ WeightPlacementManifest Source() {
 }
 WeightPlacementManifest Target() { return Layout(Sizes{.tp = 3}, true); }
 
-// Adjusts one fragment's runtime view before it is made.
-using Adjust = std::function<void(const std::string& participant,
-                                  RuntimeBindingFragmentSpec*)>;
+using Adjust = BindingBuilder::Adjust;
 
 // One binding per participant with fragments, every fragment in its own
 // allocation at `base`, `base + stride`, ... (in participant, then fragment
@@ -77,30 +78,16 @@ std::vector<WeightRuntimeBindingManifest> Bindings(
     const WeightPlacementManifest& m, const std::string& instance,
     uint64_t base, std::map<std::string, uint64_t>* addresses = nullptr,
     const Adjust& adjust = nullptr, uint64_t stride = 0x10000) {
-  std::vector<WeightRuntimeBindingManifest> out;
-  uint64_t address = base;
-  for (const auto& part : m.parts()) {
-    if (part.fragments().empty()) continue;
-    WeightRuntimeBindingManifestSpec s;
-    s.resource_id = m.resource_id();
-    s.placement_id = m.placement_id();
-    s.placement_digest = m.digest();
-    s.instance_id = instance;
-    s.generation = 1;
-    s.lease_id = "lease-1";
-    s.revision = m.revision();
-    s.participant_id = part.participant_id();
-    for (const auto& f : part.fragments()) {
-      const auto* t = m.FindTensor(f.tensor_id());
-      auto spec = FakeRuntimeFragment(f, t->itemsize(), address);
-      if (adjust) adjust(part.participant_id(), &spec);
+  BindingBuilder builder(m);
+  builder.Instance(instance).Addresses(base, stride);
+  if (adjust) builder.AdjustEach(adjust);
+  auto out = Must(builder.Build());
+  for (const auto& b : out) {
+    for (const auto& f : b.fragments()) {
       if (addresses != nullptr) {
-        (*addresses)[f.placement_fragment_id()] = spec.address;
+        (*addresses)[f.placement_fragment_id()] = f.address();
       }
-      s.fragments.push_back(Must(RuntimeBindingFragment::Make(spec)));
-      address += stride;
     }
-    out.push_back(Must(WeightRuntimeBindingManifest::Make(std::move(s))));
   }
   return out;
 }
@@ -140,9 +127,9 @@ TEST(TransferPlanTest, BindUsesBindingAddressesAndRegionOffsets) {
   const auto sb = Bindings(source, "src", 0x100000, &sa);
   // The same addresses in another instance are another address space.
   const auto tb = Bindings(target, "dst", 0x100000, &ta);
-  auto bound = BoundTransferPlan::Bind(plan, source, sb, target, tb);
-  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
-  ExpectBoundAt(plan, *bound, sa, ta);
+  ASSERT_OK_AND_ASSIGN(auto bound,
+                       BoundTransferPlan::Bind(plan, source, sb, target, tb));
+  ExpectBoundAt(plan, bound, sa, ta);
   // The plan is non-trivial: offsets and strided loops occur.
   bool offset = false;
   bool loops = false;
@@ -191,10 +178,8 @@ TEST(TransferPlanTest, PlanForAnotherPlacement) {
   const auto tb = Bindings(target, "dst", 0x100000);
   auto r = BoundTransferPlan::Bind(
       plan, other_source, Bindings(other_source, "src", 0x100000), target, tb);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            "logical plan and source placement IDs differ");
+  ASSERT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                          "logical plan and source placement IDs differ"));
   r = BoundTransferPlan::Bind(plan, source, sb, other_target,
                               Bindings(other_target, "dst", 0x100000));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -233,11 +218,10 @@ TEST(TransferPlanTest, MissingSourceBinding) {
   ASSERT_FALSE(expected.empty());
   auto r =
       BoundTransferPlan::Bind(plan, source, Without(sb, dropped), target, tb);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      r.status().message(),
-      "missing source runtime binding for placement fragment: " + expected);
+  ASSERT_THAT(
+      r, StatusIs(StatusCode::kInvalidArgument,
+                  "missing source runtime binding for placement fragment: " +
+                      expected));
 }
 
 TEST(TransferPlanTest, UnusedSourceReplicaNeedsNoBinding) {
@@ -263,9 +247,9 @@ TEST(TransferPlanTest, UnusedSourceReplicaNeedsNoBinding) {
       sb, [&](const auto& b) { return used.count(b.participant_id()) == 0; });
   ASSERT_EQ(sb.size(), used.size());
   const auto tb = Bindings(target, "dst", 0x100000, &ta);
-  auto bound = BoundTransferPlan::Bind(plan, source, sb, target, tb);
-  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
-  ExpectBoundAt(plan, *bound, sa, ta);
+  ASSERT_OK_AND_ASSIGN(auto bound,
+                       BoundTransferPlan::Bind(plan, source, sb, target, tb));
+  ExpectBoundAt(plan, bound, sa, ta);
   // Dropping a replica that does serve is an error.
   sb = Without(sb, *used.begin());
   EXPECT_THAT(ErrorOf(BoundTransferPlan::Bind(plan, source, sb, target, tb)),
@@ -293,10 +277,9 @@ TEST(TransferPlanTest, MissingTargetBinding) {
     ASSERT_FALSE(expected.empty());
     auto r =
         BoundTransferPlan::Bind(plan, source, sb, target, Without(tb, dropped));
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(r.status().message(),
-              "missing runtime binding for placement fragment: " + expected);
+    ASSERT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                            "missing runtime binding for placement fragment: " +
+                                expected));
   }
   // No target binding at all: the first region's target fragment.
   auto r = BoundTransferPlan::Bind(plan, source, sb, target, {});
@@ -310,10 +293,7 @@ TEST(TransferPlanTest, MissingTargetBinding) {
 WeightRuntimeBindingManifest Rewrite(
     const WeightRuntimeBindingManifest& b,
     const std::function<void(WeightRuntimeBindingManifestSpec*)>& change) {
-  WeightRuntimeBindingManifestSpec s{
-      b.resource_id(), b.placement_id(),   b.placement_digest(),
-      b.instance_id(), b.generation(),     b.lease_id(),
-      b.revision(),    b.participant_id(), b.fragments()};
+  WeightRuntimeBindingManifestSpec s = SpecOf(b);
   change(&s);
   return Must(WeightRuntimeBindingManifest::Make(std::move(s)));
 }
@@ -332,12 +312,12 @@ TEST(TransferPlanTest, InvalidBindingsAreReportedWithTheirSide) {
   auto bad_sb = sb;
   bad_sb[1] = Rewrite(sb[1], wrong_digest);
   auto r = BoundTransferPlan::Bind(plan, source, bad_sb, target, tb);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            "source bindings: placement digest and runtime binding placement "
-            "digest differ (participant " +
-                sb[1].participant_id() + ")");
+  ASSERT_THAT(
+      r, StatusIs(
+             StatusCode::kInvalidArgument,
+             "source bindings: placement digest and runtime binding placement "
+             "digest differ (participant " +
+                 sb[1].participant_id() + ")"));
 
   auto bad_tb = tb;
   bad_tb[2] = Rewrite(tb[2], wrong_digest);
@@ -434,7 +414,7 @@ class TransferPlanInPlaceTest : public ::testing::Test {
 TEST_F(TransferPlanInPlaceTest, DisjointStorageInOneSpaceIsAccepted) {
   auto r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_,
                                    Targets("", nullptr));
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_OK(r);
 }
 
 TEST_F(TransferPlanInPlaceTest, TargetInsideASourceAllocation) {
@@ -445,11 +425,10 @@ TEST_F(TransferPlanInPlaceTest, TargetInsideASourceAllocation) {
     s->address = s->storage_address = at;
   });
   auto r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(),
-              StartsWith("source and target runtime storage allocations "
-                         "overlap (source "));
+  ASSERT_THAT(
+      r, StatusIs(StatusCode::kInvalidArgument,
+                  StartsWith("source and target runtime storage allocations "
+                             "overlap (source ")));
   EXPECT_THAT(r.status().message(),
               EndsWith("in-place reshard is unsupported"));
   EXPECT_EQ(r.status().message(), Overlap(victim, moved));
@@ -474,7 +453,7 @@ TEST_F(TransferPlanInPlaceTest, TargetStorageCoveringASourceAllocation) {
     s->storage_nbytes = 0x1000;
   });
   r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_OK(r);
 }
 
 TEST_F(TransferPlanInPlaceTest, SourceStorageBeyondItsViewCounts) {
@@ -500,7 +479,7 @@ TEST_F(TransferPlanInPlaceTest, SourceStorageBeyondItsViewCounts) {
     s->address = s->storage_address = 0x100000 + 0x800;
   });
   auto r = BoundTransferPlan::Bind(*plan_, source_, sb, target_, tb);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_OK(r);
 }
 
 TEST_F(TransferPlanInPlaceTest, SameAddressesInAnotherSpaceAreAccepted) {
@@ -521,11 +500,11 @@ TEST_F(TransferPlanInPlaceTest, SameAddressesInAnotherSpaceAreAccepted) {
            {"node", "cpu", "w1"}}) {
     SCOPED_TRACE(instance + "/" + device + "/" + worker);
     auto tb = Targets(moved, place, instance, device, worker);
-    auto r = BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK_AND_ASSIGN(
+        auto r, BoundTransferPlan::Bind(*plan_, source_, sb_, target_, tb));
     // The moved fragment's regions write at the source's address.
     bool seen = false;
-    for (const auto& b : r->regions()) {
+    for (const auto& b : r.regions()) {
       const auto& tr = plan_->regions()[b.region];
       if (plan_->target_fragments()[tr.target_fragment].fragment_id == moved) {
         EXPECT_EQ(b.target_address, at + tr.target_base_offset);

@@ -7,6 +7,7 @@
 
 #include "reshard/bound_plan.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -37,34 +38,12 @@ class FenceTest : public ::testing::Test {
       const std::string& lease = "", uint64_t shift = 0) {
     std::vector<WeightRuntimeBindingManifest> out;
     for (const auto& b : in) {
-      WeightRuntimeBindingManifestSpec s{
-          b.resource_id(),
-          b.placement_id(),
-          b.placement_digest(),
-          prefix + "-" + b.instance_id(),
-          generation == 0 ? b.generation() : generation,
-          lease.empty() ? b.lease_id() : lease,
-          b.revision(),
-          b.participant_id(),
-          {}};
-      for (const auto& f : b.fragments()) {
-        RuntimeBindingFragmentSpec r{f.placement_fragment_id(),
-                                     f.fragment_id(),
-                                     f.address() + shift,
-                                     f.nbytes(),
-                                     f.worker_id(),
-                                     f.endpoint(),
-                                     f.device(),
-                                     f.itemsize(),
-                                     f.local_shape(),
-                                     f.strides_bytes(),
-                                     f.storage_address() + shift,
-                                     f.storage_nbytes(),
-                                     f.storage_offset_bytes(),
-                                     nullptr};
-        s.fragments.push_back(*RuntimeBindingFragment::Make(r));
-      }
-      out.push_back(*WeightRuntimeBindingManifest::Make(s));
+      testing::BindingChanges changes;
+      changes.instance = prefix + "-" + b.instance_id();
+      if (generation != 0) changes.generation = generation;
+      if (!lease.empty()) changes.lease = lease;
+      changes.address_shift = shift;
+      out.push_back(testing::WithBindingChanges(b, changes).ValueOrDie());
     }
     return out;
   }
@@ -75,7 +54,7 @@ class FenceTest : public ::testing::Test {
 };
 
 TEST_F(FenceTest, UnchangedBindingsPass) {
-  EXPECT_TRUE(bound_->CheckCurrent(sources_, targets_).ok());
+  EXPECT_OK(bound_->CheckCurrent(sources_, targets_));
 }
 
 TEST_F(FenceTest, StaleGenerationIsRejected) {

@@ -15,6 +15,7 @@
 #include "reshard/placement.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -186,21 +187,21 @@ class BindingTest : public ::testing::Test {
 // ----------------------------------------------- RuntimeBindingFragment
 
 TEST_F(BindingTest, RuntimeFragmentKeepsItsFields) {
-  auto f = RuntimeBindingFragment::Make(ValidRuntimeSpec());
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->placement_fragment_id(), "sha256:abc");
-  EXPECT_EQ(f->fragment_id(), "rt-1");
-  EXPECT_EQ(f->address(), 0x1000u);
-  EXPECT_EQ(f->nbytes(), 32u);
-  EXPECT_EQ(f->worker_id(), "worker-0");
-  EXPECT_EQ(f->endpoint(), "10.0.0.1:5000");
-  EXPECT_EQ(f->device(), "cuda:0");
-  EXPECT_EQ(f->itemsize(), 2);
-  EXPECT_EQ(f->local_shape(), (Dims{4, 4}));
-  EXPECT_EQ(f->strides_bytes(), (Dims{8, 2}));
-  EXPECT_EQ(f->storage_address(), 0x1000u);
-  EXPECT_EQ(f->storage_nbytes(), 32u);
-  EXPECT_EQ(f->storage_offset_bytes(), 0u);
+  ASSERT_OK_AND_ASSIGN(auto f,
+                       RuntimeBindingFragment::Make(ValidRuntimeSpec()));
+  EXPECT_EQ(f.placement_fragment_id(), "sha256:abc");
+  EXPECT_EQ(f.fragment_id(), "rt-1");
+  EXPECT_EQ(f.address(), 0x1000u);
+  EXPECT_EQ(f.nbytes(), 32u);
+  EXPECT_EQ(f.worker_id(), "worker-0");
+  EXPECT_EQ(f.endpoint(), "10.0.0.1:5000");
+  EXPECT_EQ(f.device(), "cuda:0");
+  EXPECT_EQ(f.itemsize(), 2);
+  EXPECT_EQ(f.local_shape(), (Dims{4, 4}));
+  EXPECT_EQ(f.strides_bytes(), (Dims{8, 2}));
+  EXPECT_EQ(f.storage_address(), 0x1000u);
+  EXPECT_EQ(f.storage_nbytes(), 32u);
+  EXPECT_EQ(f.storage_offset_bytes(), 0u);
 }
 
 TEST_F(BindingTest, RuntimeFragmentEqualityIgnoresOwner) {
@@ -270,7 +271,7 @@ TEST_F(BindingTest, RuntimeFragmentRejectsAddressOverflow) {
   s.address = UINT64_MAX - 32;
   s.storage_address = UINT64_MAX - 32;
   auto f = RuntimeBindingFragment::Make(s);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_OK(f);
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsNonPositiveItemsize) {
@@ -328,20 +329,17 @@ TEST_F(BindingTest, RuntimeFragmentNormalisesSingletonStrides) {
   RuntimeBindingFragmentSpec s = ValidRuntimeSpec();
   s.local_shape = {1, 16};
   s.strides_bytes = {0, 2};
-  auto f = RuntimeBindingFragment::Make(s);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->strides_bytes(), (Dims{32, 2}));
+  ASSERT_OK_AND_ASSIGN(auto f, RuntimeBindingFragment::Make(s));
+  EXPECT_EQ(f.strides_bytes(), (Dims{32, 2}));
   s.strides_bytes = {999, 2};
-  auto g = RuntimeBindingFragment::Make(s);
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
-  EXPECT_EQ(g->strides_bytes(), (Dims{32, 2}));
-  EXPECT_EQ(*f, *g);
+  ASSERT_OK_AND_ASSIGN(auto g, RuntimeBindingFragment::Make(s));
+  EXPECT_EQ(g.strides_bytes(), (Dims{32, 2}));
+  EXPECT_EQ(f, g);
   // A trailing singleton takes the itemsize.
   s.local_shape = {16, 1};
   s.strides_bytes = {2, 0};
-  auto h = RuntimeBindingFragment::Make(s);
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  EXPECT_EQ(h->strides_bytes(), (Dims{2, 2}));
+  ASSERT_OK_AND_ASSIGN(auto h, RuntimeBindingFragment::Make(s));
+  EXPECT_EQ(h.strides_bytes(), (Dims{2, 2}));
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsZeroStorageAddress) {
@@ -383,7 +381,7 @@ TEST_F(BindingTest, RuntimeFragmentRejectsAddressOutsideStorageOffset) {
                 "address must equal storage_address + storage_offset_bytes");
   s.address = 0x1010;
   auto f = RuntimeBindingFragment::Make(s);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_OK(f);
 }
 
 TEST_F(BindingTest, RuntimeFragmentRejectsViewPastItsAllocation) {
@@ -397,7 +395,7 @@ TEST_F(BindingTest, RuntimeFragmentRejectsViewPastItsAllocation) {
                 "nbytes > storage_nbytes");
   s.storage_nbytes = 48;  // exactly fits
   auto f = RuntimeBindingFragment::Make(s);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_OK(f);
   // Without any offset the allocation must still hold the whole view.
   s = ValidRuntimeSpec();
   s.storage_nbytes = 31;
@@ -420,19 +418,18 @@ TEST_F(BindingTest, FakeBindingsAreValid) {
 TEST_F(BindingTest, ManifestSortsFragmentsAndFindsThem) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[0]);
   std::swap(s.fragments[0], s.fragments[1]);
-  auto b = WeightRuntimeBindingManifest::Make(s);
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  ASSERT_EQ(b->fragments().size(), 2u);
-  EXPECT_LT(b->fragments()[0].placement_fragment_id(),
-            b->fragments()[1].placement_fragment_id());
+  ASSERT_OK_AND_ASSIGN(auto b, WeightRuntimeBindingManifest::Make(s));
+  ASSERT_EQ(b.fragments().size(), 2u);
+  EXPECT_LT(b.fragments()[0].placement_fragment_id(),
+            b.fragments()[1].placement_fragment_id());
   const std::string& id = t0_fragments()[1].placement_fragment_id();
-  const RuntimeBindingFragment* f = b->FindFragment(id);
+  const RuntimeBindingFragment* f = b.FindFragment(id);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->placement_fragment_id(), id);
-  EXPECT_EQ(b->FindFragment("sha256:missing"), nullptr);
-  EXPECT_EQ(b->generation(), 1u);
-  EXPECT_EQ(b->lease_id(), "lease-1");
-  EXPECT_EQ(b->instance_id(), std::string("instance-") + kT0);
+  EXPECT_EQ(b.FindFragment("sha256:missing"), nullptr);
+  EXPECT_EQ(b.generation(), 1u);
+  EXPECT_EQ(b.lease_id(), "lease-1");
+  EXPECT_EQ(b.instance_id(), std::string("instance-") + kT0);
 }
 
 TEST_F(BindingTest, ManifestRejectsBadDigestFormat) {
@@ -808,16 +805,15 @@ TEST_F(BindingTest, RejectsAliasWithDifferentNbytes) {
   head.aliases = {kEmbed, kLmHead};
   AddTensor(&d, embed);
   AddTensor(&d, head);
-  auto p = d.Build();
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  const PlacementFragment& e = FragmentOf(*p, kEmbed);
-  const PlacementFragment& h = FragmentOf(*p, kLmHead);
+  ASSERT_OK_AND_ASSIGN(auto p, d.Build());
+  const PlacementFragment& e = FragmentOf(p, kEmbed);
+  const PlacementFragment& h = FragmentOf(p, kLmHead);
   ASSERT_NE(e.nbytes(), h.nbytes());
-  auto binding = SingleBinding(*p, {FakeRuntimeFragment(e, 2, 0x10000),
-                                    FakeRuntimeFragment(h, 2, 0x10000)});
+  auto binding = SingleBinding(p, {FakeRuntimeFragment(e, 2, 0x10000),
+                                   FakeRuntimeFragment(h, 2, 0x10000)});
   // Sorted by (address, nbytes): the 64-byte lm_head view comes first.
   EXPECT_EQ(
-      ErrorOf(ValidateRuntimeBinding(*p, binding)),
+      ErrorOf(ValidateRuntimeBinding(p, binding)),
       "runtime binding address ranges overlap: " + h.placement_fragment_id() +
           " and " + e.placement_fragment_id() +
           " (worker worker-p-d0-p0-e0-t0, device cpu)");
@@ -971,13 +967,12 @@ TEST_F(BindingTest, BindingsAllowOverlapAcrossInstances) {
 TEST_F(BindingTest, JsonRoundTripIsByteIdentical) {
   for (const auto& b : bindings_) {
     const std::string json = WeightRuntimeBindingToJson(b);
-    auto decoded = WeightRuntimeBindingFromJson(json);
-    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-    EXPECT_EQ(WeightRuntimeBindingToJson(*decoded), json);
-    EXPECT_EQ(decoded->participant_id(), b.participant_id());
-    EXPECT_EQ(decoded->generation(), b.generation());
-    EXPECT_EQ(decoded->fragments(), b.fragments());
-    EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), *decoded)), "<ok>");
+    ASSERT_OK_AND_ASSIGN(auto decoded, WeightRuntimeBindingFromJson(json));
+    EXPECT_EQ(WeightRuntimeBindingToJson(decoded), json);
+    EXPECT_EQ(decoded.participant_id(), b.participant_id());
+    EXPECT_EQ(decoded.generation(), b.generation());
+    EXPECT_EQ(decoded.fragments(), b.fragments());
+    EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), decoded)), "<ok>");
   }
 }
 
@@ -1014,12 +1009,11 @@ TEST_F(BindingTest, JsonRoundTripEscapesNonAsciiIds) {
   EXPECT_THAT(json, HasSubstr("\"worker_id\":\"worker-\\u00e9t\\u00e9\""));
   EXPECT_THAT(json, HasSubstr("\"lease_id\":\"lease-\\u00e9\""));
   for (unsigned char c : json) EXPECT_LT(c, 0x80);
-  auto decoded = WeightRuntimeBindingFromJson(json);
-  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->lease_id(), "lease-\u00e9");
-  EXPECT_EQ(decoded->fragments()[0].device(), "gpu-\U0001F680");
-  EXPECT_EQ(decoded->fragments()[0].worker_id(), "worker-\u00e9t\u00e9");
-  EXPECT_EQ(WeightRuntimeBindingToJson(*decoded), json);
+  ASSERT_OK_AND_ASSIGN(auto decoded, WeightRuntimeBindingFromJson(json));
+  EXPECT_EQ(decoded.lease_id(), "lease-\u00e9");
+  EXPECT_EQ(decoded.fragments()[0].device(), "gpu-\U0001F680");
+  EXPECT_EQ(decoded.fragments()[0].worker_id(), "worker-\u00e9t\u00e9");
+  EXPECT_EQ(WeightRuntimeBindingToJson(decoded), json);
 }
 
 TEST_F(BindingTest, JsonRoundTripOfLargeAddresses) {
@@ -1031,10 +1025,9 @@ TEST_F(BindingTest, JsonRoundTripOfLargeAddresses) {
   auto b = T0With(0, f);
   const std::string json = WeightRuntimeBindingToJson(b);
   EXPECT_THAT(json, HasSubstr("\"address\":18446744073709547551,"));
-  auto decoded = WeightRuntimeBindingFromJson(json);
-  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->fragments()[0].address(), UINT64_MAX - 0x1000 + 0x20);
-  EXPECT_EQ(WeightRuntimeBindingToJson(*decoded), json);
+  ASSERT_OK_AND_ASSIGN(auto decoded, WeightRuntimeBindingFromJson(json));
+  EXPECT_EQ(decoded.fragments()[0].address(), UINT64_MAX - 0x1000 + 0x20);
+  EXPECT_EQ(WeightRuntimeBindingToJson(decoded), json);
 }
 
 TEST_F(BindingTest, WireRejectsUnknownField) {

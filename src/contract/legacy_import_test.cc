@@ -7,6 +7,7 @@
 
 #include "reshard/legacy.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -43,15 +44,14 @@ Result<LegacyImport> Import(const std::vector<std::string>& inv) {
 
 TEST(LegacyImportTest, InventoriesRebuildTheSamePlacement) {
   auto original = Original();
-  auto imported = Import(testing::LegacyInventories(original));
-  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
-  EXPECT_EQ(imported->placement.placement_id(), original.placement_id());
-  EXPECT_EQ(imported->placement.digest(), original.digest());
-  EXPECT_EQ(imported->bindings.size(), 16u);
-  EXPECT_TRUE(
-      ValidateRuntimeBindings(imported->placement, imported->bindings).ok());
+  ASSERT_OK_AND_ASSIGN(auto imported,
+                       Import(testing::LegacyInventories(original)));
+  EXPECT_EQ(imported.placement.placement_id(), original.placement_id());
+  EXPECT_EQ(imported.placement.digest(), original.digest());
+  EXPECT_EQ(imported.bindings.size(), 16u);
+  EXPECT_OK(ValidateRuntimeBindings(imported.placement, imported.bindings));
   // Views keep their packed offsets inside one allocation per participant.
-  for (const auto& b : imported->bindings) {
+  for (const auto& b : imported.bindings) {
     for (const auto& f : b.fragments()) {
       EXPECT_EQ(f.address(), f.storage_address() + f.storage_offset_bytes());
     }
@@ -60,11 +60,11 @@ TEST(LegacyImportTest, InventoriesRebuildTheSamePlacement) {
 
 TEST(LegacyImportTest, PartitionDimIsOneDimensionalTp) {
   auto original = Original();
-  auto imported = Import(
-      testing::LegacyInventories(original, /*legacy_partition_dim=*/true));
-  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
-  EXPECT_EQ(imported->placement.placement_id(), original.placement_id());
-  const TensorDescriptor* q = imported->placement.FindTensor("layers.1.attn.q");
+  ASSERT_OK_AND_ASSIGN(auto imported,
+                       Import(testing::LegacyInventories(
+                           original, /*legacy_partition_dim=*/true)));
+  EXPECT_EQ(imported.placement.placement_id(), original.placement_id());
+  const TensorDescriptor* q = imported.placement.FindTensor("layers.1.attn.q");
   EXPECT_EQ(q->shard_dims(), Dims({0}));
 }
 

@@ -6,6 +6,7 @@
 
 #include "reshard/placement.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -45,22 +46,21 @@ PlacementFragmentSpec* FindFragment(PlacementDraft* d, const std::string& t,
 }
 
 TEST(PlacementManifestTest, FourAxisLayoutValidates) {
-  auto m = FourAxisDraft().Build();
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->tensors().size(), 3u);
-  EXPECT_EQ(m->parts().size(), 16u);
+  ASSERT_OK_AND_ASSIGN(auto m, FourAxisDraft().Build());
+  EXPECT_EQ(m.tensors().size(), 3u);
+  EXPECT_EQ(m.parts().size(), 16u);
   // embed: 16 fragments; experts: 8 (pp0 only); norm: 8 (pp1 only).
-  EXPECT_EQ(m->fragments().size(), 32u);
+  EXPECT_EQ(m.fragments().size(), 32u);
   EXPECT_TRUE(std::is_sorted(
-      m->fragments().begin(), m->fragments().end(), [](auto* a, auto* b) {
+      m.fragments().begin(), m.fragments().end(), [](auto* a, auto* b) {
         return a->placement_fragment_id() < b->placement_fragment_id();
       }));
-  EXPECT_EQ(m->placement_id().substr(0, 7), "sha256:");
-  EXPECT_EQ(m->digest().size(), 64u);
+  EXPECT_EQ(m.placement_id().substr(0, 7), "sha256:");
+  EXPECT_EQ(m.digest().size(), 64u);
   // Deterministic: building twice gives the same identities.
   auto again = FourAxisDraft().Build();
-  EXPECT_EQ(again->placement_id(), m->placement_id());
-  EXPECT_EQ(again->digest(), m->digest());
+  EXPECT_EQ(again->placement_id(), m.placement_id());
+  EXPECT_EQ(again->digest(), m.digest());
 }
 
 TEST(PlacementManifestTest, IdentityIgnoresInputOrder) {
@@ -198,7 +198,7 @@ TEST(PlacementManifestTest, PartRankMustMatchFragments) {
   // An empty part is valid.
   s.tensors.clear();
   s.fragments.clear();
-  EXPECT_TRUE(WeightPlacementPart::Make(s).ok());
+  EXPECT_OK(WeightPlacementPart::Make(s));
 }
 
 WeightPlacementManifestSpec SpecOf(const WeightPlacementManifest& m) {
@@ -309,7 +309,7 @@ TEST(PlacementManifestTest, AliasGroups) {
                  .shape = {32},
                  .pp_owner = 1,
                  .aliases = {"embed_tokens.weight", "lm_head.weight"}});
-  EXPECT_TRUE(d.Build().ok()) << BuildError(d);
+  EXPECT_OK(d.Build()) << BuildError(d);
   PlacementDraft bad = d;
   for (auto& f : bad.fragments) {
     if (f.tensor_id == "lm_head.weight") f.aliases.clear();
@@ -334,7 +334,7 @@ TEST(PlacementManifestTest, AliasGroupInconsistentWithinTensor) {
       &d, {.tensor_id = "a", .shape = {8}, .tp_dim = 0, .aliases = {"a", "b"}});
   AddTensor(
       &d, {.tensor_id = "b", .shape = {8}, .tp_dim = 0, .aliases = {"a", "b"}});
-  ASSERT_TRUE(d.Build().ok()) << BuildError(d);
+  ASSERT_OK(d.Build()) << BuildError(d);
   d.fragments[0].aliases.clear();
   d.fragments[0].placement_fragment_id = "a0";
   EXPECT_THAT(BuildError(d),
@@ -380,7 +380,7 @@ TEST(PlacementManifestTest, UndeclaredAxisCoupledToDeclaredSplit) {
                        .parallel_axes = {*SplitAxis(AxisKind::kTp, 0)}});
   d.fragments.push_back({"w", {0}, {2}, 2, {0, 0, 0, 0}});
   d.fragments.push_back({"w", {2}, {2}, 2, {0, 1, 0, 1}});
-  EXPECT_TRUE(d.Build().ok()) << BuildError(d);
+  EXPECT_OK(d.Build()) << BuildError(d);
   // Undeclared EP varying with nothing declared varying.
   PlacementDraft v;
   v.topology.ep_size = 2;
@@ -476,7 +476,7 @@ TEST(PlacementManifestTest, SuppliedPlacementIdMustMatch) {
   auto m = *FourAxisDraft().Build();
   auto s = SpecOf(m);
   s.placement_id = m.placement_id();
-  EXPECT_TRUE(WeightPlacementManifest::Make(s).ok());
+  EXPECT_OK(WeightPlacementManifest::Make(s));
   s.placement_id = "sha256:0000";
   EXPECT_EQ(WeightPlacementManifest::Make(s).status().message(),
             "placement_id does not match canonical logical content: got "
@@ -522,10 +522,9 @@ TEST(PlacementManifestTest, ExpertOwnershipAndEmptyParts) {
                    .expert_id = e,
                    .ep_owner = e % 2});
   }
-  auto m = d.Build();
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_OK_AND_ASSIGN(auto m, d.Build());
   size_t empty = 0;
-  for (const auto& p : m->parts()) empty += p.fragments().empty();
+  for (const auto& p : m.parts()) empty += p.fragments().empty();
   EXPECT_EQ(empty, 2u);
 }
 
@@ -540,9 +539,8 @@ TEST(PlacementManifestTest, MillionFragmentScaleIsNearLinear) {
                    .tp_dim = 1,
                    .ep_split = true});
   }
-  auto m = d.Build();
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->fragments().size(), 64u * 1024u);
+  ASSERT_OK_AND_ASSIGN(auto m, d.Build());
+  EXPECT_EQ(m.fragments().size(), 64u * 1024u);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "reshard/placement.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -24,9 +25,8 @@ std::string ErrorOf(const Result<T>& r) {
 
 TEST(PlacementTypesTest, AxisKindNamesRoundTrip) {
   for (AxisKind kind : kAllAxisKinds) {
-    auto parsed = ParseAxisKind(AxisKindName(kind));
-    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-    EXPECT_EQ(*parsed, kind);
+    ASSERT_OK_AND_ASSIGN(auto parsed, ParseAxisKind(AxisKindName(kind)));
+    EXPECT_EQ(parsed, kind);
   }
   EXPECT_EQ(AxisKindName(AxisKind::kDp), "dp");
   EXPECT_EQ(AxisKindName(AxisKind::kPp), "pp");
@@ -46,14 +46,12 @@ TEST(PlacementTypesTest, ParseAxisKindRejectsUnknownKinds) {
 }
 
 TEST(PlacementTypesTest, SplitAxisAcceptsEpDimZeroAndAnyTpDim) {
-  auto ep = SplitAxis(AxisKind::kEp, 0);
-  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
-  EXPECT_EQ(ep->semantics(), AxisSemantics::kSplit);
-  EXPECT_EQ(ep->kind(), AxisKind::kEp);
-  EXPECT_EQ(ep->dim(), 0);
-  auto tp = SplitAxis(AxisKind::kTp, 3);
-  ASSERT_TRUE(tp.ok()) << tp.status().ToString();
-  EXPECT_EQ(tp->dim(), 3);
+  ASSERT_OK_AND_ASSIGN(auto ep, SplitAxis(AxisKind::kEp, 0));
+  EXPECT_EQ(ep.semantics(), AxisSemantics::kSplit);
+  EXPECT_EQ(ep.kind(), AxisKind::kEp);
+  EXPECT_EQ(ep.dim(), 0);
+  ASSERT_OK_AND_ASSIGN(auto tp, SplitAxis(AxisKind::kTp, 3));
+  EXPECT_EQ(tp.dim(), 3);
   EXPECT_EQ(ReplicatedAxis(AxisKind::kDp).dim(), -1);
   EXPECT_EQ(ReplicatedAxis(AxisKind::kDp).semantics(),
             AxisSemantics::kReplicated);
@@ -117,21 +115,20 @@ TensorDescriptorSpec ValidTensorSpec() {
 }
 
 TEST(PlacementTypesTest, ValidTensorDescriptorKeepsItsFields) {
-  auto t = TensorDescriptor::Make(ValidTensorSpec());
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->tensor_id(), "layers.0.mlp.w");
-  EXPECT_EQ(t->global_shape(), (Dims{8, 4}));
-  EXPECT_EQ(t->ndim(), 2u);
-  EXPECT_EQ(t->dtype(), "bfloat16");
-  EXPECT_EQ(t->itemsize(), 2);
-  EXPECT_EQ(t->shard_dims(), (Dims{1}));
-  EXPECT_EQ(t->layout_fingerprint(), "test:bfloat16");
-  EXPECT_EQ(t->num_elements(), 32u);
-  EXPECT_FALSE(t->layer_id().has_value());
-  EXPECT_FALSE(t->expert_id().has_value());
-  ASSERT_NE(t->FindAxis(AxisKind::kTp), nullptr);
-  EXPECT_EQ(t->FindAxis(AxisKind::kTp)->dim(), 1);
-  EXPECT_EQ(t->FindAxis(AxisKind::kEp), nullptr);
+  ASSERT_OK_AND_ASSIGN(auto t, TensorDescriptor::Make(ValidTensorSpec()));
+  EXPECT_EQ(t.tensor_id(), "layers.0.mlp.w");
+  EXPECT_EQ(t.global_shape(), (Dims{8, 4}));
+  EXPECT_EQ(t.ndim(), 2u);
+  EXPECT_EQ(t.dtype(), "bfloat16");
+  EXPECT_EQ(t.itemsize(), 2);
+  EXPECT_EQ(t.shard_dims(), (Dims{1}));
+  EXPECT_EQ(t.layout_fingerprint(), "test:bfloat16");
+  EXPECT_EQ(t.num_elements(), 32u);
+  EXPECT_FALSE(t.layer_id().has_value());
+  EXPECT_FALSE(t.expert_id().has_value());
+  ASSERT_NE(t.FindAxis(AxisKind::kTp), nullptr);
+  EXPECT_EQ(t.FindAxis(AxisKind::kTp)->dim(), 1);
+  EXPECT_EQ(t.FindAxis(AxisKind::kEp), nullptr);
 }
 
 TEST(PlacementTypesTest, ParallelAxesAreNormalisedToKindOrder) {
@@ -139,22 +136,20 @@ TEST(PlacementTypesTest, ParallelAxesAreNormalisedToKindOrder) {
   s.parallel_axes = {
       *SplitAxis(AxisKind::kTp, 1), ReplicatedAxis(AxisKind::kEp),
       OwnershipAxis(AxisKind::kPp), ReplicatedAxis(AxisKind::kDp)};
-  auto t = TensorDescriptor::Make(s);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  ASSERT_EQ(t->parallel_axes().size(), 4u);
-  EXPECT_EQ(t->parallel_axes()[0], ReplicatedAxis(AxisKind::kDp));
-  EXPECT_EQ(t->parallel_axes()[1], OwnershipAxis(AxisKind::kPp));
-  EXPECT_EQ(t->parallel_axes()[2], ReplicatedAxis(AxisKind::kEp));
-  EXPECT_EQ(t->parallel_axes()[3], *SplitAxis(AxisKind::kTp, 1));
+  ASSERT_OK_AND_ASSIGN(auto t, TensorDescriptor::Make(s));
+  ASSERT_EQ(t.parallel_axes().size(), 4u);
+  EXPECT_EQ(t.parallel_axes()[0], ReplicatedAxis(AxisKind::kDp));
+  EXPECT_EQ(t.parallel_axes()[1], OwnershipAxis(AxisKind::kPp));
+  EXPECT_EQ(t.parallel_axes()[2], ReplicatedAxis(AxisKind::kEp));
+  EXPECT_EQ(t.parallel_axes()[3], *SplitAxis(AxisKind::kTp, 1));
 
   // The same axes in another input order give an equal descriptor.
   TensorDescriptorSpec other = s;
   other.parallel_axes = {
       OwnershipAxis(AxisKind::kPp), ReplicatedAxis(AxisKind::kDp),
       *SplitAxis(AxisKind::kTp, 1), ReplicatedAxis(AxisKind::kEp)};
-  auto u = TensorDescriptor::Make(other);
-  ASSERT_TRUE(u.ok()) << u.status().ToString();
-  EXPECT_EQ(*t, *u);
+  ASSERT_OK_AND_ASSIGN(auto u, TensorDescriptor::Make(other));
+  EXPECT_EQ(t, u);
 }
 
 TEST(PlacementTypesTest, TensorRejectsEmptyId) {
@@ -220,10 +215,9 @@ TEST(PlacementTypesTest, TensorRejectsNegativeLayerAndExpertIds) {
   s = ValidTensorSpec();
   s.layer_id = 0;
   s.expert_id = 0;
-  auto t = TensorDescriptor::Make(s);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->layer_id(), 0);
-  EXPECT_EQ(t->expert_id(), 0);
+  ASSERT_OK_AND_ASSIGN(auto t, TensorDescriptor::Make(s));
+  EXPECT_EQ(t.layer_id(), 0);
+  EXPECT_EQ(t.expert_id(), 0);
 }
 
 TEST(PlacementTypesTest, TensorRejectsOutOfRangeShardDims) {
@@ -309,7 +303,7 @@ TEST(PlacementTypesTest, TensorRejectsSplitDimsConflictingWithShardDims) {
   EXPECT_EQ(ErrorOf(TensorDescriptor::Make(s)), kConflict);
   s.shard_dims = {0, 1};
   auto t = TensorDescriptor::Make(s);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_OK(t);
 }
 
 TEST(PlacementTypesTest, IndividualExpertRejectsEpSplit) {
@@ -324,17 +318,15 @@ TEST(PlacementTypesTest, IndividualExpertRejectsEpSplit) {
   // Explicit EP ownership is the supported form.
   s.shard_dims = {};
   s.parallel_axes = {OwnershipAxis(AxisKind::kEp)};
-  auto t = TensorDescriptor::Make(s);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->expert_id(), 3);
+  ASSERT_OK_AND_ASSIGN(auto t, TensorDescriptor::Make(s));
+  EXPECT_EQ(t.expert_id(), 3);
 }
 
 TEST(PlacementTypesTest, NumElementsSaturates) {
   TensorDescriptorSpec s = ValidTensorSpec();
   s.global_shape = {int64_t{1} << 40, int64_t{1} << 40};
-  auto t = TensorDescriptor::Make(s);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->num_elements(), UINT64_MAX);
+  ASSERT_OK_AND_ASSIGN(auto t, TensorDescriptor::Make(s));
+  EXPECT_EQ(t.num_elements(), UINT64_MAX);
 }
 
 // ------------------------------------------------------ PlacementFragment
@@ -355,19 +347,18 @@ constexpr char kAnonymousFragment[] =
 
 TEST(PlacementTypesTest, FragmentWithoutIdGetsTheCanonicalId) {
   PlacementFragmentSpec s = ValidFragmentSpec();
-  auto f = PlacementFragment::Make(s);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->placement_fragment_id(), CanonicalPlacementFragmentId(s));
-  EXPECT_EQ(f->fragment_id(), f->placement_fragment_id());
-  EXPECT_THAT(f->placement_fragment_id(), ::testing::StartsWith("sha256:"));
-  EXPECT_EQ(f->placement_fragment_id().size(), 7u + 64u);
-  EXPECT_EQ(f->tensor_id(), "w");
-  EXPECT_EQ(f->global_offset(), (Dims{0, 4}));
-  EXPECT_EQ(f->local_shape(), (Dims{8, 4}));
-  EXPECT_EQ(f->nbytes(), 64u);
-  EXPECT_EQ(f->rank(), s.rank);
-  EXPECT_TRUE(f->aliases().empty());
-  EXPECT_FALSE(f->pipeline_stage_id().has_value());
+  ASSERT_OK_AND_ASSIGN(auto f, PlacementFragment::Make(s));
+  EXPECT_EQ(f.placement_fragment_id(), CanonicalPlacementFragmentId(s));
+  EXPECT_EQ(f.fragment_id(), f.placement_fragment_id());
+  EXPECT_THAT(f.placement_fragment_id(), ::testing::StartsWith("sha256:"));
+  EXPECT_EQ(f.placement_fragment_id().size(), 7u + 64u);
+  EXPECT_EQ(f.tensor_id(), "w");
+  EXPECT_EQ(f.global_offset(), (Dims{0, 4}));
+  EXPECT_EQ(f.local_shape(), (Dims{8, 4}));
+  EXPECT_EQ(f.nbytes(), 64u);
+  EXPECT_EQ(f.rank(), s.rank);
+  EXPECT_TRUE(f.aliases().empty());
+  EXPECT_FALSE(f.pipeline_stage_id().has_value());
 }
 
 TEST(PlacementTypesTest, FragmentIdDependsOnEveryLogicalField) {
@@ -398,22 +389,20 @@ TEST(PlacementTypesTest, FragmentIdDependsOnEveryLogicalField) {
 TEST(PlacementTypesTest, SuppliedFragmentIdIsKept) {
   PlacementFragmentSpec s = ValidFragmentSpec();
   s.placement_fragment_id = "frag-custom";
-  auto f = PlacementFragment::Make(s);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->placement_fragment_id(), "frag-custom");
-  EXPECT_EQ(f->fragment_id(), "frag-custom");
+  ASSERT_OK_AND_ASSIGN(auto f, PlacementFragment::Make(s));
+  EXPECT_EQ(f.placement_fragment_id(), "frag-custom");
+  EXPECT_EQ(f.fragment_id(), "frag-custom");
 }
 
 TEST(PlacementTypesTest, FragmentAliasesAreSorted) {
   PlacementFragmentSpec s = ValidFragmentSpec();
   s.aliases = {"z.tied", "w", "a.tied"};
-  auto f = PlacementFragment::Make(s);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->aliases(), (std::vector<std::string>{"a.tied", "w", "z.tied"}));
+  ASSERT_OK_AND_ASSIGN(auto f, PlacementFragment::Make(s));
+  EXPECT_EQ(f.aliases(), (std::vector<std::string>{"a.tied", "w", "z.tied"}));
   // The canonical id is computed over the sorted group.
   PlacementFragmentSpec sorted = s;
   sorted.aliases = {"a.tied", "w", "z.tied"};
-  EXPECT_EQ(f->placement_fragment_id(), CanonicalPlacementFragmentId(sorted));
+  EXPECT_EQ(f.placement_fragment_id(), CanonicalPlacementFragmentId(sorted));
 }
 
 TEST(PlacementTypesTest, FragmentRejectsEmptyTensorId) {
@@ -535,12 +524,11 @@ TEST(PlacementTypesTest, GoldenFragmentIdWithNonAsciiTensorIds) {
   s.aliases = {"layers.0.\u00e9t\u00e9", "emb.\U0001F680"};
   constexpr char kGolden[] =
       "sha256:9497f0619d3ec16a759c29a4d5ccb75c0bb10dd5e727ecf7885aa71e14c23362";
-  auto f = PlacementFragment::Make(s);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->placement_fragment_id(), kGolden);
-  EXPECT_EQ(f->aliases(), (std::vector<std::string>{"emb.\U0001F680",
-                                                    "layers.0.\u00e9t\u00e9"}));
-  s.aliases = f->aliases();
+  ASSERT_OK_AND_ASSIGN(auto f, PlacementFragment::Make(s));
+  EXPECT_EQ(f.placement_fragment_id(), kGolden);
+  EXPECT_EQ(f.aliases(), (std::vector<std::string>{"emb.\U0001F680",
+                                                   "layers.0.\u00e9t\u00e9"}));
+  s.aliases = f.aliases();
   EXPECT_EQ(CanonicalPlacementFragmentId(s), kGolden);
 }
 
@@ -551,19 +539,17 @@ TEST(PlacementTypesTest, GoldenFragmentIdAboveTheBmp) {
   s.local_shape = {16};
   s.nbytes = 32;
   s.rank = ParallelRank{.dp = 1, .tp = 0, .pp = 2, .ep = 3};
-  auto f = PlacementFragment::Make(s);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  EXPECT_EQ(f->placement_fragment_id(),
+  ASSERT_OK_AND_ASSIGN(auto f, PlacementFragment::Make(s));
+  EXPECT_EQ(f.placement_fragment_id(),
             "sha256:3fc400728bd64ee7c0fc4fcad77addfd021f780cbe7a4c82a8741e1792d"
             "4a69e");
   // pipeline_stage_id joins the identity object only when set.
   s.pipeline_stage_id = 2;
-  auto staged = PlacementFragment::Make(s);
-  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
-  EXPECT_EQ(staged->placement_fragment_id(),
+  ASSERT_OK_AND_ASSIGN(auto staged, PlacementFragment::Make(s));
+  EXPECT_EQ(staged.placement_fragment_id(),
             "sha256:79c90a2f1d5f3214fa9aca9151a861b89abcdb9d6c3b21dc99cab108e7f"
             "ad0c6");
-  EXPECT_EQ(staged->pipeline_stage_id(), 2);
+  EXPECT_EQ(staged.pipeline_stage_id(), 2);
 }
 
 // ------------------------------------------------------- ParallelTopology
@@ -590,48 +576,44 @@ constexpr char kDp2Tp2TopologyId[] =
     "sha256:d4051c468395464dcca2d8eaf5bb68facab9d7140ecd4ed9e214c0603f095663";
 
 TEST(PlacementTypesTest, GoldenTopologyId) {
-  auto t = ParallelTopology::Make(Dp2Tp2Spec());
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->topology_id(), kDp2Tp2TopologyId);
+  ASSERT_OK_AND_ASSIGN(auto t, ParallelTopology::Make(Dp2Tp2Spec()));
+  EXPECT_EQ(t.topology_id(), kDp2Tp2TopologyId);
 }
 
 TEST(PlacementTypesTest, GoldenTopologyIdWithNonAsciiParticipant) {
   ParallelTopologySpec s;
   s.participants = {Participant("\u00e9-worker", 0, 0)};
-  auto t = ParallelTopology::Make(s);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->topology_id(),
+  ASSERT_OK_AND_ASSIGN(auto t, ParallelTopology::Make(s));
+  EXPECT_EQ(t.topology_id(),
             "sha256:9f6d93185c5c49a28011cf153db7485bc664379fb79dfbbaa53f5a299d5"
             "d8b7d");
 }
 
 TEST(PlacementTypesTest, TopologySortsParticipantsById) {
-  auto t = ParallelTopology::Make(Dp2Tp2Spec());
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_OK_AND_ASSIGN(auto t, ParallelTopology::Make(Dp2Tp2Spec()));
   std::vector<std::string> ids;
-  for (const auto& p : t->participants()) ids.push_back(p.participant_id);
+  for (const auto& p : t.participants()) ids.push_back(p.participant_id);
   EXPECT_EQ(ids, (std::vector<std::string>{"worker-a", "worker-b", "worker-c",
                                            "worker-d"}));
-  EXPECT_EQ(t->world_size(), 4u);
-  EXPECT_EQ(t->tp_size(), 2);
-  EXPECT_EQ(t->dp_size(), 2);
-  EXPECT_EQ(t->pp_size(), 1);
-  EXPECT_EQ(t->ep_size(), 1);
-  EXPECT_EQ(t->size(AxisKind::kTp), 2);
-  EXPECT_EQ(t->size(AxisKind::kPp), 1);
-  const TopologyParticipant* c = t->FindParticipant("worker-c");
+  EXPECT_EQ(t.world_size(), 4u);
+  EXPECT_EQ(t.tp_size(), 2);
+  EXPECT_EQ(t.dp_size(), 2);
+  EXPECT_EQ(t.pp_size(), 1);
+  EXPECT_EQ(t.ep_size(), 1);
+  EXPECT_EQ(t.size(AxisKind::kTp), 2);
+  EXPECT_EQ(t.size(AxisKind::kPp), 1);
+  const TopologyParticipant* c = t.FindParticipant("worker-c");
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->rank, (ParallelRank{.dp = 1, .tp = 0, .pp = 0, .ep = 0}));
-  EXPECT_EQ(t->FindParticipant("worker-e"), nullptr);
-  EXPECT_EQ(t->FindParticipant(""), nullptr);
+  EXPECT_EQ(t.FindParticipant("worker-e"), nullptr);
+  EXPECT_EQ(t.FindParticipant(""), nullptr);
 
   // The input order does not change the identity.
   ParallelTopologySpec reordered = Dp2Tp2Spec();
   std::swap(reordered.participants[0], reordered.participants[3]);
-  auto u = ParallelTopology::Make(reordered);
-  ASSERT_TRUE(u.ok()) << u.status().ToString();
-  EXPECT_EQ(u->topology_id(), t->topology_id());
-  EXPECT_EQ(*u, *t);
+  ASSERT_OK_AND_ASSIGN(auto u, ParallelTopology::Make(reordered));
+  EXPECT_EQ(u.topology_id(), t.topology_id());
+  EXPECT_EQ(u, t);
 }
 
 TEST(PlacementTypesTest, WorldSizeCountsParticipantsNotTheGrid) {
@@ -641,18 +623,16 @@ TEST(PlacementTypesTest, WorldSizeCountsParticipantsNotTheGrid) {
   s.dp_size = 2;
   s.participants = {Participant("worker-a", 0, 0),
                     Participant("worker-b", 0, 1)};
-  auto t = ParallelTopology::Make(s);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->world_size(), 2u);
-  EXPECT_EQ(t->dp_size(), 2);
+  ASSERT_OK_AND_ASSIGN(auto t, ParallelTopology::Make(s));
+  EXPECT_EQ(t.world_size(), 2u);
+  EXPECT_EQ(t.dp_size(), 2);
 }
 
 TEST(PlacementTypesTest, TopologyAcceptsMatchingSuppliedId) {
   ParallelTopologySpec s = Dp2Tp2Spec();
   s.topology_id = kDp2Tp2TopologyId;
-  auto t = ParallelTopology::Make(s);
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->topology_id(), kDp2Tp2TopologyId);
+  ASSERT_OK_AND_ASSIGN(auto t, ParallelTopology::Make(s));
+  EXPECT_EQ(t.topology_id(), kDp2Tp2TopologyId);
 }
 
 TEST(PlacementTypesTest, TopologyRejectsMismatchedSuppliedId) {

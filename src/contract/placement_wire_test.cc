@@ -10,6 +10,7 @@
 
 #include "reshard/placement.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -50,14 +51,13 @@ void CheckGoldens(const std::vector<Golden>& goldens) {
   for (const Golden& g : goldens) {
     SCOPED_TRACE(g.file);
     const std::string text = ReadTestData(g.file);
-    auto m = WeightPlacementFromJson(text);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    EXPECT_EQ(m->placement_id(), g.placement_id);
-    EXPECT_EQ(m->digest(), g.digest);
-    EXPECT_EQ(m->topology().topology_id(), g.topology_id);
-    EXPECT_EQ(m->fragments().size(), g.fragments);
+    ASSERT_OK_AND_ASSIGN(auto m, WeightPlacementFromJson(text));
+    EXPECT_EQ(m.placement_id(), g.placement_id);
+    EXPECT_EQ(m.digest(), g.digest);
+    EXPECT_EQ(m.topology().topology_id(), g.topology_id);
+    EXPECT_EQ(m.fragments().size(), g.fragments);
     // The files are canonical: encode(decode(x)) == x, byte for byte.
-    EXPECT_EQ(WeightPlacementToJson(*m), text);
+    EXPECT_EQ(WeightPlacementToJson(m), text);
   }
 }
 
@@ -76,9 +76,8 @@ TEST(PlacementWireTest, PlanFixturePlacementsValidate) {
     if (name == "expected.json") continue;
     SCOPED_TRACE(name);
     const std::string text = ReadTestData("fixtures/plans/" + name);
-    auto m = WeightPlacementFromJson(text);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    EXPECT_EQ(WeightPlacementToJson(*m), text);
+    ASSERT_OK_AND_ASSIGN(auto m, WeightPlacementFromJson(text));
+    EXPECT_EQ(WeightPlacementToJson(m), text);
   }
 }
 
@@ -91,9 +90,8 @@ TEST(PlacementWireTest, NonCanonicalInputDecodesToCanonicalForm) {
     spaced += c;
     if (c == ',') spaced += "\n  ";
   }
-  auto m = WeightPlacementFromJson(spaced);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(WeightPlacementToJson(*m), text);
+  ASSERT_OK_AND_ASSIGN(auto m, WeightPlacementFromJson(spaced));
+  EXPECT_EQ(WeightPlacementToJson(m), text);
 }
 
 class WireMutationTest : public ::testing::Test {
@@ -158,13 +156,12 @@ TEST_F(WireMutationTest, IntegersAreStrict) {
 }
 
 TEST_F(WireMutationTest, IdsMustMatchCanonicalContent) {
-  auto m = WeightPlacementFromJson(
-      ReadTestData("fixtures/placements/placement_100.json"));
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK_AND_ASSIGN(auto m, WeightPlacementFromJson(ReadTestData(
+                                   "fixtures/placements/placement_100.json")));
   EXPECT_THAT(
-      Error(Mutate(m->placement_id(), "sha256:" + std::string(64, '0'))),
+      Error(Mutate(m.placement_id(), "sha256:" + std::string(64, '0'))),
       HasSubstr("placement_id does not match canonical logical content"));
-  EXPECT_THAT(Error(Mutate(m->topology().topology_id(),
+  EXPECT_THAT(Error(Mutate(m.topology().topology_id(),
                            "sha256:" + std::string(64, '1'))),
               HasSubstr("topology: topology_id does not match canonical "
                         "topology"));
@@ -221,15 +218,13 @@ TEST(PlacementWireTest, LargeDocumentsDecodeInParallelDeterministically) {
                  .ep_split = true,
                  .layer_id = t});
   }
-  auto built = draft.Build();
-  ASSERT_TRUE(built.ok()) << built.status().ToString();
-  const std::string text = WeightPlacementToJson(*built);
+  ASSERT_OK_AND_ASSIGN(auto built, draft.Build());
+  const std::string text = WeightPlacementToJson(built);
   ASSERT_GT(text.size(), size_t{4} << 20);
-  auto decoded = WeightPlacementFromJson(text);
-  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->placement_id(), built->placement_id());
-  EXPECT_EQ(decoded->digest(), built->digest());
-  EXPECT_EQ(WeightPlacementToJson(*decoded), text);
+  ASSERT_OK_AND_ASSIGN(auto decoded, WeightPlacementFromJson(text));
+  EXPECT_EQ(decoded.placement_id(), built.placement_id());
+  EXPECT_EQ(decoded.digest(), built.digest());
+  EXPECT_EQ(WeightPlacementToJson(decoded), text);
   // Corrupt one fragment in the last part (decoded by the second thread)
   // and one in the first part: the first part's error is reported.
   std::string bad = text;
@@ -258,15 +253,16 @@ TEST(PlacementWireTest, WrappedByteSizeIsAMismatch) {
       .dtype = "uint8",
       .itemsize = 1,
       .layout_fingerprint = "x"};
-  auto f = PlacementFragment::Make(
-      {.tensor_id = "w",
-       .global_offset = {0, 0, 0},
-       .local_shape = {int64_t{1} << 62, int64_t{1} << 62, int64_t{1} << 62},
-       .nbytes = 0 + 1,
-       .placement_fragment_id = "f"});
-  ASSERT_TRUE(f.ok());
+  ASSERT_OK_AND_ASSIGN(auto f,
+                       PlacementFragment::Make(
+                           {.tensor_id = "w",
+                            .global_offset = {0, 0, 0},
+                            .local_shape = {int64_t{1} << 62, int64_t{1} << 62,
+                                            int64_t{1} << 62},
+                            .nbytes = 0 + 1,
+                            .placement_fragment_id = "f"}));
   WeightPlacementPartSpec s{{"r", "v", 1, "set"},         "sha256:t", "p", {},
-                            {*TensorDescriptor::Make(t)}, {*f}};
+                            {*TensorDescriptor::Make(t)}, {f}};
   EXPECT_EQ(WeightPlacementPart::Make(s).status().message(),
             "fragment byte size mismatch: f: expected more than 2^64-1, got "
             "1");

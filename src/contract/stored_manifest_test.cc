@@ -7,6 +7,7 @@
 
 #include "reshard/plan.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
@@ -26,15 +27,14 @@ std::string Error(StoredWeightManifestSpec s) {
 
 TEST(StoredManifestTest, OneReplicaOfAPlacementValidatesAndRoundTrips) {
   auto placement = Scenario("four_axis_source.json");
-  auto m = StoredWeightManifest::Make(StoredSpecFrom(placement));
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_OK_AND_ASSIGN(auto m,
+                       StoredWeightManifest::Make(StoredSpecFrom(placement)));
   // DP2 source: one replica = half of the fragments.
-  EXPECT_EQ(m->fragments().size(), placement.fragments().size() / 2);
-  const std::string json = StoredWeightManifestToJson(*m);
-  auto again = StoredWeightManifestFromJson(json);
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  EXPECT_EQ(StoredWeightManifestToJson(*again), json);
-  EXPECT_EQ(again->manifest_digest(), m->manifest_digest());
+  EXPECT_EQ(m.fragments().size(), placement.fragments().size() / 2);
+  const std::string json = StoredWeightManifestToJson(m);
+  ASSERT_OK_AND_ASSIGN(auto again, StoredWeightManifestFromJson(json));
+  EXPECT_EQ(StoredWeightManifestToJson(again), json);
+  EXPECT_EQ(again.manifest_digest(), m.manifest_digest());
   EXPECT_TRUE(LooksLikeStoredManifest(json));
   EXPECT_FALSE(LooksLikeStoredManifest(WeightPlacementToJson(placement)));
 }
@@ -42,9 +42,9 @@ TEST(StoredManifestTest, OneReplicaOfAPlacementValidatesAndRoundTrips) {
 TEST(StoredManifestTest, JsonKeepsNonAsciiRaw) {
   auto placement = *WeightPlacementFromJson(
       ReadTestData("fixtures/placements/placement_100.json"));
-  auto m = StoredWeightManifest::Make(StoredSpecFrom(placement));
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  const std::string json = StoredWeightManifestToJson(*m);
+  ASSERT_OK_AND_ASSIGN(auto m,
+                       StoredWeightManifest::Make(StoredSpecFrom(placement)));
+  const std::string json = StoredWeightManifestToJson(m);
   EXPECT_NE(json.find("layers.3.\xc3\xa9t\xc3\xa9.3"), std::string::npos);
   EXPECT_EQ(json.find("\\u00e9"), std::string::npos);
 }
@@ -75,9 +75,8 @@ TEST_F(StoredRulesTest, GroupIdIsTheManifestKeysGroup) {
   s.group_id = group + "x";
   EXPECT_EQ(Error(s), "manifest_key must be <group_id>/manifest: " + key +
                           " (group_id " + group + "x)");
-  auto m = StoredWeightManifest::Make(Valid());
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  std::string json = StoredWeightManifestToJson(*m);
+  ASSERT_OK_AND_ASSIGN(auto m, StoredWeightManifest::Make(Valid()));
+  std::string json = StoredWeightManifestToJson(m);
   const std::string field = "\"group_id\":\"" + group + "\"";
   ASSERT_NE(json.find(field), std::string::npos);
   json.replace(json.find(field), field.size(),
@@ -162,8 +161,8 @@ TEST(StoredPlanTest, PlanningFromTheStoreMatchesTheLivePlanInBytes) {
     auto stored = *StoredWeightManifest::Make(StoredSpecFrom(src));
     auto live = LogicalTransferPlan::Make(src, dst);
     auto from_store = LogicalTransferPlan::MakeFromStored(stored, dst);
-    ASSERT_TRUE(live.ok()) << live.status().ToString();
-    ASSERT_TRUE(from_store.ok()) << from_store.status().ToString();
+    ASSERT_OK(live);
+    ASSERT_OK(from_store);
     EXPECT_EQ(from_store->summary().bytes, live->summary().bytes);
     EXPECT_EQ(from_store->summary().regions, live->summary().regions);
     EXPECT_EQ(from_store->source_placement_id(),

@@ -12,42 +12,45 @@
 
 #include "exec/ucx/ucx_handles.h"
 #include "reshard/live.h"
+#include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 
 namespace reshard::internal {
 namespace {
 
+using ::reshard::testing::StatusIs;
+
 TEST(LiveRecordsTest, RoundTrips) {
   const RankRecord rank{"host-a", 1, 3};
   EXPECT_EQ(EncodeRankRecord(rank), R"({"host":"host-a","rank":1,"ranks":3})");
-  auto r = DecodeRankRecord(EncodeRankRecord(rank), "s/rank/1", 1, 3);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->host, "host-a");
+  ASSERT_OK_AND_ASSIGN(
+      auto r, DecodeRankRecord(EncodeRankRecord(rank), "s/rank/1", 1, 3));
+  EXPECT_EQ(r.host, "host-a");
 
   const std::string address("\x20\x01\x02\x03\x04\x05\x06\x07\x08\x09", 10);
-  auto a =
-      DecodeAddressRecord(EncodeAddressRecord(2, address), "s/address/2", 2);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(*a, address);
+  ASSERT_OK_AND_ASSIGN(
+      auto a,
+      DecodeAddressRecord(EncodeAddressRecord(2, address), "s/address/2", 2));
+  EXPECT_EQ(a, address);
 
   const std::vector<RemoteRange> ranges = {
       {4096, 100, std::string("\x01\0\0\0\0\0\0\0\0\0", 10)},
       {1024, 8, std::string("\x13\0\0\0\0\0\0\0\0\0\0\0", 12)}};
-  auto k =
-      DecodeRemoteKeysRecord(EncodeRemoteKeysRecord(0, ranges), "s/rkeys/0", 0);
-  ASSERT_TRUE(k.ok()) << k.status().ToString();
-  ASSERT_EQ(k->size(), 2u);
-  EXPECT_EQ((*k)[0].address, 1024u);  // sorted
-  EXPECT_EQ((*k)[0].packed, ranges[1].packed);
-  EXPECT_EQ((*k)[1].length, 100u);
+  ASSERT_OK_AND_ASSIGN(auto k,
+                       DecodeRemoteKeysRecord(EncodeRemoteKeysRecord(0, ranges),
+                                              "s/rkeys/0", 0));
+  ASSERT_EQ(k.size(), 2u);
+  EXPECT_EQ((k)[0].address, 1024u);  // sorted
+  EXPECT_EQ((k)[0].packed, ranges[1].packed);
+  EXPECT_EQ((k)[1].length, 100u);
 
   EXPECT_EQ(EncodeMarkerRecord(4), R"({"rank":4})");
-  EXPECT_TRUE(DecodeMarkerRecord(R"({"rank":4})", "s/done/4", 4).ok());
+  EXPECT_OK(DecodeMarkerRecord(R"({"rank":4})", "s/done/4", 4));
 
-  auto reason = DecodeAbortRecord(EncodeAbortRecord(1, "line one\nline two"),
-                                  "s/abort/1", 1);
-  ASSERT_TRUE(reason.ok());
-  EXPECT_EQ(*reason, "line one\nline two");
+  ASSERT_OK_AND_ASSIGN(
+      auto reason, DecodeAbortRecord(EncodeAbortRecord(1, "line one\nline two"),
+                                     "s/abort/1", 1));
+  EXPECT_EQ(reason, "line one\nline two");
 
   ReportRecord report;
   report.rank = 1;
@@ -64,11 +67,10 @@ TEST(LiveRecordsTest, RoundTrips) {
             R"({"bytes":1048576,"error":"","messages":7,"mismatch":"",)"
             R"("operations":7,"packed_messages":2,"plan_ns":1500,"rank":1,)"
             R"("ready":true,"transfer_ns":123456789,"verified":true})");
-  auto back = DecodeReportRecord(text, "s/report/1", 1);
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(back->bytes, report.bytes);
-  EXPECT_EQ(back->transfer_ns, report.transfer_ns);
-  EXPECT_TRUE(back->verified && back->ready);
+  ASSERT_OK_AND_ASSIGN(auto back, DecodeReportRecord(text, "s/report/1", 1));
+  EXPECT_EQ(back.bytes, report.bytes);
+  EXPECT_EQ(back.transfer_ns, report.transfer_ns);
+  EXPECT_TRUE(back.verified && back.ready);
 }
 
 // The launcher used to read "key=value" lines with stoull: a malformed
@@ -130,10 +132,11 @@ TEST(LiveRecordsTest, AddressRecordsAreCheckedBeforeUcx) {
   std::string text = EncodeAddressRecord(1, std::string(64, '\x20'));
   text[13] = text[13] == '0' ? '1' : '0';
   auto torn = DecodeAddressRecord(text, key, 1);
-  EXPECT_EQ(torn.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(torn.status().message(),
-            "malformed address record s/address/1: address does not match "
-            "its sha256 (torn or altered record)");
+  EXPECT_THAT(
+      torn,
+      StatusIs(StatusCode::kDataLoss,
+               "malformed address record s/address/1: address does not match "
+               "its sha256 (torn or altered record)"));
   auto upper =
       DecodeAddressRecord(R"({"address":"0A","rank":1,"sha256":"x"})", key, 1);
   EXPECT_EQ(upper.status().message(),
@@ -158,7 +161,7 @@ TEST(LiveRecordsTest, AddressRecordsAreCheckedBeforeUcx) {
 
   // Well-formed records of bytes UCX did not write.
   const std::string own("\x20\x45\x5c\x97\x1d\x74\x4d\x22\xf2\x20\x00", 11);
-  EXPECT_TRUE(CheckWorkerAddress(own, own).ok());
+  EXPECT_OK(CheckWorkerAddress(own, own));
   EXPECT_EQ(CheckWorkerAddress(std::string(64, '\x02'), own).message(),
             "UCX worker address has format version 2, this UCX writes "
             "version 0");
@@ -172,8 +175,8 @@ TEST(LiveRecordsTest, RemoteKeysAreCheckedBeforeUcx) {
   // memory domain.
   const std::string shm("\x13\0\0\0\0\0\0\0\0\0\0\0", 12);
   const std::string tcp("\x01\0\0\0\0\0\0\0\0\0", 10);
-  EXPECT_TRUE(CheckPackedRemoteKey(shm).ok());
-  EXPECT_TRUE(CheckPackedRemoteKey(tcp).ok());
+  EXPECT_OK(CheckPackedRemoteKey(shm));
+  EXPECT_OK(CheckPackedRemoteKey(tcp));
   EXPECT_EQ(CheckPackedRemoteKey(std::string(64, '\x02')).message(),
             "packed UCX remote key of 64 bytes: memory type 2 is not host "
             "memory");
@@ -226,9 +229,8 @@ TEST(LiveRecordsTest, RankAbortAndMarkerRecords) {
   const std::string huge(50 << 20, 'k');
   const std::string record = EncodeAbortRecord(0, huge + "\xff");
   EXPECT_LT(record.size(), 2 * kMaxRecordedText);
-  auto reason = DecodeAbortRecord(record, "s/abort/0", 0);
-  ASSERT_TRUE(reason.ok()) << reason.status().ToString();
-  EXPECT_EQ(*reason,
+  ASSERT_OK_AND_ASSIGN(auto reason, DecodeAbortRecord(record, "s/abort/0", 0));
+  EXPECT_EQ(reason,
             std::string(kMaxRecordedText, 'k') + "... (52428801 bytes)");
   EXPECT_EQ(Shorten("a\xc3\xa9", 2), "a... (3 bytes)");
 }
@@ -238,8 +240,8 @@ TEST(LiveRecordsTest, RendezvousUriNamesADirectory) {
   for (const std::string& uri :
        {dir.path() + "/plain", "fs://" + dir.path() + "/fs"}) {
     auto store = OpenRendezvous(uri);
-    ASSERT_TRUE(store.ok()) << uri << ": " << store.status().ToString();
-    ASSERT_TRUE((*store)->Put("s/rank/0", "{}").ok());
+    ASSERT_OK(store) << uri;
+    ASSERT_OK((*store)->Put("s/rank/0", "{}"));
   }
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/plain/s/rank/0"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/fs/s/rank/0"));
@@ -258,8 +260,7 @@ TEST(LiveRecordsTest, RendezvousUriNamesADirectory) {
   for (const auto& c : cases) {
     auto store = OpenRendezvous(c.uri);
     ASSERT_FALSE(store.ok()) << c.uri;
-    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(store.status().message(), c.message);
+    EXPECT_THAT(store, StatusIs(StatusCode::kInvalidArgument, c.message));
   }
   EXPECT_FALSE(std::filesystem::exists("redis:"));
 }

@@ -29,6 +29,7 @@
 #include "selftest/selftest.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 
 namespace reshard {
@@ -112,9 +113,10 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
                                           ParticipantsWithFragments(target));
       SCOPED_TRACE(std::string(key) + " over " + t.name + ", " +
                    std::to_string(procs) + " processes");
-      auto report = RunSelfTest(source, target, Ucx(t.ucx, procs, t.protocol));
-      ASSERT_TRUE(report.ok()) << report.status().ToString();
-      ExpectLiveVerified(*report, source, target, procs);
+      ASSERT_OK_AND_ASSIGN(
+          auto report,
+          RunSelfTest(source, target, Ucx(t.ucx, procs, t.protocol)));
+      ExpectLiveVerified(report, source, target, procs);
       ++ran;
     }
   }
@@ -132,10 +134,10 @@ TEST(LiveSessionTest, FourAxisGeneratedLayouts) {
       Must(GenerateLayout(model, {.tp = 8, .pp = 4, .ep = 2, .dp = 4}));
   for (const NamedUcx& t : Transports()) {
     SCOPED_TRACE(t.name);
-    auto report = RunSelfTest(source, target, Ucx(t.ucx, 4, t.protocol));
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    ExpectLiveVerified(*report, source, target, 4);
-    EXPECT_GT(report->packed_messages, 0u);
+    ASSERT_OK_AND_ASSIGN(
+        auto report, RunSelfTest(source, target, Ucx(t.ucx, 4, t.protocol)));
+    ExpectLiveVerified(report, source, target, 4);
+    EXPECT_GT(report.packed_messages, 0u);
   }
 }
 
@@ -153,13 +155,13 @@ TEST(LiveSessionTest, Dim0ToDim2IsOneMessagePerRegion) {
   ASSERT_EQ(plan.summary().segments, 8u * 64 * 4);
   for (const NamedUcx& t : Transports()) {
     SCOPED_TRACE(t.name);
-    auto report = RunSelfTest(source, target, Ucx(t.ucx, 2, t.protocol));
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    ExpectLiveVerified(*report, source, target, 2);
-    EXPECT_LE(report->messages, plan.regions().size());
+    ASSERT_OK_AND_ASSIGN(
+        auto report, RunSelfTest(source, target, Ucx(t.ucx, 2, t.protocol)));
+    ExpectLiveVerified(report, source, target, 2);
+    EXPECT_LE(report.messages, plan.regions().size());
     // Sources are strided (256-byte rows of 1 KiB pitch) and packed by the
     // sender; each overlap is one contiguous block of its target.
-    EXPECT_EQ(report->packed_messages, plan.regions().size());
+    EXPECT_EQ(report.packed_messages, plan.regions().size());
   }
 }
 
@@ -175,28 +177,27 @@ TEST(LiveSessionTest, PullReadsLongStridedRowsOneGetPerRow) {
   for (const NamedUcx& t : Transports()) {
     if (t.name.find("pull") == std::string::npos) continue;
     SCOPED_TRACE(t.name);
-    auto report =
-        RunSelfTest(source, target, Ucx(t.ucx, 2, LiveProtocol::kPull));
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    EXPECT_TRUE(report->verified) << report->mismatch;
-    EXPECT_EQ(report->bytes, plan.summary().bytes);
-    EXPECT_EQ(report->operations, plan.regions().size());
-    EXPECT_EQ(report->messages, plan.summary().segments);
-    EXPECT_EQ(report->packed_messages, 0u);
+    ASSERT_OK_AND_ASSIGN(
+        auto report,
+        RunSelfTest(source, target, Ucx(t.ucx, 2, LiveProtocol::kPull)));
+    EXPECT_TRUE(report.verified) << report.mismatch;
+    EXPECT_EQ(report.bytes, plan.summary().bytes);
+    EXPECT_EQ(report.operations, plan.regions().size());
+    EXPECT_EQ(report.messages, plan.summary().segments);
+    EXPECT_EQ(report.packed_messages, 0u);
   }
 }
 
 TEST(LiveSessionTest, OneProcessCopiesLocally) {
   const auto source = Cube(2, 0);
   const auto target = Cube(4, 1);
-  auto report = RunSelfTest(source, target, Ucx({}, 1));
-  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_OK_AND_ASSIGN(auto report, RunSelfTest(source, target, Ucx({}, 1)));
   const auto plan = Must(LogicalTransferPlan::Make(source, target));
-  EXPECT_TRUE(report->verified);
-  EXPECT_EQ(report->bytes, plan.summary().bytes);
-  EXPECT_EQ(report->operations, plan.regions().size());
-  EXPECT_EQ(report->messages, 0u);
-  EXPECT_EQ(report->ranks_ready, 1u);
+  EXPECT_TRUE(report.verified);
+  EXPECT_EQ(report.bytes, plan.summary().bytes);
+  EXPECT_EQ(report.operations, plan.regions().size());
+  EXPECT_EQ(report.messages, 0u);
+  EXPECT_EQ(report.ranks_ready, 1u);
 }
 
 // A store or rendezvous directory of its own.
@@ -357,9 +358,8 @@ TEST(LiveSessionTest, LauncherRefusesASessionWithRecords) {
   SelfTestOptions o = Ucx({}, 2);
   o.rendezvous = dir.path();
   o.session = "again";
-  auto first = RunSelfTest(source, target, o);
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_TRUE(first->verified);
+  ASSERT_OK_AND_ASSIGN(auto first, RunSelfTest(source, target, o));
+  EXPECT_TRUE(first.verified);
   auto store = Must(OpenDirectoryRecordStore(dir.path()));
   const auto records = Must(store->List("again/"));
   auto second = RunSelfTest(source, target, o);
@@ -381,7 +381,7 @@ TEST(LiveSessionTest, MalformedReportRecordIsAnError) {
   const auto target = Cube(2, 1);
   TempDir dir;
   auto store = Must(OpenDirectoryRecordStore(dir.path()));
-  ASSERT_TRUE(store->Put("bad/report/1", "verified=1\nbytes=lots\n").ok());
+  ASSERT_OK(store->Put("bad/report/1", "verified=1\nbytes=lots\n"));
   SelfTestOptions o = Ucx({}, 2);
   o.rendezvous = dir.path();
   o.session = "bad";
@@ -405,8 +405,8 @@ TEST(LiveSessionTest, RankRefusesToJoinTwice) {
   const auto target = Cube(2, 1);
   TempDir dir;
   auto store = Must(OpenDirectoryRecordStore(dir.path()));
-  ASSERT_TRUE(store->Put("twice/address/0", "{}").ok());
-  ASSERT_TRUE(store->Put("twice/rank/1", "{}").ok());
+  ASSERT_OK(store->Put("twice/address/0", "{}"));
+  ASSERT_OK(store->Put("twice/rank/1", "{}"));
   SelfTestOptions o = Ucx({}, 2);
   o.rendezvous = dir.path();
   o.session = "twice";
@@ -431,16 +431,12 @@ void PublishPeer(RecordStore& store, const std::string& session,
                  const std::string& address) {
   auto buffers = Must(internal::AllocateHostBuffers(target, "peer"));
   for (size_t i = 0; i < buffers.bindings.size(); ++i) {
-    ASSERT_TRUE(store
-                    .Put(session + "/bindings/1/target-" + std::to_string(i),
-                         WeightRuntimeBindingToJson(buffers.bindings[i]))
-                    .ok());
+    ASSERT_OK(store.Put(session + "/bindings/1/target-" + std::to_string(i),
+                        WeightRuntimeBindingToJson(buffers.bindings[i])));
   }
-  ASSERT_TRUE(store.Put(session + "/address/1", address).ok());
-  ASSERT_TRUE(store
-                  .Put(session + "/rank/1",
-                       internal::EncodeRankRecord({"elsewhere", 1, 2}))
-                  .ok());
+  ASSERT_OK(store.Put(session + "/address/1", address));
+  ASSERT_OK(store.Put(session + "/rank/1",
+                      internal::EncodeRankRecord({"elsewhere", 1, 2})));
 }
 
 std::string RunRankZero(const std::string& dir, const std::string& session) {
@@ -529,9 +525,8 @@ TEST(LiveSessionTest, UnsupportedRendezvousUriIsRefused) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   // fs:// names a directory.
   o.rendezvous = "fs://" + dir.path() + "/rdv";
-  auto ok = RunSelfTest(source, target, o);
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  EXPECT_TRUE(ok->verified);
+  ASSERT_OK_AND_ASSIGN(auto ok, RunSelfTest(source, target, o));
+  EXPECT_TRUE(ok.verified);
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/rdv/s/done/1"));
 }
 

@@ -18,10 +18,12 @@
 
 #include "reshard/plan.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
 
+using ::reshard::testing::StatusIs;
 using testing::AddTensor;
 using ::testing::ElementsAre;
 using testing::GridDraft;
@@ -201,17 +203,17 @@ TEST(PlannerTest, FixturePairsMatchGolden) {
     SCOPED_TRACE(std::string(key));
     auto source = LoadPlacement("fixtures/plans/" + Str(value["source"]));
     auto target = LoadPlacement("fixtures/plans/" + Str(value["target"]));
-    ASSERT_TRUE(source.ok()) << source.status().ToString();
-    ASSERT_TRUE(target.ok()) << target.status().ToString();
-    auto plan = LogicalTransferPlan::Make(*source, *target);
-    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    const PlanSummary& s = plan->summary();
+    ASSERT_OK(source);
+    ASSERT_OK(target);
+    ASSERT_OK_AND_ASSIGN(auto plan,
+                         LogicalTransferPlan::Make(*source, *target));
+    const PlanSummary& s = plan.summary();
     EXPECT_EQ(s.regions, uint64_t(value["regions"]));
     EXPECT_EQ(s.operations, uint64_t(value["regions"]));
     EXPECT_EQ(s.segments, uint64_t(value["segments"]));
     EXPECT_EQ(s.bytes, uint64_t(value["bytes"]));
-    EXPECT_EQ(plan->target_fragments().size(), target->fragments().size());
-    CheckInvariants(*plan);
+    EXPECT_EQ(plan.target_fragments().size(), target->fragments().size());
+    CheckInvariants(plan);
     ++n;
   }
   EXPECT_EQ(n, 6u);
@@ -230,19 +232,17 @@ TEST(PlannerTest, ScenariosMatchGolden) {
     SCOPED_TRACE(name);
     auto source = LoadPlacement("scenarios/" + Str(value["source"]));
     auto target = LoadPlacement("scenarios/" + Str(value["target"]));
-    ASSERT_TRUE(source.ok()) << source.status().ToString();
-    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    ASSERT_OK(source);
+    ASSERT_OK(target);
     auto plan = LogicalTransferPlan::Make(*source, *target);
     ++n;
     simdjson::dom::element error;
     if (value["error"].get(error) == simdjson::SUCCESS) {
       ++errors;
-      ASSERT_FALSE(plan.ok());
-      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_EQ(plan.status().message(), Str(error));
+      ASSERT_THAT(plan, StatusIs(StatusCode::kInvalidArgument, Str(error)));
       continue;
     }
-    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ASSERT_OK(plan);
     const PlanSummary& s = plan->summary();
     EXPECT_EQ(s.regions, uint64_t(value["regions"]));
     EXPECT_EQ(s.operations, uint64_t(value["regions"]));
@@ -290,23 +290,23 @@ TEST(PlannerTest, CrossDimDim0ToDim2Is16Operations) {
                    .dtype = "uint8",
                    .itemsize = 1,
                    .tp_dim = 2});
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  const PlanSummary& s = plan->summary();
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  const PlanSummary& s = plan.summary();
   EXPECT_EQ(s.operations, 16u);
   EXPECT_EQ(s.regions, 16u);
   EXPECT_EQ(s.segments, 2'097'152u);  // the prototype's segment count
   EXPECT_EQ(s.bytes, uint64_t{8} << 30);
   EXPECT_EQ(s.max_source_bytes, uint64_t{2} << 30);
   EXPECT_EQ(s.max_target_bytes, uint64_t{2} << 30);
-  for (const auto& r : plan->regions()) {
+  for (const auto& r : plan.regions()) {
     EXPECT_EQ(r.overlap_shape, (Dims{32, 4096, 4096}));
     EXPECT_EQ(r.inner_bytes, 4096u);
     EXPECT_THAT(r.loops, ElementsAre(OuterLoop{131072, 16384, 4096}));
     EXPECT_EQ(r.segments, 131072u);
     EXPECT_EQ(r.bytes, uint64_t{512} << 20);
   }
-  CheckInvariants(*plan);
+  CheckInvariants(plan);
 }
 
 TEST(PlannerTest, APlacementSourceIsNamedAsSuch) {
@@ -332,16 +332,16 @@ TEST(PlannerTest, CrossDimEp2ToTp2MatchesVectorsCAndD) {
     AddTensor(&src, {.tensor_id = "w", .shape = {4, 6, 8}, .ep_split = true});
     PlacementDraft dst = GridDraft(Sizes{.tp = 2});
     AddTensor(&dst, {.tensor_id = "w", .shape = {4, 6, 8}, .tp_dim = dim});
-    auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    EXPECT_EQ(plan->summary().regions, 4u);
-    EXPECT_EQ(plan->summary().bytes, 4u * 6 * 8 * 2);
-    CheckInvariants(*plan);
+    ASSERT_OK_AND_ASSIGN(
+        auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+    EXPECT_EQ(plan.summary().regions, 4u);
+    EXPECT_EQ(plan.summary().bytes, 4u * 6 * 8 * 2);
+    CheckInvariants(plan);
     // The ep0 -> tp1 region.
     bool found = false;
-    for (const auto& r : plan->regions()) {
-      const auto& s = plan->source_fragments()[r.source_fragment];
-      const auto& t = plan->target_fragments()[r.target_fragment];
+    for (const auto& r : plan.regions()) {
+      const auto& s = plan.source_fragments()[r.source_fragment];
+      const auto& t = plan.target_fragments()[r.target_fragment];
       if (s.rank.ep != 0 || t.rank.tp != 1) continue;
       found = true;
       if (dim == 1) {
@@ -384,20 +384,20 @@ TEST(PlannerTest, BalancesDp2Tp4ToDp1Tp8) {
   AddTensor(&src, {.tensor_id = "w", .shape = {64, 16}, .tp_dim = 0});
   PlacementDraft dst = GridDraft(Sizes{.tp = 8});
   AddTensor(&dst, {.tensor_id = "w", .shape = {64, 16}, .tp_dim = 0});
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->summary().regions, 8u);
-  EXPECT_EQ(plan->summary().segments, 8u);
-  EXPECT_EQ(plan->source_participants().size(), 8u);
-  EXPECT_EQ(plan->summary().source_fragments_used, 8u);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_EQ(plan.summary().regions, 8u);
+  EXPECT_EQ(plan.summary().segments, 8u);
+  EXPECT_EQ(plan.source_participants().size(), 8u);
+  EXPECT_EQ(plan.summary().source_fragments_used, 8u);
   std::set<int64_t> dps;
-  for (const auto& r : plan->regions()) {
-    dps.insert(plan->source_fragments()[r.source_fragment].rank.dp);
+  for (const auto& r : plan.regions()) {
+    dps.insert(plan.source_fragments()[r.source_fragment].rank.dp);
   }
   EXPECT_EQ(dps, (std::set<int64_t>{0, 1}));
-  ExpectBalanced(*plan);
-  EXPECT_EQ(plan->summary().max_source_bytes, 8u * 16 * 2);
-  CheckInvariants(*plan);
+  ExpectBalanced(plan);
+  EXPECT_EQ(plan.summary().max_source_bytes, 8u * 16 * 2);
+  CheckInvariants(plan);
 }
 
 TEST(PlannerTest, BalancesMultiFragmentReplicas) {
@@ -421,14 +421,14 @@ TEST(PlannerTest, BalancesMultiFragmentReplicas) {
   }
   PlacementDraft dst = GridDraft(Sizes{});
   AddTensor(&dst, {.tensor_id = "w", .shape = {16, 8}});
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->summary().regions, 4u);
-  EXPECT_EQ(plan->summary().bytes, 256u);
-  ASSERT_EQ(plan->source_participants().size(), 2u);
-  ExpectBalanced(*plan);
-  EXPECT_EQ(plan->source_bytes(), (std::vector<uint64_t>{128, 128}));
-  CheckInvariants(*plan);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_EQ(plan.summary().regions, 4u);
+  EXPECT_EQ(plan.summary().bytes, 256u);
+  ASSERT_EQ(plan.source_participants().size(), 2u);
+  ExpectBalanced(plan);
+  EXPECT_EQ(plan.source_bytes(), (std::vector<uint64_t>{128, 128}));
+  CheckInvariants(plan);
 }
 
 TEST(PlannerTest, BalancesManyTensorsOverReplicas) {
@@ -442,11 +442,11 @@ TEST(PlannerTest, BalancesManyTensorsOverReplicas) {
     AddTensor(&src, {.tensor_id = id, .shape = {rows, 64}, .tp_dim = 1});
     AddTensor(&dst, {.tensor_id = id, .shape = {rows, 64}, .tp_dim = 0});
   }
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->source_participants().size(), 8u);
-  ExpectBalanced(*plan);
-  CheckInvariants(*plan);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_EQ(plan.source_participants().size(), 8u);
+  ExpectBalanced(plan);
+  CheckInvariants(plan);
 }
 
 TEST(PlannerTest, TpReplicatedSourceUsesBothTpRanks) {
@@ -454,17 +454,17 @@ TEST(PlannerTest, TpReplicatedSourceUsesBothTpRanks) {
   AddTensor(&src, {.tensor_id = "w", .shape = {8, 4}, .tp_dim = -1});
   PlacementDraft dst = GridDraft(Sizes{.tp = 2});
   AddTensor(&dst, {.tensor_id = "w", .shape = {8, 4}, .tp_dim = 0});
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->summary().regions, 2u);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_EQ(plan.summary().regions, 2u);
   std::set<int64_t> tps;
-  for (const auto& r : plan->regions()) {
-    tps.insert(plan->source_fragments()[r.source_fragment].rank.tp);
+  for (const auto& r : plan.regions()) {
+    tps.insert(plan.source_fragments()[r.source_fragment].rank.tp);
   }
   EXPECT_EQ(tps, (std::set<int64_t>{0, 1}));
-  ExpectBalanced(*plan);
-  EXPECT_EQ(plan->source_bytes(), (std::vector<uint64_t>{32, 32}));
-  CheckInvariants(*plan);
+  ExpectBalanced(plan);
+  EXPECT_EQ(plan.source_bytes(), (std::vector<uint64_t>{32, 32}));
+  CheckInvariants(plan);
 }
 
 TEST(PlannerTest, Deterministic) {
@@ -490,9 +490,9 @@ TEST(PlannerTest, Deterministic) {
   auto a = LogicalTransferPlan::Make(s1, t1);
   auto b = LogicalTransferPlan::Make(s1, t1);
   auto c = LogicalTransferPlan::Make(s2, t2);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  ASSERT_TRUE(b.ok());
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_OK(c);
   EXPECT_EQ(a->regions(), b->regions());
   EXPECT_EQ(a->regions(), c->regions());
   EXPECT_EQ(a->source_fragments(), c->source_fragments());
@@ -523,34 +523,32 @@ TEST(PlannerTest, LocalTargetPlansOnlyItsFragments) {
                    .tp_dim = 0});
   const auto source = MustBuild(src);
   const auto target = MustBuild(dst);
-  auto full = LogicalTransferPlan::Make(source, target);
-  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ASSERT_OK_AND_ASSIGN(auto full, LogicalTransferPlan::Make(source, target));
   uint64_t total = 0;
   for (const auto& part : target.parts()) {
     SCOPED_TRACE(part.participant_id());
     PlanOptions options;
     options.target_participant_id = part.participant_id();
-    auto plan = LogicalTransferPlan::Make(source, target, options);
-    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ASSERT_OK_AND_ASSIGN(auto plan,
+                         LogicalTransferPlan::Make(source, target, options));
     uint64_t want = 0;
     std::set<std::string> ids;
     for (const auto& f : part.fragments()) {
       want += f.nbytes();
       ids.insert(f.placement_fragment_id());
     }
-    EXPECT_EQ(plan->summary().bytes, want);
-    EXPECT_THAT(plan->target_participants(),
-                ElementsAre(part.participant_id()));
-    EXPECT_EQ(plan->target_fragments().size(), part.fragments().size());
-    for (const auto& r : plan->regions()) {
-      const auto& t = plan->target_fragments()[r.target_fragment];
+    EXPECT_EQ(plan.summary().bytes, want);
+    EXPECT_THAT(plan.target_participants(), ElementsAre(part.participant_id()));
+    EXPECT_EQ(plan.target_fragments().size(), part.fragments().size());
+    for (const auto& r : plan.regions()) {
+      const auto& t = plan.target_fragments()[r.target_fragment];
       EXPECT_EQ(t.participant_id, part.participant_id());
       EXPECT_TRUE(ids.count(t.fragment_id)) << t.fragment_id;
     }
-    CheckInvariants(*plan);
-    total += plan->summary().bytes;
+    CheckInvariants(plan);
+    total += plan.summary().bytes;
   }
-  EXPECT_EQ(total, full->summary().bytes);
+  EXPECT_EQ(total, full.summary().bytes);
 }
 
 TEST(PlannerTest, LocalTargetUnknownParticipant) {
@@ -560,9 +558,8 @@ TEST(PlannerTest, LocalTargetUnknownParticipant) {
   options.target_participant_id = "nobody";
   auto plan =
       LogicalTransferPlan::Make(MustBuild(src), MustBuild(src), options);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(plan.status().message(), "unknown target participant: nobody");
+  ASSERT_THAT(plan, StatusIs(StatusCode::kInvalidArgument,
+                             "unknown target participant: nobody"));
 }
 
 // ---------------------------------------------------------------------------
@@ -615,7 +612,7 @@ TEST(PlannerTest, PlacementSetIdMayDiffer) {
   PlacementDraft src = TwoTensors();
   PlacementDraft dst = TwoTensors();
   dst.header.placement_set_id = "other-set";
-  EXPECT_TRUE(PlanStatus(src, dst).ok());
+  EXPECT_OK(PlanStatus(src, dst));
 }
 
 TEST(PlannerTest, ErrorMissingTensors) {
@@ -642,12 +639,11 @@ TEST(PlannerTest, LocalTargetMayUseSubsetOfSourceTensors) {
   AddTensor(&dst, {.tensor_id = "a", .shape = {8, 4}, .tp_dim = 1});
   PlanOptions options;
   options.target_participant_id = "p-d0-p0-e0-t1";
-  auto plan =
-      LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst), options);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_THAT(plan->tensors(), ElementsAre("a"));
-  EXPECT_EQ(plan->summary().bytes, 32u);
-  CheckInvariants(*plan);
+  ASSERT_OK_AND_ASSIGN(auto plan, LogicalTransferPlan::Make(
+                                      MustBuild(src), MustBuild(dst), options));
+  EXPECT_THAT(plan.tensors(), ElementsAre("a"));
+  EXPECT_EQ(plan.summary().bytes, 32u);
+  CheckInvariants(plan);
 }
 
 TEST(PlannerTest, ErrorLayoutMismatch) {
@@ -720,11 +716,11 @@ TEST(PlannerTest, ParallelAxesMayDiffer) {
             {.tensor_id = "w", .shape = {4, 8}, .tp_dim = 1, .ep_split = true});
   PlacementDraft dst = GridDraft(Sizes{.dp = 2, .pp = 2});
   AddTensor(&dst, {.tensor_id = "w", .shape = {4, 8}, .pp_owner = 1});
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->summary().bytes, 2u * 4 * 8 * 2);
-  EXPECT_EQ(plan->summary().regions, 8u);
-  CheckInvariants(*plan);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_EQ(plan.summary().bytes, 2u * 4 * 8 * 2);
+  EXPECT_EQ(plan.summary().regions, 8u);
+  CheckInvariants(plan);
 }
 
 // TP4 -> TP8 of [64,16]: 8 regions.
@@ -745,7 +741,7 @@ TEST(PlannerTest, ErrorMaxTransferRegions) {
                 "plan exceeds max_transfer_regions: more than 3 regions (at "
                 "tensor w)"));
   options.limits.max_transfer_regions = 8;
-  EXPECT_TRUE(PlanStatus(src, dst, options).ok());
+  EXPECT_OK(PlanStatus(src, dst, options));
 }
 
 TEST(PlannerTest, ErrorMaxOperations) {
@@ -755,7 +751,7 @@ TEST(PlannerTest, ErrorMaxOperations) {
   EXPECT_EQ(PlanStatus(src, dst, options),
             Status::ResourceExhausted("plan exceeds max_operations: 8 > 7"));
   options.limits.max_operations = 8;
-  EXPECT_TRUE(PlanStatus(src, dst, options).ok());
+  EXPECT_OK(PlanStatus(src, dst, options));
 }
 
 TEST(PlannerTest, ErrorDpOwnedAmbiguous) {
@@ -778,13 +774,13 @@ TEST(PlannerTest, DpOwnedTensorRoutesThroughItsOwner) {
   std::erase_if(src.fragments, [](const auto& f) { return f.rank.dp != 1; });
   PlacementDraft dst = GridDraft(Sizes{.tp = 2});
   AddTensor(&dst, {.tensor_id = "w", .shape = {8, 4}, .tp_dim = 1});
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->summary().regions, 4u);
-  for (const auto& r : plan->regions()) {
-    EXPECT_EQ(plan->source_fragments()[r.source_fragment].rank.dp, 1);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_EQ(plan.summary().regions, 4u);
+  for (const auto& r : plan.regions()) {
+    EXPECT_EQ(plan.source_fragments()[r.source_fragment].rank.dp, 1);
   }
-  CheckInvariants(*plan);
+  CheckInvariants(plan);
 }
 
 // One DP owner, replicated over TP: one owner, two interchangeable replica
@@ -797,14 +793,14 @@ TEST(PlannerTest, DpOwnedTensorReplicatedOverTpIsNotAmbiguous) {
   std::erase_if(src.fragments, [](const auto& f) { return f.rank.dp != 1; });
   PlacementDraft dst = GridDraft(Sizes{.tp = 2});
   AddTensor(&dst, {.tensor_id = "w", .shape = {8, 4}, .tp_dim = 1});
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->summary().bytes, 64u);
-  for (const auto& r : plan->regions()) {
-    EXPECT_EQ(plan->source_fragments()[r.source_fragment].rank.dp, 1);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_EQ(plan.summary().bytes, 64u);
+  for (const auto& r : plan.regions()) {
+    EXPECT_EQ(plan.source_fragments()[r.source_fragment].rank.dp, 1);
   }
-  ExpectBalanced(*plan);
-  CheckInvariants(*plan);
+  ExpectBalanced(plan);
+  CheckInvariants(plan);
 }
 
 // ---------------------------------------------------------------------------
@@ -819,9 +815,9 @@ TEST(PlannerTest, PipelineStagesFormDistinctRoutes) {
   src.fragments[1].pipeline_stage_id = 1;
   dst.fragments[0].pipeline_stage_id = 2;
   dst.fragments[1].pipeline_stage_id = 3;
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_THAT(plan->pipeline_routes(),
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_THAT(plan.pipeline_routes(),
               ElementsAre(PipelineRoute{0, 0, 0, 2, 1, 8},
                           PipelineRoute{0, 1, 0, 3, 1, 8}));
 }
@@ -843,16 +839,16 @@ TEST(PlannerTest, TrafficAndParticipantBytesSumToPlanBytes) {
                      .pp_owner = l % 2,
                      .layer_id = l});
   }
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->summary().bytes, 4u * 4 * 8 * 6 * 2);
-  CheckInvariants(*plan);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  EXPECT_EQ(plan.summary().bytes, 4u * 4 * 8 * 6 * 2);
+  CheckInvariants(plan);
   uint64_t traffic = 0;
-  for (const auto& e : plan->traffic()) traffic += e.bytes;
-  EXPECT_EQ(traffic, plan->summary().bytes);
+  for (const auto& e : plan.traffic()) traffic += e.bytes;
+  EXPECT_EQ(traffic, plan.summary().bytes);
   // Routes: layer l from pp l/2 to pp l%2.
   std::set<std::pair<int64_t, int64_t>> routes;
-  for (const auto& r : plan->pipeline_routes()) {
+  for (const auto& r : plan.pipeline_routes()) {
     routes.insert({r.source_pp, r.target_pp});
     EXPECT_EQ(r.source_stage, -1);
     EXPECT_EQ(r.target_stage, -1);
@@ -863,13 +859,13 @@ TEST(PlannerTest, TrafficAndParticipantBytesSumToPlanBytes) {
 
 TEST(PlannerTest, SummaryJsonHasKeys) {
   auto [src, dst] = EightRegions();
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  const std::string json = PlanSummaryToJson(*plan);
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+  const std::string json = PlanSummaryToJson(plan);
   simdjson::dom::parser parser;
   simdjson::dom::element root;
   ASSERT_EQ(parser.parse(json).get(root), simdjson::SUCCESS) << json;
-  const PlanSummary& s = plan->summary();
+  const PlanSummary& s = plan.summary();
   for (const char* key :
        {"regions", "segments", "operations", "bytes", "max_source_bytes",
         "mean_source_bytes", "max_target_bytes"}) {
@@ -907,10 +903,10 @@ TEST(PlannerTest, DescribeRegion) {
   AddTensor(&src, {.tensor_id = "w", .shape = {4, 6, 8}, .ep_split = true});
   PlacementDraft dst = GridDraft(Sizes{.tp = 2});
   AddTensor(&dst, {.tensor_id = "w", .shape = {4, 6, 8}, .tp_dim = 2});
-  auto plan = LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_OK_AND_ASSIGN(
+      auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
   std::set<std::string> lines;
-  for (const auto& r : plan->regions()) lines.insert(plan->DescribeRegion(r));
+  for (const auto& r : plan.regions()) lines.insert(plan.DescribeRegion(r));
   EXPECT_TRUE(
       lines.count("w [0,0,4]+[2,6,4]: p-d0-p0-e0-t0@8 -> "
                   "p-d0-p0-e0-t1@0, inner 8 x(12,16,8)"))

@@ -21,12 +21,14 @@
 #include "reshard/plan.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
 
 using ::reshard::testing::Must;
 using ::reshard::testing::ReadTestData;
+using ::reshard::testing::StatusIs;
 
 std::string Str(simdjson::dom::element e) {
   return std::string(std::string_view(e));
@@ -75,12 +77,10 @@ TEST(SelfTestTest, GoldenScenariosVerify) {
     if (expect_error) {
       // The planner's error comes through unchanged.
       ++errors;
-      ASSERT_FALSE(report.ok());
-      EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_EQ(report.status().message(), Str(error));
+      ASSERT_THAT(report, StatusIs(StatusCode::kInvalidArgument, Str(error)));
       continue;
     }
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_OK(report);
     const auto plan = Must(LogicalTransferPlan::Make(source, target));
     ExpectVerified(*report, plan);
     EXPECT_EQ(report->bytes, uint64_t(value["bytes"]));
@@ -132,15 +132,15 @@ TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
     auto source = GenerateLayout(model, so);
     auto target = GenerateLayout(model, to);
     // Every combination of these sizes divides tiny-moe's dimensions.
-    ASSERT_TRUE(source.ok()) << source.status().ToString();
-    ASSERT_TRUE(target.ok()) << target.status().ToString();
+    ASSERT_OK(source);
+    ASSERT_OK(target);
     const auto plan = Must(LogicalTransferPlan::Make(*source, *target));
     for (uint32_t threads : {1u, 3u}) {
       SCOPED_TRACE("threads " + std::to_string(threads));
-      auto report = RunSelfTest(*source, *target,
-                                {.transport = "local", .threads = threads});
-      ASSERT_TRUE(report.ok()) << report.status().ToString();
-      ExpectVerified(*report, plan);
+      ASSERT_OK_AND_ASSIGN(
+          auto report, RunSelfTest(*source, *target,
+                                   {.transport = "local", .threads = threads}));
+      ExpectVerified(report, plan);
     }
     shapes.insert(describe(so));
     ++ran;
@@ -198,15 +198,15 @@ TEST(SelfTestTest, UnknownTransportsAreRejected) {
   const auto source = Must(GenerateLayout(model, {.tp = 2}));
   const auto target = Must(GenerateLayout(model, {.tp = 4}));
   auto report = RunSelfTest(source, target, {.transport = "rdma"});
-  ASSERT_FALSE(report.ok());
-  EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(report.status().message(),
-            "transport \"rdma\" is not available for the self-test");
+  ASSERT_THAT(
+      report,
+      StatusIs(StatusCode::kUnimplemented,
+               "transport \"rdma\" is not available for the self-test"));
   report = RunSelfTest(source, target, {.transport = ""});
-  EXPECT_EQ(report.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(report.status().message(),
-            "transport \"\" is not available for the self-test");
-  EXPECT_TRUE(RunSelfTest(source, target, {.transport = "local"}).ok());
+  EXPECT_THAT(report,
+              StatusIs(StatusCode::kUnimplemented,
+                       "transport \"\" is not available for the self-test"));
+  EXPECT_OK(RunSelfTest(source, target, {.transport = "local"}));
 }
 
 TEST(SelfTestTest, ErrorsPropagate) {
@@ -215,22 +215,22 @@ TEST(SelfTestTest, ErrorsPropagate) {
   const auto other_revision =
       Must(GenerateLayout(model, {.tp = 4, .revision = "step-1"}));
   auto report = RunSelfTest(source, other_revision);
-  ASSERT_FALSE(report.ok());
-  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(report.status().message(),
-            "source and target revision differ: step-0 vs step-1");
+  ASSERT_THAT(report,
+              StatusIs(StatusCode::kInvalidArgument,
+                       "source and target revision differ: step-0 vs step-1"));
   const auto other_resource =
       Must(GenerateLayout(model, {.tp = 4, .resource_id = "other-model"}));
   report = RunSelfTest(source, other_resource);
-  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(report.status().message(),
-            "source and target resource_id differ: tiny-moe vs other-model");
+  EXPECT_THAT(
+      report,
+      StatusIs(
+          StatusCode::kInvalidArgument,
+          "source and target resource_id differ: tiny-moe vs other-model"));
   // The executor's option errors come through too.
   const auto target = Must(GenerateLayout(model, {.tp = 4}));
   report = RunSelfTest(source, target, {.threads = 0});
-  ASSERT_FALSE(report.ok());
-  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(report.status().message(), "local transport threads must be >= 1");
+  ASSERT_THAT(report, StatusIs(StatusCode::kInvalidArgument,
+                               "local transport threads must be >= 1"));
 }
 
 }  // namespace

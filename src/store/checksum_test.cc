@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "reshard/status.h"
+#include "testing/status_testing.h"
 
 namespace reshard::internal {
 namespace {
@@ -64,7 +65,7 @@ std::string Record(const std::vector<uint8_t>& data, uint64_t chunk) {
 
 ChunkSums ParseOrDie(const std::string& record) {
   auto sums = ParseChecksumRecord(record);
-  EXPECT_TRUE(sums.ok()) << sums.status().ToString() << "\n" << record;
+  EXPECT_OK(sums) << record;
   return sums.ok() ? *sums : ChunkSums{};
 }
 
@@ -196,13 +197,13 @@ TEST_F(ChecksumVerifyTest, AcceptsCorrectDataAtEveryAlignedOffset) {
       const uint64_t n = std::min(chunks * kChunk, size - offset);
       uint64_t verified = 5;
       const Status st = Verify(offset, n, &verified);
-      EXPECT_TRUE(st.ok()) << offset << "+" << n << ": " << st.ToString();
+      EXPECT_OK(st) << offset << "+" << n;
       EXPECT_EQ(verified, 5 + chunks) << offset << "+" << n;
     }
   }
   // The short last chunk alone, and the counter is optional.
-  EXPECT_TRUE(Verify(10 * kChunk, 7, nullptr).ok());
-  EXPECT_TRUE(Verify(0, size, nullptr).ok());
+  EXPECT_OK(Verify(10 * kChunk, 7, nullptr));
+  EXPECT_OK(Verify(0, size, nullptr));
 }
 
 TEST_F(ChecksumVerifyTest, EverySingleByteFlipIsDataLossWithExactMessage) {
@@ -271,7 +272,7 @@ TEST(ChecksumVerifyEmptyTest, EmptyObjectVerifiesNothing) {
   EXPECT_TRUE(sums.sums.empty());
   uint64_t verified = 0;
   const uint8_t byte = 0;
-  EXPECT_TRUE(VerifyChunks(sums, 0, &byte, 0, kKey, kFragment, &verified).ok());
+  EXPECT_OK(VerifyChunks(sums, 0, &byte, 0, kKey, kFragment, &verified));
   EXPECT_EQ(verified, 0u);
   EXPECT_EQ(VerifyChunks(sums, 0, &byte, 1, kKey, kFragment, &verified).code(),
             StatusCode::kInternal);

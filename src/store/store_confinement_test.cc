@@ -41,6 +41,7 @@
 #include "selftest/pattern.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 #include "util/sha256.h"
 
@@ -49,6 +50,7 @@ namespace {
 
 using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
+using ::reshard::testing::StatusIs;
 namespace fs = std::filesystem;
 
 using ::reshard::internal::AllocateHostBuffers;
@@ -155,51 +157,55 @@ TEST(FsConfinementTest, LinksAreNeverFollowed) {
       "cannot read record a/leaf: a/leaf is a symbolic link (a store never "
       "follows links)";
   auto got = b.Get("a/leaf");
-  EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(got.status().message(), leaf_error);
+  EXPECT_THAT(got, StatusIs(StatusCode::kDataLoss, leaf_error));
   auto through = b.Get("d/file");
-  EXPECT_EQ(through.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(through.status().message(),
-            "cannot read record d/file: d is a symbolic link (a store never "
-            "follows links)");
+  EXPECT_THAT(
+      through,
+      StatusIs(StatusCode::kDataLoss,
+               "cannot read record d/file: d is a symbolic link (a store never "
+               "follows links)"));
   auto size = b.ObjectSize("d/file");
-  EXPECT_EQ(size.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(size.status().message(), HasSubstr("d is a symbolic link"));
+  EXPECT_THAT(
+      size, StatusIs(StatusCode::kDataLoss, HasSubstr("d is a symbolic link")));
   char buf[4];
   Status read = b.ReadRanges({{"a/leaf", 0, 4, buf}});
-  EXPECT_EQ(read.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(read.message(),
-            "cannot read object a/leaf: a/leaf is a symbolic link (a store "
-            "never follows links)");
+  EXPECT_THAT(
+      read,
+      StatusIs(StatusCode::kDataLoss,
+               "cannot read object a/leaf: a/leaf is a symbolic link (a store "
+               "never follows links)"));
 
   // Writes: through a linked directory, and onto a link.
   Status put = b.Put("d/new", "x");
-  EXPECT_EQ(put.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(put.message(),
-            "cannot write d/new: d is a symbolic link (a store never follows "
-            "links)");
+  EXPECT_THAT(
+      put,
+      StatusIs(
+          StatusCode::kDataLoss,
+          "cannot write d/new: d is a symbolic link (a store never follows "
+          "links)"));
   put =
       b.PutObject("d/sub/new", {ConstBuffer{"x", 1}}, Durability::kAtNextSync);
   EXPECT_EQ(put.code(), StatusCode::kDataLoss);
   put = b.Put("a/leaf", "x");
-  EXPECT_EQ(put.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(put.message(),
-            "cannot write a/leaf: a/leaf is a symbolic link (a store never "
-            "follows links)");
+  EXPECT_THAT(
+      put,
+      StatusIs(StatusCode::kDataLoss,
+               "cannot write a/leaf: a/leaf is a symbolic link (a store never "
+               "follows links)"));
 
   // List reports links as keys and never descends into them.
   EXPECT_EQ(Must(b.List("")),
             (std::vector<std::string>{"a/leaf", "a/real", "d"}));
   auto under = b.List("d/");
-  EXPECT_EQ(under.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(under.status().message(), HasSubstr("d is a symbolic link"));
+  EXPECT_THAT(under, StatusIs(StatusCode::kDataLoss,
+                              HasSubstr("d is a symbolic link")));
 
   // Deleting through a link fails; deleting a link removes the link only.
   Status del = b.Delete("d/file");
-  EXPECT_EQ(del.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(del.message(),
-            "cannot delete d/file: d is a symbolic link (a store never "
-            "follows links)");
+  EXPECT_THAT(
+      del, StatusIs(StatusCode::kDataLoss,
+                    "cannot delete d/file: d is a symbolic link (a store never "
+                    "follows links)"));
   EXPECT_EQ(Must(b.RemoveStaleTemporaries(std::chrono::seconds(0))), 0u);
   EXPECT_EQ(Snapshot(f.sentinel()), before);
   MustOk(b.Delete("a/leaf"));
@@ -344,19 +350,20 @@ TEST(StoreConfinementTest, VerifyRefusesAPayloadBehindALink) {
   MustOk(store.Verify(key).status());
   MoveOutAndLink(f, PayloadDir(plan), "moved-payload");
   auto verified = store.Verify(key);
-  EXPECT_EQ(verified.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(verified.status().message(),
-              HasSubstr(": " + PayloadDir(plan) +
-                        " is a symbolic link (a store never follows links)"));
+  EXPECT_THAT(
+      verified,
+      StatusIs(StatusCode::kDataLoss,
+               HasSubstr(": " + PayloadDir(plan) +
+                         " is a symbolic link (a store never follows links)")));
   // The checksum records behind a link are refused the same way.
   fs::remove(f.PathOf(PayloadDir(plan)));
   fs::rename(f.sentinel() + "/moved-payload", f.PathOf(PayloadDir(plan)));
   MustOk(store.Verify(key).status());
   MoveOutAndLink(f, Base(plan) + "/checksums", "moved-checksums");
   verified = store.Verify(key);
-  EXPECT_EQ(verified.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(verified.status().message(),
-              HasSubstr(Base(plan) + "/checksums is a symbolic link"));
+  EXPECT_THAT(verified, StatusIs(StatusCode::kDataLoss,
+                                 HasSubstr(Base(plan) +
+                                           "/checksums is a symbolic link")));
 }
 
 // Regression: one tampered revision made List, gc and rm fail for the whole
@@ -548,8 +555,8 @@ TEST(StoreConfinementTest, LinksAtEveryLevelNeverReachTheSentinel) {
   // Library: upload, commit, abort, load, list, verify, remove, gc.
   for (const auto& b : late.buffers.bindings) {
     auto r = store.Upload(late_plan, late.placement, b);
-    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-    EXPECT_THAT(r.status().message(), HasSubstr("is a symbolic link"));
+    EXPECT_THAT(
+        r, StatusIs(StatusCode::kDataLoss, HasSubstr("is a symbolic link")));
   }
   EXPECT_FALSE(store.Commit(late_plan, {}).ok());
   EXPECT_FALSE(store.Commit(abandoned, r1).ok());
@@ -562,7 +569,7 @@ TEST(StoreConfinementTest, LinksAtEveryLevelNeverReachTheSentinel) {
     auto loaded =
         store.Load(Must(store.ReadManifest(kept.manifest().manifest_key())),
                    target, buffers.bindings);
-    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_OK(loaded);
     EXPECT_EQ(
         internal::VerifyPattern(target, internal::TensorIndex(target), buffers),
         "");
@@ -593,9 +600,9 @@ TEST(StoreConfinementTest, LinksAtEveryLevelNeverReachTheSentinel) {
   MustOk(store.Remove(namespace_dir + "/linked-res/rev/0/manifest"));
   WeightStore gc = f.Open({.gc_grace = std::chrono::seconds(0)});
   auto report = gc.Gc();
-  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_OK(report);
   report = gc.Gc();
-  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_OK(report);
   MustOk(store.Verify(kept.manifest().manifest_key()).status());
   MustOk(store.Remove(fresh_plan.manifest().manifest_key()));
   MustOk(f.backend().RemoveStaleTemporaries(std::chrono::seconds(0)).status());

@@ -50,6 +50,7 @@
 #include "store/layout.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 #include "testing/store_testing.h"
 #include "testing/temp_dir.h"
 
@@ -61,6 +62,7 @@ using ::reshard::internal::HostBuffers;
 using ::reshard::testing::CommittedKeys;
 using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
+using ::reshard::testing::StatusIs;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
@@ -200,18 +202,17 @@ class Fixture {
   // byte; also Verify.
   void ExpectLoadsByteExactly(const std::string& manifest_key) const {
     WeightStore store = Open();
-    auto manifest = store.ReadManifest(manifest_key);
-    ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+    ASSERT_OK_AND_ASSIGN(auto manifest, store.ReadManifest(manifest_key));
     HostBuffers dst = Must(AllocateHostBuffers(target_, "target"));
     for (const auto& [id, p] : dst.data) {
       std::memset(p, 0xD7, target_.FindFragment(id)->nbytes());
     }
-    auto report = store.Load(*manifest, target_, dst.bindings);
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_OK_AND_ASSIGN(auto report,
+                         store.Load(manifest, target_, dst.bindings));
     EXPECT_EQ(internal::VerifyPattern(target_, source_.tensors, dst), "");
-    EXPECT_GT(report->chunks_verified, 0u);
+    EXPECT_GT(report.chunks_verified, 0u);
     auto verified = store.Verify(manifest_key);
-    EXPECT_TRUE(verified.ok()) << verified.status().ToString();
+    EXPECT_OK(verified);
   }
 
  private:
@@ -286,9 +287,8 @@ bool ExpectNoPartialRevision(const Fixture& f, const UploadPlan& plan) {
   }
   HostBuffers dst = Must(AllocateHostBuffers(f.source().placement, "t"));
   auto loaded = store.Load(plan.manifest(), f.source().placement, dst.bindings);
-  EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(loaded.status().message(),
-            "weight manifest is not committed: " + key);
+  EXPECT_THAT(loaded, StatusIs(StatusCode::kFailedPrecondition,
+                               "weight manifest is not committed: " + key));
   return false;
 }
 
@@ -303,7 +303,7 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
   if (recovery == Recovery::kRetry) {
     const auto receipts = UploadAgain(f, store, plan);
     const Status st = store.Commit(plan, receipts);
-    EXPECT_TRUE(st.ok()) << "commit retry: " << st.ToString();
+    EXPECT_OK(st) << "commit retry";
     return key;
   }
   const std::string decision = BaseOf(plan.manifest()) + "/transactions/" +
@@ -312,19 +312,19 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
   const bool decided_commit = f.backend().Get(decision).ok();
   const Status aborted = store.Abort(plan);
   if (published) {
-    EXPECT_EQ(aborted.code(), StatusCode::kFailedPrecondition);
-    EXPECT_EQ(aborted.message(),
-              "cannot abort a published weight revision: " + key);
+    EXPECT_THAT(aborted,
+                StatusIs(StatusCode::kFailedPrecondition,
+                         "cannot abort a published weight revision: " + key));
   } else if (decided_commit) {
-    EXPECT_EQ(aborted.code(), StatusCode::kFailedPrecondition);
-    EXPECT_EQ(aborted.message(), "weight upload already chose commit");
+    EXPECT_THAT(aborted, StatusIs(StatusCode::kFailedPrecondition,
+                                  "weight upload already chose commit"));
   } else {
-    EXPECT_TRUE(aborted.ok()) << aborted.ToString();
+    EXPECT_OK(aborted);
   }
   if (!aborted.ok()) {
     // A decided commit must be finished.
     const Status st = store.Commit(plan, UploadAgain(f, store, plan));
-    EXPECT_TRUE(st.ok()) << "commit after refused abort: " << st.ToString();
+    EXPECT_OK(st) << "commit after refused abort";
     return key;
   }
   // Aborted for good: commit is refused, and once Gc ran nothing of the
@@ -335,8 +335,8 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
     receipts.push_back({s.fragment_id, s.object_key, op.participant_id});
   }
   const Status st = store.Commit(plan, receipts);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "weight upload already chose abort");
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "weight upload already chose abort"));
   EXPECT_TRUE(f.Keys(BaseOf(plan.manifest()) + "/payload/").empty());
   EXPECT_TRUE(f.Keys(BaseOf(plan.manifest()) + "/checksums/").empty());
   WeightStoreOptions no_grace = f.options();
@@ -355,9 +355,8 @@ void ExpectOnlyCommittedAfterGc(const Fixture& f, const std::string& key) {
   no_grace.gc_grace = std::chrono::seconds(0);
   WeightStore gc = f.Open(no_grace);
   Must(gc.Gc());
-  const auto manifest = gc.ReadManifest(key);
-  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
-  EXPECT_EQ(f.Keys(), CommittedKeys(*manifest));
+  ASSERT_OK_AND_ASSIGN(const auto manifest, gc.ReadManifest(key));
+  EXPECT_EQ(f.Keys(), CommittedKeys(manifest));
   f.ExpectLoadsByteExactly(key);
 }
 

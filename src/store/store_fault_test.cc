@@ -45,6 +45,7 @@
 #include "testing/fault_injection_store.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 #include "testing/store_testing.h"
 
 namespace reshard {
@@ -60,6 +61,7 @@ using ::reshard::testing::FaultSpec;
 using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
 using ::reshard::testing::PayloadTransaction;
+using ::reshard::testing::StatusIs;
 
 // ---------------------------------------------------------------- model
 
@@ -437,7 +439,7 @@ int CheckVisible(FaultyStore& s, FaultKind kind) {
     EXPECT_EQ(err.find("WRONG BYTES"), std::string::npos) << err;
     if (err.empty()) {
       auto verified = s.clean().Verify(r.manifest_key);
-      EXPECT_TRUE(verified.ok()) << verified.status().ToString();
+      EXPECT_OK(verified);
       continue;
     }
     EXPECT_TRUE(SilentCorruption(kind))
@@ -494,8 +496,7 @@ void RemoveDamaged(FaultyStore& s, const Side& source) {
   if (s.Keys().count(key) == 0) return;  // nothing visible to remove
   // `rm` removes a damaged revision, a corrupt manifest included.
   const Status st = s.clean().Remove(key);
-  EXPECT_TRUE(st.ok()) << "a damaged revision cannot be removed: "
-                       << st.ToString();
+  EXPECT_OK(st) << "a damaged revision cannot be removed";
 }
 
 void RunSweep(const Scenario& sc) {
@@ -508,8 +509,7 @@ void RunSweep(const Scenario& sc) {
       s.faults().Arm({.kind = kind, .nth = 0});
       Status st = sc.op(s);
       s.faults().Disarm();
-      ASSERT_TRUE(st.ok()) << sc.name
-                           << " fails without faults: " << st.ToString();
+      ASSERT_OK(st) << sc.name << " fails without faults";
       calls = s.faults().calls();
     }
     Tally& tally = Summary()[sc.name][kname];
@@ -531,7 +531,7 @@ void RunSweep(const Scenario& sc) {
         EXPECT_FALSE(st.message().empty());
       }
       if (kind == FaultKind::kLatency) {
-        EXPECT_TRUE(st.ok()) << st.ToString();
+        EXPECT_OK(st);
       }
       try {
         const int repairs = HandRepairs();
@@ -724,7 +724,7 @@ TEST(StoreFaultTest, Gc) {
     if (!st.ok()) {
       Status retry =
           WithHandRepair(s, [&] { return GcStatus(s.clean_no_grace()); });
-      EXPECT_TRUE(retry.ok()) << retry.ToString();
+      EXPECT_OK(retry);
       o = Outcome::kFailedRetried;
     }
     if (!LoadError(s.clean(), TheModels().source2).empty()) {
@@ -787,7 +787,7 @@ TEST(StoreFaultTest, Abort) {
       // A torn decision record is refused (strictly parsed) until the
       // operator removes it.
       Status retry = WithHandRepair(s, [&] { return s.clean().Abort(**plan); });
-      EXPECT_TRUE(retry.ok()) << retry.ToString();
+      EXPECT_OK(retry);
       o = Outcome::kFailedRetried;
     }
     MustOk(GcStatus(s.clean_no_grace()));
@@ -901,14 +901,13 @@ TEST(StoreFaultRegressionTest, GcPublishesOnlyAWholePendingManifest) {
       {.kind = FaultKind::kShortRead, .nth = 2, .calls = testing::kCallGet});
   auto gc = s.faulty_no_grace().Gc();
   s.faults().Disarm();
-  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  ASSERT_OK(gc);
   ASSERT_EQ(gc->skipped.size(), 1u);
   EXPECT_EQ(gc->skipped[0].error,
             "damaged pending weight manifest: " + pending);
   EXPECT_EQ(s.clean().ReadManifest(key).status().code(), StatusCode::kNotFound);
-  auto again = s.clean_no_grace().Gc();
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  EXPECT_EQ(again->transactions_completed.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto again, s.clean_no_grace().Gc());
+  EXPECT_EQ(again.transactions_completed.size(), 1u);
   EXPECT_EQ(LoadError(s.clean(), TheModels().source2), "");
 }
 
@@ -920,12 +919,11 @@ TEST(StoreFaultRegressionTest, GcReportsAFailedRollForward) {
       {.kind = FaultKind::kIOError, .nth = 1, .calls = testing::kCallPut});
   auto gc = s.faulty_no_grace().Gc();
   s.faults().Disarm();
-  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  ASSERT_OK(gc);
   ASSERT_EQ(gc->skipped.size(), 1u);
   EXPECT_THAT(gc->skipped[0].error,
               ::testing::HasSubstr("/pending-manifest: injected fault"));
-  auto again = s.clean_no_grace().Gc();
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_OK_AND_ASSIGN(auto again, s.clean_no_grace().Gc());
   EXPECT_EQ(LoadError(s.clean(), TheModels().source2), "");
 }
 
@@ -941,12 +939,11 @@ TEST(StoreFaultRegressionTest, GcRefusesAMalformedDecision) {
   MustOk(s.backend().Put(
       decision,
       R"({"decision":"commkt","plan_digest":"x","record_type":"weight-upload-decision"})"));
-  auto gc = s.clean_no_grace().Gc();
-  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
-  ASSERT_EQ(gc->skipped.size(), 1u);
-  EXPECT_EQ(gc->skipped[0].key,
+  ASSERT_OK_AND_ASSIGN(auto gc, s.clean_no_grace().Gc());
+  ASSERT_EQ(gc.skipped.size(), 1u);
+  EXPECT_EQ(gc.skipped[0].key,
             plan->manifest().group_id() + "/" + plan->transaction_id());
-  EXPECT_EQ(gc->skipped[0].error,
+  EXPECT_EQ(gc.skipped[0].error,
             "malformed upload decision record: " + decision);
 }
 
@@ -980,9 +977,9 @@ TEST(StoreFaultRegressionTest, UnparsableManifestIsNamed) {
   MustOk(s.backend().Delete(key));
   MustOk(s.backend().Put(key, "{\"manifest_key\":"));
   const Status st = s.clean().ReadManifest(key).status();
-  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_THAT(st.message(),
-              ::testing::StartsWith("corrupt manifest " + key + ": "));
+  EXPECT_THAT(
+      st, StatusIs(StatusCode::kDataLoss,
+                   ::testing::StartsWith("corrupt manifest " + key + ": ")));
 }
 
 }  // namespace

@@ -49,6 +49,7 @@
 #include "store/records.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 
 namespace reshard {
@@ -59,6 +60,7 @@ using ::reshard::internal::HostBuffers;
 using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
 using ::reshard::testing::ReadTestData;
+using ::reshard::testing::StatusIs;
 using ::reshard::testing::WithBindingChanges;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -215,7 +217,7 @@ LoadReport RoundTrip(const WeightPlacementManifest& source,
   Side dst = TargetSide(target);
   const LoadReport report = LoadAndVerify(store, manifest, dst);
   auto verified = store.Verify(manifest.manifest_key());
-  EXPECT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_OK(verified);
   if (verified.ok()) {
     EXPECT_EQ(verified->objects, manifest.fragments().size());
     EXPECT_EQ(verified->bytes, ModelBytes(source));
@@ -396,12 +398,12 @@ TEST(WeightStoreRoundTripTest, GoldenScenarios) {
       WeightStore store = dir.Open();
       Side src = SourceSide(source);
       auto plan = store.PrepareUpload(source, src.buffers.bindings);
-      ASSERT_FALSE(plan.ok());
-      EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_EQ(plan.status().message(),
-                "Weight Store upload requires replicated DP source tensors; "
-                "DP-owned tensor snapshots are not supported: " +
-                    owned);
+      ASSERT_THAT(
+          plan,
+          StatusIs(StatusCode::kInvalidArgument,
+                   "Weight Store upload requires replicated DP source tensors; "
+                   "DP-owned tensor snapshots are not supported: " +
+                       owned));
       continue;
     }
     for (const NamedOptions& o : OptionSets()) {
@@ -594,18 +596,17 @@ TEST(WeightStoreUploadTest, UploadRejectsStaleSourceLease) {
   const auto& b = src.buffers.bindings[0];
   auto r = store.Upload(plan, src.placement,
                         Must(WithBindingChanges(b, {.generation = 2})));
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(r.status().message(), "stale source lease: participant " +
-                                      b.participant_id() +
-                                      " is at generation 2, the upload plan "
-                                      "at 1");
+  ASSERT_THAT(r,
+              StatusIs(StatusCode::kFailedPrecondition,
+                       "stale source lease: participant " + b.participant_id() +
+                           " is at generation 2, the upload plan "
+                           "at 1"));
   // Nothing was written for it.
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
   // Another placement is refused too.
   auto other = store.Upload(plan, TpLayout(1, 4), b);
-  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(other.status().message(), "source placement identity mismatch");
+  EXPECT_THAT(other, StatusIs(StatusCode::kInvalidArgument,
+                              "source placement identity mismatch"));
 }
 
 TEST(WeightStoreUploadTest, PrepareRejectsDpOwnedTensors) {
@@ -615,11 +616,12 @@ TEST(WeightStoreUploadTest, PrepareRejectsDpOwnedTensors) {
   WeightStore store = dir.Open();
   const Side src = SourceSide(source);
   auto plan = store.PrepareUpload(source, src.buffers.bindings);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(plan.status().message(),
-            "Weight Store upload requires replicated DP source tensors; "
-            "DP-owned tensor snapshots are not supported: layers.0.owned_0");
+  ASSERT_THAT(
+      plan,
+      StatusIs(
+          StatusCode::kInvalidArgument,
+          "Weight Store upload requires replicated DP source tensors; "
+          "DP-owned tensor snapshots are not supported: layers.0.owned_0"));
   EXPECT_TRUE(dir.Keys("weights/").empty());
 }
 
@@ -641,9 +643,7 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
       "source manifests have no complete generation-consistent DP replica";
   // Each replica misses a participant.
   auto plan = store.PrepareUpload(src.placement, without({d0t1, d1t0}));
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(plan.status().message(), kNoReplica);
+  ASSERT_THAT(plan, StatusIs(StatusCode::kFailedPrecondition, kNoReplica));
   plan = store.PrepareUpload(src.placement, {});
   EXPECT_EQ(plan.status().message(), kNoReplica);
   // A replica whose bindings disagree on the generation is not complete.
@@ -654,8 +654,7 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
     }
   }
   plan = store.PrepareUpload(src.placement, mixed);
-  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(plan.status().message(), kNoReplica);
+  EXPECT_THAT(plan, StatusIs(StatusCode::kFailedPrecondition, kNoReplica));
   // Two complete replicas at different generations.
   auto split = all;
   for (auto& b : split) {
@@ -664,28 +663,29 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
     }
   }
   plan = store.PrepareUpload(src.placement, split);
-  EXPECT_EQ(plan.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(plan.status().message(),
-            "complete source DP replicas have inconsistent lease generations");
+  EXPECT_THAT(
+      plan,
+      StatusIs(
+          StatusCode::kFailedPrecondition,
+          "complete source DP replicas have inconsistent lease generations"));
   // One complete replica is enough: only its participants write, and the
   // revision loads byte-exactly.
   const auto bindings = without({d0t1});
-  auto ok = store.PrepareUpload(src.placement, bindings);
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  for (const auto& op : ok->operations()) {
+  ASSERT_OK_AND_ASSIGN(auto ok, store.PrepareUpload(src.placement, bindings));
+  for (const auto& op : ok.operations()) {
     EXPECT_THAT(op.participant_id, StartsWith("p-d1-"));
   }
   std::vector<UploadReceipt> receipts;
   for (const auto& b : bindings) {
-    auto r = Must(store.Upload(*ok, src.placement, b));
+    auto r = Must(store.Upload(ok, src.placement, b));
     if (b.participant_id().starts_with("p-d0")) {
       EXPECT_TRUE(r.empty());
     }
     receipts.insert(receipts.end(), r.begin(), r.end());
   }
-  MustOk(store.Commit(*ok, receipts));
+  MustOk(store.Commit(ok, receipts));
   Side dst = TargetSide(TpLayout(3, 4));
-  LoadAndVerify(store, Must(store.ReadManifest(ok->manifest().manifest_key())),
+  LoadAndVerify(store, Must(store.ReadManifest(ok.manifest().manifest_key())),
                 dst);
 }
 
@@ -707,13 +707,12 @@ TEST(WeightStoreUploadTest, RetryResumesAfterCrashBetweenChecksumAndPayload) {
             StatusCode::kFailedPrecondition);
   std::vector<UploadReceipt> again;
   for (const auto& b : src.buffers.bindings) {
-    auto r = store.Upload(plan, src.placement, b);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    again.insert(again.end(), r->begin(), r->end());
+    ASSERT_OK_AND_ASSIGN(auto r, store.Upload(plan, src.placement, b));
+    again.insert(again.end(), r.begin(), r.end());
   }
   EXPECT_EQ(again, receipts);
   MustOk(store.Commit(plan, again));
-  EXPECT_TRUE(store.Verify(plan.manifest().manifest_key()).ok());
+  EXPECT_OK(store.Verify(plan.manifest().manifest_key()));
   Side dst = TargetSide(TpLayout(1, 4));
   LoadAndVerify(store, Must(store.ReadManifest(plan.manifest().manifest_key())),
                 dst);
@@ -739,10 +738,9 @@ TEST(WeightStoreUploadTest, RetryWithOtherBytesIsRefused) {
   for (const auto& b : src.buffers.bindings) {
     if (b.participant_id() != op.participant_id) continue;
     auto r = store.Upload(plan, src.placement, b);
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
-    EXPECT_EQ(r.status().message(),
-              "payload exists with other bytes: " + s.object_key);
+    ASSERT_THAT(r,
+                StatusIs(StatusCode::kAlreadyExists,
+                         "payload exists with other bytes: " + s.object_key));
   }
   src.buffers.data.at(op.placement_fragment_id)[0] ^= 0x5A;
 }
@@ -774,8 +772,8 @@ struct Uploaded {
 TEST(WeightStoreCommitTest, CommitIsIdempotent) {
   Uploaded u;
   MustOk(u.store.Commit(u.plan, u.receipts));
-  EXPECT_TRUE(u.store.Commit(u.plan, u.receipts).ok());
-  EXPECT_TRUE(u.store.Commit(u.plan, u.receipts).ok());
+  EXPECT_OK(u.store.Commit(u.plan, u.receipts));
+  EXPECT_OK(u.store.Commit(u.plan, u.receipts));
   EXPECT_EQ(Must(u.dir.backend().Get(u.base() + "/transactions/" + u.txn() +
                                      "/decision")),
             "{\"decision\":\"commit\",\"plan_digest\":\"" +
@@ -795,30 +793,30 @@ TEST(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
   });
   ASSERT_EQ(missing.size(), u.receipts.size() - 1);
   Status st = u.store.Commit(u.plan, missing);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "missing upload receipt: " + u.fid(0));
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "missing upload receipt: " + u.fid(0)));
   // Duplicate.
   auto dup = u.receipts;
   dup.push_back(u.receipts[1]);
   st = u.store.Commit(u.plan, dup);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(),
-            "duplicate upload receipt: " + u.receipts[1].fragment_id);
+  EXPECT_THAT(
+      st, StatusIs(StatusCode::kInvalidArgument,
+                   "duplicate upload receipt: " + u.receipts[1].fragment_id));
   // Unexpected.
   auto extra = u.receipts;
   extra.push_back({"0123456789abcdef01234567", u.receipts[0].object_key,
                    u.receipts[0].participant_id});
   st = u.store.Commit(u.plan, extra);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(),
-            "unexpected upload receipt: 0123456789abcdef01234567");
+  EXPECT_THAT(st,
+              StatusIs(StatusCode::kInvalidArgument,
+                       "unexpected upload receipt: 0123456789abcdef01234567"));
   // From another participant than planned.
   auto wrong = u.receipts;
   wrong[0].participant_id = "someone-else";
   st = u.store.Commit(u.plan, wrong);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(),
-            "upload receipt does not match plan: " + wrong[0].fragment_id);
+  EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument,
+                           "upload receipt does not match plan: " +
+                               wrong[0].fragment_id));
   // None of these decided anything: the real receipts still commit.
   EXPECT_EQ(u.dir.backend().Get(decision).status().code(),
             StatusCode::kNotFound);
@@ -833,8 +831,8 @@ TEST(WeightStoreCommitTest, CommitNeedsEveryPayload) {
   const auto& s = u.plan.manifest().fragments()[2];
   MustOk(u.dir.backend().Delete(s.object_key));
   Status st = u.store.Commit(u.plan, u.receipts);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "payload is not complete: " + s.object_key);
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "payload is not complete: " + s.object_key));
   EXPECT_EQ(u.store.ReadManifest(u.key()).status().code(),
             StatusCode::kNotFound);
 }
@@ -842,10 +840,10 @@ TEST(WeightStoreCommitTest, CommitNeedsEveryPayload) {
 TEST(WeightStoreCommitTest, AbortThenCommitFails) {
   Uploaded u;
   MustOk(u.store.Abort(u.plan));
-  EXPECT_TRUE(u.store.Abort(u.plan).ok());  // idempotent
+  EXPECT_OK(u.store.Abort(u.plan));  // idempotent
   Status st = u.store.Commit(u.plan, u.receipts);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "weight upload already chose abort");
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "weight upload already chose abort"));
   EXPECT_EQ(u.store.ReadManifest(u.key()).status().code(),
             StatusCode::kNotFound);
 }
@@ -854,11 +852,11 @@ TEST(WeightStoreCommitTest, CommitThenAbortFails) {
   Uploaded u;
   MustOk(u.store.Commit(u.plan, u.receipts));
   Status st = u.store.Abort(u.plan);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(),
-            "cannot abort a published weight revision: " + u.key());
+  EXPECT_THAT(st,
+              StatusIs(StatusCode::kFailedPrecondition,
+                       "cannot abort a published weight revision: " + u.key()));
   u.ExpectLoads();
-  EXPECT_TRUE(u.store.Verify(u.key()).ok());
+  EXPECT_OK(u.store.Verify(u.key()));
 }
 
 TEST(WeightStoreCommitTest, AbortRemovesPayloadsAndChecksums) {
@@ -893,8 +891,8 @@ TEST(WeightStoreCommitTest, SecondWriterOfARevisionConflicts) {
       u.dir.Keys(u.base() + "/payload/" + second.transaction_id() + "/")
           .empty());
   Status st = u.store.Commit(second, receipts);
-  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(), "conflicting weight revision: " + u.key());
+  EXPECT_THAT(st, StatusIs(StatusCode::kAlreadyExists,
+                           "conflicting weight revision: " + u.key()));
   // Its payloads are gone; the winner's stay and load.
   for (const char* kind : {"/payload/", "/checksums/"}) {
     EXPECT_TRUE(
@@ -906,7 +904,7 @@ TEST(WeightStoreCommitTest, SecondWriterOfARevisionConflicts) {
   st = u.store.Commit(second, receipts);
   EXPECT_FALSE(st.ok());
   u.ExpectLoads();
-  EXPECT_TRUE(u.store.Verify(u.key()).ok());
+  EXPECT_OK(u.store.Verify(u.key()));
 }
 
 // ---------------------------------------------------------------- lifecycle
@@ -982,9 +980,9 @@ TEST(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
   MustOk(dir.backend().Put(lease, internal::LeaseRecord(clock.now + 3600)));
   EXPECT_EQ(Must(store.List())[0].leases, 1u);
   Status st = store.Remove(key);
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(),
-            "weight revision " + key + " is leased by 1 load(s); not removed");
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
+                           "weight revision " + key +
+                               " is leased by 1 load(s); not removed"));
   EXPECT_EQ(KeySet(dir.Keys(BaseOf(plan) + "/")).size(),
             CommittedKeys(plan).size() + 1);
   // The load still works meanwhile (and drops only its own lease).
@@ -1005,9 +1003,8 @@ TEST(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
   EXPECT_EQ(store.ReadManifest(key).status().code(), StatusCode::kNotFound);
   auto loaded =
       store.Load(plan.manifest(), dst.placement, dst.buffers.bindings);
-  EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(loaded.status().message(),
-            "weight manifest is not committed: " + key);
+  EXPECT_THAT(loaded, StatusIs(StatusCode::kFailedPrecondition,
+                               "weight manifest is not committed: " + key));
   // A failed load leaves no lease behind.
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").empty());
 }
@@ -1034,7 +1031,7 @@ TEST(WeightStoreLifecycleTest, RemoveDeletesEveryKeyOfTheRevision) {
   EXPECT_EQ(dir.Keys("weights/"), other_keys);
   EXPECT_EQ(store.Remove(plan.manifest().manifest_key()).code(),
             StatusCode::kNotFound);
-  EXPECT_TRUE(store.Verify(other_plan.manifest().manifest_key()).ok());
+  EXPECT_OK(store.Verify(other_plan.manifest().manifest_key()));
 }
 
 TEST(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
@@ -1078,7 +1075,7 @@ TEST(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
   EXPECT_GT(report.bytes_removed, ModelBytes(src.placement));
   // Exactly the committed revision is left, and it is intact.
   EXPECT_EQ(KeySet(dir.Keys("weights/")), CommittedKeys(committed));
-  EXPECT_TRUE(gc.Verify(committed.manifest().manifest_key()).ok());
+  EXPECT_OK(gc.Verify(committed.manifest().manifest_key()));
   Side dst = TargetSide(TpLayout(3, 4));
   LoadAndVerify(store,
                 Must(store.ReadManifest(committed.manifest().manifest_key())),
@@ -1166,8 +1163,8 @@ TEST(WeightStoreLifecycleTest, MalformedLeaseBlocksRemoveNamingTheRecord) {
   // Listed as held; Remove refuses, naming the record.
   EXPECT_EQ(Must(store.List())[0].leases, 1u);
   const Status st = store.Remove(key);
-  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(st.message(), "malformed load lease record: " + lease);
+  EXPECT_THAT(st, StatusIs(StatusCode::kDataLoss,
+                           "malformed load lease record: " + lease));
   EXPECT_EQ(KeySet(dir.Keys(BaseOf(plan) + "/")).size(),
             CommittedKeys(plan).size() + 1);
   // An older store's lease spelling is still honoured.
@@ -1230,14 +1227,14 @@ TEST(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
     return;
   }
   auto verified = store.Verify(key);
-  EXPECT_TRUE(verified.ok())
+  EXPECT_OK(verified)
       << "Commit returned OK but the published revision lost its data to a "
          "concurrent Gc (which removed "
-      << during.keys_removed << " keys): " << verified.status().ToString();
+      << during.keys_removed << " keys)";
   Side dst = TargetSide(TpLayout(3, 4));
   auto loaded = store.Load(Must(store.ReadManifest(key)), dst.placement,
                            dst.buffers.bindings);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_OK(loaded);
 }
 
 // ---------------------------------------------------------------- corruption
@@ -1282,9 +1279,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
                                b->fragment_id + " (object " + b->object_key +
                                ") at bytes [64, 128)";
   auto verified = store.Verify(key);
-  ASSERT_FALSE(verified.ok());
-  EXPECT_EQ(verified.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(verified.status().message(), HasSubstr(expected));
+  ASSERT_THAT(verified, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
   // TP4 targets: t2 holds rows 32..47 (reads the bad chunk), t3 rows
   // 48..63 (reads the same object, not that chunk), t0/t1 the other object.
   const auto target = RowsLayout(4);
@@ -1295,11 +1290,9 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
     auto r =
         store.Load(Must(store.ReadManifest(key)), target, dst.buffers.bindings);
     if (tp == 2) {
-      ASSERT_FALSE(r.ok());
-      EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-      EXPECT_THAT(r.status().message(), HasSubstr(expected));
+      ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
     } else {
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_OK(r);
       EXPECT_EQ(internal::VerifyPattern(target, dst.tensors, dst.buffers), "");
     }
   }
@@ -1311,9 +1304,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
     for (const auto& t : {RowsLayout(1), RowsLayout(4)}) {
       Side dst = TargetSide(t);
       auto r = s.Load(Must(s.ReadManifest(key)), t, dst.buffers.bindings);
-      ASSERT_FALSE(r.ok());
-      EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-      EXPECT_THAT(r.status().message(), HasSubstr(expected));
+      ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
     }
   }
   // A column split reads the object through staged sweeps: same report.
@@ -1323,12 +1314,10 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
   Side dst = TargetSide(col_target);
   auto r = store.Load(Must(store.ReadManifest(key)), col_target,
                       dst.buffers.bindings);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(r.status().message(), HasSubstr(expected));
+  ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
   // Flipping the byte back repairs the revision.
   FlipByte(PathOf(dir, b->object_key), 100);
-  EXPECT_TRUE(store.Verify(key).ok());
+  EXPECT_OK(store.Verify(key));
 }
 
 TEST(WeightStoreCorruptionTest, TruncatedPayloadFailsClearly) {
@@ -1340,16 +1329,13 @@ TEST(WeightStoreCorruptionTest, TruncatedPayloadFailsClearly) {
   const StoredFragment& f = plan.manifest().fragments()[0];
   ASSERT_EQ(::truncate(PathOf(dir, f.object_key).c_str(), 1000), 0);
   auto verified = store.Verify(key);
-  ASSERT_FALSE(verified.ok());
-  EXPECT_EQ(verified.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(verified.status().message(),
-            "payload " + f.object_key + " is short: 1000 bytes");
+  ASSERT_THAT(verified,
+              StatusIs(StatusCode::kDataLoss,
+                       "payload " + f.object_key + " is short: 1000 bytes"));
   for (const auto& t : {RowsLayout(1), RowsLayout(4)}) {
     Side dst = TargetSide(t);
     auto r = store.Load(Must(store.ReadManifest(key)), t, dst.buffers.bindings);
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-    EXPECT_THAT(r.status().message(), HasSubstr(f.object_key));
+    ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(f.object_key)));
     EXPECT_THAT(r.status().message(), HasSubstr("is short"));
   }
 }
@@ -1425,10 +1411,9 @@ TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
       plan,
       Must(store.Upload(plan, src.placement, src.buffers.bindings.front()))));
   auto gathered = store.GatherReceipts(plan);
-  ASSERT_FALSE(gathered.ok());
-  EXPECT_EQ(gathered.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(gathered.status().message(),
-              ::testing::StartsWith("missing upload receipt: "));
+  ASSERT_THAT(gathered,
+              StatusIs(StatusCode::kFailedPrecondition,
+                       ::testing::StartsWith("missing upload receipt: ")));
   // No plan published yet; then a plan for another transaction id.
   const std::string key = plan.manifest().manifest_key();
   EXPECT_EQ(store.ReadUploadPlan(key, plan.transaction_id()).status().code(),
@@ -1471,16 +1456,16 @@ TEST(WeightStoreFenceTest, UploadRejectsAChangedLeaseOrInstance) {
             (UploadWriter{b.participant_id(), b.instance_id(), b.lease_id()}));
   auto r = store.Upload(plan, src.placement,
                         Must(WithBindingChanges(b, {.lease = "lease-2"})));
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(r.status().message(),
-            "stale source lease: participant " + b.participant_id() +
-                " holds lease lease-2 of instance " + b.instance_id() +
-                ", the upload plan was made at lease " + b.lease_id() +
-                " of instance " + b.instance_id());
+  EXPECT_THAT(
+      r, StatusIs(StatusCode::kFailedPrecondition,
+                  "stale source lease: participant " + b.participant_id() +
+                      " holds lease lease-2 of instance " + b.instance_id() +
+                      ", the upload plan was made at lease " + b.lease_id() +
+                      " of instance " + b.instance_id()));
   r = store.Upload(plan, src.placement,
                    Must(WithBindingChanges(b, {.instance = "restarted"})));
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(r.status().message(), HasSubstr("of instance restarted,"));
+  EXPECT_THAT(r, StatusIs(StatusCode::kFailedPrecondition,
+                          HasSubstr("of instance restarted,")));
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").size() == 1);  // "started" only
 }
 
@@ -1493,10 +1478,10 @@ TEST(WeightStoreFenceTest, NoPayloadWritesAfterAbort) {
   MustOk(store.Abort(plan));
   for (const auto& b : src.buffers.bindings) {
     auto r = store.Upload(plan, src.placement, b);
-    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-    EXPECT_EQ(r.status().message(), "weight upload transaction " +
-                                        plan.transaction_id() +
-                                        " was aborted: no more payload writes");
+    EXPECT_THAT(r,
+                StatusIs(StatusCode::kFailedPrecondition,
+                         "weight upload transaction " + plan.transaction_id() +
+                             " was aborted: no more payload writes"));
   }
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/checksums/").empty());
@@ -1517,11 +1502,12 @@ TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
   }
   auto r = store.Upload(plan, src.placement,
                         Must(WithBindingChanges(b, {.device = "cuda:0"})));
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(r.status().message(),
-            "store upload executor cannot move cuda memory: source fragment " +
-                first + " of participant " + b.participant_id() +
-                " (device \"cuda:0\")");
+  EXPECT_THAT(
+      r, StatusIs(
+             StatusCode::kFailedPrecondition,
+             "store upload executor cannot move cuda memory: source fragment " +
+                 first + " of participant " + b.participant_id() +
+                 " (device \"cuda:0\")"));
   r = store.Upload(plan, src.placement,
                    Must(WithBindingChanges(b, {.device = "npu:3"})));
   EXPECT_EQ(r.status().message(),
@@ -1538,10 +1524,11 @@ TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
     cuda.push_back(Must(WithBindingChanges(t, {.device = "cuda"})));
   }
   auto loaded = store.Load(committed.manifest(), dst.placement, cuda);
-  EXPECT_EQ(loaded.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(loaded.status().message(),
-              StartsWith("store load executor cannot move cuda memory: target "
-                         "fragment "));
+  EXPECT_THAT(
+      loaded,
+      StatusIs(StatusCode::kFailedPrecondition,
+               StartsWith("store load executor cannot move cuda memory: target "
+                          "fragment ")));
   // Nothing was written into the (host) buffers behind the bindings.
   for (const auto& [id, p] : dst.buffers.data) {
     EXPECT_EQ(p[0], 0xD7) << id;
@@ -1555,8 +1542,8 @@ TEST(WeightStoreFenceTest, LoadWithNoOperationsIsAnError) {
   const auto plan = Must(UploadAndCommit(store, src));
   const Side dst = TargetSide(TpLayout(1, 4));
   auto r = store.Load(plan.manifest(), dst.placement, {});
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), StartsWith("load plan has no operations"));
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                          StartsWith("load plan has no operations")));
 }
 
 // Rule 56: two aliased target views at one address may be written twice
@@ -1580,26 +1567,18 @@ TEST(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
   const WeightPlacementManifest target = tied();
   std::vector<uint8_t> memory(64, 0xD7);
   const auto address = reinterpret_cast<uint64_t>(memory.data());
-  const auto& part = target.parts()[0];
-  WeightRuntimeBindingManifestSpec spec{target.resource_id(),
-                                        target.placement_id(),
-                                        target.digest(),
-                                        "target-instance",
-                                        1,
-                                        "lease",
-                                        target.revision(),
-                                        part.participant_id(),
-                                        {}};
-  for (const auto& f : part.fragments()) {
-    spec.fragments.push_back(Must(RuntimeBindingFragment::Make(
-        testing::FakeRuntimeFragment(f, 2, address))));
-  }
-  const auto binding = Must(WeightRuntimeBindingManifest::Make(spec));
-  ASSERT_TRUE(ValidateRuntimeBindings(target, {binding}, false).ok());
+  ASSERT_EQ(target.parts().size(), 1u);
+  const auto binding =
+      Must(testing::BindingBuilder(target)
+               .Instance("target-instance")
+               .Lease("lease")
+               .AddressOf([&](const PlacementFragment&) { return address; })
+               .Build())
+          .at(0);
+  ASSERT_OK(ValidateRuntimeBindings(target, {binding}, false));
   auto r = store.Load(plan.manifest(), target, {binding});
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(r.status().message(),
-              StartsWith("conflicting target physical range: "));
+  EXPECT_THAT(r, StatusIs(StatusCode::kFailedPrecondition,
+                          StartsWith("conflicting target physical range: ")));
 }
 
 // Rule 65 on a published upload plan: each stored fragment written once,
@@ -1658,10 +1637,10 @@ TEST(WeightStoreFenceTest, TamperedUploadPlansAreRefused) {
   for (const auto& b : src.buffers.bindings) {
     if (b.participant_id() != by_participant.begin()->first) continue;
     auto r = store.Upload(tampered, src.placement, b);
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(r.status().message(),
-                StartsWith("upload operation source and stored fragment "
-                           "geometry differ: "));
+    EXPECT_THAT(
+        r, StatusIs(StatusCode::kInvalidArgument,
+                    StartsWith("upload operation source and stored fragment "
+                               "geometry differ: ")));
   }
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/payload/").empty());
 }

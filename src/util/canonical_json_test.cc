@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "reshard/json.h"
+#include "testing/status_testing.h"
 #include "util/json_reader.h"
 
 namespace reshard::internal {
@@ -396,13 +397,13 @@ TEST(CanonicalJsonTest, TrickyStringsThroughCanonicalizeJson) {
   // it must be a fixed point in ASCII mode and give the raw form in UTF-8.
   for (const StringCase& c : kTrickyStrings) {
     auto ascii = CanonicalizeJson(c.ascii, /*ensure_ascii=*/true);
-    ASSERT_TRUE(ascii.ok()) << ascii.status().ToString() << " " << c.ascii;
+    ASSERT_OK(ascii) << c.ascii;
     EXPECT_EQ(*ascii, c.ascii);
     auto utf8 = CanonicalizeJson(c.ascii, /*ensure_ascii=*/false);
-    ASSERT_TRUE(utf8.ok()) << utf8.status().ToString() << " " << c.ascii;
+    ASSERT_OK(utf8) << c.ascii;
     EXPECT_EQ(*utf8, c.utf8);
     auto back = CanonicalizeJson(c.utf8, /*ensure_ascii=*/true);
-    ASSERT_TRUE(back.ok()) << back.status().ToString() << " " << c.ascii;
+    ASSERT_OK(back) << c.ascii;
     EXPECT_EQ(*back, c.ascii);
   }
 }
@@ -429,12 +430,12 @@ TEST(CanonicalJsonTest, Integers) {
 }
 
 TEST(CanonicalJsonTest, IntegersThroughCanonicalizeJson) {
-  auto r = CanonicalizeJson(
-      "[ 0, -0, 18446744073709551615, -9223372036854775808, "
-      "9223372036854775807, 9223372036854775808 ]");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK_AND_ASSIGN(
+      auto r,
+      CanonicalizeJson("[ 0, -0, 18446744073709551615, -9223372036854775808, "
+                       "9223372036854775807, 9223372036854775808 ]"));
   // Python: json.dumps(json.loads(...)) never writes -0 for an integer.
-  EXPECT_EQ(*r,
+  EXPECT_EQ(r,
             "[0,0,18446744073709551615,-9223372036854775808,"
             "9223372036854775807,9223372036854775808]");
 }
@@ -548,59 +549,58 @@ TEST(CanonicalJsonTest, WriterEscapesKeysInItsMode) {
 // ---------------------------------------------------------------------------
 
 TEST(CanonicalJsonTest, DocumentedExample) {
-  auto r = CanonicalizeJson(R"({"b":1,"a":[1,null,true,"x"],"A":2})");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, R"({"A":2,"a":[1,null,true,"x"],"b":1})");
+  ASSERT_OK_AND_ASSIGN(
+      auto r, CanonicalizeJson(R"({"b":1,"a":[1,null,true,"x"],"A":2})"));
+  EXPECT_EQ(r, R"({"A":2,"a":[1,null,true,"x"],"b":1})");
 }
 
 TEST(CanonicalJsonTest, KeysSortByCodePointNotUtf16) {
   // json.dumps({"\U0001f680": 2, "\uffff": 1}, sort_keys=True, ...)
   const std::string in = "{\"\xf0\x9f\x9a\x80\":2,\"\xef\xbf\xbf\":1}";
-  auto r = CanonicalizeJson(in);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, R"({"\uffff":1,"\ud83d\ude80":2})");
-  auto u = CanonicalizeJson(in, /*ensure_ascii=*/false);
-  ASSERT_TRUE(u.ok()) << u.status().ToString();
-  EXPECT_EQ(*u, "{\"\xef\xbf\xbf\":1,\"\xf0\x9f\x9a\x80\":2}");
+  ASSERT_OK_AND_ASSIGN(auto r, CanonicalizeJson(in));
+  EXPECT_EQ(r, R"({"\uffff":1,"\ud83d\ude80":2})");
+  ASSERT_OK_AND_ASSIGN(auto u, CanonicalizeJson(in, /*ensure_ascii=*/false));
+  EXPECT_EQ(u, "{\"\xef\xbf\xbf\":1,\"\xf0\x9f\x9a\x80\":2}");
   // Escaped input gives the same order.
-  auto e = CanonicalizeJson(R"({"\ud83d\ude80":2,"\uffff":1})");
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  EXPECT_EQ(*e, R"({"\uffff":1,"\ud83d\ude80":2})");
+  ASSERT_OK_AND_ASSIGN(auto e,
+                       CanonicalizeJson(R"({"\ud83d\ude80":2,"\uffff":1})"));
+  EXPECT_EQ(e, R"({"\uffff":1,"\ud83d\ude80":2})");
 }
 
 TEST(CanonicalJsonTest, KeysSortAsciiCaseAndPrefix) {
-  auto r = CanonicalizeJson(
-      R"({"b":0,"aa":0,"a":0,"B":0,"":0,"\u0000":0,"a\u0000":0,"\u00e9":0,"~":0,"\u007f":0,"10":0,"9":0})");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, R"({"":0,"\u0000":0,"10":0,"9":0,"B":0,"a":0,"a\u0000":0,)"
-                R"("aa":0,"b":0,"~":0,"\u007f":0,"\u00e9":0})");
+  ASSERT_OK_AND_ASSIGN(
+      auto r,
+      CanonicalizeJson(
+          R"({"b":0,"aa":0,"a":0,"B":0,"":0,"\u0000":0,"a\u0000":0,"\u00e9":0,"~":0,"\u007f":0,"10":0,"9":0})"));
+  EXPECT_EQ(r, R"({"":0,"\u0000":0,"10":0,"9":0,"B":0,"a":0,"a\u0000":0,)"
+               R"("aa":0,"b":0,"~":0,"\u007f":0,"\u00e9":0})");
 }
 
 TEST(CanonicalJsonTest, InputEscapesAreDecoded) {
-  auto r = CanonicalizeJson(R"(["\u0041\/\u00E9\uD83D\uDE80\u2028\t"])");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, R"(["A/\u00e9\ud83d\ude80\u2028\t"])");
-  auto u = CanonicalizeJson(R"(["\u0041\/\u00E9\uD83D\uDE80\u2028\t"])",
-                            /*ensure_ascii=*/false);
-  ASSERT_TRUE(u.ok()) << u.status().ToString();
-  EXPECT_EQ(*u, "[\"A/\xc3\xa9\xf0\x9f\x9a\x80\xe2\x80\xa8\\t\"]");
+  ASSERT_OK_AND_ASSIGN(
+      auto r, CanonicalizeJson(R"(["\u0041\/\u00E9\uD83D\uDE80\u2028\t"])"));
+  EXPECT_EQ(r, R"(["A/\u00e9\ud83d\ude80\u2028\t"])");
+  ASSERT_OK_AND_ASSIGN(
+      auto u, CanonicalizeJson(R"(["\u0041\/\u00E9\uD83D\uDE80\u2028\t"])",
+                               /*ensure_ascii=*/false));
+  EXPECT_EQ(u, "[\"A/\xc3\xa9\xf0\x9f\x9a\x80\xe2\x80\xa8\\t\"]");
 }
 
 TEST(CanonicalJsonTest, GeneratedDocumentsMatchPython) {
   int i = 0;
   for (const DocCase& c : kDocs) {
     auto a = CanonicalizeJson(c.input, /*ensure_ascii=*/true);
-    ASSERT_TRUE(a.ok()) << "doc " << i << ": " << a.status().ToString();
+    ASSERT_OK(a) << "doc " << i;
     EXPECT_EQ(*a, c.ascii) << "doc " << i;
     auto u = CanonicalizeJson(c.input, /*ensure_ascii=*/false);
-    ASSERT_TRUE(u.ok()) << "doc " << i << ": " << u.status().ToString();
+    ASSERT_OK(u) << "doc " << i;
     EXPECT_EQ(*u, c.utf8) << "doc " << i;
     // Canonical output is a fixed point.
     auto again = CanonicalizeJson(c.ascii, /*ensure_ascii=*/true);
-    ASSERT_TRUE(again.ok()) << "doc " << i;
+    ASSERT_OK(again) << "doc " << i;
     EXPECT_EQ(*again, c.ascii) << "doc " << i;
     auto again_u = CanonicalizeJson(c.utf8, /*ensure_ascii=*/false);
-    ASSERT_TRUE(again_u.ok()) << "doc " << i;
+    ASSERT_OK(again_u) << "doc " << i;
     EXPECT_EQ(*again_u, c.utf8) << "doc " << i;
     ++i;
   }
@@ -611,7 +611,8 @@ TEST(CanonicalJsonTest, InternalEntryPointMatchesPublicOne) {
   const std::string_view in = R"({"z":"\u00e9","a":[]})";
   auto a = CanonicalizeJsonText(in, JsonAscii::kEscapeNonAscii);
   auto u = CanonicalizeJsonText(in, JsonAscii::kRawUtf8);
-  ASSERT_TRUE(a.ok() && u.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(u);
   EXPECT_EQ(*a, R"({"a":[],"z":"\u00e9"})");
   EXPECT_EQ(*u, "{\"a\":[],\"z\":\"\xc3\xa9\"}");
 }

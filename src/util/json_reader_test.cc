@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "reshard/json.h"
+#include "testing/status_testing.h"
 
 namespace reshard::internal {
 namespace {
@@ -22,7 +23,7 @@ using namespace std::string_view_literals;
 
 JsonDocument MustParse(std::string_view text) {
   auto doc = JsonDocument::Parse(text);
-  EXPECT_TRUE(doc.ok()) << doc.status().ToString() << " for " << text;
+  EXPECT_OK(doc) << " for " << text;
   return std::move(doc).ValueOrDie();
 }
 
@@ -79,11 +80,10 @@ TEST(JsonReaderTest, ParsesValidDocumentsAndOutlivesMove) {
   docs.push_back(MustParse("\"s\""));
   docs.push_back(MustParse("null"));
   JsonDocument moved = std::move(docs[0]);
-  auto obj = StrictObject::Make(moved.root(), JsonPath(), "thing", {"a", "b"});
-  ASSERT_TRUE(obj.ok()) << obj.status().ToString();
-  auto arr = ReadIntArray(obj->Get("a"), JsonPath());
-  ASSERT_TRUE(arr.ok());
-  EXPECT_EQ(*arr, (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_OK_AND_ASSIGN(auto obj, StrictObject::Make(moved.root(), JsonPath(),
+                                                    "thing", {"a", "b"}));
+  ASSERT_OK_AND_ASSIGN(auto arr, ReadIntArray(obj.Get("a"), JsonPath()));
+  EXPECT_EQ(arr, (std::vector<int64_t>{1, 2, 3}));
 }
 
 TEST(JsonReaderTest, RejectsNonFiniteNumbers) {
@@ -96,10 +96,10 @@ TEST(JsonReaderTest, RejectsNonFiniteNumbers) {
         << text;
   }
   // The same tokens inside strings are ordinary text.
-  auto r = CanonicalizeJsonText(R"({"x":"NaN","y":"-Infinity \" NaN"})",
-                                JsonAscii::kEscapeNonAscii);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, R"({"x":"NaN","y":"-Infinity \" NaN"})");
+  ASSERT_OK_AND_ASSIGN(
+      auto r, CanonicalizeJsonText(R"({"x":"NaN","y":"-Infinity \" NaN"})",
+                                   JsonAscii::kEscapeNonAscii));
+  EXPECT_EQ(r, R"({"x":"NaN","y":"-Infinity \" NaN"})");
 }
 
 TEST(JsonReaderTest, RejectsIntegersBeyondU64) {
@@ -147,20 +147,20 @@ TEST(JsonReaderTest, RejectsMalformedAndTrailingContent) {
 
 TEST(JsonReaderTest, StrictObjectExactFieldSet) {
   JsonDocument doc = MustParse(R"({"b":2,"a":1})");
-  auto obj =
-      StrictObject::Make(doc.root(), JsonPath(), "thing", {"a", "b"}, {"c"});
-  ASSERT_TRUE(obj.ok()) << obj.status().ToString();
-  EXPECT_EQ(int64_t(obj->Get("a")), 1);
-  EXPECT_EQ(int64_t(obj->Get("b")), 2);
-  EXPECT_FALSE(obj->Find("c").has_value());
-  EXPECT_FALSE(obj->Find("zzz").has_value());
+  ASSERT_OK_AND_ASSIGN(
+      auto obj,
+      StrictObject::Make(doc.root(), JsonPath(), "thing", {"a", "b"}, {"c"}));
+  EXPECT_EQ(int64_t(obj.Get("a")), 1);
+  EXPECT_EQ(int64_t(obj.Get("b")), 2);
+  EXPECT_FALSE(obj.Find("c").has_value());
+  EXPECT_FALSE(obj.Find("zzz").has_value());
 
   JsonDocument with_opt = MustParse(R"({"c":null,"b":2,"a":1})");
-  auto obj2 = StrictObject::Make(with_opt.root(), JsonPath(), "thing",
-                                 {"a", "b"}, {"c"});
-  ASSERT_TRUE(obj2.ok()) << obj2.status().ToString();
-  ASSERT_TRUE(obj2->Find("c").has_value());
-  EXPECT_TRUE(obj2->Find("c")->is_null());
+  ASSERT_OK_AND_ASSIGN(auto obj2,
+                       StrictObject::Make(with_opt.root(), JsonPath(), "thing",
+                                          {"a", "b"}, {"c"}));
+  ASSERT_TRUE(obj2.Find("c").has_value());
+  EXPECT_TRUE(obj2.Find("c")->is_null());
 }
 
 TEST(JsonReaderTest, StrictObjectMissingField) {
@@ -224,9 +224,9 @@ TEST(JsonReaderTest, StrictObjectNotAnObject) {
 
 TEST(JsonReaderTest, StrictObjectEmptyFieldSet) {
   JsonDocument doc = MustParse("{}");
-  auto obj = StrictObject::Make(doc.root(), JsonPath(), "empty", {});
-  ASSERT_TRUE(obj.ok());
-  EXPECT_FALSE(obj->Find("a").has_value());
+  ASSERT_OK_AND_ASSIGN(auto obj,
+                       StrictObject::Make(doc.root(), JsonPath(), "empty", {}));
+  EXPECT_FALSE(obj.Find("a").has_value());
 }
 
 // ---------------------------------------------------------------------------
@@ -236,9 +236,8 @@ TEST(JsonReaderTest, StrictObjectEmptyFieldSet) {
 TEST(JsonReaderTest, ReadIntAcceptsInt64Range) {
   JsonDocument doc =
       MustParse("[0,-1,9223372036854775807,-9223372036854775808,-0]");
-  auto arr = ReadIntArray(doc.root(), JsonPath());
-  ASSERT_TRUE(arr.ok()) << arr.status().ToString();
-  EXPECT_EQ(*arr,
+  ASSERT_OK_AND_ASSIGN(auto arr, ReadIntArray(doc.root(), JsonPath()));
+  EXPECT_EQ(arr,
             (std::vector<int64_t>{0, -1, std::numeric_limits<int64_t>::max(),
                                   std::numeric_limits<int64_t>::min(), 0}));
 }
@@ -246,12 +245,12 @@ TEST(JsonReaderTest, ReadIntAcceptsInt64Range) {
 TEST(JsonReaderTest, ReadIntRejectsBoolFloatStringNull) {
   JsonDocument doc =
       MustParse(R"({"n":[true,false,1.0,1e2,-0.0,"1",null,[],{}]})");
-  auto obj = StrictObject::Make(doc.root(), JsonPath(), "t", {"n"});
-  ASSERT_TRUE(obj.ok());
+  ASSERT_OK_AND_ASSIGN(auto obj,
+                       StrictObject::Make(doc.root(), JsonPath(), "t", {"n"}));
   JsonPath root;
   JsonPath n = root.Field("n");
   size_t i = 0;
-  for (auto item : simdjson::dom::array(obj->Get("n"))) {
+  for (auto item : simdjson::dom::array(obj.Get("n"))) {
     JsonPath at = n.Index(i);
     auto r = ReadInt(item, at);
     ASSERT_FALSE(r.ok()) << i;
@@ -278,9 +277,8 @@ TEST(JsonReaderTest, ReadU64Range) {
       "9223372036854775808]");
   std::vector<uint64_t> got;
   for (auto item : simdjson::dom::array(doc.root())) {
-    auto r = ReadU64(item, JsonPath());
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    got.push_back(*r);
+    ASSERT_OK_AND_ASSIGN(auto r, ReadU64(item, JsonPath()));
+    got.push_back(r);
   }
   EXPECT_EQ(got, (std::vector<uint64_t>{
                      0, 1, std::numeric_limits<uint64_t>::max(),
@@ -325,15 +323,12 @@ TEST(JsonReaderTest, ReadNullableInt) {
   JsonDocument doc = MustParse("[null,7,-7,true,\"7\",7.5]");
   std::vector<JsonElement> items;
   for (auto item : simdjson::dom::array(doc.root())) items.push_back(item);
-  auto a = ReadNullableInt(items[0], JsonPath());
-  ASSERT_TRUE(a.ok());
-  EXPECT_FALSE(a->has_value());
-  auto b = ReadNullableInt(items[1], JsonPath());
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(**b, 7);
-  auto c = ReadNullableInt(items[2], JsonPath());
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(**c, -7);
+  ASSERT_OK_AND_ASSIGN(auto a, ReadNullableInt(items[0], JsonPath()));
+  EXPECT_FALSE(a.has_value());
+  ASSERT_OK_AND_ASSIGN(auto b, ReadNullableInt(items[1], JsonPath()));
+  EXPECT_EQ(*b, 7);
+  ASSERT_OK_AND_ASSIGN(auto c, ReadNullableInt(items[2], JsonPath()));
+  EXPECT_EQ(*c, -7);
   for (size_t i = 3; i < items.size(); ++i) {
     JsonPath root;
     JsonPath f = root.Field("pipeline_stage_id");
@@ -350,21 +345,18 @@ TEST(JsonReaderTest, ReadStrings) {
   JsonPath root;
   JsonPath id = root.Field("tensor_id");
 
-  auto empty = ReadString(items[0], id);
-  ASSERT_TRUE(empty.ok());
-  EXPECT_EQ(*empty, "");
-  auto x = ReadString(items[1], id);
-  ASSERT_TRUE(x.ok());
-  EXPECT_EQ(*x, "x");
+  ASSERT_OK_AND_ASSIGN(auto empty, ReadString(items[0], id));
+  EXPECT_EQ(empty, "");
+  ASSERT_OK_AND_ASSIGN(auto x, ReadString(items[1], id));
+  EXPECT_EQ(x, "x");
   for (size_t i = 2; i < items.size(); ++i) {
     auto r = ReadString(items[i], id);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().message(), "tensor_id must be a string");
   }
 
-  auto ne = ReadNonEmptyString(items[1], id);
-  ASSERT_TRUE(ne.ok());
-  EXPECT_EQ(*ne, "x");
+  ASSERT_OK_AND_ASSIGN(auto ne, ReadNonEmptyString(items[1], id));
+  EXPECT_EQ(ne, "x");
   for (size_t i : {size_t{0}, size_t{2}, size_t{3}, size_t{4}}) {
     auto r = ReadNonEmptyString(items[i], id);
     ASSERT_FALSE(r.ok()) << i;
@@ -374,9 +366,8 @@ TEST(JsonReaderTest, ReadStrings) {
 
 TEST(JsonReaderTest, ReadStringKeepsEmbeddedNulAndUnicode) {
   JsonDocument doc = MustParse(R"("a\u0000b\u00e9\ud83d\ude80")");
-  auto r = ReadString(doc.root(), JsonPath());
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(*r, std::string_view("a\0b\xc3\xa9\xf0\x9f\x9a\x80", 9));
+  ASSERT_OK_AND_ASSIGN(auto r, ReadString(doc.root(), JsonPath()));
+  EXPECT_EQ(r, std::string_view("a\0b\xc3\xa9\xf0\x9f\x9a\x80", 9));
 }
 
 TEST(JsonReaderTest, ArrayReaders) {
@@ -384,12 +375,10 @@ TEST(JsonReaderTest, ArrayReaders) {
   JsonPath shape = root.Field("global_shape");
   {
     JsonDocument doc = MustParse("[]");
-    auto r = ReadIntArray(doc.root(), shape);
-    ASSERT_TRUE(r.ok());
-    EXPECT_TRUE(r->empty());
-    auto s = ReadStringArray(doc.root(), shape);
-    ASSERT_TRUE(s.ok());
-    EXPECT_TRUE(s->empty());
+    ASSERT_OK_AND_ASSIGN(auto r, ReadIntArray(doc.root(), shape));
+    EXPECT_TRUE(r.empty());
+    ASSERT_OK_AND_ASSIGN(auto s, ReadStringArray(doc.root(), shape));
+    EXPECT_TRUE(s.empty());
   }
   {
     JsonDocument doc = MustParse("[4,true]");
@@ -426,12 +415,10 @@ TEST(JsonReaderTest, ArrayReaders) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().message(), "aliases[2] must be a string");
     JsonDocument ok_doc = MustParse(R"(["a","","\u00e9"])");
-    auto ok = ReadStringArray(ok_doc.root(), aliases);
-    ASSERT_TRUE(ok.ok());
-    EXPECT_EQ(*ok, (std::vector<std::string>{"a", "", "\xc3\xa9"}));
-    auto arr = ReadArray(ok_doc.root(), aliases);
-    ASSERT_TRUE(arr.ok());
-    EXPECT_EQ(arr->size(), 3u);
+    ASSERT_OK_AND_ASSIGN(auto ok, ReadStringArray(ok_doc.root(), aliases));
+    EXPECT_EQ(ok, (std::vector<std::string>{"a", "", "\xc3\xa9"}));
+    ASSERT_OK_AND_ASSIGN(auto arr, ReadArray(ok_doc.root(), aliases));
+    EXPECT_EQ(arr.size(), 3u);
   }
 }
 

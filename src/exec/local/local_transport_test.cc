@@ -26,17 +26,19 @@
 #include "reshard/plan.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/status_testing.h"
 
 namespace reshard {
 namespace {
 
 using ::reshard::internal::CopyRegionSegments;
 using ::reshard::testing::AddTensor;
-using ::reshard::testing::FakeRuntimeFragment;
+using ::reshard::testing::BindingBuilder;
 using ::reshard::testing::GridDraft;
 using ::reshard::testing::Must;
 using ::reshard::testing::PlacementDraft;
 using ::reshard::testing::Sizes;
+using ::reshard::testing::StatusIs;
 using ::reshard::testing::TensorLayout;
 using ::testing::ElementsAre;
 
@@ -230,29 +232,18 @@ struct HostSide {
 HostSide Allocate(const WeightPlacementManifest& m, const std::string& instance,
                   uint8_t fill, const std::string& device = "cpu") {
   HostSide side;
-  for (const auto& part : m.parts()) {
-    if (part.fragments().empty()) continue;
-    WeightRuntimeBindingManifestSpec spec;
-    spec.resource_id = m.resource_id();
-    spec.placement_id = m.placement_id();
-    spec.placement_digest = m.digest();
-    spec.instance_id = instance;
-    spec.generation = 1;
-    spec.lease_id = "lease-1";
-    spec.revision = m.revision();
-    spec.participant_id = part.participant_id();
-    for (const auto& f : part.fragments()) {
-      auto& buf = side.data[f.placement_fragment_id()];
-      buf.assign(f.nbytes(), fill);
-      const auto* t = m.FindTensor(f.tensor_id());
-      auto view = FakeRuntimeFragment(f, t->itemsize(),
-                                      reinterpret_cast<uint64_t>(buf.data()));
-      view.device = device;
-      spec.fragments.push_back(Must(RuntimeBindingFragment::Make(view)));
-    }
-    side.bindings.push_back(
-        Must(WeightRuntimeBindingManifest::Make(std::move(spec))));
-  }
+  side.bindings = Must(
+      BindingBuilder(m)
+          .Instance(instance)
+          .AddressOf([&](const PlacementFragment& f) {
+            auto& buf = side.data[f.placement_fragment_id()];
+            buf.assign(f.nbytes(), fill);
+            return reinterpret_cast<uint64_t>(buf.data());
+          })
+          .AdjustEach([&](const std::string&, RuntimeBindingFragmentSpec* v) {
+            v->device = device;
+          })
+          .Build());
   return side;
 }
 
@@ -381,10 +372,8 @@ std::string ErrorOf(const Result<T>& r) {
 
 TEST(LocalTransportTest, MakeValidatesOptions) {
   auto zero_threads = LocalTransport::Make({.threads = 0});
-  ASSERT_FALSE(zero_threads.ok());
-  EXPECT_EQ(zero_threads.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(zero_threads.status().message(),
-            "local transport threads must be >= 1");
+  ASSERT_THAT(zero_threads, StatusIs(StatusCode::kInvalidArgument,
+                                     "local transport threads must be >= 1"));
   auto zero_chunk = LocalTransport::Make({.chunk_bytes = 0});
   ASSERT_FALSE(zero_chunk.ok());
   EXPECT_EQ(zero_chunk.status().code(), StatusCode::kInvalidArgument);
@@ -393,7 +382,7 @@ TEST(LocalTransportTest, MakeValidatesOptions) {
   auto zero_in_flight = LocalTransport::Make({.max_in_flight = 0});
   EXPECT_EQ(ErrorOf(zero_in_flight),
             "local transport chunk_bytes and max_in_flight must be >= 1");
-  EXPECT_TRUE(LocalTransport::Make({}).ok());
+  EXPECT_OK(LocalTransport::Make({}));
 }
 
 TEST(LocalTransportTest, Capabilities) {
@@ -459,15 +448,15 @@ TEST(LocalTransportTest, SubmitWaitPollMovesEveryByte) {
   auto transport = MustMake({.threads = 2});
   const TransferId id = Must(transport->Submit(bound));
   auto polled = transport->Poll(id);
-  ASSERT_TRUE(polled.ok()) << polled.status().ToString();
+  ASSERT_OK(polled);
   EXPECT_TRUE(*polled == TransferState::kPending ||
               *polled == TransferState::kCompleted);
-  ASSERT_TRUE(transport->Wait(id).ok());
+  ASSERT_OK(transport->Wait(id));
   polled = transport->Poll(id);
-  ASSERT_TRUE(polled.ok());
+  ASSERT_OK(polled);
   EXPECT_EQ(*polled, TransferState::kCompleted);
   // Waiting again on a completed transfer is fine.
-  EXPECT_TRUE(transport->Wait(id).ok());
+  EXPECT_OK(transport->Wait(id));
   ExpectTargets(l.source, l.target, dst);
   EXPECT_EQ(src.data, src_before.data);  // sources are only read
 
@@ -475,7 +464,7 @@ TEST(LocalTransportTest, SubmitWaitPollMovesEveryByte) {
   for (auto& [id_, buf] : dst.data) std::fill(buf.begin(), buf.end(), 0xEE);
   const TransferId id2 = Must(transport->Submit(bound));
   EXPECT_NE(id2, id);
-  ASSERT_TRUE(transport->Wait(id2).ok());
+  ASSERT_OK(transport->Wait(id2));
   ExpectTargets(l.source, l.target, dst);
 }
 
@@ -499,7 +488,7 @@ TEST(LocalTransportTest, ResultsIdenticalForThreadsAndChunkSizes) {
       }
       auto transport = MustMake({.threads = threads, .chunk_bytes = chunk});
       const TransferId id = Must(transport->Submit(bound));
-      ASSERT_TRUE(transport->Wait(id).ok());
+      ASSERT_OK(transport->Wait(id));
       ExpectTargets(l.source, l.target, dst);
       if (first.empty()) {
         first = dst.data;
@@ -520,7 +509,7 @@ TEST(LocalTransportTest, RebindAfterAddressChangeWritesTheNewBuffers) {
   const BoundTransferPlan b1 = Must(BoundTransferPlan::Bind(
       plan, l.source, src.bindings, l.target, dst1.bindings));
   auto transport = MustMake({.threads = 2, .chunk_bytes = 256});
-  ASSERT_TRUE(transport->Wait(Must(transport->Submit(b1))).ok());
+  ASSERT_OK(transport->Wait(Must(transport->Submit(b1))));
   ExpectTargets(l.source, l.target, dst1);
   // The same logical plan bound to the new target buffers: only they
   // change.
@@ -528,7 +517,7 @@ TEST(LocalTransportTest, RebindAfterAddressChangeWritesTheNewBuffers) {
   const auto dst1_before = dst1.data;
   const BoundTransferPlan b2 = Must(BoundTransferPlan::Bind(
       plan, l.source, src.bindings, l.target, dst2.bindings));
-  ASSERT_TRUE(transport->Wait(Must(transport->Submit(b2))).ok());
+  ASSERT_OK(transport->Wait(Must(transport->Submit(b2))));
   ExpectTargets(l.source, l.target, dst2);
   EXPECT_TRUE(dst1.data == dst1_before);
 }
@@ -549,19 +538,16 @@ TEST(LocalTransportTest, ConcurrentTransfersToDistinctTargets) {
       MustMake({.threads = 2, .chunk_bytes = 512, .max_in_flight = 4});
   std::vector<TransferId> ids;
   for (const auto& b : bound) ids.push_back(Must(transport->Submit(b)));
-  for (TransferId id : ids) ASSERT_TRUE(transport->Wait(id).ok());
+  for (TransferId id : ids) ASSERT_OK(transport->Wait(id));
   for (const auto& d : dsts) ExpectTargets(l.source, l.target, d);
 }
 
 TEST(LocalTransportTest, UnknownTransfer) {
   auto transport = MustMake({});
   auto polled = transport->Poll(42);
-  ASSERT_FALSE(polled.ok());
-  EXPECT_EQ(polled.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(polled.status().message(), "unknown transfer 42");
+  ASSERT_THAT(polled, StatusIs(StatusCode::kNotFound, "unknown transfer 42"));
   const Status waited = transport->Wait(42);
-  EXPECT_EQ(waited.code(), StatusCode::kNotFound);
-  EXPECT_EQ(waited.message(), "unknown transfer 42");
+  EXPECT_THAT(waited, StatusIs(StatusCode::kNotFound, "unknown transfer 42"));
 }
 
 // One tensor [rows, 4] uint8 split over TP4 on dim 1 -> TP1: four regions of
@@ -590,7 +576,7 @@ TEST(LocalTransportTest, MaxInFlightCountsPendingTransfersOnly) {
   auto transport = MustMake({.threads = 1, .max_in_flight = 1});
   // Completed transfers do not count against the limit.
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(transport->Wait(Must(transport->Submit(bound))).ok());
+    ASSERT_OK(transport->Wait(Must(transport->Submit(bound))));
   }
   // While the first transfer is pending, a second is refused. Whether it is
   // still pending when the second Submit runs is up to the scheduler, so
@@ -600,19 +586,20 @@ TEST(LocalTransportTest, MaxInFlightCountsPendingTransfersOnly) {
   for (int attempt = 0; attempt < 5 && observed == 0; ++attempt) {
     const TransferId first = Must(transport->Submit(bound));
     auto second = transport->Submit(bound);
-    auto state = transport->Poll(first);
-    ASSERT_TRUE(state.ok());
-    if (*state == TransferState::kPending) {
+    ASSERT_OK_AND_ASSIGN(auto state, transport->Poll(first));
+    if (state == TransferState::kPending) {
       ++observed;
       ASSERT_FALSE(second.ok()) << "second transfer accepted while the first "
                                    "was pending (max_in_flight 1)";
-      EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
-      EXPECT_EQ(second.status().message(),
-                "local transport has 1 transfers in flight (max_in_flight 1)");
+      EXPECT_THAT(
+          second,
+          StatusIs(
+              StatusCode::kResourceExhausted,
+              "local transport has 1 transfers in flight (max_in_flight 1)"));
     }
-    ASSERT_TRUE(transport->Wait(first).ok());
+    ASSERT_OK(transport->Wait(first));
     if (second.ok()) {
-      ASSERT_TRUE(transport->Wait(*second).ok());
+      ASSERT_OK(transport->Wait(*second));
     }
   }
   if (observed == 0) {
@@ -621,7 +608,7 @@ TEST(LocalTransportTest, MaxInFlightCountsPendingTransfersOnly) {
     std::printf("[ NOTE ] max_in_flight refusal not observed\n");
   }
   // After the pending transfer completes, new work is accepted again.
-  ASSERT_TRUE(transport->Wait(Must(transport->Submit(bound))).ok());
+  ASSERT_OK(transport->Wait(Must(transport->Submit(bound))));
   ExpectTargets(l.source, l.target, dst);
 }
 
@@ -640,7 +627,7 @@ TEST(LocalTransportTest, SubmitKeepsWhatItNeedsOfThePlan) {
         plan, l.source, src.bindings, l.target, dst.bindings));
     id = Must(transport->Submit(bound));
   }
-  ASSERT_TRUE(transport->Wait(id).ok());
+  ASSERT_OK(transport->Wait(id));
   ExpectTargets(l.source, l.target, dst);
 }
 

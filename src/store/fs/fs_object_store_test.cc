@@ -25,6 +25,7 @@
 #include "reshard/object_store.h"
 #include "reshard/status.h"
 #include "testing/object_store_conformance.h"
+#include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 
 namespace reshard::internal {
@@ -34,13 +35,8 @@ namespace fs = std::filesystem;
 
 using ::reshard::testing::ObjectStoreConformance;
 using ::reshard::testing::ObjectStoreFactory;
+using ::reshard::testing::StatusIs;
 using Keys = std::vector<std::string>;
-
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    const ::reshard::Status _st = (expr);                     \
-    ASSERT_TRUE(_st.ok()) << #expr << ": " << _st.ToString(); \
-  } while (false)
 
 // A fresh directory under /tmp; empty on failure.
 std::string MakeTempDir() {
@@ -191,7 +187,7 @@ class FsObjectStoreTest : public ::testing::Test {
 
   std::unique_ptr<ObjectStore> OpenOrDie(const std::string& uri) {
     auto store = OpenObjectStore(uri);
-    EXPECT_TRUE(store.ok()) << uri << ": " << store.status().ToString();
+    EXPECT_OK(store) << uri;
     return store.ok() ? std::move(store).ValueOrDie() : nullptr;
   }
 
@@ -276,13 +272,17 @@ TEST_F(FsObjectStoreTest, ShortReadIsDataLossNamingKeyAndRange) {
   ASSERT_OK(store->PutObject("s/obj", {Buf("0123456789")}));
   char dest[32];
   Status st = store->ReadRanges({{"s/obj", 4, 10, dest}});
-  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(st.message(),
-            "object s/obj is short: range [4, 14) is past its end (10 bytes)");
+  EXPECT_THAT(
+      st,
+      StatusIs(
+          StatusCode::kDataLoss,
+          "object s/obj is short: range [4, 14) is past its end (10 bytes)"));
   st = store->ReadRanges({{"s/obj", 20, 1, dest}});
-  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(st.message(),
-            "object s/obj is short: range [20, 21) is past its end (10 bytes)");
+  EXPECT_THAT(
+      st,
+      StatusIs(
+          StatusCode::kDataLoss,
+          "object s/obj is short: range [20, 21) is past its end (10 bytes)"));
   // A zero-length range past the end is as wrong as a long one.
   st = store->ReadRanges({{"s/obj", 200, 0, dest}});
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
@@ -349,9 +349,8 @@ namespace {
 // older than the given age; published objects never are.
 TEST(FsObjectStoreSweepTest, RemovesOnlyStaleTemporaries) {
   reshard::testing::TempDir dir("reshard-fs-sweep-test");
-  auto store = OpenObjectStore("fs://" + dir.path());
-  ASSERT_TRUE(store.ok());
-  ASSERT_TRUE((*store)->Put("a/b", "kept").ok());
+  ASSERT_OK_AND_ASSIGN(auto store, OpenObjectStore("fs://" + dir.path()));
+  ASSERT_OK((store)->Put("a/b", "kept"));
   const std::string stale = dir.path() + "/a/.tmp.host.1.2.3";
   const std::string fresh = dir.path() + "/a/.tmp.host.1.2.4";
   { std::ofstream(stale) << "partial"; }
@@ -359,16 +358,16 @@ TEST(FsObjectStoreSweepTest, RemovesOnlyStaleTemporaries) {
   std::filesystem::last_write_time(
       stale,
       std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
-  auto removed = (*store)->RemoveStaleTemporaries(std::chrono::hours(1));
-  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  auto removed = (store)->RemoveStaleTemporaries(std::chrono::hours(1));
+  ASSERT_OK(removed);
   EXPECT_EQ(*removed, 1u);
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(fresh));
-  EXPECT_EQ(*(*store)->Get("a/b"), "kept");
-  removed = (*store)->RemoveStaleTemporaries(std::chrono::seconds(0));
-  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*(store)->Get("a/b"), "kept");
+  removed = (store)->RemoveStaleTemporaries(std::chrono::seconds(0));
+  ASSERT_OK(removed);
   EXPECT_EQ(*removed, 1u);
-  EXPECT_EQ(*(*store)->Get("a/b"), "kept");
+  EXPECT_EQ(*(store)->Get("a/b"), "kept");
 }
 
 }  // namespace

@@ -19,10 +19,13 @@
 
 #include "reshard/record_store.h"
 #include "reshard/status.h"
+#include "testing/status_testing.h"
 #include "util/printable.h"
 
 namespace reshard::internal {
 namespace {
+
+using ::reshard::testing::StatusIs;
 
 namespace fs = std::filesystem;
 
@@ -34,9 +37,8 @@ class DirectoryRecordStoreTest : public ::testing::Test {
     char tmpl[] = "/tmp/reshard_record_store_test_XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    auto store = OpenDirectoryRecordStore(dir_);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(store).ValueOrDie();
+    ASSERT_OK_AND_ASSIGN(auto store, OpenDirectoryRecordStore(dir_));
+    store_ = std::move(store);
   }
 
   void TearDown() override {
@@ -56,7 +58,7 @@ class DirectoryRecordStoreTest : public ::testing::Test {
 
   Keys ListOrDie(std::string_view prefix) {
     auto keys = store_->List(prefix);
-    EXPECT_TRUE(keys.ok()) << keys.status().ToString();
+    EXPECT_OK(keys);
     return keys.ok() ? *keys : Keys{};
   }
 
@@ -65,21 +67,21 @@ class DirectoryRecordStoreTest : public ::testing::Test {
 };
 
 TEST_F(DirectoryRecordStoreTest, PutThenGetReturnsExactBytes) {
-  ASSERT_TRUE(store_->Put("a", "hello").ok());
+  ASSERT_OK(store_->Put("a", "hello"));
   auto got = store_->Get("a");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "hello");
 
   // Nested key: parent directories are created.
-  ASSERT_TRUE(store_->Put("s/x/y", "nested").ok());
+  ASSERT_OK(store_->Put("s/x/y", "nested"));
   got = store_->Get("s/x/y");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "nested");
 
   // Empty value.
-  ASSERT_TRUE(store_->Put("empty", "").ok());
+  ASSERT_OK(store_->Put("empty", ""));
   got = store_->Get("empty");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "");
 }
 
@@ -88,52 +90,45 @@ TEST_F(DirectoryRecordStoreTest, BinaryValuesWithNulRoundTrip) {
   for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
   binary += std::string("\0\0\xff\0", 4);
   ASSERT_EQ(binary.size(), 260u);
-  ASSERT_TRUE(store_->Put("bin", binary).ok());
-  auto got = store_->Get("bin");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_EQ(got->size(), binary.size());
-  EXPECT_EQ(*got, binary);
+  ASSERT_OK(store_->Put("bin", binary));
+  ASSERT_OK_AND_ASSIGN(auto got, store_->Get("bin"));
+  EXPECT_EQ(got.size(), binary.size());
+  EXPECT_EQ(got, binary);
 }
 
 TEST_F(DirectoryRecordStoreTest, OneMebibyteValueRoundTrips) {
   std::mt19937_64 rng(42);
   std::string big(1 << 20, '\0');
   for (char& c : big) c = static_cast<char>(rng());
-  ASSERT_TRUE(store_->Put("big/value", big).ok());
+  ASSERT_OK(store_->Put("big/value", big));
   auto got = store_->Get("big/value");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), big.size());
   EXPECT_TRUE(*got == big);
   // Also bigger than one read buffer and not a multiple of it.
   std::string odd = big.substr(0, (1 << 20) - 7) + std::string(3, '\0');
-  ASSERT_TRUE(store_->Put("big/odd", odd).ok());
+  ASSERT_OK(store_->Put("big/odd", odd));
   got = store_->Get("big/odd");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_TRUE(*got == odd);
 }
 
 TEST_F(DirectoryRecordStoreTest, PutExistingKeyIsAlreadyExistsAndKeepsFirst) {
-  ASSERT_TRUE(store_->Put("s/k", "first").ok());
+  ASSERT_OK(store_->Put("s/k", "first"));
   const Status st = store_->Put("s/k", "second value");
-  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(), "record exists: s/k");
-  auto got = store_->Get("s/k");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_EQ(*got, "first");
+  EXPECT_THAT(st, StatusIs(StatusCode::kAlreadyExists, "record exists: s/k"));
+  ASSERT_OK_AND_ASSIGN(auto got, store_->Get("s/k"));
+  EXPECT_EQ(got, "first");
   // The losing writer's temporary is gone.
   EXPECT_EQ(AllPaths(), (std::set<std::string>{"s", "s/k"}));
 }
 
 TEST_F(DirectoryRecordStoreTest, GetMissingKeyIsNotFound) {
   auto got = store_->Get("no/such");
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(got.status().message(), "no record no/such");
+  ASSERT_THAT(got, StatusIs(StatusCode::kNotFound, "no record no/such"));
 
   got = store_->Get("missing");
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(got.status().message(), "no record missing");
+  ASSERT_THAT(got, StatusIs(StatusCode::kNotFound, "no record missing"));
 }
 
 TEST_F(DirectoryRecordStoreTest, GetAndPutValidateTheKey) {
@@ -141,9 +136,9 @@ TEST_F(DirectoryRecordStoreTest, GetAndPutValidateTheKey) {
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
   const Status st = store_->Put(".x", "v");
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(),
-            "invalid record key \".x\": component starts with '.'");
+  EXPECT_THAT(st,
+              StatusIs(StatusCode::kInvalidArgument,
+                       "invalid record key \".x\": component starts with '.'"));
   EXPECT_EQ(store_->Delete("a b").code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(AllPaths().empty());
 }
@@ -151,7 +146,7 @@ TEST_F(DirectoryRecordStoreTest, GetAndPutValidateTheKey) {
 TEST_F(DirectoryRecordStoreTest, ListReturnsSortedMatchingKeys) {
   for (const char* key :
        {"s/done/2", "s/done/1", "s/doing", "s/a", "t/x", "s2/y", "top"}) {
-    ASSERT_TRUE(store_->Put(key, key).ok()) << key;
+    ASSERT_OK(store_->Put(key, key)) << key;
   }
   EXPECT_EQ(ListOrDie(""), (Keys{"s/a", "s/doing", "s/done/1", "s/done/2",
                                  "s2/y", "t/x", "top"}));
@@ -169,17 +164,17 @@ TEST_F(DirectoryRecordStoreTest, ListReturnsSortedMatchingKeys) {
 }
 
 TEST_F(DirectoryRecordStoreTest, ListOfMissingDirectoryIsEmpty) {
-  ASSERT_TRUE(store_->Put("a/b", "v").ok());
+  ASSERT_OK(store_->Put("a/b", "v"));
   EXPECT_EQ(ListOrDie("missing/"), Keys{});
   EXPECT_EQ(ListOrDie("missing/deeper/x"), Keys{});
   EXPECT_EQ(ListOrDie("a/b/c/"), Keys{});  // a/b is a record, not a dir
   // An empty store lists nothing at all.
-  ASSERT_TRUE(store_->Delete("a/b").ok());
+  ASSERT_OK(store_->Delete("a/b"));
   EXPECT_EQ(ListOrDie(""), Keys{});
 }
 
 TEST_F(DirectoryRecordStoreTest, ListNeverShowsTemporariesOrHiddenFiles) {
-  ASSERT_TRUE(store_->Put("s/k", "v").ok());
+  ASSERT_OK(store_->Put("s/k", "v"));
   // Simulate a writer caught mid-publication and other dot entries.
   std::ofstream(dir_ + "/s/.tmp.12345.0") << "partial";
   std::ofstream(dir_ + "/.tmp.999.3") << "partial";
@@ -197,7 +192,7 @@ TEST_F(DirectoryRecordStoreTest, ListNeverShowsTemporariesOrHiddenFiles) {
 
 TEST_F(DirectoryRecordStoreTest, PutsLeaveNoTemporaries) {
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(store_->Put("k/" + std::to_string(i), "v").ok());
+    ASSERT_OK(store_->Put("k/" + std::to_string(i), "v"));
     EXPECT_EQ(store_->Put("k/" + std::to_string(i), "w").code(),
               StatusCode::kAlreadyExists);
   }
@@ -209,32 +204,32 @@ TEST_F(DirectoryRecordStoreTest, PutsLeaveNoTemporaries) {
 }
 
 TEST_F(DirectoryRecordStoreTest, DeleteRemovesAndMissingIsOk) {
-  ASSERT_TRUE(store_->Put("d/one", "1").ok());
-  ASSERT_TRUE(store_->Put("d/two", "2").ok());
-  ASSERT_TRUE(store_->Delete("d/one").ok());
+  ASSERT_OK(store_->Put("d/one", "1"));
+  ASSERT_OK(store_->Put("d/two", "2"));
+  ASSERT_OK(store_->Delete("d/one"));
   auto got = store_->Get("d/one");
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(ListOrDie("d/"), (Keys{"d/two"}));
   got = store_->Get("d/two");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "2");
 
   // Deleting again, or a key that never existed, is OK.
-  EXPECT_TRUE(store_->Delete("d/one").ok());
-  EXPECT_TRUE(store_->Delete("never/was").ok());
+  EXPECT_OK(store_->Delete("d/one"));
+  EXPECT_OK(store_->Delete("never/was"));
 
   // A deleted key can be published again.
-  ASSERT_TRUE(store_->Put("d/one", "again").ok());
+  ASSERT_OK(store_->Put("d/one", "again"));
   got = store_->Get("d/one");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, "again");
 }
 
 TEST(DirectoryRecordStoreKeyTest, ValidateRecordKeyAcceptsGoodKeys) {
   for (const char* key : {"a", "a/b", "A-Z_0.9/x.y/z-", "s/done/1", "a./b."}) {
     const Status st = ValidateRecordKey(key);
-    EXPECT_TRUE(st.ok()) << key << ": " << st.ToString();
+    EXPECT_OK(st) << key;
   }
 }
 
@@ -278,18 +273,15 @@ TEST(DirectoryRecordStoreOpenTest, CreatesMissingRootAndRejectsAFile) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   {
-    auto store = OpenDirectoryRecordStore(dir + "/x/y");
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_OK_AND_ASSIGN(auto store, OpenDirectoryRecordStore(dir + "/x/y"));
     EXPECT_TRUE(fs::is_directory(dir + "/x/y"));
-    ASSERT_TRUE((*store)->Put("k", "v").ok());
+    ASSERT_OK((store)->Put("k", "v"));
     EXPECT_TRUE(fs::is_regular_file(dir + "/x/y/k"));
     // A second store over the same root sees the record.
-    auto again = OpenDirectoryRecordStore(dir + "/x/y/");
-    ASSERT_TRUE(again.ok()) << again.status().ToString();
-    auto got = (*again)->Get("k");
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    EXPECT_EQ(*got, "v");
-    EXPECT_EQ((*again)->Put("k", "w").code(), StatusCode::kAlreadyExists);
+    ASSERT_OK_AND_ASSIGN(auto again, OpenDirectoryRecordStore(dir + "/x/y/"));
+    ASSERT_OK_AND_ASSIGN(auto got, (again)->Get("k"));
+    EXPECT_EQ(got, "v");
+    EXPECT_EQ((again)->Put("k", "w").code(), StatusCode::kAlreadyExists);
   }
   std::ofstream(dir + "/file") << "x";
   auto bad = OpenDirectoryRecordStore(dir + "/file");
@@ -349,10 +341,9 @@ TEST_F(DirectoryRecordStoreTest, RacingProcessesPublishExactlyOnce) {
   EXPECT_EQ(winners, 1);
   EXPECT_EQ(losers, kChildren - 1);
   ASSERT_GE(winner, 0);
-  auto got = store_->Get("race");
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_TRUE(*got == value_of(winner))
-      << "record starts with " << got->substr(0, 16);
+  ASSERT_OK_AND_ASSIGN(auto got, store_->Get("race"));
+  EXPECT_TRUE(got == value_of(winner))
+      << "record starts with " << got.substr(0, 16);
   EXPECT_EQ(AllPaths(), (std::set<std::string>{"race"}));
   EXPECT_EQ(ListOrDie(""), (Keys{"race"}));
 }
