@@ -31,6 +31,15 @@ std::string_view AxisKindName(AxisKind kind);
 // Parses "dp", "pp", "ep" or "tp".
 Result<AxisKind> ParseAxisKind(std::string_view name);
 
+// The sizes of the four parallel axes of a grid (every size >= 1).
+struct ParallelSizes {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t ep = 1;
+  int64_t dp = 1;
+  friend bool operator==(const ParallelSizes&, const ParallelSizes&) = default;
+};
+
 // A routing coordinate. Logical sharding is expressed by fragment boxes.
 struct ParallelRank {
   int64_t dp = 0;
@@ -162,7 +171,6 @@ class PlacementFragment {
   const std::string& placement_fragment_id() const {
     return s_.placement_fragment_id.value();
   }
-  const std::string& fragment_id() const { return placement_fragment_id(); }
   const std::string& tensor_id() const { return s_.tensor_id; }
   const Dims& global_offset() const { return s_.global_offset; }
   const Dims& local_shape() const { return s_.local_shape; }
@@ -317,7 +325,6 @@ class WeightPlacementManifest {
                          const WeightPlacementManifest& b) {
     return a.digest() == b.digest();
   }
-
 
  private:
   struct Impl;

@@ -829,9 +829,10 @@ TEST_F(BindingTest, BindingsRejectDuplicateParticipant) {
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(),
                                             {bindings_[0], bindings_[0]})),
             std::string("duplicate runtime binding participant: ") + kT0);
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(
-                placement(), {bindings_[0], bindings_[0]}, false)),
-            std::string("duplicate runtime binding participant: ") + kT0);
+  EXPECT_EQ(
+      ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], bindings_[0]},
+                                      BindingCoverage::kSubset)),
+      std::string("duplicate runtime binding participant: ") + kT0);
 }
 
 TEST_F(BindingTest,
@@ -846,9 +847,9 @@ TEST_F(BindingTest,
   EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), t1)), "<ok>");
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1})),
             "duplicate runtime fragment_id across participants: " + taken);
-  EXPECT_EQ(
-      ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1}, false)),
-      "duplicate runtime fragment_id across participants: " + taken);
+  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1},
+                                            BindingCoverage::kSubset)),
+            "duplicate runtime fragment_id across participants: " + taken);
 }
 
 TEST_F(BindingTest, BindingsRequireEveryOwningParticipant) {
@@ -860,17 +861,17 @@ TEST_F(BindingTest, BindingsRequireEveryOwningParticipant) {
 
 TEST_F(BindingTest, BindingsAcceptASubsetWithoutRequireAll) {
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[1]},
-                                            /*require_all=*/false)),
+                                            BindingCoverage::kSubset)),
             "<ok>");
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {},
-                                            /*require_all=*/false)),
+                                            BindingCoverage::kSubset)),
             "<ok>");
   // Every binding of the subset is still validated.
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[1]);
   s.revision = "step-2";
   auto stale = Must(WeightRuntimeBindingManifest::Make(s));
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {stale},
-                                            /*require_all=*/false)),
+                                            BindingCoverage::kSubset)),
             "placement and runtime binding revision differ: step-1 vs step-2");
 }
 
@@ -931,7 +932,8 @@ TEST_F(BindingTest, BindingsRejectOverlapWithinOneInstance) {
                 shared[0].fragments()[0].placement_fragment_id() + " and " +
                 shared[1].fragments()[0].placement_fragment_id() +
                 " (worker worker-shared, device cpu)");
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), shared, false)),
+  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), shared,
+                                            BindingCoverage::kSubset)),
             "runtime binding address ranges overlap: " +
                 shared[0].fragments()[0].placement_fragment_id() + " and " +
                 shared[1].fragments()[0].placement_fragment_id() +

@@ -1,5 +1,5 @@
-// Global placement rules (digest 3.3-3.4, rules 11-28): one negative test
-// per rule with its message, plus positive layouts.
+// Global placement rules (rules 11-28 of docs/validation-rules.md): one
+// negative test per rule with its message, plus positive layouts.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

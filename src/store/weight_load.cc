@@ -216,9 +216,9 @@ Result<LoadReport> WeightStore::Load(
         "@" + manifest.revision() + ", target " + target.resource_id() + "@" +
         target.revision());
   }
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(target, target_bindings,
-                                                /*require_all=*/false)
-                            .WithContext("target bindings"));
+  RESHARD_RETURN_NOT_OK(
+      ValidateRuntimeBindings(target, target_bindings, BindingCoverage::kSubset)
+          .WithContext("target bindings"));
   const std::string base = manifest.group_id();
   RESHARD_ASSIGN_OR_RETURN(Lease lease,
                            Lease::Take(*backend_, base, options_.lease_ttl));

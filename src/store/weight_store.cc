@@ -146,9 +146,9 @@ std::string WeightStore::BaseKey(std::string_view resource_id,
 Result<UploadPlan> WeightStore::PrepareUpload(
     const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& bindings) {
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(source, bindings,
-                                                /*require_all=*/false)
-                            .WithContext("source bindings"));
+  RESHARD_RETURN_NOT_OK(
+      ValidateRuntimeBindings(source, bindings, BindingCoverage::kSubset)
+          .WithContext("source bindings"));
   for (const auto& t : source.tensors()) {
     for (const auto& axis : t.parallel_axes()) {
       if (axis.kind() == AxisKind::kDp &&

@@ -362,10 +362,10 @@ TEST(WeightStoreRoundTripTest, EpPpOwnershipSwap) {
 
 TEST(WeightStoreRoundTripTest, GeneratedTinyMoe) {
   const ModelSpec model = TinyMoe();
-  const auto source =
-      Must(GenerateLayout(model, {.tp = 4, .pp = 2, .ep = 8, .dp = 2}));
-  const auto target =
-      Must(GenerateLayout(model, {.tp = 8, .pp = 4, .ep = 2, .dp = 4}));
+  const auto source = Must(
+      GenerateLayout(model, {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
+  const auto target = Must(
+      GenerateLayout(model, {.sizes = {.tp = 8, .pp = 4, .ep = 2, .dp = 4}}));
   for (const NamedOptions& o : OptionSets()) {
     if (o.options.chunk_bytes < 256) continue;  // enough with two sets
     SCOPED_TRACE(o.name);
@@ -526,8 +526,8 @@ TEST(WeightStoreUploadTest, StoredPayloadIsOneModelWhateverTheDpSize) {
       EvenModel(1, 2), EvenModel(2, 2), EvenModel(4, 2)};
   const ModelSpec model = TinyMoe();
   for (int64_t dp : {1, 2, 4}) {
-    layouts.push_back(
-        Must(GenerateLayout(model, {.tp = 2, .pp = 2, .ep = 2, .dp = dp})));
+    layouts.push_back(Must(GenerateLayout(
+        model, {.sizes = {.tp = 2, .pp = 2, .ep = 2, .dp = dp}})));
   }
   std::map<uint64_t, size_t> fragments_by_model;
   for (const auto& source : layouts) {
@@ -1505,7 +1505,9 @@ TEST(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
         testing::FakeRuntimeFragment(f, 2, address))));
   }
   const auto binding = Must(WeightRuntimeBindingManifest::Make(spec));
-  ASSERT_TRUE(ValidateRuntimeBindings(target, {binding}, false).ok());
+  ASSERT_TRUE(
+      ValidateRuntimeBindings(target, {binding}, BindingCoverage::kSubset)
+          .ok());
   auto r = store.Load(plan.manifest(), target, {binding});
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(),

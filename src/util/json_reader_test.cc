@@ -482,7 +482,7 @@ TEST(JsonReaderTest, PublicCanonicalizeJsonPropagatesErrors) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "duplicate JSON field",
                       r.status().message());
-  auto f = CanonicalizeJson("[0.5]", /*ensure_ascii=*/false);
+  auto f = CanonicalizeJson("[0.5]", JsonAscii::kRawUtf8);
   ASSERT_FALSE(f.ok());
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "floating-point",
                       f.status().message());
