@@ -20,10 +20,10 @@ std::string ParticipantId(const ParallelRank& r) {
 
 PlacementDraft GridDraft(Sizes sizes) {
   PlacementDraft d;
-  d.topology.dp_size = sizes.dp;
-  d.topology.pp_size = sizes.pp;
-  d.topology.ep_size = sizes.ep;
-  d.topology.tp_size = sizes.tp;
+  d.topology.sizes.dp = sizes.dp;
+  d.topology.sizes.pp = sizes.pp;
+  d.topology.sizes.ep = sizes.ep;
+  d.topology.sizes.tp = sizes.tp;
   for (int64_t dp = 0; dp < sizes.dp; ++dp) {
     for (int64_t pp = 0; pp < sizes.pp; ++pp) {
       for (int64_t ep = 0; ep < sizes.ep; ++ep) {

@@ -200,10 +200,7 @@ struct TopologyParticipant {
 };
 
 struct ParallelTopologySpec {
-  int64_t tp_size = 1;
-  int64_t pp_size = 1;
-  int64_t ep_size = 1;
-  int64_t dp_size = 1;
+  ParallelSizes sizes;
   std::vector<TopologyParticipant> participants;
   // When supplied it must equal the canonical id.
   std::optional<std::string> topology_id;
@@ -214,10 +211,11 @@ class ParallelTopology {
   // Validates rule 16, sorts participants by id, computes topology_id.
   static Result<ParallelTopology> Make(ParallelTopologySpec spec);
 
-  int64_t tp_size() const { return s_.tp_size; }
-  int64_t pp_size() const { return s_.pp_size; }
-  int64_t ep_size() const { return s_.ep_size; }
-  int64_t dp_size() const { return s_.dp_size; }
+  const ParallelSizes& sizes() const { return s_.sizes; }
+  int64_t tp_size() const { return s_.sizes.tp; }
+  int64_t pp_size() const { return s_.sizes.pp; }
+  int64_t ep_size() const { return s_.sizes.ep; }
+  int64_t dp_size() const { return s_.sizes.dp; }
   int64_t size(AxisKind kind) const;
   const std::vector<TopologyParticipant>& participants() const {
     return s_.participants;

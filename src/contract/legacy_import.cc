@@ -167,8 +167,7 @@ Result<Entry> ReadEntry(JsonElement e, const JsonPath& p) {
 
 // Every participant of the declared dp x pp x ep x tp grid.
 Result<ParallelTopology> GridTopology(const ParallelSizes& sizes) {
-  ParallelTopologySpec topo{sizes.tp, sizes.pp, sizes.ep,
-                            sizes.dp, {},       std::nullopt};
+  ParallelTopologySpec topo{sizes, {}, std::nullopt};
   for (int64_t dp = 0; dp < sizes.dp; ++dp) {
     for (int64_t pp = 0; pp < sizes.pp; ++pp) {
       for (int64_t ep = 0; ep < sizes.ep; ++ep) {

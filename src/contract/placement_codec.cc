@@ -225,10 +225,10 @@ Result<ParallelTopology> ReadTopology(JsonElement e, const JsonPath& path) {
                                    {"dp_size", "ep_size", "participants",
                                     "pp_size", "topology_id", "tp_size"}));
   ParallelTopologySpec s;
-  RESHARD_ASSIGN_OR_RETURN(s.tp_size, obj.I64("tp_size"));
-  RESHARD_ASSIGN_OR_RETURN(s.pp_size, obj.I64("pp_size"));
-  RESHARD_ASSIGN_OR_RETURN(s.ep_size, obj.I64("ep_size"));
-  RESHARD_ASSIGN_OR_RETURN(s.dp_size, obj.I64("dp_size"));
+  RESHARD_ASSIGN_OR_RETURN(s.sizes.tp, obj.I64("tp_size"));
+  RESHARD_ASSIGN_OR_RETURN(s.sizes.pp, obj.I64("pp_size"));
+  RESHARD_ASSIGN_OR_RETURN(s.sizes.ep, obj.I64("ep_size"));
+  RESHARD_ASSIGN_OR_RETURN(s.sizes.dp, obj.I64("dp_size"));
   RESHARD_ASSIGN_OR_RETURN(s.topology_id, obj.Id("topology_id"));
   RESHARD_ASSIGN_OR_RETURN(JsonArray participants, obj.Array("participants"));
   RESHARD_RETURN_NOT_OK(participants.ForEach(

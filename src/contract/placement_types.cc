@@ -284,13 +284,13 @@ namespace {
 int64_t SizeOf(const ParallelTopologySpec& s, AxisKind kind) {
   switch (kind) {
     case AxisKind::kDp:
-      return s.dp_size;
+      return s.sizes.dp;
     case AxisKind::kPp:
-      return s.pp_size;
+      return s.sizes.pp;
     case AxisKind::kEp:
-      return s.ep_size;
+      return s.sizes.ep;
     case AxisKind::kTp:
-      return s.tp_size;
+      return s.sizes.tp;
   }
   return 1;
 }
@@ -338,15 +338,15 @@ std::string CanonicalTopologyId(const ParallelTopologySpec& s) {
   std::string json;
   CanonicalJsonWriter w(&json);
   w.BeginObject();
-  w.KeyInt("dp_size", s.dp_size);
-  w.KeyInt("ep_size", s.ep_size);
+  w.KeyInt("dp_size", s.sizes.dp);
+  w.KeyInt("ep_size", s.sizes.ep);
   w.Key("participants");
   w.BeginArray();
   for (const auto& p : s.participants) internal::WriteParticipant(p, &w);
   w.EndArray();
-  w.KeyInt("pp_size", s.pp_size);
+  w.KeyInt("pp_size", s.sizes.pp);
   w.KeyString("schema", "weight-parallel-topology");
-  w.KeyInt("tp_size", s.tp_size);
+  w.KeyInt("tp_size", s.sizes.tp);
   w.EndObject();
   return internal::Sha256Id(json);
 }
@@ -356,10 +356,10 @@ std::string CanonicalTopologyId(const ParallelTopologySpec& s) {
 int64_t ParallelTopology::size(AxisKind kind) const { return SizeOf(s_, kind); }
 
 Result<ParallelTopology> ParallelTopology::Make(ParallelTopologySpec s) {
-  const std::pair<const char*, int64_t> sizes[] = {{"tp_size", s.tp_size},
-                                                   {"pp_size", s.pp_size},
-                                                   {"ep_size", s.ep_size},
-                                                   {"dp_size", s.dp_size}};
+  const std::pair<const char*, int64_t> sizes[] = {{"tp_size", s.sizes.tp},
+                                                   {"pp_size", s.sizes.pp},
+                                                   {"ep_size", s.sizes.ep},
+                                                   {"dp_size", s.sizes.dp}};
   for (const auto& [name, v] : sizes) {
     if (v < 1) {
       return Status::InvalidArgument(std::string("topology ") + name +

@@ -21,10 +21,7 @@ class Builder {
  public:
   Builder(const ModelSpec& m, const LayoutOptions& o)
       : m_(m), o_(o), n_(o.sizes) {
-    topo_.tp_size = o.sizes.tp;
-    topo_.pp_size = o.sizes.pp;
-    topo_.ep_size = o.sizes.ep;
-    topo_.dp_size = o.sizes.dp;
+    topo_.sizes = o.sizes;
     for (int64_t dp = 0; dp < o.sizes.dp; ++dp) {
       for (int64_t pp = 0; pp < o.sizes.pp; ++pp) {
         for (int64_t ep = 0; ep < o.sizes.ep; ++ep) {
