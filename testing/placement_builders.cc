@@ -113,7 +113,7 @@ std::vector<WeightRuntimeBindingManifest> FakeBindings(
 RuntimeBindingFragmentSpec SpecOf(const RuntimeBindingFragment& f) {
   RuntimeBindingFragmentSpec s;
   s.placement_fragment_id = f.placement_fragment_id();
-  s.fragment_id = f.fragment_id();
+  s.fragment_id = f.runtime_fragment_id();
   s.address = f.address();
   s.nbytes = f.nbytes();
   s.worker_id = f.worker_id();

@@ -48,7 +48,8 @@ class RuntimeBindingFragment {
   const std::string& placement_fragment_id() const {
     return s_.placement_fragment_id;
   }
-  const std::string& fragment_id() const { return s_.fragment_id; }
+  // The runtime's own id for this view (wire field "fragment_id").
+  const std::string& runtime_fragment_id() const { return s_.fragment_id; }
   uint64_t address() const { return s_.address; }
   uint64_t nbytes() const { return s_.nbytes; }
   const std::string& worker_id() const { return s_.worker_id; }

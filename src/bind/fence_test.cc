@@ -49,7 +49,7 @@ class FenceTest : public ::testing::Test {
           {}};
       for (const auto& f : b.fragments()) {
         RuntimeBindingFragmentSpec r{f.placement_fragment_id(),
-                                     f.fragment_id(),
+                                     f.runtime_fragment_id(),
                                      f.address() + shift,
                                      f.nbytes(),
                                      f.worker_id(),

@@ -198,7 +198,7 @@ Result<WeightRuntimeBindingManifest> WeightRuntimeBindingManifest::Make(
                                      " has a duplicate placement fragment: " +
                                      s.fragments[i].placement_fragment_id());
     }
-    runtime_ids.push_back(s.fragments[i].fragment_id());
+    runtime_ids.push_back(s.fragments[i].runtime_fragment_id());
   }
   std::sort(runtime_ids.begin(), runtime_ids.end());
   for (size_t i = 1; i < runtime_ids.size(); ++i) {
@@ -454,10 +454,10 @@ Status ValidateRuntimeBindings(
     }
     RESHARD_RETURN_NOT_OK(CheckOneBinding(placement, b, &views));
     for (const auto& f : b.fragments()) {
-      if (!runtime_ids.insert(f.fragment_id()).second) {
+      if (!runtime_ids.insert(f.runtime_fragment_id()).second) {
         return Status::InvalidArgument(
             "duplicate runtime fragment_id across participants: " +
-            f.fragment_id());
+            f.runtime_fragment_id());
       }
     }
   }

@@ -189,7 +189,7 @@ TEST_F(BindingTest, RuntimeFragmentKeepsItsFields) {
   auto f = RuntimeBindingFragment::Make(ValidRuntimeSpec());
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(f->placement_fragment_id(), "sha256:abc");
-  EXPECT_EQ(f->fragment_id(), "rt-1");
+  EXPECT_EQ(f->runtime_fragment_id(), "rt-1");
   EXPECT_EQ(f->address(), 0x1000u);
   EXPECT_EQ(f->nbytes(), 32u);
   EXPECT_EQ(f->worker_id(), "worker-0");
@@ -501,7 +501,7 @@ TEST_F(BindingTest, ManifestRejectsDuplicatePlacementFragment) {
 TEST_F(BindingTest, ManifestRejectsDuplicateRuntimeFragmentId) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[0]);
   RuntimeBindingFragmentSpec second = SpecOf(s.fragments[1]);
-  second.fragment_id = s.fragments[0].fragment_id();
+  second.fragment_id = s.fragments[0].runtime_fragment_id();
   s.fragments[1] = Must(RuntimeBindingFragment::Make(second));
   EXPECT_EQ(ErrorOf(WeightRuntimeBindingManifest::Make(s)),
             std::string("runtime binding of participant ") + kT0 +
@@ -839,7 +839,7 @@ TEST_F(BindingTest,
        BindingsRejectDuplicateRuntimeFragmentIdAcrossParticipants) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[1]);
   RuntimeBindingFragmentSpec f = SpecOf(s.fragments[0]);
-  const std::string taken = bindings_[0].fragments()[0].fragment_id();
+  const std::string taken = bindings_[0].fragments()[0].runtime_fragment_id();
   f.fragment_id = taken;
   s.fragments[0] = Must(RuntimeBindingFragment::Make(f));
   auto t1 = Must(WeightRuntimeBindingManifest::Make(s));

@@ -17,7 +17,7 @@ std::string WeightRuntimeBindingToJson(const WeightRuntimeBindingManifest& b) {
     w.KeyUInt("address", f.address());
     w.KeyString("device", f.device());
     w.KeyString("endpoint", f.endpoint());
-    w.KeyString("fragment_id", f.fragment_id());
+    w.KeyString("fragment_id", f.runtime_fragment_id());
     w.KeyInt("itemsize", f.itemsize());
     w.Key("local_shape");
     w.IntArray(f.local_shape());
