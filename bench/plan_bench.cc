@@ -58,10 +58,10 @@ std::string ReadAll(const std::string& path) {
 
 LayoutOptions L(int64_t tp, int64_t pp, int64_t ep, int64_t dp) {
   LayoutOptions o;
-  o.tp = tp;
-  o.pp = pp;
-  o.ep = ep;
-  o.dp = dp;
+  o.sizes.tp = tp;
+  o.sizes.pp = pp;
+  o.sizes.ep = ep;
+  o.sizes.dp = dp;
   return o;
 }
 

@@ -35,7 +35,7 @@ reshard::Result<reshard::WeightPlacementManifest> Layout(int64_t tp,
                                 .shard_dims = {dim},
                                 .layout_fingerprint = "float32:row-major",
                                 .parallel_axes = {split}}));
-  reshard::ParallelTopologySpec topology{.tp_size = tp};
+  reshard::ParallelTopologySpec topology{.sizes = {.tp = tp}};
   std::vector<reshard::PlacementFragment> fragments;
   for (int64_t r = 0; r < tp; ++r) {
     const reshard::ParallelRank rank{.tp = r};

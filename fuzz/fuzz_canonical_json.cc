@@ -9,10 +9,12 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text = reshard::fuzz::AsView(data, size);
   (void)reshard::internal::JsonDocument::Parse(text);
-  for (bool ascii : {true, false}) {
-    auto canonical = reshard::CanonicalizeJson(text, ascii);
+  using reshard::JsonAscii;
+  for (JsonAscii mode : {JsonAscii::kEscapeNonAscii, JsonAscii::kRawUtf8}) {
+    const bool ascii = mode == JsonAscii::kEscapeNonAscii;
+    auto canonical = reshard::CanonicalizeJson(text, mode);
     if (!canonical.ok()) continue;
-    auto again = reshard::CanonicalizeJson(*canonical, ascii);
+    auto again = reshard::CanonicalizeJson(*canonical, mode);
     FUZZ_CHECK(again.ok(), "canonical JSON is accepted");
     FUZZ_CHECK(*again == *canonical, "canonical JSON is a fixed point");
     if (ascii) {

@@ -9,10 +9,10 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   reshard::LegacyImportOptions options;
-  options.tp = 1 + (data[0] & 3);
-  options.pp = 1 + ((data[0] >> 2) & 3);
-  options.ep = 1 + ((data[0] >> 4) & 3);
-  options.dp = 1 + ((data[0] >> 6) & 3);
+  options.sizes.tp = 1 + (data[0] & 3);
+  options.sizes.pp = 1 + ((data[0] >> 2) & 3);
+  options.sizes.ep = 1 + ((data[0] >> 4) & 3);
+  options.sizes.dp = 1 + ((data[0] >> 6) & 3);
   const auto inventories =
       reshard::fuzz::SplitAtNul(reshard::fuzz::AsView(data + 1, size - 1));
   auto imported = reshard::ImportLegacyInventories(inventories, options);

@@ -2,7 +2,7 @@
 // each applied to the same document, so a small input reaches every part
 // without a whole valid placement around it.
 
-#include "contract/placement_wire_internal.h"
+#include "contract/placement_codec.h"
 #include "fuzz/fuzz_check.h"
 #include "util/json_reader.h"
 

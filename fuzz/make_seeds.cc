@@ -125,7 +125,8 @@ void LegacySeeds() {
     auto m = Must(d.Build(), "legacy placement");
     const auto inventories = testing::LegacyInventories(m);
     LegacyImportOptions options{
-        .tp = sizes.tp, .pp = sizes.pp, .ep = sizes.ep, .dp = sizes.dp};
+        .sizes = {
+            .tp = sizes.tp, .pp = sizes.pp, .ep = sizes.ep, .dp = sizes.dp}};
     std::vector<std::string_view> views(inventories.begin(), inventories.end());
     Must(ImportLegacyInventories(views, options), "legacy import");
     std::string seed(

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Lists C++ function bodies longer than a limit (default 80 lines).
 
-Usage: function_lengths.py [--limit N] [--top K] FILE...
+Usage: function_lengths.py [--limit N] [--top K] [--tree ROOT] FILE...
+
+--tree ROOT adds every .cc and .h under ROOT's include/, src/, tools/,
+bench/, examples/, fuzz/ and testing/ except tests (*_test.cc).
 
 A function is a brace block at namespace or class scope whose head ends in
 a parameter list (optionally followed by qualifiers, an initializer list or
@@ -9,8 +12,20 @@ a trailing return type). Lambdas and nested blocks count towards their
 enclosing function. Strings, characters and comments are skipped. Exits 1
 when a function exceeds the limit.
 """
+import os
 import re
 import sys
+
+TREE_DIRS = ('include', 'src', 'tools', 'bench', 'examples', 'fuzz', 'testing')
+
+
+def tree_files(root):
+    for top in TREE_DIRS:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+            dirnames[:] = sorted(d for d in dirnames if d != 'corpus')
+            for name in sorted(filenames):
+                if name.endswith(('.cc', '.h')) and not name.endswith('_test.cc'):
+                    yield os.path.join(dirpath, name)
 
 SCOPE_HEAD = re.compile(r'\b(namespace|class|struct|union|enum)\b[^()]*$')
 NOT_FUNC = re.compile(r'(^|[^\w])(if|for|while|switch|catch|do|else)\s*(\(|$)')
@@ -108,6 +123,8 @@ def main(argv):
             limit = int(next(it))
         elif a == '--top':
             top = int(next(it))
+        elif a == '--tree':
+            files.extend(tree_files(next(it)))
         else:
             files.append(a)
     rows = []

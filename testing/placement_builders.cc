@@ -20,10 +20,10 @@ std::string ParticipantId(const ParallelRank& r) {
 
 PlacementDraft GridDraft(Sizes sizes) {
   PlacementDraft d;
-  d.topology.dp_size = sizes.dp;
-  d.topology.pp_size = sizes.pp;
-  d.topology.ep_size = sizes.ep;
-  d.topology.tp_size = sizes.tp;
+  d.topology.sizes.dp = sizes.dp;
+  d.topology.sizes.pp = sizes.pp;
+  d.topology.sizes.ep = sizes.ep;
+  d.topology.sizes.tp = sizes.tp;
   for (int64_t dp = 0; dp < sizes.dp; ++dp) {
     for (int64_t pp = 0; pp < sizes.pp; ++pp) {
       for (int64_t ep = 0; ep < sizes.ep; ++ep) {
@@ -175,7 +175,7 @@ std::vector<WeightRuntimeBindingManifest> FakeBindings(
 RuntimeBindingFragmentSpec SpecOf(const RuntimeBindingFragment& f) {
   RuntimeBindingFragmentSpec s;
   s.placement_fragment_id = f.placement_fragment_id();
-  s.fragment_id = f.fragment_id();
+  s.fragment_id = f.runtime_fragment_id();
   s.address = f.address();
   s.nbytes = f.nbytes();
   s.worker_id = f.worker_id();

@@ -62,10 +62,12 @@ void AddDemoCommand(CLI::App& app) {
       RESHARD_ASSIGN_OR_RETURN(auto model, ModelSpecFromJson(spec_text));
       RESHARD_ASSIGN_OR_RETURN(
           auto trainer,
-          GenerateLayout(model, {.tp = 4, .pp = 2, .ep = 8, .dp = 2}));
+          GenerateLayout(model,
+                         {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
       RESHARD_ASSIGN_OR_RETURN(
           auto rollout,
-          GenerateLayout(model, {.tp = 8, .pp = 4, .ep = 2, .dp = 4}));
+          GenerateLayout(model,
+                         {.sizes = {.tp = 8, .pp = 4, .ep = 2, .dp = 4}}));
       std::printf(
           "%s: trainer TP4/PP2/EP8/DP2 (%zu fragments) -> rollout "
           "TP8/PP4/EP2/DP4 (%zu fragments)\n",

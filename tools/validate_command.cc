@@ -33,9 +33,9 @@ void AddValidateCommand(CLI::App& app) {
         parsed.push_back(std::move(b).ValueOrDie());
       }
       if (!parsed.empty()) {
-        RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(manifest, parsed,
-                                                      /*require_all=*/false)
-                                  .WithContext("bindings"));
+        RESHARD_RETURN_NOT_OK(
+            ValidateRuntimeBindings(manifest, parsed, BindingCoverage::kSubset)
+                .WithContext("bindings"));
       }
       const auto& m = manifest;
       std::string out;
@@ -99,7 +99,8 @@ void AddCanonicalizeCommand(CLI::App& app) {
   cmd->callback([=]() {
     auto text = ReadFile(*file);
     if (!text.ok()) throw CLI::RuntimeError(Fail(text.status()));
-    auto out = CanonicalizeJson(*text, !*utf8);
+    auto out = CanonicalizeJson(
+        *text, *utf8 ? JsonAscii::kRawUtf8 : JsonAscii::kEscapeNonAscii);
     if (!out.ok()) {
       throw CLI::RuntimeError(Fail(out.status().WithContext(*file)));
     }

@@ -48,7 +48,8 @@ class RuntimeBindingFragment {
   const std::string& placement_fragment_id() const {
     return s_.placement_fragment_id;
   }
-  const std::string& fragment_id() const { return s_.fragment_id; }
+  // The runtime's own id for this view (wire field "fragment_id").
+  const std::string& runtime_fragment_id() const { return s_.fragment_id; }
   uint64_t address() const { return s_.address; }
   uint64_t nbytes() const { return s_.nbytes; }
   const std::string& worker_id() const { return s_.worker_id; }
@@ -144,14 +145,19 @@ std::optional<Dims> CanonicalStrides(const Dims& shape, int64_t itemsize);
 Status ValidateRuntimeBinding(const WeightPlacementManifest& placement,
                               const WeightRuntimeBindingManifest& binding);
 
+// Which participants a set of bindings must cover.
+enum class BindingCoverage {
+  kEveryOwner,  // exactly the participants that own fragments
+  kSubset,      // any subset of them (a partial live set)
+};
+
 // Rules 37-38 plus every binding: unique participants, runtime fragment ids
 // unique across participants, address rules across bindings sharing an
-// instance. With `require_all`, bindings must cover exactly the
-// participants that own fragments; otherwise a subset is accepted.
+// instance, and the participants `coverage` asks for.
 Status ValidateRuntimeBindings(
     const WeightPlacementManifest& placement,
     const std::vector<WeightRuntimeBindingManifest>& bindings,
-    bool require_all = true);
+    BindingCoverage coverage = BindingCoverage::kEveryOwner);
 
 // Canonical wire of a binding (sorted keys, compact, ensure_ascii=True).
 std::string WeightRuntimeBindingToJson(

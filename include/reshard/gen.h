@@ -55,10 +55,7 @@ enum class ExpertLayout {
 };
 
 struct LayoutOptions {
-  int64_t tp = 1;
-  int64_t pp = 1;
-  int64_t ep = 1;
-  int64_t dp = 1;
+  ParallelSizes sizes;
   ExpertLayout experts = ExpertLayout::kGrouped;
   std::string resource_id;  // defaults to the model name
   std::string revision = "step-0";

@@ -10,12 +10,18 @@
 
 namespace reshard {
 
+// How canonical JSON writes non-ASCII characters (Python's ensure_ascii).
+enum class JsonAscii : bool {
+  kEscapeNonAscii = true,  // ensure_ascii=True: ids and the placement wire
+  kRawUtf8 = false,        // ensure_ascii=False: store manifests
+};
+
 // Re-encodes any JSON text exactly as Python's
-// json.dumps(obj, sort_keys=True, separators=(",", ":"),
-// ensure_ascii=ensure_ascii) would. Duplicate keys, NaN/Infinity and
-// floating-point numbers (absent from the contract) are rejected.
-Result<std::string> CanonicalizeJson(std::string_view text,
-                                     bool ensure_ascii = true);
+// json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=...)
+// would. Duplicate keys, NaN/Infinity and floating-point numbers (absent
+// from the contract) are rejected.
+Result<std::string> CanonicalizeJson(
+    std::string_view text, JsonAscii mode = JsonAscii::kEscapeNonAscii);
 
 }  // namespace reshard
 

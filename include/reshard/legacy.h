@@ -17,10 +17,7 @@ namespace reshard {
 
 struct LegacyImportOptions {
   // The runtime's declared sizes; participants are the full grid.
-  int64_t tp = 1;
-  int64_t pp = 1;
-  int64_t ep = 1;
-  int64_t dp = 1;
+  ParallelSizes sizes;
   // Defaults to "<model_id>-legacy".
   std::string placement_set_id;
 };

@@ -31,6 +31,15 @@ std::string_view AxisKindName(AxisKind kind);
 // Parses "dp", "pp", "ep" or "tp".
 Result<AxisKind> ParseAxisKind(std::string_view name);
 
+// The sizes of the four parallel axes of a grid (every size >= 1).
+struct ParallelSizes {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t ep = 1;
+  int64_t dp = 1;
+  friend bool operator==(const ParallelSizes&, const ParallelSizes&) = default;
+};
+
 // A routing coordinate. Logical sharding is expressed by fragment boxes.
 struct ParallelRank {
   int64_t dp = 0;
@@ -162,7 +171,6 @@ class PlacementFragment {
   const std::string& placement_fragment_id() const {
     return s_.placement_fragment_id.value();
   }
-  const std::string& fragment_id() const { return placement_fragment_id(); }
   const std::string& tensor_id() const { return s_.tensor_id; }
   const Dims& global_offset() const { return s_.global_offset; }
   const Dims& local_shape() const { return s_.local_shape; }
@@ -192,10 +200,7 @@ struct TopologyParticipant {
 };
 
 struct ParallelTopologySpec {
-  int64_t tp_size = 1;
-  int64_t pp_size = 1;
-  int64_t ep_size = 1;
-  int64_t dp_size = 1;
+  ParallelSizes sizes;
   std::vector<TopologyParticipant> participants;
   // When supplied it must equal the canonical id.
   std::optional<std::string> topology_id;
@@ -206,10 +211,11 @@ class ParallelTopology {
   // Validates rule 16, sorts participants by id, computes topology_id.
   static Result<ParallelTopology> Make(ParallelTopologySpec spec);
 
-  int64_t tp_size() const { return s_.tp_size; }
-  int64_t pp_size() const { return s_.pp_size; }
-  int64_t ep_size() const { return s_.ep_size; }
-  int64_t dp_size() const { return s_.dp_size; }
+  const ParallelSizes& sizes() const { return s_.sizes; }
+  int64_t tp_size() const { return s_.sizes.tp; }
+  int64_t pp_size() const { return s_.sizes.pp; }
+  int64_t ep_size() const { return s_.sizes.ep; }
+  int64_t dp_size() const { return s_.sizes.dp; }
   int64_t size(AxisKind kind) const;
   const std::vector<TopologyParticipant>& participants() const {
     return s_.participants;
@@ -317,7 +323,6 @@ class WeightPlacementManifest {
                          const WeightPlacementManifest& b) {
     return a.digest() == b.digest();
   }
-
 
  private:
   struct Impl;

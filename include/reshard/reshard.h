@@ -107,16 +107,6 @@ Result<std::vector<WeightRuntimeBindingManifest>> BindAllBuffers(
 // ---------------------------------------------------------------------------
 // Resharding.
 
-// Which participants must be bound before Reshard moves a byte.
-enum class BindingCoverage : uint8_t {
-  // Every participant of both placements that owns fragments: a missing
-  // binding is an error naming the side and participant, before binding.
-  kEveryParticipant,
-  // Only the fragments the plan reads or writes (for example a plan for
-  // one target participant, PlanOptions::target_participant_id).
-  kPlannedFragments,
-};
-
 // The runtime bindings of both sides as they are now.
 struct CurrentBindings {
   std::vector<WeightRuntimeBindingManifest> sources;
@@ -126,7 +116,13 @@ struct CurrentBindings {
 struct ReshardOptions {
   // Planning limits and scope; unused by the overload that takes a plan.
   PlanOptions plan;
-  BindingCoverage coverage = BindingCoverage::kEveryParticipant;
+  // Which participants must be bound before Reshard moves a byte:
+  // kEveryOwner, every participant of both placements that owns fragments
+  // (a missing binding is an error naming the side and participant, before
+  // binding); kSubset, only the fragments the plan reads or writes (for
+  // example a plan for one target participant,
+  // PlanOptions::target_participant_id).
+  BindingCoverage coverage = BindingCoverage::kEveryOwner;
   // The fence: called right before submission; the bound plan must still
   // match what it returns (instance, generation, lease, every used view),
   // else FailedPrecondition and nothing moves. When empty, the bindings

@@ -1,6 +1,6 @@
-// A committed store revision's manifest (digest 2.13): the stored fragments
-// of one complete replica, each a byte range of an object, usable as a plan
-// source in place of a live placement.
+// A committed store revision's manifest (docs/store-format.md): the stored
+// fragments of one complete replica, each a byte range of an object, usable as
+// a plan source in place of a live placement.
 
 #ifndef RESHARD_STORED_MANIFEST_H_
 #define RESHARD_STORED_MANIFEST_H_

@@ -112,7 +112,7 @@ BufferFinder FinderOf(const Map& buffers) {
   };
 }
 
-// kEveryParticipant: one binding for every participant with fragments
+// kEveryOwner: one binding for every participant with fragments
 // (the message of ValidateRuntimeBindings' require-all rule, with the
 // side); the bindings themselves are validated by Bind.
 Status CheckSideCoverage(
@@ -138,7 +138,7 @@ Status CheckCoverage(
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const ReshardOptions& options) {
-  if (options.coverage != BindingCoverage::kEveryParticipant) {
+  if (options.coverage != BindingCoverage::kEveryOwner) {
     return Status::OK();
   }
   RESHARD_RETURN_NOT_OK(CheckSideCoverage(source, source_bindings, "source"));

@@ -276,8 +276,8 @@ TEST(ReshardTest, TiedFragmentsBindToOneRangeWithTwoRuntimeIds) {
       placement, placement.parts()[0].participant_id(), memory.pointers));
   ASSERT_EQ(binding.fragments().size(), 2u);
   EXPECT_EQ(binding.fragments()[0].address(), binding.fragments()[1].address());
-  EXPECT_NE(binding.fragments()[0].fragment_id(),
-            binding.fragments()[1].fragment_id());
+  EXPECT_NE(binding.fragments()[0].runtime_fragment_id(),
+            binding.fragments()[1].runtime_fragment_id());
   EXPECT_OK(ValidateRuntimeBinding(placement, binding));
 }
 
@@ -307,7 +307,7 @@ TEST(ReshardTest, BindBuffersFillsEveryBindingField) {
   const auto& f = b.fragments()[0];
   const auto& pf = part.fragments()[0];
   EXPECT_EQ(f.placement_fragment_id(), pf.placement_fragment_id());
-  EXPECT_EQ(f.fragment_id(), "trainer-3:" + pf.placement_fragment_id());
+  EXPECT_EQ(f.runtime_fragment_id(), "trainer-3:" + pf.placement_fragment_id());
   EXPECT_EQ(f.address(), reinterpret_cast<uint64_t>(
                              memory.pointers.at(pf.placement_fragment_id())));
   EXPECT_EQ(f.nbytes(), pf.nbytes());
@@ -473,7 +473,7 @@ TEST(ReshardTest, OneTargetParticipantWithPlannedCoverage) {
   Pair pair(source, target);
   ReshardOptions options;
   options.plan.target_participant_id = only;
-  options.coverage = BindingCoverage::kPlannedFragments;
+  options.coverage = BindingCoverage::kSubset;
   auto binding = Must(BindBuffers(target, only, pair.target.pointers));
   auto transport = Must(LocalTransport::Make({}));
   ASSERT_OK_AND_ASSIGN(auto report,
@@ -493,7 +493,7 @@ TEST(ReshardTest, OneTargetParticipantWithPlannedCoverage) {
     }
   }
   // The same call under every-participant coverage is refused.
-  options.coverage = BindingCoverage::kEveryParticipant;
+  options.coverage = BindingCoverage::kEveryOwner;
   EXPECT_THAT(Reshard(source, pair.source.BindAll(), target, {binding},
                       *transport, options)
                   .status()

@@ -1,6 +1,6 @@
-// Tied weights at bind time (digest 7.2 scenario 9): aliased target views
-// sharing one range are written twice, which Bind allows only when the
-// source declares the same alias group and both views share a lease scope.
+// Tied weights at bind time: aliased target views sharing one range are written
+// twice, which Bind allows only when the source declares the same alias group
+// and both views share a lease scope.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

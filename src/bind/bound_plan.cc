@@ -106,7 +106,8 @@ Result<std::unordered_map<std::string_view, Bound>> IndexBindings(
     const WeightPlacementManifest& placement,
     const std::vector<WeightRuntimeBindingManifest>& bindings,
     std::string_view side) {
-  auto st = ValidateRuntimeBindings(placement, bindings, /*require_all=*/false);
+  auto st =
+      ValidateRuntimeBindings(placement, bindings, BindingCoverage::kSubset);
   if (!st.ok()) return st.WithContext(std::string(side) + " bindings");
   std::unordered_map<std::string_view, Bound> index;
   for (const auto& b : bindings) {

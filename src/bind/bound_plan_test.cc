@@ -1,8 +1,8 @@
-// BoundTransferPlan::Bind (digest 3.7, rules 49-56 as far as this library
-// implements them): absolute addresses from the bindings, plan/placement
-// identity, required bindings, binding validation with side context, the
-// in-place (overlapping source and target storage) rejection per address
-// space, and re-binding after an address change without re-planning.
+// BoundTransferPlan::Bind (rules 49-56 of docs/validation-rules.md as far as
+// this library implements them): absolute addresses from the bindings,
+// plan/placement identity, required bindings, binding validation with side
+// context, the in-place (overlapping source and target storage) rejection per
+// address space, and re-binding after an address change without re-planning.
 
 #include "reshard/bound_plan.h"
 

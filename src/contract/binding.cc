@@ -198,7 +198,7 @@ Result<WeightRuntimeBindingManifest> WeightRuntimeBindingManifest::Make(
                                      " has a duplicate placement fragment: " +
                                      s.fragments[i].placement_fragment_id());
     }
-    runtime_ids.push_back(s.fragments[i].fragment_id());
+    runtime_ids.push_back(s.fragments[i].runtime_fragment_id());
   }
   std::sort(runtime_ids.begin(), runtime_ids.end());
   for (size_t i = 1; i < runtime_ids.size(); ++i) {
@@ -321,10 +321,10 @@ Status CheckAddressRanges(const WeightPlacementManifest& placement,
   return Status::OK();
 }
 
-// Rules 30-34 for one binding; appends its views.
-Status CheckOneBinding(const WeightPlacementManifest& placement,
-                       const WeightRuntimeBindingManifest& b,
-                       std::vector<View>* views) {
+// Rule 30: the binding attests this placement (resource, placement id and
+// digest, revision).
+Status CheckAttestation(const WeightPlacementManifest& placement,
+                        const WeightRuntimeBindingManifest& b) {
   if (b.resource_id() != placement.resource_id()) {
     return Status::InvalidArgument(
         "placement and runtime binding resource_id differ: " +
@@ -346,6 +346,46 @@ Status CheckOneBinding(const WeightPlacementManifest& placement,
         "placement and runtime binding revision differ: " +
         placement.revision() + " vs " + b.revision());
   }
+  return Status::OK();
+}
+
+// One view against its placement fragment: same size and shape, the
+// tensor's itemsize, canonical contiguous strides.
+Status CheckViewGeometry(const WeightPlacementManifest& placement,
+                         const PlacementFragment& lf,
+                         const RuntimeBindingFragment& rf) {
+  const std::string& id = lf.placement_fragment_id();
+  if (rf.nbytes() != lf.nbytes()) {
+    return Status::InvalidArgument(
+        "runtime binding byte size does not match placement: " + id +
+        ": expected " + std::to_string(lf.nbytes()) + ", got " +
+        std::to_string(rf.nbytes()));
+  }
+  if (rf.local_shape() != lf.local_shape()) {
+    return Status::InvalidArgument(
+        "runtime binding local_shape does not match placement: " + id);
+  }
+  const TensorDescriptor* t = placement.FindTensor(lf.tensor_id());
+  if (rf.itemsize() != t->itemsize()) {
+    return Status::InvalidArgument(
+        "runtime binding itemsize does not match tensor descriptor: " + id +
+        ": expected " + std::to_string(t->itemsize()) + ", got " +
+        std::to_string(rf.itemsize()));
+  }
+  if (rf.strides_bytes() != CanonicalStrides(lf.local_shape(), t->itemsize())) {
+    return Status::InvalidArgument(
+        "runtime binding stride does not describe a canonical contiguous "
+        "view: " +
+        id);
+  }
+  return Status::OK();
+}
+
+// Rules 30-34 for one binding; appends its views.
+Status CheckOneBinding(const WeightPlacementManifest& placement,
+                       const WeightRuntimeBindingManifest& b,
+                       std::vector<View>* views) {
+  RESHARD_RETURN_NOT_OK(CheckAttestation(placement, b));
   const WeightPlacementPart* part = placement.FindPart(b.participant_id());
   if (part == nullptr) {
     return Status::InvalidArgument("unknown runtime binding participant: " +
@@ -374,31 +414,7 @@ Status CheckOneBinding(const WeightPlacementManifest& placement,
     }
     const PlacementFragment& lf = logical[i];
     const RuntimeBindingFragment& rf = runtime[j];
-    const std::string& id = lf.placement_fragment_id();
-    if (rf.nbytes() != lf.nbytes()) {
-      return Status::InvalidArgument(
-          "runtime binding byte size does not match placement: " + id +
-          ": expected " + std::to_string(lf.nbytes()) + ", got " +
-          std::to_string(rf.nbytes()));
-    }
-    if (rf.local_shape() != lf.local_shape()) {
-      return Status::InvalidArgument(
-          "runtime binding local_shape does not match placement: " + id);
-    }
-    const TensorDescriptor* t = placement.FindTensor(lf.tensor_id());
-    if (rf.itemsize() != t->itemsize()) {
-      return Status::InvalidArgument(
-          "runtime binding itemsize does not match tensor descriptor: " + id +
-          ": expected " + std::to_string(t->itemsize()) + ", got " +
-          std::to_string(rf.itemsize()));
-    }
-    if (rf.strides_bytes() !=
-        CanonicalStrides(lf.local_shape(), t->itemsize())) {
-      return Status::InvalidArgument(
-          "runtime binding stride does not describe a canonical contiguous "
-          "view: " +
-          id);
-    }
+    RESHARD_RETURN_NOT_OK(CheckViewGeometry(placement, lf, rf));
     views->push_back({&b.instance_id(), &rf, &lf});
     ++i;
     ++j;
@@ -418,7 +434,7 @@ Status ValidateRuntimeBinding(const WeightPlacementManifest& placement,
 Status ValidateRuntimeBindings(
     const WeightPlacementManifest& placement,
     const std::vector<WeightRuntimeBindingManifest>& bindings,
-    bool require_all) {
+    BindingCoverage coverage) {
   std::vector<View> views;
   std::unordered_set<std::string_view> seen;
   std::unordered_set<std::string_view> runtime_ids;
@@ -438,14 +454,14 @@ Status ValidateRuntimeBindings(
     }
     RESHARD_RETURN_NOT_OK(CheckOneBinding(placement, b, &views));
     for (const auto& f : b.fragments()) {
-      if (!runtime_ids.insert(f.fragment_id()).second) {
+      if (!runtime_ids.insert(f.runtime_fragment_id()).second) {
         return Status::InvalidArgument(
             "duplicate runtime fragment_id across participants: " +
-            f.fragment_id());
+            f.runtime_fragment_id());
       }
     }
   }
-  if (require_all) {
+  if (coverage == BindingCoverage::kEveryOwner) {
     for (const auto& part : placement.parts()) {
       if (!part.fragments().empty() && !seen.count(part.participant_id())) {
         return Status::InvalidArgument("missing runtime binding participant: " +

@@ -190,7 +190,7 @@ TEST_F(BindingTest, RuntimeFragmentKeepsItsFields) {
   ASSERT_OK_AND_ASSIGN(auto f,
                        RuntimeBindingFragment::Make(ValidRuntimeSpec()));
   EXPECT_EQ(f.placement_fragment_id(), "sha256:abc");
-  EXPECT_EQ(f.fragment_id(), "rt-1");
+  EXPECT_EQ(f.runtime_fragment_id(), "rt-1");
   EXPECT_EQ(f.address(), 0x1000u);
   EXPECT_EQ(f.nbytes(), 32u);
   EXPECT_EQ(f.worker_id(), "worker-0");
@@ -498,7 +498,7 @@ TEST_F(BindingTest, ManifestRejectsDuplicatePlacementFragment) {
 TEST_F(BindingTest, ManifestRejectsDuplicateRuntimeFragmentId) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[0]);
   RuntimeBindingFragmentSpec second = SpecOf(s.fragments[1]);
-  second.fragment_id = s.fragments[0].fragment_id();
+  second.fragment_id = s.fragments[0].runtime_fragment_id();
   s.fragments[1] = Must(RuntimeBindingFragment::Make(second));
   EXPECT_EQ(ErrorOf(WeightRuntimeBindingManifest::Make(s)),
             std::string("runtime binding of participant ") + kT0 +
@@ -825,16 +825,17 @@ TEST_F(BindingTest, BindingsRejectDuplicateParticipant) {
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(),
                                             {bindings_[0], bindings_[0]})),
             std::string("duplicate runtime binding participant: ") + kT0);
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(
-                placement(), {bindings_[0], bindings_[0]}, false)),
-            std::string("duplicate runtime binding participant: ") + kT0);
+  EXPECT_EQ(
+      ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], bindings_[0]},
+                                      BindingCoverage::kSubset)),
+      std::string("duplicate runtime binding participant: ") + kT0);
 }
 
 TEST_F(BindingTest,
        BindingsRejectDuplicateRuntimeFragmentIdAcrossParticipants) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[1]);
   RuntimeBindingFragmentSpec f = SpecOf(s.fragments[0]);
-  const std::string taken = bindings_[0].fragments()[0].fragment_id();
+  const std::string taken = bindings_[0].fragments()[0].runtime_fragment_id();
   f.fragment_id = taken;
   s.fragments[0] = Must(RuntimeBindingFragment::Make(f));
   auto t1 = Must(WeightRuntimeBindingManifest::Make(s));
@@ -842,9 +843,9 @@ TEST_F(BindingTest,
   EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), t1)), "<ok>");
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1})),
             "duplicate runtime fragment_id across participants: " + taken);
-  EXPECT_EQ(
-      ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1}, false)),
-      "duplicate runtime fragment_id across participants: " + taken);
+  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[0], t1},
+                                            BindingCoverage::kSubset)),
+            "duplicate runtime fragment_id across participants: " + taken);
 }
 
 TEST_F(BindingTest, BindingsRequireEveryOwningParticipant) {
@@ -856,17 +857,17 @@ TEST_F(BindingTest, BindingsRequireEveryOwningParticipant) {
 
 TEST_F(BindingTest, BindingsAcceptASubsetWithoutRequireAll) {
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {bindings_[1]},
-                                            /*require_all=*/false)),
+                                            BindingCoverage::kSubset)),
             "<ok>");
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {},
-                                            /*require_all=*/false)),
+                                            BindingCoverage::kSubset)),
             "<ok>");
   // Every binding of the subset is still validated.
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[1]);
   s.revision = "step-2";
   auto stale = Must(WeightRuntimeBindingManifest::Make(s));
   EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), {stale},
-                                            /*require_all=*/false)),
+                                            BindingCoverage::kSubset)),
             "placement and runtime binding revision differ: step-1 vs step-2");
 }
 
@@ -927,7 +928,8 @@ TEST_F(BindingTest, BindingsRejectOverlapWithinOneInstance) {
                 shared[0].fragments()[0].placement_fragment_id() + " and " +
                 shared[1].fragments()[0].placement_fragment_id() +
                 " (worker worker-shared, device cpu)");
-  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), shared, false)),
+  EXPECT_EQ(ErrorOf(ValidateRuntimeBindings(placement(), shared,
+                                            BindingCoverage::kSubset)),
             "runtime binding address ranges overlap: " +
                 shared[0].fragments()[0].placement_fragment_id() + " and " +
                 shared[1].fragments()[0].placement_fragment_id() +

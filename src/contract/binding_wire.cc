@@ -17,7 +17,7 @@ std::string WeightRuntimeBindingToJson(const WeightRuntimeBindingManifest& b) {
     w.KeyUInt("address", f.address());
     w.KeyString("device", f.device());
     w.KeyString("endpoint", f.endpoint());
-    w.KeyString("fragment_id", f.fragment_id());
+    w.KeyString("fragment_id", f.runtime_fragment_id());
     w.KeyInt("itemsize", f.itemsize());
     w.Key("local_shape");
     w.IntArray(f.local_shape());
@@ -47,13 +47,9 @@ std::string WeightRuntimeBindingToJson(const WeightRuntimeBindingManifest& b) {
 
 namespace {
 
+using internal::JsonArray;
 using internal::JsonElement;
 using internal::JsonPath;
-
-Result<uint64_t> ReadU64Field(const internal::StrictObject& obj,
-                              std::string_view key, const JsonPath& path) {
-  return internal::ReadU64(obj.Get(key), path.Field(key));
-}
 
 Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
                                                    const JsonPath& path) {
@@ -65,34 +61,21 @@ Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
                      "storage_address", "storage_nbytes",
                      "storage_offset_bytes", "strides_bytes", "worker_id"}));
   RuntimeBindingFragmentSpec s;
-  RESHARD_ASSIGN_OR_RETURN(
-      s.placement_fragment_id,
-      internal::ReadIdField(obj, "placement_fragment_id", path));
-  RESHARD_ASSIGN_OR_RETURN(s.fragment_id,
-                           internal::ReadIdField(obj, "fragment_id", path));
-  RESHARD_ASSIGN_OR_RETURN(s.address, ReadU64Field(obj, "address", path));
-  RESHARD_ASSIGN_OR_RETURN(s.nbytes, ReadU64Field(obj, "nbytes", path));
-  RESHARD_ASSIGN_OR_RETURN(s.worker_id,
-                           internal::ReadIdField(obj, "worker_id", path));
-  RESHARD_ASSIGN_OR_RETURN(s.endpoint,
-                           internal::ReadIdField(obj, "endpoint", path));
-  RESHARD_ASSIGN_OR_RETURN(s.device,
-                           internal::ReadIdField(obj, "device", path));
-  RESHARD_ASSIGN_OR_RETURN(
-      s.itemsize,
-      internal::ReadInt(obj.Get("itemsize"), path.Field("itemsize")));
-  RESHARD_ASSIGN_OR_RETURN(s.local_shape,
-                           internal::ReadIntArray(obj.Get("local_shape"),
-                                                  path.Field("local_shape")));
-  RESHARD_ASSIGN_OR_RETURN(s.strides_bytes,
-                           internal::ReadIntArray(obj.Get("strides_bytes"),
-                                                  path.Field("strides_bytes")));
-  RESHARD_ASSIGN_OR_RETURN(s.storage_address,
-                           ReadU64Field(obj, "storage_address", path));
-  RESHARD_ASSIGN_OR_RETURN(s.storage_nbytes,
-                           ReadU64Field(obj, "storage_nbytes", path));
+  RESHARD_ASSIGN_OR_RETURN(s.placement_fragment_id,
+                           obj.Id("placement_fragment_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.fragment_id, obj.Id("fragment_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.address, obj.U64("address"));
+  RESHARD_ASSIGN_OR_RETURN(s.nbytes, obj.U64("nbytes"));
+  RESHARD_ASSIGN_OR_RETURN(s.worker_id, obj.Id("worker_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.endpoint, obj.Id("endpoint"));
+  RESHARD_ASSIGN_OR_RETURN(s.device, obj.Id("device"));
+  RESHARD_ASSIGN_OR_RETURN(s.itemsize, obj.I64("itemsize"));
+  RESHARD_ASSIGN_OR_RETURN(s.local_shape, obj.IntArray("local_shape"));
+  RESHARD_ASSIGN_OR_RETURN(s.strides_bytes, obj.IntArray("strides_bytes"));
+  RESHARD_ASSIGN_OR_RETURN(s.storage_address, obj.U64("storage_address"));
+  RESHARD_ASSIGN_OR_RETURN(s.storage_nbytes, obj.U64("storage_nbytes"));
   RESHARD_ASSIGN_OR_RETURN(s.storage_offset_bytes,
-                           ReadU64Field(obj, "storage_offset_bytes", path));
+                           obj.U64("storage_offset_bytes"));
   auto f = RuntimeBindingFragment::Make(std::move(s));
   if (!f.ok()) return f.status().WithContext(path.ToString());
   return f;
@@ -103,45 +86,35 @@ Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
 Result<WeightRuntimeBindingManifest> WeightRuntimeBindingFromJson(
     std::string_view json) {
   RESHARD_ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
-  JsonPath root;
+  const JsonPath root;
   RESHARD_ASSIGN_OR_RETURN(
       auto obj, internal::StrictObject::Make(
                     doc.root(), root, "runtime binding manifest",
                     {"fragments", "generation", "instance_id", "lease_id",
                      "participant_id", "placement_digest", "placement_id",
                      "resource_id", "resource_kind", "revision"}));
-  RESHARD_ASSIGN_OR_RETURN(std::string_view kind,
-                           internal::ReadString(obj.Get("resource_kind"),
-                                                root.Field("resource_kind")));
+  RESHARD_ASSIGN_OR_RETURN(std::string_view kind, obj.String("resource_kind"));
   if (kind != WeightRuntimeBindingManifest::kResourceKind) {
     return Status::InvalidArgument(
         "runtime binding resource_kind must be model_weight, got \"" +
         std::string(kind) + "\"");
   }
   WeightRuntimeBindingManifestSpec s;
-  RESHARD_ASSIGN_OR_RETURN(s.resource_id,
-                           internal::ReadIdField(obj, "resource_id", root));
-  RESHARD_ASSIGN_OR_RETURN(s.placement_id,
-                           internal::ReadIdField(obj, "placement_id", root));
-  RESHARD_ASSIGN_OR_RETURN(
-      s.placement_digest, internal::ReadIdField(obj, "placement_digest", root));
-  RESHARD_ASSIGN_OR_RETURN(s.instance_id,
-                           internal::ReadIdField(obj, "instance_id", root));
-  RESHARD_ASSIGN_OR_RETURN(s.generation, ReadU64Field(obj, "generation", root));
-  RESHARD_ASSIGN_OR_RETURN(s.lease_id,
-                           internal::ReadIdField(obj, "lease_id", root));
-  RESHARD_ASSIGN_OR_RETURN(s.revision,
-                           internal::ReadIdField(obj, "revision", root));
-  RESHARD_ASSIGN_OR_RETURN(s.participant_id,
-                           internal::ReadIdField(obj, "participant_id", root));
-  JsonPath fp = root.Field("fragments");
-  RESHARD_ASSIGN_OR_RETURN(auto arr,
-                           internal::ReadArray(obj.Get("fragments"), fp));
-  size_t i = 0;
-  for (auto item : arr) {
-    RESHARD_ASSIGN_OR_RETURN(auto f, ReadRuntimeFragment(item, fp.Index(i++)));
-    s.fragments.push_back(std::move(f));
-  }
+  RESHARD_ASSIGN_OR_RETURN(s.resource_id, obj.Id("resource_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.placement_id, obj.Id("placement_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.placement_digest, obj.Id("placement_digest"));
+  RESHARD_ASSIGN_OR_RETURN(s.instance_id, obj.Id("instance_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.generation, obj.U64("generation"));
+  RESHARD_ASSIGN_OR_RETURN(s.lease_id, obj.Id("lease_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.revision, obj.Id("revision"));
+  RESHARD_ASSIGN_OR_RETURN(s.participant_id, obj.Id("participant_id"));
+  RESHARD_ASSIGN_OR_RETURN(JsonArray fragments, obj.Array("fragments"));
+  RESHARD_RETURN_NOT_OK(fragments.ForEach(
+      [&](JsonElement item, const JsonPath& item_path) -> Status {
+        RESHARD_ASSIGN_OR_RETURN(auto f, ReadRuntimeFragment(item, item_path));
+        s.fragments.push_back(std::move(f));
+        return Status::OK();
+      }));
   return WeightRuntimeBindingManifest::Make(std::move(s));
 }
 

@@ -39,7 +39,8 @@ WeightPlacementManifest Original() {
 
 Result<LegacyImport> Import(const std::vector<std::string>& inv) {
   std::vector<std::string_view> views(inv.begin(), inv.end());
-  return ImportLegacyInventories(views, {.tp = 2, .pp = 2, .ep = 2, .dp = 2});
+  return ImportLegacyInventories(
+      views, {.sizes = {.tp = 2, .pp = 2, .ep = 2, .dp = 2}});
 }
 
 TEST(LegacyImportTest, InventoriesRebuildTheSamePlacement) {

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <unordered_map>
 
-#include "contract/placement_json.h"
+#include "contract/placement_codec.h"
 #include "reshard/placement.h"
 #include "util/box_cover.h"
 #include "util/sha256.h"
@@ -95,6 +95,21 @@ TopologyExpectation ComputeExpectation(const ParallelTopology& topo,
   return e;
 }
 
+// A fragment with its rank projected onto the tensor's ownership, replicated
+// and split axes.
+struct RankedFragment {
+  AxisKey owner, replica, split;
+  const PlacementFragment* f;
+};
+
+// Buffers reused across the groups of one tensor.
+struct GroupScratch {
+  std::vector<AxisKey> replicas;
+  std::vector<AxisKey> splits;
+  std::vector<internal::BoxRef> boxes;
+  std::vector<int64_t> values;
+};
+
 class GlobalValidator {
  public:
   explicit GlobalValidator(const ParallelTopology& topo) : topo_(topo) {}
@@ -107,6 +122,17 @@ class GlobalValidator {
                              const std::vector<const PlacementFragment*>& f);
   Status CheckSplitGeometry(const TensorDescriptor& t,
                             const std::vector<const PlacementFragment*>& f);
+  // One (owner, replica) group [begin, end), sorted by split key: exact
+  // cover (rule 23), the topology's split participants, Cartesian split
+  // tuples.
+  Status CheckReplicaGroup(const TensorDescriptor& t,
+                           const TopologyExpectation& expect, KindMask s_mask,
+                           const RankedFragment* begin,
+                           const RankedFragment* end,
+                           GroupScratch* scratch) const;
+  // True if, per split kind, the values in `splits` are {0..size-1}.
+  bool SplitValuesComplete(const std::vector<AxisKey>& splits, KindMask s_mask,
+                           std::vector<int64_t>* values) const;
   const TopologyExpectation& Expectation(KindMask o, KindMask r, KindMask s);
 
   const ParallelTopology& topo_;
@@ -242,11 +268,7 @@ Status GlobalValidator::CheckTensor(
   const KindMask s_mask = MaskOf(t, AxisSemantics::kSplit);
   const TopologyExpectation& expect = Expectation(o_mask, r_mask, s_mask);
 
-  struct Entry {
-    AxisKey owner, replica, split;
-    const PlacementFragment* f;
-  };
-  std::vector<Entry> entries;
+  std::vector<RankedFragment> entries;
   entries.reserve(frags.size());
   for (const auto* f : frags) {
     entries.push_back({Project(f->rank(), o_mask), Project(f->rank(), r_mask),
@@ -256,76 +278,25 @@ Status GlobalValidator::CheckTensor(
     return std::tie(a.owner, a.replica, a.split) <
            std::tie(b.owner, b.replica, b.split);
   });
-  std::vector<AxisKey> replicas;
-  std::vector<AxisKey> splits;
-  std::vector<internal::BoxRef> boxes;
+  GroupScratch scratch;
   for (size_t i = 0; i < entries.size();) {
     size_t j = i;
-    replicas.clear();
+    scratch.replicas.clear();
     while (j < entries.size() && entries[j].owner == entries[i].owner) {
       // One (owner, replica) group: [j, k).
       size_t k = j;
-      boxes.clear();
-      splits.clear();
       while (k < entries.size() && entries[k].owner == entries[i].owner &&
              entries[k].replica == entries[j].replica) {
-        boxes.push_back({entries[k].f->global_offset().data(),
-                         entries[k].f->local_shape().data()});
-        splits.push_back(entries[k].split);
         ++k;
       }
-      replicas.push_back(entries[j].replica);
-      if (!internal::ExactlyCovers(t.global_shape(), boxes)) {
-        return Status::InvalidArgument(
-            "global placement tensor is not fully covered: " + id +
-            " (owner/replica group at " + entries[j].f->rank().ToString() +
-            ")");
-      }
-      SortUnique(&splits);
-      AxisKey group_key = entries[j].owner;
-      for (size_t a = 0; a < 4; ++a) {
-        if (entries[j].replica[a] >= 0) group_key[a] = entries[j].replica[a];
-      }
-      auto sp = expect.splits.find(group_key);
-      bool ok = sp != expect.splits.end() && sp->second == splits;
-      if (ok) {
-        // Per split kind the participants' values must be {0..size-1}.
-        for (AxisKind kind : kAllAxisKinds) {
-          const auto a = static_cast<size_t>(kind);
-          if (!(s_mask & (1u << a))) continue;
-          std::vector<int64_t> values;
-          for (const auto& key : splits) values.push_back(key[a]);
-          std::sort(values.begin(), values.end());
-          values.erase(std::unique(values.begin(), values.end()), values.end());
-          ok &= static_cast<int64_t>(values.size()) == topo_.size(kind) &&
-                values.front() == 0 && values.back() == topo_.size(kind) - 1;
-        }
-      }
-      if (!ok) {
-        return Status::InvalidArgument(
-            "missing or unexpected split-axis participant for " + id +
-            " (owner/replica group at " + entries[j].f->rank().ToString() +
-            ")");
-      }
-      // Cartesian product rule: tuples == product of per-axis value sets.
-      size_t product = 1;
-      for (size_t a = 0; a < 4; ++a) {
-        if (!(s_mask & (1u << a))) continue;
-        std::vector<int64_t> values;
-        for (const auto& key : splits) values.push_back(key[a]);
-        std::sort(values.begin(), values.end());
-        product *= std::unique(values.begin(), values.end()) - values.begin();
-      }
-      if (product != splits.size()) {
-        return Status::InvalidArgument(
-            "non-Cartesian split-axis participant mapping cannot prove "
-            "rank-to-dimension ownership: " +
-            id);
-      }
+      scratch.replicas.push_back(entries[j].replica);
+      RESHARD_RETURN_NOT_OK(CheckReplicaGroup(t, expect, s_mask, &entries[j],
+                                              &entries[0] + k, &scratch));
       j = k;
     }
+    // The owner's replicas are the topology's.
     auto rp = expect.replicas.find(entries[i].owner);
-    if (rp == expect.replicas.end() || rp->second != replicas) {
+    if (rp == expect.replicas.end() || rp->second != scratch.replicas) {
       return Status::InvalidArgument(
           "missing or unexpected replicated-axis participant for " + id +
           " (owner at " + entries[i].f->rank().ToString() + ")");
@@ -333,6 +304,78 @@ Status GlobalValidator::CheckTensor(
     i = j;
   }
   return CheckSplitGeometry(t, frags);
+}
+
+Status GlobalValidator::CheckReplicaGroup(const TensorDescriptor& t,
+                                          const TopologyExpectation& expect,
+                                          KindMask s_mask,
+                                          const RankedFragment* begin,
+                                          const RankedFragment* end,
+                                          GroupScratch* scratch) const {
+  const std::string& id = t.tensor_id();
+  constexpr const char* where = " (owner/replica group at ";
+  scratch->boxes.clear();
+  scratch->splits.clear();
+  for (const RankedFragment* e = begin; e != end; ++e) {
+    scratch->boxes.push_back(
+        {e->f->global_offset().data(), e->f->local_shape().data()});
+    scratch->splits.push_back(e->split);
+  }
+  // Rule 23: the group covers the tensor exactly.
+  if (!internal::ExactlyCovers(t.global_shape(), scratch->boxes)) {
+    return Status::InvalidArgument(
+        "global placement tensor is not fully covered: " + id + where +
+        begin->f->rank().ToString() + ")");
+  }
+  std::vector<AxisKey>& splits = scratch->splits;
+  SortUnique(&splits);
+  AxisKey group_key = begin->owner;
+  for (size_t a = 0; a < 4; ++a) {
+    if (begin->replica[a] >= 0) group_key[a] = begin->replica[a];
+  }
+  auto sp = expect.splits.find(group_key);
+  if (sp == expect.splits.end() || sp->second != splits ||
+      !SplitValuesComplete(splits, s_mask, &scratch->values)) {
+    return Status::InvalidArgument(
+        "missing or unexpected split-axis participant for " + id + where +
+        begin->f->rank().ToString() + ")");
+  }
+  // Cartesian product rule: tuples == product of per-axis value sets.
+  size_t product = 1;
+  for (size_t a = 0; a < 4; ++a) {
+    if (!(s_mask & (1u << a))) continue;
+    std::vector<int64_t>& values = scratch->values;
+    values.clear();
+    for (const auto& key : splits) values.push_back(key[a]);
+    std::sort(values.begin(), values.end());
+    product *= std::unique(values.begin(), values.end()) - values.begin();
+  }
+  if (product != splits.size()) {
+    return Status::InvalidArgument(
+        "non-Cartesian split-axis participant mapping cannot prove "
+        "rank-to-dimension ownership: " +
+        id);
+  }
+  return Status::OK();
+}
+
+bool GlobalValidator::SplitValuesComplete(const std::vector<AxisKey>& splits,
+                                          KindMask s_mask,
+                                          std::vector<int64_t>* values) const {
+  // Per split kind the participants' values must be {0..size-1}.
+  for (AxisKind kind : kAllAxisKinds) {
+    const auto a = static_cast<size_t>(kind);
+    if (!(s_mask & (1u << a))) continue;
+    values->clear();
+    for (const auto& key : splits) values->push_back(key[a]);
+    std::sort(values->begin(), values->end());
+    values->erase(std::unique(values->begin(), values->end()), values->end());
+    if (static_cast<int64_t>(values->size()) != topo_.size(kind) ||
+        values->front() != 0 || values->back() != topo_.size(kind) - 1) {
+      return false;
+    }
+  }
+  return true;
 }
 
 Status CheckAliasGroups(
@@ -404,8 +447,7 @@ void StreamParts(const std::vector<WeightPlacementPart>& parts, Sink&& sink) {
 // ,"placement_id":..,...,"weight_generation":G}
 // (A template: the manifest's state type is private to it.)
 template <typename State>
-std::string WireTail(const State& m,
-                     const std::string& placement_id) {
+std::string WireTail(const State& m, const std::string& placement_id) {
   std::string out;
   CanonicalJsonWriter w(&out);
   w.BeginObject();
@@ -460,9 +502,9 @@ void ComputeIdentity(State* m) {
 
 }  // namespace
 
-Result<WeightPlacementManifest> WeightPlacementManifest::Make(
-    WeightPlacementManifestSpec s) {
-  const PlacementHeader& h = s.header;
+namespace {
+
+Status CheckHeader(const PlacementHeader& h) {
   if (h.resource_id.empty()) {
     return Status::InvalidArgument("resource_id must be a non-empty string");
   }
@@ -473,12 +515,44 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
     return Status::InvalidArgument(
         "placement_set_id must be a non-empty string");
   }
-  auto impl = std::make_shared<Impl>(
-      Impl{h, std::move(s.topology), std::move(s.parts), {}, {}, {}, {}});
-  const ParallelTopology& topo = impl->topology;
-  auto& parts = impl->parts;
+  return Status::OK();
+}
 
-  // Rule 17: parts match the topology one to one.
+// Rule 17 for one part against its topology participant: the same header,
+// topology and rank.
+Status CheckPartAgainstParticipant(const WeightPlacementPart& part,
+                                   const TopologyParticipant& participant,
+                                   const PlacementHeader& h,
+                                   const ParallelTopology& topo) {
+  const std::string& pid = part.participant_id();
+  const PlacementHeader& ph = part.header();
+  const std::pair<const char*, bool> same[] = {
+      {"resource_id", ph.resource_id == h.resource_id},
+      {"revision", ph.revision == h.revision},
+      {"weight_generation", ph.weight_generation == h.weight_generation},
+      {"placement_set_id", ph.placement_set_id == h.placement_set_id},
+      {"topology_id", part.topology_id() == topo.topology_id()}};
+  for (const auto& [field, equal] : same) {
+    if (!equal) {
+      return Status::InvalidArgument(std::string("placement part ") + field +
+                                     " differs: participant " + pid);
+    }
+  }
+  if (!(part.rank() == participant.rank)) {
+    return Status::InvalidArgument(
+        "placement part rank differs from topology: participant " + pid +
+        " has " + part.rank().ToString() + ", topology has " +
+        participant.rank.ToString());
+  }
+  return Status::OK();
+}
+
+// Rule 17: sorts parts by participant id; they match the topology's
+// participants one to one.
+Status MatchPartsToTopology(const PlacementHeader& h,
+                            const ParallelTopology& topo,
+                            std::vector<WeightPlacementPart>* parts_in) {
+  std::vector<WeightPlacementPart>& parts = *parts_in;
   std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) {
     return a.participant_id() < b.participant_id();
   });
@@ -489,7 +563,8 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
     }
   }
   const auto& participants = topo.participants();
-  for (size_t i = 0, j = 0; i < participants.size() || j < parts.size();) {
+  for (size_t i = 0, j = 0; i < participants.size() || j < parts.size();
+       ++i, ++j) {
     if (j == parts.size() ||
         (i < participants.size() &&
          participants[i].participant_id < parts[j].participant_id())) {
@@ -501,39 +576,25 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
       return Status::InvalidArgument("unknown topology participant: " +
                                      parts[j].participant_id());
     }
-    const WeightPlacementPart& part = parts[j];
-    const std::string& pid = part.participant_id();
-    const PlacementHeader& ph = part.header();
-    const std::pair<const char*, bool> same[] = {
-        {"resource_id", ph.resource_id == h.resource_id},
-        {"revision", ph.revision == h.revision},
-        {"weight_generation", ph.weight_generation == h.weight_generation},
-        {"placement_set_id", ph.placement_set_id == h.placement_set_id},
-        {"topology_id", part.topology_id() == topo.topology_id()}};
-    for (const auto& [field, equal] : same) {
-      if (!equal) {
-        return Status::InvalidArgument(std::string("placement part ") + field +
-                                       " differs: participant " + pid);
-      }
-    }
-    if (!(part.rank() == participants[i].rank)) {
-      return Status::InvalidArgument(
-          "placement part rank differs from topology: participant " + pid +
-          " has " + part.rank().ToString() + ", topology has " +
-          participants[i].rank.ToString());
-    }
-    ++i;
-    ++j;
+    RESHARD_RETURN_NOT_OK(
+        CheckPartAgainstParticipant(parts[j], participants[i], h, topo));
   }
+  return Status::OK();
+}
 
-  // Rule 18: one descriptor per tensor id across parts.
+// Rule 18: one descriptor per tensor id across parts. Returns the union,
+// sorted by tensor id, and rejects a placement without tensors or
+// fragments.
+Result<std::vector<TensorDescriptor>> UnionTensors(
+    const std::vector<WeightPlacementPart>& parts) {
+  std::vector<TensorDescriptor> tensors;
   std::unordered_map<std::string_view, const TensorDescriptor*> seen_tensors;
   size_t n_fragments = 0;
   for (const auto& part : parts) {
     for (const auto& t : part.tensors()) {
       auto [it, inserted] = seen_tensors.emplace(t.tensor_id(), &t);
       if (inserted) {
-        impl->tensors.push_back(t);
+        tensors.push_back(t);
       } else if (!(*it->second == t)) {
         return Status::InvalidArgument(
             "placement part tensor descriptor mismatch: " + t.tensor_id());
@@ -541,11 +602,10 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
     }
     n_fragments += part.fragments().size();
   }
-  std::sort(impl->tensors.begin(), impl->tensors.end(),
-            [](const auto& a, const auto& b) {
-              return a.tensor_id() < b.tensor_id();
-            });
-  if (impl->tensors.empty()) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return a.tensor_id() < b.tensor_id();
+  });
+  if (tensors.empty()) {
     return Status::InvalidArgument(
         "global weight placement must contain tensors");
   }
@@ -553,49 +613,82 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
     return Status::InvalidArgument(
         "global weight placement must contain fragments");
   }
+  return tensors;
+}
 
-  // Fragments: globally unique ids, grouped by tensor.
-  auto& frags = impl->fragments;
-  frags.reserve(n_fragments);
+// Every part's fragments sorted by placement_fragment_id, which must be
+// globally unique.
+Status CollectFragments(const std::vector<WeightPlacementPart>& parts,
+                        std::vector<const PlacementFragment*>* frags) {
+  size_t n_fragments = 0;
+  for (const auto& part : parts) n_fragments += part.fragments().size();
+  frags->reserve(n_fragments);
   for (const auto& part : parts) {
-    for (const auto& f : part.fragments()) frags.push_back(&f);
+    for (const auto& f : part.fragments()) frags->push_back(&f);
   }
   internal::SortByStringKey(
-      &frags, [](const PlacementFragment* f) -> const std::string& {
+      frags, [](const PlacementFragment* f) -> const std::string& {
         return f->placement_fragment_id();
       });
-  for (size_t i = 1; i < frags.size(); ++i) {
-    if (frags[i]->placement_fragment_id() ==
-        frags[i - 1]->placement_fragment_id()) {
+  for (size_t i = 1; i < frags->size(); ++i) {
+    if ((*frags)[i]->placement_fragment_id() ==
+        (*frags)[i - 1]->placement_fragment_id()) {
       return Status::InvalidArgument("duplicate fragment_id: " +
-                                     frags[i]->placement_fragment_id());
+                                     (*frags)[i]->placement_fragment_id());
     }
   }
+  return Status::OK();
+}
+
+// The fragments of each tensor (in part order), and the index by tensor id.
+struct FragmentsByTensor {
   std::unordered_map<std::string_view, size_t> index;
-  index.reserve(impl->tensors.size());
-  for (size_t t = 0; t < impl->tensors.size(); ++t) {
-    index.emplace(impl->tensors[t].tensor_id(), t);
+  std::vector<std::vector<const PlacementFragment*>> fragments;
+};
+
+FragmentsByTensor GroupByTensor(const std::vector<TensorDescriptor>& tensors,
+                                const std::vector<WeightPlacementPart>& parts) {
+  FragmentsByTensor out;
+  out.index.reserve(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    out.index.emplace(tensors[t].tensor_id(), t);
   }
-  std::vector<std::vector<const PlacementFragment*>> by_tensor(
-      impl->tensors.size());
+  out.fragments.resize(tensors.size());
   for (const auto& part : parts) {
     for (const auto& f : part.fragments()) {
-      by_tensor[index.at(f.tensor_id())].push_back(&f);
+      out.fragments[out.index.at(f.tensor_id())].push_back(&f);
     }
   }
+  return out;
+}
+
+}  // namespace
+
+Result<WeightPlacementManifest> WeightPlacementManifest::Make(
+    WeightPlacementManifestSpec s) {
+  const PlacementHeader& h = s.header;
+  RESHARD_RETURN_NOT_OK(CheckHeader(h));
+  auto impl = std::make_shared<Impl>(
+      Impl{h, std::move(s.topology), std::move(s.parts), {}, {}, {}, {}});
+  const ParallelTopology& topo = impl->topology;
+  RESHARD_RETURN_NOT_OK(MatchPartsToTopology(h, topo, &impl->parts));
+  RESHARD_ASSIGN_OR_RETURN(impl->tensors, UnionTensors(impl->parts));
+  RESHARD_RETURN_NOT_OK(CollectFragments(impl->parts, &impl->fragments));
+  const FragmentsByTensor by_tensor = GroupByTensor(impl->tensors, impl->parts);
   // Identity depends only on what is assembled so far, so large placements
   // hash on a second thread while the global rules run here. The future's
   // destructor joins it on every return path.
   std::future<void> identity;
-  if (n_fragments >= kParallelIdentityThreshold) {
+  if (impl->fragments.size() >= kParallelIdentityThreshold) {
     identity = std::async(std::launch::async,
                           [raw = impl.get()] { ComputeIdentity(raw); });
   }
-  RESHARD_RETURN_NOT_OK(CheckAliasGroups(impl->tensors, by_tensor, index));
+  RESHARD_RETURN_NOT_OK(
+      CheckAliasGroups(impl->tensors, by_tensor.fragments, by_tensor.index));
   GlobalValidator validator(topo);
   for (size_t t = 0; t < impl->tensors.size(); ++t) {
     RESHARD_RETURN_NOT_OK(
-        validator.CheckTensor(impl->tensors[t], by_tensor[t]));
+        validator.CheckTensor(impl->tensors[t], by_tensor.fragments[t]));
   }
   if (identity.valid()) {
     identity.get();

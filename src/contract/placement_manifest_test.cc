@@ -1,5 +1,5 @@
-// Global placement rules (digest 3.3-3.4, rules 11-28): one negative test
-// per rule with its message, plus positive layouts.
+// Global placement rules (rules 11-28 of docs/validation-rules.md): one
+// negative test per rule with its message, plus positive layouts.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -242,7 +242,7 @@ TEST(PlacementManifestTest, PartsMustMatchTopology) {
             "p-d0-p0-e0-t0");
   // Part rank must equal the topology rank.
   ParallelTopologySpec ts;
-  ts.tp_size = 2;
+  ts.sizes.tp = 2;
   ts.participants = {{"p-d0-p0-e0-t0", {0, 1, 0, 0}},
                      {"p-d0-p0-e0-t1", {0, 0, 0, 0}}};
   s = SpecOf(other);
@@ -368,8 +368,8 @@ TEST(PlacementManifestTest, UndeclaredActiveAxes) {
 TEST(PlacementManifestTest, UndeclaredAxisCoupledToDeclaredSplit) {
   // EP and TP mapped onto the same workers: participants (ep=i, tp=i).
   PlacementDraft d;
-  d.topology.tp_size = 2;
-  d.topology.ep_size = 2;
+  d.topology.sizes.tp = 2;
+  d.topology.sizes.ep = 2;
   d.topology.participants = {{"a", {0, 0, 0, 0}}, {"b", {0, 1, 0, 1}}};
   d.tensors.push_back({.tensor_id = "w",
                        .global_shape = {4},
@@ -383,7 +383,7 @@ TEST(PlacementManifestTest, UndeclaredAxisCoupledToDeclaredSplit) {
   EXPECT_OK(d.Build()) << BuildError(d);
   // Undeclared EP varying with nothing declared varying.
   PlacementDraft v;
-  v.topology.ep_size = 2;
+  v.topology.sizes.ep = 2;
   v.topology.participants = {{"a", {0, 0, 0, 0}}, {"b", {0, 0, 0, 1}}};
   v.tensors.push_back({.tensor_id = "w",
                        .global_shape = {4},
@@ -441,8 +441,8 @@ TEST(PlacementManifestTest, SplitParticipantMissing) {
 TEST(PlacementManifestTest, NonCartesianSplitMapping) {
   // EP2 x TP2 split axes but only the diagonal participants exist.
   PlacementDraft d;
-  d.topology.tp_size = 2;
-  d.topology.ep_size = 2;
+  d.topology.sizes.tp = 2;
+  d.topology.sizes.ep = 2;
   d.topology.participants = {{"a", {0, 0, 0, 0}}, {"b", {0, 1, 0, 1}}};
   d.tensors.push_back({.tensor_id = "w",
                        .global_shape = {2, 4},

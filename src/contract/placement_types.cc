@@ -4,7 +4,7 @@
 #include <set>
 #include <unordered_set>
 
-#include "contract/placement_json.h"
+#include "contract/placement_codec.h"
 #include "reshard/placement.h"
 #include "util/sha256.h"
 #include "util/sorted_find.h"
@@ -279,38 +279,25 @@ bool operator==(const PlacementFragment& a, const PlacementFragment& b) {
 
 // --------------------------------------------------------------- topology
 
-int64_t ParallelTopology::size(AxisKind kind) const {
+namespace {
+
+int64_t SizeOf(const ParallelTopologySpec& s, AxisKind kind) {
   switch (kind) {
     case AxisKind::kDp:
-      return s_.dp_size;
+      return s.sizes.dp;
     case AxisKind::kPp:
-      return s_.pp_size;
+      return s.sizes.pp;
     case AxisKind::kEp:
-      return s_.ep_size;
+      return s.sizes.ep;
     case AxisKind::kTp:
-      return s_.tp_size;
+      return s.sizes.tp;
   }
   return 1;
 }
 
-Result<ParallelTopology> ParallelTopology::Make(ParallelTopologySpec s) {
-  const std::pair<const char*, int64_t> sizes[] = {{"tp_size", s.tp_size},
-                                                   {"pp_size", s.pp_size},
-                                                   {"ep_size", s.ep_size},
-                                                   {"dp_size", s.dp_size}};
-  for (const auto& [name, v] : sizes) {
-    if (v < 1) {
-      return Status::InvalidArgument(std::string("topology ") + name +
-                                     " must be >= 1");
-    }
-  }
-  if (s.participants.empty()) {
-    return Status::InvalidArgument("topology participants must not be empty");
-  }
-  std::sort(s.participants.begin(), s.participants.end(),
-            [](const auto& a, const auto& b) {
-              return a.participant_id < b.participant_id;
-            });
+// Rule 16 per participant (participants sorted by id): non-empty, unique
+// ids, every rank coordinate within its axis size; then unique ranks.
+Status CheckParticipants(const ParallelTopologySpec& s) {
   std::vector<ParallelRank> ranks;
   ranks.reserve(s.participants.size());
   for (size_t i = 0; i < s.participants.size(); ++i) {
@@ -325,21 +312,7 @@ Result<ParallelTopology> ParallelTopology::Make(ParallelTopologySpec s) {
     }
     for (AxisKind k : kAllAxisKinds) {
       const int64_t v = p.rank.Get(k);
-      int64_t size = 1;
-      switch (k) {
-        case AxisKind::kDp:
-          size = s.dp_size;
-          break;
-        case AxisKind::kPp:
-          size = s.pp_size;
-          break;
-        case AxisKind::kEp:
-          size = s.ep_size;
-          break;
-        case AxisKind::kTp:
-          size = s.tp_size;
-          break;
-      }
+      const int64_t size = SizeOf(s, k);
       if (v < 0 || v >= size) {
         return Status::InvalidArgument(
             std::string(AxisKindName(k)) +
@@ -356,20 +329,52 @@ Result<ParallelTopology> ParallelTopology::Make(ParallelTopologySpec s) {
                                      ranks[i].ToString());
     }
   }
+  return Status::OK();
+}
+
+// The canonical topology_id: SHA-256 of the identity object (the wire form
+// with "schema" instead of "topology_id").
+std::string CanonicalTopologyId(const ParallelTopologySpec& s) {
   std::string json;
   CanonicalJsonWriter w(&json);
   w.BeginObject();
-  w.KeyInt("dp_size", s.dp_size);
-  w.KeyInt("ep_size", s.ep_size);
+  w.KeyInt("dp_size", s.sizes.dp);
+  w.KeyInt("ep_size", s.sizes.ep);
   w.Key("participants");
   w.BeginArray();
   for (const auto& p : s.participants) internal::WriteParticipant(p, &w);
   w.EndArray();
-  w.KeyInt("pp_size", s.pp_size);
+  w.KeyInt("pp_size", s.sizes.pp);
   w.KeyString("schema", "weight-parallel-topology");
-  w.KeyInt("tp_size", s.tp_size);
+  w.KeyInt("tp_size", s.sizes.tp);
   w.EndObject();
-  std::string id = internal::Sha256Id(json);
+  return internal::Sha256Id(json);
+}
+
+}  // namespace
+
+int64_t ParallelTopology::size(AxisKind kind) const { return SizeOf(s_, kind); }
+
+Result<ParallelTopology> ParallelTopology::Make(ParallelTopologySpec s) {
+  const std::pair<const char*, int64_t> sizes[] = {{"tp_size", s.sizes.tp},
+                                                   {"pp_size", s.sizes.pp},
+                                                   {"ep_size", s.sizes.ep},
+                                                   {"dp_size", s.sizes.dp}};
+  for (const auto& [name, v] : sizes) {
+    if (v < 1) {
+      return Status::InvalidArgument(std::string("topology ") + name +
+                                     " must be >= 1");
+    }
+  }
+  if (s.participants.empty()) {
+    return Status::InvalidArgument("topology participants must not be empty");
+  }
+  std::sort(s.participants.begin(), s.participants.end(),
+            [](const auto& a, const auto& b) {
+              return a.participant_id < b.participant_id;
+            });
+  RESHARD_RETURN_NOT_OK(CheckParticipants(s));
+  std::string id = CanonicalTopologyId(s);
   if (s.topology_id.has_value() && *s.topology_id != id) {
     return Status::InvalidArgument(
         "topology_id does not match canonical topology: got " + *s.topology_id +

@@ -1,5 +1,6 @@
 // The placement wire: golden identities of the fixtures and scenarios,
-// byte-identical round trips, and the strict decoder's rules (digest 2.11).
+// byte-identical round trips, and the strict decoder's rules
+// (docs/wire-format.md).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

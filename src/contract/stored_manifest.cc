@@ -1,4 +1,5 @@
-// StoredWeightManifest: factory, validation (rule 63) and JSON.
+// StoredWeightManifest: factory, validation (rule 63 of
+// docs/validation-rules.md) and JSON.
 
 #include "reshard/stored_manifest.h"
 
@@ -7,8 +8,8 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "contract/placement_json.h"
-#include "contract/placement_wire_internal.h"
+#include "contract/fragment_geometry.h"
+#include "contract/placement_codec.h"
 #include "util/box_cover.h"
 #include "util/json_reader.h"
 #include "util/sha256.h"
@@ -29,10 +30,13 @@ Status CheckStoredFragment(const TensorDescriptor& t, const StoredFragment& f) {
   return internal::CheckFragmentGeometry(t, *pf);
 }
 
-}  // namespace
+using FragmentsByTensor = std::vector<std::vector<const StoredFragment*>>;
 
-Result<StoredWeightManifest> StoredWeightManifest::Make(
-    StoredWeightManifestSpec s) {
+// Ids are non-empty, and the manifest key is "<group_id>/manifest": the
+// revision's other keys (transactions, checksums, leases) are derived from
+// group_id, so it must be the manifest's own group. Returns the prefix every
+// payload object key must extend.
+Result<std::string> CheckKeyLayout(const StoredWeightManifestSpec& s) {
   const std::pair<const char*, const std::string*> ids[] = {
       {"namespace", &s.namespace_},      {"resource_id", &s.resource_id},
       {"revision", &s.revision},         {"group_id", &s.group_id},
@@ -50,39 +54,46 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
     return Status::InvalidArgument(
         "manifest_key must use the canonical manifest suffix: " + key);
   }
-  // The revision's other keys (transactions, checksums, leases) are derived
-  // from group_id, so it must be the manifest's own group.
   if (key != s.group_id + std::string(kManifestSuffix)) {
     return Status::InvalidArgument("manifest_key must be <group_id>" +
                                    std::string(kManifestSuffix) + ": " + key +
                                    " (group_id " + s.group_id + ")");
   }
-  const std::string payload_prefix =
-      key.substr(0, key.size() - kManifestSuffix.size()) + "/payload/";
-  std::sort(s.tensors.begin(), s.tensors.end(),
+  return key.substr(0, key.size() - kManifestSuffix.size()) + "/payload/";
+}
+
+// Sorts tensors by id and fragments by fragment_id (aliases sorted too) and
+// rejects duplicate tensor ids and an empty manifest.
+Status SortAndCheckTensors(StoredWeightManifestSpec* s) {
+  std::sort(s->tensors.begin(), s->tensors.end(),
             [](const auto& a, const auto& b) {
               return a.tensor_id() < b.tensor_id();
             });
-  for (size_t i = 1; i < s.tensors.size(); ++i) {
-    if (s.tensors[i].tensor_id() == s.tensors[i - 1].tensor_id()) {
+  for (size_t i = 1; i < s->tensors.size(); ++i) {
+    if (s->tensors[i].tensor_id() == s->tensors[i - 1].tensor_id()) {
       return Status::InvalidArgument("duplicate tensor_id: " +
-                                     s.tensors[i].tensor_id());
+                                     s->tensors[i].tensor_id());
     }
   }
-  if (s.tensors.empty() || s.fragments.empty()) {
+  if (s->tensors.empty() || s->fragments.empty()) {
     return Status::InvalidArgument(
         "stored manifest must contain tensors and fragments");
   }
-  for (auto& f : s.fragments) std::sort(f.aliases.begin(), f.aliases.end());
-  std::sort(s.fragments.begin(), s.fragments.end(),
+  for (auto& f : s->fragments) std::sort(f.aliases.begin(), f.aliases.end());
+  std::sort(s->fragments.begin(), s->fragments.end(),
             [](const auto& a, const auto& b) {
               return a.fragment_id < b.fragment_id;
             });
-  std::unordered_map<std::string_view, size_t> index;
-  for (size_t t = 0; t < s.tensors.size(); ++t) {
-    index.emplace(s.tensors[t].tensor_id(), t);
-  }
-  std::vector<std::vector<const StoredFragment*>> by_tensor(s.tensors.size());
+  return Status::OK();
+}
+
+// Each fragment on its own: unique id, payload key inside the manifest's
+// group, a known tensor, the placement geometry rules. Groups the fragments
+// by tensor.
+Result<FragmentsByTensor> CheckFragments(
+    const StoredWeightManifestSpec& s, const std::string& payload_prefix,
+    const std::unordered_map<std::string_view, size_t>& index) {
+  FragmentsByTensor by_tensor(s.tensors.size());
   for (size_t i = 0; i < s.fragments.size(); ++i) {
     const StoredFragment& f = s.fragments[i];
     if (i > 0 && f.fragment_id == s.fragments[i - 1].fragment_id) {
@@ -102,10 +113,15 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
     RESHARD_RETURN_NOT_OK(CheckStoredFragment(s.tensors[it->second], f));
     by_tensor[it->second].push_back(&f);
   }
-  // Unique geometry per tensor and exact cover.
+  return by_tensor;
+}
+
+// Unique geometry per tensor and an exact cover of every tensor.
+Status CheckExactCover(const StoredWeightManifestSpec& s,
+                       FragmentsByTensor* by_tensor) {
   std::vector<internal::BoxRef> boxes;
   for (size_t t = 0; t < s.tensors.size(); ++t) {
-    auto& frags = by_tensor[t];
+    auto& frags = (*by_tensor)[t];
     if (frags.empty()) {
       return Status::InvalidArgument("tensor is not fully covered: " +
                                      s.tensors[t].tensor_id());
@@ -131,8 +147,14 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
                                      s.tensors[t].tensor_id());
     }
   }
-  // Alias groups: every member has a fragment with the same geometry and
-  // group, and all members' descriptors agree except the id.
+  return Status::OK();
+}
+
+// Alias groups: every member has a fragment with the same geometry and
+// group, and all members' descriptors agree except the id.
+Status CheckAliasGroups(
+    const StoredWeightManifestSpec& s,
+    const std::unordered_map<std::string_view, size_t>& index) {
   using GeometryKey =
       std::tuple<std::vector<std::string>, Dims, Dims, uint64_t>;
   std::map<GeometryKey, std::vector<const StoredFragment*>> alias_groups;
@@ -164,8 +186,12 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
       }
     }
   }
-  // Object ranges: disjoint per object, except one range shared by the
-  // members of one alias group with the same geometry.
+  return Status::OK();
+}
+
+// Object ranges: disjoint per object, except one range shared by the
+// members of one alias group with the same geometry.
+Status CheckObjectRanges(const StoredWeightManifestSpec& s) {
   std::vector<const StoredFragment*> ranges;
   for (const auto& f : s.fragments) ranges.push_back(&f);
   std::sort(ranges.begin(), ranges.end(), [](const auto* a, const auto* b) {
@@ -187,6 +213,24 @@ Result<StoredWeightManifest> StoredWeightManifest::Make(
           f->fragment_id + " in " + f->object_key);
     }
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<StoredWeightManifest> StoredWeightManifest::Make(
+    StoredWeightManifestSpec s) {
+  RESHARD_ASSIGN_OR_RETURN(const std::string payload_prefix, CheckKeyLayout(s));
+  RESHARD_RETURN_NOT_OK(SortAndCheckTensors(&s));
+  std::unordered_map<std::string_view, size_t> index;
+  for (size_t t = 0; t < s.tensors.size(); ++t) {
+    index.emplace(s.tensors[t].tensor_id(), t);
+  }
+  RESHARD_ASSIGN_OR_RETURN(FragmentsByTensor by_tensor,
+                           CheckFragments(s, payload_prefix, index));
+  RESHARD_RETURN_NOT_OK(CheckExactCover(s, &by_tensor));
+  RESHARD_RETURN_NOT_OK(CheckAliasGroups(s, index));
+  RESHARD_RETURN_NOT_OK(CheckObjectRanges(s));
   auto shared = std::make_shared<const StoredWeightManifestSpec>(std::move(s));
   StoredWeightManifest m(shared, "");
   m.digest_ = internal::Sha256Hex(StoredWeightManifestToJson(m));
@@ -240,89 +284,70 @@ std::string StoredWeightManifestToJson(const StoredWeightManifest& m) {
   return out;
 }
 
+namespace {
+
+Result<StoredFragment> ReadStoredFragment(internal::JsonElement e,
+                                          const internal::JsonPath& path) {
+  RESHARD_ASSIGN_OR_RETURN(
+      auto fo, internal::StrictObject::Make(
+                   e, path, "stored fragment",
+                   {"aliases", "fragment_id", "global_offset", "local_shape",
+                    "nbytes", "object_key", "object_offset", "tensor_id"}));
+  StoredFragment f;
+  RESHARD_ASSIGN_OR_RETURN(f.fragment_id, fo.Id("fragment_id"));
+  RESHARD_ASSIGN_OR_RETURN(f.tensor_id, fo.Id("tensor_id"));
+  RESHARD_ASSIGN_OR_RETURN(f.global_offset, fo.IntArray("global_offset"));
+  RESHARD_ASSIGN_OR_RETURN(f.local_shape, fo.IntArray("local_shape"));
+  RESHARD_ASSIGN_OR_RETURN(f.object_key, fo.Id("object_key"));
+  RESHARD_ASSIGN_OR_RETURN(f.object_offset, fo.U64("object_offset"));
+  RESHARD_ASSIGN_OR_RETURN(f.nbytes, fo.U64("nbytes"));
+  RESHARD_ASSIGN_OR_RETURN(f.aliases, fo.StringArray("aliases"));
+  return f;
+}
+
+}  // namespace
+
 Result<StoredWeightManifest> StoredWeightManifestFromJson(
     std::string_view json) {
+  using internal::JsonArray;
+  using internal::JsonElement;
   using internal::JsonPath;
   RESHARD_ASSIGN_OR_RETURN(auto doc, internal::JsonDocument::Parse(json));
-  JsonPath root;
+  const JsonPath root;
   RESHARD_ASSIGN_OR_RETURN(
       auto obj, internal::StrictObject::Make(
                     doc.root(), root, "stored manifest",
                     {"created_at", "fragments", "group_id", "manifest_key",
                      "namespace", "resource_id", "resource_kind", "revision",
                      "tensors", "weight_generation"}));
-  RESHARD_ASSIGN_OR_RETURN(std::string_view kind,
-                           internal::ReadString(obj.Get("resource_kind"),
-                                                root.Field("resource_kind")));
+  RESHARD_ASSIGN_OR_RETURN(std::string_view kind, obj.String("resource_kind"));
   if (kind != StoredWeightManifest::kResourceKind) {
     return Status::InvalidArgument(
         "stored manifest resource_kind must be model_weight, got \"" +
         std::string(kind) + "\"");
   }
   StoredWeightManifestSpec s;
-  RESHARD_ASSIGN_OR_RETURN(s.created_at,
-                           internal::ReadIdField(obj, "created_at", root));
-  RESHARD_ASSIGN_OR_RETURN(s.group_id,
-                           internal::ReadIdField(obj, "group_id", root));
-  RESHARD_ASSIGN_OR_RETURN(s.manifest_key,
-                           internal::ReadIdField(obj, "manifest_key", root));
-  RESHARD_ASSIGN_OR_RETURN(s.namespace_,
-                           internal::ReadIdField(obj, "namespace", root));
-  RESHARD_ASSIGN_OR_RETURN(s.resource_id,
-                           internal::ReadIdField(obj, "resource_id", root));
-  RESHARD_ASSIGN_OR_RETURN(s.revision,
-                           internal::ReadIdField(obj, "revision", root));
-  RESHARD_ASSIGN_OR_RETURN(s.weight_generation,
-                           internal::ReadU64(obj.Get("weight_generation"),
-                                             root.Field("weight_generation")));
-  JsonPath tp = root.Field("tensors");
-  RESHARD_ASSIGN_OR_RETURN(auto tensors,
-                           internal::ReadArray(obj.Get("tensors"), tp));
-  size_t i = 0;
-  for (auto e : tensors) {
-    RESHARD_ASSIGN_OR_RETURN(auto t, internal::ReadTensor(e, tp.Index(i++)));
-    s.tensors.push_back(std::move(t));
-  }
-  JsonPath fp = root.Field("fragments");
-  RESHARD_ASSIGN_OR_RETURN(auto frags,
-                           internal::ReadArray(obj.Get("fragments"), fp));
-  i = 0;
-  for (auto e : frags) {
-    JsonPath p = fp.Index(i++);
-    RESHARD_ASSIGN_OR_RETURN(
-        auto fo, internal::StrictObject::Make(
-                     e, p, "stored fragment",
-                     {"aliases", "fragment_id", "global_offset", "local_shape",
-                      "nbytes", "object_key", "object_offset", "tensor_id"}));
-    StoredFragment f;
-    RESHARD_ASSIGN_OR_RETURN(std::string_view id, internal::ReadNonEmptyString(
-                                                      fo.Get("fragment_id"),
-                                                      p.Field("fragment_id")));
-    f.fragment_id = id;
-    RESHARD_ASSIGN_OR_RETURN(std::string_view tid,
-                             internal::ReadNonEmptyString(
-                                 fo.Get("tensor_id"), p.Field("tensor_id")));
-    f.tensor_id = tid;
-    RESHARD_ASSIGN_OR_RETURN(f.global_offset,
-                             internal::ReadIntArray(fo.Get("global_offset"),
-                                                    p.Field("global_offset")));
-    RESHARD_ASSIGN_OR_RETURN(
-        f.local_shape,
-        internal::ReadIntArray(fo.Get("local_shape"), p.Field("local_shape")));
-    RESHARD_ASSIGN_OR_RETURN(std::string_view ok,
-                             internal::ReadNonEmptyString(
-                                 fo.Get("object_key"), p.Field("object_key")));
-    f.object_key = ok;
-    RESHARD_ASSIGN_OR_RETURN(
-        f.object_offset,
-        internal::ReadU64(fo.Get("object_offset"), p.Field("object_offset")));
-    RESHARD_ASSIGN_OR_RETURN(
-        f.nbytes, internal::ReadU64(fo.Get("nbytes"), p.Field("nbytes")));
-    RESHARD_ASSIGN_OR_RETURN(
-        f.aliases,
-        internal::ReadStringArray(fo.Get("aliases"), p.Field("aliases")));
-    s.fragments.push_back(std::move(f));
-  }
+  RESHARD_ASSIGN_OR_RETURN(s.created_at, obj.Id("created_at"));
+  RESHARD_ASSIGN_OR_RETURN(s.group_id, obj.Id("group_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.manifest_key, obj.Id("manifest_key"));
+  RESHARD_ASSIGN_OR_RETURN(s.namespace_, obj.Id("namespace"));
+  RESHARD_ASSIGN_OR_RETURN(s.resource_id, obj.Id("resource_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.revision, obj.Id("revision"));
+  RESHARD_ASSIGN_OR_RETURN(s.weight_generation, obj.U64("weight_generation"));
+  RESHARD_ASSIGN_OR_RETURN(JsonArray tensors, obj.Array("tensors"));
+  RESHARD_RETURN_NOT_OK(
+      tensors.ForEach([&](JsonElement e, const JsonPath& p) -> Status {
+        RESHARD_ASSIGN_OR_RETURN(auto t, internal::ReadTensor(e, p));
+        s.tensors.push_back(std::move(t));
+        return Status::OK();
+      }));
+  RESHARD_ASSIGN_OR_RETURN(JsonArray frags, obj.Array("fragments"));
+  RESHARD_RETURN_NOT_OK(
+      frags.ForEach([&](JsonElement e, const JsonPath& p) -> Status {
+        RESHARD_ASSIGN_OR_RETURN(auto f, ReadStoredFragment(e, p));
+        s.fragments.push_back(std::move(f));
+        return Status::OK();
+      }));
   return StoredWeightManifest::Make(std::move(s));
 }
 

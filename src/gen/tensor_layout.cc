@@ -31,30 +31,30 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
                                                       : l.layout_fingerprint;
   t.layer_id = l.layer_id;
   t.expert_id = l.expert_id;
-  if (topo.dp_size > 1)
+  if (topo.sizes.dp > 1)
     t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kDp));
-  if (topo.pp_size > 1) {
+  if (topo.sizes.pp > 1) {
     t.parallel_axes.push_back(l.pp_owner >= 0 ? OwnershipAxis(AxisKind::kPp)
                                               : ReplicatedAxis(AxisKind::kPp));
   }
   if (l.ep_split) {
-    RESHARD_RETURN_NOT_OK(divides("EP", topo.ep_size, 0));
+    RESHARD_RETURN_NOT_OK(divides("EP", topo.sizes.ep, 0));
     t.parallel_axes.push_back(*SplitAxis(AxisKind::kEp, 0));
     t.shard_dims.push_back(0);
   } else if (l.ep_owner >= 0) {
     t.parallel_axes.push_back(OwnershipAxis(AxisKind::kEp));
-  } else if (topo.ep_size > 1) {
+  } else if (topo.sizes.ep > 1) {
     t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kEp));
   }
   if (l.tp_dim >= 0) {
-    RESHARD_RETURN_NOT_OK(divides("TP", topo.tp_size, l.tp_dim));
+    RESHARD_RETURN_NOT_OK(divides("TP", topo.sizes.tp, l.tp_dim));
     auto axis = SplitAxis(AxisKind::kTp, l.tp_dim);
     if (!axis.ok()) return axis.status();
     t.parallel_axes.push_back(*axis);
     // EP and TP never share dimension 0 (the descriptor rejects it).
     t.shard_dims.push_back(l.tp_dim);
     std::sort(t.shard_dims.begin(), t.shard_dims.end());
-  } else if (topo.tp_size > 1) {
+  } else if (topo.sizes.tp > 1) {
     t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kTp));
   }
   for (const auto& p : topo.participants) {
@@ -66,12 +66,12 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
     f.global_offset.assign(l.shape.size(), 0);
     f.local_shape = l.shape;
     if (l.ep_split) {
-      f.local_shape[0] = l.shape[0] / topo.ep_size;
+      f.local_shape[0] = l.shape[0] / topo.sizes.ep;
       f.global_offset[0] = r.ep * f.local_shape[0];
     }
     if (l.tp_dim >= 0) {
       const auto dim = static_cast<size_t>(l.tp_dim);
-      f.local_shape[dim] = l.shape[dim] / topo.tp_size;
+      f.local_shape[dim] = l.shape[dim] / topo.sizes.tp;
       f.global_offset[dim] = r.tp * f.local_shape[dim];
     }
     uint64_t n = static_cast<uint64_t>(l.itemsize);

@@ -128,10 +128,10 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
 TEST(LiveSessionTest, FourAxisGeneratedLayouts) {
   const ModelSpec model = Must(
       ModelSpecFromJson(ReadTestData("../../examples/models/tiny-moe.json")));
-  const auto source =
-      Must(GenerateLayout(model, {.tp = 4, .pp = 2, .ep = 8, .dp = 2}));
-  const auto target =
-      Must(GenerateLayout(model, {.tp = 8, .pp = 4, .ep = 2, .dp = 4}));
+  const auto source = Must(
+      GenerateLayout(model, {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
+  const auto target = Must(
+      GenerateLayout(model, {.sizes = {.tp = 8, .pp = 4, .ep = 2, .dp = 4}}));
   for (const NamedUcx& t : Transports()) {
     SCOPED_TRACE(t.name);
     ASSERT_OK_AND_ASSIGN(

@@ -202,7 +202,7 @@ class Generator {
 
   // Turns the DP-replicated tensor `id` into one owned by a random DP rank.
   bool MakeDpOwned(PlacementDraft* d, const std::string& id) {
-    if (d->topology.dp_size < 2) return false;
+    if (d->topology.sizes.dp < 2) return false;
     TensorDescriptorSpec* t = nullptr;
     for (auto& x : d->tensors) {
       if (x.tensor_id == id) t = &x;
@@ -210,7 +210,7 @@ class Generator {
     for (auto& axis : t->parallel_axes) {
       if (axis.kind() == AxisKind::kDp) axis = OwnershipAxis(AxisKind::kDp);
     }
-    const int64_t owner = Uniform(0, d->topology.dp_size - 1);
+    const int64_t owner = Uniform(0, d->topology.sizes.dp - 1);
     std::erase_if(d->fragments, [&](const PlacementFragmentSpec& f) {
       return f.tensor_id == id && f.rank.dp != owner;
     });

@@ -109,16 +109,17 @@ TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
   // a pair use the same expert layout.
   auto random_layout = [&](ExpertLayout experts) {
     LayoutOptions o;
-    o.tp = tps[rng() % 4];
-    o.pp = pps[rng() % 3];
-    o.ep = eps[rng() % 4];
-    o.dp = dps[rng() % 3];
+    o.sizes.tp = tps[rng() % 4];
+    o.sizes.pp = pps[rng() % 3];
+    o.sizes.ep = eps[rng() % 4];
+    o.sizes.dp = dps[rng() % 3];
     o.experts = experts;
     return o;
   };
   auto describe = [](const LayoutOptions& o) {
-    return "tp" + std::to_string(o.tp) + " pp" + std::to_string(o.pp) + " ep" +
-           std::to_string(o.ep) + " dp" + std::to_string(o.dp) +
+    return "tp" + std::to_string(o.sizes.tp) + " pp" +
+           std::to_string(o.sizes.pp) + " ep" + std::to_string(o.sizes.ep) +
+           " dp" + std::to_string(o.sizes.dp) +
            (o.experts == ExpertLayout::kGrouped ? " grouped" : " separate");
   };
   size_t ran = 0;
@@ -195,8 +196,8 @@ TEST(SelfTestTest, PatternIsDeterministicAndDiscriminating) {
 
 TEST(SelfTestTest, UnknownTransportsAreRejected) {
   const ModelSpec model = TinyMoe();
-  const auto source = Must(GenerateLayout(model, {.tp = 2}));
-  const auto target = Must(GenerateLayout(model, {.tp = 4}));
+  const auto source = Must(GenerateLayout(model, {.sizes = {.tp = 2}}));
+  const auto target = Must(GenerateLayout(model, {.sizes = {.tp = 4}}));
   auto report = RunSelfTest(source, target, {.transport = "rdma"});
   ASSERT_THAT(
       report,
@@ -211,15 +212,15 @@ TEST(SelfTestTest, UnknownTransportsAreRejected) {
 
 TEST(SelfTestTest, ErrorsPropagate) {
   const ModelSpec model = TinyMoe();
-  const auto source = Must(GenerateLayout(model, {.tp = 2}));
+  const auto source = Must(GenerateLayout(model, {.sizes = {.tp = 2}}));
   const auto other_revision =
-      Must(GenerateLayout(model, {.tp = 4, .revision = "step-1"}));
+      Must(GenerateLayout(model, {.sizes = {.tp = 4}, .revision = "step-1"}));
   auto report = RunSelfTest(source, other_revision);
   ASSERT_THAT(report,
               StatusIs(StatusCode::kInvalidArgument,
                        "source and target revision differ: step-0 vs step-1"));
-  const auto other_resource =
-      Must(GenerateLayout(model, {.tp = 4, .resource_id = "other-model"}));
+  const auto other_resource = Must(GenerateLayout(
+      model, {.sizes = {.tp = 4}, .resource_id = "other-model"}));
   report = RunSelfTest(source, other_resource);
   EXPECT_THAT(
       report,
@@ -227,7 +228,7 @@ TEST(SelfTestTest, ErrorsPropagate) {
           StatusCode::kInvalidArgument,
           "source and target resource_id differ: tiny-moe vs other-model"));
   // The executor's option errors come through too.
-  const auto target = Must(GenerateLayout(model, {.tp = 4}));
+  const auto target = Must(GenerateLayout(model, {.sizes = {.tp = 4}}));
   report = RunSelfTest(source, target, {.threads = 0});
   ASSERT_THAT(report, StatusIs(StatusCode::kInvalidArgument,
                                "local transport threads must be >= 1"));

@@ -307,7 +307,7 @@ Status CheckLoadIdentity(
         target.revision());
   }
   return ValidateRuntimeBindings(target, target_bindings,
-                                 /*require_all=*/false)
+                                 BindingCoverage::kSubset)
       .WithContext("target bindings");
 }
 

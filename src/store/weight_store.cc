@@ -419,9 +419,9 @@ std::map<std::string, uint64_t> AssignWriters(
 Result<UploadPlan> WeightStore::PrepareUpload(
     const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& bindings) {
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(source, bindings,
-                                                /*require_all=*/false)
-                            .WithContext("source bindings"));
+  RESHARD_RETURN_NOT_OK(
+      ValidateRuntimeBindings(source, bindings, BindingCoverage::kSubset)
+          .WithContext("source bindings"));
   RESHARD_RETURN_NOT_OK(RejectDpOwnedTensors(source));
   BindingsByParticipant by_part;
   for (const auto& b : bindings) by_part[b.participant_id()] = &b;

@@ -360,10 +360,10 @@ TEST(WeightStoreRoundTripTest, EpPpOwnershipSwap) {
 
 TEST(WeightStoreRoundTripTest, GeneratedTinyMoe) {
   const ModelSpec model = TinyMoe();
-  const auto source =
-      Must(GenerateLayout(model, {.tp = 4, .pp = 2, .ep = 8, .dp = 2}));
-  const auto target =
-      Must(GenerateLayout(model, {.tp = 8, .pp = 4, .ep = 2, .dp = 4}));
+  const auto source = Must(
+      GenerateLayout(model, {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
+  const auto target = Must(
+      GenerateLayout(model, {.sizes = {.tp = 8, .pp = 4, .ep = 2, .dp = 4}}));
   for (const NamedOptions& o : OptionSets()) {
     if (o.options.chunk_bytes < 256) continue;  // enough with two sets
     SCOPED_TRACE(o.name);
@@ -524,8 +524,8 @@ TEST(WeightStoreUploadTest, StoredPayloadIsOneModelWhateverTheDpSize) {
       EvenModel(1, 2), EvenModel(2, 2), EvenModel(4, 2)};
   const ModelSpec model = TinyMoe();
   for (int64_t dp : {1, 2, 4}) {
-    layouts.push_back(
-        Must(GenerateLayout(model, {.tp = 2, .pp = 2, .ep = 2, .dp = dp})));
+    layouts.push_back(Must(GenerateLayout(
+        model, {.sizes = {.tp = 2, .pp = 2, .ep = 2, .dp = dp}})));
   }
   std::map<uint64_t, size_t> fragments_by_model;
   for (const auto& source : layouts) {
@@ -1575,7 +1575,8 @@ TEST(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
                .AddressOf([&](const PlacementFragment&) { return address; })
                .Build())
           .at(0);
-  ASSERT_OK(ValidateRuntimeBindings(target, {binding}, false));
+  ASSERT_OK(
+      ValidateRuntimeBindings(target, {binding}, BindingCoverage::kSubset));
   auto r = store.Load(plan.manifest(), target, {binding});
   EXPECT_THAT(r, StatusIs(StatusCode::kFailedPrecondition,
                           StartsWith("conflicting target physical range: ")));

@@ -13,12 +13,11 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/json.h"
+
 namespace reshard::internal {
 
-enum class JsonAscii : bool {
-  kEscapeNonAscii = true,  // ensure_ascii=True: ids and the placement wire
-  kRawUtf8 = false,        // ensure_ascii=False: store manifests
-};
+using ::reshard::JsonAscii;
 
 // Appends the quoted, escaped form of `utf8` to `out`.
 void AppendJsonString(std::string_view utf8, JsonAscii mode, std::string* out);

@@ -396,13 +396,13 @@ TEST(CanonicalJsonTest, TrickyStringsThroughCanonicalizeJson) {
   // The Python-escaped form is valid JSON for the same string; re-encoding
   // it must be a fixed point in ASCII mode and give the raw form in UTF-8.
   for (const StringCase& c : kTrickyStrings) {
-    auto ascii = CanonicalizeJson(c.ascii, /*ensure_ascii=*/true);
+    auto ascii = CanonicalizeJson(c.ascii, JsonAscii::kEscapeNonAscii);
     ASSERT_OK(ascii) << c.ascii;
     EXPECT_EQ(*ascii, c.ascii);
-    auto utf8 = CanonicalizeJson(c.ascii, /*ensure_ascii=*/false);
+    auto utf8 = CanonicalizeJson(c.ascii, JsonAscii::kRawUtf8);
     ASSERT_OK(utf8) << c.ascii;
     EXPECT_EQ(*utf8, c.utf8);
-    auto back = CanonicalizeJson(c.utf8, /*ensure_ascii=*/true);
+    auto back = CanonicalizeJson(c.utf8, JsonAscii::kEscapeNonAscii);
     ASSERT_OK(back) << c.ascii;
     EXPECT_EQ(*back, c.ascii);
   }
@@ -559,7 +559,7 @@ TEST(CanonicalJsonTest, KeysSortByCodePointNotUtf16) {
   const std::string in = "{\"\xf0\x9f\x9a\x80\":2,\"\xef\xbf\xbf\":1}";
   ASSERT_OK_AND_ASSIGN(auto r, CanonicalizeJson(in));
   EXPECT_EQ(r, R"({"\uffff":1,"\ud83d\ude80":2})");
-  ASSERT_OK_AND_ASSIGN(auto u, CanonicalizeJson(in, /*ensure_ascii=*/false));
+  ASSERT_OK_AND_ASSIGN(auto u, CanonicalizeJson(in, JsonAscii::kRawUtf8));
   EXPECT_EQ(u, "{\"\xef\xbf\xbf\":1,\"\xf0\x9f\x9a\x80\":2}");
   // Escaped input gives the same order.
   ASSERT_OK_AND_ASSIGN(auto e,
@@ -582,24 +582,24 @@ TEST(CanonicalJsonTest, InputEscapesAreDecoded) {
   EXPECT_EQ(r, R"(["A/\u00e9\ud83d\ude80\u2028\t"])");
   ASSERT_OK_AND_ASSIGN(
       auto u, CanonicalizeJson(R"(["\u0041\/\u00E9\uD83D\uDE80\u2028\t"])",
-                               /*ensure_ascii=*/false));
+                               JsonAscii::kRawUtf8));
   EXPECT_EQ(u, "[\"A/\xc3\xa9\xf0\x9f\x9a\x80\xe2\x80\xa8\\t\"]");
 }
 
 TEST(CanonicalJsonTest, GeneratedDocumentsMatchPython) {
   int i = 0;
   for (const DocCase& c : kDocs) {
-    auto a = CanonicalizeJson(c.input, /*ensure_ascii=*/true);
+    auto a = CanonicalizeJson(c.input, JsonAscii::kEscapeNonAscii);
     ASSERT_OK(a) << "doc " << i;
     EXPECT_EQ(*a, c.ascii) << "doc " << i;
-    auto u = CanonicalizeJson(c.input, /*ensure_ascii=*/false);
+    auto u = CanonicalizeJson(c.input, JsonAscii::kRawUtf8);
     ASSERT_OK(u) << "doc " << i;
     EXPECT_EQ(*u, c.utf8) << "doc " << i;
     // Canonical output is a fixed point.
-    auto again = CanonicalizeJson(c.ascii, /*ensure_ascii=*/true);
+    auto again = CanonicalizeJson(c.ascii, JsonAscii::kEscapeNonAscii);
     ASSERT_OK(again) << "doc " << i;
     EXPECT_EQ(*again, c.ascii) << "doc " << i;
-    auto again_u = CanonicalizeJson(c.utf8, /*ensure_ascii=*/false);
+    auto again_u = CanonicalizeJson(c.utf8, JsonAscii::kRawUtf8);
     ASSERT_OK(again_u) << "doc " << i;
     EXPECT_EQ(*again_u, c.utf8) << "doc " << i;
     ++i;

@@ -181,6 +181,7 @@ Result<BasicStrictObject<N>> BasicStrictObject<N>::Make(
                             std::to_string(N) + " fields");
   }
   BasicStrictObject obj;
+  obj.path_ = path;
   std::array<std::string_view, kMaxFields> expected{};
   size_t n_expected = 0;
   for (auto k : required) expected[n_expected++] = k;
@@ -236,6 +237,75 @@ std::optional<JsonElement> BasicStrictObject<N>::Find(
     if (keys_[i] == key) return values_[i];
   }
   return std::nullopt;
+}
+
+template <size_t N>
+Result<std::string_view> BasicStrictObject<N>::String(
+    std::string_view key) const {
+  return ReadString(Get(key), path_.Field(key));
+}
+
+template <size_t N>
+Result<std::string_view> BasicStrictObject<N>::NonEmptyString(
+    std::string_view key) const {
+  return ReadNonEmptyString(Get(key), path_.Field(key));
+}
+
+template <size_t N>
+Result<std::string> BasicStrictObject<N>::Id(std::string_view key) const {
+  RESHARD_ASSIGN_OR_RETURN(std::string_view v, NonEmptyString(key));
+  return std::string(v);
+}
+
+template <size_t N>
+Result<int64_t> BasicStrictObject<N>::I64(std::string_view key) const {
+  return ReadInt(Get(key), path_.Field(key));
+}
+
+template <size_t N>
+Result<uint64_t> BasicStrictObject<N>::U64(std::string_view key) const {
+  return ReadU64(Get(key), path_.Field(key));
+}
+
+template <size_t N>
+Result<bool> BasicStrictObject<N>::Bool(std::string_view key) const {
+  return ReadBool(Get(key), path_.Field(key));
+}
+
+template <size_t N>
+Result<std::optional<int64_t>> BasicStrictObject<N>::OptionalI64(
+    std::string_view key) const {
+  const std::optional<JsonElement> v = Find(key);
+  if (!v.has_value()) return std::optional<int64_t>();
+  return ReadNullableInt(*v, path_.Field(key));
+}
+
+template <size_t N>
+Result<std::vector<int64_t>> BasicStrictObject<N>::IntArray(
+    std::string_view key) const {
+  return ReadIntArray(Get(key), path_.Field(key));
+}
+
+template <size_t N>
+Result<std::vector<std::string>> BasicStrictObject<N>::StringArray(
+    std::string_view key) const {
+  return ReadStringArray(Get(key), path_.Field(key));
+}
+
+template <size_t N>
+Result<JsonArray> BasicStrictObject<N>::Array(std::string_view key) const {
+  const JsonPath field = path_.Field(key);
+  RESHARD_ASSIGN_OR_RETURN(simdjson::dom::array a, ReadArray(Get(key), field));
+  return JsonArray(a, field);
+}
+
+template <size_t N>
+Result<BasicStrictObject<16>> BasicStrictObject<N>::Object(
+    std::string_view key, std::string_view what,
+    std::initializer_list<std::string_view> required,
+    std::initializer_list<std::string_view> optional) const {
+  return BasicStrictObject<16>::Make(Get(key), path_.Field(key), what, required,
+                                     optional);
 }
 
 template class BasicStrictObject<16>;
@@ -366,10 +436,8 @@ Result<std::string> CanonicalizeJsonText(std::string_view text,
 
 namespace reshard {
 
-Result<std::string> CanonicalizeJson(std::string_view text, bool ensure_ascii) {
-  return internal::CanonicalizeJsonText(
-      text, ensure_ascii ? internal::JsonAscii::kEscapeNonAscii
-                         : internal::JsonAscii::kRawUtf8);
+Result<std::string> CanonicalizeJson(std::string_view text, JsonAscii mode) {
+  return internal::CanonicalizeJsonText(text, mode);
 }
 
 }  // namespace reshard

@@ -61,8 +61,44 @@ class JsonDocument {
   JsonElement root_;
 };
 
+// A JSON array with its path. Items are visited in order with their own
+// paths ("parts[3]"), so readers of items name them in messages.
+class JsonArray {
+ public:
+  JsonArray(simdjson::dom::array array, const JsonPath& path)
+      : array_(array), path_(path) {}
+
+  size_t size() const { return array_.size(); }
+  const JsonPath& path() const { return path_; }
+  simdjson::dom::array::iterator begin() const { return array_.begin(); }
+  simdjson::dom::array::iterator end() const { return array_.end(); }
+
+  // Calls `visit(item, item_path)` for every item and stops at the first
+  // error, which it returns. The JsonArray must outlive the call.
+  template <typename Visit>
+  Status ForEach(Visit&& visit) const {
+    size_t i = 0;
+    for (JsonElement item : array_) {
+      const JsonPath item_path = path_.Index(i++);
+      RESHARD_RETURN_NOT_OK(visit(item, item_path));
+    }
+    return Status::OK();
+  }
+
+ private:
+  simdjson::dom::array array_;
+  JsonPath path_;
+};
+
 // An object whose field set has been checked against the contract. N bounds
 // the number of fields (kept small: one lives per decoded fragment).
+//
+// The object carries its own path, and its typed getters read one field and
+// name it in messages ("parts[3].fragments[1].nbytes must be an integer").
+// A getter may only be called for a required field or for an optional field
+// that Has(); nothing is copied except where the getter returns an owning
+// type. Paths handed out (path(), child objects and arrays) point into this
+// object, which must outlive them and must not move while they are in use.
 template <size_t N>
 class BasicStrictObject {
  public:
@@ -70,17 +106,52 @@ class BasicStrictObject {
 
   // Checks that `element` is an object with no duplicate keys whose keys are
   // all of `required` plus any subset of `optional`. `what` names the object
-  // in messages ("placement fragment").
+  // in messages ("placement fragment"). The node `path` is copied; its
+  // parents must outlive the object.
   static Result<BasicStrictObject> Make(
       JsonElement element, const JsonPath& path, std::string_view what,
       std::initializer_list<std::string_view> required,
       std::initializer_list<std::string_view> optional = {});
 
+  const JsonPath& path() const { return path_; }
+  // The path of field `key` of this object.
+  JsonPath FieldPath(std::string_view key) const { return path_.Field(key); }
+
   // The value of a required field, or of an optional field that is present.
   std::optional<JsonElement> Find(std::string_view key) const;
   JsonElement Get(std::string_view key) const { return *Find(key); }
+  bool Has(std::string_view key) const { return Find(key).has_value(); }
+
+  // Typed getters: the field's value, or the strict reader's error for it.
+  Result<std::string_view> String(std::string_view key) const;
+  // Rule 3: ids are non-empty strings.
+  Result<std::string_view> NonEmptyString(std::string_view key) const;
+  // A non-empty string (an id), copied.
+  Result<std::string> Id(std::string_view key) const;
+  // Rule 1: exact integers within int64.
+  Result<int64_t> I64(std::string_view key) const;
+  // Rule 2: 0 <= v <= 2^64-1.
+  Result<uint64_t> U64(std::string_view key) const;
+  Result<bool> Bool(std::string_view key) const;
+  // An integer, or nullopt for null (and for an optional field not present).
+  Result<std::optional<int64_t>> OptionalI64(std::string_view key) const;
+  Result<std::vector<int64_t>> IntArray(std::string_view key) const;
+  Result<std::vector<std::string>> StringArray(std::string_view key) const;
+  Result<JsonArray> Array(std::string_view key) const;
+  // The field as a strict object (see Make).
+  Result<BasicStrictObject<16>> Object(
+      std::string_view key, std::string_view what,
+      std::initializer_list<std::string_view> required,
+      std::initializer_list<std::string_view> optional = {}) const;
+  // The field read by `read(element, path)`, a reader of a sub-object
+  // (ReadRank, ReadTopology ...).
+  template <typename Read>
+  auto Decode(std::string_view key, Read&& read) const {
+    return read(Get(key), path_.Field(key));
+  }
 
  private:
+  JsonPath path_;
   std::array<std::string_view, kMaxFields> keys_{};
   std::array<JsonElement, kMaxFields> values_{};
   size_t size_ = 0;
@@ -90,8 +161,10 @@ using StrictObject = BasicStrictObject<16>;
 // For wide legacy records.
 using WideStrictObject = BasicStrictObject<32>;
 
+// Readers of one element at `path`; the getters above are built on them.
 Result<std::string_view> ReadString(JsonElement e, const JsonPath& path);
-// The non-empty string field `key` of `obj` (an id), copied.
+// The non-empty string field `key` of `obj` (at `path`), copied. Prefer
+// obj.Id(key), which knows the object's path.
 template <size_t N>
 Result<std::string> ReadIdField(const BasicStrictObject<N>& obj,
                                 std::string_view key, const JsonPath& path);

@@ -423,6 +423,68 @@ TEST(JsonReaderTest, ArrayReaders) {
 }
 
 // ---------------------------------------------------------------------------
+// Typed getters: the object's own path qualifies every message.
+// ---------------------------------------------------------------------------
+
+TEST(JsonReaderTest, TypedGettersReadFieldsAndNameThemByPath) {
+  JsonDocument doc =
+      MustParse(R"({"part":{"fragments":[{"aliases":["x"],"id":"f","n":7,)"
+                R"("off":[1,2],"stage":null,"u":18446744073709551615}]}})");
+  const JsonPath root;
+  ASSERT_OK_AND_ASSIGN(auto top,
+                       StrictObject::Make(doc.root(), root, "top", {"part"}));
+  ASSERT_OK_AND_ASSIGN(auto part, top.Object("part", "part", {"fragments"}));
+  ASSERT_OK_AND_ASSIGN(auto frags, part.Array("fragments"));
+  EXPECT_EQ(frags.size(), 1u);
+  EXPECT_EQ(frags.path().ToString(), "part.fragments");
+  size_t visited = 0;
+  Status st = frags.ForEach([&](JsonElement e, const JsonPath& p) -> Status {
+    ++visited;
+    auto f = StrictObject::Make(e, p, "fragment", {"aliases", "id", "n", "off"},
+                                {"stage", "u", "absent"});
+    if (!f.ok()) return f.status();
+    EXPECT_EQ(*f->Id("id"), "f");
+    EXPECT_EQ(*f->NonEmptyString("id"), "f");
+    EXPECT_EQ(*f->I64("n"), 7);
+    EXPECT_EQ(*f->U64("u"), std::numeric_limits<uint64_t>::max());
+    EXPECT_EQ(*f->IntArray("off"), (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(*f->StringArray("aliases"), (std::vector<std::string>{"x"}));
+    EXPECT_EQ(*f->OptionalI64("stage"), std::nullopt);
+    EXPECT_FALSE(f->Has("absent"));
+    EXPECT_EQ(*f->OptionalI64("absent"), std::nullopt);
+    EXPECT_EQ(f->I64("u").status().message(),
+              "part.fragments[0].u must fit in a signed 64-bit integer");
+    EXPECT_EQ(f->Bool("n").status().message(),
+              "part.fragments[0].n must be a boolean");
+    EXPECT_EQ(f->String("n").status().message(),
+              "part.fragments[0].n must be a string");
+    EXPECT_EQ(f->Array("id").status().message(),
+              "part.fragments[0].id must be an array");
+    EXPECT_EQ(f->Object("off", "o", {}).status().message(),
+              "part.fragments[0].off must be a JSON object");
+    return Status::InvalidArgument(f->FieldPath("off").ToString());
+  });
+  EXPECT_EQ(visited, 1u);
+  EXPECT_EQ(st.message(), "part.fragments[0].off");
+}
+
+TEST(JsonReaderTest, ForEachStopsAtTheFirstError) {
+  JsonDocument doc = MustParse(R"({"a":[1,"x",3]})");
+  const JsonPath root;
+  ASSERT_OK_AND_ASSIGN(auto top,
+                       StrictObject::Make(doc.root(), root, "top", {"a"}));
+  ASSERT_OK_AND_ASSIGN(auto a, top.Array("a"));
+  std::vector<int64_t> seen;
+  Status st = a.ForEach([&](JsonElement e, const JsonPath& p) -> Status {
+    RESHARD_ASSIGN_OR_RETURN(int64_t v, ReadInt(e, p));
+    seen.push_back(v);
+    return Status::OK();
+  });
+  EXPECT_EQ(st.message(), "a[1] must be an integer");
+  EXPECT_EQ(seen, (std::vector<int64_t>{1}));
+}
+
+// ---------------------------------------------------------------------------
 // CanonicalizeJsonText rejections
 // ---------------------------------------------------------------------------
 
@@ -469,7 +531,7 @@ TEST(JsonReaderTest, PublicCanonicalizeJsonPropagatesErrors) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "duplicate JSON field",
                       r.status().message());
-  auto f = CanonicalizeJson("[0.5]", /*ensure_ascii=*/false);
+  auto f = CanonicalizeJson("[0.5]", JsonAscii::kRawUtf8);
   ASSERT_FALSE(f.ok());
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "floating-point",
                       f.status().message());
