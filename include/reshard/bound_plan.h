@@ -72,7 +72,6 @@ class BoundTransferPlan {
   Status RequireMemoryKinds(const std::vector<MemoryKind>& supported,
                             std::string_view executor) const;
 
-
  private:
   struct State;
   explicit BoundTransferPlan(std::shared_ptr<const State> state)

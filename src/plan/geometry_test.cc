@@ -2,6 +2,8 @@
 // geometry vectors and a brute-force check of loops x inner_bytes against
 // coordinates.
 
+#include "plan/geometry.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "plan/geometry.h"
 #include "reshard/plan.h"
 
 namespace reshard {

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <thread>
 
-#include "exec/local/stream_copy.h"
 #include "bind/row_walker.h"
+#include "exec/local/stream_copy.h"
 
 namespace reshard {
 
