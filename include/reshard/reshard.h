@@ -156,9 +156,8 @@ Result<ReshardReport> Reshard(
 // the bindings' coverage (options.coverage), binds (BoundTransferPlan::
 // Bind: placements match the plan, bindings valid, no in-place reshard),
 // fences, submits to `transport` and waits. On an error no target byte has
-// been written unless the transport itself failed mid-transfer; a transfer
-// the transport reports uncertain keeps its buffers pinned until
-// transport.Drain() succeeds.
+// been written unless the transport itself failed mid-transfer (then the
+// targets' contents are unspecified and nothing is in flight any more).
 Result<ReshardReport> Reshard(
     const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,
