@@ -70,8 +70,7 @@ Result<Parsed> Parse(std::string_view text, std::string_view kind,
 // Checks the "rank" field against the rank in the record's key.
 Status CheckRank(const StrictObject& obj, std::string_view kind,
                  std::string_view key, uint32_t rank) {
-  const JsonPath root;
-  auto r = ReadU64(obj.Get("rank"), root.Field("rank"));
+  auto r = obj.U64("rank");
   if (!r.ok()) return r.status().WithContext(What(kind, key));
   if (*r != rank) {
     return Status::InvalidArgument(
@@ -243,10 +242,10 @@ Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
                                     {"address", "key", "length", "sha256"});
     if (!entry.ok()) return entry.status().WithContext(What(kKind, key));
     RemoteRange r;
-    auto address = ReadU64(entry->Get("address"), at.Field("address"));
-    auto length = ReadU64(entry->Get("length"), at.Field("length"));
-    auto hex = ReadString(entry->Get("key"), at.Field("key"));
-    auto sha256 = ReadString(entry->Get("sha256"), at.Field("sha256"));
+    auto address = entry->U64("address");
+    auto length = entry->U64("length");
+    auto hex = entry->String("key");
+    auto sha256 = entry->String("sha256");
     for (const Status& st :
          {address.status(), length.status(), hex.status(), sha256.status()}) {
       if (!st.ok()) return st.WithContext(What(kKind, key));

@@ -58,9 +58,8 @@ Result<int64_t> ParseTimeRecord(std::string_view text, std::string_view field,
   auto obj =
       StrictObject::Make(doc->root(), root, what, {field, "record_type"});
   if (!obj.ok()) return Malformed(what, key);
-  auto seconds = ReadInt(obj->Get(field), root.Field(field));
-  auto got_type =
-      ReadString(obj->Get("record_type"), root.Field("record_type"));
+  auto seconds = obj->I64(field);
+  auto got_type = obj->String("record_type");
   if (!seconds.ok() || !got_type.ok() || *got_type != type) {
     return Malformed(what, key);
   }
@@ -94,9 +93,9 @@ Result<UploadDecision> ParseDecisionRecord(std::string_view text,
   auto obj = StrictObject::Make(doc->root(), root, "upload decision",
                                 {"decision", "plan_digest", "record_type"});
   if (!obj.ok()) return malformed;
-  auto decision = ReadString(obj->Get("decision"), root.Field("decision"));
-  auto type = ReadString(obj->Get("record_type"), root.Field("record_type"));
-  auto digest = ReadString(obj->Get("plan_digest"), root.Field("plan_digest"));
+  auto decision = obj->String("decision");
+  auto type = obj->String("record_type");
+  auto digest = obj->String("plan_digest");
   if (!decision.ok() || !type.ok() || !digest.ok() || *type != kDecisionType) {
     return malformed;
   }

@@ -46,9 +46,7 @@ Result<std::vector<UploadOperation>> ParseOperations(JsonElement element,
                              internal::ReadIdField(op, "participant_id", p));
     RESHARD_ASSIGN_OR_RETURN(
         auto fragment, internal::ReadIdField(op, "placement_fragment_id", p));
-    RESHARD_ASSIGN_OR_RETURN(uint64_t index,
-                             internal::ReadU64(op.Get("stored_fragment"),
-                                               p.Field("stored_fragment")));
+    RESHARD_ASSIGN_OR_RETURN(uint64_t index, op.U64("stored_fragment"));
     if (index >= stored_fragments) {
       return Status::InvalidArgument(p.ToString() +
                                      ".stored_fragment out of range");
@@ -158,12 +156,9 @@ struct PlanRecord {
 Result<PlanRecord> ParsePlanScalars(const StrictObject& obj,
                                     const JsonPath& root) {
   PlanRecord r;
-  RESHARD_ASSIGN_OR_RETURN(
-      r.generation,
-      internal::ReadU64(obj.Get("generation"), root.Field("generation")));
-  RESHARD_ASSIGN_OR_RETURN(
-      std::string_view manifest_json,
-      internal::ReadString(obj.Get("manifest"), root.Field("manifest")));
+  RESHARD_ASSIGN_OR_RETURN(r.generation, obj.U64("generation"));
+  RESHARD_ASSIGN_OR_RETURN(std::string_view manifest_json,
+                           obj.String("manifest"));
   r.manifest_json = std::string(manifest_json);
   RESHARD_ASSIGN_OR_RETURN(
       r.source_placement_id,
