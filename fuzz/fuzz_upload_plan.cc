@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& f : plan->manifest().fragments()) {
     bool found = false;
     for (const auto& r : *receipts)
-      found = found || r.fragment_id == f.fragment_id;
+      found = found || r.stored_fragment_id == f.stored_fragment_id;
     FUZZ_CHECK(found, "gathered receipts cover every stored fragment");
   }
   return 0;

@@ -68,7 +68,7 @@ RuntimeBindingFragmentSpec FakeRuntimeFragment(const PlacementFragment& f,
                                                uint64_t address) {
   RuntimeBindingFragmentSpec s;
   s.placement_fragment_id = f.placement_fragment_id();
-  s.fragment_id = "rt-" + f.placement_fragment_id().substr(7, 24);
+  s.runtime_fragment_id = "rt-" + f.placement_fragment_id().substr(7, 24);
   s.address = address;
   s.nbytes = f.nbytes();
   s.worker_id = "worker-" + ParticipantId(f.rank());
@@ -175,7 +175,7 @@ std::vector<WeightRuntimeBindingManifest> FakeBindings(
 RuntimeBindingFragmentSpec SpecOf(const RuntimeBindingFragment& f) {
   RuntimeBindingFragmentSpec s;
   s.placement_fragment_id = f.placement_fragment_id();
-  s.fragment_id = f.runtime_fragment_id();
+  s.runtime_fragment_id = f.runtime_fragment_id();
   s.address = f.address();
   s.nbytes = f.nbytes();
   s.worker_id = f.worker_id();

@@ -18,7 +18,7 @@ std::set<std::string> CommittedKeys(const StoredWeightManifest& m) {
   for (const auto& f : m.fragments()) {
     const std::string txn = PayloadTransaction(m, f.object_key);
     keys.insert(f.object_key);
-    keys.insert(revision.Checksum(txn, f.fragment_id));
+    keys.insert(revision.Checksum(txn, f.stored_fragment_id));
     keys.insert(revision.Started(txn));
     keys.insert(revision.Decision(txn));
     keys.insert(revision.PendingManifest(txn));

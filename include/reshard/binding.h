@@ -20,8 +20,9 @@ namespace reshard {
 
 struct RuntimeBindingFragmentSpec {
   std::string placement_fragment_id;
-  std::string fragment_id;  // the runtime's own id for this view
-  uint64_t address = 0;     // first transferable byte; 0 is reserved
+  // The runtime's own id for this view (wire field "fragment_id").
+  std::string runtime_fragment_id;
+  uint64_t address = 0;  // first transferable byte; 0 is reserved
   uint64_t nbytes = 0;
   std::string worker_id;
   std::string endpoint;  // routing only, never an address space
@@ -49,7 +50,9 @@ class RuntimeBindingFragment {
     return s_.placement_fragment_id;
   }
   // The runtime's own id for this view (wire field "fragment_id").
-  const std::string& runtime_fragment_id() const { return s_.fragment_id; }
+  const std::string& runtime_fragment_id() const {
+    return s_.runtime_fragment_id;
+  }
   uint64_t address() const { return s_.address; }
   uint64_t nbytes() const { return s_.nbytes; }
   const std::string& worker_id() const { return s_.worker_id; }

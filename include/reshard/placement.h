@@ -312,7 +312,8 @@ class WeightPlacementManifest {
   const std::vector<const PlacementFragment*>& fragments() const;
   const TensorDescriptor* FindTensor(std::string_view tensor_id) const;
   const WeightPlacementPart* FindPart(std::string_view participant_id) const;
-  const PlacementFragment* FindFragment(std::string_view fragment_id) const;
+  const PlacementFragment* FindFragment(
+      std::string_view placement_fragment_id) const;
 
   // "sha256:" + hex of the canonical identity object.
   const std::string& placement_id() const;

@@ -79,7 +79,7 @@ struct TransferRegion {
 struct PlanFragment {
   // The placement fragment id: of the target placement, and of the source
   // placement for PlanSourceKind::kPlacement. For kStoredManifest sources it
-  // is the stored fragment id (StoredFragment::fragment_id).
+  // is the stored fragment id (StoredFragment::stored_fragment_id).
   std::string fragment_id;
   // The owning participant; for a stored source, the payload object key.
   std::string participant_id;

@@ -17,7 +17,9 @@
 namespace reshard {
 
 struct StoredFragment {
-  std::string fragment_id;
+  // The stored fragment id (wire field "fragment_id"): see
+  // docs/store-format.md.
+  std::string stored_fragment_id;
   std::string tensor_id;
   Dims global_offset;
   Dims local_shape;
@@ -64,7 +66,7 @@ class StoredWeightManifest {
   const std::string& created_at() const { return s_->created_at; }
   // Sorted by tensor_id.
   const std::vector<TensorDescriptor>& tensors() const { return s_->tensors; }
-  // Sorted by fragment_id.
+  // Sorted by stored_fragment_id.
   const std::vector<StoredFragment>& fragments() const { return s_->fragments; }
   const TensorDescriptor* FindTensor(std::string_view tensor_id) const;
   // Hex SHA-256 of the canonical JSON (ensure_ascii=False).

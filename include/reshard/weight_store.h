@@ -120,7 +120,7 @@ class UploadPlan {
 };
 
 struct UploadReceipt {
-  std::string fragment_id;
+  std::string stored_fragment_id;
   std::string object_key;
   std::string participant_id;
   friend bool operator==(const UploadReceipt&, const UploadReceipt&) = default;

@@ -51,7 +51,7 @@ RuntimeBindingFragmentSpec ViewOf(const PlacementFragment& f,
                                   const BufferBindingOptions& options) {
   RuntimeBindingFragmentSpec r;
   r.placement_fragment_id = f.placement_fragment_id();
-  r.fragment_id = options.instance_id + ":" + f.placement_fragment_id();
+  r.runtime_fragment_id = options.instance_id + ":" + f.placement_fragment_id();
   r.address = reinterpret_cast<uint64_t>(buffer);
   r.nbytes = f.nbytes();
   r.worker_id = options.worker_id;

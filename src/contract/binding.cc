@@ -90,7 +90,7 @@ Result<RuntimeBindingFragment> RuntimeBindingFragment::Make(
                                    s.placement_fragment_id + ": " + what);
   };
   const std::pair<const char*, const std::string*> ids[] = {
-      {"fragment_id", &s.fragment_id},
+      {"fragment_id", &s.runtime_fragment_id},
       {"worker_id", &s.worker_id},
       {"endpoint", &s.endpoint},
       {"device", &s.device}};
@@ -157,11 +157,11 @@ bool operator==(const RuntimeBindingFragment& a,
   const auto& x = a.s_;
   const auto& y = b.s_;
   return x.placement_fragment_id == y.placement_fragment_id &&
-         x.fragment_id == y.fragment_id && x.address == y.address &&
-         x.nbytes == y.nbytes && x.worker_id == y.worker_id &&
-         x.endpoint == y.endpoint && x.device == y.device &&
-         x.itemsize == y.itemsize && x.local_shape == y.local_shape &&
-         x.strides_bytes == y.strides_bytes &&
+         x.runtime_fragment_id == y.runtime_fragment_id &&
+         x.address == y.address && x.nbytes == y.nbytes &&
+         x.worker_id == y.worker_id && x.endpoint == y.endpoint &&
+         x.device == y.device && x.itemsize == y.itemsize &&
+         x.local_shape == y.local_shape && x.strides_bytes == y.strides_bytes &&
          x.storage_address == y.storage_address &&
          x.storage_nbytes == y.storage_nbytes &&
          x.storage_offset_bytes == y.storage_offset_bytes;

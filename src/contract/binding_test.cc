@@ -118,7 +118,7 @@ WeightRuntimeBindingManifest SingleBinding(
 RuntimeBindingFragmentSpec ValidRuntimeSpec() {
   RuntimeBindingFragmentSpec s;
   s.placement_fragment_id = "sha256:abc";
-  s.fragment_id = "rt-1";
+  s.runtime_fragment_id = "rt-1";
   s.address = 0x1000;
   s.nbytes = 32;
   s.worker_id = "worker-0";
@@ -225,7 +225,7 @@ TEST_F(BindingTest, RuntimeFragmentRejectsEmptyPlacementFragmentId) {
 
 TEST_F(BindingTest, RuntimeFragmentRejectsEmptyIds) {
   RuntimeBindingFragmentSpec s = ValidRuntimeSpec();
-  s.fragment_id = "";
+  s.runtime_fragment_id = "";
   EXPECT_EQ(RuntimeError(s), std::string(kRuntimePrefix) +
                                  "fragment_id must be a non-empty string");
   s = ValidRuntimeSpec();
@@ -487,7 +487,7 @@ TEST_F(BindingTest, ManifestRejectsEmptyIds) {
 TEST_F(BindingTest, ManifestRejectsDuplicatePlacementFragment) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[0]);
   RuntimeBindingFragmentSpec copy = SpecOf(s.fragments[0]);
-  copy.fragment_id = "rt-copy";
+  copy.runtime_fragment_id = "rt-copy";
   s.fragments.push_back(Must(RuntimeBindingFragment::Make(copy)));
   EXPECT_EQ(
       ErrorOf(WeightRuntimeBindingManifest::Make(s)),
@@ -498,11 +498,12 @@ TEST_F(BindingTest, ManifestRejectsDuplicatePlacementFragment) {
 TEST_F(BindingTest, ManifestRejectsDuplicateRuntimeFragmentId) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[0]);
   RuntimeBindingFragmentSpec second = SpecOf(s.fragments[1]);
-  second.fragment_id = s.fragments[0].runtime_fragment_id();
+  second.runtime_fragment_id = s.fragments[0].runtime_fragment_id();
   s.fragments[1] = Must(RuntimeBindingFragment::Make(second));
   EXPECT_EQ(ErrorOf(WeightRuntimeBindingManifest::Make(s)),
             std::string("runtime binding of participant ") + kT0 +
-                " has a duplicate runtime fragment_id: " + second.fragment_id);
+                " has a duplicate runtime fragment_id: " +
+                second.runtime_fragment_id);
 }
 
 // --------------------------------------------------- ValidateRuntimeBinding
@@ -558,7 +559,7 @@ TEST_F(BindingTest, RejectsUnknownPlacementFragment) {
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[0]);
   RuntimeBindingFragmentSpec extra = MovedTo(s.fragments[0], 0x900000);
   extra.placement_fragment_id = "sha256:" + std::string(64, 'f');
-  extra.fragment_id = "rt-extra";
+  extra.runtime_fragment_id = "rt-extra";
   s.fragments.push_back(Must(RuntimeBindingFragment::Make(extra)));
   auto b = Must(WeightRuntimeBindingManifest::Make(s));
   EXPECT_EQ(ErrorOf(ValidateRuntimeBinding(placement(), b)),
@@ -836,7 +837,7 @@ TEST_F(BindingTest,
   WeightRuntimeBindingManifestSpec s = SpecOf(bindings_[1]);
   RuntimeBindingFragmentSpec f = SpecOf(s.fragments[0]);
   const std::string taken = bindings_[0].fragments()[0].runtime_fragment_id();
-  f.fragment_id = taken;
+  f.runtime_fragment_id = taken;
   s.fragments[0] = Must(RuntimeBindingFragment::Make(f));
   auto t1 = Must(WeightRuntimeBindingManifest::Make(s));
   // Each binding is valid on its own.
@@ -1118,7 +1119,7 @@ namespace {
 TEST(BindingFixesTest, StrideOverflowIsRejectedNotUndefined) {
   RuntimeBindingFragmentSpec s;
   s.placement_fragment_id = "f";
-  s.fragment_id = "rt-f";
+  s.runtime_fragment_id = "rt-f";
   s.address = 4096;
   s.nbytes = 16;
   s.worker_id = "w";

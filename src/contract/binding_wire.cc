@@ -63,7 +63,7 @@ Result<RuntimeBindingFragment> ReadRuntimeFragment(JsonElement e,
   RuntimeBindingFragmentSpec s;
   RESHARD_ASSIGN_OR_RETURN(s.placement_fragment_id,
                            obj.Id("placement_fragment_id"));
-  RESHARD_ASSIGN_OR_RETURN(s.fragment_id, obj.Id("fragment_id"));
+  RESHARD_ASSIGN_OR_RETURN(s.runtime_fragment_id, obj.Id("fragment_id"));
   RESHARD_ASSIGN_OR_RETURN(s.address, obj.U64("address"));
   RESHARD_ASSIGN_OR_RETURN(s.nbytes, obj.U64("nbytes"));
   RESHARD_ASSIGN_OR_RETURN(s.worker_id, obj.Id("worker_id"));

@@ -108,7 +108,7 @@ Status ReadEntryFragment(const internal::WideStrictObject& o,
 // fragment is made).
 Status ReadEntryRuntime(const internal::WideStrictObject& o,
                         RuntimeBindingFragmentSpec* r) {
-  RESHARD_ASSIGN_OR_RETURN(r->fragment_id, o.Id("fragment_id"));
+  RESHARD_ASSIGN_OR_RETURN(r->runtime_fragment_id, o.Id("fragment_id"));
   RESHARD_ASSIGN_OR_RETURN(r->worker_id, o.Id("worker_id"));
   RESHARD_ASSIGN_OR_RETURN(r->endpoint, o.Id("endpoint"));
   RESHARD_ASSIGN_OR_RETURN(r->device, o.Id("device"));

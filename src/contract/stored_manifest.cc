@@ -23,8 +23,8 @@ constexpr std::string_view kManifestSuffix = "/manifest";
 Status CheckStoredFragment(const TensorDescriptor& t, const StoredFragment& f) {
   // Same geometry rules as placement fragments (rules 7-10).
   PlacementFragmentSpec spec{
-      f.tensor_id, f.global_offset, f.local_shape, f.nbytes,
-      {},          f.aliases,       f.fragment_id};
+      f.tensor_id, f.global_offset, f.local_shape,       f.nbytes,
+      {},          f.aliases,       f.stored_fragment_id};
   auto pf = PlacementFragment::Make(std::move(spec));
   if (!pf.ok()) return pf.status();
   return internal::CheckFragmentGeometry(t, *pf);
@@ -82,7 +82,7 @@ Status SortAndCheckTensors(StoredWeightManifestSpec* s) {
   for (auto& f : s->fragments) std::sort(f.aliases.begin(), f.aliases.end());
   std::sort(s->fragments.begin(), s->fragments.end(),
             [](const auto& a, const auto& b) {
-              return a.fragment_id < b.fragment_id;
+              return a.stored_fragment_id < b.stored_fragment_id;
             });
   return Status::OK();
 }
@@ -96,19 +96,22 @@ Result<FragmentsByTensor> CheckFragments(
   FragmentsByTensor by_tensor(s.tensors.size());
   for (size_t i = 0; i < s.fragments.size(); ++i) {
     const StoredFragment& f = s.fragments[i];
-    if (i > 0 && f.fragment_id == s.fragments[i - 1].fragment_id) {
-      return Status::InvalidArgument("duplicate fragment_id: " + f.fragment_id);
+    if (i > 0 &&
+        f.stored_fragment_id == s.fragments[i - 1].stored_fragment_id) {
+      return Status::InvalidArgument("duplicate fragment_id: " +
+                                     f.stored_fragment_id);
     }
     if (f.object_key.compare(0, payload_prefix.size(), payload_prefix) != 0 ||
         f.object_key.size() == payload_prefix.size()) {
       return Status::InvalidArgument(
           "payload object_key does not belong to manifest group: " +
-          f.object_key + " (fragment " + f.fragment_id + ")");
+          f.object_key + " (fragment " + f.stored_fragment_id + ")");
     }
     auto it = index.find(f.tensor_id);
     if (it == index.end()) {
       return Status::InvalidArgument("unknown tensor_id " + f.tensor_id +
-                                     " in stored fragment " + f.fragment_id);
+                                     " in stored fragment " +
+                                     f.stored_fragment_id);
     }
     RESHARD_RETURN_NOT_OK(CheckStoredFragment(s.tensors[it->second], f));
     by_tensor[it->second].push_back(&f);
@@ -135,9 +138,9 @@ Status CheckExactCover(const StoredWeightManifestSpec& s,
       if (i > 0 && frags[i]->global_offset == frags[i - 1]->global_offset &&
           frags[i]->local_shape == frags[i - 1]->local_shape) {
         return Status::InvalidArgument(
-            "duplicate fragment geometry: " + frags[i]->fragment_id + " and " +
-            frags[i - 1]->fragment_id + " (tensor " + s.tensors[t].tensor_id() +
-            ")");
+            "duplicate fragment geometry: " + frags[i]->stored_fragment_id +
+            " and " + frags[i - 1]->stored_fragment_id + " (tensor " +
+            s.tensors[t].tensor_id() + ")");
       }
       boxes.push_back(
           {frags[i]->global_offset.data(), frags[i]->local_shape.data()});
@@ -172,7 +175,7 @@ Status CheckAliasGroups(
     if (present != group) {
       return Status::InvalidArgument(
           "stored alias group is incomplete for fragment geometry: " +
-          members.front()->fragment_id);
+          members.front()->stored_fragment_id);
     }
     const TensorDescriptor& first = s.tensors[index.at(group.front())];
     for (const auto& member : group) {
@@ -209,8 +212,8 @@ Status CheckObjectRanges(const StoredWeightManifestSpec& s) {
                               p->local_shape == f->local_shape;
     if (!shared_alias && f->object_offset < p->object_offset + p->nbytes) {
       return Status::InvalidArgument(
-          "stored fragment object ranges overlap: " + p->fragment_id + " and " +
-          f->fragment_id + " in " + f->object_key);
+          "stored fragment object ranges overlap: " + p->stored_fragment_id +
+          " and " + f->stored_fragment_id + " in " + f->object_key);
     }
   }
   return Status::OK();
@@ -257,7 +260,7 @@ std::string StoredWeightManifestToJson(const StoredWeightManifest& m) {
     w.BeginArray();
     for (const auto& a : f.aliases) w.String(a);
     w.EndArray();
-    w.KeyString("fragment_id", f.fragment_id);
+    w.KeyString("fragment_id", f.stored_fragment_id);
     w.Key("global_offset");
     w.IntArray(f.global_offset);
     w.Key("local_shape");
@@ -294,7 +297,7 @@ Result<StoredFragment> ReadStoredFragment(internal::JsonElement e,
                    {"aliases", "fragment_id", "global_offset", "local_shape",
                     "nbytes", "object_key", "object_offset", "tensor_id"}));
   StoredFragment f;
-  RESHARD_ASSIGN_OR_RETURN(f.fragment_id, fo.Id("fragment_id"));
+  RESHARD_ASSIGN_OR_RETURN(f.stored_fragment_id, fo.Id("fragment_id"));
   RESHARD_ASSIGN_OR_RETURN(f.tensor_id, fo.Id("tensor_id"));
   RESHARD_ASSIGN_OR_RETURN(f.global_offset, fo.IntArray("global_offset"));
   RESHARD_ASSIGN_OR_RETURN(f.local_shape, fo.IntArray("local_shape"));

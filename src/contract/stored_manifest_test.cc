@@ -92,13 +92,14 @@ TEST_F(StoredRulesTest, PayloadKeysBelongToTheGroup) {
   EXPECT_EQ(Error(s),
             "payload object_key does not belong to manifest group: "
             "elsewhere/payload/x (fragment " +
-                s.fragments[0].fragment_id + ")");
+                s.fragments[0].stored_fragment_id + ")");
 }
 
 TEST_F(StoredRulesTest, DuplicateFragmentId) {
   auto s = Valid();
-  s.fragments[1].fragment_id = s.fragments[0].fragment_id;
-  EXPECT_EQ(Error(s), "duplicate fragment_id: " + s.fragments[0].fragment_id);
+  s.fragments[1].stored_fragment_id = s.fragments[0].stored_fragment_id;
+  EXPECT_EQ(Error(s),
+            "duplicate fragment_id: " + s.fragments[0].stored_fragment_id);
 }
 
 TEST_F(StoredRulesTest, GeometryAndCover) {
@@ -110,7 +111,7 @@ TEST_F(StoredRulesTest, GeometryAndCover) {
   EXPECT_THAT(Error(s), HasSubstr("tensor is not fully covered: "));
   s = Valid();
   s.fragments.push_back(s.fragments[0]);
-  s.fragments.back().fragment_id = "copy";
+  s.fragments.back().stored_fragment_id = "copy";
   s.fragments.back().object_offset = 1 << 20;
   EXPECT_THAT(Error(s), HasSubstr("duplicate fragment geometry: "));
   s = Valid();

@@ -758,9 +758,9 @@ Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
       auto it = tensor_index.find(f.tensor_id);
       if (it == tensor_index.end()) continue;
       out.by_tensor[it->second].push_back(out.fragments.size());
-      out.fragments.push_back({f.fragment_id, f.object_key, ParallelRank{},
-                               std::nullopt, it->second, f.global_offset,
-                               f.local_shape, f.nbytes,
+      out.fragments.push_back({f.stored_fragment_id, f.object_key,
+                               ParallelRank{}, std::nullopt, it->second,
+                               f.global_offset, f.local_shape, f.nbytes,
                                objects.at(f.object_key), 0});
     }
   };

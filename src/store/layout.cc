@@ -187,10 +187,11 @@ Result<ChunkSums> ReadChunkSums(ObjectStore& backend, const RevisionKeys& keys,
   RESHARD_ASSIGN_OR_RETURN(
       auto record,
       backend.Get(keys.Checksum(TransactionOfObject(fragment.object_key),
-                                fragment.fragment_id)));
+                                fragment.stored_fragment_id)));
   auto sums = ParseChecksumRecord(record);
   if (!sums.ok()) {
-    return sums.status().WithContext("stored fragment " + fragment.fragment_id);
+    return sums.status().WithContext("stored fragment " +
+                                     fragment.stored_fragment_id);
   }
   return sums;
 }

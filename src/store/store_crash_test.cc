@@ -332,7 +332,7 @@ std::string Recover(const Fixture& f, const UploadPlan& plan,
   std::vector<UploadReceipt> receipts;
   for (const auto& op : plan.operations()) {
     const auto& s = plan.manifest().fragments()[op.stored_fragment];
-    receipts.push_back({s.fragment_id, s.object_key, op.participant_id});
+    receipts.push_back({s.stored_fragment_id, s.object_key, op.participant_id});
   }
   const Status st = store.Commit(plan, receipts);
   EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,

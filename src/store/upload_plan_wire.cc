@@ -101,7 +101,7 @@ Status CheckPlanOwnership(const StoredWeightManifest& m,
     if (written[op.stored_fragment]) {
       return Status::InvalidArgument(
           "upload plan writes stored fragment " +
-          m.fragments()[op.stored_fragment].fragment_id + " twice");
+          m.fragments()[op.stored_fragment].stored_fragment_id + " twice");
     }
     written[op.stored_fragment] = true;
   }
@@ -279,7 +279,7 @@ Status WeightStore::PublishReceipts(
   w.BeginArray();
   for (const UploadReceipt& r : receipts) {
     w.BeginObject();
-    w.KeyString("fragment_id", r.fragment_id);
+    w.KeyString("fragment_id", r.stored_fragment_id);
     w.KeyString("object_key", r.object_key);
     w.KeyString("participant_id", r.participant_id);
     w.EndObject();
@@ -288,7 +288,8 @@ Status WeightStore::PublishReceipts(
   // One record per receipt batch, named by its first fragment (unique:
   // every stored fragment has exactly one writer).
   return backend_->Put(
-      KeysOf(plan).Receipt(plan.transaction_id(), receipts.front().fragment_id),
+      KeysOf(plan).Receipt(plan.transaction_id(),
+                           receipts.front().stored_fragment_id),
       out);
 }
 
@@ -314,7 +315,7 @@ Result<std::vector<UploadReceipt>> WeightStore::GatherReceipts(
       if (!r.ok()) return r.status().WithContext(key);
       UploadReceipt receipt;
       for (auto [field, into] :
-           {std::pair{"fragment_id", &receipt.fragment_id},
+           {std::pair{"fragment_id", &receipt.stored_fragment_id},
             std::pair{"object_key", &receipt.object_key},
             std::pair{"participant_id", &receipt.participant_id}}) {
         auto v = internal::ReadIdField(*r, field, p);
@@ -325,11 +326,11 @@ Result<std::vector<UploadReceipt>> WeightStore::GatherReceipts(
     }
   }
   std::map<std::string_view, bool> have;
-  for (const auto& r : out) have[r.fragment_id] = true;
+  for (const auto& r : out) have[r.stored_fragment_id] = true;
   for (const StoredFragment& s : plan.manifest().fragments()) {
-    if (!have.count(s.fragment_id)) {
+    if (!have.count(s.stored_fragment_id)) {
       return Status::FailedPrecondition("missing upload receipt: " +
-                                        s.fragment_id);
+                                        s.stored_fragment_id);
     }
   }
   return out;

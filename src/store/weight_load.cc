@@ -233,7 +233,8 @@ class LoadWorkBuilder {
         bound_[f.placement_fragment_id()] = {&f, &b};
       }
     }
-    for (const auto& f : manifest.fragments()) stored_[f.fragment_id] = &f;
+    for (const auto& f : manifest.fragments())
+      stored_[f.stored_fragment_id] = &f;
   }
 
   Status Add(const LogicalTransferPlan& plan, const TransferRegion& r) {
@@ -259,7 +260,7 @@ class LoadWorkBuilder {
     w.source = StridedSide::Source(br);
     w.target = StridedSide::Target(br);
     w.rows = r.inner_bytes == 0 ? 0 : r.bytes / r.inner_bytes;
-    auto& per = objects_[s->fragment_id];
+    auto& per = objects_[s->stored_fragment_id];
     per.fragment = s;
     (w.source.contiguous() && w.target.contiguous() ? per.direct : per.staged)
         .push_back(std::move(w));
@@ -357,8 +358,8 @@ Result<LoadReport> WeightStore::Load(
               [](const Work& a, const Work& b) {
                 return a.object_base < b.object_base;
               });
-    RESHARD_RETURN_NOT_OK(
-        loader.Run(s.object_key, s.fragment_id, sums, per.direct, per.staged));
+    RESHARD_RETURN_NOT_OK(loader.Run(s.object_key, s.stored_fragment_id, sums,
+                                     per.direct, per.staged));
   }
   return report;
 }

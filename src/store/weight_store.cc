@@ -147,7 +147,7 @@ Status CheckManifestConfinement(std::string_view manifest_key,
         slash + 1 == rest.size() ||
         rest.find('/', slash + 1) != std::string_view::npos) {
       return Status::DataLoss("corrupt manifest " + std::string(manifest_key) +
-                              ": stored fragment " + f.fragment_id +
+                              ": stored fragment " + f.stored_fragment_id +
                               " names object " + f.object_key + ", not " +
                               payload + "<txn>/<id>");
     }
@@ -355,12 +355,12 @@ Result<StoredWeightManifest> MakeUploadManifest(
   for (const auto& [box, copies] : boxes) {
     const PlacementFragment& f = *copies.front().fragment;
     StoredFragment s;
-    s.fragment_id = internal::StoredFragmentId(f.tensor_id(), f.global_offset(),
-                                               f.local_shape());
+    s.stored_fragment_id = internal::StoredFragmentId(
+        f.tensor_id(), f.global_offset(), f.local_shape());
     s.tensor_id = f.tensor_id();
     s.global_offset = f.global_offset();
     s.local_shape = f.local_shape();
-    s.object_key = keys.Payload(txn, s.fragment_id);
+    s.object_key = keys.Payload(txn, s.stored_fragment_id);
     s.object_offset = 0;
     s.nbytes = f.nbytes();
     s.aliases = f.aliases();
@@ -378,7 +378,7 @@ std::map<std::string, uint64_t> AssignWriters(
   std::map<std::string_view, size_t> index_of;  // stored fragment id -> index
   const auto& stored = m.fragments();
   for (size_t i = 0; i < stored.size(); ++i) {
-    index_of[stored[i].fragment_id] = i;
+    index_of[stored[i].stored_fragment_id] = i;
   }
   struct Pending {
     size_t stored;
@@ -474,7 +474,7 @@ Status CheckOperationGeometry(const WeightPlacementManifest& source,
       s.object_offset != 0) {
     return Status::InvalidArgument(
         "upload operation source and stored fragment geometry differ: " +
-        op.placement_fragment_id + " -> " + s.fragment_id);
+        op.placement_fragment_id + " -> " + s.stored_fragment_id);
   }
   return Status::OK();
 }
@@ -569,7 +569,8 @@ Status WriteStoredFragment(ObjectStore& b, const WeightStoreOptions& options,
   const std::string sums =
       internal::ChecksumRecord(data, s.nbytes, options.chunk_bytes);
   const std::string sums_key =
-      KeysOf(plan.manifest()).Checksum(plan.transaction_id(), s.fragment_id);
+      KeysOf(plan.manifest())
+          .Checksum(plan.transaction_id(), s.stored_fragment_id);
   Status st = b.PutObject(sums_key, {{sums.data(), sums.size()}},
                           Durability::kAtNextSync);
   if (st.IsAlreadyExists()) {
@@ -608,7 +609,7 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
                             reinterpret_cast<const uint8_t*>(f->address())));
     if (options_.on_stage) options_.on_stage("payload");
     receipts.push_back(
-        {s->fragment_id, s->object_key, binding.participant_id()});
+        {s->stored_fragment_id, s->object_key, binding.participant_id()});
   }
   return receipts;
 }
@@ -622,22 +623,22 @@ Status CheckReceipts(const UploadPlan& plan,
                      const std::vector<UploadReceipt>& receipts) {
   std::map<std::string, const UploadReceipt*> got;
   for (const auto& r : receipts) {
-    if (!got.emplace(r.fragment_id, &r).second) {
+    if (!got.emplace(r.stored_fragment_id, &r).second) {
       return Status::InvalidArgument("duplicate upload receipt: " +
-                                     r.fragment_id);
+                                     r.stored_fragment_id);
     }
   }
   for (const UploadOperation& op : plan.operations()) {
     const StoredFragment& s = plan.manifest().fragments()[op.stored_fragment];
-    auto it = got.find(s.fragment_id);
+    auto it = got.find(s.stored_fragment_id);
     if (it == got.end()) {
       return Status::FailedPrecondition("missing upload receipt: " +
-                                        s.fragment_id);
+                                        s.stored_fragment_id);
     }
     if (it->second->object_key != s.object_key ||
         it->second->participant_id != op.participant_id) {
       return Status::InvalidArgument("upload receipt does not match plan: " +
-                                     s.fragment_id);
+                                     s.stored_fragment_id);
     }
     got.erase(it);
   }
@@ -657,7 +658,8 @@ Status RequirePayloads(ObjectStore& b, const UploadPlan& plan) {
       return Status::FailedPrecondition("payload is not complete: " +
                                         s.object_key);
     }
-    auto sums = b.Get(keys.Checksum(plan.transaction_id(), s.fragment_id));
+    auto sums =
+        b.Get(keys.Checksum(plan.transaction_id(), s.stored_fragment_id));
     if (!sums.ok()) {
       return Status::FailedPrecondition("payload checksums missing: " +
                                         s.object_key);
@@ -842,9 +844,9 @@ Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
       const uint64_t n = std::min(step, size - at);
       RESHARD_RETURN_NOT_OK(
           backend_->ReadRanges({{s.object_key, at, n, buf.data()}}));
-      RESHARD_RETURN_NOT_OK(internal::VerifyChunks(sums, at, buf.data(), n,
-                                                   s.object_key, s.fragment_id,
-                                                   &report.chunks));
+      RESHARD_RETURN_NOT_OK(
+          internal::VerifyChunks(sums, at, buf.data(), n, s.object_key,
+                                 s.stored_fragment_id, &report.chunks));
     }
     ++report.objects;
     report.bytes += size;

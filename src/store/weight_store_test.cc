@@ -761,7 +761,7 @@ struct Uploaded {
   std::string base() const { return BaseOf(plan); }
   std::string txn() const { return plan.transaction_id(); }
   std::string fid(size_t i) const {
-    return plan.manifest().fragments()[i].fragment_id;
+    return plan.manifest().fragments()[i].stored_fragment_id;
   }
   void ExpectLoads() {
     Side dst = TargetSide(TpLayout(3, 4));
@@ -789,7 +789,7 @@ TEST(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
   // Missing: the first stored fragment's receipt.
   auto missing = u.receipts;
   std::erase_if(missing, [&](const UploadReceipt& r) {
-    return r.fragment_id == u.fid(0);
+    return r.stored_fragment_id == u.fid(0);
   });
   ASSERT_EQ(missing.size(), u.receipts.size() - 1);
   Status st = u.store.Commit(u.plan, missing);
@@ -799,9 +799,9 @@ TEST(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
   auto dup = u.receipts;
   dup.push_back(u.receipts[1]);
   st = u.store.Commit(u.plan, dup);
-  EXPECT_THAT(
-      st, StatusIs(StatusCode::kInvalidArgument,
-                   "duplicate upload receipt: " + u.receipts[1].fragment_id));
+  EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument,
+                           "duplicate upload receipt: " +
+                               u.receipts[1].stored_fragment_id));
   // Unexpected.
   auto extra = u.receipts;
   extra.push_back({"0123456789abcdef01234567", u.receipts[0].object_key,
@@ -816,7 +816,7 @@ TEST(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
   st = u.store.Commit(u.plan, wrong);
   EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument,
                            "upload receipt does not match plan: " +
-                               wrong[0].fragment_id));
+                               wrong[0].stored_fragment_id));
   // None of these decided anything: the real receipts still commit.
   EXPECT_EQ(u.dir.backend().Get(decision).status().code(),
             StatusCode::kNotFound);
@@ -920,7 +920,7 @@ std::set<std::string> CommittedKeys(const UploadPlan& plan) {
       base + "/transactions/" + txn + "/pending-manifest"};
   for (const auto& f : plan.manifest().fragments()) {
     keys.insert(f.object_key);
-    keys.insert(base + "/checksums/" + txn + "/" + f.fragment_id);
+    keys.insert(base + "/checksums/" + txn + "/" + f.stored_fragment_id);
   }
   return keys;
 }
@@ -1276,8 +1276,8 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
   ASSERT_EQ(b->nbytes, 2048u);
   FlipByte(PathOf(dir, b->object_key), 100);  // row 33, chunk [64, 128)
   const std::string expected = "checksum mismatch in stored fragment " +
-                               b->fragment_id + " (object " + b->object_key +
-                               ") at bytes [64, 128)";
+                               b->stored_fragment_id + " (object " +
+                               b->object_key + ") at bytes [64, 128)";
   auto verified = store.Verify(key);
   ASSERT_THAT(verified, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
   // TP4 targets: t2 holds rows 32..47 (reads the bad chunk), t3 rows
@@ -1614,7 +1614,7 @@ TEST(WeightStoreFenceTest, TamperedUploadPlansAreRefused) {
       with(replace(good, "\"stored_fragment\":1}", "\"stored_fragment\":0}"));
   EXPECT_EQ(dup.status().message(),
             plan_key + ": upload plan writes stored fragment " +
-                plan.manifest().fragments()[0].fragment_id + " twice");
+                plan.manifest().fragments()[0].stored_fragment_id + " twice");
   // No writer records: operations without a fenced writer.
   auto nowriter =
       with(good.substr(0, good.find("\"writers\":[")) + "\"writers\":[]}");
