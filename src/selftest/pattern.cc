@@ -73,12 +73,22 @@ std::unordered_map<std::string_view, uint64_t> TensorIndex(
   return out;
 }
 
-void FillPattern(const WeightPlacementManifest& m,
-                 const std::unordered_map<std::string_view, uint64_t>& tensors,
-                 const HostBuffers& buffers, const PatternProgress& progress) {
+namespace {
+
+// Calls `row(fragment, tensor_index, itemsize, base + local, global_first,
+// elements)` for every row of every fragment of `m` that has a buffer, in
+// fragment id order, reporting progress per fragment; stops early once
+// `row` returns false.
+template <typename Row>
+void ForEachBufferedRow(
+    const WeightPlacementManifest& m,
+    const std::unordered_map<std::string_view, uint64_t>& tensors,
+    const HostBuffers& buffers, const PatternProgress& progress, Row&& row) {
   const uint64_t total = BufferedBytes(m, buffers);
   uint64_t done = 0;
+  bool go_on = true;
   for (const auto* f : m.fragments()) {
+    if (!go_on) break;
     auto it = buffers.data.find(f->placement_fragment_id());
     if (it == buffers.data.end()) continue;
     if (progress) progress(done, total);
@@ -89,55 +99,53 @@ void FillPattern(const WeightPlacementManifest& m,
     const auto item = static_cast<uint64_t>(t->itemsize());
     ForEachRow(t->global_shape(), f->global_offset(), f->local_shape(),
                t->itemsize(), [&](uint64_t local, uint64_t g, uint64_t n) {
-                 uint8_t* p = base + local;
-                 for (uint64_t e = 0; e < n; ++e) {
-                   for (uint64_t b = 0; b < item; ++b) {
-                     *p++ = SelfTestPatternByte(ti, g + e, b);
-                   }
-                 }
+                 if (go_on) go_on = row(*f, ti, item, base + local, g, n);
                });
   }
   if (progress) progress(total, total);
+}
+
+}  // namespace
+
+void FillPattern(const WeightPlacementManifest& m,
+                 const std::unordered_map<std::string_view, uint64_t>& tensors,
+                 const HostBuffers& buffers, const PatternProgress& progress) {
+  ForEachBufferedRow(m, tensors, buffers, progress,
+                     [](const PlacementFragment&, uint64_t ti, uint64_t item,
+                        uint8_t* p, uint64_t g, uint64_t n) {
+                       for (uint64_t e = 0; e < n; ++e) {
+                         for (uint64_t b = 0; b < item; ++b) {
+                           *p++ = SelfTestPatternByte(ti, g + e, b);
+                         }
+                       }
+                       return true;
+                     });
 }
 
 std::string VerifyPattern(
     const WeightPlacementManifest& m,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
     const HostBuffers& buffers, const PatternProgress& progress) {
-  const uint64_t total = BufferedBytes(m, buffers);
-  uint64_t done = 0;
   std::string mismatch;
-  for (const auto* f : m.fragments()) {
-    auto it = buffers.data.find(f->placement_fragment_id());
-    if (it == buffers.data.end()) continue;
-    if (progress) progress(done, total);
-    done += f->nbytes();
-    const TensorDescriptor* t = m.FindTensor(f->tensor_id());
-    const uint64_t ti = tensors.at(f->tensor_id());
-    const uint8_t* base = it->second;
-    const auto item = static_cast<uint64_t>(t->itemsize());
-    ForEachRow(t->global_shape(), f->global_offset(), f->local_shape(),
-               t->itemsize(), [&](uint64_t local, uint64_t g, uint64_t n) {
-                 if (!mismatch.empty()) return;
-                 const uint8_t* p = base + local;
-                 for (uint64_t e = 0; e < n; ++e) {
-                   for (uint64_t b = 0; b < item; ++b, ++p) {
-                     const uint8_t want = SelfTestPatternByte(ti, g + e, b);
-                     if (*p != want) {
-                       mismatch = "tensor " + f->tensor_id() + ", fragment " +
-                                  f->placement_fragment_id() +
-                                  ", global element " + std::to_string(g + e) +
-                                  ", byte " + std::to_string(b) +
-                                  ": expected " + std::to_string(want) +
-                                  ", got " + std::to_string(*p);
-                       return;
-                     }
-                   }
-                 }
-               });
-    if (!mismatch.empty()) break;
-  }
-  if (progress) progress(total, total);
+  ForEachBufferedRow(
+      m, tensors, buffers, progress,
+      [&](const PlacementFragment& f, uint64_t ti, uint64_t item,
+          const uint8_t* p, uint64_t g, uint64_t n) {
+        for (uint64_t e = 0; e < n; ++e) {
+          for (uint64_t b = 0; b < item; ++b, ++p) {
+            const uint8_t want = SelfTestPatternByte(ti, g + e, b);
+            if (*p != want) {
+              mismatch = "tensor " + f.tensor_id() + ", fragment " +
+                         f.placement_fragment_id() + ", global element " +
+                         std::to_string(g + e) + ", byte " + std::to_string(b) +
+                         ": expected " + std::to_string(want) + ", got " +
+                         std::to_string(*p);
+              return false;
+            }
+          }
+        }
+        return true;
+      });
   return mismatch;
 }
 
