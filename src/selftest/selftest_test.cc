@@ -19,6 +19,8 @@
 #include "reshard/gen.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -232,6 +234,42 @@ TEST(SelfTestTest, ErrorsPropagate) {
   report = RunSelfTest(source, target, {.threads = 0});
   ASSERT_THAT(report, StatusIs(StatusCode::kInvalidArgument,
                                "local transport threads must be >= 1"));
+}
+
+// The verifier names the first wrong byte: its tensor, fragment, global
+// element and byte, with the expected and the found value; a filled
+// layout verifies, and so does it again after the byte is restored.
+TEST(SelfTestTest, VerifyPatternNamesTheFirstWrongByte) {
+  const WeightPlacementManifest m =
+      Must(GenerateLayout(TinyMoe(), {.sizes = {.tp = 2}}));
+  const auto tensors = internal::TensorIndex(m);
+  auto buffers = Must(internal::AllocateHostBuffers(m, "pattern-test"));
+  internal::FillPattern(m, tensors, buffers);
+  EXPECT_EQ(internal::VerifyPattern(m, tensors, buffers), "");
+
+  const PlacementFragment& f = *m.fragments()[1];
+  const TensorDescriptor& t = *m.FindTensor(f.tensor_id());
+  const auto item = static_cast<uint64_t>(t.itemsize());
+  // The last byte of the fragment's first element: global element of
+  // local index 0 is the row-major index of global_offset.
+  uint64_t element = 0;
+  for (size_t d = 0; d < t.ndim(); ++d) {
+    element = element * static_cast<uint64_t>(t.global_shape()[d]) +
+              static_cast<uint64_t>(f.global_offset()[d]);
+  }
+  uint8_t* byte = buffers.data.at(f.placement_fragment_id()) + item - 1;
+  const uint8_t want =
+      SelfTestPatternByte(tensors.at(f.tensor_id()), element, item - 1);
+  ASSERT_EQ(*byte, want);
+  *byte = static_cast<uint8_t>(want ^ 0x5A);
+  EXPECT_EQ(internal::VerifyPattern(m, tensors, buffers),
+            "tensor " + f.tensor_id() + ", fragment " +
+                f.placement_fragment_id() + ", global element " +
+                std::to_string(element) + ", byte " + std::to_string(item - 1) +
+                ": expected " + std::to_string(want) + ", got " +
+                std::to_string(static_cast<uint8_t>(want ^ 0x5A)));
+  *byte = want;
+  EXPECT_EQ(internal::VerifyPattern(m, tensors, buffers), "");
 }
 
 }  // namespace
