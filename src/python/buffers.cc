@@ -1,0 +1,66 @@
+#include "src/python/buffers.h"
+
+#include <map>
+
+#include "src/python/convert.h"
+#include "src/python/errors.h"
+
+namespace reshard::python {
+
+namespace py = pybind11;
+
+BufferBindingOptions BindingOptionsOf(py::handle options) {
+  BufferBindingOptions o;
+  if (options.is_none()) return o;
+  if (!py::isinstance<py::dict>(options)) {
+    ThrowInvalid("binding options", "must be a dict");
+  }
+  for (auto item : py::reinterpret_borrow<py::dict>(options)) {
+    const std::string key = ToStr(item.first, "binding option name");
+    const std::string field = "binding option " + key;
+    if (key == "instance_id") {
+      o.instance_id = ToStr(item.second, field);
+    } else if (key == "generation") {
+      o.generation = ToU64(item.second, field);
+    } else if (key == "lease_id") {
+      o.lease_id = ToStr(item.second, field);
+    } else if (key == "worker_id") {
+      o.worker_id = ToStr(item.second, field);
+    } else if (key == "endpoint") {
+      o.endpoint = ToStr(item.second, field);
+    } else if (key == "device") {
+      o.device = ToStr(item.second, field);
+    } else {
+      ThrowInvalid(field, "is not a binding option");
+    }
+  }
+  return o;
+}
+
+std::vector<WeightRuntimeBindingManifest> BindParticipants(
+    const WeightPlacementManifest& placement, py::handle buffers,
+    const BufferBindingOptions& options, std::string_view side) {
+  const std::string what = std::string(side) + " buffers";
+  if (!py::isinstance<py::dict>(buffers)) ThrowInvalid(what, "must be a dict");
+  // Participant order, whatever the dict's order.
+  std::map<std::string, std::map<std::string, void*>> by_participant;
+  for (auto item : py::reinterpret_borrow<py::dict>(buffers)) {
+    const std::string participant = ToStr(item.first, what + " participant");
+    if (!py::isinstance<py::dict>(item.second)) {
+      ThrowInvalid(what + " of " + participant, "must be a dict");
+    }
+    auto& map = by_participant[participant];
+    for (auto f : py::reinterpret_borrow<py::dict>(item.second)) {
+      const std::string id = ToStr(f.first, what + " fragment id");
+      const uint64_t address = ToU64(f.second, what + " address of " + id);
+      map[id] = reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+    }
+  }
+  std::vector<WeightRuntimeBindingManifest> out;
+  for (const auto& [participant, map] : by_participant) {
+    out.push_back(Unwrap(BindBuffers(placement, participant, map, options)));
+  }
+  return out;
+}
+
+}  // namespace reshard::python

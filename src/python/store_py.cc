@@ -1,0 +1,203 @@
+// The store path (weight_store.h): upload a placement's buffers as an
+// immutable revision, load a revision into any target layout, and the
+// maintenance commands (ls, verify, rm, gc).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "reshard/weight_store.h"
+#include "src/python/buffers.h"
+#include "src/python/convert.h"
+#include "src/python/errors.h"
+#include "src/python/module.h"
+
+namespace reshard::python {
+namespace {
+
+namespace py = pybind11;
+
+// Move-only owner of an open store; shared so that Python copies alias it.
+class PyWeightStore {
+ public:
+  explicit PyWeightStore(WeightStore store)
+      : store_(std::make_shared<WeightStore>(std::move(store))) {}
+  WeightStore& get() const { return *store_; }
+
+ private:
+  std::shared_ptr<WeightStore> store_;
+};
+
+PyWeightStore Open(py::object uri, py::object key_prefix, py::object ns,
+                   py::object chunk_bytes, py::object lease_ttl_seconds,
+                   py::object gc_grace_seconds) {
+  WeightStoreOptions o;
+  o.key_prefix = ToStr(key_prefix, "WeightStore.key_prefix");
+  o.namespace_ = ToStr(ns, "WeightStore.namespace");
+  o.chunk_bytes = ToU64(chunk_bytes, "WeightStore.chunk_bytes");
+  o.lease_ttl = std::chrono::seconds(
+      ToI64(lease_ttl_seconds, "WeightStore.lease_ttl_seconds"));
+  o.gc_grace = std::chrono::seconds(
+      ToI64(gc_grace_seconds, "WeightStore.gc_grace_seconds"));
+  const std::string u = ToStr(uri, "WeightStore.uri");
+  return PyWeightStore(Unwrap(WeightStore::Open(u, std::move(o))));
+}
+
+// Binds, prepares, writes every participant's fragments and commits; an
+// error after prepare aborts the transaction so nothing half-written is
+// ever published.
+StoredWeightManifest Upload(const PyWeightStore& s,
+                            const WeightPlacementManifest& placement,
+                            py::dict buffers, py::object options) {
+  const auto bindings = BindParticipants(
+      placement, buffers, BindingOptionsOf(options), "upload source");
+  py::gil_scoped_release release;
+  WeightStore& store = s.get();
+  UploadPlan plan = Unwrap(store.PrepareUpload(placement, bindings));
+  auto run = [&]() -> Status {
+    std::vector<UploadReceipt> receipts;
+    for (const auto& b : bindings) {
+      RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(plan, placement, b));
+      receipts.insert(receipts.end(), r.begin(), r.end());
+    }
+    return store.Commit(plan, receipts);
+  };
+  if (Status st = run(); !st.ok()) {
+    (void)store.Abort(plan);
+    throw StatusError(st);
+  }
+  return plan.manifest();
+}
+
+py::dict Load(const PyWeightStore& s, py::object manifest,
+              const WeightPlacementManifest& target, py::dict buffers,
+              py::object options) {
+  const auto bindings = BindParticipants(
+      target, buffers, BindingOptionsOf(options), "load target");
+  std::optional<StoredWeightManifest> m;
+  if (py::isinstance<StoredWeightManifest>(manifest)) {
+    m = manifest.cast<StoredWeightManifest>();
+  }
+  const std::string key = m ? "" : ToStr(manifest, "manifest_key");
+  LoadReport r;
+  {
+    py::gil_scoped_release release;
+    if (!m) m = Unwrap(s.get().ReadManifest(key));
+    r = Unwrap(s.get().Load(*m, target, bindings));
+  }
+  py::dict d;
+  d["bytes"] = r.bytes;
+  d["bytes_read"] = r.bytes_read;
+  d["read_requests"] = r.read_requests;
+  d["ranges"] = r.ranges;
+  d["chunks_verified"] = r.chunks_verified;
+  d["regions"] = r.regions;
+  return d;
+}
+
+py::list List(const PyWeightStore& s) {
+  std::vector<RevisionInfo> infos;
+  {
+    py::gil_scoped_release release;
+    infos = Unwrap(s.get().List());
+  }
+  py::list out;
+  for (const RevisionInfo& i : infos) {
+    py::dict d;
+    d["manifest_key"] = i.manifest_key;
+    d["resource_id"] = i.resource_id;
+    d["revision"] = i.revision;
+    d["weight_generation"] = i.weight_generation;
+    d["state"] = i.state;
+    d["fragments"] = i.fragments;
+    d["bytes"] = i.bytes;
+    d["leases"] = i.leases;
+    d["error"] = i.error;
+    out.append(d);
+  }
+  return out;
+}
+
+py::dict GcDict(const GcReport& r) {
+  py::dict d;
+  d["keys_removed"] = r.keys_removed;
+  d["bytes_removed"] = r.bytes_removed;
+  d["transactions_removed"] = r.transactions_removed;
+  d["temporaries_removed"] = r.temporaries_removed;
+  d["transactions_completed"] = r.transactions_completed;
+  py::list skipped;
+  for (const StoreProblem& p : r.skipped) {
+    skipped.append(py::dict(py::arg("key") = p.key, py::arg("error") = p.error));
+  }
+  d["skipped"] = skipped;
+  return d;
+}
+
+void RegisterMaintenance(py::class_<PyWeightStore>& c) {
+  c.def("ls", &List, "Every revision with its state (COMMITTED, CORRUPT, ...).")
+      .def(
+          "read_manifest",
+          [](const PyWeightStore& s, py::object key) {
+            const std::string k = ToStr(key, "manifest_key");
+            py::gil_scoped_release release;
+            return Unwrap(s.get().ReadManifest(k));
+          },
+          py::arg("manifest_key"))
+      .def(
+          "verify",
+          [](const PyWeightStore& s, py::object key) {
+            const std::string k = ToStr(key, "manifest_key");
+            VerifyReport r;
+            {
+              py::gil_scoped_release release;
+              r = Unwrap(s.get().Verify(k));
+            }
+            return py::dict(py::arg("objects") = r.objects,
+                            py::arg("bytes") = r.bytes,
+                            py::arg("chunks") = r.chunks);
+          },
+          py::arg("manifest_key"), "Re-reads every byte against checksums.")
+      .def(
+          "rm",
+          [](const PyWeightStore& s, py::object key) {
+            const std::string k = ToStr(key, "manifest_key");
+            py::gil_scoped_release release;
+            ThrowIfError(s.get().Remove(k));
+          },
+          py::arg("manifest_key"), "Removes a revision (refused while leased).")
+      .def(
+          "gc",
+          [](const PyWeightStore& s) {
+            GcReport r;
+            {
+              py::gil_scoped_release release;
+              r = Unwrap(s.get().Gc());
+            }
+            return GcDict(r);
+          },
+          "Removes abandoned uploads older than the grace period.");
+}
+
+}  // namespace
+
+void RegisterStore(py::module_& m) {
+  py::class_<PyWeightStore> c(m, "WeightStore",
+                              "A weight store opened from a URI (fs://DIR).");
+  c.def(py::init(&Open), py::arg("uri"), py::kw_only(),
+        py::arg("key_prefix") = "weights", py::arg("namespace") = "default",
+        py::arg("chunk_bytes") = uint64_t{1} << 20,
+        py::arg("lease_ttl_seconds") = 86400,
+        py::arg("gc_grace_seconds") = 3600)
+      .def("upload_buffers", &Upload, py::arg("placement"), py::arg("buffers"),
+           py::arg("options") = py::none(),
+           "Uploads {participant: {fragment: address}} and commits; returns "
+           "the committed manifest.")
+      .def("load_buffers", &Load, py::arg("manifest"), py::arg("target"),
+           py::arg("buffers"), py::arg("options") = py::none(),
+           "Loads a revision (manifest key or manifest) into target buffers.");
+  RegisterMaintenance(c);
+}
+
+}  // namespace reshard::python
