@@ -1,2 +1,70 @@
-"""reshard: move model weights between parallel layouts."""
-from reshard._reshard import *  # noqa: F401,F403
+"""reshard: move model weights between parallel layouts.
+
+A layout is a placement: every weight fragment as an N-D box of a global
+tensor, per participant (``WeightPlacementManifest``, alias ``Placement``).
+``plan(source, target)`` intersects two placements; the three paths move
+exactly the needed bytes between caller tensors:
+
+* local, in this process: ``reshard(source, source_tensors, target,
+  target_tensors)``;
+* live, between processes over UCX: ``LiveSession``;
+* through a store, as immutable revisions: ``WeightStore(uri).upload(...)``
+  and ``.load(...)``.
+
+Tensors are torch tensors, numpy arrays or anything with DLPack, the
+buffer protocol or ``__array_interface__``, in host memory. Invalid
+manifests, plans and tensors raise ``InvalidArgumentError`` (a
+``ValueError``); every other failure a subclass of ``reshard.Error``. The
+GIL is released while bytes move.
+"""
+
+from reshard._reshard import (  # noqa: F401
+    AbortedError,
+    AlreadyExistsError,
+    DataLossError,
+    Error,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    LogicalTransferPlan,
+    NotFoundError,
+    OutOfRangeError,
+    OwnershipAxis,
+    ParallelAxis,
+    ParallelRank,
+    ParallelTopology,
+    PlacementFragment,
+    Rendezvous,
+    ReplicatedAxis,
+    ResourceExhaustedError,
+    RuntimeBindingFragment,
+    SplitAxis,
+    StoredFragment,
+    StoredWeightManifest,
+    StoreIOError,
+    TensorDescriptor,
+    TopologyParticipant,
+    UnavailableError,
+    UnimplementedError,
+    WeightPlacementManifest,
+    WeightPlacementPart,
+    WeightRuntimeBindingManifest,
+    plan,
+    validate_runtime_binding,
+    validate_runtime_bindings,
+)
+from reshard._api import (  # noqa: F401
+    LiveSession,
+    Report,
+    WeightStore,
+    bind_tensors,
+    reshard,
+)
+
+# Short names.
+Placement = WeightPlacementManifest
+PlacementPart = WeightPlacementPart
+Plan = LogicalTransferPlan
+RuntimeBinding = WeightRuntimeBindingManifest
+
+__all__ = [n for n in dir() if not n.startswith("_")]

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "reshard/live.h"
@@ -72,9 +73,71 @@ py::dict RunLive(py::object rendezvous, const WeightPlacementManifest& source,
   return ReportDict(report);
 }
 
+// A rendezvous record store (put-once records), shared by Python copies.
+class PyRendezvous {
+ public:
+  explicit PyRendezvous(std::unique_ptr<RecordStore> store)
+      : store_(std::move(store)) {}
+  RecordStore& get() const { return *store_; }
+
+ private:
+  std::shared_ptr<RecordStore> store_;
+};
+
+void RegisterRendezvous(py::module_& m) {
+  py::class_<PyRendezvous>(
+      m, "Rendezvous",
+      "Put-once records under '/'-separated keys shared by the processes of "
+      "a session (OpenRendezvous: a directory or fs://DIR).")
+      .def(py::init([](py::object uri) {
+             return PyRendezvous(
+                 Unwrap(OpenRendezvous(ToStr(uri, "rendezvous"))));
+           }),
+           py::arg("uri"))
+      .def(
+          "put",
+          [](const PyRendezvous& r, py::object key, py::bytes value) {
+            const std::string k = ToStr(key, "record key");
+            const std::string v = value;
+            py::gil_scoped_release release;
+            ThrowIfError(r.get().Put(k, v));
+          },
+          py::arg("key"), py::arg("value"),
+          "Publishes `value`; AlreadyExistsError if the key exists.")
+      .def(
+          "get",
+          [](const PyRendezvous& r, py::object key) {
+            const std::string k = ToStr(key, "record key");
+            std::string v;
+            {
+              py::gil_scoped_release release;
+              v = Unwrap(r.get().Get(k));
+            }
+            return py::bytes(v);
+          },
+          py::arg("key"), "The record's bytes; NotFoundError if absent.")
+      .def(
+          "list",
+          [](const PyRendezvous& r, py::object prefix) {
+            const std::string p = ToStr(prefix, "record prefix");
+            py::gil_scoped_release release;
+            return Unwrap(r.get().List(p));
+          },
+          py::arg("prefix") = "", "Every key starting with `prefix`, sorted.")
+      .def(
+          "delete",
+          [](const PyRendezvous& r, py::object key) {
+            const std::string k = ToStr(key, "record key");
+            py::gil_scoped_release release;
+            ThrowIfError(r.get().Delete(k));
+          },
+          py::arg("key"));
+}
+
 }  // namespace
 
 void RegisterLive(py::module_& m) {
+  RegisterRendezvous(m);
   m.def("run_live", &RunLive, py::arg("rendezvous"), py::arg("source"),
         py::arg("target"), py::arg("sources"), py::arg("targets"),
         py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
