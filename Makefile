@@ -2,14 +2,16 @@
 # every test, `make check` runs the unit tests under sanitizers and the
 # fuzzers (scripts/check.sh, docs/reliability.md), `make bench` runs the
 # benchmarks, `make install` installs the library (PREFIX, default
-# /usr/local; docs/architecture.md). Each installs missing Debian packages
-# first (scripts/bootstrap.sh).
+# /usr/local; docs/architecture.md), `make install-python` the Python
+# package (into PREFIX/lib/python3.X/dist-packages; docs/python.md).
+# Each installs missing Debian packages first (scripts/bootstrap.sh).
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
 .PHONY: all build bootstrap configure demo test check fuzz bench install format
+.PHONY: install-python
 .PHONY: clean
 
 all: build
@@ -48,6 +50,12 @@ bench: build
 # reshard CONFIG) -> reshard::reshard) and reshard.pc under PREFIX.
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The package `reshard` (pure-Python modules and the native _reshard)
+# under PREFIX/lib/python3.X/dist-packages, which Debian's /usr/bin/python3
+# searches for PREFIX=/usr/local.
+install-python: build
+	cmake --install $(BUILD) --prefix $(PREFIX) --component python
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

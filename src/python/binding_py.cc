@@ -22,11 +22,19 @@ RuntimeBindingFragment MakeRuntimeFragment(py::kwargs kw) {
     return kw[name];
   };
   for (auto item : kw) {
-    static const char* kFields[] = {
-        "placement_fragment_id", "fragment_id", "address", "nbytes",
-        "worker_id", "endpoint", "device", "itemsize", "local_shape",
-        "strides_bytes", "storage_address", "storage_nbytes",
-        "storage_offset_bytes"};
+    static const char* kFields[] = {"placement_fragment_id",
+                                    "fragment_id",
+                                    "address",
+                                    "nbytes",
+                                    "worker_id",
+                                    "endpoint",
+                                    "device",
+                                    "itemsize",
+                                    "local_shape",
+                                    "strides_bytes",
+                                    "storage_address",
+                                    "storage_nbytes",
+                                    "storage_offset_bytes"};
     const std::string key = py::str(item.first);
     bool known = false;
     for (const char* f : kFields) known = known || key == f;
@@ -94,8 +102,8 @@ WeightRuntimeBindingManifest MakeBinding(
   s.lease_id = ToStr(lease_id, t + "lease_id");
   s.revision = ToStr(revision, t + "revision");
   s.participant_id = ToStr(participant_id, t + "participant_id");
-  s.fragments = ToList<RuntimeBindingFragment>(
-      fragments, t + "fragments", "RuntimeBindingFragment");
+  s.fragments = ToList<RuntimeBindingFragment>(fragments, t + "fragments",
+                                               "RuntimeBindingFragment");
   return Unwrap(WeightRuntimeBindingManifest::Make(std::move(s)));
 }
 
@@ -106,8 +114,7 @@ void RegisterBindingManifest(py::module_& m) {
       .def(py::init(&MakeBinding), py::arg("resource_id"),
            py::arg("placement_id"), py::arg("placement_digest"),
            py::arg("instance_id"), py::arg("generation"), py::arg("lease_id"),
-           py::arg("revision"), py::arg("participant_id"),
-           py::arg("fragments"))
+           py::arg("revision"), py::arg("participant_id"), py::arg("fragments"))
       .def_static(
           "from_json",
           [](py::object text) {
@@ -116,10 +123,9 @@ void RegisterBindingManifest(py::module_& m) {
           },
           py::arg("text"))
       .def("to_json", &WeightRuntimeBindingToJson)
-      .def_property_readonly("resource_kind",
-                             [](const B&) {
-                               return std::string(B::kResourceKind);
-                             })
+      .def_property_readonly(
+          "resource_kind",
+          [](const B&) { return std::string(B::kResourceKind); })
       .def_property_readonly("resource_id", &B::resource_id)
       .def_property_readonly("placement_id", &B::placement_id)
       .def_property_readonly("placement_digest", &B::placement_digest)
@@ -129,7 +135,8 @@ void RegisterBindingManifest(py::module_& m) {
       .def_property_readonly("revision", &B::revision)
       .def_property_readonly("participant_id", &B::participant_id)
       .def_property_readonly(
-          "fragments", [](const B& b) { return py::tuple(py::cast(b.fragments())); })
+          "fragments",
+          [](const B& b) { return py::tuple(py::cast(b.fragments())); })
       .def("__repr__", [](const B& b) {
         return "WeightRuntimeBindingManifest('" + b.participant_id() + "', " +
                std::to_string(b.fragments().size()) + " fragments)";
@@ -145,8 +152,7 @@ void RegisterBindingManifest(py::module_& m) {
       "validate_runtime_bindings",
       [](const WeightPlacementManifest& p, py::object bindings, bool subset) {
         ThrowIfError(ValidateRuntimeBindings(
-            p,
-            ToList<B>(bindings, "bindings", "WeightRuntimeBindingManifest"),
+            p, ToList<B>(bindings, "bindings", "WeightRuntimeBindingManifest"),
             subset ? BindingCoverage::kSubset : BindingCoverage::kEveryOwner));
       },
       py::arg("placement"), py::arg("bindings"), py::arg("subset") = false,
@@ -210,7 +216,8 @@ void RegisterStoredManifest(py::module_& m) {
       .def_property_readonly("manifest_key", &S::manifest_key)
       .def_property_readonly("created_at", &S::created_at)
       .def_property_readonly(
-          "tensors", [](const S& s) { return py::tuple(py::cast(s.tensors())); })
+          "tensors",
+          [](const S& s) { return py::tuple(py::cast(s.tensors())); })
       .def_property_readonly(
           "fragments",
           [](const S& s) { return py::tuple(py::cast(s.fragments())); })

@@ -48,12 +48,10 @@ void RegisterRank(py::module_& m) {
       .def_readonly("tp", &ParallelRank::tp)
       .def_readonly("pp", &ParallelRank::pp)
       .def_readonly("ep", &ParallelRank::ep)
-      .def("__eq__", [](const ParallelRank& a, const ParallelRank& b) {
-        return a == b;
-      })
-      .def("__lt__", [](const ParallelRank& a, const ParallelRank& b) {
-        return a < b;
-      })
+      .def("__eq__",
+           [](const ParallelRank& a, const ParallelRank& b) { return a == b; })
+      .def("__lt__",
+           [](const ParallelRank& a, const ParallelRank& b) { return a < b; })
       .def("__hash__",
            [](const ParallelRank& r) {
              return py::hash(py::make_tuple(r.dp, r.tp, r.pp, r.ep));
@@ -72,14 +70,15 @@ AxisKind KindOf(py::handle kind, std::string_view field) {
 void RegisterAxes(py::module_& m) {
   py::class_<ParallelAxis>(m, "ParallelAxis",
                            "Parallel semantics of one axis of a tensor.")
-      .def_property_readonly("semantics",
-                             [](const ParallelAxis& a) {
-                               return std::string(
-                                   AxisSemanticsName(a.semantics()));
-                             })
       .def_property_readonly(
-          "kind",
-          [](const ParallelAxis& a) { return std::string(AxisKindName(a.kind())); })
+          "semantics",
+          [](const ParallelAxis& a) {
+            return std::string(AxisSemanticsName(a.semantics()));
+          })
+      .def_property_readonly("kind",
+                             [](const ParallelAxis& a) {
+                               return std::string(AxisKindName(a.kind()));
+                             })
       .def_property_readonly("dim",
                              [](const ParallelAxis& a) -> py::object {
                                if (a.semantics() != AxisSemantics::kSplit) {
@@ -87,8 +86,8 @@ void RegisterAxes(py::module_& m) {
                                }
                                return py::int_(a.dim());
                              })
-      .def("__eq__", [](const ParallelAxis& a,
-                        const ParallelAxis& b) { return a == b; })
+      .def("__eq__",
+           [](const ParallelAxis& a, const ParallelAxis& b) { return a == b; })
       .def("__hash__",
            [](const ParallelAxis& a) {
              return py::hash(py::make_tuple(static_cast<int>(a.semantics()),
@@ -181,15 +180,17 @@ void RegisterDescriptor(py::module_& m) {
           "expert_id",
           [](const TensorDescriptor& t) { return OptionalInt(t.expert_id()); })
       .def_property_readonly("num_elements", &TensorDescriptor::num_elements)
-      .def_property_readonly(
-          "nbytes",
-          [](const TensorDescriptor& t) {
-            return t.num_elements() * static_cast<uint64_t>(t.itemsize());
-          })
+      .def_property_readonly("nbytes",
+                             [](const TensorDescriptor& t) {
+                               return t.num_elements() *
+                                      static_cast<uint64_t>(t.itemsize());
+                             })
       .def("__eq__", [](const TensorDescriptor& a,
                         const TensorDescriptor& b) { return a == b; })
       .def("__hash__",
-           [](const TensorDescriptor& t) { return py::hash(py::str(t.tensor_id())); })
+           [](const TensorDescriptor& t) {
+             return py::hash(py::str(t.tensor_id()));
+           })
       .def("__repr__", [](const TensorDescriptor& t) {
         return "TensorDescriptor('" + t.tensor_id() + "', " +
                std::string(py::repr(DimsTuple(t.global_shape()))) + ", '" +
@@ -211,8 +212,8 @@ PlacementFragment MakeFragment(py::object tensor_id, py::object global_offset,
   s.aliases = ToStrings(aliases, "PlacementFragment.aliases");
   s.placement_fragment_id = ToOptionalStr(
       placement_fragment_id, "PlacementFragment.placement_fragment_id");
-  s.pipeline_stage_id = ToOptionalI64(pipeline_stage_id,
-                                      "PlacementFragment.pipeline_stage_id");
+  s.pipeline_stage_id =
+      ToOptionalI64(pipeline_stage_id, "PlacementFragment.pipeline_stage_id");
   return Unwrap(PlacementFragment::Make(std::move(s)));
 }
 
@@ -308,7 +309,9 @@ void RegisterTopology(py::module_& m) {
       .def("__eq__", [](const ParallelTopology& a,
                         const ParallelTopology& b) { return a == b; })
       .def("__hash__",
-           [](const ParallelTopology& t) { return py::hash(py::str(t.topology_id())); })
+           [](const ParallelTopology& t) {
+             return py::hash(py::str(t.topology_id()));
+           })
       .def("__repr__", [](const ParallelTopology& t) {
         return "ParallelTopology(tp=" + std::to_string(t.tp_size()) +
                ", pp=" + std::to_string(t.pp_size()) +

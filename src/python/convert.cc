@@ -9,8 +9,8 @@ namespace reshard::python {
 namespace py = pybind11;
 
 void ThrowInvalid(std::string_view field, std::string_view what) {
-  throw StatusError(Status::InvalidArgument(std::string(field) + " " +
-                                            std::string(what)));
+  throw StatusError(
+      Status::InvalidArgument(std::string(field) + " " + std::string(what)));
 }
 
 namespace {
@@ -76,8 +76,8 @@ std::optional<std::string> ToOptionalStr(py::handle value,
 
 Dims ToDims(py::handle value, std::string_view field) {
   if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value)) {
-    ThrowInvalid(field, "must be a list or tuple of integers, got " +
-                            TypeName(value));
+    ThrowInvalid(field,
+                 "must be a list or tuple of integers, got " + TypeName(value));
   }
   Dims out;
   for (py::handle item : value) out.push_back(ToI64(item, field));
@@ -86,8 +86,8 @@ Dims ToDims(py::handle value, std::string_view field) {
 
 std::vector<std::string> ToStrings(py::handle value, std::string_view field) {
   if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value)) {
-    ThrowInvalid(field, "must be a list or tuple of strings, got " +
-                            TypeName(value));
+    ThrowInvalid(field,
+                 "must be a list or tuple of strings, got " + TypeName(value));
   }
   std::vector<std::string> out;
   for (py::handle item : value) out.push_back(ToStr(item, field));

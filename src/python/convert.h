@@ -53,10 +53,10 @@ std::vector<T> ToList(pybind11::handle value, std::string_view field,
   std::vector<T> out;
   for (pybind11::handle item : value) {
     if (!pybind11::isinstance<T>(item)) {
-      ThrowInvalid(field, "must contain only " + std::string(type_name) +
-                              " objects, got " +
-                              std::string(pybind11::str(item.get_type().attr(
-                                  "__name__"))));
+      ThrowInvalid(
+          field,
+          "must contain only " + std::string(type_name) + " objects, got " +
+              std::string(pybind11::str(item.get_type().attr("__name__"))));
     }
     out.push_back(item.cast<T>());
   }

@@ -25,8 +25,8 @@ struct ErrorClass {
 void RegisterErrors(py::module_& m) {
   static py::handle base = PyErr_NewExceptionWithDoc(
       "reshard._reshard.Error",
-      "Base class of every error the reshard library reports.",
-      PyExc_Exception, nullptr);
+      "Base class of every error the reshard library reports.", PyExc_Exception,
+      nullptr);
   m.attr("Error") = base;
   const ErrorClass classes[] = {
       {StatusCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},

@@ -53,9 +53,10 @@ py::dict RunLive(py::object rendezvous, const WeightPlacementManifest& source,
   o.rank = static_cast<uint32_t>(ToU64(rank, "rank"));
   o.ranks = static_cast<uint32_t>(ToU64(ranks, "ranks"));
   if (!(timeout_seconds > 0)) ThrowInvalid("timeout", "must be > 0 seconds");
-  o.timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(timeout_seconds * 1000.0));
-  o.max_in_flight = static_cast<uint32_t>(ToU64(max_in_flight, "max_in_flight"));
+  o.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
+  o.max_in_flight =
+      static_cast<uint32_t>(ToU64(max_in_flight, "max_in_flight"));
   o.protocol = ProtocolOf(ToStr(protocol, "protocol"));
   o.ucx.tls = ToStr(ucx_tls, "ucx_tls");
   const BufferBindingOptions bo = BindingOptionsOf(options);
@@ -67,8 +68,7 @@ py::dict RunLive(py::object rendezvous, const WeightPlacementManifest& source,
   {
     py::gil_scoped_release release;
     auto store = Unwrap(OpenRendezvous(uri));
-    report =
-        Unwrap(RunLiveReshard(*store, source, target, bindings, o));
+    report = Unwrap(RunLiveReshard(*store, source, target, bindings, o));
   }
   return ReportDict(report);
 }

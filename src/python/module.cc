@@ -1,7 +1,8 @@
+#include "src/python/module.h"
+
 #include <pybind11/pybind11.h>
 
 #include "src/python/errors.h"
-#include "src/python/module.h"
 
 PYBIND11_MODULE(_reshard, m) {
   m.doc() =

@@ -9,14 +9,14 @@
 
 namespace reshard::python {
 
-void RegisterContract(pybind11::module_& m);   // contract_py.cc
-void RegisterPlacement(pybind11::module_& m);  // placement_py.cc
-void RegisterBinding(pybind11::module_& m);    // binding_py.cc
+void RegisterContract(pybind11::module_& m);        // contract_py.cc
+void RegisterPlacement(pybind11::module_& m);       // placement_py.cc
+void RegisterBinding(pybind11::module_& m);         // binding_py.cc
 void RegisterStoredManifest(pybind11::module_& m);  // binding_py.cc
-void RegisterPlan(pybind11::module_& m);       // plan_py.cc
-void RegisterLocal(pybind11::module_& m);      // transfer_py.cc
-void RegisterStore(pybind11::module_& m);      // store_py.cc
-void RegisterLive(pybind11::module_& m);       // live_py.cc
+void RegisterPlan(pybind11::module_& m);            // plan_py.cc
+void RegisterLocal(pybind11::module_& m);           // transfer_py.cc
+void RegisterStore(pybind11::module_& m);           // store_py.cc
+void RegisterLive(pybind11::module_& m);            // live_py.cc
 
 }  // namespace reshard::python
 

@@ -28,31 +28,25 @@ PlacementHeader HeaderOf(py::object resource_id, py::object revision,
   return h;
 }
 
-WeightPlacementManifest MakePlacement(py::object resource_id,
-                                      py::object revision,
-                                      py::object weight_generation,
-                                      py::object placement_set_id,
-                                      const ParallelTopology& topology,
-                                      py::object parts,
-                                      py::object placement_id) {
+WeightPlacementManifest MakePlacement(
+    py::object resource_id, py::object revision, py::object weight_generation,
+    py::object placement_set_id, const ParallelTopology& topology,
+    py::object parts, py::object placement_id) {
   WeightPlacementManifestSpec s{
-      .header = HeaderOf(resource_id, revision, weight_generation,
-                         placement_set_id),
+      .header =
+          HeaderOf(resource_id, revision, weight_generation, placement_set_id),
       .topology = topology,
       .parts = ToList<WeightPlacementPart>(
           parts, "WeightPlacementManifest.parts", "WeightPlacementPart"),
-      .placement_id = ToOptionalStr(placement_id,
-                                    "WeightPlacementManifest.placement_id")};
+      .placement_id =
+          ToOptionalStr(placement_id, "WeightPlacementManifest.placement_id")};
   return Unwrap(WeightPlacementManifest::Make(std::move(s)));
 }
 
-WeightPlacementManifest FromFragments(py::object resource_id,
-                                      py::object revision,
-                                      py::object weight_generation,
-                                      py::object placement_set_id,
-                                      const ParallelTopology& topology,
-                                      py::object tensors,
-                                      py::object fragments) {
+WeightPlacementManifest FromFragments(
+    py::object resource_id, py::object revision, py::object weight_generation,
+    py::object placement_set_id, const ParallelTopology& topology,
+    py::object tensors, py::object fragments) {
   return Unwrap(WeightPlacementManifest::FromFragments(
       HeaderOf(resource_id, revision, weight_generation, placement_set_id),
       topology,
@@ -82,11 +76,11 @@ py::tuple FragmentsOf(const WeightPlacementManifest& p) {
 }
 
 void RegisterAccessors(py::class_<WeightPlacementManifest>& c) {
-  c.def_property_readonly("resource_kind",
-                          [](const WeightPlacementManifest&) {
-                            return std::string(
-                                WeightPlacementManifest::kResourceKind);
-                          })
+  c.def_property_readonly(
+       "resource_kind",
+       [](const WeightPlacementManifest&) {
+         return std::string(WeightPlacementManifest::kResourceKind);
+       })
       .def_property_readonly("resource_id",
                              &WeightPlacementManifest::resource_id)
       .def_property_readonly("revision", &WeightPlacementManifest::revision)

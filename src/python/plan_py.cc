@@ -194,22 +194,18 @@ void RegisterPlanAccessors(py::class_<LogicalTransferPlan>& c) {
       .def_property_readonly("summary", &SummaryOf)
       .def_property_readonly("num_regions",
                              [](const P& p) { return p.regions().size(); })
-      .def_property_readonly("source_fragments",
-                             [](const P& p) {
-                               return FragmentList(p, p.source_fragments());
-                             })
-      .def_property_readonly("target_fragments",
-                             [](const P& p) {
-                               return FragmentList(p, p.target_fragments());
-                             })
-      .def_property_readonly("source_participants",
-                             [](const P& p) {
-                               return StringsTuple(p.source_participants());
-                             })
-      .def_property_readonly("target_participants",
-                             [](const P& p) {
-                               return StringsTuple(p.target_participants());
-                             })
+      .def_property_readonly(
+          "source_fragments",
+          [](const P& p) { return FragmentList(p, p.source_fragments()); })
+      .def_property_readonly(
+          "target_fragments",
+          [](const P& p) { return FragmentList(p, p.target_fragments()); })
+      .def_property_readonly(
+          "source_participants",
+          [](const P& p) { return StringsTuple(p.source_participants()); })
+      .def_property_readonly(
+          "target_participants",
+          [](const P& p) { return StringsTuple(p.target_participants()); })
       .def_property_readonly("source_bytes", &P::source_bytes)
       .def_property_readonly("target_bytes", &P::target_bytes)
       .def_property_readonly("pipeline_routes", &RoutesOf)
@@ -224,10 +220,13 @@ void RegisterPlan(py::module_& m) {
       "An address-free plan: the overlap regions that move a source layout "
       "(a placement or a stored revision) into a target placement.");
   RegisterPlanAccessors(c);
-  c.def("region", [](const LogicalTransferPlan& p, size_t i) {
-     if (i >= p.regions().size()) throw py::index_error("region index");
-     return RegionDict(p, p.regions()[i]);
-   }, py::arg("index"), "Region `index` as a dict.")
+  c.def(
+       "region",
+       [](const LogicalTransferPlan& p, size_t i) {
+         if (i >= p.regions().size()) throw py::index_error("region index");
+         return RegionDict(p, p.regions()[i]);
+       },
+       py::arg("index"), "Region `index` as a dict.")
       .def(
           "regions",
           [](const LogicalTransferPlan& p) {

@@ -129,7 +129,8 @@ py::dict GcDict(const GcReport& r) {
   d["transactions_completed"] = r.transactions_completed;
   py::list skipped;
   for (const StoreProblem& p : r.skipped) {
-    skipped.append(py::dict(py::arg("key") = p.key, py::arg("error") = p.error));
+    skipped.append(
+        py::dict(py::arg("key") = p.key, py::arg("error") = p.error));
   }
   d["skipped"] = skipped;
   return d;

@@ -93,10 +93,9 @@ void RegisterLocal(py::module_& m) {
         "(BindBuffers); options override instance_id, generation, lease_id, "
         "worker_id, endpoint, device.");
   m.def("reshard_buffers", &ReshardBuffers, py::arg("source"),
-        py::arg("source_buffers"), py::arg("target"),
-        py::arg("target_buffers"), py::kw_only(), py::arg("plan") = py::none(),
-        py::arg("threads") = 1, py::arg("subset") = false,
-        py::arg("source_options") = py::none(),
+        py::arg("source_buffers"), py::arg("target"), py::arg("target_buffers"),
+        py::kw_only(), py::arg("plan") = py::none(), py::arg("threads") = 1,
+        py::arg("subset") = false, py::arg("source_options") = py::none(),
         py::arg("target_options") = py::none(),
         "Binds {participant: {fragment: address}} of both sides and "
         "reshards in this process. Releases the GIL while moving bytes.");
