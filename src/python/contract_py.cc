@@ -321,18 +321,6 @@ void RegisterTopology(py::module_& m) {
       });
 }
 
-PlacementHeader MakeHeader(py::object resource_id, py::object revision,
-                           py::object weight_generation,
-                           py::object placement_set_id, std::string_view type) {
-  const std::string t(type);
-  PlacementHeader h;
-  h.resource_id = ToStr(resource_id, t + ".resource_id");
-  h.revision = ToStr(revision, t + ".revision");
-  h.weight_generation = ToU64(weight_generation, t + ".weight_generation");
-  h.placement_set_id = ToStr(placement_set_id, t + ".placement_set_id");
-  return h;
-}
-
 WeightPlacementPart MakePart(py::object resource_id, py::object revision,
                              py::object weight_generation,
                              py::object placement_set_id,
@@ -340,8 +328,8 @@ WeightPlacementPart MakePart(py::object resource_id, py::object revision,
                              const ParallelRank& rank, py::object tensors,
                              py::object fragments) {
   WeightPlacementPartSpec s;
-  s.header = MakeHeader(resource_id, revision, weight_generation,
-                        placement_set_id, "WeightPlacementPart");
+  s.header = ToHeader(resource_id, revision, weight_generation,
+                      placement_set_id, "WeightPlacementPart");
   s.topology_id = ToStr(topology_id, "WeightPlacementPart.topology_id");
   s.participant_id =
       ToStr(participant_id, "WeightPlacementPart.participant_id");

@@ -94,6 +94,18 @@ std::vector<std::string> ToStrings(py::handle value, std::string_view field) {
   return out;
 }
 
+PlacementHeader ToHeader(py::handle resource_id, py::handle revision,
+                         py::handle weight_generation,
+                         py::handle placement_set_id, std::string_view type) {
+  const std::string t(type);
+  PlacementHeader h;
+  h.resource_id = ToStr(resource_id, t + ".resource_id");
+  h.revision = ToStr(revision, t + ".revision");
+  h.weight_generation = ToU64(weight_generation, t + ".weight_generation");
+  h.placement_set_id = ToStr(placement_set_id, t + ".placement_set_id");
+  return h;
+}
+
 py::tuple DimsTuple(const Dims& dims) {
   py::tuple t(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) t[i] = py::int_(dims[i]);

@@ -32,6 +32,14 @@ Dims ToDims(pybind11::handle value, std::string_view field);
 std::vector<std::string> ToStrings(pybind11::handle value,
                                    std::string_view field);
 
+// The four header fields of a part or placement; `type` prefixes the
+// field names in errors ("WeightPlacementPart.revision ...").
+PlacementHeader ToHeader(pybind11::handle resource_id,
+                         pybind11::handle revision,
+                         pybind11::handle weight_generation,
+                         pybind11::handle placement_set_id,
+                         std::string_view type);
+
 // A list or tuple whose items are all instances of T (a bound class).
 template <typename T>
 std::vector<T> ToList(pybind11::handle value, std::string_view field,

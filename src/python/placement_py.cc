@@ -15,26 +15,13 @@ namespace {
 
 namespace py = pybind11;
 
-PlacementHeader HeaderOf(py::object resource_id, py::object revision,
-                         py::object weight_generation,
-                         py::object placement_set_id) {
-  PlacementHeader h;
-  h.resource_id = ToStr(resource_id, "WeightPlacementManifest.resource_id");
-  h.revision = ToStr(revision, "WeightPlacementManifest.revision");
-  h.weight_generation =
-      ToU64(weight_generation, "WeightPlacementManifest.weight_generation");
-  h.placement_set_id =
-      ToStr(placement_set_id, "WeightPlacementManifest.placement_set_id");
-  return h;
-}
-
 WeightPlacementManifest MakePlacement(
     py::object resource_id, py::object revision, py::object weight_generation,
     py::object placement_set_id, const ParallelTopology& topology,
     py::object parts, py::object placement_id) {
   WeightPlacementManifestSpec s{
-      .header =
-          HeaderOf(resource_id, revision, weight_generation, placement_set_id),
+      .header = ToHeader(resource_id, revision, weight_generation,
+                         placement_set_id, "WeightPlacementManifest"),
       .topology = topology,
       .parts = ToList<WeightPlacementPart>(
           parts, "WeightPlacementManifest.parts", "WeightPlacementPart"),
@@ -48,7 +35,8 @@ WeightPlacementManifest FromFragments(
     py::object placement_set_id, const ParallelTopology& topology,
     py::object tensors, py::object fragments) {
   return Unwrap(WeightPlacementManifest::FromFragments(
-      HeaderOf(resource_id, revision, weight_generation, placement_set_id),
+      ToHeader(resource_id, revision, weight_generation, placement_set_id,
+               "WeightPlacementManifest"),
       topology,
       ToList<TensorDescriptor>(tensors, "WeightPlacementManifest.tensors",
                                "TensorDescriptor"),
