@@ -123,6 +123,13 @@ void RegisterBindingManifest(py::module_& m) {
           },
           py::arg("text"))
       .def("to_json", &WeightRuntimeBindingToJson)
+      .def(py::pickle(
+          [](const B& b) {
+            return py::make_tuple(WeightRuntimeBindingToJson(b));
+          },
+          [](py::tuple t) {
+            return Unwrap(WeightRuntimeBindingFromJson(ToStr(t[0], "pickle")));
+          }))
       .def_property_readonly(
           "resource_kind",
           [](const B&) { return std::string(B::kResourceKind); })
@@ -205,6 +212,13 @@ void RegisterStoredManifest(py::module_& m) {
           },
           py::arg("text"))
       .def("to_json", &StoredWeightManifestToJson)
+      .def(py::pickle(
+          [](const S& s) {
+            return py::make_tuple(StoredWeightManifestToJson(s));
+          },
+          [](py::tuple t) {
+            return Unwrap(StoredWeightManifestFromJson(ToStr(t[0], "pickle")));
+          }))
       .def_property_readonly(
           "resource_kind",
           [](const S&) { return std::string(S::kResourceKind); })

@@ -142,6 +142,14 @@ void RegisterPlacement(py::module_& m) {
                   "bytes).")
       .def("to_json", &WeightPlacementToJson,
            "The canonical wire JSON (the bytes the digest hashes).")
+      // Pickled as its wire JSON, revalidated on load.
+      .def(py::pickle(
+          [](const WeightPlacementManifest& p) {
+            return py::make_tuple(WeightPlacementToJson(p));
+          },
+          [](py::tuple t) {
+            return Unwrap(WeightPlacementFromJson(ToStr(t[0], "pickle")));
+          }))
       .def("__eq__", [](const WeightPlacementManifest& a,
                         const WeightPlacementManifest& b) { return a == b; })
       .def("__hash__",
