@@ -14,6 +14,7 @@ naming the tensor, its participant and fragment.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
@@ -144,6 +145,50 @@ def host_view(obj: Any, what: str, writable: bool) -> HostView:
                     view.itemsize if typed else None, None, (obj, flat))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Fragment:
+    participant_id: str
+    placement_fragment_id: str
+    tensor_id: str
+    local_shape: Tuple[int, ...]
+    nbytes: int
+    dtype: str
+    itemsize: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Index:
+    by_id: Dict[str, _Fragment]
+    # participant -> tensor id -> its fragments of that tensor
+    by_participant: Dict[str, Dict[str, Tuple[_Fragment, ...]]]
+
+
+@functools.lru_cache(maxsize=16)
+def _index_of_digest(digest: str, placement) -> _Index:
+    del digest  # the cache key: equal digests are equal placements
+    by_id: Dict[str, _Fragment] = {}
+    by_participant: Dict[str, Dict[str, Tuple[_Fragment, ...]]] = {}
+    descriptors = {t.tensor_id: t for t in placement.tensors}
+    for part in placement.parts:
+        tensors: Dict[str, list] = {}
+        for f in part.fragments:
+            desc = descriptors[f.tensor_id]
+            frag = _Fragment(part.participant_id, f.placement_fragment_id,
+                             f.tensor_id, f.local_shape, f.nbytes, desc.dtype,
+                             desc.itemsize)
+            by_id[frag.placement_fragment_id] = frag
+            tensors.setdefault(f.tensor_id, []).append(frag)
+        by_participant[part.participant_id] = {
+            k: tuple(v) for k, v in tensors.items()}
+    return _Index(by_id, by_participant)
+
+
+def _index(placement) -> _Index:
+    """Every fragment of `placement` by id and by (participant, tensor),
+    built once per placement content."""
+    return _index_of_digest(placement.digest, placement)
+
+
 def fragment_views(placement, tensors: Mapping, side: str,
                    writable: bool) -> Tuple[Dict[str, Dict[str, int]], list]:
     """Resolves `tensors` to {participant: {fragment id: address}}.
@@ -156,64 +201,54 @@ def fragment_views(placement, tensors: Mapping, side: str,
     if not isinstance(tensors, Mapping):
         raise _error(f"{side} tensors must be a mapping, got "
                      f"{type(tensors).__name__}")
+    index = _index(placement)
     out: Dict[str, Dict[str, int]] = {}
     keep = []
     for key, value in tensors.items():
         if isinstance(value, Mapping):
-            part = placement.find_part(key)
-            if part is None:
+            if key not in index.by_participant:
                 raise _error(f"{side} tensors name participant '{key}', which "
                              "is not in the placement")
             for name, tensor in value.items():
-                frag = _fragment_of(part, name, side)
-                _add(out, keep, placement, part.participant_id, frag, tensor,
-                     side, writable)
+                frag = _fragment_of(index, key, name, side)
+                _add(out, keep, frag, tensor, side, writable)
         else:
-            frag = placement.find_fragment(key)
+            frag = index.by_id.get(key)
             if frag is None:
                 raise _error(f"{side} tensors name fragment '{key}', which is "
                              "not in the placement")
-            owner = _owner_of(placement, key)
-            _add(out, keep, placement, owner, frag, value, side, writable)
+            _add(out, keep, frag, value, side, writable)
     return out, keep
 
 
-def _fragment_of(part, name: str, side: str):
-    by_id = [f for f in part.fragments if f.placement_fragment_id == name]
-    if by_id:
-        return by_id[0]
-    of_tensor = [f for f in part.fragments if f.tensor_id == name]
+def _fragment_of(index: _Index, participant: str, name: str,
+                 side: str) -> _Fragment:
+    frag = index.by_id.get(name)
+    if frag is not None and frag.participant_id == participant:
+        return frag
+    of_tensor = index.by_participant[participant].get(name, ())
     if not of_tensor:
         raise _error(f"{side} tensor '{name}' of participant "
-                     f"'{part.participant_id}' matches no fragment of it")
+                     f"'{participant}' matches no fragment of it")
     if len(of_tensor) > 1:
         raise _error(f"{side} tensor '{name}' of participant "
-                     f"'{part.participant_id}' has {len(of_tensor)} fragments; "
+                     f"'{participant}' has {len(of_tensor)} fragments; "
                      "key them by placement fragment id")
     return of_tensor[0]
 
 
-def _owner_of(placement, fragment_id: str) -> str:
-    for part in placement.parts:
-        for f in part.fragments:
-            if f.placement_fragment_id == fragment_id:
-                return part.participant_id
-    raise _error(f"fragment '{fragment_id}' belongs to no part")
-
-
-def _add(out, keep, placement, participant: str, frag, tensor, side: str,
+def _add(out, keep, frag: _Fragment, tensor, side: str,
          writable: bool) -> None:
-    what = (f"{side} tensor '{frag.tensor_id}' (participant '{participant}', "
-            f"fragment {frag.placement_fragment_id})")
+    what = (f"{side} tensor '{frag.tensor_id}' (participant "
+            f"'{frag.participant_id}', fragment {frag.placement_fragment_id})")
     view = host_view(tensor, what, writable)
-    desc = placement.find_tensor(frag.tensor_id)
-    if view.itemsize is not None and view.itemsize != desc.itemsize:
+    if view.itemsize is not None and view.itemsize != frag.itemsize:
         raise _error(f"{what} has itemsize {view.itemsize}; the placement "
-                     f"declares {desc.dtype} with itemsize {desc.itemsize}")
-    want = canonical_dtype(desc.dtype)
+                     f"declares {frag.dtype} with itemsize {frag.itemsize}")
+    want = canonical_dtype(frag.dtype)
     if want is not None and view.dtype is not None and view.dtype != want:
         raise _error(f"{what} has dtype {view.dtype}; the placement declares "
-                     f"{desc.dtype}")
+                     f"{frag.dtype}")
     if view.nbytes < frag.nbytes:
         raise _error(f"{what} is too small: {view.nbytes} bytes for a "
                      f"fragment of {frag.nbytes} bytes (shape "
@@ -223,5 +258,6 @@ def _add(out, keep, placement, participant: str, frag, tensor, side: str,
                      f"bytes for {frag.nbytes} (shape {frag.local_shape})")
     if view.address == 0:
         raise _error(f"{what} has no storage (address 0)")
-    out.setdefault(participant, {})[frag.placement_fragment_id] = view.address
+    out.setdefault(frag.participant_id, {})[frag.placement_fragment_id] = \
+        view.address
     keep.append(view.keepalive)
