@@ -4,7 +4,7 @@
   holds (stage-local names ``decoder.layers.<j>...``; TP column/row
   parallel linears, vocab-parallel embedding and output layer, layer norms
   replicated over TP, PP stages owning their layers, grouped experts split
-  over EP, and over TP inside each expert) and their layouts for
+  over EP) and their layouts for
   ``reshard.torch.build_part``.
 * ``engine_rank``: the parameters one rank of an inference engine holds
   (global names ``model.layers.<i>...``; TP for the dense weights, EP for
@@ -61,9 +61,10 @@ def megatron_rank(rank: reshard.ParallelRank, *, tp: int, pp: int, ep: int,
 
     Dense weights: Split over TP, Replicated over EP (the EP ranks are
     data parallel for them), Ownership over PP. Experts: grouped tensors
-    split over EP on dim 0 and over TP inside each expert (expert tensor
-    parallelism = TP), unless `ep_folded_on_tp`: EP is folded onto the TP
-    ranks (ranks with ep == tp) and experts are not split over TP.
+    split over EP on dim 0, whole experts (expert tensor parallelism 1)
+    replicated over the TP ranks; with `ep_folded_on_tp` EP is folded onto
+    the TP ranks instead (ranks with ep == tp, TP undeclared on experts and
+    EP undeclared on dense weights: each follows the other).
     """
     per_stage = layers // pp
     first = rank.pp * per_stage
@@ -95,22 +96,15 @@ def megatron_rank(rank: reshard.ParallelRank, *, tp: int, pp: int, ep: int,
         add(m + "self_attention.linear_proj.weight",
             g + "self_attn.o_proj.weight", dense + [Split("tp", 1)],
             (h, h // t))
-        if ep_folded_on_tp:
-            add(m + "mlp.experts.linear_fc1.weight",
-                g + "mlp.experts.w13_weight",
-                [Ownership("pp"), Split("ep", 0)], (e_local, 2 * FFN, h))
-            add(m + "mlp.experts.linear_fc2.weight",
-                g + "mlp.experts.w2_weight",
-                [Ownership("pp"), Split("ep", 0)], (e_local, h, FFN))
-        else:
-            add(m + "mlp.experts.linear_fc1.weight",
-                g + "mlp.experts.w13_weight",
-                [Ownership("pp"), Split("ep", 0), Split("tp", 1)],
-                (e_local, 2 * FFN // t, h))
-            add(m + "mlp.experts.linear_fc2.weight",
-                g + "mlp.experts.w2_weight",
-                [Ownership("pp"), Split("ep", 0), Split("tp", 2)],
-                (e_local, h, FFN // t))
+        # Grouped experts: rank r of EP holds experts [r*E/ep, (r+1)*E/ep),
+        # each whole (expert tensor parallelism 1): w13 is [gate; up] per
+        # expert, as inference engines fuse it.
+        experts = [Ownership("pp"), Split("ep", 0)] + (
+            [] if ep_folded_on_tp else [Replicated("tp")])
+        add(m + "mlp.experts.linear_fc1.weight", g + "mlp.experts.w13_weight",
+            experts, (e_local, 2 * FFN, h))
+        add(m + "mlp.experts.linear_fc2.weight", g + "mlp.experts.w2_weight",
+            experts, (e_local, h, FFN))
     if rank.pp == pp - 1:
         add("decoder.final_layernorm.weight", "model.norm.weight",
             dense + [Replicated("tp")], (h,))

@@ -27,8 +27,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import queue
 import sys
 import tempfile
+import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -132,11 +134,17 @@ def main(argv=None) -> int:
         for p in procs:
             p.start()
         out = {}
+        deadline = time.monotonic() + args.timeout * (args.steps + 3)
         try:
-            for _ in procs:
-                rank, status, value = results.get(
-                    timeout=args.timeout * (args.steps + 3))
-                out[rank] = (status, value)
+            while len(out) < ranks and time.monotonic() < deadline:
+                try:
+                    rank, status, value = results.get(timeout=0.5)
+                    out[rank] = (status, value)
+                except queue.Empty:  # a rank that died without a word
+                    dead = [r for r, p in enumerate(procs) if r not in out
+                            and p.exitcode not in (None, 0)]
+                    for r in dead:
+                        out[r] = ("error", f"exited with {procs[r].exitcode}")
         finally:
             for p in procs:
                 p.join(timeout=args.timeout)

@@ -146,6 +146,9 @@ def as_shard(value: Any, name: str) -> Shard:
     """A layout value as a Shard: a Shard, one axis rule or a sequence of
     axis rules (``[]``: the whole tensor, with the default axes only)."""
     if isinstance(value, Shard):
+        if isinstance(value.axes, (Split, Replicated, Ownership,
+                                   _reshard.ParallelAxis)):
+            return dataclasses.replace(value, axes=(value.axes,))
         return value
     if value is None:
         raise _error(f"tensor '{name}' has no layout: give its split axes "
@@ -170,10 +173,11 @@ def participant_name(rank: _reshard.ParallelRank) -> str:
 
 
 def grid_ranks(*, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1,
-               order: str = "tp-ep-pp-dp") -> List[_reshard.ParallelRank]:
+               order: str = "tp-ep-dp-pp") -> List[_reshard.ParallelRank]:
     """Every rank of the Cartesian grid, in process order: the first axis
-    of `order` varies fastest (Megatron: ``tp-ep-pp-dp`` puts TP peers on
-    consecutive processes). ``grid_ranks(...)[i]`` is process i's rank."""
+    of `order` varies fastest (the default is Megatron's ``tp-cp-ep-dp-pp``
+    without CP: TP peers on consecutive processes, PP stages outermost).
+    ``grid_ranks(...)[i]`` is process i's rank."""
     kinds = order.split("-")
     if sorted(kinds) != sorted(KINDS):
         raise _error(f"order {order!r} must name each of dp, pp, ep, tp once")

@@ -93,8 +93,8 @@ def test_pp_stage_ownership_is_the_scenario(data_dir, pp, side):
                              make, f"pp_routing_2_to_4-{side}",
                              layout_fingerprint="hidden:v1")
     assert_is_scenario(data_dir, placement, f"pp_routing_2_to_4_{side}")
-    assert sorted(parts[-1].tensors) == [f"layers.{3 - i}.weight"
-                                         for i in reversed(range(per_stage))]
+    assert sorted(parts[-1].tensors) == [f"layers.{i}.weight"
+                                         for i in range(4 - per_stage, 4)]
 
 
 @pytest.mark.parametrize("ep,side", [(8, "source"), (2, "target")])
@@ -329,6 +329,44 @@ def test_bind_and_reshard_tp2_to_dp2_byte_exact():
         assert torch.equal(p.tensors["a"], pattern((6, 4), (0, 0), (6, 4)))
         assert torch.equal(p.tensors["b"], pattern((2, 10), (0, 0), (2, 10),
                                                    torch.int16))
+
+
+def test_fused_local_tensor_as_views_of_separate_global_tensors():
+    # An engine's fused gate_up_proj [gate_r; up_r] on TP rank r holds
+    # shards of two global tensors: described as two views of its storage,
+    # it loads from a trainer that keeps gate and up apart.
+    F, H = 4, 3
+    src_topology, dst_topology = rt.grid_topology(), rt.grid_topology(tp=2)
+    src = rt.build_part(
+        {"gate": pattern((F, H), (0, 0), (F, H)),
+         "up": pattern((F, H), (0, 0), (F, H)) + 1000},
+        {"gate": Shard(tensor_id="mlp.gate_proj.weight"),
+         "up": Shard(tensor_id="mlp.up_proj.weight")},
+        topology=src_topology, rank=reshard.ParallelRank(),
+        placement_set_id="trainer", **HEADER)
+    fused = {r.tp: torch.full((F, H), -1, dtype=torch.int32)
+             for r in rt.grid_ranks(tp=2)}
+    dst = [rt.build_part(
+        {"gate": fused[r.tp][:F // 2], "up": fused[r.tp][F // 2:]},
+        {"gate": Shard([Split("tp", 0)], tensor_id="mlp.gate_proj.weight"),
+         "up": Shard([Split("tp", 0)], tensor_id="mlp.up_proj.weight")},
+        topology=dst_topology, rank=r, placement_set_id="engine", **HEADER)
+        for r in rt.grid_ranks(tp=2)]
+    assert dst[1].tensors["mlp.up_proj.weight"].data_ptr() == \
+        fused[1].data_ptr() + F // 2 * H * 4
+    source = rt.placement_of([src], src_topology)
+    target = rt.placement_of(dst, dst_topology)
+    for p in dst:
+        reshard.validate_runtime_binding(target, p.bind(target))
+    targets = {}
+    for p in dst:
+        targets.update(p.by_participant())
+    reshard.reshard(source, src.by_participant(), target, targets)
+    for r in (0, 1):
+        rows = slice(r * F // 2, (r + 1) * F // 2)
+        assert torch.equal(fused[r], torch.cat([
+            pattern((F, H), (0, 0), (F, H))[rows],
+            pattern((F, H), (0, 0), (F, H))[rows] + 1000]))
 
 
 def test_bind_refuses_a_placement_without_the_part():
