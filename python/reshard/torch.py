@@ -71,7 +71,7 @@ __all__ = [
     "Ownership", "RankPart", "Replicated", "Shard", "Split", "assemble",
     "build_part", "dtype_name", "gather_placement", "grid_ranks",
     "grid_topology", "participant_name", "part_from_json", "part_to_json",
-    "topology_from_ranks",
+    "placement_of", "topology_from_ranks",
 ]
 
 
@@ -196,5 +196,3 @@ def placement_of(parts: Iterable[Any], topology: _reshard.ParallelTopology
     return assemble([p.part if isinstance(p, RankPart) else p for p in parts],
                     topology)
 
-
-__all__.append("placement_of")
