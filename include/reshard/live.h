@@ -124,6 +124,15 @@ Result<LiveReport> RunLiveReshard(RecordStore& rendezvous,
                                   const LiveBindings& bindings,
                                   const LiveSessionOptions& options);
 
+// Records that `rank` gives up on `session` without running (or before
+// finishing) RunLiveReshard, for example because its own inputs were
+// invalid: every other rank of the session then stops with "live session
+// S aborted by rank R: <reason>" instead of waiting for it until the
+// timeout, and no target becomes ready. Put-once: if the rank already
+// recorded an abort, its first reason stands and this returns OK.
+Status AbortLiveSession(RecordStore& rendezvous, std::string_view session,
+                        uint32_t rank, const Status& reason);
+
 }  // namespace reshard
 
 #endif  // RESHARD_LIVE_H_

@@ -163,20 +163,32 @@ class LiveSession:
     def update(self, sources: Optional[Mapping] = None,
                targets: Optional[Mapping] = None) -> Report:
         """One update: {participant: {tensor id: tensor}} of the source and
-        target participants this process hosts."""
-        src, keep_src = fragment_views(self.source, sources or {}, "source",
-                                       False)
-        dst, keep_dst = fragment_views(self.target, targets or {}, "target",
-                                       True)
+        target participants this process hosts.
+
+        The step advances whether or not the update succeeds, so that every
+        process stays on the same session key: a process whose own tensors
+        are refused records an abort for this step (its peers fail at once,
+        naming it) and raises; the next update is a fresh step for all.
+        """
         self.step += 1
+        session = f"{self.name}.{self.step:06d}"
+        try:
+            src, keep_src = fragment_views(self.source, sources or {},
+                                           "source", False)
+            dst, keep_dst = fragment_views(self.target, targets or {},
+                                           "target", True)
+        except Exception as error:
+            _reshard.abort_live(self.rendezvous, session, self.rank,
+                                f"rank {self.rank} refused its tensors: "
+                                f"{error}")
+            raise
         options = dict(instance_id=self.instance_id, generation=self.step,
                        lease_id=f"{self.name}.{self.step}")
         report = _reshard.run_live(
             self.rendezvous, self.source, self.target, src, dst,
-            session=f"{self.name}.{self.step:06d}", rank=self.rank,
-            ranks=self.ranks, timeout=self.timeout,
-            max_in_flight=self.max_in_flight, protocol=self.protocol,
-            options=options, ucx_tls=self.ucx_tls)
+            session=session, rank=self.rank, ranks=self.ranks,
+            timeout=self.timeout, max_in_flight=self.max_in_flight,
+            protocol=self.protocol, options=options, ucx_tls=self.ucx_tls)
         del keep_src, keep_dst
         report["step"] = self.step
         return Report(report)

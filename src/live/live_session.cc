@@ -642,6 +642,16 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
   return rank.report();
 }
 
+Status AbortLiveSession(RecordStore& rendezvous, std::string_view session,
+                        uint32_t rank, const Status& reason) {
+  const std::string key =
+      std::string(session) + "/abort/" + std::to_string(rank);
+  RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
+  const Status put =
+      rendezvous.Put(key, internal::EncodeAbortRecord(rank, reason.ToString()));
+  return put.IsAlreadyExists() ? Status::OK() : put;
+}
+
 Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {
   std::string_view path = uri;
   if (uri.starts_with("fs://")) {

@@ -37,6 +37,7 @@ namespace {
 
 using ::reshard::testing::Must;
 using ::reshard::testing::ReadTestData;
+using ::reshard::testing::StatusIs;
 using ::reshard::testing::WithBindingChanges;
 using ::testing::HasSubstr;
 
@@ -345,6 +346,43 @@ TEST(LiveSessionTest, MissingPeerTimesOut) {
                                              "lonely/abort/0", 0)),
             error);
   EXPECT_TRUE(Must(store->List("lonely/ready/")).empty());
+}
+
+// A rank that gives up before running (its own inputs were invalid)
+// records an abort; its peer stops at once naming it instead of waiting
+// for the timeout, and no target is marked ready.
+TEST(LiveSessionTest, AbortBeforeJoiningStopsPeersPromptly) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  ASSERT_OK(AbortLiveSession(*store, "gave-up", 1,
+                             Status::InvalidArgument("bad target tensor")));
+  // Put-once: a second abort keeps the first reason and is not an error.
+  ASSERT_OK(AbortLiveSession(*store, "gave-up", 1,
+                             Status::Internal("second reason")));
+  EXPECT_EQ(Must(internal::DecodeAbortRecord(
+                Must(store->Get("gave-up/abort/1")), "gave-up/abort/1", 1)),
+            "InvalidArgument: bad target tensor");
+  EXPECT_THAT(AbortLiveSession(*store, "bad/../key", 1, Status::Internal("x")),
+              StatusIs(StatusCode::kInvalidArgument));
+  SelfTestOptions o = Ucx({}, 2);
+  o.rendezvous = dir.path();
+  o.session = "gave-up";
+  o.rank = 0;
+  o.timeout = std::chrono::milliseconds(20000);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string error = InChild([&] {
+    auto report = RunSelfTest(source, target, o);
+    return report.ok() ? std::string("ok") : report.status().ToString();
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_THAT(error, HasSubstr("live session gave-up aborted by rank 1: "
+                               "InvalidArgument: bad target tensor"));
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(Must(store->List("gave-up/ready/")).empty());
 }
 
 // Running the same launcher command twice used to print the first run's

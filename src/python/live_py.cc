@@ -138,6 +138,22 @@ void RegisterRendezvous(py::module_& m) {
 
 void RegisterLive(py::module_& m) {
   RegisterRendezvous(m);
+  m.def(
+      "abort_live",
+      [](py::object rendezvous, py::object session, py::object rank,
+         py::object reason) {
+        const std::string uri = ToStr(rendezvous, "rendezvous");
+        const std::string s = ToStr(session, "session");
+        const uint32_t r = static_cast<uint32_t>(ToU64(rank, "rank"));
+        const std::string why = ToStr(reason, "reason");
+        py::gil_scoped_release release;
+        auto store = Unwrap(OpenRendezvous(uri));
+        ThrowIfError(AbortLiveSession(*store, s, r, Status::Aborted(why)));
+      },
+      py::arg("rendezvous"), py::arg("session"), py::arg("rank"),
+      py::arg("reason"),
+      "Records that `rank` gives up on `session` (AbortLiveSession): its "
+      "peers stop naming it instead of waiting for the timeout.");
   m.def("run_live", &RunLive, py::arg("rendezvous"), py::arg("source"),
         py::arg("target"), py::arg("sources"), py::arg("targets"),
         py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),

@@ -1,0 +1,95 @@
+"""LiveSession between two processes over UCX: every update byte-exact,
+and a rank whose own tensors are refused fails that step for everybody at
+once without desynchronising later steps."""
+import multiprocessing as mp
+import os
+
+import torch
+
+import reshard
+
+SCENARIO = os.path.join(os.environ.get("RESHARD_TEST_DATA", ""), "scenarios",
+                        "cross_dim_ep2_to_tp2_{}.json")
+
+
+def _load(side):
+    with open(SCENARIO.format(side)) as f:
+        return reshard.Placement.from_json(f.read())
+
+
+def _box(placement, frag, step):
+    """The fragment's slice of a global tensor whose element i is
+    (i + 7 * step) mod 251, as bfloat16 (exact for these integers)."""
+    desc = placement.find_tensor(frag.tensor_id)
+    n = 1
+    for extent in desc.global_shape:
+        n *= extent
+    full = ((torch.arange(n) + 7 * step) % 251).to(torch.bfloat16)
+    full = full.reshape(desc.global_shape)
+    index = tuple(slice(o, o + s) for o, s in
+                  zip(frag.global_offset, frag.local_shape))
+    return full[index].contiguous()
+
+
+def _rank(rank, rendezvous, bad_step, results):
+    src, dst = _load("source"), _load("target")
+    spart, tpart = src.parts[rank], dst.parts[rank]
+    session = reshard.LiveSession(rendezvous, "steps", rank=rank, ranks=2,
+                                  source=src, target=dst, timeout=20)
+    targets = {f.placement_fragment_id: torch.zeros(f.local_shape,
+                                                    dtype=torch.bfloat16)
+               for f in tpart.fragments}
+    outcome = []
+    for step in (1, 2, 3):
+        sources = {spart.participant_id: {
+            f.tensor_id: _box(src, f, step) for f in spart.fragments}}
+        given = dict(targets)
+        if step == bad_step and rank == 1:
+            first = next(iter(given))
+            given[first] = torch.zeros(3, dtype=torch.bfloat16)
+        try:
+            report = session.update(sources, {tpart.participant_id: {
+                dst.find_fragment(k).tensor_id: v for k, v in given.items()}})
+        except reshard.Error as e:
+            outcome.append((step, type(e).__name__, str(e)))
+            continue
+        ok = all(torch.equal(targets[f.placement_fragment_id],
+                             _box(dst, f, step)) for f in tpart.fragments)
+        outcome.append((step, "ok" if ok and report.ready else "WRONG",
+                        report.step))
+    results.put((rank, outcome))
+
+
+def _run(tmp_path, bad_step):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, str(tmp_path), bad_step,
+                                             results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    out = dict(results.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return out
+
+
+def test_three_updates_each_checked(tmp_path):
+    out = _run(tmp_path, bad_step=None)
+    for rank in (0, 1):
+        assert out[rank] == [(1, "ok", 1), (2, "ok", 2), (3, "ok", 3)]
+
+
+def test_refused_tensor_fails_the_step_everywhere_and_next_step_works(
+        tmp_path):
+    out = _run(tmp_path, bad_step=2)
+    assert out[0][0] == (1, "ok", 1) and out[1][0] == (1, "ok", 1)
+    step, kind, message = out[1][1]
+    assert (step, kind) == (2, "InvalidArgumentError")
+    assert "target tensor" in message and "is too small: 6 bytes" in message
+    step, kind, message = out[0][1]
+    assert step == 2 and kind in ("AbortedError", "UnavailableError",
+                                  "FailedPreconditionError")
+    assert "aborted by rank 1" in message
+    assert "rank 1 refused its tensors" in message
+    assert out[0][2] == (3, "ok", 3) and out[1][2] == (3, "ok", 3)
