@@ -142,17 +142,21 @@ def test_parallel_rank_rejects(kw, message):
 
 def test_axes_fields_and_rules():
     assert SplitAxis("tp", 1) == SplitAxis(kind="tp", dim=1)
-    assert (ReplicatedAxis("dp").kind, OwnershipAxis("ep").kind) == ("dp", "ep")
+    assert ReplicatedAxis("dp").kind == "dp"
+    assert OwnershipAxis("ep").kind == "ep"
     assert [f.name for f in dataclasses.fields(SplitAxis)] == ["kind", "dim"]
     for make, message in (
-            (lambda: ReplicatedAxis("xp"), "unsupported parallel axis kind: xp"),
+            (lambda: ReplicatedAxis("xp"),
+             "unsupported parallel axis kind: xp"),
             (lambda: OwnershipAxis(""), "must be a non-empty string"),
             (lambda: SplitAxis("dp", 0), "dp cannot use split semantics"),
             (lambda: SplitAxis("pp", 0), "pp cannot use split semantics"),
             (lambda: SplitAxis("ep", 1),
              "EP must split the leading logical expert dimension"),
-            (lambda: SplitAxis("tp", True), "split axis dim must be an integer"),
-            (lambda: SplitAxis("tp", -1), "split axis dim must be at least 0")):
+            (lambda: SplitAxis("tp", True),
+             "split axis dim must be an integer"),
+            (lambda: SplitAxis("tp", -1),
+             "split axis dim must be at least 0")):
         with pytest.raises(ValueError, match=message):
             make()
 
@@ -186,7 +190,8 @@ def test_tensor_descriptor_normalises():
      "parallel_axes must not contain duplicate kinds"),
     ({"axes": (SplitAxis("tp", 0), SplitAxis("ep", 0))},
      "split axes must not share a dimension"),
-    ({"shard": (1,)}, "parallel axis split dimensions conflict with shard_dims"),
+    ({"shard": (1,)},
+     "parallel axis split dimensions conflict with shard_dims"),
     ({"axes": (SplitAxis("ep", 0),), "expert_id": 3},
      "an individually allocated expert requires explicit EP ownership"),
     ({"axes": ("tp",)}, "parallel_axes must contain explicit axis values"),
@@ -204,7 +209,8 @@ def test_tensor_descriptor_rules(kw, message):
     ("dtype", "", "dtype must be a non-empty string"),
     ("itemsize", True, "itemsize must be an integer"),
     ("itemsize", 0, "itemsize must be at least 1"),
-    ("layout_fingerprint", "", "layout_fingerprint must be a non-empty string"),
+    ("layout_fingerprint", "",
+     "layout_fingerprint must be a non-empty string"),
 ])
 def test_tensor_descriptor_scalars(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -238,7 +244,8 @@ def test_placement_fragment_canonical_id_and_fields():
     explicit = PlacementFragment("w", (0, 0), (2, 6), 24, R(),
                                  placement_fragment_id="frag-0")
     assert explicit.fragment_id == "frag-0"
-    assert dataclasses.replace(F0) == F0 and hash(dataclasses.replace(F0)) == hash(F0)
+    copy = dataclasses.replace(F0)
+    assert copy == F0 and hash(copy) == hash(F0)
     assert F0.to_native().placement_fragment_id == F0.placement_fragment_id
     assert [f.name for f in dataclasses.fields(PlacementFragment)][:7] == [
         "tensor_id", "global_offset", "local_shape", "nbytes", "rank",
@@ -262,7 +269,8 @@ def test_placement_fragment_canonical_id_and_fields():
      "rank must be a ParallelRank"),
     (("w", (-1, 0), (2, 6), 24, R()), {}, "global_offset must be at least 0"),
     (("w", (0, 0), (0, 6), 24, R()), {}, "local_shape must be at least 1"),
-    (("", (0, 0), (2, 6), 24, R()), {}, "tensor_id must be a non-empty string"),
+    (("", (0, 0), (2, 6), 24, R()), {},
+     "tensor_id must be a non-empty string"),
     (("w", (0, 0), (2, 6), 24, R()), {"placement_fragment_id": ""},
      "placement_fragment_id must be a non-empty string"),
     (("w", (0,), (2, 6), 24, R()), {}, "fragment rank mismatch"),
@@ -408,9 +416,11 @@ def test_part_sorts_and_may_be_empty():
      "placement part contains an unreferenced tensor: x"),
     (lambda: part("p0", R(), [frag((3, 0), (2, 6), R())]),
      "fragment is out of bounds"),
-    (lambda: part("p0", R(), [PlacementFragment("w", (0, 0), (2, 6), 23, R())]),
+    (lambda: part("p0", R(),
+                  [PlacementFragment("w", (0, 0), (2, 6), 23, R())]),
      "fragment byte size mismatch: .*: expected 24, got 23"),
-    (lambda: part("p0", R(), [frag((0,), (2,), R())]), "fragment rank mismatch"),
+    (lambda: part("p0", R(), [frag((0,), (2,), R())]),
+     "fragment rank mismatch"),
     (lambda: part("p0", R(), [F0], tensors=(T, T)), "duplicate tensor_id"),
     (lambda: part("p0", R(), [F0], tensors=()), "unknown tensor_id"),
     (lambda: part("p0", R(), [F0, frag((0, 0), (2, 6), R(),
@@ -425,7 +435,8 @@ def test_part_sorts_and_may_be_empty():
      "weight_generation must fit in an unsigned 64-bit integer"),
     (lambda: part("p0", R(), [F0], revision=""),
      "revision must be a non-empty string"),
-    (lambda: part("p0", (0,), [F0]), "placement part rank must be a ParallelRank"),
+    (lambda: part("p0", (0,), [F0]),
+     "placement part rank must be a ParallelRank"),
     (lambda: part("p0", R(), [object()]),
      "WeightPlacementPart fragments must contain PlacementFragment"),
 ])
@@ -464,8 +475,8 @@ def undeclared(kind):
     (lambda: manifest([P0, part("p1", R(tp=1), [frag((2, 0), (1, 6),
                                                       R(tp=1))])]),
      "global placement tensor is not fully covered: w"),
-    (lambda: manifest([P0, part("p1", R(tp=1), [F1],
-                                tensors=(dataclasses.replace(T, dtype="fp16"),))]),
+    (lambda: manifest([P0, part("p1", R(tp=1), [F1], tensors=(
+        dataclasses.replace(T, dtype="fp16"),))]),
      "placement part tensor descriptor mismatch: w"),
     (lambda: manifest([P0, P1], placement_id="sha256:" + "0" * 64),
      "placement_id does not match canonical logical content"),
@@ -565,7 +576,8 @@ def test_fixture_placements_round_trip(fixtures):
 
 
 def test_stage_fragments_round_trip(data_dir):
-    text = (data_dir / "scenarios" / "virtual_pp_stages_source.json").read_text()
+    path = data_dir / "scenarios" / "virtual_pp_stages_source.json"
+    text = path.read_text()
     p = weight_placement_from_json(text)
     stages = sorted(f.pipeline_stage_id for f in p.fragments)
     assert stages == [0, 0, 1, 1]
@@ -591,7 +603,8 @@ def test_json_decoder_rules(fixtures):
                           '"x":'), "non-finite JSON number is unsupported"),
             (text.replace(kind, '"resource_kind":"kv_cache"'),
              "placement manifest resource_kind must be model_weight"),
-            (text.replace(kind + ",", ""), "schema fields do not match contract")):
+            (text.replace(kind + ",", ""),
+             "schema fields do not match contract")):
         with pytest.raises(ValueError, match=message):
             weight_placement_from_json(bad)
     for mutate, message in (

@@ -96,7 +96,8 @@ def normalize_aliases(value, tensor_id):
     aliases = tuple(sorted(aliases))
     if aliases:
         if len(aliases) < 2:
-            raise ValueError("alias group must contain at least two tensor IDs")
+            raise ValueError(
+                "alias group must contain at least two tensor IDs")
         if tensor_id not in aliases:
             raise ValueError("alias group must contain the fragment tensor_id")
     return aliases
@@ -117,9 +118,9 @@ def trusted(cls, native, fields):
     `native` cached, without running its validation: for values the native
     library has already validated (decoded JSON, planner output)."""
     obj = object.__new__(cls)
-    for key, value in fields.items():
-        object.__setattr__(obj, key, value)
-    object.__setattr__(obj, "_native", native)
+    # Frozen dataclasses without slots keep their fields in __dict__.
+    obj.__dict__.update(fields)
+    obj.__dict__["_native"] = native
     return obj
 
 

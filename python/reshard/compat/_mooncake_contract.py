@@ -350,7 +350,8 @@ class TopologyParticipant(NativeBacked):
     def __post_init__(self):
         require_str(self.participant_id, "participant_id")
         if not isinstance(self.rank, ParallelRank):
-            raise ValueError("topology participant rank must be a ParallelRank")
+            raise ValueError(
+                "topology participant rank must be a ParallelRank")
         object.__setattr__(self, "_native", self._build_native())
 
     def _build_native(self):
@@ -380,7 +381,8 @@ class ParallelTopology(NativeBacked):
         items = require_items(participants, "ParallelTopology participants",
                               TopologyParticipant)
         if not items:
-            raise ValueError("parallel topology participants must not be empty")
+            raise ValueError(
+                "parallel topology participants must not be empty")
         if topology_id is not None:
             require_str(topology_id, "topology_id")
         items = tuple(sorted(items, key=lambda p: p.participant_id))

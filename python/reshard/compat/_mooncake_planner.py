@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Optional, Tuple, TypeVar
 
 from reshard import _reshard as _R
-from reshard.compat._checks import canonical_strides, require_str
+from reshard.compat._checks import require_str
 from reshard.compat._mooncake_contract import (
     OwnershipAxis,
     ParallelRank,
@@ -70,21 +70,29 @@ def region_geometry(source, target, overlap_offset, overlap_shape, itemsize):
     sides' byte stride of d equals the bytes merged so far; the remaining
     leading dimensions are the outer loops, one per dimension (extent-1
     dimensions included), never merged with each other."""
-    s_strides = canonical_strides(source.local_shape, itemsize)
-    t_strides = canonical_strides(target.local_shape, itemsize)
-    s_base = sum((o - b) * s for o, b, s in
-                 zip(overlap_offset, source.global_offset, s_strides))
-    t_base = sum((o - b) * s for o, b, s in
-                 zip(overlap_offset, target.global_offset, t_strides))
-    first = len(overlap_shape) - 1
+    ndim = len(overlap_shape)
+    s_shape, t_shape = source.local_shape, target.local_shape
+    s_off, t_off = source.global_offset, target.global_offset
+    s_strides = [0] * ndim
+    t_strides = [0] * ndim
+    s_base = t_base = 0
+    s_run = t_run = itemsize
+    for d in range(ndim - 1, -1, -1):
+        s_strides[d] = s_run
+        t_strides[d] = t_run
+        s_base += (overlap_offset[d] - s_off[d]) * s_run
+        t_base += (overlap_offset[d] - t_off[d]) * t_run
+        s_run *= s_shape[d]
+        t_run *= t_shape[d]
+    first = ndim - 1
     inner = overlap_shape[-1] * itemsize
-    for d in range(len(overlap_shape) - 2, -1, -1):
+    for d in range(ndim - 2, -1, -1):
         if s_strides[d] != inner or t_strides[d] != inner:
             break
         inner *= overlap_shape[d]
         first = d
     return (s_base, t_base, inner, tuple(overlap_shape[:first]),
-            s_strides[:first], t_strides[:first])
+            tuple(s_strides[:first]), tuple(t_strides[:first]))
 
 
 def _contains(offset, shape, inner_offset, inner_shape):
@@ -135,7 +143,8 @@ class TransferRegion(Generic[_SourceT, _TargetT]):
                 raise ValueError(
                     f"transfer region {name} must contain integers") from error
             if any(type(v) is not int for v in value):
-                raise ValueError(f"transfer region {name} must contain integers")
+                raise ValueError(
+                    f"transfer region {name} must contain integers")
             object.__setattr__(self, name, value)
         if not self.tensor_id:
             raise ValueError("transfer region tensor_id must not be empty")
@@ -168,14 +177,16 @@ class TransferRegion(Generic[_SourceT, _TargetT]):
             if type(getattr(self, name)) is not int:
                 raise ValueError(f"transfer region {name} must be an integer")
         if self.source_base_offset < 0 or self.target_base_offset < 0:
-            raise ValueError("transfer region base offsets must be non-negative")
+            raise ValueError(
+                "transfer region base offsets must be non-negative")
         if self.inner_bytes <= 0:
             raise ValueError("transfer region inner_bytes must be positive")
         if not (len(self.outer_loop_counts) == len(self.source_strides)
                 == len(self.target_strides)):
             raise ValueError("transfer region outer loop rank mismatch")
         if any(c <= 0 for c in self.outer_loop_counts):
-            raise ValueError("transfer region outer loop counts must be positive")
+            raise ValueError(
+                "transfer region outer loop counts must be positive")
         if (any(s < 0 for s in self.source_strides)
                 or any(s < 0 for s in self.target_strides)):
             raise ValueError("transfer region strides must be non-negative")
@@ -183,7 +194,8 @@ class TransferRegion(Generic[_SourceT, _TargetT]):
     def _check_geometry(self):
         itemsize = fragment_itemsize(self.source)
         if fragment_itemsize(self.target) != itemsize:
-            raise ValueError("transfer region source and target itemsize differ")
+            raise ValueError(
+                "transfer region source and target itemsize differ")
         s_base, t_base, inner, counts, s_strides, t_strides = region_geometry(
             self.source, self.target, self.overlap_offset, self.overlap_shape,
             itemsize)
@@ -191,9 +203,11 @@ class TransferRegion(Generic[_SourceT, _TargetT]):
             raise ValueError(
                 "transfer region loop geometry does not match overlap")
         if self.source_base_offset != s_base:
-            raise ValueError("transfer region source base offset is inconsistent")
+            raise ValueError(
+                "transfer region source base offset is inconsistent")
         if self.target_base_offset != t_base:
-            raise ValueError("transfer region target base offset is inconsistent")
+            raise ValueError(
+                "transfer region target base offset is inconsistent")
         if (self.inner_bytes, self.outer_loop_counts, self.source_strides,
                 self.target_strides) != (inner, counts, s_strides, t_strides):
             raise ValueError("transfer region loop geometry is not canonical")
@@ -297,20 +311,21 @@ LogicalTransferOperation = TransferRegion
 LogicalTransferRegion = TransferRegion
 
 
+_REGION_FIELDS = ("tensor_id", "source", "target", "overlap_offset",
+                  "overlap_shape", "source_base_offset", "target_base_offset",
+                  "inner_bytes", "outer_loop_counts", "source_strides",
+                  "target_strides")
+
+
 def _region(tensor_id, source, target, overlap_offset, overlap_shape,
             itemsize):
     """A canonical region built without re-validation (planner output)."""
     region = object.__new__(TransferRegion)
-    geometry = region_geometry(source, target, overlap_offset, overlap_shape,
-                               itemsize)
-    for key, value in zip(
-            ("tensor_id", "source", "target", "overlap_offset",
-             "overlap_shape", "source_base_offset", "target_base_offset",
-             "inner_bytes", "outer_loop_counts", "source_strides",
-             "target_strides"),
-            (tensor_id, source, target, tuple(overlap_offset),
-             tuple(overlap_shape)) + geometry):
-        object.__setattr__(region, key, value)
+    # A frozen dataclass without slots keeps its fields in __dict__.
+    region.__dict__.update(zip(_REGION_FIELDS, (
+        tensor_id, source, target, tuple(overlap_offset),
+        tuple(overlap_shape)) + region_geometry(
+            source, target, overlap_offset, overlap_shape, itemsize)))
     return region
 
 
@@ -361,7 +376,8 @@ class PlacementExecutorPlan:
                            tuple(self.placement_fragment_ids))
         if (not self.placement_id or not self.participant_id
                 or not self.placement_fragment_ids):
-            raise ValueError("placement executor identifiers must not be empty")
+            raise ValueError(
+                "placement executor identifiers must not be empty")
         if (len(set(self.placement_fragment_ids))
                 != len(self.placement_fragment_ids)):
             raise ValueError("placement executor has duplicate fragment IDs")
@@ -436,7 +452,8 @@ class LogicalTransferPlan:
         if not all(isinstance(e, PlacementExecutorPlan)
                    for e in self.source_executors + self.target_executors):
             raise ValueError(
-                "logical transfer plan has invalid canonical executor metadata")
+                "logical transfer plan has invalid canonical executor "
+                "metadata")
         self._check_target_coverage()
         identity = (self.source_manifest.manifest_identity
                     if self.source_manifest is not None else None)
@@ -450,7 +467,8 @@ class LogicalTransferPlan:
                 "logical transfer plan source placement is invalid")
         if self.source_manifest is not None and not isinstance(
                 self.source_manifest, WeightManifest):
-            raise ValueError("logical transfer plan source manifest is invalid")
+            raise ValueError(
+                "logical transfer plan source manifest is invalid")
         if (self.source_placement is None) == (self.source_manifest is None):
             raise ValueError(
                 "logical transfer plan requires exactly one source provenance")
@@ -565,19 +583,37 @@ class LogicalTransferPlan:
     def _executor_indices(self, side):
         executors = (self.source_executors if side == "source"
                      else self.target_executors)
+        # Positions, not executors, as keys: an executor hashes all of its
+        # fragment ids.
         by_fragment = {}
-        for executor in executors:
+        for position, executor in enumerate(executors):
             for fid in executor.placement_fragment_ids:
-                by_fragment.setdefault(fid, []).append(executor)
-        indices = {executor: [] for executor in executors}
+                by_fragment.setdefault(fid, []).append(position)
+        indices = [[] for _ in executors]
         for index, op in enumerate(self.operations):
             fragment = getattr(op, side)
             if not isinstance(fragment, PlacementFragment):
                 continue
-            for executor in by_fragment.get(fragment.placement_fragment_id,
+            for position in by_fragment.get(fragment.placement_fragment_id,
                                             ()):
-                indices[executor].append(index)
-        return {k: tuple(v) for k, v in indices.items()}
+                indices[position].append(index)
+        return {executor: tuple(found)
+                for executor, found in zip(executors, indices)}
+
+    @classmethod
+    def _from_planner(cls, native, **fields):
+        """A plan of planner output: operations canonical by construction
+        and already checked against the limits and for coverage, so only
+        the cheap provenance checks run."""
+        plan = object.__new__(cls)
+        for key, value in fields.items():
+            object.__setattr__(plan, key, value)
+        plan._check_provenance()
+        identity = (plan.source_manifest.manifest_identity
+                    if plan.source_manifest is not None else None)
+        object.__setattr__(plan, "source_manifest_identity", identity)
+        object.__setattr__(plan, "_native", native)
+        return plan
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items()
@@ -829,7 +865,8 @@ def _assemble(native, *, source_placement, source_manifest, target_placement,
     operations = _operations(native, lookup, target_placement, itemsizes,
                              sources)
     _check_limits(operations, limits)
-    plan = LogicalTransferPlan(
+    return LogicalTransferPlan._from_planner(
+        native,
         resource_id=target_placement.resource_id,
         revision=target_placement.revision,
         source_placement=source_placement,
@@ -844,12 +881,11 @@ def _assemble(native, *, source_placement, source_manifest, target_placement,
                           if source_placement is not None else ()),
         target_executors=_executors(target_placement, operations, "target",
                                     target_participant_ids))
-    object.__setattr__(plan, "_native", native)
-    return plan
 
 
 def plan_placement_transfer(source_placement, target_placement, *,
-                            planning_limits=None, source_selection="reference"):
+                            planning_limits=None,
+                            source_selection="reference"):
     """Plans every target participant of `target_placement` from
     `source_placement` (two complete placements of the same resource,
     revision and weight generation, with the same tensor set).
@@ -892,7 +928,8 @@ def plan_placement_transfer_to_local_target(source_placement,
     part = next((p for p in target_placement.parts
                  if p.participant_id == target_participant_id), None)
     if part is None:
-        raise ValueError(f"unknown target participant: {target_participant_id}")
+        raise ValueError(
+            f"unknown target participant: {target_participant_id}")
     native = _native_plan(source_placement, target_placement, limits,
                           target_participant_id)
     plan = _assemble(native, source_placement=source_placement,

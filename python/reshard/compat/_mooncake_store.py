@@ -178,7 +178,8 @@ class WeightManifest(NativeBacked):
             try:
                 value = bytes(value).decode("utf-8")
             except UnicodeDecodeError as error:
-                raise ValueError("weight manifest is not valid UTF-8") from error
+                raise ValueError(
+                    "weight manifest is not valid UTF-8") from error
         elif not isinstance(value, str):
             raise ValueError("weight manifest JSON must be str or bytes")
         native = _R.StoredWeightManifest.from_json(value)
@@ -223,5 +224,5 @@ class WeightManifest(NativeBacked):
 StoredFragmentSnapshot = StoredFragment
 StoredWeightManifest = WeightManifest
 
-__all__ = ["StoredFragment", "StoredFragmentSnapshot", "StoredManifestIdentity",
-           "StoredWeightManifest", "WeightManifest"]
+__all__ = ["StoredFragment", "StoredFragmentSnapshot",
+           "StoredManifestIdentity", "StoredWeightManifest", "WeightManifest"]
