@@ -484,6 +484,33 @@ def undeclared(kind):
      "topology must be a ParallelTopology"),
     (lambda: manifest([P0, P1], weight_generation=True),
      "weight_generation must be an integer"),
+    (lambda: manifest([
+        part("p0", R(tp=0), [frag((0, 0), (2, 6), R(tp=0),
+                                  aliases=("w", "ghost"))]),
+        part("p1", R(tp=1), [frag((2, 0), (2, 6), R(tp=1),
+                                  aliases=("w", "ghost"))])]),
+     "alias group references unknown tensor: ghost"),
+    (lambda: manifest([
+        part(f"p{i}", R(tp=i),
+             [frag((2 * i, 0), (2, 6), R(tp=i), aliases=("w", "v")),
+              frag((2 * i, 0), (2, 6), R(tp=i), "v")],
+             tensors=(T, tensor("v"))) for i in range(2)]),
+     "alias group is not declared consistently for tensor: v"),
+    (lambda: manifest([
+        part("p0", R(tp=0), [frag((0, 0), (2, 3), R(tp=0)),
+                             frag((2, 3), (2, 3), R(tp=0))]),
+        part("p1", R(tp=1), [frag((2, 0), (2, 3), R(tp=1)),
+                             frag((0, 3), (2, 3), R(tp=1))])]),
+     "split-axis rank geometry conflicts with declared dimension: w: "
+     "tp -> dim 0"),
+    (lambda: manifest([
+        part("p0", R(tp=0), [frag((0, 0), (4, 6), R(tp=0))],
+             tensors=(tensor(axes=(ReplicatedAxis("tp"),), shard=()),)),
+        part("p1", R(tp=1), [], tensors=())]),
+     "missing or unexpected replicated-axis participant for w"),
+    (lambda: manifest([part("p0", R(tp=0), [frag((0, 0), (4, 6), R(tp=0))]),
+                       part("p1", R(tp=1), [], tensors=())]),
+     "missing or unexpected split-axis participant for w"),
     (lambda: undeclared("tp"),
      "global placement tensor varies across undeclared tp axis: w"),
     (lambda: undeclared("pp"), "global placement tensor requires explicit "

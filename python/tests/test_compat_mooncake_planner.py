@@ -12,7 +12,10 @@ import json
 import math
 import pickle
 
+import numpy as np
 import pytest
+
+import reshard
 
 from reshard.compat.mooncake import (
     LogicalTransferPlan,
@@ -216,6 +219,15 @@ def test_reference_selection_of_owner_and_copy(fixtures):
                 f.rank.dp, f.rank.pp, f.rank.ep, f.rank.tp,
                 f.fragment_id)), name
         assert multi > 0, name
+
+
+def test_dp_owned_tensors_read_from_their_owner(scenarios):
+    source, target, _ = scenarios("dp_ownership")
+    plan = plan_placement_transfer(source, target)
+    assert sorted({(op.tensor_id, op.source.rank.dp, op.target.rank.dp)
+                   for op in plan.operations}) == [
+        ("layers.0.owned_0", 0, 0), ("layers.0.owned_0", 0, 1),
+        ("layers.0.owned_1", 1, 0), ("layers.0.owned_1", 1, 1)]
 
 
 def test_balanced_selection_keeps_the_native_choice(scenarios):
@@ -548,6 +560,27 @@ def test_planner_rejects_incompatible_targets(target, message):
         plan_placement_transfer(small(2), target)
 
 
+def test_planner_requires_equal_tensor_sets():
+    source = small(1)
+    t = source.tensors[0]
+    extra = dataclasses.replace(t, tensor_id="x")
+    one = source.topology
+    wider = WeightPlacementManifest.from_fragments(
+        resource_id="m", revision="r1", weight_generation=1,
+        placement_set_id="s", topology=one, tensors=[t, extra],
+        fragments=[box((0, 0), (4, 6), R(), "w"),
+                   box((0, 0), (4, 6), R(), "x")])
+    with pytest.raises(ValueError, match="target manifests are missing "
+                       "tensors: x"):
+        plan_placement_transfer(wider, source)
+    with pytest.raises(ValueError, match="target manifests contain unknown "
+                       "tensors: x"):
+        plan_placement_transfer(source, wider)
+    local = plan_placement_transfer_to_local_target(wider, source)
+    assert [t.tensor_id for t in local.source_tensors] == ["w", "x"]
+    assert [t.tensor_id for t in local.target_tensors] == ["w"]
+
+
 def test_plan_values_and_direct_construction():
     source, target = small(2), small(1)
     plan = plan_placement_transfer(source, target)
@@ -643,3 +676,102 @@ def test_reference_selection_prefers_the_smallest_complete_owner(tilings):
     assert {op.source.rank.pp for op in plan.operations} == {0}
     assert [r.source_pp for r in plan.pipeline_routes] == [0]
     assert [e.participant_id for e in plan.source_executors] == ["s0"]
+
+
+# ------------------------------------------------------------- the bytes
+
+
+def pattern(fragment, tensor):
+    """The bytes of a fragment whose every element holds its global
+    element index (little endian, truncated to the itemsize)."""
+    coords = np.indices(fragment.local_shape).reshape(
+        len(fragment.local_shape), -1)
+    coords += np.array(fragment.global_offset).reshape(-1, 1)
+    index = np.ravel_multi_index(tuple(coords), tensor.global_shape)
+    raw = index.astype("<u8").view(np.uint8).reshape(-1, 8)
+    return raw[:, :tensor.itemsize].reshape(-1)
+
+
+def execute(plan, source_fragments):
+    """Runs the plan's operations segment by segment on byte buffers and
+    returns the target buffers."""
+    tensors = {t.tensor_id: t for t in plan.source_tensors}
+    sources = {f.fragment_id: pattern(f, tensors[f.tensor_id])
+               for f in source_fragments}
+    targets = {}
+    written = {}
+    for op in plan.operations:
+        fid = op.target.fragment_id
+        dst = targets.setdefault(fid, np.zeros(op.target.nbytes, np.uint8))
+        src = sources[op.source.fragment_id]
+        for s, t, n in op.iter_segments(max_segments=op.segment_count):
+            dst[t:t + n] = src[s:s + n]
+            written[fid] = written.get(fid, 0) + n
+    return targets, written
+
+
+SMALL = ("aliases_cross_dim", "aliases_tied_embeddings",
+         "cross_dim_ep2_to_tp2", "cross_dim_ep4_to_tp4_uint8",
+         "dp_ownership", "dp_replicas_dp2tp2_to_dp3tp4",
+         "ep_ownership_8_to_2", "ep_regroup_2_to_8", "ep_regroup_8_to_2",
+         "four_axis", "four_axis_uint8", "fp8_fused_moe",
+         "fp8_weight_scale_tp4_to_tp8", "pp_routing_2_to_4",
+         "pp_routing_mod_4_to_2", "tp_merge_8_to_4", "tp_split_4_to_8",
+         "virtual_pp_stages")
+
+
+@pytest.mark.parametrize("selection", ["reference", "balanced"])
+def test_operations_move_exactly_the_right_bytes(scenarios, fixtures,
+                                                 selection):
+    """Executing the compat geometry segment by segment fills every target
+    fragment with its own global element indices, for both selections,
+    from placements and from a stored manifest."""
+    pairs = [scenarios(name)[:2] for name in SMALL]
+    for e in fixtures["plan_expected"].values():
+        pairs.append(tuple(weight_placement_from_json(
+            (fixtures["plans"] / e[side]).read_text())
+            for side in ("source", "target")))
+    for source, target in pairs:
+        plan = plan_placement_transfer(source, target,
+                                       source_selection=selection)
+        buffers, written = execute(plan, source.fragments)
+        tensors = {t.tensor_id: t for t in target.tensors}
+        assert set(buffers) == {f.fragment_id for f in target.fragments}
+        for f in target.fragments:
+            assert written[f.fragment_id] == f.nbytes
+            assert np.array_equal(buffers[f.fragment_id],
+                                  pattern(f, tensors[f.tensor_id]))
+    source, target = pairs[SMALL.index("four_axis")]
+    manifest = stored_from(source)
+    plan = plan_stored_transfer_to_target_placement(manifest, target)
+    buffers, _ = execute(plan, manifest.fragments)
+    tensors = {t.tensor_id: t for t in target.tensors}
+    for f in target.fragments:
+        assert np.array_equal(buffers[f.fragment_id],
+                              pattern(f, tensors[f.tensor_id]))
+
+
+def test_native_plan_drives_reshard_buffers(scenarios):
+    """A compat plan's native_plan and to_native() placements run through
+    reshard's local executor; the target tensors hold the global element
+    indices."""
+    source, target, _ = scenarios("dp_replicas_dp2tp2_to_dp3tp4")
+    plan = plan_placement_transfer(source, target)
+    tensors = {t.tensor_id: t for t in source.tensors}
+
+    def arrays(placement):
+        out = {}
+        for f in placement.fragments:
+            t = tensors[f.tensor_id]
+            out[f.fragment_id] = pattern(f, t).view(
+                f"<u{t.itemsize}").reshape(f.local_shape).copy()
+        return out
+    src = arrays(source)
+    dst = {fid: np.zeros_like(a) for fid, a in arrays(target).items()}
+    report = reshard.reshard(source.to_native(), src, target.to_native(), dst,
+                             plan=plan.native_plan)
+    assert (report.bytes, report.regions) == (plan.total_bytes,
+                                              len(plan.operations))
+    expected = arrays(target)
+    for fid, a in dst.items():
+        assert np.array_equal(a, expected[fid]), fid

@@ -675,12 +675,17 @@ class _ReferenceSources:
 
     def __init__(self, placement):
         self._table = {}
+        self._dps_by_tensor = {}
         kinds = {t.tensor_id: tuple(a.kind for a in t.parallel_axes
                                     if isinstance(a, OwnershipAxis))
                  for t in placement.tensors}
         for f in placement.fragments:
             owner = tuple((k, getattr(f.rank, k)) for k in kinds[f.tensor_id])
-            cell = self._table.setdefault((f.rank.dp, f.tensor_id), {})
+            cell = self._table.get((f.rank.dp, f.tensor_id))
+            if cell is None:
+                cell = self._table[(f.rank.dp, f.tensor_id)] = {}
+                self._dps_by_tensor.setdefault(f.tensor_id, []).append(
+                    f.rank.dp)
             boxes = cell.setdefault(owner, {})
             box = (f.global_offset, f.local_shape)
             current = boxes.get(box)
@@ -703,8 +708,9 @@ class _ReferenceSources:
                        for a in t.parallel_axes):
                 continue
             owners = {owner: boxes
-                      for (_, tid), cell in self._table.items()
-                      if tid == t.tensor_id for owner, boxes in cell.items()}
+                      for dp in self._dps_by_tensor.get(t.tensor_id, ())
+                      for owner, boxes in self._table[(dp,
+                                                       t.tensor_id)].items()}
             complete = sorted(o for o, boxes in owners.items()
                               if self._covers(boxes, volumes[t.tensor_id]))
             if not complete:

@@ -7,10 +7,10 @@ dataclasses with the same fields, defaults, normalisation and errors
 (ValueError with the contract's message fragments); validation, canonical
 ids (placement_fragment_id, topology_id, placement_id, digest) and planning
 run in reshard's native core, so ids and JSON equal those of the reshard
-CLI byte for byte. Every value has ``to_native()``, the equivalent
-``reshard._reshard`` object, and a plan's ``native_plan`` is the native
-plan, usable with reshard's executors. docs/python-compat.md lists what is
-covered and the known differences.
+CLI byte for byte. The contract values have ``to_native()``, the
+equivalent ``reshard._reshard`` object, and a plan's ``native_plan`` is the
+native plan, usable with reshard's executors. docs/python-compat.md lists
+what is covered and the known differences.
 """
 
 from reshard.compat._mooncake_contract import (
