@@ -12,7 +12,10 @@ exactly the needed bytes between caller tensors:
   and ``.load(...)``.
 
 Tensors are torch tensors, numpy arrays or anything with DLPack, the
-buffer protocol or ``__array_interface__``, in host memory. Invalid
+buffer protocol or ``__array_interface__``, in host memory.
+``reshard.torch`` builds placements and bindings from a rank's parameters;
+``reshard.compat.mooncake`` offers the prototype's ``mooncake.reshard.weight``
+names on this core. Invalid
 manifests, plans and tensors raise ``InvalidArgumentError`` (a
 ``ValueError``); every other failure a subclass of ``reshard.Error``. The
 GIL is released while bytes move.
