@@ -229,3 +229,32 @@ class Buffers:
     @property
     def nbytes(self) -> int:
         return sum(b.fragment.nbytes for b in self.fragments.values())
+
+
+def split_placement(tensor_id: str, global_shape, dtype: str, itemsize: int,
+                    tp: int, dim: int, set_id: str, *,
+                    resource_id: str = "split-model", revision: str = "r1"):
+    """One tensor split along `dim` over `tp` tensor-parallel ranks, built
+    from Python parts (participant ``t<rank>``)."""
+    import reshard
+
+    assert global_shape[dim] % tp == 0
+    desc = reshard.TensorDescriptor(
+        tensor_id, list(global_shape), dtype, itemsize, shard_dims=[dim],
+        parallel_axes=[reshard.SplitAxis("tp", dim)])
+    participants = [reshard.TopologyParticipant(f"t{r}",
+                                                reshard.ParallelRank(tp=r))
+                    for r in range(tp)]
+    topology = reshard.ParallelTopology(tp_size=tp, participants=participants)
+    step = global_shape[dim] // tp
+    fragments = []
+    for r in range(tp):
+        offset = [0] * len(global_shape)
+        offset[dim] = r * step
+        shape = list(global_shape)
+        shape[dim] = step
+        nbytes = itemsize * int(np.prod(shape, dtype=np.int64))
+        fragments.append(reshard.PlacementFragment(
+            tensor_id, offset, shape, nbytes, reshard.ParallelRank(tp=r)))
+    return reshard.WeightPlacementManifest.from_fragments(
+        resource_id, revision, 1, set_id, topology, [desc], fragments)
