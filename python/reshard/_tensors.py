@@ -205,6 +205,8 @@ def _add(out, keep, placement, participant: str, frag, tensor, side: str,
          writable: bool) -> None:
     what = (f"{side} tensor '{frag.tensor_id}' (participant '{participant}', "
             f"fragment {frag.placement_fragment_id})")
+    if frag.placement_fragment_id in out.get(participant, {}):
+        raise _error(f"{what} is given more than once")
     view = host_view(tensor, what, writable)
     desc = placement.find_tensor(frag.tensor_id)
     if view.itemsize is not None and view.itemsize != desc.itemsize:

@@ -18,7 +18,8 @@ import pytest
 import reshard
 
 DATA = pathlib.Path(os.environ.get("RESHARD_TEST_DATA", "tests/data"))
-PLACEMENTS = sorted((DATA / "fixtures" / "placements").glob("placement_*.json"))
+PLACEMENTS = sorted(
+    (DATA / "fixtures" / "placements").glob("placement_*.json"))
 SCENARIOS = sorted(p for p in (DATA / "scenarios").glob("*.json")
                    if p.name != "expected.json")
 ALL = PLACEMENTS + SCENARIOS
@@ -26,7 +27,8 @@ ALL = PLACEMENTS + SCENARIOS
 
 def _expected(path):
     if path.parent.name == "placements":
-        return json.loads((path.parent / "expected.json").read_text())[path.name]
+        return json.loads(
+            (path.parent / "expected.json").read_text())[path.name]
     return json.loads((path.parent / "expected.json").read_text())[
         "placements"][path.name]
 

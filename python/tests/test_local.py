@@ -56,20 +56,19 @@ def _check(buffers, what):
 
 def test_pairs_cover_the_scenarios():
     names = {p[0] for p in PAIRS}
-    for must in ("scenario/aliases_cross_dim", "scenario/aliases_tied_embeddings",
-                 "scenario/cross_dim_ep2_to_tp2",
-                 "scenario/cross_dim_ep4_to_tp4_uint8",
-                 "scenario/dp_ownership", "scenario/dp_replicas_dp2tp2_to_dp3tp4",
-                 "scenario/ep_ownership_8_to_2", "scenario/ep_regroup_2_to_8",
-                 "scenario/four_axis", "scenario/fp8_fused_moe",
-                 "scenario/fp8_weight_scale_tp4_to_tp8",
-                 "scenario/pp_routing_mod_4_to_2", "scenario/virtual_pp_stages",
-                 "fixture/pair_201", "fixture/pair_205"):
-        assert must in names
+    for must in ("aliases_cross_dim", "aliases_tied_embeddings",
+                 "cross_dim_ep2_to_tp2", "cross_dim_ep4_to_tp4_uint8",
+                 "dp_ownership", "dp_replicas_dp2tp2_to_dp3tp4",
+                 "ep_ownership_8_to_2", "ep_regroup_2_to_8", "four_axis",
+                 "fp8_fused_moe", "fp8_weight_scale_tp4_to_tp8",
+                 "pp_routing_mod_4_to_2", "virtual_pp_stages"):
+        assert f"scenario/{must}" in names
+    assert {"fixture/pair_201", "fixture/pair_205"} <= names
 
 
 @pytest.mark.parametrize("lib", LIBS)
-@pytest.mark.parametrize("name,directory,entry", PAIRS, ids=[p[0] for p in PAIRS])
+@pytest.mark.parametrize("name,directory,entry", PAIRS,
+                         ids=[p[0] for p in PAIRS])
 def test_reshard_every_element(name, directory, entry, lib):
     src = _load(directory, entry["source"])
     dst = _load(directory, entry["target"])
@@ -101,14 +100,16 @@ def test_reshard_every_element(name, directory, entry, lib):
 
 
 @pytest.mark.parametrize("lib", LIBS)
-@pytest.mark.parametrize("path", sorted(PLACEMENT_DIR.glob("placement_*.json")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(PLACEMENT_DIR.glob("placement_*.json")),
+    ids=lambda p: p.name)
 def test_reshard_placement_onto_itself(path, lib):
     p = reshard.Placement.from_json(path.read_text("utf-8"))
     sources = Buffers(p, lib, fill=True)
     targets = Buffers(p, lib)
     targets.poison(0xA5)
-    report = reshard.reshard(p, sources.by_fragment(), p, targets.by_fragment())
+    report = reshard.reshard(p, sources.by_fragment(), p,
+                             targets.by_fragment())
     assert report.bytes == targets.nbytes
     _check(targets, path.name)
 
@@ -188,7 +189,8 @@ def test_other_tensor_like_objects():
                 bytearray(sf[1].raw.tobytes())}
     t_objs = {tf[0].fragment.placement_fragment_id: memoryview(tf[0].raw),
               tf[1].fragment.placement_fragment_id: _Interface(tf[1].raw),
-              tf[2].fragment.placement_fragment_id: bytearray(tf[2].raw.nbytes)}
+              tf[2].fragment.placement_fragment_id:
+              bytearray(tf[2].raw.nbytes)}
     reshard.reshard(src, src_objs, dst, t_objs)
     tf[2].raw[...] = np.frombuffer(
         t_objs[tf[2].fragment.placement_fragment_id],

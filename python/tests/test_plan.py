@@ -28,7 +28,8 @@ SCENARIO_PAIRS = json.loads((SCENARIO_DIR / "expected.json").read_text())[
     "plans"]
 
 PAIRS = (
-    [(f"fixture/{k}", FIXTURE_DIR, v) for k, v in sorted(FIXTURE_PAIRS.items())]
+    [(f"fixture/{k}", FIXTURE_DIR, v)
+     for k, v in sorted(FIXTURE_PAIRS.items())]
     + [(f"scenario/{k}", SCENARIO_DIR, v)
        for k, v in sorted(SCENARIO_PAIRS.items()) if "error" not in v])
 ERROR_PAIRS = [(k, v) for k, v in sorted(SCENARIO_PAIRS.items())
@@ -53,7 +54,8 @@ def plans():
     return out
 
 
-@pytest.mark.parametrize("name,directory,entry", PAIRS, ids=[p[0] for p in PAIRS])
+@pytest.mark.parametrize("name,directory,entry", PAIRS,
+                         ids=[p[0] for p in PAIRS])
 def test_plan_json_equals_cli(name, directory, entry, plans, cli):
     src, dst, plan = plans[name]
     out = cli("plan", directory / entry["source"], directory / entry["target"],
@@ -62,7 +64,8 @@ def test_plan_json_equals_cli(name, directory, entry, plans, cli):
     assert plan.to_json() == out[:-1]
 
 
-@pytest.mark.parametrize("name,directory,entry", PAIRS, ids=[p[0] for p in PAIRS])
+@pytest.mark.parametrize("name,directory,entry", PAIRS,
+                         ids=[p[0] for p in PAIRS])
 def test_summary_equals_expected(name, directory, entry, plans):
     src, dst, plan = plans[name]
     s = plan.summary
@@ -83,12 +86,13 @@ def test_summary_equals_expected(name, directory, entry, plans):
                                                    abs=1)
     assert len(plan.source_fragments) == doc["source_fragments"]
     assert len(plan.target_fragments) == doc["target_fragments"]
-    assert [(p["participant_id"], p["bytes"]) for p in doc["source_participants"]] \
-        == list(zip(plan.source_participants, plan.source_bytes))
-    assert [(p["participant_id"], p["bytes"]) for p in doc["target_participants"]] \
-        == list(zip(plan.target_participants, plan.target_bytes))
-    assert [(t["source"], t["target"], t["bytes"]) for t in doc["traffic"]] == \
-        list(plan.traffic)
+    for side in ("source", "target"):
+        assert [(p["participant_id"], p["bytes"])
+                for p in doc[f"{side}_participants"]] == list(zip(
+                    getattr(plan, f"{side}_participants"),
+                    getattr(plan, f"{side}_bytes")))
+    assert [(t["source"], t["target"], t["bytes"])
+            for t in doc["traffic"]] == list(plan.traffic)
     assert sum(b for _, _, b in plan.traffic) == s["bytes"]
     routes = [{k: r[k] for k in ("source_pp", "source_stage", "target_pp",
                                  "target_stage", "operations", "bytes")}
@@ -107,7 +111,8 @@ def test_summary_equals_expected(name, directory, entry, plans):
             entry["max_segments_per_region"]
 
 
-@pytest.mark.parametrize("name,directory,entry", PAIRS, ids=[p[0] for p in PAIRS])
+@pytest.mark.parametrize("name,directory,entry", PAIRS,
+                         ids=[p[0] for p in PAIRS])
 def test_region_arrays_agree_with_regions(name, directory, entry, plans):
     src, dst, plan = plans[name]
     regions = plan.regions()
@@ -163,7 +168,8 @@ def _element_pairs(src_frag, dst_frag, itemsize, offset, shape):
         def linear(frag):
             idx = 0
             for d, v in enumerate(g):
-                idx = idx * frag["local_shape"][d] + (v - frag["global_offset"][d])
+                idx = (idx * frag["local_shape"][d]
+                       + v - frag["global_offset"][d])
             return idx * itemsize
         out.append((linear(src_frag), linear(dst_frag)))
     return out
@@ -188,7 +194,8 @@ def _region_pairs(r, itemsize):
 SMALL = [p for p in PAIRS if p[2]["bytes"] <= 1 << 18]
 
 
-@pytest.mark.parametrize("name,directory,entry", SMALL, ids=[p[0] for p in SMALL])
+@pytest.mark.parametrize("name,directory,entry", SMALL,
+                         ids=[p[0] for p in SMALL])
 def test_region_geometry_moves_exactly_the_overlaps(name, directory, entry,
                                                     plans):
     src, dst, plan = plans[name]
@@ -199,7 +206,8 @@ def test_region_geometry_moves_exactly_the_overlaps(name, directory, entry,
         s = sources[r["source_fragment_id"]]
         t = targets[r["target_fragment_id"]]
         itemsize = dst.find_tensor(t["tensor_id"]).itemsize
-        for d, (o, n) in enumerate(zip(r["overlap_offset"], r["overlap_shape"])):
+        for d, (o, n) in enumerate(zip(r["overlap_offset"],
+                                       r["overlap_shape"])):
             assert max(s["global_offset"][d], t["global_offset"][d]) == o
             assert min(s["global_offset"][d] + s["local_shape"][d],
                        t["global_offset"][d] + t["local_shape"][d]) == o + n
@@ -221,7 +229,8 @@ def test_region_geometry_moves_exactly_the_overlaps(name, directory, entry,
         for f in plan.target_fragments)
 
 
-@pytest.mark.parametrize("name,entry", ERROR_PAIRS, ids=[p[0] for p in ERROR_PAIRS])
+@pytest.mark.parametrize("name,entry", ERROR_PAIRS,
+                         ids=[p[0] for p in ERROR_PAIRS])
 def test_scenario_that_must_fail(name, entry, cli):
     src, dst = _pair(SCENARIO_DIR, entry)
     with pytest.raises(reshard.InvalidArgumentError) as e:

@@ -28,7 +28,8 @@ PAIRS = ["tp_split_4_to_8", "ep_regroup_2_to_8", "cross_dim_ep2_to_tp2",
 
 
 def _load(name):
-    return reshard.Placement.from_json((SCENARIO_DIR / name).read_text("utf-8"))
+    return reshard.Placement.from_json(
+        (SCENARIO_DIR / name).read_text("utf-8"))
 
 
 def _pair(name):
@@ -217,7 +218,8 @@ def test_garbage_manifest_is_listed_corrupt(tmp_path):
     assert listed[good.manifest_key].state == "READY"
     corrupt = listed[bad.manifest_key]
     assert corrupt.state == "CORRUPT"
-    assert (corrupt.fragments, corrupt.bytes, corrupt.resource_id) == (0, 0, "")
+    assert (corrupt.fragments, corrupt.bytes, corrupt.resource_id) == \
+        (0, 0, "")
     prefix = f"corrupt manifest {bad.manifest_key}: invalid JSON"
     assert corrupt.error.startswith(prefix)
     targets = Buffers(target, "torch")
@@ -280,8 +282,9 @@ def test_manifest_that_is_a_symbolic_link_is_corrupt(tmp_path):
     shutil.copy(manifest, copy)
     manifest.unlink()
     os.symlink(copy, manifest)
-    error = (f"cannot read record {linked.manifest_key}: {linked.manifest_key} "
-             "is a symbolic link (a store never follows links)")
+    error = (f"cannot read record {linked.manifest_key}: "
+             f"{linked.manifest_key} is a symbolic link (a store never "
+             "follows links)")
     listed = {r.manifest_key: r for r in store.ls()}
     assert listed[good.manifest_key].state == "READY"
     assert listed[linked.manifest_key].state == "CORRUPT"
