@@ -328,3 +328,27 @@ def test_the_checker_names_a_wrong_element(lib):
     for value in (0x00, 0xFF):
         frag.raw.view(np.uint8)[...] = value
         assert f"fragment {fid}" in targets.mismatch()
+
+
+def test_bind_tensors_names_the_callers_memory():
+    dst = _load(SCENARIO_DIR, "tp_split_4_to_8_target.json")
+    targets = Buffers(dst, "torch")
+    part = dst.parts[2]
+    tensors = targets.by_participant()[part.participant_id]
+    binding = reshard.bind_tensors(dst, part.participant_id, tensors,
+                                   instance_id="inst", generation=7,
+                                   lease_id="lease-7", worker_id="w2")
+    reshard.validate_runtime_binding(dst, binding)
+    assert (binding.participant_id, binding.instance_id, binding.generation,
+            binding.lease_id) == (part.participant_id, "inst", 7, "lease-7")
+    assert binding.placement_id == dst.placement_id
+    assert binding.placement_digest == dst.digest
+    by_id = {f.placement_fragment_id: f for f in binding.fragments}
+    assert set(by_id) == {f.placement_fragment_id for f in part.fragments}
+    for f in part.fragments:
+        t = targets.fragments[f.placement_fragment_id].obj
+        b = by_id[f.placement_fragment_id]
+        assert (b.address, b.nbytes, b.worker_id, b.local_shape) == (
+            t.data_ptr(), f.nbytes, "w2", f.local_shape)
+    again = reshard.RuntimeBinding.from_json(binding.to_json())
+    assert again.to_json() == binding.to_json()
