@@ -17,3 +17,7 @@ echo "== live executor over UCX vs ucx_perftest (same transport, same message si
 echo
 echo "== weight store (fs) vs sequential file write/read of the same bytes"
 "$BUILD/reshard_bench_store"
+echo
+echo "== Python package vs the C++ CLI (plan time; 1 GiB local reshard between torch tensors vs reshard selftest)"
+PYTHONPATH="$BUILD/python" "${RESHARD_PYTHON:-/usr/bin/python3}" bench/python_bench.py \
+  --cli "$BUILD/reshard" --models examples/models

@@ -241,6 +241,8 @@ def _add(out, keep, frag: _Fragment, tensor, side: str,
          writable: bool) -> None:
     what = (f"{side} tensor '{frag.tensor_id}' (participant "
             f"'{frag.participant_id}', fragment {frag.placement_fragment_id})")
+    if frag.placement_fragment_id in out.get(frag.participant_id, {}):
+        raise _error(f"{what} is given more than once")
     view = host_view(tensor, what, writable)
     if view.itemsize is not None and view.itemsize != frag.itemsize:
         raise _error(f"{what} has itemsize {view.itemsize}; the placement "
