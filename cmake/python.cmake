@@ -19,7 +19,8 @@ function(reshard_add_python_package)
     src/python/module.cc src/python/errors.cc src/python/convert.cc
     src/python/contract_py.cc src/python/placement_py.cc
     src/python/binding_py.cc src/python/plan_py.cc src/python/buffers.cc
-    src/python/transfer_py.cc src/python/store_py.cc src/python/live_py.cc)
+    src/python/transfer_py.cc src/python/store_py.cc src/python/live_py.cc
+    src/python/dlpack_py.cc)
   # Public headers only (the umbrella target), plus its own directory.
   target_include_directories(reshard_python PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(reshard_python PRIVATE reshard)

@@ -6,7 +6,7 @@ PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config
   libucx-dev ucx-utils libxxhash-dev
   # The Python package: built against Debian's interpreter.
-  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
   # make check: clang with its sanitizer and libFuzzer runtimes, and
   # llvm-symbolizer for readable sanitizer reports.
   clang libclang-rt-14-dev llvm)

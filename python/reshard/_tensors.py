@@ -59,6 +59,20 @@ class HostView:
     keepalive: Any
 
 
+# float8, which neither torch 1.13 nor numpy can represent, travels in
+# uint8/int8 tensors (bit patterns). (numpy's bfloat16 container, uint16,
+# is not a known dtype name and so always passes; a torch int16 tensor for
+# a bfloat16 fragment stays a mistake.)
+_BIT_CONTAINERS = {
+    "float8_e4m3fn": ("uint8", "int8"),
+    "float8_e5m2": ("uint8", "int8"),
+}
+
+
+def _bit_container(have: str, want: str) -> bool:
+    return have in _BIT_CONTAINERS.get(want, ())
+
+
 def canonical_dtype(name: Optional[str]) -> Optional[str]:
     if name is None:
         return None
@@ -103,6 +117,20 @@ def _numpy_view(a: np.ndarray, what: str, writable: bool) -> HostView:
                     canonical_dtype(a.dtype.name), a)
 
 
+def _dlpack_view(obj: Any, what: str) -> HostView:
+    # Read from the capsule (DLPack has no read-only flag; producers such as
+    # numpy refuse to export read-only memory).
+    v = _reshard.dlpack_view(obj, what)
+    if v["device_type"] != _DL_CPU:
+        name = _DL_DEVICE_NAMES.get(v["device_type"], f"type {v['device_type']}")
+        raise _error(f"{what} is on device {name}:{v['device_id']}; this "
+                     "build moves host memory only")
+    if not v["contiguous"]:
+        raise _error(f"{what} is not contiguous")
+    return HostView(v["address"], v["nbytes"], v["itemsize"],
+                    canonical_dtype(v["dtype"] or None), (obj, v["keepalive"]))
+
+
 def _dlpack_device(obj: Any) -> Optional[Tuple[int, int]]:
     probe = getattr(obj, "__dlpack_device__", None)
     if probe is None:
@@ -123,7 +151,7 @@ def host_view(obj: Any, what: str, writable: bool) -> HostView:
         raise _error(f"{what} is on device {name}:{device[1]}; this build "
                      "moves host memory only")
     if device is not None and hasattr(obj, "__dlpack__"):
-        return _numpy_view(np.from_dlpack(obj), what, writable)
+        return _dlpack_view(obj, what)
     if hasattr(obj, "__array_interface__"):
         return _numpy_view(np.asarray(obj), what, writable)
     try:
@@ -248,7 +276,8 @@ def _add(out, keep, frag: _Fragment, tensor, side: str,
         raise _error(f"{what} has itemsize {view.itemsize}; the placement "
                      f"declares {frag.dtype} with itemsize {frag.itemsize}")
     want = canonical_dtype(frag.dtype)
-    if want is not None and view.dtype is not None and view.dtype != want:
+    if want is not None and view.dtype is not None and view.dtype != want \
+            and not _bit_container(view.dtype, want):
         raise _error(f"{what} has dtype {view.dtype}; the placement declares "
                      f"{frag.dtype}")
     if view.nbytes < frag.nbytes:

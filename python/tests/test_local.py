@@ -198,11 +198,6 @@ def test_other_tensor_like_objects():
     _check(targets, "DLPack/bytearray -> memoryview/interface/bytearray")
 
 
-@pytest.mark.xfail(strict=True, raises=reshard.InvalidArgumentError,
-                   reason="_tensors.host_view takes a DLPack object through "
-                   "numpy.from_dlpack, whose arrays are read-only in numpy "
-                   "1.24, so every writable DLPack target is refused as "
-                   "read-only")
 def test_writable_dlpack_object_as_target():
     src, dst = _objects_pair()
     sources = Buffers(src, "numpy", fill=True)

@@ -292,8 +292,9 @@ def test_plan_limits_and_options(plans):
     with pytest.raises(reshard.InvalidArgumentError) as e:
         reshard.plan(src, dst, target_participant_id="nobody")
     assert str(e.value) == "unknown target participant: nobody"
-    with pytest.raises(TypeError):
+    with pytest.raises(reshard.InvalidArgumentError) as e:
         reshard.plan(src, "not a placement")
+    assert str(e.value) == "plan target must be a WeightPlacementManifest"
     with pytest.raises(reshard.InvalidArgumentError) as e:
         reshard.plan("not a placement", dst)
     assert "plan source" in str(e.value)

@@ -584,3 +584,25 @@ def test_bind_tensors_refusals(pair):
     with pytest.raises(reshard.InvalidArgumentError) as e:
         reshard.bind_tensors(dst, part.participant_id, {}, generation=-1)
     assert "generation" in str(e.value)
+
+
+def test_float8_travels_in_byte_tensors_but_not_in_wider_ones():
+    """torch 1.13 and numpy have no float8: uint8/int8 tensors carry its
+    bits; any other dtype is still refused."""
+    tensor = reshard.TensorDescriptor("w", (4, 8), "float8_e4m3fn", 1)
+    frag = reshard.PlacementFragment("w", (0, 0), (4, 8), 32,
+                                     reshard.ParallelRank())
+    topo = reshard.ParallelTopology(participants=[
+        reshard.TopologyParticipant("p0", reshard.ParallelRank())])
+    p = reshard.Placement.from_fragments("m", "r", 1, "s", topo, [tensor],
+                                         [frag])
+    src = torch.arange(32, dtype=torch.uint8).reshape(4, 8)
+    for container in (torch.uint8, torch.int8):
+        dst = torch.zeros(4, 8, dtype=container)
+        reshard.reshard(p, {"p0": {"w": src}}, p, {"p0": {"w": dst}})
+        assert dst.view(torch.uint8).tolist() == src.tolist()
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match="has dtype bool; the placement declares "
+                             "float8_e4m3fn"):
+        reshard.reshard(p, {"p0": {"w": src}}, p,
+                        {"p0": {"w": torch.zeros(4, 8, dtype=torch.bool)}})

@@ -15,4 +15,5 @@ PYBIND11_MODULE(_reshard, m) {
   reshard::python::RegisterLocal(m);
   reshard::python::RegisterStore(m);
   reshard::python::RegisterLive(m);
+  reshard::python::RegisterDlpack(m);
 }

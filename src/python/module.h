@@ -17,6 +17,7 @@ void RegisterPlan(pybind11::module_& m);            // plan_py.cc
 void RegisterLocal(pybind11::module_& m);           // transfer_py.cc
 void RegisterStore(pybind11::module_& m);           // store_py.cc
 void RegisterLive(pybind11::module_& m);            // live_py.cc
+void RegisterDlpack(pybind11::module_& m);          // dlpack_py.cc
 
 }  // namespace reshard::python
 

@@ -34,11 +34,14 @@ PlanOptions OptionsOf(py::object target_participant_id,
   return o;
 }
 
-LogicalTransferPlan Plan(py::object source,
-                         const WeightPlacementManifest& target,
+LogicalTransferPlan Plan(py::object source, py::object target_object,
                          py::object target_participant_id,
                          py::object max_transfer_regions,
                          py::object max_operations) {
+  if (!py::isinstance<WeightPlacementManifest>(target_object)) {
+    ThrowInvalid("plan target", "must be a WeightPlacementManifest");
+  }
+  const auto& target = target_object.cast<const WeightPlacementManifest&>();
   const PlanOptions options =
       OptionsOf(target_participant_id, max_transfer_regions, max_operations);
   if (py::isinstance<StoredWeightManifest>(source)) {
