@@ -256,3 +256,12 @@ def test_value_types_compare_and_hash():
         "w", (4, 2), "bfloat16", 2, shard_dims=(0,),
         parallel_axes=(reshard.SplitAxis("tp", 0),))
     assert repr(d) == "TensorDescriptor('w', (4, 2), 'bfloat16')"
+
+
+def test_descriptor_sizes_are_exact_beyond_64_bits():
+    """The core's element count saturates at 2^64 - 1; Python's is exact."""
+    t = reshard.TensorDescriptor("w", (2**62, 2**62), "float32", 4)
+    assert t.num_elements == 2**124
+    assert t.nbytes == 2**126
+    t = reshard.TensorDescriptor("w", (3, 5), "float32", 4)
+    assert (t.num_elements, t.nbytes) == (15, 60)

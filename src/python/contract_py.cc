@@ -128,6 +128,12 @@ void RegisterAxes(py::module_& m) {
       py::arg("kind"), "Only the ranks named by fragments hold the tensor.");
 }
 
+py::int_ ExactElements(const TensorDescriptor& t) {
+  py::int_ n(1);
+  for (int64_t e : t.global_shape()) n = n * py::int_(e);
+  return n;
+}
+
 TensorDescriptor MakeDescriptor(py::object tensor_id, py::object global_shape,
                                 py::object dtype, py::object itemsize,
                                 py::object shard_dims,
@@ -179,11 +185,11 @@ void RegisterDescriptor(py::module_& m) {
       .def_property_readonly(
           "expert_id",
           [](const TensorDescriptor& t) { return OptionalInt(t.expert_id()); })
-      .def_property_readonly("num_elements", &TensorDescriptor::num_elements)
+      // Exact Python integers (the C++ count saturates at 2^64 - 1).
+      .def_property_readonly("num_elements", &ExactElements)
       .def_property_readonly("nbytes",
                              [](const TensorDescriptor& t) {
-                               return t.num_elements() *
-                                      static_cast<uint64_t>(t.itemsize());
+                               return ExactElements(t) * py::int_(t.itemsize());
                              })
       .def("__eq__", [](const TensorDescriptor& a,
                         const TensorDescriptor& b) { return a == b; })
