@@ -101,6 +101,8 @@ struct LiveReport {
   uint64_t messages_sent = 0;
   uint64_t gets = 0;             // RMA get requests (pull)
   uint64_t packed_messages = 0;  // sides packed/unpacked (strided)
+  // Regions that travelled in messages shared with other small regions.
+  uint64_t coalesced_regions = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;  // incl. local copies into targets
   double plan_seconds = 0;      // plan + bind + fence + connect

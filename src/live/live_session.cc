@@ -458,7 +458,9 @@ class LiveRank {
   }
 
   // What this rank does with `br`: copy it (both ends here), send it, or
-  // receive or read it; nothing when neither end is here.
+  // receive or read it; nothing when neither end is here. Small pushed
+  // regions join the open batch of their peer and direction (both ends
+  // walk the regions in plan order, so they form the same batches).
   Status TakeShareOf(const BoundRegion& br) {
     const TransferRegion& lr = plan_->regions()[br.region];
     const uint32_t from = world_.source_rank.at(
@@ -466,22 +468,43 @@ class LiveRank {
     const uint32_t to = world_.target_rank.at(
         plan_->target_fragments()[lr.target_fragment].participant_id);
     using Kind = internal::ExchangeOp::Kind;
-    const bool pulled = pull_ && internal::PulledRegion(br);
+    const bool small = br.bytes <= internal::kMaxCoalescedRegion;
+    const bool pulled = pull_ && !small && internal::PulledRegion(br);
     if (from == options_.rank && to == options_.rank) {
       local_.push_back(&br);
     } else if (from == options_.rank) {
       RESHARD_ASSIGN_OR_RETURN(auto* ep, Peer(to));
-      if (!pulled) ops_.push_back({&br, ep, Kind::kSend});
+      if (!pulled) AddMessage(br, ep, to, Kind::kSend, small);
     } else if (to == options_.rank) {
       RESHARD_ASSIGN_OR_RETURN(auto* ep, Peer(from));
       if (!pulled) {
-        ops_.push_back({&br, ep, Kind::kReceive});
+        AddMessage(br, ep, from, Kind::kReceive, small);
       } else {
         RESHARD_ASSIGN_OR_RETURN(ucp_rkey_h key, RemoteKey(from, ep, br));
-        ops_.push_back({&br, ep, Kind::kGet, key});
+        ops_.push_back({&br, {}, ep, Kind::kGet, key});
       }
     }
     return Status::OK();
+  }
+
+  // A message of its own, or a place in the peer's open batch of small
+  // regions (a new batch once it would exceed kMaxCoalescedBytes).
+  void AddMessage(const BoundRegion& br, internal::UcxEndpoint* ep,
+                  uint32_t peer, internal::ExchangeOp::Kind kind, bool small) {
+    if (!small) {
+      ops_.push_back({&br, {}, ep, kind});
+      return;
+    }
+    const auto key = std::make_pair(peer, static_cast<int>(kind));
+    auto it = batches_.find(key);
+    if (it != batches_.end() &&
+        it->second.second + br.bytes <= internal::kMaxCoalescedBytes) {
+      ops_[it->second.first].more.push_back(&br);
+      it->second.second += br.bytes;
+      return;
+    }
+    batches_[key] = {ops_.size(), br.bytes};
+    ops_.push_back({&br, {}, ep, kind});
   }
 
   // The endpoint to rank `r`, connected on first use.
@@ -546,7 +569,14 @@ class LiveRank {
     report_.local_operations = local_.size();
     internal::ExchangeStats stats;
     RESHARD_RETURN_NOT_OK(internal::RunUcxExchange(*worker_, ops_, xo, &stats));
-    report_.operations = local_.size() + stats.messages_received;
+    uint64_t regions_in = 0;
+    for (const auto& op : ops_) {
+      if (op.kind != internal::ExchangeOp::Kind::kSend) {
+        regions_in += 1 + op.more.size();
+      }
+    }
+    report_.operations = local_.size() + regions_in;
+    report_.coalesced_regions = stats.coalesced_regions;
     report_.messages_sent = stats.messages_sent;
     report_.gets = stats.gets;
     report_.packed_messages = stats.packed_messages;
@@ -624,6 +654,8 @@ class LiveRank {
   std::map<std::pair<uint32_t, size_t>, ucp_rkey_h> unpacked_;
   std::vector<internal::ExchangeOp> ops_;
   std::vector<const BoundRegion*> local_;
+  // Open batch of small regions per (peer, direction): op index, bytes.
+  std::map<std::pair<uint32_t, int>, std::pair<size_t, uint64_t>> batches_;
 };
 
 }  // namespace

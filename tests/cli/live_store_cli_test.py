@@ -208,12 +208,14 @@ def check_ucx_report(report, src, dst, procs):
     check(report["operations"] == p["regions"],
           "operations %r, plan has %r regions" %
           (report["operations"], p["regions"]))
-    check(report["messages"] == p["regions"],
-          "messages %r, want one per region (%r)" %
+    # At most one message per region: small regions between two ranks
+    # share messages (docs/live.md, coalescing).
+    check(1 <= report["messages"] <= p["regions"],
+          "messages %r, want 1..%r (at most one per region)" %
           (report["messages"], p["regions"]))
     check(report["segments"] == p["segments"],
           "segments %r, plan says %r" % (report["segments"], p["segments"]))
-    check(0 <= report["packed_messages"] <= report["messages"],
+    check(0 <= report["packed_messages"] <= 2 * report["messages"],
           "packed_messages %r out of range" % report["packed_messages"])
     want_ready = expected_ranks_ready(dst, procs)
     check(report["ranks_ready"] == want_ready,
@@ -310,7 +312,7 @@ def ucx_human_output():
     check(value("bytes moved") == str(p["bytes"]), "bytes moved")
     check(value("operations") == str(p["regions"]), "operations")
     check(value("processes") == "3", "processes")
-    check(value("UCX messages") == str(p["regions"]), "UCX messages")
+    check(1 <= int(value("UCX messages")) <= p["regions"], "UCX messages")
     check(value("ranks activation-ready") ==
           str(expected_ranks_ready(dst, 3)), "ranks activation-ready")
 
@@ -425,10 +427,10 @@ def rank_mode_two_invocations():
           (reports[0]["bytes"], reports[1]["bytes"], p["bytes"]))
     check(reports[1]["operations"] == p["regions"],
           "target rank operations %r" % reports[1]["operations"])
-    check(reports[0]["messages"] + reports[1]["messages"] == p["regions"],
-          "messages %r + %r, want %r" % (reports[0]["messages"],
-                                          reports[1]["messages"],
-                                          p["regions"]))
+    check(1 <= reports[0]["messages"] + reports[1]["messages"] <= p["regions"],
+          "messages %r + %r, want 1..%r" % (reports[0]["messages"],
+                                             reports[1]["messages"],
+                                             p["regions"]))
     session = os.path.join(rdv, "s1")
     check(sorted(os.listdir(os.path.join(session, "ready"))) == ["1"],
           "ready records %r" % os.listdir(os.path.join(session, "ready")))

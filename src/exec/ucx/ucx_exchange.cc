@@ -11,9 +11,41 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Per-operation state; the side must outlive the UCX request.
+// One side of an operation as one byte stream: its regions' streams
+// concatenated (a single region for most operations).
+struct SideStream {
+  std::vector<StridedSide> sides;
+  std::vector<uint64_t> starts;  // stream offset of each side
+  uint64_t total_bytes = 0;
+
+  void Add(StridedSide side) {
+    starts.push_back(total_bytes);
+    total_bytes += side.total_bytes;
+    sides.push_back(std::move(side));
+  }
+  bool contiguous() const { return sides.size() == 1 && sides[0].contiguous(); }
+
+  // Calls fn(side, offset within it, stream position, length) for each
+  // piece of stream bytes [offset, offset + length).
+  template <typename Fn>
+  void ForEachPiece(uint64_t offset, uint64_t length, Fn&& fn) const {
+    size_t i = static_cast<size_t>(
+        std::upper_bound(starts.begin(), starts.end(), offset) -
+        starts.begin() - 1);
+    uint64_t done = 0;
+    while (done < length && i < sides.size()) {
+      const uint64_t at = offset + done - starts[i];
+      const uint64_t n = std::min(length - done, sides[i].total_bytes - at);
+      if (n > 0) fn(sides[i], at, done, n);
+      done += n;
+      ++i;
+    }
+  }
+};
+
+// Per-operation state; the stream must outlive the UCX request.
 struct OpState {
-  StridedSide side;
+  SideStream stream;
   void* request = nullptr;
   bool posted = false;
   bool done = false;
@@ -26,26 +58,37 @@ struct OpState {
 };
 
 // Generic datatype callbacks: the "buffer" UCX hands back is the
-// StridedSide of the operation.
+// SideStream of the operation.
 void* StartPack(void*, const void* buffer, size_t) {
   return const_cast<void*>(buffer);
 }
 void* StartUnpack(void*, void* buffer, size_t) { return buffer; }
 size_t PackedSize(void* state) {
-  return static_cast<const StridedSide*>(state)->total_bytes;
+  return static_cast<const SideStream*>(state)->total_bytes;
 }
 size_t Pack(void* state, size_t offset, void* dest, size_t max_length) {
-  const auto* side = static_cast<const StridedSide*>(state);
-  if (offset >= side->total_bytes) return 0;
-  const uint64_t n = std::min<uint64_t>(max_length, side->total_bytes - offset);
-  PackStream(*side, offset, dest, n);
+  const auto* stream = static_cast<const SideStream*>(state);
+  if (offset >= stream->total_bytes) return 0;
+  const uint64_t n =
+      std::min<uint64_t>(max_length, stream->total_bytes - offset);
+  auto* out = static_cast<uint8_t*>(dest);
+  stream->ForEachPiece(
+      offset, n,
+      [&](const StridedSide& side, uint64_t at, uint64_t pos, uint64_t len) {
+        PackStream(side, at, out + pos, len);
+      });
   return n;
 }
 ucs_status_t Unpack(void* state, size_t offset, const void* src,
                     size_t length) {
-  const auto* side = static_cast<const StridedSide*>(state);
-  if (offset + length > side->total_bytes) return UCS_ERR_MESSAGE_TRUNCATED;
-  UnpackStream(*side, offset, src, length);
+  const auto* stream = static_cast<const SideStream*>(state);
+  if (offset + length > stream->total_bytes) return UCS_ERR_MESSAGE_TRUNCATED;
+  const auto* in = static_cast<const uint8_t*>(src);
+  stream->ForEachPiece(
+      offset, length,
+      [&](const StridedSide& side, uint64_t at, uint64_t pos, uint64_t len) {
+        UnpackStream(side, at, in + pos, len);
+      });
   return UCS_OK;
 }
 void Finish(void*) {}
@@ -107,8 +150,13 @@ std::string Describe(const ExchangeOp& op) {
   const char* verb = send                                    ? "sending"
                      : op.kind == ExchangeOp::Kind::kReceive ? "receiving"
                                                              : "reading";
-  return std::string(verb) + " region " + std::to_string(op.region->region) +
-         (send ? " to " : " from ") + op.peer->peer_name();
+  std::string regions = " region " + std::to_string(op.region->region);
+  if (!op.more.empty()) {
+    regions += " (and " + std::to_string(op.more.size()) +
+               " more coalesced into one message)";
+  }
+  return std::string(verb) + regions + (send ? " to " : " from ") +
+         op.peer->peer_name();
 }
 
 void OnFlush(void*, ucs_status_t status, void* user_data) {
@@ -118,6 +166,12 @@ void OnFlush(void*, ucs_status_t status, void* user_data) {
 }
 
 }  // namespace
+
+uint64_t ExchangeOp::bytes() const {
+  uint64_t total = region->bytes;
+  for (const BoundRegion* r : more) total += r->bytes;
+  return total;
+}
 
 bool PulledRegion(const BoundRegion& region) {
   return (StridedSide::Source(region).contiguous() &&
@@ -229,9 +283,13 @@ class Exchange {
       state_[i] = std::make_unique<OpState>();
       state_[i]->index = i;
       state_[i]->completed = completed_.get();
-      state_[i]->side = op.kind == ExchangeOp::Kind::kSend
-                            ? StridedSide::Source(*op.region)
-                            : StridedSide::Target(*op.region);
+      auto side_of = [&](const BoundRegion& r) {
+        return op.kind == ExchangeOp::Kind::kSend ? StridedSide::Source(r)
+                                                  : StridedSide::Target(r);
+      };
+      state_[i]->stream.Add(side_of(*op.region));
+      for (const BoundRegion* r : op.more) state_[i]->stream.Add(side_of(*r));
+      if (!op.more.empty()) stats_->coalesced_regions += op.more.size() + 1;
       if (std::find(peers_.begin(), peers_.end(), op.peer) == peers_.end()) {
         peers_.push_back(op.peer);
       }
@@ -274,13 +332,13 @@ class Exchange {
     param.user_data = &s;
     void* buffer;
     size_t count;
-    if (s.side.contiguous()) {
+    if (s.stream.contiguous()) {
       param.datatype = ucp_dt_make_contig(1);
-      buffer = s.side.base;
-      count = s.side.total_bytes;
+      buffer = s.stream.sides[0].base;
+      count = s.stream.total_bytes;
     } else {
       param.datatype = generic_->get();
-      buffer = &s.side;
+      buffer = &s.stream;
       count = 1;
       ++stats_->packed_messages;
     }
@@ -303,7 +361,7 @@ class Exchange {
       completed_->push_back(i);
     } else if (req == nullptr) {
       s.done = true;  // completed in place, no callback
-      if (!send) s.received = s.side.total_bytes;
+      if (!send) s.received = s.stream.total_bytes;
       completed_->push_back(i);
     } else {
       s.request = req;
@@ -316,19 +374,18 @@ class Exchange {
     OpState& s = *state_[i];
     const BoundRegion& region = *op.region;
     const StridedSide remote = StridedSide::Source(region);
-    const bool whole = remote.contiguous() && s.side.contiguous();
+    const StridedSide& side = s.stream.sides[0];
+    const bool whole = remote.contiguous() && side.contiguous();
     const uint64_t rows =
-        whole ? 1
-              : s.side.total_bytes / std::max<uint64_t>(1, s.side.inner_bytes);
+        whole ? 1 : side.total_bytes / std::max<uint64_t>(1, side.inner_bytes);
     s.posted = true;
     s.pending = rows;
     if (whole) {
-      PostGetPart(op, s, s.side.base, region.source_address,
-                  s.side.total_bytes);
+      PostGetPart(op, s, side.base, region.source_address, side.total_bytes);
     } else {
       ForEachRegionRow(region, 0, rows, [&](uint64_t from, uint64_t to) {
-        PostGetPart(op, s, s.side.base + to, region.source_address + from,
-                    s.side.inner_bytes);
+        PostGetPart(op, s, side.base + to, region.source_address + from,
+                    side.inner_bytes);
       });
     }
     if (s.pending == 0) {
@@ -394,13 +451,13 @@ class Exchange {
       case ExchangeOp::Kind::kSend:
         --in_flight_;
         ++stats_->messages_sent;
-        stats_->bytes_sent += op.region->bytes;
+        stats_->bytes_sent += op.bytes();
         break;
       case ExchangeOp::Kind::kReceive:
-        if (s.received != op.region->bytes && failure_.ok()) {
+        if (s.received != op.bytes() && failure_.ok()) {
           failure_ = Status::DataLoss(
               Describe(op) + ": received " + std::to_string(s.received) +
-              " bytes, expected " + std::to_string(op.region->bytes));
+              " bytes, expected " + std::to_string(op.bytes()));
         }
         ++stats_->messages_received;
         stats_->bytes_received += s.received;
@@ -439,7 +496,10 @@ class Exchange {
     (void)completed_.release();
     (void)generic_.release();
     for (size_t i = 0; i < ops_.size(); ++i) {
-      if (!settled_[i] && state_[i]->posted) (void)state_[i].release();
+      if (!settled_[i] && state_[i]->posted) {
+        ++stats_->abandoned_in_flight;
+        (void)state_[i].release();
+      }
     }
   }
 

@@ -1,9 +1,11 @@
 // The UCX executor: one process's share of a bound transfer plan. A pushed
-// region is exactly one tagged message: contiguous sides go zero-copy (UCX
-// picks eager or rendezvous; CMA or shared memory on one host), strided
-// sides are packed and unpacked through a UCX generic datatype, so small
-// rows never become one request each. A pulled region is one RMA get, or
-// one per row of at least kMinPulledRow bytes.
+// operation is exactly one tagged message: a contiguous region goes
+// zero-copy (UCX picks eager or rendezvous; CMA or shared memory on one
+// host); a strided region, or a batch of small regions coalesced into one
+// message (ExchangeOp::more), is packed and unpacked through a UCX generic
+// datatype, so small rows and small regions never become one request
+// each. A pulled region is one RMA get, or one per row of at least
+// kMinPulledRow bytes.
 //
 // Receives are all posted up front (cheap, and no cycle of full windows
 // can deadlock); sends and gets keep at most `max_in_flight` in flight and
@@ -28,11 +30,25 @@ struct ExchangeOp {
     kReceive,  // tag-receive into the target side
     kGet,      // read the peer's source side into the target side (pull)
   };
-  const BoundRegion* region = nullptr;
+  const BoundRegion* region = nullptr;  // the first (or only) region
+  // kSend/kReceive: further regions travelling in the same message; the
+  // message is the concatenation of every region's stream in this order,
+  // and both ends must list the same regions in the same order.
+  std::vector<const BoundRegion*> more;
   UcxEndpoint* peer = nullptr;  // the other side's endpoint
   Kind kind = Kind::kSend;
   ucp_rkey_h rkey = nullptr;  // kGet: the peer's key for the source side
+
+  // Bytes of every region of the operation.
+  uint64_t bytes() const;
 };
+
+// Regions of at most this many bytes between the same two ranks are
+// coalesced into shared messages of at most kMaxCoalescedBytes (push; in
+// pull mode they are pushed too), so a layout with tens of thousands of
+// small tensors costs a few messages per pair of ranks.
+constexpr uint64_t kMaxCoalescedRegion = uint64_t{64} << 10;
+constexpr uint64_t kMaxCoalescedBytes = uint64_t{4} << 20;
 
 // Regions read with RMA get in pull mode: both sides contiguous (one get),
 // or rows of at least this many bytes (one get per row). The others are
@@ -59,8 +75,12 @@ struct ExchangeStats {
   uint64_t messages_received = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
-  uint64_t packed_messages = 0;  // sides that went through pack/unpack
-  uint64_t gets = 0;             // RMA get requests (pull mode)
+  uint64_t packed_messages = 0;    // sides that went through pack/unpack
+  uint64_t coalesced_regions = 0;  // regions in messages of several regions
+  // When the exchange failed: operations posted and not completed, left to
+  // UCX. Non-zero means their buffers may still be read or written.
+  uint64_t abandoned_in_flight = 0;
+  uint64_t gets = 0;  // RMA get requests (pull mode)
 };
 
 // Completes connection establishment to every peer (a flush of each new
