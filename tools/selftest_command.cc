@@ -27,6 +27,7 @@ struct SelftestArgs {
   std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
   std::string ucx_errors = "auto", ucx_protocol = "auto", via_store;
   uint32_t max_in_flight = 64;
+  uint32_t updates = 0;  // 0: one RunLiveReshard
   std::optional<uint32_t> rank;
   double timeout = 60;
 
@@ -79,10 +80,14 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
   cmd->add_flag("--keep-revision", a->keep_revision,
                 "with --via-store: keep the revision afterwards");
   cmd->add_option("--inject-fault", a->fault,
-                  "ucx: kill-source, kill-target or stale-generation "
-                  "(failure-path tests)")
-      ->check(CLI::IsMember(
-          {"none", "kill-source", "kill-target", "stale-generation"}));
+                  "ucx: kill-source, kill-target, stale-generation or "
+                  "kill-between-updates (failure-path tests)")
+      ->check(CLI::IsMember({"none", "kill-source", "kill-target",
+                             "stale-generation", "kill-between-updates"}));
+  cmd->add_option("--updates", a->updates,
+                  "ucx: open one standing session and run K updates, the "
+                  "source pattern changing with each, every byte checked")
+      ->check(CLI::Range(1u, 1000000u));
 }
 
 // Flag combinations CLI11 cannot express: UCX-only flags need --transport
@@ -95,7 +100,7 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   for (const char* flag :
        {"--procs", "--rendezvous", "--session", "--rank", "--ucx-tls",
         "--ucx-net-devices", "--ucx-error-handling", "--ucx-protocol",
-        "--max-in-flight", "--inject-fault"}) {
+        "--max-in-flight", "--inject-fault", "--updates"}) {
     if (!ucx && cmd.count(flag) > 0) {
       return Status::InvalidArgument(std::string(flag) +
                                      " needs --transport ucx");
@@ -107,6 +112,10 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   }
   if (a.keep_revision && a.via_store.empty()) {
     return Status::InvalidArgument("--keep-revision needs --via-store");
+  }
+  if (a.fault == "kill-between-updates" && a.updates < 2) {
+    return Status::InvalidArgument(
+        "--inject-fault kill-between-updates needs --updates 2 or more");
   }
   return Status::OK();
 }
@@ -138,6 +147,10 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
   if (a.fault == "stale-generation") {
     options.fault = SelfTestFault::kStaleGeneration;
   }
+  if (a.fault == "kill-between-updates") {
+    options.fault = SelfTestFault::kKillBetweenUpdates;
+  }
+  options.updates = a.updates;
   return options;
 }
 
@@ -210,6 +223,27 @@ void KeyFixed(internal::CanonicalJsonWriter* w, const char* key, double value,
   w->Raw(buf);
 }
 
+// An array of seconds with 6 decimals.
+void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
+                const std::vector<double>& values) {
+  std::string raw = "[";
+  char buf[64];
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "%s%.6f", i ? "," : "", values[i]);
+    raw += buf;
+  }
+  w->Key(key);
+  w->Raw(raw + "]");
+}
+
+// Each update's fixed cost: its time minus its bytes at the session's
+// measured bandwidth (the fastest update's exchange, r.seconds).
+std::vector<double> FixedSeconds(const SelfTestReport& r) {
+  std::vector<double> out;
+  for (double u : r.update_seconds) out.push_back(std::max(0.0, u - r.seconds));
+  return out;
+}
+
 // The --json report: one object, keys sorted; UCX and store runs add
 // their own keys.
 std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
@@ -219,11 +253,13 @@ std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
   internal::CanonicalJsonWriter w(&out);
   w.BeginObject();
   w.KeyUInt("bytes", r.bytes);
+  if (a.updates > 0) KeySeconds(&w, "fixed_seconds", FixedSeconds(r));
   KeyFixed(&w, "gbps", Gbps(r), 3);
   if (store) KeyFixed(&w, "load_seconds", r.load_seconds, 6);
   KeyFixed(&w, "memcpy_gbps", r.memcpy_gbps, 3);
   if (ucx) w.KeyUInt("messages", r.messages);
   w.KeyString("mismatch", r.mismatch);
+  if (a.updates > 0) KeyFixed(&w, "open_seconds", r.open_seconds, 6);
   w.KeyUInt("operations", r.operations);
   if (ucx) w.KeyUInt("packed_messages", r.packed_messages);
   KeyFixed(&w, "plan_seconds", r.plan_seconds, 6);
@@ -234,6 +270,10 @@ std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
   KeyFixed(&w, "seconds", r.seconds, 6);
   w.KeyUInt("segments", r.segments);
   w.KeyString("transport", store ? "store" : a.transport);
+  if (a.updates > 0) {
+    KeySeconds(&w, "update_seconds", r.update_seconds);
+    w.KeyUInt("updates", a.updates);
+  }
   if (store) KeyFixed(&w, "upload_seconds", r.upload_seconds, 6);
   w.Key("verified");
   w.Bool(r.verified);
@@ -255,6 +295,14 @@ void PrintSelftest(const SelftestArgs& a, const SelfTestReport& r) {
     std::printf("  %-26s %14u\n", "ranks activation-ready", r.ranks_ready);
   }
   std::printf("  %-26s %14.4f s\n", "plan + bind", r.plan_seconds);
+  if (a.updates > 0) {
+    const auto fixed = FixedSeconds(r);
+    std::printf("  %-26s %14.4f s\n", "session open", r.open_seconds);
+    std::printf("  %-26s %14u\n", "updates", a.updates);
+    double worst = 0;
+    for (double f : fixed) worst = std::max(worst, f);
+    std::printf("  %-26s %14.4f s\n", "worst fixed cost per update", worst);
+  }
   if (a.store_run()) {
     std::printf("  %-26s %14.4f s\n", "upload + commit", r.upload_seconds);
     std::printf("  %-26s %14.4f s\n", "load", r.load_seconds);

@@ -126,6 +126,99 @@ Result<LiveReport> RunLiveReshard(RecordStore& rendezvous,
                                   const LiveBindings& bindings,
                                   const LiveSessionOptions& options);
 
+// ---------------------------------------------------------------------------
+// Standing sessions: connect once, update every step.
+//
+// Open publishes this rank's bindings and worker address, plans, binds and
+// connects once (and registers the sources in pull mode); each Update then
+// only rechecks the fence, moves the bytes, validates completion and
+// passes the world barrier, under records scoped to its generation
+// (<session>/u/<generation>/done/<r>, .../ready/<r>) that are removed once
+// every rank is past the next barrier. Close passes a "closed" barrier and
+// removes this rank's records. Every rank of the session opens it with the
+// same key, placements and rank count, and calls Update with the same
+// generations in the same order.
+//
+// Memory contract (allocation guard): while Update runs, UCX may read the
+// sources and write the targets this rank hosts; between updates, and
+// after Close, the session touches neither. After an Update that failed
+// with outcome() == kUncertain it may still do so: those buffers must not
+// be freed or reused while the process lives. A failed session (any
+// failure on any rank) cannot be updated again; open a new one.
+
+enum class LiveOutcome : uint8_t {
+  kOk,         // no update failed
+  kFailed,     // an update failed with nothing of this rank in flight
+  kUncertain,  // an update failed with operations in flight
+};
+
+struct LiveUpdateReport {
+  uint64_t generation = 0;
+  uint64_t operations = 0;        // regions this rank executed as target
+  uint64_t local_operations = 0;  // of those, copied within this rank
+  uint64_t messages_sent = 0;
+  uint64_t gets = 0;
+  uint64_t packed_messages = 0;
+  uint64_t coalesced_regions = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  bool rebound = false;         // bindings changed and were rebound
+  double transfer_seconds = 0;  // fence, exchange and local copies
+  double barrier_seconds = 0;
+  double update_seconds = 0;  // the whole Update call
+  bool ready = false;         // this rank's targets are activation-ready
+};
+
+class LiveSession {
+ public:
+  // Opens this rank's seat (see above). `bindings` are this rank's
+  // bindings as of now; options.session names the session (a rank refuses
+  // a key under which it already has records); options.current_bindings,
+  // when set, is the fence of every update. Fails closed like
+  // RunLiveReshard: a failure is recorded for the other ranks.
+  static Result<std::unique_ptr<LiveSession>> Open(
+      RecordStore& rendezvous, WeightPlacementManifest source,
+      WeightPlacementManifest target, LiveBindings bindings,
+      LiveSessionOptions options);
+
+  // Closes (errors ignored) unless Close was called or an update failed.
+  ~LiveSession();
+  LiveSession(const LiveSession&) = delete;
+  LiveSession& operator=(const LiveSession&) = delete;
+
+  // One update at `generation`, strictly above the previous update's. When
+  // `bindings` is given it is this rank's bindings now: fragments that
+  // moved are rebound locally before anything moves (push), or refused
+  // (FailedPrecondition) for sources registered at open (pull). On error
+  // the session is over (outcome() tells whether buffers may still be in
+  // use) and the other ranks fail too, naming this rank.
+  Result<LiveUpdateReport> Update(uint64_t generation,
+                                  const LiveBindings* bindings = nullptr);
+
+  // "closed" barrier with every rank (up to the timeout), then removes
+  // this rank's records. Idempotent; after a failed update it only
+  // releases what it can.
+  Status Close();
+
+  LiveOutcome outcome() const;
+  // Plan + bind + connect, and the whole Open call, in seconds.
+  double plan_seconds() const;
+  double open_seconds() const;
+  uint64_t regions() const;  // regions of the whole plan
+
+ private:
+  struct Impl;
+  explicit LiveSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Removes every record of `session` from the rendezvous: the leftovers of
+// a session whose ranks crashed (a standing session's ranks remove their
+// own records when they close). Call only when none of its ranks runs.
+// Returns the number of records removed.
+Result<uint64_t> RemoveLiveSession(RecordStore& rendezvous,
+                                   std::string_view session);
+
 // Records that `rank` gives up on `session` without running (or before
 // finishing) RunLiveReshard, for example because its own inputs were
 // invalid: every other rank of the session then stops with "live session

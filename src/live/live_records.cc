@@ -316,6 +316,7 @@ std::string EncodeReportRecord(const ReportRecord& r) {
   w.KeyString("error", ValidUtf8(Shorten(r.error, kMaxRecordedText)));
   w.KeyUInt("messages", r.messages);
   w.KeyString("mismatch", ValidUtf8(Shorten(r.mismatch, kMaxRecordedText)));
+  w.KeyUInt("open_ns", r.open_ns);
   w.KeyUInt("operations", r.operations);
   w.KeyUInt("packed_messages", r.packed_messages);
   w.KeyUInt("plan_ns", r.plan_ns);
@@ -323,6 +324,8 @@ std::string EncodeReportRecord(const ReportRecord& r) {
   w.Key("ready");
   w.Bool(r.ready);
   w.KeyUInt("transfer_ns", r.transfer_ns);
+  w.Key("update_ns");
+  w.IntArray(r.update_ns);
   w.Key("verified");
   w.Bool(r.verified);
   w.EndObject();
@@ -334,9 +337,9 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   constexpr std::string_view kKind = "report";
   RESHARD_ASSIGN_OR_RETURN(
       auto p, Parse(text, kKind, key,
-                    {"bytes", "error", "messages", "mismatch", "operations",
-                     "packed_messages", "plan_ns", "rank", "ready",
-                     "transfer_ns", "verified"}));
+                    {"bytes", "error", "messages", "mismatch", "open_ns",
+                     "operations", "packed_messages", "plan_ns", "rank",
+                     "ready", "transfer_ns", "update_ns", "verified"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   ReportRecord r;
   r.rank = rank;
@@ -349,6 +352,10 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   RESHARD_ASSIGN_OR_RETURN(r.plan_ns, U64Field(p.obj, "plan_ns", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(r.transfer_ns,
                            U64Field(p.obj, "transfer_ns", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.open_ns, U64Field(p.obj, "open_ns", kKind, key));
+  auto updates = p.obj.IntArray("update_ns");
+  if (!updates.ok()) return updates.status().WithContext(What(kKind, key));
+  r.update_ns = std::move(updates).ValueOrDie();
   RESHARD_ASSIGN_OR_RETURN(r.ready, BoolField(p.obj, "ready", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(r.verified,
                            BoolField(p.obj, "verified", kKind, key));

@@ -74,9 +74,9 @@ Result<std::string> DecodeAbortRecord(std::string_view text,
                                       std::string_view key, uint32_t rank);
 
 // report/<r> (self-test): one rank's outcome, written by the rank.
-// {"bytes":B,"error":"...","messages":M,"mismatch":"...","operations":O,
-//  "packed_messages":P,"plan_ns":T,"rank":R,"ready":bool,
-//  "transfer_ns":T,"verified":bool}
+// {"bytes":B,"error":"...","messages":M,"mismatch":"...","open_ns":T,
+//  "operations":O,"packed_messages":P,"plan_ns":T,"rank":R,"ready":bool,
+//  "transfer_ns":T,"update_ns":[T,...],"verified":bool}
 // `error` is empty when the rank succeeded; `verified` is then true unless
 // its targets differ (`mismatch`).
 struct ReportRecord {
@@ -89,6 +89,9 @@ struct ReportRecord {
   uint64_t packed_messages = 0;
   uint64_t plan_ns = 0;
   uint64_t transfer_ns = 0;
+  // Standing session (selftest --updates): Open, and each Update call.
+  uint64_t open_ns = 0;
+  std::vector<int64_t> update_ns;
   std::string mismatch;
   std::string error;
 };

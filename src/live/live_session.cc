@@ -85,11 +85,16 @@ class Session {
     return Status::OK();
   }
 
-  // The rank a key of kind/<r>[/...] belongs to; an error for a key that
-  // names no rank of this session (a stray or forged record).
+  // The rank a key of kind/<r>[/...] (or u/<generation>/kind/<r>[/...])
+  // belongs to; an error for a key that names no rank of this session (a
+  // stray or forged record).
   Result<uint32_t> RankOfKey(std::string_view key) const {
     std::string_view rest = key.substr(prefix_.size());
-    rest = rest.substr(rest.find('/') + 1);
+    if (rest.starts_with("u/")) {
+      rest.remove_prefix(2);
+      rest = rest.substr(std::min(rest.size(), rest.find('/') + 1));
+    }
+    rest = rest.substr(std::min(rest.size(), rest.find('/') + 1));
     const std::string_view digits = rest.substr(0, rest.find('/'));
     uint64_t r = 0;
     bool ok = !digits.empty() && digits.size() <= 10 &&
@@ -252,6 +257,36 @@ uint32_t SessionTag(const std::string& session) {
   return static_cast<uint32_t>(std::stoul(h.substr(0, 8), nullptr, 16));
 }
 
+Status SameParticipants(const std::vector<WeightRuntimeBindingManifest>& now,
+                        const std::vector<WeightRuntimeBindingManifest>& then,
+                        std::string_view side) {
+  if (ParticipantsOf(now) == ParticipantsOf(then)) return Status::OK();
+  std::string names;
+  for (const auto& b : then) {
+    names += (names.empty() ? "" : ", ") + b.participant_id();
+  }
+  return Status::InvalidArgument(
+      "an update's " + std::string(side) +
+      " bindings must be for the participants the session was opened with (" +
+      (names.empty() ? "none" : names) + "), in that order");
+}
+
+// Equal physical identity: what the bound plan and the fence depend on.
+bool SameBinding(const WeightRuntimeBindingManifest& a,
+                 const WeightRuntimeBindingManifest& b) {
+  return WeightRuntimeBindingToJson(a) == WeightRuntimeBindingToJson(b);
+}
+
+// Replaces the entries of `world` that belong to participants of `now`.
+void Replace(const std::vector<WeightRuntimeBindingManifest>& now,
+             std::vector<WeightRuntimeBindingManifest>& world) {
+  for (const auto& b : now) {
+    for (auto& w : world) {
+      if (w.participant_id() == b.participant_id()) w = b;
+    }
+  }
+}
+
 // One rank's run of a session, in the lifecycle steps of
 // include/reshard/live.h: RefuseRejoin, then Publish, PlanAndBind, Fence,
 // Connect, Exchange, Complete, Barrier and Ready; Abort records a failure
@@ -295,6 +330,10 @@ class LiveRank {
     std::vector<std::string> own;
     for (const std::string& key : keys) {
       std::string_view rest = std::string_view(key).substr(session.size() + 1);
+      if (rest.starts_with("u/")) {  // u/<generation>/<kind>/<r>
+        rest.remove_prefix(2);
+        rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
+      }
       const size_t slash = rest.find('/');
       if (slash == std::string_view::npos) continue;
       rest = rest.substr(slash + 1);
@@ -313,10 +352,38 @@ class LiveRank {
   // Every step in order; the first failure stops the run.
   Status Run() {
     start_ = Clock::now();
+    tag_ = SessionTag(options_.session);
     RESHARD_RETURN_NOT_OK(Publish());
     RESHARD_RETURN_NOT_OK(PlanAndBind());
-    RESHARD_RETURN_NOT_OK(Fence());
     RESHARD_RETURN_NOT_OK(Connect());
+    return RunUpdate();
+  }
+
+  // A standing session's opening: publish, plan, bind and connect once.
+  // Nothing moves until RunUpdate.
+  Status Open() {
+    start_ = Clock::now();
+    RESHARD_RETURN_NOT_OK(Publish());
+    RESHARD_RETURN_NOT_OK(PlanAndBind());
+    RESHARD_RETURN_NOT_OK(Connect());
+    succeeded_ = true;  // resources are in a clean state
+    return Status::OK();
+  }
+
+  // Scopes the next RunUpdate's records and tags to `generation`.
+  void BeginUpdate(uint64_t generation) {
+    scope_ = "u/" + std::to_string(generation) + "/";
+    tag_ = SessionTag(options_.session + "/" + scope_);
+  }
+
+  // One update: fence, exchange, completion, barrier, ready.
+  Status RunUpdate() {
+    succeeded_ = false;
+    const LiveReport opened = report_;
+    report_ = LiveReport{};
+    report_.regions = opened.regions;
+    report_.plan_seconds = opened.plan_seconds;
+    RESHARD_RETURN_NOT_OK(Fence());
     RESHARD_RETURN_NOT_OK(Exchange());
     RESHARD_RETURN_NOT_OK(Complete());
     RESHARD_RETURN_NOT_OK(Barrier());
@@ -324,6 +391,55 @@ class LiveRank {
     succeeded_ = true;
     return Status::OK();
   }
+
+  // Takes `now` as this rank's bindings from the next update on. Changed
+  // fragments are rebound locally: in push mode each side only ever uses
+  // its own addresses, so the peers need not know. A pull session's
+  // sources were registered (and their keys published) at open; a moved
+  // source there is refused before any byte moves.
+  Status Rebind(const LiveBindings& now) {
+    RESHARD_RETURN_NOT_OK(
+        SameParticipants(now.sources, bindings_.sources, "source"));
+    RESHARD_RETURN_NOT_OK(
+        SameParticipants(now.targets, bindings_.targets, "target"));
+    bool changed = false;
+    for (size_t i = 0; i < now.sources.size(); ++i) {
+      if (SameBinding(now.sources[i], bindings_.sources[i])) continue;
+      if (!mems_.empty()) {
+        return Status::FailedPrecondition(
+            "live session " + options_.session + ": source participant " +
+            now.sources[i].participant_id() +
+            " was rebound after its memory was registered at open (pull); a "
+            "registration lives as long as its session: open a new session");
+      }
+      changed = true;
+    }
+    for (size_t i = 0; i < now.targets.size(); ++i) {
+      changed = changed || !SameBinding(now.targets[i], bindings_.targets[i]);
+    }
+    if (!changed) return Status::OK();
+    Replace(now.sources, world_.sources);
+    Replace(now.targets, world_.targets);
+    bindings_ = now;
+    RESHARD_ASSIGN_OR_RETURN(
+        auto bound, BoundTransferPlan::Bind(*plan_, source_, world_.sources,
+                                            target_, world_.targets));
+    RESHARD_RETURN_NOT_OK(bound.RequireMemoryKinds({MemoryKind::kHost}, "ucx"));
+    ops_.clear();
+    local_.clear();
+    batches_.clear();
+    bound_.emplace(std::move(bound));
+    for (const BoundRegion& br : bound_->regions()) {
+      RESHARD_RETURN_NOT_OK(TakeShareOf(br));
+    }
+    return Status::OK();
+  }
+
+  // When an update failed: operations left in flight with UCX (their
+  // buffers may still be read or written).
+  uint64_t abandoned_in_flight() const { return abandoned_in_flight_; }
+  const std::string& scope() const { return scope_; }
+  Session& records() { return records_; }
 
   // Records `st` as this rank's abort and returns it. When another rank
   // failed first (its death or abort explains ours, e.g. an endpoint that
@@ -557,7 +673,7 @@ class LiveRank {
   Status Exchange() {
     const auto t0 = Clock::now();
     internal::ExchangeOptions xo;
-    xo.session_tag = SessionTag(options_.session);
+    xo.session_tag = tag_;
     xo.max_in_flight = options_.max_in_flight;
     xo.deadline = Deadline();
     xo.poll_abort = [&] { return records_.CheckAborts(); };
@@ -568,7 +684,9 @@ class LiveRank {
     }
     report_.local_operations = local_.size();
     internal::ExchangeStats stats;
-    RESHARD_RETURN_NOT_OK(internal::RunUcxExchange(*worker_, ops_, xo, &stats));
+    Status exchanged = internal::RunUcxExchange(*worker_, ops_, xo, &stats);
+    abandoned_in_flight_ = stats.abandoned_in_flight;
+    RESHARD_RETURN_NOT_OK(exchanged);
     uint64_t regions_in = 0;
     for (const auto& op : ops_) {
       if (op.kind != internal::ExchangeOp::Kind::kSend) {
@@ -592,8 +710,9 @@ class LiveRank {
     if (options_.validate_targets) {
       RESHARD_RETURN_NOT_OK(options_.validate_targets());
     }
-    RESHARD_RETURN_NOT_OK(records_.Put(
-        records_.Key("done"), internal::EncodeMarkerRecord(options_.rank)));
+    RESHARD_RETURN_NOT_OK(
+        records_.Put(records_.Key(scope_ + "done"),
+                     internal::EncodeMarkerRecord(options_.rank)));
     Stage("done");
     return Status::OK();
   }
@@ -603,7 +722,7 @@ class LiveRank {
   Status Barrier() {
     const auto t1 = Clock::now();
     RESHARD_RETURN_NOT_OK(
-        records_.WaitForAll("done", Deadline(), [&]() -> Status {
+        records_.WaitForAll(scope_ + "done", Deadline(), [&]() -> Status {
           for (const auto& [r, ep] : peers_) {
             if (!ep->failure().ok()) return ep->failure();
           }
@@ -611,7 +730,7 @@ class LiveRank {
           return Status::OK();
         }));
     for (uint32_t r = 0; r < options_.ranks; ++r) {
-      const std::string key = records_.Key("done", r);
+      const std::string key = records_.Key(scope_ + "done", r);
       RESHARD_ASSIGN_OR_RETURN(std::string text, records_.Get(key));
       RESHARD_RETURN_NOT_OK(internal::DecodeMarkerRecord(text, key, r));
     }
@@ -622,8 +741,9 @@ class LiveRank {
   // 7. Ready: target ranks record activation-ready.
   Status Ready() {
     if (bindings_.targets.empty()) return Status::OK();
-    RESHARD_RETURN_NOT_OK(records_.Put(
-        records_.Key("ready"), internal::EncodeMarkerRecord(options_.rank)));
+    RESHARD_RETURN_NOT_OK(
+        records_.Put(records_.Key(scope_ + "ready"),
+                     internal::EncodeMarkerRecord(options_.rank)));
     report_.ready = true;
     return Status::OK();
   }
@@ -632,14 +752,19 @@ class LiveRank {
   RecordStore& store_;
   const WeightPlacementManifest& source_;
   const WeightPlacementManifest& target_;
-  const LiveBindings& bindings_;
+  LiveBindings bindings_;  // this rank's, as of the last (re)bind
   const LiveSessionOptions& options_;
   LiveReport report_;
+  // Records of the current update: "" for a one-shot run (done/<r>,
+  // ready/<r>), "u/<generation>/" in a standing session.
+  std::string scope_;
+  uint32_t tag_ = 0;  // high 32 bits of this update's message tags
   Clock::time_point start_;
   double waited_seconds_ = 0;  // for the others to publish
   bool may_pull_ = false;      // by the options (before the world is known)
   bool pull_ = false;          // decided with the world's hosts
   bool succeeded_ = false;
+  uint64_t abandoned_in_flight_ = 0;
   // UCX resources, released in reverse order (keys before endpoints).
   std::optional<internal::UcxContext> context_;
   std::optional<internal::UcxWorker> worker_;
@@ -672,6 +797,205 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
   Status st = rank.Run();
   if (!st.ok()) return rank.Abort(std::move(st));
   return rank.report();
+}
+
+// ---------------------------------------------------------------------------
+// Standing sessions.
+
+struct LiveSession::Impl {
+  Impl(RecordStore& store, WeightPlacementManifest s, WeightPlacementManifest t,
+       LiveBindings b, LiveSessionOptions o)
+      : store(store),
+        source(std::move(s)),
+        target(std::move(t)),
+        options(std::move(o)),
+        rank(store, source, target, b, options) {}
+
+  // This rank's records (any kind, any update).
+  Result<std::vector<std::string>> OwnRecords() {
+    const std::string prefix = options.session + "/";
+    RESHARD_ASSIGN_OR_RETURN(auto keys, store.List(prefix));
+    const std::string me = std::to_string(options.rank);
+    std::vector<std::string> own;
+    for (const std::string& key : keys) {
+      // <kind>/<r>[/...] or u/<generation>/<kind>/<r>
+      std::string_view rest = std::string_view(key).substr(prefix.size());
+      if (rest.starts_with("u/")) {
+        rest.remove_prefix(2);
+        rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
+      }
+      rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
+      if (rest.substr(0, rest.find('/')) == me) own.push_back(key);
+    }
+    return own;
+  }
+
+  // Every rank is past "closed" (its marker, or its rank record already
+  // removed by its own Close).
+  Status WaitClosed() {
+    const auto deadline = Clock::now() + options.timeout;
+    Session& s = rank.records();
+    while (true) {
+      std::string missing;
+      for (uint32_t r = 0; r < options.ranks; ++r) {
+        if (s.Get(s.Key("closed", r)).ok()) continue;
+        if (s.Get(s.Key("rank", r)).status().IsNotFound()) continue;
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      if (missing.empty()) return Status::OK();
+      if (Clock::now() >= deadline) {
+        return Status::Unavailable(
+            "live session " + options.session + ": timed out after " +
+            std::to_string(options.timeout.count()) +
+            " ms waiting for rank(s) " + missing + " to close");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  // Removes this rank's records: updates, bindings and keys first, the
+  // rank record and the closed marker last (peers take either as closed).
+  Status RemoveOwn() {
+    RESHARD_ASSIGN_OR_RETURN(auto own, OwnRecords());
+    Session& s = rank.records();
+    const std::string rank_key = s.Key("rank");
+    const std::string closed_key = s.Key("closed");
+    for (const std::string& key : own) {
+      if (key == rank_key || key == closed_key) continue;
+      RESHARD_RETURN_NOT_OK(store.Delete(key));
+    }
+    RESHARD_RETURN_NOT_OK(store.Delete(rank_key));
+    return store.Delete(closed_key);
+  }
+
+  RecordStore& store;
+  WeightPlacementManifest source, target;
+  LiveSessionOptions options;
+  LiveRank rank;
+  LiveOutcome outcome = LiveOutcome::kOk;
+  bool closed = false;
+  uint64_t last_generation = 0;
+  bool updated = false;
+  double open_seconds = 0;
+};
+
+LiveSession::LiveSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+LiveSession::~LiveSession() {
+  if (impl_ != nullptr && !impl_->closed &&
+      impl_->outcome == LiveOutcome::kOk) {
+    (void)Close();
+  }
+}
+
+Result<std::unique_ptr<LiveSession>> LiveSession::Open(
+    RecordStore& rendezvous, WeightPlacementManifest source,
+    WeightPlacementManifest target, LiveBindings bindings,
+    LiveSessionOptions options) {
+  RESHARD_RETURN_NOT_OK(ValidateOptions(options));
+  const auto t0 = Clock::now();
+  auto impl =
+      std::make_unique<Impl>(rendezvous, std::move(source), std::move(target),
+                             std::move(bindings), std::move(options));
+  RESHARD_RETURN_NOT_OK(impl->rank.RefuseRejoin());
+  if (Status st = impl->rank.Open(); !st.ok()) {
+    impl->outcome = LiveOutcome::kFailed;
+    return impl->rank.Abort(std::move(st));
+  }
+  impl->open_seconds = Seconds(t0);
+  return std::unique_ptr<LiveSession>(new LiveSession(std::move(impl)));
+}
+
+Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
+                                             const LiveBindings* bindings) {
+  Impl& m = *impl_;
+  const std::string name = "live session " + m.options.session;
+  if (m.closed) return Status::FailedPrecondition(name + " is closed");
+  if (m.outcome != LiveOutcome::kOk) {
+    return Status::FailedPrecondition(
+        name + " failed in an earlier update; open a new session");
+  }
+  if (m.updated && generation <= m.last_generation) {
+    return Status::InvalidArgument(name + ": update generation " +
+                                   std::to_string(generation) +
+                                   " is not above the previous update's " +
+                                   std::to_string(m.last_generation));
+  }
+  const auto t0 = Clock::now();
+  LiveUpdateReport out;
+  out.generation = generation;
+  const std::string previous = m.rank.scope();
+  m.rank.BeginUpdate(generation);
+  Status st = Status::OK();
+  if (bindings != nullptr) {
+    st = m.rank.Rebind(*bindings);
+    out.rebound = st.ok();
+  }
+  if (st.ok()) st = m.rank.RunUpdate();
+  if (!st.ok()) {
+    m.outcome = m.rank.abandoned_in_flight() > 0 ? LiveOutcome::kUncertain
+                                                 : LiveOutcome::kFailed;
+    Status recorded = m.rank.Abort(std::move(st));
+    if (m.outcome == LiveOutcome::kUncertain) {
+      recorded = recorded.WithContext(
+          "outcome uncertain (" + std::to_string(m.rank.abandoned_in_flight()) +
+          " operation(s) in flight: do not free or reuse this rank's buffers)");
+    }
+    return recorded;
+  }
+  // Every rank is past this update's barrier, so nobody reads the previous
+  // update's records any more.
+  if (!previous.empty()) {
+    Session& s = m.rank.records();
+    (void)m.store.Delete(s.Key(previous + "done"));
+    (void)m.store.Delete(s.Key(previous + "ready"));
+  }
+  m.updated = true;
+  m.last_generation = generation;
+  const LiveReport& r = m.rank.report();
+  out.operations = r.operations;
+  out.local_operations = r.local_operations;
+  out.messages_sent = r.messages_sent;
+  out.gets = r.gets;
+  out.packed_messages = r.packed_messages;
+  out.coalesced_regions = r.coalesced_regions;
+  out.bytes_sent = r.bytes_sent;
+  out.bytes_received = r.bytes_received;
+  out.transfer_seconds = r.transfer_seconds;
+  out.barrier_seconds = r.barrier_seconds;
+  out.ready = r.ready;
+  out.update_seconds = Seconds(t0);
+  return out;
+}
+
+Status LiveSession::Close() {
+  Impl& m = *impl_;
+  if (m.closed) return Status::OK();
+  m.closed = true;
+  if (m.outcome != LiveOutcome::kOk) return Status::OK();
+  Session& s = m.rank.records();
+  RESHARD_RETURN_NOT_OK(
+      s.Put(s.Key("closed"), internal::EncodeMarkerRecord(m.options.rank)));
+  RESHARD_RETURN_NOT_OK(m.WaitClosed());
+  return m.RemoveOwn();
+}
+
+LiveOutcome LiveSession::outcome() const { return impl_->outcome; }
+double LiveSession::plan_seconds() const {
+  return impl_->rank.report().plan_seconds;
+}
+double LiveSession::open_seconds() const { return impl_->open_seconds; }
+uint64_t LiveSession::regions() const { return impl_->rank.report().regions; }
+
+Result<uint64_t> RemoveLiveSession(RecordStore& rendezvous,
+                                   std::string_view session) {
+  const std::string prefix = std::string(session) + "/";
+  RESHARD_RETURN_NOT_OK(ValidateRecordKey(prefix + "x"));
+  RESHARD_ASSIGN_OR_RETURN(auto keys, rendezvous.List(prefix));
+  for (const std::string& key : keys) {
+    RESHARD_RETURN_NOT_OK(rendezvous.Delete(key));
+  }
+  return static_cast<uint64_t>(keys.size());
 }
 
 Status AbortLiveSession(RecordStore& rendezvous, std::string_view session,

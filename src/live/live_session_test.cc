@@ -27,6 +27,7 @@
 #include "reshard/plan.h"
 #include "reshard/record_store.h"
 #include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
 #include "selftest/selftest.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
@@ -690,6 +691,217 @@ TEST(LiveSessionTest, InvalidSessionOptions) {
   auto rep = RunSelfTest(source, target, so);
   EXPECT_EQ(rep.status().message(),
             "--rank needs --rendezvous DIR shared by every rank");
+}
+
+// ---------------------------------------------------------------------------
+// Standing sessions.
+
+// K updates of one session, the source pattern changing with each: every
+// target byte is checked after every update (a region skipped in update k
+// still holds k - 1's bytes), over shared memory and TCP, pushed and
+// pulled; the ranks leave no record of the session behind.
+TEST(StandingSessionTest, UpdatesAreVerifiedEachTimeAndRecordsRemoved) {
+  const ModelSpec model = Must(
+      ModelSpecFromJson(ReadTestData("../../examples/models/tiny-moe.json")));
+  const auto source = Must(
+      GenerateLayout(model, {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
+  const auto target = Must(
+      GenerateLayout(model, {.sizes = {.tp = 8, .pp = 4, .ep = 2, .dp = 4}}));
+  for (const NamedUcx& t : Transports()) {
+    SCOPED_TRACE(t.name);
+    TempDir dir;
+    SelfTestOptions o = Ucx(t.ucx, 3, t.protocol);
+    o.rendezvous = dir.path();
+    o.session = "steps";
+    o.updates = 4;
+    ASSERT_OK_AND_ASSIGN(auto report, RunSelfTest(source, target, o));
+    ExpectLiveVerified(report, source, target, 3);
+    ASSERT_EQ(report.update_seconds.size(), 4u);
+    EXPECT_GT(report.open_seconds, 0.0);
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    // Only the launcher's own report records remain.
+    for (const std::string& key : Must(store->List("steps/"))) {
+      EXPECT_TRUE(key.starts_with("steps/report/")) << key;
+    }
+  }
+}
+
+// A source rank dies between update 1 and update 2: the survivors fail
+// update 2 naming it, and no target is marked ready for it.
+TEST(StandingSessionTest, RankKilledBetweenUpdatesFailsTheNextUpdate) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  for (const NamedUcx& t : Transports()) {
+    SCOPED_TRACE(t.name);
+    TempDir dir;
+    SelfTestOptions o = Ucx(t.ucx, 2, t.protocol);
+    o.rendezvous = dir.path();
+    o.session = "dies";
+    o.updates = 3;
+    o.timeout = std::chrono::seconds(5);
+    o.fault = SelfTestFault::kKillBetweenUpdates;
+    auto report = RunSelfTest(source, target, o);
+    ASSERT_FALSE(report.ok());
+    EXPECT_THAT(report.status().message(),
+                HasSubstr("rank 0 died of signal 9"));
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    EXPECT_TRUE(Must(store->List("dies/u/2/ready/")).empty());
+    // The survivor recorded why it stopped: rank 0 is gone.
+    auto abort = store->Get("dies/abort/1");
+    ASSERT_OK(abort.status());
+    const std::string reason =
+        Must(internal::DecodeAbortRecord(*abort, "dies/abort/1", 1));
+    EXPECT_THAT(reason, HasSubstr("rank 0"));
+  }
+}
+
+// Two ranks in two processes with the library API: rank 0 hosts the
+// sources, rank 1 the targets; `body` runs rank r's side of a session.
+std::vector<std::string> TwoRanks(
+    const std::function<std::string(uint32_t rank)>& body) {
+  int fds[2][2];
+  pid_t pids[2];
+  for (uint32_t r = 0; r < 2; ++r) {
+    if (::pipe(fds[r]) != 0) throw std::runtime_error("pipe");
+    pids[r] = ::fork();
+    if (pids[r] == 0) {
+      ::close(fds[r][0]);
+      const std::string out = body(r);
+      (void)!::write(fds[r][1], out.data(), out.size());
+      std::_Exit(0);
+    }
+    ::close(fds[r][1]);
+  }
+  std::vector<std::string> out(2);
+  for (uint32_t r = 0; r < 2; ++r) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fds[r][0], buf, sizeof buf)) > 0) out[r].append(buf, n);
+    ::close(fds[r][0]);
+    int status = 0;
+    ::waitpid(pids[r], &status, 0);
+  }
+  return out;
+}
+
+struct Seat {
+  internal::HostBuffers buffers;
+  LiveBindings bindings;
+};
+
+Seat SeatOf(const WeightPlacementManifest& source,
+            const WeightPlacementManifest& target, uint32_t rank,
+            const std::string& instance) {
+  Seat s;
+  if (rank == 0) {
+    s.buffers = Must(internal::AllocateHostBuffers(source, instance));
+    s.bindings.sources = s.buffers.bindings;
+  } else {
+    s.buffers = Must(internal::AllocateHostBuffers(target, instance));
+    s.bindings.targets = s.buffers.bindings;
+  }
+  return s;
+}
+
+// A target rank that re-allocates its buffers between updates passes the
+// new bindings to Update: the fragments are rebound locally and the new
+// buffers receive update 2 (push). A pull session's source that moves is
+// refused before any byte moves, and its peer fails naming it.
+TEST(StandingSessionTest, MovedBuffersAreReboundOrRefusedPerProtocol) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  const auto tensors = internal::TensorIndex(source);
+  for (LiveProtocol protocol : {LiveProtocol::kPush, LiveProtocol::kPull}) {
+    const bool pull = protocol == LiveProtocol::kPull;
+    SCOPED_TRACE(pull ? "pull" : "push");
+    TempDir dir;
+    const auto out = TwoRanks([&](uint32_t rank) -> std::string {
+      auto store = Must(OpenDirectoryRecordStore(dir.path()));
+      Seat seat = SeatOf(source, target, rank, "moved-" + std::to_string(rank));
+      LiveSessionOptions lo;
+      lo.session = "moved";
+      lo.rank = rank;
+      lo.ranks = 2;
+      lo.protocol = protocol;
+      lo.timeout = std::chrono::seconds(10);
+      auto session =
+          LiveSession::Open(*store, source, target, seat.bindings, lo);
+      if (!session.ok()) return "open: " + session.status().ToString();
+      internal::FillPattern(source, tensors, seat.buffers, nullptr, 1);
+      auto u1 = (*session)->Update(1);
+      if (!u1.ok()) return "update 1: " + u1.status().ToString();
+      // The side that moves: targets under push, sources under pull.
+      Seat moved =
+          SeatOf(source, target, rank, "moved-" + std::to_string(rank));
+      const bool moves = pull ? rank == 0 : rank == 1;
+      const Seat& now = moves ? moved : seat;
+      internal::FillPattern(source, tensors, now.buffers, nullptr, 2);
+      auto u2 = (*session)->Update(2, &now.bindings);
+      if (!u2.ok()) return "update 2: " + u2.status().ToString();
+      if (rank == 1) {
+        const std::string bad =
+            internal::VerifyPattern(target, tensors, now.buffers, nullptr, 2);
+        if (!bad.empty()) return "mismatch: " + bad;
+      }
+      if (Status st = (*session)->Close(); !st.ok()) return st.ToString();
+      return std::string(u2->rebound && moves ? "rebound" : "ok");
+    });
+    if (!pull) {
+      EXPECT_EQ(out[0], "ok");
+      EXPECT_EQ(out[1], "rebound");
+    } else {
+      EXPECT_THAT(out[0], HasSubstr("update 2: FailedPrecondition"));
+      EXPECT_THAT(out[0], HasSubstr("was rebound after its memory was "
+                                    "registered at open (pull)"));
+      EXPECT_THAT(out[1], HasSubstr("update 2: "));
+      EXPECT_THAT(out[1], HasSubstr("aborted by rank 0"));
+    }
+  }
+}
+
+// Generations only go up; a closed or failed session refuses updates.
+TEST(StandingSessionTest, GenerationsAscendAndClosedSessionsRefuse) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  const auto out = TwoRanks([&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(source, target, rank, "gen-" + std::to_string(rank));
+    LiveSessionOptions lo;
+    lo.session = "gen";
+    lo.rank = rank;
+    lo.ranks = 2;
+    lo.timeout = std::chrono::seconds(10);
+    auto session = LiveSession::Open(*store, source, target, seat.bindings, lo);
+    if (!session.ok()) return session.status().ToString();
+    if (auto u = (*session)->Update(5); !u.ok()) return u.status().ToString();
+    std::string out = (*session)->Update(5).status().ToString() + "|";
+    if (Status st = (*session)->Close(); !st.ok()) return st.ToString();
+    out += (*session)->Update(6).status().ToString();
+    return out;
+  });
+  for (uint32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(out[r],
+              "InvalidArgument: live session gen: update generation 5 is not "
+              "above the previous update's 5|FailedPrecondition: live session "
+              "gen is closed");
+  }
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  EXPECT_TRUE(Must(store->List("gen/")).empty());
+}
+
+TEST(StandingSessionTest, RemoveLiveSessionReclaimsLeftovers) {
+  TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  ASSERT_OK(store->Put("crashed/rank/0", "x"));
+  ASSERT_OK(store->Put("crashed/u/3/done/1", "y"));
+  ASSERT_OK(store->Put("other/rank/0", "z"));
+  ASSERT_OK_AND_ASSIGN(uint64_t removed, RemoveLiveSession(*store, "crashed"));
+  EXPECT_EQ(removed, 2u);
+  EXPECT_TRUE(Must(store->List("crashed/")).empty());
+  EXPECT_EQ(Must(store->List("other/")).size(), 1u);
+  EXPECT_THAT(RemoveLiveSession(*store, "../x").status(),
+              StatusIs(StatusCode::kInvalidArgument));
 }
 
 }  // namespace

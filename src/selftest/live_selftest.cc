@@ -71,6 +71,60 @@ Result<WeightRuntimeBindingManifest> WithGeneration(
   return WeightRuntimeBindingManifest::Make(std::move(spec));
 }
 
+// One standing session with options.updates updates: update k fills the
+// sources with generation k's pattern, and every rank's validator checks
+// generation k's bytes before "done" (so a region skipped in update k,
+// still holding k - 1's bytes, fails it).
+Result<SelfTestReport> RunUpdates(
+    RecordStore& store, const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target, const SelfTestOptions& options,
+    LiveSessionOptions lo, const LiveBindings& bindings,
+    const std::unordered_map<std::string_view, uint64_t>& tensors,
+    const HostBuffers& src, const HostBuffers& dst, uint32_t rank) {
+  uint64_t generation = 0;
+  std::string mismatch;
+  lo.validate_targets = [&]() -> Status {
+    mismatch = VerifyPattern(target, tensors, dst, nullptr, generation);
+    if (mismatch.empty()) return Status::OK();
+    return Status::DataLoss("target bytes differ in update " +
+                            std::to_string(generation) + ": " + mismatch);
+  };
+  RESHARD_ASSIGN_OR_RETURN(
+      auto session, LiveSession::Open(store, source, target, bindings, lo));
+  SelfTestReport report;
+  report.verified = true;
+  report.open_seconds = session->open_seconds();
+  report.plan_seconds = session->plan_seconds();
+  report.seconds = 0;
+  for (uint32_t k = 1; k <= options.updates; ++k) {
+    if (options.fault == SelfTestFault::kKillBetweenUpdates && rank == 0 &&
+        k == 2) {
+      ::raise(SIGKILL);
+    }
+    generation = k;
+    FillPattern(source, tensors, src, nullptr, generation);
+    auto u = session->Update(generation);
+    if (!u.ok()) {
+      if (mismatch.empty()) return u.status();
+      report.verified = false;
+      report.mismatch = "update " + std::to_string(k) + ": " + mismatch;
+      return report;
+    }
+    report.update_seconds.push_back(u->update_seconds);
+    report.bytes = u->bytes_received;
+    report.operations = u->operations;
+    report.messages = u->messages_sent + u->gets;
+    report.packed_messages = u->packed_messages;
+    report.ranks_ready = u->ready ? 1 : 0;
+    // The fastest update's exchange: the session's transfer time.
+    if (k == 1 || u->transfer_seconds < report.seconds) {
+      report.seconds = u->transfer_seconds;
+    }
+  }
+  RESHARD_RETURN_NOT_OK(session->Close());
+  return report;
+}
+
 Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
                                const WeightPlacementManifest& target,
                                const SelfTestOptions& options,
@@ -134,6 +188,10 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
       return now;
     };
   }
+  if (options.updates > 0) {
+    return RunUpdates(store, source, target, options, std::move(lo), bindings,
+                      tensors, src, dst, rank);
+  }
   auto live = RunLiveReshard(store, source, target, bindings, lo);
   SelfTestReport report;
   if (!live.ok()) {
@@ -168,6 +226,10 @@ std::string ReportOf(uint32_t r, const Result<SelfTestReport>& report) {
   rec.packed_messages = report->packed_messages;
   rec.plan_ns = static_cast<uint64_t>(report->plan_seconds * 1e9);
   rec.transfer_ns = static_cast<uint64_t>(report->seconds * 1e9);
+  rec.open_ns = static_cast<uint64_t>(report->open_seconds * 1e9);
+  for (double u : report->update_seconds) {
+    rec.update_ns.push_back(static_cast<int64_t>(u * 1e9));
+  }
   rec.mismatch = report->mismatch;
   return EncodeReportRecord(rec);
 }
@@ -404,6 +466,14 @@ class ReportCollector {
     total_.packed_messages += rec->packed_messages;
     total_.ranks_ready += rec->ready ? 1 : 0;
     total_.seconds = std::max(total_.seconds, rec->transfer_ns / 1e9);
+    total_.open_seconds = std::max(total_.open_seconds, rec->open_ns / 1e9);
+    if (total_.update_seconds.size() < rec->update_ns.size()) {
+      total_.update_seconds.resize(rec->update_ns.size(), 0.0);
+    }
+    for (size_t k = 0; k < rec->update_ns.size(); ++k) {
+      total_.update_seconds[k] =
+          std::max(total_.update_seconds[k], rec->update_ns[k] / 1e9);
+    }
   }
 
   // The summed report, or Aborted naming the root cause. A rank whose

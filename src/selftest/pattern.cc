@@ -109,13 +109,15 @@ void ForEachBufferedRow(
 
 void FillPattern(const WeightPlacementManifest& m,
                  const std::unordered_map<std::string_view, uint64_t>& tensors,
-                 const HostBuffers& buffers, const PatternProgress& progress) {
+                 const HostBuffers& buffers, const PatternProgress& progress,
+                 uint64_t generation) {
+  const uint64_t salt = generation << 32;
   ForEachBufferedRow(m, tensors, buffers, progress,
-                     [](const PlacementFragment&, uint64_t ti, uint64_t item,
-                        uint8_t* p, uint64_t g, uint64_t n) {
+                     [salt](const PlacementFragment&, uint64_t ti,
+                            uint64_t item, uint8_t* p, uint64_t g, uint64_t n) {
                        for (uint64_t e = 0; e < n; ++e) {
                          for (uint64_t b = 0; b < item; ++b) {
-                           *p++ = SelfTestPatternByte(ti, g + e, b);
+                           *p++ = SelfTestPatternByte(ti + salt, g + e, b);
                          }
                        }
                        return true;
@@ -125,7 +127,9 @@ void FillPattern(const WeightPlacementManifest& m,
 std::string VerifyPattern(
     const WeightPlacementManifest& m,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
-    const HostBuffers& buffers, const PatternProgress& progress) {
+    const HostBuffers& buffers, const PatternProgress& progress,
+    uint64_t generation) {
+  const uint64_t salt = generation << 32;
   std::string mismatch;
   ForEachBufferedRow(
       m, tensors, buffers, progress,
@@ -133,7 +137,7 @@ std::string VerifyPattern(
           const uint8_t* p, uint64_t g, uint64_t n) {
         for (uint64_t e = 0; e < n; ++e) {
           for (uint64_t b = 0; b < item; ++b, ++p) {
-            const uint8_t want = SelfTestPatternByte(ti, g + e, b);
+            const uint8_t want = SelfTestPatternByte(ti + salt, g + e, b);
             if (*p != want) {
               mismatch = "tensor " + f.tensor_id() + ", fragment " +
                          f.placement_fragment_id() + ", global element " +

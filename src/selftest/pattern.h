@@ -22,18 +22,22 @@ std::unordered_map<std::string_view, uint64_t> TensorIndex(
 
 using PatternProgress = std::function<void(uint64_t done, uint64_t total)>;
 
-// Fills every fragment of `m` that has a buffer in `buffers`.
+// Fills every fragment of `m` that has a buffer in `buffers`. A non-zero
+// `generation` gives another pattern (standing sessions: a region skipped
+// in an update keeps the previous generation's bytes and is caught).
 void FillPattern(const WeightPlacementManifest& m,
                  const std::unordered_map<std::string_view, uint64_t>& tensors,
                  const HostBuffers& buffers,
-                 const PatternProgress& progress = nullptr);
+                 const PatternProgress& progress = nullptr,
+                 uint64_t generation = 0);
 
 // Checks every byte of every fragment of `m` that has a buffer; returns ""
 // or the first mismatch (tensor, fragment, global element, byte).
 std::string VerifyPattern(
     const WeightPlacementManifest& m,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
-    const HostBuffers& buffers, const PatternProgress& progress = nullptr);
+    const HostBuffers& buffers, const PatternProgress& progress = nullptr,
+    uint64_t generation = 0);
 
 }  // namespace reshard::internal
 

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "reshard/live.h"
 #include "reshard/placement.h"
@@ -22,10 +23,12 @@ namespace reshard {
 // Where the self-test injects a fault (tests of the failure paths).
 enum class SelfTestFault : uint8_t {
   kNone,
-  kKillSource,       // the first source rank dies (SIGKILL) mid-transfer
-  kKillTarget,       // the first target rank dies (SIGKILL) mid-transfer
-  kStaleGeneration,  // the first source rank's generation moves on after
-                     // publication, before execution
+  kKillSource,          // the first source rank dies (SIGKILL) mid-transfer
+  kKillTarget,          // the first target rank dies (SIGKILL) mid-transfer
+  kStaleGeneration,     // the first source rank's generation moves on after
+                        // publication, before execution
+  kKillBetweenUpdates,  // updates >= 2: the first source rank dies after
+                        // update 1, before update 2
 };
 
 struct SelfTestOptions {
@@ -56,6 +59,10 @@ struct SelfTestOptions {
   LiveProtocol protocol = LiveProtocol::kAuto;
   UcxOptions ucx;
   SelfTestFault fault = SelfTestFault::kNone;
+  // ucx: 0, one RunLiveReshard; K >= 1, one standing LiveSession with K
+  // updates, the source pattern of update k depending on k, every target
+  // byte verified after each.
+  uint32_t updates = 0;
   // When set (a store URI, e.g. fs://DIR): upload the source layout to the
   // weight store, commit, load the revision into the target layout and
   // check every byte. Each run uses a namespace of its own
@@ -92,6 +99,9 @@ struct SelfTestReport {
   double load_seconds = 0;
   uint64_t packed_messages = 0;
   uint32_t ranks_ready = 0;
+  // updates >= 1: the slowest rank's Open and each Update call, seconds.
+  double open_seconds = 0;
+  std::vector<double> update_seconds;
 };
 
 // The byte the pattern puts at byte `byte` of element `element` (global

@@ -534,8 +534,9 @@ def ucx_failed_rank_fails_the_run_whatever_its_report_says():
     src, dst = scenario(FOUR_AXIS)
     forged = json.dumps({
         "bytes": 1, "error": "", "messages": 1, "mismatch": "",
-        "operations": 1, "packed_messages": 0, "plan_ns": 1, "rank": 1,
-        "ready": True, "transfer_ns": 1, "verified": True},
+        "open_ns": 0, "operations": 1, "packed_messages": 0, "plan_ns": 1,
+        "rank": 1, "ready": True, "transfer_ns": 1, "update_ns": [],
+        "verified": True},
         sort_keys=True, separators=(",", ":")).encode()
     # Rank 1 reports well after it publishes; should it ever report before
     # the forged record lands, run again.
