@@ -18,7 +18,7 @@ PASSES=${CHECK_PASSES:-asan tsan fuzz}
 # sessions, store races and crashes, the fs backend, multi-process uploads,
 # and the placement suites (large documents decode on two threads, large
 # placements hash their identity on a second thread).
-TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:ReshardTest.*:CopyRegionTest.*:SelfTestTest.*:LiveSessionTest.*:LiveFaultTest.*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:PlacementWireTest.*:PlacementManifestTest.*:*Race*:*Concurren*'}
+TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:ReshardTest.*:CopyRegionTest.*:SelfTestTest.*:LiveSessionTest.*:LiveFaultTest.*:StandingSessionTest.*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:PlacementWireTest.*:PlacementManifestTest.*:*Race*:*Concurren*'}
 SUPP=$PWD/scripts/sanitizers
 # -O1 with line tables: sanitizer reports with file:line, at less
 # compile time than the default -O2 -g.
