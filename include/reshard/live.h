@@ -195,6 +195,13 @@ class LiveSession {
   Result<LiveUpdateReport> Update(uint64_t generation,
                                   const LiveBindings* bindings = nullptr);
 
+  // Gives up the session without an update (for example this rank's own
+  // inputs for the next update were refused): records `reason` for the
+  // other ranks, which then fail their update naming this rank; the
+  // session cannot be updated again. Nothing of this rank is in flight
+  // between updates, so outcome() becomes kFailed.
+  Status Abort(const Status& reason);
+
   // "closed" barrier with every rank (up to the timeout), then removes
   // this rank's records. Idempotent; after a failed update it only
   // releases what it can.

@@ -48,6 +48,7 @@ from reshard._reshard import (  # noqa: F401
     TensorDescriptor,
     TopologyParticipant,
     UnavailableError,
+    UncertainOutcomeError,
     UnimplementedError,
     WeightPlacementManifest,
     WeightPlacementPart,

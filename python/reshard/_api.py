@@ -129,16 +129,24 @@ class WeightStore:
 
 
 class LiveSession:
-    """One process's seat in a live reshard between process groups.
+    """One process's seat in a standing live session between process groups.
 
     Every process of the session creates one with the same `name`,
     `rendezvous` (a directory or ``fs://DIR`` every process sees), `ranks`
-    and placements, and its own `rank`. Each ``update()`` moves the current
-    contents of the source tensors this process hosts into the target
-    tensors it hosts, over UCX, and returns when every process has finished
-    (or raises naming the rank that failed; then no target of this update
-    is marked ready). Updates are numbered; every process must call
-    ``update()`` the same number of times.
+    and placements, and its own `rank`. The first ``update()`` opens the
+    session (publishes, plans, binds and connects once); each ``update()``
+    then moves the current contents of the source tensors this process
+    hosts into the target tensors it hosts, over UCX, and returns when
+    every process has finished, or raises naming the rank that failed (no
+    target of that update is marked ready). Tensors that moved since the
+    previous update are rebound (refused for sources of a pull session).
+    Every process must call ``update()`` the same number of times; use the
+    session as a context manager, or call ``close()``.
+
+    A failed update ends the native session; the next ``update()`` opens a
+    fresh one (``<name>.<attempt>``) on every process, unless the failure's
+    outcome was uncertain (``UncertainOutcomeError``: operations were in
+    flight, the buffers must not be reused).
     """
 
     def __init__(self, rendezvous: str, name: str, *, rank: int, ranks: int,
@@ -159,6 +167,28 @@ class LiveSession:
         self.instance_id = instance_id or _default_instance()
         self.ucx_tls = ucx_tls
         self.step = 0
+        self.attempt = 0
+        self.open_seconds = None
+        self._native = None
+        self._addresses = None
+        self._uncertain = False
+
+    @property
+    def session_key(self) -> str:
+        """The rendezvous key of the native session now (or next) open."""
+        return f"{self.name}.{max(self.attempt, 1):06d}"
+
+    def _open(self, src, dst) -> None:
+        self.attempt += 1
+        options = dict(instance_id=self.instance_id, generation=1,
+                       lease_id=f"{self.session_key}")
+        self._native = _reshard.StandingSession(
+            self.rendezvous, self.source, self.target, src, dst,
+            session=self.session_key, rank=self.rank, ranks=self.ranks,
+            timeout=self.timeout, max_in_flight=self.max_in_flight,
+            protocol=self.protocol, options=options, ucx_tls=self.ucx_tls)
+        self.open_seconds = self._native.open_seconds
+        self._addresses = (src, dst)
 
     def update(self, sources: Optional[Mapping] = None,
                targets: Optional[Mapping] = None) -> Report:
@@ -166,29 +196,64 @@ class LiveSession:
         target participants this process hosts.
 
         The step advances whether or not the update succeeds, so that every
-        process stays on the same session key: a process whose own tensors
-        are refused records an abort for this step (its peers fail at once,
-        naming it) and raises; the next update is a fresh step for all.
+        process stays in step: a process whose own tensors are refused
+        records an abort (its peers fail at once, naming it) and raises.
         """
+        if self._uncertain:
+            raise _reshard.FailedPreconditionError(
+                f"live session {self.name}: an earlier update's outcome was "
+                "uncertain; its buffers may still be in use")
         self.step += 1
-        session = f"{self.name}.{self.step:06d}"
         try:
             src, keep_src = fragment_views(self.source, sources or {},
                                            "source", False)
             dst, keep_dst = fragment_views(self.target, targets or {},
                                            "target", True)
         except Exception as error:
-            _reshard.abort_live(self.rendezvous, session, self.rank,
-                                f"rank {self.rank} refused its tensors: "
-                                f"{error}")
+            reason = f"rank {self.rank} refused its tensors: {error}"
+            if self._native is None:
+                self.attempt += 1
+                _reshard.abort_live(self.rendezvous, self.session_key,
+                                    self.rank, reason)
+            else:
+                self._native.abort(reason)
+            self._native = None  # this session is over for everybody
             raise
-        options = dict(instance_id=self.instance_id, generation=self.step,
-                       lease_id=f"{self.name}.{self.step}")
-        report = _reshard.run_live(
-            self.rendezvous, self.source, self.target, src, dst,
-            session=session, rank=self.rank, ranks=self.ranks,
-            timeout=self.timeout, max_in_flight=self.max_in_flight,
-            protocol=self.protocol, options=options, ucx_tls=self.ucx_tls)
-        del keep_src, keep_dst
+        try:
+            if self._native is None:
+                self._open(src, dst)
+                report = self._native.update(self.step)
+            elif (src, dst) != self._addresses:
+                report = self._native.update(self.step, src, dst)
+                self._addresses = (src, dst)
+            else:
+                report = self._native.update(self.step)
+        except _reshard.UncertainOutcomeError:
+            self._uncertain = True
+            raise
+        except _reshard.Error:
+            self._native = None
+            raise
+        finally:
+            del keep_src, keep_dst
         report["step"] = self.step
+        report["session"] = self.session_key
         return Report(report)
+
+    def close(self) -> None:
+        """Closes the session with every process and removes this process's
+        rendezvous records."""
+        if self._native is not None:
+            native, self._native = self._native, None
+            native.close()
+
+    def __enter__(self) -> "LiveSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+        elif self._native is not None:
+            # Leaving on an error: the peers must not wait for this process.
+            native, self._native = self._native, None
+            native.abort(f"rank {self.rank} left the session: {exc[1]}")

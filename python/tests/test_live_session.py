@@ -40,9 +40,13 @@ def _rank(rank, rendezvous, bad_step, results):
                                                     dtype=torch.bfloat16)
                for f in tpart.fragments}
     outcome = []
+    # The trainer's weights stay in place and change value every step.
+    held = {f.tensor_id: torch.zeros(f.local_shape, dtype=torch.bfloat16)
+            for f in spart.fragments}
+    sources = {spart.participant_id: held}
     for step in (1, 2, 3):
-        sources = {spart.participant_id: {
-            f.tensor_id: _box(src, f, step) for f in spart.fragments}}
+        for f in spart.fragments:
+            held[f.tensor_id].copy_(_box(src, f, step))
         given = dict(targets)
         if step == bad_step and rank == 1:
             first = next(iter(given))

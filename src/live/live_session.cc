@@ -384,6 +384,7 @@ class LiveRank {
     report_.regions = opened.regions;
     report_.plan_seconds = opened.plan_seconds;
     RESHARD_RETURN_NOT_OK(Fence());
+    RESHARD_RETURN_NOT_OK(FencedBarrier());
     RESHARD_RETURN_NOT_OK(Exchange());
     RESHARD_RETURN_NOT_OK(Complete());
     RESHARD_RETURN_NOT_OK(Barrier());
@@ -704,6 +705,23 @@ class LiveRank {
     return Status::OK();
   }
 
+  // Standing sessions: every rank's fence passed before anybody posts an
+  // operation, so a rank that refuses an update (a stale or moved binding,
+  // refused tensors) fails it for everybody with nothing in flight.
+  Status FencedBarrier() {
+    if (scope_.empty()) return Status::OK();
+    RESHARD_RETURN_NOT_OK(
+        records_.Put(records_.Key(scope_ + "fenced"),
+                     internal::EncodeMarkerRecord(options_.rank)));
+    return records_.WaitForAll(scope_ + "fenced", Deadline(), [&]() -> Status {
+      for (const auto& [r, ep] : peers_) {
+        if (!ep->failure().ok()) return ep->failure();
+      }
+      worker_->ProgressOrWait(std::chrono::microseconds(200));
+      return Status::OK();
+    });
+  }
+
   // 5. Completion: the caller's validator, then "done".
   Status Complete() {
     Stage("completing");
@@ -947,8 +965,9 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   // update's records any more.
   if (!previous.empty()) {
     Session& s = m.rank.records();
-    (void)m.store.Delete(s.Key(previous + "done"));
-    (void)m.store.Delete(s.Key(previous + "ready"));
+    for (const char* kind : {"fenced", "done", "ready"}) {
+      (void)m.store.Delete(s.Key(previous + kind));
+    }
   }
   m.updated = true;
   m.last_generation = generation;
@@ -966,6 +985,15 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   out.ready = r.ready;
   out.update_seconds = Seconds(t0);
   return out;
+}
+
+Status LiveSession::Abort(const Status& reason) {
+  Impl& m = *impl_;
+  if (m.closed || m.outcome != LiveOutcome::kOk) return Status::OK();
+  m.outcome = LiveOutcome::kFailed;
+  const Status recorded = m.rank.Abort(reason);
+  (void)recorded;
+  return Status::OK();
 }
 
 Status LiveSession::Close() {

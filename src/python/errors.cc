@@ -54,9 +54,18 @@ void RegisterErrors(py::module_& m) {
     m.attr(c.name) = py::handle(cls);
   }
   g_classes[0] = base.ptr();
+  static PyObject* uncertain = PyErr_NewExceptionWithDoc(
+      "reshard._reshard.UncertainOutcomeError",
+      "A live update failed while operations were in flight: UCX may still "
+      "read this process's sources or write its targets; do not free or "
+      "reuse them.",
+      base.ptr(), nullptr);
+  m.attr("UncertainOutcomeError") = py::handle(uncertain);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const UncertainError& e) {
+      PyErr_SetString(uncertain, e.status().message().c_str());
     } catch (const StatusError& e) {
       const int code = static_cast<int>(e.status().code());
       PyObject* cls = code > 0 && code < kCodes && g_classes[code] != nullptr

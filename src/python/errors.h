@@ -30,6 +30,13 @@ class StatusError : public std::exception {
   Status status_;
 };
 
+// A failed live update whose operations may still be in flight: raised as
+// reshard.UncertainOutcomeError (the buffers must not be freed or reused).
+class UncertainError : public StatusError {
+ public:
+  using StatusError::StatusError;
+};
+
 // Creates reshard._reshard.Error and its subclasses and registers the
 // translator. Called once from the module initializer.
 void RegisterErrors(pybind11::module_& m);

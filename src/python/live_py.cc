@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "reshard/live.h"
@@ -134,9 +135,163 @@ void RegisterRendezvous(py::module_& m) {
           py::arg("key"));
 }
 
+py::dict UpdateDict(const LiveUpdateReport& r) {
+  py::dict d;
+  d["generation"] = r.generation;
+  d["operations"] = r.operations;
+  d["local_operations"] = r.local_operations;
+  d["messages_sent"] = r.messages_sent;
+  d["gets"] = r.gets;
+  d["packed_messages"] = r.packed_messages;
+  d["coalesced_regions"] = r.coalesced_regions;
+  d["bytes_sent"] = r.bytes_sent;
+  d["bytes_received"] = r.bytes_received;
+  d["rebound"] = r.rebound;
+  d["transfer_seconds"] = r.transfer_seconds;
+  d["barrier_seconds"] = r.barrier_seconds;
+  d["update_seconds"] = r.update_seconds;
+  d["ready"] = r.ready;
+  return d;
+}
+
+const char* OutcomeName(LiveOutcome o) {
+  switch (o) {
+    case LiveOutcome::kOk:
+      return "ok";
+    case LiveOutcome::kFailed:
+      return "failed";
+    case LiveOutcome::kUncertain:
+      break;
+  }
+  return "uncertain";
+}
+
+// A standing session and the rendezvous it lives in (declared after the
+// store, so that the session is destroyed first).
+class PyStandingSession {
+ public:
+  std::unique_ptr<RecordStore> store;
+  std::unique_ptr<LiveSession> session;
+  WeightPlacementManifest source, target;
+  BufferBindingOptions binding_options;
+};
+
+LiveSessionOptions SessionOptionsOf(py::object session, py::object rank,
+                                    py::object ranks, double timeout_seconds,
+                                    py::object max_in_flight,
+                                    py::object protocol, py::object ucx_tls) {
+  LiveSessionOptions o;
+  o.session = ToStr(session, "session");
+  o.rank = static_cast<uint32_t>(ToU64(rank, "rank"));
+  o.ranks = static_cast<uint32_t>(ToU64(ranks, "ranks"));
+  if (!(timeout_seconds > 0)) ThrowInvalid("timeout", "must be > 0 seconds");
+  o.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
+  o.max_in_flight =
+      static_cast<uint32_t>(ToU64(max_in_flight, "max_in_flight"));
+  o.protocol = ProtocolOf(ToStr(protocol, "protocol"));
+  o.ucx.tls = ToStr(ucx_tls, "ucx_tls");
+  return o;
+}
+
+std::unique_ptr<PyStandingSession> OpenStanding(
+    py::object rendezvous, const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target, py::dict sources, py::dict targets,
+    py::object session, py::object rank, py::object ranks,
+    double timeout_seconds, py::object max_in_flight, py::object protocol,
+    py::object options, py::object ucx_tls) {
+  auto s = std::make_unique<PyStandingSession>(
+      PyStandingSession{nullptr, nullptr, source, target, {}});
+  LiveSessionOptions o = SessionOptionsOf(session, rank, ranks, timeout_seconds,
+                                          max_in_flight, protocol, ucx_tls);
+  s->binding_options = BindingOptionsOf(options);
+  LiveBindings bindings;
+  bindings.sources =
+      BindParticipants(source, sources, s->binding_options, "source");
+  bindings.targets =
+      BindParticipants(target, targets, s->binding_options, "target");
+  const std::string uri = ToStr(rendezvous, "rendezvous");
+  py::gil_scoped_release release;
+  s->store = Unwrap(OpenRendezvous(uri));
+  s->session = Unwrap(LiveSession::Open(*s->store, source, target,
+                                        std::move(bindings), std::move(o)));
+  return s;
+}
+
+py::dict UpdateStanding(PyStandingSession& s, py::object generation,
+                        py::object sources, py::object targets) {
+  const uint64_t g = ToU64(generation, "generation");
+  std::optional<LiveBindings> now;
+  if (!sources.is_none() || !targets.is_none()) {
+    if (sources.is_none() || targets.is_none()) {
+      ThrowInvalid("update", "takes both sources and targets, or neither");
+    }
+    now.emplace();
+    now->sources =
+        BindParticipants(s.source, sources, s.binding_options, "source");
+    now->targets =
+        BindParticipants(s.target, targets, s.binding_options, "target");
+  }
+  Result<LiveUpdateReport> r = Status::Internal("not run");
+  {
+    py::gil_scoped_release release;
+    r = s.session->Update(g, now ? &*now : nullptr);
+  }
+  if (!r.ok() && s.session->outcome() == LiveOutcome::kUncertain) {
+    throw UncertainError(r.status());
+  }
+  return UpdateDict(Unwrap(std::move(r)));
+}
+
+void RegisterStanding(py::module_& m) {
+  py::class_<PyStandingSession>(
+      m, "StandingSession",
+      "A standing live session (LiveSession): open once, update many "
+      "times, close.")
+      .def(py::init(&OpenStanding), py::arg("rendezvous"), py::arg("source"),
+           py::arg("target"), py::arg("sources"), py::arg("targets"),
+           py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
+           py::arg("timeout") = 60.0, py::arg("max_in_flight") = 64,
+           py::arg("protocol") = "auto", py::arg("options") = py::none(),
+           py::arg("ucx_tls") = "")
+      .def("update", &UpdateStanding, py::arg("generation"),
+           py::arg("sources") = py::none(), py::arg("targets") = py::none(),
+           "One update; sources and targets ({participant: {fragment: "
+           "address}}) when this rank's buffers moved.")
+      .def(
+          "abort",
+          [](PyStandingSession& s, py::object reason) {
+            const std::string why = ToStr(reason, "reason");
+            py::gil_scoped_release release;
+            ThrowIfError(s.session->Abort(Status::Aborted(why)));
+          },
+          py::arg("reason"),
+          "Gives up the session; the other ranks fail naming this rank.")
+      .def(
+          "close",
+          [](PyStandingSession& s) {
+            py::gil_scoped_release release;
+            ThrowIfError(s.session->Close());
+          },
+          "Closes (a barrier with every rank) and removes this rank's "
+          "records.")
+      .def_property_readonly(
+          "outcome",
+          [](const PyStandingSession& s) {
+            return std::string(OutcomeName(s.session->outcome()));
+          })
+      .def_property_readonly(
+          "open_seconds",
+          [](const PyStandingSession& s) { return s.session->open_seconds(); })
+      .def_property_readonly("regions", [](const PyStandingSession& s) {
+        return s.session->regions();
+      });
+}
+
 }  // namespace
 
 void RegisterLive(py::module_& m) {
+  RegisterStanding(m);
   RegisterRendezvous(m);
   m.def(
       "abort_live",
