@@ -21,3 +21,7 @@ echo
 echo "== Python package vs the C++ CLI (plan time; 1 GiB local reshard between torch tensors vs reshard selftest)"
 PYTHONPATH="$BUILD/python" "${RESHARD_PYTHON:-/usr/bin/python3}" bench/python_bench.py \
   --cli "$BUILD/reshard" --models examples/models
+echo
+echo "== standing live sessions (2 processes): fixed cost per update, bandwidth vs one contiguous region"
+PYTHONPATH="$BUILD/python" "${RESHARD_PYTHON:-/usr/bin/python3}" bench/standing_bench.py \
+  --cli "$BUILD/reshard"

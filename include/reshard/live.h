@@ -108,6 +108,8 @@ struct LiveReport {
   double plan_seconds = 0;      // plan + bind + fence + connect
   double transfer_seconds = 0;  // this rank's exchange and copies
   double barrier_seconds = 0;   // waiting for the world
+  double validate_seconds = 0;  // in options.validate_targets
+  double arrival_seconds = 0;   // standing: waiting for every rank's fence
   bool ready = false;           // this rank's targets are activation-ready
 };
 
@@ -163,8 +165,12 @@ struct LiveUpdateReport {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   bool rebound = false;         // bindings changed and were rebound
-  double transfer_seconds = 0;  // fence, exchange and local copies
+  double transfer_seconds = 0;  // exchange and local copies
   double barrier_seconds = 0;
+  double validate_seconds = 0;  // in options.validate_targets (the caller's)
+  // Waiting for the other ranks to arrive (their fence passed): skew
+  // between the ranks' callers, not the session's cost.
+  double arrival_seconds = 0;
   double update_seconds = 0;  // the whole Update call
   bool ready = false;         // this rank's targets are activation-ready
 };

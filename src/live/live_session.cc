@@ -713,20 +713,27 @@ class LiveRank {
     RESHARD_RETURN_NOT_OK(
         records_.Put(records_.Key(scope_ + "fenced"),
                      internal::EncodeMarkerRecord(options_.rank)));
-    return records_.WaitForAll(scope_ + "fenced", Deadline(), [&]() -> Status {
-      for (const auto& [r, ep] : peers_) {
-        if (!ep->failure().ok()) return ep->failure();
-      }
-      worker_->ProgressOrWait(std::chrono::microseconds(200));
-      return Status::OK();
-    });
+    const auto t0 = Clock::now();
+    Status all =
+        records_.WaitForAll(scope_ + "fenced", Deadline(), [&]() -> Status {
+          for (const auto& [r, ep] : peers_) {
+            if (!ep->failure().ok()) return ep->failure();
+          }
+          worker_->ProgressOrWait(std::chrono::microseconds(200));
+          return Status::OK();
+        });
+    report_.arrival_seconds = Seconds(t0);
+    return all;
   }
 
   // 5. Completion: the caller's validator, then "done".
   Status Complete() {
     Stage("completing");
     if (options_.validate_targets) {
-      RESHARD_RETURN_NOT_OK(options_.validate_targets());
+      const auto t0 = Clock::now();
+      Status valid = options_.validate_targets();
+      report_.validate_seconds = Seconds(t0);
+      RESHARD_RETURN_NOT_OK(valid);
     }
     RESHARD_RETURN_NOT_OK(
         records_.Put(records_.Key(scope_ + "done"),
@@ -982,6 +989,8 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   out.bytes_received = r.bytes_received;
   out.transfer_seconds = r.transfer_seconds;
   out.barrier_seconds = r.barrier_seconds;
+  out.validate_seconds = r.validate_seconds;
+  out.arrival_seconds = r.arrival_seconds;
   out.ready = r.ready;
   out.update_seconds = Seconds(t0);
   return out;

@@ -150,6 +150,8 @@ py::dict UpdateDict(const LiveUpdateReport& r) {
   d["transfer_seconds"] = r.transfer_seconds;
   d["barrier_seconds"] = r.barrier_seconds;
   d["update_seconds"] = r.update_seconds;
+  d["validate_seconds"] = r.validate_seconds;
+  d["arrival_seconds"] = r.arrival_seconds;
   d["ready"] = r.ready;
   return d;
 }

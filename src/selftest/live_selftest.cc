@@ -72,53 +72,48 @@ Result<WeightRuntimeBindingManifest> WithGeneration(
 }
 
 // One standing session with options.updates updates: update k fills the
-// sources with generation k's pattern, and every rank's validator checks
-// generation k's bytes before "done" (so a region skipped in update k,
-// still holding k - 1's bytes, fails it).
+// sources with generation k's pattern, and every target rank checks
+// generation k's bytes after the update returned (so a region skipped in
+// update k, still holding k - 1's bytes, is caught). The check runs outside
+// the update so that update times are the session's own.
 Result<SelfTestReport> RunUpdates(
     RecordStore& store, const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, const SelfTestOptions& options,
     LiveSessionOptions lo, const LiveBindings& bindings,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
     const HostBuffers& src, const HostBuffers& dst, uint32_t rank) {
-  uint64_t generation = 0;
-  std::string mismatch;
-  lo.validate_targets = [&]() -> Status {
-    mismatch = VerifyPattern(target, tensors, dst, nullptr, generation);
-    if (mismatch.empty()) return Status::OK();
-    return Status::DataLoss("target bytes differ in update " +
-                            std::to_string(generation) + ": " + mismatch);
-  };
+  lo.validate_targets = nullptr;
   RESHARD_ASSIGN_OR_RETURN(
       auto session, LiveSession::Open(store, source, target, bindings, lo));
   SelfTestReport report;
   report.verified = true;
   report.open_seconds = session->open_seconds();
   report.plan_seconds = session->plan_seconds();
-  report.seconds = 0;
   for (uint32_t k = 1; k <= options.updates; ++k) {
     if (options.fault == SelfTestFault::kKillBetweenUpdates && rank == 0 &&
         k == 2) {
       ::raise(SIGKILL);
     }
-    generation = k;
-    FillPattern(source, tensors, src, nullptr, generation);
-    auto u = session->Update(generation);
-    if (!u.ok()) {
-      if (mismatch.empty()) return u.status();
+    FillPattern(source, tensors, src, nullptr, k);
+    RESHARD_ASSIGN_OR_RETURN(auto u, session->Update(k));
+    const std::string mismatch =
+        VerifyPattern(target, tensors, dst, nullptr, k);
+    if (!mismatch.empty()) {
+      (void)session->Abort(Status::DataLoss("target bytes differ"));
       report.verified = false;
       report.mismatch = "update " + std::to_string(k) + ": " + mismatch;
       return report;
     }
-    report.update_seconds.push_back(u->update_seconds);
-    report.bytes = u->bytes_received;
-    report.operations = u->operations;
-    report.messages = u->messages_sent + u->gets;
-    report.packed_messages = u->packed_messages;
-    report.ranks_ready = u->ready ? 1 : 0;
+    // From the last rank's arrival on: the session's own time.
+    report.update_seconds.push_back(u.update_seconds - u.arrival_seconds);
+    report.bytes = u.bytes_received;
+    report.operations = u.operations;
+    report.messages = u.messages_sent + u.gets;
+    report.packed_messages = u.packed_messages;
+    report.ranks_ready = u.ready ? 1 : 0;
     // The fastest update's exchange: the session's transfer time.
-    if (k == 1 || u->transfer_seconds < report.seconds) {
-      report.seconds = u->transfer_seconds;
+    if (k == 1 || u.transfer_seconds < report.seconds) {
+      report.seconds = u.transfer_seconds;
     }
   }
   RESHARD_RETURN_NOT_OK(session->Close());
