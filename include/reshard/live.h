@@ -84,6 +84,13 @@ struct LiveSessionOptions {
   // The bindings current right before execution (the fence); when empty,
   // the published ones are taken as current.
   std::function<Result<LiveBindings>()> current_bindings;
+  // Standing sessions: receive into shadow buffers (host memory the
+  // session allocates, one per target fragment this rank hosts, so as
+  // many bytes again as its targets) and copy them into the targets only
+  // after the world barrier of a successful update. A failed update
+  // leaves the targets (the serving weights) untouched; the price is the
+  // memory and one local copy of this rank's target bytes per update.
+  bool shadow_targets = false;
   // Called after every receive of this rank completed, before "done";
   // an error aborts the session (no target becomes ready).
   std::function<Status()> validate_targets;

@@ -154,7 +154,7 @@ class LiveSession:
                  target: _reshard.WeightPlacementManifest,
                  timeout: float = 60.0, protocol: str = "auto",
                  max_in_flight: int = 64, instance_id: Optional[str] = None,
-                 ucx_tls: str = "") -> None:
+                 ucx_tls: str = "", shadow_targets: bool = False) -> None:
         self.rendezvous = rendezvous
         self.name = name
         self.rank = rank
@@ -166,6 +166,10 @@ class LiveSession:
         self.max_in_flight = max_in_flight
         self.instance_id = instance_id or _default_instance()
         self.ucx_tls = ucx_tls
+        # Receive into shadow buffers, flipped into the targets after the
+        # world barrier: a failed update leaves the targets untouched (as
+        # many bytes again as this process's targets, one copy per update).
+        self.shadow_targets = shadow_targets
         self.step = 0
         self.attempt = 0
         self.open_seconds = None
@@ -186,7 +190,8 @@ class LiveSession:
             self.rendezvous, self.source, self.target, src, dst,
             session=self.session_key, rank=self.rank, ranks=self.ranks,
             timeout=self.timeout, max_in_flight=self.max_in_flight,
-            protocol=self.protocol, options=options, ucx_tls=self.ucx_tls)
+            protocol=self.protocol, options=options, ucx_tls=self.ucx_tls,
+            shadow_targets=self.shadow_targets)
         self.open_seconds = self._native.open_seconds
         self._addresses = (src, dst)
 

@@ -31,11 +31,13 @@ def _box(placement, frag, step):
     return full[index].contiguous()
 
 
-def _rank(rank, rendezvous, bad_step, results):
+def _rank(rank, rendezvous, bad_step, results, move_targets=False,
+          shadow=False):
     src, dst = _load("source"), _load("target")
     spart, tpart = src.parts[rank], dst.parts[rank]
     session = reshard.LiveSession(rendezvous, "steps", rank=rank, ranks=2,
-                                  source=src, target=dst, timeout=20)
+                                  source=src, target=dst, timeout=20,
+                                  shadow_targets=shadow)
     targets = {f.placement_fragment_id: torch.zeros(f.local_shape,
                                                     dtype=torch.bfloat16)
                for f in tpart.fragments}
@@ -47,6 +49,8 @@ def _rank(rank, rendezvous, bad_step, results):
     for step in (1, 2, 3):
         for f in spart.fragments:
             held[f.tensor_id].copy_(_box(src, f, step))
+        if move_targets and step == 2:  # the engine re-allocates
+            targets = {k: torch.zeros_like(v) for k, v in targets.items()}
         given = dict(targets)
         if step == bad_step and rank == 1:
             first = next(iter(given))
@@ -60,15 +64,16 @@ def _rank(rank, rendezvous, bad_step, results):
         ok = all(torch.equal(targets[f.placement_fragment_id],
                              _box(dst, f, step)) for f in tpart.fragments)
         outcome.append((step, "ok" if ok and report.ready else "WRONG",
-                        report.step))
+                        report.step) + (("rebound",) if report.rebound else ()))
     results.put((rank, outcome))
 
 
-def _run(tmp_path, bad_step):
+def _run(tmp_path, bad_step, **kwargs):
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(r, str(tmp_path), bad_step,
-                                             results)) for r in range(2)]
+                                             results), kwargs=kwargs)
+             for r in range(2)]
     for p in procs:
         p.start()
     out = dict(results.get(timeout=120) for _ in procs)
@@ -97,3 +102,17 @@ def test_refused_tensor_fails_the_step_everywhere_and_next_step_works(
     assert "aborted by rank 1" in message
     assert "rank 1 refused its tensors" in message
     assert out[0][2] == (3, "ok", 3) and out[1][2] == (3, "ok", 3)
+
+
+def test_moved_targets_are_rebound_and_shadowed_updates_land(tmp_path):
+    """Both processes re-allocate their targets before step 2: the session
+    rebinds them (the sources stay where they were, as a pull session's
+    registered sources must) and step 2 lands in the new tensors; with
+    shadow targets every update still arrives byte for byte."""
+    out = _run(tmp_path / "moved", bad_step=None, move_targets=True)
+    for rank in (0, 1):
+        assert out[rank] == [(1, "ok", 1), (2, "ok", 2, "rebound"),
+                             (3, "ok", 3)]
+    out = _run(tmp_path / "shadow", bad_step=None, shadow=True)
+    for rank in (0, 1):
+        assert out[rank] == [(1, "ok", 1), (2, "ok", 2), (3, "ok", 3)]

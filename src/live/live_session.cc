@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -388,6 +389,7 @@ class LiveRank {
     RESHARD_RETURN_NOT_OK(Exchange());
     RESHARD_RETURN_NOT_OK(Complete());
     RESHARD_RETURN_NOT_OK(Barrier());
+    Flip();
     RESHARD_RETURN_NOT_OK(Ready());
     succeeded_ = true;
     return Status::OK();
@@ -537,6 +539,11 @@ class LiveRank {
         pull_ = world_.hosts[r] == HostName();
       }
     }
+    if (options_.shadow_targets && !bindings_.targets.empty()) {
+      serving_ = bindings_.targets;
+      RESHARD_ASSIGN_OR_RETURN(bindings_.targets, ShadowBindings(serving_));
+      Replace(bindings_.targets, world_.targets);
+    }
     RESHARD_ASSIGN_OR_RETURN(
         auto bound, BoundTransferPlan::Bind(*plan_, source_, world_.sources,
                                             target_, world_.targets));
@@ -552,10 +559,87 @@ class LiveRank {
     LiveBindings current = bindings_;
     if (options_.current_bindings) {
       RESHARD_ASSIGN_OR_RETURN(current, options_.current_bindings());
+      if (!serving_.empty()) {
+        // The targets the caller names are the serving ones; the plan
+        // writes the shadows.
+        RESHARD_RETURN_NOT_OK(SameServing(current.targets));
+        current.targets = bindings_.targets;
+      }
     }
     return bound_->CheckCurrentFor(
         ParticipantsOf(bindings_.sources), current.sources,
         ParticipantsOf(bindings_.targets), current.targets);
+  }
+
+  // Shadow mode: `targets` are still the serving bindings the shadows
+  // were made for.
+  Status SameServing(const std::vector<WeightRuntimeBindingManifest>& targets) {
+    RESHARD_RETURN_NOT_OK(SameParticipants(targets, serving_, "target"));
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (!SameBinding(targets[i], serving_[i])) {
+        return Status::FailedPrecondition(
+            "live session " + options_.session + ": target participant " +
+            targets[i].participant_id() +
+            " changed its binding without passing it to Update");
+      }
+    }
+    return Status::OK();
+  }
+
+  // Copies of `serving` that point at this rank's shadow buffers (one per
+  // placement fragment, allocated once; fragments sharing a serving range,
+  // declared aliases, share a shadow), and the copies of the flip.
+  Result<std::vector<WeightRuntimeBindingManifest>> ShadowBindings(
+      const std::vector<WeightRuntimeBindingManifest>& serving) {
+    std::vector<WeightRuntimeBindingManifest> out;
+    flips_.clear();
+    std::map<std::pair<uint64_t, uint64_t>, uint8_t*> by_range;
+    for (const auto& b : serving) {
+      std::vector<RuntimeBindingFragment> fragments;
+      for (const auto& f : b.fragments()) {
+        const auto range = std::make_pair(f.address(), f.nbytes());
+        uint8_t*& shadow = by_range[range];
+        if (shadow == nullptr) {
+          auto& owned = shadows_[f.placement_fragment_id()];
+          if (owned == nullptr) {
+            owned = std::make_unique<uint8_t[]>(f.nbytes());
+          }
+          shadow = owned.get();
+          flips_.push_back(
+              {reinterpret_cast<uint8_t*>(f.address()), shadow, f.nbytes()});
+        }
+        RuntimeBindingFragmentSpec spec{f.placement_fragment_id(),
+                                        f.runtime_fragment_id() + ":shadow",
+                                        reinterpret_cast<uint64_t>(shadow),
+                                        f.nbytes(),
+                                        f.worker_id(),
+                                        f.endpoint(),
+                                        f.device(),
+                                        f.itemsize(),
+                                        f.local_shape(),
+                                        f.strides_bytes(),
+                                        reinterpret_cast<uint64_t>(shadow),
+                                        f.nbytes(),
+                                        0,
+                                        f.owner()};
+        RESHARD_ASSIGN_OR_RETURN(auto fragment,
+                                 RuntimeBindingFragment::Make(std::move(spec)));
+        fragments.push_back(std::move(fragment));
+      }
+      WeightRuntimeBindingManifestSpec spec{
+          b.resource_id(), b.placement_id(),   b.placement_digest(),
+          b.instance_id(), b.generation(),     b.lease_id(),
+          b.revision(),    b.participant_id(), std::move(fragments)};
+      RESHARD_ASSIGN_OR_RETURN(
+          auto shadowed, WeightRuntimeBindingManifest::Make(std::move(spec)));
+      out.push_back(std::move(shadowed));
+    }
+    return out;
+  }
+
+  // Shadow mode, after the world barrier: the update becomes visible.
+  void Flip() {
+    for (const ShadowCopy& f : flips_) std::memcpy(f.serving, f.shadow, f.bytes);
   }
 
   // 3. Connect: this rank's share of the regions, with an endpoint per
@@ -790,6 +874,16 @@ class LiveRank {
   bool pull_ = false;          // decided with the world's hosts
   bool succeeded_ = false;
   uint64_t abandoned_in_flight_ = 0;
+  // Shadow mode: the caller's target bindings, the shadows by placement
+  // fragment id, and the serving <- shadow copies of the flip.
+  struct ShadowCopy {
+    uint8_t* serving;
+    const uint8_t* shadow;
+    uint64_t bytes;
+  };
+  std::vector<WeightRuntimeBindingManifest> serving_;
+  std::map<std::string, std::unique_ptr<uint8_t[]>> shadows_;
+  std::vector<ShadowCopy> flips_;
   // UCX resources, released in reverse order (keys before endpoints).
   std::optional<internal::UcxContext> context_;
   std::optional<internal::UcxWorker> worker_;

@@ -890,6 +890,57 @@ TEST(StandingSessionTest, GenerationsAscendAndClosedSessionsRefuse) {
   EXPECT_TRUE(Must(store->List("gen/")).empty());
 }
 
+// Shadow mode: targets receive into shadow buffers and see an update only
+// after the world barrier. Update 2 fails after its bytes arrived (the
+// target's validator refuses): the serving buffers still hold update 1,
+// byte for byte; without shadows they would hold update 2's bytes.
+TEST(StandingSessionTest, ShadowTargetsKeepServingWeightsOnFailure) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  const auto tensors = internal::TensorIndex(source);
+  for (bool shadow : {true, false}) {
+    SCOPED_TRACE(shadow ? "shadow" : "in place");
+    TempDir dir;
+    const auto out = TwoRanks([&](uint32_t rank) -> std::string {
+      auto store = Must(OpenDirectoryRecordStore(dir.path()));
+      Seat seat =
+          SeatOf(source, target, rank, "shadow-" + std::to_string(rank));
+      uint64_t generation = 0;
+      LiveSessionOptions lo;
+      lo.session = "shadow";
+      lo.rank = rank;
+      lo.ranks = 2;
+      lo.timeout = std::chrono::seconds(10);
+      lo.shadow_targets = shadow;
+      lo.validate_targets = [&]() -> Status {
+        return generation == 2 ? Status::DataLoss("refused by the validator")
+                               : Status::OK();
+      };
+      auto session =
+          LiveSession::Open(*store, source, target, seat.bindings, lo);
+      if (!session.ok()) return "open: " + session.status().ToString();
+      std::string out;
+      for (generation = 1; generation <= 2; ++generation) {
+        internal::FillPattern(source, tensors, seat.buffers, nullptr,
+                              generation);
+        auto u = (*session)->Update(generation);
+        out += u.ok() ? "ok|" : "failed|";
+      }
+      if (rank == 1) {
+        out +=
+            internal::VerifyPattern(target, tensors, seat.buffers, nullptr, 1)
+                    .empty()
+                ? "serving holds update 1"
+                : "serving changed";
+      }
+      return out;
+    });
+    EXPECT_EQ(out[0], "ok|failed|");
+    EXPECT_EQ(out[1], shadow ? "ok|failed|serving holds update 1"
+                             : "ok|failed|serving changed");
+  }
+}
+
 TEST(StandingSessionTest, RemoveLiveSessionReclaimsLeftovers) {
   TempDir dir;
   auto store = Must(OpenDirectoryRecordStore(dir.path()));

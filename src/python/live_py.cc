@@ -201,11 +201,12 @@ std::unique_ptr<PyStandingSession> OpenStanding(
     const WeightPlacementManifest& target, py::dict sources, py::dict targets,
     py::object session, py::object rank, py::object ranks,
     double timeout_seconds, py::object max_in_flight, py::object protocol,
-    py::object options, py::object ucx_tls) {
+    py::object options, py::object ucx_tls, bool shadow_targets) {
   auto s = std::make_unique<PyStandingSession>(
       PyStandingSession{nullptr, nullptr, source, target, {}});
   LiveSessionOptions o = SessionOptionsOf(session, rank, ranks, timeout_seconds,
                                           max_in_flight, protocol, ucx_tls);
+  o.shadow_targets = shadow_targets;
   s->binding_options = BindingOptionsOf(options);
   LiveBindings bindings;
   bindings.sources =
@@ -255,7 +256,7 @@ void RegisterStanding(py::module_& m) {
            py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
            py::arg("timeout") = 60.0, py::arg("max_in_flight") = 64,
            py::arg("protocol") = "auto", py::arg("options") = py::none(),
-           py::arg("ucx_tls") = "")
+           py::arg("ucx_tls") = "", py::arg("shadow_targets") = false)
       .def("update", &UpdateStanding, py::arg("generation"),
            py::arg("sources") = py::none(), py::arg("targets") = py::none(),
            "One update; sources and targets ({participant: {fragment: "
