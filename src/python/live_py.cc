@@ -1,5 +1,5 @@
-// The live path (live.h): one rank's part of a reshard between processes
-// over UCX, with its rendezvous.
+// The live path (live.h): a rank's seat in a standing session between
+// processes over UCX, its rendezvous, and AbortLiveSession.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -24,54 +24,6 @@ LiveProtocol ProtocolOf(const std::string& name) {
   if (name == "push") return LiveProtocol::kPush;
   if (name == "pull") return LiveProtocol::kPull;
   ThrowInvalid("protocol", "must be auto, push or pull, got '" + name + "'");
-}
-
-py::dict ReportDict(const LiveReport& r) {
-  py::dict d;
-  d["regions"] = r.regions;
-  d["operations"] = r.operations;
-  d["local_operations"] = r.local_operations;
-  d["messages_sent"] = r.messages_sent;
-  d["gets"] = r.gets;
-  d["packed_messages"] = r.packed_messages;
-  d["bytes_sent"] = r.bytes_sent;
-  d["bytes_received"] = r.bytes_received;
-  d["plan_seconds"] = r.plan_seconds;
-  d["transfer_seconds"] = r.transfer_seconds;
-  d["barrier_seconds"] = r.barrier_seconds;
-  d["ready"] = r.ready;
-  return d;
-}
-
-py::dict RunLive(py::object rendezvous, const WeightPlacementManifest& source,
-                 const WeightPlacementManifest& target, py::dict sources,
-                 py::dict targets, py::object session, py::object rank,
-                 py::object ranks, double timeout_seconds,
-                 py::object max_in_flight, py::object protocol,
-                 py::object options, py::object ucx_tls) {
-  LiveSessionOptions o;
-  o.session = ToStr(session, "session");
-  o.rank = static_cast<uint32_t>(ToU64(rank, "rank"));
-  o.ranks = static_cast<uint32_t>(ToU64(ranks, "ranks"));
-  if (!(timeout_seconds > 0)) ThrowInvalid("timeout", "must be > 0 seconds");
-  o.timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
-  o.max_in_flight =
-      static_cast<uint32_t>(ToU64(max_in_flight, "max_in_flight"));
-  o.protocol = ProtocolOf(ToStr(protocol, "protocol"));
-  o.ucx.tls = ToStr(ucx_tls, "ucx_tls");
-  const BufferBindingOptions bo = BindingOptionsOf(options);
-  LiveBindings bindings;
-  bindings.sources = BindParticipants(source, sources, bo, "source");
-  bindings.targets = BindParticipants(target, targets, bo, "target");
-  const std::string uri = ToStr(rendezvous, "rendezvous");
-  LiveReport report;
-  {
-    py::gil_scoped_release release;
-    auto store = Unwrap(OpenRendezvous(uri));
-    report = Unwrap(RunLiveReshard(*store, source, target, bindings, o));
-  }
-  return ReportDict(report);
 }
 
 // A rendezvous record store (put-once records), shared by Python copies.
@@ -312,15 +264,7 @@ void RegisterLive(py::module_& m) {
       py::arg("reason"),
       "Records that `rank` gives up on `session` (AbortLiveSession): its "
       "peers stop naming it instead of waiting for the timeout.");
-  m.def("run_live", &RunLive, py::arg("rendezvous"), py::arg("source"),
-        py::arg("target"), py::arg("sources"), py::arg("targets"),
-        py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
-        py::arg("timeout") = 60.0, py::arg("max_in_flight") = 64,
-        py::arg("protocol") = "auto", py::arg("options") = py::none(),
-        py::arg("ucx_tls") = "",
-        "Runs this rank's part of one live reshard session (RunLiveReshard) "
-        "with {participant: {fragment: address}} of the participants this "
-        "rank hosts. Releases the GIL for the whole session.");
+
 }
 
 }  // namespace reshard::python
