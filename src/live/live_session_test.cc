@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -939,6 +940,61 @@ TEST(StandingSessionTest, ShadowTargetsKeepServingWeightsOnFailure) {
     EXPECT_EQ(out[1], shadow ? "ok|failed|serving holds update 1"
                              : "ok|failed|serving changed");
   }
+}
+
+// The target rank dies during update 2, after its first receive, while
+// the source rank still has sends in flight: the source's update fails
+// with an uncertain outcome (its buffers may still be read), no target is
+// marked ready for update 2, and the session refuses further updates.
+TEST(StandingSessionTest, PeerDeathMidUpdateIsUncertainForTheSender) {
+  // Four regions of 8 MiB: each is its own message (no coalescing).
+  const auto source = testing::CubeLayout(2, 0, {4, 2048, 4096});
+  const auto target = testing::CubeLayout(2, 1, {4, 2048, 4096});
+  const auto tensors = internal::TensorIndex(source);
+  TempDir dir;
+  const auto out = TwoRanks([&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(source, target, rank, "dies-" + std::to_string(rank));
+    uint64_t generation = 0;
+    LiveSessionOptions lo;
+    lo.session = "midway";
+    lo.rank = rank;
+    lo.ranks = 2;
+    lo.protocol = LiveProtocol::kPush;
+    lo.max_in_flight = 1;  // the other sends wait behind the first
+    lo.timeout = std::chrono::seconds(3);
+    if (rank == 1) {
+      lo.on_stage = [&](std::string_view stage) {
+        if (stage == "transfer" && generation == 2) ::raise(SIGKILL);
+      };
+    }
+    auto session = LiveSession::Open(*store, source, target, seat.bindings, lo);
+    if (!session.ok()) return "open: " + session.status().ToString();
+    std::string out;
+    for (generation = 1; generation <= 2; ++generation) {
+      internal::FillPattern(source, tensors, seat.buffers, nullptr, generation);
+      auto u = (*session)->Update(generation);
+      if (!u.ok()) {
+        out += u.status().ToString();
+        break;
+      }
+      out += "ok|";
+    }
+    const LiveOutcome o = (*session)->outcome();
+    out += o == LiveOutcome::kUncertain ? "|uncertain"
+           : o == LiveOutcome::kFailed  ? "|failed"
+                                        : "|ok";
+    out += "|" + (*session)->Update(3).status().ToString();
+    return out;
+  });
+  EXPECT_THAT(out[0], HasSubstr("ok|"));
+  EXPECT_THAT(out[0], HasSubstr("outcome uncertain ("));
+  EXPECT_THAT(out[0], HasSubstr("do not free or reuse this rank's buffers"));
+  EXPECT_THAT(out[0], HasSubstr("|uncertain|FailedPrecondition: live session "
+                                "midway failed in an earlier update"));
+  EXPECT_EQ(out[1], "");  // killed
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  EXPECT_TRUE(Must(store->List("midway/u/2/ready/")).empty());
 }
 
 TEST(StandingSessionTest, RemoveLiveSessionReclaimsLeftovers) {
