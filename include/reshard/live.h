@@ -121,8 +121,9 @@ struct LiveReport {
 };
 
 // Opens the rendezvous named by `uri`: a directory (a plain path or
-// fs://PATH, see OpenDirectoryRecordStore). Any other scheme is refused
-// rather than taken for a relative directory.
+// fs://PATH, see OpenDirectoryRecordStore; records are published
+// atomically, not fsynced). Any other scheme is refused rather than taken
+// for a relative directory.
 Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri);
 
 // Runs this rank's part of a live reshard session; see the file comment.

@@ -38,12 +38,6 @@ struct ReadRange {
   void* dest = nullptr;
 };
 
-// When a written object survives a crash.
-enum class Durability {
-  kDurable,     // before PutObject returns
-  kAtNextSync,  // visible and complete at once, durable after Sync()
-};
-
 class ObjectStore : public RecordStore {
  public:
   // Writes the concatenation of `parts` as object `key` without assembling

@@ -367,6 +367,16 @@ class LiveRank {
     RESHARD_RETURN_NOT_OK(Publish());
     RESHARD_RETURN_NOT_OK(PlanAndBind());
     RESHARD_RETURN_NOT_OK(Connect());
+    // Wiring up needs both ends to progress: every rank stays until every
+    // rank is connected, so none waits on a peer's caller later.
+    RESHARD_RETURN_NOT_OK(
+        records_.Put(records_.Key("opened"),
+                     internal::EncodeMarkerRecord(options_.rank)));
+    RESHARD_RETURN_NOT_OK(
+        records_.WaitForAll("opened", Deadline(), [&]() -> Status {
+          worker_->ProgressOrWait(std::chrono::microseconds(200));
+          return Status::OK();
+        }));
     succeeded_ = true;  // resources are in a clean state
     return Status::OK();
   }
@@ -639,7 +649,8 @@ class LiveRank {
 
   // Shadow mode, after the world barrier: the update becomes visible.
   void Flip() {
-    for (const ShadowCopy& f : flips_) std::memcpy(f.serving, f.shadow, f.bytes);
+    for (const ShadowCopy& f : flips_)
+      std::memcpy(f.serving, f.shadow, f.bytes);
   }
 
   // 3. Connect: this rank's share of the regions, with an endpoint per
@@ -1152,7 +1163,9 @@ Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {
     return Status::InvalidArgument("rendezvous URI \"" + std::string(uri) +
                                    "\" names no directory");
   }
-  return OpenDirectoryRecordStore(std::string(path));
+  // Rendezvous records need atomic publication, not crash durability.
+  return OpenDirectoryRecordStore(std::string(path),
+                                  {.durability = Durability::kAtNextSync});
 }
 
 }  // namespace reshard

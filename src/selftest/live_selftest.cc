@@ -137,9 +137,13 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
         dst, AllocateHostBuffers(target, instance, share.targets));
   }
   const auto tensors = TensorIndex(source);
-  FillPattern(source, tensors, src);
-  for (const auto& [id, p] : dst.data) {
-    std::memset(p, 0xD7, target.FindFragment(id)->nbytes());
+  // With updates, each update fills its own generation's pattern (and the
+  // ranks open the session without waiting for a fill first).
+  if (options.updates == 0) {
+    FillPattern(source, tensors, src);
+    for (const auto& [id, p] : dst.data) {
+      std::memset(p, 0xD7, target.FindFragment(id)->nbytes());
+    }
   }
   LiveBindings bindings{src.bindings, dst.bindings};
   LiveSessionOptions lo;

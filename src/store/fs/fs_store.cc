@@ -148,8 +148,11 @@ class FsStore : public ObjectStore {
   const std::string& uri() const override { return uri_; }
 
   Status Put(std::string_view key, std::string_view value) override {
-    return PutObject(key, {ConstBuffer{value.data(), value.size()}});
+    return PutObject(key, {ConstBuffer{value.data(), value.size()}},
+                     record_durability_);
   }
+
+  void set_record_durability(Durability d) { record_durability_ = d; }
 
   Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
                    Durability durability = Durability::kDurable) override {
@@ -643,6 +646,7 @@ class FsStore : public ObjectStore {
   // The root directory, resolved once at open; every path below it is
   // reached from this descriptor.
   UniqueFd root_fd_;
+  Durability record_durability_ = Durability::kDurable;  // of Put
 };
 
 }  // namespace
@@ -694,8 +698,9 @@ Result<std::unique_ptr<FsStore>> OpenFsStore(const std::string& root) {
 }  // namespace
 
 Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
-    const std::string& root) {
+    const std::string& root, const DirectoryRecordStoreOptions& options) {
   RESHARD_ASSIGN_OR_RETURN(auto store, OpenFsStore(root));
+  store->set_record_durability(options.durability);
   return std::unique_ptr<RecordStore>(std::move(store));
 }
 
