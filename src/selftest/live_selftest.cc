@@ -120,6 +120,40 @@ Result<SelfTestReport> RunUpdates(
   return report;
 }
 
+// The fault `options.fault` asks of rank `rank` (failure-path tests): a
+// stage hook that kills it, or a fence that sees its generation moved on.
+// `bindings` must outlive the session.
+void InjectFault(const SelfTestOptions& options, uint32_t procs, uint32_t rank,
+                 const LiveBindings& bindings, LiveSessionOptions& lo) {
+  const uint32_t first_target_rank =
+      procs >= 2 ? std::max<uint32_t>(1, procs / 2) : 0;
+  if (options.fault == SelfTestFault::kKillSource && rank == 0) {
+    // A pushing source dies after its first message; a source that is
+    // read (pull) has no operations of its own and dies while its targets
+    // read.
+    lo.on_stage = [](std::string_view stage) {
+      if (stage == "transfer" || stage == "completing") ::raise(SIGKILL);
+    };
+  }
+  if (options.fault == SelfTestFault::kKillTarget &&
+      rank == first_target_rank) {
+    lo.on_stage = [](std::string_view stage) {
+      if (stage == "transfer") ::raise(SIGKILL);
+    };
+  }
+  if (options.fault == SelfTestFault::kStaleGeneration && rank == 0) {
+    lo.current_bindings = [&bindings]() -> Result<LiveBindings> {
+      LiveBindings now{{}, bindings.targets};
+      for (const auto& b : bindings.sources) {
+        RESHARD_ASSIGN_OR_RETURN(auto moved,
+                                 WithGeneration(b, b.generation() + 1));
+        now.sources.push_back(std::move(moved));
+      }
+      return now;
+    };
+  }
+}
+
 Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
                                const WeightPlacementManifest& target,
                                const SelfTestOptions& options,
@@ -160,33 +194,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
     if (mismatch.empty()) return Status::OK();
     return Status::DataLoss("target bytes differ: " + mismatch);
   };
-  const uint32_t first_target_rank =
-      procs >= 2 ? std::max<uint32_t>(1, procs / 2) : 0;
-  if (options.fault == SelfTestFault::kKillSource && rank == 0) {
-    // A pushing source dies after its first message; a source that is
-    // read (pull) has no operations of its own and dies while its targets
-    // read.
-    lo.on_stage = [](std::string_view stage) {
-      if (stage == "transfer" || stage == "completing") ::raise(SIGKILL);
-    };
-  }
-  if (options.fault == SelfTestFault::kKillTarget &&
-      rank == first_target_rank) {
-    lo.on_stage = [](std::string_view stage) {
-      if (stage == "transfer") ::raise(SIGKILL);
-    };
-  }
-  if (options.fault == SelfTestFault::kStaleGeneration && rank == 0) {
-    lo.current_bindings = [&]() -> Result<LiveBindings> {
-      LiveBindings now{{}, bindings.targets};
-      for (const auto& b : bindings.sources) {
-        RESHARD_ASSIGN_OR_RETURN(auto moved,
-                                 WithGeneration(b, b.generation() + 1));
-        now.sources.push_back(std::move(moved));
-      }
-      return now;
-    };
-  }
+  InjectFault(options, procs, rank, bindings, lo);
   if (options.updates > 0) {
     return RunUpdates(store, source, target, options, std::move(lo), bindings,
                       tensors, src, dst, rank);

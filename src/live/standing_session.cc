@@ -1,0 +1,227 @@
+// LiveSession: a standing session (live.h) on top of one LiveRank: open
+// once, update many times, close; RemoveLiveSession.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "live/live_rank.h"
+#include "reshard/live.h"
+
+namespace reshard {
+
+using live_internal::Clock;
+using live_internal::LiveRank;
+using live_internal::Seconds;
+using live_internal::Session;
+using live_internal::ValidateOptions;
+
+struct LiveSession::Impl {
+  Impl(RecordStore& store, WeightPlacementManifest s, WeightPlacementManifest t,
+       LiveBindings b, LiveSessionOptions o)
+      : store(store),
+        source(std::move(s)),
+        target(std::move(t)),
+        options(std::move(o)),
+        rank(store, source, target, b, options) {}
+
+  // This rank's records (any kind, any update).
+  Result<std::vector<std::string>> OwnRecords() {
+    const std::string prefix = options.session + "/";
+    RESHARD_ASSIGN_OR_RETURN(auto keys, store.List(prefix));
+    const std::string me = std::to_string(options.rank);
+    std::vector<std::string> own;
+    for (const std::string& key : keys) {
+      // <kind>/<r>[/...] or u/<generation>/<kind>/<r>
+      std::string_view rest = std::string_view(key).substr(prefix.size());
+      if (rest.starts_with("u/")) {
+        rest.remove_prefix(2);
+        rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
+      }
+      rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
+      if (rest.substr(0, rest.find('/')) == me) own.push_back(key);
+    }
+    return own;
+  }
+
+  // Every rank is past "closed" (its marker, or its rank record already
+  // removed by its own Close).
+  Status WaitClosed() {
+    const auto deadline = Clock::now() + options.timeout;
+    Session& s = rank.records();
+    while (true) {
+      std::string missing;
+      for (uint32_t r = 0; r < options.ranks; ++r) {
+        if (s.Get(s.Key("closed", r)).ok()) continue;
+        if (s.Get(s.Key("rank", r)).status().IsNotFound()) continue;
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      if (missing.empty()) return Status::OK();
+      if (Clock::now() >= deadline) {
+        return Status::Unavailable(
+            "live session " + options.session + ": timed out after " +
+            std::to_string(options.timeout.count()) +
+            " ms waiting for rank(s) " + missing + " to close");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  // Removes this rank's records: updates, bindings and keys first, the
+  // rank record and the closed marker last (peers take either as closed).
+  Status RemoveOwn() {
+    RESHARD_ASSIGN_OR_RETURN(auto own, OwnRecords());
+    Session& s = rank.records();
+    const std::string rank_key = s.Key("rank");
+    const std::string closed_key = s.Key("closed");
+    for (const std::string& key : own) {
+      if (key == rank_key || key == closed_key) continue;
+      RESHARD_RETURN_NOT_OK(store.Delete(key));
+    }
+    RESHARD_RETURN_NOT_OK(store.Delete(rank_key));
+    return store.Delete(closed_key);
+  }
+
+  RecordStore& store;
+  WeightPlacementManifest source, target;
+  LiveSessionOptions options;
+  LiveRank rank;
+  LiveOutcome outcome = LiveOutcome::kOk;
+  bool closed = false;
+  uint64_t last_generation = 0;
+  bool updated = false;
+  double open_seconds = 0;
+};
+
+LiveSession::LiveSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+LiveSession::~LiveSession() {
+  if (impl_ != nullptr && !impl_->closed &&
+      impl_->outcome == LiveOutcome::kOk) {
+    (void)Close();
+  }
+}
+
+Result<std::unique_ptr<LiveSession>> LiveSession::Open(
+    RecordStore& rendezvous, WeightPlacementManifest source,
+    WeightPlacementManifest target, LiveBindings bindings,
+    LiveSessionOptions options) {
+  RESHARD_RETURN_NOT_OK(ValidateOptions(options));
+  const auto t0 = Clock::now();
+  auto impl =
+      std::make_unique<Impl>(rendezvous, std::move(source), std::move(target),
+                             std::move(bindings), std::move(options));
+  RESHARD_RETURN_NOT_OK(impl->rank.RefuseRejoin());
+  if (Status st = impl->rank.Open(); !st.ok()) {
+    impl->outcome = LiveOutcome::kFailed;
+    return impl->rank.Abort(std::move(st));
+  }
+  impl->open_seconds = Seconds(t0);
+  return std::unique_ptr<LiveSession>(new LiveSession(std::move(impl)));
+}
+
+Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
+                                             const LiveBindings* bindings) {
+  Impl& m = *impl_;
+  const std::string name = "live session " + m.options.session;
+  if (m.closed) return Status::FailedPrecondition(name + " is closed");
+  if (m.outcome != LiveOutcome::kOk) {
+    return Status::FailedPrecondition(
+        name + " failed in an earlier update; open a new session");
+  }
+  if (m.updated && generation <= m.last_generation) {
+    return Status::InvalidArgument(name + ": update generation " +
+                                   std::to_string(generation) +
+                                   " is not above the previous update's " +
+                                   std::to_string(m.last_generation));
+  }
+  const auto t0 = Clock::now();
+  LiveUpdateReport out;
+  out.generation = generation;
+  const std::string previous = m.rank.scope();
+  m.rank.BeginUpdate(generation);
+  Status st = Status::OK();
+  if (bindings != nullptr) {
+    st = m.rank.Rebind(*bindings);
+    out.rebound = st.ok();
+  }
+  if (st.ok()) st = m.rank.RunUpdate();
+  if (!st.ok()) {
+    m.outcome = m.rank.abandoned_in_flight() > 0 ? LiveOutcome::kUncertain
+                                                 : LiveOutcome::kFailed;
+    Status recorded = m.rank.Abort(std::move(st));
+    if (m.outcome == LiveOutcome::kUncertain) {
+      recorded = recorded.WithContext(
+          "outcome uncertain (" + std::to_string(m.rank.abandoned_in_flight()) +
+          " operation(s) in flight: do not free or reuse this rank's buffers)");
+    }
+    return recorded;
+  }
+  // Every rank is past this update's barrier, so nobody reads the previous
+  // update's records any more.
+  if (!previous.empty()) {
+    Session& s = m.rank.records();
+    for (const char* kind : {"fenced", "done", "ready"}) {
+      (void)m.store.Delete(s.Key(previous + kind));
+    }
+  }
+  m.updated = true;
+  m.last_generation = generation;
+  const LiveReport& r = m.rank.report();
+  out.operations = r.operations;
+  out.local_operations = r.local_operations;
+  out.messages_sent = r.messages_sent;
+  out.gets = r.gets;
+  out.packed_messages = r.packed_messages;
+  out.coalesced_regions = r.coalesced_regions;
+  out.bytes_sent = r.bytes_sent;
+  out.bytes_received = r.bytes_received;
+  out.transfer_seconds = r.transfer_seconds;
+  out.barrier_seconds = r.barrier_seconds;
+  out.validate_seconds = r.validate_seconds;
+  out.arrival_seconds = r.arrival_seconds;
+  out.ready = r.ready;
+  out.update_seconds = Seconds(t0);
+  return out;
+}
+
+Status LiveSession::Abort(const Status& reason) {
+  Impl& m = *impl_;
+  if (m.closed || m.outcome != LiveOutcome::kOk) return Status::OK();
+  m.outcome = LiveOutcome::kFailed;
+  const Status recorded = m.rank.Abort(reason);
+  (void)recorded;
+  return Status::OK();
+}
+
+Status LiveSession::Close() {
+  Impl& m = *impl_;
+  if (m.closed) return Status::OK();
+  m.closed = true;
+  if (m.outcome != LiveOutcome::kOk) return Status::OK();
+  Session& s = m.rank.records();
+  RESHARD_RETURN_NOT_OK(
+      s.Put(s.Key("closed"), internal::EncodeMarkerRecord(m.options.rank)));
+  RESHARD_RETURN_NOT_OK(m.WaitClosed());
+  return m.RemoveOwn();
+}
+
+LiveOutcome LiveSession::outcome() const { return impl_->outcome; }
+double LiveSession::plan_seconds() const {
+  return impl_->rank.report().plan_seconds;
+}
+double LiveSession::open_seconds() const { return impl_->open_seconds; }
+uint64_t LiveSession::regions() const { return impl_->rank.report().regions; }
+
+Result<uint64_t> RemoveLiveSession(RecordStore& rendezvous,
+                                   std::string_view session) {
+  const std::string prefix = std::string(session) + "/";
+  RESHARD_RETURN_NOT_OK(ValidateRecordKey(prefix + "x"));
+  RESHARD_ASSIGN_OR_RETURN(auto keys, rendezvous.List(prefix));
+  for (const std::string& key : keys) {
+    RESHARD_RETURN_NOT_OK(rendezvous.Delete(key));
+  }
+  return static_cast<uint64_t>(keys.size());
+}
+
+}  // namespace reshard
