@@ -54,6 +54,31 @@ class Session {
     return store_.List(prefix_ + std::string(kind) + "/");
   }
 
+  // The rank component of a key of this session, <kind>/<r>[/...] or
+  // u/<generation>/<kind>/<r>[/...]; empty when the key has none.
+  std::string_view RankComponent(std::string_view key) const {
+    std::string_view rest = key.substr(prefix_.size());
+    if (rest.starts_with("u/")) {
+      rest.remove_prefix(2);
+      rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
+    }
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos) return {};
+    rest.remove_prefix(slash + 1);
+    return rest.substr(0, rest.find('/'));
+  }
+
+  // This rank's records under the session (any kind, any update).
+  Result<std::vector<std::string>> OwnRecords() {
+    RESHARD_ASSIGN_OR_RETURN(auto keys, store_.List(prefix_));
+    const std::string me = std::to_string(options_.rank);
+    std::vector<std::string> own;
+    for (const std::string& key : keys) {
+      if (RankComponent(key) == me) own.push_back(key);
+    }
+    return own;
+  }
+
   // Records this rank's failure for the others (first reason wins) and
   // returns `st`.
   Status Abort(const Status& st) {
@@ -89,13 +114,7 @@ class Session {
   // belongs to; an error for a key that names no rank of this session (a
   // stray or forged record).
   Result<uint32_t> RankOfKey(std::string_view key) const {
-    std::string_view rest = key.substr(prefix_.size());
-    if (rest.starts_with("u/")) {
-      rest.remove_prefix(2);
-      rest = rest.substr(std::min(rest.size(), rest.find('/') + 1));
-    }
-    rest = rest.substr(std::min(rest.size(), rest.find('/') + 1));
-    const std::string_view digits = rest.substr(0, rest.find('/'));
+    const std::string_view digits = RankComponent(key);
     uint64_t r = 0;
     bool ok = !digits.empty() && digits.size() <= 10 &&
               (digits.size() == 1 || digits[0] != '0');
@@ -225,21 +244,7 @@ class LiveRank {
   // are.
   Status RefuseRejoin() {
     const std::string& session = options_.session;
-    RESHARD_ASSIGN_OR_RETURN(auto keys, store_.List(session + "/"));
-    std::vector<std::string> own;
-    for (const std::string& key : keys) {
-      std::string_view rest = std::string_view(key).substr(session.size() + 1);
-      if (rest.starts_with("u/")) {  // u/<generation>/<kind>/<r>
-        rest.remove_prefix(2);
-        rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
-      }
-      const size_t slash = rest.find('/');
-      if (slash == std::string_view::npos) continue;
-      rest = rest.substr(slash + 1);
-      if (rest.substr(0, rest.find('/')) == std::to_string(options_.rank)) {
-        own.push_back(key);
-      }
-    }
+    RESHARD_ASSIGN_OR_RETURN(auto own, records_.OwnRecords());
     if (own.empty()) return Status::OK();
     return Status::AlreadyExists(
         "live session " + session + ": rank " + std::to_string(options_.rank) +

@@ -366,25 +366,39 @@ INSTANTIATE_TEST_SUITE_P(
 // Runs `f` in a child process (a rank that initialises UCX must not be the
 // process that later forks the other tests' ranks) and returns what it
 // wrote.
-std::string InChild(const std::function<std::string()>& f) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    const std::string out = f();
-    (void)!::write(fds[1], out.data(), out.size());
-    std::_Exit(0);
+// Runs body(0), ..., body(count - 1) each in a child process at once and
+// returns what each wrote back.
+std::vector<std::string> InChildren(
+    uint32_t count, const std::function<std::string(uint32_t)>& body) {
+  std::vector<int> reads(count);
+  std::vector<pid_t> pids(count);
+  for (uint32_t r = 0; r < count; ++r) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    pids[r] = ::fork();
+    if (pids[r] == 0) {
+      ::close(fds[0]);
+      const std::string out = body(r);
+      (void)!::write(fds[1], out.data(), out.size());
+      std::_Exit(0);
+    }
+    ::close(fds[1]);
+    reads[r] = fds[0];
   }
-  ::close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, n);
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  std::vector<std::string> out(count);
+  for (uint32_t r = 0; r < count; ++r) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(reads[r], buf, sizeof buf)) > 0) out[r].append(buf, n);
+    ::close(reads[r]);
+    int status = 0;
+    ::waitpid(pids[r], &status, 0);
+  }
   return out;
+}
+
+std::string InChild(const std::function<std::string()>& f) {
+  return InChildren(1, [&](uint32_t) { return f(); })[0];
 }
 
 // A rank whose peer never arrives fails at the timeout, naming the peer.
@@ -760,29 +774,7 @@ TEST(StandingSessionTest, RankKilledBetweenUpdatesFailsTheNextUpdate) {
 // sources, rank 1 the targets; `body` runs rank r's side of a session.
 std::vector<std::string> TwoRanks(
     const std::function<std::string(uint32_t rank)>& body) {
-  int fds[2][2];
-  pid_t pids[2];
-  for (uint32_t r = 0; r < 2; ++r) {
-    if (::pipe(fds[r]) != 0) throw std::runtime_error("pipe");
-    pids[r] = ::fork();
-    if (pids[r] == 0) {
-      ::close(fds[r][0]);
-      const std::string out = body(r);
-      (void)!::write(fds[r][1], out.data(), out.size());
-      std::_Exit(0);
-    }
-    ::close(fds[r][1]);
-  }
-  std::vector<std::string> out(2);
-  for (uint32_t r = 0; r < 2; ++r) {
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(fds[r][0], buf, sizeof buf)) > 0) out[r].append(buf, n);
-    ::close(fds[r][0]);
-    int status = 0;
-    ::waitpid(pids[r], &status, 0);
-  }
-  return out;
+  return InChildren(2, body);
 }
 
 struct Seat {

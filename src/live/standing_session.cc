@@ -25,25 +25,6 @@ struct LiveSession::Impl {
         options(std::move(o)),
         rank(store, source, target, b, options) {}
 
-  // This rank's records (any kind, any update).
-  Result<std::vector<std::string>> OwnRecords() {
-    const std::string prefix = options.session + "/";
-    RESHARD_ASSIGN_OR_RETURN(auto keys, store.List(prefix));
-    const std::string me = std::to_string(options.rank);
-    std::vector<std::string> own;
-    for (const std::string& key : keys) {
-      // <kind>/<r>[/...] or u/<generation>/<kind>/<r>
-      std::string_view rest = std::string_view(key).substr(prefix.size());
-      if (rest.starts_with("u/")) {
-        rest.remove_prefix(2);
-        rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
-      }
-      rest.remove_prefix(std::min(rest.size(), rest.find('/') + 1));
-      if (rest.substr(0, rest.find('/')) == me) own.push_back(key);
-    }
-    return own;
-  }
-
   // Every rank is past "closed" (its marker, or its rank record already
   // removed by its own Close).
   Status WaitClosed() {
@@ -70,7 +51,7 @@ struct LiveSession::Impl {
   // Removes this rank's records: updates, bindings and keys first, the
   // rank record and the closed marker last (peers take either as closed).
   Status RemoveOwn() {
-    RESHARD_ASSIGN_OR_RETURN(auto own, OwnRecords());
+    RESHARD_ASSIGN_OR_RETURN(auto own, rank.records().OwnRecords());
     Session& s = rank.records();
     const std::string rank_key = s.Key("rank");
     const std::string closed_key = s.Key("closed");
