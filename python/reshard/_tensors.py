@@ -121,14 +121,19 @@ def _dlpack_view(obj: Any, what: str) -> HostView:
     # Read from the capsule (DLPack has no read-only flag; producers such as
     # numpy refuse to export read-only memory).
     v = _reshard.dlpack_view(obj, what)
-    if v["device_type"] != _DL_CPU:
-        name = _DL_DEVICE_NAMES.get(v["device_type"], f"type {v['device_type']}")
-        raise _error(f"{what} is on device {name}:{v['device_id']}; this "
-                     "build moves host memory only")
+    _require_host(v["device_type"], v["device_id"], what)
     if not v["contiguous"]:
         raise _error(f"{what} is not contiguous")
     return HostView(v["address"], v["nbytes"], v["itemsize"],
                     canonical_dtype(v["dtype"] or None), (obj, v["keepalive"]))
+
+
+def _require_host(device_type: int, device_id: int, what: str) -> None:
+    """Refuses memory on a DLPack device other than the CPU."""
+    if device_type != _DL_CPU:
+        name = _DL_DEVICE_NAMES.get(device_type, f"type {device_type}")
+        raise _error(f"{what} is on device {name}:{device_id}; this build "
+                     "moves host memory only")
 
 
 def _dlpack_device(obj: Any) -> Optional[Tuple[int, int]]:
@@ -146,10 +151,8 @@ def host_view(obj: Any, what: str, writable: bool) -> HostView:
     if isinstance(obj, np.ndarray):
         return _numpy_view(obj, what, writable)
     device = _dlpack_device(obj)
-    if device is not None and device[0] != _DL_CPU:
-        name = _DL_DEVICE_NAMES.get(device[0], f"type {device[0]}")
-        raise _error(f"{what} is on device {name}:{device[1]}; this build "
-                     "moves host memory only")
+    if device is not None:
+        _require_host(device[0], device[1], what)
     if device is not None and hasattr(obj, "__dlpack__"):
         return _dlpack_view(obj, what)
     if hasattr(obj, "__array_interface__"):
