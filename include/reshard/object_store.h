@@ -61,9 +61,6 @@ class ObjectStore : public RecordStore {
   virtual const std::string& uri() const = 0;
 };
 
-// "fs://PATH" (or a plain path): objects and records as files under PATH.
-Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri);
-
 }  // namespace reshard
 
 #endif  // RESHARD_OBJECT_STORE_H_

@@ -45,21 +45,6 @@ enum class Durability {
 // Checks the key syntax above; the message names the key.
 Status ValidateRecordKey(std::string_view key);
 
-// Records as files under `root` (created if missing), one file per key.
-// Publication writes a temporary file, fsyncs it, links it to its final
-// name without replacing (so racing writers cannot clobber each other, also
-// on a shared filesystem with link semantics) and fsyncs the directory.
-struct DirectoryRecordStoreOptions {
-  // kDurable: a record and its directory are fsynced before Put returns
-  // (the weight store's control records). kAtNextSync: published just as
-  // atomically, without the fsyncs: a live rendezvous, whose records mean
-  // nothing once its processes are gone, and which publishes one record
-  // per participant binding.
-  Durability durability = Durability::kDurable;
-};
-Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
-    const std::string& root, const DirectoryRecordStoreOptions& options = {});
-
 }  // namespace reshard
 
 #endif  // RESHARD_RECORD_STORE_H_

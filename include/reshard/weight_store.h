@@ -46,6 +46,7 @@
 
 #include "reshard/binding.h"
 #include "reshard/object_store.h"
+#include "reshard/store_uri.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
 #include "reshard/stored_manifest.h"

@@ -4,7 +4,9 @@
 #include <string>
 
 #include "live/live_rank.h"
+#include "reshard/fs_store.h"
 #include "reshard/live.h"
+#include "reshard/redis_store.h"
 
 namespace reshard {
 
@@ -36,19 +38,26 @@ Status AbortLiveSession(RecordStore& rendezvous, std::string_view session,
 }
 
 Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {
+  if (IsRedisUri(uri)) {
+    // Rendezvous records need atomic publication, not crash durability.
+    RedisStoreOptions options;
+    options.require_durable = false;
+    RESHARD_ASSIGN_OR_RETURN(auto store, OpenRedisStore(uri, options));
+    return std::unique_ptr<RecordStore>(std::move(store));
+  }
   std::string_view path = uri;
   if (uri.starts_with("fs://")) {
     path.remove_prefix(5);
   } else if (uri.find("://") != std::string_view::npos) {
-    return Status::InvalidArgument("unsupported rendezvous URI \"" +
-                                   std::string(uri) +
-                                   "\" (supported: fs://PATH or a directory)");
+    return Status::InvalidArgument(
+        "unsupported rendezvous URI \"" + std::string(uri) +
+        "\" (supported: fs://PATH or a directory, redis://HOST:PORT, "
+        "unix:///PATH)");
   }
   if (path.empty()) {
     return Status::InvalidArgument("rendezvous URI \"" + std::string(uri) +
                                    "\" names no directory");
   }
-  // Rendezvous records need atomic publication, not crash durability.
   return OpenDirectoryRecordStore(std::string(path),
                                   {.durability = Durability::kAtNextSync});
 }

@@ -26,6 +26,7 @@
 #include "reshard/live.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "reshard/fs_store.h"
 #include "reshard/record_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"

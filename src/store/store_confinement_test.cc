@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "reshard/object_store.h"
+#include "reshard/store_uri.h"
 #include "reshard/placement.h"
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"

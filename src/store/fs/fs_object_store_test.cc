@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "reshard/object_store.h"
+#include "reshard/store_uri.h"
 #include "reshard/status.h"
 #include "testing/object_store_conformance.h"
 #include "testing/status_testing.h"

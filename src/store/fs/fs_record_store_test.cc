@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/fs_store.h"
 #include "reshard/record_store.h"
 #include "reshard/status.h"
 #include "testing/status_testing.h"

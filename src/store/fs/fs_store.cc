@@ -33,8 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "reshard/object_store.h"
-#include "reshard/record_store.h"
+#include "reshard/fs_store.h"
 
 namespace reshard {
 namespace {
@@ -649,34 +648,6 @@ class FsStore : public ObjectStore {
   Durability record_durability_ = Durability::kDurable;  // of Put
 };
 
-}  // namespace
-
-Status ValidateRecordKey(std::string_view key) {
-  auto bad = [&](const char* why) {
-    return Status::InvalidArgument("invalid record key \"" + std::string(key) +
-                                   "\": " + why);
-  };
-  if (key.empty()) return bad("empty");
-  size_t begin = 0;
-  while (true) {
-    const size_t end = std::min(key.find('/', begin), key.size());
-    const std::string_view part = key.substr(begin, end - begin);
-    if (part.empty()) return bad("empty component");
-    if (part.front() == '.') return bad("component starts with '.'");
-    for (char c : part) {
-      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-                      c == '~' || c == '%' || c == '-';
-      if (!ok) return bad("characters other than [A-Za-z0-9._~%-]");
-    }
-    if (end == key.size()) break;
-    begin = end + 1;
-  }
-  return Status::OK();
-}
-
-namespace {
-
 Result<std::unique_ptr<FsStore>> OpenFsStore(const std::string& root) {
   if (root.empty()) {
     return Status::InvalidArgument("record store directory is empty");
@@ -704,20 +675,8 @@ Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
   return std::unique_ptr<RecordStore>(std::move(store));
 }
 
-Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri) {
-  std::string_view path = uri;
-  if (uri.starts_with("fs://")) {
-    path.remove_prefix(5);
-  } else if (uri.find("://") != std::string_view::npos) {
-    return Status::InvalidArgument("unsupported store URI \"" +
-                                   std::string(uri) +
-                                   "\" (supported: fs://PATH)");
-  }
-  if (path.empty()) {
-    return Status::InvalidArgument("store URI \"" + std::string(uri) +
-                                   "\" names no directory");
-  }
-  RESHARD_ASSIGN_OR_RETURN(auto store, OpenFsStore(std::string(path)));
+Result<std::unique_ptr<ObjectStore>> OpenFsObjectStore(std::string_view root) {
+  RESHARD_ASSIGN_OR_RETURN(auto store, OpenFsStore(std::string(root)));
   return std::unique_ptr<ObjectStore>(std::move(store));
 }
 

@@ -1,0 +1,23 @@
+// Opening a store backend by URI: the one place that knows every backend.
+
+#ifndef RESHARD_STORE_URI_H_
+#define RESHARD_STORE_URI_H_
+
+#include <memory>
+#include <string_view>
+
+#include "reshard/object_store.h"
+#include "reshard/status.h"
+
+namespace reshard {
+
+// The durable object store `uri` names:
+//   fs://PATH, or a plain path       files under PATH (reshard/fs_store.h)
+//   redis://HOST:PORT[/DB][?...]     a Redis server (reshard/redis_store.h)
+//   unix:///PATH/TO.sock[?...]       a Redis server on a unix socket
+// Any other scheme is InvalidArgument naming the URI.
+Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri);
+
+}  // namespace reshard
+
+#endif  // RESHARD_STORE_URI_H_

@@ -1,0 +1,338 @@
+#include "store/redis/redis_connection.h"
+
+#include <hiredis.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace reshard::internal {
+namespace {
+
+timeval ToTimeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+std::vector<const char*> Pointers(const std::vector<std::string_view>& args,
+                                  std::vector<size_t>* lengths) {
+  std::vector<const char*> out;
+  lengths->clear();
+  for (std::string_view a : args) {
+    out.push_back(a.data());
+    lengths->push_back(a.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+RedisReply::RedisReply(redisReply* reply) : reply_(reply) {}
+RedisReply::RedisReply(RedisReply&& other) noexcept : reply_(other.reply_) {
+  other.reply_ = nullptr;
+}
+RedisReply& RedisReply::operator=(RedisReply&& other) noexcept {
+  std::swap(reply_, other.reply_);
+  return *this;
+}
+RedisReply::~RedisReply() {
+  if (reply_ != nullptr) freeReplyObject(reply_);
+}
+
+namespace {
+RedisReply::Type TypeOf(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_STRING: return RedisReply::Type::kString;
+    case REDIS_REPLY_ARRAY: return RedisReply::Type::kArray;
+    case REDIS_REPLY_INTEGER: return RedisReply::Type::kInteger;
+    case REDIS_REPLY_STATUS: return RedisReply::Type::kStatus;
+    case REDIS_REPLY_ERROR: return RedisReply::Type::kError;
+    default: return RedisReply::Type::kNil;
+  }
+}
+}  // namespace
+
+RedisReply::Type RedisReply::type() const { return TypeOf(reply_); }
+std::string_view RedisReply::str() const {
+  return reply_->str == nullptr ? std::string_view()
+                                : std::string_view(reply_->str, reply_->len);
+}
+long long RedisReply::integer() const { return reply_->integer; }
+size_t RedisReply::size() const {
+  return reply_->type == REDIS_REPLY_ARRAY ? reply_->elements : 0;
+}
+RedisReply::Type RedisReply::element_type(size_t i) const {
+  return TypeOf(reply_->element[i]);
+}
+std::string_view RedisReply::element_str(size_t i) const {
+  const redisReply* e = reply_->element[i];
+  return e->str == nullptr ? std::string_view()
+                           : std::string_view(e->str, e->len);
+}
+long long RedisReply::element_integer(size_t i) const {
+  return reply_->element[i]->integer;
+}
+
+RedisConnection::RedisConnection(redisContext* context, std::string uri)
+    : context_(context), uri_(std::move(uri)) {}
+
+RedisConnection::~RedisConnection() { redisFree(context_); }
+
+Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
+    const RedisUri& uri, std::chrono::milliseconds timeout) {
+  const timeval tv = ToTimeval(timeout);
+  redisContext* c =
+      uri.socket_path.empty()
+          ? redisConnectWithTimeout(uri.host.c_str(), uri.port, tv)
+          : redisConnectUnixWithTimeout(uri.socket_path.c_str(), tv);
+  if (c == nullptr) {
+    return Status::IOError("cannot connect to " + uri.redacted +
+                           ": out of memory");
+  }
+  std::unique_ptr<RedisConnection> conn(new RedisConnection(c, uri.redacted));
+  if (c->err != 0) {
+    return Status::IOError("cannot connect to " + uri.redacted + ": " +
+                           c->errstr);
+  }
+  if (redisSetTimeout(c, tv) != REDIS_OK) {
+    return Status::IOError("cannot set the timeout of " + uri.redacted);
+  }
+  auto check = [&](const std::vector<std::string_view>& args,
+                   const std::string& what) -> Status {
+    RESHARD_ASSIGN_OR_RETURN(RedisReply r, conn->Command(args));
+    if (r.type() == RedisReply::Type::kError) {
+      return Status::IOError(what + " on " + uri.redacted + " failed: " +
+                             std::string(r.str()));
+    }
+    return Status::OK();
+  };
+  if (!uri.password.empty()) {
+    std::vector<std::string_view> auth = {"AUTH"};
+    if (!uri.user.empty()) auth.push_back(uri.user);
+    auth.push_back(uri.password);
+    RESHARD_RETURN_NOT_OK(check(auth, "AUTH"));
+  }
+  if (uri.db != 0) {
+    RESHARD_RETURN_NOT_OK(check({"SELECT", std::to_string(uri.db)}, "SELECT"));
+  }
+  return conn;
+}
+
+Status RedisConnection::Lost(const std::string& what) {
+  healthy_ = false;
+  std::string detail = context_->err != 0 ? std::string(context_->errstr)
+                                          : std::string(std::strerror(errno));
+  if (detail.empty()) detail = "connection lost";
+  return Status::IOError("redis " + uri_ + ": " + what + ": " + detail);
+}
+
+Status RedisConnection::FlushQueued() {
+  if (!healthy_) return Status::IOError("redis " + uri_ + ": connection lost");
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(context_, &done) != REDIS_OK) {
+      return Lost("cannot send");
+    }
+  }
+  return Status::OK();
+}
+
+Result<RedisReply> RedisConnection::Command(
+    const std::vector<std::string_view>& args) {
+  RESHARD_RETURN_NOT_OK(Append(args));
+  return Read();
+}
+
+Status RedisConnection::Append(const std::vector<std::string_view>& args) {
+  if (!healthy_) return Status::IOError("redis " + uri_ + ": connection lost");
+  std::vector<size_t> lengths;
+  std::vector<const char*> argv = Pointers(args, &lengths);
+  if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()),
+                             argv.data(), lengths.data()) != REDIS_OK) {
+    return Lost("cannot queue a command");
+  }
+  return Status::OK();
+}
+
+Result<RedisReply> RedisConnection::Read() {
+  if (!healthy_) return Status::IOError("redis " + uri_ + ": connection lost");
+  if (raw_pos_ < raw_.size()) {  // bytes ReadBulkInto read past its reply
+    redisReaderFeed(context_->reader, raw_.data() + raw_pos_,
+                    raw_.size() - raw_pos_);
+    raw_.clear();
+    raw_pos_ = 0;
+  }
+  void* reply = nullptr;
+  if (redisGetReply(context_, &reply) != REDIS_OK || reply == nullptr) {
+    return Lost("no reply");
+  }
+  return RedisReply(static_cast<redisReply*>(reply));
+}
+
+Status RedisConnection::WriteFully(std::vector<ConstBuffer> pieces) {
+  size_t first = 0;
+  while (first < pieces.size()) {
+    iovec iov[64];
+    int n = 0;
+    for (size_t i = first; i < pieces.size() && n < 64; ++i) {
+      iov[n].iov_base = const_cast<void*>(pieces[i].data);
+      iov[n].iov_len = pieces[i].size;
+      ++n;
+    }
+    const ssize_t wrote = ::writev(context_->fd, iov, n);
+    if (wrote < 0) {
+      if (errno == EINTR) continue;
+      return Lost("cannot send a value");
+    }
+    uint64_t left = static_cast<uint64_t>(wrote);
+    while (first < pieces.size() && left >= pieces[first].size) {
+      left -= pieces[first].size;
+      ++first;
+    }
+    if (left > 0) {
+      pieces[first].data = static_cast<const uint8_t*>(pieces[first].data) + left;
+      pieces[first].size -= left;
+    }
+  }
+  return Status::OK();
+}
+
+Status RedisConnection::AppendSetFrom(std::string_view key,
+                                      const std::vector<ConstBuffer>& parts,
+                                      uint64_t offset, uint64_t length,
+                                      std::string_view expiry_ms) {
+  RESHARD_RETURN_NOT_OK(FlushQueued());
+  const std::string header = (expiry_ms.empty() ? "*3" : "*5") +
+                             std::string("\r\n$3\r\nSET\r\n$") +
+                             std::to_string(key.size()) + "\r\n" +
+                             std::string(key) + "\r\n$" +
+                             std::to_string(length) + "\r\n";
+  std::vector<ConstBuffer> pieces = {{header.data(), header.size()}};
+  uint64_t at = 0;
+  for (const ConstBuffer& p : parts) {
+    const uint64_t begin = std::max(at, offset);
+    const uint64_t end = std::min(at + p.size, offset + length);
+    if (begin < end) {
+      pieces.push_back(
+          {static_cast<const uint8_t*>(p.data) + (begin - at), end - begin});
+    }
+    at += p.size;
+  }
+  std::string trailer = "\r\n";
+  if (!expiry_ms.empty()) {
+    trailer += "$2\r\nPX\r\n$" + std::to_string(expiry_ms.size()) + "\r\n" +
+               std::string(expiry_ms) + "\r\n";
+  }
+  pieces.push_back({trailer.data(), trailer.size()});
+  return WriteFully(std::move(pieces));
+}
+
+Status RedisConnection::Fill(size_t n) {
+  while (raw_.size() - raw_pos_ < n) {
+    if (raw_pos_ > 0 && raw_pos_ == raw_.size()) {
+      raw_.clear();
+      raw_pos_ = 0;
+    }
+    char buf[64 << 10];
+    const ssize_t got = ::recv(context_->fd, buf, sizeof(buf), 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (got == 0) errno = ECONNRESET;
+      return Lost("no reply");
+    }
+    raw_.append(buf, static_cast<size_t>(got));
+  }
+  return Status::OK();
+}
+
+Status RedisConnection::ReadLine(std::string* line) {
+  while (true) {
+    const size_t eol = raw_.find("\r\n", raw_pos_);
+    if (eol != std::string::npos) {
+      line->assign(raw_, raw_pos_, eol - raw_pos_);
+      raw_pos_ = eol + 2;
+      return Status::OK();
+    }
+    if (raw_.size() - raw_pos_ > 4096) {
+      healthy_ = false;
+      return Status::IOError("redis " + uri_ + ": malformed reply");
+    }
+    RESHARD_RETURN_NOT_OK(Fill(raw_.size() - raw_pos_ + 1));
+  }
+}
+
+Status RedisConnection::ReceiveInto(uint8_t* dest, uint64_t n) {
+  const uint64_t buffered = std::min<uint64_t>(n, raw_.size() - raw_pos_);
+  std::memcpy(dest, raw_.data() + raw_pos_, buffered);
+  raw_pos_ += buffered;
+  uint64_t done = buffered;
+  while (done < n) {
+    const ssize_t got = ::recv(context_->fd, dest + done, n - done, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (got == 0) errno = ECONNRESET;
+      return Lost("value cut short");
+    }
+    done += static_cast<uint64_t>(got);
+  }
+  return Status::OK();
+}
+
+Status RedisConnection::ReadBulkInto(void* dest, uint64_t length,
+                                     const std::string& what) {
+  RESHARD_RETURN_NOT_OK(FlushQueued());
+  // Take over what hiredis' reader buffered but did not parse.
+  redisReader* reader = context_->reader;
+  if (reader->pos < reader->len) {
+    raw_.append(reader->buf + reader->pos, reader->len - reader->pos);
+    reader->pos = reader->len;
+  }
+  std::string line;
+  RESHARD_RETURN_NOT_OK(ReadLine(&line));
+  if (line.starts_with('-')) {
+    return Status::IOError("redis " + uri_ + ": " + what + ": " +
+                           line.substr(1));
+  }
+  int64_t n = -2;
+  if (line.size() < 2 || line[0] != '$' ||
+      std::from_chars(line.data() + 1, line.data() + line.size(), n).ec !=
+          std::errc()) {
+    healthy_ = false;
+    return Status::IOError("redis " + uri_ + ": " + what +
+                           ": unexpected reply");
+  }
+  if (n != static_cast<int64_t>(length)) {
+    // Keep the stream in step: skip the value we did not expect.
+    for (int64_t left = n; left > 0;) {
+      uint8_t skip[64 << 10];
+      const uint64_t step = std::min<uint64_t>(left, sizeof(skip));
+      RESHARD_RETURN_NOT_OK(ReceiveInto(skip, step));
+      left -= static_cast<int64_t>(step);
+    }
+    if (n >= 0) {
+      RESHARD_RETURN_NOT_OK(Fill(2));
+      raw_pos_ += 2;
+    }
+    return Status::DataLoss(what + " holds " +
+                            (n < 0 ? std::string("no value")
+                                   : std::to_string(n) + " bytes") +
+                            " where " + std::to_string(length) +
+                            " were expected");
+  }
+  RESHARD_RETURN_NOT_OK(ReceiveInto(static_cast<uint8_t*>(dest), length));
+  RESHARD_RETURN_NOT_OK(Fill(2));
+  if (raw_.compare(raw_pos_, 2, "\r\n") != 0) {
+    healthy_ = false;
+    return Status::IOError("redis " + uri_ + ": malformed reply");
+  }
+  raw_pos_ += 2;
+  return Status::OK();
+}
+
+}  // namespace reshard::internal

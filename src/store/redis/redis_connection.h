@@ -1,0 +1,106 @@
+// One connection to a Redis server: hiredis for connecting, formatting and
+// parsing, and two bulk paths that bypass its copies: a SET whose value is
+// written from caller memory with writev (hiredis would copy the value into
+// its output buffer), and a bulk reply read straight into caller memory
+// (hiredis would read it into a reply object first).
+
+#ifndef RESHARD_STORE_REDIS_REDIS_CONNECTION_H_
+#define RESHARD_STORE_REDIS_REDIS_CONNECTION_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/object_store.h"
+#include "reshard/status.h"
+#include "store/redis/redis_uri.h"
+
+struct redisContext;
+struct redisReply;
+
+namespace reshard::internal {
+
+// A parsed reply (owner of hiredis's reply object).
+class RedisReply {
+ public:
+  enum class Type { kString, kArray, kInteger, kNil, kStatus, kError };
+  explicit RedisReply(redisReply* reply);
+  RedisReply(RedisReply&&) noexcept;
+  RedisReply& operator=(RedisReply&&) noexcept;
+  ~RedisReply();
+
+  Type type() const;
+  // kString, kStatus, kError: the bytes.
+  std::string_view str() const;
+  // kInteger: the value.
+  long long integer() const;
+  // kArray: the elements (borrowed).
+  size_t size() const;
+  RedisReply::Type element_type(size_t i) const;
+  std::string_view element_str(size_t i) const;
+  long long element_integer(size_t i) const;
+
+ private:
+  redisReply* reply_;
+};
+
+class RedisConnection {
+ public:
+  // Connects (TCP or unix socket), authenticates and selects the database;
+  // every error names `uri.redacted`.
+  static Result<std::unique_ptr<RedisConnection>> Connect(
+      const RedisUri& uri, std::chrono::milliseconds timeout);
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // One command and its reply. An error reply is returned as a reply of
+  // type kError (callers decide); a lost connection is an IOError.
+  Result<RedisReply> Command(const std::vector<std::string_view>& args);
+
+  // Pipelining: Append queues a command, Read returns the oldest reply not
+  // read yet. Flush sends what is queued.
+  Status Append(const std::vector<std::string_view>& args);
+  Result<RedisReply> Read();
+
+  // Sends "SET key value" where value is bytes [offset, offset + length)
+  // of the concatenation of `parts`, written from caller memory with
+  // writev (after any queued commands); its reply is read with Read().
+  // With a non-empty `expiry_ms` the value expires (SET ... PX expiry_ms).
+  Status AppendSetFrom(std::string_view key,
+                       const std::vector<ConstBuffer>& parts, uint64_t offset,
+                       uint64_t length, std::string_view expiry_ms = {});
+
+  // Reads the next reply, which must be a bulk string of exactly `length`
+  // bytes, into `dest`. A shorter or longer value is DataLoss naming `what`.
+  Status ReadBulkInto(void* dest, uint64_t length, const std::string& what);
+
+  // False once an I/O error or protocol error made the connection unusable.
+  bool healthy() const { return healthy_; }
+  const std::string& uri() const { return uri_; }
+
+ private:
+  RedisConnection(redisContext* context, std::string uri);
+  Status Lost(const std::string& what);
+  Status FlushQueued();
+  Status WriteFully(std::vector<ConstBuffer> pieces);
+  // Ensures at least `n` unparsed bytes are buffered.
+  Status Fill(size_t n);
+  Status ReadLine(std::string* line);
+  Status ReceiveInto(uint8_t* dest, uint64_t n);
+
+  redisContext* context_;
+  std::string uri_;
+  bool healthy_ = true;
+  // Bytes read past the hiredis reader by ReadBulkInto, not yet parsed;
+  // handed back to hiredis before its next reply.
+  std::string raw_;
+  size_t raw_pos_ = 0;
+};
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_STORE_REDIS_REDIS_CONNECTION_H_

@@ -1,0 +1,27 @@
+#include "reshard/store_uri.h"
+
+#include <string>
+
+#include "reshard/fs_store.h"
+#include "reshard/redis_store.h"
+
+namespace reshard {
+
+Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri) {
+  if (IsRedisUri(uri)) return OpenRedisStore(uri);
+  std::string_view path = uri;
+  if (uri.starts_with("fs://")) {
+    path.remove_prefix(5);
+  } else if (uri.find("://") != std::string_view::npos) {
+    return Status::InvalidArgument(
+        "unsupported store URI \"" + std::string(uri) +
+        "\" (supported: fs://PATH, redis://HOST:PORT, unix:///PATH)");
+  }
+  if (path.empty()) {
+    return Status::InvalidArgument("store URI \"" + std::string(uri) +
+                                   "\" names no directory");
+  }
+  return OpenFsObjectStore(path);
+}
+
+}  // namespace reshard
