@@ -1,4 +1,4 @@
-// WeightStore end to end on the fs backend, with real pattern-filled host
+// WeightStore end to end on each backend (fs and redis), with real pattern-filled host
 // buffers (every target byte checked with VerifyPattern):
 //  - round trips: TP2 -> TP4, DP2 TP2 -> DP3 TP4, TP4 -> TP2, cross-dim
 //    dim0 -> dim2 (staged sweep), an EP/PP ownership swap, a generated
@@ -50,6 +50,7 @@
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
+#include "testing/store_backends.h"
 #include "testing/temp_dir.h"
 
 namespace reshard {
@@ -65,33 +66,56 @@ using ::reshard::testing::WithBindingChanges;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// A store or rendezvous directory of its own.
-class TempDir : public testing::TempDir {
- public:
-  TempDir() : testing::TempDir("reshard-weight-store-test") {}
-};
-
-// A store directory with one backend shared by every WeightStore opened on
-// it (each with its own options).
+// A fresh store on the backend of the running test (fs or redis), one
+// backend object shared by every WeightStore opened on it (each with its
+// own options).
 class TestStore {
  public:
-  TestStore()
-      : backend_(std::shared_ptr<ObjectStore>(
-            Must(OpenObjectStore("fs://" + dir_.path())))) {}
+  TestStore() : store_(CurrentBackend()) {}
   WeightStore Open(WeightStoreOptions options = {}) const {
-    return Must(WeightStore::Open(backend_, std::move(options)));
+    return Must(WeightStore::Open(store_.backend(), std::move(options)));
   }
-  ObjectStore& backend() const { return *backend_; }
-  const std::string& path() const { return dir_.path(); }
+  ObjectStore& backend() const { return *store_.backend(); }
+  const std::string& uri() const { return store_.uri(); }
   // Every key under `prefix`.
   std::vector<std::string> Keys(const std::string& prefix) const {
-    return Must(backend_->List(prefix));
+    return Must(store_.backend()->List(prefix));
+  }
+  void FlipByte(const std::string& key, uint64_t offset) {
+    store_.FlipByte(key, offset);
+  }
+  void Truncate(const std::string& key, uint64_t size) {
+    store_.Truncate(key, size);
+  }
+
+  // The backend of the running test, set by its fixture.
+  static std::string& CurrentBackend() {
+    static std::string backend = "fs";
+    return backend;
   }
 
  private:
-  TempDir dir_;
-  std::shared_ptr<ObjectStore> backend_;
+  testing::BackendStore store_;
 };
+
+// Every suite below runs on both backends: WeightStoreXTest.Name/fs and
+// WeightStoreXTest.Name/redis.
+class BackendSuite : public testing::StoreBackendTest {
+ protected:
+  void SetUp() override { TestStore::CurrentBackend() = GetParam(); }
+};
+#define RESHARD_BACKEND_SUITE(suite)                                   \
+  class suite : public BackendSuite {};                                \
+  INSTANTIATE_TEST_SUITE_P(, suite,                                    \
+                           ::testing::ValuesIn(testing::StoreBackendNames()), \
+                           testing::StoreBackendCaseName)
+RESHARD_BACKEND_SUITE(WeightStoreRoundTripTest);
+RESHARD_BACKEND_SUITE(WeightStoreLoadTest);
+RESHARD_BACKEND_SUITE(WeightStoreUploadTest);
+RESHARD_BACKEND_SUITE(WeightStoreCommitTest);
+RESHARD_BACKEND_SUITE(WeightStoreLifecycleTest);
+RESHARD_BACKEND_SUITE(WeightStoreCorruptionTest);
+RESHARD_BACKEND_SUITE(WeightStoreFenceTest);
 
 // A placement with host buffers for its fragments (all, or a subset of its
 // participants); a source gets the pattern, a target 0xD7 bytes.
@@ -324,19 +348,19 @@ ModelSpec TinyMoe() {
 
 // ---------------------------------------------------------------- round trips
 
-TEST(WeightStoreRoundTripTest, Tp2ToTp4) {
+TEST_P(WeightStoreRoundTripTest, Tp2ToTp4) {
   RoundTripAllOptions(TpLayout(1, 2), TpLayout(1, 4));
 }
 
-TEST(WeightStoreRoundTripTest, Dp2Tp2ToDp3Tp4SmallTensor) {
+TEST_P(WeightStoreRoundTripTest, Dp2Tp2ToDp3Tp4SmallTensor) {
   RoundTripAllOptions(SmallTensor(2, 2), SmallTensor(3, 4));
 }
 
-TEST(WeightStoreRoundTripTest, Tp4ToTp2Merge) {
+TEST_P(WeightStoreRoundTripTest, Tp4ToTp2Merge) {
   RoundTripAllOptions(TpLayout(1, 4), TpLayout(1, 2));
 }
 
-TEST(WeightStoreRoundTripTest, CrossDimDim0ToDim2UsesStagedSweeps) {
+TEST_P(WeightStoreRoundTripTest, CrossDimDim0ToDim2UsesStagedSweeps) {
   const auto source = Cube(4, 0);
   const auto target = Cube(4, 2);
   for (const NamedOptions& o : OptionSets()) {
@@ -354,11 +378,11 @@ TEST(WeightStoreRoundTripTest, CrossDimDim0ToDim2UsesStagedSweeps) {
   }
 }
 
-TEST(WeightStoreRoundTripTest, EpPpOwnershipSwap) {
+TEST_P(WeightStoreRoundTripTest, EpPpOwnershipSwap) {
   RoundTripAllOptions(ExpertLayout(2, 2, false), ExpertLayout(3, 4, true));
 }
 
-TEST(WeightStoreRoundTripTest, GeneratedTinyMoe) {
+TEST_P(WeightStoreRoundTripTest, GeneratedTinyMoe) {
   const ModelSpec model = TinyMoe();
   const auto source = Must(
       GenerateLayout(model, {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
@@ -384,7 +408,7 @@ std::string FirstDpOwnedTensor(const WeightPlacementManifest& m) {
   return "";
 }
 
-TEST(WeightStoreRoundTripTest, GoldenScenarios) {
+TEST_P(WeightStoreRoundTripTest, GoldenScenarios) {
   size_t ran = 0;
   size_t dp_owned = 0;
   for (const auto& [name, source, target, bytes, regions] :
@@ -421,7 +445,7 @@ TEST(WeightStoreRoundTripTest, GoldenScenarios) {
 
 // ---------------------------------------------------------------- loads
 
-TEST(WeightStoreLoadTest, SingleTargetParticipantFillsExactlyItsFragments) {
+TEST_P(WeightStoreLoadTest, SingleTargetParticipantFillsExactlyItsFragments) {
   TestStore dir;
   WeightStoreOptions o;
   o.chunk_bytes = 64;
@@ -460,7 +484,7 @@ TEST(WeightStoreLoadTest, SingleTargetParticipantFillsExactlyItsFragments) {
   EXPECT_EQ(r.bytes, own);
 }
 
-TEST(WeightStoreLoadTest, ReportCountsRespectRequestLimits) {
+TEST_P(WeightStoreLoadTest, ReportCountsRespectRequestLimits) {
   // Contiguous regions over many chunks: direct reads split by
   // max_range_bytes and batched by max_ranges_per_request.
   auto draft = testing::GridDraft({.tp = 2});
@@ -519,7 +543,7 @@ WeightPlacementManifest EvenModel(int64_t dp, int64_t tp) {
   return Build(d);
 }
 
-TEST(WeightStoreUploadTest, StoredPayloadIsOneModelWhateverTheDpSize) {
+TEST_P(WeightStoreUploadTest, StoredPayloadIsOneModelWhateverTheDpSize) {
   std::vector<WeightPlacementManifest> layouts = {
       EvenModel(1, 2), EvenModel(2, 2), EvenModel(4, 2)};
   const ModelSpec model = TinyMoe();
@@ -552,7 +576,7 @@ TEST(WeightStoreUploadTest, StoredPayloadIsOneModelWhateverTheDpSize) {
   }
 }
 
-TEST(WeightStoreUploadTest, PlanSpreadsWritesOverEveryReplica) {
+TEST_P(WeightStoreUploadTest, PlanSpreadsWritesOverEveryReplica) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side single = SourceSide(EvenModel(1, 2));
@@ -586,7 +610,7 @@ TEST(WeightStoreUploadTest, PlanSpreadsWritesOverEveryReplica) {
   }
 }
 
-TEST(WeightStoreUploadTest, UploadRejectsStaleSourceLease) {
+TEST_P(WeightStoreUploadTest, UploadRejectsStaleSourceLease) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(1, 2));
@@ -609,7 +633,7 @@ TEST(WeightStoreUploadTest, UploadRejectsStaleSourceLease) {
                               "source placement identity mismatch"));
 }
 
-TEST(WeightStoreUploadTest, PrepareRejectsDpOwnedTensors) {
+TEST_P(WeightStoreUploadTest, PrepareRejectsDpOwnedTensors) {
   const auto source = Must(WeightPlacementFromJson(
       ReadTestData("scenarios/dp_ownership_source.json")));
   TestStore dir;
@@ -625,7 +649,7 @@ TEST(WeightStoreUploadTest, PrepareRejectsDpOwnedTensors) {
   EXPECT_TRUE(dir.Keys("weights/").empty());
 }
 
-TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
+TEST_P(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(2, 2));
@@ -694,7 +718,7 @@ TEST(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
 // the same plan finds the record (same checksums), writes the payload and
 // the transaction commits. (Built here by deleting a payload after a
 // complete upload; StoreCrash* kills real processes.)
-TEST(WeightStoreUploadTest, RetryResumesAfterCrashBetweenChecksumAndPayload) {
+TEST_P(WeightStoreUploadTest, RetryResumesAfterCrashBetweenChecksumAndPayload) {
   TestStore dir;
   WeightStore store = dir.Open({.chunk_bytes = 64, .staging_bytes = 256});
   const Side src = SourceSide(TpLayout(1, 2));
@@ -718,7 +742,7 @@ TEST(WeightStoreUploadTest, RetryResumesAfterCrashBetweenChecksumAndPayload) {
                 dst);
 }
 
-TEST(WeightStoreUploadTest, RetryWithOtherBytesIsRefused) {
+TEST_P(WeightStoreUploadTest, RetryWithOtherBytesIsRefused) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(1, 2));
@@ -769,7 +793,7 @@ struct Uploaded {
   }
 };
 
-TEST(WeightStoreCommitTest, CommitIsIdempotent) {
+TEST_P(WeightStoreCommitTest, CommitIsIdempotent) {
   Uploaded u;
   MustOk(u.store.Commit(u.plan, u.receipts));
   EXPECT_OK(u.store.Commit(u.plan, u.receipts));
@@ -782,7 +806,7 @@ TEST(WeightStoreCommitTest, CommitIsIdempotent) {
   u.ExpectLoads();
 }
 
-TEST(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
+TEST_P(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
   Uploaded u;
   const std::string decision =
       u.base() + "/transactions/" + u.txn() + "/decision";
@@ -826,7 +850,7 @@ TEST(WeightStoreCommitTest, BadReceiptsAreRefusedBeforeAnyDecision) {
   u.ExpectLoads();
 }
 
-TEST(WeightStoreCommitTest, CommitNeedsEveryPayload) {
+TEST_P(WeightStoreCommitTest, CommitNeedsEveryPayload) {
   Uploaded u;
   const auto& s = u.plan.manifest().fragments()[2];
   MustOk(u.dir.backend().Delete(s.object_key));
@@ -837,7 +861,7 @@ TEST(WeightStoreCommitTest, CommitNeedsEveryPayload) {
             StatusCode::kNotFound);
 }
 
-TEST(WeightStoreCommitTest, AbortThenCommitFails) {
+TEST_P(WeightStoreCommitTest, AbortThenCommitFails) {
   Uploaded u;
   MustOk(u.store.Abort(u.plan));
   EXPECT_OK(u.store.Abort(u.plan));  // idempotent
@@ -848,7 +872,7 @@ TEST(WeightStoreCommitTest, AbortThenCommitFails) {
             StatusCode::kNotFound);
 }
 
-TEST(WeightStoreCommitTest, CommitThenAbortFails) {
+TEST_P(WeightStoreCommitTest, CommitThenAbortFails) {
   Uploaded u;
   MustOk(u.store.Commit(u.plan, u.receipts));
   Status st = u.store.Abort(u.plan);
@@ -859,7 +883,7 @@ TEST(WeightStoreCommitTest, CommitThenAbortFails) {
   EXPECT_OK(u.store.Verify(u.key()));
 }
 
-TEST(WeightStoreCommitTest, AbortRemovesPayloadsAndChecksums) {
+TEST_P(WeightStoreCommitTest, AbortRemovesPayloadsAndChecksums) {
   Uploaded u;
   const std::string txn = u.txn();
   ASSERT_EQ(u.dir.Keys(u.base() + "/payload/" + txn + "/").size(),
@@ -879,7 +903,7 @@ TEST(WeightStoreCommitTest, AbortRemovesPayloadsAndChecksums) {
               HasSubstr("\"decision\":\"abort\""));
 }
 
-TEST(WeightStoreCommitTest, SecondWriterOfARevisionConflicts) {
+TEST_P(WeightStoreCommitTest, SecondWriterOfARevisionConflicts) {
   Uploaded u;
   MustOk(u.store.Commit(u.plan, u.receipts));
   // Another writer of the same revision, from the same data.
@@ -929,7 +953,7 @@ std::set<std::string> KeySet(const std::vector<std::string>& keys) {
   return {keys.begin(), keys.end()};
 }
 
-TEST(WeightStoreLifecycleTest, ListShowsImportingThenReady) {
+TEST_P(WeightStoreLifecycleTest, ListShowsImportingThenReady) {
   TestStore dir;
   WeightStore store = dir.Open();
   EXPECT_TRUE(Must(store.List()).empty());
@@ -962,7 +986,7 @@ struct FakeClock {
   }
 };
 
-TEST(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
+TEST_P(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
   TestStore dir;
   FakeClock clock;
   int leases_taken = 0;
@@ -1009,7 +1033,7 @@ TEST(WeightStoreLifecycleTest, LeasesBlockRemoveUntilExpired) {
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").empty());
 }
 
-TEST(WeightStoreLifecycleTest, RemoveDeletesEveryKeyOfTheRevision) {
+TEST_P(WeightStoreLifecycleTest, RemoveDeletesEveryKeyOfTheRevision) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(2, 2));
@@ -1034,7 +1058,7 @@ TEST(WeightStoreLifecycleTest, RemoveDeletesEveryKeyOfTheRevision) {
   EXPECT_OK(store.Verify(other_plan.manifest().manifest_key()));
 }
 
-TEST(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
+TEST_P(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
   TestStore dir;
   WeightStore store = dir.Open({.chunk_bytes = 256, .staging_bytes = 1024});
   const Side src = SourceSide(TpLayout(2, 2));
@@ -1089,7 +1113,7 @@ TEST(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
             StatusCode::kFailedPrecondition);
 }
 
-TEST(WeightStoreLifecycleTest, GcGraceKeepsRecentUndecidedUploads) {
+TEST_P(WeightStoreLifecycleTest, GcGraceKeepsRecentUndecidedUploads) {
   TestStore dir;
   WeightStore store = dir.Open();  // gc_grace: one hour
   auto draft = testing::GridDraft({.tp = 2});
@@ -1124,7 +1148,7 @@ TEST(WeightStoreLifecycleTest, GcGraceKeepsRecentUndecidedUploads) {
 
 // The grace period runs on the store's clock: an undecided upload is
 // collected exactly when it becomes older than gc_grace, with no waiting.
-TEST(WeightStoreLifecycleTest, GcGraceRunsOnTheInjectedClock) {
+TEST_P(WeightStoreLifecycleTest, GcGraceRunsOnTheInjectedClock) {
   TestStore dir;
   FakeClock clock;
   WeightStore store = dir.Open(
@@ -1153,7 +1177,7 @@ TEST(WeightStoreLifecycleTest, GcGraceRunsOnTheInjectedClock) {
 // Regression: a lease record was read with from_chars after its last '=',
 // and a malformed one counted as expired, so Remove deleted a revision a
 // load of another process may still hold.
-TEST(WeightStoreLifecycleTest, MalformedLeaseBlocksRemoveNamingTheRecord) {
+TEST_P(WeightStoreLifecycleTest, MalformedLeaseBlocksRemoveNamingTheRecord) {
   TestStore dir;
   WeightStore store = dir.Open();
   const auto plan = Must(UploadAndCommit(store, SourceSide(TpLayout(1, 2))));
@@ -1179,7 +1203,7 @@ TEST(WeightStoreLifecycleTest, MalformedLeaseBlocksRemoveNamingTheRecord) {
 // Regression: a started record that did not parse counted as 0 (an
 // upload as old as can be), so Gc removed the payloads of an upload whose
 // age it could not know. Now the upload is skipped, naming the record.
-TEST(WeightStoreLifecycleTest, MalformedStartedRecordIsSkippedByGc) {
+TEST_P(WeightStoreLifecycleTest, MalformedStartedRecordIsSkippedByGc) {
   TestStore dir;
   WeightStore store = dir.Open({.gc_grace = std::chrono::seconds(0)});
   std::vector<UploadReceipt> receipts;
@@ -1205,7 +1229,7 @@ TEST(WeightStoreLifecycleTest, MalformedStartedRecordIsSkippedByGc) {
 // manifest yet as abandoned (by the age of its upload) and removed its
 // payloads while the Commit went on to publish them. A decided commit is now
 // never removed: Gc rolls it forward from its pending manifest.
-TEST(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
+TEST_P(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(2, 2));
@@ -1239,21 +1263,6 @@ TEST(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
 
 // ---------------------------------------------------------------- corruption
 
-// The on-disk file of key `key` in the fs backend.
-std::string PathOf(const TestStore& dir, const std::string& key) {
-  return dir.path() + "/" + key;
-}
-
-void FlipByte(const std::string& path, uint64_t offset) {
-  const int fd = ::open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << path;
-  uint8_t b = 0;
-  ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(offset)), 1);
-  b ^= 0x01;
-  ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(offset)), 1);
-  ::close(fd);
-}
-
 WeightPlacementManifest RowsLayout(int64_t tp) {
   auto d = testing::GridDraft({.tp = tp});
   // [64, 32] bf16: 64-byte rows, split by rows.
@@ -1261,7 +1270,7 @@ WeightPlacementManifest RowsLayout(int64_t tp) {
   return Build(d);
 }
 
-TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
+TEST_P(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
   TestStore dir;
   WeightStore store = dir.Open({.chunk_bytes = 64, .staging_bytes = 256});
   const Side src = SourceSide(RowsLayout(2));
@@ -1274,7 +1283,7 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
   }
   ASSERT_NE(b, nullptr);
   ASSERT_EQ(b->nbytes, 2048u);
-  FlipByte(PathOf(dir, b->object_key), 100);  // row 33, chunk [64, 128)
+  dir.FlipByte(b->object_key, 100);  // row 33, chunk [64, 128)
   const std::string expected = "checksum mismatch in stored fragment " +
                                b->stored_fragment_id + " (object " +
                                b->object_key + ") at bytes [64, 128)";
@@ -1316,18 +1325,18 @@ TEST(WeightStoreCorruptionTest, FlippedByteIsDetectedWhereItIsRead) {
                       dst.buffers.bindings);
   ASSERT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
   // Flipping the byte back repairs the revision.
-  FlipByte(PathOf(dir, b->object_key), 100);
+  dir.FlipByte(b->object_key, 100);
   EXPECT_OK(store.Verify(key));
 }
 
-TEST(WeightStoreCorruptionTest, TruncatedPayloadFailsClearly) {
+TEST_P(WeightStoreCorruptionTest, TruncatedPayloadFailsClearly) {
   TestStore dir;
   WeightStore store = dir.Open({.chunk_bytes = 64, .staging_bytes = 256});
   const Side src = SourceSide(RowsLayout(2));
   const auto plan = Must(UploadAndCommit(store, src));
   const std::string key = plan.manifest().manifest_key();
   const StoredFragment& f = plan.manifest().fragments()[0];
-  ASSERT_EQ(::truncate(PathOf(dir, f.object_key).c_str(), 1000), 0);
+  dir.Truncate(f.object_key, 1000);
   auto verified = store.Verify(key);
   ASSERT_THAT(verified,
               StatusIs(StatusCode::kDataLoss,
@@ -1350,7 +1359,9 @@ namespace {
 // the plan; one process per source participant (DP2 x TP2) reads the plan
 // back from the store, uploads only its own fragments from its own binding
 // and publishes its receipts; the coordinator gathers them and commits.
-TEST(WeightStoreMultiProcessTest, WorkersUploadFromThePublishedPlan) {
+RESHARD_BACKEND_SUITE(WeightStoreMultiProcessTest);
+
+TEST_P(WeightStoreMultiProcessTest, WorkersUploadFromThePublishedPlan) {
   TestStore dir;
   WeightStore store = dir.Open({.chunk_bytes = 256});
   auto draft = testing::GridDraft({.dp = 2, .tp = 2});
@@ -1398,7 +1409,7 @@ TEST(WeightStoreMultiProcessTest, WorkersUploadFromThePublishedPlan) {
   LoadAndVerify(store, Must(store.ReadManifest(key)), dst);
 }
 
-TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
+TEST_P(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
   TestStore dir;
   WeightStore store = dir.Open();
   auto draft = testing::GridDraft({.tp = 2});
@@ -1444,7 +1455,7 @@ TEST(WeightStoreMultiProcessTest, MissingReceiptsAndBadPlansAreNamed) {
 // Fences and contract rules on the store paths (rules 56, 65, 67; writer
 // leases; memory kinds).
 
-TEST(WeightStoreFenceTest, UploadRejectsAChangedLeaseOrInstance) {
+TEST_P(WeightStoreFenceTest, UploadRejectsAChangedLeaseOrInstance) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(1, 2));
@@ -1469,7 +1480,7 @@ TEST(WeightStoreFenceTest, UploadRejectsAChangedLeaseOrInstance) {
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").size() == 1);  // "started" only
 }
 
-TEST(WeightStoreFenceTest, NoPayloadWritesAfterAbort) {
+TEST_P(WeightStoreFenceTest, NoPayloadWritesAfterAbort) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(1, 2));
@@ -1487,7 +1498,7 @@ TEST(WeightStoreFenceTest, NoPayloadWritesAfterAbort) {
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/checksums/").empty());
 }
 
-TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
+TEST_P(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(1, 2));
@@ -1535,7 +1546,7 @@ TEST(WeightStoreFenceTest, UploadAndLoadRefuseMemoryTheyCannotMove) {
   }
 }
 
-TEST(WeightStoreFenceTest, LoadWithNoOperationsIsAnError) {
+TEST_P(WeightStoreFenceTest, LoadWithNoOperationsIsAnError) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(1, 2));
@@ -1548,7 +1559,7 @@ TEST(WeightStoreFenceTest, LoadWithNoOperationsIsAnError) {
 
 // Rule 56: two aliased target views at one address may be written twice
 // only from one source alias group; a stored source never authorises it.
-TEST(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
+TEST_P(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
   auto tied = [] {
     auto d = testing::GridDraft({});
     const std::vector<std::string> group = {"embed_tokens.weight",
@@ -1584,7 +1595,7 @@ TEST(WeightStoreFenceTest, StoredSourceNeverAuthorisesTargetAliasSharing) {
 
 // Rule 65 on a published upload plan: each stored fragment written once,
 // into objects the transaction owns; operations read the stored box.
-TEST(WeightStoreFenceTest, TamperedUploadPlansAreRefused) {
+TEST_P(WeightStoreFenceTest, TamperedUploadPlansAreRefused) {
   TestStore dir;
   WeightStore store = dir.Open();
   auto draft = testing::GridDraft({.tp = 2});

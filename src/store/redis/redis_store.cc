@@ -14,6 +14,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <unistd.h>
+
 #include "store/redis/redis_connection.h"
 #include "store/redis/redis_scripts.h"
 #include "store/redis/redis_uri.h"
@@ -48,10 +50,13 @@ struct Piece {
   std::string what;  // names the object (and chunk) in errors
 };
 
+// Unique per upload: random bits, and the process id, because forked
+// children inherit their parent's generator state.
 std::string RandomToken() {
   static thread_local std::mt19937_64 rng(std::random_device{}());
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx",
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%x-%016llx%016llx",
+                static_cast<unsigned>(::getpid()),
                 static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(rng()));
   return buf;
@@ -168,8 +173,9 @@ class RedisStore : public ObjectStore {
     if (!options_.require_durable) return Status::OK();
     if (uri_.require_fsync) RESHARD_RETURN_NOT_OK(CheckFsync());
     if (uri_.replicas == 0) return Status::OK();
-    // Within the reply timeout, so that the server answers first.
-    const int64_t wait_ms = std::max<int64_t>(1, options_.timeout.count() * 3 / 4);
+    // Well within the reply timeout (the server checks timeouts of blocked
+    // clients about every 100 ms), so that the server answers first.
+    const int64_t wait_ms = std::max<int64_t>(1, options_.timeout.count() / 2);
     RESHARD_ASSIGN_OR_RETURN(
         RedisReply r, Run({"WAIT", std::to_string(uri_.replicas),
                            std::to_string(wait_ms)},
@@ -258,6 +264,12 @@ class RedisStore : public ObjectStore {
   Result<std::unique_ptr<RedisConnection>> Acquire() {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (owner_ != ::getpid()) {
+        // A forked child: the pooled sockets are its parent's too, and two
+        // processes on one connection would interleave their replies.
+        idle_.clear();
+        owner_ = ::getpid();
+      }
       if (!idle_.empty()) {
         auto conn = std::move(idle_.back());
         idle_.pop_back();
@@ -270,6 +282,7 @@ class RedisStore : public ObjectStore {
   void Release(std::unique_ptr<RedisConnection> conn) {
     if (!conn->healthy()) return;
     std::lock_guard<std::mutex> lock(mu_);
+    if (owner_ != ::getpid()) return;
     idle_.push_back(std::move(conn));
   }
 
@@ -360,6 +373,7 @@ class RedisStore : public ObjectStore {
   std::string index_, pending_, chunks_;
   std::mutex mu_;
   std::vector<std::unique_ptr<RedisConnection>> idle_;
+  pid_t owner_ = ::getpid();  // the process the pooled connections are of
 };
 
 Status RedisStore::PutChunked(std::string_view key,

@@ -222,7 +222,7 @@ TEST(RedisStoreTest, DurabilityIsRefusedOnAServerWithoutFsyncUnlessWaived) {
   ASSERT_OK(rendezvous->Put("s/r", "x"));
   // Replicas that do not exist are never waited for silently.
   auto replicas = OpenRedisStore(server->Uri("p") + "&sync=none&replicas=1",
-                                 {.timeout = std::chrono::milliseconds(200)});
+                                 {.timeout = std::chrono::milliseconds(1000)});
   ASSERT_FALSE(replicas.ok());
   EXPECT_THAT(replicas.status().message(),
               HasSubstr("only 0 of 1 replicas acknowledged the writes"));
