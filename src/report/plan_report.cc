@@ -82,7 +82,9 @@ Status CheckOptions(const PlanReportOptions& options, bool need_gbps) {
   if (need_gbps && !(std::isfinite(options.gbps) && options.gbps > 0)) {
     return Status::InvalidArgument(
         "plan report: gbps must be a positive finite number, got " +
-        ShortDouble(options.gbps));
+        (std::isfinite(options.gbps) ? ShortDouble(options.gbps)
+         : std::isnan(options.gbps)  ? std::string("nan")
+                                     : std::string("inf")));
   }
   if (options.max_heatmap_axis < 1 ||
       options.max_heatmap_axis > kMaxHeatmapAxis) {
