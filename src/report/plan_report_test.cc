@@ -266,6 +266,38 @@ TEST(PlanReportTest, StandaloneHeatmapTitlesEveryCell) {
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
 }
 
+TEST(PlanReportTest, StoredSourceIsDescribedAsARevision) {
+  PlacementDraft src = GridDraft(Sizes{.tp = 4});
+  AddTensor(&src, {.tensor_id = "w", .shape = {8, 8}, .tp_dim = 0});
+  PlacementDraft dst = GridDraft(Sizes{.tp = 2});
+  AddTensor(&dst, {.tensor_id = "w", .shape = {8, 8}, .tp_dim = 1});
+  const auto source = MustBuild(src);
+  const auto target = MustBuild(dst);
+  ASSERT_OK_AND_ASSIGN(
+      auto stored, StoredWeightManifest::Make(testing::StoredSpecFrom(source)));
+  ASSERT_OK_AND_ASSIGN(auto plan,
+                       LogicalTransferPlan::MakeFromStored(stored, target));
+  ASSERT_OK_AND_ASSIGN(
+      std::string html,
+      RenderPlanReportHtml(plan, PlanReportLayouts::Of(stored, target),
+                           Gbps(10)));
+  EXPECT_THAT(html, HasSubstr("<tr data-side=\"source\"><td class=\"l\">"
+                              "source</td><td class=\"l\">stored revision"
+                              "</td><td>-</td><td>-</td><td>-</td><td>-</td>"
+                              "<td>4</td><td>4</td><td>1</td><td>4</td>"
+                              "<td class=\"id\">" +
+                              stored.manifest_key() + "</td></tr>"));
+  EXPECT_EQ(Count(html, "<path class=\"route\""), 1u);
+  EXPECT_THAT(html, HasSubstr("<td class=\"l\">store</td>"));
+  // The placement it came from is not the plan's source.
+  EXPECT_THAT(
+      RenderPlanReportHtml(plan, PlanReportLayouts::Of(source, target),
+                           Gbps(10)),
+      StatusIs(StatusCode::kInvalidArgument,
+               "plan report: the plan's source is a stored manifest; pass "
+               "exactly that source layout"));
+}
+
 TEST(PlanReportTest, RefusesLayoutsThatAreNotThePlans) {
   const Scenario s = FourAxis();
   const Scenario other = [] {
