@@ -25,3 +25,7 @@ echo
 echo "== standing live sessions (2 processes): fixed cost per update, bandwidth vs one contiguous region"
 PYTHONPATH="$BUILD/python" "${RESHARD_PYTHON:-/usr/bin/python3}" bench/standing_bench.py \
   --cli "$BUILD/reshard"
+echo
+echo "== plan report: Kimi-K2 HTML size, write time vs plan --json, headless Chromium load vs the same bytes without script"
+"${RESHARD_PYTHON:-/usr/bin/python3}" bench/plan_report_bench.py --cli "$BUILD/reshard" \
+  --models examples/models

@@ -10,6 +10,13 @@ PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
   # make check: clang with its sanitizer and libFuzzer runtimes, and
   # llvm-symbolizer for readable sanitizer reports.
   clang libclang-rt-14-dev llvm)
+# The plan report's browser test (ctest plan_report_browser) and benchmark:
+# headless Chromium driven over the DevTools protocol. Needed by `make test`
+# and `make bench`; RESHARD_NO_BROWSER=1 leaves them out (the test then
+# reports itself skipped).
+if [ "${RESHARD_NO_BROWSER:-0}" != 1 ]; then
+  PACKAGES+=(chromium python3-websocket)
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -1,13 +1,23 @@
-// `reshard plan SOURCE.json TARGET.json [--target-participant ID] [--json]`.
+// `reshard plan SOURCE.json TARGET.json [--target-participant ID] [--json]
+//  [--html OUT.html] [--svg OUT.svg] [--gbps GBPS]`.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <optional>
 
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "reshard/plan_report.h"
 #include "reshard/stored_manifest.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
@@ -44,78 +54,168 @@ std::string Top(const std::vector<std::string>& ids,
   return out;
 }
 
+// The human summary of a plan planned in `seconds`.
+std::string HumanSummary(const LogicalTransferPlan& plan, double seconds) {
+  const PlanSummary& s = plan.summary();
+  char line[512];
+  std::string out;
+  std::snprintf(line, sizeof(line),
+                "plan: %zu tensors, %zu source fragments -> %zu target "
+                "fragments (%.3f s)\n",
+                plan.tensors().size(), plan.source_fragments().size(),
+                plan.target_fragments().size(), seconds);
+  out += line;
+  std::snprintf(line, sizeof(line),
+                "  regions %llu  operations %llu  segments %llu  bytes %s\n",
+                static_cast<unsigned long long>(s.regions),
+                static_cast<unsigned long long>(s.operations),
+                static_cast<unsigned long long>(s.segments),
+                Bytes(s.bytes).c_str());
+  out += line;
+  std::snprintf(line, sizeof(line),
+                "  source load: max %s, mean %s over %zu participants\n",
+                Bytes(s.max_source_bytes).c_str(),
+                Bytes(static_cast<uint64_t>(s.mean_source_bytes)).c_str(),
+                plan.source_participants().size());
+  out += line;
+  out += "  most loaded sources:\n" +
+         Top(plan.source_participants(), plan.source_bytes(), 3);
+  out += "  most loaded targets:\n" +
+         Top(plan.target_participants(), plan.target_bytes(), 3);
+  return out;
+}
+
+struct PlanArgs {
+  std::string source;
+  std::string target;
+  std::string participant;
+  bool json = false;
+  std::string html;
+  std::string svg;
+  std::optional<double> gbps;
+  uint32_t heatmap_max_axis = PlanReportOptions{}.max_heatmap_axis;
+};
+
+// Writes `content` to `path` through a temporary file in the same
+// directory renamed over it: a failed write leaves whatever was at `path`.
+Status WriteAtomically(const std::string& flag, const std::string& path,
+                       const std::string& content) {
+  const std::string where = flag + " " + internal::Printable(path);
+  std::string tmp = path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    return Status::IOError(where + ": cannot write: " + std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::IOError(where + ": cannot write: " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  // mkstemp makes the file 0600; a report is as readable as any output.
+  ::fchmod(fd, 0644);
+  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::IOError(where + ": cannot write: " + std::strerror(err));
+  }
+  return Status::OK();
+}
+
+// The --html and --svg files of `plan`; the human output names them.
+Status WriteReports(const PlanArgs& a, const LogicalTransferPlan& plan,
+                    const PlanReportLayouts& layouts, std::string* note) {
+  PlanReportOptions options;
+  options.max_heatmap_axis = a.heatmap_max_axis;
+  if (!a.svg.empty()) {
+    auto svg = RenderTrafficHeatmapSvg(plan, layouts, options);
+    if (!svg.ok()) return svg.status().WithContext("--svg");
+    RESHARD_RETURN_NOT_OK(WriteAtomically("--svg", a.svg, *svg));
+    *note += "  heatmap: " + internal::Printable(a.svg) + "\n";
+  }
+  if (a.html.empty()) return Status::OK();
+  if (a.gbps.has_value()) {
+    options.gbps = *a.gbps;
+  } else {
+    options.gbps = MeasureMemcpyGbps();
+    options.gbps_origin = "memcpy measured on this host";
+  }
+  auto html = RenderPlanReportHtml(plan, layouts, options);
+  if (!html.ok()) return html.status().WithContext("--html");
+  RESHARD_RETURN_NOT_OK(WriteAtomically("--html", a.html, *html));
+  *note += "  report: " + internal::Printable(a.html) + " (" +
+           Bytes(html->size()) + ")\n";
+  return Status::OK();
+}
+
+Result<std::string> RunPlan(const PlanArgs& a) {
+  if (a.gbps.has_value() && !(std::isfinite(*a.gbps) && *a.gbps > 0)) {
+    return Status::InvalidArgument(
+        "--gbps must be a positive finite number of GB/s");
+  }
+  RESHARD_ASSIGN_OR_RETURN(std::string source_text, ReadFile(a.source));
+  RESHARD_ASSIGN_OR_RETURN(auto dst, LoadPlacement(a.target));
+  PlanOptions options;
+  if (!a.participant.empty()) options.target_participant_id = a.participant;
+  // The source is a live placement or a stored manifest.
+  std::optional<WeightPlacementManifest> src;
+  std::optional<StoredWeightManifest> stored;
+  if (LooksLikeStoredManifest(source_text)) {
+    auto m = StoredWeightManifestFromJson(source_text);
+    if (!m.ok()) return m.status().WithContext(a.source);
+    stored = std::move(m).ValueOrDie();
+  } else {
+    auto m = WeightPlacementFromJson(source_text);
+    if (!m.ok()) return m.status().WithContext(a.source);
+    src = std::move(m).ValueOrDie();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  RESHARD_ASSIGN_OR_RETURN(
+      auto plan,
+      stored.has_value()
+          ? LogicalTransferPlan::MakeFromStored(*stored, dst, options)
+          : LogicalTransferPlan::Make(*src, dst, options));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  std::string note;
+  RESHARD_RETURN_NOT_OK(WriteReports(a, plan,
+                                     stored.has_value()
+                                         ? PlanReportLayouts::Of(*stored, dst)
+                                         : PlanReportLayouts::Of(*src, dst),
+                                     &note));
+  if (a.json) return PlanSummaryToJson(plan) + "\n";
+  return HumanSummary(plan, seconds) + note;
+}
+
 }  // namespace
 
 void AddPlanCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "plan", "Plan a reshard from a source to a target placement");
-  auto source = std::make_shared<std::string>();
-  auto target = std::make_shared<std::string>();
-  auto participant = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
-  cmd->add_option("SOURCE", *source, "source placement (JSON)")->required();
-  cmd->add_option("TARGET", *target, "target placement (JSON)")->required();
-  cmd->add_option("--target-participant", *participant,
+  auto a = std::make_shared<PlanArgs>();
+  cmd->add_option("SOURCE", a->source, "source placement (JSON)")->required();
+  cmd->add_option("TARGET", a->target, "target placement (JSON)")->required();
+  cmd->add_option("--target-participant", a->participant,
                   "plan only this target participant's fragments");
-  cmd->add_flag("--json", *json, "print one JSON object");
-  cmd->callback([=]() {
-    auto run = [&]() -> Result<std::string> {
-      RESHARD_ASSIGN_OR_RETURN(std::string source_text, ReadFile(*source));
-      RESHARD_ASSIGN_OR_RETURN(auto dst, LoadPlacement(*target));
-      PlanOptions options;
-      if (!participant->empty()) options.target_participant_id = *participant;
-      // The source is a live placement or a stored manifest.
-      std::optional<WeightPlacementManifest> src;
-      std::optional<StoredWeightManifest> stored;
-      if (LooksLikeStoredManifest(source_text)) {
-        auto m = StoredWeightManifestFromJson(source_text);
-        if (!m.ok()) return m.status().WithContext(*source);
-        stored = std::move(m).ValueOrDie();
-      } else {
-        auto m = WeightPlacementFromJson(source_text);
-        if (!m.ok()) return m.status().WithContext(*source);
-        src = std::move(m).ValueOrDie();
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      RESHARD_ASSIGN_OR_RETURN(
-          auto plan,
-          stored.has_value()
-              ? LogicalTransferPlan::MakeFromStored(*stored, dst, options)
-              : LogicalTransferPlan::Make(*src, dst, options));
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-              .count();
-      if (*json) return PlanSummaryToJson(plan) + "\n";
-      const PlanSummary& s = plan.summary();
-      char line[512];
-      std::string out;
-      std::snprintf(line, sizeof(line),
-                    "plan: %zu tensors, %zu source fragments -> %zu target "
-                    "fragments (%.3f s)\n",
-                    plan.tensors().size(), plan.source_fragments().size(),
-                    plan.target_fragments().size(), seconds);
-      out += line;
-      std::snprintf(line, sizeof(line),
-                    "  regions %llu  operations %llu  segments %llu  bytes "
-                    "%s\n",
-                    static_cast<unsigned long long>(s.regions),
-                    static_cast<unsigned long long>(s.operations),
-                    static_cast<unsigned long long>(s.segments),
-                    Bytes(s.bytes).c_str());
-      out += line;
-      std::snprintf(line, sizeof(line),
-                    "  source load: max %s, mean %s over %zu participants\n",
-                    Bytes(s.max_source_bytes).c_str(),
-                    Bytes(static_cast<uint64_t>(s.mean_source_bytes)).c_str(),
-                    plan.source_participants().size());
-      out += line;
-      out += "  most loaded sources:\n" +
-             Top(plan.source_participants(), plan.source_bytes(), 3);
-      out += "  most loaded targets:\n" +
-             Top(plan.target_participants(), plan.target_bytes(), 3);
-      return out;
-    };
-    auto result = run();
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->add_option("--html", a->html,
+                  "write a self-contained HTML report of the plan");
+  cmd->add_option("--svg", a->svg, "write the traffic heatmap as SVG");
+  cmd->add_option("--gbps", a->gbps,
+                  "bandwidth (GB/s) of the report's estimated transfer time "
+                  "(default: this host's memcpy, measured)");
+  cmd->add_option("--heatmap-max-axis", a->heatmap_max_axis,
+                  "heatmap rows and columns at most; more participants are "
+                  "grouped by rank (default 512)");
+  cmd->callback([a]() {
+    auto result = RunPlan(*a);
     if (!result.ok()) throw CLI::RuntimeError(Fail(result.status()));
     std::cout << *result;
   });

@@ -53,6 +53,7 @@ from reshard._reshard import (  # noqa: F401
     WeightPlacementManifest,
     WeightPlacementPart,
     WeightRuntimeBindingManifest,
+    measure_memcpy_gbps,
     plan,
     validate_runtime_binding,
     validate_runtime_bindings,

@@ -1,13 +1,16 @@
 // The planner (plan.h): plan(), the address-free LogicalTransferPlan with
 // its summary, fragments, regions (objects or numpy columns), routes and
-// traffic matrix.
+// traffic matrix; its HTML report and SVG heatmap (plan_report.h).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "reshard/plan.h"
+#include "reshard/plan_report.h"
 #include "reshard/stored_manifest.h"
 #include "src/python/convert.h"
 #include "src/python/errors.h"
@@ -34,16 +37,12 @@ PlanOptions OptionsOf(py::object target_participant_id,
   return o;
 }
 
-LogicalTransferPlan Plan(py::object source, py::object target_object,
-                         py::object target_participant_id,
-                         py::object max_transfer_regions,
-                         py::object max_operations) {
+LogicalTransferPlan MakePlan(py::object source, py::object target_object,
+                             const PlanOptions& options) {
   if (!py::isinstance<WeightPlacementManifest>(target_object)) {
     ThrowInvalid("plan target", "must be a WeightPlacementManifest");
   }
   const auto& target = target_object.cast<const WeightPlacementManifest&>();
-  const PlanOptions options =
-      OptionsOf(target_participant_id, max_transfer_regions, max_operations);
   if (py::isinstance<StoredWeightManifest>(source)) {
     const auto& stored = source.cast<const StoredWeightManifest&>();
     py::gil_scoped_release release;
@@ -56,6 +55,78 @@ LogicalTransferPlan Plan(py::object source, py::object target_object,
   const auto& placement = source.cast<const WeightPlacementManifest&>();
   py::gil_scoped_release release;
   return Unwrap(LogicalTransferPlan::Make(placement, target, options));
+}
+
+// The plan keeps the two layouts it was made from (for its report).
+py::object Plan(py::object source, py::object target,
+                py::object target_participant_id,
+                py::object max_transfer_regions, py::object max_operations) {
+  const PlanOptions options =
+      OptionsOf(target_participant_id, max_transfer_regions, max_operations);
+  py::object plan = py::cast(MakePlan(source, target, options));
+  plan.attr("_source_layout") = source;
+  plan.attr("_target_layout") = target;
+  return plan;
+}
+
+// The layouts a plan from plan() keeps, as the report wants them.
+PlanReportLayouts LayoutsOf(py::object plan) {
+  if (!py::hasattr(plan, "_source_layout") ||
+      !py::hasattr(plan, "_target_layout")) {
+    ThrowInvalid("plan", "does not know its layouts (make it with plan())");
+  }
+  py::object source = plan.attr("_source_layout");
+  const auto& target =
+      plan.attr("_target_layout").cast<const WeightPlacementManifest&>();
+  if (py::isinstance<StoredWeightManifest>(source)) {
+    return PlanReportLayouts::Of(source.cast<const StoredWeightManifest&>(),
+                                 target);
+  }
+  return PlanReportLayouts::Of(source.cast<const WeightPlacementManifest&>(),
+                               target);
+}
+
+PlanReportOptions ReportOptionsOf(py::object max_heatmap_axis,
+                                  py::object max_explorer_items) {
+  PlanReportOptions o;
+  if (!max_heatmap_axis.is_none()) {
+    const uint64_t v = ToU64(max_heatmap_axis, "max_heatmap_axis");
+    o.max_heatmap_axis =
+        static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
+  }
+  if (!max_explorer_items.is_none()) {
+    o.max_explorer_items = ToU64(max_explorer_items, "max_explorer_items");
+  }
+  return o;
+}
+
+std::string ToHtml(py::object self, py::object gbps, py::object title,
+                   py::object max_heatmap_axis, py::object max_explorer_items) {
+  const auto& plan = self.cast<const LogicalTransferPlan&>();
+  const PlanReportLayouts layouts = LayoutsOf(self);
+  PlanReportOptions o = ReportOptionsOf(max_heatmap_axis, max_explorer_items);
+  if (!title.is_none()) o.title = ToStr(title, "title");
+  if (gbps.is_none()) {
+    py::gil_scoped_release release;
+    o.gbps = MeasureMemcpyGbps();
+    o.gbps_origin = "memcpy measured on this host";
+  } else {
+    if (py::isinstance<py::bool_>(gbps) ||
+        !(py::isinstance<py::float_>(gbps) || py::isinstance<py::int_>(gbps))) {
+      ThrowInvalid("gbps", "must be a number of GB/s");
+    }
+    o.gbps = gbps.cast<double>();
+  }
+  py::gil_scoped_release release;
+  return Unwrap(RenderPlanReportHtml(plan, layouts, o));
+}
+
+std::string ToSvg(py::object self, py::object max_heatmap_axis) {
+  const auto& plan = self.cast<const LogicalTransferPlan&>();
+  const PlanReportLayouts layouts = LayoutsOf(self);
+  const PlanReportOptions o = ReportOptionsOf(max_heatmap_axis, py::none());
+  py::gil_scoped_release release;
+  return Unwrap(RenderTrafficHeatmapSvg(plan, layouts, o));
 }
 
 py::dict SummaryOf(const LogicalTransferPlan& p) {
@@ -219,7 +290,7 @@ void RegisterPlanAccessors(py::class_<LogicalTransferPlan>& c) {
 
 void RegisterPlan(py::module_& m) {
   py::class_<LogicalTransferPlan> c(
-      m, "LogicalTransferPlan",
+      m, "LogicalTransferPlan", py::dynamic_attr(),
       "An address-free plan: the overlap regions that move a source layout "
       "(a placement or a stored revision) into a target placement.");
   RegisterPlanAccessors(c);
@@ -253,6 +324,17 @@ void RegisterPlan(py::module_& m) {
       .def("to_json", &PlanSummaryToJson,
            "The plan summary JSON, byte for byte what `reshard plan --json` "
            "prints.")
+      .def("to_html", &ToHtml, py::kw_only(), py::arg("gbps") = py::none(),
+           py::arg("title") = py::none(),
+           py::arg("max_heatmap_axis") = py::none(),
+           py::arg("max_explorer_items") = py::none(),
+           "The self-contained HTML report, byte for byte what `reshard "
+           "plan --html` writes for the same options; gbps None measures "
+           "this host's memcpy bandwidth (docs/plan-report.md).")
+      .def("to_svg", &ToSvg, py::kw_only(),
+           py::arg("max_heatmap_axis") = py::none(),
+           "The traffic heatmap as a standalone SVG document, as `reshard "
+           "plan --svg` writes it.")
       .def("__repr__", [](const LogicalTransferPlan& p) {
         return "LogicalTransferPlan(" + std::to_string(p.regions().size()) +
                " regions, " + std::to_string(p.summary().bytes) + " bytes)";
@@ -263,6 +345,20 @@ void RegisterPlan(py::module_& m) {
         py::arg("max_operations") = py::none(),
         "Plans `target` from `source` (a placement or a stored manifest). "
         "Releases the GIL while planning.");
+  m.def(
+      "measure_memcpy_gbps",
+      [](double budget_ms) {
+        if (!(budget_ms >= 0 && budget_ms <= 10000)) {
+          ThrowInvalid("budget_ms", "must be 0..10000");
+        }
+        py::gil_scoped_release release;
+        return MeasureMemcpyGbps(
+            std::chrono::milliseconds(static_cast<int64_t>(budget_ms)));
+      },
+      py::arg("budget_ms") = 30,
+      "This host's single-threaded memcpy bandwidth in GB/s (best of "
+      "repeated 32 MiB copies within about budget_ms), the report's "
+      "default bandwidth.");
 }
 
 }  // namespace reshard::python

@@ -261,5 +261,55 @@ with tempfile.TemporaryDirectory() as tmp:
     check("import-legacy incomplete set fails", r.returncode != 0 and
           "not fully covered" in r.stderr, r.stderr)
 
+# `plan --html` / `--svg`: the files, their refusals, and that a failed
+# write leaves what was there (the report's contents: plan_report_browser).
+with tempfile.TemporaryDirectory() as tmp:
+    src = os.path.join(SCENARIOS, "pp_routing_2_to_4_source.json")
+    dst = os.path.join(SCENARIOS, "pp_routing_2_to_4_target.json")
+    html = os.path.join(tmp, "plan.html")
+    svg = os.path.join(tmp, "plan.svg")
+    r = run("plan", src, dst, "--html", html, "--svg", svg, "--gbps", "10")
+    check("plan --html --svg writes both", r.returncode == 0 and
+          os.path.getsize(html) > 0 and os.path.getsize(svg) > 0 and
+          "  report: " + html in r.stdout and "  heatmap: " + svg in r.stdout,
+          r.stderr)
+    first = open(html, "rb").read()
+    r = run("plan", src, dst, "--html", html, "--gbps", "10", "--json")
+    check("plan --html twice: same bytes, --json stays JSON",
+          r.returncode == 0 and open(html, "rb").read() == first and
+          json.loads(r.stdout)["regions"] == 4, r.stderr)
+    check("plan --html leaves no temporary file",
+          sorted(os.listdir(tmp)) == ["plan.html", "plan.svg"],
+          os.listdir(tmp))
+    for bad in ("0", "-1", "nan", "inf"):
+        r = run("plan", src, dst, "--html", html, "--gbps", bad)
+        check("plan --gbps %s refused" % bad, r.returncode == 1 and
+              r.stderr == "reshard: error: --gbps must be a positive finite "
+              "number of GB/s\n" and open(html, "rb").read() == first,
+              r.stderr)
+    r = run("plan", src, dst, "--svg", svg, "--heatmap-max-axis", "0")
+    check("plan --heatmap-max-axis 0 refused", r.returncode == 1 and
+          r.stderr == "reshard: error: --svg: plan report: max_heatmap_axis "
+          "must be 1..4096, got 0\n", r.stderr)
+    r = run("plan", src, dst, "--html", tmp, "--gbps", "1")
+    check("plan --html onto a directory refused", r.returncode == 1 and
+          r.stderr.startswith("reshard: error: --html " + tmp +
+                              ": cannot write: ") and
+          sorted(os.listdir(tmp)) == ["plan.html", "plan.svg"], r.stderr)
+    missing = os.path.join(tmp, "no", "such", "dir", "p.html")
+    r = run("plan", src, dst, "--html", missing, "--gbps", "1")
+    check("plan --html into a missing directory refused",
+          r.returncode == 1 and r.stderr == "reshard: error: --html " +
+          missing + ": cannot write: No such file or directory\n", r.stderr)
+    odd = os.path.join(tmp, "odd\x01name.html")
+    r = run("plan", src, dst, "--html", odd, "--gbps", "1")
+    check("plan --html names a control character escaped",
+          r.returncode == 0 and os.path.exists(odd) and
+          "odd\\x01name.html" in r.stdout, r.stdout)
+    other = os.path.join(SCENARIOS, "four_axis_target.json")
+    r = run("plan", src, other, "--html", html, "--gbps", "1")
+    check("failed plan leaves the report", r.returncode == 1 and
+          open(html, "rb").read() == first, r.stderr)
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
