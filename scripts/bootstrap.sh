@@ -5,6 +5,8 @@ set -euo pipefail
 PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config
   libucx-dev ucx-utils libxxhash-dev
+  # The Redis backend (hiredis), and the private servers its tests start.
+  libhiredis-dev redis-server redis-tools
   # The Python package: built against Debian's interpreter.
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
   # make check: clang with its sanitizer and libFuzzer runtimes, and

@@ -302,7 +302,8 @@ def test_store_uri_and_option_refusals(tmp_path):
     with pytest.raises(reshard.InvalidArgumentError) as e:
         reshard.WeightStore("s3://bucket")
     assert str(e.value) == ('unsupported store URI "s3://bucket" '
-                            '(supported: fs://PATH)')
+                            '(supported: fs://PATH, redis://HOST:PORT, '
+                            'unix:///PATH)')
     with pytest.raises(reshard.InvalidArgumentError) as e:
         reshard.WeightStore("")
     assert str(e.value) == 'store URI "" names no directory'

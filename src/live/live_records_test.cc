@@ -248,12 +248,12 @@ TEST(LiveRecordsTest, RendezvousUriNamesADirectory) {
   const struct {
     std::string uri, message;
   } cases[] = {
-      {"redis://h:1",
-       "unsupported rendezvous URI \"redis://h:1\" (supported: fs://PATH or a "
-       "directory)"},
+      {"rediss://h:1",
+       "unsupported rendezvous URI \"rediss://h:1\" (supported: fs://PATH or a "
+       "directory, redis://HOST:PORT, unix:///PATH)"},
       {"s3://bucket/x",
        "unsupported rendezvous URI \"s3://bucket/x\" (supported: fs://PATH or "
-       "a directory)"},
+       "a directory, redis://HOST:PORT, unix:///PATH)"},
       {"fs://", "rendezvous URI \"fs://\" names no directory"},
       {"", "rendezvous URI \"\" names no directory"},
   };

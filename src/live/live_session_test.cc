@@ -635,14 +635,15 @@ TEST(LiveSessionTest, UnsupportedRendezvousUriIsRefused) {
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir.path());
   SelfTestOptions o = Ucx({}, 2);
-  o.rendezvous = "redis://h:1";
+  o.rendezvous = "s3://h:1";
   o.session = "s";
   auto r = RunSelfTest(source, target, o);
   std::filesystem::current_path(cwd);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().ToString(),
-            "InvalidArgument: unsupported rendezvous URI \"redis://h:1\" "
-            "(supported: fs://PATH or a directory)");
+            "InvalidArgument: unsupported rendezvous URI \"s3://h:1\" "
+            "(supported: fs://PATH or a directory, redis://HOST:PORT, "
+            "unix:///PATH)");
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   // fs:// names a directory.
   o.rendezvous = "fs://" + dir.path() + "/rdv";

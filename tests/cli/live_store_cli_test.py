@@ -581,7 +581,7 @@ def ucx_failed_rank_fails_the_run_whatever_its_report_says():
 def ucx_unsupported_rendezvous_uri():
     src, dst = scenario(CROSS_DIM)
     cwd = fresh_dir("rendezvous_uri")
-    for uri in ("redis://h:1", "s3://bucket/rdv"):
+    for uri in ("rediss://h:1", "s3://bucket/rdv"):
         proc = subprocess.run(
             [RESHARD, "selftest", src, dst, "--transport", "ucx",
              "--rendezvous", uri, "--session", "s"],
@@ -589,7 +589,8 @@ def ucx_unsupported_rendezvous_uri():
         line = expect_one_line_error(proc.returncode, proc.stdout,
                                      proc.stderr, uri)
         check(line == 'reshard: error: unsupported rendezvous URI "%s" '
-              '(supported: fs://PATH or a directory)' % uri,
+              '(supported: fs://PATH or a directory, redis://HOST:PORT, '
+              'unix:///PATH)' % uri,
               "unexpected line %r" % line)
     check(os.listdir(cwd) == [], "created %r" % os.listdir(cwd))
     rdv = os.path.join(cwd, "rdv")
@@ -1033,11 +1034,11 @@ def store_corrupt_revisions_do_not_hide_the_rest():
 
 @test
 def store_unsupported_uri():
-    for args in (("ls", "redis://x"), ("ls", "redis://x", "--json"),
-                 ("gc", "redis://x")):
+    for args in (("ls", "s3://x"), ("ls", "s3://x", "--json"),
+                 ("gc", "s3://x")):
         rc, out, err = run("store", *args)
         line = expect_one_line_error(rc, out, err, "unsupported store URI")
-        check('"redis://x"' in line, "error does not name the URI: %r" % line)
+        check('"s3://x"' in line, "error does not name the URI: %r" % line)
 
 
 

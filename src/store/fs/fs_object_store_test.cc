@@ -217,10 +217,12 @@ TEST_F(FsObjectStoreTest, OpenRejectsMissingDirectoryAndOtherSchemes) {
   } cases[] = {
       {"fs://", "store URI \"fs://\" names no directory"},
       {"", "store URI \"\" names no directory"},
-      {"redis://x",
-       "unsupported store URI \"redis://x\" (supported: fs://PATH)"},
+      {"rediss://x",
+       "unsupported store URI \"rediss://x\" (supported: fs://PATH, "
+       "redis://HOST:PORT, unix:///PATH)"},
       {"s3://bucket/p",
-       "unsupported store URI \"s3://bucket/p\" (supported: fs://PATH)"},
+       "unsupported store URI \"s3://bucket/p\" (supported: fs://PATH, "
+       "redis://HOST:PORT, unix:///PATH)"},
   };
   for (const auto& c : cases) {
     auto store = OpenObjectStore(c.uri);
