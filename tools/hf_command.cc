@@ -1,8 +1,10 @@
-// `reshard hf layout|reshard`: Hugging Face checkpoints.
+// `reshard hf layout|reshard|import|export`: Hugging Face checkpoints.
 //
 //   reshard hf layout CONFIG.json --tp N --pp N --ep N --dp N
 //                     [--checkpoint DIR] -o PLACEMENT.json
 //   reshard hf reshard CKPT_DIR TARGET.json OUT_DIR [--json]
+//   reshard hf import CKPT_DIR URI [--json]
+//   reshard hf export URI MANIFEST_KEY OUT_DIR [--json]
 
 #include <chrono>
 #include <cstdio>
@@ -12,6 +14,7 @@
 
 #include "reshard/hf.h"
 #include "reshard/placement.h"
+#include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
@@ -188,6 +191,109 @@ void AddReshardCommand(CLI::App* hf) {
   });
 }
 
+void AddImportCommand(CLI::App* hf) {
+  auto* cmd = hf->add_subcommand(
+      "import", "Make a checksummed weight-store revision of a checkpoint");
+  struct Args {
+    std::string checkpoint, uri;
+    bool json = false;
+    HfImportOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("CKPT_DIR", a->checkpoint,
+                  "checkpoint directory (with its config.json)")
+      ->required();
+  cmd->add_option("URI", a->uri, "weight store (fs://DIR)")->required();
+  cmd->add_option("--resource-id", a->options.resource_id,
+                  "resource id (default: the config's model_type)");
+  cmd->add_option("--revision", a->options.revision, "revision");
+  cmd->add_option("--generation", a->options.weight_generation,
+                  "weight generation");
+  cmd->add_option("--max-fragment-bytes", a->options.max_fragment_bytes,
+                  "largest stored fragment (slab) and so the memory used "
+                  "(default 64 MiB)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->callback([a]() {
+    auto run = [&]() -> Result<HfImportReport> {
+      RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
+      const std::string config_path = a->checkpoint + "/config.json";
+      RESHARD_ASSIGN_OR_RETURN(std::string config, ReadFile(config_path));
+      RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(a->uri));
+      auto r = ImportCheckpoint(ckpt, config, store, a->options);
+      if (!r.ok()) return r.status().WithContext(a->checkpoint);
+      return r;
+    };
+    const auto t0 = Clock::now();
+    auto r = run();
+    if (!r.ok()) throw CLI::RuntimeError(Fail(r.status()));
+    if (!a->json) {
+      std::cout << r->manifest_key << "\n";
+      return;
+    }
+    std::string out;
+    internal::CanonicalJsonWriter w(&out);
+    w.BeginObject();
+    w.KeyUInt("bytes_read", r->bytes_read);
+    w.KeyUInt("fragments", r->fragments);
+    w.KeyString("manifest_key", r->manifest_key);
+    KeySeconds(&w, "seconds", Since(t0));
+    w.KeyUInt("tensors", r->tensors);
+    w.EndObject();
+    std::cout << out << "\n";
+  });
+}
+
+void AddExportCommand(CLI::App* hf) {
+  auto* cmd = hf->add_subcommand(
+      "export", "Write a weight-store revision out as a checkpoint");
+  struct Args {
+    std::string uri, key, output;
+    bool json = false;
+    CheckpointWriteOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("URI", a->uri, "weight store (fs://DIR)")->required();
+  cmd->add_option("MANIFEST_KEY", a->key, "the revision's manifest key")
+      ->required();
+  cmd->add_option("OUT_DIR", a->output,
+                  "output directory (created; must not hold a checkpoint)")
+      ->required();
+  cmd->add_option("--max-file-bytes", a->options.max_file_bytes,
+                  "largest output file's tensor bytes (default 5e9)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--staging-bytes", a->options.staging_bytes,
+                  "read window (default 64 MiB)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->callback([a]() {
+    auto run = [&]() -> Result<HfExportReport> {
+      RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(a->uri));
+      RESHARD_ASSIGN_OR_RETURN(auto manifest, store.ReadManifest(a->key));
+      return ExportCheckpoint(store, manifest, a->output, a->options);
+    };
+    const auto t0 = Clock::now();
+    auto r = run();
+    if (!r.ok()) throw CLI::RuntimeError(Fail(r.status()));
+    if (!a->json) {
+      std::cout << "wrote " << r->bytes << " bytes as " << r->files
+                << " files to " << a->output << "\n";
+      return;
+    }
+    std::string out;
+    internal::CanonicalJsonWriter w(&out);
+    w.BeginObject();
+    w.KeyUInt("bytes", r->bytes);
+    w.KeyUInt("bytes_read", r->bytes_read);
+    w.KeyUInt("chunks_verified", r->chunks_verified);
+    w.KeyUInt("files", r->files);
+    KeySeconds(&w, "seconds", Since(t0));
+    w.KeyUInt("writes", r->writes);
+    w.EndObject();
+    std::cout << out << "\n";
+  });
+}
+
 }  // namespace
 
 void AddHfCommand(CLI::App& app) {
@@ -195,6 +301,8 @@ void AddHfCommand(CLI::App& app) {
   hf->require_subcommand(1);
   AddLayoutCommand(hf);
   AddReshardCommand(hf);
+  AddImportCommand(hf);
+  AddExportCommand(hf);
 }
 
 }  // namespace reshard::cli

@@ -193,14 +193,13 @@ class CheckpointWritePlan {
   const std::string& index_json() const;
   uint64_t tensor_bytes() const;
 
-  struct State;
+  struct State;  // src/hf/write_plan_state.h
+  // Made by PlanCheckpointWrite (and the store export).
+  explicit CheckpointWritePlan(std::shared_ptr<const State> s)
+      : state_(std::move(s)) {}
   const std::shared_ptr<const State>& state() const { return state_; }
 
  private:
-  friend Result<CheckpointWritePlan> PlanCheckpointWrite(
-      const WeightPlacementManifest&, const CheckpointWriteOptions&);
-  explicit CheckpointWritePlan(std::shared_ptr<const State> s)
-      : state_(std::move(s)) {}
   std::shared_ptr<const State> state_;
 };
 
@@ -238,6 +237,51 @@ Result<CheckpointWriteReport> WriteCheckpointFragments(
 // directory with an index holds a complete checkpoint.
 Status FinishCheckpoint(const CheckpointWritePlan& plan,
                         const std::string& dir);
+
+// ---------------------------------------------------------------------------
+// Checkpoints and weight-store revisions.
+
+struct HfImportOptions {
+  std::string resource_id;  // default: the config's model_type
+  std::string revision = "hf";
+  uint64_t weight_generation = 0;
+  // Tensors are stored in row-major slabs of at most this many bytes: the
+  // import's memory.
+  uint64_t max_fragment_bytes = uint64_t{64} << 20;
+};
+
+struct HfImportReport {
+  std::string manifest_key;
+  uint64_t tensors = 0;
+  uint64_t fragments = 0;
+  uint64_t bytes_read = 0;
+};
+
+// Makes a committed, checksummed revision of the checkpoint, its tensors
+// described by HfLayout(config_json, TP1) (layer and expert ids, dtypes
+// from the checkpoint), each tensor stored as slabs read from its file one
+// at a time (WeightStore::PrepareImport / Import / Commit; aborted on
+// error).
+Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
+                                        std::string_view config_json,
+                                        WeightStore& store,
+                                        const HfImportOptions& options = {});
+
+struct HfExportReport {
+  uint64_t bytes = 0;       // tensor bytes written
+  uint64_t bytes_read = 0;  // payload bytes read (whole checksum chunks)
+  uint64_t chunks_verified = 0;
+  uint64_t writes = 0;
+  uint64_t files = 0;
+};
+
+// Writes a committed revision as a checkpoint in `dir` (as
+// CreateCheckpointFiles .. FinishCheckpoint), under a lease: every stored
+// fragment is read in verified windows of options.staging_bytes and
+// written to its files' positions; no tensor is ever whole in memory.
+Result<HfExportReport> ExportCheckpoint(
+    WeightStore& store, const StoredWeightManifest& manifest,
+    const std::string& dir, const CheckpointWriteOptions& options = {});
 
 // ---------------------------------------------------------------------------
 // Layouts from config.json.

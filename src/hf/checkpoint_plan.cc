@@ -57,6 +57,8 @@ Result<TensorDescriptor> WholeTensorOf(const TensorDescriptor& t) {
 
 namespace {
 
+using internal::Printable;
+
 struct Entry {
   const TensorDescriptor* t;
   const SafetensorsDtype* dtype;
@@ -118,13 +120,13 @@ std::string Header(const std::vector<const Entry*>& entries,
 // The checkpoint as a placement: one participant holding every tensor
 // whole, with the placement's identity.
 Result<WeightPlacementManifest> CheckpointPlacement(
-    const WeightPlacementManifest& p) {
+    const std::vector<TensorDescriptor>& source, PlacementHeader header) {
   ParallelTopologySpec topo;
   topo.participants.push_back({"checkpoint", {}});
   RESHARD_ASSIGN_OR_RETURN(auto topology, ParallelTopology::Make(topo));
   std::vector<TensorDescriptor> tensors;
   std::vector<PlacementFragment> fragments;
-  for (const TensorDescriptor& t : p.tensors()) {
+  for (const TensorDescriptor& t : source) {
     RESHARD_ASSIGN_OR_RETURN(auto whole, internal::WholeTensorOf(t));
     tensors.push_back(std::move(whole));
     PlacementFragmentSpec f;
@@ -135,7 +137,6 @@ Result<WeightPlacementManifest> CheckpointPlacement(
     RESHARD_ASSIGN_OR_RETURN(auto frag, PlacementFragment::Make(std::move(f)));
     fragments.push_back(std::move(frag));
   }
-  PlacementHeader header = p.header();
   header.placement_set_id = "hf-checkpoint";
   return WeightPlacementManifest::FromFragments(
       std::move(header), std::move(topology), std::move(tensors),
@@ -190,27 +191,32 @@ std::string IndexJson(const CheckpointWritePlan::State& s) {
 
 }  // namespace
 
-Result<CheckpointWritePlan> PlanCheckpointWrite(
-    const WeightPlacementManifest& placement,
+namespace internal {
+
+Result<std::shared_ptr<CheckpointWritePlan::State>> PlanCheckpointFiles(
+    const std::vector<TensorDescriptor>& tensors, PlacementHeader header,
     const CheckpointWriteOptions& options) {
   std::vector<Entry> entries;
-  for (const TensorDescriptor& t : placement.tensors()) {
+  for (const TensorDescriptor& t : tensors) {
     const SafetensorsDtype* d = FindSafetensorsDtypeByPlacement(t.dtype());
     if (d == nullptr || d->itemsize != t.itemsize()) {
       return Status::InvalidArgument(
-          "tensor " + internal::Printable(t.tensor_id()) + " has dtype " +
-          internal::Printable(t.dtype()) + " (itemsize " +
+          "tensor " + Printable(t.tensor_id()) + " has dtype " +
+          Printable(t.dtype()) + " (itemsize " +
           std::to_string(t.itemsize()) + "), which safetensors cannot store");
+    }
+    if (t.tensor_id() == "__metadata__") {
+      return Status::InvalidArgument(
+          "a tensor named __metadata__ cannot be stored in safetensors");
     }
     entries.push_back(
         {&t, d, t.num_elements() * static_cast<uint64_t>(t.itemsize())});
   }
-  RESHARD_ASSIGN_OR_RETURN(auto checkpoint, CheckpointPlacement(placement));
-  RESHARD_ASSIGN_OR_RETURN(auto plan,
-                           LogicalTransferPlan::Make(placement, checkpoint));
+  RESHARD_ASSIGN_OR_RETURN(auto checkpoint,
+                           CheckpointPlacement(tensors, std::move(header)));
   auto s = std::make_shared<CheckpointWritePlan::State>(
-      CheckpointWritePlan::State{{}, {}, {}, 0, placement.placement_id(),
-                                 std::move(checkpoint), std::move(plan)});
+      CheckpointWritePlan::State{{}, {}, {}, 0, {}, std::move(checkpoint),
+                                 std::nullopt});
   const auto groups = AssignFiles(entries, options.max_file_bytes);
   for (size_t k = 0; k < groups.size(); ++k) {
     std::vector<uint64_t> begins;
@@ -230,6 +236,21 @@ Result<CheckpointWritePlan> PlanCheckpointWrite(
   std::sort(s->tensors.begin(), s->tensors.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   s->index_json = IndexJson(*s);
+  return s;
+}
+
+}  // namespace internal
+
+Result<CheckpointWritePlan> PlanCheckpointWrite(
+    const WeightPlacementManifest& placement,
+    const CheckpointWriteOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(
+      auto s, internal::PlanCheckpointFiles(placement.tensors(),
+                                            placement.header(), options));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto plan, LogicalTransferPlan::Make(placement, s->checkpoint));
+  s->plan = std::move(plan);
+  s->source_placement_id = placement.placement_id();
   return CheckpointWritePlan(std::move(s));
 }
 

@@ -194,7 +194,7 @@ Result<std::vector<FileWork>> CollectWrites(
   std::unordered_map<std::string_view, const CheckpointWriteTensor*> where;
   for (const auto& t : s.tensors) where[t.name] = &t;
   std::vector<FileWork> files(s.files.size());
-  const LogicalTransferPlan& plan = s.plan;
+  const LogicalTransferPlan& plan = *s.plan;
   for (const TransferRegion& r : plan.regions()) {
     const PlanFragment& sf = plan.source_fragments()[r.source_fragment];
     auto b = bound.find(sf.fragment_id);
@@ -257,7 +257,7 @@ Result<CheckpointWriteReport> WriteCheckpointFragments(
     const std::vector<WeightRuntimeBindingManifest>& bindings,
     const std::string& dir, const CheckpointWriteOptions& options) {
   const CheckpointWritePlan::State& s = *plan.state();
-  if (placement.placement_id() != s.source_placement_id) {
+  if (!s.plan || placement.placement_id() != s.source_placement_id) {
     return Status::InvalidArgument(
         "checkpoint write plan was made for placement " +
         s.source_placement_id + ", not " + placement.placement_id());

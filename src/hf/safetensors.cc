@@ -123,7 +123,9 @@ Result<SafetensorsTensor> ReadTensor(std::string_view file,
         " bytes but data_offsets " + range + " hold " +
         std::to_string(t.end - t.begin));
   }
-  if ((data_offset + t.begin) % static_cast<uint64_t>(dt->itemsize) != 0) {
+  // (An empty tensor has no data to align.)
+  if (t.end > t.begin &&
+      (data_offset + t.begin) % static_cast<uint64_t>(dt->itemsize) != 0) {
     return Status::InvalidArgument(
         where + ": misaligned: " + std::string(dt->name) + " data at file " +
         "offset " + std::to_string(data_offset + t.begin) +

@@ -23,11 +23,12 @@ Result<SafetensorsHeader> Parse(const std::string& json, uint64_t data) {
 }
 
 TEST(SafetensorsTest, ParsesTensorsInDataOrderWithMetadata) {
-  const std::string json =
+  std::string json =
       R"({"__metadata__":{"format":"pt"},)"
       R"("b":{"dtype":"BF16","shape":[2,3],"data_offsets":[8,20]},)"
       R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("z":{"dtype":"I64","shape":[0],"data_offsets":[20,20]}}    )";
+      R"("z":{"dtype":"I64","shape":[0],"data_offsets":[20,20]}})";
+  json.resize((json.size() + 8 + 7) / 8 * 8 - 8, ' ');  // aligned data
   ASSERT_OK_AND_ASSIGN(auto h, Parse(json, 20));
   EXPECT_EQ(h.data_offset, 8 + json.size());
   ASSERT_EQ(h.tensors.size(), 3u);
@@ -134,16 +135,18 @@ TEST(SafetensorsTest, DtypeShapeAndSizeMustAgree) {
 }
 
 TEST(SafetensorsTest, MisalignedTensorsAreRefused) {
-  // The header is 64 bytes, so the data starts at 72: F32 at data offset 2
-  // lies at file offset 74.
+  // The data starts at a multiple of 8: F32 at data offset 2 is not
+  // aligned.
   std::string json =
       R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})";
-  json.resize(64, ' ');
+  json.resize((json.size() + 8 + 7) / 8 * 8 - 8, ' ');
   EXPECT_THAT(Parse(json, 6),
               StatusIs(StatusCode::kInvalidArgument,
                        "f.safetensors: tensor b: misaligned: F32 data at file "
-                       "offset 74 is not a multiple of 4"));
+                       "offset " +
+                           std::to_string(8 + json.size() + 2) +
+                           " is not a multiple of 4"));
 }
 
 TEST(SafetensorsTest, MalformedJsonAndFieldsAreRefused) {

@@ -6,6 +6,8 @@
 #ifndef RESHARD_HF_WRITE_PLAN_STATE_H_
 #define RESHARD_HF_WRITE_PLAN_STATE_H_
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +21,9 @@ struct CheckpointWritePlan::State {
   std::vector<CheckpointWriteTensor> tensors;  // sorted by name
   std::string index_json;
   uint64_t tensor_bytes = 0;
-  std::string source_placement_id;
+  std::string source_placement_id;  // empty for a stored source
   WeightPlacementManifest checkpoint;  // the target side of `plan`
-  LogicalTransferPlan plan;
+  std::optional<LogicalTransferPlan> plan;
 };
 
 namespace internal {
@@ -32,6 +34,12 @@ bool NaturalLess(std::string_view a, std::string_view b);
 
 // The descriptor of `t` without parallel axes (a tensor held whole).
 Result<TensorDescriptor> WholeTensorOf(const TensorDescriptor& t);
+
+// The files of a checkpoint of `tensors` (see PlanCheckpointWrite), with
+// the checkpoint as a placement under `header`; no plan yet.
+Result<std::shared_ptr<CheckpointWritePlan::State>> PlanCheckpointFiles(
+    const std::vector<TensorDescriptor>& tensors, PlacementHeader header,
+    const CheckpointWriteOptions& options);
 
 }  // namespace internal
 }  // namespace reshard

@@ -21,7 +21,9 @@ namespace {
 struct Work {
   uint64_t object_base = 0;
   StridedSide source;  // base == nullptr: offsets only
-  StridedSide target;
+  StridedSide target;  // base == nullptr: offsets from target_base
+  // The target's first byte: a memory address, or a RangedSink position.
+  uint64_t target_base = 0;
   uint64_t rows = 0;
   // Sweep cursor: next row and byte within it.
   uint64_t row = 0;
@@ -38,8 +40,8 @@ using ByteRun = std::pair<uint64_t, uint64_t>;
 class Loader {
  public:
   Loader(ObjectStore& backend, const RangedLoadOptions& options,
-         LoadReport* report)
-      : b_(backend), o_(options), report_(report) {}
+         LoadReport* report, RangedSink* sink)
+      : b_(backend), o_(options), report_(report), sink_(sink) {}
 
   // `sums` describes the object (chunk_bytes 1 and no sums when
   // `verified` is false; its size is then the fragment's end).
@@ -76,8 +78,9 @@ class Loader {
     }
     RESHARD_RETURN_NOT_OK(Flush());
     for (const auto& [w, from] : copies) {
-      std::memcpy(w->target.base,
-                  from->target.base + (w->object_base - from->object_base),
+      std::memcpy(Memory(w->target_base),
+                  Memory(from->target_base) +
+                      (w->object_base - from->object_base),
                   w->source.total_bytes);
     }
     return Status::OK();
@@ -89,7 +92,7 @@ class Loader {
     const uint64_t c = sums_->chunk_bytes;
     const uint64_t begin = w.object_base;
     const uint64_t end = w.end();
-    uint8_t* dest = w.target.base;
+    uint8_t* dest = Memory(w.target_base);
     const uint64_t first_full = (begin + c - 1) / c * c;
     uint64_t last_full = end / c * c;
     if (end == sums_->size) last_full = end;  // the short last chunk
@@ -169,7 +172,7 @@ class Loader {
       const uint64_t end = std::min(begin + span, sums_->size);
       if (staging_.size() < end - begin) staging_.resize(end - begin);
       RESHARD_RETURN_NOT_OK(ReadWindow(work, begin, end));
-      for (Work& w : work) Scatter(w, begin, end);
+      for (Work& w : work) RESHARD_RETURN_NOT_OK(Scatter(w, begin, end));
     }
   }
 
@@ -238,26 +241,51 @@ class Loader {
     }
   }
 
-  // Copies the rows (or parts) of `w` inside object bytes [begin, end).
-  void Scatter(Work& w, uint64_t begin, uint64_t end) {
+  // Delivers the rows (or parts) of `w` inside object bytes [begin, end):
+  // copies into memory, or hands a sink runs that are contiguous on both
+  // sides as one write.
+  Status Scatter(Work& w, uint64_t begin, uint64_t end) {
     const uint64_t inner = w.source.inner_bytes;
+    uint64_t run_at = 0, run_from = 0, run_n = 0;
     while (w.row < w.rows) {
       const uint64_t at = w.NextOffset();
-      if (at < begin || at >= end) return;
+      if (at < begin || at >= end) break;
       const uint64_t n = std::min(inner - w.within, end - at);
-      std::memcpy(w.target.base + RowOffset(w.target, w.row) + w.within,
-                  staging_.data() + (at - begin), n);
+      const uint64_t to =
+          w.target_base + RowOffset(w.target, w.row) + w.within;
+      if (sink_ == nullptr) {
+        std::memcpy(Memory(to), staging_.data() + (at - begin), n);
+      } else if (run_n > 0 && run_at + run_n == to &&
+                 run_from + run_n == at - begin) {
+        run_n += n;
+      } else {
+        RESHARD_RETURN_NOT_OK(Deliver(run_at, run_from, run_n));
+        run_at = to;
+        run_from = at - begin;
+        run_n = n;
+      }
       w.within += n;
       if (w.within == inner) {
         w.within = 0;
         ++w.row;
       }
     }
+    return Deliver(run_at, run_from, run_n);
+  }
+
+  Status Deliver(uint64_t to, uint64_t from, uint64_t n) {
+    if (n == 0) return Status::OK();
+    return sink_->Write(to, staging_.data() + from, n);
+  }
+
+  static uint8_t* Memory(uint64_t address) {
+    return reinterpret_cast<uint8_t*>(address);
   }
 
   ObjectStore& b_;
   const RangedLoadOptions& o_;
   LoadReport* report_;
+  RangedSink* sink_;
   const std::string* key_ = nullptr;
   const std::string* fid_ = nullptr;
   const ChunkSums* sums_ = nullptr;
@@ -305,6 +333,15 @@ class LoadWorkBuilder {
     auto t = bound_.find(tf.fragment_id);
     if (t == bound_.end()) return Status::OK();  // not filled by this load
     RESHARD_RETURN_NOT_OK(CheckTarget(tf, t->second));
+    return AddAt(plan, r,
+                 t->second.fragment->address() + r.target_base_offset,
+                 /*staged_only=*/false);
+  }
+
+  // Region `r` with its target's first byte at `target_base`; every
+  // region is staged for a sink (nothing is read into its positions).
+  Status AddAt(const LogicalTransferPlan& plan, const TransferRegion& r,
+               uint64_t target_base, bool staged_only) {
     const PlanFragment& sf = plan.source_fragments()[r.source_fragment];
     auto sit = stored_.find(sf.fragment_id);
     if (sit == stored_.end()) {
@@ -313,8 +350,6 @@ class LoadWorkBuilder {
     }
     const StoredFragment* s = sit->second;
     BoundRegion br;
-    br.source_address = 0;
-    br.target_address = t->second.fragment->address() + r.target_base_offset;
     br.inner_bytes = r.inner_bytes;
     br.loops = r.loops;
     br.bytes = r.bytes;
@@ -322,11 +357,13 @@ class LoadWorkBuilder {
     w.object_base = s->object_offset + r.source_base_offset;
     w.source = StridedSide::Source(br);
     w.target = StridedSide::Target(br);
+    w.target_base = target_base;
     w.rows = r.inner_bytes == 0 ? 0 : r.bytes / r.inner_bytes;
     auto& per = objects_[s->stored_fragment_id];
     per.fragment = s;
-    (w.source.contiguous() && w.target.contiguous() ? per.direct : per.staged)
-        .push_back(std::move(w));
+    const bool direct = !staged_only && w.source.contiguous() &&
+                        w.target.contiguous();
+    (direct ? per.direct : per.staged).push_back(std::move(w));
     report_->bytes += r.bytes;
     ++report_->regions;
     return Status::OK();
@@ -360,6 +397,33 @@ class LoadWorkBuilder {
       written_;
 };
 
+// Serves every stored fragment's work in object order.
+Status Execute(ObjectStore& backend, const RangedLoadOptions& options,
+               LoadWorkBuilder& work, RangedSink* sink, LoadReport* report) {
+  // Fragments in object order: a file holding many fragments (a
+  // checkpoint) is read front to back.
+  std::vector<PerObject*> order;
+  for (auto& [fid, per] : work.objects()) order.push_back(&per);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->fragment->object_key, a->fragment->object_offset) <
+           std::tie(b->fragment->object_key, b->fragment->object_offset);
+  });
+  Loader loader(backend, options, report, sink);
+  for (PerObject* p : order) {
+    const StoredFragment& s = *p->fragment;
+    ChunkSums sums;
+    const bool verified = static_cast<bool>(options.chunk_sums);
+    if (verified) {
+      RESHARD_ASSIGN_OR_RETURN(sums, options.chunk_sums(s));
+    } else {
+      sums.chunk_bytes = 1;
+      sums.size = s.object_offset + s.nbytes;
+    }
+    RESHARD_RETURN_NOT_OK(loader.Run(s, sums, verified, p->direct, p->staged));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<LoadReport> RangedLoad(
@@ -385,29 +449,22 @@ Result<LoadReport> RangedLoad(
         "of " +
         manifest.manifest_key() + "'s target placement");
   }
-  // Fragments in object order: a file holding many fragments (a
-  // checkpoint) is read front to back.
-  std::vector<PerObject*> order;
-  for (auto& [fid, per] : work.objects()) order.push_back(&per);
-  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
-    return std::tie(a->fragment->object_key, a->fragment->object_offset) <
-           std::tie(b->fragment->object_key, b->fragment->object_offset);
-  });
-  Loader loader(backend, options, &report);
-  for (PerObject* p : order) {
-    PerObject& per = *p;
-    const StoredFragment& s = *per.fragment;
-    ChunkSums sums;
-    const bool verified = static_cast<bool>(options.chunk_sums);
-    if (verified) {
-      RESHARD_ASSIGN_OR_RETURN(sums, options.chunk_sums(s));
-    } else {
-      sums.chunk_bytes = 1;
-      sums.size = s.object_offset + s.nbytes;
-    }
+  RESHARD_RETURN_NOT_OK(Execute(backend, options, work, nullptr, &report));
+  return report;
+}
+
+Result<LoadReport> RangedLoadToSink(
+    ObjectStore& backend, const StoredWeightManifest& manifest,
+    const LogicalTransferPlan& plan,
+    const std::function<uint64_t(const TransferRegion&)>& target_position,
+    RangedSink& sink, const RangedLoadOptions& options) {
+  LoadReport report;
+  LoadWorkBuilder work(manifest, {}, &report);
+  for (const TransferRegion& r : plan.regions()) {
     RESHARD_RETURN_NOT_OK(
-        loader.Run(s, sums, verified, per.direct, per.staged));
+        work.AddAt(plan, r, target_position(r), /*staged_only=*/true));
   }
+  RESHARD_RETURN_NOT_OK(Execute(backend, options, work, &sink, &report));
   return report;
 }
 

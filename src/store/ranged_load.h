@@ -27,6 +27,7 @@
 #include "reshard/binding.h"
 #include "reshard/object_store.h"
 #include "reshard/placement.h"
+#include "reshard/plan.h"
 #include "reshard/status.h"
 #include "reshard/stored_manifest.h"
 #include "reshard/weight_store.h"
@@ -59,6 +60,26 @@ Result<LoadReport> RangedLoad(
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const RangedLoadOptions& options);
+
+// Where a load's bytes go when the target is not memory of this process
+// (a checkpoint file being written): Write(position, data, n) once per run
+// that is contiguous on both sides, `data` valid for the call only.
+class RangedSink {
+ public:
+  virtual ~RangedSink() = default;
+  virtual Status Write(uint64_t position, const uint8_t* data,
+                       uint64_t n) = 0;
+};
+
+// Serves `plan` (made by LogicalTransferPlan::MakeFromStored from
+// `manifest`) into `sink`: region r's target side starts at position
+// target_position(r). Every region goes through the staging sweep, so the
+// memory used is the staging window whatever the fragment sizes.
+Result<LoadReport> RangedLoadToSink(
+    ObjectStore& backend, const StoredWeightManifest& manifest,
+    const LogicalTransferPlan& plan,
+    const std::function<uint64_t(const TransferRegion&)>& target_position,
+    RangedSink& sink, const RangedLoadOptions& options);
 
 }  // namespace reshard::internal
 

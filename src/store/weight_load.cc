@@ -4,37 +4,11 @@
 
 #include "reshard/weight_store.h"
 #include "store/layout.h"
+#include "store/lease.h"
 #include "store/ranged_load.h"
-#include "store/records.h"
 
 namespace reshard {
 namespace {
-
-// A lease record held for the duration of a load.
-class Lease {
- public:
-  static Result<Lease> Take(ObjectStore& b, const internal::RevisionKeys& keys,
-                            const WeightStoreOptions& options) {
-    const int64_t expires = options.now_seconds() + options.lease_ttl.count();
-    Lease l(b, keys.Lease(options.new_lease_id()));
-    // Advisory: a lease need not survive a crash (nor does its load).
-    const std::string value = internal::LeaseRecord(expires);
-    RESHARD_RETURN_NOT_OK(b.PutObject(l.key_, {{value.data(), value.size()}},
-                                      Durability::kAtNextSync));
-    return l;
-  }
-  Lease(Lease&& o) noexcept : b_(o.b_), key_(std::move(o.key_)) {
-    o.key_.clear();
-  }
-  ~Lease() {
-    if (!key_.empty()) (void)b_.Delete(key_);
-  }
-
- private:
-  Lease(ObjectStore& b, std::string key) : b_(b), key_(std::move(key)) {}
-  ObjectStore& b_;
-  std::string key_;
-};
 
 Status CheckLoadIdentity(
     const StoredWeightManifest& manifest, const WeightPlacementManifest& target,
@@ -58,7 +32,7 @@ Result<LoadReport> WeightStore::Load(
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
   RESHARD_RETURN_NOT_OK(CheckLoadIdentity(manifest, target, target_bindings));
   const internal::RevisionKeys keys(manifest.group_id());
-  RESHARD_ASSIGN_OR_RETURN(Lease lease, Lease::Take(*backend_, keys, options_));
+  RESHARD_ASSIGN_OR_RETURN(internal::Lease lease, internal::Lease::Take(*backend_, keys, options_));
   // The revision must be the committed one (and still there, under lease).
   auto committed = ReadManifest(manifest.manifest_key());
   if (!committed.ok()) {
