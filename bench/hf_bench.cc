@@ -80,8 +80,8 @@ void Generate(const WeightPlacementManifest& whole, const std::string& dir) {
   }
   const int fd = ::open((dir + "/model.safetensors.index.json").c_str(),
                         O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0 || ::write(fd, plan.index_json().data(),
-                        plan.index_json().size()) < 0) {
+  if (fd < 0 ||
+      ::write(fd, plan.index_json().data(), plan.index_json().size()) < 0) {
     Die(Status::IOError("cannot write the index"));
   }
   ::close(fd);
@@ -188,10 +188,11 @@ int main(int argc, char** argv) {
   }
   std::vector<uint8_t> scratch(64 << 20, 1);
   const double gib = ckpt.tensor_bytes() / double(1 << 30);
-  std::printf("checkpoint: %.2f GiB of tensors in %zu files, %zu tensors; "
-              "TP4 layout, %zu fragments\n",
-              gib, ckpt.files().size(), ckpt.tensors().size(),
-              target.fragments().size());
+  std::printf(
+      "checkpoint: %.2f GiB of tensors in %zu files, %zu tensors; "
+      "TP4 layout, %zu fragments\n",
+      gib, ckpt.files().size(), ckpt.tensors().size(),
+      target.fragments().size());
   bool ok = true;
   for (const char* cache : {"cold", "warm"}) {
     const bool cold = std::string(cache) == "cold";
@@ -200,13 +201,14 @@ int main(int argc, char** argv) {
     if (cold) DropCache(dir);
     const LoadRun load = Load(ckpt, target, buffers);
     const double ratio = load.gbps / seq;
-    std::printf("%s: sequential read %.2f GB/s, load into TP4 %.2f GB/s, "
-                "ratio %.2f (goal >= 0.80); bytes read %llu of %llu; RSS "
-                "growth %.1f MiB (staging 64 MiB)\n",
-                cache, seq, load.gbps, ratio,
-                static_cast<unsigned long long>(load.bytes_read),
-                static_cast<unsigned long long>(ckpt.tensor_bytes()),
-                load.rss_growth / double(1 << 20));
+    std::printf(
+        "%s: sequential read %.2f GB/s, load into TP4 %.2f GB/s, "
+        "ratio %.2f (goal >= 0.80); bytes read %llu of %llu; RSS "
+        "growth %.1f MiB (staging 64 MiB)\n",
+        cache, seq, load.gbps, ratio,
+        static_cast<unsigned long long>(load.bytes_read),
+        static_cast<unsigned long long>(ckpt.tensor_bytes()),
+        load.rss_growth / double(1 << 20));
     ok = ok && ratio >= 0.8 && load.bytes_read == ckpt.tensor_bytes();
   }
   if (!keep) fs::remove_all(dir);

@@ -50,8 +50,7 @@ Status WriteOutput(const std::string& path, const std::string& text) {
 
 void AddLayoutCommand(CLI::App* hf) {
   auto* cmd = hf->add_subcommand(
-      "layout",
-      "Lay a Hugging Face model's tensors out on a TP/PP/EP/DP grid");
+      "layout", "Lay a Hugging Face model's tensors out on a TP/PP/EP/DP grid");
   struct Args {
     std::string config, checkpoint, output;
     HfLayoutOptions options;
@@ -78,16 +77,15 @@ void AddLayoutCommand(CLI::App* hf) {
       if (!a->checkpoint.empty()) {
         RESHARD_ASSIGN_OR_RETURN(ckpt, HfCheckpoint::Open(a->checkpoint));
       }
-      auto placement =
-          HfLayout(config, a->options, ckpt ? &*ckpt : nullptr);
+      auto placement = HfLayout(config, a->options, ckpt ? &*ckpt : nullptr);
       if (!placement.ok()) return placement.status().WithContext(a->config);
       RESHARD_RETURN_NOT_OK(
           WriteOutput(a->output, WeightPlacementToJson(*placement)));
       std::cerr << "reshard hf layout: " << placement->tensors().size()
                 << " tensors, " << placement->fragments().size()
                 << " fragments, " << placement->topology().world_size()
-                << " participants; placement_id "
-                << placement->placement_id() << "\n";
+                << " participants; placement_id " << placement->placement_id()
+                << "\n";
       return Status::OK();
     };
     Status st = run();

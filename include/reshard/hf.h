@@ -88,7 +88,7 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file,
 
 struct CheckpointTensor {
   std::string name;
-  std::string file;  // file name inside the directory
+  std::string file;   // file name inside the directory
   std::string dtype;  // placement dtype ("bfloat16")
   int64_t itemsize = 0;
   Dims shape;
@@ -306,10 +306,9 @@ struct HfLayoutOptions {
 // error. Architectures: LlamaForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM,
 // DeepseekV3ForCausalLM.
-Result<WeightPlacementManifest> HfLayout(std::string_view config_json,
-                                         const HfLayoutOptions& options,
-                                         const HfCheckpoint* checkpoint =
-                                             nullptr);
+Result<WeightPlacementManifest> HfLayout(
+    std::string_view config_json, const HfLayoutOptions& options,
+    const HfCheckpoint* checkpoint = nullptr);
 
 }  // namespace reshard
 

@@ -39,8 +39,7 @@ Result<FileDescriptor> OpenRegular(int dir, const std::string& path,
       ::openat(dir, name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) {
-      return Status::NotFound(Printable(path + "/" + name) +
-                              ": no such file");
+      return Status::NotFound(Printable(path + "/" + name) + ": no such file");
     }
     return internal::ErrnoStatus("cannot open", path + "/" + name);
   }
@@ -61,16 +60,16 @@ Result<std::map<std::string, std::string>> ReadIndex(int dir,
                                                      const std::string& path) {
   const std::string where = path + "/" + std::string(kIndexName);
   uint64_t size = 0;
-  RESHARD_ASSIGN_OR_RETURN(FileDescriptor fd,
-                           OpenRegular(dir, path, std::string(kIndexName),
-                                       &size));
+  RESHARD_ASSIGN_OR_RETURN(
+      FileDescriptor fd,
+      OpenRegular(dir, path, std::string(kIndexName), &size));
   if (size > kMaxIndexBytes) {
     return Status::InvalidArgument(Printable(where) + " is larger than " +
                                    std::to_string(kMaxIndexBytes) + " bytes");
   }
   std::string text(size, '\0');
-  RESHARD_RETURN_NOT_OK(internal::PreadAll(fd.get(), text.data(), size, 0,
-                                           where));
+  RESHARD_RETURN_NOT_OK(
+      internal::PreadAll(fd.get(), text.data(), size, 0, where));
   auto doc = internal::JsonDocument::Parse(text);
   if (!doc.ok()) return doc.status().WithContext(Printable(where));
   internal::JsonPath root;
@@ -134,8 +133,8 @@ Result<SafetensorsHeader> ReadHeader(int fd, const std::string& name,
     RESHARD_RETURN_NOT_OK(internal::PreadAll(fd, first8, 8, 0, name));
   }
   RESHARD_ASSIGN_OR_RETURN(
-      uint64_t n, ParseSafetensorsPrefix(name, std::string_view(first8, 8),
-                                         size));
+      uint64_t n,
+      ParseSafetensorsPrefix(name, std::string_view(first8, 8), size));
   std::string json(n, '\0');
   RESHARD_RETURN_NOT_OK(internal::PreadAll(fd, json.data(), n, 8, name));
   return ParseSafetensorsHeader(name, json, size);
@@ -151,8 +150,8 @@ Status AddFile(HfCheckpoint::State* s, const std::string& name,
     auto [it, fresh] = seen->emplace(t.name, name);
     if (!fresh) {
       return Status::InvalidArgument("duplicate tensor " + Printable(t.name) +
-                                     " in " + Printable(it->second) +
-                                     " and " + Printable(name));
+                                     " in " + Printable(it->second) + " and " +
+                                     Printable(name));
     }
     if (index != nullptr) {
       auto in = index->find(t.name);

@@ -202,8 +202,8 @@ Result<std::shared_ptr<CheckpointWritePlan::State>> PlanCheckpointFiles(
     if (d == nullptr || d->itemsize != t.itemsize()) {
       return Status::InvalidArgument(
           "tensor " + Printable(t.tensor_id()) + " has dtype " +
-          Printable(t.dtype()) + " (itemsize " +
-          std::to_string(t.itemsize()) + "), which safetensors cannot store");
+          Printable(t.dtype()) + " (itemsize " + std::to_string(t.itemsize()) +
+          "), which safetensors cannot store");
     }
     if (t.tensor_id() == "__metadata__") {
       return Status::InvalidArgument(
@@ -214,9 +214,9 @@ Result<std::shared_ptr<CheckpointWritePlan::State>> PlanCheckpointFiles(
   }
   RESHARD_ASSIGN_OR_RETURN(auto checkpoint,
                            CheckpointPlacement(tensors, std::move(header)));
-  auto s = std::make_shared<CheckpointWritePlan::State>(
-      CheckpointWritePlan::State{{}, {}, {}, 0, {}, std::move(checkpoint),
-                                 std::nullopt});
+  auto s =
+      std::make_shared<CheckpointWritePlan::State>(CheckpointWritePlan::State{
+          {}, {}, {}, 0, {}, std::move(checkpoint), std::nullopt});
   const auto groups = AssignFiles(entries, options.max_file_bytes);
   for (size_t k = 0; k < groups.size(); ++k) {
     std::vector<uint64_t> begins;
@@ -226,8 +226,8 @@ Result<std::shared_ptr<CheckpointWritePlan::State>> PlanCheckpointFiles(
     f.size = f.header.size();
     for (size_t i = 0; i < groups[k].size(); ++i) {
       const Entry& e = *groups[k][i];
-      s->tensors.push_back({e.t->tensor_id(), k, f.header.size() + begins[i],
-                            e.nbytes});
+      s->tensors.push_back(
+          {e.t->tensor_id(), k, f.header.size() + begins[i], e.nbytes});
       f.size += e.nbytes;
       s->tensor_bytes += e.nbytes;
     }
@@ -247,8 +247,8 @@ Result<CheckpointWritePlan> PlanCheckpointWrite(
   RESHARD_ASSIGN_OR_RETURN(
       auto s, internal::PlanCheckpointFiles(placement.tensors(),
                                             placement.header(), options));
-  RESHARD_ASSIGN_OR_RETURN(
-      auto plan, LogicalTransferPlan::Make(placement, s->checkpoint));
+  RESHARD_ASSIGN_OR_RETURN(auto plan,
+                           LogicalTransferPlan::Make(placement, s->checkpoint));
   s->plan = std::move(plan);
   s->source_placement_id = placement.placement_id();
   return CheckpointWritePlan(std::move(s));
@@ -257,8 +257,7 @@ Result<CheckpointWritePlan> PlanCheckpointWrite(
 const std::vector<CheckpointWriteFile>& CheckpointWritePlan::files() const {
   return state_->files;
 }
-const std::vector<CheckpointWriteTensor>& CheckpointWritePlan::tensors()
-    const {
+const std::vector<CheckpointWriteTensor>& CheckpointWritePlan::tensors() const {
   return state_->tensors;
 }
 const std::string& CheckpointWritePlan::index_json() const {

@@ -27,8 +27,7 @@ class CheckpointObjectStore final : public ObjectStore {
     return ReadOnly(key);
   }
   Result<std::string> Get(std::string_view key) override {
-    return Status::NotFound("a checkpoint has no records: " +
-                            Printable(key));
+    return Status::NotFound("a checkpoint has no records: " + Printable(key));
   }
   Result<std::vector<std::string>> List(std::string_view) override {
     return std::vector<std::string>{};
@@ -57,11 +56,11 @@ class CheckpointObjectStore final : public ObjectStore {
       RESHARD_ASSIGN_OR_RETURN(size_t i, Find(r.key));
       const uint64_t size = s_->files[i].size;
       if (r.offset + r.length < r.offset || r.offset + r.length > size) {
-        return Status::OutOfRange(
-            Printable(s_->files[i].name) + ": range [" +
-            std::to_string(r.offset) + ", " +
-            std::to_string(r.offset + r.length) + ") is past its end (" +
-            std::to_string(size) + " bytes)");
+        return Status::OutOfRange(Printable(s_->files[i].name) + ": range [" +
+                                  std::to_string(r.offset) + ", " +
+                                  std::to_string(r.offset + r.length) +
+                                  ") is past its end (" + std::to_string(size) +
+                                  " bytes)");
       }
       files.push_back(i);
     }
@@ -132,10 +131,9 @@ Result<StoredWeightManifest> CheckpointSource(
   for (const TensorDescriptor& t : target.tensors()) {
     const CheckpointTensor* c = checkpoint.FindTensor(t.tensor_id());
     if (c == nullptr) {
-      return Status::NotFound("checkpoint " + internal::Printable(dir) +
-                              " has no tensor " +
-                              internal::Printable(t.tensor_id()) +
-                              " of the target placement");
+      return Status::NotFound(
+          "checkpoint " + internal::Printable(dir) + " has no tensor " +
+          internal::Printable(t.tensor_id()) + " of the target placement");
     }
     if (c->shape != t.global_shape() || c->dtype != t.dtype() ||
         c->itemsize != t.itemsize()) {
@@ -164,9 +162,9 @@ Result<LoadReport> LoadCheckpoint(
     const HfCheckpoint& checkpoint, const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const CheckpointLoadOptions& options) {
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(target, target_bindings,
-                                                BindingCoverage::kSubset)
-                            .WithContext("target bindings"));
+  RESHARD_RETURN_NOT_OK(
+      ValidateRuntimeBindings(target, target_bindings, BindingCoverage::kSubset)
+          .WithContext("target bindings"));
   RESHARD_ASSIGN_OR_RETURN(auto manifest, CheckpointSource(checkpoint, target));
   auto store = internal::MakeCheckpointObjectStore(checkpoint.state());
   internal::RangedLoadOptions load;

@@ -17,7 +17,7 @@ namespace reshard {
 
 struct HfCheckpoint::State {
   std::string dir;
-  std::vector<CheckpointFile> files;  // sorted by name
+  std::vector<CheckpointFile> files;          // sorted by name
   std::vector<internal::FileDescriptor> fds;  // aligned with files
   std::vector<CheckpointTensor> tensors;      // sorted by name
   uint64_t tensor_bytes = 0;

@@ -2,11 +2,10 @@
 // the tests make.
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -88,12 +87,12 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 // Every dtype the format has, a 2-D tensor each, over two files with an
 // index.
 std::vector<Spec> AllDtypes() {
-  return {{"t.bf16", "BF16", {4, 6}},   {"t.f16", "F16", {4, 6}},
-          {"t.f32", "F32", {4, 6}},     {"t.f64", "F64", {4, 2}},
+  return {{"t.bf16", "BF16", {4, 6}},    {"t.f16", "F16", {4, 6}},
+          {"t.f32", "F32", {4, 6}},      {"t.f64", "F64", {4, 2}},
           {"t.e4m3", "F8_E4M3", {8, 8}}, {"t.e5m2", "F8_E5M2", {8, 4}},
-          {"t.i8", "I8", {4, 8}},       {"t.i16", "I16", {4, 6}},
-          {"t.i32", "I32", {2, 6}},     {"t.i64", "I64", {2, 4}},
-          {"t.u8", "U8", {6, 8}},       {"t.bool", "BOOL", {2, 8}}};
+          {"t.i8", "I8", {4, 8}},        {"t.i16", "I16", {4, 6}},
+          {"t.i32", "I32", {2, 6}},      {"t.i64", "I64", {2, 4}},
+          {"t.u8", "U8", {6, 8}},        {"t.bool", "BOOL", {2, 8}}};
 }
 
 std::string MakeCheckpoint(const std::string& dir,
@@ -225,8 +224,8 @@ TEST(HfCheckpointTest, OneRankReadsOnlyItsRowsWhenTheGapsAreLarge) {
 
 TEST(HfCheckpointTest, TargetTensorsMustMatchTheCheckpoint) {
   TempDir dir("hf-mismatch");
-  auto ckpt = Must(HfCheckpoint::Open(
-      MakeCheckpoint(dir.path(), {{"w", "BF16", {4, 4}}})));
+  auto ckpt = Must(
+      HfCheckpoint::Open(MakeCheckpoint(dir.path(), {{"w", "BF16", {4, 4}}})));
   const auto wrong_shape = TpLayout({{"w", "BF16", {4, 8}}}, 0);
   auto b1 = Must(internal::AllocateHostBuffers(wrong_shape, "t"));
   EXPECT_THAT(LoadCheckpoint(ckpt, wrong_shape, b1.bindings),
@@ -247,24 +246,23 @@ TEST(HfCheckpointTest, AFileTruncatedAfterOpenIsDataLossNotACrash) {
   ASSERT_EQ(::truncate((dir.path() + "/a.safetensors").c_str(), 100), 0);
   const auto target = TpLayout({{"w", "F32", {64, 64}}}, 0);
   auto buffers = Must(internal::AllocateHostBuffers(target, "t"));
-  EXPECT_THAT(LoadCheckpoint(ckpt, target, buffers.bindings),
-              StatusIs(StatusCode::kDataLoss,
-                       HasSubstr("a.safetensors is short")));
+  EXPECT_THAT(
+      LoadCheckpoint(ckpt, target, buffers.bindings),
+      StatusIs(StatusCode::kDataLoss, HasSubstr("a.safetensors is short")));
 }
 
 TEST(HfCheckpointTest, MalformedDirectoriesNameTheFileAndTensor) {
   TempDir dir("hf-bad");
   const std::string d = dir.path();
-  EXPECT_THAT(HfCheckpoint::Open(d),
-              StatusIs(StatusCode::kNotFound,
-                       d + " holds no .safetensors files"));
+  EXPECT_THAT(
+      HfCheckpoint::Open(d),
+      StatusIs(StatusCode::kNotFound, d + " holds no .safetensors files"));
   WriteFile(d + "/x.safetensors", "abc");
   EXPECT_THAT(HfCheckpoint::Open(d),
               StatusIs(StatusCode::kInvalidArgument,
                        "x.safetensors: truncated safetensors header: 3 bytes, "
                        "shorter than the 8-byte length"));
-  WriteFile(d + "/x.safetensors",
-            std::string("\x40\0\0\0\0\0\0\0{}", 10));
+  WriteFile(d + "/x.safetensors", std::string("\x40\0\0\0\0\0\0\0{}", 10));
   EXPECT_THAT(HfCheckpoint::Open(d),
               StatusIs(StatusCode::kInvalidArgument,
                        "x.safetensors: safetensors header length 64 runs past "
@@ -293,12 +291,15 @@ TEST(HfCheckpointTest, TheIndexMustDescribeTheFiles) {
   const std::string d = dir.path();
   WriteFile(d + "/a.safetensors", Encode({{"w", "U8", {4}}}));
   const std::string index = d + "/model.safetensors.index.json";
-  WriteFile(index, R"({"weight_map":{"w":"a.safetensors","v":"b.safetensors"}})");
+  WriteFile(index,
+            R"({"weight_map":{"w":"a.safetensors","v":"b.safetensors"}})");
   EXPECT_THAT(HfCheckpoint::Open(d),
               StatusIs(StatusCode::kNotFound,
                        "model.safetensors.index.json names b.safetensors, "
-                       "which is not in " + d));
-  WriteFile(index, R"({"weight_map":{"w":"a.safetensors","v":"a.safetensors"}})");
+                       "which is not in " +
+                           d));
+  WriteFile(index,
+            R"({"weight_map":{"w":"a.safetensors","v":"a.safetensors"}})");
   EXPECT_THAT(HfCheckpoint::Open(d),
               StatusIs(StatusCode::kInvalidArgument,
                        "model.safetensors.index.json maps tensor v to "
@@ -313,7 +314,8 @@ TEST(HfCheckpointTest, TheIndexMustDescribeTheFiles) {
                        d + "/model.safetensors.index.json: weight_map entry w "
                            "must name a .safetensors file of the directory"));
   WriteFile(d + "/b.safetensors", Encode({{"v", "U8", {4}}, {"u", "U8", {4}}}));
-  WriteFile(index, R"({"weight_map":{"w":"a.safetensors","v":"b.safetensors"}})");
+  WriteFile(index,
+            R"({"weight_map":{"w":"a.safetensors","v":"b.safetensors"}})");
   EXPECT_THAT(HfCheckpoint::Open(d),
               StatusIs(StatusCode::kInvalidArgument,
                        "b.safetensors: tensor u is not in "

@@ -50,10 +50,9 @@ bool Exists(int dir, const std::string& name) {
 // (so a full disk fails here, not mid-write), `header` at its start.
 Status LayOut(int dir, const std::string& path, const std::string& name,
               const CheckpointWriteFile& f) {
-  FileDescriptor fd(::openat(dir, name.c_str(),
-                             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-                                 O_CLOEXEC,
-                             0644));
+  FileDescriptor fd(
+      ::openat(dir, name.c_str(),
+               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.valid()) return internal::ErrnoStatus("cannot create", path);
   if (::fallocate(fd.get(), 0, 0, static_cast<off_t>(f.size)) != 0 &&
       (errno != EOPNOTSUPP ||
@@ -66,10 +65,9 @@ Status LayOut(int dir, const std::string& path, const std::string& name,
 
 Status WriteIndex(int dir, const std::string& path, const std::string& json) {
   const std::string tmp = std::string(kIndexName) + kPartial;
-  FileDescriptor fd(::openat(dir, tmp.c_str(),
-                             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-                                 O_CLOEXEC,
-                             0644));
+  FileDescriptor fd(
+      ::openat(dir, tmp.c_str(),
+               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.valid()) return internal::ErrnoStatus("cannot create", path + tmp);
   RESHARD_RETURN_NOT_OK(
       internal::PwriteAll(fd.get(), json.data(), json.size(), 0, path + tmp));
@@ -103,7 +101,9 @@ class FileWriter {
  public:
   FileWriter(int fd, std::string path, uint64_t staging,
              CheckpointWriteReport* report)
-      : fd_(fd), path_(std::move(path)), span_(std::max<uint64_t>(staging, 1)),
+      : fd_(fd),
+        path_(std::move(path)),
+        span_(std::max<uint64_t>(staging, 1)),
         report_(report) {}
 
   Status Direct(const WriteWork& w) {
@@ -153,10 +153,9 @@ class FileWriter {
       const uint64_t at = w.NextOffset();
       if (at < begin || at >= end) return;
       const uint64_t n = std::min(inner - w.within, end - at);
-      std::memcpy(staging_.data() + (at - begin),
-                  w.source.base + internal::RowOffset(w.source, w.row) +
-                      w.within,
-                  n);
+      std::memcpy(
+          staging_.data() + (at - begin),
+          w.source.base + internal::RowOffset(w.source, w.row) + w.within, n);
       runs_.emplace_back(at, at + n);
       w.within += n;
       if (w.within == inner) {
@@ -185,9 +184,9 @@ Result<std::vector<FileWork>> CollectWrites(
   std::unordered_map<std::string_view, const RuntimeBindingFragment*> bound;
   for (const auto& b : bindings) {
     for (const auto& f : b.fragments()) {
-      RESHARD_RETURN_NOT_OK(RequireMemoryKind(
-          f, {MemoryKind::kHost}, "checkpoint write", "source",
-          b.participant_id()));
+      RESHARD_RETURN_NOT_OK(RequireMemoryKind(f, {MemoryKind::kHost},
+                                              "checkpoint write", "source",
+                                              b.participant_id()));
       bound[f.placement_fragment_id()] = &f;
     }
   }
@@ -299,7 +298,8 @@ Status FinishCheckpoint(const CheckpointWritePlan& plan,
       return Status::DataLoss(Printable(path) + " is not " +
                               std::to_string(f.size) + " bytes");
     }
-    if (::fsync(fd.get()) != 0) return internal::ErrnoStatus("cannot sync", path);
+    if (::fsync(fd.get()) != 0)
+      return internal::ErrnoStatus("cannot sync", path);
     if (::renameat2(dfd.get(), partial.c_str(), dfd.get(), f.name.c_str(),
                     RENAME_NOREPLACE) != 0) {
       return internal::ErrnoStatus("cannot publish", dir + "/" + f.name);

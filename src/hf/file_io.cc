@@ -36,18 +36,17 @@ Status PreadAll(int fd, void* dest, uint64_t n, uint64_t offset,
                 std::string_view path) {
   auto* p = static_cast<uint8_t*>(dest);
   for (uint64_t done = 0; done < n;) {
-    const ssize_t got =
-        ::pread(fd, p + done, std::min(n - done, kMaxCall),
-                static_cast<off_t>(offset + done));
+    const ssize_t got = ::pread(fd, p + done, std::min(n - done, kMaxCall),
+                                static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus("cannot read", path);
     }
     if (got == 0) {
-      return Status::DataLoss(
-          Printable(path) + " is short: bytes [" +
-          std::to_string(offset + done) + ", " + std::to_string(offset + n) +
-          ") are past its end (was it truncated?)");
+      return Status::DataLoss(Printable(path) + " is short: bytes [" +
+                              std::to_string(offset + done) + ", " +
+                              std::to_string(offset + n) +
+                              ") are past its end (was it truncated?)");
     }
     done += static_cast<uint64_t>(got);
   }
@@ -58,9 +57,8 @@ Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset,
                  std::string_view path) {
   const auto* p = static_cast<const uint8_t*>(src);
   for (uint64_t done = 0; done < n;) {
-    const ssize_t put =
-        ::pwrite(fd, p + done, std::min(n - done, kMaxCall),
-                 static_cast<off_t>(offset + done));
+    const ssize_t put = ::pwrite(fd, p + done, std::min(n - done, kMaxCall),
+                                 static_cast<off_t>(offset + done));
     if (put < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus("cannot write", path);

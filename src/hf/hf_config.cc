@@ -81,8 +81,7 @@ class ConfigReader {
 Status ReadArchitecture(const ConfigReader& r, HfConfig* c) {
   simdjson::dom::array archs;
   std::string_view name;
-  if (r.object()["architectures"].get_array().get(archs) !=
-          simdjson::SUCCESS ||
+  if (r.object()["architectures"].get_array().get(archs) != simdjson::SUCCESS ||
       archs.size() != 1 || archs.at(0).get_string().get(name) != 0) {
     return Status::InvalidArgument(
         "config.json: architectures must be a list of one name");
@@ -133,8 +132,7 @@ Status ReadDims(const ConfigReader& r, HfConfig* c) {
   RESHARD_ASSIGN_OR_RETURN(c->vocab, r.Int("vocab_size"));
   RESHARD_ASSIGN_OR_RETURN(c->layers, r.Int("num_hidden_layers"));
   RESHARD_ASSIGN_OR_RETURN(c->heads, r.Int("num_attention_heads"));
-  RESHARD_ASSIGN_OR_RETURN(c->kv_heads, r.Int("num_key_value_heads",
-                                              c->heads));
+  RESHARD_ASSIGN_OR_RETURN(c->kv_heads, r.Int("num_key_value_heads", c->heads));
   const std::pair<const char*, int64_t> positive[] = {
       {"hidden_size", c->hidden},
       {"vocab_size", c->vocab},
@@ -152,8 +150,8 @@ Status ReadDims(const ConfigReader& r, HfConfig* c) {
   RESHARD_ASSIGN_OR_RETURN(c->intermediate, r.Int("intermediate_size", 0));
   RESHARD_ASSIGN_OR_RETURN(c->tie_word_embeddings,
                            r.Bool("tie_word_embeddings", false));
-  RESHARD_ASSIGN_OR_RETURN(auto dtype,
-                           r.String("torch_dtype", r.Has("dtype") ? "" : "float32"));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto dtype, r.String("torch_dtype", r.Has("dtype") ? "" : "float32"));
   if (dtype.empty()) {
     RESHARD_ASSIGN_OR_RETURN(dtype, r.String("dtype", ""));
   }
@@ -322,8 +320,8 @@ bool SparseLayer(const HfConfig& c, int64_t l) {
   switch (c.arch) {
     case HfArch::kQwen3Moe:
       return c.experts > 0 &&
-             std::find(c.mlp_only_layers.begin(), c.mlp_only_layers.end(),
-                       l) == c.mlp_only_layers.end() &&
+             std::find(c.mlp_only_layers.begin(), c.mlp_only_layers.end(), l) ==
+                 c.mlp_only_layers.end() &&
              (l + 1) % c.decoder_sparse_step == 0;
     case HfArch::kMixtral:
       return true;
@@ -350,8 +348,7 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
   }
   const int64_t e = c.experts;
   if (c.arch == HfArch::kMixtral) {
-    t->Add(p + "block_sparse_moe.gate.weight", {e, h}, HfShard::kReplicated,
-           l);
+    t->Add(p + "block_sparse_moe.gate.weight", {e, h}, HfShard::kReplicated, l);
     AddExperts(c, p + "block_sparse_moe.experts.", {"w1", "w3", "w2"}, l, t);
     return;
   }
@@ -414,8 +411,7 @@ Result<std::vector<HfTensor>> HfModelTensors(const HfConfig& c) {
   t.Add("model.norm.weight", {c.hidden}, HfShard::kReplicated, std::nullopt);
   t.out().back().last_stage = true;
   if (!c.tie_word_embeddings) {
-    t.Add("lm_head.weight", {c.vocab, c.hidden}, HfShard::kVocab,
-          std::nullopt);
+    t.Add("lm_head.weight", {c.vocab, c.hidden}, HfShard::kVocab, std::nullopt);
     t.out().back().last_stage = true;
   }
   for (const HfTensor& x : t.out()) {

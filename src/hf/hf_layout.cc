@@ -71,9 +71,9 @@ std::vector<Planned> FromConfig(const HfConfig& c,
 // With a checkpoint: exactly its tensors, each one the architecture names
 // (or the FP8 scale of one), with the checkpoint's dtype and the shape
 // both agree on.
-Result<std::vector<Planned>> FromCheckpoint(
-    const HfConfig& c, const std::vector<HfTensor>& model,
-    const HfCheckpoint& ckpt) {
+Result<std::vector<Planned>> FromCheckpoint(const HfConfig& c,
+                                            const std::vector<HfTensor>& model,
+                                            const HfCheckpoint& ckpt) {
   std::unordered_map<std::string_view, const HfTensor*> named;
   for (const HfTensor& t : model) named[t.name] = &t;
   std::vector<Planned> out;
@@ -85,9 +85,8 @@ Result<std::vector<Planned>> FromCheckpoint(
     }
     if (ct->shape != t.shape) {
       return Status::InvalidArgument(
-          t.name + " is " + DimsText(ct->shape) + " in " +
-          Printable(ct->file) + " but config.json implies " +
-          DimsText(t.shape));
+          t.name + " is " + DimsText(ct->shape) + " in " + Printable(ct->file) +
+          " but config.json implies " + DimsText(t.shape));
     }
   }
   for (const CheckpointTensor& ct : ckpt.tensors()) {
@@ -118,10 +117,10 @@ Result<std::vector<Planned>> FromCheckpoint(
             "imply " + DimsText(p.t.shape));
       }
     } else {
-      return Status::InvalidArgument(
-          "checkpoint tensor " + Printable(ct.name) + " (in " +
-          Printable(ct.file) + ") is not a tensor of " + c.architecture +
-          ": refusing to guess its layout");
+      return Status::InvalidArgument("checkpoint tensor " + Printable(ct.name) +
+                                     " (in " + Printable(ct.file) +
+                                     ") is not a tensor of " + c.architecture +
+                                     ": refusing to guess its layout");
     }
     p.t.dtype = ct.dtype;
     p.t.itemsize = ct.itemsize;
@@ -177,8 +176,8 @@ class Layout {
         for (int64_t ep = 0; ep < n_.ep; ++ep) {
           for (int64_t tp = 0; tp < n_.tp; ++tp) {
             topo_.participants.push_back(
-                {"p-d" + std::to_string(dp) + "-p" + std::to_string(pp) +
-                     "-e" + std::to_string(ep) + "-t" + std::to_string(tp),
+                {"p-d" + std::to_string(dp) + "-p" + std::to_string(pp) + "-e" +
+                     std::to_string(ep) + "-t" + std::to_string(tp),
                  ParallelRank{dp, tp, pp, ep}});
           }
         }
@@ -256,8 +255,8 @@ class Layout {
       RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
       fragments.push_back(std::move(pf));
     }
-    const std::string model = c_.model_type.empty() ? c_.architecture
-                                                    : c_.model_type;
+    const std::string model =
+        c_.model_type.empty() ? c_.architecture : c_.model_type;
     PlacementHeader header{
         o.resource_id.empty() ? model : o.resource_id, o.revision,
         o.weight_generation,

@@ -41,14 +41,15 @@ HfLayoutOptions Grid(int64_t tp, int64_t pp, int64_t ep, int64_t dp = 1) {
 }
 
 // Per tensor, per participant rank: the fragment's (offset, shape).
-using Boxes = std::map<std::string, std::map<std::string, std::pair<Dims, Dims>>>;
+using Boxes =
+    std::map<std::string, std::map<std::string, std::pair<Dims, Dims>>>;
 
 Boxes BoxesOf(const WeightPlacementManifest& m) {
   Boxes out;
   for (const auto& part : m.parts()) {
     for (const auto& f : part.fragments()) {
       out[f.tensor_id()][part.rank().ToString()] = {f.global_offset(),
-                                                   f.local_shape()};
+                                                    f.local_shape()};
     }
   }
   return out;
@@ -79,8 +80,7 @@ TEST(HfLayoutTest, Qwen3MoeShardsAsEnginesDo) {
   EXPECT_EQ(b.at(e2).at("dp=0,pp=1,ep=1,tp=2"),
             (std::pair<Dims, Dims>{{0, 0}, {16, 32}}));
   EXPECT_EQ(b.at("model.layers.3.mlp.gate.weight").size(), 8u);
-  EXPECT_EQ(b.at("model.embed_tokens.weight").count("dp=0,pp=1,ep=0,tp=0"),
-            0u);
+  EXPECT_EQ(b.at("model.embed_tokens.weight").count("dp=0,pp=1,ep=0,tp=0"), 0u);
   EXPECT_EQ(b.at("lm_head.weight").at("dp=0,pp=1,ep=0,tp=1"),
             (std::pair<Dims, Dims>{{16, 0}, {16, 32}}));
   const TensorDescriptor* t = m.FindTensor(e2);
@@ -117,25 +117,24 @@ TEST(HfLayoutTest, DeepseekV3ScalesFollowTheirWeightsAndMtpIsLast) {
             "bfloat16");
   EXPECT_EQ(b.count("model.layers.0.mlp.experts.0.up_proj.weight"), 0u);
   // The MTP layer (3) and its head on the last stage, vocab-parallel.
-  EXPECT_EQ(b.at("model.layers.3.shared_head.head.weight")
-                .at("dp=0,pp=2,ep=1,tp=1"),
-            (std::pair<Dims, Dims>{{32, 0}, {32, 32}}));
+  EXPECT_EQ(
+      b.at("model.layers.3.shared_head.head.weight").at("dp=0,pp=2,ep=1,tp=1"),
+      (std::pair<Dims, Dims>{{32, 0}, {32, 32}}));
   EXPECT_EQ(b.at("model.layers.3.mlp.experts.3.down_proj.weight").size(), 2u);
   EXPECT_EQ(b.at("model.layers.3.eh_proj.weight").size(), 4u);
 }
 
 TEST(HfLayoutTest, ConfigErrorsNameTheField) {
-  EXPECT_THAT(HfLayout(R"({"architectures": ["GPTNeoXForCausalLM"]})",
-                       Grid(1, 1, 1)),
-              StatusIs(StatusCode::kUnimplemented,
-                       ::testing::StartsWith(
-                           "unknown architecture GPTNeoXForCausalLM "
-                           "(supported: LlamaForCausalLM, ")));
-  EXPECT_THAT(HfLayout(R"({"architectures": ["LlamaForCausalLM"],
+  EXPECT_THAT(
+      HfLayout(R"({"architectures": ["GPTNeoXForCausalLM"]})", Grid(1, 1, 1)),
+      StatusIs(StatusCode::kUnimplemented,
+               ::testing::StartsWith("unknown architecture GPTNeoXForCausalLM "
+                                     "(supported: LlamaForCausalLM, ")));
+  EXPECT_THAT(
+      HfLayout(R"({"architectures": ["LlamaForCausalLM"],
                            "hidden_size": 8})",
-                       Grid(1, 1, 1)),
-              StatusIs(StatusCode::kInvalidArgument,
-                       "config.json lacks vocab_size"));
+               Grid(1, 1, 1)),
+      StatusIs(StatusCode::kInvalidArgument, "config.json lacks vocab_size"));
   EXPECT_THAT(HfLayout(R"({"architectures": ["LlamaForCausalLM"],
                            "hidden_size": 8.5})",
                        Grid(1, 1, 1)),

@@ -93,15 +93,15 @@ Result<SafetensorsTensor> ReadTensor(std::string_view file,
                                    ": data_offsets must be [begin, end]");
   }
   std::vector<uint64_t> be;
-  RESHARD_RETURN_NOT_OK(offsets
-                            ->ForEach([&](JsonElement e,
-                                          const internal::JsonPath& p) {
-                              auto v = internal::ReadU64(e, p);
-                              if (!v.ok()) return v.status();
-                              be.push_back(*v);
-                              return Status::OK();
-                            })
-                            .WithContext(where + ": data_offsets"));
+  RESHARD_RETURN_NOT_OK(
+      offsets
+          ->ForEach([&](JsonElement e, const internal::JsonPath& p) {
+            auto v = internal::ReadU64(e, p);
+            if (!v.ok()) return v.status();
+            be.push_back(*v);
+            return Status::OK();
+          })
+          .WithContext(where + ": data_offsets"));
   t.begin = be[0];
   t.end = be[1];
   const std::string range =
@@ -256,8 +256,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file,
                                    ": safetensors header runs past the file");
   }
   if (json.empty() || json[0] != '{') {
-    return Status::InvalidArgument(
-        Printable(file) + ": safetensors header must start with '{'");
+    return Status::InvalidArgument(Printable(file) +
+                                   ": safetensors header must start with '{'");
   }
   const uint64_t data_size = file_size - h.data_offset;
   auto doc = internal::JsonDocument::Parse(json);

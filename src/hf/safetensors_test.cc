@@ -42,10 +42,9 @@ TEST(SafetensorsTest, ParsesTensorsInDataOrderWithMetadata) {
 
 TEST(SafetensorsTest, EveryDtypeHasItsSizeAndPlacementName) {
   const std::pair<const char*, int64_t> sizes[] = {
-      {"BOOL", 1}, {"U8", 1},      {"I8", 1},      {"F8_E4M3", 1},
-      {"F8_E5M2", 1}, {"I16", 2},  {"U16", 2},     {"F16", 2},
-      {"BF16", 2}, {"I32", 4},     {"U32", 4},     {"F32", 4},
-      {"I64", 8},  {"U64", 8},     {"F64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
   for (const auto& [name, size] : sizes) {
     const SafetensorsDtype* d = FindSafetensorsDtype(name);
     ASSERT_NE(d, nullptr) << name;
@@ -137,9 +136,8 @@ TEST(SafetensorsTest, DtypeShapeAndSizeMustAgree) {
 TEST(SafetensorsTest, MisalignedTensorsAreRefused) {
   // The data starts at a multiple of 8: F32 at data offset 2 is not
   // aligned.
-  std::string json =
-      R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
-      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})";
+  std::string json = R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                     R"("b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})";
   json.resize((json.size() + 8 + 7) / 8 * 8 - 8, ' ');
   EXPECT_THAT(Parse(json, 6),
               StatusIs(StatusCode::kInvalidArgument,
@@ -158,12 +156,11 @@ TEST(SafetensorsTest, MalformedJsonAndFieldsAreRefused) {
               StatusIs(StatusCode::kInvalidArgument,
                        ::testing::StartsWith(
                            "f.safetensors: safetensors header: invalid JSON")));
-  EXPECT_THAT(
-      Parse(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
-            R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
-            2),
-      StatusIs(StatusCode::kInvalidArgument,
-               "f.safetensors: duplicate tensor a in the header"));
+  EXPECT_THAT(Parse(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                    R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                    2),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "f.safetensors: duplicate tensor a in the header"));
   EXPECT_THAT(
       Parse(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})",
             1),

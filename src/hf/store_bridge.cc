@@ -53,8 +53,7 @@ std::vector<std::pair<Dims, Dims>> Slabs(const Dims& shape, int64_t itemsize,
 }
 
 // Byte offset of a box's first element in its row-major tensor.
-uint64_t LinearOffset(const Dims& shape, const Dims& offset,
-                      int64_t itemsize) {
+uint64_t LinearOffset(const Dims& shape, const Dims& offset, int64_t itemsize) {
   uint64_t at = 0;
   for (size_t d = 0; d < shape.size(); ++d) at = at * shape[d] + offset[d];
   return at * static_cast<uint64_t>(itemsize);
@@ -122,7 +121,8 @@ class FileSink final : public internal::RangedSink {
     uint64_t base = 0;
     for (const auto& f : plan.files()) {
       const std::string path = dir + "/" + f.name + ".partial";
-      FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+      FileDescriptor fd(
+          ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
       if (!fd.valid()) return internal::ErrnoStatus("cannot open", path);
       s.files_.push_back({base, path, std::move(fd)});
       base += f.size;
@@ -132,9 +132,9 @@ class FileSink final : public internal::RangedSink {
   uint64_t Base(size_t file) const { return files_[file].base; }
 
   Status Write(uint64_t position, const uint8_t* data, uint64_t n) override {
-    auto it = std::upper_bound(
-        files_.begin(), files_.end(), position,
-        [](uint64_t p, const File& f) { return p < f.base; });
+    auto it =
+        std::upper_bound(files_.begin(), files_.end(), position,
+                         [](uint64_t p, const File& f) { return p < f.base; });
     const File& f = *(it - 1);
     ++writes_;
     bytes_ += n;
@@ -175,8 +175,8 @@ Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
   RESHARD_ASSIGN_OR_RETURN(auto whole,
                            HfLayout(config_json, layout, &checkpoint));
   RESHARD_ASSIGN_OR_RETURN(
-      auto source, SlabPlacement(whole, std::max<uint64_t>(
-                                            options.max_fragment_bytes, 1)));
+      auto source,
+      SlabPlacement(whole, std::max<uint64_t>(options.max_fragment_bytes, 1)));
   RESHARD_ASSIGN_OR_RETURN(auto plan, store.PrepareImport(source));
   CheckpointReader reader(checkpoint, source);
   auto receipts = store.Import(plan, source, reader);
@@ -208,8 +208,8 @@ Result<HfExportReport> ExportCheckpoint(WeightStore& store,
   RESHARD_ASSIGN_OR_RETURN(
       auto s, internal::PlanCheckpointFiles(manifest.tensors(),
                                             std::move(header), options));
-  RESHARD_ASSIGN_OR_RETURN(
-      auto logical, LogicalTransferPlan::MakeFromStored(manifest, s->checkpoint));
+  RESHARD_ASSIGN_OR_RETURN(auto logical, LogicalTransferPlan::MakeFromStored(
+                                             manifest, s->checkpoint));
   s->plan = std::move(logical);
   const CheckpointWritePlan plan(s);
   RESHARD_RETURN_NOT_OK(CreateCheckpointFiles(plan, dir));

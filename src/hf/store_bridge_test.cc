@@ -55,9 +55,9 @@ void ExpectLoads(const HfCheckpoint& ckpt, const HfLayoutOptions& grid) {
   const auto target = Must(HfLayout(kConfig, grid, &ckpt));
   auto buffers = Must(internal::AllocateHostBuffers(target, "check"));
   ASSERT_OK(LoadCheckpoint(ckpt, target, buffers.bindings).status());
-  EXPECT_EQ(internal::VerifyPattern(target, internal::TensorIndex(target),
-                                    buffers),
-            "");
+  EXPECT_EQ(
+      internal::VerifyPattern(target, internal::TensorIndex(target), buffers),
+      "");
 }
 
 TEST(HfStoreBridgeTest, ImportLoadAnywhereExportRoundTrip) {
@@ -73,16 +73,17 @@ TEST(HfStoreBridgeTest, ImportLoadAnywhereExportRoundTrip) {
   EXPECT_EQ(imported.tensors, ckpt.tensors().size());
   EXPECT_GT(imported.fragments, 2 * ckpt.tensors().size());
   EXPECT_EQ(imported.bytes_read, ckpt.tensor_bytes());
-  ASSERT_OK_AND_ASSIGN(auto manifest, store.ReadManifest(imported.manifest_key));
+  ASSERT_OK_AND_ASSIGN(auto manifest,
+                       store.ReadManifest(imported.manifest_key));
   for (const auto& f : manifest.fragments()) EXPECT_LE(f.nbytes, 2048u);
   ASSERT_OK(store.Verify(imported.manifest_key).status());
   // The revision loads into an engine layout with every byte in place.
   const auto target = Must(HfLayout(kConfig, Grid(2, 2, 2), &ckpt));
   auto buffers = Must(internal::AllocateHostBuffers(target, "load"));
   ASSERT_OK(store.Load(manifest, target, buffers.bindings).status());
-  EXPECT_EQ(internal::VerifyPattern(target, internal::TensorIndex(target),
-                                    buffers),
-            "");
+  EXPECT_EQ(
+      internal::VerifyPattern(target, internal::TensorIndex(target), buffers),
+      "");
   // And back out, through windows smaller than a tensor.
   CheckpointWriteOptions out;
   out.staging_bytes = 4096;

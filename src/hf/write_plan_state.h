@@ -21,7 +21,7 @@ struct CheckpointWritePlan::State {
   std::vector<CheckpointWriteTensor> tensors;  // sorted by name
   std::string index_json;
   uint64_t tensor_bytes = 0;
-  std::string source_placement_id;  // empty for a stored source
+  std::string source_placement_id;     // empty for a stored source
   WeightPlacementManifest checkpoint;  // the target side of `plan`
   std::optional<LogicalTransferPlan> plan;
 };

@@ -78,10 +78,10 @@ class Loader {
     }
     RESHARD_RETURN_NOT_OK(Flush());
     for (const auto& [w, from] : copies) {
-      std::memcpy(Memory(w->target_base),
-                  Memory(from->target_base) +
-                      (w->object_base - from->object_base),
-                  w->source.total_bytes);
+      std::memcpy(
+          Memory(w->target_base),
+          Memory(from->target_base) + (w->object_base - from->object_base),
+          w->source.total_bytes);
     }
     return Status::OK();
   }
@@ -101,8 +101,7 @@ class Loader {
     }
     if (begin < first_full)
       RESHARD_RETURN_NOT_OK(Edge(begin, first_full, dest));
-    const uint64_t step =
-        std::max<uint64_t>(o_.max_range_bytes / c, 1) * c;
+    const uint64_t step = std::max<uint64_t>(o_.max_range_bytes / c, 1) * c;
     for (uint64_t at = first_full; at < last_full;) {
       const uint64_t n = std::min(step, last_full - at);
       pending_.push_back({*key_, at, n, dest + (at - begin)});
@@ -187,8 +186,8 @@ class Loader {
     std::vector<ReadRange> ranges;
     auto add = [&](uint64_t b, uint64_t e) {
       for (uint64_t at = b; at < e;) {
-        const uint64_t n = std::min(
-            e - at, std::max<uint64_t>(o_.max_range_bytes / c, 1) * c);
+        const uint64_t n =
+            std::min(e - at, std::max<uint64_t>(o_.max_range_bytes / c, 1) * c);
         ranges.push_back({*key_, at, n, staging_.data() + (at - begin)});
         at += n;
       }
@@ -209,10 +208,9 @@ class Loader {
     }
     if (open) add(cur_b, cur_e);
     for (size_t i = 0; i < ranges.size(); i += o_.max_ranges_per_request) {
-      const size_t n = std::min<size_t>(o_.max_ranges_per_request,
-                                        ranges.size() - i);
-      std::vector<ReadRange> batch(ranges.begin() + i,
-                                   ranges.begin() + i + n);
+      const size_t n =
+          std::min<size_t>(o_.max_ranges_per_request, ranges.size() - i);
+      std::vector<ReadRange> batch(ranges.begin() + i, ranges.begin() + i + n);
       RESHARD_RETURN_NOT_OK(Read(batch));
       for (const ReadRange& r : batch) {
         RESHARD_RETURN_NOT_OK(
@@ -227,8 +225,7 @@ class Loader {
     uint64_t row = w.row;
     uint64_t within = w.within;
     while (row < w.rows) {
-      const uint64_t at =
-          w.object_base + RowOffset(w.source, row) + within;
+      const uint64_t at = w.object_base + RowOffset(w.source, row) + within;
       if (at < begin || at >= end) return;
       const uint64_t n = std::min(w.source.inner_bytes - within, end - at);
       if (!runs_.empty() && runs_.back().second == at) {
@@ -251,8 +248,7 @@ class Loader {
       const uint64_t at = w.NextOffset();
       if (at < begin || at >= end) break;
       const uint64_t n = std::min(inner - w.within, end - at);
-      const uint64_t to =
-          w.target_base + RowOffset(w.target, w.row) + w.within;
+      const uint64_t to = w.target_base + RowOffset(w.target, w.row) + w.within;
       if (sink_ == nullptr) {
         std::memcpy(Memory(to), staging_.data() + (at - begin), n);
       } else if (run_n > 0 && run_at + run_n == to &&
@@ -333,8 +329,7 @@ class LoadWorkBuilder {
     auto t = bound_.find(tf.fragment_id);
     if (t == bound_.end()) return Status::OK();  // not filled by this load
     RESHARD_RETURN_NOT_OK(CheckTarget(tf, t->second));
-    return AddAt(plan, r,
-                 t->second.fragment->address() + r.target_base_offset,
+    return AddAt(plan, r, t->second.fragment->address() + r.target_base_offset,
                  /*staged_only=*/false);
   }
 
@@ -361,8 +356,8 @@ class LoadWorkBuilder {
     w.rows = r.inner_bytes == 0 ? 0 : r.bytes / r.inner_bytes;
     auto& per = objects_[s->stored_fragment_id];
     per.fragment = s;
-    const bool direct = !staged_only && w.source.contiguous() &&
-                        w.target.contiguous();
+    const bool direct =
+        !staged_only && w.source.contiguous() && w.target.contiguous();
     (direct ? per.direct : per.staged).push_back(std::move(w));
     report_->bytes += r.bytes;
     ++report_->regions;

@@ -67,8 +67,7 @@ Result<LoadReport> RangedLoad(
 class RangedSink {
  public:
   virtual ~RangedSink() = default;
-  virtual Status Write(uint64_t position, const uint8_t* data,
-                       uint64_t n) = 0;
+  virtual Status Write(uint64_t position, const uint8_t* data, uint64_t n) = 0;
 };
 
 // Serves `plan` (made by LogicalTransferPlan::MakeFromStored from

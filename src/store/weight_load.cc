@@ -32,7 +32,8 @@ Result<LoadReport> WeightStore::Load(
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
   RESHARD_RETURN_NOT_OK(CheckLoadIdentity(manifest, target, target_bindings));
   const internal::RevisionKeys keys(manifest.group_id());
-  RESHARD_ASSIGN_OR_RETURN(internal::Lease lease, internal::Lease::Take(*backend_, keys, options_));
+  RESHARD_ASSIGN_OR_RETURN(internal::Lease lease,
+                           internal::Lease::Take(*backend_, keys, options_));
   // The revision must be the committed one (and still there, under lease).
   auto committed = ReadManifest(manifest.manifest_key());
   if (!committed.ok()) {

@@ -632,8 +632,8 @@ BoxCopies ImportBoxes(const WeightPlacementManifest& source,
   for (const auto& part : source.parts()) {
     if (part.rank().dp != dp) continue;
     for (const auto& f : part.fragments()) {
-      auto& copies = boxes[Box{f.tensor_id(), f.global_offset(),
-                               f.local_shape()}];
+      auto& copies =
+          boxes[Box{f.tensor_id(), f.global_offset(), f.local_shape()}];
       if (!copies.empty()) continue;  // a replica over another axis
       copies.push_back({&f, nullptr});
       (*owner)[f.placement_fragment_id()] = part.participant_id();
@@ -665,11 +665,11 @@ Result<UploadPlan> WeightStore::PrepareImport(
     const std::string id = internal::StoredFragmentId(
         f.tensor_id(), f.global_offset(), f.local_shape());
     const auto& stored = plan.manifest_->fragments();
-    auto it = std::lower_bound(
-        stored.begin(), stored.end(), id,
-        [](const StoredFragment& a, const std::string& b) {
-          return a.stored_fragment_id < b;
-        });
+    auto it =
+        std::lower_bound(stored.begin(), stored.end(), id,
+                         [](const StoredFragment& a, const std::string& b) {
+                           return a.stored_fragment_id < b;
+                         });
     const std::string_view participant = owner.at(f.placement_fragment_id());
     plan.ops_.push_back({static_cast<size_t>(it - stored.begin()),
                          std::string(participant), f.placement_fragment_id()});
@@ -707,8 +707,8 @@ Result<std::vector<UploadReceipt>> WeightStore::Import(
     RESHARD_RETURN_NOT_OK(CheckOperationGeometry(source, op, s));
     RESHARD_RETURN_NOT_OK(RequireNotAborted(*backend_, plan));
     RESHARD_RETURN_NOT_OK(
-        reader.Read(*source.FindFragment(op.placement_fragment_id),
-                    buffer.data())
+        reader
+            .Read(*source.FindFragment(op.placement_fragment_id), buffer.data())
             .WithContext("reading " + op.placement_fragment_id));
     RESHARD_RETURN_NOT_OK(
         WriteStoredFragment(*backend_, options_, plan, s, buffer.data()));

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""CLI contract of `reshard hf layout` and `reshard hf reshard` on tiny
+"""CLI contract of `reshard hf layout|reshard|import|export` on tiny
 checkpoints made by the test (hf_checkpoints.py): every architecture,
-several grids each, byte-for-byte round trips.
+several grids each, byte-for-byte round trips, the weight-store bridge.
 
 Usage: hf_cli_test.py RESHARD_BINARY TESTS_DIR
 """
@@ -247,6 +247,49 @@ def reshard_names_a_malformed_file():
     fails(run("hf", "reshard", d, placement, d + "-out"),
           "model-00002-of-00002.safetensors")
     check(not os.path.exists(d + "-out"), "output created for a bad source")
+
+
+@SUITE.test
+def store_import_export_round_trip():
+    for arch in ("deepseek_v3", "qwen3_moe"):
+        d = checkpoint(arch)
+        uri = "fs://" + os.path.join(TMP["dir"], "store-" + arch)
+        # Slabs of at most 1 KiB: no tensor is ever whole in memory.
+        imp = json.loads(ok(run("hf", "import", d, uri, "--json",
+                                "--max-fragment-bytes", 1024),
+                            "hf import").stdout)
+        source = hfc.read_checkpoint(d)
+        total = sum(len(t[2]) for t in source.values())
+        check(imp["tensors"] == len(source), imp)
+        check(imp["fragments"] > len(source), imp)
+        check(imp["bytes_read"] == total, imp)
+        key = imp["manifest_key"]
+        check(key == "weights/default/%s/hf/0/manifest" % arch, key)
+        ok(run("store", "verify", uri, key), "store verify")
+        out = os.path.join(TMP["dir"], "exported-" + arch)
+        exp = json.loads(ok(run("hf", "export", uri, key, out, "--json",
+                                "--staging-bytes", 4096,
+                                "--max-file-bytes", total // 2 + 1),
+                            "hf export").stdout)
+        check(exp["bytes"] == total and exp["files"] >= 2, exp)
+        got = hfc.read_checkpoint(out)
+        check(got == source, "%s: exported checkpoint differs" % arch)
+        # Twice: the revision exists, the output exists; both refused and
+        # nothing changes.
+        fails(run("hf", "import", d, uri), "conflicting weight revision")
+        ok(run("store", "verify", uri, key), "store verify after")
+        fails(run("hf", "export", uri, key, out), "exists: refusing")
+        check(hfc.read_checkpoint(out) == source, "export changed")
+
+
+@SUITE.test
+def store_export_of_a_missing_revision():
+    uri = "fs://" + os.path.join(TMP["dir"], "store-empty")
+    os.makedirs(uri[5:], exist_ok=True)
+    out = os.path.join(TMP["dir"], "never")
+    fails(run("hf", "export", uri, "weights/default/x/hf/0/manifest", out),
+          "weights/default/x/hf/0/manifest")
+    check(not os.path.exists(out), "output created for a missing revision")
 
 
 sys.exit(SUITE.run("reshard-hf-", lambda t: TMP.update(dir=t)))
