@@ -2,11 +2,12 @@
 // about 4 GiB (hidden 4096, 11 layers, 5 files) loaded into its TP4 layout
 // (`reshard hf layout` rules, every rank in this process) with
 // LoadCheckpoint, next to a plain sequential read of the same files in the
-// same run. Cold (pages dropped with posix_fadvise DONTNEED after a sync)
-// and warm page cache; also the resident-set growth during the load (the
-// staging bound) and the bytes read. The files are removed at the end.
+// same run (into the same target buffers). Cold (pages dropped with
+// posix_fadvise DONTNEED after a sync) and warm page cache; also the
+// resident-set growth during the load (the staging bound) and the bytes read.
+// The files are removed at the end.
 //
-// Usage: reshard_bench_hf [--dir PATH] [--layers N] [--keep]
+// Usage: reshard_bench_hf [--dir PATH] [--layers N] [--tp N] [--keep]
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -104,18 +105,30 @@ void DropCache(const std::string& dir) {
   }
 }
 
-// Reads every file front to back in 64 MiB preads; GB/s.
-double SequentialRead(const std::string& dir, std::vector<uint8_t>& into) {
+// Reads every file front to back in preads of at most 64 MiB into the
+// target buffers, one after the other (the same memory the load fills);
+// GB/s.
+double SequentialRead(const std::string& dir,
+                      const std::vector<std::pair<uint8_t*, uint64_t>>& into) {
   uint64_t bytes = 0;
+  size_t buffer = 0;
+  uint64_t used = 0;
   const auto t0 = Clock::now();
   for (const auto& p : Files(dir)) {
     const int fd = ::open(p.c_str(), O_RDONLY);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     for (uint64_t at = 0;;) {
-      const ssize_t n = ::pread(fd, into.data(), into.size(), at);
-      if (n <= 0) break;
-      at += static_cast<uint64_t>(n);
-      bytes += static_cast<uint64_t>(n);
+      if (used == into[buffer].second) {
+        buffer = (buffer + 1) % into.size();
+        used = 0;
+      }
+      const uint64_t n =
+          std::min<uint64_t>(uint64_t{64} << 20, into[buffer].second - used);
+      const ssize_t got = ::pread(fd, into[buffer].first + used, n, at);
+      if (got <= 0) break;
+      at += static_cast<uint64_t>(got);
+      used += static_cast<uint64_t>(got);
+      bytes += static_cast<uint64_t>(got);
     }
     ::close(fd);
   }
@@ -167,11 +180,13 @@ LoadRun Load(const HfCheckpoint& ckpt, const WeightPlacementManifest& target,
 int main(int argc, char** argv) {
   std::string dir = "/tmp/reshard-hf-bench-" + std::to_string(::getpid());
   int layers = 11;
+  int64_t tp = 4;
   bool keep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     if (a == "--layers" && i + 1 < argc) layers = std::atoi(argv[++i]);
+    if (a == "--tp" && i + 1 < argc) tp = std::atoi(argv[++i]);
     if (a == "--keep") keep = true;
   }
   const std::string config = Config(layers);
@@ -180,13 +195,15 @@ int main(int argc, char** argv) {
   Generate(whole, dir);
   auto ckpt = Must(HfCheckpoint::Open(dir));
   HfLayoutOptions tp4;
-  tp4.sizes.tp = 4;
+  tp4.sizes.tp = tp;
   const auto target = Must(HfLayout(config, tp4, &ckpt));
   auto buffers = Must(internal::AllocateHostBuffers(target, "bench"));
-  for (const auto& [id, p] : buffers.data) {
-    std::memset(p, 0, target.FindFragment(id)->nbytes());  // pre-fault
+  std::vector<std::pair<uint8_t*, uint64_t>> memory;
+  for (const PlacementFragment* f : target.fragments()) {
+    uint8_t* p = buffers.data.at(f->placement_fragment_id());
+    std::memset(p, 0, f->nbytes());  // pre-fault
+    memory.emplace_back(p, f->nbytes());
   }
-  std::vector<uint8_t> scratch(64 << 20, 1);
   const double gib = ckpt.tensor_bytes() / double(1 << 30);
   std::printf(
       "checkpoint: %.2f GiB of tensors in %zu files, %zu tensors; "
@@ -197,7 +214,7 @@ int main(int argc, char** argv) {
   for (const char* cache : {"cold", "warm"}) {
     const bool cold = std::string(cache) == "cold";
     if (cold) DropCache(dir);
-    const double seq = SequentialRead(dir, scratch);
+    const double seq = SequentialRead(dir, memory);
     if (cold) DropCache(dir);
     const LoadRun load = Load(ckpt, target, buffers);
     const double ratio = load.gbps / seq;

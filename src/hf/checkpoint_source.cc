@@ -2,6 +2,8 @@
 // a read-only ObjectStore over its files, loaded by the store's ranged
 // loader (store/ranged_load.h) without checksums.
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -64,11 +66,25 @@ class CheckpointObjectStore final : public ObjectStore {
       }
       files.push_back(i);
     }
-    for (size_t k = 0; k < ranges.size(); ++k) {
-      const ReadRange& r = ranges[k];
-      RESHARD_RETURN_NOT_OK(PreadAll(s_->fds[files[k]].get(), r.dest, r.length,
-                                     r.offset,
-                                     s_->dir + "/" + s_->files[files[k]].name));
+    // Ranges that continue each other in one file are one preadv (one
+    // large read instead of several), then the kernel is asked to read
+    // ahead of the last byte while the loader copies.
+    for (size_t k = 0; k < ranges.size();) {
+      std::vector<ReadBuffer> buffers;
+      size_t j = k;
+      uint64_t end = ranges[k].offset;
+      for (; j < ranges.size() && files[j] == files[k] &&
+             ranges[j].offset == end && buffers.size() < kMaxBuffers;
+           ++j) {
+        buffers.push_back({ranges[j].dest, ranges[j].length});
+        end += ranges[j].length;
+      }
+      const int fd = s_->fds[files[k]].get();
+      RESHARD_RETURN_NOT_OK(
+          PreadvAll(fd, buffers, ranges[k].offset,
+                    s_->dir + "/" + s_->files[files[k]].name));
+      ReadAhead(files[k], fd, ranges[k].offset, end);
+      k = j;
     }
     return Status::OK();
   }
@@ -87,9 +103,30 @@ class CheckpointObjectStore final : public ObjectStore {
     return it->second;
   }
 
+  // A read [begin, end) that continues the file's previous one (a load
+  // streaming through it) asks for the bytes after `end` ahead of time;
+  // scattered reads (one rank's share) ask for nothing.
+  void ReadAhead(size_t file, int fd, uint64_t begin, uint64_t end) {
+    uint64_t& last = last_end_[file];
+    const bool streaming = begin >= last && begin - last <= kStreamGapBytes;
+    last = end;
+    uint64_t& asked = asked_[file];
+    if (!streaming || end + kReadAheadBytes / 2 <= asked) return;
+    const uint64_t from = std::max(asked, end);
+    ::posix_fadvise(fd, static_cast<off_t>(from),
+                    static_cast<off_t>(end + kReadAheadBytes - from),
+                    POSIX_FADV_WILLNEED);
+    asked = end + kReadAheadBytes;
+  }
+
+  static constexpr size_t kMaxBuffers = 1024;
+  static constexpr uint64_t kReadAheadBytes = uint64_t{64} << 20;
+  static constexpr uint64_t kStreamGapBytes = uint64_t{1} << 20;
   std::shared_ptr<HfCheckpoint::State> s_;
   std::string uri_;
   std::unordered_map<std::string, size_t> index_;
+  std::unordered_map<size_t, uint64_t> asked_;     // readahead requested up to
+  std::unordered_map<size_t, uint64_t> last_end_;  // end of the last read
 };
 
 }  // namespace

@@ -360,6 +360,28 @@ TEST(CheckpointWriterTest, ParticipantsWriteTheirOwnRangesSeparately) {
   }
 }
 
+TEST(CheckpointWriterTest, NeverWritesThroughASymbolicLink) {
+  TempDir dir("hf-link");
+  const auto layout = TpLayout({{"w", "U8", {4, 4}}}, 0);
+  ASSERT_OK_AND_ASSIGN(auto plan, PlanCheckpointWrite(layout));
+  const std::string real = dir.path() + "/real";
+  ASSERT_EQ(::mkdir(real.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(real.c_str(), (dir.path() + "/out").c_str()), 0);
+  EXPECT_THAT(CreateCheckpointFiles(plan, dir.path() + "/out"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       dir.path() + "/out is not a directory (or is a link)"));
+  // A link in place of a file of the plan is an existing file.
+  const std::string partial = real + "/" + plan.files()[0].name + ".partial";
+  ASSERT_EQ(::symlink("/dev/null", partial.c_str()), 0);
+  EXPECT_THAT(
+      CreateCheckpointFiles(plan, real),
+      StatusIs(StatusCode::kAlreadyExists,
+               partial + " exists: refusing to overwrite a checkpoint"));
+  struct stat sb;
+  ASSERT_EQ(::lstat(partial.c_str(), &sb), 0);
+  EXPECT_TRUE(S_ISLNK(sb.st_mode));
+}
+
 TEST(CheckpointWriterTest, FilesAreNamedAlignedAndIndexed) {
   const auto layout = TpLayout({{"model.layers.10.w", "U8", {4, 2}},
                                 {"model.layers.2.w", "F32", {2, 2}},

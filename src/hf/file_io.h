@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "reshard/status.h"
 
@@ -37,6 +38,15 @@ Status ErrnoStatus(std::string_view what, std::string_view path);
 // file that ends first is DataLoss naming `path` and the range.
 Status PreadAll(int fd, void* dest, uint64_t n, uint64_t offset,
                 std::string_view path);
+
+// Reads exactly the buffers' total size at `offset` into `buffers` in
+// order (one preadv per up to IOV_MAX buffers, short reads resumed).
+struct ReadBuffer {
+  void* data;
+  uint64_t size;
+};
+Status PreadvAll(int fd, const std::vector<ReadBuffer>& buffers,
+                 uint64_t offset, std::string_view path);
 
 // Writes exactly `n` bytes at `offset` (retrying short writes and EINTR).
 Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -36,6 +37,17 @@ struct Work {
 
 // Byte range [begin, end) of an object.
 using ByteRun = std::pair<uint64_t, uint64_t>;
+
+// One copy out of a sweep window: n bytes at window offset `from` to
+// target position `to`.
+struct Piece {
+  uint64_t to = 0;
+  uint64_t from = 0;
+  uint64_t n = 0;
+};
+
+// Windows smaller than this are copied out on the reading thread.
+constexpr uint64_t kAsyncCopyBytes = uint64_t{1} << 20;
 
 class Loader {
  public:
@@ -154,31 +166,51 @@ class Loader {
 
   // Strided regions: windows in object order; in each, the runs the
   // regions need are read once (chunk-aligned when verified), verified and
-  // scattered.
+  // delivered. Two half-size buffers: while one window's bytes are copied
+  // out (on a helper thread, one window at a time), the next window is
+  // read into the other, so reading and copying overlap.
   Status Sweep(std::vector<Work>& work) {
     std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
       return a.object_base < b.object_base;
     });
     const uint64_t c = sums_->chunk_bytes;
-    const uint64_t span = std::max<uint64_t>(o_.staging_bytes / c, 1) * c;
-    while (true) {
+    const uint64_t span = std::max<uint64_t>(o_.staging_bytes / 2 / c, 1) * c;
+    std::future<Status> copying;  // the previous window's copies
+    auto wait = [&copying](Status st) {
+      if (!copying.valid()) return st;
+      Status copied = copying.get();
+      return st.ok() ? copied : st;
+    };
+    for (size_t k = 0;; ++k) {
       uint64_t next = UINT64_MAX;
       for (const Work& w : work) {
         if (w.row < w.rows) next = std::min(next, w.NextOffset());
       }
-      if (next == UINT64_MAX) return Status::OK();
+      if (next == UINT64_MAX) break;
       const uint64_t begin = next / c * c;
       const uint64_t end = std::min(begin + span, sums_->size);
-      if (staging_.size() < end - begin) staging_.resize(end - begin);
-      RESHARD_RETURN_NOT_OK(ReadWindow(work, begin, end));
-      for (Work& w : work) RESHARD_RETURN_NOT_OK(Scatter(w, begin, end));
+      std::vector<uint8_t>& buf = staging_[k % 2];
+      if (buf.size() < end - begin) buf.resize(end - begin);
+      Status st = ReadWindow(work, begin, end, buf.data());
+      RESHARD_RETURN_NOT_OK(wait(st));
+      std::vector<Piece> pieces;
+      for (Work& w : work) PlanPieces(w, begin, end, &pieces);
+      if (end - begin < kAsyncCopyBytes) {
+        RESHARD_RETURN_NOT_OK(Deliver(pieces, buf.data()));
+      } else {
+        copying = std::async(std::launch::async,
+                             [this, p = std::move(pieces), data = buf.data()] {
+                               return Deliver(p, data);
+                             });
+      }
     }
+    return wait(Status::OK());
   }
 
   // Reads the runs of window [begin, end) that some region needs into the
   // staging buffer at their window offsets.
-  Status ReadWindow(const std::vector<Work>& work, uint64_t begin,
-                    uint64_t end) {
+  Status ReadWindow(const std::vector<Work>& work, uint64_t begin, uint64_t end,
+                    uint8_t* buf) {
     runs_.clear();
     for (const Work& w : work) CollectRuns(w, begin, end);
     std::sort(runs_.begin(), runs_.end());
@@ -188,7 +220,7 @@ class Loader {
       for (uint64_t at = b; at < e;) {
         const uint64_t n =
             std::min(e - at, std::max<uint64_t>(o_.max_range_bytes / c, 1) * c);
-        ranges.push_back({*key_, at, n, staging_.data() + (at - begin)});
+        ranges.push_back({*key_, at, n, buf + (at - begin)});
         at += n;
       }
     };
@@ -238,27 +270,21 @@ class Loader {
     }
   }
 
-  // Delivers the rows (or parts) of `w` inside object bytes [begin, end):
-  // copies into memory, or hands a sink runs that are contiguous on both
-  // sides as one write.
-  Status Scatter(Work& w, uint64_t begin, uint64_t end) {
+  // The rows (or parts) of `w` inside object bytes [begin, end), as
+  // copies from the window; pieces contiguous on both sides are merged.
+  void PlanPieces(Work& w, uint64_t begin, uint64_t end,
+                  std::vector<Piece>* pieces) {
     const uint64_t inner = w.source.inner_bytes;
-    uint64_t run_at = 0, run_from = 0, run_n = 0;
     while (w.row < w.rows) {
       const uint64_t at = w.NextOffset();
-      if (at < begin || at >= end) break;
+      if (at < begin || at >= end) return;
       const uint64_t n = std::min(inner - w.within, end - at);
       const uint64_t to = w.target_base + RowOffset(w.target, w.row) + w.within;
-      if (sink_ == nullptr) {
-        std::memcpy(Memory(to), staging_.data() + (at - begin), n);
-      } else if (run_n > 0 && run_at + run_n == to &&
-                 run_from + run_n == at - begin) {
-        run_n += n;
+      if (!pieces->empty() && pieces->back().to + pieces->back().n == to &&
+          pieces->back().from + pieces->back().n == at - begin) {
+        pieces->back().n += n;
       } else {
-        RESHARD_RETURN_NOT_OK(Deliver(run_at, run_from, run_n));
-        run_at = to;
-        run_from = at - begin;
-        run_n = n;
+        pieces->push_back({to, at - begin, n});
       }
       w.within += n;
       if (w.within == inner) {
@@ -266,12 +292,18 @@ class Loader {
         ++w.row;
       }
     }
-    return Deliver(run_at, run_from, run_n);
   }
 
-  Status Deliver(uint64_t to, uint64_t from, uint64_t n) {
-    if (n == 0) return Status::OK();
-    return sink_->Write(to, staging_.data() + from, n);
+  // Copies the pieces out of a window: into memory, or to the sink.
+  Status Deliver(const std::vector<Piece>& pieces, const uint8_t* window) {
+    for (const Piece& p : pieces) {
+      if (sink_ == nullptr) {
+        std::memcpy(Memory(p.to), window + p.from, p.n);
+      } else {
+        RESHARD_RETURN_NOT_OK(sink_->Write(p.to, window + p.from, p.n));
+      }
+    }
+    return Status::OK();
   }
 
   static uint8_t* Memory(uint64_t address) {
@@ -288,7 +320,7 @@ class Loader {
   bool verified_ = true;
   std::vector<ReadRange> pending_;
   std::vector<uint8_t> chunk_buf_;
-  std::vector<uint8_t> staging_;
+  std::vector<uint8_t> staging_[2];
   std::vector<ByteRun> runs_;
 };
 
