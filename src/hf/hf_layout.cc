@@ -1,6 +1,7 @@
 // HfLayout: a checkpoint's own tensor names on a TP/PP/EP/DP grid with the
 // sharding inference engines use (docs/hf-checkpoints.md, "Layouts").
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -137,6 +138,19 @@ Status CheckGrid(const HfConfig& c, const ParallelSizes& n) {
       return Status::InvalidArgument(std::string("--") + name +
                                      " must be >= 1");
     }
+  }
+  // The grid is materialised participant by participant.
+  constexpr int64_t kMaxParticipants = int64_t{1} << 20;
+  if (n.tp > kMaxParticipants || n.pp > kMaxParticipants ||
+      n.ep > kMaxParticipants || n.dp > kMaxParticipants ||
+      n.tp * n.pp >
+          kMaxParticipants / std::min(n.ep * n.dp, kMaxParticipants) ||
+      n.ep * n.dp > kMaxParticipants) {
+    return Status::InvalidArgument(
+        "a grid of tp " + std::to_string(n.tp) + " x pp " +
+        std::to_string(n.pp) + " x ep " + std::to_string(n.ep) + " x dp " +
+        std::to_string(n.dp) + " exceeds " + std::to_string(kMaxParticipants) +
+        " participants");
   }
   if (n.pp > c.layers) {
     return Status::InvalidArgument("PP " + std::to_string(n.pp) +

@@ -170,6 +170,13 @@ TEST(HfLayoutTest, GridErrorsNameTheTensorOrCount) {
                        "weight_scale_inv)"));
   EXPECT_THAT(HfLayout(kQwen3Moe, Grid(1, 1, 1, 0)),
               StatusIs(StatusCode::kInvalidArgument, "--dp must be >= 1"));
+  EXPECT_THAT(HfLayout(kQwen3Moe, Grid(1, 1, 2, int64_t{1} << 40)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "a grid of tp 1 x pp 1 x ep 2 x dp 1099511627776 "
+                       "exceeds 1048576 participants"));
+  EXPECT_THAT(HfLayout(kQwen3Moe, Grid(2, 2, 2, 1 << 18)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("exceeds 1048576 participants")));
 }
 
 }  // namespace
