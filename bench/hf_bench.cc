@@ -226,7 +226,9 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(load.bytes_read),
         static_cast<unsigned long long>(ckpt.tensor_bytes()),
         load.rss_growth / double(1 << 20));
-    ok = ok && ratio >= 0.8 && load.bytes_read == ckpt.tensor_bytes();
+    // The staging windows plus the plan and copy lists (a few MiB).
+    ok = ok && ratio >= 0.8 && load.bytes_read == ckpt.tensor_bytes() &&
+         load.rss_growth <= (uint64_t{64} << 20) + (uint64_t{4} << 20);
   }
   if (!keep) fs::remove_all(dir);
   return ok ? 0 : 1;

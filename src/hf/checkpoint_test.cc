@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -358,6 +359,47 @@ TEST(CheckpointWriterTest, ParticipantsWriteTheirOwnRangesSeparately) {
     ASSERT_OK(LoadCheckpoint(back, whole, reread.bindings).status());
     ExpectPattern(whole, reread);
   }
+}
+
+// Every participant in a process of its own, all writing at once into the
+// shared files.
+TEST(CheckpointWriterTest, ProcessesWriteConcurrently) {
+  TempDir dir("hf-procs");
+  const std::vector<Spec> specs = {
+      {"a", "BF16", {64, 48}}, {"b", "F32", {32, 16}}, {"c", "U8", {8, 256}}};
+  const std::string src = dir.path() + "/src";
+  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+  auto ckpt = Must(HfCheckpoint::Open(MakeCheckpoint(src, specs)));
+  const auto layout = TpLayout(specs, 1, /*dp=*/2);
+  auto buffers = Must(internal::AllocateHostBuffers(layout, "t"));
+  ASSERT_OK(LoadCheckpoint(ckpt, layout, buffers.bindings).status());
+  CheckpointWriteOptions options;
+  options.max_file_bytes = 4096;
+  options.staging_bytes = 1000;
+  ASSERT_OK_AND_ASSIGN(auto plan, PlanCheckpointWrite(layout, options));
+  const std::string out = dir.path() + "/out";
+  ASSERT_OK(CreateCheckpointFiles(plan, out));
+  std::vector<pid_t> children;
+  for (const auto& b : buffers.bindings) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto r = WriteCheckpointFragments(plan, layout, {b}, out, options);
+      ::_exit(r.ok() ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  ASSERT_OK(FinishCheckpoint(plan, out));
+  ASSERT_OK_AND_ASSIGN(auto back, HfCheckpoint::Open(out));
+  const auto whole = TpLayout(specs, 0);
+  auto reread = Must(internal::AllocateHostBuffers(whole, "r"));
+  ASSERT_OK(LoadCheckpoint(back, whole, reread.bindings).status());
+  ExpectPattern(whole, reread);
 }
 
 TEST(CheckpointWriterTest, NeverWritesThroughASymbolicLink) {
