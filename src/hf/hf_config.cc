@@ -379,6 +379,60 @@ void AddMtpLayer(const HfConfig& c, int64_t l, TensorList* t) {
   t->Add(p + "shared_head.head.weight", {c.vocab, h}, HfShard::kVocab, l);
 }
 
+// Absurd sizes fail here, before anything is enumerated: every count
+// bounds a loop, every dimension a tensor's bytes.
+Status CheckBounds(const HfConfig& c) {
+  constexpr int64_t kMaxDim = int64_t{1} << 31;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"hidden_size", c.hidden},
+      {"vocab_size", c.vocab},
+      {"num_attention_heads", c.heads},
+      {"num_key_value_heads", c.kv_heads},
+      {"head_dim", c.head_dim},
+      {"intermediate_size", c.intermediate},
+      {"moe_intermediate_size", c.moe_intermediate},
+      {"q_lora_rank", c.q_lora_rank.value_or(0)},
+      {"kv_lora_rank", c.kv_lora_rank},
+      {"qk_nope_head_dim", c.qk_nope},
+      {"qk_rope_head_dim", c.qk_rope},
+      {"v_head_dim", c.v_head}};
+  for (const auto& [name, v] : dims) {
+    if (v > kMaxDim) {
+      return Status::InvalidArgument("config.json: " + std::string(name) + " " +
+                                     std::to_string(v) + " exceeds " +
+                                     std::to_string(kMaxDim));
+    }
+  }
+  const std::pair<const char*, int64_t> counts[] = {
+      {"num_hidden_layers", c.layers},
+      {"num_nextn_predict_layers", c.nextn_layers},
+      {"the routed expert count", c.experts},
+      {"n_shared_experts", c.shared_experts}};
+  for (const auto& [name, v] : counts) {
+    if (v > (int64_t{1} << 16)) {
+      return Status::InvalidArgument("config.json: " + std::string(name) + " " +
+                                     std::to_string(v) + " exceeds 65536");
+    }
+  }
+  if ((c.layers + c.nextn_layers) * (3 * c.experts + 32) > (int64_t{1} << 24)) {
+    return Status::InvalidArgument(
+        "config.json describes more than 16777216 tensors (" +
+        std::to_string(c.layers + c.nextn_layers) + " layers of " +
+        std::to_string(c.experts) + " experts)");
+  }
+  return Status::OK();
+}
+
+// The byte size of a shape, or nullopt past 2^62.
+bool FitsBytes(const Dims& shape, int64_t itemsize) {
+  uint64_t n = static_cast<uint64_t>(itemsize);
+  for (int64_t d : shape) {
+    if (n > (uint64_t{1} << 62) / static_cast<uint64_t>(d)) return false;
+    n *= static_cast<uint64_t>(d);
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<HfConfig> ParseHfConfig(std::string_view json) {
@@ -397,6 +451,7 @@ Result<HfConfig> ParseHfConfig(std::string_view json) {
   RESHARD_RETURN_NOT_OK(ReadMoe(r, &c));
   if (c.arch == HfArch::kDeepseekV3) RESHARD_RETURN_NOT_OK(ReadMla(r, &c));
   RESHARD_RETURN_NOT_OK(ReadQuantization(r, &c));
+  RESHARD_RETURN_NOT_OK(CheckBounds(c));
   return c;
 }
 
@@ -422,6 +477,10 @@ Result<std::vector<HfTensor>> HfModelTensors(const HfConfig& c) {
             " an empty dimension (check intermediate_size and the "
             "expert and attention sizes)");
       }
+    }
+    if (!FitsBytes(x.shape, x.itemsize)) {
+      return Status::InvalidArgument("config.json makes " + x.name +
+                                     " larger than 2^62 bytes");
     }
   }
   return std::move(t.out());

@@ -141,6 +141,22 @@ TEST(HfLayoutTest, ConfigErrorsNameTheField) {
               StatusIs(StatusCode::kInvalidArgument,
                        "config.json: hidden_size must be a non-negative "
                        "integer"));
+  std::string huge = kQwen3Moe;
+  huge.replace(huge.find("\"num_experts\": 4"), 16,
+               "\"num_experts\": 4000000000");
+  EXPECT_THAT(HfLayout(huge, Grid(1, 1, 1)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "config.json: the routed expert count 4000000000 "
+                       "exceeds 65536"));
+  huge = kQwen3Moe;
+  huge.replace(huge.find("\"hidden_size\": 32"), 17,
+               "\"hidden_size\": 2147483648");
+  huge.replace(huge.find("\"vocab_size\": 64"), 16,
+               "\"vocab_size\": 2147483648");
+  EXPECT_THAT(HfLayout(huge, Grid(1, 1, 1)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "config.json makes model.embed_tokens.weight larger "
+                       "than 2^62 bytes"));
   std::string awq = kQwen3Moe;
   awq.insert(awq.size() - 1,
              R"(, "quantization_config": {"quant_method": "awq"})");
