@@ -5,6 +5,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <mutex>
 #include <unordered_map>
 
 #include "hf/checkpoint_state.h"
@@ -107,6 +108,8 @@ class CheckpointObjectStore final : public ObjectStore {
   // streaming through it) asks for the bytes after `end` ahead of time;
   // scattered reads (one rank's share) ask for nothing.
   void ReadAhead(size_t file, int fd, uint64_t begin, uint64_t end) {
+    // ObjectStore methods may be called from several threads at once.
+    std::lock_guard<std::mutex> lock(mu_);
     uint64_t& last = last_end_[file];
     const bool streaming = begin >= last && begin - last <= kStreamGapBytes;
     last = end;

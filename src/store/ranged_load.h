@@ -10,12 +10,13 @@
 // source bytes another direct region of the same load already reads is
 // copied from that region's target instead of read again (TP-replicated
 // norms, DP replicas). Strided regions are served by one sequential sweep
-// over the fragment's bytes in windows of at most `staging_bytes`: in each
+// over the fragment's bytes in windows of `staging_bytes / 2`: in each
 // window the byte runs some region needs are read (runs closer than
-// `max_read_gap_bytes` merged into one read), then scattered to every
-// region with rows in them. So no read is issued per row, every stored
+// `max_read_gap_bytes` merged into one read), then copied out to every
+// region with rows in them by a helper thread while the next window is
+// read into the other half. So no read is issued per row, every stored
 // byte is read at most once per sweep, and the extra memory is bounded by
-// the staging window whatever the model size.
+// `staging_bytes` (plus the windows' copy lists) whatever the model size.
 
 #ifndef RESHARD_STORE_RANGED_LOAD_H_
 #define RESHARD_STORE_RANGED_LOAD_H_
@@ -39,7 +40,8 @@ struct RangedLoadOptions {
   // Largest single read, and ranges per backend request.
   uint64_t max_range_bytes = uint64_t{64} << 20;
   uint32_t max_ranges_per_request = 1024;
-  // The sweep window (bounded extra memory whatever the model size).
+  // The sweep's two windows together (bounded extra memory whatever the
+  // model size).
   uint64_t staging_bytes = uint64_t{64} << 20;
   // Needed runs of one window this close are read as one range (the gap
   // is read and dropped): fewer requests for small strided rows.
