@@ -128,7 +128,8 @@ class CheckpointObjectStore final : public ObjectStore {
   std::shared_ptr<HfCheckpoint::State> s_;
   std::string uri_;
   std::unordered_map<std::string, size_t> index_;
-  std::unordered_map<size_t, uint64_t> asked_;     // readahead requested up to
+  std::mutex mu_;                               // guards asked_ and last_end_
+  std::unordered_map<size_t, uint64_t> asked_;  // readahead requested up to
   std::unordered_map<size_t, uint64_t> last_end_;  // end of the last read
 };
 
