@@ -123,6 +123,8 @@ def layout_from_config_only():
     r, out = layout("deepseek_v3", (2, 3, 1, 1), ckpt=False,
                     name="dsv3-config.json")
     ok(r, "hf layout (config only)")
+    v = json.loads(ok(run("validate", out, "--json"), "validate").stdout)
+    check(v["valid"] and v["participants"] == 6, v)
     p = json.load(open(out))
     tensors = {t["tensor_id"]: t for t in p["tensors"]}
     names = {n for n, _, _ in hfc.model_tensors(hfc.CONFIGS["deepseek_v3"])}
