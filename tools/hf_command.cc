@@ -3,6 +3,7 @@
 //   reshard hf layout CONFIG.json --tp N --pp N --ep N --dp N
 //                     [--checkpoint DIR] -o PLACEMENT.json
 //   reshard hf reshard CKPT_DIR TARGET.json OUT_DIR [--json]
+//   reshard hf source CKPT_DIR TARGET.json -o MANIFEST.json
 //   reshard hf import CKPT_DIR URI [--json]
 //   reshard hf export URI MANIFEST_KEY OUT_DIR [--json]
 
@@ -87,6 +88,32 @@ void AddLayoutCommand(CLI::App* hf) {
                 << " participants; placement_id " << placement->placement_id()
                 << "\n";
       return Status::OK();
+    };
+    Status st = run();
+    if (!st.ok()) throw CLI::RuntimeError(Fail(st));
+  });
+}
+
+void AddSourceCommand(CLI::App* hf) {
+  auto* cmd = hf->add_subcommand(
+      "source",
+      "Print the checkpoint as the stored manifest a TARGET load plans from "
+      "(each tensor a byte range of its file; `reshard plan` takes it)");
+  struct Args {
+    std::string checkpoint, target, output;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("CKPT_DIR", a->checkpoint, "checkpoint directory")
+      ->required();
+  cmd->add_option("TARGET", a->target, "target placement (JSON)")->required();
+  cmd->add_option("-o,--output", a->output, "output file ('-' for stdout)")
+      ->required();
+  cmd->callback([a]() {
+    auto run = [&]() -> Status {
+      RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
+      RESHARD_ASSIGN_OR_RETURN(auto target, LoadPlacement(a->target));
+      RESHARD_ASSIGN_OR_RETURN(auto manifest, CheckpointSource(ckpt, target));
+      return WriteOutput(a->output, StoredWeightManifestToJson(manifest));
     };
     Status st = run();
     if (!st.ok()) throw CLI::RuntimeError(Fail(st));
@@ -299,6 +326,7 @@ void AddHfCommand(CLI::App& app) {
   hf->require_subcommand(1);
   AddLayoutCommand(hf);
   AddReshardCommand(hf);
+  AddSourceCommand(hf);
   AddImportCommand(hf);
   AddExportCommand(hf);
 }

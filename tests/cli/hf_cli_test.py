@@ -225,6 +225,30 @@ def checkpoint_tensor_errors():
 
 
 @SUITE.test
+def checkpoint_source_plans():
+    d = checkpoint("mixtral")
+    r, placement = layout("mixtral", (2, 2, 2, 1), name="mixtral-src.json")
+    ok(r, "hf layout")
+    manifest = os.path.join(TMP["dir"], "mixtral-source.json")
+    ok(run("hf", "source", d, placement, "-o", manifest), "hf source")
+    m = json.load(open(manifest))
+    check(m["manifest_key"] == "hf-checkpoint/manifest", m["manifest_key"])
+    source = hfc.read_checkpoint(d)
+    by_id = {f["tensor_id"]: f for f in m["fragments"]}
+    check(set(by_id) == set(source), "manifest tensors differ")
+    f = by_id["model.layers.1.block_sparse_moe.experts.3.w2.weight"]
+    raw = open(os.path.join(d, f["object_key"].split("/")[-1]), "rb").read()
+    check(raw[f["object_offset"]:f["object_offset"] + f["nbytes"]] ==
+          source[f["tensor_id"]][2], "the manifest's range is not the tensor")
+    plan = json.loads(ok(run("plan", manifest, placement, "--json"),
+                         "plan from the checkpoint").stdout)
+    frag_bytes = sum(fr["nbytes"] for p in json.load(open(placement))["parts"]
+                     for fr in p["fragments"])
+    check(plan["bytes"] == frag_bytes, "plan bytes %d != %d" %
+          (plan["bytes"], frag_bytes))
+
+
+@SUITE.test
 def reshard_refuses_existing_output():
     d = checkpoint("qwen2")
     r, placement = layout("qwen2", (2, 1, 1, 1), name="qwen2-twice.json")
