@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "hf/checkpoint_state.h"
+#include "hf/dims_text.h"
 #include "hf/write_plan_state.h"
 #include "store/ranged_load.h"
 #include "util/printable.h"
@@ -146,18 +147,6 @@ std::unique_ptr<ObjectStore> MakeCheckpointObjectStore(
 
 }  // namespace internal
 
-namespace {
-
-std::string DimsText(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    s += (i > 0 ? ", " : "") + std::to_string(d[i]);
-  }
-  return s + "]";
-}
-
-}  // namespace
-
 Result<StoredWeightManifest> CheckpointSource(
     const HfCheckpoint& checkpoint, const WeightPlacementManifest& target) {
   StoredWeightManifestSpec spec;
@@ -180,9 +169,9 @@ Result<StoredWeightManifest> CheckpointSource(
         c->itemsize != t.itemsize()) {
       return Status::InvalidArgument(
           "tensor " + internal::Printable(t.tensor_id()) + " is " + c->dtype +
-          " " + DimsText(c->shape) + " in " + internal::Printable(c->file) +
-          " but " + t.dtype() + " " + DimsText(t.global_shape()) +
-          " in the target placement");
+          " " + internal::DimsText(c->shape) + " in " +
+          internal::Printable(c->file) + " but " + t.dtype() + " " +
+          internal::DimsText(t.global_shape()) + " in the target placement");
     }
     RESHARD_ASSIGN_OR_RETURN(auto whole, internal::WholeTensorOf(t));
     spec.tensors.push_back(std::move(whole));

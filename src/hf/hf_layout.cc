@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "gen/tensor_layout.h"
+#include "hf/dims_text.h"
 #include "hf/hf_config.h"
 #include "reshard/hf.h"
 #include "util/printable.h"
@@ -13,20 +14,14 @@
 namespace reshard {
 namespace {
 
+using internal::DimsText;
+
 using internal::HfConfig;
 using internal::HfShard;
 using internal::HfTensor;
 using internal::Printable;
 
 constexpr std::string_view kScaleSuffix = "weight_scale_inv";
-
-std::string DimsText(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    s += (i > 0 ? ", " : "") + std::to_string(d[i]);
-  }
-  return s + "]";
-}
 
 // A laid-out tensor: the model's tensor and, for an FP8 scale, the weight
 // it follows.

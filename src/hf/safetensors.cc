@@ -5,12 +5,15 @@
 #include <array>
 #include <set>
 
+#include "hf/dims_text.h"
 #include "reshard/hf.h"
 #include "util/json_reader.h"
 #include "util/printable.h"
 
 namespace reshard {
 namespace {
+
+using internal::DimsText;
 
 using internal::JsonElement;
 using internal::Printable;
@@ -46,15 +49,6 @@ std::optional<uint64_t> ByteSize(const Dims& shape, int64_t itemsize) {
     n *= u;
   }
   return n;
-}
-
-std::string DimsText(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(d[i]);
-  }
-  return s + "]";
 }
 
 // One tensor entry: {"dtype", "shape", "data_offsets"}, checked on its own
