@@ -18,6 +18,9 @@ echo
 echo "== weight store (fs) vs sequential file write/read of the same bytes"
 "$BUILD/reshard_bench_store"
 echo
+echo "== Hugging Face checkpoint (4 GiB, generated) into TP4 vs sequential read of the same files"
+"$BUILD/reshard_bench_hf"
+echo
 echo "== Python package vs the C++ CLI (plan time; 1 GiB local reshard between torch tensors vs reshard selftest)"
 PYTHONPATH="$BUILD/python" "${RESHARD_PYTHON:-/usr/bin/python3}" bench/python_bench.py \
   --cli "$BUILD/reshard" --models examples/models

@@ -17,8 +17,10 @@ PASSES=${CHECK_PASSES:-asan tsan fuzz}
 # local transport, the self-test (local transport, parallel memcpy), live
 # sessions, store races and crashes, the fs backend, multi-process uploads,
 # and the placement suites (large documents decode on two threads, large
-# placements hash their identity on a second thread).
-TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:ReshardTest.*:CopyRegionTest.*:SelfTestTest.*:LiveSessionTest.*:LiveFaultTest.*:StandingSessionTest.*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:PlacementWireTest.*:PlacementManifestTest.*:*Race*:*Concurren*'}
+# placements hash their identity on a second thread), and checkpoint loads
+# and writes (the ranged loader copies out on a helper thread; writers in
+# several processes).
+TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:ReshardTest.*:CopyRegionTest.*:SelfTestTest.*:LiveSessionTest.*:LiveFaultTest.*:StandingSessionTest.*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:PlacementWireTest.*:PlacementManifestTest.*:HfCheckpointTest.*:HfStoreBridgeTest.*:CheckpointWriterTest.*:*Race*:*Concurren*'}
 SUPP=$PWD/scripts/sanitizers
 # -O1 with line tables: sanitizer reports with file:line, at less
 # compile time than the default -O2 -g.

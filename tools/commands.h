@@ -15,6 +15,7 @@ void AddSelftestCommand(CLI::App& app);
 void AddImportLegacyCommand(CLI::App& app);
 void AddStoreCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
+void AddHfCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

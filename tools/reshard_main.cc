@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   reshard::cli::AddImportLegacyCommand(app);
   reshard::cli::AddStoreCommand(app);
   reshard::cli::AddDemoCommand(app);
+  reshard::cli::AddHfCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

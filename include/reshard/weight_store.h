@@ -177,6 +177,15 @@ struct GcReport {
   std::vector<StoreProblem> skipped;
 };
 
+// A source of fragment bytes that is not live memory (a checkpoint on
+// disk): WeightStore::Import reads each fragment through it.
+class FragmentReader {
+ public:
+  virtual ~FragmentReader() = default;
+  // Fills `dest` with the fragment's nbytes bytes (contiguous row-major).
+  virtual Status Read(const PlacementFragment& fragment, void* dest) = 0;
+};
+
 class WeightStore {
  public:
   static Result<WeightStore> Open(std::string_view uri,
@@ -213,6 +222,19 @@ class WeightStore {
                          const std::vector<UploadReceipt>& receipts);
   Result<std::vector<UploadReceipt>> GatherReceipts(const UploadPlan& plan);
   Status Abort(const UploadPlan& plan);
+
+  // Imports from a FragmentReader instead of live memory. PrepareImport
+  // plans one stored fragment per box of the source's lowest DP replica,
+  // written by the participant holding it (fenced by the plan alone: the
+  // writers' instance and lease are "import"); Import reads each through
+  // one buffer of the largest fragment's size, checksums and writes it
+  // (refused once the transaction decided to abort). Commit as after
+  // Upload. Memory: the largest fragment, so a source split into small
+  // fragments imports in small memory.
+  Result<UploadPlan> PrepareImport(const WeightPlacementManifest& source);
+  Result<std::vector<UploadReceipt>> Import(
+      const UploadPlan& plan, const WeightPlacementManifest& source,
+      FragmentReader& reader);
 
   // A published manifest (strict: its key must match, its group must be the
   // revision at that key, every payload must be <group>/payload/<txn>/<id>;

@@ -14,6 +14,8 @@ exactly the needed bytes between caller tensors:
 Tensors are torch tensors, numpy arrays or anything with DLPack, the
 buffer protocol or ``__array_interface__``, in host memory.
 ``reshard.torch`` builds placements and bindings from a rank's parameters;
+``reshard.hf`` loads Hugging Face checkpoints into any layout's tensors and
+writes any layout back as one;
 ``reshard.compat.mooncake`` offers the prototype's ``mooncake.reshard.weight``
 names on this core. Invalid
 manifests, plans and tensors raise ``InvalidArgumentError`` (a

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_reshard, m) {
   reshard::python::RegisterStore(m);
   reshard::python::RegisterLive(m);
   reshard::python::RegisterDlpack(m);
+  reshard::python::RegisterHf(m);
 }

@@ -18,6 +18,7 @@ void RegisterLocal(pybind11::module_& m);           // transfer_py.cc
 void RegisterStore(pybind11::module_& m);           // store_py.cc
 void RegisterLive(pybind11::module_& m);            // live_py.cc
 void RegisterDlpack(pybind11::module_& m);          // dlpack_py.cc
+void RegisterHf(pybind11::module_& m);              // hf_py.cc
 
 }  // namespace reshard::python
 

@@ -614,6 +614,110 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
   return receipts;
 }
 
+// ---------------------------------------------------------------- import
+
+namespace {
+
+constexpr std::string_view kImportWriter = "import";
+
+// The fragments of the lowest DP replica, by box, and the participant
+// holding each.
+BoxCopies ImportBoxes(const WeightPlacementManifest& source,
+                      std::map<std::string_view, std::string_view>* owner) {
+  int64_t dp = INT64_MAX;
+  for (const auto& part : source.parts()) {
+    if (!part.fragments().empty()) dp = std::min(dp, part.rank().dp);
+  }
+  BoxCopies boxes;
+  for (const auto& part : source.parts()) {
+    if (part.rank().dp != dp) continue;
+    for (const auto& f : part.fragments()) {
+      auto& copies =
+          boxes[Box{f.tensor_id(), f.global_offset(), f.local_shape()}];
+      if (!copies.empty()) continue;  // a replica over another axis
+      copies.push_back({&f, nullptr});
+      (*owner)[f.placement_fragment_id()] = part.participant_id();
+    }
+  }
+  return boxes;
+}
+
+}  // namespace
+
+Result<UploadPlan> WeightStore::PrepareImport(
+    const WeightPlacementManifest& source) {
+  RESHARD_RETURN_NOT_OK(RejectDpOwnedTensors(source));
+  std::map<std::string_view, std::string_view> owner;
+  const BoxCopies boxes = ImportBoxes(source, &owner);
+  const RevisionKeys keys = KeysOf(options_).Revision(
+      source.resource_id(), source.revision(), source.weight_generation());
+  UploadPlan plan;
+  plan.transaction_id_ = options_.new_transaction_id();
+  plan.source_placement_id_ = source.placement_id();
+  RESHARD_ASSIGN_OR_RETURN(
+      auto manifest,
+      MakeUploadManifest(source, options_, keys, plan.transaction_id_, boxes));
+  plan.manifest_ =
+      std::make_shared<const StoredWeightManifest>(std::move(manifest));
+  std::set<std::string_view> writers;
+  for (const auto& [box, copies] : boxes) {
+    const PlacementFragment& f = *copies.front().fragment;
+    const std::string id = internal::StoredFragmentId(
+        f.tensor_id(), f.global_offset(), f.local_shape());
+    const auto& stored = plan.manifest_->fragments();
+    auto it =
+        std::lower_bound(stored.begin(), stored.end(), id,
+                         [](const StoredFragment& a, const std::string& b) {
+                           return a.stored_fragment_id < b;
+                         });
+    const std::string_view participant = owner.at(f.placement_fragment_id());
+    plan.ops_.push_back({static_cast<size_t>(it - stored.begin()),
+                         std::string(participant), f.placement_fragment_id()});
+    writers.insert(participant);
+  }
+  std::sort(plan.ops_.begin(), plan.ops_.end(),
+            [](const auto& a, const auto& b) {
+              return a.stored_fragment < b.stored_fragment;
+            });
+  for (std::string_view w : writers) {
+    plan.writers_.push_back({std::string(w), std::string(kImportWriter),
+                             std::string(kImportWriter)});
+  }
+  RESHARD_RETURN_NOT_OK(
+      backend_->Put(keys.Started(plan.transaction_id_),
+                    internal::StartedRecord(options_.now_seconds())));
+  return plan;
+}
+
+Result<std::vector<UploadReceipt>> WeightStore::Import(
+    const UploadPlan& plan, const WeightPlacementManifest& source,
+    FragmentReader& reader) {
+  if (source.placement_id() != plan.source_placement_id_) {
+    return Status::InvalidArgument("source placement identity mismatch");
+  }
+  uint64_t largest = 0;
+  for (const UploadOperation& op : plan.operations()) {
+    largest = std::max(largest,
+                       plan.manifest().fragments()[op.stored_fragment].nbytes);
+  }
+  std::vector<uint8_t> buffer(largest);
+  std::vector<UploadReceipt> receipts;
+  for (const UploadOperation& op : plan.operations()) {
+    const StoredFragment& s = plan.manifest().fragments()[op.stored_fragment];
+    RESHARD_RETURN_NOT_OK(CheckOperationGeometry(source, op, s));
+    RESHARD_RETURN_NOT_OK(RequireNotAborted(*backend_, plan));
+    RESHARD_RETURN_NOT_OK(
+        reader
+            .Read(*source.FindFragment(op.placement_fragment_id), buffer.data())
+            .WithContext("reading " + op.placement_fragment_id));
+    RESHARD_RETURN_NOT_OK(
+        WriteStoredFragment(*backend_, options_, plan, s, buffer.data()));
+    if (options_.on_stage) options_.on_stage("payload");
+    receipts.push_back({s.stored_fragment_id, s.object_key, op.participant_id});
+  }
+  return receipts;
+}
+
 // ---------------------------------------------------------------- commit
 
 namespace {

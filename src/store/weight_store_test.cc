@@ -378,6 +378,18 @@ TEST_P(WeightStoreRoundTripTest, CrossDimDim0ToDim2UsesStagedSweeps) {
   }
 }
 
+// Replicas of the stored tiling (three DP ranks, the TP-replicated norm on
+// every TP rank) are read once and copied: the load reads the model once.
+TEST_P(WeightStoreRoundTripTest, ReplicatedTargetsReadEachStoredByteOnce) {
+  for (const NamedOptions& o : OptionSets()) {
+    SCOPED_TRACE(o.name);
+    const LoadReport r = RoundTrip(TpLayout(1, 2), TpLayout(3, 2), o.options);
+    // The bf16 norm [96] sits on both TP ranks of each of the 3 replicas.
+    EXPECT_EQ(r.bytes, 3 * ModelBytes(TpLayout(1, 2)) + 3 * 96 * 2);
+    EXPECT_EQ(r.bytes_read, ModelBytes(TpLayout(1, 2)));
+  }
+}
+
 TEST_P(WeightStoreRoundTripTest, EpPpOwnershipSwap) {
   RoundTripAllOptions(ExpertLayout(2, 2, false), ExpertLayout(3, 4, true));
 }

@@ -1,0 +1,23 @@
+// "[a, b, c]": a shape in error messages of the hf layer.
+
+#ifndef RESHARD_HF_DIMS_TEXT_H_
+#define RESHARD_HF_DIMS_TEXT_H_
+
+#include <string>
+
+#include "reshard/placement.h"
+
+namespace reshard::internal {
+
+inline std::string DimsText(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_HF_DIMS_TEXT_H_

@@ -1,0 +1,489 @@
+// config.json and the tensors each supported architecture names
+// (docs/hf-checkpoints.md, "Tensor names").
+
+#include "hf/hf_config.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "reshard/hf.h"
+#include "util/json_reader.h"
+#include "util/printable.h"
+
+namespace reshard::internal {
+namespace {
+
+constexpr std::pair<std::string_view, HfArch> kArchitectures[] = {
+    {"LlamaForCausalLM", HfArch::kLlama},
+    {"Qwen2ForCausalLM", HfArch::kQwen2},
+    {"Qwen3ForCausalLM", HfArch::kQwen3},
+    {"Qwen3MoeForCausalLM", HfArch::kQwen3Moe},
+    {"MixtralForCausalLM", HfArch::kMixtral},
+    {"DeepseekV3ForCausalLM", HfArch::kDeepseekV3},
+};
+
+// Typed reads of config.json fields; messages name the field.
+class ConfigReader {
+ public:
+  explicit ConfigReader(simdjson::dom::object obj) : obj_(obj) {}
+
+  bool Has(std::string_view key) const {
+    simdjson::dom::element e;
+    return obj_.at_key(key).get(e) == simdjson::SUCCESS && !e.is_null();
+  }
+  Result<int64_t> Int(std::string_view key) const {
+    simdjson::dom::element e;
+    if (obj_.at_key(key).get(e) != simdjson::SUCCESS || e.is_null()) {
+      return Status::InvalidArgument("config.json lacks " + std::string(key));
+    }
+    int64_t v = 0;
+    if (e.get_int64().get(v) != simdjson::SUCCESS || v < 0) {
+      return Status::InvalidArgument("config.json: " + std::string(key) +
+                                     " must be a non-negative integer");
+    }
+    return v;
+  }
+  Result<int64_t> Int(std::string_view key, int64_t fallback) const {
+    if (!Has(key)) return fallback;
+    return Int(key);
+  }
+  Result<bool> Bool(std::string_view key, bool fallback) const {
+    if (!Has(key)) return fallback;
+    bool v = false;
+    if (obj_[key].get_bool().get(v) != simdjson::SUCCESS) {
+      return Status::InvalidArgument("config.json: " + std::string(key) +
+                                     " must be true or false");
+    }
+    return v;
+  }
+  Result<std::string> String(std::string_view key,
+                             std::string_view fallback) const {
+    if (!Has(key)) return std::string(fallback);
+    std::string_view v;
+    if (obj_[key].get_string().get(v) != simdjson::SUCCESS) {
+      return Status::InvalidArgument("config.json: " + std::string(key) +
+                                     " must be a string");
+    }
+    return std::string(v);
+  }
+  Result<std::vector<int64_t>> Ints(std::string_view key) const {
+    if (!Has(key)) return std::vector<int64_t>{};
+    JsonPath root;
+    return ReadIntArray(obj_[key], root.Field(key));
+  }
+  simdjson::dom::object object() const { return obj_; }
+
+ private:
+  simdjson::dom::object obj_;
+};
+
+Status ReadArchitecture(const ConfigReader& r, HfConfig* c) {
+  simdjson::dom::array archs;
+  std::string_view name;
+  if (r.object()["architectures"].get_array().get(archs) != simdjson::SUCCESS ||
+      archs.size() != 1 || archs.at(0).get_string().get(name) != 0) {
+    return Status::InvalidArgument(
+        "config.json: architectures must be a list of one name");
+  }
+  c->architecture = std::string(name);
+  for (const auto& [n, arch] : kArchitectures) {
+    if (n == name) {
+      c->arch = arch;
+      return Status::OK();
+    }
+  }
+  std::string known;
+  for (const auto& [n, arch] : kArchitectures) {
+    known += (known.empty() ? "" : ", ") + std::string(n);
+  }
+  return Status::Unimplemented("unknown architecture " + Printable(name) +
+                               " (supported: " + known + ")");
+}
+
+Status ReadQuantization(const ConfigReader& r, HfConfig* c) {
+  if (!r.Has("quantization_config")) return Status::OK();
+  simdjson::dom::object q;
+  if (r.object()["quantization_config"].get_object().get(q) != 0) {
+    return Status::InvalidArgument(
+        "config.json: quantization_config must be an object");
+  }
+  ConfigReader qr(q);
+  RESHARD_ASSIGN_OR_RETURN(auto method, qr.String("quant_method", ""));
+  if (method != "fp8") {
+    return Status::Unimplemented(
+        "config.json: quantization_config.quant_method " + Printable(method) +
+        " is not supported (fp8 with weight_block_size is)");
+  }
+  RESHARD_ASSIGN_OR_RETURN(auto block, qr.Ints("weight_block_size"));
+  if (block.size() != 2 || block[0] < 1 || block[1] < 1) {
+    return Status::Unimplemented(
+        "config.json: fp8 quantization_config needs weight_block_size "
+        "[rows, cols]");
+  }
+  c->fp8 = true;
+  c->block_rows = block[0];
+  c->block_cols = block[1];
+  return Status::OK();
+}
+
+Status ReadDims(const ConfigReader& r, HfConfig* c) {
+  RESHARD_ASSIGN_OR_RETURN(c->hidden, r.Int("hidden_size"));
+  RESHARD_ASSIGN_OR_RETURN(c->vocab, r.Int("vocab_size"));
+  RESHARD_ASSIGN_OR_RETURN(c->layers, r.Int("num_hidden_layers"));
+  RESHARD_ASSIGN_OR_RETURN(c->heads, r.Int("num_attention_heads"));
+  RESHARD_ASSIGN_OR_RETURN(c->kv_heads, r.Int("num_key_value_heads", c->heads));
+  const std::pair<const char*, int64_t> positive[] = {
+      {"hidden_size", c->hidden},
+      {"vocab_size", c->vocab},
+      {"num_hidden_layers", c->layers},
+      {"num_attention_heads", c->heads},
+      {"num_key_value_heads", c->kv_heads}};
+  for (const auto& [name, v] : positive) {
+    if (v < 1) {
+      return Status::InvalidArgument(std::string("config.json: ") + name +
+                                     " must be at least 1");
+    }
+  }
+  RESHARD_ASSIGN_OR_RETURN(c->head_dim,
+                           r.Int("head_dim", c->hidden / c->heads));
+  RESHARD_ASSIGN_OR_RETURN(c->intermediate, r.Int("intermediate_size", 0));
+  RESHARD_ASSIGN_OR_RETURN(c->tie_word_embeddings,
+                           r.Bool("tie_word_embeddings", false));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto dtype, r.String("torch_dtype", r.Has("dtype") ? "" : "float32"));
+  if (dtype.empty()) {
+    RESHARD_ASSIGN_OR_RETURN(dtype, r.String("dtype", ""));
+  }
+  if (FindSafetensorsDtypeByPlacement(dtype) == nullptr) {
+    return Status::InvalidArgument("config.json: unknown torch_dtype " +
+                                   Printable(dtype));
+  }
+  c->dtype = dtype;
+  return Status::OK();
+}
+
+Status ReadMoe(const ConfigReader& r, HfConfig* c) {
+  switch (c->arch) {
+    case HfArch::kQwen3Moe: {
+      RESHARD_ASSIGN_OR_RETURN(c->experts, r.Int("num_experts"));
+      RESHARD_ASSIGN_OR_RETURN(c->moe_intermediate,
+                               r.Int("moe_intermediate_size"));
+      RESHARD_ASSIGN_OR_RETURN(c->decoder_sparse_step,
+                               r.Int("decoder_sparse_step", 1));
+      RESHARD_ASSIGN_OR_RETURN(c->mlp_only_layers, r.Ints("mlp_only_layers"));
+      break;
+    }
+    case HfArch::kMixtral: {
+      RESHARD_ASSIGN_OR_RETURN(c->experts, r.Int("num_local_experts"));
+      c->moe_intermediate = c->intermediate;
+      break;
+    }
+    case HfArch::kDeepseekV3: {
+      RESHARD_ASSIGN_OR_RETURN(c->experts, r.Int("n_routed_experts"));
+      RESHARD_ASSIGN_OR_RETURN(c->moe_intermediate,
+                               r.Int("moe_intermediate_size"));
+      RESHARD_ASSIGN_OR_RETURN(c->shared_experts, r.Int("n_shared_experts", 0));
+      RESHARD_ASSIGN_OR_RETURN(c->first_k_dense,
+                               r.Int("first_k_dense_replace", 0));
+      RESHARD_ASSIGN_OR_RETURN(c->moe_layer_freq, r.Int("moe_layer_freq", 1));
+      RESHARD_ASSIGN_OR_RETURN(auto topk, r.String("topk_method", "greedy"));
+      c->router_bias = topk == "noaux_tc";
+      break;
+    }
+    default:
+      break;
+  }
+  if (c->decoder_sparse_step < 1 || c->moe_layer_freq < 1) {
+    return Status::InvalidArgument(
+        "config.json: decoder_sparse_step and moe_layer_freq must be at "
+        "least 1");
+  }
+  return Status::OK();
+}
+
+Status ReadMla(const ConfigReader& r, HfConfig* c) {
+  if (r.Has("q_lora_rank")) {
+    RESHARD_ASSIGN_OR_RETURN(c->q_lora_rank, r.Int("q_lora_rank"));
+  }
+  RESHARD_ASSIGN_OR_RETURN(c->kv_lora_rank, r.Int("kv_lora_rank"));
+  RESHARD_ASSIGN_OR_RETURN(c->qk_nope, r.Int("qk_nope_head_dim"));
+  RESHARD_ASSIGN_OR_RETURN(c->qk_rope, r.Int("qk_rope_head_dim"));
+  RESHARD_ASSIGN_OR_RETURN(c->v_head, r.Int("v_head_dim"));
+  RESHARD_ASSIGN_OR_RETURN(c->nextn_layers,
+                           r.Int("num_nextn_predict_layers", 0));
+  return Status::OK();
+}
+
+// Appends the tensors of one model; `dtype` of the config.
+class TensorList {
+ public:
+  explicit TensorList(const HfConfig& c)
+      : c_(c), itemsize_(FindSafetensorsDtypeByPlacement(c.dtype)->itemsize) {}
+
+  void Add(std::string name, Dims shape, HfShard shard,
+           std::optional<int64_t> layer, bool quantized = false,
+           std::optional<int64_t> expert = std::nullopt) {
+    HfTensor t;
+    t.name = std::move(name);
+    t.shape = std::move(shape);
+    t.dtype = c_.dtype;
+    t.itemsize = itemsize_;
+    t.shard = shard;
+    t.quantized = quantized && c_.fp8;
+    t.layer = layer;
+    t.expert = expert;
+    t.last_stage = layer && *layer >= c_.layers;
+    out_.push_back(std::move(t));
+  }
+  std::vector<HfTensor>& out() { return out_; }
+
+ private:
+  const HfConfig& c_;
+  int64_t itemsize_;
+  std::vector<HfTensor> out_;
+};
+
+void AddGqaAttention(const HfConfig& c, const std::string& a, int64_t l,
+                     TensorList* t) {
+  const int64_t h = c.hidden, q = c.heads * c.head_dim,
+                kv = c.kv_heads * c.head_dim;
+  const bool bias = c.attention_bias || c.arch == HfArch::kQwen2;
+  t->Add(a + "q_proj.weight", {q, h}, HfShard::kColumn, l, true);
+  t->Add(a + "k_proj.weight", {kv, h}, HfShard::kKvColumn, l, true);
+  t->Add(a + "v_proj.weight", {kv, h}, HfShard::kKvColumn, l, true);
+  t->Add(a + "o_proj.weight", {h, q}, HfShard::kRow, l, true);
+  if (bias) {
+    t->Add(a + "q_proj.bias", {q}, HfShard::kColumn, l);
+    t->Add(a + "k_proj.bias", {kv}, HfShard::kKvColumn, l);
+    t->Add(a + "v_proj.bias", {kv}, HfShard::kKvColumn, l);
+  }
+  // Llama's attention_bias also biases o_proj (added after the reduce).
+  if (c.attention_bias && c.arch == HfArch::kLlama) {
+    t->Add(a + "o_proj.bias", {h}, HfShard::kReplicated, l);
+  }
+  if (c.arch == HfArch::kQwen3 || c.arch == HfArch::kQwen3Moe) {
+    t->Add(a + "q_norm.weight", {c.head_dim}, HfShard::kReplicated, l);
+    t->Add(a + "k_norm.weight", {c.head_dim}, HfShard::kReplicated, l);
+  }
+}
+
+void AddMlaAttention(const HfConfig& c, const std::string& a, int64_t l,
+                     TensorList* t) {
+  const int64_t h = c.hidden, qk = c.heads * (c.qk_nope + c.qk_rope);
+  if (c.q_lora_rank) {
+    const int64_t r = *c.q_lora_rank;
+    t->Add(a + "q_a_proj.weight", {r, h}, HfShard::kReplicated, l, true);
+    t->Add(a + "q_a_layernorm.weight", {r}, HfShard::kReplicated, l);
+    t->Add(a + "q_b_proj.weight", {qk, r}, HfShard::kColumn, l, true);
+  } else {
+    t->Add(a + "q_proj.weight", {qk, h}, HfShard::kColumn, l, true);
+  }
+  t->Add(a + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope, h},
+         HfShard::kReplicated, l, true);
+  t->Add(a + "kv_a_layernorm.weight", {c.kv_lora_rank}, HfShard::kReplicated,
+         l);
+  t->Add(a + "kv_b_proj.weight",
+         {c.heads * (c.qk_nope + c.v_head), c.kv_lora_rank}, HfShard::kColumn,
+         l, true);
+  t->Add(a + "o_proj.weight", {h, c.heads * c.v_head}, HfShard::kRow, l, true);
+}
+
+// gate/up (column) and down (row) projections of width `i`.
+void AddMlp(const HfConfig& c, const std::string& p, int64_t i, int64_t l,
+            TensorList* t, bool bias = false) {
+  const int64_t h = c.hidden;
+  t->Add(p + "gate_proj.weight", {i, h}, HfShard::kColumn, l, true);
+  t->Add(p + "up_proj.weight", {i, h}, HfShard::kColumn, l, true);
+  t->Add(p + "down_proj.weight", {h, i}, HfShard::kRow, l, true);
+  if (bias) {
+    t->Add(p + "gate_proj.bias", {i}, HfShard::kColumn, l);
+    t->Add(p + "up_proj.bias", {i}, HfShard::kColumn, l);
+    t->Add(p + "down_proj.bias", {h}, HfShard::kReplicated, l);
+  }
+}
+
+// Routed experts: `names` are the gate, up and down projection names.
+void AddExperts(const HfConfig& c, const std::string& p,
+                const std::array<const char*, 3>& names, int64_t l,
+                TensorList* t) {
+  const int64_t h = c.hidden, i = c.moe_intermediate;
+  for (int64_t e = 0; e < c.experts; ++e) {
+    const std::string x = p + std::to_string(e) + ".";
+    t->Add(x + names[0] + ".weight", {i, h}, HfShard::kColumn, l, true, e);
+    t->Add(x + names[1] + ".weight", {i, h}, HfShard::kColumn, l, true, e);
+    t->Add(x + names[2] + ".weight", {h, i}, HfShard::kRow, l, true, e);
+  }
+}
+
+bool SparseLayer(const HfConfig& c, int64_t l) {
+  switch (c.arch) {
+    case HfArch::kQwen3Moe:
+      return c.experts > 0 &&
+             std::find(c.mlp_only_layers.begin(), c.mlp_only_layers.end(), l) ==
+                 c.mlp_only_layers.end() &&
+             (l + 1) % c.decoder_sparse_step == 0;
+    case HfArch::kMixtral:
+      return true;
+    case HfArch::kDeepseekV3:
+      return l >= c.first_k_dense && l % c.moe_layer_freq == 0;
+    default:
+      return false;
+  }
+}
+
+void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  const int64_t h = c.hidden;
+  t->Add(p + "input_layernorm.weight", {h}, HfShard::kReplicated, l);
+  t->Add(p + "post_attention_layernorm.weight", {h}, HfShard::kReplicated, l);
+  if (c.arch == HfArch::kDeepseekV3) {
+    AddMlaAttention(c, p + "self_attn.", l, t);
+  } else {
+    AddGqaAttention(c, p + "self_attn.", l, t);
+  }
+  if (!SparseLayer(c, l)) {
+    AddMlp(c, p + "mlp.", c.intermediate, l, t, c.mlp_bias);
+    return;
+  }
+  const int64_t e = c.experts;
+  if (c.arch == HfArch::kMixtral) {
+    t->Add(p + "block_sparse_moe.gate.weight", {e, h}, HfShard::kReplicated, l);
+    AddExperts(c, p + "block_sparse_moe.experts.", {"w1", "w3", "w2"}, l, t);
+    return;
+  }
+  t->Add(p + "mlp.gate.weight", {e, h}, HfShard::kReplicated, l);
+  if (c.router_bias) {
+    t->Add(p + "mlp.gate.e_score_correction_bias", {e}, HfShard::kReplicated,
+           l);
+  }
+  AddExperts(c, p + "mlp.experts.", {"gate_proj", "up_proj", "down_proj"}, l,
+             t);
+  if (c.shared_experts > 0) {
+    AddMlp(c, p + "mlp.shared_experts.", c.shared_experts * c.moe_intermediate,
+           l, t);
+  }
+}
+
+// A DeepSeek-V3 multi-token-prediction layer: a decoder layer plus its
+// own embedding, norms, projection and head.
+void AddMtpLayer(const HfConfig& c, int64_t l, TensorList* t) {
+  AddLayer(c, l, t);
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  const int64_t h = c.hidden;
+  t->Add(p + "embed_tokens.weight", {c.vocab, h}, HfShard::kVocab, l);
+  t->Add(p + "enorm.weight", {h}, HfShard::kReplicated, l);
+  t->Add(p + "hnorm.weight", {h}, HfShard::kReplicated, l);
+  t->Add(p + "eh_proj.weight", {h, 2 * h}, HfShard::kReplicated, l);
+  t->Add(p + "shared_head.norm.weight", {h}, HfShard::kReplicated, l);
+  t->Add(p + "shared_head.head.weight", {c.vocab, h}, HfShard::kVocab, l);
+}
+
+// Absurd sizes fail here, before anything is enumerated: every count
+// bounds a loop, every dimension a tensor's bytes.
+Status CheckBounds(const HfConfig& c) {
+  constexpr int64_t kMaxDim = int64_t{1} << 31;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"hidden_size", c.hidden},
+      {"vocab_size", c.vocab},
+      {"num_attention_heads", c.heads},
+      {"num_key_value_heads", c.kv_heads},
+      {"head_dim", c.head_dim},
+      {"intermediate_size", c.intermediate},
+      {"moe_intermediate_size", c.moe_intermediate},
+      {"q_lora_rank", c.q_lora_rank.value_or(0)},
+      {"kv_lora_rank", c.kv_lora_rank},
+      {"qk_nope_head_dim", c.qk_nope},
+      {"qk_rope_head_dim", c.qk_rope},
+      {"v_head_dim", c.v_head}};
+  for (const auto& [name, v] : dims) {
+    if (v > kMaxDim) {
+      return Status::InvalidArgument("config.json: " + std::string(name) + " " +
+                                     std::to_string(v) + " exceeds " +
+                                     std::to_string(kMaxDim));
+    }
+  }
+  const std::pair<const char*, int64_t> counts[] = {
+      {"num_hidden_layers", c.layers},
+      {"num_nextn_predict_layers", c.nextn_layers},
+      {"the routed expert count", c.experts},
+      {"n_shared_experts", c.shared_experts}};
+  for (const auto& [name, v] : counts) {
+    if (v > (int64_t{1} << 16)) {
+      return Status::InvalidArgument("config.json: " + std::string(name) + " " +
+                                     std::to_string(v) + " exceeds 65536");
+    }
+  }
+  if ((c.layers + c.nextn_layers) * (3 * c.experts + 32) > (int64_t{1} << 24)) {
+    return Status::InvalidArgument(
+        "config.json describes more than 16777216 tensors (" +
+        std::to_string(c.layers + c.nextn_layers) + " layers of " +
+        std::to_string(c.experts) + " experts)");
+  }
+  return Status::OK();
+}
+
+// The byte size of a shape, or nullopt past 2^62.
+bool FitsBytes(const Dims& shape, int64_t itemsize) {
+  uint64_t n = static_cast<uint64_t>(itemsize);
+  for (int64_t d : shape) {
+    if (n > (uint64_t{1} << 62) / static_cast<uint64_t>(d)) return false;
+    n *= static_cast<uint64_t>(d);
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<HfConfig> ParseHfConfig(std::string_view json) {
+  RESHARD_ASSIGN_OR_RETURN(auto doc, JsonDocument::Parse(json));
+  simdjson::dom::object obj;
+  if (doc.root().get_object().get(obj) != simdjson::SUCCESS) {
+    return Status::InvalidArgument("config.json must be a JSON object");
+  }
+  ConfigReader r(obj);
+  HfConfig c;
+  RESHARD_RETURN_NOT_OK(ReadArchitecture(r, &c));
+  RESHARD_ASSIGN_OR_RETURN(c.model_type, r.String("model_type", ""));
+  RESHARD_RETURN_NOT_OK(ReadDims(r, &c));
+  RESHARD_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
+  RESHARD_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
+  RESHARD_RETURN_NOT_OK(ReadMoe(r, &c));
+  if (c.arch == HfArch::kDeepseekV3) RESHARD_RETURN_NOT_OK(ReadMla(r, &c));
+  RESHARD_RETURN_NOT_OK(ReadQuantization(r, &c));
+  RESHARD_RETURN_NOT_OK(CheckBounds(c));
+  return c;
+}
+
+Result<std::vector<HfTensor>> HfModelTensors(const HfConfig& c) {
+  TensorList t(c);
+  t.Add("model.embed_tokens.weight", {c.vocab, c.hidden}, HfShard::kVocab,
+        std::nullopt);
+  for (int64_t l = 0; l < c.layers; ++l) AddLayer(c, l, &t);
+  for (int64_t k = 0; k < c.nextn_layers; ++k) {
+    AddMtpLayer(c, c.layers + k, &t);
+  }
+  t.Add("model.norm.weight", {c.hidden}, HfShard::kReplicated, std::nullopt);
+  t.out().back().last_stage = true;
+  if (!c.tie_word_embeddings) {
+    t.Add("lm_head.weight", {c.vocab, c.hidden}, HfShard::kVocab, std::nullopt);
+    t.out().back().last_stage = true;
+  }
+  for (const HfTensor& x : t.out()) {
+    for (int64_t d : x.shape) {
+      if (d < 1) {
+        return Status::InvalidArgument(
+            "config.json gives " + x.name +
+            " an empty dimension (check intermediate_size and the "
+            "expert and attention sizes)");
+      }
+    }
+    if (!FitsBytes(x.shape, x.itemsize)) {
+      return Status::InvalidArgument("config.json makes " + x.name +
+                                     " larger than 2^62 bytes");
+    }
+  }
+  return std::move(t.out());
+}
+
+}  // namespace reshard::internal

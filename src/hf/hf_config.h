@@ -1,0 +1,84 @@
+// A model's config.json and the tensors its architecture names, with the
+// sharding role inference engines give each (docs/hf-checkpoints.md).
+
+#ifndef RESHARD_HF_HF_CONFIG_H_
+#define RESHARD_HF_HF_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/placement.h"
+#include "reshard/status.h"
+
+namespace reshard::internal {
+
+enum class HfArch { kLlama, kQwen2, kQwen3, kQwen3Moe, kMixtral, kDeepseekV3 };
+
+struct HfConfig {
+  std::string architecture;  // architectures[0]
+  std::string model_type;
+  HfArch arch = HfArch::kLlama;
+  int64_t hidden = 0, vocab = 0, layers = 0;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t intermediate = 0;
+  bool tie_word_embeddings = false;
+  std::string dtype = "float32";  // torch_dtype (or dtype)
+  bool attention_bias = false;    // q/k/v (and for Llama o) biases
+  bool mlp_bias = false;          // Llama
+  // MoE.
+  int64_t experts = 0;
+  int64_t moe_intermediate = 0;
+  int64_t shared_experts = 0;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  int64_t first_k_dense = 0;
+  int64_t moe_layer_freq = 1;
+  bool router_bias = false;  // DeepSeek-V3 noaux_tc
+  // MLA (DeepSeek-V3).
+  std::optional<int64_t> q_lora_rank;
+  int64_t kv_lora_rank = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
+  int64_t nextn_layers = 0;
+  // FP8 block quantization.
+  bool fp8 = false;
+  int64_t block_rows = 0, block_cols = 0;
+};
+
+// Decodes config.json: the fields the architecture needs are required
+// integers (errors name them), the others defaulted as the model
+// definitions do. An unknown architecture is an error naming it.
+Result<HfConfig> ParseHfConfig(std::string_view json);
+
+// How a tensor is laid out.
+enum class HfShard {
+  kReplicated,
+  kColumn,    // TP splits dim 0
+  kRow,       // TP splits dim 1
+  kVocab,     // TP splits dim 0 (vocab-parallel)
+  kKvColumn,  // TP splits dim 0 at head granularity; replicated when TP
+              // exceeds the KV heads
+};
+
+struct HfTensor {
+  std::string name;
+  Dims shape;
+  std::string dtype;  // placement dtype
+  int64_t itemsize = 0;
+  HfShard shard = HfShard::kReplicated;
+  // A linear weight the config's FP8 scheme quantizes (config-only
+  // layouts give it F8_E4M3 and a weight_scale_inv companion).
+  bool quantized = false;
+  std::optional<int64_t> layer;
+  std::optional<int64_t> expert;  // routed experts: owned by EP ranks
+  bool last_stage = false;        // final norm, head, MTP layers
+};
+
+// Every tensor the architecture names for this config (no FP8 scales),
+// in model order.
+Result<std::vector<HfTensor>> HfModelTensors(const HfConfig& config);
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_HF_HF_CONFIG_H_

@@ -1,0 +1,306 @@
+// HfLayout: a checkpoint's own tensor names on a TP/PP/EP/DP grid with the
+// sharding inference engines use (docs/hf-checkpoints.md, "Layouts").
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "gen/tensor_layout.h"
+#include "hf/dims_text.h"
+#include "hf/hf_config.h"
+#include "reshard/hf.h"
+#include "util/printable.h"
+
+namespace reshard {
+namespace {
+
+using internal::DimsText;
+
+using internal::HfConfig;
+using internal::HfShard;
+using internal::HfTensor;
+using internal::Printable;
+
+constexpr std::string_view kScaleSuffix = "weight_scale_inv";
+
+// A laid-out tensor: the model's tensor and, for an FP8 scale, the weight
+// it follows.
+struct Planned {
+  HfTensor t;
+  const HfTensor* weight = nullptr;  // set for a weight_scale_inv
+};
+
+std::string ScaleName(const std::string& weight) {
+  return weight.substr(0, weight.size() - std::string_view("weight").size()) +
+         std::string(kScaleSuffix);
+}
+
+Dims ScaleShape(const HfConfig& c, const Dims& w) {
+  return {(w[0] + c.block_rows - 1) / c.block_rows,
+          (w[1] + c.block_cols - 1) / c.block_cols};
+}
+
+Planned Scale(const HfConfig& c, const HfTensor& w, const HfTensor* wp) {
+  Planned s{w, wp};
+  s.t.name = ScaleName(w.name);
+  s.t.shape = ScaleShape(c, w.shape);
+  s.t.dtype = "float32";
+  s.t.itemsize = 4;
+  return s;
+}
+
+// Config-only: quantized weights become F8_E4M3, each followed by its
+// scale.
+std::vector<Planned> FromConfig(const HfConfig& c,
+                                const std::vector<HfTensor>& model) {
+  std::vector<Planned> out;
+  for (const HfTensor& t : model) {
+    out.push_back({t, nullptr});
+    if (!t.quantized) continue;
+    out.back().t.dtype = "float8_e4m3fn";
+    out.back().t.itemsize = 1;
+    out.push_back(Scale(c, t, &t));
+  }
+  return out;
+}
+
+// With a checkpoint: exactly its tensors, each one the architecture names
+// (or the FP8 scale of one), with the checkpoint's dtype and the shape
+// both agree on.
+Result<std::vector<Planned>> FromCheckpoint(const HfConfig& c,
+                                            const std::vector<HfTensor>& model,
+                                            const HfCheckpoint& ckpt) {
+  std::unordered_map<std::string_view, const HfTensor*> named;
+  for (const HfTensor& t : model) named[t.name] = &t;
+  std::vector<Planned> out;
+  for (const HfTensor& t : model) {
+    const CheckpointTensor* ct = ckpt.FindTensor(t.name);
+    if (ct == nullptr) {
+      return Status::NotFound("checkpoint lacks " + t.name + ", which " +
+                              c.architecture + " config.json implies");
+    }
+    if (ct->shape != t.shape) {
+      return Status::InvalidArgument(
+          t.name + " is " + DimsText(ct->shape) + " in " + Printable(ct->file) +
+          " but config.json implies " + DimsText(t.shape));
+    }
+  }
+  for (const CheckpointTensor& ct : ckpt.tensors()) {
+    Planned p;
+    auto it = named.find(ct.name);
+    if (it != named.end()) {
+      p.t = *it->second;
+    } else if (ct.name.ends_with(kScaleSuffix)) {
+      const std::string weight =
+          ct.name.substr(0, ct.name.size() - kScaleSuffix.size()) + "weight";
+      auto w = named.find(weight);
+      if (w == named.end() || w->second->shape.size() != 2) {
+        return Status::InvalidArgument(
+            "checkpoint tensor " + Printable(ct.name) + " (in " +
+            Printable(ct.file) + ") scales no weight of " + c.architecture);
+      }
+      if (!c.fp8) {
+        return Status::InvalidArgument(
+            "checkpoint tensor " + Printable(ct.name) +
+            " is an FP8 block scale but config.json has no fp8 "
+            "quantization_config.weight_block_size");
+      }
+      p = Scale(c, *w->second, w->second);
+      if (ct.shape != p.t.shape) {
+        return Status::InvalidArgument(
+            ct.name + " is " + DimsText(ct.shape) + " in " +
+            Printable(ct.file) + " but its weight and weight_block_size " +
+            "imply " + DimsText(p.t.shape));
+      }
+    } else {
+      return Status::InvalidArgument("checkpoint tensor " + Printable(ct.name) +
+                                     " (in " + Printable(ct.file) +
+                                     ") is not a tensor of " + c.architecture +
+                                     ": refusing to guess its layout");
+    }
+    p.t.dtype = ct.dtype;
+    p.t.itemsize = ct.itemsize;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Status CheckGrid(const HfConfig& c, const ParallelSizes& n) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"tp", n.tp}, {"pp", n.pp}, {"ep", n.ep}, {"dp", n.dp}};
+  for (const auto& [name, v] : sizes) {
+    if (v < 1) {
+      return Status::InvalidArgument(std::string("--") + name +
+                                     " must be >= 1");
+    }
+  }
+  // The grid is materialised participant by participant.
+  constexpr int64_t kMaxParticipants = int64_t{1} << 20;
+  if (n.tp > kMaxParticipants || n.pp > kMaxParticipants ||
+      n.ep > kMaxParticipants || n.dp > kMaxParticipants ||
+      n.tp * n.pp >
+          kMaxParticipants / std::min(n.ep * n.dp, kMaxParticipants) ||
+      n.ep * n.dp > kMaxParticipants) {
+    return Status::InvalidArgument(
+        "a grid of tp " + std::to_string(n.tp) + " x pp " +
+        std::to_string(n.pp) + " x ep " + std::to_string(n.ep) + " x dp " +
+        std::to_string(n.dp) + " exceeds " + std::to_string(kMaxParticipants) +
+        " participants");
+  }
+  if (n.pp > c.layers) {
+    return Status::InvalidArgument("PP " + std::to_string(n.pp) +
+                                   " exceeds the " + std::to_string(c.layers) +
+                                   " layers of " + c.architecture);
+  }
+  if (n.ep > 1 && c.experts == 0) {
+    return Status::InvalidArgument("EP " + std::to_string(n.ep) +
+                                   " needs routed experts; " + c.architecture +
+                                   " has none");
+  }
+  if (c.experts > 0 && c.experts % n.ep != 0) {
+    return Status::InvalidArgument(
+        "EP " + std::to_string(n.ep) + " does not divide the " +
+        std::to_string(c.experts) + " routed experts of " + c.architecture);
+  }
+  if (c.heads % n.tp != 0) {
+    return Status::InvalidArgument(
+        "TP " + std::to_string(n.tp) + " does not divide the " +
+        std::to_string(c.heads) + " attention heads of " + c.architecture);
+  }
+  const bool gqa = c.arch != internal::HfArch::kDeepseekV3;
+  if (gqa && n.tp <= c.kv_heads && c.kv_heads % n.tp != 0) {
+    return Status::InvalidArgument(
+        "TP " + std::to_string(n.tp) + " does not divide the " +
+        std::to_string(c.kv_heads) + " KV heads of " + c.architecture);
+  }
+  return Status::OK();
+}
+
+class Layout {
+ public:
+  Layout(const HfConfig& c, const HfLayoutOptions& o) : c_(c), n_(o.sizes) {
+    topo_.sizes = n_;
+    for (int64_t dp = 0; dp < n_.dp; ++dp) {
+      for (int64_t pp = 0; pp < n_.pp; ++pp) {
+        for (int64_t ep = 0; ep < n_.ep; ++ep) {
+          for (int64_t tp = 0; tp < n_.tp; ++tp) {
+            topo_.participants.push_back(
+                {"p-d" + std::to_string(dp) + "-p" + std::to_string(pp) + "-e" +
+                     std::to_string(ep) + "-t" + std::to_string(tp),
+                 ParallelRank{dp, tp, pp, ep}});
+          }
+        }
+      }
+    }
+  }
+
+  // The TP split dimension of a tensor (or of the weight a scale
+  // follows); -1 replicated.
+  int64_t TpDim(const HfTensor& t) const {
+    if (n_.tp == 1 || (t.expert && n_.ep > 1)) return -1;
+    switch (t.shard) {
+      case HfShard::kColumn:
+      case HfShard::kVocab:
+        return 0;
+      case HfShard::kRow:
+        return 1;
+      case HfShard::kKvColumn:
+        return n_.tp > c_.kv_heads ? -1 : 0;
+      case HfShard::kReplicated:
+        return -1;
+    }
+    return -1;
+  }
+
+  int64_t Stage(const HfTensor& t) const {
+    if (t.last_stage) return n_.pp - 1;
+    if (!t.layer) return 0;
+    return *t.layer * n_.pp / c_.layers;
+  }
+
+  Status Add(const Planned& p) {
+    const HfTensor& role = p.weight != nullptr ? *p.weight : p.t;
+    internal::TensorLayout l;
+    l.tensor_id = p.t.name;
+    l.shape = p.t.shape;
+    l.dtype = p.t.dtype;
+    l.itemsize = p.t.itemsize;
+    l.tp_dim = TpDim(role);
+    l.pp_owner = n_.pp > 1 ? Stage(role) : -1;
+    l.layer_id = role.layer;
+    l.expert_id = role.expert;
+    if (role.expert && n_.ep > 1) {
+      l.ep_owner = *role.expert / (c_.experts / n_.ep);
+    }
+    if (p.weight != nullptr && l.tp_dim >= 0) {
+      RESHARD_RETURN_NOT_OK(CheckBlocks(*p.weight, l.tp_dim, p.t.name));
+    }
+    return internal::AppendTensorLayout(topo_, l, &tensors_, &fragments_);
+  }
+
+  // A TP shard of an FP8 weight must hold whole blocks of its scale.
+  Status CheckBlocks(const HfTensor& w, int64_t dim, const std::string& scale) {
+    const int64_t block = dim == 0 ? c_.block_rows : c_.block_cols;
+    const int64_t extent = w.shape[static_cast<size_t>(dim)];
+    if (extent % n_.tp != 0 || (extent / n_.tp) % block != 0) {
+      return Status::InvalidArgument(
+          "TP " + std::to_string(n_.tp) + " splits dimension " +
+          std::to_string(dim) + " (" + std::to_string(extent) + ") of " +
+          w.name + " into shards that are not whole FP8 blocks of " +
+          std::to_string(block) + " (its scale " + scale + ")");
+    }
+    return Status::OK();
+  }
+
+  Result<WeightPlacementManifest> Build(const HfLayoutOptions& o) {
+    RESHARD_ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topo_));
+    std::vector<TensorDescriptor> tensors;
+    for (auto& t : tensors_) {
+      RESHARD_ASSIGN_OR_RETURN(auto d, TensorDescriptor::Make(std::move(t)));
+      tensors.push_back(std::move(d));
+    }
+    std::vector<PlacementFragment> fragments;
+    for (auto& f : fragments_) {
+      RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
+      fragments.push_back(std::move(pf));
+    }
+    const std::string model =
+        c_.model_type.empty() ? c_.architecture : c_.model_type;
+    PlacementHeader header{
+        o.resource_id.empty() ? model : o.resource_id, o.revision,
+        o.weight_generation,
+        model + "-tp" + std::to_string(n_.tp) + "-pp" + std::to_string(n_.pp) +
+            "-ep" + std::to_string(n_.ep) + "-dp" + std::to_string(n_.dp)};
+    return WeightPlacementManifest::FromFragments(
+        std::move(header), std::move(topo), std::move(tensors),
+        std::move(fragments));
+  }
+
+ private:
+  const HfConfig& c_;
+  const ParallelSizes& n_;
+  ParallelTopologySpec topo_;
+  std::vector<TensorDescriptorSpec> tensors_;
+  std::vector<PlacementFragmentSpec> fragments_;
+};
+
+}  // namespace
+
+Result<WeightPlacementManifest> HfLayout(std::string_view config_json,
+                                         const HfLayoutOptions& options,
+                                         const HfCheckpoint* checkpoint) {
+  RESHARD_ASSIGN_OR_RETURN(HfConfig c, internal::ParseHfConfig(config_json));
+  RESHARD_RETURN_NOT_OK(CheckGrid(c, options.sizes));
+  RESHARD_ASSIGN_OR_RETURN(auto model, internal::HfModelTensors(c));
+  std::vector<Planned> planned;
+  if (checkpoint != nullptr) {
+    RESHARD_ASSIGN_OR_RETURN(planned, FromCheckpoint(c, model, *checkpoint));
+  } else {
+    planned = FromConfig(c, model);
+  }
+  Layout layout(c, options);
+  for (const Planned& p : planned) RESHARD_RETURN_NOT_OK(layout.Add(p));
+  return layout.Build(options);
+}
+
+}  // namespace reshard

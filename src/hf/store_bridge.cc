@@ -1,0 +1,245 @@
+// Checkpoints to weight-store revisions and back, never holding a whole
+// tensor in memory: imports cut tensors into slabs of at most
+// max_fragment_bytes (each read from its file straight into one buffer,
+// checksummed and stored); exports stream each stored fragment through the
+// loader's staging window into positional writes of the output files.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "hf/checkpoint_state.h"
+#include "hf/write_plan_state.h"
+#include "reshard/weight_store.h"
+#include "store/layout.h"
+#include "store/lease.h"
+#include "store/ranged_load.h"
+#include "util/printable.h"
+
+namespace reshard {
+namespace {
+
+using internal::FileDescriptor;
+
+// Row-major slabs of `shape`: boxes of at most `max_bytes` (one element
+// row at least) that are each contiguous in the tensor.
+std::vector<std::pair<Dims, Dims>> Slabs(const Dims& shape, int64_t itemsize,
+                                         uint64_t max_bytes) {
+  if (shape.empty()) return {{{}, {}}};
+  // The outermost dimension k whose rows (one index of k, everything
+  // inside it) fit.
+  uint64_t row = static_cast<uint64_t>(itemsize);
+  for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+  size_t k = 0;
+  while (k + 1 < shape.size() && row > max_bytes) row /= shape[++k];
+  const int64_t per = static_cast<int64_t>(
+      std::max<uint64_t>(1, max_bytes / std::max<uint64_t>(row, 1)));
+  std::vector<std::pair<Dims, Dims>> out;
+  Dims at(shape.size(), 0);  // the index over the dimensions before k
+  while (true) {
+    for (int64_t b = 0; b < shape[k]; b += per) {
+      Dims offset = at, extent = shape;
+      for (size_t d = 0; d < k; ++d) extent[d] = 1;
+      offset[k] = b;
+      extent[k] = std::min(per, shape[k] - b);
+      out.emplace_back(offset, extent);
+    }
+    size_t d = k;
+    while (d > 0 && ++at[d - 1] == shape[d - 1]) at[--d] = 0;
+    if (d == 0) return out;
+  }
+}
+
+// Byte offset of a box's first element in its row-major tensor.
+uint64_t LinearOffset(const Dims& shape, const Dims& offset, int64_t itemsize) {
+  uint64_t at = 0;
+  for (size_t d = 0; d < shape.size(); ++d) at = at * shape[d] + offset[d];
+  return at * static_cast<uint64_t>(itemsize);
+}
+
+// The checkpoint under the layout's descriptors, each tensor cut in slabs,
+// all held by the layout's one participant.
+Result<WeightPlacementManifest> SlabPlacement(
+    const WeightPlacementManifest& whole, uint64_t max_bytes) {
+  std::vector<PlacementFragment> fragments;
+  for (const TensorDescriptor& t : whole.tensors()) {
+    for (const auto& [offset, extent] :
+         Slabs(t.global_shape(), t.itemsize(), max_bytes)) {
+      PlacementFragmentSpec f;
+      f.tensor_id = t.tensor_id();
+      f.global_offset = offset;
+      f.local_shape = extent;
+      f.nbytes = static_cast<uint64_t>(t.itemsize());
+      for (int64_t e : extent) f.nbytes *= static_cast<uint64_t>(e);
+      f.rank = whole.topology().participants().front().rank;
+      RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
+      fragments.push_back(std::move(pf));
+    }
+  }
+  return WeightPlacementManifest::FromFragments(
+      whole.header(), whole.topology(), whole.tensors(), std::move(fragments));
+}
+
+class CheckpointReader final : public FragmentReader {
+ public:
+  CheckpointReader(const HfCheckpoint& c, const WeightPlacementManifest& p)
+      : ckpt_(c),
+        p_(p),
+        store_(internal::MakeCheckpointObjectStore(c.state())) {}
+
+  Status Read(const PlacementFragment& f, void* dest) override {
+    const CheckpointTensor* t = ckpt_.FindTensor(f.tensor_id());
+    const TensorDescriptor* d = p_.FindTensor(f.tensor_id());
+    if (t == nullptr || d == nullptr) {
+      return Status::NotFound("no checkpoint tensor " +
+                              internal::Printable(f.tensor_id()));
+    }
+    const uint64_t at =
+        t->offset + LinearOffset(t->shape, f.global_offset(), t->itemsize);
+    bytes_read_ += f.nbytes();
+    return store_->ReadRanges(
+        {{internal::CheckpointObjectKey(t->file), at, f.nbytes(), dest}});
+  }
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  const HfCheckpoint& ckpt_;
+  const WeightPlacementManifest& p_;
+  std::unique_ptr<ObjectStore> store_;
+  uint64_t bytes_read_ = 0;
+};
+
+// Positional writes into the partial files of a write plan; positions are
+// offsets into the files laid end to end.
+class FileSink final : public internal::RangedSink {
+ public:
+  static Result<FileSink> Open(const CheckpointWritePlan& plan,
+                               const std::string& dir) {
+    FileSink s;
+    uint64_t base = 0;
+    for (const auto& f : plan.files()) {
+      const std::string path = dir + "/" + f.name + ".partial";
+      FileDescriptor fd(
+          ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+      if (!fd.valid()) return internal::ErrnoStatus("cannot open", path);
+      s.files_.push_back({base, path, std::move(fd)});
+      base += f.size;
+    }
+    return s;
+  }
+  uint64_t Base(size_t file) const { return files_[file].base; }
+
+  Status Write(uint64_t position, const uint8_t* data, uint64_t n) override {
+    auto it =
+        std::upper_bound(files_.begin(), files_.end(), position,
+                         [](uint64_t p, const File& f) { return p < f.base; });
+    const File& f = *(it - 1);
+    ++writes_;
+    bytes_ += n;
+    return internal::PwriteAll(f.fd.get(), data, n, position - f.base, f.path);
+  }
+  uint64_t writes() const { return writes_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  struct File {
+    uint64_t base;
+    std::string path;
+    FileDescriptor fd;
+  };
+  std::vector<File> files_;
+  uint64_t writes_ = 0, bytes_ = 0;
+};
+
+Status CheckCommitted(WeightStore& store, const StoredWeightManifest& m) {
+  auto committed = store.ReadManifest(m.manifest_key());
+  if (!committed.ok() || committed->manifest_digest() != m.manifest_digest()) {
+    return Status::FailedPrecondition("weight manifest is not committed: " +
+                                      m.manifest_key());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
+                                        std::string_view config_json,
+                                        WeightStore& store,
+                                        const HfImportOptions& options) {
+  HfLayoutOptions layout;
+  layout.resource_id = options.resource_id;
+  layout.revision = options.revision;
+  layout.weight_generation = options.weight_generation;
+  RESHARD_ASSIGN_OR_RETURN(auto whole,
+                           HfLayout(config_json, layout, &checkpoint));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto source,
+      SlabPlacement(whole, std::max<uint64_t>(options.max_fragment_bytes, 1)));
+  RESHARD_ASSIGN_OR_RETURN(auto plan, store.PrepareImport(source));
+  CheckpointReader reader(checkpoint, source);
+  auto receipts = store.Import(plan, source, reader);
+  Status st = receipts.status();
+  if (st.ok()) st = store.Commit(plan, *receipts);
+  if (!st.ok()) {
+    (void)store.Abort(plan);
+    return st;
+  }
+  HfImportReport r;
+  r.manifest_key = plan.manifest().manifest_key();
+  r.fragments = plan.manifest().fragments().size();
+  r.tensors = plan.manifest().tensors().size();
+  r.bytes_read = reader.bytes_read();
+  return r;
+}
+
+Result<HfExportReport> ExportCheckpoint(WeightStore& store,
+                                        const StoredWeightManifest& manifest,
+                                        const std::string& dir,
+                                        const CheckpointWriteOptions& options) {
+  const internal::RevisionKeys keys(manifest.group_id());
+  RESHARD_ASSIGN_OR_RETURN(
+      internal::Lease lease,
+      internal::Lease::Take(store.backend(), keys, store.options()));
+  RESHARD_RETURN_NOT_OK(CheckCommitted(store, manifest));
+  PlacementHeader header{manifest.resource_id(), manifest.revision(),
+                         manifest.weight_generation(), "hf-checkpoint"};
+  RESHARD_ASSIGN_OR_RETURN(
+      auto s, internal::PlanCheckpointFiles(manifest.tensors(),
+                                            std::move(header), options));
+  RESHARD_ASSIGN_OR_RETURN(auto logical, LogicalTransferPlan::MakeFromStored(
+                                             manifest, s->checkpoint));
+  s->plan = std::move(logical);
+  const CheckpointWritePlan plan(s);
+  RESHARD_RETURN_NOT_OK(CreateCheckpointFiles(plan, dir));
+  RESHARD_ASSIGN_OR_RETURN(FileSink sink, FileSink::Open(plan, dir));
+  std::unordered_map<std::string_view, const CheckpointWriteTensor*> where;
+  for (const auto& t : plan.tensors()) where[t.name] = &t;
+  const LogicalTransferPlan& lp = *s->plan;
+  internal::RangedLoadOptions load;
+  load.staging_bytes = options.staging_bytes;
+  load.max_range_bytes = std::min(load.max_range_bytes, options.staging_bytes);
+  load.chunk_sums = [&](const StoredFragment& f) {
+    return internal::ReadChunkSums(store.backend(), keys, f);
+  };
+  RESHARD_ASSIGN_OR_RETURN(
+      LoadReport loaded,
+      internal::RangedLoadToSink(
+          store.backend(), manifest, lp,
+          [&](const TransferRegion& r) {
+            const CheckpointWriteTensor& t = *where.at(lp.tensors()[r.tensor]);
+            return sink.Base(t.file) + t.offset + r.target_base_offset;
+          },
+          sink, load));
+  RESHARD_RETURN_NOT_OK(FinishCheckpoint(plan, dir));
+  HfExportReport r;
+  r.bytes = sink.bytes();
+  r.bytes_read = loaded.bytes_read;
+  r.writes = sink.writes();
+  r.files = plan.files().size();
+  r.chunks_verified = loaded.chunks_verified;
+  return r;
+}
+
+}  // namespace reshard

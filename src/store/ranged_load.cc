@@ -1,0 +1,498 @@
+// RangedLoad: the store-to-runtime loader shared by WeightStore::Load and
+// checkpoint loads (see ranged_load.h for the read strategy).
+
+#include "store/ranged_load.h"
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "bind/strided_stream.h"
+#include "reshard/plan.h"
+
+namespace reshard::internal {
+namespace {
+
+// One region to serve from its stored fragment: object offset of its first
+// row, its source side (offsets relative to that) and its target side.
+struct Work {
+  uint64_t object_base = 0;
+  StridedSide source;  // base == nullptr: offsets only
+  StridedSide target;  // base == nullptr: offsets from target_base
+  // The target's first byte: a memory address, or a RangedSink position.
+  uint64_t target_base = 0;
+  uint64_t rows = 0;
+  // Sweep cursor: next row and byte within it.
+  uint64_t row = 0;
+  uint64_t within = 0;
+  uint64_t NextOffset() const {
+    return object_base + RowOffset(source, row) + within;
+  }
+  uint64_t end() const { return object_base + source.total_bytes; }
+};
+
+// Byte range [begin, end) of an object.
+using ByteRun = std::pair<uint64_t, uint64_t>;
+
+// One copy out of a sweep window: n bytes at window offset `from` to
+// target position `to`.
+struct Piece {
+  uint64_t to = 0;
+  uint64_t from = 0;
+  uint64_t n = 0;
+};
+
+// Windows smaller than this are copied out on the reading thread.
+constexpr uint64_t kAsyncCopyBytes = uint64_t{1} << 20;
+
+class Loader {
+ public:
+  Loader(ObjectStore& backend, const RangedLoadOptions& options,
+         LoadReport* report, RangedSink* sink)
+      : b_(backend), o_(options), report_(report), sink_(sink) {}
+
+  // `sums` describes the object (chunk_bytes 1 and no sums when
+  // `verified` is false; its size is then the fragment's end).
+  Status Run(const StoredFragment& fragment, const ChunkSums& sums,
+             bool verified, std::vector<Work>& direct,
+             std::vector<Work>& staged) {
+    key_ = &fragment.object_key;
+    fid_ = &fragment.stored_fragment_id;
+    sums_ = &sums;
+    verified_ = verified;
+    RESHARD_RETURN_NOT_OK(DirectAll(direct));
+    return Sweep(staged);
+  }
+
+ private:
+  // Contiguous regions in object order: each is read unless an earlier
+  // one read a source range containing it; those are copied from that
+  // region's target after the reads.
+  Status DirectAll(std::vector<Work>& direct) {
+    std::sort(direct.begin(), direct.end(), [](const Work& a, const Work& b) {
+      return a.object_base != b.object_base ? a.object_base < b.object_base
+                                            : a.end() > b.end();
+    });
+    std::vector<std::pair<const Work*, const Work*>> copies;
+    const Work* cover = nullptr;  // the read region reaching furthest
+    for (const Work& w : direct) {
+      if (cover != nullptr && cover->object_base <= w.object_base &&
+          w.end() <= cover->end()) {
+        copies.emplace_back(&w, cover);
+        continue;
+      }
+      RESHARD_RETURN_NOT_OK(Direct(w));
+      if (cover == nullptr || w.end() > cover->end()) cover = &w;
+    }
+    RESHARD_RETURN_NOT_OK(Flush());
+    for (const auto& [w, from] : copies) {
+      std::memcpy(
+          Memory(w->target_base),
+          Memory(from->target_base) + (w->object_base - from->object_base),
+          w->source.total_bytes);
+    }
+    return Status::OK();
+  }
+
+  // A contiguous region: whole chunks straight into the target, edges via
+  // the chunk buffer.
+  Status Direct(const Work& w) {
+    const uint64_t c = sums_->chunk_bytes;
+    const uint64_t begin = w.object_base;
+    const uint64_t end = w.end();
+    uint8_t* dest = Memory(w.target_base);
+    const uint64_t first_full = (begin + c - 1) / c * c;
+    uint64_t last_full = end / c * c;
+    if (end == sums_->size) last_full = end;  // the short last chunk
+    if (first_full >= last_full) {
+      return Edge(begin, end, dest);
+    }
+    if (begin < first_full)
+      RESHARD_RETURN_NOT_OK(Edge(begin, first_full, dest));
+    const uint64_t step = std::max<uint64_t>(o_.max_range_bytes / c, 1) * c;
+    for (uint64_t at = first_full; at < last_full;) {
+      const uint64_t n = std::min(step, last_full - at);
+      pending_.push_back({*key_, at, n, dest + (at - begin)});
+      at += n;
+      if (pending_.size() >= o_.max_ranges_per_request)
+        RESHARD_RETURN_NOT_OK(Flush());
+    }
+    if (last_full < end)
+      RESHARD_RETURN_NOT_OK(Edge(last_full, end, dest + (last_full - begin)));
+    return Status::OK();
+  }
+
+  // Object bytes [begin, end) within one chunk, through the chunk buffer.
+  Status Edge(uint64_t begin, uint64_t end, uint8_t* dest) {
+    const uint64_t c = sums_->chunk_bytes;
+    const uint64_t chunk = begin / c * c;
+    const uint64_t n = std::min(c, sums_->size - chunk);
+    if (chunk_buf_.size() < c) chunk_buf_.resize(c);
+    RESHARD_RETURN_NOT_OK(Read({{*key_, chunk, n, chunk_buf_.data()}}));
+    RESHARD_RETURN_NOT_OK(Verify(chunk, chunk_buf_.data(), n));
+    std::memcpy(dest, chunk_buf_.data() + (begin - chunk), end - begin);
+    return Status::OK();
+  }
+
+  Status Flush() {
+    if (pending_.empty()) return Status::OK();
+    RESHARD_RETURN_NOT_OK(Read(pending_));
+    for (const ReadRange& r : pending_) {
+      RESHARD_RETURN_NOT_OK(
+          Verify(r.offset, static_cast<const uint8_t*>(r.dest), r.length));
+    }
+    pending_.clear();
+    return Status::OK();
+  }
+
+  Status Verify(uint64_t offset, const uint8_t* data, uint64_t n) {
+    if (!verified_) return Status::OK();
+    return VerifyChunks(*sums_, offset, data, n, *key_, *fid_,
+                        &report_->chunks_verified);
+  }
+
+  Status Read(const std::vector<ReadRange>& ranges) {
+    ++report_->read_requests;
+    report_->ranges += ranges.size();
+    for (const ReadRange& r : ranges) report_->bytes_read += r.length;
+    Status st = b_.ReadRanges(ranges);
+    if (!st.ok()) return st.WithContext("stored fragment " + *fid_);
+    return st;
+  }
+
+  // Strided regions: windows in object order; in each, the runs the
+  // regions need are read once (chunk-aligned when verified), verified and
+  // delivered. Two half-size buffers: while one window's bytes are copied
+  // out (on a helper thread, one window at a time), the next window is
+  // read into the other, so reading and copying overlap.
+  Status Sweep(std::vector<Work>& work) {
+    std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
+      return a.object_base < b.object_base;
+    });
+    const uint64_t c = sums_->chunk_bytes;
+    const uint64_t span = std::max<uint64_t>(o_.staging_bytes / 2 / c, 1) * c;
+    std::future<Status> copying;  // the previous window's copies
+    auto wait = [&copying](Status st) {
+      if (!copying.valid()) return st;
+      Status copied = copying.get();
+      return st.ok() ? copied : st;
+    };
+    for (size_t k = 0;; ++k) {
+      uint64_t next = UINT64_MAX;
+      for (const Work& w : work) {
+        if (w.row < w.rows) next = std::min(next, w.NextOffset());
+      }
+      if (next == UINT64_MAX) break;
+      const uint64_t begin = next / c * c;
+      const uint64_t end = std::min(begin + span, sums_->size);
+      std::vector<uint8_t>& buf = staging_[k % 2];
+      if (buf.size() < end - begin) buf.resize(end - begin);
+      Status st = ReadWindow(work, begin, end, buf.data());
+      RESHARD_RETURN_NOT_OK(wait(st));
+      std::vector<Piece> pieces;
+      for (Work& w : work) PlanPieces(w, begin, end, &pieces);
+      if (end - begin < kAsyncCopyBytes) {
+        RESHARD_RETURN_NOT_OK(Deliver(pieces, buf.data()));
+      } else {
+        copying = std::async(std::launch::async,
+                             [this, p = std::move(pieces), data = buf.data()] {
+                               return Deliver(p, data);
+                             });
+      }
+    }
+    return wait(Status::OK());
+  }
+
+  // Reads the runs of window [begin, end) that some region needs into the
+  // staging buffer at their window offsets.
+  Status ReadWindow(const std::vector<Work>& work, uint64_t begin, uint64_t end,
+                    uint8_t* buf) {
+    runs_.clear();
+    for (const Work& w : work) CollectRuns(w, begin, end);
+    std::sort(runs_.begin(), runs_.end());
+    const uint64_t c = sums_->chunk_bytes;
+    std::vector<ReadRange> ranges;
+    auto add = [&](uint64_t b, uint64_t e) {
+      for (uint64_t at = b; at < e;) {
+        const uint64_t n =
+            std::min(e - at, std::max<uint64_t>(o_.max_range_bytes / c, 1) * c);
+        ranges.push_back({*key_, at, n, buf + (at - begin)});
+        at += n;
+      }
+    };
+    uint64_t cur_b = 0, cur_e = 0;
+    bool open = false;
+    for (const ByteRun& r : runs_) {
+      const uint64_t b = r.first / c * c;
+      const uint64_t e = std::min((r.second + c - 1) / c * c, end);
+      if (open && b <= cur_e + o_.max_read_gap_bytes) {
+        cur_e = std::max(cur_e, e);
+        continue;
+      }
+      if (open) add(cur_b, cur_e);
+      cur_b = b;
+      cur_e = e;
+      open = true;
+    }
+    if (open) add(cur_b, cur_e);
+    for (size_t i = 0; i < ranges.size(); i += o_.max_ranges_per_request) {
+      const size_t n =
+          std::min<size_t>(o_.max_ranges_per_request, ranges.size() - i);
+      std::vector<ReadRange> batch(ranges.begin() + i, ranges.begin() + i + n);
+      RESHARD_RETURN_NOT_OK(Read(batch));
+      for (const ReadRange& r : batch) {
+        RESHARD_RETURN_NOT_OK(
+            Verify(r.offset, static_cast<const uint8_t*>(r.dest), r.length));
+      }
+    }
+    return Status::OK();
+  }
+
+  // The runs of `w` inside [begin, end), from its cursor (which stays).
+  void CollectRuns(const Work& w, uint64_t begin, uint64_t end) {
+    uint64_t row = w.row;
+    uint64_t within = w.within;
+    while (row < w.rows) {
+      const uint64_t at = w.object_base + RowOffset(w.source, row) + within;
+      if (at < begin || at >= end) return;
+      const uint64_t n = std::min(w.source.inner_bytes - within, end - at);
+      if (!runs_.empty() && runs_.back().second == at) {
+        runs_.back().second = at + n;  // adjacent rows: one run
+      } else {
+        runs_.emplace_back(at, at + n);
+      }
+      within = 0;
+      ++row;
+    }
+  }
+
+  // The rows (or parts) of `w` inside object bytes [begin, end), as
+  // copies from the window; pieces contiguous on both sides are merged.
+  void PlanPieces(Work& w, uint64_t begin, uint64_t end,
+                  std::vector<Piece>* pieces) {
+    const uint64_t inner = w.source.inner_bytes;
+    while (w.row < w.rows) {
+      const uint64_t at = w.NextOffset();
+      if (at < begin || at >= end) return;
+      const uint64_t n = std::min(inner - w.within, end - at);
+      const uint64_t to = w.target_base + RowOffset(w.target, w.row) + w.within;
+      if (!pieces->empty() && pieces->back().to + pieces->back().n == to &&
+          pieces->back().from + pieces->back().n == at - begin) {
+        pieces->back().n += n;
+      } else {
+        pieces->push_back({to, at - begin, n});
+      }
+      w.within += n;
+      if (w.within == inner) {
+        w.within = 0;
+        ++w.row;
+      }
+    }
+  }
+
+  // Copies the pieces out of a window: into memory, or to the sink.
+  Status Deliver(const std::vector<Piece>& pieces, const uint8_t* window) {
+    for (const Piece& p : pieces) {
+      if (sink_ == nullptr) {
+        std::memcpy(Memory(p.to), window + p.from, p.n);
+      } else {
+        RESHARD_RETURN_NOT_OK(sink_->Write(p.to, window + p.from, p.n));
+      }
+    }
+    return Status::OK();
+  }
+
+  static uint8_t* Memory(uint64_t address) {
+    return reinterpret_cast<uint8_t*>(address);
+  }
+
+  ObjectStore& b_;
+  const RangedLoadOptions& o_;
+  LoadReport* report_;
+  RangedSink* sink_;
+  const std::string* key_ = nullptr;
+  const std::string* fid_ = nullptr;
+  const ChunkSums* sums_ = nullptr;
+  bool verified_ = true;
+  std::vector<ReadRange> pending_;
+  std::vector<uint8_t> chunk_buf_;
+  std::vector<uint8_t> staging_[2];
+  std::vector<ByteRun> runs_;
+};
+
+// The load's target memory, by placement fragment id.
+struct BoundTarget {
+  const RuntimeBindingFragment* fragment;
+  const WeightRuntimeBindingManifest* binding;
+};
+
+// The regions of one stored fragment (one object range), split into
+// direct and staged work.
+struct PerObject {
+  const StoredFragment* fragment = nullptr;
+  std::vector<Work> direct, staged;
+};
+
+// Turns the plan's regions into work per stored fragment, after checking
+// every target (memory kind, rule 56: no two loaded target views at one
+// physical address, since a stored source never authorises target alias
+// de-duplication) and every source (rule 67: a fragment of this manifest).
+class LoadWorkBuilder {
+ public:
+  LoadWorkBuilder(const StoredWeightManifest& manifest,
+                  const std::vector<WeightRuntimeBindingManifest>& bindings,
+                  LoadReport* report)
+      : report_(report) {
+    for (const auto& b : bindings) {
+      for (const auto& f : b.fragments()) {
+        bound_[f.placement_fragment_id()] = {&f, &b};
+      }
+    }
+    for (const auto& f : manifest.fragments())
+      stored_[f.stored_fragment_id] = &f;
+  }
+
+  Status Add(const LogicalTransferPlan& plan, const TransferRegion& r) {
+    const PlanFragment& tf = plan.target_fragments()[r.target_fragment];
+    auto t = bound_.find(tf.fragment_id);
+    if (t == bound_.end()) return Status::OK();  // not filled by this load
+    RESHARD_RETURN_NOT_OK(CheckTarget(tf, t->second));
+    return AddAt(plan, r, t->second.fragment->address() + r.target_base_offset,
+                 /*staged_only=*/false);
+  }
+
+  // Region `r` with its target's first byte at `target_base`; every
+  // region is staged for a sink (nothing is read into its positions).
+  Status AddAt(const LogicalTransferPlan& plan, const TransferRegion& r,
+               uint64_t target_base, bool staged_only) {
+    const PlanFragment& sf = plan.source_fragments()[r.source_fragment];
+    auto sit = stored_.find(sf.fragment_id);
+    if (sit == stored_.end()) {
+      return Status::Internal("load plan sources and manifest differ: " +
+                              sf.fragment_id);
+    }
+    const StoredFragment* s = sit->second;
+    BoundRegion br;
+    br.inner_bytes = r.inner_bytes;
+    br.loops = r.loops;
+    br.bytes = r.bytes;
+    Work w;
+    w.object_base = s->object_offset + r.source_base_offset;
+    w.source = StridedSide::Source(br);
+    w.target = StridedSide::Target(br);
+    w.target_base = target_base;
+    w.rows = r.inner_bytes == 0 ? 0 : r.bytes / r.inner_bytes;
+    auto& per = objects_[s->stored_fragment_id];
+    per.fragment = s;
+    const bool direct =
+        !staged_only && w.source.contiguous() && w.target.contiguous();
+    (direct ? per.direct : per.staged).push_back(std::move(w));
+    report_->bytes += r.bytes;
+    ++report_->regions;
+    return Status::OK();
+  }
+
+  std::map<std::string_view, PerObject>& objects() { return objects_; }
+
+ private:
+  Status CheckTarget(const PlanFragment& tf, const BoundTarget& t) {
+    const RuntimeBindingFragment& tv = *t.fragment;
+    const auto space = std::tuple{std::string_view(t.binding->instance_id()),
+                                  std::string_view(tv.worker_id()),
+                                  std::string_view(tv.device()), tv.address()};
+    auto [it, fresh] = written_.emplace(space, tf.fragment_id);
+    if (!fresh && it->second != tf.fragment_id) {
+      return Status::FailedPrecondition("conflicting target physical range: " +
+                                        tf.fragment_id);
+    }
+    if (!fresh) return Status::OK();
+    return RequireMemoryKind(tv, {MemoryKind::kHost}, "store load", "target",
+                             t.binding->participant_id());
+  }
+
+  LoadReport* report_;
+  std::unordered_map<std::string_view, BoundTarget> bound_;
+  std::unordered_map<std::string_view, const StoredFragment*> stored_;
+  std::map<std::string_view, PerObject> objects_;
+  std::map<std::tuple<std::string_view, std::string_view, std::string_view,
+                      uint64_t>,
+           std::string_view>
+      written_;
+};
+
+// Serves every stored fragment's work in object order.
+Status Execute(ObjectStore& backend, const RangedLoadOptions& options,
+               LoadWorkBuilder& work, RangedSink* sink, LoadReport* report) {
+  // Fragments in object order: a file holding many fragments (a
+  // checkpoint) is read front to back.
+  std::vector<PerObject*> order;
+  for (auto& [fid, per] : work.objects()) order.push_back(&per);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->fragment->object_key, a->fragment->object_offset) <
+           std::tie(b->fragment->object_key, b->fragment->object_offset);
+  });
+  Loader loader(backend, options, report, sink);
+  for (PerObject* p : order) {
+    const StoredFragment& s = *p->fragment;
+    ChunkSums sums;
+    const bool verified = static_cast<bool>(options.chunk_sums);
+    if (verified) {
+      RESHARD_ASSIGN_OR_RETURN(sums, options.chunk_sums(s));
+    } else {
+      sums.chunk_bytes = 1;
+      sums.size = s.object_offset + s.nbytes;
+    }
+    RESHARD_RETURN_NOT_OK(loader.Run(s, sums, verified, p->direct, p->staged));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<LoadReport> RangedLoad(
+    ObjectStore& backend, const StoredWeightManifest& manifest,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    const RangedLoadOptions& options) {
+  PlanOptions plan_options;
+  if (target_bindings.size() == 1) {
+    plan_options.target_participant_id = target_bindings[0].participant_id();
+  }
+  RESHARD_ASSIGN_OR_RETURN(auto plan, LogicalTransferPlan::MakeFromStored(
+                                          manifest, target, plan_options));
+  LoadReport report;
+  LoadWorkBuilder work(manifest, target_bindings, &report);
+  for (const TransferRegion& r : plan.regions()) {
+    RESHARD_RETURN_NOT_OK(work.Add(plan, r));
+  }
+  // Rule 67: at least one operation.
+  if (report.regions == 0) {
+    return Status::InvalidArgument(
+        "load plan has no operations: the target bindings bind no fragment "
+        "of " +
+        manifest.manifest_key() + "'s target placement");
+  }
+  RESHARD_RETURN_NOT_OK(Execute(backend, options, work, nullptr, &report));
+  return report;
+}
+
+Result<LoadReport> RangedLoadToSink(
+    ObjectStore& backend, const StoredWeightManifest& manifest,
+    const LogicalTransferPlan& plan,
+    const std::function<uint64_t(const TransferRegion&)>& target_position,
+    RangedSink& sink, const RangedLoadOptions& options) {
+  LoadReport report;
+  LoadWorkBuilder work(manifest, {}, &report);
+  for (const TransferRegion& r : plan.regions()) {
+    RESHARD_RETURN_NOT_OK(
+        work.AddAt(plan, r, target_position(r), /*staged_only=*/true));
+  }
+  RESHARD_RETURN_NOT_OK(Execute(backend, options, work, &sink, &report));
+  return report;
+}
+
+}  // namespace reshard::internal

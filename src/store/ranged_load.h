@@ -1,0 +1,87 @@
+// The one store-to-runtime loader: a stored manifest (object ranges) and a
+// target placement -> plan -> bounded ranged reads straight into the bound
+// target buffers. WeightStore::Load runs it on a committed revision with
+// every delivered chunk verified against its checksum record; a Hugging
+// Face checkpoint (src/hf/) runs it on read-only files without checksums.
+//
+// Per stored fragment, regions whose both sides are contiguous are read
+// directly into the target (whole checksum chunks; the partial chunks at
+// their edges through a one-chunk buffer). A contiguous region whose
+// source bytes another direct region of the same load already reads is
+// copied from that region's target instead of read again (TP-replicated
+// norms, DP replicas). Strided regions are served by one sequential sweep
+// over the fragment's bytes in windows of `staging_bytes / 2`: in each
+// window the byte runs some region needs are read (runs closer than
+// `max_read_gap_bytes` merged into one read), then copied out to every
+// region with rows in them by a helper thread while the next window is
+// read into the other half. So no read is issued per row, every stored
+// byte is read at most once per sweep, and the extra memory is bounded by
+// `staging_bytes` (plus the windows' copy lists) whatever the model size.
+
+#ifndef RESHARD_STORE_RANGED_LOAD_H_
+#define RESHARD_STORE_RANGED_LOAD_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "reshard/binding.h"
+#include "reshard/object_store.h"
+#include "reshard/placement.h"
+#include "reshard/plan.h"
+#include "reshard/status.h"
+#include "reshard/stored_manifest.h"
+#include "reshard/weight_store.h"
+#include "store/checksum.h"
+
+namespace reshard::internal {
+
+struct RangedLoadOptions {
+  // Largest single read, and ranges per backend request.
+  uint64_t max_range_bytes = uint64_t{64} << 20;
+  uint32_t max_ranges_per_request = 1024;
+  // The sweep's two windows together (bounded extra memory whatever the
+  // model size).
+  uint64_t staging_bytes = uint64_t{64} << 20;
+  // Needed runs of one window this close are read as one range (the gap
+  // is read and dropped): fewer requests for small strided rows.
+  uint64_t max_read_gap_bytes = uint64_t{64} << 10;
+  // The checksums of a stored fragment's object. Empty: the source has
+  // none (a checkpoint file), reads are exact byte ranges and nothing is
+  // verified.
+  std::function<Result<ChunkSums>(const StoredFragment&)> chunk_sums;
+};
+
+// Plans `target` (only the fragments `target_bindings` bind) from
+// `manifest` and fills the bound host buffers from `backend`. Checks every
+// target (host memory, no two loaded views at one physical address) before
+// the first read. On error the targets are not loaded (contents
+// unspecified).
+Result<LoadReport> RangedLoad(
+    ObjectStore& backend, const StoredWeightManifest& manifest,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    const RangedLoadOptions& options);
+
+// Where a load's bytes go when the target is not memory of this process
+// (a checkpoint file being written): Write(position, data, n) once per run
+// that is contiguous on both sides, `data` valid for the call only.
+class RangedSink {
+ public:
+  virtual ~RangedSink() = default;
+  virtual Status Write(uint64_t position, const uint8_t* data, uint64_t n) = 0;
+};
+
+// Serves `plan` (made by LogicalTransferPlan::MakeFromStored from
+// `manifest`) into `sink`: region r's target side starts at position
+// target_position(r). Every region goes through the staging sweep, so the
+// memory used is the staging window whatever the fragment sizes.
+Result<LoadReport> RangedLoadToSink(
+    ObjectStore& backend, const StoredWeightManifest& manifest,
+    const LogicalTransferPlan& plan,
+    const std::function<uint64_t(const TransferRegion&)>& target_position,
+    RangedSink& sink, const RangedLoadOptions& options);
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_STORE_RANGED_LOAD_H_

@@ -1,0 +1,283 @@
+"""Tiny Hugging Face checkpoints for the tests, made here (numpy only), and
+an independent strict safetensors reader.
+
+Each architecture's tensor names and shapes are written out below from
+the model definitions, independently of reshard's own rules, so a test
+that lays a generated checkpoint out with `reshard hf layout` checks those
+rules against a second statement of them. Tensor bytes are a function of
+the tensor name and the byte index, so every byte of every output can be
+checked.
+"""
+
+import json
+import os
+import struct
+import zlib
+
+import numpy as np
+
+ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+            "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4,
+            "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+TORCH_TO_ST = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+
+
+def pattern(name, nbytes):
+    """The bytes of tensor `name`: a function of its name and byte index."""
+    seed = zlib.crc32(name.encode()) & 0xFFFFFFFF
+    i = np.arange(nbytes, dtype=np.uint64)
+    v = (i * np.uint64(2654435761) + np.uint64(seed)) >> np.uint64(7)
+    return (v & np.uint64(0xFF)).astype(np.uint8).tobytes()
+
+
+# ---------------------------------------------------------------- configs
+
+CONFIGS = {
+    "llama": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 48, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "rms_norm_eps": 1e-05,
+        "rope_theta": 500000.0,
+    },
+    "qwen2": {
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 48, "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+    },
+    "qwen3": {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 48, "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+    },
+    "qwen3_moe": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "intermediate_size": 48, "moe_intermediate_size": 16,
+        "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+        "mlp_only_layers": [0], "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "mixtral": {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 24, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "deepseek_v3": {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3", "hidden_size": 32, "vocab_size": 64,
+        "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
+        "intermediate_size": 32, "moe_intermediate_size": 16,
+        "n_routed_experts": 4, "n_shared_experts": 1,
+        "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "num_nextn_predict_layers": 1, "topk_method": "noaux_tc",
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                "quant_method": "fp8",
+                                "weight_block_size": [8, 8]},
+    },
+}
+
+
+def model_tensors(cfg):
+    """[(name, st_dtype, shape)] of a checkpoint of `cfg`."""
+    arch = cfg["architectures"][0]
+    h, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    H = cfg["num_attention_heads"]
+    K = cfg.get("num_key_value_heads", H)
+    d = cfg.get("head_dim") or h // H
+    I = cfg.get("intermediate_size", 0)
+    dt = TORCH_TO_ST[cfg["torch_dtype"]]
+    fp8 = "quantization_config" in cfg
+    block = cfg["quantization_config"]["weight_block_size"] if fp8 else None
+    out = []
+
+    def add(name, shape, dtype=dt):
+        out.append((name, dtype, list(shape)))
+
+    def linear(name, shape):  # FP8 weights carry a block scale
+        if fp8:
+            add(name, shape, "F8_E4M3")
+            add(name[:-len("weight")] + "weight_scale_inv",
+                [-(-shape[0] // block[0]), -(-shape[1] // block[1])], "F32")
+        else:
+            add(name, shape)
+
+    def mlp(p, i):
+        linear(p + "gate_proj.weight", [i, h])
+        linear(p + "up_proj.weight", [i, h])
+        linear(p + "down_proj.weight", [h, i])
+
+    def layer(l):
+        p = "model.layers.%d." % l
+        add(p + "input_layernorm.weight", [h])
+        add(p + "post_attention_layernorm.weight", [h])
+        a = p + "self_attn."
+        if arch == "DeepseekV3ForCausalLM":
+            r, kvr = cfg["q_lora_rank"], cfg["kv_lora_rank"]
+            nope, rope, v = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"],
+                             cfg["v_head_dim"])
+            linear(a + "q_a_proj.weight", [r, h])
+            add(a + "q_a_layernorm.weight", [r])
+            linear(a + "q_b_proj.weight", [H * (nope + rope), r])
+            linear(a + "kv_a_proj_with_mqa.weight", [kvr + rope, h])
+            add(a + "kv_a_layernorm.weight", [kvr])
+            linear(a + "kv_b_proj.weight", [H * (nope + v), kvr])
+            linear(a + "o_proj.weight", [h, H * v])
+        else:
+            add(a + "q_proj.weight", [H * d, h])
+            add(a + "k_proj.weight", [K * d, h])
+            add(a + "v_proj.weight", [K * d, h])
+            add(a + "o_proj.weight", [h, H * d])
+            if arch == "Qwen2ForCausalLM":
+                add(a + "q_proj.bias", [H * d])
+                add(a + "k_proj.bias", [K * d])
+                add(a + "v_proj.bias", [K * d])
+            if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"):
+                add(a + "q_norm.weight", [d])
+                add(a + "k_norm.weight", [d])
+        if arch == "MixtralForCausalLM":
+            E = cfg["num_local_experts"]
+            add(p + "block_sparse_moe.gate.weight", [E, h])
+            for e in range(E):
+                x = p + "block_sparse_moe.experts.%d." % e
+                add(x + "w1.weight", [I, h])
+                add(x + "w3.weight", [I, h])
+                add(x + "w2.weight", [h, I])
+        elif arch == "Qwen3MoeForCausalLM" and l not in cfg["mlp_only_layers"]:
+            E = cfg["num_experts"]
+            add(p + "mlp.gate.weight", [E, h])
+            for e in range(E):
+                mlp(p + "mlp.experts.%d." % e, cfg["moe_intermediate_size"])
+        elif (arch == "DeepseekV3ForCausalLM"
+              and l >= cfg["first_k_dense_replace"]):
+            E, mi = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+            add(p + "mlp.gate.weight", [E, h])
+            add(p + "mlp.gate.e_score_correction_bias", [E], "F32")
+            for e in range(E):
+                mlp(p + "mlp.experts.%d." % e, mi)
+            mlp(p + "mlp.shared_experts.", cfg["n_shared_experts"] * mi)
+        else:
+            mlp(p + "mlp.", I)
+
+    add("model.embed_tokens.weight", [V, h])
+    for l in range(L):
+        layer(l)
+    for k in range(cfg.get("num_nextn_predict_layers", 0)):
+        l = L + k
+        layer(l)
+        p = "model.layers.%d." % l
+        add(p + "embed_tokens.weight", [V, h])
+        add(p + "enorm.weight", [h])
+        add(p + "hnorm.weight", [h])
+        add(p + "eh_proj.weight", [h, 2 * h])
+        add(p + "shared_head.norm.weight", [h])
+        add(p + "shared_head.head.weight", [V, h])
+    add("model.norm.weight", [h])
+    if not cfg.get("tie_word_embeddings", False):
+        add("lm_head.weight", [V, h])
+    return out
+
+
+# ------------------------------------------------------------ the format
+
+def encode_file(tensors):
+    """The bytes of one safetensors file of [(name, dtype, shape, data)]:
+    larger items first (then by name), header padded to 8 bytes."""
+    order = sorted(tensors, key=lambda t: (-ITEMSIZE[t[1]], t[0]))
+    header, at = {"__metadata__": {"format": "pt"}}, 0
+    for name, dtype, shape, data in order:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [at, at + len(data)]}
+        at += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - (8 + len(text)) % 8) % 8)
+    return (struct.pack("<Q", len(text)) + text
+            + b"".join(t[3] for t in order))
+
+
+def write_checkpoint(directory, cfg, files=3, tensors=None):
+    """Writes config.json, `files` shards and the index; returns
+    {name: (dtype, shape, bytes)}."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    spec = tensors if tensors is not None else model_tensors(cfg)
+    data = {}
+    for name, dtype, shape in spec:
+        n = ITEMSIZE[dtype] * int(np.prod(shape, dtype=np.int64))
+        data[name] = (dtype, shape, pattern(name, n))
+    names = list(data)
+    per = -(-len(names) // files)
+    weight_map = {}
+    for k in range(files):
+        chunk = names[k * per:(k + 1) * per]
+        fname = "model-%05d-of-%05d.safetensors" % (k + 1, files)
+        with open(os.path.join(directory, fname), "wb") as f:
+            f.write(encode_file([(n, *data[n]) for n in chunk]))
+        weight_map.update({n: fname for n in chunk})
+    total = sum(len(v[2]) for v in data.values())
+    with open(os.path.join(directory, "model.safetensors.index.json"),
+              "w") as f:
+        json.dump({"metadata": {"total_size": total},
+                   "weight_map": weight_map}, f, indent=2)
+    return data
+
+
+def read_file(path):
+    """{name: (dtype, shape, bytes)} of one file, checked like the
+    reference reader: header length in range, JSON object, known dtypes,
+    sizes matching shapes, offsets tiling the data exactly."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    assert len(raw) >= 8, path
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert 8 + n <= len(raw), path
+    header = json.loads(raw[8:8 + n].decode())
+    base = 8 + n
+    out, spans = {}, []
+    for name, info in header.items():
+        if name == "__metadata__":
+            assert all(isinstance(v, str) for v in info.values())
+            continue
+        b, e = info["data_offsets"]
+        size = ITEMSIZE[info["dtype"]] * int(np.prod(info["shape"],
+                                                     dtype=np.int64))
+        assert e - b == size, (path, name)
+        assert (base + b) % ITEMSIZE[info["dtype"]] == 0, (path, name)
+        spans.append((b, e))
+        out[name] = (info["dtype"], info["shape"], raw[base + b:base + e])
+    at = 0
+    for b, e in sorted(spans):
+        assert b == at, (path, "hole or overlap at", b)
+        at = e
+    assert at == len(raw) - base, (path, "trailing bytes")
+    return out
+
+
+def read_checkpoint(directory):
+    """{name: (dtype, shape, bytes)} of a sharded checkpoint, through its
+    index (which must name exactly the files' tensors)."""
+    with open(os.path.join(directory, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    out = {}
+    for fname in sorted(set(index["weight_map"].values())):
+        for name, t in read_file(os.path.join(directory, fname)).items():
+            assert index["weight_map"][name] == fname, name
+            assert name not in out, name
+            out[name] = t
+    assert set(out) == set(index["weight_map"])
+    assert index["metadata"]["total_size"] == sum(len(t[2])
+                                                  for t in out.values())
+    return out

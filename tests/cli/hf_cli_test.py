@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""CLI contract of `reshard hf layout|reshard|import|export` on tiny
+checkpoints made by the test (hf_checkpoints.py): every architecture,
+several grids each, byte-for-byte round trips, the weight-store bridge.
+
+Usage: hf_cli_test.py RESHARD_BINARY TESTS_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_checkpoints as hfc  # noqa: E402
+from harness import Suite, check  # noqa: E402
+
+RESHARD = sys.argv[1]
+SUITE = Suite()
+TMP = {}
+
+# Grids per architecture: (tp, pp, ep, dp).
+GRIDS = {
+    "llama": [(1, 1, 1, 1), (2, 2, 1, 1), (4, 1, 1, 1), (2, 1, 1, 2)],
+    "qwen2": [(2, 1, 1, 1), (4, 2, 1, 1)],
+    "qwen3": [(2, 2, 1, 1), (4, 1, 1, 1)],
+    "qwen3_moe": [(2, 1, 2, 1), (1, 3, 4, 1), (2, 1, 1, 1)],
+    "mixtral": [(2, 2, 2, 1), (4, 1, 4, 1)],
+    "deepseek_v3": [(2, 1, 2, 1), (2, 3, 1, 1), (1, 1, 4, 2)],
+}
+
+
+def run(*args):
+    return subprocess.run([RESHARD, *map(str, args)], capture_output=True,
+                          text=True)
+
+
+def ok(r, what):
+    check(r.returncode == 0, "%s failed (%d): %s" % (what, r.returncode,
+                                                     r.stderr.strip()))
+    return r
+
+
+def fails(r, message):
+    check(r.returncode == 1, "expected exit 1, got %d: %s" %
+          (r.returncode, r.stderr))
+    err = r.stderr.strip()
+    check(err.startswith("reshard: error: ") and len(err.splitlines()) == 1,
+          "not one error line: %r" % err)
+    check(message in err, "%r not in %r" % (message, err))
+
+
+def checkpoint(arch):
+    d = os.path.join(TMP["dir"], "ckpt-" + arch)
+    if not os.path.exists(d):
+        hfc.write_checkpoint(d, hfc.CONFIGS[arch])
+    return d
+
+
+def layout(arch, grid, ckpt=True, name=None):
+    tp, pp, ep, dp = grid
+    out = os.path.join(TMP["dir"], name or "%s-%d-%d-%d-%d.json" %
+                       (arch, tp, pp, ep, dp))
+    d = checkpoint(arch)
+    args = ["hf", "layout", os.path.join(d, "config.json"), "--tp", tp,
+            "--pp", pp, "--ep", ep, "--dp", dp, "-o", out]
+    if ckpt:
+        args += ["--checkpoint", d]
+    return run(*args), out
+
+
+def round_trip(arch, grid):
+    d = checkpoint(arch)
+    r, placement = layout(arch, grid)
+    ok(r, "hf layout %s %s" % (arch, grid))
+    v = json.loads(ok(run("validate", placement, "--json"), "validate").stdout)
+    check(v["valid"], "%s %s: placement invalid" % (arch, grid))
+    source = hfc.read_checkpoint(d)
+    check(v["tensors"] == len(source),
+          "%s %s: %d tensors laid out, checkpoint has %d" %
+          (arch, grid, v["tensors"], len(source)))
+    out = placement[:-5] + "-out"
+    total = sum(len(t[2]) for t in source.values())
+    # Several output files, laid out independently of the input's.
+    rep = json.loads(ok(run("hf", "reshard", d, placement, out, "--json",
+                            "--max-file-bytes", total // 3 + 1),
+                        "hf reshard").stdout)
+    check(rep["files"] >= 3, "%d output files" % rep["files"])
+    got = hfc.read_checkpoint(out)
+    check(set(got) == set(source), "%s %s: tensor sets differ" % (arch, grid))
+    for name, (dtype, shape, data) in source.items():
+        g = got[name]
+        check(g[0] == dtype and g[1] == shape,
+              "%s: %s %s became %s %s" % (name, dtype, shape, g[0], g[1]))
+        check(g[2] == data, "%s %s: bytes of %s differ" % (arch, grid, name))
+    check(rep["tensors"] == len(source), "tensors %d" % rep["tensors"])
+    check(rep["bytes_written"] == total, "bytes_written %d != %d" %
+          (rep["bytes_written"], total))
+    if grid[3] == 1:
+        check(rep["bytes_read"] == total,
+              "%s %s: bytes_read %d != tensor bytes %d" %
+              (arch, grid, rep["bytes_read"], total))
+    for key in ("bytes", "load_seconds", "write_seconds"):
+        check(key in rep, "no %s in %s" % (key, rep))
+    check(rep["bytes"] >= total, "bytes %d < %d" % (rep["bytes"], total))
+
+
+def make_test(arch):
+    def test():
+        for grid in GRIDS[arch]:
+            round_trip(arch, grid)
+    test.__name__ = "round_trip_" + arch
+    return test
+
+
+for _arch in GRIDS:
+    SUITE.test(make_test(_arch))
+
+
+@SUITE.test
+def layout_from_config_only():
+    # DeepSeek-V3 without a checkpoint: FP8 weights with block scales,
+    # the MTP layer on the last stage, dtypes from the config.
+    r, out = layout("deepseek_v3", (2, 3, 1, 1), ckpt=False,
+                    name="dsv3-config.json")
+    ok(r, "hf layout (config only)")
+    v = json.loads(ok(run("validate", out, "--json"), "validate").stdout)
+    check(v["valid"] and v["participants"] == 6, v)
+    p = json.load(open(out))
+    tensors = {t["tensor_id"]: t for t in p["tensors"]}
+    names = {n for n, _, _ in hfc.model_tensors(hfc.CONFIGS["deepseek_v3"])}
+    extra = set(tensors) - names
+    missing = names - set(tensors)
+    # The generated checkpoint stores the router bias as F32; the config
+    # alone gives it torch_dtype. Names agree exactly.
+    check(not extra and not missing, "extra %s missing %s" % (extra, missing))
+    q = tensors["model.layers.1.self_attn.q_b_proj.weight"]
+    check(q["dtype"] == "float8_e4m3fn", q)
+    s = tensors["model.layers.1.self_attn.q_b_proj.weight_scale_inv"]
+    check(s["dtype"] == "float32" and s["global_shape"] == [6, 2], s)
+    stage = {}
+    for part in p["parts"]:
+        for f in part["fragments"]:
+            stage.setdefault(f["tensor_id"], set()).add(part["rank"]["pp"])
+    check(stage["model.layers.3.eh_proj.weight"] == {2}, stage)
+    check(stage["model.embed_tokens.weight"] == {0}, stage)
+    check(stage["lm_head.weight"] == {2}, stage)
+
+
+@SUITE.test
+def sharding_rules():
+    r, out = layout("llama", (4, 1, 1, 1), name="llama-rules.json")
+    ok(r, "hf layout")
+    p = json.load(open(out))
+    shapes = {}
+    for part in p["parts"]:
+        if part["rank"]["tp"] != 1:
+            continue
+        for f in part["fragments"]:
+            shapes[f["tensor_id"]] = (f["global_offset"], f["local_shape"])
+    L = "model.layers.0."
+    check(shapes[L + "self_attn.q_proj.weight"] == ([8, 0], [8, 32]), shapes)
+    # 2 KV heads, TP 4: replicated.
+    check(shapes[L + "self_attn.k_proj.weight"] == ([0, 0], [16, 32]), shapes)
+    check(shapes[L + "self_attn.o_proj.weight"] == ([0, 8], [32, 8]), shapes)
+    check(shapes[L + "mlp.down_proj.weight"] == ([0, 12], [32, 12]), shapes)
+    check(shapes["model.embed_tokens.weight"] == ([16, 0], [16, 32]), shapes)
+    check(shapes[L + "input_layernorm.weight"] == ([0], [32]), shapes)
+    r, out = layout("qwen3_moe", (1, 1, 2, 1), name="moe-rules.json")
+    ok(r, "hf layout moe")
+    owners = {}
+    for part in json.load(open(out))["parts"]:
+        for f in part["fragments"]:
+            owners.setdefault(f["tensor_id"], set()).add(part["rank"]["ep"])
+    check(owners["model.layers.1.mlp.experts.3.down_proj.weight"] == {1},
+          owners)
+    check(owners["model.layers.1.mlp.gate.weight"] == {0, 1}, owners)
+
+
+@SUITE.test
+def layout_errors():
+    fails(layout("llama", (3, 1, 1, 1))[0], "TP 3 does not divide the 4 "
+          "attention heads of LlamaForCausalLM")
+    fails(layout("llama", (1, 1, 2, 1))[0],
+          "EP 2 needs routed experts; LlamaForCausalLM has none")
+    fails(layout("qwen3_moe", (1, 1, 3, 1))[0],
+          "EP 3 does not divide the 4 routed experts")
+    fails(layout("llama", (1, 5, 1, 1))[0], "PP 5 exceeds the 4 layers")
+    fails(layout("deepseek_v3", (4, 1, 1, 1))[0],
+          "TP 4 splits dimension 0 (48) of model.layers.0.self_attn.q_b_proj"
+          ".weight into shards that are not whole FP8 blocks of 8")
+    cfg = dict(hfc.CONFIGS["llama"], architectures=["GPT2LMHeadModel"])
+    path = os.path.join(TMP["dir"], "gpt2.json")
+    json.dump(cfg, open(path, "w"))
+    fails(run("hf", "layout", path, "-o", path + ".out"),
+          "unknown architecture GPT2LMHeadModel")
+
+
+@SUITE.test
+def checkpoint_tensor_errors():
+    cfg = hfc.CONFIGS["qwen3"]
+    spec = hfc.model_tensors(cfg)
+    d = os.path.join(TMP["dir"], "extra")
+    hfc.write_checkpoint(d, cfg, files=2,
+                         tensors=spec + [("model.visual.proj", "BF16", [4])])
+    fails(run("hf", "layout", os.path.join(d, "config.json"), "--tp", 2,
+              "--checkpoint", d, "-o", d + ".json"),
+          "checkpoint tensor model.visual.proj (in model-00002-of-00002."
+          "safetensors) is not a tensor of Qwen3ForCausalLM")
+    d = os.path.join(TMP["dir"], "lacking")
+    hfc.write_checkpoint(d, cfg, files=2,
+                         tensors=[t for t in spec
+                                  if t[0] != "model.layers.1.mlp.up_proj."
+                                  "weight"])
+    fails(run("hf", "layout", os.path.join(d, "config.json"),
+              "--checkpoint", d, "-o", d + ".json"),
+          "checkpoint lacks model.layers.1.mlp.up_proj.weight")
+    d = os.path.join(TMP["dir"], "reshaped")
+    hfc.write_checkpoint(d, cfg, files=2, tensors=[
+        (n, t, [50, 32] if n == "model.embed_tokens.weight" else s)
+        for n, t, s in spec])
+    fails(run("hf", "layout", os.path.join(d, "config.json"),
+              "--checkpoint", d, "-o", d + ".json"),
+          "model.embed_tokens.weight is [50, 32] in model-00001-of-00002."
+          "safetensors but config.json implies [64, 32]")
+
+
+@SUITE.test
+def checkpoint_source_plans():
+    d = checkpoint("mixtral")
+    r, placement = layout("mixtral", (2, 2, 2, 1), name="mixtral-src.json")
+    ok(r, "hf layout")
+    manifest = os.path.join(TMP["dir"], "mixtral-source.json")
+    ok(run("hf", "source", d, placement, "-o", manifest), "hf source")
+    m = json.load(open(manifest))
+    check(m["manifest_key"] == "hf-checkpoint/manifest", m["manifest_key"])
+    source = hfc.read_checkpoint(d)
+    by_id = {f["tensor_id"]: f for f in m["fragments"]}
+    check(set(by_id) == set(source), "manifest tensors differ")
+    f = by_id["model.layers.1.block_sparse_moe.experts.3.w2.weight"]
+    raw = open(os.path.join(d, f["object_key"].split("/")[-1]), "rb").read()
+    check(raw[f["object_offset"]:f["object_offset"] + f["nbytes"]] ==
+          source[f["tensor_id"]][2], "the manifest's range is not the tensor")
+    plan = json.loads(ok(run("plan", manifest, placement, "--json"),
+                         "plan from the checkpoint").stdout)
+    frag_bytes = sum(fr["nbytes"] for p in json.load(open(placement))["parts"]
+                     for fr in p["fragments"])
+    check(plan["bytes"] == frag_bytes, "plan bytes %d != %d" %
+          (plan["bytes"], frag_bytes))
+
+
+@SUITE.test
+def reshard_refuses_existing_output():
+    d = checkpoint("qwen2")
+    r, placement = layout("qwen2", (2, 1, 1, 1), name="qwen2-twice.json")
+    ok(r, "hf layout")
+    out = os.path.join(TMP["dir"], "twice")
+    ok(run("hf", "reshard", d, placement, out), "first hf reshard")
+    before = hfc.read_checkpoint(out)
+    fails(run("hf", "reshard", d, placement, out),
+          "exists: refusing to overwrite a checkpoint")
+    check(hfc.read_checkpoint(out) == before, "the first output changed")
+
+
+@SUITE.test
+def reshard_names_a_malformed_file():
+    d = os.path.join(TMP["dir"], "malformed")
+    hfc.write_checkpoint(d, hfc.CONFIGS["qwen2"], files=2)
+    r, placement = layout("qwen2", (1, 1, 1, 1), name="qwen2-bad.json")
+    ok(r, "hf layout")
+    path = os.path.join(d, "model-00002-of-00002.safetensors")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 1)
+    fails(run("hf", "reshard", d, placement, d + "-out"),
+          "model-00002-of-00002.safetensors")
+    check(not os.path.exists(d + "-out"), "output created for a bad source")
+
+
+@SUITE.test
+def store_import_export_round_trip():
+    for arch in ("deepseek_v3", "qwen3_moe"):
+        d = checkpoint(arch)
+        uri = "fs://" + os.path.join(TMP["dir"], "store-" + arch)
+        # Slabs of at most 1 KiB: no tensor is ever whole in memory.
+        imp = json.loads(ok(run("hf", "import", d, uri, "--json",
+                                "--max-fragment-bytes", 1024),
+                            "hf import").stdout)
+        source = hfc.read_checkpoint(d)
+        total = sum(len(t[2]) for t in source.values())
+        check(imp["tensors"] == len(source), imp)
+        check(imp["fragments"] > len(source), imp)
+        check(imp["bytes_read"] == total, imp)
+        key = imp["manifest_key"]
+        check(key == "weights/default/%s/hf/0/manifest" % arch, key)
+        ok(run("store", "verify", uri, key), "store verify")
+        out = os.path.join(TMP["dir"], "exported-" + arch)
+        exp = json.loads(ok(run("hf", "export", uri, key, out, "--json",
+                                "--staging-bytes", 4096,
+                                "--max-file-bytes", total // 2 + 1),
+                            "hf export").stdout)
+        check(exp["bytes"] == total and exp["files"] >= 2, exp)
+        got = hfc.read_checkpoint(out)
+        check(got == source, "%s: exported checkpoint differs" % arch)
+        # Twice: the revision exists, the output exists; both refused and
+        # nothing changes.
+        fails(run("hf", "import", d, uri), "conflicting weight revision")
+        ok(run("store", "verify", uri, key), "store verify after")
+        fails(run("hf", "export", uri, key, out), "exists: refusing")
+        check(hfc.read_checkpoint(out) == source, "export changed")
+
+
+@SUITE.test
+def store_export_of_a_missing_revision():
+    uri = "fs://" + os.path.join(TMP["dir"], "store-empty")
+    os.makedirs(uri[5:], exist_ok=True)
+    out = os.path.join(TMP["dir"], "never")
+    fails(run("hf", "export", uri, "weights/default/x/hf/0/manifest", out),
+          "weights/default/x/hf/0/manifest")
+    check(not os.path.exists(out), "output created for a missing revision")
+
+
+sys.exit(SUITE.run("reshard-hf-", lambda t: TMP.update(dir=t)))

@@ -1,0 +1,334 @@
+// `reshard hf layout|reshard|import|export`: Hugging Face checkpoints.
+//
+//   reshard hf layout CONFIG.json --tp N --pp N --ep N --dp N
+//                     [--checkpoint DIR] -o PLACEMENT.json
+//   reshard hf reshard CKPT_DIR TARGET.json OUT_DIR [--json]
+//   reshard hf source CKPT_DIR TARGET.json -o MANIFEST.json
+//   reshard hf import CKPT_DIR URI [--json]
+//   reshard hf export URI MANIFEST_KEY OUT_DIR [--json]
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include "reshard/hf.h"
+#include "reshard/placement.h"
+#include "reshard/weight_store.h"
+#include "selftest/host_buffers.h"
+#include "tools/cli_common.h"
+#include "tools/commands.h"
+#include "util/canonical_json.h"
+
+namespace reshard::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
+                double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6f", value);
+  w->Key(key);
+  w->Raw(buf);
+}
+
+Status WriteOutput(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::cout << text;
+    return Status::OK();
+  }
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) return Status::IOError("cannot write " + path);
+  return Status::OK();
+}
+
+void AddLayoutCommand(CLI::App* hf) {
+  auto* cmd = hf->add_subcommand(
+      "layout", "Lay a Hugging Face model's tensors out on a TP/PP/EP/DP grid");
+  struct Args {
+    std::string config, checkpoint, output;
+    HfLayoutOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("CONFIG", a->config, "the model's config.json")->required();
+  cmd->add_option("--tp", a->options.sizes.tp, "tensor-parallel size");
+  cmd->add_option("--pp", a->options.sizes.pp, "pipeline-parallel size");
+  cmd->add_option("--ep", a->options.sizes.ep, "expert-parallel size");
+  cmd->add_option("--dp", a->options.sizes.dp, "data-parallel size");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "checkpoint directory: its tensors, dtypes and shapes");
+  cmd->add_option("--resource-id", a->options.resource_id,
+                  "resource id (default: the config's model_type)");
+  cmd->add_option("--revision", a->options.revision, "revision");
+  cmd->add_option("--generation", a->options.weight_generation,
+                  "weight generation");
+  cmd->add_option("-o,--output", a->output, "output file ('-' for stdout)")
+      ->required();
+  cmd->callback([a]() {
+    auto run = [&]() -> Status {
+      RESHARD_ASSIGN_OR_RETURN(std::string config, ReadFile(a->config));
+      std::optional<HfCheckpoint> ckpt;
+      if (!a->checkpoint.empty()) {
+        RESHARD_ASSIGN_OR_RETURN(ckpt, HfCheckpoint::Open(a->checkpoint));
+      }
+      auto placement = HfLayout(config, a->options, ckpt ? &*ckpt : nullptr);
+      if (!placement.ok()) return placement.status().WithContext(a->config);
+      RESHARD_RETURN_NOT_OK(
+          WriteOutput(a->output, WeightPlacementToJson(*placement)));
+      std::cerr << "reshard hf layout: " << placement->tensors().size()
+                << " tensors, " << placement->fragments().size()
+                << " fragments, " << placement->topology().world_size()
+                << " participants; placement_id " << placement->placement_id()
+                << "\n";
+      return Status::OK();
+    };
+    Status st = run();
+    if (!st.ok()) throw CLI::RuntimeError(Fail(st));
+  });
+}
+
+void AddSourceCommand(CLI::App* hf) {
+  auto* cmd = hf->add_subcommand(
+      "source",
+      "Print the checkpoint as the stored manifest a TARGET load plans from "
+      "(each tensor a byte range of its file; `reshard plan` takes it)");
+  struct Args {
+    std::string checkpoint, target, output;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("CKPT_DIR", a->checkpoint, "checkpoint directory")
+      ->required();
+  cmd->add_option("TARGET", a->target, "target placement (JSON)")->required();
+  cmd->add_option("-o,--output", a->output, "output file ('-' for stdout)")
+      ->required();
+  cmd->callback([a]() {
+    auto run = [&]() -> Status {
+      RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
+      RESHARD_ASSIGN_OR_RETURN(auto target, LoadPlacement(a->target));
+      RESHARD_ASSIGN_OR_RETURN(auto manifest, CheckpointSource(ckpt, target));
+      return WriteOutput(a->output, StoredWeightManifestToJson(manifest));
+    };
+    Status st = run();
+    if (!st.ok()) throw CLI::RuntimeError(Fail(st));
+  });
+}
+
+struct ReshardArgs {
+  std::string checkpoint, target, output;
+  bool json = false;
+  CheckpointWriteOptions write;
+  CheckpointLoadOptions load;
+};
+
+struct ReshardResult {
+  LoadReport load;
+  CheckpointWriteReport write;
+  double load_seconds = 0, write_seconds = 0;
+  size_t tensors = 0, files = 0;
+  uint64_t header_bytes = 0;
+};
+
+// Loads every target fragment from the checkpoint into host buffers, then
+// writes the output checkpoint from those buffers alone.
+Result<ReshardResult> RunReshard(const ReshardArgs& a) {
+  RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a.checkpoint));
+  RESHARD_ASSIGN_OR_RETURN(auto target, LoadPlacement(a.target));
+  RESHARD_ASSIGN_OR_RETURN(auto buffers,
+                           internal::AllocateHostBuffers(target, "hf-reshard"));
+  ReshardResult r;
+  r.tensors = target.tensors().size();
+  r.header_bytes = ckpt.header_bytes();
+  auto t0 = Clock::now();
+  RESHARD_ASSIGN_OR_RETURN(
+      r.load, LoadCheckpoint(ckpt, target, buffers.bindings, a.load));
+  r.load_seconds = Since(t0);
+  t0 = Clock::now();
+  RESHARD_ASSIGN_OR_RETURN(auto plan, PlanCheckpointWrite(target, a.write));
+  RESHARD_RETURN_NOT_OK(CreateCheckpointFiles(plan, a.output));
+  RESHARD_ASSIGN_OR_RETURN(
+      r.write, WriteCheckpointFragments(plan, target, buffers.bindings,
+                                        a.output, a.write));
+  RESHARD_RETURN_NOT_OK(FinishCheckpoint(plan, a.output));
+  r.write_seconds = Since(t0);
+  r.files = plan.files().size();
+  return r;
+}
+
+void PrintReshard(const ReshardArgs& a, const ReshardResult& r) {
+  if (!a.json) {
+    std::cout << "loaded " << r.tensors << " tensors (" << r.load.bytes
+              << " bytes, " << r.load.bytes_read << " bytes read from "
+              << a.checkpoint << ") in " << r.load_seconds << " s; wrote "
+              << r.write.bytes << " bytes as " << r.files << " files to "
+              << a.output << " in " << r.write_seconds << " s\n";
+    return;
+  }
+  std::string out;
+  internal::CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("bytes", r.load.bytes);
+  w.KeyUInt("bytes_read", r.load.bytes_read);
+  w.KeyUInt("bytes_written", r.write.bytes);
+  w.KeyUInt("files", r.files);
+  w.KeyUInt("header_bytes", r.header_bytes);
+  KeySeconds(&w, "load_seconds", r.load_seconds);
+  w.KeyUInt("read_requests", r.load.read_requests);
+  w.KeyUInt("regions", r.load.regions);
+  w.KeyUInt("tensors", r.tensors);
+  KeySeconds(&w, "write_seconds", r.write_seconds);
+  w.KeyUInt("writes", r.write.writes);
+  w.EndObject();
+  std::cout << out << "\n";
+}
+
+void AddReshardCommand(CLI::App* hf) {
+  auto* cmd = hf->add_subcommand(
+      "reshard",
+      "Load every fragment of TARGET from a checkpoint with ranged reads, "
+      "then write OUT_DIR as a checkpoint from those buffers");
+  auto a = std::make_shared<ReshardArgs>();
+  cmd->add_option("CKPT_DIR", a->checkpoint, "checkpoint directory")
+      ->required();
+  cmd->add_option("TARGET", a->target, "target placement (JSON)")->required();
+  cmd->add_option("OUT_DIR", a->output,
+                  "output directory (created; must not hold a checkpoint)")
+      ->required();
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->add_option("--max-file-bytes", a->write.max_file_bytes,
+                  "largest output file's tensor bytes (default 5e9)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--staging-bytes", a->load.staging_bytes,
+                  "staging window of strided reads and writes (default 64 "
+                  "MiB)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([a]() {
+    a->write.staging_bytes = a->load.staging_bytes;
+    auto r = RunReshard(*a);
+    if (!r.ok()) throw CLI::RuntimeError(Fail(r.status()));
+    PrintReshard(*a, *r);
+  });
+}
+
+void AddImportCommand(CLI::App* hf) {
+  auto* cmd = hf->add_subcommand(
+      "import", "Make a checksummed weight-store revision of a checkpoint");
+  struct Args {
+    std::string checkpoint, uri;
+    bool json = false;
+    HfImportOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("CKPT_DIR", a->checkpoint,
+                  "checkpoint directory (with its config.json)")
+      ->required();
+  cmd->add_option("URI", a->uri, "weight store (fs://DIR)")->required();
+  cmd->add_option("--resource-id", a->options.resource_id,
+                  "resource id (default: the config's model_type)");
+  cmd->add_option("--revision", a->options.revision, "revision");
+  cmd->add_option("--generation", a->options.weight_generation,
+                  "weight generation");
+  cmd->add_option("--max-fragment-bytes", a->options.max_fragment_bytes,
+                  "largest stored fragment (slab) and so the memory used "
+                  "(default 64 MiB)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->callback([a]() {
+    auto run = [&]() -> Result<HfImportReport> {
+      RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
+      const std::string config_path = a->checkpoint + "/config.json";
+      RESHARD_ASSIGN_OR_RETURN(std::string config, ReadFile(config_path));
+      RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(a->uri));
+      auto r = ImportCheckpoint(ckpt, config, store, a->options);
+      if (!r.ok()) return r.status().WithContext(a->checkpoint);
+      return r;
+    };
+    const auto t0 = Clock::now();
+    auto r = run();
+    if (!r.ok()) throw CLI::RuntimeError(Fail(r.status()));
+    if (!a->json) {
+      std::cout << r->manifest_key << "\n";
+      return;
+    }
+    std::string out;
+    internal::CanonicalJsonWriter w(&out);
+    w.BeginObject();
+    w.KeyUInt("bytes_read", r->bytes_read);
+    w.KeyUInt("fragments", r->fragments);
+    w.KeyString("manifest_key", r->manifest_key);
+    KeySeconds(&w, "seconds", Since(t0));
+    w.KeyUInt("tensors", r->tensors);
+    w.EndObject();
+    std::cout << out << "\n";
+  });
+}
+
+void AddExportCommand(CLI::App* hf) {
+  auto* cmd = hf->add_subcommand(
+      "export", "Write a weight-store revision out as a checkpoint");
+  struct Args {
+    std::string uri, key, output;
+    bool json = false;
+    CheckpointWriteOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("URI", a->uri, "weight store (fs://DIR)")->required();
+  cmd->add_option("MANIFEST_KEY", a->key, "the revision's manifest key")
+      ->required();
+  cmd->add_option("OUT_DIR", a->output,
+                  "output directory (created; must not hold a checkpoint)")
+      ->required();
+  cmd->add_option("--max-file-bytes", a->options.max_file_bytes,
+                  "largest output file's tensor bytes (default 5e9)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--staging-bytes", a->options.staging_bytes,
+                  "read window (default 64 MiB)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->callback([a]() {
+    auto run = [&]() -> Result<HfExportReport> {
+      RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(a->uri));
+      RESHARD_ASSIGN_OR_RETURN(auto manifest, store.ReadManifest(a->key));
+      return ExportCheckpoint(store, manifest, a->output, a->options);
+    };
+    const auto t0 = Clock::now();
+    auto r = run();
+    if (!r.ok()) throw CLI::RuntimeError(Fail(r.status()));
+    if (!a->json) {
+      std::cout << "wrote " << r->bytes << " bytes as " << r->files
+                << " files to " << a->output << "\n";
+      return;
+    }
+    std::string out;
+    internal::CanonicalJsonWriter w(&out);
+    w.BeginObject();
+    w.KeyUInt("bytes", r->bytes);
+    w.KeyUInt("bytes_read", r->bytes_read);
+    w.KeyUInt("chunks_verified", r->chunks_verified);
+    w.KeyUInt("files", r->files);
+    KeySeconds(&w, "seconds", Since(t0));
+    w.KeyUInt("writes", r->writes);
+    w.EndObject();
+    std::cout << out << "\n";
+  });
+}
+
+}  // namespace
+
+void AddHfCommand(CLI::App& app) {
+  auto* hf = app.add_subcommand("hf", "Hugging Face checkpoints");
+  hf->require_subcommand(1);
+  AddLayoutCommand(hf);
+  AddReshardCommand(hf);
+  AddSourceCommand(hf);
+  AddImportCommand(hf);
+  AddExportCommand(hf);
+}
+
+}  // namespace reshard::cli
