@@ -4,6 +4,8 @@
 #include <hiredis.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "reshard/store_uri.h"
 #include "testing/must.h"
 #include "testing/redis_server.h"
@@ -24,7 +26,11 @@ std::string RedisRaw(const std::vector<std::string>& args) {
   auto* r = static_cast<redisReply*>(redisCommandArgv(
       c, static_cast<int>(argv.size()), argv.data(), lens.data()));
   std::string out;
-  if (r != nullptr && r->str != nullptr) out.assign(r->str, r->len);
+  if (r != nullptr && r->type == REDIS_REPLY_INTEGER) {
+    out = std::to_string(r->integer);
+  } else if (r != nullptr && r->str != nullptr) {
+    out.assign(r->str, r->len);
+  }
   if (r != nullptr) freeReplyObject(r);
   redisFree(c);
   return out;
@@ -99,6 +105,20 @@ void BackendStore::Truncate(const std::string& key, uint64_t size) {
   ASSERT_TRUE(!v.empty() && v[0] == 'r')
       << "Truncate supports one-value objects only";
   RedisRaw({"SET", k, v.substr(0, size + 1)});
+}
+
+size_t BackendStore::Temporaries() const {
+  if (dir_ == nullptr) {
+    return std::stoull(RedisRaw({"ZCARD", prefix_ + ":pending"}));
+  }
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir_->path(), ec);
+       !ec && it != std::filesystem::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->path().filename().string().starts_with(".tmp.")) ++n;
+  }
+  return n;
 }
 
 }  // namespace reshard::testing

@@ -40,6 +40,9 @@ class BackendStore {
   void FlipByte(const std::string& key, uint64_t offset);
   // Cuts object `key` to `size` bytes, bypassing the store.
   void Truncate(const std::string& key, uint64_t size);
+  // What interrupted writers left behind: ".tmp." files under the root
+  // (fs), uploads still registered as pending (redis).
+  size_t Temporaries() const;
 
  private:
   std::string backend_name_;

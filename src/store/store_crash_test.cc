@@ -1,5 +1,5 @@
-// Crash safety and races of the weight store with real processes on the fs
-// backend. Children are forked and either _exit or die by SIGKILL; they
+// Crash safety and races of the weight store with real processes, on each
+// backend (fs, and redis on a private test server). Children are forked and either _exit or die by SIGKILL; they
 // never return into gtest. Covered:
 //  - deterministic kill points (WeightStoreOptions::on_stage raising
 //    SIGKILL at the Nth "payload", at "decision" and at "published"): no
@@ -38,6 +38,7 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -51,6 +52,7 @@
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
+#include "testing/store_backends.h"
 #include "testing/store_testing.h"
 #include "testing/temp_dir.h"
 
@@ -156,14 +158,19 @@ WeightPlacementManifest Model(int64_t dp, int64_t tp, int64_t rows) {
   return Must(d.Build());
 }
 
-// A store root with its own backend, a pattern-filled DP2/TP2 source and a
-// DP1/TP4 target layout.
+// The backend of the running test (fs or redis), set by its fixture.
+std::string& CurrentBackend() {
+  static std::string backend = "fs";
+  return backend;
+}
+
+// A fresh store on the running test's backend, a scratch directory, a
+// pattern-filled DP2/TP2 source and a DP1/TP4 target layout.
 class Fixture {
  public:
   Fixture(int64_t rows, WeightStoreOptions options)
-      : root_(dir_.path() + "/store"),
-        backend_(std::shared_ptr<ObjectStore>(
-            Must(OpenObjectStore("fs://" + root_)))),
+      : store_(CurrentBackend()),
+        backend_(store_.backend()),
         options_(std::move(options)),
         source_{Model(2, 2, rows), {}, {}},
         target_(Model(1, 4, rows)) {
@@ -173,7 +180,7 @@ class Fixture {
   }
 
   const std::string& dir() const { return dir_.path(); }
-  const std::string& root() const { return root_; }
+  const std::string& uri() const { return store_.uri(); }
   ObjectStore& backend() const { return *backend_; }
   const Side& source() const { return source_; }
   const WeightStoreOptions& options() const { return options_; }
@@ -186,17 +193,9 @@ class Fixture {
     const auto keys = Must(backend_->List(prefix));
     return {keys.begin(), keys.end()};
   }
-  // Temporary files the fs backend left behind (writers killed mid-put).
-  size_t TempFiles() const {
-    size_t n = 0;
-    std::error_code ec;
-    for (auto it = std::filesystem::recursive_directory_iterator(root_, ec);
-         !ec && it != std::filesystem::recursive_directory_iterator();
-         it.increment(ec)) {
-      if (it->path().filename().string().starts_with(".tmp.")) ++n;
-    }
-    return n;
-  }
+  // What killed writers left behind in the backend: temporary files (fs),
+  // uploads still pending (redis).
+  size_t TempFiles() const { return store_.Temporaries(); }
 
   // Loads the published revision into the target layout and checks every
   // byte; also Verify.
@@ -217,7 +216,7 @@ class Fixture {
 
  private:
   TempDir dir_;
-  std::string root_;
+  testing::BackendStore store_;
   std::shared_ptr<ObjectStore> backend_;
   WeightStoreOptions options_;
   Side source_;
@@ -237,7 +236,7 @@ int UploadAndCommit(const Fixture& f, const UploadPlan& plan,
       if (stage == kill_stage && ++seen == kill_at) ::raise(SIGKILL);
     };
   }
-  auto store = WeightStore::Open("fs://" + f.root(), o);
+  auto store = WeightStore::Open(f.uri(), o);
   if (!store.ok()) return 2;
   std::vector<UploadReceipt> receipts;
   for (const auto& b : f.source().buffers.bindings) {
@@ -369,10 +368,14 @@ struct KillCase {
   Recovery recovery = Recovery::kRetry;
 };
 
-class StoreCrashKillPointTest : public ::testing::TestWithParam<KillCase> {};
+class StoreCrashKillPointTest
+    : public ::testing::TestWithParam<std::tuple<KillCase, std::string>> {
+ protected:
+  void SetUp() override { CurrentBackend() = std::get<1>(GetParam()); }
+};
 
 TEST_P(StoreCrashKillPointTest, NoPartialRevisionAndRecoveryCompletes) {
-  const KillCase& c = GetParam();
+  const KillCase& c = std::get<0>(GetParam());
   // 512 KiB in 9 stored fragments, 16 KiB chunks.
   Fixture f(64, {.chunk_bytes = 16 << 10, .staging_bytes = 64 << 10});
   WeightStore store = f.Open();
@@ -401,7 +404,7 @@ TEST_P(StoreCrashKillPointTest, NoPartialRevisionAndRecoveryCompletes) {
 
 INSTANTIATE_TEST_SUITE_P(
     StoreCrash, StoreCrashKillPointTest,
-    ::testing::Values(
+    ::testing::Combine(::testing::Values(
         KillCase{"FirstPayloadRetry", "payload", 1, Recovery::kRetry},
         KillCase{"FirstPayloadAbort", "payload", 1, Recovery::kAbort},
         KillCase{"FifthPayloadRetry", "payload", 5, Recovery::kRetry},
@@ -412,13 +415,28 @@ INSTANTIATE_TEST_SUITE_P(
         KillCase{"DecisionAbort", "decision", 1, Recovery::kAbort},
         KillCase{"PublishedRetry", "published", 1, Recovery::kRetry},
         KillCase{"PublishedAbort", "published", 1, Recovery::kAbort}),
-    [](const ::testing::TestParamInfo<KillCase>& info) {
-      return info.param.name;
+        ::testing::ValuesIn(testing::StoreBackendNames())),
+    [](const auto& info) {
+      return std::get<0>(info.param).name + "_" + std::get<1>(info.param);
     });
+
+// The other suites run on both backends too.
+class BackendSuite : public testing::StoreBackendTest {
+ protected:
+  void SetUp() override { CurrentBackend() = GetParam(); }
+};
+class StoreCrashRandomTest : public BackendSuite {};
+class StoreCrashRaceTest : public BackendSuite {};
+INSTANTIATE_TEST_SUITE_P(, StoreCrashRandomTest,
+                         ::testing::ValuesIn(testing::StoreBackendNames()),
+                         testing::StoreBackendCaseName);
+INSTANTIATE_TEST_SUITE_P(, StoreCrashRaceTest,
+                         ::testing::ValuesIn(testing::StoreBackendNames()),
+                         testing::StoreBackendCaseName);
 
 // ---------------------------------------------------------------- random
 
-TEST(StoreCrashRandomTest, RandomKillPointsKeepTheStoreConsistent) {
+TEST_P(StoreCrashRandomTest, RandomKillPointsKeepTheStoreConsistent) {
   // 4 MiB in 9 stored fragments, 64 KiB chunks.
   constexpr int64_t kRows = 512;
   const WeightStoreOptions options{.chunk_bytes = 64 << 10,
@@ -568,7 +586,7 @@ std::string ManifestKeyOf(const Fixture& f) {
       .Manifest();
 }
 
-TEST(StoreCrashRaceTest, RacingWritersExactlyOneCommits) {
+TEST_P(StoreCrashRaceTest, RacingWritersExactlyOneCommits) {
   for (int writers : {4, 6}) {
     SCOPED_TRACE(std::to_string(writers) + " writers");
     Fixture f(128, {.chunk_bytes = 16 << 10, .staging_bytes = 64 << 10});
@@ -607,7 +625,7 @@ TEST(StoreCrashRaceTest, RacingWritersExactlyOneCommits) {
 // Regression: transaction ids once came from a generator seeded once per
 // thread, so writers forked after a PrepareUpload drew the same id. Ids are
 // now reseeded in every process.
-TEST(StoreCrashRaceTest, ForkedWritersGetDistinctTransactions) {
+TEST_P(StoreCrashRaceTest, ForkedWritersGetDistinctTransactions) {
   Fixture f(16, {.chunk_bytes = 4 << 10, .staging_bytes = 16 << 10});
   // This process prepares (and aborts) an upload first, as a trainer that
   // stores weights and then forks workers would.
