@@ -32,3 +32,6 @@ echo
 echo "== plan report: Kimi-K2 HTML size, write time vs plan --json, headless Chromium load vs the same bytes without script"
 "${RESHARD_PYTHON:-/usr/bin/python3}" bench/plan_report_bench.py --cli "$BUILD/reshard" \
   --models examples/models
+echo
+echo "== weight store on Redis (1 GiB upload and load) vs redis-benchmark SET/GET, same server, same value size"
+PYTHONPATH="$BUILD/python" "${RESHARD_PYTHON:-/usr/bin/python3}" bench/redis_bench.py

@@ -45,7 +45,7 @@ struct RedisStoreOptions {
   // Connections one PutObject or ReadRanges spreads its chunks over.
   uint32_t connections = 2;
   // Commands pipelined on a connection before its replies are read.
-  uint32_t pipeline_depth = 16;
+  uint32_t pipeline_depth = 4;
   // Connecting, and waiting for any one reply.
   std::chrono::milliseconds timeout{10000};
   // Whether the store promises durability (a weight store): then opening

@@ -48,6 +48,9 @@ struct Piece {
   uint64_t length = 0;
   uint8_t* dest = nullptr;
   std::string what;  // names the object (and chunk) in errors
+  // The piece is its whole value: GET, which the server answers from the
+  // value itself, where GETRANGE copies the range first.
+  bool whole = false;
 };
 
 // Unique per upload: random bits, and the process id, because forked
@@ -505,10 +508,13 @@ std::vector<Piece> RedisStore::PiecesOf(std::string_view key,
     const uint64_t chunk = at / d.chunk_bytes;
     const uint64_t within = at - chunk * d.chunk_bytes;
     const uint64_t n = std::min(d.chunk_bytes - within, offset + length - at);
+    const uint64_t chunk_size =
+        std::min(d.chunk_bytes, d.size - chunk * d.chunk_bytes);
     out.push_back({chunks_ + d.token + ":" + std::to_string(chunk), within, n,
                    dest + (at - offset),
                    "object " + std::string(key) + " chunk " +
-                       std::to_string(chunk)});
+                       std::to_string(chunk),
+                   within == 0 && n == chunk_size});
     at += n;
   }
   return out;
@@ -546,9 +552,11 @@ Status RedisStore::ReadPiecesOn(RedisConnection& conn,
   while (read < mine.size()) {
     while (sent < mine.size() && sent - read < options_.pipeline_depth) {
       const Piece& p = *mine[sent++];
-      RESHARD_RETURN_NOT_OK(conn.Append(
-          {"GETRANGE", p.value_key, std::to_string(p.offset),
-           std::to_string(p.offset + p.length - 1)}));
+      RESHARD_RETURN_NOT_OK(
+          p.whole ? conn.Append({"GET", p.value_key})
+                  : conn.Append({"GETRANGE", p.value_key,
+                                 std::to_string(p.offset),
+                                 std::to_string(p.offset + p.length - 1)}));
     }
     const Piece& p = *mine[read++];
     Status st = conn.ReadBulkInto(p.dest, p.length, p.what);
