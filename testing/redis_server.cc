@@ -60,7 +60,8 @@ bool Answers(const std::string& socket) {
 
 }  // namespace
 
-Result<std::unique_ptr<RedisServer>> RedisServer::Start(const Options& options) {
+Result<std::unique_ptr<RedisServer>> RedisServer::Start(
+    const Options& options) {
   if (::access(kRedisServer, X_OK) != 0) {
     return Status::FailedPrecondition(
         std::string(kRedisServer) +
@@ -79,13 +80,29 @@ Result<std::unique_ptr<RedisServer>> RedisServer::Start(const Options& options) 
 
 Status RedisServer::Launch() {
   const std::string port = std::to_string(port_);
-  std::vector<std::string> args = {
-      kRedisServer, "--port", port, "--bind", "127.0.0.1",
-      "--unixsocket", socket_, "--unixsocketperm", "700",
-      "--dir", dir_.path(), "--logfile", dir_.path() + "/redis.log",
-      "--daemonize", "no", "--save", "", "--protected-mode", "no",
-      "--appendonly", options_.aof ? "yes" : "no",
-      "--appendfsync", "always"};
+  std::vector<std::string> args = {kRedisServer,
+                                   "--port",
+                                   port,
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--unixsocket",
+                                   socket_,
+                                   "--unixsocketperm",
+                                   "700",
+                                   "--dir",
+                                   dir_.path(),
+                                   "--logfile",
+                                   dir_.path() + "/redis.log",
+                                   "--daemonize",
+                                   "no",
+                                   "--save",
+                                   "",
+                                   "--protected-mode",
+                                   "no",
+                                   "--appendonly",
+                                   options_.aof ? "yes" : "no",
+                                   "--appendfsync",
+                                   "always"};
   if (!options_.password.empty()) {
     args.insert(args.end(), {"--requirepass", options_.password});
   }
@@ -102,7 +119,8 @@ Status RedisServer::Launch() {
     ::_exit(127);
   }
   pid_ = pid;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     int wstatus = 0;
     if (::waitpid(pid_, &wstatus, WNOHANG) == pid_) {

@@ -22,8 +22,8 @@ namespace reshard::testing {
 class RedisServer {
  public:
   struct Options {
-    bool aof = true;           // appendonly yes, appendfsync always
-    std::string password;      // requirepass, if not empty
+    bool aof = true;       // appendonly yes, appendfsync always
+    std::string password;  // requirepass, if not empty
   };
   static Result<std::unique_ptr<RedisServer>> Start(const Options& options);
   static Result<std::unique_ptr<RedisServer>> Start() { return Start({}); }

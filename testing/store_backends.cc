@@ -48,9 +48,9 @@ std::pair<std::string, uint64_t> RedisByte(const std::string& prefix,
   // "c<size> <chunk_bytes> <token>"
   const size_t a = d.find(' '), b = d.find(' ', a + 1);
   const uint64_t chunk = std::stoull(d.substr(a + 1, b - a - 1));
-  return {prefix + ":d:" + d.substr(b + 1) + ":" +
-              std::to_string(offset / chunk),
-          offset % chunk};
+  return {
+      prefix + ":d:" + d.substr(b + 1) + ":" + std::to_string(offset / chunk),
+      offset % chunk};
 }
 
 }  // namespace
@@ -113,7 +113,8 @@ size_t BackendStore::Temporaries() const {
   }
   size_t n = 0;
   std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir_->path(), ec);
+  for (auto it =
+           std::filesystem::recursive_directory_iterator(dir_->path(), ec);
        !ec && it != std::filesystem::recursive_directory_iterator();
        it.increment(ec)) {
     if (it->path().filename().string().starts_with(".tmp.")) ++n;

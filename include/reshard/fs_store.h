@@ -30,7 +30,6 @@ struct DirectoryRecordStoreOptions {
 Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
     const std::string& root, const DirectoryRecordStoreOptions& options = {});
 
-
 // Objects and records as files under `root` (created if missing), with
 // durable records. Most callers use OpenObjectStore("fs://PATH")
 // (reshard/store_uri.h).

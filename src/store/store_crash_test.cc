@@ -1,6 +1,6 @@
 // Crash safety and races of the weight store with real processes, on each
-// backend (fs, and redis on a private test server). Children are forked and either _exit or die by SIGKILL; they
-// never return into gtest. Covered:
+// backend (fs, and redis on a private test server). Children are forked and
+// either _exit or die by SIGKILL; they never return into gtest. Covered:
 //  - deterministic kill points (WeightStoreOptions::on_stage raising
 //    SIGKILL at the Nth "payload", at "decision" and at "published"): no
 //    partial revision is ever visible; recovery completes either by a retry
@@ -38,9 +38,9 @@
 #include <random>
 #include <set>
 #include <stdexcept>
-#include <tuple>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -404,17 +404,18 @@ TEST_P(StoreCrashKillPointTest, NoPartialRevisionAndRecoveryCompletes) {
 
 INSTANTIATE_TEST_SUITE_P(
     StoreCrash, StoreCrashKillPointTest,
-    ::testing::Combine(::testing::Values(
-        KillCase{"FirstPayloadRetry", "payload", 1, Recovery::kRetry},
-        KillCase{"FirstPayloadAbort", "payload", 1, Recovery::kAbort},
-        KillCase{"FifthPayloadRetry", "payload", 5, Recovery::kRetry},
-        KillCase{"FifthPayloadAbort", "payload", 5, Recovery::kAbort},
-        KillCase{"LastPayloadRetry", "payload", 9, Recovery::kRetry},
-        KillCase{"LastPayloadAbort", "payload", 9, Recovery::kAbort},
-        KillCase{"DecisionRetry", "decision", 1, Recovery::kRetry},
-        KillCase{"DecisionAbort", "decision", 1, Recovery::kAbort},
-        KillCase{"PublishedRetry", "published", 1, Recovery::kRetry},
-        KillCase{"PublishedAbort", "published", 1, Recovery::kAbort}),
+    ::testing::Combine(
+        ::testing::Values(
+            KillCase{"FirstPayloadRetry", "payload", 1, Recovery::kRetry},
+            KillCase{"FirstPayloadAbort", "payload", 1, Recovery::kAbort},
+            KillCase{"FifthPayloadRetry", "payload", 5, Recovery::kRetry},
+            KillCase{"FifthPayloadAbort", "payload", 5, Recovery::kAbort},
+            KillCase{"LastPayloadRetry", "payload", 9, Recovery::kRetry},
+            KillCase{"LastPayloadAbort", "payload", 9, Recovery::kAbort},
+            KillCase{"DecisionRetry", "decision", 1, Recovery::kRetry},
+            KillCase{"DecisionAbort", "decision", 1, Recovery::kAbort},
+            KillCase{"PublishedRetry", "published", 1, Recovery::kRetry},
+            KillCase{"PublishedAbort", "published", 1, Recovery::kAbort}),
         ::testing::ValuesIn(testing::StoreBackendNames())),
     [](const auto& info) {
       return std::get<0>(info.param).name + "_" + std::get<1>(info.param);

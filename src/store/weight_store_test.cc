@@ -1,5 +1,5 @@
-// WeightStore end to end on each backend (fs and redis), with real pattern-filled host
-// buffers (every target byte checked with VerifyPattern):
+// WeightStore end to end on each backend (fs and redis), with real
+// pattern-filled host buffers (every target byte checked with VerifyPattern):
 //  - round trips: TP2 -> TP4, DP2 TP2 -> DP3 TP4, TP4 -> TP2, cross-dim
 //    dim0 -> dim2 (staged sweep), an EP/PP ownership swap, a generated
 //    tiny-moe TP4/PP2/EP8/DP2 -> TP8/PP4/EP2/DP4 and every golden scenario
@@ -104,9 +104,9 @@ class BackendSuite : public testing::StoreBackendTest {
  protected:
   void SetUp() override { TestStore::CurrentBackend() = GetParam(); }
 };
-#define RESHARD_BACKEND_SUITE(suite)                                   \
-  class suite : public BackendSuite {};                                \
-  INSTANTIATE_TEST_SUITE_P(, suite,                                    \
+#define RESHARD_BACKEND_SUITE(suite)                                          \
+  class suite : public BackendSuite {};                                       \
+  INSTANTIATE_TEST_SUITE_P(, suite,                                           \
                            ::testing::ValuesIn(testing::StoreBackendNames()), \
                            testing::StoreBackendCaseName)
 RESHARD_BACKEND_SUITE(WeightStoreRoundTripTest);
@@ -1241,7 +1241,8 @@ TEST_P(WeightStoreLifecycleTest, MalformedStartedRecordIsSkippedByGc) {
 // manifest yet as abandoned (by the age of its upload) and removed its
 // payloads while the Commit went on to publish them. A decided commit is now
 // never removed: Gc rolls it forward from its pending manifest.
-TEST_P(WeightStoreLifecycleTest, GcDuringACommitNeverBreaksThePublishedRevision) {
+TEST_P(WeightStoreLifecycleTest,
+       GcDuringACommitNeverBreaksThePublishedRevision) {
   TestStore dir;
   WeightStore store = dir.Open();
   const Side src = SourceSide(TpLayout(2, 2));

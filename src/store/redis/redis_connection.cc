@@ -48,12 +48,18 @@ RedisReply::~RedisReply() {
 namespace {
 RedisReply::Type TypeOf(const redisReply* r) {
   switch (r->type) {
-    case REDIS_REPLY_STRING: return RedisReply::Type::kString;
-    case REDIS_REPLY_ARRAY: return RedisReply::Type::kArray;
-    case REDIS_REPLY_INTEGER: return RedisReply::Type::kInteger;
-    case REDIS_REPLY_STATUS: return RedisReply::Type::kStatus;
-    case REDIS_REPLY_ERROR: return RedisReply::Type::kError;
-    default: return RedisReply::Type::kNil;
+    case REDIS_REPLY_STRING:
+      return RedisReply::Type::kString;
+    case REDIS_REPLY_ARRAY:
+      return RedisReply::Type::kArray;
+    case REDIS_REPLY_INTEGER:
+      return RedisReply::Type::kInteger;
+    case REDIS_REPLY_STATUS:
+      return RedisReply::Type::kStatus;
+    case REDIS_REPLY_ERROR:
+      return RedisReply::Type::kError;
+    default:
+      return RedisReply::Type::kNil;
   }
 }
 }  // namespace
@@ -107,8 +113,8 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
                    const std::string& what) -> Status {
     RESHARD_ASSIGN_OR_RETURN(RedisReply r, conn->Command(args));
     if (r.type() == RedisReply::Type::kError) {
-      return Status::IOError(what + " on " + uri.redacted + " failed: " +
-                             std::string(r.str()));
+      return Status::IOError(what + " on " + uri.redacted +
+                             " failed: " + std::string(r.str()));
     }
     return Status::OK();
   };
@@ -196,7 +202,8 @@ Status RedisConnection::WriteFully(std::vector<ConstBuffer> pieces) {
       ++first;
     }
     if (left > 0) {
-      pieces[first].data = static_cast<const uint8_t*>(pieces[first].data) + left;
+      pieces[first].data =
+          static_cast<const uint8_t*>(pieces[first].data) + left;
       pieces[first].size -= left;
     }
   }
@@ -208,11 +215,10 @@ Status RedisConnection::AppendSetFrom(std::string_view key,
                                       uint64_t offset, uint64_t length,
                                       std::string_view expiry_ms) {
   RESHARD_RETURN_NOT_OK(FlushQueued());
-  const std::string header = (expiry_ms.empty() ? "*3" : "*5") +
-                             std::string("\r\n$3\r\nSET\r\n$") +
-                             std::to_string(key.size()) + "\r\n" +
-                             std::string(key) + "\r\n$" +
-                             std::to_string(length) + "\r\n";
+  const std::string header =
+      (expiry_ms.empty() ? "*3" : "*5") + std::string("\r\n$3\r\nSET\r\n$") +
+      std::to_string(key.size()) + "\r\n" + std::string(key) + "\r\n$" +
+      std::to_string(length) + "\r\n";
   std::vector<ConstBuffer> pieces = {{header.data(), header.size()}};
   uint64_t at = 0;
   for (const ConstBuffer& p : parts) {
@@ -319,11 +325,10 @@ Status RedisConnection::ReadBulkInto(void* dest, uint64_t length,
       RESHARD_RETURN_NOT_OK(Fill(2));
       raw_pos_ += 2;
     }
-    return Status::DataLoss(what + " holds " +
-                            (n < 0 ? std::string("no value")
-                                   : std::to_string(n) + " bytes") +
-                            " where " + std::to_string(length) +
-                            " were expected");
+    return Status::DataLoss(
+        what + " holds " +
+        (n < 0 ? std::string("no value") : std::to_string(n) + " bytes") +
+        " where " + std::to_string(length) + " were expected");
   }
   RESHARD_RETURN_NOT_OK(ReceiveInto(static_cast<uint8_t*>(dest), length));
   RESHARD_RETURN_NOT_OK(Fill(2));

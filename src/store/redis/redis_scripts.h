@@ -22,18 +22,17 @@ namespace reshard::internal {
 // KEYS[3..] the P:k keys of its ancestors; ARGV[1] the key. Returns 0 if
 // the key exists, -2 if it names a directory of keys, -3 if it is below an
 // existing key, else falls through.
-#define RESHARD_REDIS_NEW_KEY_CHECKS                                       \
-  "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"              \
-  "if #redis.call('ZRANGEBYLEX', KEYS[2], '[' .. ARGV[1] .. '/',"          \
-  " '[' .. ARGV[1] .. '/\\255', 'LIMIT', 0, 1) > 0 then return -2 end\n"   \
-  "for i = 4, #KEYS do\n"                                                  \
-  "  if redis.call('EXISTS', KEYS[i]) == 1 then return -3 - i + 4 end\n"   \
+#define RESHARD_REDIS_NEW_KEY_CHECKS                                     \
+  "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"            \
+  "if #redis.call('ZRANGEBYLEX', KEYS[2], '[' .. ARGV[1] .. '/',"        \
+  " '[' .. ARGV[1] .. '/\\255', 'LIMIT', 0, 1) > 0 then return -2 end\n" \
+  "for i = 4, #KEYS do\n"                                                \
+  "  if redis.call('EXISTS', KEYS[i]) == 1 then return -3 - i + 4 end\n" \
   "end\n"
 
 // Publishes a one-value record or object. ARGV[2] is the value ("r" + bytes).
 // Returns 1 when published, else as the checks above.
-inline constexpr const char* kPublishValueScript =
-    RESHARD_REDIS_NEW_KEY_CHECKS
+inline constexpr const char* kPublishValueScript = RESHARD_REDIS_NEW_KEY_CHECKS
     "redis.call('SET', KEYS[1], ARGV[2])\n"
     "redis.call('ZADD', KEYS[2], 0, ARGV[1])\n"
     "return 1\n";
@@ -79,7 +78,8 @@ inline constexpr const char* kBeginUploadScript =
 // ARGV[1] the member, ARGV[2] the chunk key prefix, ARGV[3] the chunk
 // count. Returns 1 if the entry was there.
 inline constexpr const char* kDiscardUploadScript =
-    "for i = 0, tonumber(ARGV[3]) - 1 do redis.call('UNLINK', ARGV[2] .. i) end\n"
+    "for i = 0, tonumber(ARGV[3]) - 1 do redis.call('UNLINK', ARGV[2] .. i) "
+    "end\n"
     "return redis.call('ZREM', KEYS[1], ARGV[1])\n";
 
 // Members of P:pending (KEYS[1]) that started more than ARGV[1]
@@ -101,7 +101,8 @@ inline constexpr const char* kDeleteScript =
     "  local size, chunk, token = string.match(v, '^c(%d+) (%d+) (%S+)$')\n"
     "  if token then\n"
     "    local n = math.ceil(tonumber(size) / tonumber(chunk))\n"
-    "    for i = 0, n - 1 do redis.call('UNLINK', ARGV[2] .. token .. ':' .. i) end\n"
+    "    for i = 0, n - 1 do redis.call('UNLINK', ARGV[2] .. token .. ':' .. "
+    "i) end\n"
     "  end\n"
     "end\n"
     "redis.call('DEL', KEYS[1])\n"

@@ -4,6 +4,8 @@
 
 #include "reshard/redis_store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -13,8 +15,6 @@
 #include <random>
 #include <thread>
 #include <unordered_map>
-
-#include <unistd.h>
 
 #include "store/redis/redis_connection.h"
 #include "store/redis/redis_scripts.h"
@@ -124,8 +124,8 @@ class RedisStore : public ObjectStore {
     RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
     RESHARD_ASSIGN_OR_RETURN(Descriptor d, Describe(key));
     std::string out(d.size, '\0');
-    RESHARD_RETURN_NOT_OK(ReadPieces(PiecesOf(key, d, 0, d.size,
-                                              reinterpret_cast<uint8_t*>(out.data()))));
+    RESHARD_RETURN_NOT_OK(ReadPieces(
+        PiecesOf(key, d, 0, d.size, reinterpret_cast<uint8_t*>(out.data()))));
     return out;
   }
 
@@ -136,10 +136,9 @@ class RedisStore : public ObjectStore {
     const std::string lo = "[" + std::string(prefix);
     const std::string hi = "[" + std::string(prefix) + "\xff";
     RESHARD_ASSIGN_OR_RETURN(
-        RedisReply r,
-        Run({"ZRANGEBYLEX", index_, prefix.empty() ? "-" : lo,
-             prefix.empty() ? "+" : hi},
-            "list keys"));
+        RedisReply r, Run({"ZRANGEBYLEX", index_, prefix.empty() ? "-" : lo,
+                           prefix.empty() ? "+" : hi},
+                          "list keys"));
     std::vector<std::string> keys;
     for (size_t i = 0; i < r.size(); ++i) {
       keys.emplace_back(r.element_str(i));
@@ -149,8 +148,8 @@ class RedisStore : public ObjectStore {
 
   Status Delete(std::string_view key) override {
     RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
-    return Eval(internal::kDeleteScript, {KeyOf(key), index_},
-                {key, chunks_}, "delete " + std::string(key))
+    return Eval(internal::kDeleteScript, {KeyOf(key), index_}, {key, chunks_},
+                "delete " + std::string(key))
         .status();
   }
 
@@ -180,9 +179,9 @@ class RedisStore : public ObjectStore {
     // clients about every 100 ms), so that the server answers first.
     const int64_t wait_ms = std::max<int64_t>(1, options_.timeout.count() / 2);
     RESHARD_ASSIGN_OR_RETURN(
-        RedisReply r, Run({"WAIT", std::to_string(uri_.replicas),
-                           std::to_string(wait_ms)},
-                          "wait for replicas"));
+        RedisReply r,
+        Run({"WAIT", std::to_string(uri_.replicas), std::to_string(wait_ms)},
+            "wait for replicas"));
     if (r.type() != Type::kInteger ||
         r.integer() < static_cast<long long>(uri_.replicas)) {
       return Status::IOError(
@@ -210,8 +209,8 @@ class RedisStore : public ObjectStore {
         return Status::DataLoss("object " + r.key + " is short: range [" +
                                 std::to_string(r.offset) + ", " +
                                 std::to_string(r.offset + r.length) +
-                                ") is past its end (" +
-                                std::to_string(d.size) + " bytes)");
+                                ") is past its end (" + std::to_string(d.size) +
+                                " bytes)");
       }
       for (Piece& p : PiecesOf(r.key, d, r.offset, r.length,
                                static_cast<uint8_t*>(r.dest))) {
@@ -229,25 +228,24 @@ class RedisStore : public ObjectStore {
 
   Result<uint64_t> RemoveStaleTemporaries(
       std::chrono::seconds older_than) override {
-    RESHARD_ASSIGN_OR_RETURN(
-        RedisReply stale,
-        Eval(internal::kStaleUploadsScript, {pending_},
-             {std::to_string(older_than.count() * 1000)},
-             "list stale uploads"));
+    RESHARD_ASSIGN_OR_RETURN(RedisReply stale,
+                             Eval(internal::kStaleUploadsScript, {pending_},
+                                  {std::to_string(older_than.count() * 1000)},
+                                  "list stale uploads"));
     uint64_t removed = 0;
     for (size_t i = 0; i < stale.size(); ++i) {
       const std::string member(stale.element_str(i));
       const size_t space = member.find(' ');
       uint64_t n = 0;
-      if (space == std::string::npos || !ParseU64(member.substr(space + 1), &n)) {
+      if (space == std::string::npos ||
+          !ParseU64(member.substr(space + 1), &n)) {
         continue;  // not ours; never guess what to delete
       }
       RESHARD_ASSIGN_OR_RETURN(
-          RedisReply r,
-          Eval(internal::kDiscardUploadScript, {pending_},
-               {member, chunks_ + member.substr(0, space) + ":",
-                std::to_string(n)},
-               "remove a stale upload"));
+          RedisReply r, Eval(internal::kDiscardUploadScript, {pending_},
+                             {member, chunks_ + member.substr(0, space) + ":",
+                              std::to_string(n)},
+                             "remove a stale upload"));
       if (r.type() == Type::kInteger && r.integer() == 1) ++removed;
     }
     return removed;
@@ -331,7 +329,8 @@ class RedisStore : public ObjectStore {
     const std::string k(key);
     if (code == 0) return Status::AlreadyExists("record exists: " + k);
     if (code == -1) {
-      return Status::IOError("object " + k + " was not published: its chunks "
+      return Status::IOError("object " + k +
+                             " was not published: its chunks "
                              "expired or were reclaimed as stale before it "
                              "was complete");
     }
@@ -382,12 +381,13 @@ class RedisStore : public ObjectStore {
 Status RedisStore::PutChunked(std::string_view key,
                               const std::vector<ConstBuffer>& parts,
                               uint64_t total) {
-  RESHARD_ASSIGN_OR_RETURN(RedisReply exists,
-                           Run({"EXISTS", KeyOf(key)}, "check " + std::string(key)));
+  RESHARD_ASSIGN_OR_RETURN(RedisReply exists, Run({"EXISTS", KeyOf(key)},
+                                                  "check " + std::string(key)));
   if (exists.type() == Type::kInteger && exists.integer() == 1) {
     return Status::AlreadyExists("record exists: " + std::string(key));
   }
-  const uint64_t chunks = (total + options_.chunk_bytes - 1) / options_.chunk_bytes;
+  const uint64_t chunks =
+      (total + options_.chunk_bytes - 1) / options_.chunk_bytes;
   const std::string token = RandomToken();
   const std::string member = token + " " + std::to_string(chunks);
   const std::string chunk_prefix = chunks_ + token + ":";
@@ -408,10 +408,10 @@ Status RedisStore::PutChunked(std::string_view key,
   const std::string descriptor = "c" + std::to_string(total) + " " +
                                  std::to_string(options_.chunk_bytes) + " " +
                                  token;
-  Result<RedisReply> r = Eval(
-      internal::kPublishChunkedScript, NewKeyKeys(key),
-      {key, descriptor, member, chunk_prefix, std::to_string(chunks)},
-      "publish " + std::string(key));
+  Result<RedisReply> r =
+      Eval(internal::kPublishChunkedScript, NewKeyKeys(key),
+           {key, descriptor, member, chunk_prefix, std::to_string(chunks)},
+           "publish " + std::string(key));
   if (!r.ok()) {
     discard();  // if the script did run, the object stays whole
     return r.status();
@@ -424,8 +424,8 @@ Status RedisStore::PutChunked(std::string_view key,
 Status RedisStore::WriteChunks(const std::string& chunk_prefix,
                                const std::vector<ConstBuffer>& parts,
                                uint64_t total, uint64_t chunks) {
-  const uint32_t lanes = static_cast<uint32_t>(
-      std::min<uint64_t>(options_.connections, chunks));
+  const uint32_t lanes =
+      static_cast<uint32_t>(std::min<uint64_t>(options_.connections, chunks));
   const std::string expiry = std::to_string(kChunkExpiryMs);
   return ParallelFor(lanes, lanes, [&](size_t lane) -> Status {
     RESHARD_ASSIGN_OR_RETURN(auto conn, Acquire());
@@ -459,9 +459,9 @@ Status RedisStore::WriteChunks(const std::string& chunk_prefix,
 }
 
 Result<Descriptor> RedisStore::Describe(std::string_view key) {
-  RESHARD_ASSIGN_OR_RETURN(
-      RedisReply r, Eval(internal::kDescribeScript, {KeyOf(key)}, {},
-                         "read " + std::string(key)));
+  RESHARD_ASSIGN_OR_RETURN(RedisReply r,
+                           Eval(internal::kDescribeScript, {KeyOf(key)}, {},
+                                "read " + std::string(key)));
   if (r.type() == Type::kNil) {
     return Status::NotFound("no object " + std::string(key));
   }
@@ -499,8 +499,8 @@ std::vector<Piece> RedisStore::PiecesOf(std::string_view key,
   std::vector<Piece> out;
   if (length == 0) return out;
   if (!d.chunked) {  // the value is "r" + bytes
-    out.push_back({KeyOf(key), offset + 1, length, dest,
-                   "object " + std::string(key)});
+    out.push_back(
+        {KeyOf(key), offset + 1, length, dest, "object " + std::string(key)});
     return out;
   }
   uint64_t at = offset;
@@ -510,11 +510,11 @@ std::vector<Piece> RedisStore::PiecesOf(std::string_view key,
     const uint64_t n = std::min(d.chunk_bytes - within, offset + length - at);
     const uint64_t chunk_size =
         std::min(d.chunk_bytes, d.size - chunk * d.chunk_bytes);
-    out.push_back({chunks_ + d.token + ":" + std::to_string(chunk), within, n,
-                   dest + (at - offset),
-                   "object " + std::string(key) + " chunk " +
-                       std::to_string(chunk),
-                   within == 0 && n == chunk_size});
+    out.push_back(
+        {chunks_ + d.token + ":" + std::to_string(chunk), within, n,
+         dest + (at - offset),
+         "object " + std::string(key) + " chunk " + std::to_string(chunk),
+         within == 0 && n == chunk_size});
     at += n;
   }
   return out;
@@ -529,11 +529,12 @@ Status RedisStore::ReadPieces(std::vector<Piece> pieces) {
   std::vector<uint64_t> load(lanes, 0);
   std::vector<Piece*> order;
   for (Piece& p : pieces) order.push_back(&p);
-  std::stable_sort(order.begin(), order.end(), [](const Piece* a, const Piece* b) {
-    return a->length > b->length;
-  });
+  std::stable_sort(
+      order.begin(), order.end(),
+      [](const Piece* a, const Piece* b) { return a->length > b->length; });
   for (Piece* p : order) {
-    const size_t lane = std::min_element(load.begin(), load.end()) - load.begin();
+    const size_t lane =
+        std::min_element(load.begin(), load.end()) - load.begin();
     mine[lane].push_back(p);
     load[lane] += p->length;
   }
@@ -553,10 +554,10 @@ Status RedisStore::ReadPiecesOn(RedisConnection& conn,
     while (sent < mine.size() && sent - read < options_.pipeline_depth) {
       const Piece& p = *mine[sent++];
       RESHARD_RETURN_NOT_OK(
-          p.whole ? conn.Append({"GET", p.value_key})
-                  : conn.Append({"GETRANGE", p.value_key,
-                                 std::to_string(p.offset),
-                                 std::to_string(p.offset + p.length - 1)}));
+          p.whole
+              ? conn.Append({"GET", p.value_key})
+              : conn.Append({"GETRANGE", p.value_key, std::to_string(p.offset),
+                             std::to_string(p.offset + p.length - 1)}));
     }
     const Piece& p = *mine[read++];
     Status st = conn.ReadBulkInto(p.dest, p.length, p.what);
@@ -569,11 +570,14 @@ Status RedisStore::ReadPiecesOn(RedisConnection& conn,
 Status RedisStore::CheckFsync() {
   RESHARD_ASSIGN_OR_RETURN(auto conn, Acquire());
   auto get = [&](std::string_view name) -> Result<std::string> {
-    RESHARD_ASSIGN_OR_RETURN(RedisReply r, conn->Command({"CONFIG", "GET", name}));
+    RESHARD_ASSIGN_OR_RETURN(RedisReply r,
+                             conn->Command({"CONFIG", "GET", name}));
     if (r.type() == Type::kError || r.size() != 2) {
       return Status::FailedPrecondition(
-          "redis " + uri_.redacted + ": cannot tell whether writes are "
-          "durable (CONFIG GET " + std::string(name) + " failed" +
+          "redis " + uri_.redacted +
+          ": cannot tell whether writes are "
+          "durable (CONFIG GET " +
+          std::string(name) + " failed" +
           (r.type() == Type::kError ? ": " + std::string(r.str()) : "") +
           "); open it with ?sync=none to accept losing recent writes when "
           "the server restarts");
@@ -586,8 +590,10 @@ Status RedisStore::CheckFsync() {
   RESHARD_RETURN_NOT_OK(fsync.status());
   if (*aof == "yes" && *fsync == "always") return Status::OK();
   return Status::FailedPrecondition(
-      "redis " + uri_.redacted + " does not make writes durable before "
-      "acknowledging them (appendonly " + *aof + ", appendfsync " + *fsync +
+      "redis " + uri_.redacted +
+      " does not make writes durable before "
+      "acknowledging them (appendonly " +
+      *aof + ", appendfsync " + *fsync +
       "; durable needs appendonly yes and appendfsync always); open it with "
       "?sync=none to accept losing recent writes when the server restarts");
 }

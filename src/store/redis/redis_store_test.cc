@@ -5,19 +5,22 @@
 // server and a wrong password failing within the timeout, durability
 // refused on a server without fsync unless sync=none, prefixes isolating
 // stores, committed objects surviving a restart (AOF), a server killed
-// mid-upload leaving nothing visible and its leftovers removable, and a
+// mid-upload leaving nothing visible and its leftovers removable, a server
+// killed mid-load failing cleanly (the object whole after a restart), and a
 // damaged chunk caught by reads.
+
+#include "reshard/redis_store.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <hiredis.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "reshard/redis_store.h"
 #include "store/redis/redis_uri.h"
 #include "testing/object_store_conformance.h"
 #include "testing/redis_server.h"
@@ -75,13 +78,16 @@ std::string RawCommand(const std::vector<std::string>& args) {
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  auto* r = static_cast<redisReply*>(redisCommandArgv(
+      c, static_cast<int>(argv.size()), argv.data(), lens.data()));
   std::string out;
   if (r != nullptr) {
-    if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
-    else if (r->str != nullptr) out.assign(r->str, r->len);
-    else if (r->type == REDIS_REPLY_ARRAY) out = std::to_string(r->elements);
+    if (r->type == REDIS_REPLY_INTEGER)
+      out = std::to_string(r->integer);
+    else if (r->str != nullptr)
+      out.assign(r->str, r->len);
+    else if (r->type == REDIS_REPLY_ARRAY)
+      out = std::to_string(r->elements);
     freeReplyObject(r);
   }
   redisFree(c);
@@ -121,10 +127,12 @@ TEST(RedisUriTest, ParsesEveryPart) {
 
 TEST(RedisUriTest, RejectsWithExactMessagesAndNeverThePassword) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"redis://h:0", "invalid Redis URI \"redis://h:0\": port must be an "
-                      "integer in [1, 65535]"},
-      {"redis://h:99999", "invalid Redis URI \"redis://h:99999\": port must "
-                          "be an integer in [1, 65535]"},
+      {"redis://h:0",
+       "invalid Redis URI \"redis://h:0\": port must be an "
+       "integer in [1, 65535]"},
+      {"redis://h:99999",
+       "invalid Redis URI \"redis://h:99999\": port must "
+       "be an integer in [1, 65535]"},
       {"redis://:1", "invalid Redis URI \"redis://:1\": no host"},
       {"redis://u:hunter2@h:1/x",
        "invalid Redis URI \"redis://u:***@h:1/x\": database \"x\" is not a "
@@ -141,13 +149,16 @@ TEST(RedisUriTest, RejectsWithExactMessagesAndNeverThePassword) {
       {"redis://h:1?sync=maybe",
        "invalid Redis URI \"redis://h:1?sync=maybe\": sync must be fsync or "
        "none"},
-      {"unix://relative.sock", "invalid Redis URI \"unix://relative.sock\": "
-                               "the socket path must be absolute "
-                               "(unix:///path/to/redis.sock)"},
-      {"redis://h:1\n", "invalid Redis URI \"redis://h:1\\n\": contains a "
-                        "space or control character"},
-      {"rediss://h:1", "invalid Redis URI \"rediss://h:1\": scheme must be "
-                       "redis:// or unix://"},
+      {"unix://relative.sock",
+       "invalid Redis URI \"unix://relative.sock\": "
+       "the socket path must be absolute "
+       "(unix:///path/to/redis.sock)"},
+      {"redis://h:1\n",
+       "invalid Redis URI \"redis://h:1\\n\": contains a "
+       "space or control character"},
+      {"rediss://h:1",
+       "invalid Redis URI \"rediss://h:1\": scheme must be "
+       "redis:// or unix://"},
   };
   for (const auto& [uri, message] : cases) {
     auto parsed = internal::ParseRedisUri(uri);
@@ -301,6 +312,34 @@ TEST(RedisStoreTest, ServerKilledMidUploadLeavesNothingVisible) {
   EXPECT_EQ(*after->ObjectSize("victim"), 5u << 20);
 }
 
+TEST(RedisStoreTest, ServerKilledMidLoadFailsCleanlyAndTheObjectSurvives) {
+  ASSERT_OK_AND_ASSIGN(auto server, RedisServer::Start());
+  std::string big(192u << 20, '\0');
+  for (size_t i = 0; i < big.size(); i += 4096)
+    big[i] = static_cast<char>(i >> 12);
+  {
+    auto s = Open(server->Uri("p"), {.chunk_bytes = 1 << 20});
+    ASSERT_OK(s->PutObject("obj", {{big.data(), big.size()}}));
+  }
+  auto s = Open(server->Uri("p"),
+                {.chunk_bytes = 1 << 20, .timeout = std::chrono::seconds(2)});
+  std::string back(big.size(), '\0');
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    server->Kill();
+  });
+  const Status st = s->ReadRanges({{"obj", 0, big.size(), back.data()}});
+  killer.join();
+  ASSERT_FALSE(st.ok()) << "the load finished before the kill; enlarge it";
+  EXPECT_EQ(st.code(), StatusCode::kIOError) << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("redis " + server->Uri("p")));
+  ASSERT_OK(server->Restart());
+  // The same store reconnects; the object is whole.
+  std::fill(back.begin(), back.end(), '\x7f');
+  ASSERT_OK(s->ReadRanges({{"obj", 0, big.size(), back.data()}}));
+  EXPECT_TRUE(back == big);
+}
+
 TEST(RedisStoreTest, ADamagedChunkIsCaughtNamingObjectAndChunk) {
   const std::string prefix = FreshRedisPrefix();
   auto s = Open(SharedRedisServer().Uri(prefix), {.chunk_bytes = 100000});
@@ -339,8 +378,8 @@ TEST(RedisStoreTest, DeleteRemovesEveryChunk) {
   EXPECT_EQ(RawCommand({"EXISTS", prefix + ":d:" + token + ":10"}), "1");
   ASSERT_OK(s->Delete("x/obj"));
   for (int i = 0; i <= 10; ++i) {
-    EXPECT_EQ(RawCommand({"EXISTS", prefix + ":d:" + token + ":" +
-                                        std::to_string(i)}),
+    EXPECT_EQ(RawCommand(
+                  {"EXISTS", prefix + ":d:" + token + ":" + std::to_string(i)}),
               "0");
   }
   EXPECT_EQ(RawCommand({"ZCARD", prefix + ":index"}), "0");

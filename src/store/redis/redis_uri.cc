@@ -144,12 +144,15 @@ Status ParseTcp(std::string_view rest, RedisUri* out) {
     }
     out->host = std::string(authority.substr(1, close - 1));
     authority.remove_prefix(close + 1);
-    if (authority.starts_with(':')) port_text = authority.substr(1);
-    else if (!authority.empty()) return Bad(out->redacted, "bad host:port");
+    if (authority.starts_with(':'))
+      port_text = authority.substr(1);
+    else if (!authority.empty())
+      return Bad(out->redacted, "bad host:port");
   } else {
     const size_t colon = authority.rfind(':');
     out->host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) port_text = authority.substr(colon + 1);
+    if (colon != std::string_view::npos)
+      port_text = authority.substr(colon + 1);
   }
   if (out->host.empty()) return Bad(out->redacted, "no host");
   uint64_t n = 6379;
@@ -162,8 +165,8 @@ Status ParseTcp(std::string_view rest, RedisUri* out) {
     const std::string_view db = tail.substr(1, q - 1);
     if (!db.empty()) {
       if (!ParseNumber(db, 1u << 20, &n)) {
-        return Bad(out->redacted, "database \"" + std::string(db) +
-                                      "\" is not a number");
+        return Bad(out->redacted,
+                   "database \"" + std::string(db) + "\" is not a number");
       }
       out->db = static_cast<uint32_t>(n);
     }
@@ -189,8 +192,9 @@ Result<RedisUri> ParseRedisUri(std::string_view uri) {
     const size_t q = std::min(rest.find('?'), rest.size());
     out.socket_path = std::string(rest.substr(0, q));
     if (!out.socket_path.starts_with('/')) {
-      return Bad(out.redacted, "the socket path must be absolute "
-                               "(unix:///path/to/redis.sock)");
+      return Bad(out.redacted,
+                 "the socket path must be absolute "
+                 "(unix:///path/to/redis.sock)");
     }
     rest.remove_prefix(q);
     RESHARD_RETURN_NOT_OK(
