@@ -151,6 +151,35 @@ Status RedisServer::Restart() {
   return Launch();
 }
 
+std::string RedisServer::Command(const std::vector<std::string>& args) const {
+  redisContext* c = redisConnectUnix(socket_.c_str());
+  if (c == nullptr || c->err != 0) {
+    if (c != nullptr) redisFree(c);
+    return "";
+  }
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* r = static_cast<redisReply*>(redisCommandArgv(
+      c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  std::string out;
+  if (r != nullptr) {
+    if (r->type == REDIS_REPLY_INTEGER) {
+      out = std::to_string(r->integer);
+    } else if (r->str != nullptr) {
+      out.assign(r->str, r->len);
+    } else if (r->type == REDIS_REPLY_ARRAY) {
+      out = std::to_string(r->elements);
+    }
+    freeReplyObject(r);
+  }
+  redisFree(c);
+  return out;
+}
+
 std::string RedisServer::Uri(std::string_view prefix) const {
   const std::string auth =
       options_.password.empty() ? "" : ":" + options_.password + "@";

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "reshard/status.h"
 #include "testing/temp_dir.h"
@@ -37,6 +38,11 @@ class RedisServer {
   std::string Uri(std::string_view prefix) const;
   // unix://SOCKET?prefix=PREFIX.
   std::string UnixUri(std::string_view prefix) const;
+
+  // One command over the unix socket, bypassing any store (for what tests
+  // inspect or damage); the reply as text: a string, an integer in
+  // decimal, an array's length; "" for nil or no reply.
+  std::string Command(const std::vector<std::string>& args) const;
 
   // SIGKILL, then waits for it to exit.
   void Kill();

@@ -1,7 +1,6 @@
 #include "testing/store_backends.h"
 
 #include <fcntl.h>
-#include <hiredis.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,27 +12,8 @@
 namespace reshard::testing {
 namespace {
 
-// One command on the shared test server; the reply as a string.
 std::string RedisRaw(const std::vector<std::string>& args) {
-  redisContext* c = redisConnectUnix(SharedRedisServer().socket_path().c_str());
-  EXPECT_TRUE(c != nullptr && c->err == 0);
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* r = static_cast<redisReply*>(redisCommandArgv(
-      c, static_cast<int>(argv.size()), argv.data(), lens.data()));
-  std::string out;
-  if (r != nullptr && r->type == REDIS_REPLY_INTEGER) {
-    out = std::to_string(r->integer);
-  } else if (r != nullptr && r->str != nullptr) {
-    out.assign(r->str, r->len);
-  }
-  if (r != nullptr) freeReplyObject(r);
-  redisFree(c);
-  return out;
+  return SharedRedisServer().Command(args);
 }
 
 // The Redis value holding byte `offset` of object `key` under `prefix`,

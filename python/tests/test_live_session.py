@@ -68,10 +68,12 @@ def _rank(rank, rendezvous, bad_step, results, move_targets=False,
     results.put((rank, outcome))
 
 
-def _run(tmp_path, bad_step, **kwargs):
+def _run(rendezvous, bad_step, **kwargs):
+    """Both ranks in processes of their own, meeting at `rendezvous` (a
+    directory or any rendezvous URI)."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, str(tmp_path), bad_step,
+    procs = [ctx.Process(target=_rank, args=(r, str(rendezvous), bad_step,
                                              results), kwargs=kwargs)
              for r in range(2)]
     for p in procs:

@@ -4,7 +4,6 @@ always stops): a weight store upload and load between layouts, maintenance,
 a live session whose two processes meet only through the Redis URI, and the
 refusals (an unreachable server named without its password)."""
 import ctypes
-import multiprocessing as mp
 import os
 import signal
 import socket
@@ -15,7 +14,7 @@ import pytest
 import torch
 
 import reshard
-from test_live_session import _rank
+from test_live_session import _run
 from test_store import SCENARIOS, _pair
 from patterns import Buffers
 
@@ -68,17 +67,8 @@ def test_upload_then_load_through_redis(redis, name):
 
 
 def test_live_session_meets_through_redis(redis):
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
     uri = f"{redis}?prefix=py-live"
-    procs = [ctx.Process(target=_rank, args=(r, uri, None, results))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    out = dict(results.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    out = _run(uri, bad_step=None)
     for rank in (0, 1):
         assert out[rank] == [(1, "ok", 1), (2, "ok", 2), (3, "ok", 3)]
     # Closed sessions leave no records behind.

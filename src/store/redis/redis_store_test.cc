@@ -13,7 +13,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <hiredis.h>
 
 #include <algorithm>
 #include <chrono>
@@ -71,27 +70,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A raw command on the shared server (for what tests inspect or damage).
 std::string RawCommand(const std::vector<std::string>& args) {
-  redisContext* c = redisConnectUnix(SharedRedisServer().socket_path().c_str());
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* r = static_cast<redisReply*>(redisCommandArgv(
-      c, static_cast<int>(argv.size()), argv.data(), lens.data()));
-  std::string out;
-  if (r != nullptr) {
-    if (r->type == REDIS_REPLY_INTEGER)
-      out = std::to_string(r->integer);
-    else if (r->str != nullptr)
-      out.assign(r->str, r->len);
-    else if (r->type == REDIS_REPLY_ARRAY)
-      out = std::to_string(r->elements);
-    freeReplyObject(r);
-  }
-  redisFree(c);
-  return out;
+  return SharedRedisServer().Command(args);
 }
 
 TEST(RedisUriTest, ParsesEveryPart) {
