@@ -11,7 +11,6 @@ import subprocess
 import time
 
 import pytest
-import torch
 
 import reshard
 from test_live_session import _run
