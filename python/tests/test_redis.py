@@ -4,7 +4,6 @@ always stops): a weight store upload and load between layouts, maintenance,
 a live session whose two processes meet only through the Redis URI, and the
 refusals (an unreachable server named without its password)."""
 import ctypes
-import os
 import signal
 import socket
 import subprocess

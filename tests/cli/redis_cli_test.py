@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Failure, Suite, check  # noqa: E402
+from harness import Suite, check  # noqa: E402
 
 RESHARD = None
 SCENARIOS = None
@@ -253,7 +253,6 @@ def flipped_byte_in_a_chunk_is_caught():
     rc, out, err = run("store", "verify", uri, key)
     line = one_error_line(rc, out, err, "checksum mismatch in stored fragment")
     check(payloads[0] in line, "%r does not name %s" % (line, payloads[0]))
-    src, _ = scenario(FOUR_AXIS)
 
 
 @test
