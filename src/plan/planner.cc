@@ -548,17 +548,19 @@ void Planner::Balance() {
   auto& regions = impl_->regions;
   impl_->source_bytes.assign(impl_->source_participants.size(), 0);
   auto& load = impl_->source_bytes;
-  std::vector<uint32_t> order(regions.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return regions[a].bytes > regions[b].bytes;
-  });
+  // Largest regions first, ties in region order: (bytes, index) pairs
+  // sorted in one array, so the sort does not chase region pointers.
+  std::vector<std::pair<uint64_t, uint32_t>> by_size(regions.size());
+  for (uint32_t i = 0; i < regions.size(); ++i) {
+    by_size[i] = {~regions[i].bytes, i};
+  }
+  std::sort(by_size.begin(), by_size.end());
   source_participant_.resize(sfr.size());
   for (size_t i = 0; i < sfr.size(); ++i) {
     source_participant_[i] = sfr[i].participant;
   }
   const auto& participant = source_participant_;
-  for (uint32_t i : order) {
+  for (const auto& [inverted_bytes, i] : by_size) {
     const auto& members = region_box_[i]->members;
     uint32_t best = members.front();
     for (uint32_t m : members) {

@@ -1,6 +1,7 @@
 #include "util/json_reader.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 #include "reshard/json.h"
@@ -148,9 +149,38 @@ std::string JsonPath::ToString() const {
   return out;
 }
 
+namespace {
+
+// The pool of JsonDocument: at most one idle parser.
+std::mutex pool_mutex;
+std::unique_ptr<simdjson::dom::parser> pooled_parser;
+
+std::unique_ptr<simdjson::dom::parser> TakePooledParser() {
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  if (pooled_parser == nullptr) {
+    return std::make_unique<simdjson::dom::parser>();
+  }
+  return std::move(pooled_parser);
+}
+
+}  // namespace
+
+void ParserRelease::operator()(simdjson::dom::parser* parser) const {
+  std::unique_ptr<simdjson::dom::parser> owned(parser);
+  if (owned->capacity() > JsonDocument::kMaxPooledParserBytes) return;
+  std::unique_ptr<simdjson::dom::parser> evicted;
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  // Keep the larger of the two: it serves the next document of either size.
+  if (pooled_parser == nullptr ||
+      pooled_parser->capacity() < owned->capacity()) {
+    evicted = std::move(pooled_parser);
+    pooled_parser = std::move(owned);
+  }
+}
+
 Result<JsonDocument> JsonDocument::Parse(std::string_view text) {
   JsonDocument doc;
-  doc.parser_ = std::make_unique<simdjson::dom::parser>();
+  doc.parser_.reset(TakePooledParser().release());
   auto result = doc.parser_->parse(text.data(), text.size(), true);
   if (result.error() != simdjson::SUCCESS) {
     if (HasNonFiniteToken(text)) {

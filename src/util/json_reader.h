@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,19 +46,33 @@ class JsonPath {
   bool is_index_ = false;
 };
 
-// Owns a parser and the parsed document.
+// Returns parsers to ParsePool (json_reader.cc) instead of freeing them.
+struct ParserRelease {
+  void operator()(simdjson::dom::parser* parser) const;
+};
+
+// Owns a parser and the parsed document. The parser comes from a
+// process-wide pool of one idle parser and goes back to it when the
+// document is destroyed: a parser's buffers cost about as much to allocate
+// and first touch as a parse of the document that sized them, and decoders
+// parse documents one after the other (both sides of a plan, every part of
+// a store). Parsers sized for documents over kMaxPooledParserBytes are
+// freed instead, so the pool holds a bounded amount of memory.
 class JsonDocument {
  public:
   // Parses `text`; rejects NaN/Infinity, invalid UTF-8 and trailing content.
   static Result<JsonDocument> Parse(std::string_view text);
   JsonElement root() const { return root_; }
 
+  // The largest document capacity whose parser is kept for reuse.
+  static constexpr size_t kMaxPooledParserBytes = size_t{512} << 20;
+
   JsonDocument(JsonDocument&&) = default;
   JsonDocument& operator=(JsonDocument&&) = default;
 
  private:
   JsonDocument() = default;
-  std::unique_ptr<simdjson::dom::parser> parser_;
+  std::unique_ptr<simdjson::dom::parser, ParserRelease> parser_;
   JsonElement root_;
 };
 

@@ -1,0 +1,82 @@
+// Tests of SortByStringKey and RadixSortByFirst against std::sort: ids with
+// a long common prefix, keys that tie in their first eight distinguishing
+// bytes, strings shorter than the prefix window, and duplicates.
+
+#include "util/string_sort.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace reshard::internal {
+namespace {
+
+std::vector<std::string> SortedCopy(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(StringSortTest, MatchesStdSortOnHashLikeIds) {
+  std::mt19937_64 rng(7);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5000; ++i) {
+    std::string id = "sha256:";
+    for (int c = 0; c < 64; ++c) id += "0123456789abcdef"[rng() % 16];
+    ids.push_back(id);
+  }
+  std::vector<std::string> got = ids;
+  SortByStringKey(&got,
+                  [](const std::string& s) -> const std::string& { return s; });
+  EXPECT_EQ(got, SortedCopy(ids));
+}
+
+TEST(StringSortTest, TiesInTheKeyWindowFallBackToFullStrings) {
+  // Same first 8 bytes after the common prefix "p:", differing later; and
+  // strings that end inside the window, and exact duplicates.
+  std::vector<std::string> ids = {
+      "p:abcdefghZ", "p:abcdefghA",    "p:abc",
+      "p:abcdefgh",  "p:abcdefghA",    "p:",
+      "p:b",         "p:abcdefgh\x01", "p:abcdefgh\xff"};
+  std::vector<std::string> got = ids;
+  SortByStringKey(&got,
+                  [](const std::string& s) -> const std::string& { return s; });
+  EXPECT_EQ(got, SortedCopy(ids));
+}
+
+TEST(StringSortTest, IndicesSortByTheirStrings) {
+  const std::vector<std::string> names = {"w", "b", "zz", "a", "b0"};
+  std::vector<size_t> idx = {0, 1, 2, 3, 4};
+  SortByStringKey(&idx,
+                  [&](size_t i) -> const std::string& { return names[i]; });
+  EXPECT_EQ(idx, (std::vector<size_t>{3, 1, 4, 0, 2}));
+}
+
+TEST(StringSortTest, RadixSortIsStableAndMatchesStdStableSort) {
+  std::mt19937_64 rng(11);
+  std::vector<std::pair<uint64_t, size_t>> v;
+  for (size_t i = 0; i < 20000; ++i) {
+    // Few distinct high bytes, many ties, all eight bytes exercised.
+    const uint64_t k = (rng() % 4) << 56 | (rng() % 3) << 20 | (rng() % 50);
+    v.emplace_back(k, i);
+  }
+  auto expected = v;
+  std::stable_sort(
+      expected.begin(), expected.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
+  RadixSortByFirst(&v);
+  EXPECT_EQ(v, expected);
+}
+
+TEST(StringSortTest, RadixSortOfAllEqualKeysKeepsOrder) {
+  std::vector<std::pair<uint64_t, size_t>> v = {{5, 2}, {5, 0}, {5, 1}};
+  RadixSortByFirst(&v);
+  EXPECT_EQ(v,
+            (std::vector<std::pair<uint64_t, size_t>>{{5, 2}, {5, 0}, {5, 1}}));
+}
+
+}  // namespace
+}  // namespace reshard::internal
