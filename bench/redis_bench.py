@@ -4,9 +4,11 @@
 A private redis-server (loopback, a free port, AOF with fsync always, as a
 durable store needs) serves both sides:
 
-* baseline: redis-benchmark SET and GET of values of the store's chunk
-  size (4 MiB), 256 of them over 256 random keys (a 1 GiB working set, as
-  the store's), 2 clients, pipeline 4;
+* baseline: a minimal raw client (RawClient below) that SETs 256 distinct
+  values of the store's chunk size (4 MiB; 1 GiB) from one buffer and GETs
+  them back into it, pipelining 4 on one connection (redis-benchmark is
+  not used: it cannot GET distinct keys it is sure to have SET, and it
+  discards what it reads);
 * reshard: `WeightStore.upload` of a 1 GiB layout (one uint8 tensor,
   TP4 rows; XXH3 checksums and the commit included), then `load` into a
   TP8 column split (every chunk verified), timed from Python around the
@@ -20,7 +22,6 @@ Usage: PYTHONPATH=build/python /usr/bin/python3 bench/redis_bench.py [--runs N]
 import argparse
 import ctypes
 import os
-import re
 import signal
 import socket
 import statistics
@@ -64,16 +65,72 @@ def rss_kib(field):
     raise SystemExit("no %s in /proc/self/status" % field)
 
 
-def raw_gbps(port, test):
-    out = subprocess.run(
-        ["redis-benchmark", "-p", str(port), "-t", test, "-d", str(VALUE),
-         "-n", str(GIB // VALUE), "-r", str(GIB // VALUE), "-c", "2", "-P",
-         "4", "-q"],
-        capture_output=True, text=True, timeout=600).stdout
-    m = re.search(r"([\d.]+) requests per second", out.replace("\r", "\n"))
-    if not m:
-        raise SystemExit("redis-benchmark printed no rate: %r" % out[-300:])
-    return float(m.group(1)) * VALUE / 1e9
+class RawClient:
+    """A minimal RESP client: SETs written from, and GET replies received
+    into, one preallocated 1 GiB buffer, pipelining `depth` commands (the
+    store's pipeline depth), over one connection."""
+
+    def __init__(self, port, depth=4):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.depth = depth
+        self.pending = b""
+
+    def line(self):
+        while b"\r\n" not in self.pending:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise SystemExit("redis closed the connection")
+            self.pending += chunk
+        head, self.pending = self.pending.split(b"\r\n", 1)
+        return head
+
+    def exact(self, view):
+        n = min(len(view), len(self.pending))
+        view[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        while n < len(view):
+            n += self.sock.recv_into(view[n:])
+
+    def run(self, buf, op):
+        view = memoryview(buf)
+        count = len(buf) // VALUE
+        sent = done = 0
+        while done < count:
+            while sent < count and sent - done < self.depth:
+                key = b"raw:%d" % sent
+                if op == "set":
+                    self.sock.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" %
+                                      (len(key), key, VALUE))
+                    self.sock.sendall(view[sent * VALUE:(sent + 1) * VALUE])
+                    self.sock.sendall(b"\r\n")
+                else:
+                    self.sock.sendall(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" %
+                                      (len(key), key))
+                sent += 1
+            head = self.line()
+            if op == "set":
+                if head != b"+OK":
+                    raise SystemExit("SET failed: %r" % head)
+            else:
+                if head != b"$%d" % VALUE:
+                    raise SystemExit("GET returned %r" % head)
+                self.exact(view[done * VALUE:(done + 1) * VALUE])
+                crlf = bytearray(2)
+                self.exact(memoryview(crlf))
+            done += 1
+
+
+def raw_gbps(port, buf):
+    """SET then GET of 256 distinct 4 MiB values (1 GiB) with RawClient."""
+    client = RawClient(port)
+    t0 = time.perf_counter()
+    client.run(buf, "set")
+    t1 = time.perf_counter()
+    client.run(buf, "get")
+    t2 = time.perf_counter()
+    client.sock.close()
+    return len(buf) / (t1 - t0) / 1e9, len(buf) / (t2 - t1) / 1e9
 
 
 def layout(name, tp, dim):
@@ -112,12 +169,14 @@ def main():
     targets = {part.participant_id: {"w": torch.ones(part.fragments[0].local_shape,
                                                      dtype=torch.uint8)}
                for part in dst.parts}
+    raw = bytearray(GIB)
+    raw[::4096] = bytes(range(256)) * (GIB // 4096 // 256)
     rows = []
     with tempfile.TemporaryDirectory(prefix="reshard-redis-bench-") as root:
         proc, port = start_redis(root)
         try:
             for run in range(a.runs):
-                base_set, base_get = raw_gbps(port, "set"), raw_gbps(port, "get")
+                base_set, base_get = raw_gbps(port, raw)
                 subprocess.run(["redis-cli", "-p", str(port), "FLUSHALL"],
                                capture_output=True)
                 store = reshard.WeightStore(
@@ -146,7 +205,7 @@ def main():
             proc.kill()
             proc.wait()
     print("1 GiB, TP4 rows -> TP8 columns, private redis-server (AOF, fsync "
-          "always); baseline redis-benchmark, %d MiB values, same server, "
+          "always); baseline a raw RESP client, %d MiB values, same server, "
           "same run" % (VALUE >> 20))
     print()
     print("| run | upload GB/s | raw SET GB/s | ratio | load GB/s | "
