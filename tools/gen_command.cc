@@ -22,10 +22,7 @@ void AddGenCommand(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--model", a->model, "model spec (JSON)")->required();
-  cmd->add_option("--tp", a->options.sizes.tp, "tensor-parallel size");
-  cmd->add_option("--pp", a->options.sizes.pp, "pipeline-parallel size");
-  cmd->add_option("--ep", a->options.sizes.ep, "expert-parallel size");
-  cmd->add_option("--dp", a->options.sizes.dp, "data-parallel size");
+  AddGridOptions(cmd, &a->options.sizes);
   cmd->add_option("--experts", a->experts,
                   "expert tensors: grouped (EP split) or separate (EP "
                   "ownership)")

@@ -58,10 +58,7 @@ void AddLayoutCommand(CLI::App* hf) {
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("CONFIG", a->config, "the model's config.json")->required();
-  cmd->add_option("--tp", a->options.sizes.tp, "tensor-parallel size");
-  cmd->add_option("--pp", a->options.sizes.pp, "pipeline-parallel size");
-  cmd->add_option("--ep", a->options.sizes.ep, "expert-parallel size");
-  cmd->add_option("--dp", a->options.sizes.dp, "data-parallel size");
+  AddGridOptions(cmd, &a->options.sizes);
   cmd->add_option("--checkpoint", a->checkpoint,
                   "checkpoint directory: its tensors, dtypes and shapes");
   cmd->add_option("--resource-id", a->options.resource_id,

@@ -24,10 +24,7 @@ void AddImportLegacyCommand(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("INVENTORY", a->inputs, "legacy inventory files")->required();
-  cmd->add_option("--tp", a->options.sizes.tp, "tensor-parallel size");
-  cmd->add_option("--pp", a->options.sizes.pp, "pipeline-parallel size");
-  cmd->add_option("--ep", a->options.sizes.ep, "expert-parallel size");
-  cmd->add_option("--dp", a->options.sizes.dp, "data-parallel size");
+  AddGridOptions(cmd, &a->options.sizes);
   cmd->add_option("--placement-set-id", a->options.placement_set_id,
                   "placement_set_id (default: <model_id>-legacy)");
   cmd->add_option("-o,--output", a->output, "placement output file")

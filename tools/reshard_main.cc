@@ -41,6 +41,13 @@ Result<WeightPlacementManifest> LoadPlacement(const std::string& path) {
   return m;
 }
 
+void AddGridOptions(CLI::App* cmd, ParallelSizes* sizes) {
+  cmd->add_option("--tp", sizes->tp, "tensor-parallel size");
+  cmd->add_option("--pp", sizes->pp, "pipeline-parallel size");
+  cmd->add_option("--ep", sizes->ep, "expert-parallel size");
+  cmd->add_option("--dp", sizes->dp, "data-parallel size");
+}
+
 int Fail(const Status& status) {
   std::cerr << "reshard: error: " << status.message() << "\n";
   return 1;

@@ -30,29 +30,8 @@ Status ErrnoStatus(std::string_view what, std::string_view path) {
                          std::strerror(errno));
 }
 
-// One call moves at most 1 GiB (Linux caps a call near 2 GiB anyway).
+// One write moves at most 1 GiB (Linux caps a call near 2 GiB anyway).
 constexpr uint64_t kMaxCall = uint64_t{1} << 30;
-
-Status PreadAll(int fd, void* dest, uint64_t n, uint64_t offset,
-                std::string_view path) {
-  auto* p = static_cast<uint8_t*>(dest);
-  for (uint64_t done = 0; done < n;) {
-    const ssize_t got = ::pread(fd, p + done, std::min(n - done, kMaxCall),
-                                static_cast<off_t>(offset + done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("cannot read", path);
-    }
-    if (got == 0) {
-      return Status::DataLoss(Printable(path) + " is short: bytes [" +
-                              std::to_string(offset + done) + ", " +
-                              std::to_string(offset + n) +
-                              ") are past its end (was it truncated?)");
-    }
-    done += static_cast<uint64_t>(got);
-  }
-  return Status::OK();
-}
 
 Status PreadvAll(int fd, const std::vector<ReadBuffer>& buffers,
                  uint64_t offset, std::string_view path) {
@@ -93,6 +72,11 @@ Status PreadvAll(int fd, const std::vector<ReadBuffer>& buffers,
     }
   }
   return Status::OK();
+}
+
+Status PreadAll(int fd, void* dest, uint64_t n, uint64_t offset,
+                std::string_view path) {
+  return PreadvAll(fd, {{dest, n}}, offset, path);
 }
 
 Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset,

@@ -120,9 +120,19 @@ class RedisStore : public ObjectStore {
     return PublishValue(key, v);
   }
 
+  // One GET: a record (or one-value object) comes back whole in its reply,
+  // which matters for a rendezvous that polls records; a chunked object's
+  // descriptor is read from the same reply.
   Result<std::string> Get(std::string_view key) override {
     RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
-    RESHARD_ASSIGN_OR_RETURN(Descriptor d, Describe(key));
+    RESHARD_ASSIGN_OR_RETURN(
+        RedisReply r, Run({"GET", KeyOf(key)}, "read " + std::string(key)));
+    // An empty value is absent, as Describe has it.
+    if (r.type() != Type::kString || r.str().empty()) {
+      return Status::NotFound("no object " + std::string(key));
+    }
+    if (r.str().front() == 'r') return std::string(r.str().substr(1));
+    RESHARD_ASSIGN_OR_RETURN(Descriptor d, ParseChunked(key, r.str()));
     std::string out(d.size, '\0');
     RESHARD_RETURN_NOT_OK(ReadPieces(
         PiecesOf(key, d, 0, d.size, reinterpret_cast<uint8_t*>(out.data()))));
@@ -363,6 +373,14 @@ class RedisStore : public ObjectStore {
                      const std::vector<ConstBuffer>& parts, uint64_t total,
                      uint64_t chunks);
   Result<Descriptor> Describe(std::string_view key);
+  Status Malformed(std::string_view key) const {
+    return Status::DataLoss("object " + std::string(key) + " in " +
+                            uri_.redacted + " has a malformed descriptor");
+  }
+  // The descriptor of a chunked object from its value; DataLoss naming
+  // the object if malformed.
+  Result<Descriptor> ParseChunked(std::string_view key,
+                                  std::string_view value) const;
   std::vector<Piece> PiecesOf(std::string_view key, const Descriptor& d,
                               uint64_t offset, uint64_t length,
                               uint8_t* dest) const;
@@ -466,10 +484,7 @@ Result<Descriptor> RedisStore::Describe(std::string_view key) {
     return Status::NotFound("no object " + std::string(key));
   }
   Descriptor d;
-  const auto corrupt = [&] {
-    return Status::DataLoss("object " + std::string(key) + " in " +
-                            uri_.redacted + " has a malformed descriptor");
-  };
+  const auto corrupt = [&] { return Malformed(key); };
   if (r.type() != Type::kArray || r.size() != 2) return corrupt();
   if (r.element_str(0) == "r") {
     if (r.element_type(1) != Type::kInteger || r.element_integer(1) < 0) {
@@ -478,8 +493,14 @@ Result<Descriptor> RedisStore::Describe(std::string_view key) {
     d.size = static_cast<uint64_t>(r.element_integer(1));
     return d;
   }
+  return ParseChunked(key, r.element_str(1));
+}
+
+Result<Descriptor> RedisStore::ParseChunked(std::string_view key,
+                                            std::string_view v) const {
   // "c<size> <chunk_bytes> <token>"
-  const std::string_view v = r.element_str(1);
+  Descriptor d;
+  const auto corrupt = [&] { return Malformed(key); };
   const size_t a = v.find(' ');
   const size_t b = a == std::string_view::npos ? a : v.find(' ', a + 1);
   if (!v.starts_with('c') || b == std::string_view::npos ||
