@@ -48,6 +48,29 @@ bool StridedSide::contiguous() const {
   return true;
 }
 
+StridedSide StridedSide::Merged() const {
+  StridedSide m;
+  m.base = base;
+  m.inner_bytes = inner_bytes;
+  m.total_bytes = total_bytes;
+  for (size_t d = 0; d < counts.size(); ++d) {
+    if (counts[d] == 1) continue;
+    if (!m.counts.empty() && m.strides.back() == strides[d] * counts[d]) {
+      m.counts.back() *= counts[d];  // the outer loop steps over this one
+      m.strides.back() = strides[d];
+      continue;
+    }
+    m.counts.push_back(counts[d]);
+    m.strides.push_back(strides[d]);
+  }
+  while (!m.counts.empty() && m.strides.back() == m.inner_bytes) {
+    m.inner_bytes *= m.counts.back();
+    m.counts.pop_back();
+    m.strides.pop_back();
+  }
+  return m;
+}
+
 uint64_t RowOffset(const StridedSide& side, uint64_t row) {
   uint64_t offset = 0;
   for (size_t d = side.counts.size(); d-- > 0;) {
@@ -57,20 +80,64 @@ uint64_t RowOffset(const StridedSide& side, uint64_t row) {
   return offset;
 }
 
+namespace {
+
+// Rows of at most this many bytes are copied in groups: their addresses
+// first, with a prefetch each, then the copies. A strided side with short
+// rows (64 bytes out of every few KiB) otherwise waits on one cache miss
+// per row; with the group the misses overlap.
+constexpr uint64_t kShortRow = 512;
+constexpr size_t kGroup = 32;
+
+// Copies the pieces of `side` covering stream bytes [offset, offset +
+// length) to (pack) or from (unpack) `buffer`.
+template <bool kPack>
+void CopyStream(const StridedSide& side, uint64_t offset, uint8_t* buffer,
+                uint64_t length) {
+  auto copy = [&](uint8_t* p, uint64_t at, uint64_t n) {
+    if constexpr (kPack) {
+      std::memcpy(buffer + at, p, n);
+    } else {
+      std::memcpy(p, buffer + at, n);
+    }
+  };
+  if (side.inner_bytes > kShortRow) {
+    Walk(side, offset, length, copy);
+    return;
+  }
+  struct Piece {
+    uint8_t* p;
+    uint64_t at;
+    uint64_t n;
+  };
+  Piece group[kGroup];
+  size_t k = 0;
+  auto flush = [&] {
+    for (size_t i = 0; i < k; ++i) copy(group[i].p, group[i].at, group[i].n);
+    k = 0;
+  };
+  Walk(side, offset, length, [&](uint8_t* p, uint64_t at, uint64_t n) {
+    for (uint64_t line = 0; line < n; line += 64) {
+      __builtin_prefetch(p + line, kPack ? 0 : 1);
+    }
+    group[k++] = {p, at, n};
+    if (k == kGroup) flush();
+  });
+  flush();
+}
+
+}  // namespace
+
 void PackStream(const StridedSide& side, uint64_t offset, void* dest,
                 uint64_t length) {
-  auto* out = static_cast<uint8_t*>(dest);
-  Walk(side, offset, length, [&](uint8_t* p, uint64_t at, uint64_t n) {
-    std::memcpy(out + at, p, n);
-  });
+  CopyStream<true>(side, offset, static_cast<uint8_t*>(dest), length);
 }
 
 void UnpackStream(const StridedSide& side, uint64_t offset, const void* src,
                   uint64_t length) {
-  const auto* in = static_cast<const uint8_t*>(src);
-  Walk(side, offset, length, [&](uint8_t* p, uint64_t at, uint64_t n) {
-    std::memcpy(p, in + at, n);
-  });
+  CopyStream<false>(side, offset,
+                    const_cast<uint8_t*>(static_cast<const uint8_t*>(src)),
+                    length);
 }
 
 }  // namespace reshard::internal

@@ -27,6 +27,15 @@ struct StridedSide {
 
   // True if the stream is one contiguous run at `base`.
   bool contiguous() const;
+
+  // The same byte stream with fewer, longer rows: loops of one iteration
+  // dropped, an innermost loop whose rows run on folded into the rows, and
+  // a loop folded into the next inner one where it steps over exactly
+  // that loop's extent. Pack and unpack then copy runs, not rows (a side
+  // with 64-byte rows that is contiguous is one copy per call). Row
+  // numbers change, so RowOffset of the result no longer matches the
+  // other side's rows.
+  StridedSide Merged() const;
 };
 
 // Byte offset from `side.base` of row `row` (enumeration order).

@@ -263,6 +263,27 @@ void CheckLayout(const Layout& l, std::mt19937_64& rng,
   region2.target_address = AddressOf(dst2, l.target.base_offset);
   UnpackStream(StridedSide::Target(region2), 0, stream.data(), bytes);
   EXPECT_EQ(dst2, expected_dst);
+
+  // (d) Merged sides carry the same stream in no more, no shorter rows.
+  const StridedSide merged_source = source.Merged();
+  const StridedSide merged_target = StridedSide::Target(region2).Merged();
+  EXPECT_EQ(merged_source.total_bytes, bytes);
+  EXPECT_EQ(merged_source.contiguous(), source.contiguous());
+  EXPECT_EQ(merged_target.contiguous(), target.contiguous());
+  EXPECT_LE(merged_source.counts.size(), source.counts.size());
+  EXPECT_GE(merged_source.inner_bytes, source.inner_bytes);
+  EXPECT_EQ(PackPiece(merged_source, 0, bytes), stream) << "merged";
+  std::fill(packed.begin(), packed.end(), kSentinel);
+  for (const auto& [off, len] : RandomPieces(rng, bytes, l.inner)) {
+    const std::vector<uint8_t> piece = PackPiece(merged_source, off, len);
+    std::copy(piece.begin(), piece.end(), packed.begin() + off);
+  }
+  EXPECT_EQ(packed, stream) << "merged, in pieces";
+  std::fill(dst2.begin(), dst2.end(), kSentinel);
+  for (const auto& [off, len] : RandomPieces(rng, bytes, l.inner)) {
+    UnpackStream(merged_target, off, stream.data() + off, len);
+  }
+  EXPECT_EQ(dst2, expected_dst) << "merged target";
 }
 
 std::string Describe(const Layout& l) {
@@ -292,6 +313,59 @@ TEST(StridedStreamTest, RandomRegionsMatchBruteForce) {
   // The generator exercises both kinds.
   EXPECT_GT(contiguous_sources, 50);
   EXPECT_GT(strided_sources, 50);
+}
+
+TEST(StridedStreamTest, LongRowsMatchBruteForce) {
+  // Rows above the short-row limit (512 bytes) take the plain walk.
+  std::mt19937_64 rng(77);
+  for (int i = 0; i < 60; ++i) {
+    Layout l;
+    l.inner = Uniform(rng, 400, 1500);
+    const size_t n = Uniform(rng, 0, 3);
+    for (size_t d = 0; d < n; ++d) l.counts.push_back(Uniform(rng, 1, 4));
+    l.source = RandomSide(rng, l.inner, l.counts);
+    l.target = RandomSide(rng, l.inner, l.counts);
+    CheckLayout(l, rng, "long rows " + std::to_string(i) + ": " + Describe(l));
+    if (HasFatalFailure() || HasNonfatalFailure()) break;
+  }
+}
+
+TEST(StridedStreamTest, ManyShortRowsInGroups) {
+  // 64-byte rows out of every 128 (the half of a TP-split row), more rows
+  // than one copy group, packed and unpacked in pieces that split rows.
+  Layout l = HandLayout(64, {3, 75}, {75 * 128 + 64, 128});
+  std::mt19937_64 rng(5);
+  CheckLayout(l, rng, "225 short rows");
+}
+
+TEST(StridedStreamTest, MergedFoldsRowsThatRunOn) {
+  StridedSide s;
+  s.inner_bytes = 64;
+  s.counts = {2, 1, 4};
+  s.strides = {256, 9999, 64};  // count-1 loop, then rows that run on
+  s.total_bytes = 64 * 8;
+  const StridedSide m = s.Merged();
+  EXPECT_EQ(m.inner_bytes, 512u);  // 2 x 4 rows: one run
+  EXPECT_TRUE(m.counts.empty());
+  EXPECT_TRUE(m.contiguous());
+
+  s.counts = {3, 4};
+  s.strides = {40, 10};  // the outer loop steps over the inner one
+  s.inner_bytes = 2;
+  s.total_bytes = 24;
+  const StridedSide folded = s.Merged();
+  EXPECT_EQ(folded.inner_bytes, 2u);
+  EXPECT_EQ(folded.counts, (std::vector<uint64_t>{12}));
+  EXPECT_EQ(folded.strides, (std::vector<uint64_t>{10}));
+
+  s.counts = {4};
+  s.strides = {128};  // strided: unchanged
+  s.inner_bytes = 64;
+  s.total_bytes = 256;
+  const StridedSide kept = s.Merged();
+  EXPECT_EQ(kept.inner_bytes, 64u);
+  EXPECT_EQ(kept.counts, (std::vector<uint64_t>{4}));
+  EXPECT_EQ(kept.strides, (std::vector<uint64_t>{128}));
 }
 
 TEST(StridedStreamTest, HandMadeContiguity) {

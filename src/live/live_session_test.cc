@@ -22,11 +22,11 @@
 #include "exec/ucx/ucx_exchange.h"
 #include "live/live_records.h"
 #include "reshard/binding.h"
+#include "reshard/fs_store.h"
 #include "reshard/gen.h"
 #include "reshard/live.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
-#include "reshard/fs_store.h"
 #include "reshard/record_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
@@ -188,6 +188,15 @@ TEST(LiveSessionTest, SmallRegionsAreCoalescedIntoFewMessages) {
         RunSelfTest(source, target, Ucx(t.ucx, 2, LiveProtocol::kPush)));
     ExpectLiveVerified(report, source, target, 2);
     EXPECT_EQ(report.messages, expected);
+  }
+  // Packed messages cross shared memory in fragments of the segment size:
+  // UCX's own (0 keeps it) and the largest UCX 1.13 takes.
+  for (uint32_t segment : {0u, 65535u}) {
+    SCOPED_TRACE("shared-memory segment " + std::to_string(segment));
+    UcxOptions ucx;
+    ucx.shm_segment_bytes = segment;
+    ASSERT_OK_AND_ASSIGN(auto report, RunSelfTest(source, target, Ucx(ucx, 2)));
+    ExpectLiveVerified(report, source, target, 2);
   }
 }
 
@@ -708,6 +717,16 @@ TEST(LiveSessionTest, InvalidSessionOptions) {
   auto rep = RunSelfTest(source, target, so);
   EXPECT_EQ(rep.status().message(),
             "--rank needs --rendezvous DIR shared by every rank");
+  // UCX 1.13 keeps a shared-memory fragment's length in 16 bits.
+  so = Ucx({}, 2);
+  so.ucx.shm_segment_bytes = 65536;
+  rep = RunSelfTest(source, target, so);
+  const std::string why =
+      "UCX shared-memory segment of 65536 bytes: UCX 1.13 needs it below "
+      "65536";
+  const std::string message(rep.status().message());
+  ASSERT_GE(message.size(), why.size()) << message;
+  EXPECT_EQ(message.substr(message.size() - why.size()), why) << message;
 }
 
 // ---------------------------------------------------------------------------

@@ -284,8 +284,9 @@ class Exchange {
       state_[i]->index = i;
       state_[i]->completed = completed_.get();
       auto side_of = [&](const BoundRegion& r) {
-        return op.kind == ExchangeOp::Kind::kSend ? StridedSide::Source(r)
-                                                  : StridedSide::Target(r);
+        return (op.kind == ExchangeOp::Kind::kSend ? StridedSide::Source(r)
+                                                   : StridedSide::Target(r))
+            .Merged();
       };
       state_[i]->stream.Add(side_of(*op.region));
       for (const BoundRegion* r : op.more) state_[i]->stream.Add(side_of(*r));
@@ -376,8 +377,7 @@ class Exchange {
     const StridedSide remote = StridedSide::Source(region);
     const StridedSide& side = s.stream.sides[0];
     const bool whole = remote.contiguous() && side.contiguous();
-    const uint64_t rows =
-        whole ? 1 : side.total_bytes / std::max<uint64_t>(1, side.inner_bytes);
+    const uint64_t rows = whole ? 1 : RowCount(region);
     s.posted = true;
     s.pending = rows;
     if (whole) {
@@ -385,7 +385,7 @@ class Exchange {
     } else {
       ForEachRegionRow(region, 0, rows, [&](uint64_t from, uint64_t to) {
         PostGetPart(op, s, side.base + to, region.source_address + from,
-                    side.inner_bytes);
+                    region.inner_bytes);
       });
     }
     if (s.pending == 0) {

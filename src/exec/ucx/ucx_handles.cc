@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace reshard::internal {
@@ -33,11 +35,57 @@ UcxErrorHandling ResolveErrorHandling(const UcxOptions& options) {
                               : UcxErrorHandling::kNone;
 }
 
+namespace {
+
+// Whether the transports `tls` (UCX_TLS syntax) can include posix or sysv
+// shared memory, so that their settings are used (UCX warns of unused
+// ones). A "^" list excludes; an empty one is UCX's default (all).
+bool MaySelectSharedMemory(std::string_view tls) {
+  if (tls.empty()) return true;
+  const bool exclude = tls.front() == '^';
+  if (exclude) tls.remove_prefix(1);
+  bool named = false;
+  while (!tls.empty()) {
+    const size_t comma = tls.find(',');
+    const std::string_view name = tls.substr(0, comma);
+    named = named || name == "all" || name == "sm" || name == "shm" ||
+            name == "mm" || name == "posix" || name == "sysv";
+    tls.remove_prefix(comma == std::string_view::npos ? tls.size() : comma + 1);
+  }
+  return exclude ? !named : named;
+}
+
+}  // namespace
+
 Result<UcxContext> UcxContext::Make(const UcxOptions& options) {
   ucp_config_t* config = nullptr;
   RESHARD_RETURN_NOT_OK(FromUcs(ucp_config_read(nullptr, nullptr, &config),
                                 "cannot read UCX configuration"));
-  std::vector<std::pair<std::string, std::string>> settings = options.config;
+  if (options.shm_segment_bytes >= 65536) {
+    ucp_config_release(config);
+    return Status::InvalidArgument("UCX shared-memory segment of " +
+                                   std::to_string(options.shm_segment_bytes) +
+                                   " bytes: UCX 1.13 needs it below 65536");
+  }
+  std::vector<std::pair<std::string, std::string>> settings;
+  // The mm transports' common setting ("MM_" is their shared prefix;
+  // UCX 1.13 reports POSIX_SEG_SIZE passed here as unused). Anything the
+  // user named, here or in UCX_* variables, is left alone.
+  if (options.shm_segment_bytes != 0 && MaySelectSharedMemory(options.tls)) {
+    bool named = false;
+    for (const char* name :
+         {"MM_SEG_SIZE", "POSIX_SEG_SIZE", "SYSV_SEG_SIZE"}) {
+      named = named ||
+              std::getenv((std::string("UCX_") + name).c_str()) != nullptr ||
+              std::any_of(options.config.begin(), options.config.end(),
+                          [&](const auto& kv) { return kv.first == name; });
+    }
+    if (!named) {
+      settings.emplace_back("MM_SEG_SIZE",
+                            std::to_string(options.shm_segment_bytes));
+    }
+  }
+  settings.insert(settings.end(), options.config.begin(), options.config.end());
   if (!options.tls.empty()) settings.emplace_back("TLS", options.tls);
   if (!options.net_devices.empty()) {
     settings.emplace_back("NET_DEVICES", options.net_devices);
