@@ -488,6 +488,29 @@ def canonicalize_errors():
     expect_one_line_error(rc, out, err, "cannot read")
 
 
+@test
+def two_bad_placements_report_in_a_fixed_order():
+    # Both placements of a pair decode at once on two threads; whichever
+    # finishes first, plan names the target and selftest the source, as
+    # when they were decoded one after the other.
+    good = fixture_path()
+    bad_src = write("pair_bad_src.json", '{"parts": [1,')
+    bad_dst = write("pair_bad_dst.json", '{"a":1}')
+    for _ in range(5):
+        rc, out, err = run("plan", bad_src, bad_dst)
+        line = expect_one_line_error(rc, out, err, 'unknown field "a"')
+        check(bad_dst in line, "plan must name the target: %r" % line)
+        rc, out, err = run("selftest", bad_src, bad_dst)
+        line = expect_one_line_error(rc, out, err, "invalid JSON")
+        check(bad_src in line, "selftest must name the source: %r" % line)
+    rc, out, err = run("plan", bad_src, good)
+    line = expect_one_line_error(rc, out, err, "invalid JSON")
+    check(bad_src in line, "plan must name the source: %r" % line)
+    rc, out, err = run("selftest", good, bad_dst)
+    line = expect_one_line_error(rc, out, err, 'unknown field "a"')
+    check(bad_dst in line, "selftest must name the target: %r" % line)
+
+
 # ---------------------------------------------------------------------------
 
 def main(argv):
