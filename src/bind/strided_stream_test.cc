@@ -98,11 +98,17 @@ SideLayout RandomSide(std::mt19937_64& rng, uint64_t inner,
   return s;
 }
 
-Layout RandomLayout(std::mt19937_64& rng) {
+// Rows of [min_inner, max_inner] bytes under up to `max_loops` loops of up
+// to `max_count` iterations.
+Layout RandomLayout(std::mt19937_64& rng, uint64_t min_inner = 1,
+                    uint64_t max_inner = 40, uint64_t max_loops = 4,
+                    uint64_t max_count = 5) {
   Layout l;
-  l.inner = Uniform(rng, 1, 40);
-  const size_t n = Uniform(rng, 0, 4);
-  for (size_t d = 0; d < n; ++d) l.counts.push_back(Uniform(rng, 1, 5));
+  l.inner = Uniform(rng, min_inner, max_inner);
+  const size_t n = Uniform(rng, 0, max_loops);
+  for (size_t d = 0; d < n; ++d) {
+    l.counts.push_back(Uniform(rng, 1, max_count));
+  }
   l.source = RandomSide(rng, l.inner, l.counts);
   l.target = RandomSide(rng, l.inner, l.counts);
   return l;
@@ -319,12 +325,7 @@ TEST(StridedStreamTest, LongRowsMatchBruteForce) {
   // Rows above the short-row limit (512 bytes) take the plain walk.
   std::mt19937_64 rng(77);
   for (int i = 0; i < 60; ++i) {
-    Layout l;
-    l.inner = Uniform(rng, 400, 1500);
-    const size_t n = Uniform(rng, 0, 3);
-    for (size_t d = 0; d < n; ++d) l.counts.push_back(Uniform(rng, 1, 4));
-    l.source = RandomSide(rng, l.inner, l.counts);
-    l.target = RandomSide(rng, l.inner, l.counts);
+    const Layout l = RandomLayout(rng, 400, 1500, 3, 4);
     CheckLayout(l, rng, "long rows " + std::to_string(i) + ": " + Describe(l));
     if (HasFatalFailure() || HasNonfatalFailure()) break;
   }
@@ -339,33 +340,35 @@ TEST(StridedStreamTest, ManyShortRowsInGroups) {
 }
 
 TEST(StridedStreamTest, MergedFoldsRowsThatRunOn) {
-  StridedSide s;
-  s.inner_bytes = 64;
-  s.counts = {2, 1, 4};
-  s.strides = {256, 9999, 64};  // count-1 loop, then rows that run on
-  s.total_bytes = 64 * 8;
-  const StridedSide m = s.Merged();
-  EXPECT_EQ(m.inner_bytes, 512u);  // 2 x 4 rows: one run
-  EXPECT_TRUE(m.counts.empty());
-  EXPECT_TRUE(m.contiguous());
-
-  s.counts = {3, 4};
-  s.strides = {40, 10};  // the outer loop steps over the inner one
-  s.inner_bytes = 2;
-  s.total_bytes = 24;
-  const StridedSide folded = s.Merged();
-  EXPECT_EQ(folded.inner_bytes, 2u);
-  EXPECT_EQ(folded.counts, (std::vector<uint64_t>{12}));
-  EXPECT_EQ(folded.strides, (std::vector<uint64_t>{10}));
-
-  s.counts = {4};
-  s.strides = {128};  // strided: unchanged
-  s.inner_bytes = 64;
-  s.total_bytes = 256;
-  const StridedSide kept = s.Merged();
-  EXPECT_EQ(kept.inner_bytes, 64u);
-  EXPECT_EQ(kept.counts, (std::vector<uint64_t>{4}));
-  EXPECT_EQ(kept.strides, (std::vector<uint64_t>{128}));
+  struct Case {
+    const char* name;
+    uint64_t inner;
+    std::vector<uint64_t> counts, strides;
+    uint64_t merged_inner;
+    std::vector<uint64_t> merged_counts, merged_strides;
+  };
+  const std::vector<Case> cases = {
+      // A count-1 loop is dropped, then 2 x 4 rows that run on: one run.
+      {"runs on", 64, {2, 1, 4}, {256, 9999, 64}, 512, {}, {}},
+      // The outer loop steps over exactly the inner one's extent.
+      {"outer folds", 2, {3, 4}, {40, 10}, 2, {12}, {10}},
+      {"strided: unchanged", 64, {4}, {128}, 64, {4}, {128}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    StridedSide s;
+    s.inner_bytes = c.inner;
+    s.counts = c.counts;
+    s.strides = c.strides;
+    s.total_bytes = c.inner;
+    for (uint64_t n : c.counts) s.total_bytes *= n;
+    const StridedSide m = s.Merged();
+    EXPECT_EQ(m.inner_bytes, c.merged_inner);
+    EXPECT_EQ(m.counts, c.merged_counts);
+    EXPECT_EQ(m.strides, c.merged_strides);
+    EXPECT_EQ(m.total_bytes, s.total_bytes);
+    EXPECT_EQ(m.contiguous(), s.contiguous());
+  }
 }
 
 TEST(StridedStreamTest, HandMadeContiguity) {

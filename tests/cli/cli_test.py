@@ -496,19 +496,15 @@ def two_bad_placements_report_in_a_fixed_order():
     good = fixture_path()
     bad_src = write("pair_bad_src.json", '{"parts": [1,')
     bad_dst = write("pair_bad_dst.json", '{"a":1}')
-    for _ in range(5):
-        rc, out, err = run("plan", bad_src, bad_dst)
-        line = expect_one_line_error(rc, out, err, 'unknown field "a"')
-        check(bad_dst in line, "plan must name the target: %r" % line)
-        rc, out, err = run("selftest", bad_src, bad_dst)
-        line = expect_one_line_error(rc, out, err, "invalid JSON")
-        check(bad_src in line, "selftest must name the source: %r" % line)
-    rc, out, err = run("plan", bad_src, good)
-    line = expect_one_line_error(rc, out, err, "invalid JSON")
-    check(bad_src in line, "plan must name the source: %r" % line)
-    rc, out, err = run("selftest", good, bad_dst)
-    line = expect_one_line_error(rc, out, err, 'unknown field "a"')
-    check(bad_dst in line, "selftest must name the target: %r" % line)
+    src_error, dst_error = "invalid JSON", 'unknown field "a"'
+    cases = [("plan", bad_src, bad_dst, bad_dst, dst_error),
+             ("selftest", bad_src, bad_dst, bad_src, src_error)] * 5
+    cases += [("plan", bad_src, good, bad_src, src_error),
+              ("selftest", good, bad_dst, bad_dst, dst_error)]
+    for command, src, dst, named, needle in cases:
+        rc, out, err = run(command, src, dst)
+        line = expect_one_line_error(rc, out, err, needle)
+        check(named in line, "%s must name %s: %r" % (command, named, line))
 
 
 # ---------------------------------------------------------------------------
