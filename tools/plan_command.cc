@@ -186,8 +186,7 @@ Result<std::string> RunPlan(const PlanArgs& a) {
       source_status = m.status().WithContext(a.source);
     }
   }
-  auto loaded = target.get();
-  RESHARD_ASSIGN_OR_RETURN(auto dst, std::move(loaded));
+  RESHARD_ASSIGN_OR_RETURN(auto dst, target.get());
   RESHARD_RETURN_NOT_OK(source_status);
   const auto t0 = std::chrono::steady_clock::now();
   RESHARD_ASSIGN_OR_RETURN(

@@ -193,10 +193,8 @@ Result<SelfTestReport> RunSelftest(const SelftestArgs& a, const CLI::App& cmd) {
   auto target =
       std::async(stdin_used ? std::launch::deferred : std::launch::async,
                  [&a] { return LoadPlacement(a.target); });
-  auto source = LoadPlacement(a.source);
-  auto loaded = target.get();
-  RESHARD_ASSIGN_OR_RETURN(auto src, std::move(source));
-  RESHARD_ASSIGN_OR_RETURN(auto dst, std::move(loaded));
+  RESHARD_ASSIGN_OR_RETURN(auto src, LoadPlacement(a.source));
+  RESHARD_ASSIGN_OR_RETURN(auto dst, target.get());
   RESHARD_RETURN_NOT_OK(ValidateSelftestArgs(a, cmd));
   SelfTestOptions options = ToSelfTestOptions(a);
   ProgressBar bar;

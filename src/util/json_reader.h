@@ -46,7 +46,8 @@ class JsonPath {
   bool is_index_ = false;
 };
 
-// Returns parsers to ParsePool (json_reader.cc) instead of freeing them.
+// Returns parsers to JsonDocument's pool (json_reader.cc) instead of
+// freeing them.
 struct ParserRelease {
   void operator()(simdjson::dom::parser* parser) const;
 };
