@@ -147,6 +147,9 @@ struct CheckpointLoadOptions {
   uint32_t max_ranges_per_request = 1024;
   uint64_t staging_bytes = uint64_t{64} << 20;
   uint64_t max_read_gap_bytes = uint64_t{64} << 10;
+  // Strided rows averaging at least this many bytes are read straight
+  // into the target rows (see WeightStoreOptions::min_scatter_bytes).
+  uint64_t min_scatter_bytes = uint64_t{4} << 10;
 };
 
 // Plans the fragments `target_bindings` bind (host memory) from the

@@ -46,9 +46,9 @@
 
 #include "reshard/binding.h"
 #include "reshard/object_store.h"
-#include "reshard/store_uri.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
+#include "reshard/store_uri.h"
 #include "reshard/stored_manifest.h"
 
 namespace reshard {
@@ -64,6 +64,11 @@ struct WeightStoreOptions {
   // Loads: staging for strided regions and chunk edges (bounded extra
   // memory whatever the model size).
   uint64_t staging_bytes = uint64_t{64} << 20;
+  // Loads: strided rows averaging at least this many bytes are read
+  // straight into the target rows (verified there), skipping the staging
+  // copy; shorter rows are staged. 0: in place whenever each stored byte
+  // has one target; UINT64_MAX: always staged.
+  uint64_t min_scatter_bytes = uint64_t{4} << 10;
   std::chrono::seconds lease_ttl{86400};
   // Gc: an upload without a decision older than this is abandoned. (An
   // upload that decided to commit is never abandoned: Gc publishes it.)
@@ -134,6 +139,9 @@ struct LoadReport {
   uint64_t ranges = 0;         // ranges in those calls
   uint64_t chunks_verified = 0;
   uint64_t regions = 0;
+  // Of `bytes`, those copied in memory (from staging, or from a replica
+  // already loaded) rather than read straight into place.
+  uint64_t bytes_copied = 0;
 };
 
 struct RevisionInfo {

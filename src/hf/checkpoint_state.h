@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hf/file_io.h"
+#include "util/file_io.h"
 #include "reshard/hf.h"
 #include "reshard/object_store.h"
 

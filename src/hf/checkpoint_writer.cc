@@ -14,7 +14,7 @@
 #include <unordered_set>
 
 #include "bind/strided_stream.h"
-#include "hf/file_io.h"
+#include "util/file_io.h"
 #include "hf/write_plan_state.h"
 #include "util/printable.h"
 

@@ -89,6 +89,7 @@ py::dict Load(const HfCheckpoint& c, const WeightPlacementManifest& target,
   d["read_requests"] = r.read_requests;
   d["ranges"] = r.ranges;
   d["regions"] = r.regions;
+  d["bytes_copied"] = r.bytes_copied;
   return d;
 }
 

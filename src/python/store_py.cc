@@ -94,6 +94,7 @@ py::dict Load(const PyWeightStore& s, py::object manifest,
   d["ranges"] = r.ranges;
   d["chunks_verified"] = r.chunks_verified;
   d["regions"] = r.regions;
+  d["bytes_copied"] = r.bytes_copied;
   return d;
 }
 

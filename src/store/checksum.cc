@@ -1,6 +1,10 @@
 #include "store/checksum.h"
 
 #include <xxhash.h>
+#if RESHARD_HAVE_XXH_DISPATCH
+// Routes XXH3_64bits* to the run-time AVX2/AVX-512 dispatcher.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <cinttypes>
@@ -86,30 +90,75 @@ Result<ChunkSums> ParseChecksumRecord(std::string_view record) {
 Status VerifyChunks(const ChunkSums& sums, uint64_t offset, const uint8_t* data,
                     uint64_t n, std::string_view object_key,
                     std::string_view fragment_id, uint64_t* chunks_verified) {
+  return VerifyChunks(sums, offset, {{data, n}}, object_key, fragment_id,
+                      chunks_verified);
+}
+
+Status VerifyChunks(const ChunkSums& sums, uint64_t offset,
+                    const std::vector<ConstBuffer>& parts,
+                    std::string_view object_key, std::string_view fragment_id,
+                    uint64_t* chunks_verified) {
+  uint64_t n = 0;
+  for (const ConstBuffer& p : parts) n += p.size;
   if (sums.chunk_bytes == 0 || offset % sums.chunk_bytes != 0 ||
       offset + n > sums.size || offset + n < offset) {
     return Status::Internal("unaligned checksum verification of " +
                             std::string(object_key));
   }
-  for (uint64_t at = 0; at < n; at += sums.chunk_bytes) {
+  // A chunk inside one part is hashed in one call; one spread over
+  // several parts through a streaming state.
+  XXH3_state_t* state = nullptr;
+  size_t part = 0;
+  uint64_t within = 0;  // bytes of parts[part] already hashed
+  Status result;
+  for (uint64_t at = 0; at < n && result.ok(); at += sums.chunk_bytes) {
     const uint64_t len = std::min(sums.chunk_bytes, n - at);
     const uint64_t chunk = (offset + at) / sums.chunk_bytes;
     if (len != std::min(sums.chunk_bytes, sums.size - (offset + at))) {
-      return Status::Internal("partial chunk verification of " +
-                              std::string(object_key));
+      result = Status::Internal("partial chunk verification of " +
+                                std::string(object_key));
+      break;
     }
-    const uint64_t got = XXH3_64bits(data + at, len);
+    while (parts[part].size == within) {  // skip empty and finished parts
+      ++part;
+      within = 0;
+    }
+    const auto* first = static_cast<const uint8_t*>(parts[part].data);
+    uint64_t got = 0;
+    if (parts[part].size - within >= len) {
+      got = XXH3_64bits(first + within, len);
+      within += len;
+    } else {
+      if (state == nullptr) state = XXH3_createState();
+      XXH3_64bits_reset(state);
+      for (uint64_t left = len; left > 0;) {
+        if (parts[part].size == within) {
+          ++part;
+          within = 0;
+          continue;
+        }
+        const uint64_t take = std::min(left, parts[part].size - within);
+        XXH3_64bits_update(
+            state, static_cast<const uint8_t*>(parts[part].data) + within,
+            take);
+        within += take;
+        left -= take;
+      }
+      got = XXH3_64bits_digest(state);
+    }
     if (got != sums.sums[chunk]) {
-      return Status::DataLoss(
+      result = Status::DataLoss(
           "checksum mismatch in stored fragment " + std::string(fragment_id) +
           " (object " + std::string(object_key) + ") at bytes [" +
           std::to_string(offset + at) + ", " +
           std::to_string(offset + at + len) + "): expected " +
           Hex(sums.sums[chunk]) + ", got " + Hex(got));
+    } else if (chunks_verified != nullptr) {
+      ++*chunks_verified;
     }
-    if (chunks_verified != nullptr) ++*chunks_verified;
   }
-  return Status::OK();
+  if (state != nullptr) XXH3_freeState(state);
+  return result;
 }
 
 }  // namespace reshard::internal

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/object_store.h"
 #include "reshard/status.h"
 
 namespace reshard::internal {
@@ -31,6 +32,12 @@ Result<ChunkSums> ParseChecksumRecord(std::string_view record);
 Status VerifyChunks(const ChunkSums& sums, uint64_t offset, const uint8_t* data,
                     uint64_t n, std::string_view object_key,
                     std::string_view fragment_id, uint64_t* chunks_verified);
+// The same for object bytes [offset, offset + total size) held by `parts`
+// in order (a chunk may be spread over several parts).
+Status VerifyChunks(const ChunkSums& sums, uint64_t offset,
+                    const std::vector<ConstBuffer>& parts,
+                    std::string_view object_key, std::string_view fragment_id,
+                    uint64_t* chunks_verified);
 
 }  // namespace reshard::internal
 

@@ -46,6 +46,14 @@ struct Piece {
   uint64_t n = 0;
 };
 
+// Where a sweep window's bytes were read: reads[i] (object bytes) is
+// ranges[ends[i - 1] .. ends[i]) in order.
+struct WindowRead {
+  std::vector<ByteRun> reads;
+  std::vector<ReadRange> ranges;
+  std::vector<size_t> ends;
+};
+
 // Windows smaller than this are copied out on the reading thread.
 constexpr uint64_t kAsyncCopyBytes = uint64_t{1} << 20;
 
@@ -94,6 +102,7 @@ class Loader {
           Memory(w->target_base),
           Memory(from->target_base) + (w->object_base - from->object_base),
           w->source.total_bytes);
+      report_->bytes_copied += w->source.total_bytes;
     }
     return Status::OK();
   }
@@ -135,6 +144,7 @@ class Loader {
     RESHARD_RETURN_NOT_OK(Read({{*key_, chunk, n, chunk_buf_.data()}}));
     RESHARD_RETURN_NOT_OK(Verify(chunk, chunk_buf_.data(), n));
     std::memcpy(dest, chunk_buf_.data() + (begin - chunk), end - begin);
+    report_->bytes_copied += end - begin;
     return Status::OK();
   }
 
@@ -166,9 +176,12 @@ class Loader {
 
   // Strided regions: windows in object order; in each, the runs the
   // regions need are read once (chunk-aligned when verified), verified and
-  // delivered. Two half-size buffers: while one window's bytes are copied
-  // out (on a helper thread, one window at a time), the next window is
-  // read into the other, so reading and copying overlap.
+  // delivered. Where every needed byte of a window goes to one target in
+  // rows of at least `min_scatter_bytes`, the window is read straight into
+  // the target rows (the bytes no region needs into staging) and verified
+  // there. Otherwise it is read into one of two half-size buffers and
+  // copied out on a helper thread (one window at a time) while the next
+  // window is read into the other, so reading and copying overlap.
   Status Sweep(std::vector<Work>& work) {
     std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
       return a.object_base < b.object_base;
@@ -191,10 +204,22 @@ class Loader {
       const uint64_t end = std::min(begin + span, sums_->size);
       std::vector<uint8_t>& buf = staging_[k % 2];
       if (buf.size() < end - begin) buf.resize(end - begin);
-      Status st = ReadWindow(work, begin, end, buf.data());
-      RESHARD_RETURN_NOT_OK(wait(st));
+      const std::vector<ByteRun> reads = WindowReads(work, begin, end);
       std::vector<Piece> pieces;
       for (Work& w : work) PlanPieces(w, begin, end, &pieces);
+      const bool scatter = Scatterable(pieces);
+      WindowRead window;
+      Status st = ReadWindow(reads, begin, buf.data(),
+                             scatter ? &pieces : nullptr, &window);
+      RESHARD_RETURN_NOT_OK(wait(st));
+      if (scatter) {  // the bytes are in place: verify while reading on
+        copying = std::async(std::launch::async, [this, w = std::move(window)] {
+          return Verify(w);
+        });
+        continue;
+      }
+      RESHARD_RETURN_NOT_OK(Verify(window));
+      for (const Piece& p : pieces) report_->bytes_copied += p.n;
       if (end - begin < kAsyncCopyBytes) {
         RESHARD_RETURN_NOT_OK(Deliver(pieces, buf.data()));
       } else {
@@ -207,47 +232,101 @@ class Loader {
     return wait(Status::OK());
   }
 
-  // Reads the runs of window [begin, end) that some region needs into the
-  // staging buffer at their window offsets.
-  Status ReadWindow(const std::vector<Work>& work, uint64_t begin, uint64_t end,
-                    uint8_t* buf) {
+  // The byte ranges of window [begin, end) to read: the runs some region
+  // needs, widened to whole chunks, those closer than max_read_gap_bytes
+  // merged.
+  std::vector<ByteRun> WindowReads(const std::vector<Work>& work,
+                                   uint64_t begin, uint64_t end) {
     runs_.clear();
     for (const Work& w : work) CollectRuns(w, begin, end);
     std::sort(runs_.begin(), runs_.end());
     const uint64_t c = sums_->chunk_bytes;
-    std::vector<ReadRange> ranges;
-    auto add = [&](uint64_t b, uint64_t e) {
-      for (uint64_t at = b; at < e;) {
-        const uint64_t n =
-            std::min(e - at, std::max<uint64_t>(o_.max_range_bytes / c, 1) * c);
-        ranges.push_back({*key_, at, n, buf + (at - begin)});
-        at += n;
-      }
-    };
-    uint64_t cur_b = 0, cur_e = 0;
-    bool open = false;
+    std::vector<ByteRun> reads;
     for (const ByteRun& r : runs_) {
       const uint64_t b = r.first / c * c;
       const uint64_t e = std::min((r.second + c - 1) / c * c, end);
-      if (open && b <= cur_e + o_.max_read_gap_bytes) {
-        cur_e = std::max(cur_e, e);
-        continue;
+      if (!reads.empty() && b <= reads.back().second + o_.max_read_gap_bytes) {
+        reads.back().second = std::max(reads.back().second, e);
+      } else {
+        reads.emplace_back(b, e);
       }
-      if (open) add(cur_b, cur_e);
-      cur_b = b;
-      cur_e = e;
-      open = true;
     }
-    if (open) add(cur_b, cur_e);
+    return reads;
+  }
+
+  // Whether a window's pieces can be read in place (sorting them by their
+  // window offset if so): into memory, no two reading one byte, and long
+  // enough that a read per row costs less than staging and copying it.
+  bool Scatterable(std::vector<Piece>& pieces) const {
+    if (sink_ != nullptr || pieces.empty()) return false;
+    uint64_t total = 0;
+    for (const Piece& p : pieces) total += p.n;
+    if (total / pieces.size() < o_.min_scatter_bytes) return false;
+    std::sort(pieces.begin(), pieces.end(),
+              [](const Piece& a, const Piece& b) { return a.from < b.from; });
+    for (size_t i = 1; i < pieces.size(); ++i) {
+      if (pieces[i - 1].from + pieces[i - 1].n > pieces[i].from) return false;
+    }
+    return true;
+  }
+
+  // Reads `reads` (object ranges of the window starting at `begin`),
+  // leaving in `window` where each read's bytes are. Without `scatter`
+  // every byte lands in `buf` at its window offset; with it, the bytes of
+  // each piece land at its target and only the others in `buf`.
+  Status ReadWindow(const std::vector<ByteRun>& reads, uint64_t begin,
+                    uint8_t* buf, const std::vector<Piece>* scatter,
+                    WindowRead* window) {
+    window->reads = reads;
+    std::vector<ReadRange>& ranges = window->ranges;
+    auto add = [&](uint64_t b, uint64_t e, uint8_t* dest) {
+      for (uint64_t at = b; at < e;) {
+        const uint64_t n = std::min(e - at, o_.max_range_bytes);
+        ranges.push_back({*key_, at, n, dest + (at - b)});
+        at += n;
+      }
+    };
+    size_t p = 0;
+    for (const auto& [b, e] : reads) {
+      uint64_t at = b;
+      for (; scatter != nullptr && p < scatter->size() &&
+             begin + (*scatter)[p].from < e;
+           ++p) {
+        const Piece& piece = (*scatter)[p];
+        const uint64_t from = begin + piece.from;
+        if (from < at || from + piece.n > e) {
+          return Status::Internal("load window pieces outside its reads in " +
+                                  *key_);
+        }
+        add(at, from, buf + (at - begin));
+        add(from, from + piece.n, Memory(piece.to));
+        at = from + piece.n;
+      }
+      add(at, e, buf + (at - begin));
+      window->ends.push_back(ranges.size());
+    }
     for (size_t i = 0; i < ranges.size(); i += o_.max_ranges_per_request) {
       const size_t n =
           std::min<size_t>(o_.max_ranges_per_request, ranges.size() - i);
-      std::vector<ReadRange> batch(ranges.begin() + i, ranges.begin() + i + n);
-      RESHARD_RETURN_NOT_OK(Read(batch));
-      for (const ReadRange& r : batch) {
-        RESHARD_RETURN_NOT_OK(
-            Verify(r.offset, static_cast<const uint8_t*>(r.dest), r.length));
+      RESHARD_RETURN_NOT_OK(Read(
+          std::vector<ReadRange>(ranges.begin() + i, ranges.begin() + i + n)));
+    }
+    return Status::OK();
+  }
+
+  // Verifies every read of a window where its bytes landed.
+  Status Verify(const WindowRead& window) {
+    if (!verified_) return Status::OK();
+    size_t first = 0;
+    for (size_t i = 0; i < window.reads.size(); ++i) {
+      std::vector<ConstBuffer> parts;
+      for (size_t j = first; j < window.ends[i]; ++j) {
+        parts.push_back({window.ranges[j].dest, window.ranges[j].length});
       }
+      first = window.ends[i];
+      RESHARD_RETURN_NOT_OK(VerifyChunks(*sums_, window.reads[i].first, parts,
+                                         *key_, *fid_,
+                                         &report_->chunks_verified));
     }
     return Status::OK();
   }

@@ -12,11 +12,15 @@
 // norms, DP replicas). Strided regions are served by one sequential sweep
 // over the fragment's bytes in windows of `staging_bytes / 2`: in each
 // window the byte runs some region needs are read (runs closer than
-// `max_read_gap_bytes` merged into one read), then copied out to every
-// region with rows in them by a helper thread while the next window is
-// read into the other half. So no read is issued per row, every stored
-// byte is read at most once per sweep, and the extra memory is bounded by
-// `staging_bytes` (plus the windows' copy lists) whatever the model size.
+// `max_read_gap_bytes` merged into one read). Where rows are long and each
+// needed byte has one target, a window's reads scatter straight into the
+// target rows (a backend reads ranges that continue each other with one
+// readv or preadv); otherwise they land in staging and are copied out to
+// every region with rows in them by a helper thread while the next window
+// is read into the other half. So no request is issued per row, every
+// stored byte is read at most once per sweep, and the extra memory is
+// bounded by `staging_bytes` (plus the windows' copy lists) whatever the
+// model size.
 
 #ifndef RESHARD_STORE_RANGED_LOAD_H_
 #define RESHARD_STORE_RANGED_LOAD_H_
@@ -46,6 +50,11 @@ struct RangedLoadOptions {
   // Needed runs of one window this close are read as one range (the gap
   // is read and dropped): fewer requests for small strided rows.
   uint64_t max_read_gap_bytes = uint64_t{64} << 10;
+  // A window whose rows average at least this many bytes (and whose
+  // needed bytes each go to one target) is read straight into the target
+  // rows, verified there, with no staging copy. 0: always when possible;
+  // UINT64_MAX: never.
+  uint64_t min_scatter_bytes = uint64_t{4} << 10;
   // The checksums of a stored fragment's object. Empty: the source has
   // none (a checkpoint file), reads are exact byte ranges and nothing is
   // verified.

@@ -14,6 +14,8 @@
 // writes through it fail with DataLoss naming it, List reports it as a key
 // (without descending into it) and Delete removes the link itself only.
 
+#include "reshard/fs_store.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -33,7 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include "reshard/fs_store.h"
+#include "util/file_io.h"
 
 namespace reshard {
 namespace {
@@ -44,33 +46,7 @@ Status Errno(const std::string& what, const std::string& path) {
   return Status::IOError(what + " " + path + ": " + std::strerror(errno));
 }
 
-// Owns one file descriptor; move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using UniqueFd = internal::FileDescriptor;
 
 // Writes all of `data` to `fd`.
 Status WriteAll(int fd, std::string_view data, const std::string& path) {
@@ -333,8 +309,20 @@ class FsStore : public ObjectStore {
       }
       fds.push_back(it->second.fd.get());
     }
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      RESHARD_RETURN_NOT_OK(ReadAll(ranges[i], fds[i]));
+    // Ranges that continue each other in one object are one preadv: a
+    // strided load's rows land in their targets with one read per run.
+    for (size_t k = 0; k < ranges.size();) {
+      std::vector<internal::ReadBuffer> buffers;
+      size_t j = k;
+      for (uint64_t end = ranges[k].offset;
+           j < ranges.size() && fds[j] == fds[k] && ranges[j].offset == end;
+           ++j) {
+        buffers.push_back({ranges[j].dest, ranges[j].length});
+        end += ranges[j].length;
+      }
+      RESHARD_RETURN_NOT_OK(internal::PreadvAll(
+          fds[k], buffers, ranges[k].offset, PathOf(ranges[k].key)));
+      k = j;
     }
     return Status::OK();
   }
@@ -610,28 +598,6 @@ class FsStore : public ObjectStore {
     if (err != 0 && err != ENOENT) {
       errno = err;
       return Errno("cannot list", PathOf(dir_key));
-    }
-    return Status::OK();
-  }
-
-  // Reads all of `r` from `fd`; DataLoss if the object ends early (it
-  // shrank after the size check).
-  Status ReadAll(const ReadRange& r, int fd) const {
-    auto* dest = static_cast<char*>(r.dest);
-    uint64_t done = 0;
-    while (done < r.length) {
-      const ssize_t n = ::pread(fd, dest + done, r.length - done,
-                                static_cast<off_t>(r.offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return Errno("cannot read", PathOf(r.key));
-      if (n == 0) {
-        return Status::DataLoss("object " + r.key + " is short: range [" +
-                                std::to_string(r.offset) + ", " +
-                                std::to_string(r.offset + r.length) +
-                                ") ends after " +
-                                std::to_string(r.offset + done) + " bytes");
-      }
-      done += static_cast<uint64_t>(n);
     }
     return Status::OK();
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstring>
 
 namespace reshard::internal {
@@ -274,24 +275,55 @@ Status RedisConnection::ReadLine(std::string* line) {
 }
 
 Status RedisConnection::ReceiveInto(uint8_t* dest, uint64_t n) {
-  const uint64_t buffered = std::min<uint64_t>(n, raw_.size() - raw_pos_);
-  std::memcpy(dest, raw_.data() + raw_pos_, buffered);
-  raw_pos_ += buffered;
-  uint64_t done = buffered;
-  while (done < n) {
-    const ssize_t got = ::recv(context_->fd, dest + done, n - done, 0);
+  return ReceiveInto({{dest, n}});
+}
+
+Status RedisConnection::ReceiveInto(std::vector<ReadBuffer> dests) {
+  // What an earlier read buffered past its reply comes first.
+  size_t first = 0;
+  while (first < dests.size() && raw_pos_ < raw_.size()) {
+    ReadBuffer& d = dests[first];
+    if (d.size == 0) {
+      ++first;
+      continue;
+    }
+    const uint64_t take = std::min<uint64_t>(d.size, raw_.size() - raw_pos_);
+    std::memcpy(d.data, raw_.data() + raw_pos_, take);
+    raw_pos_ += take;
+    d.data = static_cast<uint8_t*>(d.data) + take;
+    d.size -= take;
+    if (d.size == 0) ++first;
+  }
+  std::vector<iovec> iov;
+  while (true) {
+    while (first < dests.size() && dests[first].size == 0) ++first;
+    if (first == dests.size()) return Status::OK();
+    iov.clear();
+    for (size_t i = first; i < dests.size() && iov.size() < IOV_MAX; ++i) {
+      iov.push_back({dests[i].data, dests[i].size});
+    }
+    const ssize_t got =
+        ::readv(context_->fd, iov.data(), static_cast<int>(iov.size()));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       if (got == 0) errno = ECONNRESET;
       return Lost("value cut short");
     }
-    done += static_cast<uint64_t>(got);
+    for (uint64_t left = static_cast<uint64_t>(got); left > 0;) {
+      ReadBuffer& d = dests[first];
+      const uint64_t take = std::min(left, d.size);
+      d.data = static_cast<uint8_t*>(d.data) + take;
+      d.size -= take;
+      left -= take;
+      if (d.size == 0) ++first;
+    }
   }
-  return Status::OK();
 }
 
-Status RedisConnection::ReadBulkInto(void* dest, uint64_t length,
+Status RedisConnection::ReadBulkInto(const std::vector<ReadBuffer>& dests,
                                      const std::string& what) {
+  uint64_t length = 0;
+  for (const ReadBuffer& d : dests) length += d.size;
   RESHARD_RETURN_NOT_OK(FlushQueued());
   // Take over what hiredis' reader buffered but did not parse.
   redisReader* reader = context_->reader;
@@ -330,7 +362,7 @@ Status RedisConnection::ReadBulkInto(void* dest, uint64_t length,
         (n < 0 ? std::string("no value") : std::to_string(n) + " bytes") +
         " where " + std::to_string(length) + " were expected");
   }
-  RESHARD_RETURN_NOT_OK(ReceiveInto(static_cast<uint8_t*>(dest), length));
+  RESHARD_RETURN_NOT_OK(ReceiveInto(dests));
   RESHARD_RETURN_NOT_OK(Fill(2));
   if (raw_.compare(raw_pos_, 2, "\r\n") != 0) {
     healthy_ = false;

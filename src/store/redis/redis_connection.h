@@ -17,6 +17,7 @@
 #include "reshard/object_store.h"
 #include "reshard/status.h"
 #include "store/redis/redis_uri.h"
+#include "util/file_io.h"
 
 struct redisContext;
 struct redisReply;
@@ -74,9 +75,12 @@ class RedisConnection {
                        const std::vector<ConstBuffer>& parts, uint64_t offset,
                        uint64_t length, std::string_view expiry_ms = {});
 
-  // Reads the next reply, which must be a bulk string of exactly `length`
-  // bytes, into `dest`. A shorter or longer value is DataLoss naming `what`.
-  Status ReadBulkInto(void* dest, uint64_t length, const std::string& what);
+  // Reads the next reply, which must be a bulk string of exactly the
+  // buffers' total size, into `dests` in order (one readv per socket read,
+  // so a value may land in many caller rows without a copy). A shorter or
+  // longer value is DataLoss naming `what`.
+  Status ReadBulkInto(const std::vector<ReadBuffer>& dests,
+                      const std::string& what);
 
   // False once an I/O error or protocol error made the connection unusable.
   bool healthy() const { return healthy_; }
@@ -91,6 +95,7 @@ class RedisConnection {
   Status Fill(size_t n);
   Status ReadLine(std::string* line);
   Status ReceiveInto(uint8_t* dest, uint64_t n);
+  Status ReceiveInto(std::vector<ReadBuffer> dests);
 
   redisContext* context_;
   std::string uri_;

@@ -41,12 +41,14 @@ struct Descriptor {
   std::string token;
 };
 
-// One GETRANGE of a value into caller memory.
+using internal::ReadBuffer;
+
+// One GETRANGE of a value into caller memory: `dests` in order.
 struct Piece {
   std::string value_key;
   uint64_t offset = 0;
   uint64_t length = 0;
-  uint8_t* dest = nullptr;
+  std::vector<ReadBuffer> dests;
   std::string what;  // names the object (and chunk) in errors
   // The piece is its whole value: GET, which the server answers from the
   // value itself, where GETRANGE copies the range first.
@@ -134,8 +136,8 @@ class RedisStore : public ObjectStore {
     if (r.str().front() == 'r') return std::string(r.str().substr(1));
     RESHARD_ASSIGN_OR_RETURN(Descriptor d, ParseChunked(key, r.str()));
     std::string out(d.size, '\0');
-    RESHARD_RETURN_NOT_OK(ReadPieces(
-        PiecesOf(key, d, 0, d.size, reinterpret_cast<uint8_t*>(out.data()))));
+    RESHARD_RETURN_NOT_OK(
+        ReadPieces(PiecesOf(key, d, 0, {{out.data(), d.size}})));
     return out;
   }
 
@@ -212,18 +214,33 @@ class RedisStore : public ObjectStore {
       RESHARD_ASSIGN_OR_RETURN(Descriptor d, Describe(r.key));
       described.emplace(r.key, std::move(d));
     }
+    // Ranges that continue each other in one object are read as one run,
+    // so a value whose bytes go to many caller rows is one GET.
     std::vector<Piece> pieces;
-    for (const ReadRange& r : ranges) {
+    for (size_t k = 0; k < ranges.size();) {
+      const ReadRange& r = ranges[k];
       const Descriptor& d = described.at(r.key);
-      if (r.offset + r.length > d.size || r.offset + r.length < r.offset) {
+      std::vector<ReadBuffer> dests;
+      uint64_t end = r.offset;
+      for (; k < ranges.size() && ranges[k].key == r.key &&
+             ranges[k].offset == end;
+           ++k) {
+        if (end + ranges[k].length < end) break;  // overflow: refused below
+        dests.push_back({ranges[k].dest, ranges[k].length});
+        end += ranges[k].length;
+      }
+      if (dests.empty()) {
+        dests.push_back({r.dest, r.length});
+        ++k;
+        end = r.offset + r.length;
+      }
+      if (end > d.size || end < r.offset) {
         return Status::DataLoss("object " + r.key + " is short: range [" +
                                 std::to_string(r.offset) + ", " +
-                                std::to_string(r.offset + r.length) +
-                                ") is past its end (" + std::to_string(d.size) +
-                                " bytes)");
+                                std::to_string(end) + ") is past its end (" +
+                                std::to_string(d.size) + " bytes)");
       }
-      for (Piece& p : PiecesOf(r.key, d, r.offset, r.length,
-                               static_cast<uint8_t*>(r.dest))) {
+      for (Piece& p : PiecesOf(r.key, d, r.offset, dests)) {
         pieces.push_back(std::move(p));
       }
     }
@@ -381,9 +398,11 @@ class RedisStore : public ObjectStore {
   // the object if malformed.
   Result<Descriptor> ParseChunked(std::string_view key,
                                   std::string_view value) const;
+  // The GETRANGEs of object bytes [offset, offset + total size of
+  // `dests`), which receive them in order.
   std::vector<Piece> PiecesOf(std::string_view key, const Descriptor& d,
-                              uint64_t offset, uint64_t length,
-                              uint8_t* dest) const;
+                              uint64_t offset,
+                              const std::vector<ReadBuffer>& dests) const;
   Status ReadPieces(std::vector<Piece> pieces);
   Status ReadPiecesOn(RedisConnection& conn, const std::vector<Piece*>& mine);
   Status CheckFsync();
@@ -514,28 +533,46 @@ Result<Descriptor> RedisStore::ParseChunked(std::string_view key,
   return d;
 }
 
-std::vector<Piece> RedisStore::PiecesOf(std::string_view key,
-                                        const Descriptor& d, uint64_t offset,
-                                        uint64_t length, uint8_t* dest) const {
+std::vector<Piece> RedisStore::PiecesOf(
+    std::string_view key, const Descriptor& d, uint64_t offset,
+    const std::vector<ReadBuffer>& dests) const {
+  uint64_t length = 0;
+  for (const ReadBuffer& b : dests) length += b.size;
   std::vector<Piece> out;
   if (length == 0) return out;
   if (!d.chunked) {  // the value is "r" + bytes
     out.push_back(
-        {KeyOf(key), offset + 1, length, dest, "object " + std::string(key)});
+        {KeyOf(key), offset + 1, length, dests, "object " + std::string(key)});
     return out;
   }
+  size_t next = 0;      // dests[next] receives the next byte
+  uint64_t within = 0;  // bytes of dests[next] already assigned
   uint64_t at = offset;
   while (at < offset + length) {
     const uint64_t chunk = at / d.chunk_bytes;
-    const uint64_t within = at - chunk * d.chunk_bytes;
-    const uint64_t n = std::min(d.chunk_bytes - within, offset + length - at);
+    const uint64_t in_chunk = at - chunk * d.chunk_bytes;
+    const uint64_t n = std::min(d.chunk_bytes - in_chunk, offset + length - at);
     const uint64_t chunk_size =
         std::min(d.chunk_bytes, d.size - chunk * d.chunk_bytes);
-    out.push_back(
-        {chunks_ + d.token + ":" + std::to_string(chunk), within, n,
-         dest + (at - offset),
-         "object " + std::string(key) + " chunk " + std::to_string(chunk),
-         within == 0 && n == chunk_size});
+    Piece p{chunks_ + d.token + ":" + std::to_string(chunk),
+            in_chunk,
+            n,
+            {},
+            "object " + std::string(key) + " chunk " + std::to_string(chunk),
+            in_chunk == 0 && n == chunk_size};
+    for (uint64_t left = n; left > 0;) {
+      if (dests[next].size == within) {
+        ++next;
+        within = 0;
+        continue;
+      }
+      const uint64_t take = std::min(left, dests[next].size - within);
+      p.dests.push_back(
+          {static_cast<uint8_t*>(dests[next].data) + within, take});
+      within += take;
+      left -= take;
+    }
+    out.push_back(std::move(p));
     at += n;
   }
   return out;
@@ -581,7 +618,7 @@ Status RedisStore::ReadPiecesOn(RedisConnection& conn,
                              std::to_string(p.offset + p.length - 1)}));
     }
     const Piece& p = *mine[read++];
-    Status st = conn.ReadBulkInto(p.dest, p.length, p.what);
+    Status st = conn.ReadBulkInto(p.dests, p.what);
     if (!conn.healthy()) return st;
     if (first.ok() && !st.ok()) first = st;  // keep reading: stay in step
   }

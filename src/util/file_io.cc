@@ -1,4 +1,4 @@
-#include "hf/file_io.h"
+#include "util/file_io.h"
 
 #include <sys/uio.h>
 #include <unistd.h>

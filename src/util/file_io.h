@@ -1,7 +1,8 @@
-// File descriptors and positional I/O of the checkpoint reader and writer.
+// File descriptors and positional I/O: the filesystem store and the
+// checkpoint reader and writer.
 
-#ifndef RESHARD_HF_FILE_IO_H_
-#define RESHARD_HF_FILE_IO_H_
+#ifndef RESHARD_UTIL_FILE_IO_H_
+#define RESHARD_UTIL_FILE_IO_H_
 
 #include <cstdint>
 #include <string>
@@ -54,4 +55,4 @@ Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset,
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_HF_FILE_IO_H_
+#endif  // RESHARD_UTIL_FILE_IO_H_
