@@ -1,16 +1,21 @@
 // Weight store benchmark (fs backend): upload a [d0, 4096, 4096] uint8
-// tensor from TP4 and load it as TP8 (contiguous) and as TP4 split on dim 2
-// (strided), next to a plain sequential write of the same number of bytes
-// (upload) and a plain sequential read of the payload files themselves
-// right before each load, in the same run. Reads are cold for both (pages
-// dropped with posix_fadvise after a sync). Also reports
-// how much the resident set grew during each load (the staging bound).
+// tensor (1 GiB by default) from TP4 and load it as TP8 (contiguous) and
+// as TP4 split on dim 2 (strided, 1 KiB rows), next to a plain sequential
+// write of the same number of bytes (upload) and a plain sequential read
+// of the payload files themselves right before each load, in the same run.
+// Every load runs `--runs` times cold (pages dropped with posix_fadvise
+// after a sync, for the load and for its baseline read) and as often warm
+// (the files in the page cache); the table shows each run and the
+// min/median/max ratio. Also reports how much the resident set grew during
+// each load (the staging bound).
 //
-// Usage: reshard_bench_store [--d0 N] [--dir PATH]
+// Usage: reshard_bench_store [--d0 N] [--runs N] [--dir PATH]
+//                            [--min-scatter-bytes N]
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -141,8 +146,10 @@ Baseline SequentialFile(const std::string& dir, const uint8_t* data,
 }
 
 struct Args {
-  int64_t d0 = 32;
+  int64_t d0 = 64;
+  int runs = 3;
   std::string dir = "/tmp/reshard-store-bench";
+  uint64_t min_scatter_bytes = WeightStoreOptions().min_scatter_bytes;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -152,6 +159,10 @@ Args ParseArgs(int argc, char** argv) {
       a.d0 = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) {
       a.dir = argv[++i];
+    } else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
+      a.runs = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--min-scatter-bytes") && i + 1 < argc) {
+      a.min_scatter_bytes = std::strtoull(argv[++i], nullptr, 10);
     }
   }
   return a;
@@ -202,11 +213,12 @@ Result<Uploaded> UploadAndCommit(WeightStore& store,
 
 void PrintHeader(const Args& a, uint64_t bytes, const WeightStore& store) {
   std::printf(
-      "weight store (fs), [%lld, 4096, 4096] uint8 (%.2f GB), cold "
-      "reads, staging %llu MiB\n",
+      "weight store (fs), [%lld, 4096, 4096] uint8 (%.2f GB), staging %llu "
+      "MiB, %d cold and %d warm runs per load\n",
       static_cast<long long>(a.d0), bytes / 1e9,
-      static_cast<unsigned long long>(store.options().staging_bytes >> 20));
-  std::printf("%-36s %8s %10s %14s %7s %12s\n", "step", "seconds", "GB/s",
+      static_cast<unsigned long long>(store.options().staging_bytes >> 20),
+      a.runs, a.runs);
+  std::printf("%-44s %8s %10s %14s %7s %12s\n", "step", "seconds", "GB/s",
               "baseline GB/s", "ratio", "RSS growth");
 }
 
@@ -215,23 +227,24 @@ struct Case {
   int64_t tp, dim;
 };
 
-// Loads the revision into the case's layout from a cold cache, next to a
-// cold plain read of the payload files; prints one row.
-Status LoadCase(const Args& a, uint64_t bytes, WeightStore& store,
-                const StoredWeightManifest& manifest, const Case& c) {
-  auto dst = Layout(c.tp, c.dim, a.d0);
-  RESHARD_ASSIGN_OR_RETURN(auto tb,
-                           internal::AllocateHostBuffers(dst, "bench-target"));
-  for (const auto* f : dst.fragments()) {
-    std::memset(tb.data.at(f->placement_fragment_id()), 0, f->nbytes());
-  }
-  DropCache(a.dir);
+// One timed load and its baseline read of the payload files, both cold or
+// both warm; prints one row and returns the ratio.
+Result<double> LoadOnce(const Args& a, uint64_t bytes, WeightStore& store,
+                        const StoredWeightManifest& manifest,
+                        const WeightPlacementManifest& dst,
+                        const internal::HostBuffers& tb, bool cold, bool odd,
+                        const std::string& label) {
   std::vector<uint8_t> scratch(bytes + (64 << 20));
   std::memset(scratch.data(), 0, scratch.size());
-  const double read_gbps = ReadPayloadFiles(a.dir + "/store", scratch);
-  scratch.clear();
-  scratch.shrink_to_fit();
-  DropCache(a.dir);
+  double read_gbps = 0;
+  auto baseline = [&] {
+    if (cold) DropCache(a.dir);
+    read_gbps = ReadPayloadFiles(a.dir + "/store", scratch);
+  };
+  // The baseline goes first in odd runs and last in even ones, so that a
+  // device that slows down (or speeds up) over a run favours neither.
+  if (odd) baseline();
+  if (cold) DropCache(a.dir);
   Result<LoadReport> r = Status::Internal("not run");
   double load = 0;
   const uint64_t grown = RssGrowthDuring([&] {
@@ -240,11 +253,41 @@ Status LoadCase(const Args& a, uint64_t bytes, WeightStore& store,
     load = Since(t0);
   });
   RESHARD_RETURN_NOT_OK(r.status());
+  if (!odd) baseline();
   char growth[32];
   std::snprintf(growth, sizeof growth, "%.1f MiB", grown / 1048576.0);
-  std::printf("%-36s %8.3f %10.2f %14.2f %6.2fx %12s\n", c.name, load,
-              bytes / load / 1e9, read_gbps, bytes / load / 1e9 / read_gbps,
-              growth);
+  const double ratio = bytes / load / 1e9 / read_gbps;
+  std::printf("%-44s %8.3f %10.2f %14.2f %6.2fx %12s\n", label.c_str(), load,
+              bytes / load / 1e9, read_gbps, ratio, growth);
+  return ratio;
+}
+
+// Loads the revision into the case's layout `runs` times cold and `runs`
+// times warm; prints a row per run and the ratios' min/median/max.
+Status LoadCase(const Args& a, uint64_t bytes, WeightStore& store,
+                const StoredWeightManifest& manifest, const Case& c) {
+  auto dst = Layout(c.tp, c.dim, a.d0);
+  RESHARD_ASSIGN_OR_RETURN(auto tb,
+                           internal::AllocateHostBuffers(dst, "bench-target"));
+  for (const auto* f : dst.fragments()) {
+    std::memset(tb.data.at(f->placement_fragment_id()), 0, f->nbytes());
+  }
+  for (const bool cold : {true, false}) {
+    std::vector<double> ratios;
+    for (int run = 1; run <= a.runs; ++run) {
+      const std::string label = std::string(c.name) +
+                                (cold ? ", cold" : ", warm") + " " +
+                                std::to_string(run);
+      RESHARD_ASSIGN_OR_RETURN(
+          double ratio, LoadOnce(a, bytes, store, manifest, dst, tb, cold,
+                                 run % 2 == 1, label));
+      ratios.push_back(ratio);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("%-44s %s ratio min %.2fx / median %.2fx / max %.2fx\n", c.name,
+                cold ? "cold" : "warm", ratios.front(),
+                ratios[ratios.size() / 2], ratios.back());
+  }
   return Status::OK();
 }
 
@@ -257,11 +300,13 @@ Status Run(const Args& a) {
   auto src = Layout(4, 0, a.d0);
   RESHARD_ASSIGN_OR_RETURN(auto sb, FilledSource(src));
   const Baseline base = MeasureBaseline(a.dir, bytes);
-  RESHARD_ASSIGN_OR_RETURN(auto store,
-                           WeightStore::Open("fs://" + a.dir + "/store"));
+  WeightStoreOptions options;
+  options.min_scatter_bytes = a.min_scatter_bytes;
+  RESHARD_ASSIGN_OR_RETURN(
+      auto store, WeightStore::Open("fs://" + a.dir + "/store", options));
   RESHARD_ASSIGN_OR_RETURN(Uploaded up, UploadAndCommit(store, src, sb));
   PrintHeader(a, bytes, store);
-  std::printf("%-36s %8.3f %10.2f %14.2f %6.2fx %12s\n",
+  std::printf("%-44s %8.3f %10.2f %14.2f %6.2fx %12s\n",
               "upload TP4 (4 fragments) + commit", up.seconds,
               bytes / up.seconds / 1e9, base.write_gbps,
               bytes / up.seconds / 1e9 / base.write_gbps, "-");

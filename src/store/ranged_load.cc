@@ -54,6 +54,10 @@ struct WindowRead {
   std::vector<size_t> ends;
 };
 
+// Direct reads are issued in groups of at least this many bytes (ranges of
+// at most this size), each verified while the next is read.
+constexpr uint64_t kPipelineBytes = uint64_t{16} << 20;
+
 // Windows smaller than this are copied out on the reading thread.
 constexpr uint64_t kAsyncCopyBytes = uint64_t{1} << 20;
 
@@ -122,7 +126,10 @@ class Loader {
     }
     if (begin < first_full)
       RESHARD_RETURN_NOT_OK(Edge(begin, first_full, dest));
-    const uint64_t step = std::max<uint64_t>(o_.max_range_bytes / c, 1) * c;
+    const uint64_t step =
+        std::max<uint64_t>(std::min(o_.max_range_bytes, kPipelineBytes) / c,
+                           1) *
+        c;
     for (uint64_t at = first_full; at < last_full;) {
       const uint64_t n = std::min(step, last_full - at);
       pending_.push_back({*key_, at, n, dest + (at - begin)});
@@ -148,15 +155,38 @@ class Loader {
     return Status::OK();
   }
 
+  // Reads the pending direct ranges in groups of at least kPipelineBytes,
+  // each verified on a helper thread while the next group is read.
   Status Flush() {
     if (pending_.empty()) return Status::OK();
-    RESHARD_RETURN_NOT_OK(Read(pending_));
-    for (const ReadRange& r : pending_) {
-      RESHARD_RETURN_NOT_OK(
-          Verify(r.offset, static_cast<const uint8_t*>(r.dest), r.length));
+    std::future<Status> verifying;
+    auto wait = [&verifying](Status st) {
+      if (!verifying.valid()) return st;
+      Status verified = verifying.get();
+      return st.ok() ? verified : st;
+    };
+    for (size_t first = 0; first < pending_.size();) {
+      size_t last = first;
+      uint64_t bytes = 0;
+      while (last < pending_.size() && bytes < kPipelineBytes) {
+        bytes += pending_[last++].length;
+      }
+      std::vector<ReadRange> group(pending_.begin() + first,
+                                   pending_.begin() + last);
+      first = last;
+      Status st = Read(group);
+      RESHARD_RETURN_NOT_OK(wait(st));
+      if (!verified_) continue;
+      verifying = std::async(std::launch::async, [this, g = std::move(group)] {
+        for (const ReadRange& r : g) {
+          RESHARD_RETURN_NOT_OK(
+              Verify(r.offset, static_cast<const uint8_t*>(r.dest), r.length));
+        }
+        return Status::OK();
+      });
     }
     pending_.clear();
-    return Status::OK();
+    return wait(Status::OK());
   }
 
   Status Verify(uint64_t offset, const uint8_t* data, uint64_t n) {
@@ -218,15 +248,17 @@ class Loader {
         });
         continue;
       }
-      RESHARD_RETURN_NOT_OK(Verify(window));
       for (const Piece& p : pieces) report_->bytes_copied += p.n;
+      // Verified before anything is delivered (a sink may be a file).
+      auto deliver = [this, w = std::move(window), p = std::move(pieces),
+                      data = buf.data()] {
+        RESHARD_RETURN_NOT_OK(Verify(w));
+        return Deliver(p, data);
+      };
       if (end - begin < kAsyncCopyBytes) {
-        RESHARD_RETURN_NOT_OK(Deliver(pieces, buf.data()));
+        RESHARD_RETURN_NOT_OK(deliver());
       } else {
-        copying = std::async(std::launch::async,
-                             [this, p = std::move(pieces), data = buf.data()] {
-                               return Deliver(p, data);
-                             });
+        copying = std::async(std::launch::async, std::move(deliver));
       }
     }
     return wait(Status::OK());
