@@ -58,7 +58,8 @@ struct WeightStoreOptions {
   std::string namespace_ = "default";
   // Checksum granularity; loads verify whole chunks.
   uint64_t chunk_bytes = uint64_t{1} << 20;
-  // Loads: largest single read, and ranges per backend request.
+  // Loads: largest single read, and byte runs per backend request (ranges
+  // that continue each other, read as one run, count once).
   uint64_t max_range_bytes = uint64_t{64} << 20;
   uint32_t max_ranges_per_request = 1024;
   // Loads: staging for strided regions and chunk edges (bounded extra
@@ -136,7 +137,8 @@ struct LoadReport {
   uint64_t bytes = 0;          // bytes written to targets
   uint64_t bytes_read = 0;     // bytes read from the backend
   uint64_t read_requests = 0;  // backend ReadRanges calls
-  uint64_t ranges = 0;         // ranges in those calls
+  uint64_t ranges = 0;         // byte runs in those calls (ranges that
+                               // continue each other count once)
   uint64_t chunks_verified = 0;
   uint64_t regions = 0;
   // Of `bytes`, those copied in memory (from staging, or from a replica

@@ -132,10 +132,8 @@ class Loader {
         c;
     for (uint64_t at = first_full; at < last_full;) {
       const uint64_t n = std::min(step, last_full - at);
-      pending_.push_back({*key_, at, n, dest + (at - begin)});
+      RESHARD_RETURN_NOT_OK(AddPending({*key_, at, n, dest + (at - begin)}));
       at += n;
-      if (pending_.size() >= o_.max_ranges_per_request)
-        RESHARD_RETURN_NOT_OK(Flush());
     }
     if (last_full < end)
       RESHARD_RETURN_NOT_OK(Edge(last_full, end, dest + (last_full - begin)));
@@ -155,10 +153,23 @@ class Loader {
     return Status::OK();
   }
 
+  // Queues a direct read; the queue is read once it holds
+  // max_ranges_per_request runs and `r` would start another.
+  Status AddPending(ReadRange r) {
+    const bool continues = !pending_.empty() && Continues(pending_.back(), r);
+    if (!continues && pending_runs_ >= o_.max_ranges_per_request) {
+      RESHARD_RETURN_NOT_OK(Flush());
+    }
+    if (pending_.empty() || !continues) ++pending_runs_;
+    pending_.push_back(std::move(r));
+    return Status::OK();
+  }
+
   // Reads the pending direct ranges in groups of at least kPipelineBytes,
   // each verified on a helper thread while the next group is read.
   Status Flush() {
     if (pending_.empty()) return Status::OK();
+    pending_runs_ = 0;
     std::future<Status> verifying;
     auto wait = [&verifying](Status st) {
       if (!verifying.valid()) return st;
@@ -195,9 +206,16 @@ class Loader {
                         &report_->chunks_verified);
   }
 
+  // Whether `b` continues `a` (a backend reads the two as one run).
+  static bool Continues(const ReadRange& a, const ReadRange& b) {
+    return a.offset + a.length == b.offset && a.key == b.key;
+  }
+
   Status Read(const std::vector<ReadRange>& ranges) {
     ++report_->read_requests;
-    report_->ranges += ranges.size();
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      if (i == 0 || !Continues(ranges[i - 1], ranges[i])) ++report_->ranges;
+    }
     for (const ReadRange& r : ranges) report_->bytes_read += r.length;
     Status st = b_.ReadRanges(ranges);
     if (!st.ok()) return st.WithContext("stored fragment " + *fid_);
@@ -337,11 +355,19 @@ class Loader {
       add(at, e, buf + (at - begin));
       window->ends.push_back(ranges.size());
     }
-    for (size_t i = 0; i < ranges.size(); i += o_.max_ranges_per_request) {
-      const size_t n =
-          std::min<size_t>(o_.max_ranges_per_request, ranges.size() - i);
-      RESHARD_RETURN_NOT_OK(Read(
-          std::vector<ReadRange>(ranges.begin() + i, ranges.begin() + i + n)));
+    // Requests of at most max_ranges_per_request runs (ranges continuing
+    // each other, as rows read in place do, count once).
+    for (size_t i = 0; i < ranges.size();) {
+      size_t j = i + 1;
+      for (uint64_t runs = 1; j < ranges.size(); ++j) {
+        if (!Continues(ranges[j - 1], ranges[j]) &&
+            ++runs > o_.max_ranges_per_request) {
+          break;
+        }
+      }
+      RESHARD_RETURN_NOT_OK(
+          Read(std::vector<ReadRange>(ranges.begin() + i, ranges.begin() + j)));
+      i = j;
     }
     return Status::OK();
   }
@@ -430,6 +456,7 @@ class Loader {
   const ChunkSums* sums_ = nullptr;
   bool verified_ = true;
   std::vector<ReadRange> pending_;
+  uint64_t pending_runs_ = 0;  // runs in pending_
   std::vector<uint8_t> chunk_buf_;
   std::vector<uint8_t> staging_[2];
   std::vector<ByteRun> runs_;

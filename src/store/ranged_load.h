@@ -41,7 +41,8 @@
 namespace reshard::internal {
 
 struct RangedLoadOptions {
-  // Largest single read, and ranges per backend request.
+  // Largest single read, and byte runs per backend request (ranges that
+  // continue each other count once).
   uint64_t max_range_bytes = uint64_t{64} << 20;
   uint32_t max_ranges_per_request = 1024;
   // The sweep's two windows together (bounded extra memory whatever the

@@ -545,21 +545,18 @@ TEST_P(WeightStoreLoadTest, SingleTargetParticipantFillsExactlyItsFragments) {
 
 TEST_P(WeightStoreLoadTest, ReportCountsRespectRequestLimits) {
   // Contiguous regions over many chunks: direct reads split by
-  // max_range_bytes and batched by max_ranges_per_request.
-  auto draft = testing::GridDraft({.tp = 2});
-  testing::AddTensor(&draft, {.tensor_id = "w",
-                              .shape = {64, 100},
-                              .dtype = "uint8",
-                              .itemsize = 1,
-                              .tp_dim = 0});
-  const auto source = Build(draft);
-  auto tdraft = testing::GridDraft({.tp = 4});
-  testing::AddTensor(&tdraft, {.tensor_id = "w",
-                               .shape = {64, 100},
-                               .dtype = "uint8",
-                               .itemsize = 1,
-                               .tp_dim = 0});
-  const auto target = Build(tdraft);
+  // max_range_bytes into ranges that continue each other (one run per
+  // object: its two regions are adjacent), so one request per object
+  // whatever max_ranges_per_request.
+  auto layout = [](int64_t tp, int64_t cols) {
+    auto draft = testing::GridDraft({.tp = tp});
+    testing::AddTensor(&draft, {.tensor_id = "w",
+                                .shape = {64, cols},
+                                .dtype = "uint8",
+                                .itemsize = 1,
+                                .tp_dim = 0});
+    return Build(draft);
+  };
   for (uint32_t max_ranges : {1u, 2u, 5u}) {
     SCOPED_TRACE("max_ranges_per_request " + std::to_string(max_ranges));
     WeightStoreOptions o;
@@ -567,17 +564,43 @@ TEST_P(WeightStoreLoadTest, ReportCountsRespectRequestLimits) {
     o.staging_bytes = 128;
     o.max_range_bytes = 64;
     o.max_ranges_per_request = max_ranges;
-    const LoadReport r = RoundTrip(source, target, o);
+    const LoadReport r = RoundTrip(layout(2, 100), layout(4, 100), o);
     EXPECT_EQ(r.bytes, 6400u);
     EXPECT_EQ(r.regions, 4u);
     // Each target is 1600 bytes starting at 0 or 1600 of a 3200-byte
-    // object: 25 chunks, no edges; one range per chunk.
-    EXPECT_EQ(r.ranges, 100u);
+    // object: 25 chunks, no edges.
+    EXPECT_EQ(r.ranges, 2u);
     EXPECT_EQ(r.bytes_read, 6400u);
     EXPECT_EQ(r.chunks_verified, 100u);
-    // Both regions of an object batch together: 50 ranges per object.
-    EXPECT_EQ(r.read_requests, 2 * ((50 + max_ranges - 1) / max_ranges));
-    EXPECT_LE(r.ranges, r.read_requests * max_ranges);
+    EXPECT_EQ(r.read_requests, 2u);
+  }
+  // Every other TP8 target of [64, 128] bytes: two separate 1024-byte
+  // runs (16 chunks each) per 4096-byte object, batched by the limit.
+  TestStore dir;
+  const StoredWeightManifest manifest = [&] {
+    WeightStore store = dir.Open({.chunk_bytes = 64});
+    const Side src = SourceSide(layout(2, 128));
+    const auto plan = Must(UploadAndCommit(store, src));
+    return Must(store.ReadManifest(plan.manifest().manifest_key()));
+  }();
+  const auto target = layout(8, 128);
+  for (const auto& [max_ranges, requests] :
+       std::vector<std::pair<uint32_t, uint64_t>>{{1, 4}, {2, 2}, {5, 2}}) {
+    SCOPED_TRACE("max_ranges_per_request " + std::to_string(max_ranges));
+    WeightStore store = dir.Open({.chunk_bytes = 64,
+                                  .max_range_bytes = 64,
+                                  .max_ranges_per_request = max_ranges});
+    std::vector<std::string> every_other;
+    for (int64_t tp = 0; tp < 8; tp += 2) {
+      every_other.push_back(testing::ParticipantId({0, tp, 0, 0}));
+    }
+    Side dst = TargetSide(target, every_other);
+    const LoadReport r = LoadAndVerify(store, manifest, dst);
+    EXPECT_EQ(r.bytes, 4096u);
+    EXPECT_EQ(r.ranges, 4u);
+    EXPECT_EQ(r.read_requests, requests);
+    EXPECT_EQ(r.bytes_read, 4096u);
+    EXPECT_EQ(r.chunks_verified, 64u);
   }
 }
 
