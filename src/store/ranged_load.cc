@@ -179,7 +179,8 @@ class Loader {
     for (size_t first = 0; first < pending_.size();) {
       size_t last = first;
       uint64_t bytes = 0;
-      while (last < pending_.size() && bytes < kPipelineBytes) {
+      // Unverified (a checkpoint): nothing to overlap, one request.
+      while (last < pending_.size() && (bytes < kPipelineBytes || !verified_)) {
         bytes += pending_[last++].length;
       }
       std::vector<ReadRange> group(pending_.begin() + first,
