@@ -74,6 +74,7 @@ def test_upload_then_load_at_another_layout(name, lib, tmp_path):
     assert report.bytes == targets.nbytes == SCENARIOS[name]["bytes"]
     # Every chunk read is verified; DP target replicas share reads.
     assert report.chunks_verified > 0 and report.bytes_read > 0
+    assert 0 <= report.bytes_copied <= report.bytes
     assert report.regions == reshard.plan(manifest, dst).num_regions
     assert targets.mismatch() == ""
     # By manifest, again, into poisoned targets keyed by participant.
