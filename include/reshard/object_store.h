@@ -38,6 +38,12 @@ struct ReadRange {
   void* dest = nullptr;
 };
 
+// Whether `next` starts where `prev` ends in the same object (neither
+// range overflowing). A backend may read ranges that continue each other
+// as one run into their buffers in order; loads count such a run as one
+// range of a request.
+bool RangeContinues(const ReadRange& prev, const ReadRange& next);
+
 class ObjectStore : public RecordStore {
  public:
   // Writes the concatenation of `parts` as object `key` without assembling

@@ -72,15 +72,14 @@ class CheckpointObjectStore final : public ObjectStore {
     // large read instead of several), then the kernel is asked to read
     // ahead of the last byte while the loader copies.
     for (size_t k = 0; k < ranges.size();) {
-      std::vector<ReadBuffer> buffers;
-      size_t j = k;
-      uint64_t end = ranges[k].offset;
-      for (; j < ranges.size() && files[j] == files[k] &&
-             ranges[j].offset == end && buffers.size() < kMaxBuffers;
+      std::vector<ReadBuffer> buffers = {{ranges[k].dest, ranges[k].length}};
+      size_t j = k + 1;
+      for (; j < ranges.size() && RangeContinues(ranges[j - 1], ranges[j]) &&
+             buffers.size() < kMaxBuffers;
            ++j) {
         buffers.push_back({ranges[j].dest, ranges[j].length});
-        end += ranges[j].length;
       }
+      const uint64_t end = ranges[j - 1].offset + ranges[j - 1].length;
       const int fd = s_->fds[files[k]].get();
       RESHARD_RETURN_NOT_OK(
           PreadvAll(fd, buffers, ranges[k].offset,

@@ -58,6 +58,14 @@ struct WindowRead {
 // at most this size), each verified while the next is read.
 constexpr uint64_t kPipelineBytes = uint64_t{16} << 20;
 
+// Waits for `pending` (a helper's work) if there is any: `st` if it failed,
+// else the helper's status.
+Status Join(std::future<Status>* pending, Status st) {
+  if (!pending->valid()) return st;
+  Status helper = pending->get();
+  return st.ok() ? helper : st;
+}
+
 // Windows smaller than this are copied out on the reading thread.
 constexpr uint64_t kAsyncCopyBytes = uint64_t{1} << 20;
 
@@ -156,7 +164,8 @@ class Loader {
   // Queues a direct read; the queue is read once it holds
   // max_ranges_per_request runs and `r` would start another.
   Status AddPending(ReadRange r) {
-    const bool continues = !pending_.empty() && Continues(pending_.back(), r);
+    const bool continues =
+        !pending_.empty() && RangeContinues(pending_.back(), r);
     if (!continues && pending_runs_ >= o_.max_ranges_per_request) {
       RESHARD_RETURN_NOT_OK(Flush());
     }
@@ -171,11 +180,6 @@ class Loader {
     if (pending_.empty()) return Status::OK();
     pending_runs_ = 0;
     std::future<Status> verifying;
-    auto wait = [&verifying](Status st) {
-      if (!verifying.valid()) return st;
-      Status verified = verifying.get();
-      return st.ok() ? verified : st;
-    };
     for (size_t first = 0; first < pending_.size();) {
       size_t last = first;
       uint64_t bytes = 0;
@@ -187,7 +191,7 @@ class Loader {
                                    pending_.begin() + last);
       first = last;
       Status st = Read(group);
-      RESHARD_RETURN_NOT_OK(wait(st));
+      RESHARD_RETURN_NOT_OK(Join(&verifying, st));
       if (!verified_) continue;
       verifying = std::async(std::launch::async, [this, g = std::move(group)] {
         for (const ReadRange& r : g) {
@@ -198,7 +202,7 @@ class Loader {
       });
     }
     pending_.clear();
-    return wait(Status::OK());
+    return Join(&verifying, Status::OK());
   }
 
   Status Verify(uint64_t offset, const uint8_t* data, uint64_t n) {
@@ -207,17 +211,13 @@ class Loader {
                         &report_->chunks_verified);
   }
 
-  // Whether `b` continues `a` (a backend reads the two as one run).
-  static bool Continues(const ReadRange& a, const ReadRange& b) {
-    return a.offset + a.length == b.offset && a.key == b.key;
-  }
-
   Status Read(const std::vector<ReadRange>& ranges) {
     ++report_->read_requests;
     for (size_t i = 0; i < ranges.size(); ++i) {
-      if (i == 0 || !Continues(ranges[i - 1], ranges[i])) ++report_->ranges;
+      if (i == 0 || !RangeContinues(ranges[i - 1], ranges[i]))
+        ++report_->ranges;
+      report_->bytes_read += ranges[i].length;
     }
-    for (const ReadRange& r : ranges) report_->bytes_read += r.length;
     Status st = b_.ReadRanges(ranges);
     if (!st.ok()) return st.WithContext("stored fragment " + *fid_);
     return st;
@@ -238,11 +238,6 @@ class Loader {
     const uint64_t c = sums_->chunk_bytes;
     const uint64_t span = std::max<uint64_t>(o_.staging_bytes / 2 / c, 1) * c;
     std::future<Status> copying;  // the previous window's copies
-    auto wait = [&copying](Status st) {
-      if (!copying.valid()) return st;
-      Status copied = copying.get();
-      return st.ok() ? copied : st;
-    };
     for (size_t k = 0;; ++k) {
       uint64_t next = UINT64_MAX;
       for (const Work& w : work) {
@@ -253,14 +248,14 @@ class Loader {
       const uint64_t end = std::min(begin + span, sums_->size);
       std::vector<uint8_t>& buf = staging_[k % 2];
       if (buf.size() < end - begin) buf.resize(end - begin);
-      const std::vector<ByteRun> reads = WindowReads(work, begin, end);
+      WindowRead window;
+      window.reads = WindowReads(work, begin, end);
       std::vector<Piece> pieces;
       for (Work& w : work) PlanPieces(w, begin, end, &pieces);
       const bool scatter = Scatterable(pieces);
-      WindowRead window;
-      Status st = ReadWindow(reads, begin, buf.data(),
-                             scatter ? &pieces : nullptr, &window);
-      RESHARD_RETURN_NOT_OK(wait(st));
+      Status st =
+          ReadWindow(begin, buf.data(), scatter ? &pieces : nullptr, &window);
+      RESHARD_RETURN_NOT_OK(Join(&copying, st));
       if (scatter) {  // the bytes are in place: verify while reading on
         copying = std::async(std::launch::async, [this, w = std::move(window)] {
           return Verify(w);
@@ -280,7 +275,7 @@ class Loader {
         copying = std::async(std::launch::async, std::move(deliver));
       }
     }
-    return wait(Status::OK());
+    return Join(&copying, Status::OK());
   }
 
   // The byte ranges of window [begin, end) to read: the runs some region
@@ -321,14 +316,13 @@ class Loader {
     return true;
   }
 
-  // Reads `reads` (object ranges of the window starting at `begin`),
-  // leaving in `window` where each read's bytes are. Without `scatter`
-  // every byte lands in `buf` at its window offset; with it, the bytes of
-  // each piece land at its target and only the others in `buf`.
-  Status ReadWindow(const std::vector<ByteRun>& reads, uint64_t begin,
-                    uint8_t* buf, const std::vector<Piece>* scatter,
-                    WindowRead* window) {
-    window->reads = reads;
+  // Reads window->reads (object ranges of the window starting at `begin`),
+  // filling in where each read's bytes land. Without `scatter` every byte
+  // lands in `buf` at its window offset; with it, the bytes of each piece
+  // land at its target and only the others in `buf`.
+  Status ReadWindow(uint64_t begin, uint8_t* buf,
+                    const std::vector<Piece>* scatter, WindowRead* window) {
+    const std::vector<ByteRun>& reads = window->reads;
     std::vector<ReadRange>& ranges = window->ranges;
     auto add = [&](uint64_t b, uint64_t e, uint8_t* dest) {
       for (uint64_t at = b; at < e;) {
@@ -361,7 +355,7 @@ class Loader {
     for (size_t i = 0; i < ranges.size();) {
       size_t j = i + 1;
       for (uint64_t runs = 1; j < ranges.size(); ++j) {
-        if (!Continues(ranges[j - 1], ranges[j]) &&
+        if (!RangeContinues(ranges[j - 1], ranges[j]) &&
             ++runs > o_.max_ranges_per_request) {
           break;
         }

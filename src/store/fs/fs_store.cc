@@ -312,13 +312,12 @@ class FsStore : public ObjectStore {
     // Ranges that continue each other in one object are one preadv: a
     // strided load's rows land in their targets with one read per run.
     for (size_t k = 0; k < ranges.size();) {
-      std::vector<internal::ReadBuffer> buffers;
-      size_t j = k;
-      for (uint64_t end = ranges[k].offset;
-           j < ranges.size() && fds[j] == fds[k] && ranges[j].offset == end;
+      std::vector<internal::ReadBuffer> buffers = {
+          {ranges[k].dest, ranges[k].length}};
+      size_t j = k + 1;
+      for (; j < ranges.size() && RangeContinues(ranges[j - 1], ranges[j]);
            ++j) {
         buffers.push_back({ranges[j].dest, ranges[j].length});
-        end += ranges[j].length;
       }
       RESHARD_RETURN_NOT_OK(internal::PreadvAll(
           fds[k], buffers, ranges[k].offset, PathOf(ranges[k].key)));

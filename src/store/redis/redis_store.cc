@@ -220,20 +220,12 @@ class RedisStore : public ObjectStore {
     for (size_t k = 0; k < ranges.size();) {
       const ReadRange& r = ranges[k];
       const Descriptor& d = described.at(r.key);
-      std::vector<ReadBuffer> dests;
-      uint64_t end = r.offset;
-      for (; k < ranges.size() && ranges[k].key == r.key &&
-             ranges[k].offset == end;
+      std::vector<ReadBuffer> dests = {{r.dest, r.length}};
+      for (++k; k < ranges.size() && RangeContinues(ranges[k - 1], ranges[k]);
            ++k) {
-        if (end + ranges[k].length < end) break;  // overflow: refused below
         dests.push_back({ranges[k].dest, ranges[k].length});
-        end += ranges[k].length;
       }
-      if (dests.empty()) {
-        dests.push_back({r.dest, r.length});
-        ++k;
-        end = r.offset + r.length;
-      }
+      const uint64_t end = ranges[k - 1].offset + ranges[k - 1].length;
       if (end > d.size || end < r.offset) {
         return Status::DataLoss("object " + r.key + " is short: range [" +
                                 std::to_string(r.offset) + ", " +
