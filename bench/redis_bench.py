@@ -194,7 +194,7 @@ def main():
         try:
             # Both sides are opened once and kept, as a trainer or rollout
             # engine keeps its store across steps; the first load of a
-            # freshly opened store measured slower and is reported apart.
+            # freshly opened store is reported apart.
             client = RawClient(port)
             store = reshard.WeightStore(f"redis://127.0.0.1:{port}?prefix=bench")
             raw_keys = ["raw:%d" % i for i in range(GIB // VALUE)]
