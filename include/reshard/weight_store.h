@@ -144,6 +144,10 @@ struct LoadReport {
   // Of `bytes`, those copied in memory (from staging, or from a replica
   // already loaded) rather than read straight into place.
   uint64_t bytes_copied = 0;
+  // Staging memory the load allocated (chunk edges and staged windows; 0
+  // when every byte was read straight into place); at most the options'
+  // staging_bytes plus one chunk.
+  uint64_t staging_bytes = 0;
 };
 
 struct RevisionInfo {

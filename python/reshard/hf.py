@@ -87,7 +87,7 @@ def load(checkpoint: Checkpoint, target: _reshard.WeightPlacementManifest,
     """Reads the fragments of `tensors` ({participant id: {tensor id:
     tensor}} or {placement fragment id: tensor}) straight from the
     checkpoint; returns {bytes, bytes_read, read_requests, ranges,
-    regions, bytes_copied}."""
+    regions, bytes_copied, staging_bytes}."""
     addresses, keep = fragment_views(target, tensors, "checkpoint load target",
                                      True)
     report = _reshard.load_checkpoint_buffers(checkpoint._native, target,

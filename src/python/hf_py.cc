@@ -90,6 +90,7 @@ py::dict Load(const HfCheckpoint& c, const WeightPlacementManifest& target,
   d["ranges"] = r.ranges;
   d["regions"] = r.regions;
   d["bytes_copied"] = r.bytes_copied;
+  d["staging_bytes"] = r.staging_bytes;
   return d;
 }
 

@@ -88,6 +88,11 @@ class Loader {
     return Sweep(staged);
   }
 
+  // The staging memory allocated so far.
+  uint64_t staging_bytes() const {
+    return chunk_buf_.size() + staging_[0].size() + staging_[1].size();
+  }
+
  private:
   // Contiguous regions in object order: each is read unless an earlier
   // one read a source range containing it; those are copied from that
@@ -247,14 +252,16 @@ class Loader {
       const uint64_t begin = next / c * c;
       const uint64_t end = std::min(begin + span, sums_->size);
       std::vector<uint8_t>& buf = staging_[k % 2];
-      if (buf.size() < end - begin) buf.resize(end - begin);
       WindowRead window;
       window.reads = WindowReads(work, begin, end);
       std::vector<Piece> pieces;
       for (Work& w : work) PlanPieces(w, begin, end, &pieces);
       const bool scatter = Scatterable(pieces);
-      Status st =
-          ReadWindow(begin, buf.data(), scatter ? &pieces : nullptr, &window);
+      // Read in place, the window needs staging only for bytes no region
+      // wants (there may be none: then no staging memory is touched).
+      if (!scatter && buf.size() < end - begin) buf.resize(end - begin);
+      Status st = ReadWindow(begin, end, buf, scatter ? &pieces : nullptr,
+                             &window);
       RESHARD_RETURN_NOT_OK(Join(&copying, st));
       if (scatter) {  // the bytes are in place: verify while reading on
         copying = std::async(std::launch::async, [this, w = std::move(window)] {
@@ -316,14 +323,21 @@ class Loader {
     return true;
   }
 
-  // Reads window->reads (object ranges of the window starting at `begin`),
-  // filling in where each read's bytes land. Without `scatter` every byte
-  // lands in `buf` at its window offset; with it, the bytes of each piece
-  // land at its target and only the others in `buf`.
-  Status ReadWindow(uint64_t begin, uint8_t* buf,
+  // Reads window->reads (object ranges of window [begin, end)), filling in
+  // where each read's bytes land. Without `scatter` every byte lands in
+  // `buf` (sized to the window) at its window offset; with it, the bytes
+  // of each piece land at its target and only the others in `buf`, which
+  // is sized to the window when the first such byte is.
+  Status ReadWindow(uint64_t begin, uint64_t end, std::vector<uint8_t>& staging,
                     const std::vector<Piece>* scatter, WindowRead* window) {
     const std::vector<ByteRun>& reads = window->reads;
     std::vector<ReadRange>& ranges = window->ranges;
+    // Staging for window bytes [b, e): b's place in the window's buffer.
+    auto buf_at = [&](uint64_t b, uint64_t e) -> uint8_t* {
+      if (b == e) return nullptr;  // nothing lands there
+      if (staging.size() < end - begin) staging.resize(end - begin);
+      return staging.data() + (b - begin);
+    };
     auto add = [&](uint64_t b, uint64_t e, uint8_t* dest) {
       for (uint64_t at = b; at < e;) {
         const uint64_t n = std::min(e - at, o_.max_range_bytes);
@@ -343,11 +357,11 @@ class Loader {
           return Status::Internal("load window pieces outside its reads in " +
                                   *key_);
         }
-        add(at, from, buf + (at - begin));
+        add(at, from, buf_at(at, from));
         add(from, from + piece.n, Memory(piece.to));
         at = from + piece.n;
       }
-      add(at, e, buf + (at - begin));
+      add(at, e, buf_at(at, e));
       window->ends.push_back(ranges.size());
     }
     // Requests of at most max_ranges_per_request runs (ranges continuing
@@ -581,6 +595,7 @@ Status Execute(ObjectStore& backend, const RangedLoadOptions& options,
     }
     RESHARD_RETURN_NOT_OK(loader.Run(s, sums, verified, p->direct, p->staged));
   }
+  report->staging_bytes = loader.staging_bytes();
   return Status::OK();
 }
 

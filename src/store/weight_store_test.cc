@@ -240,6 +240,8 @@ LoadReport RoundTrip(const WeightPlacementManifest& source,
   EXPECT_EQ(manifest.manifest_digest(), plan->manifest().manifest_digest());
   Side dst = TargetSide(target);
   const LoadReport report = LoadAndVerify(store, manifest, dst);
+  // Extra memory stays within the staging limit plus one chunk.
+  EXPECT_LE(report.staging_bytes, options.staging_bytes + options.chunk_bytes);
   auto verified = store.Verify(manifest.manifest_key());
   EXPECT_OK(verified);
   if (verified.ok()) {
@@ -406,9 +408,12 @@ TEST_P(WeightStoreRoundTripTest, LongStridedRowsAreReadInPlace) {
   EXPECT_EQ(r.bytes, model);
   EXPECT_EQ(r.bytes_read, model);
   EXPECT_EQ(r.bytes_copied, 0u);
+  EXPECT_EQ(r.staging_bytes, 0u);  // every byte in place: no staging
   r = RoundTrip(layout(1, 0), layout(1, 1), {.min_scatter_bytes = 8192});
   EXPECT_EQ(r.bytes_read, model);
   EXPECT_EQ(r.bytes_copied, model);
+  // Each stored fragment (128 KiB, within one span) staged once.
+  EXPECT_EQ(r.staging_bytes, model / 2);
   r = RoundTrip(layout(1, 0), layout(2, 1), {});
   EXPECT_EQ(r.bytes, 2 * model);
   EXPECT_EQ(r.bytes_read, model);

@@ -14,6 +14,12 @@
 namespace reshard::internal {
 namespace {
 
+// Each readv of a value asks for at most this many bytes. Asking for the
+// whole rest of a 4 MiB value (scattered over 8 KiB rows or contiguous)
+// measured 1.2-1.4x slower on loopback than 64 KiB steps; 32 KiB and
+// 64 KiB measured alike, 128 KiB and more slower (docs/store-format.md).
+constexpr uint64_t kReadStepBytes = uint64_t{64} << 10;
+
 timeval ToTimeval(std::chrono::milliseconds ms) {
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
@@ -299,8 +305,13 @@ Status RedisConnection::ReceiveInto(std::vector<ReadBuffer> dests) {
     while (first < dests.size() && dests[first].size == 0) ++first;
     if (first == dests.size()) return Status::OK();
     iov.clear();
-    for (size_t i = first; i < dests.size() && iov.size() < IOV_MAX; ++i) {
-      iov.push_back({dests[i].data, dests[i].size});
+    uint64_t asked = 0;
+    for (size_t i = first;
+         i < dests.size() && iov.size() < IOV_MAX && asked < kReadStepBytes;
+         ++i) {
+      const uint64_t n = std::min(dests[i].size, kReadStepBytes - asked);
+      iov.push_back({dests[i].data, n});
+      asked += n;
     }
     const ssize_t got =
         ::readv(context_->fd, iov.data(), static_cast<int>(iov.size()));
