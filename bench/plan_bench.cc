@@ -7,6 +7,7 @@
 // Usage: reshard_bench_plan [--models DIR] [--case NAME] [--json]
 
 #include <simdjson.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <cstdio>
@@ -133,7 +134,59 @@ struct CaseResult {
   size_t target_fragments = 0;
   Timing parse, validate, validate_parallel, planning;
   PlanSummary summary;
+  uint64_t digest = 0;
 };
+
+// XXH3 of everything a plan holds (fragment tables and every region field,
+// in order): equal digests across builds mean identical plans.
+uint64_t PlanDigest(const LogicalTransferPlan& plan) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  auto add = [&](const void* p, size_t n) { XXH3_64bits_update(st, p, n); };
+  auto num = [&](uint64_t v) { add(&v, sizeof(v)); };
+  auto str = [&](const std::string& v) {
+    num(v.size());
+    add(v.data(), v.size());
+  };
+  auto dims = [&](const Dims& d) {
+    num(d.size());
+    for (int64_t v : d) num(static_cast<uint64_t>(v));
+  };
+  for (const auto* side : {&plan.source_fragments(), &plan.target_fragments()}) {
+    num(side->size());
+    for (const PlanFragment& f : *side) {
+      str(f.fragment_id);
+      str(f.participant_id);
+      for (int64_t v : {f.rank.dp, f.rank.tp, f.rank.pp, f.rank.ep}) num(v);
+      num(f.pipeline_stage_id.value_or(-1));
+      num(f.tensor);
+      dims(f.global_offset);
+      dims(f.local_shape);
+      num(f.nbytes);
+      num(f.participant);
+      num(f.order);
+    }
+  }
+  for (const TransferRegion& r : plan.regions()) {
+    for (uint64_t v : {uint64_t{r.tensor}, uint64_t{r.source_fragment},
+                       uint64_t{r.target_fragment}}) {
+      num(v);
+    }
+    dims(r.overlap_offset);
+    dims(r.overlap_shape);
+    for (uint64_t v : {r.source_base_offset, r.target_base_offset,
+                       r.inner_bytes, r.segments, r.bytes}) {
+      num(v);
+    }
+    num(r.loops.size());
+    for (const OuterLoop& l : r.loops) {
+      for (uint64_t v : {l.count, l.source_stride, l.target_stride}) num(v);
+    }
+  }
+  const uint64_t digest = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return digest;
+}
 
 // Generates both layouts, then times the bare parse and the validation of
 // both wires and the planning.
@@ -178,23 +231,26 @@ Result<CaseResult> RunCase(const Case& c, const std::string& models) {
                             plan.status().ToString());
   }
   out.summary = plan->summary();
+  out.digest = PlanDigest(*plan);
   return out;
 }
 
 void PrintHeader() {
-  std::printf("%-18s %9s %9s %10s %10s %9s %10s %10s %10s %8s\n", "case",
+  std::printf("%-18s %9s %9s %10s %10s %9s %10s %10s %10s %8s %16s\n", "case",
               "src frags", "dst frags", "regions", "segments", "parse s",
-              "validate s", "val 2thr s", "plan cpu s", "val/parse");
+              "validate s", "val 2thr s", "plan cpu s", "val/parse",
+              "plan digest");
 }
 
 void PrintRow(const Case& c, const CaseResult& r) {
   const PlanSummary& s = r.summary;
   std::printf(
-      "%-18s %9zu %9zu %10llu %10llu %9.3f %10.3f %10.3f %10.3f %7.1fx\n",
+      "%-18s %9zu %9zu %10llu %10llu %9.3f %10.3f %10.3f %10.3f %7.1fx "
+      "%016llx\n",
       c.name, r.source_fragments, r.target_fragments,
       (unsigned long long)s.regions, (unsigned long long)s.segments,
       r.parse.wall, r.validate.wall, r.validate_parallel.wall, r.planning.cpu,
-      r.validate.wall / r.parse.wall);
+      r.validate.wall / r.parse.wall, (unsigned long long)r.digest);
 }
 
 void PrintJson(const Case& c, const CaseResult& r) {
@@ -205,12 +261,14 @@ void PrintJson(const Case& c, const CaseResult& r) {
       "\"parse_seconds\":%.3f,\"validate_seconds\":%.3f,"
       "\"validate_two_threads_seconds\":%.3f,"
       "\"plan_cpu_seconds\":%.3f,\"plan_wall_seconds\":%.3f,"
-      "\"max_source_bytes\":%llu,\"mean_source_bytes\":%.0f}\n",
+      "\"max_source_bytes\":%llu,\"mean_source_bytes\":%.0f,"
+      "\"plan_digest\":\"%016llx\"}\n",
       c.name, r.source_fragments, r.target_fragments,
       (unsigned long long)s.regions, (unsigned long long)s.operations,
       (unsigned long long)s.segments, r.parse.wall, r.validate.wall,
       r.validate_parallel.wall, r.planning.cpu, r.planning.wall,
-      (unsigned long long)s.max_source_bytes, s.mean_source_bytes);
+      (unsigned long long)s.max_source_bytes, s.mean_source_bytes,
+      (unsigned long long)r.digest);
 }
 
 }  // namespace

@@ -42,7 +42,25 @@ namespace {
 using AxisKey = std::array<int64_t, 4>;
 
 // Index of each planned tensor id in LogicalTransferPlan::tensors().
-using TensorIndex = std::unordered_map<std::string_view, uint32_t>;
+// Tensor id -> plan tensor index. Fragments come grouped by tensor, so the
+// last hit is remembered: most lookups are one string comparison rather
+// than a hash. Not for concurrent use.
+class TensorIndex {
+ public:
+  void Add(std::string_view id, uint32_t index) { map_.emplace(id, index); }
+  // The index of `id`; nullptr if the plan does not need the tensor.
+  const uint32_t* Find(std::string_view id) const {
+    if (last_ != nullptr && last_->first == id) return &last_->second;
+    const auto it = map_.find(id);
+    if (it == map_.end()) return nullptr;
+    last_ = &*it;
+    return &it->second;
+  }
+
+ private:
+  std::unordered_map<std::string_view, uint32_t> map_;
+  mutable const std::pair<const std::string_view, uint32_t>* last_ = nullptr;
+};
 
 // The rank projected on the kinds of `t` with the given semantics.
 AxisKey Project(const ParallelRank& r, const TensorDescriptor& t,
@@ -461,7 +479,8 @@ Status Planner::SelectTensors() {
           "target manifests contain unknown tensors: " + t->tensor_id());
     }
     RESHARD_RETURN_NOT_OK(CheckCompatible(*s, *t));
-    tensor_index_.emplace(t->tensor_id(), impl_->tensors.size());
+    tensor_index_.Add(t->tensor_id(),
+                      static_cast<uint32_t>(impl_->tensors.size()));
     impl_->tensors.push_back(t->tensor_id());
   }
   return Status::OK();
@@ -485,7 +504,7 @@ void Planner::BuildFragmentTables() {
     const auto pidx = static_cast<uint32_t>(impl_->target_participants.size());
     impl_->target_participants.push_back(part->participant_id());
     for (const auto& f : part->fragments()) {
-      const uint32_t t = tensor_index_.at(f.tensor_id());
+      const uint32_t t = *tensor_index_.Find(f.tensor_id());
       const auto i = static_cast<uint32_t>(impl_->target_fragments.size());
       target_by_tensor_[t].push_back(i);
       impl_->target_fragments.push_back(
@@ -544,31 +563,65 @@ Status Planner::IntersectTensor(uint32_t t) {
 }
 
 void Planner::Balance() {
-  const auto& sfr = impl_->source_fragments;
   auto& regions = impl_->regions;
+  const auto n = static_cast<uint32_t>(regions.size());
   impl_->source_bytes.assign(impl_->source_participants.size(), 0);
   auto& load = impl_->source_bytes;
+  source_participant_.resize(impl_->source_fragments.size());
+  for (size_t i = 0; i < source_participant_.size(); ++i) {
+    source_participant_[i] = impl_->source_fragments[i].participant;
+  }
+  // Every box's members and their participants, flattened (box g's are
+  // [box_first[g], box_first[g + 1])), and each region's box: the
+  // largest-first pass below, which visits regions in random order, then
+  // reads only these compact columns, not regions or boxes.
+  std::vector<uint32_t> tensor_first(tensor_boxes_.size() + 1, 0);
+  for (size_t t = 0; t < tensor_boxes_.size(); ++t) {
+    tensor_first[t + 1] =
+        tensor_first[t] + static_cast<uint32_t>(tensor_boxes_[t].size());
+  }
+  std::vector<uint32_t> box_first = {0};
+  std::vector<uint32_t> member, member_participant;
+  box_first.reserve(tensor_first.back() + 1);
+  for (const auto& boxes : tensor_boxes_) {
+    for (const SourceBox& box : boxes) {
+      for (uint32_t m : box.members) {
+        member.push_back(m);
+        member_participant.push_back(source_participant_[m]);
+      }
+      box_first.push_back(static_cast<uint32_t>(member.size()));
+    }
+  }
   // Largest regions first, ties in region order: (bytes, index) pairs
   // sorted in one array, so the sort does not chase region pointers.
-  std::vector<std::pair<uint64_t, uint32_t>> by_size(regions.size());
-  for (uint32_t i = 0; i < regions.size(); ++i) {
-    by_size[i] = {~regions[i].bytes, i};
+  std::vector<std::pair<uint64_t, uint32_t>> by_size(n);
+  std::vector<uint32_t> box_of(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const TransferRegion& r = regions[i];
+    by_size[i] = {~r.bytes, i};
+    box_of[i] = tensor_first[r.tensor] +
+                static_cast<uint32_t>(region_box_[i] -
+                                      tensor_boxes_[r.tensor].data());
   }
   std::sort(by_size.begin(), by_size.end());
-  source_participant_.resize(sfr.size());
-  for (size_t i = 0; i < sfr.size(); ++i) {
-    source_participant_[i] = sfr[i].participant;
-  }
-  const auto& participant = source_participant_;
+  // Each to its box's member on the least loaded participant, the first
+  // such member on ties.
+  std::vector<uint32_t> chosen(n);
   for (const auto& [inverted_bytes, i] : by_size) {
-    const auto& members = region_box_[i]->members;
-    uint32_t best = members.front();
-    for (uint32_t m : members) {
-      if (load[participant[m]] < load[participant[best]]) best = m;
+    const uint32_t g = box_of[i];
+    uint32_t best = box_first[g];
+    uint64_t best_load = load[member_participant[best]];
+    for (uint32_t j = best + 1; j < box_first[g + 1]; ++j) {
+      const uint64_t l = load[member_participant[j]];
+      if (l < best_load) {
+        best = j;
+        best_load = l;
+      }
     }
-    regions[i].source_fragment = best;
-    load[participant[best]] += regions[i].bytes;
+    chosen[i] = member[best];
+    load[member_participant[best]] += ~inverted_bytes;
   }
+  for (uint32_t i = 0; i < n; ++i) regions[i].source_fragment = chosen[i];
 }
 
 void Planner::ComputeGeometry() {
@@ -721,11 +774,11 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
       const auto pidx = static_cast<uint32_t>(out.participants.size());
       out.participants.push_back(part.participant_id());
       for (const auto& f : part.fragments()) {
-        auto it = tensor_index.find(f.tensor_id());
-        if (it == tensor_index.end()) continue;  // not needed by the target
-        out.by_tensor[it->second].push_back(out.fragments.size());
-        out.fragments.push_back(internal::ToPlanFragment(
-            f, part.participant_id(), pidx, it->second));
+        const uint32_t* t = tensor_index.Find(f.tensor_id());
+        if (t == nullptr) continue;  // not needed by the target
+        out.by_tensor[*t].push_back(out.fragments.size());
+        out.fragments.push_back(
+            internal::ToPlanFragment(f, part.participant_id(), pidx, *t));
       }
     }
   };
@@ -757,11 +810,11 @@ Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
       out.participants.emplace_back(key);
     }
     for (const auto& f : source.fragments()) {
-      auto it = tensor_index.find(f.tensor_id);
-      if (it == tensor_index.end()) continue;
-      out.by_tensor[it->second].push_back(out.fragments.size());
+      const uint32_t* t = tensor_index.Find(f.tensor_id);
+      if (t == nullptr) continue;
+      out.by_tensor[*t].push_back(out.fragments.size());
       out.fragments.push_back({f.stored_fragment_id, f.object_key,
-                               ParallelRank{}, std::nullopt, it->second,
+                               ParallelRank{}, std::nullopt, *t,
                                f.global_offset, f.local_shape, f.nbytes,
                                objects.at(f.object_key), 0});
     }
