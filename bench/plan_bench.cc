@@ -152,7 +152,8 @@ uint64_t PlanDigest(const LogicalTransferPlan& plan) {
     num(d.size());
     for (int64_t v : d) num(static_cast<uint64_t>(v));
   };
-  for (const auto* side : {&plan.source_fragments(), &plan.target_fragments()}) {
+  for (const auto* side :
+       {&plan.source_fragments(), &plan.target_fragments()}) {
     num(side->size());
     for (const PlanFragment& f : *side) {
       str(f.fragment_id);

@@ -599,9 +599,9 @@ void Planner::Balance() {
   for (uint32_t i = 0; i < n; ++i) {
     const TransferRegion& r = regions[i];
     by_size[i] = {~r.bytes, i};
-    box_of[i] = tensor_first[r.tensor] +
-                static_cast<uint32_t>(region_box_[i] -
-                                      tensor_boxes_[r.tensor].data());
+    box_of[i] =
+        tensor_first[r.tensor] +
+        static_cast<uint32_t>(region_box_[i] - tensor_boxes_[r.tensor].data());
   }
   std::sort(by_size.begin(), by_size.end());
   // Each to its box's member on the least loaded participant, the first
