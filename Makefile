@@ -44,7 +44,7 @@ fuzz: bootstrap
 	JOBS=$(JOBS) CHECK_PASSES=fuzz scripts/check.sh
 
 bench: build
-	@scripts/bench.sh $(BUILD)
+	@scripts/bench.sh $(BUILD) $(BASELINE)
 
 # Public headers, the static libraries, the CMake package (find_package(
 # reshard CONFIG) -> reshard::reshard) and reshard.pc under PREFIX.

@@ -3,12 +3,21 @@
 # the same run (the bare JSON parse of the same bytes, or memcpy).
 set -euo pipefail
 BUILD=${1:-build}
+# A build of an earlier commit: the planner cases are also run against it,
+# interleaved, with ratios and a check that the plans are identical.
+BASELINE=${2:-}
 echo "== contract: decode + validate + identify vs bare JSON parse"
 "$BUILD/reshard_bench_contract"
 echo
 echo "== planner: real-model layouts (validate = both sides from the wire)"
 "$BUILD/reshard_bench_plan" --models examples/models
 echo
+if [[ -n "$BASELINE" ]]; then
+  echo "== planner against the baseline build $BASELINE (interleaved)"
+  "${RESHARD_PYTHON:-/usr/bin/python3}" bench/plan_ab.py "$BASELINE" "$BUILD" \
+    --models examples/models
+  echo
+fi
 echo "== local executor vs memcpy"
 "$BUILD/reshard_bench_local" --threads "$(nproc)"
 echo
@@ -33,5 +42,5 @@ echo "== plan report: Kimi-K2 HTML size, write time vs plan --json, headless Chr
 "${RESHARD_PYTHON:-/usr/bin/python3}" bench/plan_report_bench.py --cli "$BUILD/reshard" \
   --models examples/models
 echo
-echo "== weight store on Redis (1 GiB upload and load) vs redis-benchmark SET/GET, same server, same value size"
+echo "== weight store on Redis (1 GiB upload and load) vs a raw RESP client's SET/GET, same server, same value size"
 PYTHONPATH="$BUILD/python" "${RESHARD_PYTHON:-/usr/bin/python3}" bench/redis_bench.py
