@@ -115,9 +115,11 @@ class BoxIndex {
     }
   }
 
-  // Calls f(box) for every box intersecting [offset, offset + shape).
+  // Calls f(box) for every box intersecting [offset, offset + shape)
+  // (`ndim` coordinates each).
   template <typename F>
-  void Query(const Dims& offset, const Dims& shape, F&& f) const {
+  void Query(const int64_t* offset, const int64_t* shape, size_t ndim,
+             F&& f) const {
     const int64_t a = offset[dim_];
     const int64_t b = a + shape[dim_];
     size_t i = std::upper_bound(max_end_.begin(), max_end_.end(), a) -
@@ -125,7 +127,7 @@ class BoxIndex {
     for (; i < boxes_.size() && (*boxes_[i]->offset)[dim_] < b; ++i) {
       const SourceBox& box = *boxes_[i];
       bool hit = true;
-      for (size_t d = 0; d < offset.size() && hit; ++d) {
+      for (size_t d = 0; d < ndim && hit; ++d) {
         hit = (*box.offset)[d] < offset[d] + shape[d] &&
               offset[d] < (*box.offset)[d] + (*box.shape)[d];
       }
@@ -289,9 +291,9 @@ Result<std::vector<SourceBox>> SourceTiling(
 // The region where target fragment `tf` (index `ti`) meets source box
 // `box`, in global coordinates; the serving member is chosen later.
 TransferRegion OverlapRegion(uint32_t tensor, uint32_t ti,
-                             const PlanFragment& tf, const SourceBox& box,
+                             const int64_t* offset, const int64_t* shape,
+                             size_t ndim, const SourceBox& box,
                              uint64_t itemsize) {
-  const size_t ndim = tf.global_offset.size();
   TransferRegion r;
   r.tensor = tensor;
   r.target_fragment = ti;
@@ -299,9 +301,9 @@ TransferRegion OverlapRegion(uint32_t tensor, uint32_t ti,
   r.overlap_shape.resize(ndim);
   r.bytes = itemsize;
   for (size_t d = 0; d < ndim; ++d) {
-    const int64_t b = std::max(tf.global_offset[d], (*box.offset)[d]);
-    const int64_t e = std::min(tf.global_offset[d] + tf.local_shape[d],
-                               (*box.offset)[d] + (*box.shape)[d]);
+    const int64_t b = std::max(offset[d], (*box.offset)[d]);
+    const int64_t e =
+        std::min(offset[d] + shape[d], (*box.offset)[d] + (*box.shape)[d]);
     r.overlap_offset[d] = b;
     r.overlap_shape[d] = e - b;
     r.bytes *= static_cast<uint64_t>(e - b);
@@ -412,6 +414,14 @@ class Planner {
   // fragments in random order, and whole PlanFragments would miss the
   // cache each time.
   std::vector<uint32_t> source_participant_;
+  // Target fragment i's box, compactly: offset at [2 * i * box_dims_,
+  // + box_dims_), shape right after it; and its bytes. Intersection visits
+  // the target fragments tensor by tensor, strided across the table; each
+  // visit then costs one cache line rather than a fragment and two heap
+  // arrays (measured 0.18 s of cold reads for Kimi-K2's 529,920 targets).
+  size_t box_dims_ = 0;  // the largest ndim of the planned tensors
+  std::vector<int64_t> target_box_;
+  std::vector<uint64_t> target_nbytes_;
 };
 
 Status Planner::CheckIdentity() {
@@ -499,6 +509,11 @@ void Planner::BuildFragmentTables() {
     target_count += part->fragments().size();
   }
   impl_->target_fragments.reserve(target_count);
+  box_dims_ = 0;
+  for (const auto* t : plan_tensors_)
+    box_dims_ = std::max(box_dims_, t->ndim());
+  target_box_.resize(target_count * 2 * box_dims_);
+  target_nbytes_.resize(target_count);
   for (const auto* part : target_parts_) {
     if (part->fragments().empty()) continue;
     const auto pidx = static_cast<uint32_t>(impl_->target_participants.size());
@@ -509,6 +524,12 @@ void Planner::BuildFragmentTables() {
       target_by_tensor_[t].push_back(i);
       impl_->target_fragments.push_back(
           ToPlanFragment(f, part->participant_id(), pidx, t));
+      // The box again, compactly, while it is in cache (see target_box_).
+      int64_t* box = &target_box_[size_t{i} * 2 * box_dims_];
+      const size_t n = std::min(f.global_offset().size(), box_dims_);
+      std::copy_n(f.global_offset().begin(), n, box);
+      std::copy_n(f.local_shape().begin(), n, box + box_dims_);
+      target_nbytes_[i] = f.nbytes();
     }
   }
   AssignOrder(&impl_->target_fragments);
@@ -539,18 +560,21 @@ Status Planner::IntersectTensor(uint32_t t) {
   index.Build(tensor_boxes_[t], desc.ndim());
   const auto itemsize = static_cast<uint64_t>(desc.itemsize());
   auto& regions = impl_->regions;
+  const size_t ndim = desc.ndim();
   for (uint32_t ti : target_by_tensor_[t]) {
-    const PlanFragment& tf = impl_->target_fragments[ti];
+    const int64_t* offset = &target_box_[ti * 2 * box_dims_];
+    const int64_t* shape = offset + box_dims_;
     uint64_t covered = 0;
-    index.Query(tf.global_offset, tf.local_shape, [&](const SourceBox& box) {
-      TransferRegion r = OverlapRegion(t, ti, tf, box, itemsize);
+    index.Query(offset, shape, ndim, [&](const SourceBox& box) {
+      TransferRegion r =
+          OverlapRegion(t, ti, offset, shape, ndim, box, itemsize);
       covered += r.bytes;
       regions.push_back(std::move(r));
       region_box_.push_back(&box);
     });
-    if (covered != tf.nbytes) {
+    if (covered != target_nbytes_[ti]) {
       return Status::InvalidArgument("target fragment is not fully covered: " +
-                                     tf.fragment_id);
+                                     impl_->target_fragments[ti].fragment_id);
     }
     if (regions.size() > options_.limits.max_transfer_regions) {
       return Status::ResourceExhausted(
@@ -652,12 +676,17 @@ void Planner::SortRegions() {
     uint64_t source_base;
     uint32_t index;
   };
+  // The fragments' id orders as compact columns: regions reach their
+  // fragments in random order.
+  std::vector<uint32_t> source_order(sfr.size()), target_order(tfr.size());
+  for (size_t i = 0; i < sfr.size(); ++i) source_order[i] = sfr[i].order;
+  for (size_t i = 0; i < tfr.size(); ++i) target_order[i] = tfr[i].order;
   std::vector<Key> keys;
   keys.reserve(regions.size());
   for (uint32_t i = 0; i < regions.size(); ++i) {
     const auto& r = regions[i];
-    keys.push_back({tfr[r.target_fragment].order, r.target_base_offset,
-                    sfr[r.source_fragment].order, r.source_base_offset, i});
+    keys.push_back({target_order[r.target_fragment], r.target_base_offset,
+                    source_order[r.source_fragment], r.source_base_offset, i});
   }
   std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
     return std::tie(a.target_order, a.target_base, a.source_order,
@@ -707,20 +736,31 @@ void Planner::AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes) {
     source_route[i] = {stored ? -1 : sfr[i].rank.pp,
                        sfr[i].pipeline_stage_id.value_or(-1)};
   }
+  // The target side's columns likewise: sorted regions reach their
+  // target fragments in id order, not table order.
+  struct TargetColumns {
+    int64_t pp;
+    int64_t stage;
+    uint32_t participant;
+  };
+  std::vector<TargetColumns> target(tfr.size());
+  for (size_t i = 0; i < tfr.size(); ++i) {
+    target[i] = {tfr[i].rank.pp, tfr[i].pipeline_stage_id.value_or(-1),
+                 tfr[i].participant};
+  }
   std::vector<bool> used(sfr.size(), false);
   PlanSummary& sum = impl_->summary;
   RouteKey last_route{-2, -2, -2, -2};
   std::pair<uint64_t, uint64_t>* route = nullptr;
   for (const auto& r : impl_->regions) {
     const auto& [source_pp, source_stage] = source_route[r.source_fragment];
-    const PlanFragment& tf = tfr[r.target_fragment];
+    const TargetColumns& tf = target[r.target_fragment];
     impl_->target_bytes[tf.participant] += r.bytes;
     traffic->emplace_back(
         (uint64_t{source_participant_[r.source_fragment]} << 32) |
             tf.participant,
         r.bytes);
-    const RouteKey key{source_pp, source_stage, tf.rank.pp,
-                       tf.pipeline_stage_id.value_or(-1)};
+    const RouteKey key{source_pp, source_stage, tf.pp, tf.stage};
     if (route == nullptr || key != last_route) {
       route = &(*routes)[key];
       last_route = key;
@@ -737,7 +777,8 @@ void Planner::AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes) {
 
 // The traffic matrix: pairs sorted by (source, target), equal pairs summed.
 void Planner::MergeTraffic(TrafficPairs* traffic) {
-  std::sort(traffic->begin(), traffic->end());
+  // By pair only: the order among equal pairs does not change their sum.
+  RadixSortByFirst(traffic);
   auto& out = impl_->traffic;
   for (const auto& [key, bytes] : *traffic) {
     const auto sp = static_cast<uint32_t>(key >> 32);
