@@ -260,8 +260,8 @@ class Loader {
       // Read in place, the window needs staging only for bytes no region
       // wants (there may be none: then no staging memory is touched).
       if (!scatter && buf.size() < end - begin) buf.resize(end - begin);
-      Status st = ReadWindow(begin, end, buf, scatter ? &pieces : nullptr,
-                             &window);
+      Status st =
+          ReadWindow(begin, end, buf, scatter ? &pieces : nullptr, &window);
       RESHARD_RETURN_NOT_OK(Join(&copying, st));
       if (scatter) {  // the bytes are in place: verify while reading on
         copying = std::async(std::launch::async, [this, w = std::move(window)] {
