@@ -75,6 +75,8 @@ def test_upload_then_load_at_another_layout(name, lib, tmp_path):
     # Every chunk read is verified; DP target replicas share reads.
     assert report.chunks_verified > 0 and report.bytes_read > 0
     assert 0 <= report.bytes_copied <= report.bytes
+    # Staging within the default limit (64 MiB) plus one chunk (1 MiB).
+    assert 0 <= report.staging_bytes <= (64 << 20) + (1 << 20)
     assert report.regions == reshard.plan(manifest, dst).num_regions
     assert targets.mismatch() == ""
     # By manifest, again, into poisoned targets keyed by participant.
