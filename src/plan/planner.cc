@@ -42,9 +42,8 @@ namespace {
 using AxisKey = std::array<int64_t, 4>;
 
 // Index of each planned tensor id in LogicalTransferPlan::tensors().
-// Tensor id -> plan tensor index. Fragments come grouped by tensor, so the
-// last hit is remembered: most lookups are one string comparison rather
-// than a hash. Not for concurrent use.
+// Fragments come grouped by tensor, so the last hit is remembered: most lookups
+// are one string comparison rather than a hash. Not for concurrent use.
 class TensorIndex {
  public:
   void Add(std::string_view id, uint32_t index) { map_.emplace(id, index); }

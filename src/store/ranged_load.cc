@@ -257,9 +257,6 @@ class Loader {
       std::vector<Piece> pieces;
       for (Work& w : work) PlanPieces(w, begin, end, &pieces);
       const bool scatter = Scatterable(pieces);
-      // Read in place, the window needs staging only for bytes no region
-      // wants (there may be none: then no staging memory is touched).
-      if (!scatter && buf.size() < end - begin) buf.resize(end - begin);
       Status st =
           ReadWindow(begin, end, buf, scatter ? &pieces : nullptr, &window);
       RESHARD_RETURN_NOT_OK(Join(&copying, st));
@@ -325,9 +322,10 @@ class Loader {
 
   // Reads window->reads (object ranges of window [begin, end)), filling in
   // where each read's bytes land. Without `scatter` every byte lands in
-  // `buf` (sized to the window) at its window offset; with it, the bytes
-  // of each piece land at its target and only the others in `buf`, which
-  // is sized to the window when the first such byte is.
+  // `staging` at its window offset; with it, the bytes of each piece land
+  // at its target and only the others in `staging`. `staging` is sized to
+  // the window when the first byte lands in it: read in place, a window
+  // whose bytes all go to some target touches no staging memory.
   Status ReadWindow(uint64_t begin, uint64_t end, std::vector<uint8_t>& staging,
                     const std::vector<Piece>* scatter, WindowRead* window) {
     const std::vector<ByteRun>& reads = window->reads;

@@ -16,8 +16,8 @@ namespace {
 
 // Each readv of a value asks for at most this many bytes. Asking for the
 // whole rest of a 4 MiB value (scattered over 8 KiB rows or contiguous)
-// measured 1.2-1.4x slower on loopback than 64 KiB steps; 32 KiB and
-// 64 KiB measured alike, 128 KiB and more slower (docs/store-format.md).
+// measured 1.3-1.7x slower on loopback than 64 KiB steps; 32 KiB and
+// 256 KiB measured about alike, 128 KiB slower (docs/store-format.md).
 constexpr uint64_t kReadStepBytes = uint64_t{64} << 10;
 
 timeval ToTimeval(std::chrono::milliseconds ms) {
