@@ -17,11 +17,10 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/dims.h"
 #include "reshard/status.h"
 
 namespace reshard {
-
-using Dims = std::vector<int64_t>;
 
 // Parallel axis kinds in their canonical order dp < pp < ep < tp.
 enum class AxisKind : uint8_t { kDp = 0, kPp = 1, kEp = 2, kTp = 3 };

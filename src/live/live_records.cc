@@ -355,7 +355,7 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   RESHARD_ASSIGN_OR_RETURN(r.open_ns, U64Field(p.obj, "open_ns", kKind, key));
   auto updates = p.obj.IntArray("update_ns");
   if (!updates.ok()) return updates.status().WithContext(What(kKind, key));
-  r.update_ns = std::move(updates).ValueOrDie();
+  r.update_ns = updates->ToVector();
   RESHARD_ASSIGN_OR_RETURN(r.ready, BoolField(p.obj, "ready", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(r.verified,
                            BoolField(p.obj, "verified", kKind, key));

@@ -206,7 +206,7 @@ void CanonicalJsonWriter::Raw(std::string_view json) {
   out_->append(json);
 }
 
-void CanonicalJsonWriter::IntArray(const std::vector<int64_t>& values) {
+void CanonicalJsonWriter::IntArray(std::span<const int64_t> values) {
   BeginArray();
   for (int64_t v : values) Int(v);
   EndArray();

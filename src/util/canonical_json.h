@@ -9,6 +9,8 @@
 #define RESHARD_UTIL_CANONICAL_JSON_H_
 
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,7 +59,10 @@ class CanonicalJsonWriter {
     Key(key);
     UInt(value);
   }
-  void IntArray(const std::vector<int64_t>& values);
+  void IntArray(std::span<const int64_t> values);
+  void IntArray(std::initializer_list<int64_t> values) {
+    IntArray(std::span<const int64_t>(values.begin(), values.size()));
+  }
 
   std::string* out() const { return out_; }
 

@@ -311,7 +311,7 @@ Result<std::optional<int64_t>> BasicStrictObject<N>::OptionalI64(
 }
 
 template <size_t N>
-Result<std::vector<int64_t>> BasicStrictObject<N>::IntArray(
+Result<Dims> BasicStrictObject<N>::IntArray(
     std::string_view key) const {
   return ReadIntArray(Get(key), path_.Field(key));
 }
@@ -418,9 +418,9 @@ Result<simdjson::dom::array> ReadArray(JsonElement e, const JsonPath& path) {
   return simdjson::dom::array(e);
 }
 
-Result<std::vector<int64_t>> ReadIntArray(JsonElement e, const JsonPath& path) {
+Result<Dims> ReadIntArray(JsonElement e, const JsonPath& path) {
   RESHARD_ASSIGN_OR_RETURN(auto arr, ReadArray(e, path));
-  std::vector<int64_t> out;
+  Dims out;
   out.reserve(arr.size());
   size_t i = 0;
   for (auto item : arr) {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/dims.h"
 #include "reshard/status.h"
 #include "util/canonical_json.h"
 
@@ -151,7 +152,7 @@ class BasicStrictObject {
   Result<bool> Bool(std::string_view key) const;
   // An integer, or nullopt for null (and for an optional field not present).
   Result<std::optional<int64_t>> OptionalI64(std::string_view key) const;
-  Result<std::vector<int64_t>> IntArray(std::string_view key) const;
+  Result<Dims> IntArray(std::string_view key) const;
   Result<std::vector<std::string>> StringArray(std::string_view key) const;
   Result<JsonArray> Array(std::string_view key) const;
   // The field as a strict object (see Make).
@@ -195,7 +196,7 @@ Result<bool> ReadBool(JsonElement e, const JsonPath& path);
 // null or an integer.
 Result<std::optional<int64_t>> ReadNullableInt(JsonElement e,
                                                const JsonPath& path);
-Result<std::vector<int64_t>> ReadIntArray(JsonElement e, const JsonPath& path);
+Result<Dims> ReadIntArray(JsonElement e, const JsonPath& path);
 Result<std::vector<std::string>> ReadStringArray(JsonElement e,
                                                  const JsonPath& path);
 Result<simdjson::dom::array> ReadArray(JsonElement e, const JsonPath& path);
