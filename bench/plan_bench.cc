@@ -144,7 +144,7 @@ uint64_t PlanDigest(const LogicalTransferPlan& plan) {
   XXH3_64bits_reset(st);
   auto add = [&](const void* p, size_t n) { XXH3_64bits_update(st, p, n); };
   auto num = [&](uint64_t v) { add(&v, sizeof(v)); };
-  auto str = [&](const std::string& v) {
+  auto str = [&](std::string_view v) {
     num(v.size());
     add(v.data(), v.size());
   };

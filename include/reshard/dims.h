@@ -131,9 +131,9 @@ class Dims {
   }
   template <typename It>
   void assign(It first, It last) {
-    if constexpr (std::is_base_of_v<std::forward_iterator_tag,
-                                    typename std::iterator_traits<
-                                        It>::iterator_category>) {
+    if constexpr (std::is_base_of_v<
+                      std::forward_iterator_tag,
+                      typename std::iterator_traits<It>::iterator_category>) {
       const auto n = static_cast<size_t>(std::distance(first, last));
       size_ = 0;
       reserve(n);
@@ -163,12 +163,11 @@ class Dims {
   std::vector<int64_t> ToVector() const { return {begin(), end()}; }
 
   friend bool operator==(const Dims& a, const Dims& b) {
-    return a.size_ == b.size_ &&
-           std::equal(a.begin(), a.end(), b.begin());
+    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
   }
   friend std::strong_ordering operator<=>(const Dims& a, const Dims& b) {
-    return std::lexicographical_compare_three_way(a.begin(), a.end(),
-                                                  b.begin(), b.end());
+    return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(),
+                                                  b.end());
   }
 
  private:

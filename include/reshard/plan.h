@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reshard/placement.h"
@@ -76,13 +77,17 @@ struct TransferRegion {
 };
 
 // A fragment as the plan sees it: box, owner and where it came from.
+//
+// The two ids are views into the manifests the plan was made from, which
+// every copy of the plan keeps alive: they are valid as long as the plan is.
+// (A plan of a million fragments thus copies no id string.)
 struct PlanFragment {
   // The placement fragment id: of the target placement, and of the source
   // placement for PlanSourceKind::kPlacement. For kStoredManifest sources it
   // is the stored fragment id (StoredFragment::stored_fragment_id).
-  std::string fragment_id;
+  std::string_view fragment_id;
   // The owning participant; for a stored source, the payload object key.
-  std::string participant_id;
+  std::string_view participant_id;
   ParallelRank rank;  // all zero for a stored source
   std::optional<int64_t> pipeline_stage_id;
   uint32_t tensor = 0;

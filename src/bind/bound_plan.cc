@@ -246,17 +246,19 @@ Result<BoundTransferPlan> BoundTransferPlan::Bind(
   const auto& tfr = plan.target_fragments();
   for (uint32_t i = 0; i < plan.regions().size(); ++i) {
     const TransferRegion& r = plan.regions()[i];
-    const std::string& sid = sfr[r.source_fragment].fragment_id;
-    const std::string& tid = tfr[r.target_fragment].fragment_id;
+    const std::string_view sid = sfr[r.source_fragment].fragment_id;
+    const std::string_view tid = tfr[r.target_fragment].fragment_id;
     auto s = sources.find(sid);
     if (s == sources.end()) {
       return Status::InvalidArgument(
-          "missing source runtime binding for placement fragment: " + sid);
+          "missing source runtime binding for placement fragment: " +
+          std::string(sid));
     }
     auto t = targets.find(tid);
     if (t == targets.end()) {
       return Status::InvalidArgument(
-          "missing runtime binding for placement fragment: " + tid);
+          "missing runtime binding for placement fragment: " +
+          std::string(tid));
     }
     used_sources.insert(sid);
     used_targets.insert(tid);

@@ -103,10 +103,10 @@ void ExpectBoundAt(const LogicalTransferPlan& plan,
     SCOPED_TRACE("region " + std::to_string(i));
     const TransferRegion& r = plan.regions()[i];
     const BoundRegion& b = bound.regions()[i];
-    const std::string& sid =
-        plan.source_fragments()[r.source_fragment].fragment_id;
-    const std::string& tid =
-        plan.target_fragments()[r.target_fragment].fragment_id;
+    const std::string sid(
+        plan.source_fragments()[r.source_fragment].fragment_id);
+    const std::string tid(
+        plan.target_fragments()[r.target_fragment].fragment_id);
     EXPECT_EQ(b.region, i);
     EXPECT_EQ(b.source_address,
               source_addresses.at(sid) + r.source_base_offset);
@@ -238,7 +238,7 @@ TEST(TransferPlanTest, UnusedSourceReplicaNeedsNoBinding) {
   const auto plan = Must(LogicalTransferPlan::Make(source, target));
   std::set<std::string> used;
   for (const auto& r : plan.regions()) {
-    used.insert(plan.source_fragments()[r.source_fragment].participant_id);
+    used.emplace(plan.source_fragments()[r.source_fragment].participant_id);
   }
   ASSERT_LT(used.size(), 3u);
   std::map<std::string, uint64_t> sa, ta;
@@ -283,10 +283,11 @@ TEST(TransferPlanTest, MissingTargetBinding) {
   }
   // No target binding at all: the first region's target fragment.
   auto r = BoundTransferPlan::Bind(plan, source, sb, target, {});
-  EXPECT_EQ(ErrorOf(r),
-            "missing runtime binding for placement fragment: " +
-                plan.target_fragments()[plan.regions()[0].target_fragment]
-                    .fragment_id);
+  EXPECT_EQ(
+      ErrorOf(r),
+      "missing runtime binding for placement fragment: " +
+          std::string(plan.target_fragments()[plan.regions()[0].target_fragment]
+                          .fragment_id));
 }
 
 // A copy of `b` with one header field changed.

@@ -70,7 +70,8 @@ class ConfigReader {
   Result<std::vector<int64_t>> Ints(std::string_view key) const {
     if (!Has(key)) return std::vector<int64_t>{};
     JsonPath root;
-    RESHARD_ASSIGN_OR_RETURN(Dims values, ReadIntArray(obj_[key], root.Field(key)));
+    RESHARD_ASSIGN_OR_RETURN(Dims values,
+                             ReadIntArray(obj_[key], root.Field(key)));
     return values.ToVector();
   }
   simdjson::dom::object object() const { return obj_; }

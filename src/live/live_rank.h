@@ -172,7 +172,8 @@ class Session {
 // Everything the other ranks published.
 struct World {
   std::vector<WeightRuntimeBindingManifest> sources, targets;
-  std::map<std::string, uint32_t> source_rank, target_rank;
+  // Participant id -> publishing rank (heterogeneous lookup by view).
+  std::map<std::string, uint32_t, std::less<>> source_rank, target_rank;
   std::vector<std::string> addresses;  // by rank
   std::vector<std::string> hosts;      // by rank
 };
@@ -577,10 +578,17 @@ class LiveRank {
   // walk the regions in plan order, so they form the same batches).
   Status TakeShareOf(const BoundRegion& br) {
     const TransferRegion& lr = plan_->regions()[br.region];
-    const uint32_t from = world_.source_rank.at(
+    // Bind proved every participant published; a miss is a bug.
+    const auto from_it = world_.source_rank.find(
         plan_->source_fragments()[lr.source_fragment].participant_id);
-    const uint32_t to = world_.target_rank.at(
+    const auto to_it = world_.target_rank.find(
         plan_->target_fragments()[lr.target_fragment].participant_id);
+    if (from_it == world_.source_rank.end() ||
+        to_it == world_.target_rank.end()) {
+      return Status::Internal("live plan names an unpublished participant");
+    }
+    const uint32_t from = from_it->second;
+    const uint32_t to = to_it->second;
     using Kind = internal::ExchangeOp::Kind;
     const bool small = br.bytes <= internal::kMaxCoalescedRegion;
     const bool pulled = pull_ && !small && internal::PulledRegion(br);

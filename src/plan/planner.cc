@@ -7,17 +7,23 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
 #include "plan/geometry.h"
 #include "reshard/plan.h"
 #include "util/canonical_json.h"
+#include "util/huge_pages.h"
 #include "util/string_sort.h"
 
 namespace reshard {
 
 struct LogicalTransferPlan::Impl {
+  // The manifests the fragment tables' ids view (shared, immutable state).
+  std::optional<WeightPlacementManifest> source_placement;
+  std::optional<StoredWeightManifest> source_stored;
+  std::optional<WeightPlacementManifest> target_placement;
   PlanSourceKind source_kind = PlanSourceKind::kPlacement;
   std::string resource_id;
   std::string revision;
@@ -157,7 +163,7 @@ Status CheckCompatible(const TensorDescriptor& s, const TensorDescriptor& t) {
 }
 
 PlanFragment ToPlanFragment(const PlacementFragment& f,
-                            const std::string& participant,
+                            std::string_view participant,
                             uint32_t participant_index, uint32_t tensor) {
   return {f.placement_fragment_id(),
           participant,
@@ -175,7 +181,7 @@ PlanFragment ToPlanFragment(const PlacementFragment& f,
 void AssignOrder(std::vector<PlanFragment>* table) {
   std::vector<uint32_t> idx(table->size());
   std::iota(idx.begin(), idx.end(), 0);
-  internal::SortByStringKey(&idx, [&](uint32_t i) -> const std::string& {
+  internal::SortByStringKey(&idx, [&](uint32_t i) -> std::string_view {
     return (*table)[i].fragment_id;
   });
   for (uint32_t pos = 0; pos < idx.size(); ++pos)
@@ -338,6 +344,9 @@ struct PlanSource {
   const std::string& revision;
   uint64_t weight_generation;
   const std::string& id;
+  // The source manifest (one of the two), kept alive by the plan.
+  const WeightPlacementManifest* placement = nullptr;
+  const StoredWeightManifest* stored = nullptr;
   std::vector<const TensorDescriptor*> tensors;
   std::function<const TensorDescriptor*(std::string_view)> find_tensor;
   size_t fragment_count = 0;  // an upper bound, for reserving
@@ -440,6 +449,11 @@ Status Planner::CheckIdentity() {
         std::to_string(source_.weight_generation) + " vs " +
         std::to_string(target_.weight_generation()));
   }
+  if (source_.placement != nullptr) {
+    impl_->source_placement = *source_.placement;
+  }
+  if (source_.stored != nullptr) impl_->source_stored = *source_.stored;
+  impl_->target_placement = target_;
   impl_->source_kind = source_.kind;
   impl_->resource_id = target_.resource_id();
   impl_->revision = target_.revision();
@@ -497,7 +511,7 @@ Status Planner::SelectTensors() {
 
 void Planner::BuildFragmentTables() {
   source_by_tensor_.resize(plan_tensors_.size());
-  impl_->source_fragments.reserve(source_.fragment_count);
+  ReserveHuge(&impl_->source_fragments, source_.fragment_count);
   source_.add_fragments(
       tensor_index_,
       {impl_->source_participants, impl_->source_fragments, source_by_tensor_});
@@ -507,10 +521,11 @@ void Planner::BuildFragmentTables() {
   for (const auto* part : target_parts_) {
     target_count += part->fragments().size();
   }
-  impl_->target_fragments.reserve(target_count);
+  ReserveHuge(&impl_->target_fragments, target_count);
   box_dims_ = 0;
   for (const auto* t : plan_tensors_)
     box_dims_ = std::max(box_dims_, t->ndim());
+  ReserveHuge(&target_box_, target_count * 2 * box_dims_);
   target_box_.resize(target_count * 2 * box_dims_);
   target_nbytes_.resize(target_count);
   for (const auto* part : target_parts_) {
@@ -535,8 +550,8 @@ void Planner::BuildFragmentTables() {
 }
 
 Status Planner::Intersect() {
-  impl_->regions.reserve(impl_->target_fragments.size());
-  region_box_.reserve(impl_->target_fragments.size());
+  ReserveHuge(&impl_->regions, impl_->target_fragments.size());
+  ReserveHuge(&region_box_, impl_->target_fragments.size());
   tensor_boxes_.resize(plan_tensors_.size());
   for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
     RESHARD_RETURN_NOT_OK(IntersectTensor(t));
@@ -572,8 +587,9 @@ Status Planner::IntersectTensor(uint32_t t) {
       region_box_.push_back(&box);
     });
     if (covered != target_nbytes_[ti]) {
-      return Status::InvalidArgument("target fragment is not fully covered: " +
-                                     impl_->target_fragments[ti].fragment_id);
+      return Status::InvalidArgument(
+          "target fragment is not fully covered: " +
+          std::string(impl_->target_fragments[ti].fragment_id));
     }
     if (regions.size() > options_.limits.max_transfer_regions) {
       return Status::ResourceExhausted(
@@ -668,32 +684,45 @@ void Planner::SortRegions() {
   const auto& sfr = impl_->source_fragments;
   const auto& tfr = impl_->target_fragments;
   auto& regions = impl_->regions;
+  // The order within one target fragment; the fragment itself is the
+  // bucket below.
   struct Key {
-    uint32_t target_order;
     uint64_t target_base;
     uint32_t source_order;
-    uint64_t source_base;
     uint32_t index;
+    uint64_t source_base;
   };
-  // The fragments' id orders as compact columns: regions reach their
-  // fragments in random order.
+  // Target id orders are a permutation of [0, targets): a counting sort
+  // buckets the regions by target in linear time, and only each target's
+  // few regions are compared (most targets have one). The source id orders
+  // orders of both sides as compact columns: regions reach their fragments
+  // in random order.
   std::vector<uint32_t> source_order(sfr.size()), target_order(tfr.size());
   for (size_t i = 0; i < sfr.size(); ++i) source_order[i] = sfr[i].order;
   for (size_t i = 0; i < tfr.size(); ++i) target_order[i] = tfr[i].order;
+  std::vector<uint32_t> first(tfr.size() + 1, 0);
+  for (const auto& r : regions) ++first[target_order[r.target_fragment] + 1];
+  for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+  std::vector<uint32_t> next(first.begin(), first.end() - 1);
   std::vector<Key> keys;
-  keys.reserve(regions.size());
+  ReserveHuge(&keys, regions.size());
+  keys.resize(regions.size());
   for (uint32_t i = 0; i < regions.size(); ++i) {
     const auto& r = regions[i];
-    keys.push_back({target_order[r.target_fragment], r.target_base_offset,
-                    source_order[r.source_fragment], r.source_base_offset, i});
+    keys[next[target_order[r.target_fragment]]++] = {
+        r.target_base_offset, source_order[r.source_fragment], i,
+        r.source_base_offset};
   }
-  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-    return std::tie(a.target_order, a.target_base, a.source_order,
-                    a.source_base) < std::tie(b.target_order, b.target_base,
-                                              b.source_order, b.source_base);
-  });
+  for (size_t t = 0; t + 1 < first.size(); ++t) {
+    if (first[t + 1] - first[t] < 2) continue;
+    std::sort(keys.begin() + first[t], keys.begin() + first[t + 1],
+              [](const Key& a, const Key& b) {
+                return std::tie(a.target_base, a.source_order, a.source_base) <
+                       std::tie(b.target_base, b.source_order, b.source_base);
+              });
+  }
   std::vector<TransferRegion> sorted;
-  sorted.reserve(regions.size());
+  ReserveHuge(&sorted, regions.size());
   for (const Key& k : keys) sorted.push_back(std::move(regions[k.index]));
   regions = std::move(sorted);
 }
@@ -701,7 +730,7 @@ void Planner::SortRegions() {
 void Planner::Summarise() {
   impl_->target_bytes.assign(impl_->target_participants.size(), 0);
   TrafficPairs traffic;
-  traffic.reserve(impl_->regions.size());
+  ReserveHuge(&traffic, impl_->regions.size());
   RouteTotals routes;
   AccumulateRegions(&traffic, &routes);
   PlanSummary& sum = impl_->summary;
@@ -802,6 +831,8 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
       source.revision(),
       source.weight_generation(),
       source.placement_id(),
+      &source,
+      nullptr,
       {},
       [&](std::string_view id) { return source.FindTensor(id); },
       source.fragments().size(),
@@ -835,6 +866,8 @@ Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
       source.revision(),
       source.weight_generation(),
       id,
+      nullptr,
+      &source,
       {},
       [&](std::string_view t) { return source.FindTensor(t); },
       source.fragments().size(),
@@ -922,13 +955,14 @@ std::string LogicalTransferPlan::DescribeRegion(const TransferRegion& r) const {
     }
     return s + "]";
   };
-  std::string s = impl_->tensors[r.tensor] + " " + dims(r.overlap_offset) +
-                  "+" + dims(r.overlap_shape) + ": " +
-                  impl_->source_fragments[r.source_fragment].participant_id +
-                  "@" + std::to_string(r.source_base_offset) + " -> " +
-                  impl_->target_fragments[r.target_fragment].participant_id +
-                  "@" + std::to_string(r.target_base_offset) + ", inner " +
-                  std::to_string(r.inner_bytes);
+  std::string s =
+      impl_->tensors[r.tensor] + " " + dims(r.overlap_offset) + "+" +
+      dims(r.overlap_shape) + ": " +
+      std::string(impl_->source_fragments[r.source_fragment].participant_id) +
+      "@" + std::to_string(r.source_base_offset) + " -> " +
+      std::string(impl_->target_fragments[r.target_fragment].participant_id) +
+      "@" + std::to_string(r.target_base_offset) + ", inner " +
+      std::to_string(r.inner_bytes);
   for (const auto& l : r.loops) {
     s += " x(" + std::to_string(l.count) + "," +
          std::to_string(l.source_stride) + "," +

@@ -325,7 +325,7 @@ bool Execute(const LogicalTransferPlan& plan,
     }
   }
   std::multiset<std::string> got_targets;
-  for (const auto& f : tf) got_targets.insert(f.fragment_id);
+  for (const auto& f : tf) got_targets.emplace(f.fragment_id);
   EXPECT_EQ(got_targets, want_targets);
   if (got_targets != want_targets) return false;
 

@@ -543,7 +543,7 @@ TEST(PlannerTest, LocalTargetPlansOnlyItsFragments) {
     for (const auto& r : plan.regions()) {
       const auto& t = plan.target_fragments()[r.target_fragment];
       EXPECT_EQ(t.participant_id, part.participant_id());
-      EXPECT_TRUE(ids.count(t.fragment_id)) << t.fragment_id;
+      EXPECT_TRUE(ids.count(std::string(t.fragment_id))) << t.fragment_id;
     }
     CheckInvariants(plan);
     total += plan.summary().bytes;

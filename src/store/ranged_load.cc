@@ -518,7 +518,7 @@ class LoadWorkBuilder {
     auto sit = stored_.find(sf.fragment_id);
     if (sit == stored_.end()) {
       return Status::Internal("load plan sources and manifest differ: " +
-                              sf.fragment_id);
+                              std::string(sf.fragment_id));
     }
     const StoredFragment* s = sit->second;
     BoundRegion br;
@@ -552,7 +552,7 @@ class LoadWorkBuilder {
     auto [it, fresh] = written_.emplace(space, tf.fragment_id);
     if (!fresh && it->second != tf.fragment_id) {
       return Status::FailedPrecondition("conflicting target physical range: " +
-                                        tf.fragment_id);
+                                        std::string(tf.fragment_id));
     }
     if (!fresh) return Status::OK();
     return RequireMemoryKind(tv, {MemoryKind::kHost}, "store load", "target",

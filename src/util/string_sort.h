@@ -46,10 +46,10 @@ inline void RadixSortByFirst(std::vector<std::pair<uint64_t, size_t>>* v) {
 template <typename T, typename KeyFn>
 void SortByStringKey(std::vector<T>* items, KeyFn key) {
   if (items->size() < 2) return;
-  const std::string& first = key((*items)[0]);
+  const std::string_view first = key((*items)[0]);
   size_t common = first.size();
   for (const T& item : *items) {
-    const std::string& s = key(item);
+    const std::string_view s = key(item);
     const size_t n = std::min(common, s.size());
     size_t i = 0;
     while (i < n && s[i] == first[i]) ++i;
@@ -59,7 +59,7 @@ void SortByStringKey(std::vector<T>* items, KeyFn key) {
   std::vector<std::pair<uint64_t, size_t>> keyed;
   keyed.reserve(items->size());
   for (size_t i = 0; i < items->size(); ++i) {
-    const std::string& s = key((*items)[i]);
+    const std::string_view s = key((*items)[i]);
     uint64_t k = 0;
     for (size_t b = 0; b < 8; ++b) {
       const size_t at = common + b;
