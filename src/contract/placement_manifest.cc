@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "contract/placement_codec.h"
 #include "reshard/placement.h"
@@ -589,9 +590,14 @@ Result<std::vector<TensorDescriptor>> UnionTensors(
     const std::vector<WeightPlacementPart>& parts) {
   std::vector<TensorDescriptor> tensors;
   std::unordered_map<std::string_view, const TensorDescriptor*> seen_tensors;
+  // Parts decoded from one document share each descriptor's state, so the
+  // address of its id string names the state: a state seen before needs
+  // neither the id's hash nor a comparison.
+  std::unordered_set<const std::string*> seen_states;
   size_t n_fragments = 0;
   for (const auto& part : parts) {
     for (const auto& t : part.tensors()) {
+      if (!seen_states.insert(&t.tensor_id()).second) continue;
       auto [it, inserted] = seen_tensors.emplace(t.tensor_id(), &t);
       if (inserted) {
         tensors.push_back(t);
@@ -662,6 +668,34 @@ FragmentsByTensor GroupByTensor(const std::vector<TensorDescriptor>& tensors,
   return out;
 }
 
+// The global rules of every tensor (rules 19-27). Large placements check
+// the two halves of the tensors (by fragment count) on two threads; the
+// error reported is the first in tensor order either way.
+template <typename State>
+Status CheckTensors(const State& m, const FragmentsByTensor& by_tensor) {
+  auto check = [&](size_t begin, size_t end) -> Status {
+    GlobalValidator validator(m.topology);
+    for (size_t t = begin; t < end; ++t) {
+      RESHARD_RETURN_NOT_OK(
+          validator.CheckTensor(m.tensors[t], by_tensor.fragments[t]));
+    }
+    return Status::OK();
+  };
+  const size_t n = m.tensors.size();
+  if (m.fragments.size() < kParallelIdentityThreshold || n < 2) {
+    return check(0, n);
+  }
+  size_t mid = 0;
+  for (size_t seen = 0; mid + 1 < n && 2 * seen < m.fragments.size();) {
+    seen += by_tensor.fragments[mid++].size();
+  }
+  std::future<Status> second = std::async(std::launch::async, check, mid, n);
+  Status first = check(0, mid);
+  Status rest = second.get();
+  RESHARD_RETURN_NOT_OK(first);
+  return rest;
+}
+
 }  // namespace
 
 Result<WeightPlacementManifest> WeightPlacementManifest::Make(
@@ -685,11 +719,7 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
   }
   RESHARD_RETURN_NOT_OK(
       CheckAliasGroups(impl->tensors, by_tensor.fragments, by_tensor.index));
-  GlobalValidator validator(topo);
-  for (size_t t = 0; t < impl->tensors.size(); ++t) {
-    RESHARD_RETURN_NOT_OK(
-        validator.CheckTensor(impl->tensors[t], by_tensor.fragments[t]));
-  }
+  RESHARD_RETURN_NOT_OK(CheckTensors(*impl, by_tensor));
   if (identity.valid()) {
     identity.get();
   } else {

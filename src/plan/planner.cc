@@ -14,7 +14,6 @@
 #include "plan/geometry.h"
 #include "reshard/plan.h"
 #include "util/canonical_json.h"
-#include "util/huge_pages.h"
 #include "util/string_sort.h"
 
 namespace reshard {
@@ -511,7 +510,7 @@ Status Planner::SelectTensors() {
 
 void Planner::BuildFragmentTables() {
   source_by_tensor_.resize(plan_tensors_.size());
-  ReserveHuge(&impl_->source_fragments, source_.fragment_count);
+  impl_->source_fragments.reserve(source_.fragment_count);
   source_.add_fragments(
       tensor_index_,
       {impl_->source_participants, impl_->source_fragments, source_by_tensor_});
@@ -521,11 +520,10 @@ void Planner::BuildFragmentTables() {
   for (const auto* part : target_parts_) {
     target_count += part->fragments().size();
   }
-  ReserveHuge(&impl_->target_fragments, target_count);
+  impl_->target_fragments.reserve(target_count);
   box_dims_ = 0;
   for (const auto* t : plan_tensors_)
     box_dims_ = std::max(box_dims_, t->ndim());
-  ReserveHuge(&target_box_, target_count * 2 * box_dims_);
   target_box_.resize(target_count * 2 * box_dims_);
   target_nbytes_.resize(target_count);
   for (const auto* part : target_parts_) {
@@ -550,8 +548,8 @@ void Planner::BuildFragmentTables() {
 }
 
 Status Planner::Intersect() {
-  ReserveHuge(&impl_->regions, impl_->target_fragments.size());
-  ReserveHuge(&region_box_, impl_->target_fragments.size());
+  impl_->regions.reserve(impl_->target_fragments.size());
+  region_box_.reserve(impl_->target_fragments.size());
   tensor_boxes_.resize(plan_tensors_.size());
   for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
     RESHARD_RETURN_NOT_OK(IntersectTensor(t));
@@ -705,7 +703,7 @@ void Planner::SortRegions() {
   for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
   std::vector<uint32_t> next(first.begin(), first.end() - 1);
   std::vector<Key> keys;
-  ReserveHuge(&keys, regions.size());
+  keys.reserve(regions.size());
   keys.resize(regions.size());
   for (uint32_t i = 0; i < regions.size(); ++i) {
     const auto& r = regions[i];
@@ -722,7 +720,7 @@ void Planner::SortRegions() {
               });
   }
   std::vector<TransferRegion> sorted;
-  ReserveHuge(&sorted, regions.size());
+  sorted.reserve(regions.size());
   for (const Key& k : keys) sorted.push_back(std::move(regions[k.index]));
   regions = std::move(sorted);
 }
@@ -730,7 +728,7 @@ void Planner::SortRegions() {
 void Planner::Summarise() {
   impl_->target_bytes.assign(impl_->target_participants.size(), 0);
   TrafficPairs traffic;
-  ReserveHuge(&traffic, impl_->regions.size());
+  traffic.reserve(impl_->regions.size());
   RouteTotals routes;
   AccumulateRegions(&traffic, &routes);
   PlanSummary& sum = impl_->summary;

@@ -1,6 +1,7 @@
 #include "util/json_reader.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <utility>
 
@@ -151,37 +152,54 @@ std::string JsonPath::ToString() const {
 
 namespace {
 
-// The pool of JsonDocument: at most one idle parser.
+// The pool of JsonDocument: at most one idle parser slot.
 std::mutex pool_mutex;
-std::unique_ptr<simdjson::dom::parser> pooled_parser;
+std::unique_ptr<ParserSlot> pooled_slot;
 
-std::unique_ptr<simdjson::dom::parser> TakePooledParser() {
+std::unique_ptr<ParserSlot> TakePooledSlot() {
   std::lock_guard<std::mutex> lock(pool_mutex);
-  if (pooled_parser == nullptr) {
-    return std::make_unique<simdjson::dom::parser>();
+  if (pooled_slot == nullptr) return std::make_unique<ParserSlot>();
+  return std::move(pooled_slot);
+}
+
+// Copies `text` into the slot's padded buffer, growing it if needed.
+const char* CopyPadded(std::string_view text, ParserSlot* slot) {
+  const size_t need = text.size() + simdjson::SIMDJSON_PADDING;
+  if (slot->padded_capacity < need) {
+    slot->padded.reset();  // the old copy is not needed: free it first
+    slot->padded.reset(new char[need]);
+    slot->padded_capacity = need;
   }
-  return std::move(pooled_parser);
+  std::memcpy(slot->padded.get(), text.data(), text.size());
+  std::memset(slot->padded.get() + text.size(), 0,
+              simdjson::SIMDJSON_PADDING);
+  return slot->padded.get();
 }
 
 }  // namespace
 
-void ParserRelease::operator()(simdjson::dom::parser* parser) const {
-  std::unique_ptr<simdjson::dom::parser> owned(parser);
-  if (owned->capacity() > JsonDocument::kMaxPooledParserBytes) return;
-  std::unique_ptr<simdjson::dom::parser> evicted;
+void ParserRelease::operator()(ParserSlot* slot) const {
+  std::unique_ptr<ParserSlot> owned(slot);
+  if (owned->parser.capacity() > JsonDocument::kMaxPooledParserBytes ||
+      owned->padded_capacity > JsonDocument::kMaxPooledParserBytes +
+                                   simdjson::SIMDJSON_PADDING) {
+    return;
+  }
+  std::unique_ptr<ParserSlot> evicted;
   std::lock_guard<std::mutex> lock(pool_mutex);
   // Keep the larger of the two: it serves the next document of either size.
-  if (pooled_parser == nullptr ||
-      pooled_parser->capacity() < owned->capacity()) {
-    evicted = std::move(pooled_parser);
-    pooled_parser = std::move(owned);
+  if (pooled_slot == nullptr ||
+      pooled_slot->parser.capacity() < owned->parser.capacity()) {
+    evicted = std::move(pooled_slot);
+    pooled_slot = std::move(owned);
   }
 }
 
 Result<JsonDocument> JsonDocument::Parse(std::string_view text) {
   JsonDocument doc;
-  doc.parser_.reset(TakePooledParser().release());
-  auto result = doc.parser_->parse(text.data(), text.size(), true);
+  doc.parser_.reset(TakePooledSlot().release());
+  const char* padded = CopyPadded(text, doc.parser_.get());
+  auto result = doc.parser_->parser.parse(padded, text.size(), false);
   if (result.error() != simdjson::SUCCESS) {
     if (HasNonFiniteToken(text)) {
       return Status::InvalidArgument("non-finite JSON number is unsupported");
