@@ -24,6 +24,31 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// A field of /proc/self/status in KiB ("VmRSS", "VmHWM"); 0 if unknown.
+uint64_t StatusKib(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  const size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') {
+      kib = std::strtoull(line + n + 1, nullptr, 10);
+    }
+  }
+  std::fclose(f);
+  return kib;
+}
+
+// Resets the peak resident set (VmHWM) to the current one; false if the
+// kernel does not allow it.
+bool ResetPeakRss() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
 template <typename F>
 double Best(int repeat, F&& f) {
   double best = 1e30;
@@ -35,23 +60,9 @@ double Best(int repeat, F&& f) {
   return best;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  int layers = 112;  // 112 layers x 9 tensors x 1,024 ranks = 1,032,192
-  int repeat = 3;
-  bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) {
-      layers = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) {
-      repeat = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--json")) {
-      json = true;
-    }
-  }
-  // An MoE at EP/TP scale: EP64 x TP16 (1,024 participants), each layer with
-  // 4 grouped expert tensors split on experts and TP, plus dense tensors.
+// An MoE at EP/TP scale: EP64 x TP16 (1,024 participants), each layer with
+// 4 grouped expert tensors split on experts and TP, plus dense tensors.
+reshard::Result<reshard::WeightPlacementManifest> BuildPlacement(int layers) {
   using namespace reshard::testing;  // NOLINT
   PlacementDraft draft = GridDraft({1, 1, 64, 16});
   for (int l = 0; l < layers; ++l) {
@@ -73,7 +84,25 @@ int main(int argc, char** argv) {
                        .shape = {7168},
                        .layer_id = l});
   }
-  auto built = draft.Build();
+  return draft.Build();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int layers = 112;  // 112 layers x 9 tensors x 1,024 ranks = 1,032,192
+  int repeat = 3;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) {
+      layers = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) {
+      repeat = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--json")) {
+      json = true;
+    }
+  }
+  auto built = BuildPlacement(layers);
   if (!built.ok()) {
     std::fprintf(stderr, "build failed: %s\n",
                  built.status().ToString().c_str());
@@ -89,6 +118,10 @@ int main(int argc, char** argv) {
     if (doc.error()) std::abort();
   });
   std::string placement_id;
+  // The pipeline's own peak: resident set at its peak during the timed
+  // runs, less the resident set before them (wire and generator).
+  const uint64_t rss_before_kib = StatusKib("VmRSS");
+  const bool peak_known = ResetPeakRss();
   const double pipeline_s = Best(repeat, [&] {
     auto m = reshard::WeightPlacementFromJson(wire);
     if (!m.ok()) {
@@ -101,12 +134,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "identity mismatch\n");
     return 1;
   }
+  const double peak_mib =
+      peak_known ? (StatusKib("VmHWM") - rss_before_kib) / 1024.0 : -1;
   const double ratio = pipeline_s / parse_s;
   if (json) {
     std::printf(
         "{\"bytes\":%zu,\"fragments\":%zu,\"parse_seconds\":%.4f,"
-        "\"pipeline_seconds\":%.4f,\"ratio\":%.2f}\n",
-        wire.size(), fragments, parse_s, pipeline_s, ratio);
+        "\"pipeline_seconds\":%.4f,\"ratio\":%.2f,"
+        "\"pipeline_peak_rss_mib\":%.1f}\n",
+        wire.size(), fragments, parse_s, pipeline_s, ratio, peak_mib);
   } else {
     std::printf("contract pipeline: %zu fragments, %.1f MB of JSON\n",
                 fragments, wire.size() / 1e6);
@@ -114,6 +150,11 @@ int main(int argc, char** argv) {
                 parse_s, wire.size() / parse_s / 1e9);
     std::printf("  decode+validate+identify       %8.3f s  (%.2fx the parse)\n",
                 pipeline_s, ratio);
+    if (peak_known) {
+      std::printf(
+          "  pipeline peak RSS growth       %8.1f MiB (over %.1f MiB before)\n",
+          peak_mib, rss_before_kib / 1024.0);
+    }
   }
   return 0;
 }

@@ -171,8 +171,7 @@ const char* CopyPadded(std::string_view text, ParserSlot* slot) {
     slot->padded_capacity = need;
   }
   std::memcpy(slot->padded.get(), text.data(), text.size());
-  std::memset(slot->padded.get() + text.size(), 0,
-              simdjson::SIMDJSON_PADDING);
+  std::memset(slot->padded.get() + text.size(), 0, simdjson::SIMDJSON_PADDING);
   return slot->padded.get();
 }
 
@@ -181,8 +180,8 @@ const char* CopyPadded(std::string_view text, ParserSlot* slot) {
 void ParserRelease::operator()(ParserSlot* slot) const {
   std::unique_ptr<ParserSlot> owned(slot);
   if (owned->parser.capacity() > JsonDocument::kMaxPooledParserBytes ||
-      owned->padded_capacity > JsonDocument::kMaxPooledParserBytes +
-                                   simdjson::SIMDJSON_PADDING) {
+      owned->padded_capacity >
+          JsonDocument::kMaxPooledParserBytes + simdjson::SIMDJSON_PADDING) {
     return;
   }
   std::unique_ptr<ParserSlot> evicted;
@@ -329,8 +328,7 @@ Result<std::optional<int64_t>> BasicStrictObject<N>::OptionalI64(
 }
 
 template <size_t N>
-Result<Dims> BasicStrictObject<N>::IntArray(
-    std::string_view key) const {
+Result<Dims> BasicStrictObject<N>::IntArray(std::string_view key) const {
   return ReadIntArray(Get(key), path_.Field(key));
 }
 
