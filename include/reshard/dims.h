@@ -17,7 +17,6 @@
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
-#include <new>
 #include <span>
 #include <type_traits>
 #include <utility>

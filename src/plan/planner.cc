@@ -338,12 +338,12 @@ struct SourceTables {
 // the fragments of the tensors it needs. Made for live placements and for
 // stored manifests.
 struct PlanSource {
-  PlanSourceKind kind;
   const std::string& resource_id;
   const std::string& revision;
   uint64_t weight_generation;
   const std::string& id;
-  // The source manifest (one of the two), kept alive by the plan.
+  // The source manifest, kept alive by the plan: exactly one of the two.
+  // Which one is the plan's source_kind().
   const WeightPlacementManifest* placement = nullptr;
   const StoredWeightManifest* stored = nullptr;
   std::vector<const TensorDescriptor*> tensors;
@@ -453,7 +453,9 @@ Status Planner::CheckIdentity() {
   }
   if (source_.stored != nullptr) impl_->source_stored = *source_.stored;
   impl_->target_placement = target_;
-  impl_->source_kind = source_.kind;
+  impl_->source_kind = source_.stored != nullptr
+                           ? PlanSourceKind::kStoredManifest
+                           : PlanSourceKind::kPlacement;
   impl_->resource_id = target_.resource_id();
   impl_->revision = target_.revision();
   impl_->source_placement_id = source_.id;
@@ -682,8 +684,7 @@ void Planner::SortRegions() {
   const auto& sfr = impl_->source_fragments;
   const auto& tfr = impl_->target_fragments;
   auto& regions = impl_->regions;
-  // The order within one target fragment; the fragment itself is the
-  // bucket below.
+  // The order within one target fragment (the fragment is the bucket).
   struct Key {
     uint64_t target_base;
     uint32_t source_order;
@@ -692,9 +693,8 @@ void Planner::SortRegions() {
   };
   // Target id orders are a permutation of [0, targets): a counting sort
   // buckets the regions by target in linear time, and only each target's
-  // few regions are compared (most targets have one). The source id orders
-  // orders of both sides as compact columns: regions reach their fragments
-  // in random order.
+  // few regions are compared (most targets have one). The id orders of both
+  // sides as compact columns: regions reach their fragments in random order.
   std::vector<uint32_t> source_order(sfr.size()), target_order(tfr.size());
   for (size_t i = 0; i < sfr.size(); ++i) source_order[i] = sfr[i].order;
   for (size_t i = 0; i < tfr.size(); ++i) target_order[i] = tfr[i].order;
@@ -702,9 +702,7 @@ void Planner::SortRegions() {
   for (const auto& r : regions) ++first[target_order[r.target_fragment] + 1];
   for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
   std::vector<uint32_t> next(first.begin(), first.end() - 1);
-  std::vector<Key> keys;
-  keys.reserve(regions.size());
-  keys.resize(regions.size());
+  std::vector<Key> keys(regions.size());
   for (uint32_t i = 0; i < regions.size(); ++i) {
     const auto& r = regions[i];
     keys[next[target_order[r.target_fragment]]++] = {
@@ -824,7 +822,6 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
     const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, const PlanOptions& options) {
   internal::PlanSource view{
-      PlanSourceKind::kPlacement,
       source.resource_id(),
       source.revision(),
       source.weight_generation(),
@@ -859,7 +856,6 @@ Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
     const PlanOptions& options) {
   const std::string id = "manifest:" + source.manifest_key();
   internal::PlanSource view{
-      PlanSourceKind::kStoredManifest,
       source.resource_id(),
       source.revision(),
       source.weight_generation(),
