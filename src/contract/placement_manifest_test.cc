@@ -4,6 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "reshard/placement.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -541,6 +547,40 @@ TEST(PlacementManifestTest, MillionFragmentScaleIsNearLinear) {
   }
   ASSERT_OK_AND_ASSIGN(auto m, d.Build());
   EXPECT_EQ(m.fragments().size(), 64u * 1024u);
+}
+
+// Placements of kParallelIdentityThreshold (16,384) fragments or more check
+// the global rules of the two halves of their tensors on two threads; the
+// error reported is still the first in tensor order.
+TEST(PlacementManifestTest, LargePlacementReportsTheFirstBrokenTensor) {
+  auto draft_without = [](std::vector<std::string> holes) {
+    PlacementDraft d = GridDraft({1, 1, 1, 64});
+    for (int t = 0; t < 260; ++t) {  // 260 x 64 = 16,640 fragments
+      char id[8];
+      std::snprintf(id, sizeof(id), "t%03d", t);
+      AddTensor(&d, {.tensor_id = id, .shape = {64, 8}, .tp_dim = 0});
+    }
+    // Each named tensor loses its tp=3 fragment: a hole in its cover.
+    std::erase_if(d.fragments, [&](const PlacementFragmentSpec& f) {
+      return f.rank.tp == 3 &&
+             std::find(holes.begin(), holes.end(), f.tensor_id) != holes.end();
+    });
+    return d;
+  };
+  ASSERT_OK_AND_ASSIGN(auto whole, draft_without({}).Build());
+  EXPECT_EQ(whole.fragments().size(), 16640u);
+  const std::string missing = "global placement tensor is not fully covered: ";
+  const std::string group = " (owner/replica group at dp=0,pp=0,ep=0,tp=0)";
+  for (const auto& [holes, first] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"t010", "t250"}, "t010"},
+           {{"t250", "t010"}, "t010"},
+           {{"t250"}, "t250"},
+           {{"t010"}, "t010"}}) {
+    EXPECT_EQ(draft_without(holes).Build().status().message(),
+              missing + first + group)
+        << holes.size();
+  }
 }
 
 }  // namespace

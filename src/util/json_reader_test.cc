@@ -86,6 +86,31 @@ TEST(JsonReaderTest, ParsesValidDocumentsAndOutlivesMove) {
   EXPECT_EQ(arr, (std::vector<int64_t>{1, 2, 3}));
 }
 
+// The pooled parser's padded copy is reused: a document shorter than the
+// one before it must be read alone, never with the rest of the old text.
+TEST(JsonReaderTest, ReusedPaddedCopyHoldsOnlyTheCurrentDocument) {
+  std::string long_text = "[1";
+  for (int i = 2; i <= 5000; ++i) long_text += "," + std::to_string(i);
+  long_text += "]";
+  for (std::string_view text :
+       {std::string_view(long_text), "[7]"sv, std::string_view(long_text)}) {
+    JsonDocument doc = MustParse(text);
+    ASSERT_OK_AND_ASSIGN(Dims values, ReadIntArray(doc.root(), JsonPath()));
+    if (text.size() == 3) {
+      EXPECT_EQ(values, Dims({7}));
+    } else {
+      ASSERT_EQ(values.size(), 5000u);
+      for (int64_t i = 0; i < 5000; ++i) ASSERT_EQ(values[i], i + 1);
+    }
+  }
+  // A prefix of the long document is incomplete on its own.
+  EXPECT_EQ(JsonDocument::Parse(std::string_view(long_text).substr(0, 6))
+                .status()
+                .message(),
+            "invalid JSON: The JSON document has an improper structure: "
+            "missing or superfluous commas, braces, missing keys, etc.");
+}
+
 TEST(JsonReaderTest, RejectsNonFiniteNumbers) {
   for (std::string_view text :
        {"NaN", "[NaN]", "Infinity", "[-Infinity]", R"({"nbytes":Infinity})",
