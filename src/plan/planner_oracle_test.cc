@@ -37,6 +37,9 @@ struct OracleOptions {
   double local_target_probability = 0.0;
   double dp_owner_probability = 0.0;  // per tensor and side
   int64_t max_elements = 4096;        // per tensor
+  // Tensors have 1..max_ndim dimensions; past Dims::kInlineDims a box's
+  // coordinates live on the heap. Dimensions past the fourth are 1-3 long.
+  int64_t max_ndim = 4;
 };
 
 class Generator {
@@ -133,7 +136,7 @@ class Generator {
     static const std::pair<const char*, int64_t> kTypes[] = {
         {"uint8", 1}, {"bfloat16", 2}, {"float32", 4}};
     while (true) {
-      const size_t ndim = static_cast<size_t>(Uniform(1, 4));
+      const size_t ndim = static_cast<size_t>(Uniform(1, o_.max_ndim));
       const auto& type = kTypes[Uniform(0, 2)];
       const bool expert = Chance(0.2);
       const Side a = RandomSide(ss, ndim, expert);
@@ -150,8 +153,9 @@ class Generator {
       Dims shape(ndim);
       int64_t elements = 1;
       for (size_t d = 0; d < ndim; ++d) {
+        const int64_t longest = d < 4 ? 12 : 3;
         shape[d] =
-            divisor[d] * Uniform(1, std::max<int64_t>(1, 12 / divisor[d]));
+            divisor[d] * Uniform(1, std::max<int64_t>(1, longest / divisor[d]));
         elements *= shape[d];
       }
       if (elements > o_.max_elements) continue;  // draw a smaller tensor
@@ -424,6 +428,8 @@ struct OracleStats {
   int dp_owned = 0;  // cases with a DP-owned source tensor
   int subtiled = 0;  // cases with a sub-tiled side
   uint64_t regions = 0;
+  // Regions whose box has more than Dims::kInlineDims dimensions.
+  uint64_t high_rank_regions = 0;
   uint64_t multi_loop_regions = 0;
   int selftests = 0;  // cases also run end to end with real bytes
 };
@@ -460,6 +466,7 @@ OracleStats RunOracle(const OracleOptions& o) {
     st.regions += plan->regions().size();
     for (const auto& r : plan->regions()) {
       st.multi_loop_regions += r.loops.size() > 1;
+      st.high_rank_regions += r.overlap_shape.size() > Dims::kInlineDims;
     }
     if (!Execute(*plan, *source, *target, c.local_target)) return st;
     // The same layouts with real buffers, the binding checks and the local
@@ -516,6 +523,21 @@ TEST(PlannerOracleTest, LocalTargets) {
   const OracleStats st = RunOracle(o);
   EXPECT_EQ(st.executed, o.cases);
   EXPECT_EQ(st.local, o.cases);
+}
+
+// Up to seven dimensions: boxes past Dims::kInlineDims coordinates go
+// through planning, binding and the executor on the heap.
+TEST(PlannerOracleTest, HighRankTensors) {
+  OracleOptions o;
+  o.seed = 0x0a11ce05;
+  o.cases = 200;
+  o.subtile_probability = 0.3;
+  o.max_ndim = 7;
+  const OracleStats st = RunOracle(o);
+  EXPECT_EQ(st.executed, o.cases);
+  EXPECT_EQ(st.selftests, o.cases);
+  EXPECT_GT(st.multi_loop_regions, 10u);
+  EXPECT_GT(st.high_rank_regions, 1000u);
 }
 
 TEST(PlannerOracleTest, DpOwnedTensors) {
