@@ -9,6 +9,10 @@ XXH3 of every fragment table entry and region field) are equal. A
 baseline build from before the digest existed prints "n/a" there.
 
 Usage: plan_ab.py BASELINE_BUILD THIS_BUILD [--models DIR] [--rounds N]
+                  [--json]
+
+--json prints one JSON object per case instead of the table (the medians,
+ratios and digest verdict; bench/bench_report.py reads them).
 """
 
 import argparse
@@ -31,6 +35,7 @@ def main():
     p.add_argument("this")
     p.add_argument("--models", default="examples/models")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--json", action="store_true")
     a = p.parse_args()
     rounds = {"baseline": [], "this": []}
     for _ in range(a.rounds):
@@ -38,12 +43,14 @@ def main():
         rounds["this"].append(run(a.this, a.models))
     med = lambda side, case, key: statistics.median(  # noqa: E731
         r[case][key] for r in rounds[side])
-    print(f"planner, baseline {a.baseline} against {a.this}, {a.rounds} "
-          "interleaved rounds (medians; ratio = baseline / this)")
-    print()
-    print("| case | validate s base | this | ratio | plan cpu s base | this "
-          "| ratio | plan digests |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    if not a.json:
+        print(f"planner, baseline {a.baseline} against {a.this}, "
+              f"{a.rounds} interleaved rounds (medians; ratio = baseline / "
+              "this)")
+        print()
+        print("| case | validate s base | this | ratio | plan cpu s base | "
+              "this | ratio | plan digests |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     differ = False
     for case in rounds["this"][0]:
         if case not in rounds["baseline"][0]:
@@ -57,8 +64,15 @@ def main():
         else:
             same = "equal" if db == dt and len(dt) == 1 else "DIFFER"
             differ |= same == "DIFFER"
-        print(f"| {case} | {vb:.3f} | {vt:.3f} | {vb / vt:.2f}x | {pb:.3f} | "
-              f"{pt:.3f} | {pb / pt:.2f}x | {same} |")
+        if a.json:
+            print(json.dumps({
+                "case": case, "rounds": a.rounds,
+                "validate_seconds_baseline": vb, "validate_seconds": vt,
+                "plan_cpu_seconds_baseline": pb, "plan_cpu_seconds": pt,
+                "plan_speedup": pb / pt, "plan_digests": same}))
+        else:
+            print(f"| {case} | {vb:.3f} | {vt:.3f} | {vb / vt:.2f}x | "
+                  f"{pb:.3f} | {pt:.3f} | {pb / pt:.2f}x | {same} |")
     return 1 if differ else 0
 
 

@@ -10,7 +10,12 @@
 // each load (the staging bound).
 //
 // Usage: reshard_bench_store [--d0 N] [--runs N] [--dir PATH]
-//                            [--min-scatter-bytes N]
+//                            [--min-scatter-bytes N] [--json]
+//
+// --json prints one JSON object per line instead of the table: the upload
+// ({"step":"upload",...}) and every load run ({"step":"load","case":..,
+// "cache":"cold"|"warm","run":N,...}), each with its same-run baseline and
+// ratio (bench/bench_report.py summarizes them).
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -150,6 +155,7 @@ struct Args {
   int runs = 3;
   std::string dir = "/tmp/reshard-store-bench";
   uint64_t min_scatter_bytes = WeightStoreOptions().min_scatter_bytes;
+  bool json = false;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -163,6 +169,8 @@ Args ParseArgs(int argc, char** argv) {
       a.runs = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--min-scatter-bytes") && i + 1 < argc) {
       a.min_scatter_bytes = std::strtoull(argv[++i], nullptr, 10);
+    } else if (!std::strcmp(argv[i], "--json")) {
+      a.json = true;
     }
   }
   return a;
@@ -212,6 +220,7 @@ Result<Uploaded> UploadAndCommit(WeightStore& store,
 }
 
 void PrintHeader(const Args& a, uint64_t bytes, const WeightStore& store) {
+  if (a.json) return;
   std::printf(
       "weight store (fs), [%lld, 4096, 4096] uint8 (%.2f GB), staging %llu "
       "MiB, %d cold and %d warm runs per load\n",
@@ -233,7 +242,7 @@ Result<double> LoadOnce(const Args& a, uint64_t bytes, WeightStore& store,
                         const StoredWeightManifest& manifest,
                         const WeightPlacementManifest& dst,
                         const internal::HostBuffers& tb, bool cold, bool odd,
-                        const std::string& label) {
+                        const std::string& label, const Case& c, int run) {
   std::vector<uint8_t> scratch(bytes + (64 << 20));
   std::memset(scratch.data(), 0, scratch.size());
   double read_gbps = 0;
@@ -254,9 +263,19 @@ Result<double> LoadOnce(const Args& a, uint64_t bytes, WeightStore& store,
   });
   RESHARD_RETURN_NOT_OK(r.status());
   if (!odd) baseline();
+  const double ratio = bytes / load / 1e9 / read_gbps;
+  if (a.json) {
+    std::printf(
+        "{\"step\":\"load\",\"case\":\"%s\",\"cache\":\"%s\",\"run\":%d,"
+        "\"bytes\":%llu,\"seconds\":%.4f,\"gbps\":%.3f,"
+        "\"baseline_gbps\":%.3f,\"ratio\":%.3f,\"rss_growth_mib\":%.1f}\n",
+        c.name, cold ? "cold" : "warm", run, (unsigned long long)bytes, load,
+        bytes / load / 1e9, read_gbps, ratio, grown / 1048576.0);
+    std::fflush(stdout);
+    return ratio;
+  }
   char growth[32];
   std::snprintf(growth, sizeof growth, "%.1f MiB", grown / 1048576.0);
-  const double ratio = bytes / load / 1e9 / read_gbps;
   std::printf("%-44s %8.3f %10.2f %14.2f %6.2fx %12s\n", label.c_str(), load,
               bytes / load / 1e9, read_gbps, ratio, growth);
   return ratio;
@@ -280,10 +299,11 @@ Status LoadCase(const Args& a, uint64_t bytes, WeightStore& store,
                                 std::to_string(run);
       RESHARD_ASSIGN_OR_RETURN(
           double ratio, LoadOnce(a, bytes, store, manifest, dst, tb, cold,
-                                 run % 2 == 1, label));
+                                 run % 2 == 1, label, c, run));
       ratios.push_back(ratio);
     }
     std::sort(ratios.begin(), ratios.end());
+    if (a.json) continue;
     std::printf("%-44s %s ratio min %.2fx / median %.2fx / max %.2fx\n", c.name,
                 cold ? "cold" : "warm", ratios.front(),
                 ratios[ratios.size() / 2], ratios.back());
@@ -306,10 +326,18 @@ Status Run(const Args& a) {
       auto store, WeightStore::Open("fs://" + a.dir + "/store", options));
   RESHARD_ASSIGN_OR_RETURN(Uploaded up, UploadAndCommit(store, src, sb));
   PrintHeader(a, bytes, store);
-  std::printf("%-44s %8.3f %10.2f %14.2f %6.2fx %12s\n",
-              "upload TP4 (4 fragments) + commit", up.seconds,
-              bytes / up.seconds / 1e9, base.write_gbps,
-              bytes / up.seconds / 1e9 / base.write_gbps, "-");
+  if (a.json) {
+    std::printf(
+        "{\"step\":\"upload\",\"bytes\":%llu,\"seconds\":%.4f,"
+        "\"gbps\":%.3f,\"baseline_gbps\":%.3f,\"ratio\":%.3f}\n",
+        (unsigned long long)bytes, up.seconds, bytes / up.seconds / 1e9,
+        base.write_gbps, bytes / up.seconds / 1e9 / base.write_gbps);
+  } else {
+    std::printf("%-44s %8.3f %10.2f %14.2f %6.2fx %12s\n",
+                "upload TP4 (4 fragments) + commit", up.seconds,
+                bytes / up.seconds / 1e9, base.write_gbps,
+                bytes / up.seconds / 1e9 / base.write_gbps, "-");
+  }
   for (const Case& c : {Case{"load as TP8 dim 0 (contiguous)", 8, 0},
                         Case{"load as TP4 dim 2 (strided)", 4, 2}}) {
     RESHARD_RETURN_NOT_OK(LoadCase(a, bytes, store, up.manifest, c));

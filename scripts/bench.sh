@@ -6,26 +6,38 @@ BUILD=${1:-build}
 # A build of an earlier commit: the planner cases are also run against it,
 # interleaved, with ratios and a check that the plans are identical.
 BASELINE=${2:-}
+# The scale figures (contract, planner, fs store) are collected as JSON
+# lines here; bench/bench_report.py turns them into the README's generated
+# table (BENCH_README=FILE, default README.md; empty: print only).
+BENCH_README=${BENCH_README-README.md}
+PY=${RESHARD_PYTHON:-/usr/bin/python3}
+RESULTS="$BUILD/bench-results"
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
 echo "== contract: decode + validate + identify vs bare JSON parse"
-"$BUILD/reshard_bench_contract"
+"$BUILD/reshard_bench_contract" --json | tee "$RESULTS/contract.json"
 echo
 echo "== planner: real-model layouts (validate = both sides from the wire)"
-"$BUILD/reshard_bench_plan" --models examples/models
+"$BUILD/reshard_bench_plan" --models examples/models --json |
+  tee "$RESULTS/plan.jsonl"
 echo
 if [[ -n "$BASELINE" ]]; then
   echo "== planner against the baseline build $BASELINE (interleaved)"
-  "${RESHARD_PYTHON:-/usr/bin/python3}" bench/plan_ab.py "$BASELINE" "$BUILD" \
-    --models examples/models
+  "$PY" bench/plan_ab.py "$BASELINE" "$BUILD" --models examples/models \
+    --rounds 3 --json | tee "$RESULTS/plan_ab.jsonl"
   echo
 fi
+echo "== weight store (fs) vs sequential file write/read of the same bytes"
+"$BUILD/reshard_bench_store" --json | tee "$RESULTS/store.jsonl"
+echo
+echo "== scale figures (ratios to same-run baselines)"
+"$PY" bench/bench_report.py "$RESULTS" ${BENCH_README:+--readme "$BENCH_README"}
+echo
 echo "== local executor vs memcpy"
 "$BUILD/reshard_bench_local" --threads "$(nproc)"
 echo
 echo "== live executor over UCX vs ucx_perftest (same transport, same message size)"
 "$BUILD/reshard_bench_live"
-echo
-echo "== weight store (fs) vs sequential file write/read of the same bytes"
-"$BUILD/reshard_bench_store"
 echo
 echo "== Hugging Face checkpoint (4 GiB, generated) into TP4 vs sequential read of the same files"
 "$BUILD/reshard_bench_hf"

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Tests of bench_report.py: the rows it renders from each benchmark's JSON
+lines, the README splice, and its refusals. Usage: bench_report_test.py
+[REPO_ROOT] (the README there must carry the markers)."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_report  # noqa: E402
+
+ROOT = os.path.dirname(HERE)
+
+CONTRACT = {"bytes": 278000000, "fragments": 1032192, "parse_seconds": 0.2,
+            "pipeline_seconds": 0.5, "ratio": 2.5,
+            "pipeline_peak_rss_mib": 1403.4}
+KIMI = {"case": "kimi-k2", "regions": 529920, "parse_seconds": 0.25,
+        "validate_seconds": 1.5, "validate_two_threads_seconds": 0.9,
+        "plan_cpu_seconds": 0.8, "plan_digest": "00ff00ff00ff00ff"}
+SYNTH = {"case": "synthetic-moe-64k", "plan_cpu_seconds": 0.07}
+DEEPSEEK = {"case": "deepseek-v3", "plan_cpu_seconds": 0.7}
+
+
+def store_run(case, cache, run, ratio):
+    return {"step": "load", "case": case, "cache": cache, "run": run,
+            "bytes": 2**30, "seconds": 0.5, "gbps": 2.0 * ratio,
+            "baseline_gbps": 2.0, "ratio": ratio, "rss_growth_mib": 3.0}
+
+
+def write_lines(path, objs):
+    with open(path, "w", encoding="utf-8") as f:
+        for o in objs:
+            f.write(json.dumps(o) + "\n")
+
+
+class ReportTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def rows(self):
+        table = bench_report.render(self.dir, "2026-12-02")
+        return [line for line in table.splitlines()
+                if line.startswith("| ") and not line.startswith(
+                    ("| fig", "| ---"))]
+
+    def test_contract_row_holds_ratio_and_peak_rss(self):
+        write_lines(os.path.join(self.dir, "contract.json"), [CONTRACT])
+        self.assertEqual(self.rows(), [
+            "| contract: decode + validate + identify, 1,032,192 fragments "
+            "(278 MB of JSON); peak RSS growth 1,403 MiB | 0.500 s | bare "
+            "simdjson DOM parse 0.200 s | 2.50x | <= 3x | met |"])
+
+    def test_kimi_rows_and_documented_speedups(self):
+        write_lines(os.path.join(self.dir, "plan.jsonl"),
+                    [SYNTH, DEEPSEEK, KIMI])
+        rows = self.rows()
+        self.assertEqual(len(rows), 5)
+        self.assertTrue(rows[0].endswith(
+            "one thread | 1.500 s | bare parse of both wires 0.250 s | "
+            "6.00x | < 1 s | **not met** |"), rows[0])
+        self.assertTrue(rows[1].endswith(
+            "two threads | 0.900 s | bare parse of both wires 0.250 s | "
+            "3.60x | < 1 s | met |"), rows[1])
+        self.assertIn("digest 00ff00ff00ff00ff", rows[2])
+        self.assertEqual(rows[3],
+                         "| synthetic-moe-64k plan, one core (no baseline "
+                         "build in this run) | 0.070 s | documented 0.105 s "
+                         "(2026-12-01) | 1.50x faster | >= 1.5x faster | met |")
+        self.assertIn("| 1.10x faster | >= 1.5x faster | **not met** |",
+                      rows[4])
+
+    def test_baseline_build_replaces_documented_figure(self):
+        write_lines(os.path.join(self.dir, "plan.jsonl"), [SYNTH])
+        write_lines(os.path.join(self.dir, "plan_ab.jsonl"), [{
+            "case": "synthetic-moe-64k", "rounds": 3,
+            "validate_seconds_baseline": 0.2, "validate_seconds": 0.2,
+            "plan_cpu_seconds_baseline": 0.16, "plan_cpu_seconds": 0.08,
+            "plan_speedup": 2.0, "plan_digests": "DIFFER"}])
+        rows = self.rows()
+        self.assertEqual(len(rows), 1)
+        # Twice as fast, but a different plan is never a speed-up.
+        self.assertIn("baseline build 0.160 s | 2.00x faster | >= 1.5x "
+                      "faster | **not met** |", rows[0])
+
+    def test_store_min_median_max_per_case_and_cache(self):
+        write_lines(os.path.join(self.dir, "store.jsonl"), [
+            {"step": "upload", "ratio": 4.0},
+            store_run("strided", "cold", 1, 0.9),
+            store_run("strided", "cold", 2, 0.7),
+            store_run("strided", "cold", 3, 0.81),
+            store_run("strided", "warm", 1, 0.89),
+        ])
+        rows = self.rows()
+        self.assertEqual(len(rows), 2)
+        self.assertIn("| 0.70x / 0.81x / 0.90x (min / median / max) | "
+                      ">= 0.8x (median) | met |", rows[0])
+        self.assertIn("store load 1 GiB, strided, warm (1 runs", rows[1])
+        self.assertIn(">= 0.9x (median) | **not met** |", rows[1])
+
+    def test_garbage_line_names_file_and_line(self):
+        path = os.path.join(self.dir, "plan.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(KIMI) + "\n{not json\n")
+        with self.assertRaises(SystemExit) as e:
+            bench_report.render(self.dir, "2026-12-02")
+        self.assertIn(f"{path}:2: not a JSON object", str(e.exception))
+
+    def test_splice_replaces_only_between_markers(self):
+        readme = os.path.join(self.dir, "README.md")
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write(f"before\n{bench_report.BEGIN}\nold table\n"
+                    f"{bench_report.END}\nafter\n")
+        bench_report.splice(readme, "new table\n")
+        bench_report.splice(readme, "newer table\n")
+        with open(readme, encoding="utf-8") as f:
+            self.assertEqual(f.read(),
+                             f"before\n{bench_report.BEGIN}\nnewer table\n"
+                             f"{bench_report.END}\nafter\n")
+
+    def test_splice_refuses_a_file_without_markers(self):
+        readme = os.path.join(self.dir, "README.md")
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write("no markers\n")
+        with self.assertRaises(SystemExit) as e:
+            bench_report.splice(readme, "table\n")
+        self.assertIn("markers", str(e.exception))
+        with open(readme, encoding="utf-8") as f:
+            self.assertEqual(f.read(), "no markers\n")
+
+    def test_cli_writes_the_table_it_prints(self):
+        write_lines(os.path.join(self.dir, "contract.json"), [CONTRACT])
+        readme = os.path.join(self.dir, "README.md")
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write(f"{bench_report.BEGIN}\n{bench_report.END}\n")
+        out = subprocess.run(
+            [sys.executable, os.path.join(HERE, "bench_report.py"), self.dir,
+             "--readme", readme, "--date", "2026-12-02"],
+            capture_output=True, text=True, check=True).stdout
+        self.assertIn("| 2.50x | <= 3x | met |", out)
+        with open(readme, encoding="utf-8") as f:
+            self.assertEqual(f.read(), f"{bench_report.BEGIN}\n{out}"
+                             f"{bench_report.END}\n")
+
+    def test_project_readme_carries_the_markers(self):
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            text = f.read()
+        self.assertEqual(text.count(bench_report.BEGIN), 1)
+        self.assertEqual(text.count(bench_report.END), 1)
+        self.assertLess(text.find(bench_report.BEGIN),
+                        text.find(bench_report.END))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        ROOT = sys.argv.pop(1)
+    unittest.main()
