@@ -327,6 +327,13 @@ class WeightPlacementManifest {
  private:
   struct Impl;
   friend std::string WeightPlacementToJson(const WeightPlacementManifest&);
+  friend Result<WeightPlacementManifest> WeightPlacementFromJson(
+      std::string_view json);
+  // Make, given the canonical wire's prefix {"parts":[...] as read (the
+  // decoder proved it is the canonical form of spec.parts): the identities
+  // hash those bytes instead of serializing the parts again. Empty: Make.
+  static Result<WeightPlacementManifest> Assemble(
+      WeightPlacementManifestSpec spec, std::string_view canonical_prefix);
   explicit WeightPlacementManifest(std::shared_ptr<const Impl> impl)
       : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;

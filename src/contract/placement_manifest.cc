@@ -470,12 +470,18 @@ std::string WireTail(const State& m, const std::string& placement_id) {
 }
 
 // placement_id and digest share the prefix {"parts":P, so P is serialised
-// and hashed once and the hasher is cloned for the two tails.
+// and hashed once and the hasher is cloned for the two tails. A non-empty
+// `canonical_prefix` is that prefix's bytes, read by the decoder.
 template <typename State>
-void ComputeIdentity(State* m) {
+void ComputeIdentity(State* m, std::string_view canonical_prefix) {
   internal::Sha256 prefix;
-  prefix.Update("{\"parts\":");
-  StreamParts(m->parts, [&](std::string_view chunk) { prefix.Update(chunk); });
+  if (canonical_prefix.empty()) {
+    prefix.Update("{\"parts\":");
+    StreamParts(m->parts,
+                [&](std::string_view chunk) { prefix.Update(chunk); });
+  } else {
+    prefix.Update(canonical_prefix);
+  }
   internal::Sha256 id_hash = prefix.Clone();
   std::string tail;
   {
@@ -700,6 +706,11 @@ Status CheckTensors(const State& m, const FragmentsByTensor& by_tensor) {
 
 Result<WeightPlacementManifest> WeightPlacementManifest::Make(
     WeightPlacementManifestSpec s) {
+  return Assemble(std::move(s), {});
+}
+
+Result<WeightPlacementManifest> WeightPlacementManifest::Assemble(
+    WeightPlacementManifestSpec s, std::string_view canonical_prefix) {
   const PlacementHeader& h = s.header;
   RESHARD_RETURN_NOT_OK(CheckHeader(h));
   auto impl = std::make_shared<Impl>(
@@ -714,8 +725,10 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
   // destructor joins it on every return path.
   std::future<void> identity;
   if (impl->fragments.size() >= kParallelIdentityThreshold) {
-    identity = std::async(std::launch::async,
-                          [raw = impl.get()] { ComputeIdentity(raw); });
+    identity =
+        std::async(std::launch::async, [raw = impl.get(), canonical_prefix] {
+          ComputeIdentity(raw, canonical_prefix);
+        });
   }
   RESHARD_RETURN_NOT_OK(
       CheckAliasGroups(impl->tensors, by_tensor.fragments, by_tensor.index));
@@ -723,7 +736,7 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
   if (identity.valid()) {
     identity.get();
   } else {
-    ComputeIdentity(impl.get());
+    ComputeIdentity(impl.get(), canonical_prefix);
   }
   if (s.placement_id.has_value() && *s.placement_id != impl->placement_id) {
     return Status::InvalidArgument(

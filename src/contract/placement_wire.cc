@@ -2,11 +2,14 @@
 // document's header, its tensors, then its parts (on two threads for large
 // documents), then the global rules of WeightPlacementManifest::Make.
 
+#include "contract/placement_wire.h"
+
 #include <algorithm>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 
+#include "contract/canonical_parts.h"
 #include "contract/placement_codec.h"
 #include "reshard/placement.h"
 #include "util/json_reader.h"
@@ -70,6 +73,20 @@ Result<TensorTable> ReadTensorTable(const StrictObject& obj) {
   return table;
 }
 
+// A part from its decoded fields and fragments: the tensors its fragments
+// name (their indices in `table`, in `part_tensors`), then the part's
+// rules.
+Result<WeightPlacementPart> AssemblePart(WeightPlacementPartSpec ps,
+                                         const TensorTable& table,
+                                         std::vector<size_t>* part_tensors) {
+  std::sort(part_tensors->begin(), part_tensors->end());
+  part_tensors->erase(std::unique(part_tensors->begin(), part_tensors->end()),
+                      part_tensors->end());
+  ps.tensors.reserve(part_tensors->size());
+  for (size_t t : *part_tensors) ps.tensors.push_back(table.tensors[t]);
+  return WeightPlacementPart::Make(std::move(ps));
+}
+
 // Decodes one part; its fragments must name known tensors, which are marked
 // in `referenced`. `part_tensors` is scratch space.
 Result<WeightPlacementPart> DecodePart(JsonElement item, const JsonPath& ip,
@@ -103,11 +120,7 @@ Result<WeightPlacementPart> DecodePart(JsonElement item, const JsonPath& ip,
     ps.fragments.push_back(std::move(f));
     return Status::OK();
   }));
-  std::sort(part_tensors->begin(), part_tensors->end());
-  part_tensors->erase(std::unique(part_tensors->begin(), part_tensors->end()),
-                      part_tensors->end());
-  for (size_t t : *part_tensors) ps.tensors.push_back(table.tensors[t]);
-  auto part = WeightPlacementPart::Make(std::move(ps));
+  auto part = AssemblePart(std::move(ps), table, part_tensors);
   if (!part.ok()) return part.status().WithContext(ip.ToString());
   return part;
 }
@@ -159,11 +172,133 @@ Result<std::vector<WeightPlacementPart>> DecodeParts(
   return out;
 }
 
+// --- Canonical input (contract/canonical_parts.h) ------------------------
+
+// The document's fields after its parts.
+struct WireTailFields {
+  PlacementHeader header;
+  std::string placement_id;
+  std::optional<ParallelTopology> topology;
+  TensorTable table;
+};
+
+// Reads `tail` = ,"placement_id":..} (the text after the parts array) as
+// an object of its own, with the general readers.
+Result<WireTailFields> ReadWireTail(std::string_view tail) {
+  std::string text = "{";
+  text.append(tail.substr(1));
+  RESHARD_ASSIGN_OR_RETURN(JsonDocument doc, JsonDocument::Parse(text));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto obj,
+      StrictObject::Make(
+          doc.root(), JsonPath(), "placement manifest",
+          {"placement_id", "placement_set_id", "resource_id", "resource_kind",
+           "revision", "tensors", "topology", "weight_generation"}));
+  WireTailFields out;
+  RESHARD_ASSIGN_OR_RETURN(out.header, ReadHeader(obj));
+  RESHARD_ASSIGN_OR_RETURN(out.placement_id, obj.Id("placement_id"));
+  RESHARD_ASSIGN_OR_RETURN(out.topology, obj.Decode("topology", ReadTopology));
+  RESHARD_ASSIGN_OR_RETURN(out.table, ReadTensorTable(obj));
+  return out;
+}
+
+// The parts one thread reads, and the tensors they reference.
+struct ScannedRange {
+  std::vector<WeightPlacementPart> parts;
+  std::vector<uint8_t> referenced;
+};
+
+// Reads and assembles the canonical parts from offset `begin` of `json`
+// until the cursor stands exactly at `stop` after a part; false if the
+// bytes are not canonical or a part breaks a rule.
+bool ScanParts(std::string_view json, size_t begin, size_t stop,
+               const WireTailFields& fields, ScannedRange* out) {
+  const TensorTable& table = fields.table;
+  out->referenced.assign(table.tensors.size(), 0);
+  CanonicalPartsScanner scanner(json, begin);
+  ScannedPart scanned;
+  std::vector<size_t> part_tensors;
+  while (true) {
+    if (!scanner.ReadPart(&scanned)) return false;
+    part_tensors.clear();
+    std::string_view last;  // fragments of one tensor often follow each other
+    for (const PlacementFragment& f : scanned.fragments) {
+      if (f.tensor_id() == last) continue;
+      auto it = table.index.find(f.tensor_id());
+      if (it == table.index.end()) return false;
+      last = it->first;
+      part_tensors.push_back(it->second);
+      out->referenced[it->second] = 1;
+    }
+    WeightPlacementPartSpec ps;
+    ps.header = fields.header;
+    ps.topology_id = fields.topology->topology_id();
+    ps.participant_id = std::move(scanned.participant_id);
+    ps.rank = scanned.rank;
+    ps.fragments = std::move(scanned.fragments);
+    auto part = AssemblePart(std::move(ps), table, &part_tensors);
+    if (!part.ok()) return false;
+    out->parts.push_back(std::move(part).ValueOrDie());
+    const size_t at = scanner.offset(json);
+    if (at == stop) return true;
+    if (at > stop || !scanner.Consume(",")) return false;
+  }
+}
+
 }  // namespace
+
+std::optional<CanonicalSpec> ReadCanonicalPlacement(std::string_view json) {
+  constexpr std::string_view kHead = "{\"parts\":[";
+  constexpr std::string_view kAfterParts = "],\"placement_id\":\"";
+  if (!json.starts_with(kHead)) return std::nullopt;
+  const size_t end = json.rfind(kAfterParts);
+  if (end == std::string_view::npos || end <= kHead.size()) return std::nullopt;
+  Result<WireTailFields> fields = ReadWireTail(json.substr(end + 1));
+  if (!fields.ok()) return std::nullopt;
+  const size_t first = kHead.size();
+  const size_t mid = json.size() >= kParallelDecodeBytes
+                         ? FindPartBoundary(json, first, end)
+                         : 0;
+  ScannedRange a, b;
+  bool ok_a = false, ok_b = true;
+  if (mid != 0) {
+    std::thread worker(
+        [&] { ok_b = ScanParts(json, mid + 1, end, *fields, &b); });
+    ok_a = ScanParts(json, first, mid, *fields, &a);
+    worker.join();
+  } else {
+    ok_a = ScanParts(json, first, end, *fields, &a);
+  }
+  if (!ok_a || !ok_b) return std::nullopt;
+  std::vector<WeightPlacementPart>& parts = a.parts;
+  for (auto& p : b.parts) parts.push_back(std::move(p));
+  // Ascending participant ids: the order WeightPlacementManifest keeps.
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (!(parts[i - 1].participant_id() < parts[i].participant_id())) {
+      return std::nullopt;
+    }
+  }
+  for (size_t k = 0; k < a.referenced.size(); ++k) {
+    if (!a.referenced[k] && (b.referenced.empty() || !b.referenced[k])) {
+      return std::nullopt;
+    }
+  }
+  WireTailFields& f = *fields;
+  return CanonicalSpec{{f.header, std::move(*f.topology), std::move(parts),
+                        std::move(f.placement_id)},
+                       json.substr(0, end + 1)};
+}
+
 }  // namespace internal
 
 Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {
   using namespace internal;  // NOLINT: the reader helpers
+  // Canonical input (what every writer of the wire emits) is read from its
+  // bytes; anything else, and every error, by the general decoder.
+  if (std::optional<CanonicalSpec> canonical = ReadCanonicalPlacement(json)) {
+    return WeightPlacementManifest::Assemble(std::move(canonical->spec),
+                                             canonical->prefix);
+  }
   RESHARD_ASSIGN_OR_RETURN(JsonDocument doc, JsonDocument::Parse(json));
   const JsonPath root;
   RESHARD_ASSIGN_OR_RETURN(
