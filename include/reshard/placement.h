@@ -266,10 +266,15 @@ class WeightPlacementPart {
   const std::vector<PlacementFragment>& fragments() const {
     return s_.fragments;
   }
+  // The index in tensors() of fragments()[i]'s tensor.
+  size_t fragment_tensor(size_t i) const { return tensor_of_[i]; }
 
  private:
-  explicit WeightPlacementPart(WeightPlacementPartSpec s) : s_(std::move(s)) {}
+  WeightPlacementPart(WeightPlacementPartSpec s,
+                      std::vector<uint32_t> tensor_of)
+      : s_(std::move(s)), tensor_of_(std::move(tensor_of)) {}
   WeightPlacementPartSpec s_;
+  std::vector<uint32_t> tensor_of_;
 };
 
 struct WeightPlacementManifestSpec {

@@ -666,9 +666,15 @@ FragmentsByTensor GroupByTensor(const std::vector<TensorDescriptor>& tensors,
     out.index.emplace(tensors[t].tensor_id(), t);
   }
   out.fragments.resize(tensors.size());
+  std::vector<size_t> global;  // part tensor index -> index in `tensors`
   for (const auto& part : parts) {
-    for (const auto& f : part.fragments()) {
-      out.fragments[out.index.at(f.tensor_id())].push_back(&f);
+    global.clear();
+    for (const auto& t : part.tensors()) {
+      global.push_back(out.index.at(t.tensor_id()));
+    }
+    const auto& frags = part.fragments();
+    for (size_t i = 0; i < frags.size(); ++i) {
+      out.fragments[global[part.fragment_tensor(i)]].push_back(&frags[i]);
     }
   }
   return out;
@@ -718,20 +724,32 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Assemble(
   const ParallelTopology& topo = impl->topology;
   RESHARD_RETURN_NOT_OK(MatchPartsToTopology(h, topo, &impl->parts));
   RESHARD_ASSIGN_OR_RETURN(impl->tensors, UnionTensors(impl->parts));
-  RESHARD_RETURN_NOT_OK(CollectFragments(impl->parts, &impl->fragments));
-  const FragmentsByTensor by_tensor = GroupByTensor(impl->tensors, impl->parts);
-  // Identity depends only on what is assembled so far, so large placements
-  // hash on a second thread while the global rules run here. The future's
-  // destructor joins it on every return path.
+  size_t n_fragments = 0;
+  for (const auto& part : impl->parts) n_fragments += part.fragments().size();
+  const bool large = n_fragments >= kParallelIdentityThreshold;
+  // Identity depends only on the parts, tensors, topology and header, so
+  // large placements hash on another thread from here on, and collect the
+  // id order of their fragments on a third while their fragments are
+  // grouped by tensor here. The futures' destructors join them on every
+  // return path (before `impl`, declared first, goes).
   std::future<void> identity;
-  if (impl->fragments.size() >= kParallelIdentityThreshold) {
+  std::future<Status> collected;
+  if (large) {
     identity =
         std::async(std::launch::async, [raw = impl.get(), canonical_prefix] {
           ComputeIdentity(raw, canonical_prefix);
         });
+    collected = std::async(std::launch::async, [raw = impl.get()] {
+      return CollectFragments(raw->parts, &raw->fragments);
+    });
+  } else {
+    RESHARD_RETURN_NOT_OK(CollectFragments(impl->parts, &impl->fragments));
   }
-  RESHARD_RETURN_NOT_OK(
-      CheckAliasGroups(impl->tensors, by_tensor.fragments, by_tensor.index));
+  const FragmentsByTensor by_tensor = GroupByTensor(impl->tensors, impl->parts);
+  const Status aliases =
+      CheckAliasGroups(impl->tensors, by_tensor.fragments, by_tensor.index);
+  if (collected.valid()) RESHARD_RETURN_NOT_OK(collected.get());
+  RESHARD_RETURN_NOT_OK(aliases);
   RESHARD_RETURN_NOT_OK(CheckTensors(*impl, by_tensor));
   if (identity.valid()) {
     identity.get();

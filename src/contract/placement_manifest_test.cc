@@ -585,3 +585,71 @@ TEST(PlacementManifestTest, LargePlacementReportsTheFirstBrokenTensor) {
 
 }  // namespace
 }  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// A part of `n` one-dimensional tensors t00, t01, ... with one fragment
+// each, given in descending id order (so the part sorts them).
+WeightPlacementPartSpec ManyTensorPart(int n) {
+  WeightPlacementPartSpec s{{"r", "v", 1, "set"}, "sha256:t", "p", {}, {}, {}};
+  for (int t = 0; t < n; ++t) {
+    const std::string id = (t < 10 ? "t0" : "t") + std::to_string(t);
+    s.tensors.push_back(*TensorDescriptor::Make({.tensor_id = id,
+                                                 .global_shape = {4},
+                                                 .dtype = "uint8",
+                                                 .itemsize = 1,
+                                                 .layout_fingerprint = "x"}));
+    s.fragments.push_back(*PlacementFragment::Make(
+        {.tensor_id = id,
+         .global_offset = {0},
+         .local_shape = {4},
+         .nbytes = 4,
+         .placement_fragment_id = "f" + std::to_string(1000 - t)}));
+  }
+  return s;
+}
+
+// Both ways of finding a fragment's tensor (binary search for few tensors,
+// a hash for many) give the same tensor and the same errors.
+TEST(PlacementPartTest, FragmentTensorsAndErrorsWithFewOrManyTensors) {
+  for (int n : {3, 40}) {
+    SCOPED_TRACE(n);
+    ASSERT_OK_AND_ASSIGN(auto part,
+                         WeightPlacementPart::Make(ManyTensorPart(n)));
+    ASSERT_EQ(part.fragments().size(), size_t(n));
+    for (size_t i = 0; i < part.fragments().size(); ++i) {
+      EXPECT_EQ(part.tensors()[part.fragment_tensor(i)].tensor_id(),
+                part.fragments()[i].tensor_id());
+    }
+    EXPECT_TRUE(std::is_sorted(part.fragments().begin(), part.fragments().end(),
+                               [](const auto& a, const auto& b) {
+                                 return a.placement_fragment_id() <
+                                        b.placement_fragment_id();
+                               }));
+    WeightPlacementPartSpec unknown = ManyTensorPart(n);
+    unknown.fragments[1] =
+        *PlacementFragment::Make({.tensor_id = "t99x",
+                                  .global_offset = {0},
+                                  .local_shape = {4},
+                                  .nbytes = 4,
+                                  .placement_fragment_id = "g"});
+    EXPECT_EQ(WeightPlacementPart::Make(unknown).status().message(),
+              "placement part p: unknown tensor_id t99x in fragment g");
+    WeightPlacementPartSpec twice = ManyTensorPart(n);
+    twice.fragments.push_back(twice.fragments[2]);
+    const std::string dup = twice.fragments[2].placement_fragment_id();
+    EXPECT_EQ(WeightPlacementPart::Make(twice).status().message(),
+              "placement part p: duplicate fragment_id: " + dup);
+    // Sorted input with a repeated id is caught as well.
+    std::sort(twice.fragments.begin(), twice.fragments.end(),
+              [](const auto& a, const auto& b) {
+                return a.placement_fragment_id() < b.placement_fragment_id();
+              });
+    EXPECT_EQ(WeightPlacementPart::Make(twice).status().message(),
+              "placement part p: duplicate fragment_id: " + dup);
+  }
+}
+
+}  // namespace
+}  // namespace reshard

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
+#include <unordered_map>
 
 #include "contract/fragment_geometry.h"
 #include "reshard/placement.h"
@@ -51,13 +53,15 @@ Status CheckFragmentGeometry(const TensorDescriptor& t,
 
 namespace {
 
-// (tensor index, fragment index) pairs, sorted: the part's fragments grouped
-// by tensor, for rules 11, 12 and 14.
-using TensorFragmentIndex = std::vector<std::pair<size_t, size_t>>;
+// Parts with more tensors than this find a fragment's tensor by hash, not
+// by binary search over ids that share long prefixes.
+constexpr size_t kHashedTensorLookup = 16;
 
 // Sorts tensors by id (unique) and fragments by placement_fragment_id.
-Status SortTensorsAndFragments(const std::string& who,
-                               WeightPlacementPartSpec* s) {
+// Returns true if the fragments were already in strictly ascending order,
+// which also proves their ids unique.
+Result<bool> SortTensorsAndFragments(const std::string& who,
+                                     WeightPlacementPartSpec* s) {
   std::sort(s->tensors.begin(), s->tensors.end(),
             [](const auto& a, const auto& b) {
               return a.tensor_id() < b.tensor_id();
@@ -68,26 +72,65 @@ Status SortTensorsAndFragments(const std::string& who,
           who + "duplicate tensor_id: " + s->tensors[i].tensor_id());
     }
   }
-  auto by_id = [](const auto& a, const auto& b) {
-    return a.placement_fragment_id() < b.placement_fragment_id();
-  };
   // Canonical input arrives sorted; checking is cheaper than sorting.
-  if (!std::is_sorted(s->fragments.begin(), s->fragments.end(), by_id)) {
-    std::sort(s->fragments.begin(), s->fragments.end(), by_id);
+  auto not_before = [](const auto& a, const auto& b) {
+    return !(a.placement_fragment_id() < b.placement_fragment_id());
+  };
+  if (std::adjacent_find(s->fragments.begin(), s->fragments.end(),
+                         not_before) == s->fragments.end()) {
+    return true;
   }
-  return Status::OK();
+  std::sort(s->fragments.begin(), s->fragments.end(),
+            [](const auto& a, const auto& b) {
+              return a.placement_fragment_id() < b.placement_fragment_id();
+            });
+  return false;
 }
 
-// Each fragment on its own: unique id, the part's rank, a known tensor and
-// its geometry (rules 7-9). Returns the fragments grouped by tensor.
-Result<TensorFragmentIndex> CheckFragments(const std::string& who,
-                                           const WeightPlacementPartSpec& s) {
-  TensorFragmentIndex by_tensor;
-  by_tensor.reserve(s.fragments.size());
+// Finds fragments' tensors among a part's sorted tensors.
+class TensorFinder {
+ public:
+  explicit TensorFinder(const std::vector<TensorDescriptor>& tensors)
+      : tensors_(tensors) {
+    if (tensors.size() <= kHashedTensorLookup) return;
+    index_.reserve(tensors.size());
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      index_.emplace(tensors[t].tensor_id(), static_cast<uint32_t>(t));
+    }
+  }
+
+  // The index of tensor `id`, or nullopt.
+  std::optional<uint32_t> Find(std::string_view id) const {
+    if (tensors_.size() > kHashedTensorLookup) {
+      auto it = index_.find(id);
+      if (it == index_.end()) return std::nullopt;
+      return it->second;
+    }
+    const TensorDescriptor* t = internal::FindSorted(
+        tensors_, id,
+        [](const auto& d) -> decltype(auto) { return d.tensor_id(); });
+    if (t == nullptr) return std::nullopt;
+    return static_cast<uint32_t>(t - tensors_.data());
+  }
+
+ private:
+  const std::vector<TensorDescriptor>& tensors_;
+  std::unordered_map<std::string_view, uint32_t> index_;
+};
+
+// Each fragment on its own: unique id (unless `unique` is known), the
+// part's rank, a known tensor and its geometry (rules 7-9). Returns the
+// index in s.tensors of each fragment's tensor.
+Result<std::vector<uint32_t>> CheckFragments(const std::string& who,
+                                             const WeightPlacementPartSpec& s,
+                                             bool unique) {
+  std::vector<uint32_t> tensor_of(s.fragments.size());
+  const TensorFinder finder(s.tensors);
   for (size_t i = 0; i < s.fragments.size(); ++i) {
     const PlacementFragment& f = s.fragments[i];
-    if (i > 0 && f.placement_fragment_id() ==
-                     s.fragments[i - 1].placement_fragment_id()) {
+    if (!unique && i > 0 &&
+        f.placement_fragment_id() ==
+            s.fragments[i - 1].placement_fragment_id()) {
       return Status::InvalidArgument(
           who + "duplicate fragment_id: " + f.placement_fragment_id());
     }
@@ -97,36 +140,56 @@ Result<TensorFragmentIndex> CheckFragments(const std::string& who,
           f.placement_fragment_id() + " has " + f.rank().ToString() +
           ", part has " + s.rank.ToString());
     }
-    const TensorDescriptor* it = internal::FindSorted(
-        s.tensors, f.tensor_id(),
-        [](const auto& t) -> decltype(auto) { return t.tensor_id(); });
-    if (it == nullptr) {
+    const std::optional<uint32_t> t = finder.Find(f.tensor_id());
+    if (!t.has_value()) {
       return Status::InvalidArgument(who + "unknown tensor_id " +
                                      f.tensor_id() + " in fragment " +
                                      f.placement_fragment_id());
     }
-    RESHARD_RETURN_NOT_OK(internal::CheckFragmentGeometry(*it, f));
-    by_tensor.emplace_back(it - s.tensors.data(), i);
+    RESHARD_RETURN_NOT_OK(internal::CheckFragmentGeometry(s.tensors[*t], f));
+    tensor_of[i] = *t;
   }
-  std::sort(by_tensor.begin(), by_tensor.end());
-  return by_tensor;
+  return tensor_of;
 }
 
-// Rules 11-12: the part's boxes of one tensor, entries [begin, end) of
-// `by_tensor`, neither repeat nor overlap.
+// The part's fragment indices grouped by tensor: group t is
+// fragments[start[t] .. start[t + 1]), in ascending fragment order (a
+// counting sort of `tensor_of`).
+struct TensorGroups {
+  std::vector<uint32_t> start;
+  std::vector<uint32_t> fragments;
+};
+
+TensorGroups GroupFragments(size_t n_tensors,
+                            const std::vector<uint32_t>& tensor_of) {
+  TensorGroups g;
+  g.start.assign(n_tensors + 1, 0);
+  for (uint32_t t : tensor_of) ++g.start[t + 1];
+  for (size_t t = 0; t < n_tensors; ++t) g.start[t + 1] += g.start[t];
+  g.fragments.resize(tensor_of.size());
+  std::vector<uint32_t> next(g.start.begin(), g.start.end() - 1);
+  for (size_t i = 0; i < tensor_of.size(); ++i) {
+    g.fragments[next[tensor_of[i]]++] = static_cast<uint32_t>(i);
+  }
+  return g;
+}
+
+// Rules 11-12: the part's boxes of one tensor (group `t`) neither repeat
+// nor overlap.
 Status CheckNoOverlap(const std::string& who, const WeightPlacementPartSpec& s,
-                      const TensorFragmentIndex& by_tensor, size_t begin,
-                      size_t end, std::vector<internal::BoxRef>* boxes) {
+                      const TensorGroups& groups, size_t t,
+                      std::vector<internal::BoxRef>* boxes) {
   boxes->clear();
-  for (size_t k = begin; k < end; ++k) {
-    const auto& f = s.fragments[by_tensor[k].second];
+  const uint32_t* members = groups.fragments.data() + groups.start[t];
+  const size_t n = groups.start[t + 1] - groups.start[t];
+  for (size_t k = 0; k < n; ++k) {
+    const auto& f = s.fragments[members[k]];
     boxes->push_back({f.global_offset().data(), f.local_shape().data()});
   }
-  const size_t ndim = s.tensors[by_tensor[begin].first].ndim();
-  auto pair = internal::FindOverlap(ndim, *boxes);
+  auto pair = internal::FindOverlap(s.tensors[t].ndim(), *boxes);
   if (!pair) return Status::OK();
-  const auto& a = s.fragments[by_tensor[begin + pair->first].second];
-  const auto& b = s.fragments[by_tensor[begin + pair->second].second];
+  const auto& a = s.fragments[members[pair->first]];
+  const auto& b = s.fragments[members[pair->second]];
   if (a.global_offset() == b.global_offset() &&
       a.local_shape() == b.local_shape()) {
     return Status::InvalidArgument(
@@ -146,22 +209,15 @@ Status CheckNoOverlap(const std::string& who, const WeightPlacementPartSpec& s,
 // is referenced by one of its fragments.
 Status CheckTensorGroups(const std::string& who,
                          const WeightPlacementPartSpec& s,
-                         const TensorFragmentIndex& by_tensor) {
-  std::vector<bool> referenced(s.tensors.size(), false);
+                         const TensorGroups& groups) {
   std::vector<internal::BoxRef> boxes;
-  for (size_t i = 0; i < by_tensor.size();) {
-    size_t j = i;
-    while (j < by_tensor.size() && by_tensor[j].first == by_tensor[i].first) {
-      ++j;
+  for (size_t t = 0; t < s.tensors.size(); ++t) {
+    if (groups.start[t + 1] - groups.start[t] > 1) {
+      RESHARD_RETURN_NOT_OK(CheckNoOverlap(who, s, groups, t, &boxes));
     }
-    referenced[by_tensor[i].first] = true;
-    if (j - i > 1) {
-      RESHARD_RETURN_NOT_OK(CheckNoOverlap(who, s, by_tensor, i, j, &boxes));
-    }
-    i = j;
   }
   for (size_t t = 0; t < s.tensors.size(); ++t) {
-    if (!referenced[t]) {
+    if (groups.start[t + 1] == groups.start[t]) {
       return Status::InvalidArgument(
           who + "placement part contains an unreferenced tensor: " +
           s.tensors[t].tensor_id());
@@ -186,11 +242,12 @@ Result<WeightPlacementPart> WeightPlacementPart::Make(
         "resource_id, revision, placement_set_id and topology_id must be "
         "non-empty strings");
   }
-  RESHARD_RETURN_NOT_OK(SortTensorsAndFragments(who, &s));
-  RESHARD_ASSIGN_OR_RETURN(TensorFragmentIndex by_tensor,
-                           CheckFragments(who, s));
-  RESHARD_RETURN_NOT_OK(CheckTensorGroups(who, s, by_tensor));
-  return WeightPlacementPart(std::move(s));
+  RESHARD_ASSIGN_OR_RETURN(const bool unique, SortTensorsAndFragments(who, &s));
+  RESHARD_ASSIGN_OR_RETURN(std::vector<uint32_t> tensor_of,
+                           CheckFragments(who, s, unique));
+  RESHARD_RETURN_NOT_OK(
+      CheckTensorGroups(who, s, GroupFragments(s.tensors.size(), tensor_of)));
+  return WeightPlacementPart(std::move(s), std::move(tensor_of));
 }
 
 }  // namespace reshard

@@ -219,6 +219,10 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
   ScannedPart scanned;
   std::vector<size_t> part_tensors;
   while (true) {
+    // Parts of one placement are alike in size: the last one's count saves
+    // growing this one's vector (each growth copies every fragment).
+    scanned.fragments.reserve(
+        out->parts.empty() ? 0 : out->parts.back().fragments().size());
     if (!scanner.ReadPart(&scanned)) return false;
     part_tensors.clear();
     std::string_view last;  // fragments of one tensor often follow each other
