@@ -46,6 +46,19 @@ void AddTensor(PlacementDraft* d, const TensorLayout& l) {
   }
 }
 
+PlacementDraft LargeExpertDraft() {
+  PlacementDraft draft = GridDraft({1, 1, 16, 16});
+  for (int t = 0; t < 96; ++t) {
+    AddTensor(&draft,
+              {.tensor_id = "layers." + std::to_string(t) + ".experts.w",
+               .shape = {32, 64, 8},
+               .tp_dim = 1,
+               .ep_split = true,
+               .layer_id = t});
+  }
+  return draft;
+}
+
 Result<WeightPlacementManifest> PlacementDraft::Build() const {
   RESHARD_ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topology));
   std::vector<TensorDescriptor> ts;

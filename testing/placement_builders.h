@@ -49,6 +49,10 @@ using TensorLayout = internal::TensorLayout;
 // on a layout that cannot be split (a bug in the test itself).
 void AddTensor(PlacementDraft* draft, const TensorLayout& layout);
 
+// An EP16 x TP16 grid of 96 expert tensors [32, 64, 8] (24,576 fragments,
+// a wire of more than 4 MiB): large enough for the decoder's two threads.
+PlacementDraft LargeExpertDraft();
+
 // The golden scenario pairs of tests/data/scenarios/expected.json that plan
 // without error and move at most `max_bytes`, decoded.
 struct ScenarioPair {

@@ -185,6 +185,19 @@ TEST(CanonicalPartsTest, BothPathsAgreeOnEveryFixtureAndScenario) {
   EXPECT_GT(files, 20);
 }
 
+// `variant` of canonical `text` is declined by the canonical reader and
+// decodes to the placement of `text`.
+void ExpectCanonicalIdentities(const std::string& variant,
+                               const std::string& text) {
+  ASSERT_NE(variant, text);
+  EXPECT_FALSE(ReadCanonicalPlacement(variant).has_value());
+  ASSERT_OK_AND_ASSIGN(auto m, WeightPlacementFromJson(text));
+  ASSERT_OK_AND_ASSIGN(auto d, WeightPlacementFromJson(variant));
+  EXPECT_EQ(d.placement_id(), m.placement_id());
+  EXPECT_EQ(d.digest(), m.digest());
+  EXPECT_EQ(WeightPlacementToJson(d), text);
+}
+
 // Input the canonical reader must decline: decoded by the general decoder
 // to the canonical content, whose identities are those of the canonical
 // wire (not a hash of these bytes).
@@ -213,20 +226,12 @@ TEST(CanonicalPartsTest, NonCanonicalInputHasTheCanonicalIdentities) {
                   tensor.substr(1)),
       Replace(text, "\"nbytes\":", "\"nbytes\" :"),
   };
-  for (const std::string& v : variants) {
-    ASSERT_NE(v, text);
-    EXPECT_FALSE(ReadCanonicalPlacement(v).has_value());
-    ASSERT_OK_AND_ASSIGN(auto d, WeightPlacementFromJson(v));
-    EXPECT_EQ(d.placement_id(), m.placement_id());
-    EXPECT_EQ(d.digest(), m.digest());
-    EXPECT_EQ(WeightPlacementToJson(d), text);
-  }
+  for (const std::string& v : variants) ExpectCanonicalIdentities(v, text);
 }
 
 TEST(CanonicalPartsTest, UnsortedAliasesAndPartsHaveTheCanonicalIdentities) {
   const std::string text =
       ReadTestData("fixtures/placements/placement_101.json");
-  ASSERT_OK_AND_ASSIGN(auto m, WeightPlacementFromJson(text));
   std::string aliases = Replace(
       text, "\"aliases\":[\"lm_head.weight\",\"model.embed_tokens.weight\"]",
       "\"aliases\":[\"model.embed_tokens.weight\",\"lm_head.weight\"]");
@@ -237,12 +242,7 @@ TEST(CanonicalPartsTest, UnsortedAliasesAndPartsHaveTheCanonicalIdentities) {
   std::string parts = text.substr(0, p0) + text.substr(p1, p2 - 1 - p1) + "," +
                       text.substr(p0, p1 - 1 - p0) + text.substr(p2 - 1);
   for (const std::string& v : {aliases, parts}) {
-    ASSERT_NE(v, text);
-    EXPECT_FALSE(ReadCanonicalPlacement(v).has_value());
-    ASSERT_OK_AND_ASSIGN(auto d, WeightPlacementFromJson(v));
-    EXPECT_EQ(d.placement_id(), m.placement_id());
-    EXPECT_EQ(d.digest(), m.digest());
-    EXPECT_EQ(WeightPlacementToJson(d), text);
+    ExpectCanonicalIdentities(v, text);
   }
 }
 
@@ -250,16 +250,7 @@ TEST(CanonicalPartsTest, UnsortedAliasesAndPartsHaveTheCanonicalIdentities) {
 // the placement and on errors in either half, and a part out of order in
 // the second half is left to the general decoder.
 TEST(CanonicalPartsTest, LargePlacementsAgreeAcrossTheThreadSplit) {
-  auto draft = testing::GridDraft({1, 1, 16, 16});
-  for (int t = 0; t < 96; ++t) {
-    testing::AddTensor(
-        &draft, {.tensor_id = "layers." + std::to_string(t) + ".experts.w",
-                 .shape = {32, 64, 8},
-                 .tp_dim = 1,
-                 .ep_split = true,
-                 .layer_id = t});
-  }
-  ASSERT_OK_AND_ASSIGN(auto built, draft.Build());
+  ASSERT_OK_AND_ASSIGN(auto built, testing::LargeExpertDraft().Build());
   const std::string text = WeightPlacementToJson(built);
   ASSERT_GT(text.size(), size_t{4} << 20);
   ASSERT_TRUE(ReadCanonicalPlacement(text).has_value());

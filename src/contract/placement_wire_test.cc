@@ -210,16 +210,7 @@ namespace {
 // Documents over 4 MiB decode their parts on two threads; the result and
 // the first error must not depend on that.
 TEST(PlacementWireTest, LargeDocumentsDecodeInParallelDeterministically) {
-  auto draft = testing::GridDraft({1, 1, 16, 16});
-  for (int t = 0; t < 96; ++t) {
-    testing::AddTensor(
-        &draft, {.tensor_id = "layers." + std::to_string(t) + ".experts.w",
-                 .shape = {32, 64, 8},
-                 .tp_dim = 1,
-                 .ep_split = true,
-                 .layer_id = t});
-  }
-  ASSERT_OK_AND_ASSIGN(auto built, draft.Build());
+  ASSERT_OK_AND_ASSIGN(auto built, testing::LargeExpertDraft().Build());
   const std::string text = WeightPlacementToJson(built);
   ASSERT_GT(text.size(), size_t{4} << 20);
   ASSERT_OK_AND_ASSIGN(auto decoded, WeightPlacementFromJson(text));
