@@ -10,7 +10,8 @@
 // each load (the staging bound).
 //
 // Usage: reshard_bench_store [--d0 N] [--runs N] [--dir PATH]
-//                            [--min-scatter-bytes N] [--json]
+//                            [--min-scatter-bytes N] [--window-bytes N]
+//                            [--json]
 //
 // --json prints one JSON object per line instead of the table: the upload
 // ({"step":"upload",...}) and every load run ({"step":"load","case":..,
@@ -155,6 +156,7 @@ struct Args {
   int runs = 3;
   std::string dir = "/tmp/reshard-store-bench";
   uint64_t min_scatter_bytes = WeightStoreOptions().min_scatter_bytes;
+  uint64_t window_bytes = WeightStoreOptions().staged_window_bytes;
   bool json = false;
 };
 
@@ -169,6 +171,8 @@ Args ParseArgs(int argc, char** argv) {
       a.runs = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--min-scatter-bytes") && i + 1 < argc) {
       a.min_scatter_bytes = std::strtoull(argv[++i], nullptr, 10);
+    } else if (!std::strcmp(argv[i], "--window-bytes") && i + 1 < argc) {
+      a.window_bytes = std::strtoull(argv[++i], nullptr, 10);
     } else if (!std::strcmp(argv[i], "--json")) {
       a.json = true;
     }
@@ -322,6 +326,7 @@ Status Run(const Args& a) {
   const Baseline base = MeasureBaseline(a.dir, bytes);
   WeightStoreOptions options;
   options.min_scatter_bytes = a.min_scatter_bytes;
+  options.staged_window_bytes = a.window_bytes;
   RESHARD_ASSIGN_OR_RETURN(
       auto store, WeightStore::Open("fs://" + a.dir + "/store", options));
   RESHARD_ASSIGN_OR_RETURN(Uploaded up, UploadAndCommit(store, src, sb));

@@ -70,6 +70,12 @@ struct WeightStoreOptions {
   // copy; shorter rows are staged. 0: in place whenever each stored byte
   // has one target; UINT64_MAX: always staged.
   uint64_t min_scatter_bytes = uint64_t{4} << 10;
+  // Loads: the size of a staging window (whole chunks, at most
+  // staging_bytes / 2). Windows of 256 KiB or more are read, verified and
+  // copied out by two threads in turn; the default stays in a core's cache
+  // from read to copy. A backend with a high cost per request (Redis over
+  // a network) may load faster with larger windows.
+  uint64_t staged_window_bytes = uint64_t{1} << 20;
   std::chrono::seconds lease_ttl{86400};
   // Gc: an upload without a decision older than this is abandoned. (An
   // upload that decided to commit is never abandoned: Gc publishes it.)

@@ -4,9 +4,14 @@
 #include "store/ranged_load.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -68,6 +73,12 @@ Status Join(std::future<Status>* pending, Status st) {
 
 // Windows smaller than this are copied out on the reading thread.
 constexpr uint64_t kAsyncCopyBytes = uint64_t{1} << 20;
+
+// Windows at least this large are shared by two workers
+// (Loader::SweepTwoWorkers); smaller ones cost more to hand over.
+constexpr uint64_t kTwoWorkerBytes = uint64_t{256} << 10;
+// Windows planned ahead of the two workers (each holds its copy list).
+constexpr size_t kPlannedWindows = 4;
 
 class Loader {
  public:
@@ -159,7 +170,8 @@ class Loader {
     const uint64_t chunk = begin / c * c;
     const uint64_t n = std::min(c, sums_->size - chunk);
     if (chunk_buf_.size() < c) chunk_buf_.resize(c);
-    RESHARD_RETURN_NOT_OK(Read({{*key_, chunk, n, chunk_buf_.data()}}));
+    RESHARD_RETURN_NOT_OK(
+        Read({{*key_, chunk, n, chunk_buf_.data()}}, report_));
     RESHARD_RETURN_NOT_OK(Verify(chunk, chunk_buf_.data(), n));
     std::memcpy(dest, chunk_buf_.data() + (begin - chunk), end - begin);
     report_->bytes_copied += end - begin;
@@ -195,7 +207,7 @@ class Loader {
       std::vector<ReadRange> group(pending_.begin() + first,
                                    pending_.begin() + last);
       first = last;
-      Status st = Read(group);
+      Status st = Read(group, report_);
       RESHARD_RETURN_NOT_OK(Join(&verifying, st));
       if (!verified_) continue;
       verifying = std::async(std::launch::async, [this, g = std::move(group)] {
@@ -216,12 +228,13 @@ class Loader {
                         &report_->chunks_verified);
   }
 
-  Status Read(const std::vector<ReadRange>& ranges) {
-    ++report_->read_requests;
+  // Reads `ranges`, counting them in `stats` (the report, or the sweep
+  // helper's own counts).
+  Status Read(const std::vector<ReadRange>& ranges, LoadReport* stats) {
+    ++stats->read_requests;
     for (size_t i = 0; i < ranges.size(); ++i) {
-      if (i == 0 || !RangeContinues(ranges[i - 1], ranges[i]))
-        ++report_->ranges;
-      report_->bytes_read += ranges[i].length;
+      if (i == 0 || !RangeContinues(ranges[i - 1], ranges[i])) ++stats->ranges;
+      stats->bytes_read += ranges[i].length;
     }
     Status st = b_.ReadRanges(ranges);
     if (!st.ok()) return st.WithContext("stored fragment " + *fid_);
@@ -233,53 +246,216 @@ class Loader {
   // delivered. Where every needed byte of a window goes to one target in
   // rows of at least `min_scatter_bytes`, the window is read straight into
   // the target rows (the bytes no region needs into staging) and verified
-  // there. Otherwise it is read into one of two half-size buffers and
-  // copied out on a helper thread (one window at a time) while the next
-  // window is read into the other, so reading and copying overlap.
+  // there; otherwise it is read into staging and copied out.
+  //
+  // Windows of at least kTwoWorkerBytes (loads into memory, more than one
+  // window) are shared by this thread and a helper, each reading, verifying and
+  // copying out its own window in its own buffer: a window small enough to stay
+  // in a core's cache is copied out at cache speed, and both cores read. For a
+  // sink (whose writes come from one thread, in order) and for small windows,
+  // each window is read here into one of two buffers and copied out by a helper
+  // while the next one is read.
   Status Sweep(std::vector<Work>& work) {
     std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
       return a.object_base < b.object_base;
     });
     const uint64_t c = sums_->chunk_bytes;
-    const uint64_t span = std::max<uint64_t>(o_.staging_bytes / 2 / c, 1) * c;
+    const uint64_t half = std::max<uint64_t>(o_.staging_bytes / 2 / c, 1) * c;
+    const uint64_t window =
+        std::max<uint64_t>(std::min(o_.staged_window_bytes, half) / c, 1) * c;
+    if (sink_ == nullptr && window >= kTwoWorkerBytes &&
+        SeveralWindows(work, window)) {
+      return SweepTwoWorkers(work, window);
+    }
     std::future<Status> copying;  // the previous window's copies
     for (size_t k = 0;; ++k) {
-      uint64_t next = UINT64_MAX;
-      for (const Work& w : work) {
-        if (w.row < w.rows) next = std::min(next, w.NextOffset());
-      }
-      if (next == UINT64_MAX) break;
-      const uint64_t begin = next / c * c;
-      const uint64_t end = std::min(begin + span, sums_->size);
+      std::optional<WindowJob> job = NextWindow(work, window);
+      if (!job.has_value()) break;
       std::vector<uint8_t>& buf = staging_[k % 2];
-      WindowRead window;
-      window.reads = WindowReads(work, begin, end);
-      std::vector<Piece> pieces;
-      for (Work& w : work) PlanPieces(w, begin, end, &pieces);
-      const bool scatter = Scatterable(pieces);
-      Status st =
-          ReadWindow(begin, end, buf, scatter ? &pieces : nullptr, &window);
+      Status st = ReadWindow(job->begin, job->end, buf,
+                             job->scatter ? &job->pieces : nullptr,
+                             &job->window, report_);
       RESHARD_RETURN_NOT_OK(Join(&copying, st));
-      if (scatter) {  // the bytes are in place: verify while reading on
-        copying = std::async(std::launch::async, [this, w = std::move(window)] {
-          return Verify(w);
-        });
+      if (job->scatter) {  // the bytes are in place: verify while reading on
+        copying =
+            std::async(std::launch::async, [this, w = std::move(job->window)] {
+              return Verify(w, &report_->chunks_verified);
+            });
         continue;
       }
-      for (const Piece& p : pieces) report_->bytes_copied += p.n;
+      for (const Piece& p : job->pieces) report_->bytes_copied += p.n;
+      const bool small = job->end - job->begin < kAsyncCopyBytes;
       // Verified before anything is delivered (a sink may be a file).
-      auto deliver = [this, w = std::move(window), p = std::move(pieces),
-                      data = buf.data()] {
-        RESHARD_RETURN_NOT_OK(Verify(w));
-        return Deliver(p, data);
+      auto deliver = [this, j = std::move(*job), data = buf.data()] {
+        RESHARD_RETURN_NOT_OK(Verify(j.window, &report_->chunks_verified));
+        return Deliver(j.pieces, data);
       };
-      if (end - begin < kAsyncCopyBytes) {
+      if (small) {
         RESHARD_RETURN_NOT_OK(deliver());
       } else {
         copying = std::async(std::launch::async, std::move(deliver));
       }
     }
     return Join(&copying, Status::OK());
+  }
+
+  // Whether the regions' bytes span more than one window of `span` (one
+  // window gains nothing from a second worker).
+  bool SeveralWindows(const std::vector<Work>& work, uint64_t span) const {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const Work& w : work) {
+      if (w.rows == 0) continue;
+      lo = std::min(lo, w.object_base);
+      hi = std::max(hi, w.end());
+    }
+    const uint64_t c = sums_->chunk_bytes;
+    return lo != UINT64_MAX && hi - lo / c * c > span;
+  }
+
+  // One window of a sweep, planned: its object bytes [begin, end), its
+  // reads, and its pieces (copies out of staging, or, read in place, the
+  // runs read straight into the targets).
+  struct WindowJob {
+    uint64_t begin = 0, end = 0;
+    WindowRead window;
+    std::vector<Piece> pieces;
+    bool scatter = false;
+  };
+
+  // Planned windows shared by the two workers of SweepTwoWorkers.
+  class WindowQueue {
+   public:
+    void Push(WindowJob job) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        jobs_.push_back(std::move(job));
+      }
+      cv_.notify_one();
+    }
+    // No more windows will be pushed.
+    void Close() {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        closed_ = true;
+      }
+      cv_.notify_all();
+    }
+    // Stops both workers; the first failure is kept.
+    void Fail(Status st) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (error_.ok()) error_ = std::move(st);
+        closed_ = true;
+        jobs_.clear();
+      }
+      cv_.notify_all();
+    }
+    // The next window, waiting for one; nullopt once closed and empty.
+    std::optional<WindowJob> Pop() {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return closed_ || !jobs_.empty(); });
+      return TakeLocked();
+    }
+    // The next window if one is planned.
+    std::optional<WindowJob> TryPop() {
+      std::lock_guard<std::mutex> lock(mu_);
+      return TakeLocked();
+    }
+    size_t size() {
+      std::lock_guard<std::mutex> lock(mu_);
+      return jobs_.size();
+    }
+    bool failed() {
+      std::lock_guard<std::mutex> lock(mu_);
+      return !error_.ok();
+    }
+    Status error() {
+      std::lock_guard<std::mutex> lock(mu_);
+      return error_;
+    }
+
+   private:
+    std::optional<WindowJob> TakeLocked() {
+      if (jobs_.empty()) return std::nullopt;
+      WindowJob job = std::move(jobs_.front());
+      jobs_.pop_front();
+      return job;
+    }
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<WindowJob> jobs_;
+    bool closed_ = false;
+    Status error_;
+  };
+
+  // Plans the next window of at most `span` bytes (advancing the regions'
+  // cursors past it); nullopt when every region is served.
+  std::optional<WindowJob> NextWindow(std::vector<Work>& work, uint64_t span) {
+    uint64_t next = UINT64_MAX;
+    for (const Work& w : work) {
+      if (w.row < w.rows) next = std::min(next, w.NextOffset());
+    }
+    if (next == UINT64_MAX) return std::nullopt;
+    const uint64_t c = sums_->chunk_bytes;
+    WindowJob job;
+    job.begin = next / c * c;
+    job.end = std::min(job.begin + span, sums_->size);
+    job.window.reads = WindowReads(work, job.begin, job.end);
+    for (Work& w : work) PlanPieces(w, job.begin, job.end, &job.pieces);
+    job.scatter = Scatterable(job.pieces);
+    return job;
+  }
+
+  // Reads, verifies and delivers one window with `staging`, counting in
+  // `stats`.
+  Status RunWindow(WindowJob& job, std::vector<uint8_t>& staging,
+                   LoadReport* stats) {
+    RESHARD_RETURN_NOT_OK(ReadWindow(job.begin, job.end, staging,
+                                     job.scatter ? &job.pieces : nullptr,
+                                     &job.window, stats));
+    RESHARD_RETURN_NOT_OK(Verify(job.window, &stats->chunks_verified));
+    if (job.scatter) return Status::OK();
+    for (const Piece& p : job.pieces) stats->bytes_copied += p.n;
+    return Deliver(job.pieces, staging.data());
+  }
+
+  // The sweep on two threads: this one plans the windows, at most
+  // kPlannedWindows ahead, and both this one (staging_[0]) and a helper
+  // (staging_[1], counting in helper_stats_) take the next planned window
+  // and read, verify and copy it out. The first error stops both.
+  Status SweepTwoWorkers(std::vector<Work>& work, uint64_t span) {
+    WindowQueue queue;
+    std::thread helper([this, &queue] {
+      while (std::optional<WindowJob> job = queue.Pop()) {
+        Status st = RunWindow(*job, staging_[1], &helper_stats_);
+        if (!st.ok()) return queue.Fail(std::move(st));
+      }
+    });
+    Status st;
+    bool planning = true;
+    while (st.ok() && !queue.failed()) {
+      if (planning && queue.size() < kPlannedWindows) {
+        std::optional<WindowJob> job = NextWindow(work, span);
+        planning = job.has_value();
+        planning ? queue.Push(std::move(*job)) : queue.Close();
+        continue;
+      }
+      std::optional<WindowJob> job = queue.TryPop();
+      if (!job.has_value()) {
+        if (!planning) break;  // every window taken; the helper finishes
+        continue;
+      }
+      st = RunWindow(*job, staging_[0], report_);
+    }
+    if (!st.ok()) queue.Fail(st);
+    helper.join();
+    report_->read_requests += helper_stats_.read_requests;
+    report_->ranges += helper_stats_.ranges;
+    report_->bytes_read += helper_stats_.bytes_read;
+    report_->chunks_verified += helper_stats_.chunks_verified;
+    report_->bytes_copied += helper_stats_.bytes_copied;
+    helper_stats_ = LoadReport();
+    return st.ok() ? queue.error() : st;
   }
 
   // The byte ranges of window [begin, end) to read: the runs some region
@@ -327,7 +503,8 @@ class Loader {
   // the window when the first byte lands in it: read in place, a window
   // whose bytes all go to some target touches no staging memory.
   Status ReadWindow(uint64_t begin, uint64_t end, std::vector<uint8_t>& staging,
-                    const std::vector<Piece>* scatter, WindowRead* window) {
+                    const std::vector<Piece>* scatter, WindowRead* window,
+                    LoadReport* stats) {
     const std::vector<ByteRun>& reads = window->reads;
     std::vector<ReadRange>& ranges = window->ranges;
     // Staging for window bytes [b, e): b's place in the window's buffer.
@@ -373,14 +550,15 @@ class Loader {
         }
       }
       RESHARD_RETURN_NOT_OK(
-          Read(std::vector<ReadRange>(ranges.begin() + i, ranges.begin() + j)));
+          Read(std::vector<ReadRange>(ranges.begin() + i, ranges.begin() + j),
+               stats));
       i = j;
     }
     return Status::OK();
   }
 
   // Verifies every read of a window where its bytes landed.
-  Status Verify(const WindowRead& window) {
+  Status Verify(const WindowRead& window, uint64_t* chunks_verified) {
     if (!verified_) return Status::OK();
     size_t first = 0;
     for (size_t i = 0; i < window.reads.size(); ++i) {
@@ -390,8 +568,7 @@ class Loader {
       }
       first = window.ends[i];
       RESHARD_RETURN_NOT_OK(VerifyChunks(*sums_, window.reads[i].first, parts,
-                                         *key_, *fid_,
-                                         &report_->chunks_verified));
+                                         *key_, *fid_, chunks_verified));
     }
     return Status::OK();
   }
@@ -467,6 +644,8 @@ class Loader {
   std::vector<uint8_t> chunk_buf_;
   std::vector<uint8_t> staging_[2];
   std::vector<ByteRun> runs_;
+  // The counts of the sweep's second worker until they join the report.
+  LoadReport helper_stats_;
 };
 
 // The load's target memory, by placement fragment id.

@@ -10,17 +10,20 @@
 // source bytes another direct region of the same load already reads is
 // copied from that region's target instead of read again (TP-replicated
 // norms, DP replicas). Strided regions are served by one sequential sweep
-// over the fragment's bytes in windows of `staging_bytes / 2`: in each
-// window the byte runs some region needs are read (runs closer than
-// `max_read_gap_bytes` merged into one read). Where rows are long and each
-// needed byte has one target, a window's reads scatter straight into the
-// target rows (a backend reads ranges that continue each other with one
-// readv or preadv); otherwise they land in staging and are copied out to
-// every region with rows in them by a helper thread while the next window
-// is read into the other half. So no request is issued per row, every
-// stored byte is read at most once per sweep, and the extra memory is
-// bounded by `staging_bytes` (plus the windows' copy lists) whatever the
-// model size.
+// over the fragment's bytes in windows of `staged_window_bytes` (at most
+// `staging_bytes / 2`): in each window the byte runs some region needs are
+// read (runs closer than `max_read_gap_bytes` merged into one read). Where
+// rows are long and each needed byte has one target, a window's reads
+// scatter straight into the target rows (a backend reads ranges that
+// continue each other with one readv or preadv); otherwise they land in
+// staging and are copied out to every region with rows in them. Windows
+// loaded into memory are taken in turn by two threads, each reading,
+// verifying and copying out its own window in its own buffer (a 1 MiB
+// window stays in the core's cache from read to copy); a sink's windows
+// are read on one thread and copied out by a helper while the next is
+// read. So no request is issued per row, every stored byte is read at
+// most once per sweep, and the extra memory is bounded by `staging_bytes`
+// (plus the windows' copy lists) whatever the model size.
 
 #ifndef RESHARD_STORE_RANGED_LOAD_H_
 #define RESHARD_STORE_RANGED_LOAD_H_
@@ -48,6 +51,11 @@ struct RangedLoadOptions {
   // The sweep's two windows together (bounded extra memory whatever the
   // model size).
   uint64_t staging_bytes = uint64_t{64} << 20;
+  // A sweep window's size, at most staging_bytes / 2 (whole checksum
+  // chunks). Windows of 256 KiB or more loaded into memory are read,
+  // verified and copied out by two threads in turn; 1 MiB stays in a
+  // core's cache between the read and the copy.
+  uint64_t staged_window_bytes = uint64_t{1} << 20;
   // Needed runs of one window this close are read as one range (the gap
   // is read and dropped): fewer requests for small strided rows.
   uint64_t max_read_gap_bytes = uint64_t{64} << 10;

@@ -50,6 +50,7 @@ Result<LoadReport> WeightStore::Load(
   load.max_ranges_per_request = options_.max_ranges_per_request;
   load.staging_bytes = options_.staging_bytes;
   load.min_scatter_bytes = options_.min_scatter_bytes;
+  load.staged_window_bytes = options_.staged_window_bytes;
   load.chunk_sums = [&](const StoredFragment& s) {
     return internal::ReadChunkSums(*backend_, keys, s);
   };

@@ -430,6 +430,61 @@ TEST_P(WeightStoreRoundTripTest, LongStridedRowsAreReadInPlace) {
   EXPECT_EQ(r.bytes_copied, 0u);
 }
 
+// A [16, 4096, 128] byte tensor (8 MiB) from TP2 rows to TP4 columns: 32-
+// byte strided rows, staged in windows of 1 MiB that two threads share
+// (each reads, verifies and copies out its own). Every byte lands, every
+// stored byte is read and verified once, and a corrupt chunk is reported
+// whichever thread's window holds it.
+TEST_P(WeightStoreRoundTripTest, StagedWindowsSharedByTwoThreads) {
+  auto layout = [](int64_t tp, int64_t dim) {
+    auto d = testing::GridDraft({.tp = tp});
+    testing::AddTensor(&d, {.tensor_id = "w",
+                            .shape = {16, 4096, 128},
+                            .dtype = "uint8",
+                            .itemsize = 1,
+                            .tp_dim = dim});
+    return Build(d);
+  };
+  const uint64_t model = 16 * 4096 * 128;
+  const WeightStoreOptions options{.chunk_bytes = 64 << 10,
+                                   .staged_window_bytes = 1 << 20};
+  for (int run = 0; run < 3; ++run) {
+    const LoadReport r = RoundTrip(layout(2, 0), layout(4, 2), options);
+    EXPECT_EQ(r.bytes, model);
+    EXPECT_EQ(r.bytes_read, model);
+    EXPECT_EQ(r.bytes_copied, model);
+    EXPECT_EQ(r.chunks_verified, model / (64 << 10));
+    // At most one window per thread.
+    EXPECT_GT(r.staging_bytes, 0u);
+    EXPECT_LE(r.staging_bytes, uint64_t{2} << 20);
+  }
+  TestStore dir;
+  WeightStore store = dir.Open(options);
+  const Side src = SourceSide(layout(2, 0));
+  const auto plan = Must(UploadAndCommit(store, src));
+  const auto manifest =
+      Must(store.ReadManifest(plan.manifest().manifest_key()));
+  const StoredFragment& f = manifest.fragments().front();
+  // A byte in the first window, then one in the last.
+  for (const uint64_t at : {uint64_t{100}, f.nbytes - 100}) {
+    const uint64_t pos = f.object_offset + at;
+    dir.FlipByte(f.object_key, pos);
+    const uint64_t chunk = pos / (64 << 10) * (64 << 10);
+    const std::string expected =
+        "checksum mismatch in stored fragment " + f.stored_fragment_id +
+        " (object " + f.object_key + ") at bytes [" + std::to_string(chunk) +
+        ", " + std::to_string(chunk + (64 << 10)) + ")";
+    Side dst = TargetSide(layout(4, 2));
+    auto r = store.Load(manifest, layout(4, 2), dst.buffers.bindings);
+    EXPECT_THAT(r, StatusIs(StatusCode::kDataLoss, HasSubstr(expected)));
+    dir.FlipByte(f.object_key, pos);  // restored (the flip is an XOR)
+  }
+  Side dst = TargetSide(layout(4, 2));
+  ASSERT_OK(store.Load(manifest, layout(4, 2), dst.buffers.bindings));
+  EXPECT_EQ(internal::VerifyPattern(layout(4, 2), dst.tensors, dst.buffers),
+            "");
+}
+
 // Replicas of the stored tiling (three DP ranks, the TP-replicated norm on
 // every TP rank) are read once and copied: the load reads the model once.
 TEST_P(WeightStoreRoundTripTest, ReplicatedTargetsReadEachStoredByteOnce) {
