@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "util/file_io.h"
 #include "reshard/hf.h"
 #include "reshard/object_store.h"
+#include "util/file_io.h"
 
 namespace reshard {
 

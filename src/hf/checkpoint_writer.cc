@@ -14,8 +14,8 @@
 #include <unordered_set>
 
 #include "bind/strided_stream.h"
-#include "util/file_io.h"
 #include "hf/write_plan_state.h"
+#include "util/file_io.h"
 #include "util/printable.h"
 
 namespace reshard {

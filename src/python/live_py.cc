@@ -264,7 +264,6 @@ void RegisterLive(py::module_& m) {
       py::arg("reason"),
       "Records that `rank` gives up on `session` (AbortLiveSession): its "
       "peers stop naming it instead of waiting for the timeout.");
-
 }
 
 }  // namespace reshard::python

@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "reshard/object_store.h"
-#include "reshard/store_uri.h"
 #include "reshard/placement.h"
+#include "reshard/store_uri.h"
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"

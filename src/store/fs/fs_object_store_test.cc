@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "reshard/object_store.h"
-#include "reshard/store_uri.h"
 #include "reshard/status.h"
+#include "reshard/store_uri.h"
 #include "testing/object_store_conformance.h"
 #include "testing/status_testing.h"
 #include "testing/temp_dir.h"
