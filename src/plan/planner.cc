@@ -51,6 +51,8 @@ using AxisKey = std::array<int64_t, 4>;
 // are one string comparison rather than a hash. Not for concurrent use.
 class TensorIndex {
  public:
+  static constexpr uint32_t kNotPlanned = UINT32_MAX;
+
   void Add(std::string_view id, uint32_t index) { map_.emplace(id, index); }
   // The index of `id`; nullptr if the plan does not need the tensor.
   const uint32_t* Find(std::string_view id) const {
@@ -60,10 +62,30 @@ class TensorIndex {
     last_ = &*it;
     return &it->second;
   }
+  // The index of each of `part`'s tensors (kNotPlanned for a tensor the plan
+  // does not need), so that fragment i's is
+  // result[part.fragment_tensor(i)]. A part's fragments come in id order,
+  // not grouped by tensor; descriptors decoded from one document share
+  // their state, so a state seen in an earlier part is found by its
+  // address instead of hashing its id again.
+  void ForPart(const WeightPlacementPart& part,
+               std::vector<uint32_t>* out) const {
+    out->clear();
+    for (const auto& t : part.tensors()) {
+      auto [it, inserted] = by_state_.try_emplace(&t.tensor_id(), kNotPlanned);
+      if (inserted) {
+        const uint32_t* index = Find(t.tensor_id());
+        if (index != nullptr) it->second = *index;
+      }
+      out->push_back(it->second);
+    }
+  }
 
  private:
   std::unordered_map<std::string_view, uint32_t> map_;
   mutable const std::pair<const std::string_view, uint32_t>* last_ = nullptr;
+  // Address of a descriptor's id string -> its index (or kNotPlanned).
+  mutable std::unordered_map<const std::string*, uint32_t> by_state_;
 };
 
 // The rank projected on the kinds of `t` with the given semantics.
@@ -185,6 +207,42 @@ void AssignOrder(std::vector<PlanFragment>* table) {
   });
   for (uint32_t pos = 0; pos < idx.size(); ++pos)
     (*table)[idx[pos]].order = pos;
+}
+
+// The same from the id order the manifest already holds
+// (WeightPlacementManifest::fragments()), without comparing an id:
+// `table_index[q]` is the table entry of the manifest's q-th fragment
+// counted part by part (kNotPlanned if the table lacks it). Fragment ids
+// are unique in a manifest, so the orders equal AssignOrder's.
+void AssignOrderFromManifest(const WeightPlacementManifest& m,
+                             const std::vector<uint32_t>& table_index,
+                             std::vector<PlanFragment>* table) {
+  // Each part's fragment array by address, to find the part of a pointer.
+  struct Span {
+    const PlacementFragment* begin;
+    const PlacementFragment* end;
+    uint32_t first;  // flat index of the part's first fragment
+  };
+  std::vector<Span> spans;
+  uint32_t flat = 0;
+  for (const auto& part : m.parts()) {
+    const auto& f = part.fragments();
+    if (!f.empty()) spans.push_back({f.data(), f.data() + f.size(), flat});
+    flat += static_cast<uint32_t>(f.size());
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::vector<uint32_t> order(table->size());
+  uint32_t pos = 0;
+  for (const PlacementFragment* f : m.fragments()) {
+    const auto it = std::upper_bound(
+        spans.begin(), spans.end(), f,
+        [](const PlacementFragment* p, const Span& s) { return p < s.begin; });
+    const Span& span = *(it - 1);
+    const uint32_t i = table_index[span.first + (f - span.begin)];
+    if (i != TensorIndex::kNotPlanned) order[i] = pos++;
+  }
+  for (size_t i = 0; i < order.size(); ++i) (*table)[i].order = order[i];
 }
 
 // Source fragments of one tensor by (owner, replica) cover group, each a
@@ -332,6 +390,9 @@ struct SourceTables {
   std::vector<PlanFragment>& fragments;
   // Per planned tensor, indices into `fragments`.
   std::vector<std::vector<uint32_t>>& by_tensor;
+  // For a placement source: the table entry of each of its fragments,
+  // counted part by part (TensorIndex::kNotPlanned where not needed).
+  std::vector<uint32_t>& table_index;
 };
 
 // What the planner needs of a source: identity, tensors and a way to emit
@@ -513,10 +574,16 @@ Status Planner::SelectTensors() {
 void Planner::BuildFragmentTables() {
   source_by_tensor_.resize(plan_tensors_.size());
   impl_->source_fragments.reserve(source_.fragment_count);
-  source_.add_fragments(
-      tensor_index_,
-      {impl_->source_participants, impl_->source_fragments, source_by_tensor_});
-  AssignOrder(&impl_->source_fragments);
+  std::vector<uint32_t> table_index;
+  source_.add_fragments(tensor_index_,
+                        {impl_->source_participants, impl_->source_fragments,
+                         source_by_tensor_, table_index});
+  if (source_.placement != nullptr) {
+    AssignOrderFromManifest(*source_.placement, table_index,
+                            &impl_->source_fragments);
+  } else {
+    AssignOrder(&impl_->source_fragments);
+  }
   target_by_tensor_.resize(plan_tensors_.size());
   size_t target_count = 0;
   for (const auto* part : target_parts_) {
@@ -528,12 +595,16 @@ void Planner::BuildFragmentTables() {
     box_dims_ = std::max(box_dims_, t->ndim());
   target_box_.resize(target_count * 2 * box_dims_);
   target_nbytes_.resize(target_count);
+  std::vector<uint32_t> part_tensor;
   for (const auto* part : target_parts_) {
     if (part->fragments().empty()) continue;
     const auto pidx = static_cast<uint32_t>(impl_->target_participants.size());
     impl_->target_participants.push_back(part->participant_id());
-    for (const auto& f : part->fragments()) {
-      const uint32_t t = *tensor_index_.Find(f.tensor_id());
+    tensor_index_.ForPart(*part, &part_tensor);
+    const auto& frags = part->fragments();
+    for (size_t j = 0; j < frags.size(); ++j) {
+      const PlacementFragment& f = frags[j];
+      const uint32_t t = part_tensor[part->fragment_tensor(j)];
       const auto i = static_cast<uint32_t>(impl_->target_fragments.size());
       target_by_tensor_[t].push_back(i);
       impl_->target_fragments.push_back(
@@ -546,7 +617,17 @@ void Planner::BuildFragmentTables() {
       target_nbytes_[i] = f.nbytes();
     }
   }
-  AssignOrder(&impl_->target_fragments);
+  // Every target fragment is in the table, in the manifest's part order: a
+  // whole manifest's id order is the manifest's; one part's is the part's
+  // own (its fragments are sorted by id).
+  auto& targets = impl_->target_fragments;
+  if (target_parts_.size() == 1) {
+    for (uint32_t i = 0; i < targets.size(); ++i) targets[i].order = i;
+  } else {
+    std::vector<uint32_t> identity(targets.size());
+    std::iota(identity.begin(), identity.end(), 0);
+    AssignOrderFromManifest(target_, identity, &targets);
+  }
 }
 
 Status Planner::Intersect() {
@@ -717,10 +798,24 @@ void Planner::SortRegions() {
                        std::tie(b.target_base, b.source_order, b.source_base);
               });
   }
-  std::vector<TransferRegion> sorted;
-  sorted.reserve(regions.size());
-  for (const Key& k : keys) sorted.push_back(std::move(regions[k.index]));
-  regions = std::move(sorted);
+  // Into place, cycle by cycle: region keys[p].index goes to p. A second
+  // array of regions would cost as much again in fresh pages as the moves.
+  std::vector<uint32_t> from(keys.size());
+  for (size_t p = 0; p < keys.size(); ++p) from[p] = keys[p].index;
+  keys = {};
+  for (uint32_t start = 0; start < from.size(); ++start) {
+    if (from[start] == start) continue;
+    TransferRegion held = std::move(regions[start]);
+    uint32_t p = start;
+    while (from[p] != start) {
+      const uint32_t q = from[p];
+      regions[p] = std::move(regions[q]);
+      from[p] = p;
+      p = q;
+    }
+    regions[p] = std::move(held);
+    from[p] = p;
+  }
 }
 
 void Planner::Summarise() {
@@ -835,16 +930,25 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
   for (const auto& t : source.tensors()) view.tensors.push_back(&t);
   view.add_fragments = [&](const internal::TensorIndex& tensor_index,
                            internal::SourceTables out) {
+    out.table_index.reserve(source.fragments().size());
+    std::vector<uint32_t> part_tensor;
     for (const auto& part : source.parts()) {
       if (part.fragments().empty()) continue;
       const auto pidx = static_cast<uint32_t>(out.participants.size());
       out.participants.push_back(part.participant_id());
-      for (const auto& f : part.fragments()) {
-        const uint32_t* t = tensor_index.Find(f.tensor_id());
-        if (t == nullptr) continue;  // not needed by the target
-        out.by_tensor[*t].push_back(out.fragments.size());
+      tensor_index.ForPart(part, &part_tensor);
+      const auto& frags = part.fragments();
+      for (size_t j = 0; j < frags.size(); ++j) {
+        const uint32_t t = part_tensor[part.fragment_tensor(j)];
+        if (t == internal::TensorIndex::kNotPlanned) {  // target lacks it
+          out.table_index.push_back(t);
+          continue;
+        }
+        const auto i = static_cast<uint32_t>(out.fragments.size());
+        out.table_index.push_back(i);
+        out.by_tensor[t].push_back(i);
         out.fragments.push_back(
-            internal::ToPlanFragment(f, part.participant_id(), pidx, *t));
+            internal::ToPlanFragment(frags[j], part.participant_id(), pidx, t));
       }
     }
   };

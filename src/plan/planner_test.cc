@@ -105,6 +105,17 @@ void CheckInvariants(const LogicalTransferPlan& plan) {
   for (size_t i = 0; i < tf.size(); ++i) {
     EXPECT_EQ(covered[i], tf[i].nbytes) << tf[i].fragment_id;
   }
+  // Each side's `order` is the fragment's position in id order among that
+  // side's fragments (ids are unique on each side).
+  for (const auto* side : {&sf, &tf}) {
+    std::vector<std::string_view> ids;
+    for (const auto& f : *side) ids.push_back(f.fragment_id);
+    std::sort(ids.begin(), ids.end());
+    for (const auto& f : *side) {
+      ASSERT_LT(f.order, ids.size());
+      EXPECT_EQ(ids[f.order], f.fragment_id);
+    }
+  }
   // Regions are in canonical order: (target fragment id, target base,
   // source fragment id, source base).
   for (size_t i = 1; i < regions.size(); ++i) {
