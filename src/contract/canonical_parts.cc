@@ -15,15 +15,6 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 }  // namespace
 
-bool CanonicalPartsScanner::Consume(std::string_view literal) {
-  if (static_cast<size_t>(end_ - p_) < literal.size() ||
-      std::memcmp(p_, literal.data(), literal.size()) != 0) {
-    return false;
-  }
-  p_ += literal.size();
-  return true;
-}
-
 // The rest of a string whose opening quote was consumed, at least one
 // byte, then the closing quote. Printable ASCII other than '"' and '\\' is
 // copied as it is; a string with escapes is decoded by the JSON reader and

@@ -41,12 +41,20 @@ using AxisKey = std::array<int64_t, 4>;
 using KindMask = uint8_t;
 
 AxisKey Project(const ParallelRank& r, KindMask mask) {
-  AxisKey k{-1, -1, -1, -1};
-  for (AxisKind kind : kAllAxisKinds) {
-    const auto i = static_cast<size_t>(kind);
-    if (mask & (1u << i)) k[i] = r.Get(kind);
-  }
-  return k;
+  static_assert(static_cast<int>(AxisKind::kDp) == 0 &&
+                static_cast<int>(AxisKind::kPp) == 1 &&
+                static_cast<int>(AxisKind::kEp) == 2 &&
+                static_cast<int>(AxisKind::kTp) == 3);
+  return {mask & 1u ? r.dp : -1, mask & 2u ? r.pp : -1, mask & 4u ? r.ep : -1,
+          mask & 8u ? r.tp : -1};
+}
+
+// `k` in one integer, 16 bits per coordinate (value + 1, so that -1 is 0),
+// ordered as AxisKeys are: exact when every coordinate is below 65535.
+uint64_t Pack(const AxisKey& k) {
+  uint64_t v = 0;
+  for (int64_t c : k) v = (v << 16) | static_cast<uint64_t>(c + 1);
+  return v;
 }
 
 struct AxisKeyHash {
@@ -113,7 +121,9 @@ struct GroupScratch {
 
 class GlobalValidator {
  public:
-  explicit GlobalValidator(const ParallelTopology& topo) : topo_(topo) {}
+  explicit GlobalValidator(const ParallelTopology& topo) : topo_(topo) {
+    for (AxisKind kind : kAllAxisKinds) packable_ &= topo.size(kind) < 65535;
+  }
 
   Status CheckTensor(const TensorDescriptor& t,
                      const std::vector<const PlacementFragment*>& frags);
@@ -123,6 +133,11 @@ class GlobalValidator {
                              const std::vector<const PlacementFragment*>& f);
   Status CheckSplitGeometry(const TensorDescriptor& t,
                             const std::vector<const PlacementFragment*>& f);
+  // `frags` with their ranks projected on the masks, sorted by (owner,
+  // replica, split), ties in fragment order.
+  std::vector<RankedFragment> RankFragments(
+      const std::vector<const PlacementFragment*>& frags, KindMask o_mask,
+      KindMask r_mask, KindMask s_mask) const;
   // One (owner, replica) group [begin, end), sorted by split key: exact
   // cover (rule 23), the topology's split participants, Cartesian split
   // tuples.
@@ -138,6 +153,8 @@ class GlobalValidator {
 
   const ParallelTopology& topo_;
   std::map<uint32_t, TopologyExpectation> cache_;
+  // Every rank coordinate fits Pack (each is below its axis size).
+  bool packable_ = true;
 };
 
 const TopologyExpectation& GlobalValidator::Expectation(KindMask o, KindMask r,
@@ -254,6 +271,54 @@ Status GlobalValidator::CheckSplitGeometry(
   return Status::OK();
 }
 
+std::vector<RankedFragment> GlobalValidator::RankFragments(
+    const std::vector<const PlacementFragment*>& frags, KindMask o_mask,
+    KindMask r_mask, KindMask s_mask) const {
+  std::vector<RankedFragment> entries;
+  entries.reserve(frags.size());
+  // A tensor's fragments lie in every part, a page apart or more: the first
+  // touch of each misses the cache, so the misses are started ahead of use
+  // and overlap (the later checks of this tensor find them in cache).
+  constexpr size_t kAhead = 16;
+  for (size_t i = 0; i < frags.size(); ++i) {
+    if (i + kAhead < frags.size()) {
+      __builtin_prefetch(&frags[i + kAhead]->rank());
+      __builtin_prefetch(frags[i + kAhead]->global_offset().data());
+    }
+    const PlacementFragment* f = frags[i];
+    entries.push_back({Project(f->rank(), o_mask), Project(f->rank(), r_mask),
+                       Project(f->rank(), s_mask), f});
+  }
+  // By (owner, replica, split), ties in fragment order. Packed keys compare
+  // as three integers, and the sort moves 32 bytes per entry, not a
+  // RankedFragment.
+  if (packable_) {
+    struct Packed {
+      uint64_t owner, replica, split;
+      uint32_t index;
+    };
+    std::vector<Packed> keys(entries.size());
+    for (uint32_t i = 0; i < entries.size(); ++i) {
+      const RankedFragment& e = entries[i];
+      keys[i] = {Pack(e.owner), Pack(e.replica), Pack(e.split), i};
+    }
+    std::sort(keys.begin(), keys.end(), [](const Packed& a, const Packed& b) {
+      return std::tie(a.owner, a.replica, a.split, a.index) <
+             std::tie(b.owner, b.replica, b.split, b.index);
+    });
+    std::vector<RankedFragment> sorted(entries.size());
+    for (size_t i = 0; i < keys.size(); ++i) sorted[i] = entries[keys[i].index];
+    entries = std::move(sorted);
+  } else {
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const auto& a, const auto& b) {
+                       return std::tie(a.owner, a.replica, a.split) <
+                              std::tie(b.owner, b.replica, b.split);
+                     });
+  }
+  return entries;
+}
+
 Status GlobalValidator::CheckTensor(
     const TensorDescriptor& t,
     const std::vector<const PlacementFragment*>& frags) {
@@ -269,16 +334,8 @@ Status GlobalValidator::CheckTensor(
   const KindMask s_mask = MaskOf(t, AxisSemantics::kSplit);
   const TopologyExpectation& expect = Expectation(o_mask, r_mask, s_mask);
 
-  std::vector<RankedFragment> entries;
-  entries.reserve(frags.size());
-  for (const auto* f : frags) {
-    entries.push_back({Project(f->rank(), o_mask), Project(f->rank(), r_mask),
-                       Project(f->rank(), s_mask), f});
-  }
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.owner, a.replica, a.split) <
-           std::tie(b.owner, b.replica, b.split);
-  });
+  const std::vector<RankedFragment> entries =
+      RankFragments(frags, o_mask, r_mask, s_mask);
   GroupScratch scratch;
   for (size_t i = 0; i < entries.size();) {
     size_t j = i;
@@ -638,11 +695,11 @@ Status CollectFragments(const std::vector<WeightPlacementPart>& parts,
   for (const auto& part : parts) {
     for (const auto& f : part.fragments()) frags->push_back(&f);
   }
-  internal::SortByStringKey(
+  const bool duplicates = internal::SortByStringKey(
       frags, [](const PlacementFragment* f) -> const std::string& {
         return f->placement_fragment_id();
       });
-  for (size_t i = 1; i < frags->size(); ++i) {
+  for (size_t i = 1; duplicates && i < frags->size(); ++i) {
     if ((*frags)[i]->placement_fragment_id() ==
         (*frags)[i - 1]->placement_fragment_id()) {
       return Status::InvalidArgument("duplicate fragment_id: " +

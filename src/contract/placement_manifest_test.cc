@@ -420,6 +420,30 @@ TEST(PlacementManifestTest, MissingReplica) {
                         "for layers.1.norm"));
 }
 
+// Ranks beyond 16 bits a coordinate: the global rules sort their rank keys
+// without packing them, with the same verdicts and messages.
+TEST(PlacementManifestTest, AxesOfMoreThan65534RanksValidate) {
+  for (const int64_t ep : {int64_t{4}, int64_t{65536}}) {
+    SCOPED_TRACE(ep);
+    PlacementDraft d = GridDraft({2, 1, ep, 1});
+    AddTensor(&d, {.tensor_id = "experts",
+                   .shape = {ep, 2},
+                   .dtype = "uint8",
+                   .itemsize = 1,
+                   .ep_split = true});
+    ASSERT_OK_AND_ASSIGN(auto m, d.Build());
+    EXPECT_EQ(m.fragments().size(), static_cast<size_t>(2 * ep));
+    // The last expert of DP replica 1 lacks its second column.
+    auto* f = FindFragment(&d, "experts", {.dp = 1, .ep = ep - 1});
+    ASSERT_NE(f, nullptr);
+    f->local_shape = {1, 1};
+    f->nbytes = 1;
+    EXPECT_EQ(BuildError(d),
+              "global placement tensor is not fully covered: experts "
+              "(owner/replica group at dp=1,pp=0,ep=0,tp=0)");
+  }
+}
+
 // Rule 23.
 TEST(PlacementManifestTest, IncompleteCoverRejected) {
   PlacementDraft d = FourAxisDraft();

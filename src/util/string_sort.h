@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,51 +40,82 @@ inline void RadixSortByFirst(std::vector<std::pair<uint64_t, size_t>>* v) {
   }
 }
 
+// The length of the prefix `a` and `b` share.
+inline size_t CommonPrefix(std::string_view a, std::string_view b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+// The 8 bytes of `s` from `at`, big-endian, zero-padded past its end.
+inline uint64_t KeyAt(std::string_view s, size_t at) {
+  uint64_t k = 0;
+  for (size_t b = 0; b < 8; ++b) {
+    k = (k << 8) |
+        (at + b < s.size() ? static_cast<unsigned char>(s[at + b]) : 0u);
+  }
+  return k;
+}
+
 // Sorts `items` by the string `key(item)` (byte order). Each item gets an
 // 8-byte big-endian key taken after the prefix common to all strings, so
 // most comparisons are one integer compare; full string comparisons only
-// break ties.
+// break ties. Returns true if two items have equal strings (they are then
+// adjacent): only items with equal integer keys can, so uniqueness costs
+// no string comparison where the keys differ.
+//
+// Strings are often scattered in memory (one heap block each), so they are
+// read once where possible: the common prefix is guessed from the first,
+// middle and last items, every key is taken after it while each string is
+// checked to share it, and only if one does not are the keys taken again
+// after the true common prefix.
 template <typename T, typename KeyFn>
-void SortByStringKey(std::vector<T>* items, KeyFn key) {
-  if (items->size() < 2) return;
+bool SortByStringKey(std::vector<T>* items, KeyFn key) {
+  const size_t n = items->size();
+  if (n < 2) return false;
   const std::string_view first = key((*items)[0]);
-  size_t common = first.size();
-  for (const T& item : *items) {
-    const std::string_view s = key(item);
-    const size_t n = std::min(common, s.size());
-    size_t i = 0;
-    while (i < n && s[i] == first[i]) ++i;
-    common = i;
-    if (common == 0) break;
-  }
-  std::vector<std::pair<uint64_t, size_t>> keyed;
-  keyed.reserve(items->size());
-  for (size_t i = 0; i < items->size(); ++i) {
+  const size_t guess = std::min(CommonPrefix(first, key((*items)[n / 2])),
+                                CommonPrefix(first, key((*items)[n - 1])));
+  std::vector<std::pair<uint64_t, size_t>> keyed(n);
+  size_t common = guess;
+  for (size_t i = 0; i < n; ++i) {
     const std::string_view s = key((*items)[i]);
-    uint64_t k = 0;
-    for (size_t b = 0; b < 8; ++b) {
-      const size_t at = common + b;
-      k = (k << 8) | (at < s.size() ? static_cast<unsigned char>(s[at]) : 0u);
+    if (s.size() < guess || s.compare(0, guess, first, 0, guess) != 0) {
+      common = std::min(common, CommonPrefix(first, s));
     }
-    keyed.emplace_back(k, i);
+    keyed[i] = {KeyAt(s, guess), i};
+  }
+  if (common != guess) {  // the guess was too long: take the keys again
+    for (size_t i = 0; i < n; ++i) {
+      common = std::min(common, CommonPrefix(first, key((*items)[i])));
+    }
+    for (size_t i = 0; i < n; ++i)
+      keyed[i].first = KeyAt(key((*items)[i]), common);
   }
   RadixSortByFirst(&keyed);
   // Equal integer keys (rare) are ordered by the full strings.
-  for (size_t i = 0; i < keyed.size();) {
+  bool duplicates = false;
+  for (size_t i = 0; i < n;) {
     size_t j = i + 1;
-    while (j < keyed.size() && keyed[j].first == keyed[i].first) ++j;
+    while (j < n && keyed[j].first == keyed[i].first) ++j;
     if (j - i > 1) {
       std::sort(keyed.begin() + i, keyed.begin() + j,
                 [&](const auto& a, const auto& b) {
                   return key((*items)[a.second]) < key((*items)[b.second]);
                 });
+      for (size_t k = i + 1; k < j && !duplicates; ++k) {
+        duplicates = key((*items)[keyed[k].second]) ==
+                     key((*items)[keyed[k - 1].second]);
+      }
     }
     i = j;
   }
   std::vector<T> sorted;
-  sorted.reserve(items->size());
+  sorted.reserve(n);
   for (const auto& [k, i] : keyed) sorted.push_back(std::move((*items)[i]));
   *items = std::move(sorted);
+  return duplicates;
 }
 
 }  // namespace reshard::internal

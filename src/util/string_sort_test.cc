@@ -1,6 +1,7 @@
 // Tests of SortByStringKey and RadixSortByFirst against std::sort: ids with
 // a long common prefix, keys that tie in their first eight distinguishing
-// bytes, strings shorter than the prefix window, and duplicates.
+// bytes, strings shorter than the prefix window, duplicates, and a common
+// prefix guessed from a sample that the other strings do not share.
 
 #include "util/string_sort.h"
 
@@ -29,8 +30,39 @@ TEST(StringSortTest, MatchesStdSortOnHashLikeIds) {
     ids.push_back(id);
   }
   std::vector<std::string> got = ids;
-  SortByStringKey(&got,
-                  [](const std::string& s) -> const std::string& { return s; });
+  EXPECT_FALSE(SortByStringKey(
+      &got, [](const std::string& s) -> const std::string& { return s; }));
+  EXPECT_EQ(got, SortedCopy(ids));
+}
+
+TEST(StringSortTest, ReportsDuplicatesOnlyWhereStringsAreEqual) {
+  auto self = [](const std::string& s) -> const std::string& { return s; };
+  // Equal 8-byte keys after the prefix, different strings: no duplicate.
+  std::vector<std::string> distinct = {"id:abcdefgh2", "id:abcdefgh1", "id:x"};
+  EXPECT_FALSE(SortByStringKey(&distinct, self));
+  std::vector<std::string> twice = {"id:abcdefgh2", "id:x", "id:abcdefgh2"};
+  EXPECT_TRUE(SortByStringKey(&twice, self));
+  EXPECT_EQ(twice, SortedCopy(twice));
+  std::vector<std::string> short_twice = {"id:q", "id:x", "id:q", "id:a"};
+  EXPECT_TRUE(SortByStringKey(&short_twice, self));
+  EXPECT_EQ(short_twice,
+            (std::vector<std::string>{"id:a", "id:q", "id:q", "id:x"}));
+}
+
+TEST(StringSortTest, APrefixSharedByTheSampledItemsOnlyIsNotTrusted) {
+  // First, middle and last share "sha256:aaaa"; others do not, so keys
+  // taken after that guessed prefix would be wrong.
+  std::vector<std::string> ids = {"sha256:aaaa9", "sha256:b1", "sha256:aaaa1",
+                                  "sha256:a0", "sha256:aaaa5"};
+  std::vector<std::string> got = ids;
+  EXPECT_FALSE(SortByStringKey(
+      &got, [](const std::string& s) -> const std::string& { return s; }));
+  EXPECT_EQ(got, SortedCopy(ids));
+  // And a string shorter than the guessed prefix.
+  ids = {"zzzz1", "z", "zzzz3", "zzzz0", "zzzz2"};
+  got = ids;
+  EXPECT_FALSE(SortByStringKey(
+      &got, [](const std::string& s) -> const std::string& { return s; }));
   EXPECT_EQ(got, SortedCopy(ids));
 }
 
@@ -42,8 +74,8 @@ TEST(StringSortTest, TiesInTheKeyWindowFallBackToFullStrings) {
       "p:abcdefgh",  "p:abcdefghA",    "p:",
       "p:b",         "p:abcdefgh\x01", "p:abcdefgh\xff"};
   std::vector<std::string> got = ids;
-  SortByStringKey(&got,
-                  [](const std::string& s) -> const std::string& { return s; });
+  EXPECT_TRUE(SortByStringKey(  // "p:abcdefghA" twice
+      &got, [](const std::string& s) -> const std::string& { return s; }));
   EXPECT_EQ(got, SortedCopy(ids));
 }
 
