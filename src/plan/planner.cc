@@ -220,24 +220,27 @@ void AssignOrderFromManifest(const WeightPlacementManifest& m,
   // Each part's fragment array by address, to find the part of a pointer.
   struct Span {
     const PlacementFragment* begin;
-    const PlacementFragment* end;
     uint32_t first;  // flat index of the part's first fragment
   };
   std::vector<Span> spans;
   uint32_t flat = 0;
   for (const auto& part : m.parts()) {
     const auto& f = part.fragments();
-    if (!f.empty()) spans.push_back({f.data(), f.data() + f.size(), flat});
+    if (!f.empty()) spans.push_back({f.data(), flat});
     flat += static_cast<uint32_t>(f.size());
   }
-  std::sort(spans.begin(), spans.end(),
-            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    // Addresses in different arrays: std::less orders them.
+    return std::less<const PlacementFragment*>()(a.begin, b.begin);
+  });
   std::vector<uint32_t> order(table->size());
   uint32_t pos = 0;
   for (const PlacementFragment* f : m.fragments()) {
     const auto it = std::upper_bound(
         spans.begin(), spans.end(), f,
-        [](const PlacementFragment* p, const Span& s) { return p < s.begin; });
+        [](const PlacementFragment* p, const Span& s) {
+          return std::less<const PlacementFragment*>()(p, s.begin);
+        });
     const Span& span = *(it - 1);
     const uint32_t i = table_index[span.first + (f - span.begin)];
     if (i != TensorIndex::kNotPlanned) order[i] = pos++;
