@@ -257,6 +257,12 @@ class WeightPlacementPart {
   // Validates rules 7-14 for the part's own fragments and sorts tensors by
   // tensor_id and fragments by placement_fragment_id.
   static Result<WeightPlacementPart> Make(WeightPlacementPartSpec spec);
+  // The same for a decoder that already knows each fragment's tensor:
+  // tensor_of[i] is the index in spec.tensors of spec.fragments[i]'s
+  // tensor. The hint is checked (ids compared), never trusted; it is used
+  // when both lists arrive sorted and otherwise ignored.
+  static Result<WeightPlacementPart> Make(WeightPlacementPartSpec spec,
+                                          std::vector<uint32_t> tensor_of);
 
   const PlacementHeader& header() const { return s_.header; }
   const std::string& topology_id() const { return s_.topology_id; }

@@ -675,5 +675,56 @@ TEST(PlacementPartTest, FragmentTensorsAndErrorsWithFewOrManyTensors) {
   }
 }
 
+// A decoder's hint of each fragment's tensor is checked: a right one gives
+// the same part, a wrong, short or out-of-range one is ignored, and errors
+// read as without a hint.
+TEST(PlacementPartTest, TensorHintIsCheckedNotTrusted) {
+  for (int n : {3, 40}) {
+    SCOPED_TRACE(n);
+    WeightPlacementPartSpec spec = ManyTensorPart(n);
+    auto by_id = [](const auto& a, const auto& b) {
+      return a.placement_fragment_id() < b.placement_fragment_id();
+    };
+    std::sort(spec.fragments.begin(), spec.fragments.end(), by_id);
+    std::vector<uint32_t> right;
+    for (const auto& f : spec.fragments) {
+      for (uint32_t t = 0; t < spec.tensors.size(); ++t) {
+        if (spec.tensors[t].tensor_id() == f.tensor_id()) right.push_back(t);
+      }
+    }
+    ASSERT_EQ(right.size(), size_t(n));
+    std::vector<uint32_t> swapped = right;
+    std::swap(swapped[0], swapped[1]);
+    const std::vector<std::vector<uint32_t>> hints = {
+        right, swapped, {0}, std::vector<uint32_t>(n, uint32_t(n + 5))};
+    for (const auto& hint : hints) {
+      ASSERT_OK_AND_ASSIGN(auto part, WeightPlacementPart::Make(spec, hint));
+      ASSERT_EQ(part.fragments().size(), size_t(n));
+      for (size_t i = 0; i < part.fragments().size(); ++i) {
+        EXPECT_EQ(part.tensors()[part.fragment_tensor(i)].tensor_id(),
+                  part.fragments()[i].tensor_id());
+      }
+    }
+    // Unsorted fragments: the hint (in input order) no longer fits.
+    ASSERT_OK_AND_ASSIGN(auto unsorted,
+                         WeightPlacementPart::Make(ManyTensorPart(n), right));
+    for (size_t i = 0; i < unsorted.fragments().size(); ++i) {
+      EXPECT_EQ(unsorted.tensors()[unsorted.fragment_tensor(i)].tensor_id(),
+                unsorted.fragments()[i].tensor_id());
+    }
+    WeightPlacementPartSpec unknown = spec;
+    unknown.fragments[1] = *PlacementFragment::Make(
+        {.tensor_id = "t99x",
+         .global_offset = {0},
+         .local_shape = {4},
+         .nbytes = 4,
+         .placement_fragment_id =
+             unknown.fragments[1].placement_fragment_id()});
+    EXPECT_EQ(WeightPlacementPart::Make(unknown, right).status().message(),
+              "placement part p: unknown tensor_id t99x in fragment " +
+                  unknown.fragments[1].placement_fragment_id());
+  }
+}
+
 }  // namespace
 }  // namespace reshard

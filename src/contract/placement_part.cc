@@ -62,17 +62,19 @@ constexpr size_t kHashedTensorLookup = 16;
 // which also proves their ids unique.
 Result<bool> SortTensorsAndFragments(const std::string& who,
                                      WeightPlacementPartSpec* s) {
-  std::sort(s->tensors.begin(), s->tensors.end(),
-            [](const auto& a, const auto& b) {
-              return a.tensor_id() < b.tensor_id();
-            });
+  // Canonical input arrives sorted; checking is cheaper than sorting.
+  const auto by_id = [](const auto& a, const auto& b) {
+    return a.tensor_id() < b.tensor_id();
+  };
+  if (!std::is_sorted(s->tensors.begin(), s->tensors.end(), by_id)) {
+    std::sort(s->tensors.begin(), s->tensors.end(), by_id);
+  }
   for (size_t i = 1; i < s->tensors.size(); ++i) {
     if (s->tensors[i].tensor_id() == s->tensors[i - 1].tensor_id()) {
       return Status::InvalidArgument(
           who + "duplicate tensor_id: " + s->tensors[i].tensor_id());
     }
   }
-  // Canonical input arrives sorted; checking is cheaper than sorting.
   auto not_before = [](const auto& a, const auto& b) {
     return !(a.placement_fragment_id() < b.placement_fragment_id());
   };
@@ -85,6 +87,20 @@ Result<bool> SortTensorsAndFragments(const std::string& who,
               return a.placement_fragment_id() < b.placement_fragment_id();
             });
   return false;
+}
+
+// True if `tensor_of` names, for every fragment of `s`, the tensor with
+// its id: a decoder's hint that saves looking the ids up.
+bool HintHolds(const WeightPlacementPartSpec& s,
+               const std::vector<uint32_t>& tensor_of) {
+  if (tensor_of.size() != s.fragments.size()) return false;
+  for (size_t i = 0; i < tensor_of.size(); ++i) {
+    if (tensor_of[i] >= s.tensors.size() ||
+        s.tensors[tensor_of[i]].tensor_id() != s.fragments[i].tensor_id()) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // Finds fragments' tensors among a part's sorted tensors.
@@ -123,9 +139,14 @@ class TensorFinder {
 // index in s.tensors of each fragment's tensor.
 Result<std::vector<uint32_t>> CheckFragments(const std::string& who,
                                              const WeightPlacementPartSpec& s,
-                                             bool unique) {
-  std::vector<uint32_t> tensor_of(s.fragments.size());
-  const TensorFinder finder(s.tensors);
+                                             bool unique,
+                                             std::vector<uint32_t> hint) {
+  // A hint that holds names every fragment's tensor; else look them up.
+  const bool hinted = HintHolds(s, hint);
+  std::vector<uint32_t> tensor_of =
+      hinted ? std::move(hint) : std::vector<uint32_t>(s.fragments.size());
+  std::optional<TensorFinder> finder;
+  if (!hinted) finder.emplace(s.tensors);
   for (size_t i = 0; i < s.fragments.size(); ++i) {
     const PlacementFragment& f = s.fragments[i];
     if (!unique && i > 0 &&
@@ -140,7 +161,9 @@ Result<std::vector<uint32_t>> CheckFragments(const std::string& who,
           f.placement_fragment_id() + " has " + f.rank().ToString() +
           ", part has " + s.rank.ToString());
     }
-    const std::optional<uint32_t> t = finder.Find(f.tensor_id());
+    const std::optional<uint32_t> t =
+        hinted ? std::optional<uint32_t>(tensor_of[i])
+               : finder->Find(f.tensor_id());
     if (!t.has_value()) {
       return Status::InvalidArgument(who + "unknown tensor_id " +
                                      f.tensor_id() + " in fragment " +
@@ -230,6 +253,11 @@ Status CheckTensorGroups(const std::string& who,
 
 Result<WeightPlacementPart> WeightPlacementPart::Make(
     WeightPlacementPartSpec s) {
+  return Make(std::move(s), {});
+}
+
+Result<WeightPlacementPart> WeightPlacementPart::Make(
+    WeightPlacementPartSpec s, std::vector<uint32_t> tensor_of_hint) {
   if (s.participant_id.empty()) {
     return Status::InvalidArgument(
         "placement part participant_id must be a non-empty string");
@@ -243,8 +271,9 @@ Result<WeightPlacementPart> WeightPlacementPart::Make(
         "non-empty strings");
   }
   RESHARD_ASSIGN_OR_RETURN(const bool unique, SortTensorsAndFragments(who, &s));
-  RESHARD_ASSIGN_OR_RETURN(std::vector<uint32_t> tensor_of,
-                           CheckFragments(who, s, unique));
+  RESHARD_ASSIGN_OR_RETURN(
+      std::vector<uint32_t> tensor_of,
+      CheckFragments(who, s, unique, std::move(tensor_of_hint)));
   RESHARD_RETURN_NOT_OK(
       CheckTensorGroups(who, s, GroupFragments(s.tensors.size(), tensor_of)));
   return WeightPlacementPart(std::move(s), std::move(tensor_of));

@@ -75,16 +75,28 @@ Result<TensorTable> ReadTensorTable(const StrictObject& obj) {
 
 // A part from its decoded fields and fragments: the tensors its fragments
 // name (their indices in `table`, in `part_tensors`), then the part's
-// rules.
-Result<WeightPlacementPart> AssemblePart(WeightPlacementPartSpec ps,
-                                         const TensorTable& table,
-                                         std::vector<size_t>* part_tensors) {
+// rules. `fragment_tensors`, if given, holds each fragment's index in
+// `table`, from which the part learns its fragments' tensors without
+// looking their ids up again.
+Result<WeightPlacementPart> AssemblePart(
+    WeightPlacementPartSpec ps, const TensorTable& table,
+    std::vector<size_t>* part_tensors,
+    const std::vector<uint32_t>* fragment_tensors = nullptr) {
   std::sort(part_tensors->begin(), part_tensors->end());
   part_tensors->erase(std::unique(part_tensors->begin(), part_tensors->end()),
                       part_tensors->end());
   ps.tensors.reserve(part_tensors->size());
   for (size_t t : *part_tensors) ps.tensors.push_back(table.tensors[t]);
-  return WeightPlacementPart::Make(std::move(ps));
+  std::vector<uint32_t> hint;
+  if (fragment_tensors != nullptr) {
+    hint.reserve(fragment_tensors->size());
+    for (uint32_t t : *fragment_tensors) {
+      hint.push_back(static_cast<uint32_t>(
+          std::lower_bound(part_tensors->begin(), part_tensors->end(), t) -
+          part_tensors->begin()));
+    }
+  }
+  return WeightPlacementPart::Make(std::move(ps), std::move(hint));
 }
 
 // Decodes one part; its fragments must name known tensors, which are marked
@@ -218,6 +230,7 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
   CanonicalPartsScanner scanner(json, begin);
   ScannedPart scanned;
   std::vector<size_t> part_tensors;
+  std::vector<uint32_t> fragment_tensors;  // per fragment, its table index
   while (true) {
     // Parts of one placement are alike in size: the last one's count saves
     // growing this one's vector (each growth copies every fragment).
@@ -225,14 +238,19 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
         out->parts.empty() ? 0 : out->parts.back().fragments().size());
     if (!scanner.ReadPart(&scanned)) return false;
     part_tensors.clear();
+    fragment_tensors.clear();
     std::string_view last;  // fragments of one tensor often follow each other
+    uint32_t last_index = 0;
     for (const PlacementFragment& f : scanned.fragments) {
-      if (f.tensor_id() == last) continue;
-      auto it = table.index.find(f.tensor_id());
-      if (it == table.index.end()) return false;
-      last = it->first;
-      part_tensors.push_back(it->second);
-      out->referenced[it->second] = 1;
+      if (f.tensor_id() != last) {
+        auto it = table.index.find(f.tensor_id());
+        if (it == table.index.end()) return false;
+        last = it->first;
+        last_index = static_cast<uint32_t>(it->second);
+        part_tensors.push_back(it->second);
+        out->referenced[it->second] = 1;
+      }
+      fragment_tensors.push_back(last_index);
     }
     WeightPlacementPartSpec ps;
     ps.header = fields.header;
@@ -240,7 +258,8 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
     ps.participant_id = std::move(scanned.participant_id);
     ps.rank = scanned.rank;
     ps.fragments = std::move(scanned.fragments);
-    auto part = AssemblePart(std::move(ps), table, &part_tensors);
+    auto part =
+        AssemblePart(std::move(ps), table, &part_tensors, &fragment_tensors);
     if (!part.ok()) return false;
     out->parts.push_back(std::move(part).ValueOrDie());
     const size_t at = scanner.offset(json);
