@@ -3,6 +3,7 @@
 
 #include "contract/canonical_parts.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "util/canonical_json.h"
@@ -168,17 +169,21 @@ bool CanonicalPartsScanner::ReadPart(ScannedPart* out) {
          ReadRank(&out->rank) && Consume("}");
 }
 
-size_t FindPartBoundary(std::string_view text, size_t begin, size_t end) {
+std::vector<size_t> FindPartBoundaries(std::string_view text, size_t begin,
+                                       size_t end, size_t pieces) {
   // A part ends with its rank object; a quote cannot occur inside a
   // canonical string here, so this pattern only matches between parts in
   // text the readers accept (and the readers check that it does).
   constexpr std::string_view kBetweenParts = "}},{\"fragments\":[";
-  const size_t mid = begin + (end - begin) / 2;
-  const size_t at = text.find(kBetweenParts, mid);
-  if (at == std::string_view::npos || at + kBetweenParts.size() > end) {
-    return 0;
+  std::vector<size_t> out;
+  for (size_t i = 1; i < pieces && begin < end; ++i) {
+    size_t from = begin + (end - begin) / pieces * i;
+    if (!out.empty()) from = std::max(from, out.back() + 1);
+    const size_t at = text.find(kBetweenParts, from);
+    if (at == std::string_view::npos || at + kBetweenParts.size() > end) break;
+    out.push_back(at + 2);
   }
-  return at + 2;
+  return out;
 }
 
 }  // namespace reshard::internal

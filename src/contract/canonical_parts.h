@@ -73,11 +73,13 @@ class CanonicalPartsScanner {
   const char* end_;
 };
 
-// The offset of a part boundary near the middle of the parts array
-// [begin, end) of canonical text: the offset of the "," between two parts,
-// or 0 if none is found. Only a hint: a reader that starts there must be
-// met exactly by the reader of the first half.
-size_t FindPartBoundary(std::string_view text, size_t begin, size_t end);
+// Offsets of part boundaries that cut the parts array [begin, end) of
+// canonical text into about `pieces` runs of equal bytes: each the offset
+// of the "," between two parts, ascending, at most pieces - 1 of them (none
+// where no boundary is found). Only hints: a reader that starts after one
+// must be met exactly there by the reader of the run before it.
+std::vector<size_t> FindPartBoundaries(std::string_view text, size_t begin,
+                                       size_t end, size_t pieces);
 
 }  // namespace reshard::internal
 

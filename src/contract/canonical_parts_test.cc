@@ -131,17 +131,40 @@ TEST(CanonicalPartsTest, AcceptsTheWritersOptionalAndEdgeForms) {
                     ",\"pipeline_stage_id\":0,\"placement_fragment_id\"")));
 }
 
-TEST(CanonicalPartsTest, FindsABoundaryBetweenParts) {
+// Occurrences of `what` in `text`.
+size_t Count(std::string_view text, std::string_view what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string_view::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(CanonicalPartsTest, FindsBoundariesBetweenParts) {
   const std::string& wire = Fixture100();
   const size_t begin = wire.find('[') + 1;
   const size_t end = wire.rfind("],\"placement_id\"");
-  const size_t mid = FindPartBoundary(wire, begin, end);
-  ASSERT_NE(mid, 0u);
-  EXPECT_EQ(wire[mid], ',');
-  EXPECT_EQ(wire.compare(mid - 2, 3, "}},"), 0);
-  EXPECT_EQ(wire.compare(mid + 1, 14, "{\"fragments\":["), 0);
+  const size_t parts = Count(wire.substr(begin, end - begin), "}},{") + 1;
+  ASSERT_GE(parts, 3u);
+  for (size_t pieces : {size_t{1}, size_t{2}, size_t{3}, size_t{1000}}) {
+    SCOPED_TRACE(pieces);
+    const std::vector<size_t> cuts =
+        FindPartBoundaries(wire, begin, end, pieces);
+    // At most pieces - 1 cuts, never more than the boundaries there are.
+    EXPECT_EQ(cuts.size(), std::min(pieces - 1, parts - 1));
+    for (size_t i = 0; i < cuts.size(); ++i) {
+      const size_t at = cuts[i];
+      EXPECT_EQ(wire[at], ',');
+      EXPECT_EQ(wire.compare(at - 2, 3, "}},"), 0);
+      EXPECT_EQ(wire.compare(at + 1, 14, "{\"fragments\":["), 0);
+      if (i > 0) {
+        EXPECT_LT(cuts[i - 1], at);
+      }
+    }
+  }
   // None past the last part.
-  EXPECT_EQ(FindPartBoundary(wire, end - 10, end), 0u);
+  EXPECT_TRUE(FindPartBoundaries(wire, end - 10, end, 2).empty());
 }
 
 // The general decoder's result for `wire` (a leading space is not

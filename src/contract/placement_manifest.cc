@@ -282,8 +282,12 @@ std::vector<RankedFragment> GlobalValidator::RankFragments(
   constexpr size_t kAhead = 16;
   for (size_t i = 0; i < frags.size(); ++i) {
     if (i + kAhead < frags.size()) {
-      __builtin_prefetch(&frags[i + kAhead]->rank());
-      __builtin_prefetch(frags[i + kAhead]->global_offset().data());
+      // Addresses only: data() would load the fragment to find its values
+      // and wait for the very miss being started.
+      const PlacementFragment* ahead = frags[i + kAhead];
+      __builtin_prefetch(&ahead->global_offset());
+      __builtin_prefetch(&ahead->local_shape());
+      __builtin_prefetch(&ahead->rank());
     }
     const PlacementFragment* f = frags[i];
     entries.push_back({Project(f->rank(), o_mask), Project(f->rank(), r_mask),

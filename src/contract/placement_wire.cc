@@ -5,6 +5,7 @@
 #include "contract/placement_wire.h"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -20,6 +21,9 @@ namespace {
 
 // Documents at least this large decode their parts on two threads.
 constexpr size_t kParallelDecodeBytes = 4 << 20;
+// Runs of parts a large canonical document is cut into for its two
+// threads: enough that the faster thread takes up the slower one's slack.
+constexpr size_t kScanRuns = 16;
 
 // The placement's tensors sorted by tensor_id, with an index by id.
 struct TensorTable {
@@ -73,15 +77,22 @@ Result<TensorTable> ReadTensorTable(const StrictObject& obj) {
   return table;
 }
 
+// Per fragment, the index in `table` of its tensor, for a decoder that
+// looked the ids up: `table_index`, and `part_index` (scratch of the
+// table's size) for mapping them to the part's own tensors.
+struct FragmentTensors {
+  std::vector<uint32_t> table_index;
+  std::vector<uint32_t> part_index;
+};
+
 // A part from its decoded fields and fragments: the tensors its fragments
 // name (their indices in `table`, in `part_tensors`), then the part's
-// rules. `fragment_tensors`, if given, holds each fragment's index in
-// `table`, from which the part learns its fragments' tensors without
-// looking their ids up again.
+// rules. `fragment_tensors`, if given, tells the part its fragments'
+// tensors without their ids being looked up again.
 Result<WeightPlacementPart> AssemblePart(
     WeightPlacementPartSpec ps, const TensorTable& table,
     std::vector<size_t>* part_tensors,
-    const std::vector<uint32_t>* fragment_tensors = nullptr) {
+    FragmentTensors* fragment_tensors = nullptr) {
   std::sort(part_tensors->begin(), part_tensors->end());
   part_tensors->erase(std::unique(part_tensors->begin(), part_tensors->end()),
                       part_tensors->end());
@@ -89,11 +100,14 @@ Result<WeightPlacementPart> AssemblePart(
   for (size_t t : *part_tensors) ps.tensors.push_back(table.tensors[t]);
   std::vector<uint32_t> hint;
   if (fragment_tensors != nullptr) {
-    hint.reserve(fragment_tensors->size());
-    for (uint32_t t : *fragment_tensors) {
-      hint.push_back(static_cast<uint32_t>(
-          std::lower_bound(part_tensors->begin(), part_tensors->end(), t) -
-          part_tensors->begin()));
+    std::vector<uint32_t>& part_index = fragment_tensors->part_index;
+    part_index.resize(table.tensors.size());
+    for (size_t j = 0; j < part_tensors->size(); ++j) {
+      part_index[(*part_tensors)[j]] = static_cast<uint32_t>(j);
+    }
+    hint.reserve(fragment_tensors->table_index.size());
+    for (uint32_t t : fragment_tensors->table_index) {
+      hint.push_back(part_index[t]);
     }
   }
   return WeightPlacementPart::Make(std::move(ps), std::move(hint));
@@ -230,7 +244,7 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
   CanonicalPartsScanner scanner(json, begin);
   ScannedPart scanned;
   std::vector<size_t> part_tensors;
-  std::vector<uint32_t> fragment_tensors;  // per fragment, its table index
+  FragmentTensors fragment_tensors;
   while (true) {
     // Parts of one placement are alike in size: the last one's count saves
     // growing this one's vector (each growth copies every fragment).
@@ -238,7 +252,7 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
         out->parts.empty() ? 0 : out->parts.back().fragments().size());
     if (!scanner.ReadPart(&scanned)) return false;
     part_tensors.clear();
-    fragment_tensors.clear();
+    fragment_tensors.table_index.clear();
     std::string_view last;  // fragments of one tensor often follow each other
     uint32_t last_index = 0;
     for (const PlacementFragment& f : scanned.fragments) {
@@ -250,7 +264,7 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
         part_tensors.push_back(it->second);
         out->referenced[it->second] = 1;
       }
-      fragment_tensors.push_back(last_index);
+      fragment_tensors.table_index.push_back(last_index);
     }
     WeightPlacementPartSpec ps;
     ps.header = fields.header;
@@ -268,6 +282,38 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
   }
 }
 
+// Reads the parts array [first, end) of `json` into `runs`, one per run of
+// parts between the boundaries FindPartBoundaries suggests. Large documents
+// are cut into kScanRuns runs that two threads claim in turn, so a thread
+// slowed by page faults or by a busy core reads fewer of them. False if any
+// run fails.
+bool ScanRuns(std::string_view json, size_t first, size_t end,
+              const WireTailFields& fields, std::vector<ScannedRange>* runs) {
+  const bool large = json.size() >= kParallelDecodeBytes;
+  const std::vector<size_t> cuts =
+      large ? FindPartBoundaries(json, first, end, kScanRuns)
+            : std::vector<size_t>();
+  const size_t n = cuts.size() + 1;
+  runs->assign(n, {});
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    for (size_t r = next++; r < n && !failed.load(); r = next++) {
+      const size_t begin = r == 0 ? first : cuts[r - 1] + 1;
+      const size_t stop = r + 1 == n ? end : cuts[r];
+      if (!ScanParts(json, begin, stop, fields, &(*runs)[r])) failed = true;
+    }
+  };
+  if (n > 1) {
+    std::thread worker(work);
+    work();
+    worker.join();
+  } else {
+    work();
+  }
+  return !failed.load();
+}
+
 }  // namespace
 
 std::optional<CanonicalSpec> ReadCanonicalPlacement(std::string_view json) {
@@ -279,32 +325,24 @@ std::optional<CanonicalSpec> ReadCanonicalPlacement(std::string_view json) {
   Result<WireTailFields> fields = ReadWireTail(json.substr(end + 1));
   if (!fields.ok()) return std::nullopt;
   const size_t first = kHead.size();
-  const size_t mid = json.size() >= kParallelDecodeBytes
-                         ? FindPartBoundary(json, first, end)
-                         : 0;
-  ScannedRange a, b;
-  bool ok_a = false, ok_b = true;
-  if (mid != 0) {
-    std::thread worker(
-        [&] { ok_b = ScanParts(json, mid + 1, end, *fields, &b); });
-    ok_a = ScanParts(json, first, mid, *fields, &a);
-    worker.join();
-  } else {
-    ok_a = ScanParts(json, first, end, *fields, &a);
+  std::vector<ScannedRange> runs;
+  if (!ScanRuns(json, first, end, *fields, &runs)) return std::nullopt;
+  std::vector<WeightPlacementPart> parts = std::move(runs[0].parts);
+  std::vector<uint8_t> referenced = std::move(runs[0].referenced);
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (auto& p : runs[r].parts) parts.push_back(std::move(p));
+    for (size_t k = 0; k < referenced.size(); ++k) {
+      referenced[k] |= runs[r].referenced[k];
+    }
   }
-  if (!ok_a || !ok_b) return std::nullopt;
-  std::vector<WeightPlacementPart>& parts = a.parts;
-  for (auto& p : b.parts) parts.push_back(std::move(p));
   // Ascending participant ids: the order WeightPlacementManifest keeps.
   for (size_t i = 1; i < parts.size(); ++i) {
     if (!(parts[i - 1].participant_id() < parts[i].participant_id())) {
       return std::nullopt;
     }
   }
-  for (size_t k = 0; k < a.referenced.size(); ++k) {
-    if (!a.referenced[k] && (b.referenced.empty() || !b.referenced[k])) {
-      return std::nullopt;
-    }
+  for (uint8_t r : referenced) {
+    if (!r) return std::nullopt;
   }
   WireTailFields& f = *fields;
   return CanonicalSpec{{f.header, std::move(*f.topology), std::move(parts),
