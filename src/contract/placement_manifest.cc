@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <future>
 #include <map>
 #include <numeric>
@@ -741,32 +742,53 @@ FragmentsByTensor GroupByTensor(const std::vector<TensorDescriptor>& tensors,
   return out;
 }
 
-// The global rules of every tensor (rules 19-27). Large placements check
-// the two halves of the tensors (by fragment count) on two threads; the
-// error reported is the first in tensor order either way.
+// The global rules of every tensor (rules 19-27). Large placements cut the
+// tensors into kCheckRuns runs of about equal fragment counts, which two
+// threads claim in turn: the identity hash shares the cores meanwhile, and
+// a fixed split would leave one thread waiting for the other. The error
+// reported is the first in tensor order either way.
 template <typename State>
 Status CheckTensors(const State& m, const FragmentsByTensor& by_tensor) {
-  auto check = [&](size_t begin, size_t end) -> Status {
+  const size_t n = m.tensors.size();
+  if (m.fragments.size() < kParallelIdentityThreshold || n < 2) {
     GlobalValidator validator(m.topology);
-    for (size_t t = begin; t < end; ++t) {
+    for (size_t t = 0; t < n; ++t) {
       RESHARD_RETURN_NOT_OK(
           validator.CheckTensor(m.tensors[t], by_tensor.fragments[t]));
     }
     return Status::OK();
+  }
+  constexpr size_t kCheckRuns = 32;
+  std::vector<size_t> starts = {0};  // run r is [starts[r], starts[r + 1])
+  const size_t per_run = m.fragments.size() / kCheckRuns + 1;
+  for (size_t t = 0, seen = 0; t < n; ++t) {
+    seen += by_tensor.fragments[t].size();
+    if (seen >= per_run * starts.size() && t + 1 < n) starts.push_back(t + 1);
+  }
+  starts.push_back(n);
+  const size_t runs = starts.size() - 1;
+  std::vector<Status> status(runs);
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> first_failed{runs};  // runs after it need no check
+  auto work = [&] {
+    GlobalValidator validator(m.topology);
+    for (size_t r = next++; r < runs; r = next++) {
+      if (r > first_failed.load()) continue;
+      for (size_t t = starts[r]; t < starts[r + 1] && status[r].ok(); ++t) {
+        status[r] = validator.CheckTensor(m.tensors[t], by_tensor.fragments[t]);
+      }
+      if (!status[r].ok()) {
+        size_t seen = first_failed.load();
+        while (r < seen && !first_failed.compare_exchange_weak(seen, r)) {
+        }
+      }
+    }
   };
-  const size_t n = m.tensors.size();
-  if (m.fragments.size() < kParallelIdentityThreshold || n < 2) {
-    return check(0, n);
-  }
-  size_t mid = 0;
-  for (size_t seen = 0; mid + 1 < n && 2 * seen < m.fragments.size();) {
-    seen += by_tensor.fragments[mid++].size();
-  }
-  std::future<Status> second = std::async(std::launch::async, check, mid, n);
-  Status first = check(0, mid);
-  Status rest = second.get();
-  RESHARD_RETURN_NOT_OK(first);
-  return rest;
+  std::future<void> second = std::async(std::launch::async, work);
+  work();
+  second.get();
+  for (const Status& st : status) RESHARD_RETURN_NOT_OK(st);
+  return Status::OK();
 }
 
 }  // namespace

@@ -574,8 +574,9 @@ TEST(PlacementManifestTest, MillionFragmentScaleIsNearLinear) {
 }
 
 // Placements of kParallelIdentityThreshold (16,384) fragments or more check
-// the global rules of the two halves of their tensors on two threads; the
-// error reported is still the first in tensor order.
+// the global rules of runs of their tensors on two threads, which claim the
+// runs in turn; the error reported is still the first in tensor order,
+// wherever the broken tensors fall among the runs.
 TEST(PlacementManifestTest, LargePlacementReportsTheFirstBrokenTensor) {
   auto draft_without = [](std::vector<std::string> holes) {
     PlacementDraft d = GridDraft({1, 1, 1, 64});
@@ -600,7 +601,11 @@ TEST(PlacementManifestTest, LargePlacementReportsTheFirstBrokenTensor) {
            {{"t010", "t250"}, "t010"},
            {{"t250", "t010"}, "t010"},
            {{"t250"}, "t250"},
-           {{"t010"}, "t010"}}) {
+           {{"t010"}, "t010"},
+           {{"t001", "t000"}, "t000"},
+           {{"t259"}, "t259"},
+           {{"t130", "t129", "t128"}, "t128"},
+           {{"t259", "t131", "t007"}, "t007"}}) {
     EXPECT_EQ(draft_without(holes).Build().status().message(),
               missing + first + group)
         << holes.size();

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -44,7 +45,27 @@ Sha256& Sha256::operator=(Sha256&& other) noexcept {
 }
 
 void Sha256::Update(std::string_view bytes) {
-  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), bytes.data(), bytes.size());
+  auto* ctx = static_cast<EVP_MD_CTX*>(ctx_);
+  // Hashed straight from memory, a long input runs at about half the speed
+  // of one in cache (one stream of demand misses): long inputs go in chunks
+  // whose successors are prefetched two chunks ahead.
+  constexpr size_t kChunk = 8 << 10;
+  constexpr size_t kAhead = 2 * kChunk;
+  constexpr size_t kLine = 64;
+  const char* p = bytes.data();
+  const size_t n = bytes.size();
+  if (n < 8 * kChunk) {
+    EVP_DigestUpdate(ctx, p, n);
+    return;
+  }
+  for (size_t q = 0; q < kAhead; q += kLine) __builtin_prefetch(p + q);
+  for (size_t at = 0; at < n; at += kChunk) {
+    const size_t ahead_end = std::min(n, at + kAhead + kChunk);
+    for (size_t q = at + kAhead; q < ahead_end; q += kLine) {
+      __builtin_prefetch(p + q);
+    }
+    EVP_DigestUpdate(ctx, p + at, std::min(kChunk, n - at));
+  }
 }
 
 std::array<uint8_t, 32> Sha256::Finish() {
