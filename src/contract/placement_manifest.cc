@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <future>
 #include <map>
 #include <numeric>
@@ -13,6 +12,7 @@
 #include "contract/placement_codec.h"
 #include "reshard/placement.h"
 #include "util/box_cover.h"
+#include "util/claimed_runs.h"
 #include "util/sha256.h"
 #include "util/sorted_find.h"
 #include "util/string_sort.h"
@@ -750,45 +750,27 @@ FragmentsByTensor GroupByTensor(const std::vector<TensorDescriptor>& tensors,
 template <typename State>
 Status CheckTensors(const State& m, const FragmentsByTensor& by_tensor) {
   const size_t n = m.tensors.size();
-  if (m.fragments.size() < kParallelIdentityThreshold || n < 2) {
-    GlobalValidator validator(m.topology);
-    for (size_t t = 0; t < n; ++t) {
-      RESHARD_RETURN_NOT_OK(
-          validator.CheckTensor(m.tensors[t], by_tensor.fragments[t]));
-    }
-    return Status::OK();
-  }
+  const unsigned threads =
+      m.fragments.size() < kParallelIdentityThreshold || n < 2 ? 1 : 2;
   constexpr size_t kCheckRuns = 32;
   std::vector<size_t> starts = {0};  // run r is [starts[r], starts[r + 1])
-  const size_t per_run = m.fragments.size() / kCheckRuns + 1;
-  for (size_t t = 0, seen = 0; t < n; ++t) {
+  const size_t per_run =
+      threads == 1 ? SIZE_MAX : m.fragments.size() / kCheckRuns + 1;
+  for (size_t t = 0, seen = 0; t < n && threads > 1; ++t) {
     seen += by_tensor.fragments[t].size();
     if (seen >= per_run * starts.size() && t + 1 < n) starts.push_back(t + 1);
   }
   starts.push_back(n);
   const size_t runs = starts.size() - 1;
-  std::vector<Status> status(runs);
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> first_failed{runs};  // runs after it need no check
-  auto work = [&] {
-    GlobalValidator validator(m.topology);
-    for (size_t r = next++; r < runs; r = next++) {
-      if (r > first_failed.load()) continue;
-      for (size_t t = starts[r]; t < starts[r + 1] && status[r].ok(); ++t) {
-        status[r] = validator.CheckTensor(m.tensors[t], by_tensor.fragments[t]);
-      }
-      if (!status[r].ok()) {
-        size_t seen = first_failed.load();
-        while (r < seen && !first_failed.compare_exchange_weak(seen, r)) {
+  std::vector<GlobalValidator> validators(threads, GlobalValidator(m.topology));
+  return internal::ForEachClaimedUntilError(
+      runs, threads, [&](size_t r, unsigned worker) {
+        for (size_t t = starts[r]; t < starts[r + 1]; ++t) {
+          RESHARD_RETURN_NOT_OK(validators[worker].CheckTensor(
+              m.tensors[t], by_tensor.fragments[t]));
         }
-      }
-    }
-  };
-  std::future<void> second = std::async(std::launch::async, work);
-  work();
-  second.get();
-  for (const Status& st : status) RESHARD_RETURN_NOT_OK(st);
-  return Status::OK();
+        return Status::OK();
+      });
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "contract/canonical_parts.h"
 #include "contract/placement_codec.h"
 #include "reshard/placement.h"
+#include "util/claimed_runs.h"
 #include "util/json_reader.h"
 
 namespace reshard {
@@ -295,22 +296,13 @@ bool ScanRuns(std::string_view json, size_t first, size_t end,
             : std::vector<size_t>();
   const size_t n = cuts.size() + 1;
   runs->assign(n, {});
-  std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  auto work = [&] {
-    for (size_t r = next++; r < n && !failed.load(); r = next++) {
-      const size_t begin = r == 0 ? first : cuts[r - 1] + 1;
-      const size_t stop = r + 1 == n ? end : cuts[r];
-      if (!ScanParts(json, begin, stop, fields, &(*runs)[r])) failed = true;
-    }
-  };
-  if (n > 1) {
-    std::thread worker(work);
-    work();
-    worker.join();
-  } else {
-    work();
-  }
+  ForEachClaimed(n, 2, [&](size_t r, unsigned) {
+    if (failed.load()) return;
+    const size_t begin = r == 0 ? first : cuts[r - 1] + 1;
+    const size_t stop = r + 1 == n ? end : cuts[r];
+    if (!ScanParts(json, begin, stop, fields, &(*runs)[r])) failed = true;
+  });
   return !failed.load();
 }
 

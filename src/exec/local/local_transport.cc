@@ -4,7 +4,6 @@
 
 #include "reshard/local_transport.h"
 
-#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -13,6 +12,7 @@
 
 #include "bind/row_walker.h"
 #include "exec/local/stream_copy.h"
+#include "util/claimed_runs.h"
 
 namespace reshard {
 
@@ -70,9 +70,9 @@ struct LocalTransport::Impl {
   // Runs one transfer to completion on `threads` workers.
   void Run(TransferId id, BoundTransferPlan plan) {
     const std::vector<Piece> pieces = CutIntoPieces(plan, options.chunk_bytes);
-    std::atomic<size_t> next{0};
-    // Large transfers stream past the cache; each worker fences its
-    // streaming stores before the transfer is reported complete.
+    // Large transfers stream past the cache; a worker fences its streaming
+    // stores after each piece (pieces are chunk_bytes, so the fence costs
+    // nothing measurable), before the transfer is reported complete.
     const bool stream = plan.bytes() >= kStreamThreshold;
     auto copy = [stream](void* d, const void* s, size_t n) {
       if (stream) {
@@ -81,28 +81,20 @@ struct LocalTransport::Impl {
         std::memcpy(d, s, n);
       }
     };
-    auto work = [&] {
-      for (size_t i = next++; i < pieces.size(); i = next++) {
-        const Piece& p = pieces[i];
-        if (p.byte_count > 0) {
-          copy(
-              reinterpret_cast<void*>(p.region->target_address + p.byte_offset),
-              reinterpret_cast<const void*>(p.region->source_address +
-                                            p.byte_offset),
-              p.byte_count);
-        } else {
-          internal::CopyRegionRows(*p.region, p.first_row, p.rows, copy);
-        }
-      }
-      if (stream) internal::StreamFence();
-    };
-    const uint32_t n = std::max<uint32_t>(1, options.threads);
-    std::vector<std::thread> workers;
-    for (uint32_t t = 1; t < n && t < pieces.size(); ++t) {
-      workers.emplace_back(work);
-    }
-    work();
-    for (auto& w : workers) w.join();
+    internal::ForEachClaimed(
+        pieces.size(), options.threads, [&](size_t i, unsigned) {
+          const Piece& p = pieces[i];
+          if (p.byte_count > 0) {
+            copy(reinterpret_cast<void*>(p.region->target_address +
+                                         p.byte_offset),
+                 reinterpret_cast<const void*>(p.region->source_address +
+                                               p.byte_offset),
+                 p.byte_count);
+          } else {
+            internal::CopyRegionRows(*p.region, p.first_row, p.rows, copy);
+          }
+          if (stream) internal::StreamFence();
+        });
     std::lock_guard<std::mutex> lock(mu);
     transfers[id].state = TransferState::kCompleted;
     cv.notify_all();
