@@ -4,6 +4,7 @@
 #include "store/ranged_load.h"
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -18,6 +19,7 @@
 
 #include "bind/strided_stream.h"
 #include "reshard/plan.h"
+#include "util/claimed_runs.h"
 
 namespace reshard::internal {
 namespace {
@@ -60,8 +62,9 @@ struct WindowRead {
 };
 
 // Direct reads are issued in groups of at least this many bytes (ranges of
-// at most this size), each verified while the next is read.
-constexpr uint64_t kPipelineBytes = uint64_t{16} << 20;
+// at most this size) that two workers claim in turn, each verifying its
+// group right after reading it.
+constexpr uint64_t kPipelineBytes = uint64_t{4} << 20;
 
 // Waits for `pending` (a helper's work) if there is any: `st` if it failed,
 // else the helper's status.
@@ -191,35 +194,47 @@ class Loader {
     return Status::OK();
   }
 
-  // Reads the pending direct ranges in groups of at least kPipelineBytes,
-  // each verified on a helper thread while the next group is read.
+  // Reads the pending direct ranges in groups of at least kPipelineBytes.
+  // Two workers claim the groups in turn, each reading a group and then
+  // verifying it while its bytes are still in the core's cache: both cores
+  // copy out of the page cache (a single reader is bound by one core's copy
+  // speed on warm files), and a slow read holds up only its own worker.
+  // The error reported is the first in object order.
   Status Flush() {
     if (pending_.empty()) return Status::OK();
     pending_runs_ = 0;
-    std::future<Status> verifying;
-    for (size_t first = 0; first < pending_.size();) {
-      size_t last = first;
-      uint64_t bytes = 0;
-      // Unverified (a checkpoint): nothing to overlap, one request.
-      while (last < pending_.size() && (bytes < kPipelineBytes || !verified_)) {
-        bytes += pending_[last++].length;
+    std::vector<size_t> starts = {0};  // group g: [starts[g], starts[g + 1])
+    uint64_t bytes = 0;
+    for (size_t i = 0; i + 1 < pending_.size(); ++i) {
+      bytes += pending_[i].length;
+      if (bytes >= kPipelineBytes) {
+        starts.push_back(i + 1);
+        bytes = 0;
       }
-      std::vector<ReadRange> group(pending_.begin() + first,
-                                   pending_.begin() + last);
-      first = last;
-      Status st = Read(group, report_);
-      RESHARD_RETURN_NOT_OK(Join(&verifying, st));
-      if (!verified_) continue;
-      verifying = std::async(std::launch::async, [this, g = std::move(group)] {
-        for (const ReadRange& r : g) {
-          RESHARD_RETURN_NOT_OK(
-              Verify(r.offset, static_cast<const uint8_t*>(r.dest), r.length));
-        }
-        return Status::OK();
-      });
     }
+    starts.push_back(pending_.size());
+    std::array<LoadReport, 2> stats;  // per worker, added up below
+    Status st = ForEachClaimedUntilError(
+        starts.size() - 1, 2, [&](size_t g, unsigned worker) {
+          const std::vector<ReadRange> group(pending_.begin() + starts[g],
+                                             pending_.begin() + starts[g + 1]);
+          RESHARD_RETURN_NOT_OK(Read(group, &stats[worker]));
+          if (!verified_) return Status::OK();
+          for (const ReadRange& r : group) {
+            RESHARD_RETURN_NOT_OK(VerifyChunks(
+                *sums_, r.offset, static_cast<const uint8_t*>(r.dest), r.length,
+                *key_, *fid_, &stats[worker].chunks_verified));
+          }
+          return Status::OK();
+        });
     pending_.clear();
-    return Join(&verifying, Status::OK());
+    for (const LoadReport& w : stats) {
+      report_->read_requests += w.read_requests;
+      report_->ranges += w.ranges;
+      report_->bytes_read += w.bytes_read;
+      report_->chunks_verified += w.chunks_verified;
+    }
+    return st;
   }
 
   Status Verify(uint64_t offset, const uint8_t* data, uint64_t n) {

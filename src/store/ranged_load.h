@@ -6,7 +6,9 @@
 //
 // Per stored fragment, regions whose both sides are contiguous are read
 // directly into the target (whole checksum chunks; the partial chunks at
-// their edges through a one-chunk buffer). A contiguous region whose
+// their edges through a one-chunk buffer), in groups of a few MiB that two
+// threads claim in turn, each verifying its group right after reading it
+// (both cores copy out of the page cache). A contiguous region whose
 // source bytes another direct region of the same load already reads is
 // copied from that region's target instead of read again (TP-replicated
 // norms, DP replicas). Strided regions are served by one sequential sweep

@@ -485,6 +485,61 @@ TEST_P(WeightStoreRoundTripTest, StagedWindowsSharedByTwoThreads) {
             "");
 }
 
+// A contiguous load larger than one direct read group: the groups are
+// shared by two threads, every byte is read and verified once, and of two
+// corrupt chunks the first in the object is the one reported, whichever
+// thread finds its chunk first.
+TEST_P(WeightStoreRoundTripTest, DirectReadGroupsSharedByTwoThreads) {
+  auto layout = [](int64_t tp) {
+    auto d = testing::GridDraft({.tp = tp});
+    testing::AddTensor(&d, {.tensor_id = "w",
+                            .shape = {32, 4096, 128},
+                            .dtype = "uint8",
+                            .itemsize = 1,
+                            .tp_dim = 0});
+    return Build(d);
+  };
+  const uint64_t model = 32 * 4096 * 128;  // 16 MiB, one stored object
+  const uint64_t chunk = 64 << 10;
+  const WeightStoreOptions options{.chunk_bytes = chunk};
+  const LoadReport r = RoundTrip(layout(1), layout(4), options);
+  EXPECT_EQ(r.bytes, model);
+  EXPECT_EQ(r.bytes_read, model);
+  EXPECT_EQ(r.bytes_copied, 0u);
+  EXPECT_EQ(r.chunks_verified, model / chunk);
+  EXPECT_GE(r.read_requests, 2u);
+  TestStore dir;
+  WeightStore store = dir.Open(options);
+  const Side src = SourceSide(layout(1));
+  const auto plan = Must(UploadAndCommit(store, src));
+  const auto manifest =
+      Must(store.ReadManifest(plan.manifest().manifest_key()));
+  ASSERT_EQ(manifest.fragments().size(), 1u);
+  const StoredFragment& f = manifest.fragments().front();
+  auto mismatch = [&](uint64_t pos) {
+    const uint64_t c = pos / chunk * chunk;
+    return "checksum mismatch in stored fragment " + f.stored_fragment_id +
+           " (object " + f.object_key + ") at bytes [" + std::to_string(c) +
+           ", " + std::to_string(c + chunk) + ")";
+  };
+  const uint64_t base = f.object_offset;
+  for (const auto& flips : std::vector<std::vector<uint64_t>>{
+           {model - 100},                      // the last chunk only
+           {5 << 20, model - 100},             // a middle one, the last
+           {100, model / 2 + 7, model - 100},  // the first of three
+           {(4 << 20) + 1, (4 << 20) + 2}}) {  // one chunk, twice
+    for (uint64_t at : flips) dir.FlipByte(f.object_key, base + at);
+    Side dst = TargetSide(layout(4));
+    auto loaded = store.Load(manifest, layout(4), dst.buffers.bindings);
+    EXPECT_THAT(loaded, StatusIs(StatusCode::kDataLoss,
+                                 HasSubstr(mismatch(base + flips.front()))));
+    for (uint64_t at : flips) dir.FlipByte(f.object_key, base + at);
+  }
+  Side dst = TargetSide(layout(4));
+  ASSERT_OK(store.Load(manifest, layout(4), dst.buffers.bindings));
+  EXPECT_EQ(internal::VerifyPattern(layout(4), dst.tensors, dst.buffers), "");
+}
+
 // Replicas of the stored tiling (three DP ranks, the TP-replicated norm on
 // every TP rank) are read once and copied: the load reads the model once.
 TEST_P(WeightStoreRoundTripTest, ReplicatedTargetsReadEachStoredByteOnce) {
