@@ -147,7 +147,9 @@ def store_rows(results):
             f"store load {gib:.0f} GiB, {case}, {cache} ({len(rs)} runs; "
             f"RSS growth up to {rss:.0f} MiB)",
             f"median {gbps:.2f} GB/s",
-            f"sequential read of the payload files, median {base:.2f} GB/s",
+            f"sequential read of the payload files (mean of one read "
+            f"right before and one right after each load), median "
+            f"{base:.2f} GB/s",
             f"{ratios[0]:.2f}x / {med:.2f}x / {ratios[-1]:.2f}x "
             "(min / median / max)", f">= {target}x (median)",
             verdict(shown(med) >= target)])

@@ -4,13 +4,15 @@
 // write of the same number of bytes (upload) and a plain sequential read
 // of the payload files themselves right before each load, in the same run.
 // Every load runs `--runs` times cold (pages dropped with posix_fadvise
-// after a sync, for the load and for its baseline read) and as often warm
-// (the files in the page cache); the table shows each run and the
-// min/median/max ratio. Also reports how much the resident set grew during
-// each load (the staging bound).
+// after a sync, before the load and before each baseline read) and as
+// often warm (the files in the page cache); each run's baseline is the
+// mean of a read right before and one right after the load. The table
+// shows each run and the min/median/max ratio. Also reports how much the
+// resident set grew during each load (the staging bound).
 //
 // Usage: reshard_bench_store [--d0 N] [--runs N] [--dir PATH]
 //                            [--min-scatter-bytes N] [--window-bytes N]
+//                            [--case contiguous|strided] [--cache cold|warm]
 //                            [--json]
 //
 // --json prints one JSON object per line instead of the table: the upload
@@ -158,6 +160,8 @@ struct Args {
   uint64_t min_scatter_bytes = WeightStoreOptions().min_scatter_bytes;
   uint64_t window_bytes = WeightStoreOptions().staged_window_bytes;
   bool json = false;
+  std::string only_case;   // "contiguous" or "strided"; empty: both
+  std::string only_cache;  // "cold" or "warm"; empty: both
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -173,6 +177,10 @@ Args ParseArgs(int argc, char** argv) {
       a.min_scatter_bytes = std::strtoull(argv[++i], nullptr, 10);
     } else if (!std::strcmp(argv[i], "--window-bytes") && i + 1 < argc) {
       a.window_bytes = std::strtoull(argv[++i], nullptr, 10);
+    } else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
+      a.only_case = argv[++i];
+    } else if (!std::strcmp(argv[i], "--cache") && i + 1 < argc) {
+      a.only_cache = argv[++i];
     } else if (!std::strcmp(argv[i], "--json")) {
       a.json = true;
     }
@@ -240,23 +248,24 @@ struct Case {
   int64_t tp, dim;
 };
 
-// One timed load and its baseline read of the payload files, both cold or
-// both warm; prints one row and returns the ratio.
+// One timed load bracketed by two baseline reads of the payload files
+// (one right before, one right after), all cold or all warm; prints one
+// row and returns the ratio to the mean of the two reads. The device's
+// speed drifts over seconds (cold reads of one file here range from 0.4 to
+// 1.7 GB/s), so a single baseline read on one side of the load can favour
+// either; the bracket measures the device at the time of the load.
 Result<double> LoadOnce(const Args& a, uint64_t bytes, WeightStore& store,
                         const StoredWeightManifest& manifest,
                         const WeightPlacementManifest& dst,
-                        const internal::HostBuffers& tb, bool cold, bool odd,
+                        const internal::HostBuffers& tb, bool cold,
                         const std::string& label, const Case& c, int run) {
   std::vector<uint8_t> scratch(bytes + (64 << 20));
   std::memset(scratch.data(), 0, scratch.size());
-  double read_gbps = 0;
   auto baseline = [&] {
     if (cold) DropCache(a.dir);
-    read_gbps = ReadPayloadFiles(a.dir + "/store", scratch);
+    return ReadPayloadFiles(a.dir + "/store", scratch);
   };
-  // The baseline goes first in odd runs and last in even ones, so that a
-  // device that slows down (or speeds up) over a run favours neither.
-  if (odd) baseline();
+  const double before_gbps = baseline();
   if (cold) DropCache(a.dir);
   Result<LoadReport> r = Status::Internal("not run");
   double load = 0;
@@ -266,7 +275,7 @@ Result<double> LoadOnce(const Args& a, uint64_t bytes, WeightStore& store,
     load = Since(t0);
   });
   RESHARD_RETURN_NOT_OK(r.status());
-  if (!odd) baseline();
+  const double read_gbps = (before_gbps + baseline()) / 2;
   const double ratio = bytes / load / 1e9 / read_gbps;
   if (a.json) {
     std::printf(
@@ -296,14 +305,17 @@ Status LoadCase(const Args& a, uint64_t bytes, WeightStore& store,
     std::memset(tb.data.at(f->placement_fragment_id()), 0, f->nbytes());
   }
   for (const bool cold : {true, false}) {
+    if (!a.only_cache.empty() && a.only_cache != (cold ? "cold" : "warm")) {
+      continue;
+    }
     std::vector<double> ratios;
     for (int run = 1; run <= a.runs; ++run) {
       const std::string label = std::string(c.name) +
                                 (cold ? ", cold" : ", warm") + " " +
                                 std::to_string(run);
       RESHARD_ASSIGN_OR_RETURN(
-          double ratio, LoadOnce(a, bytes, store, manifest, dst, tb, cold,
-                                 run % 2 == 1, label, c, run));
+          double ratio,
+          LoadOnce(a, bytes, store, manifest, dst, tb, cold, label, c, run));
       ratios.push_back(ratio);
     }
     std::sort(ratios.begin(), ratios.end());
@@ -345,6 +357,11 @@ Status Run(const Args& a) {
   }
   for (const Case& c : {Case{"load as TP8 dim 0 (contiguous)", 8, 0},
                         Case{"load as TP4 dim 2 (strided)", 4, 2}}) {
+    if (!a.only_case.empty() &&
+        std::string(c.name).find("(" + a.only_case + ")") ==
+            std::string::npos) {
+      continue;
+    }
     RESHARD_RETURN_NOT_OK(LoadCase(a, bytes, store, up.manifest, c));
   }
   fs::remove_all(a.dir, ec);
