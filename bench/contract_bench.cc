@@ -88,6 +88,36 @@ reshard::Result<reshard::WeightPlacementManifest> BuildPlacement(int layers) {
   return draft.Build();
 }
 
+// Best times of `repeat` decodes of `wire`, each timed from the bytes to
+// the returned manifest. Freeing the manifest afterwards is the caller's (a
+// process keeps it while it reshards) and is timed on its own, as the
+// parse's DOM is never freed between parses (the parser keeps it).
+struct PipelineTimes {
+  double decode = 1e30;
+  double free = 1e30;
+  std::string placement_id;
+};
+
+PipelineTimes TimePipeline(const std::string& wire, int repeat) {
+  PipelineTimes out;
+  for (int i = 0; i < repeat; ++i) {
+    const auto t0 = Clock::now();
+    std::optional<reshard::Result<reshard::WeightPlacementManifest>> m(
+        reshard::WeightPlacementFromJson(wire));
+    const auto t1 = Clock::now();
+    if (!m->ok()) {
+      std::fprintf(stderr, "%s\n", m->status().ToString().c_str());
+      std::abort();
+    }
+    out.placement_id = (*m)->placement_id();
+    const auto t2 = Clock::now();
+    m.reset();
+    out.decode = std::min(out.decode, Seconds(t0, t1));
+    out.free = std::min(out.free, Seconds(t2, Clock::now()));
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,31 +148,13 @@ int main(int argc, char** argv) {
     auto doc = parser.parse(padded);
     if (doc.error()) std::abort();
   });
-  std::string placement_id;
   // The pipeline's own peak: resident set at its peak during the timed
   // runs, less the resident set before them (wire and generator).
   const uint64_t rss_before_kib = StatusKib("VmRSS");
   const bool peak_known = ResetPeakRss();
-  // Timed from the bytes to the returned manifest. Freeing the manifest
-  // afterwards is the caller's (a process keeps it while it reshards) and
-  // is timed on its own, as the parse's DOM is never freed between parses
-  // (the parser keeps it).
-  double pipeline_s = 1e30, free_s = 1e30;
-  for (int i = 0; i < repeat; ++i) {
-    const auto t0 = Clock::now();
-    std::optional<reshard::Result<reshard::WeightPlacementManifest>> m(
-        reshard::WeightPlacementFromJson(wire));
-    const auto t1 = Clock::now();
-    if (!m->ok()) {
-      std::fprintf(stderr, "%s\n", m->status().ToString().c_str());
-      std::abort();
-    }
-    placement_id = (*m)->placement_id();
-    const auto t2 = Clock::now();
-    m.reset();
-    pipeline_s = std::min(pipeline_s, Seconds(t0, t1));
-    free_s = std::min(free_s, Seconds(t2, Clock::now()));
-  }
+  const PipelineTimes times = TimePipeline(wire, repeat);
+  const double pipeline_s = times.decode, free_s = times.free;
+  const std::string& placement_id = times.placement_id;
   if (placement_id != built->placement_id()) {
     std::fprintf(stderr, "identity mismatch\n");
     return 1;

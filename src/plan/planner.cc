@@ -109,7 +109,9 @@ struct SourceBox {
 };
 // Boxes of one tensor indexed for interval queries along one dimension:
 // sorted by begin, with a running maximum of ends, so a query visits only
-// boxes whose begin lies before the query's end.
+// boxes whose begin lies before the query's end. The sorted boxes'
+// coordinates are kept side by side, so a query reads one small array
+// rather than chasing each box to its fragment.
 class BoxIndex {
  public:
   // `boxes` must outlive the index.
@@ -139,10 +141,19 @@ class BoxIndex {
       m = std::max(m, (*boxes_[i]->offset)[dim_] + (*boxes_[i]->shape)[dim_]);
       max_end_[i] = m;
     }
+    ndim_ = ndim;
+    coords_.assign(boxes_.size() * 2 * ndim, 0);
+    for (size_t i = 0; i < boxes_.size(); ++i) {
+      int64_t* c = &coords_[i * 2 * ndim];
+      for (size_t d = 0; d < ndim; ++d) {
+        c[2 * d] = (*boxes_[i]->offset)[d];
+        c[2 * d + 1] = (*boxes_[i]->offset)[d] + (*boxes_[i]->shape)[d];
+      }
+    }
   }
 
   // Calls f(box) for every box intersecting [offset, offset + shape)
-  // (`ndim` coordinates each).
+  // (`ndim` coordinates each, the index's).
   template <typename F>
   void Query(const int64_t* offset, const int64_t* shape, size_t ndim,
              F&& f) const {
@@ -150,21 +161,23 @@ class BoxIndex {
     const int64_t b = a + shape[dim_];
     size_t i = std::upper_bound(max_end_.begin(), max_end_.end(), a) -
                max_end_.begin();
-    for (; i < boxes_.size() && (*boxes_[i]->offset)[dim_] < b; ++i) {
-      const SourceBox& box = *boxes_[i];
+    for (; i < boxes_.size(); ++i) {
+      const int64_t* c = &coords_[i * 2 * ndim_];  // [begin, end) per dim
+      if (c[2 * dim_] >= b) break;
       bool hit = true;
       for (size_t d = 0; d < ndim && hit; ++d) {
-        hit = (*box.offset)[d] < offset[d] + shape[d] &&
-              offset[d] < (*box.offset)[d] + (*box.shape)[d];
+        hit = c[2 * d] < offset[d] + shape[d] && offset[d] < c[2 * d + 1];
       }
-      if (hit) f(box);
+      if (hit) f(*boxes_[i]);
     }
   }
 
  private:
   std::vector<const SourceBox*> boxes_;
   std::vector<int64_t> max_end_;
+  std::vector<int64_t> coords_;
   size_t dim_ = 0;
+  size_t ndim_ = 0;
 };
 
 Status CheckCompatible(const TensorDescriptor& s, const TensorDescriptor& t) {
@@ -249,8 +262,44 @@ void AssignOrderFromManifest(const WeightPlacementManifest& m,
 }
 
 // Source fragments of one tensor by (owner, replica) cover group, each a
-// complete cover (the contract guarantees it), in group key order.
+// complete cover (the contract guarantees it), in group key order. A group
+// holds positions in the tensor's fragment list, not table indices.
 using CoverGroups = std::map<AxisKey, std::vector<uint32_t>>;
+
+// The boxes of one tensor's source fragments, side by side: position p's
+// offset is at(p)[0, ndim), its shape at(p)[ndim, 2 * ndim). Sorting and
+// comparing a tensor's boxes then reads this one small array instead of
+// fragments spread over the whole table (one cache miss per fragment
+// instead of one per comparison).
+class TensorBoxes {
+ public:
+  TensorBoxes(const std::vector<uint32_t>& frags,
+              const std::vector<PlanFragment>& table, size_t ndim)
+      : width_(2 * ndim), values_(frags.size() * width_, 0) {
+    for (size_t p = 0; p < frags.size(); ++p) {
+      const PlanFragment& f = table[frags[p]];
+      int64_t* v = &values_[p * width_];
+      std::copy_n(f.global_offset.begin(),
+                  std::min(f.global_offset.size(), ndim), v);
+      std::copy_n(f.local_shape.begin(), std::min(f.local_shape.size(), ndim),
+                  v + ndim);
+    }
+  }
+  // (offset, shape) order, as std::tie(global_offset, local_shape) compares
+  // fragments of one tensor.
+  bool Less(uint32_t a, uint32_t b) const {
+    return std::lexicographical_compare(at(a), at(a) + width_, at(b),
+                                        at(b) + width_);
+  }
+  bool Same(uint32_t a, uint32_t b) const {
+    return std::equal(at(a), at(a) + width_, at(b));
+  }
+
+ private:
+  const int64_t* at(uint32_t p) const { return &values_[p * width_]; }
+  size_t width_;
+  std::vector<int64_t> values_;
+};
 
 // Groups the source fragments `frags` of tensor `t` into cover groups.
 // DP ownership is ambiguous when more than one DP rank owns the tensor
@@ -259,10 +308,20 @@ Result<CoverGroups> GroupCovers(const TensorDescriptor& t,
                                 const std::vector<uint32_t>& frags,
                                 const std::vector<PlanFragment>& table) {
   CoverGroups groups;
-  for (uint32_t i : frags) {
-    groups[Project(table[i].rank, t, AxisSemantics::kOwnership,
+  // A tensor's fragments lie spread over the table: start the misses of
+  // the fragments a few steps ahead (their rank and box, which
+  // TensorBoxes reads next).
+  constexpr uint32_t kAhead = 8;
+  for (uint32_t p = 0; p < frags.size(); ++p) {
+    if (p + kAhead < frags.size()) {
+      const PlanFragment& ahead = table[frags[p + kAhead]];
+      __builtin_prefetch(&ahead.rank);
+      __builtin_prefetch(&ahead.global_offset);
+      __builtin_prefetch(&ahead.local_shape);
+    }
+    groups[Project(table[frags[p]].rank, t, AxisSemantics::kOwnership,
                    AxisSemantics::kReplicated)]
-        .push_back(i);
+        .push_back(p);
   }
   const ParallelAxis* dp = t.FindAxis(AxisKind::kDp);
   auto owners_differ = [&] {
@@ -291,25 +350,19 @@ struct TilingClass {
 // Sorts each group's boxes and collects the groups into tiling classes,
 // in order of each class's first group.
 std::vector<TilingClass> GroupByTiling(CoverGroups* groups,
-                                       const std::vector<PlanFragment>& table) {
-  auto box_less = [&](uint32_t a, uint32_t b) {
-    return std::tie(table[a].global_offset, table[a].local_shape) <
-           std::tie(table[b].global_offset, table[b].local_shape);
-  };
+                                       const TensorBoxes& boxes) {
   auto same_tiling = [&](const std::vector<uint32_t>& a,
                          const std::vector<uint32_t>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i) {
-      if (table[a[i]].global_offset != table[b[i]].global_offset ||
-          table[a[i]].local_shape != table[b[i]].local_shape) {
-        return false;
-      }
+      if (!boxes.Same(a[i], b[i])) return false;
     }
     return true;
   };
   std::vector<TilingClass> classes;
   for (auto& [key, g] : *groups) {
-    std::sort(g.begin(), g.end(), box_less);
+    std::sort(g.begin(), g.end(),
+              [&](uint32_t a, uint32_t b) { return boxes.Less(a, b); });
     size_t c = 0;
     while (c < classes.size() && !same_tiling(*classes[c].first, g)) ++c;
     if (c == classes.size()) classes.push_back({&g, {}});
@@ -318,17 +371,19 @@ std::vector<TilingClass> GroupByTiling(CoverGroups* groups,
   return classes;
 }
 
-// The boxes of tiling class `tiling`, each with its members (one per group
-// of the class) in rank order (dp, pp, ep, tp), then fragment id order.
+// The boxes of tiling class `tiling` (positions in `frags`), each with its
+// members (one per group of the class) in rank order (dp, pp, ep, tp),
+// then fragment id order.
 std::vector<SourceBox> ChooseReplicas(const TilingClass& tiling,
+                                      const std::vector<uint32_t>& frags,
                                       const std::vector<PlanFragment>& table) {
   std::vector<SourceBox> boxes;
   const auto& first = *tiling.first;
   boxes.reserve(first.size());
   for (size_t i = 0; i < first.size(); ++i) {
-    SourceBox box{
-        &table[first[i]].global_offset, &table[first[i]].local_shape, {}};
-    for (const auto* g : tiling.groups) box.members.push_back((*g)[i]);
+    const PlanFragment& f = table[frags[first[i]]];
+    SourceBox box{&f.global_offset, &f.local_shape, {}};
+    for (const auto* g : tiling.groups) box.members.push_back(frags[(*g)[i]]);
     std::sort(box.members.begin(), box.members.end(), [&](auto a, auto b) {
       return std::tie(table[a].rank, table[a].fragment_id) <
              std::tie(table[b].rank, table[b].fragment_id);
@@ -345,12 +400,13 @@ Result<std::vector<SourceBox>> SourceTiling(
     const TensorDescriptor& t, const std::vector<uint32_t>& frags,
     const std::vector<PlanFragment>& table) {
   RESHARD_ASSIGN_OR_RETURN(CoverGroups groups, GroupCovers(t, frags, table));
-  const std::vector<TilingClass> classes = GroupByTiling(&groups, table);
+  const TensorBoxes boxes(frags, table, t.ndim());
+  const std::vector<TilingClass> classes = GroupByTiling(&groups, boxes);
   size_t best = 0;
   for (size_t c = 1; c < classes.size(); ++c) {
     if (classes[c].groups.size() > classes[best].groups.size()) best = c;
   }
-  return ChooseReplicas(classes[best], table);
+  return ChooseReplicas(classes[best], frags, table);
 }
 
 // The region where target fragment `tf` (index `ti`) meets source box
@@ -659,7 +715,14 @@ Status Planner::IntersectTensor(uint32_t t) {
   const auto itemsize = static_cast<uint64_t>(desc.itemsize());
   auto& regions = impl_->regions;
   const size_t ndim = desc.ndim();
-  for (uint32_t ti : target_by_tensor_[t]) {
+  const std::vector<uint32_t>& targets = target_by_tensor_[t];
+  for (size_t k = 0; k < targets.size(); ++k) {
+    // The tensor's targets lie spread over the compact columns too.
+    if (k + 8 < targets.size()) {
+      __builtin_prefetch(&target_box_[targets[k + 8] * 2 * box_dims_]);
+      __builtin_prefetch(&target_nbytes_[targets[k + 8]]);
+    }
+    const uint32_t ti = targets[k];
     const int64_t* offset = &target_box_[ti * 2 * box_dims_];
     const int64_t* shape = offset + box_dims_;
     uint64_t covered = 0;
@@ -750,7 +813,18 @@ void Planner::Balance() {
 void Planner::ComputeGeometry() {
   const auto& sfr = impl_->source_fragments;
   const auto& tfr = impl_->target_fragments;
-  for (auto& r : impl_->regions) {
+  auto& regions = impl_->regions;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    // Regions reach their fragments in random order: start the boxes'
+    // misses a few regions ahead.
+    if (i + 8 < regions.size()) {
+      const TransferRegion& ahead = regions[i + 8];
+      __builtin_prefetch(&sfr[ahead.source_fragment].global_offset);
+      __builtin_prefetch(&sfr[ahead.source_fragment].local_shape);
+      __builtin_prefetch(&tfr[ahead.target_fragment].global_offset);
+      __builtin_prefetch(&tfr[ahead.target_fragment].local_shape);
+    }
+    TransferRegion& r = regions[i];
     const PlanFragment& sf = sfr[r.source_fragment];
     const PlanFragment& tf = tfr[r.target_fragment];
     RegionGeometry g = ComputeRegionGeometry(
@@ -812,6 +886,8 @@ void Planner::SortRegions() {
     uint32_t p = start;
     while (from[p] != start) {
       const uint32_t q = from[p];
+      // The next region to move is a random one: start its miss now.
+      __builtin_prefetch(&regions[from[q]]);
       regions[p] = std::move(regions[q]);
       from[p] = p;
       p = q;
@@ -874,7 +950,15 @@ void Planner::AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes) {
   PlanSummary& sum = impl_->summary;
   RouteKey last_route{-2, -2, -2, -2};
   std::pair<uint64_t, uint64_t>* route = nullptr;
-  for (const auto& r : impl_->regions) {
+  const auto& regions = impl_->regions;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    if (i + 8 < regions.size()) {  // random columns: start their misses
+      const TransferRegion& ahead = regions[i + 8];
+      __builtin_prefetch(&source_route[ahead.source_fragment]);
+      __builtin_prefetch(&target[ahead.target_fragment]);
+      __builtin_prefetch(&source_participant_[ahead.source_fragment]);
+    }
+    const TransferRegion& r = regions[i];
     const auto& [source_pp, source_stage] = source_route[r.source_fragment];
     const TargetColumns& tf = target[r.target_fragment];
     impl_->target_bytes[tf.participant] += r.bytes;
