@@ -40,21 +40,33 @@ TEST(ClaimedRunsTest, EveryRunOnceOnAtMostTheWorkersAsked) {
 }
 
 TEST(ClaimedRunsTest, SlowWorkerTakesFewerRuns) {
-  // Worker 0 (the caller) sleeps on its first run; the helper takes the
-  // others meanwhile, so the total is far below a fixed half split.
-  std::vector<unsigned> owner(40, 99);
-  ForEachClaimed(owner.size(), 2, [&](size_t r, unsigned worker) {
+  // Whichever worker claims run 0 stalls there until the other has taken
+  // every other run (or 10 s pass), so it takes that one run only; a
+  // fixed half split would have given it 20.
+  constexpr size_t kRuns = 40;
+  std::vector<unsigned> owner(kRuns, 99);
+  std::atomic<size_t> others{0};
+  ForEachClaimed(kRuns, 2, [&](size_t r, unsigned worker) {
     owner[r] = worker;
-    if (worker == 0 && r == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (r != 0) {
+      ++others;
+      return;
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (others.load() < kRuns - 1 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
-  size_t by_caller = 0;
+  const unsigned slow = owner[0];
+  ASSERT_LT(slow, 2u);
+  size_t by_slow = 0;
   for (unsigned w : owner) {
     ASSERT_LT(w, 2u);
-    by_caller += w == 0;
+    by_slow += w == slow;
   }
-  EXPECT_LT(by_caller, owner.size() / 2);
+  EXPECT_EQ(by_slow, 1u);
 }
 
 TEST(ClaimedRunsTest, WorkerStateNeedsNoLock) {
