@@ -74,6 +74,16 @@ Status Join(std::future<Status>* pending, Status st) {
   return st.ok() ? helper : st;
 }
 
+// Adds what a worker counted in its own LoadReport (reads, checksums,
+// copies) to the load's report, once the worker has finished.
+void AddWorkerCounts(const LoadReport& worker, LoadReport* report) {
+  report->read_requests += worker.read_requests;
+  report->ranges += worker.ranges;
+  report->bytes_read += worker.bytes_read;
+  report->chunks_verified += worker.chunks_verified;
+  report->bytes_copied += worker.bytes_copied;
+}
+
 // Windows smaller than this are copied out on the reading thread.
 constexpr uint64_t kAsyncCopyBytes = uint64_t{1} << 20;
 
@@ -228,12 +238,7 @@ class Loader {
           return Status::OK();
         });
     pending_.clear();
-    for (const LoadReport& w : stats) {
-      report_->read_requests += w.read_requests;
-      report_->ranges += w.ranges;
-      report_->bytes_read += w.bytes_read;
-      report_->chunks_verified += w.chunks_verified;
-    }
+    for (const LoadReport& w : stats) AddWorkerCounts(w, report_);
     return st;
   }
 
@@ -464,11 +469,7 @@ class Loader {
     }
     if (!st.ok()) queue.Fail(st);
     helper.join();
-    report_->read_requests += helper_stats_.read_requests;
-    report_->ranges += helper_stats_.ranges;
-    report_->bytes_read += helper_stats_.bytes_read;
-    report_->chunks_verified += helper_stats_.chunks_verified;
-    report_->bytes_copied += helper_stats_.bytes_copied;
+    AddWorkerCounts(helper_stats_, report_);
     helper_stats_ = LoadReport();
     return st.ok() ? queue.error() : st;
   }
