@@ -146,6 +146,16 @@ class TensorDescriptor {
   std::shared_ptr<const TensorDescriptorSpec> s_;
 };
 
+// The first field in which two descriptors of one tensor differ, with both
+// values labelled by `a_side` and `b_side`, e.g. "dtype bfloat16 (source)
+// vs float16 (target)"; empty when they are equal. Fields are compared in
+// the order tensor_id, global_shape, dtype, itemsize, layer_id, expert_id,
+// layout_fingerprint, shard_dims, parallel_axes.
+std::string DescribeDescriptorDifference(const TensorDescriptor& a,
+                                         const TensorDescriptor& b,
+                                         std::string_view a_side,
+                                         std::string_view b_side);
+
 // Plain input of PlacementFragment::Make.
 struct PlacementFragmentSpec {
   std::string tensor_id;
@@ -349,6 +359,14 @@ class WeightPlacementManifest {
       : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
+
+// `placement` at another revision and weight generation of its resource:
+// every part's header changed alike, topology, tensors and fragments as
+// they are (so the placement id and digest change). The target of a load
+// of another stored revision, without building the layout again.
+Result<WeightPlacementManifest> WithRevision(
+    const WeightPlacementManifest& placement, std::string revision,
+    uint64_t weight_generation);
 
 // Canonical wire form (sorted keys, compact, ensure_ascii=True).
 std::string WeightPlacementToJson(const WeightPlacementManifest& placement);

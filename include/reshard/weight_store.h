@@ -206,6 +206,20 @@ class FragmentReader {
   virtual Status Read(const PlacementFragment& fragment, void* dest) = 0;
 };
 
+// One process's part of an upload whose source participants are spread
+// over several processes (WeightStore::UploadShare).
+struct ShareUploadOptions {
+  // Names the upload attempt: the same in every process of the upload and
+  // new for each attempt (a retry after a failure needs a new id). The
+  // transaction id is derived from it and the placement id.
+  std::string upload_id;
+  int rank = 0;   // this process; rank 0 coordinates (prepares, commits)
+  int ranks = 1;  // processes taking part
+  // How long a process waits for the others at each step.
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds poll_interval{20};
+};
+
 class WeightStore {
  public:
   static Result<WeightStore> Open(std::string_view uri,
@@ -243,6 +257,25 @@ class WeightStore {
   Result<std::vector<UploadReceipt>> GatherReceipts(const UploadPlan& plan);
   Status Abort(const UploadPlan& plan);
 
+  // The multi-process protocol above with the processes meeting in the
+  // store itself (docs/store-format.md, "Uploads from several processes").
+  // Every process calls it with the same placement and options.upload_id,
+  // its own rank and its own bindings (any of the placement's
+  // participants, none for a process that holds nothing): each publishes
+  // its bindings (transactions/<txn>/shares/<rank>); rank 0 prepares from
+  // all of them and publishes the plan; each uploads the fragments the
+  // plan assigns to its participants and publishes its receipts; rank 0
+  // gathers and commits. Returns the committed manifest in every process,
+  // once it is published. A process that fails records why
+  // (transactions/<txn>/failed/<rank>); rank 0 then aborts and every
+  // process fails naming that rank and its error. Waiting longer than
+  // options.timeout at any step is DeadlineExceeded naming the ranks
+  // waited for.
+  Result<StoredWeightManifest> UploadShare(
+      const WeightPlacementManifest& source,
+      const std::vector<WeightRuntimeBindingManifest>& bindings,
+      const ShareUploadOptions& options);
+
   // Imports from a FragmentReader instead of live memory. PrepareImport
   // plans one stored fragment per box of the source's lowest DP replica,
   // written by the participant holding it (fenced by the plan alone: the
@@ -271,6 +304,10 @@ class WeightStore {
   // Every revision under the key prefix; a manifest that cannot be read is
   // listed as CORRUPT (with its error), not an error of the listing.
   Result<std::vector<RevisionInfo>> List();
+  // The manifest keys of `resource_id`'s published revisions in this
+  // namespace, sorted; one listing, no manifest read (what a process
+  // waiting for a new revision polls).
+  Result<std::vector<std::string>> ManifestKeys(std::string_view resource_id);
   // Re-reads every payload of the revision and checks every checksum; an
   // error means the revision is corrupt (or unreadable).
   Result<VerifyReport> Verify(std::string_view manifest_key);
@@ -284,6 +321,12 @@ class WeightStore {
   Result<GcReport> Gc();
 
  private:
+  // PrepareUpload under a given transaction id; a started record already
+  // there (written by another process of the upload) is kept.
+  Result<UploadPlan> PrepareUploadAs(
+      const WeightPlacementManifest& source,
+      const std::vector<WeightRuntimeBindingManifest>& bindings,
+      std::string transaction_id);
   WeightStore(std::shared_ptr<ObjectStore> backend, WeightStoreOptions o)
       : backend_(std::move(backend)), options_(std::move(o)) {}
   std::shared_ptr<ObjectStore> backend_;

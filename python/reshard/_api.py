@@ -83,17 +83,51 @@ class WeightStore:
             chunk_bytes=chunk_bytes, lease_ttl_seconds=lease_ttl_seconds,
             gc_grace_seconds=gc_grace_seconds)
         self.uri = uri
+        # Manifest key -> (order, report) of the revisions read by wait().
+        self._seen: Dict[str, tuple] = {}
 
     def upload(self, placement: _reshard.WeightPlacementManifest,
-               tensors: Mapping) -> _reshard.StoredWeightManifest:
+               tensors: Mapping, *, rank: Optional[int] = None,
+               ranks: Optional[int] = None, upload_id: Optional[str] = None,
+               timeout: float = 600.0) -> _reshard.StoredWeightManifest:
         """Writes every fragment of `placement` from `tensors` and commits
         one revision; returns its manifest (``.manifest_key``). A failure
-        aborts the upload: nothing is published."""
+        aborts the upload: nothing is published.
+
+        With `rank` and `ranks`, the revision is uploaded by `ranks`
+        processes together, each passing its own share of the tensors (the
+        participants it holds; none is fine) and the same `placement` and
+        `upload_id` (default: the placement's revision; a retry after a
+        failure needs a new one). The processes meet in the store: rank 0
+        plans from every rank's bindings and commits once every rank wrote
+        its fragments; every process returns the committed manifest. A
+        process that fails makes the others fail naming it; a process that
+        never arrives makes the others raise ``UnavailableError`` after
+        `timeout` seconds, naming the ranks waited for.
+        """
+        if (rank is None) != (ranks is None):
+            raise _reshard.InvalidArgumentError(
+                "upload: give both rank and ranks, or neither")
         addresses, keep = fragment_views(placement, tensors, "upload source",
                                          False)
-        manifest = self._store.upload_buffers(placement, addresses)
-        del keep
-        return manifest
+        try:
+            if ranks is None:
+                return self._store.upload_buffers(placement, addresses)
+            options = dict(instance_id=_default_instance(),
+                           lease_id="upload", worker_id=f"rank-{rank}")
+            return self._store.upload_share_buffers(
+                placement, addresses,
+                upload_id=upload_id or placement.revision, rank=rank,
+                ranks=ranks, timeout_ms=int(timeout * 1000), options=options)
+        except _reshard.FailedPreconditionError as error:
+            if ranks is None and "no complete generation-consistent" in str(
+                    error):
+                raise _reshard.FailedPreconditionError(
+                    f"{error}; a process holding only its share uploads it "
+                    "with upload(..., rank=r, ranks=n)") from None
+            raise
+        finally:
+            del keep
 
     def load(self, manifest: Union[str, _reshard.StoredWeightManifest],
              target: _reshard.WeightPlacementManifest,
@@ -107,6 +141,86 @@ class WeightStore:
 
     def read_manifest(self, manifest_key: str) -> _reshard.StoredWeightManifest:
         return self._store.read_manifest(manifest_key)
+
+    def _newest(self, resource: str, after) -> Optional[Report]:
+        """The newest published revision of `resource` newer than `after`
+        (a (weight_generation, created_at) key), or None."""
+        best = None
+        for key in self._store.manifest_keys(resource):
+            seen = self._seen.get(key)
+            if seen is None:
+                try:
+                    m = self._store.read_manifest(key)
+                except _reshard.NotFoundError:  # removed meanwhile
+                    continue
+                seen = self._seen[key] = (
+                    (m.weight_generation, m.created_at),
+                    Report(manifest_key=key, resource_id=m.resource_id,
+                           revision=m.revision,
+                           weight_generation=m.weight_generation,
+                           created_at=m.created_at, manifest=m))
+            order, info = seen
+            if (after is None or order > after) and (
+                    best is None or order > best[0]):
+                best = (order, info)
+        return None if best is None else best[1]
+
+    def _order_of(self, resource: str, revision) -> Optional[tuple]:
+        if revision is None:
+            return None
+        if isinstance(revision, _reshard.StoredWeightManifest):
+            return (revision.weight_generation, revision.created_at)
+        if isinstance(revision, Mapping):
+            return (revision["weight_generation"], revision["created_at"])
+        self._newest(resource, None)  # reads every manifest not seen yet
+        orders = [order for key, (order, info) in self._seen.items()
+                  if info.resource_id == resource and (
+                      info.revision == revision or key == revision)]
+        if not orders:
+            raise _reshard.NotFoundError(
+                f"no published revision {revision!r} of resource "
+                f"{resource!r}")
+        return max(orders)
+
+    def wait(self, resource: str, revision=None, *,
+             timeout: Optional[float] = None,
+             poll_interval: float = 0.05) -> Report:
+        """Blocks until a revision of `resource` newer than `revision` (a
+        revision name, manifest key, ``StoredWeightManifest`` or a report
+        of ``wait``; None: any) is published, and returns the newest:
+        {manifest_key, resource_id, revision, weight_generation,
+        created_at, manifest}. Revisions are ordered by weight generation,
+        then commit time (``created_at``, in seconds): give each revision
+        a larger weight generation (the step) so that revisions committed
+        within one second are ordered too. Raises ``UnavailableError``
+        after `timeout` seconds (None: wait forever)."""
+        import time
+        after = self._order_of(resource, revision)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            found = self._newest(resource, after)
+            if found is not None:
+                return found
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _reshard.UnavailableError(
+                    f"timed out after {timeout:g} s waiting for a revision "
+                    f"of {resource!r} newer than "
+                    f"{'none' if revision is None else revision!r} in "
+                    f"{self.uri}")
+            time.sleep(poll_interval)
+
+    def revisions(self, resource: str, revision=None, *,
+                  timeout: Optional[float] = None,
+                  poll_interval: float = 0.05):
+        """Yields each newer revision of `resource` as it is published
+        (``wait`` in a loop from `revision`); a revision overtaken by a
+        newer one before it was seen is skipped. `timeout` bounds each
+        wait."""
+        while True:
+            found = self.wait(resource, revision, timeout=timeout,
+                              poll_interval=poll_interval)
+            yield found
+            revision = found
 
     def ls(self) -> list:
         """Every revision: manifest_key, resource_id, revision, state, ..."""

@@ -20,6 +20,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from reshard import _reshard
+from reshard._fused import hint_for_missing, hint_for_unknown
 
 # Placement dtype names -> (torch dtype name, numpy dtype name). The
 # placement's dtype is opaque to the planner; these are the names whose
@@ -249,7 +250,25 @@ def fragment_views(placement, tensors: Mapping, side: str,
                 raise _error(f"{side} tensors name fragment '{key}', which is "
                              "not in the placement")
             _add(out, keep, frag, value, side, writable)
+    _require_whole_participants(index, out, side)
     return out, keep
+
+
+def _require_whole_participants(index: _Index, out, side: str) -> None:
+    """Every participant given must be given all its fragments (a binding
+    covers a whole participant); a missing tensor whose fused or unfused
+    form was given says so."""
+    for participant, given in out.items():
+        tensors = index.by_participant[participant]
+        for name, frags in sorted(tensors.items()):
+            lacking = [f for f in frags if f.placement_fragment_id not in given]
+            if not lacking:
+                continue
+            given_names = {index.by_id[fid].tensor_id for fid in given}
+            hint = hint_for_missing(name, given_names)
+            raise _error(f"{side} tensors of participant '{participant}' "
+                         f"lack tensor '{name}' (fragment "
+                         f"{lacking[0].placement_fragment_id}){hint}")
 
 
 def _fragment_of(index: _Index, participant: str, name: str,
@@ -259,8 +278,9 @@ def _fragment_of(index: _Index, participant: str, name: str,
         return frag
     of_tensor = index.by_participant[participant].get(name, ())
     if not of_tensor:
+        hint = hint_for_unknown(name, index.by_participant[participant])
         raise _error(f"{side} tensor '{name}' of participant "
-                     f"'{participant}' matches no fragment of it")
+                     f"'{participant}' matches no fragment of it{hint}")
     if len(of_tensor) > 1:
         raise _error(f"{side} tensor '{name}' of participant "
                      f"'{participant}' has {len(of_tensor)} fragments; "

@@ -19,6 +19,7 @@ tensors; float8 travels in uint8/int8 tensors (bit patterns).
 from __future__ import annotations
 
 import os
+import time
 from typing import Mapping, Optional, Union
 
 from reshard import _reshard
@@ -99,17 +100,142 @@ def load(checkpoint: Checkpoint, target: _reshard.WeightPlacementManifest,
 def write(placement: _reshard.WeightPlacementManifest, tensors: Mapping,
           out_dir: Union[str, os.PathLike], *,
           max_file_bytes: int = 5_000_000_000,
-          staging_bytes: int = 64 << 20) -> Report:
+          staging_bytes: int = 64 << 20, rank: Optional[int] = None,
+          ranks: Optional[int] = None, rendezvous: Optional[str] = None,
+          timeout: float = 600.0) -> Report:
     """Writes `tensors` (every fragment of `placement`) as a sharded
     checkpoint in `out_dir` (created; an existing checkpoint there is
-    refused); returns {bytes, writes, files}."""
+    refused); returns {bytes, writes, files}.
+
+    With `rank` and `ranks`, `ranks` processes write one checkpoint
+    together, each passing its own share of the tensors (every byte is
+    written by the one participant the plan assigns it to, so the result
+    equals the one-process write byte for byte): rank 0 lays the files out,
+    every rank writes its bytes, rank 0 finishes (index last) once every
+    rank wrote, and every rank returns once the checkpoint is complete,
+    with its own bytes and writes. The processes meet in `rendezvous` (a
+    directory or ``fs://DIR`` every process sees, or a Redis URI; default:
+    ``<out_dir>/.reshard-write``, removed at the end). A rank that fails
+    makes the others fail naming it; waiting longer than `timeout` seconds
+    raises ``UnavailableError`` naming the ranks waited for.
+    """
+    if (rank is None) != (ranks is None):
+        raise _reshard.InvalidArgumentError(
+            "hf.write: give both rank and ranks, or neither")
     addresses, keep = fragment_views(placement, tensors,
                                      "checkpoint write source", False)
-    report = _reshard.write_checkpoint_buffers(
-        placement, addresses, os.fspath(out_dir),
-        max_file_bytes=max_file_bytes, staging_bytes=staging_bytes)
-    del keep
-    return Report(report)
+    out = os.fspath(out_dir)
+    try:
+        if ranks is None:
+            return Report(_reshard.write_checkpoint_buffers(
+                placement, addresses, out, max_file_bytes=max_file_bytes,
+                staging_bytes=staging_bytes))
+        return Report(_SharedWrite(placement, out, rank, ranks, rendezvous,
+                                   timeout, max_file_bytes).run(
+                                       addresses, staging_bytes))
+    finally:
+        del keep
+
+
+class _SharedWrite:
+    """One rank's part of a checkpoint written by several processes.
+
+    Records (put once, in the rendezvous): ``created`` (rank 0 laid the
+    files out), ``written/<rank>`` (a rank wrote its bytes),
+    ``failed/<rank>`` (why a rank gave up). The index file, written last by
+    rank 0, says the checkpoint is complete.
+    """
+
+    def __init__(self, placement, out_dir: str, rank: int, ranks: int,
+                 rendezvous: Optional[str], timeout: float,
+                 max_file_bytes: int) -> None:
+        if not isinstance(ranks, int) or not isinstance(rank, int) or \
+                isinstance(rank, bool) or ranks < 1 or not 0 <= rank < ranks:
+            raise _reshard.InvalidArgumentError(
+                f"hf.write: rank {rank!r} is not in [0, {ranks!r})")
+        self.placement = placement
+        self.out_dir = out_dir
+        self.rank = rank
+        self.ranks = ranks
+        self.timeout = timeout
+        self.max_file_bytes = max_file_bytes
+        self.own_rendezvous = rendezvous is None
+        self.where = rendezvous or os.path.join(out_dir, ".reshard-write")
+        if self.own_rendezvous:
+            os.makedirs(self.where, exist_ok=True)
+        self.records = _reshard.Rendezvous(self.where)
+        self.deadline = time.monotonic() + timeout
+
+    def _get(self, key: str) -> Optional[bytes]:
+        try:
+            return self.records.get(key)
+        except _reshard.Error:
+            return None  # not there (yet), or removed at the end
+
+    def _fail(self, error: BaseException) -> None:
+        try:
+            self.records.put(f"failed/{self.rank}",
+                             f"{type(error).__name__}: {error}".encode())
+        except _reshard.Error:
+            pass
+
+    def _wait(self, ready, what) -> None:
+        while not ready():
+            for r in range(self.ranks):
+                why = self._get(f"failed/{r}") if r != self.rank else None
+                if why is not None:
+                    raise _reshard.AbortedError(
+                        f"hf.write of {self.out_dir}: rank {r} failed: "
+                        f"{why.decode(errors='replace')}")
+            if time.monotonic() >= self.deadline:
+                raise _reshard.UnavailableError(
+                    f"hf.write of {self.out_dir}: timed out after "
+                    f"{self.timeout:g} s waiting for {what()}")
+            time.sleep(0.02)
+
+    def run(self, addresses, staging_bytes: int) -> dict:
+        try:
+            plan = _reshard.plan_checkpoint_write(
+                self.placement, max_file_bytes=self.max_file_bytes)
+            if self.rank == 0:
+                _reshard.create_checkpoint_files(plan, self.out_dir)
+                self.records.put("created", b"")
+            else:
+                self._wait(lambda: self._get("created") is not None,
+                           lambda: "rank 0 to lay the files out")
+            report = _reshard.write_checkpoint_fragment_buffers(
+                plan, self.placement, addresses, self.out_dir,
+                staging_bytes=staging_bytes)
+            self.records.put(f"written/{self.rank}", b"")
+            index = os.path.join(self.out_dir, "model.safetensors.index.json")
+            if self.rank == 0:
+                missing = []
+
+                def all_written() -> bool:
+                    missing[:] = [r for r in range(self.ranks)
+                                  if self._get(f"written/{r}") is None]
+                    return not missing
+
+                self._wait(all_written, lambda: "rank(s) " + ", ".join(
+                    map(str, missing)) + " to write their fragments")
+                _reshard.finish_checkpoint(plan, self.out_dir)
+                self._clean_up()
+            else:
+                self._wait(lambda: os.path.exists(index),
+                           lambda: "rank 0 to finish the checkpoint")
+        except BaseException as error:
+            self._fail(error)
+            raise
+        report["files"] = len(plan.files)
+        return report
+
+    def _clean_up(self) -> None:
+        """Removes the default rendezvous directory (every rank has written;
+        the others now wait for the index only)."""
+        if not self.own_rendezvous:
+            return
+        import shutil
+        shutil.rmtree(self.where, ignore_errors=True)
 
 
 def source(checkpoint: Checkpoint, target: _reshard.WeightPlacementManifest

@@ -553,7 +553,9 @@ def small(tp, shape=(4, 6), resource="m", revision="r1", dtype="bf16",
     (small(1, revision="r2"), "source and target revision differ"),
     (small(1, resource="n"), "source and target resource_id differ"),
     (small(1, fingerprint="col-major"), "layout mismatch for tensor w"),
-    (small(1, dtype="fp16"), "tensor descriptor mismatch: w"),
+    (small(1, dtype="fp16"),
+     r"tensor descriptor mismatch: w: dtype bf16 \(source\) vs fp16 "
+     r"\(target\)"),
 ])
 def test_planner_rejects_incompatible_targets(target, message):
     with pytest.raises(ValueError, match=message):

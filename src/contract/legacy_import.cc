@@ -258,8 +258,10 @@ Status LegacyImporter::AddEntry(Entry entry, Pending* p) {
   RESHARD_ASSIGN_OR_RETURN(auto desc, TensorDescriptor::Make(entry.tensor));
   auto [it, inserted] = tensors_.emplace(desc.tensor_id(), desc);
   if (!inserted && !(it->second == desc)) {
-    return Status::InvalidArgument("legacy tensor descriptor mismatch: " +
-                                   desc.tensor_id());
+    return Status::InvalidArgument(
+        "legacy tensor descriptor mismatch: " + desc.tensor_id() + ": " +
+        DescribeDescriptorDifference(it->second, desc, "earlier entry",
+                                     "this entry"));
   }
   RESHARD_ASSIGN_OR_RETURN(auto frag, PlacementFragment::Make(entry.fragment));
   entry.runtime.placement_fragment_id = frag.placement_fragment_id();

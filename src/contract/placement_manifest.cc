@@ -657,7 +657,10 @@ Status MatchPartsToTopology(const PlacementHeader& h,
 Result<std::vector<TensorDescriptor>> UnionTensors(
     const std::vector<WeightPlacementPart>& parts) {
   std::vector<TensorDescriptor> tensors;
-  std::unordered_map<std::string_view, const TensorDescriptor*> seen_tensors;
+  // Tensor id -> its first descriptor and the part that declared it.
+  std::unordered_map<std::string_view,
+                     std::pair<const TensorDescriptor*, std::string_view>>
+      seen_tensors;
   // Parts decoded from one document share each descriptor's state, so the
   // address of its id string names the state: a state seen before needs
   // neither the id's hash nor a comparison.
@@ -666,12 +669,18 @@ Result<std::vector<TensorDescriptor>> UnionTensors(
   for (const auto& part : parts) {
     for (const auto& t : part.tensors()) {
       if (!seen_states.insert(&t.tensor_id()).second) continue;
-      auto [it, inserted] = seen_tensors.emplace(t.tensor_id(), &t);
+      auto [it, inserted] = seen_tensors.emplace(
+          t.tensor_id(),
+          std::pair{&t, std::string_view(part.participant_id())});
       if (inserted) {
         tensors.push_back(t);
-      } else if (!(*it->second == t)) {
+      } else if (!(*it->second.first == t)) {
         return Status::InvalidArgument(
-            "placement part tensor descriptor mismatch: " + t.tensor_id());
+            "placement part tensor descriptor mismatch: " + t.tensor_id() +
+            ": " +
+            DescribeDescriptorDifference(
+                *it->second.first, t, "part " + std::string(it->second.second),
+                "part " + part.participant_id()));
       }
     }
     n_fragments += part.fragments().size();
@@ -947,6 +956,24 @@ std::string WeightPlacementToJson(const WeightPlacementManifest& placement) {
   StreamParts(m.parts, [&](std::string_view chunk) { out.append(chunk); });
   out += WireTail(m, m.placement_id);
   return out;
+}
+
+Result<WeightPlacementManifest> WithRevision(
+    const WeightPlacementManifest& placement, std::string revision,
+    uint64_t weight_generation) {
+  PlacementHeader header = placement.header();
+  header.revision = std::move(revision);
+  header.weight_generation = weight_generation;
+  WeightPlacementManifestSpec spec{header, placement.topology(), {}, {}};
+  spec.parts.reserve(placement.parts().size());
+  for (const WeightPlacementPart& p : placement.parts()) {
+    RESHARD_ASSIGN_OR_RETURN(
+        auto part,
+        WeightPlacementPart::Make({header, p.topology_id(), p.participant_id(),
+                                   p.rank(), p.tensors(), p.fragments()}));
+    spec.parts.push_back(std::move(part));
+  }
+  return WeightPlacementManifest::Make(std::move(spec));
 }
 
 }  // namespace reshard

@@ -301,7 +301,36 @@ TEST(PlacementManifestTest, TensorDescriptorsMustAgreeAcrossParts) {
                             p.rank(),   tensors,         p.fragments()};
   s.parts[0] = *WeightPlacementPart::Make(q);
   EXPECT_EQ(WeightPlacementManifest::Make(s).status().message(),
-            "placement part tensor descriptor mismatch: embed");
+            "placement part tensor descriptor mismatch: embed: dtype float16 "
+            "(part " +
+                p.participant_id() + ") vs bfloat16 (part " +
+                m.parts()[1].participant_id() + ")");
+}
+
+// A placement moved to another revision keeps its layout and changes its
+// identities.
+TEST(PlacementManifestTest, WithRevisionChangesOnlyTheRevision) {
+  const auto m = *FourAxisDraft().Build();
+  ASSERT_OK_AND_ASSIGN(auto r, WithRevision(m, "step-7", 7));
+  EXPECT_EQ(r.revision(), "step-7");
+  EXPECT_EQ(r.weight_generation(), 7u);
+  EXPECT_EQ(r.resource_id(), m.resource_id());
+  EXPECT_EQ(r.topology().topology_id(), m.topology().topology_id());
+  EXPECT_NE(r.placement_id(), m.placement_id());
+  ASSERT_EQ(r.parts().size(), m.parts().size());
+  for (size_t i = 0; i < r.parts().size(); ++i) {
+    EXPECT_EQ(r.parts()[i].header().revision, "step-7");
+    EXPECT_EQ(r.parts()[i].fragments().size(), m.parts()[i].fragments().size());
+  }
+  ASSERT_EQ(r.fragments().size(), m.fragments().size());
+  for (size_t i = 0; i < r.fragments().size(); ++i) {
+    EXPECT_EQ(r.fragments()[i]->placement_fragment_id(),
+              m.fragments()[i]->placement_fragment_id());
+  }
+  // Back again: the same placement.
+  ASSERT_OK_AND_ASSIGN(auto back,
+                       WithRevision(r, m.revision(), m.weight_generation()));
+  EXPECT_EQ(back.digest(), m.digest());
 }
 
 // Rule 19.

@@ -181,6 +181,80 @@ bool operator==(const TensorDescriptor& a, const TensorDescriptor& b) {
          x.expert_id == y.expert_id;
 }
 
+namespace {
+
+std::string ShapeText(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  return s + "]";
+}
+
+std::string OptionalText(const std::optional<int64_t>& v) {
+  return v ? std::to_string(*v) : std::string("none");
+}
+
+std::string AxesText(const std::vector<ParallelAxis>& axes) {
+  std::string s = "[";
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::string(AxisSemanticsName(axes[i].semantics())) + " " +
+         std::string(AxisKindName(axes[i].kind()));
+    if (axes[i].semantics() == AxisSemantics::kSplit) {
+      s += " dim " + std::to_string(axes[i].dim());
+    }
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+std::string DescribeDescriptorDifference(const TensorDescriptor& a,
+                                         const TensorDescriptor& b,
+                                         std::string_view a_side,
+                                         std::string_view b_side) {
+  auto differ = [&](std::string_view field, const std::string& x,
+                    const std::string& y) {
+    return std::string(field) + " " + x + " (" + std::string(a_side) + ") vs " +
+           y + " (" + std::string(b_side) + ")";
+  };
+  if (a.tensor_id() != b.tensor_id()) {
+    return differ("tensor_id", a.tensor_id(), b.tensor_id());
+  }
+  if (a.global_shape() != b.global_shape()) {
+    return differ("global_shape", ShapeText(a.global_shape()),
+                  ShapeText(b.global_shape()));
+  }
+  if (a.dtype() != b.dtype()) return differ("dtype", a.dtype(), b.dtype());
+  if (a.itemsize() != b.itemsize()) {
+    return differ("itemsize", std::to_string(a.itemsize()),
+                  std::to_string(b.itemsize()));
+  }
+  if (a.layer_id() != b.layer_id()) {
+    return differ("layer_id", OptionalText(a.layer_id()),
+                  OptionalText(b.layer_id()));
+  }
+  if (a.expert_id() != b.expert_id()) {
+    return differ("expert_id", OptionalText(a.expert_id()),
+                  OptionalText(b.expert_id()));
+  }
+  if (a.layout_fingerprint() != b.layout_fingerprint()) {
+    return differ("layout_fingerprint", "\"" + a.layout_fingerprint() + "\"",
+                  "\"" + b.layout_fingerprint() + "\"");
+  }
+  if (a.shard_dims() != b.shard_dims()) {
+    return differ("shard_dims", ShapeText(a.shard_dims()),
+                  ShapeText(b.shard_dims()));
+  }
+  if (a.parallel_axes() != b.parallel_axes()) {
+    return differ("parallel_axes", AxesText(a.parallel_axes()),
+                  AxesText(b.parallel_axes()));
+  }
+  return "";
+}
+
 // -------------------------------------------------------------- fragments
 
 std::string CanonicalPlacementFragmentId(const PlacementFragmentSpec& s) {

@@ -114,6 +114,42 @@ TensorDescriptorSpec ValidTensorSpec() {
   return s;
 }
 
+// Descriptor mismatches name the first differing field and both values.
+TEST(PlacementTypesTest, DescriptorDifferenceNamesTheFieldAndBothValues) {
+  const TensorDescriptor a = *TensorDescriptor::Make(ValidTensorSpec());
+  auto differ = [&](auto change) {
+    TensorDescriptorSpec s = ValidTensorSpec();
+    change(s);
+    return DescribeDescriptorDifference(a, *TensorDescriptor::Make(s), "source",
+                                        "target");
+  };
+  EXPECT_EQ(DescribeDescriptorDifference(a, a, "source", "target"), "");
+  EXPECT_EQ(differ([](auto& s) {
+              s.dtype = "float16";
+              s.layout_fingerprint = "test:float16";
+            }),
+            "dtype bfloat16 (source) vs float16 (target)");
+  EXPECT_EQ(differ([](auto& s) {
+              s.global_shape = {8, 8};
+            }),
+            "global_shape [8, 4] (source) vs [8, 8] (target)");
+  EXPECT_EQ(differ([](auto& s) { s.layer_id = 3; }),
+            "layer_id none (source) vs 3 (target)");
+  EXPECT_EQ(differ([](auto& s) { s.layout_fingerprint = "x"; }),
+            "layout_fingerprint \"test:bfloat16\" (source) vs \"x\" (target)");
+  EXPECT_EQ(differ([](auto& s) {
+              s.shard_dims = {};
+              s.parallel_axes = {ReplicatedAxis(AxisKind::kDp)};
+            }),
+            "shard_dims [1] (source) vs [] (target)");
+  EXPECT_EQ(differ([](auto& s) {
+              s.parallel_axes = {OwnershipAxis(AxisKind::kDp),
+                                 *SplitAxis(AxisKind::kTp, 1)};
+            }),
+            "parallel_axes [replicated dp, split tp dim 1] (source) vs "
+            "[ownership dp, split tp dim 1] (target)");
+}
+
 TEST(PlacementTypesTest, ValidTensorDescriptorKeepsItsFields) {
   ASSERT_OK_AND_ASSIGN(auto t, TensorDescriptor::Make(ValidTensorSpec()));
   EXPECT_EQ(t.tensor_id(), "layers.0.mlp.w");

@@ -194,8 +194,10 @@ Status CheckCompatible(const TensorDescriptor& s, const TensorDescriptor& t) {
   if (s.global_shape() != t.global_shape() || s.dtype() != t.dtype() ||
       s.itemsize() != t.itemsize() || s.layer_id() != t.layer_id() ||
       s.expert_id() != t.expert_id()) {
-    return Status::InvalidArgument("tensor descriptor mismatch: " +
-                                   t.tensor_id());
+    // The fields compared are among the first the description names.
+    return Status::InvalidArgument(
+        "tensor descriptor mismatch: " + t.tensor_id() + ": " +
+        DescribeDescriptorDifference(s, t, "source", "target"));
   }
   return Status::OK();
 }

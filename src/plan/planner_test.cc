@@ -677,36 +677,41 @@ TEST(PlannerTest, ErrorDescriptorMismatch) {
                           .shape = {8, 4},
                           .tp_dim = 0,
                           .layout_fingerprint = "fp"};
+  // Each message names the first differing field and both values.
   struct Case {
     const char* what;
     TensorLayout target;
+    std::string difference;
   };
   std::vector<Case> cases;
   {
     TensorLayout l = base;
     l.shape = {8, 8};
-    cases.push_back({"shape", l});
+    cases.push_back(
+        {"shape", l, "global_shape [8, 4] (source) vs [8, 8] (target)"});
   }
   {
     TensorLayout l = base;
     l.dtype = "float16";
-    cases.push_back({"dtype", l});
+    cases.push_back(
+        {"dtype", l, "dtype bfloat16 (source) vs float16 (target)"});
   }
   {
     TensorLayout l = base;
     l.dtype = "float32";
     l.itemsize = 4;
-    cases.push_back({"itemsize", l});
+    cases.push_back(
+        {"itemsize", l, "dtype bfloat16 (source) vs float32 (target)"});
   }
   {
     TensorLayout l = base;
     l.layer_id = 3;
-    cases.push_back({"layer_id", l});
+    cases.push_back({"layer_id", l, "layer_id none (source) vs 3 (target)"});
   }
   {
     TensorLayout l = base;
     l.expert_id = 1;
-    cases.push_back({"expert_id", l});
+    cases.push_back({"expert_id", l, "expert_id none (source) vs 1 (target)"});
   }
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
@@ -715,7 +720,8 @@ TEST(PlannerTest, ErrorDescriptorMismatch) {
     PlacementDraft dst = GridDraft(Sizes{.tp = 2});
     AddTensor(&dst, c.target);
     EXPECT_EQ(PlanStatus(src, dst),
-              Status::InvalidArgument("tensor descriptor mismatch: w"));
+              Status::InvalidArgument("tensor descriptor mismatch: w: " +
+                                      c.difference));
   }
 }
 

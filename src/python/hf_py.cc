@@ -122,9 +122,87 @@ py::dict Write(const WeightPlacementManifest& placement, py::dict buffers,
   return d;
 }
 
+CheckpointWriteOptions WriteOptions(py::object max_file_bytes,
+                                    py::object staging_bytes) {
+  CheckpointWriteOptions o;
+  o.max_file_bytes = ToU64(max_file_bytes, "write_checkpoint.max_file_bytes");
+  o.staging_bytes = ToU64(staging_bytes, "write_checkpoint.staging_bytes");
+  return o;
+}
+
+// The steps of the writer for processes that each write their share:
+// every process plans (the same plan), one creates the files, each writes
+// its participants' bytes, one finishes after every writer.
+void RegisterWriteSteps(py::module_& m) {
+  py::class_<CheckpointWritePlan>(
+      m, "CheckpointWritePlan",
+      "Where every tensor of a placement goes in a checkpoint; the same in "
+      "every process that plans it from the same placement.")
+      .def_property_readonly("files",
+                             [](const CheckpointWritePlan& p) {
+                               py::list out;
+                               for (const auto& f : p.files())
+                                 out.append(f.name);
+                               return out;
+                             })
+      .def_property_readonly("tensor_bytes",
+                             &CheckpointWritePlan::tensor_bytes);
+  m.def(
+      "plan_checkpoint_write",
+      [](const WeightPlacementManifest& placement, py::object max_file_bytes) {
+        CheckpointWriteOptions o = WriteOptions(max_file_bytes, py::int_(1));
+        py::gil_scoped_release release;
+        return Unwrap(PlanCheckpointWrite(placement, o));
+      },
+      py::arg("placement"), py::kw_only(),
+      py::arg("max_file_bytes") = uint64_t{5'000'000'000});
+  m.def(
+      "create_checkpoint_files",
+      [](const CheckpointWritePlan& plan, py::object out_dir) {
+        const std::string dir = ToStr(out_dir, "write_checkpoint.out_dir");
+        py::gil_scoped_release release;
+        ThrowIfError(CreateCheckpointFiles(plan, dir));
+      },
+      py::arg("plan"), py::arg("out_dir"));
+  m.def(
+      "write_checkpoint_fragment_buffers",
+      [](const CheckpointWritePlan& plan,
+         const WeightPlacementManifest& placement, py::dict buffers,
+         py::object out_dir, py::object staging_bytes, py::object options) {
+        const auto bindings =
+            BindParticipants(placement, buffers, BindingOptionsOf(options),
+                             "checkpoint write source");
+        CheckpointWriteOptions o;
+        o.staging_bytes =
+            ToU64(staging_bytes, "write_checkpoint.staging_bytes");
+        const std::string dir = ToStr(out_dir, "write_checkpoint.out_dir");
+        CheckpointWriteReport r;
+        {
+          py::gil_scoped_release release;
+          r = Unwrap(
+              WriteCheckpointFragments(plan, placement, bindings, dir, o));
+        }
+        return py::dict(py::arg("bytes") = r.bytes,
+                        py::arg("writes") = r.writes);
+      },
+      py::arg("plan"), py::arg("placement"), py::arg("buffers"),
+      py::arg("out_dir"), py::kw_only(),
+      py::arg("staging_bytes") = uint64_t{64} << 20,
+      py::arg("options") = py::none());
+  m.def(
+      "finish_checkpoint",
+      [](const CheckpointWritePlan& plan, py::object out_dir) {
+        const std::string dir = ToStr(out_dir, "write_checkpoint.out_dir");
+        py::gil_scoped_release release;
+        ThrowIfError(FinishCheckpoint(plan, dir));
+      },
+      py::arg("plan"), py::arg("out_dir"));
+}
+
 }  // namespace
 
 void RegisterHf(py::module_& m) {
+  RegisterWriteSteps(m);
   py::class_<HfCheckpoint>(m, "HfCheckpoint",
                            "A Hugging Face checkpoint directory, its headers "
                            "checked and its files kept open read-only.")

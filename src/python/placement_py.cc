@@ -6,6 +6,7 @@
 #include <string>
 
 #include "reshard/placement.h"
+#include "reshard/stored_manifest.h"
 #include "src/python/convert.h"
 #include "src/python/errors.h"
 #include "src/python/module.h"
@@ -118,7 +119,43 @@ void RegisterLookups(py::class_<WeightPlacementManifest>& c) {
             const PlacementFragment* f = p.FindFragment(id);
             return f == nullptr ? py::object(py::none()) : py::cast(*f);
           },
-          py::arg("placement_fragment_id"), "A fragment by id, or None.");
+          py::arg("placement_fragment_id"), "A fragment by id, or None.")
+      .def(
+          "for_revision",
+          [](const WeightPlacementManifest& p, py::object revision,
+             py::object generation) {
+            std::string rev;
+            uint64_t gen = 0;
+            if (py::isinstance<StoredWeightManifest>(revision)) {
+              const auto& m = revision.cast<const StoredWeightManifest&>();
+              if (m.resource_id() != p.resource_id()) {
+                ThrowInvalid("for_revision",
+                             "the stored revision is of resource " +
+                                 m.resource_id() + ", the placement of " +
+                                 p.resource_id());
+              }
+              if (!generation.is_none()) {
+                ThrowInvalid("for_revision",
+                             "takes no weight_generation with a stored "
+                             "manifest (it has its own)");
+              }
+              rev = m.revision();
+              gen = m.weight_generation();
+            } else {
+              rev = ToStr(revision, "for_revision.revision");
+              gen = generation.is_none()
+                        ? p.weight_generation()
+                        : ToU64(generation, "for_revision.weight_generation");
+            }
+            py::gil_scoped_release release;
+            return Unwrap(WithRevision(p, std::move(rev), gen));
+          },
+          py::arg("revision"), py::arg("weight_generation") = py::none(),
+          "This layout at another revision of its resource: a "
+          "StoredWeightManifest (its revision and weight generation) or a "
+          "revision name (and weight_generation, default this one's). "
+          "Fragments, topology and tensors are unchanged; no layout is "
+          "rebuilt.");
 }
 
 }  // namespace

@@ -71,6 +71,25 @@ StoredWeightManifest Upload(const PyWeightStore& s,
   return plan.manifest();
 }
 
+// One process's share of an upload spread over processes
+// (WeightStore::UploadShare): binds this process's buffers, then meets the
+// other processes in the store.
+StoredWeightManifest UploadShare(const PyWeightStore& s,
+                                 const WeightPlacementManifest& placement,
+                                 py::dict buffers, py::object upload_id,
+                                 py::object rank, py::object ranks,
+                                 py::object timeout_ms, py::object options) {
+  const auto bindings = BindParticipants(
+      placement, buffers, BindingOptionsOf(options), "upload source");
+  ShareUploadOptions o;
+  o.upload_id = ToStr(upload_id, "upload_id");
+  o.rank = static_cast<int>(ToI64(rank, "rank"));
+  o.ranks = static_cast<int>(ToI64(ranks, "ranks"));
+  o.timeout = std::chrono::milliseconds(ToI64(timeout_ms, "timeout"));
+  py::gil_scoped_release release;
+  return Unwrap(s.get().UploadShare(placement, bindings, o));
+}
+
 py::dict Load(const PyWeightStore& s, py::object manifest,
               const WeightPlacementManifest& target, py::dict buffers,
               py::object options) {
@@ -141,6 +160,15 @@ py::dict GcDict(const GcReport& r) {
 void RegisterMaintenance(py::class_<PyWeightStore>& c) {
   c.def("ls", &List, "Every revision with its state (COMMITTED, CORRUPT, ...).")
       .def(
+          "manifest_keys",
+          [](const PyWeightStore& s, py::object resource) {
+            const std::string r = ToStr(resource, "resource_id");
+            py::gil_scoped_release release;
+            return Unwrap(s.get().ManifestKeys(r));
+          },
+          py::arg("resource_id"),
+          "The manifest keys of a resource's published revisions, sorted.")
+      .def(
           "read_manifest",
           [](const PyWeightStore& s, py::object key) {
             const std::string k = ToStr(key, "manifest_key");
@@ -197,6 +225,12 @@ void RegisterStore(py::module_& m) {
            py::arg("options") = py::none(),
            "Uploads {participant: {fragment: address}} and commits; returns "
            "the committed manifest.")
+      .def("upload_share_buffers", &UploadShare, py::arg("placement"),
+           py::arg("buffers"), py::kw_only(), py::arg("upload_id"),
+           py::arg("rank"), py::arg("ranks"), py::arg("timeout_ms"),
+           py::arg("options") = py::none(),
+           "Uploads this process's share of a revision uploaded by `ranks` "
+           "processes together; returns the committed manifest.")
       .def("load_buffers", &Load, py::arg("manifest"), py::arg("target"),
            py::arg("buffers"), py::arg("options") = py::none(),
            "Loads a revision (manifest key or manifest) into target buffers.");

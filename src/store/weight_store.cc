@@ -278,17 +278,72 @@ struct ReplicaSelection {
   std::map<int64_t, std::vector<Candidate>> replicas;
 };
 
+std::string ShapeText(const Dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  return s + "]";
+}
+
+// Why no DP replica is eligible: for each replica (at most four named),
+// its first fragment without a binding, or the generations its bindings
+// disagree on.
+std::string WhyNoReplica(
+    const std::map<int64_t, std::pair<std::string, const PlacementFragment*>>&
+        first_unbound,
+    const std::map<int64_t, std::set<uint64_t>>& generations) {
+  std::set<int64_t> replicas;
+  for (const auto& [dp, unused] : first_unbound) replicas.insert(dp);
+  for (const auto& [dp, unused] : generations) replicas.insert(dp);
+  std::string out;
+  size_t named = 0;
+  for (int64_t dp : replicas) {
+    if (named == 4) {
+      out += "; and " + std::to_string(replicas.size() - named) +
+             " more replica(s)";
+      break;
+    }
+    out += named++ == 0 ? ": " : "; ";
+    out += "DP replica " + std::to_string(dp);
+    if (auto it = first_unbound.find(dp); it != first_unbound.end()) {
+      const PlacementFragment& f = *it->second.second;
+      out += " is missing participant " + it->second.first +
+             " (unbound; its first fragment: " + f.tensor_id() + " at " +
+             ShapeText(f.global_offset()) + " of shape " +
+             ShapeText(f.local_shape()) + ")";
+      continue;
+    }
+    out += " has bindings of generations";
+    for (uint64_t g : generations.at(dp)) out += " " + std::to_string(g);
+  }
+  return out;
+}
+
 Result<ReplicaSelection> SelectSourceReplicas(
     const WeightPlacementManifest& source, const BindingsByParticipant& bound) {
   ReplicaSelection out;
   std::map<int64_t, std::set<uint64_t>> generations;
-  std::set<int64_t> incomplete;
+  // DP rank -> its first participant without a binding and that
+  // participant's first fragment.
+  std::map<int64_t, std::pair<std::string, const PlacementFragment*>>
+      first_unbound;
   for (const auto& part : source.parts()) {
     auto it = bound.find(part.participant_id());
     for (const auto& f : part.fragments()) {
       const int64_t dp = part.rank().dp;
       if (it == bound.end()) {
-        incomplete.insert(dp);
+        // The replica's first unbound participant (parts are sorted), and
+        // its first fragment in (tensor, offset) order.
+        auto [u, added] =
+            first_unbound.emplace(dp, std::pair{part.participant_id(), &f});
+        const PlacementFragment* g = u->second.second;
+        if (!added && u->second.first == part.participant_id() &&
+            std::tie(f.tensor_id(), f.global_offset()) <
+                std::tie(g->tensor_id(), g->global_offset())) {
+          u->second.second = &f;
+        }
         continue;
       }
       out.replicas[dp].push_back({&f, it->second});
@@ -296,19 +351,25 @@ Result<ReplicaSelection> SelectSourceReplicas(
     }
   }
   std::optional<uint64_t> generation;
+  std::string seen;  // "dp 0 at 1, dp 1 at 2": the eligible replicas so far
   for (const auto& [dp, frags] : out.replicas) {
-    if (incomplete.count(dp) || generations[dp].size() != 1) continue;
+    if (first_unbound.count(dp) || generations[dp].size() != 1) continue;
     const uint64_t g = *generations[dp].begin();
+    seen += (seen.empty() ? "" : ", ") + std::string("DP replica ") +
+            std::to_string(dp) + " at " + std::to_string(g);
     if (generation && *generation != g) {
       return Status::FailedPrecondition(
-          "complete source DP replicas have inconsistent lease generations");
+          "complete source DP replicas have inconsistent lease generations: " +
+          seen);
     }
     generation = g;
     out.eligible.push_back(dp);
   }
   if (out.eligible.empty()) {
     return Status::FailedPrecondition(
-        "source manifests have no complete generation-consistent DP replica");
+        "source manifests have no complete generation-consistent DP "
+        "replica" +
+        WhyNoReplica(first_unbound, generations));
   }
   out.generation = *generation;
   return out;
@@ -419,6 +480,13 @@ std::map<std::string, uint64_t> AssignWriters(
 Result<UploadPlan> WeightStore::PrepareUpload(
     const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  return PrepareUploadAs(source, bindings, options_.new_transaction_id());
+}
+
+Result<UploadPlan> WeightStore::PrepareUploadAs(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    std::string transaction_id) {
   RESHARD_RETURN_NOT_OK(
       ValidateRuntimeBindings(source, bindings, BindingCoverage::kSubset)
           .WithContext("source bindings"));
@@ -433,7 +501,7 @@ Result<UploadPlan> WeightStore::PrepareUpload(
   const RevisionKeys keys = KeysOf(options_).Revision(
       source.resource_id(), source.revision(), source.weight_generation());
   UploadPlan plan;
-  plan.transaction_id_ = options_.new_transaction_id();
+  plan.transaction_id_ = std::move(transaction_id);
   plan.generation_ = selection.generation;
   plan.source_placement_id_ = source.placement_id();
   RESHARD_ASSIGN_OR_RETURN(
@@ -446,9 +514,10 @@ Result<UploadPlan> WeightStore::PrepareUpload(
     const WeightRuntimeBindingManifest& b = *by_part.at(participant);
     plan.writers_.push_back({participant, b.instance_id(), b.lease_id()});
   }
-  RESHARD_RETURN_NOT_OK(
+  Status started =
       backend_->Put(keys.Started(plan.transaction_id_),
-                    internal::StartedRecord(options_.now_seconds())));
+                    internal::StartedRecord(options_.now_seconds()));
+  if (!started.ok() && !started.IsAlreadyExists()) return started;
   return plan;
 }
 
@@ -893,6 +962,22 @@ RevisionInfo DescribeRevision(ObjectStore& b, const std::string& key) {
 }
 
 }  // namespace
+
+Result<std::vector<std::string>> WeightStore::ManifestKeys(
+    std::string_view resource_id) {
+  const StoreKeys layout = KeysOf(options_);
+  // "<prefix>/<ns>/<resource>/": the base without revision and generation.
+  std::string prefix = layout.Base(resource_id, "", 0);
+  prefix.resize(prefix.size() - 2);  // the empty revision and "/0"
+  RESHARD_ASSIGN_OR_RETURN(auto keys, backend_->List(prefix));
+  std::vector<std::string> out;
+  for (std::string& k : keys) {
+    auto c = layout.Classify(k);
+    if (c && c->kind == RevisionKeyKind::kManifest) out.push_back(std::move(k));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 Result<std::vector<RevisionInfo>> WeightStore::List() {
   const StoreKeys layout = KeysOf(options_);

@@ -862,11 +862,23 @@ TEST_P(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
   const std::string d1t0 = testing::ParticipantId({1, 0, 0, 0});
   const std::string kNoReplica =
       "source manifests have no complete generation-consistent DP replica";
-  // Each replica misses a participant.
+  // Each replica misses a participant: the message names, per replica, the
+  // first participant without a binding and its first fragment.
   auto plan = store.PrepareUpload(src.placement, without({d0t1, d1t0}));
-  ASSERT_THAT(plan, StatusIs(StatusCode::kFailedPrecondition, kNoReplica));
+  ASSERT_THAT(
+      plan,
+      StatusIs(StatusCode::kFailedPrecondition,
+               kNoReplica + ": DP replica 0 is missing participant " + d0t1 +
+                   " (unbound; its first fragment: attn.out at [0, "
+                   "48] of shape [32, 48]); DP replica 1 is missing "
+                   "participant " +
+                   d1t0 +
+                   " (unbound; its first fragment: attn.out at [0, "
+                   "0] of shape [32, 48])"));
   plan = store.PrepareUpload(src.placement, {});
-  EXPECT_EQ(plan.status().message(), kNoReplica);
+  EXPECT_THAT(plan.status().message(),
+              StartsWith(kNoReplica + ": DP replica 0 is missing participant " +
+                         testing::ParticipantId({0, 0, 0, 0})));
   // A replica whose bindings disagree on the generation is not complete.
   auto mixed = all;
   for (auto& b : mixed) {
@@ -875,7 +887,11 @@ TEST_P(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
     }
   }
   plan = store.PrepareUpload(src.placement, mixed);
-  EXPECT_THAT(plan, StatusIs(StatusCode::kFailedPrecondition, kNoReplica));
+  EXPECT_THAT(
+      plan, StatusIs(StatusCode::kFailedPrecondition,
+                     kNoReplica + ": DP replica 0 has bindings of generations "
+                                  "1 7; DP replica 1 has bindings of "
+                                  "generations 1 7"));
   // Two complete replicas at different generations.
   auto split = all;
   for (auto& b : split) {
@@ -888,7 +904,8 @@ TEST_P(WeightStoreUploadTest, PrepareNeedsACompleteConsistentReplica) {
       plan,
       StatusIs(
           StatusCode::kFailedPrecondition,
-          "complete source DP replicas have inconsistent lease generations"));
+          "complete source DP replicas have inconsistent lease generations: "
+          "DP replica 0 at 1, DP replica 1 at 2"));
   // One complete replica is enough: only its participants write, and the
   // revision loads byte-exactly.
   const auto bindings = without({d0t1});
