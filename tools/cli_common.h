@@ -3,10 +3,13 @@
 #ifndef RESHARD_TOOLS_CLI_COMMON_H_
 #define RESHARD_TOOLS_CLI_COMMON_H_
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "reshard/placement.h"
 #include "reshard/status.h"
+#include "reshard/weight_store.h"
 
 namespace CLI {
 class App;
@@ -14,11 +17,45 @@ class App;
 
 namespace reshard::cli {
 
-// Reads a whole file ("-" is standard input).
-Result<std::string> ReadFile(const std::string& path);
+// What an input file holds. Each kind has a size cap (docs/reliability.md,
+// "Input caps"); reading stops there with an error naming the file.
+enum class InputKind {
+  // Placements, bindings, stored manifests, legacy inventories, any JSON
+  // to canonicalize: kMaxPlacementBytes (4 GiB), or the environment's
+  // RESHARD_MAX_PLACEMENT_BYTES (a byte count) where a placement is larger.
+  kPlacement,
+  // A Hugging Face config.json: kMaxConfigBytes (64 MiB).
+  kHfConfig,
+  // A model spec of `gen --model`: kMaxModelSpecBytes (64 MiB).
+  kModelSpec,
+};
+inline constexpr uint64_t kMaxPlacementBytes = uint64_t{4} << 30;
+inline constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kMaxModelSpecBytes = uint64_t{64} << 20;
+
+// Reads a whole file ("-" is standard input) of at most the kind's cap; a
+// larger one (a regular file by its size, anything else by reading one byte
+// past the cap) is InvalidArgument "<path> is larger than N bytes (...)".
+// A malformed RESHARD_MAX_PLACEMENT_BYTES is InvalidArgument naming it.
+Result<std::string> ReadFile(const std::string& path, InputKind kind);
+
+// Writes `text` to the output `path` of option `flag` ("-" is standard
+// output) by internal::WriteOutputFile's rules: only a regular file (or
+// nothing) is ever replaced, through a new file renamed over it; a
+// character device or FIFO is written directly; a failed write leaves the
+// path as it was.
+Status WriteOutput(std::string_view flag, const std::string& path,
+                   std::string_view text);
 
 // Reads and decodes a placement file; errors name the file.
 Result<WeightPlacementManifest> LoadPlacement(const std::string& path);
+
+// Opens the existing weight store `uri` for a command that must not
+// create one (ls, show, verify, rm, gc, hf export): a store directory that
+// does not exist is NotFound "store directory PATH does not exist" and
+// nothing is created.
+Result<WeightStore> OpenExistingStore(const std::string& uri,
+                                      WeightStoreOptions options = {});
 
 // The grid flags --tp, --pp, --ep and --dp of a layout command, into
 // `sizes`.
@@ -26,6 +63,12 @@ void AddGridOptions(CLI::App* cmd, ParallelSizes* sizes);
 
 // Prints "reshard: error: <message>" to stderr and returns exit code 1.
 int Fail(const Status& status);
+
+// Flushes standard output and returns `code`, or 1 with "reshard: error:
+// writing to standard output: <reason>" on stderr when any write to it
+// failed (a full disk, a closed pipe): no command reports success for
+// output that did not arrive. Called once, by main.
+int FinishStandardOutput(int code);
 
 }  // namespace reshard::cli
 

@@ -57,7 +57,8 @@ void AddDemoCommand(CLI::App& app) {
     auto run = [&]() -> Status {
       std::string spec_text(kSmallMoe);
       if (!a->model.empty()) {
-        RESHARD_ASSIGN_OR_RETURN(spec_text, ReadFile(a->model));
+        RESHARD_ASSIGN_OR_RETURN(spec_text,
+                                 ReadFile(a->model, InputKind::kModelSpec));
       }
       RESHARD_ASSIGN_OR_RETURN(auto model, ModelSpecFromJson(spec_text));
       RESHARD_ASSIGN_OR_RETURN(

@@ -1,7 +1,6 @@
 // `reshard gen --model SPEC.json --tp N --pp N --ep N --dp N
 //   [--experts grouped|separate] -o PLACEMENT.json`.
 
-#include <fstream>
 #include <iostream>
 
 #include "reshard/gen.h"
@@ -36,7 +35,8 @@ void AddGenCommand(CLI::App& app) {
       ->required();
   cmd->callback([a]() {
     auto run = [&]() -> Status {
-      RESHARD_ASSIGN_OR_RETURN(std::string text, ReadFile(a->model));
+      RESHARD_ASSIGN_OR_RETURN(std::string text,
+                               ReadFile(a->model, InputKind::kModelSpec));
       auto spec = ModelSpecFromJson(text);
       if (!spec.ok()) return spec.status().WithContext(a->model);
       a->options.experts = a->experts == "separate" ? ExpertLayout::kSeparate
@@ -44,13 +44,7 @@ void AddGenCommand(CLI::App& app) {
       RESHARD_ASSIGN_OR_RETURN(auto placement,
                                GenerateLayout(*spec, a->options));
       const std::string json = WeightPlacementToJson(placement);
-      if (a->output == "-") {
-        std::cout << json;
-      } else {
-        std::ofstream out(a->output, std::ios::binary);
-        out << json;
-        if (!out) return Status::IOError("cannot write " + a->output);
-      }
+      RESHARD_RETURN_NOT_OK(WriteOutput("-o", a->output, json));
       std::cerr << "reshard gen: " << placement.tensors().size() << " tensors, "
                 << placement.fragments().size() << " fragments, "
                 << placement.topology().world_size()

@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -38,17 +37,6 @@ void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
   w->Raw(buf);
 }
 
-Status WriteOutput(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    std::cout << text;
-    return Status::OK();
-  }
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) return Status::IOError("cannot write " + path);
-  return Status::OK();
-}
-
 void AddLayoutCommand(CLI::App* hf) {
   auto* cmd = hf->add_subcommand(
       "layout", "Lay a Hugging Face model's tensors out on a TP/PP/EP/DP grid");
@@ -70,7 +58,8 @@ void AddLayoutCommand(CLI::App* hf) {
       ->required();
   cmd->callback([a]() {
     auto run = [&]() -> Status {
-      RESHARD_ASSIGN_OR_RETURN(std::string config, ReadFile(a->config));
+      RESHARD_ASSIGN_OR_RETURN(std::string config,
+                               ReadFile(a->config, InputKind::kHfConfig));
       std::optional<HfCheckpoint> ckpt;
       if (!a->checkpoint.empty()) {
         RESHARD_ASSIGN_OR_RETURN(ckpt, HfCheckpoint::Open(a->checkpoint));
@@ -78,7 +67,7 @@ void AddLayoutCommand(CLI::App* hf) {
       auto placement = HfLayout(config, a->options, ckpt ? &*ckpt : nullptr);
       if (!placement.ok()) return placement.status().WithContext(a->config);
       RESHARD_RETURN_NOT_OK(
-          WriteOutput(a->output, WeightPlacementToJson(*placement)));
+          WriteOutput("-o", a->output, WeightPlacementToJson(*placement)));
       std::cerr << "reshard hf layout: " << placement->tensors().size()
                 << " tensors, " << placement->fragments().size()
                 << " fragments, " << placement->topology().world_size()
@@ -110,7 +99,7 @@ void AddSourceCommand(CLI::App* hf) {
       RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
       RESHARD_ASSIGN_OR_RETURN(auto target, LoadPlacement(a->target));
       RESHARD_ASSIGN_OR_RETURN(auto manifest, CheckpointSource(ckpt, target));
-      return WriteOutput(a->output, StoredWeightManifestToJson(manifest));
+      return WriteOutput("-o", a->output, StoredWeightManifestToJson(manifest));
     };
     Status st = run();
     if (!st.ok()) throw CLI::RuntimeError(Fail(st));
@@ -240,7 +229,8 @@ void AddImportCommand(CLI::App* hf) {
     auto run = [&]() -> Result<HfImportReport> {
       RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
       const std::string config_path = a->checkpoint + "/config.json";
-      RESHARD_ASSIGN_OR_RETURN(std::string config, ReadFile(config_path));
+      RESHARD_ASSIGN_OR_RETURN(std::string config,
+                               ReadFile(config_path, InputKind::kHfConfig));
       RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(a->uri));
       auto r = ImportCheckpoint(ckpt, config, store, a->options);
       if (!r.ok()) return r.status().WithContext(a->checkpoint);
@@ -290,7 +280,7 @@ void AddExportCommand(CLI::App* hf) {
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a]() {
     auto run = [&]() -> Result<HfExportReport> {
-      RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(a->uri));
+      RESHARD_ASSIGN_OR_RETURN(auto store, OpenExistingStore(a->uri));
       RESHARD_ASSIGN_OR_RETURN(auto manifest, store.ReadManifest(a->key));
       return ExportCheckpoint(store, manifest, a->output, a->options);
     };

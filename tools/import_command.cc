@@ -2,7 +2,6 @@
 //   -o PLACEMENT.json [--bindings-dir DIR]`.
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "reshard/legacy.h"
@@ -36,26 +35,22 @@ void AddImportLegacyCommand(CLI::App& app) {
     auto run = [&]() -> Status {
       std::vector<std::string> texts;
       for (const auto& path : a->inputs) {
-        RESHARD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+        RESHARD_ASSIGN_OR_RETURN(std::string text,
+                                 ReadFile(path, InputKind::kPlacement));
         texts.push_back(std::move(text));
       }
       std::vector<std::string_view> views(texts.begin(), texts.end());
       RESHARD_ASSIGN_OR_RETURN(auto imported,
                                ImportLegacyInventories(views, a->options));
-      auto write = [](const std::string& path,
-                      const std::string& text) -> Status {
-        std::ofstream out(path, std::ios::binary);
-        out << text;
-        return out ? Status::OK() : Status::IOError("cannot write " + path);
-      };
-      RESHARD_RETURN_NOT_OK(
-          write(a->output, WeightPlacementToJson(imported.placement)));
+      RESHARD_RETURN_NOT_OK(WriteOutput(
+          "-o", a->output, WeightPlacementToJson(imported.placement)));
       if (!a->bindings_dir.empty()) {
         std::filesystem::create_directories(a->bindings_dir);
         for (const auto& b : imported.bindings) {
           RESHARD_RETURN_NOT_OK(
-              write(a->bindings_dir + "/" + b.participant_id() + ".json",
-                    WeightRuntimeBindingToJson(b)));
+              WriteOutput("--bindings-dir",
+                          a->bindings_dir + "/" + b.participant_id() + ".json",
+                          WeightRuntimeBindingToJson(b)));
         }
       }
       std::cerr << "reshard import-legacy: "

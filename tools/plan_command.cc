@@ -1,17 +1,11 @@
 // `reshard plan SOURCE.json TARGET.json [--target-participant ID] [--json]
 //  [--html OUT.html] [--svg OUT.svg] [--gbps GBPS]`.
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <future>
 #include <iostream>
 #include <optional>
@@ -97,38 +91,6 @@ struct PlanArgs {
   uint32_t heatmap_max_axis = PlanReportOptions{}.max_heatmap_axis;
 };
 
-// Writes `content` to `path` through a temporary file in the same
-// directory renamed over it: a failed write leaves whatever was at `path`.
-Status WriteAtomically(const std::string& flag, const std::string& path,
-                       const std::string& content) {
-  const std::string where = flag + " " + internal::Printable(path);
-  std::string tmp = path + ".tmp-XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) {
-    return Status::IOError(where + ": cannot write: " + std::strerror(errno));
-  }
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::IOError(where + ": cannot write: " + std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  // mkstemp makes the file 0600; a report is as readable as any output.
-  ::fchmod(fd, 0644);
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return Status::IOError(where + ": cannot write: " + std::strerror(err));
-  }
-  return Status::OK();
-}
-
 // The --html and --svg files of `plan`; the human output names them.
 Status WriteReports(const PlanArgs& a, const LogicalTransferPlan& plan,
                     const PlanReportLayouts& layouts, std::string* note) {
@@ -137,7 +99,7 @@ Status WriteReports(const PlanArgs& a, const LogicalTransferPlan& plan,
   if (!a.svg.empty()) {
     auto svg = RenderTrafficHeatmapSvg(plan, layouts, options);
     if (!svg.ok()) return svg.status().WithContext("--svg");
-    RESHARD_RETURN_NOT_OK(WriteAtomically("--svg", a.svg, *svg));
+    RESHARD_RETURN_NOT_OK(WriteOutput("--svg", a.svg, *svg));
     *note += "  heatmap: " + internal::Printable(a.svg) + "\n";
   }
   if (a.html.empty()) return Status::OK();
@@ -149,7 +111,7 @@ Status WriteReports(const PlanArgs& a, const LogicalTransferPlan& plan,
   }
   auto html = RenderPlanReportHtml(plan, layouts, options);
   if (!html.ok()) return html.status().WithContext("--html");
-  RESHARD_RETURN_NOT_OK(WriteAtomically("--html", a.html, *html));
+  RESHARD_RETURN_NOT_OK(WriteOutput("--html", a.html, *html));
   *note += "  report: " + internal::Printable(a.html) + " (" +
            Bytes(html->size()) + ")\n";
   return Status::OK();
@@ -160,7 +122,8 @@ Result<std::string> RunPlan(const PlanArgs& a) {
     return Status::InvalidArgument(
         "--gbps must be a positive finite number of GB/s");
   }
-  RESHARD_ASSIGN_OR_RETURN(std::string source_text, ReadFile(a.source));
+  RESHARD_ASSIGN_OR_RETURN(std::string source_text,
+                           ReadFile(a.source, InputKind::kPlacement));
   // The target decodes on a second core while the source does below
   // (validation is CPU-bound); the target's error still comes first.
   auto target =

@@ -1,44 +1,91 @@
 // The reshard command-line tool: argument parsing plus public API calls.
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <iostream>
-#include <iterator>
-#include <sstream>
+#include <unistd.h>
 
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "reshard/store_uri.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
+#include "util/file_io.h"
 #include "util/printable.h"
 
 namespace reshard::cli {
 
-Result<std::string> ReadFile(const std::string& path) {
+namespace {
+
+constexpr char kPlacementCapVariable[] = "RESHARD_MAX_PLACEMENT_BYTES";
+
+// The cap of placement-like inputs: the environment's, or the default.
+Result<uint64_t> PlacementCap() {
+  const char* text = std::getenv(kPlacementCapVariable);
+  if (text == nullptr || *text == '\0') return kMaxPlacementBytes;
+  uint64_t v = 0;
+  const char* end = text + std::strlen(text);
+  const auto [ptr, ec] = std::from_chars(text, end, v);
+  if (ec != std::errc() || ptr != end || v == 0) {
+    return Status::InvalidArgument(std::string(kPlacementCapVariable) +
+                                   " must be a positive byte count, " +
+                                   "not \"" + internal::Printable(text) + "\"");
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<std::string> ReadFile(const std::string& path, InputKind kind) {
+  uint64_t cap = 0;
+  std::string hint;
+  switch (kind) {
+    case InputKind::kPlacement: {
+      RESHARD_ASSIGN_OR_RETURN(cap, PlacementCap());
+      hint = std::string("the cap of placement inputs; ") +
+             kPlacementCapVariable + " raises it";
+      break;
+    }
+    case InputKind::kHfConfig:
+      cap = kMaxConfigBytes;
+      hint = "the cap of config.json files";
+      break;
+    case InputKind::kModelSpec:
+      cap = kMaxModelSpecBytes;
+      hint = "the cap of model specs";
+      break;
+  }
   if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    return ss.str();
+    return internal::ReadFdBounded(STDIN_FILENO, cap, "standard input", hint);
   }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return Status::IOError("cannot read " + path + ": " + std::strerror(errno));
+  return internal::ReadFileBounded(path, cap, hint);
+}
+
+Status WriteOutput(std::string_view flag, const std::string& path,
+                   std::string_view text) {
+  if (path == "-") {
+    std::cout << text;
+    return Status::OK();
   }
-  std::string out;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return Status::IOError("error reading " + path);
-  return out;
+  return internal::WriteOutputFile(flag, path, text);
 }
 
 Result<WeightPlacementManifest> LoadPlacement(const std::string& path) {
-  RESHARD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  RESHARD_ASSIGN_OR_RETURN(std::string text,
+                           ReadFile(path, InputKind::kPlacement));
   auto m = WeightPlacementFromJson(text);
   if (!m.ok()) return m.status().WithContext(path);
   return m;
+}
+
+Result<WeightStore> OpenExistingStore(const std::string& uri,
+                                      WeightStoreOptions options) {
+  RESHARD_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> backend,
+                           OpenObjectStore(uri, {.create_if_missing = false}));
+  return WeightStore::Open(std::shared_ptr<ObjectStore>(std::move(backend)),
+                           std::move(options));
 }
 
 void AddGridOptions(CLI::App* cmd, ParallelSizes* sizes) {
@@ -51,6 +98,26 @@ void AddGridOptions(CLI::App* cmd, ParallelSizes* sizes) {
 int Fail(const Status& status) {
   std::cerr << "reshard: error: " << status.message() << "\n";
   return 1;
+}
+
+int FinishStandardOutput(int code) {
+  // Every subcommand writes standard output through std::cout (synced with
+  // stdio, so through stdout's buffer) or stdio; both are flushed here and a
+  // failure anywhere (a full disk, a closed pipe) turns a success into exit
+  // code 1. The first errno seen names the reason.
+  errno = 0;
+  std::cout.flush();
+  int err = errno;
+  const bool stream_failed = !std::cout.good();
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0 || std::ferror(stdout);
+  if (err == 0) err = errno;
+  if (!stream_failed && !flush_failed) return code;
+  std::clearerr(stdout);
+  std::cout.clear();
+  std::cerr << "reshard: error: writing to standard output: "
+            << (err != 0 ? std::strerror(err) : "write failed") << "\n";
+  return code == 0 ? 1 : code;
 }
 
 }  // namespace reshard::cli
@@ -74,12 +141,13 @@ int main(int argc, char** argv) {
   reshard::cli::AddStoreCommand(app);
   reshard::cli::AddDemoCommand(app);
   reshard::cli::AddHfCommand(app);
+  int code = 0;
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
-    return e.get_exit_code();
+    code = e.get_exit_code();
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    code = app.exit(e);
   }
-  return 0;
+  return reshard::cli::FinishStandardOutput(code);
 }

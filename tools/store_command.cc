@@ -30,7 +30,8 @@ Result<WeightStore> OpenStore(const StoreArgs& a) {
   WeightStoreOptions o;
   o.key_prefix = a.prefix;
   o.gc_grace = std::chrono::seconds(static_cast<int64_t>(a.grace));
-  return WeightStore::Open(a.uri, o);
+  // Every store subcommand works on an existing store; none creates one.
+  return OpenExistingStore(a.uri, o);
 }
 
 // Adds a subcommand with URI, an optional or required MANIFEST_KEY, --json

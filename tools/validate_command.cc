@@ -27,7 +27,8 @@ void AddValidateCommand(CLI::App& app) {
       RESHARD_ASSIGN_OR_RETURN(auto manifest, LoadPlacement(*placement));
       std::vector<WeightRuntimeBindingManifest> parsed;
       for (const auto& path : *bindings) {
-        RESHARD_ASSIGN_OR_RETURN(std::string btext, ReadFile(path));
+        RESHARD_ASSIGN_OR_RETURN(std::string btext,
+                                 ReadFile(path, InputKind::kPlacement));
         auto b = WeightRuntimeBindingFromJson(btext);
         if (!b.ok()) return b.status().WithContext(path);
         parsed.push_back(std::move(b).ValueOrDie());
@@ -97,7 +98,7 @@ void AddCanonicalizeCommand(CLI::App& app) {
   cmd->add_flag("--utf8", *utf8,
                 "write non-ASCII as raw UTF-8 (ensure_ascii=False)");
   cmd->callback([=]() {
-    auto text = ReadFile(*file);
+    auto text = ReadFile(*file, InputKind::kPlacement);
     if (!text.ok()) throw CLI::RuntimeError(Fail(text.status()));
     auto out = CanonicalizeJson(
         *text, *utf8 ? JsonAscii::kRawUtf8 : JsonAscii::kEscapeNonAscii);

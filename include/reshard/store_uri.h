@@ -16,7 +16,14 @@ namespace reshard {
 //   redis://HOST:PORT[/DB][?...]     a Redis server (reshard/redis_store.h)
 //   unix:///PATH/TO.sock[?...]       a Redis server on a unix socket
 // Any other scheme is InvalidArgument naming the URI.
-Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri);
+struct OpenObjectStoreOptions {
+  // false: a store directory that does not exist is NotFound naming it
+  // instead of being created (read-only commands). A Redis server is
+  // always there; one without the store's records is an empty store.
+  bool create_if_missing = true;
+};
+Result<std::unique_ptr<ObjectStore>> OpenObjectStore(
+    std::string_view uri, const OpenObjectStoreOptions& options = {});
 
 }  // namespace reshard
 

@@ -7,7 +7,8 @@
 
 namespace reshard {
 
-Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri) {
+Result<std::unique_ptr<ObjectStore>> OpenObjectStore(
+    std::string_view uri, const OpenObjectStoreOptions& options) {
   if (IsRedisUri(uri)) return OpenRedisStore(uri);
   std::string_view path = uri;
   if (uri.starts_with("fs://")) {
@@ -21,7 +22,8 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(std::string_view uri) {
     return Status::InvalidArgument("store URI \"" + std::string(uri) +
                                    "\" names no directory");
   }
-  return OpenFsObjectStore(path);
+  return OpenFsObjectStore(path,
+                           {.create_if_missing = options.create_if_missing});
 }
 
 }  // namespace reshard

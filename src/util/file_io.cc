@@ -1,11 +1,17 @@
 #include "util/file_io.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <random>
 
 #include "util/printable.h"
 
@@ -92,6 +98,233 @@ Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset,
     done += static_cast<uint64_t>(put);
   }
   return Status::OK();
+}
+
+Result<std::string> ReadFdBounded(int fd, uint64_t max_bytes,
+                                  std::string_view name,
+                                  std::string_view hint) {
+  const auto too_large = [&] {
+    return Status::InvalidArgument(
+        Printable(name) + " is larger than " + std::to_string(max_bytes) +
+        " bytes" + (hint.empty() ? "" : " (" + std::string(hint) + ")"));
+  };
+  // A regular file tells its size: refuse before allocating anything. The
+  // size only sizes the first allocation; the reads below still stop at
+  // the cap if the file grows.
+  uint64_t expected = 0;
+  struct stat sb;
+  if (::fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+    const off_t at = ::lseek(fd, 0, SEEK_CUR);
+    const uint64_t size = static_cast<uint64_t>(sb.st_size);
+    expected = at > 0 && static_cast<uint64_t>(at) < size
+                   ? size - static_cast<uint64_t>(at)
+                   : (at > 0 ? 0 : size);
+    if (expected > max_bytes) return too_large();
+  }
+  std::string out;
+  try {
+    // One byte more than the cap tells a source that is exactly at the cap
+    // from one that is larger.
+    const uint64_t limit = max_bytes + (max_bytes < UINT64_MAX ? 1 : 0);
+    uint64_t capacity = std::min<uint64_t>(
+        std::max<uint64_t>(expected + 1, uint64_t{1} << 16), limit);
+    out.resize(capacity);
+    uint64_t filled = 0;
+    while (true) {
+      if (filled == capacity) {
+        if (capacity >= limit) return too_large();
+        capacity = std::min(limit, capacity * 2);
+        out.resize(capacity);
+      }
+      const ssize_t n = ::read(fd, out.data() + filled,
+                               std::min(capacity - filled, kMaxCall));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus("cannot read", name);
+      }
+      if (n == 0) break;
+      filled += static_cast<uint64_t>(n);
+    }
+    if (filled > max_bytes) return too_large();
+    out.resize(filled);
+    out.shrink_to_fit();
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(
+        "out of memory reading " + Printable(name) + " (" +
+        std::to_string(out.size()) + " bytes allocated)");
+  }
+  return out;
+}
+
+Result<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes,
+                                    std::string_view hint) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) {
+      return Status::NotFound("cannot read " + Printable(path) + ": " +
+                              std::strerror(errno));
+    }
+    return ErrnoStatus("cannot read", path);
+  }
+  return ReadFdBounded(fd.get(), max_bytes, path, hint);
+}
+
+namespace {
+
+// Writes all of `content` to `fd` (sequentially, retrying short writes).
+Status WriteAll(int fd, std::string_view content, const std::string& where) {
+  while (!content.empty()) {
+    const ssize_t n = ::write(fd, content.data(),
+                              std::min<uint64_t>(content.size(), kMaxCall));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IOError(where + ": cannot write: " + std::strerror(errno));
+    }
+    content.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::OK();
+}
+
+std::string TemporaryName(const std::string& path) {
+  static std::mt19937_64 random{std::random_device{}()};
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, ".tmp-%d-%016llx", ::getpid(),
+                static_cast<unsigned long long>(random()));
+  return path + suffix;
+}
+
+// Writes a new file beside `path` and renames it over `path`, which is a
+// regular file (`replaced` is its stat) or, when `replaced` is null, did
+// not exist (then never replaced: a file that appears meanwhile stays).
+Status ReplaceRegular(const std::string& where, const std::string& path,
+                      std::string_view content, const struct stat* replaced) {
+  const std::string tmp = TemporaryName(path);
+  FileDescriptor fd(::open(
+      tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
+  if (!fd.valid()) {
+    return Status::IOError(where + ": cannot write: " + std::strerror(errno));
+  }
+  Status st = WriteAll(fd.get(), content, where);
+  if (st.ok() && replaced != nullptr &&
+      ::fchmod(fd.get(), replaced->st_mode & 07777) != 0) {
+    st = Status::IOError(where + ": cannot set mode: " + std::strerror(errno));
+  }
+  if (st.ok() && ::fsync(fd.get()) != 0) {
+    st = Status::IOError(where + ": cannot write: " + std::strerror(errno));
+  }
+  const int closed = ::close(fd.get());
+  fd = FileDescriptor();
+  if (st.ok() && closed != 0) {
+    st = Status::IOError(where + ": cannot write: " + std::strerror(errno));
+  }
+  if (st.ok()) {
+    int renamed = -1;
+    if (replaced == nullptr) {
+      renamed = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(),
+                            RENAME_NOREPLACE);
+      // A filesystem without RENAME_NOREPLACE: a plain rename.
+      if (renamed != 0 && (errno == EINVAL || errno == ENOSYS)) {
+        renamed = ::rename(tmp.c_str(), path.c_str());
+      }
+    } else {
+      // Still the regular file looked at (not swapped for something else).
+      struct stat now;
+      if (::lstat(path.c_str(), &now) != 0 || !S_ISREG(now.st_mode)) {
+        errno = EEXIST;
+      } else {
+        renamed = ::rename(tmp.c_str(), path.c_str());
+      }
+    }
+    if (renamed != 0) {
+      st = errno == EEXIST
+               ? Status::IOError(where +
+                                 ": changed while being written; not replaced")
+               : Status::IOError(where +
+                                 ": cannot write: " + std::strerror(errno));
+    }
+  }
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
+// Writes `content` straight into the character device or FIFO at `path`.
+Status WriteDirect(const std::string& where, const std::string& path,
+                   std::string_view content) {
+  // O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of hanging.
+  FileDescriptor fd(
+      ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENXIO) {
+      return Status::IOError(where + ": cannot write: a FIFO with no reader");
+    }
+    return Status::IOError(where + ": cannot write: " + std::strerror(errno));
+  }
+  struct stat sb;
+  if (::fstat(fd.get(), &sb) != 0 ||
+      !(S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode))) {
+    return Status::IOError(where +
+                           ": changed while being written; not written");
+  }
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  RESHARD_RETURN_NOT_OK(WriteAll(fd.get(), content, where));
+  if (::close(fd.get()) != 0) {
+    fd = FileDescriptor();
+    return Status::IOError(where + ": cannot write: " + std::strerror(errno));
+  }
+  fd = FileDescriptor();
+  return Status::OK();
+}
+
+const char* KindName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+Status WriteOutputFile(std::string_view what, const std::string& path,
+                       std::string_view content) {
+  const std::string where = std::string(what) + " " + Printable(path);
+  if (path.empty()) return Status::InvalidArgument(where + ": empty path");
+  struct stat sb;
+  if (::lstat(path.c_str(), &sb) != 0) {
+    if (errno != ENOENT) {
+      return Status::IOError(where + ": cannot write: " + std::strerror(errno));
+    }
+    return ReplaceRegular(where, path, content, nullptr);
+  }
+  std::string target = path;
+  if (S_ISLNK(sb.st_mode)) {
+    // Written through: what the link resolves to decides.
+    if (::stat(path.c_str(), &sb) != 0) {
+      return Status::IOError(
+          where +
+          ": is a symbolic link to nothing usable: " + std::strerror(errno));
+    }
+    if (S_ISREG(sb.st_mode)) {
+      char* real = ::realpath(path.c_str(), nullptr);
+      if (real == nullptr) {
+        return Status::IOError(
+            where + ": cannot resolve symbolic link: " + std::strerror(errno));
+      }
+      target = real;
+      std::free(real);
+      if (::lstat(target.c_str(), &sb) != 0) {
+        return Status::IOError(where +
+                               ": cannot write: " + std::strerror(errno));
+      }
+    }
+  }
+  if (S_ISREG(sb.st_mode)) return ReplaceRegular(where, target, content, &sb);
+  if (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode)) {
+    return WriteDirect(where, path, content);
+  }
+  return Status::InvalidArgument(
+      where + ": is " + KindName(sb.st_mode) +
+      "; an output must be a regular file, a character device or a FIFO");
 }
 
 }  // namespace reshard::internal

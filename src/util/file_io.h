@@ -1,5 +1,6 @@
 // File descriptors and positional I/O: the filesystem store and the
-// checkpoint reader and writer.
+// checkpoint reader and writer; whole-file reads bounded by a size cap, and
+// output files written without replacing what they must not.
 
 #ifndef RESHARD_UTIL_FILE_IO_H_
 #define RESHARD_UTIL_FILE_IO_H_
@@ -52,6 +53,40 @@ Status PreadvAll(int fd, const std::vector<ReadBuffer>& buffers,
 // Writes exactly `n` bytes at `offset` (retrying short writes and EINTR).
 Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset,
                  std::string_view path);
+
+// Reads all of `fd` from its current position, at most `max_bytes`: a
+// source holding more is InvalidArgument "<name> is larger than <max_bytes>
+// bytes (<hint>)", found before anything is allocated when the size is
+// known (a regular file's st_size) and otherwise by reading no more than
+// max_bytes + 1 bytes (a FIFO, /dev/zero, a file growing meanwhile).
+// `name` is printed escaped.
+Result<std::string> ReadFdBounded(int fd, uint64_t max_bytes,
+                                  std::string_view name,
+                                  std::string_view hint = {});
+
+// Opens `path` read-only (following links; a FIFO blocks until a writer
+// opens it, as any reader would) and reads it with ReadFdBounded. A missing
+// file is NotFound "cannot read <path>: No such file or directory".
+Result<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes,
+                                    std::string_view hint = {});
+
+// Writes `content` to the output file `path` without ever replacing
+// anything but a regular file (docs/reliability.md, "Output files"):
+//   - nothing there, or a regular file: the bytes go to a new file beside
+//     it (same directory, created with mode 0666 less the umask, or the
+//     replaced file's mode), are synced, and the new file is renamed over
+//     the path; on any failure it is removed and the path is untouched;
+//   - a symbolic link: written through, by these rules applied to the file
+//     the link resolves to (the link itself stays); a link to nothing is
+//     refused;
+//   - a character device or a FIFO (/dev/null, /dev/stdout, a pipe): the
+//     bytes are written to it directly (a FIFO without a reader is refused
+//     rather than waited for);
+//   - anything else (a directory, a block device, a socket) is refused.
+// Errors are IOError or InvalidArgument "<what> <path>: <reason>", with
+// `what` naming the flag or file ("--html", "output").
+Status WriteOutputFile(std::string_view what, const std::string& path,
+                       std::string_view content);
 
 }  // namespace reshard::internal
 

@@ -1,7 +1,11 @@
 // The directory RecordStore: byte-exact Put/Get, create-only publication
-// (also across racing processes), List/Delete semantics and key validation.
+// (also across racing processes), List/Delete semantics and key validation;
+// records past the read cap (a peer's 10 TB sparse record) refused by size,
+// also under an address-space limit; read-only opens never create.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +24,7 @@
 #include "reshard/fs_store.h"
 #include "reshard/record_store.h"
 #include "reshard/status.h"
+#include "reshard/store_uri.h"
 #include "testing/status_testing.h"
 #include "util/printable.h"
 
@@ -347,6 +352,107 @@ TEST_F(DirectoryRecordStoreTest, RacingProcessesPublishExactlyOnce) {
       << "record starts with " << got.substr(0, 16);
   EXPECT_EQ(AllPaths(), (std::set<std::string>{"race"}));
   EXPECT_EQ(ListOrDie(""), (Keys{"race"}));
+}
+
+// Plants a sparse file of `size` bytes at `rel` under `dir`; false when
+// the filesystem cannot hold one that large.
+bool PlantSparse(const std::string& dir, const std::string& rel, off_t size) {
+  const fs::path path = fs::path(dir) / rel;
+  fs::create_directories(path.parent_path());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  if (fd < 0) return false;
+  const bool ok = ::ftruncate(fd, size) == 0;
+  ::close(fd);
+  return ok;
+}
+
+constexpr off_t kTenTerabytes = off_t{10} << 40;
+
+// Sanitizers reserve terabytes of shadow memory: no address-space limit
+// can be set under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+TEST_F(DirectoryRecordStoreTest, UnboundedReadsRecordPastTheCapIsDataLoss) {
+  ASSERT_OK_AND_ASSIGN(
+      auto small, OpenDirectoryRecordStore(dir_, {.max_record_bytes = 1000}));
+  ASSERT_OK(small->Put("s/fits", std::string(1000, 'a')));
+  ASSERT_OK(small->Put("s/over", std::string(1001, 'a')));
+  ASSERT_OK_AND_ASSIGN(std::string fits, small->Get("s/fits"));
+  EXPECT_EQ(fits.size(), 1000u);
+  EXPECT_THAT(small->Get("s/over").status(),
+              StatusIs(StatusCode::kDataLoss,
+                       "record s/over is larger than 1000 bytes (a corrupt "
+                       "record or manifest)"));
+}
+
+TEST_F(DirectoryRecordStoreTest,
+       UnboundedReadsSparseRendezvousRecordUnderAnAddressSpaceLimit) {
+  if (kSanitized) GTEST_SKIP() << "no address-space limit under sanitizers";
+  if (!PlantSparse(dir_, "step/rank/1", kTenTerabytes)) {
+    GTEST_SKIP() << "no 10 TB sparse files here";
+  }
+  const auto before = AllPaths();
+  // A child under RLIMIT_AS of 4 GiB: the record is refused by its size,
+  // with no allocation, no bad_alloc and no signal.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const rlimit limit{uint64_t{4} << 30, uint64_t{4} << 30};
+    ::setrlimit(RLIMIT_AS, &limit);
+    auto store = OpenDirectoryRecordStore(dir_);
+    if (!store.ok()) std::_Exit(2);
+    const Status st = (*store)->Get("step/rank/1").status();
+    std::_Exit(st.code() == StatusCode::kDataLoss &&
+                       st.message() ==
+                           "record step/rank/1 is larger than 268435456 "
+                           "bytes (a corrupt record or manifest)"
+                   ? 0
+                   : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(AllPaths(), before);
+}
+
+TEST_F(DirectoryRecordStoreTest, UnboundedReadsSparseManifestIsDataLoss) {
+  if (!PlantSparse(dir_, "weights/ns/m/r/1/manifest", kTenTerabytes)) {
+    GTEST_SKIP() << "no 10 TB sparse files here";
+  }
+  ASSERT_OK_AND_ASSIGN(auto store, OpenFsObjectStore(dir_));
+  EXPECT_THAT(store->Get("weights/ns/m/r/1/manifest").status(),
+              StatusIs(StatusCode::kDataLoss,
+                       "record weights/ns/m/r/1/manifest is larger than "
+                       "4294967296 bytes (a corrupt record or manifest)"));
+}
+
+TEST(ReadOnlyOpenTest, ReadOnlyOpenNeverCreatesAStore) {
+  char tmpl[] = "/tmp/reshard_read_only_open_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string missing = std::string(tmpl) + "/deep/path";
+  EXPECT_THAT(
+      OpenObjectStore("fs://" + missing, {.create_if_missing = false}).status(),
+      StatusIs(StatusCode::kNotFound,
+               "store directory " + missing + " does not exist"));
+  EXPECT_THAT(OpenFsObjectStore(missing, {.create_if_missing = false}).status(),
+              StatusIs(StatusCode::kNotFound,
+                       "store directory " + missing + " does not exist"));
+  EXPECT_FALSE(fs::exists(std::string(tmpl) + "/deep"));
+  // A writer still creates it.
+  ASSERT_OK(OpenObjectStore("fs://" + missing).status());
+  EXPECT_TRUE(fs::is_directory(missing));
+  fs::remove_all(tmpl);
 }
 
 }  // namespace

@@ -238,22 +238,22 @@ class FsStore : public ObjectStore {
     return Status::OK();
   }
 
+  void set_max_record_bytes(uint64_t n) { max_record_bytes_ = n; }
+
+  // Reads at most max_record_bytes_: a larger record (by its size, or by
+  // growing while read) is DataLoss naming the key, before it sizes an
+  // allocation.
   Result<std::string> Get(std::string_view key) override {
     RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
     uint64_t size = 0;
     RESHARD_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(key, "record", &size));
-    std::string out;
-    char buf[1 << 16];
-    while (true) {
-      const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return Errno("cannot read", PathOf(key));
-      }
-      if (n == 0) break;
-      out.append(buf, static_cast<size_t>(n));
+    auto text = internal::ReadFdBounded(fd.get(), max_record_bytes_,
+                                        "record " + std::string(key));
+    if (text.status().IsInvalidArgument()) {
+      return Status::DataLoss(text.status().message() +
+                              " (a corrupt record or manifest)");
     }
-    return out;
+    return text;
   }
 
   Result<std::vector<std::string>> List(std::string_view prefix) override {
@@ -611,14 +611,29 @@ class FsStore : public ObjectStore {
   // reached from this descriptor.
   UniqueFd root_fd_;
   Durability record_durability_ = Durability::kDurable;  // of Put
+  uint64_t max_record_bytes_ = kMaxStoreRecordBytes;     // of Get
 };
 
-Result<std::unique_ptr<FsStore>> OpenFsStore(const std::string& root) {
+Result<std::unique_ptr<FsStore>> OpenFsStore(const std::string& root,
+                                             bool create_if_missing) {
   if (root.empty()) {
     return Status::InvalidArgument("record store directory is empty");
   }
   std::error_code ec;
-  fs::create_directories(root, ec);
+  if (!create_if_missing) {
+    struct stat sb;
+    if (::stat(root.c_str(), &sb) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) {
+        return Status::NotFound("store directory " + root + " does not exist");
+      }
+      return Errno("cannot open store directory", root);
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+      return Status::InvalidArgument("store directory " + root +
+                                     " is not a directory");
+    }
+  }
+  if (create_if_missing) fs::create_directories(root, ec);
   if (ec || !fs::is_directory(root)) {
     return Status::IOError("cannot create record store directory " + root +
                            (ec ? ": " + ec.message() : ""));
@@ -635,13 +650,18 @@ Result<std::unique_ptr<FsStore>> OpenFsStore(const std::string& root) {
 
 Result<std::unique_ptr<RecordStore>> OpenDirectoryRecordStore(
     const std::string& root, const DirectoryRecordStoreOptions& options) {
-  RESHARD_ASSIGN_OR_RETURN(auto store, OpenFsStore(root));
+  RESHARD_ASSIGN_OR_RETURN(auto store,
+                           OpenFsStore(root, /*create_if_missing=*/true));
   store->set_record_durability(options.durability);
+  store->set_max_record_bytes(options.max_record_bytes);
   return std::unique_ptr<RecordStore>(std::move(store));
 }
 
-Result<std::unique_ptr<ObjectStore>> OpenFsObjectStore(std::string_view root) {
-  RESHARD_ASSIGN_OR_RETURN(auto store, OpenFsStore(std::string(root)));
+Result<std::unique_ptr<ObjectStore>> OpenFsObjectStore(
+    std::string_view root, const FsObjectStoreOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(
+      auto store, OpenFsStore(std::string(root), options.create_if_missing));
+  store->set_max_record_bytes(options.max_record_bytes);
   return std::unique_ptr<ObjectStore>(std::move(store));
 }
 
