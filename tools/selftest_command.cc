@@ -57,8 +57,10 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
   cmd->add_option("--rank", a->rank,
                   "ucx: run only this rank here (needs --rendezvous and "
                   "--session; the others run elsewhere)");
-  cmd->add_option("--timeout", a->timeout, "ucx: seconds to wait for any peer")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--timeout", a->timeout,
+                  "ucx: seconds to wait for any peer, 0.001 to 86400 "
+                  "(default 60); the launcher ends ranks still running after "
+                  "3 x timeout x (1 + updates)");
   cmd->add_option("--ucx-tls", a->ucx_tls,
                   "ucx: transports (UCX_TLS), e.g. cma,tcp or tcp");
   cmd->add_option("--ucx-net-devices", a->ucx_net_devices,
@@ -93,6 +95,9 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
 
 // Flag combinations CLI11 cannot express: UCX-only flags need --transport
 // ucx, and --via-store runs in one process.
+constexpr double kMinTimeoutSeconds = 0.001;
+constexpr double kMaxTimeoutSeconds = 86400;
+
 Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   if (a.rank && a.session.empty()) {
     return Status::InvalidArgument("--rank needs --session");
@@ -113,6 +118,15 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   }
   if (a.keep_revision && a.via_store.empty()) {
     return Status::InvalidArgument("--keep-revision needs --via-store");
+  }
+  // Finite and in range: nan or 1e300 would overflow the milliseconds.
+  if (!(a.timeout >= kMinTimeoutSeconds && a.timeout <= kMaxTimeoutSeconds)) {
+    char shown[64];
+    std::snprintf(shown, sizeof shown, "%g", a.timeout);
+    return Status::InvalidArgument(
+        std::string("--timeout must be a number of seconds from 0.001 to "
+                    "86400, not ") +
+        shown);
   }
   if (a.fault == "kill-between-updates" && a.updates < 2) {
     return Status::InvalidArgument(

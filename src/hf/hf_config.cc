@@ -443,6 +443,10 @@ Result<HfConfig> ParseHfConfig(std::string_view json) {
   if (doc.root().get_object().get(obj) != simdjson::SUCCESS) {
     return Status::InvalidArgument("config.json must be a JSON object");
   }
+  // Readers that take the first or the last of two equal keys disagree on
+  // what the file means: refuse it, like every other input.
+  RESHARD_RETURN_NOT_OK(
+      RejectDuplicateKeys(doc.root(), JsonPath()).WithContext("config.json"));
   ConfigReader r(obj);
   HfConfig c;
   RESHARD_RETURN_NOT_OK(ReadArchitecture(r, &c));

@@ -487,6 +487,7 @@ class Planner {
     Planner p(source, target, options);
     RESHARD_RETURN_NOT_OK(p.CheckIdentity());
     RESHARD_RETURN_NOT_OK(p.SelectTargetParts());
+    RESHARD_RETURN_NOT_OK(p.CheckByteTotal());
     RESHARD_RETURN_NOT_OK(p.SelectTensors());
     p.BuildFragmentTables();
     RESHARD_RETURN_NOT_OK(p.Intersect());
@@ -509,6 +510,10 @@ class Planner {
   Status CheckIdentity();
   // Every target part, or the one local participant's.
   Status SelectTargetParts();
+  // The selected target fragments' bytes sum to at most 2^64 - 1, which
+  // bounds every total of the plan (each region fills part of one target
+  // fragment): plan bytes, per-participant bytes, traffic and routes.
+  Status CheckByteTotal() const;
   // Step 1: tensor sets and descriptors; fills tensors and the index.
   Status SelectTensors();
   // Fragment tables and participants of both sides, with id order.
@@ -603,6 +608,22 @@ Status Planner::SelectTargetParts() {
         " holds none");
   }
   target_parts_.push_back(part);
+  return Status::OK();
+}
+
+Status Planner::CheckByteTotal() const {
+  uint64_t total = 0;
+  for (const WeightPlacementPart* part : target_parts_) {
+    for (const PlacementFragment& f : part->fragments()) {
+      if (__builtin_add_overflow(total, f.nbytes(), &total)) {
+        return Status::OutOfRange(
+            "plan bytes exceed 2^64 - 1: the target fragments' nbytes "
+            "overflow at fragment " +
+            f.placement_fragment_id() + " (tensor " + f.tensor_id() +
+            ", participant " + part->participant_id() + ")");
+      }
+    }
+  }
   return Status::OK();
 }
 

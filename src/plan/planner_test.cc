@@ -947,5 +947,22 @@ TEST(PlannerLocalTargetTest, ParticipantWithoutFragmentsIsRejected) {
             "p-d0-p1-e0-t0 holds none");
 }
 
+// Two bfloat16 tensors of 2^62 elements each: every tensor and fragment
+// fits in 64 bits, their sum does not. Refused before planning, naming the
+// fragment, tensor and participant where the sum overflows.
+TEST(PlannerTest, ByteTotalsPastTwoToTheSixtyFourAreRefused) {
+  PlacementDraft d = GridDraft(Sizes{});
+  AddTensor(&d, {.tensor_id = "a", .shape = {int64_t{1} << 62}});
+  AddTensor(&d, {.tensor_id = "b", .shape = {int64_t{1} << 62}});
+  const WeightPlacementManifest m = MustBuild(d);
+  const Status st = LogicalTransferPlan::Make(m, m).status();
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_THAT(st.message(),
+              ::testing::StartsWith("plan bytes exceed 2^64 - 1: the target "
+                                    "fragments' nbytes overflow at fragment "));
+  EXPECT_THAT(st.message(),
+              ::testing::EndsWith("(tensor b, participant p-d0-p0-e0-t0)"));
+}
+
 }  // namespace
 }  // namespace reshard

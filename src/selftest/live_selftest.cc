@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -265,6 +266,29 @@ Status CheckProcs(const WeightPlacementManifest& source,
   return Status::OK();
 }
 
+}  // namespace
+
+std::chrono::milliseconds LaunchDeadline(const SelfTestOptions& options) {
+  // About 30 years: a deadline the steady clock can still add to now.
+  constexpr int64_t kLongest = int64_t{1} << 40;
+  const int64_t per_step = std::max<int64_t>(options.timeout.count(), 0);
+  const int64_t steps = 3 * (int64_t{1} + options.updates);
+  int64_t ms = 0;
+  if (__builtin_mul_overflow(per_step, steps, &ms) || ms > kLongest) {
+    ms = kLongest;
+  }
+  return std::chrono::milliseconds(ms);
+}
+
+namespace {
+
+// "12.5": a duration in seconds for messages.
+std::string FormatSeconds(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(d.count()) / 1000);
+  return buf;
+}
+
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
     return "died of signal " + std::to_string(WTERMSIG(status)) + " (" +
@@ -392,12 +416,14 @@ Result<std::vector<pid_t>> LaunchRanks(const WeightPlacementManifest& source,
 
 // Waits for every rank; a rank that dies without a report gets an abort
 // record so that the others stop at once instead of at their timeout.
-// Ranks still running after `limit` are killed. Returns, per rank, how it
-// ended when that was not a clean exit ("" otherwise).
+// Ranks still running after `limit` are killed, and said to have been
+// ended at the deadline. Returns, per rank, how it ended when that was not
+// a clean exit ("" otherwise).
 std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
                                    const std::string& session,
                                    std::chrono::milliseconds limit) {
   const auto deadline = Clock::now() + limit;
+  bool killed = false;
   const uint32_t procs = static_cast<uint32_t>(pids.size());
   uint32_t running = procs;
   std::vector<std::string> exits(procs);
@@ -410,7 +436,12 @@ std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
         pids[r] = -1;
         --running;
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-        exits[r] = DescribeExit(status);
+        exits[r] = killed && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+                       ? "was still running at the launcher's deadline (" +
+                             FormatSeconds(limit) +
+                             " s: 3 x --timeout x (1 + updates)) and was "
+                             "ended"
+                       : DescribeExit(status);
         if (!store.Get(ReportKey(session, r)).ok()) {
           (void)store.Put(session + "/abort/" + std::to_string(r),
                           internal::EncodeAbortRecord(
@@ -419,7 +450,8 @@ std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
       }
       continue;
     }
-    if (Clock::now() > deadline) {
+    if (!killed && Clock::now() > deadline) {
+      killed = true;
       for (uint32_t r = 0; r < procs; ++r) {
         if (pids[r] > 0) ::kill(pids[r], SIGKILL);
       }
@@ -557,7 +589,7 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
       std::vector<pid_t> pids,
       LaunchRanks(source, target, options, *store, session));
   const std::vector<std::string> exits =
-      ReapRanks(std::move(pids), *store, session, 3 * options.timeout);
+      ReapRanks(std::move(pids), *store, session, LaunchDeadline(options));
   RESHARD_ASSIGN_OR_RETURN(SelfTestReport total,
                            CollectReports(*store, session, exits));
   CompleteReport(plan, plan_seconds, options, &total);

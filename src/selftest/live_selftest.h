@@ -14,6 +14,12 @@ namespace reshard::internal {
 // processes than the placements have participants with fragments.
 inline constexpr uint32_t kMaxSelfTestProcs = 64;
 
+// How long the launcher waits for its ranks before ending those still
+// running: 3 x timeout for the session, and as much again for each
+// update of a standing session (each update may wait on its peers up to
+// the timeout at every stage). Saturates instead of overflowing.
+std::chrono::milliseconds LaunchDeadline(const SelfTestOptions& options);
+
 Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
                                       const WeightPlacementManifest& target,
                                       const SelfTestOptions& options);

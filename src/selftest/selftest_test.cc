@@ -20,6 +20,7 @@
 #include "reshard/placement.h"
 #include "reshard/plan.h"
 #include "selftest/host_buffers.h"
+#include "selftest/live_selftest.h"
 #include "selftest/pattern.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
@@ -270,6 +271,20 @@ TEST(SelfTestTest, VerifyPatternNamesTheFirstWrongByte) {
                 std::to_string(static_cast<uint8_t>(want ^ 0x5A)));
   *byte = want;
   EXPECT_EQ(internal::VerifyPattern(m, tensors, buffers), "");
+}
+
+// The launcher's deadline follows the work asked for: 3 x timeout for the
+// session and as much again per update, saturating far below overflow.
+TEST(LaunchDeadlineTest, SelftestTimeoutDeadlineScalesWithUpdates) {
+  SelfTestOptions o;
+  o.timeout = std::chrono::milliseconds(2000);
+  EXPECT_EQ(internal::LaunchDeadline(o), std::chrono::milliseconds(6000));
+  o.updates = 4;
+  EXPECT_EQ(internal::LaunchDeadline(o), std::chrono::milliseconds(30000));
+  o.timeout = std::chrono::milliseconds(86400000);
+  o.updates = UINT32_MAX;
+  EXPECT_EQ(internal::LaunchDeadline(o),
+            std::chrono::milliseconds(int64_t{1} << 40));
 }
 
 }  // namespace

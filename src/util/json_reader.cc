@@ -128,6 +128,30 @@ void WriteCanonical(JsonElement e, CanonicalJsonWriter* w, Status* error,
 
 }  // namespace
 
+Status RejectDuplicateKeys(JsonElement e, const JsonPath& path) {
+  if (e.type() == simdjson::dom::element_type::ARRAY) {
+    size_t i = 0;
+    for (auto item : simdjson::dom::array(e)) {
+      RESHARD_RETURN_NOT_OK(RejectDuplicateKeys(item, path.Index(i++)));
+    }
+    return Status::OK();
+  }
+  if (e.type() != simdjson::dom::element_type::OBJECT) return Status::OK();
+  std::vector<std::string_view> keys;
+  for (auto field : simdjson::dom::object(e)) {
+    keys.push_back(field.key);
+    RESHARD_RETURN_NOT_OK(
+        RejectDuplicateKeys(field.value, path.Field(field.key)));
+  }
+  std::sort(keys.begin(), keys.end());
+  const auto dup = std::adjacent_find(keys.begin(), keys.end());
+  if (dup != keys.end()) {
+    return Status::InvalidArgument(
+        path.ToString() + ": duplicate JSON field \"" + Printable(*dup) + "\"");
+  }
+  return Status::OK();
+}
+
 std::string JsonPath::ToString() const {
   std::vector<const JsonPath*> chain;
   for (const JsonPath* p = this; p != nullptr && p->parent_ != nullptr;

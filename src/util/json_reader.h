@@ -215,6 +215,12 @@ Result<simdjson::dom::array> ReadArray(JsonElement e, const JsonPath& path);
 // Parses any JSON text and re-encodes it canonically (sorted keys, compact,
 // Python's escaping in the given mode). Floats are not part of the contract
 // and are rejected.
+// Refuses a duplicate key in any object of the document under `e`
+// (InvalidArgument "<path>: duplicate JSON field \"k\"", the same words as
+// the strict readers): for documents with open field sets (config.json)
+// that are not read through StrictObject.
+Status RejectDuplicateKeys(JsonElement e, const JsonPath& path);
+
 Result<std::string> CanonicalizeJsonText(std::string_view text, JsonAscii mode);
 
 }  // namespace reshard::internal

@@ -269,7 +269,8 @@
     const view = current.view;
     const side = function (name, key) {
       return function (r, b, i) {
-        r.setAttribute('data-p', participantId(name, b.p));
+        // Escaped like the attributes rendered into the page (charts.cc).
+        r.setAttribute('data-p', printable(participantId(name, b.p)));
         r.addEventListener('mouseenter', function () { highlight(view, key, i); });
         r.addEventListener('mouseleave', clearHighlight);
         r.addEventListener('click', function () { view.filter = function (x) { return x[key] === i; }; renderTable(t, view); });
@@ -290,7 +291,7 @@
   }
   for (const [id, side] of [['tx-source', 'source'], ['tx-target', 'target']]) {
     hover(document.getElementById(id), 'rect.frag', function (r) {
-      return side + ' ' + printable(r.getAttribute('data-p')) + '\nbox ' + r.getAttribute('data-box');
+      return side + ' ' + r.getAttribute('data-p') + '\nbox ' + r.getAttribute('data-box');
     });
   }
   hover(document.getElementById('tx-regions'), 'rect.region', function (r) {
@@ -318,7 +319,7 @@
       '\n' + grouped(t[4]) + ' bytes moved (' + human(t[4]) + ') in ' + grouped(t[5]) + ' regions; ' +
       t[6] + ' source fragments, ' + t[7] + ' target fragments' +
       (t[8] < 0 ? '\nboxes not embedded: the report\'s explorer budget is spent (max_explorer_items)' : '');
-    info.setAttribute('data-tensor', t[0]);
+    info.setAttribute('data-tensor', printable(t[0]));
     render();
   }
   report.selectTensor = function (name) {
