@@ -94,6 +94,24 @@ struct LiveSessionOptions {
   // Called after every receive of this rank completed, before "done";
   // an error aborts the session (no target becomes ready).
   std::function<Status()> validate_targets;
+  // Liveness: every rank publishes a heartbeat record every
+  // `heartbeat_interval` from a thread of its own (also between a standing
+  // session's updates), and a rank whose heartbeat stands still for
+  // `peer_timeout` (on the watcher's clock) is named by the ranks waiting
+  // for it: "rank R stopped answering (no heartbeat for N ms; it died or
+  // hangs)". With the defaults a killed rank is named within about 2 s.
+  // A zero interval turns heartbeats off (a dead rank is then found by
+  // its endpoints or at `timeout`). peer_timeout must be at least twice
+  // the interval.
+  std::chrono::milliseconds heartbeat_interval{200};
+  std::chrono::milliseconds peer_timeout{1500};
+  // Standing sessions: whether a source participant may pass bindings at
+  // new addresses to Update. The rule is the same on one host and across
+  // hosts: false (the default) refuses a moved source before any byte
+  // moves, whatever protocol the session chose; true rebinds it, and so
+  // makes kAuto push everywhere (a pull session's registered sources
+  // cannot move) and refuses kPull at open.
+  bool movable_sources = false;
   // Observer of this rank's progress, for tools and fault tests: called
   // with "published", "transfer" (after the first operation this rank
   // initiated or received completed), "completing" (its own operations

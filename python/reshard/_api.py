@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from typing import Any, Dict, Mapping, Optional, Union
 
 from reshard import _reshard
@@ -253,7 +254,9 @@ class LiveSession:
     hosts into the target tensors it hosts, over UCX, and returns when
     every process has finished, or raises naming the rank that failed (no
     target of that update is marked ready). Tensors that moved since the
-    previous update are rebound (refused for sources of a pull session).
+    previous update are rebound (targets always; sources only when the
+    session was opened with ``movable_sources=True``, on one host and across
+    hosts alike).
     Every process must call ``update()`` the same number of times; use the
     session as a context manager, or call ``close()``.
 
@@ -268,7 +271,10 @@ class LiveSession:
                  target: _reshard.WeightPlacementManifest,
                  timeout: float = 60.0, protocol: str = "auto",
                  max_in_flight: int = 64, instance_id: Optional[str] = None,
-                 ucx_tls: str = "", shadow_targets: bool = False) -> None:
+                 ucx_tls: str = "", shadow_targets: bool = False,
+                 movable_sources: bool = False,
+                 heartbeat_interval: float = 0.2,
+                 peer_timeout: float = 1.5) -> None:
         self.rendezvous = rendezvous
         self.name = name
         self.rank = rank
@@ -284,6 +290,16 @@ class LiveSession:
         # world barrier: a failed update leaves the targets untouched (as
         # many bytes again as this process's targets, one copy per update).
         self.shadow_targets = shadow_targets
+        # Source tensors may move between updates (rebound; the session
+        # then pushes, also on one host). Without it a moved source is
+        # refused, on one host and across hosts alike.
+        self.movable_sources = movable_sources
+        # Liveness: a process whose heartbeat (every heartbeat_interval
+        # seconds, from a native thread) stands still for peer_timeout
+        # seconds is named by the others; 0 turns heartbeats off.
+        self.heartbeat_interval = heartbeat_interval
+        self.peer_timeout = peer_timeout
+        self._busy = threading.Lock()
         self.step = 0
         self.attempt = 0
         self.open_seconds = None
@@ -305,7 +321,10 @@ class LiveSession:
             session=self.session_key, rank=self.rank, ranks=self.ranks,
             timeout=self.timeout, max_in_flight=self.max_in_flight,
             protocol=self.protocol, options=options, ucx_tls=self.ucx_tls,
-            shadow_targets=self.shadow_targets)
+            shadow_targets=self.shadow_targets,
+            movable_sources=self.movable_sources,
+            heartbeat_interval=self.heartbeat_interval,
+            peer_timeout=self.peer_timeout)
         self.open_seconds = self._native.open_seconds
         self._addresses = (src, dst)
 
@@ -317,7 +336,20 @@ class LiveSession:
         The step advances whether or not the update succeeds, so that every
         process stays in step: a process whose own tensors are refused
         records an abort (its peers fail at once, naming it) and raises.
+        One update at a time: a call while another thread's update() runs
+        on this object is refused.
         """
+        if not self._busy.acquire(blocking=False):
+            raise _reshard.FailedPreconditionError(
+                f"live session {self.name}: update() is already running in "
+                "another thread; updates of one session are sequential")
+        try:
+            return self._update(sources, targets)
+        finally:
+            self._busy.release()
+
+    def _update(self, sources: Optional[Mapping],
+                targets: Optional[Mapping]) -> Report:
         if self._uncertain:
             raise _reshard.FailedPreconditionError(
                 f"live session {self.name}: an earlier update's outcome was "

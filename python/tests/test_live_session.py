@@ -118,3 +118,49 @@ def test_moved_targets_are_rebound_and_shadowed_updates_land(tmp_path):
     out = _run(tmp_path / "shadow", bad_step=None, shadow=True)
     for rank in (0, 1):
         assert out[rank] == [(1, "ok", 1), (2, "ok", 2), (3, "ok", 3)]
+
+
+def test_concurrent_update_on_one_session_is_refused(tmp_path):
+    """While one thread's update() runs, another thread's call on the same
+    object is refused at once, naming the session; nothing is opened or
+    recorded for it."""
+    src, dst = _load("source"), _load("target")
+    session = reshard.LiveSession(str(tmp_path), "busy", rank=0, ranks=2,
+                                  source=src, target=dst, timeout=5)
+    assert session._busy.acquire(blocking=False)  # an update in flight
+    try:
+        try:
+            session.update({}, {})
+        except reshard.FailedPreconditionError as error:
+            assert str(error) == (
+                "live session busy: update() is already running in another "
+                "thread; updates of one session are sequential")
+        else:
+            raise AssertionError("a concurrent update() was not refused")
+    finally:
+        session._busy.release()
+    assert session.step == 0 and not os.listdir(tmp_path)
+
+
+def test_timeouts_and_liveness_options_are_checked(tmp_path):
+    """NaN, infinite and absurd durations are refused before anything is
+    opened, naming the option."""
+    src, dst = _load("source"), _load("target")
+    for kwargs, message in (
+            (dict(timeout=float("nan")),
+             "timeout must be > 0 and at most 604800 seconds"),
+            (dict(timeout=1e300),
+             "timeout must be > 0 and at most 604800 seconds"),
+            (dict(peer_timeout=float("inf")),
+             "peer_timeout must be between 0 and 3600 seconds"),
+            (dict(heartbeat_interval=-1.0),
+             "heartbeat_interval must be between 0 and 3600 seconds")):
+        try:
+            reshard._reshard.StandingSession(
+                str(tmp_path), src, dst, {}, {}, session="opts", rank=0,
+                ranks=1, **kwargs)
+        except reshard.InvalidArgumentError as error:
+            assert message in str(error), str(error)
+        else:
+            raise AssertionError(f"{kwargs} was accepted")
+    assert not os.listdir(tmp_path)

@@ -29,6 +29,20 @@ Status ValidateOptions(const LiveSessionOptions& o) {
   if (o.max_in_flight == 0) {
     return Status::InvalidArgument("live session: max_in_flight is 0");
   }
+  if (o.heartbeat_interval.count() < 0 ||
+      (o.heartbeat_interval.count() > 0 &&
+       o.peer_timeout < 2 * o.heartbeat_interval)) {
+    return Status::InvalidArgument(
+        "live session: peer_timeout (" +
+        std::to_string(o.peer_timeout.count()) +
+        " ms) must be at least twice heartbeat_interval (" +
+        std::to_string(o.heartbeat_interval.count()) + " ms)");
+  }
+  if (o.movable_sources && o.protocol == LiveProtocol::kPull) {
+    return Status::InvalidArgument(
+        "live session: movable_sources needs push (a pull session's sources "
+        "are registered once, at open)");
+  }
   return Status::OK();
 }
 

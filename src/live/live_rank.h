@@ -20,6 +20,7 @@
 #include "bind/row_walker.h"
 #include "exec/ucx/ucx_exchange.h"
 #include "exec/ucx/ucx_handles.h"
+#include "live/heartbeat.h"
 #include "live/live_records.h"
 #include "reshard/bound_plan.h"
 #include "reshard/live.h"
@@ -79,20 +80,29 @@ class Session {
     return own;
   }
 
-  // Records this rank's failure for the others (first reason wins) and
-  // returns `st`.
-  Status Abort(const Status& st) {
-    (void)store_.Put(Key("abort"),
-                     internal::EncodeAbortRecord(options_.rank, st.ToString()));
+  // Records this rank's failure in update `generation` (0: opening or a
+  // one-shot run) for the others (first reason wins) and returns `st`.
+  Status Abort(const Status& st, uint64_t generation) {
+    (void)store_.Put(
+        Key("abort"),
+        internal::EncodeAbortRecord(options_.rank, st.ToString(), generation));
     return st;
   }
 
-  // An error if another rank aborted.
-  Status CheckAborts() {
+  // A predicate over ranks: those with a record of `kind`.
+  std::function<bool(uint32_t)> Having(const std::string& kind) {
+    return [this, kind](uint32_t r) { return Get(Key(kind, r)).ok(); };
+  }
+
+  // An error if another rank aborted, unless `exempt` excuses it (a rank
+  // that voted "done" in the update being decided before it failed: its
+  // failure does not decide that update).
+  Status CheckAborts(const std::function<bool(uint32_t)>& exempt = nullptr) {
     RESHARD_ASSIGN_OR_RETURN(auto keys, List("abort"));
     for (const std::string& key : keys) {
       RESHARD_ASSIGN_OR_RETURN(uint32_t who, RankOfKey(key));
       if (who == options_.rank) continue;
+      if (exempt && exempt(who)) continue;
       // Whatever the record holds, the session is over; a malformed record
       // is reported as the reason.
       std::string reason;
@@ -108,6 +118,27 @@ class Session {
                              reason);
     }
     return Status::OK();
+  }
+
+  // Watches the other ranks' heartbeats from now on (heartbeat.h).
+  void WatchPeers() {
+    if (options_.heartbeat_interval.count() == 0) return;
+    watch_.emplace(store_, prefix_, options_.rank, options_.ranks,
+                   options_.peer_timeout);
+  }
+
+  // CheckAborts, then an error naming the first rank whose heartbeat
+  // stood still for peer_timeout; `exempt` excuses ranks of both.
+  Status CheckPeers(const std::function<bool(uint32_t)>& exempt = nullptr) {
+    RESHARD_RETURN_NOT_OK(CheckAborts(exempt));
+    if (!watch_) return Status::OK();
+    RESHARD_ASSIGN_OR_RETURN(auto silent, watch_->FirstSilent(exempt));
+    if (!silent) return Status::OK();
+    return Status::Unavailable("live session " + options_.session + ": rank " +
+                               std::to_string(*silent) +
+                               " stopped answering (no heartbeat for " +
+                               std::to_string(watch_->SilentMillis(*silent)) +
+                               " ms; it died or hangs)");
   }
 
   // The rank a key of kind/<r>[/...] (or u/<generation>/kind/<r>[/...])
@@ -141,7 +172,7 @@ class Session {
         RESHARD_RETURN_NOT_OK(RankOfKey(key).status());
       }
       if (keys.size() >= options_.ranks) return Status::OK();
-      RESHARD_RETURN_NOT_OK(CheckAborts());
+      RESHARD_RETURN_NOT_OK(CheckPeers());
       if (poll) RESHARD_RETURN_NOT_OK(poll());
       if (Clock::now() >= deadline) {
         std::set<std::string> have(keys.begin(), keys.end());
@@ -167,6 +198,7 @@ class Session {
   RecordStore& store_;
   const LiveSessionOptions& options_;
   std::string prefix_;
+  std::optional<PeerWatch> watch_;
 };
 
 // Everything the other ranks published.
@@ -228,6 +260,7 @@ class LiveRank {
   LiveRank& operator=(const LiveRank&) = delete;
 
   ~LiveRank() {
+    if (heartbeat_) heartbeat_->Stop(/*remove=*/false);
     if (succeeded_) {
       rkeys_.clear();  // before their endpoints
       return;
@@ -286,6 +319,7 @@ class LiveRank {
 
   // Scopes the next RunUpdate's records and tags to `generation`.
   void BeginUpdate(uint64_t generation) {
+    generation_ = generation;
     scope_ = "u/" + std::to_string(generation) + "/";
     tag_ = SessionTag(options_.session + "/" + scope_);
   }
@@ -302,6 +336,11 @@ class LiveRank {
     RESHARD_RETURN_NOT_OK(Exchange());
     RESHARD_RETURN_NOT_OK(Complete());
     RESHARD_RETURN_NOT_OK(Barrier());
+    if (scope_.empty() && heartbeat_) {
+      // A one-shot run is over for this rank; the others no longer watch
+      // it (it voted "done").
+      heartbeat_->Stop(/*remove=*/true);
+    }
     Flip();
     RESHARD_RETURN_NOT_OK(Ready());
     succeeded_ = true;
@@ -321,12 +360,15 @@ class LiveRank {
     bool changed = false;
     for (size_t i = 0; i < now.sources.size(); ++i) {
       if (SameBinding(now.sources[i], bindings_.sources[i])) continue;
-      if (!mems_.empty()) {
+      // One rule on one host and across hosts, whichever protocol the
+      // session chose (live.h, movable_sources).
+      if (!options_.movable_sources) {
         return Status::FailedPrecondition(
             "live session " + options_.session + ": source participant " +
             now.sources[i].participant_id() +
-            " was rebound after its memory was registered at open (pull); a "
-            "registration lives as long as its session: open a new session");
+            " moved (its bindings changed since open), and the session was "
+            "opened without movable_sources: keep sources in place, or open "
+            "with movable_sources (push)");
       }
       changed = true;
     }
@@ -365,9 +407,16 @@ class LiveRank {
       Status first = records_.CheckAborts();
       if (!first.ok()) st = first.WithContext(st.message());
     }
-    return records_.Abort(st.WithContext("live session " + options_.session +
-                                         ", rank " +
-                                         std::to_string(options_.rank)));
+    std::string where = "live session " + options_.session + ", rank " +
+                        std::to_string(options_.rank);
+    if (generation_ > 0) where += ", update " + std::to_string(generation_);
+    return records_.Abort(st.WithContext(where), generation_);
+  }
+
+  // Stops this rank's heartbeat and removes its record (a rank leaving
+  // the session cleanly).
+  void StopHeartbeat() {
+    if (heartbeat_) heartbeat_->Stop(/*remove=*/true);
   }
 
   const LiveReport& report() const { return report_; }
@@ -400,12 +449,19 @@ class LiveRank {
     RESHARD_RETURN_NOT_OK(
         records_.Put(records_.Key("address"),
                      internal::EncodeAddressRecord(options_.rank, address)));
-    may_pull_ =
-        options_.protocol == LiveProtocol::kPull ||
-        (options_.protocol == LiveProtocol::kAuto && options_.ucx.tls.empty());
+    may_pull_ = options_.protocol == LiveProtocol::kPull ||
+                (options_.protocol == LiveProtocol::kAuto &&
+                 options_.ucx.tls.empty() && !options_.movable_sources);
     if (may_pull_ && !bindings_.sources.empty()) {
       RESHARD_RETURN_NOT_OK(RegisterSources());
     }
+    if (options_.heartbeat_interval.count() > 0) {
+      RESHARD_ASSIGN_OR_RETURN(
+          heartbeat_,
+          Heartbeat::Start(store_, options_.session + "/", options_.rank,
+                           options_.heartbeat_interval));
+    }
+    records_.WatchPeers();
     RESHARD_RETURN_NOT_OK(
         records_.Put(records_.Key("rank"),
                      internal::EncodeRankRecord(
@@ -566,7 +622,7 @@ class LiveRank {
     for (auto& [r, ep] : peers_) endpoints.push_back(ep.get());
     RESHARD_RETURN_NOT_OK(
         internal::WireUp(*worker_, endpoints, Deadline(),
-                         [&] { return records_.CheckAborts(); }));
+                         [&] { return records_.CheckPeers(); }));
     // Plan, bind, fence and connect; not the wait for the others to publish.
     report_.plan_seconds = Seconds(start_) - waited_seconds_;
     return Status::OK();
@@ -682,7 +738,7 @@ class LiveRank {
     xo.session_tag = tag_;
     xo.max_in_flight = options_.max_in_flight;
     xo.deadline = Deadline();
-    xo.poll_abort = [&] { return records_.CheckAborts(); };
+    xo.poll_abort = [&] { return records_.CheckPeers(); };
     xo.on_first_completion = [&] { Stage("transfer"); };
     for (const BoundRegion* br : local_) {
       internal::CopyRegionSegments(*br, 0, internal::RowCount(*br));
@@ -747,25 +803,96 @@ class LiveRank {
     return Status::OK();
   }
 
-  // 6. World barrier: every rank's "done", still progressing (peers may
-  //    still read from us) and watching the peers' health.
+  // 6. World barrier: the update's outcome, the same on every rank that
+  //    gets here. The first rank that can tell records it create-only
+  //    (outcome/0): commit once every rank voted "done"; abort when a rank
+  //    failed before voting (its abort record), fell silent before voting
+  //    (heartbeat.h), published a malformed vote, or the deadline passed.
+  //    Every rank follows the recorded outcome, so an update never
+  //    succeeds on some ranks and fails on others (a failure noticed after
+  //    the commit, such as a peer that left after voting, does not undo
+  //    it). Still progressing meanwhile: peers may still read from us.
   Status Barrier() {
     const auto t1 = Clock::now();
-    RESHARD_RETURN_NOT_OK(
-        records_.WaitForAll(scope_ + "done", Deadline(), [&]() -> Status {
-          for (const auto& [r, ep] : peers_) {
-            if (!ep->failure().ok()) return ep->failure();
+    const std::string done = scope_ + "done";
+    const std::string decision = records_.Key(scope_ + "outcome", 0);
+    const auto deadline = Deadline();
+    const auto voted = records_.Having(done);
+    auto sleep = std::chrono::microseconds(200);
+    while (true) {
+      auto recorded = records_.Get(decision);
+      if (recorded.ok()) return Follow(*recorded, decision, t1);
+      if (!recorded.status().IsNotFound()) return recorded.status();
+      RESHARD_ASSIGN_OR_RETURN(auto keys, records_.List(done));
+      Status failed = Status::OK();
+      if (keys.size() >= options_.ranks) {
+        failed = CheckVotes(done);
+        if (failed.ok()) {
+          RESHARD_RETURN_NOT_OK(Decide({true, options_.rank, ""}, decision));
+          continue;
+        }
+      }
+      if (failed.ok()) failed = records_.CheckPeers(voted);
+      if (failed.ok() && Clock::now() >= deadline) {
+        std::string missing;
+        for (uint32_t r = 0; r < options_.ranks; ++r) {
+          if (!voted(r)) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(r);
           }
-          worker_->ProgressOrWait(std::chrono::milliseconds(5));
-          return Status::OK();
-        }));
+        }
+        failed = Status::Unavailable(
+            "live session " + options_.session + ": timed out after " +
+            std::to_string(options_.timeout.count()) + " ms waiting for " +
+            done + " of rank(s) " + missing);
+      }
+      if (!failed.ok()) {
+        RESHARD_RETURN_NOT_OK(
+            Decide({false, options_.rank, failed.ToString()}, decision));
+        auto now = records_.Get(decision);
+        if (now.ok()) {
+          auto o =
+              internal::DecodeOutcomeRecord(*now, decision, options_.ranks);
+          // Ours was recorded: the failure as this rank saw it.
+          if (o.ok() && !o->commit && o->decided_by == options_.rank) {
+            report_.barrier_seconds = Seconds(t1);
+            return failed;
+          }
+        }
+        continue;
+      }
+      worker_->ProgressOrWait(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
+    }
+  }
+
+  // Every vote of `done` is a well-formed marker of its rank.
+  Status CheckVotes(const std::string& done) {
     for (uint32_t r = 0; r < options_.ranks; ++r) {
-      const std::string key = records_.Key(scope_ + "done", r);
+      const std::string key = records_.Key(done, r);
       RESHARD_ASSIGN_OR_RETURN(std::string text, records_.Get(key));
       RESHARD_RETURN_NOT_OK(internal::DecodeMarkerRecord(text, key, r));
     }
-    report_.barrier_seconds = Seconds(t1);
     return Status::OK();
+  }
+
+  // Records `outcome` unless another rank recorded one first.
+  Status Decide(const internal::OutcomeRecord& outcome,
+                const std::string& decision) {
+    const Status put =
+        records_.Put(decision, internal::EncodeOutcomeRecord(outcome));
+    return put.IsAlreadyExists() ? Status::OK() : put;
+  }
+
+  // The recorded outcome as this rank's result.
+  Status Follow(const std::string& text, const std::string& decision,
+                Clock::time_point since) {
+    RESHARD_ASSIGN_OR_RETURN(auto outcome, internal::DecodeOutcomeRecord(
+                                               text, decision, options_.ranks));
+    report_.barrier_seconds = Seconds(since);
+    if (outcome.commit) return Status::OK();
+    return Status::Aborted(
+        "live session " + options_.session + " failed as decided by rank " +
+        std::to_string(outcome.decided_by) + ": " + outcome.reason);
   }
 
   // 7. Ready: target ranks record activation-ready.
@@ -788,6 +915,8 @@ class LiveRank {
   // Records of the current update: "" for a one-shot run (done/<r>,
   // ready/<r>), "u/<generation>/" in a standing session.
   std::string scope_;
+  uint64_t generation_ = 0;  // of the current update; 0 outside updates
+  std::unique_ptr<Heartbeat> heartbeat_;
   uint32_t tag_ = 0;  // high 32 bits of this update's message tags
   Clock::time_point start_;
   double waited_seconds_ = 0;  // for the others to publish

@@ -288,24 +288,77 @@ Status DecodeMarkerRecord(std::string_view text, std::string_view key,
   return CheckRank(p.obj, kKind, key, rank);
 }
 
-std::string EncodeAbortRecord(uint32_t rank, std::string_view reason) {
+std::string EncodeAbortRecord(uint32_t rank, std::string_view reason,
+                              uint64_t generation) {
   std::string out;
   CanonicalJsonWriter w(&out);
   w.BeginObject();
+  w.KeyUInt("generation", generation);
   w.KeyUInt("rank", rank);
   w.KeyString("reason", ValidUtf8(Shorten(reason, kMaxRecordedText)));
   w.EndObject();
   return out;
 }
 
-Result<std::string> DecodeAbortRecord(std::string_view text,
-                                      std::string_view key, uint32_t rank) {
+Result<AbortRecord> DecodeAbort(std::string_view text, std::string_view key,
+                                uint32_t rank) {
   constexpr std::string_view kKind = "abort";
-  RESHARD_ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key, {"rank", "reason"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto p, Parse(text, kKind, key, {"generation", "rank", "reason"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  AbortRecord out;
+  out.rank = rank;
+  RESHARD_ASSIGN_OR_RETURN(out.generation,
+                           U64Field(p.obj, "generation", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(std::string reason,
                            StringField(p.obj, "reason", kKind, key));
-  return Shorten(reason, kMaxReadText);
+  out.reason = Shorten(reason, kMaxReadText);
+  return out;
+}
+
+Result<std::string> DecodeAbortRecord(std::string_view text,
+                                      std::string_view key, uint32_t rank) {
+  RESHARD_ASSIGN_OR_RETURN(AbortRecord record, DecodeAbort(text, key, rank));
+  return std::move(record.reason);
+}
+
+std::string EncodeOutcomeRecord(const OutcomeRecord& record) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.Key("commit");
+  w.Bool(record.commit);
+  w.KeyUInt("decided_by", record.decided_by);
+  w.KeyString("reason", ValidUtf8(Shorten(record.reason, kMaxRecordedText)));
+  w.EndObject();
+  return out;
+}
+
+Result<OutcomeRecord> DecodeOutcomeRecord(std::string_view text,
+                                          std::string_view key,
+                                          uint32_t ranks) {
+  constexpr std::string_view kKind = "outcome";
+  RESHARD_ASSIGN_OR_RETURN(
+      auto p, Parse(text, kKind, key, {"commit", "decided_by", "reason"}));
+  OutcomeRecord out;
+  RESHARD_ASSIGN_OR_RETURN(out.commit, BoolField(p.obj, "commit", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(uint64_t by,
+                           U64Field(p.obj, "decided_by", kKind, key));
+  if (by >= ranks) {
+    return Status::InvalidArgument(What(kKind, key) + ": decided_by " +
+                                   std::to_string(by) + " names no rank of " +
+                                   std::to_string(ranks));
+  }
+  out.decided_by = static_cast<uint32_t>(by);
+  RESHARD_ASSIGN_OR_RETURN(std::string reason,
+                           StringField(p.obj, "reason", kKind, key));
+  out.reason = Shorten(reason, kMaxReadText);
+  if (out.commit != out.reason.empty()) {
+    return Status::InvalidArgument(
+        What(kKind, key) +
+        ": a commit carries no reason and an abort carries one");
+  }
+  return out;
 }
 
 std::string EncodeReportRecord(const ReportRecord& r) {

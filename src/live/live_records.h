@@ -66,12 +66,41 @@ std::string EncodeMarkerRecord(uint32_t rank);
 Status DecodeMarkerRecord(std::string_view text, std::string_view key,
                           uint32_t rank);
 
-// abort/<r>: {"rank":R,"reason":"..."}; the reason is cut at
-// kMaxRecordedText bytes.
-std::string EncodeAbortRecord(uint32_t rank, std::string_view reason);
-// The reason.
+// abort/<r>: {"generation":G,"rank":R,"reason":"..."}; the reason is cut
+// at kMaxRecordedText bytes. G is the standing session's update the rank
+// failed in (or the last it completed, for an abort between updates); 0
+// while opening and in a one-shot run. One per rank and session: a failed
+// standing session is over for every rank.
+struct AbortRecord {
+  uint32_t rank = 0;
+  uint64_t generation = 0;
+  std::string reason;
+};
+std::string EncodeAbortRecord(uint32_t rank, std::string_view reason,
+                              uint64_t generation = 0);
+Result<AbortRecord> DecodeAbort(std::string_view text, std::string_view key,
+                                uint32_t rank);
+// The reason alone.
 Result<std::string> DecodeAbortRecord(std::string_view text,
                                       std::string_view key, uint32_t rank);
+
+// outcome/0 (one-shot) and u/<generation>/outcome/0 (standing): how an
+// update ended, written create-only by the first rank that can tell
+// (every "done" present: commit; a rank that failed before its "done", a
+// silent rank or the deadline: abort), and followed by every rank that
+// reaches the world barrier, so that all of them end the update alike.
+// {"commit":bool,"decided_by":R,"reason":"..."}; a commit has an empty
+// reason, an abort a non-empty one. Kept under rank 0's key component
+// (rank 0 removes it) whoever decided.
+struct OutcomeRecord {
+  bool commit = false;
+  uint32_t decided_by = 0;
+  std::string reason;
+};
+std::string EncodeOutcomeRecord(const OutcomeRecord& record);
+// Also checks that decided_by is below `ranks`.
+Result<OutcomeRecord> DecodeOutcomeRecord(std::string_view text,
+                                          std::string_view key, uint32_t ranks);
 
 // report/<r> (self-test): one rank's outcome, written by the rank.
 // {"bytes":B,"error":"...","messages":M,"mismatch":"...","open_ns":T,

@@ -14,9 +14,11 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "exec/ucx/ucx_exchange.h"
@@ -31,6 +33,7 @@
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
 #include "selftest/selftest.h"
+#include "testing/children.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -39,6 +42,8 @@
 namespace reshard {
 namespace {
 
+using ::reshard::testing::InChild;
+using ::reshard::testing::InChildren;
 using ::reshard::testing::Must;
 using ::reshard::testing::ReadTestData;
 using ::reshard::testing::StatusIs;
@@ -338,7 +343,9 @@ TEST_P(LiveFaultTest, EverySurvivorFailsAndNoTargetIsReady) {
         text.find("aborted by rank") != std::string::npos ||
         text.find("lost rank") != std::string::npos ||
         text.find("cannot connect to rank") != std::string::npos ||
-        text.find("generation differs") != std::string::npos;
+        text.find("generation differs") != std::string::npos ||
+        text.find("stopped answering") != std::string::npos ||
+        text.find("failed as decided by rank") != std::string::npos;
     EXPECT_TRUE(named);
   }
   // The failed rank's reason is recorded for the others.
@@ -372,44 +379,6 @@ INSTANTIATE_TEST_SUITE_P(
                   "acquired runtime binding generation differs from plan: "
                   "source participant p-d0-p0-e0-t0: planned 1, current 2"}),
     FaultName);
-
-// Runs `f` in a child process (a rank that initialises UCX must not be the
-// process that later forks the other tests' ranks) and returns what it
-// wrote.
-// Runs body(0), ..., body(count - 1) each in a child process at once and
-// returns what each wrote back.
-std::vector<std::string> InChildren(
-    uint32_t count, const std::function<std::string(uint32_t)>& body) {
-  std::vector<int> reads(count);
-  std::vector<pid_t> pids(count);
-  for (uint32_t r = 0; r < count; ++r) {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
-    pids[r] = ::fork();
-    if (pids[r] == 0) {
-      ::close(fds[0]);
-      const std::string out = body(r);
-      (void)!::write(fds[1], out.data(), out.size());
-      std::_Exit(0);
-    }
-    ::close(fds[1]);
-    reads[r] = fds[0];
-  }
-  std::vector<std::string> out(count);
-  for (uint32_t r = 0; r < count; ++r) {
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(reads[r], buf, sizeof buf)) > 0) out[r].append(buf, n);
-    ::close(reads[r]);
-    int status = 0;
-    ::waitpid(pids[r], &status, 0);
-  }
-  return out;
-}
-
-std::string InChild(const std::function<std::string()>& f) {
-  return InChildren(1, [&](uint32_t) { return f(); })[0];
-}
 
 // A rank whose peer never arrives fails at the timeout, naming the peer.
 TEST(LiveSessionTest, MissingPeerTimesOut) {
@@ -817,17 +786,32 @@ Seat SeatOf(const WeightPlacementManifest& source,
   return s;
 }
 
-// A target rank that re-allocates its buffers between updates passes the
-// new bindings to Update: the fragments are rebound locally and the new
-// buffers receive update 2 (push). A pull session's source that moves is
-// refused before any byte moves, and its peer fails naming it.
-TEST(StandingSessionTest, MovedBuffersAreReboundOrRefusedPerProtocol) {
+// A rank that re-allocates its buffers between updates passes the new
+// bindings to Update. Targets are rebound locally under push and pull
+// alike, and the new buffers receive update 2. Sources follow one rule
+// whatever the protocol (and so on one host and across hosts): moved
+// sources are refused before any byte moves, the peer failing naming the
+// rank, unless the session was opened with movable_sources (push), which
+// rebinds them.
+TEST(StandingSessionTest, MovedBuffersFollowOneRuleUnderEveryProtocol) {
   const auto source = Cube(2, 0);
   const auto target = Cube(2, 1);
   const auto tensors = internal::TensorIndex(source);
-  for (LiveProtocol protocol : {LiveProtocol::kPush, LiveProtocol::kPull}) {
-    const bool pull = protocol == LiveProtocol::kPull;
-    SCOPED_TRACE(pull ? "pull" : "push");
+  struct Case {
+    std::string name;
+    LiveProtocol protocol;
+    bool movable_sources;
+    bool sources_move;
+  };
+  const std::vector<Case> cases = {
+      {"push, targets move", LiveProtocol::kPush, false, false},
+      {"pull, targets move", LiveProtocol::kPull, false, false},
+      {"push, sources move", LiveProtocol::kPush, false, true},
+      {"pull, sources move", LiveProtocol::kPull, false, true},
+      {"auto + movable sources", LiveProtocol::kAuto, true, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
     TempDir dir;
     const auto out = TwoRanks([&](uint32_t rank) -> std::string {
       auto store = Must(OpenDirectoryRecordStore(dir.path()));
@@ -836,7 +820,8 @@ TEST(StandingSessionTest, MovedBuffersAreReboundOrRefusedPerProtocol) {
       lo.session = "moved";
       lo.rank = rank;
       lo.ranks = 2;
-      lo.protocol = protocol;
+      lo.protocol = c.protocol;
+      lo.movable_sources = c.movable_sources;
       lo.timeout = std::chrono::seconds(10);
       auto session =
           LiveSession::Open(*store, source, target, seat.bindings, lo);
@@ -844,10 +829,9 @@ TEST(StandingSessionTest, MovedBuffersAreReboundOrRefusedPerProtocol) {
       internal::FillPattern(source, tensors, seat.buffers, nullptr, 1);
       auto u1 = (*session)->Update(1);
       if (!u1.ok()) return "update 1: " + u1.status().ToString();
-      // The side that moves: targets under push, sources under pull.
       Seat moved =
           SeatOf(source, target, rank, "moved-" + std::to_string(rank));
-      const bool moves = pull ? rank == 0 : rank == 1;
+      const bool moves = c.sources_move ? rank == 0 : rank == 1;
       const Seat& now = moves ? moved : seat;
       internal::FillPattern(source, tensors, now.buffers, nullptr, 2);
       auto u2 = (*session)->Update(2, &now.bindings);
@@ -860,13 +844,19 @@ TEST(StandingSessionTest, MovedBuffersAreReboundOrRefusedPerProtocol) {
       if (Status st = (*session)->Close(); !st.ok()) return st.ToString();
       return std::string(u2->rebound && moves ? "rebound" : "ok");
     });
-    if (!pull) {
+    if (!c.sources_move) {
       EXPECT_EQ(out[0], "ok");
       EXPECT_EQ(out[1], "rebound");
+    } else if (c.movable_sources) {
+      EXPECT_EQ(out[0], "rebound");
+      EXPECT_EQ(out[1], "ok");
     } else {
-      EXPECT_THAT(out[0], HasSubstr("update 2: FailedPrecondition"));
-      EXPECT_THAT(out[0], HasSubstr("was rebound after its memory was "
-                                    "registered at open (pull)"));
+      EXPECT_EQ(out[0],
+                "update 2: FailedPrecondition: live session moved, rank 0, "
+                "update 2: live session moved: source "
+                "participant p-d0-p0-e0-t0 moved (its bindings changed since "
+                "open), and the session was opened without movable_sources: "
+                "keep sources in place, or open with movable_sources (push)");
       EXPECT_THAT(out[1], HasSubstr("update 2: "));
       EXPECT_THAT(out[1], HasSubstr("aborted by rank 0"));
     }
@@ -1022,6 +1012,206 @@ TEST(StandingSessionTest, RemoveLiveSessionReclaimsLeftovers) {
   EXPECT_EQ(Must(store->List("other/")).size(), 1u);
   EXPECT_THAT(RemoveLiveSession(*store, "../x").status(),
               StatusIs(StatusCode::kInvalidArgument));
+}
+
+// A RecordStore that answers the first List under `prefix` with what it
+// held, but only after `delay`: a rank whose poll of a barrier saw an
+// incomplete world and then lost the processor while the others moved on.
+class SlowListStore : public RecordStore {
+ public:
+  SlowListStore(RecordStore& base, std::string prefix,
+                std::chrono::milliseconds delay)
+      : base_(base), prefix_(std::move(prefix)), delay_(delay) {}
+  Status Put(std::string_view key, std::string_view value) override {
+    return base_.Put(key, value);
+  }
+  Result<std::string> Get(std::string_view key) override {
+    return base_.Get(key);
+  }
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    auto keys = base_.List(prefix);
+    if (!slowed_ && prefix.starts_with(prefix_)) {
+      slowed_ = true;
+      std::this_thread::sleep_for(delay_);
+    }
+    return keys;
+  }
+  Status Delete(std::string_view key) override { return base_.Delete(key); }
+
+ private:
+  RecordStore& base_;
+  const std::string prefix_;
+  const std::chrono::milliseconds delay_;
+  bool slowed_ = false;
+};
+
+// Three ranks: rank 0 hosts the sources, rank 1 the targets, rank 2
+// nothing (it still passes every barrier).
+Seat SeatOfThree(const WeightPlacementManifest& source,
+                 const WeightPlacementManifest& target, uint32_t rank,
+                 const std::string& instance) {
+  if (rank == 2) return Seat{};
+  return SeatOf(source, target, rank, instance);
+}
+
+// The desync of a standing session: rank 1 refuses update 2 (its fence
+// fails) while rank 2 is still finishing update 1, its barrier poll having
+// seen an incomplete world. Rank 2 must not take update 2's abort for
+// update 1's (which completed everywhere): update 1 succeeds on every
+// rank, update 2 fails on every rank, and the session reopened by every
+// rank runs update 3 on every rank. Repeated over shared memory and TCP.
+TEST(StandingSessionTest, RefusedUpdateNeverDesynchronisesTheRanks) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  const auto tensors = internal::TensorIndex(source);
+  constexpr int kRepeats = 50;
+  for (const NamedUcx& t : {Transports()[0], Transports()[2]}) {
+    for (int repeat = 0; repeat < kRepeats; ++repeat) {
+      SCOPED_TRACE(t.name + ", run " + std::to_string(repeat));
+      TempDir dir;
+      const auto out = InChildren(3, [&](uint32_t rank) -> std::string {
+        auto base = Must(OpenDirectoryRecordStore(dir.path()));
+        // Rank 2 polls update 1's barrier slowly, once.
+        SlowListStore slow(*base, "a/u/1/done/",
+                           std::chrono::milliseconds(rank == 2 ? 300 : 0));
+        Seat seat =
+            SeatOfThree(source, target, rank, "desync-" + std::to_string(rank));
+        uint64_t generation = 0;
+        LiveSessionOptions lo;
+        lo.rank = rank;
+        lo.ranks = 3;
+        lo.ucx = t.ucx;
+        lo.protocol = t.protocol;
+        lo.timeout = std::chrono::seconds(20);
+        lo.current_bindings = [&]() -> Result<LiveBindings> {
+          if (rank == 1 && generation == 2) {
+            return Status::InvalidArgument("rank 1 refused its tensors");
+          }
+          return seat.bindings;
+        };
+        std::string out;
+        std::unique_ptr<LiveSession> session;
+        for (generation = 1; generation <= 3; ++generation) {
+          if (session == nullptr) {  // opened again after a failure
+            lo.session = generation == 1 ? "a" : "b";
+            auto opened =
+                LiveSession::Open(slow, source, target, seat.bindings, lo);
+            if (!opened.ok())
+              return out + "open: " + opened.status().ToString();
+            session = std::move(*opened);
+          }
+          if (rank == 0) {
+            internal::FillPattern(source, tensors, seat.buffers, nullptr,
+                                  generation);
+          }
+          auto u = session->Update(generation);
+          if (!u.ok()) {
+            out += std::to_string(generation) +
+                   " failed: " + u.status().ToString() + "|";
+            session.reset();
+            continue;
+          }
+          if (rank == 1) {
+            const std::string bad = internal::VerifyPattern(
+                target, tensors, seat.buffers, nullptr, generation);
+            if (!bad.empty()) return out + "mismatch: " + bad;
+          }
+          out += std::to_string(generation) + " ok|";
+        }
+        if (Status st = session->Close(); !st.ok()) return out + st.ToString();
+        return out;
+      });
+      for (uint32_t r = 0; r < 3; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r) + ": " + out[r]);
+        EXPECT_TRUE(out[r].starts_with("1 ok|2 failed: "));
+        EXPECT_TRUE(out[r].ends_with("|3 ok|"));
+        EXPECT_THAT(out[r], HasSubstr("rank 1 refused its tensors"));
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// A rank killed in the middle of a standing session (while the others
+// wait for it in a barrier, or while it receives) is named by every
+// survivor within 2 s with the default heartbeat options, although the
+// session timeout is a minute.
+TEST(StandingSessionTest, KilledRankIsNamedWithinTwoSeconds) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  const auto tensors = internal::TensorIndex(source);
+  struct Case {
+    std::string name;
+    NamedUcx transport;
+    uint32_t victim;
+    std::string stage;  // killed on reaching it in update 2
+  };
+  const std::vector<Case> cases = {
+      {"idle rank, shm", Transports()[0], 2, "completing"},
+      {"idle rank, tcp", Transports()[2], 2, "completing"},
+      {"receiving rank, shm push", Transports()[1], 1, "transfer"},
+      {"receiving rank, tcp", Transports()[2], 1, "transfer"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    const std::string clock_file = dir.path() + "/killed-at";
+    const auto out = InChildren(3, [&](uint32_t rank) -> std::string {
+      auto store = Must(OpenDirectoryRecordStore(dir.path()));
+      Seat seat =
+          SeatOfThree(source, target, rank, "killed-" + std::to_string(rank));
+      uint64_t generation = 0;
+      LiveSessionOptions lo;
+      lo.session = "killed";
+      lo.rank = rank;
+      lo.ranks = 3;
+      lo.ucx = c.transport.ucx;
+      lo.protocol = c.transport.protocol;
+      lo.timeout = std::chrono::seconds(60);
+      const auto now_ns = [] {
+        return std::chrono::steady_clock::now().time_since_epoch().count();
+      };
+      if (rank == c.victim) {
+        lo.on_stage = [&](std::string_view stage) {
+          if (generation != 2 || stage != c.stage) return;
+          // steady_clock is CLOCK_MONOTONIC, one clock for every process.
+          FILE* f = std::fopen(clock_file.c_str(), "w");
+          std::fprintf(f, "%lld", static_cast<long long>(now_ns()));
+          std::fclose(f);
+          ::raise(SIGKILL);
+        };
+      }
+      auto session =
+          LiveSession::Open(*store, source, target, seat.bindings, lo);
+      if (!session.ok()) return "open: " + session.status().ToString();
+      for (generation = 1; generation <= 2; ++generation) {
+        if (rank == 0) {
+          internal::FillPattern(source, tensors, seat.buffers, nullptr,
+                                generation);
+        }
+        auto u = (*session)->Update(generation);
+        if (!u.ok()) {
+          return std::to_string(now_ns()) + " " + u.status().ToString();
+        }
+      }
+      return std::string("no failure");
+    });
+    std::ifstream in(clock_file);
+    long long killed_at = 0;
+    ASSERT_TRUE(in >> killed_at) << "the victim was not killed";
+    for (uint32_t r = 0; r < 3; ++r) {
+      if (r == c.victim) continue;
+      SCOPED_TRACE("rank " + std::to_string(r) + ": " + out[r]);
+      const size_t space = out[r].find(' ');
+      ASSERT_NE(space, std::string::npos);
+      const double seconds =
+          (std::stoll(out[r].substr(0, space)) - killed_at) / 1e9;
+      EXPECT_LT(seconds, 2.0);
+      EXPECT_THAT(out[r], HasSubstr("rank " + std::to_string(c.victim)));
+      std::printf("%s: rank %u failed %.3f s after the kill: %s\n",
+                  c.name.c_str(), r, seconds, out[r].c_str() + space + 1);
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // LiveSession: a standing session (live.h) on top of one LiveRank: open
 // once, update many times, close; RemoveLiveSession.
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -38,6 +39,11 @@ struct LiveSession::Impl {
         missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
       if (missing.empty()) return Status::OK();
+      // A rank that failed or died never closes: stop waiting for it.
+      RESHARD_RETURN_NOT_OK(s.CheckPeers([&](uint32_t r) {
+        return s.Get(s.Key("closed", r)).ok() ||
+               s.Get(s.Key("rank", r)).status().IsNotFound();
+      }));
       if (Clock::now() >= deadline) {
         return Status::Unavailable(
             "live session " + options.session + ": timed out after " +
@@ -51,6 +57,7 @@ struct LiveSession::Impl {
   // Removes this rank's records: updates, bindings and keys first, the
   // rank record and the closed marker last (peers take either as closed).
   Status RemoveOwn() {
+    rank.StopHeartbeat();
     RESHARD_ASSIGN_OR_RETURN(auto own, rank.records().OwnRecords());
     Session& s = rank.records();
     const std::string rank_key = s.Key("rank");
@@ -72,6 +79,8 @@ struct LiveSession::Impl {
   uint64_t last_generation = 0;
   bool updated = false;
   double open_seconds = 0;
+  // Set while an Update runs: a second concurrent caller is refused.
+  std::atomic<bool> in_update{false};
 };
 
 LiveSession::LiveSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -105,6 +114,16 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
                                              const LiveBindings* bindings) {
   Impl& m = *impl_;
   const std::string name = "live session " + m.options.session;
+  if (m.in_update.exchange(true)) {
+    return Status::FailedPrecondition(
+        name +
+        ": an update is already running in another thread; updates "
+        "of one session are sequential");
+  }
+  struct Clear {
+    std::atomic<bool>& flag;
+    ~Clear() { flag = false; }
+  } clear{m.in_update};
   if (m.closed) return Status::FailedPrecondition(name + " is closed");
   if (m.outcome != LiveOutcome::kOk) {
     return Status::FailedPrecondition(
@@ -142,7 +161,7 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   // update's records any more.
   if (!previous.empty()) {
     Session& s = m.rank.records();
-    for (const char* kind : {"fenced", "done", "ready"}) {
+    for (const char* kind : {"fenced", "done", "ready", "outcome"}) {
       (void)m.store.Delete(s.Key(previous + kind));
     }
   }

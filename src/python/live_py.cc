@@ -138,7 +138,10 @@ LiveSessionOptions SessionOptionsOf(py::object session, py::object rank,
   o.session = ToStr(session, "session");
   o.rank = static_cast<uint32_t>(ToU64(rank, "rank"));
   o.ranks = static_cast<uint32_t>(ToU64(ranks, "ranks"));
-  if (!(timeout_seconds > 0)) ThrowInvalid("timeout", "must be > 0 seconds");
+  // NaN fails both comparisons; a week bounds the conversion below.
+  if (!(timeout_seconds > 0) || !(timeout_seconds <= 7 * 86400.0)) {
+    ThrowInvalid("timeout", "must be > 0 and at most 604800 seconds");
+  }
   o.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
   o.max_in_flight =
@@ -153,12 +156,26 @@ std::unique_ptr<PyStandingSession> OpenStanding(
     const WeightPlacementManifest& target, py::dict sources, py::dict targets,
     py::object session, py::object rank, py::object ranks,
     double timeout_seconds, py::object max_in_flight, py::object protocol,
-    py::object options, py::object ucx_tls, bool shadow_targets) {
+    py::object options, py::object ucx_tls, bool shadow_targets,
+    bool movable_sources, double heartbeat_seconds,
+    double peer_timeout_seconds) {
   auto s = std::make_unique<PyStandingSession>(
       PyStandingSession{nullptr, nullptr, source, target, {}});
   LiveSessionOptions o = SessionOptionsOf(session, rank, ranks, timeout_seconds,
                                           max_in_flight, protocol, ucx_tls);
   o.shadow_targets = shadow_targets;
+  o.movable_sources = movable_sources;
+  const auto check = [](double v, std::string_view field) {
+    if (!(v >= 0) || !(v <= 3600.0)) {
+      ThrowInvalid(field, "must be between 0 and 3600 seconds");
+    }
+  };
+  check(heartbeat_seconds, "heartbeat_interval");
+  check(peer_timeout_seconds, "peer_timeout");
+  o.heartbeat_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(heartbeat_seconds * 1e3));
+  o.peer_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(peer_timeout_seconds * 1e3));
   s->binding_options = BindingOptionsOf(options);
   LiveBindings bindings;
   bindings.sources =
@@ -208,7 +225,9 @@ void RegisterStanding(py::module_& m) {
            py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
            py::arg("timeout") = 60.0, py::arg("max_in_flight") = 64,
            py::arg("protocol") = "auto", py::arg("options") = py::none(),
-           py::arg("ucx_tls") = "", py::arg("shadow_targets") = false)
+           py::arg("ucx_tls") = "", py::arg("shadow_targets") = false,
+           py::arg("movable_sources") = false,
+           py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5)
       .def("update", &UpdateStanding, py::arg("generation"),
            py::arg("sources") = py::none(), py::arg("targets") = py::none(),
            "One update; sources and targets ({participant: {fragment: "

@@ -75,7 +75,7 @@ TEST(ShareUploadTest, EachRankUploadsItsShareOfOneRevision) {
     internal::FillPattern(src, tensors, ranks[r].buffers);
   }
   RunRanks(dir.path(), src, ranks, "step-1");
-  for (const Rank& r : ranks) ASSERT_TRUE(r.result.ok()) << r.result.status();
+  for (const Rank& r : ranks) ASSERT_OK(r.result);
   const StoredWeightManifest& m = *ranks[0].result;
   for (const Rank& r : ranks) {
     EXPECT_EQ(r.result->manifest_digest(), m.manifest_digest());
