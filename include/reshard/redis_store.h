@@ -6,8 +6,14 @@
 // URIs (the password never appears in messages or in uri()):
 //   redis://[[user]:password@]host:port[/db][?option=value&...]
 //   unix:///path/to/redis.sock[?db=N&option=value&...]
-// Options: prefix=P (the key prefix, default "reshard"; several stores can
-// share one database under different prefixes), sync=fsync|none (what
+// A user or password percent-encodes '/', '?', '#' and '@' (an unencoded
+// one is refused, the URI shown with everything before its last '@'
+// hidden). Without a password in the URI (redis://host:port, or
+// redis://user:@host:port to name a user), the password is taken from the
+// environment variable RESHARD_REDIS_PASSWORD, if set, so that it need not
+// appear in a command line.
+// Options: prefix=P (the key prefix, default "reshard", no ':'; several
+// stores can share one database under different prefixes), sync=fsync|none (what
 // Sync() requires, below), replicas=N (Sync() also waits for N replicas).
 //
 // Semantics equal those of the fs backend (include/reshard/object_store.h):
@@ -62,6 +68,12 @@ Result<std::unique_ptr<ObjectStore>> OpenRedisStore(
 
 // True for the URI schemes this backend serves (redis://, unix://).
 bool IsRedisUri(std::string_view uri);
+
+// `uri` as messages, repr and uri() show it, whatever its scheme and even
+// when malformed: everything between "//" and the last '@' is "***",
+// except that a well-formed "user:password@" keeps its user
+// ("redis://u:***@h:1"). A URI without '@' after "//" is returned as is.
+std::string RedactUriPassword(std::string_view uri);
 
 }  // namespace reshard
 

@@ -72,7 +72,10 @@ class WeightStore:
     """A weight store: immutable revisions uploaded from and loaded into
     caller tensors at any layout.
 
-    ``uri`` is ``fs://DIR`` (or a plain directory path).
+    ``uri`` is ``fs://DIR`` (or a plain directory path), or a Redis server
+    (``redis://HOST:PORT?prefix=P``, ``unix:///PATH``; the password from
+    the URI or ``RESHARD_REDIS_PASSWORD``). ``uri`` and ``repr`` never show
+    the password.
     """
 
     def __init__(self, uri: str, *, key_prefix: str = "weights",
@@ -83,7 +86,8 @@ class WeightStore:
             uri, key_prefix=key_prefix, namespace=namespace,
             chunk_bytes=chunk_bytes, lease_ttl_seconds=lease_ttl_seconds,
             gc_grace_seconds=gc_grace_seconds)
-        self.uri = uri
+        # Never the password (repr, logs): the store keeps the real URI.
+        self.uri = _reshard.redact_uri(uri)
         # Manifest key -> (order, report) of the revisions read by wait().
         self._seen: Dict[str, tuple] = {}
 

@@ -50,12 +50,13 @@ Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {
     path.remove_prefix(5);
   } else if (uri.find("://") != std::string_view::npos) {
     return Status::InvalidArgument(
-        "unsupported rendezvous URI \"" + std::string(uri) +
+        "unsupported rendezvous URI \"" + RedactUriPassword(uri) +
         "\" (supported: fs://PATH or a directory, redis://HOST:PORT, "
         "unix:///PATH)");
   }
   if (path.empty()) {
-    return Status::InvalidArgument("rendezvous URI \"" + std::string(uri) +
+    return Status::InvalidArgument("rendezvous URI \"" +
+                                   RedactUriPassword(uri) +
                                    "\" names no directory");
   }
   return OpenDirectoryRecordStore(std::string(path),

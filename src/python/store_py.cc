@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "reshard/redis_store.h"
 #include "reshard/weight_store.h"
 #include "src/python/buffers.h"
 #include "src/python/convert.h"
@@ -235,6 +236,12 @@ void RegisterStore(py::module_& m) {
            py::arg("buffers"), py::arg("options") = py::none(),
            "Loads a revision (manifest key or manifest) into target buffers.");
   RegisterMaintenance(c);
+  m.def(
+      "redact_uri",
+      [](py::object uri) { return RedactUriPassword(ToStr(uri, "uri")); },
+      py::arg("uri"),
+      "The URI as messages show it: everything between '//' and the last "
+      "'@' hidden (a well-formed user stays).");
 }
 
 }  // namespace reshard::python

@@ -15,11 +15,12 @@ Result<std::unique_ptr<ObjectStore>> OpenObjectStore(
     path.remove_prefix(5);
   } else if (uri.find("://") != std::string_view::npos) {
     return Status::InvalidArgument(
-        "unsupported store URI \"" + std::string(uri) +
+        "unsupported store URI \"" + RedactUriPassword(uri) +
         "\" (supported: fs://PATH, redis://HOST:PORT, unix:///PATH)");
   }
   if (path.empty()) {
-    return Status::InvalidArgument("store URI \"" + std::string(uri) +
+    return Status::InvalidArgument("store URI \"" +
+                                   RedactUriPassword(uri) +
                                    "\" names no directory");
   }
   return OpenFsObjectStore(path,

@@ -1,6 +1,7 @@
 #include "store/redis/redis_connection.h"
 
 #include <hiredis.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -10,6 +11,8 @@
 #include <charconv>
 #include <climits>
 #include <cstring>
+
+#include "store/redis/redis_descriptor.h"
 
 namespace reshard::internal {
 namespace {
@@ -92,8 +95,58 @@ long long RedisReply::element_integer(size_t i) const {
   return reply_->element[i]->integer;
 }
 
-RedisConnection::RedisConnection(redisContext* context, std::string uri)
-    : context_(context), uri_(std::move(uri)) {}
+// What one reply object costs the reply's budget besides its bytes.
+constexpr uint64_t kReplyObjectBytes = sizeof(redisReply);
+
+RedisConnection::RedisConnection(redisContext* context, std::string uri,
+                                 std::chrono::milliseconds timeout)
+    : context_(context), uri_(std::move(uri)), timeout_(timeout) {
+  static redisReplyObjectFunctions bounded = {
+      &RedisConnection::BoundedString, &RedisConnection::BoundedArray,
+      &RedisConnection::BoundedInteger, &RedisConnection::BoundedNil,
+      freeReplyObject};
+  default_functions_ = context_->reader->fn;
+  context_->reader->fn = &bounded;
+  context_->reader->privdata = this;
+}
+
+bool RedisConnection::Charge(uint64_t bytes) {
+  if (bytes > reply_budget_) {
+    over_budget_ = true;
+    return false;
+  }
+  reply_budget_ -= bytes;
+  return true;
+}
+
+void* RedisConnection::BoundedString(const redisReadTask* task, char* str,
+                                     size_t len) {
+  auto* self = static_cast<RedisConnection*>(task->privdata);
+  if (!self->Charge(kReplyObjectBytes + len)) return nullptr;
+  return self->default_functions_->createString(task, str, len);
+}
+
+void* RedisConnection::BoundedArray(const redisReadTask* task, int elements) {
+  auto* self = static_cast<RedisConnection*>(task->privdata);
+  const uint64_t n = elements < 0 ? 0 : static_cast<uint64_t>(elements);
+  if (!self->Charge(kReplyObjectBytes + n * sizeof(redisReply*))) {
+    return nullptr;
+  }
+  return self->default_functions_->createArray(task, elements);
+}
+
+void* RedisConnection::BoundedInteger(const redisReadTask* task,
+                                      long long value) {
+  auto* self = static_cast<RedisConnection*>(task->privdata);
+  if (!self->Charge(kReplyObjectBytes)) return nullptr;
+  return self->default_functions_->createInteger(task, value);
+}
+
+void* RedisConnection::BoundedNil(const redisReadTask* task) {
+  auto* self = static_cast<RedisConnection*>(task->privdata);
+  if (!self->Charge(kReplyObjectBytes)) return nullptr;
+  return self->default_functions_->createNil(task);
+}
 
 RedisConnection::~RedisConnection() { redisFree(context_); }
 
@@ -108,7 +161,8 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
     return Status::IOError("cannot connect to " + uri.redacted +
                            ": out of memory");
   }
-  std::unique_ptr<RedisConnection> conn(new RedisConnection(c, uri.redacted));
+  std::unique_ptr<RedisConnection> conn(
+      new RedisConnection(c, uri.redacted, timeout));
   if (c->err != 0) {
     return Status::IOError("cannot connect to " + uri.redacted + ": " +
                            c->errstr);
@@ -145,6 +199,33 @@ Status RedisConnection::Lost(const std::string& what) {
   return Status::IOError("redis " + uri_ + ": " + what + ": " + detail);
 }
 
+Status RedisConnection::Drop(const std::string& why) {
+  healthy_ = false;
+  return Status::IOError("redis " + uri_ + ": " + why);
+}
+
+void RedisConnection::StartReply() {
+  deadline_ = std::chrono::steady_clock::now() + timeout_;
+}
+
+Status RedisConnection::WaitReadable(const char* what) {
+  while (true) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        deadline_ - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return Drop(std::string(what) +
+                  ": the reply did not arrive whole within " +
+                  std::to_string(timeout_.count()) + " ms");
+    }
+    pollfd p{context_->fd, POLLIN, 0};
+    const int ready = ::poll(
+        &p, 1, static_cast<int>(std::min<int64_t>(left.count(), INT_MAX)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Lost(what);
+    if (ready > 0) return Status::OK();
+  }
+}
+
 Status RedisConnection::FlushQueued() {
   if (!healthy_) return Status::IOError("redis " + uri_ + ": connection lost");
   int done = 0;
@@ -175,17 +256,57 @@ Status RedisConnection::Append(const std::vector<std::string_view>& args) {
 
 Result<RedisReply> RedisConnection::Read() {
   if (!healthy_) return Status::IOError("redis " + uri_ + ": connection lost");
+  RESHARD_RETURN_NOT_OK(FlushQueued());
+  redisReader* reader = context_->reader;
   if (raw_pos_ < raw_.size()) {  // bytes ReadBulkInto read past its reply
-    redisReaderFeed(context_->reader, raw_.data() + raw_pos_,
-                    raw_.size() - raw_pos_);
+    redisReaderFeed(reader, raw_.data() + raw_pos_, raw_.size() - raw_pos_);
     raw_.clear();
     raw_pos_ = 0;
   }
-  void* reply = nullptr;
-  if (redisGetReply(context_, &reply) != REDIS_OK || reply == nullptr) {
-    return Lost("no reply");
+  StartReply();
+  reply_budget_ = kMaxRedisReplyBytes;
+  over_budget_ = false;
+  const std::string too_large = "a reply holds more than " +
+                                std::to_string(kMaxRedisReplyBytes) +
+                                " bytes (the limit of a reply read whole)";
+  // Bytes buffered for this reply (and maybe the next ones pipelined).
+  uint64_t received = reader->len - reader->pos;
+  while (true) {
+    void* reply = nullptr;
+    if (redisReaderGetReply(reader, &reply) != REDIS_OK) {
+      if (over_budget_) return Drop(too_large);
+      return Drop(std::string("malformed reply: ") + reader->errstr);
+    }
+    if (reply != nullptr) return RedisReply(static_cast<redisReply*>(reply));
+    // A bulk string (at any depth) announced larger than the limit is
+    // refused at once: hiredis has read its type byte and waits for the
+    // length line and the bytes.
+    if (reader->ridx >= 0 &&
+        reader->rstack[reader->ridx].type == REDIS_REPLY_STRING) {
+      const char* begin = reader->buf + reader->pos;
+      const char* end = reader->buf + reader->len;
+      if (begin < end && *begin == '$') ++begin;
+      const char* cr = std::find(begin, end, '\r');
+      uint64_t n = 0;
+      if (cr != end && std::from_chars(begin, cr, n).ec == std::errc() &&
+          n > kMaxRedisReplyBytes) {
+        return Drop(too_large);
+      }
+    }
+    if (received > kMaxRedisReplyBytes) return Drop(too_large);
+    RESHARD_RETURN_NOT_OK(WaitReadable("no reply"));
+    char buf[64 << 10];
+    const ssize_t got = ::recv(context_->fd, buf, sizeof(buf), 0);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) {
+      if (got == 0) errno = ECONNRESET;
+      return Lost("no reply");
+    }
+    if (redisReaderFeed(reader, buf, static_cast<size_t>(got)) != REDIS_OK) {
+      return Drop("cannot buffer a reply");
+    }
+    received += static_cast<uint64_t>(got);
   }
-  return RedisReply(static_cast<redisReply*>(reply));
 }
 
 Status RedisConnection::WriteFully(std::vector<ConstBuffer> pieces) {
@@ -252,9 +373,10 @@ Status RedisConnection::Fill(size_t n) {
       raw_.clear();
       raw_pos_ = 0;
     }
+    RESHARD_RETURN_NOT_OK(WaitReadable("no reply"));
     char buf[64 << 10];
     const ssize_t got = ::recv(context_->fd, buf, sizeof(buf), 0);
-    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got <= 0) {
       if (got == 0) errno = ECONNRESET;
       return Lost("no reply");
@@ -313,9 +435,10 @@ Status RedisConnection::ReceiveInto(std::vector<ReadBuffer> dests) {
       iov.push_back({dests[i].data, n});
       asked += n;
     }
+    RESHARD_RETURN_NOT_OK(WaitReadable("value cut short"));
     const ssize_t got =
         ::readv(context_->fd, iov.data(), static_cast<int>(iov.size()));
-    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got <= 0) {
       if (got == 0) errno = ECONNRESET;
       return Lost("value cut short");
@@ -336,6 +459,7 @@ Status RedisConnection::ReadBulkInto(const std::vector<ReadBuffer>& dests,
   uint64_t length = 0;
   for (const ReadBuffer& d : dests) length += d.size;
   RESHARD_RETURN_NOT_OK(FlushQueued());
+  StartReply();
   // Take over what hiredis' reader buffered but did not parse.
   redisReader* reader = context_->reader;
   if (reader->pos < reader->len) {
@@ -355,6 +479,14 @@ Status RedisConnection::ReadBulkInto(const std::vector<ReadBuffer>& dests,
     healthy_ = false;
     return Status::IOError("redis " + uri_ + ": " + what +
                            ": unexpected reply");
+  }
+  if (n != static_cast<int64_t>(length) &&
+      n > static_cast<int64_t>(kMaxRedisChunkBytes)) {
+    // Never read that much to stay in step: drop the connection instead.
+    return Drop(what + ": a value of " + std::to_string(n) + " bytes where " +
+                std::to_string(length) + " were expected (more than " +
+                std::to_string(kMaxRedisChunkBytes) +
+                " bytes, the largest value a store writes)");
   }
   if (n != static_cast<int64_t>(length)) {
     // Keep the stream in step: skip the value we did not expect.

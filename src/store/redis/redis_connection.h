@@ -3,6 +3,14 @@
 // written from caller memory with writev (hiredis would copy the value into
 // its output buffer), and a bulk reply read straight into caller memory
 // (hiredis would read it into a reply object first).
+//
+// Nothing a server sends is trusted to be small or prompt: a reply must
+// arrive whole within the connection's timeout (one deadline per reply, not
+// per socket read), a reply parsed into memory may hold at most
+// kMaxRedisReplyBytes (redis_descriptor.h), and a bulk value read into
+// caller memory must have the length the caller expects (a longer one is
+// skipped only up to kMaxRedisChunkBytes). Past any limit the connection is
+// dropped with IOError naming the URI; it is never read further.
 
 #ifndef RESHARD_STORE_REDIS_REDIS_CONNECTION_H_
 #define RESHARD_STORE_REDIS_REDIS_CONNECTION_H_
@@ -21,6 +29,8 @@
 
 struct redisContext;
 struct redisReply;
+struct redisReadTask;
+struct redisReplyObjectFunctions;
 
 namespace reshard::internal {
 
@@ -59,7 +69,8 @@ class RedisConnection {
   RedisConnection& operator=(const RedisConnection&) = delete;
 
   // One command and its reply. An error reply is returned as a reply of
-  // type kError (callers decide); a lost connection is an IOError.
+  // type kError (callers decide); a lost connection, a reply past the
+  // deadline or the size limit is an IOError.
   Result<RedisReply> Command(const std::vector<std::string_view>& args);
 
   // Pipelining: Append queues a command, Read returns the oldest reply not
@@ -87,8 +98,23 @@ class RedisConnection {
   const std::string& uri() const { return uri_; }
 
  private:
-  RedisConnection(redisContext* context, std::string uri);
+  RedisConnection(redisContext* context, std::string uri,
+                  std::chrono::milliseconds timeout);
   Status Lost(const std::string& what);
+  // Marks the connection unusable; IOError "redis <uri>: <why>".
+  Status Drop(const std::string& why);
+  // Starts the deadline of the next reply.
+  void StartReply();
+  // Waits until the socket has bytes or the reply's deadline passes.
+  Status WaitReadable(const char* what);
+  // hiredis reply-object hooks: charge the reply's budget, then build the
+  // object as hiredis would; nullptr (hiredis reports out of memory) once
+  // the reply would pass kMaxRedisReplyBytes.
+  static void* BoundedString(const redisReadTask* task, char* str, size_t len);
+  static void* BoundedArray(const redisReadTask* task, int elements);
+  static void* BoundedInteger(const redisReadTask* task, long long value);
+  static void* BoundedNil(const redisReadTask* task);
+  bool Charge(uint64_t bytes);
   Status FlushQueued();
   Status WriteFully(std::vector<ConstBuffer> pieces);
   // Ensures at least `n` unparsed bytes are buffered.
@@ -99,7 +125,14 @@ class RedisConnection {
 
   redisContext* context_;
   std::string uri_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point deadline_;
   bool healthy_ = true;
+  // hiredis's own reply-object functions, which the hooks call.
+  const redisReplyObjectFunctions* default_functions_ = nullptr;
+  // Bytes the reply being parsed may still allocate; set when it ran out.
+  uint64_t reply_budget_ = 0;
+  bool over_budget_ = false;
   // Bytes read past the hiredis reader by ReadBulkInto, not yet parsed;
   // handed back to hiredis before its next reply.
   std::string raw_;

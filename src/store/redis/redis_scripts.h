@@ -92,17 +92,33 @@ inline constexpr const char* kStaleUploadsScript =
 
 // Removes a key and, for a chunked object, its chunks: KEYS[1] its P:k
 // key, KEYS[2] the index; ARGV[1] the key, ARGV[2] the chunk key prefix
-// (P:d:). Returns 1 if it existed.
+// (P:d:), ARGV[3..5] the descriptor limits (redis_descriptor.h: least and
+// most chunk bytes, most chunks). A descriptor within them names its
+// chunks; one that breaks them (tampered) owns the chunks that exist from
+// 0 on, at most ARGV[5] of them, so no descriptor can make the server loop
+// without bound. Returns 1 if the key existed.
 inline constexpr const char* kDeleteScript =
     "local v = redis.call('GET', KEYS[1])\n"
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"
     "if not v then return 0 end\n"
-    "if string.sub(v, 1, 1) == 'c' then\n"
-    "  local size, chunk, token = string.match(v, '^c(%d+) (%d+) (%S+)$')\n"
-    "  if token then\n"
-    "    local n = math.ceil(tonumber(size) / tonumber(chunk))\n"
-    "    for i = 0, n - 1 do redis.call('UNLINK', ARGV[2] .. token .. ':' .. "
-    "i) end\n"
+    "local size, chunk, token ="
+    " string.match(v, '^c([1-9]%d*) ([1-9]%d*) ([0-9a-f]+%-[0-9a-f]+)$')\n"
+    "if token then\n"
+    "  local most = tonumber(ARGV[5])\n"
+    "  local n = nil\n"
+    "  if #size <= 15 and #chunk <= 15 then\n"
+    "    size = tonumber(size)\n"
+    "    chunk = tonumber(chunk)\n"
+    "    if chunk >= tonumber(ARGV[3]) and chunk <= tonumber(ARGV[4]) and"
+    " math.ceil(size / chunk) <= most then n = math.ceil(size / chunk) end\n"
+    "  end\n"
+    "  local at = ARGV[2] .. token .. ':'\n"
+    "  if n then\n"
+    "    for i = 0, n - 1 do redis.call('UNLINK', at .. i) end\n"
+    "  else\n"
+    "    for i = 0, most - 1 do\n"
+    "      if redis.call('UNLINK', at .. i) == 0 then break end\n"
+    "    end\n"
     "  end\n"
     "end\n"
     "redis.call('DEL', KEYS[1])\n"

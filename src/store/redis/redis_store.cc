@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "store/redis/redis_connection.h"
+#include "store/redis/redis_descriptor.h"
 #include "store/redis/redis_scripts.h"
 #include "store/redis/redis_uri.h"
 
@@ -32,6 +33,8 @@ using Type = internal::RedisReply::Type;
 constexpr int64_t kChunkExpiryMs = int64_t{6} * 3600 * 1000;
 // Objects up to this size are one value ("r" + bytes), like records.
 constexpr uint64_t kInlineObjectBytes = uint64_t{64} << 10;
+// Keys per ZRANGEBYLEX page of List (each reply stays small).
+constexpr uint64_t kListPageKeys = 10000;
 
 // What P:k:<key> holds.
 struct Descriptor {
@@ -98,7 +101,6 @@ class RedisStore : public ObjectStore {
       : uri_(std::move(uri)), options_(options) {
     options_.connections = std::max(1u, options_.connections);
     options_.pipeline_depth = std::max(1u, options_.pipeline_depth);
-    options_.chunk_bytes = std::max<uint64_t>(options_.chunk_bytes, 1);
     const std::string& p = uri_.prefix;
     index_ = p + ":index";
     pending_ = p + ":pending";
@@ -108,6 +110,14 @@ class RedisStore : public ObjectStore {
   // Connects once (so that a bad URI, password or database fails at open)
   // and checks durability when the store promises it (Sync()).
   Status Init() {
+    if (options_.chunk_bytes < internal::kMinRedisChunkBytes ||
+        options_.chunk_bytes > internal::kMaxRedisChunkBytes) {
+      return Status::InvalidArgument(
+          "redis chunk_bytes must be in [" +
+          std::to_string(internal::kMinRedisChunkBytes) + ", " +
+          std::to_string(internal::kMaxRedisChunkBytes) + "], not " +
+          std::to_string(options_.chunk_bytes));
+    }
     RESHARD_ASSIGN_OR_RETURN(auto conn, Connect());
     Release(std::move(conn));
     return options_.require_durable ? Sync() : Status::OK();
@@ -135,6 +145,12 @@ class RedisStore : public ObjectStore {
     }
     if (r.str().front() == 'r') return std::string(r.str().substr(1));
     RESHARD_ASSIGN_OR_RETURN(Descriptor d, ParseChunked(key, r.str()));
+    if (d.size > internal::kMaxRedisGetBytes) {
+      return Status::ResourceExhausted(
+          "object " + std::string(key) + " in " + uri_.redacted + " holds " +
+          std::to_string(d.size) + " bytes, more than a whole read returns (" +
+          std::to_string(internal::kMaxRedisGetBytes) + "); read it by ranges");
+    }
     std::string out(d.size, '\0');
     RESHARD_RETURN_NOT_OK(
         ReadPieces(PiecesOf(key, d, 0, {{out.data(), d.size}})));
@@ -145,22 +161,31 @@ class RedisStore : public ObjectStore {
     std::string_view whole = prefix;
     if (whole.ends_with('/')) whole.remove_suffix(1);
     if (!whole.empty()) RESHARD_RETURN_NOT_OK(ValidateRecordKey(whole));
-    const std::string lo = "[" + std::string(prefix);
-    const std::string hi = "[" + std::string(prefix) + "\xff";
-    RESHARD_ASSIGN_OR_RETURN(
-        RedisReply r, Run({"ZRANGEBYLEX", index_, prefix.empty() ? "-" : lo,
-                           prefix.empty() ? "+" : hi},
-                          "list keys"));
+    // Pages of kListPageKeys, each from just after the last key of the
+    // one before, so that no reply grows with the store.
+    std::string lo = prefix.empty() ? "-" : "[" + std::string(prefix);
+    const std::string hi =
+        prefix.empty() ? "+" : "[" + std::string(prefix) + "\xff";
+    const std::string page = std::to_string(kListPageKeys);
     std::vector<std::string> keys;
-    for (size_t i = 0; i < r.size(); ++i) {
-      keys.emplace_back(r.element_str(i));
+    while (true) {
+      RESHARD_ASSIGN_OR_RETURN(
+          RedisReply r, Run({"ZRANGEBYLEX", index_, lo, hi, "LIMIT", "0", page},
+                            "list keys"));
+      for (size_t i = 0; i < r.size(); ++i) {
+        keys.emplace_back(r.element_str(i));
+      }
+      if (r.size() < kListPageKeys) return keys;
+      lo = "(" + keys.back();
     }
-    return keys;
   }
 
   Status Delete(std::string_view key) override {
     RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
-    return Eval(internal::kDeleteScript, {KeyOf(key), index_}, {key, chunks_},
+    return Eval(internal::kDeleteScript, {KeyOf(key), index_},
+                {key, chunks_, std::to_string(internal::kMinRedisChunkBytes),
+                 std::to_string(internal::kMaxRedisChunkBytes),
+                 std::to_string(internal::kMaxRedisChunks)},
                 "delete " + std::string(key))
         .status();
   }
@@ -257,7 +282,9 @@ class RedisStore : public ObjectStore {
       const size_t space = member.find(' ');
       uint64_t n = 0;
       if (space == std::string::npos ||
-          !ParseU64(member.substr(space + 1), &n)) {
+          !internal::ValidRedisToken(member.substr(0, space)) ||
+          !ParseU64(member.substr(space + 1), &n) ||
+          n > internal::kMaxRedisChunks) {
         continue;  // not ours; never guess what to delete
       }
       RESHARD_ASSIGN_OR_RETURN(
@@ -417,6 +444,13 @@ Status RedisStore::PutChunked(std::string_view key,
   }
   const uint64_t chunks =
       (total + options_.chunk_bytes - 1) / options_.chunk_bytes;
+  if (chunks > internal::kMaxRedisChunks) {
+    return Status::InvalidArgument(
+        "object " + std::string(key) + " of " + std::to_string(total) +
+        " bytes needs more than " + std::to_string(internal::kMaxRedisChunks) +
+        " chunks of " + std::to_string(options_.chunk_bytes) +
+        " bytes; open the store with larger chunk_bytes");
+  }
   const std::string token = RandomToken();
   const std::string member = token + " " + std::to_string(chunks);
   const std::string chunk_prefix = chunks_ + token + ":";
@@ -434,9 +468,8 @@ Status RedisStore::PutChunked(std::string_view key,
     return Status::IOError("cannot write object " + std::string(key) + ": " +
                            st.message());
   }
-  const std::string descriptor = "c" + std::to_string(total) + " " +
-                                 std::to_string(options_.chunk_bytes) + " " +
-                                 token;
+  const std::string descriptor = internal::RenderRedisDescriptor(
+      {.size = total, .chunk_bytes = options_.chunk_bytes, .token = token});
   Result<RedisReply> r =
       Eval(internal::kPublishChunkedScript, NewKeyKeys(key),
            {key, descriptor, member, chunk_prefix, std::to_string(chunks)},
@@ -509,19 +542,16 @@ Result<Descriptor> RedisStore::Describe(std::string_view key) {
 
 Result<Descriptor> RedisStore::ParseChunked(std::string_view key,
                                             std::string_view v) const {
-  // "c<size> <chunk_bytes> <token>"
+  // "c<size> <chunk_bytes> <token>", within the limits of
+  // redis_descriptor.h before any size is used.
+  std::optional<internal::RedisDescriptor> parsed =
+      internal::ParseRedisDescriptor(v);
+  if (!parsed) return Malformed(key);
   Descriptor d;
-  const auto corrupt = [&] { return Malformed(key); };
-  const size_t a = v.find(' ');
-  const size_t b = a == std::string_view::npos ? a : v.find(' ', a + 1);
-  if (!v.starts_with('c') || b == std::string_view::npos ||
-      !ParseU64(v.substr(1, a - 1), &d.size) ||
-      !ParseU64(v.substr(a + 1, b - a - 1), &d.chunk_bytes) ||
-      d.chunk_bytes == 0 || b + 1 >= v.size()) {
-    return corrupt();
-  }
   d.chunked = true;
-  d.token = std::string(v.substr(b + 1));
+  d.size = parsed->size;
+  d.chunk_bytes = parsed->chunk_bytes;
+  d.token = std::move(parsed->token);
   return d;
 }
 
@@ -649,6 +679,10 @@ Status RedisStore::CheckFsync() {
 }
 
 }  // namespace
+
+std::string RedactUriPassword(std::string_view uri) {
+  return internal::RedactUri(uri);
+}
 
 bool IsRedisUri(std::string_view uri) {
   return uri.starts_with("redis://") || uri.starts_with("unix://");

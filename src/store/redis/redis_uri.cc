@@ -1,6 +1,7 @@
 #include "store/redis/redis_uri.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <set>
 
 namespace reshard::internal {
@@ -49,27 +50,10 @@ bool ValidPrefix(std::string_view p) {
   for (char c : p) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                     (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-                    c == '~' || c == '-' || c == ':' || c == '/';
+                    c == '~' || c == '-' || c == '/';
     if (!ok) return false;
   }
   return true;
-}
-
-// The URI with the password (between "user:" and '@') masked.
-std::string Redact(std::string_view uri) {
-  const size_t scheme = uri.find("://");
-  if (scheme == std::string_view::npos) return std::string(uri);
-  const size_t start = scheme + 3;
-  const size_t end = std::min(uri.find_first_of("/?", start), uri.size());
-  const size_t at = uri.substr(0, end).rfind('@');
-  if (at == std::string_view::npos || at < start) return std::string(uri);
-  const size_t colon = uri.substr(0, at).find(':', start);
-  if (colon == std::string_view::npos) {
-    return std::string(uri.substr(0, start)) + "***" +
-           std::string(uri.substr(at));
-  }
-  return std::string(uri.substr(0, colon + 1)) + "***" +
-         std::string(uri.substr(at));
 }
 
 Status ParseQuery(std::string_view query, bool unix_socket, RedisUri* out) {
@@ -92,7 +76,8 @@ Status ParseQuery(std::string_view query, bool unix_socket, RedisUri* out) {
     if (name == "prefix") {
       if (!ValidPrefix(value)) {
         return Bad(out->redacted,
-                   "prefix must be 1-128 characters of [A-Za-z0-9._~:/-]");
+                   "prefix must be 1-128 characters of [A-Za-z0-9._~/-] (no "
+                   "':', which separates a prefix from the store's own keys)");
       }
       out->prefix = std::string(value);
     } else if (name == "sync") {
@@ -120,13 +105,21 @@ Status ParseQuery(std::string_view query, bool unix_socket, RedisUri* out) {
 }
 
 Status ParseTcp(std::string_view rest, RedisUri* out) {
+  // The user information ends at the last '@' (no valid host, database or
+  // option holds one); an unencoded delimiter in it would move the host.
+  const size_t at = rest.rfind('@');
+  const std::string_view info =
+      at == std::string_view::npos ? std::string_view() : rest.substr(0, at);
+  if (info.find_first_of("/?#@") != std::string_view::npos) {
+    return Bad(out->redacted,
+               "the user or password holds an unencoded '/', '?', '#' or "
+               "'@'; percent-encode it (%2F, %3F, %23, %40)");
+  }
+  if (at != std::string_view::npos) rest.remove_prefix(at + 1);
   const size_t end = std::min(rest.find_first_of("/?"), rest.size());
   std::string_view authority = rest.substr(0, end);
   std::string_view tail = rest.substr(end);
-  const size_t at = authority.rfind('@');
   if (at != std::string_view::npos) {
-    const std::string_view info = authority.substr(0, at);
-    authority.remove_prefix(at + 1);
     const size_t colon = info.find(':');
     const std::string_view user = info.substr(0, colon);
     const std::string_view pass =
@@ -177,9 +170,28 @@ Status ParseTcp(std::string_view rest, RedisUri* out) {
 
 }  // namespace
 
+std::string RedactUri(std::string_view uri) {
+  const size_t scheme = uri.find("://");
+  if (scheme == std::string_view::npos) return std::string(uri);
+  const size_t start = scheme + 3;
+  const size_t at = uri.rfind('@');
+  if (at == std::string_view::npos || at < start) return std::string(uri);
+  const std::string_view info = uri.substr(start, at - start);
+  const size_t colon = info.find(':');
+  // A well-formed "user:password" keeps its user; anything else is hidden
+  // whole (an unencoded delimiter makes the user's extent unknown).
+  if (colon != std::string_view::npos &&
+      info.find_first_of("/?#@") == std::string_view::npos) {
+    return std::string(uri.substr(0, start + colon + 1)) + "***" +
+           std::string(uri.substr(at));
+  }
+  return std::string(uri.substr(0, start)) + "***" +
+         std::string(uri.substr(at));
+}
+
 Result<RedisUri> ParseRedisUri(std::string_view uri) {
   RedisUri out;
-  out.redacted = Redact(uri);
+  out.redacted = RedactUri(uri);
   for (unsigned char c : uri) {
     if (c < 0x21 || c > 0x7e) {
       return Bad(out.redacted, "contains a space or control character");
@@ -201,6 +213,10 @@ Result<RedisUri> ParseRedisUri(std::string_view uri) {
         ParseQuery(rest.empty() ? rest : rest.substr(1), true, &out));
   } else {
     return Bad(out.redacted, "scheme must be redis:// or unix://");
+  }
+  if (out.password.empty()) {
+    const char* env = std::getenv(kRedisPasswordEnv);
+    if (env != nullptr) out.password = env;
   }
   return out;
 }
