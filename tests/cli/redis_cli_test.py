@@ -294,6 +294,99 @@ def bad_redis_uris_are_refused():
         check(uri in line, "%r does not name %s" % (line, uri))
 
 
+@test
+def stored_size_is_not_trusted():
+    """Issue 38 finding 2: a descriptor claiming 1e17 bytes at a manifest
+    key made ls/show/verify/gc/rm die of bad_alloc. Now the revision is
+    CORRUPT, every command reports it cleanly, rm removes it, and the other
+    revision is untouched."""
+    uri, rev = kept_revision("huge")
+    bad = "weights/default/x/1/0/manifest"
+    SERVER.cli("SET", "huge:k:" + bad, "c99999999999999999 4194304 tok")
+    SERVER.cli("ZADD", "huge:index", "0", bad)
+    malformed = ("object %s in %s has a malformed descriptor" % (bad, uri))
+    rc, out, err = run("store", "ls", uri, "--json")
+    check(rc == 0, "ls exit %d, %r" % (rc, err))
+    revs = {r["manifest_key"]: r for r in one_json(out)}
+    check(sorted(revs) == sorted([rev["manifest_key"], bad]), "ls %r" % revs)
+    check(revs[rev["manifest_key"]] == rev, "ls %r" % revs)
+    check(revs[bad]["state"] == "CORRUPT" and revs[bad]["error"] == malformed,
+          "ls %r" % revs[bad])
+    rc, out, err = run("store", "show", uri, bad)
+    check(one_error_line(rc, out, err, malformed) ==
+          "reshard: error: " + malformed, "show %r" % err)
+    rc, out, err = run("store", "verify", uri, "--json")
+    check(rc == 1, "verify exit %d, %r" % (rc, err))
+    v = one_json(out)
+    check(v["verified"] is False and v["corrupt"] ==
+          [{"error": malformed, "manifest_key": bad}], "verify %r" % v)
+    rc, out, err = run("store", "gc", uri, "--json")
+    check(rc == 0, "gc exit %d, %r" % (rc, err))
+    rc, out, err = run("store", "rm", uri, bad)
+    check(rc == 0, "rm exit %d, %r" % (rc, err))
+    rc, out, err = run("store", "ls", uri, "--json")
+    check(rc == 0 and one_json(out) == [rev], "ls after rm: %r" % out)
+    rc, out, err = run("store", "verify", uri, "--json")
+    check(rc == 0 and one_json(out)["verified"] is True, "verify %r" % out)
+
+
+@test
+def passwords_never_leak():
+    """Issue 38 finding 4: an unencoded '/', '?' or '@' in a password put it
+    in the URI error of every command; now everything before the last '@'
+    is hidden, and RESHARD_REDIS_PASSWORD keeps the password out of argv."""
+    src, dst = scenario(CROSS_DIM)
+    want = ('invalid Redis URI "redis://***@127.0.0.1:1": the user or '
+            "password holds an unencoded '/', '?', '#' or '@'; "
+            "percent-encode it (%2F, %3F, %23, %40)")
+    for secret in ("admin:Sup3r/S3cret", "admin:Sup3r?S3cret",
+                   "admin:Sup@3cret"):
+        uri = "redis://%s@127.0.0.1:1" % secret
+        for args in (("store", "ls", uri),
+                     ("selftest", src, dst, "--via-store", uri),
+                     ("selftest", src, dst, "--transport", "ucx",
+                      "--rendezvous", uri)):
+            rc, out, err = run(*args)
+            line = one_error_line(rc, out, err, "invalid Redis URI")
+            check(want in line, "%r: %r" % (args, line))
+            check("3cret" not in line, "password shown: %r" % line)
+    # A server with a password, given only through the environment.
+    SERVER.cli("ACL", "SETUSER", "cliuser", "on", ">Env/S3cret", "~*",
+               "+@all")
+    uri = "redis://cliuser:@127.0.0.1:%d?prefix=envpw" % SERVER.port
+    env = dict(os.environ, RESHARD_REDIS_PASSWORD="Env/S3cret")
+    proc = subprocess.run([RESHARD, "selftest", src, dst, "--via-store", uri,
+                           "--json"], capture_output=True, env=env,
+                          timeout=120)
+    check(proc.returncode == 0, "exit %d, %r" % (proc.returncode,
+                                                 proc.stderr))
+    env["RESHARD_REDIS_PASSWORD"] = "Wr0ng/S3cret"
+    proc = subprocess.run([RESHARD, "store", "ls", uri], capture_output=True,
+                          env=env, timeout=60)
+    check(proc.returncode != 0 and b"S3cret" not in proc.stderr and
+          b"AUTH on redis://cliuser:***@" in proc.stderr,
+          "a wrong password: %r" % proc.stderr)
+
+
+@test
+def prefixes_never_collide():
+    """Issue 38 finding 5: store x's records named index/pending were store
+    x:k's index and pending sets. A prefix holds no ':' now."""
+    rc, out, err = run("store", "ls", SERVER.uri("x:k"))
+    one_error_line(rc, out, err, "prefix must be 1-128 characters of "
+                   "[A-Za-z0-9._~/-] (no ':', which separates a prefix "
+                   "from the store's own keys)")
+    src, dst = scenario(CROSS_DIM)
+    for prefix in ("nest", "nest/k"):
+        rc, out, err = run("selftest", src, dst, "--via-store",
+                           SERVER.uri(prefix), "--keep-revision", "--json")
+        check(rc == 0, "selftest on %s: %d %r" % (prefix, rc, err))
+    for prefix in ("nest", "nest/k"):
+        rc, out, err = run("store", "ls", SERVER.uri(prefix), "--json")
+        check(rc == 0 and [r["state"] for r in one_json(out)] == ["READY"],
+              "ls %s: %r %r" % (prefix, out, err))
+
+
 def main(argv):
     global RESHARD, SCENARIOS, SERVER, TMP
     RESHARD = os.path.abspath(argv[1])
