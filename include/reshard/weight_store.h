@@ -220,6 +220,10 @@ struct ShareUploadOptions {
   std::chrono::milliseconds poll_interval{20};
 };
 
+namespace internal {
+class ShareUpload;
+}  // namespace internal
+
 class WeightStore {
  public:
   static Result<WeightStore> Open(std::string_view uri,
@@ -327,6 +331,11 @@ class WeightStore {
       const WeightPlacementManifest& source,
       const std::vector<WeightRuntimeBindingManifest>& bindings,
       std::string transaction_id);
+  // UploadShare's two halves (share_upload.cc).
+  Result<UploadPlan> ShareUploadPlan(const WeightPlacementManifest& source,
+                                     internal::ShareUpload& u);
+  Result<StoredWeightManifest> CommitShareUpload(const UploadPlan& plan,
+                                                 internal::ShareUpload& u);
   WeightStore(std::shared_ptr<ObjectStore> backend, WeightStoreOptions o)
       : backend_(std::move(backend)), options_(std::move(o)) {}
   std::shared_ptr<ObjectStore> backend_;

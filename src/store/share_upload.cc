@@ -75,6 +75,11 @@ std::string RanksWithout(int ranks, Have&& have) {
   return out;
 }
 
+}  // namespace
+
+namespace internal {
+
+// One rank's part of a shared upload: its records and waits.
 class ShareUpload {
  public:
   ShareUpload(ObjectStore& backend, const ShareUploadOptions& options,
@@ -89,6 +94,10 @@ class ShareUpload {
     return keys_.Transaction(txn_) + "/" + std::string(family) + "/" +
            std::to_string(rank);
   }
+
+  const ShareUploadOptions& options() const { return o_; }
+  const RevisionKeys& keys() const { return keys_; }
+  const std::string& txn() const { return txn_; }
 
   std::string Where() const {
     return "upload " + o_.upload_id + " (transaction " + txn_ + ")";
@@ -139,43 +148,15 @@ class ShareUpload {
   Clock::time_point deadline_;
 };
 
-}  // namespace
+}  // namespace internal
 
-Result<StoredWeightManifest> WeightStore::UploadShare(
-    const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& bindings,
-    const ShareUploadOptions& options) {
-  if (options.ranks < 1 || options.rank < 0 || options.rank >= options.ranks) {
-    return Status::InvalidArgument(
-        "upload rank " + std::to_string(options.rank) + " is not in [0, " +
-        std::to_string(options.ranks) + ")");
-  }
-  if (options.upload_id.empty()) {
-    return Status::InvalidArgument("a shared upload needs an upload_id");
-  }
-  const std::string txn =
-      internal::Sha256Hex("weight-upload-share|" + source.placement_id() + "|" +
-                          options.upload_id)
-          .substr(0, 32);
-  const RevisionKeys keys =
-      internal::StoreKeys(options_.key_prefix, options_.namespace_)
-          .Revision(source.resource_id(), source.revision(),
-                    source.weight_generation());
-  ShareUpload u(*backend_, options, keys, txn);
-  // The started record first, so that Gc's grace covers the share records.
-  Status st = backend_->Put(keys.Started(txn),
-                            internal::StartedRecord(options_.now_seconds()));
-  if (!st.ok() && !st.IsAlreadyExists()) return st;
-  st = backend_->Put(u.Key("shares", options.rank),
-                     ShareRecord(options.rank, bindings));
-  if (st.IsAlreadyExists()) {
-    return Status::AlreadyExists(u.Where() + ": rank " +
-                                 std::to_string(options.rank) +
-                                 " already took part in it (each attempt "
-                                 "needs a new upload_id)");
-  }
-  RESHARD_RETURN_NOT_OK(st);
-
+// Rank 0 gathers every rank's bindings, prepares the upload and publishes
+// its plan; the other ranks wait for that plan.
+Result<UploadPlan> WeightStore::ShareUploadPlan(
+    const WeightPlacementManifest& source, internal::ShareUpload& u) {
+  const ShareUploadOptions& options = u.options();
+  const std::string& txn = u.txn();
+  const RevisionKeys& keys = u.keys();
   UploadPlan plan;
   if (options.rank == 0) {
     std::vector<bool> have(options.ranks, false);
@@ -217,21 +198,16 @@ Result<StoredWeightManifest> WeightStore::UploadShare(
         [] { return std::string("the upload plan of rank 0"); }));
   }
 
-  // Every rank: its own fragments, then its receipts.
-  std::vector<UploadReceipt> mine;
-  for (const auto& b : bindings) {
-    auto r = Upload(plan, source, b);
-    if (!r.ok()) {
-      if (options.rank == 0) (void)Abort(plan);
-      return u.Fail(r.status());
-    }
-    mine.insert(mine.end(), r->begin(), r->end());
-  }
-  if (Status p = PublishReceipts(plan, mine); !p.ok()) {
-    if (options.rank == 0) (void)Abort(plan);
-    return u.Fail(p);
-  }
+  return plan;
+}
 
+// Rank 0 gathers the receipts and commits (aborting the upload on
+// failure); the other ranks return once the revision is published.
+Result<StoredWeightManifest> WeightStore::CommitShareUpload(
+    const UploadPlan& plan, internal::ShareUpload& u) {
+  const ShareUploadOptions& options = u.options();
+  const std::string& txn = u.txn();
+  const RevisionKeys& keys = u.keys();
   const std::string& manifest_key = plan.manifest().manifest_key();
   if (options.rank == 0) {
     std::vector<UploadReceipt> receipts;
@@ -276,6 +252,61 @@ Result<StoredWeightManifest> WeightStore::UploadShare(
                                  manifest_key);
   }
   return published;
+}
+
+Result<StoredWeightManifest> WeightStore::UploadShare(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    const ShareUploadOptions& options) {
+  if (options.ranks < 1 || options.rank < 0 || options.rank >= options.ranks) {
+    return Status::InvalidArgument(
+        "upload rank " + std::to_string(options.rank) + " is not in [0, " +
+        std::to_string(options.ranks) + ")");
+  }
+  if (options.upload_id.empty()) {
+    return Status::InvalidArgument("a shared upload needs an upload_id");
+  }
+  const std::string txn =
+      internal::Sha256Hex("weight-upload-share|" + source.placement_id() + "|" +
+                          options.upload_id)
+          .substr(0, 32);
+  const RevisionKeys keys =
+      internal::StoreKeys(options_.key_prefix, options_.namespace_)
+          .Revision(source.resource_id(), source.revision(),
+                    source.weight_generation());
+  internal::ShareUpload u(*backend_, options, keys, txn);
+  // The started record first, so that Gc's grace covers the share records.
+  Status st = backend_->Put(keys.Started(txn),
+                            internal::StartedRecord(options_.now_seconds()));
+  if (!st.ok() && !st.IsAlreadyExists()) return st;
+  st = backend_->Put(u.Key("shares", options.rank),
+                     ShareRecord(options.rank, bindings));
+  if (st.IsAlreadyExists()) {
+    return Status::AlreadyExists(u.Where() + ": rank " +
+                                 std::to_string(options.rank) +
+                                 " already took part in it (each attempt "
+                                 "needs a new upload_id)");
+  }
+  RESHARD_RETURN_NOT_OK(st);
+
+  RESHARD_ASSIGN_OR_RETURN(UploadPlan plan, ShareUploadPlan(source, u));
+
+  // Every rank: its own fragments, then its receipts.
+  std::vector<UploadReceipt> mine;
+  for (const auto& b : bindings) {
+    auto r = Upload(plan, source, b);
+    if (!r.ok()) {
+      if (options.rank == 0) (void)Abort(plan);
+      return u.Fail(r.status());
+    }
+    mine.insert(mine.end(), r->begin(), r->end());
+  }
+  if (Status p = PublishReceipts(plan, mine); !p.ok()) {
+    if (options.rank == 0) (void)Abort(plan);
+    return u.Fail(p);
+  }
+
+  return CommitShareUpload(plan, u);
 }
 
 }  // namespace reshard
