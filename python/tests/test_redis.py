@@ -81,3 +81,40 @@ def test_unreachable_redis_is_named_without_the_password():
         reshard.WeightStore(f"redis://u:hunter2@127.0.0.1:{port}")
     assert f"cannot connect to redis://u:***@127.0.0.1:{port}" in str(e.value)
     assert "hunter2" not in str(e.value)
+
+
+
+def test_passwords_never_leak(redis, monkeypatch):
+    """Issue 38 finding 4: an unencoded '/', '?' or '@' in the password is
+    refused without showing it; repr and .uri hide it; the password can
+    come from RESHARD_REDIS_PASSWORD instead of the URI (argv)."""
+    for bad in ["admin:Sup3r/S3cret", "admin:Sup3r?S3cret",
+                "admin:Sup@3cret"]:
+        with pytest.raises(reshard.InvalidArgumentError) as e:
+            reshard.WeightStore(f"redis://{bad}@127.0.0.1:1")
+        assert str(e.value) == (
+            "invalid Redis URI \"redis://***@127.0.0.1:1\": the user or "
+            "password holds an unencoded '/', '?', '#' or '@'; "
+            "percent-encode it (%2F, %3F, %23, %40)")
+        assert "3cret" not in repr(e.value)
+    # A user of this module's server whose password holds a '/'.
+    host = redis[len("redis://"):]
+    port = host.split(":")[1]
+    subprocess.run(["redis-cli", "-p", port, "ACL", "SETUSER", "pyuser",
+                    "on", ">Sup3r/S3cret", "~*", "+@all"], check=True,
+                   capture_output=True)
+    uri = f"redis://pyuser:Sup3r%2FS3cret@{host}?prefix=pw"
+    store = reshard.WeightStore(uri)
+    assert store.uri == f"redis://pyuser:***@{host}?prefix=pw"
+    assert repr(store) == f"WeightStore('redis://pyuser:***@{host}?prefix=pw')"
+    assert "S3cret" not in repr(store) + store.uri
+    assert store.ls() == []
+    with pytest.raises(reshard.Error) as e:
+        reshard.WeightStore(f"redis://pyuser:wr0ng@{host}?prefix=pw")
+    assert "wr0ng" not in str(e.value)
+    assert f"redis://pyuser:***@{host}" in str(e.value)
+    # From the environment: the URI names the user only.
+    monkeypatch.setenv("RESHARD_REDIS_PASSWORD", "Sup3r/S3cret")
+    store = reshard.WeightStore(f"redis://pyuser:@{host}?prefix=pw")
+    assert store.uri == f"redis://pyuser:***@{host}?prefix=pw"
+    assert store.ls() == []
