@@ -36,6 +36,7 @@
 #include "testing/children.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
+#include "testing/sanitizer.h"
 #include "testing/status_testing.h"
 #include "testing/temp_dir.h"
 
@@ -1064,7 +1065,8 @@ TEST(StandingSessionTest, RefusedUpdateNeverDesynchronisesTheRanks) {
   const auto source = Cube(2, 0);
   const auto target = Cube(2, 1);
   const auto tensors = internal::TensorIndex(source);
-  constexpr int kRepeats = 50;
+  // Ten times as slow under sanitizers: fewer runs there.
+  constexpr int kRepeats = testing::kSanitized ? 10 : 50;
   for (const NamedUcx& t : {Transports()[0], Transports()[2]}) {
     for (int repeat = 0; repeat < kRepeats; ++repeat) {
       SCOPED_TRACE(t.name + ", run " + std::to_string(repeat));

@@ -162,6 +162,25 @@ def check_load_bars(plan):
               "%s load bars differ from the JSON" % side)
 
 
+def printable(text):
+    """The report's escaping of names in attributes (report.js printable,
+    charts.cc): control, C1 and bidi characters as visible escapes."""
+    out = []
+    for c in text:
+        code = ord(c)
+        special = {10: "\\n", 13: "\\r", 9: "\\t", 27: "\\e"}
+        if code in special:
+            out.append(special[code])
+        elif code < 0x20 or code == 0x7f:
+            out.append("\\x%02x" % code)
+        elif (0x80 <= code <= 0x9f or code in (0x200e, 0x200f)
+              or 0x202a <= code <= 0x202e or 0x2066 <= code <= 0x2069):
+            out.append("\\u{%04x}" % code)
+        else:
+            out.append(c)
+    return "".join(out)
+
+
 def check_explorer(plan, source, target, tensors=None):
     _, src_frags, _, _ = source
     _, dst_frags, dst_bytes, _ = target
@@ -179,11 +198,13 @@ def check_explorer(plan, source, target, tensors=None):
             regions: [...document.querySelectorAll('#tx-regions rect.region')]
                 .map(r => +r.dataset.b),
             rows: document.querySelectorAll('#tx-table tr').length - 1})""")
-        check(page["info"] == name, "explorer shows %r, not %r" %
-              (page["info"], name))
+        check(page["info"] == printable(name), "explorer shows %r, not %r" %
+              (page["info"], printable(name)))
         for side, truth in (("source", src_frags), ("target", dst_frags)):
             got = collections.Counter(tuple(x) for x in page[side])
-            check(got == truth[name], "%s: %s fragments differ from the "
+            want = collections.Counter({(printable(p), box): n for (p, box), n
+                                        in truth[name].items()})
+            check(got == want, "%s: %s fragments differ from the "
                   "placement: %s vs %s" % (name, side, sorted(got)[:3],
                                            sorted(truth[name])[:3]))
         check(sum(page["regions"]) == dst_bytes[name],

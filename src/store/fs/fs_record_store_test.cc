@@ -25,6 +25,7 @@
 #include "reshard/record_store.h"
 #include "reshard/status.h"
 #include "reshard/store_uri.h"
+#include "testing/sanitizer.h"
 #include "testing/status_testing.h"
 #include "util/printable.h"
 
@@ -370,17 +371,7 @@ constexpr off_t kTenTerabytes = off_t{10} << 40;
 
 // Sanitizers reserve terabytes of shadow memory: no address-space limit
 // can be set under them.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using ::reshard::testing::kSanitized;
 
 TEST_F(DirectoryRecordStoreTest, UnboundedReadsRecordPastTheCapIsDataLoss) {
   ASSERT_OK_AND_ASSIGN(
