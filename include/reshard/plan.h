@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/conversion.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
 #include "reshard/stored_manifest.h"
@@ -47,6 +48,14 @@ struct PlanOptions {
   PlanningLimits limits;
   // Plan only this target participant's fragments (a local target).
   std::optional<std::string> target_participant_id;
+  // Convert tensors whose dtype differs (docs/conversion.md): the plan then
+  // fills conversion()->staging(), and the converting fragments are
+  // computed from it. Without it any dtype difference is refused, naming
+  // the first tensor whose dtype differs. Make only; MakeFromStored refuses
+  // it (conversions out of a store revision are not supported yet).
+  bool convert = false;
+  // The FP8 block of quantized and dequantized weights.
+  Fp8Block fp8_block;
 };
 
 // One outer loop of a strided copy, outermost first.
@@ -149,6 +158,12 @@ class LogicalTransferPlan {
   // Which of the two factories made the plan; it says what the source
   // side's PlanFragment::fragment_id and participant_id name.
   PlanSourceKind source_kind() const;
+
+  // The conversions of a plan made with PlanOptions::convert, or nullptr
+  // when no tensor converts. When set, target_placement_id() and the
+  // target fragments are those of conversion()->staging(), which
+  // Reshard binds in place of the target.
+  const ConversionPlan* conversion() const;
 
   const std::string& resource_id() const;
   const std::string& revision() const;

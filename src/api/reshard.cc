@@ -7,6 +7,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "api/convert_reshard.h"
 #include "reshard/bound_plan.h"
 #include "reshard/local_transport.h"
 
@@ -238,6 +239,11 @@ Result<ReshardReport> Reshard(
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     Transport& transport, const ReshardOptions& options) {
+  if (plan.conversion() != nullptr &&
+      target.placement_id() != plan.target_placement_id()) {
+    return internal::ReshardConverting(plan, source, source_bindings, target,
+                                       target_bindings, transport, options);
+  }
   RESHARD_RETURN_NOT_OK(
       CheckCoverage(source, source_bindings, target, target_bindings, options));
   return BindAndTransfer(plan, source, source_bindings, target, target_bindings,
@@ -260,8 +266,11 @@ Result<ReshardReport> Reshard(
   const double plan_seconds = SecondsSince(start);
   RESHARD_ASSIGN_OR_RETURN(
       ReshardReport report,
-      BindAndTransfer(plan, source, source_bindings, target, target_bindings,
-                      transport, options));
+      plan.conversion() != nullptr
+          ? internal::ReshardConverting(plan, source, source_bindings, target,
+                                        target_bindings, transport, options)
+          : BindAndTransfer(plan, source, source_bindings, target,
+                            target_bindings, transport, options));
   report.plan_seconds = plan_seconds;
   return report;
 }

@@ -39,6 +39,7 @@ struct LogicalTransferPlan::Impl {
   std::vector<uint64_t> target_bytes;
   std::vector<TrafficEntry> traffic;
   PlanSummary summary;
+  std::shared_ptr<const ConversionPlan> conversion;
 };
 
 namespace internal {
@@ -1026,20 +1027,23 @@ void Planner::MergeTraffic(TrafficPairs* traffic) {
 
 }  // namespace internal
 
-Result<LogicalTransferPlan> LogicalTransferPlan::Make(
+namespace internal {
+
+// LogicalTransferPlan::Make without conversions: `target`'s bytes from
+// `source`'s, dtypes equal.
+Result<LogicalTransferPlan> PlanFromPlacement(
     const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, const PlanOptions& options) {
-  internal::PlanSource view{
-      source.resource_id(),
-      source.revision(),
-      source.weight_generation(),
-      source.placement_id(),
-      &source,
-      nullptr,
-      {},
-      [&](std::string_view id) { return source.FindTensor(id); },
-      source.fragments().size(),
-      {}};
+  PlanSource view{source.resource_id(),
+                  source.revision(),
+                  source.weight_generation(),
+                  source.placement_id(),
+                  &source,
+                  nullptr,
+                  {},
+                  [&](std::string_view id) { return source.FindTensor(id); },
+                  source.fragments().size(),
+                  {}};
   for (const auto& t : source.tensors()) view.tensors.push_back(&t);
   view.add_fragments = [&](const internal::TensorIndex& tensor_index,
                            internal::SourceTables out) {
@@ -1065,12 +1069,43 @@ Result<LogicalTransferPlan> LogicalTransferPlan::Make(
       }
     }
   };
-  return internal::Planner::Run(view, target, options);
+  return Planner::Run(view, target, options);
+}
+
+}  // namespace internal
+
+Result<LogicalTransferPlan> LogicalTransferPlan::Make(
+    const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target, const PlanOptions& options) {
+  const SourceTensorLookup lookup = ConversionPlan::LookupIn(source);
+  if (!options.convert) {
+    RESHARD_RETURN_NOT_OK(CheckNoDtypeDifference(lookup, target));
+    return internal::PlanFromPlacement(source, target, options);
+  }
+  RESHARD_ASSIGN_OR_RETURN(
+      ConversionPlan conversion,
+      ConversionPlan::Make(lookup, target, {options.fp8_block}));
+  if (conversion.empty()) {
+    return internal::PlanFromPlacement(source, target, options);
+  }
+  auto shared = std::make_shared<const ConversionPlan>(std::move(conversion));
+  RESHARD_ASSIGN_OR_RETURN(
+      LogicalTransferPlan plan,
+      internal::PlanFromPlacement(source, shared->staging(), options));
+  // Just made, so no other copy shares the state yet.
+  std::const_pointer_cast<Impl>(plan.impl_)->conversion = std::move(shared);
+  return plan;
 }
 
 Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
     const StoredWeightManifest& source, const WeightPlacementManifest& target,
     const PlanOptions& options) {
+  if (options.convert) {
+    return Status::Unimplemented(
+        "PlanOptions::convert: conversions out of a store revision are not "
+        "supported yet (plan from a placement, or load and convert with "
+        "reshard hf reshard --convert)");
+  }
   const std::string id = "manifest:" + source.manifest_key();
   internal::PlanSource view{
       source.resource_id(),
@@ -1108,6 +1143,9 @@ Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
 
 PlanSourceKind LogicalTransferPlan::source_kind() const {
   return impl_->source_kind;
+}
+const ConversionPlan* LogicalTransferPlan::conversion() const {
+  return impl_->conversion.get();
 }
 const std::string& LogicalTransferPlan::resource_id() const {
   return impl_->resource_id;

@@ -1,0 +1,153 @@
+#include "api/convert_reshard.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "bind/apply_conversion.h"
+#include "reshard/bound_plan.h"
+
+namespace reshard::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Target buffers by placement fragment id, and each participant's binding.
+struct TargetMemory {
+  std::unordered_map<std::string, void*> by_fragment;
+  std::map<std::string, const WeightRuntimeBindingManifest*, std::less<>>
+      by_participant;
+};
+
+Result<TargetMemory> TargetBuffers(
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  TargetMemory out;
+  for (const WeightRuntimeBindingManifest& b : bindings) {
+    if (b.placement_id() != target.placement_id()) {
+      return Status::InvalidArgument("target bindings: binding of " +
+                                     b.participant_id() + " is for placement " +
+                                     b.placement_id() + ", not " +
+                                     target.placement_id());
+    }
+    out.by_participant[b.participant_id()] = &b;
+    for (const RuntimeBindingFragment& f : b.fragments()) {
+      const auto canonical = CanonicalStrides(f.local_shape(), f.itemsize());
+      const auto kind = MemoryKindOfDevice(f.device());
+      if (!canonical.has_value() || *canonical != f.strides_bytes() ||
+          !kind.ok() || *kind != MemoryKind::kHost) {
+        return Status::InvalidArgument(
+            "a converting reshard needs contiguous host memory: target "
+            "fragment " +
+            f.placement_fragment_id() + " of " + b.participant_id());
+      }
+      out.by_fragment[f.placement_fragment_id()] =
+          reinterpret_cast<void*>(f.address());
+    }
+  }
+  return out;
+}
+
+// Staging buffers of the converting fragments; the rest of the staging
+// placement lives in the target buffers.
+struct Staging {
+  std::unordered_map<std::string, void*> by_fragment;
+  std::vector<std::unique_ptr<char[]>> owned;
+};
+
+Staging StagingBuffers(const ConversionPlan& conversion,
+                       const TargetMemory& memory) {
+  Staging out;
+  std::unordered_map<std::string_view, std::string_view> target_of;
+  for (const auto* f : conversion.target().fragments()) {
+    const std::string& s =
+        conversion.StagingFragmentOf(f->placement_fragment_id());
+    if (!s.empty() && conversion.Find(f->tensor_id()) == nullptr) {
+      target_of[s] = f->placement_fragment_id();
+    }
+  }
+  for (const auto* f : conversion.staging().fragments()) {
+    const std::string& id = f->placement_fragment_id();
+    auto t = target_of.find(id);
+    if (t != target_of.end()) {
+      auto m = memory.by_fragment.find(std::string(t->second));
+      if (m != memory.by_fragment.end()) out.by_fragment[id] = m->second;
+      continue;
+    }
+    out.owned.emplace_back(new char[f->nbytes()]);
+    out.by_fragment[id] = out.owned.back().get();
+  }
+  return out;
+}
+
+Result<std::vector<WeightRuntimeBindingManifest>> BindStaging(
+    const ConversionPlan& conversion, const TargetMemory& memory,
+    const Staging& staging) {
+  std::vector<WeightRuntimeBindingManifest> out;
+  for (const auto& [participant, binding] : memory.by_participant) {
+    BufferBindingOptions o;
+    o.instance_id = binding->instance_id();
+    o.generation = binding->generation();
+    o.lease_id = binding->lease_id();
+    RESHARD_ASSIGN_OR_RETURN(
+        auto b, BindBuffers(
+                    conversion.staging(), participant,
+                    [&](std::string_view id) -> void* {
+                      auto it = staging.by_fragment.find(std::string(id));
+                      return it == staging.by_fragment.end() ? nullptr
+                                                             : it->second;
+                    },
+                    o));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+FragmentMemory LookupOf(const std::unordered_map<std::string, void*>& map) {
+  return [&map](std::string_view id) -> void* {
+    auto it = map.find(std::string(id));
+    return it == map.end() ? nullptr : it->second;
+  };
+}
+
+}  // namespace
+
+Result<ReshardReport> ReshardConverting(
+    const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    Transport& transport, const ReshardOptions& options) {
+  const ConversionPlan& conversion = *plan.conversion();
+  if (options.current_bindings) {
+    return Status::Unimplemented(
+        "ReshardOptions::current_bindings: the fence of a converting reshard "
+        "is not supported yet");
+  }
+  if (conversion.target().placement_id() != target.placement_id()) {
+    return Status::InvalidArgument(
+        "logical plan and target placement IDs differ");
+  }
+  RESHARD_ASSIGN_OR_RETURN(TargetMemory memory,
+                           TargetBuffers(target, target_bindings));
+  const Staging staging = StagingBuffers(conversion, memory);
+  RESHARD_ASSIGN_OR_RETURN(auto staging_bindings,
+                           BindStaging(conversion, memory, staging));
+  // Into the staging placement: Reshard's ordinary path, since its
+  // placement is the one the plan targets.
+  RESHARD_ASSIGN_OR_RETURN(
+      ReshardReport report,
+      Reshard(plan, source, source_bindings, conversion.staging(),
+              staging_bindings, transport, options));
+  const auto start = Clock::now();
+  RESHARD_RETURN_NOT_OK(ApplyConversions(
+      conversion, LookupOf(staging.by_fragment), LookupOf(memory.by_fragment),
+      std::max<uint32_t>(1, options.threads)));
+  report.transfer_seconds +=
+      std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
+}  // namespace reshard::internal

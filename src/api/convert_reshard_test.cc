@@ -1,0 +1,237 @@
+// A converting reshard in one process (PlanOptions::convert): bfloat16 ->
+// FP8 blocks with produced scales, FP8 blocks -> bfloat16 with read
+// scales, float16 -> bfloat16; the refusals. Expected values come from the
+// kernels applied to the whole tensor (FloatConvertTest checks the
+// kernels against an independent reference), so these tests check that
+// every fragment converts its own box with the global block grid.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reshard/plan.h"
+#include "reshard/reshard.h"
+#include "testing/must.h"
+#include "testing/placement_builders.h"
+#include "testing/status_testing.h"
+#include "util/float_convert.h"
+
+namespace reshard {
+namespace {
+
+using ::reshard::internal::FloatType;
+using ::reshard::testing::AddTensor;
+using ::reshard::testing::GridDraft;
+using ::reshard::testing::Must;
+using ::reshard::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int64_t kRows = 300, kCols = 256;  // rows: two blocks and 44
+const std::string kWeight = "model.layers.0.mlp.up_proj.weight";
+const std::string kScale = "model.layers.0.mlp.up_proj.weight_scale_inv";
+
+struct Tensor {
+  std::string dtype;
+  int64_t itemsize;
+  int64_t tp_dim;
+};
+
+WeightPlacementManifest Layout(int64_t tp, Tensor weight,
+                               std::optional<Tensor> scale) {
+  auto draft = GridDraft({1, 1, 1, tp});
+  AddTensor(&draft, {.tensor_id = kWeight,
+                     .shape = {kRows, kCols},
+                     .dtype = weight.dtype,
+                     .itemsize = weight.itemsize,
+                     .tp_dim = weight.tp_dim});
+  AddTensor(&draft, {.tensor_id = "model.norm.weight", .shape = {kCols}});
+  if (scale.has_value()) {
+    AddTensor(&draft, {.tensor_id = kScale,
+                       .shape = {3, 2},
+                       .dtype = "float32",
+                       .itemsize = 4,
+                       .tp_dim = scale->tp_dim});
+  }
+  return Must(draft.Build());
+}
+
+// Host memory of every fragment of a placement, filled from whole tensors.
+struct Memory {
+  std::map<std::string, std::vector<char>, std::less<>> buffers;
+  std::vector<WeightRuntimeBindingManifest> bindings;
+};
+
+Memory Allocate(const WeightPlacementManifest& p,
+                const std::map<std::string, std::vector<char>>& whole,
+                const std::string& instance) {
+  Memory m;
+  for (const auto* f : p.fragments()) {
+    auto& buf = m.buffers[f->placement_fragment_id()];
+    buf.assign(f->nbytes(), 0);
+    auto it = whole.find(f->tensor_id());
+    if (it == whole.end()) continue;
+    const TensorDescriptor* t = p.FindTensor(f->tensor_id());
+    const int64_t cols = t->ndim() == 2 ? t->global_shape()[1] : 0;
+    const int64_t item = t->itemsize();
+    if (cols == 0) {
+      std::memcpy(buf.data(), it->second.data(), buf.size());
+      continue;
+    }
+    const Dims& o = f->global_offset();
+    const Dims& n = f->local_shape();
+    for (int64_t r = 0; r < n[0]; ++r) {
+      std::memcpy(buf.data() + r * n[1] * item,
+                  it->second.data() + ((o[0] + r) * cols + o[1]) * item,
+                  n[1] * item);
+    }
+  }
+  BufferBindingOptions o;
+  o.instance_id = instance;
+  m.bindings = Must(BindAllBuffers(
+      p,
+      [&](std::string_view id) -> void* {
+        return m.buffers.find(id)->second.data();
+      },
+      o));
+  return m;
+}
+
+// Every fragment of `p` in `m` equals its box of `whole`.
+void ExpectHolds(const WeightPlacementManifest& p, const Memory& m,
+                 const std::map<std::string, std::vector<char>>& whole) {
+  const auto empty = std::map<std::string, std::vector<char>>{};
+  Memory expected = Allocate(p, whole, "expected");
+  for (const auto* f : p.fragments()) {
+    if (!whole.count(f->tensor_id())) continue;
+    EXPECT_EQ(m.buffers.find(f->placement_fragment_id())->second,
+              expected.buffers.find(f->placement_fragment_id())->second)
+        << f->tensor_id() << " " << f->placement_fragment_id();
+  }
+}
+
+std::vector<char> RandomFloats(int64_t n, FloatType type, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> f(n);
+  for (auto& v : f) v = normal(rng);
+  f[5] = 0.0f;
+  f[7] = -1e-30f;
+  std::vector<char> out(n * internal::SizeOf(type));
+  internal::CastElements(FloatType::kFloat32, f.data(), type, out.data(), n);
+  return out;
+}
+
+Result<ReshardReport> RunConverting(const WeightPlacementManifest& source,
+                          const std::map<std::string, std::vector<char>>& in,
+                          const WeightPlacementManifest& target, Memory* out,
+                          bool convert) {
+  Memory src = Allocate(source, in, "src");
+  *out = Allocate(target, {}, "dst");
+  ReshardOptions options;
+  options.plan.convert = convert;
+  options.threads = 2;
+  return Reshard(source, src.bindings, target, out->bindings, options);
+}
+
+TEST(ConvertReshardTest, BFloat16ToFp8BlocksAtTp2) {
+  const auto source = Layout(1, {"bfloat16", 2, -1}, std::nullopt);
+  const auto target =
+      Layout(2, {"float8_e4m3fn", 1, 1}, Tensor{"float32", 4, 1});
+  std::map<std::string, std::vector<char>> in = {
+      {kWeight, RandomFloats(kRows * kCols, FloatType::kBFloat16, 1)},
+      {"model.norm.weight", RandomFloats(kCols, FloatType::kBFloat16, 2)}};
+  Memory out;
+  EXPECT_THAT(RunConverting(source, in, target, &out, false),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("tensor descriptor mismatch: " + kWeight +
+                                 ": dtype bfloat16 (source) vs "
+                                 "float8_e4m3fn (target)")));
+  ASSERT_OK(RunConverting(source, in, target, &out, true));
+  std::map<std::string, std::vector<char>> expected = in;
+  expected[kWeight].assign(kRows * kCols, 0);
+  expected[kScale].assign(6 * 4, 0);
+  internal::QuantizeE4m3Blocks(
+      FloatType::kBFloat16, in[kWeight].data(), {kRows, kCols, kCols}, 128, 128,
+      reinterpret_cast<uint8_t*>(expected[kWeight].data()), kCols,
+      reinterpret_cast<float*>(expected[kScale].data()), 2);
+  ExpectHolds(target, out, expected);
+}
+
+TEST(ConvertReshardTest, Fp8BlocksToBFloat16AndFloat16ToBFloat16) {
+  const auto source =
+      Layout(1, {"float8_e4m3fn", 1, -1}, Tensor{"float32", 4, -1});
+  const auto target = Layout(2, {"bfloat16", 2, 1}, std::nullopt);
+  std::vector<char> q(kRows * kCols);
+  std::mt19937 rng(3);
+  for (auto& v : q) v = static_cast<char>(rng());
+  std::vector<float> scales = {1e-3f, 2e-3f, 0.5f, 3.0f, 1e-6f, 7.0f};
+  std::vector<char> s(24);
+  std::memcpy(s.data(), scales.data(), 24);
+  std::map<std::string, std::vector<char>> in = {
+      {kWeight, q},
+      {kScale, s},
+      {"model.norm.weight", RandomFloats(kCols, FloatType::kBFloat16, 4)}};
+  Memory out;
+  ASSERT_OK(RunConverting(source, in, target, &out, true));
+  std::map<std::string, std::vector<char>> expected = {
+      {"model.norm.weight", in["model.norm.weight"]}};
+  expected[kWeight].assign(kRows * kCols * 2, 0);
+  internal::DequantizeE4m3Blocks(reinterpret_cast<const uint8_t*>(q.data()),
+                                 {kRows, kCols, kCols}, 128, 128, scales.data(),
+                                 2, FloatType::kBFloat16,
+                                 expected[kWeight].data(), kCols);
+  ExpectHolds(target, out, expected);
+
+  const auto half = Layout(1, {"float16", 2, -1}, std::nullopt);
+  const auto bf16 = Layout(2, {"bfloat16", 2, 0}, std::nullopt);
+  in = {{kWeight, RandomFloats(kRows * kCols, FloatType::kFloat16, 5)},
+        {"model.norm.weight", RandomFloats(kCols, FloatType::kBFloat16, 6)}};
+  ASSERT_OK(RunConverting(half, in, bf16, &out, true));
+  expected = in;
+  internal::CastElements(FloatType::kFloat16, in[kWeight].data(),
+                         FloatType::kBFloat16, expected[kWeight].data(),
+                         kRows * kCols);
+  ExpectHolds(bf16, out, expected);
+}
+
+TEST(ConvertReshardTest, RefusalsNameTheTensor) {
+  const auto bf16 = Layout(1, {"bfloat16", 2, -1}, std::nullopt);
+  // TP2 on rows splits block row 1 (rows 128-255) at row 150.
+  const auto split =
+      Layout(2, {"float8_e4m3fn", 1, 0}, Tensor{"float32", 4, -1});
+  EXPECT_THAT(LogicalTransferPlan::Make(bf16, split, {.convert = true}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("cannot convert tensor " + kWeight +
+                                 ": block [1, 0] of 128x128 is split")));
+  const auto no_scale = Layout(2, {"float8_e4m3fn", 1, 1}, std::nullopt);
+  EXPECT_THAT(
+      LogicalTransferPlan::Make(bf16, no_scale, {.convert = true}),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("the target lacks its scale tensor " + kScale)));
+  const auto fp8 = Layout(2, {"float8_e4m3fn", 1, 1}, Tensor{"float32", 4, 1});
+  PlanOptions other_block{.convert = true};
+  other_block.fp8_block = {64, 64};
+  EXPECT_THAT(LogicalTransferPlan::Make(bf16, fp8, other_block),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("but blocks of 64x64 make float32 [5, 4]")));
+  const auto ints = Layout(1, {"int16", 2, -1}, std::nullopt);
+  EXPECT_THAT(LogicalTransferPlan::Make(
+                  ints, Layout(1, {"bfloat16", 2, -1}, std::nullopt),
+                  {.convert = true}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("no rule converts int16 (source)")));
+  const auto no_source_scale =
+      Layout(1, {"float8_e4m3fn", 1, -1}, std::nullopt);
+  EXPECT_THAT(
+      LogicalTransferPlan::Make(no_source_scale, bf16, {.convert = true}),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("the source lacks its scale tensor")));
+}
+
+}  // namespace
+}  // namespace reshard

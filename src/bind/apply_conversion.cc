@@ -1,0 +1,140 @@
+#include "bind/apply_conversion.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "util/float_convert.h"
+
+namespace reshard::internal {
+namespace {
+
+// One converting target fragment and the part it belongs to.
+struct Job {
+  const WeightPlacementPart* part;
+  const PlacementFragment* fragment;
+  const TensorConversion* conversion;
+  void* target;
+};
+
+// Copies the scales of the block box (first, count) a weight fragment
+// computed into every scale fragment of its participant inside that box.
+Status ScatterScales(const Job& job, const std::vector<float>& scales,
+                     const Dims& first, const Dims& count,
+                     const FragmentMemory& target_of) {
+  for (const PlacementFragment& s : job.part->fragments()) {
+    if (s.tensor_id() != job.conversion->scale_tensor_id) continue;
+    const Dims& o = s.global_offset();
+    const Dims& n = s.local_shape();
+    if (o[0] < first[0] || o[1] < first[1] ||
+        o[0] + n[0] > first[0] + count[0] ||
+        o[1] + n[1] > first[1] + count[1]) {
+      continue;
+    }
+    auto* out = static_cast<float*>(target_of(s.placement_fragment_id()));
+    if (out == nullptr) {
+      return Status::InvalidArgument("no target buffer for scale fragment " +
+                                     s.placement_fragment_id() + " of " +
+                                     s.tensor_id());
+    }
+    for (int64_t r = 0; r < n[0]; ++r) {
+      const float* from =
+          scales.data() + (o[0] - first[0] + r) * count[1] + (o[1] - first[1]);
+      std::memcpy(out + r * n[1], from, static_cast<size_t>(n[1]) * 4);
+    }
+  }
+  return Status::OK();
+}
+
+Status RunJob(const ConversionPlan& plan, const Job& job,
+              const FragmentMemory& staging_of,
+              const FragmentMemory& target_of) {
+  const PlacementFragment& f = *job.fragment;
+  const TensorConversion& c = *job.conversion;
+  const std::string& staged_id =
+      plan.StagingFragmentOf(f.placement_fragment_id());
+  const void* src = staging_of(staged_id);
+  if (src == nullptr) {
+    return Status::InvalidArgument("no staging buffer for fragment " +
+                                   f.placement_fragment_id() + " of " +
+                                   f.tensor_id());
+  }
+  const FloatType from = *FloatTypeOf(c.source_dtype);
+  const FloatType to = *FloatTypeOf(c.target_dtype);
+  const Dims& n = f.local_shape();
+  if (c.kind == ConversionKind::kCast) {
+    uint64_t elements = 1;
+    for (int64_t e : n) elements *= static_cast<uint64_t>(e);
+    CastElements(from, src, to, job.target, elements);
+    return Status::OK();
+  }
+  const MatrixView shape{n[0], n[1], n[1]};
+  const Dims first = {f.global_offset()[0] / c.block.rows,
+                      f.global_offset()[1] / c.block.cols};
+  const Dims count = {(n[0] + c.block.rows - 1) / c.block.rows,
+                      (n[1] + c.block.cols - 1) / c.block.cols};
+  if (c.kind == ConversionKind::kQuantize) {
+    std::vector<float> scales(static_cast<size_t>(count[0] * count[1]));
+    QuantizeE4m3Blocks(from, src, shape, c.block.rows, c.block.cols,
+                       static_cast<uint8_t*>(job.target), n[1], scales.data(),
+                       count[1]);
+    return ScatterScales(job, scales, first, count, target_of);
+  }
+  const auto* scales =
+      static_cast<const float*>(staging_of(plan.StagingScaleOf(staged_id)));
+  if (scales == nullptr) {
+    return Status::InvalidArgument("no staging buffer for the scales of " +
+                                   f.tensor_id() + " fragment " +
+                                   f.placement_fragment_id());
+  }
+  DequantizeE4m3Blocks(static_cast<const uint8_t*>(src), shape, c.block.rows,
+                       c.block.cols, scales, count[1], to, job.target, n[1]);
+  return Status::OK();
+}
+
+std::vector<Job> CollectJobs(const ConversionPlan& plan,
+                             const FragmentMemory& target_of) {
+  std::vector<Job> jobs;
+  for (const WeightPlacementPart& part : plan.target().parts()) {
+    for (const PlacementFragment& f : part.fragments()) {
+      const TensorConversion* c = plan.Find(f.tensor_id());
+      if (c == nullptr) continue;
+      void* target = target_of(f.placement_fragment_id());
+      if (target != nullptr) jobs.push_back({&part, &f, c, target});
+    }
+  }
+  return jobs;
+}
+
+}  // namespace
+
+Status ApplyConversions(const ConversionPlan& plan,
+                        const FragmentMemory& staging_of,
+                        const FragmentMemory& target_of, uint32_t threads) {
+  const std::vector<Job> jobs = CollectJobs(plan, target_of);
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  Status first_error;
+  auto work = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      Status st = RunJob(plan, jobs[i], staging_of, target_of);
+      if (st.ok()) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      if (first_error.ok()) first_error = std::move(st);
+      next = jobs.size();
+    }
+  };
+  const size_t n =
+      std::clamp<size_t>(threads, 1, std::max<size_t>(1, jobs.size()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return first_error;
+}
+
+}  // namespace reshard::internal
