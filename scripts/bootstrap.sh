@@ -9,6 +9,9 @@ PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
   libhiredis-dev redis-server redis-tools
   # The Python package: built against Debian's interpreter.
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
+  # tqdm over progress callbacks (python/tests/test_progress.py); venv for
+  # `pip install .` into a venv that sees Debian's packages (.ci/run).
+  python3-tqdm python3-venv
   # make check: clang with its sanitizer and libFuzzer runtimes, and
   # llvm-symbolizer for readable sanitizer reports.
   clang libclang-rt-14-dev llvm)

@@ -2,10 +2,10 @@
 //
 //   reshard hf layout CONFIG.json --tp N --pp N --ep N --dp N
 //                     [--checkpoint DIR] -o PLACEMENT.json
-//   reshard hf reshard CKPT_DIR TARGET.json OUT_DIR [--json]
+//   reshard hf reshard CKPT_DIR TARGET.json OUT_DIR [--json] [--progress M]
 //   reshard hf source CKPT_DIR TARGET.json -o MANIFEST.json
-//   reshard hf import CKPT_DIR URI [--json]
-//   reshard hf export URI MANIFEST_KEY OUT_DIR [--json]
+//   reshard hf import CKPT_DIR URI [--json] [--progress M]
+//   reshard hf export URI MANIFEST_KEY OUT_DIR [--json] [--progress M]
 
 #include <chrono>
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include "selftest/host_buffers.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 #include "util/canonical_json.h"
 
 namespace reshard::cli {
@@ -109,6 +110,7 @@ void AddSourceCommand(CLI::App* hf) {
 struct ReshardArgs {
   std::string checkpoint, target, output;
   bool json = false;
+  ProgressMode progress = ProgressMode::kAuto;
   CheckpointWriteOptions write;
   CheckpointLoadOptions load;
 };
@@ -132,15 +134,23 @@ Result<ReshardResult> RunReshard(const ReshardArgs& a) {
   r.tensors = target.tensors().size();
   r.header_bytes = ckpt.header_bytes();
   auto t0 = Clock::now();
+  ProgressLine loading("loading " + a.checkpoint, a.progress);
+  CheckpointLoadOptions load = a.load;
+  load.progress = loading.Callback();
   RESHARD_ASSIGN_OR_RETURN(
-      r.load, LoadCheckpoint(ckpt, target, buffers.bindings, a.load));
+      r.load, LoadCheckpoint(ckpt, target, buffers.bindings, load));
+  loading.Finish();
   r.load_seconds = Since(t0);
   t0 = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(auto plan, PlanCheckpointWrite(target, a.write));
   RESHARD_RETURN_NOT_OK(CreateCheckpointFiles(plan, a.output));
+  ProgressLine writing("writing " + a.output, a.progress);
+  CheckpointWriteOptions write = a.write;
+  write.progress = writing.Callback();
   RESHARD_ASSIGN_OR_RETURN(
       r.write, WriteCheckpointFragments(plan, target, buffers.bindings,
-                                        a.output, a.write));
+                                        a.output, write));
+  writing.Finish();
   RESHARD_RETURN_NOT_OK(FinishCheckpoint(plan, a.output));
   r.write_seconds = Since(t0);
   r.files = plan.files().size();
@@ -187,6 +197,7 @@ void AddReshardCommand(CLI::App* hf) {
                   "output directory (created; must not hold a checkpoint)")
       ->required();
   cmd->add_flag("--json", a->json, "print one JSON object");
+  AddProgressOption(cmd, &a->progress);
   cmd->add_option("--max-file-bytes", a->write.max_file_bytes,
                   "largest output file's tensor bytes (default 5e9)")
       ->check(CLI::PositiveNumber);
@@ -208,6 +219,7 @@ void AddImportCommand(CLI::App* hf) {
   struct Args {
     std::string checkpoint, uri;
     bool json = false;
+    ProgressMode progress = ProgressMode::kAuto;
     HfImportOptions options;
   };
   auto a = std::make_shared<Args>();
@@ -225,6 +237,7 @@ void AddImportCommand(CLI::App* hf) {
                   "(default 64 MiB)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", a->json, "print one JSON object");
+  AddProgressOption(cmd, &a->progress);
   cmd->callback([a]() {
     auto run = [&]() -> Result<HfImportReport> {
       RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
@@ -232,7 +245,10 @@ void AddImportCommand(CLI::App* hf) {
       RESHARD_ASSIGN_OR_RETURN(std::string config,
                                ReadFile(config_path, InputKind::kHfConfig));
       RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(a->uri));
-      auto r = ImportCheckpoint(ckpt, config, store, a->options);
+      ProgressLine line("importing " + a->checkpoint, a->progress);
+      HfImportOptions options = a->options;
+      options.progress = line.Callback();
+      auto r = ImportCheckpoint(ckpt, config, store, options);
       if (!r.ok()) return r.status().WithContext(a->checkpoint);
       return r;
     };
@@ -262,6 +278,7 @@ void AddExportCommand(CLI::App* hf) {
   struct Args {
     std::string uri, key, output;
     bool json = false;
+    ProgressMode progress = ProgressMode::kAuto;
     CheckpointWriteOptions options;
   };
   auto a = std::make_shared<Args>();
@@ -278,11 +295,15 @@ void AddExportCommand(CLI::App* hf) {
                   "read window (default 64 MiB)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", a->json, "print one JSON object");
+  AddProgressOption(cmd, &a->progress);
   cmd->callback([a]() {
     auto run = [&]() -> Result<HfExportReport> {
       RESHARD_ASSIGN_OR_RETURN(auto store, OpenExistingStore(a->uri));
       RESHARD_ASSIGN_OR_RETURN(auto manifest, store.ReadManifest(a->key));
-      return ExportCheckpoint(store, manifest, a->output, a->options);
+      ProgressLine line("exporting " + a->key, a->progress);
+      CheckpointWriteOptions options = a->options;
+      options.progress = line.Callback();
+      return ExportCheckpoint(store, manifest, a->output, options);
     };
     const auto t0 = Clock::now();
     auto r = run();

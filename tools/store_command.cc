@@ -11,6 +11,7 @@
 #include "reshard/weight_store.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 #include "util/canonical_json.h"
 #include "util/printable.h"
 
@@ -21,6 +22,7 @@ struct StoreArgs {
   std::string uri, key, prefix = "weights";
   bool json = false;
   double grace = 3600;
+  ProgressMode progress = ProgressMode::kAuto;
 };
 
 // Whether a subcommand takes a MANIFEST_KEY after the URI.
@@ -55,6 +57,7 @@ CLI::App* Sub(CLI::App* store, const char* name, const char* help,
                     "(default 3600)")
         ->check(CLI::NonNegativeNumber);
   }
+  if (std::string(name) == "verify") AddProgressOption(cmd, &a->progress);
   cmd->callback([a, run]() {
     Status st = run(*a);
     if (!st.ok()) throw CLI::RuntimeError(Fail(st));
@@ -197,7 +200,11 @@ VerifyOutcome VerifyRevisions(WeightStore& s,
   VerifyOutcome out;
   out.revisions = keys.size();
   for (const auto& k : keys) {
-    auto r = s.Verify(k);
+    ProgressLine line("verifying " + k, a.progress);
+    WeightStoreOptions options = s.options();
+    options.progress = line.Callback();
+    auto r = s.WithOptions(std::move(options)).Verify(k);
+    line.Finish();
     if (!r.ok()) {
       out.corrupt.emplace_back(k, r.status());
       continue;

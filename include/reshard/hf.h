@@ -150,6 +150,8 @@ struct CheckpointLoadOptions {
   // Strided rows averaging at least this many bytes are read straight
   // into the target rows (see WeightStoreOptions::min_scatter_bytes).
   uint64_t min_scatter_bytes = uint64_t{4} << 10;
+  // Target bytes delivered of the bytes the bindings bind; empty: none.
+  ProgressCallback progress;
 };
 
 // Plans the fragments `target_bindings` bind (host memory) from the
@@ -170,6 +172,9 @@ struct CheckpointWriteOptions {
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
   // Gather window of strided writes.
   uint64_t staging_bytes = uint64_t{64} << 20;
+  // Tensor bytes written of those this call writes (WriteCheckpointFragments:
+  // the bindings' share; ExportCheckpoint: the whole revision); empty: none.
+  ProgressCallback progress;
 };
 
 struct CheckpointWriteFile {
@@ -251,6 +256,9 @@ struct HfImportOptions {
   // Tensors are stored in row-major slabs of at most this many bytes: the
   // import's memory.
   uint64_t max_fragment_bytes = uint64_t{64} << 20;
+  // Checkpoint bytes imported (read, checksummed and written) of the
+  // whole; empty: none.
+  ProgressCallback progress;
 };
 
 struct HfImportReport {

@@ -53,6 +53,14 @@
 
 namespace reshard {
 
+// Progress of a long operation: `done` of `total` bytes (0 <= done <=
+// total; total fixed for the operation). Called on the operation's own
+// threads (never two calls at once), first with done == 0 and last with
+// done == total when it succeeds, at most about 256 times per operation
+// plus ten a second; it must return quickly and not call back into the
+// object doing the work.
+using ProgressCallback = std::function<void(uint64_t done, uint64_t total)>;
+
 struct WeightStoreOptions {
   std::string key_prefix = "weights";
   std::string namespace_ = "default";
@@ -92,6 +100,10 @@ struct WeightStoreOptions {
   // call); empty: 32 and 16 random hex digits, reseeded in every process.
   std::function<std::string()> new_transaction_id;
   std::function<std::string()> new_lease_id;
+  // Progress of each Load (target bytes delivered), Upload (the binding's
+  // bytes written), Import (bytes read and written) and Verify (payload
+  // bytes checked); empty: none.
+  ProgressCallback progress;
 };
 
 struct UploadOperation {
@@ -233,6 +245,11 @@ class WeightStore {
 
   ObjectStore& backend() const { return *backend_; }
   const WeightStoreOptions& options() const { return options_; }
+  // The same store (backend shared) with other options, e.g. a progress
+  // callback for one load.
+  WeightStore WithOptions(WeightStoreOptions options) const {
+    return WeightStore(backend_, std::move(options));
+  }
 
   Result<UploadPlan> PrepareUpload(
       const WeightPlacementManifest& source,

@@ -94,7 +94,8 @@ class WeightStore:
     def upload(self, placement: _reshard.WeightPlacementManifest,
                tensors: Mapping, *, rank: Optional[int] = None,
                ranks: Optional[int] = None, upload_id: Optional[str] = None,
-               timeout: float = 600.0) -> _reshard.StoredWeightManifest:
+               timeout: float = 600.0,
+               progress=None) -> _reshard.StoredWeightManifest:
         """Writes every fragment of `placement` from `tensors` and commits
         one revision; returns its manifest (``.manifest_key``). A failure
         aborts the upload: nothing is published.
@@ -109,15 +110,25 @@ class WeightStore:
         process that fails makes the others fail naming it; a process that
         never arrives makes the others raise ``UnavailableError`` after
         `timeout` seconds, naming the ranks waited for.
+
+        `progress(done, total)`, if given, is called with the bytes
+        written so far, from this thread with the GIL held, at most a few
+        hundred times plus ten a second (first with 0, last with total);
+        an exception it raises is raised once the upload has finished
+        (the revision is committed). Not with `ranks`.
         """
         if (rank is None) != (ranks is None):
             raise _reshard.InvalidArgumentError(
                 "upload: give both rank and ranks, or neither")
+        if progress is not None and ranks is not None:
+            raise _reshard.InvalidArgumentError(
+                "upload: progress is for a one-process upload (no ranks)")
         addresses, keep = fragment_views(placement, tensors, "upload source",
                                          False)
         try:
             if ranks is None:
-                return self._store.upload_buffers(placement, addresses)
+                return self._store.upload_buffers(placement, addresses,
+                                                  progress=progress)
             options = dict(instance_id=_default_instance(),
                            lease_id="upload", worker_id=f"rank-{rank}")
             return self._store.upload_share_buffers(
@@ -136,11 +147,13 @@ class WeightStore:
 
     def load(self, manifest: Union[str, _reshard.StoredWeightManifest],
              target: _reshard.WeightPlacementManifest,
-             tensors: Mapping) -> Report:
+             tensors: Mapping, *, progress=None) -> Report:
         """Reads a committed revision (its manifest key or manifest) straight
-        into `tensors` laid out as `target`."""
+        into `tensors` laid out as `target`. `progress(done, total)` as in
+        ``upload``: the target bytes delivered so far."""
         addresses, keep = fragment_views(target, tensors, "load target", True)
-        report = self._store.load_buffers(manifest, target, addresses)
+        report = self._store.load_buffers(manifest, target, addresses,
+                                          progress=progress)
         del keep
         return Report(report)
 

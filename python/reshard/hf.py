@@ -84,15 +84,20 @@ def layout(checkpoint: Optional[Checkpoint] = None, *,
 
 
 def load(checkpoint: Checkpoint, target: _reshard.WeightPlacementManifest,
-         tensors: Mapping) -> Report:
+         tensors: Mapping, *, progress=None) -> Report:
     """Reads the fragments of `tensors` ({participant id: {tensor id:
     tensor}} or {placement fragment id: tensor}) straight from the
     checkpoint; returns {bytes, bytes_read, read_requests, ranges,
-    regions, bytes_copied, staging_bytes}."""
+    regions, bytes_copied, staging_bytes}.
+
+    `progress(done, total)`, if given, is called with the bytes delivered
+    so far, from this thread with the GIL held, at most a few hundred
+    times plus ten a second (first with 0, last with total); an exception
+    it raises is raised once the load has finished."""
     addresses, keep = fragment_views(target, tensors, "checkpoint load target",
                                      True)
     report = _reshard.load_checkpoint_buffers(checkpoint._native, target,
-                                              addresses)
+                                              addresses, progress=progress)
     del keep
     return Report(report)
 
@@ -102,7 +107,7 @@ def write(placement: _reshard.WeightPlacementManifest, tensors: Mapping,
           max_file_bytes: int = 5_000_000_000,
           staging_bytes: int = 64 << 20, rank: Optional[int] = None,
           ranks: Optional[int] = None, rendezvous: Optional[str] = None,
-          timeout: float = 600.0) -> Report:
+          timeout: float = 600.0, progress=None) -> Report:
     """Writes `tensors` (every fragment of `placement`) as a sharded
     checkpoint in `out_dir` (created; an existing checkpoint there is
     refused); returns {bytes, writes, files}.
@@ -118,10 +123,16 @@ def write(placement: _reshard.WeightPlacementManifest, tensors: Mapping,
     ``<out_dir>/.reshard-write``, removed at the end). A rank that fails
     makes the others fail naming it; waiting longer than `timeout` seconds
     raises ``UnavailableError`` naming the ranks waited for.
+
+    `progress(done, total)` as in ``load``: the tensor bytes written (of
+    one process's write; not with `ranks`).
     """
     if (rank is None) != (ranks is None):
         raise _reshard.InvalidArgumentError(
             "hf.write: give both rank and ranks, or neither")
+    if progress is not None and ranks is not None:
+        raise _reshard.InvalidArgumentError(
+            "hf.write: progress is for a one-process write (no ranks)")
     addresses, keep = fragment_views(placement, tensors,
                                      "checkpoint write source", False)
     out = os.fspath(out_dir)
@@ -129,7 +140,7 @@ def write(placement: _reshard.WeightPlacementManifest, tensors: Mapping,
         if ranks is None:
             return Report(_reshard.write_checkpoint_buffers(
                 placement, addresses, out, max_file_bytes=max_file_bytes,
-                staging_bytes=staging_bytes))
+                staging_bytes=staging_bytes, progress=progress))
         return Report(_SharedWrite(placement, out, rank, ranks, rendezvous,
                                    timeout, max_file_bytes).run(
                                        addresses, staging_bytes))

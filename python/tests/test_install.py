@@ -1,4 +1,5 @@
-"""`make install-python` installs an importable package under the prefix."""
+"""`make install-python` installs an importable package under the prefix,
+with the CLI inside it (`python3 -m reshard`)."""
 import os
 import pathlib
 import subprocess
@@ -28,3 +29,12 @@ def test_install_python_component(tmp_path):
     lines = proc.stdout.splitlines()
     assert pathlib.Path(lines[0]) == site / "reshard"
     assert lines[1] == "ParallelRank(dp=0, tp=1, pp=0, ep=0)"
+    # The CLI inside the package: `python3 -m reshard` runs it.
+    assert os.access(site / "reshard" / "bin" / "reshard", os.X_OK)
+    data = pathlib.Path(os.environ["RESHARD_TEST_DATA"]) / "scenarios"
+    proc = subprocess.run(["/usr/bin/python3", "-m", "reshard", "validate",
+                           str(data / "tp_split_4_to_8_source.json"),
+                           "--json"], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert '"valid":true' in proc.stdout.replace(" ", "")

@@ -202,6 +202,7 @@ Result<LoadReport> LoadCheckpoint(
   load.staging_bytes = options.staging_bytes;
   load.max_read_gap_bytes = options.max_read_gap_bytes;
   load.min_scatter_bytes = options.min_scatter_bytes;
+  load.progress = options.progress;
   return internal::RangedLoad(*store, manifest, target, target_bindings, load);
 }
 

@@ -15,6 +15,7 @@
 
 #include "bind/strided_stream.h"
 #include "hf/write_plan_state.h"
+#include "store/progress.h"
 #include "util/file_io.h"
 #include "util/printable.h"
 
@@ -100,15 +101,17 @@ struct WriteWork {
 class FileWriter {
  public:
   FileWriter(int fd, std::string path, uint64_t staging,
-             CheckpointWriteReport* report)
+             CheckpointWriteReport* report, internal::ProgressMeter* progress)
       : fd_(fd),
         path_(std::move(path)),
         span_(std::max<uint64_t>(staging, 1)),
-        report_(report) {}
+        report_(report),
+        progress_(progress) {}
 
   Status Direct(const WriteWork& w) {
     ++report_->writes;
     report_->bytes += w.source.total_bytes;
+    progress_->Add(w.source.total_bytes);
     return internal::PwriteAll(fd_, w.source.base, w.source.total_bytes,
                                w.file_base, path_);
   }
@@ -137,6 +140,7 @@ class FileWriter {
         }
         ++report_->writes;
         report_->bytes += e - b;
+        progress_->Add(e - b);
         RESHARD_RETURN_NOT_OK(internal::PwriteAll(
             fd_, staging_.data() + (b - begin), e - b, b, path_));
         i = j;
@@ -169,6 +173,7 @@ class FileWriter {
   std::string path_;
   uint64_t span_;
   CheckpointWriteReport* report_;
+  internal::ProgressMeter* progress_;
   std::vector<uint8_t> staging_;
   std::vector<std::pair<uint64_t, uint64_t>> runs_;
 };
@@ -267,6 +272,12 @@ Result<CheckpointWriteReport> WriteCheckpointFragments(
   RESHARD_ASSIGN_OR_RETURN(auto files, CollectWrites(s, bindings));
   RESHARD_ASSIGN_OR_RETURN(FileDescriptor dfd, OpenDir(dir));
   CheckpointWriteReport report;
+  uint64_t total = 0;
+  for (const FileWork& f : files) {
+    for (const WriteWork& w : f.direct) total += w.source.total_bytes;
+    for (const WriteWork& w : f.staged) total += w.source.total_bytes;
+  }
+  internal::ProgressMeter progress(options.progress, total);
   for (size_t k = 0; k < files.size(); ++k) {
     if (files[k].direct.empty() && files[k].staged.empty()) continue;
     const std::string name = s.files[k].name + kPartial;
@@ -274,12 +285,14 @@ Result<CheckpointWriteReport> WriteCheckpointFragments(
     FileDescriptor fd(
         ::openat(dfd.get(), name.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd.valid()) return internal::ErrnoStatus("cannot open", path);
-    FileWriter writer(fd.get(), path, options.staging_bytes, &report);
+    FileWriter writer(fd.get(), path, options.staging_bytes, &report,
+                      &progress);
     for (const WriteWork& w : files[k].direct) {
       RESHARD_RETURN_NOT_OK(writer.Direct(w));
     }
     RESHARD_RETURN_NOT_OK(writer.Sweep(files[k].staged));
   }
+  progress.Finish();
   return report;
 }
 

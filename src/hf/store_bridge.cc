@@ -179,7 +179,10 @@ Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
       SlabPlacement(whole, std::max<uint64_t>(options.max_fragment_bytes, 1)));
   RESHARD_ASSIGN_OR_RETURN(auto plan, store.PrepareImport(source));
   CheckpointReader reader(checkpoint, source);
-  auto receipts = store.Import(plan, source, reader);
+  WeightStoreOptions with_progress = store.options();
+  with_progress.progress = options.progress;
+  auto receipts =
+      store.WithOptions(std::move(with_progress)).Import(plan, source, reader);
   Status st = receipts.status();
   if (st.ok()) st = store.Commit(plan, *receipts);
   if (!st.ok()) {
@@ -223,6 +226,7 @@ Result<HfExportReport> ExportCheckpoint(WeightStore& store,
   load.chunk_sums = [&](const StoredFragment& f) {
     return internal::ReadChunkSums(store.backend(), keys, f);
   };
+  load.progress = options.progress;
   RESHARD_ASSIGN_OR_RETURN(
       LoadReport loaded,
       internal::RangedLoadToSink(

@@ -12,6 +12,7 @@
 #include "src/python/convert.h"
 #include "src/python/errors.h"
 #include "src/python/module.h"
+#include "src/python/progress.h"
 
 namespace reshard::python {
 namespace {
@@ -75,14 +76,18 @@ WeightPlacementManifest Layout(py::object config, py::object tp, py::object pp,
 }
 
 py::dict Load(const HfCheckpoint& c, const WeightPlacementManifest& target,
-              py::dict buffers, py::object options) {
+              py::dict buffers, py::object options, py::object progress_fn) {
   const auto bindings = BindParticipants(
       target, buffers, BindingOptionsOf(options), "checkpoint load target");
+  PyProgress progress(std::move(progress_fn));
+  CheckpointLoadOptions o;
+  o.progress = progress.Callback();
   LoadReport r;
   {
     py::gil_scoped_release release;
-    r = Unwrap(LoadCheckpoint(c, target, bindings));
+    r = Unwrap(LoadCheckpoint(c, target, bindings, o));
   }
+  progress.Rethrow();
   py::dict d;
   d["bytes"] = r.bytes;
   d["bytes_read"] = r.bytes_read;
@@ -94,16 +99,25 @@ py::dict Load(const HfCheckpoint& c, const WeightPlacementManifest& target,
   return d;
 }
 
+CheckpointWriteOptions WriteOptions(py::object max_file_bytes,
+                                    py::object staging_bytes) {
+  CheckpointWriteOptions o;
+  o.max_file_bytes = ToU64(max_file_bytes, "write_checkpoint.max_file_bytes");
+  o.staging_bytes = ToU64(staging_bytes, "write_checkpoint.staging_bytes");
+  return o;
+}
+
 // Plans, lays out, writes every given participant's share and finishes:
 // the one-process form of the writer.
 py::dict Write(const WeightPlacementManifest& placement, py::dict buffers,
                py::object out_dir, py::object max_file_bytes,
-               py::object staging_bytes, py::object options) {
+               py::object staging_bytes, py::object options,
+               py::object progress_fn) {
   const auto bindings = BindParticipants(
       placement, buffers, BindingOptionsOf(options), "checkpoint write source");
-  CheckpointWriteOptions o;
-  o.max_file_bytes = ToU64(max_file_bytes, "write_checkpoint.max_file_bytes");
-  o.staging_bytes = ToU64(staging_bytes, "write_checkpoint.staging_bytes");
+  PyProgress progress(std::move(progress_fn));
+  CheckpointWriteOptions o = WriteOptions(max_file_bytes, staging_bytes);
+  o.progress = progress.Callback();
   const std::string dir = ToStr(out_dir, "write_checkpoint.out_dir");
   CheckpointWriteReport r;
   size_t files = 0;
@@ -115,19 +129,12 @@ py::dict Write(const WeightPlacementManifest& placement, py::dict buffers,
     ThrowIfError(FinishCheckpoint(plan, dir));
     files = plan.files().size();
   }
+  progress.Rethrow();
   py::dict d;
   d["bytes"] = r.bytes;
   d["writes"] = r.writes;
   d["files"] = files;
   return d;
-}
-
-CheckpointWriteOptions WriteOptions(py::object max_file_bytes,
-                                    py::object staging_bytes) {
-  CheckpointWriteOptions o;
-  o.max_file_bytes = ToU64(max_file_bytes, "write_checkpoint.max_file_bytes");
-  o.staging_bytes = ToU64(staging_bytes, "write_checkpoint.staging_bytes");
-  return o;
 }
 
 // The steps of the writer for processes that each write their share:
@@ -240,12 +247,13 @@ void RegisterHf(py::module_& m) {
       "The checkpoint as the stored manifest a target load plans from.");
   m.def("load_checkpoint_buffers", &Load, py::arg("checkpoint"),
         py::arg("target"), py::arg("buffers"), py::arg("options") = py::none(),
+        py::arg("progress") = py::none(),
         "Reads the bound target fragments straight from the checkpoint.");
   m.def("write_checkpoint_buffers", &Write, py::arg("placement"),
         py::arg("buffers"), py::arg("out_dir"), py::kw_only(),
         py::arg("max_file_bytes") = uint64_t{5'000'000'000},
         py::arg("staging_bytes") = uint64_t{64} << 20,
-        py::arg("options") = py::none(),
+        py::arg("options") = py::none(), py::arg("progress") = py::none(),
         "Writes the placement's buffers as a sharded checkpoint.");
 }
 

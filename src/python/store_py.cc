@@ -14,6 +14,7 @@
 #include "src/python/convert.h"
 #include "src/python/errors.h"
 #include "src/python/module.h"
+#include "src/python/progress.h"
 
 namespace reshard::python {
 namespace {
@@ -46,30 +47,56 @@ PyWeightStore Open(py::object uri, py::object key_prefix, py::object ns,
   return PyWeightStore(Unwrap(WeightStore::Open(u, std::move(o))));
 }
 
+// Writes every binding's fragments and commits, reporting the bytes of
+// all of them as one progress.
+Status UploadAll(WeightStore& store, const UploadPlan& plan,
+                 const WeightPlacementManifest& placement,
+                 const std::vector<WeightRuntimeBindingManifest>& bindings,
+                 const ProgressCallback& progress) {
+  uint64_t total = 0, offset = 0, last = 0;
+  for (const UploadOperation& op : plan.operations()) {
+    total += plan.manifest().fragments()[op.stored_fragment].nbytes;
+  }
+  WeightStoreOptions o = store.options();
+  if (progress) {
+    o.progress = [&](uint64_t done, uint64_t) {
+      last = done;
+      progress(offset + done, total);
+    };
+  }
+  WeightStore reporting = store.WithOptions(std::move(o));
+  std::vector<UploadReceipt> receipts;
+  for (const auto& b : bindings) {
+    last = 0;
+    RESHARD_ASSIGN_OR_RETURN(auto r, reporting.Upload(plan, placement, b));
+    offset += last;
+    receipts.insert(receipts.end(), r.begin(), r.end());
+  }
+  return store.Commit(plan, receipts);
+}
+
 // Binds, prepares, writes every participant's fragments and commits; an
 // error after prepare aborts the transaction so nothing half-written is
 // ever published.
 StoredWeightManifest Upload(const PyWeightStore& s,
                             const WeightPlacementManifest& placement,
-                            py::dict buffers, py::object options) {
+                            py::dict buffers, py::object options,
+                            py::object progress_fn) {
   const auto bindings = BindParticipants(
       placement, buffers, BindingOptionsOf(options), "upload source");
-  py::gil_scoped_release release;
-  WeightStore& store = s.get();
-  UploadPlan plan = Unwrap(store.PrepareUpload(placement, bindings));
-  auto run = [&]() -> Status {
-    std::vector<UploadReceipt> receipts;
-    for (const auto& b : bindings) {
-      RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(plan, placement, b));
-      receipts.insert(receipts.end(), r.begin(), r.end());
-    }
-    return store.Commit(plan, receipts);
-  };
-  if (Status st = run(); !st.ok()) {
-    (void)store.Abort(plan);
-    throw StatusError(st);
+  PyProgress progress(std::move(progress_fn));
+  std::optional<UploadPlan> plan;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    WeightStore& store = s.get();
+    plan = Unwrap(store.PrepareUpload(placement, bindings));
+    st = UploadAll(store, *plan, placement, bindings, progress.Callback());
+    if (!st.ok()) (void)store.Abort(*plan);
   }
-  return plan.manifest();
+  if (!st.ok()) throw StatusError(st);
+  progress.Rethrow();
+  return plan->manifest();
 }
 
 // One process's share of an upload spread over processes
@@ -93,7 +120,7 @@ StoredWeightManifest UploadShare(const PyWeightStore& s,
 
 py::dict Load(const PyWeightStore& s, py::object manifest,
               const WeightPlacementManifest& target, py::dict buffers,
-              py::object options) {
+              py::object options, py::object progress_fn) {
   const auto bindings = BindParticipants(
       target, buffers, BindingOptionsOf(options), "load target");
   std::optional<StoredWeightManifest> m;
@@ -101,12 +128,16 @@ py::dict Load(const PyWeightStore& s, py::object manifest,
     m = manifest.cast<StoredWeightManifest>();
   }
   const std::string key = m ? "" : ToStr(manifest, "manifest_key");
+  PyProgress progress(std::move(progress_fn));
+  WeightStoreOptions o = s.get().options();
+  o.progress = progress.Callback();
   LoadReport r;
   {
     py::gil_scoped_release release;
     if (!m) m = Unwrap(s.get().ReadManifest(key));
-    r = Unwrap(s.get().Load(*m, target, bindings));
+    r = Unwrap(s.get().WithOptions(std::move(o)).Load(*m, target, bindings));
   }
+  progress.Rethrow();
   py::dict d;
   d["bytes"] = r.bytes;
   d["bytes_read"] = r.bytes_read;
@@ -223,7 +254,7 @@ void RegisterStore(py::module_& m) {
         py::arg("lease_ttl_seconds") = 86400,
         py::arg("gc_grace_seconds") = 3600)
       .def("upload_buffers", &Upload, py::arg("placement"), py::arg("buffers"),
-           py::arg("options") = py::none(),
+           py::arg("options") = py::none(), py::arg("progress") = py::none(),
            "Uploads {participant: {fragment: address}} and commits; returns "
            "the committed manifest.")
       .def("upload_share_buffers", &UploadShare, py::arg("placement"),
@@ -234,6 +265,7 @@ void RegisterStore(py::module_& m) {
            "processes together; returns the committed manifest.")
       .def("load_buffers", &Load, py::arg("manifest"), py::arg("target"),
            py::arg("buffers"), py::arg("options") = py::none(),
+           py::arg("progress") = py::none(),
            "Loads a revision (manifest key or manifest) into target buffers.");
   RegisterMaintenance(c);
   m.def(

@@ -19,6 +19,7 @@
 
 #include "bind/strided_stream.h"
 #include "reshard/plan.h"
+#include "store/progress.h"
 #include "util/claimed_runs.h"
 
 namespace reshard::internal {
@@ -776,7 +777,11 @@ Status Execute(ObjectStore& backend, const RangedLoadOptions& options,
            std::tie(b->fragment->object_key, b->fragment->object_offset);
   });
   Loader loader(backend, options, report, sink);
+  ProgressMeter progress(options.progress, report->bytes);
   for (PerObject* p : order) {
+    uint64_t bytes = 0;
+    for (const Work& w : p->direct) bytes += w.source.total_bytes;
+    for (const Work& w : p->staged) bytes += w.source.total_bytes;
     const StoredFragment& s = *p->fragment;
     ChunkSums sums;
     const bool verified = static_cast<bool>(options.chunk_sums);
@@ -787,7 +792,9 @@ Status Execute(ObjectStore& backend, const RangedLoadOptions& options,
       sums.size = s.object_offset + s.nbytes;
     }
     RESHARD_RETURN_NOT_OK(loader.Run(s, sums, verified, p->direct, p->staged));
+    progress.Add(bytes);
   }
+  progress.Finish();
   report->staging_bytes = loader.staging_bytes();
   return Status::OK();
 }

@@ -70,6 +70,9 @@ struct RangedLoadOptions {
   // none (a checkpoint file), reads are exact byte ranges and nothing is
   // verified.
   std::function<Result<ChunkSums>(const StoredFragment&)> chunk_sums;
+  // Target bytes delivered of the load's, after each stored fragment
+  // (through a ProgressMeter); empty: none.
+  ProgressCallback progress;
 };
 
 // Plans `target` (only the fragments `target_bindings` bind) from

@@ -51,6 +51,7 @@ Result<LoadReport> WeightStore::Load(
   load.staging_bytes = options_.staging_bytes;
   load.min_scatter_bytes = options_.min_scatter_bytes;
   load.staged_window_bytes = options_.staged_window_bytes;
+  load.progress = options_.progress;
   load.chunk_sums = [&](const StoredFragment& s) {
     return internal::ReadChunkSums(*backend_, keys, s);
   };

@@ -14,6 +14,7 @@
 #include "reshard/plan.h"
 #include "store/checksum.h"
 #include "store/layout.h"
+#include "store/progress.h"
 #include "store/records.h"
 
 namespace reshard {
@@ -670,6 +671,9 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
   if (writer == nullptr) return std::vector<UploadReceipt>{};
   RESHARD_ASSIGN_OR_RETURN(UploadWork work,
                            CollectUploadWork(plan, source, binding));
+  uint64_t total = 0;
+  for (const auto& [s, f] : work) total += s->nbytes;
+  internal::ProgressMeter progress(options_.progress, total);
   std::vector<UploadReceipt> receipts;
   for (const auto& [s, f] : work) {
     RESHARD_RETURN_NOT_OK(RequireNotAborted(*backend_, plan));
@@ -679,7 +683,9 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
     if (options_.on_stage) options_.on_stage("payload");
     receipts.push_back(
         {s->stored_fragment_id, s->object_key, binding.participant_id()});
+    progress.Add(s->nbytes);
   }
+  progress.Finish();
   return receipts;
 }
 
@@ -764,11 +770,13 @@ Result<std::vector<UploadReceipt>> WeightStore::Import(
   if (source.placement_id() != plan.source_placement_id_) {
     return Status::InvalidArgument("source placement identity mismatch");
   }
-  uint64_t largest = 0;
+  uint64_t largest = 0, total = 0;
   for (const UploadOperation& op : plan.operations()) {
-    largest = std::max(largest,
-                       plan.manifest().fragments()[op.stored_fragment].nbytes);
+    const uint64_t n = plan.manifest().fragments()[op.stored_fragment].nbytes;
+    largest = std::max(largest, n);
+    total += n;
   }
+  internal::ProgressMeter progress(options_.progress, total);
   std::vector<uint8_t> buffer(largest);
   std::vector<UploadReceipt> receipts;
   for (const UploadOperation& op : plan.operations()) {
@@ -783,7 +791,9 @@ Result<std::vector<UploadReceipt>> WeightStore::Import(
         WriteStoredFragment(*backend_, options_, plan, s, buffer.data()));
     if (options_.on_stage) options_.on_stage("payload");
     receipts.push_back({s.stored_fragment_id, s.object_key, op.participant_id});
+    progress.Add(s.nbytes);
   }
+  progress.Finish();
   return receipts;
 }
 
@@ -1018,6 +1028,9 @@ Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
   RESHARD_ASSIGN_OR_RETURN(auto m, ReadManifest(manifest_key));
   const RevisionKeys keys = KeysOf(m);  // checked: the key's own
   VerifyReport report;
+  uint64_t total = 0;
+  for (const StoredFragment& s : m.fragments()) total += s.nbytes;
+  internal::ProgressMeter progress(options_.progress, total);
   std::vector<uint8_t> buf(options_.staging_bytes);
   for (const StoredFragment& s : m.fragments()) {
     RESHARD_ASSIGN_OR_RETURN(auto sums,
@@ -1039,7 +1052,9 @@ Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
     }
     ++report.objects;
     report.bytes += size;
+    progress.Add(s.nbytes);
   }
+  progress.Finish();
   return report;
 }
 
