@@ -3,7 +3,8 @@
 # fuzzers (scripts/check.sh, docs/reliability.md), `make bench` runs the
 # benchmarks, `make install` installs the library (PREFIX, default
 # /usr/local; docs/architecture.md), `make install-python` the Python
-# package (into PREFIX/lib/python3.X/dist-packages; docs/python.md).
+# package (into PREFIX/lib/python3.X/dist-packages; docs/python.md),
+# `make pip-check` checks `pip install .` into a venv (scripts/pip_check.sh).
 # Each installs missing Debian packages first (scripts/bootstrap.sh).
 
 BUILD ?= build
@@ -11,7 +12,7 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
 .PHONY: all build bootstrap configure demo test check fuzz bench install format
-.PHONY: install-python
+.PHONY: install-python pip-check
 .PHONY: clean
 
 all: build
@@ -56,6 +57,11 @@ install: build
 # searches for PREFIX=/usr/local.
 install-python: build
 	cmake --install $(BUILD) --prefix $(PREFIX) --component python
+
+# `pip install .` from a fresh clone of HEAD into a new venv over Debian's
+# python3, then import it (scripts/pip_check.sh; PyPI: the build backend).
+pip-check: bootstrap
+	scripts/pip_check.sh
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
