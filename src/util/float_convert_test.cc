@@ -1,8 +1,9 @@
 // The conversion kernels against an independent reference written here
 // straight from docs/conversion.md: the nearest FP8 value by search over
 // all 256 codes, bfloat16 by comparing both neighbours in double, float16
-// by the compiler's _Float16 (IEEE), and block quantization element by
-// element with no shared code.
+// by binary search over its finite codes (decoded in double; not every
+// compiler offers _Float16), and block quantization element by element
+// with no shared code.
 
 #include "util/float_convert.h"
 
@@ -56,10 +57,42 @@ uint16_t RefBFloat16(float f) {
   return static_cast<uint16_t>(hi >> 16);
 }
 
+// IEEE binary16 decoded in double (exact).
+double RefHalfValue(uint16_t v) {
+  const int exp = (v >> 10) & 0x1F;
+  const int mant = v & 0x3FF;
+  const double sign = (v & 0x8000) ? -1.0 : 1.0;
+  if (exp == 31) {
+    return mant != 0 ? std::copysign(std::nan(""), sign) : sign * HUGE_VAL;
+  }
+  if (exp == 0) return sign * std::ldexp(mant, -24);
+  return sign * std::ldexp(1024 + mant, exp - 25);
+}
+
+// The nearest binary16 (ties to the even code), infinity past the largest
+// finite value's halfway point.
 uint16_t RefFloat16(float f) {
   if (std::isnan(f)) return (std::signbit(f) ? 0x8000 : 0) | 0x7E00;
-  return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7C00;
+  uint16_t lo = 0, hi = 0x7BFF;  // largest code with value <= a
+  while (lo < hi) {
+    const auto mid = static_cast<uint16_t>((lo + hi + 1) / 2);
+    if (RefHalfValue(mid) <= a) {
+      lo = mid;
+    } else {
+      hi = static_cast<uint16_t>(mid - 1);
+    }
+  }
+  if (lo == 0x7BFF) return sign | lo;  // a < 65520: nearer to 65504
+  const double below = a - RefHalfValue(lo);
+  const double above = RefHalfValue(lo + 1) - a;
+  if (below < above || (below == above && (lo & 1) == 0)) return sign | lo;
+  return sign | static_cast<uint16_t>(lo + 1);
 }
+
+float RefHalfToFloat(uint16_t v) { return static_cast<float>(RefHalfValue(v)); }
 
 std::vector<float> Specials() {
   const float inf = std::numeric_limits<float>::infinity();
@@ -127,7 +160,7 @@ TEST(FloatConvertTest, FP8EdgesAreAsDocumented) {
 TEST(FloatConvertTest, SixteenBitWideningIsExact) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const auto v = static_cast<uint16_t>(h);
-    const float half = static_cast<float>(std::bit_cast<_Float16>(v));
+    const float half = RefHalfToFloat(v);
     const float got = Float16ToFloat(v);
     if (std::isnan(half)) {
       EXPECT_TRUE(std::isnan(got));
@@ -210,11 +243,10 @@ TEST(FloatConvertTest, QuantizeMatchesTheReferenceWithEdgeBlocks) {
     CastElements(FloatType::kFloat32, x.data(), from, src.data(), x.size());
     std::vector<float> exact(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
-      exact[i] =
-          from == FloatType::kFloat32 ? x[i]
-          : from == FloatType::kBFloat16
-              ? BFloat16ToFloat(RefBFloat16(x[i]))
-              : static_cast<float>(std::bit_cast<_Float16>(RefFloat16(x[i])));
+      exact[i] = from == FloatType::kFloat32 ? x[i]
+                 : from == FloatType::kBFloat16
+                     ? BFloat16ToFloat(RefBFloat16(x[i]))
+                     : RefHalfToFloat(RefFloat16(x[i]));
     }
     const RefQuantized ref = RefQuantize(exact, rows, cols, bn, bk);
     std::vector<uint8_t> q(x.size());
