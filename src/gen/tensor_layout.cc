@@ -4,6 +4,50 @@
 
 namespace reshard::internal {
 
+namespace {
+
+// A padded TP split: every rank holds at least one row, the ranks all of
+// them.
+Status FitsChunks(int64_t tp, const TensorLayout& l) {
+  const int64_t extent = l.shape[static_cast<size_t>(l.tp_dim)];
+  if (l.tp_chunk * (tp - 1) >= extent || l.tp_chunk * tp < extent) {
+    return Status::InvalidArgument(
+        "TP " + std::to_string(tp) + " in chunks of " +
+        std::to_string(l.tp_chunk) + " does not cover dimension " +
+        std::to_string(l.tp_dim) + " (" + std::to_string(extent) + ") of " +
+        l.tensor_id + " with at least one row on every rank");
+  }
+  return Status::OK();
+}
+
+// The box of `l` that participant rank `r` holds.
+PlacementFragmentSpec FragmentOf(const ParallelTopologySpec& topo,
+                                 const TensorLayout& l, const ParallelRank& r) {
+  PlacementFragmentSpec f;
+  f.tensor_id = l.tensor_id;
+  f.global_offset.assign(l.shape.size(), 0);
+  f.local_shape = l.shape;
+  if (l.ep_split) {
+    f.local_shape[0] = l.shape[0] / topo.sizes.ep;
+    f.global_offset[0] = r.ep * f.local_shape[0];
+  }
+  if (l.tp_dim >= 0) {
+    const auto dim = static_cast<size_t>(l.tp_dim);
+    const int64_t chunk =
+        l.tp_chunk > 0 ? l.tp_chunk : l.shape[dim] / topo.sizes.tp;
+    f.global_offset[dim] = r.tp * chunk;
+    f.local_shape[dim] = std::min(chunk, l.shape[dim] - r.tp * chunk);
+  }
+  uint64_t n = static_cast<uint64_t>(l.itemsize);
+  for (int64_t e : f.local_shape) n *= static_cast<uint64_t>(e);
+  f.nbytes = n;
+  f.rank = r;
+  f.aliases = l.aliases;
+  return f;
+}
+
+}  // namespace
+
 Status AppendTensorLayout(const ParallelTopologySpec& topo,
                           const TensorLayout& l,
                           std::vector<TensorDescriptorSpec>* tensors,
@@ -47,7 +91,11 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
     t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kEp));
   }
   if (l.tp_dim >= 0) {
-    RESHARD_RETURN_NOT_OK(divides("TP", topo.sizes.tp, l.tp_dim));
+    if (l.tp_chunk > 0) {
+      RESHARD_RETURN_NOT_OK(FitsChunks(topo.sizes.tp, l));
+    } else {
+      RESHARD_RETURN_NOT_OK(divides("TP", topo.sizes.tp, l.tp_dim));
+    }
     auto axis = SplitAxis(AxisKind::kTp, l.tp_dim);
     if (!axis.ok()) return axis.status();
     t.parallel_axes.push_back(*axis);
@@ -61,24 +109,7 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
     const ParallelRank& r = p.rank;
     if (l.pp_owner >= 0 && r.pp != l.pp_owner) continue;
     if (l.ep_owner >= 0 && r.ep != l.ep_owner) continue;
-    PlacementFragmentSpec f;
-    f.tensor_id = l.tensor_id;
-    f.global_offset.assign(l.shape.size(), 0);
-    f.local_shape = l.shape;
-    if (l.ep_split) {
-      f.local_shape[0] = l.shape[0] / topo.sizes.ep;
-      f.global_offset[0] = r.ep * f.local_shape[0];
-    }
-    if (l.tp_dim >= 0) {
-      const auto dim = static_cast<size_t>(l.tp_dim);
-      f.local_shape[dim] = l.shape[dim] / topo.sizes.tp;
-      f.global_offset[dim] = r.tp * f.local_shape[dim];
-    }
-    uint64_t n = static_cast<uint64_t>(l.itemsize);
-    for (int64_t e : f.local_shape) n *= static_cast<uint64_t>(e);
-    f.nbytes = n;
-    f.rank = r;
-    f.aliases = l.aliases;
+    PlacementFragmentSpec f = FragmentOf(topo, l, r);
     fragments->push_back(std::move(f));
   }
   tensors->push_back(std::move(t));

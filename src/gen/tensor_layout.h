@@ -17,7 +17,12 @@ struct TensorLayout {
   Dims shape;
   std::string dtype = "bfloat16";
   int64_t itemsize = 2;
-  int64_t tp_dim = -1;    // TP split dimension; -1: replicated over TP
+  int64_t tp_dim = -1;  // TP split dimension; -1: replicated over TP
+  // TP rank r holds [r * tp_chunk, min((r + 1) * tp_chunk, extent)) of
+  // tp_dim (a padded split: engines pad a vocabulary TP does not divide,
+  // the last ranks hold fewer rows); 0: an even split. Every rank must hold
+  // at least one row.
+  int64_t tp_chunk = 0;
   bool ep_split = false;  // EP splits dim 0 (grouped experts)
   int64_t pp_owner = -1;  // owning PP rank; -1: replicated over PP
   std::optional<int64_t> layer_id;

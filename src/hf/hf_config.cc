@@ -19,8 +19,12 @@ constexpr std::pair<std::string_view, HfArch> kArchitectures[] = {
     {"Qwen2ForCausalLM", HfArch::kQwen2},
     {"Qwen3ForCausalLM", HfArch::kQwen3},
     {"Qwen3MoeForCausalLM", HfArch::kQwen3Moe},
+    {"MistralForCausalLM", HfArch::kLlama},
     {"MixtralForCausalLM", HfArch::kMixtral},
+    {"DeepseekV2ForCausalLM", HfArch::kDeepseekV2},
     {"DeepseekV3ForCausalLM", HfArch::kDeepseekV3},
+    {"Glm4MoeForCausalLM", HfArch::kGlm4Moe},
+    {"GptOssForCausalLM", HfArch::kGptOss},
 };
 
 // Typed reads of config.json fields; messages name the field.
@@ -112,6 +116,9 @@ Status ReadQuantization(const ConfigReader& r, HfConfig* c) {
   }
   ConfigReader qr(q);
   RESHARD_ASSIGN_OR_RETURN(auto method, qr.String("quant_method", ""));
+  // gpt-oss's experts are MXFP4 blocks and scales of their own names
+  // (AddMxfp4Experts); every other tensor keeps torch_dtype.
+  if (method == "mxfp4" && c->arch == HfArch::kGptOss) return Status::OK();
   if (method != "fp8") {
     return Status::Unimplemented(
         "config.json: quantization_config.quant_method " + Printable(method) +
@@ -165,10 +172,44 @@ Status ReadDims(const ConfigReader& r, HfConfig* c) {
   return Status::OK();
 }
 
+// The routed expert count: transformers 4.x configs of Qwen3-MoE say
+// num_experts where Mixtral's (and configs re-saved by transformers 5)
+// say num_local_experts; either is accepted, both must agree.
+Result<int64_t> ExpertCount(const ConfigReader& r) {
+  if (!r.Has("num_local_experts")) return r.Int("num_experts");
+  RESHARD_ASSIGN_OR_RETURN(int64_t local, r.Int("num_local_experts"));
+  if (r.Has("num_experts")) {
+    RESHARD_ASSIGN_OR_RETURN(int64_t n, r.Int("num_experts"));
+    if (n != local) {
+      return Status::InvalidArgument(
+          "config.json: num_experts " + std::to_string(n) +
+          " disagrees with num_local_experts " + std::to_string(local));
+    }
+  }
+  return local;
+}
+
+// DeepSeek-V2/V3 and GLM-4.5: dense first layers, then routed and shared
+// experts; noaux_tc routing (and GLM-4.5) adds the correction bias.
+Status ReadDeepseekMoe(const ConfigReader& r, HfConfig* c) {
+  RESHARD_ASSIGN_OR_RETURN(c->experts, r.Int("n_routed_experts"));
+  RESHARD_ASSIGN_OR_RETURN(c->moe_intermediate, r.Int("moe_intermediate_size"));
+  RESHARD_ASSIGN_OR_RETURN(c->shared_experts, r.Int("n_shared_experts", 0));
+  RESHARD_ASSIGN_OR_RETURN(c->first_k_dense, r.Int("first_k_dense_replace", 0));
+  RESHARD_ASSIGN_OR_RETURN(c->moe_layer_freq, r.Int("moe_layer_freq", 1));
+  RESHARD_ASSIGN_OR_RETURN(auto topk, r.String("topk_method", "greedy"));
+  c->router_bias = topk == "noaux_tc" || c->arch == HfArch::kGlm4Moe;
+  if (c->arch != HfArch::kDeepseekV2) {
+    RESHARD_ASSIGN_OR_RETURN(c->nextn_layers,
+                             r.Int("num_nextn_predict_layers", 0));
+  }
+  return Status::OK();
+}
+
 Status ReadMoe(const ConfigReader& r, HfConfig* c) {
   switch (c->arch) {
     case HfArch::kQwen3Moe: {
-      RESHARD_ASSIGN_OR_RETURN(c->experts, r.Int("num_experts"));
+      RESHARD_ASSIGN_OR_RETURN(c->experts, ExpertCount(r));
       RESHARD_ASSIGN_OR_RETURN(c->moe_intermediate,
                                r.Int("moe_intermediate_size"));
       RESHARD_ASSIGN_OR_RETURN(c->decoder_sparse_step,
@@ -176,23 +217,17 @@ Status ReadMoe(const ConfigReader& r, HfConfig* c) {
       RESHARD_ASSIGN_OR_RETURN(c->mlp_only_layers, r.Ints("mlp_only_layers"));
       break;
     }
-    case HfArch::kMixtral: {
-      RESHARD_ASSIGN_OR_RETURN(c->experts, r.Int("num_local_experts"));
+    case HfArch::kMixtral:
+    case HfArch::kGptOss: {
+      RESHARD_ASSIGN_OR_RETURN(c->experts, ExpertCount(r));
       c->moe_intermediate = c->intermediate;
       break;
     }
-    case HfArch::kDeepseekV3: {
-      RESHARD_ASSIGN_OR_RETURN(c->experts, r.Int("n_routed_experts"));
-      RESHARD_ASSIGN_OR_RETURN(c->moe_intermediate,
-                               r.Int("moe_intermediate_size"));
-      RESHARD_ASSIGN_OR_RETURN(c->shared_experts, r.Int("n_shared_experts", 0));
-      RESHARD_ASSIGN_OR_RETURN(c->first_k_dense,
-                               r.Int("first_k_dense_replace", 0));
-      RESHARD_ASSIGN_OR_RETURN(c->moe_layer_freq, r.Int("moe_layer_freq", 1));
-      RESHARD_ASSIGN_OR_RETURN(auto topk, r.String("topk_method", "greedy"));
-      c->router_bias = topk == "noaux_tc";
+    case HfArch::kDeepseekV2:
+    case HfArch::kDeepseekV3:
+    case HfArch::kGlm4Moe:
+      RESHARD_RETURN_NOT_OK(ReadDeepseekMoe(r, c));
       break;
-    }
     default:
       break;
   }
@@ -212,8 +247,6 @@ Status ReadMla(const ConfigReader& r, HfConfig* c) {
   RESHARD_ASSIGN_OR_RETURN(c->qk_nope, r.Int("qk_nope_head_dim"));
   RESHARD_ASSIGN_OR_RETURN(c->qk_rope, r.Int("qk_rope_head_dim"));
   RESHARD_ASSIGN_OR_RETURN(c->v_head, r.Int("v_head_dim"));
-  RESHARD_ASSIGN_OR_RETURN(c->nextn_layers,
-                           r.Int("num_nextn_predict_layers", 0));
   return Status::OK();
 }
 
@@ -238,6 +271,11 @@ class TensorList {
     t.last_stage = layer && *layer >= c_.layers;
     out_.push_back(std::move(t));
   }
+  // Gives the last tensor added a dtype of its own (placement name).
+  void SetDtype(const char* dtype) {
+    out_.back().dtype = dtype;
+    out_.back().itemsize = FindSafetensorsDtypeByPlacement(dtype)->itemsize;
+  }
   std::vector<HfTensor>& out() { return out_; }
 
  private:
@@ -250,7 +288,8 @@ void AddGqaAttention(const HfConfig& c, const std::string& a, int64_t l,
                      TensorList* t) {
   const int64_t h = c.hidden, q = c.heads * c.head_dim,
                 kv = c.kv_heads * c.head_dim;
-  const bool bias = c.attention_bias || c.arch == HfArch::kQwen2;
+  const bool bias =
+      c.attention_bias || c.arch == HfArch::kQwen2 || c.arch == HfArch::kGptOss;
   t->Add(a + "q_proj.weight", {q, h}, HfShard::kColumn, l, true);
   t->Add(a + "k_proj.weight", {kv, h}, HfShard::kKvColumn, l, true);
   t->Add(a + "v_proj.weight", {kv, h}, HfShard::kKvColumn, l, true);
@@ -260,11 +299,17 @@ void AddGqaAttention(const HfConfig& c, const std::string& a, int64_t l,
     t->Add(a + "k_proj.bias", {kv}, HfShard::kKvColumn, l);
     t->Add(a + "v_proj.bias", {kv}, HfShard::kKvColumn, l);
   }
-  // Llama's attention_bias also biases o_proj (added after the reduce).
-  if (c.attention_bias && c.arch == HfArch::kLlama) {
+  // Llama's attention_bias also biases o_proj (added after the reduce),
+  // as gpt-oss always does.
+  if ((c.attention_bias && c.arch == HfArch::kLlama) ||
+      c.arch == HfArch::kGptOss) {
     t->Add(a + "o_proj.bias", {h}, HfShard::kReplicated, l);
   }
-  if (c.arch == HfArch::kQwen3 || c.arch == HfArch::kQwen3Moe) {
+  // gpt-oss's attention sinks: one value per query head, split with them.
+  if (c.arch == HfArch::kGptOss) {
+    t->Add(a + "sinks", {c.heads}, HfShard::kColumn, l);
+  }
+  if (c.arch == HfArch::kQwen3 || c.arch == HfArch::kQwen3Moe || c.qk_norm) {
     t->Add(a + "q_norm.weight", {c.head_dim}, HfShard::kReplicated, l);
     t->Add(a + "k_norm.weight", {c.head_dim}, HfShard::kReplicated, l);
   }
@@ -318,6 +363,32 @@ void AddExperts(const HfConfig& c, const std::string& p,
   }
 }
 
+// gpt-oss's experts, every expert in one tensor (dim 0) and packed MXFP4
+// (32 four-bit values in 16 bytes plus one U8 exponent per block of 32
+// inputs): gate_up [E, 2I] rows (gate and up interleaved) split by TP with
+// their rows, down split by TP on its input blocks (dim 2), as vLLM loads
+// them; biases follow their rows, down's bias is replicated.
+void AddMxfp4Experts(const HfConfig& c, const std::string& p, int64_t l,
+                     TensorList* t) {
+  const int64_t e = c.experts, h = c.hidden, i = c.moe_intermediate;
+  t->Add(p + "router.weight", {e, h}, HfShard::kReplicated, l);
+  t->Add(p + "router.bias", {e}, HfShard::kReplicated, l);
+  const std::string x = p + "experts.";
+  const auto grouped = [&](std::string name, Dims shape, HfShard shard,
+                           bool packed) {
+    t->Add(x + std::move(name), std::move(shape), shard, l);
+    t->out().back().grouped_experts = true;
+    if (packed) t->SetDtype("uint8");
+  };
+  grouped("gate_up_proj_blocks", {e, 2 * i, h / 32, 16}, HfShard::kColumn,
+          true);
+  grouped("gate_up_proj_scales", {e, 2 * i, h / 32}, HfShard::kColumn, true);
+  grouped("gate_up_proj_bias", {e, 2 * i}, HfShard::kColumn, false);
+  grouped("down_proj_blocks", {e, h, i / 32, 16}, HfShard::kRow, true);
+  grouped("down_proj_scales", {e, h, i / 32}, HfShard::kRow, true);
+  grouped("down_proj_bias", {e, h}, HfShard::kReplicated, false);
+}
+
 bool SparseLayer(const HfConfig& c, int64_t l) {
   switch (c.arch) {
     case HfArch::kQwen3Moe:
@@ -327,7 +398,11 @@ bool SparseLayer(const HfConfig& c, int64_t l) {
              (l + 1) % c.decoder_sparse_step == 0;
     case HfArch::kMixtral:
       return true;
+    case HfArch::kGptOss:
+      return true;
+    case HfArch::kDeepseekV2:
     case HfArch::kDeepseekV3:
+    case HfArch::kGlm4Moe:
       return l >= c.first_k_dense && l % c.moe_layer_freq == 0;
     default:
       return false;
@@ -339,7 +414,7 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
   const int64_t h = c.hidden;
   t->Add(p + "input_layernorm.weight", {h}, HfShard::kReplicated, l);
   t->Add(p + "post_attention_layernorm.weight", {h}, HfShard::kReplicated, l);
-  if (c.arch == HfArch::kDeepseekV3) {
+  if (UsesMla(c.arch)) {
     AddMlaAttention(c, p + "self_attn.", l, t);
   } else {
     AddGqaAttention(c, p + "self_attn.", l, t);
@@ -349,6 +424,10 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
     return;
   }
   const int64_t e = c.experts;
+  if (c.arch == HfArch::kGptOss) {
+    AddMxfp4Experts(c, p + "mlp.", l, t);
+    return;
+  }
   if (c.arch == HfArch::kMixtral) {
     t->Add(p + "block_sparse_moe.gate.weight", {e, h}, HfShard::kReplicated, l);
     AddExperts(c, p + "block_sparse_moe.experts.", {"w1", "w3", "w2"}, l, t);
@@ -358,6 +437,7 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
   if (c.router_bias) {
     t->Add(p + "mlp.gate.e_score_correction_bias", {e}, HfShard::kReplicated,
            l);
+    t->SetDtype("float32");  // F32 in every release (checkpoints decide)
   }
   AddExperts(c, p + "mlp.experts.", {"gate_proj", "up_proj", "down_proj"}, l,
              t);
@@ -425,6 +505,18 @@ Status CheckBounds(const HfConfig& c) {
   return Status::OK();
 }
 
+// gpt-oss without its MXFP4 experts (a dequantized export) stores them
+// in another layout; MXFP4 packs inputs in blocks of 32.
+Status CheckPacking(const HfConfig& c) {
+  if (c.arch != HfArch::kGptOss) return Status::OK();
+  if (c.hidden % 32 != 0 || c.intermediate % 32 != 0) {
+    return Status::InvalidArgument(
+        "config.json: GptOssForCausalLM's MXFP4 experts need hidden_size and "
+        "intermediate_size multiples of 32");
+  }
+  return Status::OK();
+}
+
 // The byte size of a shape, or nullopt past 2^62.
 bool FitsBytes(const Dims& shape, int64_t itemsize) {
   uint64_t n = static_cast<uint64_t>(itemsize);
@@ -454,9 +546,16 @@ Result<HfConfig> ParseHfConfig(std::string_view json) {
   RESHARD_RETURN_NOT_OK(ReadDims(r, &c));
   RESHARD_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
   RESHARD_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
+  RESHARD_ASSIGN_OR_RETURN(c.qk_norm, r.Bool("use_qk_norm", false));
   RESHARD_RETURN_NOT_OK(ReadMoe(r, &c));
-  if (c.arch == HfArch::kDeepseekV3) RESHARD_RETURN_NOT_OK(ReadMla(r, &c));
+  if (UsesMla(c.arch)) RESHARD_RETURN_NOT_OK(ReadMla(r, &c));
   RESHARD_RETURN_NOT_OK(ReadQuantization(r, &c));
+  RESHARD_RETURN_NOT_OK(CheckPacking(c));
+  // Qwen's FP8 releases store their block scales in BF16, DeepSeek's in F32.
+  if (c.arch == HfArch::kQwen2 || c.arch == HfArch::kQwen3 ||
+      c.arch == HfArch::kQwen3Moe) {
+    c.scale_dtype = "bfloat16";
+  }
   RESHARD_RETURN_NOT_OK(CheckBounds(c));
   return c;
 }
@@ -471,7 +570,7 @@ Result<std::vector<HfTensor>> HfModelTensors(const HfConfig& c) {
   }
   t.Add("model.norm.weight", {c.hidden}, HfShard::kReplicated, std::nullopt);
   t.out().back().last_stage = true;
-  if (!c.tie_word_embeddings) {
+  if (!c.tie_word_embeddings || c.stored_tied_head) {
     t.Add("lm_head.weight", {c.vocab, c.hidden}, HfShard::kVocab, std::nullopt);
     t.out().back().last_stage = true;
   }

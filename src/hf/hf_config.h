@@ -15,7 +15,25 @@
 
 namespace reshard::internal {
 
-enum class HfArch { kLlama, kQwen2, kQwen3, kQwen3Moe, kMixtral, kDeepseekV3 };
+// Architectures by tensor family: MistralForCausalLM is kLlama (the same
+// tensors), DeepseekV2ForCausalLM is kDeepseekV2 (V3's MLA and MoE without
+// the correction bias and MTP layers).
+enum class HfArch {
+  kLlama,
+  kQwen2,
+  kQwen3,
+  kQwen3Moe,
+  kMixtral,
+  kDeepseekV2,
+  kDeepseekV3,
+  kGlm4Moe,
+  kGptOss,
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3).
+inline bool UsesMla(HfArch a) {
+  return a == HfArch::kDeepseekV2 || a == HfArch::kDeepseekV3;
+}
 
 struct HfConfig {
   std::string architecture;  // architectures[0]
@@ -25,9 +43,14 @@ struct HfConfig {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   int64_t intermediate = 0;
   bool tie_word_embeddings = false;
+  // Tied embeddings whose checkpoint stores lm_head.weight anyway
+  // (Qwen3-0.6B): the head is laid out like an untied one so that it is
+  // written back; engines use model.embed_tokens.weight.
+  bool stored_tied_head = false;
   std::string dtype = "float32";  // torch_dtype (or dtype)
   bool attention_bias = false;    // q/k/v (and for Llama o) biases
   bool mlp_bias = false;          // Llama
+  bool qk_norm = false;           // GLM-4.5 use_qk_norm
   // MoE.
   int64_t experts = 0;
   int64_t moe_intermediate = 0;
@@ -36,7 +59,7 @@ struct HfConfig {
   std::vector<int64_t> mlp_only_layers;
   int64_t first_k_dense = 0;
   int64_t moe_layer_freq = 1;
-  bool router_bias = false;  // DeepSeek-V3 noaux_tc
+  bool router_bias = false;  // DeepSeek-V3 noaux_tc, GLM-4.5
   // MLA (DeepSeek-V3).
   std::optional<int64_t> q_lora_rank;
   int64_t kv_lora_rank = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
@@ -44,6 +67,10 @@ struct HfConfig {
   // FP8 block quantization.
   bool fp8 = false;
   int64_t block_rows = 0, block_cols = 0;
+  // Config-only dtypes of what releases store apart from torch_dtype:
+  // weight_scale_inv (F32 in DeepSeek's releases, BF16 in Qwen's) and
+  // e_score_correction_bias (F32 in DeepSeek, Kimi and GLM releases).
+  std::string scale_dtype = "float32";
 };
 
 // Decodes config.json: the fields the architecture needs are required
@@ -72,7 +99,10 @@ struct HfTensor {
   bool quantized = false;
   std::optional<int64_t> layer;
   std::optional<int64_t> expert;  // routed experts: owned by EP ranks
-  bool last_stage = false;        // final norm, head, MTP layers
+  // Every routed expert in one tensor, dim 0 the expert (gpt-oss): EP
+  // splits dim 0; without EP, TP splits `shard`'s dimension + 1.
+  bool grouped_experts = false;
+  bool last_stage = false;  // final norm, head, MTP layers
 };
 
 // Every tensor the architecture names for this config (no FP8 scales),

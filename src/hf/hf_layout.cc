@@ -44,8 +44,8 @@ Planned Scale(const HfConfig& c, const HfTensor& w, const HfTensor* wp) {
   Planned s{w, wp};
   s.t.name = ScaleName(w.name);
   s.t.shape = ScaleShape(c, w.shape);
-  s.t.dtype = "float32";
-  s.t.itemsize = 4;
+  s.t.dtype = c.scale_dtype;
+  s.t.itemsize = FindSafetensorsDtypeByPlacement(c.scale_dtype)->itemsize;
   return s;
 }
 
@@ -64,9 +64,17 @@ std::vector<Planned> FromConfig(const HfConfig& c,
   return out;
 }
 
-// With a checkpoint: exactly its tensors, each one the architecture names
-// (or the FP8 scale of one), with the checkpoint's dtype and the shape
-// both agree on.
+// A non-persistent buffer some exports carry (Kimi-K2's
+// rotary_emb.inv_freq in every layer): recomputed by every model at load,
+// so left out of the layout, never loaded and never written back.
+bool IsBuffer(std::string_view name) {
+  return name == "rotary_emb.inv_freq" ||
+         name.ends_with(".rotary_emb.inv_freq");
+}
+
+// With a checkpoint: exactly its tensors (less buffers), each one the
+// architecture names (or the FP8 scale of one), with the checkpoint's dtype and
+// the shape both agree on.
 Result<std::vector<Planned>> FromCheckpoint(const HfConfig& c,
                                             const std::vector<HfTensor>& model,
                                             const HfCheckpoint& ckpt) {
@@ -86,6 +94,7 @@ Result<std::vector<Planned>> FromCheckpoint(const HfConfig& c,
     }
   }
   for (const CheckpointTensor& ct : ckpt.tensors()) {
+    if (IsBuffer(ct.name)) continue;
     Planned p;
     auto it = named.find(ct.name);
     if (it != named.end()) {
@@ -167,7 +176,7 @@ Status CheckGrid(const HfConfig& c, const ParallelSizes& n) {
         "TP " + std::to_string(n.tp) + " does not divide the " +
         std::to_string(c.heads) + " attention heads of " + c.architecture);
   }
-  const bool gqa = c.arch != internal::HfArch::kDeepseekV3;
+  const bool gqa = !internal::UsesMla(c.arch);
   if (gqa && n.tp <= c.kv_heads && c.kv_heads % n.tp != 0) {
     return Status::InvalidArgument(
         "TP " + std::to_string(n.tp) + " does not divide the " +
@@ -197,13 +206,16 @@ class Layout {
   // The TP split dimension of a tensor (or of the weight a scale
   // follows); -1 replicated.
   int64_t TpDim(const HfTensor& t) const {
-    if (n_.tp == 1 || (t.expert && n_.ep > 1)) return -1;
+    const bool expert = t.expert || t.grouped_experts;
+    if (n_.tp == 1 || (expert && n_.ep > 1)) return -1;
+    // Grouped experts' rows and columns follow their expert dimension.
+    const int64_t base = t.grouped_experts ? 1 : 0;
     switch (t.shard) {
       case HfShard::kColumn:
       case HfShard::kVocab:
-        return 0;
+        return base;
       case HfShard::kRow:
-        return 1;
+        return base + 1;
       case HfShard::kKvColumn:
         return n_.tp > c_.kv_heads ? -1 : 0;
       case HfShard::kReplicated:
@@ -232,10 +244,34 @@ class Layout {
     if (role.expert && n_.ep > 1) {
       l.ep_owner = *role.expert / (c_.experts / n_.ep);
     }
+    l.ep_split = role.grouped_experts && n_.ep > 1;
+    if (role.shard == HfShard::kVocab && l.tp_dim == 0) {
+      RESHARD_ASSIGN_OR_RETURN(l.tp_chunk, VocabChunk(p.t));
+    }
     if (p.weight != nullptr && l.tp_dim >= 0) {
       RESHARD_RETURN_NOT_OK(CheckBlocks(*p.weight, l.tp_dim, p.t.name));
     }
     return internal::AppendTensorLayout(topo_, l, &tensors_, &fragments_);
+  }
+
+  // Rows per TP rank of a vocabulary-parallel tensor, as vLLM pads it:
+  // the vocabulary rounded up to a multiple of 64, divided by TP; rank r
+  // holds token ids [r * chunk, (r + 1) * chunk) that exist, the rest of
+  // its engine buffer is padding that no checkpoint holds. A vocabulary
+  // that is a multiple of 64 * TP splits evenly.
+  Result<int64_t> VocabChunk(const HfTensor& t) const {
+    constexpr int64_t kPad = 64;
+    const int64_t v = t.shape[0];
+    const int64_t padded = (v + kPad - 1) / kPad * kPad;
+    if (padded % n_.tp != 0 || (n_.tp - 1) * (padded / n_.tp) >= v) {
+      return Status::InvalidArgument(
+          "TP " + std::to_string(n_.tp) + " cannot split the vocabulary of " +
+          t.name + " (" + std::to_string(v) + " rows, " +
+          std::to_string(padded) +
+          " padded to a multiple of 64): every rank needs an equal share of "
+          "the padded rows and at least one real row");
+    }
+    return padded / n_.tp;
   }
 
   // A TP shard of an FP8 weight must hold whole blocks of its scale.
@@ -291,6 +327,8 @@ Result<WeightPlacementManifest> HfLayout(std::string_view config_json,
                                          const HfCheckpoint* checkpoint) {
   RESHARD_ASSIGN_OR_RETURN(HfConfig c, internal::ParseHfConfig(config_json));
   RESHARD_RETURN_NOT_OK(CheckGrid(c, options.sizes));
+  c.stored_tied_head = c.tie_word_embeddings && checkpoint != nullptr &&
+                       checkpoint->FindTensor("lm_head.weight") != nullptr;
   RESHARD_ASSIGN_OR_RETURN(auto model, internal::HfModelTensors(c));
   std::vector<Planned> planned;
   if (checkpoint != nullptr) {

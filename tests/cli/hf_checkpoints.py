@@ -87,7 +87,83 @@ CONFIGS = {
                                 "quant_method": "fp8",
                                 "weight_block_size": [8, 8]},
     },
+    # Real releases' quirks: Qwen3-0.6B's tied embeddings with lm_head
+    # stored anyway, Kimi-K2's rotary_emb.inv_freq buffers, a vocabulary
+    # TP does not divide (151,665 scaled to 97), transformers 5's `dtype`.
+    "qwen3_quirks": {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": 32, "vocab_size": 97, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 48, "tie_word_embeddings": True,
+        "dtype": "bfloat16", "_stored_head": True, "_inv_freq": True,
+    },
+    # Qwen3-30B-A3B-FP8 re-saved by transformers 5: num_local_experts,
+    # BF16 block scales on every projection (attention too).
+    "qwen3_moe_fp8": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "intermediate_size": 48, "moe_intermediate_size": 16,
+        "num_local_experts": 4, "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1, "mlp_only_layers": [0],
+        "tie_word_embeddings": False, "dtype": "bfloat16",
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                "quant_method": "fp8",
+                                "weight_block_size": [8, 8]},
+    },
+    "mistral": {
+        "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 48, "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    },
+    # DeepSeek-V2-Lite: no q_lora_rank (plain q_proj), greedy routing
+    # without correction bias, no MTP layers.
+    "deepseek_v2": {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2", "hidden_size": 32, "vocab_size": 64,
+        "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "q_lora_rank": None, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
+        "intermediate_size": 32, "moe_intermediate_size": 16,
+        "n_routed_experts": 4, "n_shared_experts": 2,
+        "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "topk_method": "greedy", "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    # GLM-4.5: GQA with q/k/v biases and q/k norms, DeepSeek-style MoE
+    # (F32 correction bias), one MTP layer.
+    "glm4_moe": {
+        "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "attention_bias": True, "use_qk_norm": True,
+        "partial_rotary_factor": 0.5, "intermediate_size": 48,
+        "moe_intermediate_size": 16, "n_routed_experts": 4,
+        "n_shared_experts": 1, "first_k_dense_replace": 1,
+        "num_nextn_predict_layers": 1, "num_experts_per_tok": 2,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    },
+    # gpt-oss: attention sinks, q/k/v/o biases, router bias, MXFP4 experts
+    # (U8 blocks [E, 2I, h/32, 16] and scales, BF16 biases).
+    "gpt_oss": {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+        "hidden_size": 64, "vocab_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 64, "num_local_experts": 4,
+        "experts_per_token": 2, "attention_bias": True,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "quantization_config": {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": ["model.layers.*.self_attn",
+                                       "model.layers.*.mlp.router",
+                                       "model.embed_tokens", "lm_head"]},
+    },
 }
+
+BUFFER_SUFFIX = "rotary_emb.inv_freq"
 
 
 def model_tensors(cfg):
@@ -98,8 +174,11 @@ def model_tensors(cfg):
     K = cfg.get("num_key_value_heads", H)
     d = cfg.get("head_dim") or h // H
     I = cfg.get("intermediate_size", 0)
-    dt = TORCH_TO_ST[cfg["torch_dtype"]]
-    fp8 = "quantization_config" in cfg
+    dt = TORCH_TO_ST[cfg.get("torch_dtype") or cfg["dtype"]]
+    quant = cfg.get("quantization_config", {}).get("quant_method")
+    fp8 = quant == "fp8"
+    # Qwen's FP8 releases store block scales in BF16, DeepSeek's in F32.
+    scale_dt = "BF16" if arch.startswith("Qwen") else "F32"
     block = cfg["quantization_config"]["weight_block_size"] if fp8 else None
     out = []
 
@@ -110,7 +189,8 @@ def model_tensors(cfg):
         if fp8:
             add(name, shape, "F8_E4M3")
             add(name[:-len("weight")] + "weight_scale_inv",
-                [-(-shape[0] // block[0]), -(-shape[1] // block[1])], "F32")
+                [-(-shape[0] // block[0]), -(-shape[1] // block[1])],
+                scale_dt)
         else:
             add(name, shape)
 
@@ -124,27 +204,36 @@ def model_tensors(cfg):
         add(p + "input_layernorm.weight", [h])
         add(p + "post_attention_layernorm.weight", [h])
         a = p + "self_attn."
-        if arch == "DeepseekV3ForCausalLM":
+        if cfg.get("_inv_freq"):
+            add(a + BUFFER_SUFFIX, [d // 2], "F32")
+        if arch.startswith("Deepseek"):
             r, kvr = cfg["q_lora_rank"], cfg["kv_lora_rank"]
             nope, rope, v = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"],
                              cfg["v_head_dim"])
-            linear(a + "q_a_proj.weight", [r, h])
-            add(a + "q_a_layernorm.weight", [r])
-            linear(a + "q_b_proj.weight", [H * (nope + rope), r])
+            if r is None:
+                linear(a + "q_proj.weight", [H * (nope + rope), h])
+            else:
+                linear(a + "q_a_proj.weight", [r, h])
+                add(a + "q_a_layernorm.weight", [r])
+                linear(a + "q_b_proj.weight", [H * (nope + rope), r])
             linear(a + "kv_a_proj_with_mqa.weight", [kvr + rope, h])
             add(a + "kv_a_layernorm.weight", [kvr])
             linear(a + "kv_b_proj.weight", [H * (nope + v), kvr])
             linear(a + "o_proj.weight", [h, H * v])
         else:
-            add(a + "q_proj.weight", [H * d, h])
-            add(a + "k_proj.weight", [K * d, h])
-            add(a + "v_proj.weight", [K * d, h])
-            add(a + "o_proj.weight", [h, H * d])
-            if arch == "Qwen2ForCausalLM":
+            linear(a + "q_proj.weight", [H * d, h])
+            linear(a + "k_proj.weight", [K * d, h])
+            linear(a + "v_proj.weight", [K * d, h])
+            linear(a + "o_proj.weight", [h, H * d])
+            if arch == "Qwen2ForCausalLM" or cfg.get("attention_bias"):
                 add(a + "q_proj.bias", [H * d])
                 add(a + "k_proj.bias", [K * d])
                 add(a + "v_proj.bias", [K * d])
-            if arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"):
+            if arch == "GptOssForCausalLM":
+                add(a + "o_proj.bias", [h])
+                add(a + "sinks", [H])
+            if (arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+                    or cfg.get("use_qk_norm")):
                 add(a + "q_norm.weight", [d])
                 add(a + "k_norm.weight", [d])
         if arch == "MixtralForCausalLM":
@@ -155,16 +244,27 @@ def model_tensors(cfg):
                 add(x + "w1.weight", [I, h])
                 add(x + "w3.weight", [I, h])
                 add(x + "w2.weight", [h, I])
+        elif arch == "GptOssForCausalLM":
+            E, x = cfg["num_local_experts"], p + "mlp.experts."
+            add(p + "mlp.router.weight", [E, h])
+            add(p + "mlp.router.bias", [E])
+            add(x + "gate_up_proj_blocks", [E, 2 * I, h // 32, 16], "U8")
+            add(x + "gate_up_proj_scales", [E, 2 * I, h // 32], "U8")
+            add(x + "gate_up_proj_bias", [E, 2 * I])
+            add(x + "down_proj_blocks", [E, h, I // 32, 16], "U8")
+            add(x + "down_proj_scales", [E, h, I // 32], "U8")
+            add(x + "down_proj_bias", [E, h])
         elif arch == "Qwen3MoeForCausalLM" and l not in cfg["mlp_only_layers"]:
-            E = cfg["num_experts"]
+            E = cfg.get("num_experts") or cfg["num_local_experts"]
             add(p + "mlp.gate.weight", [E, h])
             for e in range(E):
                 mlp(p + "mlp.experts.%d." % e, cfg["moe_intermediate_size"])
-        elif (arch == "DeepseekV3ForCausalLM"
+        elif ("n_routed_experts" in cfg
               and l >= cfg["first_k_dense_replace"]):
             E, mi = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
             add(p + "mlp.gate.weight", [E, h])
-            add(p + "mlp.gate.e_score_correction_bias", [E], "F32")
+            if arch != "DeepseekV2ForCausalLM":
+                add(p + "mlp.gate.e_score_correction_bias", [E], "F32")
             for e in range(E):
                 mlp(p + "mlp.experts.%d." % e, mi)
             mlp(p + "mlp.shared_experts.", cfg["n_shared_experts"] * mi)
@@ -185,7 +285,7 @@ def model_tensors(cfg):
         add(p + "shared_head.norm.weight", [h])
         add(p + "shared_head.head.weight", [V, h])
     add("model.norm.weight", [h])
-    if not cfg.get("tie_word_embeddings", False):
+    if not cfg.get("tie_word_embeddings", False) or cfg.get("_stored_head"):
         add("lm_head.weight", [V, h])
     return out
 

@@ -26,6 +26,13 @@ GRIDS = {
     "qwen3_moe": [(2, 1, 2, 1), (1, 3, 4, 1), (2, 1, 1, 1)],
     "mixtral": [(2, 2, 2, 1), (4, 1, 4, 1)],
     "deepseek_v3": [(2, 1, 2, 1), (2, 3, 1, 1), (1, 1, 4, 2)],
+    # Conformance fixtures: real releases' names, dtypes and quirks.
+    "qwen3_quirks": [(2, 2, 1, 1), (4, 1, 1, 1)],
+    "qwen3_moe_fp8": [(2, 1, 2, 1), (2, 3, 1, 1)],
+    "mistral": [(2, 2, 1, 1), (4, 1, 1, 1)],
+    "deepseek_v2": [(2, 3, 1, 1), (2, 1, 2, 1), (1, 1, 4, 1)],
+    "glm4_moe": [(2, 3, 1, 1), (2, 1, 2, 1), (1, 2, 4, 1)],
+    "gpt_oss": [(2, 2, 1, 1), (2, 1, 2, 1), (1, 1, 4, 1)],
 }
 
 
@@ -74,7 +81,9 @@ def round_trip(arch, grid):
     ok(r, "hf layout %s %s" % (arch, grid))
     v = json.loads(ok(run("validate", placement, "--json"), "validate").stdout)
     check(v["valid"], "%s %s: placement invalid" % (arch, grid))
-    source = hfc.read_checkpoint(d)
+    # Non-persistent buffers are skipped on load and never written back.
+    source = {n: t for n, t in hfc.read_checkpoint(d).items()
+              if not n.endswith(hfc.BUFFER_SUFFIX)}
     check(v["tensors"] == len(source),
           "%s %s: %d tensors laid out, checkpoint has %d" %
           (arch, grid, v["tensors"], len(source)))
@@ -130,8 +139,7 @@ def layout_from_config_only():
     names = {n for n, _, _ in hfc.model_tensors(hfc.CONFIGS["deepseek_v3"])}
     extra = set(tensors) - names
     missing = names - set(tensors)
-    # The generated checkpoint stores the router bias as F32; the config
-    # alone gives it torch_dtype. Names agree exactly.
+    # Names agree exactly; the router bias is F32 as in the releases.
     check(not extra and not missing, "extra %s missing %s" % (extra, missing))
     q = tensors["model.layers.1.self_attn.q_b_proj.weight"]
     check(q["dtype"] == "float8_e4m3fn", q)
@@ -174,6 +182,66 @@ def sharding_rules():
     check(owners["model.layers.1.mlp.experts.3.down_proj.weight"] == {1},
           owners)
     check(owners["model.layers.1.mlp.gate.weight"] == {0, 1}, owners)
+
+
+def boxes(arch, grid, name):
+    """{tensor: {(tp, ep, pp): (offset, shape)}} of a checkpoint layout."""
+    r, out = layout(arch, grid, name=name)
+    ok(r, "hf layout %s" % arch)
+    p = json.load(open(out))
+    got = {}
+    for part in p["parts"]:
+        k = (part["rank"]["tp"], part["rank"]["ep"], part["rank"]["pp"])
+        for f in part["fragments"]:
+            got.setdefault(f["tensor_id"], {})[k] = (f["global_offset"],
+                                                     f["local_shape"])
+    return got, {t["tensor_id"]: t for t in p["tensors"]}
+
+
+@SUITE.test
+def release_quirks_and_split_rules():
+    # Vocabulary 97 at TP 4, padded as vLLM pads it: 128 rows, 32 per
+    # rank, the last rank holding the one real row left (padding is
+    # never laid out, loaded or written). The stored lm_head of tied
+    # embeddings is laid out like an untied head; inv_freq is not.
+    b, t = boxes("qwen3_quirks", (4, 1, 1, 1), "quirks-rules.json")
+    check(b["model.embed_tokens.weight"][(3, 0, 0)] == ([96, 0], [1, 32]), b)
+    check(b["lm_head.weight"][(2, 0, 0)] == ([64, 0], [32, 32]), b)
+    check(not any(n.endswith("inv_freq") for n in b), sorted(b))
+    # Qwen3-FP8: BF16 block scales split with their weights' rows.
+    b, t = boxes("qwen3_moe_fp8", (2, 1, 1, 1), "fp8-rules.json")
+    s = "model.layers.0.self_attn.q_proj.weight_scale_inv"
+    check(t[s]["dtype"] == "bfloat16", t[s])
+    check(b[s][(1, 0, 0)] == ([2, 0], [2, 4]), b[s])
+    # DeepSeek-V2-Lite: q_proj column-parallel, no correction bias.
+    b, t = boxes("deepseek_v2", (2, 1, 1, 1), "dsv2-rules.json")
+    check(b["model.layers.1.self_attn.q_proj.weight"][(1, 0, 0)] ==
+          ([24, 0], [24, 32]), b)
+    check("model.layers.1.mlp.gate.e_score_correction_bias" not in b, t)
+    # GLM-4.5: q/k/v biases split by head, q/k norms and the F32
+    # correction bias replicated, the MTP layer on the last stage.
+    b, t = boxes("glm4_moe", (2, 3, 1, 1), "glm-rules.json")
+    check(b["model.layers.1.self_attn.k_proj.bias"][(1, 0, 1)] ==
+          ([16], [16]), b)
+    check(b["model.layers.1.self_attn.q_norm.weight"][(1, 0, 1)] ==
+          ([0], [16]), b)
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    check(t[bias]["dtype"] == "float32", t[bias])
+    check(set(k[2] for k in b["model.layers.3.eh_proj.weight"]) == {2}, b)
+    # gpt-oss: sinks split by head; MXFP4 gate_up split on its rows,
+    # down on its input blocks (dim 2) under TP; under EP the expert
+    # dimension is split and each expert is whole.
+    b, t = boxes("gpt_oss", (2, 1, 1, 1), "gptoss-tp.json")
+    x = "model.layers.0.mlp.experts."
+    check(b["model.layers.0.self_attn.sinks"][(1, 0, 0)] == ([2], [2]), b)
+    check(b[x + "gate_up_proj_blocks"][(1, 0, 0)] ==
+          ([0, 64, 0, 0], [4, 64, 2, 16]), b)
+    check(b[x + "down_proj_scales"][(1, 0, 0)] == ([0, 0, 1], [4, 64, 1]), b)
+    check(b[x + "down_proj_bias"][(1, 0, 0)] == ([0, 0], [4, 64]), b)
+    check(t[x + "down_proj_blocks"]["dtype"] == "uint8", t)
+    b, t = boxes("gpt_oss", (2, 1, 2, 1), "gptoss-ep.json")
+    check(b[x + "gate_up_proj_blocks"][(1, 1, 0)] ==
+          ([2, 0, 0, 0], [2, 128, 2, 16]), b)
 
 
 @SUITE.test
