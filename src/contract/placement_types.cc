@@ -6,6 +6,7 @@
 
 #include "contract/placement_codec.h"
 #include "reshard/placement.h"
+#include "util/dims_text.h"
 #include "util/sha256.h"
 #include "util/sorted_find.h"
 
@@ -183,15 +184,6 @@ bool operator==(const TensorDescriptor& a, const TensorDescriptor& b) {
 
 namespace {
 
-std::string ShapeText(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(d[i]);
-  }
-  return s + "]";
-}
-
 std::string OptionalText(const std::optional<int64_t>& v) {
   return v ? std::to_string(*v) : std::string("none");
 }
@@ -224,8 +216,8 @@ std::string DescribeDescriptorDifference(const TensorDescriptor& a,
     return differ("tensor_id", a.tensor_id(), b.tensor_id());
   }
   if (a.global_shape() != b.global_shape()) {
-    return differ("global_shape", ShapeText(a.global_shape()),
-                  ShapeText(b.global_shape()));
+    return differ("global_shape", internal::DimsText(a.global_shape()),
+                  internal::DimsText(b.global_shape()));
   }
   if (a.dtype() != b.dtype()) return differ("dtype", a.dtype(), b.dtype());
   if (a.itemsize() != b.itemsize()) {
@@ -245,8 +237,8 @@ std::string DescribeDescriptorDifference(const TensorDescriptor& a,
                   "\"" + b.layout_fingerprint() + "\"");
   }
   if (a.shard_dims() != b.shard_dims()) {
-    return differ("shard_dims", ShapeText(a.shard_dims()),
-                  ShapeText(b.shard_dims()));
+    return differ("shard_dims", internal::DimsText(a.shard_dims()),
+                  internal::DimsText(b.shard_dims()));
   }
   if (a.parallel_axes() != b.parallel_axes()) {
     return differ("parallel_axes", AxesText(a.parallel_axes()),

@@ -9,9 +9,9 @@
 #include <unordered_map>
 
 #include "hf/checkpoint_state.h"
-#include "hf/dims_text.h"
 #include "hf/write_plan_state.h"
 #include "store/ranged_load.h"
+#include "util/dims_text.h"
 #include "util/printable.h"
 
 namespace reshard {

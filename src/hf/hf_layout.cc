@@ -6,9 +6,9 @@
 #include <unordered_set>
 
 #include "gen/tensor_layout.h"
-#include "hf/dims_text.h"
 #include "hf/hf_config.h"
 #include "reshard/hf.h"
+#include "util/dims_text.h"
 #include "util/printable.h"
 
 namespace reshard {

@@ -5,8 +5,8 @@
 #include <array>
 #include <set>
 
-#include "hf/dims_text.h"
 #include "reshard/hf.h"
+#include "util/dims_text.h"
 #include "util/json_reader.h"
 #include "util/printable.h"
 

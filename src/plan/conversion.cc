@@ -7,24 +7,18 @@
 #include <algorithm>
 #include <map>
 
+#include "util/dims_text.h"
 #include "util/float_convert.h"
 
 namespace reshard {
 namespace {
 
+using internal::DimsText;
 using internal::FloatType;
 using internal::FloatTypeOf;
 
 constexpr std::string_view kWeight = "weight";
 constexpr std::string_view kScaleSuffix = "weight_scale_inv";
-
-std::string DimsText(const Dims& d) {
-  std::string out = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(d[i]);
-  }
-  return out + "]";
-}
 
 std::string BlockText(const Fp8Block& b) {
   return std::to_string(b.rows) + "x" + std::to_string(b.cols);

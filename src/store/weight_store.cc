@@ -16,6 +16,7 @@
 #include "store/layout.h"
 #include "store/progress.h"
 #include "store/records.h"
+#include "util/dims_text.h"
 
 namespace reshard {
 namespace {
@@ -279,15 +280,6 @@ struct ReplicaSelection {
   std::map<int64_t, std::vector<Candidate>> replicas;
 };
 
-std::string ShapeText(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(d[i]);
-  }
-  return s + "]";
-}
-
 // Why no DP replica is eligible: for each replica (at most four named),
 // its first fragment without a binding, or the generations its bindings
 // disagree on.
@@ -312,8 +304,8 @@ std::string WhyNoReplica(
       const PlacementFragment& f = *it->second.second;
       out += " is missing participant " + it->second.first +
              " (unbound; its first fragment: " + f.tensor_id() + " at " +
-             ShapeText(f.global_offset()) + " of shape " +
-             ShapeText(f.local_shape()) + ")";
+             internal::DimsText(f.global_offset()) + " of shape " +
+             internal::DimsText(f.local_shape()) + ")";
       continue;
     }
     out += " has bindings of generations";

@@ -294,15 +294,9 @@ Result<RedisReply> RedisConnection::Read() {
       }
     }
     if (received > kMaxRedisReplyBytes) return Drop(too_large);
-    RESHARD_RETURN_NOT_OK(WaitReadable("no reply"));
     char buf[64 << 10];
-    const ssize_t got = ::recv(context_->fd, buf, sizeof(buf), 0);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (got <= 0) {
-      if (got == 0) errno = ECONNRESET;
-      return Lost("no reply");
-    }
-    if (redisReaderFeed(reader, buf, static_cast<size_t>(got)) != REDIS_OK) {
+    RESHARD_ASSIGN_OR_RETURN(const size_t got, ReceiveSome(buf, sizeof(buf)));
+    if (redisReaderFeed(reader, buf, got) != REDIS_OK) {
       return Drop("cannot buffer a reply");
     }
     received += static_cast<uint64_t>(got);
@@ -373,17 +367,24 @@ Status RedisConnection::Fill(size_t n) {
       raw_.clear();
       raw_pos_ = 0;
     }
-    RESHARD_RETURN_NOT_OK(WaitReadable("no reply"));
     char buf[64 << 10];
-    const ssize_t got = ::recv(context_->fd, buf, sizeof(buf), 0);
+    RESHARD_ASSIGN_OR_RETURN(const size_t got, ReceiveSome(buf, sizeof(buf)));
+    raw_.append(buf, got);
+  }
+  return Status::OK();
+}
+
+Result<size_t> RedisConnection::ReceiveSome(char* buf, size_t n) {
+  while (true) {
+    RESHARD_RETURN_NOT_OK(WaitReadable("no reply"));
+    const ssize_t got = ::recv(context_->fd, buf, n, 0);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got <= 0) {
       if (got == 0) errno = ECONNRESET;
       return Lost("no reply");
     }
-    raw_.append(buf, static_cast<size_t>(got));
+    return static_cast<size_t>(got);
   }
-  return Status::OK();
 }
 
 Status RedisConnection::ReadLine(std::string* line) {

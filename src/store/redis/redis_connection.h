@@ -119,6 +119,10 @@ class RedisConnection {
   Status WriteFully(std::vector<ConstBuffer> pieces);
   // Ensures at least `n` unparsed bytes are buffered.
   Status Fill(size_t n);
+  // One recv of at most `n` bytes into `buf` once the socket is readable
+  // within the reply's deadline (EINTR and EAGAIN retried): the bytes
+  // received, at least one; a closed or failed connection is Lost.
+  Result<size_t> ReceiveSome(char* buf, size_t n);
   Status ReadLine(std::string* line);
   Status ReceiveInto(uint8_t* dest, uint64_t n);
   Status ReceiveInto(std::vector<ReadBuffer> dests);

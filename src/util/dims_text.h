@@ -1,11 +1,12 @@
-// "[a, b, c]": a shape in error messages of the hf layer.
+// "[a, b, c]": a shape or offset in error messages, the one spelling
+// every layer uses.
 
-#ifndef RESHARD_HF_DIMS_TEXT_H_
-#define RESHARD_HF_DIMS_TEXT_H_
+#ifndef RESHARD_UTIL_DIMS_TEXT_H_
+#define RESHARD_UTIL_DIMS_TEXT_H_
 
 #include <string>
 
-#include "reshard/placement.h"
+#include "reshard/dims.h"
 
 namespace reshard::internal {
 
@@ -20,4 +21,4 @@ inline std::string DimsText(const Dims& d) {
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_HF_DIMS_TEXT_H_
+#endif  // RESHARD_UTIL_DIMS_TEXT_H_
