@@ -68,6 +68,19 @@ def reshard(source: _reshard.WeightPlacementManifest, source_tensors: Mapping,
     return Report(report)
 
 
+def check_share_arguments(what: str, noun: str, rank, ranks,
+                          progress) -> None:
+    """The arguments of a call one process or several make (upload,
+    hf.write): rank and ranks together or neither; progress only for one
+    process."""
+    if (rank is None) != (ranks is None):
+        raise _reshard.InvalidArgumentError(
+            f"{what}: give both rank and ranks, or neither")
+    if progress is not None and ranks is not None:
+        raise _reshard.InvalidArgumentError(
+            f"{what}: progress is for a one-process {noun} (no ranks)")
+
+
 class WeightStore:
     """A weight store: immutable revisions uploaded from and loaded into
     caller tensors at any layout.
@@ -117,12 +130,7 @@ class WeightStore:
         an exception it raises is raised once the upload has finished
         (the revision is committed). Not with `ranks`.
         """
-        if (rank is None) != (ranks is None):
-            raise _reshard.InvalidArgumentError(
-                "upload: give both rank and ranks, or neither")
-        if progress is not None and ranks is not None:
-            raise _reshard.InvalidArgumentError(
-                "upload: progress is for a one-process upload (no ranks)")
+        check_share_arguments("upload", "upload", rank, ranks, progress)
         addresses, keep = fragment_views(placement, tensors, "upload source",
                                          False)
         try:

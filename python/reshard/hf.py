@@ -23,7 +23,7 @@ import time
 from typing import Mapping, Optional, Union
 
 from reshard import _reshard
-from reshard._api import Report
+from reshard._api import Report, check_share_arguments
 from reshard._tensors import fragment_views
 
 
@@ -127,12 +127,7 @@ def write(placement: _reshard.WeightPlacementManifest, tensors: Mapping,
     `progress(done, total)` as in ``load``: the tensor bytes written (of
     one process's write; not with `ranks`).
     """
-    if (rank is None) != (ranks is None):
-        raise _reshard.InvalidArgumentError(
-            "hf.write: give both rank and ranks, or neither")
-    if progress is not None and ranks is not None:
-        raise _reshard.InvalidArgumentError(
-            "hf.write: progress is for a one-process write (no ranks)")
+    check_share_arguments("hf.write", "write", rank, ranks, progress)
     addresses, keep = fragment_views(placement, tensors,
                                      "checkpoint write source", False)
     out = os.fspath(out_dir)
