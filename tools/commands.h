@@ -16,6 +16,7 @@ void AddImportLegacyCommand(CLI::App& app);
 void AddStoreCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddHfCommand(CLI::App& app);
+void AddEngineCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
   reshard::cli::AddStoreCommand(app);
   reshard::cli::AddDemoCommand(app);
   reshard::cli::AddHfCommand(app);
+  reshard::cli::AddEngineCommand(app);
   int code = 0;
   try {
     app.parse(argc, argv);

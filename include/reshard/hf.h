@@ -83,6 +83,13 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file,
                                                  std::string_view json,
                                                  uint64_t file_size);
 
+// The 8-byte prefix and JSON header of a file holding `tensors` (their
+// data_offsets as given), keys sorted, `metadata` as "__metadata__" unless
+// empty, padded with spaces so that the data starts at a multiple of 8.
+std::string EncodeSafetensorsHeader(
+    const std::vector<SafetensorsTensor>& tensors,
+    const std::map<std::string, std::string>& metadata);
+
 // ---------------------------------------------------------------------------
 // A checkpoint directory as a source.
 

@@ -36,6 +36,20 @@ struct ParallelSizes {
   int64_t pp = 1;
   int64_t ep = 1;
   int64_t dp = 1;
+
+  int64_t Get(AxisKind kind) const {
+    switch (kind) {
+      case AxisKind::kDp:
+        return dp;
+      case AxisKind::kPp:
+        return pp;
+      case AxisKind::kEp:
+        return ep;
+      case AxisKind::kTp:
+        return tp;
+    }
+    return 1;
+  }
   friend bool operator==(const ParallelSizes&, const ParallelSizes&) = default;
 };
 
@@ -76,24 +90,50 @@ class ParallelAxis {
   AxisKind kind() const { return kind_; }
   // The split dimension; -1 unless semantics() == kSplit.
   int64_t dim() const { return dim_; }
+  // A grouped split (GroupedSplitAxis): the number of shards, fewer than
+  // the axis has ranks; 0 for every other axis. Rank r of an axis of size
+  // n holds shard r / (n / shards), so each shard is held by a contiguous
+  // group of n / shards ranks (its replicas).
+  int64_t shards() const { return shards_; }
 
   friend bool operator==(const ParallelAxis&, const ParallelAxis&) = default;
 
  private:
   friend Result<ParallelAxis> SplitAxis(AxisKind kind, int64_t dim);
+  // A split into `shards` (>= 1) shards along `dim`, each held by a
+  // contiguous group of ranks: vLLM's KV heads when TP exceeds them (4 KV
+  // heads at TP 8 give each pair of ranks one head). The placement requires
+  // 1 <= shards < the axis size and shards dividing it. An extension of the
+  // specification: the wire carries "shards" only for these axes, so the
+  // identities of placements without them are unchanged; other
+  // implementations of the specification refuse it.
+  Result<ParallelAxis> GroupedSplitAxis(AxisKind kind, int64_t dim,
+                                        int64_t shards);
+  friend Result<ParallelAxis> GroupedSplitAxis(AxisKind kind, int64_t dim,
+                                               int64_t shards);
   friend ParallelAxis ReplicatedAxis(AxisKind kind);
   friend ParallelAxis OwnershipAxis(AxisKind kind);
-  ParallelAxis(AxisSemantics s, AxisKind k, int64_t d)
-      : semantics_(s), kind_(k), dim_(d) {}
+  ParallelAxis(AxisSemantics s, AxisKind k, int64_t d, int64_t shards = 0)
+      : semantics_(s), kind_(k), dim_(d), shards_(shards) {}
 
   AxisSemantics semantics_;
   AxisKind kind_;
   int64_t dim_;
+  int64_t shards_;
 };
 
 // Ranks of `kind` jointly partition the tensor along `dim`. Only ep and tp
 // may split; EP must split the leading (expert) dimension 0.
 Result<ParallelAxis> SplitAxis(AxisKind kind, int64_t dim);
+// A split into `shards` (>= 1) shards along `dim`, each held by a
+// contiguous group of ranks: vLLM's KV heads when TP exceeds them (4 KV
+// heads at TP 8 give each pair of ranks one head). The placement requires
+// 1 <= shards < the axis size and shards dividing it. An extension of the
+// specification: the wire carries "shards" only for these axes, so the
+// identities of placements without them are unchanged; other
+// implementations of the specification refuse it.
+Result<ParallelAxis> GroupedSplitAxis(AxisKind kind, int64_t dim,
+                                      int64_t shards);
 // Every rank of `kind` holds a complete independent copy.
 ParallelAxis ReplicatedAxis(AxisKind kind);
 // Only the ranks named by fragments hold the tensor (PP layer ownership,

@@ -29,6 +29,7 @@ from reshard._reshard import (  # noqa: F401
     DataLossError,
     Error,
     FailedPreconditionError,
+    GroupedSplitAxis,
     InternalError,
     InvalidArgumentError,
     LogicalTransferPlan,

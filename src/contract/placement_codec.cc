@@ -21,6 +21,7 @@ void WriteAxis(const ParallelAxis& axis, CanonicalJsonWriter* w) {
   if (axis.semantics() == AxisSemantics::kSplit) w->KeyInt("dim", axis.dim());
   w->KeyString("kind", AxisKindName(axis.kind()));
   w->KeyString("semantics", AxisSemanticsName(axis.semantics()));
+  if (axis.shards() > 0) w->KeyInt("shards", axis.shards());
   w->EndObject();
 }
 
@@ -118,9 +119,9 @@ Result<ParallelRank> ReadRank(JsonElement e, const JsonPath& path) {
 }
 
 Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
-  RESHARD_ASSIGN_OR_RETURN(auto obj,
-                           StrictObject::Make(e, path, "parallel axis",
-                                              {"kind", "semantics"}, {"dim"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto obj, StrictObject::Make(e, path, "parallel axis",
+                                   {"kind", "semantics"}, {"dim", "shards"}));
   RESHARD_ASSIGN_OR_RETURN(std::string_view sem, obj.String("semantics"));
   RESHARD_ASSIGN_OR_RETURN(std::string_view kind_name, obj.String("kind"));
   auto kind = ParseAxisKind(kind_name);
@@ -138,15 +139,20 @@ Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
           "requires \"dim\"");
     }
     RESHARD_ASSIGN_OR_RETURN(int64_t d, obj.I64("dim"));
-    auto axis = SplitAxis(*kind, d);
+    int64_t shards = 0;
+    if (obj.Has("shards")) {
+      RESHARD_ASSIGN_OR_RETURN(shards, obj.I64("shards"));
+    }
+    auto axis = obj.Has("shards") ? GroupedSplitAxis(*kind, d, shards)
+                                  : SplitAxis(*kind, d);
     if (!axis.ok()) return axis.status().WithContext(path.ToString());
     return *axis;
   }
-  if (obj.Has("dim")) {
+  if (obj.Has("dim") || obj.Has("shards")) {
     return Status::InvalidArgument(
         path.ToString() +
         ": parallel axis schema fields do not match contract: only split "
-        "axes carry \"dim\"");
+        "axes carry \"dim\" and \"shards\"");
   }
   if (sem == "replicated") return ReplicatedAxis(*kind);
   return OwnershipAxis(*kind);

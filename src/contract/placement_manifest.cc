@@ -50,6 +50,46 @@ AxisKey Project(const ParallelRank& r, KindMask mask) {
           mask & 8u ? r.tp : -1};
 }
 
+// How a tensor's axes project a rank: its ownership, replicated and split
+// kinds, and per kind the ranks per shard of a grouped split (0 for every
+// other kind). A grouped split's coordinate is rank / group in the split
+// key and rank % group in the replica key: the ranks of one shard are its
+// replicas.
+struct Projection {
+  KindMask owner = 0, replica = 0, split = 0;
+  std::array<int64_t, 4> group = {0, 0, 0, 0};
+
+  AxisKey Owner(const ParallelRank& r) const { return Project(r, owner); }
+  AxisKey Replica(const ParallelRank& r) const {
+    AxisKey k = Project(r, replica);
+    for (size_t a = 0; a < 4; ++a) {
+      if (group[a] > 0) k[a] = r.Get(static_cast<AxisKind>(a)) % group[a];
+    }
+    return k;
+  }
+  AxisKey Split(const ParallelRank& r) const {
+    AxisKey k = Project(r, split);
+    for (size_t a = 0; a < 4; ++a) {
+      if (group[a] > 0) k[a] = r.Get(static_cast<AxisKind>(a)) / group[a];
+    }
+    return k;
+  }
+  // The (owner, replica) group's key: owner coordinates, then replica ones.
+  static AxisKey GroupKey(AxisKey owner, const AxisKey& replica) {
+    for (size_t a = 0; a < 4; ++a) {
+      if (replica[a] >= 0) owner[a] = replica[a];
+    }
+    return owner;
+  }
+  uint64_t CacheKey() const {
+    uint64_t k = owner | (replica << 8) | (split << 16);
+    for (size_t a = 0; a < 4; ++a) {
+      k = k * 1000003u + static_cast<uint64_t>(group[a]);
+    }
+    return k;
+  }
+};
+
 // `k` in one integer, 16 bits per coordinate (value + 1, so that -1 is 0),
 // ordered as AxisKeys are: exact when every coordinate is below 65535.
 uint64_t Pack(const AxisKey& k) {
@@ -92,13 +132,13 @@ void SortUnique(std::vector<AxisKey>* v) {
 }
 
 TopologyExpectation ComputeExpectation(const ParallelTopology& topo,
-                                       KindMask owner, KindMask replica,
-                                       KindMask split) {
+                                       const Projection& pr) {
   TopologyExpectation e;
   for (const auto& p : topo.participants()) {
-    e.replicas[Project(p.rank, owner)].push_back(Project(p.rank, replica));
-    e.splits[Project(p.rank, owner | replica)].push_back(
-        Project(p.rank, split));
+    const AxisKey owner = pr.Owner(p.rank);
+    const AxisKey replica = pr.Replica(p.rank);
+    e.replicas[owner].push_back(replica);
+    e.splits[Projection::GroupKey(owner, replica)].push_back(pr.Split(p.rank));
   }
   for (auto& [k, v] : e.replicas) SortUnique(&v);
   for (auto& [k, v] : e.splits) SortUnique(&v);
@@ -137,35 +177,61 @@ class GlobalValidator {
   // `frags` with their ranks projected on the masks, sorted by (owner,
   // replica, split), ties in fragment order.
   std::vector<RankedFragment> RankFragments(
-      const std::vector<const PlacementFragment*>& frags, KindMask o_mask,
-      KindMask r_mask, KindMask s_mask) const;
+      const std::vector<const PlacementFragment*>& frags,
+      const Projection& pr) const;
+  // The tensor's projection; a grouped split whose shards do not divide
+  // its axis into groups of two or more ranks is an error.
+  Result<Projection> ProjectionOf(const TensorDescriptor& t) const;
   // One (owner, replica) group [begin, end), sorted by split key: exact
   // cover (rule 23), the topology's split participants, Cartesian split
   // tuples.
   Status CheckReplicaGroup(const TensorDescriptor& t,
-                           const TopologyExpectation& expect, KindMask s_mask,
-                           const RankedFragment* begin,
+                           const TopologyExpectation& expect,
+                           const Projection& pr, const RankedFragment* begin,
                            const RankedFragment* end,
                            GroupScratch* scratch) const;
   // True if, per split kind, the values in `splits` are {0..size-1}.
-  bool SplitValuesComplete(const std::vector<AxisKey>& splits, KindMask s_mask,
+  bool SplitValuesComplete(const std::vector<AxisKey>& splits,
+                           const Projection& pr,
                            std::vector<int64_t>* values) const;
-  const TopologyExpectation& Expectation(KindMask o, KindMask r, KindMask s);
+  const TopologyExpectation& Expectation(const Projection& pr);
 
   const ParallelTopology& topo_;
-  std::map<uint32_t, TopologyExpectation> cache_;
+  std::map<uint64_t, TopologyExpectation> cache_;
   // Every rank coordinate fits Pack (each is below its axis size).
   bool packable_ = true;
 };
 
-const TopologyExpectation& GlobalValidator::Expectation(KindMask o, KindMask r,
-                                                        KindMask s) {
-  const uint32_t key = o | (r << 8) | (s << 16);
+const TopologyExpectation& GlobalValidator::Expectation(const Projection& pr) {
+  const uint64_t key = pr.CacheKey();
   auto it = cache_.find(key);
   if (it == cache_.end()) {
-    it = cache_.emplace(key, ComputeExpectation(topo_, o, r, s)).first;
+    it = cache_.emplace(key, ComputeExpectation(topo_, pr)).first;
   }
   return it->second;
+}
+
+Result<Projection> GlobalValidator::ProjectionOf(
+    const TensorDescriptor& t) const {
+  Projection pr;
+  pr.owner = MaskOf(t, AxisSemantics::kOwnership);
+  pr.replica = MaskOf(t, AxisSemantics::kReplicated);
+  pr.split = MaskOf(t, AxisSemantics::kSplit);
+  for (const auto& axis : t.parallel_axes()) {
+    if (axis.shards() == 0) continue;
+    const int64_t size = topo_.size(axis.kind());
+    if (axis.shards() >= size || size % axis.shards() != 0) {
+      return Status::InvalidArgument(
+          "grouped split axis of " + t.tensor_id() + ": " +
+          std::string(AxisKindName(axis.kind())) + " of size " +
+          std::to_string(size) + " cannot hold " +
+          std::to_string(axis.shards()) +
+          " shards (they must divide the axis into groups of two or more "
+          "ranks)");
+    }
+    pr.group[static_cast<size_t>(axis.kind())] = size / axis.shards();
+  }
+  return pr;
 }
 
 Status GlobalValidator::CheckUndeclaredAxes(
@@ -227,9 +293,12 @@ Status GlobalValidator::CheckSplitGeometry(
   for (const auto& axis : t.parallel_axes()) {
     if (axis.semantics() != AxisSemantics::kSplit) continue;
     const auto dim = static_cast<size_t>(axis.dim());
+    // A grouped split's ranks of one shard count as one.
+    const int64_t group =
+        axis.shards() > 0 ? topo_.size(axis.kind()) / axis.shards() : 1;
     iv.clear();
     for (const auto* f : frags) {
-      iv.push_back({f->rank().Get(axis.kind()), f->global_offset()[dim],
+      iv.push_back({f->rank().Get(axis.kind()) / group, f->global_offset()[dim],
                     f->global_offset()[dim] + f->local_shape()[dim]});
     }
     std::sort(iv.begin(), iv.end());
@@ -273,8 +342,8 @@ Status GlobalValidator::CheckSplitGeometry(
 }
 
 std::vector<RankedFragment> GlobalValidator::RankFragments(
-    const std::vector<const PlacementFragment*>& frags, KindMask o_mask,
-    KindMask r_mask, KindMask s_mask) const {
+    const std::vector<const PlacementFragment*>& frags,
+    const Projection& pr) const {
   std::vector<RankedFragment> entries;
   entries.reserve(frags.size());
   // A tensor's fragments lie in every part, a page apart or more: the first
@@ -291,8 +360,8 @@ std::vector<RankedFragment> GlobalValidator::RankFragments(
       __builtin_prefetch(&ahead->rank());
     }
     const PlacementFragment* f = frags[i];
-    entries.push_back({Project(f->rank(), o_mask), Project(f->rank(), r_mask),
-                       Project(f->rank(), s_mask), f});
+    entries.push_back(
+        {pr.Owner(f->rank()), pr.Replica(f->rank()), pr.Split(f->rank()), f});
   }
   // By (owner, replica, split), ties in fragment order. Packed keys compare
   // as three integers, and the sort moves 32 bytes per entry, not a
@@ -334,13 +403,10 @@ Status GlobalValidator::CheckTensor(
         " (no fragments)");
   }
   RESHARD_RETURN_NOT_OK(CheckUndeclaredAxes(t, frags));
-  const KindMask o_mask = MaskOf(t, AxisSemantics::kOwnership);
-  const KindMask r_mask = MaskOf(t, AxisSemantics::kReplicated);
-  const KindMask s_mask = MaskOf(t, AxisSemantics::kSplit);
-  const TopologyExpectation& expect = Expectation(o_mask, r_mask, s_mask);
+  RESHARD_ASSIGN_OR_RETURN(const Projection pr, ProjectionOf(t));
+  const TopologyExpectation& expect = Expectation(pr);
 
-  const std::vector<RankedFragment> entries =
-      RankFragments(frags, o_mask, r_mask, s_mask);
+  const std::vector<RankedFragment> entries = RankFragments(frags, pr);
   GroupScratch scratch;
   for (size_t i = 0; i < entries.size();) {
     size_t j = i;
@@ -353,7 +419,7 @@ Status GlobalValidator::CheckTensor(
         ++k;
       }
       scratch.replicas.push_back(entries[j].replica);
-      RESHARD_RETURN_NOT_OK(CheckReplicaGroup(t, expect, s_mask, &entries[j],
+      RESHARD_RETURN_NOT_OK(CheckReplicaGroup(t, expect, pr, &entries[j],
                                               &entries[0] + k, &scratch));
       j = k;
     }
@@ -371,7 +437,7 @@ Status GlobalValidator::CheckTensor(
 
 Status GlobalValidator::CheckReplicaGroup(const TensorDescriptor& t,
                                           const TopologyExpectation& expect,
-                                          KindMask s_mask,
+                                          const Projection& pr,
                                           const RankedFragment* begin,
                                           const RankedFragment* end,
                                           GroupScratch* scratch) const {
@@ -392,13 +458,10 @@ Status GlobalValidator::CheckReplicaGroup(const TensorDescriptor& t,
   }
   std::vector<AxisKey>& splits = scratch->splits;
   SortUnique(&splits);
-  AxisKey group_key = begin->owner;
-  for (size_t a = 0; a < 4; ++a) {
-    if (begin->replica[a] >= 0) group_key[a] = begin->replica[a];
-  }
-  auto sp = expect.splits.find(group_key);
+  auto sp =
+      expect.splits.find(Projection::GroupKey(begin->owner, begin->replica));
   if (sp == expect.splits.end() || sp->second != splits ||
-      !SplitValuesComplete(splits, s_mask, &scratch->values)) {
+      !SplitValuesComplete(splits, pr, &scratch->values)) {
     return Status::InvalidArgument(
         "missing or unexpected split-axis participant for " + id + where +
         begin->f->rank().ToString() + ")");
@@ -406,7 +469,7 @@ Status GlobalValidator::CheckReplicaGroup(const TensorDescriptor& t,
   // Cartesian product rule: tuples == product of per-axis value sets.
   size_t product = 1;
   for (size_t a = 0; a < 4; ++a) {
-    if (!(s_mask & (1u << a))) continue;
+    if (!(pr.split & (1u << a))) continue;
     std::vector<int64_t>& values = scratch->values;
     values.clear();
     for (const auto& key : splits) values.push_back(key[a]);
@@ -423,18 +486,21 @@ Status GlobalValidator::CheckReplicaGroup(const TensorDescriptor& t,
 }
 
 bool GlobalValidator::SplitValuesComplete(const std::vector<AxisKey>& splits,
-                                          KindMask s_mask,
+                                          const Projection& pr,
                                           std::vector<int64_t>* values) const {
-  // Per split kind the participants' values must be {0..size-1}.
+  // Per split kind the participants' values must be {0..size-1} (a grouped
+  // split's: {0..shards-1}).
   for (AxisKind kind : kAllAxisKinds) {
     const auto a = static_cast<size_t>(kind);
-    if (!(s_mask & (1u << a))) continue;
+    if (!(pr.split & (1u << a))) continue;
+    const int64_t n =
+        pr.group[a] > 0 ? topo_.size(kind) / pr.group[a] : topo_.size(kind);
     values->clear();
     for (const auto& key : splits) values->push_back(key[a]);
     std::sort(values->begin(), values->end());
     values->erase(std::unique(values->begin(), values->end()), values->end());
-    if (static_cast<int64_t>(values->size()) != topo_.size(kind) ||
-        values->front() != 0 || values->back() != topo_.size(kind) - 1) {
+    if (static_cast<int64_t>(values->size()) != n || values->front() != 0 ||
+        values->back() != n - 1) {
       return false;
     }
   }

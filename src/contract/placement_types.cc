@@ -74,6 +74,18 @@ Result<ParallelAxis> SplitAxis(AxisKind kind, int64_t dim) {
   return ParallelAxis(AxisSemantics::kSplit, kind, dim);
 }
 
+Result<ParallelAxis> GroupedSplitAxis(AxisKind kind, int64_t dim,
+                                      int64_t shards) {
+  RESHARD_ASSIGN_OR_RETURN(ParallelAxis axis, SplitAxis(kind, dim));
+  if (shards < 1) {
+    return Status::InvalidArgument(
+        "grouped split axis shards must be positive, got " +
+        std::to_string(shards));
+  }
+  axis.shards_ = shards;
+  return axis;
+}
+
 ParallelAxis ReplicatedAxis(AxisKind kind) {
   return ParallelAxis(AxisSemantics::kReplicated, kind, -1);
 }
@@ -196,6 +208,9 @@ std::string AxesText(const std::vector<ParallelAxis>& axes) {
          std::string(AxisKindName(axes[i].kind()));
     if (axes[i].semantics() == AxisSemantics::kSplit) {
       s += " dim " + std::to_string(axes[i].dim());
+    }
+    if (axes[i].shards() > 0) {
+      s += " in " + std::to_string(axes[i].shards()) + " shards";
     }
   }
   return s + "]";

@@ -71,50 +71,20 @@ std::string FileName(size_t k, size_t n) {
   return buf;
 }
 
-// The header of one file: prefix + JSON padded with spaces so the data
-// starts at a multiple of 8. Sets each entry's relative offsets.
+// The header of one file: the entries in order; sets each entry's
+// relative offset.
 std::string Header(const std::vector<const Entry*>& entries,
                    const std::map<std::string, std::string>& metadata,
                    std::vector<uint64_t>* begins) {
-  std::map<std::string, std::pair<const Entry*, uint64_t>> keyed;
+  std::vector<SafetensorsTensor> tensors;
   uint64_t at = 0;
   for (const Entry* e : entries) {
-    keyed[e->t->tensor_id()] = {e, at};
     begins->push_back(at);
+    tensors.push_back({e->t->tensor_id(), std::string(e->dtype->name),
+                       e->t->global_shape(), at, at + e->nbytes});
     at += e->nbytes;
   }
-  std::string json;
-  internal::CanonicalJsonWriter w(&json);
-  w.BeginObject();
-  bool meta_done = metadata.empty();
-  auto write_meta = [&] {
-    w.Key("__metadata__");
-    w.BeginObject();
-    for (const auto& [k, v] : metadata) w.KeyString(k, v);
-    w.EndObject();
-    meta_done = true;
-  };
-  for (const auto& [name, ev] : keyed) {
-    if (!meta_done && std::string_view("__metadata__") < name) write_meta();
-    w.Key(name);
-    w.BeginObject();
-    w.Key("data_offsets");
-    w.BeginArray();
-    w.UInt(ev.second);
-    w.UInt(ev.second + ev.first->nbytes);
-    w.EndArray();
-    w.KeyString("dtype", ev.first->dtype->name);
-    w.Key("shape");
-    w.IntArray(ev.first->t->global_shape());
-    w.EndObject();
-  }
-  if (!meta_done) write_meta();
-  w.EndObject();
-  while ((8 + json.size()) % 8 != 0) json.push_back(' ');
-  std::string out(8, '\0');
-  uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = char(n >> (8 * i));
-  return out + json;
+  return EncodeSafetensorsHeader(tensors, metadata);
 }
 
 // The checkpoint as a placement: one participant holding every tensor

@@ -389,7 +389,9 @@ void AddMxfp4Experts(const HfConfig& c, const std::string& p, int64_t l,
   grouped("down_proj_bias", {e, h}, HfShard::kReplicated, false);
 }
 
-bool SparseLayer(const HfConfig& c, int64_t l) {
+}  // namespace
+
+bool IsSparseLayer(const HfConfig& c, int64_t l) {
   switch (c.arch) {
     case HfArch::kQwen3Moe:
       return c.experts > 0 &&
@@ -409,6 +411,8 @@ bool SparseLayer(const HfConfig& c, int64_t l) {
   }
 }
 
+namespace {
+
 void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
   const std::string p = "model.layers." + std::to_string(l) + ".";
   const int64_t h = c.hidden;
@@ -419,7 +423,7 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
   } else {
     AddGqaAttention(c, p + "self_attn.", l, t);
   }
-  if (!SparseLayer(c, l)) {
+  if (!IsSparseLayer(c, l)) {
     AddMlp(c, p + "mlp.", c.intermediate, l, t, c.mlp_bias);
     return;
   }

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/hf.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
 
@@ -108,6 +109,27 @@ struct HfTensor {
 // Every tensor the architecture names for this config (no FP8 scales),
 // in model order.
 Result<std::vector<HfTensor>> HfModelTensors(const HfConfig& config);
+
+// Whether layer `l` holds routed experts (else a dense MLP).
+bool IsSparseLayer(const HfConfig& config, int64_t l);
+
+// A laid-out tensor: the model's tensor with its final dtype and, for an
+// FP8 scale, the weight it follows (an element of the `model` it was made
+// from).
+struct HfLaidTensor {
+  HfTensor t;
+  const HfTensor* weight = nullptr;  // set for a weight_scale_inv
+};
+
+// The tensors a layout of `model` holds. Config-only (no checkpoint):
+// every tensor, quantized weights as F8_E4M3 each followed by its scale.
+// With a checkpoint: exactly its tensors less non-persistent buffers, each
+// one the architecture names (or the FP8 scale of one) with the shape both
+// agree on and the checkpoint's dtype; a named tensor it lacks, or one the
+// architecture does not name, is an error.
+Result<std::vector<HfLaidTensor>> HfLayoutTensors(
+    const HfConfig& config, const std::vector<HfTensor>& model,
+    const HfCheckpoint* checkpoint);
 
 }  // namespace reshard::internal
 

@@ -23,12 +23,7 @@ using internal::Printable;
 
 constexpr std::string_view kScaleSuffix = "weight_scale_inv";
 
-// A laid-out tensor: the model's tensor and, for an FP8 scale, the weight
-// it follows.
-struct Planned {
-  HfTensor t;
-  const HfTensor* weight = nullptr;  // set for a weight_scale_inv
-};
+using Planned = internal::HfLaidTensor;
 
 std::string ScaleName(const std::string& weight) {
   return weight.substr(0, weight.size() - std::string_view("weight").size()) +
@@ -322,6 +317,17 @@ class Layout {
 
 }  // namespace
 
+namespace internal {
+
+Result<std::vector<HfLaidTensor>> HfLayoutTensors(
+    const HfConfig& c, const std::vector<HfTensor>& model,
+    const HfCheckpoint* checkpoint) {
+  if (checkpoint != nullptr) return FromCheckpoint(c, model, *checkpoint);
+  return FromConfig(c, model);
+}
+
+}  // namespace internal
+
 Result<WeightPlacementManifest> HfLayout(std::string_view config_json,
                                          const HfLayoutOptions& options,
                                          const HfCheckpoint* checkpoint) {
@@ -330,12 +336,8 @@ Result<WeightPlacementManifest> HfLayout(std::string_view config_json,
   c.stored_tied_head = c.tie_word_embeddings && checkpoint != nullptr &&
                        checkpoint->FindTensor("lm_head.weight") != nullptr;
   RESHARD_ASSIGN_OR_RETURN(auto model, internal::HfModelTensors(c));
-  std::vector<Planned> planned;
-  if (checkpoint != nullptr) {
-    RESHARD_ASSIGN_OR_RETURN(planned, FromCheckpoint(c, model, *checkpoint));
-  } else {
-    planned = FromConfig(c, model);
-  }
+  RESHARD_ASSIGN_OR_RETURN(std::vector<Planned> planned,
+                           internal::HfLayoutTensors(c, model, checkpoint));
   Layout layout(c, options);
   for (const Planned& p : planned) RESHARD_RETURN_NOT_OK(layout.Add(p));
   return layout.Build(options);

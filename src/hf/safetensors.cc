@@ -285,4 +285,43 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view file,
   return h;
 }
 
+std::string EncodeSafetensorsHeader(
+    const std::vector<SafetensorsTensor>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  std::map<std::string_view, const SafetensorsTensor*> keyed;
+  for (const SafetensorsTensor& t : tensors) keyed[t.name] = &t;
+  std::string json;
+  internal::CanonicalJsonWriter w(&json);
+  w.BeginObject();
+  bool meta_done = metadata.empty();
+  auto write_meta = [&] {
+    w.Key("__metadata__");
+    w.BeginObject();
+    for (const auto& [k, v] : metadata) w.KeyString(k, v);
+    w.EndObject();
+    meta_done = true;
+  };
+  for (const auto& [name, t] : keyed) {
+    if (!meta_done && std::string_view("__metadata__") < name) write_meta();
+    w.Key(name);
+    w.BeginObject();
+    w.Key("data_offsets");
+    w.BeginArray();
+    w.UInt(t->begin);
+    w.UInt(t->end);
+    w.EndArray();
+    w.KeyString("dtype", t->dtype);
+    w.Key("shape");
+    w.IntArray(t->shape);
+    w.EndObject();
+  }
+  if (!meta_done) write_meta();
+  w.EndObject();
+  while ((8 + json.size()) % 8 != 0) json.push_back(' ');
+  std::string out(8, '\0');
+  const uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = char(n >> (8 * i));
+  return out + json;
+}
+
 }  // namespace reshard

@@ -89,13 +89,22 @@ class TensorIndex {
   mutable std::unordered_map<const std::string*, uint32_t> by_state_;
 };
 
-// The rank projected on the kinds of `t` with the given semantics.
-AxisKey Project(const ParallelRank& r, const TensorDescriptor& t,
-                AxisSemantics a, AxisSemantics b) {
+// The rank's cover-group key for `t`: its ownership and replicated
+// coordinates, and for a grouped split of an axis of `sizes` its place in
+// its shard's group (the ranks of one shard are replicas of each other).
+AxisKey CoverKey(const ParallelRank& r, const TensorDescriptor& t,
+                 const ParallelSizes& sizes) {
   AxisKey k{-1, -1, -1, -1};
   for (const auto& axis : t.parallel_axes()) {
-    if (axis.semantics() == a || axis.semantics() == b) {
-      k[static_cast<size_t>(axis.kind())] = r.Get(axis.kind());
+    const auto a = static_cast<size_t>(axis.kind());
+    if (axis.semantics() == AxisSemantics::kOwnership ||
+        axis.semantics() == AxisSemantics::kReplicated) {
+      k[a] = r.Get(axis.kind());
+    } else if (axis.shards() > 0) {
+      const int64_t size = sizes.Get(axis.kind());
+      if (size > axis.shards()) {
+        k[a] = r.Get(axis.kind()) % (size / axis.shards());
+      }
     }
   }
   return k;
@@ -313,7 +322,8 @@ class TensorBoxes {
 // (replicas over other axes within one owner are fine).
 Result<CoverGroups> GroupCovers(const TensorDescriptor& t,
                                 const std::vector<uint32_t>& frags,
-                                const std::vector<PlanFragment>& table) {
+                                const std::vector<PlanFragment>& table,
+                                const ParallelSizes& sizes) {
   CoverGroups groups;
   // A tensor's fragments lie spread over the table: start the misses of
   // the fragments ahead (their rank and box, which TensorBoxes reads next).
@@ -324,9 +334,7 @@ Result<CoverGroups> GroupCovers(const TensorDescriptor& t,
       __builtin_prefetch(&ahead.global_offset);
       __builtin_prefetch(&ahead.local_shape);
     }
-    groups[Project(table[frags[p]].rank, t, AxisSemantics::kOwnership,
-                   AxisSemantics::kReplicated)]
-        .push_back(p);
+    groups[CoverKey(table[frags[p]].rank, t, sizes)].push_back(p);
   }
   const ParallelAxis* dp = t.FindAxis(AxisKind::kDp);
   auto owners_differ = [&] {
@@ -403,8 +411,9 @@ std::vector<SourceBox> ChooseReplicas(const TilingClass& tiling,
 // class of the smallest group key.
 Result<std::vector<SourceBox>> SourceTiling(
     const TensorDescriptor& t, const std::vector<uint32_t>& frags,
-    const std::vector<PlanFragment>& table) {
-  RESHARD_ASSIGN_OR_RETURN(CoverGroups groups, GroupCovers(t, frags, table));
+    const std::vector<PlanFragment>& table, const ParallelSizes& sizes) {
+  RESHARD_ASSIGN_OR_RETURN(CoverGroups groups,
+                           GroupCovers(t, frags, table, sizes));
   const TensorBoxes boxes(frags, table, t.ndim());
   const std::vector<TilingClass> classes = GroupByTiling(&groups, boxes);
   size_t best = 0;
@@ -476,6 +485,9 @@ struct PlanSource {
   size_t fragment_count = 0;  // an upper bound, for reserving
   // Appends the fragments of the tensors in the index to the tables.
   std::function<void(const TensorIndex&, SourceTables)> add_fragments;
+  // The source topology's axis sizes (a placement's; all 1 for a stored
+  // revision, whose fragments tile each tensor once).
+  ParallelSizes sizes;
 };
 
 // Plans one target from one source in the steps of docs/planner.md. Each
@@ -734,8 +746,8 @@ Status Planner::Intersect() {
 Status Planner::IntersectTensor(uint32_t t) {
   const TensorDescriptor& desc = *source_.find_tensor(impl_->tensors[t]);
   RESHARD_ASSIGN_OR_RETURN(
-      tensor_boxes_[t],
-      SourceTiling(desc, source_by_tensor_[t], impl_->source_fragments));
+      tensor_boxes_[t], SourceTiling(desc, source_by_tensor_[t],
+                                     impl_->source_fragments, source_.sizes));
   BoxIndex index;
   index.Build(tensor_boxes_[t], desc.ndim());
   const auto itemsize = static_cast<uint64_t>(desc.itemsize());
@@ -1043,7 +1055,8 @@ Result<LogicalTransferPlan> PlanFromPlacement(
                   {},
                   [&](std::string_view id) { return source.FindTensor(id); },
                   source.fragments().size(),
-                  {}};
+                  {},
+                  source.topology().sizes()};
   for (const auto& t : source.tensors()) view.tensors.push_back(&t);
   view.add_fragments = [&](const internal::TensorIndex& tensor_index,
                            internal::SourceTables out) {
@@ -1117,7 +1130,8 @@ Result<LogicalTransferPlan> LogicalTransferPlan::MakeFromStored(
       {},
       [&](std::string_view t) { return source.FindTensor(t); },
       source.fragments().size(),
-      {}};
+      {},
+      ParallelSizes{}};
   for (const auto& t : source.tensors()) view.tensors.push_back(&t);
   // Every stored fragment is eligible; its "participant" is its object.
   view.add_fragments = [&](const internal::TensorIndex& tensor_index,

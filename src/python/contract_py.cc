@@ -86,18 +86,28 @@ void RegisterAxes(py::module_& m) {
                                }
                                return py::int_(a.dim());
                              })
+      .def_property_readonly("shards",
+                             [](const ParallelAxis& a) -> py::object {
+                               if (a.shards() == 0) return py::none();
+                               return py::int_(a.shards());
+                             })
       .def("__eq__",
            [](const ParallelAxis& a, const ParallelAxis& b) { return a == b; })
       .def("__hash__",
            [](const ParallelAxis& a) {
              return py::hash(py::make_tuple(static_cast<int>(a.semantics()),
-                                            static_cast<int>(a.kind()),
-                                            a.dim()));
+                                            static_cast<int>(a.kind()), a.dim(),
+                                            a.shards()));
            })
       .def("__repr__", [](const ParallelAxis& a) {
         const std::string kind(AxisKindName(a.kind()));
         switch (a.semantics()) {
           case AxisSemantics::kSplit:
+            if (a.shards() > 0) {
+              return "GroupedSplitAxis('" + kind + "', " +
+                     std::to_string(a.dim()) + ", " +
+                     std::to_string(a.shards()) + ")";
+            }
             return "SplitAxis('" + kind + "', " + std::to_string(a.dim()) + ")";
           case AxisSemantics::kReplicated:
             return "ReplicatedAxis('" + kind + "')";
@@ -114,6 +124,17 @@ void RegisterAxes(py::module_& m) {
       },
       py::arg("kind"), py::arg("dim"),
       "Ranks of `kind` (tp or ep) jointly partition the tensor along `dim`.");
+  m.def(
+      "GroupedSplitAxis",
+      [](py::object kind, py::object dim, py::object shards) {
+        return Unwrap(
+            GroupedSplitAxis(KindOf(kind, "GroupedSplitAxis.kind"),
+                             ToI64(dim, "GroupedSplitAxis.dim"),
+                             ToI64(shards, "GroupedSplitAxis.shards")));
+      },
+      py::arg("kind"), py::arg("dim"), py::arg("shards"),
+      "Ranks of `kind` split the tensor along `dim` into `shards` shards, "
+      "each held by a contiguous group of size / shards ranks.");
   m.def(
       "ReplicatedAxis",
       [](py::object kind) {

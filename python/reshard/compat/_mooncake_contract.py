@@ -586,6 +586,12 @@ def rank_from_native(native):
 
 
 def _axis_from_native(native):
+    if getattr(native, "shards", None) is not None:
+        raise ValueError(
+            f"grouped split axis ({native.kind} split on dim {native.dim} in "
+            f"{native.shards} shards) is a reshard extension the prototype "
+            "contract cannot express; use reshard's own API for this "
+            "placement")
     cls = _AXIS_BY_SEMANTICS[native.semantics]
     fields = {"kind": native.kind}
     if cls is SplitAxis:

@@ -1,0 +1,192 @@
+// Engine layouts: the parameters trainers and inference engines really
+// hold (fused, interleaved, padded), as maps onto a placement of the
+// model's canonical (Hugging Face) tensors (docs/engines.md).
+//
+// An EngineLayout is a placement plus, for every participant, its
+// parameters in engine order: name, shape, dtype and the ordered pieces
+// that fill the parameter's bytes, each a placement fragment (one
+// contiguous row-major box of a canonical tensor) at a byte offset, or
+// padding. Pieces tile each parameter exactly. Binding a participant's
+// parameter buffers by name yields its runtime binding (each fragment at
+// its address inside its parameter), so the planner, the live sessions
+// and the store move bytes straight into and out of engine parameters.
+// Padding is never sent and is zero-filled on load.
+//
+//   auto layout = reshard::MakeEngineLayout(config_json, {.engine = "vllm",
+//                                           .sizes = {.tp = 4}});
+//   auto binding = reshard::BindParameters(*layout, "p-d0-p0-e0-t0", bufs);
+
+#ifndef RESHARD_ENGINE_H_
+#define RESHARD_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/binding.h"
+#include "reshard/hf.h"
+#include "reshard/placement.h"
+#include "reshard/reshard.h"
+#include "reshard/status.h"
+
+namespace reshard {
+
+// One run of a parameter's bytes.
+struct ParameterPiece {
+  uint64_t offset = 0;  // byte offset inside the parameter
+  uint64_t nbytes = 0;
+  // The placement fragment whose bytes these are; empty for padding.
+  std::string placement_fragment_id;
+  bool padding() const { return placement_fragment_id.empty(); }
+  friend bool operator==(const ParameterPiece&,
+                         const ParameterPiece&) = default;
+};
+
+struct EngineParameter {
+  std::string name;
+  Dims shape;
+  std::string dtype;  // placement dtype ("bfloat16")
+  int64_t itemsize = 0;
+  std::vector<ParameterPiece> pieces;  // by offset, tiling the parameter
+  // product(shape) * itemsize.
+  uint64_t nbytes() const;
+  friend bool operator==(const EngineParameter&,
+                         const EngineParameter&) = default;
+};
+
+struct EngineParticipant {
+  std::string participant_id;
+  std::vector<EngineParameter> parameters;  // engine order
+};
+
+// An immutable, validated engine layout. Copies are cheap.
+class EngineLayout {
+ public:
+  // Checks every participant's map against the placement: a known
+  // participant, once; unique parameter names with a known dtype and
+  // non-empty shape; pieces that tile each parameter exactly (no gap, no
+  // overlap, nothing past its end) of the participant's own fragments,
+  // each fragment's bytes in a parameter of its dtype, every fragment of
+  // the participant in exactly one piece. Errors (InvalidArgument) name
+  // the participant and parameter.
+  static Result<EngineLayout> Make(std::string engine,
+                                   WeightPlacementManifest placement,
+                                   std::vector<EngineParticipant> participants);
+
+  const std::string& engine() const;
+  const WeightPlacementManifest& placement() const;
+  // Sorted by participant id; one per topology participant.
+  const std::vector<EngineParticipant>& participants() const;
+  const EngineParticipant* FindParticipant(std::string_view id) const;
+
+ private:
+  struct Impl;
+  explicit EngineLayout(std::shared_ptr<const Impl> impl)
+      : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// The presets (docs/engines.md): "hf" (the canonical tensors as HfLayout
+// lays them out), "megatron" (Megatron-Core GPTModel, Transformer Engine
+// layer spec), "vllm", and "sglang" (vLLM's layout).
+std::vector<std::string_view> EngineNames();
+
+struct EngineLayoutOptions {
+  std::string engine = "vllm";
+  // tp, pp, dp: the engine's grid. ep: vLLM's expert parallelism, 1 or
+  // tp * dp (the rank d * tp + t holds the experts of EP rank d * tp + t);
+  // Megatron's expert-parallel size, dividing tp * dp (rank (d * tp + t)
+  // % ep), experts whole (expert tensor parallel 1).
+  ParallelSizes sizes;
+  std::string resource_id;  // default: the config's model_type
+  std::string revision = "hf";
+  uint64_t weight_generation = 0;
+  // Megatron pads the vocabulary to a multiple of this times TP
+  // (--make-vocab-size-divisible-by).
+  int64_t make_vocab_size_divisible_by = 128;
+};
+
+// The layout of the model `config_json` describes for an engine preset.
+// With `checkpoint`, the canonical tensors' dtypes and shapes come from it
+// (FP8 weights and their scales included); without, from the config. A
+// grid the engine refuses (vLLM block-FP8 shards not aligned to the
+// block, Megatron query groups not divisible by TP, a vocabulary some rank
+// would hold none of) is InvalidArgument naming the parameter or tensor.
+Result<EngineLayout> MakeEngineLayout(std::string_view config_json,
+                                      const EngineLayoutOptions& options,
+                                      const HfCheckpoint* checkpoint = nullptr);
+
+// A parameter's memory: `nbytes` bytes at `data`, contiguous.
+struct ParameterBuffer {
+  void* data = nullptr;
+  uint64_t nbytes = 0;
+};
+using ParameterBuffers = std::map<std::string, ParameterBuffer, std::less<>>;
+
+// Every fragment of the participant's parameters at its address inside
+// the buffer of its parameter. Every parameter of the map must be given,
+// with exactly its size; a buffer of a name the participant does not hold
+// is an error naming it.
+Result<std::map<std::string, void*>> ParameterFragmentBuffers(
+    const EngineLayout& layout, std::string_view participant_id,
+    const ParameterBuffers& buffers);
+
+// ParameterFragmentBuffers, then BindBuffers: the participant's runtime
+// binding of `layout.placement()`.
+Result<WeightRuntimeBindingManifest> BindParameters(
+    const EngineLayout& layout, std::string_view participant_id,
+    const ParameterBuffers& buffers, const BufferBindingOptions& options = {});
+
+// Writes zeros over every padding piece of the participant's parameters
+// (host memory): what engines hold there after loading.
+Status ZeroParameterPadding(const EngineLayout& layout,
+                            std::string_view participant_id,
+                            const ParameterBuffers& buffers);
+
+// Zero-filled host memory for every parameter of one participant, aligned
+// to 64 bytes; move-only, freed with it.
+class ParameterMemory {
+ public:
+  static Result<ParameterMemory> Allocate(const EngineParticipant& p);
+  const ParameterBuffers& buffers() const { return buffers_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::vector<std::unique_ptr<void, Free>> blocks_;
+  ParameterBuffers buffers_;
+  uint64_t bytes_ = 0;
+};
+
+// One participant's parameters as one safetensors file (engine names and
+// shapes, in engine order, metadata {"format": "pt"}): written as
+// "<path>.partial", synced and renamed to `path`. An existing `path` is
+// AlreadyExists (nothing written).
+Status WriteParameterFile(const std::string& path,
+                          const EngineParticipant& participant,
+                          const ParameterBuffers& buffers);
+// Reads such a file into `buffers`: it must hold exactly the participant's
+// parameters, each with the map's shape and dtype (errors name the file
+// and parameter).
+Status ReadParameterFile(const std::string& path,
+                         const EngineParticipant& participant,
+                         const ParameterBuffers& buffers);
+
+// The parameter maps as canonical JSON: {"engine", "placement_id",
+// "participants": [{"participant_id", "parameters": [{"name", "shape",
+// "dtype", "pieces": [{"offset", "nbytes", "fragment"}]}]}]}, "fragment"
+// null for padding.
+std::string EngineParametersToJson(const EngineLayout& layout);
+// The inverse, checked against `placement` by EngineLayout::Make.
+Result<EngineLayout> EngineParametersFromJson(
+    std::string_view json, const WeightPlacementManifest& placement);
+
+}  // namespace reshard
+
+#endif  // RESHARD_ENGINE_H_

@@ -1,0 +1,150 @@
+// Per-participant parameter files (safetensors) and their host memory.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "reshard/engine.h"
+#include "util/dims_text.h"
+#include "util/file_io.h"
+#include "util/printable.h"
+
+namespace reshard {
+
+using internal::DimsText;
+using internal::ErrnoStatus;
+using internal::FileDescriptor;
+using internal::Printable;
+
+void ParameterMemory::Free::operator()(void* p) const { std::free(p); }
+
+Result<ParameterMemory> ParameterMemory::Allocate(const EngineParticipant& p) {
+  ParameterMemory m;
+  for (const EngineParameter& q : p.parameters) {
+    const uint64_t n = q.nbytes();
+    const size_t rounded = static_cast<size_t>((n + 63) / 64 * 64);
+    void* data = std::aligned_alloc(64, rounded);
+    if (data == nullptr) {
+      return Status::ResourceExhausted("cannot allocate " + std::to_string(n) +
+                                       " bytes for parameter " + q.name);
+    }
+    std::memset(data, 0, rounded);
+    m.blocks_.emplace_back(data);
+    m.buffers_[q.name] = {data, n};
+    m.bytes_ += n;
+  }
+  return m;
+}
+
+Status WriteParameterFile(const std::string& path,
+                          const EngineParticipant& participant,
+                          const ParameterBuffers& buffers) {
+  std::vector<SafetensorsTensor> tensors;
+  std::vector<const void*> data;
+  uint64_t at = 0;
+  for (const EngineParameter& q : participant.parameters) {
+    const SafetensorsDtype* dt = FindSafetensorsDtypeByPlacement(q.dtype);
+    auto it = buffers.find(q.name);
+    if (dt == nullptr || it == buffers.end() ||
+        it->second.nbytes != q.nbytes()) {
+      return Status::InvalidArgument(
+          "cannot write parameter " + q.name + " of participant " +
+          participant.participant_id + ": no buffer of its size or no dtype");
+    }
+    tensors.push_back(
+        {q.name, std::string(dt->name), q.shape, at, at + q.nbytes()});
+    data.push_back(it->second.data);
+    at += q.nbytes();
+  }
+  const std::string header =
+      EncodeSafetensorsHeader(tensors, {{"format", "pt"}});
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    return Status::AlreadyExists("refusing to replace " + Printable(path));
+  }
+  const std::string partial = path + ".partial";
+  FileDescriptor fd(
+      ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoStatus("cannot create", partial);
+  Status s =
+      internal::PwriteAll(fd.get(), header.data(), header.size(), 0, partial);
+  uint64_t offset = header.size();
+  for (size_t i = 0; s.ok() && i < tensors.size(); ++i) {
+    const uint64_t n = tensors[i].end - tensors[i].begin;
+    s = internal::PwriteAll(fd.get(), data[i], n, offset, partial);
+    offset += n;
+  }
+  if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoStatus("cannot sync", partial);
+  fd.Reset();
+  if (s.ok() && ::rename(partial.c_str(), path.c_str()) != 0) {
+    s = ErrnoStatus("cannot rename into place", path);
+  }
+  if (!s.ok()) ::unlink(partial.c_str());
+  return s;
+}
+
+Status ReadParameterFile(const std::string& path,
+                         const EngineParticipant& participant,
+                         const ParameterBuffers& buffers) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("cannot open", path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(Printable(path) + " is not a regular file");
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  std::string first8(8, '\0');
+  if (size < 8) {
+    return Status::InvalidArgument(Printable(path) +
+                                   " is too short for a safetensors file");
+  }
+  RESHARD_RETURN_NOT_OK(
+      internal::PreadAll(fd.get(), first8.data(), 8, 0, path));
+  RESHARD_ASSIGN_OR_RETURN(uint64_t n,
+                           ParseSafetensorsPrefix(path, first8, size));
+  std::string json(n, '\0');
+  RESHARD_RETURN_NOT_OK(internal::PreadAll(fd.get(), json.data(), n, 8, path));
+  RESHARD_ASSIGN_OR_RETURN(auto header,
+                           ParseSafetensorsHeader(path, json, size));
+  std::map<std::string_view, const SafetensorsTensor*> by_name;
+  for (const SafetensorsTensor& t : header.tensors) by_name[t.name] = &t;
+  for (const EngineParameter& q : participant.parameters) {
+    auto it = by_name.find(q.name);
+    if (it == by_name.end()) {
+      return Status::InvalidArgument(Printable(path) + " lacks parameter " +
+                                     q.name + " of participant " +
+                                     participant.participant_id);
+    }
+    const SafetensorsTensor& t = *it->second;
+    const SafetensorsDtype* dt = FindSafetensorsDtype(t.dtype);
+    if (t.shape != q.shape || dt == nullptr || dt->placement != q.dtype) {
+      return Status::InvalidArgument(
+          Printable(path) + ": parameter " + q.name + " is " +
+          DimsText(t.shape) + " " + t.dtype + " in the file, but the " +
+          "engine layout gives participant " + participant.participant_id +
+          " a " + DimsText(q.shape) + " " + q.dtype + " parameter");
+    }
+    auto b = buffers.find(q.name);
+    if (b == buffers.end() || b->second.nbytes != q.nbytes()) {
+      return Status::InvalidArgument("no buffer of its size for parameter " +
+                                     q.name);
+    }
+    RESHARD_RETURN_NOT_OK(
+        internal::PreadAll(fd.get(), b->second.data, q.nbytes(),
+                           header.data_offset + t.begin, path));
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    return Status::InvalidArgument(
+        Printable(path) + " holds " + std::string(by_name.begin()->first) +
+        ", which is not a parameter of participant " +
+        participant.participant_id + " in this engine layout");
+  }
+  return Status::OK();
+}
+
+}  // namespace reshard

@@ -1,0 +1,210 @@
+#include "engine/preset_common.h"
+
+#include <algorithm>
+
+namespace reshard::internal {
+
+namespace {
+
+Dims RowBox(const HfTensor& w, int64_t rows) {
+  Dims shape = w.shape;
+  shape[0] = rows;
+  return shape;
+}
+
+Dims RowOffset(const HfTensor& w, int64_t row0) {
+  Dims offset(w.shape.size(), 0);
+  offset[0] = row0;
+  return offset;
+}
+
+}  // namespace
+
+std::string PresetWriter::ScaleName(const std::string& name) const {
+  constexpr std::string_view kWeight = "weight";
+  return name.substr(0, name.size() - kWeight.size()) + "weight_scale_inv";
+}
+
+Status PresetWriter::Whole(const std::string& name, const std::string& hf,
+                           const TensorAxes& axes) {
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, canon_.Get(hf));
+  return Rows(name, {{w, axes, 0, w->shape[0]}});
+}
+
+Status PresetWriter::Fp8Rows(const std::string& name, const RowSlice& s,
+                             bool last_of_whole) const {
+  const int64_t bn = c_.block_rows;
+  const bool ends = s.row0 + s.rows == s.w->shape[0];
+  if (s.row0 % bn == 0 && (s.rows % bn == 0 || (ends && last_of_whole))) {
+    return Status::OK();
+  }
+  return Status::InvalidArgument(
+      label_ + " refuses block-FP8 parameter " + name + ": it holds rows [" +
+      std::to_string(s.row0) + ", " + std::to_string(s.row0 + s.rows) +
+      ") of " + s.w->name + ", not whole " + std::to_string(bn) +
+      "-row blocks of its weight_scale_inv (choose a TP that splits it on "
+      "block boundaries)");
+}
+
+Result<std::vector<RowSlice>> PresetWriter::ScaleSlices(
+    const std::string& name, const std::vector<RowSlice>& slices) const {
+  std::vector<RowSlice> out;
+  size_t quantized = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const RowSlice& s = slices[i];
+    const HfTensor* scale = canon_.ScaleOf(s.w->name);
+    if (scale == nullptr) continue;
+    ++quantized;
+    RESHARD_RETURN_NOT_OK(Fp8Rows(name, s, i + 1 == slices.size()));
+    const int64_t bn = c_.block_rows;
+    const int64_t r0 = s.row0 / bn;
+    out.push_back({scale, s.axes, r0, CeilDiv(s.row0 + s.rows, bn) - r0});
+  }
+  if (quantized != 0 && quantized != slices.size()) {
+    return Status::InvalidArgument(
+        label_ + " parameter " + name +
+        " fuses block-FP8 and unquantized weights (" + slices[0].w->name +
+        "...): quantize all of them or none");
+  }
+  return out;
+}
+
+Status PresetWriter::Rows(const std::string& name,
+                          const std::vector<RowSlice>& slices,
+                          bool with_scales) {
+  Dims shape = RowBox(*slices[0].w, 0);
+  for (const RowSlice& s : slices) shape[0] += s.rows;
+  b_->Begin(rank_, name, shape);
+  for (const RowSlice& s : slices) {
+    RESHARD_RETURN_NOT_OK(
+        b_->Piece(*s.w, s.axes, RowOffset(*s.w, s.row0), RowBox(*s.w, s.rows)));
+  }
+  RESHARD_RETURN_NOT_OK(b_->End());
+  if (!with_scales || slices[0].w->shape.size() != 2) return Status::OK();
+  RESHARD_ASSIGN_OR_RETURN(auto scales, ScaleSlices(name, slices));
+  if (scales.empty()) return Status::OK();
+  return Rows(ScaleName(name), scales, false);
+}
+
+Status PresetWriter::Cols(const std::string& name, const std::string& hf,
+                          const TensorAxes& axes, int64_t col0, int64_t cols) {
+  return StackedCols(name, {hf}, axes, col0, cols);
+}
+
+Status PresetWriter::StackedCols(const std::string& name,
+                                 const std::vector<std::string>& hf,
+                                 const TensorAxes& axes, int64_t col0,
+                                 int64_t cols) {
+  std::vector<const HfTensor*> ws;
+  for (const std::string& n : hf) {
+    RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, canon_.Get(n));
+    ws.push_back(w);
+  }
+  const int64_t rows = ws[0]->shape[0];
+  Dims shape = {rows, cols};
+  if (hf.size() > 1 || name.find("w2_weight") != std::string::npos) {
+    shape.insert(shape.begin(), static_cast<int64_t>(hf.size()));
+  }
+  b_->Begin(rank_, name, shape);
+  for (const HfTensor* w : ws) {
+    RESHARD_RETURN_NOT_OK(b_->Piece(*w, axes, {0, col0}, {rows, cols}));
+  }
+  RESHARD_RETURN_NOT_OK(b_->End());
+  if (canon_.ScaleOf(ws[0]->name) == nullptr) return Status::OK();
+  const int64_t bk = c_.block_cols, bn = c_.block_rows;
+  const int64_t total = ws[0]->shape[1];
+  if (col0 % bk != 0 || (cols % bk != 0 && col0 + cols != total)) {
+    return Status::InvalidArgument(
+        label_ + " refuses block-FP8 parameter " + name +
+        ": it holds columns [" + std::to_string(col0) + ", " +
+        std::to_string(col0 + cols) + ") of " + ws[0]->name + ", not whole " +
+        std::to_string(bk) +
+        "-column blocks of its weight_scale_inv (choose a TP that splits it "
+        "on block boundaries)");
+  }
+  const int64_t s0 = col0 / bk, sn = CeilDiv(col0 + cols, bk) - s0;
+  Dims sshape = shape;
+  sshape[sshape.size() - 2] = CeilDiv(rows, bn);
+  sshape[sshape.size() - 1] = sn;
+  b_->Begin(rank_, ScaleName(name), sshape);
+  for (const HfTensor* w : ws) {
+    const HfTensor* scale = canon_.ScaleOf(w->name);
+    if (scale == nullptr) {
+      return Status::InvalidArgument(label_ + " parameter " + name +
+                                     " stacks block-FP8 and unquantized "
+                                     "weights (" +
+                                     w->name + ")");
+    }
+    RESHARD_RETURN_NOT_OK(
+        b_->Piece(*scale, axes, {0, s0}, {scale->shape[0], sn}));
+  }
+  return b_->End();
+}
+
+Status PresetWriter::StackedRows(
+    const std::string& name, int64_t experts,
+    const std::vector<std::vector<RowSlice>>& slices) {
+  const HfTensor& w0 = *slices[0][0].w;
+  Dims shape = {experts, 0, w0.shape[1]};
+  for (const RowSlice& s : slices[0]) shape[1] += s.rows;
+  b_->Begin(rank_, name, shape);
+  for (const auto& expert : slices) {
+    for (const RowSlice& s : expert) {
+      RESHARD_RETURN_NOT_OK(b_->Piece(*s.w, s.axes, RowOffset(*s.w, s.row0),
+                                      RowBox(*s.w, s.rows)));
+    }
+  }
+  RESHARD_RETURN_NOT_OK(b_->End());
+  std::vector<std::vector<RowSlice>> scales;
+  for (const auto& expert : slices) {
+    RESHARD_ASSIGN_OR_RETURN(auto s, ScaleSlices(name, expert));
+    if (s.empty()) return Status::OK();
+    scales.push_back(std::move(s));
+  }
+  Dims sshape = {experts, 0, scales[0][0].w->shape[1]};
+  for (const RowSlice& s : scales[0]) sshape[1] += s.rows;
+  b_->Begin(rank_, ScaleName(name), sshape);
+  for (const auto& expert : scales) {
+    for (const RowSlice& s : expert) {
+      RESHARD_RETURN_NOT_OK(b_->Piece(*s.w, s.axes, RowOffset(*s.w, s.row0),
+                                      RowBox(*s.w, s.rows)));
+    }
+  }
+  return b_->End();
+}
+
+Status PresetWriter::Vocab(const std::string& name, const std::string& hf,
+                           const TensorAxes& axes, int64_t row0,
+                           int64_t chunk) {
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, canon_.Get(hf));
+  const int64_t rows = std::min(chunk, w->shape[0] - row0);
+  b_->Begin(rank_, name, {chunk, w->shape[1]});
+  RESHARD_RETURN_NOT_OK(
+      b_->Piece(*w, axes, RowOffset(*w, row0), RowBox(*w, rows)));
+  b_->PadRows(chunk - rows);
+  return b_->End();
+}
+
+Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
+                           int64_t vocab, int64_t multiple, int64_t tp) {
+  const int64_t padded = CeilDiv(vocab, multiple) * multiple;
+  if (padded % tp != 0 || (tp - 1) * (padded / tp) >= vocab) {
+    return Status::InvalidArgument(
+        std::string(engine) + " cannot split the vocabulary of " + tensor +
+        " over TP " + std::to_string(tp) + ": " + std::to_string(vocab) +
+        " rows padded to " + std::to_string(padded) +
+        " leave some rank an unequal share or no real row");
+  }
+  return padded / tp;
+}
+
+Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
+                 std::string_view what, int64_t value) {
+  if (by > 0 && value % by == 0) return Status::OK();
+  return Status::InvalidArgument(
+      std::string(engine) + " refuses " + std::string(by_name) + " " +
+      std::to_string(by) + ": it does not divide " + std::string(what) + " (" +
+      std::to_string(value) + ")");
+}
+
+}  // namespace reshard::internal

@@ -1,0 +1,90 @@
+// Pieces of parameters both engine presets build: row slices of canonical
+// weights fused into one parameter, with the FP8 block scales that follow
+// them, column chunks, vocabulary-parallel tables with padding.
+
+#ifndef RESHARD_ENGINE_PRESET_COMMON_H_
+#define RESHARD_ENGINE_PRESET_COMMON_H_
+
+#include <string>
+#include <vector>
+
+#include "engine/layout_builder.h"
+
+namespace reshard::internal {
+
+// Rows [row0, row0 + rows) of `w` (every column), laid out by `axes`.
+struct RowSlice {
+  const HfTensor* w = nullptr;
+  TensorAxes axes;
+  int64_t row0 = 0;
+  int64_t rows = 0;
+};
+
+// Emits presets' parameters into an EngineBuilder for one rank at a time.
+class PresetWriter {
+ public:
+  PresetWriter(std::string engine_label, const HfConfig& config,
+               const CanonTensors& canon, EngineBuilder* builder)
+      : label_(std::move(engine_label)),
+        c_(config),
+        canon_(canon),
+        b_(builder) {}
+
+  void SetRank(size_t r) { rank_ = r; }
+  const CanonTensors& canon() const { return canon_; }
+
+  // Parameter `name` whole from tensor `hf`.
+  Status Whole(const std::string& name, const std::string& hf,
+               const TensorAxes& axes);
+  // Parameter `name` = the slices' rows, concatenated; and when the slices'
+  // weights are FP8 block-quantized, `<name minus weight>weight_scale_inv`
+  // = the slices' scale rows concatenated (a slice must start on a block
+  // and hold whole blocks unless it ends its tensor). With `quantized`
+  // false the scales are not emitted (the engine holds the weight only).
+  Status Rows(const std::string& name, const std::vector<RowSlice>& slices,
+              bool with_scales = true);
+  // Parameter `name` = columns [col0, col0 + cols) of `hf` (and its scale
+  // columns, which must be whole blocks).
+  Status Cols(const std::string& name, const std::string& hf,
+              const TensorAxes& axes, int64_t col0, int64_t cols);
+  // A vocabulary-parallel table: `chunk` rows, rows [row0, min(row0 +
+  // chunk, V)) of `hf`, the rest zero padding.
+  Status Vocab(const std::string& name, const std::string& hf,
+               const TensorAxes& axes, int64_t row0, int64_t chunk);
+  // Stacked experts: parameter `name` of shape [n, per-expert shape] whose
+  // expert j is the row slices `slices_of(j)` (or column chunk), and its
+  // stacked scale.
+  Status StackedRows(const std::string& name, int64_t experts,
+                     const std::vector<std::vector<RowSlice>>& slices);
+  Status StackedCols(const std::string& name,
+                     const std::vector<std::string>& hf, const TensorAxes& axes,
+                     int64_t col0, int64_t cols);
+
+ private:
+  Status Fp8Rows(const std::string& name, const RowSlice& s,
+                 bool last_of_whole) const;
+  Result<std::vector<RowSlice>> ScaleSlices(
+      const std::string& name, const std::vector<RowSlice>& slices) const;
+  std::string ScaleName(const std::string& name) const;
+
+  std::string label_;
+  const HfConfig& c_;
+  const CanonTensors& canon_;
+  EngineBuilder* b_;
+  size_t rank_ = 0;
+};
+
+// Rows per vocabulary-parallel rank of a table of `vocab` rows padded to a
+// multiple of `multiple`, TP `tp`; InvalidArgument naming `tensor` when
+// some rank would hold no real row.
+Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
+                           int64_t vocab, int64_t multiple, int64_t tp);
+
+// "<engine> refuses TP 4: " style prefix checks: `what` (e.g. "the 12
+// attention heads") must be divisible by `by` (named `by_name`).
+Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
+                 std::string_view what, int64_t value);
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_ENGINE_PRESET_COMMON_H_

@@ -1,0 +1,316 @@
+// The vLLM preset (docs/engines.md): what each vLLM rank holds after
+// load_weights, for Llama (and Mistral), Qwen2, Qwen3, Qwen3-MoE, Mixtral
+// and DeepSeek-V2/V3, block-FP8 included.
+
+#include "engine/preset_common.h"
+#include "engine/presets.h"
+
+namespace reshard::internal {
+namespace {
+
+using Ep = TensorAxes::Ep;
+
+// The rank d * tp + t is EP rank d * tp + t under expert parallelism.
+int64_t VllmEp(const ParallelSizes& n, int64_t d, int64_t t) {
+  return n.ep > 1 ? d * n.tp + t : 0;
+}
+
+class Vllm {
+ public:
+  Vllm(const HfConfig& c, const CanonTensors& canon,
+       const EngineLayoutOptions& o)
+      : c_(c),
+        o_(o),
+        n_(o.sizes),
+        ranks_(GridRanks(n_, &VllmEp)),
+        b_(o.engine, n_, ranks_),
+        w_(o.engine, c, canon, &b_) {}
+
+  Status Check();
+  Result<EngineLayout> Run();
+
+ private:
+  Status Rank(const GridRank& r);
+  Status Attention(const GridRank& r, const std::string& p);
+  Status Mla(const GridRank& r, const std::string& p);
+  Status Mlp(const GridRank& r, const std::string& p, int64_t width);
+  Status Moe(const GridRank& r, const std::string& p);
+  // [lo, hi): the layers of stage p (get_pp_indices).
+  std::pair<int64_t, int64_t> Stage(int64_t p) const;
+  // Qwen3-MoE and Mixtral keep embedding, norm and head on every stage.
+  bool EveryStage() const {
+    return c_.arch == HfArch::kQwen3Moe || c_.arch == HfArch::kMixtral;
+  }
+  TensorAxes Split(int64_t dim, bool pp_owned = true) const {
+    return {dim, 0, pp_owned, Ep::kCoupled};
+  }
+  TensorAxes Replicated(bool pp_owned = true) const {
+    return {-1, 0, pp_owned, Ep::kCoupled};
+  }
+  const HfTensor* T(const std::string& name) const {
+    return w_.canon().Find(name);
+  }
+
+  const HfConfig& c_;
+  const EngineLayoutOptions& o_;
+  const ParallelSizes n_;
+  std::vector<GridRank> ranks_;
+  EngineBuilder b_;
+  PresetWriter w_;
+  int64_t vocab_chunk_ = 0;
+};
+
+Status Vllm::Check() {
+  const std::string& e = o_.engine;
+  if (n_.ep != 1 && n_.ep != n_.tp * n_.dp) {
+    return Status::InvalidArgument(
+        e + " expert parallelism spans TP x DP: --ep must be 1 or " +
+        std::to_string(n_.tp * n_.dp) + ", not " + std::to_string(n_.ep));
+  }
+  if (n_.ep > 1 && c_.experts == 0) {
+    return Status::InvalidArgument("EP " + std::to_string(n_.ep) +
+                                   " needs routed experts; " + c_.architecture +
+                                   " has none");
+  }
+  if (c_.experts > 0 && n_.ep == 1 && n_.dp > 1) {
+    return Status::InvalidArgument(
+        e +
+        " without expert parallelism splits the experts over DP x TP "
+        "(" +
+        std::to_string(n_.dp * n_.tp) +
+        " ways), which this preset does not model: use --ep " +
+        std::to_string(n_.tp * n_.dp) + " or --dp 1");
+  }
+  if (c_.experts > 0 && n_.ep > c_.experts) {
+    return Status::InvalidArgument(
+        "EP " + std::to_string(n_.ep) + " leaves ranks without any of the " +
+        std::to_string(c_.experts) + " routed experts of " + c_.architecture);
+  }
+  if (c_.arch == HfArch::kQwen3Moe && n_.tp > c_.experts) {
+    return Status::InvalidArgument(e + " refuses TP " + std::to_string(n_.tp) +
+                                   " above the " + std::to_string(c_.experts) +
+                                   " experts of Qwen3-MoE");
+  }
+  RESHARD_RETURN_NOT_OK(
+      Divisible(e, "TP", n_.tp, "the attention heads", c_.heads));
+  if (!UsesMla(c_.arch)) {
+    if (c_.kv_heads >= n_.tp) {
+      RESHARD_RETURN_NOT_OK(
+          Divisible(e, "TP", n_.tp, "the KV heads", c_.kv_heads));
+    } else if (n_.tp % c_.kv_heads != 0) {
+      return Status::InvalidArgument(e + " refuses TP " +
+                                     std::to_string(n_.tp) +
+                                     ": it is not a multiple of the " +
+                                     std::to_string(c_.kv_heads) + " KV heads");
+    }
+  }
+  RESHARD_RETURN_NOT_OK(
+      Divisible(e, "TP", n_.tp, "intermediate_size", c_.intermediate));
+  if (c_.experts > 0 && n_.ep == 1) {
+    RESHARD_RETURN_NOT_OK(Divisible(e, "TP", n_.tp, "moe_intermediate_size",
+                                    c_.moe_intermediate));
+  }
+  if (n_.pp > c_.layers) {
+    return Status::InvalidArgument("PP " + std::to_string(n_.pp) +
+                                   " exceeds the " + std::to_string(c_.layers) +
+                                   " layers of " + c_.architecture);
+  }
+  RESHARD_ASSIGN_OR_RETURN(
+      vocab_chunk_,
+      VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64, n_.tp));
+  return Status::OK();
+}
+
+std::pair<int64_t, int64_t> Vllm::Stage(int64_t p) const {
+  std::vector<int64_t> parts(static_cast<size_t>(n_.pp), c_.layers / n_.pp);
+  const int64_t rem = c_.layers % n_.pp;
+  for (int64_t i = 2; i < rem + 2; ++i) {
+    ++parts[static_cast<size_t>(n_.pp - i)];
+  }
+  int64_t lo = 0;
+  for (int64_t i = 0; i < p; ++i) lo += parts[static_cast<size_t>(i)];
+  return {lo, lo + parts[static_cast<size_t>(p)]};
+}
+
+Status Vllm::Attention(const GridRank& r, const std::string& p) {
+  const std::string a = p + "self_attn.";
+  const int64_t d = c_.head_dim, hl = c_.heads / n_.tp;
+  const int64_t kvr = std::max<int64_t>(1, c_.kv_heads / n_.tp);
+  const int64_t s = c_.kv_heads >= n_.tp ? r.t : r.t / (n_.tp / c_.kv_heads);
+  TensorAxes kv = Split(0);
+  if (c_.kv_heads < n_.tp) kv.tp_shards = c_.kv_heads;
+  for (const char* kind : {"weight", "bias"}) {
+    const HfTensor* q = T(a + "q_proj." + kind);
+    if (q == nullptr) continue;
+    RESHARD_RETURN_NOT_OK(
+        w_.Rows(a + "qkv_proj." + kind,
+                {{q, Split(0), r.t * hl * d, hl * d},
+                 {T(a + "k_proj." + kind), kv, s * kvr * d, kvr * d},
+                 {T(a + "v_proj." + kind), kv, s * kvr * d, kvr * d}}));
+  }
+  const int64_t in = c_.heads * d;
+  RESHARD_RETURN_NOT_OK(w_.Cols(a + "o_proj.weight", a + "o_proj.weight",
+                                Split(1), r.t * in / n_.tp, in / n_.tp));
+  for (const char* name : {"o_proj.bias", "q_norm.weight", "k_norm.weight"}) {
+    if (T(a + name) != nullptr) {
+      RESHARD_RETURN_NOT_OK(w_.Whole(a + name, a + name, Replicated()));
+    }
+  }
+  return Status::OK();
+}
+
+Status Vllm::Mla(const GridRank& r, const std::string& p) {
+  const std::string a = p + "self_attn.";
+  const int64_t hl = c_.heads / n_.tp;
+  const HfTensor* kv_a = T(a + "kv_a_proj_with_mqa.weight");
+  if (c_.q_lora_rank) {
+    const HfTensor* q_a = T(a + "q_a_proj.weight");
+    RESHARD_RETURN_NOT_OK(w_.Rows(a + "fused_qkv_a_proj.weight",
+                                  {{q_a, Replicated(), 0, q_a->shape[0]},
+                                   {kv_a, Replicated(), 0, kv_a->shape[0]}}));
+    RESHARD_RETURN_NOT_OK(w_.Whole(a + "q_a_layernorm.weight",
+                                   a + "q_a_layernorm.weight", Replicated()));
+    const int64_t qh = c_.qk_nope + c_.qk_rope;
+    RESHARD_RETURN_NOT_OK(w_.Rows(
+        a + "q_b_proj.weight",
+        {{T(a + "q_b_proj.weight"), Split(0), r.t * hl * qh, hl * qh}}));
+  } else {
+    const int64_t qh = c_.qk_nope + c_.qk_rope;
+    RESHARD_RETURN_NOT_OK(
+        w_.Rows(a + "q_proj.weight",
+                {{T(a + "q_proj.weight"), Split(0), r.t * hl * qh, hl * qh}}));
+    RESHARD_RETURN_NOT_OK(
+        w_.Whole(a + "kv_a_proj_with_mqa.weight", kv_a->name, Replicated()));
+  }
+  RESHARD_RETURN_NOT_OK(w_.Whole(a + "kv_a_layernorm.weight",
+                                 a + "kv_a_layernorm.weight", Replicated()));
+  const int64_t kh = c_.qk_nope + c_.v_head;
+  RESHARD_RETURN_NOT_OK(
+      w_.Rows(a + "kv_b_proj.weight",
+              {{T(a + "kv_b_proj.weight"), Split(0), r.t * hl * kh, hl * kh}}));
+  const int64_t in = c_.heads * c_.v_head;
+  return w_.Cols(a + "o_proj.weight", a + "o_proj.weight", Split(1),
+                 r.t * in / n_.tp, in / n_.tp);
+}
+
+Status Vllm::Mlp(const GridRank& r, const std::string& p, int64_t width) {
+  const int64_t il = width / n_.tp;
+  for (const char* kind : {"weight", "bias"}) {
+    const HfTensor* gate = T(p + "gate_proj." + kind);
+    if (gate == nullptr) continue;
+    RESHARD_RETURN_NOT_OK(
+        w_.Rows(p + "gate_up_proj." + kind,
+                {{gate, Split(0), r.t * il, il},
+                 {T(p + "up_proj." + kind), Split(0), r.t * il, il}}));
+  }
+  RESHARD_RETURN_NOT_OK(w_.Cols(p + "down_proj.weight", p + "down_proj.weight",
+                                Split(1), r.t * il, il));
+  if (T(p + "down_proj.bias") != nullptr) {
+    return w_.Whole(p + "down_proj.bias", p + "down_proj.bias", Replicated());
+  }
+  return Status::OK();
+}
+
+Status Vllm::Moe(const GridRank& r, const std::string& p) {
+  const bool mixtral = c_.arch == HfArch::kMixtral;
+  const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  RESHARD_RETURN_NOT_OK(
+      w_.Whole(m + "gate.weight", m + "gate.weight", Replicated()));
+  if (T(m + "gate.e_score_correction_bias") != nullptr) {
+    RESHARD_RETURN_NOT_OK(w_.Whole(m + "gate.e_score_correction_bias",
+                                   m + "gate.e_score_correction_bias",
+                                   Replicated()));
+  }
+  if (c_.shared_experts > 0) {
+    RESHARD_RETURN_NOT_OK(
+        Mlp(r, m + "shared_experts.", c_.shared_experts * c_.moe_intermediate));
+  }
+  // Linear expert placement (determine_expert_map) under EP; every expert
+  // TP-split otherwise.
+  const bool ep = n_.ep > 1;
+  const int64_t base = c_.experts / n_.ep, rem = c_.experts % n_.ep;
+  const int64_t count = ep ? base + (r.e < rem ? 1 : 0) : c_.experts;
+  const int64_t first = ep ? r.e * base + std::min(r.e, rem) : 0;
+  const int64_t il = ep ? c_.moe_intermediate : c_.moe_intermediate / n_.tp;
+  const int64_t row0 = ep ? 0 : r.t * il;
+  const TensorAxes gate_up =
+      ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
+  const TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
+  const char* g = mixtral ? "w1" : "gate_proj";
+  const char* u = mixtral ? "w3" : "up_proj";
+  const char* dn = mixtral ? "w2" : "down_proj";
+  std::vector<std::vector<RowSlice>> w13;
+  std::vector<std::string> w2;
+  for (int64_t x = first; x < first + count; ++x) {
+    const std::string e = m + "experts." + std::to_string(x) + ".";
+    w13.push_back({{T(e + g + ".weight"), gate_up, row0, il},
+                   {T(e + u + ".weight"), gate_up, row0, il}});
+    w2.push_back(e + dn + ".weight");
+  }
+  RESHARD_RETURN_NOT_OK(w_.StackedRows(m + "experts.w13_weight", count, w13));
+  return w_.StackedCols(m + "experts.w2_weight", w2, down, row0, il);
+}
+
+Status Vllm::Rank(const GridRank& r) {
+  const bool first = r.p == 0, last = r.p == n_.pp - 1;
+  const bool every = EveryStage(), tied = c_.tie_word_embeddings;
+  const int64_t row0 = r.t * vocab_chunk_;
+  if (first || every || (tied && last)) {
+    RESHARD_RETURN_NOT_OK(w_.Vocab("model.embed_tokens.weight",
+                                   "model.embed_tokens.weight",
+                                   Split(0, !every), row0, vocab_chunk_));
+  }
+  const auto [lo, hi] = Stage(r.p);
+  for (int64_t i = lo; i < hi; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    RESHARD_RETURN_NOT_OK(w_.Whole(p + "input_layernorm.weight",
+                                   p + "input_layernorm.weight", Replicated()));
+    RESHARD_RETURN_NOT_OK(UsesMla(c_.arch) ? Mla(r, p) : Attention(r, p));
+    RESHARD_RETURN_NOT_OK(w_.Whole(p + "post_attention_layernorm.weight",
+                                   p + "post_attention_layernorm.weight",
+                                   Replicated()));
+    RESHARD_RETURN_NOT_OK(
+        IsSparseLayer(c_, i) ? Moe(r, p) : Mlp(r, p + "mlp.", c_.intermediate));
+  }
+  if (last || every) {
+    RESHARD_RETURN_NOT_OK(
+        w_.Whole("model.norm.weight", "model.norm.weight", Replicated(!every)));
+    if (!tied) {
+      RESHARD_RETURN_NOT_OK(w_.Vocab("lm_head.weight", "lm_head.weight",
+                                     Split(0, !every), row0, vocab_chunk_));
+    }
+  }
+  return Status::OK();
+}
+
+Result<EngineLayout> Vllm::Run() {
+  RESHARD_RETURN_NOT_OK(Check());
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    w_.SetRank(i);
+    RESHARD_RETURN_NOT_OK(Rank(ranks_[i]));
+  }
+  return b_.Build(c_, o_);
+}
+
+}  // namespace
+
+Result<EngineLayout> VllmLayout(const HfConfig& config,
+                                const CanonTensors& canon,
+                                const EngineLayoutOptions& options) {
+  switch (config.arch) {
+    case HfArch::kLlama:
+    case HfArch::kQwen2:
+    case HfArch::kQwen3:
+    case HfArch::kQwen3Moe:
+    case HfArch::kMixtral:
+    case HfArch::kDeepseekV2:
+    case HfArch::kDeepseekV3:
+      break;
+    default:
+      return Status::Unimplemented("engine preset " + options.engine +
+                                   " does not lay out " + config.architecture);
+  }
+  return Vllm(config, canon, options).Run();
+}
+
+}  // namespace reshard::internal

@@ -1,0 +1,300 @@
+// `reshard engine layout|load|reshard`: the parameters trainers and
+// inference engines hold (docs/engines.md).
+//
+//   reshard engine layout CONFIG --engine NAME --tp N [--pp N] [--ep N]
+//                         [--dp N] -o PLACEMENT.json [--params PARAMS.json]
+//   reshard engine load CKPT --engine NAME --tp N ... -o OUTDIR
+//                       [--participant ID] [--json]
+//   reshard engine reshard SRCDIR DSTDIR --config CONFIG --from NAME
+//                          [--from-tp N ...] --to NAME [--to-tp N ...]
+//                          [--via local|ucx|STORE_URI] [--json]
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include "reshard/engine.h"
+#include "tools/cli_common.h"
+#include "tools/commands.h"
+#include "tools/engine_reshard.h"
+#include "util/canonical_json.h"
+
+namespace reshard::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
+                double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6f", value);
+  w->Key(key);
+  w->Raw(buf);
+}
+
+// --engine and the Megatron vocabulary multiple, with `prefix` ("" or
+// "from-"/"to-") on the grid flags.
+void AddEngineOptions(CLI::App* cmd, EngineLayoutOptions* o,
+                      const std::string& prefix, const std::string& engine) {
+  cmd->add_option("--" + engine, o->engine,
+                  "engine preset: hf, megatron, vllm or sglang")
+      ->required()
+      ->check(CLI::IsMember({"hf", "megatron", "vllm", "sglang"}));
+  if (prefix.empty()) {
+    AddGridOptions(cmd, &o->sizes);
+    cmd->add_option("--make-vocab-size-divisible-by",
+                    o->make_vocab_size_divisible_by,
+                    "Megatron: the vocabulary is padded to a multiple of "
+                    "this times TP (default 128)");
+    return;
+  }
+  const char* names[] = {"tp", "pp", "ep", "dp"};
+  int64_t* sizes[] = {&o->sizes.tp, &o->sizes.pp, &o->sizes.ep, &o->sizes.dp};
+  for (int i = 0; i < 4; ++i) {
+    cmd->add_option("--" + prefix + names[i], *sizes[i],
+                    std::string(names[i]) + " size of the " +
+                        (prefix == "from-" ? "source" : "target") + " grid");
+  }
+  cmd->add_option("--" + prefix + "make-vocab-size-divisible-by",
+                  o->make_vocab_size_divisible_by,
+                  "Megatron vocabulary multiple (default 128)");
+}
+
+void AddLayoutCommand(CLI::App* engine) {
+  auto* cmd = engine->add_subcommand(
+      "layout",
+      "An engine's placement of a model, and optionally every participant's "
+      "parameter map");
+  struct Args {
+    std::string config, checkpoint, output, params;
+    EngineLayoutOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("CONFIG", a->config, "the model's config.json")->required();
+  AddEngineOptions(cmd, &a->options, "", "engine");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "checkpoint directory: its tensors, dtypes and shapes");
+  cmd->add_option("--resource-id", a->options.resource_id,
+                  "resource id (default: the config's model_type)");
+  cmd->add_option("--revision", a->options.revision, "revision");
+  cmd->add_option("-o,--output", a->output, "placement file ('-' for stdout)")
+      ->required();
+  cmd->add_option("--params", a->params,
+                  "parameter maps file ('-' for stdout)");
+  cmd->callback([a]() {
+    auto run = [&]() -> Status {
+      RESHARD_ASSIGN_OR_RETURN(std::string config,
+                               ReadFile(a->config, InputKind::kHfConfig));
+      std::optional<HfCheckpoint> ckpt;
+      if (!a->checkpoint.empty()) {
+        RESHARD_ASSIGN_OR_RETURN(ckpt, HfCheckpoint::Open(a->checkpoint));
+      }
+      auto layout =
+          MakeEngineLayout(config, a->options, ckpt ? &*ckpt : nullptr);
+      if (!layout.ok()) return layout.status().WithContext(a->config);
+      RESHARD_RETURN_NOT_OK(WriteOutput(
+          "-o", a->output, WeightPlacementToJson(layout->placement())));
+      if (!a->params.empty()) {
+        RESHARD_RETURN_NOT_OK(WriteOutput("--params", a->params,
+                                          EngineParametersToJson(*layout)));
+      }
+      size_t params = 0;
+      for (const auto& p : layout->participants())
+        params += p.parameters.size();
+      std::cerr << "reshard engine layout: " << a->options.engine << ", "
+                << layout->participants().size() << " participants, " << params
+                << " parameters, " << layout->placement().tensors().size()
+                << " tensors; "
+                << "placement_id " << layout->placement().placement_id()
+                << "\n";
+      return Status::OK();
+    };
+    Status st = run();
+    if (!st.ok()) throw CLI::RuntimeError(Fail(st));
+  });
+}
+
+struct LoadReportTotals {
+  uint64_t participants = 0, parameters = 0, bytes = 0, bytes_read = 0;
+};
+
+void AddLoadCommand(CLI::App* engine) {
+  auto* cmd = engine->add_subcommand(
+      "load",
+      "Write each participant's parameters, as the engine holds them after "
+      "loading, from a checkpoint (OUTDIR/<participant>.safetensors)");
+  struct Args {
+    std::string checkpoint, output, participant;
+    bool json = false;
+    EngineLayoutOptions options;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("CKPT", a->checkpoint,
+                  "checkpoint directory (with its config.json)")
+      ->required();
+  AddEngineOptions(cmd, &a->options, "", "engine");
+  cmd->add_option("-o,--output", a->output,
+                  "output directory (created; its files must not exist)")
+      ->required();
+  cmd->add_option("--participant", a->participant,
+                  "only this participant (default: every one)");
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->callback([a]() {
+    const auto t0 = Clock::now();
+    LoadReportTotals total;
+    auto run = [&]() -> Status {
+      RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
+      RESHARD_ASSIGN_OR_RETURN(
+          std::string config,
+          ReadFile(a->checkpoint + "/config.json", InputKind::kHfConfig));
+      auto layout = MakeEngineLayout(config, a->options, &ckpt);
+      if (!layout.ok()) return layout.status().WithContext(a->checkpoint);
+      if (!a->participant.empty() &&
+          layout->FindParticipant(a->participant) == nullptr) {
+        return Status::InvalidArgument(
+            "--participant: the " + a->options.engine +
+            " layout has no participant \"" + a->participant + "\"");
+      }
+      RESHARD_RETURN_NOT_OK(
+          PrepareOutputDir(a->output, *layout, a->participant));
+      BufferBindingOptions bo;
+      bo.instance_id = "engine-load";
+      for (const EngineParticipant& p : layout->participants()) {
+        if (!a->participant.empty() && p.participant_id != a->participant) {
+          continue;
+        }
+        RESHARD_ASSIGN_OR_RETURN(auto memory, ParameterMemory::Allocate(p));
+        RESHARD_ASSIGN_OR_RETURN(
+            auto binding,
+            BindParameters(*layout, p.participant_id, memory.buffers(), bo));
+        RESHARD_ASSIGN_OR_RETURN(
+            auto loaded, LoadCheckpoint(ckpt, layout->placement(), {binding}));
+        RESHARD_RETURN_NOT_OK(
+            ZeroParameterPadding(*layout, p.participant_id, memory.buffers()));
+        RESHARD_RETURN_NOT_OK(
+            WriteParameterFile(ParameterFilePath(a->output, p.participant_id),
+                               p, memory.buffers()));
+        ++total.participants;
+        total.parameters += p.parameters.size();
+        total.bytes += memory.bytes();
+        total.bytes_read += loaded.bytes_read;
+      }
+      return Status::OK();
+    };
+    Status st = run();
+    if (!st.ok()) throw CLI::RuntimeError(Fail(st));
+    if (!a->json) {
+      std::cout << "wrote " << total.participants << " participants ("
+                << total.parameters << " parameters, " << total.bytes
+                << " bytes; " << total.bytes_read
+                << " bytes read from the checkpoint) to " << a->output << "\n";
+      return;
+    }
+    std::string out;
+    internal::CanonicalJsonWriter w(&out);
+    w.BeginObject();
+    w.KeyUInt("bytes", total.bytes);
+    w.KeyUInt("bytes_read", total.bytes_read);
+    w.KeyUInt("parameters", total.parameters);
+    w.KeyUInt("participants", total.participants);
+    KeySeconds(&w, "seconds", Since(t0));
+    w.EndObject();
+    std::cout << out << "\n";
+  });
+}
+
+void AddReshardCommand(CLI::App* engine) {
+  auto* cmd = engine->add_subcommand(
+      "reshard",
+      "Per-participant parameter files of one engine layout into those of "
+      "another");
+  struct Args {
+    std::string config, revision;
+    EngineLayoutOptions from, to;
+    EngineReshardArgs run;
+    bool json = false;
+    double timeout_s = 120;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("SRCDIR", a->run.source_dir,
+                  "source files (<participant>.safetensors, as engine load "
+                  "writes them)")
+      ->required();
+  cmd->add_option("DSTDIR", a->run.target_dir,
+                  "target directory (created; its files must not exist)")
+      ->required();
+  cmd->add_option("--config", a->config, "the model's config.json")->required();
+  AddEngineOptions(cmd, &a->from, "from-", "from");
+  AddEngineOptions(cmd, &a->to, "to-", "to");
+  cmd->add_option("--via", a->run.via,
+                  "local (this process, default), ucx (two processes) or a "
+                  "weight store URI to upload a revision to and load from");
+  cmd->add_option("--revision", a->revision,
+                  "--via STORE_URI: the uploaded revision (default: "
+                  "engine-<unix ms>)");
+  cmd->add_option("--threads", a->run.threads, "copy threads (local)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--timeout", a->timeout_s, "seconds (ucx)")
+      ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->callback([a]() {
+    auto run = [&]() -> Result<EngineReshardReport> {
+      RESHARD_ASSIGN_OR_RETURN(std::string config,
+                               ReadFile(a->config, InputKind::kHfConfig));
+      std::string revision = a->revision;
+      if (revision.empty()) {
+        revision = "engine-" +
+                   std::to_string(
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
+      }
+      a->from.revision = a->to.revision = revision;
+      auto source = MakeEngineLayout(config, a->from);
+      if (!source.ok()) return source.status().WithContext("--from");
+      auto target = MakeEngineLayout(config, a->to);
+      if (!target.ok()) return target.status().WithContext("--to");
+      a->run.timeout =
+          std::chrono::milliseconds(static_cast<int64_t>(a->timeout_s * 1000));
+      return RunEngineReshard(*source, *target, a->run);
+    };
+    auto r = run();
+    if (!r.ok()) throw CLI::RuntimeError(Fail(r.status()));
+    if (!a->json) {
+      std::cout << "moved " << r->bytes << " bytes into " << r->files
+                << " target files in " << a->run.target_dir << " via "
+                << a->run.via << " in " << r->seconds << " s\n";
+      return;
+    }
+    std::string out;
+    internal::CanonicalJsonWriter w(&out);
+    w.BeginObject();
+    w.KeyUInt("bytes", r->bytes);
+    w.KeyUInt("files", r->files);
+    if (!r->manifest_key.empty()) w.KeyString("manifest_key", r->manifest_key);
+    w.KeyUInt("padding_bytes", r->padding_bytes);
+    KeySeconds(&w, "seconds", r->seconds);
+    w.KeyUInt("source_bytes", r->source_bytes);
+    w.KeyString("via", a->run.via);
+    w.EndObject();
+    std::cout << out << "\n";
+  });
+}
+
+}  // namespace
+
+void AddEngineCommand(CLI::App& app) {
+  auto* engine = app.add_subcommand(
+      "engine", "Engine layouts: Megatron-Core and vLLM parameters");
+  engine->require_subcommand(1);
+  AddLayoutCommand(engine);
+  AddLoadCommand(engine);
+  AddReshardCommand(engine);
+}
+
+}  // namespace reshard::cli

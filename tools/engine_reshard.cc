@@ -1,0 +1,275 @@
+#include "tools/engine_reshard.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "reshard/live.h"
+#include "reshard/reshard.h"
+#include "reshard/weight_store.h"
+#include "util/printable.h"
+
+namespace reshard::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using internal::Printable;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Every participant's parameters in host memory, bound.
+struct Side {
+  std::vector<ParameterMemory> memory;
+  std::vector<WeightRuntimeBindingManifest> bindings;
+};
+
+Result<Side> AllocateSide(const EngineLayout& layout,
+                          const std::string& instance) {
+  Side side;
+  BufferBindingOptions bo;
+  bo.instance_id = instance;
+  for (const EngineParticipant& p : layout.participants()) {
+    RESHARD_ASSIGN_OR_RETURN(auto m, ParameterMemory::Allocate(p));
+    bo.worker_id = p.participant_id;
+    RESHARD_ASSIGN_OR_RETURN(
+        auto b, BindParameters(layout, p.participant_id, m.buffers(), bo));
+    side.memory.push_back(std::move(m));
+    side.bindings.push_back(std::move(b));
+  }
+  return side;
+}
+
+Result<uint64_t> ReadSources(const EngineLayout& layout, const Side& side,
+                             const std::string& dir) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < layout.participants().size(); ++i) {
+    const EngineParticipant& p = layout.participants()[i];
+    RESHARD_RETURN_NOT_OK(ReadParameterFile(
+        ParameterFilePath(dir, p.participant_id), p, side.memory[i].buffers()));
+    bytes += side.memory[i].bytes();
+  }
+  return bytes;
+}
+
+Status WriteTargets(const EngineLayout& layout, const Side& side,
+                    const std::string& dir, EngineReshardReport* report) {
+  for (size_t i = 0; i < layout.participants().size(); ++i) {
+    const EngineParticipant& p = layout.participants()[i];
+    for (const EngineParameter& q : p.parameters) {
+      for (const ParameterPiece& piece : q.pieces) {
+        (piece.padding() ? report->padding_bytes : report->bytes) +=
+            piece.nbytes;
+      }
+    }
+    RESHARD_RETURN_NOT_OK(ZeroParameterPadding(layout, p.participant_id,
+                                               side.memory[i].buffers()));
+    RESHARD_RETURN_NOT_OK(WriteParameterFile(
+        ParameterFilePath(dir, p.participant_id), p, side.memory[i].buffers()));
+    ++report->files;
+  }
+  return Status::OK();
+}
+
+Status MoveLocal(const EngineLayout& source, const Side& src,
+                 const EngineLayout& target, const Side& dst,
+                 const EngineReshardArgs& args) {
+  ReshardOptions ro;
+  ro.threads = args.threads;
+  return Reshard(source.placement(), src.bindings, target.placement(),
+                 dst.bindings, ro)
+      .status();
+}
+
+Status MoveThroughStore(const EngineLayout& source, const Side& src,
+                        const EngineLayout& target, const Side& dst,
+                        const EngineReshardArgs& args,
+                        EngineReshardReport* report) {
+  RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(args.via));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto upload, store.PrepareUpload(source.placement(), src.bindings));
+  std::vector<UploadReceipt> receipts;
+  for (const auto& b : src.bindings) {
+    RESHARD_ASSIGN_OR_RETURN(auto r,
+                             store.Upload(upload, source.placement(), b));
+    receipts.insert(receipts.end(), r.begin(), r.end());
+  }
+  RESHARD_RETURN_NOT_OK(store.Commit(upload, receipts));
+  report->manifest_key = upload.manifest().manifest_key();
+  RESHARD_ASSIGN_OR_RETURN(auto manifest,
+                           store.ReadManifest(report->manifest_key));
+  return store.Load(manifest, target.placement(), dst.bindings).status();
+}
+
+// One of the two live processes: rank 0 holds every source participant,
+// rank 1 every target participant and writes their files.
+Status LiveRank(const EngineLayout& source, const EngineLayout& target,
+                const EngineReshardArgs& args, const std::string& rendezvous,
+                uint32_t rank, EngineReshardReport* report) {
+  RESHARD_ASSIGN_OR_RETURN(auto store, OpenRendezvous(rendezvous));
+  const std::string instance = "engine-reshard-rank" + std::to_string(rank);
+  Side src, dst;
+  LiveBindings bindings;
+  if (rank == 0) {
+    RESHARD_ASSIGN_OR_RETURN(src, AllocateSide(source, instance));
+    RESHARD_RETURN_NOT_OK(ReadSources(source, src, args.source_dir).status());
+    bindings.sources = src.bindings;
+  } else {
+    RESHARD_ASSIGN_OR_RETURN(dst, AllocateSide(target, instance));
+    bindings.targets = dst.bindings;
+  }
+  LiveSessionOptions lo;
+  lo.session = "engine-reshard";
+  lo.rank = rank;
+  lo.ranks = 2;
+  lo.timeout = args.timeout;
+  auto live = RunLiveReshard(*store, source.placement(), target.placement(),
+                             bindings, lo);
+  if (!live.ok()) {
+    (void)AbortLiveSession(*store, lo.session, rank, live.status());
+    return live.status();
+  }
+  if (rank == 1) return WriteTargets(target, dst, args.target_dir, report);
+  return Status::OK();
+}
+
+// Forks the two live ranks over a fresh rendezvous directory and waits for
+// both: the run succeeds only if both exit cleanly.
+Status MoveLive(const EngineLayout& source, const EngineLayout& target,
+                const EngineReshardArgs& args, EngineReshardReport* report) {
+  char tmpl[] = "/tmp/reshard-engine-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) {
+    return Status::IOError(std::string("cannot create a rendezvous "
+                                       "directory: ") +
+                           std::strerror(errno));
+  }
+  const std::string dir = tmpl;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pids[2] = {-1, -1};
+  for (uint32_t r = 0; r < 2; ++r) {
+    pids[r] = ::fork();
+    if (pids[r] == 0) {
+      ::dup2(STDERR_FILENO, STDOUT_FILENO);
+      EngineReshardReport mine;
+      const Status s = LiveRank(source, target, args, dir, r, &mine);
+      if (!s.ok())
+        std::cerr << "reshard: rank " << r << ": " << s.message() << "\n";
+      std::fflush(stdout);
+      std::_Exit(s.ok() ? 0 : 1);
+    }
+    if (pids[r] < 0) {
+      if (r == 1) ::kill(pids[0], SIGKILL);
+      std::filesystem::remove_all(dir);
+      return Status::IOError(std::string("fork failed: ") +
+                             std::strerror(errno));
+    }
+  }
+  std::string failed;
+  for (uint32_t r = 0; r < 2; ++r) {
+    int status = 0;
+    while (::waitpid(pids[r], &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failed += (failed.empty() ? "" : ", ") + std::string("rank ") +
+                std::to_string(r) +
+                (WIFSIGNALED(status) ? " was killed by signal " +
+                                           std::to_string(WTERMSIG(status))
+                                     : " failed");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!failed.empty()) {
+    return Status::Aborted("the live reshard failed: " + failed +
+                           " (see above)");
+  }
+  // The target rank wrote the files; count them here.
+  for (const EngineParticipant& p : target.participants()) {
+    for (const EngineParameter& q : p.parameters) {
+      for (const ParameterPiece& piece : q.pieces) {
+        (piece.padding() ? report->padding_bytes : report->bytes) +=
+            piece.nbytes;
+      }
+    }
+    ++report->files;
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string ParameterFilePath(const std::string& dir,
+                              const std::string& participant_id) {
+  return dir + "/" + participant_id + ".safetensors";
+}
+
+Status PrepareOutputDir(const std::string& dir, const EngineLayout& layout,
+                        const std::string& participant_id) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (::mkdir(dir.c_str(), 0777) != 0) {
+      return Status::IOError("cannot create output directory " +
+                             Printable(dir) + ": " + std::strerror(errno));
+    }
+  } else if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(Printable(dir) + " is not a directory");
+  }
+  for (const EngineParticipant& p : layout.participants()) {
+    if (!participant_id.empty() && p.participant_id != participant_id) continue;
+    const std::string path = ParameterFilePath(dir, p.participant_id);
+    if (::lstat(path.c_str(), &st) == 0) {
+      return Status::AlreadyExists(Printable(path) +
+                                   " exists: refusing to replace it");
+    }
+  }
+  return Status::OK();
+}
+
+Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
+                                             const EngineLayout& target,
+                                             const EngineReshardArgs& args) {
+  RESHARD_RETURN_NOT_OK(PrepareOutputDir(args.target_dir, target));
+  EngineReshardReport report;
+  if (args.via == "ucx") {
+    for (const EngineParticipant& p : source.participants()) {
+      for (const EngineParameter& q : p.parameters) {
+        report.source_bytes += q.nbytes();
+      }
+    }
+    const auto t0 = Clock::now();
+    RESHARD_RETURN_NOT_OK(MoveLive(source, target, args, &report));
+    report.seconds = Since(t0);
+    return report;
+  }
+  if (args.via != "local" && args.via.find("://") == std::string::npos) {
+    return Status::InvalidArgument(
+        "--via must be local, ucx or a weight store URI (fs://DIR, "
+        "redis://HOST:PORT/PREFIX), not " +
+        Printable(args.via));
+  }
+  RESHARD_ASSIGN_OR_RETURN(Side src, AllocateSide(source, "engine-reshard"));
+  RESHARD_ASSIGN_OR_RETURN(report.source_bytes,
+                           ReadSources(source, src, args.source_dir));
+  RESHARD_ASSIGN_OR_RETURN(Side dst, AllocateSide(target, "engine-reshard"));
+  const auto t0 = Clock::now();
+  if (args.via == "local") {
+    RESHARD_RETURN_NOT_OK(MoveLocal(source, src, target, dst, args));
+  } else {
+    RESHARD_RETURN_NOT_OK(
+        MoveThroughStore(source, src, target, dst, args, &report));
+  }
+  report.seconds = Since(t0);
+  RESHARD_RETURN_NOT_OK(WriteTargets(target, dst, args.target_dir, &report));
+  return report;
+}
+
+}  // namespace reshard::cli

@@ -1,0 +1,51 @@
+// `reshard engine reshard`: per-participant parameter files of one engine
+// layout into those of another, through this process, two UCX processes
+// or a weight store.
+
+#ifndef RESHARD_TOOLS_ENGINE_RESHARD_H_
+#define RESHARD_TOOLS_ENGINE_RESHARD_H_
+
+#include <chrono>
+#include <string>
+
+#include "reshard/engine.h"
+
+namespace reshard::cli {
+
+struct EngineReshardArgs {
+  std::string source_dir, target_dir;
+  // "local", "ucx" or a weight store URI (fs://DIR, redis://...).
+  std::string via = "local";
+  uint32_t threads = 4;
+  std::chrono::milliseconds timeout{120000};
+};
+
+struct EngineReshardReport {
+  uint64_t bytes = 0;          // target parameter bytes moved
+  uint64_t padding_bytes = 0;  // target padding zero-filled
+  uint64_t source_bytes = 0;   // source parameter bytes read from files
+  uint64_t files = 0;          // target files written
+  double seconds = 0;          // the move alone (files excluded)
+  std::string manifest_key;    // --via STORE_URI: the uploaded revision
+};
+
+// Reads every source participant's file, moves the bytes into every target
+// participant's parameters and writes their files. Target files that
+// exist are refused before anything is read.
+Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
+                                             const EngineLayout& target,
+                                             const EngineReshardArgs& args);
+
+// "<dir>/<participant id>.safetensors".
+std::string ParameterFilePath(const std::string& dir,
+                              const std::string& participant_id);
+
+// Creates `dir` when missing (its parent must exist) and refuses when any
+// file of `layout`'s participants (or only `participant_id`'s) exists in
+// it.
+Status PrepareOutputDir(const std::string& dir, const EngineLayout& layout,
+                        const std::string& participant_id = "");
+
+}  // namespace reshard::cli
+
+#endif  // RESHARD_TOOLS_ENGINE_RESHARD_H_
