@@ -20,7 +20,8 @@ function(reshard_add_python_package)
     src/python/contract_py.cc src/python/placement_py.cc
     src/python/binding_py.cc src/python/plan_py.cc src/python/buffers.cc
     src/python/transfer_py.cc src/python/store_py.cc src/python/live_py.cc
-    src/python/dlpack_py.cc src/python/hf_py.cc src/python/progress.cc)
+    src/python/dlpack_py.cc src/python/hf_py.cc src/python/progress.cc
+    src/python/engine_py.cc)
   # Public headers only (the umbrella target), plus its own directory.
   target_include_directories(reshard_python PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(reshard_python PRIVATE reshard)

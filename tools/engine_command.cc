@@ -121,6 +121,7 @@ void AddLayoutCommand(CLI::App* engine) {
 
 struct LoadReportTotals {
   uint64_t participants = 0, parameters = 0, bytes = 0, bytes_read = 0;
+  uint64_t padding_bytes = 0;
 };
 
 void AddLoadCommand(CLI::App* engine) {
@@ -160,8 +161,8 @@ void AddLoadCommand(CLI::App* engine) {
             "--participant: the " + a->options.engine +
             " layout has no participant \"" + a->participant + "\"");
       }
-      RESHARD_RETURN_NOT_OK(
-          PrepareOutputDir(a->output, *layout, a->participant));
+      RESHARD_RETURN_NOT_OK(CheckOutputDir(a->output, *layout, a->participant));
+      RESHARD_RETURN_NOT_OK(CreateOutputDir(a->output));
       BufferBindingOptions bo;
       bo.instance_id = "engine-load";
       for (const EngineParticipant& p : layout->participants()) {
@@ -181,7 +182,12 @@ void AddLoadCommand(CLI::App* engine) {
                                p, memory.buffers()));
         ++total.participants;
         total.parameters += p.parameters.size();
-        total.bytes += memory.bytes();
+        for (const EngineParameter& q : p.parameters) {
+          for (const ParameterPiece& piece : q.pieces) {
+            (piece.padding() ? total.padding_bytes : total.bytes) +=
+                piece.nbytes;
+          }
+        }
         total.bytes_read += loaded.bytes_read;
       }
       return Status::OK();
@@ -191,8 +197,9 @@ void AddLoadCommand(CLI::App* engine) {
     if (!a->json) {
       std::cout << "wrote " << total.participants << " participants ("
                 << total.parameters << " parameters, " << total.bytes
-                << " bytes; " << total.bytes_read
-                << " bytes read from the checkpoint) to " << a->output << "\n";
+                << " bytes and " << total.padding_bytes << " of padding; "
+                << total.bytes_read << " bytes read from the checkpoint) to "
+                << a->output << "\n";
       return;
     }
     std::string out;
@@ -200,6 +207,7 @@ void AddLoadCommand(CLI::App* engine) {
     w.BeginObject();
     w.KeyUInt("bytes", total.bytes);
     w.KeyUInt("bytes_read", total.bytes_read);
+    w.KeyUInt("padding_bytes", total.padding_bytes);
     w.KeyUInt("parameters", total.parameters);
     w.KeyUInt("participants", total.participants);
     KeySeconds(&w, "seconds", Since(t0));

@@ -62,6 +62,7 @@ Result<uint64_t> ReadSources(const EngineLayout& layout, const Side& side,
 
 Status WriteTargets(const EngineLayout& layout, const Side& side,
                     const std::string& dir, EngineReshardReport* report) {
+  RESHARD_RETURN_NOT_OK(CreateOutputDir(dir));
   for (size_t i = 0; i < layout.participants().size(); ++i) {
     const EngineParticipant& p = layout.participants()[i];
     for (const EngineParameter& q : p.parameters) {
@@ -115,28 +116,36 @@ Status LiveRank(const EngineLayout& source, const EngineLayout& target,
                 const EngineReshardArgs& args, const std::string& rendezvous,
                 uint32_t rank, EngineReshardReport* report) {
   RESHARD_ASSIGN_OR_RETURN(auto store, OpenRendezvous(rendezvous));
+  const std::string session = "engine-reshard";
+  // Whatever fails, the other rank learns it at once (not at its timeout).
+  auto abort = [&](Status s) {
+    (void)AbortLiveSession(*store, session, rank, s);
+    return s;
+  };
   const std::string instance = "engine-reshard-rank" + std::to_string(rank);
   Side src, dst;
   LiveBindings bindings;
   if (rank == 0) {
-    RESHARD_ASSIGN_OR_RETURN(src, AllocateSide(source, instance));
-    RESHARD_RETURN_NOT_OK(ReadSources(source, src, args.source_dir).status());
+    auto side = AllocateSide(source, instance);
+    if (!side.ok()) return abort(side.status());
+    src = std::move(*side);
+    Status read = ReadSources(source, src, args.source_dir).status();
+    if (!read.ok()) return abort(read);
     bindings.sources = src.bindings;
   } else {
-    RESHARD_ASSIGN_OR_RETURN(dst, AllocateSide(target, instance));
+    auto side = AllocateSide(target, instance);
+    if (!side.ok()) return abort(side.status());
+    dst = std::move(*side);
     bindings.targets = dst.bindings;
   }
   LiveSessionOptions lo;
-  lo.session = "engine-reshard";
+  lo.session = session;
   lo.rank = rank;
   lo.ranks = 2;
   lo.timeout = args.timeout;
   auto live = RunLiveReshard(*store, source.placement(), target.placement(),
                              bindings, lo);
-  if (!live.ok()) {
-    (void)AbortLiveSession(*store, lo.session, rank, live.status());
-    return live.status();
-  }
+  if (!live.ok()) return abort(live.status());
   if (rank == 1) return WriteTargets(target, dst, args.target_dir, report);
   return Status::OK();
 }
@@ -161,8 +170,7 @@ Status MoveLive(const EngineLayout& source, const EngineLayout& target,
       ::dup2(STDERR_FILENO, STDOUT_FILENO);
       EngineReshardReport mine;
       const Status s = LiveRank(source, target, args, dir, r, &mine);
-      if (!s.ok())
-        std::cerr << "reshard: rank " << r << ": " << s.message() << "\n";
+      if (!s.ok()) std::cerr << "reshard: " << s.message() << "\n";
       std::fflush(stdout);
       std::_Exit(s.ok() ? 0 : 1);
     }
@@ -212,24 +220,45 @@ std::string ParameterFilePath(const std::string& dir,
   return dir + "/" + participant_id + ".safetensors";
 }
 
-Status PrepareOutputDir(const std::string& dir, const EngineLayout& layout,
-                        const std::string& participant_id) {
+Status CheckOutputDir(const std::string& dir, const EngineLayout& layout,
+                      const std::string& participant_id) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) {
-    if (::mkdir(dir.c_str(), 0777) != 0) {
-      return Status::IOError("cannot create output directory " +
-                             Printable(dir) + ": " + std::strerror(errno));
+    const std::string parent =
+        std::filesystem::path(dir).lexically_normal().parent_path().string();
+    const int missing = errno;
+    const std::string up = parent.empty() ? "." : parent;
+    if (missing == ENOENT && ::stat(up.c_str(), &st) == 0 &&
+        S_ISDIR(st.st_mode)) {
+      return Status::OK();  // created when the first file is written
     }
-  } else if (!S_ISDIR(st.st_mode)) {
+    return Status::IOError(
+        "output directory " + Printable(dir) + " cannot be created: " +
+        (missing != ENOENT ? std::string(std::strerror(missing))
+         : ::stat(up.c_str(), &st) != 0
+             ? "its parent " + Printable(up) + " does not exist"
+             : "its parent " + Printable(up) + " is not a directory"));
+  }
+  if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(Printable(dir) + " is not a directory");
   }
   for (const EngineParticipant& p : layout.participants()) {
     if (!participant_id.empty() && p.participant_id != participant_id) continue;
     const std::string path = ParameterFilePath(dir, p.participant_id);
-    if (::lstat(path.c_str(), &st) == 0) {
-      return Status::AlreadyExists(Printable(path) +
-                                   " exists: refusing to replace it");
+    for (const std::string& f : {path, path + ".partial"}) {
+      if (::lstat(f.c_str(), &st) == 0) {
+        return Status::AlreadyExists(Printable(f) +
+                                     " exists: refusing to replace it");
+      }
     }
+  }
+  return Status::OK();
+}
+
+Status CreateOutputDir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+    return Status::IOError("cannot create output directory " + Printable(dir) +
+                           ": " + std::strerror(errno));
   }
   return Status::OK();
 }
@@ -237,7 +266,14 @@ Status PrepareOutputDir(const std::string& dir, const EngineLayout& layout,
 Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
                                              const EngineLayout& target,
                                              const EngineReshardArgs& args) {
-  RESHARD_RETURN_NOT_OK(PrepareOutputDir(args.target_dir, target));
+  if (args.via != "local" && args.via != "ucx" &&
+      args.via.find("://") == std::string::npos) {
+    return Status::InvalidArgument(
+        "--via must be local, ucx or a weight store URI (fs://DIR, "
+        "redis://HOST:PORT/PREFIX), not " +
+        Printable(args.via));
+  }
+  RESHARD_RETURN_NOT_OK(CheckOutputDir(args.target_dir, target));
   EngineReshardReport report;
   if (args.via == "ucx") {
     for (const EngineParticipant& p : source.participants()) {
@@ -249,12 +285,6 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
     RESHARD_RETURN_NOT_OK(MoveLive(source, target, args, &report));
     report.seconds = Since(t0);
     return report;
-  }
-  if (args.via != "local" && args.via.find("://") == std::string::npos) {
-    return Status::InvalidArgument(
-        "--via must be local, ucx or a weight store URI (fs://DIR, "
-        "redis://HOST:PORT/PREFIX), not " +
-        Printable(args.via));
   }
   RESHARD_ASSIGN_OR_RETURN(Side src, AllocateSide(source, "engine-reshard"));
   RESHARD_ASSIGN_OR_RETURN(report.source_bytes,

@@ -40,11 +40,13 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
 std::string ParameterFilePath(const std::string& dir,
                               const std::string& participant_id);
 
-// Creates `dir` when missing (its parent must exist) and refuses when any
-// file of `layout`'s participants (or only `participant_id`'s) exists in
-// it.
-Status PrepareOutputDir(const std::string& dir, const EngineLayout& layout,
-                        const std::string& participant_id = "");
+// Refuses when `dir` is not a directory (or missing with no directory to
+// create it in), or when a file of `layout`'s participants (or only
+// `participant_id`'s), or its ".partial", exists in it. Creates nothing.
+Status CheckOutputDir(const std::string& dir, const EngineLayout& layout,
+                      const std::string& participant_id = "");
+// Creates `dir` when missing.
+Status CreateOutputDir(const std::string& dir);
 
 }  // namespace reshard::cli
 

@@ -166,8 +166,8 @@ class ParameterMemory {
 
 // One participant's parameters as one safetensors file (engine names and
 // shapes, in engine order, metadata {"format": "pt"}): written as
-// "<path>.partial", synced and renamed to `path`. An existing `path` is
-// AlreadyExists (nothing written).
+// "<path>.partial", synced and linked to `path` (never replacing). An existing
+// `path` is AlreadyExists (nothing written).
 Status WriteParameterFile(const std::string& path,
                           const EngineParticipant& participant,
                           const ParameterBuffers& buffers);

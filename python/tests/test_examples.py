@@ -99,3 +99,10 @@ def test_frameworks_doc_code_runs(capsys):
             line + " " for line in printed), tensor_id
     assert namespace["plan"].summary["bytes"] == sum(
         f.nbytes for f in namespace["engine"].fragments)
+
+
+def test_engine_sync_megatron_trainer_updates_vllm_engine():
+    lines = run_example("engine_sync.py", "--steps", "4", timeout=300)
+    assert lines[-1] == (
+        "engine_sync: 4 steps, megatron tp2 pp2 (4 participants) -> vllm tp4 "
+        "(4 participants), 22656 bytes checked per step")

@@ -79,10 +79,13 @@ Status WriteParameterFile(const std::string& path,
   }
   if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoStatus("cannot sync", partial);
   fd.Reset();
-  if (s.ok() && ::rename(partial.c_str(), path.c_str()) != 0) {
-    s = ErrnoStatus("cannot rename into place", path);
+  // link() never replaces: a file that appeared at `path` meanwhile stays.
+  if (s.ok() && ::link(partial.c_str(), path.c_str()) != 0) {
+    s = errno == EEXIST
+            ? Status::AlreadyExists("refusing to replace " + Printable(path))
+            : ErrnoStatus("cannot link into place", path);
   }
-  if (!s.ok()) ::unlink(partial.c_str());
+  ::unlink(partial.c_str());
   return s;
 }
 

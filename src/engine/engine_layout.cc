@@ -102,9 +102,9 @@ Status CheckPieces(const EngineParticipant& p, const EngineParameter& q,
       return Status::InvalidArgument(
           Where(p, q) + "fragment " + Printable(piece.placement_fragment_id) +
           " of " + f->tensor_id() + " holds " + std::to_string(f->nbytes()) +
-          " bytes of " + t->dtype() + ", the piece at byte " +
-          std::to_string(piece.offset) + " " + std::to_string(piece.nbytes) +
-          " bytes of " + q.dtype);
+          " bytes of " + t->dtype() + ", but the piece at byte " +
+          std::to_string(piece.offset) + " is " + std::to_string(piece.nbytes) +
+          " bytes of a " + q.dtype + " parameter");
     }
     if (!used->insert(piece.placement_fragment_id).second) {
       return Status::InvalidArgument(

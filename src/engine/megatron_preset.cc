@@ -81,13 +81,13 @@ Status Megatron::Check() {
     RESHARD_RETURN_NOT_OK(
         Divisible(e, "EP", n_.ep, "the routed experts", c_.experts));
   }
+  RESHARD_RETURN_NOT_OK(Divisible(
+      e, "PP", n_.pp, "num_hidden_layers (stages are even)", c_.layers));
   RESHARD_RETURN_NOT_OK(
-      Divisible(e, "PP", n_.pp, "the layers (stages must be even)", c_.layers));
-  RESHARD_RETURN_NOT_OK(
-      Divisible(e, "TP", n_.tp, "the attention heads", c_.heads));
+      Divisible(e, "TP", n_.tp, "num_attention_heads", c_.heads));
   if (!UsesMla(c_.arch)) {
     RESHARD_RETURN_NOT_OK(Divisible(
-        e, "TP", n_.tp, "the query groups (num_key_value_heads)", c_.kv_heads));
+        e, "TP", n_.tp, "num_key_value_heads (query groups)", c_.kv_heads));
   } else if (!c_.q_lora_rank) {
     return Status::Unimplemented(
         e +
@@ -108,20 +108,25 @@ Status Megatron::Check() {
   RESHARD_RETURN_NOT_OK(
       Divisible(e, "TP", n_.tp, "intermediate_size", c_.intermediate));
   if (c_.shared_experts > 0) {
-    RESHARD_RETURN_NOT_OK(Divisible(e, "TP", n_.tp, "the shared experts' width",
+    RESHARD_RETURN_NOT_OK(Divisible(e, "TP", n_.tp,
+                                    "the shared experts' intermediate size",
                                     c_.shared_experts * c_.moe_intermediate));
   }
   if (c_.nextn_layers > 0) {
     RESHARD_RETURN_NOT_OK(
-        Divisible(e, "TP", n_.tp, "hidden_size (eh_proj)", c_.hidden));
+        Divisible(e, "TP", n_.tp, "hidden_size (MTP eh_proj)", c_.hidden));
   }
   if (o_.make_vocab_size_divisible_by < 1) {
     return Status::InvalidArgument(
         "--make-vocab-size-divisible-by must be >= 1");
   }
   RESHARD_ASSIGN_OR_RETURN(
-      vocab_chunk_, VocabChunk(e, "model.embed_tokens.weight", c_.vocab,
-                               o_.make_vocab_size_divisible_by * n_.tp, n_.tp));
+      vocab_chunk_,
+      VocabChunk(e, "model.embed_tokens.weight", c_.vocab,
+                 o_.make_vocab_size_divisible_by * n_.tp, n_.tp,
+                 " (a multiple of --make-vocab-size-divisible-by " +
+                     std::to_string(o_.make_vocab_size_divisible_by) +
+                     " x TP; a smaller multiple avoids it)"));
   return Status::OK();
 }
 

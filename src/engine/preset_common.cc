@@ -42,8 +42,7 @@ Status PresetWriter::Fp8Rows(const std::string& name, const RowSlice& s,
       label_ + " refuses block-FP8 parameter " + name + ": it holds rows [" +
       std::to_string(s.row0) + ", " + std::to_string(s.row0 + s.rows) +
       ") of " + s.w->name + ", not whole " + std::to_string(bn) +
-      "-row blocks of its weight_scale_inv (choose a TP that splits it on "
-      "block boundaries)");
+      "-row blocks of its weight_scale_inv");
 }
 
 Result<std::vector<RowSlice>> PresetWriter::ScaleSlices(
@@ -118,9 +117,7 @@ Status PresetWriter::StackedCols(const std::string& name,
         label_ + " refuses block-FP8 parameter " + name +
         ": it holds columns [" + std::to_string(col0) + ", " +
         std::to_string(col0 + cols) + ") of " + ws[0]->name + ", not whole " +
-        std::to_string(bk) +
-        "-column blocks of its weight_scale_inv (choose a TP that splits it "
-        "on block boundaries)");
+        std::to_string(bk) + "-column blocks of its weight_scale_inv");
   }
   const int64_t s0 = col0 / bk, sn = CeilDiv(col0 + cols, bk) - s0;
   Dims sshape = shape;
@@ -186,16 +183,23 @@ Status PresetWriter::Vocab(const std::string& name, const std::string& hf,
 }
 
 Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
-                           int64_t vocab, int64_t multiple, int64_t tp) {
+                           int64_t vocab, int64_t multiple, int64_t tp,
+                           const std::string& how) {
   const int64_t padded = CeilDiv(vocab, multiple) * multiple;
-  if (padded % tp != 0 || (tp - 1) * (padded / tp) >= vocab) {
-    return Status::InvalidArgument(
-        std::string(engine) + " cannot split the vocabulary of " + tensor +
-        " over TP " + std::to_string(tp) + ": " + std::to_string(vocab) +
-        " rows padded to " + std::to_string(padded) +
-        " leave some rank an unequal share or no real row");
+  const std::string head =
+      std::string(engine) + " cannot split the vocabulary of " + tensor +
+      " over TP " + std::to_string(tp) + ": " + std::to_string(vocab) +
+      " rows padded to " + std::to_string(padded) + how;
+  if (padded % tp != 0) {
+    return Status::InvalidArgument(head + " do not divide by TP");
   }
-  return padded / tp;
+  const int64_t chunk = padded / tp;
+  if ((tp - 1) * chunk >= vocab) {
+    return Status::InvalidArgument(head + " give each rank " +
+                                   std::to_string(chunk) + " rows and rank " +
+                                   std::to_string(tp - 1) + " only padding");
+  }
+  return chunk;
 }
 
 Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
@@ -203,8 +207,8 @@ Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
   if (by > 0 && value % by == 0) return Status::OK();
   return Status::InvalidArgument(
       std::string(engine) + " refuses " + std::string(by_name) + " " +
-      std::to_string(by) + ": it does not divide " + std::string(what) + " (" +
-      std::to_string(value) + ")");
+      std::to_string(by) + ": " + std::string(what) + " = " +
+      std::to_string(value) + " is not divisible by " + std::to_string(by));
 }
 
 }  // namespace reshard::internal

@@ -75,13 +75,16 @@ class PresetWriter {
 };
 
 // Rows per vocabulary-parallel rank of a table of `vocab` rows padded to a
-// multiple of `multiple`, TP `tp`; InvalidArgument naming `tensor` when
-// some rank would hold no real row.
+// multiple of `multiple` (`how`: why that multiple), TP `tp`;
+// InvalidArgument naming `tensor` when the padded rows do not divide by TP
+// or the last rank would hold only padding.
 Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
-                           int64_t vocab, int64_t multiple, int64_t tp);
+                           int64_t vocab, int64_t multiple, int64_t tp,
+                           const std::string& how);
 
-// "<engine> refuses TP 4: " style prefix checks: `what` (e.g. "the 12
-// attention heads") must be divisible by `by` (named `by_name`).
+// `value` (the config's `what`) must be divisible by `by` (the engine's
+// `by_name` size): "vllm refuses TP 3: num_attention_heads = 32 is not
+// divisible by 3".
 Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
                  std::string_view what, int64_t value);
 

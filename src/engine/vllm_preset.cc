@@ -92,16 +92,17 @@ Status Vllm::Check() {
                                    " experts of Qwen3-MoE");
   }
   RESHARD_RETURN_NOT_OK(
-      Divisible(e, "TP", n_.tp, "the attention heads", c_.heads));
+      Divisible(e, "TP", n_.tp, "num_attention_heads", c_.heads));
   if (!UsesMla(c_.arch)) {
     if (c_.kv_heads >= n_.tp) {
       RESHARD_RETURN_NOT_OK(
-          Divisible(e, "TP", n_.tp, "the KV heads", c_.kv_heads));
+          Divisible(e, "TP", n_.tp, "num_key_value_heads", c_.kv_heads));
     } else if (n_.tp % c_.kv_heads != 0) {
       return Status::InvalidArgument(e + " refuses TP " +
                                      std::to_string(n_.tp) +
-                                     ": it is not a multiple of the " +
-                                     std::to_string(c_.kv_heads) + " KV heads");
+                                     ": it is neither a divisor nor a multiple "
+                                     "of num_key_value_heads (" +
+                                     std::to_string(c_.kv_heads) + ")");
     }
   }
   RESHARD_RETURN_NOT_OK(
@@ -116,8 +117,8 @@ Status Vllm::Check() {
                                    " layers of " + c_.architecture);
   }
   RESHARD_ASSIGN_OR_RETURN(
-      vocab_chunk_,
-      VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64, n_.tp));
+      vocab_chunk_, VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64,
+                               n_.tp, " (a multiple of 64)"));
   return Status::OK();
 }
 

@@ -185,7 +185,9 @@ class Session {
         return Status::Unavailable(
             "live session " + options_.session + ": timed out after " +
             std::to_string(options_.timeout.count()) + " ms waiting for " +
-            std::string(kind) + " of rank(s) " + missing);
+            (kind == "rank" ? std::string("the published bindings")
+                            : std::string(kind)) +
+            " of rank(s) " + missing);
       }
       if (!poll) {
         std::this_thread::sleep_for(sleep);

@@ -399,9 +399,11 @@ TEST(LiveSessionTest, MissingPeerTimesOut) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
-  EXPECT_EQ(error,
-            "Unavailable: live session lonely, rank 0: live session lonely: "
-            "timed out after 500 ms waiting for rank of rank(s) 1");
+  EXPECT_EQ(
+      error,
+      "Unavailable: live session lonely, rank 0: live session lonely: "
+      "timed out after 500 ms waiting for the published bindings of rank(s) "
+      "1");
   EXPECT_LT(seconds, 5.0);
   auto store = Must(OpenDirectoryRecordStore(dir.path()));
   EXPECT_EQ(Must(internal::DecodeAbortRecord(Must(store->Get("lonely/abort/0")),

@@ -17,4 +17,5 @@ PYBIND11_MODULE(_reshard, m) {
   reshard::python::RegisterLive(m);
   reshard::python::RegisterDlpack(m);
   reshard::python::RegisterHf(m);
+  reshard::python::RegisterEngines(m);
 }

@@ -19,6 +19,7 @@ void RegisterStore(pybind11::module_& m);           // store_py.cc
 void RegisterLive(pybind11::module_& m);            // live_py.cc
 void RegisterDlpack(pybind11::module_& m);          // dlpack_py.cc
 void RegisterHf(pybind11::module_& m);              // hf_py.cc
+void RegisterEngines(pybind11::module_& m);         // engine_py.cc
 
 }  // namespace reshard::python
 

@@ -1,0 +1,210 @@
+"""reshard.engines: engine parameters bound by name and moved through every
+path (local reshard, a store revision, a checkpoint), checked byte by
+byte; refusals naming the parameter."""
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+import reshard
+import reshard.engines
+import reshard.hf
+
+CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+    "hidden_size": 16, "vocab_size": 54, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2,
+    "intermediate_size": 24, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def megatron():
+    return reshard.engines.layout(CONFIG, engine="megatron", tp=2, pp=2,
+                                  make_vocab_size_divisible_by=4)
+
+
+def vllm():
+    return reshard.engines.layout(CONFIG, engine="vllm", tp=4)
+
+
+def fragment_bytes(placement, fragment_id, step=1):
+    """The bytes of a fragment: its tensor, each element's global index."""
+    f = placement.find_fragment(fragment_id)
+    t = placement.find_tensor(f.tensor_id)
+    grid = np.indices(f.local_shape).reshape(len(f.local_shape), -1)
+    index = np.ravel_multi_index(
+        tuple(grid + np.array(f.global_offset).reshape(-1, 1)),
+        t.global_shape)
+    element = (index.astype(np.uint64) * np.uint64(2654435761) +
+               np.uint64(zlib.crc32(f.tensor_id.encode()) + step))
+    shift = np.uint64(3) + np.arange(t.itemsize, dtype=np.uint64)
+    return ((element[:, None] >> shift[None, :]) &
+            np.uint64(0xFF)).astype(np.uint8).reshape(-1)
+
+
+def pieces(layout, participant, params):
+    for name, q in layout.parameter_maps(participant).items():
+        flat = params[name].reshape(-1).view(torch.uint8)
+        for piece in q.pieces:
+            yield flat[piece.offset:piece.offset + piece.nbytes], piece
+
+
+def filled(layout):
+    """{participant: {name: tensor}} with every fragment's bytes."""
+    out = {}
+    for p in layout.participants:
+        params = layout.empty(p)
+        for view, piece in pieces(layout, p, params):
+            if piece.fragment is not None:
+                view.copy_(torch.from_numpy(fragment_bytes(
+                    layout.placement, piece.fragment)))
+        out[p] = params
+    return out
+
+
+def poisoned(layout):
+    out = {}
+    for p in layout.participants:
+        params = layout.empty(p)
+        for view, piece in pieces(layout, p, params):
+            view.fill_(0xEE)
+        out[p] = params
+    return out
+
+
+def bound(layout, tensors):
+    views = {}
+    for p, params in tensors.items():
+        views.update(layout.bind(p, params))
+    return views
+
+
+def check_every_byte(layout, tensors):
+    checked = 0
+    for p, params in tensors.items():
+        for view, piece in pieces(layout, p, params):
+            want = (np.zeros(piece.nbytes, np.uint8) if piece.fragment is None
+                    else fragment_bytes(layout.placement, piece.fragment))
+            got = view.numpy()
+            assert np.array_equal(got, want), (p, piece)
+            checked += piece.nbytes
+    return checked
+
+
+def test_layout_names_shapes_and_participants():
+    v = vllm()
+    assert v.engine == "vllm"
+    assert v.participants == [f"p-d0-p0-e0-t{t}" for t in range(4)]
+    params = v.parameters("p-d0-p0-e0-t3")
+    # One query head and KV head 1 (rows 4-7 of k and v): 3 heads x 4 rows.
+    assert params["model.layers.0.self_attn.qkv_proj.weight"] == (
+        (12, 16), "bfloat16")
+    assert params["model.layers.0.self_attn.qkv_proj.bias"] == (
+        (12,), "bfloat16")
+    assert params["model.embed_tokens.weight"] == ((16, 16), "bfloat16")
+    m = megatron()
+    names = list(m.parameters("p-d0-p1-e0-t1"))
+    assert names[0] == "decoder.layers.0.self_attention.linear_qkv.weight"
+    assert names[-1] == "output_layer.weight"
+    assert "embedding.word_embeddings.weight" not in names
+    tensors = v.empty("p-d0-p0-e0-t0")
+    assert tensors["model.norm.weight"].dtype == torch.bfloat16
+    assert all(int(t.count_nonzero()) == 0 for t in tensors.values())
+
+
+def test_megatron_to_vllm_in_this_process():
+    m, v = megatron(), vllm()
+    src, dst = filled(m), poisoned(v)
+    report = reshard.reshard(m.placement, bound(m, src), v.placement,
+                             bound(v, dst))
+    for p, params in dst.items():
+        v.zero_padding(p, params)
+    assert check_every_byte(v, dst) > report.bytes  # padding too
+    # And back: vLLM -> Megatron equals the filled trainer.
+    back = poisoned(m)
+    reshard.reshard(v.placement, bound(v, dst), m.placement, bound(m, back))
+    for p in m.participants:
+        m.zero_padding(p, back[p])
+    check_every_byte(m, back)
+
+
+def test_through_a_store_revision(tmp_path):
+    m, v = megatron(), vllm()
+    store = reshard.WeightStore(f"fs://{tmp_path / 'store'}")
+    manifest = store.upload(m.placement, bound(m, filled(m)))
+    dst = poisoned(v)
+    store.load(manifest.manifest_key, v.placement, bound(v, dst))
+    for p, params in dst.items():
+        v.zero_padding(p, params)
+    check_every_byte(v, dst)
+
+
+def test_through_a_checkpoint(tmp_path):
+    m, v = megatron(), vllm()
+    reshard.hf.write(m.placement, bound(m, filled(m)), tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "config.json").write_text(
+        __import__("json").dumps(CONFIG))
+    ckpt = reshard.hf.Checkpoint(tmp_path / "ckpt")
+    # The layout from the checkpoint itself equals the config-only one.
+    assert reshard.engines.layout(ckpt, engine="vllm", tp=4).placement \
+        .placement_id == v.placement.placement_id
+    dst = poisoned(v)
+    report = reshard.hf.load(ckpt, v.placement, bound(v, dst))
+    assert report.bytes > 0
+    for p, params in dst.items():
+        v.zero_padding(p, params)
+    check_every_byte(v, dst)
+
+
+def test_bind_refuses_naming_the_parameter():
+    v = vllm()
+    p = "p-d0-p0-e0-t1"
+    params = v.empty(p)
+    name = "model.layers.0.mlp.down_proj.weight"
+    wrong = dict(params, **{name: torch.zeros(16, 7, dtype=torch.bfloat16)})
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"parameter 'model.layers.0.mlp.down_proj."
+                             r"weight' of participant 'p-d0-p0-e0-t1' \(vllm "
+                             r"layout\) has shape \[16, 7\]; the layout "
+                             r"gives it \[16, 6\] bfloat16"):
+        v.bind(p, wrong)
+    wrong = dict(params, **{name: torch.zeros(16, 6, dtype=torch.float16)})
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"has dtype float16; the layout gives it "
+                             r"bfloat16"):
+        v.bind(p, wrong)
+    missing = {k: t for k, t in params.items() if k != name}
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"parameter 'model.layers.0.mlp.down_proj."
+                             r"weight' of participant 'p-d0-p0-e0-t1' \(vllm "
+                             r"layout\) was not given"):
+        v.bind(p, missing)
+    extra = dict(params, **{"lm_head.bias": torch.zeros(4)})
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"participant 'p-d0-p0-e0-t1' of the vllm layout "
+                             r"has no parameter 'lm_head.bias' \(pass "
+                             r"strict=False"):
+        v.bind(p, extra)
+    assert len(v.bind(p, extra, strict=False)) == len(v.bind(p, params))
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"the vllm layout has no participant 'p-d0-p0-"
+                             r"e0-t9'"):
+        v.parameters("p-d0-p0-e0-t9")
+
+
+def test_refused_grids_name_the_reason():
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"megatron refuses TP 4: num_key_value_heads "
+                             r"\(query groups\) = 2 is not divisible by 4"):
+        reshard.engines.layout(CONFIG, engine="megatron", tp=4,
+                               make_vocab_size_divisible_by=4)
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"unknown engine trt \(known: hf, megatron, "
+                             r"sglang, vllm\)"):
+        reshard.engines.layout(CONFIG, engine="trt", tp=2)
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"config must be a config.json path"):
+        reshard.engines.layout(42)

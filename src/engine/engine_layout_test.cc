@@ -1,0 +1,312 @@
+// EngineLayout: parameter maps checked against their placement, bound by
+// name, their JSON; the presets' refusals; a Megatron -> vLLM reshard in
+// this process checked byte by byte.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "reshard/engine.h"
+#include "testing/placement_builders.h"
+#include "testing/status_testing.h"
+
+namespace reshard {
+namespace {
+
+using ::reshard::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// One participant "p-d0-p0-e0-t0" holding tensor "w" [4, 2] uint8 as two
+// fragments of two rows each (ids f0, f1).
+struct Tiny {
+  WeightPlacementManifest placement;
+  std::string f0, f1;
+};
+
+Tiny MakeTiny() {
+  testing::PlacementDraft d = testing::GridDraft({1, 1, 1, 1});
+  d.tensors.push_back({.tensor_id = "w",
+                       .global_shape = {4, 2},
+                       .dtype = "uint8",
+                       .itemsize = 1,
+                       .layout_fingerprint = "uint8:row-major"});
+  for (int64_t r : {0, 2}) {
+    d.fragments.push_back({.tensor_id = "w",
+                           .global_offset = {r, 0},
+                           .local_shape = {2, 2},
+                           .nbytes = 4});
+  }
+  auto m = d.Build();
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  Tiny t{*m, "", ""};
+  for (const PlacementFragment* f : m->fragments()) {
+    (f->global_offset()[0] == 0 ? t.f0 : t.f1) = f->placement_fragment_id();
+  }
+  return t;
+}
+
+std::string MakeError(const Tiny& t, std::vector<ParameterPiece> pieces,
+                      Dims shape = {10}, std::string dtype = "uint8") {
+  EngineParticipant p{"p-d0-p0-e0-t0",
+                      {{"fused", std::move(shape), std::move(dtype),
+                        dtype == "uint8" ? 1 : 2, std::move(pieces)}}};
+  p.parameters[0].itemsize = p.parameters[0].dtype == "uint8" ? 1 : 2;
+  auto l = EngineLayout::Make("test", t.placement, {p});
+  return l.ok() ? "OK" : l.status().message();
+}
+
+TEST(EngineLayoutTest, PiecesMustTileEachParameter) {
+  const Tiny t = MakeTiny();
+  const std::string where =
+      "parameter fused of participant "
+      "p-d0-p0-e0-t0: ";
+  EXPECT_EQ(MakeError(t, {{0, 4, t.f0}, {4, 2, ""}, {6, 4, t.f1}}), "OK");
+  EXPECT_EQ(MakeError(t, {{0, 4, t.f0}, {6, 4, t.f1}}),
+            where +
+                "a gap at bytes [4, 6) (pieces must tile the parameter "
+                "in order)");
+  EXPECT_EQ(MakeError(t, {{0, 4, t.f0}, {2, 4, t.f1}, {6, 4, ""}}),
+            where +
+                "an overlap at bytes [2, 4) (pieces must tile the "
+                "parameter in order)");
+  EXPECT_EQ(MakeError(t, {{0, 4, t.f0}, {4, 4, t.f1}}),
+            where +
+                "a gap at bytes [8, 10) (the pieces end before the "
+                "[10] uint8 parameter)");
+  EXPECT_EQ(MakeError(t, {{0, 4, t.f0}, {4, 4, t.f1}, {8, 4, ""}}),
+            where +
+                "the piece at byte 8 of 4 bytes runs past its end (10 "
+                "bytes)");
+  EXPECT_EQ(MakeError(t, {{0, 4, t.f0}, {4, 4, t.f0}, {8, 2, ""}}),
+            where + "fragment " + t.f0 + " of w is in two pieces");
+  EXPECT_EQ(MakeError(t, {{0, 4, t.f0}, {4, 6, ""}}),
+            "participant p-d0-p0-e0-t0 holds fragment " + t.f1 +
+                " of w [2, 0]+[2, 2] in no parameter");
+  EXPECT_EQ(MakeError(t, {{0, 4, "nope"}, {4, 6, ""}}),
+            where + "fragment nope is not a fragment of this participant");
+  EXPECT_EQ(
+      MakeError(t, {{0, 4, t.f0}, {4, 4, t.f1}, {8, 8, ""}}, {8}, "bfloat16"),
+      where + "fragment " + t.f0 +
+          " of w holds 4 bytes of uint8, but the piece at byte 0 is 4 "
+          "bytes of a bfloat16 parameter");
+  EXPECT_EQ(MakeError(t, {}, {0}), where +
+                                       "shape [0] is empty or larger "
+                                       "than 2^62 bytes");
+}
+
+TEST(EngineLayoutTest, EveryParticipantHasOneMap) {
+  const Tiny t = MakeTiny();
+  EXPECT_THAT(EngineLayout::Make("test", t.placement, {}).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "participant p-d0-p0-e0-t0 has no parameter map"));
+  EngineParticipant ghost{"ghost", {}};
+  EXPECT_THAT(EngineLayout::Make("test", t.placement, {ghost}).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "parameter map of unknown participant ghost"));
+}
+
+TEST(EngineLayoutTest, BindsByNameZeroesPaddingAndRoundTripsItsJson) {
+  const Tiny t = MakeTiny();
+  EngineParticipant p{"p-d0-p0-e0-t0",
+                      {{"a", {2, 2}, "uint8", 1, {{0, 4, t.f1}}},
+                       {"b", {4, 2}, "uint8", 1, {{0, 4, t.f0}, {4, 4, ""}}}}};
+  ASSERT_OK_AND_ASSIGN(auto layout,
+                       EngineLayout::Make("test", t.placement, {p}));
+  std::vector<uint8_t> a(4, 0xAA), b(8, 0xBB);
+  ParameterBuffers buffers{{"a", {a.data(), 4}}, {"b", {b.data(), 8}}};
+  ASSERT_OK_AND_ASSIGN(auto fragments, ParameterFragmentBuffers(
+                                           layout, p.participant_id, buffers));
+  EXPECT_EQ(fragments.at(t.f1), a.data());
+  EXPECT_EQ(fragments.at(t.f0), b.data());
+  ASSERT_OK_AND_ASSIGN(auto binding,
+                       BindParameters(layout, p.participant_id, buffers));
+  EXPECT_EQ(binding.fragments().size(), 2u);
+  ASSERT_OK(ZeroParameterPadding(layout, p.participant_id, buffers));
+  EXPECT_EQ(b, (std::vector<uint8_t>{0xBB, 0xBB, 0xBB, 0xBB, 0, 0, 0, 0}));
+  EXPECT_EQ(a, std::vector<uint8_t>(4, 0xAA));
+
+  ParameterBuffers short_b{{"a", {a.data(), 4}}, {"b", {b.data(), 7}}};
+  EXPECT_THAT(BindParameters(layout, p.participant_id, short_b).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "parameter b of participant p-d0-p0-e0-t0: the buffer "
+                       "holds 7 bytes, the [4, 2] uint8 parameter 8"));
+  ParameterBuffers extra = buffers;
+  extra["c"] = {a.data(), 4};
+  EXPECT_THAT(BindParameters(layout, p.participant_id, extra).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "participant p-d0-p0-e0-t0 has no parameter c "
+                       "(a buffer was given)"));
+  EXPECT_THAT(BindParameters(layout, "x", buffers).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "engine layout test has no participant x"));
+
+  const std::string json = EngineParametersToJson(layout);
+  EXPECT_THAT(json, HasSubstr(R"({"fragment":null,"nbytes":4,"offset":4})"));
+  ASSERT_OK_AND_ASSIGN(auto back, EngineParametersFromJson(json, t.placement));
+  EXPECT_EQ(back.participants()[0].parameters, p.parameters);
+  EXPECT_EQ(EngineParametersToJson(back), json);
+}
+
+// ---------------------------------------------------------------------------
+// Presets.
+
+constexpr const char* kLlama = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+  "hidden_size": 16, "vocab_size": 54, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 2,
+  "intermediate_size": 24, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16"})";
+
+EngineLayoutOptions Engine(std::string name, int64_t tp, int64_t pp = 1,
+                           int64_t ep = 1, int64_t dp = 1) {
+  EngineLayoutOptions o;
+  o.engine = std::move(name);
+  o.sizes = {tp, pp, ep, dp};
+  o.make_vocab_size_divisible_by = 4;
+  return o;
+}
+
+std::map<std::string, Dims> Shapes(const EngineLayout& l, const char* id) {
+  std::map<std::string, Dims> out;
+  for (const EngineParameter& q : l.FindParticipant(id)->parameters) {
+    out[q.name] = q.shape;
+  }
+  return out;
+}
+
+TEST(EnginePresetTest, VllmReplicatesKvHeadsAcrossGroupsOfRanks) {
+  ASSERT_OK_AND_ASSIGN(auto l, MakeEngineLayout(kLlama, Engine("vllm", 4)));
+  const auto s = Shapes(l, "p-d0-p0-e0-t3");
+  // 1 query head (4 rows) + k and v of KV head 1 (4 rows each).
+  EXPECT_EQ(s.at("model.layers.0.self_attn.qkv_proj.weight"), (Dims{12, 16}));
+  EXPECT_EQ(s.at("model.layers.0.self_attn.o_proj.weight"), (Dims{16, 4}));
+  EXPECT_EQ(s.at("model.layers.0.mlp.gate_up_proj.weight"), (Dims{12, 16}));
+  // 54 rows padded to 64, 16 per rank: rank 3 holds rows [48, 54) and ten
+  // rows of padding.
+  const EngineParticipant* p3 = l.FindParticipant("p-d0-p0-e0-t3");
+  ASSERT_NE(p3, nullptr);
+  for (const EngineParameter& q : p3->parameters) {
+    if (q.name != "model.embed_tokens.weight") continue;
+    ASSERT_EQ(q.pieces.size(), 2u);
+    EXPECT_EQ(q.pieces[0].nbytes, 6u * 16 * 2);
+    EXPECT_TRUE(q.pieces[1].padding());
+    EXPECT_EQ(q.pieces[1].nbytes, 10u * 16 * 2);
+  }
+  const TensorDescriptor* k =
+      l.placement().FindTensor("model.layers.0.self_attn.k_proj.weight");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->FindAxis(AxisKind::kTp)->shards(), 2);
+}
+
+TEST(EnginePresetTest, RefusalsNameTheParameterOrTensor) {
+  EXPECT_THAT(MakeEngineLayout(kLlama, Engine("megatron", 4)).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "megatron refuses TP 4: num_key_value_heads (query "
+                       "groups) = 2 is not divisible by 4"));
+  EXPECT_THAT(MakeEngineLayout(kLlama, Engine("vllm", 2, 1, 3)).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("--ep must be 1 or 2, not 3")));
+  EXPECT_THAT(MakeEngineLayout(kLlama, Engine("trtllm", 2)).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "unknown engine trtllm (known: hf, megatron, "
+                       "sglang, vllm)"));
+  EngineLayoutOptions wide = Engine("megatron", 2);
+  wide.make_vocab_size_divisible_by = 128;
+  EXPECT_THAT(MakeEngineLayout(kLlama, wide).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "megatron cannot split the vocabulary of "
+                       "model.embed_tokens.weight over TP 2: 54 rows padded "
+                       "to 256 (a multiple of --make-vocab-size-divisible-by "
+                       "128 x TP; a smaller multiple avoids it) give each "
+                       "rank 128 rows and rank 1 only padding"));
+}
+
+// ---------------------------------------------------------------------------
+// Megatron TP 2 x PP 2 -> vLLM TP 4 in this process.
+
+uint8_t PatternByte(const std::string& tensor, uint64_t element, int64_t b) {
+  const uint64_t h = std::hash<std::string>()(tensor);
+  return static_cast<uint8_t>((h + element * 2654435761u + b * 40503u) >> 5);
+}
+
+// Calls visit(byte address, expected byte) for every byte of `p`'s
+// parameters: each fragment byte is its tensor element's pattern, padding
+// zero.
+void ForEachByte(const EngineLayout& l, const EngineParticipant& p,
+                 const ParameterBuffers& buffers,
+                 const std::function<void(uint8_t*, uint8_t)>& visit) {
+  for (const EngineParameter& q : p.parameters) {
+    auto* base = static_cast<uint8_t*>(buffers.at(q.name).data);
+    for (const ParameterPiece& piece : q.pieces) {
+      if (piece.padding()) {
+        for (uint64_t i = 0; i < piece.nbytes; ++i) {
+          visit(base + piece.offset + i, 0);
+        }
+        continue;
+      }
+      const PlacementFragment* f =
+          l.placement().FindFragment(piece.placement_fragment_id);
+      const TensorDescriptor* t = l.placement().FindTensor(f->tensor_id());
+      const Dims& g = t->global_shape();
+      const Dims& o = f->global_offset();
+      const Dims& s = f->local_shape();
+      const uint64_t elements = piece.nbytes / t->itemsize();
+      for (uint64_t e = 0; e < elements; ++e) {
+        uint64_t rest = e, global = 0, stride = 1;
+        for (size_t d = s.size(); d-- > 0;) {
+          global += (o[d] + static_cast<int64_t>(rest % s[d])) * stride;
+          rest /= s[d];
+          stride *= g[d];
+        }
+        for (int64_t b = 0; b < t->itemsize(); ++b) {
+          visit(base + piece.offset + e * t->itemsize() + b,
+                PatternByte(t->tensor_id(), global, b));
+        }
+      }
+    }
+  }
+}
+
+TEST(EnginePresetTest, MegatronToVllmMovesEveryByteIntoItsParameter) {
+  ASSERT_OK_AND_ASSIGN(auto src,
+                       MakeEngineLayout(kLlama, Engine("megatron", 2, 2)));
+  ASSERT_OK_AND_ASSIGN(auto dst, MakeEngineLayout(kLlama, Engine("vllm", 4)));
+  std::vector<ParameterMemory> memory;
+  std::vector<WeightRuntimeBindingManifest> sb, db;
+  for (auto* side : {&src, &dst}) {
+    BufferBindingOptions o;
+    o.instance_id = side == &src ? "trainer" : "engine";
+    for (const EngineParticipant& p : side->participants()) {
+      ASSERT_OK_AND_ASSIGN(auto m, ParameterMemory::Allocate(p));
+      ForEachByte(*side, p, m.buffers(), [&](uint8_t* at, uint8_t want) {
+        *at = side == &src ? want : 0xEE;
+      });
+      ASSERT_OK_AND_ASSIGN(
+          auto b, BindParameters(*side, p.participant_id, m.buffers(), o));
+      (side == &src ? sb : db).push_back(std::move(b));
+      memory.push_back(std::move(m));
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto report,
+                       Reshard(src.placement(), sb, dst.placement(), db));
+  uint64_t checked = 0;
+  for (size_t i = 0; i < dst.participants().size(); ++i) {
+    const EngineParticipant& p = dst.participants()[i];
+    const ParameterBuffers& buffers =
+        memory[src.participants().size() + i].buffers();
+    ASSERT_OK(ZeroParameterPadding(dst, p.participant_id, buffers));
+    ForEachByte(dst, p, buffers, [&](uint8_t* at, uint8_t want) {
+      ASSERT_EQ(*at, want) << p.participant_id;
+      ++checked;
+    });
+  }
+  EXPECT_GT(report.bytes, 0u);
+  EXPECT_GT(checked, report.bytes);  // padding rows too
+}
+
+}  // namespace
+}  // namespace reshard
