@@ -119,22 +119,68 @@ void AddLayoutCommand(CLI::App* engine) {
   });
 }
 
+struct LoadArgs {
+  std::string checkpoint, output, participant;
+  bool json = false;
+  EngineLayoutOptions options;
+};
+
 struct LoadReportTotals {
   uint64_t participants = 0, parameters = 0, bytes = 0, bytes_read = 0;
   uint64_t padding_bytes = 0;
 };
+
+// Loads each selected participant's parameters from the checkpoint and
+// writes its file.
+Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
+  RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a.checkpoint));
+  RESHARD_ASSIGN_OR_RETURN(
+      std::string config,
+      ReadFile(a.checkpoint + "/config.json", InputKind::kHfConfig));
+  auto layout = MakeEngineLayout(config, a.options, &ckpt);
+  if (!layout.ok()) return layout.status().WithContext(a.checkpoint);
+  if (!a.participant.empty() &&
+      layout->FindParticipant(a.participant) == nullptr) {
+    return Status::InvalidArgument("--participant: the " + a.options.engine +
+                                   " layout has no participant \"" +
+                                   a.participant + "\"");
+  }
+  RESHARD_RETURN_NOT_OK(CheckOutputDir(a.output, *layout, a.participant));
+  RESHARD_RETURN_NOT_OK(CreateOutputDir(a.output));
+  BufferBindingOptions bo;
+  bo.instance_id = "engine-load";
+  for (const EngineParticipant& p : layout->participants()) {
+    if (!a.participant.empty() && p.participant_id != a.participant) {
+      continue;
+    }
+    RESHARD_ASSIGN_OR_RETURN(auto memory, ParameterMemory::Allocate(p));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto binding,
+        BindParameters(*layout, p.participant_id, memory.buffers(), bo));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto loaded, LoadCheckpoint(ckpt, layout->placement(), {binding}));
+    RESHARD_RETURN_NOT_OK(
+        ZeroParameterPadding(*layout, p.participant_id, memory.buffers()));
+    RESHARD_RETURN_NOT_OK(WriteParameterFile(
+        ParameterFilePath(a.output, p.participant_id), p, memory.buffers()));
+    ++total->participants;
+    total->parameters += p.parameters.size();
+    for (const EngineParameter& q : p.parameters) {
+      for (const ParameterPiece& piece : q.pieces) {
+        (piece.padding() ? total->padding_bytes : total->bytes) += piece.nbytes;
+      }
+    }
+    total->bytes_read += loaded.bytes_read;
+  }
+  return Status::OK();
+}
 
 void AddLoadCommand(CLI::App* engine) {
   auto* cmd = engine->add_subcommand(
       "load",
       "Write each participant's parameters, as the engine holds them after "
       "loading, from a checkpoint (OUTDIR/<participant>.safetensors)");
-  struct Args {
-    std::string checkpoint, output, participant;
-    bool json = false;
-    EngineLayoutOptions options;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<LoadArgs>();
   cmd->add_option("CKPT", a->checkpoint,
                   "checkpoint directory (with its config.json)")
       ->required();
@@ -148,51 +194,7 @@ void AddLoadCommand(CLI::App* engine) {
   cmd->callback([a]() {
     const auto t0 = Clock::now();
     LoadReportTotals total;
-    auto run = [&]() -> Status {
-      RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a->checkpoint));
-      RESHARD_ASSIGN_OR_RETURN(
-          std::string config,
-          ReadFile(a->checkpoint + "/config.json", InputKind::kHfConfig));
-      auto layout = MakeEngineLayout(config, a->options, &ckpt);
-      if (!layout.ok()) return layout.status().WithContext(a->checkpoint);
-      if (!a->participant.empty() &&
-          layout->FindParticipant(a->participant) == nullptr) {
-        return Status::InvalidArgument(
-            "--participant: the " + a->options.engine +
-            " layout has no participant \"" + a->participant + "\"");
-      }
-      RESHARD_RETURN_NOT_OK(CheckOutputDir(a->output, *layout, a->participant));
-      RESHARD_RETURN_NOT_OK(CreateOutputDir(a->output));
-      BufferBindingOptions bo;
-      bo.instance_id = "engine-load";
-      for (const EngineParticipant& p : layout->participants()) {
-        if (!a->participant.empty() && p.participant_id != a->participant) {
-          continue;
-        }
-        RESHARD_ASSIGN_OR_RETURN(auto memory, ParameterMemory::Allocate(p));
-        RESHARD_ASSIGN_OR_RETURN(
-            auto binding,
-            BindParameters(*layout, p.participant_id, memory.buffers(), bo));
-        RESHARD_ASSIGN_OR_RETURN(
-            auto loaded, LoadCheckpoint(ckpt, layout->placement(), {binding}));
-        RESHARD_RETURN_NOT_OK(
-            ZeroParameterPadding(*layout, p.participant_id, memory.buffers()));
-        RESHARD_RETURN_NOT_OK(
-            WriteParameterFile(ParameterFilePath(a->output, p.participant_id),
-                               p, memory.buffers()));
-        ++total.participants;
-        total.parameters += p.parameters.size();
-        for (const EngineParameter& q : p.parameters) {
-          for (const ParameterPiece& piece : q.pieces) {
-            (piece.padding() ? total.padding_bytes : total.bytes) +=
-                piece.nbytes;
-          }
-        }
-        total.bytes_read += loaded.bytes_read;
-      }
-      return Status::OK();
-    };
-    Status st = run();
+    Status st = RunLoad(*a, &total);
     if (!st.ok()) throw CLI::RuntimeError(Fail(st));
     if (!a->json) {
       std::cout << "wrote " << total.participants << " participants ("

@@ -27,7 +27,7 @@ struct Tiny {
   std::string f0, f1;
 };
 
-Tiny MakeTiny() {
+Result<Tiny> MakeTiny() {
   testing::PlacementDraft d = testing::GridDraft({1, 1, 1, 1});
   d.tensors.push_back({.tensor_id = "w",
                        .global_shape = {4, 2},
@@ -40,10 +40,9 @@ Tiny MakeTiny() {
                            .local_shape = {2, 2},
                            .nbytes = 4});
   }
-  auto m = d.Build();
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  Tiny t{*m, "", ""};
-  for (const PlacementFragment* f : m->fragments()) {
+  RESHARD_ASSIGN_OR_RETURN(auto m, d.Build());
+  Tiny t{m, "", ""};
+  for (const PlacementFragment* f : m.fragments()) {
     (f->global_offset()[0] == 0 ? t.f0 : t.f1) = f->placement_fragment_id();
   }
   return t;
@@ -60,7 +59,7 @@ std::string MakeError(const Tiny& t, std::vector<ParameterPiece> pieces,
 }
 
 TEST(EngineLayoutTest, PiecesMustTileEachParameter) {
-  const Tiny t = MakeTiny();
+  ASSERT_OK_AND_ASSIGN(const Tiny t, MakeTiny());
   const std::string where =
       "parameter fused of participant "
       "p-d0-p0-e0-t0: ";
@@ -99,7 +98,7 @@ TEST(EngineLayoutTest, PiecesMustTileEachParameter) {
 }
 
 TEST(EngineLayoutTest, EveryParticipantHasOneMap) {
-  const Tiny t = MakeTiny();
+  ASSERT_OK_AND_ASSIGN(const Tiny t, MakeTiny());
   EXPECT_THAT(EngineLayout::Make("test", t.placement, {}).status(),
               StatusIs(StatusCode::kInvalidArgument,
                        "participant p-d0-p0-e0-t0 has no parameter map"));
@@ -110,7 +109,7 @@ TEST(EngineLayoutTest, EveryParticipantHasOneMap) {
 }
 
 TEST(EngineLayoutTest, BindsByNameZeroesPaddingAndRoundTripsItsJson) {
-  const Tiny t = MakeTiny();
+  ASSERT_OK_AND_ASSIGN(const Tiny t, MakeTiny());
   EngineParticipant p{"p-d0-p0-e0-t0",
                       {{"a", {2, 2}, "uint8", 1, {{0, 4, t.f1}}},
                        {"b", {4, 2}, "uint8", 1, {{0, 4, t.f0}, {4, 4, ""}}}}};

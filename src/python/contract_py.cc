@@ -67,6 +67,21 @@ AxisKind KindOf(py::handle kind, std::string_view field) {
   return Unwrap(ParseAxisKind(ToStr(kind, field)));
 }
 
+// GroupedSplitAxis, the contract extension (placement.h).
+void RegisterGroupedSplitAxis(py::module_& m) {
+  m.def(
+      "GroupedSplitAxis",
+      [](py::object kind, py::object dim, py::object shards) {
+        return Unwrap(
+            GroupedSplitAxis(KindOf(kind, "GroupedSplitAxis.kind"),
+                             ToI64(dim, "GroupedSplitAxis.dim"),
+                             ToI64(shards, "GroupedSplitAxis.shards")));
+      },
+      py::arg("kind"), py::arg("dim"), py::arg("shards"),
+      "Ranks of `kind` split the tensor along `dim` into `shards` shards, "
+      "each held by a contiguous group of size / shards ranks.");
+}
+
 void RegisterAxes(py::module_& m) {
   py::class_<ParallelAxis>(m, "ParallelAxis",
                            "Parallel semantics of one axis of a tensor.")
@@ -125,17 +140,6 @@ void RegisterAxes(py::module_& m) {
       py::arg("kind"), py::arg("dim"),
       "Ranks of `kind` (tp or ep) jointly partition the tensor along `dim`.");
   m.def(
-      "GroupedSplitAxis",
-      [](py::object kind, py::object dim, py::object shards) {
-        return Unwrap(
-            GroupedSplitAxis(KindOf(kind, "GroupedSplitAxis.kind"),
-                             ToI64(dim, "GroupedSplitAxis.dim"),
-                             ToI64(shards, "GroupedSplitAxis.shards")));
-      },
-      py::arg("kind"), py::arg("dim"), py::arg("shards"),
-      "Ranks of `kind` split the tensor along `dim` into `shards` shards, "
-      "each held by a contiguous group of size / shards ranks.");
-  m.def(
       "ReplicatedAxis",
       [](py::object kind) {
         return ReplicatedAxis(KindOf(kind, "ReplicatedAxis.kind"));
@@ -147,6 +151,7 @@ void RegisterAxes(py::module_& m) {
         return OwnershipAxis(KindOf(kind, "OwnershipAxis.kind"));
       },
       py::arg("kind"), "Only the ranks named by fragments hold the tensor.");
+  RegisterGroupedSplitAxis(m);
 }
 
 py::int_ ExactElements(const TensorDescriptor& t) {
