@@ -208,3 +208,18 @@ def test_refused_grids_name_the_reason():
     with pytest.raises(reshard.InvalidArgumentError,
                        match=r"config must be a config.json path"):
         reshard.engines.layout(42)
+
+
+def test_the_prototype_compat_layer_refuses_grouped_splits():
+    from reshard.compat import mooncake
+    wire = vllm().placement.to_json()
+    assert '"shards":2' in wire
+    with pytest.raises(ValueError,
+                       match=r"grouped split axis \(tp split on dim 0 in 2 "
+                             r"shards\) is a reshard extension the prototype "
+                             r"contract cannot express"):
+        mooncake.weight_placement_from_json(wire)
+    # Without grouped splits (vLLM TP 2 over 2 KV heads) it reads as ever.
+    tp2 = reshard.engines.layout(CONFIG, engine="vllm", tp=2).placement
+    back = mooncake.weight_placement_from_json(tp2.to_json())
+    assert back.placement_id == tp2.placement_id
