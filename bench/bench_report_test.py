@@ -32,6 +32,14 @@ def store_run(case, cache, run, ratio):
             "baseline_gbps": 2.0, "ratio": ratio, "rss_growth_mib": 3.0}
 
 
+def engine_figure(name, ratios, target):
+    return {"name": name, "case": "scaled Qwen3-MoE: Megatron TP2/EP2 -> "
+            "vLLM TP4 via local", "rounds": len(ratios), "ratios": ratios,
+            "ratio": sorted(ratios)[len(ratios) // 2], "measured": 0.5,
+            "baseline": 0.625, "target": target,
+            "met": None if target is None else ratios[1] >= target}
+
+
 def write_lines(path, objs):
     with open(path, "w", encoding="utf-8") as f:
         for o in objs:
@@ -105,6 +113,28 @@ class ReportTest(unittest.TestCase):
                       ">= 0.8x (median) | met |", rows[0])
         self.assertIn("store load 1 GiB, strided, warm (1 runs", rows[1])
         self.assertIn(">= 0.9x (median) | **not met** |", rows[1])
+
+    def test_engine_end_to_end_row_and_informational_move_row(self):
+        write_lines(os.path.join(self.dir, "engine.jsonl"), [
+            engine_figure("engine-reshard", [0.9, 0.79, 0.6], 0.8),
+            engine_figure("engine-reshard-move", [5.5, 5.7, 6.0], None)])
+        rows = self.rows()
+        self.assertEqual(len(rows), 2)
+        self.assertTrue(rows[0].startswith(
+            "| engine reshard, scaled Qwen3-MoE: Megatron TP2/EP2 -> vLLM "
+            "TP4 via local (3 interleaved rounds): end to end"), rows[0])
+        self.assertTrue(rows[0].endswith(
+            "| median 0.50 GB/s | `hf reshard` of the same checkpoint into "
+            "its TP4 layout, median 0.62 GB/s | 0.60x / 0.79x / 0.90x (min "
+            "/ median / max) | >= 0.8x (median) | **not met** |"), rows[0])
+        self.assertIn("the move alone", rows[1])
+        self.assertTrue(rows[1].endswith(
+            "| 5.50x / 5.70x / 6.00x (min / median / max) | informational "
+            "| - |"), rows[1])
+        # Judged by the two decimals shown: 0.795 reads 0.80, met.
+        write_lines(os.path.join(self.dir, "engine.jsonl"), [
+            engine_figure("engine-reshard", [0.9, 0.795, 0.6], 0.8)])
+        self.assertIn("| >= 0.8x (median) | met |", self.rows()[0])
 
     def test_garbage_line_names_file_and_line(self):
         path = os.path.join(self.dir, "plan.jsonl")

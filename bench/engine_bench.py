@@ -3,7 +3,7 @@
 tensors) of the same checkpoint, interleaved in one run.
 
 A scaled Qwen3-MoE checkpoint (BF16, random bytes; hidden 1024, 8 MoE
-layers of 16 experts, vocabulary 32,000; about 470 MB of tensors in 4
+layers of 16 experts, vocabulary 32,000; 475 MB of tensors in 4
 files) is generated with numpy into a temporary directory, and the
 Megatron-Core trainer's parameter files at TP2/EP2 are written from it
 once with `reshard engine load` (untimed). Then, for ROUNDS rounds, in
@@ -27,7 +27,10 @@ line compares the move alone: the engine's `seconds` (memory to memory)
 against hf's `load_seconds` (ranged reads from the checkpoint into the
 target buffers).
 
-Correctness, once: the engine's output equals `reshard engine load CKPT
+Both commands run one copy of --cli taken at the start. Before the
+rounds, one untimed run of each (a warm-up; this VM's first
+run after the setup writes measured up to 3x slower), the engine's also
+the correctness check: its output equals `reshard engine load CKPT
 --engine vllm --tp 4` file for file, byte for byte; otherwise exit 1.
 
 Usage: engine_bench.py [--cli build/reshard] [--dir TMP] [--rounds 3]
@@ -58,8 +61,8 @@ import hf_checkpoints as hfc  # noqa: E402
 
 # Qwen3-30B-A3B's structure, scaled: Megatron TP2/EP2 (16 heads, 4 query
 # groups, 16 experts; vocabulary 32,000 = 125 x 128 x TP 2, no padding)
-# and vLLM TP4 (4 heads and 1 KV head per rank, 16 x 384 / 4 expert rows;
-# vocabulary 8,000 rows per rank) are both valid grids.
+# and vLLM TP4 (4 heads and 1 KV head per rank, 96 of each expert's 384
+# rows; vocabulary 8,000 rows per rank) are both valid grids.
 CONFIG = dict(
     hfc.CONFIGS["qwen3_moe"], hidden_size=1024, vocab_size=32000,
     num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
@@ -129,6 +132,10 @@ def gbps(nbytes, seconds):
 
 
 def bench(cli, tmp, rounds):
+    # One copy of the binary for the whole run: both commands run the same
+    # bytes even if the build directory is relinked meanwhile.
+    shutil.copy2(cli, os.path.join(tmp, "reshard"))
+    cli = os.path.join(tmp, "reshard")
     ckpt = os.path.join(tmp, "ckpt")
     t0 = time.perf_counter()
     ckpt_bytes = write_checkpoint(ckpt, CONFIG, FILES)
@@ -143,23 +150,39 @@ def bench(cli, tmp, rounds):
     ref = os.path.join(tmp, "vllm-ref")
     run(cli, "engine", "load", ckpt, "--engine", "vllm", "--tp", "4",
         "-o", ref)
+    # The files just written stay in the page cache; their writeback is
+    # done before the first timed command (each command fsyncs its own
+    # output, so none is pending between rounds).
+    os.sync()
+
+    def hf_reshard(out):
+        return run(cli, "hf", "reshard", ckpt, layout, out)
+
+    def engine_reshard(out):
+        return run(cli, "engine", "reshard", src, out, "--config", config,
+                   "--from", "megatron", *MEGATRON_FROM, "--to", "vllm",
+                   "--to-tp", "4", "--via", "local")
+
+    # One untimed run of each first (this VM's first run after writing
+    # 1.4 GB measured up to 3x slower); the engine's is the correctness
+    # check.
+    out = os.path.join(tmp, "hf-warmup")
+    hf_reshard(out)
+    shutil.rmtree(out)
+    out = os.path.join(tmp, "engine-check")
+    engine_reshard(out)
+    diff = same_files(out, ref)
+    if diff is not None:
+        sys.exit(f"engine reshard output is not engine load's vLLM TP4 "
+                 f"files: {diff}")
+    shutil.rmtree(out)
     hf_runs, engine_runs = [], []
     for r in range(rounds):
         out = os.path.join(tmp, f"hf-{r}")
-        rep, wall = run(cli, "hf", "reshard", ckpt, layout, out)
-        hf_runs.append((rep, wall))
+        hf_runs.append(hf_reshard(out))
         shutil.rmtree(out)
         out = os.path.join(tmp, f"engine-{r}")
-        rep, wall = run(cli, "engine", "reshard", src, out, "--config",
-                        config, "--from", "megatron",
-                        *MEGATRON_FROM,
-                        "--to", "vllm", "--to-tp", "4", "--via", "local")
-        engine_runs.append((rep, wall))
-        if r == 0:
-            diff = same_files(out, ref)
-            if diff is not None:
-                sys.exit(f"engine reshard output is not engine load's "
-                         f"vLLM TP4 files: {diff}")
+        engine_runs.append(engine_reshard(out))
         shutil.rmtree(out)
     return dict(ckpt_bytes=ckpt_bytes, gen_seconds=gen_s,
                 source_bytes=load["bytes"] + load["padding_bytes"],

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "reshard/conversion.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
 #include "reshard/weight_store.h"
@@ -60,6 +61,16 @@ Result<WeightStore> OpenExistingStore(const std::string& uri,
 // The grid flags --tp, --pp, --ep and --dp of a layout command, into
 // `sizes`.
 void AddGridOptions(CLI::App* cmd, ParallelSizes* sizes);
+
+// --block BNxBK (positive integers, default 128x128): the FP8 block of a
+// quantizing layout or a conversion.
+void AddBlockOption(CLI::App* cmd, Fp8Block* block,
+                    const std::string& name = "--block");
+
+// --quantize fp8 and --dtype float32|bfloat16|float16 (excluding each
+// other) and --block: the form a layout asks for.
+void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
+                    std::string* dtype);
 
 // Prints "reshard: error: <message>" to stderr and returns exit code 1.
 int Fail(const Status& status);

@@ -51,6 +51,7 @@ void AddEngineOptions(CLI::App* cmd, EngineLayoutOptions* o,
                     o->make_vocab_size_divisible_by,
                     "Megatron: the vocabulary is padded to a multiple of "
                     "this times TP (default 128)");
+    AddFormOptions(cmd, &o->quantize, &o->block, &o->dtype);
     return;
   }
   const char* names[] = {"tp", "pp", "ep", "dp"};
@@ -63,6 +64,13 @@ void AddEngineOptions(CLI::App* cmd, EngineLayoutOptions* o,
   cmd->add_option("--" + prefix + "make-vocab-size-divisible-by",
                   o->make_vocab_size_divisible_by,
                   "Megatron vocabulary multiple (default 128)");
+  auto* q = cmd->add_option("--" + prefix + "quantize", o->quantize,
+                            "fp8: this side's FP8 form")
+                ->check(CLI::IsMember({"fp8"}));
+  auto* d = cmd->add_option("--" + prefix + "dtype", o->dtype,
+                            "this side's float dtype (no scales)")
+                ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  q->excludes(d);
 }
 
 void AddLayoutCommand(CLI::App* engine) {
@@ -122,6 +130,7 @@ void AddLayoutCommand(CLI::App* engine) {
 struct LoadArgs {
   std::string checkpoint, output, participant;
   bool json = false;
+  bool convert = false;
   EngineLayoutOptions options;
 };
 
@@ -157,8 +166,11 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
     RESHARD_ASSIGN_OR_RETURN(
         auto binding,
         BindParameters(*layout, p.participant_id, memory.buffers(), bo));
+    CheckpointLoadOptions lo;
+    lo.convert = a.convert;
+    lo.fp8_block = a.options.block;
     RESHARD_ASSIGN_OR_RETURN(
-        auto loaded, LoadCheckpoint(ckpt, layout->placement(), {binding}));
+        auto loaded, LoadCheckpoint(ckpt, layout->placement(), {binding}, lo));
     RESHARD_RETURN_NOT_OK(
         ZeroParameterPadding(*layout, p.participant_id, memory.buffers()));
     RESHARD_RETURN_NOT_OK(WriteParameterFile(
@@ -190,6 +202,9 @@ void AddLoadCommand(CLI::App* engine) {
       ->required();
   cmd->add_option("--participant", a->participant,
                   "only this participant (default: every one)");
+  cmd->add_flag("--convert", a->convert,
+                "convert tensors whose dtype differs from the checkpoint's "
+                "(with --quantize or --dtype)");
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a]() {
     const auto t0 = Clock::now();
@@ -247,6 +262,10 @@ void AddReshardCommand(CLI::App* engine) {
   cmd->add_option("--revision", a->revision,
                   "--via STORE_URI: the uploaded revision (default: "
                   "engine-<unix ms>)");
+  cmd->add_flag("--convert", a->run.convert,
+                "convert tensors whose dtype differs (--from-/--to-quantize, "
+                "--from-/--to-dtype); --via local only");
+  AddBlockOption(cmd, &a->run.block);
   cmd->add_option("--threads", a->run.threads, "copy threads (local)")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--timeout", a->timeout_s, "seconds (ucx)")
@@ -265,6 +284,7 @@ void AddReshardCommand(CLI::App* engine) {
                            .count());
       }
       a->from.revision = a->to.revision = revision;
+      a->from.block = a->to.block = a->run.block;
       auto source = MakeEngineLayout(config, a->from);
       if (!source.ok()) return source.status().WithContext("--from");
       auto target = MakeEngineLayout(config, a->to);

@@ -85,6 +85,8 @@ Status MoveLocal(const EngineLayout& source, const Side& src,
                  const EngineReshardArgs& args) {
   ReshardOptions ro;
   ro.threads = args.threads;
+  ro.plan.convert = args.convert;
+  ro.plan.fp8_block = args.block;
   return Reshard(source.placement(), src.bindings, target.placement(),
                  dst.bindings, ro)
       .status();
@@ -272,6 +274,11 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
         "--via must be local, ucx or a weight store URI (fs://DIR, "
         "redis://HOST:PORT/PREFIX), not " +
         Printable(args.via));
+  }
+  if (args.convert && args.via != "local") {
+    return Status::Unimplemented(
+        "--convert runs --via local only (conversions on the live and store "
+        "paths are not supported yet)");
   }
   RESHARD_RETURN_NOT_OK(CheckOutputDir(args.target_dir, target));
   EngineReshardReport report;

@@ -17,6 +17,9 @@ struct EngineReshardArgs {
   // "local", "ucx" or a weight store URI (fs://DIR, redis://...).
   std::string via = "local";
   uint32_t threads = 4;
+  // Convert tensors whose dtype differs (local only).
+  bool convert = false;
+  Fp8Block block;
   std::chrono::milliseconds timeout{120000};
 };
 

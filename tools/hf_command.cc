@@ -48,6 +48,8 @@ void AddLayoutCommand(CLI::App* hf) {
   auto a = std::make_shared<Args>();
   cmd->add_option("CONFIG", a->config, "the model's config.json")->required();
   AddGridOptions(cmd, &a->options.sizes);
+  AddFormOptions(cmd, &a->options.quantize, &a->options.block,
+                 &a->options.dtype);
   cmd->add_option("--checkpoint", a->checkpoint,
                   "checkpoint directory: its tensors, dtypes and shapes");
   cmd->add_option("--resource-id", a->options.resource_id,
@@ -110,6 +112,8 @@ void AddSourceCommand(CLI::App* hf) {
 struct ReshardArgs {
   std::string checkpoint, target, output;
   bool json = false;
+  bool convert = false;
+  Fp8Block block;
   ProgressMode progress = ProgressMode::kAuto;
   CheckpointWriteOptions write;
   CheckpointLoadOptions load;
@@ -137,6 +141,8 @@ Result<ReshardResult> RunReshard(const ReshardArgs& a) {
   ProgressLine loading("loading " + a.checkpoint, a.progress);
   CheckpointLoadOptions load = a.load;
   load.progress = loading.Callback();
+  load.convert = a.convert;
+  load.fp8_block = a.block;
   RESHARD_ASSIGN_OR_RETURN(
       r.load, LoadCheckpoint(ckpt, target, buffers.bindings, load));
   loading.Finish();
@@ -197,6 +203,10 @@ void AddReshardCommand(CLI::App* hf) {
                   "output directory (created; must not hold a checkpoint)")
       ->required();
   cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->add_flag("--convert", a->convert,
+                "convert tensors whose dtype differs from the checkpoint's "
+                "(docs/conversion.md)");
+  AddBlockOption(cmd, &a->block);
   AddProgressOption(cmd, &a->progress);
   cmd->add_option("--max-file-bytes", a->write.max_file_bytes,
                   "largest output file's tensor bytes (default 5e9)")

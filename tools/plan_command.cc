@@ -89,6 +89,8 @@ struct PlanArgs {
   std::string svg;
   std::optional<double> gbps;
   uint32_t heatmap_max_axis = PlanReportOptions{}.max_heatmap_axis;
+  bool convert = false;
+  Fp8Block block;
 };
 
 // The --html and --svg files of `plan`; the human output names them.
@@ -130,6 +132,8 @@ Result<std::string> RunPlan(const PlanArgs& a) {
       std::async(std::launch::async, [&a] { return LoadPlacement(a.target); });
   PlanOptions options;
   if (!a.participant.empty()) options.target_participant_id = a.participant;
+  options.convert = a.convert;
+  options.fp8_block = a.block;
   // The source is a live placement or a stored manifest.
   std::optional<WeightPlacementManifest> src;
   std::optional<StoredWeightManifest> stored;
@@ -190,6 +194,9 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_option("--heatmap-max-axis", a->heatmap_max_axis,
                   "heatmap rows and columns at most; more participants are "
                   "grouped by rank (default 512)");
+  cmd->add_flag("--convert", a->convert,
+                "convert tensors whose dtype differs (docs/conversion.md)");
+  AddBlockOption(cmd, &a->block);
   cmd->callback([a]() {
     auto result = RunPlan(*a);
     if (!result.ok()) throw CLI::RuntimeError(Fail(result.status()));

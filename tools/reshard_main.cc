@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -93,6 +94,41 @@ void AddGridOptions(CLI::App* cmd, ParallelSizes* sizes) {
   cmd->add_option("--pp", sizes->pp, "pipeline-parallel size");
   cmd->add_option("--ep", sizes->ep, "expert-parallel size");
   cmd->add_option("--dp", sizes->dp, "data-parallel size");
+}
+
+void AddBlockOption(CLI::App* cmd, Fp8Block* block, const std::string& name) {
+  cmd->add_option_function<std::string>(
+         name,
+         [block, name](const std::string& text) {
+           int64_t rows = 0, cols = 0;
+           char x = 0, rest = 0;
+           if (std::sscanf(text.c_str(), "%" SCNd64 "%c%" SCNd64 "%c", &rows,
+                           &x, &cols, &rest) != 3 ||
+               x != 'x' || rows < 1 || cols < 1 || rows > (int64_t{1} << 30) ||
+               cols > (int64_t{1} << 30)) {
+             throw CLI::ValidationError(
+                 name,
+                 "must be ROWSxCOLS with positive integers (e.g. "
+                 "128x128), not '" +
+                     text + "'");
+           }
+           *block = {rows, cols};
+         },
+         "FP8 block ROWSxCOLS (default 128x128)")
+      ->type_name("BNxBK");
+}
+
+void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
+                    std::string* dtype) {
+  auto* q = cmd->add_option("--quantize", *quantize,
+                            "fp8: the FP8 form of a float model (linear "
+                            "weights block-quantized, with their scales)")
+                ->check(CLI::IsMember({"fp8"}));
+  auto* d = cmd->add_option("--dtype", *dtype,
+                            "every float tensor in this dtype, no scales")
+                ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  q->excludes(d);
+  AddBlockOption(cmd, block);
 }
 
 int Fail(const Status& status) {

@@ -108,6 +108,13 @@ struct EngineLayoutOptions {
   // Megatron pads the vocabulary to a multiple of this times TP
   // (--make-vocab-size-divisible-by).
   int64_t make_vocab_size_divisible_by = 128;
+  // The form of the canonical tensors, as HfLayoutOptions: "fp8" (the
+  // linear weights block-quantized, with their scales; vLLM then holds
+  // FP8 parameters and their weight_scale_inv), or a float `dtype` (no
+  // scales). Megatron holds unquantized weights only.
+  std::string quantize;
+  Fp8Block block;
+  std::string dtype;
 };
 
 // The layout of the model `config_json` describes for an engine preset.
@@ -147,8 +154,10 @@ Status ZeroParameterPadding(const EngineLayout& layout,
                             std::string_view participant_id,
                             const ParameterBuffers& buffers);
 
-// Zero-filled host memory for every parameter of one participant, aligned
-// to 64 bytes; move-only, freed with it.
+// Host memory for every parameter of one participant (64-byte aligned;
+// 2 MiB-aligned with transparent huge pages when large): its padding
+// zero, the rest uninitialized, to be filled by a load, a reshard or a
+// file read. Move-only, freed with it.
 class ParameterMemory {
  public:
   static Result<ParameterMemory> Allocate(const EngineParticipant& p);
@@ -157,9 +166,9 @@ class ParameterMemory {
 
  private:
   struct Free {
-    void operator()(void* p) const;
+    void operator()(uint8_t* p) const { std::free(p); }
   };
-  std::vector<std::unique_ptr<void, Free>> blocks_;
+  std::vector<std::unique_ptr<uint8_t, Free>> blocks_;
   ParameterBuffers buffers_;
   uint64_t bytes_ = 0;
 };

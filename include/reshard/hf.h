@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "reshard/binding.h"
+#include "reshard/conversion.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
 #include "reshard/stored_manifest.h"
@@ -149,6 +150,11 @@ class HfCheckpoint {
 Result<StoredWeightManifest> CheckpointSource(
     const HfCheckpoint& checkpoint, const WeightPlacementManifest& target);
 
+// The checkpoint's tensors as a conversion source (ConversionPlan::Make):
+// dtype and shape from the headers, layout "<dtype>:row-major". The
+// lookup keeps the checkpoint open.
+SourceTensorLookup CheckpointTensorLookup(const HfCheckpoint& checkpoint);
+
 struct CheckpointLoadOptions {
   uint64_t max_range_bytes = uint64_t{64} << 20;
   uint32_t max_ranges_per_request = 1024;
@@ -159,6 +165,12 @@ struct CheckpointLoadOptions {
   uint64_t min_scatter_bytes = uint64_t{4} << 10;
   // Target bytes delivered of the bytes the bindings bind; empty: none.
   ProgressCallback progress;
+  // Convert target tensors whose dtype differs from the checkpoint's
+  // (docs/conversion.md; quantization blocks of fp8_block), through
+  // staging buffers of the converting fragments in the checkpoint's dtype.
+  // Without it the first tensor (by id) whose dtype differs is refused.
+  bool convert = false;
+  Fp8Block fp8_block;
 };
 
 // Plans the fragments `target_bindings` bind (host memory) from the
@@ -309,6 +321,15 @@ struct HfLayoutOptions {
   std::string resource_id;  // default: the config's model_type
   std::string revision = "hf";
   uint64_t weight_generation = 0;
+  // "fp8": the FP8 form of a float model: the linear weights of the FP8
+  // schemes (docs/conversion.md) in float8_e4m3fn, each followed by its
+  // float32 `<prefix>.weight_scale_inv` for `block`; everything else
+  // unchanged. Empty: the checkpoint's (or config's) own form.
+  std::string quantize;
+  Fp8Block block;
+  // "float32", "bfloat16" or "float16": every float tensor in that dtype
+  // (FP8 ones included) and no scale tensors. Excludes `quantize`.
+  std::string dtype;
 };
 
 // Lays the model's tensors (the checkpoint's own names) out on the grid

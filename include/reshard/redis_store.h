@@ -13,8 +13,8 @@
 // environment variable RESHARD_REDIS_PASSWORD, if set, so that it need not
 // appear in a command line.
 // Options: prefix=P (the key prefix, default "reshard", no ':'; several
-// stores can share one database under different prefixes), sync=fsync|none (what
-// Sync() requires, below), replicas=N (Sync() also waits for N replicas).
+// stores can share one database under different prefixes), sync=fsync|none
+// (what Sync() requires, below), replicas=N (Sync() also waits for N replicas).
 //
 // Semantics equal those of the fs backend (include/reshard/object_store.h):
 // create-only records and objects, one winner of racing writers, atomic

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "reshard/binding.h"
+#include "reshard/conversion.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
 #include "reshard/status.h"
@@ -173,6 +174,40 @@ Result<ReshardReport> Reshard(
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const ReshardOptions& options = {});
+
+// ---------------------------------------------------------------------------
+// Converting into bound targets from another source (a checkpoint, a store
+// revision): the staging half of a converting reshard.
+
+// The staging placement of a conversion (conversion.h) bound for the
+// targets of `target_bindings`: each staging fragment of a tensor that
+// does not convert is its target fragment's own memory; those of
+// converting tensors are host buffers this object owns (the source-dtype
+// copy of the converting fragments). Fill `bindings()` (LoadCheckpoint,
+// WeightStore::Load, any reshard into `plan.staging()`), then `Apply`
+// computes every converting target fragment. The targets must be
+// contiguous host memory. Move-only; the plan must outlive it.
+class ConversionStaging {
+ public:
+  static Result<ConversionStaging> Make(
+      const ConversionPlan& plan,
+      const std::vector<WeightRuntimeBindingManifest>& target_bindings);
+  ConversionStaging(ConversionStaging&&) noexcept;
+  ConversionStaging& operator=(ConversionStaging&&) noexcept;
+  ~ConversionStaging();
+
+  // One binding of plan.staging() per target binding's participant.
+  const std::vector<WeightRuntimeBindingManifest>& bindings() const;
+  // Host bytes this object holds for converting fragments.
+  uint64_t staging_bytes() const;
+  // Converts every converting target fragment on `threads` threads.
+  Status Apply(uint32_t threads = 1) const;
+
+ private:
+  struct Impl;
+  explicit ConversionStaging(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace reshard
 

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "reshard/binding.h"
+#include "reshard/conversion.h"
 #include "reshard/object_store.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
@@ -104,6 +105,13 @@ struct WeightStoreOptions {
   // bytes written), Import (bytes read and written) and Verify (payload
   // bytes checked); empty: none.
   ProgressCallback progress;
+  // Loads: convert target tensors whose dtype differs from the revision's
+  // (docs/conversion.md; quantization blocks of fp8_block). The read
+  // windows fill staging buffers of the converting fragments (in the
+  // revision's dtype), which then convert into the targets. Without it a
+  // differing dtype is refused naming the tensor.
+  bool convert = false;
+  Fp8Block fp8_block;
 };
 
 struct UploadOperation {
@@ -342,6 +350,11 @@ class WeightStore {
   Result<GcReport> Gc();
 
  private:
+  // Load without conversions (a differing dtype is refused by the plan).
+  Result<LoadReport> LoadUnconverted(
+      const StoredWeightManifest& manifest,
+      const WeightPlacementManifest& target,
+      const std::vector<WeightRuntimeBindingManifest>& target_bindings);
   // PrepareUpload under a given transaction id; a started record already
   // there (written by another process of the upload) is kept.
   Result<UploadPlan> PrepareUploadAs(

@@ -51,7 +51,8 @@ def bind_tensors(placement: _reshard.WeightPlacementManifest,
 def reshard(source: _reshard.WeightPlacementManifest, source_tensors: Mapping,
             target: _reshard.WeightPlacementManifest, target_tensors: Mapping,
             *, plan: Optional[_reshard.LogicalTransferPlan] = None,
-            threads: int = 1, subset: bool = False) -> Report:
+            threads: int = 1, subset: bool = False, convert: bool = False,
+            fp8_block: Optional[tuple] = None) -> Report:
     """Moves the bytes of `source_tensors` into `target_tensors`.
 
     Both mappings are {participant id: {tensor id: tensor}} or
@@ -59,11 +60,14 @@ def reshard(source: _reshard.WeightPlacementManifest, source_tensors: Mapping,
     must be given (or only those the plan uses, with ``subset=True``).
     `plan`, from ``reshard.plan(source, target)``, is reused as is: plan once,
     reshard every step. Nothing is written before every check passed.
+    With ``convert=True`` tensors whose dtype differs convert
+    (docs/conversion.md; ``fp8_block=(rows, cols)``, default (128, 128)).
     """
     src, keep_src = fragment_views(source, source_tensors, "source", False)
     dst, keep_dst = fragment_views(target, target_tensors, "target", True)
     report = _reshard.reshard_buffers(source, src, target, dst, plan=plan,
-                                      threads=threads, subset=subset)
+                                      threads=threads, subset=subset,
+                                      convert=convert, fp8_block=fp8_block)
     del keep_src, keep_dst
     return Report(report)
 
@@ -155,13 +159,17 @@ class WeightStore:
 
     def load(self, manifest: Union[str, _reshard.StoredWeightManifest],
              target: _reshard.WeightPlacementManifest,
-             tensors: Mapping, *, progress=None) -> Report:
+             tensors: Mapping, *, progress=None, convert: bool = False,
+             fp8_block: Optional[tuple] = None) -> Report:
         """Reads a committed revision (its manifest key or manifest) straight
         into `tensors` laid out as `target`. `progress(done, total)` as in
-        ``upload``: the target bytes delivered so far."""
+        ``upload``: the target bytes delivered so far. With ``convert=True``
+        target tensors whose dtype differs from the revision's convert
+        (docs/conversion.md; ``fp8_block=(rows, cols)``)."""
         addresses, keep = fragment_views(target, tensors, "load target", True)
         report = self._store.load_buffers(manifest, target, addresses,
-                                          progress=progress)
+                                          progress=progress, convert=convert,
+                                          fp8_block=fp8_block)
         del keep
         return Report(report)
 

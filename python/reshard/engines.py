@@ -217,13 +217,17 @@ def _config_text(config: Any) -> str:
 def layout(config: Any, engine: str = "vllm", tp: int = 1, pp: int = 1,
            ep: int = 1, dp: int = 1, *, checkpoint: Any = None,
            make_vocab_size_divisible_by: int = 128, resource_id: str = "",
-           revision: str = "hf", weight_generation: int = 0) -> EngineLayout:
+           revision: str = "hf", weight_generation: int = 0,
+           quantize: str = "", fp8_block: Optional[tuple] = None,
+           dtype: str = "") -> EngineLayout:
     """The layout of engine preset `engine` ("vllm", "sglang",
     "megatron" or "hf") for the model `config` (a config.json path or
     directory, JSON text, a dict or a reshard.hf.Checkpoint) on a tp x pp x
     dp grid (ep: vLLM 1 or tp*dp; Megatron dividing tp*dp). With
     `checkpoint` (a reshard.hf.Checkpoint, default: `config` when it is
-    one), tensor dtypes and shapes come from it."""
+    one), tensor dtypes and shapes come from it. ``quantize="fp8"`` (FP8
+    weights with their scales, ``fp8_block=(rows, cols)``) or ``dtype``
+    (a float form) ask for another form (docs/conversion.md)."""
     if checkpoint is None and hasattr(config, "_native"):
         checkpoint = config
     native = checkpoint._native if checkpoint is not None else None
@@ -232,5 +236,6 @@ def layout(config: Any, engine: str = "vllm", tp: int = 1, pp: int = 1,
         checkpoint=native,
         make_vocab_size_divisible_by=make_vocab_size_divisible_by,
         resource_id=resource_id, revision=revision,
-        weight_generation=weight_generation)
+        weight_generation=weight_generation, quantize=quantize,
+        fp8_block=fp8_block, dtype=dtype)
     return EngineLayout(placement, maps)

@@ -69,22 +69,28 @@ def _config_text(checkpoint: Optional[Checkpoint],
 def layout(checkpoint: Optional[Checkpoint] = None, *,
            config: Optional[str] = None, tp: int = 1, pp: int = 1,
            ep: int = 1, dp: int = 1, resource_id: str = "",
-           revision: str = "hf",
-           weight_generation: int = 0) -> _reshard.WeightPlacementManifest:
+           revision: str = "hf", weight_generation: int = 0,
+           quantize: str = "", fp8_block: Optional[tuple] = None,
+           dtype: str = "") -> _reshard.WeightPlacementManifest:
     """The model laid out on a tp x pp x ep x dp grid with the sharding
     inference engines use (participants ``p-d<dp>-p<pp>-e<ep>-t<tp>``).
     With a checkpoint, exactly its tensors, dtypes and shapes; a tensor the
-    architecture does not name raises."""
+    architecture does not name raises. ``quantize="fp8"`` gives the FP8
+    form (``fp8_block=(rows, cols)``, default (128, 128)), ``dtype`` a
+    float form (docs/conversion.md)."""
     text = _config_text(checkpoint, config)
     native = checkpoint._native if checkpoint is not None else None
     return _reshard.hf_layout(text, tp=tp, pp=pp, ep=ep, dp=dp,
                               checkpoint=native, resource_id=resource_id,
                               revision=revision,
-                              weight_generation=weight_generation)
+                              weight_generation=weight_generation,
+                              quantize=quantize, fp8_block=fp8_block,
+                              dtype=dtype)
 
 
 def load(checkpoint: Checkpoint, target: _reshard.WeightPlacementManifest,
-         tensors: Mapping, *, progress=None) -> Report:
+         tensors: Mapping, *, progress=None, convert: bool = False,
+         fp8_block: Optional[tuple] = None) -> Report:
     """Reads the fragments of `tensors` ({participant id: {tensor id:
     tensor}} or {placement fragment id: tensor}) straight from the
     checkpoint; returns {bytes, bytes_read, read_requests, ranges,
@@ -93,11 +99,15 @@ def load(checkpoint: Checkpoint, target: _reshard.WeightPlacementManifest,
     `progress(done, total)`, if given, is called with the bytes delivered
     so far, from this thread with the GIL held, at most a few hundred
     times plus ten a second (first with 0, last with total); an exception
-    it raises is raised once the load has finished."""
+    it raises is raised once the load has finished. With ``convert=True``
+    target tensors whose dtype differs from the checkpoint's convert
+    (docs/conversion.md; ``fp8_block=(rows, cols)``, default (128, 128))."""
     addresses, keep = fragment_views(target, tensors, "checkpoint load target",
                                      True)
     report = _reshard.load_checkpoint_buffers(checkpoint._native, target,
-                                              addresses, progress=progress)
+                                              addresses, progress=progress,
+                                              convert=convert,
+                                              fp8_block=fp8_block)
     del keep
     return Report(report)
 

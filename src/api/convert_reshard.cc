@@ -55,6 +55,7 @@ Result<TargetMemory> TargetBuffers(
 struct Staging {
   std::unordered_map<std::string, void*> by_fragment;
   std::vector<std::unique_ptr<char[]>> owned;
+  uint64_t bytes = 0;
 };
 
 Staging StagingBuffers(const ConversionPlan& conversion,
@@ -68,16 +69,21 @@ Staging StagingBuffers(const ConversionPlan& conversion,
       target_of[s] = f->placement_fragment_id();
     }
   }
-  for (const auto* f : conversion.staging().fragments()) {
-    const std::string& id = f->placement_fragment_id();
-    auto t = target_of.find(id);
-    if (t != target_of.end()) {
-      auto m = memory.by_fragment.find(std::string(t->second));
-      if (m != memory.by_fragment.end()) out.by_fragment[id] = m->second;
-      continue;
+  for (const WeightPlacementPart& part : conversion.staging().parts()) {
+    // Only the participants bound here.
+    if (memory.by_participant.count(part.participant_id()) == 0) continue;
+    for (const PlacementFragment& f : part.fragments()) {
+      const std::string& id = f.placement_fragment_id();
+      auto t = target_of.find(id);
+      if (t != target_of.end()) {
+        auto m = memory.by_fragment.find(std::string(t->second));
+        if (m != memory.by_fragment.end()) out.by_fragment[id] = m->second;
+        continue;
+      }
+      out.owned.emplace_back(new char[f.nbytes()]);
+      out.bytes += f.nbytes();
+      out.by_fragment[id] = out.owned.back().get();
     }
-    out.owned.emplace_back(new char[f->nbytes()]);
-    out.by_fragment[id] = out.owned.back().get();
   }
   return out;
 }
@@ -114,6 +120,57 @@ FragmentMemory LookupOf(const std::unordered_map<std::string, void*>& map) {
 
 }  // namespace
 
+}  // namespace reshard::internal
+
+namespace reshard {
+
+struct ConversionStaging::Impl {
+  const ConversionPlan* plan;
+  internal::TargetMemory memory;
+  internal::Staging staging;
+  std::vector<WeightRuntimeBindingManifest> bindings;
+};
+
+ConversionStaging::ConversionStaging(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+ConversionStaging::ConversionStaging(ConversionStaging&&) noexcept = default;
+ConversionStaging& ConversionStaging::operator=(ConversionStaging&&) noexcept =
+    default;
+ConversionStaging::~ConversionStaging() = default;
+
+Result<ConversionStaging> ConversionStaging::Make(
+    const ConversionPlan& plan,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
+  auto impl = std::make_unique<Impl>();
+  impl->plan = &plan;
+  RESHARD_ASSIGN_OR_RETURN(
+      impl->memory, internal::TargetBuffers(plan.target(), target_bindings));
+  impl->staging = internal::StagingBuffers(plan, impl->memory);
+  RESHARD_ASSIGN_OR_RETURN(
+      impl->bindings, internal::BindStaging(plan, impl->memory, impl->staging));
+  return ConversionStaging(std::move(impl));
+}
+
+const std::vector<WeightRuntimeBindingManifest>& ConversionStaging::bindings()
+    const {
+  return impl_->bindings;
+}
+
+uint64_t ConversionStaging::staging_bytes() const {
+  return impl_->staging.bytes;
+}
+
+Status ConversionStaging::Apply(uint32_t threads) const {
+  return internal::ApplyConversions(
+      *impl_->plan, internal::LookupOf(impl_->staging.by_fragment),
+      internal::LookupOf(impl_->memory.by_fragment),
+      std::max<uint32_t>(1, threads));
+}
+
+}  // namespace reshard
+
+namespace reshard::internal {
+
 Result<ReshardReport> ReshardConverting(
     const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,
@@ -130,21 +187,16 @@ Result<ReshardReport> ReshardConverting(
     return Status::InvalidArgument(
         "logical plan and target placement IDs differ");
   }
-  RESHARD_ASSIGN_OR_RETURN(TargetMemory memory,
-                           TargetBuffers(target, target_bindings));
-  const Staging staging = StagingBuffers(conversion, memory);
-  RESHARD_ASSIGN_OR_RETURN(auto staging_bindings,
-                           BindStaging(conversion, memory, staging));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto staging, ConversionStaging::Make(conversion, target_bindings));
   // Into the staging placement: Reshard's ordinary path, since its
   // placement is the one the plan targets.
   RESHARD_ASSIGN_OR_RETURN(
       ReshardReport report,
       Reshard(plan, source, source_bindings, conversion.staging(),
-              staging_bindings, transport, options));
+              staging.bindings(), transport, options));
   const auto start = Clock::now();
-  RESHARD_RETURN_NOT_OK(ApplyConversions(
-      conversion, LookupOf(staging.by_fragment), LookupOf(memory.by_fragment),
-      std::max<uint32_t>(1, options.threads)));
+  RESHARD_RETURN_NOT_OK(staging.Apply(options.threads));
   report.transfer_seconds +=
       std::chrono::duration<double>(Clock::now() - start).count();
   return report;

@@ -10,6 +10,7 @@
 #include "reshard/engine.h"
 #include "util/dims_text.h"
 #include "util/file_io.h"
+#include "util/host_memory.h"
 #include "util/printable.h"
 
 namespace reshard {
@@ -19,21 +20,23 @@ using internal::ErrnoStatus;
 using internal::FileDescriptor;
 using internal::Printable;
 
-void ParameterMemory::Free::operator()(void* p) const { std::free(p); }
-
 Result<ParameterMemory> ParameterMemory::Allocate(const EngineParticipant& p) {
   ParameterMemory m;
   for (const EngineParameter& q : p.parameters) {
     const uint64_t n = q.nbytes();
-    const size_t rounded = static_cast<size_t>((n + 63) / 64 * 64);
-    void* data = std::aligned_alloc(64, rounded);
+    internal::HostBuffer data = internal::AllocateHostBytes(n);
     if (data == nullptr) {
       return Status::ResourceExhausted("cannot allocate " + std::to_string(n) +
                                        " bytes for parameter " + q.name);
     }
-    std::memset(data, 0, rounded);
-    m.blocks_.emplace_back(data);
-    m.buffers_[q.name] = {data, n};
+    // Only the padding is written here: the rest is the caller's to fill,
+    // and its first write faults the pages in (huge ones when large).
+    for (const ParameterPiece& piece : q.pieces) {
+      if (piece.padding())
+        std::memset(data.get() + piece.offset, 0, piece.nbytes);
+    }
+    m.buffers_[q.name] = {data.get(), n};
+    m.blocks_.emplace_back(data.release());
     m.bytes_ += n;
   }
   return m;

@@ -21,6 +21,9 @@ Result<EngineLayout> HfEngineLayout(std::string_view config_json,
   ho.resource_id = o.resource_id;
   ho.revision = o.revision;
   ho.weight_generation = o.weight_generation;
+  ho.quantize = o.quantize;
+  ho.block = o.block;
+  ho.dtype = o.dtype;
   RESHARD_ASSIGN_OR_RETURN(auto placement,
                            HfLayout(config_json, ho, checkpoint));
   std::vector<EngineParticipant> participants;
@@ -71,8 +74,8 @@ Result<EngineLayout> MakeEngineLayout(std::string_view config_json,
                            internal::ParseHfConfig(config_json));
   c.stored_tied_head = c.tie_word_embeddings && checkpoint != nullptr &&
                        checkpoint->FindTensor("lm_head.weight") != nullptr;
-  RESHARD_ASSIGN_OR_RETURN(auto canon,
-                           internal::CanonTensors::Make(c, checkpoint));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto canon, internal::CanonTensors::Make(&c, checkpoint, options));
   if (e == "megatron") return internal::MegatronLayout(c, canon, options);
   return internal::VllmLayout(c, canon, options);
 }

@@ -24,11 +24,14 @@ std::vector<GridRank> GridRanks(const ParallelSizes& n,
   return out;
 }
 
-Result<CanonTensors> CanonTensors::Make(const HfConfig& config,
-                                        const HfCheckpoint* checkpoint) {
-  RESHARD_ASSIGN_OR_RETURN(auto model, HfModelTensors(config));
+Result<CanonTensors> CanonTensors::Make(HfConfig* config,
+                                        const HfCheckpoint* checkpoint,
+                                        const EngineLayoutOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(auto model, HfModelTensors(*config));
   RESHARD_ASSIGN_OR_RETURN(auto laid,
-                           HfLayoutTensors(config, model, checkpoint));
+                           HfLayoutTensors(*config, model, checkpoint));
+  RESHARD_RETURN_NOT_OK(ApplyLayoutForm(options.quantize, options.block,
+                                        options.dtype, model, config, &laid));
   CanonTensors c;
   for (HfLaidTensor& l : laid) c.by_name_.emplace(l.t.name, std::move(l.t));
   return c;

@@ -44,8 +44,11 @@ std::vector<GridRank> GridRanks(const ParallelSizes& sizes,
 // dtypes (the checkpoint's when there is one).
 class CanonTensors {
  public:
-  static Result<CanonTensors> Make(const HfConfig& config,
-                                   const HfCheckpoint* checkpoint);
+  // The tensors in the form `options` asks for (quantize / dtype), which
+  // also updates `config`'s FP8 fields.
+  static Result<CanonTensors> Make(HfConfig* config,
+                                   const HfCheckpoint* checkpoint,
+                                   const EngineLayoutOptions& options);
   // The tensor, or nullptr.
   const HfTensor* Find(const std::string& name) const;
   // The tensor; NotFound naming it and `what` when absent.

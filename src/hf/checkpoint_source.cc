@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "hf/checkpoint_state.h"
+#include "reshard/reshard.h"
 #include "hf/write_plan_state.h"
 #include "store/ranged_load.h"
 #include "util/dims_text.h"
@@ -194,6 +195,30 @@ Result<LoadReport> LoadCheckpoint(
   RESHARD_RETURN_NOT_OK(
       ValidateRuntimeBindings(target, target_bindings, BindingCoverage::kSubset)
           .WithContext("target bindings"));
+  for (const TensorDescriptor& t : target.tensors()) {
+    const CheckpointTensor* c = checkpoint.FindTensor(t.tensor_id());
+    if (c == nullptr || c->dtype == t.dtype()) continue;
+    if (!options.convert) {
+      return Status::InvalidArgument(
+          "tensor " + t.tensor_id() + " is " + c->dtype +
+          " in the checkpoint but " + t.dtype() +
+          " in the target placement: converting it needs "
+          "CheckpointLoadOptions::convert (--convert, convert=True)");
+    }
+    RESHARD_ASSIGN_OR_RETURN(
+        auto conversion,
+        ConversionPlan::Make(CheckpointTensorLookup(checkpoint), target,
+                             ConversionOptions{options.fp8_block}));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto staging, ConversionStaging::Make(conversion, target_bindings));
+    CheckpointLoadOptions plain = options;
+    plain.convert = false;
+    RESHARD_ASSIGN_OR_RETURN(LoadReport report,
+                             LoadCheckpoint(checkpoint, conversion.staging(),
+                                            staging.bindings(), plain));
+    RESHARD_RETURN_NOT_OK(staging.Apply(2));
+    return report;
+  }
   RESHARD_ASSIGN_OR_RETURN(auto manifest, CheckpointSource(checkpoint, target));
   auto store = internal::MakeCheckpointObjectStore(checkpoint.state());
   internal::RangedLoadOptions load;
@@ -204,6 +229,14 @@ Result<LoadReport> LoadCheckpoint(
   load.min_scatter_bytes = options.min_scatter_bytes;
   load.progress = options.progress;
   return internal::RangedLoad(*store, manifest, target, target_bindings, load);
+}
+
+SourceTensorLookup CheckpointTensorLookup(const HfCheckpoint& checkpoint) {
+  return [checkpoint](std::string_view id) -> std::optional<SourceTensorInfo> {
+    const CheckpointTensor* t = checkpoint.FindTensor(id);
+    if (t == nullptr) return std::nullopt;
+    return SourceTensorInfo{t->shape, t->dtype, t->dtype + ":row-major"};
+  };
 }
 
 }  // namespace reshard

@@ -265,6 +265,7 @@ class TensorList {
     t.dtype = c_.dtype;
     t.itemsize = itemsize_;
     t.shard = shard;
+    t.linear = quantized;
     t.quantized = quantized && c_.fp8;
     t.layer = layer;
     t.expert = expert;

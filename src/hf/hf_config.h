@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/conversion.h"
 #include "reshard/hf.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
@@ -95,6 +96,9 @@ struct HfTensor {
   std::string dtype;  // placement dtype
   int64_t itemsize = 0;
   HfShard shard = HfShard::kReplicated;
+  // A linear weight of the FP8 schemes' set (docs/conversion.md): what
+  // --quantize fp8 quantizes.
+  bool linear = false;
   // A linear weight the config's FP8 scheme quantizes (config-only
   // layouts give it F8_E4M3 and a weight_scale_inv companion).
   bool quantized = false;
@@ -130,6 +134,17 @@ struct HfLaidTensor {
 Result<std::vector<HfLaidTensor>> HfLayoutTensors(
     const HfConfig& config, const std::vector<HfTensor>& model,
     const HfCheckpoint* checkpoint);
+
+// The form a layout asks for (HfLayoutOptions::quantize / block / dtype):
+// with `dtype`, every float tensor (FP8 ones included) in that dtype and
+// no scale tensors; with quantize "fp8", every float linear weight of
+// `model` in float8_e4m3fn followed by its float32 weight_scale_inv for
+// `block` (weights already FP8 keep theirs, when their block is `block`).
+// Updates `config`'s FP8 fields to the form. Errors name the option.
+Status ApplyLayoutForm(std::string_view quantize, const Fp8Block& block,
+                       std::string_view dtype,
+                       const std::vector<HfTensor>& model, HfConfig* config,
+                       std::vector<HfLaidTensor>* laid);
 
 }  // namespace reshard::internal
 

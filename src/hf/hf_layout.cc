@@ -315,9 +315,88 @@ class Layout {
   std::vector<PlacementFragmentSpec> fragments_;
 };
 
+bool IsFloat(std::string_view dtype) {
+  return dtype == "float32" || dtype == "bfloat16" || dtype == "float16" ||
+         dtype == "float8_e4m3fn";
+}
+
+Status ToDtype(std::string_view dtype, HfConfig* c,
+               std::vector<Planned>* planned) {
+  const SafetensorsDtype* dt = FindSafetensorsDtypeByPlacement(dtype);
+  if (dt == nullptr ||
+      (dtype != "float32" && dtype != "bfloat16" && dtype != "float16")) {
+    return Status::InvalidArgument(
+        "--dtype must be float32, bfloat16 or float16, not " +
+        Printable(dtype));
+  }
+  std::vector<Planned> out;
+  for (Planned& p : *planned) {
+    if (p.weight != nullptr) continue;  // a scale: the float form has none
+    if (IsFloat(p.t.dtype)) {
+      p.t.dtype = std::string(dtype);
+      p.t.itemsize = dt->itemsize;
+    }
+    out.push_back(std::move(p));
+  }
+  *planned = std::move(out);
+  c->fp8 = false;
+  return Status::OK();
+}
+
+Status ToFp8(const Fp8Block& block, const std::vector<HfTensor>& model,
+             HfConfig* c, std::vector<Planned>* planned) {
+  if (block.rows < 1 || block.cols < 1) {
+    return Status::InvalidArgument("--block must be positive, not " +
+                                   std::to_string(block.rows) + "x" +
+                                   std::to_string(block.cols));
+  }
+  if (c->fp8 && (c->block_rows != block.rows || c->block_cols != block.cols)) {
+    return Status::InvalidArgument(
+        "the checkpoint is block-FP8 with " + std::to_string(c->block_rows) +
+        "x" + std::to_string(c->block_cols) + " blocks, not --block " +
+        std::to_string(block.rows) + "x" + std::to_string(block.cols));
+  }
+  if (!c->fp8) c->scale_dtype = "float32";  // what quantization produces
+  c->fp8 = true;
+  c->block_rows = block.rows;
+  c->block_cols = block.cols;
+  std::unordered_map<std::string_view, const HfTensor*> named;
+  for (const HfTensor& t : model) named[t.name] = &t;
+  std::vector<Planned> out;
+  for (Planned& p : *planned) {
+    const bool quantize = p.weight == nullptr && p.t.linear &&
+                          p.t.shape.size() == 2 && IsFloat(p.t.dtype) &&
+                          p.t.dtype != "float8_e4m3fn";
+    out.push_back(std::move(p));
+    if (!quantize) continue;
+    Planned& w = out.back();
+    w.t.dtype = "float8_e4m3fn";
+    w.t.itemsize = 1;
+    out.push_back(Scale(*c, w.t, named.at(w.t.name)));
+  }
+  *planned = std::move(out);
+  return Status::OK();
+}
+
 }  // namespace
 
 namespace internal {
+
+Status ApplyLayoutForm(std::string_view quantize, const Fp8Block& block,
+                       std::string_view dtype,
+                       const std::vector<HfTensor>& model, HfConfig* config,
+                       std::vector<HfLaidTensor>* laid) {
+  if (!quantize.empty() && !dtype.empty()) {
+    return Status::InvalidArgument("--quantize and --dtype exclude each other");
+  }
+  if (!dtype.empty()) return ToDtype(dtype, config, laid);
+  if (quantize.empty()) return Status::OK();
+  if (quantize != "fp8") {
+    return Status::InvalidArgument("--quantize must be fp8, not " +
+                                   Printable(quantize));
+  }
+  return ToFp8(block, model, config, laid);
+}
 
 Result<std::vector<HfLaidTensor>> HfLayoutTensors(
     const HfConfig& c, const std::vector<HfTensor>& model,
@@ -338,6 +417,8 @@ Result<WeightPlacementManifest> HfLayout(std::string_view config_json,
   RESHARD_ASSIGN_OR_RETURN(auto model, internal::HfModelTensors(c));
   RESHARD_ASSIGN_OR_RETURN(std::vector<Planned> planned,
                            internal::HfLayoutTensors(c, model, checkpoint));
+  RESHARD_RETURN_NOT_OK(internal::ApplyLayoutForm(
+      options.quantize, options.block, options.dtype, model, &c, &planned));
   Layout layout(c, options);
   for (const Planned& p : planned) RESHARD_RETURN_NOT_OK(layout.Add(p));
   return layout.Build(options);

@@ -84,6 +84,15 @@ Dims ToDims(py::handle value, std::string_view field) {
   return out;
 }
 
+Fp8Block ToFp8Block(py::handle value, std::string_view field) {
+  if (value.is_none()) return Fp8Block{};
+  const Dims d = ToDims(value, field);
+  if (d.size() != 2 || d[0] < 1 || d[1] < 1) {
+    ThrowInvalid(field, "must be (rows, cols) of positive integers");
+  }
+  return Fp8Block{d[0], d[1]};
+}
+
 std::vector<std::string> ToStrings(py::handle value, std::string_view field) {
   if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value)) {
     ThrowInvalid(field,

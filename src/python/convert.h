@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/conversion.h"
 #include "reshard/placement.h"
 
 namespace reshard::python {
@@ -28,6 +29,9 @@ std::optional<std::string> ToOptionalStr(pybind11::handle value,
                                          std::string_view field);
 // A list or tuple of ints.
 Dims ToDims(pybind11::handle value, std::string_view field);
+
+// None (128 x 128) or (rows, cols) of positive integers: an FP8 block.
+Fp8Block ToFp8Block(pybind11::handle value, std::string_view field);
 // A list or tuple of str.
 std::vector<std::string> ToStrings(pybind11::handle value,
                                    std::string_view field);

@@ -21,15 +21,19 @@ py::tuple Layout(py::object config, py::object engine, py::object tp,
                  py::object pp, py::object ep, py::object dp,
                  py::object checkpoint, py::object vocab_multiple,
                  py::object resource_id, py::object revision,
-                 py::object generation) {
+                 py::object generation, py::object quantize,
+                 py::object fp8_block, py::object dtype) {
   EngineLayoutOptions o;
+  o.quantize = ToStr(quantize, "engines.layout.quantize");
+  o.block = ToFp8Block(fp8_block, "engines.layout.fp8_block");
+  o.dtype = ToStr(dtype, "engines.layout.dtype");
   o.engine = ToStr(engine, "engines.layout.engine");
   o.sizes.tp = ToI64(tp, "engines.layout.tp");
   o.sizes.pp = ToI64(pp, "engines.layout.pp");
   o.sizes.ep = ToI64(ep, "engines.layout.ep");
   o.sizes.dp = ToI64(dp, "engines.layout.dp");
-  o.make_vocab_size_divisible_by = ToI64(
-      vocab_multiple, "engines.layout.make_vocab_size_divisible_by");
+  o.make_vocab_size_divisible_by =
+      ToI64(vocab_multiple, "engines.layout.make_vocab_size_divisible_by");
   o.resource_id = ToStr(resource_id, "engines.layout.resource_id");
   o.revision = ToStr(revision, "engines.layout.revision");
   o.weight_generation = ToU64(generation, "engines.layout.generation");
@@ -54,6 +58,8 @@ void RegisterEngines(py::module_& m) {
         py::arg("dp"), py::arg("checkpoint"),
         py::arg("make_vocab_size_divisible_by"), py::arg("resource_id"),
         py::arg("revision"), py::arg("weight_generation"),
+        py::arg("quantize") = "", py::arg("fp8_block") = py::none(),
+        py::arg("dtype") = "",
         "(placement, parameter maps JSON) of an engine preset.");
 }
 

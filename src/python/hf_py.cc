@@ -59,8 +59,13 @@ HfCheckpoint Open(py::object dir) {
 WeightPlacementManifest Layout(py::object config, py::object tp, py::object pp,
                                py::object ep, py::object dp,
                                py::object checkpoint, py::object resource_id,
-                               py::object revision, py::object generation) {
+                               py::object revision, py::object generation,
+                               py::object quantize, py::object fp8_block,
+                               py::object dtype) {
   HfLayoutOptions o;
+  o.quantize = ToStr(quantize, "hf_layout.quantize");
+  o.block = ToFp8Block(fp8_block, "hf_layout.fp8_block");
+  o.dtype = ToStr(dtype, "hf_layout.dtype");
   o.sizes.tp = ToI64(tp, "hf_layout.tp");
   o.sizes.pp = ToI64(pp, "hf_layout.pp");
   o.sizes.ep = ToI64(ep, "hf_layout.ep");
@@ -76,12 +81,15 @@ WeightPlacementManifest Layout(py::object config, py::object tp, py::object pp,
 }
 
 py::dict Load(const HfCheckpoint& c, const WeightPlacementManifest& target,
-              py::dict buffers, py::object options, py::object progress_fn) {
+              py::dict buffers, py::object options, py::object progress_fn,
+              bool convert, py::object fp8_block) {
   const auto bindings = BindParticipants(
       target, buffers, BindingOptionsOf(options), "checkpoint load target");
   PyProgress progress(std::move(progress_fn));
   CheckpointLoadOptions o;
   o.progress = progress.Callback();
+  o.convert = convert;
+  o.fp8_block = ToFp8Block(fp8_block, "hf.load.fp8_block");
   LoadReport r;
   {
     py::gil_scoped_release release;
@@ -235,7 +243,8 @@ void RegisterHf(py::module_& m) {
         py::arg("tp") = 1, py::arg("pp") = 1, py::arg("ep") = 1,
         py::arg("dp") = 1, py::arg("checkpoint") = py::none(),
         py::arg("resource_id") = "", py::arg("revision") = "hf",
-        py::arg("weight_generation") = 0,
+        py::arg("weight_generation") = 0, py::arg("quantize") = "",
+        py::arg("fp8_block") = py::none(), py::arg("dtype") = "",
         "Lays a model's tensors out on a TP/PP/EP/DP grid (reshard hf "
         "layout).");
   m.def(
@@ -247,7 +256,8 @@ void RegisterHf(py::module_& m) {
       "The checkpoint as the stored manifest a target load plans from.");
   m.def("load_checkpoint_buffers", &Load, py::arg("checkpoint"),
         py::arg("target"), py::arg("buffers"), py::arg("options") = py::none(),
-        py::arg("progress") = py::none(),
+        py::arg("progress") = py::none(), py::arg("convert") = false,
+        py::arg("fp8_block") = py::none(),
         "Reads the bound target fragments straight from the checkpoint.");
   m.def("write_checkpoint_buffers", &Write, py::arg("placement"),
         py::arg("buffers"), py::arg("out_dir"), py::kw_only(),

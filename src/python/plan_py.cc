@@ -60,9 +60,12 @@ LogicalTransferPlan MakePlan(py::object source, py::object target_object,
 // The plan keeps the two layouts it was made from (for its report).
 py::object Plan(py::object source, py::object target,
                 py::object target_participant_id,
-                py::object max_transfer_regions, py::object max_operations) {
-  const PlanOptions options =
+                py::object max_transfer_regions, py::object max_operations,
+                bool convert, py::object fp8_block) {
+  PlanOptions options =
       OptionsOf(target_participant_id, max_transfer_regions, max_operations);
+  options.convert = convert;
+  options.fp8_block = ToFp8Block(fp8_block, "plan.fp8_block");
   py::object plan = py::cast(MakePlan(source, target, options));
   plan.attr("_source_layout") = source;
   plan.attr("_target_layout") = target;
@@ -342,8 +345,11 @@ void RegisterPlan(py::module_& m) {
   m.def("plan", &Plan, py::arg("source"), py::arg("target"), py::kw_only(),
         py::arg("target_participant_id") = py::none(),
         py::arg("max_transfer_regions") = py::none(),
-        py::arg("max_operations") = py::none(),
+        py::arg("max_operations") = py::none(), py::arg("convert") = false,
+        py::arg("fp8_block") = py::none(),
         "Plans `target` from `source` (a placement or a stored manifest). "
+        "With convert=True, tensors whose dtype differs convert "
+        "(docs/conversion.md; fp8_block=(rows, cols), default (128, 128)). "
         "Releases the GIL while planning.");
   m.def(
       "measure_memcpy_gbps",

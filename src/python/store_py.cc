@@ -120,7 +120,8 @@ StoredWeightManifest UploadShare(const PyWeightStore& s,
 
 py::dict Load(const PyWeightStore& s, py::object manifest,
               const WeightPlacementManifest& target, py::dict buffers,
-              py::object options, py::object progress_fn) {
+              py::object options, py::object progress_fn, bool convert,
+              py::object fp8_block) {
   const auto bindings = BindParticipants(
       target, buffers, BindingOptionsOf(options), "load target");
   std::optional<StoredWeightManifest> m;
@@ -131,6 +132,8 @@ py::dict Load(const PyWeightStore& s, py::object manifest,
   PyProgress progress(std::move(progress_fn));
   WeightStoreOptions o = s.get().options();
   o.progress = progress.Callback();
+  o.convert = convert;
+  o.fp8_block = ToFp8Block(fp8_block, "WeightStore.load.fp8_block");
   LoadReport r;
   {
     py::gil_scoped_release release;
@@ -265,7 +268,8 @@ void RegisterStore(py::module_& m) {
            "processes together; returns the committed manifest.")
       .def("load_buffers", &Load, py::arg("manifest"), py::arg("target"),
            py::arg("buffers"), py::arg("options") = py::none(),
-           py::arg("progress") = py::none(),
+           py::arg("progress") = py::none(), py::arg("convert") = false,
+           py::arg("fp8_block") = py::none(),
            "Loads a revision (manifest key or manifest) into target buffers.");
   RegisterMaintenance(c);
   m.def(

@@ -48,8 +48,11 @@ py::dict ReshardBuffers(const WeightPlacementManifest& source,
                         const WeightPlacementManifest& target,
                         py::dict target_buffers, py::object plan,
                         py::object threads, bool subset,
-                        py::object source_options, py::object target_options) {
+                        py::object source_options, py::object target_options,
+                        bool convert, py::object fp8_block) {
   ReshardOptions options;
+  options.plan.convert = convert;
+  options.plan.fp8_block = ToFp8Block(fp8_block, "reshard.fp8_block");
   options.threads = static_cast<uint32_t>(ToU64(threads, "threads"));
   if (options.threads == 0) ThrowInvalid("threads", "must be >= 1");
   options.coverage =
@@ -96,7 +99,8 @@ void RegisterLocal(py::module_& m) {
         py::arg("source_buffers"), py::arg("target"), py::arg("target_buffers"),
         py::kw_only(), py::arg("plan") = py::none(), py::arg("threads") = 1,
         py::arg("subset") = false, py::arg("source_options") = py::none(),
-        py::arg("target_options") = py::none(),
+        py::arg("target_options") = py::none(), py::arg("convert") = false,
+        py::arg("fp8_block") = py::none(),
         "Binds {participant: {fragment: address}} of both sides and "
         "reshards in this process. Releases the GIL while moving bytes.");
 }

@@ -13,20 +13,14 @@ namespace reshard::internal {
 
 namespace {
 
-// One 64-byte-aligned allocation of `f`'s bytes (2 MiB-aligned with
-// transparent huge pages when large: fewer page faults, and fewer pages
-// to pin for zero-copy transports).
+// One allocation of `f`'s bytes (AllocateHostBytes).
 Result<HostBuffer> AllocateFragment(const PlacementFragment& f) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t align = f.nbytes() >= kHuge ? kHuge : 64;
-  const size_t size = (f.nbytes() + align - 1) & ~(align - 1);
-  HostBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(align, size)));
+  HostBuffer buf = AllocateHostBytes(f.nbytes());
   if (!buf) {
     return Status::ResourceExhausted("cannot allocate " +
                                      std::to_string(f.nbytes()) +
                                      " bytes for " + f.placement_fragment_id());
   }
-  if (align == kHuge) ::madvise(buf.get(), size, MADV_HUGEPAGE);
   return buf;
 }
 

@@ -14,13 +14,9 @@
 
 #include "reshard/binding.h"
 #include "reshard/placement.h"
+#include "util/host_memory.h"
 
 namespace reshard::internal {
-
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using HostBuffer = std::unique_ptr<uint8_t, FreeDeleter>;
 
 // One 64-byte-aligned allocation per fragment and one binding per
 // participant with fragments, made by BindBuffers (instance `instance`,

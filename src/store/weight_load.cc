@@ -2,6 +2,7 @@
 // ranged loader (store/ranged_load.h), every delivered chunk verified
 // against its checksum record, under a lease.
 
+#include "reshard/reshard.h"
 #include "reshard/weight_store.h"
 #include "store/layout.h"
 #include "store/lease.h"
@@ -25,12 +26,49 @@ Status CheckLoadIdentity(
       .WithContext("target bindings");
 }
 
+// The revision's tensors as a conversion source.
+SourceTensorLookup StoredTensorLookup(const StoredWeightManifest& manifest) {
+  return [&manifest](std::string_view id) -> std::optional<SourceTensorInfo> {
+    const TensorDescriptor* t = manifest.FindTensor(id);
+    if (t == nullptr) return std::nullopt;
+    return SourceTensorInfo{t->global_shape(), t->dtype(),
+                            t->layout_fingerprint()};
+  };
+}
+
 }  // namespace
 
 Result<LoadReport> WeightStore::Load(
     const StoredWeightManifest& manifest, const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
   RESHARD_RETURN_NOT_OK(CheckLoadIdentity(manifest, target, target_bindings));
+  bool converts = false;
+  for (const TensorDescriptor& t : target.tensors()) {
+    const TensorDescriptor* s = manifest.FindTensor(t.tensor_id());
+    converts |= s != nullptr && s->dtype() != t.dtype();
+  }
+  if (converts && options_.convert) {
+    RESHARD_ASSIGN_OR_RETURN(
+        auto conversion,
+        ConversionPlan::Make(StoredTensorLookup(manifest), target,
+                             ConversionOptions{options_.fp8_block}));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto staging, ConversionStaging::Make(conversion, target_bindings));
+    WeightStoreOptions plain = options_;
+    plain.convert = false;
+    RESHARD_ASSIGN_OR_RETURN(
+        LoadReport report,
+        WithOptions(std::move(plain))
+            .Load(manifest, conversion.staging(), staging.bindings()));
+    RESHARD_RETURN_NOT_OK(staging.Apply(2));
+    return report;
+  }
+  return LoadUnconverted(manifest, target, target_bindings);
+}
+
+Result<LoadReport> WeightStore::LoadUnconverted(
+    const StoredWeightManifest& manifest, const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
   const internal::RevisionKeys keys(manifest.group_id());
   RESHARD_ASSIGN_OR_RETURN(internal::Lease lease,
                            internal::Lease::Take(*backend_, keys, options_));
