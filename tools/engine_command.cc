@@ -233,6 +233,28 @@ void AddLoadCommand(CLI::App* engine) {
   });
 }
 
+void PrintReshard(const EngineReshardReport& r, const EngineReshardArgs& run,
+                  bool json) {
+  if (!json) {
+    std::cout << "moved " << r.bytes << " bytes into " << r.files
+              << " target files in " << run.target_dir << " via " << run.via
+              << " in " << r.seconds << " s\n";
+    return;
+  }
+  std::string out;
+  internal::CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("bytes", r.bytes);
+  w.KeyUInt("files", r.files);
+  if (!r.manifest_key.empty()) w.KeyString("manifest_key", r.manifest_key);
+  w.KeyUInt("padding_bytes", r.padding_bytes);
+  KeySeconds(&w, "seconds", r.seconds);
+  w.KeyUInt("source_bytes", r.source_bytes);
+  w.KeyString("via", run.via);
+  w.EndObject();
+  std::cout << out << "\n";
+}
+
 void AddReshardCommand(CLI::App* engine) {
   auto* cmd = engine->add_subcommand(
       "reshard",
@@ -295,24 +317,7 @@ void AddReshardCommand(CLI::App* engine) {
     };
     auto r = run();
     if (!r.ok()) throw CLI::RuntimeError(Fail(r.status()));
-    if (!a->json) {
-      std::cout << "moved " << r->bytes << " bytes into " << r->files
-                << " target files in " << a->run.target_dir << " via "
-                << a->run.via << " in " << r->seconds << " s\n";
-      return;
-    }
-    std::string out;
-    internal::CanonicalJsonWriter w(&out);
-    w.BeginObject();
-    w.KeyUInt("bytes", r->bytes);
-    w.KeyUInt("files", r->files);
-    if (!r->manifest_key.empty()) w.KeyString("manifest_key", r->manifest_key);
-    w.KeyUInt("padding_bytes", r->padding_bytes);
-    KeySeconds(&w, "seconds", r->seconds);
-    w.KeyUInt("source_bytes", r->source_bytes);
-    w.KeyString("via", a->run.via);
-    w.EndObject();
-    std::cout << out << "\n";
+    PrintReshard(*r, a->run, a->json);
   });
 }
 

@@ -62,10 +62,9 @@ Status Megatron::Check() {
   const std::string& e = o_.engine;
   if (c_.fp8) {
     return Status::InvalidArgument(
-        e +
-        " holds unquantized weights, but config.json has an FP8 "
-        "quantization_config: dequantize the checkpoint first (or load "
-        "it with --engine vllm)");
+        e + " holds unquantized weights, but the model is block-FP8: lay "
+            "it out with --dtype bfloat16 (and load with --convert), or use "
+            "--engine vllm");
   }
   if ((n_.tp * n_.dp) % n_.ep != 0) {
     return Status::InvalidArgument(

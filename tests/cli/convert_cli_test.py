@@ -484,6 +484,70 @@ def quantize_an_infinite_block():
 
 # ------------------------------------------------------------ refusals
 
+# ------------------------------------------- engine layouts in another form
+
+def engine_files(out):
+    return {f[:-len(".safetensors")]: hfc.read_file(os.path.join(out, f))
+            for f in os.listdir(out)}
+
+
+def same_engine_files(out, want, what):
+    got = engine_files(out)
+    check(sorted(got) == sorted(want), "%s: participants %s" % (what,
+                                                               sorted(got)))
+    for pid, params in want.items():
+        check(sorted(got[pid]) == sorted(params), "%s %s: names" % (what, pid))
+        for name, (st, shape, data) in params.items():
+            g = got[pid][name]
+            check((g[0], list(g[1])) == (st, list(shape)) and g[2] == data,
+                  "%s %s %s: %s %s differs" % (what, pid, name, g[0], g[1]))
+
+
+@SUITE.test
+def vllm_fp8_engine_from_a_bf16_checkpoint():
+    # The vLLM FP8 engine of a BF16 model: the canonical tensors quantized
+    # by the reference, then laid out by the independent vLLM statement.
+    import engine_reference as er
+    d, source = checkpoint("qwen3_moe")
+    r, placement = layout("qwen3_moe", (2, 1, 1), "moe-fp8-form",
+                          "--quantize", "fp8", "--block", "8x8")
+    ok(r, "hf layout")
+    canonical = expected_output(source, target_tensors(placement), BLOCK)
+    cfg = dict(CONFIGS["qwen3_moe"], quantization_config={
+        "quant_method": "fp8", "weight_block_size": [8, 8]})
+    want = er.expected(canonical, cfg, "vllm", tp=2)
+    out = path("moe-vllm-fp8")
+    ok(run("engine", "load", d, "--engine", "vllm", "--tp", 2, "--quantize",
+           "fp8", "--block", "8x8", "--convert", "-o", out),
+       "engine load --quantize fp8")
+    same_engine_files(out, want, "vllm fp8")
+    fails(run("engine", "load", d, "--engine", "vllm", "--tp", 2,
+              "--quantize", "fp8", "--block", "8x8", "-o", path("nope")),
+          "tensor model.layers.0.mlp.down_proj.weight is bfloat16 in the "
+          "checkpoint but float8_e4m3fn in the target placement: converting "
+          "it needs CheckpointLoadOptions::convert (--convert, convert=True)")
+
+
+@SUITE.test
+def megatron_bf16_trainer_from_an_fp8_checkpoint():
+    # Megatron holds the dequantized DeepSeek-V3: every float tensor in
+    # bfloat16 (FP8 weights dequantized, the F32 bias cast), no scales.
+    import engine_reference as er
+    d, source = checkpoint("deepseek_v3")
+    r, placement = layout("deepseek_v3", (1, 1, 1), "dsv3-bf16-form",
+                          "--dtype", "bfloat16")
+    ok(r, "hf layout")
+    canonical = expected_output(source, target_tensors(placement), BLOCK)
+    want = er.expected(canonical, er.DEEPSEEK_V3_BF16, "megatron", tp=2,
+                       pp=3, ep=2, vocab_multiple=8)
+    out = path("dsv3-megatron-bf16")
+    ok(run("engine", "load", d, "--engine", "megatron", "--tp", 2, "--pp", 3,
+           "--ep", 2, "--make-vocab-size-divisible-by", 8, "--dtype",
+           "bfloat16", "--block", "8x8", "--convert", "-o", out),
+       "engine load --dtype bfloat16")
+    same_engine_files(out, want, "megatron bf16")
+
+
 @SUITE.test
 def refused_without_convert():
     d, _ = checkpoint("qwen3_moe")

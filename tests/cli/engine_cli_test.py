@@ -418,9 +418,9 @@ def load_refusals():
          "TP (2 ways), which this preset does not model: use --ep 2 or "
          "--dp 1"),
         ("deepseek_v3", "megatron", (1, 1, 1, 1),
-         "%s: megatron holds unquantized weights, but config.json has an FP8 "
-         "quantization_config: dequantize the checkpoint first (or load it "
-         "with --engine vllm)"),
+         "%s: megatron holds unquantized weights, but the model is "
+         "block-FP8: lay it out with --dtype bfloat16 (and load with "
+         "--convert), or use --engine vllm"),
         ("llama", "megatron", (1, 3, 1, 1),
          "%s: megatron refuses PP 3: num_hidden_layers (stages are even) = 4 "
          "is not divisible by 3"),
