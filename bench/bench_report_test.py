@@ -40,6 +40,18 @@ def engine_figure(name, ratios, target):
             "met": None if target is None else ratios[1] >= target}
 
 
+def convert_figure(name, ratios, target, unit="s"):
+    return {"name": name, "unit": unit,
+            "what": "quantize BF16 -> FP8 (128x128 blocks)",
+            "case": "scaled Llama (492 MB BF16) into TP2"
+            if unit == "s" else "one [8192, 8192] tensor",
+            "rounds": len(ratios), "ratios": ratios,
+            "ratio": sorted(ratios)[len(ratios) // 2], "measured": 1.25,
+            "baseline": 0.5 if unit == "s" else 10.0, "target": target,
+            "met": None if target is None else
+            sorted(ratios)[len(ratios) // 2] <= target}
+
+
 def write_lines(path, objs):
     with open(path, "w", encoding="utf-8") as f:
         for o in objs:
@@ -135,6 +147,37 @@ class ReportTest(unittest.TestCase):
         write_lines(os.path.join(self.dir, "engine.jsonl"), [
             engine_figure("engine-reshard", [0.9, 0.795, 0.6], 0.8)])
         self.assertIn("| >= 0.8x (median) | met |", self.rows()[0])
+
+    def test_convert_end_to_end_row_and_informational_rows(self):
+        write_lines(os.path.join(self.dir, "convert.jsonl"), [
+            convert_figure("convert-reshard", [2.4, 1.2, 2.5], 1.5),
+            convert_figure("convert-reshard-load", [8.0, 9.0, 8.5], None),
+            convert_figure("convert-quantize", [0.02, 0.021, 0.0226], None,
+                           unit="GB/s")])
+        rows = self.rows()
+        self.assertEqual(len(rows), 3)
+        self.assertTrue(rows[0].startswith(
+            "| hf reshard --convert BF16 -> FP8 128x128, scaled Llama (492 "
+            "MB BF16) into TP2 (3 interleaved rounds): end to end"), rows[0])
+        # A time ratio: lower is better, the target an upper bound.
+        self.assertTrue(rows[0].endswith(
+            "| median 1.250 s | the same reshard without conversion (BF16 "
+            "-> BF16), median 0.500 s | 1.20x / 2.40x / 2.50x (min / median "
+            "/ max) | <= 1.5x (median, time) | **not met** |"), rows[0])
+        self.assertIn("the load alone", rows[1])
+        self.assertTrue(rows[1].endswith(
+            "| 8.00x / 8.50x / 9.00x (min / median / max) | informational "
+            "| - |"), rows[1])
+        self.assertEqual(
+            rows[2], "| conversion kernel: quantize BF16 -> FP8 (128x128 "
+            "blocks), one [8192, 8192] tensor (median of 3 rounds) | median "
+            "1.25 GB/s | np.copyto of the same bytes, median 10.00 GB/s | "
+            "0.020x / 0.021x / 0.023x (min / median / max) | informational "
+            "| - |")
+        # Judged by the two decimals shown: 1.504 reads 1.50, met.
+        write_lines(os.path.join(self.dir, "convert.jsonl"), [
+            convert_figure("convert-reshard", [1.4, 1.504, 1.6], 1.5)])
+        self.assertIn("| <= 1.5x (median, time) | met |", self.rows()[0])
 
     def test_garbage_line_names_file_and_line(self):
         path = os.path.join(self.dir, "plan.jsonl")

@@ -6,10 +6,10 @@ BUILD=${1:-build}
 # A build of an earlier commit: the planner cases are also run against it,
 # interleaved, with ratios and a check that the plans are identical.
 BASELINE=${2:-}
-# The scale figures (contract, planner, fs store, engine reshard) are
-# collected as JSON lines here; bench/bench_report.py turns them into the
-# README's generated table (BENCH_README=FILE, default README.md; empty:
-# print only).
+# The scale figures (contract, planner, fs store, engine reshard,
+# conversions) are collected as JSON lines here; bench/bench_report.py
+# turns them into the README's generated table (BENCH_README=FILE, default
+# README.md; empty: print only).
 BENCH_README=${BENCH_README-README.md}
 PY=${RESHARD_PYTHON:-/usr/bin/python3}
 RESULTS="$BUILD/bench-results"
@@ -34,6 +34,10 @@ echo
 echo "== engine reshard Megatron TP2/EP2 -> vLLM TP4 (fused parameters) vs hf reshard of the same checkpoint (canonical TP4)"
 "$PY" bench/engine_bench.py --cli "$BUILD/reshard" --rounds 3 --json |
   tee "$RESULTS/engine.jsonl"
+echo
+echo "== conversions: hf reshard --convert BF16 -> FP8 vs the same reshard without conversion; conversion kernels (one core) vs memcpy"
+PYTHONPATH="$BUILD/python" "$PY" bench/convert_bench.py --cli "$BUILD/reshard" \
+  --rounds 3 --json | tee "$RESULTS/convert.jsonl"
 echo
 echo "== scale figures (ratios to same-run baselines)"
 "$PY" bench/bench_report.py "$RESULTS" ${BENCH_README:+--readme "$BENCH_README"}

@@ -3,6 +3,7 @@
 #ifndef RESHARD_TOOLS_CLI_COMMON_H_
 #define RESHARD_TOOLS_CLI_COMMON_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,6 +16,10 @@
 namespace CLI {
 class App;
 }  // namespace CLI
+
+namespace reshard::internal {
+class CanonicalJsonWriter;
+}  // namespace reshard::internal
 
 namespace reshard::cli {
 
@@ -71,6 +76,13 @@ void AddBlockOption(CLI::App* cmd, Fp8Block* block,
 // other) and --block: the form a layout asks for.
 void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
                     std::string* dtype);
+
+// Seconds since `t` on the steady clock.
+double SecondsSince(std::chrono::steady_clock::time_point t);
+
+// `key`: `value` with six decimals, written raw (a --json time).
+void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
+                double value);
 
 // Prints "reshard: error: <message>" to stderr and returns exit code 1.
 int Fail(const Status& status);

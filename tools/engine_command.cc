@@ -25,18 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
-                double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.6f", value);
-  w->Key(key);
-  w->Raw(buf);
-}
-
 // --engine and the Megatron vocabulary multiple, with `prefix` ("" or
 // "from-"/"to-") on the grid flags.
 void AddEngineOptions(CLI::App* cmd, EngineLayoutOptions* o,
@@ -227,7 +215,7 @@ void AddLoadCommand(CLI::App* engine) {
     w.KeyUInt("padding_bytes", total.padding_bytes);
     w.KeyUInt("parameters", total.parameters);
     w.KeyUInt("participants", total.participants);
-    KeySeconds(&w, "seconds", Since(t0));
+    KeySeconds(&w, "seconds", SecondsSince(t0));
     w.EndObject();
     std::cout << out << "\n";
   });

@@ -14,6 +14,7 @@
 #include "reshard/live.h"
 #include "reshard/reshard.h"
 #include "reshard/weight_store.h"
+#include "tools/cli_common.h"
 #include "util/printable.h"
 
 namespace reshard::cli {
@@ -21,10 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using internal::Printable;
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Every participant's parameters in host memory, bound.
 struct Side {
@@ -290,7 +287,7 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
     }
     const auto t0 = Clock::now();
     RESHARD_RETURN_NOT_OK(MoveLive(source, target, args, &report));
-    report.seconds = Since(t0);
+    report.seconds = SecondsSince(t0);
     return report;
   }
   RESHARD_ASSIGN_OR_RETURN(Side src, AllocateSide(source, "engine-reshard"));
@@ -304,7 +301,7 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
     RESHARD_RETURN_NOT_OK(
         MoveThroughStore(source, src, target, dst, args, &report));
   }
-  report.seconds = Since(t0);
+  report.seconds = SecondsSince(t0);
   RESHARD_RETURN_NOT_OK(WriteTargets(target, dst, args.target_dir, &report));
   return report;
 }

@@ -26,18 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
-                double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.6f", value);
-  w->Key(key);
-  w->Raw(buf);
-}
-
 void AddLayoutCommand(CLI::App* hf) {
   auto* cmd = hf->add_subcommand(
       "layout", "Lay a Hugging Face model's tensors out on a TP/PP/EP/DP grid");
@@ -146,7 +134,7 @@ Result<ReshardResult> RunReshard(const ReshardArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(
       r.load, LoadCheckpoint(ckpt, target, buffers.bindings, load));
   loading.Finish();
-  r.load_seconds = Since(t0);
+  r.load_seconds = SecondsSince(t0);
   t0 = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(auto plan, PlanCheckpointWrite(target, a.write));
   RESHARD_RETURN_NOT_OK(CreateCheckpointFiles(plan, a.output));
@@ -158,7 +146,7 @@ Result<ReshardResult> RunReshard(const ReshardArgs& a) {
                                         a.output, write));
   writing.Finish();
   RESHARD_RETURN_NOT_OK(FinishCheckpoint(plan, a.output));
-  r.write_seconds = Since(t0);
+  r.write_seconds = SecondsSince(t0);
   r.files = plan.files().size();
   return r;
 }
@@ -275,7 +263,7 @@ void AddImportCommand(CLI::App* hf) {
     w.KeyUInt("bytes_read", r->bytes_read);
     w.KeyUInt("fragments", r->fragments);
     w.KeyString("manifest_key", r->manifest_key);
-    KeySeconds(&w, "seconds", Since(t0));
+    KeySeconds(&w, "seconds", SecondsSince(t0));
     w.KeyUInt("tensors", r->tensors);
     w.EndObject();
     std::cout << out << "\n";
@@ -330,7 +318,7 @@ void AddExportCommand(CLI::App* hf) {
     w.KeyUInt("bytes_read", r->bytes_read);
     w.KeyUInt("chunks_verified", r->chunks_verified);
     w.KeyUInt("files", r->files);
-    KeySeconds(&w, "seconds", Since(t0));
+    KeySeconds(&w, "seconds", SecondsSince(t0));
     w.KeyUInt("writes", r->writes);
     w.EndObject();
     std::cout << out << "\n";

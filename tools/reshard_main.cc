@@ -13,6 +13,7 @@
 #include "reshard/store_uri.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
+#include "util/canonical_json.h"
 #include "util/file_io.h"
 #include "util/printable.h"
 
@@ -129,6 +130,19 @@ void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
                 ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   q->excludes(d);
   AddBlockOption(cmd, block);
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
+                double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6f", value);
+  w->Key(key);
+  w->Raw(buf);
 }
 
 int Fail(const Status& status) {

@@ -63,6 +63,10 @@ struct TensorConversion {
   std::string target_dtype;
   // kQuantize: the target's scale tensor; kDequantize: the source's.
   std::string scale_tensor_id;
+  // The scale tensor's dtype: float32 when quantizing; when dequantizing
+  // the source's, float32, bfloat16 (Qwen's FP8 releases) or float16,
+  // widened exactly to float32.
+  std::string scale_dtype = "float32";
   Fp8Block block;  // kQuantize and kDequantize
 };
 

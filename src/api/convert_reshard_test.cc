@@ -53,8 +53,8 @@ WeightPlacementManifest Layout(int64_t tp, Tensor weight,
   if (scale.has_value()) {
     AddTensor(&draft, {.tensor_id = kScale,
                        .shape = {3, 2},
-                       .dtype = "float32",
-                       .itemsize = 4,
+                       .dtype = scale->dtype,
+                       .itemsize = scale->itemsize,
                        .tp_dim = scale->tp_dim});
   }
   return Must(draft.Build());
@@ -126,10 +126,10 @@ std::vector<char> RandomFloats(int64_t n, FloatType type, uint32_t seed) {
   return out;
 }
 
-Result<ReshardReport> RunConverting(const WeightPlacementManifest& source,
-                          const std::map<std::string, std::vector<char>>& in,
-                          const WeightPlacementManifest& target, Memory* out,
-                          bool convert) {
+Result<ReshardReport> RunConverting(
+    const WeightPlacementManifest& source,
+    const std::map<std::string, std::vector<char>>& in,
+    const WeightPlacementManifest& target, Memory* out, bool convert) {
   Memory src = Allocate(source, in, "src");
   *out = Allocate(target, {}, "dst");
   ReshardOptions options;
@@ -219,6 +219,12 @@ TEST(ConvertReshardTest, RefusalsNameTheTensor) {
   EXPECT_THAT(LogicalTransferPlan::Make(bf16, fp8, other_block),
               StatusIs(StatusCode::kInvalidArgument,
                        HasSubstr("but blocks of 64x64 make float32 [5, 4]")));
+  // Produced scales are float32; 16-bit ones are read (dequantizing) only.
+  const auto bf16_scale =
+      Layout(2, {"float8_e4m3fn", 1, 1}, Tensor{"bfloat16", 2, 1});
+  EXPECT_THAT(LogicalTransferPlan::Make(bf16, bf16_scale, {.convert = true}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("(target) is bfloat16, not float32")));
   const auto ints = Layout(1, {"int16", 2, -1}, std::nullopt);
   EXPECT_THAT(LogicalTransferPlan::Make(
                   ints, Layout(1, {"bfloat16", 2, -1}, std::nullopt),

@@ -84,12 +84,21 @@ Status RunJob(const ConversionPlan& plan, const Job& job,
                        count[1]);
     return ScatterScales(job, scales, first, count, target_of);
   }
-  const auto* scales =
-      static_cast<const float*>(staging_of(plan.StagingScaleOf(staged_id)));
-  if (scales == nullptr) {
+  const void* staged_scales = staging_of(plan.StagingScaleOf(staged_id));
+  if (staged_scales == nullptr) {
     return Status::InvalidArgument("no staging buffer for the scales of " +
                                    f.tensor_id() + " fragment " +
                                    f.placement_fragment_id());
+  }
+  // 16-bit scales widen exactly to float32 first.
+  std::vector<float> widened;
+  const auto* scales = static_cast<const float*>(staged_scales);
+  const FloatType scale_type = *FloatTypeOf(c.scale_dtype);
+  if (scale_type != FloatType::kFloat32) {
+    widened.resize(static_cast<size_t>(count[0] * count[1]));
+    CastElements(scale_type, staged_scales, FloatType::kFloat32, widened.data(),
+                 widened.size());
+    scales = widened.data();
   }
   DequantizeE4m3Blocks(static_cast<const uint8_t*>(src), shape, c.block.rows,
                        c.block.cols, scales, count[1], to, job.target, n[1]);

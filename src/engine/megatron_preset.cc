@@ -62,9 +62,10 @@ Status Megatron::Check() {
   const std::string& e = o_.engine;
   if (c_.fp8) {
     return Status::InvalidArgument(
-        e + " holds unquantized weights, but the model is block-FP8: lay "
-            "it out with --dtype bfloat16 (and load with --convert), or use "
-            "--engine vllm");
+        e +
+        " holds unquantized weights, but the model is block-FP8: lay "
+        "it out with --dtype bfloat16 (and load with --convert), or use "
+        "--engine vllm");
   }
   if ((n_.tp * n_.dp) % n_.ep != 0) {
     return Status::InvalidArgument(
@@ -294,11 +295,8 @@ Status Megatron::Rank(const GridRank& r) {
 
 Result<EngineLayout> Megatron::Run() {
   RESHARD_RETURN_NOT_OK(Check());
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    w_.SetRank(i);
-    RESHARD_RETURN_NOT_OK(Rank(ranks_[i]));
-  }
-  return b_.Build(c_, o_);
+  return BuildRanks(
+      ranks_, &b_, &w_, [this](const GridRank& r) { return Rank(r); }, c_, o_);
 }
 
 }  // namespace
@@ -306,18 +304,10 @@ Result<EngineLayout> Megatron::Run() {
 Result<EngineLayout> MegatronLayout(const HfConfig& config,
                                     const CanonTensors& canon,
                                     const EngineLayoutOptions& options) {
-  switch (config.arch) {
-    case HfArch::kLlama:
-    case HfArch::kQwen2:
-    case HfArch::kQwen3:
-    case HfArch::kQwen3Moe:
-    case HfArch::kMixtral:
-    case HfArch::kDeepseekV3:
-      break;
-    default:
-      return Status::Unimplemented("engine preset " + options.engine +
-                                   " does not lay out " + config.architecture);
-  }
+  RESHARD_RETURN_NOT_OK(CheckArchitecture(
+      config, options,
+      {HfArch::kLlama, HfArch::kQwen2, HfArch::kQwen3, HfArch::kQwen3Moe,
+       HfArch::kMixtral, HfArch::kDeepseekV3}));
   return Megatron(config, canon, options).Run();
 }
 

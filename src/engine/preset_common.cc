@@ -211,4 +211,25 @@ Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
       std::to_string(value) + " is not divisible by " + std::to_string(by));
 }
 
+Status CheckArchitecture(const HfConfig& config,
+                         const EngineLayoutOptions& options,
+                         std::initializer_list<HfArch> supported) {
+  for (HfArch a : supported) {
+    if (a == config.arch) return Status::OK();
+  }
+  return Status::Unimplemented("engine preset " + options.engine +
+                               " does not lay out " + config.architecture);
+}
+
+Result<EngineLayout> BuildRanks(
+    const std::vector<GridRank>& ranks, EngineBuilder* builder,
+    PresetWriter* writer, const std::function<Status(const GridRank&)>& rank,
+    const HfConfig& config, const EngineLayoutOptions& options) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    writer->SetRank(i);
+    RESHARD_RETURN_NOT_OK(rank(ranks[i]));
+  }
+  return builder->Build(config, options);
+}
+
 }  // namespace reshard::internal

@@ -5,6 +5,8 @@
 #ifndef RESHARD_ENGINE_PRESET_COMMON_H_
 #define RESHARD_ENGINE_PRESET_COMMON_H_
 
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -87,6 +89,19 @@ Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
 // divisible by 3".
 Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
                  std::string_view what, int64_t value);
+
+// Unimplemented naming the preset unless the config's architecture is one
+// of `supported`.
+Status CheckArchitecture(const HfConfig& config,
+                         const EngineLayoutOptions& options,
+                         std::initializer_list<HfArch> supported);
+
+// Points `writer` at each rank in turn and calls `rank` for it, then
+// builds the layout.
+Result<EngineLayout> BuildRanks(
+    const std::vector<GridRank>& ranks, EngineBuilder* builder,
+    PresetWriter* writer, const std::function<Status(const GridRank&)>& rank,
+    const HfConfig& config, const EngineLayoutOptions& options);
 
 }  // namespace reshard::internal
 

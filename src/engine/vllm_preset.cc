@@ -286,11 +286,8 @@ Status Vllm::Rank(const GridRank& r) {
 
 Result<EngineLayout> Vllm::Run() {
   RESHARD_RETURN_NOT_OK(Check());
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    w_.SetRank(i);
-    RESHARD_RETURN_NOT_OK(Rank(ranks_[i]));
-  }
-  return b_.Build(c_, o_);
+  return BuildRanks(
+      ranks_, &b_, &w_, [this](const GridRank& r) { return Rank(r); }, c_, o_);
 }
 
 }  // namespace
@@ -298,19 +295,10 @@ Result<EngineLayout> Vllm::Run() {
 Result<EngineLayout> VllmLayout(const HfConfig& config,
                                 const CanonTensors& canon,
                                 const EngineLayoutOptions& options) {
-  switch (config.arch) {
-    case HfArch::kLlama:
-    case HfArch::kQwen2:
-    case HfArch::kQwen3:
-    case HfArch::kQwen3Moe:
-    case HfArch::kMixtral:
-    case HfArch::kDeepseekV2:
-    case HfArch::kDeepseekV3:
-      break;
-    default:
-      return Status::Unimplemented("engine preset " + options.engine +
-                                   " does not lay out " + config.architecture);
-  }
+  RESHARD_RETURN_NOT_OK(CheckArchitecture(
+      config, options,
+      {HfArch::kLlama, HfArch::kQwen2, HfArch::kQwen3, HfArch::kQwen3Moe,
+       HfArch::kMixtral, HfArch::kDeepseekV2, HfArch::kDeepseekV3}));
   return Vllm(config, canon, options).Run();
 }
 

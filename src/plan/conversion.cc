@@ -199,13 +199,24 @@ Status ConversionPlanBuilder::AddBlockConversion(const TensorDescriptor& t,
                                      c.scale_tensor_id);
   }
   const Dims grid = BlockGrid(t.global_shape(), c.block);
-  if (scale_dtype != "float32" || scale_shape != grid) {
+  const bool widens =
+      !quantize && (scale_dtype == "bfloat16" || scale_dtype == "float16");
+  if (scale_dtype != "float32" && !widens) {
+    return Refuse(t.tensor_id(),
+                  "its scale tensor " + c.scale_tensor_id + " (" +
+                      std::string(side) + ") is " + scale_dtype +
+                      (quantize ? ", not float32"
+                                : ", not float32, bfloat16 or float16"));
+  }
+  if (scale_shape != grid) {
     return Refuse(t.tensor_id(), "its scale tensor " + c.scale_tensor_id +
                                      " (" + std::string(side) + ") is " +
                                      scale_dtype + " " + DimsText(scale_shape) +
                                      " but blocks of " + BlockText(c.block) +
-                                     " make float32 " + DimsText(grid));
+                                     " make " + scale_dtype + " " +
+                                     DimsText(grid));
   }
+  c.scale_dtype = scale_dtype;
   if (quantize) produced_[c.scale_tensor_id] = c.tensor_id;
   plan_.index_[c.tensor_id] = plan_.conversions_.size();
   plan_.conversions_.push_back(std::move(c));
@@ -233,8 +244,8 @@ Status ConversionPlanBuilder::StageTensors() {
     TensorDescriptorSpec s = SpecOf(t);
     s.tensor_id = c->scale_tensor_id;
     s.global_shape = scale.global_shape;
-    s.dtype = "float32";
-    s.itemsize = 4;
+    s.dtype = scale.dtype;
+    s.itemsize = static_cast<int64_t>(SizeOf(*FloatTypeOf(scale.dtype)));
     s.layout_fingerprint = scale.layout_fingerprint;
     RESHARD_ASSIGN_OR_RETURN(TensorDescriptor scale_tensor,
                              TensorDescriptor::Make(std::move(s)));
@@ -282,7 +293,8 @@ Status ConversionPlanBuilder::StageFragment(const WeightPlacementPart& part,
   PlacementFragmentSpec scale{
       c->scale_tensor_id, blocks.first, blocks.second, 0,
       f.rank(),           {},           std::nullopt,  f.pipeline_stage_id()};
-  scale.nbytes = static_cast<uint64_t>(blocks.second[0] * blocks.second[1]) * 4;
+  scale.nbytes = static_cast<uint64_t>(blocks.second[0] * blocks.second[1]) *
+                 SizeOf(*FloatTypeOf(c->scale_dtype));
   RESHARD_RETURN_NOT_OK(AddStaged(scale, ""));
   plan_.scale_of_[weight_id] = fragments_.back().placement_fragment_id();
   return Status::OK();

@@ -14,7 +14,6 @@ Usage: convert_cli_test.py RESHARD_BINARY TESTS_DIR
 import json
 import os
 import re
-import subprocess
 import sys
 import zlib
 
@@ -23,7 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conversion_reference as ref  # noqa: E402
 import hf_checkpoints as hfc  # noqa: E402
-from harness import Suite, check  # noqa: E402
+from harness import (Suite, check, expect_error, expect_ok,  # noqa: E402
+                     run_cli)
 
 RESHARD = sys.argv[1]
 SUITE = Suite()
@@ -54,23 +54,11 @@ CONFIGS = dict(
 
 
 def run(*args, timeout=120):
-    return subprocess.run([RESHARD, *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout)
+    return run_cli(RESHARD, *args, timeout=timeout)
 
 
-def ok(r, what):
-    check(r.returncode == 0, "%s failed (%d): %s" % (what, r.returncode,
-                                                     r.stderr.strip()))
-    return r
-
-
-def fails(r, message):
-    """Exit 1 and exactly the one line `reshard: error: MESSAGE`."""
-    check(r.returncode == 1, "expected exit 1, got %d: %s" %
-          (r.returncode, r.stderr))
-    err = r.stderr.strip()
-    check(err == "reshard: error: " + message,
-          "stderr is\n  %r\nnot\n  %r" % (err, "reshard: error: " + message))
+ok = expect_ok
+fails = expect_error
 
 
 def path(*parts):
@@ -298,8 +286,12 @@ def expected_output(source, target, block):
             want = ref.quantize(data, shape, NAMES[sdt], block)[0]
         elif sdt == "F8_E4M3":
             scale = source[name[:-len("weight")] + "weight_scale_inv"]
-            check(scale[0] == "F32", "%s: scale is %s" % (name, scale[0]))
-            want = ref.dequantize(data, scale[2], shape, block, NAMES[st])
+            check(scale[0] in ("F32", "BF16", "F16"),
+                  "%s: scale is %s" % (name, scale[0]))
+            # 16-bit scales widen exactly to float32.
+            scales = (scale[2] if scale[0] == "F32" else
+                      ref.to_f32(scale[2], NAMES[scale[0]]).tobytes())
+            want = ref.dequantize(data, scales, shape, block, NAMES[st])
         else:
             want = ref.cast(data, shape, NAMES[sdt], NAMES[st])
         out[name] = (st, list(shape), want)
@@ -716,22 +708,14 @@ def refused_bad_options():
 
 
 @SUITE.test
-def refused_bf16_scales():
-    # Qwen3-FP8's BF16 block scales: dequantizing needs float32 scales
-    # (docs/conversion.md), refused naming the weight and its scale.
+def bf16_scales_dequantize():
+    # Qwen3-FP8's BF16 block scales widen exactly to float32, then
+    # dequantize like DeepSeek's F32 ones.
     d = path("ckpt-qwen3_moe_fp8")
     CACHE["qwen3_moe_fp8"] = (d, write_ckpt(d, CONFIGS["qwen3_moe_fp8"]))
-    r, placement = layout("qwen3_moe_fp8", (2, 1, 2), "qfp8-bf16",
-                          "--dtype", "bfloat16")
-    ok(r, "hf layout")
-    out = path("qfp8-bf16-out")
-    fails(run("hf", "reshard", d, placement, out, "--convert", "--block",
-              "8x8"),
-          "cannot convert tensor model.layers.0.mlp.down_proj.weight: its "
-          "scale tensor model.layers.0.mlp.down_proj.weight_scale_inv "
-          "(source) is bfloat16 [4, 6] but blocks of 8x8 make float32 "
-          "[4, 6]")
-    no_files(out)
+    convert("qwen3_moe_fp8", (2, 1, 2), "qfp8-bf16", ["--dtype", "bfloat16"],
+            ["--convert", "--block", "8x8"],
+            lambda s, t: check_dtype_layout(s, t, "BF16"))
 
 
 @SUITE.test

@@ -12,14 +12,14 @@ Usage: engine_cli_test.py RESHARD_BINARY TESTS_DIR
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import engine_reference as ref  # noqa: E402
 import hf_checkpoints as hfc  # noqa: E402
-from harness import Suite, check  # noqa: E402
+from harness import (Suite, check, expect_error, expect_ok,  # noqa: E402
+                     run_cli)
 
 RESHARD = sys.argv[1]
 SUITE = Suite()
@@ -42,23 +42,11 @@ ST_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32",
 
 
 def run(*args, timeout=60):
-    return subprocess.run([RESHARD, *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout)
+    return run_cli(RESHARD, *args, timeout=timeout)
 
 
-def ok(r, what):
-    check(r.returncode == 0, "%s failed (%d): %s" % (what, r.returncode,
-                                                     r.stderr.strip()))
-    return r
-
-
-def fails(r, message):
-    """Exit 1 and exactly the one line `reshard: error: MESSAGE`."""
-    check(r.returncode == 1, "expected exit 1, got %d: %s" %
-          (r.returncode, r.stderr))
-    err = r.stderr.strip()
-    check(err == "reshard: error: " + message,
-          "stderr is\n  %r\nnot\n  %r" % (err, "reshard: error: " + message))
+ok = expect_ok
+fails = expect_error
 
 
 def path(*parts):

@@ -5,6 +5,7 @@ Prints one line per test and a final line 'N passed, M failed'. Standard
 library only.
 """
 
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -17,6 +18,27 @@ class Failure(Exception):
 def check(cond, message):
     if not cond:
         raise Failure(message)
+
+
+def run_cli(binary, *args, timeout=120):
+    """The finished process of `binary *args` (text output captured)."""
+    return subprocess.run([binary, *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def expect_ok(r, what):
+    check(r.returncode == 0, "%s failed (%d): %s" % (what, r.returncode,
+                                                     r.stderr.strip()))
+    return r
+
+
+def expect_error(r, message):
+    """Exit 1 and exactly the one line `reshard: error: MESSAGE`."""
+    check(r.returncode == 1, "expected exit 1, got %d: %s" %
+          (r.returncode, r.stderr))
+    err = r.stderr.strip()
+    check(err == "reshard: error: " + message,
+          "stderr is\n  %r\nnot\n  %r" % (err, "reshard: error: " + message))
 
 
 class Suite:
