@@ -21,9 +21,9 @@ figure a ratio to a baseline measured in the same run.
    Each timed end to end (the wall clock of the process; output written
    and fsynced), each right after an untimed run of the same command (a
    primer: on this VM the first run after the other command pays for
-   fresh pages, up to 5x its time; the primers' walls are reported too).
-   The figure is the median of the per-round ratios
-   fp8 wall / plain wall, held to <= 1.5x. An informational line gives
+   fresh pages, several times its time; the primers' walls are reported
+   too). The figure is the median of the per-round ratios fp8 wall /
+   plain wall, held to <= 1.5x. An informational line gives
    the same ratio of their `load_seconds` (the ranged reads, and for FP8
    the quantization, which runs inside the load). The FP8 warm-up's
    output is the correctness check: two quantized weights and their
@@ -232,8 +232,8 @@ def bench_reshard(cli, tmp, rounds):
     del data
     # Each timed run right after an untimed one of the same command: on
     # this VM a command that follows the other one (which freed memory of
-    # other sizes and kinds) pays for faulting in fresh pages, up to 5x its
-    # time (docs/benchmarks.md); the primers' walls are kept.
+    # other sizes and kinds) pays for faulting in fresh pages, several
+    # times its time (docs/benchmarks.md); the primers' walls are kept.
     runs = {"plain": [], "fp8": []}
     primers = {"plain": [], "fp8": []}
     for r in range(rounds):
@@ -254,6 +254,8 @@ def reshard_figures(res, rounds):
     case = ("scaled Llama (hidden 2048, 4 layers, vocabulary 32,000, "
             f"{res['ckpt_bytes'] / 1e6:.0f} MB BF16) into TP2")
     common = dict(case=case, rounds=rounds, ckpt_bytes=res["ckpt_bytes"],
+                  gen_seconds=res["gen_seconds"],
+                  check_seconds=res["check_seconds"],
                   bytes=fp8[0][0]["bytes"],
                   bytes_written=fp8[0][0]["bytes_written"],
                   baseline_bytes=plain[0][0]["bytes"],

@@ -8,6 +8,7 @@
 
 #include "bind/apply_conversion.h"
 #include "reshard/bound_plan.h"
+#include "util/host_memory.h"
 
 namespace reshard::internal {
 namespace {
@@ -54,12 +55,12 @@ Result<TargetMemory> TargetBuffers(
 // placement lives in the target buffers.
 struct Staging {
   std::unordered_map<std::string, void*> by_fragment;
-  std::vector<std::unique_ptr<char[]>> owned;
+  std::vector<HostBuffer> owned;
   uint64_t bytes = 0;
 };
 
-Staging StagingBuffers(const ConversionPlan& conversion,
-                       const TargetMemory& memory) {
+Result<Staging> StagingBuffers(const ConversionPlan& conversion,
+                               const TargetMemory& memory) {
   Staging out;
   std::unordered_map<std::string_view, std::string_view> target_of;
   for (const auto* f : conversion.target().fragments()) {
@@ -80,7 +81,13 @@ Staging StagingBuffers(const ConversionPlan& conversion,
         if (m != memory.by_fragment.end()) out.by_fragment[id] = m->second;
         continue;
       }
-      out.owned.emplace_back(new char[f.nbytes()]);
+      // Huge pages when large: the fill faults them in 2 MiB at a time.
+      out.owned.push_back(AllocateHostBytes(f.nbytes()));
+      if (out.owned.back() == nullptr) {
+        return Status::ResourceExhausted(
+            "cannot allocate " + std::to_string(f.nbytes()) +
+            " staging bytes for fragment " + id + " of " + f.tensor_id());
+      }
       out.bytes += f.nbytes();
       out.by_fragment[id] = out.owned.back().get();
     }
@@ -145,7 +152,8 @@ Result<ConversionStaging> ConversionStaging::Make(
   impl->plan = &plan;
   RESHARD_ASSIGN_OR_RETURN(
       impl->memory, internal::TargetBuffers(plan.target(), target_bindings));
-  impl->staging = internal::StagingBuffers(plan, impl->memory);
+  RESHARD_ASSIGN_OR_RETURN(impl->staging,
+                           internal::StagingBuffers(plan, impl->memory));
   RESHARD_ASSIGN_OR_RETURN(
       impl->bindings, internal::BindStaging(plan, impl->memory, impl->staging));
   return ConversionStaging(std::move(impl));

@@ -42,6 +42,67 @@ constexpr std::array<float, 256> MakeE4m3Table() {
 
 constexpr std::array<float, 256> kE4m3Table = MakeE4m3Table();
 
+// The element conversions, inline here so that the row loops below do not
+// call out per element (an exported function of a shared library is
+// interposable and would not be inlined).
+inline float Bf16ToF32(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
+
+inline float F16ToF32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1F;
+  const uint32_t mantissa = h & 0x3FF;
+  if (exponent == 0) {  // zero or subnormal: m * 2^-24, exact in float32
+    const float m = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(m) | sign);
+  }
+  const uint32_t e32 = exponent == 31 ? 0xFF : exponent + 112;
+  return std::bit_cast<float>(sign | (e32 << 23) | (mantissa << 13));
+}
+
+inline uint16_t F32ToBf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) return sign | 0x7FC0;
+  const uint32_t rounded = x + 0x7FFF + ((x >> 16) & 1);
+  return static_cast<uint16_t>(rounded >> 16);
+}
+
+inline uint16_t F32ToF16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t a = x & 0x7FFFFFFF;
+  if (a > 0x7F800000) return sign | 0x7E00;
+  if (a >= 0x477FF000) return sign | 0x7C00;  // >= 65520 rounds up to inf
+  if (a >= 0x38800000) {                      // >= 2^-14: normal
+    uint32_t v = a - (112u << 23);            // exponent bias 127 -> 15
+    v += 0xFFF + ((v >> 13) & 1);
+    return sign | static_cast<uint16_t>(v >> 13);
+  }
+  // Subnormal (or zero): m * 2^-24 with m = round(|f| * 2^24) < 2^10; the
+  // scaling by a power of two is exact. m = 1024 is the smallest normal.
+  const float t = std::bit_cast<float>(a) * 16777216.0f;
+  return sign | static_cast<uint16_t>(RoundHalfEvenSmall(t));
+}
+
+inline uint8_t F32ToE4m3(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint8_t>((x >> 24) & 0x80);
+  const uint32_t a = x & 0x7FFFFFFF;
+  if (a > 0x7F800000) return sign | 0x7F;   // NaN
+  if (a >= 0x43E00000) return sign | 0x7E;  // >= 448, infinity: saturate
+  if (a >= 0x3C800000) {                    // >= 2^-6: normal
+    uint32_t v = a - (120u << 23);          // exponent bias 127 -> 7
+    v += 0x7FFFF + ((v >> 20) & 1);
+    return sign | static_cast<uint8_t>(v >> 20);
+  }
+  // Subnormal: m * 2^-9 with m = round(|f| * 512) <= 8 (8 is 2^-6, code
+  // 0x08); |f| <= 2^-10 rounds to m = 0.
+  const float t = std::bit_cast<float>(a) * 512.0f;
+  return sign | static_cast<uint8_t>(RoundHalfEvenSmall(t));
+}
+
 // One row of `n` elements of `from` widened to float32 (exact).
 void Widen(FloatType from, const void* src, float* out, size_t n) {
   switch (from) {
@@ -50,12 +111,12 @@ void Widen(FloatType from, const void* src, float* out, size_t n) {
       return;
     case FloatType::kBFloat16: {
       const auto* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = Bf16ToF32(in[i]);
       return;
     }
     case FloatType::kFloat16: {
       const auto* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) out[i] = Float16ToFloat(in[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = F16ToF32(in[i]);
       return;
     }
     case FloatType::kFloat8E4M3: {
@@ -74,17 +135,17 @@ void Narrow(const float* in, FloatType to, void* dst, size_t n) {
       return;
     case FloatType::kBFloat16: {
       auto* out = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = F32ToBf16(in[i]);
       return;
     }
     case FloatType::kFloat16: {
       auto* out = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) out[i] = FloatToFloat16(in[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = F32ToF16(in[i]);
       return;
     }
     case FloatType::kFloat8E4M3: {
       auto* out = static_cast<uint8_t*>(dst);
-      for (size_t i = 0; i < n; ++i) out[i] = FloatToE4m3(in[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = F32ToE4m3(in[i]);
       return;
     }
   }
@@ -142,65 +203,17 @@ size_t SizeOf(FloatType type) {
   return 0;
 }
 
-float BFloat16ToFloat(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
+float BFloat16ToFloat(uint16_t h) { return Bf16ToF32(h); }
 
-float Float16ToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1F;
-  const uint32_t mantissa = h & 0x3FF;
-  if (exponent == 0) {  // zero or subnormal: m * 2^-24, exact in float32
-    const float m = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(m) | sign);
-  }
-  const uint32_t e32 = exponent == 31 ? 0xFF : exponent + 112;
-  return std::bit_cast<float>(sign | (e32 << 23) | (mantissa << 13));
-}
+float Float16ToFloat(uint16_t h) { return F16ToF32(h); }
 
 float E4m3ToFloat(uint8_t q) { return kE4m3Table[q]; }
 
-uint16_t FloatToBFloat16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  if ((x & 0x7FFFFFFF) > 0x7F800000) return sign | 0x7FC0;
-  const uint32_t rounded = x + 0x7FFF + ((x >> 16) & 1);
-  return static_cast<uint16_t>(rounded >> 16);
-}
+uint16_t FloatToBFloat16(float f) { return F32ToBf16(f); }
 
-uint16_t FloatToFloat16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t a = x & 0x7FFFFFFF;
-  if (a > 0x7F800000) return sign | 0x7E00;
-  if (a >= 0x477FF000) return sign | 0x7C00;  // >= 65520 rounds up to inf
-  if (a >= 0x38800000) {                      // >= 2^-14: normal
-    uint32_t v = a - (112u << 23);            // exponent bias 127 -> 15
-    v += 0xFFF + ((v >> 13) & 1);
-    return sign | static_cast<uint16_t>(v >> 13);
-  }
-  // Subnormal (or zero): m * 2^-24 with m = round(|f| * 2^24) < 2^10; the
-  // scaling by a power of two is exact. m = 1024 is the smallest normal.
-  const float t = std::bit_cast<float>(a) * 16777216.0f;
-  return sign | static_cast<uint16_t>(RoundHalfEvenSmall(t));
-}
+uint16_t FloatToFloat16(float f) { return F32ToF16(f); }
 
-uint8_t FloatToE4m3(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint8_t>((x >> 24) & 0x80);
-  const uint32_t a = x & 0x7FFFFFFF;
-  if (a > 0x7F800000) return sign | 0x7F;   // NaN
-  if (a >= 0x43E00000) return sign | 0x7E;  // >= 448, infinity: saturate
-  if (a >= 0x3C800000) {                    // >= 2^-6: normal
-    uint32_t v = a - (120u << 23);          // exponent bias 127 -> 7
-    v += 0x7FFFF + ((v >> 20) & 1);
-    return sign | static_cast<uint8_t>(v >> 20);
-  }
-  // Subnormal: m * 2^-9 with m = round(|f| * 512) <= 8 (8 is 2^-6, code
-  // 0x08); |f| <= 2^-10 rounds to m = 0.
-  const float t = std::bit_cast<float>(a) * 512.0f;
-  return sign | static_cast<uint8_t>(RoundHalfEvenSmall(t));
-}
+uint8_t FloatToE4m3(float f) { return F32ToE4m3(f); }
 
 void CastElements(FloatType from, const void* src, FloatType to, void* dst,
                   size_t n) {
@@ -246,7 +259,7 @@ void QuantizeE4m3Blocks(FloatType from, const void* src,
         const int64_t c0 = b * block_cols;
         const int64_t c1 = std::min(shape.cols, c0 + block_cols);
         const float k = factor[b];
-        for (int64_t c = c0; c < c1; ++c) out[c] = FloatToE4m3(row[c] * k);
+        for (int64_t c = c0; c < c1; ++c) out[c] = F32ToE4m3(row[c] * k);
       }
     }
   }
