@@ -86,21 +86,24 @@ inline uint16_t F32ToF16(float f) {
   return sign | static_cast<uint16_t>(RoundHalfEvenSmall(t));
 }
 
+// Branch-free (every path computed, one selected) so that row loops
+// vectorize; the subnormal path only ever sees magnitudes below 2^-6.
 inline uint8_t F32ToE4m3(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint8_t>((x >> 24) & 0x80);
+  const uint32_t sign = (x >> 24) & 0x80;
   const uint32_t a = x & 0x7FFFFFFF;
-  if (a > 0x7F800000) return sign | 0x7F;   // NaN
-  if (a >= 0x43E00000) return sign | 0x7E;  // >= 448, infinity: saturate
-  if (a >= 0x3C800000) {                    // >= 2^-6: normal
-    uint32_t v = a - (120u << 23);          // exponent bias 127 -> 7
-    v += 0x7FFFF + ((v >> 20) & 1);
-    return sign | static_cast<uint8_t>(v >> 20);
-  }
+  // >= 2^-6: normal; exponent bias 127 -> 7, round to nearest even.
+  uint32_t v = a - (120u << 23);
+  v += 0x7FFFF + ((v >> 20) & 1);
+  const uint32_t normal = (v >> 20) & 0x7F;
   // Subnormal: m * 2^-9 with m = round(|f| * 512) <= 8 (8 is 2^-6, code
   // 0x08); |f| <= 2^-10 rounds to m = 0.
-  const float t = std::bit_cast<float>(a) * 512.0f;
-  return sign | static_cast<uint8_t>(RoundHalfEvenSmall(t));
+  const float small = std::bit_cast<float>(std::min(a, 0x3C800000u));
+  const auto sub = static_cast<uint32_t>(RoundHalfEvenSmall(small * 512.0f));
+  uint32_t q = a >= 0x3C800000 ? normal : sub;
+  q = a >= 0x43E00000 ? 0x7Eu : q;  // >= 448, infinity: saturate
+  q = a > 0x7F800000 ? 0x7Fu : q;   // NaN
+  return static_cast<uint8_t>(sign | q);
 }
 
 // One row of `n` elements of `from` widened to float32 (exact).
@@ -157,22 +160,20 @@ const char* RowAt(const void* base, FloatType type, int64_t row,
          static_cast<size_t>(row * stride) * SizeOf(type);
 }
 
-// The largest |x| of each column block over rows [r0, r1): `amax` holds
-// one value per column block. A comparison with NaN is false, so NaN
-// elements leave the maximum as it was.
-void BlockRowAmax(FloatType from, const void* src, const MatrixView& shape,
-                  int64_t r0, int64_t r1, int64_t block_cols,
-                  std::vector<float>* row, std::vector<float>* amax) {
+// The largest |x| of each column block of the `rows` rows of `band`
+// (float32, `cols` a row): `amax` holds one value per column block. A
+// comparison with NaN is false, so NaN elements leave the maximum as it was.
+void BandAmax(const float* band, int64_t rows, int64_t cols, int64_t block_cols,
+              std::vector<float>* amax) {
   std::fill(amax->begin(), amax->end(), 0.0f);
-  for (int64_t r = r0; r < r1; ++r) {
-    Widen(from, RowAt(src, from, r, shape.row_stride), row->data(),
-          static_cast<size_t>(shape.cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = band + r * cols;
     for (size_t b = 0; b < amax->size(); ++b) {
       const int64_t c0 = static_cast<int64_t>(b) * block_cols;
-      const int64_t c1 = std::min(shape.cols, c0 + block_cols);
+      const int64_t c1 = std::min(cols, c0 + block_cols);
       float m = (*amax)[b];
       for (int64_t c = c0; c < c1; ++c) {
-        const float a = std::fabs((*row)[c]);
+        const float a = std::fabs(row[c]);
         m = a > m ? a : m;
       }
       (*amax)[b] = m;
@@ -239,12 +240,20 @@ void QuantizeE4m3Blocks(FloatType from, const void* src,
                         int64_t dst_row_stride, float* scales,
                         int64_t scale_row_stride) {
   const int64_t col_blocks = (shape.cols + block_cols - 1) / block_cols;
-  std::vector<float> row(static_cast<size_t>(shape.cols));
+  // One band of block rows, widened once (read for the maxima, then for
+  // the codes).
+  std::vector<float> band(
+      static_cast<size_t>(std::min(block_rows, shape.rows) * shape.cols));
   std::vector<float> amax(static_cast<size_t>(col_blocks));
   std::vector<float> factor(static_cast<size_t>(col_blocks));
   for (int64_t r0 = 0; r0 < shape.rows; r0 += block_rows) {
     const int64_t r1 = std::min(shape.rows, r0 + block_rows);
-    BlockRowAmax(from, src, shape, r0, r1, block_cols, &row, &amax);
+    for (int64_t r = r0; r < r1; ++r) {
+      Widen(from, RowAt(src, from, r, shape.row_stride),
+            band.data() + (r - r0) * shape.cols,
+            static_cast<size_t>(shape.cols));
+    }
+    BandAmax(band.data(), r1 - r0, shape.cols, block_cols, &amax);
     float* scale_row = scales + (r0 / block_rows) * scale_row_stride;
     for (int64_t b = 0; b < col_blocks; ++b) {
       const float m = std::max(amax[b], 1e-4f);
@@ -252,8 +261,7 @@ void QuantizeE4m3Blocks(FloatType from, const void* src,
       scale_row[b] = m / 448.0f;
     }
     for (int64_t r = r0; r < r1; ++r) {
-      Widen(from, RowAt(src, from, r, shape.row_stride), row.data(),
-            static_cast<size_t>(shape.cols));
+      const float* row = band.data() + (r - r0) * shape.cols;
       uint8_t* out = dst + r * dst_row_stride;
       for (int64_t b = 0; b < col_blocks; ++b) {
         const int64_t c0 = b * block_cols;
