@@ -136,34 +136,18 @@ def write_checkpoint(directory, cfg, files, rng):
     """config.json, `files` safetensors shards of finite BF16 values and
     the index; returns ({name: (shape, bytes)} of the tensors checked,
     tensor bytes)."""
-    os.makedirs(directory)
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    spec = hfc.model_tensors(cfg)
     pool = normal_pool(rng)
-    per = -(-len(spec) // files)
-    weight_map, data, total = {}, {}, 0
-    for k in range(files):
-        chunk = spec[k * per:(k + 1) * per]
-        fname = "model-%05d-of-%05d.safetensors" % (k + 1, files)
-        tensors = []
-        for name, dtype, shape in chunk:
-            assert dtype == "BF16", (name, dtype)
-            n = int(np.prod(shape, dtype=np.int64))
-            # memoryviews: encode_file joins them, the only copy.
-            raw = memoryview(normal_bf16(rng, n, pool)).cast("B")
-            tensors.append((name, dtype, shape, raw))
-            weight_map[name] = fname
-            if name in CHECK_QUANTIZED or name == CHECK_KEPT:
-                data[name] = (shape, raw.tobytes())
-            total += len(raw)
-        with open(os.path.join(directory, fname), "wb") as f:
-            f.write(hfc.encode_file(tensors))
-    with open(os.path.join(directory, "model.safetensors.index.json"),
-              "w") as f:
-        json.dump({"metadata": {"total_size": total},
-                   "weight_map": weight_map}, f, indent=2)
-    return data, total
+
+    def fill(name, dtype, shape, nbytes):
+        assert dtype == "BF16", (name, dtype)
+        # memoryviews: encode_file joins them, the only copy.
+        return memoryview(normal_bf16(rng, nbytes // 2, pool)).cast("B")
+
+    written = hfc.write_checkpoint(directory, cfg, files, fill=fill)
+    data = {name: (shape, bytes(raw))
+            for name, (_, shape, raw) in written.items()
+            if name in CHECK_QUANTIZED or name == CHECK_KEPT}
+    return data, sum(len(v[2]) for v in written.values())
 
 
 def check_fp8(out, data):

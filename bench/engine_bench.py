@@ -89,29 +89,10 @@ def run(cli, *args):
 def write_checkpoint(directory, cfg, files):
     """config.json, `files` safetensors shards of random bytes and the
     index; returns the tensor bytes."""
-    os.makedirs(directory)
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    spec = hfc.model_tensors(cfg)
     rng = np.random.default_rng(20261204)
-    per = -(-len(spec) // files)
-    weight_map, total = {}, 0
-    for k in range(files):
-        chunk = spec[k * per:(k + 1) * per]
-        fname = "model-%05d-of-%05d.safetensors" % (k + 1, files)
-        tensors = []
-        for name, dtype, shape in chunk:
-            n = hfc.ITEMSIZE[dtype] * int(np.prod(shape, dtype=np.int64))
-            tensors.append((name, dtype, shape, rng.bytes(n)))
-            weight_map[name] = fname
-            total += n
-        with open(os.path.join(directory, fname), "wb") as f:
-            f.write(hfc.encode_file(tensors))
-    with open(os.path.join(directory, "model.safetensors.index.json"),
-              "w") as f:
-        json.dump({"metadata": {"total_size": total},
-                   "weight_map": weight_map}, f, indent=2)
-    return total
+    data = hfc.write_checkpoint(directory, cfg, files,
+                                fill=lambda name, dt, shape, n: rng.bytes(n))
+    return sum(len(v[2]) for v in data.values())
 
 
 def same_files(a, b):

@@ -165,11 +165,7 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
         ParameterFilePath(a.output, p.participant_id), p, memory.buffers()));
     ++total->participants;
     total->parameters += p.parameters.size();
-    for (const EngineParameter& q : p.parameters) {
-      for (const ParameterPiece& piece : q.pieces) {
-        (piece.padding() ? total->padding_bytes : total->bytes) += piece.nbytes;
-      }
-    }
+    CountPieceBytes(p, &total->bytes, &total->padding_bytes);
     total->bytes_read += loaded.bytes_read;
   }
   return Status::OK();

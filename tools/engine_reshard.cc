@@ -62,12 +62,7 @@ Status WriteTargets(const EngineLayout& layout, const Side& side,
   RESHARD_RETURN_NOT_OK(CreateOutputDir(dir));
   for (size_t i = 0; i < layout.participants().size(); ++i) {
     const EngineParticipant& p = layout.participants()[i];
-    for (const EngineParameter& q : p.parameters) {
-      for (const ParameterPiece& piece : q.pieces) {
-        (piece.padding() ? report->padding_bytes : report->bytes) +=
-            piece.nbytes;
-      }
-    }
+    CountPieceBytes(p, &report->bytes, &report->padding_bytes);
     RESHARD_RETURN_NOT_OK(ZeroParameterPadding(layout, p.participant_id,
                                                side.memory[i].buffers()));
     RESHARD_RETURN_NOT_OK(WriteParameterFile(
@@ -201,18 +196,22 @@ Status MoveLive(const EngineLayout& source, const EngineLayout& target,
   }
   // The target rank wrote the files; count them here.
   for (const EngineParticipant& p : target.participants()) {
-    for (const EngineParameter& q : p.parameters) {
-      for (const ParameterPiece& piece : q.pieces) {
-        (piece.padding() ? report->padding_bytes : report->bytes) +=
-            piece.nbytes;
-      }
-    }
+    CountPieceBytes(p, &report->bytes, &report->padding_bytes);
     ++report->files;
   }
   return Status::OK();
 }
 
 }  // namespace
+
+void CountPieceBytes(const EngineParticipant& participant, uint64_t* bytes,
+                     uint64_t* padding_bytes) {
+  for (const EngineParameter& q : participant.parameters) {
+    for (const ParameterPiece& piece : q.pieces) {
+      *(piece.padding() ? padding_bytes : bytes) += piece.nbytes;
+    }
+  }
+}
 
 std::string ParameterFilePath(const std::string& dir,
                               const std::string& participant_id) {

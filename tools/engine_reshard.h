@@ -39,6 +39,11 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
                                              const EngineLayout& target,
                                              const EngineReshardArgs& args);
 
+// Adds the participant's fragment bytes to `bytes` and its padding to
+// `padding_bytes` (what --json reports as bytes and padding_bytes).
+void CountPieceBytes(const EngineParticipant& participant, uint64_t* bytes,
+                     uint64_t* padding_bytes);
+
 // "<dir>/<participant id>.safetensors".
 std::string ParameterFilePath(const std::string& dir,
                               const std::string& participant_id);

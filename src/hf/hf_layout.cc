@@ -9,6 +9,7 @@
 #include "hf/hf_config.h"
 #include "reshard/hf.h"
 #include "util/dims_text.h"
+#include "util/float_convert.h"
 #include "util/printable.h"
 
 namespace reshard {
@@ -315,9 +316,10 @@ class Layout {
   std::vector<PlacementFragmentSpec> fragments_;
 };
 
+// The float dtypes conversions know (float32, bfloat16, float16,
+// float8_e4m3fn).
 bool IsFloat(std::string_view dtype) {
-  return dtype == "float32" || dtype == "bfloat16" || dtype == "float16" ||
-         dtype == "float8_e4m3fn";
+  return internal::FloatTypeOf(dtype).has_value();
 }
 
 Status ToDtype(std::string_view dtype, HfConfig* c,

@@ -307,9 +307,10 @@ def encode_file(tensors):
             + b"".join(t[3] for t in order))
 
 
-def write_checkpoint(directory, cfg, files=3, tensors=None):
+def write_checkpoint(directory, cfg, files=3, tensors=None, fill=None):
     """Writes config.json, `files` shards and the index; returns
-    {name: (dtype, shape, bytes)}."""
+    {name: (dtype, shape, bytes)}. `fill(name, dtype, shape, nbytes)`
+    gives each tensor's bytes (any bytes-like); default `pattern`."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -317,7 +318,8 @@ def write_checkpoint(directory, cfg, files=3, tensors=None):
     data = {}
     for name, dtype, shape in spec:
         n = ITEMSIZE[dtype] * int(np.prod(shape, dtype=np.int64))
-        data[name] = (dtype, shape, pattern(name, n))
+        data[name] = (dtype, shape, fill(name, dtype, shape, n) if fill
+                      else pattern(name, n))
     names = list(data)
     per = -(-len(names) // files)
     weight_map = {}
