@@ -29,6 +29,8 @@ struct SelftestArgs {
   std::string ucx_errors = "auto", ucx_protocol = "auto", via_store;
   uint32_t max_in_flight = 64;
   uint32_t updates = 0;  // 0: one RunLiveReshard
+  bool convert = false;
+  Fp8Block block;
   std::optional<uint32_t> rank;
   double timeout = 60;
 
@@ -91,6 +93,12 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
                   "ucx: open one standing session and run K updates, the "
                   "source pattern changing with each, every byte checked")
       ->check(CLI::Range(1u, 1000000u));
+  cmd->add_flag("--convert", a->convert,
+                "convert tensors whose dtype differs (casts, FP8 block "
+                "quantization at the source, dequantization; "
+                "docs/conversion.md); converted targets are checked against "
+                "the pattern converted");
+  AddBlockOption(cmd, &a->block);
 }
 
 // Flag combinations CLI11 cannot express: UCX-only flags need --transport
@@ -127,6 +135,9 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
         std::string("--timeout must be a number of seconds from 0.001 to "
                     "86400, not ") +
         shown);
+  }
+  if (cmd.count("--block") > 0 && !a.convert) {
+    return Status::InvalidArgument("--block needs --convert");
   }
   if (a.fault == "kill-between-updates" && a.updates < 2) {
     return Status::InvalidArgument(
@@ -166,6 +177,8 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
     options.fault = SelfTestFault::kKillBetweenUpdates;
   }
   options.updates = a.updates;
+  options.convert = a.convert;
+  options.fp8_block = a.block;
   return options;
 }
 
@@ -300,6 +313,17 @@ std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
   if (store) KeyFixed(&w, "upload_seconds", r.upload_seconds, 6);
   w.Key("verified");
   w.Bool(r.verified);
+  if (ucx) {
+    // One entry per update; a number for a single reshard.
+    w.Key("wire_bytes");
+    if (a.updates > 0) {
+      w.BeginArray();
+      for (uint64_t b : r.wire_bytes) w.UInt(b);
+      w.EndArray();
+    } else {
+      w.UInt(r.wire_bytes.empty() ? 0 : r.wire_bytes.front());
+    }
+  }
   w.EndObject();
   return out;
 }
@@ -316,6 +340,10 @@ void PrintSelftest(const SelftestArgs& a, const SelfTestReport& r) {
     std::printf("  %-26s %14llu\n", "UCX messages",
                 static_cast<unsigned long long>(r.messages));
     std::printf("  %-26s %14u\n", "ranks activation-ready", r.ranks_ready);
+    if (!r.wire_bytes.empty()) {
+      std::printf("  %-26s %14llu\n", "bytes between processes",
+                  static_cast<unsigned long long>(r.wire_bytes.back()));
+    }
   }
   std::printf("  %-26s %14.4f s\n", "plan + bind", r.plan_seconds);
   if (a.updates > 0) {

@@ -107,6 +107,25 @@ class ConversionPlan {
   std::unordered_map<std::string, std::string> scale_of_;
 };
 
+// Quantization at the source (live sessions): `source` as it travels when
+// each tensor that `target` holds in block FP8, and `source` in float32,
+// bfloat16 or float16, quantizes before the wire. Such a tensor becomes
+// float8_e4m3fn (the target's descriptor) and gains its target's scale
+// tensor `<prefix>weight_scale_inv`, cut like the weight at block
+// granularity and held by the participants that hold the weight; every
+// other tensor and fragment is the source's own (same fragment ids). A
+// tensor quantizes at the source only when every source fragment of it
+// holds whole blocks (offsets multiples of the block, ends multiples or
+// the tensor's end) and has no aliases, and the source has no tensor of
+// the scale's id; otherwise it is left to the target side (the converting
+// plan's staging, above). Returns `source` itself when no tensor
+// qualifies. ConversionPlan::Make(ConversionPlan::LookupIn(source), the
+// result) is then the quantization each source runs before sending.
+Result<WeightPlacementManifest> QuantizedSourcePlacement(
+    const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target,
+    const ConversionOptions& options = {});
+
 // The first target tensor whose dtype differs from the source's, as the
 // planner's descriptor error names it ("tensor descriptor mismatch: X:
 // dtype bfloat16 (source) vs float8_e4m3fn (target)"); OK when none does.

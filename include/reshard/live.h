@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "reshard/binding.h"
+#include "reshard/conversion.h"
 #include "reshard/placement.h"
 #include "reshard/record_store.h"
 #include "reshard/status.h"
@@ -117,6 +118,19 @@ struct LiveSessionOptions {
   // initiated or received completed), "completing" (its own operations
   // are over; before validation and "done") and "done".
   std::function<void(std::string_view stage)> on_stage;
+  // Conversions (docs/conversion.md): tensors whose dtype differs between
+  // the placements convert, bit for bit as in a local reshard; without it
+  // the first such tensor is refused. Tensors the target holds in block
+  // FP8 quantize at the source, before the wire, wherever every source
+  // fragment holds whole `fp8_block`s (FP8 bytes and float32 scales
+  // travel: about half the bytes of a BF16 update); casts, dequantization
+  // and quantization of split blocks run at the target once the bytes
+  // arrived, before validate_targets (after the flip in shadow mode).
+  // Every rank of a session sets the same. The converted fragments must
+  // be contiguous host memory; the session holds host buffers for them
+  // (LiveSession::conversion_bytes).
+  bool convert = false;
+  Fp8Block fp8_block;
 };
 
 struct LiveReport {
@@ -130,11 +144,14 @@ struct LiveReport {
   uint64_t coalesced_regions = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;  // incl. local copies into targets
+  uint64_t wire_bytes = 0;      // of those, received from other ranks
   double plan_seconds = 0;      // plan + bind + fence + connect
   double transfer_seconds = 0;  // this rank's exchange and copies
   double barrier_seconds = 0;   // waiting for the world
   double validate_seconds = 0;  // in options.validate_targets
   double arrival_seconds = 0;   // standing: waiting for every rank's fence
+  // convert: quantizing this rank's sources and converting its targets.
+  double convert_seconds = 0;
   bool ready = false;           // this rank's targets are activation-ready
 };
 
@@ -191,7 +208,8 @@ struct LiveUpdateReport {
   uint64_t packed_messages = 0;
   uint64_t coalesced_regions = 0;
   uint64_t bytes_sent = 0;
-  uint64_t bytes_received = 0;
+  uint64_t bytes_received = 0;  // incl. local copies into targets
+  uint64_t wire_bytes = 0;      // of those, received from other ranks
   bool rebound = false;         // bindings changed and were rebound
   double transfer_seconds = 0;  // exchange and local copies
   double barrier_seconds = 0;
@@ -200,6 +218,8 @@ struct LiveUpdateReport {
   // between the ranks' callers, not the session's cost.
   double arrival_seconds = 0;
   double update_seconds = 0;  // the whole Update call
+  // convert: quantizing this rank's sources and converting its targets.
+  double convert_seconds = 0;
   bool ready = false;         // this rank's targets are activation-ready
 };
 
@@ -246,6 +266,8 @@ class LiveSession {
   double plan_seconds() const;
   double open_seconds() const;
   uint64_t regions() const;  // regions of the whole plan
+  // convert: host bytes this rank holds for converted fragments.
+  uint64_t conversion_bytes() const;
 
  private:
   struct Impl;

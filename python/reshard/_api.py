@@ -307,7 +307,8 @@ class LiveSession:
                  ucx_tls: str = "", shadow_targets: bool = False,
                  movable_sources: bool = False,
                  heartbeat_interval: float = 0.2,
-                 peer_timeout: float = 1.5) -> None:
+                 peer_timeout: float = 1.5, convert: bool = False,
+                 fp8_block: Optional[tuple] = None) -> None:
         self.rendezvous = rendezvous
         self.name = name
         self.rank = rank
@@ -332,6 +333,12 @@ class LiveSession:
         # seconds is named by the others; 0 turns heartbeats off.
         self.heartbeat_interval = heartbeat_interval
         self.peer_timeout = peer_timeout
+        # Tensors whose dtype differs convert (docs/conversion.md): FP8
+        # targets quantize at the source where its tensors hold whole
+        # fp8_block blocks (FP8 travels), the rest at the target. Every
+        # process sets the same; converted tensors must be contiguous.
+        self.convert = convert
+        self.fp8_block = fp8_block
         self._busy = threading.Lock()
         self.step = 0
         self.attempt = 0
@@ -357,7 +364,8 @@ class LiveSession:
             shadow_targets=self.shadow_targets,
             movable_sources=self.movable_sources,
             heartbeat_interval=self.heartbeat_interval,
-            peer_timeout=self.peer_timeout)
+            peer_timeout=self.peer_timeout, convert=self.convert,
+            fp8_block=self.fp8_block)
         self.open_seconds = self._native.open_seconds
         self._addresses = (src, dst)
 

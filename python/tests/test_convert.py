@@ -187,3 +187,64 @@ def test_checkpoint_load_into_fp8_engine_parameters(tmp_path):
         assert np.array_equal(scales.numpy()[at // 8:(at + hi - lo) // 8],
                               s[lo // 8:hi // 8]), name
         at += hi - lo
+
+
+def _live_rank(rank, rendezvous, shadow, results):
+    try:
+        results.put((rank, _live_steps(rank, rendezvous, shadow)))
+    except Exception as error:  # reported to the test, not lost
+        results.put((rank, repr(error)))
+
+
+def _live_steps(rank, rendezvous, shadow):
+    """Rank 0 holds the BF16 model, rank 1 both FP8 TP2 participants."""
+    source, target = layouts()
+    session = reshard.LiveSession(rendezvous, "fp8", rank=rank, ranks=2,
+                                  source=source, target=target, timeout=30,
+                                  convert=True, fp8_block=BLOCK,
+                                  shadow_targets=shadow)
+    held = boxes(source, canonical(source, seed=0), None)
+    dst = boxes(target, None, None)
+    out = []
+    with session:
+        for step in (1, 2):
+            full = canonical(source, seed=step)
+            if rank == 0:
+                # The trainer's weights stay in place, new values each step.
+                for part, named in boxes(source, full, None).items():
+                    for name, values in named.items():
+                        held[part][name].copy_(values)
+                report = session.update(held, {})
+            else:
+                report = session.update({}, dst)
+                check_fp8(target, dst, full)
+            out.append((step, report.ready, report.wire_bytes))
+    return out
+
+
+def test_live_session_quantizes_at_the_source(tmp_path):
+    """Two processes over UCX: the BF16 source quantizes before the wire,
+    so rank 1 receives exactly the FP8 model's bytes (FP8 weights, float32
+    scales, the rest in bfloat16), bit-exact with the reference at every
+    step, with and without shadow targets."""
+    import multiprocessing as mp
+    source, target = layouts()
+    fp8_bytes = sum(f.nbytes for part in target.parts
+                    for f in part.fragments)
+    bf16_bytes = sum(f.nbytes for part in source.parts
+                     for f in part.fragments)
+    assert fp8_bytes < 0.75 * bf16_bytes
+    for shadow in (False, True):
+        ctx = mp.get_context("spawn")
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_live_rank,
+                             args=(r, str(tmp_path / f"rv{shadow}"), shadow,
+                                   results)) for r in range(2)]
+        for p in procs:
+            p.start()
+        out = dict(results.get(timeout=120) for _ in procs)
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+        assert out[0] == [(1, False, 0), (2, False, 0)]
+        assert out[1] == [(1, True, fp8_bytes), (2, True, fp8_bytes)]

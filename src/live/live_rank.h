@@ -764,6 +764,7 @@ class LiveRank {
     report_.packed_messages = stats.packed_messages;
     report_.bytes_sent = stats.bytes_sent;
     report_.bytes_received += stats.bytes_received;
+    report_.wire_bytes = stats.bytes_received;
     report_.transfer_seconds = Seconds(t0);
     return Status::OK();
   }

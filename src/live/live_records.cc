@@ -381,6 +381,8 @@ std::string EncodeReportRecord(const ReportRecord& r) {
   w.IntArray(r.update_ns);
   w.Key("verified");
   w.Bool(r.verified);
+  w.Key("wire_bytes");
+  w.IntArray(r.wire_bytes);
   w.EndObject();
   return out;
 }
@@ -392,7 +394,8 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
       auto p, Parse(text, kKind, key,
                     {"bytes", "error", "messages", "mismatch", "open_ns",
                      "operations", "packed_messages", "plan_ns", "rank",
-                     "ready", "transfer_ns", "update_ns", "verified"}));
+                     "ready", "transfer_ns", "update_ns", "verified",
+                     "wire_bytes"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   ReportRecord r;
   r.rank = rank;
@@ -409,6 +412,9 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   auto updates = p.obj.IntArray("update_ns");
   if (!updates.ok()) return updates.status().WithContext(What(kKind, key));
   r.update_ns = updates->ToVector();
+  auto wire = p.obj.IntArray("wire_bytes");
+  if (!wire.ok()) return wire.status().WithContext(What(kKind, key));
+  r.wire_bytes = wire->ToVector();
   RESHARD_ASSIGN_OR_RETURN(r.ready, BoolField(p.obj, "ready", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(r.verified,
                            BoolField(p.obj, "verified", kKind, key));

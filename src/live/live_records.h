@@ -121,6 +121,9 @@ struct ReportRecord {
   // Standing session (selftest --updates): Open, and each Update call.
   uint64_t open_ns = 0;
   std::vector<int64_t> update_ns;
+  // Bytes received from other ranks: one entry per update (one for a
+  // single reshard).
+  std::vector<int64_t> wire_bytes;
   std::string mismatch;
   std::string error;
 };

@@ -66,7 +66,8 @@ TEST(LiveRecordsTest, RoundTrips) {
   EXPECT_EQ(text, R"({"bytes":1048576,"error":"","messages":7,"mismatch":"",)"
                   R"("open_ns":0,"operations":7,"packed_messages":2,)"
                   R"("plan_ns":1500,"rank":1,"ready":true,)"
-                  R"("transfer_ns":123456789,"update_ns":[],"verified":true})");
+                  R"("transfer_ns":123456789,"update_ns":[],"verified":true,)"
+                  R"("wire_bytes":[]})");
   ASSERT_OK_AND_ASSIGN(auto back, DecodeReportRecord(text, "s/report/1", 1));
   EXPECT_EQ(back.bytes, report.bytes);
   EXPECT_EQ(back.transfer_ns, report.transfer_ns);
@@ -87,24 +88,29 @@ TEST(LiveRecordsTest, MalformedReportsAreErrorsNamingTheRecord) {
       {"", "malformed report record s/report/1: invalid JSON: "},
       {R"({"bytes":"1","error":"","messages":0,"mismatch":"","open_ns":0,"operations":0,)"
        R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,)"
-       R"("transfer_ns":0,"update_ns":[],"verified":true})",
+       R"("transfer_ns":0,"update_ns":[],"verified":true,)"
+       R"("wire_bytes":[]})",
        "malformed report record s/report/1: bytes must be an integer"},
       {R"({"bytes":-1,"error":"","messages":0,"mismatch":"","open_ns":0,"operations":0,)"
        R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,)"
-       R"("transfer_ns":0,"update_ns":[],"verified":true})",
+       R"("transfer_ns":0,"update_ns":[],"verified":true,)"
+       R"("wire_bytes":[]})",
        "malformed report record s/report/1: bytes must fit in an unsigned "
        "64-bit integer"},
       {R"({"bytes":0,"error":"","messages":0,"mismatch":"","open_ns":0,"operations":0,)"
        R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,)"
-       R"("transfer_ns":0,"update_ns":[],"verified":1})",
+       R"("transfer_ns":0,"update_ns":[],"verified":1,)"
+       R"("wire_bytes":[]})",
        "malformed report record s/report/1: verified must be a boolean"},
       {R"({"bytes":0,"error":"","messages":0,"mismatch":"","open_ns":0,"operations":0,)"
        R"("packed_messages":0,"plan_ns":0,"rank":0,"ready":false,)"
-       R"("transfer_ns":0,"update_ns":[],"verified":true})",
+       R"("transfer_ns":0,"update_ns":[],"verified":true,)"
+       R"("wire_bytes":[]})",
        "malformed report record s/report/1: rank 0 under the key of rank 1"},
       {R"({"bytes":0,"error":"boom","messages":0,"mismatch":"",)"
        R"("open_ns":0,"operations":0,"packed_messages":0,"plan_ns":0,"rank":1,)"
-       R"("ready":false,"transfer_ns":0,"update_ns":[],"verified":true})",
+       R"("ready":false,"transfer_ns":0,"update_ns":[],"verified":true,)"
+       R"("wire_bytes":[]})",
        "malformed report record s/report/1: verified with an error"},
       {valid.substr(0, valid.size() - 1),
        "malformed report record s/report/1: invalid JSON: "},

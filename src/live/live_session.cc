@@ -3,6 +3,7 @@
 // and OpenRendezvous.
 #include <string>
 
+#include "live/live_conversion.h"
 #include "live/live_rank.h"
 #include "reshard/fs_store.h"
 #include "reshard/live.h"
@@ -19,12 +20,29 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
                                   const LiveBindings& bindings,
                                   const LiveSessionOptions& options) {
   RESHARD_RETURN_NOT_OK(ValidateOptions(options));
-  LiveRank rank(store, source, target, bindings, options);
+  auto made = live_internal::MakeLiveWire(source, target, bindings, options);
+  if (!made.ok()) {
+    // Refused before publishing: the others stop at once, naming this rank.
+    (void)AbortLiveSession(store, options.session, options.rank,
+                           made.status());
+    return made.status();
+  }
+  auto wire = std::move(made).ValueOrDie();
+  LiveRank rank(store, wire->wire_source(), wire->wire_target(),
+                wire->bindings, wire->options);
   RESHARD_RETURN_NOT_OK(rank.RefuseRejoin());
   // Every failure from here on is recorded for the other ranks.
-  Status st = rank.Run();
+  const live_internal::LiveConversion* conversion = wire->conversion.get();
+  Status st = conversion == nullptr ? Status::OK()
+                                    : conversion->Quantize(wire->threads);
+  if (st.ok()) st = rank.Run();
   if (!st.ok()) return rank.Abort(std::move(st));
-  return rank.report();
+  LiveReport report = rank.report();
+  if (conversion != nullptr) {
+    report.convert_seconds =
+        conversion->quantize_seconds() + conversion->apply_seconds();
+  }
+  return report;
 }
 
 Status AbortLiveSession(RecordStore& rendezvous, std::string_view session,

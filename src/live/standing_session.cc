@@ -6,25 +6,28 @@
 #include <string>
 #include <thread>
 
+#include "live/live_conversion.h"
 #include "live/live_rank.h"
 #include "reshard/live.h"
 
 namespace reshard {
 
 using live_internal::Clock;
+using live_internal::LiveConversion;
+using live_internal::LiveWire;
+using live_internal::MakeLiveWire;
 using live_internal::LiveRank;
 using live_internal::Seconds;
 using live_internal::Session;
 using live_internal::ValidateOptions;
 
 struct LiveSession::Impl {
-  Impl(RecordStore& store, WeightPlacementManifest s, WeightPlacementManifest t,
-       LiveBindings b, LiveSessionOptions o)
+  Impl(RecordStore& store, std::unique_ptr<LiveWire> w)
       : store(store),
-        source(std::move(s)),
-        target(std::move(t)),
-        options(std::move(o)),
-        rank(store, source, target, b, options) {}
+        wire(std::move(w)),
+        options(wire->options),
+        rank(store, wire->wire_source(), wire->wire_target(), wire->bindings,
+             wire->options) {}
 
   // Every rank is past "closed" (its marker, or its rank record already
   // removed by its own Close).
@@ -71,8 +74,8 @@ struct LiveSession::Impl {
   }
 
   RecordStore& store;
-  WeightPlacementManifest source, target;
-  LiveSessionOptions options;
+  std::unique_ptr<LiveWire> wire;  // placements, bindings, conversions
+  const LiveSessionOptions& options;
   LiveRank rank;
   LiveOutcome outcome = LiveOutcome::kOk;
   bool closed = false;
@@ -98,9 +101,17 @@ Result<std::unique_ptr<LiveSession>> LiveSession::Open(
     LiveSessionOptions options) {
   RESHARD_RETURN_NOT_OK(ValidateOptions(options));
   const auto t0 = Clock::now();
-  auto impl =
-      std::make_unique<Impl>(rendezvous, std::move(source), std::move(target),
-                             std::move(bindings), std::move(options));
+  const std::string session = options.session;
+  const uint32_t rank = options.rank;
+  auto made = MakeLiveWire(std::move(source), std::move(target),
+                           std::move(bindings), std::move(options));
+  if (!made.ok()) {
+    // Refused before publishing: the others stop at once, naming this rank.
+    (void)AbortLiveSession(rendezvous, session, rank, made.status());
+    return made.status();
+  }
+  auto wire = std::move(made).ValueOrDie();
+  auto impl = std::make_unique<Impl>(rendezvous, std::move(wire));
   RESHARD_RETURN_NOT_OK(impl->rank.RefuseRejoin());
   if (Status st = impl->rank.Open(); !st.ok()) {
     impl->outcome = LiveOutcome::kFailed;
@@ -140,12 +151,25 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   out.generation = generation;
   const std::string previous = m.rank.scope();
   m.rank.BeginUpdate(generation);
+  LiveConversion* conversion = m.wire->conversion.get();
   Status st = Status::OK();
   if (bindings != nullptr) {
-    st = m.rank.Rebind(*bindings);
+    if (conversion == nullptr) {
+      st = m.rank.Rebind(*bindings);
+    } else {
+      auto wired = conversion->Translate(*bindings, /*adopt=*/true);
+      st = wired.ok() ? m.rank.Rebind(*wired) : wired.status();
+    }
     out.rebound = st.ok();
   }
+  if (st.ok() && conversion != nullptr) {
+    st = conversion->Quantize(m.wire->threads);
+  }
   if (st.ok()) st = m.rank.RunUpdate();
+  if (st.ok() && conversion != nullptr && m.options.shadow_targets) {
+    // The flip wrote the staging buffers; the targets convert from them.
+    st = conversion->Apply(m.wire->threads);
+  }
   if (!st.ok()) {
     m.outcome = m.rank.abandoned_in_flight() > 0 ? LiveOutcome::kUncertain
                                                  : LiveOutcome::kFailed;
@@ -176,11 +200,16 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   out.coalesced_regions = r.coalesced_regions;
   out.bytes_sent = r.bytes_sent;
   out.bytes_received = r.bytes_received;
+  out.wire_bytes = r.wire_bytes;
   out.transfer_seconds = r.transfer_seconds;
   out.barrier_seconds = r.barrier_seconds;
   out.validate_seconds = r.validate_seconds;
   out.arrival_seconds = r.arrival_seconds;
   out.ready = r.ready;
+  if (conversion != nullptr) {
+    out.convert_seconds =
+        conversion->quantize_seconds() + conversion->apply_seconds();
+  }
   out.update_seconds = Seconds(t0);
   return out;
 }
@@ -212,6 +241,10 @@ double LiveSession::plan_seconds() const {
 }
 double LiveSession::open_seconds() const { return impl_->open_seconds; }
 uint64_t LiveSession::regions() const { return impl_->rank.report().regions; }
+uint64_t LiveSession::conversion_bytes() const {
+  const LiveConversion* c = impl_->wire->conversion.get();
+  return c == nullptr ? 0 : c->buffer_bytes();
+}
 
 Result<uint64_t> RemoveLiveSession(RecordStore& rendezvous,
                                    std::string_view session) {

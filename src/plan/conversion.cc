@@ -366,6 +366,125 @@ const std::string& ConversionPlan::StagingScaleOf(std::string_view id) const {
   return it == scale_of_.end() ? kNone : it->second;
 }
 
+namespace {
+
+// The target's scale tensor of `s` when `s` quantizes at the source (see
+// QuantizedSourcePlacement), else nullptr.
+const TensorDescriptor* SourceQuantizes(const TensorDescriptor& s,
+                                        const WeightPlacementManifest& source,
+                                        const WeightPlacementManifest& target,
+                                        const Fp8Block& block) {
+  const TensorDescriptor* t = target.FindTensor(s.tensor_id());
+  if (t == nullptr || t->dtype() != "float8_e4m3fn") return nullptr;
+  const auto from = FloatTypeOf(s.dtype());
+  if (!from.has_value() || *from == FloatType::kFloat8E4M3) return nullptr;
+  if (s.ndim() != 2 || s.global_shape() != t->global_shape()) return nullptr;
+  const std::string scale_id = ScaleIdOf(s.tensor_id());
+  if (scale_id.empty() || source.FindTensor(scale_id) != nullptr) {
+    return nullptr;
+  }
+  if (block.rows < 1 || block.cols < 1) return nullptr;
+  const TensorDescriptor* scale = target.FindTensor(scale_id);
+  if (scale == nullptr || scale->dtype() != "float32" ||
+      scale->global_shape() != BlockGrid(s.global_shape(), block)) {
+    return nullptr;
+  }
+  return scale;
+}
+
+}  // namespace
+
+Result<WeightPlacementManifest> QuantizedSourcePlacement(
+    const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target, const ConversionOptions& options) {
+  std::map<std::string, const TensorDescriptor*, std::less<>> scales;
+  for (const TensorDescriptor& s : source.tensors()) {
+    if (auto* scale = SourceQuantizes(s, source, target, options.block)) {
+      scales[s.tensor_id()] = scale;
+    }
+  }
+  // Whole blocks in every fragment, no aliases: else the target converts.
+  for (const PlacementFragment* f : source.fragments()) {
+    auto it = scales.find(f->tensor_id());
+    if (it == scales.end()) continue;
+    const TensorDescriptor* s = source.FindTensor(f->tensor_id());
+    if (!f->aliases().empty() ||
+        !BlockBox(f->tensor_id(), s->global_shape(), f->global_offset(),
+                  f->local_shape(), options.block, "")
+             .ok()) {
+      scales.erase(it);
+    }
+  }
+  if (scales.empty()) return source;
+  std::vector<TensorDescriptor> tensors;
+  for (const TensorDescriptor& s : source.tensors()) {
+    auto it = scales.find(s.tensor_id());
+    if (it == scales.end()) {
+      tensors.push_back(s);
+      continue;
+    }
+    TensorDescriptorSpec weight = SpecOf(s);
+    weight.dtype = "float8_e4m3fn";
+    weight.itemsize = 1;
+    weight.layout_fingerprint =
+        target.FindTensor(s.tensor_id())->layout_fingerprint();
+    TensorDescriptorSpec scale = SpecOf(s);
+    scale.tensor_id = it->second->tensor_id();
+    scale.global_shape = it->second->global_shape();
+    scale.dtype = "float32";
+    scale.itemsize = 4;
+    scale.layout_fingerprint = it->second->layout_fingerprint();
+    for (TensorDescriptorSpec* spec : {&weight, &scale}) {
+      RESHARD_ASSIGN_OR_RETURN(TensorDescriptor d,
+                               TensorDescriptor::Make(std::move(*spec)));
+      tensors.push_back(std::move(d));
+    }
+  }
+  std::vector<PlacementFragment> fragments;
+  for (const PlacementFragment* f : source.fragments()) {
+    auto it = scales.find(f->tensor_id());
+    if (it == scales.end()) {
+      fragments.push_back(*f);
+      continue;
+    }
+    const TensorDescriptor* s = source.FindTensor(f->tensor_id());
+    auto blocks = BlockBox(f->tensor_id(), s->global_shape(),
+                           f->global_offset(), f->local_shape(),
+                           options.block, "");
+    const auto& [first, count] = *blocks;
+    PlacementFragmentSpec weight{f->tensor_id(),
+                                 f->global_offset(),
+                                 f->local_shape(),
+                                 static_cast<uint64_t>(f->local_shape()[0] *
+                                                       f->local_shape()[1]),
+                                 f->rank(),
+                                 {},
+                                 std::nullopt,
+                                 f->pipeline_stage_id()};
+    PlacementFragmentSpec scale{
+        it->second->tensor_id(),
+        first,
+        count,
+        static_cast<uint64_t>(count[0] * count[1]) * sizeof(float),
+        f->rank(),
+        {},
+        std::nullopt,
+        f->pipeline_stage_id()};
+    for (PlacementFragmentSpec* spec : {&weight, &scale}) {
+      RESHARD_ASSIGN_OR_RETURN(PlacementFragment made,
+                               PlacementFragment::Make(std::move(*spec)));
+      fragments.push_back(std::move(made));
+    }
+  }
+  auto quantized = WeightPlacementManifest::FromFragments(
+      source.header(), source.topology(), std::move(tensors),
+      std::move(fragments));
+  if (!quantized.ok()) {
+    return quantized.status().WithContext("source quantization placement");
+  }
+  return quantized;
+}
+
 Status CheckNoDtypeDifference(const SourceTensorLookup& source,
                               const WeightPlacementManifest& target) {
   for (const TensorDescriptor& t : target.tensors()) {

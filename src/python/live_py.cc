@@ -98,12 +98,14 @@ py::dict UpdateDict(const LiveUpdateReport& r) {
   d["coalesced_regions"] = r.coalesced_regions;
   d["bytes_sent"] = r.bytes_sent;
   d["bytes_received"] = r.bytes_received;
+  d["wire_bytes"] = r.wire_bytes;
   d["rebound"] = r.rebound;
   d["transfer_seconds"] = r.transfer_seconds;
   d["barrier_seconds"] = r.barrier_seconds;
   d["update_seconds"] = r.update_seconds;
   d["validate_seconds"] = r.validate_seconds;
   d["arrival_seconds"] = r.arrival_seconds;
+  d["convert_seconds"] = r.convert_seconds;
   d["ready"] = r.ready;
   return d;
 }
@@ -157,14 +159,16 @@ std::unique_ptr<PyStandingSession> OpenStanding(
     py::object session, py::object rank, py::object ranks,
     double timeout_seconds, py::object max_in_flight, py::object protocol,
     py::object options, py::object ucx_tls, bool shadow_targets,
-    bool movable_sources, double heartbeat_seconds,
-    double peer_timeout_seconds) {
+    bool movable_sources, double heartbeat_seconds, double peer_timeout_seconds,
+    bool convert, py::object fp8_block) {
   auto s = std::make_unique<PyStandingSession>(
       PyStandingSession{nullptr, nullptr, source, target, {}});
   LiveSessionOptions o = SessionOptionsOf(session, rank, ranks, timeout_seconds,
                                           max_in_flight, protocol, ucx_tls);
   o.shadow_targets = shadow_targets;
   o.movable_sources = movable_sources;
+  o.convert = convert;
+  o.fp8_block = ToFp8Block(fp8_block, "LiveSession.fp8_block");
   const auto check = [](double v, std::string_view field) {
     if (!(v >= 0) || !(v <= 3600.0)) {
       ThrowInvalid(field, "must be between 0 and 3600 seconds");
@@ -227,7 +231,8 @@ void RegisterStanding(py::module_& m) {
            py::arg("protocol") = "auto", py::arg("options") = py::none(),
            py::arg("ucx_tls") = "", py::arg("shadow_targets") = false,
            py::arg("movable_sources") = false,
-           py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5)
+           py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5,
+           py::arg("convert") = false, py::arg("fp8_block") = py::none())
       .def("update", &UpdateStanding, py::arg("generation"),
            py::arg("sources") = py::none(), py::arg("targets") = py::none(),
            "One update; sources and targets ({participant: {fragment: "

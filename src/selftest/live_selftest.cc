@@ -19,10 +19,12 @@
 #include <sstream>
 #include <thread>
 
+#include "live/live_conversion.h"
 #include "live/live_records.h"
 #include "reshard/live.h"
 #include "reshard/plan.h"
 #include "reshard/record_store.h"
+#include "selftest/converted_pattern.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
 
@@ -82,7 +84,8 @@ Result<SelfTestReport> RunUpdates(
     const WeightPlacementManifest& target, const SelfTestOptions& options,
     LiveSessionOptions lo, const LiveBindings& bindings,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
-    const HostBuffers& src, const HostBuffers& dst, uint32_t rank) {
+    const HostBuffers& src, const HostBuffers& dst,
+    const ConvertedPatternCheck* check, uint32_t rank) {
   lo.validate_targets = nullptr;
   RESHARD_ASSIGN_OR_RETURN(
       auto session, LiveSession::Open(store, source, target, bindings, lo));
@@ -98,7 +101,8 @@ Result<SelfTestReport> RunUpdates(
     FillPattern(source, tensors, src, nullptr, k);
     RESHARD_ASSIGN_OR_RETURN(auto u, session->Update(k));
     const std::string mismatch =
-        VerifyPattern(target, tensors, dst, nullptr, k);
+        check != nullptr ? check->Verify(tensors, k)
+                         : VerifyPattern(target, tensors, dst, nullptr, k);
     if (!mismatch.empty()) {
       (void)session->Abort(Status::DataLoss("target bytes differ"));
       report.verified = false;
@@ -108,6 +112,7 @@ Result<SelfTestReport> RunUpdates(
     // From the last rank's arrival on: the session's own time.
     report.update_seconds.push_back(u.update_seconds - u.arrival_seconds);
     report.bytes = u.bytes_received;
+    report.wire_bytes.push_back(u.wire_bytes);
     report.operations = u.operations;
     report.messages = u.messages_sent + u.gets;
     report.packed_messages = u.packed_messages;
@@ -189,16 +194,30 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   lo.max_in_flight = options.max_in_flight;
   lo.protocol = options.protocol;
   lo.ucx = options.ucx;
+  lo.convert = options.convert;
+  lo.fp8_block = options.fp8_block;
+  std::unique_ptr<ConvertedPatternCheck> check;
+  if (options.convert && !dst.data.empty()) {
+    auto made =
+        ConvertedPatternCheck::Make(source, target, options.fp8_block, dst);
+    if (!made.ok()) {
+      // Refused before joining: the other ranks stop at once.
+      (void)AbortLiveSession(store, session, rank, made.status());
+      return made.status();
+    }
+    check = std::move(made).ValueOrDie();
+  }
   std::string mismatch;
   lo.validate_targets = [&]() -> Status {
-    mismatch = VerifyPattern(target, tensors, dst);
+    mismatch = check != nullptr ? check->Verify(tensors, 0)
+                                : VerifyPattern(target, tensors, dst);
     if (mismatch.empty()) return Status::OK();
     return Status::DataLoss("target bytes differ: " + mismatch);
   };
   InjectFault(options, procs, rank, bindings, lo);
   if (options.updates > 0) {
     return RunUpdates(store, source, target, options, std::move(lo), bindings,
-                      tensors, src, dst, rank);
+                      tensors, src, dst, check.get(), rank);
   }
   auto live = RunLiveReshard(store, source, target, bindings, lo);
   SelfTestReport report;
@@ -209,6 +228,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   }
   report.verified = true;
   report.bytes = live->bytes_received;
+  report.wire_bytes.push_back(live->wire_bytes);
   report.operations = live->operations;
   report.messages = live->messages_sent + live->gets;
   report.packed_messages = live->packed_messages;
@@ -237,6 +257,9 @@ std::string ReportOf(uint32_t r, const Result<SelfTestReport>& report) {
   rec.open_ns = static_cast<uint64_t>(report->open_seconds * 1e9);
   for (double u : report->update_seconds) {
     rec.update_ns.push_back(static_cast<int64_t>(u * 1e9));
+  }
+  for (uint64_t w : report->wire_bytes) {
+    rec.wire_bytes.push_back(static_cast<int64_t>(w));
   }
   rec.mismatch = report->mismatch;
   return EncodeReportRecord(rec);
@@ -513,6 +536,12 @@ class ReportCollector {
       total_.update_seconds[k] =
           std::max(total_.update_seconds[k], rec->update_ns[k] / 1e9);
     }
+    if (total_.wire_bytes.size() < rec->wire_bytes.size()) {
+      total_.wire_bytes.resize(rec->wire_bytes.size(), 0);
+    }
+    for (size_t k = 0; k < rec->wire_bytes.size(); ++k) {
+      total_.wire_bytes[k] += static_cast<uint64_t>(rec->wire_bytes[k]);
+    }
   }
 
   // The summed report, or Aborted naming the root cause. A rank whose
@@ -546,6 +575,19 @@ Result<SelfTestReport> CollectReports(RecordStore& store,
   return std::move(collector).Finish();
 }
 
+// The plan of what the ranks move: with convert, between the session's
+// wire placements (FP8 quantized at the source travels as FP8).
+Result<LogicalTransferPlan> WirePlan(const WeightPlacementManifest& source,
+                                     const WeightPlacementManifest& target,
+                                     const SelfTestOptions& options) {
+  if (!options.convert) return LogicalTransferPlan::Make(source, target);
+  ConversionOptions c;
+  c.block = options.fp8_block;
+  RESHARD_ASSIGN_OR_RETURN(auto wire, live_internal::LiveConversion::Make(
+                                          source, target, c));
+  return LogicalTransferPlan::Make(wire->wire_source(), wire->wire_target());
+}
+
 // The ranks' total against the plan, and the memcpy baseline.
 void CompleteReport(const LogicalTransferPlan& plan, double plan_seconds,
                     const SelfTestOptions& options, SelfTestReport* total) {
@@ -571,8 +613,7 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
   RESHARD_RETURN_NOT_OK(CheckLaunch(source, target, options));
   // Plan once here: invalid inputs fail before any process starts.
   const auto t0 = Clock::now();
-  RESHARD_ASSIGN_OR_RETURN(auto plan,
-                           LogicalTransferPlan::Make(source, target));
+  RESHARD_ASSIGN_OR_RETURN(auto plan, WirePlan(source, target, options));
   const double plan_seconds =
       std::chrono::duration<double>(Clock::now() - t0).count();
   RESHARD_ASSIGN_OR_RETURN(auto dir, RendezvousDir::Make(options.rendezvous));

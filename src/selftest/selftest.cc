@@ -12,6 +12,7 @@
 #include "reshard/local_transport.h"
 #include "reshard/plan.h"
 #include "reshard/reshard.h"
+#include "selftest/converted_pattern.h"
 #include "selftest/host_buffers.h"
 #include "selftest/live_selftest.h"
 #include "selftest/pattern.h"
@@ -63,8 +64,11 @@ Result<SelfTestReport> RunLocalSelfTest(const WeightPlacementManifest& source,
                                         const SelfTestOptions& options) {
   // Plan before allocating: invalid inputs fail before memory is committed.
   const auto t0 = Clock::now();
-  RESHARD_ASSIGN_OR_RETURN(auto plan,
-                           LogicalTransferPlan::Make(source, target));
+  PlanOptions plan_options;
+  plan_options.convert = options.convert;
+  plan_options.fp8_block = options.fp8_block;
+  RESHARD_ASSIGN_OR_RETURN(
+      auto plan, LogicalTransferPlan::Make(source, target, plan_options));
   const double plan_seconds =
       std::chrono::duration<double>(Clock::now() - t0).count();
   const auto tensor_index = internal::TensorIndex(source);
@@ -85,8 +89,15 @@ Result<SelfTestReport> RunLocalSelfTest(const WeightPlacementManifest& source,
   report.bytes = moved.bytes;
   report.operations = moved.operations;
   report.segments = moved.segments;
-  report.mismatch = internal::VerifyPattern(
-      target, tensor_index, buffers.targets, Phase(options, "verify"));
+  if (options.convert) {
+    RESHARD_ASSIGN_OR_RETURN(
+        auto check, internal::ConvertedPatternCheck::Make(
+                        source, target, options.fp8_block, buffers.targets));
+    report.mismatch = check->Verify(tensor_index, 0);
+  } else {
+    report.mismatch = internal::VerifyPattern(
+        target, tensor_index, buffers.targets, Phase(options, "verify"));
+  }
   report.verified = report.mismatch.empty();
   if (options.measure_memcpy) {
     report.memcpy_gbps = internal::MeasureMemcpyGbps(

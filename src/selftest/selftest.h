@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/conversion.h"
 #include "reshard/live.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
@@ -75,6 +76,11 @@ struct SelfTestOptions {
   std::function<void(std::string_view phase, double fraction)> progress;
   // Measure the memcpy baseline (skipped when false).
   bool measure_memcpy = true;
+  // Tensors whose dtype differs convert (PlanOptions::convert,
+  // LiveSessionOptions::convert; docs/conversion.md); converting targets
+  // are checked against the pattern converted independently of the path.
+  bool convert = false;
+  Fp8Block fp8_block;
 };
 
 struct SelfTestReport {
@@ -102,6 +108,10 @@ struct SelfTestReport {
   // updates >= 1: the slowest rank's Open and each Update call, seconds.
   double open_seconds = 0;
   std::vector<double> update_seconds;
+  // ucx: bytes that crossed between processes, summed over the ranks: one
+  // entry per update (one for a single reshard). With convert, FP8 that
+  // quantized at the source travels as FP8.
+  std::vector<uint64_t> wire_bytes;
 };
 
 // The byte the pattern puts at byte `byte` of element `element` (global

@@ -10,6 +10,7 @@
 
 #include "reshard/plan.h"
 #include "reshard/weight_store.h"
+#include "selftest/converted_pattern.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
 
@@ -39,9 +40,21 @@ Result<UploadPlan> UploadAndCommit(
 
 // Checks every target byte and the loaded byte count against the plan.
 Status VerifyLoad(const StoredWeightManifest& manifest,
+                  const WeightPlacementManifest& source,
                   const WeightPlacementManifest& target,
                   const std::unordered_map<std::string_view, uint64_t>& tensors,
-                  const HostBuffers& dst, SelfTestReport* report) {
+                  const HostBuffers& dst, const SelfTestOptions& options,
+                  SelfTestReport* report) {
+  if (options.convert) {
+    // The load converted: every target byte against the pattern converted
+    // (the byte count is the revision's dtype, not the plan's).
+    RESHARD_ASSIGN_OR_RETURN(
+        auto check, ConvertedPatternCheck::Make(source, target,
+                                                options.fp8_block, dst));
+    report->mismatch = check->Verify(tensors, 0);
+    report->verified = report->mismatch.empty();
+    return Status::OK();
+  }
   RESHARD_ASSIGN_OR_RETURN(
       auto plan, LogicalTransferPlan::MakeFromStored(manifest, target));
   report->segments = plan.summary().segments;
@@ -80,6 +93,8 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   store_options.namespace_ =
       "selftest-" + std::to_string(::getpid()) + "-" +
       std::to_string(Clock::now().time_since_epoch().count());
+  store_options.convert = options.convert;
+  store_options.fp8_block = options.fp8_block;
   RESHARD_ASSIGN_OR_RETURN(auto store,
                            WeightStore::Open(options.via_store, store_options));
   report.plan_seconds = SecondsSince(t0);
@@ -102,7 +117,8 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   RESHARD_RETURN_NOT_OK(removed.WithContext("removing the self-test revision"));
   report.bytes = loaded->bytes;
   report.operations = loaded->regions;
-  RESHARD_RETURN_NOT_OK(VerifyLoad(manifest, target, tensors, dst, &report));
+  RESHARD_RETURN_NOT_OK(
+      VerifyLoad(manifest, source, target, tensors, dst, options, &report));
   if (options.measure_memcpy) {
     report.memcpy_gbps = MeasureMemcpyGbps(
         std::min<uint64_t>(report.bytes, uint64_t{256} << 20), 1);

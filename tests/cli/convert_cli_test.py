@@ -757,4 +757,45 @@ def block_without_quantize():
           open(path("blk-none.json")).read(), "--block changed the layout")
 
 
+@SUITE.test
+def live_selftest_quantizes_at_the_source():
+    # A model whose linear weights dominate, as real ones do: the live
+    # BF16 -> FP8 update (2 processes over UCX) carries FP8 and scales,
+    # at most 0.55x the bytes of the same update in bfloat16; every target
+    # byte checked by the ranks against the pattern converted.
+    cfg = dict(hfc.CONFIGS["llama"], hidden_size=256, num_attention_heads=4,
+               num_key_value_heads=2, intermediate_size=1024, vocab_size=128,
+               num_hidden_layers=2)
+    c = path("live-config.json")
+    with open(c, "w") as f:
+        json.dump(cfg, f)
+    src, bf16, fp8 = (path("live-%s.json" % n) for n in ("s", "b", "q"))
+    ok(run("hf", "layout", c, "--tp", 1, "-o", src), "source layout")
+    ok(run("hf", "layout", c, "--tp", 2, "-o", bf16), "bf16 layout")
+    ok(run("hf", "layout", c, "--tp", 2, "--quantize", "fp8", "--block",
+           "64x64", "-o", fp8), "fp8 layout")
+    live = ("--transport", "ucx", "--procs", 2, "--json", "--timeout", 30)
+    plain = json.loads(ok(run("selftest", src, bf16, *live),
+                          "plain live selftest").stdout)
+    check(plain["verified"], "plain run not verified")
+    rep = json.loads(ok(run("selftest", src, fp8, *live, "--convert",
+                            "--block", "64x64", "--updates", 2),
+                        "converting live selftest").stdout)
+    check(rep["verified"] and rep["updates"] == 2, "not verified: %s" % rep)
+    check(len(rep["wire_bytes"]) == 2, "wire_bytes %s" % rep["wire_bytes"])
+    # What crossed is exactly the FP8 target: weights, scales, the rest.
+    target = json.load(open(fp8))
+    total = sum(f["nbytes"] for part in target["parts"]
+                for f in part["fragments"])
+    for w in rep["wire_bytes"]:
+        check(w == total, "wire_bytes %d != the FP8 target's %d" % (w, total))
+        check(w <= 0.55 * plain["wire_bytes"], "wire_bytes %d > 0.55 x %d" %
+              (w, plain["wire_bytes"]))
+    fails(run("selftest", src, fp8, *live),
+          "tensor descriptor mismatch: model.layers.0.mlp.down_proj.weight: "
+          "dtype bfloat16 (source) vs float8_e4m3fn (target)")
+    fails(run("selftest", src, fp8, "--block", "64x64"),
+          "--block needs --convert")
+
+
 sys.exit(SUITE.run("reshard-convertcli-", lambda t: TMP.update(dir=t)))
