@@ -209,6 +209,57 @@ class ConversionStaging {
   std::unique_ptr<Impl> impl_;
 };
 
+// Quantization at the source, before bytes leave it (live sessions, store
+// uploads of an FP8 revision): `placement()` is QuantizedSourcePlacement
+// (source, target), and `bindings()` bind the participants of
+// `source_bindings` in it: the caller's own fragments where nothing
+// quantizes, host buffers this object owns (FP8 weights and their float32
+// scales) where something does. `Quantize` fills those buffers from the
+// caller's current values; call it before each send or upload. The
+// caller's fragments of quantizing tensors must be contiguous host memory
+// (else InvalidArgument naming the fragment). Move-only.
+class SourceQuantization {
+ public:
+  static Result<SourceQuantization> Make(
+      const WeightPlacementManifest& source,
+      const WeightPlacementManifest& target,
+      const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+      const ConversionOptions& options = {});
+  SourceQuantization(SourceQuantization&&) noexcept;
+  SourceQuantization& operator=(SourceQuantization&&) noexcept;
+  ~SourceQuantization();
+
+  // Whether any tensor quantizes (else placement() is the source and
+  // bindings() the caller's).
+  bool quantizes() const;
+  const WeightPlacementManifest& placement() const;
+  const std::vector<WeightRuntimeBindingManifest>& bindings() const;
+  // `source_bindings` (of participants bound at Make) as bindings of
+  // placement(), without adopting their addresses: for comparing
+  // generations and leases.
+  Result<std::vector<WeightRuntimeBindingManifest>> Translate(
+      const std::vector<WeightRuntimeBindingManifest>& source_bindings) const;
+  // The caller's buffers moved: Quantize reads these from now on, and
+  // bindings() follows them; this object's buffers stay where they are.
+  Status Rebind(
+      const std::vector<WeightRuntimeBindingManifest>& source_bindings);
+  // OK when every tensor `target` (the target of Make) holds in block FP8
+  // and the source in float quantizes here; else InvalidArgument naming
+  // the first that does not and why (uploads, which have no target side
+  // to quantize the rest).
+  Status CheckQuantizesAll(const WeightPlacementManifest& target) const;
+  // Quantizes every bound fragment on `threads` threads.
+  Status Quantize(uint32_t threads = 1) const;
+  // Host bytes of this object's buffers; seconds of the last Quantize.
+  uint64_t buffer_bytes() const;
+  double quantize_seconds() const;
+
+ private:
+  struct Impl;
+  explicit SourceQuantization(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace reshard
 
 #endif  // RESHARD_RESHARD_H_

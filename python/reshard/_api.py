@@ -111,8 +111,10 @@ class WeightStore:
     def upload(self, placement: _reshard.WeightPlacementManifest,
                tensors: Mapping, *, rank: Optional[int] = None,
                ranks: Optional[int] = None, upload_id: Optional[str] = None,
-               timeout: float = 600.0,
-               progress=None) -> _reshard.StoredWeightManifest:
+               timeout: float = 600.0, progress=None,
+               quantize_to: Optional[_reshard.WeightPlacementManifest] = None,
+               fp8_block: Optional[tuple] = None
+               ) -> _reshard.StoredWeightManifest:
         """Writes every fragment of `placement` from `tensors` and commits
         one revision; returns its manifest (``.manifest_key``). A failure
         aborts the upload: nothing is published.
@@ -133,20 +135,30 @@ class WeightStore:
         hundred times plus ten a second (first with 0, last with total);
         an exception it raises is raised once the upload has finished
         (the revision is committed). Not with `ranks`.
+
+        With `quantize_to` (a placement holding tensors of `placement` in
+        block FP8 with their ``weight_scale_inv``, e.g. ``hf.layout(...,
+        quantize="fp8")``), those tensors quantize here, before upload,
+        wherever this process's fragments hold whole ``fp8_block`` blocks:
+        the revision holds `placement`'s geometry with them in FP8 and
+        their float32 scales (about half the bytes of bfloat16), bit for
+        bit as a converting load would compute them (docs/conversion.md).
         """
         check_share_arguments("upload", "upload", rank, ranks, progress)
         addresses, keep = fragment_views(placement, tensors, "upload source",
                                          False)
         try:
             if ranks is None:
-                return self._store.upload_buffers(placement, addresses,
-                                                  progress=progress)
+                return self._store.upload_buffers(
+                    placement, addresses, progress=progress,
+                    quantize_to=quantize_to, fp8_block=fp8_block)
             options = dict(instance_id=_default_instance(),
                            lease_id="upload", worker_id=f"rank-{rank}")
             return self._store.upload_share_buffers(
                 placement, addresses,
                 upload_id=upload_id or placement.revision, rank=rank,
-                ranks=ranks, timeout_ms=int(timeout * 1000), options=options)
+                ranks=ranks, timeout_ms=int(timeout * 1000), options=options,
+                quantize_to=quantize_to, fp8_block=fp8_block)
         except _reshard.FailedPreconditionError as error:
             if ranks is None and "no complete generation-consistent" in str(
                     error):

@@ -141,6 +141,30 @@ def test_store_load_quantizes_and_dequantizes(tmp_path):
         store.load(manifest.manifest_key, target, boxes(target, None, None))
 
 
+def test_upload_quantizes_before_the_store(tmp_path):
+    """upload(..., quantize_to=FP8 form): the revision holds the FP8
+    weights and their scales (the source's geometry), so a plain load into
+    the FP8 layout, no conversion, is bit-exact with the reference."""
+    source, target = layouts()
+    full = canonical(source)
+    store = reshard.WeightStore(f"fs://{tmp_path / 'store'}")
+    manifest = store.upload(source, boxes(source, full, None),
+                            quantize_to=target, fp8_block=BLOCK)
+    dtypes = {t.tensor_id: t.dtype for t in manifest.tensors}
+    assert dtypes["model.layers.0.mlp.down_proj.weight"] == "float8_e4m3fn"
+    assert dtypes["model.layers.0.mlp.down_proj.weight_scale_inv"] == (
+        "float32")
+    assert dtypes["model.norm.weight"] == "bfloat16"
+    dst = boxes(target, None, None)
+    store.load(manifest.manifest_key, target, dst)
+    assert check_fp8(target, dst, full) == 14
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"cannot convert tensor model.layers.0.mlp."
+                             r"down_proj.weight: its scale tensor"):
+        store.upload(source, boxes(source, full, None), quantize_to=target,
+                     fp8_block=(4, 4))
+
+
 def test_checkpoint_load_into_fp8_engine_parameters(tmp_path):
     source, _ = layouts()
     full = canonical(source)

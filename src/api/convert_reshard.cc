@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "bind/apply_conversion.h"
+#include "bind/binding_copy.h"
 #include "reshard/bound_plan.h"
 #include "util/host_memory.h"
 
@@ -35,15 +36,8 @@ Result<TargetMemory> TargetBuffers(
     }
     out.by_participant[b.participant_id()] = &b;
     for (const RuntimeBindingFragment& f : b.fragments()) {
-      const auto canonical = CanonicalStrides(f.local_shape(), f.itemsize());
-      const auto kind = MemoryKindOfDevice(f.device());
-      if (!canonical.has_value() || *canonical != f.strides_bytes() ||
-          !kind.ok() || *kind != MemoryKind::kHost) {
-        return Status::InvalidArgument(
-            "a converting reshard needs contiguous host memory: target "
-            "fragment " +
-            f.placement_fragment_id() + " of " + b.participant_id());
-      }
+      RESHARD_RETURN_NOT_OK(RequireContiguousHost(f, "a converting reshard",
+                                                  "target", b.participant_id()));
       out.by_fragment[f.placement_fragment_id()] =
           reinterpret_cast<void*>(f.address());
     }

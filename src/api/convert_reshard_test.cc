@@ -239,5 +239,101 @@ TEST(ConvertReshardTest, RefusalsNameTheTensor) {
                HasSubstr("the source lacks its scale tensor")));
 }
 
+
+// Quantization at the source: the TP2 source (columns 128 each, whole
+// blocks) quantizes into buffers of its own, bound in the quantized
+// placement; every byte as the kernels give for the whole tensor; a plain
+// reshard of those into the FP8 target needs no conversion.
+TEST(SourceQuantizationTest, QuantizesEachFragmentIntoItsOwnBuffers) {
+  const auto source = Layout(2, {"bfloat16", 2, 1}, std::nullopt);
+  const auto target =
+      Layout(2, {"float8_e4m3fn", 1, 0}, Tensor{"float32", 4, -1});
+  std::map<std::string, std::vector<char>> in = {
+      {kWeight, RandomFloats(kRows * kCols, FloatType::kBFloat16, 9)},
+      {"model.norm.weight", RandomFloats(kCols, FloatType::kBFloat16, 10)}};
+  Memory src = Allocate(source, in, "src");
+  auto q = Must(SourceQuantization::Make(source, target, src.bindings));
+  ASSERT_TRUE(q.quantizes());
+  ASSERT_OK(q.CheckQuantizesAll(target));
+  EXPECT_EQ(q.buffer_bytes(), uint64_t{kRows * kCols + 6 * 4});
+  EXPECT_EQ(q.placement().FindTensor(kWeight)->dtype(), "float8_e4m3fn");
+  ASSERT_EQ(q.bindings().size(), 2u);
+  ASSERT_OK(q.Quantize(2));
+  // The rows split at 150 in the target: only the source could quantize.
+  Memory out = Allocate(target, {}, "dst");
+  ASSERT_OK(Reshard(q.placement(), q.bindings(), target, out.bindings));
+  std::map<std::string, std::vector<char>> expected = in;
+  expected[kWeight].assign(kRows * kCols, 0);
+  expected[kScale].assign(6 * 4, 0);
+  internal::QuantizeE4m3Blocks(
+      FloatType::kBFloat16, in[kWeight].data(), {kRows, kCols, kCols}, 128, 128,
+      reinterpret_cast<uint8_t*>(expected[kWeight].data()), kCols,
+      reinterpret_cast<float*>(expected[kScale].data()), 2);
+  ExpectHolds(target, out, expected);
+  // New values, new buffers of the caller: Rebind and quantize again.
+  in[kWeight] = RandomFloats(kRows * kCols, FloatType::kBFloat16, 11);
+  Memory moved = Allocate(source, in, "src");
+  ASSERT_OK(q.Rebind(moved.bindings));
+  ASSERT_OK(q.Quantize(1));
+  ASSERT_OK(Reshard(q.placement(), q.bindings(), target, out.bindings));
+  internal::QuantizeE4m3Blocks(
+      FloatType::kBFloat16, in[kWeight].data(), {kRows, kCols, kCols}, 128, 128,
+      reinterpret_cast<uint8_t*>(expected[kWeight].data()), kCols,
+      reinterpret_cast<float*>(expected[kScale].data()), 2);
+  ExpectHolds(target, out, expected);
+}
+
+TEST(SourceQuantizationTest, WhatCannotQuantizeAtTheSourceIsNamed) {
+  // TP4 over 256 columns: 64 each, half blocks.
+  const auto split = Layout(4, {"bfloat16", 2, 1}, std::nullopt);
+  const auto target =
+      Layout(2, {"float8_e4m3fn", 1, 1}, Tensor{"float32", 4, 1});
+  Memory src = Allocate(split, {}, "src");
+  auto q = Must(SourceQuantization::Make(split, target, src.bindings));
+  EXPECT_FALSE(q.quantizes());
+  EXPECT_EQ(q.placement().placement_id(), split.placement_id());
+  EXPECT_THAT(q.CheckQuantizesAll(target),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "cannot quantize tensor " + kWeight +
+                           " at the source: a source fragment of it does not "
+                           "hold whole 128x128 blocks (or has aliases)"));
+  // A quantizing fragment in strided memory is refused, naming it.
+  const auto whole = Layout(1, {"bfloat16", 2, -1}, std::nullopt);
+  Memory one = Allocate(whole, {}, "src");
+  const auto& binding = one.bindings.front();
+  std::vector<RuntimeBindingFragment> fragments;
+  std::string weight_id;
+  for (const auto& f : binding.fragments()) {
+    RuntimeBindingFragmentSpec spec{f.placement_fragment_id(),
+                                    f.runtime_fragment_id(),
+                                    f.address(),
+                                    f.nbytes(),
+                                    f.worker_id(),
+                                    f.endpoint(),
+                                    "cuda:0",
+                                    f.itemsize(),
+                                    f.local_shape(),
+                                    f.strides_bytes(),
+                                    f.storage_address(),
+                                    f.storage_nbytes(),
+                                    f.storage_offset_bytes(),
+                                    nullptr};
+    if (whole.FindFragment(f.placement_fragment_id())->tensor_id() == kWeight) {
+      weight_id = f.placement_fragment_id();
+    }
+    fragments.push_back(Must(RuntimeBindingFragment::Make(std::move(spec))));
+  }
+  auto on_device = Must(WeightRuntimeBindingManifest::Make(
+      {binding.resource_id(), binding.placement_id(),
+       binding.placement_digest(), binding.instance_id(), binding.generation(),
+       binding.lease_id(), binding.revision(), binding.participant_id(),
+       std::move(fragments)}));
+  EXPECT_THAT(SourceQuantization::Make(whole, target, {on_device}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "quantizing needs contiguous host memory: source "
+                       "fragment " +
+                           weight_id + " of " + binding.participant_id()));
+}
+
 }  // namespace
 }  // namespace reshard

@@ -2,8 +2,8 @@
 // placements that travel and this rank's bindings in them.
 //
 // Tensors the target holds in block FP8 quantize at the source before the
-// wire when every source fragment holds whole blocks
-// (QuantizedSourcePlacement), so FP8 bytes and their scales travel; every
+// wire when every source fragment holds whole blocks (SourceQuantization),
+// so FP8 bytes and their scales travel; every
 // other conversion (casts, dequantization, quantization of split blocks)
 // runs at the target after the bytes arrived (ConversionPlan's staging).
 // The session itself moves bytes between the two wire placements as
@@ -21,25 +21,34 @@
 
 #include "reshard/conversion.h"
 #include "reshard/live.h"
+#include "reshard/reshard.h"
 #include "util/host_memory.h"
 
 namespace reshard::live_internal {
 
 class LiveConversion {
  public:
-  // The wire placements of `source` -> `target`; a conversion with no
-  // rule is refused as by the planner (docs/conversion.md). Translate
-  // then binds this rank's participants.
+  // The wire placements of `source` -> `target` and this rank's
+  // `bindings` in them; a conversion with no rule is refused as by the
+  // planner (docs/conversion.md). The converted fragments of this rank's
+  // participants must be contiguous host memory, else InvalidArgument
+  // naming the fragment.
   static Result<std::unique_ptr<LiveConversion>> Make(
       const WeightPlacementManifest& source,
-      const WeightPlacementManifest& target, const ConversionOptions& options);
+      const WeightPlacementManifest& target, const LiveBindings& bindings,
+      const ConversionOptions& options);
 
   // What travels: the source with its source-quantized tensors in FP8 and
   // their scales, and the target's staging placement.
-  const WeightPlacementManifest& wire_source() const { return wire_source_; }
+  const WeightPlacementManifest& wire_source() const {
+    return source_.placement();
+  }
   const WeightPlacementManifest& wire_target() const {
     return target_plan_.staging();
   }
+  // This rank's bindings of the wire placements, as of Make or the last
+  // adopting Translate.
+  const LiveBindings& bindings() const { return bindings_; }
   // `user` (this rank's bindings of the caller's placements) as bindings of
   // the wire placements: the caller's own fragments where nothing converts,
   // this object's buffers where something does. When `adopt`, the caller's
@@ -49,40 +58,34 @@ class LiveConversion {
   Result<LiveBindings> Translate(const LiveBindings& user, bool adopt);
   // Sources of this rank: quantizes the caller's source fragments into the
   // wire buffers (before each update sends).
-  Status Quantize(uint32_t threads) const;
+  Status Quantize(uint32_t threads) const { return source_.Quantize(threads); }
   // Targets of this rank: converts the received staging fragments into the
   // caller's target fragments (after the bytes arrived).
   Status Apply(uint32_t threads) const;
   // Host bytes of this rank's converted fragments (both sides).
-  uint64_t buffer_bytes() const { return buffer_bytes_; }
-  bool quantizes_at_source() const { return !source_plan_.empty(); }
+  uint64_t buffer_bytes() const {
+    return source_.buffer_bytes() + buffer_bytes_;
+  }
+  bool quantizes_at_source() const { return source_.quantizes(); }
   // Seconds of the last Quantize and Apply calls.
-  double quantize_seconds() const { return quantize_seconds_; }
+  double quantize_seconds() const { return source_.quantize_seconds(); }
   double apply_seconds() const { return apply_seconds_; }
 
  private:
-  LiveConversion(WeightPlacementManifest wire_source, ConversionPlan source,
-                 ConversionPlan target)
-      : wire_source_(std::move(wire_source)),
-        source_plan_(std::move(source)),
-        target_plan_(std::move(target)) {}
+  LiveConversion(SourceQuantization source, ConversionPlan target)
+      : source_(std::move(source)), target_plan_(std::move(target)) {}
 
-  Result<WeightRuntimeBindingManifest> TranslateSource(
-      const WeightRuntimeBindingManifest& user, bool adopt);
   Result<WeightRuntimeBindingManifest> TranslateTarget(
       const WeightRuntimeBindingManifest& user, bool adopt);
   // This object's buffer for wire fragment `id` of `bytes` bytes.
   Result<void*> Buffer(const std::string& id, uint64_t bytes);
 
-  WeightPlacementManifest wire_source_;
-  ConversionPlan source_plan_;  // source -> wire_source_
-  ConversionPlan target_plan_;  // wire_source_ -> target
+  SourceQuantization source_;   // source -> wire_source
+  ConversionPlan target_plan_;  // wire_source -> target
+  LiveBindings bindings_;
   std::unordered_map<std::string, internal::HostBuffer> owned_;
   uint64_t buffer_bytes_ = 0;
-  mutable double quantize_seconds_ = 0, apply_seconds_ = 0;
-  // Quantize: the caller's source fragments (by staging id of
-  // source_plan_) and the wire buffers (by wire_source_ id).
-  std::unordered_map<std::string, void*> user_sources_, wire_sources_;
+  mutable double apply_seconds_ = 0;
   // Apply: the staging buffers (by staging id of target_plan_) and the
   // caller's target fragments (by target id).
   std::unordered_map<std::string, void*> staged_targets_, user_targets_;

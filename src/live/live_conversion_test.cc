@@ -119,24 +119,24 @@ TEST(LiveConversionTest, SourceQuantizesWhereItsFragmentsHoldWholeBlocks) {
 TEST(LiveConversionTest, WirePlacementsOfEachRule) {
   // Source quantization leaves nothing to convert at the target.
   auto q = Must(live_internal::LiveConversion::Make(
-      Layout(4, "bfloat16", 1), Layout(2, "float8_e4m3fn", 0), {}));
+      Layout(4, "bfloat16", 1), Layout(2, "float8_e4m3fn", 0), {}, {}));
   EXPECT_TRUE(q->quantizes_at_source());
   EXPECT_EQ(q->wire_target().FindTensor(kWeight)->dtype(), "float8_e4m3fn");
   // Split blocks at the source: bfloat16 travels, the target quantizes.
   auto t = Must(live_internal::LiveConversion::Make(
-      Layout(8, "bfloat16", 1), Layout(2, "float8_e4m3fn", 1), {}));
+      Layout(8, "bfloat16", 1), Layout(2, "float8_e4m3fn", 1), {}, {}));
   EXPECT_FALSE(t->quantizes_at_source());
   EXPECT_EQ(t->wire_target().FindTensor(kWeight)->dtype(), "bfloat16");
   EXPECT_EQ(t->wire_target().FindTensor(kScale), nullptr);
   // Dequantization: FP8 and scales travel, the target converts.
   auto d = Must(live_internal::LiveConversion::Make(
-      Layout(2, "float8_e4m3fn", 1), Layout(4, "bfloat16", 1), {}));
+      Layout(2, "float8_e4m3fn", 1), Layout(4, "bfloat16", 1), {}, {}));
   EXPECT_FALSE(d->quantizes_at_source());
   EXPECT_EQ(d->wire_target().FindTensor(kWeight)->dtype(), "float8_e4m3fn");
   EXPECT_EQ(d->wire_target().FindTensor(kScale)->dtype(), "float32");
   // No rule: refused naming the tensor.
   EXPECT_THAT(live_internal::LiveConversion::Make(Layout(2, "bfloat16", 1),
-                                                  Layout(2, "int32", 1), {}),
+                                                  Layout(2, "int32", 1), {}, {}),
               StatusIs(StatusCode::kInvalidArgument,
                        HasSubstr("cannot convert tensor " + kWeight)));
 }

@@ -86,6 +86,28 @@ struct LiveSession::Impl {
   std::atomic<bool> in_update{false};
 };
 
+namespace {
+
+// An update's counters and times from its rank's report.
+void CopyCounters(const LiveReport& r, LiveUpdateReport* out) {
+  out->operations = r.operations;
+  out->local_operations = r.local_operations;
+  out->messages_sent = r.messages_sent;
+  out->gets = r.gets;
+  out->packed_messages = r.packed_messages;
+  out->coalesced_regions = r.coalesced_regions;
+  out->bytes_sent = r.bytes_sent;
+  out->bytes_received = r.bytes_received;
+  out->wire_bytes = r.wire_bytes;
+  out->transfer_seconds = r.transfer_seconds;
+  out->barrier_seconds = r.barrier_seconds;
+  out->validate_seconds = r.validate_seconds;
+  out->arrival_seconds = r.arrival_seconds;
+  out->ready = r.ready;
+}
+
+}  // namespace
+
 LiveSession::LiveSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 LiveSession::~LiveSession() {
@@ -191,21 +213,7 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   }
   m.updated = true;
   m.last_generation = generation;
-  const LiveReport& r = m.rank.report();
-  out.operations = r.operations;
-  out.local_operations = r.local_operations;
-  out.messages_sent = r.messages_sent;
-  out.gets = r.gets;
-  out.packed_messages = r.packed_messages;
-  out.coalesced_regions = r.coalesced_regions;
-  out.bytes_sent = r.bytes_sent;
-  out.bytes_received = r.bytes_received;
-  out.wire_bytes = r.wire_bytes;
-  out.transfer_seconds = r.transfer_seconds;
-  out.barrier_seconds = r.barrier_seconds;
-  out.validate_seconds = r.validate_seconds;
-  out.arrival_seconds = r.arrival_seconds;
-  out.ready = r.ready;
+  CopyCounters(m.rank.report(), &out);
   if (conversion != nullptr) {
     out.convert_seconds =
         conversion->quantize_seconds() + conversion->apply_seconds();

@@ -392,12 +392,25 @@ const TensorDescriptor* SourceQuantizes(const TensorDescriptor& s,
   return scale;
 }
 
+// Quantizing source tensor -> the target's scale tensor.
+using ScaleMap = std::map<std::string, const TensorDescriptor*, std::less<>>;
+
+// The source's tensors with the quantizing ones in FP8 and their scale
+// tensors; the source's fragments with the quantizing ones in FP8 and
+// their scale fragments.
+Result<std::vector<TensorDescriptor>> QuantizedTensors(
+    const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target, const ScaleMap& scales);
+Result<std::vector<PlacementFragment>> QuantizedFragments(
+    const WeightPlacementManifest& source, const ScaleMap& scales,
+    const Fp8Block& block);
+
 }  // namespace
 
 Result<WeightPlacementManifest> QuantizedSourcePlacement(
     const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, const ConversionOptions& options) {
-  std::map<std::string, const TensorDescriptor*, std::less<>> scales;
+  ScaleMap scales;
   for (const TensorDescriptor& s : source.tensors()) {
     if (auto* scale = SourceQuantizes(s, source, target, options.block)) {
       scales[s.tensor_id()] = scale;
@@ -416,6 +429,24 @@ Result<WeightPlacementManifest> QuantizedSourcePlacement(
     }
   }
   if (scales.empty()) return source;
+  RESHARD_ASSIGN_OR_RETURN(auto tensors,
+                           QuantizedTensors(source, target, scales));
+  RESHARD_ASSIGN_OR_RETURN(auto fragments,
+                           QuantizedFragments(source, scales, options.block));
+  auto quantized = WeightPlacementManifest::FromFragments(
+      source.header(), source.topology(), std::move(tensors),
+      std::move(fragments));
+  if (!quantized.ok()) {
+    return quantized.status().WithContext("source quantization placement");
+  }
+  return quantized;
+}
+
+namespace {
+
+Result<std::vector<TensorDescriptor>> QuantizedTensors(
+    const WeightPlacementManifest& source,
+    const WeightPlacementManifest& target, const ScaleMap& scales) {
   std::vector<TensorDescriptor> tensors;
   for (const TensorDescriptor& s : source.tensors()) {
     auto it = scales.find(s.tensor_id());
@@ -440,6 +471,12 @@ Result<WeightPlacementManifest> QuantizedSourcePlacement(
       tensors.push_back(std::move(d));
     }
   }
+  return tensors;
+}
+
+Result<std::vector<PlacementFragment>> QuantizedFragments(
+    const WeightPlacementManifest& source, const ScaleMap& scales,
+    const Fp8Block& block) {
   std::vector<PlacementFragment> fragments;
   for (const PlacementFragment* f : source.fragments()) {
     auto it = scales.find(f->tensor_id());
@@ -449,8 +486,7 @@ Result<WeightPlacementManifest> QuantizedSourcePlacement(
     }
     const TensorDescriptor* s = source.FindTensor(f->tensor_id());
     auto blocks = BlockBox(f->tensor_id(), s->global_shape(),
-                           f->global_offset(), f->local_shape(),
-                           options.block, "");
+                           f->global_offset(), f->local_shape(), block, "");
     const auto& [first, count] = *blocks;
     PlacementFragmentSpec weight{f->tensor_id(),
                                  f->global_offset(),
@@ -476,14 +512,10 @@ Result<WeightPlacementManifest> QuantizedSourcePlacement(
       fragments.push_back(std::move(made));
     }
   }
-  auto quantized = WeightPlacementManifest::FromFragments(
-      source.header(), source.topology(), std::move(tensors),
-      std::move(fragments));
-  if (!quantized.ok()) {
-    return quantized.status().WithContext("source quantization placement");
-  }
-  return quantized;
+  return fragments;
 }
+
+}  // namespace
 
 Status CheckNoDtypeDifference(const SourceTensorLookup& source,
                               const WeightPlacementManifest& target) {

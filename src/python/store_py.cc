@@ -4,11 +4,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "reshard/redis_store.h"
+#include "reshard/reshard.h"
 #include "reshard/weight_store.h"
 #include "src/python/buffers.h"
 #include "src/python/convert.h"
@@ -75,15 +79,38 @@ Status UploadAll(WeightStore& store, const UploadPlan& plan,
   return store.Commit(plan, receipts);
 }
 
+// With `quantize_to` (a placement holding some of `placement`'s tensors in
+// block FP8), the source quantization whose placement and bindings are
+// uploaded instead: an FP8 revision from float tensors (SourceQuantization).
+std::optional<SourceQuantization> QuantizeForUpload(
+    const WeightPlacementManifest& placement,
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    py::object quantize_to, py::object fp8_block) {
+  if (quantize_to.is_none()) return std::nullopt;
+  const auto& form = quantize_to.cast<const WeightPlacementManifest&>();
+  ConversionOptions o;
+  o.block = ToFp8Block(fp8_block, "upload.fp8_block");
+  py::gil_scoped_release release;
+  auto q = Unwrap(SourceQuantization::Make(placement, form, bindings, o));
+  ThrowIfError(q.CheckQuantizesAll(form));
+  ThrowIfError(q.Quantize(std::max(1u, std::thread::hardware_concurrency())));
+  return q;
+}
+
 // Binds, prepares, writes every participant's fragments and commits; an
 // error after prepare aborts the transaction so nothing half-written is
 // ever published.
 StoredWeightManifest Upload(const PyWeightStore& s,
-                            const WeightPlacementManifest& placement,
+                            const WeightPlacementManifest& source,
                             py::dict buffers, py::object options,
-                            py::object progress_fn) {
-  const auto bindings = BindParticipants(
-      placement, buffers, BindingOptionsOf(options), "upload source");
+                            py::object progress_fn, py::object quantize_to,
+                            py::object fp8_block) {
+  const auto given = BindParticipants(source, buffers,
+                                      BindingOptionsOf(options),
+                                      "upload source");
+  const auto q = QuantizeForUpload(source, given, quantize_to, fp8_block);
+  const WeightPlacementManifest& placement = q ? q->placement() : source;
+  const auto& bindings = q ? q->bindings() : given;
   PyProgress progress(std::move(progress_fn));
   std::optional<UploadPlan> plan;
   Status st;
@@ -103,12 +130,17 @@ StoredWeightManifest Upload(const PyWeightStore& s,
 // (WeightStore::UploadShare): binds this process's buffers, then meets the
 // other processes in the store.
 StoredWeightManifest UploadShare(const PyWeightStore& s,
-                                 const WeightPlacementManifest& placement,
+                                 const WeightPlacementManifest& source,
                                  py::dict buffers, py::object upload_id,
                                  py::object rank, py::object ranks,
-                                 py::object timeout_ms, py::object options) {
-  const auto bindings = BindParticipants(
-      placement, buffers, BindingOptionsOf(options), "upload source");
+                                 py::object timeout_ms, py::object options,
+                                 py::object quantize_to, py::object fp8_block) {
+  const auto given = BindParticipants(source, buffers,
+                                      BindingOptionsOf(options),
+                                      "upload source");
+  const auto q = QuantizeForUpload(source, given, quantize_to, fp8_block);
+  const WeightPlacementManifest& placement = q ? q->placement() : source;
+  const auto& bindings = q ? q->bindings() : given;
   ShareUploadOptions o;
   o.upload_id = ToStr(upload_id, "upload_id");
   o.rank = static_cast<int>(ToI64(rank, "rank"));
@@ -258,12 +290,16 @@ void RegisterStore(py::module_& m) {
         py::arg("gc_grace_seconds") = 3600)
       .def("upload_buffers", &Upload, py::arg("placement"), py::arg("buffers"),
            py::arg("options") = py::none(), py::arg("progress") = py::none(),
+           py::arg("quantize_to") = py::none(),
+           py::arg("fp8_block") = py::none(),
            "Uploads {participant: {fragment: address}} and commits; returns "
            "the committed manifest.")
       .def("upload_share_buffers", &UploadShare, py::arg("placement"),
            py::arg("buffers"), py::kw_only(), py::arg("upload_id"),
            py::arg("rank"), py::arg("ranks"), py::arg("timeout_ms"),
            py::arg("options") = py::none(),
+           py::arg("quantize_to") = py::none(),
+           py::arg("fp8_block") = py::none(),
            "Uploads this process's share of a revision uploaded by `ranks` "
            "processes together; returns the committed manifest.")
       .def("load_buffers", &Load, py::arg("manifest"), py::arg("target"),

@@ -584,7 +584,7 @@ Result<LogicalTransferPlan> WirePlan(const WeightPlacementManifest& source,
   ConversionOptions c;
   c.block = options.fp8_block;
   RESHARD_ASSIGN_OR_RETURN(auto wire, live_internal::LiveConversion::Make(
-                                          source, target, c));
+                                          source, target, {}, c));
   return LogicalTransferPlan::Make(wire->wire_source(), wire->wire_target());
 }
 

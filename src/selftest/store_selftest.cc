@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "reshard/plan.h"
+#include "reshard/reshard.h"
 #include "reshard/weight_store.h"
 #include "selftest/converted_pattern.h"
 #include "selftest/host_buffers.h"
@@ -100,8 +101,18 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   report.plan_seconds = SecondsSince(t0);
 
   t0 = Clock::now();
+  // With convert, FP8 targets quantize before the upload where the
+  // source's fragments hold whole blocks (the revision holds them in FP8);
+  // the load converts the rest.
+  ConversionOptions quantize;
+  quantize.block = options.fp8_block;
+  RESHARD_ASSIGN_OR_RETURN(
+      auto q, SourceQuantization::Make(
+                  source, options.convert ? target : source, src.bindings,
+                  quantize));
+  RESHARD_RETURN_NOT_OK(q.Quantize(options.threads));
   RESHARD_ASSIGN_OR_RETURN(auto upload,
-                           UploadAndCommit(store, source, src.bindings));
+                           UploadAndCommit(store, q.placement(), q.bindings()));
   report.upload_seconds = SecondsSince(t0);
 
   t0 = Clock::now();

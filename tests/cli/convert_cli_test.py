@@ -794,6 +794,27 @@ def live_selftest_quantizes_at_the_source():
     fails(run("selftest", src, fp8, *live),
           "tensor descriptor mismatch: model.layers.0.mlp.down_proj.weight: "
           "dtype bfloat16 (source) vs float8_e4m3fn (target)")
+    # Through a store: the upload quantizes, so the revision holds FP8 and
+    # scales in the source's geometry (one whole tensor each at TP 1).
+    store = "fs://" + path("live-store")
+    rep = json.loads(ok(run("selftest", src, fp8, "--via-store", store,
+                            "--convert", "--block", "64x64",
+                            "--keep-revision", "--json"),
+                        "store selftest --convert").stdout)
+    check(rep["verified"], "store selftest not verified: %s" % rep)
+    ls = json.loads(ok(run("store", "ls", store, "--json"), "ls").stdout)
+    source = json.load(open(src))
+    fp8_dtypes = {t["tensor_id"]: t for t in target["tensors"]}
+    want = 0
+    for t in source["tensors"]:
+        n = int(np.prod(t["global_shape"]))
+        q = fp8_dtypes[t["tensor_id"]]["dtype"] == "float8_e4m3fn"
+        want += n if q else n * t["itemsize"]
+        if q:
+            scale = t["tensor_id"][:-len("weight")] + "weight_scale_inv"
+            want += 4 * int(np.prod(fp8_dtypes[scale]["global_shape"]))
+    check(len(ls) == 1 and ls[0]["bytes"] == want,
+          "stored %s, the FP8 form of the model is %d bytes" % (ls, want))
     fails(run("selftest", src, fp8, "--block", "64x64"),
           "--block needs --convert")
 

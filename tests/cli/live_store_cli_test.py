@@ -42,7 +42,8 @@ CROSS_DIM = ("cross_dim_ep2_to_tp2_source.json",
 
 UCX_KEYS = ["bytes", "gbps", "memcpy_gbps", "messages", "mismatch",
             "operations", "packed_messages", "plan_seconds", "procs",
-            "ranks_ready", "seconds", "segments", "transport", "verified"]
+            "ranks_ready", "seconds", "segments", "transport", "verified",
+            "wire_bytes"]
 STORE_KEYS = ["bytes", "gbps", "load_seconds", "memcpy_gbps", "mismatch",
               "operations", "plan_seconds", "seconds", "segments",
               "transport", "upload_seconds", "verified"]
@@ -537,6 +538,7 @@ def ucx_failed_rank_fails_the_run_whatever_its_report_says():
         "bytes": 1, "error": "", "messages": 1, "mismatch": "",
         "open_ns": 0, "operations": 1, "packed_messages": 0, "plan_ns": 1,
         "rank": 1, "ready": True, "transfer_ns": 1, "update_ns": [],
+        "wire_bytes": [],
         "verified": True},
         sort_keys=True, separators=(",", ":")).encode()
     # Rank 1 reports well after it publishes; should it ever report before
