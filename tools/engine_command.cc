@@ -270,7 +270,7 @@ void AddReshardCommand(CLI::App* engine) {
                   "engine-<unix ms>)");
   cmd->add_flag("--convert", a->run.convert,
                 "convert tensors whose dtype differs (--from-/--to-quantize, "
-                "--from-/--to-dtype); --via local only");
+                "--from-/--to-dtype); on every --via");
   AddBlockOption(cmd, &a->run.block);
   cmd->add_option("--threads", a->run.threads, "copy threads (local)")
       ->check(CLI::Range(1, 256));

@@ -88,13 +88,25 @@ Status MoveThroughStore(const EngineLayout& source, const Side& src,
                         const EngineLayout& target, const Side& dst,
                         const EngineReshardArgs& args,
                         EngineReshardReport* report) {
-  RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(args.via));
+  WeightStoreOptions options;
+  options.convert = args.convert;
+  options.fp8_block = args.block;
+  RESHARD_ASSIGN_OR_RETURN(auto store, WeightStore::Open(args.via, options));
+  // Converting: FP8 targets quantize before the upload where the source
+  // holds whole blocks (the revision holds FP8); the load converts the rest.
+  ConversionOptions quantize;
+  quantize.block = args.block;
   RESHARD_ASSIGN_OR_RETURN(
-      auto upload, store.PrepareUpload(source.placement(), src.bindings));
+      auto q, SourceQuantization::Make(
+                  source.placement(),
+                  args.convert ? target.placement() : source.placement(),
+                  src.bindings, quantize));
+  RESHARD_RETURN_NOT_OK(q.Quantize(args.threads));
+  RESHARD_ASSIGN_OR_RETURN(auto upload,
+                           store.PrepareUpload(q.placement(), q.bindings()));
   std::vector<UploadReceipt> receipts;
-  for (const auto& b : src.bindings) {
-    RESHARD_ASSIGN_OR_RETURN(auto r,
-                             store.Upload(upload, source.placement(), b));
+  for (const auto& b : q.bindings()) {
+    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(upload, q.placement(), b));
     receipts.insert(receipts.end(), r.begin(), r.end());
   }
   RESHARD_RETURN_NOT_OK(store.Commit(upload, receipts));
@@ -137,6 +149,8 @@ Status LiveRank(const EngineLayout& source, const EngineLayout& target,
   lo.rank = rank;
   lo.ranks = 2;
   lo.timeout = args.timeout;
+  lo.convert = args.convert;
+  lo.fp8_block = args.block;
   auto live = RunLiveReshard(*store, source.placement(), target.placement(),
                              bindings, lo);
   if (!live.ok()) return abort(live.status());
@@ -271,10 +285,10 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
         "redis://HOST:PORT/PREFIX), not " +
         Printable(args.via));
   }
-  if (args.convert && args.via != "local") {
-    return Status::Unimplemented(
-        "--convert runs --via local only (conversions on the live and store "
-        "paths are not supported yet)");
+  if (!args.convert) {
+    // Before any process starts or file is read: one line naming the tensor.
+    RESHARD_RETURN_NOT_OK(CheckNoDtypeDifference(
+        ConversionPlan::LookupIn(source.placement()), target.placement()));
   }
   RESHARD_RETURN_NOT_OK(CheckOutputDir(args.target_dir, target));
   EngineReshardReport report;

@@ -521,6 +521,41 @@ def vllm_fp8_engine_from_a_bf16_checkpoint():
 
 
 @SUITE.test
+def engine_reshard_converts_on_every_path():
+    # A Megatron BF16 trainer into the vLLM FP8 engine: in this process,
+    # between two processes (FP8 quantized at the source) and through a
+    # store (quantized before the upload), each byte for byte what engine
+    # load of the FP8 form gives (checked against the references above).
+    d, _ = checkpoint("qwen3_moe")
+    cfg = os.path.join(d, "config.json")
+    src, want = path("eng-megatron-bf16"), path("eng-vllm-fp8")
+    ok(run("engine", "load", d, "--engine", "megatron", "--tp", 2,
+           "--make-vocab-size-divisible-by", 16, "-o", src),
+       "engine load megatron")
+    ok(run("engine", "load", d, "--engine", "vllm", "--tp", 2, "--quantize",
+           "fp8", "--block", "8x8", "--convert", "-o", want),
+       "engine load vllm fp8")
+    wanted = engine_files(want)
+    args = ("--config", cfg, "--from", "megatron", "--from-tp", 2,
+            "--from-make-vocab-size-divisible-by", 16, "--to",
+            "vllm", "--to-tp", 2, "--to-quantize", "fp8", "--block", "8x8",
+            "--json")
+    for via in ("local", "ucx", "fs://" + path("eng-store")):
+        out = path("eng-out-" + via[:3])
+        rep = json.loads(ok(run("engine", "reshard", src, out, *args,
+                                "--convert", "--via", via),
+                            "engine reshard --convert --via " + via).stdout)
+        check(rep["via"] == via, "via %r" % rep["via"])
+        same_engine_files(out, wanted, "engine reshard --via " + via)
+    for via in ("local", "ucx", "fs://" + path("eng-store")):
+        fails(run("engine", "reshard", src, path("eng-refused"), *args,
+                  "--via", via),
+              "tensor descriptor mismatch: model.layers.0.mlp.down_proj."
+              "weight: dtype bfloat16 (source) vs float8_e4m3fn (target)")
+        no_files(path("eng-refused"))
+
+
+@SUITE.test
 def megatron_bf16_trainer_from_an_fp8_checkpoint():
     # Megatron holds the dequantized DeepSeek-V3: every float tensor in
     # bfloat16 (FP8 weights dequantized, the F32 bias cast), no scales.
