@@ -167,10 +167,13 @@ struct CheckpointLoadOptions {
   ProgressCallback progress;
   // Convert target tensors whose dtype differs from the checkpoint's
   // (docs/conversion.md; quantization blocks of fp8_block), through
-  // staging buffers of the converting fragments in the checkpoint's dtype.
-  // Without it the first tensor (by id) whose dtype differs is refused.
+  // staging buffers of the converting fragments in the checkpoint's dtype,
+  // in groups of whole tensors of at most convert_staging_bytes (see
+  // WeightStoreOptions::convert_staging_bytes). Without it the first
+  // tensor (by id) whose dtype differs is refused.
   bool convert = false;
   Fp8Block fp8_block;
+  uint64_t convert_staging_bytes = uint64_t{256} << 20;
 };
 
 // Plans the fragments `target_bindings` bind (host memory) from the

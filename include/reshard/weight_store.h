@@ -112,6 +112,11 @@ struct WeightStoreOptions {
   // differing dtype is refused naming the tensor.
   bool convert = false;
   Fp8Block fp8_block;
+  // Converting loads stage the converting tensors in groups of whole
+  // tensors of at most this many bytes (this process's share, in the
+  // revision's dtype), each converted before the next is read: the memory
+  // a converting load adds (a larger tensor is a group of its own).
+  uint64_t convert_staging_bytes = uint64_t{256} << 20;
 };
 
 struct UploadOperation {
@@ -174,6 +179,10 @@ struct LoadReport {
   // when every byte was read straight into place); at most the options'
   // staging_bytes plus one chunk.
   uint64_t staging_bytes = 0;
+  // Converting loads: host memory of the largest group of converting
+  // tensors staged at once (in the source's dtypes), at most
+  // convert_staging_bytes unless one tensor's share is larger.
+  uint64_t conversion_bytes = 0;
 };
 
 struct RevisionInfo {
@@ -254,10 +263,9 @@ class WeightStore {
   ObjectStore& backend() const { return *backend_; }
   const WeightStoreOptions& options() const { return options_; }
   // The same store (backend shared) with other options, e.g. a progress
-  // callback for one load.
-  WeightStore WithOptions(WeightStoreOptions options) const {
-    return WeightStore(backend_, std::move(options));
-  }
+  // callback for one load; hooks left empty (now_seconds, ids) take their
+  // defaults as in Open.
+  WeightStore WithOptions(WeightStoreOptions options) const;
 
   Result<UploadPlan> PrepareUpload(
       const WeightPlacementManifest& source,

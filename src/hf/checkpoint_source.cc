@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "hf/checkpoint_state.h"
 #include "reshard/reshard.h"
 #include "hf/write_plan_state.h"
+#include "store/converting_load.h"
 #include "store/ranged_load.h"
 #include "util/dims_text.h"
 #include "util/printable.h"
@@ -209,15 +211,15 @@ Result<LoadReport> LoadCheckpoint(
         auto conversion,
         ConversionPlan::Make(CheckpointTensorLookup(checkpoint), target,
                              ConversionOptions{options.fp8_block}));
-    RESHARD_ASSIGN_OR_RETURN(
-        auto staging, ConversionStaging::Make(conversion, target_bindings));
     CheckpointLoadOptions plain = options;
     plain.convert = false;
-    RESHARD_ASSIGN_OR_RETURN(LoadReport report,
-                             LoadCheckpoint(checkpoint, conversion.staging(),
-                                            staging.bindings(), plain));
-    RESHARD_RETURN_NOT_OK(staging.Apply(2));
-    return report;
+    return internal::LoadConverting(
+        conversion, target_bindings, options.convert_staging_bytes,
+        std::clamp(std::thread::hardware_concurrency(), 1u, 8u),
+        [&](const WeightPlacementManifest& part,
+            const std::vector<WeightRuntimeBindingManifest>& bindings) {
+          return LoadCheckpoint(checkpoint, part, bindings, plain);
+        });
   }
   RESHARD_ASSIGN_OR_RETURN(auto manifest, CheckpointSource(checkpoint, target));
   auto store = internal::MakeCheckpointObjectStore(checkpoint.state());

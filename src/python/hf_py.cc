@@ -103,6 +103,7 @@ py::dict Load(const HfCheckpoint& c, const WeightPlacementManifest& target,
   d["ranges"] = r.ranges;
   d["regions"] = r.regions;
   d["bytes_copied"] = r.bytes_copied;
+  d["conversion_bytes"] = r.conversion_bytes;
   d["staging_bytes"] = r.staging_bytes;
   return d;
 }

@@ -181,6 +181,7 @@ py::dict Load(const PyWeightStore& s, py::object manifest,
   d["chunks_verified"] = r.chunks_verified;
   d["regions"] = r.regions;
   d["bytes_copied"] = r.bytes_copied;
+  d["conversion_bytes"] = r.conversion_bytes;
   d["staging_bytes"] = r.staging_bytes;
   return d;
 }

@@ -2,8 +2,12 @@
 // ranged loader (store/ranged_load.h), every delivered chunk verified
 // against its checksum record, under a lease.
 
+#include <algorithm>
+#include <thread>
+
 #include "reshard/reshard.h"
 #include "reshard/weight_store.h"
+#include "store/converting_load.h"
 #include "store/layout.h"
 #include "store/lease.h"
 #include "store/ranged_load.h"
@@ -52,16 +56,22 @@ Result<LoadReport> WeightStore::Load(
         auto conversion,
         ConversionPlan::Make(StoredTensorLookup(manifest), target,
                              ConversionOptions{options_.fp8_block}));
-    RESHARD_ASSIGN_OR_RETURN(
-        auto staging, ConversionStaging::Make(conversion, target_bindings));
-    WeightStoreOptions plain = options_;
-    plain.convert = false;
-    RESHARD_ASSIGN_OR_RETURN(
-        LoadReport report,
-        WithOptions(std::move(plain))
-            .Load(manifest, conversion.staging(), staging.bindings()));
-    RESHARD_RETURN_NOT_OK(staging.Apply(2));
-    return report;
+    return internal::LoadConverting(
+        conversion, target_bindings, options_.convert_staging_bytes,
+        std::clamp(std::thread::hardware_concurrency(), 1u, 8u),
+        [&](const WeightPlacementManifest& part,
+            const std::vector<WeightRuntimeBindingManifest>& bindings)
+            -> Result<LoadReport> {
+          // One participant at a time: a part holds some of the revision's
+          // tensors, which only a participant's plan allows.
+          LoadReport total;
+          for (const auto& b : bindings) {
+            RESHARD_ASSIGN_OR_RETURN(LoadReport one,
+                                     LoadUnconverted(manifest, part, {b}));
+            internal::AddLoadReport(one, &total);
+          }
+          return total;
+        });
   }
   return LoadUnconverted(manifest, target, target_bindings);
 }

@@ -215,6 +215,21 @@ Result<WeightStore> WeightStore::Open(std::string_view uri,
               std::move(options));
 }
 
+namespace {
+
+// The clock and id sources options leave empty.
+void FillDefaultHooks(WeightStoreOptions* options) {
+  if (!options->now_seconds) options->now_seconds = internal::UnixSeconds;
+  if (!options->new_transaction_id) {
+    options->new_transaction_id = [] { return internal::RandomHex(16); };
+  }
+  if (!options->new_lease_id) {
+    options->new_lease_id = [] { return internal::RandomHex(8); };
+  }
+}
+
+}  // namespace
+
 Result<WeightStore> WeightStore::Open(std::shared_ptr<ObjectStore> backend,
                                       WeightStoreOptions options) {
   if (options.chunk_bytes == 0 || options.max_range_bytes == 0 ||
@@ -232,14 +247,13 @@ Result<WeightStore> WeightStore::Open(std::shared_ptr<ObjectStore> backend,
   while (options.key_prefix.ends_with('/')) options.key_prefix.pop_back();
   while (options.key_prefix.starts_with('/')) options.key_prefix.erase(0, 1);
   RESHARD_RETURN_NOT_OK(ValidateRecordKey(options.key_prefix));
-  if (!options.now_seconds) options.now_seconds = internal::UnixSeconds;
-  if (!options.new_transaction_id) {
-    options.new_transaction_id = [] { return internal::RandomHex(16); };
-  }
-  if (!options.new_lease_id) {
-    options.new_lease_id = [] { return internal::RandomHex(8); };
-  }
+  FillDefaultHooks(&options);
   return WeightStore(std::move(backend), std::move(options));
+}
+
+WeightStore WeightStore::WithOptions(WeightStoreOptions options) const {
+  FillDefaultHooks(&options);
+  return WeightStore(backend_, std::move(options));
 }
 
 // ---------------------------------------------------------------- upload
