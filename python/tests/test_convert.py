@@ -163,6 +163,10 @@ def test_upload_quantizes_before_the_store(tmp_path):
                              r"down_proj.weight: its scale tensor"):
         store.upload(source, boxes(source, full, None), quantize_to=target,
                      fp8_block=(4, 4))
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"upload quantize_to: no tensor of the placement "
+                             r"is held in block FP8 there"):
+        store.upload(source, boxes(source, full, None), quantize_to=source)
 
 
 def test_checkpoint_load_into_fp8_engine_parameters(tmp_path):

@@ -93,6 +93,11 @@ std::optional<SourceQuantization> QuantizeForUpload(
   py::gil_scoped_release release;
   auto q = Unwrap(SourceQuantization::Make(placement, form, bindings, o));
   ThrowIfError(q.CheckQuantizesAll(form));
+  if (!q.quantizes()) {
+    ThrowIfError(Status::InvalidArgument(
+        "upload quantize_to: no tensor of the placement is held in block "
+        "FP8 there (float8_e4m3fn with its weight_scale_inv)"));
+  }
   ThrowIfError(q.Quantize(std::max(1u, std::thread::hardware_concurrency())));
   return q;
 }
