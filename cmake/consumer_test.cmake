@@ -2,7 +2,7 @@
 # then builds examples/consumer against that prefix twice, once with
 # find_package(reshard CONFIG) and once with the flags of
 # `pkg-config --cflags --libs reshard`, and checks that both print the
-# placement_id of PLACEMENT (EXPECTED_ID).
+# placement_id of PLACEMENT (EXPECTED_ID) and the registered store schemes.
 #
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DCXX=...
 #     -DGENERATOR=... -DPLACEMENT=... -DEXPECTED_ID=... -P consumer_test.cmake
@@ -20,8 +20,10 @@ endfunction()
 function(expect_id program how)
   run(${program} ${PLACEMENT})
   string(STRIP "${out}" id)
-  if(NOT id STREQUAL EXPECTED_ID)
-    message(FATAL_ERROR "${how}: printed \"${id}\", expected ${EXPECTED_ID}")
+  # The placement's id, then the schemes the backends registered.
+  if(NOT id STREQUAL "${EXPECTED_ID} fs redis unix")
+    message(FATAL_ERROR "${how}: printed \"${id}\", expected "
+      "\"${EXPECTED_ID} fs redis unix\"")
   endif()
   message(STATUS "${how}: ${id}")
 endfunction()

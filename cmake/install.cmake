@@ -44,9 +44,14 @@ install(FILES ${PROJECT_BINARY_DIR}/reshardConfig.cmake
 # every dependency is in Requires, not Requires.private. The prefix is
 # found from the .pc file's own place, so the tree can move.
 set(RESHARD_PC_LIBS)
+get_property(_backends GLOBAL PROPERTY RESHARD_BACKEND_LAYERS)
 foreach(layer IN LISTS _layers)
   get_target_property(type reshard_${layer} TYPE)
-  if(type STREQUAL "STATIC_LIBRARY")
+  if(layer IN_LIST _backends)
+    # Linked whole: it registers its schemes from static initialisers.
+    list(PREPEND RESHARD_PC_LIBS
+      "-Wl,--whole-archive -lreshard_${layer} -Wl,--no-whole-archive")
+  elseif(type STREQUAL "STATIC_LIBRARY")
     list(PREPEND RESHARD_PC_LIBS -lreshard_${layer})
   endif()
 endforeach()

@@ -9,6 +9,7 @@
 #     [DEPENDS <layer>...]            the layers below it that it uses
 #     [PUBLIC_LIBS <target>...]       third-party, seen by callers too
 #     [PRIVATE_LIBS <target>...]      third-party, its sources only
+#     [BACKEND]                       registers store/rendezvous schemes
 #     [NO_INSTALL])                   built for tools and tests only
 #
 # defines the target reshard_<name> (alias reshard::<name>, file
@@ -18,6 +19,10 @@
 # The root is a usage requirement, so a layer sees its own headers and those
 # of the layers it links (transitively) and no other: an upward or sideways
 # include is "file not found" at compile time (tests/layering/).
+#
+# A BACKEND layer registers its URI schemes from static initialisers
+# (backend_registry.h) and nothing calls into it by name, so the umbrella
+# links it whole (WHOLE_ARCHIVE): a linker would otherwise drop it.
 #
 # Every header of include/reshard/ must belong to exactly one installed
 # layer (checked by reshard_check_public_headers()); the installed headers
@@ -33,7 +38,7 @@ function(_reshard_link_header target link)
 endfunction()
 
 function(reshard_layer name)
-  cmake_parse_arguments(PARSE_ARGV 1 L "NO_INSTALL" ""
+  cmake_parse_arguments(PARSE_ARGV 1 L "NO_INSTALL;BACKEND" ""
     "SOURCES;PUBLIC_HEADERS;INTERNAL_DIRS;DEPENDS;PUBLIC_LIBS;PRIVATE_LIBS")
   set(target reshard_${name})
   set(root ${RESHARD_LAYER_ROOT}/${name})
@@ -81,6 +86,9 @@ function(reshard_layer name)
   target_compile_features(${target} ${scope} cxx_std_20)
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
 
+  if(L_BACKEND)
+    set_property(GLOBAL APPEND PROPERTY RESHARD_BACKEND_LAYERS ${name})
+  endif()
   if(NOT L_NO_INSTALL)
     set_property(GLOBAL APPEND PROPERTY RESHARD_INSTALLED_LAYERS ${name})
     set_property(GLOBAL APPEND PROPERTY RESHARD_PUBLIC_HEADERS
@@ -112,9 +120,17 @@ endfunction()
 # so a consumer links them in the right order.
 function(reshard_add_umbrella)
   get_property(layers GLOBAL PROPERTY RESHARD_INSTALLED_LAYERS)
+  get_property(backends GLOBAL PROPERTY RESHARD_BACKEND_LAYERS)
   add_library(reshard INTERFACE)
   add_library(reshard::reshard ALIAS reshard)
   foreach(layer IN LISTS layers)
-    target_link_libraries(reshard INTERFACE reshard_${layer})
+    if(layer IN_LIST backends)
+      # The installed package names the imported target reshard::<layer>.
+      target_link_libraries(reshard INTERFACE
+        "$<BUILD_INTERFACE:$<LINK_LIBRARY:WHOLE_ARCHIVE,reshard_${layer}>>"
+        "$<INSTALL_INTERFACE:$<LINK_LIBRARY:WHOLE_ARCHIVE,reshard::${layer}>>")
+    else()
+      target_link_libraries(reshard INTERFACE reshard_${layer})
+    endif()
   endforeach()
 endfunction()

@@ -1,6 +1,9 @@
 // Prints the placement_id of the weight placement manifest in a file: reads
 // the JSON text, decodes and validates it with the strict decoder and asks
-// the manifest for its identity. Built against an installed reshard only.
+// the manifest for its identity; then the store URI schemes the linked
+// backends registered (they register themselves, so an installed link
+// that dropped them would print none). Built against an installed reshard
+// only.
 //
 // Usage: placement_id PLACEMENT.json
 
@@ -9,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "reshard/backend_registry.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
 
@@ -30,6 +34,10 @@ int main(int argc, char** argv) {
     std::cerr << placement.status().ToString() << "\n";
     return 1;
   }
-  std::cout << placement->placement_id() << "\n";
+  std::cout << placement->placement_id();
+  for (const std::string& scheme : reshard::RegisteredStoreSchemes()) {
+    std::cout << " " << scheme;
+  }
+  std::cout << "\n";
   return 0;
 }

@@ -39,6 +39,7 @@
 #include <memory>
 #include <string_view>
 
+#include "reshard/backend_registry.h"  // RedactUriPassword
 #include "reshard/object_store.h"
 #include "reshard/status.h"
 
@@ -68,12 +69,6 @@ Result<std::unique_ptr<ObjectStore>> OpenRedisStore(
 
 // True for the URI schemes this backend serves (redis://, unix://).
 bool IsRedisUri(std::string_view uri);
-
-// `uri` as messages, repr and uri() show it, whatever its scheme and even
-// when malformed: everything between "//" and the last '@' is "***",
-// except that a well-formed "user:password@" keeps its user
-// ("redis://u:***@h:1"). A URI without '@' after "//" is returned as is.
-std::string RedactUriPassword(std::string_view uri);
 
 }  // namespace reshard
 

@@ -1,4 +1,5 @@
-// Opening a store backend by URI: the one place that knows every backend.
+// Opening a store backend by URI, through the backends registered for its
+// scheme (backend_registry.h).
 
 #ifndef RESHARD_STORE_URI_H_
 #define RESHARD_STORE_URI_H_
@@ -15,7 +16,8 @@ namespace reshard {
 //   fs://PATH, or a plain path       files under PATH (reshard/fs_store.h)
 //   redis://HOST:PORT[/DB][?...]     a Redis server (reshard/redis_store.h)
 //   unix:///PATH/TO.sock[?...]       a Redis server on a unix socket
-// Any other scheme is InvalidArgument naming the URI.
+// and any scheme another backend registered. Any other scheme is
+// InvalidArgument naming the URI and listing the registered schemes.
 struct OpenObjectStoreOptions {
   // false: a store directory that does not exist is NotFound naming it
   // instead of being created (read-only commands). A Redis server is

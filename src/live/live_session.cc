@@ -5,9 +5,8 @@
 
 #include "live/live_conversion.h"
 #include "live/live_rank.h"
-#include "reshard/fs_store.h"
+#include "reshard/backend_registry.h"
 #include "reshard/live.h"
-#include "reshard/redis_store.h"
 
 namespace reshard {
 
@@ -56,29 +55,9 @@ Status AbortLiveSession(RecordStore& rendezvous, std::string_view session,
 }
 
 Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {
-  if (IsRedisUri(uri)) {
-    // Rendezvous records need atomic publication, not crash durability.
-    RedisStoreOptions options;
-    options.require_durable = false;
-    RESHARD_ASSIGN_OR_RETURN(auto store, OpenRedisStore(uri, options));
-    return std::unique_ptr<RecordStore>(std::move(store));
-  }
-  std::string_view path = uri;
-  if (uri.starts_with("fs://")) {
-    path.remove_prefix(5);
-  } else if (uri.find("://") != std::string_view::npos) {
-    return Status::InvalidArgument(
-        "unsupported rendezvous URI \"" + RedactUriPassword(uri) +
-        "\" (supported: fs://PATH or a directory, redis://HOST:PORT, "
-        "unix:///PATH)");
-  }
-  if (path.empty()) {
-    return Status::InvalidArgument("rendezvous URI \"" +
-                                   RedactUriPassword(uri) +
-                                   "\" names no directory");
-  }
-  return OpenDirectoryRecordStore(std::string(path),
-                                  {.durability = Durability::kAtNextSync});
+  RESHARD_ASSIGN_OR_RETURN(const StoreBackend* backend,
+                           FindStoreBackend(uri, BackendRole::kRendezvous));
+  return backend->open_rendezvous(uri);
 }
 
 }  // namespace reshard

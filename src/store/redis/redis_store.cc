@@ -680,10 +680,6 @@ Status RedisStore::CheckFsync() {
 
 }  // namespace
 
-std::string RedactUriPassword(std::string_view uri) {
-  return internal::RedactUri(uri);
-}
-
 bool IsRedisUri(std::string_view uri) {
   return uri.starts_with("redis://") || uri.starts_with("unix://");
 }

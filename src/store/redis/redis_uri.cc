@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "reshard/backend_registry.h"
+
 namespace reshard::internal {
 namespace {
 
@@ -170,24 +172,7 @@ Status ParseTcp(std::string_view rest, RedisUri* out) {
 
 }  // namespace
 
-std::string RedactUri(std::string_view uri) {
-  const size_t scheme = uri.find("://");
-  if (scheme == std::string_view::npos) return std::string(uri);
-  const size_t start = scheme + 3;
-  const size_t at = uri.rfind('@');
-  if (at == std::string_view::npos || at < start) return std::string(uri);
-  const std::string_view info = uri.substr(start, at - start);
-  const size_t colon = info.find(':');
-  // A well-formed "user:password" keeps its user; anything else is hidden
-  // whole (an unencoded delimiter makes the user's extent unknown).
-  if (colon != std::string_view::npos &&
-      info.find_first_of("/?#@") == std::string_view::npos) {
-    return std::string(uri.substr(0, start + colon + 1)) + "***" +
-           std::string(uri.substr(at));
-  }
-  return std::string(uri.substr(0, start)) + "***" +
-         std::string(uri.substr(at));
-}
+std::string RedactUri(std::string_view uri) { return RedactUriPassword(uri); }
 
 Result<RedisUri> ParseRedisUri(std::string_view uri) {
   RedisUri out;
