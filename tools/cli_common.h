@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "reshard/conversion.h"
 #include "reshard/placement.h"
 #include "reshard/status.h"
 #include "reshard/weight_store.h"
+#include "util/canonical_json.h"
 
 namespace CLI {
 class App;
@@ -83,6 +85,27 @@ double SecondsSince(std::chrono::steady_clock::time_point t);
 // `key`: `value` with six decimals, written raw (a --json time).
 void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
                 double value);
+
+// Writes every field VisitFields names of `record` (weight_store.h, live.h)
+// as keys of the open object of `w`: the same keys and values Python's
+// dicts hold (src/python/report_dict.h). Doubles are seconds (six
+// decimals).
+template <typename Record>
+void WriteFields(internal::CanonicalJsonWriter* w, const Record& record) {
+  VisitFields(record, [w](const char* name, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, bool>) {
+      w->Key(name);
+      w->Bool(value);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      w->KeyString(name, value);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      KeySeconds(w, name, value);
+    } else {
+      w->KeyUInt(name, value);
+    }
+  });
+}
 
 // Prints "reshard: error: <message>" to stderr and returns exit code 1.
 int Fail(const Status& status);

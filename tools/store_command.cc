@@ -73,16 +73,7 @@ std::string RevisionsJson(const std::vector<RevisionInfo>& revs) {
   w.BeginArray();
   for (const auto& r : revs) {
     w.BeginObject();
-    w.KeyUInt("bytes", r.bytes);
-    // Only a CORRUPT revision has an error.
-    if (!r.error.empty()) w.KeyString("error", r.error);
-    w.KeyUInt("fragments", r.fragments);
-    w.KeyUInt("leases", r.leases);
-    w.KeyString("manifest_key", r.manifest_key);
-    w.KeyString("resource_id", r.resource_id);
-    w.KeyString("revision", r.revision);
-    w.KeyString("state", r.state);
-    w.KeyUInt("weight_generation", r.weight_generation);
+    WriteFields(&w, r);
     w.EndObject();
   }
   w.EndArray();

@@ -223,6 +223,31 @@ struct LiveUpdateReport {
   bool ready = false;         // this rank's targets are activation-ready
 };
 
+// Calls visit(name, value) for every field of `r`, names sorted: the one
+// statement of the report's fields (Python's update() dict is written
+// from it).
+template <typename Visit>
+void VisitFields(const LiveUpdateReport& r, Visit&& visit) {
+  visit("arrival_seconds", r.arrival_seconds);
+  visit("barrier_seconds", r.barrier_seconds);
+  visit("bytes_received", r.bytes_received);
+  visit("bytes_sent", r.bytes_sent);
+  visit("coalesced_regions", r.coalesced_regions);
+  visit("convert_seconds", r.convert_seconds);
+  visit("generation", r.generation);
+  visit("gets", r.gets);
+  visit("local_operations", r.local_operations);
+  visit("messages_sent", r.messages_sent);
+  visit("operations", r.operations);
+  visit("packed_messages", r.packed_messages);
+  visit("ready", r.ready);
+  visit("rebound", r.rebound);
+  visit("transfer_seconds", r.transfer_seconds);
+  visit("update_seconds", r.update_seconds);
+  visit("validate_seconds", r.validate_seconds);
+  visit("wire_bytes", r.wire_bytes);
+}
+
 class LiveSession {
  public:
   // Opens this rank's seat (see above). `bindings` are this rank's

@@ -185,6 +185,22 @@ struct LoadReport {
   uint64_t conversion_bytes = 0;
 };
 
+// Calls visit(name, value) for every field of `r`, names sorted: the one
+// statement of the report's fields, which the CLI's --json and Python's
+// dicts both write (tools/cli_common.h, src/python/report_dict.h).
+template <typename Visit>
+void VisitFields(const LoadReport& r, Visit&& visit) {
+  visit("bytes", r.bytes);
+  visit("bytes_copied", r.bytes_copied);
+  visit("bytes_read", r.bytes_read);
+  visit("chunks_verified", r.chunks_verified);
+  visit("conversion_bytes", r.conversion_bytes);
+  visit("ranges", r.ranges);
+  visit("read_requests", r.read_requests);
+  visit("regions", r.regions);
+  visit("staging_bytes", r.staging_bytes);
+}
+
 struct RevisionInfo {
   std::string manifest_key;
   std::string resource_id;
@@ -197,8 +213,23 @@ struct RevisionInfo {
   uint64_t fragments = 0;
   uint64_t bytes = 0;
   uint32_t leases = 0;  // unexpired lease records (or unreadable ones)
-  std::string error;    // why a CORRUPT revision cannot be read
+  std::string error;    // why a CORRUPT revision cannot be read; else ""
 };
+
+// Every field of `r`, names sorted (see VisitFields(LoadReport)); `error`
+// is "" but for a CORRUPT revision.
+template <typename Visit>
+void VisitFields(const RevisionInfo& r, Visit&& visit) {
+  visit("bytes", r.bytes);
+  visit("error", r.error);
+  visit("fragments", r.fragments);
+  visit("leases", r.leases);
+  visit("manifest_key", r.manifest_key);
+  visit("resource_id", r.resource_id);
+  visit("revision", r.revision);
+  visit("state", r.state);
+  visit("weight_generation", r.weight_generation);
+}
 
 // A revision or upload a maintenance operation left alone because it could
 // not read or process it, and why.

@@ -13,6 +13,7 @@
 #include "src/python/errors.h"
 #include "src/python/module.h"
 #include "src/python/progress.h"
+#include "src/python/report_dict.h"
 
 namespace reshard::python {
 namespace {
@@ -96,16 +97,7 @@ py::dict Load(const HfCheckpoint& c, const WeightPlacementManifest& target,
     r = Unwrap(LoadCheckpoint(c, target, bindings, o));
   }
   progress.Rethrow();
-  py::dict d;
-  d["bytes"] = r.bytes;
-  d["bytes_read"] = r.bytes_read;
-  d["read_requests"] = r.read_requests;
-  d["ranges"] = r.ranges;
-  d["regions"] = r.regions;
-  d["bytes_copied"] = r.bytes_copied;
-  d["conversion_bytes"] = r.conversion_bytes;
-  d["staging_bytes"] = r.staging_bytes;
-  return d;
+  return DictOf(r);
 }
 
 CheckpointWriteOptions WriteOptions(py::object max_file_bytes,

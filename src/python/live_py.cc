@@ -13,6 +13,7 @@
 #include "src/python/convert.h"
 #include "src/python/errors.h"
 #include "src/python/module.h"
+#include "src/python/report_dict.h"
 
 namespace reshard::python {
 namespace {
@@ -87,28 +88,7 @@ void RegisterRendezvous(py::module_& m) {
           py::arg("key"));
 }
 
-py::dict UpdateDict(const LiveUpdateReport& r) {
-  py::dict d;
-  d["generation"] = r.generation;
-  d["operations"] = r.operations;
-  d["local_operations"] = r.local_operations;
-  d["messages_sent"] = r.messages_sent;
-  d["gets"] = r.gets;
-  d["packed_messages"] = r.packed_messages;
-  d["coalesced_regions"] = r.coalesced_regions;
-  d["bytes_sent"] = r.bytes_sent;
-  d["bytes_received"] = r.bytes_received;
-  d["wire_bytes"] = r.wire_bytes;
-  d["rebound"] = r.rebound;
-  d["transfer_seconds"] = r.transfer_seconds;
-  d["barrier_seconds"] = r.barrier_seconds;
-  d["update_seconds"] = r.update_seconds;
-  d["validate_seconds"] = r.validate_seconds;
-  d["arrival_seconds"] = r.arrival_seconds;
-  d["convert_seconds"] = r.convert_seconds;
-  d["ready"] = r.ready;
-  return d;
-}
+py::dict UpdateDict(const LiveUpdateReport& r) { return DictOf(r); }
 
 const char* OutcomeName(LiveOutcome o) {
   switch (o) {

@@ -19,6 +19,7 @@
 #include "src/python/errors.h"
 #include "src/python/module.h"
 #include "src/python/progress.h"
+#include "src/python/report_dict.h"
 
 namespace reshard::python {
 namespace {
@@ -178,17 +179,7 @@ py::dict Load(const PyWeightStore& s, py::object manifest,
     r = Unwrap(s.get().WithOptions(std::move(o)).Load(*m, target, bindings));
   }
   progress.Rethrow();
-  py::dict d;
-  d["bytes"] = r.bytes;
-  d["bytes_read"] = r.bytes_read;
-  d["read_requests"] = r.read_requests;
-  d["ranges"] = r.ranges;
-  d["chunks_verified"] = r.chunks_verified;
-  d["regions"] = r.regions;
-  d["bytes_copied"] = r.bytes_copied;
-  d["conversion_bytes"] = r.conversion_bytes;
-  d["staging_bytes"] = r.staging_bytes;
-  return d;
+  return DictOf(r);
 }
 
 py::list List(const PyWeightStore& s) {
@@ -198,19 +189,7 @@ py::list List(const PyWeightStore& s) {
     infos = Unwrap(s.get().List());
   }
   py::list out;
-  for (const RevisionInfo& i : infos) {
-    py::dict d;
-    d["manifest_key"] = i.manifest_key;
-    d["resource_id"] = i.resource_id;
-    d["revision"] = i.revision;
-    d["weight_generation"] = i.weight_generation;
-    d["state"] = i.state;
-    d["fragments"] = i.fragments;
-    d["bytes"] = i.bytes;
-    d["leases"] = i.leases;
-    d["error"] = i.error;
-    out.append(d);
-  }
+  for (const RevisionInfo& i : infos) out.append(DictOf(i));
   return out;
 }
 

@@ -49,8 +49,8 @@ STORE_KEYS = ["bytes", "gbps", "load_seconds", "memcpy_gbps", "mismatch",
               "transport", "upload_seconds", "verified"]
 FLOAT_KEYS = ("gbps", "memcpy_gbps", "plan_seconds", "seconds",
               "load_seconds", "upload_seconds")
-LS_KEYS = ["bytes", "fragments", "leases", "manifest_key", "resource_id",
-           "revision", "state", "weight_generation"]
+LS_KEYS = ["bytes", "error", "fragments", "leases", "manifest_key",
+           "resource_id", "revision", "state", "weight_generation"]
 SHOW_KEYS = ["bytes", "created_at", "fragments", "manifest_digest",
              "manifest_key", "namespace", "resource_id", "revision",
              "tensors", "weight_generation"]
