@@ -142,6 +142,22 @@ struct PlanSummary {
   uint64_t source_fragments_used = 0;
 };
 
+// Calls visit(name, value) for every field of `s`, names sorted: the one
+// statement of the summary's fields, which PlanSummaryToJson (the CLI's
+// plan --json) and Python's plan.summary both write. mean_source_bytes is
+// visited rounded to whole bytes.
+template <typename Visit>
+void VisitFields(const PlanSummary& s, Visit&& visit) {
+  visit("bytes", s.bytes);
+  visit("max_source_bytes", s.max_source_bytes);
+  visit("max_target_bytes", s.max_target_bytes);
+  visit("mean_source_bytes", static_cast<uint64_t>(s.mean_source_bytes + 0.5));
+  visit("operations", s.operations);
+  visit("regions", s.regions);
+  visit("segments", s.segments);
+  visit("source_fragments_used", s.source_fragments_used);
+}
+
 class LogicalTransferPlan {
  public:
   // Plans `target` from `source` (both validated placements).

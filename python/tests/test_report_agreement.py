@@ -48,3 +48,16 @@ def test_revision_info_is_the_same_in_the_cli_and_in_python(tmp_path):
     assert python[0]["error"] == "" and python[1]["error"] != ""
     # ls sorts by key: "r2" before the damaged "step-1".
     assert python[1]["manifest_key"] == manifest.manifest_key
+
+
+def test_plan_summary_is_the_same_in_the_cli_and_in_python():
+    source, target = (SCENARIO.format(side) for side in ("source", "target"))
+    plan = reshard.plan(*(reshard.Placement.from_json(open(p).read())
+                          for p in (source, target)))
+    cli = _cli("plan", source, target, "--json")
+    assert json.loads(plan.to_json()) == cli
+    summary = plan.summary
+    assert summary == {k: cli[k] for k in summary}
+    assert sorted(summary) == [
+        "bytes", "max_source_bytes", "max_target_bytes", "mean_source_bytes",
+        "operations", "regions", "segments", "source_fragments_used"]

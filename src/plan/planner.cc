@@ -13,7 +13,6 @@
 
 #include "plan/geometry.h"
 #include "reshard/plan.h"
-#include "util/canonical_json.h"
 #include "util/string_sort.h"
 
 namespace reshard {
@@ -1232,67 +1231,6 @@ std::string LogicalTransferPlan::DescribeRegion(const TransferRegion& r) const {
          std::to_string(l.target_stride) + ")";
   }
   return s;
-}
-
-std::string PlanSummaryToJson(const LogicalTransferPlan& plan) {
-  const PlanSummary& s = plan.summary();
-  std::string out;
-  internal::CanonicalJsonWriter w(&out);
-  auto participants = [&](const std::vector<std::string>& ids,
-                          const std::vector<uint64_t>& bytes) {
-    w.BeginArray();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      w.BeginObject();
-      w.KeyUInt("bytes", bytes[i]);
-      w.KeyString("participant_id", ids[i]);
-      w.EndObject();
-    }
-    w.EndArray();
-  };
-  w.BeginObject();
-  w.KeyUInt("bytes", s.bytes);
-  w.KeyUInt("max_source_bytes", s.max_source_bytes);
-  w.KeyUInt("max_target_bytes", s.max_target_bytes);
-  // Integer-valued in the canonical writer: bytes per participant, rounded.
-  w.KeyUInt("mean_source_bytes",
-            static_cast<uint64_t>(s.mean_source_bytes + 0.5));
-  w.KeyUInt("operations", s.operations);
-  w.Key("pipeline_routes");
-  w.BeginArray();
-  for (const auto& r : plan.pipeline_routes()) {
-    w.BeginObject();
-    w.KeyUInt("bytes", r.bytes);
-    w.KeyUInt("operations", r.operations);
-    w.KeyInt("source_pp", r.source_pp);
-    w.KeyInt("source_stage", r.source_stage);
-    w.KeyInt("target_pp", r.target_pp);
-    w.KeyInt("target_stage", r.target_stage);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.KeyUInt("regions", s.regions);
-  w.KeyUInt("segments", s.segments);
-  w.KeyUInt("source_fragments", plan.source_fragments().size());
-  w.KeyUInt("source_fragments_used", s.source_fragments_used);
-  w.Key("source_participants");
-  participants(plan.source_participants(), plan.source_bytes());
-  w.KeyString("source_placement_id", plan.source_placement_id());
-  w.KeyUInt("target_fragments", plan.target_fragments().size());
-  w.Key("target_participants");
-  participants(plan.target_participants(), plan.target_bytes());
-  w.KeyString("target_placement_id", plan.target_placement_id());
-  w.Key("traffic");
-  w.BeginArray();
-  for (const auto& e : plan.traffic()) {
-    w.BeginObject();
-    w.KeyUInt("bytes", e.bytes);
-    w.KeyString("source", plan.source_participants()[e.source_participant]);
-    w.KeyString("target", plan.target_participants()[e.target_participant]);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
-  return out;
 }
 
 }  // namespace reshard

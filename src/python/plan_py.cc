@@ -15,6 +15,7 @@
 #include "src/python/convert.h"
 #include "src/python/errors.h"
 #include "src/python/module.h"
+#include "src/python/report_dict.h"
 
 namespace reshard::python {
 namespace {
@@ -132,19 +133,7 @@ std::string ToSvg(py::object self, py::object max_heatmap_axis) {
   return Unwrap(RenderTrafficHeatmapSvg(plan, layouts, o));
 }
 
-py::dict SummaryOf(const LogicalTransferPlan& p) {
-  const PlanSummary& s = p.summary();
-  py::dict d;
-  d["regions"] = s.regions;
-  d["segments"] = s.segments;
-  d["operations"] = s.operations;
-  d["bytes"] = s.bytes;
-  d["max_source_bytes"] = s.max_source_bytes;
-  d["mean_source_bytes"] = s.mean_source_bytes;
-  d["max_target_bytes"] = s.max_target_bytes;
-  d["source_fragments_used"] = s.source_fragments_used;
-  return d;
-}
+py::dict SummaryOf(const LogicalTransferPlan& p) { return DictOf(p.summary()); }
 
 py::dict FragmentDict(const LogicalTransferPlan& p, const PlanFragment& f) {
   py::dict d;
