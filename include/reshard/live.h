@@ -152,7 +152,7 @@ struct LiveReport {
   double arrival_seconds = 0;   // standing: waiting for every rank's fence
   // convert: quantizing this rank's sources and converting its targets.
   double convert_seconds = 0;
-  bool ready = false;           // this rank's targets are activation-ready
+  bool ready = false;  // this rank's targets are activation-ready
 };
 
 // Opens the rendezvous named by `uri`: a directory (a plain path or
@@ -220,7 +220,7 @@ struct LiveUpdateReport {
   double update_seconds = 0;  // the whole Update call
   // convert: quantizing this rank's sources and converting its targets.
   double convert_seconds = 0;
-  bool ready = false;         // this rank's targets are activation-ready
+  bool ready = false;  // this rank's targets are activation-ready
 };
 
 // Calls visit(name, value) for every field of `r`, names sorted: the one

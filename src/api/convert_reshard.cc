@@ -36,8 +36,8 @@ Result<TargetMemory> TargetBuffers(
     }
     out.by_participant[b.participant_id()] = &b;
     for (const RuntimeBindingFragment& f : b.fragments()) {
-      RESHARD_RETURN_NOT_OK(RequireContiguousHost(f, "a converting reshard",
-                                                  "target", b.participant_id()));
+      RESHARD_RETURN_NOT_OK(RequireContiguousHost(
+          f, "a converting reshard", "target", b.participant_id()));
       out.by_fragment[f.placement_fragment_id()] =
           reinterpret_cast<void*>(f.address());
     }

@@ -239,7 +239,6 @@ TEST(ConvertReshardTest, RefusalsNameTheTensor) {
                HasSubstr("the source lacks its scale tensor")));
 }
 
-
 // Quantization at the source: the TP2 source (columns 128 each, whole
 // blocks) quantizes into buffers of its own, bound in the quantized
 // placement; every byte as the kernels give for the whole tensor; a plain

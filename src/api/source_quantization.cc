@@ -91,27 +91,28 @@ Result<WeightRuntimeBindingManifest> SourceQuantization::Impl::Bind(
       continue;
     }
     if (c != nullptr) {
-      RESHARD_RETURN_NOT_OK(RequireContiguousHost(*u, "quantizing", "source", p));
+      RESHARD_RETURN_NOT_OK(
+          RequireContiguousHost(*u, "quantizing", "source", p));
       if (adopt) user[staged] = reinterpret_cast<void*>(u->address());
     }
     // The FP8 weight, or the scales its quantization produces.
     RESHARD_ASSIGN_OR_RETURN(void* buffer, Buffer(f));
     wire[id] = buffer;
     RESHARD_ASSIGN_OR_RETURN(
-        auto made, OwnedBindingFragment(f, c != nullptr ? 1 : 4, buffer, *like));
+        auto made,
+        OwnedBindingFragment(f, c != nullptr ? 1 : 4, buffer, *like));
     fragments.push_back(std::move(made));
   }
   return WeightRuntimeBindingManifest::Make(
-      {user_binding.resource_id(), placement.placement_id(),
-       placement.digest(), user_binding.instance_id(),
-       user_binding.generation(), user_binding.lease_id(),
-       user_binding.revision(), p, std::move(fragments)});
+      {user_binding.resource_id(), placement.placement_id(), placement.digest(),
+       user_binding.instance_id(), user_binding.generation(),
+       user_binding.lease_id(), user_binding.revision(), p,
+       std::move(fragments)});
 }
 
 SourceQuantization::SourceQuantization(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
-SourceQuantization::SourceQuantization(SourceQuantization&&) noexcept =
-    default;
+SourceQuantization::SourceQuantization(SourceQuantization&&) noexcept = default;
 SourceQuantization& SourceQuantization::operator=(
     SourceQuantization&&) noexcept = default;
 SourceQuantization::~SourceQuantization() = default;
@@ -126,9 +127,8 @@ Result<SourceQuantization> SourceQuantization::Make(
   RESHARD_ASSIGN_OR_RETURN(
       auto plan, ConversionPlan::Make(ConversionPlan::LookupIn(source),
                                       placement, options));
-  auto impl = std::unique_ptr<Impl>(
-      new Impl{options, std::move(placement), std::move(plan), {}, {}, 0, {}, {},
-               0});
+  auto impl = std::unique_ptr<Impl>(new Impl{
+      options, std::move(placement), std::move(plan), {}, {}, 0, {}, {}, 0});
   SourceQuantization out(std::move(impl));
   RESHARD_RETURN_NOT_OK(out.Rebind(source_bindings));
   return out;
@@ -155,8 +155,7 @@ Result<std::vector<WeightRuntimeBindingManifest>> SourceQuantization::Translate(
     const uint64_t before = impl_->buffer_bytes;
     RESHARD_ASSIGN_OR_RETURN(auto wire, impl_->Bind(b, /*adopt=*/false));
     if (impl_->buffer_bytes != before) {
-      return Status::InvalidArgument("source binding of " +
-                                     b.participant_id() +
+      return Status::InvalidArgument("source binding of " + b.participant_id() +
                                      ": a participant not bound before");
     }
     out.push_back(std::move(wire));

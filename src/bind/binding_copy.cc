@@ -31,9 +31,9 @@ Status RequireContiguousHost(const RuntimeBindingFragment& f,
     return Status::OK();
   }
   return Status::InvalidArgument(
-      std::string(what) + " needs contiguous host memory: " +
-      std::string(side) + " fragment " + f.placement_fragment_id() + " of " +
-      std::string(participant));
+      std::string(what) +
+      " needs contiguous host memory: " + std::string(side) + " fragment " +
+      f.placement_fragment_id() + " of " + std::string(participant));
 }
 
 Result<RuntimeBindingFragment> OwnedBindingFragment(

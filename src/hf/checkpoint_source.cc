@@ -10,8 +10,8 @@
 #include <unordered_map>
 
 #include "hf/checkpoint_state.h"
-#include "reshard/reshard.h"
 #include "hf/write_plan_state.h"
+#include "reshard/reshard.h"
 #include "store/converting_load.h"
 #include "store/ranged_load.h"
 #include "util/dims_text.h"

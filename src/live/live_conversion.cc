@@ -127,11 +127,12 @@ Result<WeightRuntimeBindingManifest> LiveConversion::TranslateTarget(
 Status LiveConversion::Apply(uint32_t threads) const {
   if (target_plan_.empty() || user_targets_.empty()) return Status::OK();
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = internal::ApplyConversions(
-      target_plan_, LookupOf(staged_targets_), LookupOf(user_targets_), threads);
-  apply_seconds_ = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - t0)
-                       .count();
+  Status st =
+      internal::ApplyConversions(target_plan_, LookupOf(staged_targets_),
+                                 LookupOf(user_targets_), threads);
+  apply_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   return st;
 }
 
@@ -155,8 +156,9 @@ Result<std::unique_ptr<LiveWire>> MakeLiveWire(WeightPlacementManifest source,
   wire->bindings = conversion->bindings();
   LiveSessionOptions& o = wire->options;
   if (o.current_bindings) {
-    o.current_bindings = [conversion, user = std::move(o.current_bindings)]()
-        -> Result<LiveBindings> {
+    o.current_bindings =
+        [conversion,
+         user = std::move(o.current_bindings)]() -> Result<LiveBindings> {
       RESHARD_ASSIGN_OR_RETURN(LiveBindings current, user());
       return conversion->Translate(current, /*adopt=*/false);
     };

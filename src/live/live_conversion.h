@@ -100,11 +100,11 @@ struct LiveWire {
            LiveSessionOptions o)
       : source(std::move(s)), target(std::move(t)), options(std::move(o)) {}
 
-  WeightPlacementManifest source, target;  // the caller's
+  WeightPlacementManifest source, target;      // the caller's
   std::unique_ptr<LiveConversion> conversion;  // null without convert
-  LiveBindings bindings;                   // this rank's, on the wire
-  LiveSessionOptions options;              // as the LiveRank runs them
-  uint32_t threads = 1;                    // for the conversions
+  LiveBindings bindings;                       // this rank's, on the wire
+  LiveSessionOptions options;                  // as the LiveRank runs them
+  uint32_t threads = 1;                        // for the conversions
 
   const WeightPlacementManifest& wire_source() const {
     return conversion ? conversion->wire_source() : source;

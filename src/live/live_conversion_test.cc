@@ -5,13 +5,14 @@
 // target byte checked against the pattern converted independently of the
 // path (ConvertedPatternCheck), with about half the bytes on the wire.
 
+#include "live/live_conversion.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 
-#include "live/live_conversion.h"
 #include "reshard/conversion.h"
 #include "reshard/placement.h"
 #include "selftest/converted_pattern.h"
@@ -44,8 +45,9 @@ WeightPlacementManifest Layout(int64_t tp, std::string dtype, int64_t tp_dim,
                                bool half_norm = false) {
   auto draft = GridDraft({1, 1, 1, tp});
   const bool fp8 = dtype == "float8_e4m3fn";
-  const int64_t itemsize =
-      fp8 ? 1 : (dtype == "float32" || dtype == "int32") ? 4 : 2;
+  const int64_t itemsize = fp8                                        ? 1
+                           : (dtype == "float32" || dtype == "int32") ? 4
+                                                                      : 2;
   AddTensor(&draft, {.tensor_id = kWeight,
                      .shape = {kRows, kCols},
                      .dtype = dtype,
@@ -112,8 +114,9 @@ TEST(LiveConversionTest, SourceQuantizesWhereItsFragmentsHoldWholeBlocks) {
   // Another block size than the target's scale tensor: nothing qualifies.
   ConversionOptions other;
   other.block = {64, 64};
-  EXPECT_EQ(Must(QuantizedSourcePlacement(source, target, other)).placement_id(),
-            source.placement_id());
+  EXPECT_EQ(
+      Must(QuantizedSourcePlacement(source, target, other)).placement_id(),
+      source.placement_id());
 }
 
 TEST(LiveConversionTest, WirePlacementsOfEachRule) {
@@ -135,8 +138,8 @@ TEST(LiveConversionTest, WirePlacementsOfEachRule) {
   EXPECT_EQ(d->wire_target().FindTensor(kWeight)->dtype(), "float8_e4m3fn");
   EXPECT_EQ(d->wire_target().FindTensor(kScale)->dtype(), "float32");
   // No rule: refused naming the tensor.
-  EXPECT_THAT(live_internal::LiveConversion::Make(Layout(2, "bfloat16", 1),
-                                                  Layout(2, "int32", 1), {}, {}),
+  EXPECT_THAT(live_internal::LiveConversion::Make(
+                  Layout(2, "bfloat16", 1), Layout(2, "int32", 1), {}, {}),
               StatusIs(StatusCode::kInvalidArgument,
                        HasSubstr("cannot convert tensor " + kWeight)));
 }
@@ -151,14 +154,15 @@ TEST(LiveConversionTest, LiveQuantizationAtTheSourceHalvesTheWire) {
   // the target) to both target participants.
   EXPECT_EQ(r.wire_bytes[0], kFp8WireBytes);
   // The same update in bfloat16 would carry the weight in bfloat16.
-  EXPECT_LE(r.wire_bytes[0], uint64_t{(kRows * kCols + 2 * kCols) * 2} * 55 / 100);
+  EXPECT_LE(r.wire_bytes[0],
+            uint64_t{(kRows * kCols + 2 * kCols) * 2} * 55 / 100);
 }
 
 TEST(LiveConversionTest, StandingSessionsConvertEveryUpdate) {
   // Quantization at the source, updates 1..3 each with its own pattern.
-  const auto r = Must(RunSelfTest(Layout(4, "bfloat16", 1),
-                                  Layout(2, "float8_e4m3fn", 0),
-                                  LiveConverting(/*updates=*/3)));
+  const auto r =
+      Must(RunSelfTest(Layout(4, "bfloat16", 1), Layout(2, "float8_e4m3fn", 0),
+                       LiveConverting(/*updates=*/3)));
   EXPECT_TRUE(r.verified) << r.mismatch;
   ASSERT_EQ(r.wire_bytes.size(), 3u);
   for (uint64_t w : r.wire_bytes) {
@@ -170,9 +174,9 @@ TEST(LiveConversionTest, StandingSessionsConvertEveryUpdate) {
                                   LiveConverting(/*updates=*/2)));
   EXPECT_TRUE(t.verified) << t.mismatch;
   // Dequantization at the target.
-  const auto d = Must(RunSelfTest(Layout(2, "float8_e4m3fn", 1),
-                                  Layout(4, "float32", 1),
-                                  LiveConverting(/*updates=*/2)));
+  const auto d =
+      Must(RunSelfTest(Layout(2, "float8_e4m3fn", 1), Layout(4, "float32", 1),
+                       LiveConverting(/*updates=*/2)));
   EXPECT_TRUE(d.verified) << d.mismatch;
 }
 
@@ -189,8 +193,8 @@ TEST(LiveConversionTest, ConvertedPatternCheckNamesTheFirstWrongByte) {
   for (const auto* f : target.fragments()) {
     std::memset(zeros.data.at(f->placement_fragment_id()), 0, f->nbytes());
   }
-  const auto check = Must(internal::ConvertedPatternCheck::Make(
-      source, target, Fp8Block{}, zeros));
+  const auto check = Must(
+      internal::ConvertedPatternCheck::Make(source, target, Fp8Block{}, zeros));
   EXPECT_THAT(check->Verify(internal::TensorIndex(source), 0),
               ::testing::StartsWith("tensor " + kWeight + ", fragment "));
 }

@@ -391,11 +391,11 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
                                         std::string_view key, uint32_t rank) {
   constexpr std::string_view kKind = "report";
   RESHARD_ASSIGN_OR_RETURN(
-      auto p, Parse(text, kKind, key,
-                    {"bytes", "error", "messages", "mismatch", "open_ns",
-                     "operations", "packed_messages", "plan_ns", "rank",
-                     "ready", "transfer_ns", "update_ns", "verified",
-                     "wire_bytes"}));
+      auto p,
+      Parse(text, kKind, key,
+            {"bytes", "error", "messages", "mismatch", "open_ns", "operations",
+             "packed_messages", "plan_ns", "rank", "ready", "transfer_ns",
+             "update_ns", "verified", "wire_bytes"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   ReportRecord r;
   r.rank = rank;

@@ -22,13 +22,12 @@ Result<LiveReport> RunLiveReshard(RecordStore& store,
   auto made = live_internal::MakeLiveWire(source, target, bindings, options);
   if (!made.ok()) {
     // Refused before publishing: the others stop at once, naming this rank.
-    (void)AbortLiveSession(store, options.session, options.rank,
-                           made.status());
+    (void)AbortLiveSession(store, options.session, options.rank, made.status());
     return made.status();
   }
   auto wire = std::move(made).ValueOrDie();
-  LiveRank rank(store, wire->wire_source(), wire->wire_target(),
-                wire->bindings, wire->options);
+  LiveRank rank(store, wire->wire_source(), wire->wire_target(), wire->bindings,
+                wire->options);
   RESHARD_RETURN_NOT_OK(rank.RefuseRejoin());
   // Every failure from here on is recorded for the other ranks.
   const live_internal::LiveConversion* conversion = wire->conversion.get();

@@ -14,9 +14,9 @@ namespace reshard {
 
 using live_internal::Clock;
 using live_internal::LiveConversion;
+using live_internal::LiveRank;
 using live_internal::LiveWire;
 using live_internal::MakeLiveWire;
-using live_internal::LiveRank;
 using live_internal::Seconds;
 using live_internal::Session;
 using live_internal::ValidateOptions;

@@ -488,15 +488,15 @@ Result<std::vector<PlacementFragment>> QuantizedFragments(
     auto blocks = BlockBox(f->tensor_id(), s->global_shape(),
                            f->global_offset(), f->local_shape(), block, "");
     const auto& [first, count] = *blocks;
-    PlacementFragmentSpec weight{f->tensor_id(),
-                                 f->global_offset(),
-                                 f->local_shape(),
-                                 static_cast<uint64_t>(f->local_shape()[0] *
-                                                       f->local_shape()[1]),
-                                 f->rank(),
-                                 {},
-                                 std::nullopt,
-                                 f->pipeline_stage_id()};
+    PlacementFragmentSpec weight{
+        f->tensor_id(),
+        f->global_offset(),
+        f->local_shape(),
+        static_cast<uint64_t>(f->local_shape()[0] * f->local_shape()[1]),
+        f->rank(),
+        {},
+        std::nullopt,
+        f->pipeline_stage_id()};
     PlacementFragmentSpec scale{
         it->second->tensor_id(),
         first,

@@ -12,9 +12,8 @@ namespace reshard::python {
 template <typename Record>
 pybind11::dict DictOf(const Record& record) {
   pybind11::dict d;
-  VisitFields(record, [&d](const char* name, const auto& value) {
-    d[name] = value;
-  });
+  VisitFields(record,
+              [&d](const char* name, const auto& value) { d[name] = value; });
   return d;
 }
 

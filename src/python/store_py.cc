@@ -111,9 +111,8 @@ StoredWeightManifest Upload(const PyWeightStore& s,
                             py::dict buffers, py::object options,
                             py::object progress_fn, py::object quantize_to,
                             py::object fp8_block) {
-  const auto given = BindParticipants(source, buffers,
-                                      BindingOptionsOf(options),
-                                      "upload source");
+  const auto given = BindParticipants(
+      source, buffers, BindingOptionsOf(options), "upload source");
   const auto q = QuantizeForUpload(source, given, quantize_to, fp8_block);
   const WeightPlacementManifest& placement = q ? q->placement() : source;
   const auto& bindings = q ? q->bindings() : given;
@@ -141,9 +140,8 @@ StoredWeightManifest UploadShare(const PyWeightStore& s,
                                  py::object rank, py::object ranks,
                                  py::object timeout_ms, py::object options,
                                  py::object quantize_to, py::object fp8_block) {
-  const auto given = BindParticipants(source, buffers,
-                                      BindingOptionsOf(options),
-                                      "upload source");
+  const auto given = BindParticipants(
+      source, buffers, BindingOptionsOf(options), "upload source");
   const auto q = QuantizeForUpload(source, given, quantize_to, fp8_block);
   const WeightPlacementManifest& placement = q ? q->placement() : source;
   const auto& bindings = q ? q->bindings() : given;
@@ -282,8 +280,7 @@ void RegisterStore(py::module_& m) {
       .def("upload_share_buffers", &UploadShare, py::arg("placement"),
            py::arg("buffers"), py::kw_only(), py::arg("upload_id"),
            py::arg("rank"), py::arg("ranks"), py::arg("timeout_ms"),
-           py::arg("options") = py::none(),
-           py::arg("quantize_to") = py::none(),
+           py::arg("options") = py::none(), py::arg("quantize_to") = py::none(),
            py::arg("fp8_block") = py::none(),
            "Uploads this process's share of a revision uploaded by `ranks` "
            "processes together; returns the committed manifest.")

@@ -29,7 +29,8 @@ std::vector<uint8_t> WholePattern(const TensorDescriptor& t, uint64_t ti,
   uint8_t* p = out.data();
   const uint64_t tensor = ti + (generation << 32);
   for (uint64_t e = 0; e < out.size() / item; ++e) {
-    for (uint64_t b = 0; b < item; ++b) *p++ = SelfTestPatternByte(tensor, e, b);
+    for (uint64_t b = 0; b < item; ++b)
+      *p++ = SelfTestPatternByte(tensor, e, b);
   }
   return out;
 }
@@ -94,7 +95,8 @@ Result<std::unique_ptr<ConvertedPatternCheck>> ConvertedPatternCheck::Make(
     c.dequantize = *from == FloatType::kFloat8E4M3;
     if (c.quantize || c.dequantize) {
       const std::string scale = ScaleIdOf(t.tensor_id());
-      c.scale = (c.quantize ? check->target_ : check->source_).FindTensor(scale);
+      c.scale =
+          (c.quantize ? check->target_ : check->source_).FindTensor(scale);
       if (c.scale == nullptr || t.ndim() != 2) {
         return Status::InvalidArgument("cannot convert tensor " +
                                        t.tensor_id() + ": no scale tensor " +
@@ -122,8 +124,8 @@ void ConvertedPatternCheck::Expect(
     const std::unordered_map<std::string_view, uint64_t>& tensors,
     uint64_t generation, std::vector<uint8_t>* out,
     std::vector<uint8_t>* scales) const {
-  const std::vector<uint8_t> in = WholePattern(
-      *c.source, tensors.at(c.source->tensor_id()), generation);
+  const std::vector<uint8_t> in =
+      WholePattern(*c.source, tensors.at(c.source->tensor_id()), generation);
   const FloatType from = *FloatTypeOf(c.source->dtype());
   const FloatType to = *FloatTypeOf(c.target->dtype());
   const Dims& g = c.target->global_shape();
@@ -142,10 +144,10 @@ void ConvertedPatternCheck::Expect(
     std::memcpy(scales->data(), s.data(), scales->size());
     return;
   }
-  const std::vector<uint8_t> read = WholePattern(
-      *c.scale, tensors.at(c.scale->tensor_id()), generation);
-  CastElements(*FloatTypeOf(c.scale->dtype()), read.data(),
-               FloatType::kFloat32, s.data(), s.size());
+  const std::vector<uint8_t> read =
+      WholePattern(*c.scale, tensors.at(c.scale->tensor_id()), generation);
+  CastElements(*FloatTypeOf(c.scale->dtype()), read.data(), FloatType::kFloat32,
+               s.data(), s.size());
   DequantizeE4m3Blocks(in.data(), m, block_.rows, block_.cols, s.data(),
                        scale_cols, to, out->data(), g[1]);
 }

@@ -583,8 +583,8 @@ Result<LogicalTransferPlan> WirePlan(const WeightPlacementManifest& source,
   if (!options.convert) return LogicalTransferPlan::Make(source, target);
   ConversionOptions c;
   c.block = options.fp8_block;
-  RESHARD_ASSIGN_OR_RETURN(auto wire, live_internal::LiveConversion::Make(
-                                          source, target, {}, c));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto wire, live_internal::LiveConversion::Make(source, target, {}, c));
   return LogicalTransferPlan::Make(wire->wire_source(), wire->wire_target());
 }
 

@@ -50,8 +50,8 @@ Status VerifyLoad(const StoredWeightManifest& manifest,
     // The load converted: every target byte against the pattern converted
     // (the byte count is the revision's dtype, not the plan's).
     RESHARD_ASSIGN_OR_RETURN(
-        auto check, ConvertedPatternCheck::Make(source, target,
-                                                options.fp8_block, dst));
+        auto check,
+        ConvertedPatternCheck::Make(source, target, options.fp8_block, dst));
     report->mismatch = check->Verify(tensors, 0);
     report->verified = report->mismatch.empty();
     return Status::OK();
@@ -107,9 +107,9 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
   ConversionOptions quantize;
   quantize.block = options.fp8_block;
   RESHARD_ASSIGN_OR_RETURN(
-      auto q, SourceQuantization::Make(
-                  source, options.convert ? target : source, src.bindings,
-                  quantize));
+      auto q,
+      SourceQuantization::Make(source, options.convert ? target : source,
+                               src.bindings, quantize));
   RESHARD_RETURN_NOT_OK(q.Quantize(options.threads));
   RESHARD_ASSIGN_OR_RETURN(auto upload,
                            UploadAndCommit(store, q.placement(), q.bindings()));

@@ -115,13 +115,13 @@ class GroupLoad {
       o.generation = b.generation();
       o.lease_id = b.lease_id();
       RESHARD_ASSIGN_OR_RETURN(
-          auto bound,
-          BindBuffers(part, b.participant_id(),
-                      [&](std::string_view id) -> void* {
-                        auto it = staged.find(std::string(id));
-                        return it == staged.end() ? nullptr : it->second;
-                      },
-                      o));
+          auto bound, BindBuffers(
+                          part, b.participant_id(),
+                          [&](std::string_view id) -> void* {
+                            auto it = staged.find(std::string(id));
+                            return it == staged.end() ? nullptr : it->second;
+                          },
+                          o));
       bindings.push_back(std::move(bound));
     }
     if (bindings.empty()) return Status::OK();
@@ -140,8 +140,8 @@ class GroupLoad {
         targets[id] = address;
       }
     }
-    return ApplyConversions(
-        plan_, LookupOf(staged), LookupOf(targets), std::max(1u, threads));
+    return ApplyConversions(plan_, LookupOf(staged), LookupOf(targets),
+                            std::max(1u, threads));
   }
 
  private:
@@ -197,8 +197,8 @@ Result<LoadReport> LoadConverting(const ConversionPlan& plan,
       const PlacementFragment* t =
           plan.target().FindFragment(f.placement_fragment_id());
       if (t == nullptr || plain.count(t->tensor_id())) continue;
-      RESHARD_RETURN_NOT_OK(RequireContiguousHost(f, "a converting load",
-                                                  "target", b.participant_id()));
+      RESHARD_RETURN_NOT_OK(RequireContiguousHost(
+          f, "a converting load", "target", b.participant_id()));
       target_memory[f.placement_fragment_id()] =
           reinterpret_cast<void*>(f.address());
     }

@@ -103,8 +103,8 @@ TEST(ConvertingLoadTest, GroupsOfTensorsStageOneAtATime) {
       Must(store.ReadManifest(upload.manifest().manifest_key()));
   // Both TP2 participants here: a weight's staging is 256 x 256 x 2 bytes.
   constexpr uint64_t kWeightStaging = kN * kK * 2;
-  for (const uint64_t budget : {uint64_t{1}, kWeightStaging * 2,
-                                uint64_t{1} << 30}) {
+  for (const uint64_t budget :
+       {uint64_t{1}, kWeightStaging * 2, uint64_t{1} << 30}) {
     // Fresh options: WithOptions fills the hooks Open would.
     WeightStoreOptions o;
     o.convert = true;
@@ -112,10 +112,10 @@ TEST(ConvertingLoadTest, GroupsOfTensorsStageOneAtATime) {
     Memory dst = Allocate(target);
     const LoadReport r =
         Must(store.WithOptions(o).Load(manifest, target, dst.bindings));
-    EXPECT_EQ(r.conversion_bytes,
-              budget == 1 ? kWeightStaging
-              : budget == kWeightStaging * 2 ? 2 * kWeightStaging
-                                             : 3 * kWeightStaging)
+    EXPECT_EQ(r.conversion_bytes, budget == 1 ? kWeightStaging
+                                  : budget == kWeightStaging * 2
+                                      ? 2 * kWeightStaging
+                                      : 3 * kWeightStaging)
         << budget;
     for (int layer = 0; layer < 3; ++layer) {
       std::vector<uint8_t> q(kN * kK);

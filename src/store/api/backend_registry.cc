@@ -38,16 +38,15 @@ Result<const StoreBackend*> FindStoreBackend(std::string_view uri,
   Registry& r = TheRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.by_scheme.find(scheme);
-  if (it != r.by_scheme.end() &&
-      (!rendezvous || it->second.open_rendezvous)) {
+  if (it != r.by_scheme.end() && (!rendezvous || it->second.open_rendezvous)) {
     return &it->second;
   }
   std::string supported;
   for (const auto& [name, b] : r.by_scheme) {
     if (rendezvous && !b.open_rendezvous) continue;
-    const std::string& usage =
-        rendezvous && !b.rendezvous_usage.empty() ? b.rendezvous_usage
-                                                  : b.usage;
+    const std::string& usage = rendezvous && !b.rendezvous_usage.empty()
+                                   ? b.rendezvous_usage
+                                   : b.usage;
     supported += (supported.empty() ? "" : ", ") + usage;
   }
   return Status::InvalidArgument(

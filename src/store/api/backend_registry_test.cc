@@ -28,10 +28,9 @@ TEST(BackendRegistryTest, BuiltInBackendsRegisteredThemselves) {
   }
   EXPECT_EQ(Must(FindStoreBackend("/plain/dir", BackendRole::kStore))->scheme,
             "fs");
-  EXPECT_EQ(
-      Must(FindStoreBackend("unix:///r.sock", BackendRole::kRendezvous))
-          ->scheme,
-      "unix");
+  EXPECT_EQ(Must(FindStoreBackend("unix:///r.sock", BackendRole::kRendezvous))
+                ->scheme,
+            "unix");
 }
 
 // In a child process: the registration must not outlive the test (other
@@ -41,8 +40,8 @@ TEST(BackendRegistryTest, OneRegistrationAddsAScheme) {
     // A backend that serves weight stores only (no rendezvous).
     RegisterStoreBackend(
         {"memtest", "memtest://NAME", "",
-         [](std::string_view uri, const BackendOpenOptions&)
-             -> Result<std::unique_ptr<ObjectStore>> {
+         [](std::string_view uri,
+            const BackendOpenOptions&) -> Result<std::unique_ptr<ObjectStore>> {
            return std::unique_ptr<ObjectStore>(
                new ::reshard::testing::MemoryObjectStore(std::string(uri)));
          },

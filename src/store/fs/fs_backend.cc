@@ -34,8 +34,8 @@ const bool kRegistered = RegisterStoreBackend(
      [](std::string_view uri) -> Result<std::unique_ptr<RecordStore>> {
        RESHARD_ASSIGN_OR_RETURN(std::string dir,
                                 DirectoryOf(uri, "rendezvous"));
-       return OpenDirectoryRecordStore(
-           dir, {.durability = Durability::kAtNextSync});
+       return OpenDirectoryRecordStore(dir,
+                                       {.durability = Durability::kAtNextSync});
      }});
 
 }  // namespace

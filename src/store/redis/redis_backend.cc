@@ -22,11 +22,10 @@ Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {
   return std::unique_ptr<RecordStore>(std::move(store));
 }
 
-const bool kRegistered =
-    RegisterStoreBackend({"redis", "redis://HOST:PORT", "", OpenStore,
-                          OpenRendezvous}) &&
-    RegisterStoreBackend(
-        {"unix", "unix:///PATH", "", OpenStore, OpenRendezvous});
+const bool kRegistered = RegisterStoreBackend({"redis", "redis://HOST:PORT", "",
+                                               OpenStore, OpenRendezvous}) &&
+                         RegisterStoreBackend({"unix", "unix:///PATH", "",
+                                               OpenStore, OpenRendezvous});
 
 }  // namespace
 }  // namespace reshard
