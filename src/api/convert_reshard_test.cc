@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bind/binding_copy.h"
 #include "reshard/plan.h"
 #include "reshard/reshard.h"
 #include "testing/must.h"
@@ -303,20 +304,8 @@ TEST(SourceQuantizationTest, WhatCannotQuantizeAtTheSourceIsNamed) {
   std::vector<RuntimeBindingFragment> fragments;
   std::string weight_id;
   for (const auto& f : binding.fragments()) {
-    RuntimeBindingFragmentSpec spec{f.placement_fragment_id(),
-                                    f.runtime_fragment_id(),
-                                    f.address(),
-                                    f.nbytes(),
-                                    f.worker_id(),
-                                    f.endpoint(),
-                                    "cuda:0",
-                                    f.itemsize(),
-                                    f.local_shape(),
-                                    f.strides_bytes(),
-                                    f.storage_address(),
-                                    f.storage_nbytes(),
-                                    f.storage_offset_bytes(),
-                                    nullptr};
+    RuntimeBindingFragmentSpec spec = internal::SpecOf(f);
+    spec.device = "cuda:0";
     if (whole.FindFragment(f.placement_fragment_id())->tensor_id() == kWeight) {
       weight_id = f.placement_fragment_id();
     }

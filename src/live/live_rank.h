@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "bind/binding_copy.h"
 #include "bind/row_walker.h"
 #include "exec/ucx/ucx_exchange.h"
 #include "exec/ucx/ucx_handles.h"
@@ -579,20 +580,12 @@ class LiveRank {
           flips_.push_back(
               {reinterpret_cast<uint8_t*>(f.address()), shadow, f.nbytes()});
         }
-        RuntimeBindingFragmentSpec spec{f.placement_fragment_id(),
-                                        f.runtime_fragment_id() + ":shadow",
-                                        reinterpret_cast<uint64_t>(shadow),
-                                        f.nbytes(),
-                                        f.worker_id(),
-                                        f.endpoint(),
-                                        f.device(),
-                                        f.itemsize(),
-                                        f.local_shape(),
-                                        f.strides_bytes(),
-                                        reinterpret_cast<uint64_t>(shadow),
-                                        f.nbytes(),
-                                        0,
-                                        f.owner()};
+        RuntimeBindingFragmentSpec spec = internal::SpecOf(f);
+        spec.runtime_fragment_id += ":shadow";
+        spec.address = spec.storage_address =
+            reinterpret_cast<uint64_t>(shadow);
+        spec.storage_nbytes = f.nbytes();
+        spec.storage_offset_bytes = 0;
         RESHARD_ASSIGN_OR_RETURN(auto fragment,
                                  RuntimeBindingFragment::Make(std::move(spec)));
         fragments.push_back(std::move(fragment));
