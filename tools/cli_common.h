@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -90,21 +92,51 @@ void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
 // as keys of the open object of `w`: the same keys and values Python's
 // dicts hold (src/python/report_dict.h). Doubles are seconds (six
 // decimals).
+template <typename T>
+void WriteField(internal::CanonicalJsonWriter* w, const char* name,
+                const T& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    w->Key(name);
+    w->Bool(value);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    w->KeyString(name, value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    KeySeconds(w, name, value);
+  } else {
+    w->KeyUInt(name, value);
+  }
+}
 template <typename Record>
 void WriteFields(internal::CanonicalJsonWriter* w, const Record& record) {
   VisitFields(record, [w](const char* name, const auto& value) {
-    using T = std::decay_t<decltype(value)>;
-    if constexpr (std::is_same_v<T, bool>) {
-      w->Key(name);
-      w->Bool(value);
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      w->KeyString(name, value);
-    } else if constexpr (std::is_floating_point_v<T>) {
-      KeySeconds(w, name, value);
-    } else {
-      w->KeyUInt(name, value);
-    }
+    WriteField(w, name, value);
   });
+}
+
+// `record`'s fields (WriteFields) and `seconds` (name -> value, six
+// decimals) as one JSON object, keys sorted: a command's --json document
+// around one library record.
+template <typename Record>
+std::string RecordJson(const Record& record,
+                       const std::map<std::string, double>& seconds = {}) {
+  std::map<std::string, std::function<void(internal::CanonicalJsonWriter*)>>
+      members;
+  VisitFields(record, [&members](const char* name, const auto& value) {
+    members[name] = [name, value](internal::CanonicalJsonWriter* w) {
+      WriteField(w, name, value);
+    };
+  });
+  for (const auto& [name, value] : seconds) {
+    members[name] = [&name, value](internal::CanonicalJsonWriter* w) {
+      KeySeconds(w, name.c_str(), value);
+    };
+  }
+  std::string out;
+  internal::CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  for (const auto& [name, write] : members) write(&w);
+  w.EndObject();
+  return out;
 }
 
 // Prints "reshard: error: <message>" to stderr and returns exit code 1.

@@ -257,16 +257,7 @@ void AddImportCommand(CLI::App* hf) {
       std::cout << r->manifest_key << "\n";
       return;
     }
-    std::string out;
-    internal::CanonicalJsonWriter w(&out);
-    w.BeginObject();
-    w.KeyUInt("bytes_read", r->bytes_read);
-    w.KeyUInt("fragments", r->fragments);
-    w.KeyString("manifest_key", r->manifest_key);
-    KeySeconds(&w, "seconds", SecondsSince(t0));
-    w.KeyUInt("tensors", r->tensors);
-    w.EndObject();
-    std::cout << out << "\n";
+    std::cout << RecordJson(*r, {{"seconds", SecondsSince(t0)}}) << "\n";
   });
 }
 
@@ -311,17 +302,7 @@ void AddExportCommand(CLI::App* hf) {
                 << " files to " << a->output << "\n";
       return;
     }
-    std::string out;
-    internal::CanonicalJsonWriter w(&out);
-    w.BeginObject();
-    w.KeyUInt("bytes", r->bytes);
-    w.KeyUInt("bytes_read", r->bytes_read);
-    w.KeyUInt("chunks_verified", r->chunks_verified);
-    w.KeyUInt("files", r->files);
-    KeySeconds(&w, "seconds", SecondsSince(t0));
-    w.KeyUInt("writes", r->writes);
-    w.EndObject();
-    std::cout << out << "\n";
+    std::cout << RecordJson(*r, {{"seconds", SecondsSince(t0)}}) << "\n";
   });
 }
 

@@ -253,6 +253,14 @@ struct CheckpointWriteReport {
   uint64_t writes = 0;  // positional write calls
 };
 
+// Calls visit(name, value) for every field of `r`, names sorted: the one
+// statement of the report's fields (the CLI's --json, Python's dicts).
+template <typename Visit>
+void VisitFields(const CheckpointWriteReport& r, Visit&& visit) {
+  visit("bytes", r.bytes);
+  visit("writes", r.writes);
+}
+
 // Writes every byte the plan assigns to the participants of `bindings`
 // (host memory) into the partial files with positional writes; strided
 // fragments go through a gather window of staging_bytes. Participants may
@@ -290,6 +298,15 @@ struct HfImportReport {
   uint64_t bytes_read = 0;
 };
 
+// Every field of `r`, names sorted (see VisitFields above).
+template <typename Visit>
+void VisitFields(const HfImportReport& r, Visit&& visit) {
+  visit("bytes_read", r.bytes_read);
+  visit("fragments", r.fragments);
+  visit("manifest_key", r.manifest_key);
+  visit("tensors", r.tensors);
+}
+
 // Makes a committed, checksummed revision of the checkpoint, its tensors
 // described by HfLayout(config_json, TP1) (layer and expert ids, dtypes
 // from the checkpoint), each tensor stored as slabs read from its file one
@@ -307,6 +324,16 @@ struct HfExportReport {
   uint64_t writes = 0;
   uint64_t files = 0;
 };
+
+// Every field of `r`, names sorted (see VisitFields above).
+template <typename Visit>
+void VisitFields(const HfExportReport& r, Visit&& visit) {
+  visit("bytes", r.bytes);
+  visit("bytes_read", r.bytes_read);
+  visit("chunks_verified", r.chunks_verified);
+  visit("files", r.files);
+  visit("writes", r.writes);
+}
 
 // Writes a committed revision as a checkpoint in `dir` (as
 // CreateCheckpointFiles .. FinishCheckpoint), under a lease: every stored

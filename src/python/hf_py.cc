@@ -131,9 +131,7 @@ py::dict Write(const WeightPlacementManifest& placement, py::dict buffers,
     files = plan.files().size();
   }
   progress.Rethrow();
-  py::dict d;
-  d["bytes"] = r.bytes;
-  d["writes"] = r.writes;
+  py::dict d = DictOf(r);
   d["files"] = files;
   return d;
 }
@@ -190,8 +188,7 @@ void RegisterWriteSteps(py::module_& m) {
           r = Unwrap(
               WriteCheckpointFragments(plan, placement, bindings, dir, o));
         }
-        return py::dict(py::arg("bytes") = r.bytes,
-                        py::arg("writes") = r.writes);
+        return DictOf(r);
       },
       py::arg("plan"), py::arg("placement"), py::arg("buffers"),
       py::arg("out_dir"), py::kw_only(),
