@@ -112,13 +112,6 @@ Result<std::vector<WeightRuntimeBindingManifest>> BindStaging(
   return out;
 }
 
-FragmentMemory LookupOf(const std::unordered_map<std::string, void*>& map) {
-  return [&map](std::string_view id) -> void* {
-    auto it = map.find(std::string(id));
-    return it == map.end() ? nullptr : it->second;
-  };
-}
-
 }  // namespace
 
 }  // namespace reshard::internal
@@ -164,8 +157,8 @@ uint64_t ConversionStaging::staging_bytes() const {
 
 Status ConversionStaging::Apply(uint32_t threads) const {
   return internal::ApplyConversions(
-      *impl_->plan, internal::LookupOf(impl_->staging.by_fragment),
-      internal::LookupOf(impl_->memory.by_fragment),
+      *impl_->plan, internal::FragmentMemoryIn(impl_->staging.by_fragment),
+      internal::FragmentMemoryIn(impl_->memory.by_fragment),
       std::max<uint32_t>(1, threads));
 }
 

@@ -103,11 +103,8 @@ Result<WeightRuntimeBindingManifest> SourceQuantization::Impl::Bind(
         OwnedBindingFragment(f, c != nullptr ? 1 : 4, buffer, *like));
     fragments.push_back(std::move(made));
   }
-  return WeightRuntimeBindingManifest::Make(
-      {user_binding.resource_id(), placement.placement_id(), placement.digest(),
-       user_binding.instance_id(), user_binding.generation(),
-       user_binding.lease_id(), user_binding.revision(), p,
-       std::move(fragments)});
+  return internal::RebuiltBinding(user_binding, placement,
+                                  std::move(fragments));
 }
 
 SourceQuantization::SourceQuantization(std::unique_ptr<Impl> impl)
@@ -193,15 +190,9 @@ Status SourceQuantization::CheckQuantizesAll(
 Status SourceQuantization::Quantize(uint32_t threads) const {
   if (impl_->plan.empty() || impl_->user.empty()) return Status::OK();
   const auto t0 = std::chrono::steady_clock::now();
-  const auto lookup = [](const std::unordered_map<std::string, void*>& map) {
-    return [&map](std::string_view id) -> void* {
-      auto it = map.find(std::string(id));
-      return it == map.end() ? nullptr : it->second;
-    };
-  };
-  Status st = internal::ApplyConversions(impl_->plan, lookup(impl_->user),
-                                         lookup(impl_->wire),
-                                         std::max<uint32_t>(1, threads));
+  Status st = internal::ApplyConversions(
+      impl_->plan, internal::FragmentMemoryIn(impl_->user),
+      internal::FragmentMemoryIn(impl_->wire), std::max<uint32_t>(1, threads));
   impl_->seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();

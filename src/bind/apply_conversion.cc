@@ -121,6 +121,14 @@ std::vector<Job> CollectJobs(const ConversionPlan& plan,
 
 }  // namespace
 
+FragmentMemory FragmentMemoryIn(
+    const std::unordered_map<std::string, void*>& map) {
+  return [&map](std::string_view id) -> void* {
+    auto it = map.find(std::string(id));
+    return it == map.end() ? nullptr : it->second;
+  };
+}
+
 Status ApplyConversions(const ConversionPlan& plan,
                         const FragmentMemory& staging_of,
                         const FragmentMemory& target_of, uint32_t threads) {

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "reshard/conversion.h"
 #include "reshard/status.h"
@@ -17,6 +19,11 @@ namespace reshard::internal {
 // The host buffer of a fragment (contiguous, row-major), or nullptr when
 // this call does not hold it.
 using FragmentMemory = std::function<void*(std::string_view fragment_id)>;
+
+// `map`'s entry for a fragment id, or nullptr; `map` must outlive the
+// result.
+FragmentMemory FragmentMemoryIn(
+    const std::unordered_map<std::string, void*>& map);
 
 // Converts every target fragment of a converting tensor that `target_of`
 // holds, reading its staging fragment (and, dequantizing, its staging scale

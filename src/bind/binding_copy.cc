@@ -47,4 +47,14 @@ Result<RuntimeBindingFragment> OwnedBindingFragment(
        f.local_shape(), strides.value_or(Dims{}), at, f.nbytes(), 0, nullptr});
 }
 
+Result<WeightRuntimeBindingManifest> RebuiltBinding(
+    const WeightRuntimeBindingManifest& like,
+    const WeightPlacementManifest& placement,
+    std::vector<RuntimeBindingFragment> fragments) {
+  return WeightRuntimeBindingManifest::Make(
+      {like.resource_id(), placement.placement_id(), placement.digest(),
+       like.instance_id(), like.generation(), like.lease_id(), like.revision(),
+       like.participant_id(), std::move(fragments)});
+}
+
 }  // namespace reshard::internal

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "reshard/binding.h"
 #include "reshard/placement.h"
@@ -28,6 +29,13 @@ Status RequireContiguousHost(const RuntimeBindingFragment& f,
 Result<RuntimeBindingFragment> OwnedBindingFragment(
     const PlacementFragment& f, int64_t itemsize, void* address,
     const RuntimeBindingFragment& like);
+
+// A binding of `placement` with `like`'s header (resource, instance,
+// generation, lease, revision, participant) and `fragments`.
+Result<WeightRuntimeBindingManifest> RebuiltBinding(
+    const WeightRuntimeBindingManifest& like,
+    const WeightPlacementManifest& placement,
+    std::vector<RuntimeBindingFragment> fragments);
 
 }  // namespace reshard::internal
 

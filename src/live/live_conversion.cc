@@ -9,27 +9,6 @@
 #include "bind/binding_copy.h"
 
 namespace reshard::live_internal {
-namespace {
-
-Result<WeightRuntimeBindingManifest> Rebuilt(
-    const WeightRuntimeBindingManifest& user,
-    const WeightPlacementManifest& placement,
-    std::vector<RuntimeBindingFragment> fragments) {
-  return WeightRuntimeBindingManifest::Make(
-      {user.resource_id(), placement.placement_id(), placement.digest(),
-       user.instance_id(), user.generation(), user.lease_id(), user.revision(),
-       user.participant_id(), std::move(fragments)});
-}
-
-internal::FragmentMemory LookupOf(
-    const std::unordered_map<std::string, void*>& map) {
-  return [&map](std::string_view id) -> void* {
-    auto it = map.find(std::string(id));
-    return it == map.end() ? nullptr : it->second;
-  };
-}
-
-}  // namespace
 
 Result<std::unique_ptr<LiveConversion>> LiveConversion::Make(
     const WeightPlacementManifest& source,
@@ -121,15 +100,15 @@ Result<WeightRuntimeBindingManifest> LiveConversion::TranslateTarget(
       fragments.push_back(std::move(made));
     }
   }
-  return Rebuilt(user, staging, std::move(fragments));
+  return internal::RebuiltBinding(user, staging, std::move(fragments));
 }
 
 Status LiveConversion::Apply(uint32_t threads) const {
   if (target_plan_.empty() || user_targets_.empty()) return Status::OK();
   const auto t0 = std::chrono::steady_clock::now();
-  Status st =
-      internal::ApplyConversions(target_plan_, LookupOf(staged_targets_),
-                                 LookupOf(user_targets_), threads);
+  Status st = internal::ApplyConversions(
+      target_plan_, internal::FragmentMemoryIn(staged_targets_),
+      internal::FragmentMemoryIn(user_targets_), threads);
   apply_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();

@@ -53,12 +53,8 @@ Result<Bindings> PlainBindings(const ConversionPlan& plan,
       fragments.push_back(std::move(made));
     }
     if (fragments.empty()) continue;
-    RESHARD_ASSIGN_OR_RETURN(
-        auto made,
-        WeightRuntimeBindingManifest::Make(
-            {b.resource_id(), part.placement_id(), part.digest(),
-             b.instance_id(), b.generation(), b.lease_id(), b.revision(),
-             b.participant_id(), std::move(fragments)}));
+    RESHARD_ASSIGN_OR_RETURN(auto made,
+                             RebuiltBinding(b, part, std::move(fragments)));
     out.push_back(std::move(made));
   }
   return out;
@@ -140,8 +136,8 @@ class GroupLoad {
         targets[id] = address;
       }
     }
-    return ApplyConversions(plan_, LookupOf(staged), LookupOf(targets),
-                            std::max(1u, threads));
+    return ApplyConversions(plan_, FragmentMemoryIn(staged),
+                            FragmentMemoryIn(targets), std::max(1u, threads));
   }
 
  private:
@@ -154,13 +150,6 @@ class GroupLoad {
       }
     }
     return kNone;
-  }
-  static FragmentMemory LookupOf(
-      const std::unordered_map<std::string, void*>& map) {
-    return [&map](std::string_view id) -> void* {
-      auto it = map.find(std::string(id));
-      return it == map.end() ? nullptr : it->second;
-    };
   }
 
   const ConversionPlan& plan_;
