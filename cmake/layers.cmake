@@ -9,7 +9,8 @@
 #     [DEPENDS <layer>...]            the layers below it that it uses
 #     [PUBLIC_LIBS <target>...]       third-party, seen by callers too
 #     [PRIVATE_LIBS <target>...]      third-party, its sources only
-#     [BACKEND]                       registers store/rendezvous schemes
+#     [BACKEND]                       registers itself (store schemes,
+#                                     peer exchanges); no layer depends on it
 #     [NO_INSTALL])                   built for tools and tests only
 #
 # defines the target reshard_<name> (alias reshard::<name>, file
@@ -20,8 +21,9 @@
 # of the layers it links (transitively) and no other: an upward or sideways
 # include is "file not found" at compile time (tests/layering/).
 #
-# A BACKEND layer registers its URI schemes from static initialisers
-# (backend_registry.h) and nothing calls into it by name, so the umbrella
+# A BACKEND layer registers itself from static initialisers (URI schemes
+# in backend_registry.h, peer exchanges in live/exchange/peer_exchange.h)
+# and nothing calls into it by name, so the umbrella
 # links it whole (WHOLE_ARCHIVE): a linker would otherwise drop it.
 #
 # Every header of include/reshard/ must belong to exactly one installed

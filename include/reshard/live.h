@@ -81,6 +81,11 @@ struct LiveSessionOptions {
   // Send (or get) operations in flight per rank.
   uint32_t max_in_flight = 64;
   LiveProtocol protocol = LiveProtocol::kAuto;
+  // The peer exchange that moves the bytes between ranks, by registered
+  // name: "ucx" (between processes and hosts; settings in `ucx`) or
+  // "inproc" (every rank a thread of one process: tests of the session's
+  // protocol without UCX). Every rank of a session names the same.
+  std::string exchange = "ucx";
   UcxOptions ucx;
   // The bindings current right before execution (the fence); when empty,
   // the published ones are taken as current.

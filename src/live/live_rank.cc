@@ -26,6 +26,12 @@ Status ValidateOptions(const LiveSessionOptions& o) {
                                    std::to_string(o.rank) + " is not below " +
                                    std::to_string(o.ranks) + " ranks");
   }
+  if (!internal::PeerExchangeRegistered(o.exchange)) {
+    // The error lists the registered exchanges.
+    return internal::MakePeerExchange(o.exchange, {})
+        .status()
+        .WithContext("live session");
+  }
   if (o.max_in_flight == 0) {
     return Status::InvalidArgument("live session: max_in_flight is 0");
   }

@@ -19,8 +19,7 @@
 
 #include "bind/binding_copy.h"
 #include "bind/row_walker.h"
-#include "exec/ucx/ucx_exchange.h"
-#include "exec/ucx/ucx_handles.h"
+#include "live/exchange/peer_exchange.h"
 #include "live/heartbeat.h"
 #include "live/live_records.h"
 #include "reshard/bound_plan.h"
@@ -33,7 +32,6 @@ namespace reshard::live_internal {
 
 using Clock = std::chrono::steady_clock;
 using internal::RemoteRange;
-using internal::UcxEndpoint;
 
 // One rank's view of the session's records.
 class Session {
@@ -244,9 +242,9 @@ void Replace(const std::vector<WeightRuntimeBindingManifest>& now,
 // One rank's run of a session, in the lifecycle steps of
 // include/reshard/live.h: RefuseRejoin, then Publish, PlanAndBind, Fence,
 // Connect, Exchange, Complete, Barrier and Ready; Abort records a failure
-// of any of them for the other ranks. Owns this rank's UCX resources: a
-// successful run releases them, a failed one abandons them (see
-// UcxWorker::Abandon) rather than progressing or tearing them down.
+// of any of them for the other ranks. Owns this rank's peer exchange
+// (peer_exchange.h): a successful run releases it, a failed one abandons
+// it rather than progressing or tearing it down.
 class LiveRank {
  public:
   LiveRank(RecordStore& store, const WeightPlacementManifest& source,
@@ -264,15 +262,7 @@ class LiveRank {
 
   ~LiveRank() {
     if (heartbeat_) heartbeat_->Stop(/*remove=*/false);
-    if (succeeded_) {
-      rkeys_.clear();  // before their endpoints
-      return;
-    }
-    for (auto& k : rkeys_) k->Abandon();
-    for (auto& m : mems_) m->Abandon();
-    for (auto& [r, ep] : peers_) ep->Abandon();
-    if (worker_) worker_->Abandon();
-    if (context_) context_->Abandon();
+    if (!succeeded_ && exchange_) exchange_->Abandon();
   }
 
   // A rank joins a session once: records of its own from an earlier run
@@ -313,7 +303,7 @@ class LiveRank {
         records_.Key("opened"), internal::EncodeMarkerRecord(options_.rank)));
     RESHARD_RETURN_NOT_OK(
         records_.WaitForAll("opened", Deadline(), [&]() -> Status {
-          worker_->ProgressOrWait(std::chrono::microseconds(200));
+          exchange_->Progress(std::chrono::microseconds(200));
           return Status::OK();
         }));
     succeeded_ = true;  // resources are in a clean state
@@ -385,7 +375,8 @@ class LiveRank {
     RESHARD_ASSIGN_OR_RETURN(
         auto bound, BoundTransferPlan::Bind(*plan_, source_, world_.sources,
                                             target_, world_.targets));
-    RESHARD_RETURN_NOT_OK(bound.RequireMemoryKinds({MemoryKind::kHost}, "ucx"));
+    RESHARD_RETURN_NOT_OK(
+        bound.RequireMemoryKinds({MemoryKind::kHost}, options_.exchange));
     ops_.clear();
     local_.clear();
     batches_.clear();
@@ -433,12 +424,10 @@ class LiveRank {
   // 1. Publish: bindings, the worker's address, the remote keys (pull),
   //    then the rank record (the marker the others wait for).
   Status Publish() {
-    RESHARD_ASSIGN_OR_RETURN(auto context,
-                             internal::UcxContext::Make(options_.ucx));
-    context_.emplace(std::move(context));
-    RESHARD_ASSIGN_OR_RETURN(auto worker, internal::UcxWorker::Make(*context_));
-    worker_.emplace(std::move(worker));
-    RESHARD_ASSIGN_OR_RETURN(std::string address, worker_->Address());
+    RESHARD_ASSIGN_OR_RETURN(
+        exchange_, internal::MakePeerExchange(options_.exchange,
+                                              {options_.rank, options_.ucx}));
+    RESHARD_ASSIGN_OR_RETURN(std::string address, exchange_->Address());
     for (size_t i = 0; i < bindings_.sources.size(); ++i) {
       RESHARD_RETURN_NOT_OK(records_.Put(
           records_.Key("bindings") + "/source-" + std::to_string(i),
@@ -476,18 +465,15 @@ class LiveRank {
   // Pull (possibly, under kAuto): registers every source fragment and
   // publishes the keys.
   Status RegisterSources() {
+    std::vector<RemoteRange> ranges;
     for (const auto& b : bindings_.sources) {
       for (const auto& f : b.fragments()) {
+        const uint64_t length = std::max<uint64_t>(f.nbytes(), 1);
         RESHARD_ASSIGN_OR_RETURN(
-            auto m, internal::UcxMemory::Map(
-                        *context_, reinterpret_cast<void*>(f.address()),
-                        std::max<uint64_t>(f.nbytes(), 1)));
-        mems_.push_back(std::move(m));
+            std::string key, exchange_->RegisterMemory(
+                                 reinterpret_cast<void*>(f.address()), length));
+        ranges.push_back({f.address(), length, std::move(key)});
       }
-    }
-    std::vector<RemoteRange> ranges;
-    for (const auto& m : mems_) {
-      ranges.push_back({m->address(), m->length(), m->packed_key()});
     }
     return records_.Put(records_.Key("rkeys"), internal::EncodeRemoteKeysRecord(
                                                    options_.rank, ranges));
@@ -522,7 +508,7 @@ class LiveRank {
     bound_.emplace(std::move(bound));
     // Host memory only, on every rank alike: a device pointer is never
     // handed to UCX as host memory.
-    return bound_->RequireMemoryKinds({MemoryKind::kHost}, "ucx");
+    return bound_->RequireMemoryKinds({MemoryKind::kHost}, options_.exchange);
   }
 
   // The generation and lease recheck of this rank's own participants,
@@ -613,11 +599,8 @@ class LiveRank {
     for (const BoundRegion& br : bound_->regions()) {
       RESHARD_RETURN_NOT_OK(TakeShareOf(br));
     }
-    std::vector<UcxEndpoint*> endpoints;
-    for (auto& [r, ep] : peers_) endpoints.push_back(ep.get());
     RESHARD_RETURN_NOT_OK(
-        internal::WireUp(*worker_, endpoints, Deadline(),
-                         [&] { return records_.CheckPeers(); }));
+        exchange_->WireUp(Deadline(), [&] { return records_.CheckPeers(); }));
     // Plan, bind, fence and connect; not the wait for the others to publish.
     report_.plan_seconds = Seconds(start_) - waited_seconds_;
     return Status::OK();
@@ -646,15 +629,15 @@ class LiveRank {
     if (from == options_.rank && to == options_.rank) {
       local_.push_back(&br);
     } else if (from == options_.rank) {
-      RESHARD_ASSIGN_OR_RETURN(auto* ep, Peer(to));
-      if (!pulled) AddMessage(br, ep, to, Kind::kSend, small);
+      RESHARD_RETURN_NOT_OK(Peer(to));
+      if (!pulled) AddMessage(br, to, Kind::kSend, small);
     } else if (to == options_.rank) {
-      RESHARD_ASSIGN_OR_RETURN(auto* ep, Peer(from));
+      RESHARD_RETURN_NOT_OK(Peer(from));
       if (!pulled) {
-        AddMessage(br, ep, from, Kind::kReceive, small);
+        AddMessage(br, from, Kind::kReceive, small);
       } else {
-        RESHARD_ASSIGN_OR_RETURN(ucp_rkey_h key, RemoteKey(from, ep, br));
-        ops_.push_back({&br, {}, ep, Kind::kGet, key});
+        RESHARD_ASSIGN_OR_RETURN(uint64_t key, RemoteKey(from, br));
+        ops_.push_back({&br, {}, from, Kind::kGet, key});
       }
     }
     return Status::OK();
@@ -662,10 +645,10 @@ class LiveRank {
 
   // A message of its own, or a place in the peer's open batch of small
   // regions (a new batch once it would exceed kMaxCoalescedBytes).
-  void AddMessage(const BoundRegion& br, internal::UcxEndpoint* ep,
-                  uint32_t peer, internal::ExchangeOp::Kind kind, bool small) {
+  void AddMessage(const BoundRegion& br, uint32_t peer,
+                  internal::ExchangeOp::Kind kind, bool small) {
     if (!small) {
-      ops_.push_back({&br, {}, ep, kind});
+      ops_.push_back({&br, {}, peer, kind});
       return;
     }
     const auto key = std::make_pair(peer, static_cast<int>(kind));
@@ -677,24 +660,17 @@ class LiveRank {
       return;
     }
     batches_[key] = {ops_.size(), br.bytes};
-    ops_.push_back({&br, {}, ep, kind});
+    ops_.push_back({&br, {}, peer, kind});
   }
 
-  // The endpoint to rank `r`, connected on first use.
-  Result<UcxEndpoint*> Peer(uint32_t r) {
-    auto it = peers_.find(r);
-    if (it != peers_.end()) return it->second.get();
-    RESHARD_ASSIGN_OR_RETURN(
-        auto ep,
-        UcxEndpoint::Connect(*worker_, world_.addresses[r], RankName(r, world_),
-                             internal::ResolveErrorHandling(options_.ucx)));
-    return peers_.emplace(r, std::move(ep)).first->second.get();
+  // Connects to rank `r` on first use.
+  Status Peer(uint32_t r) {
+    return exchange_->Connect(r, world_.addresses[r], RankName(r, world_));
   }
 
   // Pull: rank `r`'s key for the registered range holding `br`'s source,
   // read from its record once and unpacked once per range.
-  Result<ucp_rkey_h> RemoteKey(uint32_t r, UcxEndpoint* ep,
-                               const BoundRegion& br) {
+  Result<uint64_t> RemoteKey(uint32_t r, const BoundRegion& br) {
     auto it = ranges_.find(r);
     if (it == ranges_.end()) {
       const std::string key = records_.Key("rkeys", r);
@@ -715,12 +691,11 @@ class LiveRank {
                                      " published no remote key for its source");
     }
     const size_t index = static_cast<size_t>(std::prev(at) - list.begin());
-    auto [u, fresh] = unpacked_.emplace(std::make_pair(r, index), nullptr);
-    if (fresh) {
+    auto u = unpacked_.find(std::make_pair(r, index));
+    if (u == unpacked_.end()) {
       RESHARD_ASSIGN_OR_RETURN(
-          auto key, internal::UcxRemoteKey::Unpack(*ep, list[index].packed));
-      u->second = key->get();
-      rkeys_.push_back(std::move(key));
+          uint64_t key, exchange_->ImportRemoteKey(r, list[index].packed));
+      u = unpacked_.emplace(std::make_pair(r, index), key).first;
     }
     return u->second;
   }
@@ -741,7 +716,7 @@ class LiveRank {
     }
     report_.local_operations = local_.size();
     internal::ExchangeStats stats;
-    Status exchanged = internal::RunUcxExchange(*worker_, ops_, xo, &stats);
+    Status exchanged = exchange_->Run(ops_, xo, &stats);
     abandoned_in_flight_ = stats.abandoned_in_flight;
     RESHARD_RETURN_NOT_OK(exchanged);
     uint64_t regions_in = 0;
@@ -773,10 +748,8 @@ class LiveRank {
     const auto t0 = Clock::now();
     Status all =
         records_.WaitForAll(scope_ + "fenced", Deadline(), [&]() -> Status {
-          for (const auto& [r, ep] : peers_) {
-            if (!ep->failure().ok()) return ep->failure();
-          }
-          worker_->ProgressOrWait(std::chrono::microseconds(200));
+          RESHARD_RETURN_NOT_OK(exchange_->PeerFailure());
+          exchange_->Progress(std::chrono::microseconds(200));
           return Status::OK();
         });
     report_.arrival_seconds = Seconds(t0);
@@ -856,7 +829,7 @@ class LiveRank {
         }
         continue;
       }
-      worker_->ProgressOrWait(sleep);
+      exchange_->Progress(sleep);
       sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
     }
   }
@@ -930,18 +903,14 @@ class LiveRank {
   std::vector<WeightRuntimeBindingManifest> serving_;
   std::map<std::string, std::unique_ptr<uint8_t[]>> shadows_;
   std::vector<ShadowCopy> flips_;
-  // UCX resources, released in reverse order (keys before endpoints).
-  std::optional<internal::UcxContext> context_;
-  std::optional<internal::UcxWorker> worker_;
-  std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers_;
-  std::vector<std::unique_ptr<internal::UcxMemory>> mems_;
-  std::vector<std::unique_ptr<internal::UcxRemoteKey>> rkeys_;
+  std::unique_ptr<internal::PeerExchange> exchange_;
   // The plan and this rank's share of it.
   std::optional<LogicalTransferPlan> plan_;
   std::optional<BoundTransferPlan> bound_;
   World world_;
   std::map<uint32_t, std::vector<RemoteRange>> ranges_;  // pull, by rank
-  std::map<std::pair<uint32_t, size_t>, ucp_rkey_h> unpacked_;
+  // Pull: imported keys by (rank, index of its range).
+  std::map<std::pair<uint32_t, size_t>, uint64_t> unpacked_;
   std::vector<internal::ExchangeOp> ops_;
   std::vector<const BoundRegion*> local_;
   // Open batch of small regions per (peer, direction): op index, bytes.

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "exec/ucx/ucx_exchange.h"
+#include "live/exchange/peer_exchange.h"
 #include "live/live_records.h"
 #include "reshard/binding.h"
 #include "reshard/fs_store.h"

@@ -1,6 +1,6 @@
-// RunUcxSelfTest: fork one process per rank (or run one given rank), each
-// with only its own participants' buffers, and collect their reports from
-// the rendezvous.
+// RunLiveSelfTest: fork one process per rank (or run one given rank; over
+// the in-process exchange, one thread per rank), each with only its own
+// participants' buffers, and collect their reports from the rendezvous.
 
 #include "selftest/live_selftest.h"
 
@@ -193,6 +193,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   lo.timeout = options.timeout;
   lo.max_in_flight = options.max_in_flight;
   lo.protocol = options.protocol;
+  lo.exchange = options.transport == "inproc" ? "inproc" : "ucx";
   lo.ucx = options.ucx;
   lo.convert = options.convert;
   lo.fp8_block = options.fp8_block;
@@ -332,6 +333,14 @@ Status CheckLaunch(const WeightPlacementManifest& source,
                                    " is not below --procs " +
                                    std::to_string(procs));
   }
+  if (options.transport == "inproc" &&
+      (options.rank || options.fault == SelfTestFault::kKillSource ||
+       options.fault == SelfTestFault::kKillTarget ||
+       options.fault == SelfTestFault::kKillBetweenUpdates)) {
+    return Status::InvalidArgument(
+        "the inproc transport runs every rank as a thread of one process: "
+        "it cannot run a single --rank or kill a rank (use ucx)");
+  }
   if (options.rank && options.rendezvous.empty()) {
     return Status::InvalidArgument(
         "--rank needs --rendezvous DIR shared by every rank");
@@ -435,6 +444,27 @@ Result<std::vector<pid_t>> LaunchRanks(const WeightPlacementManifest& source,
     pids[r] = pid;
   }
   return pids;
+}
+
+// Runs every rank as a thread of this process (the in-process exchange);
+// each writes its report record. Returns, per rank, "" or how it failed.
+std::vector<std::string> RunRankThreads(const WeightPlacementManifest& source,
+                                        const WeightPlacementManifest& target,
+                                        const SelfTestOptions& options,
+                                        RecordStore& store,
+                                        const std::string& session) {
+  const uint32_t procs = options.procs;
+  std::vector<std::string> exits(procs);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < procs; ++r) {
+    threads.emplace_back([&, r] {
+      auto report = RunRank(source, target, options, store, session, procs, r);
+      const Status put = store.Put(ReportKey(session, r), ReportOf(r, report));
+      if (!report.ok() || !put.ok()) exits[r] = "failed";
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return exits;
 }
 
 // Waits for every rank; a rank that dies without a report gets an abort
@@ -607,9 +637,9 @@ void CompleteReport(const LogicalTransferPlan& plan, double plan_seconds,
 
 }  // namespace
 
-Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
-                                      const WeightPlacementManifest& target,
-                                      const SelfTestOptions& options) {
+Result<SelfTestReport> RunLiveSelfTest(const WeightPlacementManifest& source,
+                                       const WeightPlacementManifest& target,
+                                       const SelfTestOptions& options) {
   RESHARD_RETURN_NOT_OK(CheckLaunch(source, target, options));
   // Plan once here: invalid inputs fail before any process starts.
   const auto t0 = Clock::now();
@@ -626,11 +656,16 @@ Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
     return report;
   }
   RESHARD_RETURN_NOT_OK(RefuseUsedSession(*store, session, dir->path()));
-  RESHARD_ASSIGN_OR_RETURN(
-      std::vector<pid_t> pids,
-      LaunchRanks(source, target, options, *store, session));
-  const std::vector<std::string> exits =
-      ReapRanks(std::move(pids), *store, session, LaunchDeadline(options));
+  std::vector<std::string> exits;
+  if (options.transport == "inproc") {
+    exits = RunRankThreads(source, target, options, *store, session);
+  } else {
+    RESHARD_ASSIGN_OR_RETURN(
+        std::vector<pid_t> pids,
+        LaunchRanks(source, target, options, *store, session));
+    exits =
+        ReapRanks(std::move(pids), *store, session, LaunchDeadline(options));
+  }
   RESHARD_ASSIGN_OR_RETURN(SelfTestReport total,
                            CollectReports(*store, session, exits));
   CompleteReport(plan, plan_seconds, options, &total);

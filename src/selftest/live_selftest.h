@@ -20,7 +20,7 @@ inline constexpr uint32_t kMaxSelfTestProcs = 64;
 // the timeout at every stage). Saturates instead of overflowing.
 std::chrono::milliseconds LaunchDeadline(const SelfTestOptions& options);
 
-Result<SelfTestReport> RunUcxSelfTest(const WeightPlacementManifest& source,
+Result<SelfTestReport> RunLiveSelfTest(const WeightPlacementManifest& source,
                                       const WeightPlacementManifest& target,
                                       const SelfTestOptions& options);
 

@@ -114,8 +114,8 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
   if (!options.via_store.empty()) {
     return internal::RunStoreSelfTest(source, target, options);
   }
-  if (options.transport == "ucx") {
-    return internal::RunUcxSelfTest(source, target, options);
+  if (options.transport == "ucx" || options.transport == "inproc") {
+    return internal::RunLiveSelfTest(source, target, options);
   }
   if (options.transport != "local") {
     return Status::Unimplemented("transport \"" + options.transport +

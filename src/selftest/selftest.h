@@ -33,7 +33,10 @@ enum class SelfTestFault : uint8_t {
 };
 
 struct SelfTestOptions {
-  // "local" (one process) or "ucx" (`procs` processes).
+  // "local" (one process), "ucx" (`procs` processes) or "inproc" (`procs`
+  // ranks as threads of this process, over the in-process peer exchange:
+  // the live session without UCX; no --rank, no killed ranks). What this
+  // header says of ucx holds for inproc too.
   std::string transport = "local";
   uint32_t threads = 1;
   // ucx: number of processes. Sources go to the first half of the ranks,

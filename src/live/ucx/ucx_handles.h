@@ -2,8 +2,8 @@
 // releases its handle exactly once; an endpoint records its peer's failure
 // (reported by UCX's error handler) so that the executor can fail closed.
 
-#ifndef RESHARD_EXEC_UCX_UCX_HANDLES_H_
-#define RESHARD_EXEC_UCX_UCX_HANDLES_H_
+#ifndef RESHARD_LIVE_UCX_UCX_HANDLES_H_
+#define RESHARD_LIVE_UCX_UCX_HANDLES_H_
 
 #include <ucp/api/ucp.h>
 
@@ -163,4 +163,4 @@ class UcxRemoteKey {
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_EXEC_UCX_UCX_HANDLES_H_
+#endif  // RESHARD_LIVE_UCX_UCX_HANDLES_H_

@@ -1,47 +1,15 @@
-#include "exec/ucx/ucx_exchange.h"
+#include "live/ucx/ucx_exchange.h"
 
 #include <algorithm>
 #include <memory>
 
 #include "bind/row_walker.h"
-#include "bind/strided_stream.h"
+#include "live/exchange/side_stream.h"
 
 namespace reshard::internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// One side of an operation as one byte stream: its regions' streams
-// concatenated (a single region for most operations).
-struct SideStream {
-  std::vector<StridedSide> sides;
-  std::vector<uint64_t> starts;  // stream offset of each side
-  uint64_t total_bytes = 0;
-
-  void Add(StridedSide side) {
-    starts.push_back(total_bytes);
-    total_bytes += side.total_bytes;
-    sides.push_back(std::move(side));
-  }
-  bool contiguous() const { return sides.size() == 1 && sides[0].contiguous(); }
-
-  // Calls fn(side, offset within it, stream position, length) for each
-  // piece of stream bytes [offset, offset + length).
-  template <typename Fn>
-  void ForEachPiece(uint64_t offset, uint64_t length, Fn&& fn) const {
-    size_t i = static_cast<size_t>(
-        std::upper_bound(starts.begin(), starts.end(), offset) -
-        starts.begin() - 1);
-    uint64_t done = 0;
-    while (done < length && i < sides.size()) {
-      const uint64_t at = offset + done - starts[i];
-      const uint64_t n = std::min(length - done, sides[i].total_bytes - at);
-      if (n > 0) fn(sides[i], at, done, n);
-      done += n;
-      ++i;
-    }
-  }
-};
 
 // Per-operation state; the stream must outlive the UCX request.
 struct OpState {
@@ -71,24 +39,14 @@ size_t Pack(void* state, size_t offset, void* dest, size_t max_length) {
   if (offset >= stream->total_bytes) return 0;
   const uint64_t n =
       std::min<uint64_t>(max_length, stream->total_bytes - offset);
-  auto* out = static_cast<uint8_t*>(dest);
-  stream->ForEachPiece(
-      offset, n,
-      [&](const StridedSide& side, uint64_t at, uint64_t pos, uint64_t len) {
-        PackStream(side, at, out + pos, len);
-      });
+  stream->Pack(offset, n, static_cast<uint8_t*>(dest));
   return n;
 }
 ucs_status_t Unpack(void* state, size_t offset, const void* src,
                     size_t length) {
   const auto* stream = static_cast<const SideStream*>(state);
   if (offset + length > stream->total_bytes) return UCS_ERR_MESSAGE_TRUNCATED;
-  const auto* in = static_cast<const uint8_t*>(src);
-  stream->ForEachPiece(
-      offset, length,
-      [&](const StridedSide& side, uint64_t at, uint64_t pos, uint64_t len) {
-        UnpackStream(side, at, in + pos, len);
-      });
+  stream->Unpack(offset, length, static_cast<const uint8_t*>(src));
   return UCS_OK;
 }
 void Finish(void*) {}
@@ -145,20 +103,6 @@ class GenericDatatype {
   ucs_status_t status_;
 };
 
-std::string Describe(const ExchangeOp& op) {
-  const bool send = op.kind == ExchangeOp::Kind::kSend;
-  const char* verb = send                                    ? "sending"
-                     : op.kind == ExchangeOp::Kind::kReceive ? "receiving"
-                                                             : "reading";
-  std::string regions = " region " + std::to_string(op.region->region);
-  if (!op.more.empty()) {
-    regions += " (and " + std::to_string(op.more.size()) +
-               " more coalesced into one message)";
-  }
-  return std::string(verb) + regions + (send ? " to " : " from ") +
-         op.peer->peer_name();
-}
-
 void OnFlush(void*, ucs_status_t status, void* user_data) {
   auto* op = static_cast<OpState*>(user_data);
   op->status = status;
@@ -166,18 +110,6 @@ void OnFlush(void*, ucs_status_t status, void* user_data) {
 }
 
 }  // namespace
-
-uint64_t ExchangeOp::bytes() const {
-  uint64_t total = region->bytes;
-  for (const BoundRegion* r : more) total += r->bytes;
-  return total;
-}
-
-bool PulledRegion(const BoundRegion& region) {
-  return (StridedSide::Source(region).contiguous() &&
-          StridedSide::Target(region).contiguous()) ||
-         region.inner_bytes >= kMinPulledRow;
-}
 
 Status WireUp(UcxWorker& worker, const std::vector<UcxEndpoint*>& peers,
               std::chrono::steady_clock::time_point deadline,
@@ -245,9 +177,11 @@ namespace {
 // at most `max_in_flight` in flight.
 class Exchange {
  public:
-  Exchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
-           const ExchangeOptions& options, ExchangeStats* stats)
+  Exchange(UcxWorker& worker, const UcxEndpointsByRank& endpoints,
+           const std::vector<ExchangeOp>& ops, const ExchangeOptions& options,
+           ExchangeStats* stats)
       : worker_(worker),
+        endpoints_(endpoints),
         ops_(ops),
         options_(options),
         stats_(stats != nullptr ? stats : &unused_stats_),
@@ -283,16 +217,14 @@ class Exchange {
       state_[i] = std::make_unique<OpState>();
       state_[i]->index = i;
       state_[i]->completed = completed_.get();
-      auto side_of = [&](const BoundRegion& r) {
-        return (op.kind == ExchangeOp::Kind::kSend ? StridedSide::Source(r)
-                                                   : StridedSide::Target(r))
-            .Merged();
-      };
-      state_[i]->stream.Add(side_of(*op.region));
-      for (const BoundRegion* r : op.more) state_[i]->stream.Add(side_of(*r));
+      if (op.peer >= endpoints_.size() || endpoints_[op.peer] == nullptr) {
+        return Status::Internal("exchange operation names unconnected rank " +
+                                std::to_string(op.peer));
+      }
+      state_[i]->stream = SideStream::Of(op);
       if (!op.more.empty()) stats_->coalesced_regions += op.more.size() + 1;
-      if (std::find(peers_.begin(), peers_.end(), op.peer) == peers_.end()) {
-        peers_.push_back(op.peer);
+      if (std::find(peers_.begin(), peers_.end(), Ep(op)) == peers_.end()) {
+        peers_.push_back(Ep(op));
       }
     }
     return Status::OK();
@@ -349,7 +281,7 @@ class Exchange {
     const bool send = op.kind == ExchangeOp::Kind::kSend;
     if (send) {
       param.cb.send = &OnSend;
-      req = ucp_tag_send_nbx(op.peer->get(), buffer, count, tag, &param);
+      req = ucp_tag_send_nbx(Ep(op)->get(), buffer, count, tag, &param);
     } else {
       param.cb.recv = &OnRecv;
       req = ucp_tag_recv_nbx(worker_.get(), buffer, count, tag, ~ucp_tag_t{0},
@@ -402,7 +334,8 @@ class Exchange {
     param.cb.send = &OnGetPart;
     param.user_data = &s;
     void* req =
-        ucp_get_nbx(op.peer->get(), local, bytes, remote, op.rkey, &param);
+        ucp_get_nbx(Ep(op)->get(), local, bytes, remote,
+                    reinterpret_cast<ucp_rkey_h>(op.remote_key), &param);
     ++stats_->gets;
     if (UCS_PTR_IS_PTR(req)) return;
     if (UCS_PTR_IS_ERR(req) && s.status == UCS_OK) {
@@ -432,7 +365,7 @@ class Exchange {
     }
     if (s.status != UCS_OK) {
       if (failure_.ok()) {
-        Status peer = op.peer->failure();
+        Status peer = Ep(op)->failure();
         failure_ = !peer.ok() ? peer.WithContext(Describe(op))
                               : FromUcs(s.status, Describe(op));
       }
@@ -504,6 +437,7 @@ class Exchange {
   }
 
   UcxWorker& worker_;
+  const UcxEndpointsByRank& endpoints_;
   const std::vector<ExchangeOp>& ops_;
   const ExchangeOptions& options_;
   ExchangeStats unused_stats_;
@@ -512,6 +446,11 @@ class Exchange {
   std::unique_ptr<GenericDatatype> generic_;
   std::unique_ptr<std::vector<size_t>> completed_;
   std::vector<std::unique_ptr<OpState>> state_;
+  UcxEndpoint* Ep(const ExchangeOp& op) const { return endpoints_[op.peer]; }
+  std::string Describe(const ExchangeOp& op) const {
+    return DescribeExchangeOp(op, Ep(op)->peer_name());
+  }
+
   std::vector<UcxEndpoint*> peers_;
   std::vector<size_t> initiated_;  // sends and gets, in posting order
   size_t next_initiated_ = 0;
@@ -525,9 +464,10 @@ class Exchange {
 
 }  // namespace
 
-Status RunUcxExchange(UcxWorker& worker, const std::vector<ExchangeOp>& ops,
+Status RunUcxExchange(UcxWorker& worker, const UcxEndpointsByRank& endpoints,
+                      const std::vector<ExchangeOp>& ops,
                       const ExchangeOptions& options, ExchangeStats* stats) {
-  return Exchange(worker, ops, options, stats).Run();
+  return Exchange(worker, endpoints, ops, options, stats).Run();
 }
 
 }  // namespace reshard::internal

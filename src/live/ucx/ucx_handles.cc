@@ -1,4 +1,4 @@
-#include "exec/ucx/ucx_handles.h"
+#include "live/ucx/ucx_handles.h"
 
 #include <poll.h>
 

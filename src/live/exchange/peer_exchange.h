@@ -1,0 +1,172 @@
+// The peer exchange: how a live session's ranks reach each other (connect,
+// register memory, exchange a bound plan's regions, abandon on failure).
+// The session (src/live/) speaks only this interface; an implementation
+// lives in a folder of its own (UCX in src/live/ucx/, an in-process one for
+// tests in src/live/inproc/) and registers itself by name, so a new
+// wire between processes touches neither the session nor its records.
+//
+// Contract for implementations:
+//  - One exchange serves one rank of one session and is used from one
+//    thread. Address() is what the others connect to (published in the
+//    rank's address record); peers are named by rank.
+//  - Run() moves every operation of `ops` or fails with the first error,
+//    naming the region and the peer. On failure it may leave operations
+//    in flight (counted in ExchangeStats::abandoned_in_flight): their
+//    buffers must be treated as in use, and the owner calls Abandon()
+//    instead of destroying resources normally.
+//  - A kSend and the matching kReceive list the same regions in the same
+//    order; the message is their byte streams concatenated.
+
+#ifndef RESHARD_LIVE_EXCHANGE_PEER_EXCHANGE_H_
+#define RESHARD_LIVE_EXCHANGE_PEER_EXCHANGE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "reshard/bound_plan.h"
+#include "reshard/status.h"
+#include "reshard/ucx_options.h"
+
+namespace reshard::internal {
+
+struct ExchangeOp {
+  enum class Kind : uint8_t {
+    kSend,     // send the source side to the peer (push)
+    kReceive,  // receive into the target side
+    kGet,      // read the peer's source side into the target side (pull)
+  };
+  const BoundRegion* region = nullptr;  // the first (or only) region
+  // kSend/kReceive: further regions travelling in the same message; the
+  // message is the concatenation of every region's stream in this order,
+  // and both ends must list the same regions in the same order.
+  std::vector<const BoundRegion*> more;
+  uint32_t peer = 0;  // the other side's rank (connected with Connect)
+  Kind kind = Kind::kSend;
+  // kGet: the handle ImportRemoteKey returned for the peer's range holding
+  // the source side.
+  uint64_t remote_key = 0;
+
+  // Bytes of every region of the operation.
+  uint64_t bytes() const;
+};
+
+// Regions of at most this many bytes between the same two ranks are
+// coalesced into shared messages of at most kMaxCoalescedBytes (push; in
+// pull mode they are pushed too), so a layout with tens of thousands of
+// small tensors costs a few messages per pair of ranks.
+constexpr uint64_t kMaxCoalescedRegion = uint64_t{64} << 10;
+constexpr uint64_t kMaxCoalescedBytes = uint64_t{4} << 20;
+
+// Regions read with a remote get in pull mode: both sides contiguous (one
+// get), or rows of at least this many bytes (one get per row). The others
+// are pushed as messages, so small rows never become one get each.
+constexpr uint64_t kMinPulledRow = uint64_t{256} << 10;
+bool PulledRegion(const BoundRegion& region);
+
+struct ExchangeOptions {
+  // High 32 bits of every message tag (the region index fills the low 32),
+  // so that messages of another session or update never match.
+  uint32_t session_tag = 0;
+  uint32_t max_in_flight = 64;
+  std::chrono::steady_clock::time_point deadline;
+  // Polled about every `abort_poll_interval`; a non-OK status stops the
+  // exchange with that status (a peer's abort, for example).
+  std::function<Status()> poll_abort;
+  std::chrono::milliseconds abort_poll_interval{20};
+  // Called once, after the first operation completed successfully.
+  std::function<void()> on_first_completion;
+};
+
+struct ExchangeStats {
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t packed_messages = 0;    // sides that went through pack/unpack
+  uint64_t coalesced_regions = 0;  // regions in messages of several regions
+  // When the exchange failed: operations posted and not completed, left to
+  // the implementation. Non-zero means their buffers may still be read or
+  // written.
+  uint64_t abandoned_in_flight = 0;
+  uint64_t gets = 0;  // remote get requests (pull mode)
+};
+
+// "sending region 7 to rank 1 (host a)" and the like, for errors.
+std::string DescribeExchangeOp(const ExchangeOp& op,
+                               const std::string& peer_name);
+
+class PeerExchange {
+ public:
+  virtual ~PeerExchange() = default;
+
+  // This rank's address, published for the peers.
+  virtual Result<std::string> Address() = 0;
+
+  // Registers [address, address + length) for the peers to read (pull)
+  // and returns the packed key to publish with it.
+  virtual Result<std::string> RegisterMemory(void* address,
+                                             uint64_t length) = 0;
+
+  // Connects to rank `peer` at the address it published (once per peer;
+  // again is a no-op). `name` names the peer in errors.
+  virtual Status Connect(uint32_t peer, const std::string& address,
+                         std::string name) = 0;
+
+  // Completes the connections made so far, so that transfers start on
+  // wired-up connections and a peer that dies later is seen as lost, not
+  // as a failed connect.
+  virtual Status WireUp(std::chrono::steady_clock::time_point deadline,
+                        const std::function<Status()>& poll_abort) = 0;
+
+  // A handle for `packed`, a key rank `peer` published, for
+  // ExchangeOp::remote_key (the peer must be connected).
+  virtual Result<uint64_t> ImportRemoteKey(uint32_t peer,
+                                           const std::string& packed) = 0;
+
+  // OK while every connected peer is healthy; else the first failure seen.
+  virtual Status PeerFailure() const = 0;
+
+  // Progresses pending work (a peer may be reading from us); when nothing
+  // moved, waits at most `idle_wait`.
+  virtual void Progress(std::chrono::microseconds idle_wait) = 0;
+
+  // Runs `ops` to completion (see the contract above).
+  virtual Status Run(const std::vector<ExchangeOp>& ops,
+                     const ExchangeOptions& options, ExchangeStats* stats) = 0;
+
+  // Gives every resource up without progressing or tearing it down: after
+  // a failed session, buffers of operations left in flight may still be
+  // in use. The destructor then releases nothing.
+  virtual void Abandon() = 0;
+};
+
+// What an implementation is made with.
+struct PeerExchangeConfig {
+  uint32_t rank = 0;
+  UcxOptions ucx;  // the UCX implementation's settings
+};
+
+using PeerExchangeFactory = std::function<Result<std::unique_ptr<PeerExchange>>(
+    const PeerExchangeConfig& config)>;
+
+// Registers the implementation `name` (once per name; the first wins);
+// returns true, for `static const bool kRegistered = ...` in its folder.
+bool RegisterPeerExchange(std::string name, PeerExchangeFactory factory);
+
+// A new exchange of implementation `name`, or InvalidArgument naming it
+// and the registered ones.
+Result<std::unique_ptr<PeerExchange>> MakePeerExchange(
+    std::string_view name, const PeerExchangeConfig& config);
+
+// Whether `name` is registered, and the registered names, sorted.
+bool PeerExchangeRegistered(std::string_view name);
+std::vector<std::string> RegisteredPeerExchanges();
+
+}  // namespace reshard::internal
+
+#endif  // RESHARD_LIVE_EXCHANGE_PEER_EXCHANGE_H_

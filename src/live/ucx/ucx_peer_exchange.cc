@@ -1,0 +1,125 @@
+// The peer exchange over UCX (registered as "ucx"): a context and a worker
+// per rank, an endpoint per peer, registrations of the sources a pull
+// session reads and the peers' keys unpacked once per range.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "live/exchange/peer_exchange.h"
+#include "live/ucx/ucx_exchange.h"
+#include "live/ucx/ucx_handles.h"
+
+namespace reshard::internal {
+namespace {
+
+class UcxPeerExchange final : public PeerExchange {
+ public:
+  static Result<std::unique_ptr<PeerExchange>> Make(
+      const PeerExchangeConfig& config) {
+    RESHARD_ASSIGN_OR_RETURN(auto context, UcxContext::Make(config.ucx));
+    auto ex = std::unique_ptr<UcxPeerExchange>(new UcxPeerExchange(config));
+    ex->context_.emplace(std::move(context));
+    RESHARD_ASSIGN_OR_RETURN(auto worker, UcxWorker::Make(*ex->context_));
+    ex->worker_.emplace(std::move(worker));
+    return std::unique_ptr<PeerExchange>(std::move(ex));
+  }
+
+  // Keys before the endpoints they were unpacked for, endpoints before the
+  // worker, the worker before the context (reverse order of creation).
+  ~UcxPeerExchange() override {
+    rkeys_.clear();
+    mems_.clear();
+    peers_.clear();
+    worker_.reset();
+    context_.reset();
+  }
+
+  Result<std::string> Address() override { return worker_->Address(); }
+
+  Result<std::string> RegisterMemory(void* address, uint64_t length) override {
+    RESHARD_ASSIGN_OR_RETURN(auto m,
+                             UcxMemory::Map(*context_, address, length));
+    mems_.push_back(std::move(m));
+    return mems_.back()->packed_key();
+  }
+
+  Status Connect(uint32_t peer, const std::string& address,
+                 std::string name) override {
+    if (peers_.count(peer)) return Status::OK();
+    RESHARD_ASSIGN_OR_RETURN(
+        auto ep, UcxEndpoint::Connect(*worker_, address, std::move(name),
+                                      ResolveErrorHandling(config_.ucx)));
+    if (endpoints_.size() <= peer) endpoints_.resize(peer + 1, nullptr);
+    endpoints_[peer] = ep.get();
+    peers_.emplace(peer, std::move(ep));
+    return Status::OK();
+  }
+
+  Status WireUp(std::chrono::steady_clock::time_point deadline,
+                const std::function<Status()>& poll_abort) override {
+    std::vector<UcxEndpoint*> endpoints;
+    for (auto& [r, ep] : peers_) endpoints.push_back(ep.get());
+    return internal::WireUp(*worker_, endpoints, deadline, poll_abort);
+  }
+
+  Result<uint64_t> ImportRemoteKey(uint32_t peer,
+                                   const std::string& packed) override {
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) {
+      return Status::Internal("remote key of unconnected rank " +
+                              std::to_string(peer));
+    }
+    RESHARD_ASSIGN_OR_RETURN(auto key,
+                             UcxRemoteKey::Unpack(*it->second, packed));
+    rkeys_.push_back(std::move(key));
+    return reinterpret_cast<uint64_t>(rkeys_.back()->get());
+  }
+
+  Status PeerFailure() const override {
+    for (const auto& [r, ep] : peers_) {
+      if (!ep->failure().ok()) return ep->failure();
+    }
+    return Status::OK();
+  }
+
+  void Progress(std::chrono::microseconds idle_wait) override {
+    worker_->ProgressOrWait(idle_wait);
+  }
+
+  Status Run(const std::vector<ExchangeOp>& ops, const ExchangeOptions& options,
+             ExchangeStats* stats) override {
+    return RunUcxExchange(*worker_, endpoints_, ops, options, stats);
+  }
+
+  // See UcxWorker::Abandon: after a peer failure UCX 1.13 may assert when
+  // its resources are progressed or torn down again.
+  void Abandon() override {
+    for (auto& k : rkeys_) k->Abandon();
+    for (auto& m : mems_) m->Abandon();
+    for (auto& [r, ep] : peers_) ep->Abandon();
+    if (worker_) worker_->Abandon();
+    if (context_) context_->Abandon();
+  }
+
+ private:
+  explicit UcxPeerExchange(const PeerExchangeConfig& config)
+      : config_(config) {}
+
+  PeerExchangeConfig config_;
+  std::optional<UcxContext> context_;
+  std::optional<UcxWorker> worker_;
+  std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers_;
+  UcxEndpointsByRank endpoints_;  // peers_ by rank
+  std::vector<std::unique_ptr<UcxMemory>> mems_;
+  std::vector<std::unique_ptr<UcxRemoteKey>> rkeys_;
+};
+
+}  // namespace
+
+// Nothing names this file: the library links its layer whole.
+static const bool kRegistered =
+    RegisterPeerExchange("ucx", &UcxPeerExchange::Make);
+
+}  // namespace reshard::internal
