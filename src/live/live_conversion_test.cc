@@ -68,9 +68,11 @@ WeightPlacementManifest Layout(int64_t tp, std::string dtype, int64_t tp_dim,
   return Must(draft.Build());
 }
 
-SelfTestOptions LiveConverting(uint32_t updates = 0) {
+// Over UCX between processes, or the in-process exchange between threads.
+SelfTestOptions LiveConverting(uint32_t updates = 0,
+                               const std::string& transport = "ucx") {
   SelfTestOptions o;
-  o.transport = "ucx";
+  o.transport = transport;
   o.procs = 2;
   o.timeout = std::chrono::seconds(30);
   o.measure_memcpy = false;
@@ -147,37 +149,44 @@ TEST(LiveConversionTest, WirePlacementsOfEachRule) {
 TEST(LiveConversionTest, LiveQuantizationAtTheSourceHalvesTheWire) {
   const auto source = Layout(4, "bfloat16", 1, /*half_norm=*/true);
   const auto target = Layout(2, "float8_e4m3fn", 0);
-  const auto r = Must(RunSelfTest(source, target, LiveConverting()));
-  EXPECT_TRUE(r.verified) << r.mismatch;
-  ASSERT_EQ(r.wire_bytes.size(), 1u);
-  // The FP8 weight once, the float32 scales and the float16 norm (cast at
-  // the target) to both target participants.
-  EXPECT_EQ(r.wire_bytes[0], kFp8WireBytes);
-  // The same update in bfloat16 would carry the weight in bfloat16.
-  EXPECT_LE(r.wire_bytes[0],
-            uint64_t{(kRows * kCols + 2 * kCols) * 2} * 55 / 100);
+  for (const std::string transport : {"ucx", "inproc"}) {
+    SCOPED_TRACE(transport);
+    const auto r =
+        Must(RunSelfTest(source, target, LiveConverting(0, transport)));
+    EXPECT_TRUE(r.verified) << r.mismatch;
+    ASSERT_EQ(r.wire_bytes.size(), 1u);
+    // The FP8 weight once, the float32 scales and the float16 norm (cast at
+    // the target) to both target participants.
+    EXPECT_EQ(r.wire_bytes[0], kFp8WireBytes);
+    // The same update in bfloat16 would carry the weight in bfloat16.
+    EXPECT_LE(r.wire_bytes[0],
+              uint64_t{(kRows * kCols + 2 * kCols) * 2} * 55 / 100);
+  }
 }
 
 TEST(LiveConversionTest, StandingSessionsConvertEveryUpdate) {
-  // Quantization at the source, updates 1..3 each with its own pattern.
-  const auto r =
-      Must(RunSelfTest(Layout(4, "bfloat16", 1), Layout(2, "float8_e4m3fn", 0),
-                       LiveConverting(/*updates=*/3)));
-  EXPECT_TRUE(r.verified) << r.mismatch;
-  ASSERT_EQ(r.wire_bytes.size(), 3u);
-  for (uint64_t w : r.wire_bytes) {
-    EXPECT_EQ(w, kFp8WireBytes);
+  for (const std::string transport : {"ucx", "inproc"}) {
+    SCOPED_TRACE(transport);
+    // Quantization at the source, updates 1..3 each with its own pattern.
+    const auto r = Must(RunSelfTest(Layout(4, "bfloat16", 1),
+                                    Layout(2, "float8_e4m3fn", 0),
+                                    LiveConverting(/*updates=*/3, transport)));
+    EXPECT_TRUE(r.verified) << r.mismatch;
+    ASSERT_EQ(r.wire_bytes.size(), 3u);
+    for (uint64_t w : r.wire_bytes) {
+      EXPECT_EQ(w, kFp8WireBytes);
+    }
+    // Quantization at the target (split blocks at the source), a cast.
+    const auto t = Must(RunSelfTest(Layout(8, "bfloat16", 1, true),
+                                    Layout(2, "float8_e4m3fn", 1),
+                                    LiveConverting(/*updates=*/2, transport)));
+    EXPECT_TRUE(t.verified) << t.mismatch;
+    // Dequantization at the target.
+    const auto d =
+        Must(RunSelfTest(Layout(2, "float8_e4m3fn", 1), Layout(4, "float32", 1),
+                         LiveConverting(/*updates=*/2, transport)));
+    EXPECT_TRUE(d.verified) << d.mismatch;
   }
-  // Quantization at the target (split blocks at the source), a cast.
-  const auto t = Must(RunSelfTest(Layout(8, "bfloat16", 1, true),
-                                  Layout(2, "float8_e4m3fn", 1),
-                                  LiveConverting(/*updates=*/2)));
-  EXPECT_TRUE(t.verified) << t.mismatch;
-  // Dequantization at the target.
-  const auto d =
-      Must(RunSelfTest(Layout(2, "float8_e4m3fn", 1), Layout(4, "float32", 1),
-                       LiveConverting(/*updates=*/2)));
-  EXPECT_TRUE(d.verified) << d.mismatch;
 }
 
 // The check the self-tests run can fail: targets left zero are named.

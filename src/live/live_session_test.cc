@@ -55,6 +55,7 @@ struct NamedUcx {
   std::string name;
   UcxOptions ucx;
   LiveProtocol protocol = LiveProtocol::kAuto;
+  std::string exchange = "ucx";  // LiveSessionOptions::exchange
 };
 
 // Shared memory (UCX's default choice on one host: posix/sysv + cma) and
@@ -68,6 +69,15 @@ std::vector<NamedUcx> Transports() {
           {"tcp pull", tcp, LiveProtocol::kPull}};
 }
 
+// Transports() and the in-process exchange (every rank a thread of this
+// process), pushed and pulled: the session's protocol without UCX.
+std::vector<NamedUcx> Exchanges() {
+  std::vector<NamedUcx> all = Transports();
+  all.push_back({"inproc push", {}, LiveProtocol::kPush, "inproc"});
+  all.push_back({"inproc pull", {}, LiveProtocol::kAuto, "inproc"});
+  return all;
+}
+
 SelfTestOptions Ucx(const UcxOptions& ucx, uint32_t procs,
                     LiveProtocol protocol = LiveProtocol::kAuto) {
   SelfTestOptions o;
@@ -77,6 +87,14 @@ SelfTestOptions Ucx(const UcxOptions& ucx, uint32_t procs,
   o.protocol = protocol;
   o.timeout = std::chrono::seconds(30);
   o.measure_memcpy = false;
+  return o;
+}
+
+// A self-test over `t` (its protocol unless `protocol` is given).
+SelfTestOptions Over(const NamedUcx& t, uint32_t procs,
+                     std::optional<LiveProtocol> protocol = std::nullopt) {
+  SelfTestOptions o = Ucx(t.ucx, procs, protocol.value_or(t.protocol));
+  o.transport = t.exchange == "inproc" ? "inproc" : "ucx";
   return o;
 }
 
@@ -118,7 +136,7 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
   for (const testing::ScenarioPair& pair :
        testing::ScenarioPairs(kMaxScenarioBytes)) {
     const auto& [key, source, target, bytes, regions] = pair;
-    for (const NamedUcx& t : Transports()) {
+    for (const NamedUcx& t : Exchanges()) {
       // Alternate 2, 3 and 4 processes over the scenarios, never more
       // than the participants with fragments (the self-test refuses more).
       const uint32_t procs = std::min(2 + static_cast<uint32_t>(ran % 3),
@@ -126,9 +144,8 @@ TEST(LiveSessionTest, GoldenScenariosVerifyOverShmAndTcp) {
                                           ParticipantsWithFragments(target));
       SCOPED_TRACE(std::string(key) + " over " + t.name + ", " +
                    std::to_string(procs) + " processes");
-      ASSERT_OK_AND_ASSIGN(
-          auto report,
-          RunSelfTest(source, target, Ucx(t.ucx, procs, t.protocol)));
+      ASSERT_OK_AND_ASSIGN(auto report,
+                           RunSelfTest(source, target, Over(t, procs)));
       ExpectLiveVerified(report, source, target, procs);
       ++ran;
     }
@@ -145,10 +162,9 @@ TEST(LiveSessionTest, FourAxisGeneratedLayouts) {
       GenerateLayout(model, {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
   const auto target = Must(
       GenerateLayout(model, {.sizes = {.tp = 8, .pp = 4, .ep = 2, .dp = 4}}));
-  for (const NamedUcx& t : Transports()) {
+  for (const NamedUcx& t : Exchanges()) {
     SCOPED_TRACE(t.name);
-    ASSERT_OK_AND_ASSIGN(
-        auto report, RunSelfTest(source, target, Ucx(t.ucx, 4, t.protocol)));
+    ASSERT_OK_AND_ASSIGN(auto report, RunSelfTest(source, target, Over(t, 4)));
     ExpectLiveVerified(report, source, target, 4);
     EXPECT_GT(report.packed_messages, 0u);
   }
@@ -187,11 +203,11 @@ TEST(LiveSessionTest, SmallRegionsAreCoalescedIntoFewMessages) {
   const auto plan = Must(LogicalTransferPlan::Make(source, target));
   const uint64_t expected = ExpectedPushedMessages(plan);
   ASSERT_LT(expected * 20, plan.regions().size());
-  for (const NamedUcx& t : Transports()) {
+  for (const NamedUcx& t : Exchanges()) {
     SCOPED_TRACE(t.name);
     ASSERT_OK_AND_ASSIGN(
         auto report,
-        RunSelfTest(source, target, Ucx(t.ucx, 2, LiveProtocol::kPush)));
+        RunSelfTest(source, target, Over(t, 2, LiveProtocol::kPush)));
     ExpectLiveVerified(report, source, target, 2);
     EXPECT_EQ(report.messages, expected);
   }
@@ -219,10 +235,9 @@ TEST(LiveSessionTest, Dim0ToDim2IsOneMessagePerRegion) {
   ASSERT_EQ(plan.regions().size(), 16u);
   ASSERT_EQ(plan.summary().segments, 8u * 64 * 4);
   ASSERT_GT(plan.regions()[0].bytes, internal::kMaxCoalescedRegion);
-  for (const NamedUcx& t : Transports()) {
+  for (const NamedUcx& t : Exchanges()) {
     SCOPED_TRACE(t.name);
-    ASSERT_OK_AND_ASSIGN(
-        auto report, RunSelfTest(source, target, Ucx(t.ucx, 2, t.protocol)));
+    ASSERT_OK_AND_ASSIGN(auto report, RunSelfTest(source, target, Over(t, 2)));
     ExpectLiveVerified(report, source, target, 2);
     EXPECT_EQ(report.messages, plan.regions().size());
     // Sources are strided (1 KiB rows of 4 KiB pitch) and packed by the
@@ -240,10 +255,9 @@ TEST(LiveSessionTest, SmallStridedRegionsShareOneMessage) {
   const auto plan = Must(LogicalTransferPlan::Make(source, target));
   ASSERT_EQ(plan.regions().size(), 16u);
   ASSERT_EQ(ExpectedPushedMessages(plan), 1u);
-  for (const NamedUcx& t : Transports()) {
+  for (const NamedUcx& t : Exchanges()) {
     SCOPED_TRACE(t.name);
-    ASSERT_OK_AND_ASSIGN(
-        auto report, RunSelfTest(source, target, Ucx(t.ucx, 2, t.protocol)));
+    ASSERT_OK_AND_ASSIGN(auto report, RunSelfTest(source, target, Over(t, 2)));
     ExpectLiveVerified(report, source, target, 2);
     EXPECT_EQ(report.messages, 1u);
     EXPECT_EQ(report.packed_messages, 2u);  // packed once, unpacked once
@@ -259,12 +273,12 @@ TEST(LiveSessionTest, PullReadsLongStridedRowsOneGetPerRow) {
   const auto plan = Must(LogicalTransferPlan::Make(source, target));
   ASSERT_EQ(plan.regions().size(), 16u);
   ASSERT_EQ(plan.summary().segments, 16u * 4);
-  for (const NamedUcx& t : Transports()) {
+  for (const NamedUcx& t : Exchanges()) {
     if (t.name.find("pull") == std::string::npos) continue;
     SCOPED_TRACE(t.name);
     ASSERT_OK_AND_ASSIGN(
         auto report,
-        RunSelfTest(source, target, Ucx(t.ucx, 2, LiveProtocol::kPull)));
+        RunSelfTest(source, target, Over(t, 2, LiveProtocol::kPull)));
     EXPECT_TRUE(report.verified) << report.mismatch;
     EXPECT_EQ(report.bytes, plan.summary().bytes);
     EXPECT_EQ(report.operations, plan.regions().size());
@@ -684,6 +698,23 @@ TEST(LiveSessionTest, InvalidSessionOptions) {
   o.rank = 2;
   r = RunLiveReshard(*store, source, target, {}, o);
   EXPECT_EQ(r.status().message(), "live session: rank 2 is not below 2 ranks");
+  o.rank = 0;
+  o.exchange = "nccl";
+  r = RunLiveReshard(*store, source, target, {}, o);
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                          "live session: unknown peer exchange \"nccl\" "
+                          "(registered: inproc, ucx)"));
+  SelfTestOptions threads = Ucx({}, 2);
+  threads.transport = "inproc";
+  threads.rank = 1;
+  EXPECT_EQ(RunSelfTest(source, target, threads).status().message(),
+            "the inproc transport runs every rank as a thread of one process: "
+            "it cannot run a single --rank or kill a rank (use ucx)");
+  threads.rank.reset();
+  threads.fault = SelfTestFault::kKillTarget;
+  EXPECT_EQ(RunSelfTest(source, target, threads).status().message(),
+            "the inproc transport runs every rank as a thread of one process: "
+            "it cannot run a single --rank or kill a rank (use ucx)");
   SelfTestOptions so = Ucx({}, 2);
   so.rank = 1;
   auto rep = RunSelfTest(source, target, so);
@@ -715,10 +746,10 @@ TEST(StandingSessionTest, UpdatesAreVerifiedEachTimeAndRecordsRemoved) {
       GenerateLayout(model, {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
   const auto target = Must(
       GenerateLayout(model, {.sizes = {.tp = 8, .pp = 4, .ep = 2, .dp = 4}}));
-  for (const NamedUcx& t : Transports()) {
+  for (const NamedUcx& t : Exchanges()) {
     SCOPED_TRACE(t.name);
     TempDir dir;
-    SelfTestOptions o = Ucx(t.ucx, 3, t.protocol);
+    SelfTestOptions o = Over(t, 3);
     o.rendezvous = dir.path();
     o.session = "steps";
     o.updates = 4;
