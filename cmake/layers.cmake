@@ -56,7 +56,7 @@ function(reshard_layer name)
     _reshard_link_header(${file} ${root}/reshard/${header})
   endforeach()
   foreach(dir IN LISTS L_INTERNAL_DIRS)
-    # Not recursive: src/exec/ucx/ belongs to exec_ucx, not to exec.
+    # Not recursive: src/live/ucx/ belongs to live_ucx, not to live.
     file(GLOB headers CONFIGURE_DEPENDS
       ${PROJECT_SOURCE_DIR}/src/${dir}/*.h)
     foreach(file IN LISTS headers)

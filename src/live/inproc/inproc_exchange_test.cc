@@ -1,0 +1,161 @@
+// The in-process exchange on its own: two ranks' exchanges in one thread
+// move a bound plan's regions (pushed and read), byte for byte; a message
+// of the wrong size, an abandoned peer, an unknown address, a malformed key
+// and the deadline fail naming what went wrong.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "live/exchange/peer_exchange.h"
+#include "reshard/bound_plan.h"
+#include "reshard/plan.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
+#include "testing/must.h"
+#include "testing/placement_builders.h"
+#include "testing/status_testing.h"
+
+namespace reshard::internal {
+namespace {
+
+using ::reshard::testing::Must;
+using ::reshard::testing::StatusIs;
+using ::testing::HasSubstr;
+
+using Kind = ExchangeOp::Kind;
+
+// Rank 0 holds the sources, rank 1 the targets, of a dim0 -> dim1 reshard.
+struct Pair {
+  WeightPlacementManifest source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  WeightPlacementManifest target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  HostBuffers src = Must(AllocateHostBuffers(source, "source"));
+  HostBuffers dst = Must(AllocateHostBuffers(target, "target"));
+  LogicalTransferPlan plan = Must(LogicalTransferPlan::Make(source, target));
+  BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
+      plan, source, src.bindings, target, dst.bindings));
+  std::unique_ptr<PeerExchange> zero = Must(MakePeerExchange("inproc", {0}));
+  std::unique_ptr<PeerExchange> one = Must(MakePeerExchange("inproc", {1}));
+  const std::unordered_map<std::string_view, uint64_t> tensors =
+      TensorIndex(source);
+
+  Pair() {
+    FillPattern(source, tensors, src);
+    for (const auto& [id, p] : dst.data) {
+      std::memset(p, 0xD7, target.FindFragment(id)->nbytes());
+    }
+    EXPECT_OK(zero->Connect(1, Must(one->Address()), "rank 1"));
+    EXPECT_OK(one->Connect(0, Must(zero->Address()), "rank 0"));
+  }
+
+  ExchangeOptions Options() const {
+    ExchangeOptions o;
+    o.session_tag = 7;
+    o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    return o;
+  }
+
+  // Every region as one op of `kind` (each its own message).
+  std::vector<ExchangeOp> Ops(Kind kind, uint32_t peer) const {
+    std::vector<ExchangeOp> ops;
+    for (const BoundRegion& br : bound.regions()) {
+      ops.push_back({&br, {}, peer, kind});
+    }
+    return ops;
+  }
+};
+
+TEST(InprocExchangeTest, PushedRegionsArriveByteForByte) {
+  Pair p;
+  ExchangeStats sent, received;
+  ASSERT_OK(p.zero->Run(p.Ops(Kind::kSend, 1), p.Options(), &sent));
+  ASSERT_OK(p.one->Run(p.Ops(Kind::kReceive, 0), p.Options(), &received));
+  EXPECT_EQ(VerifyPattern(p.target, p.tensors, p.dst), "");
+  EXPECT_EQ(sent.messages_sent, p.plan.regions().size());
+  EXPECT_EQ(received.bytes_received, p.plan.summary().bytes);
+  EXPECT_EQ(sent.bytes_sent, p.plan.summary().bytes);
+}
+
+TEST(InprocExchangeTest, CoalescedMessagesAndGetsArriveByteForByte) {
+  Pair p;
+  // Every region in one message.
+  ExchangeOp send{&p.bound.regions()[0], {}, 1, Kind::kSend};
+  ExchangeOp receive{&p.bound.regions()[0], {}, 0, Kind::kReceive};
+  for (size_t i = 1; i < p.bound.regions().size(); ++i) {
+    send.more.push_back(&p.bound.regions()[i]);
+    receive.more.push_back(&p.bound.regions()[i]);
+  }
+  ExchangeStats stats;
+  ASSERT_OK(p.zero->Run({send}, p.Options(), nullptr));
+  ASSERT_OK(p.one->Run({receive}, p.Options(), &stats));
+  EXPECT_EQ(VerifyPattern(p.target, p.tensors, p.dst), "");
+  EXPECT_EQ(stats.messages_received, 1u);
+  EXPECT_EQ(stats.coalesced_regions, p.bound.regions().size());
+
+  // Reads with a key for each source fragment.
+  Pair q;
+  std::vector<ExchangeOp> gets;
+  for (const BoundRegion& br : q.bound.regions()) {
+    const std::string_view id =
+        q.plan.source_fragments()[q.plan.regions()[br.region].source_fragment]
+            .fragment_id;
+    const auto* f = q.source.FindFragment(id);
+    ASSERT_NE(f, nullptr);
+    uint8_t* base = q.src.data.at(id);
+    const std::string key = Must(q.zero->RegisterMemory(base, f->nbytes()));
+    gets.push_back(
+        {&br, {}, 0, Kind::kGet, Must(q.one->ImportRemoteKey(0, key))});
+  }
+  ASSERT_OK(q.one->Run(gets, q.Options(), &stats));
+  EXPECT_EQ(VerifyPattern(q.target, q.tensors, q.dst), "");
+}
+
+TEST(InprocExchangeTest, FailuresNameTheRegionAndThePeer) {
+  Pair p;
+  // The sender lists one region, the receiver two: the sizes differ.
+  ExchangeOp receive{
+      &p.bound.regions()[0], {&p.bound.regions()[1]}, 0, Kind::kReceive};
+  ASSERT_OK(p.zero->Run({{&p.bound.regions()[0], {}, 1, Kind::kSend}},
+                        p.Options(), nullptr));
+  EXPECT_THAT(
+      p.one->Run({receive}, p.Options(), nullptr),
+      StatusIs(StatusCode::kDataLoss,
+               "receiving region 0 (and 1 more coalesced into one "
+               "message) from rank 0: received " +
+                   std::to_string(p.bound.regions()[0].bytes) +
+                   " bytes, expected " + std::to_string(receive.bytes())));
+  // Nothing arrives before the deadline.
+  ExchangeOptions soon = p.Options();
+  soon.deadline = std::chrono::steady_clock::now();
+  EXPECT_THAT(p.one->Run({{&p.bound.regions()[1], {}, 0, Kind::kReceive}}, soon,
+                         nullptr),
+              StatusIs(StatusCode::kUnavailable,
+                       "timed out receiving region 1 from rank 0"));
+  // A peer that abandoned its exchange is lost.
+  p.zero->Abandon();
+  EXPECT_THAT(p.one->PeerFailure(),
+              StatusIs(StatusCode::kUnavailable,
+                       "rank 0 was lost (its exchange was abandoned)"));
+  EXPECT_THAT(p.one->Run({{&p.bound.regions()[1], {}, 0, Kind::kReceive}},
+                         p.Options(), nullptr),
+              StatusIs(StatusCode::kUnavailable,
+                       "receiving region 1 from rank 0: the peer was lost"));
+  // An address of no exchange, a malformed key, an unknown implementation.
+  EXPECT_THAT(p.one->Connect(2, "inproc:999999", "rank 2"),
+              StatusIs(StatusCode::kUnavailable,
+                       "cannot connect to rank 2: no in-process exchange at "
+                       "address \"inproc:999999\" in this process"));
+  EXPECT_THAT(p.one->ImportRemoteKey(0, "12:x"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "malformed in-process remote key \"12:x\" of rank 0"));
+  EXPECT_THAT(MakePeerExchange("nixl", {}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "unknown peer exchange \"nixl\" (registered: inproc, "
+                       "ucx)"));
+}
+
+}  // namespace
+}  // namespace reshard::internal
