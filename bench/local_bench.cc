@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
+#include "reshard/backends/local_transport.h"
 #include "reshard/bound_plan.h"
-#include "reshard/local_transport.h"
 #include "reshard/plan.h"
 #include "selftest/host_buffers.h"
 #include "testing/placement_builders.h"

@@ -36,7 +36,7 @@ run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 file(GLOB_RECURSE installed RELATIVE ${prefix}/include ${prefix}/include/*)
 list(SORT installed)
 foreach(header IN LISTS installed)
-  if(NOT header MATCHES "^reshard/[a-z_]+\\.h$" OR header STREQUAL
+  if(NOT header MATCHES "^reshard/((sdk|backends)/)?[a-z_]+\\.h$" OR header STREQUAL
      "reshard/selftest.h")
     message(FATAL_ERROR "installed a non-public header: ${header}")
   endif()

@@ -1,6 +1,7 @@
 # `cmake --install <build> --prefix P` (or `make install PREFIX=P`):
 #
-#   P/include/reshard/*.h             the public headers of every layer
+#   P/include/reshard/**.h            the public headers of every layer
+#                                     (sdk/: for implementers; backends/)
 #   P/lib/libreshard_<layer>.a        one static library per installed layer
 #   P/lib/cmake/reshard/              find_package(reshard CONFIG): imported
 #                                     targets reshard::<layer> and the
@@ -22,9 +23,12 @@ endforeach()
 install(TARGETS ${_targets} EXPORT reshardTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-list(TRANSFORM _headers PREPEND ${PROJECT_SOURCE_DIR}/include/reshard/)
-install(FILES ${_headers}
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/reshard)
+# Each header keeps its folder (reshard/sdk/, reshard/backends/).
+foreach(header IN LISTS _headers)
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/include/reshard/${header}
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/reshard/${dir})
+endforeach()
 
 set(RESHARD_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/reshard)
 install(EXPORT reshardTargets NAMESPACE reshard::

@@ -4,7 +4,8 @@
 #
 #   reshard_layer(<name>
 #     [SOURCES <src/...cc>...]        none: a header-only INTERFACE library
-#     [PUBLIC_HEADERS <file>...]      names in include/reshard/ it owns
+#     [PUBLIC_HEADERS <file>...]      paths under include/reshard/ it owns
+#                                     (sdk/x.h, backends/x.h, x.h)
 #     [INTERNAL_DIRS <dir>...]        directories under src/ whose *.h it owns
 #     [DEPENDS <layer>...]            the layers below it that it uses
 #     [PUBLIC_LIBS <target>...]       third-party, seen by callers too
@@ -105,7 +106,7 @@ endfunction()
 # installed layer (it would be neither visible nor installed).
 function(reshard_check_public_headers)
   get_property(owned GLOBAL PROPERTY RESHARD_PUBLIC_HEADERS)
-  file(GLOB present CONFIGURE_DEPENDS RELATIVE
+  file(GLOB_RECURSE present CONFIGURE_DEPENDS RELATIVE
     ${PROJECT_SOURCE_DIR}/include/reshard
     ${PROJECT_SOURCE_DIR}/include/reshard/*.h)
   foreach(header IN LISTS present)
@@ -133,6 +134,33 @@ function(reshard_add_umbrella)
         "$<INSTALL_INTERFACE:$<LINK_LIBRARY:WHOLE_ARCHIVE,reshard::${layer}>>")
     else()
       target_link_libraries(reshard INTERFACE reshard_${layer})
+    endif()
+  endforeach()
+endfunction()
+
+# reshard_register_tests(<file>...): the calling folder's unit tests, by
+# name relative to the folder; they are compiled into reshard_tests.
+function(reshard_register_tests)
+  foreach(file IN LISTS ARGN)
+    set(path ${CMAKE_CURRENT_SOURCE_DIR}/${file})
+    if(NOT EXISTS ${path})
+      message(FATAL_ERROR "${CMAKE_CURRENT_LIST_FILE}: no test ${file}")
+    endif()
+    set_property(GLOBAL APPEND PROPERTY RESHARD_TEST_SOURCES ${path})
+  endforeach()
+endfunction()
+
+# Fails the configure if a *_test.cc under src/ or testing/ is registered
+# by no folder (it would never build or run).
+function(reshard_check_registered_tests)
+  get_property(registered GLOBAL PROPERTY RESHARD_TEST_SOURCES)
+  file(GLOB_RECURSE present CONFIGURE_DEPENDS
+    ${PROJECT_SOURCE_DIR}/src/*_test.cc ${PROJECT_SOURCE_DIR}/testing/*_test.cc)
+  foreach(file IN LISTS present)
+    if(NOT file IN_LIST registered)
+      file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${file})
+      message(FATAL_ERROR "${rel} is registered by no folder: name it in "
+        "reshard_register_tests() of its folder's CMakeLists.txt")
     endif()
   endforeach()
 endfunction()

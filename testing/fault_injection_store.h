@@ -41,7 +41,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 
 namespace reshard::testing {
 

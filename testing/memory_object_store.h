@@ -1,6 +1,6 @@
 // An ObjectStore (and so a RecordStore) in memory: for tests and fuzz
 // targets that exercise store logic without filesystem traffic. It keeps
-// the ObjectStore contract (include/reshard/object_store.h) and passes the
+// the ObjectStore contract (include/reshard/sdk/object_store.h) and passes the
 // same conformance suite as the fs backend
 // (testing/object_store_conformance.h): create-only, atomic, key syntax
 // checked by every method, safe to call from any number of threads. It has
@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 
 namespace reshard::testing {
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 #include "util/printable.h"
 

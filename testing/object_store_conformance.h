@@ -20,7 +20,7 @@
 #include <functional>
 #include <memory>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 
 namespace reshard::testing {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 #include "testing/temp_dir.h"
 
 namespace reshard::testing {

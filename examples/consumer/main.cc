@@ -12,9 +12,8 @@
 #include <sstream>
 #include <string>
 
-#include "reshard/backend_registry.h"
-#include "reshard/placement.h"
-#include "reshard/status.h"
+#include "reshard/reshard.h"
+#include "reshard/sdk/backend_registry.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

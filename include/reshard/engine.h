@@ -27,10 +27,10 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/api.h"
 #include "reshard/binding.h"
 #include "reshard/hf.h"
 #include "reshard/placement.h"
-#include "reshard/reshard.h"
 #include "reshard/status.h"
 
 namespace reshard {

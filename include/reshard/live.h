@@ -46,12 +46,12 @@
 #include <utility>
 #include <vector>
 
+#include "reshard/backends/ucx_options.h"
 #include "reshard/binding.h"
 #include "reshard/conversion.h"
 #include "reshard/placement.h"
-#include "reshard/record_store.h"
+#include "reshard/sdk/record_store.h"
 #include "reshard/status.h"
-#include "reshard/ucx_options.h"
 
 namespace reshard {
 
@@ -163,9 +163,9 @@ struct LiveReport {
 // Opens the rendezvous named by `uri`: a directory (a plain path or
 // fs://PATH, see OpenDirectoryRecordStore; records are published
 // atomically, not fsynced), or a Redis server (redis://HOST:PORT[/DB][?...]
-// or unix:///PATH, see reshard/redis_store.h; no durability is required of
-// the server), so that ranks on hosts sharing no filesystem can meet. Any
-// other scheme is refused rather than taken for a relative directory.
+// or unix:///PATH, see reshard/backends/redis_store.h; no durability is
+// required of the server), so that ranks on hosts sharing no filesystem can
+// meet. Any other scheme is refused rather than taken for a relative directory.
 Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri);
 
 // Runs this rank's part of a live reshard session; see the file comment.

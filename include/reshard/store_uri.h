@@ -7,15 +7,16 @@
 #include <memory>
 #include <string_view>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 
 namespace reshard {
 
 // The durable object store `uri` names:
-//   fs://PATH, or a plain path       files under PATH (reshard/fs_store.h)
-//   redis://HOST:PORT[/DB][?...]     a Redis server (reshard/redis_store.h)
-//   unix:///PATH/TO.sock[?...]       a Redis server on a unix socket
+//   fs://PATH, or a plain path       files under PATH
+//   (reshard/backends/fs_store.h) redis://HOST:PORT[/DB][?...]     a Redis
+//   server (reshard/backends/redis_store.h) unix:///PATH/TO.sock[?...]       a
+//   Redis server on a unix socket
 // and any scheme another backend registered. Any other scheme is
 // InvalidArgument naming the URI and listing the registered schemes.
 struct OpenObjectStoreOptions {

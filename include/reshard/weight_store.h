@@ -46,8 +46,8 @@
 
 #include "reshard/binding.h"
 #include "reshard/conversion.h"
-#include "reshard/object_store.h"
 #include "reshard/placement.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 #include "reshard/store_uri.h"
 #include "reshard/stored_manifest.h"

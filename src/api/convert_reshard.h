@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "reshard/reshard.h"
+#include "reshard/api.h"
 
 namespace reshard::internal {
 

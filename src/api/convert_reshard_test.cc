@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "bind/binding_copy.h"
+#include "reshard/api.h"
 #include "reshard/plan.h"
-#include "reshard/reshard.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"

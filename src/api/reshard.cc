@@ -1,15 +1,14 @@
 // BindBuffers and Reshard: the steps a framework would otherwise write out
 // (binding specs, coverage, plan, bind, fence, submit, wait) in one place.
 
-#include "reshard/reshard.h"
-
 #include <chrono>
 #include <optional>
 #include <unordered_set>
 
 #include "api/convert_reshard.h"
+#include "reshard/api.h"
+#include "reshard/backends/local_transport.h"
 #include "reshard/bound_plan.h"
-#include "reshard/local_transport.h"
 
 namespace reshard {
 namespace {

@@ -4,8 +4,6 @@
 // with exact messages naming the participant and fragment; a plan is
 // reused across calls; a stale fence moves nothing.
 
-#include "reshard/reshard.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "reshard/local_transport.h"
+#include "reshard/api.h"
+#include "reshard/backends/local_transport.h"
 #include "reshard/plan.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"

@@ -8,7 +8,7 @@
 
 #include "bind/apply_conversion.h"
 #include "bind/binding_copy.h"
-#include "reshard/reshard.h"
+#include "reshard/api.h"
 #include "util/host_memory.h"
 
 namespace reshard {

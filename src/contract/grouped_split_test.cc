@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "reshard/api.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
-#include "reshard/reshard.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
 

@@ -11,7 +11,7 @@
 
 #include "hf/checkpoint_state.h"
 #include "hf/write_plan_state.h"
-#include "reshard/reshard.h"
+#include "reshard/api.h"
 #include "store/converting_load.h"
 #include "store/ranged_load.h"
 #include "util/dims_text.h"

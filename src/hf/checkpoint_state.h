@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "reshard/hf.h"
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 #include "util/file_io.h"
 
 namespace reshard {

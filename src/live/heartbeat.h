@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "reshard/record_store.h"
+#include "reshard/sdk/record_store.h"
 #include "reshard/status.h"
 
 namespace reshard::live_internal {

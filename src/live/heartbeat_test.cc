@@ -10,7 +10,7 @@
 #include <chrono>
 #include <thread>
 
-#include "reshard/fs_store.h"
+#include "reshard/backends/fs_store.h"
 #include "testing/must.h"
 #include "testing/status_testing.h"
 #include "testing/temp_dir.h"

@@ -19,9 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "reshard/api.h"
 #include "reshard/conversion.h"
 #include "reshard/live.h"
-#include "reshard/reshard.h"
 #include "util/host_memory.h"
 
 namespace reshard::live_internal {

@@ -22,9 +22,9 @@
 #include "live/exchange/peer_exchange.h"
 #include "live/heartbeat.h"
 #include "live/live_records.h"
+#include "reshard/backends/local_transport.h"
 #include "reshard/bound_plan.h"
 #include "reshard/live.h"
-#include "reshard/local_transport.h"
 #include "reshard/plan.h"
 #include "util/sha256.h"
 

@@ -5,8 +5,8 @@
 
 #include "live/live_conversion.h"
 #include "live/live_rank.h"
-#include "reshard/backend_registry.h"
 #include "reshard/live.h"
+#include "reshard/sdk/backend_registry.h"
 
 namespace reshard {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "reshard/redis_store.h"
+#include "reshard/backends/redis_store.h"
 #include "reshard/reshard.h"
 #include "reshard/weight_store.h"
 #include "src/python/buffers.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "reshard/local_transport.h"
+#include "reshard/backends/local_transport.h"
 #include "reshard/reshard.h"
 #include "src/python/buffers.h"
 #include "src/python/convert.h"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "reshard/reshard.h"
+#include "reshard/api.h"
 
 namespace reshard::internal {
 

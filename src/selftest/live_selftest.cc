@@ -23,7 +23,7 @@
 #include "live/live_records.h"
 #include "reshard/live.h"
 #include "reshard/plan.h"
-#include "reshard/record_store.h"
+#include "reshard/sdk/record_store.h"
 #include "selftest/converted_pattern.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"

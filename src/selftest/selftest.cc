@@ -9,9 +9,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "reshard/local_transport.h"
+#include "reshard/api.h"
+#include "reshard/backends/local_transport.h"
 #include "reshard/plan.h"
-#include "reshard/reshard.h"
 #include "selftest/converted_pattern.h"
 #include "selftest/host_buffers.h"
 #include "selftest/live_selftest.h"

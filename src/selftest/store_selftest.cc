@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "reshard/api.h"
 #include "reshard/plan.h"
-#include "reshard/reshard.h"
 #include "reshard/weight_store.h"
 #include "selftest/converted_pattern.h"
 #include "selftest/host_buffers.h"

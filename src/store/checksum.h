@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 
 namespace reshard::internal {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "reshard/reshard.h"
+#include "reshard/api.h"
 #include "reshard/weight_store.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"

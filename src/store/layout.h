@@ -19,8 +19,8 @@
 #include <string>
 #include <string_view>
 
-#include "reshard/object_store.h"
 #include "reshard/placement.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/stored_manifest.h"
 #include "store/checksum.h"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/weight_store.h"
 #include "store/layout.h"
 #include "store/records.h"

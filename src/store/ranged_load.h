@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "reshard/binding.h"
-#include "reshard/object_store.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 #include "reshard/stored_manifest.h"
 #include "reshard/weight_store.h"

@@ -34,8 +34,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "reshard/object_store.h"
 #include "reshard/placement.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/store_uri.h"
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"

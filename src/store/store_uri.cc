@@ -1,6 +1,6 @@
 #include "reshard/store_uri.h"
 
-#include "reshard/backend_registry.h"
+#include "reshard/sdk/backend_registry.h"
 
 namespace reshard {
 

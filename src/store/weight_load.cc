@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "reshard/reshard.h"
+#include "reshard/api.h"
 #include "reshard/weight_store.h"
 #include "store/converting_load.h"
 #include "store/layout.h"

@@ -1,3 +1,3 @@
 // Must not compile with the include roots of the live session: it opens its
 // rendezvous through the scheme registry (backend_registry.h).
-#include "reshard/redis_store.h"
+#include "reshard/backends/redis_store.h"

@@ -2,7 +2,7 @@
 // piece is a range of one region's rows, or a byte range of one large
 // contiguous run) and executed by `threads` workers started per transfer.
 
-#include "reshard/local_transport.h"
+#include "reshard/backends/local_transport.h"
 
 #include <condition_variable>
 #include <cstring>

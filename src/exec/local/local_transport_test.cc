@@ -3,7 +3,7 @@
 // buffers (every target byte checked against a pattern derived from the
 // global element index), for several thread counts and chunk sizes.
 
-#include "reshard/local_transport.h"
+#include "reshard/backends/local_transport.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -28,9 +28,9 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/backends/ucx_options.h"
 #include "reshard/bound_plan.h"
 #include "reshard/status.h"
-#include "reshard/ucx_options.h"
 
 namespace reshard::internal {
 

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "reshard/backends/ucx_options.h"
 #include "reshard/status.h"
-#include "reshard/ucx_options.h"
 
 namespace reshard::internal {
 

@@ -1,4 +1,4 @@
-#include "reshard/backend_registry.h"
+#include "reshard/sdk/backend_registry.h"
 
 #include <map>
 #include <mutex>

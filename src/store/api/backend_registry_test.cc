@@ -2,7 +2,7 @@
 // a new backend is one registration, after which the weight store opens
 // its URIs; unknown schemes are refused listing the registered ones.
 
-#include "reshard/backend_registry.h"
+#include "reshard/sdk/backend_registry.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

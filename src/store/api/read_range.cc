@@ -1,4 +1,4 @@
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 
 namespace reshard {
 

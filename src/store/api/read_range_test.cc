@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 
 namespace reshard {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "reshard/record_store.h"
+#include "reshard/sdk/record_store.h"
 
 namespace reshard {
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "reshard/backend_registry.h"
-#include "reshard/fs_store.h"
+#include "reshard/backends/fs_store.h"
+#include "reshard/sdk/backend_registry.h"
 
 namespace reshard {
 namespace {

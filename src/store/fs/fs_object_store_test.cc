@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 #include "reshard/store_uri.h"
 #include "testing/object_store_conformance.h"

@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
-#include "reshard/fs_store.h"
-#include "reshard/record_store.h"
+#include "reshard/backends/fs_store.h"
+#include "reshard/sdk/record_store.h"
 #include "reshard/status.h"
 #include "reshard/store_uri.h"
 #include "testing/sanitizer.h"

@@ -14,7 +14,7 @@
 // writes through it fail with DataLoss naming it, List reports it as a key
 // (without descending into it) and Delete removes the link itself only.
 
-#include "reshard/fs_store.h"
+#include "reshard/backends/fs_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -2,8 +2,8 @@
 // socket, as a weight store's backend or a rendezvous (which needs atomic
 // publication, not durability).
 
-#include "reshard/backend_registry.h"
-#include "reshard/redis_store.h"
+#include "reshard/backends/redis_store.h"
+#include "reshard/sdk/backend_registry.h"
 
 namespace reshard {
 namespace {

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reshard/object_store.h"
+#include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 #include "store/redis/redis_uri.h"
 #include "util/file_io.h"

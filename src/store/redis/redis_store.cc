@@ -1,8 +1,8 @@
-// The Redis backend (include/reshard/redis_store.h). Keys, scripts and
+// The Redis backend (include/reshard/backends/redis_store.h). Keys, scripts and
 // their atomicity are described in redis_scripts.h; connections and the
 // copy-free bulk paths in redis_connection.h.
 
-#include "reshard/redis_store.h"
+#include "reshard/backends/redis_store.h"
 
 #include <unistd.h>
 

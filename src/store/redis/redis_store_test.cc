@@ -9,7 +9,7 @@
 // killed mid-load failing cleanly (the object whole after a restart), and a
 // damaged chunk caught by reads.
 
-#include "reshard/redis_store.h"
+#include "reshard/backends/redis_store.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

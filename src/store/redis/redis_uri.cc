@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <set>
 
-#include "reshard/backend_registry.h"
+#include "reshard/sdk/backend_registry.h"
 
 namespace reshard::internal {
 namespace {

@@ -1,4 +1,5 @@
-// Parsing of redis:// and unix:// URIs (include/reshard/redis_store.h).
+// Parsing of redis:// and unix:// URIs
+// (include/reshard/backends/redis_store.h).
 
 #ifndef RESHARD_STORE_REDIS_REDIS_URI_H_
 #define RESHARD_STORE_REDIS_REDIS_URI_H_

@@ -2,16 +2,16 @@
 // (a shared filesystem works too). See src/store/fs/fs_store.cc for how
 // publication and confinement work, docs/store-format.md for the layout.
 
-#ifndef RESHARD_FS_STORE_H_
-#define RESHARD_FS_STORE_H_
+#ifndef RESHARD_BACKENDS_FS_STORE_H_
+#define RESHARD_BACKENDS_FS_STORE_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include "reshard/object_store.h"
-#include "reshard/record_store.h"
+#include "reshard/sdk/object_store.h"
+#include "reshard/sdk/record_store.h"
 #include "reshard/status.h"
 
 namespace reshard {
@@ -56,4 +56,4 @@ Result<std::unique_ptr<ObjectStore>> OpenFsObjectStore(
 
 }  // namespace reshard
 
-#endif  // RESHARD_FS_STORE_H_
+#endif  // RESHARD_BACKENDS_FS_STORE_H_

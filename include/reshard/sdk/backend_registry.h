@@ -7,8 +7,8 @@
 // backend. A URI without "://" is a directory: the "fs" scheme's. An
 // unknown scheme is refused, listing the registered ones.
 
-#ifndef RESHARD_BACKEND_REGISTRY_H_
-#define RESHARD_BACKEND_REGISTRY_H_
+#ifndef RESHARD_SDK_BACKEND_REGISTRY_H_
+#define RESHARD_SDK_BACKEND_REGISTRY_H_
 
 #include <functional>
 #include <memory>
@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "reshard/object_store.h"
-#include "reshard/record_store.h"
+#include "reshard/sdk/object_store.h"
+#include "reshard/sdk/record_store.h"
 #include "reshard/status.h"
 
 namespace reshard {
@@ -69,4 +69,4 @@ std::string RedactUriPassword(std::string_view uri);
 
 }  // namespace reshard
 
-#endif  // RESHARD_BACKEND_REGISTRY_H_
+#endif  // RESHARD_SDK_BACKEND_REGISTRY_H_

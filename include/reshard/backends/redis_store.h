@@ -16,7 +16,7 @@
 // stores can share one database under different prefixes), sync=fsync|none
 // (what Sync() requires, below), replicas=N (Sync() also waits for N replicas).
 //
-// Semantics equal those of the fs backend (include/reshard/object_store.h):
+// Semantics equal those of the fs backend (include/reshard/sdk/object_store.h):
 // create-only records and objects, one winner of racing writers, atomic
 // publication (an object's chunks are written under a private token, then
 // its descriptor is published by one server-side script), ranged reads that
@@ -31,16 +31,16 @@
 // accepts losing the newest writes when the server restarts. With
 // replicas=N, Sync() also waits (WAIT) until N replicas hold every write.
 
-#ifndef RESHARD_REDIS_STORE_H_
-#define RESHARD_REDIS_STORE_H_
+#ifndef RESHARD_BACKENDS_REDIS_STORE_H_
+#define RESHARD_BACKENDS_REDIS_STORE_H_
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string_view>
 
-#include "reshard/backend_registry.h"  // RedactUriPassword
-#include "reshard/object_store.h"
+#include "reshard/sdk/backend_registry.h"  // RedactUriPassword
+#include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 
 namespace reshard {
@@ -72,4 +72,4 @@ bool IsRedisUri(std::string_view uri);
 
 }  // namespace reshard
 
-#endif  // RESHARD_REDIS_STORE_H_
+#endif  // RESHARD_BACKENDS_REDIS_STORE_H_

@@ -10,8 +10,8 @@
 // racing writers of one key exactly one succeeds (the other gets
 // AlreadyExists and its bytes are discarded).
 
-#ifndef RESHARD_RECORD_STORE_H_
-#define RESHARD_RECORD_STORE_H_
+#ifndef RESHARD_SDK_RECORD_STORE_H_
+#define RESHARD_SDK_RECORD_STORE_H_
 
 #include <memory>
 #include <string>
@@ -47,4 +47,4 @@ Status ValidateRecordKey(std::string_view key);
 
 }  // namespace reshard
 
-#endif  // RESHARD_RECORD_STORE_H_
+#endif  // RESHARD_SDK_RECORD_STORE_H_

@@ -9,8 +9,8 @@
 // others, whose bytes are discarded). Objects and records share one key
 // space. A backend must pass testing/object_store_conformance.h.
 
-#ifndef RESHARD_OBJECT_STORE_H_
-#define RESHARD_OBJECT_STORE_H_
+#ifndef RESHARD_SDK_OBJECT_STORE_H_
+#define RESHARD_SDK_OBJECT_STORE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reshard/record_store.h"
+#include "reshard/sdk/record_store.h"
 #include "reshard/status.h"
 
 namespace reshard {
@@ -69,4 +69,4 @@ class ObjectStore : public RecordStore {
 
 }  // namespace reshard
 
-#endif  // RESHARD_OBJECT_STORE_H_
+#endif  // RESHARD_SDK_OBJECT_STORE_H_

@@ -5,12 +5,12 @@
 // name "local", host memory only, `max_in_flight` transfers. A transfer
 // Submit accepted always completes (kCompleted): host copies cannot fail.
 
-#ifndef RESHARD_LOCAL_TRANSPORT_H_
-#define RESHARD_LOCAL_TRANSPORT_H_
+#ifndef RESHARD_BACKENDS_LOCAL_TRANSPORT_H_
+#define RESHARD_BACKENDS_LOCAL_TRANSPORT_H_
 
 #include <memory>
 
-#include "reshard/transport.h"
+#include "reshard/sdk/transport.h"
 
 namespace reshard {
 
@@ -41,4 +41,4 @@ class LocalTransport : public Transport {
 
 }  // namespace reshard
 
-#endif  // RESHARD_LOCAL_TRANSPORT_H_
+#endif  // RESHARD_BACKENDS_LOCAL_TRANSPORT_H_

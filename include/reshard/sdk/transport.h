@@ -20,8 +20,8 @@
 // A plan the transport cannot execute (a memory kind it does not move, the
 // in-flight limit reached) is refused by Submit before any byte moves.
 
-#ifndef RESHARD_TRANSPORT_H_
-#define RESHARD_TRANSPORT_H_
+#ifndef RESHARD_SDK_TRANSPORT_H_
+#define RESHARD_SDK_TRANSPORT_H_
 
 #include <cstdint>
 #include <memory>
@@ -72,4 +72,4 @@ class Transport {
 
 }  // namespace reshard
 
-#endif  // RESHARD_TRANSPORT_H_
+#endif  // RESHARD_SDK_TRANSPORT_H_

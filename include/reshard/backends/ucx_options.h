@@ -1,8 +1,8 @@
 // Settings of the UCX transport (src/live/ucx/), applied on top of UCX's
 // own configuration. Live sessions take them in LiveSessionOptions::ucx.
 
-#ifndef RESHARD_UCX_OPTIONS_H_
-#define RESHARD_UCX_OPTIONS_H_
+#ifndef RESHARD_BACKENDS_UCX_OPTIONS_H_
+#define RESHARD_BACKENDS_UCX_OPTIONS_H_
 
 #include <cstdint>
 #include <string>
@@ -45,4 +45,4 @@ struct UcxOptions {
 
 }  // namespace reshard
 
-#endif  // RESHARD_UCX_OPTIONS_H_
+#endif  // RESHARD_BACKENDS_UCX_OPTIONS_H_
