@@ -23,7 +23,7 @@
 # include is "file not found" at compile time (tests/layering/).
 #
 # A BACKEND layer registers itself from static initialisers (URI schemes
-# in backend_registry.h, peer exchanges in live/exchange/peer_exchange.h)
+# in backend_registry.h, peer exchanges in live_exchange/peer_exchange.h)
 # and nothing calls into it by name, so the umbrella
 # links it whole (WHOLE_ARCHIVE): a linker would otherwise drop it.
 #
@@ -57,7 +57,7 @@ function(reshard_layer name)
     _reshard_link_header(${file} ${root}/reshard/${header})
   endforeach()
   foreach(dir IN LISTS L_INTERNAL_DIRS)
-    # Not recursive: src/live/ucx/ belongs to live_ucx, not to live.
+    # Not recursive: every layer has a folder src/<layer>/ of its own.
     file(GLOB headers CONFIGURE_DEPENDS
       ${PROJECT_SOURCE_DIR}/src/${dir}/*.h)
     foreach(file IN LISTS headers)

@@ -1,5 +1,5 @@
 // The descriptor of a chunked object in the Redis backend
-// (src/store/redis/redis_descriptor.h): the value a server returns at a
+// (src/store_redis/redis_descriptor.h): the value a server returns at a
 // key, trusted by no one. Properties: an accepted descriptor is within
 // every limit (chunk bytes, chunk count, size), so reading it whole asks
 // for at most kMaxRedisChunks chunks; a read sized from it is refused past
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fuzz/fuzz_check.h"
-#include "store/redis/redis_descriptor.h"
+#include "store_redis/redis_descriptor.h"
 
 namespace internal = reshard::internal;
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <variant>
 
 #include "reshard/conversion.h"
 #include "reshard/placement.h"
@@ -113,12 +114,17 @@ void WriteFields(internal::CanonicalJsonWriter* w, const Record& record) {
   });
 }
 
-// `record`'s fields (WriteFields) and `seconds` (name -> value, six
-// decimals) as one JSON object, keys sorted: a command's --json document
+// Keys a command adds around a library record.
+using ExtraFields =
+    std::map<std::string, std::variant<uint64_t, bool, std::string>>;
+
+// `record`'s fields (WriteFields), `seconds` (name -> value, six decimals)
+// and `extra` as one JSON object, keys sorted: a command's --json document
 // around one library record.
 template <typename Record>
 std::string RecordJson(const Record& record,
-                       const std::map<std::string, double>& seconds = {}) {
+                       const std::map<std::string, double>& seconds = {},
+                       const ExtraFields& extra = {}) {
   std::map<std::string, std::function<void(internal::CanonicalJsonWriter*)>>
       members;
   VisitFields(record, [&members](const char* name, const auto& value) {
@@ -129,6 +135,11 @@ std::string RecordJson(const Record& record,
   for (const auto& [name, value] : seconds) {
     members[name] = [&name, value](internal::CanonicalJsonWriter* w) {
       KeySeconds(w, name.c_str(), value);
+    };
+  }
+  for (const auto& [name, value] : extra) {
+    members[name] = [&name, &value](internal::CanonicalJsonWriter* w) {
+      std::visit([&](const auto& v) { WriteField(w, name.c_str(), v); }, value);
     };
   }
   std::string out;

@@ -115,20 +115,12 @@ uint64_t TotalBytes(const StoredWeightManifest& m) {
   return bytes;
 }
 
+// The revision's summary fields (VisitFields, stored_manifest.h).
 std::string ManifestSummaryJson(const StoredWeightManifest& m) {
   std::string out;
   internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
   w.BeginObject();
-  w.KeyUInt("bytes", TotalBytes(m));
-  w.KeyString("created_at", m.created_at());
-  w.KeyUInt("fragments", m.fragments().size());
-  w.KeyString("manifest_digest", m.manifest_digest());
-  w.KeyString("manifest_key", m.manifest_key());
-  w.KeyString("namespace", m.namespace_id());
-  w.KeyString("resource_id", m.resource_id());
-  w.KeyString("revision", m.revision());
-  w.KeyUInt("tensors", m.tensors().size());
-  w.KeyUInt("weight_generation", m.weight_generation());
+  WriteFields(&w, m);
   w.EndObject();
   return out;
 }

@@ -41,21 +41,10 @@ void AddValidateCommand(CLI::App& app) {
       const auto& m = manifest;
       std::string out;
       if (*json) {
-        internal::CanonicalJsonWriter w(&out);
-        w.BeginObject();
-        w.KeyUInt("bindings", parsed.size());
-        w.KeyString("digest", m.digest());
-        w.KeyUInt("fragments", m.fragments().size());
-        w.KeyUInt("participants", m.topology().participants().size());
-        w.KeyString("placement_id", m.placement_id());
-        w.KeyString("resource_id", m.resource_id());
-        w.KeyString("revision", m.revision());
-        w.KeyUInt("tensors", m.tensors().size());
-        w.KeyString("topology_id", m.topology().topology_id());
-        w.Key("valid");
-        w.Bool(true);
-        w.KeyUInt("weight_generation", m.weight_generation());
-        w.EndObject();
+        // The placement's summary fields (VisitFields, placement.h) with
+        // "bindings" and "valid", keys sorted.
+        out = RecordJson(
+            m, {}, {{"bindings", uint64_t{parsed.size()}}, {"valid", true}});
         out += '\n';
       } else {
         out += "placement_id: " + m.placement_id() + "\n";

@@ -408,6 +408,23 @@ Result<WeightPlacementManifest> WithRevision(
     const WeightPlacementManifest& placement, std::string revision,
     uint64_t weight_generation);
 
+// Calls visit(name, value) for each field of `m`'s summary, names sorted:
+// what `reshard validate --json` reports of a valid placement (with
+// "bindings" and "valid") and Python's placement.summary() returns.
+template <typename Visit>
+void VisitFields(const WeightPlacementManifest& m, Visit&& visit) {
+  visit("digest", m.digest());
+  visit("fragments", static_cast<uint64_t>(m.fragments().size()));
+  visit("participants",
+        static_cast<uint64_t>(m.topology().participants().size()));
+  visit("placement_id", m.placement_id());
+  visit("resource_id", m.resource_id());
+  visit("revision", m.revision());
+  visit("tensors", static_cast<uint64_t>(m.tensors().size()));
+  visit("topology_id", m.topology().topology_id());
+  visit("weight_generation", m.weight_generation());
+}
+
 // Canonical wire form (sorted keys, compact, ensure_ascii=True).
 std::string WeightPlacementToJson(const WeightPlacementManifest& placement);
 // Strict decoder: exact field sets, no duplicate keys, integers only, then

@@ -80,6 +80,26 @@ class StoredWeightManifest {
   std::string digest_;
 };
 
+// Calls visit(name, value) for each field of `m`'s summary, names sorted:
+// what `reshard store show --json` prints of a revision and Python's
+// manifest.summary() returns (an upload's receipt: upload() returns the
+// committed manifest). "bytes" sums the fragments' bytes.
+template <typename Visit>
+void VisitFields(const StoredWeightManifest& m, Visit&& visit) {
+  uint64_t bytes = 0;
+  for (const auto& f : m.fragments()) bytes += f.nbytes;
+  visit("bytes", bytes);
+  visit("created_at", m.created_at());
+  visit("fragments", static_cast<uint64_t>(m.fragments().size()));
+  visit("manifest_digest", m.manifest_digest());
+  visit("manifest_key", m.manifest_key());
+  visit("namespace", m.namespace_id());
+  visit("resource_id", m.resource_id());
+  visit("revision", m.revision());
+  visit("tensors", static_cast<uint64_t>(m.tensors().size()));
+  visit("weight_generation", m.weight_generation());
+}
+
 // Canonical JSON, ensure_ascii=False (raw UTF-8), sorted keys, compact.
 std::string StoredWeightManifestToJson(const StoredWeightManifest& manifest);
 Result<StoredWeightManifest> StoredWeightManifestFromJson(

@@ -61,3 +61,30 @@ def test_plan_summary_is_the_same_in_the_cli_and_in_python():
     assert sorted(summary) == [
         "bytes", "max_source_bytes", "max_target_bytes", "mean_source_bytes",
         "operations", "regions", "segments", "source_fragments_used"]
+
+
+def test_upload_receipt_is_the_same_in_the_cli_and_in_python(tmp_path):
+    with open(SCENARIO.format("source")) as f:
+        placement = reshard.Placement.from_json(f.read())
+    uri = f"fs://{tmp_path / 'store'}"
+    manifest = reshard.WeightStore(uri).upload(placement, _tensors(placement))
+    cli = _cli("store", "show", uri, manifest.manifest_key, "--json")
+    assert manifest.summary() == cli
+    assert cli["manifest_key"] == manifest.manifest_key
+    assert cli["bytes"] == sum(f.nbytes for f in placement.fragments)
+    assert sorted(cli) == [
+        "bytes", "created_at", "fragments", "manifest_digest", "manifest_key",
+        "namespace", "resource_id", "revision", "tensors",
+        "weight_generation"]
+
+
+def test_validate_result_is_the_same_in_the_cli_and_in_python():
+    path = SCENARIO.format("target")
+    with open(path) as f:
+        placement = reshard.Placement.from_json(f.read())
+    cli = _cli("validate", path, "--json")
+    assert cli.pop("valid") is True
+    assert cli.pop("bindings") == 0
+    assert placement.summary() == cli
+    assert cli["placement_id"] == placement.placement_id
+    assert cli["fragments"] == len(placement.fragments)

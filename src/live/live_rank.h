@@ -19,9 +19,9 @@
 
 #include "bind/binding_copy.h"
 #include "bind/row_walker.h"
-#include "live/exchange/peer_exchange.h"
 #include "live/heartbeat.h"
 #include "live/live_records.h"
+#include "live_exchange/peer_exchange.h"
 #include "reshard/backends/local_transport.h"
 #include "reshard/bound_plan.h"
 #include "reshard/live.h"

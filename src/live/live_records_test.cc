@@ -1,7 +1,7 @@
 // The live session's records are input from other processes: each decoder
 // accepts exactly what its encoder writes and refuses anything else with
 // one error naming the record (the bytes UCX parses are checked in
-// live/ucx/ucx_handles_test.cc); the rendezvous URI names a directory or is
+// live_ucx/ucx_handles_test.cc); the rendezvous URI names a directory or is
 // refused.
 
 #include "live/live_records.h"

@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "live/exchange/peer_exchange.h"
 #include "live/live_records.h"
+#include "live_exchange/peer_exchange.h"
 #include "reshard/backends/fs_store.h"
 #include "reshard/binding.h"
 #include "reshard/gen.h"

@@ -9,6 +9,7 @@
 #include "src/python/convert.h"
 #include "src/python/errors.h"
 #include "src/python/module.h"
+#include "src/python/report_dict.h"
 
 namespace reshard::python {
 namespace {
@@ -236,6 +237,9 @@ void RegisterStoredManifest(py::module_& m) {
           "fragments",
           [](const S& s) { return py::tuple(py::cast(s.fragments())); })
       .def_property_readonly("manifest_digest", &S::manifest_digest)
+      // The revision's summary: the keys and values `reshard store show
+      // --json` prints (VisitFields, stored_manifest.h).
+      .def("summary", [](const S& s) { return DictOf(s); })
       .def("__repr__", [](const S& s) {
         return "StoredWeightManifest('" + s.manifest_key() + "', " +
                std::to_string(s.fragments().size()) + " fragments)";

@@ -10,6 +10,7 @@
 #include "src/python/convert.h"
 #include "src/python/errors.h"
 #include "src/python/module.h"
+#include "src/python/report_dict.h"
 
 namespace reshard::python {
 namespace {
@@ -93,7 +94,11 @@ void RegisterAccessors(py::class_<WeightPlacementManifest>& c) {
       .def_property_readonly("fragments", &FragmentsOf)
       .def_property_readonly("placement_id",
                              &WeightPlacementManifest::placement_id)
-      .def_property_readonly("digest", &WeightPlacementManifest::digest);
+      .def_property_readonly("digest", &WeightPlacementManifest::digest)
+      // The keys and values `reshard validate --json` reports of it (but
+      // "bindings" and "valid"; VisitFields, placement.h).
+      .def("summary",
+           [](const WeightPlacementManifest& m) { return DictOf(m); });
 }
 
 void RegisterLookups(py::class_<WeightPlacementManifest>& c) {

@@ -1,5 +1,5 @@
 // The filesystem backend: records and objects as files under a directory
-// (a shared filesystem works too). See src/store/fs/fs_store.cc for how
+// (a shared filesystem works too). See src/store_fs/fs_store.cc for how
 // publication and confinement work, docs/store-format.md for the layout.
 
 #ifndef RESHARD_BACKENDS_FS_STORE_H_

@@ -1,4 +1,4 @@
-// Settings of the UCX transport (src/live/ucx/), applied on top of UCX's
+// Settings of the UCX transport (src/live_ucx/), applied on top of UCX's
 // own configuration. Live sessions take them in LiveSessionOptions::ucx.
 
 #ifndef RESHARD_BACKENDS_UCX_OPTIONS_H_

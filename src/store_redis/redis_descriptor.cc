@@ -1,4 +1,4 @@
-#include "store/redis/redis_descriptor.h"
+#include "store_redis/redis_descriptor.h"
 
 #include <charconv>
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "live/exchange/peer_exchange.h"
+#include "live_exchange/peer_exchange.h"
 #include "reshard/bound_plan.h"
 #include "reshard/plan.h"
 #include "selftest/host_buffers.h"

@@ -1,7 +1,7 @@
 // The limits on a chunked object's descriptor (redis_descriptor.h): every
 // size a server returns is checked before it sizes anything.
 
-#include "store/redis/redis_descriptor.h"
+#include "store_redis/redis_descriptor.h"
 
 #include <gtest/gtest.h>
 

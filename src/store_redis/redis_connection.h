@@ -24,7 +24,7 @@
 
 #include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
-#include "store/redis/redis_uri.h"
+#include "store_redis/redis_uri.h"
 #include "util/file_io.h"
 
 struct redisContext;

@@ -31,8 +31,8 @@
 
 #include "reshard/store_uri.h"
 #include "reshard/weight_store.h"
-#include "store/redis/redis_descriptor.h"
-#include "store/redis/redis_uri.h"
+#include "store_redis/redis_descriptor.h"
+#include "store_redis/redis_uri.h"
 #include "testing/object_store_conformance.h"
 #include "testing/redis_server.h"
 #include "testing/sanitizer.h"

@@ -16,10 +16,10 @@
 #include <thread>
 #include <unordered_map>
 
-#include "store/redis/redis_connection.h"
-#include "store/redis/redis_descriptor.h"
-#include "store/redis/redis_scripts.h"
-#include "store/redis/redis_uri.h"
+#include "store_redis/redis_connection.h"
+#include "store_redis/redis_descriptor.h"
+#include "store_redis/redis_scripts.h"
+#include "store_redis/redis_uri.h"
 
 namespace reshard {
 namespace {

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "bind/row_walker.h"
-#include "exec/local/stream_copy.h"
+#include "exec_local/stream_copy.h"
 #include "util/claimed_runs.h"
 
 namespace reshard {

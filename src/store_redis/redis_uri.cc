@@ -1,4 +1,4 @@
-#include "store/redis/redis_uri.h"
+#include "store_redis/redis_uri.h"
 
 #include <charconv>
 #include <cstdlib>

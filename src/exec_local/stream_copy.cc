@@ -1,4 +1,4 @@
-#include "exec/local/stream_copy.h"
+#include "exec_local/stream_copy.h"
 
 #include <cstdint>
 #include <cstring>

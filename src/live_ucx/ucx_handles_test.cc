@@ -1,7 +1,7 @@
 // Bytes from other processes are checked before UCX parses them: UCX
 // asserts (aborting the process) on a malformed worker address or key.
 
-#include "live/ucx/ucx_handles.h"
+#include "live_ucx/ucx_handles.h"
 
 #include <gtest/gtest.h>
 

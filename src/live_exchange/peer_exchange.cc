@@ -1,4 +1,4 @@
-#include "live/exchange/peer_exchange.h"
+#include "live_exchange/peer_exchange.h"
 
 #include <map>
 #include <mutex>

@@ -1,4 +1,4 @@
-#include "live/ucx/ucx_handles.h"
+#include "live_ucx/ucx_handles.h"
 
 #include <poll.h>
 

@@ -7,9 +7,9 @@
 #include <optional>
 #include <utility>
 
-#include "live/exchange/peer_exchange.h"
-#include "live/ucx/ucx_exchange.h"
-#include "live/ucx/ucx_handles.h"
+#include "live_exchange/peer_exchange.h"
+#include "live_ucx/ucx_exchange.h"
+#include "live_ucx/ucx_handles.h"
 
 namespace reshard::internal {
 namespace {

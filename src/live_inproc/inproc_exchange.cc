@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bind/row_walker.h"
-#include "live/exchange/peer_exchange.h"
-#include "live/exchange/side_stream.h"
+#include "live_exchange/peer_exchange.h"
+#include "live_exchange/side_stream.h"
 
 namespace reshard::internal {
 namespace {

@@ -1,10 +1,10 @@
-#include "live/ucx/ucx_exchange.h"
+#include "live_ucx/ucx_exchange.h"
 
 #include <algorithm>
 #include <memory>
 
 #include "bind/row_walker.h"
-#include "live/exchange/side_stream.h"
+#include "live_exchange/side_stream.h"
 
 namespace reshard::internal {
 namespace {

@@ -1,8 +1,8 @@
 // The peer exchange: how a live session's ranks reach each other (connect,
 // register memory, exchange a bound plan's regions, abandon on failure).
 // The session (src/live/) speaks only this interface; an implementation
-// lives in a folder of its own (UCX in src/live/ucx/, an in-process one for
-// tests in src/live/inproc/) and registers itself by name, so a new
+// lives in a folder of its own (UCX in src/live_ucx/, an in-process one for
+// tests in src/live_inproc/) and registers itself by name, so a new
 // wire between processes touches neither the session nor its records.
 //
 // Contract for implementations:

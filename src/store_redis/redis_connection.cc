@@ -1,4 +1,4 @@
-#include "store/redis/redis_connection.h"
+#include "store_redis/redis_connection.h"
 
 #include <hiredis.h>
 #include <poll.h>
@@ -12,7 +12,7 @@
 #include <climits>
 #include <cstring>
 
-#include "store/redis/redis_descriptor.h"
+#include "store_redis/redis_descriptor.h"
 
 namespace reshard::internal {
 namespace {

@@ -19,8 +19,8 @@
 #include <functional>
 #include <vector>
 
-#include "live/exchange/peer_exchange.h"
-#include "live/ucx/ucx_handles.h"
+#include "live_exchange/peer_exchange.h"
+#include "live_ucx/ucx_handles.h"
 
 namespace reshard::internal {
 
