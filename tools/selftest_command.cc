@@ -30,6 +30,8 @@ struct SelftestArgs {
   uint32_t max_in_flight = 64;
   uint32_t updates = 0;  // 0: one RunLiveReshard
   bool convert = false;
+  bool delta = false;
+  double change_fraction = 1.0;
   Fp8Block block;
   std::optional<uint32_t> rank;
   double timeout = 60;
@@ -99,6 +101,13 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
                 "docs/conversion.md); converted targets are checked against "
                 "the pattern converted");
   AddBlockOption(cmd, &a->block);
+  cmd->add_flag("--delta", a->delta,
+                "ucx --updates: delta updates (after the first, only changed "
+                "elements travel; docs/live.md)");
+  cmd->add_option("--change-fraction", a->change_fraction,
+                  "ucx --updates: each update from the second on changes "
+                  "this fraction of the source elements (deterministic), in "
+                  "[0, 1]; default 1");
 }
 
 // Flag combinations CLI11 cannot express: UCX-only flags need --transport
@@ -114,7 +123,8 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   for (const char* flag :
        {"--procs", "--rendezvous", "--session", "--rank", "--ucx-tls",
         "--ucx-net-devices", "--ucx-error-handling", "--ucx-protocol",
-        "--max-in-flight", "--inject-fault", "--updates"}) {
+        "--max-in-flight", "--inject-fault", "--updates", "--delta",
+        "--change-fraction"}) {
     if (!ucx && cmd.count(flag) > 0) {
       return Status::InvalidArgument(std::string(flag) +
                                      " needs --transport ucx");
@@ -138,6 +148,13 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   }
   if (cmd.count("--block") > 0 && !a.convert) {
     return Status::InvalidArgument("--block needs --convert");
+  }
+  if ((a.delta || cmd.count("--change-fraction") > 0) && a.updates == 0) {
+    return Status::InvalidArgument(
+        "--delta and --change-fraction need --updates K");
+  }
+  if (!(a.change_fraction >= 0 && a.change_fraction <= 1)) {
+    return Status::InvalidArgument("--change-fraction must be in [0, 1]");
   }
   if (a.fault == "kill-between-updates" && a.updates < 2) {
     return Status::InvalidArgument(
@@ -179,6 +196,8 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
   options.updates = a.updates;
   options.convert = a.convert;
   options.fp8_block = a.block;
+  options.delta = a.delta;
+  options.change_fraction = a.change_fraction;
   return options;
 }
 
@@ -289,7 +308,16 @@ std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
   internal::CanonicalJsonWriter w(&out);
   w.BeginObject();
   w.KeyUInt("bytes", r.bytes);
+  // delta: per update, regions received as changes and whole.
+  auto per_update = [&](const char* key, const std::vector<uint64_t>& v) {
+    w.Key(key);
+    w.BeginArray();
+    for (uint64_t x : v) w.UInt(x);
+    w.EndArray();
+  };
+  if (a.delta) per_update("delta_regions", r.delta_regions);
   if (a.updates > 0) KeySeconds(&w, "fixed_seconds", FixedSeconds(r));
+  if (a.delta) per_update("full_regions", r.full_regions);
   KeyFixed(&w, "gbps", Gbps(r), 3);
   if (store) KeyFixed(&w, "load_seconds", r.load_seconds, 6);
   KeyFixed(&w, "memcpy_gbps", r.memcpy_gbps, 3);
@@ -305,6 +333,7 @@ std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
   }
   KeyFixed(&w, "seconds", r.seconds, 6);
   w.KeyUInt("segments", r.segments);
+  if (a.delta) w.KeyUInt("snapshot_bytes", r.snapshot_bytes);
   w.KeyString("transport", store ? "store" : a.transport);
   if (a.updates > 0) {
     KeySeconds(&w, "update_seconds", r.update_seconds);

@@ -136,6 +136,28 @@ struct LiveSessionOptions {
   // (LiveSession::conversion_bytes).
   bool convert = false;
   Fp8Block fp8_block;
+  // Standing sessions: delta updates (docs/live.md, "Delta updates").
+  // The first update after open moves every byte; from then on each
+  // source sends, per region, only the elements that changed since the
+  // last update (compared as raw bytes of their itemsize: any dtype, bit
+  // exact), encoded as runs, as a bitmap or whole, whichever is smallest,
+  // and targets apply them in place. Every rank keeps a snapshot of what
+  // it sends (host memory, LiveSession::delta_snapshot_bytes()). A target
+  // region whose bytes are no longer what the source last delivered (its
+  // buffer was overwritten or re-allocated) is sent in full in the same
+  // update. Push only: kAuto pushes, kPull is refused. Every rank of a
+  // session sets the same.
+  bool delta = false;
+};
+
+// Delta updates: one peer's traffic in an update, as this rank saw it.
+struct LivePeerTraffic {
+  uint32_t peer = 0;
+  uint64_t wire_bytes_received = 0;  // delta messages from it
+  uint64_t delta_regions = 0;        // regions received as changes
+  uint64_t full_regions = 0;         // regions received whole
+  uint64_t delta_regions_sent = 0;   // to it
+  uint64_t full_regions_sent = 0;
 };
 
 struct LiveReport {
@@ -157,6 +179,13 @@ struct LiveReport {
   double arrival_seconds = 0;   // standing: waiting for every rank's fence
   // convert: quantizing this rank's sources and converting its targets.
   double convert_seconds = 0;
+  // delta: regions this rank received as changes and whole, the time its
+  // sources spent encoding and its targets hashing and applying, per peer.
+  uint64_t delta_regions = 0;
+  uint64_t full_regions = 0;
+  double encode_seconds = 0;
+  double apply_seconds = 0;
+  std::vector<LivePeerTraffic> peers;
   bool ready = false;  // this rank's targets are activation-ready
 };
 
@@ -225,6 +254,14 @@ struct LiveUpdateReport {
   double update_seconds = 0;  // the whole Update call
   // convert: quantizing this rank's sources and converting its targets.
   double convert_seconds = 0;
+  // delta (LiveSessionOptions::delta): regions this rank received as
+  // changes and whole (a full update counts none), encoding and applying
+  // time, and each peer's traffic (not in the Python dict).
+  uint64_t delta_regions = 0;
+  uint64_t full_regions = 0;
+  double encode_seconds = 0;
+  double apply_seconds = 0;
+  std::vector<LivePeerTraffic> peers;
   bool ready = false;  // this rank's targets are activation-ready
 };
 
@@ -233,12 +270,16 @@ struct LiveUpdateReport {
 // from it).
 template <typename Visit>
 void VisitFields(const LiveUpdateReport& r, Visit&& visit) {
+  visit("apply_seconds", r.apply_seconds);
   visit("arrival_seconds", r.arrival_seconds);
   visit("barrier_seconds", r.barrier_seconds);
   visit("bytes_received", r.bytes_received);
   visit("bytes_sent", r.bytes_sent);
   visit("coalesced_regions", r.coalesced_regions);
   visit("convert_seconds", r.convert_seconds);
+  visit("delta_regions", r.delta_regions);
+  visit("encode_seconds", r.encode_seconds);
+  visit("full_regions", r.full_regions);
   visit("generation", r.generation);
   visit("gets", r.gets);
   visit("local_operations", r.local_operations);
@@ -298,6 +339,9 @@ class LiveSession {
   uint64_t regions() const;  // regions of the whole plan
   // convert: host bytes this rank holds for converted fragments.
   uint64_t conversion_bytes() const;
+  // delta: host bytes of this rank's snapshot of what it sends (known at
+  // open, allocated by the first update).
+  uint64_t delta_snapshot_bytes() const;
 
  private:
   struct Impl;

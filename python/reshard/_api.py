@@ -320,7 +320,8 @@ class LiveSession:
                  movable_sources: bool = False,
                  heartbeat_interval: float = 0.2,
                  peer_timeout: float = 1.5, convert: bool = False,
-                 fp8_block: Optional[tuple] = None) -> None:
+                 fp8_block: Optional[tuple] = None,
+                 delta: bool = False) -> None:
         self.rendezvous = rendezvous
         self.name = name
         self.rank = rank
@@ -351,6 +352,9 @@ class LiveSession:
         # process sets the same; converted tensors must be contiguous.
         self.convert = convert
         self.fp8_block = fp8_block
+        # Delta updates (docs/live.md): after the first update only the
+        # changed elements travel; every process sets the same. Push only.
+        self.delta = delta
         self._busy = threading.Lock()
         self.step = 0
         self.attempt = 0
@@ -377,8 +381,10 @@ class LiveSession:
             movable_sources=self.movable_sources,
             heartbeat_interval=self.heartbeat_interval,
             peer_timeout=self.peer_timeout, convert=self.convert,
-            fp8_block=self.fp8_block)
+            fp8_block=self.fp8_block, delta=self.delta)
         self.open_seconds = self._native.open_seconds
+        # delta: host bytes of this process's snapshot of what it sends.
+        self.delta_snapshot_bytes = self._native.delta_snapshot_bytes
         self._addresses = (src, dst)
 
     def update(self, sources: Optional[Mapping] = None,

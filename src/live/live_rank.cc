@@ -44,6 +44,11 @@ Status ValidateOptions(const LiveSessionOptions& o) {
         " ms) must be at least twice heartbeat_interval (" +
         std::to_string(o.heartbeat_interval.count()) + " ms)");
   }
+  if (o.delta && o.protocol == LiveProtocol::kPull) {
+    return Status::InvalidArgument(
+        "live session: delta needs push (a source encodes the changes it "
+        "sends)");
+  }
   if (o.movable_sources && o.protocol == LiveProtocol::kPull) {
     return Status::InvalidArgument(
         "live session: movable_sources needs push (a pull session's sources "

@@ -20,6 +20,7 @@
 #include "bind/binding_copy.h"
 #include "bind/row_walker.h"
 #include "live/heartbeat.h"
+#include "live/live_delta.h"
 #include "live/live_records.h"
 #include "live_exchange/peer_exchange.h"
 #include "reshard/backends/local_transport.h"
@@ -297,6 +298,8 @@ class LiveRank {
     RESHARD_RETURN_NOT_OK(Publish());
     RESHARD_RETURN_NOT_OK(PlanAndBind());
     RESHARD_RETURN_NOT_OK(Connect());
+    // Standing sessions only: a one-shot run has no next update.
+    if (options_.delta) delta_.emplace(*plan_, source_);
     // Wiring up needs both ends to progress: every rank stays until every
     // rank is connected, so none waits on a peer's caller later.
     RESHARD_RETURN_NOT_OK(records_.Put(
@@ -337,6 +340,8 @@ class LiveRank {
     Flip();
     RESHARD_RETURN_NOT_OK(Ready());
     succeeded_ = true;
+    delivered_ = true;  // the base of the next delta update
+    delivered_generation_ = generation_;
     return Status::OK();
   }
 
@@ -414,6 +419,9 @@ class LiveRank {
   }
 
   const LiveReport& report() const { return report_; }
+  uint64_t delta_snapshot_bytes() const {
+    return delta_ ? LiveDelta::SnapshotBytes(ops_) : 0;
+  }
 
  private:
   Clock::time_point Deadline() const { return Clock::now() + options_.timeout; }
@@ -441,9 +449,11 @@ class LiveRank {
     RESHARD_RETURN_NOT_OK(
         records_.Put(records_.Key("address"),
                      internal::EncodeAddressRecord(options_.rank, address)));
-    may_pull_ = options_.protocol == LiveProtocol::kPull ||
-                (options_.protocol == LiveProtocol::kAuto &&
-                 options_.ucx.tls.empty() && !options_.movable_sources);
+    // Deltas are pushed (a source encodes what it sends).
+    may_pull_ =
+        options_.protocol == LiveProtocol::kPull ||
+        (options_.protocol == LiveProtocol::kAuto && options_.ucx.tls.empty() &&
+         !options_.movable_sources && !options_.delta);
     if (may_pull_ && !bindings_.sources.empty()) {
       RESHARD_RETURN_NOT_OK(RegisterSources());
     }
@@ -716,13 +726,14 @@ class LiveRank {
     }
     report_.local_operations = local_.size();
     internal::ExchangeStats stats;
-    Status exchanged = exchange_->Run(ops_, xo, &stats);
+    Status exchanged = RunOps(xo, &stats);
     abandoned_in_flight_ = stats.abandoned_in_flight;
     RESHARD_RETURN_NOT_OK(exchanged);
-    uint64_t regions_in = 0;
+    uint64_t regions_in = 0, bytes_in = 0;
     for (const auto& op : ops_) {
       if (op.kind != internal::ExchangeOp::Kind::kSend) {
         regions_in += 1 + op.more.size();
+        bytes_in += op.bytes();
       }
     }
     report_.operations = local_.size() + regions_in;
@@ -731,10 +742,31 @@ class LiveRank {
     report_.gets = stats.gets;
     report_.packed_messages = stats.packed_messages;
     report_.bytes_sent = stats.bytes_sent;
-    report_.bytes_received += stats.bytes_received;
-    report_.wire_bytes = stats.bytes_received;
+    // A delta update brings every region up to date with fewer bytes.
+    report_.bytes_received += delta_ ? bytes_in : stats.bytes_received;
+    report_.wire_bytes += stats.bytes_received;
     report_.transfer_seconds = Seconds(t0);
     return Status::OK();
+  }
+
+  // This rank's operations: in full, or (delta, after a delivered update)
+  // as the changes since it; a full update of a delta session snapshots
+  // what it sent.
+  Status RunOps(const internal::ExchangeOptions& xo,
+                internal::ExchangeStats* stats) {
+    if (!delta_ || !delivered_) {
+      Status st = exchange_->Run(ops_, xo, stats);
+      if (st.ok() && delta_) delta_->Snapshot(ops_);
+      return st;
+    }
+    internal::ExchangeOptions base_round = xo;
+    base_round.session_tag =
+        SessionTag(options_.session + "/" + scope_ + "base");
+    base_round.on_first_completion = nullptr;
+    Status st = delta_->Run(*exchange_, ops_, base_round, xo,
+                            delivered_generation_, &report_, stats);
+    if (!st.ok() && stats->abandoned_in_flight > 0) delta_->Abandon();
+    return st;
   }
 
   // Standing sessions: every rank's fence passed before anybody posts an
@@ -904,6 +936,11 @@ class LiveRank {
   std::map<std::string, std::unique_ptr<uint8_t[]>> shadows_;
   std::vector<ShadowCopy> flips_;
   std::unique_ptr<internal::PeerExchange> exchange_;
+  // delta: the snapshots and encodings; whether an update was delivered
+  // (the next one sends deltas on its generation).
+  std::optional<LiveDelta> delta_;
+  bool delivered_ = false;
+  uint64_t delivered_generation_ = 0;
   // The plan and this rank's share of it.
   std::optional<LogicalTransferPlan> plan_;
   std::optional<BoundTransferPlan> bound_;

@@ -48,7 +48,7 @@ std::string ValidUtf8(std::string_view text) {
 // the context of every error.
 struct Parsed {
   JsonDocument doc;
-  StrictObject obj;
+  WideStrictObject obj;
 };
 
 std::string What(std::string_view kind, std::string_view key) {
@@ -61,14 +61,14 @@ Result<Parsed> Parse(std::string_view text, std::string_view kind,
   auto doc = JsonDocument::Parse(text);
   if (!doc.ok()) return doc.status().WithContext(What(kind, key));
   const JsonPath root;
-  auto obj = StrictObject::Make(doc->root(), root,
-                                std::string(kind) + " record", fields);
+  auto obj = WideStrictObject::Make(doc->root(), root,
+                                    std::string(kind) + " record", fields);
   if (!obj.ok()) return obj.status().WithContext(What(kind, key));
   return Parsed{std::move(doc).ValueOrDie(), std::move(obj).ValueOrDie()};
 }
 
 // Checks the "rank" field against the rank in the record's key.
-Status CheckRank(const StrictObject& obj, std::string_view kind,
+Status CheckRank(const WideStrictObject& obj, std::string_view kind,
                  std::string_view key, uint32_t rank) {
   auto r = obj.U64("rank");
   if (!r.ok()) return r.status().WithContext(What(kind, key));
@@ -80,7 +80,7 @@ Status CheckRank(const StrictObject& obj, std::string_view kind,
   return Status::OK();
 }
 
-Result<uint64_t> U64Field(const StrictObject& obj, std::string_view field,
+Result<uint64_t> U64Field(const WideStrictObject& obj, std::string_view field,
                           std::string_view kind, std::string_view key) {
   const JsonPath root;
   auto v = ReadU64(obj.Get(field), root.Field(field));
@@ -88,15 +88,16 @@ Result<uint64_t> U64Field(const StrictObject& obj, std::string_view field,
   return *v;
 }
 
-Result<std::string> StringField(const StrictObject& obj, std::string_view field,
-                                std::string_view kind, std::string_view key) {
+Result<std::string> StringField(const WideStrictObject& obj,
+                                std::string_view field, std::string_view kind,
+                                std::string_view key) {
   const JsonPath root;
   auto v = ReadString(obj.Get(field), root.Field(field));
   if (!v.ok()) return v.status().WithContext(What(kind, key));
   return std::string(*v);
 }
 
-Result<bool> BoolField(const StrictObject& obj, std::string_view field,
+Result<bool> BoolField(const WideStrictObject& obj, std::string_view field,
                        std::string_view kind, std::string_view key) {
   const JsonPath root;
   auto v = ReadBool(obj.Get(field), root.Field(field));
@@ -238,8 +239,8 @@ Result<std::vector<RemoteRange>> DecodeRemoteKeysRecord(std::string_view text,
   size_t i = 0;
   for (JsonElement e : *keys) {
     const JsonPath at = keys_path.Index(i++);
-    auto entry = StrictObject::Make(e, at, "remote key",
-                                    {"address", "key", "length", "sha256"});
+    auto entry = WideStrictObject::Make(e, at, "remote key",
+                                        {"address", "key", "length", "sha256"});
     if (!entry.ok()) return entry.status().WithContext(What(kKind, key));
     RemoteRange r;
     auto address = entry->U64("address");
@@ -366,7 +367,11 @@ std::string EncodeReportRecord(const ReportRecord& r) {
   CanonicalJsonWriter w(&out);
   w.BeginObject();
   w.KeyUInt("bytes", r.bytes);
+  w.Key("delta_regions");
+  w.IntArray(r.delta_regions);
   w.KeyString("error", ValidUtf8(Shorten(r.error, kMaxRecordedText)));
+  w.Key("full_regions");
+  w.IntArray(r.full_regions);
   w.KeyUInt("messages", r.messages);
   w.KeyString("mismatch", ValidUtf8(Shorten(r.mismatch, kMaxRecordedText)));
   w.KeyUInt("open_ns", r.open_ns);
@@ -376,6 +381,7 @@ std::string EncodeReportRecord(const ReportRecord& r) {
   w.KeyUInt("rank", r.rank);
   w.Key("ready");
   w.Bool(r.ready);
+  w.KeyUInt("snapshot_bytes", r.snapshot_bytes);
   w.KeyUInt("transfer_ns", r.transfer_ns);
   w.Key("update_ns");
   w.IntArray(r.update_ns);
@@ -393,9 +399,10 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   RESHARD_ASSIGN_OR_RETURN(
       auto p,
       Parse(text, kKind, key,
-            {"bytes", "error", "messages", "mismatch", "open_ns", "operations",
-             "packed_messages", "plan_ns", "rank", "ready", "transfer_ns",
-             "update_ns", "verified", "wire_bytes"}));
+            {"bytes", "delta_regions", "error", "full_regions", "messages",
+             "mismatch", "open_ns", "operations", "packed_messages", "plan_ns",
+             "rank", "ready", "snapshot_bytes", "transfer_ns", "update_ns",
+             "verified", "wire_bytes"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   ReportRecord r;
   r.rank = rank;
@@ -409,12 +416,20 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   RESHARD_ASSIGN_OR_RETURN(r.transfer_ns,
                            U64Field(p.obj, "transfer_ns", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(r.open_ns, U64Field(p.obj, "open_ns", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.snapshot_bytes,
+                           U64Field(p.obj, "snapshot_bytes", kKind, key));
   auto updates = p.obj.IntArray("update_ns");
   if (!updates.ok()) return updates.status().WithContext(What(kKind, key));
   r.update_ns = updates->ToVector();
   auto wire = p.obj.IntArray("wire_bytes");
   if (!wire.ok()) return wire.status().WithContext(What(kKind, key));
   r.wire_bytes = wire->ToVector();
+  for (auto [name, out] : {std::pair{"delta_regions", &r.delta_regions},
+                           std::pair{"full_regions", &r.full_regions}}) {
+    auto list = p.obj.IntArray(name);
+    if (!list.ok()) return list.status().WithContext(What(kKind, key));
+    *out = list->ToVector();
+  }
   RESHARD_ASSIGN_OR_RETURN(r.ready, BoolField(p.obj, "ready", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(r.verified,
                            BoolField(p.obj, "verified", kKind, key));

@@ -124,6 +124,11 @@ struct ReportRecord {
   // Bytes received from other ranks: one entry per update (one for a
   // single reshard).
   std::vector<int64_t> wire_bytes;
+  // Delta updates: regions received as changes and whole, per update, and
+  // the rank's snapshot bytes.
+  std::vector<int64_t> delta_regions;
+  std::vector<int64_t> full_regions;
+  uint64_t snapshot_bytes = 0;
   std::string mismatch;
   std::string error;
 };

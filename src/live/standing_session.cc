@@ -103,6 +103,11 @@ void CopyCounters(const LiveReport& r, LiveUpdateReport* out) {
   out->barrier_seconds = r.barrier_seconds;
   out->validate_seconds = r.validate_seconds;
   out->arrival_seconds = r.arrival_seconds;
+  out->delta_regions = r.delta_regions;
+  out->full_regions = r.full_regions;
+  out->encode_seconds = r.encode_seconds;
+  out->apply_seconds = r.apply_seconds;
+  out->peers = r.peers;
   out->ready = r.ready;
 }
 
@@ -252,6 +257,10 @@ uint64_t LiveSession::regions() const { return impl_->rank.report().regions; }
 uint64_t LiveSession::conversion_bytes() const {
   const LiveConversion* c = impl_->wire->conversion.get();
   return c == nullptr ? 0 : c->buffer_bytes();
+}
+
+uint64_t LiveSession::delta_snapshot_bytes() const {
+  return impl_->rank.delta_snapshot_bytes();
 }
 
 Result<uint64_t> RemoveLiveSession(RecordStore& rendezvous,

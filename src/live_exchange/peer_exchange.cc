@@ -24,6 +24,7 @@ Registry& TheRegistry() {
 }  // namespace
 
 uint64_t ExchangeOp::bytes() const {
+  if (buffer != nullptr) return buffer_bytes;
   uint64_t total = region->bytes;
   for (const BoundRegion* r : more) total += r->bytes;
   return total;

@@ -50,8 +50,16 @@ struct ExchangeOp {
   // kGet: the handle ImportRemoteKey returned for the peer's range holding
   // the source side.
   uint64_t remote_key = 0;
+  // When set (kSend/kReceive), the message is these bytes instead of the
+  // regions' streams (a delta update's encoded regions): a send sends
+  // [buffer, buffer + buffer_bytes); a receive accepts a message of at most
+  // buffer_bytes into the buffer and stores its length in *received. The
+  // regions still name the message (its tag) and the operation in errors.
+  uint8_t* buffer = nullptr;
+  uint64_t buffer_bytes = 0;
+  uint64_t* received = nullptr;
 
-  // Bytes of every region of the operation.
+  // Bytes of every region of the operation (with a buffer: buffer_bytes).
   uint64_t bytes() const;
 };
 

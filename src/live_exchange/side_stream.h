@@ -21,9 +21,18 @@ struct SideStream {
   uint64_t total_bytes = 0;
 
   // The side `op` moves (source for a send, target otherwise) of each of
-  // its regions, merged into as few runs as possible.
+  // its regions, merged into as few runs as possible; or its buffer.
   static SideStream Of(const ExchangeOp& op) {
     SideStream stream;
+    if (op.buffer != nullptr) {
+      StridedSide whole;
+      whole.base = op.buffer;
+      whole.inner_bytes = whole.total_bytes = op.buffer_bytes;
+      whole.counts = {1};
+      whole.strides = {op.buffer_bytes};
+      stream.Add(std::move(whole));
+      return stream;
+    }
     auto side_of = [&](const BoundRegion& r) {
       return (op.kind == ExchangeOp::Kind::kSend ? StridedSide::Source(r)
                                                  : StridedSide::Target(r))

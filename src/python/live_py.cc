@@ -140,7 +140,7 @@ std::unique_ptr<PyStandingSession> OpenStanding(
     double timeout_seconds, py::object max_in_flight, py::object protocol,
     py::object options, py::object ucx_tls, bool shadow_targets,
     bool movable_sources, double heartbeat_seconds, double peer_timeout_seconds,
-    bool convert, py::object fp8_block) {
+    bool convert, py::object fp8_block, bool delta) {
   auto s = std::make_unique<PyStandingSession>(
       PyStandingSession{nullptr, nullptr, source, target, {}});
   LiveSessionOptions o = SessionOptionsOf(session, rank, ranks, timeout_seconds,
@@ -149,6 +149,7 @@ std::unique_ptr<PyStandingSession> OpenStanding(
   o.movable_sources = movable_sources;
   o.convert = convert;
   o.fp8_block = ToFp8Block(fp8_block, "LiveSession.fp8_block");
+  o.delta = delta;
   const auto check = [](double v, std::string_view field) {
     if (!(v >= 0) || !(v <= 3600.0)) {
       ThrowInvalid(field, "must be between 0 and 3600 seconds");
@@ -212,7 +213,8 @@ void RegisterStanding(py::module_& m) {
            py::arg("ucx_tls") = "", py::arg("shadow_targets") = false,
            py::arg("movable_sources") = false,
            py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5,
-           py::arg("convert") = false, py::arg("fp8_block") = py::none())
+           py::arg("convert") = false, py::arg("fp8_block") = py::none(),
+           py::arg("delta") = false)
       .def("update", &UpdateStanding, py::arg("generation"),
            py::arg("sources") = py::none(), py::arg("targets") = py::none(),
            "One update; sources and targets ({participant: {fragment: "
@@ -242,9 +244,13 @@ void RegisterStanding(py::module_& m) {
       .def_property_readonly(
           "open_seconds",
           [](const PyStandingSession& s) { return s.session->open_seconds(); })
-      .def_property_readonly("regions", [](const PyStandingSession& s) {
-        return s.session->regions();
-      });
+      .def_property_readonly(
+          "regions",
+          [](const PyStandingSession& s) { return s.session->regions(); })
+      .def_property_readonly("delta_snapshot_bytes",
+                             [](const PyStandingSession& s) {
+                               return s.session->delta_snapshot_bytes();
+                             });
 }
 
 }  // namespace

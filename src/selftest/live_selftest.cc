@@ -92,17 +92,25 @@ Result<SelfTestReport> RunUpdates(
   SelfTestReport report;
   report.verified = true;
   report.open_seconds = session->open_seconds();
+  report.snapshot_bytes = session->delta_snapshot_bytes();
   report.plan_seconds = session->plan_seconds();
   for (uint32_t k = 1; k <= options.updates; ++k) {
     if (options.fault == SelfTestFault::kKillBetweenUpdates && rank == 0 &&
         k == 2) {
       ::raise(SIGKILL);
     }
-    FillPattern(source, tensors, src, nullptr, k);
+    FillPattern(source, tensors, src, nullptr, k, options.change_fraction);
     RESHARD_ASSIGN_OR_RETURN(auto u, session->Update(k));
     const std::string mismatch =
         check != nullptr ? check->Verify(tensors, k)
-                         : VerifyPattern(target, tensors, dst, nullptr, k);
+                         : VerifyPattern(target, tensors, dst, nullptr, k,
+                                         options.change_fraction);
+    if (mismatch.empty() && k == 1 &&
+        options.fault == SelfTestFault::kOverwriteTargets) {
+      for (const auto& [id, p] : dst.data) {
+        std::memset(p, 0x5A, target.FindFragment(id)->nbytes());
+      }
+    }
     if (!mismatch.empty()) {
       (void)session->Abort(Status::DataLoss("target bytes differ"));
       report.verified = false;
@@ -113,6 +121,8 @@ Result<SelfTestReport> RunUpdates(
     report.update_seconds.push_back(u.update_seconds - u.arrival_seconds);
     report.bytes = u.bytes_received;
     report.wire_bytes.push_back(u.wire_bytes);
+    report.delta_regions.push_back(u.delta_regions);
+    report.full_regions.push_back(u.full_regions);
     report.operations = u.operations;
     report.messages = u.messages_sent + u.gets;
     report.packed_messages = u.packed_messages;
@@ -194,6 +204,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   lo.max_in_flight = options.max_in_flight;
   lo.protocol = options.protocol;
   lo.exchange = options.transport == "inproc" ? "inproc" : "ucx";
+  lo.delta = options.delta;
   lo.ucx = options.ucx;
   lo.convert = options.convert;
   lo.fp8_block = options.fp8_block;
@@ -262,6 +273,13 @@ std::string ReportOf(uint32_t r, const Result<SelfTestReport>& report) {
   for (uint64_t w : report->wire_bytes) {
     rec.wire_bytes.push_back(static_cast<int64_t>(w));
   }
+  for (uint64_t d : report->delta_regions) {
+    rec.delta_regions.push_back(static_cast<int64_t>(d));
+  }
+  for (uint64_t f : report->full_regions) {
+    rec.full_regions.push_back(static_cast<int64_t>(f));
+  }
+  rec.snapshot_bytes = report->snapshot_bytes;
   rec.mismatch = report->mismatch;
   return EncodeReportRecord(rec);
 }
@@ -340,6 +358,18 @@ Status CheckLaunch(const WeightPlacementManifest& source,
     return Status::InvalidArgument(
         "the inproc transport runs every rank as a thread of one process: "
         "it cannot run a single --rank or kill a rank (use ucx)");
+  }
+  if (!(options.change_fraction >= 0 && options.change_fraction <= 1)) {
+    return Status::InvalidArgument("--change-fraction must be in [0, 1]");
+  }
+  if ((options.delta || options.change_fraction < 1) && options.updates == 0) {
+    return Status::InvalidArgument(
+        "--delta and --change-fraction need --updates K (a standing "
+        "session)");
+  }
+  if (options.change_fraction < 1 && options.convert) {
+    return Status::InvalidArgument(
+        "--change-fraction does not combine with --convert");
   }
   if (options.rank && options.rendezvous.empty()) {
     return Status::InvalidArgument(
@@ -514,6 +544,15 @@ std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
   return exits;
 }
 
+// Adds a rank's per-update counts into the ranks' totals.
+void AddPerUpdate(const std::vector<int64_t>& rank,
+                  std::vector<uint64_t>* total) {
+  if (total->size() < rank.size()) total->resize(rank.size(), 0);
+  for (size_t k = 0; k < rank.size(); ++k) {
+    (*total)[k] += static_cast<uint64_t>(rank[k]);
+  }
+}
+
 // The ranks' reports summed, and why the run failed if it did: a rank that
 // died or failed without a report, else a rank's own error (a malformed
 // report is one), else an echo of another rank's abort.
@@ -572,6 +611,9 @@ class ReportCollector {
     for (size_t k = 0; k < rec->wire_bytes.size(); ++k) {
       total_.wire_bytes[k] += static_cast<uint64_t>(rec->wire_bytes[k]);
     }
+    AddPerUpdate(rec->delta_regions, &total_.delta_regions);
+    AddPerUpdate(rec->full_regions, &total_.full_regions);
+    total_.snapshot_bytes += rec->snapshot_bytes;
   }
 
   // The summed report, or Aborted naming the root cause. A rank whose

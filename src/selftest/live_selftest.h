@@ -21,8 +21,8 @@ inline constexpr uint32_t kMaxSelfTestProcs = 64;
 std::chrono::milliseconds LaunchDeadline(const SelfTestOptions& options);
 
 Result<SelfTestReport> RunLiveSelfTest(const WeightPlacementManifest& source,
-                                      const WeightPlacementManifest& target,
-                                      const SelfTestOptions& options);
+                                       const WeightPlacementManifest& target,
+                                       const SelfTestOptions& options);
 
 }  // namespace reshard::internal
 

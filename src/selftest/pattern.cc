@@ -44,6 +44,19 @@ void ForEachRow(const Dims& global_shape, const Dims& offset, const Dims& shape,
 
 }  // namespace
 
+uint64_t SelfTestElementGeneration(uint64_t tensor, uint64_t element,
+                                   uint64_t generation, double fraction) {
+  if (fraction >= 1.0 || generation <= 1) return generation;
+  if (fraction <= 0) return 1;
+  const auto threshold = static_cast<uint64_t>(fraction * 0x1p64);
+  for (uint64_t k = generation; k >= 2; --k) {
+    const uint64_t h = Mix(element * 0xD6E8FEB86659FD93ull ^ (tensor << 40) ^
+                           k * 0x9E3779B97F4A7C15ull);
+    if (h < threshold) return k;
+  }
+  return 1;
+}
+
 uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte) {
   const uint64_t h = Mix(element * 0x9E3779B97F4A7C15ull + tensor + 1);
   return static_cast<uint8_t>((h >> (8 * (byte % 8))) ^ (byte / 8));
@@ -110,32 +123,37 @@ void ForEachBufferedRow(
 void FillPattern(const WeightPlacementManifest& m,
                  const std::unordered_map<std::string_view, uint64_t>& tensors,
                  const HostBuffers& buffers, const PatternProgress& progress,
-                 uint64_t generation) {
-  const uint64_t salt = generation << 32;
-  ForEachBufferedRow(m, tensors, buffers, progress,
-                     [salt](const PlacementFragment&, uint64_t ti,
-                            uint64_t item, uint8_t* p, uint64_t g, uint64_t n) {
-                       for (uint64_t e = 0; e < n; ++e) {
-                         for (uint64_t b = 0; b < item; ++b) {
-                           *p++ = SelfTestPatternByte(ti + salt, g + e, b);
-                         }
-                       }
-                       return true;
-                     });
+                 uint64_t generation, double change_fraction) {
+  ForEachBufferedRow(
+      m, tensors, buffers, progress,
+      [&](const PlacementFragment&, uint64_t ti, uint64_t item, uint8_t* p,
+          uint64_t g, uint64_t n) {
+        for (uint64_t e = 0; e < n; ++e) {
+          const uint64_t salt =
+              SelfTestElementGeneration(ti, g + e, generation, change_fraction)
+              << 32;
+          for (uint64_t b = 0; b < item; ++b) {
+            *p++ = SelfTestPatternByte(ti + salt, g + e, b);
+          }
+        }
+        return true;
+      });
 }
 
 std::string VerifyPattern(
     const WeightPlacementManifest& m,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
     const HostBuffers& buffers, const PatternProgress& progress,
-    uint64_t generation) {
-  const uint64_t salt = generation << 32;
+    uint64_t generation, double change_fraction) {
   std::string mismatch;
   ForEachBufferedRow(
       m, tensors, buffers, progress,
       [&](const PlacementFragment& f, uint64_t ti, uint64_t item,
           const uint8_t* p, uint64_t g, uint64_t n) {
         for (uint64_t e = 0; e < n; ++e) {
+          const uint64_t salt =
+              SelfTestElementGeneration(ti, g + e, generation, change_fraction)
+              << 32;
           for (uint64_t b = 0; b < item; ++b, ++p) {
             const uint8_t want = SelfTestPatternByte(ti + salt, g + e, b);
             if (*p != want) {

@@ -24,12 +24,15 @@ using PatternProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 // Fills every fragment of `m` that has a buffer in `buffers`. A non-zero
 // `generation` gives another pattern (standing sessions: a region skipped
-// in an update keeps the previous generation's bytes and is caught).
+// in an update keeps the previous generation's bytes and is caught). With
+// `change_fraction` below 1, generations from 2 on change only about that
+// fraction of the elements (deterministically; SelfTestElementGeneration),
+// the others keep the pattern of the generation that last changed them.
 void FillPattern(const WeightPlacementManifest& m,
                  const std::unordered_map<std::string_view, uint64_t>& tensors,
                  const HostBuffers& buffers,
                  const PatternProgress& progress = nullptr,
-                 uint64_t generation = 0);
+                 uint64_t generation = 0, double change_fraction = 1.0);
 
 // Checks every byte of every fragment of `m` that has a buffer; returns ""
 // or the first mismatch (tensor, fragment, global element, byte).
@@ -37,7 +40,7 @@ std::string VerifyPattern(
     const WeightPlacementManifest& m,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
     const HostBuffers& buffers, const PatternProgress& progress = nullptr,
-    uint64_t generation = 0);
+    uint64_t generation = 0, double change_fraction = 1.0);
 
 }  // namespace reshard::internal
 

@@ -111,6 +111,12 @@ Result<SelfTestReport> RunLocalSelfTest(const WeightPlacementManifest& source,
 Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
                                    const WeightPlacementManifest& target,
                                    const SelfTestOptions& options) {
+  if ((options.delta || options.change_fraction != 1.0) &&
+      (!options.via_store.empty() || options.transport == "local")) {
+    return Status::InvalidArgument(
+        "delta updates and change fractions need a live session (transport "
+        "ucx or inproc, with updates)");
+  }
   if (!options.via_store.empty()) {
     return internal::RunStoreSelfTest(source, target, options);
   }

@@ -30,6 +30,9 @@ enum class SelfTestFault : uint8_t {
                         // publication, before execution
   kKillBetweenUpdates,  // updates >= 2: the first source rank dies after
                         // update 1, before update 2
+  kOverwriteTargets,    // updates >= 2: every target rank overwrites its
+                        // target buffers after update 1 (delta: the next
+                        // update must send those regions whole)
 };
 
 struct SelfTestOptions {
@@ -84,6 +87,12 @@ struct SelfTestOptions {
   // are checked against the pattern converted independently of the path.
   bool convert = false;
   Fp8Block fp8_block;
+  // updates >= 2 (ucx, inproc): delta updates (LiveSessionOptions::delta).
+  bool delta = false;
+  // updates: the fraction of elements each update from the second on
+  // changes (deterministic per generation; SelfTestElementGeneration); 1
+  // changes all. In [0, 1]; not with convert.
+  double change_fraction = 1.0;
 };
 
 struct SelfTestReport {
@@ -115,11 +124,24 @@ struct SelfTestReport {
   // entry per update (one for a single reshard). With convert, FP8 that
   // quantized at the source travels as FP8.
   std::vector<uint64_t> wire_bytes;
+  // delta: regions received as changes and whole, summed over the ranks,
+  // per update; the ranks' snapshot bytes, summed.
+  std::vector<uint64_t> delta_regions;
+  std::vector<uint64_t> full_regions;
+  uint64_t snapshot_bytes = 0;
 };
 
 // The byte the pattern puts at byte `byte` of element `element` (global
 // row-major index) of the tensor with index `tensor` in sorted tensor order.
 uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte);
+
+// The generation whose pattern element `element` of tensor `tensor` holds
+// at `generation` when each update from the second on changes about a
+// `fraction` of the elements: the latest update k in [2, generation] that
+// changed it (a hash of tensor, element and k below the fraction), else 1.
+// A fraction of 1 (or more) is `generation` itself.
+uint64_t SelfTestElementGeneration(uint64_t tensor, uint64_t element,
+                                   uint64_t generation, double fraction);
 
 // Runs the self-test. A mismatch is reported in the report (verified =
 // false), not as an error; errors are invalid inputs or plans.

@@ -1,0 +1,71 @@
+// The encoding of a delta update's message (docs/live.md, "Delta
+// updates"): the regions of one message, each as the elements that changed
+// since the base generation, in whichever form is smallest.
+//
+//   message  u32 magic "RSD1", u32 region count, u64 base generation,
+//            then each region in the message's order
+//   region   u8 mode, 7 zero bytes, u64 payload bytes, the payload
+//   kRaw     the region's stream, all of it (dense change, or a target
+//            whose base differs)
+//   kRuns    runs of changed elements: LEB128 gap (elements since the end
+//            of the previous run), LEB128 count, then count elements
+//   kBitmap  ceil(n / 8) bytes, bit i (least significant first) set when
+//            element i changed, then the changed elements in order
+//
+// Elements are compared as raw bytes of their itemsize, so any dtype
+// works and the result is bit-exact. Every integer is little-endian.
+
+#ifndef RESHARD_LIVE_DELTA_CODEC_H_
+#define RESHARD_LIVE_DELTA_CODEC_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "reshard/status.h"
+
+namespace reshard::live_internal {
+
+enum class DeltaMode : uint8_t { kRaw = 0, kRuns = 1, kBitmap = 2 };
+
+constexpr uint32_t kDeltaMagic = 0x31445352;  // "RSD1"
+constexpr uint64_t kDeltaMessageHeaderBytes = 16;
+constexpr uint64_t kDeltaRegionHeaderBytes = 16;
+
+// The largest message of regions of `region_bytes` in total, `regions` of
+// them: every region raw.
+uint64_t MaxDeltaMessageBytes(uint64_t region_bytes, uint64_t regions);
+
+// Appends the message header.
+void BeginDeltaMessage(uint32_t regions, uint64_t base_generation,
+                       std::vector<uint8_t>* out);
+
+// Appends `now` (n bytes) as a raw region.
+void EncodeRawRegion(const uint8_t* now, uint64_t n, std::vector<uint8_t>* out);
+
+// Appends the region's change from `base` to `now` (n bytes each, a
+// multiple of `itemsize`) in its smallest form, and makes `base` equal to
+// `now` (only changed elements are written). Returns the mode and sets
+// *changed to the changed elements.
+DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
+                            uint32_t itemsize, std::vector<uint8_t>* out,
+                            uint64_t* changed);
+
+// Reads a message of `size` bytes: checks the header (magic, `regions`,
+// `base_generation`), then for region i calls apply(i, offset, bytes,
+// length) for every changed piece, offsets within the region's stream of
+// region_bytes[i] bytes. Errors (DataLoss) name what is malformed; pieces
+// already applied stay applied.
+using DeltaApply = std::function<void(size_t region, uint64_t offset,
+                                      const uint8_t* bytes, uint64_t length)>;
+Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
+                          uint64_t base_generation,
+                          const std::vector<uint64_t>& region_bytes,
+                          const std::vector<uint32_t>& itemsizes,
+                          const DeltaApply& apply,
+                          std::vector<DeltaMode>* modes);
+
+}  // namespace reshard::live_internal
+
+#endif  // RESHARD_LIVE_DELTA_CODEC_H_

@@ -1,0 +1,154 @@
+// Delta messages: every change fraction round-trips bit for bit in its
+// smallest form, and malformed messages are refused naming what is wrong.
+
+#include "live/delta_codec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "testing/status_testing.h"
+
+namespace reshard::live_internal {
+namespace {
+
+using ::reshard::testing::StatusIs;
+
+// `base` with a fraction of its elements changed (deterministic).
+std::vector<uint8_t> Changed(const std::vector<uint8_t>& base, uint32_t item,
+                             double fraction, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> now = base;
+  for (size_t e = 0; e < base.size() / item; ++e) {
+    if (std::uniform_real_distribution<double>(0, 1)(rng) >= fraction) {
+      continue;
+    }
+    now[e * item] ^= 0x5A;  // at least one byte of the element differs
+  }
+  return now;
+}
+
+// Encodes one message of the regions, decodes it into `target` copies of
+// the bases; returns the message.
+std::vector<uint8_t> RoundTrip(std::vector<std::vector<uint8_t>> now,
+                               std::vector<std::vector<uint8_t>>* base,
+                               std::vector<std::vector<uint8_t>>* target,
+                               const std::vector<uint32_t>& items,
+                               std::vector<DeltaMode>* modes) {
+  std::vector<uint8_t> message;
+  BeginDeltaMessage(static_cast<uint32_t>(now.size()), 7, &message);
+  std::vector<uint64_t> sizes;
+  for (size_t i = 0; i < now.size(); ++i) {
+    uint64_t changed = 0;
+    EncodeDeltaRegion(now[i].data(), (*base)[i].data(), now[i].size(), items[i],
+                      &message, &changed);
+    EXPECT_EQ((*base)[i], now[i]);
+    sizes.push_back(now[i].size());
+  }
+  EXPECT_OK(DecodeDeltaMessage(
+      message.data(), message.size(), 7, sizes, items,
+      [&](size_t r, uint64_t offset, const uint8_t* bytes, uint64_t n) {
+        std::memcpy((*target)[r].data() + offset, bytes, n);
+      },
+      modes));
+  for (size_t i = 0; i < now.size(); ++i) EXPECT_EQ((*target)[i], now[i]);
+  return message;
+}
+
+TEST(DeltaCodecTest, EveryFractionRoundTripsInItsSmallestForm) {
+  for (uint32_t item : {1u, 2u, 4u, 16u}) {
+    std::vector<uint8_t> base(item * 10007);
+    for (size_t i = 0; i < base.size(); ++i)
+      base[i] = static_cast<uint8_t>(i * 31);
+    struct Case {
+      double fraction;
+      DeltaMode mode;
+      double max_ratio;  // of the region's bytes, headers included
+    };
+    for (const Case& c :
+         {Case{0, DeltaMode::kRuns, 0.01}, Case{0.01, DeltaMode::kRuns, 0.05},
+          Case{0.6, DeltaMode::kBitmap, 0.75},
+          Case{1, DeltaMode::kRaw, 1.01}}) {
+      SCOPED_TRACE(std::to_string(item) + " bytes, fraction " +
+                   std::to_string(c.fraction));
+      std::vector<std::vector<uint8_t>> b{base}, t{base};
+      std::vector<DeltaMode> modes;
+      const auto message = RoundTrip({Changed(base, item, c.fraction, item)},
+                                     &b, &t, {item}, &modes);
+      ASSERT_EQ(modes.size(), 1u);
+      EXPECT_EQ(modes[0], c.mode);
+      EXPECT_LE(message.size(), c.max_ratio * base.size() + 32);
+    }
+  }
+}
+
+TEST(DeltaCodecTest, RegionsOfOneMessageKeepTheirOwnForms) {
+  std::vector<uint8_t> a(4096, 1), b(8000, 2), c(3, 9);
+  std::vector<std::vector<uint8_t>> base{a, b, c}, target{a, b, c};
+  auto now_b = Changed(b, 4, 0.5, 3);
+  std::vector<DeltaMode> modes;
+  RoundTrip({a, now_b, {8, 9, 10}}, &base, &target, {2, 4, 1}, &modes);
+  EXPECT_THAT(modes,
+              ::testing::ElementsAre(DeltaMode::kRuns, DeltaMode::kBitmap,
+                                     DeltaMode::kRaw));
+}
+
+TEST(DeltaCodecTest, MalformedMessagesAreRefused) {
+  std::vector<uint8_t> base(64, 0), now = base;
+  now[10] = 1;
+  std::vector<uint8_t> message;
+  BeginDeltaMessage(1, 3, &message);
+  uint64_t changed = 0;
+  std::vector<uint8_t> copy = base;
+  EncodeDeltaRegion(now.data(), copy.data(), 64, 1, &message, &changed);
+  EXPECT_EQ(changed, 1u);
+  auto decode = [&](std::vector<uint8_t> m, uint64_t generation,
+                    std::vector<uint64_t> sizes = {64}) {
+    std::vector<DeltaMode> modes;
+    return DecodeDeltaMessage(
+        m.data(), m.size(), generation, sizes,
+        std::vector<uint32_t>(sizes.size(), 1),
+        [](size_t, uint64_t, const uint8_t*, uint64_t) {}, &modes);
+  };
+  EXPECT_OK(decode(message, 3));
+  EXPECT_THAT(decode(message, 4),
+              StatusIs(StatusCode::kDataLoss,
+                       "delta message on base generation 3, this target "
+                       "holds generation 4"));
+  EXPECT_THAT(decode(message, 3, {64, 64}),
+              StatusIs(StatusCode::kDataLoss,
+                       "malformed delta message: 1 regions, expected 2"));
+  EXPECT_THAT(decode(message, 3, {8}),
+              StatusIs(StatusCode::kDataLoss,
+                       "malformed delta message: region 0 of the message: "
+                       "run past the region's 8 elements"));
+  auto bad = message;
+  bad[0] ^= 1;
+  EXPECT_THAT(decode(bad, 3), StatusIs(StatusCode::kDataLoss,
+                                       "malformed delta message: no RSD1 "
+                                       "header"));
+  bad = message;
+  bad.pop_back();
+  EXPECT_THAT(decode(bad, 3),
+              StatusIs(StatusCode::kDataLoss,
+                       "malformed delta message: region 0 of the message: "
+                       "payload past the message"));
+  bad = message;
+  bad.push_back(0);
+  EXPECT_THAT(decode(bad, 3),
+              StatusIs(StatusCode::kDataLoss,
+                       "malformed delta message: 1 bytes after the last "
+                       "region"));
+  bad = message;
+  bad[16] = 9;
+  EXPECT_THAT(decode(bad, 3),
+              StatusIs(StatusCode::kDataLoss,
+                       "malformed delta message: region 0 of the message: "
+                       "unknown mode 9"));
+}
+
+}  // namespace
+}  // namespace reshard::live_internal
