@@ -17,14 +17,17 @@ def _load(side):
         return reshard.Placement.from_json(f.read())
 
 
-def _box(placement, frag, step):
+def _box(placement, frag, step, sparse=False):
     """The fragment's slice of a global tensor whose element i is
-    (i + 7 * step) mod 251, as bfloat16 (exact for these integers)."""
+    (i + 7 * step) mod 251, as bfloat16 (exact for these integers); with
+    `sparse`, only every 50th element changes with the step."""
     desc = placement.find_tensor(frag.tensor_id)
     n = 1
     for extent in desc.global_shape:
         n *= extent
-    full = ((torch.arange(n) + 7 * step) % 251).to(torch.bfloat16)
+    i = torch.arange(n)
+    moving = (i % 50 == 0) if sparse else torch.ones(n, dtype=torch.bool)
+    full = ((i + 7 * step * moving) % 251).to(torch.bfloat16)
     full = full.reshape(desc.global_shape)
     index = tuple(slice(o, o + s) for o, s in
                   zip(frag.global_offset, frag.local_shape))
@@ -32,12 +35,12 @@ def _box(placement, frag, step):
 
 
 def _rank(rank, rendezvous, bad_step, results, move_targets=False,
-          shadow=False):
+          shadow=False, delta=False):
     src, dst = _load("source"), _load("target")
     spart, tpart = src.parts[rank], dst.parts[rank]
     session = reshard.LiveSession(rendezvous, "steps", rank=rank, ranks=2,
                                   source=src, target=dst, timeout=20,
-                                  shadow_targets=shadow)
+                                  shadow_targets=shadow, delta=delta)
     targets = {f.placement_fragment_id: torch.zeros(f.local_shape,
                                                     dtype=torch.bfloat16)
                for f in tpart.fragments}
@@ -48,7 +51,7 @@ def _rank(rank, rendezvous, bad_step, results, move_targets=False,
     sources = {spart.participant_id: held}
     for step in (1, 2, 3):
         for f in spart.fragments:
-            held[f.tensor_id].copy_(_box(src, f, step))
+            held[f.tensor_id].copy_(_box(src, f, step, sparse=delta))
         if move_targets and step == 2:  # the engine re-allocates
             targets = {k: torch.zeros_like(v) for k, v in targets.items()}
         given = dict(targets)
@@ -62,9 +65,12 @@ def _rank(rank, rendezvous, bad_step, results, move_targets=False,
             outcome.append((step, type(e).__name__, str(e)))
             continue
         ok = all(torch.equal(targets[f.placement_fragment_id],
-                             _box(dst, f, step)) for f in tpart.fragments)
+                             _box(dst, f, step, sparse=delta))
+                 for f in tpart.fragments)
         outcome.append((step, "ok" if ok and report.ready else "WRONG",
-                        report.step) + (("rebound",) if report.rebound else ()))
+                        report.step) + (("rebound",) if report.rebound else ())
+                       + ((("delta", report.delta_regions,
+                            report.full_regions),) if delta else ()))
     results.put((rank, outcome))
 
 
@@ -118,6 +124,25 @@ def test_moved_targets_are_rebound_and_shadowed_updates_land(tmp_path):
     out = _run(tmp_path / "shadow", bad_step=None, shadow=True)
     for rank in (0, 1):
         assert out[rank] == [(1, "ok", 1), (2, "ok", 2), (3, "ok", 3)]
+
+
+def test_delta_updates_land_and_reallocated_targets_get_whole_regions(
+        tmp_path):
+    """delta=True: steps 2 and 3 send only the changed elements of each
+    region that crosses processes (two each way here) and land byte
+    for byte; targets re-allocated before step 2 hold no base, so that step
+    sends their regions whole, and step 3 is a delta again."""
+    out = _run(tmp_path / "delta", bad_step=None, delta=True)
+    for rank in (0, 1):
+        assert out[rank] == [(1, "ok", 1, ("delta", 0, 0)),
+                             (2, "ok", 2, ("delta", 2, 0)),
+                             (3, "ok", 3, ("delta", 2, 0))]
+    out = _run(tmp_path / "moved", bad_step=None, delta=True,
+               move_targets=True)
+    for rank in (0, 1):
+        assert out[rank] == [(1, "ok", 1, ("delta", 0, 0)),
+                             (2, "ok", 2, "rebound", ("delta", 0, 2)),
+                             (3, "ok", 3, ("delta", 2, 0))]
 
 
 def test_concurrent_update_on_one_session_is_refused(tmp_path):

@@ -242,6 +242,80 @@ def ucx_selftest_json(pair_paths, procs, *extra):
 
 
 # ---------------------------------------------------------------------------
+# selftest --delta: only changed elements travel after the first update
+# ---------------------------------------------------------------------------
+
+DELTA_KEYS = sorted(UCX_KEYS + ["delta_regions", "fixed_seconds",
+                                "full_regions", "open_seconds",
+                                "snapshot_bytes", "update_seconds",
+                                "updates"])
+
+
+def small_moe_pair():
+    """small-moe from TP2/EP2 to TP4 (84 MB of bfloat16, 62 tensors)."""
+    model = os.path.join(TESTS_DIR, "..", "examples", "models",
+                         "small-moe.json")
+    paths = []
+    for name, grid in (("src", ["--tp", "2", "--ep", "2"]),
+                       ("dst", ["--tp", "4"])):
+        path = os.path.join(TMP, "small_moe_%s.json" % name)
+        if not os.path.exists(path):
+            rc, _, err = run("gen", "--model", model, *grid, "-o", path)
+            check(rc == 0, "gen failed: %r" % err)
+        paths.append(path)
+    return paths
+
+
+def delta_selftest(fraction, *extra):
+    src, dst = small_moe_pair()
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "2", "--updates", "3", "--delta", "--change-fraction",
+                       str(fraction), "--json", *extra, timeout=300)
+    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    report = one_json_line(out, DELTA_KEYS)
+    check(report["verified"] is True and report["updates"] == 3,
+          "not verified: %r" % report)
+    wire = report["wire_bytes"]
+    check(len(wire) == 3 and wire[0] >= report["bytes"],
+          "the first update moves every byte: %r" % wire)
+    check(report["snapshot_bytes"] == report["bytes"],
+          "snapshot of every byte sent: %r" % report)
+    return report
+
+
+@test
+def delta_one_percent_costs_at_most_five_percent():
+    for extra in ([], ["--ucx-tls", "tcp", "--ucx-net-devices", "lo"]):
+        report = delta_selftest(0.01, *extra)
+        wire = report["wire_bytes"]
+        for k in (1, 2):
+            check(wire[k] <= 0.05 * wire[0],
+                  "update %d carried %d of %d bytes" % (k + 1, wire[k],
+                                                        wire[0]))
+        check(report["full_regions"] == [0, 0, 0], "%r" % report)
+
+
+@test
+def delta_sixty_percent_costs_no_more_than_full():
+    wire = delta_selftest(0.6)["wire_bytes"]
+    check(all(w <= 1.05 * wire[0] for w in wire[1:]), "%r" % wire)
+
+
+@test
+def delta_flags_are_refused_without_updates_or_ucx():
+    src, dst = scenario(CROSS_DIM)
+    for args, message in (
+            (["--transport", "ucx", "--delta"],
+             "--delta and --change-fraction need --updates K"),
+            (["--delta"], "--delta needs --transport ucx"),
+            (["--transport", "ucx", "--updates", "2", "--change-fraction",
+              "1.5"], "--change-fraction must be in [0, 1]")):
+        rc, out, err = run("selftest", src, dst, *args)
+        check(rc != 0 and out == b"", "accepted %r" % args)
+        check(message in err.decode(), "%r: %r" % (args, err))
+
+
+# ---------------------------------------------------------------------------
 # selftest --transport ucx: success
 # ---------------------------------------------------------------------------
 
@@ -538,8 +612,8 @@ def ucx_failed_rank_fails_the_run_whatever_its_report_says():
         "bytes": 1, "error": "", "messages": 1, "mismatch": "",
         "open_ns": 0, "operations": 1, "packed_messages": 0, "plan_ns": 1,
         "rank": 1, "ready": True, "transfer_ns": 1, "update_ns": [],
-        "wire_bytes": [],
-        "verified": True},
+        "wire_bytes": [], "delta_regions": [], "full_regions": [],
+        "snapshot_bytes": 0, "verified": True},
         sort_keys=True, separators=(",", ":")).encode()
     # Rank 1 reports well after it publishes; should it ever report before
     # the forged record lands, run again.
