@@ -132,14 +132,16 @@ std::string RecordJson(const Record& record,
       WriteField(w, name, value);
     };
   });
-  for (const auto& [name, value] : seconds) {
-    members[name] = [&name, value](internal::CanonicalJsonWriter* w) {
-      KeySeconds(w, name.c_str(), value);
+  // Pairs, not structured bindings: lambdas capture them.
+  for (const auto& field : seconds) {
+    members[field.first] = [&field](internal::CanonicalJsonWriter* w) {
+      KeySeconds(w, field.first.c_str(), field.second);
     };
   }
-  for (const auto& [name, value] : extra) {
-    members[name] = [&name, &value](internal::CanonicalJsonWriter* w) {
-      std::visit([&](const auto& v) { WriteField(w, name.c_str(), v); }, value);
+  for (const auto& field : extra) {
+    members[field.first] = [&field](internal::CanonicalJsonWriter* w) {
+      std::visit([&](const auto& v) { WriteField(w, field.first.c_str(), v); },
+                 field.second);
     };
   }
   std::string out;

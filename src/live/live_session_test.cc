@@ -985,8 +985,11 @@ TEST(StandingSessionTest, ShadowTargetsKeepServingWeightsOnFailure) {
   const auto source = Cube(2, 0);
   const auto target = Cube(2, 1);
   const auto tensors = internal::TensorIndex(source);
-  for (auto [shadow, delta] : {std::pair{true, false}, std::pair{false, false},
-                               std::pair{true, true}}) {
+  for (const auto& mode : {std::pair{true, false}, std::pair{false, false},
+                           std::pair{true, true}}) {
+    // Copies: lambdas below capture them (not structured bindings).
+    const bool shadow = mode.first;
+    const bool delta = mode.second;
     SCOPED_TRACE(std::string(shadow ? "shadow" : "in place") +
                  (delta ? ", delta" : ""));
     TempDir dir;
