@@ -8,15 +8,11 @@ namespace reshard::live_internal {
 namespace {
 
 void PutU64(uint64_t v, std::vector<uint8_t>* out) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> 8 * i));
+  out->resize(out->size() + 8);
+  StoreLe64(out->data() + out->size() - 8, v);
 }
 void PutU32(uint32_t v, std::vector<uint8_t>* out) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(v >> 8 * i));
-}
-uint64_t GetU64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
-  return v;
 }
 uint32_t GetU32(const uint8_t* p) {
   uint32_t v = 0;
@@ -132,6 +128,16 @@ void ForEachRun(const uint8_t* now, const uint8_t* base, uint64_t elements,
 
 }  // namespace
 
+void StoreLe64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> 8 * i);
+}
+
+uint64_t LoadLe64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
 uint64_t MaxDeltaMessageBytes(uint64_t region_bytes, uint64_t regions) {
   return kDeltaMessageHeaderBytes + regions * kDeltaRegionHeaderBytes +
          region_bytes;
@@ -180,9 +186,7 @@ DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
   const uint64_t bitmap_bytes = map_bytes + count * item;
   const size_t header = at - kDeltaRegionHeaderBytes;
   if (runs_bytes <= bitmap_bytes && runs_bytes < n) {
-    for (int i = 0; i < 8; ++i) {
-      (*out)[header + 8 + i] = static_cast<uint8_t>(runs_bytes >> 8 * i);
-    }
+    StoreLe64(out->data() + header + 8, runs_bytes);
     return DeltaMode::kRuns;
   }
   std::vector<uint8_t> runs(out->begin() + at, out->end());
@@ -292,17 +296,18 @@ Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
         "malformed delta message: " + std::to_string(GetU32(data + 4)) +
         " regions, expected " + std::to_string(region_bytes.size()));
   }
-  if (GetU64(data + 8) != base_generation) {
-    return Status::DataLoss(
-        "delta message on base generation " + std::to_string(GetU64(data + 8)) +
-        ", this target holds generation " + std::to_string(base_generation));
+  if (LoadLe64(data + 8) != base_generation) {
+    return Status::DataLoss("delta message on base generation " +
+                            std::to_string(LoadLe64(data + 8)) +
+                            ", this target holds generation " +
+                            std::to_string(base_generation));
   }
   modes->clear();
   uint64_t at = kDeltaMessageHeaderBytes;
   for (size_t i = 0; i < region_bytes.size(); ++i) {
     if (size - at < kDeltaRegionHeaderBytes) return Malformed(i, "truncated");
     const uint8_t mode = data[at];
-    const uint64_t payload = GetU64(data + at + 8);
+    const uint64_t payload = LoadLe64(data + at + 8);
     at += kDeltaRegionHeaderBytes;
     if (payload > size - at) return Malformed(i, "payload past the message");
     const uint8_t* p = data + at;

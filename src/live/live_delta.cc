@@ -34,15 +34,6 @@ const uint8_t* StreamBytes(const StridedSide& side,
   return scratch->data();
 }
 
-void PutU64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> 8 * i);
-}
-uint64_t GetU64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
-  return v;
-}
-
 const BoundRegion& RegionOf(const ExchangeOp& op, size_t r) {
   return r == 0 ? *op.region : *op.more[r - 1];
 }
@@ -147,8 +138,8 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
       const SideStream stream = SideStream::Of(op);
       for (size_t r = 0; r < regions; ++r) {
         const StridedSide& side = stream.sides[r];
-        PutU64(h.data() + 8 * r,
-               XXH3_64bits(StreamBytes(side, &b.scratch), side.total_bytes));
+        StoreLe64(h.data() + 8 * r,
+                  XXH3_64bits(StreamBytes(side, &b.scratch), side.total_bytes));
       }
     } else {
       x.kind = ExchangeOp::Kind::kReceive;
@@ -212,7 +203,7 @@ Status LiveDelta::Encode(const std::vector<ExchangeOp>& ops,
       uint8_t* base = snap.data() + stream.starts[r];
       const uint8_t* now = StreamBytes(side, &b.scratch);
       DeltaMode mode = DeltaMode::kRaw;
-      if (XXH3_64bits(base, bytes) == GetU64(b.hashes[i].data() + 8 * r)) {
+      if (XXH3_64bits(base, bytes) == LoadLe64(b.hashes[i].data() + 8 * r)) {
         uint64_t changed = 0;
         mode = EncodeDeltaRegion(now, base, bytes, ItemSize(RegionOf(op, r)),
                                  &m, &changed);

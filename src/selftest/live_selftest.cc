@@ -605,12 +605,7 @@ class ReportCollector {
       total_.update_seconds[k] =
           std::max(total_.update_seconds[k], rec->update_ns[k] / 1e9);
     }
-    if (total_.wire_bytes.size() < rec->wire_bytes.size()) {
-      total_.wire_bytes.resize(rec->wire_bytes.size(), 0);
-    }
-    for (size_t k = 0; k < rec->wire_bytes.size(); ++k) {
-      total_.wire_bytes[k] += static_cast<uint64_t>(rec->wire_bytes[k]);
-    }
+    AddPerUpdate(rec->wire_bytes, &total_.wire_bytes);
     AddPerUpdate(rec->delta_regions, &total_.delta_regions);
     AddPerUpdate(rec->full_regions, &total_.full_regions);
     total_.snapshot_bytes += rec->snapshot_bytes;
