@@ -19,6 +19,14 @@ exchange), and bytes / median update time against the baseline's. Targets:
 fixed cost < 50 ms for the Qwen3 layout; bandwidth ratio >= 0.7 (Qwen3)
 and >= 0.8 (small-moe).
 
+Delta updates (`--delta --change-fraction 0.01`, the Qwen3 layout, over
+loopback TCP and shared memory): the median delta update against the
+median full update of a session without --delta, same transport, same
+run; the wire bytes of a delta update as a fraction of a full one, and the
+snapshot's host memory. Goals: at most 0.6x over TCP, 1.1x over shared
+memory. A delta session's first update is full and its second allocates
+its receive buffers, so its median is taken from the third update on.
+
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/standing_bench.py
     --cli build/reshard [--updates K]
 """
@@ -94,10 +102,34 @@ def case(cli, name, src, dst, updates, tmp, target_ratio, fixed_goal):
             f"{base_gbps:.2f} | {ratio:.2f}x (>= {target_ratio}) |")
 
 
+def delta_rows(cli, src, dst, updates):
+    rows = []
+    for tls, goal in (("tcp", 0.6), ("shm", 1.1)):
+        common = ["selftest", src, dst, "--transport", "ucx", "--procs", "2",
+                  "--updates", str(updates), "--ucx-tls", tls, "--json"]
+        full = json.loads(run(cli, *common))
+        delta = json.loads(run(cli, *common, "--delta", "--change-fraction",
+                               "0.01"))
+        for r in (full, delta):
+            if not r["verified"]:
+                sys.exit(f"selftest over {tls}: {r['mismatch']}")
+        f = statistics.median(full["update_seconds"][1:])
+        d = statistics.median(delta["update_seconds"][2:])
+        wire = statistics.median(delta["wire_bytes"][2:]) / full["bytes"]
+        ratio = d / f
+        verdict = "meets" if ratio <= goal else "misses"
+        rows.append(
+            f"| {tls} | {f * 1e3:.0f} | {d * 1e3:.0f} | {ratio:.2f}x "
+            f"(<= {goal}x, {verdict}) | {wire * 100:.1f}% | "
+            f"{delta['snapshot_bytes'] / 2**30:.2f} GiB |")
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cli", default=os.path.join(ROOT, "build", "reshard"))
     p.add_argument("--updates", type=int, default=6)
+    p.add_argument("--delta-updates", type=int, default=7)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         def gen(model, sizes, name):
@@ -119,6 +151,8 @@ def main():
                  gen(small, (8, 4, 2, 4), "s_dst.json"), a.updates, tmp, 0.8,
                  None),
         ]
+        deltas = delta_rows(a.cli, os.path.join(tmp, "q_src.json"),
+                            os.path.join(tmp, "q_dst.json"), a.delta_updates)
     print(f"Standing sessions, 2 processes, {a.updates} updates each "
           "(medians without the first); baseline: the same bytes as one "
           "contiguous region, same run")
@@ -127,6 +161,16 @@ def main():
           "| GB/s | contiguous GB/s | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
+        print(row)
+    print()
+    print("Delta updates, Qwen3-235B-A22B structure (scaled), 1% of the "
+          "elements changed per update: median delta update vs median full "
+          "update, same transport, same run")
+    print()
+    print("| transport | full ms | delta ms | ratio | wire / full | "
+          "snapshot |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for row in deltas:
         print(row)
 
 

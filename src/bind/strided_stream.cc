@@ -140,4 +140,68 @@ void UnpackStream(const StridedSide& side, uint64_t offset, const void* src,
                     length);
 }
 
+StreamWriter::StreamWriter(const StridedSide& side)
+    : side_(side), index_(side.counts.size(), 0) {}
+
+StreamWriter::~StreamWriter() { Flush(); }
+
+void StreamWriter::Flush() { Drain(queued_); }
+
+void StreamWriter::Drain(size_t n) {
+  for (; n > 0; --n, --queued_) {
+    const Small& q = queue_[head_];
+    std::memcpy(q.dest, q.data, q.bytes);
+    head_ = (head_ + 1) % kDepth;
+  }
+}
+
+void StreamWriter::SeekRow(uint64_t row) {
+  const size_t n = side_.counts.size();
+  if (row - row_ <= 4) {
+    // The next few rows: step the innermost loop, carrying outwards.
+    for (; row_ < row; ++row_) {
+      for (size_t d = n; d-- > 0;) {
+        row_offset_ += side_.strides[d];
+        if (++index_[d] < side_.counts[d]) break;
+        row_offset_ -= index_[d] * side_.strides[d];
+        index_[d] = 0;
+      }
+    }
+    return;
+  }
+  row_ = row;
+  row_offset_ = 0;
+  for (size_t d = n; d-- > 0;) {
+    index_[d] = row % side_.counts[d];
+    row /= side_.counts[d];
+    row_offset_ += index_[d] * side_.strides[d];
+  }
+}
+
+void StreamWriter::Write(uint64_t offset, const uint8_t* src, uint64_t length) {
+  const uint64_t inner = side_.inner_bytes;
+  while (length > 0) {
+    const uint64_t row_start = row_ * inner;
+    if (offset >= row_start + inner) SeekRow(offset / inner);
+    const uint64_t within = offset - row_ * inner;
+    const uint64_t take = std::min(inner - within, length);
+    uint8_t* dest = side_.base + row_offset_ + within;
+    if (take <= kSmall) {
+      // Most changed runs are an element or two, each on another cache
+      // line: queued behind a prefetch, so that the misses overlap.
+      if (queued_ == kDepth) Drain(1);
+      Small& q = queue_[(head_ + queued_++) % kDepth];
+      q.dest = dest;
+      q.bytes = static_cast<uint8_t>(take);
+      std::memcpy(q.data, src, take);
+      __builtin_prefetch(dest, 1);
+    } else {
+      std::memcpy(dest, src, take);
+    }
+    offset += take;
+    src += take;
+    length -= take;
+  }
+}
+
 }  // namespace reshard::internal

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "bind/row_walker.h"
 #include "reshard/bound_plan.h"
 
 namespace reshard::internal {
@@ -50,6 +51,56 @@ void PackStream(const StridedSide& side, uint64_t offset, void* dest,
 // of `side`. Same precondition.
 void UnpackStream(const StridedSide& side, uint64_t offset, const void* src,
                   uint64_t length);
+
+// Calls fn(address, stream position, bytes) for every row of `side`, in
+// stream order.
+template <typename Fn>
+void ForEachStreamRow(const StridedSide& side, Fn&& fn) {
+  WalkStreamRange(SideLoops(side.counts, side.strides), side.base,
+                  side.inner_bytes, 0, side.total_bytes, fn);
+}
+
+// Writes pieces of a side's stream at increasing offsets (a delta's
+// changed elements): the row under the last write is kept, and the next
+// rows are reached by stepping the row index, so a write costs a compare
+// and a copy, not a division per loop as UnpackStream's start does. Small
+// pieces are held in a short queue behind a prefetch of their
+// destination; every write has landed once Flush (or the destructor)
+// returns.
+class StreamWriter {
+ public:
+  explicit StreamWriter(const StridedSide& side);
+  ~StreamWriter();
+  StreamWriter(StreamWriter&&) = default;
+  StreamWriter(const StreamWriter&) = delete;
+  StreamWriter& operator=(const StreamWriter&) = delete;
+
+  // Copies `length` bytes from `src` to stream bytes [offset, offset +
+  // length). Precondition: offset is at least the end of the previous
+  // write, and offset + length <= side.total_bytes.
+  void Write(uint64_t offset, const uint8_t* src, uint64_t length);
+
+  // Lands every queued write.
+  void Flush();
+
+ private:
+  static constexpr uint64_t kSmall = 16;
+  static constexpr size_t kDepth = 16;
+  struct Small {
+    uint8_t* dest;
+    uint8_t bytes;
+    uint8_t data[kSmall];
+  };
+  void SeekRow(uint64_t row);
+  void Drain(size_t n);  // lands the n oldest queued writes
+
+  const StridedSide& side_;
+  std::vector<uint64_t> index_;  // mixed-radix index of row_
+  uint64_t row_ = 0;
+  uint64_t row_offset_ = 0;  // byte offset of row_ from side_.base
+  Small queue_[kDepth];
+  size_t head_ = 0, queued_ = 0;
+};
 
 }  // namespace reshard::internal
 

@@ -290,6 +290,39 @@ void CheckLayout(const Layout& l, std::mt19937_64& rng,
     UnpackStream(merged_target, off, stream.data() + off, len);
   }
   EXPECT_EQ(dst2, expected_dst) << "merged target";
+
+  // (e) ForEachStreamRow visits the stream's rows in order.
+  for (const StridedSide* side : {&source, &merged_source}) {
+    std::vector<uint8_t> rows;
+    ForEachStreamRow(*side, [&](const uint8_t* p, uint64_t at, uint64_t n) {
+      EXPECT_EQ(at, rows.size());
+      rows.insert(rows.end(), p, p + n);
+    });
+    EXPECT_EQ(rows, stream) << "rows of the stream";
+  }
+
+  // (f) StreamWriter: increasing pieces, every other one skipped, land
+  // where UnpackStream puts them (small pieces go through its queue).
+  const StridedSide target2 = StridedSide::Target(region2);
+  for (const StridedSide* side : {&target2, &merged_target}) {
+    std::vector<uint8_t> want(dst.size(), kSentinel);
+    std::vector<uint8_t> got(dst.size(), kSentinel);
+    StridedSide to_want = *side;
+    to_want.base = want.data() + (side->base - dst2.data());
+    StridedSide to_got = *side;
+    to_got.base = got.data() + (side->base - dst2.data());
+    {
+      StreamWriter writer(to_got);
+      bool skip = false;
+      for (const auto& [off, len] : RandomPieces(rng, bytes, 3)) {
+        skip = !skip;
+        if (skip) continue;
+        UnpackStream(to_want, off, stream.data() + off, len);
+        writer.Write(off, stream.data() + off, len);
+      }
+    }  // the destructor lands the queued writes
+    EXPECT_EQ(got, want) << "stream writer";
+  }
 }
 
 std::string Describe(const Layout& l) {

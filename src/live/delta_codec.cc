@@ -1,5 +1,7 @@
 #include "live/delta_codec.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -45,86 +47,10 @@ void BeginRegion(DeltaMode mode, uint64_t payload, std::vector<uint8_t>* out) {
   PutU64(payload, out);
 }
 
-// Tracks the maximal runs of changed elements, reporting each once it
-// ends.
-template <typename Visit>
-struct RunTracker {
-  Visit& visit;
-  uint64_t start = 0, length = 0;
-  void Changed(uint64_t e) {
-    if (length > 0 && start + length == e) {
-      ++length;
-      return;
-    }
-    if (length > 0) visit(start, length);
-    start = e;
-    length = 1;
-  }
-  void Finish() {
-    if (length > 0) visit(start, length);
-  }
-};
-
-// Elements of kItem bytes (1, 2, 4 or 8) compared 32 bytes at a time: an
-// unchanged block costs four word compares. Returns the first element not
-// compared (a tail of less than a block).
-template <uint32_t kItem, typename Tracker>
-uint64_t ScanWords(const uint8_t* now, const uint8_t* base, uint64_t elements,
-                   Tracker& tracker) {
-  constexpr uint64_t kPer = 8 / kItem;  // elements per word
-  constexpr uint64_t kLane =
-      kItem == 8 ? ~uint64_t{0} : (uint64_t{1} << 8 * kItem) - 1;
-  const uint64_t blocks = elements * kItem / 32;
-  for (uint64_t blk = 0; blk < blocks; ++blk) {
-    uint64_t x[4];
-    for (int w = 0; w < 4; ++w) {
-      uint64_t a, b;
-      std::memcpy(&a, now + blk * 32 + w * 8, 8);
-      std::memcpy(&b, base + blk * 32 + w * 8, 8);
-      x[w] = a ^ b;
-    }
-    if ((x[0] | x[1] | x[2] | x[3]) == 0) continue;
-    for (int w = 0; w < 4; ++w) {
-      if (x[w] == 0) continue;
-      const uint64_t first = (blk * 4 + w) * kPer;
-      for (uint64_t l = 0; l < kPer; ++l) {
-        if ((x[w] >> (8 * kItem * l)) & kLane) tracker.Changed(first + l);
-      }
-    }
-  }
-  return blocks * 32 / kItem;
-}
-
-// Calls visit(first, count) for every maximal run of elements where `now`
-// and `base` differ, in order.
-template <typename Visit>
-void ForEachRun(const uint8_t* now, const uint8_t* base, uint64_t elements,
-                uint32_t item, Visit&& visit) {
-  RunTracker<Visit> tracker{visit};
-  uint64_t e = 0;
-  switch (item) {
-    case 1:
-      e = ScanWords<1>(now, base, elements, tracker);
-      break;
-    case 2:
-      e = ScanWords<2>(now, base, elements, tracker);
-      break;
-    case 4:
-      e = ScanWords<4>(now, base, elements, tracker);
-      break;
-    case 8:
-      e = ScanWords<8>(now, base, elements, tracker);
-      break;
-    default:
-      break;
-  }
-  for (; e < elements; ++e) {
-    if (std::memcmp(now + e * item, base + e * item, item) != 0) {
-      tracker.Changed(e);
-    }
-  }
-  tracker.Finish();
-}
+// Regions are scanned and hashed in chunks of this many bytes (rounded
+// down to whole elements), so that the hash reads the new base while it
+// is still in cache.
+constexpr uint64_t kChunkBytes = 64 << 10;
 
 }  // namespace
 
@@ -156,43 +82,156 @@ void EncodeRawRegion(const uint8_t* now, uint64_t n,
   out->insert(out->end(), now, now + n);
 }
 
-DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
-                            uint32_t itemsize, std::vector<uint8_t>* out,
-                            uint64_t* changed) {
-  const uint32_t item = std::max<uint32_t>(itemsize, 1);
-  const uint64_t elements = n / item;
-  // One scan writes the runs form and brings the base up to date while the
-  // bytes are in cache; a denser change is then rewritten from the runs
-  // (bitmap) or from `now` (raw), never scanned again.
-  BeginRegion(DeltaMode::kRuns, 0, out);
-  const size_t at = out->size();
-  uint64_t count = 0, end = 0;
-  ForEachRun(now, base, elements, item, [&](uint64_t first, uint64_t k) {
-    const uint64_t bytes = k * item;
-    const size_t size = out->size();
-    out->resize(size + 20 + bytes);
-    uint8_t* p = PutVarintAt(first - end, out->data() + size);
-    p = PutVarintAt(k, p);
-    std::memcpy(p, now + first * item, bytes);
-    out->resize(static_cast<size_t>(p + bytes - out->data()));
-    // The scan is past this run: the base may take it now.
-    std::memcpy(base + first * item, now + first * item, bytes);
-    count += k;
-    end = first + k;
-  });
-  *changed = count;
-  const uint64_t runs_bytes = out->size() - at;
+DeltaRegionEncoder::DeltaRegionEncoder(uint8_t* base, uint64_t n,
+                                       uint32_t itemsize,
+                                       std::vector<uint8_t>* out)
+    : base_(base),
+      n_(n),
+      item_(std::max<uint32_t>(itemsize, 1)),
+      out_(out),
+      hash_(XXH3_createState()) {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(hash_));
+  BeginRegion(DeltaMode::kRuns, 0, out_);
+  at_ = end_ = out_->size();
+}
+
+DeltaRegionEncoder::~DeltaRegionEncoder() {
+  XXH3_freeState(static_cast<XXH3_state_t*>(hash_));
+}
+
+void DeltaRegionEncoder::Run(uint64_t first, uint64_t count) {
+  const uint64_t bytes = count * item_;
+  const size_t need = end_ + 20 + bytes;
+  if (need > out_->size()) {
+    // Grown in steps, trimmed to end_ by Finish: no resize per run.
+    out_->resize(std::max<size_t>(need, out_->size() + (64 << 10)));
+  }
+  uint8_t* p = PutVarintAt(first - runs_end_, out_->data() + end_);
+  p = PutVarintAt(count, p);
+  // The base already holds the run's new values (written when scanned).
+  std::memcpy(p, base_ + first * item_, bytes);
+  end_ = static_cast<size_t>(p + bytes - out_->data());
+  changed_ += count;
+  runs_end_ = first + count;
+}
+
+// Elements of kItem bytes (1, 2, 4 or 8) compared 32 bytes at a time, then
+// 8: an unchanged block costs four word compares; a changed one is copied
+// into the base whole (its unchanged bytes are equal anyway). Returns the
+// bytes scanned (whole words; the rest is under a word).
+template <uint32_t kItem>
+uint64_t DeltaRegionEncoder::ScanBlocks(const uint8_t* now, uint64_t position,
+                                        uint64_t bytes) {
+  // The top bit of every lane of a word; (x & ~kTop) + ~kTop carries into
+  // a lane's top bit when its other bits are not all zero, and never into
+  // the next lane.
+  constexpr uint64_t kTop = kItem == 1   ? 0x8080808080808080
+                            : kItem == 2 ? 0x8000800080008000
+                            : kItem == 4 ? 0x8000000080000000
+                                         : 0x8000000000000000;
+  constexpr uint64_t kBits = 8 * kItem;
+  uint8_t* base = base_ + position;
+  const uint64_t first_element = position / kItem;
+  // The changed lanes of word w (x = its now ^ base).
+  auto word = [&](uint64_t w, uint64_t x) {
+    uint64_t lanes = (((x & ~kTop) + ~kTop) | x) & kTop;
+    const uint64_t first = first_element + w * (8 / kItem);
+    while (lanes != 0) {
+      Changed(first + static_cast<uint64_t>(__builtin_ctzll(lanes)) / kBits);
+      lanes &= lanes - 1;
+    }
+  };
+  const uint64_t blocks = bytes / 32;
+  for (uint64_t blk = 0; blk < blocks; ++blk) {
+    uint64_t x[4];
+    for (int w = 0; w < 4; ++w) {
+      uint64_t a, b;
+      std::memcpy(&a, now + blk * 32 + w * 8, 8);
+      std::memcpy(&b, base + blk * 32 + w * 8, 8);
+      x[w] = a ^ b;
+    }
+    if ((x[0] | x[1] | x[2] | x[3]) == 0) continue;
+    std::memcpy(base + blk * 32, now + blk * 32, 32);
+    for (uint64_t w = 0; w < 4; ++w) word(blk * 4 + w, x[w]);
+  }
+  const uint64_t words = bytes / 8;
+  for (uint64_t w = blocks * 4; w < words; ++w) {
+    uint64_t a, b;
+    std::memcpy(&a, now + w * 8, 8);
+    std::memcpy(&b, base + w * 8, 8);
+    if (a == b) continue;
+    std::memcpy(base + w * 8, now + w * 8, 8);
+    word(w, a ^ b);
+  }
+  return words * 8;
+}
+
+void DeltaRegionEncoder::Changed(uint64_t e) {
+  if (run_length_ > 0 && run_start_ + run_length_ == e) {
+    ++run_length_;
+    return;
+  }
+  if (run_length_ > 0) Run(run_start_, run_length_);
+  run_start_ = e;
+  run_length_ = 1;
+}
+
+void DeltaRegionEncoder::Piece(const uint8_t* now, uint64_t position,
+                               uint64_t bytes) {
+  const uint64_t chunk = std::max<uint64_t>(kChunkBytes / item_, 1) * item_;
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t take = std::min(chunk, bytes - done);
+    const uint8_t* p = now + done;
+    const uint64_t at = position + done;
+    uint64_t scanned = 0;
+    switch (item_) {
+      case 1:
+        scanned = ScanBlocks<1>(p, at, take);
+        break;
+      case 2:
+        scanned = ScanBlocks<2>(p, at, take);
+        break;
+      case 4:
+        scanned = ScanBlocks<4>(p, at, take);
+        break;
+      case 8:
+        scanned = ScanBlocks<8>(p, at, take);
+        break;
+      default:
+        break;
+    }
+    for (uint64_t b = scanned; b < take; b += item_) {
+      if (std::memcmp(p + b, base_ + at + b, item_) != 0) {
+        std::memcpy(base_ + at + b, p + b, item_);
+        Changed((at + b) / item_);
+      }
+    }
+    XXH3_64bits_update(static_cast<XXH3_state_t*>(hash_), base_ + at, take);
+    done += take;
+  }
+}
+
+DeltaMode DeltaRegionEncoder::Finish(uint64_t* changed, uint64_t* base_hash) {
+  if (run_length_ > 0) Run(run_start_, run_length_);
+  run_length_ = 0;
+  out_->resize(end_);
+  *changed = changed_;
+  *base_hash = XXH3_64bits_digest(static_cast<XXH3_state_t*>(hash_));
+  std::vector<uint8_t>* out = out_;
+  const uint64_t elements = n_ / item_;
+  const uint64_t runs_bytes = out->size() - at_;
   const uint64_t map_bytes = (elements + 7) / 8;
-  const uint64_t bitmap_bytes = map_bytes + count * item;
-  const size_t header = at - kDeltaRegionHeaderBytes;
-  if (runs_bytes <= bitmap_bytes && runs_bytes < n) {
+  const uint64_t bitmap_bytes = map_bytes + changed_ * item_;
+  const size_t header = at_ - kDeltaRegionHeaderBytes;
+  if (runs_bytes <= bitmap_bytes && runs_bytes < n_) {
     StoreLe64(out->data() + header + 8, runs_bytes);
     return DeltaMode::kRuns;
   }
-  std::vector<uint8_t> runs(out->begin() + at, out->end());
+  std::vector<uint8_t> runs(out->begin() + static_cast<ptrdiff_t>(at_),
+                            out->end());
   out->resize(header);
-  if (bitmap_bytes >= n) {
-    EncodeRawRegion(now, n, out);
+  if (bitmap_bytes >= n_) {
+    EncodeRawRegion(base_, n_, out);  // the base is the region as it is now
     return DeltaMode::kRaw;
   }
   BeginRegion(DeltaMode::kBitmap, bitmap_bytes, out);
@@ -211,12 +250,21 @@ DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
     for (uint64_t j = e; j < e + k; ++j) {
       map[j / 8] |= static_cast<uint8_t>(1u << (j % 8));
     }
-    std::memcpy(values, p, k * item);
-    values += k * item;
-    p += k * item;
+    std::memcpy(values, p, k * item_);
+    values += k * item_;
+    p += k * item_;
     e += k;
   }
   return DeltaMode::kBitmap;
+}
+
+DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
+                            uint32_t itemsize, std::vector<uint8_t>* out,
+                            uint64_t* changed) {
+  DeltaRegionEncoder encoder(base, n, itemsize, out);
+  encoder.Piece(now, 0, n);
+  uint64_t hash = 0;
+  return encoder.Finish(changed, &hash);
 }
 
 namespace {

@@ -49,10 +49,50 @@ void BeginDeltaMessage(uint32_t regions, uint64_t base_generation,
 // Appends `now` (n bytes) as a raw region.
 void EncodeRawRegion(const uint8_t* now, uint64_t n, std::vector<uint8_t>* out);
 
-// Appends the region's change from `base` to `now` (n bytes each, a
-// multiple of `itemsize`) in its smallest form, and makes `base` equal to
-// `now` (only changed elements are written). Returns the mode and sets
-// *changed to the changed elements.
+// Appends one region's change from its snapshot `base` to the bytes it
+// holds now, fed piece by piece in stream order (a strided source's rows
+// are scanned where they lie, never packed first). Each changed element is
+// written into `base` as it is found, so that `base` equals what the
+// region holds now when Finish returns; the run values are then read from
+// `base`, and the XXH3-64 of the new base is computed on the way (the next
+// update's base hash, without another pass over the bytes).
+class DeltaRegionEncoder {
+ public:
+  // `base`: the region's snapshot, n bytes, a multiple of `itemsize`
+  // (elements compare as raw bytes of that size). Appends to `out`.
+  DeltaRegionEncoder(uint8_t* base, uint64_t n, uint32_t itemsize,
+                     std::vector<uint8_t>* out);
+  ~DeltaRegionEncoder();
+  DeltaRegionEncoder(const DeltaRegionEncoder&) = delete;
+  DeltaRegionEncoder& operator=(const DeltaRegionEncoder&) = delete;
+
+  // The region's bytes [position, position + bytes) as they are now.
+  // Pieces come in order, cover the region once, and start and end on
+  // element boundaries.
+  void Piece(const uint8_t* now, uint64_t position, uint64_t bytes);
+
+  // Chooses the smallest form (runs, bitmap, or the raw region) and
+  // finishes the region in `out`. Sets *changed to the changed elements
+  // and *base_hash to the XXH3-64 of the new base.
+  DeltaMode Finish(uint64_t* changed, uint64_t* base_hash);
+
+ private:
+  void Changed(uint64_t element);
+  void Run(uint64_t first, uint64_t count);
+  template <uint32_t kItem>
+  uint64_t ScanBlocks(const uint8_t* now, uint64_t position, uint64_t bytes);
+
+  uint8_t* base_;
+  uint64_t n_;
+  uint32_t item_;
+  std::vector<uint8_t>* out_;
+  size_t at_;   // where the runs payload starts in *out_
+  size_t end_;  // where the next run goes
+  uint64_t run_start_ = 0, run_length_ = 0, runs_end_ = 0, changed_ = 0;
+  void* hash_;  // XXH3_state_t
+};
+
+// The one-piece form of DeltaRegionEncoder: `now` is the whole region.
 DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
                             uint32_t itemsize, std::vector<uint8_t>* out,
                             uint64_t* changed);

@@ -6,13 +6,16 @@
 // streams as last delivered), in host memory. An update after the first
 // runs two rounds over the peer exchange:
 //  1. every target sends each source, per message, the XXH3-64 of each
-//     region's target bytes as it holds them now (its base);
-//  2. every source compares what it serves with its snapshot and sends,
-//     per region, the changed elements in their smallest encoding
-//     (delta_codec.h), or the whole region when the target's base hash
-//     differs from the snapshot's (an overwritten or re-allocated target
-//     buffer: the region in full, within the same update, never a delta
-//     on a wrong base). The snapshot then equals what was sent.
+//     region's target bytes as it holds them now (its base). Meanwhile
+//     every source compares what it serves with its snapshot, encodes per
+//     region the changed elements in their smallest encoding
+//     (delta_codec.h) and brings the snapshot (and its cached hashes) up
+//     to date;
+//  2. every source checks the targets' hashes against the snapshot's
+//     before the update, re-encodes whole each region whose target holds
+//     another base (an overwritten or re-allocated target buffer: the
+//     region in full, within the same update, never a delta on a wrong
+//     base), and sends the messages.
 // Targets apply each region in place. Local regions are copied whole.
 
 #ifndef RESHARD_LIVE_LIVE_DELTA_H_
@@ -45,7 +48,8 @@ class LiveDelta {
 
   // After a full update: the snapshot of every message this rank sent
   // (its sources as they were sent). `ops` are the update's operations.
-  void Snapshot(const std::vector<internal::ExchangeOp>& ops);
+  // ResourceExhausted when the snapshot cannot be allocated.
+  Status Snapshot(const std::vector<internal::ExchangeOp>& ops);
 
   // One delta update over `ops` (the full update's operations, push):
   // round 1 with `base_round`'s tags, round 2 with `data_round`'s.
@@ -66,13 +70,36 @@ class LiveDelta {
  private:
   struct Buffers;
   uint32_t ItemSize(const BoundRegion& region) const;
+  // The receive buffer of every message (once; each sized for its regions
+  // raw).
+  Status AllocateInbox(const std::vector<internal::ExchangeOp>& ops);
+  // Round 1's operations: targets send the base hashes of their regions
+  // (computed here), sources receive them.
+  std::vector<internal::ExchangeOp> BaseHashRound(
+      const std::vector<internal::ExchangeOp>& ops);
+  // Round 2's operations `which` (indices into ops): encoded messages out,
+  // receive buffers in.
+  std::vector<internal::ExchangeOp> MessageRound(
+      const std::vector<internal::ExchangeOp>& ops,
+      const std::vector<size_t>& which);
+  // The steps of Run over the operations `which` (indices into ops).
   Status Encode(const std::vector<internal::ExchangeOp>& ops,
-                uint64_t base_generation, LiveReport* report);
+                const std::vector<size_t>& which, uint64_t base_generation,
+                LiveReport* report);
+  // Encodes send operation `op` (index i) against its snapshot.
+  void EncodeOp(const internal::ExchangeOp& op, size_t i,
+                uint64_t base_generation);
+  // After round 1: checks the targets' base hashes and re-encodes whole
+  // every region whose target holds another base.
+  Status Reconcile(const std::vector<internal::ExchangeOp>& ops,
+                   const std::vector<size_t>& which, LiveReport* report);
   Status Apply(const std::vector<internal::ExchangeOp>& ops,
-               uint64_t base_generation, LiveReport* report);
+               const std::vector<size_t>& which, uint64_t base_generation,
+               LiveReport* report);
 
   std::vector<uint32_t> region_itemsize_;  // by plan region
   std::unique_ptr<Buffers> buffers_;
+  size_t encode_threads_;  // see the constructor
 };
 
 }  // namespace reshard::live_internal

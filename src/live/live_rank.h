@@ -756,7 +756,7 @@ class LiveRank {
                 internal::ExchangeStats* stats) {
     if (!delta_ || !delivered_) {
       Status st = exchange_->Run(ops_, xo, stats);
-      if (st.ok() && delta_) delta_->Snapshot(ops_);
+      if (st.ok() && delta_) st = delta_->Snapshot(ops_);
       return st;
     }
     internal::ExchangeOptions base_round = xo;
