@@ -148,6 +148,9 @@ struct LiveSessionOptions {
   // update. Push only: kAuto pushes, kPull is refused. Every rank of a
   // session sets the same.
   bool delta = false;
+  // delta: threads a rank encodes its messages on. 0: half the machine's
+  // cores, between 2 and 8, and one for less than 64 MiB at a time.
+  uint32_t delta_threads = 0;
 };
 
 // Delta updates: one peer's traffic in an update, as this rank saw it.

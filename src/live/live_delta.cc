@@ -105,12 +105,8 @@ struct LiveDelta::Buffers {
 };
 
 LiveDelta::LiveDelta(const LogicalTransferPlan& plan,
-                     const WeightPlacementManifest& source)
-    : buffers_(std::make_unique<Buffers>()),
-      // Half the cores, between 2 and 8: ranks of the same host share them,
-      // and the targets of the same host hash and apply meanwhile.
-      encode_threads_(
-          std::clamp(std::thread::hardware_concurrency() / 2, 2u, 8u)) {
+                     const WeightPlacementManifest& source, uint32_t threads)
+    : buffers_(std::make_unique<Buffers>()), encode_threads_(threads) {
   std::vector<uint32_t> by_tensor;
   for (const std::string& id : plan.tensors()) {
     const TensorDescriptor* t = source.FindTensor(id);
@@ -339,10 +335,17 @@ Status LiveDelta::Encode(const std::vector<ExchangeOp>& ops,
     total += op.bytes();
   }
   // The scan is bound by memory reads: a second thread on another core
-  // adds bandwidth. Operations are split into contiguous shares of about
-  // equal bytes; each touches only its own snapshot and message.
-  const size_t threads =
-      total < (64u << 20) ? 1 : std::max<size_t>(1, encode_threads_);
+  // adds bandwidth. Automatic: half the cores, between 2 and 8 (ranks of
+  // the same host share them, and its targets hash and apply meanwhile),
+  // one below 64 MiB (a thread costs more than it saves). Operations are
+  // split into contiguous shares of about equal bytes; each touches only
+  // its own snapshot and message.
+  size_t threads = encode_threads_;
+  if (threads == 0) {
+    threads = total < (64u << 20)
+                  ? 1
+                  : std::clamp(std::thread::hardware_concurrency() / 2, 2u, 8u);
+  }
   std::vector<std::thread> workers;
   size_t next = 0;
   uint64_t done = 0;

@@ -35,9 +35,10 @@ namespace reshard::live_internal {
 class LiveDelta {
  public:
   // Element sizes come from `source`'s tensors (regions compare elements
-  // as raw bytes of their itemsize).
+  // as raw bytes of their itemsize). `threads`: LiveSessionOptions::
+  // delta_threads.
   LiveDelta(const LogicalTransferPlan& plan,
-            const WeightPlacementManifest& source);
+            const WeightPlacementManifest& source, uint32_t threads);
   ~LiveDelta();
   LiveDelta(const LiveDelta&) = delete;
   LiveDelta& operator=(const LiveDelta&) = delete;
@@ -99,7 +100,7 @@ class LiveDelta {
 
   std::vector<uint32_t> region_itemsize_;  // by plan region
   std::unique_ptr<Buffers> buffers_;
-  size_t encode_threads_;  // see the constructor
+  size_t encode_threads_;  // 0: automatic (Encode)
 };
 
 }  // namespace reshard::live_internal

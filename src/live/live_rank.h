@@ -299,7 +299,9 @@ class LiveRank {
     RESHARD_RETURN_NOT_OK(PlanAndBind());
     RESHARD_RETURN_NOT_OK(Connect());
     // Standing sessions only: a one-shot run has no next update.
-    if (options_.delta) delta_.emplace(*plan_, source_);
+    if (options_.delta) {
+      delta_.emplace(*plan_, source_, options_.delta_threads);
+    }
     // Wiring up needs both ends to progress: every rank stays until every
     // rank is connected, so none waits on a peer's caller later.
     RESHARD_RETURN_NOT_OK(records_.Put(

@@ -781,6 +781,9 @@ TEST(StandingSessionTest, DeltaUpdatesVerifyAtEveryChangeFraction) {
       o.updates = 3;
       o.delta = true;
       o.change_fraction = fraction;
+      // The denser changes encode on three threads (more threads than
+      // some parts have messages), the others on one.
+      o.delta_threads = fraction >= 0.1 ? 3 : 1;
       ASSERT_OK_AND_ASSIGN(auto r, RunSelfTest(source, target, o));
       ExpectLiveVerified(r, source, target, 2);
       ASSERT_EQ(r.wire_bytes.size(), 3u);

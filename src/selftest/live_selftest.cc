@@ -205,6 +205,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   lo.protocol = options.protocol;
   lo.exchange = options.transport == "inproc" ? "inproc" : "ucx";
   lo.delta = options.delta;
+  lo.delta_threads = options.delta_threads;
   lo.ucx = options.ucx;
   lo.convert = options.convert;
   lo.fp8_block = options.fp8_block;

@@ -89,6 +89,7 @@ struct SelfTestOptions {
   Fp8Block fp8_block;
   // updates >= 2 (ucx, inproc): delta updates (LiveSessionOptions::delta).
   bool delta = false;
+  uint32_t delta_threads = 0;  // LiveSessionOptions::delta_threads
   // updates: the fraction of elements each update from the second on
   // changes (deterministic per generation; SelfTestElementGeneration); 1
   // changes all. In [0, 1]; not with convert.
