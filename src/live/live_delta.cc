@@ -71,6 +71,30 @@ void AddStats(const internal::ExchangeStats& part,
   total->gets += part.gets;
 }
 
+// One buffer per operation in a single allocation with huge pages (a
+// fault per 2 MiB, not per 4 KiB, on first touch; fewer TLB misses when
+// scanned): operation i's is at(i), bytes[i] long (0: it has none).
+struct OpArena {
+  internal::HostBuffer memory;
+  std::vector<uint64_t> offset, bytes;
+  uint64_t total = 0;
+
+  uint8_t* at(size_t i) { return memory.get() + offset[i]; }
+  // Lays out and allocates buffers of `sizes` (by operation); false when
+  // the allocation of `total` bytes fails.
+  bool Allocate(std::vector<uint64_t> sizes) {
+    bytes = std::move(sizes);
+    offset.assign(bytes.size(), 0);
+    total = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      offset[i] = total;
+      total += bytes[i];
+    }
+    memory = internal::AllocateHostBytes(total);
+    return memory != nullptr;
+  }
+};
+
 }  // namespace
 
 struct LiveDelta::Buffers {
@@ -83,12 +107,8 @@ struct LiveDelta::Buffers {
   // XXH3-64 of each of its regions in the snapshot, and while an update
   // runs, the hashes the snapshot had before it (the base the target
   // should hold) and where each region starts in the encoded message.
-  // The snapshots live in one allocation with huge pages (a fault per
-  // 2 MiB, not per 4 KiB, on first touch; fewer TLB misses when scanned):
-  // op i's at snapshot_at[i], snapshot_bytes[i] long.
-  internal::HostBuffer snapshot_arena;
-  std::vector<uint64_t> snapshot_at, snapshot_bytes;
-  uint8_t* snapshot(size_t i) { return snapshot_arena.get() + snapshot_at[i]; }
+  // The snapshots are one allocation (OpArena).
+  OpArena snapshots;
   std::vector<std::vector<uint64_t>> snapshot_hashes;
   std::vector<std::vector<uint64_t>> prior_hashes;
   std::vector<std::vector<uint64_t>> region_at;
@@ -98,8 +118,7 @@ struct LiveDelta::Buffers {
   // Round 2: a source's encoded message; a target's received one, in one
   // allocation sized for every region raw (allocated once, reused).
   std::vector<std::vector<uint8_t>> messages;
-  internal::HostBuffer inbox_arena;
-  std::vector<uint64_t> inbox_at, inbox_bytes;
+  OpArena inbox;
   std::vector<uint64_t> received;
   XXH3_state_t* hash;
 };
@@ -134,21 +153,15 @@ uint64_t LiveDelta::SnapshotBytes(const std::vector<ExchangeOp>& ops) {
 
 Status LiveDelta::Snapshot(const std::vector<ExchangeOp>& ops) {
   Buffers& b = *buffers_;
-  if (b.snapshot_arena == nullptr) {
-    uint64_t total = 0;
-    b.snapshot_at.assign(ops.size(), 0);
-    b.snapshot_bytes.assign(ops.size(), 0);
+  if (b.snapshots.memory == nullptr) {
+    std::vector<uint64_t> sizes(ops.size(), 0);
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].kind != ExchangeOp::Kind::kSend) continue;
-      b.snapshot_at[i] = total;
-      b.snapshot_bytes[i] = ops[i].bytes();
-      total += ops[i].bytes();
+      if (ops[i].kind == ExchangeOp::Kind::kSend) sizes[i] = ops[i].bytes();
     }
-    b.snapshot_arena = internal::AllocateHostBytes(total);
-    if (b.snapshot_arena == nullptr) {
+    if (!b.snapshots.Allocate(std::move(sizes))) {
       return Status::ResourceExhausted(
-          "delta: cannot allocate the snapshot of " + std::to_string(total) +
-          " bytes");
+          "delta: cannot allocate the snapshot of " +
+          std::to_string(b.snapshots.total) + " bytes");
     }
   }
   b.snapshot_hashes.resize(ops.size());
@@ -157,7 +170,7 @@ Status LiveDelta::Snapshot(const std::vector<ExchangeOp>& ops) {
     const SideStream stream = SideStream::Of(ops[i]);
     b.snapshot_hashes[i].clear();
     for (size_t r = 0; r < stream.sides.size(); ++r) {
-      uint8_t* at = b.snapshot(i) + stream.starts[r];
+      uint8_t* at = b.snapshots.at(i) + stream.starts[r];
       const uint64_t bytes = stream.sides[r].total_bytes;
       internal::PackStream(stream.sides[r], 0, at, bytes);
       b.snapshot_hashes[i].push_back(XXH3_64bits(at, bytes));
@@ -256,8 +269,8 @@ std::vector<ExchangeOp> LiveDelta::MessageRound(
     const ExchangeOp& op = ops[i];
     ExchangeOp x{op.region, op.more, op.peer, op.kind};
     if (op.kind == ExchangeOp::Kind::kReceive) {
-      x.buffer = b.inbox_arena.get() + b.inbox_at[i];
-      x.buffer_bytes = b.inbox_bytes[i];
+      x.buffer = b.inbox.at(i);
+      x.buffer_bytes = b.inbox.bytes[i];
       x.received = &b.received[i];
     } else {
       x.buffer = b.messages[i].data();
@@ -281,7 +294,7 @@ void LiveDelta::EncodeOp(const ExchangeOp& op, size_t i,
   for (size_t r = 0; r < regions; ++r) {
     const StridedSide& side = stream.sides[r];
     b.region_at[i].push_back(m.size());
-    DeltaRegionEncoder encoder(b.snapshot(i) + stream.starts[r],
+    DeltaRegionEncoder encoder(b.snapshots.at(i) + stream.starts[r],
                                side.total_bytes, ItemSize(RegionOf(op, r)), &m);
     internal::ForEachStreamRow(
         side, [&](const uint8_t* p, uint64_t position, uint64_t bytes) {
@@ -294,21 +307,15 @@ void LiveDelta::EncodeOp(const ExchangeOp& op, size_t i,
 
 Status LiveDelta::AllocateInbox(const std::vector<ExchangeOp>& ops) {
   Buffers& b = *buffers_;
-  if (b.inbox_arena != nullptr) return Status::OK();
-  uint64_t total = 0;
-  b.inbox_at.assign(ops.size(), 0);
-  b.inbox_bytes.assign(ops.size(), 0);
+  if (b.inbox.memory != nullptr) return Status::OK();
+  std::vector<uint64_t> sizes(ops.size(), 0);
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != ExchangeOp::Kind::kReceive) continue;
-    b.inbox_at[i] = total;
-    b.inbox_bytes[i] =
-        MaxDeltaMessageBytes(ops[i].bytes(), 1 + ops[i].more.size());
-    total += b.inbox_bytes[i];
+    sizes[i] = MaxDeltaMessageBytes(ops[i].bytes(), 1 + ops[i].more.size());
   }
-  b.inbox_arena = internal::AllocateHostBytes(total);
-  if (b.inbox_arena == nullptr) {
+  if (!b.inbox.Allocate(std::move(sizes))) {
     return Status::ResourceExhausted("delta: cannot allocate " +
-                                     std::to_string(total) +
+                                     std::to_string(b.inbox.total) +
                                      " bytes for the messages received");
   }
   return Status::OK();
@@ -326,7 +333,7 @@ Status LiveDelta::Encode(const std::vector<ExchangeOp>& ops,
   for (size_t i : which) {
     const ExchangeOp& op = ops[i];
     if (op.kind != ExchangeOp::Kind::kSend) continue;
-    if (i >= b.snapshot_bytes.size() || b.snapshot_bytes[i] != op.bytes() ||
+    if (i >= b.snapshots.bytes.size() || b.snapshots.bytes[i] != op.bytes() ||
         b.snapshot_hashes[i].size() != 1 + op.more.size()) {
       return Status::Internal("delta update without a snapshot of " +
                               internal::DescribeExchangeOp(op, PeerName(op)));
@@ -400,7 +407,7 @@ Status LiveDelta::Reconcile(const std::vector<ExchangeOp>& ops,
       if (stale) {
         // The target's base is not what this source delivered: the region
         // in full (the snapshot already holds it as it is now).
-        EncodeRawRegion(b.snapshot(i) + stream.starts[r],
+        EncodeRawRegion(b.snapshots.at(i) + stream.starts[r],
                         stream.sides[r].total_bytes, &fixed);
       } else if (!fixed.empty()) {
         fixed.insert(fixed.end(), m.begin() + at[r], m.begin() + end);
@@ -437,8 +444,7 @@ Status LiveDelta::Apply(const std::vector<ExchangeOp>& ops,
       writers.emplace_back(stream.sides[r]);
     }
     Status st = DecodeDeltaMessage(
-        b.inbox_arena.get() + b.inbox_at[i], b.received[i], base_generation,
-        sizes, items,
+        b.inbox.at(i), b.received[i], base_generation, sizes, items,
         [&](size_t r, uint64_t offset, const uint8_t* bytes, uint64_t length) {
           writers[r].Write(offset, bytes, length);
         },
