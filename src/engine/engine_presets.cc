@@ -72,8 +72,9 @@ Result<EngineLayout> MakeEngineLayout(std::string_view config_json,
   }
   RESHARD_ASSIGN_OR_RETURN(internal::HfConfig c,
                            internal::ParseHfConfig(config_json));
-  c.stored_tied_head = c.tie_word_embeddings && checkpoint != nullptr &&
-                       checkpoint->FindTensor("lm_head.weight") != nullptr;
+  if (checkpoint != nullptr) {
+    RESHARD_RETURN_NOT_OK(internal::AdaptToCheckpoint(*checkpoint, &c));
+  }
   RESHARD_ASSIGN_OR_RETURN(
       auto canon, internal::CanonTensors::Make(&c, checkpoint, options));
   if (e == "megatron") return internal::MegatronLayout(c, canon, options);

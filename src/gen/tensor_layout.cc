@@ -20,9 +20,33 @@ Status FitsChunks(int64_t tp, const TensorLayout& l) {
   return Status::OK();
 }
 
-// The box of `l` that participant rank `r` holds.
+// Every section of a sectioned split divides evenly over TP.
+Status FitsSections(int64_t tp, const TensorLayout& l) {
+  const int64_t extent = l.shape[static_cast<size_t>(l.tp_dim)];
+  int64_t sum = 0;
+  for (int64_t s : l.tp_sections) {
+    if (s < 1 || s % tp != 0) {
+      return Status::InvalidArgument(
+          "TP " + std::to_string(tp) + " does not divide section " +
+          std::to_string(s) + " of dimension " + std::to_string(l.tp_dim) +
+          " of " + l.tensor_id);
+    }
+    sum += s;
+  }
+  if (sum != extent || l.tp_chunk > 0) {
+    return Status::InvalidArgument(
+        "the sections of dimension " + std::to_string(l.tp_dim) + " of " +
+        l.tensor_id + " sum to " + std::to_string(sum) + ", not its extent " +
+        std::to_string(extent));
+  }
+  return Status::OK();
+}
+
+// The box of `l` that participant rank `r` holds (of section
+// `section` of a sectioned split).
 PlacementFragmentSpec FragmentOf(const ParallelTopologySpec& topo,
-                                 const TensorLayout& l, const ParallelRank& r) {
+                                 const TensorLayout& l, const ParallelRank& r,
+                                 size_t section = 0) {
   PlacementFragmentSpec f;
   f.tensor_id = l.tensor_id;
   f.global_offset.assign(l.shape.size(), 0);
@@ -33,10 +57,18 @@ PlacementFragmentSpec FragmentOf(const ParallelTopologySpec& topo,
   }
   if (l.tp_dim >= 0) {
     const auto dim = static_cast<size_t>(l.tp_dim);
-    const int64_t chunk =
-        l.tp_chunk > 0 ? l.tp_chunk : l.shape[dim] / topo.sizes.tp;
-    f.global_offset[dim] = r.tp * chunk;
-    f.local_shape[dim] = std::min(chunk, l.shape[dim] - r.tp * chunk);
+    if (!l.tp_sections.empty()) {
+      int64_t begin = 0;
+      for (size_t i = 0; i < section; ++i) begin += l.tp_sections[i];
+      const int64_t chunk = l.tp_sections[section] / topo.sizes.tp;
+      f.global_offset[dim] = begin + r.tp * chunk;
+      f.local_shape[dim] = chunk;
+    } else {
+      const int64_t chunk =
+          l.tp_chunk > 0 ? l.tp_chunk : l.shape[dim] / topo.sizes.tp;
+      f.global_offset[dim] = r.tp * chunk;
+      f.local_shape[dim] = std::min(chunk, l.shape[dim] - r.tp * chunk);
+    }
   }
   uint64_t n = static_cast<uint64_t>(l.itemsize);
   for (int64_t e : f.local_shape) n *= static_cast<uint64_t>(e);
@@ -91,7 +123,9 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
     t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kEp));
   }
   if (l.tp_dim >= 0) {
-    if (l.tp_chunk > 0) {
+    if (!l.tp_sections.empty()) {
+      RESHARD_RETURN_NOT_OK(FitsSections(topo.sizes.tp, l));
+    } else if (l.tp_chunk > 0) {
       RESHARD_RETURN_NOT_OK(FitsChunks(topo.sizes.tp, l));
     } else {
       RESHARD_RETURN_NOT_OK(divides("TP", topo.sizes.tp, l.tp_dim));
@@ -109,8 +143,11 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
     const ParallelRank& r = p.rank;
     if (l.pp_owner >= 0 && r.pp != l.pp_owner) continue;
     if (l.ep_owner >= 0 && r.ep != l.ep_owner) continue;
-    PlacementFragmentSpec f = FragmentOf(topo, l, r);
-    fragments->push_back(std::move(f));
+    const size_t sections =
+        l.tp_dim >= 0 ? std::max<size_t>(1, l.tp_sections.size()) : 1;
+    for (size_t i = 0; i < sections; ++i) {
+      fragments->push_back(FragmentOf(topo, l, r, i));
+    }
   }
   tensors->push_back(std::move(t));
   return Status::OK();

@@ -23,6 +23,12 @@ struct TensorLayout {
   // the last ranks hold fewer rows); 0: an even split. Every rank must hold
   // at least one row.
   int64_t tp_chunk = 0;
+  // A sectioned split: tp_dim is the concatenation of sections of these
+  // extents (summing to it), each split evenly over TP, and TP rank r holds
+  // its share of every section, one fragment per section (a fused [q | k |
+  // v] tensor that engines split section by section: Qwen3-Next's
+  // conv1d, Qwen3.5's in_proj_qkv). Empty: one section. Excludes tp_chunk.
+  std::vector<int64_t> tp_sections;
   bool ep_split = false;  // EP splits dim 0 (grouped experts)
   int64_t pp_owner = -1;  // owning PP rank; -1: replicated over PP
   std::optional<int64_t> layer_id;

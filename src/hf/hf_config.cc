@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <regex>
 #include <utility>
 
+#include "hf/config_reader.h"
+#include "hf/hf_hybrid.h"
 #include "reshard/hf.h"
 #include "util/json_reader.h"
 #include "util/printable.h"
@@ -25,63 +28,9 @@ constexpr std::pair<std::string_view, HfArch> kArchitectures[] = {
     {"DeepseekV3ForCausalLM", HfArch::kDeepseekV3},
     {"Glm4MoeForCausalLM", HfArch::kGlm4Moe},
     {"GptOssForCausalLM", HfArch::kGptOss},
-};
-
-// Typed reads of config.json fields; messages name the field.
-class ConfigReader {
- public:
-  explicit ConfigReader(simdjson::dom::object obj) : obj_(obj) {}
-
-  bool Has(std::string_view key) const {
-    simdjson::dom::element e;
-    return obj_.at_key(key).get(e) == simdjson::SUCCESS && !e.is_null();
-  }
-  Result<int64_t> Int(std::string_view key) const {
-    simdjson::dom::element e;
-    if (obj_.at_key(key).get(e) != simdjson::SUCCESS || e.is_null()) {
-      return Status::InvalidArgument("config.json lacks " + std::string(key));
-    }
-    int64_t v = 0;
-    if (e.get_int64().get(v) != simdjson::SUCCESS || v < 0) {
-      return Status::InvalidArgument("config.json: " + std::string(key) +
-                                     " must be a non-negative integer");
-    }
-    return v;
-  }
-  Result<int64_t> Int(std::string_view key, int64_t fallback) const {
-    if (!Has(key)) return fallback;
-    return Int(key);
-  }
-  Result<bool> Bool(std::string_view key, bool fallback) const {
-    if (!Has(key)) return fallback;
-    bool v = false;
-    if (obj_[key].get_bool().get(v) != simdjson::SUCCESS) {
-      return Status::InvalidArgument("config.json: " + std::string(key) +
-                                     " must be true or false");
-    }
-    return v;
-  }
-  Result<std::string> String(std::string_view key,
-                             std::string_view fallback) const {
-    if (!Has(key)) return std::string(fallback);
-    std::string_view v;
-    if (obj_[key].get_string().get(v) != simdjson::SUCCESS) {
-      return Status::InvalidArgument("config.json: " + std::string(key) +
-                                     " must be a string");
-    }
-    return std::string(v);
-  }
-  Result<std::vector<int64_t>> Ints(std::string_view key) const {
-    if (!Has(key)) return std::vector<int64_t>{};
-    JsonPath root;
-    RESHARD_ASSIGN_OR_RETURN(Dims values,
-                             ReadIntArray(obj_[key], root.Field(key)));
-    return values.ToVector();
-  }
-  simdjson::dom::object object() const { return obj_; }
-
- private:
-  simdjson::dom::object obj_;
+    {"Qwen3NextForCausalLM", HfArch::kQwen3Next},
+    {"Qwen3_5ForConditionalGeneration", HfArch::kQwen35},
+    {"Qwen3_5MoeForConditionalGeneration", HfArch::kQwen35Moe},
 };
 
 Status ReadArchitecture(const ConfigReader& r, HfConfig* c) {
@@ -107,6 +56,61 @@ Status ReadArchitecture(const ConfigReader& r, HfConfig* c) {
                                " (supported: " + known + ")");
 }
 
+// compressed-tensors FP8 with per-channel weight scales (GLM-4.5-FP8):
+// every config group quantizes weights to 8-bit floats by channel.
+Status ReadCompressedTensors(const ConfigReader& q, HfConfig* c) {
+  const char* kNeeds =
+      "config.json: compressed-tensors quantization is supported as FP8 "
+      "weights with per-channel scales (config_groups.*.weights: num_bits 8, "
+      "type float, strategy channel)";
+  simdjson::dom::object groups;
+  if (q.object()["config_groups"].get_object().get(groups) != 0 ||
+      groups.size() == 0) {
+    return Status::Unimplemented(kNeeds);
+  }
+  for (auto [name, group] : groups) {
+    simdjson::dom::object g, w;
+    if (group.get_object().get(g) != 0 || g["weights"].get_object().get(w)) {
+      return Status::Unimplemented(kNeeds);
+    }
+    ConfigReader wr(w);
+    auto bits = wr.Int("num_bits", 0);
+    auto type = wr.String("type", "");
+    auto strategy = wr.String("strategy", "");
+    if (!bits.ok() || *bits != 8 || !type.ok() || *type != "float" ||
+        !strategy.ok() || *strategy != "channel") {
+      return Status::Unimplemented(std::string(kNeeds) + "; group " +
+                                   Printable(name) + " is not");
+    }
+  }
+  if (q.Has("ignore")) {
+    simdjson::dom::array ignore;
+    if (q.object()["ignore"].get_array().get(ignore) != 0) {
+      return Status::InvalidArgument(
+          "config.json: quantization_config.ignore must be a list of names");
+    }
+    for (auto e : ignore) {
+      std::string_view v;
+      if (e.get_string().get(v) != 0) {
+        return Status::InvalidArgument(
+            "config.json: quantization_config.ignore must be a list of names");
+      }
+      if (v.starts_with("re:")) {
+        try {
+          std::regex check{std::string(v.substr(3))};
+        } catch (const std::regex_error&) {
+          return Status::InvalidArgument(
+              "config.json: quantization_config.ignore entry " + Printable(v) +
+              " is not a regular expression");
+        }
+      }
+      c->quant_ignore.emplace_back(v);
+    }
+  }
+  c->fp8_channel = true;
+  return Status::OK();
+}
+
 Status ReadQuantization(const ConfigReader& r, HfConfig* c) {
   if (!r.Has("quantization_config")) return Status::OK();
   simdjson::dom::object q;
@@ -119,10 +123,12 @@ Status ReadQuantization(const ConfigReader& r, HfConfig* c) {
   // gpt-oss's experts are MXFP4 blocks and scales of their own names
   // (AddMxfp4Experts); every other tensor keeps torch_dtype.
   if (method == "mxfp4" && c->arch == HfArch::kGptOss) return Status::OK();
+  if (method == "compressed-tensors") return ReadCompressedTensors(qr, c);
   if (method != "fp8") {
     return Status::Unimplemented(
         "config.json: quantization_config.quant_method " + Printable(method) +
-        " is not supported (fp8 with weight_block_size is)");
+        " is not supported (fp8 with weight_block_size is, and "
+        "compressed-tensors FP8 with per-channel scales)");
   }
   RESHARD_ASSIGN_OR_RETURN(auto block, qr.Ints("weight_block_size"));
   if (block.size() != 2 || block[0] < 1 || block[1] < 1) {
@@ -134,6 +140,12 @@ Status ReadQuantization(const ConfigReader& r, HfConfig* c) {
   c->block_rows = block[0];
   c->block_cols = block[1];
   return Status::OK();
+}
+
+// torch_dtype, or transformers 5's dtype, or `fallback`.
+Result<std::string> ReadDtype(const ConfigReader& r, std::string_view fallback) {
+  if (r.Has("torch_dtype")) return r.String("torch_dtype", fallback);
+  return r.String("dtype", fallback);
 }
 
 Status ReadDims(const ConfigReader& r, HfConfig* c) {
@@ -159,11 +171,7 @@ Status ReadDims(const ConfigReader& r, HfConfig* c) {
   RESHARD_ASSIGN_OR_RETURN(c->intermediate, r.Int("intermediate_size", 0));
   RESHARD_ASSIGN_OR_RETURN(c->tie_word_embeddings,
                            r.Bool("tie_word_embeddings", false));
-  RESHARD_ASSIGN_OR_RETURN(
-      auto dtype, r.String("torch_dtype", r.Has("dtype") ? "" : "float32"));
-  if (dtype.empty()) {
-    RESHARD_ASSIGN_OR_RETURN(dtype, r.String("dtype", ""));
-  }
+  RESHARD_ASSIGN_OR_RETURN(std::string dtype, ReadDtype(r, "float32"));
   if (FindSafetensorsDtypeByPlacement(dtype) == nullptr) {
     return Status::InvalidArgument("config.json: unknown torch_dtype " +
                                    Printable(dtype));
@@ -208,7 +216,14 @@ Status ReadDeepseekMoe(const ConfigReader& r, HfConfig* c) {
 
 Status ReadMoe(const ConfigReader& r, HfConfig* c) {
   switch (c->arch) {
-    case HfArch::kQwen3Moe: {
+    case HfArch::kQwen35Moe: {
+      RESHARD_ASSIGN_OR_RETURN(c->experts, ExpertCount(r));
+      RESHARD_ASSIGN_OR_RETURN(c->moe_intermediate,
+                               r.Int("moe_intermediate_size"));
+      break;
+    }
+    case HfArch::kQwen3Moe:
+    case HfArch::kQwen3Next: {
       RESHARD_ASSIGN_OR_RETURN(c->experts, ExpertCount(r));
       RESHARD_ASSIGN_OR_RETURN(c->moe_intermediate,
                                r.Int("moe_intermediate_size"));
@@ -249,41 +264,6 @@ Status ReadMla(const ConfigReader& r, HfConfig* c) {
   RESHARD_ASSIGN_OR_RETURN(c->v_head, r.Int("v_head_dim"));
   return Status::OK();
 }
-
-// Appends the tensors of one model; `dtype` of the config.
-class TensorList {
- public:
-  explicit TensorList(const HfConfig& c)
-      : c_(c), itemsize_(FindSafetensorsDtypeByPlacement(c.dtype)->itemsize) {}
-
-  void Add(std::string name, Dims shape, HfShard shard,
-           std::optional<int64_t> layer, bool quantized = false,
-           std::optional<int64_t> expert = std::nullopt) {
-    HfTensor t;
-    t.name = std::move(name);
-    t.shape = std::move(shape);
-    t.dtype = c_.dtype;
-    t.itemsize = itemsize_;
-    t.shard = shard;
-    t.linear = quantized;
-    t.quantized = quantized && c_.fp8;
-    t.layer = layer;
-    t.expert = expert;
-    t.last_stage = layer && *layer >= c_.layers;
-    out_.push_back(std::move(t));
-  }
-  // Gives the last tensor added a dtype of its own (placement name).
-  void SetDtype(const char* dtype) {
-    out_.back().dtype = dtype;
-    out_.back().itemsize = FindSafetensorsDtypeByPlacement(dtype)->itemsize;
-  }
-  std::vector<HfTensor>& out() { return out_; }
-
- private:
-  const HfConfig& c_;
-  int64_t itemsize_;
-  std::vector<HfTensor> out_;
-};
 
 void AddGqaAttention(const HfConfig& c, const std::string& a, int64_t l,
                      TensorList* t) {
@@ -337,9 +317,11 @@ void AddMlaAttention(const HfConfig& c, const std::string& a, int64_t l,
   t->Add(a + "o_proj.weight", {h, c.heads * c.v_head}, HfShard::kRow, l, true);
 }
 
+}  // namespace
+
 // gate/up (column) and down (row) projections of width `i`.
 void AddMlp(const HfConfig& c, const std::string& p, int64_t i, int64_t l,
-            TensorList* t, bool bias = false) {
+            TensorList* t, bool bias) {
   const int64_t h = c.hidden;
   t->Add(p + "gate_proj.weight", {i, h}, HfShard::kColumn, l, true);
   t->Add(p + "up_proj.weight", {i, h}, HfShard::kColumn, l, true);
@@ -363,6 +345,8 @@ void AddExperts(const HfConfig& c, const std::string& p,
     t->Add(x + names[2] + ".weight", {h, i}, HfShard::kRow, l, true, e);
   }
 }
+
+namespace {
 
 // gpt-oss's experts, every expert in one tensor (dim 0) and packed MXFP4
 // (32 four-bit values in 16 bytes plus one U8 exponent per block of 32
@@ -394,7 +378,10 @@ void AddMxfp4Experts(const HfConfig& c, const std::string& p, int64_t l,
 
 bool IsSparseLayer(const HfConfig& c, int64_t l) {
   switch (c.arch) {
+    case HfArch::kQwen35Moe:
+      return true;
     case HfArch::kQwen3Moe:
+    case HfArch::kQwen3Next:
       return c.experts > 0 &&
              std::find(c.mlp_only_layers.begin(), c.mlp_only_layers.end(), l) ==
                  c.mlp_only_layers.end() &&
@@ -415,7 +402,11 @@ bool IsSparseLayer(const HfConfig& c, int64_t l) {
 namespace {
 
 void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
-  const std::string p = "model.layers." + std::to_string(l) + ".";
+  const std::string p = c.lm_prefix + "layers." + std::to_string(l) + ".";
+  if (IsHybrid(c.arch)) {
+    AddHybridLayer(c, p, l, /*mtp=*/false, t);
+    return;
+  }
   const int64_t h = c.hidden;
   t->Add(p + "input_layernorm.weight", {h}, HfShard::kReplicated, l);
   t->Add(p + "post_attention_layernorm.weight", {h}, HfShard::kReplicated, l);
@@ -482,7 +473,13 @@ Status CheckBounds(const HfConfig& c) {
       {"kv_lora_rank", c.kv_lora_rank},
       {"qk_nope_head_dim", c.qk_nope},
       {"qk_rope_head_dim", c.qk_rope},
-      {"v_head_dim", c.v_head}};
+      {"v_head_dim", c.v_head},
+      {"linear_num_key_heads", c.lin_k_heads},
+      {"linear_num_value_heads", c.lin_v_heads},
+      {"linear_key_head_dim", c.lin_k_dim},
+      {"linear_value_head_dim", c.lin_v_dim},
+      {"linear_conv_kernel_dim", c.conv_kernel},
+      {"shared_expert_intermediate_size", c.shared_expert_intermediate}};
   for (const auto& [name, v] : dims) {
     if (v > kMaxDim) {
       return Status::InvalidArgument("config.json: " + std::string(name) + " " +
@@ -493,6 +490,7 @@ Status CheckBounds(const HfConfig& c) {
   const std::pair<const char*, int64_t> counts[] = {
       {"num_hidden_layers", c.layers},
       {"num_nextn_predict_layers", c.nextn_layers},
+      {"the MTP layer count", c.mtp_layers},
       {"the routed expert count", c.experts},
       {"n_shared_experts", c.shared_experts}};
   for (const auto& [name, v] : counts) {
@@ -501,10 +499,13 @@ Status CheckBounds(const HfConfig& c) {
                                      std::to_string(v) + " exceeds 65536");
     }
   }
-  if ((c.layers + c.nextn_layers) * (3 * c.experts + 32) > (int64_t{1} << 24)) {
+  if ((c.layers + c.nextn_layers + c.mtp_layers) * (3 * c.experts + 32) +
+          (c.vision ? c.vision->depth * 16 : 0) >
+      (int64_t{1} << 24)) {
     return Status::InvalidArgument(
         "config.json describes more than 16777216 tensors (" +
-        std::to_string(c.layers + c.nextn_layers) + " layers of " +
+        std::to_string(c.layers + c.nextn_layers + c.mtp_layers) +
+        " layers of " +
         std::to_string(c.experts) + " experts)");
   }
   return Status::OK();
@@ -532,6 +533,56 @@ bool FitsBytes(const Dims& shape, int64_t itemsize) {
   return true;
 }
 
+// Qwen3.5's text_config (the language model's fields) and vision_config;
+// every other architecture's fields are top-level. `text` is set to the
+// reader of the language model's fields.
+Status ReadNested(const ConfigReader& top, HfConfig* c,
+                  std::optional<ConfigReader>* text) {
+  if (c->arch != HfArch::kQwen35 && c->arch != HfArch::kQwen35Moe) {
+    text->emplace(top.object());
+    return Status::OK();
+  }
+  simdjson::dom::object t;
+  if (top.object()["text_config"].get_object().get(t) != 0) {
+    return Status::InvalidArgument("config.json: " + c->architecture +
+                                   " needs a text_config object");
+  }
+  text->emplace(t);
+  c->lm_prefix = "model.language_model.";
+  return Status::OK();
+}
+
+Status ReadVision(const ConfigReader& top, HfConfig* c) {
+  simdjson::dom::object v;
+  if (!top.Has("vision_config") || c->lm_prefix == "model.") {
+    return Status::OK();
+  }
+  if (top.object()["vision_config"].get_object().get(v) != 0) {
+    return Status::InvalidArgument(
+        "config.json: vision_config must be an object");
+  }
+  return ReadVisionConfig(ConfigReader(v), c);
+}
+
+// The top-level dtype and tie_word_embeddings of a nested config win over
+// (or stand in for) text_config's.
+Status ReadTopLevelOverrides(const ConfigReader& top, HfConfig* c) {
+  if (c->lm_prefix == "model.") return Status::OK();
+  if (top.Has("tie_word_embeddings")) {
+    RESHARD_ASSIGN_OR_RETURN(c->tie_word_embeddings,
+                             top.Bool("tie_word_embeddings", false));
+  }
+  if (top.Has("torch_dtype") || top.Has("dtype")) {
+    RESHARD_ASSIGN_OR_RETURN(std::string dtype, ReadDtype(top, c->dtype));
+    if (FindSafetensorsDtypeByPlacement(dtype) == nullptr) {
+      return Status::InvalidArgument("config.json: unknown torch_dtype " +
+                                     Printable(dtype));
+    }
+    c->dtype = dtype;
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<HfConfig> ParseHfConfig(std::string_view json) {
@@ -544,36 +595,117 @@ Result<HfConfig> ParseHfConfig(std::string_view json) {
   // what the file means: refuse it, like every other input.
   RESHARD_RETURN_NOT_OK(
       RejectDuplicateKeys(doc.root(), JsonPath()).WithContext("config.json"));
-  ConfigReader r(obj);
+  ConfigReader top(obj);
   HfConfig c;
-  RESHARD_RETURN_NOT_OK(ReadArchitecture(r, &c));
-  RESHARD_ASSIGN_OR_RETURN(c.model_type, r.String("model_type", ""));
+  RESHARD_RETURN_NOT_OK(ReadArchitecture(top, &c));
+  RESHARD_ASSIGN_OR_RETURN(c.model_type, top.String("model_type", ""));
+  std::optional<ConfigReader> text;
+  RESHARD_RETURN_NOT_OK(ReadNested(top, &c, &text));
+  const ConfigReader& r = *text;
   RESHARD_RETURN_NOT_OK(ReadDims(r, &c));
+  RESHARD_RETURN_NOT_OK(ReadTopLevelOverrides(top, &c));
   RESHARD_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
   RESHARD_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
   RESHARD_ASSIGN_OR_RETURN(c.qk_norm, r.Bool("use_qk_norm", false));
   RESHARD_RETURN_NOT_OK(ReadMoe(r, &c));
   if (UsesMla(c.arch)) RESHARD_RETURN_NOT_OK(ReadMla(r, &c));
-  RESHARD_RETURN_NOT_OK(ReadQuantization(r, &c));
+  if (IsHybrid(c.arch)) RESHARD_RETURN_NOT_OK(ReadHybridConfig(r, &c));
+  RESHARD_RETURN_NOT_OK(ReadVision(top, &c));
+  RESHARD_RETURN_NOT_OK(ReadQuantization(top, &c));
   RESHARD_RETURN_NOT_OK(CheckPacking(c));
   // Qwen's FP8 releases store their block scales in BF16, DeepSeek's in F32.
   if (c.arch == HfArch::kQwen2 || c.arch == HfArch::kQwen3 ||
-      c.arch == HfArch::kQwen3Moe) {
+      c.arch == HfArch::kQwen3Moe || IsHybrid(c.arch)) {
     c.scale_dtype = "bfloat16";
   }
   RESHARD_RETURN_NOT_OK(CheckBounds(c));
   return c;
 }
 
+namespace {
+
+// The MTP layer count a checkpoint holds: one past the largest N of its
+// mtp.layers.N.* tensors.
+int64_t CheckpointMtpLayers(const HfCheckpoint& ckpt) {
+  constexpr std::string_view kMtp = "mtp.layers.";
+  int64_t n = 0;
+  for (const CheckpointTensor& t : ckpt.tensors()) {
+    std::string_view name = t.name;
+    if (!name.starts_with(kMtp)) continue;
+    name.remove_prefix(kMtp.size());
+    int64_t k = 0;
+    size_t i = 0;
+    for (; i < name.size() && i < 6 && name[i] >= '0' && name[i] <= '9'; ++i) {
+      k = k * 10 + (name[i] - '0');
+    }
+    if (i > 0 && i < name.size() && name[i] == '.') n = std::max(n, k + 1);
+  }
+  return n;
+}
+
+}  // namespace
+
+Status AdaptToCheckpoint(const HfCheckpoint& ckpt, HfConfig* c) {
+  c->stored_tied_head = c->tie_word_embeddings &&
+                        ckpt.FindTensor("lm_head.weight") != nullptr;
+  if (!IsHybrid(c->arch)) return Status::OK();
+  if (!c->mtp_declared) c->mtp_layers = CheckpointMtpLayers(ckpt);
+  if (c->experts > 0) {
+    for (int64_t l = 0; l < c->layers; ++l) {
+      if (!IsSparseLayer(*c, l)) continue;
+      c->fused_experts =
+          ckpt.FindTensor(c->lm_prefix + "layers." + std::to_string(l) +
+                          ".mlp.experts.gate_up_proj") != nullptr;
+      break;
+    }
+    c->fused_mtp_experts =
+        ckpt.FindTensor("mtp.layers.0.mlp.experts.gate_up_proj") != nullptr;
+  }
+  if (c->vision) {
+    bool any = false;
+    for (const CheckpointTensor& t : ckpt.tensors()) {
+      any |= t.name.starts_with("model.visual.");
+    }
+    if (!any) c->vision.reset();  // a text-only export
+  }
+  return CheckBounds(*c);
+}
+
+bool QuantizesLinear(const HfConfig& c, std::string_view name) {
+  if (c.fp8) return true;
+  if (!c.fp8_channel) return false;
+  // compressed-tensors names modules: the weight's name less ".weight".
+  std::string_view module = name;
+  if (module.ends_with(".weight")) module.remove_suffix(7);
+  for (const std::string& ignored : c.quant_ignore) {
+    if (ignored.starts_with("re:")) {
+      try {
+        if (std::regex_match(module.begin(), module.end(),
+                             std::regex(ignored.substr(3)))) {
+          return false;
+        }
+      } catch (const std::regex_error&) {
+        continue;  // refused when the config is read
+      }
+    } else if (module == ignored) {
+      return false;
+    }
+  }
+  return true;
+}
+
 Result<std::vector<HfTensor>> HfModelTensors(const HfConfig& c) {
   TensorList t(c);
-  t.Add("model.embed_tokens.weight", {c.vocab, c.hidden}, HfShard::kVocab,
-        std::nullopt);
+  AddVisionTower(c, &t);
+  t.Add(c.lm_prefix + "embed_tokens.weight", {c.vocab, c.hidden},
+        HfShard::kVocab, std::nullopt);
   for (int64_t l = 0; l < c.layers; ++l) AddLayer(c, l, &t);
   for (int64_t k = 0; k < c.nextn_layers; ++k) {
     AddMtpLayer(c, c.layers + k, &t);
   }
-  t.Add("model.norm.weight", {c.hidden}, HfShard::kReplicated, std::nullopt);
+  AddHybridMtp(c, &t);
+  t.Add(c.lm_prefix + "norm.weight", {c.hidden}, HfShard::kReplicated,
+        std::nullopt);
   t.out().back().last_stage = true;
   if (!c.tie_word_embeddings || c.stored_tied_head) {
     t.Add("lm_head.weight", {c.vocab, c.hidden}, HfShard::kVocab, std::nullopt);

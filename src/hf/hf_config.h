@@ -30,7 +30,19 @@ enum class HfArch {
   kDeepseekV3,
   kGlm4Moe,
   kGptOss,
+  // Hybrid linear/full attention (gated DeltaNet + gated attention):
+  // Qwen3-Next, Qwen3.5 dense and MoE (docs/hf-checkpoints.md).
+  kQwen3Next,
+  kQwen35,
+  kQwen35Moe,
 };
+
+// Qwen3-Next and Qwen3.5: linear-attention layers between gated full
+// attention layers.
+inline bool IsHybrid(HfArch a) {
+  return a == HfArch::kQwen3Next || a == HfArch::kQwen35 ||
+         a == HfArch::kQwen35Moe;
+}
 
 // Multi-head latent attention (DeepSeek-V2/V3).
 inline bool UsesMla(HfArch a) {
@@ -73,6 +85,41 @@ struct HfConfig {
   // weight_scale_inv (F32 in DeepSeek's releases, BF16 in Qwen's) and
   // e_score_correction_bias (F32 in DeepSeek, Kimi and GLM releases).
   std::string scale_dtype = "float32";
+  // compressed-tensors FP8 with one scale per output channel (GLM-4.5's
+  // FP8 release): quantized linear weights carry `weight_scale` [out, 1];
+  // `quant_ignore` lists the modules left unquantized (names or "re:"
+  // regular expressions), `channel_scale_dtype` the config-only dtype of
+  // the scales.
+  bool fp8_channel = false;
+  std::vector<std::string> quant_ignore;
+  std::string channel_scale_dtype = "bfloat16";
+  // Where the language model's tensors live: "model." or, for Qwen3.5's
+  // vision-language checkpoints, "model.language_model.".
+  std::string lm_prefix = "model.";
+  // Hybrid attention (IsHybrid): which layers are linear attention, the
+  // linear heads and sizes, the gate rows of full attention's q_proj.
+  std::vector<bool> linear_layers;
+  int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0;
+  int64_t conv_kernel = 0;
+  bool attn_gate = false;
+  // One shared expert with its sigmoid gate (Qwen3-Next, Qwen3.5 MoE).
+  int64_t shared_expert_intermediate = 0;
+  // Top-level multi-token-prediction layers (mtp.*); `mtp_declared`: the
+  // config names their count (else a checkpoint's mtp.layers.N decide).
+  int64_t mtp_layers = 0;
+  bool mtp_declared = false;
+  // Qwen3.5 MoE: every routed expert of a layer in two 3-D tensors
+  // (mlp.experts.gate_up_proj [E, 2I, H], down_proj [E, H, I]) instead of
+  // one file tensor per expert; per decoder layer and for the MTP layers.
+  bool fused_experts = false;
+  bool fused_mtp_experts = false;
+  // Qwen3.5's vision tower (model.visual.*), from vision_config.
+  struct Vision {
+    int64_t depth = 0, hidden = 0, intermediate = 0, heads = 0;
+    int64_t in_channels = 3, patch = 0, temporal_patch = 0, merge = 0;
+    int64_t out_hidden = 0, positions = 0;
+  };
+  std::optional<Vision> vision;
 };
 
 // Decodes config.json: the fields the architecture needs are required
@@ -108,7 +155,21 @@ struct HfTensor {
   // splits dim 0; without EP, TP splits `shard`'s dimension + 1.
   bool grouped_experts = false;
   bool last_stage = false;  // final norm, head, MTP layers
+  // A sectioned TP split (TensorLayout::tp_sections): the extents of the
+  // fused sections of the split dimension, each split over TP on its own.
+  std::vector<int64_t> tp_sections;
 };
+
+// What a checkpoint tells a config that config.json does not: a tied head
+// stored anyway, the MTP layers of a config that does not count them,
+// fused or per-expert Qwen3.5 experts, a vision tower or none.
+// Errors as ParseHfConfig's bounds (a checkpoint of absurdly many MTP
+// layers).
+Status AdaptToCheckpoint(const HfCheckpoint& checkpoint, HfConfig* config);
+
+// Whether the config's quantization scheme quantizes linear weight `name`
+// (FP8 blocks: every linear; compressed-tensors: those not ignored).
+bool QuantizesLinear(const HfConfig& config, std::string_view name);
 
 // Every tensor the architecture names for this config (no FP8 scales),
 // in model order.

@@ -7,6 +7,7 @@
 
 #include "gen/tensor_layout.h"
 #include "hf/hf_config.h"
+#include "hf/hf_hybrid.h"
 #include "reshard/hf.h"
 #include "util/dims_text.h"
 #include "util/float_convert.h"
@@ -23,6 +24,8 @@ using internal::HfTensor;
 using internal::Printable;
 
 constexpr std::string_view kScaleSuffix = "weight_scale_inv";
+// compressed-tensors' per-channel scale of an FP8 weight: [out, 1].
+constexpr std::string_view kChannelScaleSuffix = "weight_scale";
 
 using Planned = internal::HfLaidTensor;
 
@@ -45,6 +48,24 @@ Planned Scale(const HfConfig& c, const HfTensor& w, const HfTensor* wp) {
   return s;
 }
 
+// The per-channel scale of weight `w`: one value per output row, split
+// with the rows of a column-parallel weight, whole beside a row-parallel
+// one (HfLayout's Add).
+Planned ChannelScale(const HfConfig& c, const HfTensor& w, const HfTensor* wp) {
+  Planned s{w, wp};
+  s.t.name = w.name.substr(0, w.name.size() - std::string_view("weight").size()) +
+             std::string(kChannelScaleSuffix);
+  s.t.shape = {w.shape[0], 1};
+  s.t.dtype = c.channel_scale_dtype;
+  s.t.itemsize =
+      FindSafetensorsDtypeByPlacement(c.channel_scale_dtype)->itemsize;
+  return s;
+}
+
+bool IsChannelScale(const Planned& p) {
+  return p.weight != nullptr && p.t.name.ends_with(kChannelScaleSuffix);
+}
+
 // Config-only: quantized weights become F8_E4M3, each followed by its
 // scale.
 std::vector<Planned> FromConfig(const HfConfig& c,
@@ -55,9 +76,40 @@ std::vector<Planned> FromConfig(const HfConfig& c,
     if (!t.quantized) continue;
     out.back().t.dtype = "float8_e4m3fn";
     out.back().t.itemsize = 1;
-    out.push_back(Scale(c, t, &t));
+    out.push_back(c.fp8_channel ? ChannelScale(c, t, &t) : Scale(c, t, &t));
   }
   return out;
+}
+
+// A checkpoint tensor `name` ending in ".weight_scale": the per-channel
+// scale of a 2-D weight of the architecture, under compressed-tensors.
+Result<Planned> CheckpointChannelScale(
+    const HfConfig& c,
+    const std::unordered_map<std::string_view, const HfTensor*>& named,
+    const CheckpointTensor& ct) {
+  const std::string weight =
+      ct.name.substr(0, ct.name.size() - kChannelScaleSuffix.size()) +
+      "weight";
+  auto w = named.find(weight);
+  if (w == named.end() || w->second->shape.size() != 2) {
+    return Status::InvalidArgument("checkpoint tensor " + Printable(ct.name) +
+                                   " (in " + Printable(ct.file) +
+                                   ") scales no weight of " + c.architecture);
+  }
+  if (!c.fp8_channel) {
+    return Status::InvalidArgument(
+        "checkpoint tensor " + Printable(ct.name) +
+        " is a per-channel FP8 scale but config.json has no "
+        "compressed-tensors quantization_config");
+  }
+  Planned p = ChannelScale(c, *w->second, w->second);
+  if (ct.shape != p.t.shape) {
+    return Status::InvalidArgument(ct.name + " is " + DimsText(ct.shape) +
+                                   " in " + Printable(ct.file) +
+                                   " but its weight implies " +
+                                   DimsText(p.t.shape));
+  }
+  return p;
 }
 
 // A non-persistent buffer some exports carry (Kimi-K2's
@@ -95,6 +147,8 @@ Result<std::vector<Planned>> FromCheckpoint(const HfConfig& c,
     auto it = named.find(ct.name);
     if (it != named.end()) {
       p.t = *it->second;
+    } else if (ct.name.ends_with("." + std::string(kChannelScaleSuffix))) {
+      RESHARD_ASSIGN_OR_RETURN(p, CheckpointChannelScale(c, named, ct));
     } else if (ct.name.ends_with(kScaleSuffix)) {
       const std::string weight =
           ct.name.substr(0, ct.name.size() - kScaleSuffix.size()) + "weight";
@@ -178,7 +232,7 @@ Status CheckGrid(const HfConfig& c, const ParallelSizes& n) {
         "TP " + std::to_string(n.tp) + " does not divide the " +
         std::to_string(c.kv_heads) + " KV heads of " + c.architecture);
   }
-  return Status::OK();
+  return internal::CheckHybridTp(c, n.tp);
 }
 
 class Layout {
@@ -234,6 +288,12 @@ class Layout {
     l.dtype = p.t.dtype;
     l.itemsize = p.t.itemsize;
     l.tp_dim = TpDim(role);
+    // A per-channel scale beside a row-parallel weight is whole: its rows
+    // are the weight's outputs, which the split does not divide.
+    if (IsChannelScale(p) && l.tp_dim != 0) l.tp_dim = -1;
+    if (l.tp_dim >= 0 && !role.tp_sections.empty()) {
+      RESHARD_ASSIGN_OR_RETURN(l.tp_sections, SectionsOf(p, role));
+    }
     l.pp_owner = n_.pp > 1 ? Stage(role) : -1;
     l.layer_id = role.layer;
     l.expert_id = role.expert;
@@ -244,10 +304,31 @@ class Layout {
     if (role.shard == HfShard::kVocab && l.tp_dim == 0) {
       RESHARD_ASSIGN_OR_RETURN(l.tp_chunk, VocabChunk(p.t));
     }
-    if (p.weight != nullptr && l.tp_dim >= 0) {
+    if (p.weight != nullptr && l.tp_dim >= 0 && !IsChannelScale(p) &&
+        role.tp_sections.empty()) {
       RESHARD_RETURN_NOT_OK(CheckBlocks(*p.weight, l.tp_dim, p.t.name));
     }
     return internal::AppendTensorLayout(topo_, l, &tensors_, &fragments_);
+  }
+
+  // The sections of a sectioned split: the weight's, or for an FP8 block
+  // scale the weight's in blocks (each rank's share of every section must
+  // be whole blocks).
+  Result<std::vector<int64_t>> SectionsOf(const Planned& p,
+                                          const HfTensor& role) const {
+    if (p.weight == nullptr || IsChannelScale(p)) return role.tp_sections;
+    std::vector<int64_t> blocks;
+    for (int64_t s : role.tp_sections) {
+      if (s % n_.tp != 0 || (s / n_.tp) % c_.block_rows != 0) {
+        return Status::InvalidArgument(
+            "TP " + std::to_string(n_.tp) + " splits a section of " +
+            std::to_string(s) + " rows of " + role.name +
+            " into shares that are not whole FP8 blocks of " +
+            std::to_string(c_.block_rows) + " (its scale " + p.t.name + ")");
+      }
+      blocks.push_back(s / c_.block_rows);
+    }
+    return blocks;
   }
 
   // Rows per TP rank of a vocabulary-parallel tensor, as vLLM pads it:
@@ -391,6 +472,11 @@ Status ApplyLayoutForm(std::string_view quantize, const Fp8Block& block,
   if (!quantize.empty() && !dtype.empty()) {
     return Status::InvalidArgument("--quantize and --dtype exclude each other");
   }
+  if (config->fp8_channel && (!quantize.empty() || !dtype.empty())) {
+    return Status::Unimplemented(
+        "--quantize and --dtype do not convert compressed-tensors FP8 "
+        "checkpoints (per-channel scales); lay them out as they are");
+  }
   if (!dtype.empty()) return ToDtype(dtype, config, laid);
   if (quantize.empty()) return Status::OK();
   if (quantize != "fp8") {
@@ -413,9 +499,10 @@ Result<WeightPlacementManifest> HfLayout(std::string_view config_json,
                                          const HfLayoutOptions& options,
                                          const HfCheckpoint* checkpoint) {
   RESHARD_ASSIGN_OR_RETURN(HfConfig c, internal::ParseHfConfig(config_json));
+  if (checkpoint != nullptr) {
+    RESHARD_RETURN_NOT_OK(internal::AdaptToCheckpoint(*checkpoint, &c));
+  }
   RESHARD_RETURN_NOT_OK(CheckGrid(c, options.sizes));
-  c.stored_tied_head = c.tie_word_embeddings && checkpoint != nullptr &&
-                       checkpoint->FindTensor("lm_head.weight") != nullptr;
   RESHARD_ASSIGN_OR_RETURN(auto model, internal::HfModelTensors(c));
   RESHARD_ASSIGN_OR_RETURN(std::vector<Planned> planned,
                            internal::HfLayoutTensors(c, model, checkpoint));
