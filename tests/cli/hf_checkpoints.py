@@ -161,20 +161,263 @@ CONFIGS = {
                                        "model.layers.*.mlp.router",
                                        "model.embed_tokens", "lm_head"]},
     },
+    # Qwen3-Next as released: layer_types (linear / full attention), no
+    # MTP key in config.json but one mtp.* layer in the files, a dense
+    # layer (mlp_only_layers), shared expert with its gate, F32 A_log.
+    "qwen3_next": {
+        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "intermediate_size": 48, "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 16, "num_experts": 4,
+        "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+        "mlp_only_layers": [0], "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+        "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+        "layer_types": ["linear_attention", "full_attention",
+                        "linear_attention", "full_attention"],
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "_mtp": 1, "_a_log_dtype": "F32",
+    },
+    # Qwen3.5 dense (the small releases): text_config under a vision-
+    # language architecture, tied embeddings, full_attention_interval,
+    # split in_proj_qkv / z / b / a, one MTP layer, the vision tower.
+    "qwen3_5": {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5", "tie_word_embeddings": True,
+        "text_config": {
+            "model_type": "qwen3_5_text", "hidden_size": 32,
+            "vocab_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 8, "intermediate_size": 48, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+        "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+            "full_attention_interval": 2, "mtp_num_hidden_layers": 1,
+            "dtype": "bfloat16"},
+        "vision_config": {
+            "model_type": "qwen3_5", "depth": 2, "hidden_size": 16,
+            "intermediate_size": 24, "num_heads": 2, "in_channels": 3,
+            "patch_size": 2, "temporal_patch_size": 2,
+            "spatial_merge_size": 2, "out_hidden_size": 32,
+            "num_position_embeddings": 16},
+    },
+    # Qwen3.5 MoE (BF16 release form): fused 3-D experts in the decoder
+    # layers, per-expert MTP experts, shared expert, the vision tower.
+    "qwen3_5_moe": {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe", "tie_word_embeddings": False,
+        "text_config": {
+            "model_type": "qwen3_5_moe_text", "hidden_size": 32,
+            "vocab_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 8, "moe_intermediate_size": 16,
+            "shared_expert_intermediate_size": 16, "num_experts": 4,
+            "num_experts_per_tok": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+        "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+            "layer_types": ["linear_attention", "linear_attention",
+                            "linear_attention", "full_attention"],
+            "mtp_num_hidden_layers": 1, "dtype": "bfloat16"},
+        "vision_config": {
+            "depth": 1, "hidden_size": 16, "intermediate_size": 24,
+            "num_heads": 2, "in_channels": 3, "patch_size": 2,
+            "temporal_patch_size": 2, "spatial_merge_size": 2,
+            "out_hidden_size": 32, "num_position_embeddings": 16},
+        "_fused_experts": True,
+    },
+    # A Qwen3.5 MoE FP8 release, text only: per-expert files, BF16 block
+    # scales, no model.visual.* tensors although vision_config is there.
+    "qwen3_5_moe_fp8": {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe", "tie_word_embeddings": False,
+        "text_config": {
+            "model_type": "qwen3_5_moe_text", "hidden_size": 32,
+            "vocab_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 8, "moe_intermediate_size": 16,
+            "shared_expert_intermediate_size": 16, "num_experts": 4,
+            "num_experts_per_tok": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+        "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+            "full_attention_interval": 2, "mtp_num_hidden_layers": 1,
+            "dtype": "bfloat16"},
+        "vision_config": {"depth": 1, "hidden_size": 16, "num_heads": 2},
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                "quant_method": "fp8",
+                                "weight_block_size": [8, 8]},
+        "_text_only": True,
+    },
+    # GLM-4.5-FP8 (compressed-tensors): FP8 linear weights with BF16
+    # per-channel weight_scale [out, 1]; the router gate, lm_head and one
+    # named module left in BF16.
+    "glm4_moe_fp8": {
+        "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "attention_bias": True, "use_qk_norm": True,
+        "partial_rotary_factor": 0.5, "intermediate_size": 48,
+        "moe_intermediate_size": 16, "n_routed_experts": 4,
+        "n_shared_experts": 1, "first_k_dense_replace": 1,
+        "num_nextn_predict_layers": 1, "num_experts_per_tok": 2,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "quantization_config": {
+            "quant_method": "compressed-tensors", "format": "float-quantized",
+            "config_groups": {"group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float",
+                            "strategy": "channel", "symmetric": True,
+                            "dynamic": False},
+                "input_activations": {"num_bits": 8, "type": "float",
+                                      "strategy": "token",
+                                      "dynamic": True}}},
+            "ignore": ["lm_head", "re:.*mlp\\.gate$",
+                       "model.layers.0.mlp.down_proj"]},
+    },
 }
 
+
 BUFFER_SUFFIX = "rotary_emb.inv_freq"
+
+
+def ignored(cfg, weight):
+    """Whether compressed-tensors' ignore list leaves `weight` unquantized
+    (entries name modules, or are "re:" regular expressions)."""
+    import re
+    module = weight[:-len(".weight")]
+    for e in cfg["quantization_config"].get("ignore", []):
+        if e.startswith("re:") and re.fullmatch(e[3:], module):
+            return True
+        if e == module:
+            return True
+    return False
+
+
+def hybrid_tensors(cfg, add, linear):
+    """Qwen3-Next and Qwen3.5 checkpoints, from the model definitions:
+    gated DeltaNet layers, gated attention, shared expert, mtp.*, and
+    Qwen3.5's language_model prefix and vision tower."""
+    qwen35 = "text_config" in cfg
+    t = cfg["text_config"] if qwen35 else cfg
+    pre = "model.language_model." if qwen35 else "model."
+    h, V, L = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"]
+    H, K, d = t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]
+    nk, nv = t["linear_num_key_heads"], t["linear_num_value_heads"]
+    kd = nk * t["linear_key_head_dim"]
+    vd = nv * t["linear_value_head_dim"]
+    E = t.get("num_experts", 0)
+    if "layer_types" in t:
+        linear_layer = [x == "linear_attention" for x in t["layer_types"]]
+    else:
+        n = t.get("full_attention_interval", 4)
+        linear_layer = [(l + 1) % n != 0 for l in range(L)]
+
+    def mlp(p, i):
+        linear(p + "gate_proj.weight", [i, h])
+        linear(p + "up_proj.weight", [i, h])
+        linear(p + "down_proj.weight", [h, i])
+
+    def layer(p, l, mtp):
+        add(p + "input_layernorm.weight", [h])
+        add(p + "post_attention_layernorm.weight", [h])
+        if not mtp and linear_layer[l]:
+            a = p + "linear_attn."
+            if qwen35:
+                linear(a + "in_proj_qkv.weight", [2 * kd + vd, h])
+                linear(a + "in_proj_z.weight", [vd, h])
+                add(a + "in_proj_b.weight", [nv, h])
+                add(a + "in_proj_a.weight", [nv, h])
+            else:
+                linear(a + "in_proj_qkvz.weight", [2 * kd + 2 * vd, h])
+                add(a + "in_proj_ba.weight", [2 * nv, h])
+            add(a + "conv1d.weight", [2 * kd + vd, 1,
+                                      t["linear_conv_kernel_dim"]])
+            add(a + "dt_bias", [nv])
+            add(a + "A_log", [nv], cfg.get("_a_log_dtype", out_dtype(cfg)))
+            add(a + "norm.weight", [t["linear_value_head_dim"]])
+            linear(a + "out_proj.weight", [h, vd])
+        else:
+            a = p + "self_attn."
+            linear(a + "q_proj.weight", [2 * H * d, h])  # queries + gate
+            linear(a + "k_proj.weight", [K * d, h])
+            linear(a + "v_proj.weight", [K * d, h])
+            linear(a + "o_proj.weight", [h, H * d])
+            add(a + "q_norm.weight", [d])
+            add(a + "k_norm.weight", [d])
+        sparse = E > 0 and (mtp or l not in t.get("mlp_only_layers", []))
+        if not sparse:
+            mlp(p + "mlp.", t["intermediate_size"])
+            return
+        I = t["moe_intermediate_size"]
+        add(p + "mlp.gate.weight", [E, h])
+        if cfg.get("_fused_experts") and not mtp:
+            add(p + "mlp.experts.gate_up_proj", [E, 2 * I, h])
+            add(p + "mlp.experts.down_proj", [E, h, I])
+        else:
+            for e in range(E):
+                mlp(p + "mlp.experts.%d." % e, I)
+        mlp(p + "mlp.shared_expert.", t["shared_expert_intermediate_size"])
+        add(p + "mlp.shared_expert_gate.weight", [1, h])
+
+    if qwen35 and not cfg.get("_text_only"):
+        v = cfg["vision_config"]
+        D, Iv, M = v["hidden_size"], v["intermediate_size"], (
+            v["hidden_size"] * v["spatial_merge_size"] ** 2)
+        x = "model.visual."
+        add(x + "patch_embed.proj.weight",
+            [D, v["in_channels"], v["temporal_patch_size"], v["patch_size"],
+             v["patch_size"]])
+        add(x + "patch_embed.proj.bias", [D])
+        add(x + "pos_embed.weight", [v["num_position_embeddings"], D])
+        for b in range(v["depth"]):
+            q = x + "blocks.%d." % b
+            for n in ("norm1", "norm2"):
+                add(q + n + ".weight", [D])
+                add(q + n + ".bias", [D])
+            add(q + "attn.qkv.weight", [3 * D, D])
+            add(q + "attn.qkv.bias", [3 * D])
+            add(q + "attn.proj.weight", [D, D])
+            add(q + "attn.proj.bias", [D])
+            add(q + "mlp.linear_fc1.weight", [Iv, D])
+            add(q + "mlp.linear_fc1.bias", [Iv])
+            add(q + "mlp.linear_fc2.weight", [D, Iv])
+            add(q + "mlp.linear_fc2.bias", [D])
+        add(x + "merger.norm.weight", [D])
+        add(x + "merger.norm.bias", [D])
+        add(x + "merger.linear_fc1.weight", [M, M])
+        add(x + "merger.linear_fc1.bias", [M])
+        add(x + "merger.linear_fc2.weight", [v["out_hidden_size"], M])
+        add(x + "merger.linear_fc2.bias", [v["out_hidden_size"]])
+    add(pre + "embed_tokens.weight", [V, h])
+    for l in range(L):
+        layer(pre + "layers.%d." % l, l, False)
+    mtp = t.get("mtp_num_hidden_layers", cfg.get("_mtp", 0))
+    if mtp:
+        add("mtp.fc.weight", [h, 2 * h])
+        add("mtp.pre_fc_norm_embedding.weight", [h])
+        add("mtp.pre_fc_norm_hidden.weight", [h])
+        for k in range(mtp):
+            layer("mtp.layers.%d." % k, L + k, True)
+        add("mtp.norm.weight", [h])
+    add(pre + "norm.weight", [h])
+    if not cfg.get("tie_word_embeddings", False):
+        add("lm_head.weight", [V, h])
+
+
+def out_dtype(cfg):
+    t = cfg.get("text_config", cfg)
+    return TORCH_TO_ST[t.get("torch_dtype") or t["dtype"]]
 
 
 def model_tensors(cfg):
     """[(name, st_dtype, shape)] of a checkpoint of `cfg`."""
     arch = cfg["architectures"][0]
-    h, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
-    H = cfg["num_attention_heads"]
-    K = cfg.get("num_key_value_heads", H)
-    d = cfg.get("head_dim") or h // H
-    I = cfg.get("intermediate_size", 0)
-    dt = TORCH_TO_ST[cfg.get("torch_dtype") or cfg["dtype"]]
+    t = cfg.get("text_config", cfg)
+    h, V, L = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"]
+    H = t["num_attention_heads"]
+    K = t.get("num_key_value_heads", H)
+    d = t.get("head_dim") or h // H
+    I = t.get("intermediate_size", 0)
+    dt = out_dtype(cfg)
     quant = cfg.get("quantization_config", {}).get("quant_method")
     fp8 = quant == "fp8"
     # Qwen's FP8 releases store block scales in BF16, DeepSeek's in F32.
@@ -191,8 +434,15 @@ def model_tensors(cfg):
             add(name[:-len("weight")] + "weight_scale_inv",
                 [-(-shape[0] // block[0]), -(-shape[1] // block[1])],
                 scale_dt)
+        elif quant == "compressed-tensors" and not ignored(cfg, name):
+            add(name, shape, "F8_E4M3")
+            add(name + "_scale", [shape[0], 1], "BF16")
         else:
             add(name, shape)
+
+    if arch.startswith("Qwen3Next") or arch.startswith("Qwen3_5"):
+        hybrid_tensors(cfg, add, linear)
+        return out
 
     def mlp(p, i):
         linear(p + "gate_proj.weight", [i, h])

@@ -33,6 +33,11 @@ GRIDS = {
     "deepseek_v2": [(2, 3, 1, 1), (2, 1, 2, 1), (1, 1, 4, 1)],
     "glm4_moe": [(2, 3, 1, 1), (2, 1, 2, 1), (1, 2, 4, 1)],
     "gpt_oss": [(2, 2, 1, 1), (2, 1, 2, 1), (1, 1, 4, 1)],
+    "qwen3_next": [(2, 2, 1, 1), (2, 1, 2, 1), (4, 1, 1, 1), (1, 2, 4, 1)],
+    "qwen3_5": [(2, 2, 1, 1), (2, 1, 1, 2)],
+    "qwen3_5_moe": [(2, 1, 1, 1), (2, 2, 2, 1), (1, 2, 4, 1)],
+    "qwen3_5_moe_fp8": [(2, 1, 2, 1), (2, 2, 1, 1)],
+    "glm4_moe_fp8": [(2, 3, 1, 1), (2, 1, 2, 1)],
 }
 
 
@@ -244,6 +249,130 @@ def release_quirks_and_split_rules():
           ([2, 0, 0, 0], [2, 128, 2, 16]), b)
 
 
+def all_boxes(arch, grid, name):
+    """{tensor: {(tp, ep, pp): [(offset, shape), ...]}}, boxes sorted."""
+    r, out = layout(arch, grid, name=name)
+    ok(r, "hf layout %s" % arch)
+    p = json.load(open(out))
+    got = {}
+    for part in p["parts"]:
+        k = (part["rank"]["tp"], part["rank"]["ep"], part["rank"]["pp"])
+        for f in part["fragments"]:
+            got.setdefault(f["tensor_id"], {}).setdefault(k, []).append(
+                (f["global_offset"], f["local_shape"]))
+    for per_rank in got.values():
+        for v in per_rank.values():
+            v.sort()
+    return got, {t["tensor_id"]: t for t in p["tensors"]}
+
+
+@SUITE.test
+def hybrid_split_rules():
+    # Qwen3-Next at TP 2 (4 key heads, 8 value heads of 8; K = 32, V = 64).
+    b, t = all_boxes("qwen3_next", (2, 1, 1, 1), "next-rules.json")
+    a = "model.layers.0.linear_attn."
+    # in_proj_qkvz / in_proj_ba interleave per key-head group: a
+    # contiguous split hands rank 1 key groups 2 and 3 whole.
+    check(b[a + "in_proj_qkvz.weight"][(1, 0, 0)] == [([96, 0], [96, 32])], b)
+    check(b[a + "in_proj_ba.weight"][(1, 0, 0)] == [([8, 0], [8, 32])], b)
+    # conv1d's channels are [q | k | v]: each section split on its own.
+    check(b[a + "conv1d.weight"][(1, 0, 0)] ==
+          [([16, 0, 0], [16, 1, 4]), ([48, 0, 0], [16, 1, 4]),
+           ([96, 0, 0], [32, 1, 4])], b[a + "conv1d.weight"])
+    # A_log / dt_bias by value head (A_log F32 as the files hold it), the
+    # gated norm whole, out_proj row-parallel.
+    check(b[a + "A_log"][(1, 0, 0)] == [([4], [4])], b)
+    check(t[a + "A_log"]["dtype"] == "float32", t[a + "A_log"])
+    check(b[a + "norm.weight"][(1, 0, 0)] == [([0], [8])], b)
+    check(b[a + "out_proj.weight"][(1, 0, 0)] == [([0, 32], [32, 32])], b)
+    # Gated attention: q_proj holds [q_h | gate_h] per head, split by head.
+    q = "model.layers.1.self_attn.q_proj.weight"
+    check(t[q]["global_shape"] == [64, 32], t[q])
+    check(b[q][(1, 0, 0)] == [([32, 0], [32, 32])], b[q])
+    # Shared expert gate whole; MTP counted from the files (config.json
+    # has no key), mtp.fc split on its rows; layer 0 dense.
+    check(b["model.layers.1.mlp.shared_expert_gate.weight"][(1, 0, 0)] ==
+          [([0, 0], [1, 32])], b)
+    check(b["mtp.fc.weight"][(1, 0, 0)] == [([16, 0], [16, 64])], b)
+    check("mtp.layers.0.mlp.experts.3.up_proj.weight" in t, sorted(t))
+    check("model.layers.0.mlp.gate_proj.weight" in t, sorted(t))
+    # Qwen3.5 MoE at TP 2: in_proj_qkv [q | k | v] and the fused experts'
+    # gate_up [gate | up] split section by section, down on its inputs;
+    # the vision tower split as vLLM's (qkv by head per section).
+    b, t = all_boxes("qwen3_5_moe", (2, 1, 1, 1), "q35-tp.json")
+    p = "model.language_model.layers.0."
+    check(b[p + "linear_attn.in_proj_qkv.weight"][(1, 0, 0)] ==
+          [([16, 0], [16, 32]), ([48, 0], [16, 32]), ([96, 0], [32, 32])], b)
+    check(b[p + "linear_attn.in_proj_b.weight"][(1, 0, 0)] ==
+          [([4, 0], [4, 32])], b)
+    check(b[p + "mlp.experts.gate_up_proj"][(1, 0, 0)] ==
+          [([0, 8, 0], [4, 8, 32]), ([0, 24, 0], [4, 8, 32])], b)
+    check(b[p + "mlp.experts.down_proj"][(1, 0, 0)] ==
+          [([0, 0, 8], [4, 32, 8])], b)
+    v = "model.visual.blocks.0."
+    check(b[v + "attn.qkv.weight"][(1, 0, 0)] ==
+          [([8, 0], [8, 16]), ([24, 0], [8, 16]), ([40, 0], [8, 16])], b)
+    check(b[v + "attn.proj.weight"][(1, 0, 0)] == [([0, 8], [16, 8])], b)
+    check(b[v + "attn.proj.bias"][(1, 0, 0)] == [([0], [16])], b)
+    check(b["model.visual.merger.linear_fc1.weight"][(1, 0, 0)] ==
+          [([32, 0], [32, 64])], b)
+    # Under EP the fused experts split on the expert dimension, whole;
+    # the vision tower lives on the first stage, MTP on the last.
+    b, t = all_boxes("qwen3_5_moe", (2, 2, 2, 1), "q35-ep.json")
+    x = "model.language_model.layers.3.mlp.experts.gate_up_proj"
+    check(b[x][(1, 1, 1)] == [([2, 0, 0], [2, 32, 32])], b[x])
+    check(set(k[2] for k in b["model.visual.pos_embed.weight"]) == {0}, b)
+    check(set(k[1:] for k in
+              b["mtp.layers.0.mlp.experts.3.down_proj.weight"]) == {(1, 1)},
+          b["mtp.layers.0.mlp.experts.3.down_proj.weight"])
+    # GLM-4.5-FP8 (compressed-tensors): per-channel scales split with the
+    # rows of column-parallel weights, whole beside row-parallel ones;
+    # ignored modules stay BF16 without a scale.
+    b, t = all_boxes("glm4_moe_fp8", (2, 1, 1, 1), "glm-fp8.json")
+    a = "model.layers.1."
+    check(t[a + "self_attn.q_proj.weight"]["dtype"] == "float8_e4m3fn", t)
+    s = a + "self_attn.q_proj.weight_scale"
+    check(t[s]["dtype"] == "bfloat16" and t[s]["global_shape"] == [64, 1], t)
+    check(b[s][(1, 0, 0)] == [([32, 0], [32, 1])], b[s])
+    s = a + "self_attn.o_proj.weight_scale"
+    check(b[s][(1, 0, 0)] == [([0, 0], [32, 1])], b[s])
+    s = a + "mlp.experts.2.down_proj.weight_scale"
+    check(b[s][(1, 0, 0)] == [([0, 0], [32, 1])], b[s])
+    check(t[a + "mlp.gate.weight"]["dtype"] == "bfloat16", t)
+    check("model.layers.0.mlp.down_proj.weight_scale" not in t, sorted(t))
+    check(t["model.layers.0.mlp.up_proj.weight"]["dtype"] == "float8_e4m3fn",
+          t)
+
+
+@SUITE.test
+def hybrid_layouts_from_config_only():
+    # Without files: the names the architectures imply, exactly the
+    # generator's (A_log in torch_dtype, one MTP layer as vLLM assumes
+    # for Qwen3-Next; fused decoder experts and per-expert MTP experts for
+    # Qwen3.5 MoE; compressed-tensors' FP8 weights with BF16 scales).
+    for arch, grid in (("qwen3_next", (2, 2, 1, 1)),
+                       ("qwen3_5", (2, 1, 1, 1)),
+                       ("qwen3_5_moe", (2, 1, 2, 1)),
+                       ("glm4_moe_fp8", (2, 1, 2, 1))):
+        r, out = layout(arch, grid, ckpt=False, name=arch + "-cfg.json")
+        ok(r, "hf layout %s (config only)" % arch)
+        v = json.loads(ok(run("validate", out, "--json"), "validate").stdout)
+        check(v["valid"], v)
+        tensors = {t["tensor_id"]: t for t in json.load(open(out))["tensors"]}
+        cfg = dict(hfc.CONFIGS[arch])
+        cfg.pop("_a_log_dtype", None)
+        expect = {n: d for n, d, _ in hfc.model_tensors(cfg)}
+        check(set(tensors) == set(expect), "%s: extra %s missing %s" % (
+            arch, sorted(set(tensors) - set(expect)),
+            sorted(set(expect) - set(tensors))))
+        st = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
+              "F32": "float32"}
+        for n, d in expect.items():
+            check(tensors[n]["dtype"] == st[d],
+                  "%s: %s is %s, expected %s" % (arch, n,
+                                                 tensors[n]["dtype"], d))
+
+
 @SUITE.test
 def layout_errors():
     fails(layout("llama", (3, 1, 1, 1))[0], "TP 3 does not divide the 4 "
@@ -290,6 +419,37 @@ def checkpoint_tensor_errors():
               "--checkpoint", d, "-o", d + ".json"),
           "model.embed_tokens.weight is [50, 32] in model-00001-of-00002."
           "safetensors but config.json implies [64, 32]")
+    # A per-channel scale without compressed-tensors, one of the wrong
+    # shape, and a Qwen3.5 checkpoint whose vision tower lacks a tensor.
+    cfg = hfc.CONFIGS["glm4_moe"]
+    spec = hfc.model_tensors(cfg)
+    d = os.path.join(TMP["dir"], "stray-scale")
+    hfc.write_checkpoint(d, cfg, files=2, tensors=spec + [
+        ("model.layers.1.self_attn.q_proj.weight_scale", "BF16", [64, 1])])
+    fails(run("hf", "layout", os.path.join(d, "config.json"),
+              "--checkpoint", d, "-o", d + ".json"),
+          "checkpoint tensor model.layers.1.self_attn.q_proj.weight_scale is "
+          "a per-channel FP8 scale but config.json has no compressed-tensors "
+          "quantization_config")
+    cfg = hfc.CONFIGS["glm4_moe_fp8"]
+    s = "model.layers.1.self_attn.o_proj.weight_scale"
+    d = os.path.join(TMP["dir"], "bad-scale")
+    hfc.write_checkpoint(d, cfg, files=2, tensors=[
+        (n, t, [1, 32] if n == s else sh)
+        for n, t, sh in hfc.model_tensors(cfg)])
+    r = run("hf", "layout", os.path.join(d, "config.json"), "--checkpoint", d,
+            "-o", d + ".json")
+    fails(r, s + " is [1, 32] in ")
+    fails(r, " but its weight implies [32, 1]")
+    cfg = hfc.CONFIGS["qwen3_5"]
+    d = os.path.join(TMP["dir"], "half-vision")
+    hfc.write_checkpoint(d, cfg, files=2, tensors=[
+        t for t in hfc.model_tensors(cfg)
+        if t[0] != "model.visual.blocks.1.attn.qkv.bias"])
+    fails(run("hf", "layout", os.path.join(d, "config.json"),
+              "--checkpoint", d, "-o", d + ".json"),
+          "checkpoint lacks model.visual.blocks.1.attn.qkv.bias, which "
+          "Qwen3_5ForConditionalGeneration config.json implies")
 
 
 @SUITE.test
