@@ -68,8 +68,8 @@ TEST(TensorLayoutTest, SectionedSplitHoldsAShareOfEverySection) {
     EXPECT_EQ(f.nbytes, 2u * 4 * 2);
     rows[f.rank.tp].emplace_back(f.global_offset[0], f.local_shape[0]);
   }
-  EXPECT_EQ(rows[0], (std::vector<std::pair<int64_t, int64_t>>{
-                         {0, 2}, {4, 2}, {8, 2}}));
+  EXPECT_EQ(rows[0],
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {4, 2}, {8, 2}}));
   EXPECT_EQ(rows[1], (std::vector<std::pair<int64_t, int64_t>>{
                          {2, 2}, {6, 2}, {10, 2}}));
   ASSERT_OK(Build(topo, tensors, fragments).status());

@@ -143,7 +143,8 @@ Status ReadQuantization(const ConfigReader& r, HfConfig* c) {
 }
 
 // torch_dtype, or transformers 5's dtype, or `fallback`.
-Result<std::string> ReadDtype(const ConfigReader& r, std::string_view fallback) {
+Result<std::string> ReadDtype(const ConfigReader& r,
+                              std::string_view fallback) {
   if (r.Has("torch_dtype")) return r.String("torch_dtype", fallback);
   return r.String("dtype", fallback);
 }
@@ -505,8 +506,7 @@ Status CheckBounds(const HfConfig& c) {
     return Status::InvalidArgument(
         "config.json describes more than 16777216 tensors (" +
         std::to_string(c.layers + c.nextn_layers + c.mtp_layers) +
-        " layers of " +
-        std::to_string(c.experts) + " experts)");
+        " layers of " + std::to_string(c.experts) + " experts)");
   }
   return Status::OK();
 }
@@ -646,8 +646,8 @@ int64_t CheckpointMtpLayers(const HfCheckpoint& ckpt) {
 }  // namespace
 
 Status AdaptToCheckpoint(const HfCheckpoint& ckpt, HfConfig* c) {
-  c->stored_tied_head = c->tie_word_embeddings &&
-                        ckpt.FindTensor("lm_head.weight") != nullptr;
+  c->stored_tied_head =
+      c->tie_word_embeddings && ckpt.FindTensor("lm_head.weight") != nullptr;
   if (!IsHybrid(c->arch)) return Status::OK();
   if (!c->mtp_declared) c->mtp_layers = CheckpointMtpLayers(ckpt);
   if (c->experts > 0) {

@@ -82,8 +82,7 @@ void AddLinearAttention(const HfConfig& c, const std::string& a, int64_t l,
            true);
     t->Add(a + "in_proj_ba.weight", {2 * nv, h}, HfShard::kColumn, l);
   } else {
-    t->Add(a + "in_proj_qkv.weight", {2 * k + v, h}, HfShard::kColumn, l,
-           true);
+    t->Add(a + "in_proj_qkv.weight", {2 * k + v, h}, HfShard::kColumn, l, true);
     t->Sections({k, k, v});
     t->Add(a + "in_proj_z.weight", {v, h}, HfShard::kColumn, l, true);
     t->Add(a + "in_proj_b.weight", {nv, h}, HfShard::kColumn, l);
@@ -169,8 +168,9 @@ Status ReadVisionConfig(const ConfigReader& r, HfConfig* c) {
   for (const auto& [name, field, fallback] : fields) {
     auto value = r.Int(name, fallback);
     if (!value.ok() || *value < 1 || *value > (int64_t{1} << 24)) {
-      return Status::InvalidArgument(std::string("config.json: vision_config.") +
-                                     name + " must be an integer in [1, 2^24]");
+      return Status::InvalidArgument(
+          std::string("config.json: vision_config.") + name +
+          " must be an integer in [1, 2^24]");
     }
     *field = *value;
   }
@@ -276,8 +276,8 @@ Status CheckHybridTp(const HfConfig& c, int64_t tp) {
         std::to_string(c.lin_k_heads) + " linear-attention key heads of " +
         c.architecture);
   }
-  if (c.vision && (c.vision->heads % tp != 0 ||
-                   c.vision->intermediate % tp != 0)) {
+  if (c.vision &&
+      (c.vision->heads % tp != 0 || c.vision->intermediate % tp != 0)) {
     return Status::InvalidArgument(
         "TP " + std::to_string(tp) + " does not divide the " +
         std::to_string(c.vision->heads) + " vision heads and the " +

@@ -50,8 +50,9 @@ TEST(HfHybridTest, LayerTypesFromTheInterval) {
     EXPECT_NE(m.FindTensor(p + "linear_attn.in_proj_qkvz.weight"), nullptr);
     EXPECT_EQ(m.FindTensor(p + "self_attn.q_proj.weight"), nullptr);
   }
-  EXPECT_EQ(m.FindTensor("model.layers.3.self_attn.q_proj.weight")->global_shape(),
-            (Dims{64, 32}));  // 4 heads of 8 queries and 8 gate rows
+  EXPECT_EQ(
+      m.FindTensor("model.layers.3.self_attn.q_proj.weight")->global_shape(),
+      (Dims{64, 32}));  // 4 heads of 8 queries and 8 gate rows
   EXPECT_NE(m.FindTensor("mtp.layers.1.self_attn.q_proj.weight"), nullptr);
   EXPECT_EQ(m.FindTensor("mtp.layers.2.self_attn.q_proj.weight"), nullptr);
   ASSERT_OK_AND_ASSIGN(
@@ -67,9 +68,9 @@ TEST(HfHybridTest, LayerTypesFromTheInterval) {
       HfLayout(Replace(kNext, R"("num_experts": 4,)",
                        R"("num_experts": 4, "attn_output_gate": false,)"),
                Grid(1, 1, 1)));
-  EXPECT_EQ(
-      ungated.FindTensor("model.layers.3.self_attn.q_proj.weight")->global_shape(),
-      (Dims{32, 32}));
+  EXPECT_EQ(ungated.FindTensor("model.layers.3.self_attn.q_proj.weight")
+                ->global_shape(),
+            (Dims{32, 32}));
 }
 
 TEST(HfHybridTest, ConfigErrorsNameTheField) {
@@ -132,19 +133,20 @@ TEST(HfHybridTest, Qwen35TextConfigAndVisionTower) {
   EXPECT_EQ(e->dtype(), "float16");
   EXPECT_NE(m.FindTensor("lm_head.weight"), nullptr);
   EXPECT_EQ(m.FindTensor("mtp.fc.weight"), nullptr);
-  EXPECT_EQ(m.FindTensor("model.visual.merger.linear_fc2.weight")->global_shape(),
-            (Dims{32, 64}));  // out_hidden_size defaults to hidden_size
+  EXPECT_EQ(
+      m.FindTensor("model.visual.merger.linear_fc2.weight")->global_shape(),
+      (Dims{32, 64}));  // out_hidden_size defaults to hidden_size
   EXPECT_EQ(m.FindTensor("model.visual.pos_embed.weight")->global_shape(),
             (Dims{2304, 16}));
-  EXPECT_EQ(m.FindTensor(
-                 "model.language_model.layers.0.mlp.experts.gate_up_proj")
-                ->global_shape(),
-            (Dims{4, 32, 32}));
-  EXPECT_THAT(HfLayout(Replace(kQwen35, R"("num_heads": 2)",
-                               R"("num_heads": 1)"),
-                       Grid(2, 1, 1)),
-              StatusIs(StatusCode::kInvalidArgument,
-                       HasSubstr("TP 2 does not divide the 1 vision heads")));
+  EXPECT_EQ(
+      m.FindTensor("model.language_model.layers.0.mlp.experts.gate_up_proj")
+          ->global_shape(),
+      (Dims{4, 32, 32}));
+  EXPECT_THAT(
+      HfLayout(Replace(kQwen35, R"("num_heads": 2)", R"("num_heads": 1)"),
+               Grid(2, 1, 1)),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("TP 2 does not divide the 1 vision heads")));
   EXPECT_THAT(
       HfLayout(Replace(kQwen35, R"("text_config")", R"("txt_config")"),
                Grid(1, 1, 1)),
@@ -178,10 +180,9 @@ TEST(HfHybridTest, CompressedTensorsChannelScales) {
   EXPECT_EQ(s->dtype(), "bfloat16");
   EXPECT_EQ(s->global_shape(), (Dims{32, 1}));
   EXPECT_EQ(s->shard_dims(), (Dims{0}));
-  EXPECT_TRUE(
-      m.FindTensor("model.layers.0.self_attn.o_proj.weight_scale")
-          ->shard_dims()
-          .empty());
+  EXPECT_TRUE(m.FindTensor("model.layers.0.self_attn.o_proj.weight_scale")
+                  ->shard_dims()
+                  .empty());
   EXPECT_EQ(m.FindTensor("model.layers.1.self_attn.q_proj.weight")->dtype(),
             "bfloat16");
   EXPECT_EQ(m.FindTensor("model.layers.1.self_attn.q_proj.weight_scale"),
@@ -207,8 +208,7 @@ TEST(HfHybridTest, CompressedTensorsRefusals) {
   EXPECT_THAT(HfLayout(kGlmFp8, o),
               StatusIs(StatusCode::kUnimplemented,
                        HasSubstr("do not convert compressed-tensors FP8")));
-  EXPECT_THAT(HfLayout(Replace(kGlmFp8, R"("compressed-tensors")",
-                               R"("awq")"),
+  EXPECT_THAT(HfLayout(Replace(kGlmFp8, R"("compressed-tensors")", R"("awq")"),
                        Grid(1, 1, 1)),
               StatusIs(StatusCode::kUnimplemented,
                        HasSubstr("quant_method awq is not supported")));

@@ -53,8 +53,9 @@ Planned Scale(const HfConfig& c, const HfTensor& w, const HfTensor* wp) {
 // one (HfLayout's Add).
 Planned ChannelScale(const HfConfig& c, const HfTensor& w, const HfTensor* wp) {
   Planned s{w, wp};
-  s.t.name = w.name.substr(0, w.name.size() - std::string_view("weight").size()) +
-             std::string(kChannelScaleSuffix);
+  s.t.name =
+      w.name.substr(0, w.name.size() - std::string_view("weight").size()) +
+      std::string(kChannelScaleSuffix);
   s.t.shape = {w.shape[0], 1};
   s.t.dtype = c.channel_scale_dtype;
   s.t.itemsize =
@@ -88,8 +89,7 @@ Result<Planned> CheckpointChannelScale(
     const std::unordered_map<std::string_view, const HfTensor*>& named,
     const CheckpointTensor& ct) {
   const std::string weight =
-      ct.name.substr(0, ct.name.size() - kChannelScaleSuffix.size()) +
-      "weight";
+      ct.name.substr(0, ct.name.size() - kChannelScaleSuffix.size()) + "weight";
   auto w = named.find(weight);
   if (w == named.end() || w->second->shape.size() != 2) {
     return Status::InvalidArgument("checkpoint tensor " + Printable(ct.name) +
@@ -104,10 +104,9 @@ Result<Planned> CheckpointChannelScale(
   }
   Planned p = ChannelScale(c, *w->second, w->second);
   if (ct.shape != p.t.shape) {
-    return Status::InvalidArgument(ct.name + " is " + DimsText(ct.shape) +
-                                   " in " + Printable(ct.file) +
-                                   " but its weight implies " +
-                                   DimsText(p.t.shape));
+    return Status::InvalidArgument(
+        ct.name + " is " + DimsText(ct.shape) + " in " + Printable(ct.file) +
+        " but its weight implies " + DimsText(p.t.shape));
   }
   return p;
 }

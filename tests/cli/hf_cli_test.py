@@ -505,7 +505,7 @@ def reshard_names_a_malformed_file():
 
 @SUITE.test
 def store_import_export_round_trip():
-    for arch in ("deepseek_v3", "qwen3_moe"):
+    for arch in ("deepseek_v3", "qwen3_moe", "qwen3_next", "qwen3_5_moe"):
         d = checkpoint(arch)
         uri = "fs://" + os.path.join(TMP["dir"], "store-" + arch)
         # Slabs of at most 1 KiB: no tensor is ever whole in memory.
