@@ -122,7 +122,10 @@ Status ReadQuantization(const ConfigReader& r, HfConfig* c) {
   RESHARD_ASSIGN_OR_RETURN(auto method, qr.String("quant_method", ""));
   // gpt-oss's experts are MXFP4 blocks and scales of their own names
   // (AddMxfp4Experts); every other tensor keeps torch_dtype.
-  if (method == "mxfp4" && c->arch == HfArch::kGptOss) return Status::OK();
+  if (method == "mxfp4" && c->arch == HfArch::kGptOss) {
+    c->mxfp4 = true;
+    return Status::OK();
+  }
   if (method == "compressed-tensors") return ReadCompressedTensors(qr, c);
   if (method != "fp8") {
     return Status::Unimplemented(
@@ -375,6 +378,27 @@ void AddMxfp4Experts(const HfConfig& c, const std::string& p, int64_t l,
   grouped("down_proj_bias", {e, h}, HfShard::kReplicated, false);
 }
 
+// gpt-oss dequantized (the BF16 exports): transformers' own expert
+// parameters, inputs first. gate_up_proj [E, H, 2I] with gate and up
+// columns interleaved (pairs stay whole in a contiguous split) is split by
+// TP on dim 2 with its bias [E, 2I]; down_proj [E, I, H] on dim 1 (its
+// inputs), its bias replicated; EP splits dim 0.
+void AddGptOssBf16Experts(const HfConfig& c, const std::string& p, int64_t l,
+                          TensorList* t) {
+  const int64_t e = c.experts, h = c.hidden, i = c.moe_intermediate;
+  t->Add(p + "router.weight", {e, h}, HfShard::kReplicated, l);
+  t->Add(p + "router.bias", {e}, HfShard::kReplicated, l);
+  const std::string x = p + "experts.";
+  const auto grouped = [&](std::string name, Dims shape, HfShard shard) {
+    t->Add(x + std::move(name), std::move(shape), shard, l);
+    t->out().back().grouped_experts = true;
+  };
+  grouped("gate_up_proj", {e, h, 2 * i}, HfShard::kRow);
+  grouped("gate_up_proj_bias", {e, 2 * i}, HfShard::kColumn);
+  grouped("down_proj", {e, i, h}, HfShard::kColumn);
+  grouped("down_proj_bias", {e, h}, HfShard::kReplicated);
+}
+
 }  // namespace
 
 bool IsSparseLayer(const HfConfig& c, int64_t l) {
@@ -422,7 +446,11 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
   }
   const int64_t e = c.experts;
   if (c.arch == HfArch::kGptOss) {
-    AddMxfp4Experts(c, p + "mlp.", l, t);
+    if (c.mxfp4) {
+      AddMxfp4Experts(c, p + "mlp.", l, t);
+    } else {
+      AddGptOssBf16Experts(c, p + "mlp.", l, t);
+    }
     return;
   }
   if (c.arch == HfArch::kMixtral) {
@@ -514,7 +542,7 @@ Status CheckBounds(const HfConfig& c) {
 // gpt-oss without its MXFP4 experts (a dequantized export) stores them
 // in another layout; MXFP4 packs inputs in blocks of 32.
 Status CheckPacking(const HfConfig& c) {
-  if (c.arch != HfArch::kGptOss) return Status::OK();
+  if (!c.mxfp4) return Status::OK();
   if (c.hidden % 32 != 0 || c.intermediate % 32 != 0) {
     return Status::InvalidArgument(
         "config.json: GptOssForCausalLM's MXFP4 experts need hidden_size and "

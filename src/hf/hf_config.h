@@ -91,6 +91,9 @@ struct HfConfig {
   // regular expressions), `channel_scale_dtype` the config-only dtype of
   // the scales.
   bool fp8_channel = false;
+  // gpt-oss's MXFP4 release (quant_method mxfp4); without it, the BF16
+  // export's experts (gate_up_proj [E, H, 2I], down_proj [E, I, H]).
+  bool mxfp4 = false;
   std::vector<std::string> quant_ignore;
   std::string channel_scale_dtype = "bfloat16";
   // Where the language model's tensors live: "model." or, for Qwen3.5's

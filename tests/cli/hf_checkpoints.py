@@ -161,6 +161,17 @@ CONFIGS = {
                                        "model.layers.*.mlp.router",
                                        "model.embed_tokens", "lm_head"]},
     },
+    # gpt-oss dequantized to BF16 (the community BF16 exports): no
+    # quantization_config, experts as transformers' 3-D parameters.
+    "gpt_oss_bf16": {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+        "hidden_size": 48, "vocab_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 24, "num_local_experts": 4,
+        "experts_per_token": 2, "attention_bias": True,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    },
     # Qwen3-Next as released: layer_types (linear / full attention), no
     # MTP key in config.json but one mtp.* layer in the files, a dense
     # layer (mlp_only_layers), shared expert with its gate, F32 A_log.
@@ -498,11 +509,15 @@ def model_tensors(cfg):
             E, x = cfg["num_local_experts"], p + "mlp.experts."
             add(p + "mlp.router.weight", [E, h])
             add(p + "mlp.router.bias", [E])
-            add(x + "gate_up_proj_blocks", [E, 2 * I, h // 32, 16], "U8")
-            add(x + "gate_up_proj_scales", [E, 2 * I, h // 32], "U8")
+            if quant == "mxfp4":
+                add(x + "gate_up_proj_blocks", [E, 2 * I, h // 32, 16], "U8")
+                add(x + "gate_up_proj_scales", [E, 2 * I, h // 32], "U8")
+                add(x + "down_proj_blocks", [E, h, I // 32, 16], "U8")
+                add(x + "down_proj_scales", [E, h, I // 32], "U8")
+            else:  # the BF16 exports: transformers' [E, in, out] params
+                add(x + "gate_up_proj", [E, h, 2 * I])
+                add(x + "down_proj", [E, I, h])
             add(x + "gate_up_proj_bias", [E, 2 * I])
-            add(x + "down_proj_blocks", [E, h, I // 32, 16], "U8")
-            add(x + "down_proj_scales", [E, h, I // 32], "U8")
             add(x + "down_proj_bias", [E, h])
         elif arch == "Qwen3MoeForCausalLM" and l not in cfg["mlp_only_layers"]:
             E = cfg.get("num_experts") or cfg["num_local_experts"]

@@ -33,6 +33,7 @@ GRIDS = {
     "deepseek_v2": [(2, 3, 1, 1), (2, 1, 2, 1), (1, 1, 4, 1)],
     "glm4_moe": [(2, 3, 1, 1), (2, 1, 2, 1), (1, 2, 4, 1)],
     "gpt_oss": [(2, 2, 1, 1), (2, 1, 2, 1), (1, 1, 4, 1)],
+    "gpt_oss_bf16": [(2, 2, 1, 1), (2, 1, 2, 1)],
     "qwen3_next": [(2, 2, 1, 1), (2, 1, 2, 1), (4, 1, 1, 1), (1, 2, 4, 1)],
     "qwen3_5": [(2, 2, 1, 1), (2, 1, 1, 2)],
     "qwen3_5_moe": [(2, 1, 1, 1), (2, 2, 2, 1), (1, 2, 4, 1)],
@@ -247,6 +248,14 @@ def release_quirks_and_split_rules():
     b, t = boxes("gpt_oss", (2, 1, 2, 1), "gptoss-ep.json")
     check(b[x + "gate_up_proj_blocks"][(1, 1, 0)] ==
           ([2, 0, 0, 0], [2, 128, 2, 16]), b)
+    # gpt-oss BF16 export: gate_up [E, H, 2I] (gate/up columns
+    # interleaved, pairs kept whole) split on dim 2 with its bias, down
+    # [E, I, H] on its inputs (dim 1), down's bias replicated.
+    b, t = boxes("gpt_oss_bf16", (2, 1, 1, 1), "gptoss-bf16.json")
+    check(b[x + "gate_up_proj"][(1, 0, 0)] == ([0, 0, 24], [4, 48, 24]), b)
+    check(b[x + "gate_up_proj_bias"][(1, 0, 0)] == ([0, 24], [4, 24]), b)
+    check(b[x + "down_proj"][(1, 0, 0)] == ([0, 12, 0], [4, 12, 48]), b)
+    check(b[x + "down_proj_bias"][(1, 0, 0)] == ([0, 0], [4, 48]), b)
 
 
 def all_boxes(arch, grid, name):
