@@ -10,6 +10,12 @@ namespace reshard::internal {
 namespace {
 
 Status ReadLayerTypes(const ConfigReader& r, HfConfig* c) {
+  // Bounded before the per-layer table is sized (CheckBounds' limit).
+  if (c->layers > (int64_t{1} << 16)) {
+    return Status::InvalidArgument("config.json: num_hidden_layers " +
+                                   std::to_string(c->layers) +
+                                   " exceeds 65536");
+  }
   c->linear_layers.assign(static_cast<size_t>(c->layers), false);
   if (!r.Has("layer_types")) {
     // transformers builds layer_types from the interval: every interval-th

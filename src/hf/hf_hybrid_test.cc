@@ -99,6 +99,13 @@ TEST(HfHybridTest, ConfigErrorsNameTheField) {
                        Grid(1, 1, 1)),
               StatusIs(StatusCode::kInvalidArgument,
                        "config.json lacks linear_conv_kernel_dim"));
+  // Absurd counts fail before anything is sized by them.
+  EXPECT_THAT(HfLayout(Replace(kNext, R"("num_hidden_layers": 4)",
+                               R"("num_hidden_layers": 1099511627776)"),
+                       Grid(1, 1, 1)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "config.json: num_hidden_layers 1099511627776 exceeds "
+                       "65536"));
   // in_proj_qkvz holds whole key-head groups: TP must divide them.
   EXPECT_THAT(HfLayout(kNext, Grid(4, 1, 1)),
               StatusIs(StatusCode::kInvalidArgument,
