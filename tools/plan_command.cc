@@ -134,11 +134,17 @@ Result<std::string> RunPlan(const PlanArgs& a) {
   if (!a.participant.empty()) options.target_participant_id = a.participant;
   options.convert = a.convert;
   options.fp8_block = a.block;
-  // The source is a live placement or a stored manifest.
+  // The source is a live placement or a stored manifest. A placement is
+  // tried first: the canonical ones every writer emits decode straight from
+  // their bytes, where a look for manifest_key would parse the whole
+  // document into a DOM first (a second copy and tape of a 73 MB input).
   std::optional<WeightPlacementManifest> src;
   std::optional<StoredWeightManifest> stored;
   Status source_status;
-  if (LooksLikeStoredManifest(source_text)) {
+  auto placement = WeightPlacementFromJson(source_text);
+  if (placement.ok()) {
+    src = std::move(placement).ValueOrDie();
+  } else if (LooksLikeStoredManifest(source_text)) {
     auto m = StoredWeightManifestFromJson(source_text);
     if (m.ok()) {
       stored = std::move(m).ValueOrDie();
@@ -146,13 +152,11 @@ Result<std::string> RunPlan(const PlanArgs& a) {
       source_status = m.status().WithContext(a.source);
     }
   } else {
-    auto m = WeightPlacementFromJson(source_text);
-    if (m.ok()) {
-      src = std::move(m).ValueOrDie();
-    } else {
-      source_status = m.status().WithContext(a.source);
-    }
+    source_status = placement.status().WithContext(a.source);
   }
+  // The decoded manifests own everything they need: the source's text
+  // goes before the target's decode ends and planning begins.
+  std::string().swap(source_text);
   RESHARD_ASSIGN_OR_RETURN(auto dst, target.get());
   RESHARD_RETURN_NOT_OK(source_status);
   const auto t0 = std::chrono::steady_clock::now();
