@@ -11,6 +11,9 @@ Reads the JSON lines that scripts/bench.sh collected in RESULTS_DIR:
   convert.jsonl   bench/convert_bench.py --json (hf reshard --convert BF16
                   -> FP8 vs the same reshard without conversion; conversion
                   kernels vs memcpy)
+  cli.jsonl       bench/cli_bench.py --json (whole `reshard plan` and
+                  `reshard validate` processes vs a bare simdjson read and
+                  parse process: wall time and peak RSS, min/median/max)
 
 and prints one Markdown table: each figure, its baseline measured in the
 same run, the ratio and the target it is held to. With --readme FILE the
@@ -234,6 +237,34 @@ def convert_rows(results):
     return rows
 
 
+def cli_rows(results):
+    """Whole commands vs a bare parse process: wall and peak RSS, each
+    judged on the median of interleaved rounds."""
+    rows = []
+    what = {"plan": "`reshard plan A B --json`, Kimi-K2 pair",
+            "validate": "`reshard validate B`, Kimi-K2 529,920 fragments"}
+    for r in results or []:
+        w, p = r["wall_seconds"], r["wall_ratio"]
+        q, m = r["rss_to_input"], r["peak_rss_bytes"]
+        mb = r["input_bytes"] / 1e6
+        rows.append([
+            f"{what.get(r['command'], r['command'])}: wall "
+            f"(min/median/max of {r['rounds']})",
+            f"{w['min']:.2f} / {w['median']:.2f} / {w['max']:.2f} s",
+            f"bare simdjson read + parse process "
+            f"{r['parse_seconds']['median']:.2f} s",
+            f"{p['median']:.2f}x", f"<= {r['wall_goal']}x",
+            verdict(shown(p["median"]) <= r["wall_goal"])])
+        rows.append([
+            f"{what.get(r['command'], r['command'])}: peak RSS "
+            f"(median of {r['rounds']})", f"{m['median'] / 2**20:,.0f} MiB",
+            f"input {mb:.0f} MB (bare parse "
+            f"{r['parse_peak_rss_bytes']['median'] / 2**20:,.0f} MiB)",
+            f"{q['median']:.2f}x", f"<= {r['rss_goal']}x the input",
+            verdict(shown(q["median"]) <= r["rss_goal"])])
+    return rows
+
+
 def render(results_dir, date):
     contract = read_lines(os.path.join(results_dir, "contract.json"))
     plan = read_lines(os.path.join(results_dir, "plan.jsonl"))
@@ -241,7 +272,8 @@ def render(results_dir, date):
     ab = read_lines(os.path.join(results_dir, "plan_ab.jsonl"))
     engine = read_lines(os.path.join(results_dir, "engine.jsonl"))
     convert = read_lines(os.path.join(results_dir, "convert.jsonl"))
-    rows = (contract_rows(contract) + plan_rows(plan) +
+    cli = read_lines(os.path.join(results_dir, "cli.jsonl"))
+    rows = (contract_rows(contract) + plan_rows(plan) + cli_rows(cli) +
             speedup_rows(plan, ab) + store_rows(store) + engine_rows(engine)
             + convert_rows(convert))
     lines = [

@@ -98,6 +98,27 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| 1.10x faster | >= 1.5x faster | **not met** |",
                       rows[4])
 
+    def test_cli_rows_judge_medians(self):
+        def st(lo, mid, hi):
+            return {"min": lo, "median": mid, "max": hi}
+        write_lines(os.path.join(self.dir, "cli.jsonl"), [{
+            "command": "plan", "rounds": 3, "input_bytes": 200000000,
+            "output_digest": "ab", "wall_seconds": st(1.0, 1.2, 3.0),
+            "parse_seconds": st(0.7, 0.8, 0.9),
+            "wall_ratio": st(1.1, 1.5, 4.0),
+            "peak_rss_bytes": st(500 * 2**20, 520 * 2**20, 600 * 2**20),
+            "parse_peak_rss_bytes": st(1, 530 * 2**20, 2),
+            "rss_to_input": st(2.4, 2.51, 3.0), "wall_goal": 1.5,
+            "rss_goal": 2.5}])
+        rows = self.rows()
+        self.assertEqual(rows, [
+            "| `reshard plan A B --json`, Kimi-K2 pair: wall (min/median/max "
+            "of 3) | 1.00 / 1.20 / 3.00 s | bare simdjson read + parse "
+            "process 0.80 s | 1.50x | <= 1.5x | met |",
+            "| `reshard plan A B --json`, Kimi-K2 pair: peak RSS (median of "
+            "3) | 520 MiB | input 200 MB (bare parse 530 MiB) | 2.51x | <= "
+            "2.5x the input | **not met** |"])
+
     def test_baseline_build_replaces_documented_figure(self):
         write_lines(os.path.join(self.dir, "plan.jsonl"), [SYNTH])
         write_lines(os.path.join(self.dir, "plan_ab.jsonl"), [{

@@ -5,6 +5,9 @@
 // machines. CPU seconds are process CPU time; wall seconds are elapsed.
 //
 // Usage: reshard_bench_plan [--models DIR] [--case NAME] [--json]
+//        reshard_bench_plan --parse-files FILE... (the bare simdjson read
+//        and parse of each file, nothing else: bench/cli_bench.py's
+//        whole-process baseline for `reshard plan` and `validate`)
 
 #include <simdjson.h>
 #include <xxhash.h>
@@ -274,7 +277,25 @@ void PrintJson(const Case& c, const CaseResult& r) {
 
 }  // namespace
 
+// Reads and parses each file as a bare simdjson user would; 1 on error.
+int ParseFiles(int argc, char** argv) {
+  simdjson::dom::parser parser;
+  for (int i = 2; i < argc; ++i) {
+    simdjson::padded_string text;
+    simdjson::dom::element root;
+    if (simdjson::padded_string::load(argv[i]).get(text) ||
+        parser.parse(text).get(root)) {
+      std::fprintf(stderr, "%s: cannot read or parse\n", argv[i]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && !std::strcmp(argv[1], "--parse-files")) {
+    return ParseFiles(argc, argv);
+  }
   const Args args = ParseArgs(argc, argv);
   if (!args.json) PrintHeader();
   for (const Case& c : Cases()) {

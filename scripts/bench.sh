@@ -28,6 +28,10 @@ if [[ -n "$BASELINE" ]]; then
     --rounds 3 --json | tee "$RESULTS/plan_ab.jsonl"
   echo
 fi
+echo "== whole commands: reshard plan / validate on the Kimi-K2 pair vs a bare simdjson read + parse process (wall, peak RSS; 3 interleaved rounds)"
+"$PY" bench/cli_bench.py --cli "$BUILD/reshard" --parse "$BUILD/reshard_bench_plan" \
+  --models examples/models --rounds 3 --json | tee "$RESULTS/cli.jsonl"
+echo
 echo "== weight store (fs) vs sequential file write/read of the same bytes"
 "$BUILD/reshard_bench_store" --json | tee "$RESULTS/store.jsonl"
 echo
