@@ -74,7 +74,12 @@ class ReportTest(unittest.TestCase):
 
     def test_contract_row_holds_ratio_and_peak_rss(self):
         write_lines(os.path.join(self.dir, "contract.json"), [CONTRACT])
-        self.assertEqual(self.rows(), [
+        rows = self.rows()
+        with_spread = dict(CONTRACT, rounds=5, ratio_min=2.1, ratio_max=4.7)
+        write_lines(os.path.join(self.dir, "contract.json"), [with_spread])
+        self.assertIn("| 2.50x (2.10-4.70 over 5) | <= 3x | met |",
+                      self.rows()[0])
+        self.assertEqual(rows, [
             "| contract: decode + validate + identify, 1,032,192 fragments "
             "(278 MB of JSON); peak RSS growth 1,403 MiB | 0.500 s | bare "
             "simdjson DOM parse 0.200 s | 2.50x | <= 3x | met |"])

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_stats.h"
 #include "reshard/placement.h"
 #include "testing/placement_builders.h"
 
@@ -50,16 +51,8 @@ bool ResetPeakRss() {
   return std::fclose(f) == 0 && ok;
 }
 
-template <typename F>
-double Best(int repeat, F&& f) {
-  double best = 1e30;
-  for (int i = 0; i < repeat; ++i) {
-    auto t0 = Clock::now();
-    f();
-    best = std::min(best, Seconds(t0, Clock::now()));
-  }
-  return best;
-}
+using ::reshard::bench::Spread;
+using ::reshard::bench::SpreadOf;
 
 // An MoE at EP/TP scale: EP64 x TP16 (1,024 participants), each layer with
 // 4 grouped expert tensors split on experts and TP, plus dense tensors.
@@ -88,33 +81,31 @@ reshard::Result<reshard::WeightPlacementManifest> BuildPlacement(int layers) {
   return draft.Build();
 }
 
-// Best times of `repeat` decodes of `wire`, each timed from the bytes to
-// the returned manifest. Freeing the manifest afterwards is the caller's (a
-// process keeps it while it reshards) and is timed on its own, as the
-// parse's DOM is never freed between parses (the parser keeps it).
-struct PipelineTimes {
-  double decode = 1e30;
-  double free = 1e30;
+// One decode of `wire`, timed from the bytes to the returned manifest.
+// Freeing the manifest afterwards is the caller's (a process keeps it while
+// it reshards) and is timed on its own, as the parse's DOM is never freed
+// between parses (the parser keeps it).
+struct PipelineRun {
+  double decode = 0;
+  double free = 0;
   std::string placement_id;
 };
 
-PipelineTimes TimePipeline(const std::string& wire, int repeat) {
-  PipelineTimes out;
-  for (int i = 0; i < repeat; ++i) {
-    const auto t0 = Clock::now();
-    std::optional<reshard::Result<reshard::WeightPlacementManifest>> m(
-        reshard::WeightPlacementFromJson(wire));
-    const auto t1 = Clock::now();
-    if (!m->ok()) {
-      std::fprintf(stderr, "%s\n", m->status().ToString().c_str());
-      std::abort();
-    }
-    out.placement_id = (*m)->placement_id();
-    const auto t2 = Clock::now();
-    m.reset();
-    out.decode = std::min(out.decode, Seconds(t0, t1));
-    out.free = std::min(out.free, Seconds(t2, Clock::now()));
+PipelineRun TimePipeline(const std::string& wire) {
+  PipelineRun out;
+  const auto t0 = Clock::now();
+  std::optional<reshard::Result<reshard::WeightPlacementManifest>> m(
+      reshard::WeightPlacementFromJson(wire));
+  const auto t1 = Clock::now();
+  if (!m->ok()) {
+    std::fprintf(stderr, "%s\n", m->status().ToString().c_str());
+    std::abort();
   }
+  out.placement_id = (*m)->placement_id();
+  const auto t2 = Clock::now();
+  m.reset();
+  out.decode = Seconds(t0, t1);
+  out.free = Seconds(t2, Clock::now());
   return out;
 }
 
@@ -122,7 +113,7 @@ PipelineTimes TimePipeline(const std::string& wire, int repeat) {
 
 int main(int argc, char** argv) {
   int layers = 112;  // 112 layers x 9 tensors x 1,024 ranks = 1,032,192
-  int repeat = 3;
+  int repeat = 5;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) {
@@ -132,6 +123,10 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--json")) {
       json = true;
     }
+  }
+  if (repeat < 3) {
+    std::fprintf(stderr, "--repeat must be at least 3 (verdicts on medians)\n");
+    return 1;
   }
   auto built = BuildPlacement(layers);
   if (!built.ok()) {
@@ -144,39 +139,59 @@ int main(int argc, char** argv) {
 
   simdjson::dom::parser parser;
   simdjson::padded_string padded(wire);
-  const double parse_s = Best(repeat, [&] {
+  const auto parse = [&] {
+    const auto t0 = Clock::now();
     auto doc = parser.parse(padded);
     if (doc.error()) std::abort();
-  });
+    return Seconds(t0, Clock::now());
+  };
+  parse();  // the parser's buffers, once: every timed parse reuses them
   // The pipeline's own peak: resident set at its peak during the timed
-  // runs, less the resident set before them (wire and generator).
+  // runs, less the resident set before them (wire, generator, parser).
   const uint64_t rss_before_kib = StatusKib("VmRSS");
   const bool peak_known = ResetPeakRss();
-  const PipelineTimes times = TimePipeline(wire, repeat);
-  const double pipeline_s = times.decode, free_s = times.free;
-  const std::string& placement_id = times.placement_id;
-  if (placement_id != built->placement_id()) {
-    std::fprintf(stderr, "identity mismatch\n");
-    return 1;
+  // Rounds of (parse, pipeline), the order alternating, so that a slow
+  // spell of the machine falls on both sides of a round's ratio.
+  std::vector<double> parses, pipelines, frees, ratios;
+  for (int r = 0; r < repeat; ++r) {
+    double parse_s = 0;
+    if (r % 2 == 0) parse_s = parse();
+    const PipelineRun run = TimePipeline(wire);
+    if (r % 2 == 1) parse_s = parse();
+    if (run.placement_id != built->placement_id()) {
+      std::fprintf(stderr, "identity mismatch\n");
+      return 1;
+    }
+    parses.push_back(parse_s);
+    pipelines.push_back(run.decode);
+    frees.push_back(run.free);
+    ratios.push_back(run.decode / parse_s);
   }
   const double peak_mib =
       peak_known ? (StatusKib("VmHWM") - rss_before_kib) / 1024.0 : -1;
-  const double ratio = pipeline_s / parse_s;
+  const Spread parse_s = SpreadOf(parses), pipeline_s = SpreadOf(pipelines),
+               free_s = SpreadOf(frees), ratio = SpreadOf(ratios);
   if (json) {
     std::printf(
-        "{\"bytes\":%zu,\"fragments\":%zu,\"parse_seconds\":%.4f,"
-        "\"pipeline_seconds\":%.4f,\"ratio\":%.2f,"
+        "{\"bytes\":%zu,\"fragments\":%zu,\"rounds\":%d,"
+        "\"parse_seconds\":%.4f,\"pipeline_seconds\":%.4f,"
+        "\"ratio\":%.2f,\"ratio_min\":%.2f,\"ratio_max\":%.2f,"
         "\"pipeline_peak_rss_mib\":%.1f,\"free_seconds\":%.4f}\n",
-        wire.size(), fragments, parse_s, pipeline_s, ratio, peak_mib, free_s);
+        wire.size(), fragments, repeat, parse_s.median, pipeline_s.median,
+        ratio.median, ratio.min, ratio.max, peak_mib, free_s.median);
   } else {
-    std::printf("contract pipeline: %zu fragments, %.1f MB of JSON\n",
-                fragments, wire.size() / 1e6);
-    std::printf("  bare simdjson parse            %8.3f s  (%.2f GB/s)\n",
-                parse_s, wire.size() / parse_s / 1e9);
-    std::printf("  decode+validate+identify       %8.3f s  (%.2fx the parse)\n",
-                pipeline_s, ratio);
-    std::printf("  freeing the manifest afterwards %7.3f s  (not counted)\n",
-                free_s);
+    std::printf("contract pipeline: %zu fragments, %.1f MB of JSON, %d "
+                "interleaved rounds (min / median / max)\n",
+                fragments, wire.size() / 1e6, repeat);
+    std::printf("  bare simdjson parse            %.3f / %.3f / %.3f s\n",
+                parse_s.min, parse_s.median, parse_s.max);
+    std::printf("  decode+validate+identify       %.3f / %.3f / %.3f s\n",
+                pipeline_s.min, pipeline_s.median, pipeline_s.max);
+    std::printf("  ratio to the parse             %.2f / %.2f / %.2f x\n",
+                ratio.min, ratio.median, ratio.max);
+    std::printf("  freeing the manifest afterwards %.3f s median (not "
+                "counted)\n",
+                free_s.median);
     if (peak_known) {
       std::printf(
           "  pipeline peak RSS growth       %8.1f MiB (over %.1f MiB before)\n",

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_stats.h"
 #include "reshard/plan.h"
 #include "selftest/selftest.h"
 #include "testing/placement_builders.h"
@@ -132,20 +133,20 @@ class PerftestBaseline {
   std::map<std::string, double> cache_;
 };
 
-// The best bandwidth of three verified self-test runs.
+// The bandwidths of kMinRounds verified self-test runs.
 struct Measured {
-  double best_gbps = 0;
+  std::vector<double> gbps;
   uint64_t operations = 0;
 };
 
-Result<Measured> BestOfThree(const WeightPlacementManifest& src,
-                             const WeightPlacementManifest& dst,
-                             const SelfTestOptions& o) {
+Result<Measured> Rounds(const WeightPlacementManifest& src,
+                        const WeightPlacementManifest& dst,
+                        const SelfTestOptions& o) {
   Measured m;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < bench::kMinRounds; ++rep) {
     RESHARD_ASSIGN_OR_RETURN(SelfTestReport r, RunSelfTest(src, dst, o));
     if (!r.verified) return Status::DataLoss(r.mismatch);
-    m.best_gbps = std::max(m.best_gbps, r.bytes / r.seconds / 1e9);
+    m.gbps.push_back(r.bytes / r.seconds / 1e9);
     m.operations = r.operations;
   }
   return m;
@@ -156,8 +157,9 @@ void PrintHeader(int64_t d0) {
       "live executor over UCX, 2 processes, [%lld, 4096, 4096] uint8 "
       "(%.2f GB)\n",
       static_cast<long long>(d0), d0 * 4096.0 * 4096.0 / 1e9);
-  std::printf("%-28s %-30s %-5s %5s %8s %7s %13s %6s\n", "transport", "case",
-              "mode", "ops", "msg MiB", "GB/s", "perftest GB/s", "ratio");
+  std::printf("%-28s %-30s %-5s %5s %8s %7s %13s %s\n", "transport", "case",
+              "mode", "ops", "msg MiB", "GB/s", "perftest GB/s",
+              "ratio (min / median / max of rounds; GB/s: median)");
 }
 
 // One row: the case over one transport and protocol, next to perftest's
@@ -176,19 +178,25 @@ Status RunCase(const Args& args, const TransportCase& t, const Case& c,
   o.measure_memcpy = false;
   o.max_in_flight = args.window;
   o.protocol = protocol;
-  RESHARD_ASSIGN_OR_RETURN(Measured m, BestOfThree(src, dst, o));
+  RESHARD_ASSIGN_OR_RETURN(Measured m, Rounds(src, dst, o));
+  const bench::Spread g = bench::SpreadOf(m.gbps);
   std::string env;
   if (*t.tls) env += std::string("UCX_TLS=") + t.tls;
   if (*t.devices) env += std::string(" UCX_NET_DEVICES=") + t.devices;
   const uint64_t iterations = std::max<uint64_t>(8, plan.summary().bytes / msg);
   const double perf =
       c.src_dim == c.dst_dim ? perftest->Gbps(env, msg, iterations) : 0;
-  char ratio[16] = "-";
-  if (perf > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", m.best_gbps / perf);
-  std::printf("%-28s %-30s %-5s %5llu %8.1f %7.2f %13.2f %6s\n", t.name, c.name,
+  // perftest's figure is its own (steady) average, cached per message
+  // size; the ratios are the rounds' against it.
+  char ratio[48] = "-";
+  if (perf > 0) {
+    std::snprintf(ratio, sizeof ratio, "%.2f / %.2f / %.2fx", g.min / perf,
+                  g.median / perf, g.max / perf);
+  }
+  std::printf("%-28s %-30s %-5s %5llu %8.1f %7.2f %13.2f %s\n", t.name, c.name,
               protocol == LiveProtocol::kPull ? "pull" : "push",
               static_cast<unsigned long long>(m.operations), msg / 1048576.0,
-              m.best_gbps, perf, ratio);
+              g.median, perf, ratio);
   std::fflush(stdout);
   return Status::OK();
 }

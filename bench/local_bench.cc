@@ -1,6 +1,7 @@
 // Local executor benchmark: reshard a [128, 4096, 4096] uint8 tensor (2 GiB)
 // between TP layouts in memory and compare with memcpy of the same bytes
-// measured in the same run.
+// measured in the same run: rounds of (reshard, memcpy), the order
+// alternating, min / median / max of the per-round ratio.
 //
 // Usage: reshard_bench_local [--threads N] [--scale S]  (S divides dim 0)
 
@@ -8,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "bench/bench_stats.h"
 #include "reshard/backends/local_transport.h"
 #include "reshard/bound_plan.h"
 #include "reshard/plan.h"
@@ -45,8 +48,8 @@ int main(int argc, char** argv) {
   auto transport = LocalTransport::Make({.threads = threads});
   std::printf("local executor, [%lld, 4096, 4096] uint8, %u threads\n",
               static_cast<long long>(d0), threads);
-  std::printf("%-34s %8s %10s %10s %12s %8s\n", "case", "ops", "seconds",
-              "GB/s", "memcpy GB/s", "ratio");
+  std::printf("%-34s %8s %10s %10s   %s\n", "case", "ops", "seconds",
+              "GB/s", "ratio to memcpy (min / median / max of rounds)");
   for (const Case& c : cases) {
     auto src = Layout(c.src_tp, c.src_dim, d0);
     auto dst = Layout(c.dst_tp, c.dst_dim, d0);
@@ -63,24 +66,30 @@ int main(int argc, char** argv) {
     auto bound =
         BoundTransferPlan::Bind(*plan, src, sb->bindings, dst, tb->bindings);
     if (!bound.ok()) return 1;
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> seconds, ratios;
+    for (int round = 0; round < bench::kMinRounds; ++round) {
+      // The baseline copies the same byte count with the same threads.
+      double memcpy_gbps = 0;
+      if (round % 2 == 1) {
+        memcpy_gbps = internal::MeasureMemcpyGbps(bound->bytes(), threads);
+      }
       const auto t0 = std::chrono::steady_clock::now();
       auto id = (*transport)->Submit(*bound);
       if (!id.ok() || !(*transport)->Wait(*id).ok()) return 1;
-      best = std::min(best, std::chrono::duration<double>(
-                                std::chrono::steady_clock::now() - t0)
-                                .count());
+      const double s = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+      if (round % 2 == 0) {
+        memcpy_gbps = internal::MeasureMemcpyGbps(bound->bytes(), threads);
+      }
+      seconds.push_back(s);
+      ratios.push_back(bound->bytes() / s / 1e9 / memcpy_gbps);
     }
-    // Free the layouts before the baseline allocates its own buffers.
-    sb = Status::Internal("released");
-    tb = Status::Internal("released");
-    const double gbps = bound->bytes() / best / 1e9;
-    const double memcpy_gbps =
-        internal::MeasureMemcpyGbps(bound->bytes(), threads);
-    std::printf("%-34s %8zu %10.4f %10.2f %12.2f %7.2fx\n", c.name,
-                bound->regions().size(), best, gbps, memcpy_gbps,
-                gbps / memcpy_gbps);
+    const bench::Spread t = bench::SpreadOf(seconds);
+    const bench::Spread r = bench::SpreadOf(ratios);
+    std::printf("%-34s %8zu %10.4f %10.2f   %.2f / %.2f / %.2fx\n", c.name,
+                bound->regions().size(), t.median,
+                bound->bytes() / t.median / 1e9, r.min, r.median, r.max);
   }
   return 0;
 }

@@ -4,7 +4,9 @@
 // simdjson parse of the same placement bytes, so ratios survive noisy
 // machines. CPU seconds are process CPU time; wall seconds are elapsed.
 //
-// Usage: reshard_bench_plan [--models DIR] [--case NAME] [--json]
+// Usage: reshard_bench_plan [--models DIR] [--case NAME] [--rounds N] [--json]
+//        (N >= 3 rounds, the bare parse first and last in turn; medians
+//        under the plain JSON names, _min and _max beside them)
 //        reshard_bench_plan --parse-files FILE... (the bare simdjson read
 //        and parse of each file, nothing else: bench/cli_bench.py's
 //        whole-process baseline for `reshard plan` and `validate`)
@@ -12,6 +14,7 @@
 #include <simdjson.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "reshard/gen.h"
+#include "bench/bench_stats.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
 
@@ -94,6 +98,7 @@ struct Args {
   std::string models = "examples/models";
   std::string only;  // run only the case of this name
   bool json = false;
+  int rounds = 3;  // at least 3: figures are judged on their medians
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -105,6 +110,8 @@ Args ParseArgs(int argc, char** argv) {
       a.only = argv[++i];
     } else if (!std::strcmp(argv[i], "--json")) {
       a.json = true;
+    } else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      a.rounds = std::max(3, std::atoi(argv[++i]));
     }
   }
   return a;
@@ -131,11 +138,15 @@ Result<ModelSpec> CaseModel(const Case& c, const std::string& models) {
   return parsed;
 }
 
-// What one case measured.
+using ::reshard::bench::Spread;
+using ::reshard::bench::SpreadOf;
+
+// What one case measured, over the rounds.
 struct CaseResult {
   size_t source_fragments = 0;
   size_t target_fragments = 0;
-  Timing parse, validate, validate_parallel, planning;
+  int rounds = 0;
+  Spread parse, validate, validate_parallel, plan_cpu, plan_wall;
   PlanSummary summary;
   uint64_t digest = 0;
 };
@@ -192,30 +203,30 @@ uint64_t PlanDigest(const LogicalTransferPlan& plan) {
   return digest;
 }
 
-// Generates both layouts, then times the bare parse and the validation of
-// both wires and the planning.
-Result<CaseResult> RunCase(const Case& c, const std::string& models) {
-  RESHARD_ASSIGN_OR_RETURN(ModelSpec spec, CaseModel(c, models));
-  auto src = GenerateLayout(spec, c.source);
-  auto dst = GenerateLayout(spec, c.target);
-  if (!src.ok() || !dst.ok()) {
-    return Status::InvalidArgument(std::string(c.name) + ": " +
-                                   src.status().ToString() + " " +
-                                   dst.status().ToString());
-  }
-  CaseResult out;
-  out.source_fragments = src->fragments().size();
-  out.target_fragments = dst->fragments().size();
-  // Validation of both sides from their wire, next to the bare parse.
-  const std::string src_wire = WeightPlacementToJson(*src);
-  const std::string dst_wire = WeightPlacementToJson(*dst);
+// One round of a case: the bare parse, the validation of both wires (one
+// thread, then two), the planning; `parse_last` moves the parse after the
+// others (rounds alternate, so a slow spell falls on both sides).
+struct Round {
+  Timing parse, validate, validate_parallel, planning;
+  PlanSummary summary;
+  uint64_t digest = 0;
+};
+
+Result<Round> RunRound(const Case& c, const WeightPlacementManifest& src,
+                       const WeightPlacementManifest& dst,
+                       const std::string& src_wire,
+                       const std::string& dst_wire, bool parse_last) {
+  Round out;
   simdjson::dom::parser parser;
-  out.parse = Time([&] {
-    for (const auto* w : {&src_wire, &dst_wire}) {
-      simdjson::padded_string p(*w);
-      if (parser.parse(p).error()) std::abort();
-    }
-  });
+  const auto parse = [&] {
+    out.parse = Time([&] {
+      for (const auto* w : {&src_wire, &dst_wire}) {
+        simdjson::padded_string p(*w);
+        if (parser.parse(p).error()) std::abort();
+      }
+    });
+  };
+  if (!parse_last) parse();
   out.validate = Time([&] {
     if (!WeightPlacementFromJson(src_wire).ok()) std::abort();
     if (!WeightPlacementFromJson(dst_wire).ok()) std::abort();
@@ -229,13 +240,57 @@ Result<CaseResult> RunCase(const Case& c, const std::string& models) {
     if (!target.get().ok()) std::abort();
   });
   Result<LogicalTransferPlan> plan = Status::Internal("not run");
-  out.planning = Time([&] { plan = LogicalTransferPlan::Make(*src, *dst); });
+  out.planning = Time([&] { plan = LogicalTransferPlan::Make(src, dst); });
   if (!plan.ok()) {
     return Status::Internal(std::string(c.name) + ": " +
                             plan.status().ToString());
   }
   out.summary = plan->summary();
   out.digest = PlanDigest(*plan);
+  if (parse_last) parse();
+  return out;
+}
+
+// Generates both layouts, then times `rounds` rounds of the bare parse, the
+// validation of both wires and the planning; every round's plan must be
+// the same.
+Result<CaseResult> RunCase(const Case& c, const std::string& models,
+                           int rounds) {
+  RESHARD_ASSIGN_OR_RETURN(ModelSpec spec, CaseModel(c, models));
+  auto src = GenerateLayout(spec, c.source);
+  auto dst = GenerateLayout(spec, c.target);
+  if (!src.ok() || !dst.ok()) {
+    return Status::InvalidArgument(std::string(c.name) + ": " +
+                                   src.status().ToString() + " " +
+                                   dst.status().ToString());
+  }
+  CaseResult out;
+  out.source_fragments = src->fragments().size();
+  out.target_fragments = dst->fragments().size();
+  out.rounds = rounds;
+  const std::string src_wire = WeightPlacementToJson(*src);
+  const std::string dst_wire = WeightPlacementToJson(*dst);
+  std::vector<double> parse, validate, parallel, cpu, wall;
+  for (int r = 0; r < rounds; ++r) {
+    RESHARD_ASSIGN_OR_RETURN(
+        Round round, RunRound(c, *src, *dst, src_wire, dst_wire, r % 2 == 1));
+    if (r > 0 && round.digest != out.digest) {
+      return Status::Internal(std::string(c.name) +
+                              ": plans differ between rounds");
+    }
+    out.digest = round.digest;
+    out.summary = round.summary;
+    parse.push_back(round.parse.wall);
+    validate.push_back(round.validate.wall);
+    parallel.push_back(round.validate_parallel.wall);
+    cpu.push_back(round.planning.cpu);
+    wall.push_back(round.planning.wall);
+  }
+  out.parse = SpreadOf(parse);
+  out.validate = SpreadOf(validate);
+  out.validate_parallel = SpreadOf(parallel);
+  out.plan_cpu = SpreadOf(cpu);
+  out.plan_wall = SpreadOf(wall);
   return out;
 }
 
@@ -253,24 +308,35 @@ void PrintRow(const Case& c, const CaseResult& r) {
       "%016llx\n",
       c.name, r.source_fragments, r.target_fragments,
       (unsigned long long)s.regions, (unsigned long long)s.segments,
-      r.parse.wall, r.validate.wall, r.validate_parallel.wall, r.planning.cpu,
-      r.validate.wall / r.parse.wall, (unsigned long long)r.digest);
+      r.parse.median, r.validate.median, r.validate_parallel.median,
+      r.plan_cpu.median, r.validate.median / r.parse.median,
+      (unsigned long long)r.digest);
 }
 
 void PrintJson(const Case& c, const CaseResult& r) {
   const PlanSummary& s = r.summary;
+  // Medians under the plain names; each figure's min and max beside.
+  std::string spreads;
+  for (const auto& [name, v] :
+       {std::pair<const char*, const Spread*>{"parse_seconds", &r.parse},
+        {"validate_seconds", &r.validate},
+        {"validate_two_threads_seconds", &r.validate_parallel},
+        {"plan_cpu_seconds", &r.plan_cpu},
+        {"plan_wall_seconds", &r.plan_wall}}) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "\"%s\":%.3f,\"%s_min\":%.3f,"
+                  "\"%s_max\":%.3f,", name, v->median, name, v->min, name,
+                  v->max);
+    spreads += buf;
+  }
   std::printf(
-      "{\"case\":\"%s\",\"source_fragments\":%zu,\"target_fragments\":%zu,"
-      "\"regions\":%llu,\"operations\":%llu,\"segments\":%llu,"
-      "\"parse_seconds\":%.3f,\"validate_seconds\":%.3f,"
-      "\"validate_two_threads_seconds\":%.3f,"
-      "\"plan_cpu_seconds\":%.3f,\"plan_wall_seconds\":%.3f,"
-      "\"max_source_bytes\":%llu,\"mean_source_bytes\":%.0f,"
-      "\"plan_digest\":\"%016llx\"}\n",
-      c.name, r.source_fragments, r.target_fragments,
+      "{\"case\":\"%s\",\"rounds\":%d,\"source_fragments\":%zu,"
+      "\"target_fragments\":%zu,\"regions\":%llu,\"operations\":%llu,"
+      "\"segments\":%llu,%s\"max_source_bytes\":%llu,"
+      "\"mean_source_bytes\":%.0f,\"plan_digest\":\"%016llx\"}\n",
+      c.name, r.rounds, r.source_fragments, r.target_fragments,
       (unsigned long long)s.regions, (unsigned long long)s.operations,
-      (unsigned long long)s.segments, r.parse.wall, r.validate.wall,
-      r.validate_parallel.wall, r.planning.cpu, r.planning.wall,
+      (unsigned long long)s.segments, spreads.c_str(),
       (unsigned long long)s.max_source_bytes, s.mean_source_bytes,
       (unsigned long long)r.digest);
 }
@@ -300,7 +366,7 @@ int main(int argc, char** argv) {
   if (!args.json) PrintHeader();
   for (const Case& c : Cases()) {
     if (!args.only.empty() && args.only != c.name) continue;
-    auto r = RunCase(c, args.models);
+    auto r = RunCase(c, args.models, args.rounds);
     if (!r.ok()) {
       std::fprintf(stderr, "%s\n", r.status().message().c_str());
       return 1;

@@ -8,7 +8,9 @@ same run), the file's size, and the time headless Chromium takes from
 navigation until the report's script has drawn everything
 (window.reshardReport.ready), next to loading a page of the same bytes
 that runs no script (the baseline: the same file with its scripts cut).
-Best of --repeat loads. Numbers are reported, not asserted.
+--repeat (at least 3) interleaved rounds of each pair (--json then --html,
+the report's load then the no-script page's, the order alternating);
+min / median / max of each ratio. Numbers are reported, not asserted.
 
 Usage: plan_report_bench.py --cli build/reshard [--models examples/models]
          [--out DIR] [--repeat 3] [--all] [--screenshot PNG]
@@ -18,6 +20,7 @@ import argparse
 import os
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,12 +50,24 @@ def gen(cli, model, sizes, out):
              "--ep", str(ep), "--dp", str(dp), "-o", out])
 
 
-def best_load(browser, url, ready, repeat):
-    best = None
-    for _ in range(repeat):
-        seconds = browser.load(url, ready)
-        best = seconds if best is None else min(best, seconds)
-    return best
+def spread(values):
+    """'min / median / max' of `values`."""
+    return "%.2f / %.2f / %.2f" % (min(values), statistics.median(values),
+                                   max(values))
+
+
+def rounds(repeat, first, second):
+    """Per-round (first, second) seconds, the order alternating."""
+    out = []
+    for r in range(max(3, repeat)):
+        if r % 2 == 0:
+            a = first()
+            b = second()
+        else:
+            b = second()
+            a = first()
+        out.append((a, b))
+    return out
 
 
 def case(args, browser, name, model, src_sizes, dst_sizes):
@@ -61,14 +76,19 @@ def case(args, browser, name, model, src_sizes, dst_sizes):
     gen(args.cli, os.path.join(args.models, model), src_sizes, src)
     gen(args.cli, os.path.join(args.models, model), dst_sizes, dst)
     html = os.path.join(args.out, name + ".html")
-    json_s = run([args.cli, "plan", src, dst, "--json"])
-    html_s = run([args.cli, "plan", src, dst, "--html", html])
+    plans = rounds(args.repeat,
+                   lambda: run([args.cli, "plan", src, dst, "--json"]),
+                   lambda: run([args.cli, "plan", src, dst, "--html", html]))
     text = pathlib.Path(html).read_text("utf-8")
     static = os.path.join(args.out, name + "-static.html")
     pathlib.Path(static).write_text(
         re.sub(r"<script>.*?</script>", "", text, flags=re.S), "utf-8")
     url = pathlib.Path(html).resolve().as_uri()
-    load_s = best_load(browser, url, READY, args.repeat)
+    static_url = pathlib.Path(static).resolve().as_uri()
+    loads = rounds(args.repeat, lambda: browser.load(url, READY),
+                   lambda: browser.load(
+                       static_url, "document.readyState === 'complete'"))
+    browser.load(url, READY)  # the report, for the figures read below
     problems = browser.problems() + browser.requests()
     script_ms = browser.evaluate("window.reshardReport.readyMs")
     cells = browser.evaluate(
@@ -79,19 +99,20 @@ def case(args, browser, name, model, src_sizes, dst_sizes):
     tensors = browser.evaluate("reshardReport.data.explorer.tensors.length")
     if args.screenshot and name == "Kimi-K2":
         browser.screenshot(args.screenshot, max_height=2900)
-    static_s = best_load(browser, pathlib.Path(static).resolve().as_uri(),
-                         "document.readyState === 'complete'", args.repeat)
     grid = lambda s: "TP%d/PP%d/EP%d/DP%d" % s  # noqa: E731
-    print("%s %s -> %s" % (name, grid(src_sizes), grid(dst_sizes)))
+    print("%s %s -> %s (%d rounds; min / median / max)" % (
+        name, grid(src_sizes), grid(dst_sizes), len(plans)))
     print("  report file       %.2f MB (%d heatmap cells, %d x %d bins, "
           "%d explorer records for %d tensors)" %
           (os.path.getsize(html) / 1e6, cells, bins[0], bins[1], records,
            tensors))
-    print("  reshard plan      --json %.2f s, --html %.2f s (%.2fx)" %
-          (json_s, html_s, html_s / json_s))
-    print("  chromium load     %.2f s to ready (script done at %.0f ms), "
-          "no-script page of the same bytes %.2f s (%.2fx)" %
-          (load_s, script_ms, static_s, load_s / static_s))
+    print("  reshard plan      --json %s s, --html %s s, ratio %sx" %
+          (spread([a for a, _ in plans]), spread([b for _, b in plans]),
+           spread([b / a for a, b in plans])))
+    print("  chromium load     %s s to ready (script done at %.0f ms), "
+          "no-script page of the same bytes %s s, ratio %sx" %
+          (spread([a for a, _ in loads]), script_ms,
+           spread([b for _, b in loads]), spread([a / b for a, b in loads])))
     print("  problems          %s" % (problems or "none"))
 
 
