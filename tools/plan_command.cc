@@ -174,8 +174,13 @@ Result<std::string> RunPlan(const PlanArgs& a) {
                                          ? PlanReportLayouts::Of(*stored, dst)
                                          : PlanReportLayouts::Of(*src, dst),
                                      &note));
-  if (a.json) return PlanSummaryToJson(plan) + "\n";
-  return HumanSummary(plan, seconds) + note;
+  std::string out = a.json ? PlanSummaryToJson(plan) + "\n"
+                           : HumanSummary(plan, seconds) + note;
+  KeepUntilExit(std::move(plan));
+  KeepUntilExit(std::move(dst));
+  KeepUntilExit(std::move(src));
+  KeepUntilExit(std::move(stored));
+  return out;
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ void AddValidateCommand(CLI::App& app) {
           out += "bindings: " + std::to_string(parsed.size()) + " valid\n";
         }
       }
+      KeepUntilExit(std::move(manifest));
       return out;
     };
     auto result = run();
