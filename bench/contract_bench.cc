@@ -180,18 +180,20 @@ int main(int argc, char** argv) {
         wire.size(), fragments, repeat, parse_s.median, pipeline_s.median,
         ratio.median, ratio.min, ratio.max, peak_mib, free_s.median);
   } else {
-    std::printf("contract pipeline: %zu fragments, %.1f MB of JSON, %d "
-                "interleaved rounds (min / median / max)\n",
-                fragments, wire.size() / 1e6, repeat);
+    std::printf(
+        "contract pipeline: %zu fragments, %.1f MB of JSON, %d "
+        "interleaved rounds (min / median / max)\n",
+        fragments, wire.size() / 1e6, repeat);
     std::printf("  bare simdjson parse            %.3f / %.3f / %.3f s\n",
                 parse_s.min, parse_s.median, parse_s.max);
     std::printf("  decode+validate+identify       %.3f / %.3f / %.3f s\n",
                 pipeline_s.min, pipeline_s.median, pipeline_s.max);
     std::printf("  ratio to the parse             %.2f / %.2f / %.2f x\n",
                 ratio.min, ratio.median, ratio.max);
-    std::printf("  freeing the manifest afterwards %.3f s median (not "
-                "counted)\n",
-                free_s.median);
+    std::printf(
+        "  freeing the manifest afterwards %.3f s median (not "
+        "counted)\n",
+        free_s.median);
     if (peak_known) {
       std::printf(
           "  pipeline peak RSS growth       %8.1f MiB (over %.1f MiB before)\n",

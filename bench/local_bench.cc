@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
   auto transport = LocalTransport::Make({.threads = threads});
   std::printf("local executor, [%lld, 4096, 4096] uint8, %u threads\n",
               static_cast<long long>(d0), threads);
-  std::printf("%-34s %8s %10s %10s   %s\n", "case", "ops", "seconds",
-              "GB/s", "ratio to memcpy (min / median / max of rounds)");
+  std::printf("%-34s %8s %10s %10s   %s\n", "case", "ops", "seconds", "GB/s",
+              "ratio to memcpy (min / median / max of rounds)");
   for (const Case& c : cases) {
     auto src = Layout(c.src_tp, c.src_dim, d0);
     auto dst = Layout(c.dst_tp, c.dst_dim, d0);
@@ -76,9 +76,9 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       auto id = (*transport)->Submit(*bound);
       if (!id.ok() || !(*transport)->Wait(*id).ok()) return 1;
-      const double s = std::chrono::duration<double>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count();
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
       if (round % 2 == 0) {
         memcpy_gbps = internal::MeasureMemcpyGbps(bound->bytes(), threads);
       }

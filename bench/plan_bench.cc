@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "reshard/gen.h"
 #include "bench/bench_stats.h"
+#include "reshard/gen.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
 
@@ -214,8 +214,8 @@ struct Round {
 
 Result<Round> RunRound(const Case& c, const WeightPlacementManifest& src,
                        const WeightPlacementManifest& dst,
-                       const std::string& src_wire,
-                       const std::string& dst_wire, bool parse_last) {
+                       const std::string& src_wire, const std::string& dst_wire,
+                       bool parse_last) {
   Round out;
   simdjson::dom::parser parser;
   const auto parse = [&] {
@@ -324,9 +324,10 @@ void PrintJson(const Case& c, const CaseResult& r) {
         {"plan_cpu_seconds", &r.plan_cpu},
         {"plan_wall_seconds", &r.plan_wall}}) {
     char buf[160];
-    std::snprintf(buf, sizeof(buf), "\"%s\":%.3f,\"%s_min\":%.3f,"
-                  "\"%s_max\":%.3f,", name, v->median, name, v->min, name,
-                  v->max);
+    std::snprintf(buf, sizeof(buf),
+                  "\"%s\":%.3f,\"%s_min\":%.3f,"
+                  "\"%s_max\":%.3f,",
+                  name, v->median, name, v->min, name, v->max);
     spreads += buf;
   }
   std::printf(

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -52,8 +53,10 @@ std::string HumanBytes(double bytes) {
   return buf;
 }
 
-ProgressLine::ProgressLine(std::string what, ProgressMode mode)
+ProgressLine::ProgressLine(std::string what, ProgressMode mode,
+                           std::string unit)
     : what_(std::move(what)),
+      unit_(std::move(unit)),
       enabled_(ProgressEnabled(mode)),
       start_(Clock::now()) {}
 
@@ -72,22 +75,55 @@ void ProgressLine::Update(uint64_t done, uint64_t total) {
   Draw(done, total);
 }
 
-void ProgressLine::Draw(uint64_t done, uint64_t total) {
+void ProgressLine::UpdateFraction(double fraction) {
+  if (!enabled_) return;
+  fraction = std::clamp(fraction, 0.0, 1.0);
+  const auto now = Clock::now();
+  if (drawn_ && fraction < 1.0 && now - last_draw_ < kRedrawInterval) return;
+  last_draw_ = now;
+  std::fputs(("\r\x1b[K" + what_ + Figures(fraction, 1.0, false)).c_str(),
+             stderr);
+  drawn_ = true;
+  // A fraction's line is done at 100%: ended here, as its process may end
+  // without destructors (a self-test's rank).
+  if (fraction >= 1.0) Finish();
+  std::fflush(stderr);
+}
+
+std::string ProgressLine::Figures(double done, double total,
+                                  bool counts) const {
   const double seconds =
       std::chrono::duration<double>(Clock::now() - start_).count();
   const double percent = total == 0 ? 100.0 : 100.0 * done / total;
-  std::string line = "\r\x1b[K" + what_;
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "  %5.1f%%  ", percent);
-  line += buf + HumanBytes(done) + " / " + HumanBytes(total);
+  std::snprintf(buf, sizeof(buf), "  %5.1f%%", percent);
+  std::string line = buf;
+  const auto amount = [&](double v) {
+    if (unit_.empty()) return HumanBytes(v);
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+    return std::string(buf);
+  };
+  if (counts) {
+    line += "  " + amount(done) + " / " + amount(total);
+    if (!unit_.empty()) line += " " + unit_;
+  }
   if (seconds > 0 && done > 0) {
     const double rate = done / seconds;
-    line += "  " + HumanBytes(rate) + "/s";
+    if (counts) {
+      line += "  " + amount(rate) + (unit_.empty() ? "/s" : " " + unit_ + "/s");
+    }
     if (done < total) {
       std::snprintf(buf, sizeof(buf), "  ETA %.0fs", (total - done) / rate);
       line += buf;
     }
   }
+  return line + "  ";
+}
+
+void ProgressLine::Draw(uint64_t done, uint64_t total) {
+  const std::string line =
+      "\r\x1b[K" + what_ +
+      Figures(static_cast<double>(done), static_cast<double>(total), true);
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
   drawn_ = true;

@@ -1,8 +1,8 @@
 // The CLI's progress line: long commands (hf reshard, hf import, hf
-// export, store verify, selftest --via-store) draw one updating line on
-// standard error while a library operation reports its bytes through a
-// ProgressCallback (weight_store.h). Standard output (and so --json) is
-// never written.
+// export, store verify, store rm, store gc, selftest) draw one updating
+// line on standard error while a library operation reports its bytes (or
+// keys, or a fraction) through a ProgressCallback (weight_store.h).
+// Standard output (and so --json) is never written.
 
 #ifndef RESHARD_TOOLS_PROGRESS_H_
 #define RESHARD_TOOLS_PROGRESS_H_
@@ -36,7 +36,9 @@ bool ProgressEnabled(ProgressMode mode);
 // when ProgressEnabled(mode).
 class ProgressLine {
  public:
-  ProgressLine(std::string what, ProgressMode mode);
+  // `unit`: what Update counts ("" for bytes, shown as KiB/MiB/...; else
+  // a noun such as "keys").
+  ProgressLine(std::string what, ProgressMode mode, std::string unit = "");
   ~ProgressLine();
   ProgressLine(const ProgressLine&) = delete;
   ProgressLine& operator=(const ProgressLine&) = delete;
@@ -45,13 +47,18 @@ class ProgressLine {
   // library does no progress work at all). The line must outlive it.
   ProgressCallback Callback();
   void Update(uint64_t done, uint64_t total);
+  // Progress without a byte count: "<what>  42.0%  ETA 2s".
+  void UpdateFraction(double fraction);
   // Ends the line (a newline) if anything was drawn.
   void Finish();
 
  private:
   void Draw(uint64_t done, uint64_t total);
+  // The line's text after `what`: percentage, counts, rate, ETA.
+  std::string Figures(double done, double total, bool counts) const;
 
   std::string what_;
+  std::string unit_;
   bool enabled_;
   bool drawn_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <future>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "selftest/selftest.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 #include "util/canonical_json.h"
 
 namespace reshard::cli {
@@ -35,6 +37,7 @@ struct SelftestArgs {
   Fp8Block block;
   std::optional<uint32_t> rank;
   double timeout = 60;
+  ProgressMode progress = ProgressMode::kAuto;
 
   // A multi-process UCX run (not a store round trip).
   bool ucx_run() const { return transport == "ucx" && via_store.empty(); }
@@ -49,6 +52,7 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
   cmd->add_option("--threads", a->threads, "copy threads")
       ->check(CLI::Range(1u, 1024u));
   cmd->add_flag("--json", a->json, "print one JSON object");
+  AddProgressOption(cmd, &a->progress);
   cmd->add_option("--procs", a->procs,
                   "ucx: processes (sources on the first half, targets on "
                   "the second; at most 64, and at most one per participant "
@@ -201,31 +205,27 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
   return options;
 }
 
-// A progress bar on stderr, drawn only once a run has taken more than a
-// second, and erased when it ends.
-class ProgressBar {
+// The self-test's phases (fill, transfer, verify; update k of K), each a
+// progress line of its own on stderr (--progress).
+class PhaseProgress {
  public:
-  void Draw(std::string_view phase, double fraction) {
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
-            .count();
-    if (elapsed < 1.0) return;
-    const int width = 30;
-    const int filled = static_cast<int>(fraction * width + 0.5);
-    std::fprintf(stderr, "\r  %-8.*s [%s%s] %3.0f%%",
-                 static_cast<int>(phase.size()), phase.data(),
-                 std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), fraction * 100);
-    drawn_ = true;
+  explicit PhaseProgress(ProgressMode mode) : mode_(mode) {}
+
+  void Update(std::string_view phase, double fraction) {
+    if (line_ == nullptr || phase != phase_) {
+      line_.reset();  // ends the previous phase's line
+      phase_ = std::string(phase);
+      line_ = std::make_unique<ProgressLine>("selftest " + phase_, mode_);
+    }
+    line_->UpdateFraction(fraction);
   }
-  void Erase() {
-    if (drawn_) std::fprintf(stderr, "\r%60s\r", "");
-  }
+  // Ends the last phase's line.
+  void Finish() { line_.reset(); }
 
  private:
-  std::chrono::steady_clock::time_point start_ =
-      std::chrono::steady_clock::now();
-  bool drawn_ = false;
+  ProgressMode mode_;
+  std::string phase_;
+  std::unique_ptr<ProgressLine> line_;
 };
 
 // Loads both placements, checks the flags and runs the self-test, with a
@@ -243,10 +243,10 @@ Result<SelfTestReport> RunSelftest(const SelftestArgs& a, const CLI::App& cmd) {
   RESHARD_ASSIGN_OR_RETURN(auto dst, target.get());
   RESHARD_RETURN_NOT_OK(ValidateSelftestArgs(a, cmd));
   SelfTestOptions options = ToSelfTestOptions(a);
-  ProgressBar bar;
-  if (!a.json && isatty(fileno(stderr))) {
-    options.progress = [&bar](std::string_view phase, double fraction) {
-      bar.Draw(phase, fraction);
+  PhaseProgress progress(a.progress);
+  if (ProgressEnabled(a.progress)) {
+    options.progress = [&progress](std::string_view phase, double fraction) {
+      progress.Update(phase, fraction);
     };
   }
   // UCX logs to stdout unless told otherwise; while it runs here (a
@@ -261,7 +261,7 @@ Result<SelfTestReport> RunSelftest(const SelftestArgs& a, const CLI::App& cmd) {
     ::dup2(saved_stdout, STDOUT_FILENO);
     ::close(saved_stdout);
   }
-  bar.Erase();
+  progress.Finish();
   return report;
 }
 

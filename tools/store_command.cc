@@ -1,5 +1,5 @@
 // `reshard store ls|show|verify|rm|gc URI ...`: inspect and maintain a
-// weight store.
+// weight store (verify, rm and gc draw --progress).
 
 #include <cstdio>
 #include <iostream>
@@ -57,7 +57,10 @@ CLI::App* Sub(CLI::App* store, const char* name, const char* help,
                     "(default 3600)")
         ->check(CLI::NonNegativeNumber);
   }
-  if (std::string(name) == "verify") AddProgressOption(cmd, &a->progress);
+  const std::string sub = name;
+  if (sub == "verify" || sub == "rm" || sub == "gc") {
+    AddProgressOption(cmd, &a->progress);
+  }
   cmd->callback([a, run]() {
     Status st = run(*a);
     if (!st.ok()) throw CLI::RuntimeError(Fail(st));
@@ -246,7 +249,11 @@ Status RunVerify(const StoreArgs& a) {
 
 Status RunRemove(const StoreArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-  RESHARD_RETURN_NOT_OK(s.Remove(a.key));
+  ProgressLine line("removing " + a.key, a.progress, "keys");
+  WeightStoreOptions options = s.options();
+  options.progress = line.Callback();
+  RESHARD_RETURN_NOT_OK(s.WithOptions(std::move(options)).Remove(a.key));
+  line.Finish();
   if (!a.json) std::printf("removed %s\n", a.key.c_str());
   return Status::OK();
 }
@@ -289,7 +296,11 @@ void PrintGc(const GcReport& r) {
 
 Status RunGc(const StoreArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
-  RESHARD_ASSIGN_OR_RETURN(auto r, s.Gc());
+  ProgressLine line("collecting " + a.uri, a.progress, "uploads");
+  WeightStoreOptions options = s.options();
+  options.progress = line.Callback();
+  RESHARD_ASSIGN_OR_RETURN(auto r, s.WithOptions(std::move(options)).Gc());
+  line.Finish();
   if (a.json) {
     std::cout << GcJson(r) << "\n";
   } else {

@@ -103,7 +103,8 @@ struct WeightStoreOptions {
   std::function<std::string()> new_lease_id;
   // Progress of each Load (target bytes delivered), Upload (the binding's
   // bytes written), Import (bytes read and written) and Verify (payload
-  // bytes checked); empty: none.
+  // bytes checked), and in counts of Remove (the revision's keys removed)
+  // and Gc (uploads examined); empty: none.
   ProgressCallback progress;
   // Loads: convert target tensors whose dtype differs from the revision's
   // (docs/conversion.md; quantization blocks of fp8_block). The read

@@ -94,6 +94,7 @@ Result<SelfTestReport> RunUpdates(
   report.open_seconds = session->open_seconds();
   report.snapshot_bytes = session->delta_snapshot_bytes();
   report.plan_seconds = session->plan_seconds();
+  if (rank == 0 && options.progress) options.progress("updates", 0);
   for (uint32_t k = 1; k <= options.updates; ++k) {
     if (options.fault == SelfTestFault::kKillBetweenUpdates && rank == 0 &&
         k == 2) {
@@ -116,6 +117,10 @@ Result<SelfTestReport> RunUpdates(
       report.verified = false;
       report.mismatch = "update " + std::to_string(k) + ": " + mismatch;
       return report;
+    }
+    // Rank 0 alone draws (the ranks share the terminal).
+    if (rank == 0 && options.progress) {
+      options.progress("updates", double(k) / options.updates);
     }
     // From the last rank's arrival on: the session's own time.
     report.update_seconds.push_back(u.update_seconds - u.arrival_seconds);

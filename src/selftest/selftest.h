@@ -77,8 +77,9 @@ struct SelfTestOptions {
   // keep_revision.
   std::string via_store;
   bool keep_revision = false;
-  // Called from the calling thread with the phase ("fill", "transfer",
-  // "verify") and the fraction of its bytes done; may be empty.
+  // Called with the phase ("fill", "transfer", "verify": the fraction of
+  // its bytes done; "updates" with --updates: the fraction of the updates
+  // done, from rank 0's process or thread); may be empty.
   std::function<void(std::string_view phase, double fraction)> progress;
   // Measure the memcpy baseline (skipped when false).
   bool measure_memcpy = true;

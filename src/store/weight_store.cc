@@ -1128,7 +1128,13 @@ Status WeightStore::Remove(std::string_view manifest_key) {
   }
   RESHARD_RETURN_NOT_OK(backend_->Delete(manifest_key));
   RESHARD_ASSIGN_OR_RETURN(auto all, backend_->List(keys.base() + "/"));
-  for (const std::string& k : all) RESHARD_RETURN_NOT_OK(backend_->Delete(k));
+  // Progress in keys removed of the revision's keys.
+  internal::ProgressMeter meter(options_.progress, all.size());
+  for (const std::string& k : all) {
+    RESHARD_RETURN_NOT_OK(backend_->Delete(k));
+    meter.Add(1);
+  }
+  meter.Finish();
   return Status::OK();
 }
 
@@ -1184,8 +1190,15 @@ class GarbageCollector {
 
   void CollectUploads() {
     const int64_t now = o_.now_seconds();
+    // Progress in uploads examined of those found.
+    uint64_t uploads = 0;
+    for (const auto& [base, ids] : txns_) uploads += ids.size();
+    internal::ProgressMeter meter(o_.progress, uploads);
     for (const auto& [base, ids] : txns_) {
-      if (corrupt_.count(base)) continue;
+      if (corrupt_.count(base)) {
+        meter.Add(ids.size());
+        continue;
+      }
       auto committed = committed_txn_.find(base);
       for (const std::string& txn : ids) {
         if (txn.empty()) continue;
@@ -1197,7 +1210,9 @@ class GarbageCollector {
           report_->skipped.push_back({base + "/" + txn, st.message()});
         }
       }
+      meter.Add(ids.size());
     }
+    meter.Finish();
   }
 
  private:

@@ -1264,7 +1264,21 @@ TEST_P(WeightStoreLifecycleTest, RemoveDeletesEveryKeyOfTheRevision) {
   const auto other_plan = Must(UploadAndCommit(store, other));
   ASSERT_NE(BaseOf(other_plan), BaseOf(plan));
   const auto other_keys = dir.Keys(BaseOf(other_plan) + "/");
-  MustOk(store.Remove(plan.manifest().manifest_key()));
+  // Progress counts the keys removed after the commit decisions and the
+  // manifest (which go first: see Remove).
+  uint64_t keys = 0;
+  for (const std::string& k : dir.Keys(BaseOf(plan) + "/")) {
+    keys += !k.ends_with("/decision") && !k.ends_with("/manifest");
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  WeightStoreOptions counted = store.options();
+  counted.progress = [&](uint64_t done, uint64_t total) {
+    calls.emplace_back(done, total);
+  };
+  MustOk(store.WithOptions(counted).Remove(plan.manifest().manifest_key()));
+  ASSERT_GE(calls.size(), 2u);
+  EXPECT_EQ(calls.front(), std::make_pair(uint64_t{0}, keys));
+  EXPECT_EQ(calls.back(), std::make_pair(keys, keys));
   EXPECT_TRUE(dir.Keys(BaseOf(plan) + "/").empty());
   EXPECT_EQ(dir.Keys("weights/"), other_keys);
   EXPECT_EQ(store.Remove(plan.manifest().manifest_key()).code(),
@@ -1295,8 +1309,16 @@ TEST_P(WeightStoreLifecycleTest, GcRemovesAbortedAndAbandonedUploadsOnly) {
       dir.Keys(base + "/payload/" + undecided.transaction_id() + "/").size(),
       undecided.manifest().fragments().size());
 
-  WeightStore gc = dir.Open({.gc_grace = std::chrono::seconds(0)});
+  // Progress counts the uploads examined: the committed one and four.
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  WeightStore gc = dir.Open({.gc_grace = std::chrono::seconds(0),
+                             .progress = [&](uint64_t done, uint64_t total) {
+                               calls.emplace_back(done, total);
+                             }});
   const GcReport report = Must(gc.Gc());
+  ASSERT_GE(calls.size(), 2u);
+  EXPECT_EQ(calls.front(), std::make_pair(uint64_t{0}, uint64_t{5}));
+  EXPECT_EQ(calls.back(), std::make_pair(uint64_t{5}, uint64_t{5}));
   EXPECT_EQ(std::set<std::string>(report.transactions_removed.begin(),
                                   report.transactions_removed.end()),
             (std::set<std::string>{

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """--progress of the long CLI commands (`hf reshard`, `hf import`, `hf
-export`, `store verify`): one updating line on standard error when it is a
+export`, `store verify`, `store rm`, `store gc`, `selftest`): one updating
+line on standard error when it is a
 terminal (a pseudo-terminal here) or with `--progress always`, nothing
 with `--progress never` or when standard error is a pipe, and standard
 output (`--json`) never touched. The checkpoint is about 40 MB, made by the
@@ -83,7 +84,7 @@ def ok(code, out, err, what):
     check(code == 0, "%s failed (%d): %s" % (what, code, err.strip()))
 
 
-def shows_progress(err, what, at_least):
+def shows_progress(err, what, at_least, figures="bytes"):
     got = draws(err)
     check(len(got) >= at_least,
           "%s: %d progress drawings (%r), wanted at least %d" %
@@ -95,8 +96,12 @@ def shows_progress(err, what, at_least):
         check(mine[-1] == 100.0, "%s: %s does not end at 100%%: %r" %
               (what, line, got))
     check(err.endswith("\n"), "%s: the line is not ended" % what)
-    check("B/s" in err and ("MiB" in err or "GiB" in err),
-          "%s: no bytes or rate in %r" % (what, err[-200:]))
+    if figures == "bytes":
+        check("B/s" in err and ("MiB" in err or "GiB" in err),
+              "%s: no bytes or rate in %r" % (what, err[-200:]))
+    elif figures:  # a count: "3 / 7 keys"
+        check(re.search(r"\d+ / \d+ %s" % figures, err) is not None,
+              "%s: no count of %s in %r" % (what, figures, err[-200:]))
 
 
 def shows_none(err, what):
@@ -208,6 +213,59 @@ def hf_export_and_store_verify_store_load_progress():
     code, out, err = run(["store", "verify", store, key, "--json"], False)
     ok(code, out, err, "store verify --json")
     check(json.loads(out)["verified"] is True and err == "", (out, err))
+
+
+@SUITE.test
+def store_rm_and_gc_progress_in_keys_and_uploads():
+    for tty, flags in ((True, []), (True, ["--progress", "never"]),
+                       (False, ["--json"])):
+        store, code, out, err = imported("--json")
+        ok(code, out, err, "hf import --json")
+        key = json.loads(out)["manifest_key"]
+        code, out, err = run(["store", "rm", store, key, *flags], tty)
+        ok(code, out, err, "store rm")
+        code, gout, gerr = run(["store", "gc", store, *flags], tty)
+        ok(code, gout, gerr, "store gc")
+        if not flags:
+            shows_progress(err, "store rm", 2, figures="keys")
+            check("removing " + key in err, err[-300:])
+            check(out == "removed %s\n" % key, out)
+            shows_progress(gerr, "store gc", 1, figures="uploads")
+            check("collecting " in gerr, gerr[-300:])
+        elif flags[0] == "--progress":
+            shows_none(err, "store rm --progress never")
+            shows_none(gerr, "store gc --progress never")
+        else:
+            check(out == "" and err == "", (out, err))
+            check(json.loads(gout)["keys_removed"] >= 0 and gerr == "",
+                  (gout, gerr))
+
+
+@SUITE.test
+def selftest_updates_progress():
+    _, target = checkpoint()
+    argv = ["selftest", target, target, "--transport", "ucx", "--procs", 2,
+            "--updates", 3]
+    code, out, err = run(argv, True)
+    ok(code, out, err, "selftest --updates")
+    got = draws(err)
+    check([p for w, p in got if w == "selftest updates"] ==
+          [0.0, 33.3, 66.7, 100.0], got)
+    check(err.endswith("\n"), "the line is not ended: %r" % err[-100:])
+    code, out, err = run(argv + ["--progress", "never"], True)
+    ok(code, out, err, "selftest --progress never")
+    shows_none(err, "selftest --progress never")
+    code, out, err = run(argv + ["--json"], False)
+    ok(code, out, err, "selftest --json")
+    check(json.loads(out)["updates"] == 3 and DRAW not in err,
+          (out[:200], err[-300:]))
+    # The one-shot local run draws its phases, each ended at 100%.
+    code, out, err = run(["selftest", target, target, "--progress",
+                          "always"], False)
+    ok(code, out, err, "selftest --progress always")
+    phases = [w for w, p in draws(err) if p == 100.0]
+    check(phases == ["selftest fill", "selftest transfer", "selftest verify"],
+          draws(err))
 
 
 @SUITE.test
