@@ -7,6 +7,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -109,6 +110,41 @@ PipelineRun TimePipeline(const std::string& wire) {
   return out;
 }
 
+// The timed rounds of (parse, pipeline), the order alternating, so that a
+// slow spell of the machine falls on both sides of a round's ratio:
+// {parse, pipeline, free, ratio} seconds per round; nullopt when a decode
+// does not give `placement_id`. The pipeline's own peak: the resident set
+// at its peak during the rounds, less *rss_before_kib (wire, generator,
+// parser); *peak_known false when the kernel cannot reset the peak.
+std::optional<std::array<std::vector<double>, 4>> RunRounds(
+    const std::string& wire, const std::string& placement_id, int repeat,
+    uint64_t* rss_before_kib, bool* peak_known) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(wire);
+  const auto parse = [&] {
+    const auto t0 = Clock::now();
+    auto doc = parser.parse(padded);
+    if (doc.error()) std::abort();
+    return Seconds(t0, Clock::now());
+  };
+  parse();  // the parser's buffers, once: every timed parse reuses them
+  *rss_before_kib = StatusKib("VmRSS");
+  *peak_known = ResetPeakRss();
+  std::array<std::vector<double>, 4> out;
+  for (int r = 0; r < repeat; ++r) {
+    double parse_s = 0;
+    if (r % 2 == 0) parse_s = parse();
+    const PipelineRun run = TimePipeline(wire);
+    if (r % 2 == 1) parse_s = parse();
+    if (run.placement_id != placement_id) return std::nullopt;
+    out[0].push_back(parse_s);
+    out[1].push_back(run.decode);
+    out[2].push_back(run.free);
+    out[3].push_back(run.decode / parse_s);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,36 +173,15 @@ int main(int argc, char** argv) {
   const std::string wire = reshard::WeightPlacementToJson(*built);
   const size_t fragments = built->fragments().size();
 
-  simdjson::dom::parser parser;
-  simdjson::padded_string padded(wire);
-  const auto parse = [&] {
-    const auto t0 = Clock::now();
-    auto doc = parser.parse(padded);
-    if (doc.error()) std::abort();
-    return Seconds(t0, Clock::now());
-  };
-  parse();  // the parser's buffers, once: every timed parse reuses them
-  // The pipeline's own peak: resident set at its peak during the timed
-  // runs, less the resident set before them (wire, generator, parser).
-  const uint64_t rss_before_kib = StatusKib("VmRSS");
-  const bool peak_known = ResetPeakRss();
-  // Rounds of (parse, pipeline), the order alternating, so that a slow
-  // spell of the machine falls on both sides of a round's ratio.
-  std::vector<double> parses, pipelines, frees, ratios;
-  for (int r = 0; r < repeat; ++r) {
-    double parse_s = 0;
-    if (r % 2 == 0) parse_s = parse();
-    const PipelineRun run = TimePipeline(wire);
-    if (r % 2 == 1) parse_s = parse();
-    if (run.placement_id != built->placement_id()) {
-      std::fprintf(stderr, "identity mismatch\n");
-      return 1;
-    }
-    parses.push_back(parse_s);
-    pipelines.push_back(run.decode);
-    frees.push_back(run.free);
-    ratios.push_back(run.decode / parse_s);
+  uint64_t rss_before_kib = 0;
+  bool peak_known = false;
+  const auto rounds = RunRounds(wire, built->placement_id(), repeat,
+                                &rss_before_kib, &peak_known);
+  if (!rounds.has_value()) {
+    std::fprintf(stderr, "identity mismatch\n");
+    return 1;
   }
+  const auto& [parses, pipelines, frees, ratios] = *rounds;
   const double peak_mib =
       peak_known ? (StatusKib("VmHWM") - rss_before_kib) / 1024.0 : -1;
   const Spread parse_s = SpreadOf(parses), pipeline_s = SpreadOf(pipelines),
