@@ -115,14 +115,23 @@ class ReportTest(unittest.TestCase):
             "parse_peak_rss_bytes": st(1, 530 * 2**20, 2),
             "rss_to_input": st(2.4, 2.51, 3.0), "wall_goal": 1.5,
             "rss_goal": 2.5}])
-        rows = self.rows()
-        self.assertEqual(rows, [
-            "| `reshard plan A B --json`, Kimi-K2 pair: wall (min/median/max "
-            "of 3) | 1.00 / 1.20 / 3.00 s | bare simdjson read + parse "
-            "process 0.80 s | 1.50x | <= 1.5x | met |",
-            "| `reshard plan A B --json`, Kimi-K2 pair: peak RSS (median of "
-            "3) | 520 MiB | input 200 MB (bare parse 530 MiB) | 2.51x | <= "
-            "2.5x the input | **not met** |"])
+        # Time met on its median, memory not: the row is not met.
+        self.assertEqual(self.rows(), [
+            "| `reshard plan A B --json`, Kimi-K2 pair (200 MB): wall 1.00 / "
+            "1.20 / 3.00 s (min / median / max of 3) and peak RSS | 1.20 s, "
+            "520 MiB | bare simdjson read + parse process 0.80 s, 530 MiB | "
+            "1.50x time, 2.51x the input | <= 1.5x, <= 2.5x | **not met** |"])
+
+    def test_readme_table_leaves_out_informational_rows(self):
+        write_lines(os.path.join(self.dir, "engine.jsonl"), [
+            engine_figure("engine-reshard", [0.7, 0.9, 1.0], 0.8),
+            engine_figure("engine-reshard-move", [1.0, 1.1, 1.2], None)])
+        everything = bench_report.render(self.dir, "2026-12-02")
+        judged = bench_report.render(self.dir, "2026-12-02", judged_only=True)
+        self.assertIn("informational", everything)
+        self.assertNotIn("| informational |", judged)
+        self.assertIn("informational rows: docs/benchmarks.md", judged)
+        self.assertEqual(judged.count("\n| engine"), 1)
 
     def test_baseline_build_replaces_documented_figure(self):
         write_lines(os.path.join(self.dir, "plan.jsonl"), [SYNTH])
@@ -235,7 +244,7 @@ class ReportTest(unittest.TestCase):
         with open(readme, encoding="utf-8") as f:
             self.assertEqual(f.read(), "no markers\n")
 
-    def test_cli_writes_the_table_it_prints(self):
+    def test_cli_writes_the_judged_rows_of_the_table_it_prints(self):
         write_lines(os.path.join(self.dir, "contract.json"), [CONTRACT])
         readme = os.path.join(self.dir, "README.md")
         with open(readme, "w", encoding="utf-8") as f:
@@ -245,8 +254,12 @@ class ReportTest(unittest.TestCase):
              "--readme", readme, "--date", "2026-12-02"],
             capture_output=True, text=True, check=True).stdout
         self.assertIn("| 2.50x | <= 3x | met |", out)
+        judged = out.replace(
+            "verdicts are on the medians.",
+            "verdicts are on the medians; informational rows: "
+            "docs/benchmarks.md.")
         with open(readme, encoding="utf-8") as f:
-            self.assertEqual(f.read(), f"{bench_report.BEGIN}\n{out}"
+            self.assertEqual(f.read(), f"{bench_report.BEGIN}\n{judged}"
                              f"{bench_report.END}\n")
 
     def test_project_readme_carries_the_markers(self):

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <regex>
 #include <utility>
 
 #include "hf/config_reader.h"
@@ -83,6 +82,7 @@ Status ReadCompressedTensors(const ConfigReader& q, HfConfig* c) {
                                    Printable(name) + " is not");
     }
   }
+  std::vector<std::string> entries;
   if (q.Has("ignore")) {
     simdjson::dom::array ignore;
     if (q.object()["ignore"].get_array().get(ignore) != 0) {
@@ -95,18 +95,12 @@ Status ReadCompressedTensors(const ConfigReader& q, HfConfig* c) {
         return Status::InvalidArgument(
             "config.json: quantization_config.ignore must be a list of names");
       }
-      if (v.starts_with("re:")) {
-        try {
-          std::regex check{std::string(v.substr(3))};
-        } catch (const std::regex_error&) {
-          return Status::InvalidArgument(
-              "config.json: quantization_config.ignore entry " + Printable(v) +
-              " is not a regular expression");
-        }
-      }
-      c->quant_ignore.emplace_back(v);
+      entries.emplace_back(v);
     }
   }
+  RESHARD_ASSIGN_OR_RETURN(ModuleIgnoreList list,
+                           ModuleIgnoreList::Make(std::move(entries)));
+  c->quant_ignore = std::make_shared<const ModuleIgnoreList>(std::move(list));
   c->fp8_channel = true;
   return Status::OK();
 }
@@ -705,21 +699,7 @@ bool QuantizesLinear(const HfConfig& c, std::string_view name) {
   // compressed-tensors names modules: the weight's name less ".weight".
   std::string_view module = name;
   if (module.ends_with(".weight")) module.remove_suffix(7);
-  for (const std::string& ignored : c.quant_ignore) {
-    if (ignored.starts_with("re:")) {
-      try {
-        if (std::regex_match(module.begin(), module.end(),
-                             std::regex(ignored.substr(3)))) {
-          return false;
-        }
-      } catch (const std::regex_error&) {
-        continue;  // refused when the config is read
-      }
-    } else if (module == ignored) {
-      return false;
-    }
-  }
-  return true;
+  return c.quant_ignore == nullptr || !c.quant_ignore->Ignores(module);
 }
 
 Result<std::vector<HfTensor>> HfModelTensors(const HfConfig& c) {

@@ -5,11 +5,13 @@
 #define RESHARD_HF_HF_CONFIG_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "hf/ignore_list.h"
 #include "reshard/conversion.h"
 #include "reshard/hf.h"
 #include "reshard/placement.h"
@@ -91,11 +93,11 @@ struct HfConfig {
   // regular expressions), `channel_scale_dtype` the config-only dtype of
   // the scales.
   bool fp8_channel = false;
+  std::shared_ptr<const ModuleIgnoreList> quant_ignore;
+  std::string channel_scale_dtype = "bfloat16";
   // gpt-oss's MXFP4 release (quant_method mxfp4); without it, the BF16
   // export's experts (gate_up_proj [E, H, 2I], down_proj [E, I, H]).
   bool mxfp4 = false;
-  std::vector<std::string> quant_ignore;
-  std::string channel_scale_dtype = "bfloat16";
   // Where the language model's tensors live: "model." or, for Qwen3.5's
   // vision-language checkpoints, "model.language_model.".
   std::string lm_prefix = "model.";
