@@ -204,28 +204,11 @@ class Builder {
     RESHARD_RETURN_NOT_OK(Add("model.norm.weight", {m_.hidden}, -1, last, {}));
     RESHARD_RETURN_NOT_OK(
         Add("lm_head.weight", {m_.vocab, m_.hidden}, 0, last, {}));
-    RESHARD_ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topo_));
-    std::vector<TensorDescriptor> tensors;
-    tensors.reserve(tensors_.size());
-    for (auto& t : tensors_) {
-      RESHARD_ASSIGN_OR_RETURN(auto d, TensorDescriptor::Make(std::move(t)));
-      tensors.push_back(std::move(d));
-    }
-    std::vector<PlacementFragment> fragments;
-    fragments.reserve(fragments_.size());
-    for (auto& f : fragments_) {
-      RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
-      fragments.push_back(std::move(pf));
-    }
     PlacementHeader header{o_.resource_id.empty() ? m_.name : o_.resource_id,
                            o_.revision, o_.weight_generation,
-                           m_.name + "-tp" + std::to_string(n_.tp) + "-pp" +
-                               std::to_string(n_.pp) + "-ep" +
-                               std::to_string(n_.ep) + "-dp" +
-                               std::to_string(n_.dp)};
-    return WeightPlacementManifest::FromFragments(
-        std::move(header), std::move(topo), std::move(tensors),
-        std::move(fragments));
+                           internal::GridPlacementSetId(m_.name, n_)};
+    return internal::ManifestFromSpecs(
+        std::move(header), topo_, std::move(tensors_), std::move(fragments_));
   }
 
  private:

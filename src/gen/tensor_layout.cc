@@ -153,4 +153,33 @@ Status AppendTensorLayout(const ParallelTopologySpec& topo,
   return Status::OK();
 }
 
+Result<WeightPlacementManifest> ManifestFromSpecs(
+    PlacementHeader header, const ParallelTopologySpec& topology,
+    std::vector<TensorDescriptorSpec> tensors,
+    std::vector<PlacementFragmentSpec> fragments) {
+  RESHARD_ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topology));
+  std::vector<TensorDescriptor> descriptors;
+  descriptors.reserve(tensors.size());
+  for (auto& t : tensors) {
+    RESHARD_ASSIGN_OR_RETURN(auto d, TensorDescriptor::Make(std::move(t)));
+    descriptors.push_back(std::move(d));
+  }
+  std::vector<PlacementFragment> made;
+  made.reserve(fragments.size());
+  for (auto& f : fragments) {
+    RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
+    made.push_back(std::move(pf));
+  }
+  return WeightPlacementManifest::FromFragments(
+      std::move(header), std::move(topo), std::move(descriptors),
+      std::move(made));
+}
+
+std::string GridPlacementSetId(const std::string& name,
+                               const ParallelSizes& sizes) {
+  return name + "-tp" + std::to_string(sizes.tp) + "-pp" +
+         std::to_string(sizes.pp) + "-ep" + std::to_string(sizes.ep) + "-dp" +
+         std::to_string(sizes.dp);
+}
+
 }  // namespace reshard::internal

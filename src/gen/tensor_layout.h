@@ -47,6 +47,17 @@ Status AppendTensorLayout(const ParallelTopologySpec& topology,
                           std::vector<TensorDescriptorSpec>* tensors,
                           std::vector<PlacementFragmentSpec>* fragments);
 
+// The manifest of specs appended by AppendTensorLayout: every descriptor
+// and fragment validated by its factory, then the whole placement.
+Result<WeightPlacementManifest> ManifestFromSpecs(
+    PlacementHeader header, const ParallelTopologySpec& topology,
+    std::vector<TensorDescriptorSpec> tensors,
+    std::vector<PlacementFragmentSpec> fragments);
+
+// A grid layout's placement_set_id: "<name>-tp<T>-pp<P>-ep<E>-dp<D>".
+std::string GridPlacementSetId(const std::string& name,
+                               const ParallelSizes& sizes);
+
 }  // namespace reshard::internal
 
 #endif  // RESHARD_GEN_TENSOR_LAYOUT_H_

@@ -32,20 +32,8 @@ ParallelTopologySpec Grid(int64_t tp, int64_t pp) {
 Result<WeightPlacementManifest> Build(const ParallelTopologySpec& spec,
                                       std::vector<TensorDescriptorSpec> ts,
                                       std::vector<PlacementFragmentSpec> fs) {
-  RESHARD_ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(spec));
-  std::vector<TensorDescriptor> tensors;
-  for (auto& t : ts) {
-    RESHARD_ASSIGN_OR_RETURN(auto d, TensorDescriptor::Make(std::move(t)));
-    tensors.push_back(std::move(d));
-  }
-  std::vector<PlacementFragment> fragments;
-  for (auto& f : fs) {
-    RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
-    fragments.push_back(std::move(pf));
-  }
-  return WeightPlacementManifest::FromFragments(
-      PlacementHeader{"m", "r", 0, "test"}, std::move(topo), std::move(tensors),
-      std::move(fragments));
+  return ManifestFromSpecs(PlacementHeader{"m", "r", 0, "test"}, spec,
+                           std::move(ts), std::move(fs));
 }
 
 // Rule: a sectioned split gives TP rank r the r-th equal share of every

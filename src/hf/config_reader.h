@@ -97,6 +97,13 @@ class TensorList {
     t.last_stage = layer && *layer >= c_.layers;
     out_.push_back(std::move(t));
   }
+  // A tensor holding every routed expert, dim 0 the expert
+  // (HfTensor::grouped_experts).
+  void AddGrouped(std::string name, Dims shape, HfShard shard,
+                  std::optional<int64_t> layer) {
+    Add(std::move(name), std::move(shape), shard, layer);
+    out_.back().grouped_experts = true;
+  }
   // Splits the last tensor added over TP section by section.
   void Sections(std::vector<int64_t> sections) {
     out_.back().tp_sections = std::move(sections);

@@ -115,7 +115,7 @@ Status ReadQuantization(const ConfigReader& r, HfConfig* c) {
   ConfigReader qr(q);
   RESHARD_ASSIGN_OR_RETURN(auto method, qr.String("quant_method", ""));
   // gpt-oss's experts are MXFP4 blocks and scales of their own names
-  // (AddMxfp4Experts); every other tensor keeps torch_dtype.
+  // (AddGptOssExperts); every other tensor keeps torch_dtype.
   if (method == "mxfp4" && c->arch == HfArch::kGptOss) {
     c->mxfp4 = true;
     return Status::OK();
@@ -346,51 +346,39 @@ void AddExperts(const HfConfig& c, const std::string& p,
 
 namespace {
 
-// gpt-oss's experts, every expert in one tensor (dim 0) and packed MXFP4
-// (32 four-bit values in 16 bytes plus one U8 exponent per block of 32
-// inputs): gate_up [E, 2I] rows (gate and up interleaved) split by TP with
-// their rows, down split by TP on its input blocks (dim 2), as vLLM loads
-// them; biases follow their rows, down's bias is replicated.
-void AddMxfp4Experts(const HfConfig& c, const std::string& p, int64_t l,
-                     TensorList* t) {
+// gpt-oss's router and experts, every expert in one tensor (dim 0), as
+// vLLM loads them. The MXFP4 release packs 32 four-bit values in 16 bytes
+// plus one U8 exponent per block of 32 inputs: gate_up [E, 2I] rows (gate
+// and up interleaved) split by TP with their rows, down split by TP on its
+// input blocks (dim 2). The BF16 exports keep transformers' parameters,
+// inputs first: gate_up_proj [E, H, 2I] (gate and up columns interleaved,
+// pairs whole in a contiguous split) split by TP on dim 2, down_proj
+// [E, I, H] on dim 1 (its inputs). Biases follow their outputs, down's is
+// replicated; EP splits dim 0.
+void AddGptOssExperts(const HfConfig& c, const std::string& p, int64_t l,
+                      TensorList* t) {
   const int64_t e = c.experts, h = c.hidden, i = c.moe_intermediate;
   t->Add(p + "router.weight", {e, h}, HfShard::kReplicated, l);
   t->Add(p + "router.bias", {e}, HfShard::kReplicated, l);
   const std::string x = p + "experts.";
-  const auto grouped = [&](std::string name, Dims shape, HfShard shard,
-                           bool packed) {
-    t->Add(x + std::move(name), std::move(shape), shard, l);
-    t->out().back().grouped_experts = true;
-    if (packed) t->SetDtype("uint8");
+  const auto packed = [&](std::string name, Dims shape, HfShard shard) {
+    t->AddGrouped(x + std::move(name), std::move(shape), shard, l);
+    t->SetDtype("uint8");
   };
-  grouped("gate_up_proj_blocks", {e, 2 * i, h / 32, 16}, HfShard::kColumn,
-          true);
-  grouped("gate_up_proj_scales", {e, 2 * i, h / 32}, HfShard::kColumn, true);
-  grouped("gate_up_proj_bias", {e, 2 * i}, HfShard::kColumn, false);
-  grouped("down_proj_blocks", {e, h, i / 32, 16}, HfShard::kRow, true);
-  grouped("down_proj_scales", {e, h, i / 32}, HfShard::kRow, true);
-  grouped("down_proj_bias", {e, h}, HfShard::kReplicated, false);
-}
-
-// gpt-oss dequantized (the BF16 exports): transformers' own expert
-// parameters, inputs first. gate_up_proj [E, H, 2I] with gate and up
-// columns interleaved (pairs stay whole in a contiguous split) is split by
-// TP on dim 2 with its bias [E, 2I]; down_proj [E, I, H] on dim 1 (its
-// inputs), its bias replicated; EP splits dim 0.
-void AddGptOssBf16Experts(const HfConfig& c, const std::string& p, int64_t l,
-                          TensorList* t) {
-  const int64_t e = c.experts, h = c.hidden, i = c.moe_intermediate;
-  t->Add(p + "router.weight", {e, h}, HfShard::kReplicated, l);
-  t->Add(p + "router.bias", {e}, HfShard::kReplicated, l);
-  const std::string x = p + "experts.";
-  const auto grouped = [&](std::string name, Dims shape, HfShard shard) {
-    t->Add(x + std::move(name), std::move(shape), shard, l);
-    t->out().back().grouped_experts = true;
-  };
-  grouped("gate_up_proj", {e, h, 2 * i}, HfShard::kRow);
-  grouped("gate_up_proj_bias", {e, 2 * i}, HfShard::kColumn);
-  grouped("down_proj", {e, i, h}, HfShard::kColumn);
-  grouped("down_proj_bias", {e, h}, HfShard::kReplicated);
+  if (c.mxfp4) {
+    packed("gate_up_proj_blocks", {e, 2 * i, h / 32, 16}, HfShard::kColumn);
+    packed("gate_up_proj_scales", {e, 2 * i, h / 32}, HfShard::kColumn);
+  } else {
+    t->AddGrouped(x + "gate_up_proj", {e, h, 2 * i}, HfShard::kRow, l);
+  }
+  t->AddGrouped(x + "gate_up_proj_bias", {e, 2 * i}, HfShard::kColumn, l);
+  if (c.mxfp4) {
+    packed("down_proj_blocks", {e, h, i / 32, 16}, HfShard::kRow);
+    packed("down_proj_scales", {e, h, i / 32}, HfShard::kRow);
+  } else {
+    t->AddGrouped(x + "down_proj", {e, i, h}, HfShard::kColumn, l);
+  }
+  t->AddGrouped(x + "down_proj_bias", {e, h}, HfShard::kReplicated, l);
 }
 
 }  // namespace
@@ -440,11 +428,7 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
   }
   const int64_t e = c.experts;
   if (c.arch == HfArch::kGptOss) {
-    if (c.mxfp4) {
-      AddMxfp4Experts(c, p + "mlp.", l, t);
-    } else {
-      AddGptOssBf16Experts(c, p + "mlp.", l, t);
-    }
+    AddGptOssExperts(c, p + "mlp.", l, t);
     return;
   }
   if (c.arch == HfArch::kMixtral) {
@@ -555,12 +539,18 @@ bool FitsBytes(const Dims& shape, int64_t itemsize) {
   return true;
 }
 
+// Qwen3.5's vision-language configs nest the language model's fields in
+// text_config.
+bool NestedConfig(HfArch a) {
+  return a == HfArch::kQwen35 || a == HfArch::kQwen35Moe;
+}
+
 // Qwen3.5's text_config (the language model's fields) and vision_config;
 // every other architecture's fields are top-level. `text` is set to the
 // reader of the language model's fields.
 Status ReadNested(const ConfigReader& top, HfConfig* c,
                   std::optional<ConfigReader>* text) {
-  if (c->arch != HfArch::kQwen35 && c->arch != HfArch::kQwen35Moe) {
+  if (!NestedConfig(c->arch)) {
     text->emplace(top.object());
     return Status::OK();
   }
@@ -576,7 +566,7 @@ Status ReadNested(const ConfigReader& top, HfConfig* c,
 
 Status ReadVision(const ConfigReader& top, HfConfig* c) {
   simdjson::dom::object v;
-  if (!top.Has("vision_config") || c->lm_prefix == "model.") {
+  if (!top.Has("vision_config") || !NestedConfig(c->arch)) {
     return Status::OK();
   }
   if (top.object()["vision_config"].get_object().get(v) != 0) {
@@ -589,7 +579,7 @@ Status ReadVision(const ConfigReader& top, HfConfig* c) {
 // The top-level dtype and tie_word_embeddings of a nested config win over
 // (or stand in for) text_config's.
 Status ReadTopLevelOverrides(const ConfigReader& top, HfConfig* c) {
-  if (c->lm_prefix == "model.") return Status::OK();
+  if (!NestedConfig(c->arch)) return Status::OK();
   if (top.Has("tie_word_embeddings")) {
     RESHARD_ASSIGN_OR_RETURN(c->tie_word_embeddings,
                              top.Bool("tie_word_embeddings", false));

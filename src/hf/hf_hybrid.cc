@@ -108,11 +108,9 @@ void AddLinearAttention(const HfConfig& c, const std::string& a, int64_t l,
 void AddFusedExperts(const HfConfig& c, const std::string& x, int64_t l,
                      TensorList* t) {
   const int64_t e = c.experts, h = c.hidden, i = c.moe_intermediate;
-  t->Add(x + "gate_up_proj", {e, 2 * i, h}, HfShard::kColumn, l);
-  t->out().back().grouped_experts = true;
+  t->AddGrouped(x + "gate_up_proj", {e, 2 * i, h}, HfShard::kColumn, l);
   t->Sections({i, i});
-  t->Add(x + "down_proj", {e, h, i}, HfShard::kRow, l);
-  t->out().back().grouped_experts = true;
+  t->AddGrouped(x + "down_proj", {e, h, i}, HfShard::kRow, l);
 }
 
 }  // namespace

@@ -365,27 +365,13 @@ class Layout {
   }
 
   Result<WeightPlacementManifest> Build(const HfLayoutOptions& o) {
-    RESHARD_ASSIGN_OR_RETURN(auto topo, ParallelTopology::Make(topo_));
-    std::vector<TensorDescriptor> tensors;
-    for (auto& t : tensors_) {
-      RESHARD_ASSIGN_OR_RETURN(auto d, TensorDescriptor::Make(std::move(t)));
-      tensors.push_back(std::move(d));
-    }
-    std::vector<PlacementFragment> fragments;
-    for (auto& f : fragments_) {
-      RESHARD_ASSIGN_OR_RETURN(auto pf, PlacementFragment::Make(std::move(f)));
-      fragments.push_back(std::move(pf));
-    }
     const std::string model =
         c_.model_type.empty() ? c_.architecture : c_.model_type;
-    PlacementHeader header{
-        o.resource_id.empty() ? model : o.resource_id, o.revision,
-        o.weight_generation,
-        model + "-tp" + std::to_string(n_.tp) + "-pp" + std::to_string(n_.pp) +
-            "-ep" + std::to_string(n_.ep) + "-dp" + std::to_string(n_.dp)};
-    return WeightPlacementManifest::FromFragments(
-        std::move(header), std::move(topo), std::move(tensors),
-        std::move(fragments));
+    PlacementHeader header{o.resource_id.empty() ? model : o.resource_id,
+                           o.revision, o.weight_generation,
+                           internal::GridPlacementSetId(model, n_)};
+    return internal::ManifestFromSpecs(
+        std::move(header), topo_, std::move(tensors_), std::move(fragments_));
   }
 
  private:

@@ -161,17 +161,6 @@ CONFIGS = {
                                        "model.layers.*.mlp.router",
                                        "model.embed_tokens", "lm_head"]},
     },
-    # gpt-oss dequantized to BF16 (the community BF16 exports): no
-    # quantization_config, experts as transformers' 3-D parameters.
-    "gpt_oss_bf16": {
-        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
-        "hidden_size": 48, "vocab_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "intermediate_size": 24, "num_local_experts": 4,
-        "experts_per_token": 2, "attention_bias": True,
-        "layer_types": ["sliding_attention", "full_attention"],
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    },
     # Qwen3-Next as released: layer_types (linear / full attention), no
     # MTP key in config.json but one mtp.* layer in the files, a dense
     # layer (mlp_only_layers), shared expert with its gate, F32 A_log.
@@ -258,33 +247,27 @@ CONFIGS = {
                                 "weight_block_size": [8, 8]},
         "_text_only": True,
     },
-    # GLM-4.5-FP8 (compressed-tensors): FP8 linear weights with BF16
-    # per-channel weight_scale [out, 1]; the router gate, lm_head and one
-    # named module left in BF16.
-    "glm4_moe_fp8": {
-        "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
-        "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 3,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "attention_bias": True, "use_qk_norm": True,
-        "partial_rotary_factor": 0.5, "intermediate_size": 48,
-        "moe_intermediate_size": 16, "n_routed_experts": 4,
-        "n_shared_experts": 1, "first_k_dense_replace": 1,
-        "num_nextn_predict_layers": 1, "num_experts_per_tok": 2,
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "quantization_config": {
-            "quant_method": "compressed-tensors", "format": "float-quantized",
-            "config_groups": {"group_0": {
-                "targets": ["Linear"],
-                "weights": {"num_bits": 8, "type": "float",
-                            "strategy": "channel", "symmetric": True,
-                            "dynamic": False},
-                "input_activations": {"num_bits": 8, "type": "float",
-                                      "strategy": "token",
-                                      "dynamic": True}}},
-            "ignore": ["lm_head", "re:.*mlp\\.gate$",
-                       "model.layers.0.mlp.down_proj"]},
-    },
 }
+
+# gpt-oss dequantized to BF16 (the community BF16 exports): no
+# quantization_config, experts as transformers' 3-D parameters (hidden 48:
+# no MXFP4 blocks of 32 to fill).
+CONFIGS["gpt_oss_bf16"] = dict(
+    {k: v for k, v in CONFIGS["gpt_oss"].items()
+     if k != "quantization_config"},
+    hidden_size=48, intermediate_size=24)
+# GLM-4.5-FP8 (compressed-tensors): GLM-4.5's tensors with FP8 linear
+# weights and BF16 per-channel weight_scale [out, 1]; the router gate,
+# lm_head and one named module left in BF16.
+CONFIGS["glm4_moe_fp8"] = dict(CONFIGS["glm4_moe"], quantization_config={
+    "quant_method": "compressed-tensors", "format": "float-quantized",
+    "config_groups": {"group_0": {
+        "targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                    "symmetric": True, "dynamic": False},
+        "input_activations": {"num_bits": 8, "type": "float",
+                              "strategy": "token", "dynamic": True}}},
+    "ignore": ["lm_head", "re:.*mlp\\.gate$", "model.layers.0.mlp.down_proj"]})
 
 
 BUFFER_SUFFIX = "rotary_emb.inv_freq"

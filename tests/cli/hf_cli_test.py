@@ -190,8 +190,8 @@ def sharding_rules():
     check(owners["model.layers.1.mlp.gate.weight"] == {0, 1}, owners)
 
 
-def boxes(arch, grid, name):
-    """{tensor: {(tp, ep, pp): (offset, shape)}} of a checkpoint layout."""
+def all_boxes(arch, grid, name):
+    """{tensor: {(tp, ep, pp): [(offset, shape), ...]}}, boxes sorted."""
     r, out = layout(arch, grid, name=name)
     ok(r, "hf layout %s" % arch)
     p = json.load(open(out))
@@ -199,9 +199,25 @@ def boxes(arch, grid, name):
     for part in p["parts"]:
         k = (part["rank"]["tp"], part["rank"]["ep"], part["rank"]["pp"])
         for f in part["fragments"]:
-            got.setdefault(f["tensor_id"], {})[k] = (f["global_offset"],
-                                                     f["local_shape"])
+            got.setdefault(f["tensor_id"], {}).setdefault(k, []).append(
+                (f["global_offset"], f["local_shape"]))
+    for per_rank in got.values():
+        for v in per_rank.values():
+            v.sort()
     return got, {t["tensor_id"]: t for t in p["tensors"]}
+
+
+def boxes(arch, grid, name):
+    """{tensor: {(tp, ep, pp): (offset, shape)}} of a layout whose ranks
+    each hold one box of every tensor; (all_boxes, tensors)."""
+    got, tensors = all_boxes(arch, grid, name)
+    one = {}
+    for tensor, per_rank in got.items():
+        for k, v in per_rank.items():
+            check(len(v) == 1, "%s: rank %s holds %d boxes" % (tensor, k,
+                                                              len(v)))
+            one.setdefault(tensor, {})[k] = tuple(v[0])
+    return one, tensors
 
 
 @SUITE.test
@@ -256,23 +272,6 @@ def release_quirks_and_split_rules():
     check(b[x + "gate_up_proj_bias"][(1, 0, 0)] == ([0, 24], [4, 24]), b)
     check(b[x + "down_proj"][(1, 0, 0)] == ([0, 12, 0], [4, 12, 48]), b)
     check(b[x + "down_proj_bias"][(1, 0, 0)] == ([0, 0], [4, 48]), b)
-
-
-def all_boxes(arch, grid, name):
-    """{tensor: {(tp, ep, pp): [(offset, shape), ...]}}, boxes sorted."""
-    r, out = layout(arch, grid, name=name)
-    ok(r, "hf layout %s" % arch)
-    p = json.load(open(out))
-    got = {}
-    for part in p["parts"]:
-        k = (part["rank"]["tp"], part["rank"]["ep"], part["rank"]["pp"])
-        for f in part["fragments"]:
-            got.setdefault(f["tensor_id"], {}).setdefault(k, []).append(
-                (f["global_offset"], f["local_shape"]))
-    for per_rank in got.values():
-        for v in per_rank.values():
-            v.sort()
-    return got, {t["tensor_id"]: t for t in p["tensors"]}
 
 
 @SUITE.test
