@@ -1,10 +1,18 @@
 #include "live/delta_codec.h"
 
 #include <xxhash.h>
+#if RESHARD_HAVE_XXH_DISPATCH
+// Routes XXH3_64bits* to the run-time AVX2/AVX-512 dispatcher.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace reshard::live_internal {
 namespace {
@@ -31,7 +39,7 @@ uint8_t* PutVarintAt(uint64_t v, uint8_t* p) {
   return p;
 }
 // Reads a varint of at most 10 bytes from [*p, end); false when malformed.
-bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
+bool GetLongVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
   *v = 0;
   for (int shift = 0; shift < 64 && *p < end; shift += 7) {
     const uint8_t b = *(*p)++;
@@ -39,6 +47,14 @@ bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
     if ((b & 0x80) == 0) return shift < 63 || (b & 0x7f) <= 1;
   }
   return false;
+}
+// GetLongVarint with the one-byte case (most gaps and counts) inline.
+inline bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
+  if (*p < end && **p < 0x80) {
+    *v = *(*p)++;
+    return true;
+  }
+  return GetLongVarint(p, end, v);
 }
 
 void BeginRegion(DeltaMode mode, uint64_t payload, std::vector<uint8_t>* out) {
@@ -51,6 +67,16 @@ void BeginRegion(DeltaMode mode, uint64_t payload, std::vector<uint8_t>* out) {
 // down to whole elements), so that the hash reads the new base while it
 // is still in cache.
 constexpr uint64_t kChunkBytes = 64 << 10;
+
+// Whether DeltaRegionEncoder::ScanVector can run here.
+#if defined(__x86_64__)
+const bool kHasAvx512 = __builtin_cpu_supports("avx512bw");
+#else
+constexpr bool kHasAvx512 = false;
+#endif
+
+// A region's runs payload grows by at least this much at a time.
+constexpr size_t kRunsStepBytes = 4 << 10;
 
 }  // namespace
 
@@ -84,11 +110,13 @@ void EncodeRawRegion(const uint8_t* now, uint64_t n,
 
 DeltaRegionEncoder::DeltaRegionEncoder(uint8_t* base, uint64_t n,
                                        uint32_t itemsize,
-                                       std::vector<uint8_t>* out)
+                                       std::vector<uint8_t>* out,
+                                       DeltaScan scan)
     : base_(base),
       n_(n),
       item_(std::max<uint32_t>(itemsize, 1)),
       out_(out),
+      vector_(scan == DeltaScan::kBest && kHasAvx512),
       hash_(XXH3_createState()) {
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(hash_));
   BeginRegion(DeltaMode::kRuns, 0, out_);
@@ -101,15 +129,24 @@ DeltaRegionEncoder::~DeltaRegionEncoder() {
 
 void DeltaRegionEncoder::Run(uint64_t first, uint64_t count) {
   const uint64_t bytes = count * item_;
-  const size_t need = end_ + 20 + bytes;
+  // Two varints, the values, and room for a 16-byte copy of short runs.
+  const size_t need = end_ + 20 + std::max<uint64_t>(bytes, 16);
   if (need > out_->size()) {
-    // Grown in steps, trimmed to end_ by Finish: no resize per run.
-    out_->resize(std::max<size_t>(need, out_->size() + (64 << 10)));
+    // Grown in steps, trimmed to end_ by Finish: no resize per run, and
+    // little zero-filling per region (a region starts at the trimmed end).
+    out_->resize(std::max<size_t>(need, out_->size() + kRunsStepBytes));
   }
   uint8_t* p = PutVarintAt(first - runs_end_, out_->data() + end_);
   p = PutVarintAt(count, p);
   // The base already holds the run's new values (written when scanned).
-  std::memcpy(p, base_ + first * item_, bytes);
+  // Most runs are an element or two: one fixed-size copy where the base
+  // has 16 bytes from the run on, instead of a call to memcpy.
+  const uint64_t at = first * item_;
+  if (bytes <= 16 && n_ - at >= 16) {
+    std::memcpy(p, base_ + at, 16);
+  } else {
+    std::memcpy(p, base_ + at, bytes);
+  }
   end_ = static_cast<size_t>(p + bytes - out_->data());
   changed_ += count;
   runs_end_ = first + count;
@@ -166,6 +203,86 @@ uint64_t DeltaRegionEncoder::ScanBlocks(const uint8_t* now, uint64_t position,
   return words * 8;
 }
 
+#if defined(__x86_64__)
+namespace {
+
+// Bit i set when element i of the 64-byte blocks at `a` and `b` differs
+// (elements of kItem bytes).
+template <uint32_t kItem>
+__attribute__((target("avx512bw"))) inline uint64_t ChangedLanes512(__m512i a,
+                                                                    __m512i b) {
+  if constexpr (kItem == 1) return _mm512_cmpneq_epu8_mask(a, b);
+  if constexpr (kItem == 2) return _mm512_cmpneq_epu16_mask(a, b);
+  if constexpr (kItem == 4) return _mm512_cmpneq_epu32_mask(a, b);
+  return _mm512_cmpneq_epu64_mask(a, b);
+}
+
+}  // namespace
+
+// ScanBlocks with AVX-512: one compare per 64 bytes yields the changed
+// elements' mask directly. Returns the bytes scanned (whole 64-byte blocks).
+template <uint32_t kItem>
+__attribute__((target("avx512bw"))) uint64_t DeltaRegionEncoder::ScanVector(
+    const uint8_t* now, uint64_t position, uint64_t bytes) {
+  uint8_t* base = base_ + position;
+  const uint64_t first_element = position / kItem;
+  constexpr uint64_t kLanes = 64 / kItem;
+  constexpr uint64_t kAhead = 1024;
+  const uint64_t blocks = bytes / 64;
+  uint64_t blk = 0;
+  for (; blk + 2 <= blocks; blk += 2) {
+    // Both streams ahead of the loads (prefetches never fault).
+    _mm_prefetch(reinterpret_cast<const char*>(now + blk * 64 + kAhead),
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(base + blk * 64 + kAhead),
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(now + blk * 64 + kAhead + 64),
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(base + blk * 64 + kAhead + 64),
+                 _MM_HINT_T0);
+    const __m512i a0 = _mm512_loadu_si512(now + blk * 64);
+    const __m512i a1 = _mm512_loadu_si512(now + blk * 64 + 64);
+    const uint64_t m0 =
+        ChangedLanes512<kItem>(a0, _mm512_loadu_si512(base + blk * 64));
+    const uint64_t m1 =
+        ChangedLanes512<kItem>(a1, _mm512_loadu_si512(base + blk * 64 + 64));
+    if ((m0 | m1) == 0) continue;
+    _mm512_storeu_si512(base + blk * 64, a0);
+    _mm512_storeu_si512(base + blk * 64 + 64, a1);
+    for (uint64_t m = m0; m != 0; m &= m - 1) {
+      Changed(first_element + blk * kLanes +
+              static_cast<uint64_t>(__builtin_ctzll(m)));
+    }
+    for (uint64_t m = m1; m != 0; m &= m - 1) {
+      Changed(first_element + (blk + 1) * kLanes +
+              static_cast<uint64_t>(__builtin_ctzll(m)));
+    }
+  }
+  for (; blk < blocks; ++blk) {
+    const __m512i a = _mm512_loadu_si512(now + blk * 64);
+    const uint64_t m0 =
+        ChangedLanes512<kItem>(a, _mm512_loadu_si512(base + blk * 64));
+    if (m0 == 0) continue;
+    _mm512_storeu_si512(base + blk * 64, a);
+    for (uint64_t m = m0; m != 0; m &= m - 1) {
+      Changed(first_element + blk * kLanes +
+              static_cast<uint64_t>(__builtin_ctzll(m)));
+    }
+  }
+  return blocks * 64;
+}
+#endif
+
+template <uint32_t kItem>
+uint64_t DeltaRegionEncoder::Scan(const uint8_t* now, uint64_t position,
+                                  uint64_t bytes) {
+  uint64_t done = 0;
+#if defined(__x86_64__)
+  if (vector_) done = ScanVector<kItem>(now, position, bytes);
+#endif
+  return done + ScanBlocks<kItem>(now + done, position + done, bytes - done);
+}
+
 void DeltaRegionEncoder::Changed(uint64_t e) {
   if (run_length_ > 0 && run_start_ + run_length_ == e) {
     ++run_length_;
@@ -186,16 +303,16 @@ void DeltaRegionEncoder::Piece(const uint8_t* now, uint64_t position,
     uint64_t scanned = 0;
     switch (item_) {
       case 1:
-        scanned = ScanBlocks<1>(p, at, take);
+        scanned = Scan<1>(p, at, take);
         break;
       case 2:
-        scanned = ScanBlocks<2>(p, at, take);
+        scanned = Scan<2>(p, at, take);
         break;
       case 4:
-        scanned = ScanBlocks<4>(p, at, take);
+        scanned = Scan<4>(p, at, take);
         break;
       case 8:
-        scanned = ScanBlocks<8>(p, at, take);
+        scanned = Scan<8>(p, at, take);
         break;
       default:
         break;
@@ -274,8 +391,27 @@ Status Malformed(size_t region, const std::string& what) {
                           std::to_string(region) + " of the message: " + what);
 }
 
+// Copies a run's values: the common short runs as fixed-size copies.
+inline void CopyRun(uint8_t* dest, const uint8_t* src, uint64_t n) {
+  switch (n) {
+    case 2:
+      std::memcpy(dest, src, 2);
+      return;
+    case 4:
+      std::memcpy(dest, src, 4);
+      return;
+    case 8:
+      std::memcpy(dest, src, 8);
+      return;
+    default:
+      std::memcpy(dest, src, n);
+  }
+}
+
+// `apply(offset, bytes, length)` for each changed piece of region i.
+template <typename Apply>
 Status DecodeRuns(size_t i, const uint8_t* p, const uint8_t* end,
-                  uint64_t elements, uint32_t item, const DeltaApply& apply) {
+                  uint64_t elements, uint32_t item, const Apply& apply) {
   uint64_t at = 0;
   while (p < end) {
     uint64_t gap = 0, count = 0;
@@ -290,15 +426,16 @@ Status DecodeRuns(size_t i, const uint8_t* p, const uint8_t* end,
     if (static_cast<uint64_t>(end - p) / item < count) {
       return Malformed(i, "run values past the payload");
     }
-    apply(i, at * item, p, count * item);
+    apply(at * item, p, count * item);
     p += count * item;
     at += count;
   }
   return Status::OK();
 }
 
+template <typename Apply>
 Status DecodeBitmap(size_t i, const uint8_t* p, uint64_t payload,
-                    uint64_t elements, uint32_t item, const DeltaApply& apply) {
+                    uint64_t elements, uint32_t item, const Apply& apply) {
   const uint64_t map_bytes = (elements + 7) / 8;
   if (payload < map_bytes) return Malformed(i, "bitmap shorter than region");
   uint64_t set = 0;
@@ -321,11 +458,34 @@ Status DecodeBitmap(size_t i, const uint8_t* p, uint64_t payload,
     }
     uint64_t n = 1;
     while (k + n < elements && (p[(k + n) / 8] >> ((k + n) % 8) & 1)) ++n;
-    apply(i, k * item, values, n * item);
+    apply(k * item, values, n * item);
     values += n * item;
     k += n;
   }
   return Status::OK();
+}
+
+// Region i's payload of `mode` at p, each piece applied through `apply`.
+template <typename Apply>
+Status DecodeRegion(size_t i, uint8_t mode, const uint8_t* p, uint64_t payload,
+                    uint64_t region_bytes, uint32_t item, const Apply& apply) {
+  const uint64_t elements = region_bytes / item;
+  switch (mode) {
+    case static_cast<uint8_t>(DeltaMode::kRaw):
+      if (payload != region_bytes) {
+        return Malformed(i, "raw payload of " + std::to_string(payload) +
+                                " bytes, the region has " +
+                                std::to_string(region_bytes));
+      }
+      apply(0, p, payload);
+      return Status::OK();
+    case static_cast<uint8_t>(DeltaMode::kRuns):
+      return DecodeRuns(i, p, p + payload, elements, item, apply);
+    case static_cast<uint8_t>(DeltaMode::kBitmap):
+      return DecodeBitmap(i, p, payload, elements, item, apply);
+    default:
+      return Malformed(i, "unknown mode " + std::to_string(mode));
+  }
 }
 
 }  // namespace
@@ -335,7 +495,8 @@ Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
                           const std::vector<uint64_t>& region_bytes,
                           const std::vector<uint32_t>& itemsizes,
                           const DeltaApply& apply,
-                          std::vector<DeltaMode>* modes) {
+                          std::vector<DeltaMode>* modes,
+                          const std::vector<uint8_t*>* direct) {
   if (size < kDeltaMessageHeaderBytes || GetU32(data) != kDeltaMagic) {
     return Status::DataLoss("malformed delta message: no RSD1 header");
   }
@@ -360,27 +521,19 @@ Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
     if (payload > size - at) return Malformed(i, "payload past the message");
     const uint8_t* p = data + at;
     const uint32_t item = std::max<uint32_t>(itemsizes[i], 1);
-    const uint64_t elements = region_bytes[i] / item;
-    Status st;
-    switch (mode) {
-      case static_cast<uint8_t>(DeltaMode::kRaw):
-        if (payload != region_bytes[i]) {
-          st = Malformed(i, "raw payload of " + std::to_string(payload) +
-                                " bytes, the region has " +
-                                std::to_string(region_bytes[i]));
-        } else {
-          apply(i, 0, p, payload);
-        }
-        break;
-      case static_cast<uint8_t>(DeltaMode::kRuns):
-        st = DecodeRuns(i, p, p + payload, elements, item, apply);
-        break;
-      case static_cast<uint8_t>(DeltaMode::kBitmap):
-        st = DecodeBitmap(i, p, payload, elements, item, apply);
-        break;
-      default:
-        st = Malformed(i, "unknown mode " + std::to_string(mode));
-    }
+    uint8_t* dest = direct != nullptr ? (*direct)[i] : nullptr;
+    Status st =
+        dest != nullptr
+            ? DecodeRegion(i, mode, p, payload, region_bytes[i], item,
+                           [dest](uint64_t offset, const uint8_t* bytes,
+                                  uint64_t length) {
+                             CopyRun(dest + offset, bytes, length);
+                           })
+            : DecodeRegion(i, mode, p, payload, region_bytes[i], item,
+                           [&apply, i](uint64_t offset, const uint8_t* bytes,
+                                       uint64_t length) {
+                             apply(i, offset, bytes, length);
+                           });
     RESHARD_RETURN_NOT_OK(st);
     modes->push_back(static_cast<DeltaMode>(mode));
     at += payload;

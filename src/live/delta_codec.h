@@ -56,12 +56,18 @@ void EncodeRawRegion(const uint8_t* now, uint64_t n, std::vector<uint8_t>* out);
 // region holds now when Finish returns; the run values are then read from
 // `base`, and the XXH3-64 of the new base is computed on the way (the next
 // update's base hash, without another pass over the bytes).
+// How DeltaRegionEncoder compares: the fastest the CPU has (AVX-512
+// where present), or the portable word loop only (both give the same
+// message; tests compare them).
+enum class DeltaScan { kBest, kPortable };
+
 class DeltaRegionEncoder {
  public:
   // `base`: the region's snapshot, n bytes, a multiple of `itemsize`
   // (elements compare as raw bytes of that size). Appends to `out`.
   DeltaRegionEncoder(uint8_t* base, uint64_t n, uint32_t itemsize,
-                     std::vector<uint8_t>* out);
+                     std::vector<uint8_t>* out,
+                     DeltaScan scan = DeltaScan::kBest);
   ~DeltaRegionEncoder();
   DeltaRegionEncoder(const DeltaRegionEncoder&) = delete;
   DeltaRegionEncoder& operator=(const DeltaRegionEncoder&) = delete;
@@ -79,6 +85,14 @@ class DeltaRegionEncoder {
  private:
   void Changed(uint64_t element);
   void Run(uint64_t first, uint64_t count);
+  // Compares [position, position + bytes) with the base and returns the
+  // bytes scanned (the rest is under a word): Scan picks ScanVector
+  // (AVX-512, whole 64-byte blocks) where the CPU has it, then ScanBlocks
+  // (portable, 32 then 8 bytes at a time) for what is left.
+  template <uint32_t kItem>
+  uint64_t Scan(const uint8_t* now, uint64_t position, uint64_t bytes);
+  template <uint32_t kItem>
+  uint64_t ScanVector(const uint8_t* now, uint64_t position, uint64_t bytes);
   template <uint32_t kItem>
   uint64_t ScanBlocks(const uint8_t* now, uint64_t position, uint64_t bytes);
 
@@ -86,8 +100,9 @@ class DeltaRegionEncoder {
   uint64_t n_;
   uint32_t item_;
   std::vector<uint8_t>* out_;
-  size_t at_;   // where the runs payload starts in *out_
-  size_t end_;  // where the next run goes
+  bool vector_;  // ScanVector where the CPU has it
+  size_t at_;    // where the runs payload starts in *out_
+  size_t end_;   // where the next run goes
   uint64_t run_start_ = 0, run_length_ = 0, runs_end_ = 0, changed_ = 0;
   void* hash_;  // XXH3_state_t
 };
@@ -100,8 +115,10 @@ DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
 // Reads a message of `size` bytes: checks the header (magic, `regions`,
 // `base_generation`), then for region i calls apply(i, offset, bytes,
 // length) for every changed piece, offsets within the region's stream of
-// region_bytes[i] bytes. Errors (DataLoss) name what is malformed; pieces
-// already applied stay applied.
+// region_bytes[i] bytes. With `direct`, a region i whose (*direct)[i] is
+// not null is a contiguous stream there: its pieces are copied to it
+// without a call to `apply`. Errors (DataLoss) name what is malformed;
+// pieces already applied stay applied.
 using DeltaApply = std::function<void(size_t region, uint64_t offset,
                                       const uint8_t* bytes, uint64_t length)>;
 Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
@@ -109,7 +126,8 @@ Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
                           const std::vector<uint64_t>& region_bytes,
                           const std::vector<uint32_t>& itemsizes,
                           const DeltaApply& apply,
-                          std::vector<DeltaMode>* modes);
+                          std::vector<DeltaMode>* modes,
+                          const std::vector<uint8_t*>* direct = nullptr);
 
 }  // namespace reshard::live_internal
 

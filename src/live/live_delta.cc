@@ -1,6 +1,10 @@
 #include "live/live_delta.h"
 
 #include <xxhash.h>
+#if RESHARD_HAVE_XXH_DISPATCH
+// Routes XXH3_64bits* to the run-time AVX2/AVX-512 dispatcher.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -194,52 +198,48 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
   b.hashes_received.assign(n, 0);
   b.messages.resize(n);
   b.received.assign(n, 0);
-  // Targets hash the bases they hold; sources encode against their
-  // snapshots at the same time (on other ranks), without waiting for those
-  // hashes: a region whose target turns out to hold another base is
-  // re-sent whole after round 1 (Reconcile), which is rare.
-  const auto t0 = Clock::now();
-  std::vector<ExchangeOp> round = BaseHashRound(ops);
-  report->apply_seconds += SecondsSince(t0);
-  // Round 2 goes in parts by region index (both ends of a message agree
-  // on its part: its first region's index), so that a source encodes part
-  // p + 1 while its targets apply part p.
+  RESHARD_RETURN_NOT_OK(AllocateInbox(ops));
+  // Both rounds go in parts by region index (both ends of a message agree
+  // on its part: its first region's index). In part p, targets hash the
+  // bases of p's regions while sources encode p against their snapshots,
+  // without waiting for those hashes: a region whose target turns out to
+  // hold another base is re-sent whole (Reconcile), which is rare. So a
+  // source encodes part p + 1 while its targets apply part p and hash
+  // part p + 1, and neither end waits for the other's whole pass.
   const uint64_t regions = std::max<uint64_t>(region_itemsize_.size(), 1);
   std::vector<std::vector<size_t>> parts(kParts);
   for (size_t i = 0; i < n; ++i) {
     parts[ops[i].region->region * kParts / regions].push_back(i);
   }
-  RESHARD_RETURN_NOT_OK(Encode(ops, parts[0], base_generation, report));
-  // Round 1: the base hashes.
-  internal::ExchangeStats first;
-  Status st = exchange.Run(round, base_round, &first);
-  stats->abandoned_in_flight = first.abandoned_in_flight;
-  RESHARD_RETURN_NOT_OK(st);
-  report->wire_bytes += first.bytes_received;
-  RESHARD_RETURN_NOT_OK(AllocateInbox(ops));
   internal::ExchangeOptions xo = data_round;
-  for (size_t p = 0; p < parts.size(); ++p) {
-    if (p > 0) {
-      RESHARD_RETURN_NOT_OK(Encode(ops, parts[p], base_generation, report));
-    }
-    RESHARD_RETURN_NOT_OK(Reconcile(ops, parts[p], report));
-    round = MessageRound(ops, parts[p]);
-    if (round.empty()) continue;
-    internal::ExchangeStats part;
-    st = exchange.Run(round, xo, &part);
-    xo.on_first_completion = nullptr;  // once per update
-    AddStats(part, stats);
+  for (const std::vector<size_t>& part : parts) {
+    if (part.empty()) continue;
+    const auto t0 = Clock::now();
+    std::vector<ExchangeOp> round = BaseHashRound(ops, part);
+    report->apply_seconds += SecondsSince(t0);
+    RESHARD_RETURN_NOT_OK(Encode(ops, part, base_generation, report));
+    internal::ExchangeStats hashes;
+    Status st = exchange.Run(round, base_round, &hashes);
+    stats->abandoned_in_flight = hashes.abandoned_in_flight;
     RESHARD_RETURN_NOT_OK(st);
-    RESHARD_RETURN_NOT_OK(Apply(ops, parts[p], base_generation, report));
+    report->wire_bytes += hashes.bytes_received;
+    RESHARD_RETURN_NOT_OK(Reconcile(ops, part, report));
+    round = MessageRound(ops, part);
+    internal::ExchangeStats messages;
+    st = exchange.Run(round, xo, &messages);
+    xo.on_first_completion = nullptr;  // once per update
+    AddStats(messages, stats);
+    RESHARD_RETURN_NOT_OK(st);
+    RESHARD_RETURN_NOT_OK(Apply(ops, part, base_generation, report));
   }
   return Status::OK();
 }
 
 std::vector<ExchangeOp> LiveDelta::BaseHashRound(
-    const std::vector<ExchangeOp>& ops) {
+    const std::vector<ExchangeOp>& ops, const std::vector<size_t>& which) {
   Buffers& b = *buffers_;
   std::vector<ExchangeOp> round;
-  for (size_t i = 0; i < ops.size(); ++i) {
+  for (size_t i : which) {
     const ExchangeOp& op = ops[i];
     const size_t regions = 1 + op.more.size();
     std::vector<uint8_t>& h = b.hashes[i];
@@ -431,6 +431,9 @@ Status LiveDelta::Apply(const std::vector<ExchangeOp>& ops,
   std::vector<uint32_t> items;
   std::vector<DeltaMode> modes;
   std::vector<internal::StreamWriter> writers;
+  // Contiguous regions take their pieces directly, strided ones through
+  // their writer.
+  std::vector<uint8_t*> direct;
   for (size_t i : which) {
     const ExchangeOp& op = ops[i];
     if (op.kind != ExchangeOp::Kind::kReceive) continue;
@@ -438,17 +441,20 @@ Status LiveDelta::Apply(const std::vector<ExchangeOp>& ops,
     sizes.clear();
     items.clear();
     writers.clear();
+    direct.clear();
     for (size_t r = 0; r < stream.sides.size(); ++r) {
-      sizes.push_back(stream.sides[r].total_bytes);
+      const internal::StridedSide& side = stream.sides[r];
+      sizes.push_back(side.total_bytes);
       items.push_back(ItemSize(RegionOf(op, r)));
-      writers.emplace_back(stream.sides[r]);
+      writers.emplace_back(side);
+      direct.push_back(side.contiguous() ? side.base : nullptr);
     }
     Status st = DecodeDeltaMessage(
         b.inbox.at(i), b.received[i], base_generation, sizes, items,
         [&](size_t r, uint64_t offset, const uint8_t* bytes, uint64_t length) {
           writers[r].Write(offset, bytes, length);
         },
-        &modes);
+        &modes, &direct);
     for (internal::StreamWriter& w : writers) w.Flush();
     RESHARD_RETURN_NOT_OK(
         st.WithContext(internal::DescribeExchangeOp(op, PeerName(op))));

@@ -4,7 +4,8 @@
 //
 // A source keeps a snapshot of every message it sends (the regions'
 // streams as last delivered), in host memory. An update after the first
-// runs two rounds over the peer exchange:
+// runs in parts (by region index), each in two rounds over the peer
+// exchange:
 //  1. every target sends each source, per message, the XXH3-64 of each
 //     region's target bytes as it holds them now (its base). Meanwhile
 //     every source compares what it serves with its snapshot, encodes per
@@ -16,6 +17,8 @@
 //     another base (an overwritten or re-allocated target buffer: the
 //     region in full, within the same update, never a delta on a wrong
 //     base), and sends the messages.
+// A source encodes part p + 1 while its targets apply part p and hash the
+// bases of part p + 1.
 // Targets apply each region in place. Local regions are copied whole.
 
 #ifndef RESHARD_LIVE_LIVE_DELTA_H_
@@ -53,7 +56,7 @@ class LiveDelta {
   Status Snapshot(const std::vector<internal::ExchangeOp>& ops);
 
   // One delta update over `ops` (the full update's operations, push):
-  // round 1 with `base_round`'s tags, round 2 with `data_round`'s.
+  // rounds 1 with `base_round`'s tags, rounds 2 with `data_round`'s.
   // `base_generation` is the generation of the last update (every delta
   // names it; a target refuses another). Counters and times go to
   // `report`; exchange statistics of round 2 to `stats`.
@@ -74,10 +77,11 @@ class LiveDelta {
   // The receive buffer of every message (once; each sized for its regions
   // raw).
   Status AllocateInbox(const std::vector<internal::ExchangeOp>& ops);
-  // Round 1's operations: targets send the base hashes of their regions
-  // (computed here), sources receive them.
+  // Round 1's operations `which` (indices into ops): targets send the
+  // base hashes of their regions (computed here), sources receive them.
   std::vector<internal::ExchangeOp> BaseHashRound(
-      const std::vector<internal::ExchangeOp>& ops);
+      const std::vector<internal::ExchangeOp>& ops,
+      const std::vector<size_t>& which);
   // Round 2's operations `which` (indices into ops): encoded messages out,
   // receive buffers in.
   std::vector<internal::ExchangeOp> MessageRound(
