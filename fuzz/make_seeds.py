@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the JSON-file fuzz targets from the test data:
 fuzz/corpus/{fuzz_placement,fuzz_placement_parts,fuzz_model_spec,
-fuzz_canonical_json}/. The store-record corpora come from make_seeds.cc.
+fuzz_canonical_json}/, and of fuzz_delta_message (a region shape and a
+delta message in each of its forms, fuzz/fuzz_delta_message.cc). The
+store-record corpora come from make_seeds.cc.
 
 Usage: fuzz/make_seeds.py  (from the repository root)"""
 
@@ -9,6 +11,7 @@ import glob
 import hashlib
 import json
 import os
+import struct
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "fuzz", "corpus")
@@ -30,6 +33,7 @@ def compact(obj):
 
 
 def main():
+    delta_seeds()
     placements = sorted(
         glob.glob(os.path.join(ROOT, "tests/data/scenarios/*.json"))
         + glob.glob(os.path.join(ROOT, "tests/data/fixtures/placements/*.json"))
@@ -75,6 +79,33 @@ def main():
         '1.5e3',
     ]:
         write("fuzz_canonical_json", text)
+
+
+def delta_message(regions):
+    """fuzz_delta_message's input: shape bytes, then the message (base
+    generation 7) of `regions`, each (itemsize log2, elements, mode,
+    payload bytes)."""
+    shape = bytes([len(regions) - 1])
+    body = b"RSD1" + struct.pack("<IQ", len(regions), 7)
+    for log2, elements, mode, payload in regions:
+        shape += bytes([log2]) + struct.pack("<H", elements)
+        body += bytes([mode]) + bytes(7) + struct.pack("<Q", len(payload))
+        body += payload
+    return shape + body
+
+
+def delta_seeds():
+    raw = bytes(range(64))
+    runs = bytes([3, 1, 0xAA, 0xBB, 10, 2]) + bytes(4)  # gap, count, values
+    bitmap = bytes([0b00000101, 0]) + bytes([1, 2, 3, 4])
+    for regions in [
+        [(0, 64, 0, raw)],                         # raw, 1-byte elements
+        [(1, 100, 1, runs)],                       # runs of 2-byte elements
+        [(1, 16, 2, bitmap)],                      # bitmap
+        [(2, 8, 1, b"")],                          # nothing changed
+        [(0, 64, 0, raw), (1, 100, 1, runs), (3, 4, 0, bytes(32))],
+    ]:
+        write("fuzz_delta_message", delta_message(regions))
 
 
 if __name__ == "__main__":
