@@ -4,9 +4,12 @@
 // most 4095), then the message (base generation 7). Properties: decoding
 // never writes outside a region (the callback checks every piece), decoding
 // straight into contiguous regions and through the callback give the same
-// status and the same bytes, and an accepted message's result re-encodes
-// (every scan alike) into a message that decodes to the same bytes.
+// status and the same bytes, a region whose base check fails keeps its
+// bytes (the check here accepts a base hash of 0 only), and an accepted
+// message's result re-encodes (every scan alike) into a message that
+// decodes to the same bytes.
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -29,11 +32,13 @@ std::vector<uint8_t> Initial(uint64_t bytes, size_t r) {
 }
 
 // Decodes `message` into fresh copies of the initial regions, directly or
-// through the callback.
+// through the callback; with `checked`, only regions on a base hash of 0
+// (others are listed in *refused).
 Status Decode(const std::vector<uint8_t>& message,
               const std::vector<uint64_t>& sizes,
               const std::vector<uint32_t>& items, bool direct,
-              std::vector<std::vector<uint8_t>>* regions) {
+              std::vector<std::vector<uint8_t>>* regions,
+              std::vector<size_t>* refused = nullptr) {
   regions->clear();
   std::vector<uint8_t*> into;
   for (size_t r = 0; r < sizes.size(); ++r) {
@@ -41,6 +46,11 @@ Status Decode(const std::vector<uint8_t>& message,
     into.push_back(regions->back().data());
   }
   std::vector<DeltaMode> modes;
+  const reshard::live_internal::DeltaBase base = [&](size_t r, uint64_t hash) {
+    if (hash == 0) return true;
+    refused->push_back(r);
+    return false;
+  };
   return DecodeDeltaMessage(
       message.data(), message.size(), kGeneration, sizes, items,
       [&](size_t r, uint64_t offset, const uint8_t* bytes, uint64_t length) {
@@ -51,7 +61,7 @@ Status Decode(const std::vector<uint8_t>& message,
                    "a piece is whole elements");
         std::memcpy((*regions)[r].data() + offset, bytes, length);
       },
-      &modes, direct ? &into : nullptr);
+      &modes, direct ? &into : nullptr, refused != nullptr ? &base : nullptr);
 }
 
 }  // namespace
@@ -76,6 +86,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(a.code() == b.code() && a.message() == b.message(),
              "both decode paths give the same status");
   FUZZ_CHECK(direct == called, "both decode paths land the same bytes");
+  std::vector<std::vector<uint8_t>> checked;
+  std::vector<size_t> refused;
+  const Status c = Decode(message, sizes, items, true, &checked, &refused);
+  if (a.ok() && c.ok()) {
+    for (size_t r = 0; r < count; ++r) {
+      const bool skipped =
+          std::find(refused.begin(), refused.end(), r) != refused.end();
+      FUZZ_CHECK(checked[r] == (skipped ? Initial(sizes[r], r) : direct[r]),
+                 "a region is applied where its base checks, kept where not");
+    }
+  }
   if (!a.ok()) return 0;
   for (auto scan : {reshard::live_internal::DeltaScan::kBest,
                     reshard::live_internal::DeltaScan::kPortable}) {
@@ -85,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t r = 0; r < count; ++r) {
       std::vector<uint8_t> base = Initial(sizes[r], r);
       reshard::live_internal::DeltaRegionEncoder encoder(
-          base.data(), sizes[r], items[r], &again, scan);
+          base.data(), sizes[r], items[r], r, &again, scan);
       encoder.Piece(direct[r].data(), 0, sizes[r]);
       uint64_t changed = 0, hash = 0;
       (void)encoder.Finish(&changed, &hash);

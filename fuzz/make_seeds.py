@@ -84,12 +84,14 @@ def main():
 def delta_message(regions):
     """fuzz_delta_message's input: shape bytes, then the message (base
     generation 7) of `regions`, each (itemsize log2, elements, mode,
-    payload bytes)."""
+    payload bytes). The fuzz target's base check accepts a base hash of 0
+    and refuses others, so both paths are seeded."""
     shape = bytes([len(regions) - 1])
     body = b"RSD1" + struct.pack("<IQ", len(regions), 7)
     for log2, elements, mode, payload in regions:
         shape += bytes([log2]) + struct.pack("<H", elements)
         body += bytes([mode]) + bytes(7) + struct.pack("<Q", len(payload))
+        body += struct.pack("<Q", 0)  # base hash (0: any base, see below)
         body += payload
     return shape + body
 

@@ -57,10 +57,12 @@ inline bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
   return GetLongVarint(p, end, v);
 }
 
-void BeginRegion(DeltaMode mode, uint64_t payload, std::vector<uint8_t>* out) {
+void BeginRegion(DeltaMode mode, uint64_t payload, uint64_t base_hash,
+                 std::vector<uint8_t>* out) {
   out->push_back(static_cast<uint8_t>(mode));
   out->insert(out->end(), 7, 0);
   PutU64(payload, out);
+  PutU64(base_hash, out);
 }
 
 // Regions are scanned and hashed in chunks of this many bytes (rounded
@@ -104,22 +106,27 @@ void BeginDeltaMessage(uint32_t regions, uint64_t base_generation,
 
 void EncodeRawRegion(const uint8_t* now, uint64_t n,
                      std::vector<uint8_t>* out) {
-  BeginRegion(DeltaMode::kRaw, n, out);
+  BeginRegion(DeltaMode::kRaw, n, 0, out);
   out->insert(out->end(), now, now + n);
 }
 
+void EncodeUnchangedRegion(uint64_t base_hash, std::vector<uint8_t>* out) {
+  BeginRegion(DeltaMode::kRuns, 0, base_hash, out);
+}
+
 DeltaRegionEncoder::DeltaRegionEncoder(uint8_t* base, uint64_t n,
-                                       uint32_t itemsize,
+                                       uint32_t itemsize, uint64_t base_hash,
                                        std::vector<uint8_t>* out,
                                        DeltaScan scan)
     : base_(base),
       n_(n),
+      base_hash_(base_hash),
       item_(std::max<uint32_t>(itemsize, 1)),
       out_(out),
       vector_(scan == DeltaScan::kBest && kHasAvx512),
       hash_(XXH3_createState()) {
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(hash_));
-  BeginRegion(DeltaMode::kRuns, 0, out_);
+  BeginRegion(DeltaMode::kRuns, 0, base_hash_, out_);
   at_ = end_ = out_->size();
 }
 
@@ -351,7 +358,7 @@ DeltaMode DeltaRegionEncoder::Finish(uint64_t* changed, uint64_t* base_hash) {
     EncodeRawRegion(base_, n_, out);  // the base is the region as it is now
     return DeltaMode::kRaw;
   }
-  BeginRegion(DeltaMode::kBitmap, bitmap_bytes, out);
+  BeginRegion(DeltaMode::kBitmap, bitmap_bytes, base_hash_, out);
   const size_t map_at = out->size();
   out->resize(map_at + bitmap_bytes, 0);
   uint8_t* map = out->data() + map_at;
@@ -377,8 +384,8 @@ DeltaMode DeltaRegionEncoder::Finish(uint64_t* changed, uint64_t* base_hash) {
 
 DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
                             uint32_t itemsize, std::vector<uint8_t>* out,
-                            uint64_t* changed) {
-  DeltaRegionEncoder encoder(base, n, itemsize, out);
+                            uint64_t* changed, uint64_t base_hash) {
+  DeltaRegionEncoder encoder(base, n, itemsize, base_hash, out);
   encoder.Piece(now, 0, n);
   uint64_t hash = 0;
   return encoder.Finish(changed, &hash);
@@ -496,7 +503,8 @@ Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
                           const std::vector<uint32_t>& itemsizes,
                           const DeltaApply& apply,
                           std::vector<DeltaMode>* modes,
-                          const std::vector<uint8_t*>* direct) {
+                          const std::vector<uint8_t*>* direct,
+                          const DeltaBase* base) {
   if (size < kDeltaMessageHeaderBytes || GetU32(data) != kDeltaMagic) {
     return Status::DataLoss("malformed delta message: no RSD1 header");
   }
@@ -517,8 +525,16 @@ Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
     if (size - at < kDeltaRegionHeaderBytes) return Malformed(i, "truncated");
     const uint8_t mode = data[at];
     const uint64_t payload = LoadLe64(data + at + 8);
+    const uint64_t base_hash = LoadLe64(data + at + 16);
     at += kDeltaRegionHeaderBytes;
     if (payload > size - at) return Malformed(i, "payload past the message");
+    if (base != nullptr && mode != static_cast<uint8_t>(DeltaMode::kRaw) &&
+        mode <= static_cast<uint8_t>(DeltaMode::kBitmap) &&
+        !(*base)(i, base_hash)) {
+      modes->push_back(static_cast<DeltaMode>(mode));
+      at += payload;
+      continue;
+    }
     const uint8_t* p = data + at;
     const uint32_t item = std::max<uint32_t>(itemsizes[i], 1);
     uint8_t* dest = direct != nullptr ? (*direct)[i] : nullptr;

@@ -4,7 +4,9 @@
 //
 //   message  u32 magic "RSD1", u32 region count, u64 base generation,
 //            then each region in the message's order
-//   region   u8 mode, 7 zero bytes, u64 payload bytes, the payload
+//   region   u8 mode, 7 zero bytes, u64 payload bytes, u64 base hash (the
+//            XXH3-64 of the region's bytes the change applies to; 0 for
+//            kRaw), the payload
 //   kRaw     the region's stream, all of it (dense change, or a target
 //            whose base differs)
 //   kRuns    runs of changed elements: LEB128 gap (elements since the end
@@ -31,7 +33,7 @@ enum class DeltaMode : uint8_t { kRaw = 0, kRuns = 1, kBitmap = 2 };
 
 constexpr uint32_t kDeltaMagic = 0x31445352;  // "RSD1"
 constexpr uint64_t kDeltaMessageHeaderBytes = 16;
-constexpr uint64_t kDeltaRegionHeaderBytes = 16;
+constexpr uint64_t kDeltaRegionHeaderBytes = 24;
 
 // Little-endian 64-bit integers, as every integer of the delta messages
 // and of the base-hash messages (live_delta.h) is written.
@@ -49,6 +51,10 @@ void BeginDeltaMessage(uint32_t regions, uint64_t base_generation,
 // Appends `now` (n bytes) as a raw region.
 void EncodeRawRegion(const uint8_t* now, uint64_t n, std::vector<uint8_t>* out);
 
+// Appends a region that did not change (runs, none of them) on the base of
+// XXH3-64 `base_hash`.
+void EncodeUnchangedRegion(uint64_t base_hash, std::vector<uint8_t>* out);
+
 // Appends one region's change from its snapshot `base` to the bytes it
 // holds now, fed piece by piece in stream order (a strided source's rows
 // are scanned where they lie, never packed first). Each changed element is
@@ -64,9 +70,11 @@ enum class DeltaScan { kBest, kPortable };
 class DeltaRegionEncoder {
  public:
   // `base`: the region's snapshot, n bytes, a multiple of `itemsize`
-  // (elements compare as raw bytes of that size). Appends to `out`.
+  // (elements compare as raw bytes of that size), whose XXH3-64 is
+  // `base_hash` (written into the region's header: a target applies the
+  // change only onto bytes of that hash). Appends to `out`.
   DeltaRegionEncoder(uint8_t* base, uint64_t n, uint32_t itemsize,
-                     std::vector<uint8_t>* out,
+                     uint64_t base_hash, std::vector<uint8_t>* out,
                      DeltaScan scan = DeltaScan::kBest);
   ~DeltaRegionEncoder();
   DeltaRegionEncoder(const DeltaRegionEncoder&) = delete;
@@ -98,6 +106,7 @@ class DeltaRegionEncoder {
 
   uint8_t* base_;
   uint64_t n_;
+  uint64_t base_hash_;
   uint32_t item_;
   std::vector<uint8_t>* out_;
   bool vector_;  // ScanVector where the CPU has it
@@ -110,24 +119,29 @@ class DeltaRegionEncoder {
 // The one-piece form of DeltaRegionEncoder: `now` is the whole region.
 DeltaMode EncodeDeltaRegion(const uint8_t* now, uint8_t* base, uint64_t n,
                             uint32_t itemsize, std::vector<uint8_t>* out,
-                            uint64_t* changed);
+                            uint64_t* changed, uint64_t base_hash = 0);
 
 // Reads a message of `size` bytes: checks the header (magic, `regions`,
 // `base_generation`), then for region i calls apply(i, offset, bytes,
 // length) for every changed piece, offsets within the region's stream of
 // region_bytes[i] bytes. With `direct`, a region i whose (*direct)[i] is
 // not null is a contiguous stream there: its pieces are copied to it
-// without a call to `apply`. Errors (DataLoss) name what is malformed;
-// pieces already applied stay applied.
+// without a call to `apply`. With `base`, a region that is not raw is
+// applied only if base(i, its base hash) returns true (the target holds
+// that base); otherwise it is skipped whole (its mode is still listed).
+// Errors (DataLoss) name what is malformed; pieces already applied stay
+// applied.
 using DeltaApply = std::function<void(size_t region, uint64_t offset,
                                       const uint8_t* bytes, uint64_t length)>;
+using DeltaBase = std::function<bool(size_t region, uint64_t base_hash)>;
 Status DecodeDeltaMessage(const uint8_t* data, uint64_t size,
                           uint64_t base_generation,
                           const std::vector<uint64_t>& region_bytes,
                           const std::vector<uint32_t>& itemsizes,
                           const DeltaApply& apply,
                           std::vector<DeltaMode>* modes,
-                          const std::vector<uint8_t*>* direct = nullptr);
+                          const std::vector<uint8_t*>* direct = nullptr,
+                          const DeltaBase* base = nullptr);
 
 }  // namespace reshard::live_internal
 

@@ -113,7 +113,8 @@ TEST(DeltaCodecTest, ScansAndDecodesAgreeOnEveryShape) {
         std::vector<std::vector<uint8_t>> messages;
         for (DeltaScan scan : {DeltaScan::kBest, DeltaScan::kPortable}) {
           std::vector<uint8_t> base = old, message;
-          DeltaRegionEncoder encoder(base.data(), n, item, &message, scan);
+          DeltaRegionEncoder encoder(
+              base.data(), n, item, XXH3_64bits(old.data(), n), &message, scan);
           for (uint64_t at = 0; at < n;) {
             const uint64_t piece = std::min<uint64_t>(
                 n - at, item * (1 + rng() % (elements / 3 + 1)));
@@ -148,6 +149,31 @@ TEST(DeltaCodecTest, ScansAndDecodesAgreeOnEveryShape) {
             &modes));
         EXPECT_EQ(direct_target, now);
         EXPECT_EQ(apply_target, now);
+        // The base check sees the old bytes' hash (a raw region is not
+        // checked); a target holding another base keeps its bytes.
+        const uint64_t old_hash = XXH3_64bits(old.data(), n);
+        std::vector<uint8_t> checked = old, refused = old;
+        std::vector<uint8_t*> into_checked{checked.data()},
+            into_refused{refused.data()};
+        int checks = 0;
+        const DeltaBase accept = [&](size_t r, uint64_t hash) {
+          ++checks;
+          EXPECT_EQ(r, 0u);
+          EXPECT_EQ(hash, old_hash);
+          return true;
+        };
+        const DeltaBase refuse = [](size_t, uint64_t) { return false; };
+        auto none = [](size_t, uint64_t, const uint8_t*, uint64_t) {};
+        EXPECT_OK(DecodeDeltaMessage(message.data(), message.size(), 5, {n},
+                                     {item}, none, &modes, &into_checked,
+                                     &accept));
+        EXPECT_EQ(checked, now);
+        const bool raw = modes[0] == DeltaMode::kRaw;
+        EXPECT_EQ(checks, raw ? 0 : 1);
+        EXPECT_OK(DecodeDeltaMessage(message.data(), message.size(), 5, {n},
+                                     {item}, none, &modes, &into_refused,
+                                     &refuse));
+        EXPECT_EQ(refused, raw ? now : old);
       }
     }
   }
@@ -236,7 +262,7 @@ TEST(DeltaCodecTest, PiecewiseEncodingMatchesTheWholeRegion) {
       uint64_t whole_changed = 0;
       const DeltaMode whole_mode = EncodeDeltaRegion(
           now.data(), whole_base.data(), n, item, &whole, &whole_changed);
-      DeltaRegionEncoder encoder(piece_base.data(), n, item, &pieces);
+      DeltaRegionEncoder encoder(piece_base.data(), n, item, 0, &pieces);
       for (uint64_t at = 0; at < n;) {
         const uint64_t len =
             std::min<uint64_t>(n - at, item * (1 + rng() % 40));

@@ -107,23 +107,24 @@ struct LiveDelta::Buffers {
   Buffers(const Buffers&) = delete;
   Buffers& operator=(const Buffers&) = delete;
 
-  // By operation index: a send's snapshot (its message as last sent), the
-  // XXH3-64 of each of its regions in the snapshot, and while an update
-  // runs, the hashes the snapshot had before it (the base the target
-  // should hold) and where each region starts in the encoded message.
-  // The snapshots are one allocation (OpArena).
+  // By operation index: a send's snapshot (its message as last sent) and
+  // the XXH3-64 of each of its regions in the snapshot. The snapshots are
+  // one allocation (OpArena).
   OpArena snapshots;
   std::vector<std::vector<uint64_t>> snapshot_hashes;
-  std::vector<std::vector<uint64_t>> prior_hashes;
-  std::vector<std::vector<uint64_t>> region_at;
-  // Round 1: the base hashes a target sends, or a source receives.
-  std::vector<std::vector<uint8_t>> hashes;
-  std::vector<uint64_t> hashes_received;
-  // Round 2: a source's encoded message; a target's received one, in one
+  // A source's encoded message; a target's received one, in one
   // allocation sized for every region raw (allocated once, reused).
   std::vector<std::vector<uint8_t>> messages;
   OpArena inbox;
   std::vector<uint64_t> received;
+  // By operation index, one byte per region: 1 where a target found
+  // another base than the message's (the region waits for its whole
+  // bytes), as the target sends them and the source receives them.
+  std::vector<std::vector<uint8_t>> stale;
+  std::vector<uint64_t> stale_received;
+  // By operation index, one byte per region: 1 where a source sent the
+  // region whole (its encoding was raw).
+  std::vector<std::vector<uint8_t>> sent_raw;
   XXH3_state_t* hash;
 };
 
@@ -194,18 +195,16 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
   }
   Buffers& b = *buffers_;
   const size_t n = ops.size();
-  b.hashes.resize(n);
-  b.hashes_received.assign(n, 0);
   b.messages.resize(n);
   b.received.assign(n, 0);
+  b.stale.resize(n);
+  b.stale_received.assign(n, 0);
+  b.sent_raw.resize(n);
+  for (size_t i = 0; i < n; ++i) b.stale[i].assign(1 + ops[i].more.size(), 0);
   RESHARD_RETURN_NOT_OK(AllocateInbox(ops));
-  // Both rounds go in parts by region index (both ends of a message agree
-  // on its part: its first region's index). In part p, targets hash the
-  // bases of p's regions while sources encode p against their snapshots,
-  // without waiting for those hashes: a region whose target turns out to
-  // hold another base is re-sent whole (Reconcile), which is rare. So a
-  // source encodes part p + 1 while its targets apply part p and hash
-  // part p + 1, and neither end waits for the other's whole pass.
+  // The messages go in parts by region index (both ends of a message agree
+  // on its part: its first region's index), so that a source encodes part
+  // p + 1 while its targets check and apply part p.
   const uint64_t regions = std::max<uint64_t>(region_itemsize_.size(), 1);
   std::vector<std::vector<size_t>> parts(kParts);
   for (size_t i = 0; i < n; ++i) {
@@ -214,47 +213,59 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
   internal::ExchangeOptions xo = data_round;
   for (const std::vector<size_t>& part : parts) {
     if (part.empty()) continue;
-    const auto t0 = Clock::now();
-    std::vector<ExchangeOp> round = BaseHashRound(ops, part);
-    report->apply_seconds += SecondsSince(t0);
     RESHARD_RETURN_NOT_OK(Encode(ops, part, base_generation, report));
-    internal::ExchangeStats hashes;
-    Status st = exchange.Run(round, base_round, &hashes);
-    stats->abandoned_in_flight = hashes.abandoned_in_flight;
-    RESHARD_RETURN_NOT_OK(st);
-    report->wire_bytes += hashes.bytes_received;
-    RESHARD_RETURN_NOT_OK(Reconcile(ops, part, report));
-    round = MessageRound(ops, part);
-    internal::ExchangeStats messages;
-    st = exchange.Run(round, xo, &messages);
+    RESHARD_RETURN_NOT_OK(
+        Exchange(exchange, MessageRound(ops, part), xo, stats));
     xo.on_first_completion = nullptr;  // once per update
-    AddStats(messages, stats);
-    RESHARD_RETURN_NOT_OK(st);
     RESHARD_RETURN_NOT_OK(Apply(ops, part, base_generation, report));
   }
-  return Status::OK();
+  // Regions whose target held another base: every target tells each of
+  // its sources which (one byte per region, every message), and those
+  // regions come again whole.
+  // The flags are bookkeeping, not messages of the update: only their
+  // bytes count (wire bytes).
+  internal::ExchangeStats flags;
+  Status st = Exchange(exchange, StaleRound(ops), base_round, &flags);
+  stats->abandoned_in_flight = flags.abandoned_in_flight;
+  report->wire_bytes += flags.bytes_received;
+  RESHARD_RETURN_NOT_OK(st);
+  std::vector<size_t> resend;
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<uint8_t>& flags = b.stale[i];
+    if (std::find(flags.begin(), flags.end(), 1) != flags.end()) {
+      resend.push_back(i);
+    }
+  }
+  RESHARD_RETURN_NOT_OK(Resend(ops, resend, base_generation, report));
+  if (resend.empty()) return Status::OK();
+  RESHARD_RETURN_NOT_OK(
+      Exchange(exchange, MessageRound(ops, resend), data_round, stats));
+  return Apply(ops, resend, base_generation, report, /*whole=*/true);
 }
 
-std::vector<ExchangeOp> LiveDelta::BaseHashRound(
-    const std::vector<ExchangeOp>& ops, const std::vector<size_t>& which) {
+Status LiveDelta::Exchange(internal::PeerExchange& exchange,
+                           const std::vector<ExchangeOp>& round,
+                           const internal::ExchangeOptions& options,
+                           internal::ExchangeStats* stats) {
+  if (round.empty()) return Status::OK();
+  internal::ExchangeStats part;
+  Status st = exchange.Run(round, options, &part);
+  AddStats(part, stats);
+  return st;
+}
+
+std::vector<ExchangeOp> LiveDelta::StaleRound(
+    const std::vector<ExchangeOp>& ops) {
   Buffers& b = *buffers_;
   std::vector<ExchangeOp> round;
-  for (size_t i : which) {
+  for (size_t i = 0; i < ops.size(); ++i) {
     const ExchangeOp& op = ops[i];
-    const size_t regions = 1 + op.more.size();
-    std::vector<uint8_t>& h = b.hashes[i];
-    h.assign(8 * regions, 0);
     ExchangeOp x{op.region, op.more, op.peer, ExchangeOp::Kind::kSend};
-    x.buffer = h.data();
-    x.buffer_bytes = h.size();
-    if (op.kind == ExchangeOp::Kind::kReceive) {
-      const SideStream stream = SideStream::Of(op);
-      for (size_t r = 0; r < regions; ++r) {
-        StoreLe64(h.data() + 8 * r, HashSide(stream.sides[r], b.hash));
-      }
-    } else {
+    x.buffer = b.stale[i].data();
+    x.buffer_bytes = b.stale[i].size();
+    if (op.kind == ExchangeOp::Kind::kSend) {
       x.kind = ExchangeOp::Kind::kReceive;
-      x.received = &b.hashes_received[i];
+      x.received = &b.stale_received[i];
     }
     round.push_back(std::move(x));
   }
@@ -289,19 +300,21 @@ void LiveDelta::EncodeOp(const ExchangeOp& op, size_t i,
   std::vector<uint8_t>& m = b.messages[i];
   m.clear();
   BeginDeltaMessage(static_cast<uint32_t>(regions), base_generation, &m);
-  b.prior_hashes[i] = b.snapshot_hashes[i];
-  b.region_at[i].clear();
+  b.sent_raw[i].assign(regions, 0);
   for (size_t r = 0; r < regions; ++r) {
     const StridedSide& side = stream.sides[r];
-    b.region_at[i].push_back(m.size());
+    // The change applies to the snapshot as it was: its hash goes into the
+    // region's header, and Finish replaces it with the new one.
+    uint64_t& hash = b.snapshot_hashes[i][r];
     DeltaRegionEncoder encoder(b.snapshots.at(i) + stream.starts[r],
-                               side.total_bytes, ItemSize(RegionOf(op, r)), &m);
+                               side.total_bytes, ItemSize(RegionOf(op, r)),
+                               hash, &m);
     internal::ForEachStreamRow(
         side, [&](const uint8_t* p, uint64_t position, uint64_t bytes) {
           encoder.Piece(p, position, bytes);
         });
     uint64_t changed = 0;
-    (void)encoder.Finish(&changed, &b.snapshot_hashes[i][r]);
+    b.sent_raw[i][r] = encoder.Finish(&changed, &hash) == DeltaMode::kRaw;
   }
 }
 
@@ -326,8 +339,6 @@ Status LiveDelta::Encode(const std::vector<ExchangeOp>& ops,
                          uint64_t base_generation, LiveReport* report) {
   Buffers& b = *buffers_;
   const auto t0 = Clock::now();
-  b.prior_hashes.resize(ops.size());
-  b.region_at.resize(ops.size());
   std::vector<size_t> sends;
   uint64_t total = 0;
   for (size_t i : which) {
@@ -375,48 +386,62 @@ Status LiveDelta::Encode(const std::vector<ExchangeOp>& ops,
     }
   }
   for (std::thread& w : workers) w.join();
+  for (size_t i : sends) {
+    LivePeerTraffic& peer = PeerOf(report, ops[i].peer);
+    for (uint8_t raw : b.sent_raw[i]) {
+      ++(raw ? peer.full_regions_sent : peer.delta_regions_sent);
+    }
+  }
   report->encode_seconds += SecondsSince(t0);
   return Status::OK();
 }
 
-Status LiveDelta::Reconcile(const std::vector<ExchangeOp>& ops,
-                            const std::vector<size_t>& which,
-                            LiveReport* report) {
+Status LiveDelta::Resend(const std::vector<ExchangeOp>& ops,
+                         const std::vector<size_t>& which,
+                         uint64_t base_generation, LiveReport* report) {
   Buffers& b = *buffers_;
   const auto t0 = Clock::now();
-  for (size_t i : which) {
+  for (size_t i = 0; i < ops.size(); ++i) {
     const ExchangeOp& op = ops[i];
     if (op.kind != ExchangeOp::Kind::kSend) continue;
     const size_t regions = 1 + op.more.size();
-    if (b.hashes_received[i] != 8 * regions) {
+    if (b.stale_received[i] != regions) {
       return Status::DataLoss(
           internal::DescribeExchangeOp(op, PeerName(op)) +
-          ": the target sent " + std::to_string(b.hashes_received[i]) +
-          " bytes of base hashes, expected " + std::to_string(8 * regions));
+          ": the target sent " + std::to_string(b.stale_received[i]) +
+          " bytes of stale-region flags, expected " + std::to_string(regions));
     }
-    std::vector<uint8_t>& m = b.messages[i];
-    const std::vector<uint64_t>& at = b.region_at[i];
-    const std::vector<uint64_t>& prior = b.prior_hashes[i];
-    const SideStream stream = SideStream::Of(op);
-    LivePeerTraffic& peer = PeerOf(report, op.peer);
-    std::vector<uint8_t> fixed;
-    for (size_t r = 0; r < regions; ++r) {
-      const uint64_t end = r + 1 < regions ? at[r + 1] : m.size();
-      const bool stale = LoadLe64(b.hashes[i].data() + 8 * r) != prior[r];
-      if (stale && fixed.empty()) fixed.assign(m.begin(), m.begin() + at[r]);
-      if (stale) {
-        // The target's base is not what this source delivered: the region
-        // in full (the snapshot already holds it as it is now).
-        EncodeRawRegion(b.snapshots.at(i) + stream.starts[r],
-                        stream.sides[r].total_bytes, &fixed);
-      } else if (!fixed.empty()) {
-        fixed.insert(fixed.end(), m.begin() + at[r], m.begin() + end);
+    for (uint8_t flag : b.stale[i]) {
+      if (flag > 1) {
+        return Status::DataLoss(internal::DescribeExchangeOp(op, PeerName(op)) +
+                                ": malformed stale-region flag " +
+                                std::to_string(flag));
       }
-      const bool raw =
-          stale || m[at[r]] == static_cast<uint8_t>(DeltaMode::kRaw);
-      ++(raw ? peer.full_regions_sent : peer.delta_regions_sent);
     }
-    if (!fixed.empty()) m.swap(fixed);
+  }
+  for (size_t i : which) {
+    const ExchangeOp& op = ops[i];
+    if (op.kind != ExchangeOp::Kind::kSend) continue;
+    // The stale regions whole (the snapshot holds them as they are now),
+    // the others as unchanged.
+    const SideStream stream = SideStream::Of(op);
+    std::vector<uint8_t>& m = b.messages[i];
+    m.clear();
+    BeginDeltaMessage(static_cast<uint32_t>(stream.sides.size()),
+                      base_generation, &m);
+    LivePeerTraffic& peer = PeerOf(report, op.peer);
+    for (size_t r = 0; r < stream.sides.size(); ++r) {
+      if (b.stale[i][r] == 0) {
+        EncodeUnchangedRegion(b.snapshot_hashes[i][r], &m);
+        continue;
+      }
+      EncodeRawRegion(b.snapshots.at(i) + stream.starts[r],
+                      stream.sides[r].total_bytes, &m);
+      if (!b.sent_raw[i][r]) {
+        --peer.delta_regions_sent;
+        ++peer.full_regions_sent;
+      }
+    }
   }
   report->encode_seconds += SecondsSince(t0);
   return Status::OK();
@@ -424,7 +449,8 @@ Status LiveDelta::Reconcile(const std::vector<ExchangeOp>& ops,
 
 Status LiveDelta::Apply(const std::vector<ExchangeOp>& ops,
                         const std::vector<size_t>& which,
-                        uint64_t base_generation, LiveReport* report) {
+                        uint64_t base_generation, LiveReport* report,
+                        bool whole) {
   Buffers& b = *buffers_;
   const auto t0 = Clock::now();
   std::vector<uint64_t> sizes;
@@ -449,19 +475,36 @@ Status LiveDelta::Apply(const std::vector<ExchangeOp>& ops,
       writers.emplace_back(side);
       direct.push_back(side.contiguous() ? side.base : nullptr);
     }
+    // A change applies only onto the base it was computed from: the region
+    // is hashed right before (then its bytes are in cache for the apply);
+    // another base marks it stale, and it comes again whole.
+    std::vector<uint8_t>& stale = b.stale[i];
+    const DeltaBase base = [&](size_t r, uint64_t hash) {
+      if (HashSide(stream.sides[r], b.hash) == hash) return true;
+      stale[r] = 1;
+      return false;
+    };
     Status st = DecodeDeltaMessage(
         b.inbox.at(i), b.received[i], base_generation, sizes, items,
         [&](size_t r, uint64_t offset, const uint8_t* bytes, uint64_t length) {
           writers[r].Write(offset, bytes, length);
         },
-        &modes, &direct);
+        &modes, &direct, whole ? nullptr : &base);
     for (internal::StreamWriter& w : writers) w.Flush();
     RESHARD_RETURN_NOT_OK(
         st.WithContext(internal::DescribeExchangeOp(op, PeerName(op))));
     LivePeerTraffic& peer = PeerOf(report, op.peer);
     peer.wire_bytes_received += b.received[i];
-    for (DeltaMode mode : modes) {
-      if (mode == DeltaMode::kRaw) {
+    for (size_t r = 0; r < modes.size(); ++r) {
+      if (whole && stale[r] && modes[r] != DeltaMode::kRaw) {
+        return Status::DataLoss(
+            internal::DescribeExchangeOp(op, PeerName(op)) + ": region " +
+            std::to_string(r) +
+            " of the message holds another base and did not come whole");
+      }
+      // A stale region counts once, when it comes whole.
+      if (whole != (stale[r] == 1)) continue;
+      if (modes[r] == DeltaMode::kRaw) {
         ++peer.full_regions;
         ++report->full_regions;
       } else {

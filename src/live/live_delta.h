@@ -3,23 +3,22 @@
 // the elements that changed since the last one.
 //
 // A source keeps a snapshot of every message it sends (the regions'
-// streams as last delivered), in host memory. An update after the first
-// runs in parts (by region index), each in two rounds over the peer
-// exchange:
-//  1. every target sends each source, per message, the XXH3-64 of each
-//     region's target bytes as it holds them now (its base). Meanwhile
-//     every source compares what it serves with its snapshot, encodes per
-//     region the changed elements in their smallest encoding
-//     (delta_codec.h) and brings the snapshot (and its cached hashes) up
-//     to date;
-//  2. every source checks the targets' hashes against the snapshot's
-//     before the update, re-encodes whole each region whose target holds
-//     another base (an overwritten or re-allocated target buffer: the
-//     region in full, within the same update, never a delta on a wrong
-//     base), and sends the messages.
-// A source encodes part p + 1 while its targets apply part p and hash the
-// bases of part p + 1.
-// Targets apply each region in place. Local regions are copied whole.
+// streams as last delivered), in host memory, and the XXH3-64 of each
+// region in it. An update after the first:
+//  1. in parts by region index, every source compares what it serves with
+//     its snapshot, encodes per region the changed elements in their
+//     smallest encoding (delta_codec.h), each region naming the hash of the
+//     base it applies to (the snapshot before the update), brings the
+//     snapshot and its hashes up to date, and sends the messages; every
+//     target hashes each region as it holds it, applies the change where
+//     the hash is the message's (the bytes are then in cache), and marks
+//     the region stale where it is not (an overwritten or re-allocated
+//     target buffer), never applying a change to another base. A source
+//     encodes part p + 1 while its targets check and apply part p;
+//  2. every target sends each of its sources one byte per region of every
+//     message (1: stale), and each source sends the stale regions again
+//     whole, in the same update.
+// Local regions are copied whole.
 
 #ifndef RESHARD_LIVE_LIVE_DELTA_H_
 #define RESHARD_LIVE_LIVE_DELTA_H_
@@ -56,10 +55,10 @@ class LiveDelta {
   Status Snapshot(const std::vector<internal::ExchangeOp>& ops);
 
   // One delta update over `ops` (the full update's operations, push):
-  // rounds 1 with `base_round`'s tags, rounds 2 with `data_round`'s.
-  // `base_generation` is the generation of the last update (every delta
-  // names it; a target refuses another). Counters and times go to
-  // `report`; exchange statistics of round 2 to `stats`.
+  // the stale-region flags with `base_round`'s tags, the messages with
+  // `data_round`'s. `base_generation` is the generation of the last update
+  // (every delta names it; a target refuses another). Counters and times
+  // go to `report`; exchange statistics of every round to `stats`.
   Status Run(internal::PeerExchange& exchange,
              const std::vector<internal::ExchangeOp>& ops,
              const internal::ExchangeOptions& base_round,
@@ -77,30 +76,38 @@ class LiveDelta {
   // The receive buffer of every message (once; each sized for its regions
   // raw).
   Status AllocateInbox(const std::vector<internal::ExchangeOp>& ops);
-  // Round 1's operations `which` (indices into ops): targets send the
-  // base hashes of their regions (computed here), sources receive them.
-  std::vector<internal::ExchangeOp> BaseHashRound(
-      const std::vector<internal::ExchangeOp>& ops,
-      const std::vector<size_t>& which);
-  // Round 2's operations `which` (indices into ops): encoded messages out,
-  // receive buffers in.
+  // Runs `round` (nothing if empty), adding its statistics to `stats`.
+  static Status Exchange(internal::PeerExchange& exchange,
+                         const std::vector<internal::ExchangeOp>& round,
+                         const internal::ExchangeOptions& options,
+                         internal::ExchangeStats* stats);
+  // The messages' operations `which` (indices into ops): encoded messages
+  // out, receive buffers in.
   std::vector<internal::ExchangeOp> MessageRound(
       const std::vector<internal::ExchangeOp>& ops,
       const std::vector<size_t>& which);
-  // The steps of Run over the operations `which` (indices into ops).
+  // Every operation's stale-region flags: targets send theirs, sources
+  // receive them.
+  std::vector<internal::ExchangeOp> StaleRound(
+      const std::vector<internal::ExchangeOp>& ops);
+  // Encodes the send operations among `which` against their snapshots.
   Status Encode(const std::vector<internal::ExchangeOp>& ops,
                 const std::vector<size_t>& which, uint64_t base_generation,
                 LiveReport* report);
   // Encodes send operation `op` (index i) against its snapshot.
   void EncodeOp(const internal::ExchangeOp& op, size_t i,
                 uint64_t base_generation);
-  // After round 1: checks the targets' base hashes and re-encodes whole
-  // every region whose target holds another base.
-  Status Reconcile(const std::vector<internal::ExchangeOp>& ops,
-                   const std::vector<size_t>& which, LiveReport* report);
+  // After the stale round: checks every source's flags, and encodes the
+  // send operations `which` (those with a stale region) again: stale
+  // regions whole, the others unchanged.
+  Status Resend(const std::vector<internal::ExchangeOp>& ops,
+                const std::vector<size_t>& which, uint64_t base_generation,
+                LiveReport* report);
+  // Checks and applies the received messages of `which`; `whole`: the
+  // resent messages (no base check; stale regions must come raw).
   Status Apply(const std::vector<internal::ExchangeOp>& ops,
                const std::vector<size_t>& which, uint64_t base_generation,
-               LiveReport* report);
+               LiveReport* report, bool whole = false);
 
   std::vector<uint32_t> region_itemsize_;  // by plan region
   std::unique_ptr<Buffers> buffers_;
