@@ -221,9 +221,8 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
   }
   // Regions whose target held another base: every target tells each of
   // its sources which (one byte per region, every message), and those
-  // regions come again whole.
-  // The flags are bookkeeping, not messages of the update: only their
-  // bytes count (wire bytes).
+  // regions come again whole. The flags are bookkeeping, not messages of
+  // the update: only their bytes count (wire bytes).
   internal::ExchangeStats flags;
   Status st = Exchange(exchange, StaleRound(ops), base_round, &flags);
   stats->abandoned_in_flight = flags.abandoned_in_flight;
@@ -231,15 +230,15 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
   RESHARD_RETURN_NOT_OK(st);
   std::vector<size_t> resend;
   for (size_t i = 0; i < n; ++i) {
-    const std::vector<uint8_t>& flags = b.stale[i];
-    if (std::find(flags.begin(), flags.end(), 1) != flags.end()) {
+    const std::vector<uint8_t>& stale = b.stale[i];
+    if (std::find(stale.begin(), stale.end(), 1) != stale.end()) {
       resend.push_back(i);
     }
   }
   RESHARD_RETURN_NOT_OK(Resend(ops, resend, base_generation, report));
   if (resend.empty()) return Status::OK();
   RESHARD_RETURN_NOT_OK(
-      Exchange(exchange, MessageRound(ops, resend), data_round, stats));
+      Exchange(exchange, MessageRound(ops, resend), xo, stats));
   return Apply(ops, resend, base_generation, report, /*whole=*/true);
 }
 
