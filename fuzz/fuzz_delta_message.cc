@@ -59,6 +59,7 @@ Status Decode(const std::vector<uint8_t>& message,
                    "a piece lies within its region");
         FUZZ_CHECK(offset % items[r] == 0 && length % items[r] == 0,
                    "a piece is whole elements");
+        FUZZ_CHECK(length > 0, "a piece is not empty");
         std::memcpy((*regions)[r].data() + offset, bytes, length);
       },
       &modes, direct ? &into : nullptr, refused != nullptr ? &base : nullptr);

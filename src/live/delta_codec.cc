@@ -484,7 +484,7 @@ Status DecodeRegion(size_t i, uint8_t mode, const uint8_t* p, uint64_t payload,
                                 " bytes, the region has " +
                                 std::to_string(region_bytes));
       }
-      apply(0, p, payload);
+      if (payload > 0) apply(0, p, payload);  // an empty region has no piece
       return Status::OK();
     case static_cast<uint8_t>(DeltaMode::kRuns):
       return DecodeRuns(i, p, p + payload, elements, item, apply);

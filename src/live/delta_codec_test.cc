@@ -179,6 +179,22 @@ TEST(DeltaCodecTest, ScansAndDecodesAgreeOnEveryShape) {
   }
 }
 
+// An empty region (raw, no payload) has no piece to apply: the callback is
+// never called with zero bytes (a memcpy to an empty buffer's null data).
+TEST(DeltaCodecTest, EmptyRegionsApplyNothing) {
+  std::vector<uint8_t> message;
+  BeginDeltaMessage(2, 1, &message);
+  EncodeRawRegion(nullptr, 0, &message);
+  EncodeUnchangedRegion(0, &message);
+  std::vector<DeltaMode> modes;
+  int calls = 0;
+  EXPECT_OK(DecodeDeltaMessage(
+      message.data(), message.size(), 1, {0, 0}, {2, 2},
+      [&](size_t, uint64_t, const uint8_t*, uint64_t) { ++calls; }, &modes));
+  EXPECT_EQ(calls, 0);
+  EXPECT_THAT(modes, ::testing::ElementsAre(DeltaMode::kRaw, DeltaMode::kRuns));
+}
+
 TEST(DeltaCodecTest, RegionsOfOneMessageKeepTheirOwnForms) {
   std::vector<uint8_t> a(4096, 1), b(8000, 2), c(3, 9);
   std::vector<std::vector<uint8_t>> base{a, b, c}, target{a, b, c};
