@@ -17,6 +17,16 @@
 namespace reshard::live_internal {
 namespace {
 
+// Little-endian integers, as every integer of a delta message is written.
+void StoreLe64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> 8 * i);
+}
+uint64_t LoadLe64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
 void PutU64(uint64_t v, std::vector<uint8_t>* out) {
   out->resize(out->size() + 8);
   StoreLe64(out->data() + out->size() - 8, v);
@@ -81,16 +91,6 @@ constexpr bool kHasAvx512 = false;
 constexpr size_t kRunsStepBytes = 4 << 10;
 
 }  // namespace
-
-void StoreLe64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> 8 * i);
-}
-
-uint64_t LoadLe64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
-  return v;
-}
 
 uint64_t MaxDeltaMessageBytes(uint64_t region_bytes, uint64_t regions) {
   return kDeltaMessageHeaderBytes + regions * kDeltaRegionHeaderBytes +
@@ -236,6 +236,15 @@ __attribute__((target("avx512bw"))) uint64_t DeltaRegionEncoder::ScanVector(
   constexpr uint64_t kLanes = 64 / kItem;
   constexpr uint64_t kAhead = 1024;
   const uint64_t blocks = bytes / 64;
+  // A changed block goes into the base whole (its unchanged lanes are
+  // equal anyway), and each changed lane is an element found.
+  auto changed = [&](uint64_t blk, uint64_t mask) {
+    std::memcpy(base + blk * 64, now + blk * 64, 64);
+    for (; mask != 0; mask &= mask - 1) {
+      Changed(first_element + blk * kLanes +
+              static_cast<uint64_t>(__builtin_ctzll(mask)));
+    }
+  };
   uint64_t blk = 0;
   for (; blk + 2 <= blocks; blk += 2) {
     // Both streams ahead of the loads (prefetches never fault).
@@ -254,27 +263,14 @@ __attribute__((target("avx512bw"))) uint64_t DeltaRegionEncoder::ScanVector(
     const uint64_t m1 =
         ChangedLanes512<kItem>(a1, _mm512_loadu_si512(base + blk * 64 + 64));
     if ((m0 | m1) == 0) continue;
-    _mm512_storeu_si512(base + blk * 64, a0);
-    _mm512_storeu_si512(base + blk * 64 + 64, a1);
-    for (uint64_t m = m0; m != 0; m &= m - 1) {
-      Changed(first_element + blk * kLanes +
-              static_cast<uint64_t>(__builtin_ctzll(m)));
-    }
-    for (uint64_t m = m1; m != 0; m &= m - 1) {
-      Changed(first_element + (blk + 1) * kLanes +
-              static_cast<uint64_t>(__builtin_ctzll(m)));
-    }
+    if (m0 != 0) changed(blk, m0);
+    if (m1 != 0) changed(blk + 1, m1);
   }
-  for (; blk < blocks; ++blk) {
+  if (blk < blocks) {  // an odd last block
     const __m512i a = _mm512_loadu_si512(now + blk * 64);
-    const uint64_t m0 =
+    const uint64_t m =
         ChangedLanes512<kItem>(a, _mm512_loadu_si512(base + blk * 64));
-    if (m0 == 0) continue;
-    _mm512_storeu_si512(base + blk * 64, a);
-    for (uint64_t m = m0; m != 0; m &= m - 1) {
-      Changed(first_element + blk * kLanes +
-              static_cast<uint64_t>(__builtin_ctzll(m)));
-    }
+    if (m != 0) changed(blk, m);
   }
   return blocks * 64;
 }

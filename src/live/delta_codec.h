@@ -35,11 +35,6 @@ constexpr uint32_t kDeltaMagic = 0x31445352;  // "RSD1"
 constexpr uint64_t kDeltaMessageHeaderBytes = 16;
 constexpr uint64_t kDeltaRegionHeaderBytes = 24;
 
-// Little-endian 64-bit integers, as every integer of the delta messages
-// and of the base-hash messages (live_delta.h) is written.
-void StoreLe64(uint8_t* p, uint64_t v);
-uint64_t LoadLe64(const uint8_t* p);
-
 // The largest message of regions of `region_bytes` in total, `regions` of
 // them: every region raw.
 uint64_t MaxDeltaMessageBytes(uint64_t region_bytes, uint64_t regions);
