@@ -307,6 +307,8 @@ std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
   std::string out;
   internal::CanonicalJsonWriter w(&out);
   w.BeginObject();
+  // delta: per update, the slowest rank's seconds hashing and applying.
+  if (a.delta) KeySeconds(&w, "apply_seconds", r.apply_seconds);
   w.KeyUInt("bytes", r.bytes);
   // delta: per update, regions received as changes and whole.
   auto per_update = [&](const char* key, const std::vector<uint64_t>& v) {
@@ -316,6 +318,7 @@ std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
     w.EndArray();
   };
   if (a.delta) per_update("delta_regions", r.delta_regions);
+  if (a.delta) KeySeconds(&w, "encode_seconds", r.encode_seconds);
   if (a.updates > 0) KeySeconds(&w, "fixed_seconds", FixedSeconds(r));
   if (a.delta) per_update("full_regions", r.full_regions);
   KeyFixed(&w, "gbps", Gbps(r), 3);

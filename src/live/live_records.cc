@@ -366,9 +366,13 @@ std::string EncodeReportRecord(const ReportRecord& r) {
   std::string out;
   CanonicalJsonWriter w(&out);
   w.BeginObject();
+  w.Key("apply_ns");
+  w.IntArray(r.apply_ns);
   w.KeyUInt("bytes", r.bytes);
   w.Key("delta_regions");
   w.IntArray(r.delta_regions);
+  w.Key("encode_ns");
+  w.IntArray(r.encode_ns);
   w.KeyString("error", ValidUtf8(Shorten(r.error, kMaxRecordedText)));
   w.Key("full_regions");
   w.IntArray(r.full_regions);
@@ -399,10 +403,10 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   RESHARD_ASSIGN_OR_RETURN(
       auto p,
       Parse(text, kKind, key,
-            {"bytes", "delta_regions", "error", "full_regions", "messages",
-             "mismatch", "open_ns", "operations", "packed_messages", "plan_ns",
-             "rank", "ready", "snapshot_bytes", "transfer_ns", "update_ns",
-             "verified", "wire_bytes"}));
+            {"apply_ns", "bytes", "delta_regions", "encode_ns", "error",
+             "full_regions", "messages", "mismatch", "open_ns", "operations",
+             "packed_messages", "plan_ns", "rank", "ready", "snapshot_bytes",
+             "transfer_ns", "update_ns", "verified", "wire_bytes"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   ReportRecord r;
   r.rank = rank;
@@ -425,7 +429,9 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   if (!wire.ok()) return wire.status().WithContext(What(kKind, key));
   r.wire_bytes = wire->ToVector();
   for (auto [name, out] : {std::pair{"delta_regions", &r.delta_regions},
-                           std::pair{"full_regions", &r.full_regions}}) {
+                           std::pair{"full_regions", &r.full_regions},
+                           std::pair{"encode_ns", &r.encode_ns},
+                           std::pair{"apply_ns", &r.apply_ns}}) {
     auto list = p.obj.IntArray(name);
     if (!list.ok()) return list.status().WithContext(What(kKind, key));
     *out = list->ToVector();

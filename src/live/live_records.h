@@ -106,6 +106,8 @@ Result<OutcomeRecord> DecodeOutcomeRecord(std::string_view text,
 // {"bytes":B,"error":"...","messages":M,"mismatch":"...","open_ns":T,
 //  "operations":O,"packed_messages":P,"plan_ns":T,"rank":R,"ready":bool,
 //  "transfer_ns":T,"update_ns":[T,...],"verified":bool}
+// (plus the per-update arrays below: apply_ns, delta_regions, encode_ns,
+// full_regions, wire_bytes).
 // `error` is empty when the rank succeeded; `verified` is then true unless
 // its targets differ (`mismatch`).
 struct ReportRecord {
@@ -128,6 +130,10 @@ struct ReportRecord {
   // the rank's snapshot bytes.
   std::vector<int64_t> delta_regions;
   std::vector<int64_t> full_regions;
+  // Delta updates: the rank's seconds encoding what it sent and hashing and
+  // applying what it received, per update (nanoseconds).
+  std::vector<int64_t> encode_ns;
+  std::vector<int64_t> apply_ns;
   uint64_t snapshot_bytes = 0;
   std::string mismatch;
   std::string error;

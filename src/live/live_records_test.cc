@@ -65,7 +65,7 @@ TEST(LiveRecordsTest, RoundTrips) {
   const std::string text = EncodeReportRecord(report);
   EXPECT_EQ(
       text,
-      R"({"bytes":1048576,"delta_regions":[],"error":"","full_regions":[],"messages":7,"mismatch":"",)"
+      R"({"apply_ns":[],"bytes":1048576,"delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":7,"mismatch":"",)"
       R"("open_ns":0,"operations":7,"packed_messages":2,)"
       R"("plan_ns":1500,"rank":1,"ready":true,"snapshot_bytes":0,)"
       R"("transfer_ns":123456789,"update_ns":[],"verified":true,)"
@@ -78,11 +78,15 @@ TEST(LiveRecordsTest, RoundTrips) {
   report.delta_regions = {0, 5};
   report.full_regions = {9, 1};
   report.snapshot_bytes = 4096;
+  report.encode_ns = {0, 250000};
+  report.apply_ns = {0, 125000};
   ASSERT_OK_AND_ASSIGN(
       back, DecodeReportRecord(EncodeReportRecord(report), "s/report/1", 1));
   EXPECT_EQ(back.delta_regions, report.delta_regions);
   EXPECT_EQ(back.full_regions, report.full_regions);
   EXPECT_EQ(back.snapshot_bytes, 4096u);
+  EXPECT_EQ(back.encode_ns, report.encode_ns);
+  EXPECT_EQ(back.apply_ns, report.apply_ns);
 }
 
 // The launcher used to read "key=value" lines with stoull: a malformed
@@ -97,28 +101,28 @@ TEST(LiveRecordsTest, MalformedReportsAreErrorsNamingTheRecord) {
       {"verified=1\nbytes=lots\n",
        "malformed report record s/report/1: invalid JSON: "},
       {"", "malformed report record s/report/1: invalid JSON: "},
-      {R"({"bytes":"1","delta_regions":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
+      {R"({"apply_ns":[],"bytes":"1","delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
        R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"snapshot_bytes":0,)"
        R"("transfer_ns":0,"update_ns":[],"verified":true,)"
        R"("wire_bytes":[]})",
        "malformed report record s/report/1: bytes must be an integer"},
-      {R"({"bytes":-1,"delta_regions":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
+      {R"({"apply_ns":[],"bytes":-1,"delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
        R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"snapshot_bytes":0,)"
        R"("transfer_ns":0,"update_ns":[],"verified":true,)"
        R"("wire_bytes":[]})",
        "malformed report record s/report/1: bytes must fit in an unsigned "
        "64-bit integer"},
-      {R"({"bytes":0,"delta_regions":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
+      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
        R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"snapshot_bytes":0,)"
        R"("transfer_ns":0,"update_ns":[],"verified":1,)"
        R"("wire_bytes":[]})",
        "malformed report record s/report/1: verified must be a boolean"},
-      {R"({"bytes":0,"delta_regions":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
+      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
        R"("packed_messages":0,"plan_ns":0,"rank":0,"ready":false,"snapshot_bytes":0,)"
        R"("transfer_ns":0,"update_ns":[],"verified":true,)"
        R"("wire_bytes":[]})",
        "malformed report record s/report/1: rank 0 under the key of rank 1"},
-      {R"({"bytes":0,"delta_regions":[],"error":"boom","full_regions":[],)"
+      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"boom","full_regions":[],)"
        R"("messages":0,"mismatch":"",)"
        R"("open_ns":0,"operations":0,"packed_messages":0,"plan_ns":0,"rank":1,)"
        R"("ready":false,"snapshot_bytes":0,"transfer_ns":0,"update_ns":[],)"

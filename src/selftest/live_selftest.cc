@@ -128,6 +128,8 @@ Result<SelfTestReport> RunUpdates(
     report.wire_bytes.push_back(u.wire_bytes);
     report.delta_regions.push_back(u.delta_regions);
     report.full_regions.push_back(u.full_regions);
+    report.encode_seconds.push_back(u.encode_seconds);
+    report.apply_seconds.push_back(u.apply_seconds);
     report.operations = u.operations;
     report.messages = u.messages_sent + u.gets;
     report.packed_messages = u.packed_messages;
@@ -273,9 +275,14 @@ std::string ReportOf(uint32_t r, const Result<SelfTestReport>& report) {
   rec.plan_ns = static_cast<uint64_t>(report->plan_seconds * 1e9);
   rec.transfer_ns = static_cast<uint64_t>(report->seconds * 1e9);
   rec.open_ns = static_cast<uint64_t>(report->open_seconds * 1e9);
-  for (double u : report->update_seconds) {
-    rec.update_ns.push_back(static_cast<int64_t>(u * 1e9));
-  }
+  auto nanos = [](const std::vector<double>& seconds) {
+    std::vector<int64_t> out;
+    for (double s : seconds) out.push_back(static_cast<int64_t>(s * 1e9));
+    return out;
+  };
+  rec.update_ns = nanos(report->update_seconds);
+  rec.encode_ns = nanos(report->encode_seconds);
+  rec.apply_ns = nanos(report->apply_seconds);
   for (uint64_t w : report->wire_bytes) {
     rec.wire_bytes.push_back(static_cast<int64_t>(w));
   }
@@ -559,6 +566,15 @@ void AddPerUpdate(const std::vector<int64_t>& rank,
   }
 }
 
+// Per update, the slowest rank's nanoseconds as seconds.
+void MaxPerUpdate(const std::vector<int64_t>& rank,
+                  std::vector<double>* slowest) {
+  if (slowest->size() < rank.size()) slowest->resize(rank.size(), 0.0);
+  for (size_t k = 0; k < rank.size(); ++k) {
+    (*slowest)[k] = std::max((*slowest)[k], rank[k] / 1e9);
+  }
+}
+
 // The ranks' reports summed, and why the run failed if it did: a rank that
 // died or failed without a report, else a rank's own error (a malformed
 // report is one), else an echo of another rank's abort.
@@ -604,13 +620,9 @@ class ReportCollector {
     total_.ranks_ready += rec->ready ? 1 : 0;
     total_.seconds = std::max(total_.seconds, rec->transfer_ns / 1e9);
     total_.open_seconds = std::max(total_.open_seconds, rec->open_ns / 1e9);
-    if (total_.update_seconds.size() < rec->update_ns.size()) {
-      total_.update_seconds.resize(rec->update_ns.size(), 0.0);
-    }
-    for (size_t k = 0; k < rec->update_ns.size(); ++k) {
-      total_.update_seconds[k] =
-          std::max(total_.update_seconds[k], rec->update_ns[k] / 1e9);
-    }
+    MaxPerUpdate(rec->update_ns, &total_.update_seconds);
+    MaxPerUpdate(rec->encode_ns, &total_.encode_seconds);
+    MaxPerUpdate(rec->apply_ns, &total_.apply_seconds);
     AddPerUpdate(rec->wire_bytes, &total_.wire_bytes);
     AddPerUpdate(rec->delta_regions, &total_.delta_regions);
     AddPerUpdate(rec->full_regions, &total_.full_regions);

@@ -130,6 +130,10 @@ struct SelfTestReport {
   // per update; the ranks' snapshot bytes, summed.
   std::vector<uint64_t> delta_regions;
   std::vector<uint64_t> full_regions;
+  // delta: per update, the slowest rank's seconds encoding what it sent
+  // and hashing and applying what it received.
+  std::vector<double> encode_seconds;
+  std::vector<double> apply_seconds;
   uint64_t snapshot_bytes = 0;
 };
 

@@ -245,7 +245,8 @@ def ucx_selftest_json(pair_paths, procs, *extra):
 # selftest --delta: only changed elements travel after the first update
 # ---------------------------------------------------------------------------
 
-DELTA_KEYS = sorted(UCX_KEYS + ["delta_regions", "fixed_seconds",
+DELTA_KEYS = sorted(UCX_KEYS + ["apply_seconds", "delta_regions",
+                                "encode_seconds", "fixed_seconds",
                                 "full_regions", "open_seconds",
                                 "snapshot_bytes", "update_seconds",
                                 "updates"])
@@ -280,6 +281,12 @@ def delta_selftest(fraction, *extra):
           "the first update moves every byte: %r" % wire)
     check(report["snapshot_bytes"] == report["bytes"],
           "snapshot of every byte sent: %r" % report)
+    # The first update is full: nothing encoded or applied as a delta;
+    # every later one scans its sources and hashes its targets.
+    for key in ("encode_seconds", "apply_seconds"):
+        seconds = report[key]
+        check(len(seconds) == 3 and seconds[0] == 0 and
+              all(s > 0 for s in seconds[1:]), "%s: %r" % (key, seconds))
     return report
 
 
@@ -613,7 +620,8 @@ def ucx_failed_rank_fails_the_run_whatever_its_report_says():
         "open_ns": 0, "operations": 1, "packed_messages": 0, "plan_ns": 1,
         "rank": 1, "ready": True, "transfer_ns": 1, "update_ns": [],
         "wire_bytes": [], "delta_regions": [], "full_regions": [],
-        "snapshot_bytes": 0, "verified": True},
+        "encode_ns": [], "apply_ns": [], "snapshot_bytes": 0,
+        "verified": True},
         sort_keys=True, separators=(",", ":")).encode()
     # Rank 1 reports well after it publishes; should it ever report before
     # the forged record lands, run again.
