@@ -124,12 +124,13 @@ Result<std::string> RunPlan(const PlanArgs& a) {
     return Status::InvalidArgument(
         "--gbps must be a positive finite number of GB/s");
   }
-  RESHARD_ASSIGN_OR_RETURN(std::string source_text,
-                           ReadFile(a.source, InputKind::kPlacement));
-  // The target decodes on a second core while the source does below
-  // (validation is CPU-bound); the target's error still comes first.
+  // The target is read and decoded on a second core while the source is
+  // here (both are CPU-bound); a source that cannot be read fails first,
+  // else the target's error comes first.
   auto target =
       std::async(std::launch::async, [&a] { return LoadPlacement(a.target); });
+  RESHARD_ASSIGN_OR_RETURN(std::string source_text,
+                           ReadFile(a.source, InputKind::kPlacement));
   PlanOptions options;
   if (!a.participant.empty()) options.target_participant_id = a.participant;
   options.convert = a.convert;

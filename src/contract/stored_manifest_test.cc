@@ -177,6 +177,17 @@ TEST(StoredPlanTest, PlanningFromTheStoreMatchesTheLivePlanInBytes) {
       EXPECT_LE(r.source_base_offset + r.bytes, sf.nbytes + 0u)
           << from_store->DescribeRegion(r);
     }
+    // Planned on three threads (the tables of both sides at once), the
+    // same plan.
+    PlanOptions threads;
+    threads.threads = 3;
+    auto parallel = LogicalTransferPlan::MakeFromStored(stored, dst, threads);
+    ASSERT_OK(parallel);
+    EXPECT_EQ(parallel->source_fragments(), from_store->source_fragments());
+    EXPECT_EQ(parallel->target_fragments(), from_store->target_fragments());
+    EXPECT_EQ(parallel->regions(), from_store->regions());
+    EXPECT_EQ(parallel->traffic(), from_store->traffic());
+    EXPECT_EQ(PlanSummaryToJson(*parallel), PlanSummaryToJson(*from_store));
   }
 }
 

@@ -8,11 +8,13 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 
 #include "plan/geometry.h"
 #include "reshard/plan.h"
+#include "util/claimed_runs.h"
 #include "util/string_sort.h"
 
 namespace reshard {
@@ -52,6 +54,11 @@ using AxisKey = std::array<int64_t, 4>;
 class TensorIndex {
  public:
   static constexpr uint32_t kNotPlanned = UINT32_MAX;
+
+  TensorIndex() = default;
+  // The same ids with caches of its own: one index per thread.
+  TensorIndex(const TensorIndex& other) : map_(other.map_) {}
+  TensorIndex& operator=(const TensorIndex&) = delete;
 
   void Add(std::string_view id, uint32_t index) { map_.emplace(id, index); }
   // The index of `id`; nullptr if the plan does not need the tensor.
@@ -501,12 +508,16 @@ class Planner {
     RESHARD_RETURN_NOT_OK(p.SelectTargetParts());
     RESHARD_RETURN_NOT_OK(p.CheckByteTotal());
     RESHARD_RETURN_NOT_OK(p.SelectTensors());
+    p.ChooseThreads();
     p.BuildFragmentTables();
     RESHARD_RETURN_NOT_OK(p.Intersect());
     p.Balance();
-    p.ComputeGeometry();
+    // Geometry writes the regions' offsets and loops, the summary reads
+    // their fragments and bytes: on two threads when planning on several.
+    ForEachClaimed(2, std::min(p.threads_, 2u), [&p](size_t step, unsigned) {
+      step == 0 ? p.ComputeGeometry() : p.Summarise();
+    });
     p.SortRegions();
-    p.Summarise();
     return LogicalTransferPlan(std::move(p.impl_));
   }
 
@@ -528,8 +539,13 @@ class Planner {
   Status CheckByteTotal() const;
   // Step 1: tensor sets and descriptors; fills tensors and the index.
   Status SelectTensors();
-  // Fragment tables and participants of both sides, with id order.
+  // PlanOptions::threads for this plan's size.
+  void ChooseThreads();
+  // Fragment tables and participants of both sides, with id order (the
+  // sides on two threads when planning on several).
   void BuildFragmentTables();
+  void BuildSourceTable(const TensorIndex& index);
+  void BuildTargetTable();
   // Steps 2-4: per tensor, the source tiling, candidates and regions.
   Status Intersect();
   Status IntersectTensor(uint32_t t);
@@ -540,7 +556,8 @@ class Planner {
   // Step 7: (target fragment id, target base offset, source fragment id,
   // source base offset).
   void SortRegions();
-  // Step 7: totals, per-participant bytes, traffic and pipeline routes.
+  // Step 7: totals, per-participant bytes, traffic and pipeline routes
+  // (sums: the regions' order does not matter; segments are Geometry's).
   void Summarise();
   void AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes);
   void MergeTraffic(TrafficPairs* traffic);
@@ -549,6 +566,7 @@ class Planner {
   const WeightPlacementManifest& target_;
   const PlanOptions& options_;
   std::shared_ptr<LogicalTransferPlan::Impl> impl_;
+  unsigned threads_ = 1;
 
   std::vector<const WeightPlacementPart*> target_parts_;
   std::vector<const TensorDescriptor*> plan_tensors_;  // target descriptors
@@ -667,11 +685,40 @@ Status Planner::SelectTensors() {
   return Status::OK();
 }
 
+void Planner::ChooseThreads() {
+  // Beyond this many, threads only cost: the work is split in a few runs
+  // per thread, and a huge count from a caller is taken as "many".
+  constexpr uint32_t kMostThreads = 64;
+  if (options_.threads != 0) {
+    threads_ = std::min(options_.threads, kMostThreads);
+    return;
+  }
+  size_t fragments = source_.fragment_count;
+  for (const auto* part : target_parts_) fragments += part->fragments().size();
+  threads_ = fragments < PlanOptions::kParallelPlanFragments
+                 ? 1
+                 : std::clamp(std::thread::hardware_concurrency(), 1u,
+                              PlanOptions::kMaxPlanThreads);
+}
+
 void Planner::BuildFragmentTables() {
   source_by_tensor_.resize(plan_tensors_.size());
+  target_by_tensor_.resize(plan_tensors_.size());
+  box_dims_ = 0;
+  for (const auto* t : plan_tensors_)
+    box_dims_ = std::max(box_dims_, t->ndim());
+  // The sides fill disjoint tables; the source's thread looks tensors up
+  // in an index of its own (TensorIndex caches its lookups).
+  const TensorIndex source_index(tensor_index_);
+  ForEachClaimed(2, std::min(threads_, 2u), [&](size_t side, unsigned) {
+    side == 0 ? BuildSourceTable(source_index) : BuildTargetTable();
+  });
+}
+
+void Planner::BuildSourceTable(const TensorIndex& index) {
   impl_->source_fragments.reserve(source_.fragment_count);
   std::vector<uint32_t> table_index;
-  source_.add_fragments(tensor_index_,
+  source_.add_fragments(index,
                         {impl_->source_participants, impl_->source_fragments,
                          source_by_tensor_, table_index});
   if (source_.placement != nullptr) {
@@ -680,15 +727,14 @@ void Planner::BuildFragmentTables() {
   } else {
     AssignOrder(&impl_->source_fragments);
   }
-  target_by_tensor_.resize(plan_tensors_.size());
+}
+
+void Planner::BuildTargetTable() {
   size_t target_count = 0;
   for (const auto* part : target_parts_) {
     target_count += part->fragments().size();
   }
   impl_->target_fragments.reserve(target_count);
-  box_dims_ = 0;
-  for (const auto* t : plan_tensors_)
-    box_dims_ = std::max(box_dims_, t->ndim());
   target_box_.resize(target_count * 2 * box_dims_);
   target_nbytes_.resize(target_count);
   std::vector<uint32_t> part_tensor;
@@ -852,6 +898,7 @@ void Planner::ComputeGeometry() {
   const auto& sfr = impl_->source_fragments;
   const auto& tfr = impl_->target_fragments;
   auto& regions = impl_->regions;
+  uint64_t segments = 0;
   for (size_t i = 0; i < regions.size(); ++i) {
     // Regions reach their fragments in random order: start the boxes'
     // misses a few regions ahead.
@@ -873,7 +920,11 @@ void Planner::ComputeGeometry() {
     r.inner_bytes = g.inner_bytes;
     r.loops = std::move(g.loops);
     r.segments = g.segments;
+    segments += g.segments;
   }
+  // The summary's one figure that geometry makes (Summarise, perhaps
+  // running meanwhile, writes the others).
+  impl_->summary.segments = segments;
 }
 
 void Planner::SortRegions() {
@@ -960,7 +1011,7 @@ void Planner::Summarise() {
   }
 }
 
-// One pass over the sorted regions: target bytes, region totals, used
+// One pass over the regions (in any order): target bytes, region totals, used
 // source fragments, traffic pairs and route totals.
 void Planner::AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes) {
   const auto& sfr = impl_->source_fragments;
@@ -1013,7 +1064,6 @@ void Planner::AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes) {
     route->second += r.bytes;
     used[r.source_fragment] = true;
     sum.regions += 1;
-    sum.segments += r.segments;
     sum.bytes += r.bytes;
   }
   sum.source_fragments_used = std::count(used.begin(), used.end(), true);

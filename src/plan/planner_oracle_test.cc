@@ -421,6 +421,22 @@ bool Execute(const LogicalTransferPlan& plan,
   return true;
 }
 
+// Every part of two plans equal: ids, tables, regions in order, totals.
+bool SamePlan(const LogicalTransferPlan& a, const LogicalTransferPlan& b) {
+  return a.source_placement_id() == b.source_placement_id() &&
+         a.target_placement_id() == b.target_placement_id() &&
+         a.tensors() == b.tensors() &&
+         a.source_fragments() == b.source_fragments() &&
+         a.target_fragments() == b.target_fragments() &&
+         a.regions() == b.regions() &&
+         a.pipeline_routes() == b.pipeline_routes() &&
+         a.source_participants() == b.source_participants() &&
+         a.source_bytes() == b.source_bytes() &&
+         a.target_participants() == b.target_participants() &&
+         a.target_bytes() == b.target_bytes() && a.traffic() == b.traffic() &&
+         PlanSummaryToJson(a) == PlanSummaryToJson(b);
+}
+
 struct OracleStats {
   int executed = 0;
   int regenerated = 0;
@@ -458,6 +474,15 @@ OracleStats RunOracle(const OracleOptions& o) {
     auto plan = LogicalTransferPlan::Make(*source, *target, options);
     if (!plan.ok()) {
       ADD_FAILURE() << plan.status().ToString();
+      return st;
+    }
+    // Planned on several threads (whatever the size), the same plan.
+    options.threads = 2 + st.executed % 3;
+    auto parallel = LogicalTransferPlan::Make(*source, *target, options);
+    if (!parallel.ok() || !SamePlan(*plan, *parallel)) {
+      ADD_FAILURE() << "planned on " << options.threads
+                    << " threads, the plan differs: "
+                    << parallel.status().ToString();
       return st;
     }
     st.local += c.local_target.has_value();
