@@ -59,8 +59,9 @@ struct PlanOptions {
   // Threads that plan: 0 (automatic) plans on up to kMaxPlanThreads of the
   // machine's cores when the placements hold at least
   // kParallelPlanFragments fragments, else on the calling thread; 1 always
-  // on the calling thread; N > 1 on N whatever the size. The plan is the
-  // same byte for byte whatever the threads.
+  // on the calling thread; N > 1 on N whatever the size (today at most
+  // two steps run at once). The plan is the same byte for byte whatever
+  // the threads.
   uint32_t threads = 0;
   static constexpr uint32_t kMaxPlanThreads = 4;
   static constexpr size_t kParallelPlanFragments = size_t{1} << 16;

@@ -686,8 +686,8 @@ Status Planner::SelectTensors() {
 }
 
 void Planner::ChooseThreads() {
-  // Beyond this many, threads only cost: the work is split in a few runs
-  // per thread, and a huge count from a caller is taken as "many".
+  // A huge count from a caller is taken as "many" (today at most two steps
+  // run at once: the tables of both sides, geometry beside the summary).
   constexpr uint32_t kMostThreads = 64;
   if (options_.threads != 0) {
     threads_ = std::min(options_.threads, kMostThreads);
