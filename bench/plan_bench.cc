@@ -240,7 +240,11 @@ Result<Round> RunRound(const Case& c, const WeightPlacementManifest& src,
     if (!target.get().ok()) std::abort();
   });
   Result<LogicalTransferPlan> plan = Status::Internal("not run");
-  out.planning = Time([&] { plan = LogicalTransferPlan::Make(src, dst); });
+  // One core, as the rows say (the command's two threads are cli_bench's).
+  PlanOptions one_core;
+  one_core.threads = 1;
+  out.planning =
+      Time([&] { plan = LogicalTransferPlan::Make(src, dst, one_core); });
   if (!plan.ok()) {
     return Status::Internal(std::string(c.name) + ": " +
                             plan.status().ToString());
