@@ -512,6 +512,22 @@ TEST(PlannerTest, Deterministic) {
   EXPECT_EQ(a->traffic(), c->traffic());
   EXPECT_EQ(PlanSummaryToJson(*a), PlanSummaryToJson(*c));
   CheckInvariants(*a);
+  // On any number of threads, an absurd one included, the same plan.
+  for (uint32_t threads : {2u, 7u, UINT32_MAX}) {
+    SCOPED_TRACE(threads);
+    PlanOptions options;
+    options.threads = threads;
+    auto d = LogicalTransferPlan::Make(s2, t2, options);
+    ASSERT_OK(d);
+    EXPECT_EQ(d->regions(), a->regions());
+    EXPECT_EQ(d->source_fragments(), a->source_fragments());
+    EXPECT_EQ(d->target_fragments(), a->target_fragments());
+    EXPECT_EQ(d->source_participants(), a->source_participants());
+    EXPECT_EQ(d->target_participants(), a->target_participants());
+    EXPECT_EQ(d->pipeline_routes(), a->pipeline_routes());
+    EXPECT_EQ(d->traffic(), a->traffic());
+    EXPECT_EQ(PlanSummaryToJson(*d), PlanSummaryToJson(*a));
+  }
 }
 
 // ---------------------------------------------------------------------------
