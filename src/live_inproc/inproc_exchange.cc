@@ -285,7 +285,10 @@ class InprocExchange final : public PeerExchange {
     ++st.messages_received;
     st.bytes_received += message.size();
     if (op.buffer != nullptr && message.size() <= op.buffer_bytes) {
-      std::memcpy(op.buffer, message.data(), message.size());
+      // An empty message has no data to copy (its data() may be null).
+      if (!message.empty()) {
+        std::memcpy(op.buffer, message.data(), message.size());
+      }
       *op.received = message.size();
       return Status::OK();
     }
