@@ -514,7 +514,7 @@ class Planner {
     p.Balance();
     // Geometry writes the regions' offsets and loops, the summary reads
     // their fragments and bytes: on two threads when planning on several.
-    ForEachClaimed(2, std::min(p.threads_, 2u), [&p](size_t step, unsigned) {
+    ForEachClaimed(2, p.threads_, [&p](size_t step, unsigned) {
       step == 0 ? p.ComputeGeometry() : p.Summarise();
     });
     p.SortRegions();
@@ -539,7 +539,7 @@ class Planner {
   Status CheckByteTotal() const;
   // Step 1: tensor sets and descriptors; fills tensors and the index.
   Status SelectTensors();
-  // PlanOptions::threads for this plan's size.
+  // The threads this plan runs on (PlanOptions::threads, its size).
   void ChooseThreads();
   // Fragment tables and participants of both sides, with id order (the
   // sides on two threads when planning on several).
@@ -566,7 +566,7 @@ class Planner {
   const WeightPlacementManifest& target_;
   const PlanOptions& options_;
   std::shared_ptr<LogicalTransferPlan::Impl> impl_;
-  unsigned threads_ = 1;
+  unsigned threads_ = 1;  // 1 or 2: see ChooseThreads
 
   std::vector<const WeightPlacementPart*> target_parts_;
   std::vector<const TensorDescriptor*> plan_tensors_;  // target descriptors
@@ -686,19 +686,20 @@ Status Planner::SelectTensors() {
 }
 
 void Planner::ChooseThreads() {
-  // A huge count from a caller is taken as "many" (today at most two steps
-  // run at once: the tables of both sides, geometry beside the summary).
-  constexpr uint32_t kMostThreads = 64;
-  if (options_.threads != 0) {
-    threads_ = std::min(options_.threads, kMostThreads);
-    return;
+  unsigned threads = options_.threads;
+  if (threads == 0) {
+    size_t fragments = source_.fragment_count;
+    for (const auto* part : target_parts_) {
+      fragments += part->fragments().size();
+    }
+    threads = fragments < PlanOptions::kParallelPlanFragments
+                  ? 1
+                  : std::clamp(std::thread::hardware_concurrency(), 1u,
+                               PlanOptions::kMaxPlanThreads);
   }
-  size_t fragments = source_.fragment_count;
-  for (const auto* part : target_parts_) fragments += part->fragments().size();
-  threads_ = fragments < PlanOptions::kParallelPlanFragments
-                 ? 1
-                 : std::clamp(std::thread::hardware_concurrency(), 1u,
-                              PlanOptions::kMaxPlanThreads);
+  // Today at most two steps run at once (the tables of both sides, the
+  // geometry beside the summary): more threads would be idle.
+  threads_ = std::min(threads, 2u);
 }
 
 void Planner::BuildFragmentTables() {
@@ -710,7 +711,7 @@ void Planner::BuildFragmentTables() {
   // The sides fill disjoint tables; the source's thread looks tensors up
   // in an index of its own (TensorIndex caches its lookups).
   const TensorIndex source_index(tensor_index_);
-  ForEachClaimed(2, std::min(threads_, 2u), [&](size_t side, unsigned) {
+  ForEachClaimed(2, threads_, [&](size_t side, unsigned) {
     side == 0 ? BuildSourceTable(source_index) : BuildTargetTable();
   });
 }
