@@ -7,6 +7,7 @@
 
 #include "reshard/plan.h"
 #include "testing/placement_builders.h"
+#include "testing/plan_testing.h"
 #include "testing/status_testing.h"
 
 namespace reshard {
@@ -183,11 +184,7 @@ TEST(StoredPlanTest, PlanningFromTheStoreMatchesTheLivePlanInBytes) {
     threads.threads = 3;
     auto parallel = LogicalTransferPlan::MakeFromStored(stored, dst, threads);
     ASSERT_OK(parallel);
-    EXPECT_EQ(parallel->source_fragments(), from_store->source_fragments());
-    EXPECT_EQ(parallel->target_fragments(), from_store->target_fragments());
-    EXPECT_EQ(parallel->regions(), from_store->regions());
-    EXPECT_EQ(parallel->traffic(), from_store->traffic());
-    EXPECT_EQ(PlanSummaryToJson(*parallel), PlanSummaryToJson(*from_store));
+    testing::ExpectSamePlan(*parallel, *from_store);
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "reshard/plan.h"
 #include "testing/placement_builders.h"
+#include "testing/plan_testing.h"
 #include "testing/status_testing.h"
 
 namespace reshard {
@@ -505,12 +506,7 @@ TEST(PlannerTest, Deterministic) {
   ASSERT_OK(b);
   ASSERT_OK(c);
   EXPECT_EQ(a->regions(), b->regions());
-  EXPECT_EQ(a->regions(), c->regions());
-  EXPECT_EQ(a->source_fragments(), c->source_fragments());
-  EXPECT_EQ(a->target_fragments(), c->target_fragments());
-  EXPECT_EQ(a->pipeline_routes(), c->pipeline_routes());
-  EXPECT_EQ(a->traffic(), c->traffic());
-  EXPECT_EQ(PlanSummaryToJson(*a), PlanSummaryToJson(*c));
+  testing::ExpectSamePlan(*c, *a);
   CheckInvariants(*a);
   // On any number of threads, an absurd one included, the same plan.
   for (uint32_t threads : {2u, 7u, UINT32_MAX}) {
@@ -519,14 +515,7 @@ TEST(PlannerTest, Deterministic) {
     options.threads = threads;
     auto d = LogicalTransferPlan::Make(s2, t2, options);
     ASSERT_OK(d);
-    EXPECT_EQ(d->regions(), a->regions());
-    EXPECT_EQ(d->source_fragments(), a->source_fragments());
-    EXPECT_EQ(d->target_fragments(), a->target_fragments());
-    EXPECT_EQ(d->source_participants(), a->source_participants());
-    EXPECT_EQ(d->target_participants(), a->target_participants());
-    EXPECT_EQ(d->pipeline_routes(), a->pipeline_routes());
-    EXPECT_EQ(d->traffic(), a->traffic());
-    EXPECT_EQ(PlanSummaryToJson(*d), PlanSummaryToJson(*a));
+    testing::ExpectSamePlan(*d, *a);
   }
 }
 
