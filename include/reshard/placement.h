@@ -209,7 +209,21 @@ struct PlacementFragmentSpec {
   std::optional<int64_t> pipeline_stage_id;
 };
 
+class PlacementFragment;
+
+namespace internal {
+// PlacementFragment::Make for decoders and generators that make many
+// fragments of few tensors: the fragment shares `tensor_id` (non-null)
+// instead of holding a copy; spec.tensor_id is ignored.
+Result<PlacementFragment> MakeFragmentSharingTensorId(
+    PlacementFragmentSpec spec, std::shared_ptr<const std::string> tensor_id);
+}  // namespace internal
+
 // An address-free N-D box of one tensor held by one parallel rank.
+//
+// A placement of a trillion-parameter model holds a million of these: the
+// fields are kept compactly (the tensor id shared with the tensor's other
+// fragments where the maker allows, the aliases out of line).
 class PlacementFragment {
  public:
   // Validates the fragment on its own (rules 3, 10): offsets >= 0, extents
@@ -217,25 +231,37 @@ class PlacementFragment {
   // checked when the fragment joins a part.
   static Result<PlacementFragment> Make(PlacementFragmentSpec spec);
 
-  const std::string& placement_fragment_id() const {
-    return s_.placement_fragment_id.value();
-  }
-  const std::string& tensor_id() const { return s_.tensor_id; }
-  const Dims& global_offset() const { return s_.global_offset; }
-  const Dims& local_shape() const { return s_.local_shape; }
-  uint64_t nbytes() const { return s_.nbytes; }
-  const ParallelRank& rank() const { return s_.rank; }
-  const std::vector<std::string>& aliases() const { return s_.aliases; }
+  const std::string& placement_fragment_id() const { return id_; }
+  const std::string& tensor_id() const { return *tensor_id_; }
+  const Dims& global_offset() const { return global_offset_; }
+  const Dims& local_shape() const { return local_shape_; }
+  uint64_t nbytes() const { return nbytes_; }
+  const ParallelRank& rank() const { return rank_; }
+  const std::vector<std::string>& aliases() const;
   const std::optional<int64_t>& pipeline_stage_id() const {
-    return s_.pipeline_stage_id;
+    return pipeline_stage_id_;
   }
 
   friend bool operator==(const PlacementFragment& a,
                          const PlacementFragment& b);
 
  private:
-  explicit PlacementFragment(PlacementFragmentSpec s) : s_(std::move(s)) {}
-  PlacementFragmentSpec s_;
+  friend Result<PlacementFragment> internal::MakeFragmentSharingTensorId(
+      PlacementFragmentSpec spec, std::shared_ptr<const std::string> tensor_id);
+  PlacementFragment(PlacementFragmentSpec s,
+                    std::shared_ptr<const std::string> tensor_id);
+  static Result<PlacementFragment> Validated(
+      PlacementFragmentSpec s, std::shared_ptr<const std::string> tensor_id);
+
+  std::shared_ptr<const std::string> tensor_id_;  // never null
+  std::string id_;
+  Dims global_offset_;
+  Dims local_shape_;
+  uint64_t nbytes_ = 0;
+  ParallelRank rank_;
+  // Null when the fragment has no alias group (almost always).
+  std::shared_ptr<const std::vector<std::string>> aliases_;
+  std::optional<int64_t> pipeline_stage_id_;
 };
 
 // The canonical placement_fragment_id of a fragment's logical content.

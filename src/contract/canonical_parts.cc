@@ -22,6 +22,16 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 // must be exactly what the canonical writer makes of the decoded text (so
 // "\u00e9" is read, "\u00E9" and a raw "\xc3\xa9" are not).
 bool CanonicalPartsScanner::ReadString(std::string* out) {
+  std::string_view view;
+  if (!ReadStringView(&view, out)) return false;
+  if (view.data() != out->data()) out->assign(view);
+  return true;
+}
+
+// ReadString's string as a view: of the text itself when the string has no
+// escapes, else of `*decoded`, which then holds it.
+bool CanonicalPartsScanner::ReadStringView(std::string_view* out,
+                                           std::string* decoded) {
   const char* q = p_;
   bool escaped = false;
   for (; q < end_ && *q != '"'; ++q) {
@@ -38,13 +48,14 @@ bool CanonicalPartsScanner::ReadString(std::string* out) {
     const std::string_view token(p_ - 1, q - p_ + 2);  // with its quotes
     auto doc = JsonDocument::Parse(token);
     if (!doc.ok() || !doc->root().is_string()) return false;
-    const std::string_view decoded(doc->root());
+    const std::string_view text(doc->root());
     std::string canonical;
-    AppendJsonString(decoded, JsonAscii::kEscapeNonAscii, &canonical);
-    if (decoded.empty() || canonical != token) return false;
-    out->assign(decoded);
+    AppendJsonString(text, JsonAscii::kEscapeNonAscii, &canonical);
+    if (text.empty() || canonical != token) return false;
+    decoded->assign(text);
+    *out = *decoded;
   } else {
-    out->assign(p_, q - p_);
+    *out = std::string_view(p_, q - p_);
   }
   p_ = q + 1;
   return true;
@@ -116,7 +127,8 @@ bool CanonicalPartsScanner::ReadRank(ParallelRank* r) {
   return true;
 }
 
-bool CanonicalPartsScanner::ReadFragment(PlacementFragmentSpec* s) {
+bool CanonicalPartsScanner::ReadFragment(PlacementFragmentSpec* s,
+                                         std::string_view* tensor_id) {
   if (!Consume("{\"aliases\":[")) return false;
   if (!Consume("]")) {
     do {
@@ -141,18 +153,40 @@ bool CanonicalPartsScanner::ReadFragment(PlacementFragmentSpec* s) {
   return Consume(",\"placement_fragment_id\":\"") &&
          ReadString(&s->placement_fragment_id.emplace()) &&
          Consume(",\"rank\":") && ReadRank(&s->rank) &&
-         Consume(",\"tensor_id\":\"") && ReadString(&s->tensor_id) &&
-         Consume("}");
+         Consume(",\"tensor_id\":\"") &&
+         ReadStringView(tensor_id, &s->tensor_id) && Consume("}");
+}
+
+// The fragment read into `s`, its tensor id `tensor_id` (a view of the text
+// or of s->tensor_id): shared from tensors_ when the scanner has them (and
+// its table index appended to `indices`), else copied.
+Result<PlacementFragment> CanonicalPartsScanner::MakeFragment(
+    PlacementFragmentSpec* s, std::string_view tensor_id,
+    std::vector<uint32_t>* indices) {
+  if (tensors_ == nullptr) {
+    if (tensor_id.data() != s->tensor_id.data()) s->tensor_id.assign(tensor_id);
+    return PlacementFragment::Make(std::move(*s));
+  }
+  const auto it = tensors_->index->find(tensor_id);
+  if (it == tensors_->index->end()) {
+    // The caller only sees the refusal; the general decoder words it.
+    return Status::InvalidArgument("unknown tensor");
+  }
+  indices->push_back(static_cast<uint32_t>(it->second));
+  return MakeFragmentSharingTensorId(std::move(*s),
+                                     (*tensors_->ids)[it->second]);
 }
 
 bool CanonicalPartsScanner::ReadPart(ScannedPart* out) {
   out->fragments.clear();
+  out->tensors.clear();
   if (!Consume("{\"fragments\":[")) return false;
   if (!Consume("]")) {
     do {
       PlacementFragmentSpec s;
-      if (!ReadFragment(&s)) return false;
-      Result<PlacementFragment> f = PlacementFragment::Make(std::move(s));
+      std::string_view tensor_id;
+      if (!ReadFragment(&s, &tensor_id)) return false;
+      Result<PlacementFragment> f = MakeFragment(&s, tensor_id, &out->tensors);
       if (!f.ok()) return false;
       // Ascending ids: the order WeightPlacementPart::Make keeps.
       if (!out->fragments.empty() &&

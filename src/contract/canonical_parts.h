@@ -16,9 +16,12 @@
 #define RESHARD_CONTRACT_CANONICAL_PARTS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "reshard/placement.h"
@@ -26,18 +29,34 @@
 namespace reshard::internal {
 
 // One part as read: its fields and its fragments (each already through
-// PlacementFragment::Make).
+// PlacementFragment::Make), and with ScannerTensors, per fragment the index
+// of its tensor.
 struct ScannedPart {
   std::string participant_id;
   ParallelRank rank;
   std::vector<PlacementFragment> fragments;
+  std::vector<uint32_t> tensors;
+};
+
+// The tensors a placement's fragments may name: an index by id, and per
+// index the id that the fragments of that tensor share (a million fragments
+// of a thousand tensors hold a thousand id strings, not a million).
+struct ScannerTensors {
+  const std::unordered_map<std::string_view, size_t>* index = nullptr;
+  const std::vector<std::shared_ptr<const std::string>>* ids = nullptr;
 };
 
 class CanonicalPartsScanner {
  public:
   // Reads `text` from `at`, which must be the first byte of a part object.
-  CanonicalPartsScanner(std::string_view text, size_t at)
-      : p_(text.data() + at), end_(text.data() + text.size()) {}
+  // With `tensors` (which must outlive the scanner), a fragment must name
+  // one of them (else the part is refused and the general decoder words
+  // the error) and shares its id.
+  CanonicalPartsScanner(std::string_view text, size_t at,
+                        const ScannerTensors* tensors = nullptr)
+      : p_(text.data() + at),
+        end_(text.data() + text.size()),
+        tensors_(tensors) {}
 
   // Reads the part object at the cursor into `out` (its vectors reused);
   // false if its bytes are not canonical or a fragment is invalid. The
@@ -62,15 +81,20 @@ class CanonicalPartsScanner {
   size_t offset(std::string_view text) const { return p_ - text.data(); }
 
  private:
-  bool ReadFragment(PlacementFragmentSpec* s);
+  bool ReadFragment(PlacementFragmentSpec* s, std::string_view* tensor_id);
+  Result<PlacementFragment> MakeFragment(PlacementFragmentSpec* s,
+                                         std::string_view tensor_id,
+                                         std::vector<uint32_t>* indices);
   bool ReadRank(ParallelRank* r);
   bool ReadString(std::string* out);
+  bool ReadStringView(std::string_view* out, std::string* decoded);
   bool ReadInt(int64_t* v);
   bool ReadUInt(uint64_t* v);
   bool ReadIntArray(Dims* out);
 
   const char* p_;
   const char* end_;
+  const ScannerTensors* tensors_;
 };
 
 // Offsets of part boundaries that cut the parts array [begin, end) of

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "contract/placement_wire.h"
@@ -206,6 +207,30 @@ TEST(CanonicalPartsTest, BothPathsAgreeOnEveryFixtureAndScenario) {
     }
   }
   EXPECT_GT(files, 20);
+}
+
+// Both decoders give the fragments of one tensor one id string between
+// them (a million fragments of a thousand tensors hold a thousand ids).
+TEST(CanonicalPartsTest, FragmentsOfATensorShareItsId) {
+  for (bool canonical : {true, false}) {
+    SCOPED_TRACE(canonical);
+    ASSERT_OK_AND_ASSIGN(auto m, canonical
+                                     ? WeightPlacementFromJson(Fixture100())
+                                     : General(Fixture100()));
+    std::map<std::string, const std::string*> seen;
+    size_t shared = 0;
+    for (const auto& part : m.parts()) {
+      for (const auto& f : part.fragments()) {
+        auto [it, fresh] = seen.emplace(f.tensor_id(), &f.tensor_id());
+        if (!fresh) {
+          EXPECT_EQ(it->second, &f.tensor_id()) << f.tensor_id();
+          ++shared;
+        }
+      }
+    }
+    EXPECT_EQ(seen.size(), m.tensors().size());
+    EXPECT_GT(shared, 0u);
+  }
 }
 
 // `variant` of canonical `text` is declined by the canonical reader and

@@ -186,7 +186,8 @@ Result<TensorDescriptor> ReadTensor(JsonElement e, const JsonPath& path) {
   return t;
 }
 
-Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path) {
+Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path,
+                                       const SharedTensorIds& shared_id) {
   RESHARD_ASSIGN_OR_RETURN(
       auto obj,
       StrictObject::Make(e, path, "placement fragment",
@@ -205,7 +206,11 @@ Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path) {
   // docs/validation-rules.md: null reads as absent.
   RESHARD_ASSIGN_OR_RETURN(s.pipeline_stage_id,
                            obj.OptionalI64("pipeline_stage_id"));
-  auto f = PlacementFragment::Make(std::move(s));
+  std::shared_ptr<const std::string> shared =
+      shared_id ? shared_id(s.tensor_id) : nullptr;
+  auto f = shared != nullptr
+               ? MakeFragmentSharingTensorId(std::move(s), std::move(shared))
+               : PlacementFragment::Make(std::move(s));
   if (!f.ok()) return f.status().WithContext(path.ToString());
   return f;
 }

@@ -9,6 +9,11 @@
 #ifndef RESHARD_CONTRACT_PLACEMENT_CODEC_H_
 #define RESHARD_CONTRACT_PLACEMENT_CODEC_H_
 
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
 #include "reshard/placement.h"
 #include "util/canonical_json.h"
 #include "util/json_reader.h"
@@ -30,7 +35,12 @@ void WriteTopology(const ParallelTopology& t, CanonicalJsonWriter* w);
 Result<ParallelRank> ReadRank(JsonElement e, const JsonPath& path);
 Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path);
 Result<TensorDescriptor> ReadTensor(JsonElement e, const JsonPath& path);
-Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path);
+// `shared_id`, if given, returns the id a known tensor's fragments share
+// (null for an unknown one, which the fragment then copies).
+using SharedTensorIds =
+    std::function<std::shared_ptr<const std::string>(std::string_view)>;
+Result<PlacementFragment> ReadFragment(JsonElement e, const JsonPath& path,
+                                       const SharedTensorIds& shared_id = {});
 Result<ParallelTopology> ReadTopology(JsonElement e, const JsonPath& path);
 
 }  // namespace reshard::internal

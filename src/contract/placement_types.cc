@@ -292,8 +292,40 @@ std::string CanonicalPlacementFragmentId(const PlacementFragmentSpec& s) {
   return internal::Sha256Id(json);
 }
 
+PlacementFragment::PlacementFragment(
+    PlacementFragmentSpec s, std::shared_ptr<const std::string> tensor_id)
+    : tensor_id_(std::move(tensor_id)),
+      id_(std::move(*s.placement_fragment_id)),
+      global_offset_(std::move(s.global_offset)),
+      local_shape_(std::move(s.local_shape)),
+      nbytes_(s.nbytes),
+      rank_(s.rank),
+      aliases_(s.aliases.empty()
+                   ? nullptr
+                   : std::make_shared<const std::vector<std::string>>(
+                         std::move(s.aliases))),
+      pipeline_stage_id_(s.pipeline_stage_id) {}
+
+const std::vector<std::string>& PlacementFragment::aliases() const {
+  static const std::vector<std::string> kNone;
+  return aliases_ != nullptr ? *aliases_ : kNone;
+}
+
 Result<PlacementFragment> PlacementFragment::Make(PlacementFragmentSpec s) {
-  if (s.tensor_id.empty()) {
+  auto tensor_id = std::make_shared<const std::string>(std::move(s.tensor_id));
+  return Validated(std::move(s), std::move(tensor_id));
+}
+
+Result<PlacementFragment> internal::MakeFragmentSharingTensorId(
+    PlacementFragmentSpec spec, std::shared_ptr<const std::string> tensor_id) {
+  spec.tensor_id.clear();
+  return PlacementFragment::Validated(std::move(spec), std::move(tensor_id));
+}
+
+Result<PlacementFragment> PlacementFragment::Validated(
+    PlacementFragmentSpec s, std::shared_ptr<const std::string> shared_id) {
+  const std::string& tensor_id = *shared_id;
+  if (tensor_id.empty()) {
     return Status::InvalidArgument(
         "placement fragment tensor_id must be a non-empty string");
   }
@@ -302,13 +334,13 @@ Result<PlacementFragment> PlacementFragment::Make(PlacementFragmentSpec s) {
   auto fail = [&](const std::string& what) {
     std::string who =
         has_id ? *s.placement_fragment_id
-               : "of tensor " + s.tensor_id + " at rank " + s.rank.ToString();
+               : "of tensor " + tensor_id + " at rank " + s.rank.ToString();
     return Status::InvalidArgument("placement fragment " + who + ": " + what);
   };
   if (has_id && s.placement_fragment_id->empty()) {
     return Status::InvalidArgument(
         "placement_fragment_id must be a non-empty string (tensor " +
-        s.tensor_id + ")");
+        tensor_id + ")");
   }
   if (s.rank.dp < 0 || s.rank.tp < 0 || s.rank.pp < 0 || s.rank.ep < 0) {
     return fail("rank coordinates must be >= 0");
@@ -340,22 +372,24 @@ Result<PlacementFragment> PlacementFragment::Make(PlacementFragmentSpec s) {
     if (s.aliases.size() < 2) {
       return fail("alias group must contain at least two tensor IDs");
     }
-    if (!std::binary_search(s.aliases.begin(), s.aliases.end(), s.tensor_id)) {
+    if (!std::binary_search(s.aliases.begin(), s.aliases.end(), tensor_id)) {
       return fail("alias group must contain the fragment tensor_id");
     }
   }
-  if (!has_id) s.placement_fragment_id = CanonicalPlacementFragmentId(s);
-  return PlacementFragment(std::move(s));
+  if (!has_id) {
+    // The canonical id reads the tensor id from the spec.
+    s.tensor_id = tensor_id;
+    s.placement_fragment_id = CanonicalPlacementFragmentId(s);
+  }
+  return PlacementFragment(std::move(s), std::move(shared_id));
 }
 
 bool operator==(const PlacementFragment& a, const PlacementFragment& b) {
-  const auto& x = a.s_;
-  const auto& y = b.s_;
-  return x.placement_fragment_id == y.placement_fragment_id &&
-         x.tensor_id == y.tensor_id && x.global_offset == y.global_offset &&
-         x.local_shape == y.local_shape && x.nbytes == y.nbytes &&
-         x.rank == y.rank && x.aliases == y.aliases &&
-         x.pipeline_stage_id == y.pipeline_stage_id;
+  return a.id_ == b.id_ && a.tensor_id() == b.tensor_id() &&
+         a.global_offset_ == b.global_offset_ &&
+         a.local_shape_ == b.local_shape_ && a.nbytes_ == b.nbytes_ &&
+         a.rank_ == b.rank_ && a.aliases() == b.aliases() &&
+         a.pipeline_stage_id_ == b.pipeline_stage_id_;
 }
 
 // --------------------------------------------------------------- topology

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -438,6 +439,42 @@ TEST(PlacementTypesTest, FragmentAliasesAreSorted) {
   PlacementFragmentSpec sorted = s;
   sorted.aliases = {"a.tied", "w", "z.tied"};
   EXPECT_EQ(f.placement_fragment_id(), CanonicalPlacementFragmentId(sorted));
+}
+
+TEST(PlacementTypesTest, SharingFragmentsHoldOneTensorIdAndValidateAlike) {
+  auto id = std::make_shared<const std::string>("w");
+  PlacementFragmentSpec s = ValidFragmentSpec();
+  s.tensor_id = "ignored";
+  ASSERT_OK_AND_ASSIGN(auto a, internal::MakeFragmentSharingTensorId(s, id));
+  s.global_offset = {0, 0};
+  ASSERT_OK_AND_ASSIGN(auto b, internal::MakeFragmentSharingTensorId(s, id));
+  EXPECT_EQ(&a.tensor_id(), id.get());
+  EXPECT_EQ(&b.tensor_id(), id.get());
+  // Equal to a fragment that holds its own copy, canonical id included.
+  ASSERT_OK_AND_ASSIGN(auto own, PlacementFragment::Make(ValidFragmentSpec()));
+  EXPECT_EQ(a, own);
+  EXPECT_EQ(a.placement_fragment_id(),
+            CanonicalPlacementFragmentId(ValidFragmentSpec()));
+  PlacementFragment copy = b;
+  EXPECT_EQ(copy, b);
+  EXPECT_EQ(&copy.tensor_id(), id.get());
+  // The same rules and messages, with the shared id.
+  s = ValidFragmentSpec();
+  s.global_offset = {0, -4};
+  EXPECT_EQ(ErrorOf(internal::MakeFragmentSharingTensorId(s, id)),
+            std::string(kAnonymousFragment) + "global_offset must be >= 0");
+  s = ValidFragmentSpec();
+  s.aliases = {"a.tied", "b.tied"};
+  EXPECT_EQ(ErrorOf(internal::MakeFragmentSharingTensorId(s, id)),
+            std::string(kAnonymousFragment) +
+                "alias group must contain the fragment tensor_id");
+  s.aliases = {"a.tied", "w"};
+  ASSERT_OK_AND_ASSIGN(auto aliased,
+                       internal::MakeFragmentSharingTensorId(s, id));
+  EXPECT_EQ(aliased.aliases(), (std::vector<std::string>{"a.tied", "w"}));
+  EXPECT_EQ(ErrorOf(internal::MakeFragmentSharingTensorId(
+                ValidFragmentSpec(), std::make_shared<const std::string>())),
+            "placement fragment tensor_id must be a non-empty string");
 }
 
 TEST(PlacementTypesTest, FragmentRejectsEmptyTensorId) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -26,10 +27,12 @@ constexpr size_t kParallelDecodeBytes = 4 << 20;
 // threads: enough that the faster thread takes up the slower one's slack.
 constexpr size_t kScanRuns = 16;
 
-// The placement's tensors sorted by tensor_id, with an index by id.
+// The placement's tensors sorted by tensor_id, with an index by id, and
+// per tensor the id its fragments share.
 struct TensorTable {
   std::vector<TensorDescriptor> tensors;
   std::unordered_map<std::string_view, size_t> index;
+  std::vector<std::shared_ptr<const std::string>> shared_ids;
 };
 
 // The fields shared by every part: resource_kind, resource_id, revision,
@@ -72,8 +75,11 @@ Result<TensorTable> ReadTensorTable(const StrictObject& obj) {
     }
   }
   table.index.reserve(tensors.size());
+  table.shared_ids.reserve(tensors.size());
   for (size_t k = 0; k < tensors.size(); ++k) {
     table.index.emplace(tensors[k].tensor_id(), k);
+    table.shared_ids.push_back(
+        std::make_shared<const std::string>(tensors[k].tensor_id()));
   }
   return table;
 }
@@ -135,7 +141,12 @@ Result<WeightPlacementPart> DecodePart(JsonElement item, const JsonPath& ip,
   part_tensors->clear();
   RESHARD_RETURN_NOT_OK(frag_arr.ForEach([&](JsonElement fe,
                                              const JsonPath& fpk) -> Status {
-    RESHARD_ASSIGN_OR_RETURN(auto f, ReadFragment(fe, fpk));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto f, ReadFragment(fe, fpk, [&](std::string_view id) {
+          auto it = table.index.find(id);
+          return it == table.index.end() ? nullptr
+                                         : table.shared_ids[it->second];
+        }));
     auto it = table.index.find(f.tensor_id());
     if (it == table.index.end()) {
       return Status::InvalidArgument(
@@ -242,7 +253,8 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
                const WireTailFields& fields, ScannedRange* out) {
   const TensorTable& table = fields.table;
   out->referenced.assign(table.tensors.size(), 0);
-  CanonicalPartsScanner scanner(json, begin);
+  const ScannerTensors tensors{&table.index, &table.shared_ids};
+  CanonicalPartsScanner scanner(json, begin, &tensors);
   ScannedPart scanned;
   std::vector<size_t> part_tensors;
   FragmentTensors fragment_tensors;
@@ -253,20 +265,15 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
         out->parts.empty() ? 0 : out->parts.back().fragments().size());
     if (!scanner.ReadPart(&scanned)) return false;
     part_tensors.clear();
-    fragment_tensors.table_index.clear();
-    std::string_view last;  // fragments of one tensor often follow each other
-    uint32_t last_index = 0;
-    for (const PlacementFragment& f : scanned.fragments) {
-      if (f.tensor_id() != last) {
-        auto it = table.index.find(f.tensor_id());
-        if (it == table.index.end()) return false;
-        last = it->first;
-        last_index = static_cast<uint32_t>(it->second);
-        part_tensors.push_back(it->second);
-        out->referenced[it->second] = 1;
+    uint32_t last = UINT32_MAX;  // fragments of one tensor often follow
+    for (uint32_t t : scanned.tensors) {
+      if (t != last) {
+        part_tensors.push_back(t);
+        out->referenced[t] = 1;
+        last = t;
       }
-      fragment_tensors.table_index.push_back(last_index);
     }
+    std::swap(fragment_tensors.table_index, scanned.tensors);
     WeightPlacementPartSpec ps;
     ps.header = fields.header;
     ps.topology_id = fields.topology->topology_id();

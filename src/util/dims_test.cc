@@ -11,19 +11,25 @@ namespace {
 // The values of `d` as a std::vector, to compare against expectations.
 std::vector<int64_t> Values(const Dims& d) { return {d.begin(), d.end()}; }
 
-TEST(DimsTest, KeepsUpToFourValuesInPlace) {
-  Dims d = {1, 2, 3, 4};
-  EXPECT_EQ(d.size(), 4u);
+TEST(DimsTest, KeepsUpToThreeValuesInPlace) {
+  Dims d = {1, 2, 3};
+  EXPECT_EQ(d.size(), 3u);
   EXPECT_EQ(d.capacity(), Dims::kInlineDims);
   // In place: the values live inside the object itself.
   const auto* self = reinterpret_cast<const char*>(&d);
   const auto* data = reinterpret_cast<const char*>(d.data());
   EXPECT_GE(data, self);
   EXPECT_LT(data, self + sizeof(Dims));
+  EXPECT_EQ(Values(d), (std::vector<int64_t>{1, 2, 3}));
+  // A fourth value goes to the heap, with the first three.
+  d.push_back(4);
+  EXPECT_GT(d.capacity(), Dims::kInlineDims);
+  const auto* heap = reinterpret_cast<const char*>(d.data());
+  EXPECT_TRUE(heap < self || heap >= self + sizeof(Dims));
   EXPECT_EQ(Values(d), (std::vector<int64_t>{1, 2, 3, 4}));
 }
 
-TEST(DimsTest, GrowsOntoTheHeapBeyondFour) {
+TEST(DimsTest, GrowsOntoTheHeapBeyondThree) {
   Dims d;
   for (int64_t v = 0; v < 40; ++v) d.push_back(v * v);
   ASSERT_EQ(d.size(), 40u);
