@@ -1,6 +1,9 @@
 // The reshard command-line tool: argument parsing plus public API calls.
 
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <cerrno>
 #include <charconv>
@@ -173,6 +176,14 @@ int FinishStandardOutput(int code) {
 }  // namespace reshard::cli
 
 int main(int argc, char** argv) {
+#ifdef __GLIBC__
+  // glibc raises its mmap threshold as large blocks are freed, after which
+  // tables of tens of MB come from the heap and stay resident once freed.
+  // A fixed threshold keeps every block from 4 MiB up in a mapping of its
+  // own, returned when freed: measured 17 MB less peak RSS for the Kimi-K2
+  // plan, the same time.
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+#endif
   CLI::App app{
       "reshard: move model weights between parallel layouts, exactly."};
   app.require_subcommand(1);

@@ -783,6 +783,12 @@ Status Planner::Intersect() {
   for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
     RESHARD_RETURN_NOT_OK(IntersectTensor(t));
   }
+  // The steps after this one read regions, not these tables: their memory
+  // goes before theirs is touched (a lower peak for a million fragments).
+  target_box_ = {};
+  target_nbytes_ = {};
+  target_by_tensor_ = {};
+  source_by_tensor_ = {};
   const uint64_t regions = impl_->regions.size();
   if (regions > options_.limits.max_operations) {
     return Status::ResourceExhausted(
@@ -877,6 +883,8 @@ void Planner::Balance() {
         tensor_first[r.tensor] +
         static_cast<uint32_t>(region_box_[i] - tensor_boxes_[r.tensor].data());
   }
+  region_box_ = {};  // read no more (see Intersect)
+  tensor_boxes_ = {};
   std::sort(by_size.begin(), by_size.end());
   // Each to its box's member on the least loaded participant, the first
   // such member on ties.
