@@ -7,7 +7,7 @@ layers of 16 experts, vocabulary 32,000; 475 MB of tensors in 4
 files) is generated with numpy into a temporary directory, and the
 Megatron-Core trainer's parameter files at TP2/EP2 are written from it
 once with `reshard engine load` (untimed). Then, for ROUNDS rounds, in
-turn:
+turn (the order alternating from round to round):
 
   baseline  `reshard hf reshard CKPT TP4.json OUT` (the checkpoint's
             canonical TP4 layout from `reshard hf layout --tp 4`): reads
@@ -159,12 +159,16 @@ def bench(cli, tmp, rounds):
     shutil.rmtree(out)
     hf_runs, engine_runs = [], []
     for r in range(rounds):
-        out = os.path.join(tmp, f"hf-{r}")
-        hf_runs.append(hf_reshard(out))
-        shutil.rmtree(out)
-        out = os.path.join(tmp, f"engine-{r}")
-        engine_runs.append(engine_reshard(out))
-        shutil.rmtree(out)
+        # The order alternates (a slow spell of the disk falls on both
+        # sides of the ratios), and each command starts with the removal
+        # of the last one's files written back.
+        order = [("hf", hf_reshard, hf_runs),
+                 ("engine", engine_reshard, engine_runs)]
+        for name, command, runs in order if r % 2 == 0 else order[::-1]:
+            out = os.path.join(tmp, f"{name}-{r}")
+            runs.append(command(out))
+            shutil.rmtree(out)
+            os.sync()
     return dict(ckpt_bytes=ckpt_bytes, gen_seconds=gen_s,
                 source_bytes=load["bytes"] + load["padding_bytes"],
                 hf=hf_runs, engine=engine_runs)

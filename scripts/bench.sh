@@ -28,15 +28,15 @@ if [[ -n "$BASELINE" ]]; then
     --rounds 3 --json | tee "$RESULTS/plan_ab.jsonl"
   echo
 fi
-echo "== whole commands: reshard plan / validate on the Kimi-K2 pair vs a bare simdjson read + parse process (wall, peak RSS; 3 interleaved rounds)"
+echo "== whole commands: reshard plan / validate on the Kimi-K2 pair vs a bare simdjson read + parse process (wall, peak RSS; 5 interleaved rounds)"
 "$PY" bench/cli_bench.py --cli "$BUILD/reshard" --parse "$BUILD/reshard_bench_plan" \
-  --models examples/models --rounds 3 --json | tee "$RESULTS/cli.jsonl"
+  --models examples/models --rounds 5 --json | tee "$RESULTS/cli.jsonl"
 echo
 echo "== weight store (fs) vs sequential file write/read of the same bytes"
-"$BUILD/reshard_bench_store" --json | tee "$RESULTS/store.jsonl"
+"$BUILD/reshard_bench_store" --runs 5 --json | tee "$RESULTS/store.jsonl"
 echo
 echo "== engine reshard Megatron TP2/EP2 -> vLLM TP4 (fused parameters) vs hf reshard of the same checkpoint (canonical TP4)"
-"$PY" bench/engine_bench.py --cli "$BUILD/reshard" --rounds 3 --json |
+"$PY" bench/engine_bench.py --cli "$BUILD/reshard" --rounds 5 --json |
   tee "$RESULTS/engine.jsonl"
 echo
 echo "== conversions: hf reshard --convert BF16 -> FP8 vs the same reshard without conversion; conversion kernels (one core) vs memcpy"

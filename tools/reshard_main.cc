@@ -11,8 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 
+#include "contract/placement_wire.h"
 #include "reshard/store_uri.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
@@ -80,7 +82,13 @@ Status WriteOutput(std::string_view flag, const std::string& path,
 Result<WeightPlacementManifest> LoadPlacement(const std::string& path) {
   RESHARD_ASSIGN_OR_RETURN(std::string text,
                            ReadFile(path, InputKind::kPlacement));
-  auto m = WeightPlacementFromJson(text);
+  // The text's pages go back as its parts are decoded (a file can be read
+  // again should the general decoder need it; standard input cannot).
+  std::function<Result<std::string>()> reread;
+  if (path != "-") {
+    reread = [&path] { return ReadFile(path, InputKind::kPlacement); };
+  }
+  auto m = internal::PlacementDecoder::FromOwnedJson(std::move(text), reread);
   if (!m.ok()) return m.status().WithContext(path);
   return m;
 }

@@ -212,6 +212,8 @@ struct PlacementFragmentSpec {
 class PlacementFragment;
 
 namespace internal {
+class PlacementDecoder;
+class Sha256;
 // PlacementFragment::Make for decoders and generators that make many
 // fragments of few tensors: the fragment shares `tensor_id` (non-null)
 // instead of holding a copy; spec.tensor_id is ignored.
@@ -416,11 +418,14 @@ class WeightPlacementManifest {
   friend std::string WeightPlacementToJson(const WeightPlacementManifest&);
   friend Result<WeightPlacementManifest> WeightPlacementFromJson(
       std::string_view json);
+  friend class internal::PlacementDecoder;
   // Make, given the canonical wire's prefix {"parts":[...] as read (the
   // decoder proved it is the canonical form of spec.parts): the identities
-  // hash those bytes instead of serializing the parts again. Empty: Make.
+  // hash those bytes instead of serializing the parts again, or start from
+  // `prefix_hash`, a hasher that has seen them. Neither: Make.
   static Result<WeightPlacementManifest> Assemble(
-      WeightPlacementManifestSpec spec, std::string_view canonical_prefix);
+      WeightPlacementManifestSpec spec, std::string_view canonical_prefix,
+      const internal::Sha256* prefix_hash = nullptr);
   explicit WeightPlacementManifest(std::shared_ptr<const Impl> impl)
       : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;

@@ -325,5 +325,66 @@ TEST(CanonicalPartsTest, LargePlacementsAgreeAcrossTheThreadSplit) {
   EXPECT_EQ(d.digest(), built.digest());
 }
 
+// The owner's decoder gives the text's pages back as it reads: the same
+// placement as the string decoder; a document that proves not canonical
+// after pages went is read again through `reread` (once) and decoded as
+// the string decoder decodes it, errors included.
+TEST(CanonicalPartsTest, OwnedTextIsGivenBackAndReadAgainWhenNeeded) {
+  ASSERT_OK_AND_ASSIGN(auto built, testing::LargeExpertDraft().Build());
+  const std::string text = WeightPlacementToJson(built);
+  ASSERT_GT(text.size(), size_t{4} << 20);  // large enough to give back
+  {
+    // Pages of a copy are given back: they read as zeros afterwards.
+    std::string copy = text;
+    bool released = false;
+    auto spec = ReadCanonicalPlacement(copy, &released);
+    ASSERT_TRUE(spec.has_value());
+    EXPECT_TRUE(released);
+    EXPECT_TRUE(spec->prefix.empty());
+    ASSERT_TRUE(spec->prefix_hash.has_value());
+    EXPECT_NE(copy, text);
+    EXPECT_NE(copy.find(std::string(4096, '\0')), std::string::npos);
+  }
+  int rereads = 0;
+  auto reread_with = [&](std::string what) {
+    return [&rereads, what]() -> Result<std::string> {
+      ++rereads;
+      return what;
+    };
+  };
+  ASSERT_OK_AND_ASSIGN(
+      auto owned, PlacementDecoder::FromOwnedJson(text, reread_with(text)));
+  EXPECT_EQ(rereads, 0);
+  EXPECT_EQ(owned.placement_id(), built.placement_id());
+  EXPECT_EQ(owned.digest(), built.digest());
+  EXPECT_EQ(WeightPlacementToJson(owned), text);
+  // Without a way to read it again nothing is given back, and the same
+  // placement comes out.
+  ASSERT_OK_AND_ASSIGN(auto kept, PlacementDecoder::FromOwnedJson(text, {}));
+  EXPECT_EQ(kept.digest(), built.digest());
+  // Not canonical in its last part (pages went before that was seen): read
+  // again, and the general decoder's placement or error.
+  const size_t end = text.rfind("],\"placement_id\"");
+  std::string spaced = text;
+  spaced.insert(end, " ");
+  ASSERT_OK_AND_ASSIGN(auto general, PlacementDecoder::FromOwnedJson(
+                                         spaced, reread_with(spaced)));
+  EXPECT_EQ(rereads, 1);
+  EXPECT_EQ(general.digest(), built.digest());
+  std::string bad = text;
+  bad.replace(bad.rfind("\"nbytes\":128"), 12, "\"nbytes\":127");
+  auto refused = PlacementDecoder::FromOwnedJson(bad, reread_with(bad));
+  EXPECT_EQ(rereads, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            WeightPlacementFromJson(bad).status().message());
+  // A file that cannot be read again: its error.
+  auto gone = PlacementDecoder::FromOwnedJson(bad, []() -> Result<std::string> {
+    return Status::NotFound("cannot read p.json: gone");
+  });
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().message(), "cannot read p.json: gone");
+}
+
 }  // namespace
 }  // namespace reshard::internal

@@ -599,11 +599,15 @@ std::string WireTail(const State& m, const std::string& placement_id) {
 
 // placement_id and digest share the prefix {"parts":P, so P is serialised
 // and hashed once and the hasher is cloned for the two tails. A non-empty
-// `canonical_prefix` is that prefix's bytes, read by the decoder.
+// `canonical_prefix` is that prefix's bytes, read by the decoder; a
+// `prefix_hash` has seen them already.
 template <typename State>
-void ComputeIdentity(State* m, std::string_view canonical_prefix) {
+void ComputeIdentity(State* m, std::string_view canonical_prefix,
+                     const internal::Sha256* prefix_hash = nullptr) {
   internal::Sha256 prefix;
-  if (canonical_prefix.empty()) {
+  if (prefix_hash != nullptr) {
+    prefix = prefix_hash->Clone();
+  } else if (canonical_prefix.empty()) {
     prefix.Update("{\"parts\":");
     StreamParts(m->parts,
                 [&](std::string_view chunk) { prefix.Update(chunk); });
@@ -856,7 +860,8 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Make(
 }
 
 Result<WeightPlacementManifest> WeightPlacementManifest::Assemble(
-    WeightPlacementManifestSpec s, std::string_view canonical_prefix) {
+    WeightPlacementManifestSpec s, std::string_view canonical_prefix,
+    const internal::Sha256* prefix_hash) {
   const PlacementHeader& h = s.header;
   RESHARD_RETURN_NOT_OK(CheckHeader(h));
   auto impl = std::make_shared<Impl>(
@@ -875,10 +880,10 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Assemble(
   std::future<void> identity;
   std::future<Status> collected;
   if (large) {
-    identity =
-        std::async(std::launch::async, [raw = impl.get(), canonical_prefix] {
-          ComputeIdentity(raw, canonical_prefix);
-        });
+    identity = std::async(std::launch::async,
+                          [raw = impl.get(), canonical_prefix, prefix_hash] {
+                            ComputeIdentity(raw, canonical_prefix, prefix_hash);
+                          });
     collected = std::async(std::launch::async, [raw = impl.get()] {
       return CollectFragments(raw->parts, &raw->fragments);
     });
@@ -894,7 +899,7 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Assemble(
   if (identity.valid()) {
     identity.get();
   } else {
-    ComputeIdentity(impl.get(), canonical_prefix);
+    ComputeIdentity(impl.get(), canonical_prefix, prefix_hash);
   }
   if (s.placement_id.has_value() && *s.placement_id != impl->placement_id) {
     return Status::InvalidArgument(

@@ -306,9 +306,14 @@ PlacementFragment::PlacementFragment(
                          std::move(s.aliases))),
       pipeline_stage_id_(s.pipeline_stage_id) {}
 
+namespace {
+// What aliases() returns for a fragment without an alias group; at
+// namespace scope, so a read costs no guard of a function-local static.
+const std::vector<std::string> kNoAliases;
+}  // namespace
+
 const std::vector<std::string>& PlacementFragment::aliases() const {
-  static const std::vector<std::string> kNone;
-  return aliases_ != nullptr ? *aliases_ : kNone;
+  return aliases_ != nullptr ? *aliases_ : kNoAliases;
 }
 
 Result<PlacementFragment> PlacementFragment::Make(PlacementFragmentSpec s) {

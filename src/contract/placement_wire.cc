@@ -4,18 +4,25 @@
 
 #include "contract/placement_wire.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "contract/canonical_parts.h"
 #include "contract/placement_codec.h"
 #include "reshard/placement.h"
 #include "util/claimed_runs.h"
 #include "util/json_reader.h"
+#include "util/sha256.h"
 
 namespace reshard {
 namespace internal {
@@ -246,6 +253,93 @@ struct ScannedRange {
   std::vector<uint8_t> referenced;
 };
 
+// For a caller that owns the text and drops it once decoded: hashes the
+// wire's prefix [0, prefix_end) on a thread of its own while the parts are
+// scanned, and gives back to the system the pages of each scanned run of
+// parts once the hash has passed it (madvise: they then read as zeros). The
+// text's peak is then a few runs, not the whole document, beside the
+// decoded fragments.
+class PrefixReleaser {
+ public:
+  PrefixReleaser(std::string_view json, size_t prefix_end)
+      : json_(json), prefix_end_(prefix_end) {}
+  ~PrefixReleaser() { Stop(); }
+
+  // The runs [begin, stop) the parts are scanned in; then hashing starts.
+  void Start(std::vector<std::pair<size_t, size_t>> runs) {
+    runs_ = std::move(runs);
+    done_.assign(runs_.size(), 0);
+    hasher_ = std::thread([this] { Hash(); });
+  }
+  // Run `r` has been scanned: its bytes are not read again.
+  void RunDone(size_t r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_[r] = 1;
+    ReleaseLocked();
+  }
+  // Joins the hasher and returns it, or nullopt if stopped early.
+  std::optional<Sha256> Finish() {
+    if (hasher_.joinable()) hasher_.join();
+    if (hashed_.load() != prefix_end_) return std::nullopt;
+    return std::move(hash_);
+  }
+  // Stops hashing (after a failed scan) and joins.
+  void Stop() {
+    stop_ = true;
+    if (hasher_.joinable()) hasher_.join();
+  }
+  // Whether any page was given back (the text is no longer intact).
+  bool released() const { return released_.load(); }
+
+ private:
+  static constexpr size_t kHashStep = size_t{4} << 20;
+
+  void Hash() {
+    for (size_t at = 0; at < prefix_end_ && !stop_;) {
+      const size_t n = std::min(kHashStep, prefix_end_ - at);
+      hash_.Update(json_.substr(at, n));
+      at += n;
+      hashed_.store(at);
+      std::lock_guard<std::mutex> lock(mu_);
+      ReleaseLocked();
+    }
+  }
+  // Gives back the whole pages of every scanned run the hash has passed.
+  // Runs of many MB go in whole 2 MiB blocks: large inputs are read into
+  // huge pages (util/file_io.h), and a huge page given back in part is
+  // split first.
+  void ReleaseLocked() {
+    constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const size_t hashed = hashed_.load();
+    for (size_t r = 0; r < runs_.size(); ++r) {
+      if (done_[r] != 1 || runs_[r].second > hashed) continue;
+      done_[r] = 2;
+      const uintptr_t block =
+          runs_[r].second - runs_[r].first >= 8 * kHuge ? kHuge : page;
+      const uintptr_t base = reinterpret_cast<uintptr_t>(json_.data());
+      const uintptr_t first =
+          (base + runs_[r].first + block - 1) & ~(block - 1);
+      const uintptr_t last = (base + runs_[r].second) & ~(block - 1);
+      if (last > first && ::madvise(reinterpret_cast<void*>(first),
+                                    last - first, MADV_DONTNEED) == 0) {
+        released_ = true;
+      }
+    }
+  }
+
+  const std::string_view json_;
+  const size_t prefix_end_;
+  std::vector<std::pair<size_t, size_t>> runs_;
+  std::mutex mu_;
+  std::vector<uint8_t> done_;  // per run: 0 scanning, 1 scanned, 2 given back
+  std::atomic<size_t> hashed_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> released_{false};
+  Sha256 hash_;
+  std::thread hasher_;
+};
+
 // Reads and assembles the canonical parts from offset `begin` of `json`
 // until the cursor stands exactly at `stop` after a part; false if the
 // bytes are not canonical or a part breaks a rule.
@@ -296,26 +390,36 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
 // slowed by page faults or by a busy core reads fewer of them. False if any
 // run fails.
 bool ScanRuns(std::string_view json, size_t first, size_t end,
-              const WireTailFields& fields, std::vector<ScannedRange>* runs) {
+              const WireTailFields& fields, std::vector<ScannedRange>* runs,
+              PrefixReleaser* releaser) {
   const bool large = json.size() >= kParallelDecodeBytes;
   const std::vector<size_t> cuts =
       large ? FindPartBoundaries(json, first, end, kScanRuns)
             : std::vector<size_t>();
   const size_t n = cuts.size() + 1;
+  std::vector<std::pair<size_t, size_t>> bounds(n);
+  for (size_t r = 0; r < n; ++r) {
+    bounds[r] = {r == 0 ? first : cuts[r - 1] + 1, r + 1 == n ? end : cuts[r]};
+  }
+  if (releaser != nullptr) releaser->Start(bounds);
   runs->assign(n, {});
   std::atomic<bool> failed{false};
   ForEachClaimed(n, 2, [&](size_t r, unsigned) {
     if (failed.load()) return;
-    const size_t begin = r == 0 ? first : cuts[r - 1] + 1;
-    const size_t stop = r + 1 == n ? end : cuts[r];
-    if (!ScanParts(json, begin, stop, fields, &(*runs)[r])) failed = true;
+    const auto [begin, stop] = bounds[r];
+    if (!ScanParts(json, begin, stop, fields, &(*runs)[r])) {
+      failed = true;
+    } else if (releaser != nullptr) {
+      releaser->RunDone(r);
+    }
   });
   return !failed.load();
 }
 
 }  // namespace
 
-std::optional<CanonicalSpec> ReadCanonicalPlacement(std::string_view json) {
+std::optional<CanonicalSpec> ReadCanonicalPlacement(std::string_view json,
+                                                    bool* released) {
   constexpr std::string_view kHead = "{\"parts\":[";
   constexpr std::string_view kAfterParts = "],\"placement_id\":\"";
   if (!json.starts_with(kHead)) return std::nullopt;
@@ -325,7 +429,20 @@ std::optional<CanonicalSpec> ReadCanonicalPlacement(std::string_view json) {
   if (!fields.ok()) return std::nullopt;
   const size_t first = kHead.size();
   std::vector<ScannedRange> runs;
-  if (!ScanRuns(json, first, end, *fields, &runs)) return std::nullopt;
+  std::optional<PrefixReleaser> releaser;
+  if (released != nullptr && json.size() >= kParallelDecodeBytes) {
+    releaser.emplace(json, end + 1);
+  }
+  const bool scanned = ScanRuns(json, first, end, *fields, &runs,
+                                releaser ? &*releaser : nullptr);
+  std::optional<Sha256> prefix_hash;
+  if (releaser) {
+    if (scanned) prefix_hash = releaser->Finish();
+    releaser->Stop();
+    *released = releaser->released();
+    if (!prefix_hash) return std::nullopt;
+  }
+  if (!scanned) return std::nullopt;
   std::vector<WeightPlacementPart> parts = std::move(runs[0].parts);
   std::vector<uint8_t> referenced = std::move(runs[0].referenced);
   for (size_t r = 1; r < runs.size(); ++r) {
@@ -344,9 +461,34 @@ std::optional<CanonicalSpec> ReadCanonicalPlacement(std::string_view json) {
     if (!r) return std::nullopt;
   }
   WireTailFields& f = *fields;
-  return CanonicalSpec{{f.header, std::move(*f.topology), std::move(parts),
-                        std::move(f.placement_id)},
-                       json.substr(0, end + 1)};
+  return CanonicalSpec{
+      {f.header, std::move(*f.topology), std::move(parts),
+       std::move(f.placement_id)},
+      prefix_hash ? std::string_view() : json.substr(0, end + 1),
+      std::move(prefix_hash)};
+}
+
+Result<WeightPlacementManifest> PlacementDecoder::FromOwnedJson(
+    std::string json, const std::function<Result<std::string>()>& reread) {
+  if (reread) {
+    bool released = false;
+    std::optional<CanonicalSpec> canonical =
+        ReadCanonicalPlacement(json, &released);
+    if (canonical.has_value()) {
+      // What is left of the text goes first, unless the identities are
+      // still to hash it (a document too small to be given back).
+      if (canonical->prefix_hash) std::string().swap(json);
+      return WeightPlacementManifest::Assemble(
+          std::move(canonical->spec), canonical->prefix,
+          canonical->prefix_hash ? &*canonical->prefix_hash : nullptr);
+    }
+    if (released) {
+      // Not canonical after all, and parts of the text are gone: the
+      // general decoder reads it again.
+      RESHARD_ASSIGN_OR_RETURN(json, reread());
+    }
+  }
+  return WeightPlacementFromJson(json);
 }
 
 }  // namespace internal
