@@ -305,22 +305,15 @@ class PrefixReleaser {
     }
   }
   // Gives back the whole pages of every scanned run the hash has passed.
-  // Runs of many MB go in whole 2 MiB blocks: large inputs are read into
-  // huge pages (util/file_io.h), and a huge page given back in part is
-  // split first.
   void ReleaseLocked() {
-    constexpr uintptr_t kHuge = uintptr_t{2} << 20;
     const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
     const size_t hashed = hashed_.load();
     for (size_t r = 0; r < runs_.size(); ++r) {
       if (done_[r] != 1 || runs_[r].second > hashed) continue;
       done_[r] = 2;
-      const uintptr_t block =
-          runs_[r].second - runs_[r].first >= 8 * kHuge ? kHuge : page;
       const uintptr_t base = reinterpret_cast<uintptr_t>(json_.data());
-      const uintptr_t first =
-          (base + runs_[r].first + block - 1) & ~(block - 1);
-      const uintptr_t last = (base + runs_[r].second) & ~(block - 1);
+      const uintptr_t first = (base + runs_[r].first + page - 1) & ~(page - 1);
+      const uintptr_t last = (base + runs_[r].second) & ~(page - 1);
       if (last > first && ::madvise(reinterpret_cast<void*>(first),
                                     last - first, MADV_DONTNEED) == 0) {
         released_ = true;

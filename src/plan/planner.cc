@@ -15,7 +15,6 @@
 #include "plan/geometry.h"
 #include "reshard/plan.h"
 #include "util/claimed_runs.h"
-#include "util/host_memory.h"
 #include "util/string_sort.h"
 
 namespace reshard {
@@ -718,7 +717,7 @@ void Planner::BuildFragmentTables() {
 }
 
 void Planner::BuildSourceTable(const TensorIndex& index) {
-  ReserveWithHugePages(&impl_->source_fragments, source_.fragment_count);
+  impl_->source_fragments.reserve(source_.fragment_count);
   std::vector<uint32_t> table_index;
   source_.add_fragments(index,
                         {impl_->source_participants, impl_->source_fragments,
@@ -736,10 +735,8 @@ void Planner::BuildTargetTable() {
   for (const auto* part : target_parts_) {
     target_count += part->fragments().size();
   }
-  ReserveWithHugePages(&impl_->target_fragments, target_count);
-  ReserveWithHugePages(&target_box_, target_count * 2 * box_dims_);
+  impl_->target_fragments.reserve(target_count);
   target_box_.resize(target_count * 2 * box_dims_);
-  ReserveWithHugePages(&target_nbytes_, target_count);
   target_nbytes_.resize(target_count);
   std::vector<uint32_t> part_tensor;
   for (const auto* part : target_parts_) {
@@ -777,8 +774,8 @@ void Planner::BuildTargetTable() {
 }
 
 Status Planner::Intersect() {
-  ReserveWithHugePages(&impl_->regions, impl_->target_fragments.size());
-  ReserveWithHugePages(&region_box_, impl_->target_fragments.size());
+  impl_->regions.reserve(impl_->target_fragments.size());
+  region_box_.reserve(impl_->target_fragments.size());
   tensor_boxes_.resize(plan_tensors_.size());
   for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
     RESHARD_RETURN_NOT_OK(IntersectTensor(t));
@@ -961,9 +958,7 @@ void Planner::SortRegions() {
   for (const auto& r : regions) ++first[target_order[r.target_fragment] + 1];
   for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
   std::vector<uint32_t> next(first.begin(), first.end() - 1);
-  std::vector<Key> keys;
-  ReserveWithHugePages(&keys, regions.size());
-  keys.resize(regions.size());
+  std::vector<Key> keys(regions.size());
   for (uint32_t i = 0; i < regions.size(); ++i) {
     const auto& r = regions[i];
     keys[next[target_order[r.target_fragment]]++] = {
@@ -1003,7 +998,7 @@ void Planner::SortRegions() {
 void Planner::Summarise() {
   impl_->target_bytes.assign(impl_->target_participants.size(), 0);
   TrafficPairs traffic;
-  ReserveWithHugePages(&traffic, impl_->regions.size());
+  traffic.reserve(impl_->regions.size());
   RouteTotals routes;
   AccumulateRegions(&traffic, &routes);
   PlanSummary& sum = impl_->summary;

@@ -13,7 +13,6 @@
 #include <new>
 #include <random>
 
-#include "util/host_memory.h"
 #include "util/printable.h"
 
 namespace reshard::internal {
@@ -129,9 +128,6 @@ Result<std::string> ReadFdBounded(int fd, uint64_t max_bytes,
     const uint64_t limit = max_bytes + (max_bytes < UINT64_MAX ? 1 : 0);
     uint64_t capacity = std::min<uint64_t>(
         std::max<uint64_t>(expected + 1, uint64_t{1} << 16), limit);
-    // Large inputs (placements of hundreds of MB) fault in 2 MiB at a time.
-    out.reserve(capacity);
-    AdviseHugePages(out.data(), out.capacity());
     out.resize(capacity);
     uint64_t filled = 0;
     while (true) {

@@ -2,9 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <cstring>
-#include <string>
 
 #include "testing/sanitizer.h"
 
@@ -32,25 +30,6 @@ TEST(HostMemoryTest, AnImpossibleSizeIsNull) {
   if (!testing::kSanitized) {
     EXPECT_EQ(AllocateHostBytes(uint64_t{1} << 62), nullptr);
   }
-}
-
-TEST(HostMemoryTest, HugePageAdviceKeepsEveryByte) {
-  // Unaligned, smaller than a huge page, empty, and at the end of the
-  // address space: all accepted, nothing changed.
-  std::string text(5u << 20, 'x');
-  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(i * 7);
-  const std::string before = text;
-  AdviseHugePages(text.data() + 3, text.size() - 3);
-  AdviseHugePages(text.data(), 100);
-  AdviseHugePages(text.data(), 0);
-  AdviseHugePages(reinterpret_cast<void*>(UINTPTR_MAX - 10), 1u << 30);
-  EXPECT_EQ(text, before);
-  // Advised before the first touch, as a reader does.
-  std::string fresh;
-  fresh.reserve(6u << 20);
-  AdviseHugePages(fresh.data(), fresh.capacity());
-  fresh.assign(before);
-  EXPECT_EQ(fresh, before);
 }
 
 }  // namespace
