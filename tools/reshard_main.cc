@@ -1,5 +1,6 @@
 // The reshard command-line tool: argument parsing plus public API calls.
 
+#include <sys/stat.h>
 #include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -82,10 +83,12 @@ Status WriteOutput(std::string_view flag, const std::string& path,
 Result<WeightPlacementManifest> LoadPlacement(const std::string& path) {
   RESHARD_ASSIGN_OR_RETURN(std::string text,
                            ReadFile(path, InputKind::kPlacement));
-  // The text's pages go back as its parts are decoded (a file can be read
-  // again should the general decoder need it; standard input cannot).
+  // The text's pages go back as its parts are decoded: a regular file can
+  // be read again should the general decoder need it; standard input, a
+  // pipe or a device cannot.
   std::function<Result<std::string>()> reread;
-  if (path != "-") {
+  struct stat st;
+  if (path != "-" && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     reread = [&path] { return ReadFile(path, InputKind::kPlacement); };
   }
   auto m = internal::PlacementDecoder::FromOwnedJson(std::move(text), reread);

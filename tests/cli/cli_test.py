@@ -507,6 +507,46 @@ def two_bad_placements_report_in_a_fixed_order():
         check(named in line, "%s must name %s: %r" % (command, named, line))
 
 
+@test
+def large_placement_found_not_canonical_late_reads_the_file_again():
+    # A 10 MB placement gives its text back as it decodes; a flaw seen
+    # only in its last part makes the general decoder read the file again
+    # (a regular file) and decode it as before: a space (not canonical,
+    # same placement) and a wrong byte size (an error naming it). From a
+    # pipe nothing is given back, and the results are the same.
+    path = os.path.join(TMP, "large.json")
+    model = os.path.join(TESTS_DIR, "..", "examples", "models",
+                         "qwen3-235b-a22b.json")
+    rc, out, err = run("gen", "--model", model, "--tp", "4", "--ep", "8",
+                       "-o", path)
+    check(rc == 0, "gen failed: %r" % err)
+    with open(path, "rb") as handle:
+        text = handle.read()
+    check(len(text) > 8 << 20, "the placement must be large: %d" % len(text))
+    rc, out, err = run("validate", "--json", path)
+    check(rc == 0, "canonical: %r" % err)
+    want = json.loads(out)
+    end = text.rfind(b'],"placement_id"')
+    spaced = write("large_spaced.json", text[:end] + b" " + text[end:])
+    at = text.rfind(b'"nbytes":')
+    bad = write("large_bad.json",
+                text[:at] + b'"nbytes":7' + text[text.index(b",", at):])
+    for name, feed in (("file", None), ("pipe", "-")):
+        rc, out, err = run("validate", "--json", feed or spaced,
+                           stdin=open(spaced, "rb").read() if feed else None)
+        check(rc == 0, "%s, spaced: %r" % (name, err))
+        got = json.loads(out)
+        check(got["placement_id"] == want["placement_id"] and
+              got["digest"] == want["digest"],
+              "%s, spaced: %r vs %r" % (name, got, want))
+        rc, out, err = run("validate", feed or bad,
+                           stdin=open(bad, "rb").read() if feed else None)
+        line = expect_one_line_error(rc, out, err,
+                                     "fragment byte size mismatch")
+        check(line.startswith("reshard: error: %s: parts[" % (feed or bad))
+              and line.endswith(", got 7"), "%s, bad: %r" % (name, line))
+
+
 # ---------------------------------------------------------------------------
 
 def main(argv):
