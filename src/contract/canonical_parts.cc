@@ -167,14 +167,21 @@ Result<PlacementFragment> CanonicalPartsScanner::MakeFragment(
     if (tensor_id.data() != s->tensor_id.data()) s->tensor_id.assign(tensor_id);
     return PlacementFragment::Make(std::move(*s));
   }
-  const auto it = tensors_->index->find(tensor_id);
-  if (it == tensors_->index->end()) {
-    // The caller only sees the refusal; the general decoder words it.
-    return Status::InvalidArgument("unknown tensor");
+  // Fragments of one tensor often follow each other: the last one's
+  // tensor is compared before the index is searched.
+  if (tensor_id != last_tensor_) {
+    const auto it = tensors_->index->find(tensor_id);
+    if (it == tensors_->index->end()) {
+      // The caller only sees the refusal; the general decoder words it.
+      return Status::InvalidArgument("unknown tensor");
+    }
+    last_tensor_ = it->first;
+    last_index_ = static_cast<uint32_t>(it->second);
   }
-  indices->push_back(static_cast<uint32_t>(it->second));
-  return MakeFragmentSharingTensorId(std::move(*s),
-                                     (*tensors_->ids)[it->second]);
+  indices->push_back(last_index_);
+  std::shared_ptr<const std::string>& id = (*tensors_->ids)[last_index_];
+  if (id == nullptr) id = std::make_shared<const std::string>(last_tensor_);
+  return MakeFragmentSharingTensorId(std::move(*s), id);
 }
 
 bool CanonicalPartsScanner::ReadPart(ScannedPart* out) {

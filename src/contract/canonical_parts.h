@@ -39,11 +39,14 @@ struct ScannedPart {
 };
 
 // The tensors a placement's fragments may name: an index by id, and per
-// index the id that the fragments of that tensor share (a million fragments
-// of a thousand tensors hold a thousand id strings, not a million).
+// index the id string that the fragments of that tensor read by one scanner
+// share, made at its first use (a million fragments of a thousand tensors
+// hold a thousand strings per scanner, not a million; one set per scanner,
+// so that scanners on other threads do not count references on the same
+// objects). `ids` has one entry per tensor of `index`.
 struct ScannerTensors {
   const std::unordered_map<std::string_view, size_t>* index = nullptr;
-  const std::vector<std::shared_ptr<const std::string>>* ids = nullptr;
+  std::vector<std::shared_ptr<const std::string>>* ids = nullptr;
 };
 
 class CanonicalPartsScanner {
@@ -95,6 +98,8 @@ class CanonicalPartsScanner {
   const char* p_;
   const char* end_;
   const ScannerTensors* tensors_;
+  std::string_view last_tensor_;  // a key of tensors_->index, or empty
+  uint32_t last_index_ = 0;
 };
 
 // Offsets of part boundaries that cut the parts array [begin, end) of

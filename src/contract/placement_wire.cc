@@ -340,7 +340,8 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
                const WireTailFields& fields, ScannedRange* out) {
   const TensorTable& table = fields.table;
   out->referenced.assign(table.tensors.size(), 0);
-  const ScannerTensors tensors{&table.index, &table.shared_ids};
+  std::vector<std::shared_ptr<const std::string>> ids(table.tensors.size());
+  const ScannerTensors tensors{&table.index, &ids};
   CanonicalPartsScanner scanner(json, begin, &tensors);
   ScannedPart scanned;
   std::vector<size_t> part_tensors;
