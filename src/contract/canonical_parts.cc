@@ -179,9 +179,8 @@ Result<PlacementFragment> CanonicalPartsScanner::MakeFragment(
     last_index_ = static_cast<uint32_t>(it->second);
   }
   indices->push_back(last_index_);
-  std::shared_ptr<const std::string>& id = (*tensors_->ids)[last_index_];
-  if (id == nullptr) id = std::make_shared<const std::string>(last_tensor_);
-  return MakeFragmentSharingTensorId(std::move(*s), id);
+  return MakeFragmentSharingTensorId(
+      std::move(*s), tensors_->Share(last_index_, last_tensor_));
 }
 
 bool CanonicalPartsScanner::ReadPart(ScannedPart* out) {

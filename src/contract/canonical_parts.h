@@ -29,7 +29,7 @@
 namespace reshard::internal {
 
 // One part as read: its fields and its fragments (each already through
-// PlacementFragment::Make), and with ScannerTensors, per fragment the index
+// PlacementFragment::Make), and with TensorIdShares, per fragment the index
 // of its tensor.
 struct ScannedPart {
   std::string participant_id;
@@ -39,14 +39,22 @@ struct ScannedPart {
 };
 
 // The tensors a placement's fragments may name: an index by id, and per
-// index the id string that the fragments of that tensor read by one scanner
-// share, made at its first use (a million fragments of a thousand tensors
-// hold a thousand strings per scanner, not a million; one set per scanner,
-// so that scanners on other threads do not count references on the same
-// objects). `ids` has one entry per tensor of `index`.
-struct ScannerTensors {
+// index the id string that the fragments of that tensor decoded with this
+// set share, made at its first use (a million fragments of a thousand
+// tensors hold a thousand strings per set, not a million). One set per
+// decoding thread, so that threads do not count references on the same
+// objects. `ids` has one entry per tensor of `index`.
+struct TensorIdShares {
   const std::unordered_map<std::string_view, size_t>* index = nullptr;
   std::vector<std::shared_ptr<const std::string>>* ids = nullptr;
+
+  // The shared id string of tensor `t`, whose id is `id`.
+  const std::shared_ptr<const std::string>& Share(size_t t,
+                                                  std::string_view id) const {
+    std::shared_ptr<const std::string>& shared = (*ids)[t];
+    if (shared == nullptr) shared = std::make_shared<const std::string>(id);
+    return shared;
+  }
 };
 
 class CanonicalPartsScanner {
@@ -56,7 +64,7 @@ class CanonicalPartsScanner {
   // one of them (else the part is refused and the general decoder words
   // the error) and shares its id.
   CanonicalPartsScanner(std::string_view text, size_t at,
-                        const ScannerTensors* tensors = nullptr)
+                        const TensorIdShares* tensors = nullptr)
       : p_(text.data() + at),
         end_(text.data() + text.size()),
         tensors_(tensors) {}
@@ -97,7 +105,7 @@ class CanonicalPartsScanner {
 
   const char* p_;
   const char* end_;
-  const ScannerTensors* tensors_;
+  const TensorIdShares* tensors_;
   std::string_view last_tensor_;  // a key of tensors_->index, or empty
   uint32_t last_index_ = 0;
 };

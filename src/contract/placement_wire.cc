@@ -34,12 +34,10 @@ constexpr size_t kParallelDecodeBytes = 4 << 20;
 // threads: enough that the faster thread takes up the slower one's slack.
 constexpr size_t kScanRuns = 16;
 
-// The placement's tensors sorted by tensor_id, with an index by id, and
-// per tensor the id its fragments share.
+// The placement's tensors sorted by tensor_id, with an index by id.
 struct TensorTable {
   std::vector<TensorDescriptor> tensors;
   std::unordered_map<std::string_view, size_t> index;
-  std::vector<std::shared_ptr<const std::string>> shared_ids;
 };
 
 // The fields shared by every part: resource_kind, resource_id, revision,
@@ -82,11 +80,8 @@ Result<TensorTable> ReadTensorTable(const StrictObject& obj) {
     }
   }
   table.index.reserve(tensors.size());
-  table.shared_ids.reserve(tensors.size());
   for (size_t k = 0; k < tensors.size(); ++k) {
     table.index.emplace(tensors[k].tensor_id(), k);
-    table.shared_ids.push_back(
-        std::make_shared<const std::string>(tensors[k].tensor_id()));
   }
   return table;
 }
@@ -128,11 +123,13 @@ Result<WeightPlacementPart> AssemblePart(
 }
 
 // Decodes one part; its fragments must name known tensors, which are marked
-// in `referenced`. `part_tensors` is scratch space.
+// in `referenced`, and share their ids from `shares` (the calling thread's).
+// `part_tensors` is scratch space.
 Result<WeightPlacementPart> DecodePart(JsonElement item, const JsonPath& ip,
                                        const PlacementHeader& header,
                                        const std::string& topology_id,
                                        const TensorTable& table,
+                                       const TensorIdShares& shares,
                                        std::vector<size_t>* part_tensors,
                                        std::vector<uint8_t>* referenced) {
   RESHARD_ASSIGN_OR_RETURN(
@@ -152,7 +149,7 @@ Result<WeightPlacementPart> DecodePart(JsonElement item, const JsonPath& ip,
         auto f, ReadFragment(fe, fpk, [&](std::string_view id) {
           auto it = table.index.find(id);
           return it == table.index.end() ? nullptr
-                                         : table.shared_ids[it->second];
+                                         : shares.Share(it->second, it->first);
         }));
     auto it = table.index.find(f.tensor_id());
     if (it == table.index.end()) {
@@ -182,9 +179,11 @@ Result<std::vector<WeightPlacementPart>> DecodeParts(
   // Decodes parts [begin, end) and marks the tensors they reference.
   auto decode = [&](size_t begin, size_t end, std::vector<uint8_t>* seen) {
     std::vector<size_t> part_tensors;
+    std::vector<std::shared_ptr<const std::string>> ids(table.tensors.size());
+    const TensorIdShares shares{&table.index, &ids};
     for (size_t p = begin; p < end; ++p) {
       decoded[p] = DecodePart(items[p], parts.path().Index(p), header,
-                              topology_id, table, &part_tensors, seen);
+                              topology_id, table, shares, &part_tensors, seen);
       if (!decoded[p]->ok()) return;  // later parts are not needed
     }
   };
@@ -341,7 +340,7 @@ bool ScanParts(std::string_view json, size_t begin, size_t stop,
   const TensorTable& table = fields.table;
   out->referenced.assign(table.tensors.size(), 0);
   std::vector<std::shared_ptr<const std::string>> ids(table.tensors.size());
-  const ScannerTensors tensors{&table.index, &ids};
+  const TensorIdShares tensors{&table.index, &ids};
   CanonicalPartsScanner scanner(json, begin, &tensors);
   ScannedPart scanned;
   std::vector<size_t> part_tensors;
