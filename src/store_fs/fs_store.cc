@@ -51,7 +51,9 @@ using UniqueFd = internal::FileDescriptor;
 // Writes all of `data` to `fd`.
 Status WriteAll(int fd, std::string_view data, const std::string& path) {
   while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
+    const ssize_t n =
+        ::write(fd, data.data(),
+                std::min<size_t>(data.size(), internal::kMaxWriteCall));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Errno("cannot write", path);

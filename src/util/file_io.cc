@@ -36,7 +36,7 @@ Status ErrnoStatus(std::string_view what, std::string_view path) {
                          std::strerror(errno));
 }
 
-// One write moves at most 1 GiB (Linux caps a call near 2 GiB anyway).
+// One read moves at most 1 GiB (Linux caps a call near 2 GiB anyway).
 constexpr uint64_t kMaxCall = uint64_t{1} << 30;
 
 Status PreadvAll(int fd, const std::vector<ReadBuffer>& buffers,
@@ -89,8 +89,9 @@ Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset,
                  std::string_view path) {
   const auto* p = static_cast<const uint8_t*>(src);
   for (uint64_t done = 0; done < n;) {
-    const ssize_t put = ::pwrite(fd, p + done, std::min(n - done, kMaxCall),
-                                 static_cast<off_t>(offset + done));
+    const ssize_t put =
+        ::pwrite(fd, p + done, std::min(n - done, kMaxWriteCall),
+                 static_cast<off_t>(offset + done));
     if (put < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus("cannot write", path);
@@ -177,8 +178,8 @@ namespace {
 // Writes all of `content` to `fd` (sequentially, retrying short writes).
 Status WriteAll(int fd, std::string_view content, const std::string& where) {
   while (!content.empty()) {
-    const ssize_t n = ::write(fd, content.data(),
-                              std::min<uint64_t>(content.size(), kMaxCall));
+    const ssize_t n = ::write(
+        fd, content.data(), std::min<uint64_t>(content.size(), kMaxWriteCall));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status::IOError(where + ": cannot write: " + std::strerror(errno));

@@ -50,6 +50,14 @@ struct ReadBuffer {
 Status PreadvAll(int fd, const std::vector<ReadBuffer>& buffers,
                  uint64_t offset, std::string_view path);
 
+// The most one write call moves. A larger buffered write makes the page
+// cache take folios as large as the write (up to 2 MiB), which come from
+// the high-order free blocks a virtual machine's host may have reclaimed:
+// measured on a VM, writing 476 MB in calls of 1.5 MB on average took
+// 0.11-0.60 s from run to run, in 256 KiB calls about 0.13 s every time.
+// The calls cost nothing next to the copies (4,096 per GiB).
+inline constexpr uint64_t kMaxWriteCall = uint64_t{256} << 10;
+
 // Writes exactly `n` bytes at `offset` (retrying short writes and EINTR).
 Status PwriteAll(int fd, const void* src, uint64_t n, uint64_t offset,
                  std::string_view path);

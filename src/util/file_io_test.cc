@@ -1,5 +1,6 @@
 // PreadvAll: scattered buffers filled in order from one offset, short files
-// named; PreadAll and PwriteAll round trips. Bounded whole-file reads
+// named; PreadAll and PwriteAll round trips (also over several write
+// calls). Bounded whole-file reads
 // (ReadFdBounded, ReadFileBounded) and output files (WriteOutputFile): the
 // regressions of the unbounded reads and the replaced outputs.
 
@@ -71,6 +72,21 @@ TEST_F(FileIoTest, ShortFileIsDataLossNamingThePathAndRange) {
                               " is short: bytes [5000, 5060) are past its end "
                               "(was it truncated?)");
   EXPECT_EQ(a, bytes_.substr(4950, 10));
+}
+
+TEST_F(FileIoTest, PwriteAllWritesMoreThanOneCallsWorthExactly) {
+  // Two and a half calls' worth (kMaxWriteCall each) at an odd offset.
+  std::string big(kMaxWriteCall * 5 / 2 + 3, '\0');
+  for (size_t i = 0; i < big.size(); ++i) {
+    big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  }
+  ASSERT_OK(PwriteAll(fd_.get(), big.data(), big.size(), 4001, path_));
+  std::string got(big.size(), '\0');
+  ASSERT_OK(PreadAll(fd_.get(), got.data(), got.size(), 4001, path_));
+  EXPECT_EQ(got, big);
+  std::string head(4001, '\0');
+  ASSERT_OK(PreadAll(fd_.get(), head.data(), head.size(), 0, path_));
+  EXPECT_EQ(head, bytes_.substr(0, 4001));
 }
 
 TEST_F(FileIoTest, PreadAllReadsOneRange) {
