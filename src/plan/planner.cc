@@ -6,6 +6,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -32,7 +33,11 @@ struct LogicalTransferPlan::Impl {
   std::vector<std::string> tensors;
   std::vector<PlanFragment> source_fragments;
   std::vector<PlanFragment> target_fragments;
-  std::vector<TransferRegion> regions;
+  // In step 7's order from the first call of regions() on (OrderRegions):
+  // a plan that is only summarised, as `reshard plan` prints it, never
+  // pays for the ordering. Every reader goes through regions().
+  mutable std::vector<TransferRegion> regions;
+  mutable std::once_flag regions_ordered;
   std::vector<PipelineRoute> routes;
   std::vector<std::string> source_participants;
   std::vector<uint64_t> source_bytes;
@@ -474,6 +479,67 @@ struct SourceTables {
   std::vector<uint32_t>& table_index;
 };
 
+// Step 7: (target fragment id, target base offset, source fragment id,
+// source base offset), in place.
+void OrderRegions(const std::vector<PlanFragment>& sfr,
+                  const std::vector<PlanFragment>& tfr,
+                  std::vector<TransferRegion>* ordered) {
+  std::vector<TransferRegion>& regions = *ordered;
+  // The order within one target fragment (the fragment is the bucket).
+  struct Key {
+    uint64_t target_base;
+    uint32_t source_order;
+    uint32_t index;
+    uint64_t source_base;
+  };
+  // Target id orders are a permutation of [0, targets): a counting sort
+  // buckets the regions by target in linear time, and only each target's
+  // few regions are compared (most targets have one). The id orders of both
+  // sides as compact columns: regions reach their fragments in random order.
+  std::vector<uint32_t> source_order(sfr.size()), target_order(tfr.size());
+  for (size_t i = 0; i < sfr.size(); ++i) source_order[i] = sfr[i].order;
+  for (size_t i = 0; i < tfr.size(); ++i) target_order[i] = tfr[i].order;
+  std::vector<uint32_t> first(tfr.size() + 1, 0);
+  for (const auto& r : regions) ++first[target_order[r.target_fragment] + 1];
+  for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+  std::vector<uint32_t> next(first.begin(), first.end() - 1);
+  std::vector<Key> keys(regions.size());
+  for (uint32_t i = 0; i < regions.size(); ++i) {
+    const auto& r = regions[i];
+    keys[next[target_order[r.target_fragment]]++] = {
+        r.target_base_offset, source_order[r.source_fragment], i,
+        r.source_base_offset};
+  }
+  for (size_t t = 0; t + 1 < first.size(); ++t) {
+    if (first[t + 1] - first[t] < 2) continue;
+    std::sort(keys.begin() + first[t], keys.begin() + first[t + 1],
+              [](const Key& a, const Key& b) {
+                return std::tie(a.target_base, a.source_order, a.source_base) <
+                       std::tie(b.target_base, b.source_order, b.source_base);
+              });
+  }
+  // Into place, cycle by cycle: region keys[p].index goes to p. A second
+  // array of regions would cost as much again in fresh pages as the moves.
+  std::vector<uint32_t> from(keys.size());
+  for (size_t p = 0; p < keys.size(); ++p) from[p] = keys[p].index;
+  keys = {};
+  for (uint32_t start = 0; start < from.size(); ++start) {
+    if (from[start] == start) continue;
+    TransferRegion held = std::move(regions[start]);
+    uint32_t p = start;
+    while (from[p] != start) {
+      const uint32_t q = from[p];
+      // The next region to move is a random one: start its miss now.
+      __builtin_prefetch(&regions[from[q]]);
+      regions[p] = std::move(regions[q]);
+      from[p] = p;
+      p = q;
+    }
+    regions[p] = std::move(held);
+    from[p] = p;
+  }
+}
+
 // What the planner needs of a source: identity, tensors and a way to emit
 // the fragments of the tensors it needs. Made for live placements and for
 // stored manifests.
@@ -517,7 +583,6 @@ class Planner {
     ForEachClaimed(2, p.threads_, [&p](size_t step, unsigned) {
       step == 0 ? p.ComputeGeometry() : p.Summarise();
     });
-    p.SortRegions();
     return LogicalTransferPlan(std::move(p.impl_));
   }
 
@@ -553,9 +618,6 @@ class Planner {
   void Balance();
   // Step 6: base offsets, inner run and merged loops of every region.
   void ComputeGeometry();
-  // Step 7: (target fragment id, target base offset, source fragment id,
-  // source base offset).
-  void SortRegions();
   // Step 7: totals, per-participant bytes, traffic and pipeline routes
   // (sums: the regions' order does not matter; segments are Geometry's).
   void Summarise();
@@ -870,8 +932,10 @@ void Planner::Balance() {
     }
   }
   // Largest regions first, ties in region order: (bytes, index) pairs
-  // sorted in one array, so the sort does not chase region pointers.
-  std::vector<std::pair<uint64_t, uint32_t>> by_size(n);
+  // in one array, so the sort does not chase region pointers, made in
+  // index order and sorted stably by bytes alone (a radix sort: region
+  // sizes span a few of the key's bytes).
+  std::vector<std::pair<uint64_t, size_t>> by_size(n);
   std::vector<uint32_t> box_of(n);
   for (uint32_t i = 0; i < n; ++i) {
     const TransferRegion& r = regions[i];
@@ -882,7 +946,7 @@ void Planner::Balance() {
   }
   region_box_ = {};  // read no more (see Intersect)
   tensor_boxes_ = {};
-  std::sort(by_size.begin(), by_size.end());
+  RadixSortByFirst(&by_size);
   // Each to its box's member on the least loaded participant, the first
   // such member on ties.
   std::vector<uint32_t> chosen(n);
@@ -934,65 +998,6 @@ void Planner::ComputeGeometry() {
   // The summary's one figure that geometry makes (Summarise, perhaps
   // running meanwhile, writes the others).
   impl_->summary.segments = segments;
-}
-
-void Planner::SortRegions() {
-  const auto& sfr = impl_->source_fragments;
-  const auto& tfr = impl_->target_fragments;
-  auto& regions = impl_->regions;
-  // The order within one target fragment (the fragment is the bucket).
-  struct Key {
-    uint64_t target_base;
-    uint32_t source_order;
-    uint32_t index;
-    uint64_t source_base;
-  };
-  // Target id orders are a permutation of [0, targets): a counting sort
-  // buckets the regions by target in linear time, and only each target's
-  // few regions are compared (most targets have one). The id orders of both
-  // sides as compact columns: regions reach their fragments in random order.
-  std::vector<uint32_t> source_order(sfr.size()), target_order(tfr.size());
-  for (size_t i = 0; i < sfr.size(); ++i) source_order[i] = sfr[i].order;
-  for (size_t i = 0; i < tfr.size(); ++i) target_order[i] = tfr[i].order;
-  std::vector<uint32_t> first(tfr.size() + 1, 0);
-  for (const auto& r : regions) ++first[target_order[r.target_fragment] + 1];
-  for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
-  std::vector<uint32_t> next(first.begin(), first.end() - 1);
-  std::vector<Key> keys(regions.size());
-  for (uint32_t i = 0; i < regions.size(); ++i) {
-    const auto& r = regions[i];
-    keys[next[target_order[r.target_fragment]]++] = {
-        r.target_base_offset, source_order[r.source_fragment], i,
-        r.source_base_offset};
-  }
-  for (size_t t = 0; t + 1 < first.size(); ++t) {
-    if (first[t + 1] - first[t] < 2) continue;
-    std::sort(keys.begin() + first[t], keys.begin() + first[t + 1],
-              [](const Key& a, const Key& b) {
-                return std::tie(a.target_base, a.source_order, a.source_base) <
-                       std::tie(b.target_base, b.source_order, b.source_base);
-              });
-  }
-  // Into place, cycle by cycle: region keys[p].index goes to p. A second
-  // array of regions would cost as much again in fresh pages as the moves.
-  std::vector<uint32_t> from(keys.size());
-  for (size_t p = 0; p < keys.size(); ++p) from[p] = keys[p].index;
-  keys = {};
-  for (uint32_t start = 0; start < from.size(); ++start) {
-    if (from[start] == start) continue;
-    TransferRegion held = std::move(regions[start]);
-    uint32_t p = start;
-    while (from[p] != start) {
-      const uint32_t q = from[p];
-      // The next region to move is a random one: start its miss now.
-      __builtin_prefetch(&regions[from[q]]);
-      regions[p] = std::move(regions[q]);
-      from[p] = p;
-      p = q;
-    }
-    regions[p] = std::move(held);
-    from[p] = p;
-  }
 }
 
 void Planner::Summarise() {
@@ -1241,6 +1246,10 @@ const std::vector<PlanFragment>& LogicalTransferPlan::target_fragments() const {
   return impl_->target_fragments;
 }
 const std::vector<TransferRegion>& LogicalTransferPlan::regions() const {
+  std::call_once(impl_->regions_ordered, [this] {
+    internal::OrderRegions(impl_->source_fragments, impl_->target_fragments,
+                           &impl_->regions);
+  });
   return impl_->regions;
 }
 const std::vector<PipelineRoute>& LogicalTransferPlan::pipeline_routes() const {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -517,6 +518,47 @@ TEST(PlannerTest, Deterministic) {
     ASSERT_OK(d);
     testing::ExpectSamePlan(*d, *a);
   }
+}
+
+// The regions are put in step 7's order at their first reading (a plan
+// only summarised never orders them): readers on several threads and
+// copies of the plan all see one vector, ordered once, equal to a plan
+// read at once.
+TEST(PlannerTest, RegionsOrderedOnceUnderConcurrentFirstReads) {
+  PlacementDraft src = GridDraft(Sizes{.dp = 2, .tp = 4});
+  PlacementDraft dst = GridDraft(Sizes{.tp = 3});
+  for (int l = 0; l < 6; ++l) {
+    const std::string id = "layers." + std::to_string(l) + ".w";
+    AddTensor(&src, {.tensor_id = id, .shape = {12, 24}, .tp_dim = l % 2});
+    AddTensor(&dst, {.tensor_id = id, .shape = {12, 24}, .tp_dim = 1 - l % 2});
+  }
+  const WeightPlacementManifest s = MustBuild(src), t = MustBuild(dst);
+  auto reference = LogicalTransferPlan::Make(s, t);
+  ASSERT_OK(reference);
+  const std::vector<TransferRegion> expected = reference->regions();
+  auto plan = LogicalTransferPlan::Make(s, t);
+  ASSERT_OK(plan);
+  EXPECT_EQ(plan->summary().regions, expected.size());
+  std::vector<LogicalTransferPlan> copies(4, *plan);
+  std::vector<const std::vector<TransferRegion>*> seen(copies.size());
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    readers.emplace_back([&, i] { seen[i] = &copies[i].regions(); });
+  }
+  for (auto& r : readers) r.join();
+  for (const auto* regions : seen) EXPECT_EQ(regions, &plan->regions());
+  EXPECT_EQ(plan->regions(), expected);
+  // Target fragments in id order, where the tensors interleave: not the
+  // tensor by tensor order in which the regions are made.
+  const auto& tf = plan->target_fragments();
+  bool interleaved = false;
+  for (size_t i = 1; i < expected.size(); ++i) {
+    EXPECT_LE(tf[expected[i - 1].target_fragment].order,
+              tf[expected[i].target_fragment].order);
+    interleaved |= expected[i].tensor < expected[i - 1].tensor;
+  }
+  EXPECT_TRUE(interleaved);
+  CheckInvariants(*plan);
 }
 
 // ---------------------------------------------------------------------------
