@@ -221,6 +221,16 @@ Result<PlacementFragment> MakeFragmentSharingTensorId(
     PlacementFragmentSpec spec, std::shared_ptr<const std::string> tensor_id);
 }  // namespace internal
 
+class WeightPlacementManifest;
+
+namespace internal {
+// For each of m.fragments() (id order), its position among the fragments
+// of m.parts() counted part by part, the order tables built from the parts
+// are in: their id order without comparing an id again.
+const std::vector<uint32_t>& FragmentPartPositions(
+    const WeightPlacementManifest& m);
+}  // namespace internal
+
 // An address-free N-D box of one tensor held by one parallel rank.
 //
 // A placement of a trillion-parameter model holds a million of these: the
@@ -419,6 +429,8 @@ class WeightPlacementManifest {
   friend Result<WeightPlacementManifest> WeightPlacementFromJson(
       std::string_view json);
   friend class internal::PlacementDecoder;
+  friend const std::vector<uint32_t>& internal::FragmentPartPositions(
+      const WeightPlacementManifest& m);
   // Make, given the canonical wire's prefix {"parts":[...] as read (the
   // decoder proved it is the canonical form of spec.parts): the identities
   // hash those bytes instead of serializing the parts again, or start from

@@ -27,6 +27,7 @@ struct WeightPlacementManifest::Impl {
   std::vector<WeightPlacementPart> parts;
   std::vector<TensorDescriptor> tensors;
   std::vector<const PlacementFragment*> fragments;
+  std::vector<uint32_t> fragment_part_positions;  // FragmentPartPositions
   std::string placement_id;
   std::string digest;
 };
@@ -770,9 +771,10 @@ Result<std::vector<TensorDescriptor>> UnionTensors(
 }
 
 // Every part's fragments sorted by placement_fragment_id, which must be
-// globally unique.
+// globally unique, and each one's position counted part by part.
 Status CollectFragments(const std::vector<WeightPlacementPart>& parts,
-                        std::vector<const PlacementFragment*>* frags) {
+                        std::vector<const PlacementFragment*>* frags,
+                        std::vector<uint32_t>* part_positions) {
   size_t n_fragments = 0;
   for (const auto& part : parts) n_fragments += part.fragments().size();
   frags->reserve(n_fragments);
@@ -780,9 +782,11 @@ Status CollectFragments(const std::vector<WeightPlacementPart>& parts,
     for (const auto& f : part.fragments()) frags->push_back(&f);
   }
   const bool duplicates = internal::SortByStringKey(
-      frags, [](const PlacementFragment* f) -> const std::string& {
+      frags,
+      [](const PlacementFragment* f) -> const std::string& {
         return f->placement_fragment_id();
-      });
+      },
+      part_positions);
   for (size_t i = 1; duplicates && i < frags->size(); ++i) {
     if ((*frags)[i]->placement_fragment_id() ==
         (*frags)[i - 1]->placement_fragment_id()) {
@@ -885,10 +889,12 @@ Result<WeightPlacementManifest> WeightPlacementManifest::Assemble(
                             ComputeIdentity(raw, canonical_prefix, prefix_hash);
                           });
     collected = std::async(std::launch::async, [raw = impl.get()] {
-      return CollectFragments(raw->parts, &raw->fragments);
+      return CollectFragments(raw->parts, &raw->fragments,
+                              &raw->fragment_part_positions);
     });
   } else {
-    RESHARD_RETURN_NOT_OK(CollectFragments(impl->parts, &impl->fragments));
+    RESHARD_RETURN_NOT_OK(CollectFragments(impl->parts, &impl->fragments,
+                                           &impl->fragment_part_positions));
   }
   const FragmentsByTensor by_tensor = GroupByTensor(impl->tensors, impl->parts);
   const Status aliases =
@@ -991,6 +997,13 @@ const std::vector<const PlacementFragment*>&
 WeightPlacementManifest::fragments() const {
   return impl_->fragments;
 }
+namespace internal {
+const std::vector<uint32_t>& FragmentPartPositions(
+    const WeightPlacementManifest& m) {
+  return m.impl_->fragment_part_positions;
+}
+}  // namespace internal
+
 const std::string& WeightPlacementManifest::placement_id() const {
   return impl_->placement_id;
 }

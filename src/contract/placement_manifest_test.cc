@@ -587,6 +587,32 @@ TEST(PlacementManifestTest, ExpertOwnershipAndEmptyParts) {
   EXPECT_EQ(empty, 2u);
 }
 
+// FragmentPartPositions(m)[k] is the position, counted part by part, of
+// m.fragments()[k] (id order), on both sides of the parallel threshold.
+TEST(PlacementManifestTest, FragmentPartPositionsMapIdOrderToPartOrder) {
+  for (int tensors : {3, 40}) {
+    SCOPED_TRACE(tensors);
+    PlacementDraft d = GridDraft({2, 1, 16, 16});
+    for (int t = 0; t < tensors; ++t) {
+      AddTensor(&d, {.tensor_id = "w" + std::to_string(t),
+                     .shape = {32, 16, 16},
+                     .tp_dim = 1,
+                     .ep_split = true});
+    }
+    ASSERT_OK_AND_ASSIGN(auto m, d.Build());
+    std::vector<const PlacementFragment*> part_order;
+    for (const auto& p : m.parts()) {
+      for (const auto& f : p.fragments()) part_order.push_back(&f);
+    }
+    const std::vector<uint32_t>& positions = internal::FragmentPartPositions(m);
+    ASSERT_EQ(positions.size(), m.fragments().size());
+    ASSERT_EQ(positions.size(), part_order.size());
+    for (size_t k = 0; k < positions.size(); ++k) {
+      ASSERT_EQ(part_order[positions[k]], m.fragments()[k]) << k;
+    }
+  }
+}
+
 TEST(PlacementManifestTest, MillionFragmentScaleIsNearLinear) {
   // 4,096 tensors x 256 participants = 1,048,576 fragments would be slow in
   // a debug test; 64 tensors x 1,024 participants keeps it fast while still

@@ -250,39 +250,17 @@ void AssignOrder(std::vector<PlanFragment>* table) {
 }
 
 // The same from the id order the manifest already holds
-// (WeightPlacementManifest::fragments()), without comparing an id:
-// `table_index[q]` is the table entry of the manifest's q-th fragment
-// counted part by part (kNotPlanned if the table lacks it). Fragment ids
-// are unique in a manifest, so the orders equal AssignOrder's.
+// (WeightPlacementManifest::fragments(), as FragmentPartPositions), without
+// comparing an id: `table_index[q]` is the table entry of the manifest's
+// q-th fragment counted part by part (kNotPlanned if the table lacks it).
+// Fragment ids are unique in a manifest, so the orders equal AssignOrder's.
 void AssignOrderFromManifest(const WeightPlacementManifest& m,
                              const std::vector<uint32_t>& table_index,
                              std::vector<PlanFragment>* table) {
-  // Each part's fragment array by address, to find the part of a pointer.
-  struct Span {
-    const PlacementFragment* begin;
-    uint32_t first;  // flat index of the part's first fragment
-  };
-  std::vector<Span> spans;
-  uint32_t flat = 0;
-  for (const auto& part : m.parts()) {
-    const auto& f = part.fragments();
-    if (!f.empty()) spans.push_back({f.data(), flat});
-    flat += static_cast<uint32_t>(f.size());
-  }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    // Addresses in different arrays: std::less orders them.
-    return std::less<const PlacementFragment*>()(a.begin, b.begin);
-  });
   std::vector<uint32_t> order(table->size());
   uint32_t pos = 0;
-  for (const PlacementFragment* f : m.fragments()) {
-    const auto it = std::upper_bound(
-        spans.begin(), spans.end(), f,
-        [](const PlacementFragment* p, const Span& s) {
-          return std::less<const PlacementFragment*>()(p, s.begin);
-        });
-    const Span& span = *(it - 1);
-    const uint32_t i = table_index[span.first + (f - span.begin)];
+  for (const uint32_t q : FragmentPartPositions(m)) {
+    const uint32_t i = table_index[q];
     if (i != TensorIndex::kNotPlanned) order[i] = pos++;
   }
   for (size_t i = 0; i < order.size(); ++i) (*table)[i].order = order[i];

@@ -70,9 +70,14 @@ inline uint64_t KeyAt(std::string_view s, size_t at) {
 // middle and last items, every key is taken after it while each string is
 // checked to share it, and only if one does not are the keys taken again
 // after the true common prefix.
+//
+// `from`, if given, receives the permutation: (*from)[k] is the position
+// before the sort of the item now at k.
 template <typename T, typename KeyFn>
-bool SortByStringKey(std::vector<T>* items, KeyFn key) {
+bool SortByStringKey(std::vector<T>* items, KeyFn key,
+                     std::vector<uint32_t>* from = nullptr) {
   const size_t n = items->size();
+  if (from != nullptr) from->assign(n, 0);
   if (n < 2) return false;
   const std::string_view first = key((*items)[0]);
   const size_t guess = std::min(CommonPrefix(first, key((*items)[n / 2])),
@@ -114,6 +119,11 @@ bool SortByStringKey(std::vector<T>* items, KeyFn key) {
   std::vector<T> sorted;
   sorted.reserve(n);
   for (const auto& [k, i] : keyed) sorted.push_back(std::move((*items)[i]));
+  if (from != nullptr) {
+    for (size_t k = 0; k < n; ++k) {
+      (*from)[k] = static_cast<uint32_t>(keyed[k].second);
+    }
+  }
   *items = std::move(sorted);
   return duplicates;
 }

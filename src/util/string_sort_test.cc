@@ -35,6 +35,31 @@ TEST(StringSortTest, MatchesStdSortOnHashLikeIds) {
   EXPECT_EQ(got, SortedCopy(ids));
 }
 
+TEST(StringSortTest, GivesThePermutationItApplied) {
+  std::mt19937_64 rng(11);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3000; ++i) {
+    ids.push_back("id:" + std::to_string(rng() % 100000));
+  }
+  ids.push_back(ids[5]);  // a duplicate keeps its place in the permutation
+  std::vector<std::string> got = ids;
+  std::vector<uint32_t> from = {9, 9};  // replaced, not appended to
+  EXPECT_TRUE(SortByStringKey(
+      &got, [](const std::string& s) -> const std::string& { return s; },
+      &from));
+  EXPECT_EQ(got, SortedCopy(ids));
+  ASSERT_EQ(from.size(), ids.size());
+  std::vector<uint32_t> seen = from;
+  std::sort(seen.begin(), seen.end());
+  for (uint32_t k = 0; k < seen.size(); ++k) ASSERT_EQ(seen[k], k);
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_EQ(got[k], ids[from[k]]);
+  std::vector<std::string> one = {"x"};
+  EXPECT_FALSE(SortByStringKey(
+      &one, [](const std::string& s) -> const std::string& { return s; },
+      &from));
+  EXPECT_EQ(from, std::vector<uint32_t>{0});
+}
+
 TEST(StringSortTest, ReportsDuplicatesOnlyWhereStringsAreEqual) {
   auto self = [](const std::string& s) -> const std::string& { return s; };
   // Equal 8-byte keys after the prefix, different strings: no duplicate.
