@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -444,6 +445,62 @@ using TrafficPairs = std::vector<std::pair<uint64_t, uint64_t>>;
 // (operations, bytes) per pipeline route.
 using RouteTotals = std::map<RouteKey, std::pair<uint64_t, uint64_t>>;
 
+// One side's pipeline (pp, stage) pairs, each fragment's as a small id:
+// the summary visits fragments in random order, so it reads 4 bytes per
+// fragment rather than a whole PlanFragment (or 16 bytes of pair).
+struct StageIds {
+  std::vector<std::pair<int64_t, int64_t>> stages;  // by id
+  std::vector<uint32_t> of;                         // per fragment
+};
+
+// `no_pp`: a stored source, which has no pipeline rank.
+StageIds MakeStageIds(const std::vector<PlanFragment>& table, bool no_pp) {
+  StageIds out;
+  out.of.resize(table.size());
+  std::map<std::pair<int64_t, int64_t>, uint32_t> ids;
+  std::pair<int64_t, int64_t> last{INT64_MIN, INT64_MIN};
+  uint32_t last_id = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const std::pair<int64_t, int64_t> stage{
+        no_pp ? -1 : table[i].rank.pp, table[i].pipeline_stage_id.value_or(-1)};
+    if (i == 0 || stage != last) {  // fragments come grouped by part
+      auto [it, added] =
+          ids.emplace(stage, static_cast<uint32_t>(out.stages.size()));
+      if (added) out.stages.push_back(stage);
+      last = stage;
+      last_id = it->second;
+    }
+    out.of[i] = last_id;
+  }
+  return out;
+}
+
+// The sums of one range of regions (Planner::Summarise adds the ranges').
+struct SummaryPart {
+  std::vector<uint64_t> target_bytes;
+  TrafficPairs traffic;  // sorted by pair, equal pairs summed
+  // (source stage id << 32 | target stage id) -> (operations, bytes).
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> routes;
+  std::vector<uint8_t> used;  // per source fragment
+  uint64_t regions = 0;
+  uint64_t bytes = 0;
+};
+
+// Sorts `traffic` by pair and sums equal pairs, in place.
+void SumTraffic(TrafficPairs* traffic) {
+  // By pair only: the order among equal pairs does not change their sum.
+  RadixSortByFirst(traffic);
+  size_t out = 0;
+  for (size_t i = 0; i < traffic->size(); ++i) {
+    if (out > 0 && (*traffic)[out - 1].first == (*traffic)[i].first) {
+      (*traffic)[out - 1].second += (*traffic)[i].second;
+    } else {
+      (*traffic)[out++] = (*traffic)[i];
+    }
+  }
+  traffic->resize(out);
+}
+
 }  // namespace
 
 // The source side's tables as a PlanSource fills them.
@@ -555,12 +612,17 @@ class Planner {
     p.ChooseThreads();
     p.BuildFragmentTables();
     RESHARD_RETURN_NOT_OK(p.Intersect());
-    p.Balance();
-    // Geometry writes the regions' offsets and loops, the summary reads
-    // their fragments and bytes: on two threads when planning on several.
+    // The balance chooses each region's source fragment among its box's
+    // members; the geometry reads the box, the same for every member: on
+    // two threads when planning on several (each writes fields of the
+    // regions the other does not touch).
     ForEachClaimed(2, p.threads_, [&p](size_t step, unsigned) {
-      step == 0 ? p.ComputeGeometry() : p.Summarise();
+      step == 0 ? p.Balance() : p.ComputeGeometry();
     });
+    p.box_of_ = {};  // read no more (see Intersect)
+    p.box_by_id_ = {};
+    p.tensor_boxes_ = {};
+    p.Summarise();
     return LogicalTransferPlan(std::move(p.impl_));
   }
 
@@ -589,18 +651,26 @@ class Planner {
   void BuildFragmentTables();
   void BuildSourceTable(const TensorIndex& index);
   void BuildTargetTable();
+  // Step 2 for every tensor, after the source table (on its thread, while
+  // the larger target table is built): tilings, their indexes, or the
+  // error each tensor's intersection then reports in its turn.
+  void BuildSourceTilings();
   // Steps 2-4: per tensor, the source tiling, candidates and regions.
   Status Intersect();
   Status IntersectTensor(uint32_t t);
   // Step 5: each region's serving fragment among its box's members.
   void Balance();
-  // Step 6: base offsets, inner run and merged loops of every region.
+  // Step 6: base offsets, inner run and merged loops of every region, from
+  // its source box (every member of a box has the box's offset and shape).
   void ComputeGeometry();
   // Step 7: totals, per-participant bytes, traffic and pipeline routes
   // (sums: the regions' order does not matter; segments are Geometry's).
   void Summarise();
-  void AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes);
-  void MergeTraffic(TrafficPairs* traffic);
+  // The sums of regions [begin, end).
+  void SummariseRange(size_t begin, size_t end, const StageIds& source,
+                      const StageIds& target,
+                      const std::vector<uint32_t>& target_participant,
+                      SummaryPart* out) const;
 
   const PlanSource& source_;
   const WeightPlacementManifest& target_;
@@ -613,9 +683,21 @@ class Planner {
   TensorIndex tensor_index_;
   std::vector<std::vector<uint32_t>> source_by_tensor_;
   std::vector<std::vector<uint32_t>> target_by_tensor_;
-  // The boxes of each tensor's source tiling; region_box_[i] is region i's.
+  // The boxes of each tensor's source tiling (region i's is
+  // box_by_id_[box_of_[i]]).
   std::vector<std::vector<SourceBox>> tensor_boxes_;
-  std::vector<const SourceBox*> region_box_;
+  std::vector<BoxIndex> box_index_;    // over tensor_boxes_[t]
+  std::vector<Status> tiling_status_;  // SourceTiling's error, if any
+  // What the balance reads, in compact columns, as the steps before it
+  // make them: the balance visits regions in random order. Boxes are
+  // numbered tensor by tensor (tensor t's from tensor_first_[t]); box g's
+  // members and their participants are [box_first_[g], box_first_[g + 1])
+  // of member_ and member_participant_. Each region's box (box_of_) and
+  // bytes are noted as the region is made.
+  std::vector<uint32_t> tensor_first_, box_first_, member_, member_participant_,
+      box_of_;
+  std::vector<const SourceBox*> box_by_id_;  // boxes by that number
+  std::vector<uint64_t> region_bytes_;       // the balance's keys in place
   // Compact column of source fragment -> participant: the loops touch
   // fragments in random order, and whole PlanFragments would miss the
   // cache each time.
@@ -752,8 +834,49 @@ void Planner::BuildFragmentTables() {
   // in an index of its own (TensorIndex caches its lookups).
   const TensorIndex source_index(tensor_index_);
   ForEachClaimed(2, threads_, [&](size_t side, unsigned) {
-    side == 0 ? BuildSourceTable(source_index) : BuildTargetTable();
+    if (side == 1) return BuildTargetTable();
+    BuildSourceTable(source_index);
+    BuildSourceTilings();
   });
+}
+
+void Planner::BuildSourceTilings() {
+  tensor_boxes_.resize(plan_tensors_.size());
+  box_index_.resize(plan_tensors_.size());
+  tiling_status_.resize(plan_tensors_.size());
+  for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
+    const TensorDescriptor& desc = *source_.find_tensor(impl_->tensors[t]);
+    auto tiling = SourceTiling(desc, source_by_tensor_[t],
+                               impl_->source_fragments, source_.sizes);
+    if (!tiling.ok()) {
+      tiling_status_[t] = tiling.status();
+      continue;
+    }
+    tensor_boxes_[t] = std::move(tiling).ValueOrDie();
+    box_index_[t].Build(tensor_boxes_[t], desc.ndim());
+  }
+  source_participant_.resize(impl_->source_fragments.size());
+  for (size_t i = 0; i < source_participant_.size(); ++i) {
+    source_participant_[i] = impl_->source_fragments[i].participant;
+  }
+  tensor_first_.assign(tensor_boxes_.size() + 1, 0);
+  for (size_t t = 0; t < tensor_boxes_.size(); ++t) {
+    tensor_first_[t + 1] =
+        tensor_first_[t] + static_cast<uint32_t>(tensor_boxes_[t].size());
+  }
+  box_first_.reserve(tensor_first_.back() + 1);
+  box_first_.push_back(0);
+  box_by_id_.reserve(tensor_first_.back());
+  for (const auto& boxes : tensor_boxes_) {
+    for (const SourceBox& box : boxes) {
+      box_by_id_.push_back(&box);
+      for (uint32_t m : box.members) {
+        member_.push_back(m);
+        member_participant_.push_back(source_participant_[m]);
+      }
+      box_first_.push_back(static_cast<uint32_t>(member_.size()));
+    }
+  }
 }
 
 void Planner::BuildSourceTable(const TensorIndex& index) {
@@ -815,11 +938,12 @@ void Planner::BuildTargetTable() {
 
 Status Planner::Intersect() {
   impl_->regions.reserve(impl_->target_fragments.size());
-  region_box_.reserve(impl_->target_fragments.size());
-  tensor_boxes_.resize(plan_tensors_.size());
+  box_of_.reserve(impl_->target_fragments.size());
+  region_bytes_.reserve(impl_->target_fragments.size());
   for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
     RESHARD_RETURN_NOT_OK(IntersectTensor(t));
   }
+  box_index_ = {};
   // The steps after this one read regions, not these tables: their memory
   // goes before theirs is touched (a lower peak for a million fragments).
   target_box_ = {};
@@ -836,12 +960,9 @@ Status Planner::Intersect() {
 }
 
 Status Planner::IntersectTensor(uint32_t t) {
+  RESHARD_RETURN_NOT_OK(tiling_status_[t]);
   const TensorDescriptor& desc = *source_.find_tensor(impl_->tensors[t]);
-  RESHARD_ASSIGN_OR_RETURN(
-      tensor_boxes_[t], SourceTiling(desc, source_by_tensor_[t],
-                                     impl_->source_fragments, source_.sizes));
-  BoxIndex index;
-  index.Build(tensor_boxes_[t], desc.ndim());
+  const BoxIndex& index = box_index_[t];
   const auto itemsize = static_cast<uint64_t>(desc.itemsize());
   auto& regions = impl_->regions;
   const size_t ndim = desc.ndim();
@@ -861,8 +982,10 @@ Status Planner::IntersectTensor(uint32_t t) {
       TransferRegion r =
           OverlapRegion(t, ti, offset, shape, ndim, box, itemsize);
       covered += r.bytes;
+      region_bytes_.push_back(r.bytes);
       regions.push_back(std::move(r));
-      region_box_.push_back(&box);
+      box_of_.push_back(tensor_first_[t] +
+                        static_cast<uint32_t>(&box - tensor_boxes_[t].data()));
     });
     if (covered != target_nbytes_[ti]) {
       return Status::InvalidArgument(
@@ -884,87 +1007,80 @@ void Planner::Balance() {
   const auto n = static_cast<uint32_t>(regions.size());
   impl_->source_bytes.assign(impl_->source_participants.size(), 0);
   auto& load = impl_->source_bytes;
-  source_participant_.resize(impl_->source_fragments.size());
-  for (size_t i = 0; i < source_participant_.size(); ++i) {
-    source_participant_[i] = impl_->source_fragments[i].participant;
-  }
-  // Every box's members and their participants, flattened (box g's are
-  // [box_first[g], box_first[g + 1])), and each region's box: the
-  // largest-first pass below, which visits regions in random order, then
-  // reads only these compact columns, not regions or boxes.
-  std::vector<uint32_t> tensor_first(tensor_boxes_.size() + 1, 0);
-  for (size_t t = 0; t < tensor_boxes_.size(); ++t) {
-    tensor_first[t + 1] =
-        tensor_first[t] + static_cast<uint32_t>(tensor_boxes_[t].size());
-  }
-  std::vector<uint32_t> box_first = {0};
-  std::vector<uint32_t> member, member_participant;
-  box_first.reserve(tensor_first.back() + 1);
-  for (const auto& boxes : tensor_boxes_) {
-    for (const SourceBox& box : boxes) {
-      for (uint32_t m : box.members) {
-        member.push_back(m);
-        member_participant.push_back(source_participant_[m]);
-      }
-      box_first.push_back(static_cast<uint32_t>(member.size()));
-    }
-  }
-  // Largest regions first, ties in region order: (bytes, index) pairs
-  // in one array, so the sort does not chase region pointers, made in
-  // index order and sorted stably by bytes alone (a radix sort: region
-  // sizes span a few of the key's bytes).
-  std::vector<std::pair<uint64_t, size_t>> by_size(n);
-  std::vector<uint32_t> box_of(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    const TransferRegion& r = regions[i];
-    by_size[i] = {~r.bytes, i};
-    box_of[i] =
-        tensor_first[r.tensor] +
-        static_cast<uint32_t>(region_box_[i] - tensor_boxes_[r.tensor].data());
-  }
-  region_box_ = {};  // read no more (see Intersect)
-  tensor_boxes_ = {};
-  RadixSortByFirst(&by_size);
   // Each to its box's member on the least loaded participant, the first
   // such member on ties.
   std::vector<uint32_t> chosen(n);
-  for (const auto& [inverted_bytes, i] : by_size) {
-    const uint32_t g = box_of[i];
-    uint32_t best = box_first[g];
-    uint64_t best_load = load[member_participant[best]];
-    for (uint32_t j = best + 1; j < box_first[g + 1]; ++j) {
-      const uint64_t l = load[member_participant[j]];
+  const auto assign = [&](uint32_t i, uint64_t bytes) {
+    const uint32_t g = box_of_[i];
+    uint32_t best = box_first_[g];
+    uint64_t best_load = load[member_participant_[best]];
+    for (uint32_t j = best + 1; j < box_first_[g + 1]; ++j) {
+      const uint64_t l = load[member_participant_[j]];
       if (l < best_load) {
         best = j;
         best_load = l;
       }
     }
-    chosen[i] = member[best];
-    load[member_participant[best]] += ~inverted_bytes;
+    chosen[i] = member_[best];
+    load[member_participant_[best]] += bytes;
+  };
+  // Largest regions first, ties in region order, by one sort of one array
+  // that holds what the pass reads: each key (largest - bytes, index) in
+  // one integer where both fit (always but for regions of petabytes), else
+  // (inverted bytes, index) pairs. Radix sorts: sizes span a few bytes.
+  uint64_t largest = 0;
+  for (uint64_t b : region_bytes_) largest = std::max(largest, b);
+  const int index_bits = n < 2 ? 0 : std::bit_width(n - 1);
+  if (std::bit_width(largest) + index_bits <= 64) {
+    std::vector<uint64_t>& keys = region_bytes_;
+    for (uint32_t i = 0; i < n; ++i) {
+      keys[i] = (largest - keys[i]) << index_bits | i;
+    }
+    RadixSortByKey(&keys, [](uint64_t k) { return k; });
+    const uint64_t index_mask = (uint64_t{1} << index_bits) - 1;
+    for (uint64_t k : keys) {
+      assign(static_cast<uint32_t>(k & index_mask),
+             largest - (k >> index_bits));
+    }
+  } else {
+    std::vector<std::pair<uint64_t, size_t>> by_size(n);
+    for (uint32_t i = 0; i < n; ++i) by_size[i] = {~region_bytes_[i], i};
+    region_bytes_ = {};
+    RadixSortByFirst(&by_size);
+    for (const auto& [inverted, i] : by_size) {
+      assign(static_cast<uint32_t>(i), ~inverted);
+    }
   }
+  region_bytes_ = {};
+  box_first_ = {};
+  member_ = {};
+  member_participant_ = {};
   for (uint32_t i = 0; i < n; ++i) regions[i].source_fragment = chosen[i];
 }
 
 void Planner::ComputeGeometry() {
-  const auto& sfr = impl_->source_fragments;
   const auto& tfr = impl_->target_fragments;
   auto& regions = impl_->regions;
   uint64_t segments = 0;
   for (size_t i = 0; i < regions.size(); ++i) {
-    // Regions reach their fragments in random order: start the boxes'
-    // misses a few regions ahead.
+    // Regions reach their boxes and fragments in random order: start the
+    // misses a few regions ahead (the box's pointers first).
+    if (i + 2 * kPrefetchAhead < regions.size()) {
+      __builtin_prefetch(box_by_id_[box_of_[i + 2 * kPrefetchAhead]]);
+    }
     if (i + kPrefetchAhead < regions.size()) {
+      const SourceBox& box = *box_by_id_[box_of_[i + kPrefetchAhead]];
+      __builtin_prefetch(box.offset);
+      __builtin_prefetch(box.shape);
       const TransferRegion& ahead = regions[i + kPrefetchAhead];
-      __builtin_prefetch(&sfr[ahead.source_fragment].global_offset);
-      __builtin_prefetch(&sfr[ahead.source_fragment].local_shape);
       __builtin_prefetch(&tfr[ahead.target_fragment].global_offset);
       __builtin_prefetch(&tfr[ahead.target_fragment].local_shape);
     }
     TransferRegion& r = regions[i];
-    const PlanFragment& sf = sfr[r.source_fragment];
+    const SourceBox& box = *box_by_id_[box_of_[i]];
     const PlanFragment& tf = tfr[r.target_fragment];
     RegionGeometry g = ComputeRegionGeometry(
-        sf.global_offset, sf.local_shape, tf.global_offset, tf.local_shape,
+        *box.offset, *box.shape, tf.global_offset, tf.local_shape,
         r.overlap_offset, r.overlap_shape, plan_tensors_[r.tensor]->itemsize());
     r.source_base_offset = g.source_base_offset;
     r.target_base_offset = g.target_base_offset;
@@ -973,18 +1089,55 @@ void Planner::ComputeGeometry() {
     r.segments = g.segments;
     segments += g.segments;
   }
-  // The summary's one figure that geometry makes (Summarise, perhaps
-  // running meanwhile, writes the others).
   impl_->summary.segments = segments;
 }
 
 void Planner::Summarise() {
-  impl_->target_bytes.assign(impl_->target_participants.size(), 0);
-  TrafficPairs traffic;
-  traffic.reserve(impl_->regions.size());
-  RouteTotals routes;
-  AccumulateRegions(&traffic, &routes);
+  const auto& sfr = impl_->source_fragments;
+  const auto& tfr = impl_->target_fragments;
+  // Compact columns of both sides (on two threads when planning on
+  // several), then the regions in one range per thread.
+  StageIds source, target;
+  std::vector<uint32_t> target_participant;
+  ForEachClaimed(2, threads_, [&](size_t side, unsigned) {
+    if (side == 0) {
+      source = MakeStageIds(
+          sfr, impl_->source_kind == PlanSourceKind::kStoredManifest);
+      return;
+    }
+    target = MakeStageIds(tfr, false);
+    target_participant.resize(tfr.size());
+    for (size_t i = 0; i < tfr.size(); ++i) {
+      target_participant[i] = tfr[i].participant;
+    }
+  });
+  const size_t n = impl_->regions.size();
+  std::vector<SummaryPart> parts(threads_);
+  ForEachClaimed(parts.size(), threads_, [&](size_t k, unsigned) {
+    SummariseRange(n * k / parts.size(), n * (k + 1) / parts.size(), source,
+                   target, target_participant, &parts[k]);
+  });
+  // The parts' sums added: every figure is a sum, the same in any order.
   PlanSummary& sum = impl_->summary;
+  impl_->target_bytes.assign(impl_->target_participants.size(), 0);
+  RouteTotals routes;
+  std::vector<uint8_t> used(sfr.size(), 0);
+  for (const SummaryPart& part : parts) {
+    sum.regions += part.regions;
+    sum.bytes += part.bytes;
+    for (size_t i = 0; i < part.target_bytes.size(); ++i) {
+      impl_->target_bytes[i] += part.target_bytes[i];
+    }
+    for (size_t i = 0; i < used.size(); ++i) used[i] |= part.used[i];
+    for (const auto& [ids, totals] : part.routes) {
+      const auto& [sp, ss] = source.stages[ids >> 32];
+      const auto& [tp, ts] = target.stages[ids & 0xFFFFFFFFu];
+      auto& route = routes[RouteKey{sp, ss, tp, ts}];
+      route.first += totals.first;
+      route.second += totals.second;
+    }
+  }
+  sum.source_fragments_used = std::count(used.begin(), used.end(), 1);
   sum.operations = sum.regions;
   for (uint64_t b : impl_->source_bytes) {
     sum.max_source_bytes = std::max(sum.max_source_bytes, b);
@@ -996,79 +1149,21 @@ void Planner::Summarise() {
       impl_->source_participants.empty()
           ? 0.0
           : static_cast<double>(sum.bytes) / impl_->source_participants.size();
-  MergeTraffic(&traffic);
-  for (const auto& [key, value] : routes) {
-    impl_->routes.push_back(
-        {key[0], key[1], key[2], key[3], value.first, value.second});
+  // The traffic matrix: the parts' sorted pairs merged, equal pairs summed.
+  TrafficPairs traffic;
+  for (SummaryPart& part : parts) {
+    TrafficPairs merged;
+    merged.reserve(traffic.size() + part.traffic.size());
+    std::merge(traffic.begin(), traffic.end(), part.traffic.begin(),
+               part.traffic.end(), std::back_inserter(merged),
+               [](const auto& a, const auto& b) { return a.first < b.first; });
+    part.traffic = {};
+    traffic = std::move(merged);
   }
-}
-
-// One pass over the regions (in any order): target bytes, region totals, used
-// source fragments, traffic pairs and route totals.
-void Planner::AccumulateRegions(TrafficPairs* traffic, RouteTotals* routes) {
-  const auto& sfr = impl_->source_fragments;
-  const auto& tfr = impl_->target_fragments;
-  // A stored source has no pipeline rank.
-  const bool stored = impl_->source_kind == PlanSourceKind::kStoredManifest;
-  std::vector<std::pair<int64_t, int64_t>> source_route(sfr.size());
-  for (size_t i = 0; i < sfr.size(); ++i) {
-    source_route[i] = {stored ? -1 : sfr[i].rank.pp,
-                       sfr[i].pipeline_stage_id.value_or(-1)};
-  }
-  // The target side's columns likewise: sorted regions reach their
-  // target fragments in id order, not table order.
-  struct TargetColumns {
-    int64_t pp;
-    int64_t stage;
-    uint32_t participant;
-  };
-  std::vector<TargetColumns> target(tfr.size());
-  for (size_t i = 0; i < tfr.size(); ++i) {
-    target[i] = {tfr[i].rank.pp, tfr[i].pipeline_stage_id.value_or(-1),
-                 tfr[i].participant};
-  }
-  std::vector<bool> used(sfr.size(), false);
-  PlanSummary& sum = impl_->summary;
-  RouteKey last_route{-2, -2, -2, -2};
-  std::pair<uint64_t, uint64_t>* route = nullptr;
-  const auto& regions = impl_->regions;
-  for (size_t i = 0; i < regions.size(); ++i) {
-    if (i + kPrefetchAhead < regions.size()) {  // random columns
-      const TransferRegion& ahead = regions[i + kPrefetchAhead];
-      __builtin_prefetch(&source_route[ahead.source_fragment]);
-      __builtin_prefetch(&target[ahead.target_fragment]);
-      __builtin_prefetch(&source_participant_[ahead.source_fragment]);
-    }
-    const TransferRegion& r = regions[i];
-    const auto& [source_pp, source_stage] = source_route[r.source_fragment];
-    const TargetColumns& tf = target[r.target_fragment];
-    impl_->target_bytes[tf.participant] += r.bytes;
-    traffic->emplace_back(
-        (uint64_t{source_participant_[r.source_fragment]} << 32) |
-            tf.participant,
-        r.bytes);
-    const RouteKey key{source_pp, source_stage, tf.pp, tf.stage};
-    if (route == nullptr || key != last_route) {
-      route = &(*routes)[key];
-      last_route = key;
-    }
-    route->first += 1;
-    route->second += r.bytes;
-    used[r.source_fragment] = true;
-    sum.regions += 1;
-    sum.bytes += r.bytes;
-  }
-  sum.source_fragments_used = std::count(used.begin(), used.end(), true);
-}
-
-// The traffic matrix: pairs sorted by (source, target), equal pairs summed.
-void Planner::MergeTraffic(TrafficPairs* traffic) {
-  // By pair only: the order among equal pairs does not change their sum.
-  RadixSortByFirst(traffic);
-  auto& out = impl_->traffic;
-  for (const auto& [key, bytes] : *traffic) {
+  for (const auto& [key, bytes] : traffic) {
     const auto sp = static_cast<uint32_t>(key >> 32);
     const auto tp = static_cast<uint32_t>(key & 0xFFFFFFFFu);
+    auto& out = impl_->traffic;
     if (!out.empty() && out.back().source_participant == sp &&
         out.back().target_participant == tp) {
       out.back().bytes += bytes;
@@ -1076,6 +1171,48 @@ void Planner::MergeTraffic(TrafficPairs* traffic) {
       out.push_back({sp, tp, bytes});
     }
   }
+  for (const auto& [key, value] : routes) {
+    impl_->routes.push_back(
+        {key[0], key[1], key[2], key[3], value.first, value.second});
+  }
+}
+
+void Planner::SummariseRange(size_t begin, size_t end, const StageIds& source,
+                             const StageIds& target,
+                             const std::vector<uint32_t>& target_participant,
+                             SummaryPart* out) const {
+  out->target_bytes.assign(impl_->target_participants.size(), 0);
+  out->used.assign(impl_->source_fragments.size(), 0);
+  out->traffic.reserve(end - begin);
+  uint64_t last_route = UINT64_MAX;
+  std::pair<uint64_t, uint64_t>* route = nullptr;
+  const auto& regions = impl_->regions;
+  for (size_t i = begin; i < end; ++i) {
+    if (i + kPrefetchAhead < end) {  // random columns
+      const TransferRegion& ahead = regions[i + kPrefetchAhead];
+      __builtin_prefetch(&source.of[ahead.source_fragment]);
+      __builtin_prefetch(&source_participant_[ahead.source_fragment]);
+      __builtin_prefetch(&target.of[ahead.target_fragment]);
+      __builtin_prefetch(&target_participant[ahead.target_fragment]);
+    }
+    const TransferRegion& r = regions[i];
+    const uint32_t tp = target_participant[r.target_fragment];
+    out->target_bytes[tp] += r.bytes;
+    out->traffic.emplace_back(
+        (uint64_t{source_participant_[r.source_fragment]} << 32) | tp, r.bytes);
+    const uint64_t key = uint64_t{source.of[r.source_fragment]} << 32 |
+                         target.of[r.target_fragment];
+    if (route == nullptr || key != last_route) {
+      route = &out->routes[key];
+      last_route = key;
+    }
+    route->first += 1;
+    route->second += r.bytes;
+    out->used[r.source_fragment] = 1;
+    out->regions += 1;
+    out->bytes += r.bytes;
+  }
+  SumTraffic(&out->traffic);
 }
 
 }  // namespace internal

@@ -13,19 +13,21 @@
 
 namespace reshard::internal {
 
-// Stable LSD radix sort of `v` by its first member, one byte per pass;
-// passes over a byte that is equal in every key are skipped. Linear in the
-// size, where a comparison sort of a million keys spends most of its time
-// in mispredicted branches.
-inline void RadixSortByFirst(std::vector<std::pair<uint64_t, size_t>>* v) {
+// Stable LSD radix sort of `v` by the 64-bit `key(element)`, one byte per
+// pass; passes over a byte that is equal in every key are skipped. Linear
+// in the size, where a comparison sort of a million keys spends most of
+// its time in mispredicted branches.
+template <typename T, typename KeyFn>
+void RadixSortByKey(std::vector<T>* v, KeyFn key) {
   const size_t n = v->size();
   if (n < 2) return;
   std::vector<std::array<size_t, 256>> counts(8);
   for (auto& c : counts) c.fill(0);
-  for (const auto& [k, i] : *v) {
+  for (const T& e : *v) {
+    const uint64_t k = key(e);
     for (size_t b = 0; b < 8; ++b) ++counts[b][(k >> (8 * b)) & 0xFF];
   }
-  std::vector<std::pair<uint64_t, size_t>> buffer(n);
+  std::vector<T> buffer(n);
   for (size_t b = 0; b < 8; ++b) {
     std::array<size_t, 256>& c = counts[b];
     if (*std::max_element(c.begin(), c.end()) == n) continue;
@@ -35,9 +37,15 @@ inline void RadixSortByFirst(std::vector<std::pair<uint64_t, size_t>>* v) {
       x = sum;
       sum += count;
     }
-    for (const auto& e : *v) buffer[c[(e.first >> (8 * b)) & 0xFF]++] = e;
+    for (const T& e : *v) buffer[c[(key(e) >> (8 * b)) & 0xFF]++] = e;
     v->swap(buffer);
   }
+}
+
+// The same by the first member of each pair.
+inline void RadixSortByFirst(std::vector<std::pair<uint64_t, size_t>>* v) {
+  RadixSortByKey(v,
+                 [](const std::pair<uint64_t, size_t>& e) { return e.first; });
 }
 
 // The length of the prefix `a` and `b` share.
