@@ -413,6 +413,37 @@ TEST(PlannerTest, BalancesDp2Tp4ToDp1Tp8) {
   CheckInvariants(plan);
 }
 
+// Equal regions go in region order to the least loaded replica, the first
+// on ties, whether the balance's keys pack into one integer (regions of
+// kilobytes) or not (regions of 2^62 bytes: 63 bits of size and 2 of
+// index): the same choices either way.
+TEST(PlannerTest, BalancesEqualRegionsInOrderWhateverTheirSize) {
+  for (int64_t row : {int64_t{512}, int64_t{1} << 61}) {
+    SCOPED_TRACE(row);
+    PlacementDraft src = GridDraft(Sizes{.dp = 2});
+    AddTensor(&src, {.tensor_id = "w", .shape = {3, row}});
+    PlacementDraft dst = GridDraft(Sizes{.tp = 3});
+    AddTensor(&dst, {.tensor_id = "w", .shape = {3, row}, .tp_dim = 0});
+    ASSERT_OK_AND_ASSIGN(
+        auto plan, LogicalTransferPlan::Make(MustBuild(src), MustBuild(dst)));
+    const uint64_t bytes = static_cast<uint64_t>(row) * 2;  // bfloat16
+    ASSERT_EQ(plan.regions().size(), 3u);
+    std::map<std::string, int64_t> dp_of_target;
+    for (const auto& r : plan.regions()) {
+      EXPECT_EQ(r.bytes, bytes);
+      dp_of_target[std::string(
+          plan.target_fragments()[r.target_fragment].participant_id)] =
+          plan.source_fragments()[r.source_fragment].rank.dp;
+    }
+    EXPECT_EQ(
+        dp_of_target,
+        (std::map<std::string, int64_t>{
+            {"p-d0-p0-e0-t0", 0}, {"p-d0-p0-e0-t1", 1}, {"p-d0-p0-e0-t2", 0}}));
+    EXPECT_EQ(plan.source_bytes(), (std::vector<uint64_t>{2 * bytes, bytes}));
+    CheckInvariants(plan);
+  }
+}
+
 TEST(PlannerTest, BalancesMultiFragmentReplicas) {
   // Each DP replica holds [16,8] as four row blocks of 1, 3, 5 and 7 rows;
   // the single target reads half of the rows from each replica.

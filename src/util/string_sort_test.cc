@@ -128,6 +128,18 @@ TEST(StringSortTest, RadixSortIsStableAndMatchesStdStableSort) {
   EXPECT_EQ(v, expected);
 }
 
+TEST(StringSortTest, RadixSortByKeySortsPlainIntegers) {
+  std::mt19937_64 rng(13);
+  std::vector<uint64_t> v;
+  for (int i = 0; i < 10000; ++i) {
+    v.push_back(i % 3 == 0 ? rng() : (rng() % 1000) << 40 | (rng() % 7));
+  }
+  auto expected = v;
+  std::sort(expected.begin(), expected.end());
+  RadixSortByKey(&v, [](uint64_t k) { return k; });
+  EXPECT_EQ(v, expected);
+}
+
 TEST(StringSortTest, RadixSortOfAllEqualKeysKeepsOrder) {
   std::vector<std::pair<uint64_t, size_t>> v = {{5, 2}, {5, 0}, {5, 1}};
   RadixSortByFirst(&v);
