@@ -17,6 +17,7 @@
 #include "plan/geometry.h"
 #include "reshard/plan.h"
 #include "util/claimed_runs.h"
+#include "util/host_memory.h"
 #include "util/string_sort.h"
 
 namespace reshard {
@@ -617,7 +618,9 @@ class Planner {
     // two threads when planning on several (each writes fields of the
     // regions the other does not touch).
     ForEachClaimed(2, p.threads_, [&p](size_t step, unsigned) {
-      step == 0 ? p.Balance() : p.ComputeGeometry();
+      if (step == 0) return p.Balance();
+      p.ComputeGeometry();
+      p.BuildTargetSummaryColumns();  // the shorter step's thread
     });
     p.box_of_ = {};  // read no more (see Intersect)
     p.box_by_id_ = {};
@@ -666,6 +669,9 @@ class Planner {
   // Step 7: totals, per-participant bytes, traffic and pipeline routes
   // (sums: the regions' order does not matter; segments are Geometry's).
   void Summarise();
+  // The summary's compact columns of each side's fragments.
+  void BuildSourceSummaryColumns();
+  void BuildTargetSummaryColumns();
   // The sums of regions [begin, end).
   void SummariseRange(size_t begin, size_t end, const StageIds& source,
                       const StageIds& target,
@@ -698,6 +704,9 @@ class Planner {
       box_of_;
   std::vector<const SourceBox*> box_by_id_;  // boxes by that number
   std::vector<uint64_t> region_bytes_;       // the balance's keys in place
+  // The summary's columns (Build*SummaryColumns).
+  StageIds source_stages_, target_stages_;
+  std::vector<uint32_t> target_participant_;
   // Compact column of source fragment -> participant: the loops touch
   // fragments in random order, and whole PlanFragments would miss the
   // cache each time.
@@ -877,6 +886,22 @@ void Planner::BuildSourceTilings() {
       box_first_.push_back(static_cast<uint32_t>(member_.size()));
     }
   }
+  BuildSourceSummaryColumns();
+}
+
+void Planner::BuildSourceSummaryColumns() {
+  source_stages_ =
+      MakeStageIds(impl_->source_fragments,
+                   impl_->source_kind == PlanSourceKind::kStoredManifest);
+}
+
+void Planner::BuildTargetSummaryColumns() {
+  const auto& tfr = impl_->target_fragments;
+  target_stages_ = MakeStageIds(tfr, false);
+  target_participant_.resize(tfr.size());
+  for (size_t i = 0; i < tfr.size(); ++i) {
+    target_participant_[i] = tfr[i].participant;
+  }
 }
 
 void Planner::BuildSourceTable(const TensorIndex& index) {
@@ -940,9 +965,21 @@ Status Planner::Intersect() {
   impl_->regions.reserve(impl_->target_fragments.size());
   box_of_.reserve(impl_->target_fragments.size());
   region_bytes_.reserve(impl_->target_fragments.size());
-  for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
-    RESHARD_RETURN_NOT_OK(IntersectTensor(t));
-  }
+  // One region per target fragment at least: with a second thread, that
+  // much of the regions' fresh memory is faulted in there while the
+  // intersection fills it here (its first touches cost it a third).
+  Status status;
+  ForEachClaimed(threads_ > 1 ? 2 : 1, threads_, [&](size_t step, unsigned) {
+    if (step == 1) {
+      PrefaultForWrite(impl_->regions.data(),
+                       impl_->regions.capacity() * sizeof(TransferRegion));
+      return;
+    }
+    for (uint32_t t = 0; t < plan_tensors_.size() && status.ok(); ++t) {
+      status = IntersectTensor(t);
+    }
+  });
+  RESHARD_RETURN_NOT_OK(status);
   box_index_ = {};
   // The steps after this one read regions, not these tables: their memory
   // goes before theirs is touched (a lower peak for a million fragments).
@@ -1038,7 +1075,18 @@ void Planner::Balance() {
     }
     RadixSortByKey(&keys, [](uint64_t k) { return k; });
     const uint64_t index_mask = (uint64_t{1} << index_bits) - 1;
-    for (uint64_t k : keys) {
+    for (size_t p = 0; p < keys.size(); ++p) {
+      // The regions come in random order: start their misses ahead.
+      if (p + 2 * kPrefetchAhead < keys.size()) {
+        const uint64_t ahead = keys[p + 2 * kPrefetchAhead] & index_mask;
+        __builtin_prefetch(&box_of_[ahead]);
+        __builtin_prefetch(&chosen[ahead]);
+      }
+      if (p + kPrefetchAhead < keys.size()) {
+        const uint32_t g = box_of_[keys[p + kPrefetchAhead] & index_mask];
+        __builtin_prefetch(&box_first_[g]);
+      }
+      const uint64_t k = keys[p];
       assign(static_cast<uint32_t>(k & index_mask),
              largest - (k >> index_bits));
     }
@@ -1094,23 +1142,10 @@ void Planner::ComputeGeometry() {
 
 void Planner::Summarise() {
   const auto& sfr = impl_->source_fragments;
-  const auto& tfr = impl_->target_fragments;
-  // Compact columns of both sides (on two threads when planning on
-  // several), then the regions in one range per thread.
-  StageIds source, target;
-  std::vector<uint32_t> target_participant;
-  ForEachClaimed(2, threads_, [&](size_t side, unsigned) {
-    if (side == 0) {
-      source = MakeStageIds(
-          sfr, impl_->source_kind == PlanSourceKind::kStoredManifest);
-      return;
-    }
-    target = MakeStageIds(tfr, false);
-    target_participant.resize(tfr.size());
-    for (size_t i = 0; i < tfr.size(); ++i) {
-      target_participant[i] = tfr[i].participant;
-    }
-  });
+  // The regions in one range per thread.
+  const StageIds& source = source_stages_;
+  const StageIds& target = target_stages_;
+  const std::vector<uint32_t>& target_participant = target_participant_;
   const size_t n = impl_->regions.size();
   std::vector<SummaryPart> parts(threads_);
   ForEachClaimed(parts.size(), threads_, [&](size_t k, unsigned) {
