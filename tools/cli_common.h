@@ -19,6 +19,7 @@
 #include "reshard/status.h"
 #include "reshard/weight_store.h"
 #include "util/canonical_json.h"
+#include "util/mapped_file.h"
 
 namespace CLI {
 class App;
@@ -70,6 +71,31 @@ Result<std::string> ReadFile(const std::string& path, InputKind kind);
 // path as it was.
 Status WriteOutput(std::string_view flag, const std::string& path,
                    std::string_view text);
+
+// A large input file's text: mapped where it is a regular file of
+// kMapInputBytes or more (no copy, no fresh pages: internal::MappedFile;
+// main installs the SIGBUS exit for a file truncated meanwhile), else read
+// with ReadFile. Errors and caps are ReadFile's.
+inline constexpr uint64_t kMapInputBytes = uint64_t{4} << 20;
+class InputText {
+ public:
+  static Result<InputText> Open(const std::string& path, InputKind kind);
+  bool mapped() const { return mapped_.mapped(); }
+  std::string_view text() const {
+    return mapped() ? mapped_.view() : std::string_view(read_);
+  }
+  // The text read (empty when mapped).
+  std::string TakeRead() && { return std::move(read_); }
+
+ private:
+  internal::MappedFile mapped_;
+  std::string read_;
+};
+
+// Decodes a placement from `input` (a mapped one through
+// internal::PlacementDecoder::FromMappedJson, its pages given back as it is
+// decoded).
+Result<WeightPlacementManifest> DecodePlacement(const InputText& input);
 
 // Reads and decodes a placement file; errors name the file.
 Result<WeightPlacementManifest> LoadPlacement(const std::string& path);

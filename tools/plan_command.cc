@@ -129,8 +129,9 @@ Result<std::string> RunPlan(const PlanArgs& a) {
   // else the target's error comes first.
   auto target =
       std::async(std::launch::async, [&a] { return LoadPlacement(a.target); });
-  RESHARD_ASSIGN_OR_RETURN(std::string source_text,
-                           ReadFile(a.source, InputKind::kPlacement));
+  RESHARD_ASSIGN_OR_RETURN(InputText source_input,
+                           InputText::Open(a.source, InputKind::kPlacement));
+  const std::string_view source_text = source_input.text();
   PlanOptions options;
   if (!a.participant.empty()) options.target_participant_id = a.participant;
   options.convert = a.convert;
@@ -142,7 +143,7 @@ Result<std::string> RunPlan(const PlanArgs& a) {
   std::optional<WeightPlacementManifest> src;
   std::optional<StoredWeightManifest> stored;
   Status source_status;
-  auto placement = WeightPlacementFromJson(source_text);
+  auto placement = DecodePlacement(source_input);
   if (placement.ok()) {
     src = std::move(placement).ValueOrDie();
   } else if (LooksLikeStoredManifest(source_text)) {
@@ -157,7 +158,7 @@ Result<std::string> RunPlan(const PlanArgs& a) {
   }
   // The decoded manifests own everything they need: the source's text
   // goes before the target's decode ends and planning begins.
-  std::string().swap(source_text);
+  source_input = InputText();
   RESHARD_ASSIGN_OR_RETURN(auto dst, target.get());
   RESHARD_RETURN_NOT_OK(source_status);
   const auto t0 = std::chrono::steady_clock::now();

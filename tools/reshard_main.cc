@@ -46,25 +46,35 @@ Result<uint64_t> PlacementCap() {
 
 }  // namespace
 
-Result<std::string> ReadFile(const std::string& path, InputKind kind) {
-  uint64_t cap = 0;
-  std::string hint;
+namespace {
+
+// The cap of `kind` and the hint its error gives.
+Status InputCap(InputKind kind, uint64_t* cap, std::string* hint) {
   switch (kind) {
     case InputKind::kPlacement: {
-      RESHARD_ASSIGN_OR_RETURN(cap, PlacementCap());
-      hint = std::string("the cap of placement inputs; ") +
-             kPlacementCapVariable + " raises it";
+      RESHARD_ASSIGN_OR_RETURN(*cap, PlacementCap());
+      *hint = std::string("the cap of placement inputs; ") +
+              kPlacementCapVariable + " raises it";
       break;
     }
     case InputKind::kHfConfig:
-      cap = kMaxConfigBytes;
-      hint = "the cap of config.json files";
+      *cap = kMaxConfigBytes;
+      *hint = "the cap of config.json files";
       break;
     case InputKind::kModelSpec:
-      cap = kMaxModelSpecBytes;
-      hint = "the cap of model specs";
+      *cap = kMaxModelSpecBytes;
+      *hint = "the cap of model specs";
       break;
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::string> ReadFile(const std::string& path, InputKind kind) {
+  uint64_t cap = 0;
+  std::string hint;
+  RESHARD_RETURN_NOT_OK(InputCap(kind, &cap, &hint));
   if (path == "-") {
     return internal::ReadFdBounded(STDIN_FILENO, cap, "standard input", hint);
   }
@@ -80,9 +90,35 @@ Status WriteOutput(std::string_view flag, const std::string& path,
   return internal::WriteOutputFile(flag, path, text);
 }
 
+Result<InputText> InputText::Open(const std::string& path, InputKind kind) {
+  InputText in;
+  if (path != "-") {
+    uint64_t cap = 0;
+    std::string hint;
+    RESHARD_RETURN_NOT_OK(InputCap(kind, &cap, &hint));
+    in.mapped_ = internal::MappedFile::Open(path, kMapInputBytes, cap);
+    if (in.mapped_.mapped()) return in;
+  }
+  RESHARD_ASSIGN_OR_RETURN(in.read_, ReadFile(path, kind));
+  return in;
+}
+
+Result<WeightPlacementManifest> DecodePlacement(const InputText& input) {
+  if (input.mapped()) {
+    return internal::PlacementDecoder::FromMappedJson(input.text());
+  }
+  return WeightPlacementFromJson(input.text());
+}
+
 Result<WeightPlacementManifest> LoadPlacement(const std::string& path) {
-  RESHARD_ASSIGN_OR_RETURN(std::string text,
-                           ReadFile(path, InputKind::kPlacement));
+  RESHARD_ASSIGN_OR_RETURN(InputText input,
+                           InputText::Open(path, InputKind::kPlacement));
+  if (input.mapped()) {
+    auto m = DecodePlacement(input);
+    if (!m.ok()) return m.status().WithContext(path);
+    return m;
+  }
+  std::string text = std::move(input).TakeRead();
   // The text's pages go back as its parts are decoded: a regular file can
   // be read again should the general decoder need it; standard input, a
   // pipe or a device cannot.
@@ -195,6 +231,11 @@ int main(int argc, char** argv) {
   // plan, the same time.
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
 #endif
+  // Large inputs are mapped (cli_common.h, InputText).
+  reshard::internal::ExitOnBusError(
+      "reshard: error: bus error (SIGBUS) reading a mapped file: an input "
+      "shrank while it was being read, or a memory-backed file ran out of "
+      "space (inputs must not change while reshard runs)");
   CLI::App app{
       "reshard: move model weights between parallel layouts, exactly."};
   app.require_subcommand(1);

@@ -484,6 +484,19 @@ Result<WeightPlacementManifest> PlacementDecoder::FromOwnedJson(
   return WeightPlacementFromJson(json);
 }
 
+Result<WeightPlacementManifest> PlacementDecoder::FromMappedJson(
+    std::string_view json) {
+  bool released = false;
+  std::optional<CanonicalSpec> canonical =
+      ReadCanonicalPlacement(json, &released);
+  if (canonical.has_value()) {
+    return WeightPlacementManifest::Assemble(
+        std::move(canonical->spec), canonical->prefix,
+        canonical->prefix_hash ? &*canonical->prefix_hash : nullptr);
+  }
+  return WeightPlacementFromJson(json);
+}
+
 }  // namespace internal
 
 Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json) {

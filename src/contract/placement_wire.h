@@ -46,6 +46,11 @@ class PlacementDecoder {
   // without `reread` nothing is given back.
   static Result<WeightPlacementManifest> FromOwnedJson(
       std::string json, const std::function<Result<std::string>()>& reread);
+  // The same for the text of a file mapped privately (MappedFile), which
+  // the caller keeps mapped until this returns: pages given back read the
+  // file again, so a text found not canonical late is decoded from the
+  // same view.
+  static Result<WeightPlacementManifest> FromMappedJson(std::string_view json);
 };
 
 }  // namespace reshard::internal
