@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "reshard/live.h"
@@ -29,13 +30,16 @@ struct Side {
   std::vector<WeightRuntimeBindingManifest> bindings;
 };
 
-Result<Side> AllocateSide(const EngineLayout& layout,
-                          const std::string& instance) {
+// Every participant's parameters in host memory from `make`, bound.
+Result<Side> BindSide(
+    const EngineLayout& layout, const std::string& instance,
+    const std::function<Result<ParameterMemory>(const EngineParticipant&)>&
+        make) {
   Side side;
   BufferBindingOptions bo;
   bo.instance_id = instance;
   for (const EngineParticipant& p : layout.participants()) {
-    RESHARD_ASSIGN_OR_RETURN(auto m, ParameterMemory::Allocate(p));
+    RESHARD_ASSIGN_OR_RETURN(auto m, make(p));
     bo.worker_id = p.participant_id;
     RESHARD_ASSIGN_OR_RETURN(
         auto b, BindParameters(layout, p.participant_id, m.buffers(), bo));
@@ -45,15 +49,25 @@ Result<Side> AllocateSide(const EngineLayout& layout,
   return side;
 }
 
-Result<uint64_t> ReadSources(const EngineLayout& layout, const Side& side,
-                             const std::string& dir) {
+Result<Side> AllocateSide(const EngineLayout& layout,
+                          const std::string& instance) {
+  return BindSide(layout, instance, ParameterMemory::Allocate);
+}
+
+// The source participants' parameter files under `dir`, mapped rather
+// than read (ParameterMemory::MapFile): the move reads them straight from
+// the page cache, and no fresh memory is filled with a copy of them.
+Result<Side> MapSources(const EngineLayout& layout, const std::string& instance,
+                        const std::string& dir) {
+  return BindSide(layout, instance, [&dir](const EngineParticipant& p) {
+    return ParameterMemory::MapFile(ParameterFilePath(dir, p.participant_id),
+                                    p);
+  });
+}
+
+uint64_t SideBytes(const Side& side) {
   uint64_t bytes = 0;
-  for (size_t i = 0; i < layout.participants().size(); ++i) {
-    const EngineParticipant& p = layout.participants()[i];
-    RESHARD_RETURN_NOT_OK(ReadParameterFile(
-        ParameterFilePath(dir, p.participant_id), p, side.memory[i].buffers()));
-    bytes += side.memory[i].bytes();
-  }
+  for (const ParameterMemory& m : side.memory) bytes += m.bytes();
   return bytes;
 }
 
@@ -132,11 +146,9 @@ Status LiveRank(const EngineLayout& source, const EngineLayout& target,
   Side src, dst;
   LiveBindings bindings;
   if (rank == 0) {
-    auto side = AllocateSide(source, instance);
+    auto side = MapSources(source, instance, args.source_dir);
     if (!side.ok()) return abort(side.status());
     src = std::move(*side);
-    Status read = ReadSources(source, src, args.source_dir).status();
-    if (!read.ok()) return abort(read);
     bindings.sources = src.bindings;
   } else {
     auto side = AllocateSide(target, instance);
@@ -303,9 +315,9 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
     report.seconds = SecondsSince(t0);
     return report;
   }
-  RESHARD_ASSIGN_OR_RETURN(Side src, AllocateSide(source, "engine-reshard"));
-  RESHARD_ASSIGN_OR_RETURN(report.source_bytes,
-                           ReadSources(source, src, args.source_dir));
+  RESHARD_ASSIGN_OR_RETURN(
+      Side src, MapSources(source, "engine-reshard", args.source_dir));
+  report.source_bytes = SideBytes(src);
   RESHARD_ASSIGN_OR_RETURN(Side dst, AllocateSide(target, "engine-reshard"));
   const auto t0 = Clock::now();
   if (args.via == "local") {

@@ -161,6 +161,15 @@ Status ZeroParameterPadding(const EngineLayout& layout,
 class ParameterMemory {
  public:
   static Result<ParameterMemory> Allocate(const EngineParticipant& p);
+  // The participant's parameters as they lie in its parameter file
+  // (WriteParameterFile's form), checked as ReadParameterFile checks them,
+  // without reading them: a regular file is mapped privately (its pages
+  // come from the page cache, no fresh memory is filled; a write through
+  // the buffers changes a private copy of its page, never the file), any
+  // other is read into allocated memory. The file must not shrink while
+  // mapped (a read past its end raises SIGBUS).
+  static Result<ParameterMemory> MapFile(const std::string& path,
+                                         const EngineParticipant& p);
   const ParameterBuffers& buffers() const { return buffers_; }
   uint64_t bytes() const { return bytes_; }
 
@@ -169,6 +178,7 @@ class ParameterMemory {
     void operator()(uint8_t* p) const { std::free(p); }
   };
   std::vector<std::unique_ptr<uint8_t, Free>> blocks_;
+  std::shared_ptr<void> mapping_;  // MapFile's (unmapped when released)
   ParameterBuffers buffers_;
   uint64_t bytes_ = 0;
 };

@@ -11,6 +11,7 @@
 #include "util/dims_text.h"
 #include "util/file_io.h"
 #include "util/host_memory.h"
+#include "util/mapped_file.h"
 #include "util/printable.h"
 
 namespace reshard {
@@ -92,32 +93,17 @@ Status WriteParameterFile(const std::string& path,
   return s;
 }
 
-Status ReadParameterFile(const std::string& path,
-                         const EngineParticipant& participant,
-                         const ParameterBuffers& buffers) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus("cannot open", path);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
-  if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(Printable(path) + " is not a regular file");
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  std::string first8(8, '\0');
-  if (size < 8) {
-    return Status::InvalidArgument(Printable(path) +
-                                   " is too short for a safetensors file");
-  }
-  RESHARD_RETURN_NOT_OK(
-      internal::PreadAll(fd.get(), first8.data(), 8, 0, path));
-  RESHARD_ASSIGN_OR_RETURN(uint64_t n,
-                           ParseSafetensorsPrefix(path, first8, size));
-  std::string json(n, '\0');
-  RESHARD_RETURN_NOT_OK(internal::PreadAll(fd.get(), json.data(), n, 8, path));
-  RESHARD_ASSIGN_OR_RETURN(auto header,
-                           ParseSafetensorsHeader(path, json, size));
+namespace {
+
+// Where each of `participant`'s parameters lies in its parameter file of
+// header `header` (offsets from the file's start, in parameter order): the
+// file must hold exactly those parameters, each with its shape and dtype.
+Result<std::vector<uint64_t>> LocateParameters(
+    const std::string& path, const SafetensorsHeader& header,
+    const EngineParticipant& participant) {
   std::map<std::string_view, const SafetensorsTensor*> by_name;
   for (const SafetensorsTensor& t : header.tensors) by_name[t.name] = &t;
+  std::vector<uint64_t> offsets;
   for (const EngineParameter& q : participant.parameters) {
     auto it = by_name.find(q.name);
     if (it == by_name.end()) {
@@ -134,14 +120,7 @@ Status ReadParameterFile(const std::string& path,
           "engine layout gives participant " + participant.participant_id +
           " a " + DimsText(q.shape) + " " + q.dtype + " parameter");
     }
-    auto b = buffers.find(q.name);
-    if (b == buffers.end() || b->second.nbytes != q.nbytes()) {
-      return Status::InvalidArgument("no buffer of its size for parameter " +
-                                     q.name);
-    }
-    RESHARD_RETURN_NOT_OK(
-        internal::PreadAll(fd.get(), b->second.data, q.nbytes(),
-                           header.data_offset + t.begin, path));
+    offsets.push_back(header.data_offset + t.begin);
     by_name.erase(it);
   }
   if (!by_name.empty()) {
@@ -150,7 +129,89 @@ Status ReadParameterFile(const std::string& path,
         ", which is not a parameter of participant " +
         participant.participant_id + " in this engine layout");
   }
+  return offsets;
+}
+
+// The header of a parameter file of `size` bytes; `read(offset, n)` gives
+// the file's bytes [offset, offset + n).
+template <typename Read>
+Result<SafetensorsHeader> ReadParameterHeader(const std::string& path,
+                                              uint64_t size, Read&& read) {
+  if (size < 8) {
+    return Status::InvalidArgument(Printable(path) +
+                                   " is too short for a safetensors file");
+  }
+  RESHARD_ASSIGN_OR_RETURN(std::string first8, read(0, 8));
+  RESHARD_ASSIGN_OR_RETURN(uint64_t n,
+                           ParseSafetensorsPrefix(path, first8, size));
+  RESHARD_ASSIGN_OR_RETURN(std::string json, read(8, n));
+  return ParseSafetensorsHeader(path, json, size);
+}
+
+}  // namespace
+
+Status ReadParameterFile(const std::string& path,
+                         const EngineParticipant& participant,
+                         const ParameterBuffers& buffers) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("cannot open", path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(Printable(path) + " is not a regular file");
+  }
+  RESHARD_ASSIGN_OR_RETURN(
+      SafetensorsHeader header,
+      ReadParameterHeader(
+          path, static_cast<uint64_t>(st.st_size),
+          [&](uint64_t offset, uint64_t n) -> Result<std::string> {
+            std::string out(n, '\0');
+            RESHARD_RETURN_NOT_OK(
+                internal::PreadAll(fd.get(), out.data(), n, offset, path));
+            return out;
+          }));
+  RESHARD_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
+                           LocateParameters(path, header, participant));
+  for (size_t i = 0; i < participant.parameters.size(); ++i) {
+    const EngineParameter& q = participant.parameters[i];
+    auto b = buffers.find(q.name);
+    if (b == buffers.end() || b->second.nbytes != q.nbytes()) {
+      return Status::InvalidArgument("no buffer of its size for parameter " +
+                                     q.name);
+    }
+    RESHARD_RETURN_NOT_OK(internal::PreadAll(fd.get(), b->second.data,
+                                             q.nbytes(), offsets[i], path));
+  }
   return Status::OK();
+}
+
+Result<ParameterMemory> ParameterMemory::MapFile(const std::string& path,
+                                                 const EngineParticipant& p) {
+  auto file = std::make_shared<internal::MappedFile>(
+      internal::MappedFile::Open(path, 0, UINT64_MAX, /*copy_on_write=*/true));
+  if (!file->mapped()) {  // not a regular file: read as before
+    RESHARD_ASSIGN_OR_RETURN(ParameterMemory m, Allocate(p));
+    RESHARD_RETURN_NOT_OK(ReadParameterFile(path, p, m.buffers()));
+    return m;
+  }
+  const std::string_view bytes = file->view();
+  RESHARD_ASSIGN_OR_RETURN(
+      SafetensorsHeader header,
+      ReadParameterHeader(
+          path, bytes.size(),
+          [&](uint64_t offset, uint64_t n) -> Result<std::string> {
+            return std::string(bytes.substr(offset, n));
+          }));
+  RESHARD_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
+                           LocateParameters(path, header, p));
+  ParameterMemory m;
+  for (size_t i = 0; i < p.parameters.size(); ++i) {
+    const EngineParameter& q = p.parameters[i];
+    m.buffers_[q.name] = {file->data() + offsets[i], q.nbytes()};
+    m.bytes_ += q.nbytes();
+  }
+  m.mapping_ = std::move(file);
+  return m;
 }
 
 }  // namespace reshard

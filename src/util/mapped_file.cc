@@ -32,7 +32,7 @@ MappedFile::~MappedFile() {
 }
 
 MappedFile MappedFile::Open(const std::string& path, uint64_t min_bytes,
-                            uint64_t max_bytes) {
+                            uint64_t max_bytes, bool copy_on_write) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -42,7 +42,8 @@ MappedFile MappedFile::Open(const std::string& path, uint64_t min_bytes,
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size == 0 || size < min_bytes || size > max_bytes) return {};
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  void* p = ::mmap(nullptr, size, PROT_READ | (copy_on_write ? PROT_WRITE : 0),
+                   MAP_PRIVATE, fd.get(), 0);
   if (p == MAP_FAILED) return {};
   MappedFile out;
   out.data_ = static_cast<const char*>(p);

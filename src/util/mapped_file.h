@@ -34,11 +34,17 @@ class MappedFile {
   // unmapped MappedFile: the caller reads the path instead, which reports
   // any error. A FIFO is never opened here (its writer would be released
   // and then see its reader gone).
+  // `copy_on_write`: the mapping is writable too, each written page a
+  // private copy (the file never changes); otherwise a write faults.
   static MappedFile Open(const std::string& path, uint64_t min_bytes,
-                         uint64_t max_bytes);
+                         uint64_t max_bytes, bool copy_on_write = false);
 
   bool mapped() const { return data_ != nullptr; }
   std::string_view view() const { return {data_, size_}; }
+  // The mapping's first byte, writable only if mapped copy-on-write.
+  uint8_t* data() const {
+    return reinterpret_cast<uint8_t*>(const_cast<char*>(data_));
+  }
 
  private:
   const char* data_ = nullptr;
