@@ -17,7 +17,6 @@
 #include "plan/geometry.h"
 #include "reshard/plan.h"
 #include "util/claimed_runs.h"
-#include "util/host_memory.h"
 #include "util/string_sort.h"
 
 namespace reshard {
@@ -965,21 +964,9 @@ Status Planner::Intersect() {
   impl_->regions.reserve(impl_->target_fragments.size());
   box_of_.reserve(impl_->target_fragments.size());
   region_bytes_.reserve(impl_->target_fragments.size());
-  // One region per target fragment at least: with a second thread, that
-  // much of the regions' fresh memory is faulted in there while the
-  // intersection fills it here (its first touches cost it a third).
-  Status status;
-  ForEachClaimed(threads_ > 1 ? 2 : 1, threads_, [&](size_t step, unsigned) {
-    if (step == 1) {
-      PrefaultForWrite(impl_->regions.data(),
-                       impl_->regions.capacity() * sizeof(TransferRegion));
-      return;
-    }
-    for (uint32_t t = 0; t < plan_tensors_.size() && status.ok(); ++t) {
-      status = IntersectTensor(t);
-    }
-  });
-  RESHARD_RETURN_NOT_OK(status);
+  for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
+    RESHARD_RETURN_NOT_OK(IntersectTensor(t));
+  }
   box_index_ = {};
   // The steps after this one read regions, not these tables: their memory
   // goes before theirs is touched (a lower peak for a million fragments).

@@ -20,13 +20,6 @@ using HostBuffer = std::unique_ptr<uint8_t, FreeDeleter>;
 // to pin for zero-copy transports); uninitialized. Null when it fails.
 HostBuffer AllocateHostBytes(uint64_t n);
 
-// Asks the kernel to map the pages wholly inside [begin, begin + bytes)
-// now, writable (MADV_POPULATE_WRITE, Linux 5.14 and later; elsewhere it
-// does nothing), touching no byte: a thread with nothing else to do takes
-// the first-touch faults of memory another thread is about to fill, such
-// as a vector's reserved capacity. Returns whether the kernel did.
-bool PrefaultForWrite(void* begin, uint64_t bytes);
-
 }  // namespace reshard::internal
 
 #endif  // RESHARD_UTIL_HOST_MEMORY_H_
