@@ -28,9 +28,8 @@ std::vector<uint8_t> WholePattern(const TensorDescriptor& t, uint64_t ti,
   std::vector<uint8_t> out(Elements(t.global_shape()) * item);
   uint8_t* p = out.data();
   const uint64_t tensor = ti + (generation << 32);
-  for (uint64_t e = 0; e < out.size() / item; ++e) {
-    for (uint64_t b = 0; b < item; ++b)
-      *p++ = SelfTestPatternByte(tensor, e, b);
+  for (uint64_t e = 0; e < out.size() / item; ++e, p += item) {
+    SelfTestPatternElement(tensor, e, item, p);
   }
   return out;
 }

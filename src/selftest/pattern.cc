@@ -1,5 +1,9 @@
 #include "selftest/pattern.h"
 
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
 #include "selftest/selftest.h"
 
 namespace reshard {
@@ -57,9 +61,42 @@ uint64_t SelfTestElementGeneration(uint64_t tensor, uint64_t element,
   return 1;
 }
 
-uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte) {
-  const uint64_t h = Mix(element * 0x9E3779B97F4A7C15ull + tensor + 1);
+namespace {
+
+// The hash every byte of one element's pattern derives from.
+inline uint64_t ElementHash(uint64_t tensor, uint64_t element) {
+  return Mix(element * 0x9E3779B97F4A7C15ull + tensor + 1);
+}
+
+// Byte `byte` of an element whose hash is `h`.
+inline uint8_t PatternByteOf(uint64_t h, uint64_t byte) {
   return static_cast<uint8_t>((h >> (8 * (byte % 8))) ^ (byte / 8));
+}
+
+// Writes the `item` pattern bytes of an element whose hash is `h`: one
+// hash per element, not per byte (the fill and the check of a self-test
+// run through every byte of the model, once per update). Bytes 0-7 are
+// h's bytes from the lowest, so on a little-endian machine they are its
+// memory image.
+inline void WritePatternElement(uint64_t h, uint64_t item, uint8_t* out) {
+  if constexpr (std::endian::native == std::endian::little) {
+    if (item <= 8) {
+      std::memcpy(out, &h, item);
+      return;
+    }
+  }
+  for (uint64_t b = 0; b < item; ++b) out[b] = PatternByteOf(h, b);
+}
+
+}  // namespace
+
+uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte) {
+  return PatternByteOf(ElementHash(tensor, element), byte);
+}
+
+void SelfTestPatternElement(uint64_t tensor, uint64_t element, uint64_t item,
+                            uint8_t* out) {
+  WritePatternElement(ElementHash(tensor, element), item, out);
 }
 
 namespace internal {
@@ -118,6 +155,33 @@ void ForEachBufferedRow(
   if (progress) progress(total, total);
 }
 
+// Checks elements [first, end) of a row whose first element, global index
+// `g`, is at `row`, byte by byte; false with *mismatch set at the first
+// byte that differs.
+bool CheckElements(const PlacementFragment& f, uint64_t ti, uint64_t item,
+                   const uint8_t* row, uint64_t g, uint64_t first, uint64_t end,
+                   uint64_t generation, double change_fraction,
+                   std::string* mismatch) {
+  const uint8_t* p = row + first * item;
+  for (uint64_t e = first; e < end; ++e) {
+    const uint64_t salt =
+        SelfTestElementGeneration(ti, g + e, generation, change_fraction) << 32;
+    const uint64_t h = ElementHash(ti + salt, g + e);
+    for (uint64_t b = 0; b < item; ++b, ++p) {
+      const uint8_t want = PatternByteOf(h, b);
+      if (*p != want) {
+        *mismatch = "tensor " + f.tensor_id() + ", fragment " +
+                    f.placement_fragment_id() + ", global element " +
+                    std::to_string(g + e) + ", byte " + std::to_string(b) +
+                    ": expected " + std::to_string(want) + ", got " +
+                    std::to_string(*p);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void FillPattern(const WeightPlacementManifest& m,
@@ -128,13 +192,11 @@ void FillPattern(const WeightPlacementManifest& m,
       m, tensors, buffers, progress,
       [&](const PlacementFragment&, uint64_t ti, uint64_t item, uint8_t* p,
           uint64_t g, uint64_t n) {
-        for (uint64_t e = 0; e < n; ++e) {
+        for (uint64_t e = 0; e < n; ++e, p += item) {
           const uint64_t salt =
               SelfTestElementGeneration(ti, g + e, generation, change_fraction)
               << 32;
-          for (uint64_t b = 0; b < item; ++b) {
-            *p++ = SelfTestPatternByte(ti + salt, g + e, b);
-          }
+          WritePatternElement(ElementHash(ti + salt, g + e), item, p);
         }
         return true;
       });
@@ -150,20 +212,25 @@ std::string VerifyPattern(
       m, tensors, buffers, progress,
       [&](const PlacementFragment& f, uint64_t ti, uint64_t item,
           const uint8_t* p, uint64_t g, uint64_t n) {
-        for (uint64_t e = 0; e < n; ++e) {
-          const uint64_t salt =
-              SelfTestElementGeneration(ti, g + e, generation, change_fraction)
-              << 32;
-          for (uint64_t b = 0; b < item; ++b, ++p) {
-            const uint8_t want = SelfTestPatternByte(ti + salt, g + e, b);
-            if (*p != want) {
-              mismatch = "tensor " + f.tensor_id() + ", fragment " +
-                         f.placement_fragment_id() + ", global element " +
-                         std::to_string(g + e) + ", byte " + std::to_string(b) +
-                         ": expected " + std::to_string(want) + ", got " +
-                         std::to_string(*p);
-              return false;
+        // The expected bytes of up to kChunk elements at a time, compared
+        // with memcmp; a differing chunk is then searched byte by byte.
+        constexpr uint64_t kChunk = 256;
+        uint8_t want[kChunk * 16];
+        for (uint64_t e0 = 0; e0 < n; e0 += kChunk) {
+          const uint64_t m = std::min(kChunk, n - e0);
+          if (item <= 16) {
+            for (uint64_t e = e0; e < e0 + m; ++e) {
+              const uint64_t salt = SelfTestElementGeneration(
+                                        ti, g + e, generation, change_fraction)
+                                    << 32;
+              WritePatternElement(ElementHash(ti + salt, g + e), item,
+                                  want + (e - e0) * item);
             }
+            if (std::memcmp(want, p + e0 * item, m * item) == 0) continue;
+          }
+          if (!CheckElements(f, ti, item, p, g, e0, e0 + m, generation,
+                             change_fraction, &mismatch)) {
+            return false;
           }
         }
         return true;

@@ -141,6 +141,12 @@ struct SelfTestReport {
 // row-major index) of the tensor with index `tensor` in sorted tensor order.
 uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte);
 
+// Writes the `itemsize` bytes of element `element` of tensor `tensor` to
+// `out`: byte b is SelfTestPatternByte(tensor, element, b), the element's
+// hash computed once.
+void SelfTestPatternElement(uint64_t tensor, uint64_t element,
+                            uint64_t itemsize, uint8_t* out);
+
 // The generation whose pattern element `element` of tensor `tensor` holds
 // at `generation` when each update from the second on changes about a
 // `fraction` of the elements: the latest update k in [2, generation] that

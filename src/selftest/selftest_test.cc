@@ -197,6 +197,46 @@ TEST(SelfTestTest, PatternIsDeterministicAndDiscriminating) {
   EXPECT_NE(word(5, 99, 0), word(5, 99, 8));
 }
 
+// The pattern's values are part of what the self-test checks across
+// processes and releases: these bytes were computed from its definition
+// (docs: a SplitMix-style mix of element * golden ratio + tensor + 1, byte
+// b = (h >> 8 (b % 8)) ^ (b / 8)) by an independent implementation. Whole
+// elements written at once equal the bytes one by one, for every width.
+TEST(SelfTestTest, PatternBytesAreTheDefinedOnesWhateverTheWidth) {
+  struct Golden {
+    uint64_t tensor, element;
+    std::vector<uint8_t> bytes;
+  };
+  const std::vector<Golden> golden = {
+      {0, 0, {15, 210, 164, 250, 193, 34, 222, 204, 14, 211}},
+      {3, 12345, {180, 21, 251, 186, 116, 87, 47, 138, 181, 20}},
+      {(uint64_t{7} << 32) + 5,
+       987654321,
+       {167, 30, 28, 194, 129, 27, 149, 208, 166, 31}},
+  };
+  for (const Golden& g : golden) {
+    for (uint64_t b = 0; b < g.bytes.size(); ++b) {
+      EXPECT_EQ(SelfTestPatternByte(g.tensor, g.element, b), g.bytes[b])
+          << "element " << g.element << " byte " << b;
+    }
+    for (uint64_t width = 1; width <= g.bytes.size(); ++width) {
+      std::vector<uint8_t> out(width + 1, 0xEE);
+      SelfTestPatternElement(g.tensor, g.element, width, out.data());
+      EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.end() - 1),
+                std::vector<uint8_t>(g.bytes.begin(), g.bytes.begin() + width))
+          << "width " << width;
+      EXPECT_EQ(out.back(), 0xEE) << "width " << width;  // nothing beyond
+    }
+  }
+  for (uint64_t width : {16u, 20u, 33u}) {
+    std::vector<uint8_t> out(width);
+    SelfTestPatternElement(11, 77, width, out.data());
+    for (uint64_t b = 0; b < width; ++b) {
+      EXPECT_EQ(out[b], SelfTestPatternByte(11, 77, b)) << "byte " << b;
+    }
+  }
+}
+
 TEST(SelfTestTest, UnknownTransportsAreRejected) {
   const ModelSpec model = TinyMoe();
   const auto source = Must(GenerateLayout(model, {.sizes = {.tp = 2}}));
@@ -271,6 +311,75 @@ TEST(SelfTestTest, VerifyPatternNamesTheFirstWrongByte) {
                 std::to_string(static_cast<uint8_t>(want ^ 0x5A)));
   *byte = want;
   EXPECT_EQ(internal::VerifyPattern(m, tensors, buffers), "");
+}
+
+// A wrong byte anywhere in a long row is found and named, whichever
+// chunk of the row's check it falls in (the check compares rows in
+// chunks and searches a differing chunk byte by byte), with generations
+// that change only some elements.
+TEST(SelfTestTest, VerifyPatternFindsAWrongByteAnywhereInARow) {
+  // Rows of 1,000 elements of 2 bytes and of 1 byte (the check compares
+  // chunks of 256 elements).
+  testing::PlacementDraft draft = testing::GridDraft({.tp = 2});
+  testing::AddTensor(&draft,
+                     {.tensor_id = "narrow", .shape = {4, 1000}, .tp_dim = 0});
+  testing::AddTensor(&draft, {.tensor_id = "bytes",
+                              .shape = {2, 1000},
+                              .dtype = "uint8",
+                              .itemsize = 1,
+                              .tp_dim = 0});
+  const WeightPlacementManifest m = Must(draft.Build());
+  const auto tensors = internal::TensorIndex(m);
+  auto buffers = Must(internal::AllocateHostBuffers(m, "pattern-row-test"));
+  constexpr uint64_t kGeneration = 3;
+  constexpr double kFraction = 0.25;
+  internal::FillPattern(m, tensors, buffers, nullptr, kGeneration, kFraction);
+  ASSERT_EQ(internal::VerifyPattern(m, tensors, buffers, nullptr, kGeneration,
+                                    kFraction),
+            "");
+  // Each fragment's bytes are checked at local offsets across chunk
+  // boundaries and at its very end.
+  for (const PlacementFragment* f : m.fragments()) {
+    const TensorDescriptor& t = *m.FindTensor(f->tensor_id());
+    const auto item = static_cast<uint64_t>(t.itemsize());
+    const uint64_t ti = tensors.at(f->tensor_id());
+    ASSERT_GE(f->nbytes(), 600 * item);
+    for (uint64_t at : {uint64_t{0}, 255 * item + item - 1, 256 * item,
+                        300 * item + 1, f->nbytes() - 1}) {
+      // The global row-major index of the element at this local offset.
+      uint64_t local = at / item, element = 0;
+      const Dims& shape = f->local_shape();
+      Dims index(shape.size(), 0);
+      for (size_t d = shape.size(); d-- > 0;) {
+        index[d] =
+            static_cast<int64_t>(local % static_cast<uint64_t>(shape[d]));
+        local /= static_cast<uint64_t>(shape[d]);
+      }
+      for (size_t d = 0; d < shape.size(); ++d) {
+        element = element * static_cast<uint64_t>(t.global_shape()[d]) +
+                  static_cast<uint64_t>(f->global_offset()[d] + index[d]);
+      }
+      const uint64_t generation =
+          SelfTestElementGeneration(ti, element, kGeneration, kFraction);
+      const uint8_t want =
+          SelfTestPatternByte(ti + (generation << 32), element, at % item);
+      uint8_t* byte = buffers.data.at(f->placement_fragment_id()) + at;
+      ASSERT_EQ(*byte, want) << "offset " << at;
+      *byte = static_cast<uint8_t>(want ^ 0x01);
+      EXPECT_EQ(internal::VerifyPattern(m, tensors, buffers, nullptr,
+                                        kGeneration, kFraction),
+                "tensor " + f->tensor_id() + ", fragment " +
+                    f->placement_fragment_id() + ", global element " +
+                    std::to_string(element) + ", byte " +
+                    std::to_string(at % item) + ": expected " +
+                    std::to_string(want) + ", got " +
+                    std::to_string(static_cast<uint8_t>(want ^ 0x01)));
+      *byte = want;
+    }
+  }
+  EXPECT_EQ(internal::VerifyPattern(m, tensors, buffers, nullptr, kGeneration,
+                                    kFraction),
+            "");
 }
 
 // The launcher's deadline follows the work asked for: 3 x timeout for the
