@@ -173,8 +173,12 @@ def timed_load(store, manifest, dst, targets, full):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=5,
+                   help="rounds of raw SET/GET, upload and load (at least 3; "
+                   "verdicts on the medians)")
     a = p.parse_args()
+    if a.runs < 3:
+        p.error("--runs must be at least 3 (verdicts on medians)")
     src, dst = layout("src", 4, 0), layout("dst", 8, 1)
     full = torch.arange(GIB, dtype=torch.int64).remainder_(251).to(torch.uint8)
     full = full.reshape(16384, 65536)
@@ -229,8 +233,9 @@ def main():
               f"{g:.2f} | {l / g:.2f}x | {r:.0f} |")
     med = lambda k: statistics.median(x[k] / x[k + 1] for x in rows)  # noqa
     print()
-    print(f"median ratio: upload {med(0):.2f}x, load {med(2):.2f}x "
-          "(goal >= 0.7x)")
+    verdict = lambda r: "meets" if r >= 0.7 else "misses"  # noqa
+    print(f"median ratio: upload {med(0):.2f}x ({verdict(med(0))}), load "
+          f"{med(2):.2f}x ({verdict(med(2))}) (goal >= 0.7x)")
     print(f"first load of a freshly opened store: {GIB / first_load / 1e9:.2f} "
           f"GB/s ({GIB / first_load / 1e9 / rows[-1][3]:.2f}x the last raw GET)")
 

@@ -13,9 +13,13 @@ other, every target byte checked after each update):
 * for each, the same number of bytes as one contiguous uint8 tensor moved
   whole (one region): the baseline.
 
+Each case runs in --rounds rounds (default 3) of one layout session and
+one baseline session, the order alternating from round to round.
 Reported: the open cost, the median fixed cost per update (update time
 from the last rank's arrival, minus the bytes at the session's fastest
-exchange), and bytes / median update time against the baseline's. Targets:
+exchange; min / median / max over the rounds), and bytes / median update
+time against the baseline's (min / median / max of the rounds' ratios;
+verdicts on the median). Targets:
 fixed cost < 50 ms for the Qwen3 layout; bandwidth ratio >= 0.7 (Qwen3)
 and >= 0.8 (small-moe).
 
@@ -26,9 +30,10 @@ run; the wire bytes of a delta update as a fraction of a full one, and the
 snapshot's host memory. Goals: at most 0.6x over TCP, 1.1x over shared
 memory. A delta session's first update is full and its second allocates
 its receive buffers, so its median is taken from the third update on.
+Also --rounds rounds of (full session, delta session), alternating.
 
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/standing_bench.py
-    --cli build/reshard [--updates K]
+    --cli build/reshard [--updates K] [--rounds R]
 """
 
 import argparse
@@ -88,39 +93,81 @@ def session(cli, src, dst, updates):
                 regions=r["operations"])
 
 
-def case(cli, name, src, dst, updates, tmp, target_ratio, fixed_goal):
-    layout = session(cli, src, dst, updates)
-    csrc, cdst = contiguous_pair(layout["bytes"], tmp)
-    base = session(cli, csrc, cdst, updates)
-    gbps = layout["bytes"] / layout["update"] / 1e9
-    base_gbps = base["bytes"] / base["update"] / 1e9
-    ratio = gbps / base_gbps
-    fixed_ms = layout["fixed"] * 1e3
-    goal = f"< {fixed_goal} ms" if fixed_goal else "-"
-    return (f"| {name} | {layout['regions']:,} | {layout['messages']:,} | "
-            f"{layout['open']:.2f} | {fixed_ms:.1f} ({goal}) | {gbps:.2f} | "
-            f"{base_gbps:.2f} | {ratio:.2f}x (>= {target_ratio}) |")
+def spread(values, fmt="{:.2f}"):
+    """min / median / max of `values`, formatted."""
+    return " / ".join(fmt.format(v) for v in
+                      (min(values), statistics.median(values), max(values)))
 
 
-def delta_rows(cli, src, dst, updates):
+def case(cli, name, src, dst, updates, tmp, target_ratio, fixed_goal,
+         rounds):
+    """`rounds` rounds of (layout session, baseline session), the order
+    alternating; the verdict on the median of the rounds' ratios."""
+    layouts, bases, ratios = [], [], []
+    for r in range(rounds):
+        if r % 2 == 0:
+            layout = session(cli, src, dst, updates)
+            if r == 0:  # the baseline moves as many bytes as the layout
+                csrc, cdst = contiguous_pair(layout["bytes"], tmp)
+            base = session(cli, csrc, cdst, updates)
+        else:
+            base = session(cli, csrc, cdst, updates)
+            layout = session(cli, src, dst, updates)
+        layouts.append(layout)
+        bases.append(base)
+        ratios.append((layout["bytes"] / layout["update"]) /
+                      (base["bytes"] / base["update"]))
+    gbps = statistics.median(l["bytes"] / l["update"] / 1e9 for l in layouts)
+    base_gbps = statistics.median(b["bytes"] / b["update"] / 1e9
+                                  for b in bases)
+    fixed = [l["fixed"] * 1e3 for l in layouts]
+    ratio = statistics.median(ratios)
+    fixed_verdict = ""
+    if fixed_goal:
+        fixed_verdict = (f" (< {fixed_goal} ms, " +
+                         ("meets" if statistics.median(fixed) < fixed_goal
+                          else "misses") + ")")
+    verdict = "meets" if ratio >= target_ratio else "misses"
+    return (f"| {name} | {layouts[0]['regions']:,} | "
+            f"{layouts[0]['messages']:,} | "
+            f"{statistics.median(l['open'] for l in layouts):.2f} | "
+            f"{spread(fixed, '{:.1f}')}{fixed_verdict} | {gbps:.2f} | "
+            f"{base_gbps:.2f} | {spread(ratios)}x (>= {target_ratio}, "
+            f"median {verdict}) |")
+
+
+def delta_rows(cli, src, dst, updates, rounds):
+    """Per transport, `rounds` rounds of (full session, delta session), the
+    order alternating; the verdict on the median of the rounds' ratios."""
     rows = []
     for tls, goal in (("tcp", 0.6), ("shm", 1.1)):
         common = ["selftest", src, dst, "--transport", "ucx", "--procs", "2",
                   "--updates", str(updates), "--ucx-tls", tls, "--json"]
-        full = json.loads(run(cli, *common))
-        delta = json.loads(run(cli, *common, "--delta", "--change-fraction",
-                               "0.01"))
-        for r in (full, delta):
-            if not r["verified"]:
-                sys.exit(f"selftest over {tls}: {r['mismatch']}")
-        f = statistics.median(full["update_seconds"][1:])
-        d = statistics.median(delta["update_seconds"][2:])
-        wire = statistics.median(delta["wire_bytes"][2:]) / full["bytes"]
-        ratio = d / f
+        fulls, deltas, ratios, wires = [], [], [], []
+        for r in range(rounds):
+            runs = {}
+            for kind in (("full", "delta") if r % 2 == 0 else
+                         ("delta", "full")):
+                extra = (["--delta", "--change-fraction", "0.01"]
+                         if kind == "delta" else [])
+                runs[kind] = json.loads(run(cli, *common, *extra))
+                if not runs[kind]["verified"]:
+                    sys.exit(f"selftest over {tls}: {runs[kind]['mismatch']}")
+            full, delta = runs["full"], runs["delta"]
+            f = statistics.median(full["update_seconds"][1:])
+            d = statistics.median(delta["update_seconds"][2:])
+            fulls.append(f * 1e3)
+            deltas.append(d * 1e3)
+            ratios.append(d / f)
+            wires.append(statistics.median(delta["wire_bytes"][2:]) /
+                         full["bytes"])
+        ratio = statistics.median(ratios)
         verdict = "meets" if ratio <= goal else "misses"
         rows.append(
-            f"| {tls} | {f * 1e3:.0f} | {d * 1e3:.0f} | {ratio:.2f}x "
-            f"(<= {goal}x, {verdict}) | {wire * 100:.1f}% | "
+            f"| {tls} | {statistics.median(fulls):.0f} | "
+            f"{statistics.median(deltas):.0f} | {spread(ratios)}x "
+            f"(<= {goal}x, median {verdict}) | "
+            f"{statistics.median(wires) * 100:.1f}% | "
             f"{delta['snapshot_bytes'] / 2**30:.2f} GiB |")
     return rows
 
@@ -129,8 +176,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cli", default=os.path.join(ROOT, "build", "reshard"))
     p.add_argument("--updates", type=int, default=6)
-    p.add_argument("--delta-updates", type=int, default=7)
+    p.add_argument("--delta-updates", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds of each case and its baseline "
+                   "(at least 3; verdicts on the median)")
     a = p.parse_args()
+    if a.rounds < 3:
+        p.error("--rounds must be at least 3 (verdicts on medians)")
     with tempfile.TemporaryDirectory() as tmp:
         def gen(model, sizes, name):
             path = os.path.join(tmp, name)
@@ -145,17 +197,19 @@ def main():
             case(a.cli, "Qwen3-235B-A22B structure, scaled (TP4/PP4/EP8/DP2 "
                  "-> TP4/EP16)", gen(qwen, (4, 4, 8, 2), "q_src.json"),
                  gen(qwen, (4, 1, 16, 1), "q_dst.json"), a.updates, tmp, 0.7,
-                 50),
+                 50, a.rounds),
             case(a.cli, "small-moe (TP4/PP2/EP8/DP2 -> TP8/PP4/EP2/DP4)",
                  gen(small, (4, 2, 8, 2), "s_src.json"),
                  gen(small, (8, 4, 2, 4), "s_dst.json"), a.updates, tmp, 0.8,
-                 None),
+                 None, a.rounds),
         ]
         deltas = delta_rows(a.cli, os.path.join(tmp, "q_src.json"),
-                            os.path.join(tmp, "q_dst.json"), a.delta_updates)
+                            os.path.join(tmp, "q_dst.json"), a.delta_updates,
+                            a.rounds)
     print(f"Standing sessions, 2 processes, {a.updates} updates each "
           "(medians without the first); baseline: the same bytes as one "
-          "contiguous region, same run")
+          f"contiguous region, same run; {a.rounds} interleaved rounds of "
+          "each (min / median / max; verdicts on the median)")
     print()
     print("| layout | regions | messages/update | open s | fixed ms/update "
           "| GB/s | contiguous GB/s | ratio |")
@@ -165,7 +219,9 @@ def main():
     print()
     print("Delta updates, Qwen3-235B-A22B structure (scaled), 1% of the "
           "elements changed per update: median delta update vs median full "
-          "update, same transport, same run")
+          f"update, same transport, same run; {a.rounds} interleaved rounds "
+          "of (full, delta) sessions (ratio min / median / max; ms: "
+          "medians)")
     print()
     print("| transport | full ms | delta ms | ratio | wire / full | "
           "snapshot |")

@@ -88,6 +88,51 @@ inline void WritePatternElement(uint64_t h, uint64_t item, uint8_t* out) {
   for (uint64_t b = 0; b < item; ++b) out[b] = PatternByteOf(h, b);
 }
 
+// Elements [g, g + n) of tensor `ti` at `generation`, `kItem` bytes each
+// (0: `item`), written to `out`. A generation that changes every element
+// salts them all alike, so the salt is computed once.
+template <uint64_t kItem>
+void WritePatternElements(uint64_t ti, uint64_t g, uint64_t n, uint64_t item,
+                          uint64_t generation, double change_fraction,
+                          uint8_t* out) {
+  const uint64_t width = kItem != 0 ? kItem : item;
+  if (change_fraction >= 1.0 || generation <= 1) {
+    const uint64_t tensor = ti + (generation << 32);
+    for (uint64_t e = 0; e < n; ++e, out += width) {
+      WritePatternElement(ElementHash(tensor, g + e), width, out);
+    }
+    return;
+  }
+  for (uint64_t e = 0; e < n; ++e, out += width) {
+    const uint64_t salt =
+        SelfTestElementGeneration(ti, g + e, generation, change_fraction) << 32;
+    WritePatternElement(ElementHash(ti + salt, g + e), width, out);
+  }
+}
+
+// WritePatternElements with the common widths fixed at compile time.
+void WritePatternRun(uint64_t ti, uint64_t g, uint64_t n, uint64_t item,
+                     uint64_t generation, double change_fraction,
+                     uint8_t* out) {
+  switch (item) {
+    case 1:
+      return WritePatternElements<1>(ti, g, n, item, generation,
+                                     change_fraction, out);
+    case 2:
+      return WritePatternElements<2>(ti, g, n, item, generation,
+                                     change_fraction, out);
+    case 4:
+      return WritePatternElements<4>(ti, g, n, item, generation,
+                                     change_fraction, out);
+    case 8:
+      return WritePatternElements<8>(ti, g, n, item, generation,
+                                     change_fraction, out);
+    default:
+      return WritePatternElements<0>(ti, g, n, item, generation,
+                                     change_fraction, out);
+  }
+}
+
 }  // namespace
 
 uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte) {
@@ -188,18 +233,13 @@ void FillPattern(const WeightPlacementManifest& m,
                  const std::unordered_map<std::string_view, uint64_t>& tensors,
                  const HostBuffers& buffers, const PatternProgress& progress,
                  uint64_t generation, double change_fraction) {
-  ForEachBufferedRow(
-      m, tensors, buffers, progress,
-      [&](const PlacementFragment&, uint64_t ti, uint64_t item, uint8_t* p,
-          uint64_t g, uint64_t n) {
-        for (uint64_t e = 0; e < n; ++e, p += item) {
-          const uint64_t salt =
-              SelfTestElementGeneration(ti, g + e, generation, change_fraction)
-              << 32;
-          WritePatternElement(ElementHash(ti + salt, g + e), item, p);
-        }
-        return true;
-      });
+  ForEachBufferedRow(m, tensors, buffers, progress,
+                     [&](const PlacementFragment&, uint64_t ti, uint64_t item,
+                         uint8_t* p, uint64_t g, uint64_t n) {
+                       WritePatternRun(ti, g, n, item, generation,
+                                       change_fraction, p);
+                       return true;
+                     });
 }
 
 std::string VerifyPattern(
@@ -219,13 +259,8 @@ std::string VerifyPattern(
         for (uint64_t e0 = 0; e0 < n; e0 += kChunk) {
           const uint64_t m = std::min(kChunk, n - e0);
           if (item <= 16) {
-            for (uint64_t e = e0; e < e0 + m; ++e) {
-              const uint64_t salt = SelfTestElementGeneration(
-                                        ti, g + e, generation, change_fraction)
-                                    << 32;
-              WritePatternElement(ElementHash(ti + salt, g + e), item,
-                                  want + (e - e0) * item);
-            }
+            WritePatternRun(ti, g + e0, m, item, generation, change_fraction,
+                            want);
             if (std::memcmp(want, p + e0 * item, m * item) == 0) continue;
           }
           if (!CheckElements(f, ti, item, p, g, e0, e0 + m, generation,
