@@ -132,7 +132,7 @@ def case(cli, name, src, dst, updates, tmp, target_ratio, fixed_goal,
             f"{layouts[0]['messages']:,} | "
             f"{statistics.median(l['open'] for l in layouts):.2f} | "
             f"{spread(fixed, '{:.1f}')}{fixed_verdict} | {gbps:.2f} | "
-            f"{base_gbps:.2f} | {spread(ratios)}x (>= {target_ratio}, "
+            f"{base_gbps:.2f} | {spread(ratios, '{:.3f}')}x (>= {target_ratio}, "
             f"median {verdict}) |")
 
 
@@ -165,7 +165,7 @@ def delta_rows(cli, src, dst, updates, rounds):
         verdict = "meets" if ratio <= goal else "misses"
         rows.append(
             f"| {tls} | {statistics.median(fulls):.0f} | "
-            f"{statistics.median(deltas):.0f} | {spread(ratios)}x "
+            f"{statistics.median(deltas):.0f} | {spread(ratios, '{:.3f}')}x "
             f"(<= {goal}x, median {verdict}) | "
             f"{statistics.median(wires) * 100:.1f}% | "
             f"{delta['snapshot_bytes'] / 2**30:.2f} GiB |")
