@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <iterator>
 
 #include "selftest/selftest.h"
 
@@ -114,23 +115,18 @@ void WritePatternElements(uint64_t ti, uint64_t g, uint64_t n, uint64_t item,
 void WritePatternRun(uint64_t ti, uint64_t g, uint64_t n, uint64_t item,
                      uint64_t generation, double change_fraction,
                      uint8_t* out) {
-  switch (item) {
-    case 1:
-      return WritePatternElements<1>(ti, g, n, item, generation,
-                                     change_fraction, out);
-    case 2:
-      return WritePatternElements<2>(ti, g, n, item, generation,
-                                     change_fraction, out);
-    case 4:
-      return WritePatternElements<4>(ti, g, n, item, generation,
-                                     change_fraction, out);
-    case 8:
-      return WritePatternElements<8>(ti, g, n, item, generation,
-                                     change_fraction, out);
-    default:
-      return WritePatternElements<0>(ti, g, n, item, generation,
-                                     change_fraction, out);
-  }
+  using Write = void (*)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                         double, uint8_t*);
+  // By width; 0 (any width) where no width is fixed.
+  constexpr Write kByWidth[] = {
+      WritePatternElements<0>, WritePatternElements<1>,
+      WritePatternElements<2>, WritePatternElements<0>,
+      WritePatternElements<4>, WritePatternElements<0>,
+      WritePatternElements<0>, WritePatternElements<0>,
+      WritePatternElements<8>};
+  const Write write =
+      item < std::size(kByWidth) ? kByWidth[item] : WritePatternElements<0>;
+  write(ti, g, n, item, generation, change_fraction, out);
 }
 
 }  // namespace
