@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "selftest/selftest.h"
 
@@ -204,17 +206,16 @@ bool CheckElements(const PlacementFragment& f, uint64_t ti, uint64_t item,
                    uint64_t generation, double change_fraction,
                    std::string* mismatch) {
   const uint8_t* p = row + first * item;
+  std::vector<uint8_t> want(item);
   for (uint64_t e = first; e < end; ++e) {
-    const uint64_t salt =
-        SelfTestElementGeneration(ti, g + e, generation, change_fraction) << 32;
-    const uint64_t h = ElementHash(ti + salt, g + e);
+    WritePatternRun(ti, g + e, 1, item, generation, change_fraction,
+                    want.data());
     for (uint64_t b = 0; b < item; ++b, ++p) {
-      const uint8_t want = PatternByteOf(h, b);
-      if (*p != want) {
+      if (*p != want[b]) {
         *mismatch = "tensor " + f.tensor_id() + ", fragment " +
                     f.placement_fragment_id() + ", global element " +
                     std::to_string(g + e) + ", byte " + std::to_string(b) +
-                    ": expected " + std::to_string(want) + ", got " +
+                    ": expected " + std::to_string(want[b]) + ", got " +
                     std::to_string(*p);
         return false;
       }
