@@ -7,6 +7,22 @@
 #include <cstring>
 #include <vector>
 
+// With GCC, the entry points below are compiled twice, for x86-64-v4
+// (AVX-512) and for the baseline, and the loader picks one by CPU: their
+// row loops are written to vectorize, and the wide registers widen, round
+// and narrow four to eight times as many elements per instruction.
+// `flatten` inlines the helpers into each copy, so they are vectorized for
+// its target too. Results are identical: the same IEEE operations in the
+// same order (no contraction into fused multiply-adds: -ffp-contract=off,
+// CMakeLists.txt). Clang cannot combine the two attributes; its builds
+// (the sanitizer passes) run the baseline code.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define RESHARD_KERNEL \
+  __attribute__((target_clones("arch=x86-64-v4", "default"), flatten))
+#else
+#define RESHARD_KERNEL
+#endif
+
 namespace reshard::internal {
 namespace {
 
@@ -49,16 +65,23 @@ inline float Bf16ToF32(uint16_t h) {
   return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
 }
 
+// Both paths computed and one selected (no branch), so that row loops
+// vectorize; integer-to-float conversions are signed ones, which every
+// vector unit has.
 inline float F16ToF32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   const uint32_t exponent = (h >> 10) & 0x1F;
   const uint32_t mantissa = h & 0x3FF;
-  if (exponent == 0) {  // zero or subnormal: m * 2^-24, exact in float32
-    const float m = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(m) | sign);
-  }
-  const uint32_t e32 = exponent == 31 ? 0xFF : exponent + 112;
-  return std::bit_cast<float>(sign | (e32 << 23) | (mantissa << 13));
+  // Zero or subnormal: m * 2^-24, exact in float32.
+  const float m = static_cast<float>(static_cast<int32_t>(mantissa)) *
+                  5.9604644775390625e-08f;
+  const uint32_t subnormal = std::bit_cast<uint32_t>(m) | sign;
+  // Exponent 31 (infinity, NaN) becomes 0xFF: 31 + 112 = 0x8F, ORed.
+  const uint32_t e32 = (exponent + 112) | ((0u - (exponent == 31)) & 0xFF);
+  const uint32_t normal = sign | (e32 << 23) | (mantissa << 13);
+  const uint32_t is_subnormal = 0u - (exponent == 0);
+  return std::bit_cast<float>((subnormal & is_subnormal) |
+                              (normal & ~is_subnormal));
 }
 
 inline uint16_t F32ToBf16(float f) {
@@ -98,8 +121,10 @@ inline uint8_t F32ToE4m3(float f) {
   const uint32_t normal = (v >> 20) & 0x7F;
   // Subnormal: m * 2^-9 with m = round(|f| * 512) <= 8 (8 is 2^-6, code
   // 0x08); |f| <= 2^-10 rounds to m = 0.
-  const float small = std::bit_cast<float>(std::min(a, 0x3C800000u));
-  const auto sub = static_cast<uint32_t>(RoundHalfEvenSmall(small * 512.0f));
+  const uint32_t clamped = a < 0x3C800000u ? a : 0x3C800000u;
+  const float small = std::bit_cast<float>(clamped);
+  const auto sub = static_cast<uint32_t>(
+      static_cast<int32_t>(RoundHalfEvenSmall(small * 512.0f)));
   uint32_t q = a >= 0x3C800000 ? normal : sub;
   q = a >= 0x43E00000 ? 0x7Eu : q;  // >= 448, infinity: saturate
   q = a > 0x7F800000 ? 0x7Fu : q;   // NaN
@@ -161,8 +186,16 @@ const char* RowAt(const void* base, FloatType type, int64_t row,
 }
 
 // The largest |x| of each column block of the `rows` rows of `band`
-// (float32, `cols` a row): `amax` holds one value per column block. A
-// comparison with NaN is false, so NaN elements leave the maximum as it was.
+// (float32, `cols` a row): `amax` holds one value per column block; NaN
+// elements leave the maximum as it was. Compared as bit patterns: for
+// magnitudes (sign cleared) that are not NaN, the integer order is the
+// float order, and an integer maximum vectorizes (a float one that must
+// skip NaN does not).
+inline uint32_t Magnitude(float x) {
+  const uint32_t a = std::bit_cast<uint32_t>(x) & 0x7FFFFFFF;
+  return a > 0x7F800000 ? 0 : a;  // NaN: no magnitude
+}
+
 void BandAmax(const float* band, int64_t rows, int64_t cols, int64_t block_cols,
               std::vector<float>* amax) {
   std::fill(amax->begin(), amax->end(), 0.0f);
@@ -171,12 +204,23 @@ void BandAmax(const float* band, int64_t rows, int64_t cols, int64_t block_cols,
     for (size_t b = 0; b < amax->size(); ++b) {
       const int64_t c0 = static_cast<int64_t>(b) * block_cols;
       const int64_t c1 = std::min(cols, c0 + block_cols);
-      float m = (*amax)[b];
-      for (int64_t c = c0; c < c1; ++c) {
-        const float a = std::fabs(row[c]);
-        m = a > m ? a : m;
+      // Sixteen running maxima in one vector (GCC/Clang vector extension:
+      // one AVX-512 register, or four SSE ones), then the largest.
+      using Lanes = uint32_t __attribute__((vector_size(64)));
+      constexpr int64_t kLanes = sizeof(Lanes) / sizeof(uint32_t);
+      Lanes lanes = {std::bit_cast<uint32_t>((*amax)[b])};
+      int64_t c = c0;
+      for (; c + kLanes <= c1; c += kLanes) {
+        Lanes a;
+        std::memcpy(&a, row + c, sizeof a);
+        a &= 0x7FFFFFFF;
+        a &= ~(a > 0x7F800000);  // NaN: no magnitude
+        lanes = lanes > a ? lanes : a;
       }
-      (*amax)[b] = m;
+      for (; c < c1; ++c) lanes[0] = std::max(lanes[0], Magnitude(row[c]));
+      uint32_t m = 0;
+      for (int64_t j = 0; j < kLanes; ++j) m = std::max(m, lanes[j]);
+      (*amax)[b] = std::bit_cast<float>(m);
     }
   }
 }
@@ -216,8 +260,8 @@ uint16_t FloatToFloat16(float f) { return F32ToF16(f); }
 
 uint8_t FloatToE4m3(float f) { return F32ToE4m3(f); }
 
-void CastElements(FloatType from, const void* src, FloatType to, void* dst,
-                  size_t n) {
+RESHARD_KERNEL void CastElements(FloatType from, const void* src, FloatType to,
+                                 void* dst, size_t n) {
   if (from == to) {
     std::memcpy(dst, src, n * SizeOf(from));
     return;
@@ -234,11 +278,12 @@ void CastElements(FloatType from, const void* src, FloatType to, void* dst,
   }
 }
 
-void QuantizeE4m3Blocks(FloatType from, const void* src,
-                        const MatrixView& shape, int64_t block_rows,
-                        int64_t block_cols, uint8_t* dst,
-                        int64_t dst_row_stride, float* scales,
-                        int64_t scale_row_stride) {
+RESHARD_KERNEL void QuantizeE4m3Blocks(FloatType from, const void* src,
+                                       const MatrixView& shape,
+                                       int64_t block_rows, int64_t block_cols,
+                                       uint8_t* dst, int64_t dst_row_stride,
+                                       float* scales,
+                                       int64_t scale_row_stride) {
   const int64_t col_blocks = (shape.cols + block_cols - 1) / block_cols;
   // One band of block rows, widened once (read for the maxima, then for
   // the codes).
@@ -273,10 +318,12 @@ void QuantizeE4m3Blocks(FloatType from, const void* src,
   }
 }
 
-void DequantizeE4m3Blocks(const uint8_t* src, const MatrixView& shape,
-                          int64_t block_rows, int64_t block_cols,
-                          const float* scales, int64_t scale_row_stride,
-                          FloatType to, void* dst, int64_t dst_row_stride) {
+RESHARD_KERNEL void DequantizeE4m3Blocks(const uint8_t* src,
+                                         const MatrixView& shape,
+                                         int64_t block_rows, int64_t block_cols,
+                                         const float* scales,
+                                         int64_t scale_row_stride, FloatType to,
+                                         void* dst, int64_t dst_row_stride) {
   std::vector<float> row(static_cast<size_t>(shape.cols));
   for (int64_t r = 0; r < shape.rows; ++r) {
     const uint8_t* in = src + r * shape.row_stride;

@@ -266,6 +266,84 @@ TEST(FloatConvertTest, QuantizeMatchesTheReferenceWithEdgeBlocks) {
   }
 }
 
+// The row kernels (vectorized, AVX-512 where the CPU has it) against the
+// element conversions: every 16-bit code widened as a row, and rows long
+// enough for full vectors with the special values at every lane position.
+TEST(FloatConvertTest, RowsConvertLikeSingleElements) {
+  std::vector<uint16_t> codes(65536 + 13);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    codes[i] = static_cast<uint16_t>(i * 40503u);  // odd: every code once
+  }
+  std::vector<float> wide(codes.size());
+  CastElements(FloatType::kFloat16, codes.data(), FloatType::kFloat32,
+               wide.data(), codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(wide[i]),
+              std::bit_cast<uint32_t>(Float16ToFloat(codes[i])))
+        << std::hex << codes[i];
+  }
+  CastElements(FloatType::kBFloat16, codes.data(), FloatType::kFloat32,
+               wide.data(), codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(wide[i]), uint32_t{codes[i]} << 16);
+  }
+  std::vector<float> x = RandomFloats(4099, 7);
+  const std::vector<float> specials = Specials();
+  for (size_t i = 0; i < x.size(); i += 3) {
+    x[i] = specials[(i / 3) % specials.size()];
+  }
+  std::vector<uint16_t> bf(x.size()), half(x.size());
+  std::vector<uint8_t> fp8(x.size());
+  CastElements(FloatType::kFloat32, x.data(), FloatType::kBFloat16, bf.data(),
+               x.size());
+  CastElements(FloatType::kFloat32, x.data(), FloatType::kFloat16, half.data(),
+               x.size());
+  CastElements(FloatType::kFloat32, x.data(), FloatType::kFloat8E4M3,
+               fp8.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(bf[i], RefBFloat16(x[i])) << x[i];
+    ASSERT_EQ(half[i], RefFloat16(x[i])) << x[i];
+    ASSERT_EQ(fp8[i], RefE4m3(x[i])) << x[i];
+  }
+}
+
+// 128x128 blocks (the engines' block size) over a matrix whose edge blocks
+// are partial and whose rows end in a partial vector; NaN, infinities and
+// the largest magnitudes at varying lane positions of the maximum's scan.
+TEST(FloatConvertTest, QuantizeFullSizeBlocksMatchesTheReference) {
+  const int64_t rows = 261, cols = 300, bn = 128, bk = 128;
+  std::vector<float> x = RandomFloats(rows * cols, 11);
+  for (auto& v : x) {
+    if (!std::isfinite(v) || std::fabs(v) > 1e6f) v = 0.5f;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < rows; r += 7) {
+    x[r * cols + (r * 5) % cols] = (r % 2) ? std::nanf("") : -std::nanf("");
+  }
+  x[3 * cols + 140] = inf;     // block (0, 1): amax is infinity
+  x[200 * cols + 29] = -3e7f;  // block (1, 0): the largest magnitude
+  x[130 * cols + 299] = 1e7f;  // block (1, 2), the last column
+  x[260 * cols + 257] = -inf;  // block (2, 2), the last row
+  for (FloatType from :
+       {FloatType::kFloat32, FloatType::kBFloat16, FloatType::kFloat16}) {
+    std::vector<char> src(x.size() * SizeOf(from));
+    CastElements(FloatType::kFloat32, x.data(), from, src.data(), x.size());
+    std::vector<float> exact(x.size());
+    CastElements(from, src.data(), FloatType::kFloat32, exact.data(), x.size());
+    const RefQuantized ref = RefQuantize(exact, rows, cols, bn, bk);
+    std::vector<uint8_t> q(x.size());
+    std::vector<float> scales(ref.scales.size());
+    QuantizeE4m3Blocks(from, src.data(), {rows, cols, cols}, bn, bk, q.data(),
+                       cols, scales.data(), (cols + bk - 1) / bk);
+    ASSERT_EQ(q, ref.q);
+    for (size_t i = 0; i < scales.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(scales[i]),
+                std::bit_cast<uint32_t>(ref.scales[i]))
+          << "block " << i;
+    }
+  }
+}
+
 TEST(FloatConvertTest, DequantizeMatchesTheReference) {
   const int64_t rows = 19, cols = 23, bn = 8, bk = 16;
   std::mt19937 rng(4);
