@@ -217,6 +217,28 @@ RefQuantized RefQuantize(const std::vector<float>& x, int64_t rows,
   return out;
 }
 
+// Quantizes `src` (`from` values; `exact` their float32 values) with the
+// kernel and expects the reference's codes and scales; returns the
+// kernel's.
+RefQuantized QuantizeLikeTheReference(FloatType from,
+                                      const std::vector<char>& src,
+                                      const std::vector<float>& exact,
+                                      int64_t rows, int64_t cols, int64_t bn,
+                                      int64_t bk) {
+  const RefQuantized ref = RefQuantize(exact, rows, cols, bn, bk);
+  RefQuantized got{std::vector<uint8_t>(exact.size()),
+                   std::vector<float>(ref.scales.size())};
+  QuantizeE4m3Blocks(from, src.data(), {rows, cols, cols}, bn, bk, got.q.data(),
+                     cols, got.scales.data(), (cols + bk - 1) / bk);
+  EXPECT_EQ(got.q, ref.q);
+  for (size_t i = 0; i < ref.scales.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(got.scales[i]),
+              std::bit_cast<uint32_t>(ref.scales[i]))
+        << "block " << i;
+  }
+  return got;
+}
+
 TEST(FloatConvertTest, QuantizeMatchesTheReferenceWithEdgeBlocks) {
   const int64_t rows = 37, cols = 45, bn = 16, bk = 8;
   std::vector<float> x = RandomFloats(rows * cols, 3);
@@ -248,16 +270,8 @@ TEST(FloatConvertTest, QuantizeMatchesTheReferenceWithEdgeBlocks) {
                      ? BFloat16ToFloat(RefBFloat16(x[i]))
                      : RefHalfToFloat(RefFloat16(x[i]));
     }
-    const RefQuantized ref = RefQuantize(exact, rows, cols, bn, bk);
-    std::vector<uint8_t> q(x.size());
-    std::vector<float> scales(ref.scales.size());
-    QuantizeE4m3Blocks(from, src.data(), {rows, cols, cols}, bn, bk, q.data(),
-                       cols, scales.data(), (cols + bk - 1) / bk);
-    EXPECT_EQ(q, ref.q);
-    for (size_t i = 0; i < scales.size(); ++i) {
-      EXPECT_EQ(std::bit_cast<uint32_t>(scales[i]),
-                std::bit_cast<uint32_t>(ref.scales[i]));
-    }
+    const auto [q, scales] =
+        QuantizeLikeTheReference(from, src, exact, rows, cols, bn, bk);
     EXPECT_EQ(scales[0], 1e-4f / 448.0f);
     EXPECT_EQ(q[0 * cols + 8], 0xFE);  // -amax gives -448
     EXPECT_EQ(q[2 * cols + 10], 0x80);
@@ -330,17 +344,7 @@ TEST(FloatConvertTest, QuantizeFullSizeBlocksMatchesTheReference) {
     CastElements(FloatType::kFloat32, x.data(), from, src.data(), x.size());
     std::vector<float> exact(x.size());
     CastElements(from, src.data(), FloatType::kFloat32, exact.data(), x.size());
-    const RefQuantized ref = RefQuantize(exact, rows, cols, bn, bk);
-    std::vector<uint8_t> q(x.size());
-    std::vector<float> scales(ref.scales.size());
-    QuantizeE4m3Blocks(from, src.data(), {rows, cols, cols}, bn, bk, q.data(),
-                       cols, scales.data(), (cols + bk - 1) / bk);
-    ASSERT_EQ(q, ref.q);
-    for (size_t i = 0; i < scales.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(scales[i]),
-                std::bit_cast<uint32_t>(ref.scales[i]))
-          << "block " << i;
-    }
+    QuantizeLikeTheReference(from, src, exact, rows, cols, bn, bk);
   }
 }
 
