@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "bind/row_walker.h"
+#include "util/stream_copy.h"
 
 namespace reshard::internal {
 namespace {
@@ -102,7 +103,16 @@ void CopyStream(const StridedSide& side, uint64_t offset, uint8_t* buffer,
     }
   };
   if (side.inner_bytes > kShortRow) {
-    Walk(side, offset, length, copy);
+    if constexpr (kPack) {
+      Walk(side, offset, length, copy);
+    } else {
+      // Long rows into the target stream past the cache (the message
+      // buffer they come from stays in it).
+      Walk(side, offset, length, [&](uint8_t* p, uint64_t at, uint64_t n) {
+        StreamCopy(p, buffer + at, n);
+      });
+      StreamFence();
+    }
     return;
   }
   struct Piece {

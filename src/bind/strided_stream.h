@@ -48,7 +48,9 @@ void PackStream(const StridedSide& side, uint64_t offset, void* dest,
                 uint64_t length);
 
 // Copies `length` bytes from `src` to stream bytes [offset, offset + length)
-// of `side`. Same precondition.
+// of `side`. Same precondition. Rows longer than 512 bytes are written with
+// streaming stores (util/stream_copy.h), fenced before it returns: the
+// target is a final buffer, not read again by this process soon.
 void UnpackStream(const StridedSide& side, uint64_t offset, const void* src,
                   uint64_t length);
 

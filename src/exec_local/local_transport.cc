@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "bind/row_walker.h"
-#include "exec_local/stream_copy.h"
 #include "util/claimed_runs.h"
+#include "util/stream_copy.h"
 
 namespace reshard {
 

@@ -21,6 +21,7 @@
 #include "reshard/plan.h"
 #include "store/progress.h"
 #include "util/claimed_runs.h"
+#include "util/stream_copy.h"
 
 namespace reshard::internal {
 namespace {
@@ -632,14 +633,20 @@ class Loader {
     }
   }
 
-  // Copies the pieces out of a window: into memory, or to the sink.
+  // Copies the pieces out of a window: into memory, or to the sink. Target
+  // memory is written with streaming stores (the load writes far more than
+  // the cache holds, and nothing reads the targets back during it), fenced
+  // before the window counts as delivered.
   Status Deliver(const std::vector<Piece>& pieces, const uint8_t* window) {
-    for (const Piece& p : pieces) {
-      if (sink_ == nullptr) {
-        std::memcpy(Memory(p.to), window + p.from, p.n);
-      } else {
-        RESHARD_RETURN_NOT_OK(sink_->Write(p.to, window + p.from, p.n));
+    if (sink_ == nullptr) {
+      for (const Piece& p : pieces) {
+        StreamCopy(Memory(p.to), window + p.from, p.n);
       }
+      StreamFence();
+      return Status::OK();
+    }
+    for (const Piece& p : pieces) {
+      RESHARD_RETURN_NOT_OK(sink_->Write(p.to, window + p.from, p.n));
     }
     return Status::OK();
   }

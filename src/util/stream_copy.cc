@@ -1,4 +1,4 @@
-#include "exec_local/stream_copy.h"
+#include "util/stream_copy.h"
 
 #include <cstdint>
 #include <cstring>
