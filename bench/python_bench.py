@@ -244,7 +244,7 @@ def main():
     ap.add_argument("--models", default="examples/models")
     ap.add_argument("--runs", type=int, default=5,
                     help="planning rounds: the CLI once, Python once")
-    ap.add_argument("--local-runs", type=int, default=3,
+    ap.add_argument("--local-runs", type=int, default=5,
                     help="local rounds: one self-test, then 3 reshards of "
                     "each Python variant")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
