@@ -121,6 +121,9 @@ class FaultInjectionStore : public ObjectStore {
   Result<uint64_t> RemoveStaleTemporaries(
       std::chrono::seconds older_than) override;
   const std::string& uri() const override { return inner_->uri(); }
+  uint64_t PreferredReadBytes() const override {
+    return inner_->PreferredReadBytes();
+  }
 
  private:
   // Counts the call; the armed spec when it is the one to fail (recorded

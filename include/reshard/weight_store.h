@@ -82,8 +82,9 @@ struct WeightStoreOptions {
   // Loads: the size of a staging window (whole chunks, at most
   // staging_bytes / 2). Windows of 256 KiB or more are read, verified and
   // copied out by two threads in turn; the default stays in a core's cache
-  // from read to copy. A backend with a high cost per request (Redis over
-  // a network) may load faster with larger windows.
+  // from read to copy. A backend that reads whole values at about the cost
+  // of their parts (ObjectStore::PreferredReadBytes; Redis: one value)
+  // gets windows of whole values instead, within staging_bytes / 2.
   uint64_t staged_window_bytes = uint64_t{1} << 20;
   std::chrono::seconds lease_ttl{86400};
   // Gc: an upload without a decision older than this is abandoned. (An

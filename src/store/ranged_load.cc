@@ -283,8 +283,19 @@ class Loader {
     });
     const uint64_t c = sums_->chunk_bytes;
     const uint64_t half = std::max<uint64_t>(o_.staging_bytes / 2 / c, 1) * c;
-    const uint64_t window =
+    uint64_t window =
         std::max<uint64_t>(std::min(o_.staged_window_bytes, half) / c, 1) * c;
+    // A backend that reads whole values at about the cost of their parts:
+    // windows of whole values (Redis: a GET each, not a GETRANGE of a
+    // quarter), whatever the option, within the staging limit.
+    const uint64_t preferred = b_.PreferredReadBytes();
+    if (preferred > window) {
+      window = std::max<uint64_t>(std::min((preferred + c - 1) / c * c, half),
+                                  window);
+    }
+    // Aligned to them only where they hold whole checksum chunks (a window
+    // is whole chunks).
+    preferred_ = preferred > 0 && preferred % c == 0 ? preferred : 0;
     if (sink_ == nullptr && window >= kTwoWorkerBytes &&
         SeveralWindows(work, window)) {
       return SweepTwoWorkers(work, window);
@@ -421,7 +432,13 @@ class Loader {
     const uint64_t c = sums_->chunk_bytes;
     WindowJob job;
     job.begin = next / c * c;
-    job.end = std::min(job.begin + span, sums_->size);
+    uint64_t end = job.begin + span;
+    // Windows end at the backend's value boundaries, so that the next
+    // starts at one (a window then reads whole values).
+    if (preferred_ > 0 && end / preferred_ * preferred_ > job.begin) {
+      end = end / preferred_ * preferred_;
+    }
+    job.end = std::min(end, sums_->size);
     job.window.reads = WindowReads(work, job.begin, job.end);
     for (Work& w : work) PlanPieces(w, job.begin, job.end, &job.pieces);
     job.scatter = Scatterable(job.pieces);
@@ -670,6 +687,8 @@ class Loader {
   std::vector<ByteRun> runs_;
   // The counts of the sweep's second worker until they join the report.
   LoadReport helper_stats_;
+  // The backend's preferred read size where windows align to it, else 0.
+  uint64_t preferred_ = 0;
 };
 
 // The load's target memory, by placement fragment id.

@@ -34,6 +34,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -454,9 +456,13 @@ TEST_P(WeightStoreRoundTripTest, StagedWindowsSharedByTwoThreads) {
     EXPECT_EQ(r.bytes_read, model);
     EXPECT_EQ(r.bytes_copied, model);
     EXPECT_EQ(r.chunks_verified, model / (64 << 10));
-    // At most one window per thread.
+    // At most one window per thread (a window is at least the backend's
+    // preferred read: one value on Redis).
     EXPECT_GT(r.staging_bytes, 0u);
-    EXPECT_LE(r.staging_bytes, uint64_t{2} << 20);
+    EXPECT_LE(
+        r.staging_bytes,
+        2 * std::max<uint64_t>(uint64_t{1} << 20,
+                               TestStore().backend().PreferredReadBytes()));
   }
   TestStore dir;
   WeightStore store = dir.Open(options);
@@ -483,6 +489,113 @@ TEST_P(WeightStoreRoundTripTest, StagedWindowsSharedByTwoThreads) {
   ASSERT_OK(store.Load(manifest, layout(4, 2), dst.buffers.bindings));
   EXPECT_EQ(internal::VerifyPattern(layout(4, 2), dst.tensors, dst.buffers),
             "");
+}
+
+// The backend of the running test with a preferred read size, recording
+// the object byte span of every ReadRanges call.
+class PreferredReadStore : public ObjectStore {
+ public:
+  PreferredReadStore(ObjectStore& inner, uint64_t preferred)
+      : inner_(inner), preferred_(preferred) {}
+  Status Put(std::string_view key, std::string_view value) override {
+    return inner_.Put(key, value);
+  }
+  Result<std::string> Get(std::string_view key) override {
+    return inner_.Get(key);
+  }
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    return inner_.List(prefix);
+  }
+  Status Delete(std::string_view key) override { return inner_.Delete(key); }
+  Status PutObject(std::string_view key, const std::vector<ConstBuffer>& parts,
+                   Durability durability) override {
+    return inner_.PutObject(key, parts, durability);
+  }
+  Status Sync() override { return inner_.Sync(); }
+  Status ReadRanges(const std::vector<ReadRange>& ranges) override {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const ReadRange& r : ranges) {
+      lo = std::min(lo, r.offset);
+      hi = std::max(hi, r.offset + r.length);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      spans_.emplace_back(lo, hi);
+    }
+    return inner_.ReadRanges(ranges);
+  }
+  Result<uint64_t> ObjectSize(std::string_view key) override {
+    return inner_.ObjectSize(key);
+  }
+  Result<uint64_t> RemoveStaleTemporaries(
+      std::chrono::seconds older_than) override {
+    return inner_.RemoveStaleTemporaries(older_than);
+  }
+  const std::string& uri() const override { return inner_.uri(); }
+  uint64_t PreferredReadBytes() const override { return preferred_; }
+
+  std::vector<std::pair<uint64_t, uint64_t>> spans() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return spans_;
+  }
+
+ private:
+  ObjectStore& inner_;
+  const uint64_t preferred_;
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> spans_;
+};
+
+// A backend that prefers reads of whole values (Redis) gets staged windows
+// of whole aligned values, whatever staged_window_bytes says: each request
+// of a strided load spans exactly one value (the last one of an object
+// may be short), every byte still read and verified once.
+TEST_P(WeightStoreRoundTripTest, StagedWindowsAreTheBackendsPreferredReads) {
+  auto layout = [](int64_t tp, int64_t dim) {
+    auto d = testing::GridDraft({.tp = tp});
+    testing::AddTensor(&d, {.tensor_id = "w",
+                            .shape = {10, 4096, 128},
+                            .dtype = "uint8",
+                            .itemsize = 1,
+                            .tp_dim = dim});
+    return Build(d);
+  };
+  const uint64_t model = 10 * 4096 * 128;  // two objects of 2.5 MiB
+  const uint64_t value = uint64_t{1} << 20;
+  TestStore dir;
+  const WeightStoreOptions options{.chunk_bytes = 64 << 10,
+                                   .staged_window_bytes = 128 << 10};
+  WeightStore writer = dir.Open(options);
+  const Side src = SourceSide(layout(2, 0));
+  const auto plan = Must(UploadAndCommit(writer, src));
+  // Whole chunks, larger than the option; not whole chunks; smaller than
+  // the option (which then stands).
+  for (const uint64_t preferred : {value, value + 1000, uint64_t{64} << 10}) {
+    SCOPED_TRACE(preferred);
+    auto backend =
+        std::make_shared<PreferredReadStore>(dir.backend(), preferred);
+    WeightStore store = Must(WeightStore::Open(backend, options));
+    const auto manifest =
+        Must(store.ReadManifest(plan.manifest().manifest_key()));
+    Side dst = TargetSide(layout(4, 2));
+    const LoadReport r = LoadAndVerify(store, manifest, dst);
+    EXPECT_EQ(r.bytes_read, model);
+    EXPECT_EQ(r.chunks_verified, model / (64 << 10));
+    // The window: the preferred read rounded up to whole chunks, at least
+    // the option.
+    const uint64_t c = 64 << 10;
+    const uint64_t window =
+        std::max<uint64_t>((preferred + c - 1) / c * c, 128 << 10);
+    EXPECT_LE(r.staging_bytes, 2 * window);
+    uint64_t spanned = 0;
+    for (const auto& [lo, hi] : backend->spans()) {
+      spanned += hi - lo;
+      // One whole window, or an object's tail.
+      EXPECT_EQ(lo % window, 0u) << lo;
+      EXPECT_TRUE(hi - lo == window || hi == model / 2) << lo << " " << hi;
+    }
+    EXPECT_EQ(spanned, model);  // each stored byte read once
+  }
 }
 
 // A contiguous load larger than one direct read group: the groups are

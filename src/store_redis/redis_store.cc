@@ -298,6 +298,9 @@ class RedisStore : public ObjectStore {
   }
 
   const std::string& uri() const override { return uri_.redacted; }
+  // A chunked object's values: a part of one is a GETRANGE, which the
+  // server copies before sending it, for the round trip of the whole.
+  uint64_t PreferredReadBytes() const override { return options_.chunk_bytes; }
 
  private:
   std::string KeyOf(std::string_view key) const {

@@ -65,6 +65,11 @@ class ObjectStore : public RecordStore {
       std::chrono::seconds older_than) = 0;
   // The backend's URI.
   virtual const std::string& uri() const = 0;
+  // The size below which a read costs about as much as a read of this
+  // size (Redis: one stored value, whose part the server copies before
+  // sending it), aligned at multiples of it; loads widen their sweep
+  // windows to it. 0 (the default): no such size.
+  virtual uint64_t PreferredReadBytes() const { return 0; }
 };
 
 }  // namespace reshard
