@@ -7,7 +7,13 @@ durable store needs) serves both sides. Its AOF is compacted
 the timed regions, and never automatically: an automatic rewrite forks a
 child that compresses the whole dataset (up to the 1 GiB just written) on
 one of the machine's cores, at a moment set by the AOF's growth, and so
-slowed whichever side's round it fell in.
+slowed whichever side's round it fell in. The upload's sources and the
+load's targets are read once right before each (outside the timer), as
+the raw client's buffer always is (its GETs wrote what its SETs send):
+on this VM, memory left idle for a few seconds reads several times
+slower at first (hashing 256 MiB: 23-45 ms right after use, 43-533 ms
+after 5-15 s idle, without a page fault), and a trainer's weights are
+fresh from its optimizer step.
 
 * baseline: a minimal raw client (RawClient below) that SETs 256 distinct
   values of the store's chunk size (4 MiB; 1 GiB) from one buffer and GETs
@@ -82,6 +88,13 @@ def compact(port):
         if time.time() > deadline:
             raise SystemExit("the AOF rewrite did not finish in 120 s")
         time.sleep(0.05)
+
+
+def touch(tensors):
+    """Reads every tensor of {participant: {name: tensor}} once."""
+    for named in tensors.values():
+        for t in named.values():
+            t.max()
 
 
 def rss_kib(field):
@@ -182,6 +195,7 @@ def layout(name, tp, dim):
 def timed_load(store, manifest, dst, targets, full):
     """Seconds of one verified load into `targets`, and the RSS growth in
     MiB during it; the loaded bytes are checked against `full`."""
+    touch(targets)
     before = rss_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM, the peak
@@ -238,6 +252,7 @@ def main():
                 return speeds
 
             def store_round():
+                touch(sources)
                 t0 = time.perf_counter()
                 manifest = store.upload(src, sources)
                 up = time.perf_counter() - t0

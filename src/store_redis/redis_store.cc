@@ -100,6 +100,7 @@ class RedisStore : public ObjectStore {
   RedisStore(RedisUri uri, RedisStoreOptions options)
       : uri_(std::move(uri)), options_(options) {
     options_.connections = std::max(1u, options_.connections);
+    options_.write_connections = std::max(1u, options_.write_connections);
     options_.pipeline_depth = std::max(1u, options_.pipeline_depth);
     const std::string& p = uri_.prefix;
     index_ = p + ":index";
@@ -489,8 +490,8 @@ Status RedisStore::PutChunked(std::string_view key,
 Status RedisStore::WriteChunks(const std::string& chunk_prefix,
                                const std::vector<ConstBuffer>& parts,
                                uint64_t total, uint64_t chunks) {
-  const uint32_t lanes =
-      static_cast<uint32_t>(std::min<uint64_t>(options_.connections, chunks));
+  const uint32_t lanes = static_cast<uint32_t>(
+      std::min<uint64_t>(options_.write_connections, chunks));
   const std::string expiry = std::to_string(kChunkExpiryMs);
   return ParallelFor(lanes, lanes, [&](size_t lane) -> Status {
     RESHARD_ASSIGN_OR_RETURN(auto conn, Acquire());

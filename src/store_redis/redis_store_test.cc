@@ -72,6 +72,7 @@ INSTANTIATE_TEST_SUITE_P(
           RedisStoreOptions o;
           o.chunk_bytes = 4099;  // the least allowed is 4096
           o.connections = 3;
+          o.write_connections = 3;
           o.pipeline_depth = 3;
           return Open(SharedRedisServer().Uri(FreshRedisPrefix()), o);
         })),
