@@ -225,6 +225,17 @@ LoadReport LoadAndVerify(WeightStore& store,
   return *report;
 }
 
+// One uint8 tensor "w" of [rows, 4096, 128] split over tp ranks on `dim`.
+WeightPlacementManifest ByteLayout(int64_t rows, int64_t tp, int64_t dim) {
+  auto d = testing::GridDraft({.tp = tp});
+  testing::AddTensor(&d, {.tensor_id = "w",
+                          .shape = {rows, 4096, 128},
+                          .dtype = "uint8",
+                          .itemsize = 1,
+                          .tp_dim = dim});
+  return Build(d);
+}
+
 // Upload `source` into a fresh store, load it into `target` and verify.
 LoadReport RoundTrip(const WeightPlacementManifest& source,
                      const WeightPlacementManifest& target,
@@ -438,15 +449,7 @@ TEST_P(WeightStoreRoundTripTest, LongStridedRowsAreReadInPlace) {
 // stored byte is read and verified once, and a corrupt chunk is reported
 // whichever thread's window holds it.
 TEST_P(WeightStoreRoundTripTest, StagedWindowsSharedByTwoThreads) {
-  auto layout = [](int64_t tp, int64_t dim) {
-    auto d = testing::GridDraft({.tp = tp});
-    testing::AddTensor(&d, {.tensor_id = "w",
-                            .shape = {16, 4096, 128},
-                            .dtype = "uint8",
-                            .itemsize = 1,
-                            .tp_dim = dim});
-    return Build(d);
-  };
+  auto layout = [](int64_t tp, int64_t dim) { return ByteLayout(16, tp, dim); };
   const uint64_t model = 16 * 4096 * 128;
   const WeightStoreOptions options{.chunk_bytes = 64 << 10,
                                    .staged_window_bytes = 1 << 20};
@@ -551,15 +554,7 @@ class PreferredReadStore : public ObjectStore {
 // of a strided load spans exactly one value (the last one of an object
 // may be short), every byte still read and verified once.
 TEST_P(WeightStoreRoundTripTest, StagedWindowsAreTheBackendsPreferredReads) {
-  auto layout = [](int64_t tp, int64_t dim) {
-    auto d = testing::GridDraft({.tp = tp});
-    testing::AddTensor(&d, {.tensor_id = "w",
-                            .shape = {10, 4096, 128},
-                            .dtype = "uint8",
-                            .itemsize = 1,
-                            .tp_dim = dim});
-    return Build(d);
-  };
+  auto layout = [](int64_t tp, int64_t dim) { return ByteLayout(10, tp, dim); };
   const uint64_t model = 10 * 4096 * 128;  // two objects of 2.5 MiB
   const uint64_t value = uint64_t{1} << 20;
   TestStore dir;
