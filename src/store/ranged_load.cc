@@ -288,14 +288,10 @@ class Loader {
     // A backend that reads whole values at about the cost of their parts:
     // windows of whole values (Redis: a GET each, not a GETRANGE of a
     // quarter), whatever the option, within the staging limit.
+    // (window <= half, so the widened window is never smaller.)
     const uint64_t preferred = b_.PreferredReadBytes();
-    if (preferred > window) {
-      window = std::max<uint64_t>(std::min((preferred + c - 1) / c * c, half),
-                                  window);
-    }
-    // Aligned to them only where they hold whole checksum chunks (a window
-    // is whole chunks).
-    preferred_ = preferred > 0 && preferred % c == 0 ? preferred : 0;
+    if (preferred > window)
+      window = std::min((preferred + c - 1) / c * c, half);
     if (sink_ == nullptr && window >= kTwoWorkerBytes &&
         SeveralWindows(work, window)) {
       return SweepTwoWorkers(work, window);
@@ -433,11 +429,11 @@ class Loader {
     WindowJob job;
     job.begin = next / c * c;
     uint64_t end = job.begin + span;
-    // Windows end at the backend's value boundaries, so that the next
-    // starts at one (a window then reads whole values).
-    if (preferred_ > 0 && end / preferred_ * preferred_ > job.begin) {
-      end = end / preferred_ * preferred_;
-    }
+    // Windows end at the backend's value boundaries where those hold whole
+    // checksum chunks (a window is whole chunks), so that the next starts
+    // at one (a window then reads whole values).
+    const uint64_t p = b_.PreferredReadBytes();
+    if (p > 0 && p % c == 0 && end / p * p > job.begin) end = end / p * p;
     job.end = std::min(end, sums_->size);
     job.window.reads = WindowReads(work, job.begin, job.end);
     for (Work& w : work) PlanPieces(w, job.begin, job.end, &job.pieces);
@@ -687,8 +683,6 @@ class Loader {
   std::vector<ByteRun> runs_;
   // The counts of the sweep's second worker until they join the report.
   LoadReport helper_stats_;
-  // The backend's preferred read size where windows align to it, else 0.
-  uint64_t preferred_ = 0;
 };
 
 // The load's target memory, by placement fragment id.

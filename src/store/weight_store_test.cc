@@ -453,6 +453,9 @@ TEST_P(WeightStoreRoundTripTest, StagedWindowsSharedByTwoThreads) {
   const uint64_t model = 16 * 4096 * 128;
   const WeightStoreOptions options{.chunk_bytes = 64 << 10,
                                    .staged_window_bytes = 1 << 20};
+  TestStore dir;
+  const uint64_t window =
+      std::max<uint64_t>(uint64_t{1} << 20, dir.backend().PreferredReadBytes());
   for (int run = 0; run < 3; ++run) {
     const LoadReport r = RoundTrip(layout(2, 0), layout(4, 2), options);
     EXPECT_EQ(r.bytes, model);
@@ -462,12 +465,8 @@ TEST_P(WeightStoreRoundTripTest, StagedWindowsSharedByTwoThreads) {
     // At most one window per thread (a window is at least the backend's
     // preferred read: one value on Redis).
     EXPECT_GT(r.staging_bytes, 0u);
-    EXPECT_LE(
-        r.staging_bytes,
-        2 * std::max<uint64_t>(uint64_t{1} << 20,
-                               TestStore().backend().PreferredReadBytes()));
+    EXPECT_LE(r.staging_bytes, 2 * window);
   }
-  TestStore dir;
   WeightStore store = dir.Open(options);
   const Side src = SourceSide(layout(2, 0));
   const auto plan = Must(UploadAndCommit(store, src));
