@@ -337,10 +337,20 @@ Status RedisConnection::AppendSetFrom(std::string_view key,
                                       uint64_t offset, uint64_t length,
                                       std::string_view expiry_ms) {
   RESHARD_RETURN_NOT_OK(FlushQueued());
-  const std::string header =
-      (expiry_ms.empty() ? "*3" : "*5") + std::string("\r\n$3\r\nSET\r\n$") +
-      std::to_string(key.size()) + "\r\n" + std::string(key) + "\r\n$" +
-      std::to_string(length) + "\r\n";
+  // With an expiry the command is PSETEX, whose value is its last
+  // argument: the server then reads a large value straight into the string
+  // it keeps (as for a plain SET). After a value followed by more
+  // arguments (SET ... PX), its next read takes them with the following
+  // command and much of that command's value, which it then copies.
+  std::string header = expiry_ms.empty()
+                           ? std::string("*3\r\n$3\r\nSET\r\n$")
+                           : std::string("*4\r\n$6\r\nPSETEX\r\n$");
+  header += std::to_string(key.size()) + "\r\n" + std::string(key) + "\r\n";
+  if (!expiry_ms.empty()) {
+    header += "$" + std::to_string(expiry_ms.size()) + "\r\n" +
+              std::string(expiry_ms) + "\r\n";
+  }
+  header += "$" + std::to_string(length) + "\r\n";
   std::vector<ConstBuffer> pieces = {{header.data(), header.size()}};
   uint64_t at = 0;
   for (const ConstBuffer& p : parts) {
@@ -352,12 +362,8 @@ Status RedisConnection::AppendSetFrom(std::string_view key,
     }
     at += p.size;
   }
-  std::string trailer = "\r\n";
-  if (!expiry_ms.empty()) {
-    trailer += "$2\r\nPX\r\n$" + std::to_string(expiry_ms.size()) + "\r\n" +
-               std::string(expiry_ms) + "\r\n";
-  }
-  pieces.push_back({trailer.data(), trailer.size()});
+  static constexpr char kTrailer[] = "\r\n";
+  pieces.push_back({kTrailer, 2});
   return WriteFully(std::move(pieces));
 }
 

@@ -81,7 +81,8 @@ class RedisConnection {
   // Sends "SET key value" where value is bytes [offset, offset + length)
   // of the concatenation of `parts`, written from caller memory with
   // writev (after any queued commands); its reply is read with Read().
-  // With a non-empty `expiry_ms` the value expires (SET ... PX expiry_ms).
+  // With a non-empty `expiry_ms` the value expires after that many
+  // milliseconds (sent as PSETEX key expiry_ms value, the value last).
   Status AppendSetFrom(std::string_view key,
                        const std::vector<ConstBuffer>& parts, uint64_t offset,
                        uint64_t length, std::string_view expiry_ms = {});
