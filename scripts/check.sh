@@ -26,6 +26,32 @@ SUPP=$PWD/scripts/sanitizers
 # compile time than the default -O2 -g.
 FLAGS="-O1 -gline-tables-only"
 
+# Runs the unit-test binary $1 as JOBS gtest shards at once (every test
+# runs in exactly one shard; the tests already run side by side under
+# ctest, so they share no fixed ports, files or servers), further gtest
+# flags after it. Fails if any shard fails, printing that shard's output.
+run_shards() {
+  local bin=$1 logs pids=() rc=0 i
+  shift
+  logs=$(mktemp -d "${TMPDIR:-/tmp}/reshard-check.XXXXXX")
+  for ((i = 0; i < JOBS; i++)); do
+    GTEST_TOTAL_SHARDS=$JOBS GTEST_SHARD_INDEX=$i "$bin" --gtest_brief=1 \
+      "$@" >"$logs/$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    if wait "${pids[$i]}"; then
+      grep -E '^\[  (PASSED|SKIPPED) ' "$logs/$i.log" | sed "s/^/shard $i: /"
+    else
+      rc=1
+      echo "check: shard $i of $bin failed:" >&2
+      cat "$logs/$i.log" >&2
+    fi
+  done
+  rm -rf "$logs"
+  return $rc
+}
+
 timings=()
 stamp() { timings+=("$1: $(($(date +%s) - $2)) s"); }
 
@@ -58,7 +84,7 @@ for pass in $PASSES; do
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
         LSAN_OPTIONS=suppressions=$SUPP/lsan.supp:print_suppressions=0 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$SUPP/ubsan.supp \
-        build-asan/reshard_tests --gtest_brief=1
+        run_shards build-asan/reshard_tests
       stamp "asan+ubsan unit tests" "$t0"
       ;;
     tsan)
@@ -68,7 +94,7 @@ for pass in $PASSES; do
       stamp "tsan build (unit tests)" "$t0"
       t0=$(date +%s)
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$SUPP/tsan.supp \
-        build-tsan/reshard_tests --gtest_brief=1 --gtest_filter="$TSAN_TESTS"
+        run_shards build-tsan/reshard_tests --gtest_filter="$TSAN_TESTS"
       stamp "tsan concurrency tests" "$t0"
       ;;
     fuzz)

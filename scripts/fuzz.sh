@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target of BUILD (default build-asan) for
-# FUZZ_SECONDS (default 30) each on a scratch copy of its checked-in seed
-# corpus fuzz/corpus/<target>/ (new inputs found during the run never touch
-# the checked-in corpus). A crash, leak, sanitizer report, property failure,
+# FUZZ_SECONDS (default 30) each, JOBS (default: the cores) at a time, on
+# a scratch copy of its checked-in seed corpus fuzz/corpus/<target>/ (new
+# inputs found during the run never touch the checked-in corpus). A crash, leak, sanitizer report, property failure,
 # timeout (FUZZ_TIMEOUT s per input, default 10) or out-of-memory fails
 # the run; the offending input is kept under $BUILD/fuzz-artifacts/<target>/
 # and its reproducer command is printed.
@@ -14,6 +14,7 @@ BUILD=${1:-build-asan}
 shift || true
 SECONDS_EACH=${FUZZ_SECONDS:-30}
 TIMEOUT=${FUZZ_TIMEOUT:-10}
+PARALLEL=${JOBS:-$(nproc)}
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   # Every target the tree configured (fuzz/CMakeLists.txt writes the list).
@@ -31,18 +32,19 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/reshard-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-failed=()
-for t in "${targets[@]}"; do
-  bin="$BUILD/fuzz/$t"
+# One target: a libFuzzer run on its scratch corpus; its verdict goes to
+# $scratch/<target>.rc (0: passed) and its report to stdout.
+run_target() {
+  local t=$1 bin="$BUILD/fuzz/$1" start rc runs
   if [ ! -x "$bin" ]; then
     echo "fuzz: $bin not built" >&2
-    failed+=("$t")
-    continue
+    echo 1 >"$scratch/$t.rc"
+    return
   fi
   if [ ! -d "fuzz/corpus/$t" ]; then
     echo "fuzz: $t has no seed corpus fuzz/corpus/$t" >&2
-    failed+=("$t")
-    continue
+    echo 1 >"$scratch/$t.rc"
+    return
   fi
   mkdir -p "$scratch/$t" "$BUILD/fuzz-artifacts/$t"
   cp fuzz/corpus/"$t"/* "$scratch/$t/"
@@ -62,8 +64,20 @@ for t in "${targets[@]}"; do
     for a in "$BUILD/fuzz-artifacts/$t"/*; do
       [ -e "$a" ] && echo "fuzz: reproduce with: $bin $a" >&2
     done
-    failed+=("$t")
   fi
+  echo "$rc" >"$scratch/$t.rc"
+}
+
+# Targets run JOBS at a time (each fuzzer is one process on one core), so
+# the pass takes about targets / JOBS x FUZZ_SECONDS.
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || true; done
+  run_target "$t" &
+done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  [ "$(cat "$scratch/$t.rc" 2>/dev/null)" = 0 ] || failed+=("$t")
 done
 if [ ${#failed[@]} -ne 0 ]; then
   echo "fuzz: FAILED: ${failed[*]}" >&2
