@@ -2,9 +2,9 @@
 # Runs every libFuzzer target of BUILD (default build-asan) for
 # FUZZ_SECONDS (default 30) each, JOBS (default: the cores) at a time, on
 # a scratch copy of its checked-in seed corpus fuzz/corpus/<target>/ (new
-# inputs found during the run never touch the checked-in corpus). A crash, leak, sanitizer report, property failure,
-# timeout (FUZZ_TIMEOUT s per input, default 10) or out-of-memory fails
-# the run; the offending input is kept under $BUILD/fuzz-artifacts/<target>/
+# inputs found during the run never touch the checked-in corpus). A crash,
+# leak, sanitizer report, property failure, timeout (FUZZ_TIMEOUT s per
+# input, default 10) or out-of-memory fails the run; the offending input is kept under $BUILD/fuzz-artifacts/<target>/
 # and its reproducer command is printed.
 #
 # Usage: scripts/fuzz.sh [BUILD] [TARGET...]
