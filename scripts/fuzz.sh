@@ -4,8 +4,9 @@
 # a scratch copy of its checked-in seed corpus fuzz/corpus/<target>/ (new
 # inputs found during the run never touch the checked-in corpus). A crash,
 # leak, sanitizer report, property failure, timeout (FUZZ_TIMEOUT s per
-# input, default 10) or out-of-memory fails the run; the offending input is kept under $BUILD/fuzz-artifacts/<target>/
-# and its reproducer command is printed.
+# input, default 10) or out-of-memory fails the run; the offending input
+# is kept under $BUILD/fuzz-artifacts/<target>/ and its reproducer command
+# is printed.
 #
 # Usage: scripts/fuzz.sh [BUILD] [TARGET...]
 set -uo pipefail
