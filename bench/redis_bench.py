@@ -286,8 +286,9 @@ def main():
             proc.wait()
     print("1 GiB, TP4 rows -> TP8 columns, private redis-server (AOF, fsync "
           "always, compacted between rounds); baseline a raw RESP client, "
-          "%d MiB values, same server, same run, the mean of a round before and after each store round; "
-          "after a warm-up round of each" % (VALUE >> 20))
+          "%d MiB values, same server, same run, the mean of a round "
+          "before and after each store round; after a warm-up round of "
+          "each" % (VALUE >> 20))
     print()
     print("| run | upload GB/s | raw SET GB/s | ratio | load GB/s | "
           "raw GET GB/s | ratio | RSS growth in load MiB |")
