@@ -5,6 +5,8 @@ set -euo pipefail
 PACKAGES=(cmake ninja-build g++ python3 libssl-dev libsimdjson-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config
   libucx-dev ucx-utils libxxhash-dev
+  # RE2: config.json's `ignore` expressions, matched in linear time.
+  libre2-dev
   # The Redis backend (hiredis), and the private servers its tests start.
   libhiredis-dev redis-server redis-tools
   # The Python package: built against Debian's interpreter.

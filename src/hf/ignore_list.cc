@@ -1,5 +1,7 @@
 #include "hf/ignore_list.h"
 
+#include <re2/re2.h>
+
 #include <algorithm>
 
 #include "util/printable.h"
@@ -7,66 +9,47 @@
 namespace reshard::internal {
 namespace {
 
-// Whether `p` (ECMAScript) quantifies a group that contains a quantifier or
-// an alternation: "(a+)+", "(a|aa)*", "(?:x*){2,}". Escapes and bracket
-// expressions are skipped; a quantifier is *, +, ? or {.
-bool RepeatsARepeatingGroup(std::string_view p) {
-  struct Group {
-    bool repeats = false;
-  };
-  std::vector<Group> open;
-  bool last_group_repeats = false;  // the group just closed
-  bool after_group = false;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const char ch = p[i];
-    const bool quantifier = ch == '*' || ch == '+' || ch == '?' || ch == '{';
-    if (quantifier && after_group && last_group_repeats) return true;
-    after_group = false;
-    if (ch == '\\') {
-      ++i;  // the escaped character
-    } else if (ch == '[') {
-      // A bracket expression ends at the first ']' after its first member.
-      size_t j = i + 1;
-      if (j < p.size() && p[j] == '^') ++j;
-      if (j < p.size() && p[j] == ']') ++j;
-      while (j < p.size() && p[j] != ']') j += p[j] == '\\' ? 2 : 1;
-      i = j;
-    } else if (ch == '(') {
-      open.push_back({});
-    } else if (ch == ')') {
-      if (open.empty()) continue;  // std::regex refuses it
-      last_group_repeats = open.back().repeats;
-      open.pop_back();
-      after_group = true;
-      // The enclosing group repeats when this one does.
-      if (!open.empty()) open.back().repeats |= last_group_repeats;
-    } else if (quantifier || ch == '|') {
-      // "(?:" is not a quantifier.
-      if (ch == '?' && i > 0 && p[i - 1] == '(') continue;
-      if (!open.empty()) open.back().repeats = true;
-      if (ch == '{') {
-        while (i < p.size() && p[i] != '}') ++i;
-      }
+constexpr std::string_view kField = "config.json: quantization_config.ignore";
+
+// Why RE2 refused `pattern`: constructs Python's re has and RE2 cannot
+// match in linear time get a reason of their own, the rest RE2's words.
+std::string RefusalReason(const std::string& pattern, const re2::RE2& re) {
+  for (std::string_view look : {"(?=", "(?!", "(?<=", "(?<!"}) {
+    if (pattern.find(look) != std::string::npos) {
+      return "uses lookaround (" + std::string(look) +
+             "), which cannot be matched in linear time";
     }
   }
-  return false;
+  if (re.error_code() == re2::RE2::ErrorBadEscape) {
+    const std::string& arg = re.error_arg();
+    if (arg.size() == 2 && arg[0] == '\\' && arg[1] >= '1' && arg[1] <= '9') {
+      return "uses a backreference (" + arg +
+             "), which cannot be matched in linear time";
+    }
+  }
+  if (pattern.find("(?P=") != std::string::npos) {
+    return "uses a backreference ((?P=), which cannot be matched in linear "
+           "time";
+  }
+  return "is not a regular expression (" + Printable(re.error()) + ")";
 }
 
 }  // namespace
 
 Result<ModuleIgnoreList> ModuleIgnoreList::Make(
     std::vector<std::string> entries) {
-  const std::string kField = "config.json: quantization_config.ignore";
   if (entries.size() > kMaxEntries) {
     return Status::InvalidArgument(
-        kField + " has " + std::to_string(entries.size()) +
+        std::string(kField) + " has " + std::to_string(entries.size()) +
         " entries, more than " + std::to_string(kMaxEntries));
   }
   ModuleIgnoreList list;
+  re2::RE2::Options options;
+  options.set_log_errors(false);  // refusals are returned, never printed
   for (std::string& e : entries) {
     if (e.size() > kMaxEntryBytes) {
-      return Status::InvalidArgument(kField + " entry " + Printable(e, 64) +
-                                     " is longer than " +
+      return Status::InvalidArgument(std::string(kField) + " entry " +
+                                     Printable(e, 64) + " is longer than " +
                                      std::to_string(kMaxEntryBytes) + " bytes");
     }
     if (!e.starts_with("re:")) {
@@ -74,19 +57,13 @@ Result<ModuleIgnoreList> ModuleIgnoreList::Make(
       continue;
     }
     const std::string pattern = e.substr(3);
-    if (RepeatsARepeatingGroup(pattern)) {
-      return Status::InvalidArgument(
-          kField + " entry " + Printable(e) +
-          " repeats a group that itself repeats or alternates (refused: "
-          "matching it can take exponential time)");
+    auto re = std::make_shared<const re2::RE2>(pattern, options);
+    if (!re->ok()) {
+      return Status::InvalidArgument(std::string(kField) + " entry " +
+                                     Printable(e) + " " +
+                                     RefusalReason(pattern, *re));
     }
-    try {
-      list.expressions_.push_back(std::make_shared<const std::regex>(
-          pattern, std::regex::ECMAScript | std::regex::optimize));
-    } catch (const std::regex_error&) {
-      return Status::InvalidArgument(kField + " entry " + Printable(e) +
-                                     " is not a regular expression");
-    }
+    list.expressions_.push_back(std::move(re));
   }
   return list;
 }
@@ -95,10 +72,10 @@ bool ModuleIgnoreList::Ignores(std::string_view module) const {
   if (std::find(names_.begin(), names_.end(), module) != names_.end()) {
     return true;
   }
+  const re2::StringPiece text(module.data(), module.size());
   for (const auto& re : expressions_) {
     // Anchored at the start only, as Python's re.match.
-    if (std::regex_search(module.begin(), module.end(), *re,
-                          std::regex_constants::match_continuous)) {
+    if (re->Match(text, 0, text.size(), re2::RE2::ANCHOR_START, nullptr, 0)) {
       return true;
     }
   }

@@ -160,16 +160,60 @@ Result<std::string> ReadFdBounded(int fd, uint64_t max_bytes,
   return out;
 }
 
-Result<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes,
-                                    std::string_view hint) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+std::string_view FileKindName(unsigned st_mode) {
+  switch (st_mode & S_IFMT) {
+    case S_IFREG:
+      return "a regular file";
+    case S_IFDIR:
+      return "a directory";
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFLNK:
+      return "a symbolic link";
+  }
+  return "not a file";
+}
+
+Result<FileDescriptor> OpenRegularFile(const std::string& path) {
+  FileDescriptor fd(
+      ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) {
       return Status::NotFound("cannot read " + Printable(path) + ": " +
                               std::strerror(errno));
     }
+    // A socket cannot be opened at all (ENXIO).
+    struct stat st;
+    if (errno == ENXIO && ::stat(path.c_str(), &st) == 0 &&
+        !S_ISREG(st.st_mode)) {
+      return Status::InvalidArgument(Printable(path) +
+                                     " is not a regular file (" +
+                                     std::string(FileKindName(st.st_mode)) +
+                                     ")");
+    }
     return ErrnoStatus("cannot read", path);
   }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(Printable(path) + " is not a regular file (" +
+                                   std::string(FileKindName(st.st_mode)) +
+                                   ")");
+  }
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+Result<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes,
+                                    std::string_view hint) {
+  RESHARD_ASSIGN_OR_RETURN(FileDescriptor fd, OpenRegularFile(path));
   return ReadFdBounded(fd.get(), max_bytes, path, hint);
 }
 

@@ -72,9 +72,23 @@ Result<std::string> ReadFdBounded(int fd, uint64_t max_bytes,
                                   std::string_view name,
                                   std::string_view hint = {});
 
-// Opens `path` read-only (following links; a FIFO blocks until a writer
-// opens it, as any reader would) and reads it with ReadFdBounded. A missing
-// file is NotFound "cannot read <path>: No such file or directory".
+// What a file of mode `st_mode` is, for errors: "a regular file", "a
+// directory", "a FIFO", "a character device", "a block device", "a
+// socket" or "a symbolic link".
+std::string_view FileKindName(unsigned st_mode);
+
+// Opens `path` read-only (following links) without ever blocking: the open
+// is non-blocking, so a FIFO with no writer or a device that waits for a
+// peer returns at once, and then whatever is not a regular file is
+// InvalidArgument "<path> is not a regular file (a FIFO)". A missing file
+// is NotFound "cannot read <path>: No such file or directory"; other open
+// errors are IOError naming the path. The descriptor is blocking again.
+// Every input a path names is opened this way: a stray FIFO or device
+// among them must never hang a command.
+Result<FileDescriptor> OpenRegularFile(const std::string& path);
+
+// OpenRegularFile, then ReadFdBounded. (Standard input, a pipe, is read
+// with ReadFdBounded on its descriptor.)
 Result<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes,
                                     std::string_view hint = {});
 

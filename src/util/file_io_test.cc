@@ -147,30 +147,54 @@ TEST(ReadBoundedTest, ReadBoundedRefusesASparseTenTerabyteFileBySize) {
 
 TEST(ReadBoundedTest, ReadBoundedStopsAtTheCapOnDevZero) {
   // No size to trust: the read itself stops one byte past the cap.
-  const Status st = ReadFileBounded("/dev/zero", 1 << 20).status();
+  FileDescriptor fd(::open("/dev/zero", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  const Status st = ReadFdBounded(fd.get(), 1 << 20, "/dev/zero").status();
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), "/dev/zero is larger than 1048576 bytes");
 }
 
 TEST(ReadBoundedTest, ReadBoundedStopsAtTheCapOnAFifo) {
   ::signal(SIGPIPE, SIG_IGN);  // the writer outlives the reader
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0);
+  FileDescriptor read_end(ends[0]);
+  std::thread writer([w = FileDescriptor(ends[1])] {
+    const std::string chunk(1 << 16, 'a');
+    for (int i = 0; i < 64; ++i) {
+      if (::write(w.get(), chunk.data(), chunk.size()) < 0) break;
+    }
+  });
+  const Status st =
+      ReadFdBounded(read_end.get(), 100000, "standard input").status();
+  read_end.Reset();  // the writer's next write fails
+  writer.join();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "standard input is larger than 100000 bytes");
+}
+
+// Inputs named by a path are regular files, opened without blocking: the
+// probe's FIFO with no writer hung every reader of it.
+TEST(ReadBoundedTest, FifoWithNoWriterIsRefusedAtOnceNotWaitedFor) {
   testing::TempDir dir;
   const std::string path = dir.path() + "/fifo";
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
-  std::thread writer([&] {
-    FileDescriptor fd(::open(path.c_str(), O_WRONLY));
-    const std::string chunk(1 << 16, 'a');
-    for (int i = 0; i < 64; ++i) {
-      if (::write(fd.get(), chunk.data(), chunk.size()) < 0) break;
-    }
-  });
+  const auto t0 = std::chrono::steady_clock::now();
   const Status st = ReadFileBounded(path, 100000).status();
-  writer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message(), path + " is larger than 100000 bytes");
+  EXPECT_EQ(st.message(), path + " is not a regular file (a FIFO)");
   struct stat sb;
   ASSERT_EQ(::lstat(path.c_str(), &sb), 0);
   EXPECT_TRUE(S_ISFIFO(sb.st_mode));
+  // Devices and directories alike, through a symbolic link too.
+  EXPECT_EQ(ReadFileBounded("/dev/zero", 10).status().message(),
+            "/dev/zero is not a regular file (a character device)");
+  EXPECT_EQ(ReadFileBounded(dir.path(), 10).status().message(),
+            dir.path() + " is not a regular file (a directory)");
+  ASSERT_EQ(::symlink(path.c_str(), (dir.path() + "/link").c_str()), 0);
+  EXPECT_EQ(ReadFileBounded(dir.path() + "/link", 10).status().message(),
+            dir.path() + "/link is not a regular file (a FIFO)");
 }
 
 TEST(ReadBoundedTest, MissingFileIsNotFound) {

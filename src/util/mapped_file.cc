@@ -35,15 +35,22 @@ MappedFile MappedFile::Open(const std::string& path, uint64_t min_bytes,
                             uint64_t max_bytes, bool copy_on_write) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Non-blocking: the path may have become a FIFO since the stat.
+  FileDescriptor fd(
+      ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   // Checked again on what was opened: the path may have changed meanwhile.
   if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return {};
   }
   const auto size = static_cast<uint64_t>(st.st_size);
-  if (size == 0 || size < min_bytes || size > max_bytes) return {};
+  if (size < min_bytes || size > max_bytes) return {};
+  return Map(fd.get(), size, copy_on_write);
+}
+
+MappedFile MappedFile::Map(int fd, uint64_t size, bool copy_on_write) {
+  if (size == 0) return {};
   void* p = ::mmap(nullptr, size, PROT_READ | (copy_on_write ? PROT_WRITE : 0),
-                   MAP_PRIVATE, fd.get(), 0);
+                   MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) return {};
   MappedFile out;
   out.data_ = static_cast<const char*>(p);

@@ -38,6 +38,9 @@ class MappedFile {
   // private copy (the file never changes); otherwise a write faults.
   static MappedFile Open(const std::string& path, uint64_t min_bytes,
                          uint64_t max_bytes, bool copy_on_write = false);
+  // Maps the first `size` bytes of the open regular file `fd` (still the
+  // caller's); unmapped when `size` is 0 or the mapping is refused.
+  static MappedFile Map(int fd, uint64_t size, bool copy_on_write = false);
 
   bool mapped() const { return data_ != nullptr; }
   std::string_view view() const { return {data_, size_}; }

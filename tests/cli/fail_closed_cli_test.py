@@ -3,7 +3,8 @@
 replace what is not a regular file, whole-file reads stop at their caps
 (also under a 4 GiB address-space limit), read-only store commands never
 create a store, standard output failures fail the command, byte totals do
-not wrap, selftest timeouts are bounded and config.json keys are unique.
+not wrap, selftest timeouts are bounded, floating-point flags are whole
+finite numbers and config.json keys are unique.
 
 Usage: fail_closed_cli_test.py PATH/TO/reshard TESTS_DIR
 
@@ -41,12 +42,12 @@ def limited():
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
-def run(*args, env=None, preexec=None, stdout=subprocess.PIPE):
+def run(*args, env=None, preexec=None, stdout=subprocess.PIPE, stdin=None):
     full_env = dict(os.environ)
     full_env.update(env or {})
     proc = subprocess.run([RESHARD] + list(args), stdout=stdout,
                           stderr=subprocess.PIPE, env=full_env,
-                          preexec_fn=preexec, timeout=300)
+                          preexec_fn=preexec, timeout=300, stdin=stdin)
     return proc.returncode, proc.stdout or b"", proc.stderr.decode()
 
 
@@ -196,20 +197,32 @@ def stdout_write_failure_is_an_error():
 
 # ---------------------------------------------------------- bounded reads
 
+def dev_zero():
+    return open("/dev/zero", "rb")
+
+
 @test
 def unbounded_reads_validate_dev_zero_stops_at_the_cap():
-    rc, _, err = run("validate", "/dev/zero", preexec=limited,
-                     env={"RESHARD_MAX_PLACEMENT_BYTES": "1048576"})
-    expect_error(rc, err, "/dev/zero is larger than 1048576 bytes (%s)" %
-                 PLACEMENT_CAP_HINT)
+    # A path must name a regular file; a stream is read from standard
+    # input ("-"), and no further than the cap.
+    rc, _, err = run("validate", "/dev/zero", preexec=limited)
+    expect_error(rc, err, "/dev/zero is not a regular file (a character "
+                 "device)")
+    with dev_zero() as zero:
+        rc, _, err = run("validate", "-", preexec=limited, stdin=zero,
+                         env={"RESHARD_MAX_PLACEMENT_BYTES": "1048576"})
+    expect_error(rc, err, "standard input is larger than 1048576 bytes (%s)"
+                 % PLACEMENT_CAP_HINT)
     # At the default 4 GiB cap, under a 4 GiB address space: the cap or
     # the memory runs out first, either way one error line, no signal.
-    rc, _, err = run("validate", "/dev/zero", preexec=limited)
+    with dev_zero() as zero:
+        rc, _, err = run("validate", "-", preexec=limited, stdin=zero)
     check(rc == 1, "exit %d: %r" % (rc, err))
     check(err.count("\n") == 1 and (
-        err == "reshard: error: /dev/zero is larger than 4294967296 bytes "
-               "(%s)\n" % PLACEMENT_CAP_HINT or
-        err.startswith("reshard: error: out of memory reading /dev/zero")),
+        err == "reshard: error: standard input is larger than 4294967296 "
+               "bytes (%s)\n" % PLACEMENT_CAP_HINT or
+        err.startswith("reshard: error: out of memory reading standard "
+                       "input")),
         "stderr %r" % err)
 
 
@@ -244,20 +257,24 @@ def unbounded_reads_sparse_config_json():
 @test
 def unbounded_reads_gen_model_dev_zero():
     d = fresh_dir("gen_zero")
-    rc, _, err = run("gen", "--model", "/dev/zero", "-o",
-                     os.path.join(d, "o.json"), preexec=limited)
-    expect_error(rc, err, "/dev/zero is larger than 67108864 bytes (the cap "
-                 "of model specs)")
+    with dev_zero() as zero:
+        rc, _, err = run("gen", "--model", "-", "-o",
+                         os.path.join(d, "o.json"), preexec=limited,
+                         stdin=zero)
+    expect_error(rc, err, "standard input is larger than 67108864 bytes (the "
+                 "cap of model specs)")
     check(os.listdir(d) == [], "outputs: %r" % os.listdir(d))
 
 
 @test
 def unbounded_reads_import_legacy_dev_zero():
     d = fresh_dir("legacy_zero")
-    rc, _, err = run("import-legacy", "/dev/zero", "-o",
-                     os.path.join(d, "o.json"), preexec=limited,
-                     env={"RESHARD_MAX_PLACEMENT_BYTES": "65536"})
-    expect_error(rc, err, "/dev/zero is larger than 65536 bytes (%s)" %
+    with dev_zero() as zero:
+        rc, _, err = run("import-legacy", "-", "-o",
+                         os.path.join(d, "o.json"), preexec=limited,
+                         env={"RESHARD_MAX_PLACEMENT_BYTES": "65536"},
+                         stdin=zero)
+    expect_error(rc, err, "standard input is larger than 65536 bytes (%s)" %
                  PLACEMENT_CAP_HINT)
     check(os.listdir(d) == [], "outputs: %r" % os.listdir(d))
 
@@ -316,6 +333,34 @@ def selftest_timeout_must_be_finite_and_in_range():
                  "-1": "-1", "0.0001": "0.0001", "86401": "86401"}[value]
         expect_error(rc, err, "--timeout must be a number of seconds from "
                      "0.001 to 86400, not " + shown)
+
+
+@test
+def change_fraction_empty_or_not_a_number_is_refused():
+    """`--change-fraction ''` was taken as 0: the flag's whole text must be
+    one finite number in [0, 1]."""
+    for value in ("", "abc", "0.5x", " 0.5", "+0.5", "0x1p-1", "nan", "inf",
+                  "-inf", "1e400", "1.5", "-0.25"):
+        rc, out, err = run("selftest", SRC, DST, "--transport", "ucx",
+                           "--updates", "2", "--change-fraction", value)
+        expect_error(rc, err, "--change-fraction must be a number from 0 to "
+                     "1, not '%s'" % value)
+        check(out == b"", "printed %r" % out)
+
+
+@test
+def gbps_empty_or_not_a_number_is_refused():
+    """The other floating-point flag of the CLI, `plan --gbps`, had the
+    same hole (`--gbps ''` measured memcpy instead): refused, and no report
+    is written."""
+    d = fresh_dir("gbps")
+    html = os.path.join(d, "r.html")
+    for value in ("", "abc", "10 ", "nan", "inf", "1e400", "0", "-1"):
+        rc, out, err = run("plan", SRC, DST, "--html", html, "--gbps", value)
+        expect_error(rc, err, "--gbps must be a positive finite number of "
+                     "GB/s, not '%s'" % value)
+        check(out == b"", "printed %r" % out)
+        check(os.listdir(d) == [], "wrote %r" % os.listdir(d))
 
 
 @test
