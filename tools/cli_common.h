@@ -121,6 +121,13 @@ void AddBlockOption(CLI::App* cmd, Fp8Block* block,
 void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
                     std::string* dtype);
 
+// A duration flag (--timeout): OK when `seconds` is finite and within
+// [min_seconds, max_seconds]; otherwise InvalidArgument "FLAG must be a
+// number of seconds from MIN to MAX, not VALUE" (NaN and the infinities
+// included: a timeout that never expires is refused).
+Status CheckSecondsFlag(const std::string& flag, double seconds,
+                        double min_seconds, double max_seconds);
+
 // Seconds since `t` on the steady clock.
 double SecondsSince(std::chrono::steady_clock::time_point t);
 

@@ -274,11 +274,15 @@ void AddReshardCommand(CLI::App* engine) {
   AddBlockOption(cmd, &a->run.block);
   cmd->add_option("--threads", a->run.threads, "copy threads (local)")
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--timeout", a->timeout_s, "seconds (ucx)")
-      ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--timeout", a->timeout_s,
+                  "seconds (ucx), from 0.1 to 86400; default 120");
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a]() {
     auto run = [&]() -> Result<EngineReshardReport> {
+      // Finite and in range (nan would pass a range check and overflow the
+      // milliseconds), before anything is read.
+      RESHARD_RETURN_NOT_OK(
+          CheckSecondsFlag("--timeout", a->timeout_s, 0.1, 86400.0));
       RESHARD_ASSIGN_OR_RETURN(std::string config,
                                ReadFile(a->config, InputKind::kHfConfig));
       std::string revision = a->revision;

@@ -182,6 +182,17 @@ void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
   AddBlockOption(cmd, block);
 }
 
+Status CheckSecondsFlag(const std::string& flag, double seconds,
+                        double min_seconds, double max_seconds) {
+  // NaN fails both comparisons.
+  if (seconds >= min_seconds && seconds <= max_seconds) return Status::OK();
+  char shown[128];
+  std::snprintf(shown, sizeof shown,
+                " must be a number of seconds from %g to %g, not %g",
+                min_seconds, max_seconds, seconds);
+  return Status::InvalidArgument(flag + shown);
+}
+
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
       .count();

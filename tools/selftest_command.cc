@@ -142,14 +142,8 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
     return Status::InvalidArgument("--keep-revision needs --via-store");
   }
   // Finite and in range: nan or 1e300 would overflow the milliseconds.
-  if (!(a.timeout >= kMinTimeoutSeconds && a.timeout <= kMaxTimeoutSeconds)) {
-    char shown[64];
-    std::snprintf(shown, sizeof shown, "%g", a.timeout);
-    return Status::InvalidArgument(
-        std::string("--timeout must be a number of seconds from 0.001 to "
-                    "86400, not ") +
-        shown);
-  }
+  RESHARD_RETURN_NOT_OK(CheckSecondsFlag(
+      "--timeout", a.timeout, kMinTimeoutSeconds, kMaxTimeoutSeconds));
   if (cmd.count("--block") > 0 && !a.convert) {
     return Status::InvalidArgument("--block needs --convert");
   }

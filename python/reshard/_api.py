@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import socket
 import threading
@@ -72,6 +74,39 @@ def reshard(source: _reshard.WeightPlacementManifest, source_tensors: Mapping,
     return Report(report)
 
 
+# The longest timeout of a wait for other processes (a live session, an
+# upload from several processes; the native bound).
+WEEK_SECONDS = 7 * 86400.0
+
+
+def check_seconds(who: str, name: str, value, *, minimum: float = 0.0,
+                  above_minimum: bool = False,
+                  maximum: Optional[float] = None) -> float:
+    """`value`, a finite number of seconds at least `minimum` (above it
+    with `above_minimum`, at most `maximum` when given), as a float; else
+    ``InvalidArgumentError`` naming `who`'s parameter `name` and the value.
+    NaN, the infinities and negative values are always refused: a timeout
+    that can never expire is not a timeout."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        seconds = float(value)
+        if math.isfinite(seconds) and (
+                seconds > minimum if above_minimum else seconds >= minimum
+        ) and (maximum is None or seconds <= maximum):
+            return seconds
+        shown = f"{seconds:g}"
+    else:
+        shown = repr(value)
+    if maximum is not None:
+        rule = (f"> {minimum:g} and at most {maximum:g} seconds"
+                if above_minimum else
+                f"between {minimum:g} and {maximum:g} seconds")
+    else:
+        rule = (f"a finite number of seconds "
+                f"{'>' if above_minimum else '>='} {minimum:g}")
+    raise _reshard.InvalidArgumentError(
+        f"{who}: {name} must be {rule}, not {shown}")
+
+
 def check_share_arguments(what: str, noun: str, rank, ranks,
                           progress) -> None:
     """The arguments of a call one process or several make (upload,
@@ -93,6 +128,11 @@ class WeightStore:
     (``redis://HOST:PORT?prefix=P``, ``unix:///PATH``; the password from
     the URI or ``RESHARD_REDIS_PASSWORD``). ``uri`` and ``repr`` never show
     the password.
+
+    Opening never creates a store directory: until the first ``upload``
+    creates it (with its parents), every read of an ``fs://`` store whose
+    directory does not exist (``wait``, ``load``, ``ls``, ...) raises
+    ``NotFoundError`` ("store directory PATH does not exist") at once.
     """
 
     def __init__(self, uri: str, *, key_prefix: str = "weights",
@@ -143,7 +183,12 @@ class WeightStore:
         the revision holds `placement`'s geometry with them in FP8 and
         their float32 scales (about half the bytes of bfloat16), bit for
         bit as a converting load would compute them (docs/conversion.md).
+
+        `timeout` is between 0 and 604800 seconds (a week; NaN, the
+        infinities and negative values are refused, with `ranks` or not).
         """
+        timeout = check_seconds("WeightStore.upload", "timeout", timeout,
+                                maximum=WEEK_SECONDS)
         check_share_arguments("upload", "upload", rank, ranks, progress)
         addresses, keep = fragment_views(placement, tensors, "upload source",
                                          False)
@@ -239,8 +284,15 @@ class WeightStore:
         then commit time (``created_at``, in seconds): give each revision
         a larger weight generation (the step) so that revisions committed
         within one second are ordered too. Raises ``UnavailableError``
-        after `timeout` seconds (None: wait forever)."""
+        after `timeout` seconds (None: wait forever; otherwise a finite
+        number >= 0: NaN, the infinities and negative values are refused,
+        as is a `poll_interval` that is not a finite number >= 0). A store
+        directory that does not exist is ``NotFoundError`` at once."""
         import time
+        if timeout is not None:
+            timeout = check_seconds("WeightStore.wait", "timeout", timeout)
+        poll_interval = check_seconds("WeightStore.wait", "poll_interval",
+                                      poll_interval)
         after = self._order_of(resource, revision)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -261,7 +313,13 @@ class WeightStore:
         """Yields each newer revision of `resource` as it is published
         (``wait`` in a loop from `revision`); a revision overtaken by a
         newer one before it was seen is skipped. `timeout` bounds each
-        wait."""
+        wait (checked as by ``wait``, at this call)."""
+        if timeout is not None:
+            check_seconds("WeightStore.revisions", "timeout", timeout)
+        check_seconds("WeightStore.revisions", "poll_interval", poll_interval)
+        return self._revisions(resource, revision, timeout, poll_interval)
+
+    def _revisions(self, resource: str, revision, timeout, poll_interval):
         while True:
             found = self.wait(resource, revision, timeout=timeout,
                               poll_interval=poll_interval)
@@ -322,6 +380,12 @@ class LiveSession:
                  peer_timeout: float = 1.5, convert: bool = False,
                  fp8_block: Optional[tuple] = None,
                  delta: bool = False) -> None:
+        # Checked here, before anything is opened: a timeout that can never
+        # expire (NaN, infinite) or is negative is refused at once.
+        timeout = check_seconds("LiveSession", "timeout", timeout,
+                                above_minimum=True, maximum=WEEK_SECONDS)
+        peer_timeout = check_seconds("LiveSession", "peer_timeout",
+                                     peer_timeout, maximum=3600.0)
         self.rendezvous = rendezvous
         self.name = name
         self.rank = rank

@@ -25,6 +25,7 @@ from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence,
                     Tuple, Union)
 
 from reshard import _reshard
+from reshard._api import check_seconds
 
 KINDS = ("dp", "pp", "ep", "tp")  # the contract's axis order
 _KEY_COMPONENT = re.compile(r"^[A-Za-z0-9_~%-][A-Za-z0-9._~%-]*$")
@@ -749,9 +750,12 @@ def gather_placement(rendezvous: Any, session: str, rank: int, ranks: int,
     key), a malformed record, a part of another topology or header, a
     participant published twice (InvalidArgumentError naming the record's
     key), an incomplete or invalid placement; after `timeout` seconds
-    without every rank's record, UnavailableError naming the missing ranks.
-    Records are never removed: a session key names one gather.
+    without every rank's record, UnavailableError naming the missing ranks
+    (`timeout`: a finite number of seconds > 0, checked first). Records are
+    never removed: a session key names one gather.
     """
+    timeout = check_seconds("gather_placement", "timeout", timeout,
+                            above_minimum=True)
     _check_key(session, "gather_placement session")
     who = f"gather_placement session {session}"
     if (not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1
@@ -759,8 +763,6 @@ def gather_placement(rendezvous: Any, session: str, rank: int, ranks: int,
             or not 0 <= rank < ranks):
         raise _error(f"{who}: rank {rank!r} must be in [0, ranks) for ranks "
                      f"{ranks!r} >= 1")
-    if not timeout > 0:
-        raise _error(f"{who}: timeout must be > 0 seconds")
     parts = [part] if isinstance(part, _reshard.WeightPlacementPart) else \
         list(part)
     for p in parts:

@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, \
     Tuple, Union
 
 from reshard import _reshard
+from reshard._files import read_text
 from reshard._tensors import _bit_container, canonical_dtype, host_view
 
 
@@ -97,11 +98,24 @@ class EngineLayout:
 
     def empty(self, participant: str, device: Any = "cpu") -> Dict[str, Any]:
         """Zero-filled torch tensors of the participant's parameters (the
-        padding of a freshly loaded engine is zero)."""
+        padding of a freshly loaded engine is zero).
+
+        FP8 parameters (float8_e4m3fn, float8_e5m2) are uint8 tensors of
+        the same shape, holding the bit patterns, when this torch has no
+        such dtype (before torch 2.1, e.g. Debian's 1.13); ``bind`` takes
+        them as they are."""
         import torch
         out = {}
         for n, q in self._of(participant).items():
-            dtype = getattr(torch, canonical_dtype(q.dtype) or q.dtype)
+            name = canonical_dtype(q.dtype) or q.dtype
+            dtype = getattr(torch, name, None)
+            if not isinstance(dtype, torch.dtype):
+                if not _bit_container("uint8", name):
+                    raise _error(
+                        f"parameter '{n}' of participant '{participant}' "
+                        f"({self.engine} layout) has dtype {q.dtype}, which "
+                        f"torch {torch.__version__} lacks")
+                dtype = torch.uint8  # the bit patterns
             out[n] = torch.zeros(q.shape, dtype=dtype, device=device)
         return out
 
@@ -131,9 +145,11 @@ class EngineLayout:
         `named_parameters` is {name: tensor} or an iterable of (name,
         tensor) such as ``module.named_parameters()``; each must be
         contiguous with the map's shape and dtype (torch tensors, numpy
-        arrays). The views alias the parameters: resharding into them
-        writes the parameters in place. With ``strict`` (the default) a
-        parameter the layout lacks is an error.
+        arrays; an FP8 parameter may also be a uint8 or int8 tensor of its
+        shape holding the bit patterns, as ``empty`` gives them on a torch
+        without float8 dtypes). The views alias the parameters: resharding
+        into them writes the parameters in place. With ``strict`` (the
+        default) a parameter the layout lacks is an error.
         """
         given = self._tensors(participant, named_parameters, strict)
         out: Dict[str, Any] = {}
@@ -203,13 +219,10 @@ def _config_text(config: Any) -> str:
             return text
         if os.path.isdir(text):
             text = os.path.join(text, "config.json")
-        with open(text, encoding="utf-8") as f:
-            return f.read()
+        return read_text(text)
     directory = getattr(config, "directory", None)
     if directory is not None:  # a reshard.hf.Checkpoint
-        with open(os.path.join(directory, "config.json"),
-                  encoding="utf-8") as f:
-            return f.read()
+        return read_text(os.path.join(directory, "config.json"))
     raise _error("engines.layout: config must be a config.json path, its "
                  "JSON text, a dict or a reshard.hf.Checkpoint")
 

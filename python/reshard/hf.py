@@ -23,7 +23,7 @@ import time
 from typing import Mapping, Optional, Union
 
 from reshard import _reshard
-from reshard._api import Report, check_share_arguments
+from reshard._api import Report, check_seconds, check_share_arguments
 from reshard._tensors import fragment_views
 
 
@@ -132,11 +132,14 @@ def write(placement: _reshard.WeightPlacementManifest, tensors: Mapping,
     directory or ``fs://DIR`` every process sees, or a Redis URI; default:
     ``<out_dir>/.reshard-write``, removed at the end). A rank that fails
     makes the others fail naming it; waiting longer than `timeout` seconds
-    raises ``UnavailableError`` naming the ranks waited for.
+    raises ``UnavailableError`` naming the ranks waited for. `timeout` must
+    be a finite number of seconds >= 0 (NaN, the infinities and negative
+    values are refused, with `ranks` or not).
 
     `progress(done, total)` as in ``load``: the tensor bytes written (of
     one process's write; not with `ranks`).
     """
+    timeout = check_seconds("hf.write", "timeout", timeout)
     check_share_arguments("hf.write", "write", rank, ranks, progress)
     addresses, keep = fragment_views(placement, tensors,
                                      "checkpoint write source", False)

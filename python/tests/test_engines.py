@@ -159,6 +159,41 @@ def test_through_a_checkpoint(tmp_path):
     check_every_byte(v, dst)
 
 
+def test_fp8_engine_layout_empty_without_torch_float8(tmp_path):
+    """empty() of an FP8 layout used to raise AttributeError on a torch
+    without float8 dtypes (Debian's 1.13): its FP8 parameters are uint8
+    tensors of their shape there, which bind() takes, and the bytes then
+    move exactly (locally and through a store revision)."""
+    fp8 = dict(quantize="fp8", fp8_block=(2, 2))
+    v4 = reshard.engines.layout(CONFIG, engine="vllm", tp=4, **fp8)
+    v2 = reshard.engines.layout(CONFIG, engine="vllm", tp=2, **fp8)
+    p = "p-d0-p0-e0-t1"
+    params = v4.empty(p)
+    name = "model.layers.0.self_attn.qkv_proj.weight"
+    assert v4.parameters(p)[name] == ((12, 16), "float8_e4m3fn")
+    want = getattr(torch, "float8_e4m3fn", torch.uint8)
+    for n, (shape, dtype) in v4.parameters(p).items():
+        assert tuple(params[n].shape) == shape, n
+        assert params[n].dtype == (want if dtype == "float8_e4m3fn" else
+                                   getattr(torch, dtype)), n
+        assert int(params[n].count_nonzero()) == 0, n
+    if not hasattr(torch, "float8_e4m3fn"):
+        assert params[name].dtype == torch.uint8
+    src, dst = filled(v2), poisoned(v4)
+    report = reshard.reshard(v2.placement, bound(v2, src), v4.placement,
+                             bound(v4, dst))
+    for q, tensors in dst.items():
+        v4.zero_padding(q, tensors)
+    assert check_every_byte(v4, dst) >= report.bytes > 0
+    store = reshard.WeightStore(f"fs://{tmp_path / 'store'}")
+    manifest = store.upload(v2.placement, bound(v2, src))
+    again = poisoned(v4)
+    store.load(manifest.manifest_key, v4.placement, bound(v4, again))
+    for q, tensors in again.items():
+        v4.zero_padding(q, tensors)
+    check_every_byte(v4, again)
+
+
 def test_bind_refuses_naming_the_parameter():
     v = vllm()
     p = "p-d0-p0-e0-t1"

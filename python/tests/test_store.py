@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 import shutil
+import threading
 
 import pytest
 
@@ -317,3 +318,66 @@ def test_store_uri_and_option_refusals(tmp_path):
         reshard.WeightStore(str(tmp_path), gc_grace_seconds=True)
     assert str(e.value) == ("WeightStore.gc_grace_seconds must be an integer, "
                             "got bool")
+
+
+def _at_once(call):
+    """The exception `call()` raises within 5 s; fails if it still runs."""
+    out = {}
+
+    def run():
+        try:
+            call()
+        except BaseException as error:  # reported to the test
+            out["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "still running after 5 s"
+    return out.get("error")
+
+
+def test_missing_fs_store_is_not_created_by_reads_and_wait_fails_at_once(
+        tmp_path):
+    """A mistyped store path: opening it creates nothing, and every read
+    (wait included, which used to wait for ever on the directory it had
+    created) fails at once with NotFound naming it. The first upload
+    creates it, parents and all."""
+    src, dst = _pair("tp_split_4_to_8")
+    base = tmp_path / "typo"
+    path = base / "store"
+    store = reshard.WeightStore("fs://" + str(path))
+    key = (f"weights/default/{src.resource_id}/{src.revision}/"
+           f"{src.weight_generation}/manifest")
+    targets = Buffers(dst, "numpy")
+    reads = {
+        "wait": lambda: store.wait(src.resource_id),
+        "wait with a timeout": lambda: store.wait(src.resource_id,
+                                                  timeout=60),
+        "revisions": lambda: next(store.revisions(src.resource_id)),
+        "load": lambda: store.load(key, dst, targets.by_fragment()),
+        "read_manifest": lambda: store.read_manifest(key),
+        "ls": store.ls,
+        "verify": lambda: store.verify(key),
+        "rm": lambda: store.rm(key),
+        "gc": store.gc,
+    }
+    for what, call in reads.items():
+        error = _at_once(call)
+        assert isinstance(error, reshard.NotFoundError), (what, repr(error))
+        assert str(error) == f"store directory {path} does not exist", what
+        assert not base.exists(), f"{what} created {base}"
+    # The options are still checked when the store is opened.
+    with pytest.raises(reshard.InvalidArgumentError) as e:
+        reshard.WeightStore("fs://" + str(path), chunk_bytes=0)
+    assert str(e.value) == ("chunk_bytes, max_range_bytes and "
+                            "max_ranges_per_request must be positive")
+    assert not base.exists()
+    # The first write creates it; the same object then reads it.
+    manifest = store.upload(src, Buffers(src, "numpy", fill=True)
+                            .by_participant())
+    assert manifest.manifest_key == key and path.is_dir()
+    assert store.wait(src.resource_id, timeout=5).manifest_key == key
+    targets.poison(0x00)
+    store.load(key, dst, targets.by_fragment())
+    assert targets.mismatch() == ""

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,13 @@ namespace reshard::python {
 namespace {
 
 namespace py = pybind11;
+
+// ", not <seconds>" (%g: nan, inf, -1) for a refused duration.
+std::string NotSeconds(double seconds) {
+  char shown[64];
+  std::snprintf(shown, sizeof shown, ", not %g", seconds);
+  return shown;
+}
 
 LiveProtocol ProtocolOf(const std::string& name) {
   if (name == "auto") return LiveProtocol::kAuto;
@@ -122,7 +130,8 @@ LiveSessionOptions SessionOptionsOf(py::object session, py::object rank,
   o.ranks = static_cast<uint32_t>(ToU64(ranks, "ranks"));
   // NaN fails both comparisons; a week bounds the conversion below.
   if (!(timeout_seconds > 0) || !(timeout_seconds <= 7 * 86400.0)) {
-    ThrowInvalid("timeout", "must be > 0 and at most 604800 seconds");
+    ThrowInvalid("timeout", "must be > 0 and at most 604800 seconds" +
+                                NotSeconds(timeout_seconds));
   }
   o.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
@@ -152,7 +161,7 @@ std::unique_ptr<PyStandingSession> OpenStanding(
   o.delta = delta;
   const auto check = [](double v, std::string_view field) {
     if (!(v >= 0) || !(v <= 3600.0)) {
-      ThrowInvalid(field, "must be between 0 and 3600 seconds");
+      ThrowInvalid(field, "must be between 0 and 3600 seconds" + NotSeconds(v));
     }
   };
   check(heartbeat_seconds, "heartbeat_interval");

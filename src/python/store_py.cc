@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -26,15 +27,55 @@ namespace {
 
 namespace py = pybind11;
 
-// Move-only owner of an open store; shared so that Python copies alias it.
+// A weight store, shared so that Python copies alias it. Opening never
+// creates a store directory: while the directory of an fs:// store does not
+// exist, reads (load, wait, ls, verify, ...) fail NotFound "store directory
+// PATH does not exist" at once, and the first write (an upload) creates it.
 class PyWeightStore {
  public:
-  explicit PyWeightStore(WeightStore store)
-      : store_(std::make_shared<WeightStore>(std::move(store))) {}
-  WeightStore& get() const { return *store_; }
+  PyWeightStore(std::string uri, WeightStoreOptions options)
+      : state_(std::make_shared<State>()) {
+    state_->uri = std::move(uri);
+    state_->options = std::move(options);
+    // Open it now if it exists (and so check the URI and options now).
+    auto backend = OpenObjectStore(state_->uri, {.create_if_missing = false});
+    if (backend.ok()) {
+      state_->store.emplace(Unwrap(WeightStore::Open(
+          std::shared_ptr<ObjectStore>(std::move(backend).value()),
+          state_->options)));
+    } else if (backend.status().code() != StatusCode::kNotFound) {
+      ThrowIfError(backend.status());
+    } else {
+      // The options are checked now all the same (no backend is touched).
+      ThrowIfError(
+          WeightStore::Open(std::shared_ptr<ObjectStore>(), state_->options)
+              .status());
+    }
+  }
+  // The store of a read: NotFound while its directory does not exist.
+  WeightStore& get() const { return Get(/*write=*/false); }
+  // The store of a write, its directory created if missing.
+  WeightStore& get_for_write() const { return Get(/*write=*/true); }
 
  private:
-  std::shared_ptr<WeightStore> store_;
+  struct State {
+    std::mutex mu;
+    std::string uri;
+    WeightStoreOptions options;
+    std::optional<WeightStore> store;
+  };
+  WeightStore& Get(bool write) const {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->store) {
+      auto backend = OpenObjectStore(state_->uri, {.create_if_missing = write});
+      ThrowIfError(backend.status());
+      state_->store.emplace(Unwrap(WeightStore::Open(
+          std::shared_ptr<ObjectStore>(std::move(backend).value()),
+          state_->options)));
+    }
+    return *state_->store;
+  }
+  std::shared_ptr<State> state_;
 };
 
 PyWeightStore Open(py::object uri, py::object key_prefix, py::object ns,
@@ -48,8 +89,7 @@ PyWeightStore Open(py::object uri, py::object key_prefix, py::object ns,
       ToI64(lease_ttl_seconds, "WeightStore.lease_ttl_seconds"));
   o.gc_grace = std::chrono::seconds(
       ToI64(gc_grace_seconds, "WeightStore.gc_grace_seconds"));
-  const std::string u = ToStr(uri, "WeightStore.uri");
-  return PyWeightStore(Unwrap(WeightStore::Open(u, std::move(o))));
+  return PyWeightStore(ToStr(uri, "WeightStore.uri"), std::move(o));
 }
 
 // Writes every binding's fragments and commits, reporting the bytes of
@@ -121,7 +161,7 @@ StoredWeightManifest Upload(const PyWeightStore& s,
   Status st;
   {
     py::gil_scoped_release release;
-    WeightStore& store = s.get();
+    WeightStore& store = s.get_for_write();
     plan = Unwrap(store.PrepareUpload(placement, bindings));
     st = UploadAll(store, *plan, placement, bindings, progress.Callback());
     if (!st.ok()) (void)store.Abort(*plan);
@@ -130,6 +170,8 @@ StoredWeightManifest Upload(const PyWeightStore& s,
   progress.Rethrow();
   return plan->manifest();
 }
+
+constexpr int64_t kMaxShareTimeoutMs = int64_t{7} * 86400 * 1000;
 
 // One process's share of an upload spread over processes
 // (WeightStore::UploadShare): binds this process's buffers, then meets the
@@ -140,6 +182,15 @@ StoredWeightManifest UploadShare(const PyWeightStore& s,
                                  py::object rank, py::object ranks,
                                  py::object timeout_ms, py::object options,
                                  py::object quantize_to, py::object fp8_block) {
+  // Checked first. NaN and infinities cannot reach here (an integer); a
+  // negative or overflowing deadline is refused (a week at most, as a live
+  // session's).
+  const int64_t ms = ToI64(timeout_ms, "timeout_ms");
+  if (ms < 0 || ms > kMaxShareTimeoutMs) {
+    ThrowInvalid("timeout_ms", "must be between 0 and " +
+                                   std::to_string(kMaxShareTimeoutMs) +
+                                   " milliseconds, not " + std::to_string(ms));
+  }
   const auto given = BindParticipants(
       source, buffers, BindingOptionsOf(options), "upload source");
   const auto q = QuantizeForUpload(source, given, quantize_to, fp8_block);
@@ -149,9 +200,9 @@ StoredWeightManifest UploadShare(const PyWeightStore& s,
   o.upload_id = ToStr(upload_id, "upload_id");
   o.rank = static_cast<int>(ToI64(rank, "rank"));
   o.ranks = static_cast<int>(ToI64(ranks, "ranks"));
-  o.timeout = std::chrono::milliseconds(ToI64(timeout_ms, "timeout"));
+  o.timeout = std::chrono::milliseconds(ms);
   py::gil_scoped_release release;
-  return Unwrap(s.get().UploadShare(placement, bindings, o));
+  return Unwrap(s.get_for_write().UploadShare(placement, bindings, o));
 }
 
 py::dict Load(const PyWeightStore& s, py::object manifest,
