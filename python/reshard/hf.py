@@ -24,6 +24,7 @@ from typing import Mapping, Optional, Union
 
 from reshard import _reshard
 from reshard._api import Report, check_seconds, check_share_arguments
+from reshard._files import read_text
 from reshard._tensors import fragment_views
 
 
@@ -62,8 +63,7 @@ def _config_text(checkpoint: Optional[Checkpoint],
         config = os.path.join(checkpoint.directory, "config.json")
     if config.lstrip().startswith("{"):
         return config
-    with open(config, encoding="utf-8") as f:
-        return f.read()
+    return read_text(config)
 
 
 def layout(checkpoint: Optional[Checkpoint] = None, *,

@@ -35,24 +35,17 @@ bool PlainName(std::string_view name) {
 // blocking on a FIFO) and requires a regular file.
 Result<FileDescriptor> OpenRegular(int dir, const std::string& path,
                                    const std::string& name, uint64_t* size) {
-  FileDescriptor fd(
-      ::openat(dir, name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ENOENT) {
-      return Status::NotFound(Printable(path + "/" + name) + ": no such file");
-    }
-    return internal::ErrnoStatus("cannot open", path + "/" + name);
+  auto fd = internal::OpenRegularFileAt(dir, name, path + "/" + name);
+  if (fd.status().IsNotFound()) {
+    return Status::NotFound(Printable(path + "/" + name) + ": no such file");
   }
+  RESHARD_RETURN_NOT_OK(fd.status());
   struct stat sb;
-  if (::fstat(fd.get(), &sb) != 0) {
+  if (::fstat(fd->get(), &sb) != 0) {
     return internal::ErrnoStatus("cannot stat", path + "/" + name);
   }
-  if (!S_ISREG(sb.st_mode)) {
-    return Status::InvalidArgument(Printable(path + "/" + name) +
-                                   " is not a regular file");
-  }
   *size = static_cast<uint64_t>(sb.st_size);
-  return fd;
+  return std::move(*fd);
 }
 
 // The index's weight_map: tensor -> file.

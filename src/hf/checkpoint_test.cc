@@ -278,7 +278,7 @@ TEST(HfCheckpointTest, MalformedDirectoriesNameTheFileAndTensor) {
   ASSERT_EQ(::mkfifo((d + "/z.safetensors").c_str(), 0644), 0);
   EXPECT_THAT(HfCheckpoint::Open(d),
               StatusIs(StatusCode::kInvalidArgument,
-                       d + "/z.safetensors is not a regular file"));
+                       d + "/z.safetensors is not a regular file (a FIFO)"));
   ::unlink((d + "/z.safetensors").c_str());
   // A symbolic link to a regular file is followed (the hub cache).
   WriteFile(d + "/blob", Encode({{"v", "U8", {4}}}));

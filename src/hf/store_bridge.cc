@@ -5,6 +5,7 @@
 // loader's staging window into positional writes of the output files.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -197,29 +198,20 @@ Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
   return r;
 }
 
-Result<HfExportReport> ExportCheckpoint(WeightStore& store,
-                                        const StoredWeightManifest& manifest,
-                                        const std::string& dir,
-                                        const CheckpointWriteOptions& options) {
-  const internal::RevisionKeys keys(manifest.group_id());
-  RESHARD_ASSIGN_OR_RETURN(
-      internal::Lease lease,
-      internal::Lease::Take(store.backend(), keys, store.options()));
-  RESHARD_RETURN_NOT_OK(CheckCommitted(store, manifest));
-  PlacementHeader header{manifest.resource_id(), manifest.revision(),
-                         manifest.weight_generation(), "hf-checkpoint"};
-  RESHARD_ASSIGN_OR_RETURN(
-      auto s, internal::PlanCheckpointFiles(manifest.tensors(),
-                                            std::move(header), options));
-  RESHARD_ASSIGN_OR_RETURN(auto logical, LogicalTransferPlan::MakeFromStored(
-                                             manifest, s->checkpoint));
-  s->plan = std::move(logical);
-  const CheckpointWritePlan plan(s);
-  RESHARD_RETURN_NOT_OK(CreateCheckpointFiles(plan, dir));
+namespace {
+
+// The revision's bytes into the created files of `plan` in `dir`, then
+// the files finished.
+Result<HfExportReport> WriteExport(WeightStore& store,
+                                   const StoredWeightManifest& manifest,
+                                   const internal::RevisionKeys& keys,
+                                   const CheckpointWritePlan& plan,
+                                   const std::string& dir,
+                                   const CheckpointWriteOptions& options) {
   RESHARD_ASSIGN_OR_RETURN(FileSink sink, FileSink::Open(plan, dir));
   std::unordered_map<std::string_view, const CheckpointWriteTensor*> where;
   for (const auto& t : plan.tensors()) where[t.name] = &t;
-  const LogicalTransferPlan& lp = *s->plan;
+  const LogicalTransferPlan& lp = *plan.state()->plan;
   internal::RangedLoadOptions load;
   load.staging_bytes = options.staging_bytes;
   load.max_range_bytes = std::min(load.max_range_bytes, options.staging_bytes);
@@ -244,6 +236,42 @@ Result<HfExportReport> ExportCheckpoint(WeightStore& store,
   r.files = plan.files().size();
   r.chunks_verified = loaded.chunks_verified;
   return r;
+}
+
+}  // namespace
+
+Result<HfExportReport> ExportCheckpoint(WeightStore& store,
+                                        const StoredWeightManifest& manifest,
+                                        const std::string& dir,
+                                        const CheckpointWriteOptions& options) {
+  const internal::RevisionKeys keys(manifest.group_id());
+  RESHARD_ASSIGN_OR_RETURN(
+      internal::Lease lease,
+      internal::Lease::Take(store.backend(), keys, store.options()));
+  RESHARD_RETURN_NOT_OK(CheckCommitted(store, manifest));
+  PlacementHeader header{manifest.resource_id(), manifest.revision(),
+                         manifest.weight_generation(), "hf-checkpoint"};
+  RESHARD_ASSIGN_OR_RETURN(
+      auto s, internal::PlanCheckpointFiles(manifest.tensors(),
+                                            std::move(header), options));
+  RESHARD_ASSIGN_OR_RETURN(auto logical, LogicalTransferPlan::MakeFromStored(
+                                             manifest, s->checkpoint));
+  s->plan = std::move(logical);
+  const CheckpointWritePlan plan(s);
+  struct stat before;
+  const bool dir_existed = ::stat(dir.c_str(), &before) == 0;
+  RESHARD_RETURN_NOT_OK(CreateCheckpointFiles(plan, dir));
+  // A failed export (a missing or corrupt stored fragment, a full disk)
+  // leaves nothing behind: its partial files, and the directory if it
+  // made it.
+  auto written = WriteExport(store, manifest, keys, plan, dir, options);
+  if (!written.ok()) {
+    for (const CheckpointWriteFile& f : plan.files()) {
+      ::unlink((dir + "/" + f.name + ".partial").c_str());
+    }
+    if (!dir_existed) ::rmdir(dir.c_str());
+  }
+  return written;
 }
 
 }  // namespace reshard

@@ -4,7 +4,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "reshard/hf.h"
@@ -21,6 +24,7 @@ namespace {
 using ::reshard::testing::Must;
 using ::reshard::testing::StatusIs;
 using ::reshard::testing::TempDir;
+using ::testing::HasSubstr;
 
 // A Qwen3-MoE-shaped model small enough for a unit test (bf16).
 constexpr const char* kConfig = R"({
@@ -100,6 +104,38 @@ TEST(HfStoreBridgeTest, ImportLoadAnywhereExportRoundTrip) {
               StatusIs(StatusCode::kAlreadyExists));
   // The export held a lease only while it ran.
   ASSERT_OK(store.Remove(imported.manifest_key));
+}
+
+// An export that fails partway (here a stored fragment replaced by a FIFO,
+// which the store never opens as an object) leaves no partial files and no
+// directory it made; a directory that existed stays.
+TEST(HfStoreBridgeTest, FailedExportLeavesNoPartialFilesBehind) {
+  TempDir dir("hf-bridge-failed-export");
+  auto ckpt = Must(HfCheckpoint::Open(MakeCheckpoint(dir.path() + "/ckpt")));
+  auto store = Must(WeightStore::Open("fs://" + dir.path() + "/store"));
+  ASSERT_OK_AND_ASSIGN(auto imported, ImportCheckpoint(ckpt, kConfig, store));
+  ASSERT_OK_AND_ASSIGN(auto manifest,
+                       store.ReadManifest(imported.manifest_key));
+  std::string victim;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(
+           dir.path() + "/store")) {
+    if (entry.is_regular_file() &&
+        entry.path().string().find("/payload/") != std::string::npos) {
+      victim = entry.path().string();
+      break;
+    }
+  }
+  ASSERT_FALSE(victim.empty());
+  ASSERT_EQ(::unlink(victim.c_str()), 0);
+  ASSERT_EQ(::mkfifo(victim.c_str(), 0644), 0);
+  const std::string out = dir.path() + "/exported";
+  EXPECT_THAT(ExportCheckpoint(store, manifest, out),
+              StatusIs(StatusCode::kNotFound, HasSubstr("no object")));
+  EXPECT_FALSE(std::filesystem::exists(out));
+  ASSERT_TRUE(std::filesystem::create_directory(out));
+  EXPECT_THAT(ExportCheckpoint(store, manifest, out),
+              StatusIs(StatusCode::kNotFound));
+  EXPECT_TRUE(std::filesystem::is_empty(out));
 }
 
 TEST(HfStoreBridgeTest, ImportingTheSameRevisionTwiceKeepsTheFirst) {

@@ -181,31 +181,36 @@ std::string_view FileKindName(unsigned st_mode) {
 }
 
 Result<FileDescriptor> OpenRegularFile(const std::string& path) {
-  FileDescriptor fd(
-      ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  return OpenRegularFileAt(AT_FDCWD, path, path);
+}
+
+Result<FileDescriptor> OpenRegularFileAt(int dir, const std::string& name,
+                                         const std::string& shown) {
+  const auto not_regular = [&shown](mode_t mode) {
+    return Status::InvalidArgument(Printable(shown) +
+                                   " is not a regular file (" +
+                                   std::string(FileKindName(mode)) + ")");
+  };
+  FileDescriptor fd(::openat(dir, name.c_str(),
+                             O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) {
-      return Status::NotFound("cannot read " + Printable(path) + ": " +
+      return Status::NotFound("cannot read " + Printable(shown) + ": " +
                               std::strerror(errno));
     }
     // A socket cannot be opened at all (ENXIO).
+    const int open_errno = errno;
     struct stat st;
-    if (errno == ENXIO && ::stat(path.c_str(), &st) == 0 &&
+    if (open_errno == ENXIO && ::fstatat(dir, name.c_str(), &st, 0) == 0 &&
         !S_ISREG(st.st_mode)) {
-      return Status::InvalidArgument(Printable(path) +
-                                     " is not a regular file (" +
-                                     std::string(FileKindName(st.st_mode)) +
-                                     ")");
+      return not_regular(st.st_mode);
     }
-    return ErrnoStatus("cannot read", path);
+    errno = open_errno;
+    return ErrnoStatus("cannot read", shown);
   }
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
-  if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(Printable(path) + " is not a regular file (" +
-                                   std::string(FileKindName(st.st_mode)) +
-                                   ")");
-  }
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", shown);
+  if (!S_ISREG(st.st_mode)) return not_regular(st.st_mode);
   const int flags = ::fcntl(fd.get(), F_GETFL);
   if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
   return fd;

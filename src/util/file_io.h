@@ -86,6 +86,10 @@ std::string_view FileKindName(unsigned st_mode);
 // Every input a path names is opened this way: a stray FIFO or device
 // among them must never hang a command.
 Result<FileDescriptor> OpenRegularFile(const std::string& path);
+// The same for `name` relative to the directory `dir` (AT_FDCWD: the
+// working directory); errors name `shown`.
+Result<FileDescriptor> OpenRegularFileAt(int dir, const std::string& name,
+                                         const std::string& shown);
 
 // OpenRegularFile, then ReadFdBounded. (Standard input, a pipe, is read
 // with ReadFdBounded on its descriptor.)
