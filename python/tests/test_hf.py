@@ -122,3 +122,26 @@ def test_errors_name_the_tensor(tmp_path):
     with pytest.raises(reshard.InvalidArgumentError,
                        match="x.safetensors: truncated safetensors header"):
         reshard.hf.Checkpoint(tmp_path / "bad")
+
+
+def test_config_fifo_is_refused_without_blocking(tmp_path):
+    """The probe's FIFO among inputs hung every reader: a config.json that
+    is not a regular file is refused at once, naming it and what it is."""
+    import time
+    import reshard.engines
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    want = f"{fifo} is not a regular file (a FIFO)"
+    for call in (lambda: reshard.hf.layout(config=str(fifo)),
+                 lambda: reshard.engines.layout(str(fifo), engine="vllm"),
+                 lambda: reshard.engines.layout(str(tmp_path),
+                                                engine="vllm")):
+        t0 = time.monotonic()
+        with pytest.raises(reshard.InvalidArgumentError) as e:
+            call()
+        assert time.monotonic() - t0 < 2
+        assert str(e.value) == want
+    missing = tmp_path / "missing.json"
+    with pytest.raises(reshard.NotFoundError) as e:
+        reshard.hf.layout(config=str(missing))
+    assert str(e.value) == f"cannot read {missing}: No such file or directory"
