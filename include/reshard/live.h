@@ -332,7 +332,12 @@ class LiveSession {
 
   // "closed" barrier with every rank (up to the timeout), then removes
   // this rank's records. Idempotent; after a failed update it only
-  // releases what it can.
+  // releases what it can. The closed record carries this rank's count of
+  // updates: a rank that calls Update again instead of closing fails at
+  // once with "live session S: rank R closed the session after N
+  // updates", and this Close then reports that rank's failure (aborted
+  // by it) and leaves this rank's records (RemoveLiveSession reclaims
+  // them).
   Status Close();
 
   LiveOutcome outcome() const;

@@ -1,8 +1,10 @@
 """LiveSession between two processes over UCX: every update byte-exact,
-and a rank whose own tensors are refused fails that step for everybody at
-once without desynchronising later steps."""
+a rank whose own tensors are refused fails that step for everybody at
+once without desynchronising later steps, and a process that closes early
+is named by the other at once."""
 import multiprocessing as mp
 import os
+import time
 
 import torch
 
@@ -143,6 +145,55 @@ def test_delta_updates_land_and_reallocated_targets_get_whole_regions(
         assert out[rank] == [(1, "ok", 1, ("delta", 0, 0)),
                              (2, "ok", 2, "rebound", ("delta", 0, 2)),
                              (3, "ok", 3, ("delta", 2, 0))]
+
+
+def _early_close_rank(rank, rendezvous, results):
+    """One update on both ranks; then rank 1 closes while rank 0 updates
+    again (a session timeout of a minute)."""
+    src, dst = _load("source"), _load("target")
+    spart, tpart = src.parts[rank], dst.parts[rank]
+    session = reshard.LiveSession(rendezvous, "early", rank=rank, ranks=2,
+                                  source=src, target=dst, timeout=60)
+    sources = {spart.participant_id: {f.tensor_id: _box(src, f, 1)
+                                      for f in spart.fragments}}
+    targets = {tpart.participant_id: {
+        f.tensor_id: torch.zeros(f.local_shape, dtype=torch.bfloat16)
+        for f in tpart.fragments}}
+    session.update(sources, targets)
+    t0 = time.monotonic()
+    try:
+        if rank == 1:
+            session.close()
+        else:
+            session.update(sources, targets)
+    except reshard.Error as e:
+        results.put((rank, type(e).__name__, str(e), time.monotonic() - t0))
+    else:
+        results.put((rank, "ok", "", time.monotonic() - t0))
+
+
+def test_early_close_is_named_within_seconds(tmp_path):
+    """A process that closes after fewer updates than the other is named by
+    it within a couple of seconds, like a dead one, not after the session
+    timeout of a minute; its own close() reports that failure."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_early_close_rank,
+                         args=(r, str(tmp_path), results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    out = {}
+    for _ in procs:
+        rank, kind, message, seconds = results.get(timeout=120)
+        out[rank] = (kind, message, seconds < 3)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    named = ("live session early.000001, rank 0, update 2: live session "
+             "early.000001: rank 1 closed the session after 1 update")
+    assert out[0] == ("AbortedError", named, True)
+    assert out[1] == ("AbortedError", "live session early.000001 aborted by "
+                      "rank 0: Aborted: " + named, True)
 
 
 def test_concurrent_update_on_one_session_is_refused(tmp_path):

@@ -127,10 +127,37 @@ class Session {
                    options_.peer_timeout);
   }
 
-  // CheckAborts, then an error naming the first rank whose heartbeat
-  // stood still for peer_timeout; `exempt` excuses ranks of both.
-  Status CheckPeers(const std::function<bool(uint32_t)>& exempt = nullptr) {
-    RESHARD_RETURN_NOT_OK(CheckAborts(exempt));
+  // An error naming the first other rank that closed the session (its
+  // closed record), unless `exempt` excuses it: a standing session's rank
+  // that closed after fewer updates than this one never joins this
+  // update, so it is named at once, like a dead one, rather than waited
+  // for until the timeout. Lists the closed records at most every 20 ms
+  // (they only matter to a rank that waits).
+  Status CheckClosed(const std::function<bool(uint32_t)>& exempt = nullptr) {
+    const auto now = Clock::now();
+    if (now < next_closed_list_) return Status::OK();
+    next_closed_list_ = now + std::chrono::milliseconds(20);
+    RESHARD_ASSIGN_OR_RETURN(auto keys, List("closed"));
+    for (const std::string& key : keys) {
+      RESHARD_ASSIGN_OR_RETURN(uint32_t who, RankOfKey(key));
+      if (who == options_.rank) continue;
+      if (exempt && exempt(who)) continue;
+      auto text = store_.Get(key);
+      if (text.status().IsNotFound()) continue;  // removed since the List
+      RESHARD_RETURN_NOT_OK(text.status());
+      RESHARD_ASSIGN_OR_RETURN(auto closed,
+                               internal::DecodeClosedRecord(*text, key, who));
+      return Status::Aborted(
+          "live session " + options_.session + ": rank " + std::to_string(who) +
+          " closed the session after " + std::to_string(closed.updates) +
+          (closed.updates == 1 ? " update" : " updates"));
+    }
+    return Status::OK();
+  }
+
+  // An error naming the first rank whose heartbeat stood still for
+  // peer_timeout, unless `exempt` excuses it.
+  Status CheckSilent(const std::function<bool(uint32_t)>& exempt = nullptr) {
     if (!watch_) return Status::OK();
     RESHARD_ASSIGN_OR_RETURN(auto silent, watch_->FirstSilent(exempt));
     if (!silent) return Status::OK();
@@ -139,6 +166,14 @@ class Session {
                                " stopped answering (no heartbeat for " +
                                std::to_string(watch_->SilentMillis(*silent)) +
                                " ms; it died or hangs)");
+  }
+
+  // CheckAborts, CheckClosed, then CheckSilent; `exempt` excuses ranks of
+  // all three.
+  Status CheckPeers(const std::function<bool(uint32_t)>& exempt = nullptr) {
+    RESHARD_RETURN_NOT_OK(CheckAborts(exempt));
+    RESHARD_RETURN_NOT_OK(CheckClosed(exempt));
+    return CheckSilent(exempt);
   }
 
   // The rank a key of kind/<r>[/...] (or u/<generation>/kind/<r>[/...])
@@ -172,7 +207,12 @@ class Session {
         RESHARD_RETURN_NOT_OK(RankOfKey(key).status());
       }
       if (keys.size() >= options_.ranks) return Status::OK();
-      RESHARD_RETURN_NOT_OK(CheckPeers());
+      RESHARD_RETURN_NOT_OK(CheckAborts());
+      // A rank that passed this barrier may close before this rank's next
+      // look sees its record (the "opened" barrier, then Close at once):
+      // that is no early close.
+      RESHARD_RETURN_NOT_OK(CheckClosed(Having(std::string(kind))));
+      RESHARD_RETURN_NOT_OK(CheckSilent());
       if (poll) RESHARD_RETURN_NOT_OK(poll());
       if (Clock::now() >= deadline) {
         std::set<std::string> have(keys.begin(), keys.end());
@@ -201,6 +241,7 @@ class Session {
   const LiveSessionOptions& options_;
   std::string prefix_;
   std::optional<PeerWatch> watch_;
+  Clock::time_point next_closed_list_{};
 };
 
 // Everything the other ranks published.

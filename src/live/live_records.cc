@@ -289,6 +289,28 @@ Status DecodeMarkerRecord(std::string_view text, std::string_view key,
   return CheckRank(p.obj, kKind, key, rank);
 }
 
+std::string EncodeClosedRecord(const ClosedRecord& record) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("rank", record.rank);
+  w.KeyUInt("updates", record.updates);
+  w.EndObject();
+  return out;
+}
+
+Result<ClosedRecord> DecodeClosedRecord(std::string_view text,
+                                        std::string_view key, uint32_t rank) {
+  constexpr std::string_view kKind = "closed";
+  RESHARD_ASSIGN_OR_RETURN(auto p,
+                           Parse(text, kKind, key, {"rank", "updates"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  ClosedRecord out;
+  out.rank = rank;
+  RESHARD_ASSIGN_OR_RETURN(out.updates, U64Field(p.obj, "updates", kKind, key));
+  return out;
+}
+
 std::string EncodeAbortRecord(uint32_t rank, std::string_view reason,
                               uint64_t generation) {
   std::string out;

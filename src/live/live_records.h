@@ -66,6 +66,19 @@ std::string EncodeMarkerRecord(uint32_t rank);
 Status DecodeMarkerRecord(std::string_view text, std::string_view key,
                           uint32_t rank);
 
+// closed/<r> (standing session): the rank closed the session after
+// `updates` successful updates; a rank still waiting for it in an update
+// names it at once instead of waiting out the timeout.
+// {"rank":R,"updates":U}
+struct ClosedRecord {
+  uint32_t rank = 0;
+  uint64_t updates = 0;
+};
+std::string EncodeClosedRecord(const ClosedRecord& record);
+// Also checks that the record's rank is `rank`.
+Result<ClosedRecord> DecodeClosedRecord(std::string_view text,
+                                        std::string_view key, uint32_t rank);
+
 // abort/<r>: {"generation":G,"rank":R,"reason":"..."}; the reason is cut
 // at kMaxRecordedText bytes. G is the standing session's update the rank
 // failed in (or the last it completed, for an abort between updates); 0

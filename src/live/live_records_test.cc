@@ -233,6 +233,26 @@ TEST(LiveRecordsTest, RankAbortAndMarkerRecords) {
   EXPECT_EQ(Shorten("a\xc3\xa9", 2), "a... (3 bytes)");
 }
 
+// closed/<r> carries the closing rank's count of updates, checked like
+// every record.
+TEST(LiveRecordsTest, ClosedRecordsCarryTheUpdateCount) {
+  EXPECT_EQ(EncodeClosedRecord({3, 7}), R"({"rank":3,"updates":7})");
+  ASSERT_OK_AND_ASSIGN(
+      auto closed,
+      DecodeClosedRecord(R"({"rank":3,"updates":7})", "s/closed/3", 3));
+  EXPECT_EQ(closed.rank, 3u);
+  EXPECT_EQ(closed.updates, 7u);
+  EXPECT_EQ(DecodeClosedRecord(R"({"rank":3,"updates":7})", "s/closed/2", 2)
+                .status()
+                .message(),
+            "malformed closed record s/closed/2: rank 3 under the key of "
+            "rank 2");
+  EXPECT_EQ(
+      DecodeClosedRecord(R"({"rank":1})", "s/closed/1", 1).status().message(),
+      "malformed closed record s/closed/1: $: closed record schema "
+      "fields do not match contract: missing field \"updates\"");
+}
+
 TEST(LiveRecordsTest, RendezvousUriNamesADirectory) {
   testing::TempDir dir("reshard-rendezvous-uri");
   for (const std::string& uri :

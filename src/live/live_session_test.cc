@@ -1314,5 +1314,121 @@ TEST(StandingSessionTest, KilledRankIsNamedWithinTwoSeconds) {
   }
 }
 
+// A rank that closes a standing session after fewer updates than the
+// others is named by them within 2 s (like a dead one), not at the
+// session timeout of a minute; its own Close reports the peer's failure.
+TEST(StandingSessionTest, EarlyClosedRankIsNamedWithinTwoSeconds) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  const auto tensors = internal::TensorIndex(source);
+  for (const NamedUcx& t : {Transports()[0], Transports()[2]}) {
+    SCOPED_TRACE(t.name);
+    TempDir dir;
+    const auto out = TwoRanks([&](uint32_t rank) -> std::string {
+      auto store = Must(OpenDirectoryRecordStore(dir.path()));
+      Seat seat = SeatOf(source, target, rank, "early-" + std::to_string(rank));
+      LiveSessionOptions lo;
+      lo.session = "early";
+      lo.rank = rank;
+      lo.ranks = 2;
+      lo.ucx = t.ucx;
+      lo.protocol = t.protocol;
+      lo.timeout = std::chrono::seconds(60);
+      auto session =
+          LiveSession::Open(*store, source, target, seat.bindings, lo);
+      if (!session.ok()) return "open: " + session.status().ToString();
+      internal::FillPattern(source, tensors, seat.buffers, nullptr, 1);
+      auto u1 = (*session)->Update(1);
+      if (!u1.ok()) return "update 1: " + u1.status().ToString();
+      if (rank == 1) return "close: " + (*session)->Close().ToString();
+      const auto t0 = std::chrono::steady_clock::now();
+      auto u2 = (*session)->Update(2);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+      if (u2.ok()) return std::string("update 2 succeeded");
+      return std::string(seconds < 2.0 ? "within 2 s: " : "too late: ") +
+             u2.status().ToString();
+    });
+    const std::string named =
+        "live session early, rank 0, update 2: live session early: rank 1 "
+        "closed the session after 1 update";
+    EXPECT_EQ(out[0], "within 2 s: Aborted: " + named);
+    EXPECT_EQ(out[1],
+              "close: Aborted: live session early aborted by rank 0: "
+              "Aborted: " +
+                  named);
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    ASSERT_OK_AND_ASSIGN(auto closed, internal::DecodeClosedRecord(
+                                          Must(store->Get("early/closed/1")),
+                                          "early/closed/1", 1));
+    EXPECT_EQ(closed.updates, 1u);
+    ASSERT_OK_AND_ASSIGN(
+        auto abort, internal::DecodeAbort(Must(store->Get("early/abort/0")),
+                                          "early/abort/0", 0));
+    EXPECT_EQ(abort.generation, 2u);
+    EXPECT_EQ(abort.reason, "Aborted: " + named);
+  }
+}
+
+// A RecordStore whose first List under `prefix` shows only rank 0's
+// record and returns after `delay`: a rank whose poll of a barrier saw
+// the others missing and then lost the processor while they moved on.
+class StaleFirstListStore : public RecordStore {
+ public:
+  StaleFirstListStore(RecordStore& base, std::string prefix,
+                      std::chrono::milliseconds delay)
+      : base_(base), prefix_(std::move(prefix)), delay_(delay) {}
+  Status Put(std::string_view key, std::string_view value) override {
+    return base_.Put(key, value);
+  }
+  Result<std::string> Get(std::string_view key) override {
+    return base_.Get(key);
+  }
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    RESHARD_ASSIGN_OR_RETURN(auto keys, base_.List(prefix));
+    if (stale_ || prefix != prefix_) return keys;
+    stale_ = true;
+    std::erase_if(keys,
+                  [&](const std::string& k) { return k != prefix_ + "0"; });
+    std::this_thread::sleep_for(delay_);
+    return keys;
+  }
+  Status Delete(std::string_view key) override { return base_.Delete(key); }
+
+ private:
+  RecordStore& base_;
+  const std::string prefix_;
+  const std::chrono::milliseconds delay_;
+  bool stale_ = false;
+};
+
+// Rank 1 closes right after opening while rank 0's last look at the
+// "opened" barrier still missed rank 1: rank 1 passed that barrier, so
+// its close is no early close, and both ranks open and close cleanly.
+TEST(StandingSessionTest, CloseRightAfterOpenIsNoEarlyClose) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  const auto out = TwoRanks([&](uint32_t rank) -> std::string {
+    auto base = Must(OpenDirectoryRecordStore(dir.path()));
+    StaleFirstListStore store(*base, rank == 0 ? "quick/opened/" : "none/",
+                              std::chrono::milliseconds(300));
+    Seat seat = SeatOf(source, target, rank, "quick-" + std::to_string(rank));
+    LiveSessionOptions lo;
+    lo.session = "quick";
+    lo.rank = rank;
+    lo.ranks = 2;
+    lo.timeout = std::chrono::seconds(20);
+    auto session = LiveSession::Open(store, source, target, seat.bindings, lo);
+    if (!session.ok()) return "open: " + session.status().ToString();
+    return "close: " + (*session)->Close().ToString();
+  });
+  EXPECT_EQ(out[0], "close: OK");
+  EXPECT_EQ(out[1], "close: OK");
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  EXPECT_TRUE(Must(store->List("quick/")).empty());
+}
+
 }  // namespace
 }  // namespace reshard

@@ -81,6 +81,7 @@ struct LiveSession::Impl {
   bool closed = false;
   uint64_t last_generation = 0;
   bool updated = false;
+  uint64_t updates = 0;  // successful ones, recorded when closing
   double open_seconds = 0;
   // Set while an Update runs: a second concurrent caller is refused.
   std::atomic<bool> in_update{false};
@@ -217,6 +218,7 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
     }
   }
   m.updated = true;
+  ++m.updates;
   m.last_generation = generation;
   CopyCounters(m.rank.report(), &out);
   if (conversion != nullptr) {
@@ -242,8 +244,11 @@ Status LiveSession::Close() {
   m.closed = true;
   if (m.outcome != LiveOutcome::kOk) return Status::OK();
   Session& s = m.rank.records();
+  // With this rank's count of updates: a peer still in an update names
+  // this rank as closed at once (Session::CheckClosed).
   RESHARD_RETURN_NOT_OK(
-      s.Put(s.Key("closed"), internal::EncodeMarkerRecord(m.options.rank)));
+      s.Put(s.Key("closed"),
+            internal::EncodeClosedRecord({m.options.rank, m.updates})));
   RESHARD_RETURN_NOT_OK(m.WaitClosed());
   return m.RemoveOwn();
 }
