@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -72,6 +73,26 @@ Result<std::string> ReadFile(const std::string& path, InputKind kind);
 Status WriteOutput(std::string_view flag, const std::string& path,
                    std::string_view text);
 
+// One output of a command: its flag, its path ("-" is standard output)
+// and its bytes.
+struct CommandOutput {
+  std::string flag;
+  std::string path;
+  std::string text;
+};
+
+// Writes every output of a command or none. First each path is checked as
+// WriteOutput will treat it (a new or regular file needs a directory that
+// takes a new file; a directory, a block device, a socket or a link to
+// nothing is refused, each with WriteOutput's message), and two outputs
+// naming one file are refused naming both flags: the same spelling, two
+// spellings or symbolic links of one path, one existing file (device and
+// inode; "-" is standard output's), standard output twice. Then each is
+// written with WriteOutput, devices and FIFOs (and standard output) before
+// regular files. Only what cannot be known without writing (a FIFO's
+// reader, a full disk) can still fail after an earlier output was written.
+Status WriteOutputs(const std::vector<CommandOutput>& outputs);
+
 // A large input file's text: mapped where it is a regular file of
 // kMapInputBytes or more (no copy, no fresh pages: internal::MappedFile;
 // main installs the SIGBUS exit for a file truncated meanwhile), else read
@@ -127,6 +148,19 @@ void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
 // included: a timeout that never expires is refused).
 Status CheckSecondsFlag(const std::string& flag, double seconds,
                         double min_seconds, double max_seconds);
+
+// The text of a floating-point flag as a number: the whole text one
+// finite decimal number (std::from_chars' general form: an optional '-',
+// digits with an optional point, an optional exponent), else nullopt:
+// empty text, spaces, a '+', hexadecimal, "nan", "inf", a magnitude past
+// double's range.
+std::optional<double> ParseFiniteNumber(std::string_view text);
+
+// The value of floating-point flag `flag` given as `text`: a finite number
+// (ParseFiniteNumber) from `lo` to `hi`, else InvalidArgument "<flag> must
+// be <what>, not '<text>'" (the text escaped as internal::Printable does).
+Result<double> NumberFlag(std::string_view flag, std::string_view text,
+                          double lo, double hi, std::string_view what);
 
 // Seconds since `t` on the steady clock.
 double SecondsSince(std::chrono::steady_clock::time_point t);

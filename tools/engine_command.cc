@@ -93,12 +93,14 @@ void AddLayoutCommand(CLI::App* engine) {
       auto layout =
           MakeEngineLayout(config, a->options, ckpt ? &*ckpt : nullptr);
       if (!layout.ok()) return layout.status().WithContext(a->config);
-      RESHARD_RETURN_NOT_OK(WriteOutput(
-          "-o", a->output, WeightPlacementToJson(layout->placement())));
+      // Both outputs or neither, never one file for both.
+      std::vector<CommandOutput> outputs = {
+          {"-o", a->output, WeightPlacementToJson(layout->placement())}};
       if (!a->params.empty()) {
-        RESHARD_RETURN_NOT_OK(WriteOutput("--params", a->params,
-                                          EngineParametersToJson(*layout)));
+        outputs.push_back(
+            {"--params", a->params, EngineParametersToJson(*layout)});
       }
+      RESHARD_RETURN_NOT_OK(WriteOutputs(outputs));
       size_t params = 0;
       for (const auto& p : layout->participants())
         params += p.parameters.size();
@@ -143,6 +145,12 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
                                    a.participant + "\"");
   }
   RESHARD_RETURN_NOT_OK(CheckOutputDir(a.output, *layout, a.participant));
+  // Every refusal of the loads below (a dtype that differs without
+  // --convert, a conversion no rule allows) before OUTDIR is created.
+  CheckpointLoadOptions checks;
+  checks.convert = a.convert;
+  checks.fp8_block = a.options.block;
+  RESHARD_RETURN_NOT_OK(CheckCheckpointLoad(ckpt, layout->placement(), checks));
   RESHARD_RETURN_NOT_OK(CreateOutputDir(a.output));
   BufferBindingOptions bo;
   bo.instance_id = "engine-load";

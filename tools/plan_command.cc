@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <future>
 #include <iostream>
+#include <limits>
 #include <optional>
 
 #include "reshard/placement.h"
@@ -87,7 +88,7 @@ struct PlanArgs {
   bool json = false;
   std::string html;
   std::string svg;
-  std::optional<double> gbps;
+  std::optional<std::string> gbps;  // as given: RunPlan checks it
   uint32_t heatmap_max_axis = PlanReportOptions{}.max_heatmap_axis;
   bool convert = false;
   Fp8Block block;
@@ -106,7 +107,7 @@ Status WriteReports(const PlanArgs& a, const LogicalTransferPlan& plan,
   }
   if (a.html.empty()) return Status::OK();
   if (a.gbps.has_value()) {
-    options.gbps = *a.gbps;
+    options.gbps = ParseFiniteNumber(*a.gbps).value();
   } else {
     options.gbps = MeasureMemcpyGbps();
     options.gbps_origin = "memcpy measured on this host";
@@ -120,9 +121,12 @@ Status WriteReports(const PlanArgs& a, const LogicalTransferPlan& plan,
 }
 
 Result<std::string> RunPlan(const PlanArgs& a) {
-  if (a.gbps.has_value() && !(std::isfinite(*a.gbps) && *a.gbps > 0)) {
-    return Status::InvalidArgument(
-        "--gbps must be a positive finite number of GB/s");
+  if (a.gbps.has_value()) {
+    RESHARD_RETURN_NOT_OK(NumberFlag("--gbps", *a.gbps,
+                                     std::numeric_limits<double>::denorm_min(),
+                                     std::numeric_limits<double>::max(),
+                                     "a positive finite number of GB/s")
+                              .status());
   }
   // The target is read and decoded on a second core while the source is
   // here (both are CPU-bound); a source that cannot be read fails first,

@@ -9,11 +9,14 @@
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <utility>
+#include <vector>
 
 #include "contract/placement_wire.h"
 #include "reshard/store_uri.h"
@@ -88,6 +91,145 @@ Status WriteOutput(std::string_view flag, const std::string& path,
     return Status::OK();
   }
   return internal::WriteOutputFile(flag, path, text);
+}
+
+namespace {
+
+// Where an output lands, to tell two outputs apart: an existing file's
+// device and inode (standard output's for "-"), and the path resolved
+// (an existing file's real path, else its directory's real path and its
+// name; the spelling itself where even the directory does not resolve).
+struct OutputIdentity {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string resolved;
+};
+
+// The directory and the name of `path` ("." for a bare name).
+std::pair<std::string, std::string> SplitPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+std::string RealPath(const std::string& path) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (real == nullptr) return {};
+  std::string out = real;
+  std::free(real);
+  return out;
+}
+
+OutputIdentity IdentityOf(const std::string& path) {
+  OutputIdentity id;
+  struct stat sb;
+  if (path == "-" ? ::fstat(STDOUT_FILENO, &sb) == 0
+                  : ::stat(path.c_str(), &sb) == 0) {
+    id.exists = true;
+    id.dev = sb.st_dev;
+    id.ino = sb.st_ino;
+  }
+  if (path == "-") {
+    id.resolved = "-";
+  } else if (id.exists) {
+    id.resolved = RealPath(path);
+  } else {
+    const auto [dir, name] = SplitPath(path);
+    const std::string real = RealPath(dir);
+    id.resolved = real.empty() ? path : real + "/" + name;
+  }
+  return id;
+}
+
+bool SameOutput(const OutputIdentity& a, const OutputIdentity& b) {
+  return (a.exists && b.exists && a.dev == b.dev && a.ino == b.ino) ||
+         (!a.resolved.empty() && a.resolved == b.resolved);
+}
+
+// Whether directory `dir` takes a new file: one is made and removed.
+Status CheckNewFileIn(const std::string& where, const std::string& dir) {
+  std::string probe = dir + "/.reshard-output-check-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    return Status::IOError(where + ": cannot write: " + std::strerror(errno));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return Status::OK();
+}
+
+// What WriteOutput would refuse about `path` before writing a byte; sets
+// `*stream` for what is written directly (standard output, a character
+// device, a FIFO).
+Status CheckOutputPath(const CommandOutput& o, bool* stream) {
+  *stream = o.path == "-";
+  if (*stream) return Status::OK();
+  const std::string where = o.flag + " " + internal::Printable(o.path);
+  if (o.path.empty()) return Status::InvalidArgument(where + ": empty path");
+  struct stat sb;
+  if (::lstat(o.path.c_str(), &sb) != 0) {
+    if (errno != ENOENT) {
+      return Status::IOError(where + ": cannot write: " + std::strerror(errno));
+    }
+    return CheckNewFileIn(where, SplitPath(o.path).first);
+  }
+  std::string target = o.path;
+  if (S_ISLNK(sb.st_mode)) {
+    if (::stat(o.path.c_str(), &sb) != 0) {
+      return Status::IOError(
+          where +
+          ": is a symbolic link to nothing usable: " + std::strerror(errno));
+    }
+    target = RealPath(o.path);
+    if (target.empty()) {
+      return Status::IOError(
+          where + ": cannot resolve symbolic link: " + std::strerror(errno));
+    }
+  }
+  if (S_ISREG(sb.st_mode)) {
+    return CheckNewFileIn(where, SplitPath(target).first);
+  }
+  if (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode)) {
+    *stream = true;
+    return Status::OK();
+  }
+  const char* kind = S_ISDIR(sb.st_mode)    ? "a directory"
+                     : S_ISBLK(sb.st_mode)  ? "a block device"
+                     : S_ISSOCK(sb.st_mode) ? "a socket"
+                                            : "not a regular file";
+  return Status::InvalidArgument(
+      where + ": is " + kind +
+      "; an output must be a regular file, a character device or a FIFO");
+}
+
+}  // namespace
+
+Status WriteOutputs(const std::vector<CommandOutput>& outputs) {
+  std::vector<OutputIdentity> ids;
+  for (const CommandOutput& o : outputs) ids.push_back(IdentityOf(o.path));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (SameOutput(ids[i], ids[j])) {
+        return Status::InvalidArgument(
+            outputs[j].flag + " " + internal::Printable(outputs[j].path) +
+            " and " + outputs[i].flag + " " +
+            internal::Printable(outputs[i].path) + " name the same file");
+      }
+    }
+  }
+  std::vector<const CommandOutput*> streams, files;
+  for (const CommandOutput& o : outputs) {
+    bool stream = false;
+    RESHARD_RETURN_NOT_OK(CheckOutputPath(o, &stream));
+    (stream ? streams : files).push_back(&o);
+  }
+  for (const auto* group : {&streams, &files}) {
+    for (const CommandOutput* o : *group) {
+      RESHARD_RETURN_NOT_OK(WriteOutput(o->flag, o->path, o->text));
+    }
+  }
+  return Status::OK();
 }
 
 Result<InputText> InputText::Open(const std::string& path, InputKind kind) {
@@ -191,6 +333,27 @@ Status CheckSecondsFlag(const std::string& flag, double seconds,
                 " must be a number of seconds from %g to %g, not %g",
                 min_seconds, max_seconds, seconds);
   return Status::InvalidArgument(flag + shown);
+}
+
+std::optional<double> ParseFiniteNumber(std::string_view text) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+Result<double> NumberFlag(std::string_view flag, std::string_view text,
+                          double lo, double hi, std::string_view what) {
+  const std::optional<double> v = ParseFiniteNumber(text);
+  if (!v || *v < lo || *v > hi) {
+    return Status::InvalidArgument(std::string(flag) + " must be " +
+                                   std::string(what) + ", not '" +
+                                   internal::Printable(text) + "'");
+  }
+  return *v;
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {

@@ -33,7 +33,7 @@ struct SelftestArgs {
   uint32_t updates = 0;  // 0: one RunLiveReshard
   bool convert = false;
   bool delta = false;
-  double change_fraction = 1.0;
+  std::string change_fraction = "1";  // as given: NumberFlag checks it
   Fp8Block block;
   std::optional<uint32_t> rank;
   double timeout = 60;
@@ -151,9 +151,9 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
     return Status::InvalidArgument(
         "--delta and --change-fraction need --updates K");
   }
-  if (!(a.change_fraction >= 0 && a.change_fraction <= 1)) {
-    return Status::InvalidArgument("--change-fraction must be in [0, 1]");
-  }
+  RESHARD_RETURN_NOT_OK(NumberFlag("--change-fraction", a.change_fraction, 0, 1,
+                                   "a number from 0 to 1")
+                            .status());
   if (a.fault == "kill-between-updates" && a.updates < 2) {
     return Status::InvalidArgument(
         "--inject-fault kill-between-updates needs --updates 2 or more");
@@ -195,7 +195,7 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
   options.convert = a.convert;
   options.fp8_block = a.block;
   options.delta = a.delta;
-  options.change_fraction = a.change_fraction;
+  options.change_fraction = ParseFiniteNumber(a.change_fraction).value();
   return options;
 }
 

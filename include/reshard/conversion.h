@@ -8,10 +8,13 @@
 // same boxes) with each converting tensor in its source dtype, without the
 // scale tensors quantization produces, and with the source's scale tensor
 // of each weight that dequantizes, cut at block granularity like its
-// weight. Then every converting target fragment is computed from its
-// staging fragment of the same participant and box, so no element needs a
-// peer: a quantization block is always whole in one fragment (a block
-// split between fragments is refused, naming the tensor and the block).
+// weight (whole, on every participant holding the weight, where the
+// target's fragments of it split blocks). Then every converting target
+// fragment is computed from its staging fragment of the same participant
+// and box, so no element needs a peer: a quantization block is always
+// whole in one fragment (a block split between fragments is refused,
+// naming the tensor and the block); dequantization reads the scale of each
+// element's block, wherever the fragment cuts it.
 
 #ifndef RESHARD_CONVERSION_H_
 #define RESHARD_CONVERSION_H_
@@ -94,7 +97,9 @@ class ConversionPlan {
   // box); the empty string for a scale fragment quantization produces.
   const std::string& StagingFragmentOf(std::string_view id) const;
   // kDequantize: the staging scale fragment that goes with the staging
-  // weight fragment `id`.
+  // weight fragment `id`: its blocks, or the whole scale tensor (shared by
+  // the participant's fragments of the weight) where the target's
+  // fragments of it split blocks.
   const std::string& StagingScaleOf(std::string_view id) const;
 
  private:

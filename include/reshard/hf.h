@@ -176,6 +176,17 @@ struct CheckpointLoadOptions {
   uint64_t convert_staging_bytes = uint64_t{256} << 20;
 };
 
+// What LoadCheckpoint refuses about the checkpoint and `target` before it
+// reads a byte, checked without binding or reading anything: every target
+// tensor is in the checkpoint with its shape, and one whose dtype differs
+// is refused without `options.convert` (LoadCheckpoint's message, naming
+// the first such tensor) and must convert by a rule of docs/conversion.md
+// with it (ConversionPlan::Make's refusals). A caller that creates
+// outputs checks this first (`reshard engine load`).
+Status CheckCheckpointLoad(const HfCheckpoint& checkpoint,
+                           const WeightPlacementManifest& target,
+                           const CheckpointLoadOptions& options = {});
+
 // Plans the fragments `target_bindings` bind (host memory) from the
 // checkpoint and reads them straight into their buffers
 // (LoadReport::bytes_read: tensor bytes actually read from the files).

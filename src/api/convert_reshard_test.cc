@@ -200,6 +200,85 @@ TEST(ConvertReshardTest, Fp8BlocksToBFloat16AndFloat16ToBFloat16) {
   ExpectHolds(bf16, out, expected);
 }
 
+// Finding (issue 58): dequantizing into TP shards that split FP8 blocks
+// was refused, although only quantizing needs whole blocks. The target's
+// shards split blocks (TP 2 and 3 on the 300 rows, TP 4 on the 256
+// columns); every element must be float32(q) * the scale of its own block
+// of the weight's grid, rounded to the target dtype: the expected bytes
+// are computed here element by element with the scalar conversions.
+TEST(ConvertReshardTest, DequantizingIntoTpShardsThatSplitBlocks) {
+  struct Case {
+    int64_t tp;
+    Tensor target, scale;  // tp_dim: the split of the target's weight
+  };
+  const Case cases[] = {
+      {2, {"bfloat16", 2, 0}, {"float32", 4, -1}},
+      {3, {"float16", 2, 0}, {"float16", 2, -1}},
+      {4, {"float32", 4, 1}, {"bfloat16", 2, -1}},
+  };
+  std::vector<char> q(kRows * kCols);
+  std::mt19937 rng(7);
+  for (auto& v : q) v = static_cast<char>(rng());
+  const std::vector<float> values = {1e-3f, 2e-3f, 0.5f, 3.0f, 1e-6f, 7.0f};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("tp " + std::to_string(c.tp) + " " + c.target.dtype);
+    const FloatType scale_type = *internal::FloatTypeOf(c.scale.dtype);
+    const FloatType to = *internal::FloatTypeOf(c.target.dtype);
+    std::vector<char> s(6 * c.scale.itemsize);
+    internal::CastElements(FloatType::kFloat32, values.data(), scale_type,
+                           s.data(), 6);
+    const auto source = Layout(1, {"float8_e4m3fn", 1, -1}, c.scale);
+    const auto target = Layout(c.tp, c.target, std::nullopt);
+    std::map<std::string, std::vector<char>> in = {
+        {kWeight, q},
+        {kScale, s},
+        {"model.norm.weight", RandomFloats(kCols, FloatType::kBFloat16, 8)}};
+    Memory out;
+    ASSERT_OK(RunConverting(source, in, target, &out, true));
+    // The reference: element (r, c) with the scale of block
+    // (r / 128, c / 128), widened exactly to float32.
+    std::vector<char> want(kRows * kCols * c.target.itemsize);
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t k = 0; k < kCols; ++k) {
+        const int64_t b = (r / 128) * 2 + k / 128;
+        float scale = 0;
+        internal::CastElements(scale_type, s.data() + b * c.scale.itemsize,
+                               FloatType::kFloat32, &scale, 1);
+        const float y =
+            internal::E4m3ToFloat(static_cast<uint8_t>(q[r * kCols + k])) *
+            scale;
+        char* at = want.data() + (r * kCols + k) * c.target.itemsize;
+        if (to == FloatType::kFloat32) {
+          std::memcpy(at, &y, 4);
+        } else {
+          const uint16_t h = to == FloatType::kBFloat16
+                                 ? internal::FloatToBFloat16(y)
+                                 : internal::FloatToFloat16(y);
+          std::memcpy(at, &h, 2);
+        }
+      }
+    }
+    ExpectHolds(
+        target, out,
+        {{kWeight, want}, {"model.norm.weight", in["model.norm.weight"]}});
+    // Each shard splits a block: the plan stages the whole scale tensor on
+    // every participant.
+    ASSERT_OK_AND_ASSIGN(
+        auto plan,
+        ConversionPlan::Make(ConversionPlan::LookupIn(source), target));
+    for (const auto& part : plan.staging().parts()) {
+      int scales = 0;
+      for (const auto& f : part.fragments()) {
+        if (f.tensor_id() != kScale) continue;
+        ++scales;
+        EXPECT_EQ(f.global_offset(), (Dims{0, 0}));
+        EXPECT_EQ(f.local_shape(), (Dims{3, 2}));
+      }
+      EXPECT_EQ(scales, 1) << part.participant_id();
+    }
+  }
+}
+
 TEST(ConvertReshardTest, RefusalsNameTheTensor) {
   const auto bf16 = Layout(1, {"bfloat16", 2, -1}, std::nullopt);
   // TP2 on rows splits block row 1 (rows 128-255) at row 150.

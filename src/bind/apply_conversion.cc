@@ -50,6 +50,41 @@ Status ScatterScales(const Job& job, const std::vector<float>& scales,
   return Status::OK();
 }
 
+// Dequantizes the row-major weight box at global `offset` of shape `n`
+// (`src` FP8, `dst` of type `to`, both n[1] elements a row). Blocks are
+// anchored at the weight's element (0, 0), not the box's: the box is cut at
+// block boundaries into at most four regions (the rest of a first block
+// row and column the box splits, then whole blocks), each dequantized with
+// the scales of its blocks. `scales` is the row-major scale box at global
+// block `scale_offset`, `scale_cols` wide, covering every block the weight
+// box overlaps.
+void DequantizeBox(const uint8_t* src, const Dims& offset, const Dims& n,
+                   const Fp8Block& block, const float* scales,
+                   const Dims& scale_offset, int64_t scale_cols, FloatType to,
+                   void* dst) {
+  const int64_t bn = block.rows, bk = block.cols;
+  const int64_t head_rows = std::min(n[0], (bn - offset[0] % bn) % bn);
+  const int64_t head_cols = std::min(n[1], (bk - offset[1] % bk) % bk);
+  // (first local row or column, count, block extent of the region)
+  const int64_t rows[2][3] = {{0, head_rows, head_rows},
+                              {head_rows, n[0] - head_rows, bn}};
+  const int64_t cols[2][3] = {{0, head_cols, head_cols},
+                              {head_cols, n[1] - head_cols, bk}};
+  for (const auto& r : rows) {
+    if (r[1] == 0) continue;
+    for (const auto& c : cols) {
+      if (c[1] == 0) continue;
+      const int64_t block_row = (offset[0] + r[0]) / bn - scale_offset[0];
+      const int64_t block_col = (offset[1] + c[0]) / bk - scale_offset[1];
+      const int64_t at = r[0] * n[1] + c[0];
+      DequantizeE4m3Blocks(
+          src + at, MatrixView{r[1], c[1], n[1]}, r[2], c[2],
+          scales + block_row * scale_cols + block_col, scale_cols, to,
+          static_cast<char*>(dst) + static_cast<size_t>(at) * SizeOf(to), n[1]);
+    }
+  }
+}
+
 Status RunJob(const ConversionPlan& plan, const Job& job,
               const FragmentMemory& staging_of,
               const FragmentMemory& target_of) {
@@ -84,24 +119,30 @@ Status RunJob(const ConversionPlan& plan, const Job& job,
                        count[1]);
     return ScatterScales(job, scales, first, count, target_of);
   }
-  const void* staged_scales = staging_of(plan.StagingScaleOf(staged_id));
-  if (staged_scales == nullptr) {
+  // The staged scales: the blocks of this fragment, or (where the target's
+  // fragments split blocks) the whole scale tensor.
+  const std::string& scale_id = plan.StagingScaleOf(staged_id);
+  const void* staged_scales = staging_of(scale_id);
+  const PlacementFragment* scale_box = plan.staging().FindFragment(scale_id);
+  if (staged_scales == nullptr || scale_box == nullptr) {
     return Status::InvalidArgument("no staging buffer for the scales of " +
                                    f.tensor_id() + " fragment " +
                                    f.placement_fragment_id());
   }
+  const Dims& scale_shape = scale_box->local_shape();
   // 16-bit scales widen exactly to float32 first.
   std::vector<float> widened;
   const auto* scales = static_cast<const float*>(staged_scales);
   const FloatType scale_type = *FloatTypeOf(c.scale_dtype);
   if (scale_type != FloatType::kFloat32) {
-    widened.resize(static_cast<size_t>(count[0] * count[1]));
+    widened.resize(static_cast<size_t>(scale_shape[0] * scale_shape[1]));
     CastElements(scale_type, staged_scales, FloatType::kFloat32, widened.data(),
                  widened.size());
     scales = widened.data();
   }
-  DequantizeE4m3Blocks(static_cast<const uint8_t*>(src), shape, c.block.rows,
-                       c.block.cols, scales, count[1], to, job.target, n[1]);
+  DequantizeBox(static_cast<const uint8_t*>(src), f.global_offset(), n, c.block,
+                scales, scale_box->global_offset(), scale_shape[1], to,
+                job.target);
   return Status::OK();
 }
 

@@ -65,13 +65,17 @@ Status CheckParameterShape(const EngineParticipant& p,
   return Status::OK();
 }
 
-// The pieces tile the parameter; each fragment piece is one of the
-// participant's fragments, of the parameter's dtype, used once.
+// The pieces tile the parameter at whole elements (offsets and sizes
+// multiples of the itemsize, which a fragment piece's tensor shares); each
+// fragment piece is one of the participant's fragments, of the
+// parameter's dtype, used once.
 Status CheckPieces(const EngineParticipant& p, const EngineParameter& q,
                    const WeightPlacementManifest& placement,
                    std::unordered_set<std::string>* used) {
   uint64_t at = 0;
-  for (const ParameterPiece& piece : q.pieces) {
+  const auto item = static_cast<uint64_t>(q.itemsize);
+  for (size_t k = 0; k < q.pieces.size(); ++k) {
+    const ParameterPiece& piece = q.pieces[k];
     if (piece.offset != at) {
       return Status::InvalidArgument(
           Where(p, q) +
@@ -86,6 +90,17 @@ Status CheckPieces(const EngineParticipant& p, const EngineParameter& q,
           std::to_string(piece.nbytes) + " bytes " +
           (piece.nbytes == 0 ? "is empty" : "runs past its end") + " (" +
           std::to_string(q.nbytes()) + " bytes)");
+    }
+    if (piece.offset % item != 0 || piece.nbytes % item != 0) {
+      return Status::InvalidArgument(
+          Where(p, q) + "piece " + std::to_string(k) + " (" +
+          (piece.padding()
+               ? std::string("padding")
+               : "fragment " + Printable(piece.placement_fragment_id)) +
+          ", " + std::to_string(piece.nbytes) + " bytes at byte " +
+          std::to_string(piece.offset) + ") splits " + q.dtype +
+          " elements: piece offsets and sizes must be multiples of its " +
+          std::to_string(q.itemsize) + "-byte itemsize");
     }
     at += piece.nbytes;
     if (piece.padding()) continue;

@@ -97,6 +97,69 @@ TEST(EngineLayoutTest, PiecesMustTileEachParameter) {
                                        "than 2^62 bytes");
 }
 
+// Finding (issue 58): pieces at byte offsets that split elements were
+// accepted (a 3-byte padding piece put the next bfloat16 fragment at byte
+// 11). Every piece's offset and size must be a multiple of the itemsize,
+// through EngineLayout::Make and the JSON maps alike.
+TEST(EngineLayoutTest, PiecesSplittingElementsAreRefused) {
+  testing::PlacementDraft d = testing::GridDraft({1, 1, 1, 1});
+  d.tensors.push_back({.tensor_id = "w",
+                       .global_shape = {4, 2},
+                       .dtype = "bfloat16",
+                       .itemsize = 2,
+                       .layout_fingerprint = "bfloat16:row-major"});
+  for (int64_t r : {0, 2}) {
+    d.fragments.push_back({.tensor_id = "w",
+                           .global_offset = {r, 0},
+                           .local_shape = {2, 2},
+                           .nbytes = 8});
+  }
+  ASSERT_OK_AND_ASSIGN(auto placement, d.Build());
+  std::string f0, f1;
+  for (const PlacementFragment* f : placement.fragments()) {
+    (f->global_offset()[0] == 0 ? f0 : f1) = f->placement_fragment_id();
+  }
+  const auto make = [&](std::vector<ParameterPiece> pieces) {
+    EngineParticipant p{"p-d0-p0-e0-t0",
+                        {{"fused", {10}, "bfloat16", 2, std::move(pieces)}}};
+    return EngineLayout::Make("test", placement, {p});
+  };
+  ASSERT_OK_AND_ASSIGN(
+      auto whole, make({{0, 8, f0}, {8, 2, ""}, {10, 8, f1}, {18, 2, ""}}));
+  EXPECT_THAT(make({{0, 8, f0}, {8, 3, ""}, {11, 8, f1}, {19, 1, ""}}).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "parameter fused of participant p-d0-p0-e0-t0: piece 1 "
+                       "(padding, 3 bytes at byte 8) splits bfloat16 "
+                       "elements: piece offsets and sizes must be multiples "
+                       "of its 2-byte itemsize"));
+  EXPECT_THAT(make({{0, 3, ""}, {3, 8, f0}, {11, 8, f1}, {19, 1, ""}}).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "parameter fused of participant p-d0-p0-e0-t0: piece 0 "
+                       "(padding, 3 bytes at byte 0) splits bfloat16 "
+                       "elements: piece offsets and sizes must be multiples "
+                       "of its 2-byte itemsize"));
+  // The same map as JSON, its padding moved by one byte.
+  std::string json = EngineParametersToJson(whole);
+  for (auto [from, to] :
+       {std::pair<std::string, std::string>{
+            R"({"fragment":null,"nbytes":2,"offset":8})",
+            R"({"fragment":null,"nbytes":3,"offset":8})"},
+        {R"("nbytes":8,"offset":10})", R"("nbytes":8,"offset":11})"},
+        {R"({"fragment":null,"nbytes":2,"offset":18})",
+         R"({"fragment":null,"nbytes":1,"offset":19})"}}) {
+    const size_t at = json.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " in " << json;
+    json.replace(at, from.size(), to);
+  }
+  EXPECT_THAT(EngineParametersFromJson(json, placement).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr(
+                           "parameter fused of participant p-d0-p0-e0-t0: "
+                           "piece 1 (padding, 3 bytes at byte 8) splits "
+                           "bfloat16 elements: piece offsets and sizes must "
+                           "be multiples of its 2-byte itemsize")));
+}
+
 TEST(EngineLayoutTest, EveryParticipantHasOneMap) {
   ASSERT_OK_AND_ASSIGN(const Tiny t, MakeTiny());
   EXPECT_THAT(EngineLayout::Make("test", t.placement, {}).status(),

@@ -190,6 +190,47 @@ Result<StoredWeightManifest> CheckpointSource(
   return StoredWeightManifest::Make(std::move(spec));
 }
 
+namespace {
+
+// The first target tensor whose dtype differs from the checkpoint's, or
+// nullptr.
+const TensorDescriptor* FirstDtypeDifference(
+    const HfCheckpoint& checkpoint, const WeightPlacementManifest& target) {
+  for (const TensorDescriptor& t : target.tensors()) {
+    const CheckpointTensor* c = checkpoint.FindTensor(t.tensor_id());
+    if (c != nullptr && c->dtype != t.dtype()) return &t;
+  }
+  return nullptr;
+}
+
+Status NeedsConvert(const HfCheckpoint& checkpoint, const TensorDescriptor& t) {
+  return Status::InvalidArgument(
+      "tensor " + t.tensor_id() + " is " +
+      checkpoint.FindTensor(t.tensor_id())->dtype + " in the checkpoint but " +
+      t.dtype() +
+      " in the target placement: converting it needs "
+      "CheckpointLoadOptions::convert (--convert, convert=True)");
+}
+
+}  // namespace
+
+Status CheckCheckpointLoad(const HfCheckpoint& checkpoint,
+                           const WeightPlacementManifest& target,
+                           const CheckpointLoadOptions& options) {
+  const TensorDescriptor* differs = FirstDtypeDifference(checkpoint, target);
+  if (differs == nullptr) {
+    return CheckpointSource(checkpoint, target).status();
+  }
+  if (!options.convert) return NeedsConvert(checkpoint, *differs);
+  RESHARD_ASSIGN_OR_RETURN(
+      auto conversion,
+      ConversionPlan::Make(CheckpointTensorLookup(checkpoint), target,
+                           ConversionOptions{options.fp8_block}));
+  // What the load reads: the staging placement, every tensor in the
+  // checkpoint's dtype.
+  return CheckpointSource(checkpoint, conversion.staging()).status();
+}
+
 Result<LoadReport> LoadCheckpoint(
     const HfCheckpoint& checkpoint, const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
@@ -197,16 +238,8 @@ Result<LoadReport> LoadCheckpoint(
   RESHARD_RETURN_NOT_OK(
       ValidateRuntimeBindings(target, target_bindings, BindingCoverage::kSubset)
           .WithContext("target bindings"));
-  for (const TensorDescriptor& t : target.tensors()) {
-    const CheckpointTensor* c = checkpoint.FindTensor(t.tensor_id());
-    if (c == nullptr || c->dtype == t.dtype()) continue;
-    if (!options.convert) {
-      return Status::InvalidArgument(
-          "tensor " + t.tensor_id() + " is " + c->dtype +
-          " in the checkpoint but " + t.dtype() +
-          " in the target placement: converting it needs "
-          "CheckpointLoadOptions::convert (--convert, convert=True)");
-    }
+  if (const TensorDescriptor* t = FirstDtypeDifference(checkpoint, target)) {
+    if (!options.convert) return NeedsConvert(checkpoint, *t);
     RESHARD_ASSIGN_OR_RETURN(
         auto conversion,
         ConversionPlan::Make(CheckpointTensorLookup(checkpoint), target,

@@ -486,7 +486,9 @@ Status CheckBounds(const HfConfig& c) {
       {"linear_key_head_dim", c.lin_k_dim},
       {"linear_value_head_dim", c.lin_v_dim},
       {"linear_conv_kernel_dim", c.conv_kernel},
-      {"shared_expert_intermediate_size", c.shared_expert_intermediate}};
+      {"shared_expert_intermediate_size", c.shared_expert_intermediate},
+      {"quantization_config.weight_block_size", c.block_rows},
+      {"quantization_config.weight_block_size", c.block_cols}};
   for (const auto& [name, v] : dims) {
     if (v > kMaxDim) {
       return Status::InvalidArgument("config.json: " + std::string(name) + " " +
@@ -513,6 +515,57 @@ Status CheckBounds(const HfConfig& c) {
         "config.json describes more than 16777216 tensors (" +
         std::to_string(c.layers + c.nextn_layers + c.mtp_layers) +
         " layers of " + std::to_string(c.experts) + " experts)");
+  }
+  return Status::OK();
+}
+
+// Every size the tensor lists derive from two or more config.json fields
+// (a product or a sum of products), computed exactly in 128 bits: the
+// fields are bounded first (CheckBounds, vision_config's 2^24), so none of
+// these can overflow here, and each must be at most 2^62 (no tensor
+// dimension can be larger: every tensor is under 2^62 bytes) before the
+// lists compute it in 64 bits. Errors name the fields.
+Status CheckDerivedSizes(const HfConfig& c) {
+  using Wide = __int128;
+  constexpr Wide kMax = Wide{1} << 62;
+  const bool gated = IsHybrid(c.arch) && c.attn_gate;
+  const bool next = c.arch == HfArch::kQwen3Next;
+  std::vector<std::pair<std::string, Wide>> sizes = {
+      {gated ? "num_attention_heads * head_dim * 2 (attn_output_gate)"
+             : "num_attention_heads * head_dim",
+       Wide{c.heads} * c.head_dim * (gated ? 2 : 1)},
+      {"num_key_value_heads * head_dim", Wide{c.kv_heads} * c.head_dim},
+      {"n_shared_experts * moe_intermediate_size",
+       Wide{c.shared_experts} * c.moe_intermediate}};
+  if (UsesMla(c.arch)) {
+    sizes.push_back(
+        {"num_attention_heads * (qk_nope_head_dim + "
+         "qk_rope_head_dim)",
+         Wide{c.heads} * (Wide{c.qk_nope} + c.qk_rope)});
+    sizes.push_back({"num_attention_heads * (qk_nope_head_dim + v_head_dim)",
+                     Wide{c.heads} * (Wide{c.qk_nope} + c.v_head)});
+  }
+  if (IsHybrid(c.arch)) {
+    sizes.push_back(
+        {next ? "2 * linear_num_key_heads * linear_key_head_dim + 2 * "
+                "linear_num_value_heads * linear_value_head_dim"
+              : "2 * linear_num_key_heads * linear_key_head_dim + "
+                "linear_num_value_heads * linear_value_head_dim",
+         2 * Wide{c.lin_k_heads} * c.lin_k_dim +
+             (next ? 2 : 1) * Wide{c.lin_v_heads} * c.lin_v_dim});
+  }
+  if (c.vision) {
+    const HfConfig::Vision& v = *c.vision;
+    sizes.push_back(
+        {"vision_config.hidden_size * "
+         "vision_config.spatial_merge_size^2",
+         Wide{v.hidden} * v.merge * v.merge});
+  }
+  for (const auto& [fields, value] : sizes) {
+    if (value > kMax) {
+      return Status::InvalidArgument("config.json: " + fields +
+                                     " exceeds 2^62");
+    }
   }
   return Status::OK();
 }
@@ -631,6 +684,7 @@ Result<HfConfig> ParseHfConfig(std::string_view json) {
     c.scale_dtype = "bfloat16";
   }
   RESHARD_RETURN_NOT_OK(CheckBounds(c));
+  RESHARD_RETURN_NOT_OK(CheckDerivedSizes(c));
   return c;
 }
 

@@ -162,6 +162,43 @@ TEST(HfHybridTest, Qwen35TextConfigAndVisionTower) {
                "text_config object"));
 }
 
+// Finding (issue 58): the vision merger's width hidden_size *
+// spatial_merge_size^2 wrapped in 64 bits (16770530 * 1048785^2 wraps to
+// 1071097634, a tensor under 2^62 bytes) and was accepted. Every size
+// derived from several fields is computed exactly and refused past 2^62,
+// naming the fields.
+TEST(HfHybridTest, VisionMergerSizeOverflowIsRefused) {
+  const std::string wraps =
+      Replace(kQwen35, R"("hidden_size": 16)",
+              R"("hidden_size": 16770530, "spatial_merge_size": 1048785)");
+  EXPECT_THAT(HfLayout(wraps, Grid(1, 1, 1)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "config.json: vision_config.hidden_size * "
+                       "vision_config.spatial_merge_size^2 exceeds 2^62"));
+  // The other derived sizes of the hybrid architectures: the gated q_proj
+  // rows and the fused linear-attention projection rows.
+  const std::string huge_heads =
+      Replace(Replace(kNext, R"("num_attention_heads": 4)",
+                      R"("num_attention_heads": 2147483648)"),
+              R"("head_dim": 8)", R"("head_dim": 2147483648)");
+  EXPECT_THAT(HfLayout(huge_heads, Grid(1, 1, 1)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "config.json: num_attention_heads * head_dim * 2 "
+                       "(attn_output_gate) exceeds 2^62"));
+  const std::string huge_linear = Replace(
+      Replace(kNext, R"("linear_num_key_heads": 2)",
+              R"("linear_num_key_heads": 2147483648)"),
+      R"("linear_key_head_dim": 8)", R"("linear_key_head_dim": 2147483648)");
+  EXPECT_THAT(
+      HfLayout(Replace(huge_linear, R"("linear_num_value_heads": 4)",
+                       R"("linear_num_value_heads": 2147483648)"),
+               Grid(1, 1, 1)),
+      StatusIs(StatusCode::kInvalidArgument,
+               "config.json: 2 * linear_num_key_heads * linear_key_head_dim "
+               "+ 2 * linear_num_value_heads * linear_value_head_dim exceeds "
+               "2^62"));
+}
+
 constexpr const char* kGlmFp8 = R"({
   "architectures": ["Glm4MoeForCausalLM"], "hidden_size": 32,
   "vocab_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -2,6 +2,7 @@
 // sharding inference engines use (docs/hf-checkpoints.md, "Layouts").
 
 #include <algorithm>
+#include <initializer_list>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -34,9 +35,11 @@ std::string ScaleName(const std::string& weight) {
          std::string(kScaleSuffix);
 }
 
+// ceil(a / b) for a >= 0, b >= 1, without the overflow of a + b - 1.
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
 Dims ScaleShape(const HfConfig& c, const Dims& w) {
-  return {(w[0] + c.block_rows - 1) / c.block_rows,
-          (w[1] + c.block_cols - 1) / c.block_cols};
+  return {CeilDiv(w[0], c.block_rows), CeilDiv(w[1], c.block_cols)};
 }
 
 Planned Scale(const HfConfig& c, const HfTensor& w, const HfTensor* wp) {
@@ -119,6 +122,41 @@ bool IsBuffer(std::string_view name) {
          name.ends_with(".rotary_emb.inv_freq");
 }
 
+// The dtypes the quantization schemes store (docs/hf-checkpoints.md):
+// an FP8 block scale (weight_scale_inv) or per-channel scale
+// (weight_scale) is float32, bfloat16 or float16 (widened exactly when
+// dequantized) and the weight it scales float8_e4m3fn; MXFP4 blocks and
+// scales are uint8. `what` names the role; InvalidArgument names the
+// tensor, its file, its dtype and the dtypes the role allows.
+Status CheckQuantizedDtype(const CheckpointTensor& ct, std::string_view what,
+                           std::initializer_list<std::string_view> allowed) {
+  std::string expected;
+  size_t i = 0;
+  for (std::string_view d : allowed) {
+    if (d == ct.dtype) return Status::OK();
+    expected += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ");
+    expected += d;
+    ++i;
+  }
+  return Status::InvalidArgument("checkpoint tensor " + Printable(ct.name) +
+                                 " (in " + Printable(ct.file) + ") is " +
+                                 ct.dtype + ", but " + std::string(what) +
+                                 " must be " + expected);
+}
+
+// A checkpoint scale `ct` (`scale`: its role, "an FP8 block scale" or "a
+// per-channel FP8 scale") and the checkpoint's weight it scales, both in
+// their scheme's dtypes.
+Status CheckScaleDtypes(const HfCheckpoint& ckpt, const CheckpointTensor& ct,
+                        const std::string& weight, std::string_view scale) {
+  RESHARD_RETURN_NOT_OK(
+      CheckQuantizedDtype(ct, scale, {"float32", "bfloat16", "float16"}));
+  const CheckpointTensor* w = ckpt.FindTensor(weight);
+  if (w == nullptr) return Status::OK();  // FromCheckpoint names it
+  return CheckQuantizedDtype(*w, "a weight with " + std::string(scale),
+                             {"float8_e4m3fn"});
+}
+
 // With a checkpoint: exactly its tensors (less buffers), each one the
 // architecture names (or the FP8 scale of one), with the checkpoint's dtype and
 // the shape both agree on.
@@ -146,8 +184,15 @@ Result<std::vector<Planned>> FromCheckpoint(const HfConfig& c,
     auto it = named.find(ct.name);
     if (it != named.end()) {
       p.t = *it->second;
+      // gpt-oss's packed experts (the only uint8 tensors a config names).
+      if (c.mxfp4 && p.t.dtype == "uint8") {
+        RESHARD_RETURN_NOT_OK(
+            CheckQuantizedDtype(ct, "an MXFP4 block or scale", {"uint8"}));
+      }
     } else if (ct.name.ends_with("." + std::string(kChannelScaleSuffix))) {
       RESHARD_ASSIGN_OR_RETURN(p, CheckpointChannelScale(c, named, ct));
+      RESHARD_RETURN_NOT_OK(CheckScaleDtypes(ckpt, ct, p.weight->name,
+                                             "a per-channel FP8 scale"));
     } else if (ct.name.ends_with(kScaleSuffix)) {
       const std::string weight =
           ct.name.substr(0, ct.name.size() - kScaleSuffix.size()) + "weight";
@@ -170,6 +215,8 @@ Result<std::vector<Planned>> FromCheckpoint(const HfConfig& c,
             Printable(ct.file) + " but its weight and weight_block_size " +
             "imply " + DimsText(p.t.shape));
       }
+      RESHARD_RETURN_NOT_OK(
+          CheckScaleDtypes(ckpt, ct, weight, "an FP8 block scale"));
     } else {
       return Status::InvalidArgument("checkpoint tensor " + Printable(ct.name) +
                                      " (in " + Printable(ct.file) +

@@ -165,6 +165,32 @@ TEST(HfLayoutTest, ConfigErrorsNameTheField) {
                        ::testing::HasSubstr("quant_method awq")));
 }
 
+// Finding (issue 58): products of config.json fields were computed in 64
+// bits unchecked (MLA's q_b_proj rows num_attention_heads *
+// (qk_nope_head_dim + qk_rope_head_dim) wrap to a negative size). Each is
+// refused past 2^62 naming the fields, and weight_block_size is bounded
+// like every dimension.
+TEST(HfLayoutTest, ConfigProductOverflowIsRefused) {
+  std::string mla = kDeepseek;
+  for (const std::string field :
+       {"num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim"}) {
+    const std::string from = "\"" + field + "\": ";
+    const size_t at = mla.find(from);
+    ASSERT_NE(at, std::string::npos) << field;
+    mla.replace(at + from.size(), 1, "2147483648");  // one digit before
+  }
+  EXPECT_THAT(HfLayout(mla, Grid(1, 1, 1)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "config.json: num_attention_heads * (qk_nope_head_dim "
+                       "+ qk_rope_head_dim) exceeds 2^62"));
+  std::string block = kDeepseek;
+  block.replace(block.find("[8, 8]"), 6, "[8, 9223372036854775807]");
+  EXPECT_THAT(HfLayout(block, Grid(1, 1, 1)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "config.json: quantization_config.weight_block_size "
+                       "9223372036854775807 exceeds 2147483648"));
+}
+
 TEST(HfLayoutTest, GridErrorsNameTheTensorOrCount) {
   std::string odd = kQwen3Moe;
   odd.replace(odd.find("\"intermediate_size\": 48"), 23,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include "bind/apply_conversion.h"
@@ -65,6 +66,9 @@ Result<WeightRuntimeBindingManifest> LiveConversion::TranslateTarget(
   const std::string& p = user.participant_id();
   const WeightPlacementManifest& staging = target_plan_.staging();
   std::vector<RuntimeBindingFragment> fragments;
+  // Staging fragments bound so far: fragments of one dequantized weight
+  // may share one staging scale fragment (ConversionPlan::StagingScaleOf).
+  std::unordered_set<std::string> bound;
   for (const RuntimeBindingFragment& u : user.fragments()) {
     const PlacementFragment* f =
         target_plan_.target().FindFragment(u.placement_fragment_id());
@@ -90,7 +94,7 @@ Result<WeightRuntimeBindingManifest> LiveConversion::TranslateTarget(
     if (staged.empty()) continue;  // scales the target's quantization writes
     for (const std::string* id :
          {&staged, &target_plan_.StagingScaleOf(staged)}) {
-      if (id->empty()) continue;
+      if (id->empty() || !bound.insert(*id).second) continue;
       const PlacementFragment* s = staging.FindFragment(*id);
       const int64_t itemsize = staging.FindTensor(s->tensor_id())->itemsize();
       RESHARD_ASSIGN_OR_RETURN(void* buffer, Buffer(*id, s->nbytes()));

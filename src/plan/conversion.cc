@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "util/dims_text.h"
 #include "util/float_convert.h"
@@ -24,7 +25,8 @@ std::string BlockText(const Fp8Block& b) {
   return std::to_string(b.rows) + "x" + std::to_string(b.cols);
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b >= 1, without the overflow of a + b - 1.
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 // "<prefix>weight" -> "<prefix>weight_scale_inv"; empty when the id does
 // not end in "weight".
@@ -50,7 +52,8 @@ Dims BlockGrid(const Dims& shape, const Fp8Block& b) {
 }
 
 // The blocks [offset / block, ceil(end / block)) of a weight box whose
-// blocks are whole, else InvalidArgument naming the first split block.
+// blocks are whole, else InvalidArgument naming the first split block
+// (and the participant holding the box).
 Result<std::pair<Dims, Dims>> BlockBox(std::string_view tensor,
                                        const Dims& global, const Dims& offset,
                                        const Dims& shape, const Fp8Block& b,
@@ -99,6 +102,7 @@ class ConversionPlanBuilder {
       plan_.staging_ = target_;
       return std::move(plan_);
     }
+    FindSplitDequantizedBlocks();
     RESHARD_RETURN_NOT_OK(StageTensors());
     for (const WeightPlacementPart& part : target_.parts()) {
       for (const PlacementFragment& f : part.fragments()) {
@@ -118,12 +122,16 @@ class ConversionPlanBuilder {
 
  private:
   Status Classify(const TensorDescriptor& t);
+  void FindSplitDequantizedBlocks();
   Status AddBlockConversion(const TensorDescriptor& t, TensorConversion c,
                             bool quantize);
   Status StageTensors();
   Status StageFragment(const WeightPlacementPart& part,
                        const PlacementFragment& f);
   Status AddStaged(PlacementFragmentSpec spec, const std::string& target_id);
+  Status StageWholeScale(const WeightPlacementPart& part,
+                         const PlacementFragment& f, const TensorConversion& c,
+                         const Dims& weight_shape);
   Status CheckProducedScales() const;
 
   const SourceTensorLookup& source_;
@@ -136,7 +144,32 @@ class ConversionPlanBuilder {
   // Per participant and quantized weight: the block boxes it computes.
   std::multimap<std::pair<std::string, std::string>, std::pair<Dims, Dims>>
       quantized_blocks_;
+  // Dequantized weights some target fragment of which splits a block: their
+  // scales are staged whole on every participant holding the weight.
+  std::set<std::string, std::less<>> whole_scales_;
+  // Per participant and such weight: its staging scale fragment.
+  std::map<std::pair<std::string, std::string>, std::string> whole_scale_of_;
 };
+
+// Dequantization reads its blocks' scales, so unlike quantization it needs
+// no block whole in one fragment: a weight whose target fragments split
+// blocks stages its (small) scale tensor whole, replicated over the axes
+// that split the weight, and each fragment reads the scales of the blocks
+// it overlaps (ApplyConversions).
+void ConversionPlanBuilder::FindSplitDequantizedBlocks() {
+  for (const WeightPlacementPart& part : target_.parts()) {
+    for (const PlacementFragment& f : part.fragments()) {
+      const TensorConversion* c = plan_.Find(f.tensor_id());
+      if (c == nullptr || c->kind != ConversionKind::kDequantize) continue;
+      const TensorDescriptor* t = target_.FindTensor(f.tensor_id());
+      if (!BlockBox(f.tensor_id(), t->global_shape(), f.global_offset(),
+                    f.local_shape(), c->block, part.participant_id())
+               .ok()) {
+        whole_scales_.insert(f.tensor_id());
+      }
+    }
+  }
+}
 
 Status ConversionPlanBuilder::Classify(const TensorDescriptor& t) {
   const std::optional<SourceTensorInfo> src = source_(t.tensor_id());
@@ -247,6 +280,16 @@ Status ConversionPlanBuilder::StageTensors() {
     s.dtype = scale.dtype;
     s.itemsize = static_cast<int64_t>(SizeOf(*FloatTypeOf(scale.dtype)));
     s.layout_fingerprint = scale.layout_fingerprint;
+    if (whole_scales_.count(t.tensor_id())) {
+      // Whole on every participant of the weight: each axis that splits
+      // the weight replicates its scale.
+      s.shard_dims.clear();
+      for (ParallelAxis& axis : s.parallel_axes) {
+        if (axis.semantics() == AxisSemantics::kSplit) {
+          axis = ReplicatedAxis(axis.kind());
+        }
+      }
+    }
     RESHARD_ASSIGN_OR_RETURN(TensorDescriptor scale_tensor,
                              TensorDescriptor::Make(std::move(s)));
     tensors_.push_back(std::move(scale_tensor));
@@ -281,6 +324,10 @@ Status ConversionPlanBuilder::StageFragment(const WeightPlacementPart& part,
   RESHARD_RETURN_NOT_OK(AddStaged(spec, f.placement_fragment_id()));
   if (c->kind == ConversionKind::kCast) return Status::OK();
   const TensorDescriptor* t = target_.FindTensor(f.tensor_id());
+  if (c->kind == ConversionKind::kDequantize &&
+      whole_scales_.count(f.tensor_id())) {
+    return StageWholeScale(part, f, *c, t->global_shape());
+  }
   RESHARD_ASSIGN_OR_RETURN(
       auto blocks, BlockBox(f.tensor_id(), t->global_shape(), f.global_offset(),
                             f.local_shape(), c->block, part.participant_id()));
@@ -297,6 +344,34 @@ Status ConversionPlanBuilder::StageFragment(const WeightPlacementPart& part,
                  SizeOf(*FloatTypeOf(c->scale_dtype));
   RESHARD_RETURN_NOT_OK(AddStaged(scale, ""));
   plan_.scale_of_[weight_id] = fragments_.back().placement_fragment_id();
+  return Status::OK();
+}
+
+// The scale of a weight in whole_scales_: one fragment of the whole scale
+// tensor per participant, shared by its fragments of the weight.
+Status ConversionPlanBuilder::StageWholeScale(const WeightPlacementPart& part,
+                                              const PlacementFragment& f,
+                                              const TensorConversion& c,
+                                              const Dims& weight_shape) {
+  const std::string weight_id = plan_.staging_of_[f.placement_fragment_id()];
+  const auto key = std::make_pair(part.participant_id(), f.tensor_id());
+  auto it = whole_scale_of_.find(key);
+  if (it == whole_scale_of_.end()) {
+    const Dims grid = BlockGrid(weight_shape, c.block);
+    PlacementFragmentSpec scale{c.scale_tensor_id,
+                                Dims{0, 0},
+                                grid,
+                                static_cast<uint64_t>(grid[0] * grid[1]) *
+                                    SizeOf(*FloatTypeOf(c.scale_dtype)),
+                                f.rank(),
+                                {},
+                                std::nullopt,
+                                f.pipeline_stage_id()};
+    RESHARD_RETURN_NOT_OK(AddStaged(scale, ""));
+    it = whole_scale_of_.emplace(key, fragments_.back().placement_fragment_id())
+             .first;
+  }
+  plan_.scale_of_[weight_id] = it->second;
   return Status::OK();
 }
 

@@ -423,6 +423,45 @@ def fp8_to_fp16_deepseek():
 
 
 @SUITE.test
+def fp8_to_bf16_tp_shards_splitting_blocks():
+    """Finding (issue 58): dequantizing into TP shards that split FP8
+    blocks was refused, although only the quantizing side needs whole
+    blocks. DeepSeek-V3's 8x8 blocks at TP 4: q_b_proj's 48 rows are 12
+    per rank, the experts' 16 rows 4 per rank. Every element must take the
+    scale of its own block: `hf reshard`, `engine load` and the live and
+    local self-tests, each against an independent statement."""
+    import engine_reference as er
+    source, target, want = convert(
+        "deepseek_v3", (4, 1, 1), "dsv3-bf16-tp4", ["--dtype", "bfloat16"],
+        ["--convert", "--block", "8x8"],
+        lambda s, t: check_dtype_layout(s, t, "BF16"))
+    with open(path("dsv3-bf16-tp4.json")) as f:
+        placement = json.load(f)
+    rows = sorted(fr["global_offset"][0] for part in placement["parts"]
+                  for fr in part["fragments"] if fr["tensor_id"] ==
+                  "model.layers.0.self_attn.q_b_proj.weight")
+    check(rows == [0, 12, 24, 36], "q_b_proj rows start at %s" % rows)
+    # vLLM's bfloat16 form at TP 4, file by file against the reference.
+    d = checkpoint("deepseek_v3")[0]
+    out = path("dsv3-vllm-bf16-tp4")
+    ok(run("engine", "load", d, "--engine", "vllm", "--tp", 4, "--dtype",
+           "bfloat16", "--block", "8x8", "--convert", "-o", out),
+       "engine load --dtype bfloat16 at TP 4")
+    same_engine_files(out, er.expected(want, er.DEEPSEEK_V3_BF16, "vllm",
+                                       tp=4), "vllm bf16 tp4")
+    # The same conversion in one process and live between processes,
+    # every target byte checked against the pattern converted whole.
+    r, whole = layout("deepseek_v3", (1, 1, 1), "dsv3-fp8-tp1")
+    ok(r, "hf layout")
+    for extra in ([], ["--transport", "ucx", "--procs", 3, "--updates", 2]):
+        rep = json.loads(ok(run("selftest", whole, path("dsv3-bf16-tp4.json"),
+                                "--convert", "--block", "8x8", "--json",
+                                *extra, timeout=300),
+                            "selftest --convert %s" % extra).stdout)
+        check(rep["verified"] and rep["mismatch"] == "", rep)
+
+
+@SUITE.test
 def f32_to_f16_and_bf16_tp2():
     # float32 random bit patterns: float16 overflow to infinity, ties,
     # NaN payloads.
@@ -608,6 +647,48 @@ def refused_without_convert():
           "placement: converting it needs CheckpointLoadOptions::convert "
           "(--convert, convert=True)" % first)
     no_files(path("qwen2-noconv-out"))
+
+
+@SUITE.test
+def engine_load_refusals_create_no_directory():
+    """Finding (issue 58): `engine load` created OUTDIR before its
+    conversion checks, so these refusals left an empty directory although
+    nothing may be created before every check passes."""
+    dsv3 = checkpoint("deepseek_v3")[0]
+    # DeepSeek-V3 without one weight's scale: nothing to dequantize with.
+    cfg = CONFIGS["deepseek_v3"]
+    lost = "model.layers.0.self_attn.q_a_proj.weight_scale_inv"
+    unscaled = path("ckpt-dsv3-unscaled")
+    hfc.write_checkpoint(unscaled, cfg, files=2, tensors=[
+        t for t in hfc.model_tensors(cfg) if t[0] != lost])
+    cases = [
+        (checkpoint("qwen3_moe")[0], ["--quantize", "fp8", "--block", "8x8"],
+         "tensor model.layers.0.mlp.down_proj.weight is bfloat16 in the "
+         "checkpoint but float8_e4m3fn in the target placement: converting "
+         "it needs CheckpointLoadOptions::convert (--convert, convert=True)"),
+        (dsv3, ["--dtype", "bfloat16"],
+         "tensor model.layers.0.mlp.down_proj.weight is float8_e4m3fn in the "
+         "checkpoint but bfloat16 in the target placement: converting it "
+         "needs CheckpointLoadOptions::convert (--convert, convert=True)"),
+        (checkpoint("qwen2")[0], ["--dtype", "bfloat16"],
+         "tensor model.embed_tokens.weight is float16 in the checkpoint but "
+         "bfloat16 in the target placement: converting it needs "
+         "CheckpointLoadOptions::convert (--convert, convert=True)"),
+        (dsv3, ["--dtype", "bfloat16", "--convert"],
+         "cannot convert tensor model.layers.0.mlp.down_proj.weight: its "
+         "scale tensor model.layers.0.mlp.down_proj.weight_scale_inv "
+         "(source) is float32 [4, 4] but blocks of 128x128 make float32 "
+         "[1, 1]"),
+        (unscaled, ["--dtype", "bfloat16", "--block", "8x8", "--convert"],
+         "cannot convert tensor model.layers.0.self_attn.q_a_proj.weight: "
+         "the source lacks its scale tensor " + lost),
+    ]
+    for k, (d, extra, message) in enumerate(cases):
+        out = path("load-refused-%d" % k)
+        fails(run("engine", "load", d, "--engine", "vllm", "--tp", 2,
+                  *extra, "-o", out), message)
+        check(not os.path.exists(out), "%s created by a refusal (%s)" %
+              (out, extra))
 
 
 def _file_of(d, name):

@@ -381,6 +381,91 @@ def config_json_duplicate_keys_are_refused():
     check(os.listdir(d) == ["config.json"], "outputs: %r" % os.listdir(d))
 
 
+LLAMA = ('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", '
+         '"hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 4, '
+         '"num_attention_heads": 4, "num_key_value_heads": 2, '
+         '"intermediate_size": 48, "tie_word_embeddings": false, '
+         '"torch_dtype": "bfloat16"}')
+
+
+def engine_layout(d, *outputs):
+    config = os.path.join(d, "config.json")
+    if not os.path.exists(config):
+        with open(config, "w") as handle:
+            handle.write(LLAMA)
+    return run("engine", "layout", config, "--engine", "vllm", "--tp", "2",
+               *outputs)
+
+
+@test
+def engine_layout_writes_no_output_when_params_fails():
+    """`engine layout` wrote -o although --params then failed: every path
+    is checked first, and nothing is written when one cannot be."""
+    d = fresh_dir("layout_params_fails")
+    placement = os.path.join(d, "placement.json")
+    missing = os.path.join(d, "no-such-dir", "params.json")
+    rc, _, err = engine_layout(d, "-o", placement, "--params", missing)
+    expect_error(rc, err, "--params %s: cannot write: No such file or "
+                 "directory" % missing)
+    check(os.listdir(d) == ["config.json"], "outputs: %r" % os.listdir(d))
+    rc, _, err = engine_layout(d, "-o", placement, "--params", d)
+    expect_error(rc, err, "--params %s: is a directory; an output must be a "
+                 "regular file, a character device or a FIFO" % d)
+    check(os.listdir(d) == ["config.json"], "outputs: %r" % os.listdir(d))
+    dangling = os.path.join(d, "dangling")
+    os.symlink(os.path.join(d, "nothing"), dangling)
+    rc, _, err = engine_layout(d, "-o", placement, "--params", dangling)
+    expect_error(rc, err, "--params %s: is a symbolic link to nothing "
+                 "usable: No such file or directory" % dangling)
+    check(sorted(os.listdir(d)) == ["config.json", "dangling"],
+          "outputs: %r" % os.listdir(d))
+    # Both writable: both written.
+    params = os.path.join(d, "params.json")
+    rc, out, err = engine_layout(d, "-o", placement, "--params", params)
+    check(rc == 0, "engine layout: %d %r" % (rc, err))
+    with open(placement) as a, open(params) as b:
+        check(json.load(b)["placement_id"] == json.load(a)["placement_id"],
+              "params of another placement")
+
+
+@test
+def engine_layout_refuses_one_file_for_both_outputs():
+    """`-o F --params F` exited 0 with the placement overwritten by the
+    maps: the same file, through any spelling, a symbolic link or an
+    existing inode, is refused naming both flags, and nothing is written."""
+    d = fresh_dir("layout_same_file")
+    f = os.path.join(d, "out.json")
+    rc, _, err = engine_layout(d, "-o", f, "--params", f)
+    expect_error(rc, err, "-o %s and --params %s name the same file" % (f, f))
+    other = os.path.join(d, ".", "sub", "..", "out.json")
+    os.makedirs(os.path.join(d, "sub"))
+    rc, _, err = engine_layout(d, "-o", f, "--params", other)
+    expect_error(rc, err, "-o %s and --params %s name the same file" %
+                 (f, other))
+    check(sorted(os.listdir(d)) == ["config.json", "sub"],
+          "outputs: %r" % os.listdir(d))
+    # An existing file, and a link to it; a hard link (one inode).
+    with open(f, "w") as handle:
+        handle.write("keep")
+    link = os.path.join(d, "link.json")
+    os.symlink(f, link)
+    hard = os.path.join(d, "hard.json")
+    os.link(f, hard)
+    for a, b in ((f, link), (link, f), (hard, f)):
+        rc, _, err = engine_layout(d, "-o", a, "--params", b)
+        expect_error(rc, err, "-o %s and --params %s name the same file" %
+                     (a, b))
+        with open(f) as handle:
+            check(handle.read() == "keep", "%s overwritten" % f)
+    # Standard output twice.
+    rc, out, err = engine_layout(d, "-o", "-", "--params", "-")
+    expect_error(rc, err, "-o - and --params - name the same file")
+    check(out == b"", "printed %d bytes" % len(out))
+    check(sorted(os.listdir(d)) == ["config.json", "hard.json", "link.json",
+                                     "out.json", "sub"],
+          "outputs: %r" % os.listdir(d))
+
+
 @test
 def report_script_escapes_the_attributes_it_sets():
     """The explorer's script sets data-p and data-tensor through the same

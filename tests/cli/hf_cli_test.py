@@ -461,6 +461,58 @@ def checkpoint_tensor_errors():
 
 
 @SUITE.test
+def quantized_checkpoint_dtypes_are_checked():
+    """Finding (issue 58): an I32 weight_scale, an I8 quantized weight and
+    BF16 MXFP4 scales were laid out as they came. Each quantization scheme's
+    tensors must be in its dtypes: FP8 block and per-channel scales F32,
+    BF16 or F16 with their weights F8_E4M3, MXFP4 blocks and scales U8; the
+    error names the tensor, its file, its dtype and the dtypes allowed, and
+    nothing is written."""
+    cases = [
+        ("deepseek_v3", "model.layers.0.self_attn.q_a_proj.weight_scale_inv",
+         "I32", "model.layers.0.self_attn.q_a_proj.weight_scale_inv",
+         "int32, but an FP8 block scale must be float32, bfloat16 or "
+         "float16"),
+        ("deepseek_v3", "model.layers.0.self_attn.q_a_proj.weight", "I8",
+         "model.layers.0.self_attn.q_a_proj.weight",
+         "int8, but a weight with an FP8 block scale must be float8_e4m3fn"),
+        ("glm4_moe_fp8", "model.layers.1.self_attn.o_proj.weight_scale",
+         "I32", "model.layers.1.self_attn.o_proj.weight_scale",
+         "int32, but a per-channel FP8 scale must be float32, bfloat16 or "
+         "float16"),
+        ("glm4_moe_fp8", "model.layers.1.self_attn.o_proj.weight", "I8",
+         "model.layers.1.self_attn.o_proj.weight",
+         "int8, but a weight with a per-channel FP8 scale must be "
+         "float8_e4m3fn"),
+        ("gpt_oss", "model.layers.0.mlp.experts.gate_up_proj_scales", "BF16",
+         "model.layers.0.mlp.experts.gate_up_proj_scales",
+         "bfloat16, but an MXFP4 block or scale must be uint8"),
+        ("gpt_oss", "model.layers.1.mlp.experts.down_proj_blocks", "I8",
+         "model.layers.1.mlp.experts.down_proj_blocks",
+         "int8, but an MXFP4 block or scale must be uint8"),
+    ]
+    for k, (arch, changed, dtype, named, why) in enumerate(cases):
+        cfg = hfc.CONFIGS[arch]
+        spec = hfc.model_tensors(cfg)
+        check(any(n == changed for n, _, _ in spec), "%s has no %s" %
+              (arch, changed))
+        d = os.path.join(TMP["dir"], "bad-dtype-%d" % k)
+        hfc.write_checkpoint(d, cfg, files=2, tensors=[
+            (n, dtype if n == changed else t, sh) for n, t, sh in spec])
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            fname = json.load(f)["weight_map"][named]
+        out = d + ".json"
+        config = os.path.join(d, "config.json")
+        r = run("hf", "layout", config, "--checkpoint", d, "-o", out)
+        want = ("reshard: error: %s: checkpoint tensor %s (in %s) is %s\n" %
+                (config, named, fname, why))
+        check(r.returncode == 1 and r.stderr == want,
+              "exit %d, stderr\n  %r\nnot\n  %r" % (r.returncode, r.stderr,
+                                                    want))
+        check(not os.path.exists(out), "%s written" % out)
+
+
+@SUITE.test
 def checkpoint_source_plans():
     d = checkpoint("mixtral")
     r, placement = layout("mixtral", (2, 2, 2, 1), name="mixtral-src.json")

@@ -316,7 +316,8 @@ def delta_flags_are_refused_without_updates_or_ucx():
              "--delta and --change-fraction need --updates K"),
             (["--delta"], "--delta needs --transport ucx"),
             (["--transport", "ucx", "--updates", "2", "--change-fraction",
-              "1.5"], "--change-fraction must be in [0, 1]")):
+              "1.5"],
+             "--change-fraction must be a number from 0 to 1, not '1.5'")):
         rc, out, err = run("selftest", src, dst, *args)
         check(rc != 0 and out == b"", "accepted %r" % args)
         check(message in err.decode(), "%r: %r" % (args, err))

@@ -285,7 +285,8 @@ with tempfile.TemporaryDirectory() as tmp:
         r = run("plan", src, dst, "--html", html, "--gbps", bad)
         check("plan --gbps %s refused" % bad, r.returncode == 1 and
               r.stderr == "reshard: error: --gbps must be a positive finite "
-              "number of GB/s\n" and open(html, "rb").read() == first,
+              "number of GB/s, not '%s'\n" % bad and
+              open(html, "rb").read() == first,
               r.stderr)
     r = run("plan", src, dst, "--svg", svg, "--heatmap-max-axis", "0")
     check("plan --heatmap-max-axis 0 refused", r.returncode == 1 and
