@@ -154,6 +154,7 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
   RESHARD_RETURN_NOT_OK(CreateOutputDir(a.output));
   BufferBindingOptions bo;
   bo.instance_id = "engine-load";
+  const std::string map_id = EngineParameterMapId(*layout);
   for (const EngineParticipant& p : layout->participants()) {
     if (!a.participant.empty() && p.participant_id != a.participant) {
       continue;
@@ -170,7 +171,8 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
     RESHARD_RETURN_NOT_OK(
         ZeroParameterPadding(*layout, p.participant_id, memory.buffers()));
     RESHARD_RETURN_NOT_OK(WriteParameterFile(
-        ParameterFilePath(a.output, p.participant_id), p, memory.buffers()));
+        ParameterFilePath(a.output, p.participant_id), p, memory.buffers(),
+        ParameterFileIdentityOf(*layout, p.participant_id, map_id)));
     ++total->participants;
     total->parameters += p.parameters.size();
     CountPieceBytes(p, &total->bytes, &total->padding_bytes);
@@ -279,6 +281,10 @@ void AddReshardCommand(CLI::App* engine) {
   cmd->add_flag("--convert", a->run.convert,
                 "convert tensors whose dtype differs (--from-/--to-quantize, "
                 "--from-/--to-dtype); on every --via");
+  cmd->add_flag("--trust-file-names", a->run.trust_file_names,
+                "take source files that carry no identity (not written by "
+                "engine load or engine reshard) by their names; a file whose "
+                "identity differs is refused either way");
   AddBlockOption(cmd, &a->run.block);
   cmd->add_option("--threads", a->run.threads, "copy threads (local)")
       ->check(CLI::Range(1, 256));

@@ -19,7 +19,12 @@ struct EngineReshardArgs {
   uint32_t threads = 4;
   // Convert tensors whose dtype differs (local only).
   bool convert = false;
+  // Take source files that carry no identity by their names (a file whose
+  // identity differs from its participant's is refused either way).
+  bool trust_file_names = false;
   Fp8Block block;
+  // --via ucx: bounds each wait of the live session and the whole run
+  // (both ranks are ended when it passes).
   std::chrono::milliseconds timeout{120000};
 };
 

@@ -158,18 +158,76 @@ Status ZeroParameterPadding(const EngineLayout& layout,
 // 2 MiB-aligned with transparent huge pages when large): its padding
 // zero, the rest uninitialized, to be filled by a load, a reshard or a
 // file read. Move-only, freed with it.
+// Whose a parameter file is: written into its safetensors "__metadata__"
+// (keys "reshard.participant_id", "reshard.placement_id",
+// "reshard.parameter_map_id", "reshard.revision" and
+// "reshard.weight_generation") by WriteParameterFile, and checked by
+// ReadParameterFile and ParameterMemory::MapFile, so that a file put in
+// another participant's place, or one of another layout, model or
+// parameter map whose shapes happen to agree, is refused rather than read.
+struct ParameterFileIdentity {
+  std::string participant_id;
+  std::string placement_id;      // the engine layout's placement
+  std::string parameter_map_id;  // EngineParameterMapId of the layout
+  std::string revision;          // the placement's revision
+  uint64_t weight_generation = 0;
+  // "participant P, placement L (revision R, weight generation G),
+  // parameter map M" ("none" for an empty id).
+  std::string ToString() const;
+  friend bool operator==(const ParameterFileIdentity&,
+                         const ParameterFileIdentity&) = default;
+};
+
+// "sha256:" + SHA-256 of the canonical JSON of the layout's parameter maps
+// (EngineParametersToJson less its placement id): names the engine and
+// every participant's parameters, shapes, dtypes and pieces, whatever the
+// placement's revision. Linear in the maps' size: compute once per layout.
+std::string EngineParameterMapId(const EngineLayout& layout);
+
+// The identity of `participant_id`'s file in `layout` whose parameter
+// maps are named `parameter_map_id` (EngineParameterMapId(layout)).
+ParameterFileIdentity ParameterFileIdentityOf(const EngineLayout& layout,
+                                              std::string_view participant_id,
+                                              std::string parameter_map_id);
+
+// What a parameter file read for a participant must say of itself.
+struct ParameterFileExpectation {
+  // The file's participant and parameter map must be these; its placement
+  // id this one when written at this revision and weight generation.
+  ParameterFileIdentity identity;
+  // The slot's placement id at another revision and weight generation (a
+  // file written by a load of revision "hf" fills the slot of the same
+  // layout at revision "step-7"); unset: a file of another revision is
+  // refused.
+  std::function<Result<std::string>(const std::string& revision,
+                                    uint64_t weight_generation)>
+      placement_id_at;
+  // Take a file that carries no identity at all (none of the keys; written
+  // by another tool, or before files carried one) by its name. A file
+  // whose identity differs is refused either way.
+  bool trust_file_names = false;
+};
+
+// The expectation of `participant_id`'s file in `layout`, at any revision
+// of its placement (placement_id_at derives and remembers each revision's
+// id; copies share what it remembers, unsynchronized: one thread).
+ParameterFileExpectation ExpectParameterFile(const EngineLayout& layout,
+                                             std::string_view participant_id,
+                                             std::string parameter_map_id);
+
 class ParameterMemory {
  public:
   static Result<ParameterMemory> Allocate(const EngineParticipant& p);
   // The participant's parameters as they lie in its parameter file
   // (WriteParameterFile's form), checked as ReadParameterFile checks them,
-  // without reading them: a regular file is mapped privately (its pages
-  // come from the page cache, no fresh memory is filled; a write through
-  // the buffers changes a private copy of its page, never the file), any
-  // other is read into allocated memory. The file must not shrink while
-  // mapped (a read past its end raises SIGBUS).
-  static Result<ParameterMemory> MapFile(const std::string& path,
-                                         const EngineParticipant& p);
+  // without reading them: the file (a regular file; anything else is
+  // refused without blocking) is mapped privately (its pages come from the
+  // page cache, no fresh memory is filled; a write through the buffers
+  // changes a private copy of its page, never the file). The file must not
+  // shrink while mapped (a read past its end raises SIGBUS).
+  static Result<ParameterMemory> MapFile(
+      const std::string& path, const EngineParticipant& p,
+      const ParameterFileExpectation& expect);
   const ParameterBuffers& buffers() const { return buffers_; }
   uint64_t bytes() const { return bytes_; }
 
@@ -184,18 +242,24 @@ class ParameterMemory {
 };
 
 // One participant's parameters as one safetensors file (engine names and
-// shapes, in engine order, metadata {"format": "pt"}): written as
-// "<path>.partial", synced and linked to `path` (never replacing). An existing
-// `path` is AlreadyExists (nothing written).
+// shapes, in engine order, metadata {"format": "pt"} and `identity`, whose
+// participant must be `participant`'s): written as "<path>.partial",
+// synced and linked to `path` (never replacing). An existing `path` is
+// AlreadyExists (nothing written).
 Status WriteParameterFile(const std::string& path,
                           const EngineParticipant& participant,
-                          const ParameterBuffers& buffers);
-// Reads such a file into `buffers`: it must hold exactly the participant's
-// parameters, each with the map's shape and dtype (errors name the file
-// and parameter).
+                          const ParameterBuffers& buffers,
+                          const ParameterFileIdentity& identity);
+// Reads such a file into `buffers`. It must be a regular file (opened
+// without blocking: a FIFO is refused at once), carry `expect.identity`
+// (InvalidArgument naming the file and both identities), or no identity
+// with `expect.trust_file_names` (otherwise FailedPrecondition), and hold
+// exactly the participant's parameters, each with the map's shape and
+// dtype (errors name the file and parameter).
 Status ReadParameterFile(const std::string& path,
                          const EngineParticipant& participant,
-                         const ParameterBuffers& buffers);
+                         const ParameterBuffers& buffers,
+                         const ParameterFileExpectation& expect);
 
 // The parameter maps as canonical JSON: {"engine", "placement_id",
 // "participants": [{"participant_id", "parameters": [{"name", "shape",

@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <map>
+#include <utility>
 #include <cstring>
 
 #include "reshard/engine.h"
@@ -13,6 +16,7 @@
 #include "util/host_memory.h"
 #include "util/mapped_file.h"
 #include "util/printable.h"
+#include "util/sha256.h"
 
 namespace reshard {
 
@@ -43,9 +47,68 @@ Result<ParameterMemory> ParameterMemory::Allocate(const EngineParticipant& p) {
   return m;
 }
 
+namespace {
+
+constexpr std::string_view kParticipantKey = "reshard.participant_id";
+constexpr std::string_view kPlacementKey = "reshard.placement_id";
+constexpr std::string_view kParameterMapKey = "reshard.parameter_map_id";
+constexpr std::string_view kRevisionKey = "reshard.revision";
+constexpr std::string_view kGenerationKey = "reshard.weight_generation";
+
+}  // namespace
+
+std::string ParameterFileIdentity::ToString() const {
+  auto or_none = [](const std::string& id) {
+    return id.empty() ? std::string("none") : Printable(id);
+  };
+  return "participant " + or_none(participant_id) + ", placement " +
+         or_none(placement_id) + " (revision " + or_none(revision) +
+         ", weight generation " + std::to_string(weight_generation) +
+         "), parameter map " + or_none(parameter_map_id);
+}
+
+ParameterFileIdentity ParameterFileIdentityOf(const EngineLayout& layout,
+                                              std::string_view participant_id,
+                                              std::string parameter_map_id) {
+  const WeightPlacementManifest& placement = layout.placement();
+  return {std::string(participant_id), placement.placement_id(),
+          std::move(parameter_map_id), placement.revision(),
+          placement.weight_generation()};
+}
+
+ParameterFileExpectation ExpectParameterFile(const EngineLayout& layout,
+                                             std::string_view participant_id,
+                                             std::string parameter_map_id) {
+  ParameterFileExpectation expect;
+  expect.identity = ParameterFileIdentityOf(layout, participant_id,
+                                            std::move(parameter_map_id));
+  // One placement id per revision met, shared by the copies.
+  auto ids = std::make_shared<std::map<std::pair<std::string, uint64_t>,
+                                       std::string>>();
+  expect.placement_id_at =
+      [placement = layout.placement(), ids](
+          const std::string& revision,
+          uint64_t generation) -> Result<std::string> {
+    auto key = std::make_pair(revision, generation);
+    auto it = ids->find(key);
+    if (it != ids->end()) return it->second;
+    RESHARD_ASSIGN_OR_RETURN(auto at,
+                             WithRevision(placement, revision, generation));
+    return (*ids)[key] = at.placement_id();
+  };
+  return expect;
+}
+
 Status WriteParameterFile(const std::string& path,
                           const EngineParticipant& participant,
-                          const ParameterBuffers& buffers) {
+                          const ParameterBuffers& buffers,
+                          const ParameterFileIdentity& identity) {
+  if (identity.participant_id != participant.participant_id) {
+    return Status::InvalidArgument(
+        "cannot write the parameters of participant " +
+        participant.participant_id + " under the identity of " +
+        identity.ToString());
+  }
   std::vector<SafetensorsTensor> tensors;
   std::vector<const void*> data;
   uint64_t at = 0;
@@ -63,8 +126,14 @@ Status WriteParameterFile(const std::string& path,
     data.push_back(it->second.data);
     at += q.nbytes();
   }
-  const std::string header =
-      EncodeSafetensorsHeader(tensors, {{"format", "pt"}});
+  const std::string header = EncodeSafetensorsHeader(
+      tensors, {{"format", "pt"},
+                {std::string(kParticipantKey), identity.participant_id},
+                {std::string(kPlacementKey), identity.placement_id},
+                {std::string(kParameterMapKey), identity.parameter_map_id},
+                {std::string(kRevisionKey), identity.revision},
+                {std::string(kGenerationKey),
+                 std::to_string(identity.weight_generation)}});
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
     return Status::AlreadyExists("refusing to replace " + Printable(path));
@@ -94,6 +163,73 @@ Status WriteParameterFile(const std::string& path,
 }
 
 namespace {
+
+// Whether the file's metadata says it is the one `expect` asks for: its
+// participant and parameter map, and its placement at the file's revision
+// and weight generation (a file of another revision of the same layout
+// fills the same slot).
+Status CheckIdentity(const std::string& path, const SafetensorsHeader& header,
+                     const EngineParticipant& participant,
+                     const ParameterFileExpectation& expect) {
+  ParameterFileIdentity found;
+  std::string generation;
+  bool any = false;
+  for (auto [key, id] : {std::pair{kParticipantKey, &found.participant_id},
+                         std::pair{kPlacementKey, &found.placement_id},
+                         std::pair{kParameterMapKey, &found.parameter_map_id},
+                         std::pair{kRevisionKey, &found.revision},
+                         std::pair{kGenerationKey, &generation}}) {
+    auto it = header.metadata.find(std::string(key));
+    if (it == header.metadata.end()) continue;
+    *id = it->second;
+    any = true;
+  }
+  if (!any) {
+    if (expect.trust_file_names) return Status::OK();
+    return Status::FailedPrecondition(
+        Printable(path) + " carries no identity (no " +
+        std::string(kParticipantKey) + " or the other reshard.* keys in its " +
+        "metadata): refused as the file of participant " +
+        participant.participant_id + " unless file names are trusted");
+  }
+  // A weight generation as the placement writes one: decimal digits, no
+  // leading zero, within 64 bits.
+  errno = 0;
+  const bool generation_ok =
+      !generation.empty() && generation.size() <= 20 &&
+      generation.find_first_not_of("0123456789") == std::string::npos &&
+      (generation.size() == 1 || generation[0] != '0') &&
+      (found.weight_generation =
+           std::strtoull(generation.c_str(), nullptr, 10),
+       errno != ERANGE);
+  if (!generation_ok) {
+    return Status::InvalidArgument(
+        Printable(path) + ": its metadata's " + std::string(kGenerationKey) +
+        " \"" + Printable(generation) + "\" is not a weight generation");
+  }
+  const ParameterFileIdentity& want = expect.identity;
+  bool same = found.participant_id == want.participant_id &&
+              found.parameter_map_id == want.parameter_map_id;
+  if (same) {
+    if (found.revision == want.revision &&
+        found.weight_generation == want.weight_generation) {
+      same = found.placement_id == want.placement_id;
+    } else if (expect.placement_id_at) {
+      RESHARD_ASSIGN_OR_RETURN(
+          std::string at,
+          expect.placement_id_at(found.revision, found.weight_generation));
+      same = found.placement_id == at;
+    } else {
+      same = false;
+    }
+  }
+  if (!same) {
+    return Status::InvalidArgument(Printable(path) + " is the file of " +
+                                   found.ToString() + ", not of " +
+                                   want.ToString());
+  }
+  return Status::OK();
+}
 
 // Where each of `participant`'s parameters lies in its parameter file of
 // header `header` (offsets from the file's start, in parameter order): the
@@ -152,14 +288,11 @@ Result<SafetensorsHeader> ReadParameterHeader(const std::string& path,
 
 Status ReadParameterFile(const std::string& path,
                          const EngineParticipant& participant,
-                         const ParameterBuffers& buffers) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus("cannot open", path);
+                         const ParameterBuffers& buffers,
+                         const ParameterFileExpectation& expect) {
+  RESHARD_ASSIGN_OR_RETURN(FileDescriptor fd, internal::OpenRegularFile(path));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
-  if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(Printable(path) + " is not a regular file");
-  }
   RESHARD_ASSIGN_OR_RETURN(
       SafetensorsHeader header,
       ReadParameterHeader(
@@ -170,6 +303,7 @@ Status ReadParameterFile(const std::string& path,
                 internal::PreadAll(fd.get(), out.data(), n, offset, path));
             return out;
           }));
+  RESHARD_RETURN_NOT_OK(CheckIdentity(path, header, participant, expect));
   RESHARD_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
                            LocateParameters(path, header, participant));
   for (size_t i = 0; i < participant.parameters.size(); ++i) {
@@ -185,13 +319,17 @@ Status ReadParameterFile(const std::string& path,
   return Status::OK();
 }
 
-Result<ParameterMemory> ParameterMemory::MapFile(const std::string& path,
-                                                 const EngineParticipant& p) {
-  auto file = std::make_shared<internal::MappedFile>(
-      internal::MappedFile::Open(path, 0, UINT64_MAX, /*copy_on_write=*/true));
-  if (!file->mapped()) {  // not a regular file: read as before
+Result<ParameterMemory> ParameterMemory::MapFile(
+    const std::string& path, const EngineParticipant& p,
+    const ParameterFileExpectation& expect) {
+  RESHARD_ASSIGN_OR_RETURN(FileDescriptor fd, internal::OpenRegularFile(path));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
+  auto file = std::make_shared<internal::MappedFile>(internal::MappedFile::Map(
+      fd.get(), static_cast<uint64_t>(st.st_size), /*copy_on_write=*/true));
+  if (!file->mapped()) {  // empty, or the mapping refused: read as before
     RESHARD_ASSIGN_OR_RETURN(ParameterMemory m, Allocate(p));
-    RESHARD_RETURN_NOT_OK(ReadParameterFile(path, p, m.buffers()));
+    RESHARD_RETURN_NOT_OK(ReadParameterFile(path, p, m.buffers(), expect));
     return m;
   }
   const std::string_view bytes = file->view();
@@ -202,6 +340,7 @@ Result<ParameterMemory> ParameterMemory::MapFile(const std::string& path,
           [&](uint64_t offset, uint64_t n) -> Result<std::string> {
             return std::string(bytes.substr(offset, n));
           }));
+  RESHARD_RETURN_NOT_OK(CheckIdentity(path, header, p, expect));
   RESHARD_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
                            LocateParameters(path, header, p));
   ParameterMemory m;

@@ -11,6 +11,7 @@
 #include "util/dims_text.h"
 #include "util/json_reader.h"
 #include "util/printable.h"
+#include "util/sha256.h"
 
 namespace reshard {
 
@@ -306,7 +307,13 @@ Status ZeroParameterPadding(const EngineLayout& layout,
   return Status::OK();
 }
 
-std::string EngineParametersToJson(const EngineLayout& layout) {
+namespace {
+
+// The canonical JSON of the maps, with the placement id or without it
+// (the maps of a layout whatever its revision and weight generation:
+// fragment ids name boxes and ranks only).
+std::string ParameterMapsJson(const EngineLayout& layout,
+                              bool with_placement_id) {
   std::string out;
   internal::CanonicalJsonWriter w(&out);
   w.BeginObject();
@@ -345,9 +352,21 @@ std::string EngineParametersToJson(const EngineLayout& layout) {
     w.EndObject();
   }
   w.EndArray();
-  w.KeyString("placement_id", layout.placement().placement_id());
+  if (with_placement_id) {
+    w.KeyString("placement_id", layout.placement().placement_id());
+  }
   w.EndObject();
   return out;
+}
+
+}  // namespace
+
+std::string EngineParametersToJson(const EngineLayout& layout) {
+  return ParameterMapsJson(layout, /*with_placement_id=*/true);
+}
+
+std::string EngineParameterMapId(const EngineLayout& layout) {
+  return internal::Sha256Id(ParameterMapsJson(layout, false));
 }
 
 namespace {

@@ -12,6 +12,8 @@ Usage: engine_cli_test.py RESHARD_BINARY TESTS_DIR
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 
@@ -114,9 +116,42 @@ def read_dir(d):
     return out
 
 
+IDENTITY_KEYS = ("reshard.participant_id", "reshard.placement_id",
+                 "reshard.parameter_map_id", "reshard.revision",
+                 "reshard.weight_generation")
+
+
+def split_file(blob):
+    """(header without the file's identity, identity, data) of the bytes
+    of one parameter file: files of one layout at two revisions, or of two
+    engines with one layout, hold the same bytes under other identities."""
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    meta = header.get("__metadata__", {})
+    identity = {k: meta.pop(k) for k in IDENTITY_KEYS if k in meta}
+    return (json.dumps(header, sort_keys=True), identity, blob[8 + n:])
+
+
 def raw_dir(d):
-    return {f: open(os.path.join(d, f), "rb").read()
-            for f in sorted(os.listdir(d))}
+    """{file: (header less identity, data)}: every byte but the identity."""
+    out = {}
+    for f in sorted(os.listdir(d)):
+        with open(os.path.join(d, f), "rb") as handle:
+            header, identity, data = split_file(handle.read())
+        check(identity.get("reshard.participant_id") ==
+              f[:-len(".safetensors")],
+              "%s/%s: identity %r names another participant" % (d, f,
+                                                               identity))
+        out[f] = (header, data)
+    return out
+
+
+def identities(d):
+    out = {}
+    for f in sorted(os.listdir(d)):
+        with open(os.path.join(d, f), "rb") as handle:
+            out[f] = split_file(handle.read())[1]
+    return out
 
 
 def same_params(got, want, what):
@@ -309,6 +344,16 @@ def check_reshard(key, frm, to, vias):
         for f in want:
             check(got[f] == want[f], "%s via %s: %s differs from engine load's"
                   % (what, via, f))
+        # The same layout's parameter maps, at the reshard's revision.
+        ids, load_ids = identities(out), identities(dst)
+        for f in want:
+            check(ids[f]["reshard.parameter_map_id"] ==
+                  load_ids[f]["reshard.parameter_map_id"] and
+                  ids[f]["reshard.revision"] ==
+                  (extra[1] if extra else ids[f]["reshard.revision"]) and
+                  load_ids[f]["reshard.revision"] == "hf",
+                  "%s via %s: %s identity %r, engine load's %r" %
+                  (what, via, f, ids[f], load_ids[f]))
         keys = ["bytes", "files", "padding_bytes", "seconds", "source_bytes",
                 "via"]
         if via.startswith("fs://"):
@@ -452,15 +497,21 @@ def fp8_refusal_at_tp1_does_not_suggest_a_tp():
     check(not os.path.exists(out), "output created")
 
 
-def write_variant(name, src, fname, mutate):
+def write_variant(name, src, fname, mutate, metadata=None):
     """A copy of SRCDIR with file `fname` rewritten by mutate(tensors) (None
-    removes it)."""
+    removes it), keeping its metadata (its identity) unless `metadata` is
+    given."""
     d = path("variant-" + name)
     os.makedirs(d)
     for f in os.listdir(src):
         with open(os.path.join(src, f), "rb") as a, \
                 open(os.path.join(d, f), "wb") as b:
             b.write(a.read())
+    if metadata is None:
+        with open(os.path.join(d, fname), "rb") as f:
+            blob = f.read()
+        n = int.from_bytes(blob[:8], "little")
+        metadata = json.loads(blob[8:8 + n])["__metadata__"]
     items = [(n, *v) for n, v in hfc.read_file(os.path.join(d, fname))
              .items()]
     items = mutate(items)
@@ -468,7 +519,7 @@ def write_variant(name, src, fname, mutate):
         os.remove(os.path.join(d, fname))
     else:
         with open(os.path.join(d, fname), "wb") as f:
-            f.write(hfc.encode_file(items))
+            f.write(hfc.encode_file(items, metadata))
     return d
 
 
@@ -518,7 +569,7 @@ def reshard_refuses_bad_source_files():
         ("lacking", lacking,
          head + " lacks parameter " + N + " of participant p-d0-p0-e0-t1"),
         ("missing", lambda items: None,
-         "cannot open " + head + ": No such file or directory"),
+         "cannot read " + head + ": No such file or directory"),
     ]
     for name, mutate, message in cases:
         d = write_variant(name, src, f, mutate)
@@ -526,6 +577,95 @@ def reshard_refuses_bad_source_files():
         fails(reshard("llama", d, VLLM4, MCORE, out, "local"),
               message % name)
         no_files(out)
+
+
+def copy_dir(src, name):
+    d = path(name)
+    os.makedirs(d)
+    for f in os.listdir(src):
+        with open(os.path.join(src, f), "rb") as a, \
+                open(os.path.join(d, f), "wb") as b:
+            b.write(a.read())
+    return d
+
+
+def identity_text(ident):
+    return ("participant %s, placement %s (revision %s, weight generation "
+            "%s), parameter map %s" % (
+                ident["reshard.participant_id"], ident["reshard.placement_id"],
+                ident["reshard.revision"], ident["reshard.weight_generation"],
+                ident["reshard.parameter_map_id"]))
+
+
+@SUITE.test
+def reshard_refuses_swapped_renamed_or_foreign_files_on_every_via():
+    """The probe swapped the files of two TP ranks of a load: the output
+    held the other rank's rows and the command exited 0. Every file now
+    carries its identity; a file in another's slot is refused naming the
+    file and both identities, on every --via, and nothing is written."""
+    src = vllm4_source()
+    t0, t1 = "p-d0-p0-e0-t0.safetensors", "p-d0-p0-e0-t1.safetensors"
+    ids = identities(src)
+    swapped = copy_dir(src, "identity-swapped")
+    os.rename(os.path.join(swapped, t0), os.path.join(swapped, "x"))
+    os.rename(os.path.join(swapped, t1), os.path.join(swapped, t0))
+    os.rename(os.path.join(swapped, "x"), os.path.join(swapped, t1))
+    renamed = copy_dir(src, "identity-renamed")
+    os.remove(os.path.join(renamed, t0))
+    with open(os.path.join(src, t1), "rb") as a, \
+            open(os.path.join(renamed, t0), "wb") as b:
+        b.write(a.read())
+    # Foreign: the same participant's file of a Megatron layout (other
+    # parameter maps and placement) put in the vLLM TP4 source's place.
+    other = load_dir("llama", *MCORE)
+    if not os.path.exists(other):
+        check_load("llama", *MCORE)
+    foreign = copy_dir(src, "identity-foreign")
+    with open(os.path.join(other, t0), "rb") as a, \
+            open(os.path.join(foreign, t0), "wb") as b:
+        b.write(a.read())
+    foreign_id = identities(other)[t0]
+    want = identity_text(ids[t0])
+    # The slot's identity at the run's revision: the reshard's own.
+    at = dict(ids[t0])
+    cases = [
+        (swapped, t0, ids[t1]),
+        (renamed, t0, ids[t1]),
+        (foreign, t0, foreign_id),
+    ]
+    for via in ("local", "ucx", "fs://" + path("identity-store")):
+        for n, (d, f, found) in enumerate(cases):
+            out = path("identity-out-%d-%s" % (n, via.split(":")[0]))
+            r = reshard("llama", d, VLLM4, MCORE, out, via,
+                        "--revision", "hf")
+            # Over UCX rank 0 reads the sources, and its error says so.
+            fails(r, "%s%s/%s is the file of %s, not of %s" %
+                  ("rank 0 (sources): " if via == "ucx" else "", d, f,
+                   identity_text(found), identity_text(at)))
+            no_files(out)
+    check(want == identity_text(at), "slot identity")
+
+
+@SUITE.test
+def reshard_takes_files_with_no_identity_only_with_trust_file_names():
+    src = vllm4_source()
+    f = "p-d0-p0-e0-t1.safetensors"
+    d = write_variant("no-identity", src, f, lambda items: items,
+                      metadata={"format": "pt"})
+    out = path("no-identity-out")
+    fails(reshard("llama", d, VLLM4, MCORE, out, "local"),
+          "%s/%s carries no identity (no reshard.participant_id or the other "
+          "reshard.* keys in its metadata): refused as the file of "
+          "participant p-d0-p0-e0-t1 unless file names are trusted "
+          "(--trust-file-names takes it by its name)" % (d, f))
+    no_files(out)
+    ok(reshard("llama", d, VLLM4, MCORE, out, "local", "--trust-file-names"),
+       "engine reshard --trust-file-names")
+    want = raw_dir(load_dir("llama", *MCORE)) if os.path.exists(
+        load_dir("llama", *MCORE)) else None
+    if want is not None:
+        check(raw_dir(out) == want, "trusted files: output differs from "
+              "engine load's")
 
 
 @SUITE.test
@@ -546,6 +686,197 @@ def reshard_ucx_missing_source_fails_fast():
     check(lines[-1].startswith("reshard: error: "), r.stderr)
     check(took < 3, "a missing source file took %.1f s to refuse (--timeout "
           "6): %s" % (took, r.stderr.strip()))
+
+
+@SUITE.test
+def reshard_ucx_error_is_one_line():
+    # A rank's error reaches the user as one line naming the rank and its
+    # side, not the rank's own line followed by the parent's summary.
+    src = vllm4_source()
+    f = "p-d0-p0-e0-t1.safetensors"
+    d = write_variant("ucx-one-line", src, f, lambda items: None)
+    out = path("ucx-one-line-out")
+    # The local run's one line, which names the file.
+    local = reshard("llama", d, VLLM4, MCORE, out, "local").stderr.strip()
+    check(local.startswith("reshard: error: ") and
+          os.path.join(d, f) + ": No such file or directory" in local, local)
+    fails(reshard("llama", d, VLLM4, MCORE, out, "ucx", "--timeout", 6),
+          "rank 0 (sources): " + local[len("reshard: error: "):])
+    no_files(out)
+
+
+# ------------------------------------------------- live ranks and signals
+
+RANK_NAMES = ("reshard-rank0", "reshard-rank1")
+
+
+def proc_stat(pid):
+    """(name, state, parent pid) of process `pid`, or None once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat[stat.rindex(")") + 2:].split()
+    return stat[stat.index("(") + 1:stat.rindex(")")], rest[0], int(rest[1])
+
+
+def children(pid):
+    """{name: pid} of the processes whose parent is `pid`."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = proc_stat(int(d))
+            if st is not None and st[2] == pid:
+                out[st[0]] = int(d)
+    return out
+
+
+def gone(pid, within=5.0):
+    """Whether process `pid` is gone (or a zombie) within `within` s."""
+    end = time.monotonic() + within
+    while True:
+        st = proc_stat(pid)
+        if st is None or st[1] == "Z":
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+
+
+def live_run(tmp, out, *extra):
+    """`engine reshard --via ucx` of the vLLM TP4 source into Megatron,
+    with TMPDIR=tmp (where its rendezvous directory goes), not waited for."""
+    cfg = os.path.join(checkpoint("llama")[0], "config.json")
+    args = [RESHARD, "engine", "reshard", vllm4_source(), out, "--config",
+            cfg, "--from", VLLM4[0], *grid_args(VLLM4[1], "from-"), "--to",
+            MCORE[0], *grid_args(MCORE[1], "to-"), "--via", "ucx", "--json",
+            *extra]
+    return subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=tmp))
+
+
+def caught_run(name, act, *extra):
+    """Starts live runs until one's ranks are caught: act(proc, {rank name:
+    pid}) runs once both ranks are seen, which each get SIGSTOP (freezing
+    the run) as soon as seen, unless act stops them itself. Returns (proc,
+    ranks, tmp, out, finished proc's (stdout, stderr), seconds from act to
+    the parent's exit)."""
+    for attempt in range(8):
+        tmp = path("%s-tmp-%d" % (name, attempt))
+        out = path("%s-out-%d" % (name, attempt))
+        os.makedirs(tmp)
+        proc = live_run(tmp, out, *extra)
+        ranks = {}
+        end = time.monotonic() + 20
+        while len(ranks) < 2 and proc.poll() is None and \
+                time.monotonic() < end:
+            for n, pid in children(proc.pid).items():
+                if n in RANK_NAMES and n not in ranks:
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                    except ProcessLookupError:  # it just exited
+                        continue
+                    ranks[n] = pid
+        if len(ranks) < 2:  # the run finished before both were seen
+            for pid in ranks.values():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.communicate(timeout=60)
+            continue
+        t0 = time.monotonic()
+        act(proc, ranks)
+        try:
+            got = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            for pid in [proc.pid] + list(ranks.values()):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.communicate()
+            raise
+        return proc, ranks, tmp, out, got, time.monotonic() - t0
+    raise AssertionError("no live run lasted long enough to catch its ranks")
+
+
+def check_ended(ranks, tmp, out):
+    """Both ranks gone (by pid), the rendezvous directory removed, no
+    target file (nor .partial, nor staging directory) written."""
+    for n, pid in sorted(ranks.items()):
+        check(gone(pid), "%s (pid %d) survived the run" % (n, pid))
+    check(os.listdir(tmp) == [], "left in TMPDIR: %s" % os.listdir(tmp))
+    no_files(out)
+
+
+def check_retry(out):
+    """The same run into the same directory now succeeds, byte for byte."""
+    want = load_dir("llama", *MCORE)
+    if not os.path.exists(want):
+        check_load("llama", *MCORE)
+    tmp = out + "-retry-tmp"
+    os.makedirs(tmp)
+    proc = live_run(tmp, out)
+    stdout, stderr = proc.communicate(timeout=120)
+    check(proc.returncode == 0, "retry failed (%d): %s" % (proc.returncode,
+                                                         stderr))
+    check(json.loads(stdout)["files"] == len(os.listdir(want)), stdout)
+    check(raw_dir(out) == raw_dir(want), "retry wrote other bytes")
+    check(os.listdir(tmp) == [], "left in TMPDIR: %s" % os.listdir(tmp))
+
+
+@SUITE.test
+def reshard_ucx_dead_rank_ends_the_other():
+    # Rank 0 dies while rank 1 hangs (stopped): the parent ends rank 1 at
+    # once instead of waiting on it (--timeout 60), and says why in one
+    # line.
+    def act(proc, ranks):
+        os.kill(ranks["reshard-rank0"], signal.SIGKILL)
+
+    proc, ranks, tmp, out, (stdout, stderr), took = caught_run(
+        "ucx-dead", act, "--timeout", 60)
+    check(proc.returncode == 1, "exit %d: %s" % (proc.returncode, stderr))
+    check(stderr == "reshard: error: rank 0 (sources) died of signal 9 "
+          "(Killed)\n", repr(stderr))
+    check(stdout == "", stdout)
+    check(took < 4, "the parent took %.1f s to end rank 1" % took)
+    check_ended(ranks, tmp, out)
+    check_retry(out)
+
+
+@SUITE.test
+def reshard_ucx_stop_signal_ends_both_ranks():
+    # SIGTERM or SIGINT to the parent ends both (stopped) ranks, removes
+    # the rendezvous directory, writes no target file, and the parent dies
+    # of the signal; the same run then succeeds.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        def act(proc, ranks):
+            proc.send_signal(sig)
+
+        proc, ranks, tmp, out, (stdout, stderr), took = caught_run(
+            "ucx-%s" % sig.name, act, "--timeout", 60)
+        check(proc.returncode == -sig, "%s: exit %d: %s" %
+              (sig.name, proc.returncode, stderr))
+        check((stdout, stderr) == ("", ""), (sig.name, stdout, stderr))
+        check(took < 4, "%s: the parent took %.1f s" % (sig.name, took))
+        check_ended(ranks, tmp, out)
+        check_retry(out)
+
+
+@SUITE.test
+def reshard_ucx_timeout_bounds_the_whole_run():
+    # Both ranks hang (stopped): --timeout bounds the parent's wait too.
+    proc, ranks, tmp, out, (stdout, stderr), took = caught_run(
+        "ucx-timeout", lambda proc, ranks: None, "--timeout", 2)
+    check(proc.returncode == 1, "exit %d: %s" % (proc.returncode, stderr))
+    check(stderr == "reshard: error: the live reshard did not finish within "
+          "2 s (--timeout); rank 0 (sources) and rank 1 (targets) were "
+          "ended\n", repr(stderr))
+    check(took < 4, "the run took %.1f s after its ranks were caught" % took)
+    check_ended(ranks, tmp, out)
 
 
 @SUITE.test

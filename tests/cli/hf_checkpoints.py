@@ -540,11 +540,12 @@ def model_tensors(cfg):
 
 # ------------------------------------------------------------ the format
 
-def encode_file(tensors):
+def encode_file(tensors, metadata=None):
     """The bytes of one safetensors file of [(name, dtype, shape, data)]:
-    larger items first (then by name), header padded to 8 bytes."""
+    larger items first (then by name), header padded to 8 bytes, with
+    `metadata` (default {"format": "pt"})."""
     order = sorted(tensors, key=lambda t: (-ITEMSIZE[t[1]], t[0]))
-    header, at = {"__metadata__": {"format": "pt"}}, 0
+    header, at = {"__metadata__": metadata or {"format": "pt"}}, 0
     for name, dtype, shape, data in order:
         header[name] = {"dtype": dtype, "shape": shape,
                         "data_offsets": [at, at + len(data)]}
