@@ -145,3 +145,25 @@ def test_config_fifo_is_refused_without_blocking(tmp_path):
     with pytest.raises(reshard.NotFoundError) as e:
         reshard.hf.layout(config=str(missing))
     assert str(e.value) == f"cannot read {missing}: No such file or directory"
+
+
+def test_redos_guard_bypass_ignore_expressions_finish_at_once():
+    """The probe's ignore expressions hung hf.layout: each is refused or
+    laid out in well under a second (RE2 matches in linear time)."""
+    import time
+    chained = "re:" + ".*" * 9 + "Z"
+    for entry in ("re:[^](.+)+Z", "re:[](.+)+Z", chained):
+        cfg = dict(hfc.CONFIGS["glm4_moe_fp8"])
+        cfg["quantization_config"] = dict(cfg["quantization_config"],
+                                          ignore=["lm_head", entry])
+        t0 = time.monotonic()
+        if entry == chained:
+            placement = reshard.hf.layout(config=json.dumps(cfg), tp=2)
+            assert placement.tensors
+        else:
+            with pytest.raises(reshard.InvalidArgumentError) as e:
+                reshard.hf.layout(config=json.dumps(cfg), tp=2)
+            assert str(e.value) == (
+                f"config.json: quantization_config.ignore entry {entry} is "
+                f"not a regular expression (missing ]: {entry[3:]})")
+        assert time.monotonic() - t0 < 1.0

@@ -353,6 +353,52 @@ def hybrid_split_rules():
 
 
 @SUITE.test
+def redos_guard_bypass_ignore_expressions_finish_at_once():
+    """The probe's ignore expressions hung `hf layout` and `engine layout`
+    (a bracket class "[^]" or "[]" that swallowed the rest of the guard's
+    view, and nine chained ".*" against GLM-4.5's module names). Matched
+    in linear time, each refusal or layout takes well under a second."""
+    import json
+    import time
+    chained = "re:" + ".*" * 9 + "Z"
+    for entry, refusal in (
+            ("re:[^](.+)+Z", "entry re:[^](.+)+Z is not a regular "
+             "expression (missing ]: [^](.+)+Z)"),
+            ("re:[](.+)+Z", "entry re:[](.+)+Z is not a regular expression "
+             "(missing ]: [](.+)+Z)"),
+            (chained, None)):
+        cfg = dict(hfc.CONFIGS["glm4_moe_fp8"])
+        cfg["quantization_config"] = dict(cfg["quantization_config"],
+                                          ignore=["lm_head", entry])
+        name = "redos-%d.json" % len(entry)
+        config = os.path.join(TMP["dir"], name)
+        with open(config, "w") as f:
+            json.dump(cfg, f)
+        for args in (("hf", "layout", config, "--tp", 2),
+                     ("engine", "layout", config, "--engine", "hf",
+                      "--tp", 2)):
+            out = os.path.join(TMP["dir"], "redos-out.json")
+            if os.path.exists(out):
+                os.remove(out)
+            t0 = time.monotonic()
+            try:
+                r = subprocess.run([RESHARD, *map(str, args), "-o", out],
+                                   capture_output=True, text=True,
+                                   timeout=30)
+            except subprocess.TimeoutExpired:
+                check(False, "%s with %s still running after 30 s" %
+                      (args[0:2], entry))
+            took = time.monotonic() - t0
+            check(took < 1.0, "%s with %s took %.2f s" % (args[:2], entry,
+                                                          took))
+            if refusal is None:
+                ok(r, "%s with %s" % (args[:2], entry))
+            else:
+                fails(r, "config.json: quantization_config.ignore " + refusal)
+                check(not os.path.exists(out), "wrote %s" % out)
+
+
+@SUITE.test
 def hybrid_layouts_from_config_only():
     # Without files: the names the architectures imply, exactly the
     # generator's (A_log in torch_dtype, one MTP layer as vLLM assumes
