@@ -13,11 +13,11 @@ import json
 import os
 import pathlib
 import shutil
-import threading
 
 import pytest
 
 import reshard
+from deadlines import raised_within
 from patterns import Buffers, split_placement
 
 DATA = pathlib.Path(os.environ.get("RESHARD_TEST_DATA", "tests/data"))
@@ -322,19 +322,7 @@ def test_store_uri_and_option_refusals(tmp_path):
 
 def _at_once(call):
     """The exception `call()` raises within 5 s; fails if it still runs."""
-    out = {}
-
-    def run():
-        try:
-            call()
-        except BaseException as error:  # reported to the test
-            out["error"] = error
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(5)
-    assert not thread.is_alive(), "still running after 5 s"
-    return out.get("error")
+    return raised_within(call, 5)
 
 
 def test_missing_fs_store_is_not_created_by_reads_and_wait_fails_at_once(

@@ -17,10 +17,10 @@ import pathlib
 import pkgutil
 import re
 import subprocess
-import threading
 import time
 
 import reshard
+from deadlines import raised_within
 
 DATA = pathlib.Path(os.environ.get("RESHARD_TEST_DATA", "tests/data"))
 ROOT = DATA.resolve().parent.parent
@@ -107,21 +107,7 @@ CLI_FLAGS = {
 def refusal(call):
     """The exception `call()` raises within QUICK_SECONDS (None if it
     returns); fails if it is still running then."""
-    out = {}
-
-    def run():
-        try:
-            call()
-        except BaseException as error:  # reported to the test
-            out["error"] = error
-
-    thread = threading.Thread(target=run, daemon=True)
-    start = time.monotonic()
-    thread.start()
-    thread.join(QUICK_SECONDS)
-    assert not thread.is_alive(), f"still running after {QUICK_SECONDS} s"
-    assert time.monotonic() - start < QUICK_SECONDS
-    return out.get("error")
+    return raised_within(call, QUICK_SECONDS)
 
 
 def _modules():
