@@ -142,7 +142,10 @@ def bench(cli, tmp, rounds):
     def engine_reshard(out):
         return run(cli, "engine", "reshard", src, out, "--config", config,
                    "--from", "megatron", *MEGATRON_FROM, "--to", "vllm",
-                   "--to-tp", "4", "--via", "local")
+                   "--to-tp", "4", "--via", "local",
+                   # engine load's revision: the files' identities agree
+                   # too, so the outputs are the same bytes.
+                   "--revision", "hf")
 
     # One untimed run of each first (this VM's first run after writing
     # 1.4 GB measured up to 3x slower); the engine's is the correctness
