@@ -6,9 +6,9 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <utility>
-#include <cstring>
 
 #include "reshard/engine.h"
 #include "util/dims_text.h"
@@ -83,12 +83,11 @@ ParameterFileExpectation ExpectParameterFile(const EngineLayout& layout,
   expect.identity = ParameterFileIdentityOf(layout, participant_id,
                                             std::move(parameter_map_id));
   // One placement id per revision met, shared by the copies.
-  auto ids = std::make_shared<std::map<std::pair<std::string, uint64_t>,
-                                       std::string>>();
-  expect.placement_id_at =
-      [placement = layout.placement(), ids](
-          const std::string& revision,
-          uint64_t generation) -> Result<std::string> {
+  auto ids = std::make_shared<
+      std::map<std::pair<std::string, uint64_t>, std::string>>();
+  expect.placement_id_at = [placement = layout.placement(), ids](
+                               const std::string& revision,
+                               uint64_t generation) -> Result<std::string> {
     auto key = std::make_pair(revision, generation);
     auto it = ids->find(key);
     if (it != ids->end()) return it->second;
@@ -199,8 +198,7 @@ Status CheckIdentity(const std::string& path, const SafetensorsHeader& header,
       !generation.empty() && generation.size() <= 20 &&
       generation.find_first_not_of("0123456789") == std::string::npos &&
       (generation.size() == 1 || generation[0] != '0') &&
-      (found.weight_generation =
-           std::strtoull(generation.c_str(), nullptr, 10),
+      (found.weight_generation = std::strtoull(generation.c_str(), nullptr, 10),
        errno != ERANGE);
   if (!generation_ok) {
     return Status::InvalidArgument(

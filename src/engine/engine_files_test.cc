@@ -189,11 +189,11 @@ TEST(ParameterFileTest, FileOfAnotherLayoutOrParameterMapIsRefused) {
     const std::string path =
         dir.path() + "/f" + std::to_string(n++) + ".safetensors";
     WriteFile(path, p, id);
-    EXPECT_EQ(TakeErrors(path, p, Expect("p0")),
-              std::vector<std::string>(
-                  2, "InvalidArgument: " + path + " is the file of " +
-                         id.ToString() + ", not of " +
-                         IdentityOf("p0").ToString()));
+    EXPECT_EQ(
+        TakeErrors(path, p, Expect("p0")),
+        std::vector<std::string>(
+            2, "InvalidArgument: " + path + " is the file of " + id.ToString() +
+                   ", not of " + IdentityOf("p0").ToString()));
   }
 }
 
@@ -225,8 +225,7 @@ TEST(ParameterFileTest, FileOfAnotherRevisionOfTheSameLayoutIsTaken) {
   WriteFile(path2, p, forged);
   EXPECT_EQ(TakeErrors(path2, p, Expect("p0"))[1],
             "InvalidArgument: " + path2 + " is the file of " +
-                forged.ToString() + ", not of " +
-                IdentityOf("p0").ToString());
+                forged.ToString() + ", not of " + IdentityOf("p0").ToString());
 }
 
 TEST(ParameterFileTest, FileWithNoIdentityIsRefusedUnlessFileNamesAreTrusted) {
@@ -237,8 +236,7 @@ TEST(ParameterFileTest, FileWithNoIdentityIsRefusedUnlessFileNamesAreTrusted) {
   const std::string header = EncodeSafetensorsHeader(
       {{"a.weight", "U8", {4, 4}, 0, 16}, {"b.bias", "BF16", {4}, 16, 24}},
       {{"format", "pt"}});
-  std::ofstream(path, std::ios::binary)
-      << header << std::string(24, '\x05');
+  std::ofstream(path, std::ios::binary) << header << std::string(24, '\x05');
   EXPECT_EQ(TakeErrors(path, p, Expect("p0")),
             std::vector<std::string>(
                 2, "FailedPrecondition: " + path +
@@ -270,9 +268,9 @@ TEST(ParameterFileTest, PartialOrGarbageIdentitiesAreRefusedByName) {
   };
   const ParameterFileIdentity want = IdentityOf("p0");
   // Only the participant: the rest reads "none" and differs.
-  const std::string partial =
-      write("partial", {{"reshard.participant_id", "p0"},
-                        {"reshard.weight_generation", "0"}});
+  const std::string partial = write(
+      "partial",
+      {{"reshard.participant_id", "p0"}, {"reshard.weight_generation", "0"}});
   EXPECT_EQ(TakeErrors(partial, p, Expect("p0"))[0],
             "InvalidArgument: " + partial +
                 " is the file of participant p0, placement none (revision "
@@ -280,18 +278,17 @@ TEST(ParameterFileTest, PartialOrGarbageIdentitiesAreRefusedByName) {
                 want.ToString());
   for (const std::string bad :
        {"", "-1", "007", "18446744073709551616", "1e3", "nan", "\x1b[31m"}) {
-    const std::string path =
-        write("generation", {{"reshard.participant_id", "p0"},
-                             {"reshard.placement_id", want.placement_id},
-                             {"reshard.parameter_map_id", want.parameter_map_id},
-                             {"reshard.revision", "hf"},
-                             {"reshard.weight_generation", bad}});
+    const std::string path = write(
+        "generation", {{"reshard.participant_id", "p0"},
+                       {"reshard.placement_id", want.placement_id},
+                       {"reshard.parameter_map_id", want.parameter_map_id},
+                       {"reshard.revision", "hf"},
+                       {"reshard.weight_generation", bad}});
     EXPECT_EQ(TakeErrors(path, p, Expect("p0")),
               std::vector<std::string>(
                   2, "InvalidArgument: " + path +
                          ": its metadata's reshard.weight_generation \"" +
-                         (bad == "\x1b[31m" ? std::string("\\e[31m")
-                                            : bad) +
+                         (bad == "\x1b[31m" ? std::string("\\e[31m") : bad) +
                          "\" is not a weight generation"))
         << bad;
     ::unlink(path.c_str());
@@ -312,9 +309,8 @@ TEST(ParameterFileTest, FifoAmongSourceFilesIsRefusedWithoutBlocking) {
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(TakeErrors(path, TwoParameters(), Expect("p0")),
-            std::vector<std::string>(
-                2, "InvalidArgument: " + path +
-                       " is not a regular file (a FIFO)"));
+            std::vector<std::string>(2, "InvalidArgument: " + path +
+                                            " is not a regular file (a FIFO)"));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
 }
 

@@ -244,12 +244,12 @@ TEST(HfHybridTest, CompressedTensorsRefusals) {
                        HasSubstr("; group group_0 is not")));
   // An unbalanced group (as in Python's re, "[.layers[.]" would be one
   // valid class).
-  EXPECT_THAT(HfLayout(Replace(kGlmFp8, R"("re:model[.]layers)",
-                               R"("re:model(layers)"),
-                       Grid(1, 1, 1)),
-              StatusIs(StatusCode::kInvalidArgument,
-                       HasSubstr("is not a regular expression (missing ): "
-                                 "model(layers")));
+  EXPECT_THAT(
+      HfLayout(Replace(kGlmFp8, R"("re:model[.]layers)", R"("re:model(layers)"),
+               Grid(1, 1, 1)),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("is not a regular expression (missing ): "
+                         "model(layers")));
   HfLayoutOptions o = Grid(1, 1, 1);
   o.dtype = "bfloat16";
   EXPECT_THAT(HfLayout(kGlmFp8, o),

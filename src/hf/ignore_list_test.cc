@@ -60,15 +60,16 @@ TEST(ModuleIgnoreListTest, NestedRepetitionsMatchInLinearTime) {
 // expressions that swallow the rest, so "(.+)+" went unchecked and hung.
 // Like Python's re, a "]" right after "[" or "[^" is a member, so these
 // are unterminated classes: refused at once, naming the entry.
-TEST(ModuleIgnoreListTest, ReDoSGuardBypassWithEmptyBracketClassIsRefusedAtOnce) {
+TEST(ModuleIgnoreListTest,
+     ReDoSGuardBypassWithEmptyBracketClassIsRefusedAtOnce) {
   for (const std::string entry : {"re:[^](.+)+Z", "re:[](.+)+Z"}) {
     const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_THAT(ModuleIgnoreList::Make({entry}),
-                StatusIs(StatusCode::kInvalidArgument,
-                         "config.json: quantization_config.ignore entry " +
-                             entry +
-                             " is not a regular expression (missing ]: " +
-                             entry.substr(3) + ")"));
+    EXPECT_THAT(
+        ModuleIgnoreList::Make({entry}),
+        StatusIs(StatusCode::kInvalidArgument,
+                 "config.json: quantization_config.ignore entry " + entry +
+                     " is not a regular expression (missing ]: " +
+                     entry.substr(3) + ")"));
     EXPECT_LT(std::chrono::steady_clock::now() - t0,
               std::chrono::milliseconds(100));
   }
@@ -85,7 +86,8 @@ TEST(ModuleIgnoreListTest, ReDoSGuardBypassWithEmptyBracketClassIsRefusedAtOnce)
 
 // The probe's second bypass: chains of ".*" (never checked by the former
 // guard) against GLM-4.5's module names ran for minutes.
-TEST(ModuleIgnoreListTest, ReDoSGuardBypassWithChainedDotStarsMatchesInLinearTime) {
+TEST(ModuleIgnoreListTest,
+     ReDoSGuardBypassWithChainedDotStarsMatchesInLinearTime) {
   std::string pattern = "re:";
   for (int i = 0; i < 9; ++i) pattern += ".*";
   pattern += "Z";
@@ -94,8 +96,8 @@ TEST(ModuleIgnoreListTest, ReDoSGuardBypassWithChainedDotStarsMatchesInLinearTim
   for (int layer = 0; layer < 92; ++layer) {
     for (const char* m : {"self_attn.q_proj", "mlp.experts.127.down_proj",
                           "mlp.shared_experts.gate_proj"}) {
-      EXPECT_FALSE(list.Ignores("model.layers." + std::to_string(layer) +
-                                "." + m));
+      EXPECT_FALSE(
+          list.Ignores("model.layers." + std::to_string(layer) + "." + m));
     }
   }
   EXPECT_TRUE(list.Ignores("model.layers.0.mlp.Z"));

@@ -117,8 +117,8 @@ TEST(HfStoreBridgeTest, FailedExportLeavesNoPartialFilesBehind) {
   ASSERT_OK_AND_ASSIGN(auto manifest,
                        store.ReadManifest(imported.manifest_key));
   std::string victim;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(
-           dir.path() + "/store")) {
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(dir.path() + "/store")) {
     if (entry.is_regular_file() &&
         entry.path().string().find("/payload/") != std::string::npos) {
       victim = entry.path().string();
