@@ -142,13 +142,6 @@ void AddBlockOption(CLI::App* cmd, Fp8Block* block,
 void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
                     std::string* dtype);
 
-// A duration flag (--timeout): OK when `seconds` is finite and within
-// [min_seconds, max_seconds]; otherwise InvalidArgument "FLAG must be a
-// number of seconds from MIN to MAX, not VALUE" (NaN and the infinities
-// included: a timeout that never expires is refused).
-Status CheckSecondsFlag(const std::string& flag, double seconds,
-                        double min_seconds, double max_seconds);
-
 // The text of a floating-point flag as a number: the whole text one
 // finite decimal number (std::from_chars' general form: an optional '-',
 // digits with an optional point, an optional exponent), else nullopt:
@@ -159,6 +152,9 @@ std::optional<double> ParseFiniteNumber(std::string_view text);
 // The value of floating-point flag `flag` given as `text`: a finite number
 // (ParseFiniteNumber) from `lo` to `hi`, else InvalidArgument "<flag> must
 // be <what>, not '<text>'" (the text escaped as internal::Printable does).
+// Every floating-point flag is taken as text and checked here (--timeout,
+// --change-fraction, --gbps): a parser's own conversion would take '' as 0
+// and "nan" as a number.
 Result<double> NumberFlag(std::string_view flag, std::string_view text,
                           double lo, double hi, std::string_view what);
 

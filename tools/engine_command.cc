@@ -259,7 +259,7 @@ void AddReshardCommand(CLI::App* engine) {
     EngineLayoutOptions from, to;
     EngineReshardArgs run;
     bool json = false;
-    double timeout_s = 120;
+    std::string timeout_s = "120";  // as given: NumberFlag checks it
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("SRCDIR", a->run.source_dir,
@@ -295,8 +295,10 @@ void AddReshardCommand(CLI::App* engine) {
     auto run = [&]() -> Result<EngineReshardReport> {
       // Finite and in range (nan would pass a range check and overflow the
       // milliseconds), before anything is read.
-      RESHARD_RETURN_NOT_OK(
-          CheckSecondsFlag("--timeout", a->timeout_s, 0.1, 86400.0));
+      RESHARD_ASSIGN_OR_RETURN(
+          const double timeout_s,
+          NumberFlag("--timeout", a->timeout_s, 0.1, 86400.0,
+                     "a number of seconds from 0.1 to 86400"));
       RESHARD_ASSIGN_OR_RETURN(std::string config,
                                ReadFile(a->config, InputKind::kHfConfig));
       std::string revision = a->revision;
@@ -314,7 +316,7 @@ void AddReshardCommand(CLI::App* engine) {
       auto target = MakeEngineLayout(config, a->to);
       if (!target.ok()) return target.status().WithContext("--to");
       a->run.timeout =
-          std::chrono::milliseconds(static_cast<int64_t>(a->timeout_s * 1000));
+          std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
       return RunEngineReshard(*source, *target, a->run);
     };
     auto r = run();

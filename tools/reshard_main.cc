@@ -324,17 +324,6 @@ void AddFormOptions(CLI::App* cmd, std::string* quantize, Fp8Block* block,
   AddBlockOption(cmd, block);
 }
 
-Status CheckSecondsFlag(const std::string& flag, double seconds,
-                        double min_seconds, double max_seconds) {
-  // NaN fails both comparisons.
-  if (seconds >= min_seconds && seconds <= max_seconds) return Status::OK();
-  char shown[128];
-  std::snprintf(shown, sizeof shown,
-                " must be a number of seconds from %g to %g, not %g",
-                min_seconds, max_seconds, seconds);
-  return Status::InvalidArgument(flag + shown);
-}
-
 std::optional<double> ParseFiniteNumber(std::string_view text) {
   double v = 0;
   const char* end = text.data() + text.size();

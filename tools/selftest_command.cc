@@ -36,7 +36,7 @@ struct SelftestArgs {
   std::string change_fraction = "1";  // as given: NumberFlag checks it
   Fp8Block block;
   std::optional<uint32_t> rank;
-  double timeout = 60;
+  std::string timeout = "60";  // as given: NumberFlag checks it
   ProgressMode progress = ProgressMode::kAuto;
 
   // A multi-process UCX run (not a store round trip).
@@ -142,8 +142,10 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
     return Status::InvalidArgument("--keep-revision needs --via-store");
   }
   // Finite and in range: nan or 1e300 would overflow the milliseconds.
-  RESHARD_RETURN_NOT_OK(CheckSecondsFlag(
-      "--timeout", a.timeout, kMinTimeoutSeconds, kMaxTimeoutSeconds));
+  RESHARD_RETURN_NOT_OK(NumberFlag("--timeout", a.timeout, kMinTimeoutSeconds,
+                                   kMaxTimeoutSeconds,
+                                   "a number of seconds from 0.001 to 86400")
+                            .status());
   if (cmd.count("--block") > 0 && !a.convert) {
     return Status::InvalidArgument("--block needs --convert");
   }
@@ -169,8 +171,8 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
   options.rendezvous = a.rendezvous;
   options.session = a.session;
   options.rank = a.rank;
-  options.timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(a.timeout * 1000));
+  options.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(ParseFiniteNumber(a.timeout).value() * 1000));
   options.ucx.tls = a.ucx_tls;
   options.ucx.net_devices = a.ucx_net_devices;
   options.max_in_flight = a.max_in_flight;

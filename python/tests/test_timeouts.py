@@ -289,5 +289,5 @@ def test_every_cli_timeout_flag_refuses_nan_infinities_and_negatives(
             assert proc.stdout == ""
             assert proc.stderr == (
                 f"reshard: error: {flag} must be a number of seconds from "
-                f"{low} to {high}, not {value}\n"), (command, value)
+                f"{low} to {high}, not '{value}'\n"), (command, value)
     assert os.listdir(tmp_path) == []

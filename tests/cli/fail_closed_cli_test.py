@@ -326,13 +326,12 @@ def read_only_store_commands_never_create_a_store():
 
 @test
 def selftest_timeout_must_be_finite_and_in_range():
-    for value in ("nan", "inf", "1e300", "0", "-1", "0.0001", "86401"):
+    for value in ("nan", "inf", "1e300", "0", "-1", "0.0001", "86401", "",
+                  " 5", "5s"):
         rc, _, err = run("selftest", SRC, DST, "--transport", "ucx",
                          "--timeout", value)
-        shown = {"nan": "nan", "inf": "inf", "1e300": "1e+300", "0": "0",
-                 "-1": "-1", "0.0001": "0.0001", "86401": "86401"}[value]
         expect_error(rc, err, "--timeout must be a number of seconds from "
-                     "0.001 to 86400, not " + shown)
+                     "0.001 to 86400, not '%s'" % value)
 
 
 @test
