@@ -287,6 +287,24 @@ TEST(EnginePresetTest, RefusalsNameTheParameterOrTensor) {
                        "rank 128 rows and rank 1 only padding"));
 }
 
+// A vocabulary multiple whose product with TP overflowed int64 was refused
+// only by later placement checks, with messages naming no flag.
+TEST(EnginePresetTest, MegatronVocabMultipleOverflowIsRefusedNamingTheFlag) {
+  for (const int64_t multiple :
+       {int64_t{0}, int64_t{-8}, (int64_t{1} << 30) + 1, int64_t{1} << 62,
+        INT64_MAX}) {
+    EngineLayoutOptions o = Engine("megatron", 2);
+    o.make_vocab_size_divisible_by = multiple;
+    EXPECT_THAT(MakeEngineLayout(kLlama, o).status(),
+                StatusIs(StatusCode::kInvalidArgument,
+                         "--make-vocab-size-divisible-by must be from 1 to "
+                         "1073741824 at TP 2 (the padded vocabulary is at "
+                         "most 2^31 rows), not " +
+                             std::to_string(multiple)))
+        << multiple;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Megatron TP 2 x PP 2 -> vLLM TP 4 in this process.
 

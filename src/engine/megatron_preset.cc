@@ -116,9 +116,16 @@ Status Megatron::Check() {
     RESHARD_RETURN_NOT_OK(
         Divisible(e, "TP", n_.tp, "hidden_size (MTP eh_proj)", c_.hidden));
   }
-  if (o_.make_vocab_size_divisible_by < 1) {
+  // The padded vocabulary is a tensor dimension: its multiple (times TP)
+  // at most 2^31, as every dimension a config gives, and never overflowing.
+  constexpr int64_t kMaxMultiple = int64_t{1} << 31;
+  if (o_.make_vocab_size_divisible_by < 1 ||
+      o_.make_vocab_size_divisible_by > kMaxMultiple / n_.tp) {
     return Status::InvalidArgument(
-        "--make-vocab-size-divisible-by must be >= 1");
+        "--make-vocab-size-divisible-by must be from 1 to " +
+        std::to_string(kMaxMultiple / n_.tp) + " at TP " +
+        std::to_string(n_.tp) + " (the padded vocabulary is at most 2^31 " +
+        "rows), not " + std::to_string(o_.make_vocab_size_divisible_by));
   }
   RESHARD_ASSIGN_OR_RETURN(
       vocab_chunk_,
