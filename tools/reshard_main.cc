@@ -159,48 +159,18 @@ Status CheckNewFileIn(const std::string& where, const std::string& dir) {
   return Status::OK();
 }
 
-// What WriteOutput would refuse about `path` before writing a byte; sets
-// `*stream` for what is written directly (standard output, a character
-// device, a FIFO).
+// What WriteOutput would refuse about `path` before writing a byte
+// (internal::ResolveOutputFile's refusals, and a directory that takes no
+// new file); sets `*stream` for what is written directly (standard
+// output, a character device, a FIFO).
 Status CheckOutputPath(const CommandOutput& o, bool* stream) {
   *stream = o.path == "-";
   if (*stream) return Status::OK();
-  const std::string where = o.flag + " " + internal::Printable(o.path);
-  if (o.path.empty()) return Status::InvalidArgument(where + ": empty path");
-  struct stat sb;
-  if (::lstat(o.path.c_str(), &sb) != 0) {
-    if (errno != ENOENT) {
-      return Status::IOError(where + ": cannot write: " + std::strerror(errno));
-    }
-    return CheckNewFileIn(where, SplitPath(o.path).first);
-  }
-  std::string target = o.path;
-  if (S_ISLNK(sb.st_mode)) {
-    if (::stat(o.path.c_str(), &sb) != 0) {
-      return Status::IOError(
-          where +
-          ": is a symbolic link to nothing usable: " + std::strerror(errno));
-    }
-    target = RealPath(o.path);
-    if (target.empty()) {
-      return Status::IOError(
-          where + ": cannot resolve symbolic link: " + std::strerror(errno));
-    }
-  }
-  if (S_ISREG(sb.st_mode)) {
-    return CheckNewFileIn(where, SplitPath(target).first);
-  }
-  if (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode)) {
-    *stream = true;
-    return Status::OK();
-  }
-  const char* kind = S_ISDIR(sb.st_mode)    ? "a directory"
-                     : S_ISBLK(sb.st_mode)  ? "a block device"
-                     : S_ISSOCK(sb.st_mode) ? "a socket"
-                                            : "not a regular file";
-  return Status::InvalidArgument(
-      where + ": is " + kind +
-      "; an output must be a regular file, a character device or a FIFO");
+  RESHARD_ASSIGN_OR_RETURN(internal::OutputTarget out,
+                           internal::ResolveOutputFile(o.flag, o.path));
+  *stream = out.kind == internal::OutputTarget::Kind::kDirect;
+  if (*stream) return Status::OK();
+  return CheckNewFileIn(out.where, SplitPath(out.file).first);
 }
 
 }  // namespace

@@ -180,12 +180,14 @@ std::string_view FileKindName(unsigned st_mode) {
   return "not a file";
 }
 
-Result<FileDescriptor> OpenRegularFile(const std::string& path) {
-  return OpenRegularFileAt(AT_FDCWD, path, path);
+Result<FileDescriptor> OpenRegularFile(const std::string& path,
+                                       uint64_t* size) {
+  return OpenRegularFileAt(AT_FDCWD, path, path, size);
 }
 
 Result<FileDescriptor> OpenRegularFileAt(int dir, const std::string& name,
-                                         const std::string& shown) {
+                                         const std::string& shown,
+                                         uint64_t* size) {
   const auto not_regular = [&shown](mode_t mode) {
     return Status::InvalidArgument(Printable(shown) +
                                    " is not a regular file (" +
@@ -211,6 +213,7 @@ Result<FileDescriptor> OpenRegularFileAt(int dir, const std::string& name,
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", shown);
   if (!S_ISREG(st.st_mode)) return not_regular(st.st_mode);
+  if (size != nullptr) *size = static_cast<uint64_t>(st.st_size);
   const int flags = ::fcntl(fd.get(), F_GETFL);
   if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
   return fd;
@@ -329,25 +332,22 @@ Status WriteDirect(const std::string& where, const std::string& path,
   return Status::OK();
 }
 
-const char* KindName(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 }  // namespace
 
-Status WriteOutputFile(std::string_view what, const std::string& path,
-                       std::string_view content) {
-  const std::string where = std::string(what) + " " + Printable(path);
+Result<OutputTarget> ResolveOutputFile(std::string_view what,
+                                       const std::string& path) {
+  OutputTarget out;
+  out.where = std::string(what) + " " + Printable(path);
+  const std::string& where = out.where;
   if (path.empty()) return Status::InvalidArgument(where + ": empty path");
   struct stat sb;
   if (::lstat(path.c_str(), &sb) != 0) {
     if (errno != ENOENT) {
       return Status::IOError(where + ": cannot write: " + std::strerror(errno));
     }
-    return ReplaceRegular(where, path, content, nullptr);
+    out.kind = OutputTarget::Kind::kNewFile;
+    out.file = path;
+    return out;
   }
   std::string target = path;
   if (S_ISLNK(sb.st_mode)) {
@@ -371,13 +371,33 @@ Status WriteOutputFile(std::string_view what, const std::string& path,
       }
     }
   }
-  if (S_ISREG(sb.st_mode)) return ReplaceRegular(where, target, content, &sb);
+  if (S_ISREG(sb.st_mode)) {
+    out.kind = OutputTarget::Kind::kReplaceFile;
+    out.file = target;
+    out.replaced = sb;
+    return out;
+  }
   if (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode)) {
-    return WriteDirect(where, path, content);
+    out.kind = OutputTarget::Kind::kDirect;
+    return out;
   }
   return Status::InvalidArgument(
-      where + ": is " + KindName(sb.st_mode) +
+      where + ": is " + std::string(FileKindName(sb.st_mode)) +
       "; an output must be a regular file, a character device or a FIFO");
+}
+
+Status WriteOutputFile(std::string_view what, const std::string& path,
+                       std::string_view content) {
+  RESHARD_ASSIGN_OR_RETURN(OutputTarget out, ResolveOutputFile(what, path));
+  switch (out.kind) {
+    case OutputTarget::Kind::kNewFile:
+      return ReplaceRegular(out.where, out.file, content, nullptr);
+    case OutputTarget::Kind::kReplaceFile:
+      return ReplaceRegular(out.where, out.file, content, &out.replaced);
+    case OutputTarget::Kind::kDirect:
+      break;
+  }
+  return WriteDirect(out.where, path, content);
 }
 
 }  // namespace reshard::internal

@@ -5,6 +5,8 @@
 #ifndef RESHARD_UTIL_FILE_IO_H_
 #define RESHARD_UTIL_FILE_IO_H_
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -82,14 +84,17 @@ std::string_view FileKindName(unsigned st_mode);
 // peer returns at once, and then whatever is not a regular file is
 // InvalidArgument "<path> is not a regular file (a FIFO)". A missing file
 // is NotFound "cannot read <path>: No such file or directory"; other open
-// errors are IOError naming the path. The descriptor is blocking again.
-// Every input a path names is opened this way: a stray FIFO or device
-// among them must never hang a command.
-Result<FileDescriptor> OpenRegularFile(const std::string& path);
+// errors are IOError naming the path. The descriptor is blocking again;
+// `size`, when given, receives the file's size as opened. Every input a
+// path names is opened this way: a stray FIFO or device among them must
+// never hang a command.
+Result<FileDescriptor> OpenRegularFile(const std::string& path,
+                                       uint64_t* size = nullptr);
 // The same for `name` relative to the directory `dir` (AT_FDCWD: the
 // working directory); errors name `shown`.
 Result<FileDescriptor> OpenRegularFileAt(int dir, const std::string& name,
-                                         const std::string& shown);
+                                         const std::string& shown,
+                                         uint64_t* size = nullptr);
 
 // OpenRegularFile, then ReadFdBounded. (Standard input, a pipe, is read
 // with ReadFdBounded on its descriptor.)
@@ -113,6 +118,23 @@ Result<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes,
 // `what` naming the flag or file ("--html", "output").
 Status WriteOutputFile(std::string_view what, const std::string& path,
                        std::string_view content);
+
+// How WriteOutputFile will write `path`, found without writing: its
+// refusals (an empty path, a link to nothing, a directory, ...) are the
+// same errors.
+struct OutputTarget {
+  enum class Kind {
+    kNewFile,      // nothing there: a new regular file at `file`
+    kReplaceFile,  // a regular file at `file` (a link resolved), replaced
+    kDirect,       // a character device or a FIFO, written at the path
+  };
+  Kind kind = Kind::kNewFile;
+  std::string where;          // "<what> <path>", the prefix of its errors
+  std::string file;           // kNewFile, kReplaceFile: the regular file's path
+  struct stat replaced = {};  // kReplaceFile: the file replaced
+};
+Result<OutputTarget> ResolveOutputFile(std::string_view what,
+                                       const std::string& path);
 
 }  // namespace reshard::internal
 
