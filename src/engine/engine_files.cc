@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -191,15 +192,14 @@ Status CheckIdentity(const std::string& path, const SafetensorsHeader& header,
         "metadata): refused as the file of participant " +
         participant.participant_id + " unless file names are trusted");
   }
-  // A weight generation as the placement writes one: decimal digits, no
-  // leading zero, within 64 bits.
-  errno = 0;
-  const bool generation_ok =
-      !generation.empty() && generation.size() <= 20 &&
-      generation.find_first_not_of("0123456789") == std::string::npos &&
-      (generation.size() == 1 || generation[0] != '0') &&
-      (found.weight_generation = std::strtoull(generation.c_str(), nullptr, 10),
-       errno != ERANGE);
+  // A weight generation as the placement writes one: decimal digits (no
+  // sign, no space), no leading zero, within 64 bits.
+  const char* end = generation.data() + generation.size();
+  const auto [parsed, error] =
+      std::from_chars(generation.data(), end, found.weight_generation);
+  const bool generation_ok = !generation.empty() && error == std::errc() &&
+                             parsed == end &&
+                             (generation.size() == 1 || generation[0] != '0');
   if (!generation_ok) {
     return Status::InvalidArgument(
         Printable(path) + ": its metadata's " + std::string(kGenerationKey) +
@@ -282,23 +282,18 @@ Result<SafetensorsHeader> ReadParameterHeader(const std::string& path,
   return ParseSafetensorsHeader(path, json, size);
 }
 
-}  // namespace
-
-Status ReadParameterFile(const std::string& path,
-                         const EngineParticipant& participant,
-                         const ParameterBuffers& buffers,
-                         const ParameterFileExpectation& expect) {
-  RESHARD_ASSIGN_OR_RETURN(FileDescriptor fd, internal::OpenRegularFile(path));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
+// ReadParameterFile on the open file `fd` of `size` bytes at `path`.
+Status ReadParameterFd(int fd, uint64_t size, const std::string& path,
+                       const EngineParticipant& participant,
+                       const ParameterBuffers& buffers,
+                       const ParameterFileExpectation& expect) {
   RESHARD_ASSIGN_OR_RETURN(
       SafetensorsHeader header,
       ReadParameterHeader(
-          path, static_cast<uint64_t>(st.st_size),
-          [&](uint64_t offset, uint64_t n) -> Result<std::string> {
+          path, size, [&](uint64_t offset, uint64_t n) -> Result<std::string> {
             std::string out(n, '\0');
             RESHARD_RETURN_NOT_OK(
-                internal::PreadAll(fd.get(), out.data(), n, offset, path));
+                internal::PreadAll(fd, out.data(), n, offset, path));
             return out;
           }));
   RESHARD_RETURN_NOT_OK(CheckIdentity(path, header, participant, expect));
@@ -311,23 +306,36 @@ Status ReadParameterFile(const std::string& path,
       return Status::InvalidArgument("no buffer of its size for parameter " +
                                      q.name);
     }
-    RESHARD_RETURN_NOT_OK(internal::PreadAll(fd.get(), b->second.data,
-                                             q.nbytes(), offsets[i], path));
+    RESHARD_RETURN_NOT_OK(
+        internal::PreadAll(fd, b->second.data, q.nbytes(), offsets[i], path));
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status ReadParameterFile(const std::string& path,
+                         const EngineParticipant& participant,
+                         const ParameterBuffers& buffers,
+                         const ParameterFileExpectation& expect) {
+  uint64_t size = 0;
+  RESHARD_ASSIGN_OR_RETURN(FileDescriptor fd,
+                           internal::OpenRegularFile(path, &size));
+  return ReadParameterFd(fd.get(), size, path, participant, buffers, expect);
 }
 
 Result<ParameterMemory> ParameterMemory::MapFile(
     const std::string& path, const EngineParticipant& p,
     const ParameterFileExpectation& expect) {
-  RESHARD_ASSIGN_OR_RETURN(FileDescriptor fd, internal::OpenRegularFile(path));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("cannot stat", path);
-  auto file = std::make_shared<internal::MappedFile>(internal::MappedFile::Map(
-      fd.get(), static_cast<uint64_t>(st.st_size), /*copy_on_write=*/true));
-  if (!file->mapped()) {  // empty, or the mapping refused: read as before
+  uint64_t size = 0;
+  RESHARD_ASSIGN_OR_RETURN(FileDescriptor fd,
+                           internal::OpenRegularFile(path, &size));
+  auto file = std::make_shared<internal::MappedFile>(
+      internal::MappedFile::Map(fd.get(), size, /*copy_on_write=*/true));
+  if (!file->mapped()) {  // empty, or the mapping refused: read the same file
     RESHARD_ASSIGN_OR_RETURN(ParameterMemory m, Allocate(p));
-    RESHARD_RETURN_NOT_OK(ReadParameterFile(path, p, m.buffers(), expect));
+    RESHARD_RETURN_NOT_OK(
+        ReadParameterFd(fd.get(), size, path, p, m.buffers(), expect));
     return m;
   }
   const std::string_view bytes = file->view();

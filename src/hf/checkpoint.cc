@@ -35,17 +35,11 @@ bool PlainName(std::string_view name) {
 // blocking on a FIFO) and requires a regular file.
 Result<FileDescriptor> OpenRegular(int dir, const std::string& path,
                                    const std::string& name, uint64_t* size) {
-  auto fd = internal::OpenRegularFileAt(dir, name, path + "/" + name);
+  auto fd = internal::OpenRegularFileAt(dir, name, path + "/" + name, size);
   if (fd.status().IsNotFound()) {
     return Status::NotFound(Printable(path + "/" + name) + ": no such file");
   }
-  RESHARD_RETURN_NOT_OK(fd.status());
-  struct stat sb;
-  if (::fstat(fd->get(), &sb) != 0) {
-    return internal::ErrnoStatus("cannot stat", path + "/" + name);
-  }
-  *size = static_cast<uint64_t>(sb.st_size);
-  return std::move(*fd);
+  return fd;
 }
 
 // The index's weight_map: tensor -> file.
