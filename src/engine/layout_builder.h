@@ -99,9 +99,6 @@ class EngineBuilder {
   uint64_t at_ = 0;
 };
 
-// ceil(a / b).
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 }  // namespace reshard::internal
 
 #endif  // RESHARD_ENGINE_LAYOUT_BUILDER_H_

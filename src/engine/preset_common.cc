@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/int_math.h"
+
 namespace reshard::internal {
 
 namespace {

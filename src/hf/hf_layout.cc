@@ -12,11 +12,13 @@
 #include "reshard/hf.h"
 #include "util/dims_text.h"
 #include "util/float_convert.h"
+#include "util/int_math.h"
 #include "util/printable.h"
 
 namespace reshard {
 namespace {
 
+using internal::CeilDiv;
 using internal::DimsText;
 
 using internal::HfConfig;
@@ -34,9 +36,6 @@ std::string ScaleName(const std::string& weight) {
   return weight.substr(0, weight.size() - std::string_view("weight").size()) +
          std::string(kScaleSuffix);
 }
-
-// ceil(a / b) for a >= 0, b >= 1, without the overflow of a + b - 1.
-int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 Dims ScaleShape(const HfConfig& c, const Dims& w) {
   return {CeilDiv(w[0], c.block_rows), CeilDiv(w[1], c.block_cols)};

@@ -10,10 +10,12 @@
 
 #include "util/dims_text.h"
 #include "util/float_convert.h"
+#include "util/int_math.h"
 
 namespace reshard {
 namespace {
 
+using internal::CeilDiv;
 using internal::DimsText;
 using internal::FloatType;
 using internal::FloatTypeOf;
@@ -24,9 +26,6 @@ constexpr std::string_view kScaleSuffix = "weight_scale_inv";
 std::string BlockText(const Fp8Block& b) {
   return std::to_string(b.rows) + "x" + std::to_string(b.cols);
 }
-
-// ceil(a / b) for a >= 0, b >= 1, without the overflow of a + b - 1.
-int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 // "<prefix>weight" -> "<prefix>weight_scale_inv"; empty when the id does
 // not end in "weight".
