@@ -331,12 +331,7 @@ Status MakeLiveFiles(const std::string& output, LiveFiles* files) {
   }
   files->rendezvous = dir;
   files->output = output;
-  if (::mkdir(output.c_str(), 0777) == 0) {
-    files->created_output = true;
-  } else if (errno != EEXIST) {
-    return Status::IOError("cannot create output directory " +
-                           Printable(output) + ": " + std::strerror(errno));
-  }
+  RESHARD_RETURN_NOT_OK(CreateOutputDir(output, &files->created_output));
   std::string staging = output + "/.reshard-staging-XXXXXX";
   if (::mkdtemp(staging.data()) == nullptr) {
     return Status::IOError("cannot create a staging directory in " +
@@ -683,8 +678,10 @@ Status CheckOutputDir(const std::string& dir, const EngineLayout& layout,
   return Status::OK();
 }
 
-Status CreateOutputDir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+Status CreateOutputDir(const std::string& dir, bool* created) {
+  const bool made = ::mkdir(dir.c_str(), 0777) == 0;
+  if (created != nullptr) *created = made;
+  if (!made && errno != EEXIST) {
     return Status::IOError("cannot create output directory " + Printable(dir) +
                            ": " + std::strerror(errno));
   }

@@ -58,8 +58,8 @@ std::string ParameterFilePath(const std::string& dir,
 // `participant_id`'s), or its ".partial", exists in it. Creates nothing.
 Status CheckOutputDir(const std::string& dir, const EngineLayout& layout,
                       const std::string& participant_id = "");
-// Creates `dir` when missing.
-Status CreateOutputDir(const std::string& dir);
+// Creates `dir` when missing; `created`, when given, says whether it did.
+Status CreateOutputDir(const std::string& dir, bool* created = nullptr);
 
 }  // namespace reshard::cli
 
