@@ -1,0 +1,436 @@
+// The vLLM preset for the hybrid models (docs/engines.md): what each vLLM
+// 0.33 rank holds after load_weights for Qwen3-Next (Qwen3NextForCausalLM)
+// and Qwen3.5's text classes (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM),
+// in named_parameters() order.
+//
+// Per decoder layer: the gated DeltaNet (linear_attn: dt_bias, A_log in
+// float32 whatever the model dtype, conv1d split section by section over
+// [q | k | v], in_proj_qkvz, in_proj_ba, norm, out_proj) or the gated full
+// attention (self_attn.qkv_proj whose q rows hold each head's queries and
+// gate), then the MLP or the sparse MoE block (gate, shared_expert_gate,
+// shared_expert, experts.routed_experts), then the two norms. Both models
+// build the embedding on every pipeline stage, Qwen3-Next its LM head too;
+// the MTP layers (mtp.*) belong to vLLM's draft model and are not loaded.
+
+#include <deque>
+
+#include "engine/preset_common.h"
+#include "engine/presets.h"
+
+namespace reshard::internal {
+namespace {
+
+using Ep = TensorAxes::Ep;
+
+// The rank d * tp + t is EP rank d * tp + t under expert parallelism.
+int64_t HybridEp(const ParallelSizes& n, int64_t d, int64_t t) {
+  return n.ep > 1 ? d * n.tp + t : 0;
+}
+
+class VllmHybrid {
+ public:
+  VllmHybrid(const HfConfig& c, const CanonTensors& canon,
+             const EngineLayoutOptions& o, const EngineRelease& release)
+      : c_(c),
+        o_(o),
+        release_(release),
+        n_(o.sizes),
+        ranks_(GridRanks(n_, &HybridEp)),
+        b_(release.name, release.spec, n_, ranks_),
+        w_(release.name, c, canon, &b_) {}
+
+  Result<EngineLayout> Run();
+
+ private:
+  Status Check();
+  Status CheckTp();
+  Status Rank(size_t index, const GridRank& r);
+  Status LinearAttention(const GridRank& r, const std::string& a);
+  Status FullAttention(const GridRank& r, const std::string& a);
+  // gate_up_proj and down_proj of an MLP of `width`, split over TP unless
+  // `whole`.
+  Status Mlp(const GridRank& r, const std::string& p, int64_t width,
+             bool whole);
+  Status Moe(size_t index, const GridRank& r, const std::string& m);
+  // transformers' fused experts (gate_up_proj [E, 2I, H], down_proj [E, H,
+  // I]) into w13 [n, 2i, H] and w2 [n, H, i].
+  Status FusedExperts(size_t index, const GridRank& r, const std::string& x,
+                      const std::string& to);
+  // [lo, hi): the layers of stage p (get_pp_indices).
+  std::pair<int64_t, int64_t> Stage(int64_t p) const;
+  bool Next() const { return c_.arch == HfArch::kQwen3Next; }
+  // vLLM builds the shared expert whole on every rank under
+  // sequence-parallel MoE: expert parallelism with TP > 1 and DP > 1
+  // (its default all2all backend, allgather_reducescatter).
+  bool SequenceParallelMoe() const {
+    return n_.ep > 1 && n_.tp > 1 && n_.dp > 1;
+  }
+  // Where FusedMoE keeps its weights: "experts.routed_experts." since vLLM
+  // 0.33, "experts." before.
+  std::string Experts() const {
+    return release_.routed_experts ? "experts.routed_experts." : "experts.";
+  }
+  TensorAxes Split(int64_t dim, bool pp_owned = true) const {
+    return {dim, 0, pp_owned, Ep::kCoupled};
+  }
+  TensorAxes Replicated() const { return {-1, 0, true, Ep::kCoupled}; }
+  const HfTensor* T(const std::string& name) const {
+    return w_.canon().Find(name);
+  }
+  // The tensor as vLLM holds it in float32 whatever the model dtype
+  // (A_log): the canonical tensor with dtype float32, which a load from a
+  // 16-bit checkpoint widens exactly.
+  const HfTensor* Float32(const HfTensor* t);
+
+  const HfConfig& c_;
+  const EngineLayoutOptions& o_;
+  const EngineRelease& release_;
+  const ParallelSizes n_;
+  std::vector<GridRank> ranks_;
+  EngineBuilder b_;
+  PresetWriter w_;
+  int64_t vocab_chunk_ = 0;
+  std::deque<HfTensor> widened_;  // stable addresses for the builder
+};
+
+const HfTensor* VllmHybrid::Float32(const HfTensor* t) {
+  if (t == nullptr || t->dtype == "float32") return t;
+  for (const HfTensor& w : widened_) {
+    if (w.name == t->name) return &w;
+  }
+  HfTensor w = *t;
+  w.dtype = "float32";
+  w.itemsize = 4;
+  widened_.push_back(std::move(w));
+  return &widened_.back();
+}
+
+Status VllmHybrid::CheckTp() {
+  const std::string& e = release_.name;
+  RESHARD_RETURN_NOT_OK(
+      Divisible(e, "TP", n_.tp, "num_attention_heads", c_.heads));
+  if (c_.kv_heads >= n_.tp) {
+    RESHARD_RETURN_NOT_OK(
+        Divisible(e, "TP", n_.tp, "num_key_value_heads", c_.kv_heads));
+  } else if (n_.tp % c_.kv_heads != 0) {
+    return Status::InvalidArgument(
+        e + " refuses TP " + std::to_string(n_.tp) +
+        ": it is neither a divisor nor a multiple of num_key_value_heads (" +
+        std::to_string(c_.kv_heads) + ")");
+  }
+  // The DeltaNet's heads: Qwen3-Next's fused projections hold whole
+  // key-head groups, conv1d and A_log split their heads.
+  RESHARD_RETURN_NOT_OK(
+      Divisible(e, "TP", n_.tp, "linear_num_key_heads", c_.lin_k_heads));
+  RESHARD_RETURN_NOT_OK(
+      Divisible(e, "TP", n_.tp, "linear_num_value_heads", c_.lin_v_heads));
+  bool dense = c_.experts == 0;
+  for (int64_t l = 0; l < c_.layers && !dense; ++l) {
+    dense = !IsSparseLayer(c_, l);
+  }
+  if (dense) {
+    RESHARD_RETURN_NOT_OK(
+        Divisible(e, "TP", n_.tp, "intermediate_size", c_.intermediate));
+  }
+  if (c_.experts == 0) return Status::OK();
+  if (n_.tp > c_.experts) {
+    return Status::InvalidArgument(e + " refuses TP " + std::to_string(n_.tp) +
+                                   " above the " + std::to_string(c_.experts) +
+                                   " experts of " + c_.architecture);
+  }
+  if (n_.ep == 1) {
+    RESHARD_RETURN_NOT_OK(Divisible(e, "TP", n_.tp, "moe_intermediate_size",
+                                    c_.moe_intermediate));
+  }
+  if (!SequenceParallelMoe()) {
+    RESHARD_RETURN_NOT_OK(Divisible(e, "TP", n_.tp,
+                                    "shared_expert_intermediate_size",
+                                    c_.shared_expert_intermediate));
+  }
+  return Status::OK();
+}
+
+Status VllmHybrid::Check() {
+  const std::string& e = release_.name;
+  // Qwen3-Next came with vLLM 0.10.2, Qwen3.5 later.
+  if (release_.spec == "vllm@<0.10.2") {
+    return Status::Unimplemented("engine " + release_.spec + " has no " +
+                                 c_.architecture);
+  }
+  if (c_.lm_prefix != "model.") {
+    return Status::Unimplemented(
+        "engine preset " + e +
+        " lays out the text classes of Qwen3.5 "
+        "(Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM), not " +
+        c_.architecture + " (its language model under " + c_.lm_prefix + ")");
+  }
+  if (c_.fp8 || c_.fp8_channel) {
+    return Status::Unimplemented("engine preset " + e +
+                                 " does not lay out FP8 " + c_.architecture);
+  }
+  if (n_.ep != 1 && n_.ep != n_.tp * n_.dp) {
+    return Status::InvalidArgument(
+        e + " expert parallelism spans TP x DP: --ep must be 1 or " +
+        std::to_string(n_.tp * n_.dp) + ", not " + std::to_string(n_.ep));
+  }
+  if (n_.ep > 1 && c_.experts == 0) {
+    return Status::InvalidArgument("EP " + std::to_string(n_.ep) +
+                                   " needs routed experts; " + c_.architecture +
+                                   " has none");
+  }
+  if (c_.experts > 0 && n_.ep == 1 && n_.dp > 1) {
+    return Status::InvalidArgument(
+        e + " without expert parallelism splits the experts over DP x TP (" +
+        std::to_string(n_.dp * n_.tp) +
+        " ways), which this preset does not model: use --ep " +
+        std::to_string(n_.tp * n_.dp) + " or --dp 1");
+  }
+  if (c_.experts > 0 && n_.ep > c_.experts) {
+    return Status::InvalidArgument(
+        "EP " + std::to_string(n_.ep) + " leaves ranks without any of the " +
+        std::to_string(c_.experts) + " routed experts of " + c_.architecture);
+  }
+  if (c_.experts > 0 && n_.ep > 1 && c_.fused_experts) {
+    return Status::Unimplemented(
+        "engine preset " + e +
+        " does not split the fused experts (mlp.experts.gate_up_proj, "
+        "down_proj) of " +
+        c_.architecture + " over EP " + std::to_string(n_.ep) +
+        ": use --ep 1 or a checkpoint with one tensor per expert");
+  }
+  if (c_.experts > 0 && c_.shared_expert_intermediate == 0) {
+    return Status::InvalidArgument(
+        e + " builds every sparse block of " + c_.architecture +
+        " with a shared expert and its gate: "
+        "shared_expert_intermediate_size must be positive");
+  }
+  RESHARD_RETURN_NOT_OK(CheckTp());
+  if (n_.pp > c_.layers) {
+    return Status::InvalidArgument("PP " + std::to_string(n_.pp) +
+                                   " exceeds the " + std::to_string(c_.layers) +
+                                   " layers of " + c_.architecture);
+  }
+  // vLLM's Qwen3-Next never ties its head: a tied config loads only from
+  // a checkpoint that stores lm_head.weight.
+  if (Next() && T("lm_head.weight") == nullptr) {
+    return Status::InvalidArgument(
+        e + " holds lm_head.weight apart from the embedding in " +
+        c_.architecture +
+        " (tie_word_embeddings is not followed): the checkpoint must store "
+        "lm_head.weight");
+  }
+  RESHARD_ASSIGN_OR_RETURN(
+      vocab_chunk_, VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64,
+                               n_.tp, " (a multiple of 64)"));
+  return Status::OK();
+}
+
+std::pair<int64_t, int64_t> VllmHybrid::Stage(int64_t p) const {
+  std::vector<int64_t> parts(static_cast<size_t>(n_.pp), c_.layers / n_.pp);
+  const int64_t rem = c_.layers % n_.pp;
+  for (int64_t i = 2; i < rem + 2; ++i) {
+    ++parts[static_cast<size_t>(n_.pp - i)];
+  }
+  int64_t lo = 0;
+  for (int64_t i = 0; i < p; ++i) lo += parts[static_cast<size_t>(i)];
+  return {lo, lo + parts[static_cast<size_t>(p)]};
+}
+
+Status VllmHybrid::LinearAttention(const GridRank& r, const std::string& a) {
+  const int64_t k = c_.lin_k_heads * c_.lin_k_dim;
+  const int64_t v = c_.lin_v_heads * c_.lin_v_dim;
+  const int64_t kl = k / n_.tp, vl = v / n_.tp, hl = c_.lin_v_heads / n_.tp;
+  const int64_t t = r.t;
+  // The module's own parameters come before its submodules'.
+  RESHARD_RETURN_NOT_OK(
+      w_.Rows(a + "dt_bias", {{T(a + "dt_bias"), Split(0), t * hl, hl}}));
+  RESHARD_RETURN_NOT_OK(
+      w_.Rows(a + "A_log", {{Float32(T(a + "A_log")), Split(0), t * hl, hl}}));
+  // conv1d's channels are [q | k | v], each section split on its own
+  // (mamba_v2_sharded_weight_loader).
+  const HfTensor* conv = T(a + "conv1d.weight");
+  RESHARD_RETURN_NOT_OK(
+      w_.Rows(a + "conv1d.weight", {{conv, Split(0), t * kl, kl},
+                                    {conv, Split(0), k + t * kl, kl},
+                                    {conv, Split(0), 2 * k + t * vl, vl}}));
+  if (Next()) {
+    // One output shard each: contiguous rows, whole key-head groups.
+    const int64_t qkvz = (2 * k + 2 * v) / n_.tp;
+    const int64_t ba = 2 * c_.lin_v_heads / n_.tp;
+    RESHARD_RETURN_NOT_OK(
+        w_.Rows(a + "in_proj_qkvz.weight",
+                {{T(a + "in_proj_qkvz.weight"), Split(0), t * qkvz, qkvz}}));
+    RESHARD_RETURN_NOT_OK(
+        w_.Rows(a + "in_proj_ba.weight",
+                {{T(a + "in_proj_ba.weight"), Split(0), t * ba, ba}}));
+  } else {
+    // Output shards [q, k, v, z] and [b, a], each split on its own.
+    const HfTensor* qkv = T(a + "in_proj_qkv.weight");
+    RESHARD_RETURN_NOT_OK(
+        w_.Rows(a + "in_proj_qkvz.weight",
+                {{qkv, Split(0), t * kl, kl},
+                 {qkv, Split(0), k + t * kl, kl},
+                 {qkv, Split(0), 2 * k + t * vl, vl},
+                 {T(a + "in_proj_z.weight"), Split(0), t * vl, vl}}));
+    RESHARD_RETURN_NOT_OK(
+        w_.Rows(a + "in_proj_ba.weight",
+                {{T(a + "in_proj_b.weight"), Split(0), t * hl, hl},
+                 {T(a + "in_proj_a.weight"), Split(0), t * hl, hl}}));
+  }
+  RESHARD_RETURN_NOT_OK(
+      w_.Whole(a + "norm.weight", a + "norm.weight", Replicated()));
+  return w_.Cols(a + "out_proj.weight", a + "out_proj.weight", Split(1), t * vl,
+                 vl);
+}
+
+Status VllmHybrid::FullAttention(const GridRank& r, const std::string& a) {
+  const int64_t d = c_.head_dim, hl = c_.heads / n_.tp;
+  // q_proj's rows are, head by head, the head's queries then its gate:
+  // QKVParallelLinear over heads * (1 + attn_output_gate) query heads.
+  const int64_t ql = hl * d * (c_.attn_gate ? 2 : 1);
+  const int64_t kvr = std::max<int64_t>(1, c_.kv_heads / n_.tp);
+  const int64_t s = c_.kv_heads >= n_.tp ? r.t : r.t / (n_.tp / c_.kv_heads);
+  TensorAxes kv = Split(0);
+  if (c_.kv_heads < n_.tp) kv.tp_shards = c_.kv_heads;
+  RESHARD_RETURN_NOT_OK(
+      w_.Rows(a + "qkv_proj.weight",
+              {{T(a + "q_proj.weight"), Split(0), r.t * ql, ql},
+               {T(a + "k_proj.weight"), kv, s * kvr * d, kvr * d},
+               {T(a + "v_proj.weight"), kv, s * kvr * d, kvr * d}}));
+  const int64_t in = c_.heads * d;
+  RESHARD_RETURN_NOT_OK(w_.Cols(a + "o_proj.weight", a + "o_proj.weight",
+                                Split(1), r.t * in / n_.tp, in / n_.tp));
+  for (const char* name : {"q_norm.weight", "k_norm.weight"}) {
+    RESHARD_RETURN_NOT_OK(w_.Whole(a + name, a + name, Replicated()));
+  }
+  return Status::OK();
+}
+
+Status VllmHybrid::Mlp(const GridRank& r, const std::string& p, int64_t width,
+                       bool whole) {
+  const int64_t il = whole ? width : width / n_.tp;
+  const int64_t row0 = whole ? 0 : r.t * il;
+  const TensorAxes rows = whole ? Replicated() : Split(0);
+  const TensorAxes cols = whole ? Replicated() : Split(1);
+  RESHARD_RETURN_NOT_OK(w_.Rows(p + "gate_up_proj.weight",
+                                {{T(p + "gate_proj.weight"), rows, row0, il},
+                                 {T(p + "up_proj.weight"), rows, row0, il}}));
+  return w_.Cols(p + "down_proj.weight", p + "down_proj.weight", cols, row0,
+                 il);
+}
+
+Status VllmHybrid::FusedExperts(size_t index, const GridRank& r,
+                                const std::string& x, const std::string& to) {
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* gate_up,
+                           w_.canon().Get(x + "gate_up_proj"));
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* down,
+                           w_.canon().Get(x + "down_proj"));
+  const int64_t e = c_.experts, h = c_.hidden, i = c_.moe_intermediate;
+  const int64_t il = i / n_.tp, row0 = r.t * il;
+  // Without EP every expert is TP-split: gate_up_proj's sections [gate |
+  // up] along dim 1, down_proj's inputs along dim 2.
+  b_.Begin(index, to + "w13_weight", {e, 2 * il, h});
+  for (int64_t j = 0; j < e; ++j) {
+    for (int64_t section : {int64_t{0}, i}) {
+      RESHARD_RETURN_NOT_OK(
+          b_.Piece(*gate_up, Split(1), {j, section + row0, 0}, {1, il, h}));
+    }
+  }
+  RESHARD_RETURN_NOT_OK(b_.End());
+  b_.Begin(index, to + "w2_weight", {e, h, il});
+  for (int64_t j = 0; j < e; ++j) {
+    RESHARD_RETURN_NOT_OK(b_.Piece(*down, Split(2), {j, 0, row0}, {1, h, il}));
+  }
+  return b_.End();
+}
+
+Status VllmHybrid::Moe(size_t index, const GridRank& r, const std::string& m) {
+  RESHARD_RETURN_NOT_OK(
+      w_.Whole(m + "gate.weight", m + "gate.weight", Replicated()));
+  RESHARD_RETURN_NOT_OK(w_.Whole(m + "shared_expert_gate.weight",
+                                 m + "shared_expert_gate.weight",
+                                 Replicated()));
+  RESHARD_RETURN_NOT_OK(Mlp(r, m + "shared_expert.",
+                            c_.shared_expert_intermediate,
+                            SequenceParallelMoe()));
+  const std::string to = m + Experts();
+  if (c_.fused_experts) return FusedExperts(index, r, m + "experts.", to);
+  // Linear expert placement (determine_expert_map) under EP; every expert
+  // TP-split otherwise.
+  const bool ep = n_.ep > 1;
+  const int64_t base = c_.experts / n_.ep, rem = c_.experts % n_.ep;
+  const int64_t count = ep ? base + (r.e < rem ? 1 : 0) : c_.experts;
+  const int64_t first = ep ? r.e * base + std::min(r.e, rem) : 0;
+  const int64_t il = ep ? c_.moe_intermediate : c_.moe_intermediate / n_.tp;
+  const int64_t row0 = ep ? 0 : r.t * il;
+  const TensorAxes gate_up =
+      ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
+  const TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
+  std::vector<std::vector<RowSlice>> w13;
+  std::vector<std::string> w2;
+  for (int64_t x = first; x < first + count; ++x) {
+    const std::string e = m + "experts." + std::to_string(x) + ".";
+    w13.push_back({{T(e + "gate_proj.weight"), gate_up, row0, il},
+                   {T(e + "up_proj.weight"), gate_up, row0, il}});
+    w2.push_back(e + "down_proj.weight");
+  }
+  RESHARD_RETURN_NOT_OK(w_.StackedRows(to + "w13_weight", count, w13));
+  return w_.StackedCols(to + "w2_weight", w2, down, row0, il);
+}
+
+Status VllmHybrid::Rank(size_t index, const GridRank& r) {
+  const bool last = r.p == n_.pp - 1;
+  const int64_t row0 = r.t * vocab_chunk_;
+  // VocabParallelEmbedding (and Qwen3-Next's ParallelLMHead) are built on
+  // every stage and loaded there.
+  RESHARD_RETURN_NOT_OK(w_.Vocab("model.embed_tokens.weight",
+                                 "model.embed_tokens.weight", Split(0, false),
+                                 row0, vocab_chunk_));
+  const auto [lo, hi] = Stage(r.p);
+  for (int64_t i = lo; i < hi; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    RESHARD_RETURN_NOT_OK(c_.linear_layers[static_cast<size_t>(i)]
+                              ? LinearAttention(r, p + "linear_attn.")
+                              : FullAttention(r, p + "self_attn."));
+    RESHARD_RETURN_NOT_OK(IsSparseLayer(c_, i)
+                              ? Moe(index, r, p + "mlp.")
+                              : Mlp(r, p + "mlp.", c_.intermediate, false));
+    for (const char* norm :
+         {"input_layernorm.weight", "post_attention_layernorm.weight"}) {
+      RESHARD_RETURN_NOT_OK(w_.Whole(p + norm, p + norm, Replicated()));
+    }
+  }
+  if (last) {
+    RESHARD_RETURN_NOT_OK(
+        w_.Whole("model.norm.weight", "model.norm.weight", Replicated()));
+  }
+  // Qwen3.5's head lives on the last stage and is the embedding when tied.
+  if (Next() || (last && !c_.tie_word_embeddings)) {
+    RESHARD_RETURN_NOT_OK(w_.Vocab("lm_head.weight", "lm_head.weight",
+                                   Split(0, !Next()), row0, vocab_chunk_));
+  }
+  return Status::OK();
+}
+
+Result<EngineLayout> VllmHybrid::Run() {
+  RESHARD_RETURN_NOT_OK(Check());
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    w_.SetRank(i);
+    RESHARD_RETURN_NOT_OK(Rank(i, ranks_[i]));
+  }
+  return b_.Build(c_, o_);
+}
+
+}  // namespace
+
+Result<EngineLayout> VllmHybridLayout(const HfConfig& config,
+                                      const CanonTensors& canon,
+                                      const EngineLayoutOptions& options,
+                                      const EngineRelease& release) {
+  RESHARD_RETURN_NOT_OK(CheckArchitecture(
+      config, options,
+      {HfArch::kQwen3Next, HfArch::kQwen35, HfArch::kQwen35Moe}));
+  return VllmHybrid(config, canon, options, release).Run();
+}
+
+}  // namespace reshard::internal
