@@ -111,7 +111,7 @@ struct ReshardResult {
   LoadReport load;
   CheckpointWriteReport write;
   double load_seconds = 0, write_seconds = 0;
-  size_t tensors = 0, files = 0;
+  size_t tensors = 0, files = 0, side_files = 0;
   uint64_t header_bytes = 0;
 };
 
@@ -120,9 +120,13 @@ struct ReshardResult {
 Result<ReshardResult> RunReshard(const ReshardArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a.checkpoint));
   RESHARD_ASSIGN_OR_RETURN(auto target, LoadPlacement(a.target));
+  // config.json and the other side files go beside the output as they are;
+  // read (and refused) before anything is written.
+  RESHARD_ASSIGN_OR_RETURN(auto side, ReadHfSideFiles(a.checkpoint));
   RESHARD_ASSIGN_OR_RETURN(auto buffers,
                            internal::AllocateHostBuffers(target, "hf-reshard"));
   ReshardResult r;
+  r.side_files = side.size();
   r.tensors = target.tensors().size();
   r.header_bytes = ckpt.header_bytes();
   auto t0 = Clock::now();
@@ -137,6 +141,7 @@ Result<ReshardResult> RunReshard(const ReshardArgs& a) {
   r.load_seconds = SecondsSince(t0);
   t0 = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(auto plan, PlanCheckpointWrite(target, a.write));
+  RESHARD_RETURN_NOT_OK(CheckHfSideFilesAbsent(side, a.output));
   RESHARD_RETURN_NOT_OK(CreateCheckpointFiles(plan, a.output));
   ProgressLine writing("writing " + a.output, a.progress);
   CheckpointWriteOptions write = a.write;
@@ -145,6 +150,7 @@ Result<ReshardResult> RunReshard(const ReshardArgs& a) {
       r.write, WriteCheckpointFragments(plan, target, buffers.bindings,
                                         a.output, write));
   writing.Finish();
+  RESHARD_RETURN_NOT_OK(WriteHfSideFiles(side, a.output));
   RESHARD_RETURN_NOT_OK(FinishCheckpoint(plan, a.output));
   r.write_seconds = SecondsSince(t0);
   r.files = plan.files().size();
@@ -157,7 +163,10 @@ void PrintReshard(const ReshardArgs& a, const ReshardResult& r) {
               << " bytes, " << r.load.bytes_read << " bytes read from "
               << a.checkpoint << ") in " << r.load_seconds << " s; wrote "
               << r.write.bytes << " bytes as " << r.files << " files to "
-              << a.output << " in " << r.write_seconds << " s\n";
+              << a.output << " in " << r.write_seconds << " s";
+    if (r.side_files > 0)
+      std::cout << " with " << r.side_files << " side files";
+    std::cout << "\n";
     return;
   }
   std::string out;
@@ -171,6 +180,7 @@ void PrintReshard(const ReshardArgs& a, const ReshardResult& r) {
   KeySeconds(&w, "load_seconds", r.load_seconds);
   w.KeyUInt("read_requests", r.load.read_requests);
   w.KeyUInt("regions", r.load.regions);
+  w.KeyUInt("side_files", r.side_files);
   w.KeyUInt("tensors", r.tensors);
   KeySeconds(&w, "write_seconds", r.write_seconds);
   w.KeyUInt("writes", r.write.writes);
@@ -213,7 +223,9 @@ void AddReshardCommand(CLI::App* hf) {
 
 void AddImportCommand(CLI::App* hf) {
   auto* cmd = hf->add_subcommand(
-      "import", "Make a checksummed weight-store revision of a checkpoint");
+      "import",
+      "Make a checksummed weight-store revision of a checkpoint and its side "
+      "files (config.json, generation config, tokenizer)");
   struct Args {
     std::string checkpoint, uri;
     bool json = false;
@@ -263,7 +275,9 @@ void AddImportCommand(CLI::App* hf) {
 
 void AddExportCommand(CLI::App* hf) {
   auto* cmd = hf->add_subcommand(
-      "export", "Write a weight-store revision out as a checkpoint");
+      "export",
+      "Write a weight-store revision out as a checkpoint with the side files "
+      "stored with it");
   struct Args {
     std::string uri, key, output;
     bool json = false;
@@ -297,9 +311,15 @@ void AddExportCommand(CLI::App* hf) {
     const auto t0 = Clock::now();
     auto r = run();
     if (!r.ok()) throw CLI::RuntimeError(Fail(r.status()));
+    if (r->side_files == 0) {
+      std::cerr << "reshard hf export: " << a->key
+                << " holds no side files (config.json, tokenizer): "
+                << a->output << " holds the weights only\n";
+    }
     if (!a->json) {
       std::cout << "wrote " << r->bytes << " bytes as " << r->files
-                << " files to " << a->output << "\n";
+                << " files and " << r->side_files << " side files to "
+                << a->output << "\n";
       return;
     }
     std::cout << RecordJson(*r, {{"seconds", SecondsSince(t0)}}) << "\n";

@@ -307,6 +307,7 @@ struct HfImportReport {
   uint64_t tensors = 0;
   uint64_t fragments = 0;
   uint64_t bytes_read = 0;
+  uint64_t side_files = 0;  // side files stored with the revision
 };
 
 // Every field of `r`, names sorted (see VisitFields above).
@@ -315,6 +316,7 @@ void VisitFields(const HfImportReport& r, Visit&& visit) {
   visit("bytes_read", r.bytes_read);
   visit("fragments", r.fragments);
   visit("manifest_key", r.manifest_key);
+  visit("side_files", r.side_files);
   visit("tensors", r.tensors);
 }
 
@@ -322,7 +324,9 @@ void VisitFields(const HfImportReport& r, Visit&& visit) {
 // described by HfLayout(config_json, TP1) (layer and expert ids, dtypes
 // from the checkpoint), each tensor stored as slabs read from its file one
 // at a time (WeightStore::PrepareImport / Import / Commit; aborted on
-// error).
+// error). The side files of the checkpoint's directory (ReadHfSideFiles,
+// refused before anything is written) are stored with the revision as
+// checksummed revision files (docs/store-format.md, "Revision files").
 Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
                                         std::string_view config_json,
                                         WeightStore& store,
@@ -334,6 +338,7 @@ struct HfExportReport {
   uint64_t chunks_verified = 0;
   uint64_t writes = 0;
   uint64_t files = 0;
+  uint64_t side_files = 0;  // 0: the revision holds none
 };
 
 // Every field of `r`, names sorted (see VisitFields above).
@@ -343,16 +348,61 @@ void VisitFields(const HfExportReport& r, Visit&& visit) {
   visit("bytes_read", r.bytes_read);
   visit("chunks_verified", r.chunks_verified);
   visit("files", r.files);
+  visit("side_files", r.side_files);
   visit("writes", r.writes);
 }
 
 // Writes a committed revision as a checkpoint in `dir` (as
 // CreateCheckpointFiles .. FinishCheckpoint), under a lease: every stored
 // fragment is read in verified windows of options.staging_bytes and
-// written to its files' positions; no tensor is ever whole in memory.
+// written to its files' positions; no tensor is ever whole in memory. The
+// revision's side files are read and verified first and written (as
+// WriteHfSideFiles) before the index; one already in `dir` is refused
+// (AlreadyExists) before anything is written. A revision stored without
+// side files exports its weights alone (side_files 0).
 Result<HfExportReport> ExportCheckpoint(
     WeightStore& store, const StoredWeightManifest& manifest,
     const std::string& dir, const CheckpointWriteOptions& options = {});
+
+// ---------------------------------------------------------------------------
+// Side files: what a checkpoint directory holds beside its weights for
+// from_pretrained (configuration, generation configuration, tokenizer).
+
+struct HfSideFile {
+  std::string name;
+  std::string bytes;
+};
+
+// Whether `name` is a side file: exactly one of config.json,
+// generation_config.json, tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, added_tokens.json, chat_template.jinja,
+// chat_template.json, tokenizer.model, spiece.model,
+// sentencepiece.bpe.model, vocab.json, vocab.txt, merges.txt,
+// preprocessor_config.json, processor_config.json, or `<stem>.tiktoken`;
+// always of [A-Za-z0-9._-] starting with a letter or digit. Weights, their
+// index and code files never are.
+bool IsHfSideFileName(std::string_view name);
+
+// The side files at the top of `dir`, by name. A link is followed to a
+// regular file (as for the weights); a side file that is not a regular
+// file (a FIFO, a device, a directory, a dangling link) is refused naming
+// it, without blocking; one over 64 MiB, side files over 256 MiB together
+// or more than 64 of them are refused. Other entries are ignored.
+Result<std::vector<HfSideFile>> ReadHfSideFiles(const std::string& dir);
+
+// AlreadyExists naming the first of `files` (or its partial file) that is
+// in `dir`; OK when `dir` does not exist. What a caller that creates
+// outputs checks first.
+Status CheckHfSideFilesAbsent(const std::vector<HfSideFile>& files,
+                              const std::string& dir);
+
+// Writes `files` into the existing directory `dir`, each as
+// "<name>.partial" made durable and then linked to its name (never
+// replacing an entry). Refuses (AlreadyExists, nothing written) if any of
+// them or its partial file is there, and (InvalidArgument) a name that is
+// no side file name; on failure removes what it wrote.
+Status WriteHfSideFiles(const std::vector<HfSideFile>& files,
+                        const std::string& dir);
 
 // ---------------------------------------------------------------------------
 // Layouts from config.json.

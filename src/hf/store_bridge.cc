@@ -4,11 +4,14 @@
 // checksummed and stored); exports stream each stored fragment through the
 // loader's staging window into positional writes of the output files.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <unordered_map>
 
 #include "hf/checkpoint_state.h"
@@ -17,6 +20,8 @@
 #include "store/layout.h"
 #include "store/lease.h"
 #include "store/ranged_load.h"
+#include "store/revision_files.h"
+#include "util/file_io.h"
 #include "util/printable.h"
 
 namespace reshard {
@@ -165,6 +170,184 @@ Status CheckCommitted(WeightStore& store, const StoredWeightManifest& m) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- side files
+
+namespace {
+
+// What transformers' save_pretrained and tokenizers write beside the
+// weights that from_pretrained reads (docs/hf-checkpoints.md, "Side
+// files"). Weights, their index and code (`*.py`) are never side files.
+constexpr std::array<std::string_view, 16> kSideFileNames = {
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "config.json",
+    "generation_config.json",
+    "merges.txt",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "sentencepiece.bpe.model",
+    "special_tokens_map.json",
+    "spiece.model",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt"};
+
+constexpr const char* kPartialSuffix = ".partial";
+
+Result<FileDescriptor> OpenDirectory(const std::string& dir) {
+  FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return internal::ErrnoStatus("cannot open directory", dir);
+  return fd;
+}
+
+// The side-file names among `dir`'s entries, sorted.
+Result<std::vector<std::string>> SideFileNamesIn(const std::string& dir) {
+  RESHARD_ASSIGN_OR_RETURN(FileDescriptor dfd, OpenDirectory(dir));
+  DIR* d = ::fdopendir(::dup(dfd.get()));
+  if (d == nullptr) return internal::ErrnoStatus("cannot list", dir);
+  std::vector<std::string> names;
+  errno = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (IsHfSideFileName(e->d_name)) names.emplace_back(e->d_name);
+  }
+  const int err = errno;
+  ::closedir(d);
+  if (err != 0) {
+    errno = err;
+    return internal::ErrnoStatus("cannot list", dir);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool EntryExists(int dir, const std::string& name) {
+  struct stat sb;
+  return ::fstatat(dir, name.c_str(), &sb, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+// `f` as "<name>.partial", durable, then linked to its name (never
+// replacing anything) and the partial name removed.
+Status WriteOneSideFile(int dfd, const std::string& dir, const HfSideFile& f) {
+  const std::string partial = f.name + kPartialSuffix;
+  const std::string path = dir + "/" + partial;
+  FileDescriptor fd(
+      ::openat(dfd, partial.c_str(),
+               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd.valid()) return internal::ErrnoStatus("cannot create", path);
+  Status st =
+      internal::PwriteAll(fd.get(), f.bytes.data(), f.bytes.size(), 0, path);
+  if (st.ok() && ::fsync(fd.get()) != 0) {
+    st = internal::ErrnoStatus("cannot sync", path);
+  }
+  if (st.ok() && ::linkat(dfd, partial.c_str(), dfd, f.name.c_str(), 0) != 0) {
+    st = internal::ErrnoStatus("cannot name", dir + "/" + f.name);
+  }
+  ::unlinkat(dfd, partial.c_str(), 0);
+  return st;
+}
+
+void RemoveSideFiles(const std::vector<HfSideFile>& files,
+                     const std::string& dir) {
+  for (const HfSideFile& f : files) ::unlink((dir + "/" + f.name).c_str());
+}
+
+}  // namespace
+
+bool IsHfSideFileName(std::string_view name) {
+  if (!internal::CheckRevisionFileName(name).ok()) return false;
+  if (std::find(kSideFileNames.begin(), kSideFileNames.end(), name) !=
+      kSideFileNames.end()) {
+    return true;
+  }
+  return name.size() > 9 && name.ends_with(".tiktoken");
+}
+
+Status CheckHfSideFilesAbsent(const std::vector<HfSideFile>& files,
+                              const std::string& dir) {
+  FileDescriptor dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd.valid()) {
+    if (errno == ENOENT) return Status::OK();
+    return internal::ErrnoStatus("cannot open directory", dir);
+  }
+  for (const HfSideFile& f : files) {
+    for (const std::string& entry : {f.name, f.name + kPartialSuffix}) {
+      if (EntryExists(dfd.get(), entry)) {
+        return Status::AlreadyExists(internal::Printable(dir + "/" + entry) +
+                                     " exists: refusing to overwrite a "
+                                     "checkpoint's side file");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Result<std::vector<HfSideFile>> ReadHfSideFiles(const std::string& dir) {
+  RESHARD_ASSIGN_OR_RETURN(auto names, SideFileNamesIn(dir));
+  RESHARD_ASSIGN_OR_RETURN(FileDescriptor dfd, OpenDirectory(dir));
+  std::vector<HfSideFile> files;
+  uint64_t total = 0;
+  for (const std::string& name : names) {
+    const std::string path = dir + "/" + name;
+    uint64_t size = 0;
+    // Links are followed, as for the weights (the Hugging Face cache links
+    // snapshots to blobs); whatever is not a regular file is refused
+    // without blocking.
+    RESHARD_ASSIGN_OR_RETURN(
+        FileDescriptor fd,
+        internal::OpenRegularFileAt(dfd.get(), name, path, &size));
+    total += size;
+    if (size > internal::kMaxRevisionFileBytes ||
+        total > internal::kMaxRevisionFilesBytes) {
+      return Status::InvalidArgument(
+          "side file " + internal::Printable(path) + " holds " +
+          std::to_string(size) + " bytes; side files hold at most " +
+          std::to_string(internal::kMaxRevisionFileBytes) + " bytes each and " +
+          std::to_string(internal::kMaxRevisionFilesBytes) + " together");
+    }
+    RESHARD_ASSIGN_OR_RETURN(
+        std::string bytes,
+        internal::ReadFdBounded(fd.get(), internal::kMaxRevisionFileBytes, path,
+                                "a side file"));
+    files.push_back({name, std::move(bytes)});
+  }
+  if (files.size() > internal::kMaxRevisionFiles) {
+    return Status::InvalidArgument(internal::Printable(dir) + " holds " +
+                                   std::to_string(files.size()) +
+                                   " side files, more than " +
+                                   std::to_string(internal::kMaxRevisionFiles));
+  }
+  return files;
+}
+
+Status WriteHfSideFiles(const std::vector<HfSideFile>& files,
+                        const std::string& dir) {
+  for (const HfSideFile& f : files) {
+    if (!IsHfSideFileName(f.name)) {
+      return Status::InvalidArgument(internal::Printable(f.name) +
+                                     " is not a side file name");
+    }
+  }
+  RESHARD_RETURN_NOT_OK(CheckHfSideFilesAbsent(files, dir));
+  RESHARD_ASSIGN_OR_RETURN(FileDescriptor dfd, OpenDirectory(dir));
+  for (size_t i = 0; i < files.size(); ++i) {
+    Status st = WriteOneSideFile(dfd.get(), dir, files[i]);
+    if (!st.ok()) {
+      RemoveSideFiles({files.begin(), files.begin() + i}, dir);
+      return st;
+    }
+  }
+  if (::fsync(dfd.get()) != 0) {
+    RemoveSideFiles(files, dir);
+    return internal::ErrnoStatus("cannot sync", dir);
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------- import
+
 Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
                                         std::string_view config_json,
                                         WeightStore& store,
@@ -178,14 +361,27 @@ Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
   RESHARD_ASSIGN_OR_RETURN(
       auto source,
       SlabPlacement(whole, std::max<uint64_t>(options.max_fragment_bytes, 1)));
+  // Side files are read (and refused) before anything is written.
+  RESHARD_ASSIGN_OR_RETURN(std::vector<HfSideFile> side,
+                           ReadHfSideFiles(checkpoint.directory()));
+  std::vector<internal::RevisionFile> files;
+  for (HfSideFile& f : side) {
+    files.push_back({std::move(f.name), std::move(f.bytes)});
+  }
   RESHARD_ASSIGN_OR_RETURN(auto plan, store.PrepareImport(source));
   CheckpointReader reader(checkpoint, source);
   WeightStoreOptions with_progress = store.options();
   with_progress.progress = options.progress;
-  auto receipts =
-      store.WithOptions(std::move(with_progress)).Import(plan, source, reader);
-  Status st = receipts.status();
-  if (st.ok()) st = store.Commit(plan, *receipts);
+  // The side files belong to the upload's transaction: committed,
+  // verified, collected and removed with it (store/revision_files.h).
+  Status st = internal::WriteRevisionFiles(
+      store.backend(), internal::RevisionKeys(plan.manifest().group_id()),
+      plan.transaction_id(), files, store.options().chunk_bytes);
+  if (st.ok()) {
+    auto receipts = store.WithOptions(std::move(with_progress))
+                        .Import(plan, source, reader);
+    st = receipts.ok() ? store.Commit(plan, *receipts) : receipts.status();
+  }
   if (!st.ok()) {
     (void)store.Abort(plan);
     return st;
@@ -195,17 +391,40 @@ Result<HfImportReport> ImportCheckpoint(const HfCheckpoint& checkpoint,
   r.fragments = plan.manifest().fragments().size();
   r.tensors = plan.manifest().tensors().size();
   r.bytes_read = reader.bytes_read();
+  r.side_files = files.size();
   return r;
 }
 
 namespace {
 
+// The revision's side files, each verified against its checksums; a
+// stored name that is no side file name is DataLoss (the export writes
+// nothing else).
+Result<std::vector<HfSideFile>> ReadStoredSideFiles(
+    WeightStore& store, const StoredWeightManifest& m, uint64_t* chunks) {
+  std::vector<HfSideFile> side;
+  RESHARD_RETURN_NOT_OK(internal::ForEachRevisionFile(
+      store.backend(), m,
+      [&](const internal::RevisionFileEntry& f, std::string_view bytes) {
+        if (!IsHfSideFileName(f.name)) {
+          return Status::DataLoss("revision file " + f.name + " of " +
+                                  m.manifest_key() +
+                                  " is not a checkpoint side file");
+        }
+        side.push_back({f.name, std::string(bytes)});
+        return Status::OK();
+      },
+      chunks));
+  return side;
+}
+
 // The revision's bytes into the created files of `plan` in `dir`, then
-// the files finished.
+// its side files, then the files finished.
 Result<HfExportReport> WriteExport(WeightStore& store,
                                    const StoredWeightManifest& manifest,
                                    const internal::RevisionKeys& keys,
                                    const CheckpointWritePlan& plan,
+                                   const std::vector<HfSideFile>& side,
                                    const std::string& dir,
                                    const CheckpointWriteOptions& options) {
   RESHARD_ASSIGN_OR_RETURN(FileSink sink, FileSink::Open(plan, dir));
@@ -228,8 +447,14 @@ Result<HfExportReport> WriteExport(WeightStore& store,
             return sink.Base(t.file) + t.offset + r.target_base_offset;
           },
           sink, load));
-  RESHARD_RETURN_NOT_OK(FinishCheckpoint(plan, dir));
+  RESHARD_RETURN_NOT_OK(WriteHfSideFiles(side, dir));
+  Status finished = FinishCheckpoint(plan, dir);
+  if (!finished.ok()) {
+    RemoveSideFiles(side, dir);
+    return finished;
+  }
   HfExportReport r;
+  r.side_files = side.size();
   r.bytes = sink.bytes();
   r.bytes_read = loaded.bytes_read;
   r.writes = sink.writes();
@@ -249,6 +474,12 @@ Result<HfExportReport> ExportCheckpoint(WeightStore& store,
       internal::Lease lease,
       internal::Lease::Take(store.backend(), keys, store.options()));
   RESHARD_RETURN_NOT_OK(CheckCommitted(store, manifest));
+  // Side files are read and verified, and refused if present in `dir`,
+  // before anything is written.
+  uint64_t side_chunks = 0;
+  RESHARD_ASSIGN_OR_RETURN(auto side,
+                           ReadStoredSideFiles(store, manifest, &side_chunks));
+  RESHARD_RETURN_NOT_OK(CheckHfSideFilesAbsent(side, dir));
   PlacementHeader header{manifest.resource_id(), manifest.revision(),
                          manifest.weight_generation(), "hf-checkpoint"};
   RESHARD_ASSIGN_OR_RETURN(
@@ -264,7 +495,8 @@ Result<HfExportReport> ExportCheckpoint(WeightStore& store,
   // A failed export (a missing or corrupt stored fragment, a full disk)
   // leaves nothing behind: its partial files, and the directory if it
   // made it.
-  auto written = WriteExport(store, manifest, keys, plan, dir, options);
+  auto written = WriteExport(store, manifest, keys, plan, side, dir, options);
+  if (written.ok()) written->chunks_verified += side_chunks;
   if (!written.ok()) {
     for (const CheckpointWriteFile& f : plan.files()) {
       ::unlink((dir + "/" + f.name + ".partial").c_str());

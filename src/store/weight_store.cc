@@ -16,6 +16,7 @@
 #include "store/layout.h"
 #include "store/progress.h"
 #include "store/records.h"
+#include "store/revision_files.h"
 #include "util/dims_text.h"
 
 namespace reshard {
@@ -1060,6 +1061,16 @@ Result<VerifyReport> WeightStore::Verify(std::string_view manifest_key) {
     report.bytes += size;
     progress.Add(s.nbytes);
   }
+  // The revision's files (store/revision_files.h), each against its
+  // checksums and indexed size.
+  RESHARD_RETURN_NOT_OK(internal::ForEachRevisionFile(
+      *backend_, m,
+      [&](const internal::RevisionFileEntry& f, std::string_view) {
+        ++report.objects;
+        report.bytes += f.size;
+        return Status::OK();
+      },
+      &report.chunks));
   progress.Finish();
   return report;
 }
