@@ -270,6 +270,64 @@ std::string EngineParametersToJson(const EngineLayout& layout);
 Result<EngineLayout> EngineParametersFromJson(
     std::string_view json, const WeightPlacementManifest& placement);
 
+// ---------------------------------------------------------------------------
+// Parameter-map fingerprints (docs/engines.md). Whoever holds engine
+// parameters declares the maps it built for them (engine and release, and
+// per parameter its name, shape, dtype and the id of its pieces); a side
+// that built the map of those parameters itself (a trainer writing into an
+// engine, a load into engine parameters) checks it against the
+// declaration before any byte moves, so that a map of one engine release
+// never fills the parameters of another.
+
+struct DeclaredParameter {
+  std::string name;
+  Dims shape;
+  std::string dtype;
+  std::string pieces_id;  // "sha256:" + SHA-256 of the pieces' canonical JSON
+  friend bool operator==(const DeclaredParameter&,
+                         const DeclaredParameter&) = default;
+};
+
+struct DeclaredParticipantMap {
+  std::string participant_id;
+  // "sha256:" + SHA-256 of the canonical JSON of {engine, participant_id,
+  // parameters} (the engine spec names its release: "vllm@0.33").
+  std::string parameter_map_id;
+  std::vector<DeclaredParameter> parameters;  // engine order
+};
+
+struct DeclaredParameterMaps {
+  std::string engine;  // EngineLayout::engine() of the declaring side
+  std::vector<DeclaredParticipantMap> participants;
+};
+
+// The parameter_map_id of `map` (its own field ignored) under `engine`.
+std::string DeclaredParameterMapId(std::string_view engine,
+                                   const DeclaredParticipantMap& map);
+DeclaredParticipantMap DeclareParticipantMap(const EngineLayout& layout,
+                                             const EngineParticipant& p);
+// The declaration of `participants` of `layout` (every participant when
+// empty); an id the layout lacks is InvalidArgument naming it.
+Result<DeclaredParameterMaps> DeclareParameterMaps(
+    const EngineLayout& layout,
+    const std::vector<std::string>& participants = {});
+// Canonical JSON: {"engine", "participants": [{"parameter_map_id",
+// "parameters": [{"dtype", "name", "pieces", "shape"}], "participant_id"}]}.
+std::string DeclaredParameterMapsToJson(const DeclaredParameterMaps& maps);
+// The inverse, strict (exact field sets, each participant once, bounded
+// counts); a participant whose parameter_map_id is not the hash of its
+// declared parameters is refused.
+Result<DeclaredParameterMaps> DeclaredParameterMapsFromJson(
+    std::string_view json);
+// Every participant `declared` names must be one of `expected`'s, with the
+// same parameter map id. Otherwise FailedPrecondition naming the
+// participant, both engines and ids, and the first differing parameter
+// (index, name, shape and dtype on each side; or its pieces). `who` names
+// the declaring side in the message ("the target", "rank 3").
+Status CheckDeclaredParameterMaps(const EngineLayout& expected,
+                                  const DeclaredParameterMaps& declared,
+                                  std::string_view who);
+
 }  // namespace reshard
 
 #endif  // RESHARD_ENGINE_H_

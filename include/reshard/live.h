@@ -151,7 +151,22 @@ struct LiveSessionOptions {
   // delta: threads a rank encodes its messages on. 0: half the machine's
   // cores, between 2 and 8, and one for less than 64 MiB at a time.
   uint32_t delta_threads = 0;
+  // Parameter-map fingerprints (docs/engines.md): what this rank declares
+  // of the memory of the target participants it hosts (for engine
+  // parameters, DeclaredParameterMapsToJson of their maps; empty: nothing;
+  // at most kMaxTargetDeclarationBytes), published at open as the record
+  // <session>/declared/<rank>. When `check_target_declaration` is set, it
+  // is called at open with every other rank's declaration (empty when that
+  // rank declared nothing) once all ranks have published, before anything
+  // is planned against them, connected or moved; an error fails the open
+  // on this rank and, recorded as its abort, on every rank.
+  std::string target_declaration;
+  std::function<Status(uint32_t rank, std::string_view declaration)>
+      check_target_declaration;
 };
+
+// The largest target declaration a rank may publish.
+inline constexpr size_t kMaxTargetDeclarationBytes = 64u << 20;
 
 // Delta updates: one peer's traffic in an update, as this rank saw it.
 struct LivePeerTraffic {

@@ -35,6 +35,12 @@ Status ValidateOptions(const LiveSessionOptions& o) {
   if (o.max_in_flight == 0) {
     return Status::InvalidArgument("live session: max_in_flight is 0");
   }
+  if (o.target_declaration.size() > kMaxTargetDeclarationBytes) {
+    return Status::InvalidArgument(
+        "live session: target_declaration holds " +
+        std::to_string(o.target_declaration.size()) + " bytes (at most " +
+        std::to_string(kMaxTargetDeclarationBytes) + ")");
+  }
   if (o.heartbeat_interval.count() < 0 ||
       (o.heartbeat_interval.count() > 0 &&
        o.peer_timeout < 2 * o.heartbeat_interval)) {

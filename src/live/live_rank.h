@@ -506,6 +506,10 @@ class LiveRank {
           Heartbeat::Start(store_, options_.session + "/", options_.rank,
                            options_.heartbeat_interval));
     }
+    if (!options_.target_declaration.empty()) {
+      RESHARD_RETURN_NOT_OK(
+          records_.Put(records_.Key("declared"), options_.target_declaration));
+    }
     records_.WatchPeers();
     RESHARD_RETURN_NOT_OK(
         records_.Put(records_.Key("rank"),
@@ -542,6 +546,7 @@ class LiveRank {
     const auto waiting = Clock::now();
     RESHARD_RETURN_NOT_OK(records_.WaitForAll("rank", Deadline(), nullptr));
     waited_seconds_ = Seconds(waiting);
+    RESHARD_RETURN_NOT_OK(CheckDeclarations());
     RESHARD_ASSIGN_OR_RETURN(world_, ReadWorld(records_, store_, options_));
     pull_ = options_.protocol == LiveProtocol::kPull;
     if (options_.protocol == LiveProtocol::kAuto && may_pull_) {
@@ -562,6 +567,30 @@ class LiveRank {
     // Host memory only, on every rank alike: a device pointer is never
     // handed to UCX as host memory.
     return bound_->RequireMemoryKinds({MemoryKind::kHost}, options_.exchange);
+  }
+
+  // Every other rank's target declaration, through the caller's check.
+  Status CheckDeclarations() {
+    if (!options_.check_target_declaration) return Status::OK();
+    for (uint32_t r = 0; r < options_.ranks; ++r) {
+      if (r == options_.rank) continue;
+      const std::string key = records_.Key("declared", r);
+      Result<std::string> text = records_.Get(key);
+      std::string declaration;
+      if (text.ok()) {
+        declaration = std::move(*text);
+      } else if (!text.status().IsNotFound()) {
+        return text.status().WithContext(key);
+      }
+      if (declaration.size() > kMaxTargetDeclarationBytes) {
+        return Status::InvalidArgument(
+            key + ": a declaration of " + std::to_string(declaration.size()) +
+            " bytes (at most " + std::to_string(kMaxTargetDeclarationBytes) +
+            ")");
+      }
+      RESHARD_RETURN_NOT_OK(options_.check_target_declaration(r, declaration));
+    }
+    return Status::OK();
   }
 
   // The generation and lease recheck of this rank's own participants,

@@ -1232,6 +1232,73 @@ TEST(StandingSessionTest, RefusedUpdateNeverDesynchronisesTheRanks) {
   }
 }
 
+// Target declarations (engine parameter-map fingerprints): each rank's
+// declaration reaches every other rank's check at open, a rank that
+// declares nothing is seen as empty, and a check that refuses fails the
+// open on every rank, naming the refusal, before anything moves. An
+// accepted session runs, and its declaration records leave with it.
+TEST(StandingSessionTest, TargetDeclarationsAreCheckedAtOpen) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  const auto tensors = internal::TensorIndex(source);
+  for (const bool refuse : {false, true}) {
+    SCOPED_TRACE(refuse ? "refused" : "accepted");
+    TempDir dir;
+    const auto out = InChildren(3, [&](uint32_t rank) -> std::string {
+      auto store = Must(OpenDirectoryRecordStore(dir.path()));
+      Seat seat =
+          SeatOfThree(source, target, rank, "decl-" + std::to_string(rank));
+      LiveSessionOptions lo;
+      lo.session = "d";
+      lo.rank = rank;
+      lo.ranks = 3;
+      lo.ucx = Transports()[0].ucx;
+      lo.timeout = std::chrono::seconds(20);
+      if (rank == 1) lo.target_declaration = refuse ? "maps v2" : "maps v1";
+      std::string seen;
+      if (rank == 0) {
+        lo.check_target_declaration = [&](uint32_t r, std::string_view d) {
+          seen += std::to_string(r) + "=" + std::string(d) + ";";
+          if (r == 1 && d != "maps v1") {
+            return Status::FailedPrecondition("rank 1 declares " +
+                                              std::string(d));
+          }
+          return Status::OK();
+        };
+      }
+      auto opened =
+          LiveSession::Open(*store, source, target, seat.bindings, lo);
+      if (!opened.ok()) return seen + "open: " + opened.status().ToString();
+      if (rank == 0) {
+        internal::FillPattern(source, tensors, seat.buffers, nullptr, 1);
+      }
+      auto u = (*opened)->Update(1);
+      if (!u.ok()) return seen + "update: " + u.status().ToString();
+      if (rank == 1) {
+        const std::string bad =
+            internal::VerifyPattern(target, tensors, seat.buffers, nullptr, 1);
+        if (!bad.empty()) return "mismatch: " + bad;
+      }
+      if (Status st = (*opened)->Close(); !st.ok()) return st.ToString();
+      return seen + "ok";
+    });
+    if (!refuse) {
+      EXPECT_EQ(out[0], "1=maps v1;2=;ok");
+      EXPECT_EQ(out[1], "ok");
+      EXPECT_EQ(out[2], "ok");
+      auto store = Must(OpenDirectoryRecordStore(dir.path()));
+      EXPECT_THAT(Must(store->List("d/declared/")), ::testing::IsEmpty());
+      continue;
+    }
+    EXPECT_THAT(out[0], HasSubstr("1=maps v2;open: "));
+    for (uint32_t r = 0; r < 3; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + ": " + out[r]);
+      EXPECT_THAT(out[r], HasSubstr("rank 1 declares maps v2"));
+      EXPECT_THAT(out[r], ::testing::Not(HasSubstr("update:")));
+    }
+  }
+}
+
 // A rank killed in the middle of a standing session (while the others
 // wait for it in a barrier, or while it receives) is named by every
 // survivor within 2 s with the default heartbeat options, although the
