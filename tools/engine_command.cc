@@ -67,7 +67,7 @@ void AddLayoutCommand(CLI::App* engine) {
       "An engine's placement of a model, and optionally every participant's "
       "parameter map");
   struct Args {
-    std::string config, checkpoint, output, params;
+    std::string config, checkpoint, output, params, declare;
     EngineLayoutOptions options;
   };
   auto a = std::make_shared<Args>();
@@ -82,6 +82,9 @@ void AddLayoutCommand(CLI::App* engine) {
       ->required();
   cmd->add_option("--params", a->params,
                   "parameter maps file ('-' for stdout)");
+  cmd->add_option("--declare", a->declare,
+                  "the parameter maps' fingerprints, as the engine holding "
+                  "them declares them to --declared-maps ('-' for stdout)");
   cmd->callback([a]() {
     auto run = [&]() -> Status {
       RESHARD_ASSIGN_OR_RETURN(std::string config,
@@ -99,6 +102,11 @@ void AddLayoutCommand(CLI::App* engine) {
       if (!a->params.empty()) {
         outputs.push_back(
             {"--params", a->params, EngineParametersToJson(*layout)});
+      }
+      if (!a->declare.empty()) {
+        RESHARD_ASSIGN_OR_RETURN(auto declared, DeclareParameterMaps(*layout));
+        outputs.push_back(
+            {"--declare", a->declare, DeclaredParameterMapsToJson(declared)});
       }
       RESHARD_RETURN_NOT_OK(WriteOutputs(outputs));
       size_t params = 0;
@@ -118,7 +126,7 @@ void AddLayoutCommand(CLI::App* engine) {
 }
 
 struct LoadArgs {
-  std::string checkpoint, output, participant;
+  std::string checkpoint, output, participant, declared_maps;
   bool json = false;
   bool convert = false;
   EngineLayoutOptions options;
@@ -128,6 +136,20 @@ struct LoadReportTotals {
   uint64_t participants = 0, parameters = 0, bytes = 0, bytes_read = 0;
   uint64_t padding_bytes = 0;
 };
+
+// With `path` (--declared-maps): the maps `layout` built must be those the
+// engine declares in that file (DeclaredParameterMapsToJson, as `engine
+// layout --declare` writes it), refused naming the first differing
+// parameter. Nothing is read or written before this check.
+Status CheckDeclaredMaps(const EngineLayout& layout, const std::string& path) {
+  if (path.empty()) return Status::OK();
+  RESHARD_ASSIGN_OR_RETURN(std::string text,
+                           ReadFile(path, InputKind::kPlacement));
+  auto declared = DeclaredParameterMapsFromJson(text);
+  if (!declared.ok()) return declared.status().WithContext(path);
+  return CheckDeclaredParameterMaps(layout, *declared,
+                                    "--declared-maps " + path);
+}
 
 // Loads each selected participant's parameters from the checkpoint and
 // writes its file.
@@ -144,6 +166,7 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
                                    " layout has no participant \"" +
                                    a.participant + "\"");
   }
+  RESHARD_RETURN_NOT_OK(CheckDeclaredMaps(*layout, a.declared_maps));
   RESHARD_RETURN_NOT_OK(CheckOutputDir(a.output, *layout, a.participant));
   // Every refusal of the loads below (a dtype that differs without
   // --convert, a conversion no rule allows) before OUTDIR is created.
@@ -196,6 +219,9 @@ void AddLoadCommand(CLI::App* engine) {
       ->required();
   cmd->add_option("--participant", a->participant,
                   "only this participant (default: every one)");
+  cmd->add_option("--declared-maps", a->declared_maps,
+                  "the parameter maps the engine declares (engine layout "
+                  "--declare): refuse a layout whose maps differ");
   cmd->add_flag("--convert", a->convert,
                 "convert tensors whose dtype differs from the checkpoint's "
                 "(with --quantize or --dtype)");
@@ -255,7 +281,7 @@ void AddReshardCommand(CLI::App* engine) {
       "Per-participant parameter files of one engine layout into those of "
       "another");
   struct Args {
-    std::string config, revision;
+    std::string config, revision, declared_maps;
     EngineLayoutOptions from, to;
     EngineReshardArgs run;
     bool json = false;
@@ -281,6 +307,10 @@ void AddReshardCommand(CLI::App* engine) {
   cmd->add_flag("--convert", a->run.convert,
                 "convert tensors whose dtype differs (--from-/--to-quantize, "
                 "--from-/--to-dtype); on every --via");
+  cmd->add_option("--declared-maps", a->declared_maps,
+                  "the parameter maps the target engine declares (engine "
+                  "layout --declare): refuse a --to layout whose maps differ, "
+                  "before anything is read");
   cmd->add_flag("--trust-file-names", a->run.trust_file_names,
                 "take source files that carry no identity (not written by "
                 "engine load or engine reshard) by their names; a file whose "
@@ -315,6 +345,7 @@ void AddReshardCommand(CLI::App* engine) {
       if (!source.ok()) return source.status().WithContext("--from");
       auto target = MakeEngineLayout(config, a->to);
       if (!target.ok()) return target.status().WithContext("--to");
+      RESHARD_RETURN_NOT_OK(CheckDeclaredMaps(*target, a->declared_maps));
       a->run.timeout =
           std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
       return RunEngineReshard(*source, *target, a->run);
