@@ -8,15 +8,21 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 #include <string>
 
 #include "reshard/hf.h"
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
+#include "store/layout.h"
 #include "testing/must.h"
 #include "testing/status_testing.h"
+#include "testing/store_backends.h"
 #include "testing/temp_dir.h"
+#include "util/printable.h"
 
 namespace reshard {
 namespace {
@@ -162,6 +168,278 @@ TEST(HfStoreBridgeTest, ImportNeedsAKnownArchitecture) {
                        ::testing::StartsWith("unknown architecture Foo")));
   ASSERT_OK_AND_ASSIGN(auto listed, store.List());
   EXPECT_TRUE(listed.empty());
+}
+
+// ------------------------------------------------------------- side files
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// What the checkpoint directory holds beside the weights: side files
+// (bytes a text reader would trip on included) and entries that are not.
+const std::map<std::string, std::string>& SideFiles() {
+  static const auto* files = new std::map<std::string, std::string>{
+      {"config.json", kConfig},
+      {"generation_config.json", R"({"do_sample": true})"},
+      {"tokenizer.json", std::string("{\"v\":\"\0\xff\x1b[31m\"}", 15)},
+      {"chat_template.jinja", "{{ messages }}\n"},
+      {"merges.txt", ""},
+  };
+  return *files;
+}
+
+std::string MakeCheckpointWithSideFiles(const std::string& dir) {
+  MakeCheckpoint(dir);
+  for (const auto& [name, bytes] : SideFiles()) {
+    WriteBytes(dir + "/" + name, bytes);
+  }
+  // Not side files: never stored, never written.
+  WriteBytes(dir + "/README.md", "# model");
+  WriteBytes(dir + "/modeling_x.py", "import os");
+  WriteBytes(dir + "/config.json\n", "{}");
+  WriteBytes(dir + "/tokenizer.json\x1b[2J", "{}");
+  return dir;
+}
+
+// Every key of the store under the upload transaction `txn`.
+std::vector<std::string> KeysOf(ObjectStore& b, const std::string& txn) {
+  std::vector<std::string> out;
+  for (const std::string& k : Must(b.List("weights/"))) {
+    if (k.find("/" + txn + "/") != std::string::npos ||
+        k.ends_with("/" + txn)) {
+      out.push_back(k);
+    }
+  }
+  return out;
+}
+
+class HfSideFilesTest : public testing::StoreBackendTest {
+ protected:
+  HfSideFilesTest() : backend_(GetParam()), dir_("hf-side-files") {}
+  WeightStore Store(WeightStoreOptions o = {}) {
+    return Must(WeightStore::Open(backend_.backend(), std::move(o)));
+  }
+  testing::BackendStore backend_;
+  TempDir dir_;
+};
+INSTANTIATE_TEST_SUITE_P(, HfSideFilesTest,
+                         ::testing::ValuesIn(testing::StoreBackendNames()),
+                         testing::StoreBackendCaseName);
+
+TEST_P(HfSideFilesTest, ImportStoresThemAndExportWritesThemBack) {
+  auto ckpt = Must(
+      HfCheckpoint::Open(MakeCheckpointWithSideFiles(dir_.path() + "/ckpt")));
+  auto store = Store();
+  ASSERT_OK_AND_ASSIGN(auto imported, ImportCheckpoint(ckpt, kConfig, store));
+  EXPECT_EQ(imported.side_files, SideFiles().size());
+  ASSERT_OK_AND_ASSIGN(auto manifest,
+                       store.ReadManifest(imported.manifest_key));
+  // Records of the import's transaction, beside its payloads.
+  const std::string txn =
+      internal::TransactionOfObject(manifest.fragments()[0].object_key);
+  const std::string base = manifest.group_id();
+  const auto keys = KeysOf(*backend_.backend(), txn);
+  for (const auto& [name, bytes] : SideFiles()) {
+    for (const char* family : {"payload", "checksums"}) {
+      const std::string key = base + "/" + family + "/" + txn + "/file-" + name;
+      EXPECT_THAT(keys, ::testing::Contains(key));
+    }
+  }
+  EXPECT_EQ(
+      Must(backend_.backend()->Get(base + "/transactions/" + txn + "/files")),
+      R"({"files":[{"name":"chat_template.jinja","size":15},)"
+      R"({"name":"config.json","size":)" +
+          std::to_string(std::string(kConfig).size()) +
+          R"(},{"name":"generation_config.json","size":19},)"
+          R"({"name":"merges.txt","size":0},)"
+          R"({"name":"tokenizer.json","size":15}],)"
+          R"("record_type":"weight-revision-files"})");
+  ASSERT_OK_AND_ASSIGN(auto verified, store.Verify(imported.manifest_key));
+  EXPECT_EQ(verified.objects, manifest.fragments().size() + SideFiles().size());
+  const std::string out = dir_.path() + "/exported";
+  ASSERT_OK_AND_ASSIGN(auto exported, ExportCheckpoint(store, manifest, out));
+  EXPECT_EQ(exported.side_files, SideFiles().size());
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(out)) {
+    names.insert(e.path().filename().string());
+    EXPECT_TRUE(e.is_regular_file()) << e.path();
+  }
+  for (const auto& [name, bytes] : SideFiles()) {
+    EXPECT_EQ(ReadBytes(out + "/" + name), bytes) << name;
+    names.erase(name);
+  }
+  // Weights and their index; nothing that was not a side file.
+  for (const std::string& n : names) {
+    EXPECT_TRUE(n.ends_with(".safetensors") ||
+                n == "model.safetensors.index.json")
+        << n;
+  }
+  EXPECT_EQ(Must(HfCheckpoint::Open(out)).tensor_bytes(), ckpt.tensor_bytes());
+}
+
+TEST_P(HfSideFilesTest, ARevisionWithoutSideFilesExportsItsWeightsAlone) {
+  // As a revision imported before side files were stored: no index record.
+  auto ckpt = Must(HfCheckpoint::Open(MakeCheckpoint(dir_.path() + "/ckpt")));
+  auto store = Store();
+  ASSERT_OK_AND_ASSIGN(auto imported, ImportCheckpoint(ckpt, kConfig, store));
+  EXPECT_EQ(imported.side_files, 0u);
+  ASSERT_OK_AND_ASSIGN(auto manifest,
+                       store.ReadManifest(imported.manifest_key));
+  ASSERT_OK_AND_ASSIGN(auto verified, store.Verify(imported.manifest_key));
+  EXPECT_EQ(verified.objects, manifest.fragments().size());
+  const std::string out = dir_.path() + "/exported";
+  ASSERT_OK_AND_ASSIGN(auto exported, ExportCheckpoint(store, manifest, out));
+  EXPECT_EQ(exported.side_files, 0u);
+  EXPECT_FALSE(std::filesystem::exists(out + "/config.json"));
+  EXPECT_EQ(Must(HfCheckpoint::Open(out)).tensor_bytes(), ckpt.tensor_bytes());
+}
+
+TEST_P(HfSideFilesTest, DamagedSideFileFailsVerifyAndExportWritesNothing) {
+  auto ckpt = Must(
+      HfCheckpoint::Open(MakeCheckpointWithSideFiles(dir_.path() + "/ckpt")));
+  auto store = Store();
+  ASSERT_OK_AND_ASSIGN(auto imported, ImportCheckpoint(ckpt, kConfig, store));
+  auto manifest = Must(store.ReadManifest(imported.manifest_key));
+  const std::string txn =
+      internal::TransactionOfObject(manifest.fragments()[0].object_key);
+  const std::string key =
+      manifest.group_id() + "/payload/" + txn + "/file-tokenizer.json";
+  backend_.FlipByte(key, 3);
+  EXPECT_THAT(store.Verify(imported.manifest_key),
+              StatusIs(StatusCode::kDataLoss,
+                       HasSubstr("checksum mismatch in stored fragment file "
+                                 "tokenizer.json (object " +
+                                 key + ")")));
+  const std::string out = dir_.path() + "/exported";
+  EXPECT_THAT(ExportCheckpoint(store, manifest, out),
+              StatusIs(StatusCode::kDataLoss, HasSubstr(key)));
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST_P(HfSideFilesTest, ExportRefusesADirectoryHoldingASideFile) {
+  auto ckpt = Must(
+      HfCheckpoint::Open(MakeCheckpointWithSideFiles(dir_.path() + "/ckpt")));
+  auto store = Store();
+  ASSERT_OK_AND_ASSIGN(auto imported, ImportCheckpoint(ckpt, kConfig, store));
+  auto manifest = Must(store.ReadManifest(imported.manifest_key));
+  const std::string out = dir_.path() + "/exported";
+  ASSERT_TRUE(std::filesystem::create_directory(out));
+  WriteBytes(out + "/config.json", "mine");
+  EXPECT_THAT(ExportCheckpoint(store, manifest, out),
+              StatusIs(StatusCode::kAlreadyExists,
+                       out + "/config.json exists: refusing to overwrite a "
+                             "checkpoint's side file"));
+  // Nothing written: only the file that was there.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(out), {}), 1);
+  EXPECT_EQ(ReadBytes(out + "/config.json"), "mine");
+  // A leftover partial file is refused alike.
+  std::filesystem::remove(out + "/config.json");
+  WriteBytes(out + "/tokenizer.json.partial", "");
+  EXPECT_THAT(ExportCheckpoint(store, manifest, out),
+              StatusIs(StatusCode::kAlreadyExists,
+                       HasSubstr("tokenizer.json.partial exists")));
+}
+
+TEST_P(HfSideFilesTest, ImportingTwiceKeepsTheFirstAndGcCollectsTheSecond) {
+  auto ckpt = Must(
+      HfCheckpoint::Open(MakeCheckpointWithSideFiles(dir_.path() + "/ckpt")));
+  auto store = Store();
+  ASSERT_OK_AND_ASSIGN(auto first, ImportCheckpoint(ckpt, kConfig, store));
+  auto manifest = Must(store.ReadManifest(first.manifest_key));
+  const std::string txn =
+      internal::TransactionOfObject(manifest.fragments()[0].object_key);
+  const size_t kept = KeysOf(*backend_.backend(), txn).size();
+  EXPECT_THAT(ImportCheckpoint(ckpt, kConfig, store),
+              StatusIs(StatusCode::kAlreadyExists,
+                       ::testing::StartsWith("conflicting weight revision")));
+  ASSERT_OK_AND_ASSIGN(auto gc, store.Gc());
+  ASSERT_EQ(gc.transactions_removed.size(), 1u);
+  // Nothing of the second import is left; the first is whole.
+  const std::string loser = gc.transactions_removed[0].substr(
+      gc.transactions_removed[0].rfind('/') + 1);
+  EXPECT_NE(loser, txn);
+  EXPECT_THAT(KeysOf(*backend_.backend(), loser), ::testing::IsEmpty());
+  EXPECT_EQ(KeysOf(*backend_.backend(), txn).size(), kept);
+  ASSERT_OK(store.Verify(first.manifest_key).status());
+  ASSERT_OK_AND_ASSIGN(auto exported,
+                       ExportCheckpoint(store, manifest, dir_.path() + "/out"));
+  EXPECT_EQ(exported.side_files, SideFiles().size());
+  // Remove takes the side files with the revision.
+  ASSERT_OK(store.Remove(first.manifest_key));
+  EXPECT_THAT(Must(backend_.backend()->List("weights/")), ::testing::IsEmpty());
+}
+
+// A side file that is not a regular file (or too large) is refused naming
+// it before the store is touched; a link to a regular file is followed.
+TEST(HfSideFilesSourceTest, HostileSourceEntries) {
+  TempDir dir("hf-side-files-hostile");
+  const std::string ckpt_dir = MakeCheckpoint(dir.path() + "/ckpt");
+  auto ckpt = Must(HfCheckpoint::Open(ckpt_dir));
+  const std::string uri = "fs://" + dir.path() + "/store";
+  auto store = Must(WeightStore::Open(uri));
+  const auto refused = [&](StatusCode code, const std::string& message) {
+    EXPECT_THAT(ImportCheckpoint(ckpt, kConfig, store),
+                StatusIs(code, message));
+    EXPECT_THAT(Must(store.backend().List("weights/")), ::testing::IsEmpty());
+  };
+  const std::string tok = ckpt_dir + "/tokenizer.json";
+  ASSERT_EQ(::mkfifo(tok.c_str(), 0644), 0);
+  refused(StatusCode::kInvalidArgument,
+          tok + " is not a regular file (a FIFO)");
+  ASSERT_EQ(::unlink(tok.c_str()), 0);
+  std::filesystem::create_directory(tok);
+  refused(StatusCode::kInvalidArgument,
+          tok + " is not a regular file (a directory)");
+  std::filesystem::remove(tok);
+  std::filesystem::create_symlink(dir.path() + "/nowhere", tok);
+  refused(StatusCode::kNotFound,
+          "cannot read " + tok + ": No such file or directory");
+  std::filesystem::remove(tok);
+  { std::ofstream big(tok, std::ios::binary); }
+  std::filesystem::resize_file(tok, (uint64_t{64} << 20) + 1);
+  refused(StatusCode::kInvalidArgument,
+          "side file " + tok +
+              " holds 67108865 bytes; side files hold at most 67108864 bytes "
+              "each and 268435456 together");
+  std::filesystem::remove(tok);
+  // A link to a regular file is read through (the Hugging Face cache's
+  // snapshots are links to blobs) and exported as a regular file.
+  WriteBytes(dir.path() + "/blob", kConfig);
+  std::filesystem::create_symlink(dir.path() + "/blob",
+                                  ckpt_dir + "/config.json");
+  ASSERT_OK_AND_ASSIGN(auto imported, ImportCheckpoint(ckpt, kConfig, store));
+  EXPECT_EQ(imported.side_files, 1u);
+  const std::string out = dir.path() + "/out";
+  ASSERT_OK(ExportCheckpoint(
+                store, Must(store.ReadManifest(imported.manifest_key)), out)
+                .status());
+  EXPECT_FALSE(std::filesystem::is_symlink(out + "/config.json"));
+  EXPECT_EQ(ReadBytes(out + "/config.json"), kConfig);
+}
+
+TEST(HfSideFilesSourceTest, NamesOutsideTheAllowListAreNoSideFiles) {
+  for (const char* name :
+       {"config.json", "generation_config.json", "tokenizer.json",
+        "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+        "chat_template.jinja", "chat_template.json", "tokenizer.model",
+        "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt",
+        "merges.txt", "preprocessor_config.json", "processor_config.json",
+        "qwen.tiktoken"}) {
+    EXPECT_TRUE(IsHfSideFileName(name)) << name;
+  }
+  for (const char* name :
+       {"model.safetensors", "model.safetensors.index.json", "modeling_x.py",
+        "README.md", ".tiktoken", "a b.tiktoken", "x\n.tiktoken",
+        "config.json\n", "Config.json", "../config.json", ".config.json",
+        "tokenizer.json.partial", ""}) {
+    EXPECT_FALSE(IsHfSideFileName(name)) << internal::Printable(name);
+  }
 }
 
 }  // namespace
