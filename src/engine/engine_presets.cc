@@ -1,5 +1,10 @@
 // MakeEngineLayout: the preset by name.
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "engine/presets.h"
 #include "util/printable.h"
 
@@ -12,7 +17,8 @@ std::vector<std::string_view> EngineNames() {
 namespace {
 
 // The canonical tensors as HfLayout lays them out: one parameter per
-// fragment, under the tensor's own name and the fragment's shape.
+// fragment, under the tensor's own name (or <tensor>#<section> for the
+// boxes of a sectioned split) and the fragment's shape.
 Result<EngineLayout> HfEngineLayout(std::string_view config_json,
                                     const EngineLayoutOptions& o,
                                     const HfCheckpoint* checkpoint) {
@@ -29,10 +35,28 @@ Result<EngineLayout> HfEngineLayout(std::string_view config_json,
   std::vector<EngineParticipant> participants;
   for (const WeightPlacementPart& part : placement.parts()) {
     EngineParticipant p{part.participant_id(), {}};
+    // A sectioned split (conv1d's [q | k | v], fused gate_up's
+    // [gate | up]) gives a rank one box per section of one tensor: those
+    // parameters are <tensor>#<section>, numbered from 0 in the order of
+    // the boxes' offsets in the tensor (the sections' order).
+    std::map<std::string_view, std::vector<const PlacementFragment*>> boxes;
+    for (const PlacementFragment& f : part.fragments()) {
+      boxes[f.tensor_id()].push_back(&f);
+    }
     for (size_t i = 0; i < part.fragments().size(); ++i) {
       const PlacementFragment& f = part.fragments()[i];
       const TensorDescriptor& t = part.tensors()[part.fragment_tensor(i)];
-      p.parameters.push_back({f.tensor_id(),
+      std::string name = f.tensor_id();
+      const auto& mine = boxes[f.tensor_id()];
+      if (mine.size() > 1) {
+        const auto before = std::count_if(
+            mine.begin(), mine.end(), [&](const PlacementFragment* g) {
+              return g->global_offset().ToVector() <
+                     f.global_offset().ToVector();
+            });
+        name += "#" + std::to_string(before);
+      }
+      p.parameters.push_back({std::move(name),
                               f.local_shape(),
                               t.dtype(),
                               t.itemsize(),

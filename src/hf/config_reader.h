@@ -132,6 +132,13 @@ void AddExperts(const HfConfig& c, const std::string& p,
                 const std::array<const char*, 3>& names, int64_t l,
                 TensorList* t);
 
+// Every routed expert of a layer in two 3-D tensors, dim 0 the expert
+// (transformers 5's fused form, `x` the experts' prefix): gate_up_proj
+// [E, 2I, H], rows [gate | up] split over TP section by section;
+// down_proj [E, H, I], its inputs split.
+void AddFusedExperts(const HfConfig& c, const std::string& x, int64_t l,
+                     TensorList* t);
+
 }  // namespace reshard::internal
 
 #endif  // RESHARD_HF_CONFIG_READER_H_

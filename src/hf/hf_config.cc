@@ -30,6 +30,10 @@ constexpr std::pair<std::string_view, HfArch> kArchitectures[] = {
     {"Qwen3NextForCausalLM", HfArch::kQwen3Next},
     {"Qwen3_5ForConditionalGeneration", HfArch::kQwen35},
     {"Qwen3_5MoeForConditionalGeneration", HfArch::kQwen35Moe},
+    // The text-only classes: the language model under model.*, no vision
+    // tower; config.json flat or with text_config.
+    {"Qwen3_5ForCausalLM", HfArch::kQwen35},
+    {"Qwen3_5MoeForCausalLM", HfArch::kQwen35Moe},
 };
 
 Status ReadArchitecture(const ConfigReader& r, HfConfig* c) {
@@ -44,6 +48,8 @@ Status ReadArchitecture(const ConfigReader& r, HfConfig* c) {
   for (const auto& [n, arch] : kArchitectures) {
     if (n == name) {
       c->arch = arch;
+      c->text_only = (arch == HfArch::kQwen35 || arch == HfArch::kQwen35Moe) &&
+                     name.ends_with("ForCausalLM");
       return Status::OK();
     }
   }
@@ -203,8 +209,12 @@ Status ReadDeepseekMoe(const ConfigReader& r, HfConfig* c) {
   RESHARD_ASSIGN_OR_RETURN(c->shared_experts, r.Int("n_shared_experts", 0));
   RESHARD_ASSIGN_OR_RETURN(c->first_k_dense, r.Int("first_k_dense_replace", 0));
   RESHARD_ASSIGN_OR_RETURN(c->moe_layer_freq, r.Int("moe_layer_freq", 1));
+  // transformers' DeepseekV3Config has no topk_method and its model always
+  // holds the bias; a checkpoint decides (AdaptToCheckpoint).
+  c->router_bias_declared = r.Has("topk_method");
   RESHARD_ASSIGN_OR_RETURN(auto topk, r.String("topk_method", "greedy"));
-  c->router_bias = topk == "noaux_tc" || c->arch == HfArch::kGlm4Moe;
+  c->router_bias = topk == "noaux_tc" || c->arch == HfArch::kGlm4Moe ||
+                   (c->arch == HfArch::kDeepseekV3 && !c->router_bias_declared);
   if (c->arch != HfArch::kDeepseekV2) {
     RESHARD_ASSIGN_OR_RETURN(c->nextn_layers,
                              r.Int("num_nextn_predict_layers", 0));
@@ -344,6 +354,14 @@ void AddExperts(const HfConfig& c, const std::string& p,
   }
 }
 
+void AddFusedExperts(const HfConfig& c, const std::string& x, int64_t l,
+                     TensorList* t) {
+  const int64_t e = c.experts, h = c.hidden, i = c.moe_intermediate;
+  t->AddGrouped(x + "gate_up_proj", {e, 2 * i, h}, HfShard::kColumn, l);
+  t->Sections({i, i});
+  t->AddGrouped(x + "down_proj", {e, h, i}, HfShard::kRow, l);
+}
+
 namespace {
 
 // gpt-oss's router and experts, every expert in one tensor (dim 0), as
@@ -431,7 +449,10 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
     AddGptOssExperts(c, p + "mlp.", l, t);
     return;
   }
-  if (c.arch == HfArch::kMixtral) {
+  // transformers 5's fused form (Mixtral's under mlp.*, as its other
+  // families').
+  const bool fused = l < c.layers ? c.fused_experts : c.fused_mtp_experts;
+  if (c.arch == HfArch::kMixtral && !fused) {
     t->Add(p + "block_sparse_moe.gate.weight", {e, h}, HfShard::kReplicated, l);
     AddExperts(c, p + "block_sparse_moe.experts.", {"w1", "w3", "w2"}, l, t);
     return;
@@ -442,8 +463,12 @@ void AddLayer(const HfConfig& c, int64_t l, TensorList* t) {
            l);
     t->SetDtype("float32");  // F32 in every release (checkpoints decide)
   }
-  AddExperts(c, p + "mlp.experts.", {"gate_proj", "up_proj", "down_proj"}, l,
-             t);
+  if (fused) {
+    AddFusedExperts(c, p + "mlp.experts.", l, t);
+  } else {
+    AddExperts(c, p + "mlp.experts.", {"gate_proj", "up_proj", "down_proj"}, l,
+               t);
+  }
   if (c.shared_experts > 0) {
     AddMlp(c, p + "mlp.shared_experts.", c.shared_experts * c.moe_intermediate,
            l, t);
@@ -593,9 +618,11 @@ bool FitsBytes(const Dims& shape, int64_t itemsize) {
 }
 
 // Qwen3.5's vision-language configs nest the language model's fields in
-// text_config.
-bool NestedConfig(HfArch a) {
-  return a == HfArch::kQwen35 || a == HfArch::kQwen35Moe;
+// text_config; the text-only classes may (a vision-language config with
+// its architecture renamed) or may not (transformers' own save).
+bool NestedConfig(const HfConfig& c, const ConfigReader& top) {
+  if (c.arch != HfArch::kQwen35 && c.arch != HfArch::kQwen35Moe) return false;
+  return !c.text_only || top.Has("text_config");
 }
 
 // Qwen3.5's text_config (the language model's fields) and vision_config;
@@ -603,7 +630,7 @@ bool NestedConfig(HfArch a) {
 // reader of the language model's fields.
 Status ReadNested(const ConfigReader& top, HfConfig* c,
                   std::optional<ConfigReader>* text) {
-  if (!NestedConfig(c->arch)) {
+  if (!NestedConfig(*c, top)) {
     text->emplace(top.object());
     return Status::OK();
   }
@@ -613,13 +640,16 @@ Status ReadNested(const ConfigReader& top, HfConfig* c,
                                    " needs a text_config object");
   }
   text->emplace(t);
-  c->lm_prefix = "model.language_model.";
+  // The text-only classes hold the language model under model.*.
+  if (!c->text_only) c->lm_prefix = "model.language_model.";
   return Status::OK();
 }
 
+// The vision tower of the vision-language classes (never of the text-only
+// ones, whatever vision_config a renamed config keeps).
 Status ReadVision(const ConfigReader& top, HfConfig* c) {
   simdjson::dom::object v;
-  if (!top.Has("vision_config") || !NestedConfig(c->arch)) {
+  if (!top.Has("vision_config") || !NestedConfig(*c, top) || c->text_only) {
     return Status::OK();
   }
   if (top.object()["vision_config"].get_object().get(v) != 0) {
@@ -632,7 +662,7 @@ Status ReadVision(const ConfigReader& top, HfConfig* c) {
 // The top-level dtype and tie_word_embeddings of a nested config win over
 // (or stand in for) text_config's.
 Status ReadTopLevelOverrides(const ConfigReader& top, HfConfig* c) {
-  if (!NestedConfig(c->arch)) return Status::OK();
+  if (!NestedConfig(*c, top)) return Status::OK();
   if (top.Has("tie_word_embeddings")) {
     RESHARD_ASSIGN_OR_RETURN(c->tie_word_embeddings,
                              top.Bool("tie_word_embeddings", false));
@@ -690,23 +720,53 @@ Result<HfConfig> ParseHfConfig(std::string_view json) {
 
 namespace {
 
+// The decimal number `name` starts with, followed by a dot; -1 if none
+// (or past 6 digits: CheckBounds' limits are far below).
+int64_t LeadingIndex(std::string_view name) {
+  int64_t k = 0;
+  size_t i = 0;
+  for (; i < name.size() && i < 6 && name[i] >= '0' && name[i] <= '9'; ++i) {
+    k = k * 10 + (name[i] - '0');
+  }
+  return i > 0 && i < name.size() && name[i] == '.' ? k : -1;
+}
+
 // The MTP layer count a checkpoint holds: one past the largest N of its
-// mtp.layers.N.* tensors.
+// mtp.layers.N.* tensors (Qwen3-Next, Qwen3.5).
 int64_t CheckpointMtpLayers(const HfCheckpoint& ckpt) {
   constexpr std::string_view kMtp = "mtp.layers.";
   int64_t n = 0;
   for (const CheckpointTensor& t : ckpt.tensors()) {
     std::string_view name = t.name;
     if (!name.starts_with(kMtp)) continue;
-    name.remove_prefix(kMtp.size());
-    int64_t k = 0;
-    size_t i = 0;
-    for (; i < name.size() && i < 6 && name[i] >= '0' && name[i] <= '9'; ++i) {
-      k = k * 10 + (name[i] - '0');
-    }
-    if (i > 0 && i < name.size() && name[i] == '.') n = std::max(n, k + 1);
+    n = std::max(n, LeadingIndex(name.substr(kMtp.size())) + 1);
   }
   return n;
+}
+
+// Whether the checkpoint holds any tensor of an MTP layer: mtp.* (hybrid)
+// or model.layers.N.* with N past the decoder layers (DeepSeek-V3,
+// GLM-4.5).
+bool HoldsMtp(const HfCheckpoint& ckpt, const HfConfig& c) {
+  constexpr std::string_view kLayers = "model.layers.";
+  for (const CheckpointTensor& t : ckpt.tensors()) {
+    std::string_view name = t.name;
+    if (IsHybrid(c.arch)) {
+      if (name.starts_with("mtp.")) return true;
+    } else if (name.starts_with(kLayers) &&
+               LeadingIndex(name.substr(kLayers.size())) >= c.layers) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The first sparse decoder layer, or -1.
+int64_t FirstSparseLayer(const HfConfig& c) {
+  for (int64_t l = 0; l < c.layers; ++l) {
+    if (IsSparseLayer(c, l)) return l;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -714,18 +774,34 @@ int64_t CheckpointMtpLayers(const HfCheckpoint& ckpt) {
 Status AdaptToCheckpoint(const HfCheckpoint& ckpt, HfConfig* c) {
   c->stored_tied_head =
       c->tie_word_embeddings && ckpt.FindTensor("lm_head.weight") != nullptr;
-  if (!IsHybrid(c->arch)) return Status::OK();
-  if (!c->mtp_declared) c->mtp_layers = CheckpointMtpLayers(ckpt);
-  if (c->experts > 0) {
-    for (int64_t l = 0; l < c->layers; ++l) {
-      if (!IsSparseLayer(*c, l)) continue;
-      c->fused_experts =
-          ckpt.FindTensor(c->lm_prefix + "layers." + std::to_string(l) +
-                          ".mlp.experts.gate_up_proj") != nullptr;
-      break;
-    }
+  // MTP layers: none when the checkpoint holds none (transformers' classes
+  // have none, whatever config.json counts); else the config's count (a
+  // partial layer then fails naming what it lacks) or, uncounted, what
+  // the checkpoint holds.
+  const bool mtp = HoldsMtp(ckpt, *c);
+  if (!mtp) {
+    c->nextn_layers = 0;
+    c->mtp_layers = 0;
+  } else if (IsHybrid(c->arch) && !c->mtp_declared) {
+    c->mtp_layers = CheckpointMtpLayers(ckpt);
+  }
+  const int64_t sparse = FirstSparseLayer(*c);
+  if (c->experts > 0 && c->arch != HfArch::kGptOss && sparse >= 0) {
+    const std::string layer = c->lm_prefix + "layers." + std::to_string(sparse);
+    c->fused_experts =
+        ckpt.FindTensor(layer + ".mlp.experts.gate_up_proj") != nullptr;
+    const std::string mtp_layer =
+        IsHybrid(c->arch) ? "mtp.layers.0"
+                          : "model.layers." + std::to_string(c->layers);
     c->fused_mtp_experts =
-        ckpt.FindTensor("mtp.layers.0.mlp.experts.gate_up_proj") != nullptr;
+        ckpt.FindTensor(mtp_layer + ".mlp.experts.gate_up_proj") != nullptr;
+    // DeepSeek-V3 without topk_method: the bias when the checkpoint holds
+    // it (transformers' saves do).
+    if (c->arch == HfArch::kDeepseekV3 && !c->router_bias_declared) {
+      c->router_bias =
+          ckpt.FindTensor(layer + ".mlp.gate.e_score_correction_bias") !=
+          nullptr;
+    }
   }
   if (c->vision) {
     bool any = false;

@@ -76,9 +76,14 @@ struct HfConfig {
   int64_t first_k_dense = 0;
   int64_t moe_layer_freq = 1;
   bool router_bias = false;  // DeepSeek-V3 noaux_tc, GLM-4.5
+  // config.json names topk_method (else DeepSeek-V3's bias is what
+  // transformers holds, and a checkpoint decides).
+  bool router_bias_declared = false;
   // MLA (DeepSeek-V3).
   std::optional<int64_t> q_lora_rank;
   int64_t kv_lora_rank = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
+  // DeepSeek-V3 / GLM-4.5 MTP layers (model.layers.<layers + k>.*): the
+  // config's count, or with a checkpoint the count it holds (none or all).
   int64_t nextn_layers = 0;
   // FP8 block quantization.
   bool fp8 = false;
@@ -101,6 +106,8 @@ struct HfConfig {
   // Where the language model's tensors live: "model." or, for Qwen3.5's
   // vision-language checkpoints, "model.language_model.".
   std::string lm_prefix = "model.";
+  // Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM: the language model alone.
+  bool text_only = false;
   // Hybrid attention (IsHybrid): which layers are linear attention, the
   // linear heads and sizes, the gate rows of full attention's q_proj.
   std::vector<bool> linear_layers;
@@ -113,9 +120,12 @@ struct HfConfig {
   // config names their count (else a checkpoint's mtp.layers.N decide).
   int64_t mtp_layers = 0;
   bool mtp_declared = false;
-  // Qwen3.5 MoE: every routed expert of a layer in two 3-D tensors
+  // Every routed expert of a layer in two 3-D tensors
   // (mlp.experts.gate_up_proj [E, 2I, H], down_proj [E, H, I]) instead of
-  // one file tensor per expert; per decoder layer and for the MTP layers.
+  // one file tensor per expert: Qwen3.5 MoE's releases and transformers
+  // 5's save format of every MoE family but gpt-oss (Mixtral's then under
+  // mlp.*, not block_sparse_moe.*); for the decoder layers and for the MTP
+  // layers. A checkpoint decides (AdaptToCheckpoint).
   bool fused_experts = false;
   bool fused_mtp_experts = false;
   // Qwen3.5's vision tower (model.visual.*), from vision_config.
@@ -166,8 +176,11 @@ struct HfTensor {
 };
 
 // What a checkpoint tells a config that config.json does not: a tied head
-// stored anyway, the MTP layers of a config that does not count them,
-// fused or per-expert Qwen3.5 experts, a vision tower or none.
+// stored anyway; the MTP layers it holds (none, although config.json counts
+// some, as transformers saves DeepSeek-V3 and GLM-4.5; or the config's
+// count; or, where config.json does not count them, as many as it holds);
+// DeepSeek-V3's correction bias where config.json has no topk_method;
+// fused or per-expert routed experts; Qwen3.5's vision tower or none.
 // Errors as ParseHfConfig's bounds (a checkpoint of absurdly many MTP
 // layers).
 Status AdaptToCheckpoint(const HfCheckpoint& checkpoint, HfConfig* config);

@@ -103,16 +103,6 @@ void AddLinearAttention(const HfConfig& c, const std::string& a, int64_t l,
   t->Add(a + "out_proj.weight", {h, v}, HfShard::kRow, l, true);
 }
 
-// Every routed expert in two 3-D tensors, dim 0 the expert: gate_up's
-// rows are [gate | up], split over TP half by half; down's inputs split.
-void AddFusedExperts(const HfConfig& c, const std::string& x, int64_t l,
-                     TensorList* t) {
-  const int64_t e = c.experts, h = c.hidden, i = c.moe_intermediate;
-  t->AddGrouped(x + "gate_up_proj", {e, 2 * i, h}, HfShard::kColumn, l);
-  t->Sections({i, i});
-  t->AddGrouped(x + "down_proj", {e, h, i}, HfShard::kRow, l);
-}
-
 }  // namespace
 
 Status ReadHybridConfig(const ConfigReader& r, HfConfig* c) {
@@ -146,11 +136,14 @@ Status ReadHybridConfig(const ConfigReader& r, HfConfig* c) {
   // assumes 1 when absent), Qwen3.5 as mtp_num_hidden_layers.
   const char* mtp = c->arch == HfArch::kQwen3Next ? "num_nextn_predict_layers"
                                                   : "mtp_num_hidden_layers";
+  // The text-only Qwen3.5 classes hold no MTP layers unless the config
+  // counts them (transformers' and vLLM's classes have none).
   c->mtp_declared = r.Has(mtp);
-  RESHARD_ASSIGN_OR_RETURN(c->mtp_layers, r.Int(mtp, 1));
+  RESHARD_ASSIGN_OR_RETURN(c->mtp_layers, r.Int(mtp, c->text_only ? 0 : 1));
   // Config-only Qwen3.5 MoE: the BF16 releases' fused decoder experts and
-  // per-expert MTP experts (a checkpoint decides: AdaptToCheckpoint).
-  c->fused_experts = c->arch == HfArch::kQwen35Moe;
+  // per-expert MTP experts; the text-only class as transformers saves it by
+  // default, per expert (a checkpoint decides: AdaptToCheckpoint).
+  c->fused_experts = c->arch == HfArch::kQwen35Moe && !c->text_only;
   c->fused_mtp_experts = false;
   return Status::OK();
 }

@@ -443,10 +443,16 @@ Status ToDtype(std::string_view dtype, HfConfig* c,
         "--dtype must be float32, bfloat16 or float16, not " +
         Printable(dtype));
   }
+  // What the checkpoint stores wider than torch_dtype (DeepSeek's F32
+  // e_score_correction_bias, Qwen3-Next's F32 A_log) is kept as it is, as
+  // DeepSeek's FP8-to-BF16 script and the engines keep it: only tensors in
+  // the model dtype or narrower (FP8 weights) are converted.
+  const int64_t model_itemsize =
+      FindSafetensorsDtypeByPlacement(c->dtype)->itemsize;
   std::vector<Planned> out;
   for (Planned& p : *planned) {
     if (p.weight != nullptr) continue;  // a scale: the float form has none
-    if (IsFloat(p.t.dtype)) {
+    if (IsFloat(p.t.dtype) && p.t.itemsize <= model_itemsize) {
       p.t.dtype = std::string(dtype);
       p.t.itemsize = dt->itemsize;
     }

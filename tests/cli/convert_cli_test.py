@@ -244,13 +244,18 @@ def check_quantized_layout(source, target, block):
     check(any(v[0] == "F8_E4M3" for v in want.values()), "nothing quantized")
 
 
-def check_dtype_layout(source, target, st):
-    """Every float tensor in st, the scale tensors dropped."""
+def check_dtype_layout(source, target, st, model=None):
+    """Every float tensor in st, the scale tensors dropped; with a 16-bit
+    `model` dtype (torch_dtype), F32 tensors stay F32 (DeepSeek's
+    correction bias: --dtype keeps what the checkpoint stores wider)."""
     want = {}
     for name, (sdt, shape, _) in source.items():
         if name.endswith("weight_scale_inv") and \
                 name[:-len("_scale_inv")] in source and \
                 source[name[:-len("_scale_inv")]][0] == "F8_E4M3":
+            continue
+        if sdt == "F32" and model in ("BF16", "F16"):
+            want[name] = (sdt, shape)
             continue
         want[name] = (st if sdt in FLOATS + ("F8_E4M3",) else sdt, shape)
     check(target == {n: (d, list(s)) for n, (d, s) in want.items()},
@@ -409,17 +414,17 @@ def fp16_to_bf16_tp2_pp2():
 def fp8_to_bf16_tp2_ep4_deepseek():
     # Random FP8 codes (NaN codes included) times positive scales of
     # varied magnitude, a zero scale, one overflowing to infinity; the
-    # float32 correction bias cast to bfloat16.
+    # float32 correction bias kept float32 (torch_dtype is bfloat16).
     convert("deepseek_v3", (2, 1, 4), "dsv3-bf16", ["--dtype", "bfloat16"],
             ["--convert", "--block", "8x8"],
-            lambda s, t: check_dtype_layout(s, t, "BF16"))
+            lambda s, t: check_dtype_layout(s, t, "BF16", model="BF16"))
 
 
 @SUITE.test
 def fp8_to_fp16_deepseek():
     convert("deepseek_v3", (2, 1, 2), "dsv3-f16", ["--dtype", "float16"],
             ["--convert", "--block", "8x8"],
-            lambda s, t: check_dtype_layout(s, t, "F16"))
+            lambda s, t: check_dtype_layout(s, t, "F16", model="BF16"))
 
 
 @SUITE.test
@@ -434,7 +439,7 @@ def fp8_to_bf16_tp_shards_splitting_blocks():
     source, target, want = convert(
         "deepseek_v3", (4, 1, 1), "dsv3-bf16-tp4", ["--dtype", "bfloat16"],
         ["--convert", "--block", "8x8"],
-        lambda s, t: check_dtype_layout(s, t, "BF16"))
+        lambda s, t: check_dtype_layout(s, t, "BF16", model="BF16"))
     with open(path("dsv3-bf16-tp4.json")) as f:
         placement = json.load(f)
     rows = sorted(fr["global_offset"][0] for part in placement["parts"]

@@ -270,6 +270,37 @@ CONFIGS["glm4_moe_fp8"] = dict(CONFIGS["glm4_moe"], quantization_config={
     "ignore": ["lm_head", "re:.*mlp\\.gate$", "model.layers.0.mlp.down_proj"]})
 
 
+# As transformers 5.20's save_pretrained writes them: DeepSeek-V3 and
+# GLM-4.5 with num_nextn_predict_layers 1 but no MTP tensors, DeepSeek-V3
+# without topk_method but with its F32 e_score_correction_bias; every MoE
+# family also in the fused-expert form (save_original_format=False).
+CONFIGS["deepseek_v3_hf"] = dict(
+    {k: v for k, v in CONFIGS["deepseek_v3"].items()
+     if k not in ("topk_method", "quantization_config")},
+    _no_mtp=True)
+CONFIGS["deepseek_v3_hf_fused"] = dict(CONFIGS["deepseek_v3_hf"],
+                                       _fused_experts=True)
+CONFIGS["glm4_moe_hf_fused"] = dict(CONFIGS["glm4_moe"], _no_mtp=True,
+                                    _fused_experts=True)
+CONFIGS["qwen3_moe_fused"] = dict(CONFIGS["qwen3_moe"], _fused_experts=True)
+CONFIGS["mixtral_fused"] = dict(CONFIGS["mixtral"], _fused_experts=True)
+CONFIGS["deepseek_v2_fused"] = dict(CONFIGS["deepseek_v2"],
+                                    _fused_experts=True)
+# The text-only Qwen3.5 classes as transformers saves them: a flat config
+# (model_type qwen3_5_text / qwen3_5_moe_text), model.*, no vision tower,
+# no MTP layers; MoE experts per expert or fused.
+CONFIGS["qwen3_5_text"] = dict(
+    CONFIGS["qwen3_5"]["text_config"], architectures=["Qwen3_5ForCausalLM"],
+    tie_word_embeddings=True)
+del CONFIGS["qwen3_5_text"]["mtp_num_hidden_layers"]
+CONFIGS["qwen3_5_moe_text"] = dict(
+    CONFIGS["qwen3_5_moe"]["text_config"],
+    architectures=["Qwen3_5MoeForCausalLM"], tie_word_embeddings=False)
+del CONFIGS["qwen3_5_moe_text"]["mtp_num_hidden_layers"]
+CONFIGS["qwen3_5_moe_text_fused"] = dict(CONFIGS["qwen3_5_moe_text"],
+                                         _fused_experts=True)
+
+
 BUFFER_SUFFIX = "rotary_emb.inv_freq"
 
 
@@ -290,9 +321,13 @@ def hybrid_tensors(cfg, add, linear):
     """Qwen3-Next and Qwen3.5 checkpoints, from the model definitions:
     gated DeltaNet layers, gated attention, shared expert, mtp.*, and
     Qwen3.5's language_model prefix and vision tower."""
-    qwen35 = "text_config" in cfg
-    t = cfg["text_config"] if qwen35 else cfg
-    pre = "model.language_model." if qwen35 else "model."
+    arch = cfg["architectures"][0]
+    qwen35 = arch.startswith("Qwen3_5")
+    # The text-only classes (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM):
+    # model.* and no vision tower, config flat or with text_config.
+    text_only = arch.endswith("ForCausalLM")
+    t = cfg.get("text_config", cfg)
+    pre = "model." if text_only else "model.language_model."
     h, V, L = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"]
     H, K, d = t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]
     nk, nv = t["linear_num_key_heads"], t["linear_num_value_heads"]
@@ -352,7 +387,7 @@ def hybrid_tensors(cfg, add, linear):
         mlp(p + "mlp.shared_expert.", t["shared_expert_intermediate_size"])
         add(p + "mlp.shared_expert_gate.weight", [1, h])
 
-    if qwen35 and not cfg.get("_text_only"):
+    if qwen35 and not text_only and not cfg.get("_text_only"):
         v = cfg["vision_config"]
         D, Iv, M = v["hidden_size"], v["intermediate_size"], (
             v["hidden_size"] * v["spatial_merge_size"] ** 2)
@@ -443,6 +478,20 @@ def model_tensors(cfg):
         linear(p + "up_proj.weight", [i, h])
         linear(p + "down_proj.weight", [h, i])
 
+    def experts(x, E, i, names=("gate_proj", "up_proj", "down_proj")):
+        """Routed experts under `x`: per expert, or transformers 5's fused
+        form (save_original_format=False): gate_up_proj [E, 2I, h] (gate
+        rows then up rows), down_proj [E, h, I]."""
+        if cfg.get("_fused_experts"):
+            add(x + "gate_up_proj", [E, 2 * i, h])
+            add(x + "down_proj", [E, h, i])
+            return
+        for e in range(E):
+            y = x + "%d." % e
+            linear(y + names[0] + ".weight", [i, h])
+            linear(y + names[1] + ".weight", [i, h])
+            linear(y + names[2] + ".weight", [h, i])
+
     def layer(l):
         p = "model.layers.%d." % l
         add(p + "input_layernorm.weight", [h])
@@ -481,13 +530,12 @@ def model_tensors(cfg):
                 add(a + "q_norm.weight", [d])
                 add(a + "k_norm.weight", [d])
         if arch == "MixtralForCausalLM":
+            # Fused, transformers 5 renames block_sparse_moe to mlp.
             E = cfg["num_local_experts"]
-            add(p + "block_sparse_moe.gate.weight", [E, h])
-            for e in range(E):
-                x = p + "block_sparse_moe.experts.%d." % e
-                add(x + "w1.weight", [I, h])
-                add(x + "w3.weight", [I, h])
-                add(x + "w2.weight", [h, I])
+            m = p + ("mlp." if cfg.get("_fused_experts")
+                     else "block_sparse_moe.")
+            add(m + "gate.weight", [E, h])
+            experts(m + "experts.", E, I, ("w1", "w3", "w2"))
         elif arch == "GptOssForCausalLM":
             E, x = cfg["num_local_experts"], p + "mlp.experts."
             add(p + "mlp.router.weight", [E, h])
@@ -505,16 +553,14 @@ def model_tensors(cfg):
         elif arch == "Qwen3MoeForCausalLM" and l not in cfg["mlp_only_layers"]:
             E = cfg.get("num_experts") or cfg["num_local_experts"]
             add(p + "mlp.gate.weight", [E, h])
-            for e in range(E):
-                mlp(p + "mlp.experts.%d." % e, cfg["moe_intermediate_size"])
+            experts(p + "mlp.experts.", E, cfg["moe_intermediate_size"])
         elif ("n_routed_experts" in cfg
               and l >= cfg["first_k_dense_replace"]):
             E, mi = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
             add(p + "mlp.gate.weight", [E, h])
             if arch != "DeepseekV2ForCausalLM":
                 add(p + "mlp.gate.e_score_correction_bias", [E], "F32")
-            for e in range(E):
-                mlp(p + "mlp.experts.%d." % e, mi)
+            experts(p + "mlp.experts.", E, mi)
             mlp(p + "mlp.shared_experts.", cfg["n_shared_experts"] * mi)
         else:
             mlp(p + "mlp.", I)
@@ -522,7 +568,10 @@ def model_tensors(cfg):
     add("model.embed_tokens.weight", [V, h])
     for l in range(L):
         layer(l)
-    for k in range(cfg.get("num_nextn_predict_layers", 0)):
+    # transformers' DeepseekV3/Glm4Moe ForCausalLM save no MTP layers
+    # whatever config.json counts (_no_mtp).
+    nextn = 0 if cfg.get("_no_mtp") else cfg.get("num_nextn_predict_layers", 0)
+    for k in range(nextn):
         l = L + k
         layer(l)
         p = "model.layers.%d." % l

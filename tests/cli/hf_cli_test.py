@@ -39,6 +39,17 @@ GRIDS = {
     "qwen3_5_moe": [(2, 1, 1, 1), (2, 2, 2, 1), (1, 2, 4, 1)],
     "qwen3_5_moe_fp8": [(2, 1, 2, 1), (2, 2, 1, 1)],
     "glm4_moe_fp8": [(2, 3, 1, 1), (2, 1, 2, 1)],
+    # As transformers 5.20 saves them (hf_checkpoints.py): no MTP tensors
+    # although config.json counts one, no topk_method, fused experts.
+    "deepseek_v3_hf": [(2, 1, 2, 1), (2, 3, 1, 1), (1, 1, 4, 2)],
+    "deepseek_v3_hf_fused": [(2, 1, 1, 1), (2, 1, 2, 1), (1, 3, 4, 1)],
+    "glm4_moe_hf_fused": [(2, 3, 1, 1), (2, 1, 2, 1)],
+    "qwen3_moe_fused": [(2, 1, 1, 1), (2, 1, 2, 1), (1, 3, 4, 1)],
+    "mixtral_fused": [(2, 2, 1, 1), (4, 1, 4, 1)],
+    "deepseek_v2_fused": [(2, 1, 1, 1), (1, 1, 4, 1)],
+    "qwen3_5_text": [(2, 2, 1, 1), (4, 1, 1, 1)],
+    "qwen3_5_moe_text": [(2, 1, 2, 1), (2, 2, 1, 1)],
+    "qwen3_5_moe_text_fused": [(2, 1, 1, 1), (1, 2, 4, 1)],
 }
 
 
@@ -425,6 +436,110 @@ def hybrid_layouts_from_config_only():
             check(tensors[n]["dtype"] == st[d],
                   "%s: %s is %s, expected %s" % (arch, n,
                                                  tensors[n]["dtype"], d))
+
+
+@SUITE.test
+def transformers_saves():
+    # DeepSeek-V3 as transformers saves it: num_nextn_predict_layers 1 but
+    # no model.layers.3.* in the files, so none laid out; no topk_method,
+    # so the F32 correction bias the files hold is taken.
+    b, t = boxes("deepseek_v3_hf", (2, 1, 1, 1), "dsv3-hf.json")
+    check(not any(n.startswith("model.layers.3.") for n in t), sorted(t))
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    check(t[bias]["dtype"] == "float32" and t[bias]["global_shape"] == [4],
+          t[bias])
+    check(b[bias][(1, 0, 0)] == ([0], [4]), b[bias])
+    # Without files, the config's count and the bias (transformers'
+    # DeepseekV3 holds it whatever topk_method says).
+    r, out = layout("deepseek_v3_hf", (2, 1, 1, 1), ckpt=False,
+                    name="dsv3-hf-cfg.json")
+    ok(r, "hf layout deepseek_v3_hf (config only)")
+    names = {x["tensor_id"]: x for x in json.load(open(out))["tensors"]}
+    check("model.layers.3.eh_proj.weight" in names, sorted(names))
+    check(names[bias]["dtype"] == "float32", names[bias])
+    # A checkpoint holding part of the MTP layer: the missing tensor named.
+    cfg = dict(hfc.CONFIGS["deepseek_v3_hf"])
+    del cfg["_no_mtp"]
+    spec = [x for x in hfc.model_tensors(cfg)
+            if x[0] != "model.layers.3.enorm.weight"]
+    d = os.path.join(TMP["dir"], "dsv3-part-mtp")
+    hfc.write_checkpoint(d, cfg, files=2, tensors=spec)
+    fails(run("hf", "layout", os.path.join(d, "config.json"), "--checkpoint",
+              d, "-o", d + ".json"),
+          "checkpoint lacks model.layers.3.enorm.weight, which "
+          "DeepseekV3ForCausalLM config.json implies")
+    # Fused experts: gate_up_proj [E, 2I, h] split over TP section by
+    # section (rank 1: gate rows 8-15 and up rows 24-31), down_proj on
+    # its inputs; under EP whole experts on dim 0.
+    x = "model.layers.1.mlp.experts."
+    b, t = all_boxes("qwen3_moe_fused", (2, 1, 1, 1), "q3moe-fused.json")
+    check(t[x + "gate_up_proj"]["global_shape"] == [4, 32, 32], t)
+    check(b[x + "gate_up_proj"][(1, 0, 0)] ==
+          [([0, 8, 0], [4, 8, 32]), ([0, 24, 0], [4, 8, 32])], b)
+    check(b[x + "down_proj"][(1, 0, 0)] == [([0, 0, 8], [4, 32, 8])], b)
+    b, t = all_boxes("mixtral_fused", (4, 1, 4, 1), "mixtral-fused.json")
+    m = "model.layers.0.mlp."
+    check(b[m + "experts.gate_up_proj"][(0, 3, 0)] ==
+          [([3, 0, 0], [1, 48, 32])], b)
+    check(b[m + "gate.weight"][(0, 3, 0)] == [([0, 0], [4, 32])], b)
+    # The text-only Qwen3.5 classes: model.*, no vision tower, no MTP.
+    b, t = all_boxes("qwen3_5_moe_text", (2, 1, 1, 1), "q35moe-text.json")
+    check("model.layers.0.mlp.experts.3.up_proj.weight" in t, sorted(t))
+    check(not any(n.startswith(("mtp.", "model.visual.",
+                                "model.language_model.")) for n in t),
+          sorted(t))
+    a = "model.layers.0.linear_attn.in_proj_qkv.weight"
+    check(t[a]["global_shape"] == [128, 32], t[a])
+
+
+@SUITE.test
+def dtype_keeps_what_the_checkpoint_stores_wider():
+    # --dtype bfloat16 on DeepSeek-V3 FP8 (torch_dtype bfloat16): the
+    # weights dequantized to bfloat16 without their scales, the F32
+    # correction bias kept F32 (as DeepSeek's BF16 script and the engines
+    # keep it); Qwen3-Next's F32 A_log likewise.
+    for arch, keep in (("deepseek_v3",
+                        "model.layers.1.mlp.gate.e_score_correction_bias"),
+                       ("qwen3_next", "model.layers.0.linear_attn.A_log")):
+        d = checkpoint(arch)
+        out = os.path.join(TMP["dir"], arch + "-bf16.json")
+        ok(run("hf", "layout", os.path.join(d, "config.json"), "--tp", 2,
+               "--checkpoint", d, "--dtype", "bfloat16", "-o", out),
+           "hf layout --dtype bfloat16")
+        t = {x["tensor_id"]: x for x in json.load(open(out))["tensors"]}
+        src = hfc.read_checkpoint(d)
+        for name, (dt, _, _) in src.items():
+            if name.endswith("weight_scale_inv"):
+                check(name not in t, name)
+                continue
+            want = "float32" if dt == "F32" else "bfloat16"
+            check(t[name]["dtype"] == want, "%s: %s is %s, not %s" % (
+                arch, name, t[name]["dtype"], want))
+        check(t[keep]["dtype"] == "float32", t[keep])
+
+
+@SUITE.test
+def hf_engine_names_sectioned_boxes():
+    # A sectioned split gives a rank one box per section of one tensor:
+    # the hf preset names them <tensor>#<section>; other tensors keep
+    # their own names.
+    d = checkpoint("qwen3_next")
+    out = os.path.join(TMP["dir"], "next-hf-engine.json")
+    ok(run("engine", "layout", os.path.join(d, "config.json"), "--engine",
+           "hf", "--tp", 2, "--checkpoint", d, "-o", out, "--params",
+           out + ".params"), "engine layout --engine hf (Qwen3-Next)")
+    params = json.load(open(out + ".params"))
+    rank1 = [p for p in params["participants"]
+             if p["participant_id"] == "p-d0-p0-e0-t1"][0]
+    got = {q["name"]: q["shape"] for q in rank1["parameters"]}
+    a = "model.layers.0.linear_attn."
+    check({n: s for n, s in got.items() if n.startswith(a + "conv1d")} ==
+          {a + "conv1d.weight#0": [16, 1, 4], a + "conv1d.weight#1": [16, 1, 4],
+           a + "conv1d.weight#2": [32, 1, 4]}, sorted(got))
+    check(got[a + "A_log"] == [4], got.get(a + "A_log"))
+    ok(run("engine", "load", d, "--engine", "hf", "--tp", 2, "-o",
+           os.path.join(TMP["dir"], "next-hf-load")),
+       "engine load --engine hf (Qwen3-Next)")
 
 
 @SUITE.test
