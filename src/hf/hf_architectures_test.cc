@@ -173,5 +173,62 @@ TEST(HfArchitecturesTest, GptOssNeedsWholeMxfp4Blocks) {
             (B{{0, 0, 1, 0}, {4, 64, 1, 16}}));
 }
 
+constexpr const char* kDeepseekV3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 32,
+  "vocab_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+  "qk_rope_head_dim": 4, "v_head_dim": 8, "intermediate_size": 32,
+  "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1,
+  "first_k_dense_replace": 1, "num_nextn_predict_layers": 1,
+  "torch_dtype": "bfloat16",
+  "quantization_config": {"quant_method": "fp8", "weight_block_size": [8, 8]}})";
+
+// Rule: DeepSeek-V3 without topk_method (transformers' config class has
+// none; its model always holds the bias) has the F32 correction bias; an
+// explicit greedy topk_method has none. Config-only layouts keep the MTP
+// layer config.json counts.
+TEST(HfArchitecturesTest, DeepseekV3BiasWithoutTopkMethod) {
+  ASSERT_OK_AND_ASSIGN(auto m, HfLayout(kDeepseekV3, Grid(1, 1, 1)));
+  const TensorDescriptor* bias =
+      m.FindTensor("model.layers.1.mlp.gate.e_score_correction_bias");
+  ASSERT_NE(bias, nullptr);
+  EXPECT_EQ(bias->dtype(), "float32");
+  EXPECT_NE(m.FindTensor("model.layers.2.eh_proj.weight"), nullptr);
+  ASSERT_OK_AND_ASSIGN(
+      auto greedy, HfLayout(Replace(kDeepseekV3, R"("n_shared_experts": 1,)",
+                                    R"("n_shared_experts": 1,
+                                       "topk_method": "greedy",)"),
+                            Grid(1, 1, 1)));
+  EXPECT_EQ(
+      greedy.FindTensor("model.layers.1.mlp.gate.e_score_correction_bias"),
+      nullptr);
+}
+
+// Rule: --dtype converts the tensors in torch_dtype and the FP8 weights
+// (without their scales) and keeps what is stored wider than torch_dtype:
+// DeepSeek-V3's F32 correction bias stays F32 under --dtype bfloat16 and
+// float16; under --dtype float32 everything is float32.
+TEST(HfArchitecturesTest, DtypeKeepsTensorsWiderThanTheModel) {
+  for (const char* dtype : {"bfloat16", "float16"}) {
+    HfLayoutOptions o = Grid(1, 1, 1);
+    o.dtype = dtype;
+    ASSERT_OK_AND_ASSIGN(auto m, HfLayout(kDeepseekV3, o));
+    EXPECT_EQ(m.FindTensor("model.layers.1.mlp.gate.e_score_correction_bias")
+                  ->dtype(),
+              "float32");
+    EXPECT_EQ(m.FindTensor("model.layers.1.self_attn.q_a_proj.weight")->dtype(),
+              dtype);
+    EXPECT_EQ(m.FindTensor("model.layers.1.mlp.gate.weight")->dtype(), dtype);
+    EXPECT_EQ(
+        m.FindTensor("model.layers.1.self_attn.q_a_proj.weight_scale_inv"),
+        nullptr);
+  }
+  HfLayoutOptions o = Grid(1, 1, 1);
+  o.dtype = "float32";
+  ASSERT_OK_AND_ASSIGN(auto m, HfLayout(kDeepseekV3, o));
+  EXPECT_EQ(m.FindTensor("model.layers.1.self_attn.q_a_proj.weight")->dtype(),
+            "float32");
+}
+
 }  // namespace
 }  // namespace reshard

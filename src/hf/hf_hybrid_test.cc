@@ -261,5 +261,51 @@ TEST(HfHybridTest, CompressedTensorsRefusals) {
                        HasSubstr("quant_method awq is not supported")));
 }
 
+// Rule: the text-only Qwen3.5 classes hold the language model under
+// model.* with no vision tower and no MTP layers unless config.json counts
+// them; their config is flat (as transformers saves it) or nests
+// text_config (a vision-language config renamed: vision_config ignored,
+// the top-level dtype wins). Config-only MoE experts are per expert, as
+// transformers saves them by default.
+TEST(HfHybridTest, Qwen35TextOnlyClasses) {
+  const std::string flat = R"({
+    "architectures": ["Qwen3_5MoeForCausalLM"],
+    "model_type": "qwen3_5_moe_text", "hidden_size": 32, "vocab_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 16,
+    "num_experts": 4, "shared_expert_intermediate_size": 16,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4, "full_attention_interval": 2,
+    "dtype": "bfloat16"})";
+  ASSERT_OK_AND_ASSIGN(auto m, HfLayout(flat, Grid(2, 1, 1)));
+  EXPECT_NE(m.FindTensor("model.embed_tokens.weight"), nullptr);
+  EXPECT_NE(m.FindTensor("model.layers.0.linear_attn.in_proj_qkv.weight"),
+            nullptr);
+  EXPECT_NE(m.FindTensor("model.layers.1.mlp.experts.3.down_proj.weight"),
+            nullptr);
+  EXPECT_EQ(m.FindTensor("model.layers.1.mlp.experts.gate_up_proj"), nullptr);
+  EXPECT_EQ(m.FindTensor("mtp.fc.weight"), nullptr);
+  ASSERT_OK_AND_ASSIGN(
+      auto nested,
+      HfLayout(Replace(kQwen35, "Qwen3_5MoeForConditionalGeneration",
+                       "Qwen3_5MoeForCausalLM"),
+               Grid(2, 1, 1)));
+  const TensorDescriptor* e = nested.FindTensor("model.embed_tokens.weight");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->dtype(), "float16");
+  for (const TensorDescriptor& t : nested.tensors()) {
+    EXPECT_FALSE(t.tensor_id().starts_with("model.visual.")) << t.tensor_id();
+    EXPECT_FALSE(t.tensor_id().starts_with("model.language_model."))
+        << t.tensor_id();
+  }
+  ASSERT_OK_AND_ASSIGN(
+      auto mtp, HfLayout(Replace(flat, R"("dtype")",
+                                 R"("mtp_num_hidden_layers": 1, "dtype")"),
+                         Grid(1, 1, 1)));
+  EXPECT_NE(mtp.FindTensor("mtp.layers.0.mlp.experts.0.up_proj.weight"),
+            nullptr);
+}
+
 }  // namespace
 }  // namespace reshard
