@@ -379,7 +379,8 @@ class LiveSession:
                  heartbeat_interval: float = 0.2,
                  peer_timeout: float = 1.5, convert: bool = False,
                  fp8_block: Optional[tuple] = None,
-                 delta: bool = False) -> None:
+                 delta: bool = False, declare_maps: Any = None,
+                 expect_maps: Any = None) -> None:
         # Checked here, before anything is opened: a timeout that can never
         # expire (NaN, infinite) or is negative is refused at once.
         timeout = check_seconds("LiveSession", "timeout", timeout,
@@ -419,6 +420,21 @@ class LiveSession:
         # Delta updates (docs/live.md): after the first update only the
         # changed elements travel; every process sets the same. Push only.
         self.delta = delta
+        # Parameter-map fingerprints (docs/engines.md): declare_maps, the
+        # reshard.engines.EngineLayout this process's target tensors are
+        # the parameters of (their maps are declared at open); expect_maps,
+        # the layout the targets of the other processes must have declared
+        # (a map of another engine release is refused at open, naming the
+        # first differing parameter, before anything moves).
+        for what, value in (("declare_maps", declare_maps),
+                            ("expect_maps", expect_maps)):
+            if value is not None and not hasattr(value, "declare"):
+                raise _reshard.InvalidArgumentError(
+                    f"LiveSession.{what} must be a "
+                    "reshard.engines.EngineLayout, not "
+                    f"{type(value).__name__}")
+        self.declare_maps = declare_maps
+        self.expect_maps = expect_maps
         self._busy = threading.Lock()
         self.step = 0
         self.attempt = 0
@@ -436,6 +452,12 @@ class LiveSession:
         self.attempt += 1
         options = dict(instance_id=self.instance_id, generation=1,
                        lease_id=f"{self.session_key}")
+        declaration = ""
+        if self.declare_maps is not None and dst:
+            declaration = self.declare_maps.declare(sorted(dst))
+        expected = None
+        if self.expect_maps is not None:
+            expected = (self.expect_maps.placement, self.expect_maps._maps)
         self._native = _reshard.StandingSession(
             self.rendezvous, self.source, self.target, src, dst,
             session=self.session_key, rank=self.rank, ranks=self.ranks,
@@ -445,7 +467,8 @@ class LiveSession:
             movable_sources=self.movable_sources,
             heartbeat_interval=self.heartbeat_interval,
             peer_timeout=self.peer_timeout, convert=self.convert,
-            fp8_block=self.fp8_block, delta=self.delta)
+            fp8_block=self.fp8_block, delta=self.delta,
+            target_declaration=declaration, expected_target_maps=expected)
         self.open_seconds = self._native.open_seconds
         # delta: host bytes of this process's snapshot of what it sends.
         self.delta_snapshot_bytes = self._native.delta_snapshot_bytes

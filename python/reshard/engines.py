@@ -66,6 +66,7 @@ class EngineLayout:
                  maps: str) -> None:
         data = json.loads(maps)
         self.placement = placement
+        self._maps = maps
         self.engine: str = data["engine"]
         self._params: Dict[str, Dict[str, Parameter]] = {}
         for p in data["participants"]:
@@ -179,6 +180,28 @@ class EngineLayout:
                     begin = piece.offset // size
                     flat[begin:begin + piece.nbytes // size] = 0
 
+    @property
+    def parameter_map_id(self) -> str:
+        """``sha256:...`` of every participant's map (engine and release,
+        names, shapes, dtypes, pieces), whatever the revision."""
+        return _reshard.engine_parameter_map_id(self.placement, self._maps)
+
+    def declare(self, participants: Optional[Iterable[str]] = None) -> str:
+        """The declaration (JSON) of the maps of `participants` (default:
+        every one): what a holder of these parameters tells the sides that
+        write into them (``LiveSession(declare_maps=...)`` does it at
+        open; ``reshard engine layout --declare`` writes the same)."""
+        ids = [] if participants is None else [str(p) for p in participants]
+        return _reshard.engine_declare(self.placement, self._maps, ids)
+
+    def check_declared(self, declaration: str,
+                       who: str = "the target") -> None:
+        """Raises ``FailedPreconditionError`` unless `declaration` (from
+        ``declare``) agrees with this layout's maps of the participants it
+        names, naming the first differing parameter."""
+        _reshard.engine_check_declared(self.placement, self._maps,
+                                       declaration, who)
+
     def __repr__(self) -> str:
         return (f"reshard.engines.EngineLayout({self.engine!r}, "
                 f"{len(self._params)} participants, "
@@ -233,8 +256,10 @@ def layout(config: Any, engine: str = "vllm", tp: int = 1, pp: int = 1,
            revision: str = "hf", weight_generation: int = 0,
            quantize: str = "", fp8_block: Optional[tuple] = None,
            dtype: str = "") -> EngineLayout:
-    """The layout of engine preset `engine` ("vllm", "sglang",
-    "megatron" or "hf") for the model `config` (a config.json path or
+    """The layout of engine spec `engine` (NAME, NAME@RELEASE or
+    NAME@<RELEASE: "vllm" = "vllm@0.33", "vllm@<0.33", "vllm@<0.10.2",
+    "sglang", "megatron" or "hf"; docs/engines.md) for the model `config`
+    (a config.json path or
     directory, JSON text, a dict or a reshard.hf.Checkpoint) on a tp x pp x
     dp grid (ep: vLLM 1 or tp*dp; Megatron dividing tp*dp). With
     `checkpoint` (a reshard.hf.Checkpoint, default: `config` when it is

@@ -1,9 +1,12 @@
 // Python: engine layouts (python/reshard/engines.py wraps them).
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "reshard/engine.h"
 #include "src/python/convert.h"
@@ -50,7 +53,45 @@ py::tuple Layout(py::object config, py::object engine, py::object tp,
   return py::make_tuple(Unwrap(std::move(layout)).placement(), maps);
 }
 
+EngineLayout LayoutOf(const WeightPlacementManifest& placement,
+                      py::object maps) {
+  return Unwrap(EngineParametersFromJson(ToStr(maps, "maps"), placement));
+}
+
+// The declaration (DeclaredParameterMapsToJson) of `participants` (every
+// one when empty) of the layout.
+std::string Declare(const WeightPlacementManifest& placement, py::object maps,
+                    std::vector<std::string> participants) {
+  const EngineLayout layout = LayoutOf(placement, maps);
+  return DeclaredParameterMapsToJson(
+      Unwrap(DeclareParameterMaps(layout, participants)));
+}
+
+void CheckDeclared(const WeightPlacementManifest& placement, py::object maps,
+                   py::object declaration, py::object who) {
+  const EngineLayout layout = LayoutOf(placement, maps);
+  const auto declared =
+      Unwrap(DeclaredParameterMapsFromJson(ToStr(declaration, "declaration")));
+  ThrowIfError(CheckDeclaredParameterMaps(layout, declared, ToStr(who, "who")));
+}
+
 }  // namespace
+
+Result<std::function<Status(uint32_t, std::string_view)>> TargetMapsCheck(
+    const WeightPlacementManifest& placement, const std::string& maps) {
+  RESHARD_ASSIGN_OR_RETURN(EngineLayout layout,
+                           EngineParametersFromJson(maps, placement));
+  return std::function<Status(uint32_t, std::string_view)>(
+      [layout](uint32_t rank, std::string_view text) -> Status {
+        if (text.empty()) return Status::OK();
+        const std::string who = "rank " + std::to_string(rank);
+        auto declared = DeclaredParameterMapsFromJson(text);
+        if (!declared.ok()) {
+          return declared.status().WithContext(who + "'s target declaration");
+        }
+        return CheckDeclaredParameterMaps(layout, *declared, who);
+      });
+}
 
 void RegisterEngines(py::module_& m) {
   m.def("engine_layout", &Layout, py::arg("config_json"), py::kw_only(),
@@ -61,6 +102,20 @@ void RegisterEngines(py::module_& m) {
         py::arg("quantize") = "", py::arg("fp8_block") = py::none(),
         py::arg("dtype") = "",
         "(placement, parameter maps JSON) of an engine preset.");
+  m.def("engine_declare", &Declare, py::arg("placement"), py::arg("maps"),
+        py::arg("participants"),
+        "The parameter maps' declaration (fingerprints) of the participants "
+        "(every one when empty), as JSON.");
+  m.def("engine_check_declared", &CheckDeclared, py::arg("placement"),
+        py::arg("maps"), py::arg("declaration"), py::arg("who"),
+        "Raises unless the declaration agrees with the layout's maps, "
+        "naming the first differing parameter.");
+  m.def(
+      "engine_parameter_map_id",
+      [](const WeightPlacementManifest& placement, py::object maps) {
+        return EngineParameterMapId(LayoutOf(placement, maps));
+      },
+      py::arg("placement"), py::arg("maps"));
 }
 
 }  // namespace reshard::python

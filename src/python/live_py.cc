@@ -149,7 +149,8 @@ std::unique_ptr<PyStandingSession> OpenStanding(
     double timeout_seconds, py::object max_in_flight, py::object protocol,
     py::object options, py::object ucx_tls, bool shadow_targets,
     bool movable_sources, double heartbeat_seconds, double peer_timeout_seconds,
-    bool convert, py::object fp8_block, bool delta) {
+    bool convert, py::object fp8_block, bool delta,
+    py::object target_declaration, py::object expected_target_maps) {
   auto s = std::make_unique<PyStandingSession>(
       PyStandingSession{nullptr, nullptr, source, target, {}});
   LiveSessionOptions o = SessionOptionsOf(session, rank, ranks, timeout_seconds,
@@ -159,6 +160,18 @@ std::unique_ptr<PyStandingSession> OpenStanding(
   o.convert = convert;
   o.fp8_block = ToFp8Block(fp8_block, "LiveSession.fp8_block");
   o.delta = delta;
+  o.target_declaration = ToStr(target_declaration, "target_declaration");
+  if (!expected_target_maps.is_none()) {
+    // (placement, parameter maps JSON) of the engine layout the targets
+    // must declare.
+    auto pair = expected_target_maps.cast<py::tuple>();
+    if (pair.size() != 2) {
+      ThrowInvalid("expected_target_maps", "must be (placement, maps JSON)");
+    }
+    o.check_target_declaration =
+        Unwrap(TargetMapsCheck(pair[0].cast<const WeightPlacementManifest&>(),
+                               ToStr(pair[1], "expected_target_maps")));
+  }
   const auto check = [](double v, std::string_view field) {
     if (!(v >= 0) || !(v <= 3600.0)) {
       ThrowInvalid(field, "must be between 0 and 3600 seconds" + NotSeconds(v));
@@ -223,7 +236,8 @@ void RegisterStanding(py::module_& m) {
            py::arg("movable_sources") = false,
            py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5,
            py::arg("convert") = false, py::arg("fp8_block") = py::none(),
-           py::arg("delta") = false)
+           py::arg("delta") = false, py::arg("target_declaration") = "",
+           py::arg("expected_target_maps") = py::none())
       .def("update", &UpdateStanding, py::arg("generation"),
            py::arg("sources") = py::none(), py::arg("targets") = py::none(),
            "One update; sources and targets ({participant: {fragment: "

@@ -7,6 +7,14 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "reshard/placement.h"
+#include "reshard/status.h"
+
 namespace reshard::python {
 
 void RegisterContract(pybind11::module_& m);        // contract_py.cc
@@ -20,6 +28,13 @@ void RegisterLive(pybind11::module_& m);            // live_py.cc
 void RegisterDlpack(pybind11::module_& m);          // dlpack_py.cc
 void RegisterHf(pybind11::module_& m);              // hf_py.cc
 void RegisterEngines(pybind11::module_& m);         // engine_py.cc
+
+// A live session's check of its peers' target declarations against the
+// engine layout (placement, parameter maps JSON) it expects them to hold
+// (engine_py.cc; docs/engines.md, "Parameter-map fingerprints"). A rank
+// that declares nothing binds no engine parameters and is not checked.
+Result<std::function<Status(uint32_t, std::string_view)>> TargetMapsCheck(
+    const WeightPlacementManifest& placement, const std::string& maps);
 
 }  // namespace reshard::python
 
