@@ -142,6 +142,22 @@ def config_inputs():
                 [dst])
 
 
+@SUITE.test
+def declared_maps_inputs():
+    ck = checkpoint("ckpt")
+    f = fifo("declared.json")
+    out = path("decl-out")
+    refused(("engine", "load", ck, "--engine", "vllm", "--tp", "2", "-o",
+             out, "--declared-maps", f), not_regular(f), [out])
+    src = path("decl-srcdir")
+    os.makedirs(src)
+    for via in ("local", "ucx", "fs://" + path("decl-store")):
+        refused(("engine", "reshard", src, out, "--config",
+                 os.path.join(ck, "config.json"), "--from", "vllm", "--to",
+                 "vllm", "--to-tp", "2", "--via", via, "--declared-maps", f),
+                not_regular(f), [out])
+
+
 # ---------------------------------------------------------- checkpoints
 
 @SUITE.test
