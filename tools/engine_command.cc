@@ -14,6 +14,7 @@
 #include <iostream>
 #include <optional>
 
+#include "engine/presets.h"
 #include "reshard/engine.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
@@ -30,9 +31,16 @@ using Clock = std::chrono::steady_clock;
 void AddEngineOptions(CLI::App* cmd, EngineLayoutOptions* o,
                       const std::string& prefix, const std::string& engine) {
   cmd->add_option("--" + engine, o->engine,
-                  "engine preset: hf, megatron, vllm or sglang")
+                  "engine spec NAME[@RELEASE|@<RELEASE]: hf, megatron, "
+                  "sglang, vllm (the newest release, = vllm@0.33), "
+                  "vllm@0.33, vllm@<0.33, vllm@<0.10.2 (docs/engines.md)")
       ->required()
-      ->check(CLI::IsMember({"hf", "megatron", "vllm", "sglang"}));
+      ->check(CLI::Validator(
+          [](std::string& spec) -> std::string {
+            auto r = internal::ResolveEngine(spec);
+            return r.ok() ? std::string() : r.status().message();
+          },
+          "SPEC"));
   if (prefix.empty()) {
     AddGridOptions(cmd, &o->sizes);
     cmd->add_option("--make-vocab-size-divisible-by",
@@ -170,8 +178,24 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
   RESHARD_RETURN_NOT_OK(CheckOutputDir(a.output, *layout, a.participant));
   // Every refusal of the loads below (a dtype that differs without
   // --convert, a conversion no rule allows) before OUTDIR is created.
+  // vLLM and Megatron hold router biases in float32 whatever the model
+  // dtype and widen a 16-bit checkpoint's exactly when they load it: so
+  // does the load, without --convert. Any other dtype difference needs it.
+  if (!a.convert) {
+    if (const TensorDescriptor* t =
+            internal::FirstConversionBeyondWidening(ckpt, *layout)) {
+      return Status::InvalidArgument(
+          "tensor " + t->tensor_id() + " is " +
+          ckpt.FindTensor(t->tensor_id())->dtype + " in the checkpoint but " +
+          t->dtype() +
+          " in the target placement: converting it needs "
+          "CheckpointLoadOptions::convert (--convert, convert=True)");
+    }
+  }
+  // Every dtype difference left is allowed: the load converts it.
+  const bool convert = true;
   CheckpointLoadOptions checks;
-  checks.convert = a.convert;
+  checks.convert = convert;
   checks.fp8_block = a.options.block;
   RESHARD_RETURN_NOT_OK(CheckCheckpointLoad(ckpt, layout->placement(), checks));
   RESHARD_RETURN_NOT_OK(CreateOutputDir(a.output));
@@ -187,7 +211,7 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
         auto binding,
         BindParameters(*layout, p.participant_id, memory.buffers(), bo));
     CheckpointLoadOptions lo;
-    lo.convert = a.convert;
+    lo.convert = convert;
     lo.fp8_block = a.options.block;
     RESHARD_ASSIGN_OR_RETURN(
         auto loaded, LoadCheckpoint(ckpt, layout->placement(), {binding}, lo));

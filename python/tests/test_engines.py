@@ -96,7 +96,7 @@ def check_every_byte(layout, tensors):
 
 def test_layout_names_shapes_and_participants():
     v = vllm()
-    assert v.engine == "vllm"
+    assert v.engine == "vllm@0.33"
     assert v.participants == [f"p-d0-p0-e0-t{t}" for t in range(4)]
     params = v.parameters("p-d0-p0-e0-t3")
     # One query head and KV head 1 (rows 4-7 of k and v): 3 heads x 4 rows.
@@ -202,7 +202,7 @@ def test_bind_refuses_naming_the_parameter():
     wrong = dict(params, **{name: torch.zeros(16, 7, dtype=torch.bfloat16)})
     with pytest.raises(reshard.InvalidArgumentError,
                        match=r"parameter 'model.layers.0.mlp.down_proj."
-                             r"weight' of participant 'p-d0-p0-e0-t1' \(vllm "
+                             r"weight' of participant 'p-d0-p0-e0-t1' \(vllm@0.33 "
                              r"layout\) has shape \[16, 7\]; the layout "
                              r"gives it \[16, 6\] bfloat16"):
         v.bind(p, wrong)
@@ -214,18 +214,18 @@ def test_bind_refuses_naming_the_parameter():
     missing = {k: t for k, t in params.items() if k != name}
     with pytest.raises(reshard.InvalidArgumentError,
                        match=r"parameter 'model.layers.0.mlp.down_proj."
-                             r"weight' of participant 'p-d0-p0-e0-t1' \(vllm "
+                             r"weight' of participant 'p-d0-p0-e0-t1' \(vllm@0.33 "
                              r"layout\) was not given"):
         v.bind(p, missing)
     extra = dict(params, **{"lm_head.bias": torch.zeros(4)})
     with pytest.raises(reshard.InvalidArgumentError,
-                       match=r"participant 'p-d0-p0-e0-t1' of the vllm layout "
+                       match=r"participant 'p-d0-p0-e0-t1' of the vllm@0.33 layout "
                              r"has no parameter 'lm_head.bias' \(pass "
                              r"strict=False"):
         v.bind(p, extra)
     assert len(v.bind(p, extra, strict=False)) == len(v.bind(p, params))
     with pytest.raises(reshard.InvalidArgumentError,
-                       match=r"the vllm layout has no participant 'p-d0-p0-"
+                       match=r"the vllm@0.33 layout has no participant 'p-d0-p0-"
                              r"e0-t9'"):
         v.parameters("p-d0-p0-e0-t9")
 
@@ -237,9 +237,22 @@ def test_refused_grids_name_the_reason():
         reshard.engines.layout(CONFIG, engine="megatron", tp=4,
                                make_vocab_size_divisible_by=4)
     with pytest.raises(reshard.InvalidArgumentError,
-                       match=r"unknown engine trt \(known: hf, megatron, "
-                             r"sglang, vllm\)"):
+                       match=r"engine trt: unknown engine \(supported: hf, "
+                             r"megatron, sglang, vllm@0.33 \(= vllm\), "
+                             r"vllm@<0.33, vllm@<0.10.2\)"):
         reshard.engines.layout(CONFIG, engine="trt", tp=2)
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"engine vllm@0.34: release 0.34 is newer"):
+        reshard.engines.layout(CONFIG, engine="vllm@0.34", tp=2)
+
+
+def test_engine_specs_select_the_release():
+    for spec, canonical in (("vllm", "vllm@0.33"), ("vllm@0.33.1",
+                            "vllm@0.33"), ("vllm@<0.33", "vllm@<0.33"),
+                            ("vllm@0.32", "vllm@<0.33"),
+                            ("sglang", "sglang")):
+        v = reshard.engines.layout(CONFIG, engine=spec, tp=2)
+        assert v.engine == canonical, spec
     with pytest.raises(reshard.InvalidArgumentError,
                        match=r"config must be a config.json path"):
         reshard.engines.layout(42)

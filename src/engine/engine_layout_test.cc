@@ -274,8 +274,9 @@ TEST(EnginePresetTest, RefusalsNameTheParameterOrTensor) {
                        HasSubstr("--ep must be 1 or 2, not 3")));
   EXPECT_THAT(MakeEngineLayout(kLlama, Engine("trtllm", 2)).status(),
               StatusIs(StatusCode::kInvalidArgument,
-                       "unknown engine trtllm (known: hf, megatron, "
-                       "sglang, vllm)"));
+                       "engine trtllm: unknown engine (supported: hf, "
+                       "megatron, sglang, vllm@0.33 (= vllm), vllm@<0.33, "
+                       "vllm@<0.10.2)"));
   EngineLayoutOptions wide = Engine("megatron", 2);
   wide.make_vocab_size_divisible_by = 128;
   EXPECT_THAT(MakeEngineLayout(kLlama, wide).status(),
@@ -285,6 +286,130 @@ TEST(EnginePresetTest, RefusalsNameTheParameterOrTensor) {
                        "to 256 (a multiple of --make-vocab-size-divisible-by "
                        "128 x TP; a smaller multiple avoids it) give each "
                        "rank 128 rows and rank 1 only padding"));
+}
+
+// NAME, NAME@RELEASE and NAME@<RELEASE resolve against the presets'
+// release tables; the layout's engine() is the range's canonical spec.
+TEST(EnginePresetTest, EngineSpecsNameTheReleaseRange) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"vllm", "vllm@0.33"},
+      {"vllm@0.33", "vllm@0.33"},
+      {"vllm@0.33.2", "vllm@0.33"},
+      {"vllm@0.33.0", "vllm@0.33"},
+      {"vllm@<0.33", "vllm@<0.33"},
+      {"vllm@0.32", "vllm@<0.33"},
+      {"vllm@0.10.2", "vllm@<0.33"},
+      {"vllm@0.10.1", "vllm@<0.10.2"},
+      {"vllm@<0.10.2", "vllm@<0.10.2"},
+      {"sglang", "sglang"},
+      {"megatron", "megatron"},
+      {"hf", "hf"}};
+  for (const auto& [spec, canonical] : cases) {
+    ASSERT_OK_AND_ASSIGN(auto l, MakeEngineLayout(kLlama, Engine(spec, 2)));
+    EXPECT_EQ(l.engine(), canonical) << spec;
+    EXPECT_THAT(EngineParametersToJson(l),
+                HasSubstr(std::string(R"("engine":")") + canonical + "\""));
+  }
+  const std::string supported =
+      " (supported: hf, megatron, sglang, vllm@0.33 (= vllm), vllm@<0.33, "
+      "vllm@<0.10.2)";
+  const std::pair<const char*, std::string> refused[] = {
+      {"vllm@0.34",
+       "engine vllm@0.34: release 0.34 is newer than the newest the preset "
+       "describes"},
+      {"vllm@<0.20",
+       "engine vllm@<0.20: not the end of a release range of the vllm preset "
+       "(releases below it are laid out in more than one way)"},
+      {"vllm@",
+       "engine vllm@: a release is NAME@X.Y[.Z] or NAME@<X.Y[.Z] "
+       "(decimal numbers)"},
+      {"vllm@0.x",
+       "engine vllm@0.x: a release is NAME@X.Y[.Z] or "
+       "NAME@<X.Y[.Z] (decimal numbers)"},
+      {"megatron@0.12",
+       "engine megatron@0.12: the megatron preset has one layout for every "
+       "release; name it without a release"},
+      {"VLLM", "engine VLLM: unknown engine"}};
+  for (const auto& [spec, message] : refused) {
+    EXPECT_THAT(MakeEngineLayout(kLlama, Engine(spec, 2)).status(),
+                StatusIs(StatusCode::kInvalidArgument, message + supported))
+        << spec;
+  }
+}
+
+constexpr const char* kDeepseekV3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+  "hidden_size": 16, "vocab_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 2, "num_key_value_heads": 2,
+  "intermediate_size": 32, "moe_intermediate_size": 8,
+  "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+  "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 1,
+  "topk_group": 1, "topk_method": "noaux_tc", "q_lora_rank": null,
+  "kv_lora_rank": 8, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4,
+  "v_head_dim": 4, "num_nextn_predict_layers": 0,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+
+std::vector<std::string> Names(const EngineLayout& l, const char* id,
+                               std::string_view prefix) {
+  std::vector<std::string> out;
+  for (const EngineParameter& q : l.FindParticipant(id)->parameters) {
+    if (q.name.starts_with(prefix)) out.push_back(q.name);
+  }
+  return out;
+}
+
+// Each rank's parameters in vLLM's named_parameters() order (module
+// registration order): self_attn (kv_a_proj_with_mqa before q_proj without
+// q_lora_rank), mlp (gate, its float32 correction bias, shared experts,
+// FusedMoE), then the two norms. vLLM 0.33 keeps FusedMoE's parameters in
+// its routed_experts submodule; earlier releases and SGLang directly in it.
+TEST(EnginePresetTest, VllmNamesAndOrdersParametersAsTheRelease) {
+  ASSERT_OK_AND_ASSIGN(auto l,
+                       MakeEngineLayout(kDeepseekV3, Engine("vllm", 2)));
+  const std::string p = "model.layers.1.";
+  EXPECT_EQ(
+      Names(l, "p-d0-p0-e0-t0", p),
+      (std::vector<std::string>{
+          p + "self_attn.kv_a_proj_with_mqa.weight",
+          p + "self_attn.q_proj.weight", p + "self_attn.kv_a_layernorm.weight",
+          p + "self_attn.kv_b_proj.weight", p + "self_attn.o_proj.weight",
+          p + "mlp.gate.weight", p + "mlp.gate.e_score_correction_bias",
+          p + "mlp.shared_experts.gate_up_proj.weight",
+          p + "mlp.shared_experts.down_proj.weight",
+          p + "mlp.experts.routed_experts.w13_weight",
+          p + "mlp.experts.routed_experts.w2_weight",
+          p + "input_layernorm.weight",
+          p + "post_attention_layernorm.weight"}));
+  for (const EngineParameter& q :
+       l.FindParticipant("p-d0-p0-e0-t1")->parameters) {
+    if (q.name.ends_with("e_score_correction_bias")) {
+      EXPECT_EQ(q.dtype, "float32");
+      EXPECT_EQ(q.itemsize, 4);
+    } else {
+      EXPECT_EQ(q.dtype, "bfloat16") << q.name;
+    }
+  }
+  for (const char* spec : {"vllm@<0.33", "sglang"}) {
+    ASSERT_OK_AND_ASSIGN(auto old,
+                         MakeEngineLayout(kDeepseekV3, Engine(spec, 2)));
+    const auto names = Names(old, "p-d0-p0-e0-t0", p + "mlp.experts.");
+    EXPECT_EQ(names, (std::vector<std::string>{p + "mlp.experts.w13_weight",
+                                               p + "mlp.experts.w2_weight"}))
+        << spec;
+  }
+  std::string with_q_lora = kDeepseekV3;
+  with_q_lora.replace(with_q_lora.find("null"), 4, "8");
+  ASSERT_OK_AND_ASSIGN(auto mcore,
+                       MakeEngineLayout(with_q_lora, Engine("megatron", 1)));
+  bool seen = false;
+  for (const EngineParameter& q :
+       mcore.FindParticipant("p-d0-p0-e0-t0")->parameters) {
+    if (q.name == "decoder.layers.1.mlp.router.expert_bias") {
+      EXPECT_EQ(q.dtype, "float32");
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
 }
 
 // A vocabulary multiple whose product with TP overflowed int64 was refused

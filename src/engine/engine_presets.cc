@@ -1,14 +1,157 @@
-// MakeEngineLayout: the preset by name.
+// MakeEngineLayout: the preset by engine spec, resolved against the
+// presets' release tables (docs/engines.md).
 
 #include <algorithm>
+#include <charconv>
 #include <map>
-#include <string>
-#include <vector>
+#include <optional>
 
 #include "engine/presets.h"
 #include "util/printable.h"
 
 namespace reshard {
+
+namespace internal {
+namespace {
+
+// A release as its numbers, trailing zeros dropped ("0.33.0" == "0.33").
+using Version = std::vector<int64_t>;
+
+// One range [from, below) of a preset's table; an empty bound is open.
+struct ReleaseRange {
+  Version from, below;
+  EngineRelease release;
+};
+
+struct Preset {
+  std::string name;
+  std::vector<ReleaseRange> ranges;  // newest first
+};
+
+const std::vector<Preset>& Presets() {
+  static const std::vector<Preset> kPresets = [] {
+    std::vector<Preset> p;
+    p.push_back({"hf", {{{}, {}, {"hf", "hf", false, false}}}});
+    p.push_back(
+        {"megatron", {{{}, {}, {"megatron", "megatron", false, true}}}});
+    p.push_back({"sglang", {{{}, {}, {"sglang", "sglang", false, true}}}});
+    p.push_back({"vllm",
+                 {{{0, 33}, {0, 34}, {"vllm", "vllm@0.33", true, true}},
+                  {{0, 10, 2}, {0, 33}, {"vllm", "vllm@<0.33", false, true}},
+                  {{}, {0, 10, 2}, {"vllm", "vllm@<0.10.2", false, false}}}});
+    return p;
+  }();
+  return kPresets;
+}
+
+// "0.33", "0.33.1": dot-separated decimal numbers; nullopt otherwise.
+std::optional<Version> ParseVersion(std::string_view s) {
+  Version v;
+  while (true) {
+    const size_t dot = s.find('.');
+    const std::string_view part = s.substr(0, dot);
+    int64_t n = 0;
+    if (part.empty() || part.size() > 9) return std::nullopt;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), n);
+    if (ec != std::errc() || end != part.data() + part.size()) {
+      return std::nullopt;
+    }
+    v.push_back(n);
+    if (dot == std::string_view::npos) break;
+    s.remove_prefix(dot + 1);
+  }
+  while (v.size() > 1 && v.back() == 0) v.pop_back();
+  return v;
+}
+
+std::string SupportedList() {
+  std::string out;
+  for (const Preset& p : Presets()) {
+    for (size_t i = 0; i < p.ranges.size(); ++i) {
+      if (!out.empty()) out += ", ";
+      out += p.ranges[i].release.spec;
+      if (i == 0 && p.ranges.size() > 1) out += " (= " + p.name + ")";
+    }
+  }
+  return out;
+}
+
+Status BadSpec(std::string_view spec, const std::string& why) {
+  return Status::InvalidArgument("engine " + Printable(spec) + ": " + why +
+                                 " (supported: " + SupportedList() + ")");
+}
+
+}  // namespace
+
+std::vector<std::string> EngineSpecs() {
+  std::vector<std::string> out;
+  for (const Preset& p : Presets()) {
+    for (const ReleaseRange& r : p.ranges) out.push_back(r.release.spec);
+  }
+  return out;
+}
+
+Result<EngineRelease> ResolveEngine(std::string_view spec) {
+  const size_t at = spec.find('@');
+  const std::string_view name = spec.substr(0, at);
+  const Preset* preset = nullptr;
+  for (const Preset& p : Presets()) {
+    if (p.name == name) preset = &p;
+  }
+  if (preset == nullptr) return BadSpec(spec, "unknown engine");
+  if (at == std::string_view::npos) return preset->ranges.front().release;
+  std::string_view rel = spec.substr(at + 1);
+  if (preset->ranges.size() == 1 && preset->ranges.front().from.empty() &&
+      preset->ranges.front().below.empty()) {
+    return BadSpec(spec, "the " + preset->name +
+                             " preset has one layout for every release; "
+                             "name it without a release");
+  }
+  const bool below = rel.starts_with('<');
+  if (below) rel.remove_prefix(1);
+  const std::optional<Version> v = ParseVersion(rel);
+  if (!v) {
+    return BadSpec(spec,
+                   "a release is NAME@X.Y[.Z] or NAME@<X.Y[.Z] (decimal "
+                   "numbers)");
+  }
+  if (below) {
+    for (const ReleaseRange& r : preset->ranges) {
+      if (!r.below.empty() && r.below == *v) return r.release;
+    }
+    return BadSpec(spec, "not the end of a release range of the " +
+                             preset->name +
+                             " preset (releases below it are laid out in "
+                             "more than one way)");
+  }
+  for (const ReleaseRange& r : preset->ranges) {
+    if ((r.from.empty() || r.from <= *v) && (r.below.empty() || *v < r.below)) {
+      return r.release;
+    }
+  }
+  return BadSpec(spec, "release " + std::string(rel) +
+                           " is newer than the newest the preset describes");
+}
+
+bool IsRouterBias(std::string_view tensor_id) {
+  return tensor_id.ends_with(".gate.e_score_correction_bias");
+}
+
+const TensorDescriptor* FirstConversionBeyondWidening(
+    const HfCheckpoint& checkpoint, const EngineLayout& layout) {
+  for (const TensorDescriptor& t : layout.placement().tensors()) {
+    const CheckpointTensor* c = checkpoint.FindTensor(t.tensor_id());
+    if (c == nullptr || c->dtype == t.dtype()) continue;
+    if (IsRouterBias(t.tensor_id()) && t.dtype() == "float32" &&
+        (c->dtype == "bfloat16" || c->dtype == "float16")) {
+      continue;
+    }
+    return &t;
+  }
+  return nullptr;
+}
+
+}  // namespace internal
 
 std::vector<std::string_view> EngineNames() {
   return {"hf", "megatron", "sglang", "vllm"};
@@ -73,11 +216,10 @@ Result<EngineLayout> HfEngineLayout(std::string_view config_json,
 Result<EngineLayout> MakeEngineLayout(std::string_view config_json,
                                       const EngineLayoutOptions& options,
                                       const HfCheckpoint* checkpoint) {
-  const std::string& e = options.engine;
-  if (e == "hf") return HfEngineLayout(config_json, options, checkpoint);
-  if (e != "megatron" && e != "vllm" && e != "sglang") {
-    return Status::InvalidArgument("unknown engine " + internal::Printable(e) +
-                                   " (known: hf, megatron, sglang, vllm)");
+  RESHARD_ASSIGN_OR_RETURN(internal::EngineRelease release,
+                           internal::ResolveEngine(options.engine));
+  if (release.name == "hf") {
+    return HfEngineLayout(config_json, options, checkpoint);
   }
   const std::pair<const char*, int64_t> sizes[] = {{"tp", options.sizes.tp},
                                                    {"pp", options.sizes.pp},
@@ -101,8 +243,13 @@ Result<EngineLayout> MakeEngineLayout(std::string_view config_json,
   }
   RESHARD_ASSIGN_OR_RETURN(
       auto canon, internal::CanonTensors::Make(&c, checkpoint, options));
-  if (e == "megatron") return internal::MegatronLayout(c, canon, options);
-  return internal::VllmLayout(c, canon, options);
+  if (release.f32_router_bias) {
+    canon.SetFloat32(&internal::IsRouterBias);
+  }
+  if (release.name == "megatron") {
+    return internal::MegatronLayout(c, canon, options, release);
+  }
+  return internal::VllmLayout(c, canon, options, release);
 }
 
 }  // namespace reshard

@@ -57,9 +57,21 @@ const HfTensor* CanonTensors::ScaleOf(const std::string& weight) const {
               "weight_scale_inv");
 }
 
-EngineBuilder::EngineBuilder(std::string engine, const ParallelSizes& sizes,
+void CanonTensors::SetFloat32(bool (*keep)(std::string_view name)) {
+  for (auto& [name, t] : by_name_) {
+    if (!keep(name)) continue;
+    t.dtype = "float32";
+    t.itemsize = 4;
+  }
+}
+
+EngineBuilder::EngineBuilder(std::string engine, std::string spec,
+                             const ParallelSizes& sizes,
                              const std::vector<GridRank>& ranks)
-    : engine_(std::move(engine)), sizes_(sizes), ranks_(ranks) {
+    : engine_(std::move(engine)),
+      spec_(std::move(spec)),
+      sizes_(sizes),
+      ranks_(ranks) {
   for (const GridRank& r : ranks_) parts_.push_back({r.id, {}});
 }
 
@@ -197,7 +209,7 @@ Result<EngineLayout> EngineBuilder::Build(const HfConfig& c,
   if (!placement.ok()) {
     return placement.status().WithContext("engine preset " + engine_);
   }
-  return EngineLayout::Make(engine_, std::move(*placement), std::move(parts_));
+  return EngineLayout::Make(spec_, std::move(*placement), std::move(parts_));
 }
 
 }  // namespace reshard::internal

@@ -56,6 +56,9 @@ class CanonTensors {
   // The FP8 block scale of weight `name` ("...weight" ->
   // "...weight_scale_inv"), or nullptr when the weight is not quantized.
   const HfTensor* ScaleOf(const std::string& weight) const;
+  // Makes every tensor `keep(name)` selects float32 (the engine holds it
+  // so whatever the model dtype; a 16-bit source widens exactly).
+  void SetFloat32(bool (*keep)(std::string_view name));
 
  private:
   std::unordered_map<std::string, HfTensor> by_name_;
@@ -63,8 +66,10 @@ class CanonTensors {
 
 class EngineBuilder {
  public:
-  EngineBuilder(std::string engine, const ParallelSizes& sizes,
-                const std::vector<GridRank>& ranks);
+  // `engine`: the preset's name, in messages and the placement set id;
+  // `spec`: its canonical release spec, the layout's engine().
+  EngineBuilder(std::string engine, std::string spec,
+                const ParallelSizes& sizes, const std::vector<GridRank>& ranks);
 
   // Starts parameter `name` of shape `shape` of rank `r` (an index into the
   // ranks given at construction). Its dtype is its first piece's.
@@ -88,6 +93,7 @@ class EngineBuilder {
   Status Declare(const HfTensor& tensor, const TensorAxes& axes);
 
   std::string engine_;
+  std::string spec_;
   ParallelSizes sizes_;
   std::vector<GridRank> ranks_;
   std::vector<EngineParticipant> parts_;

@@ -22,13 +22,13 @@ int64_t MegatronEp(const ParallelSizes& n, int64_t d, int64_t t) {
 class Megatron {
  public:
   Megatron(const HfConfig& c, const CanonTensors& canon,
-           const EngineLayoutOptions& o)
+           const EngineLayoutOptions& o, const EngineRelease& release)
       : c_(c),
         o_(o),
         n_(o.sizes),
         ranks_(GridRanks(n_, &MegatronEp)),
-        b_(o.engine, n_, ranks_),
-        w_(o.engine, c, canon, &b_) {}
+        b_(release.name, release.spec, n_, ranks_),
+        w_(release.name, c, canon, &b_) {}
 
   Status Check();
   Result<EngineLayout> Run();
@@ -59,7 +59,7 @@ class Megatron {
 };
 
 Status Megatron::Check() {
-  const std::string& e = o_.engine;
+  const std::string e = "megatron";
   if (c_.fp8) {
     return Status::InvalidArgument(
         e +
@@ -310,12 +310,13 @@ Result<EngineLayout> Megatron::Run() {
 
 Result<EngineLayout> MegatronLayout(const HfConfig& config,
                                     const CanonTensors& canon,
-                                    const EngineLayoutOptions& options) {
+                                    const EngineLayoutOptions& options,
+                                    const EngineRelease& release) {
   RESHARD_RETURN_NOT_OK(CheckArchitecture(
       config, options,
       {HfArch::kLlama, HfArch::kQwen2, HfArch::kQwen3, HfArch::kQwen3Moe,
        HfArch::kMixtral, HfArch::kDeepseekV3}));
-  return Megatron(config, canon, options).Run();
+  return Megatron(config, canon, options, release).Run();
 }
 
 }  // namespace reshard::internal

@@ -95,7 +95,7 @@ Status PresetWriter::Cols(const std::string& name, const std::string& hf,
 Status PresetWriter::StackedCols(const std::string& name,
                                  const std::vector<std::string>& hf,
                                  const TensorAxes& axes, int64_t col0,
-                                 int64_t cols) {
+                                 int64_t cols, Emit emit) {
   std::vector<const HfTensor*> ws;
   for (const std::string& n : hf) {
     RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, canon_.Get(n));
@@ -106,12 +106,16 @@ Status PresetWriter::StackedCols(const std::string& name,
   if (hf.size() > 1 || name.find("w2_weight") != std::string::npos) {
     shape.insert(shape.begin(), static_cast<int64_t>(hf.size()));
   }
-  b_->Begin(rank_, name, shape);
-  for (const HfTensor* w : ws) {
-    RESHARD_RETURN_NOT_OK(b_->Piece(*w, axes, {0, col0}, {rows, cols}));
+  if (emit != kScale) {
+    b_->Begin(rank_, name, shape);
+    for (const HfTensor* w : ws) {
+      RESHARD_RETURN_NOT_OK(b_->Piece(*w, axes, {0, col0}, {rows, cols}));
+    }
+    RESHARD_RETURN_NOT_OK(b_->End());
   }
-  RESHARD_RETURN_NOT_OK(b_->End());
-  if (canon_.ScaleOf(ws[0]->name) == nullptr) return Status::OK();
+  if (emit == kWeight || canon_.ScaleOf(ws[0]->name) == nullptr) {
+    return Status::OK();
+  }
   const int64_t bk = c_.block_cols, bn = c_.block_rows;
   const int64_t total = ws[0]->shape[1];
   if (col0 % bk != 0 || (cols % bk != 0 && col0 + cols != total)) {
@@ -142,18 +146,21 @@ Status PresetWriter::StackedCols(const std::string& name,
 
 Status PresetWriter::StackedRows(
     const std::string& name, int64_t experts,
-    const std::vector<std::vector<RowSlice>>& slices) {
+    const std::vector<std::vector<RowSlice>>& slices, Emit emit) {
   const HfTensor& w0 = *slices[0][0].w;
   Dims shape = {experts, 0, w0.shape[1]};
   for (const RowSlice& s : slices[0]) shape[1] += s.rows;
-  b_->Begin(rank_, name, shape);
-  for (const auto& expert : slices) {
-    for (const RowSlice& s : expert) {
-      RESHARD_RETURN_NOT_OK(b_->Piece(*s.w, s.axes, RowOffset(*s.w, s.row0),
-                                      RowBox(*s.w, s.rows)));
+  if (emit != kScale) {
+    b_->Begin(rank_, name, shape);
+    for (const auto& expert : slices) {
+      for (const RowSlice& s : expert) {
+        RESHARD_RETURN_NOT_OK(b_->Piece(*s.w, s.axes, RowOffset(*s.w, s.row0),
+                                        RowBox(*s.w, s.rows)));
+      }
     }
+    RESHARD_RETURN_NOT_OK(b_->End());
   }
-  RESHARD_RETURN_NOT_OK(b_->End());
+  if (emit == kWeight) return Status::OK();
   std::vector<std::vector<RowSlice>> scales;
   for (const auto& expert : slices) {
     RESHARD_ASSIGN_OR_RETURN(auto s, ScaleSlices(name, expert));

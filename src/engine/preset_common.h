@@ -53,14 +53,18 @@ class PresetWriter {
   // chunk, V)) of `hf`, the rest zero padding.
   Status Vocab(const std::string& name, const std::string& hf,
                const TensorAxes& axes, int64_t row0, int64_t chunk);
+  // What a stacked call emits: the weight and then its scale, or only
+  // one of them (an engine that registers every weight before any scale).
+  enum Emit { kBoth, kWeight, kScale };
   // Stacked experts: parameter `name` of shape [n, per-expert shape] whose
   // expert j is the row slices `slices_of(j)` (or column chunk), and its
-  // stacked scale.
+  // stacked scale. kScale emits nothing for unquantized weights.
   Status StackedRows(const std::string& name, int64_t experts,
-                     const std::vector<std::vector<RowSlice>>& slices);
+                     const std::vector<std::vector<RowSlice>>& slices,
+                     Emit emit = kBoth);
   Status StackedCols(const std::string& name,
                      const std::vector<std::string>& hf, const TensorAxes& axes,
-                     int64_t col0, int64_t cols);
+                     int64_t col0, int64_t cols, Emit emit = kBoth);
 
  private:
   Status Fp8Rows(const std::string& name, const RowSlice& s,

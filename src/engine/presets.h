@@ -1,18 +1,69 @@
-// The engine presets behind MakeEngineLayout.
+// The engine presets behind MakeEngineLayout, and the release tables that
+// engine specs ("vllm", "vllm@0.33", "vllm@<0.33") resolve against.
 
 #ifndef RESHARD_ENGINE_PRESETS_H_
 #define RESHARD_ENGINE_PRESETS_H_
+
+#include <string>
+#include <string_view>
 
 #include "engine/layout_builder.h"
 
 namespace reshard::internal {
 
+// One row of a preset's release table: a range of engine releases that
+// hold the same parameters, and what distinguishes it.
+struct EngineRelease {
+  std::string name;  // the preset: "vllm"
+  // The canonical spec of the range ("vllm@0.33", "vllm@<0.33",
+  // "megatron"): EngineLayout::engine() of the layouts built for it.
+  std::string spec;
+  // vLLM 0.33 and later: FusedMoE's parameters live in its routed_experts
+  // submodule (mlp.experts.routed_experts.w13_weight); before, directly
+  // in it (mlp.experts.w13_weight).
+  bool routed_experts = false;
+  // Router biases (DeepSeek's e_score_correction_bias, Megatron's
+  // expert_bias) are float32 whatever the model dtype; a load from a
+  // 16-bit checkpoint widens them exactly.
+  bool f32_router_bias = false;
+};
+
+// `spec` resolved: NAME (the newest range), NAME@RELEASE (the range that
+// holds RELEASE, "0.33" or "0.33.1") or NAME@<RELEASE (the range that ends
+// just below RELEASE). InvalidArgument listing the supported specs for an
+// unknown engine, a malformed release, a release no range covers, or a
+// "<RELEASE" that is not a range's end.
+Result<EngineRelease> ResolveEngine(std::string_view spec);
+
+// The canonical specs of every preset, newest first per engine.
+std::vector<std::string> EngineSpecs();
+
+// Whether `tensor_id` is a router bias that the release keeps in float32.
+bool IsRouterBias(std::string_view tensor_id);
+
 Result<EngineLayout> VllmLayout(const HfConfig& config,
                                 const CanonTensors& canon,
-                                const EngineLayoutOptions& options);
+                                const EngineLayoutOptions& options,
+                                const EngineRelease& release);
 Result<EngineLayout> MegatronLayout(const HfConfig& config,
                                     const CanonTensors& canon,
-                                    const EngineLayoutOptions& options);
+                                    const EngineLayoutOptions& options,
+                                    const EngineRelease& release);
+// vLLM's Qwen3-Next and Qwen3.5 text classes (vllm_hybrid_preset.cc),
+// which VllmLayout hands these architectures to.
+Result<EngineLayout> VllmHybridLayout(const HfConfig& config,
+                                      const CanonTensors& canon,
+                                      const EngineLayoutOptions& options,
+                                      const EngineRelease& release);
+
+// The first tensor of `layout` (in placement order) whose dtype differs
+// from the checkpoint's, other than a router bias the engine widens
+// exactly (bfloat16 or float16 in the checkpoint, float32 in the layout,
+// IsRouterBias); nullptr when there is none. A load with none converts
+// without --convert, as the engine itself widens those biases when it
+// loads.
+const TensorDescriptor* FirstConversionBeyondWidening(
+    const HfCheckpoint& checkpoint, const EngineLayout& layout);
 
 }  // namespace reshard::internal
 

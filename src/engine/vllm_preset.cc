@@ -18,13 +18,14 @@ int64_t VllmEp(const ParallelSizes& n, int64_t d, int64_t t) {
 class Vllm {
  public:
   Vllm(const HfConfig& c, const CanonTensors& canon,
-       const EngineLayoutOptions& o)
+       const EngineLayoutOptions& o, const EngineRelease& release)
       : c_(c),
         o_(o),
+        release_(release),
         n_(o.sizes),
         ranks_(GridRanks(n_, &VllmEp)),
-        b_(o.engine, n_, ranks_),
-        w_(o.engine, c, canon, &b_) {}
+        b_(release.name, release.spec, n_, ranks_),
+        w_(release.name, c, canon, &b_) {}
 
   Status Check();
   Result<EngineLayout> Run();
@@ -53,6 +54,7 @@ class Vllm {
 
   const HfConfig& c_;
   const EngineLayoutOptions& o_;
+  const EngineRelease& release_;
   const ParallelSizes n_;
   std::vector<GridRank> ranks_;
   EngineBuilder b_;
@@ -61,7 +63,7 @@ class Vllm {
 };
 
 Status Vllm::Check() {
-  const std::string& e = o_.engine;
+  const std::string& e = release_.name;
   if (n_.ep != 1 && n_.ep != n_.tp * n_.dp) {
     return Status::InvalidArgument(
         e + " expert parallelism spans TP x DP: --ep must be 1 or " +
@@ -176,12 +178,13 @@ Status Vllm::Mla(const GridRank& r, const std::string& p) {
         a + "q_b_proj.weight",
         {{T(a + "q_b_proj.weight"), Split(0), r.t * hl * qh, hl * qh}}));
   } else {
+    // DeepseekV2MLAAttention registers kv_a_proj_with_mqa before q_proj.
     const int64_t qh = c_.qk_nope + c_.qk_rope;
+    RESHARD_RETURN_NOT_OK(
+        w_.Whole(a + "kv_a_proj_with_mqa.weight", kv_a->name, Replicated()));
     RESHARD_RETURN_NOT_OK(
         w_.Rows(a + "q_proj.weight",
                 {{T(a + "q_proj.weight"), Split(0), r.t * hl * qh, hl * qh}}));
-    RESHARD_RETURN_NOT_OK(
-        w_.Whole(a + "kv_a_proj_with_mqa.weight", kv_a->name, Replicated()));
   }
   RESHARD_RETURN_NOT_OK(w_.Whole(a + "kv_a_layernorm.weight",
                                  a + "kv_a_layernorm.weight", Replicated()));
@@ -248,8 +251,18 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
                    {T(e + u + ".weight"), gate_up, row0, il}});
     w2.push_back(e + dn + ".weight");
   }
-  RESHARD_RETURN_NOT_OK(w_.StackedRows(m + "experts.w13_weight", count, w13));
-  return w_.StackedCols(m + "experts.w2_weight", w2, down, row0, il);
+  // vLLM 0.33's FusedMoE keeps its parameters in its routed_experts
+  // submodule; the FP8 method registers both weights, then both scales.
+  const std::string x =
+      m + (release_.routed_experts ? "experts.routed_experts." : "experts.");
+  RESHARD_RETURN_NOT_OK(
+      w_.StackedRows(x + "w13_weight", count, w13, PresetWriter::kWeight));
+  RESHARD_RETURN_NOT_OK(w_.StackedCols(x + "w2_weight", w2, down, row0, il,
+                                       PresetWriter::kWeight));
+  RESHARD_RETURN_NOT_OK(
+      w_.StackedRows(x + "w13_weight", count, w13, PresetWriter::kScale));
+  return w_.StackedCols(x + "w2_weight", w2, down, row0, il,
+                        PresetWriter::kScale);
 }
 
 Status Vllm::Rank(const GridRank& r) {
@@ -263,15 +276,17 @@ Status Vllm::Rank(const GridRank& r) {
   }
   const auto [lo, hi] = Stage(r.p);
   for (int64_t i = lo; i < hi; ++i) {
+    // named_parameters() order: the decoder layers register self_attn,
+    // mlp, input_layernorm, post_attention_layernorm.
     const std::string p = "model.layers." + std::to_string(i) + ".";
+    RESHARD_RETURN_NOT_OK(UsesMla(c_.arch) ? Mla(r, p) : Attention(r, p));
+    RESHARD_RETURN_NOT_OK(
+        IsSparseLayer(c_, i) ? Moe(r, p) : Mlp(r, p + "mlp.", c_.intermediate));
     RESHARD_RETURN_NOT_OK(w_.Whole(p + "input_layernorm.weight",
                                    p + "input_layernorm.weight", Replicated()));
-    RESHARD_RETURN_NOT_OK(UsesMla(c_.arch) ? Mla(r, p) : Attention(r, p));
     RESHARD_RETURN_NOT_OK(w_.Whole(p + "post_attention_layernorm.weight",
                                    p + "post_attention_layernorm.weight",
                                    Replicated()));
-    RESHARD_RETURN_NOT_OK(
-        IsSparseLayer(c_, i) ? Moe(r, p) : Mlp(r, p + "mlp.", c_.intermediate));
   }
   if (last || every) {
     RESHARD_RETURN_NOT_OK(
@@ -294,12 +309,16 @@ Result<EngineLayout> Vllm::Run() {
 
 Result<EngineLayout> VllmLayout(const HfConfig& config,
                                 const CanonTensors& canon,
-                                const EngineLayoutOptions& options) {
+                                const EngineLayoutOptions& options,
+                                const EngineRelease& release) {
+  if (IsHybrid(config.arch)) {
+    return VllmHybridLayout(config, canon, options, release);
+  }
   RESHARD_RETURN_NOT_OK(CheckArchitecture(
       config, options,
       {HfArch::kLlama, HfArch::kQwen2, HfArch::kQwen3, HfArch::kQwen3Moe,
        HfArch::kMixtral, HfArch::kDeepseekV2, HfArch::kDeepseekV3}));
-  return Vllm(config, canon, options).Run();
+  return Vllm(config, canon, options, release).Run();
 }
 
 }  // namespace reshard::internal

@@ -99,9 +99,7 @@ def expected(key, engine, grid):
     """engine_reference's {participant: {param: (dtype, shape, bytes)}}."""
     tp, pp, ep, dp, vm = full(grid)
     ckpt, tensors = checkpoint(key)
-    return ref.expected(tensors, CONFIGS[key],
-                        "vllm" if engine == "sglang" else engine,
-                        tp, pp, ep, dp, vm)
+    return ref.expected(tensors, CONFIGS[key], engine, tp, pp, ep, dp, vm)
 
 
 def read_dir(d):
@@ -249,16 +247,18 @@ def load_matches_the_reference():
 
 
 @SUITE.test
-def sglang_is_vllm_file_for_file():
+def sglang_is_vllm_before_033_file_for_file():
+    # SGLang's FusedMoE holds w13_weight/w2_weight itself, as vLLM did
+    # before 0.33 moved them into FusedMoE's routed_experts submodule.
     for key, grid in (("qwen3_quirks", (2, 1, 1, 1)),
                       ("mixtral", (2, 1, 2, 1))):
         s = load_dir(key, "sglang", grid)
         if not os.path.exists(s):
             check_load(key, "sglang", grid)
         v = path("sglang-vs-vllm-" + key)
-        ok(load(key, "vllm", grid, v), "engine load vllm")
-        check(raw_dir(s) == raw_dir(v), "%s: sglang files differ from vllm's"
-              % key)
+        ok(load(key, "vllm@<0.33", grid, v), "engine load vllm@<0.33")
+        check(raw_dir(s) == raw_dir(v), "%s: sglang files differ from "
+              "vllm@<0.33's" % key)
 
 
 @SUITE.test
@@ -489,7 +489,8 @@ def fp8_refusal_at_tp1_does_not_suggest_a_tp():
     err = r.stderr.strip()
     check(len(err.splitlines()) == 1 and err.startswith("reshard: error: "),
           err)
-    for part in ("model.layers.1.mlp.experts.w13_weight", "[0, 12)",
+    for part in ("model.layers.1.mlp.experts.routed_experts.w13_weight",
+                 "[0, 12)",
                  "8-row blocks"):
         check(part in err, "%r not in %r" % (part, err))
     check("choose a TP" not in err,
@@ -1004,7 +1005,7 @@ def layout_params_tile_every_parameter():
     for key, grid in (("qwen3_quirks", (4, 1, 1, 1)),
                       ("deepseek_v3", (2, 1, 4, 2))):
         params, placement = params_of(key, "vllm", grid, "params-" + key)
-        check(params["engine"] == "vllm", params["engine"])
+        check(params["engine"] == "vllm@0.33", params["engine"])
         check(params["placement_id"] == placement["placement_id"], params)
         frags = {}
         for part in placement["parts"]:
@@ -1062,6 +1063,53 @@ def layout_params_tile_every_parameter():
             check([(x["offset"], x["nbytes"], x["fragment"] is None)
                    for x in last["pieces"]] ==
                   [(0, 64, False), (64, 31 * 64, True)], last)
+
+
+@SUITE.test
+def router_bias_widens_exactly_without_convert():
+    # vLLM (since 0.10.2) and Megatron hold DeepSeek's router bias in
+    # float32 whatever the model dtype; a checkpoint that stores it in
+    # BF16 loads without --convert, each value widened exactly, and
+    # vllm@<0.10.2 keeps it BF16. Any other dtype difference still needs
+    # --convert.
+    cfg = CONFIGS["deepseek_v3_bf16"]
+    d = path("ckpt-bf16-bias")
+    spec = [(n, "BF16" if n.endswith(".gate.e_score_correction_bias")
+             else dt, shape) for n, dt, shape in hfc.model_tensors(cfg)]
+    tensors = hfc.write_checkpoint(d, cfg, tensors=spec)
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    check(tensors[bias][0] == "BF16", tensors[bias][:2])
+    for engine, grid, dt in (("vllm", (2, 1, 1, 1), "F32"),
+                             ("vllm@<0.10.2", (2, 1, 1, 1), "BF16"),
+                             ("megatron", (2, 1, 1, 1, 8), "F32")):
+        out = path("bias-" + engine.replace("@<", "-"))
+        ok(run("engine", "load", d, "--engine", engine, *grid_args(grid),
+               "-o", out), "engine load " + engine)
+        want = ref.expected(tensors, cfg, engine, *full(grid))
+        got = read_dir(out)
+        same_params(got, want, "bf16 bias " + engine)
+        name = (bias if engine != "megatron"
+                else "decoder.layers.1.mlp.router.expert_bias")
+        g = got["p-d0-p0-e0-t0"][name]
+        check(g[0] == dt, "%s %s: %s" % (engine, name, g[0]))
+        if dt == "F32":  # each BF16 value is the upper half of its F32
+            b = tensors[bias][2]
+            check(g[2] == b"".join(b"\0\0" + b[i:i + 2]
+                                   for i in range(0, len(b), 2)),
+                  "%s: bias bytes not widened exactly" % engine)
+    # A norm stored F16 as well, loaded as --dtype bfloat16: that
+    # conversion needs --convert, and with it the bias widens as before.
+    d2 = path("ckpt-bf16-bias-f16-norm")
+    norm = "model.norm.weight"
+    hfc.write_checkpoint(d2, cfg, tensors=[
+        (n, "F16" if n == norm else dt, s) for n, dt, s in spec])
+    out = path("bias-f16-norm")
+    fails(run("engine", "load", d2, "--engine", "vllm", "--dtype",
+              "bfloat16", "-o", out),
+          "tensor model.norm.weight is float16 in the checkpoint but "
+          "bfloat16 in the target placement: converting it needs "
+          "CheckpointLoadOptions::convert (--convert, convert=True)")
+    no_files(out)
 
 
 sys.exit(SUITE.run("reshard-enginecli-", lambda t: TMP.update(dir=t)))

@@ -117,7 +117,7 @@ def _pp_indices(L, p, pp):
     return range(sum(parts[:p]), sum(parts[:p + 1]))
 
 
-def _vllm_rank(A, m, p, t, e, tp, pp, ep):
+def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True):
     out, blk = {}, m.block
     moe_tp, moe_r = (1, 0) if ep > 1 else (tp, t)  # [vllm] FusedMoE
 
@@ -172,9 +172,11 @@ def _vllm_rank(A, m, p, t, e, tp, pp, ep):
                 il = A[hf + "experts.0.%s.weight" % gate][1].shape[0] // moe_tp
                 _refuse(il % blk[0] or (moe_tp > 1 and il % blk[1]),
                         "FP8 block %s: MoE I_local %d" % (blk, il))
-            out[hf + "experts.w13_" + suf] = (dt[gate], np.stack(
+            # [vllm] 0.33: FusedMoE's parameters under routed_experts
+            x = hf + ("experts.routed_experts." if routed else "experts.")
+            out[x + "w13_" + suf] = (dt[gate], np.stack(
                 [_cat(f(g, gate), f(g, up)) for g in ids]))
-            out[hf + "experts.w2_" + suf] = (dt[down], np.stack(
+            out[x + "w2_" + suf] = (dt[down], np.stack(
                 [f(g, down, 1) for g in ids]))
 
     def mlp(hf):  # dense or shared experts: gate_up_proj, down_proj
@@ -239,6 +241,13 @@ def _vllm_rank(A, m, p, t, e, tp, pp, ep):
             out["lm_head.weight"] = _vocab_rows(A, "lm_head.weight", t, tp,
                                                 Vp, m.V)
     return out
+
+
+# Engine specs of the vLLM layout (docs/engines.md): (MoE parameters under
+# FusedMoE's routed_experts, router bias float32 whatever the model dtype).
+VLLM_RELEASES = {"vllm": (True, True), "vllm@0.33": (True, True),
+                 "vllm@<0.33": (False, True), "vllm@<0.10.2": (False, False),
+                 "sglang": (False, True)}
 
 
 def _vllm_check(m, tp, pp, ep, dp):
@@ -374,11 +383,11 @@ def layout(A, cfg, engine, tp=1, pp=1, ep=1, dp=1, vocab_multiple=None):
     so the self-check can trace byte ids through it)."""
     m = _Model(cfg)
     _refuse(min(tp, pp, ep, dp) < 1, "sizes must be positive")
-    if engine == "vllm":
+    if engine in VLLM_RELEASES:
         _vllm_check(m, tp, pp, ep, dp)
         coord = lambda d, t: d * tp + t if ep > 1 else 0  # noqa: E731
         build = lambda p, t, e: _vllm_rank(  # noqa: E731
-            A, m, p, t, e, tp, pp, ep)
+            A, m, p, t, e, tp, pp, ep, VLLM_RELEASES[engine][0])
     elif engine == "megatron":
         _megatron_check(m, tp, pp, ep, dp)
         mult = tp * (vocab_multiple or 128)
@@ -400,9 +409,25 @@ def layout(A, cfg, engine, tp=1, pp=1, ep=1, dp=1, vocab_multiple=None):
     return out
 
 
+def _widen(dt, b):
+    """16-bit float bytes as float32 bytes, exactly."""
+    x = np.frombuffer(b, "<u2").astype(np.uint32)
+    if dt == "BF16":
+        return (x << 16).astype("<u4").tobytes()
+    return np.frombuffer(b, "<f2").astype("<f4").tobytes()
+
+
 def expected(tensors, cfg, engine, tp=1, pp=1, ep=1, dp=1,
              vocab_multiple=None):
-    """{participant_id: {param_name: (st_dtype, shape_list, bytes)}}."""
+    """{participant_id: {param_name: (st_dtype, shape_list, bytes)}}.
+    Router biases are float32 where the engine keeps them so: a 16-bit
+    checkpoint's are widened exactly."""
+    f32_bias = engine == "megatron" or VLLM_RELEASES.get(engine, (0, 0))[1]
+    tensors = dict(tensors)
+    for n, (dt, shape, b) in list(tensors.items()):
+        if f32_bias and n.endswith(".gate.e_score_correction_bias") and \
+                dt in ("BF16", "F16"):
+            tensors[n] = ("F32", shape, _widen(dt, b))
     A = {n: (dt, np.frombuffer(b, np.uint8).reshape(
         list(shape) + [hfc.ITEMSIZE[dt]])) for n, (dt, shape, b) in
         tensors.items()}
@@ -435,7 +460,7 @@ def _skipped(name, cfg, engine):
     mtp = name.startswith("model.layers.") and int(name.split(".")[2]) >= m.L
     return (name.endswith(hfc.BUFFER_SUFFIX)
             or (name == "lm_head.weight" and m.tied)
-            or (engine == "vllm" and mtp)  # [vllm] DeepSeek MTP layers
+            or (engine in VLLM_RELEASES and mtp)  # [vllm] DeepSeek MTP
             or (mtp and name.endswith(("embed_tokens.weight",
                                        "shared_head.head.weight"))))
 
@@ -509,6 +534,8 @@ CASES = {
         ("deepseek_v3", dict(tp=2, pp=2)), ("deepseek_v3", dict(pp=3)),
         ("deepseek_v3", dict(tp=2, dp=2, ep=4)),
     ],
+    "vllm@<0.33": [("qwen3_moe", dict(tp=2)), ("deepseek_v3", dict(tp=2))],
+    "sglang": [("mixtral", dict(tp=2, ep=2))],
     "megatron": [
         ("llama", {}), ("llama", dict(tp=2, pp=2, dp=2, vocab_multiple=8)),
         ("llama", dict(tp=2, pp=4, vocab_multiple=1)), ("qwen2", {}),
@@ -540,7 +567,7 @@ REFUSED = [
     ("megatron", "llama", dict(pp=3), "layers over pp"),
     ("megatron", "mixtral", dict(tp=2, ep=4), "ep must divide"),
     ("megatron", "mixtral", dict(dp=3, ep=3), "experts not divisible"),
-    ("sglang", "llama", {}, "unknown engine"),
+    ("vllm@0.34", "llama", {}, "unknown engine"),
 ]
 
 
@@ -599,10 +626,10 @@ def _spot_checks(ckpts):
         "mlp.shared_experts.gate_up_proj" + S: [2, 4],
         "mlp.shared_experts.down_proj" + W: [32, 8],
         "mlp.shared_experts.down_proj" + S: [4, 1],
-        "mlp.experts.w13_weight": [4, 16, 32],
-        "mlp.experts.w13_weight_scale_inv": [4, 2, 4],
-        "mlp.experts.w2_weight": [4, 32, 8],
-        "mlp.experts.w2_weight_scale_inv": [4, 4, 1]}
+        "mlp.experts.routed_experts.w13_weight": [4, 16, 32],
+        "mlp.experts.routed_experts.w13_weight_scale_inv": [4, 2, 4],
+        "mlp.experts.routed_experts.w2_weight": [4, 32, 8],
+        "mlp.experts.routed_experts.w2_weight_scale_inv": [4, 4, 1]}
     sa, ex = "self_attention.", "mlp.experts.linear_fc"
     assert shapes("megatron", "deepseek_v3_bf16", "decoder.layers.1.", ep=2,
                   vocab_multiple=8) == {  # EP rank 0: experts 0, 1
@@ -648,7 +675,7 @@ def _spot_checks(ckpts):
     x = "model.layers.1.mlp.experts.%d."
     for e, ids in enumerate([[0, 1], [2], [3]]):
         w13 = got["p-d%d-p0-e%d-t0" % (e, e)][
-            "model.layers.1.mlp.experts.w13_weight"][1]
+            "model.layers.1.mlp.experts.routed_experts.w13_weight"][1]
         assert np.array_equal(w13, np.stack(
             [_cat(a(x % g + "gate_proj.weight"), a(x % g + "up_proj.weight"))
              for g in ids]))
