@@ -10,6 +10,7 @@
 
 #include "reshard/engine.h"
 #include "testing/status_testing.h"
+#include "util/dims_text.h"
 
 namespace reshard {
 namespace {
@@ -29,16 +30,12 @@ EngineLayout Vllm() {
   o.engine = "vllm";
   o.sizes.tp = 2;
   auto l = MakeEngineLayout(kLlama, o);
-  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_OK(l);
   return *l;
 }
 
 std::string Shape(const EngineParameter& q) {
-  std::string s = "[";
-  for (size_t i = 0; i < q.shape.size(); ++i) {
-    s += (i ? ", " : "") + std::to_string(q.shape[i]);
-  }
-  return s + "]";
+  return internal::DimsText(q.shape);
 }
 
 // `l` as another engine release would map it: `edit` changes the
@@ -49,7 +46,7 @@ EngineLayout Variant(const EngineLayout& l, const std::string& engine,
   std::vector<EngineParticipant> ps = l.participants();
   edit(ps);
   auto out = EngineLayout::Make(engine, l.placement(), std::move(ps));
-  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_OK(out);
   return *out;
 }
 
