@@ -12,7 +12,7 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
 .PHONY: all build bootstrap configure demo test check fuzz bench install format
-.PHONY: install-python pip-check
+.PHONY: install-python pip-check conformance
 .PHONY: clean
 
 all: build
@@ -46,6 +46,12 @@ fuzz: bootstrap
 
 bench: build
 	@scripts/bench.sh $(BUILD) $(BASELINE)
+
+# Not part of `make test` or CI: vLLM's own loader and transformers' own
+# checkpoints against reshard, in a venv of its own (build-conformance/venv,
+# vLLM and transformers from PyPI, several GB; docs/engines.md).
+conformance: build
+	tests/conformance/run.sh $(BUILD)
 
 # Public headers, the static libraries, the CMake package (find_package(
 # reshard CONFIG) -> reshard::reshard) and reshard.pc under PREFIX.
