@@ -111,6 +111,11 @@ Status EngineBuilder::Declare(const HfTensor& tensor, const TensorAxes& axes) {
   if (sizes_.ep > 1 && axes.ep == TensorAxes::Ep::kOwned) {
     t.parallel_axes.push_back(OwnershipAxis(AxisKind::kEp));
   }
+  if (sizes_.ep > 1 && axes.ep == TensorAxes::Ep::kSplit) {
+    RESHARD_ASSIGN_OR_RETURN(auto axis, SplitAxis(AxisKind::kEp, 0));
+    t.parallel_axes.push_back(axis);
+    t.shard_dims.push_back(0);  // before any TP dimension: sorted
+  }
   if (sizes_.tp > 1) {
     if (axes.tp_dim >= 0) {
       auto axis =
@@ -120,7 +125,7 @@ Status EngineBuilder::Declare(const HfTensor& tensor, const TensorAxes& axes) {
       if (!axis.ok()) return axis.status().WithContext(tensor.name);
       t.parallel_axes.push_back(*axis);
       t.shard_dims.push_back(axes.tp_dim);
-    } else {
+    } else if (!(sizes_.ep > 1 && axes.ep == TensorAxes::Ep::kSplit)) {
       t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kTp));
     }
   }

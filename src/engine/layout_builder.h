@@ -23,8 +23,12 @@ struct TensorAxes {
   bool pp_owned = true;   // held by some stages only (else every stage)
   // kCoupled: the EP coordinate is a function of the DP and TP ranks and
   // the tensor does not depend on it (dense weights under expert
-  // parallelism); kOwned: held by one EP rank (routed experts).
-  enum class Ep { kCoupled, kOwned } ep = Ep::kCoupled;
+  // parallelism); kOwned: held by one EP rank (routed experts); kSplit:
+  // EP ranks split dimension 0 (every expert of a layer in one tensor).
+  // A kSplit tensor whole over TP (tp_dim -1) under EP leaves the TP axis
+  // undeclared, which the placement accepts only where the TP rank is a
+  // function of the EP rank: the presets lay it out only at EP = TP.
+  enum class Ep { kCoupled, kOwned, kSplit } ep = Ep::kCoupled;
   friend bool operator==(const TensorAxes&, const TensorAxes&) = default;
 };
 

@@ -45,9 +45,7 @@ class Megatron {
   Status Mtp(const GridRank& r, int64_t k);
   TensorAxes Split(int64_t dim) const { return {dim, 0, true, Ep::kCoupled}; }
   TensorAxes Replicated() const { return {-1, 0, true, Ep::kCoupled}; }
-  const HfTensor* T(const std::string& name) const {
-    return w_.canon().Find(name);
-  }
+  const HfTensor* T(const std::string& name) const { return w_.Find(name); }
 
   const HfConfig& c_;
   const EngineLayoutOptions& o_;
@@ -77,6 +75,7 @@ Status Megatron::Check() {
                                    " needs routed experts; " + c_.architecture +
                                    " has none");
   }
+  RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
   if (c_.experts > 0) {
     RESHARD_RETURN_NOT_OK(
         Divisible(e, "EP", n_.ep, "the routed experts", c_.experts));
@@ -210,7 +209,11 @@ Status Megatron::Fc(const GridRank& r, const std::string& h,
 Status Megatron::Moe(const GridRank& r, const std::string& h,
                      const std::string& m) {
   const bool mixtral = c_.arch == HfArch::kMixtral;
-  const std::string hm = h + (mixtral ? "block_sparse_moe." : "mlp.");
+  // transformers 5's fused save (every expert of the layer in
+  // mlp.experts.gate_up_proj and down_proj, Mixtral's block under mlp.
+  // too), for the decoder and MTP layers alike.
+  const bool fused = w_.canon().Find(h + "mlp.experts.gate_up_proj") != nullptr;
+  const std::string hm = h + (mixtral && !fused ? "block_sparse_moe." : "mlp.");
   RESHARD_RETURN_NOT_OK(w_.Whole(m + "pre_mlp_layernorm.weight",
                                  h + "post_attention_layernorm.weight",
                                  Replicated()));
@@ -230,6 +233,13 @@ Status Megatron::Moe(const GridRank& r, const std::string& h,
     const std::string x =
         hm + "experts." + std::to_string(r.e * local + i) + ".";
     const std::string n = std::to_string(i);
+    if (fused) {
+      RESHARD_RETURN_NOT_OK(w_.FusedExperts(
+          m + "mlp.experts.linear_fc1.weight" + n,
+          m + "mlp.experts.linear_fc2.weight" + n, hm + "experts.",
+          r.e * local + i, 1, 0, il, /*tp_split=*/false, /*stacked=*/false));
+      continue;
+    }
     RESHARD_RETURN_NOT_OK(w_.Rows(m + "mlp.experts.linear_fc1.weight" + n,
                                   {{T(x + g + ".weight"), owned, 0, il},
                                    {T(x + u + ".weight"), owned, 0, il}}));

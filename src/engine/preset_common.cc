@@ -27,9 +27,26 @@ std::string PresetWriter::ScaleName(const std::string& name) const {
   return name.substr(0, name.size() - kWeight.size()) + "weight_scale_inv";
 }
 
+const HfTensor* PresetWriter::Find(const std::string& name) const {
+  const HfTensor* t = canon_.Find(name);
+  if (t == nullptr) missed_ = name;
+  return t;
+}
+
+Status PresetWriter::Missing(const std::string& name) const {
+  return Status::InvalidArgument(label_ + " needs tensor " + name +
+                                 ", which the checkpoint lacks");
+}
+
+Result<const HfTensor*> PresetWriter::Get(const std::string& name) const {
+  const HfTensor* t = canon_.Find(name);
+  if (t == nullptr) return Missing(name);
+  return t;
+}
+
 Status PresetWriter::Whole(const std::string& name, const std::string& hf,
                            const TensorAxes& axes) {
-  RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, canon_.Get(hf));
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, Get(hf));
   return Rows(name, {{w, axes, 0, w->shape[0]}});
 }
 
@@ -73,6 +90,9 @@ Result<std::vector<RowSlice>> PresetWriter::ScaleSlices(
 Status PresetWriter::Rows(const std::string& name,
                           const std::vector<RowSlice>& slices,
                           bool with_scales) {
+  for (const RowSlice& s : slices) {
+    if (s.w == nullptr) return Missing(missed_);
+  }
   Dims shape = RowBox(*slices[0].w, 0);
   for (const RowSlice& s : slices) shape[0] += s.rows;
   b_->Begin(rank_, name, shape);
@@ -98,7 +118,7 @@ Status PresetWriter::StackedCols(const std::string& name,
                                  int64_t cols, Emit emit) {
   std::vector<const HfTensor*> ws;
   for (const std::string& n : hf) {
-    RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, canon_.Get(n));
+    RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, Get(n));
     ws.push_back(w);
   }
   const int64_t rows = ws[0]->shape[0];
@@ -147,6 +167,11 @@ Status PresetWriter::StackedCols(const std::string& name,
 Status PresetWriter::StackedRows(
     const std::string& name, int64_t experts,
     const std::vector<std::vector<RowSlice>>& slices, Emit emit) {
+  for (const auto& expert : slices) {
+    for (const RowSlice& s : expert) {
+      if (s.w == nullptr) return Missing(missed_);
+    }
+  }
   const HfTensor& w0 = *slices[0][0].w;
   Dims shape = {experts, 0, w0.shape[1]};
   for (const RowSlice& s : slices[0]) shape[1] += s.rows;
@@ -179,10 +204,52 @@ Status PresetWriter::StackedRows(
   return b_->End();
 }
 
+Status PresetWriter::FusedExperts(const std::string& w13, const std::string& w2,
+                                  const std::string& x, int64_t first,
+                                  int64_t count, int64_t row0, int64_t il,
+                                  bool tp_split, bool stacked) {
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* gate_up, Get(x + "gate_up_proj"));
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* down, Get(x + "down_proj"));
+  if (c_.fp8 || c_.fp8_channel) {
+    return Status::Unimplemented(
+        label_ + " does not lay out the fused experts (" + gate_up->name +
+        ", down_proj) of an FP8 model: the engine holds FP8 experts with "
+        "their scales, which the fused form does not carry; use a "
+        "checkpoint with one tensor per expert");
+  }
+  const int64_t h = gate_up->shape[2], i = gate_up->shape[1] / 2;
+  using Ep = TensorAxes::Ep;
+  const TensorAxes rows{tp_split ? 1 : -1, 0, true, Ep::kSplit};
+  const TensorAxes cols{tp_split ? 2 : -1, 0, true, Ep::kSplit};
+  const bool whole = row0 == 0 && il == i;
+  b_->Begin(rank_, w13, stacked ? Dims{count, 2 * il, h} : Dims{2 * il, h});
+  if (whole) {  // the experts' gate and up rows are one box
+    RESHARD_RETURN_NOT_OK(
+        b_->Piece(*gate_up, rows, {first, 0, 0}, {count, 2 * i, h}));
+  } else {
+    for (int64_t j = first; j < first + count; ++j) {
+      for (int64_t section : {int64_t{0}, i}) {
+        RESHARD_RETURN_NOT_OK(
+            b_->Piece(*gate_up, rows, {j, section + row0, 0}, {1, il, h}));
+      }
+    }
+  }
+  RESHARD_RETURN_NOT_OK(b_->End());
+  b_->Begin(rank_, w2, stacked ? Dims{count, h, il} : Dims{h, il});
+  if (whole) {
+    RESHARD_RETURN_NOT_OK(b_->Piece(*down, cols, {first, 0, 0}, {count, h, i}));
+  } else {
+    for (int64_t j = first; j < first + count; ++j) {
+      RESHARD_RETURN_NOT_OK(b_->Piece(*down, cols, {j, 0, row0}, {1, h, il}));
+    }
+  }
+  return b_->End();
+}
+
 Status PresetWriter::Vocab(const std::string& name, const std::string& hf,
                            const TensorAxes& axes, int64_t row0,
                            int64_t chunk) {
-  RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, canon_.Get(hf));
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, Get(hf));
   const int64_t rows = std::min(chunk, w->shape[0] - row0);
   b_->Begin(rank_, name, {chunk, w->shape[1]});
   RESHARD_RETURN_NOT_OK(
@@ -218,6 +285,19 @@ Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
       std::string(engine) + " refuses " + std::string(by_name) + " " +
       std::to_string(by) + ": " + std::string(what) + " = " +
       std::to_string(value) + " is not divisible by " + std::to_string(by));
+}
+
+Status CheckFusedExpertsGrid(std::string_view engine, const HfConfig& c,
+                             const ParallelSizes& n) {
+  if (!(c.fused_experts || c.fused_mtp_experts) || n.ep == 1 || n.ep == n.tp) {
+    return Status::OK();
+  }
+  return Status::Unimplemented(
+      std::string(engine) + " does not lay out the fused experts " +
+      "(mlp.experts.gate_up_proj, down_proj) of " + c.architecture + " at EP " +
+      std::to_string(n.ep) + " over TP " + std::to_string(n.tp) + " x DP " +
+      std::to_string(n.dp) +
+      ": only EP 1 or EP = TP; use a checkpoint with one tensor per expert");
 }
 
 Status CheckArchitecture(const HfConfig& config,

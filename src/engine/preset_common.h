@@ -35,6 +35,15 @@ class PresetWriter {
   void SetRank(size_t r) { rank_ = r; }
   const CanonTensors& canon() const { return canon_; }
 
+  // The canonical tensor `name`, or nullptr. A miss is remembered: a
+  // RowSlice of a null tensor handed to Rows or StackedRows is refused
+  // naming the last tensor Find missed (the presets build each call's
+  // slices from Find right before it), never dereferenced.
+  const HfTensor* Find(const std::string& name) const;
+  // The canonical tensor `name`; InvalidArgument "<engine> needs tensor
+  // NAME, which the checkpoint lacks" when the model has none.
+  Result<const HfTensor*> Get(const std::string& name) const;
+
   // Parameter `name` whole from tensor `hf`.
   Status Whole(const std::string& name, const std::string& hf,
                const TensorAxes& axes);
@@ -65,8 +74,27 @@ class PresetWriter {
   Status StackedCols(const std::string& name,
                      const std::vector<std::string>& hf, const TensorAxes& axes,
                      int64_t col0, int64_t cols, Emit emit = kBoth);
+  // transformers 5's fused experts under `x` (x + "gate_up_proj" [E, 2I,
+  // H]: per expert its gate rows, then its up rows; x + "down_proj" [E, H,
+  // I]) as an engine holds them, the same bytes StackedRows / StackedCols
+  // give from one tensor per expert: `w13` = for each expert of [first,
+  // first + count) its gate rows [row0, row0 + il) then its up rows [I +
+  // row0, I + row0 + il); `w2` = its down columns [row0, row0 + il).
+  // Shapes [count, 2 il, H] and [count, H, il]; with `stacked` false (one
+  // expert, count 1) [2 il, H] and [H, il]. `tp_split`: TP splits every
+  // expert (gate_up_proj's sections along dim 1, down_proj along dim 2),
+  // else each rank holds its experts whole; EP ranks split dim 0.
+  // Unimplemented for an FP8 model: the fused form carries no block
+  // scales, and the engine would hold FP8 experts.
+  Status FusedExperts(const std::string& w13, const std::string& w2,
+                      const std::string& x, int64_t first, int64_t count,
+                      int64_t row0, int64_t il, bool tp_split,
+                      bool stacked = true);
 
  private:
+  // InvalidArgument naming `name` as a tensor the engine needs.
+  Status Missing(const std::string& name) const;
+
   Status Fp8Rows(const std::string& name, const RowSlice& s,
                  bool last_of_whole) const;
   Result<std::vector<RowSlice>> ScaleSlices(
@@ -78,6 +106,7 @@ class PresetWriter {
   const CanonTensors& canon_;
   EngineBuilder* b_;
   size_t rank_ = 0;
+  mutable std::string missed_;  // the last name Find missed
 };
 
 // Rows per vocabulary-parallel rank of a table of `vocab` rows padded to a
@@ -93,6 +122,13 @@ Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
 // divisible by 3".
 Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
                  std::string_view what, int64_t value);
+
+// Unimplemented when the config holds transformers 5's fused experts
+// (HfConfig::fused_experts, fused_mtp_experts) and EP is neither 1 nor
+// TP: a rank's share of a fused tensor is a box of its dimension 0 only
+// where the EP rank is the TP rank (PresetWriter::FusedExperts).
+Status CheckFusedExpertsGrid(std::string_view engine, const HfConfig& config,
+                             const ParallelSizes& sizes);
 
 // Unimplemented naming the preset unless the config's architecture is one
 // of `supported`.

@@ -44,18 +44,14 @@ class VllmHybrid {
  private:
   Status Check();
   Status CheckTp();
-  Status Rank(size_t index, const GridRank& r);
+  Status Rank(const GridRank& r);
   Status LinearAttention(const GridRank& r, const std::string& a);
   Status FullAttention(const GridRank& r, const std::string& a);
   // gate_up_proj and down_proj of an MLP of `width`, split over TP unless
   // `whole`.
   Status Mlp(const GridRank& r, const std::string& p, int64_t width,
              bool whole);
-  Status Moe(size_t index, const GridRank& r, const std::string& m);
-  // transformers' fused experts (gate_up_proj [E, 2I, H], down_proj [E, H,
-  // I]) into w13 [n, 2i, H] and w2 [n, H, i].
-  Status FusedExperts(size_t index, const GridRank& r, const std::string& x,
-                      const std::string& to);
+  Status Moe(const GridRank& r, const std::string& m);
   // [lo, hi): the layers of stage p (get_pp_indices).
   std::pair<int64_t, int64_t> Stage(int64_t p) const;
   bool Next() const { return c_.arch == HfArch::kQwen3Next; }
@@ -74,9 +70,7 @@ class VllmHybrid {
     return {dim, 0, pp_owned, Ep::kCoupled};
   }
   TensorAxes Replicated() const { return {-1, 0, true, Ep::kCoupled}; }
-  const HfTensor* T(const std::string& name) const {
-    return w_.canon().Find(name);
-  }
+  const HfTensor* T(const std::string& name) const { return w_.Find(name); }
   // The tensor as vLLM holds it in float32 whatever the model dtype
   // (A_log): the canonical tensor with dtype float32, which a load from a
   // 16-bit checkpoint widens exactly.
@@ -319,32 +313,7 @@ Status VllmHybrid::Mlp(const GridRank& r, const std::string& p, int64_t width,
                  il);
 }
 
-Status VllmHybrid::FusedExperts(size_t index, const GridRank& r,
-                                const std::string& x, const std::string& to) {
-  RESHARD_ASSIGN_OR_RETURN(const HfTensor* gate_up,
-                           w_.canon().Get(x + "gate_up_proj"));
-  RESHARD_ASSIGN_OR_RETURN(const HfTensor* down,
-                           w_.canon().Get(x + "down_proj"));
-  const int64_t e = c_.experts, h = c_.hidden, i = c_.moe_intermediate;
-  const int64_t il = i / n_.tp, row0 = r.t * il;
-  // Without EP every expert is TP-split: gate_up_proj's sections [gate |
-  // up] along dim 1, down_proj's inputs along dim 2.
-  b_.Begin(index, to + "w13_weight", {e, 2 * il, h});
-  for (int64_t j = 0; j < e; ++j) {
-    for (int64_t section : {int64_t{0}, i}) {
-      RESHARD_RETURN_NOT_OK(
-          b_.Piece(*gate_up, Split(1), {j, section + row0, 0}, {1, il, h}));
-    }
-  }
-  RESHARD_RETURN_NOT_OK(b_.End());
-  b_.Begin(index, to + "w2_weight", {e, h, il});
-  for (int64_t j = 0; j < e; ++j) {
-    RESHARD_RETURN_NOT_OK(b_.Piece(*down, Split(2), {j, 0, row0}, {1, h, il}));
-  }
-  return b_.End();
-}
-
-Status VllmHybrid::Moe(size_t index, const GridRank& r, const std::string& m) {
+Status VllmHybrid::Moe(const GridRank& r, const std::string& m) {
   RESHARD_RETURN_NOT_OK(
       w_.Whole(m + "gate.weight", m + "gate.weight", Replicated()));
   RESHARD_RETURN_NOT_OK(w_.Whole(m + "shared_expert_gate.weight",
@@ -354,7 +323,6 @@ Status VllmHybrid::Moe(size_t index, const GridRank& r, const std::string& m) {
                             c_.shared_expert_intermediate,
                             SequenceParallelMoe()));
   const std::string to = m + Experts();
-  if (c_.fused_experts) return FusedExperts(index, r, m + "experts.", to);
   // Linear expert placement (determine_expert_map) under EP; every expert
   // TP-split otherwise.
   const bool ep = n_.ep > 1;
@@ -363,6 +331,10 @@ Status VllmHybrid::Moe(size_t index, const GridRank& r, const std::string& m) {
   const int64_t first = ep ? r.e * base + std::min(r.e, rem) : 0;
   const int64_t il = ep ? c_.moe_intermediate : c_.moe_intermediate / n_.tp;
   const int64_t row0 = ep ? 0 : r.t * il;
+  if (c_.fused_experts) {
+    return w_.FusedExperts(to + "w13_weight", to + "w2_weight", m + "experts.",
+                           first, count, row0, il, !ep);
+  }
   const TensorAxes gate_up =
       ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
   const TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
@@ -378,7 +350,7 @@ Status VllmHybrid::Moe(size_t index, const GridRank& r, const std::string& m) {
   return w_.StackedCols(to + "w2_weight", w2, down, row0, il);
 }
 
-Status VllmHybrid::Rank(size_t index, const GridRank& r) {
+Status VllmHybrid::Rank(const GridRank& r) {
   const bool last = r.p == n_.pp - 1;
   const int64_t row0 = r.t * vocab_chunk_;
   // VocabParallelEmbedding (and Qwen3-Next's ParallelLMHead) are built on
@@ -393,7 +365,7 @@ Status VllmHybrid::Rank(size_t index, const GridRank& r) {
                               ? LinearAttention(r, p + "linear_attn.")
                               : FullAttention(r, p + "self_attn."));
     RESHARD_RETURN_NOT_OK(IsSparseLayer(c_, i)
-                              ? Moe(index, r, p + "mlp.")
+                              ? Moe(r, p + "mlp.")
                               : Mlp(r, p + "mlp.", c_.intermediate, false));
     for (const char* norm :
          {"input_layernorm.weight", "post_attention_layernorm.weight"}) {
@@ -416,7 +388,7 @@ Result<EngineLayout> VllmHybrid::Run() {
   RESHARD_RETURN_NOT_OK(Check());
   for (size_t i = 0; i < ranks_.size(); ++i) {
     w_.SetRank(i);
-    RESHARD_RETURN_NOT_OK(Rank(i, ranks_[i]));
+    RESHARD_RETURN_NOT_OK(Rank(ranks_[i]));
   }
   return b_.Build(c_, o_);
 }

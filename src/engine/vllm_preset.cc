@@ -48,9 +48,7 @@ class Vllm {
   TensorAxes Replicated(bool pp_owned = true) const {
     return {-1, 0, pp_owned, Ep::kCoupled};
   }
-  const HfTensor* T(const std::string& name) const {
-    return w_.canon().Find(name);
-  }
+  const HfTensor* T(const std::string& name) const { return w_.Find(name); }
 
   const HfConfig& c_;
   const EngineLayoutOptions& o_;
@@ -74,6 +72,7 @@ Status Vllm::Check() {
                                    " needs routed experts; " + c_.architecture +
                                    " has none");
   }
+  RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
   if (c_.experts > 0 && n_.ep == 1 && n_.dp > 1) {
     return Status::InvalidArgument(
         e +
@@ -165,9 +164,11 @@ Status Vllm::Attention(const GridRank& r, const std::string& p) {
 Status Vllm::Mla(const GridRank& r, const std::string& p) {
   const std::string a = p + "self_attn.";
   const int64_t hl = c_.heads / n_.tp;
-  const HfTensor* kv_a = T(a + "kv_a_proj_with_mqa.weight");
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* kv_a,
+                           w_.Get(a + "kv_a_proj_with_mqa.weight"));
   if (c_.q_lora_rank) {
-    const HfTensor* q_a = T(a + "q_a_proj.weight");
+    RESHARD_ASSIGN_OR_RETURN(const HfTensor* q_a,
+                             w_.Get(a + "q_a_proj.weight"));
     RESHARD_RETURN_NOT_OK(w_.Rows(a + "fused_qkv_a_proj.weight",
                                   {{q_a, Replicated(), 0, q_a->shape[0]},
                                    {kv_a, Replicated(), 0, kv_a->shape[0]}}));
@@ -218,11 +219,13 @@ Status Vllm::Mlp(const GridRank& r, const std::string& p, int64_t width) {
 Status Vllm::Moe(const GridRank& r, const std::string& p) {
   const bool mixtral = c_.arch == HfArch::kMixtral;
   const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  // transformers 5's fused save keeps Mixtral's block under mlp.
+  const std::string hm = c_.fused_experts ? p + "mlp." : m;
   RESHARD_RETURN_NOT_OK(
-      w_.Whole(m + "gate.weight", m + "gate.weight", Replicated()));
-  if (T(m + "gate.e_score_correction_bias") != nullptr) {
+      w_.Whole(m + "gate.weight", hm + "gate.weight", Replicated()));
+  if (T(hm + "gate.e_score_correction_bias") != nullptr) {
     RESHARD_RETURN_NOT_OK(w_.Whole(m + "gate.e_score_correction_bias",
-                                   m + "gate.e_score_correction_bias",
+                                   hm + "gate.e_score_correction_bias",
                                    Replicated()));
   }
   if (c_.shared_experts > 0) {
@@ -237,6 +240,14 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
   const int64_t first = ep ? r.e * base + std::min(r.e, rem) : 0;
   const int64_t il = ep ? c_.moe_intermediate : c_.moe_intermediate / n_.tp;
   const int64_t row0 = ep ? 0 : r.t * il;
+  // vLLM 0.33's FusedMoE keeps its parameters in its routed_experts
+  // submodule; the FP8 method registers both weights, then both scales.
+  const std::string x =
+      m + (release_.routed_experts ? "experts.routed_experts." : "experts.");
+  if (c_.fused_experts) {
+    return w_.FusedExperts(x + "w13_weight", x + "w2_weight", hm + "experts.",
+                           first, count, row0, il, !ep);
+  }
   const TensorAxes gate_up =
       ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
   const TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
@@ -251,10 +262,6 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
                    {T(e + u + ".weight"), gate_up, row0, il}});
     w2.push_back(e + dn + ".weight");
   }
-  // vLLM 0.33's FusedMoE keeps its parameters in its routed_experts
-  // submodule; the FP8 method registers both weights, then both scales.
-  const std::string x =
-      m + (release_.routed_experts ? "experts.routed_experts." : "experts.");
   RESHARD_RETURN_NOT_OK(
       w_.StackedRows(x + "w13_weight", count, w13, PresetWriter::kWeight));
   RESHARD_RETURN_NOT_OK(w_.StackedCols(x + "w2_weight", w2, down, row0, il,

@@ -1,0 +1,81 @@
+// PresetWriter's lookups: a tensor a preset needs and the model lacks is
+// an InvalidArgument naming it, whichever writer call meets it, never a
+// null tensor dereferenced.
+
+#include "engine/preset_common.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "testing/status_testing.h"
+
+namespace reshard::internal {
+namespace {
+
+using ::reshard::testing::StatusIs;
+
+constexpr const char* kLlama = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+  "hidden_size": 16, "vocab_size": 64, "num_hidden_layers": 1,
+  "num_attention_heads": 4, "num_key_value_heads": 2,
+  "intermediate_size": 24, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16"})";
+
+constexpr const char* kMissing =
+    "model.layers.0.mlp.experts.0.gate_proj.weight";
+const std::string kMessage = "vllm needs tensor " + std::string(kMissing) +
+                             ", which the checkpoint lacks";
+
+class PresetWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(config_, ParseHfConfig(kLlama));
+    options_.engine = "vllm";
+    options_.sizes = {1, 1, 1, 1};
+    ASSERT_OK_AND_ASSIGN(canon_,
+                         CanonTensors::Make(&config_, nullptr, options_));
+    ranks_ = GridRanks(options_.sizes, [](const ParallelSizes&, int64_t,
+                                          int64_t) { return int64_t{0}; });
+  }
+
+  HfConfig config_;
+  EngineLayoutOptions options_;
+  CanonTensors canon_;
+  std::vector<GridRank> ranks_;
+};
+
+TEST_F(PresetWriterTest, MissingTensorIsNamedByEveryCall) {
+  EngineBuilder b("vllm", "vllm@0.33", options_.sizes, ranks_);
+  PresetWriter w("vllm", config_, canon_, &b);
+  const TensorAxes whole{};
+  const HfTensor* up = w.Find("model.layers.0.mlp.up_proj.weight");
+  ASSERT_NE(up, nullptr);
+  // Rows of a slice whose tensor Find missed (the presets' T()).
+  EXPECT_EQ(w.Find(kMissing), nullptr);
+  EXPECT_THAT(w.Rows("p", {{w.Find(kMissing), whole, 0, 4}, {up, whole, 0, 4}}),
+              StatusIs(StatusCode::kInvalidArgument, kMessage));
+  EXPECT_THAT(
+      w.StackedRows("p", 1,
+                    {{{up, whole, 0, 4}, {w.Find(kMissing), whole, 0, 4}}}),
+      StatusIs(StatusCode::kInvalidArgument, kMessage));
+  EXPECT_THAT(w.Whole("p", kMissing, whole),
+              StatusIs(StatusCode::kInvalidArgument, kMessage));
+  EXPECT_THAT(w.Cols("p", kMissing, whole, 0, 4),
+              StatusIs(StatusCode::kInvalidArgument, kMessage));
+  EXPECT_THAT(w.Vocab("p", kMissing, whole, 0, 64),
+              StatusIs(StatusCode::kInvalidArgument, kMessage));
+  EXPECT_THAT(w.Get(kMissing).status(),
+              StatusIs(StatusCode::kInvalidArgument, kMessage));
+  // The fused experts of a model saved per expert.
+  EXPECT_THAT(
+      w.FusedExperts("w13", "w2", "model.layers.0.mlp.experts.", 0, 1, 0, 24,
+                     false),
+      StatusIs(StatusCode::kInvalidArgument,
+               "vllm needs tensor model.layers.0.mlp.experts.gate_up_proj, "
+               "which the checkpoint lacks"));
+}
+
+}  // namespace
+}  // namespace reshard::internal
