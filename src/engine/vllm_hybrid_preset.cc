@@ -184,14 +184,7 @@ Status VllmHybrid::Check() {
         "EP " + std::to_string(n_.ep) + " leaves ranks without any of the " +
         std::to_string(c_.experts) + " routed experts of " + c_.architecture);
   }
-  if (c_.experts > 0 && n_.ep > 1 && c_.fused_experts) {
-    return Status::Unimplemented(
-        "engine preset " + e +
-        " does not split the fused experts (mlp.experts.gate_up_proj, "
-        "down_proj) of " +
-        c_.architecture + " over EP " + std::to_string(n_.ep) +
-        ": use --ep 1 or a checkpoint with one tensor per expert");
-  }
+  RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
   if (c_.experts > 0 && c_.shared_expert_intermediate == 0) {
     return Status::InvalidArgument(
         e + " builds every sparse block of " + c_.architecture +

@@ -5,7 +5,7 @@
 // and the refusals with their messages. The expected maps follow vLLM
 // 0.33's qwen3_next.py, qwen3_5.py and qwen_gdn_linear_attn.py;
 // tests/cli/engine_hybrid_cli_test.py checks the loaded bytes, the fused
-// experts of a checkpoint and their refusal under EP.
+// experts of a checkpoint and their refusal at an EP other than 1 or TP.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

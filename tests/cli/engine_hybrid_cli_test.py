@@ -5,9 +5,9 @@ Qwen3.5's text classes on tiny checkpoints made by the test
 against an independent numpy statement of what each vLLM 0.33 rank holds
 after load_weights (vllm_ranks below, from vLLM's qwen3_next.py,
 qwen3_5.py and qwen_gdn_linear_attn.py), at TP 2, TP 2 x PP 2, EP 2 and
-sequence-parallel MoE (TP 2, DP 2, EP 4), per-expert and fused experts;
-and the refusal of fused experts under EP (one error line, exit 1,
-nothing written).
+sequence-parallel MoE (TP 2, DP 2, EP 4), per-expert and fused experts
+(TP 2, EP 2); and the refusal of fused experts at an EP other than 1 or
+TP (one error line, exit 1, nothing written).
 
 Usage: engine_hybrid_cli_test.py RESHARD_BINARY TESTS_DIR
 """
@@ -316,19 +316,20 @@ def qwen35_moe_experts_per_expert_and_fused():
     load_and_check("qwen35_moe", "moe-tp2", 2, convert=True)
     load_and_check("qwen35_moe", "moe-ep2", 2, ep=2, convert=True)
     load_and_check("qwen35_moe_fused", "fused-tp2", 2, convert=True)
+    load_and_check("qwen35_moe_fused", "fused-ep2", 2, ep=2, convert=True)
 
 
 @SUITE.test
-def fused_experts_under_ep_are_refused():
+def fused_experts_under_ep_other_than_tp_are_refused():
     d, _ = checkpoint("qwen35_moe_fused")
-    out = path("fused-ep2")
+    out = path("fused-ep4")
     expect_error(
         run_cli(RESHARD, "engine", "load", d, "--engine", "vllm", "--tp", 2,
-                "--ep", 2, "--convert", "-o", out),
-        "%s: engine preset vllm does not split the fused experts "
-        "(mlp.experts.gate_up_proj, down_proj) of Qwen3_5MoeForCausalLM "
-        "over EP 2: use --ep 1 or a checkpoint with one tensor per expert"
-        % d)
+                "--dp", 2, "--ep", 4, "--convert", "-o", out),
+        "%s: vllm does not lay out the fused experts "
+        "(mlp.experts.gate_up_proj, down_proj) of Qwen3_5MoeForCausalLM at "
+        "EP 4 over TP 2 x DP 2: only EP 1 or EP = TP; use a checkpoint with "
+        "one tensor per expert" % d)
     check(not os.path.exists(out), "output written on a refusal")
 
 
