@@ -178,9 +178,10 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
   RESHARD_RETURN_NOT_OK(CheckOutputDir(a.output, *layout, a.participant));
   // Every refusal of the loads below (a dtype that differs without
   // --convert, a conversion no rule allows) before OUTDIR is created.
-  // vLLM and Megatron hold router biases in float32 whatever the model
-  // dtype and widen a 16-bit checkpoint's exactly when they load it: so
-  // does the load, without --convert. Any other dtype difference needs it.
+  // The presets hold some tensors in float32 whatever the model dtype
+  // (internal::HoldsFloat32: router biases, A_log), and the engines widen
+  // a 16-bit checkpoint's exactly when they load it: so does the load,
+  // without --convert. Any other dtype difference needs it.
   if (!a.convert) {
     if (const TensorDescriptor* t =
             internal::FirstConversionBeyondWidening(ckpt, *layout)) {

@@ -133,16 +133,23 @@ Result<EngineRelease> ResolveEngine(std::string_view spec) {
                            " is newer than the newest the preset describes");
 }
 
-bool IsRouterBias(std::string_view tensor_id) {
-  return tensor_id.ends_with(".gate.e_score_correction_bias");
+bool HoldsFloat32(const EngineRelease& release, std::string_view tensor_id) {
+  if (release.f32_router_bias &&
+      tensor_id.ends_with(".gate.e_score_correction_bias")) {
+    return true;
+  }
+  return (release.name == "vllm" || release.name == "sglang") &&
+         tensor_id.ends_with(".linear_attn.A_log");
 }
 
 const TensorDescriptor* FirstConversionBeyondWidening(
     const HfCheckpoint& checkpoint, const EngineLayout& layout) {
+  const Result<EngineRelease> release = ResolveEngine(layout.engine());
   for (const TensorDescriptor& t : layout.placement().tensors()) {
     const CheckpointTensor* c = checkpoint.FindTensor(t.tensor_id());
     if (c == nullptr || c->dtype == t.dtype()) continue;
-    if (IsRouterBias(t.tensor_id()) && t.dtype() == "float32" &&
+    if (release.ok() && HoldsFloat32(*release, t.tensor_id()) &&
+        t.dtype() == "float32" &&
         (c->dtype == "bfloat16" || c->dtype == "float16")) {
       continue;
     }
@@ -243,9 +250,9 @@ Result<EngineLayout> MakeEngineLayout(std::string_view config_json,
   }
   RESHARD_ASSIGN_OR_RETURN(
       auto canon, internal::CanonTensors::Make(&c, checkpoint, options));
-  if (release.f32_router_bias) {
-    canon.SetFloat32(&internal::IsRouterBias);
-  }
+  canon.SetFloat32([&release](std::string_view name) {
+    return internal::HoldsFloat32(release, name);
+  });
   if (release.name == "megatron") {
     return internal::MegatronLayout(c, canon, options, release);
   }

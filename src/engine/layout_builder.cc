@@ -57,7 +57,8 @@ const HfTensor* CanonTensors::ScaleOf(const std::string& weight) const {
               "weight_scale_inv");
 }
 
-void CanonTensors::SetFloat32(bool (*keep)(std::string_view name)) {
+void CanonTensors::SetFloat32(
+    const std::function<bool(std::string_view name)>& keep) {
   for (auto& [name, t] : by_name_) {
     if (!keep(name)) continue;
     t.dtype = "float32";

@@ -5,6 +5,7 @@
 #ifndef RESHARD_ENGINE_LAYOUT_BUILDER_H_
 #define RESHARD_ENGINE_LAYOUT_BUILDER_H_
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -62,7 +63,7 @@ class CanonTensors {
   const HfTensor* ScaleOf(const std::string& weight) const;
   // Makes every tensor `keep(name)` selects float32 (the engine holds it
   // so whatever the model dtype; a 16-bit source widens exactly).
-  void SetFloat32(bool (*keep)(std::string_view name));
+  void SetFloat32(const std::function<bool(std::string_view name)>& keep);
 
  private:
   std::unordered_map<std::string, HfTensor> by_name_;

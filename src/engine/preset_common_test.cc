@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
+#include "engine/presets.h"
 #include "testing/status_testing.h"
 
 namespace reshard::internal {
@@ -75,6 +77,32 @@ TEST_F(PresetWriterTest, MissingTensorIsNamedByEveryCall) {
       StatusIs(StatusCode::kInvalidArgument,
                "vllm needs tensor model.layers.0.mlp.experts.gate_up_proj, "
                "which the checkpoint lacks"));
+}
+
+// The one list of tensors the presets hold in float32 whatever the model
+// dtype, per release: the router bias where the release keeps it float32,
+// the gated DeltaNet's A_log in every vllm and sglang release, nothing in
+// hf; every other tensor (the bias of a linear layer, another A_log-like
+// name) follows the model.
+TEST(HoldsFloat32Test, RouterBiasesAndALogPerRelease) {
+  const std::string bias = "model.layers.3.mlp.gate.e_score_correction_bias";
+  const std::string a_log = "model.layers.0.linear_attn.A_log";
+  const std::string others[] = {"model.layers.0.linear_attn.dt_bias",
+                                "model.layers.0.self_attn.q_proj.bias",
+                                "model.layers.0.mlp.gate.weight",
+                                "model.layers.0.A_log"};
+  const std::tuple<const char*, bool, bool> cases[] = {
+      {"vllm", true, true},          {"vllm@<0.33", true, true},
+      {"vllm@<0.10.2", false, true}, {"sglang", true, true},
+      {"megatron", true, false},     {"hf", false, false}};
+  for (const auto& [spec, holds_bias, holds_a_log] : cases) {
+    ASSERT_OK_AND_ASSIGN(EngineRelease release, ResolveEngine(spec));
+    EXPECT_EQ(HoldsFloat32(release, bias), holds_bias) << spec;
+    EXPECT_EQ(HoldsFloat32(release, a_log), holds_a_log) << spec;
+    for (const std::string& other : others) {
+      EXPECT_FALSE(HoldsFloat32(release, other)) << spec << " " << other;
+    }
+  }
 }
 
 }  // namespace

@@ -38,8 +38,15 @@ Result<EngineRelease> ResolveEngine(std::string_view spec);
 // The canonical specs of every preset, newest first per engine.
 std::vector<std::string> EngineSpecs();
 
-// Whether `tensor_id` is a router bias that the release keeps in float32.
-bool IsRouterBias(std::string_view tensor_id);
+// Whether the release holds canonical tensor `tensor_id` in float32
+// whatever the model or checkpoint dtype, as the engine allocates it: the
+// one list every preset follows (MakeEngineLayout makes these tensors
+// float32 before a preset sees them) and that a load widens from 16 bits
+// without --convert (FirstConversionBeyondWidening). Router biases
+// (DeepSeek's mlp.gate.e_score_correction_bias, which Megatron holds as
+// mlp.router.expert_bias) where `f32_router_bias`; the gated DeltaNet's
+// linear_attn.A_log in every vllm and sglang release (Qwen3-Next, Qwen3.5).
+bool HoldsFloat32(const EngineRelease& release, std::string_view tensor_id);
 
 Result<EngineLayout> VllmLayout(const HfConfig& config,
                                 const CanonTensors& canon,
@@ -57,11 +64,11 @@ Result<EngineLayout> VllmHybridLayout(const HfConfig& config,
                                       const EngineRelease& release);
 
 // The first tensor of `layout` (in placement order) whose dtype differs
-// from the checkpoint's, other than a router bias the engine widens
-// exactly (bfloat16 or float16 in the checkpoint, float32 in the layout,
-// IsRouterBias); nullptr when there is none. A load with none converts
-// without --convert, as the engine itself widens those biases when it
-// loads.
+// from the checkpoint's, other than one the engine widens exactly
+// (bfloat16 or float16 in the checkpoint, float32 in the layout, and
+// HoldsFloat32 for the release `layout.engine()` names); nullptr when
+// there is none. A load with none converts without --convert, as the
+// engine itself widens those tensors when it loads.
 const TensorDescriptor* FirstConversionBeyondWidening(
     const HfCheckpoint& checkpoint, const EngineLayout& layout);
 

@@ -12,8 +12,6 @@
 // build the embedding on every pipeline stage, Qwen3-Next its LM head too;
 // the MTP layers (mtp.*) belong to vLLM's draft model and are not loaded.
 
-#include <deque>
-
 #include "engine/preset_common.h"
 #include "engine/presets.h"
 
@@ -71,10 +69,6 @@ class VllmHybrid {
   }
   TensorAxes Replicated() const { return {-1, 0, true, Ep::kCoupled}; }
   const HfTensor* T(const std::string& name) const { return w_.Find(name); }
-  // The tensor as vLLM holds it in float32 whatever the model dtype
-  // (A_log): the canonical tensor with dtype float32, which a load from a
-  // 16-bit checkpoint widens exactly.
-  const HfTensor* Float32(const HfTensor* t);
 
   const HfConfig& c_;
   const EngineLayoutOptions& o_;
@@ -84,20 +78,7 @@ class VllmHybrid {
   EngineBuilder b_;
   PresetWriter w_;
   int64_t vocab_chunk_ = 0;
-  std::deque<HfTensor> widened_;  // stable addresses for the builder
 };
-
-const HfTensor* VllmHybrid::Float32(const HfTensor* t) {
-  if (t == nullptr || t->dtype == "float32") return t;
-  for (const HfTensor& w : widened_) {
-    if (w.name == t->name) return &w;
-  }
-  HfTensor w = *t;
-  w.dtype = "float32";
-  w.itemsize = 4;
-  widened_.push_back(std::move(w));
-  return &widened_.back();
-}
 
 Status VllmHybrid::CheckTp() {
   const std::string& e = release_.name;
@@ -231,8 +212,10 @@ Status VllmHybrid::LinearAttention(const GridRank& r, const std::string& a) {
   // The module's own parameters come before its submodules'.
   RESHARD_RETURN_NOT_OK(
       w_.Rows(a + "dt_bias", {{T(a + "dt_bias"), Split(0), t * hl, hl}}));
+  // A_log is float32 whatever the model dtype (HoldsFloat32: the
+  // canonical tensor is float32 here, and a 16-bit checkpoint's widens).
   RESHARD_RETURN_NOT_OK(
-      w_.Rows(a + "A_log", {{Float32(T(a + "A_log")), Split(0), t * hl, hl}}));
+      w_.Rows(a + "A_log", {{T(a + "A_log"), Split(0), t * hl, hl}}));
   // conv1d's channels are [q | k | v], each section split on its own
   // (mamba_v2_sharded_weight_loader).
   const HfTensor* conv = T(a + "conv1d.weight");

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""CLI contract of what `reshard engine layout|load --engine vllm` holds
+where vLLM 0.33 holds more than the canonical tensors or holds them in
+another form, on tiny checkpoints made by the test (hf_checkpoints.py):
+
+- the tensors a preset holds in float32 whatever the model dtype (router
+  biases, the gated DeltaNet's A_log) widen exactly from a 16-bit
+  checkpoint without --convert; any other dtype difference needs it;
+
+Each check is byte for byte against the checkpoint's own bytes, or the
+exact one-line error (exit 1, nothing written).
+
+Usage: engine_vllm_more_cli_test.py RESHARD_BINARY TESTS_DIR
+"""
+import json
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_checkpoints as hfc  # noqa: E402
+from harness import Suite, check, expect_error, expect_ok, run_cli  # noqa
+
+RESHARD = sys.argv[1]
+SUITE = Suite()
+TMP = {}
+
+# Qwen3.5's text class as transformers saves it: A_log in the model dtype
+# (BF16), which vLLM holds in float32.
+QWEN35 = {
+    "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
+    "hidden_size": 32, "vocab_size": 100, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+    "intermediate_size": 48, "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 2, "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
+
+
+def path(*parts):
+    return os.path.join(TMP["dir"], *parts)
+
+
+def read_params(file):
+    """({name: (dtype, shape, bytes)}, [names by data offset]) of a
+    parameter file."""
+    with open(file, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    base = 8 + n
+    out = {k: (v["dtype"], v["shape"],
+               raw[base + v["data_offsets"][0]:base + v["data_offsets"][1]])
+           for k, v in header.items()}
+    order = sorted(header, key=lambda k: header[k]["data_offsets"][0])
+    return out, order
+
+
+def read_dir(d):
+    return {f[:-len(".safetensors")]: read_params(os.path.join(d, f))[0]
+            for f in sorted(os.listdir(d))}
+
+
+def widened(bf16):
+    """Each BF16 value as the float32 of the same value (its upper half)."""
+    return b"".join(b"\0\0" + bf16[i:i + 2] for i in range(0, len(bf16), 2))
+
+
+# ------------------------------------------------------------------ tests
+
+@SUITE.test
+def float32_tensors_widen_without_convert():
+    # Qwen3.5's BF16 A_log: vLLM holds it float32, so the load widens it
+    # exactly without --convert; every other parameter is the same bytes
+    # as a load with --convert.
+    d = path("ckpt-qwen35")
+    tensors = hfc.write_checkpoint(d, QWEN35)
+    a_log = "model.layers.0.linear_attn.A_log"
+    check(tensors[a_log][0] == "BF16", tensors[a_log][:2])
+    plain, conv = path("qwen35-plain"), path("qwen35-convert")
+    expect_ok(run_cli(RESHARD, "engine", "load", d, "--engine", "vllm",
+                      "--tp", 2, "-o", plain), "engine load")
+    expect_ok(run_cli(RESHARD, "engine", "load", d, "--engine", "vllm",
+                      "--tp", 2, "--convert", "-o", conv),
+              "engine load --convert")
+    got, want = read_dir(plain), read_dir(conv)
+    check(got == want, "a load without --convert differs from one with it")
+    b = tensors[a_log][2]
+    for t, part in enumerate(("p-d0-p0-e0-t0", "p-d0-p0-e0-t1")):
+        g = got[part][a_log]
+        check(g[:2] == ("F32", [2]), "%s A_log: %s" % (part, g[:2]))
+        check(g[2] == widened(b[4 * t:4 * t + 4]),
+              "%s A_log: bytes not widened exactly" % part)
+    # DeepSeek-V3's BF16 router bias under sglang (float32 too) and the
+    # hf preset (the checkpoint's own dtype): both load without --convert.
+    cfg = hfc.CONFIGS["deepseek_v3"]
+    cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    cfg["torch_dtype"] = "bfloat16"
+    dd = path("ckpt-dsv3-bf16")
+    tensors = hfc.write_checkpoint(dd, cfg, tensors=[
+        (n, "BF16", s) for n, _, s in hfc.model_tensors(cfg)
+        if not n.endswith("weight_scale_inv")])
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    for engine, dt in (("sglang", "F32"), ("hf", "BF16")):
+        out = path("dsv3-" + engine)
+        expect_ok(run_cli(RESHARD, "engine", "load", dd, "--engine", engine,
+                          "-o", out), "engine load " + engine)
+        g = read_dir(out)["p-d0-p0-e0-t0"][bias]
+        check(g[0] == dt, "%s bias: %s" % (engine, g[0]))
+        check(g[2] == (widened(tensors[bias][2]) if dt == "F32"
+                       else tensors[bias][2]), "%s bias bytes" % engine)
+    # Any other difference still needs --convert (here --dtype float16),
+    # naming the first tensor; nothing is written.
+    out = path("qwen35-f16")
+    expect_error(
+        run_cli(RESHARD, "engine", "load", d, "--engine", "vllm", "--tp", 2,
+                "--dtype", "float16", "-o", out),
+        "tensor model.embed_tokens.weight is bfloat16 in the checkpoint but "
+        "float16 in the target placement: converting it needs "
+        "CheckpointLoadOptions::convert (--convert, convert=True)")
+    check(not os.path.exists(out), "output written on a refusal")
+
+
+if __name__ == "__main__":
+    sys.exit(SUITE.run("reshard-engine-vllm-more-",
+                       lambda tmp: TMP.update(dir=tmp)))
