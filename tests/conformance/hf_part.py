@@ -44,6 +44,56 @@ def compare_tensors(want, got):
     return None
 
 
+def _box(tensor, offset, shape):
+    """Raw bytes of the box [offset, offset + shape) of a (dtype, shape,
+    bytes) tensor, row-major."""
+    import numpy as np
+
+    dtype, full, data = tensor
+    size = safetensors_raw.ITEMSIZE[dtype]
+    a = np.frombuffer(data, dtype=np.uint8).reshape(list(full) + [size])
+    idx = tuple(slice(o, o + n) for o, n in zip(offset, shape))
+    return np.ascontiguousarray(a[idx]).tobytes()
+
+
+def check_engine_files(orig, placement_path, params_path, out_dir):
+    """None when every engine-load file holds exactly its map's pieces, each
+    the bytes of its fragment's box of the original tensor."""
+    with open(placement_path) as f:
+        placement = json.load(f)
+    with open(params_path) as f:
+        maps = json.load(f)
+    frags = {}
+    for part in placement["parts"]:
+        for fr in part["fragments"]:
+            frags[fr["placement_fragment_id"]] = fr
+    for part in maps["participants"]:
+        pid = part["participant_id"]
+        path = os.path.join(out_dir, pid + ".safetensors")
+        if not os.path.exists(path):
+            return f"no file for participant {pid}"
+        got = safetensors_raw.read(path)["tensors"]
+        names = [p["name"] for p in part["parameters"]]
+        if sorted(names) != sorted(got):
+            extra = sorted(set(got) ^ set(names))
+            return f"{pid}: file and map disagree on {extra[0]}"
+        for prm in part["parameters"]:
+            data = got[prm["name"]][2]
+            for pc in prm["pieces"]:
+                chunk = data[pc["offset"] : pc["offset"] + pc["nbytes"]]
+                if pc["fragment"] is None:
+                    if chunk.strip(b"\0"):
+                        return f"{pid} {prm['name']}: padding not zero"
+                    continue
+                fr = frags[pc["fragment"]]
+                want = _box(orig[fr["tensor_id"]], fr["global_offset"], fr["local_shape"])
+                if chunk != want:
+                    return (f"{pid} {prm['name']}: bytes [{pc['offset']}, "
+                            f"{pc['offset'] + pc['nbytes']}) are not box "
+                            f"{fr['global_offset']}+{fr['local_shape']} of {fr['tensor_id']}")
+    return None
+
+
 def _run(args):
     p = subprocess.run(args, capture_output=True, text=True, timeout=300)
     msg = (p.stderr.strip() or p.stdout.strip()).splitlines()
@@ -78,32 +128,40 @@ def _tp_sizes(arch):
     return [1, 2]
 
 
+MTP_ARCHS = ("deepseek-v3", "glm4-moe")
+
+
 def cases():
-    """(id, arch, tied, original_format) of every hf case."""
+    """(id, arch, tied, original_format, mtp) of every hf case."""
     out = []
     for arch in tiny_models.SPECS:
-        if arch == "llama-v100":
+        if arch in ("llama-v100", "deepseek-v3-nomtp"):
             continue
         ties = [False, True] if arch in ("llama", "qwen3", "qwen3-moe") else [False]
         fmts = [True, False] if arch in tiny_models.MOE else [True]
+        mtps = [False, True] if arch in MTP_ARCHS else [False]
         for tied in ties:
             for fmt in fmts:
-                cid = f"hf-{arch}{'-tied' if tied else ''}-{'original' if fmt else 'fused'}"
-                out.append((cid, arch, tied, fmt))
+                for mtp in mtps:
+                    cid = (f"hf-{arch}{'-tied' if tied else ''}"
+                           f"-{'original' if fmt else 'fused'}{'-mtp' if mtp else ''}")
+                    out.append((cid, arch, tied, fmt, mtp))
     return out
 
 
-def run_case(cid, arch, tied, fmt, work, reshard):
+def run_case(cid, arch, tied, fmt, mtp, work, reshard):
     d = os.path.join(work, cid)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     ckpt = os.path.join(d, "ckpt")
-    res = {"id": cid, "arch": arch, "tied": tied,
+    res = {"id": cid, "arch": arch, "tied": tied, "mtp": mtp,
            "save_format": "original" if fmt else "fused", "steps": {}}
     steps = res["steps"]
     try:
         model = tiny_models.build(arch, tied=tied)
         cfg = tiny_models.save(model, ckpt, original_format=fmt)
+        if mtp:
+            res["mtp_tensors"] = len(tiny_models.add_mtp(ckpt))
     except Exception as e:  # noqa: BLE001 - reported
         res["result"] = "not written by transformers"
         res["message"] = f"{type(e).__name__}: {e}"[:600]
@@ -111,14 +169,16 @@ def run_case(cid, arch, tied, fmt, work, reshard):
     res["architecture"] = cfg.get("architectures", ["?"])[0]
     orig = read_checkpoint(ckpt)
     res["tensors"] = len(orig)
-    ref = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    # transformers itself reloads what it wrote bit for bit (or the case
-    # is about transformers, not reshard).
+    # The reference: what from_pretrained makes of the original directory
+    # (and, as a note, whether that is the model saved bit for bit).
+    mine = {k: v.detach().clone() for k, v in model.state_dict().items()}
     try:
-        why = _state_dict_equal(ref, _from_pretrained(ckpt))
-        steps["transformers reload"] = "ok" if why is None else "differs: " + why
+        ref = _from_pretrained(ckpt)
+        why = _state_dict_equal(mine, ref)
+        res["transformers_reload"] = "bit-exact" if why is None else "differs: " + why
     except Exception as e:  # noqa: BLE001
-        steps["transformers reload"] = f"error: {type(e).__name__}: {e}"[:300]
+        ref = mine
+        res["transformers_reload"] = f"error: {type(e).__name__}: {e}"[:300]
 
     def step(name, fn):
         try:
@@ -172,11 +232,13 @@ def run_case(cid, arch, tied, fmt, work, reshard):
             return "from_pretrained(export) differs: " + why
         return "ok"
 
-    def engine_load(tp):
+    def engine_load(tp, ep=1):
+        grid = ["--tp", str(tp), "--ep", str(ep)]
+
         def f():
-            out = os.path.join(d, f"engine-hf-tp{tp}")
+            out = os.path.join(d, f"engine-hf-tp{tp}-ep{ep}")
             rc, _, msg = _run([reshard, "engine", "load", ckpt, "--engine", "hf",
-                               "--tp", str(tp), "-o", out])
+                               "-o", out] + grid)
             if rc != 0:
                 return "refused: " + msg
             files = sorted(glob.glob(os.path.join(out, "*.safetensors")))
@@ -185,21 +247,18 @@ def run_case(cid, arch, tied, fmt, work, reshard):
                     return f"mismatch: {len(files)} files at TP 1"
                 why = compare_tensors(orig, read_checkpoint(out))
                 return "ok" if why is None else "mismatch: " + why
-            # TP > 1: every parameter is a box of the tensor of its name
-            # with its dtype; every tensor is held by some participant.
-            seen = set()
-            for path in files:
-                for n, (dt, shape, _) in safetensors_raw.read(path)["tensors"].items():
-                    if n not in orig:
-                        return f"mismatch: {os.path.basename(path)} holds {n}, not in the checkpoint"
-                    if dt != orig[n][0] or len(shape) != len(orig[n][1]) or any(
-                        a > b for a, b in zip(shape, orig[n][1])
-                    ):
-                        return f"mismatch: {n} is {dt} {shape}, the tensor {orig[n][0]} {orig[n][1]}"
-                    seen.add(n)
-            missing = sorted(set(orig) - seen)
-            if missing:
-                return f"mismatch: no participant holds {missing[0]}"
+            # TP > 1: every piece of every parameter holds the bytes of its
+            # placement fragment, the box of the original tensor that
+            # engine layout names for it.
+            pl = os.path.join(d, f"hf-tp{tp}-ep{ep}.placement.json")
+            pm = os.path.join(d, f"hf-tp{tp}-ep{ep}.params.json")
+            rc, _, msg = _run([reshard, "engine", "layout", cfgp, "--engine", "hf",
+                               "--checkpoint", ckpt, "-o", pl, "--params", pm] + grid)
+            if rc != 0:
+                return "refused (engine layout): " + msg
+            why = check_engine_files(orig, pl, pm, out)
+            if why:
+                return "mismatch: " + why
             return "ok"
         return f
 
@@ -208,7 +267,9 @@ def run_case(cid, arch, tied, fmt, work, reshard):
     step("hf import/export", import_export)
     step("engine load hf tp1", engine_load(1))
     step("engine load hf tp2", engine_load(2))
-    vals = [v for k, v in steps.items() if k != "transformers reload"]
+    if arch in tiny_models.MOE:
+        step("engine load hf tp2 ep2", engine_load(2, 2))
+    vals = list(steps.values())
     if all(v == "ok" for v in vals):
         res["result"] = "accepted"
     elif any(v.startswith("refused") for v in vals):
@@ -217,6 +278,5 @@ def run_case(cid, arch, tied, fmt, work, reshard):
                               if v.startswith("refused"))
     else:
         res["result"] = "mismatch"
-        res["message"] = next(f"{k}: {v}" for k, v in steps.items()
-                              if k != "transformers reload" and v != "ok")
+        res["message"] = next(f"{k}: {v}" for k, v in steps.items() if v != "ok")
     return res

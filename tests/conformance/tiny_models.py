@@ -97,6 +97,24 @@ SPECS = {
             mlp_only_layers=[],
         ),
     ),
+    # Wide enough for 64x64 FP8 blocks: at TP 4 each rank holds 32 rows of
+    # every expert.
+    "qwen3-moe-wide": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(
+            _DENSE,
+            hidden_size=128,
+            num_key_value_heads=8,
+            head_dim=32,
+            intermediate_size=256,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=128,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        ),
+    ),
     "mixtral": (
         "MixtralConfig",
         "MixtralForCausalLM",
@@ -178,6 +196,7 @@ SPECS = {
 
 MOE = {
     "qwen3-moe",
+    "qwen3-moe-wide",
     "mixtral",
     "deepseek-v2",
     "deepseek-v3",
@@ -189,8 +208,12 @@ MOE = {
 }
 
 
-def build(name, tied=False, seed=0, dtype=torch.bfloat16):
-    """The model `name` with seeded random values, or raises."""
+def build(name, tied=False, seed=0, dtype=torch.bfloat16, keep_fp32=True):
+    """The model `name` with seeded random values, or raises. With
+    keep_fp32, the tensors the model class keeps in float32 whatever the
+    dtype (`_keep_in_fp32_modules_strict`: DeepSeek-V3's and GLM-4.5's
+    `e_score_correction_bias`) stay float32, as `from_pretrained` in bf16
+    holds them and `save_pretrained` then writes them."""
     cfg_cls, model_cls, kw = SPECS[name]
     cfg = getattr(transformers, cfg_cls)(
         **dict(kw, tie_word_embeddings=tied), dtype="bfloat16"
@@ -199,6 +222,15 @@ def build(name, tied=False, seed=0, dtype=torch.bfloat16):
     with torch.device("cpu"):
         model = getattr(transformers, model_cls)(cfg)
     model = model.to(dtype)
+    if keep_fp32:
+        keep = getattr(model, "_keep_in_fp32_modules_strict", None) or []
+        for mod_name, mod in model.named_modules():
+            for attr, t in list(mod.named_parameters(recurse=False)) + list(
+                mod.named_buffers(recurse=False)
+            ):
+                full = f"{mod_name}.{attr}" if mod_name else attr
+                if any(k in full.split(".") for k in keep):
+                    t.data = t.data.float()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for _, t in sorted(model.state_dict(keep_vars=True).items()):
@@ -215,3 +247,42 @@ def save(model, out_dir, original_format=True):
     )
     with open(os.path.join(out_dir, "config.json")) as f:
         return json.load(f)
+
+
+def add_mtp(out_dir, seed=1):
+    """Adds DeepSeek-V3-style MTP tensors (layer num_hidden_layers: a copy of
+    the last decoder layer's tensors with fresh values, plus embed_tokens,
+    enorm, hnorm, eh_proj, shared_head.norm and shared_head.head), as the
+    releases carry them and transformers' classes do not, in a second file
+    with an index. Returns the names added."""
+    from safetensors.torch import load_file, save_file
+
+    with open(os.path.join(out_dir, "config.json")) as f:
+        cfg = json.load(f)
+    n, h, v = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
+    main = os.path.join(out_dir, "model.safetensors")
+    tensors = load_file(main)
+    dtype = tensors["model.embed_tokens.weight"].dtype
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(shape, dt=dtype):
+        return (torch.randn(shape, generator=gen) * 0.05).to(dt)
+
+    last, new = f"model.layers.{n - 1}.", f"model.layers.{n}."
+    mtp = {}
+    for k, t in sorted(tensors.items()):
+        if k.startswith(last):
+            mtp[new + k[len(last):]] = rand(t.shape, t.dtype)
+    mtp[new + "embed_tokens.weight"] = rand([v, h])
+    mtp[new + "enorm.weight"] = rand([h])
+    mtp[new + "hnorm.weight"] = rand([h])
+    mtp[new + "eh_proj.weight"] = rand([h, 2 * h])
+    mtp[new + "shared_head.norm.weight"] = rand([h])
+    mtp[new + "shared_head.head.weight"] = rand([v, h])
+    save_file(mtp, os.path.join(out_dir, "model-mtp.safetensors"),
+              metadata={"format": "pt"})
+    weight_map = {k: "model.safetensors" for k in tensors}
+    weight_map.update({k: "model-mtp.safetensors" for k in mtp})
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=2)
+    return sorted(mtp)
