@@ -57,7 +57,7 @@ def vllm_cases():
         add(arch, DENSE_GRID)
     add("llama", [(1, 1, 1, 0), (2, 2, 1, 0), (4, 1, 1, 0)], "llama-tied")
     add("mistral", [(2, 1, 1, 0)])
-    add("llama-v100", [(8, 1, 1, 0)])
+    add("llama-v100", [(2, 1, 1, 0), (4, 1, 1, 0), (8, 1, 1, 0)])
     for arch in ("qwen3-moe", "mixtral", "deepseek-v2", "deepseek-v3"):
         add(arch, MOE_GRID)
     add("deepseek-v3", [(1, 1, 1, 0), (2, 1, 1, 1)], "deepseek-v3-bf16bias")
