@@ -70,8 +70,10 @@ def vllm_cases():
     add("qwen3-moe", [(2, 1, 1, 0), (2, 1, 1, 1)], "qwen3-moe-fp8")
     add("qwen3-moe-wide", [(2, 1, 1, 0), (4, 1, 1, 0), (4, 1, 1, 1)],
         "qwen3-moe-wide-fp8")
-    for arch in ("qwen3-next", "qwen3.5", "qwen3.5-moe"):
-        add(arch, [(1, 1, 1, 0), (2, 1, 1, 0)])
+    add("qwen3.5", [(1, 1, 1, 0), (2, 1, 1, 0), (4, 1, 1, 0), (2, 2, 1, 0)])
+    for arch in ("qwen3-next", "qwen3.5-moe"):
+        add(arch, [(1, 1, 1, 0), (2, 1, 1, 0), (4, 1, 1, 0), (2, 2, 1, 0),
+                   (2, 1, 1, 1), (1, 1, 2, 1), (2, 1, 2, 1)])
     return out
 
 
@@ -180,6 +182,14 @@ def summarize(meta, vres, hres):
                      f"after name-only differences, {pk.get('mismatch', 0)} mismatched; "
                      f"{order} with another parameter order")
         lines.append("")
+        worst = [r for r in vres if r["result"] not in ("strict match", "refused by vLLM")]
+        if worst:
+            lines.append("Not matching (first differing parameter, or reshard's refusal):")
+            lines.append("")
+            for r in worst:
+                why = _first(r) if r["result"].startswith("mismatch") else r.get("message", "")
+                lines.append(f"- {r['id']}: {r['result']}: {why}")
+            lines.append("")
         lines.append("| case | result | ranks | detail |")
         lines.append("|---|---|---|---|")
         for r in vres:
