@@ -50,8 +50,9 @@ bench: build
 # Not part of `make test` or CI: vLLM's own loader and transformers' own
 # checkpoints against reshard, in a venv of its own (build-conformance/venv,
 # vLLM and transformers from PyPI, several GB; docs/engines.md).
+# CONFORMANCE_FLAGS go to the driver (--only vllm|hf, --filter, --engine).
 conformance: build
-	tests/conformance/run.sh $(BUILD)
+	tests/conformance/run.sh $(BUILD) $(CONFORMANCE_FLAGS)
 
 # Public headers, the static libraries, the CMake package (find_package(
 # reshard CONFIG) -> reshard::reshard) and reshard.pc under PREFIX.

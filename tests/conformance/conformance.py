@@ -153,6 +153,12 @@ def _write_fp8(src, root, name, reshard, block_shape):
     return d
 
 
+def _renamed(res):
+    ren = next((p["renamed"] for p in res.get("pairs", []) if p.get("renamed")), {})
+    k = next(iter(ren), "")
+    return f"{len(ren)} names differ, e.g. vLLM {k} = reshard {ren.get(k, '')}" if k else ""
+
+
 def _first(res):
     fd = res.get("first_difference") or {}
     s = fd.get("participant", "")
@@ -187,7 +193,9 @@ def summarize(meta, vres, hres):
             lines.append("Not matching (first differing parameter, or reshard's refusal):")
             lines.append("")
             for r in worst:
-                why = _first(r) if r["result"].startswith("mismatch") else r.get("message", "")
+                why = (_first(r) if r["result"].startswith("mismatch") else
+                       _renamed(r) if r["result"].startswith("match after names") else
+                       r.get("message", ""))
                 lines.append(f"- {r['id']}: {r['result']}: {why}")
             lines.append("")
         lines.append("| case | result | ranks | detail |")
@@ -201,9 +209,7 @@ def summarize(meta, vres, hres):
                 if r["result"] == "refused by vLLM":
                     detail += f" (reshard: {r.get('reshard', '?')})"
             elif r["result"].startswith("match after names"):
-                ren = next((p["renamed"] for p in r["pairs"] if p.get("renamed")), {})
-                k = next(iter(ren), "")
-                detail = f"e.g. vLLM {k} = reshard {ren.get(k, '')}"
+                detail = _renamed(r)
             if r.get("pairs") and not r.get("order_matches", True):
                 of = next((p["order_first"] for p in r["pairs"] if "order_first" in p), None)
                 if of:
@@ -254,6 +260,7 @@ def main():
     t0 = time.time()
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.results, exist_ok=True)
+    shutil.rmtree(os.path.join(args.results, "declared"), ignore_errors=True)
     # A copy of the CLI, so a rebuild during the run cannot swap it.
     reshard = os.path.join(args.work, "reshard")
     for attempt in range(30):
@@ -293,7 +300,7 @@ def main():
                                        reshard, args.engine)
             vres.append(r)
             print(f"[{time.time() - t0:6.0f}s] {r['id']}: {r['result']}"
-                  f"{' - ' + (_first(r) or r.get('message', '')) if r['result'] != 'strict match' else ''}",
+                  f"{' - ' + (_first(r) or _renamed(r) or r.get('message', '')) if r['result'] != 'strict match' else ''}",
                   flush=True)
             # The declared lists beside the results, for map fingerprints.
             vdir = os.path.join(args.work, "vllm", case["id"], "vllm")
