@@ -9,7 +9,6 @@ import json
 import os
 
 import torch
-import transformers
 
 # Common tiny sizes: 8 query heads (TP up to 8), 2 KV heads (TP 4 and 8
 # replicate KV heads), hidden 64, vocabulary 128.
@@ -214,6 +213,8 @@ def build(name, tied=False, seed=0, dtype=torch.bfloat16, keep_fp32=True):
     dtype (`_keep_in_fp32_modules_strict`: DeepSeek-V3's and GLM-4.5's
     `e_score_correction_bias`) stay float32, as `from_pretrained` in bf16
     holds them and `save_pretrained` then writes them."""
+    import transformers
+
     cfg_cls, model_cls, kw = SPECS[name]
     cfg = getattr(transformers, cfg_cls)(
         **dict(kw, tie_word_embeddings=tied), dtype="bfloat16"
