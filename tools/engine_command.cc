@@ -41,6 +41,15 @@ void AddEngineOptions(CLI::App* cmd, EngineLayoutOptions* o,
             return r.ok() ? std::string() : r.status().message();
           },
           "SPEC"));
+  cmd->add_option_function<std::string>(
+         "--" + prefix + "sequence-parallel-moe",
+         [o](const std::string& v) {
+           o->sequence_parallel_moe = *ParseSequenceParallelMoe(v);
+         },
+         "vllm, sglang: auto (vLLM's rule: EP, TP > 1 and DP > 1), on "
+         "(refused where that rule does not hold) or off (an all2all "
+         "backend without it); shared experts whole under it")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   if (prefix.empty()) {
     AddGridOptions(cmd, &o->sizes);
     cmd->add_option("--make-vocab-size-divisible-by",

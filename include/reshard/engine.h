@@ -115,7 +115,24 @@ struct EngineLayoutOptions {
   std::string quantize;
   Fp8Block block;
   std::string dtype;
+  // vLLM's sequence-parallel MoE (the vllm and sglang presets), under which
+  // vLLM builds the shared experts (DeepSeek's shared_experts, Qwen3-Next's
+  // and Qwen3.5's shared_expert) whole on every rank (disable_tp) instead
+  // of TP-split. kAuto follows vLLM's rule under its default all2all
+  // backend (allgather_reducescatter): on with expert parallelism, TP > 1
+  // and DP > 1. kOn is the same rule, but a grid where vLLM cannot run it
+  // (EP 1, TP 1 or DP 1) is refused; kOff models an all2all backend outside
+  // vLLM's sequence-parallel list (naive, pplx, moonep,
+  // flashinfer_nvlink_two_sided): shared experts TP-split at every grid.
+  // Other presets refuse anything but kAuto.
+  enum class SequenceParallelMoe { kAuto, kOn, kOff };
+  SequenceParallelMoe sequence_parallel_moe = SequenceParallelMoe::kAuto;
 };
+
+// "auto", "on", "off" (--sequence-parallel-moe, Python
+// sequence_parallel_moe=); InvalidArgument listing them otherwise.
+Result<EngineLayoutOptions::SequenceParallelMoe> ParseSequenceParallelMoe(
+    std::string_view text);
 
 // The layout of the model `config_json` describes for an engine preset.
 // With `checkpoint`, the canonical tensors' dtypes and shapes come from it

@@ -255,7 +255,8 @@ def layout(config: Any, engine: str = "vllm", tp: int = 1, pp: int = 1,
            make_vocab_size_divisible_by: int = 128, resource_id: str = "",
            revision: str = "hf", weight_generation: int = 0,
            quantize: str = "", fp8_block: Optional[tuple] = None,
-           dtype: str = "") -> EngineLayout:
+           dtype: str = "", sequence_parallel_moe: str = "auto"
+           ) -> EngineLayout:
     """The layout of engine spec `engine` (NAME, NAME@RELEASE or
     NAME@<RELEASE: "vllm" = "vllm@0.33", "vllm@<0.33", "vllm@<0.10.2",
     "sglang", "megatron" or "hf"; docs/engines.md) for the model `config`
@@ -265,7 +266,10 @@ def layout(config: Any, engine: str = "vllm", tp: int = 1, pp: int = 1,
     `checkpoint` (a reshard.hf.Checkpoint, default: `config` when it is
     one), tensor dtypes and shapes come from it. ``quantize="fp8"`` (FP8
     weights with their scales, ``fp8_block=(rows, cols)``) or ``dtype``
-    (a float form) ask for another form (docs/conversion.md)."""
+    (a float form) ask for another form (docs/conversion.md).
+    ``sequence_parallel_moe`` ("auto", "on" or "off"; vllm and sglang):
+    vLLM's sequence-parallel MoE, under which the shared experts are whole
+    on every rank; "auto" follows vLLM's rule (EP, tp > 1 and dp > 1)."""
     if checkpoint is None and hasattr(config, "_native"):
         checkpoint = config
     native = checkpoint._native if checkpoint is not None else None
@@ -275,5 +279,6 @@ def layout(config: Any, engine: str = "vllm", tp: int = 1, pp: int = 1,
         make_vocab_size_divisible_by=make_vocab_size_divisible_by,
         resource_id=resource_id, revision=revision,
         weight_generation=weight_generation, quantize=quantize,
-        fp8_block=fp8_block, dtype=dtype)
+        fp8_block=fp8_block, dtype=dtype,
+        sequence_parallel_moe=sequence_parallel_moe)
     return EngineLayout(placement, maps)

@@ -271,3 +271,37 @@ def test_the_prototype_compat_layer_refuses_grouped_splits():
     tp2 = reshard.engines.layout(CONFIG, engine="vllm", tp=2).placement
     back = mooncake.weight_placement_from_json(tp2.to_json())
     assert back.placement_id == tp2.placement_id
+
+
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    "hidden_size": 16, "vocab_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "num_key_value_heads": 2,
+    "intermediate_size": 32, "moe_intermediate_size": 8,
+    "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 1,
+    "topk_group": 1, "topk_method": "noaux_tc", "q_lora_rank": None,
+    "kv_lora_rank": 8, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4,
+    "v_head_dim": 4, "num_nextn_predict_layers": 0,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+
+
+def test_sequence_parallel_moe_keeps_shared_experts_whole():
+    name = "model.layers.1.mlp.shared_experts.gate_up_proj.weight"
+    for mode, shape in (("auto", (16, 16)), ("on", (16, 16)),
+                        ("off", (8, 16))):
+        v = reshard.engines.layout(DEEPSEEK_V3, engine="vllm", tp=2, dp=2,
+                                   ep=4, sequence_parallel_moe=mode)
+        assert tuple(v.parameters("p-d1-p0-e2-t0")[name][0]) == shape, mode
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"vllm runs sequence-parallel MoE only with "
+                             r"expert parallelism, TP > 1 and DP > 1, not at "
+                             r"TP 2, DP 1, EP 2"):
+        reshard.engines.layout(DEEPSEEK_V3, engine="vllm", tp=2, ep=2,
+                               sequence_parallel_moe="on")
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"sequence-parallel MoE must be auto, on or "
+                             r"off, not maybe"):
+        reshard.engines.layout(DEEPSEEK_V3, engine="vllm", tp=2,
+                               sequence_parallel_moe="maybe")

@@ -160,6 +160,17 @@ const TensorDescriptor* FirstConversionBeyondWidening(
 
 }  // namespace internal
 
+Result<EngineLayoutOptions::SequenceParallelMoe> ParseSequenceParallelMoe(
+    std::string_view text) {
+  using Spm = EngineLayoutOptions::SequenceParallelMoe;
+  if (text == "auto") return Spm::kAuto;
+  if (text == "on") return Spm::kOn;
+  if (text == "off") return Spm::kOff;
+  return Status::InvalidArgument(
+      "sequence-parallel MoE must be auto, on or off, not " +
+      internal::Printable(text));
+}
+
 std::vector<std::string_view> EngineNames() {
   return {"hf", "megatron", "sglang", "vllm"};
 }
@@ -225,6 +236,14 @@ Result<EngineLayout> MakeEngineLayout(std::string_view config_json,
                                       const HfCheckpoint* checkpoint) {
   RESHARD_ASSIGN_OR_RETURN(internal::EngineRelease release,
                            internal::ResolveEngine(options.engine));
+  if (options.sequence_parallel_moe !=
+          EngineLayoutOptions::SequenceParallelMoe::kAuto &&
+      release.name != "vllm" && release.name != "sglang") {
+    return Status::InvalidArgument(
+        "sequence-parallel MoE (--sequence-parallel-moe) is vLLM's and "
+        "SGLang's; the " +
+        release.name + " preset takes only auto");
+  }
   if (release.name == "hf") {
     return HfEngineLayout(config_json, options, checkpoint);
   }

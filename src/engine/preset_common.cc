@@ -300,6 +300,30 @@ Status CheckFusedExpertsGrid(std::string_view engine, const HfConfig& c,
       ": only EP 1 or EP = TP; use a checkpoint with one tensor per expert");
 }
 
+Result<bool> VllmSequenceParallelMoe(std::string_view engine,
+                                     const EngineLayoutOptions& options) {
+  using Spm = EngineLayoutOptions::SequenceParallelMoe;
+  const ParallelSizes& n = options.sizes;
+  const bool rule = n.ep > 1 && n.tp > 1 && n.dp > 1;
+  switch (options.sequence_parallel_moe) {
+    case Spm::kOff:
+      return false;
+    case Spm::kAuto:
+      return rule;
+    case Spm::kOn:
+      break;
+  }
+  if (!rule) {
+    return Status::InvalidArgument(
+        std::string(engine) +
+        " runs sequence-parallel MoE only with expert parallelism, TP > 1 "
+        "and DP > 1, not at TP " +
+        std::to_string(n.tp) + ", DP " + std::to_string(n.dp) + ", EP " +
+        std::to_string(n.ep) + " (--sequence-parallel-moe on)");
+  }
+  return true;
+}
+
 Status CheckArchitecture(const HfConfig& config,
                          const EngineLayoutOptions& options,
                          std::initializer_list<HfArch> supported) {

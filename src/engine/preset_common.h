@@ -130,6 +130,15 @@ Status Divisible(std::string_view engine, std::string_view by_name, int64_t by,
 Status CheckFusedExpertsGrid(std::string_view engine, const HfConfig& config,
                              const ParallelSizes& sizes);
 
+// Whether vLLM runs sequence-parallel MoE for `options` (vllm and sglang;
+// EngineLayoutOptions::sequence_parallel_moe) and so builds the shared
+// experts whole on every rank: with kAuto, expert parallelism, TP > 1 and
+// DP > 1 (ParallelConfig.use_sequence_parallel_moe under the default
+// all2all backend); kOff never; kOn as kAuto, InvalidArgument naming the
+// grid where the rule does not hold.
+Result<bool> VllmSequenceParallelMoe(std::string_view engine,
+                                     const EngineLayoutOptions& options);
+
 // Unimplemented naming the preset unless the config's architecture is one
 // of `supported`.
 Status CheckArchitecture(const HfConfig& config,

@@ -54,11 +54,8 @@ class VllmHybrid {
   std::pair<int64_t, int64_t> Stage(int64_t p) const;
   bool Next() const { return c_.arch == HfArch::kQwen3Next; }
   // vLLM builds the shared expert whole on every rank under
-  // sequence-parallel MoE: expert parallelism with TP > 1 and DP > 1
-  // (its default all2all backend, allgather_reducescatter).
-  bool SequenceParallelMoe() const {
-    return n_.ep > 1 && n_.tp > 1 && n_.dp > 1;
-  }
+  // sequence-parallel MoE (VllmSequenceParallelMoe, set by Check).
+  bool SequenceParallelMoe() const { return sp_moe_; }
   // Where FusedMoE keeps its weights: "experts.routed_experts." since vLLM
   // 0.33, "experts." before.
   std::string Experts() const {
@@ -78,6 +75,7 @@ class VllmHybrid {
   EngineBuilder b_;
   PresetWriter w_;
   int64_t vocab_chunk_ = 0;
+  bool sp_moe_ = false;
 };
 
 Status VllmHybrid::CheckTp() {
@@ -166,6 +164,7 @@ Status VllmHybrid::Check() {
         std::to_string(c_.experts) + " routed experts of " + c_.architecture);
   }
   RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
+  RESHARD_ASSIGN_OR_RETURN(sp_moe_, VllmSequenceParallelMoe(e, o_));
   if (c_.experts > 0 && c_.shared_expert_intermediate == 0) {
     return Status::InvalidArgument(
         e + " builds every sparse block of " + c_.architecture +

@@ -34,7 +34,10 @@ class Vllm {
   Status Rank(const GridRank& r);
   Status Attention(const GridRank& r, const std::string& p);
   Status Mla(const GridRank& r, const std::string& p);
-  Status Mlp(const GridRank& r, const std::string& p, int64_t width);
+  // A dense MLP of `width` rows, TP-split; whole on every rank with
+  // `whole` (shared experts under sequence-parallel MoE, disable_tp).
+  Status Mlp(const GridRank& r, const std::string& p, int64_t width,
+             bool whole = false);
   Status Moe(const GridRank& r, const std::string& p);
   // [lo, hi): the layers of stage p (get_pp_indices).
   std::pair<int64_t, int64_t> Stage(int64_t p) const;
@@ -58,6 +61,8 @@ class Vllm {
   EngineBuilder b_;
   PresetWriter w_;
   int64_t vocab_chunk_ = 0;
+  // Sequence-parallel MoE: shared experts whole (VllmSequenceParallelMoe).
+  bool sp_moe_ = false;
 };
 
 Status Vllm::Check() {
@@ -73,6 +78,7 @@ Status Vllm::Check() {
                                    " has none");
   }
   RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
+  RESHARD_ASSIGN_OR_RETURN(sp_moe_, VllmSequenceParallelMoe(e, o_));
   if (c_.experts > 0 && n_.ep == 1 && n_.dp > 1) {
     return Status::InvalidArgument(
         e +
@@ -198,18 +204,20 @@ Status Vllm::Mla(const GridRank& r, const std::string& p) {
                  r.t * in / n_.tp, in / n_.tp);
 }
 
-Status Vllm::Mlp(const GridRank& r, const std::string& p, int64_t width) {
-  const int64_t il = width / n_.tp;
+Status Vllm::Mlp(const GridRank& r, const std::string& p, int64_t width,
+                 bool whole) {
+  const int64_t il = whole ? width : width / n_.tp;
+  const int64_t row0 = whole ? 0 : r.t * il;
+  const TensorAxes rows = whole ? Replicated() : Split(0);
   for (const char* kind : {"weight", "bias"}) {
     const HfTensor* gate = T(p + "gate_proj." + kind);
     if (gate == nullptr) continue;
-    RESHARD_RETURN_NOT_OK(
-        w_.Rows(p + "gate_up_proj." + kind,
-                {{gate, Split(0), r.t * il, il},
-                 {T(p + "up_proj." + kind), Split(0), r.t * il, il}}));
+    RESHARD_RETURN_NOT_OK(w_.Rows(
+        p + "gate_up_proj." + kind,
+        {{gate, rows, row0, il}, {T(p + "up_proj." + kind), rows, row0, il}}));
   }
   RESHARD_RETURN_NOT_OK(w_.Cols(p + "down_proj.weight", p + "down_proj.weight",
-                                Split(1), r.t * il, il));
+                                whole ? Replicated() : Split(1), row0, il));
   if (T(p + "down_proj.bias") != nullptr) {
     return w_.Whole(p + "down_proj.bias", p + "down_proj.bias", Replicated());
   }
@@ -229,8 +237,9 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
                                    Replicated()));
   }
   if (c_.shared_experts > 0) {
-    RESHARD_RETURN_NOT_OK(
-        Mlp(r, m + "shared_experts.", c_.shared_experts * c_.moe_intermediate));
+    RESHARD_RETURN_NOT_OK(Mlp(r, m + "shared_experts.",
+                              c_.shared_experts * c_.moe_intermediate,
+                              sp_moe_));
   }
   // Linear expert placement (determine_expert_map) under EP; every expert
   // TP-split otherwise.

@@ -25,8 +25,11 @@ py::tuple Layout(py::object config, py::object engine, py::object tp,
                  py::object checkpoint, py::object vocab_multiple,
                  py::object resource_id, py::object revision,
                  py::object generation, py::object quantize,
-                 py::object fp8_block, py::object dtype) {
+                 py::object fp8_block, py::object dtype,
+                 py::object sequence_parallel_moe) {
   EngineLayoutOptions o;
+  o.sequence_parallel_moe = Unwrap(ParseSequenceParallelMoe(
+      ToStr(sequence_parallel_moe, "engines.layout.sequence_parallel_moe")));
   o.quantize = ToStr(quantize, "engines.layout.quantize");
   o.block = ToFp8Block(fp8_block, "engines.layout.fp8_block");
   o.dtype = ToStr(dtype, "engines.layout.dtype");
@@ -100,7 +103,7 @@ void RegisterEngines(py::module_& m) {
         py::arg("make_vocab_size_divisible_by"), py::arg("resource_id"),
         py::arg("revision"), py::arg("weight_generation"),
         py::arg("quantize") = "", py::arg("fp8_block") = py::none(),
-        py::arg("dtype") = "",
+        py::arg("dtype") = "", py::arg("sequence_parallel_moe") = "auto",
         "(placement, parameter maps JSON) of an engine preset.");
   m.def("engine_declare", &Declare, py::arg("placement"), py::arg("maps"),
         py::arg("participants"),

@@ -64,6 +64,34 @@ def read_dir(d):
             for f in sorted(os.listdir(d))}
 
 
+def deepseek_bf16():
+    """(directory, tensors) of a BF16 DeepSeek-V3 (correction bias BF16)."""
+    if "dsv3" not in TMP:
+        cfg = hfc.CONFIGS["deepseek_v3"]
+        cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+        cfg["torch_dtype"] = "bfloat16"
+        d = path("ckpt-dsv3-bf16")
+        tensors = hfc.write_checkpoint(d, cfg, tensors=[
+            (n, "BF16", s) for n, _, s in hfc.model_tensors(cfg)
+            if not n.endswith("weight_scale_inv")])
+        TMP["dsv3"] = (d, tensors, cfg)
+    return TMP["dsv3"]
+
+
+def rows(t, r0, n):
+    """Rows [r0, r0 + n) of tensor t = (dtype, shape, bytes)."""
+    row = len(t[2]) // t[1][0]
+    return t[2][r0 * row:(r0 + n) * row]
+
+
+def cols(t, c0, n):
+    """Columns [c0, c0 + n) of a 2-D tensor t, row-major."""
+    item = len(t[2]) // (t[1][0] * t[1][1])
+    row = t[1][1] * item
+    return b"".join(t[2][r * row + c0 * item:r * row + (c0 + n) * item]
+                    for r in range(t[1][0]))
+
+
 def widened(bf16):
     """Each BF16 value as the float32 of the same value (its upper half)."""
     return b"".join(b"\0\0" + bf16[i:i + 2] for i in range(0, len(bf16), 2))
@@ -96,13 +124,7 @@ def float32_tensors_widen_without_convert():
               "%s A_log: bytes not widened exactly" % part)
     # DeepSeek-V3's BF16 router bias under sglang (float32 too) and the
     # hf preset (the checkpoint's own dtype): both load without --convert.
-    cfg = hfc.CONFIGS["deepseek_v3"]
-    cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
-    cfg["torch_dtype"] = "bfloat16"
-    dd = path("ckpt-dsv3-bf16")
-    tensors = hfc.write_checkpoint(dd, cfg, tensors=[
-        (n, "BF16", s) for n, _, s in hfc.model_tensors(cfg)
-        if not n.endswith("weight_scale_inv")])
+    dd, tensors, _ = deepseek_bf16()
     bias = "model.layers.1.mlp.gate.e_score_correction_bias"
     for engine, dt in (("sglang", "F32"), ("hf", "BF16")):
         out = path("dsv3-" + engine)
@@ -121,6 +143,69 @@ def float32_tensors_widen_without_convert():
         "tensor model.embed_tokens.weight is bfloat16 in the checkpoint but "
         "float16 in the target placement: converting it needs "
         "CheckpointLoadOptions::convert (--convert, convert=True)")
+    check(not os.path.exists(out), "output written on a refusal")
+
+
+@SUITE.test
+def shared_experts_whole_under_sequence_parallel_moe():
+    # TP 2 x DP 2 with EP 4: vLLM runs sequence-parallel MoE and builds
+    # DeepseekV2MLP(disable_tp=True): every rank holds the shared experts
+    # whole. "off" (another all2all backend) splits them as at DP 1.
+    d, tensors, cfg = deepseek_bf16()
+    grid = ["--tp", 2, "--dp", 2, "--ep", 4]
+    x = "model.layers.1.mlp.shared_experts."
+    gate, up, down = (tensors[x + n + ".weight"]
+                      for n in ("gate_proj", "up_proj", "down_proj"))
+    width = gate[1][0]
+    outs = {}
+    for mode in ("auto", "on", "off"):
+        out = outs[mode] = path("dsv3-sp-" + mode)
+        expect_ok(run_cli(RESHARD, "engine", "load", d, "--engine", "vllm",
+                          *grid, "--sequence-parallel-moe", mode, "-o", out),
+                  "engine load --sequence-parallel-moe " + mode)
+        got = read_dir(out)
+        check(len(got) == 4, sorted(got))
+        for part, params in got.items():
+            t = int(part[-1])
+            if mode == "off":
+                il = width // 2
+                want_gu = rows(gate, t * il, il) + rows(up, t * il, il)
+                want_dn = cols(down, t * il, il)
+                shapes = ([2 * il, gate[1][1]], [down[1][0], il])
+            else:
+                want_gu, want_dn = gate[2] + up[2], down[2]
+                shapes = ([2 * width, gate[1][1]], list(down[1]))
+            gu = params[x + "gate_up_proj.weight"]
+            dn = params[x + "down_proj.weight"]
+            check((gu[1], dn[1]) == shapes, "%s %s: shapes %s %s" %
+                  (mode, part, gu[1], dn[1]))
+            check(gu[2] == want_gu and dn[2] == want_dn,
+                  "%s %s: shared expert bytes" % (mode, part))
+    check(read_dir(outs["auto"]) == read_dir(outs["on"]), "auto != on")
+    # engine reshard into the "off" layout gives engine load's bytes.
+    cfg_path = os.path.join(d, "config.json")
+    out = path("dsv3-sp-reshard-off")
+    expect_ok(run_cli(RESHARD, "engine", "reshard", outs["auto"], out,
+                      "--config", cfg_path, "--from", "vllm", "--from-tp", 2,
+                      "--from-dp", 2, "--from-ep", 4, "--to", "vllm",
+                      "--to-tp", 2, "--to-dp", 2, "--to-ep", 4,
+                      "--to-sequence-parallel-moe", "off"),
+              "engine reshard --to-sequence-parallel-moe off")
+    check(read_dir(out) == read_dir(outs["off"]),
+          "engine reshard into the off layout differs from engine load")
+    # "on" where vLLM cannot run it, and any other preset: refused.
+    out = path("dsv3-sp-refused")
+    expect_error(
+        run_cli(RESHARD, "engine", "load", d, "--engine", "vllm", "--tp", 2,
+                "--ep", 2, "--sequence-parallel-moe", "on", "-o", out),
+        "%s: vllm runs sequence-parallel MoE only with expert parallelism, "
+        "TP > 1 and DP > 1, not at TP 2, DP 1, EP 2 "
+        "(--sequence-parallel-moe on)" % d)
+    expect_error(
+        run_cli(RESHARD, "engine", "load", d, "--engine", "megatron",
+                "--sequence-parallel-moe", "off", "-o", out),
+        "%s: sequence-parallel MoE (--sequence-parallel-moe) is vLLM's and "
+        "SGLang's; the megatron preset takes only auto" % d)
     check(not os.path.exists(out), "output written on a refusal")
 
 
