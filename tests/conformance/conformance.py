@@ -41,6 +41,10 @@ MOE_GRID = DENSE_GRID + [
 FP8_GRID = [(1, 1, 1, 0), (2, 1, 1, 0), (4, 1, 1, 0), (8, 1, 1, 0),
             (2, 1, 1, 1), (4, 1, 1, 1), (2, 1, 2, 1)]
 FP8_BLOCK = (8, 8)
+# Cases whose declared parameter maps are checked against vLLM's ranks and
+# then against a map of the older release (`--old-engine`).
+FINGERPRINT_CASES = ("qwen3-moe-tp2-pp1-dp1-ep2", "deepseek-v3-tp2-pp1-dp1-ep2",
+                     "mixtral-tp2-pp1-dp1-ep1")
 
 
 def vllm_cases():
@@ -198,6 +202,16 @@ def summarize(meta, vres, hres):
                        r.get("message", ""))
                 lines.append(f"- {r['id']}: {r['result']}: {why}")
             lines.append("")
+        fps = [r for r in vres if r.get("fingerprint")]
+        if fps:
+            lines.append("Parameter-map declarations (`engine layout --declare`) against vLLM, "
+                         "and an older release's map against them:")
+            lines.append("")
+            for r in fps:
+                fp = r["fingerprint"]
+                lines.append(f"- {r['id']}: {fp['engine']} declaration {fp['declaration']}; "
+                             f"{fp['old_engine']} against it: {fp.get('old_map', '-')}")
+            lines.append("")
         lines.append("| case | result | ranks | detail |")
         lines.append("|---|---|---|---|")
         for r in vres:
@@ -254,6 +268,8 @@ def main():
     ap.add_argument("--work", required=True, help="scratch directory")
     ap.add_argument("--results", required=True, help="results directory")
     ap.add_argument("--engine", default="vllm", help="engine preset name")
+    ap.add_argument("--old-engine", default="vllm@<0.33",
+                    help="an older release's spec, refused against the declaration")
     ap.add_argument("--only", choices=["vllm", "hf"], help="run one part")
     ap.add_argument("--filter", default="", help="only case ids containing this")
     args = ap.parse_args()
@@ -298,6 +314,10 @@ def main():
             else:
                 r = vllm_part.run_case(case, path, os.path.join(args.work, "vllm"),
                                        reshard, args.engine)
+            if case["id"] in FINGERPRINT_CASES and r.get("pairs"):
+                r["fingerprint"] = vllm_part.check_fingerprint(
+                    case, path, os.path.join(args.work, "vllm"), reshard,
+                    args.engine, args.old_engine)
             vres.append(r)
             print(f"[{time.time() - t0:6.0f}s] {r['id']}: {r['result']}"
                   f"{' - ' + (_first(r) or _renamed(r) or r.get('message', '')) if r['result'] != 'strict match' else ''}",
@@ -333,6 +353,9 @@ def main():
     # vLLM refusing a grid is information, not a failure of reshard;
     # everything else that is not a strict match (or accepted) is.
     bad = [r for r in vres if r["result"] not in ("strict match", "refused by vLLM")]
+    bad += [r for r in vres if r.get("fingerprint") and (
+        not r["fingerprint"]["declaration"].startswith("agrees")
+        or not r["fingerprint"].get("old_map", "").startswith("refused"))]
     bad += [r for r in hres if r["result"] != "accepted"]
     return 1 if bad else 0
 

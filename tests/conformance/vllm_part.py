@@ -433,3 +433,55 @@ def run_case(case, ckpt, work, reshard, engine):
     if res.get("reshard_note"):
         res["result"] += " with --convert"
     return res
+
+
+def check_fingerprint(case, ckpt, work, reshard, engine, old_engine):
+    """The parameter-map declaration `engine layout --declare` writes for
+    `engine`, against what vLLM's ranks really hold (name, shape, dtype, in
+    order); then `engine load --engine old_engine --declared-maps` of that
+    declaration, which must be refused naming the first differing
+    parameter. Returns a dict for the case."""
+    tp, pp, dp, ep = case["tp"], case["pp"], case["dp"], case["ep"]
+    grid = ["--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
+            "--ep", str(tp * dp if ep else 1)]
+    d = os.path.join(work, case["id"], "fingerprint")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    decl = os.path.join(d, "declared.json")
+    p = subprocess.run(
+        [reshard, "engine", "layout", os.path.join(ckpt, "config.json"),
+         "--engine", engine, "--checkpoint", ckpt,
+         "-o", os.path.join(d, "placement.json"), "--declare", decl] + grid,
+        capture_output=True, text=True, timeout=300)
+    out = {"engine": engine, "old_engine": old_engine}
+    if p.returncode != 0:
+        out["declaration"] = "not written: " + (p.stderr.strip() or p.stdout.strip())[:400]
+        return out
+    with open(decl) as f:
+        declared = json.load(f)
+    vdir = os.path.join(work, case["id"], "vllm")
+    agree = "agrees with vLLM's named_parameters() on every rank"
+    for part in declared["participants"]:
+        dd, pp_, _, tt = part["participant_id"].split("-")[1:]
+        coords = (int(dd[1:]), int(pp_[1:]), int(tt[1:]))
+        rank = next(r for r in range(tp * pp * dp) if rank_coords(r, tp, pp) == coords)
+        with open(os.path.join(vdir, f"rank{rank}.params.json")) as f:
+            real = [(x["name"], x["shape"], x["dtype"]) for x in json.load(f)]
+        mine = [(x["name"], x["shape"], x["dtype"]) for x in part["parameters"]]
+        if mine != real:
+            i = next((i for i, (a, b) in enumerate(zip(mine, real)) if a != b),
+                     min(len(mine), len(real)))
+            agree = (f"differs from vLLM rank {rank} at parameter {i}: declared "
+                     f"{mine[i] if i < len(mine) else None}, vLLM {real[i] if i < len(real) else None}")
+            break
+    out["declaration"] = agree
+    p = subprocess.run(
+        [reshard, "engine", "load", ckpt, "--engine", old_engine,
+         "--declared-maps", decl, "-o", os.path.join(d, "old")] + grid,
+        capture_output=True, text=True, timeout=300)
+    msg = (p.stderr.strip() or p.stdout.strip()).splitlines()
+    if p.returncode == 0:
+        out["old_map"] = "accepted (should be refused)"
+    else:
+        out["old_map"] = "refused: " + (msg[-1] if msg else "")[:600]
+    return out
