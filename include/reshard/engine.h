@@ -67,8 +67,10 @@ struct EngineParticipant {
 class EngineLayout {
  public:
   // Checks every participant's map against the placement: a known
-  // participant, once; unique parameter names with a known dtype and
-  // non-empty shape; pieces that tile each parameter exactly (no gap, no
+  // participant, once; unique parameter names with a known dtype and a
+  // shape of non-negative dimensions (a dimension of 0 makes a zero-size
+  // parameter, which has no pieces; an empty shape a 0-dim scalar);
+  // pieces that tile each parameter exactly (no gap, no
   // overlap, nothing past its end) of the participant's own fragments,
   // each fragment's bytes in a parameter of its dtype, every fragment of
   // the participant in exactly one piece. Errors (InvalidArgument) name

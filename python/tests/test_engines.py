@@ -305,3 +305,27 @@ def test_sequence_parallel_moe_keeps_shared_experts_whole():
                              r"off, not maybe"):
         reshard.engines.layout(DEEPSEEK_V3, engine="vllm", tp=2,
                                sequence_parallel_moe="maybe")
+
+
+MIXTRAL_6 = {
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+    "hidden_size": 32, "vocab_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2,
+    "intermediate_size": 24, "num_local_experts": 6,
+    "num_experts_per_tok": 2, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_ranks_without_experts_hold_zero_size_parameters():
+    v = reshard.engines.layout(MIXTRAL_6, engine="vllm", tp=4, dp=2, ep=8)
+    x = "model.layers.0.block_sparse_moe.experts.routed_experts."
+    for part, n in (("p-d1-p0-e5-t1", 1), ("p-d1-p0-e6-t2", 0),
+                    ("p-d1-p0-e7-t3", 0)):
+        shapes = v.parameters(part)
+        assert tuple(shapes[x + "w13_weight"][0]) == (n, 48, 32), part
+        assert tuple(shapes[x + "w2_weight"][0]) == (n, 32, 24), part
+        params = v.empty(part)
+        assert params[x + "w13_weight"].numel() == n * 48 * 32
+        views = v.bind(part, params)  # a zero-size tensor binds too
+        assert len(views) > 0

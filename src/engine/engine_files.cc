@@ -30,6 +30,10 @@ Result<ParameterMemory> ParameterMemory::Allocate(const EngineParticipant& p) {
   ParameterMemory m;
   for (const EngineParameter& q : p.parameters) {
     const uint64_t n = q.nbytes();
+    if (n == 0) {  // a zero-size parameter: no memory, a null buffer
+      m.buffers_[q.name] = {nullptr, 0};
+      continue;
+    }
     internal::HostBuffer data = internal::AllocateHostBytes(n);
     if (data == nullptr) {
       return Status::ResourceExhausted("cannot allocate " + std::to_string(n) +

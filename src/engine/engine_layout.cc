@@ -51,17 +51,18 @@ Status CheckParameterShape(const EngineParticipant& p,
                                    Printable(q.dtype) + " (itemsize " +
                                    std::to_string(q.itemsize) + ")");
   }
+  // A dimension may be 0 (an engine rank without routed experts holds
+  // w13_weight of shape [0, ...]): the parameter is 0 bytes, no pieces.
   uint64_t n = static_cast<uint64_t>(q.itemsize);
-  if (q.shape.empty()) {
-    return Status::InvalidArgument(Where(p, q) + "empty shape");
-  }
   for (int64_t e : q.shape) {
-    if (e < 1 || n > (uint64_t{1} << 62) / static_cast<uint64_t>(e)) {
+    if (e < 0 ||
+        (e > 0 && n > (uint64_t{1} << 62) / static_cast<uint64_t>(e))) {
       return Status::InvalidArgument(Where(p, q) + "shape " +
                                      DimsText(q.shape) +
-                                     " is empty or larger than 2^62 bytes");
+                                     " is negative or larger than 2^62 bytes");
     }
     n *= static_cast<uint64_t>(e);
+    if (n == 0) n = 1;  // a 0 dimension: the bound check stays meaningful
   }
   return Status::OK();
 }
@@ -184,7 +185,9 @@ Result<std::vector<const ParameterBuffer*>> MatchBuffers(
   std::vector<const ParameterBuffer*> out;
   for (const EngineParameter& q : p.parameters) {
     auto it = buffers.find(q.name);
-    if (it == buffers.end() || it->second.data == nullptr) {
+    // A zero-size parameter's buffer may be null (torch's empty tensors).
+    if (it == buffers.end() ||
+        (it->second.data == nullptr && q.nbytes() != 0)) {
       return Status::InvalidArgument(Where(p, q) + "no buffer given");
     }
     if (it->second.nbytes != q.nbytes()) {

@@ -92,9 +92,18 @@ TEST(EngineLayoutTest, PiecesMustTileEachParameter) {
       where + "fragment " + t.f0 +
           " of w holds 4 bytes of uint8, but the piece at byte 0 is 4 "
           "bytes of a bfloat16 parameter");
-  EXPECT_EQ(MakeError(t, {}, {0}), where +
-                                       "shape [0] is empty or larger "
-                                       "than 2^62 bytes");
+  EXPECT_EQ(MakeError(t, {}, {-1}), where +
+                                        "shape [-1] is negative or larger "
+                                        "than 2^62 bytes");
+  EXPECT_EQ(MakeError(t, {}, {0, (int64_t{1} << 62) + 1}),
+            where +
+                "shape [0, 4611686018427387905] is negative or larger "
+                "than 2^62 bytes");
+  // A zero-size parameter has no pieces; one with a piece is refused.
+  EXPECT_EQ(MakeError(t, {{0, 4, ""}}, {0, 4}),
+            where +
+                "the piece at byte 0 of 4 bytes runs past its end (0 "
+                "bytes)");
 }
 
 // Finding (issue 58): pieces at byte offsets that split elements were

@@ -188,6 +188,20 @@ Status EngineBuilder::End() {
   return Status::OK();
 }
 
+Status EngineBuilder::Empty(size_t r, std::string name, Dims shape,
+                            const HfTensor& like) {
+  Begin(r, std::move(name), std::move(shape));
+  current_->dtype = like.dtype;
+  current_->itemsize = like.itemsize;
+  if (current_->nbytes() != 0) {
+    return Status::Internal("engine preset " + engine_ + ": parameter " +
+                            current_->name + " " + DimsText(current_->shape) +
+                            " is not zero-size");
+  }
+  current_ = nullptr;
+  return Status::OK();
+}
+
 Result<EngineLayout> EngineBuilder::Build(const HfConfig& c,
                                           const EngineLayoutOptions& o) {
   ParallelTopologySpec topo;

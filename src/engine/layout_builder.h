@@ -90,6 +90,10 @@ class EngineBuilder {
   void PadRows(int64_t rows);
   // Ends the current parameter: its pieces must fill its shape.
   Status End();
+  // Parameter `name` of rank `r` of zero size (`shape` holds a 0) and the
+  // dtype of `like`, with no pieces: what an engine rank without routed
+  // experts holds. Internal when `shape` is not zero-size.
+  Status Empty(size_t r, std::string name, Dims shape, const HfTensor& like);
 
   Result<EngineLayout> Build(const HfConfig& config,
                              const EngineLayoutOptions& options);

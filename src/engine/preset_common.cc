@@ -115,7 +115,7 @@ Status PresetWriter::Cols(const std::string& name, const std::string& hf,
 Status PresetWriter::StackedCols(const std::string& name,
                                  const std::vector<std::string>& hf,
                                  const TensorAxes& axes, int64_t col0,
-                                 int64_t cols, Emit emit) {
+                                 int64_t cols, Emit emit, bool none) {
   std::vector<const HfTensor*> ws;
   for (const std::string& n : hf) {
     RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, Get(n));
@@ -123,10 +123,12 @@ Status PresetWriter::StackedCols(const std::string& name,
   }
   const int64_t rows = ws[0]->shape[0];
   Dims shape = {rows, cols};
-  if (hf.size() > 1 || name.find("w2_weight") != std::string::npos) {
-    shape.insert(shape.begin(), static_cast<int64_t>(hf.size()));
+  if (none || hf.size() > 1 || name.find("w2_weight") != std::string::npos) {
+    shape.insert(shape.begin(), none ? 0 : static_cast<int64_t>(hf.size()));
   }
-  if (emit != kScale) {
+  if (none && emit != kScale) {
+    RESHARD_RETURN_NOT_OK(b_->Empty(rank_, name, shape, *ws[0]));
+  } else if (emit != kScale) {
     b_->Begin(rank_, name, shape);
     for (const HfTensor* w : ws) {
       RESHARD_RETURN_NOT_OK(b_->Piece(*w, axes, {0, col0}, {rows, cols}));
@@ -149,6 +151,10 @@ Status PresetWriter::StackedCols(const std::string& name,
   Dims sshape = shape;
   sshape[sshape.size() - 2] = CeilDiv(rows, bn);
   sshape[sshape.size() - 1] = sn;
+  if (none) {
+    return b_->Empty(rank_, ScaleName(name), sshape,
+                     *canon_.ScaleOf(ws[0]->name));
+  }
   b_->Begin(rank_, ScaleName(name), sshape);
   for (const HfTensor* w : ws) {
     const HfTensor* scale = canon_.ScaleOf(w->name);
@@ -175,7 +181,10 @@ Status PresetWriter::StackedRows(
   const HfTensor& w0 = *slices[0][0].w;
   Dims shape = {experts, 0, w0.shape[1]};
   for (const RowSlice& s : slices[0]) shape[1] += s.rows;
-  if (emit != kScale) {
+  // No experts: slices[0] is a template for the per-expert shape only.
+  if (experts == 0 && emit != kScale) {
+    RESHARD_RETURN_NOT_OK(b_->Empty(rank_, name, shape, w0));
+  } else if (emit != kScale) {
     b_->Begin(rank_, name, shape);
     for (const auto& expert : slices) {
       for (const RowSlice& s : expert) {
@@ -194,6 +203,9 @@ Status PresetWriter::StackedRows(
   }
   Dims sshape = {experts, 0, scales[0][0].w->shape[1]};
   for (const RowSlice& s : scales[0]) sshape[1] += s.rows;
+  if (experts == 0) {
+    return b_->Empty(rank_, ScaleName(name), sshape, *scales[0][0].w);
+  }
   b_->Begin(rank_, ScaleName(name), sshape);
   for (const auto& expert : scales) {
     for (const RowSlice& s : expert) {
@@ -222,6 +234,10 @@ Status PresetWriter::FusedExperts(const std::string& w13, const std::string& w2,
   const TensorAxes rows{tp_split ? 1 : -1, 0, true, Ep::kSplit};
   const TensorAxes cols{tp_split ? 2 : -1, 0, true, Ep::kSplit};
   const bool whole = row0 == 0 && il == i;
+  if (count == 0) {  // an EP rank without experts
+    RESHARD_RETURN_NOT_OK(b_->Empty(rank_, w13, {0, 2 * il, h}, *gate_up));
+    return b_->Empty(rank_, w2, {0, h, il}, *down);
+  }
   b_->Begin(rank_, w13, stacked ? Dims{count, 2 * il, h} : Dims{2 * il, h});
   if (whole) {  // the experts' gate and up rows are one box
     RESHARD_RETURN_NOT_OK(

@@ -67,13 +67,17 @@ class PresetWriter {
   enum Emit { kBoth, kWeight, kScale };
   // Stacked experts: parameter `name` of shape [n, per-expert shape] whose
   // expert j is the row slices `slices_of(j)` (or column chunk), and its
-  // stacked scale. kScale emits nothing for unquantized weights.
+  // stacked scale. kScale emits nothing for unquantized weights. With
+  // `experts` 0 (StackedCols: `none`) the rank holds no experts: one
+  // expert's slices (names) give the per-expert shape, and the parameters
+  // are zero-size ([0, ...]) with no pieces, as vLLM allocates them.
   Status StackedRows(const std::string& name, int64_t experts,
                      const std::vector<std::vector<RowSlice>>& slices,
                      Emit emit = kBoth);
   Status StackedCols(const std::string& name,
                      const std::vector<std::string>& hf, const TensorAxes& axes,
-                     int64_t col0, int64_t cols, Emit emit = kBoth);
+                     int64_t col0, int64_t cols, Emit emit = kBoth,
+                     bool none = false);
   // transformers 5's fused experts under `x` (x + "gate_up_proj" [E, 2I,
   // H]: per expert its gate rows, then its up rows; x + "down_proj" [E, H,
   // I]) as an engine holds them, the same bytes StackedRows / StackedCols
@@ -83,7 +87,8 @@ class PresetWriter {
   // Shapes [count, 2 il, H] and [count, H, il]; with `stacked` false (one
   // expert, count 1) [2 il, H] and [H, il]. `tp_split`: TP splits every
   // expert (gate_up_proj's sections along dim 1, down_proj along dim 2),
-  // else each rank holds its experts whole; EP ranks split dim 0.
+  // else each rank holds its experts whole; EP ranks split dim 0. `count`
+  // 0 (a rank without experts): both parameters zero-size, no pieces.
   // Unimplemented for an FP8 model: the fused form carries no block
   // scales, and the engine would hold FP8 experts.
   Status FusedExperts(const std::string& w13, const std::string& w2,

@@ -88,11 +88,6 @@ Status Vllm::Check() {
         " ways), which this preset does not model: use --ep " +
         std::to_string(n_.tp * n_.dp) + " or --dp 1");
   }
-  if (c_.experts > 0 && n_.ep > c_.experts) {
-    return Status::InvalidArgument(
-        "EP " + std::to_string(n_.ep) + " leaves ranks without any of the " +
-        std::to_string(c_.experts) + " routed experts of " + c_.architecture);
-  }
   if (c_.arch == HfArch::kQwen3Moe && n_.tp > c_.experts) {
     return Status::InvalidArgument(e + " refuses TP " + std::to_string(n_.tp) +
                                    " above the " + std::to_string(c_.experts) +
@@ -265,7 +260,11 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
   const char* dn = mixtral ? "w2" : "down_proj";
   std::vector<std::vector<RowSlice>> w13;
   std::vector<std::string> w2;
-  for (int64_t x = first; x < first + count; ++x) {
+  // EP above the expert count leaves the last ranks without experts:
+  // vLLM gives them w13_weight [0, 2I, h] (and w2, scales) with no bytes;
+  // expert 0 then stands for the per-expert shape only.
+  const bool none = count == 0;
+  for (int64_t x = none ? 0 : first; x < (none ? 1 : first + count); ++x) {
     const std::string e = m + "experts." + std::to_string(x) + ".";
     w13.push_back({{T(e + g + ".weight"), gate_up, row0, il},
                    {T(e + u + ".weight"), gate_up, row0, il}});
@@ -274,11 +273,11 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
   RESHARD_RETURN_NOT_OK(
       w_.StackedRows(x + "w13_weight", count, w13, PresetWriter::kWeight));
   RESHARD_RETURN_NOT_OK(w_.StackedCols(x + "w2_weight", w2, down, row0, il,
-                                       PresetWriter::kWeight));
+                                       PresetWriter::kWeight, none));
   RESHARD_RETURN_NOT_OK(
       w_.StackedRows(x + "w13_weight", count, w13, PresetWriter::kScale));
   return w_.StackedCols(x + "w2_weight", w2, down, row0, il,
-                        PresetWriter::kScale);
+                        PresetWriter::kScale, none);
 }
 
 Status Vllm::Rank(const GridRank& r) {

@@ -117,7 +117,7 @@ def _pp_indices(L, p, pp):
     return range(sum(parts[:p]), sum(parts[:p + 1]))
 
 
-def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True):
+def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True, sp=False):
     out, blk = {}, m.block
     moe_tp, moe_r = (1, 0) if ep > 1 else (tp, t)  # [vllm] FusedMoE
 
@@ -146,15 +146,17 @@ def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True):
         if ss:
             out[name + ".weight_scale_inv"] = (sdt, _cat(*ss))
 
-    def row(name, hf):
-        """[vllm] RowParallelLinear: columns chunk t; FP8 scale columns."""
+    def row(name, hf, r=None, parts=None):
+        """[vllm] RowParallelLinear: columns chunk t; FP8 scale columns
+        (chunk r of `parts` where given: disable_tp is chunk 0 of 1)."""
+        r, parts = (t, tp) if r is None else (r, parts)
         dt, W = A[hf + ".weight"]
-        out[name + ".weight"] = (dt, _chunk(W, t, tp, 1, name))
+        out[name + ".weight"] = (dt, _chunk(W, r, parts, 1, name))
         if hf + ".weight_scale_inv" in A:
-            _refuse(tp > 1 and W.shape[1] // tp % blk[1],
+            _refuse(parts > 1 and W.shape[1] // parts % blk[1],
                     "FP8 block %s: %s input partition" % (blk, name))
             sdt, S = A[hf + ".weight_scale_inv"]
-            out[name + ".weight_scale_inv"] = (sdt, _chunk(S, t, tp, 1))
+            out[name + ".weight_scale_inv"] = (sdt, _chunk(S, r, parts, 1))
 
     def fused_moe(hf, gate, up, down, ids):
         """[vllm] FusedMoE: w13 [E_local, 2*I_local, h] = per expert [gate
@@ -179,10 +181,13 @@ def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True):
             out[x + "w2_" + suf] = (dt[down], np.stack(
                 [f(g, down, 1) for g in ids]))
 
-    def mlp(hf):  # dense or shared experts: gate_up_proj, down_proj
-        column(hf + "gate_up_proj", [(hf + "gate_proj.weight", t, tp),
-                                     (hf + "up_proj.weight", t, tp)], tp > 1)
-        row(hf + "down_proj", hf + "down_proj")
+    def mlp(hf, whole=False):  # dense or shared experts
+        # [vllm] DeepseekV2MLP(disable_tp=is_sequence_parallel): whole.
+        r, parts = (0, 1) if whole else (t, tp)
+        column(hf + "gate_up_proj", [(hf + "gate_proj.weight", r, parts),
+                                     (hf + "up_proj.weight", r, parts)],
+               parts > 1)
+        row(hf + "down_proj", hf + "down_proj", r, parts)
 
     for i in _pp_indices(m.L, p, pp):
         P = "model.layers.%d." % i  # vLLM keeps the global index
@@ -217,7 +222,7 @@ def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True):
             if hf + "gate.e_score_correction_bias" in A:
                 whole(hf + "gate.e_score_correction_bias")
             if m.mla:
-                mlp(hf + "shared_experts.")
+                mlp(hf + "shared_experts.", sp)
             if ep > 1:  # [vllm] determine_expert_map, "linear"
                 base, rem = divmod(m.E, ep)
                 start = e * base + min(e, rem)
@@ -386,8 +391,11 @@ def layout(A, cfg, engine, tp=1, pp=1, ep=1, dp=1, vocab_multiple=None):
     if engine in VLLM_RELEASES:
         _vllm_check(m, tp, pp, ep, dp)
         coord = lambda d, t: d * tp + t if ep > 1 else 0  # noqa: E731
+        # [vllm] use_sequence_parallel_moe under the default all2all
+        # backend: EP, tp > 1 and dp > 1.
+        sp = ep > 1 and tp > 1 and dp > 1
         build = lambda p, t, e: _vllm_rank(  # noqa: E731
-            A, m, p, t, e, tp, pp, ep, VLLM_RELEASES[engine][0])
+            A, m, p, t, e, tp, pp, ep, VLLM_RELEASES[engine][0], sp)
     elif engine == "megatron":
         _megatron_check(m, tp, pp, ep, dp)
         mult = tp * (vocab_multiple or 128)

@@ -209,6 +209,55 @@ def shared_experts_whole_under_sequence_parallel_moe():
     check(not os.path.exists(out), "output written on a refusal")
 
 
+@SUITE.test
+def ep_above_the_expert_count_gives_zero_size_experts():
+    # determine_expert_map: 6 experts over EP 8 give ranks 0-5 one expert
+    # each and ranks 6-7 none, whose w13_weight is [0, 2I, h].
+    cfg = dict(hfc.CONFIGS["mixtral"], num_local_experts=6)
+    d = path("ckpt-mixtral6")
+    tensors = hfc.write_checkpoint(d, cfg)
+    out = path("mixtral6-ep8")
+    expect_ok(run_cli(RESHARD, "engine", "load", d, "--engine", "vllm",
+                      "--tp", 4, "--dp", 2, "--ep", 8, "-o", out),
+              "engine load EP 8")
+    got = read_dir(out)
+    x = "model.layers.0.block_sparse_moe.experts."
+    i, h = cfg["intermediate_size"], cfg["hidden_size"]
+    for part, params in sorted(got.items()):
+        e = int(part.split("-e")[1].split("-")[0])
+        w13 = params[x + "routed_experts.w13_weight"]
+        w2 = params[x + "routed_experts.w2_weight"]
+        if e >= 6:
+            check((w13[:2], w2[:2]) == (("BF16", [0, 2 * i, h]),
+                                        ("BF16", [0, h, i])),
+                  "%s: %s %s" % (part, w13[:2], w2[:2]))
+            check(w13[2] == b"" and w2[2] == b"", part)
+        else:
+            ex = x + "%d." % e
+            check(w13[1] == [1, 2 * i, h] and w13[2] == (
+                tensors[ex + "w1.weight"][2] + tensors[ex + "w3.weight"][2]),
+                "%s w13_weight" % part)
+            check(w2[1] == [1, h, i] and w2[2] == tensors[ex + "w2.weight"][2],
+                  "%s w2_weight" % part)
+    # Read back: engine reshard from these files to TP 2 (every expert on
+    # every rank) gives engine load's bytes, and back to EP 8 the same files.
+    cfg_path = os.path.join(d, "config.json")
+    tp2, back = path("mixtral6-tp2"), path("mixtral6-back")
+    expect_ok(run_cli(RESHARD, "engine", "load", d, "--engine", "vllm",
+                      "--tp", 2, "-o", tp2), "engine load TP 2")
+    resharded = path("mixtral6-resharded")
+    expect_ok(run_cli(RESHARD, "engine", "reshard", out, resharded,
+                      "--config", cfg_path, "--from", "vllm", "--from-tp", 4,
+                      "--from-dp", 2, "--from-ep", 8, "--to", "vllm",
+                      "--to-tp", 2), "engine reshard EP 8 -> TP 2")
+    check(read_dir(resharded) == read_dir(tp2), "EP 8 -> TP 2 differs")
+    expect_ok(run_cli(RESHARD, "engine", "reshard", tp2, back,
+                      "--config", cfg_path, "--from", "vllm", "--from-tp", 2,
+                      "--to", "vllm", "--to-tp", 4, "--to-dp", 2,
+                      "--to-ep", 8), "engine reshard TP 2 -> EP 8")
+    check(read_dir(back) == got, "TP 2 -> EP 8 differs from engine load")
+
+
 if __name__ == "__main__":
     sys.exit(SUITE.run("reshard-engine-vllm-more-",
                        lambda tmp: TMP.update(dir=tmp)))
