@@ -47,6 +47,23 @@ DeclaredParameter Declare(const EngineParameter& q) {
   return {q.name, q.shape, q.dtype, PiecesId(q)};
 }
 
+// "parameters": [{"dtype", "name", "pieces", "shape"}, ...].
+void WriteParameters(const std::vector<DeclaredParameter>& params,
+                     internal::CanonicalJsonWriter* w) {
+  w->Key("parameters");
+  w->BeginArray();
+  for (const DeclaredParameter& q : params) {
+    w->BeginObject();
+    w->KeyString("dtype", q.dtype);
+    w->KeyString("name", q.name);
+    w->KeyString("pieces", q.pieces_id);
+    w->Key("shape");
+    w->IntArray(q.shape);
+    w->EndObject();
+  }
+  w->EndArray();
+}
+
 // The canonical JSON a participant's map id is the hash of.
 std::string ParticipantJson(std::string_view engine, std::string_view id,
                             const std::vector<DeclaredParameter>& params) {
@@ -54,18 +71,7 @@ std::string ParticipantJson(std::string_view engine, std::string_view id,
   internal::CanonicalJsonWriter w(&out);
   w.BeginObject();
   w.KeyString("engine", engine);
-  w.Key("parameters");
-  w.BeginArray();
-  for (const DeclaredParameter& q : params) {
-    w.BeginObject();
-    w.KeyString("dtype", q.dtype);
-    w.KeyString("name", q.name);
-    w.KeyString("pieces", q.pieces_id);
-    w.Key("shape");
-    w.IntArray(q.shape);
-    w.EndObject();
-  }
-  w.EndArray();
+  WriteParameters(params, &w);
   w.KeyString("participant_id", id);
   w.EndObject();
   return out;
@@ -173,18 +179,7 @@ std::string DeclaredParameterMapsToJson(const DeclaredParameterMaps& maps) {
   for (const DeclaredParticipantMap& p : maps.participants) {
     w.BeginObject();
     w.KeyString("parameter_map_id", p.parameter_map_id);
-    w.Key("parameters");
-    w.BeginArray();
-    for (const DeclaredParameter& q : p.parameters) {
-      w.BeginObject();
-      w.KeyString("dtype", q.dtype);
-      w.KeyString("name", q.name);
-      w.KeyString("pieces", q.pieces_id);
-      w.Key("shape");
-      w.IntArray(q.shape);
-      w.EndObject();
-    }
-    w.EndArray();
+    WriteParameters(p.parameters, &w);
     w.KeyString("participant_id", p.participant_id);
     w.EndObject();
   }
