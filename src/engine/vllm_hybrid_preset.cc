@@ -91,10 +91,13 @@ Status VllmHybrid::CheckTp() {
         ": it is neither a divisor nor a multiple of num_key_value_heads (" +
         std::to_string(c_.kv_heads) + ")");
   }
-  // The DeltaNet's heads: Qwen3-Next's fused projections hold whole
-  // key-head groups, conv1d and A_log split their heads.
-  RESHARD_RETURN_NOT_OK(
-      Divisible(e, "TP", n_.tp, "linear_num_key_heads", c_.lin_k_heads));
+  // The DeltaNet: vLLM splits its key and value dimensions (conv1d's
+  // sections, in_proj_qkvz) and its value heads (A_log, dt_bias), not its
+  // key heads: at TP 4 with 2 key heads each rank holds half of one, a
+  // contiguous box of Qwen3-Next's interleaved in_proj_qkvz.
+  RESHARD_RETURN_NOT_OK(Divisible(e, "TP", n_.tp,
+                                  "linear_num_key_heads * linear_key_head_dim",
+                                  c_.lin_k_heads * c_.lin_k_dim));
   RESHARD_RETURN_NOT_OK(
       Divisible(e, "TP", n_.tp, "linear_num_value_heads", c_.lin_v_heads));
   bool dense = c_.experts == 0;
@@ -223,7 +226,8 @@ Status VllmHybrid::LinearAttention(const GridRank& r, const std::string& a) {
                                     {conv, Split(0), k + t * kl, kl},
                                     {conv, Split(0), 2 * k + t * vl, vl}}));
   if (Next()) {
-    // One output shard each: contiguous rows, whole key-head groups.
+    // One output shard each: contiguous rows (whole key-head groups, or
+    // part of one when TP exceeds the key heads).
     const int64_t qkvz = (2 * k + 2 * v) / n_.tp;
     const int64_t ba = 2 * c_.lin_v_heads / n_.tp;
     RESHARD_RETURN_NOT_OK(

@@ -314,6 +314,43 @@ TEST(VllmHybridPresetTest, Qwen35SeparateProjectionsAreFusedSectionBySection) {
   EXPECT_EQ(Names(pp, "p-d0-p1-e0-t0").back(), "lm_head.weight");
 }
 
+// TP above the DeltaNet's key heads: vLLM splits the key dimension, not
+// the heads, so at TP 4 each rank of kNext (2 key heads) holds half a key
+// head: a contiguous quarter of Qwen3-Next's interleaved in_proj_qkvz,
+// its quarter of each conv1d section and one value head's A_log.
+TEST(VllmHybridPresetTest, Qwen3NextTpAboveTheKeyHeadsSplitsTheKeyDimension) {
+  ASSERT_OK_AND_ASSIGN(
+      auto l, MakeEngineLayout(
+                  Replace(kNext, R"("num_experts": 2)", R"("num_experts": 4)"),
+                  Grid(4)));
+  EXPECT_THAT(
+      Params(l, "p-d0-p0-e0-t3", "0.linear_attn."),
+      ElementsAre(
+          "0.linear_attn.dt_bias [1] bfloat16: 0.linear_attn.dt_bias [3] [1]",
+          "0.linear_attn.A_log [1] float32: 0.linear_attn.A_log [3] [1]",
+          "0.linear_attn.conv1d.weight [8, 1, 4] bfloat16: "
+          "0.linear_attn.conv1d.weight [6, 0, 0] [2, 1, 4], "
+          "0.linear_attn.conv1d.weight [14, 0, 0] [2, 1, 4], "
+          "0.linear_attn.conv1d.weight [28, 0, 0] [4, 1, 4]",
+          "0.linear_attn.in_proj_qkvz.weight [12, 16] bfloat16: "
+          "0.linear_attn.in_proj_qkvz.weight [36, 0] [12, 16]",
+          "0.linear_attn.in_proj_ba.weight [2, 16] bfloat16: "
+          "0.linear_attn.in_proj_ba.weight [6, 0] [2, 16]",
+          "0.linear_attn.norm.weight [4] bfloat16: "
+          "0.linear_attn.norm.weight [0] [4]",
+          "0.linear_attn.out_proj.weight [16, 4] bfloat16: "
+          "0.linear_attn.out_proj.weight [0, 12] [16, 4]"));
+  // Qwen3.5's separate projections split section by section alike.
+  ASSERT_OK_AND_ASSIGN(auto q, MakeEngineLayout(kQwen35, Grid(4)));
+  EXPECT_THAT(Params(q, "p-d0-p0-e0-t1", "linear_attn.in_proj_qkvz"),
+              ElementsAre("0.linear_attn.in_proj_qkvz.weight [12, 16] "
+                          "bfloat16: 0.linear_attn.in_proj_qkv.weight [2, 0] "
+                          "[2, 16], 0.linear_attn.in_proj_qkv.weight [10, 0] "
+                          "[2, 16], 0.linear_attn.in_proj_qkv.weight [20, 0] "
+                          "[4, 16], 0.linear_attn.in_proj_z.weight [4, 0] "
+                          "[4, 16]"));
+}
+
 constexpr const char* kQwen35Moe = R"({
   "architectures": ["Qwen3_5MoeForCausalLM"],
   "model_type": "qwen3_5_moe_text",
@@ -375,10 +412,18 @@ TEST(VllmHybridPresetTest, SequenceParallelMoeKeepsTheSharedExpertWhole) {
 }
 
 TEST(VllmHybridPresetTest, Refusals) {
+  EXPECT_THAT(
+      MakeEngineLayout(Replace(kNext, R"("linear_key_head_dim": 4)",
+                               R"("linear_key_head_dim": 3)"),
+                       Grid(4))
+          .status(),
+      StatusIs(StatusCode::kInvalidArgument,
+               "vllm refuses TP 4: linear_num_key_heads * linear_key_head_dim "
+               "= 6 is not divisible by 4"));
   EXPECT_THAT(MakeEngineLayout(kNext, Grid(4)).status(),
               StatusIs(StatusCode::kInvalidArgument,
-                       "vllm refuses TP 4: linear_num_key_heads = 2 is not "
-                       "divisible by 4"));
+                       "vllm refuses TP 4 above the 2 experts of "
+                       "Qwen3NextForCausalLM"));
   EXPECT_THAT(MakeEngineLayout(kQwen35, Grid(2, 1, 2)).status(),
               StatusIs(StatusCode::kInvalidArgument,
                        "EP 2 needs routed experts; Qwen3_5ForCausalLM has "
