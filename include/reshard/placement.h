@@ -95,6 +95,11 @@ class ParallelAxis {
   // n holds shard r / (n / shards), so each shard is held by a contiguous
   // group of n / shards ranks (its replicas).
   int64_t shards() const { return shards_; }
+  // A partial split (PartialSplitAxis): the number of leading ranks that
+  // hold the split, fewer than the axis has ranks; 0 for every other axis.
+  // Ranks [0, ranks) partition the dimension, ranks [ranks, n) hold no
+  // fragment of the tensor.
+  int64_t ranks() const { return ranks_; }
 
   friend bool operator==(const ParallelAxis&, const ParallelAxis&) = default;
 
@@ -111,6 +116,8 @@ class ParallelAxis {
                                         int64_t shards);
   friend Result<ParallelAxis> GroupedSplitAxis(AxisKind kind, int64_t dim,
                                                int64_t shards);
+  friend Result<ParallelAxis> PartialSplitAxis(AxisKind kind, int64_t dim,
+                                               int64_t ranks);
   friend ParallelAxis ReplicatedAxis(AxisKind kind);
   friend ParallelAxis OwnershipAxis(AxisKind kind);
   ParallelAxis(AxisSemantics s, AxisKind k, int64_t d, int64_t shards = 0)
@@ -120,6 +127,7 @@ class ParallelAxis {
   AxisKind kind_;
   int64_t dim_;
   int64_t shards_;
+  int64_t ranks_ = 0;
 };
 
 // Ranks of `kind` jointly partition the tensor along `dim`. Only ep and tp
@@ -134,6 +142,16 @@ Result<ParallelAxis> SplitAxis(AxisKind kind, int64_t dim);
 // implementations of the specification refuse it.
 Result<ParallelAxis> GroupedSplitAxis(AxisKind kind, int64_t dim,
                                       int64_t shards);
+// A split along `dim` over the first `ranks` (>= 1) ranks of `kind` only:
+// ranks [0, ranks) partition the dimension as a split axis's ranks do, and
+// the ranks from `ranks` on hold no fragment of the tensor (vLLM's
+// vocabulary padded to a multiple of 64: at TP 8 a vocabulary of 100 rows
+// gives ranks 0-6 its rows and rank 7 only padding). The placement
+// requires 1 <= ranks < the axis size. An extension of the specification
+// like GroupedSplitAxis: the wire carries "ranks" only for these axes, and
+// other implementations of the specification refuse it.
+Result<ParallelAxis> PartialSplitAxis(AxisKind kind, int64_t dim,
+                                      int64_t ranks);
 // Every rank of `kind` holds a complete independent copy.
 ParallelAxis ReplicatedAxis(AxisKind kind);
 // Only the ranks named by fragments hold the tensor (PP layer ownership,

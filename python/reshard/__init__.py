@@ -39,6 +39,7 @@ from reshard._reshard import (  # noqa: F401
     ParallelAxis,
     ParallelRank,
     ParallelTopology,
+    PartialSplitAxis,
     PlacementFragment,
     Rendezvous,
     ReplicatedAxis,

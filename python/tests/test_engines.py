@@ -329,3 +329,98 @@ def test_ranks_without_experts_hold_zero_size_parameters():
         assert params[x + "w13_weight"].numel() == n * 48 * 32
         views = v.bind(part, params)  # a zero-size tensor binds too
         assert len(views) > 0
+
+
+def test_a_vocabulary_whose_last_tp_rank_holds_only_padding():
+    # Vocabulary 100 padded to 128 at TP 8: rank 6 holds rows 96-99 and
+    # rank 7 only padding; the placement splits the vocabulary over TP
+    # ranks 0-6 (a partial split), and rank 7 holds no fragment of it.
+    cfg = dict(CONFIG, vocab_size=100, num_attention_heads=8)
+    tp8 = reshard.engines.layout(cfg, engine="vllm", tp=8)
+    tp2 = reshard.engines.layout(cfg, engine="vllm", tp=2)
+    axis = tp8.placement.find_tensor("lm_head.weight").parallel_axes[0]
+    assert (axis.semantics, axis.kind, axis.dim, axis.ranks,
+            axis.shards) == ("split", "tp", 0, 7, None)
+    assert axis == reshard.PartialSplitAxis("tp", 0, 7)
+    assert repr(axis) == "PartialSplitAxis('tp', 0, 7)"
+    assert tp2.placement.find_tensor(
+        "lm_head.weight").parallel_axes[0].ranks is None
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match=r"partial split axis ranks must be positive, "
+                             r"got 0"):
+        reshard.PartialSplitAxis("tp", 0, 0)
+    maps = tp8.parameter_maps("p-d0-p0-e0-t7")
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert tp8.parameters("p-d0-p0-e0-t7")[name] == ((16, 16),
+                                                         "bfloat16")
+        assert [(p.offset, p.nbytes, p.fragment)
+                for p in maps[name].pieces] == [(0, 16 * 16 * 2, None)]
+    # The wire carries the extension and reads back to the same identity;
+    # the prototype-compatible layer refuses it.
+    wire = tp8.placement.to_json()
+    assert ('{"dim":0,"kind":"tp","ranks":7,"semantics":"split"}' in wire)
+    back = reshard.WeightPlacementManifest.from_json(wire)
+    assert back.placement_id == tp8.placement.placement_id
+    assert back.to_json() == wire
+    from reshard.compat import mooncake
+    with pytest.raises(ValueError,
+                       match=r"partial split axis \(tp split on dim 0 over "
+                             r"its first 7 ranks\) is a reshard extension "
+                             r"the prototype contract cannot express"):
+        mooncake.weight_placement_from_json(wire)
+    # TP 2 -> TP 8 -> TP 2, every byte (padding zero) checked.
+    src, dst = filled(tp2), poisoned(tp8)
+    reshard.reshard(tp2.placement, bound(tp2, src), tp8.placement,
+                    bound(tp8, dst))
+    for p, params in dst.items():
+        tp8.zero_padding(p, params)
+    assert check_every_byte(tp8, dst) > 0
+    back2 = poisoned(tp2)
+    reshard.reshard(tp8.placement, bound(tp8, dst), tp2.placement,
+                    bound(tp2, back2))
+    for p in tp2.participants:
+        tp2.zero_padding(p, back2[p])
+    assert check_every_byte(tp2, back2) > 0
+
+
+def test_fp8_kv_cache_scales_are_fills_written_by_empty_and_zero_padding():
+    """With an FP8 quant config vLLM's attention holds q/k/v/prob_scale:
+    0-dim, the model dtype, -1.0, in no checkpoint. The maps carry them as
+    fill pieces, which empty() and zero_padding() write, bind() never
+    moves, and the JSON and the map id carry."""
+    v = reshard.engines.layout(CONFIG, engine="vllm", tp=2, quantize="fp8",
+                               fp8_block=(2, 2))
+    p = "p-d0-p0-e0-t0"
+    a = "model.layers.1.self_attn.attn."
+    names = [n for n in v.parameters(p) if n.startswith(a)]
+    assert names == [a + s for s in ("q_scale", "k_scale", "v_scale",
+                                     "prob_scale")]
+    order = list(v.parameters(p))
+    assert order.index(a + "q_scale") == order.index(
+        "model.layers.1.self_attn.o_proj.weight_scale_inv") + 1
+    maps = v.parameter_maps(p)
+    for n in names:
+        assert v.parameters(p)[n] == ((), "bfloat16")
+        assert maps[n].pieces == (reshard.engines.Piece(0, 2, None,
+                                                        b"\x80\xbf"),)
+    params = v.empty(p)
+    for n in names:
+        assert params[n].dtype == torch.bfloat16
+        assert params[n].tolist() == -1.0
+    views = v.bind(p, params)
+    assert not any(view.data_ptr() == params[n].data_ptr()
+                   for view in views.values() for n in names)
+    for n in names:
+        params[n].fill_(7.0)
+    v.zero_padding(p, params)
+    for n in names:
+        assert params[n].tolist() == -1.0, n
+    # numpy arrays too (bit patterns: bfloat16 as uint16).
+    arrays = {n: np.zeros(shape, np.uint16 if dtype == "bfloat16"
+                          else np.uint8 if dtype == "float8_e4m3fn"
+                          else np.float32)
+              for n, (shape, dtype) in v.parameters(p).items()}
+    v.zero_padding(p, arrays)
+    assert int(arrays[a + "k_scale"]) == 0xBF80
+    # Unquantized: no scales.
+    assert not any(".attn." in n for n in vllm().parameters(p))

@@ -96,8 +96,8 @@ TEST(GroupedSplitTest, WireRefusesShardsOutsideSplitAxes) {
                R"({"kind":"tp","semantics":"replicated","shards":2})");
   EXPECT_THAT(WeightPlacementFromJson(wire).status(),
               StatusIs(StatusCode::kInvalidArgument,
-                       HasSubstr("only split axes carry \"dim\" and "
-                                 "\"shards\"")));
+                       HasSubstr("only split axes carry \"dim\", "
+                                 "\"shards\" and \"ranks\"")));
 }
 
 TEST(GroupedSplitTest, ShardsMustDivideTheAxisIntoGroups) {

@@ -20,6 +20,7 @@ void WriteAxis(const ParallelAxis& axis, CanonicalJsonWriter* w) {
   w->BeginObject();
   if (axis.semantics() == AxisSemantics::kSplit) w->KeyInt("dim", axis.dim());
   w->KeyString("kind", AxisKindName(axis.kind()));
+  if (axis.ranks() > 0) w->KeyInt("ranks", axis.ranks());
   w->KeyString("semantics", AxisSemanticsName(axis.semantics()));
   if (axis.shards() > 0) w->KeyInt("shards", axis.shards());
   w->EndObject();
@@ -120,8 +121,9 @@ Result<ParallelRank> ReadRank(JsonElement e, const JsonPath& path) {
 
 Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
   RESHARD_ASSIGN_OR_RETURN(
-      auto obj, StrictObject::Make(e, path, "parallel axis",
-                                   {"kind", "semantics"}, {"dim", "shards"}));
+      auto obj,
+      StrictObject::Make(e, path, "parallel axis", {"kind", "semantics"},
+                         {"dim", "shards", "ranks"}));
   RESHARD_ASSIGN_OR_RETURN(std::string_view sem, obj.String("semantics"));
   RESHARD_ASSIGN_OR_RETURN(std::string_view kind_name, obj.String("kind"));
   auto kind = ParseAxisKind(kind_name);
@@ -139,20 +141,30 @@ Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
           "requires \"dim\"");
     }
     RESHARD_ASSIGN_OR_RETURN(int64_t d, obj.I64("dim"));
-    int64_t shards = 0;
+    if (obj.Has("shards") && obj.Has("ranks")) {
+      return Status::InvalidArgument(
+          path.ToString() +
+          ": parallel axis schema fields do not match contract: a split axis "
+          "carries \"shards\" or \"ranks\", not both");
+    }
+    int64_t shards = 0, ranks = 0;
     if (obj.Has("shards")) {
       RESHARD_ASSIGN_OR_RETURN(shards, obj.I64("shards"));
     }
-    auto axis = obj.Has("shards") ? GroupedSplitAxis(*kind, d, shards)
-                                  : SplitAxis(*kind, d);
+    if (obj.Has("ranks")) {
+      RESHARD_ASSIGN_OR_RETURN(ranks, obj.I64("ranks"));
+    }
+    auto axis = obj.Has("shards")  ? GroupedSplitAxis(*kind, d, shards)
+                : obj.Has("ranks") ? PartialSplitAxis(*kind, d, ranks)
+                                   : SplitAxis(*kind, d);
     if (!axis.ok()) return axis.status().WithContext(path.ToString());
     return *axis;
   }
-  if (obj.Has("dim") || obj.Has("shards")) {
+  if (obj.Has("dim") || obj.Has("shards") || obj.Has("ranks")) {
     return Status::InvalidArgument(
         path.ToString() +
         ": parallel axis schema fields do not match contract: only split "
-        "axes carry \"dim\" and \"shards\"");
+        "axes carry \"dim\", \"shards\" and \"ranks\"");
   }
   if (sem == "replicated") return ReplicatedAxis(*kind);
   return OwnershipAxis(*kind);

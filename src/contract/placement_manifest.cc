@@ -55,10 +55,13 @@ AxisKey Project(const ParallelRank& r, KindMask mask) {
 // kinds, and per kind the ranks per shard of a grouped split (0 for every
 // other kind). A grouped split's coordinate is rank / group in the split
 // key and rank % group in the replica key: the ranks of one shard are its
-// replicas.
+// replicas. Per kind also the ranks that hold a partial split (0 for
+// every other kind): the participants beyond them hold no fragment of the
+// tensor and are no part of its expectation.
 struct Projection {
   KindMask owner = 0, replica = 0, split = 0;
   std::array<int64_t, 4> group = {0, 0, 0, 0};
+  std::array<int64_t, 4> held = {0, 0, 0, 0};
 
   AxisKey Owner(const ParallelRank& r) const { return Project(r, owner); }
   AxisKey Replica(const ParallelRank& r) const {
@@ -75,6 +78,15 @@ struct Projection {
     }
     return k;
   }
+  // Whether `r` lies beyond a partial split's ranks (holds nothing).
+  bool Beyond(const ParallelRank& r) const {
+    for (size_t a = 0; a < 4; ++a) {
+      if (held[a] > 0 && r.Get(static_cast<AxisKind>(a)) >= held[a]) {
+        return true;
+      }
+    }
+    return false;
+  }
   // The (owner, replica) group's key: owner coordinates, then replica ones.
   static AxisKey GroupKey(AxisKey owner, const AxisKey& replica) {
     for (size_t a = 0; a < 4; ++a) {
@@ -86,6 +98,7 @@ struct Projection {
     uint64_t k = owner | (replica << 8) | (split << 16);
     for (size_t a = 0; a < 4; ++a) {
       k = k * 1000003u + static_cast<uint64_t>(group[a]);
+      k = k * 1000003u + static_cast<uint64_t>(held[a]);
     }
     return k;
   }
@@ -136,6 +149,7 @@ TopologyExpectation ComputeExpectation(const ParallelTopology& topo,
                                        const Projection& pr) {
   TopologyExpectation e;
   for (const auto& p : topo.participants()) {
+    if (pr.Beyond(p.rank)) continue;
     const AxisKey owner = pr.Owner(p.rank);
     const AxisKey replica = pr.Replica(p.rank);
     e.replicas[owner].push_back(replica);
@@ -181,7 +195,8 @@ class GlobalValidator {
       const std::vector<const PlacementFragment*>& frags,
       const Projection& pr) const;
   // The tensor's projection; a grouped split whose shards do not divide
-  // its axis into groups of two or more ranks is an error.
+  // its axis into groups of two or more ranks, or a partial split held by
+  // as many ranks as its axis has or more, is an error.
   Result<Projection> ProjectionOf(const TensorDescriptor& t) const;
   // One (owner, replica) group [begin, end), sorted by split key: exact
   // cover (rule 23), the topology's split participants, Cartesian split
@@ -231,6 +246,20 @@ Result<Projection> GlobalValidator::ProjectionOf(
           "ranks)");
     }
     pr.group[static_cast<size_t>(axis.kind())] = size / axis.shards();
+  }
+  for (const auto& axis : t.parallel_axes()) {
+    if (axis.ranks() == 0) continue;
+    const int64_t size = topo_.size(axis.kind());
+    if (axis.ranks() >= size) {
+      return Status::InvalidArgument(
+          "partial split axis of " + t.tensor_id() + ": " +
+          std::string(AxisKindName(axis.kind())) + " of size " +
+          std::to_string(size) + " cannot leave ranks from " +
+          std::to_string(axis.ranks()) +
+          " on without fragments (a partial split is held by fewer ranks "
+          "than its axis has; use a plain split)");
+    }
+    pr.held[static_cast<size_t>(axis.kind())] = axis.ranks();
   }
   return pr;
 }
@@ -490,12 +519,13 @@ bool GlobalValidator::SplitValuesComplete(const std::vector<AxisKey>& splits,
                                           const Projection& pr,
                                           std::vector<int64_t>* values) const {
   // Per split kind the participants' values must be {0..size-1} (a grouped
-  // split's: {0..shards-1}).
+  // split's: {0..shards-1}; a partial split's: {0..ranks-1}).
   for (AxisKind kind : kAllAxisKinds) {
     const auto a = static_cast<size_t>(kind);
     if (!(pr.split & (1u << a))) continue;
-    const int64_t n =
-        pr.group[a] > 0 ? topo_.size(kind) / pr.group[a] : topo_.size(kind);
+    const int64_t n = pr.group[a] > 0  ? topo_.size(kind) / pr.group[a]
+                      : pr.held[a] > 0 ? pr.held[a]
+                                       : topo_.size(kind);
     values->clear();
     for (const auto& key : splits) values->push_back(key[a]);
     std::sort(values->begin(), values->end());

@@ -86,6 +86,18 @@ Result<ParallelAxis> GroupedSplitAxis(AxisKind kind, int64_t dim,
   return axis;
 }
 
+Result<ParallelAxis> PartialSplitAxis(AxisKind kind, int64_t dim,
+                                      int64_t ranks) {
+  RESHARD_ASSIGN_OR_RETURN(ParallelAxis axis, SplitAxis(kind, dim));
+  if (ranks < 1) {
+    return Status::InvalidArgument(
+        "partial split axis ranks must be positive, got " +
+        std::to_string(ranks));
+  }
+  axis.ranks_ = ranks;
+  return axis;
+}
+
 ParallelAxis ReplicatedAxis(AxisKind kind) {
   return ParallelAxis(AxisSemantics::kReplicated, kind, -1);
 }
@@ -211,6 +223,9 @@ std::string AxesText(const std::vector<ParallelAxis>& axes) {
     }
     if (axes[i].shards() > 0) {
       s += " in " + std::to_string(axes[i].shards()) + " shards";
+    }
+    if (axes[i].ranks() > 0) {
+      s += " over its first " + std::to_string(axes[i].ranks()) + " ranks";
     }
   }
   return s + "]";

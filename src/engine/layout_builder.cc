@@ -122,6 +122,8 @@ Status EngineBuilder::Declare(const HfTensor& tensor, const TensorAxes& axes) {
       auto axis =
           axes.tp_shards > 0
               ? GroupedSplitAxis(AxisKind::kTp, axes.tp_dim, axes.tp_shards)
+          : axes.tp_ranks > 0 && axes.tp_ranks < sizes_.tp
+              ? PartialSplitAxis(AxisKind::kTp, axes.tp_dim, axes.tp_ranks)
               : SplitAxis(AxisKind::kTp, axes.tp_dim);
       if (!axis.ok()) return axis.status().WithContext(tensor.name);
       t.parallel_axes.push_back(*axis);
@@ -198,6 +200,22 @@ Status EngineBuilder::Empty(size_t r, std::string name, Dims shape,
                             current_->name + " " + DimsText(current_->shape) +
                             " is not zero-size");
   }
+  current_ = nullptr;
+  return Status::OK();
+}
+
+Status EngineBuilder::Padding(size_t r, std::string name, Dims shape,
+                              const HfTensor& like) {
+  Begin(r, std::move(name), std::move(shape));
+  current_->dtype = like.dtype;
+  current_->itemsize = like.itemsize;
+  const uint64_t n = current_->nbytes();
+  if (n == 0) {
+    return Status::Internal("engine preset " + engine_ + ": parameter " +
+                            current_->name + " " + DimsText(current_->shape) +
+                            " is zero-size, not padding");
+  }
+  current_->pieces.push_back({0, n, ""});
   current_ = nullptr;
   return Status::OK();
 }

@@ -30,6 +30,10 @@ struct TensorAxes {
   // undeclared, which the placement accepts only where the TP rank is a
   // function of the EP rank: the presets lay it out only at EP = TP.
   enum class Ep { kCoupled, kOwned, kSplit } ep = Ep::kCoupled;
+  // > 0 and below TP: a partial split held by the first tp_ranks TP ranks
+  // (the ranks after them hold no box of the tensor); TP or above: a plain
+  // split.
+  int64_t tp_ranks = 0;
   friend bool operator==(const TensorAxes&, const TensorAxes&) = default;
 };
 
@@ -88,6 +92,10 @@ class EngineBuilder {
   Status Whole(const HfTensor& tensor, const TensorAxes& axes);
   // Appends `rows` rows of padding (the current parameter's row bytes).
   void PadRows(int64_t rows);
+  // Parameter `name` of rank `r` of shape `shape` (not zero-size) and the
+  // dtype of `like`, all padding: what a vocabulary-parallel rank beyond
+  // the vocabulary's rows holds. Internal when `shape` is zero-size.
+  Status Padding(size_t r, std::string name, Dims shape, const HfTensor& like);
   // Ends the current parameter: its pieces must fill its shape.
   Status End();
   // Parameter `name` of rank `r` of zero size (`shape` holds a 0) and the

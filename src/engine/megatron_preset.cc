@@ -132,7 +132,8 @@ Status Megatron::Check() {
                  o_.make_vocab_size_divisible_by * n_.tp, n_.tp,
                  " (a multiple of --make-vocab-size-divisible-by " +
                      std::to_string(o_.make_vocab_size_divisible_by) +
-                     " x TP; a smaller multiple avoids it)"));
+                     " x TP; a smaller multiple avoids it)",
+                 PaddingRanks::kRefuse));
   return Status::OK();
 }
 

@@ -266,17 +266,22 @@ Status PresetWriter::Vocab(const std::string& name, const std::string& hf,
                            const TensorAxes& axes, int64_t row0,
                            int64_t chunk) {
   RESHARD_ASSIGN_OR_RETURN(const HfTensor* w, Get(hf));
+  // The ranks that hold real rows; the placement's TP split spans them only
+  // when padding leaves the last ranks without one (a partial split).
+  TensorAxes held = axes;
+  held.tp_ranks = CeilDiv(w->shape[0], chunk);
   const int64_t rows = std::min(chunk, w->shape[0] - row0);
+  if (rows <= 0) return b_->Padding(rank_, name, {chunk, w->shape[1]}, *w);
   b_->Begin(rank_, name, {chunk, w->shape[1]});
   RESHARD_RETURN_NOT_OK(
-      b_->Piece(*w, axes, RowOffset(*w, row0), RowBox(*w, rows)));
+      b_->Piece(*w, held, RowOffset(*w, row0), RowBox(*w, rows)));
   b_->PadRows(chunk - rows);
   return b_->End();
 }
 
 Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
                            int64_t vocab, int64_t multiple, int64_t tp,
-                           const std::string& how) {
+                           const std::string& how, PaddingRanks padding_ranks) {
   const int64_t padded = CeilDiv(vocab, multiple) * multiple;
   const std::string head =
       std::string(engine) + " cannot split the vocabulary of " + tensor +
@@ -286,7 +291,7 @@ Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
     return Status::InvalidArgument(head + " do not divide by TP");
   }
   const int64_t chunk = padded / tp;
-  if ((tp - 1) * chunk >= vocab) {
+  if (padding_ranks == PaddingRanks::kRefuse && (tp - 1) * chunk >= vocab) {
     return Status::InvalidArgument(head + " give each rank " +
                                    std::to_string(chunk) + " rows and rank " +
                                    std::to_string(tp - 1) + " only padding");

@@ -59,7 +59,9 @@ class PresetWriter {
   Status Cols(const std::string& name, const std::string& hf,
               const TensorAxes& axes, int64_t col0, int64_t cols);
   // A vocabulary-parallel table: `chunk` rows, rows [row0, min(row0 +
-  // chunk, V)) of `hf`, the rest zero padding.
+  // chunk, V)) of `hf`, the rest zero padding; all padding when row0 >= V.
+  // The placement splits `hf` over the ceil(V / chunk) TP ranks that hold
+  // real rows (a partial split when that is fewer than TP).
   Status Vocab(const std::string& name, const std::string& hf,
                const TensorAxes& axes, int64_t row0, int64_t chunk);
   // What a stacked call emits: the weight and then its scale, or only
@@ -114,13 +116,19 @@ class PresetWriter {
   mutable std::string missed_;  // the last name Find missed
 };
 
+// Whether the last vocabulary-parallel ranks may hold only padding: vLLM's
+// VocabParallelEmbedding holds them (PresetWriter::Vocab), the Megatron
+// preset refuses them.
+enum class PaddingRanks { kRefuse, kHold };
+
 // Rows per vocabulary-parallel rank of a table of `vocab` rows padded to a
 // multiple of `multiple` (`how`: why that multiple), TP `tp`;
 // InvalidArgument naming `tensor` when the padded rows do not divide by TP
-// or the last rank would hold only padding.
+// or, with PaddingRanks::kRefuse, when the last rank would hold only
+// padding.
 Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
                            int64_t vocab, int64_t multiple, int64_t tp,
-                           const std::string& how);
+                           const std::string& how, PaddingRanks padding_ranks);
 
 // `value` (the config's `what`) must be divisible by `by` (the engine's
 // `by_name` size): "vllm refuses TP 3: num_attention_heads = 32 is not

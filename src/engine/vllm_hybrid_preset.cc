@@ -190,8 +190,9 @@ Status VllmHybrid::Check() {
         "lm_head.weight");
   }
   RESHARD_ASSIGN_OR_RETURN(
-      vocab_chunk_, VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64,
-                               n_.tp, " (a multiple of 64)"));
+      vocab_chunk_,
+      VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64, n_.tp,
+                 " (a multiple of 64)", PaddingRanks::kHold));
   return Status::OK();
 }
 

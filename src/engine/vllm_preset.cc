@@ -119,8 +119,9 @@ Status Vllm::Check() {
                                    " layers of " + c_.architecture);
   }
   RESHARD_ASSIGN_OR_RETURN(
-      vocab_chunk_, VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64,
-                               n_.tp, " (a multiple of 64)"));
+      vocab_chunk_,
+      VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64, n_.tp,
+                 " (a multiple of 64)", PaddingRanks::kHold));
   return Status::OK();
 }
 

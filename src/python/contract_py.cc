@@ -80,6 +80,16 @@ void RegisterGroupedSplitAxis(py::module_& m) {
       py::arg("kind"), py::arg("dim"), py::arg("shards"),
       "Ranks of `kind` split the tensor along `dim` into `shards` shards, "
       "each held by a contiguous group of size / shards ranks.");
+  m.def(
+      "PartialSplitAxis",
+      [](py::object kind, py::object dim, py::object ranks) {
+        return Unwrap(PartialSplitAxis(KindOf(kind, "PartialSplitAxis.kind"),
+                                       ToI64(dim, "PartialSplitAxis.dim"),
+                                       ToI64(ranks, "PartialSplitAxis.ranks")));
+      },
+      py::arg("kind"), py::arg("dim"), py::arg("ranks"),
+      "The first `ranks` ranks of `kind` split the tensor along `dim`; the "
+      "ranks after them hold no fragment of it.");
 }
 
 void RegisterAxes(py::module_& m) {
@@ -106,13 +116,18 @@ void RegisterAxes(py::module_& m) {
                                if (a.shards() == 0) return py::none();
                                return py::int_(a.shards());
                              })
+      .def_property_readonly("ranks",
+                             [](const ParallelAxis& a) -> py::object {
+                               if (a.ranks() == 0) return py::none();
+                               return py::int_(a.ranks());
+                             })
       .def("__eq__",
            [](const ParallelAxis& a, const ParallelAxis& b) { return a == b; })
       .def("__hash__",
            [](const ParallelAxis& a) {
              return py::hash(py::make_tuple(static_cast<int>(a.semantics()),
                                             static_cast<int>(a.kind()), a.dim(),
-                                            a.shards()));
+                                            a.shards(), a.ranks()));
            })
       .def("__repr__", [](const ParallelAxis& a) {
         const std::string kind(AxisKindName(a.kind()));
@@ -122,6 +137,11 @@ void RegisterAxes(py::module_& m) {
               return "GroupedSplitAxis('" + kind + "', " +
                      std::to_string(a.dim()) + ", " +
                      std::to_string(a.shards()) + ")";
+            }
+            if (a.ranks() > 0) {
+              return "PartialSplitAxis('" + kind + "', " +
+                     std::to_string(a.dim()) + ", " +
+                     std::to_string(a.ranks()) + ")";
             }
             return "SplitAxis('" + kind + "', " + std::to_string(a.dim()) + ")";
           case AxisSemantics::kReplicated:

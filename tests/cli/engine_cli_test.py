@@ -38,6 +38,13 @@ CONFIGS = dict(
     dsv3_moe12=dict(_DSV3, moe_intermediate_size=12, n_shared_experts=2),
     dsv3_o12=dict(_DSV3, qk_nope_head_dim=10, qk_rope_head_dim=6,
                   v_head_dim=6),
+    # A vocabulary of 100 rows, which vLLM pads to 128: at TP 8 rank 6
+    # holds rows 96-99 and rank 7 only padding (8 heads, so TP 8 splits
+    # them; 2 KV heads, grouped).
+    llama_v100=dict(hfc.CONFIGS["llama"], vocab_size=100,
+                    num_attention_heads=8),
+    llama_v100_tied=dict(hfc.CONFIGS["llama"], vocab_size=100,
+                         num_attention_heads=8, tie_word_embeddings=True),
 )
 ST_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32",
             "float8_e4m3fn": "F8_E4M3"}
@@ -416,6 +423,59 @@ def reshard_vllm_to_megatron_and_padding():
                   ("megatron", (4, 1, 4, 2, 4)), ["local"])
     check_reshard("mixtral", ("vllm", (2, 2, 2, 1)),
                   ("sglang", (2, 1, 2, 1)), ["local"])
+
+
+@SUITE.test
+def vocab_padding_only_ranks_as_vllm_holds_them():
+    # Vocabulary 100 padded to 128 at TP 8: ranks 0-5 hold 16 rows each,
+    # rank 6 rows 96-99 and 12 rows of zeros, rank 7 16 rows of zeros.
+    # The placement splits the vocabulary over TP ranks 0-6 only (a
+    # partial split, wire key "ranks"), so rank 7 holds no fragment of it.
+    tp8, tp2 = ("vllm", (8, 1, 1, 1)), ("vllm", (2, 1, 1, 1))
+    for key in ("llama_v100", "llama_v100_tied"):
+        tied = CONFIGS[key]["tie_word_embeddings"]
+        tables = ["model.embed_tokens.weight"] + ([] if tied else
+                                                  ["lm_head.weight"])
+        out = check_load(key, "vllm", (8, 1, 1, 1))
+        got = read_dir(out)
+        tensors = checkpoint(key)[1]
+        row = 32 * 2  # hidden 32, bfloat16
+        for name in tables:
+            want = tensors[name][2]
+            for t in range(8):
+                dt, shape, data = got["p-d0-p0-e0-t%d" % t][name]
+                real = want[16 * t * row:min(16 * (t + 1), 100) * row]
+                check(shape == [16, 32] and data == real +
+                      bytes(16 * row - len(real)),
+                      "%s rank %d %s: %s, not rows [%d, %d) and zeros" %
+                      (key, t, name, shape, min(16 * t, 100),
+                       min(16 * (t + 1), 100)))
+        check(("lm_head.weight" in got["p-d0-p0-e0-t7"]) is not tied,
+              "%s: lm_head on rank 7" % key)
+        params, placement = params_of(key, "vllm", (8, 1, 1, 1),
+                                      "v100-" + key)
+        axes = {t["tensor_id"]: t["parallel_axes"]
+                for t in placement["tensors"]}
+        for name in tables:
+            check(axes[name] == [{"dim": 0, "kind": "tp", "ranks": 7,
+                                  "semantics": "split"}],
+                  "%s %s: %s" % (key, name, axes[name]))
+        part7 = [p for p in placement["parts"]
+                 if p["participant_id"] == "p-d0-p0-e0-t7"][0]
+        check(not [f for f in part7["fragments"]
+                   if f["tensor_id"] in tables], part7["fragments"][:2])
+        rank7 = [p for p in params["participants"]
+                 if p["participant_id"] == "p-d0-p0-e0-t7"][0]
+        for q in rank7["parameters"]:
+            if q["name"] in tables:
+                check(q["pieces"] == [{"fragment": None, "nbytes": 16 * row,
+                                       "offset": 0}], q)
+        # The same bytes from TP 2 and back, locally and through a store.
+        store = "fs://" + path("store-" + key)
+        check_reshard(key, tp2, tp8, ["local", store])
+        check_reshard(key, tp8, tp2, ["local", store])
+    # Tied with PP 2: the embedding on both stages, rank 7 of each zeros.
+    check_load("llama_v100_tied", "vllm", (8, 2, 1, 1))
 
 
 # --------------------------------------------------------------- refusals

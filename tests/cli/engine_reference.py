@@ -92,15 +92,16 @@ class _Model:
         return p + "mlp.", "gate_proj", "up_proj", "down_proj"
 
 
-def _vocab_rows(A, name, t, tp, Vp, V):
+def _vocab_rows(A, name, t, tp, Vp, V, padding_only=False):
     """Rows [t*Vp/tp, (t+1)*Vp/tp) of the table padded to Vp rows with
     zeros ([vllm] VocabParallelEmbedding, [mcore §3]); a share that is all
-    padding is refused."""
+    padding is all zeros with `padding_only` (vLLM), else refused."""
     dt, W = A[name]
     per = _div(Vp, tp, "padded vocabulary over tp")
     lo = t * per
-    _refuse(lo >= V, "tp rank %d holds only vocabulary padding" % t)
-    real = W[lo:min(lo + per, V)]
+    _refuse(lo >= V and not padding_only,
+            "tp rank %d holds only vocabulary padding" % t)
+    real = W[min(lo, V):min(lo + per, V)]
     pad = np.zeros((per - len(real),) + W.shape[1:], W.dtype)
     return dt, _cat(real, pad)
 
@@ -239,12 +240,12 @@ def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True, sp=False):
     Vp = -(-m.V // 64) * 64
     if first or every or (m.tied and last and m.arch in LLAMA_LIKE):
         out["model.embed_tokens.weight"] = _vocab_rows(
-            A, "model.embed_tokens.weight", t, tp, Vp, m.V)
+            A, "model.embed_tokens.weight", t, tp, Vp, m.V, True)
     if last or every:
         whole("model.norm.weight")
         if not m.tied:
             out["lm_head.weight"] = _vocab_rows(A, "lm_head.weight", t, tp,
-                                                Vp, m.V)
+                                                Vp, m.V, True)
     return out
 
 
@@ -533,6 +534,8 @@ CASES = {
         ("llama", {}), ("llama", dict(tp=2, pp=2)),
         ("llama", dict(tp=4, dp=2)),
         ("llama", dict(tp=2, pp=3)), ("llama_v40", dict(tp=2)),
+        # vLLM's padding-only ranks: 40 rows padded to 64, TP 4 rank 3.
+        ("llama_v40", dict(tp=4)), ("llama_v40", dict(tp=4, pp=2)),
         ("qwen2", dict(tp=2, pp=2)), ("qwen2", dict(tp=4)),
         ("qwen3", dict(tp=4, pp=2)), ("qwen3_quirks", dict(tp=2)),
         ("qwen3_quirks", dict(tp=4, pp=2)), ("qwen3_moe", dict(tp=2, pp=2)),
@@ -568,7 +571,6 @@ REFUSED = [
     ("vllm", "qwen3_moe", dict(dp=2), "splits experts"),
     ("vllm", "qwen3_moe", dict(tp=8), "num_experts"),
     ("vllm", "qwen3_moe", dict(dp=8, ep=8), "without experts"),
-    ("vllm", "llama_v40", dict(tp=4), "only vocabulary padding"),
     ("megatron", "llama", dict(tp=4, vocab_multiple=1), "query groups"),
     ("megatron", "llama", dict(tp=2), "only vocabulary padding"),
     ("megatron", "deepseek_v3", {}, "FP8"),

@@ -592,6 +592,12 @@ def _axis_from_native(native):
             f"{native.shards} shards) is a reshard extension the prototype "
             "contract cannot express; use reshard's own API for this "
             "placement")
+    if getattr(native, "ranks", None) is not None:
+        raise ValueError(
+            f"partial split axis ({native.kind} split on dim {native.dim} "
+            f"over its first {native.ranks} ranks) is a reshard extension "
+            "the prototype contract cannot express; use reshard's own API "
+            "for this placement")
     cls = _AXIS_BY_SEMANTICS[native.semantics]
     fields = {"kind": native.kind}
     if cls is SplitAxis:
