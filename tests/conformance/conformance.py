@@ -145,11 +145,22 @@ def _write_fp8(src, root, name, reshard, block_shape):
         return "reshard: " + p.stderr.strip()[-400:]
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
+    # The linear layers reshard left unquantized (routers, lm_head) are
+    # listed as the block-FP8 releases list them, so vLLM does not make
+    # FP8 parameters of them.
+    import hf_part
+
+    held = hf_part.read_checkpoint(d)
+    keep = sorted(
+        n[: -len(".weight")] for n, (dt, shape, _) in held.items()
+        if n.endswith(".weight") and len(shape) == 2 and not dt.startswith("F8")
+        and n + "_scale_inv" not in held and "embed_tokens" not in n)
     cfg["quantization_config"] = {
         "quant_method": "fp8",
         "fmt": "e4m3",
         "activation_scheme": "dynamic",
         "weight_block_size": [bn, bk],
+        "modules_to_not_convert": keep,
     }
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
