@@ -10,7 +10,9 @@
 // parameter buffers by name yields its runtime binding (each fragment at
 // its address inside its parameter), so the planner, the live sessions
 // and the store move bytes straight into and out of engine parameters.
-// Padding is never sent and is zero-filled on load.
+// Padding is never sent and is zero-filled on load; a fill piece (padding
+// with a `fill`) holds one element's bytes repeated, a constant the engine
+// allocates with (vLLM's KV-cache scales, -1.0), never sent either.
 //
 //   auto layout = reshard::MakeEngineLayout(config_json, {.engine = "vllm",
 //                                           .sizes = {.tp = 4}});
@@ -41,6 +43,11 @@ struct ParameterPiece {
   uint64_t nbytes = 0;
   // The placement fragment whose bytes these are; empty for padding.
   std::string placement_fragment_id;
+  // Padding only: the bytes of one element of the parameter's dtype (as
+  // they lie in memory), repeated over the piece: a constant the engine
+  // holds there (vLLM's KV-cache scales hold -1.0), written wherever
+  // padding is written and never moved between sides. Empty: zeros.
+  std::string fill;
   bool padding() const { return placement_fragment_id.empty(); }
   friend bool operator==(const ParameterPiece&,
                          const ParameterPiece&) = default;
@@ -71,10 +78,11 @@ class EngineLayout {
   // shape of non-negative dimensions (a dimension of 0 makes a zero-size
   // parameter, which has no pieces; an empty shape a 0-dim scalar);
   // pieces that tile each parameter exactly (no gap, no
-  // overlap, nothing past its end) of the participant's own fragments,
-  // each fragment's bytes in a parameter of its dtype, every fragment of
-  // the participant in exactly one piece. Errors (InvalidArgument) name
-  // the participant and parameter.
+  // overlap, nothing past its end) of the participant's own fragments or
+  // padding, each fragment's bytes in a parameter of its dtype, every
+  // fragment of the participant in exactly one piece; a fill only on
+  // padding, exactly one element of the parameter's itemsize. Errors
+  // (InvalidArgument) name the participant and parameter.
   static Result<EngineLayout> Make(std::string engine,
                                    WeightPlacementManifest placement,
                                    std::vector<EngineParticipant> participants);
@@ -167,16 +175,17 @@ Result<WeightRuntimeBindingManifest> BindParameters(
     const EngineLayout& layout, std::string_view participant_id,
     const ParameterBuffers& buffers, const BufferBindingOptions& options = {});
 
-// Writes zeros over every padding piece of the participant's parameters
-// (host memory): what engines hold there after loading.
+// Writes every padding piece of the participant's parameters (host
+// memory): zeros, or a fill piece's element repeated; what engines hold
+// there after loading.
 Status ZeroParameterPadding(const EngineLayout& layout,
                             std::string_view participant_id,
                             const ParameterBuffers& buffers);
 
 // Host memory for every parameter of one participant (64-byte aligned;
 // 2 MiB-aligned with transparent huge pages when large): its padding
-// zero, the rest uninitialized, to be filled by a load, a reshard or a
-// file read. Move-only, freed with it.
+// written (zeros, fills), the rest uninitialized, to be filled by a load,
+// a reshard or a file read. Move-only, freed with it.
 // Whose a parameter file is: written into its safetensors "__metadata__"
 // (keys "reshard.participant_id", "reshard.placement_id",
 // "reshard.parameter_map_id", "reshard.revision" and
@@ -282,8 +291,10 @@ Status ReadParameterFile(const std::string& path,
 
 // The parameter maps as canonical JSON: {"engine", "placement_id",
 // "participants": [{"participant_id", "parameters": [{"name", "shape",
-// "dtype", "pieces": [{"offset", "nbytes", "fragment"}]}]}]}, "fragment"
-// null for padding.
+// "dtype", "pieces": [{"offset", "nbytes", "fragment"[, "fill"]}]}]}]},
+// "fragment" null for padding; "fill" (a fill piece's element, lowercase
+// hex of its bytes in memory order: bfloat16 -1.0 is "80bf") only where
+// non-empty, so maps without fills keep their JSON and ids.
 std::string EngineParametersToJson(const EngineLayout& layout);
 // The inverse, checked against `placement` by EngineLayout::Make.
 Result<EngineLayout> EngineParametersFromJson(

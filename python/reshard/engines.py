@@ -13,7 +13,8 @@ trainers and vLLM/SGLang engines hold (fused, interleaved, padded).
 Each layout is a placement of the model's canonical (Hugging Face)
 tensors plus, for every participant, its parameters: name, shape, dtype,
 and the pieces that fill them (a placement fragment at a byte offset, or
-padding that is never sent and is zero after a load). See
+padding that is never sent and is zero after a load, or a fill: padding
+holding one element repeated, such as vLLM's KV-cache scales at -1.0). See
 docs/engines.md.
 """
 
@@ -33,6 +34,9 @@ class Piece(NamedTuple):
     offset: int         # byte offset inside the parameter
     nbytes: int
     fragment: Optional[str]  # placement fragment id; None for padding
+    # Padding only: one element's bytes, repeated over the piece (a
+    # constant the engine holds); None: zeros.
+    fill: Optional[bytes] = None
 
 
 class Parameter(NamedTuple):
@@ -73,7 +77,9 @@ class EngineLayout:
             self._params[p["participant_id"]] = {
                 q["name"]: Parameter(
                     q["name"], tuple(q["shape"]), q["dtype"],
-                    tuple(Piece(x["offset"], x["nbytes"], x["fragment"])
+                    tuple(Piece(x["offset"], x["nbytes"], x["fragment"],
+                                bytes.fromhex(x["fill"]) if "fill" in x
+                                else None)
                           for x in q["pieces"]))
                 for q in p["parameters"]}
 
@@ -98,8 +104,9 @@ class EngineLayout:
         return dict(self._of(participant))
 
     def empty(self, participant: str, device: Any = "cpu") -> Dict[str, Any]:
-        """Zero-filled torch tensors of the participant's parameters (the
-        padding of a freshly loaded engine is zero).
+        """Torch tensors of the participant's parameters, zero but for fill
+        pieces, which hold their element (what a freshly loaded engine
+        holds in its padding: zeros, and e.g. vLLM's KV-cache scales -1.0).
 
         FP8 parameters (float8_e4m3fn, float8_e5m2) are uint8 tensors of
         the same shape, holding the bit patterns, when this torch has no
@@ -118,6 +125,7 @@ class EngineLayout:
                         f"torch {torch.__version__} lacks")
                 dtype = torch.uint8  # the bit patterns
             out[n] = torch.zeros(q.shape, dtype=dtype, device=device)
+            _write_fills(out[n], q)
         return out
 
     def _tensors(self, participant: str, named: Union[Mapping, Iterable],
@@ -170,15 +178,17 @@ class EngineLayout:
 
     def zero_padding(self, participant: str,
                      named_parameters: Union[Mapping, Iterable]) -> None:
-        """Writes zeros over the padding of the participant's parameters."""
+        """Writes the padding of the participant's parameters: zeros, and
+        each fill piece's element (what the engine holds there)."""
         given = self._tensors(participant, named_parameters, False)
         for name, q in self._of(participant).items():
             flat = _flat(given[name])
             size = _ITEMSIZE[q.dtype]
             for piece in q.pieces:
-                if piece.fragment is None:
+                if piece.fragment is None and piece.fill is None:
                     begin = piece.offset // size
                     flat[begin:begin + piece.nbytes // size] = 0
+            _write_fills(given[name], q)
 
     @property
     def parameter_map_id(self) -> str:
@@ -222,6 +232,28 @@ def _check(tensor: Any, q: Parameter, what: str) -> None:
     if view.nbytes != q.nbytes:
         raise _error(f"{what} holds {view.nbytes} bytes; the layout gives "
                      f"it {q.nbytes} ({list(q.shape)} {q.dtype})")
+
+
+def _write_fills(tensor: Any, q: Parameter) -> None:
+    """Writes each fill piece of `q` into `tensor` (contiguous, of q's
+    shape and size) byte for byte: its element repeated."""
+    fills = [p for p in q.pieces if p.fragment is None and p.fill]
+    if not fills:
+        return
+    if type(tensor).__module__.startswith("torch"):
+        import torch
+        raw = tensor.detach().reshape(-1).view(torch.uint8)
+        for p in fills:
+            pattern = torch.tensor(list(p.fill), dtype=torch.uint8,
+                                   device=raw.device)
+            raw[p.offset:p.offset + p.nbytes] = pattern.repeat(
+                p.nbytes // len(p.fill))
+        return
+    import numpy as np
+    raw = np.asarray(tensor).reshape(-1).view(np.uint8)
+    for p in fills:
+        raw[p.offset:p.offset + p.nbytes] = np.tile(
+            np.frombuffer(p.fill, dtype=np.uint8), p.nbytes // len(p.fill))
 
 
 def _flat(tensor: Any) -> Any:

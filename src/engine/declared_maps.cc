@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "engine/padding.h"
 #include "reshard/engine.h"
 #include "util/canonical_json.h"
 #include "util/dims_text.h"
@@ -22,13 +23,16 @@ using internal::Printable;
 constexpr size_t kMaxDeclaredParticipants = 1 << 20;
 constexpr size_t kMaxDeclaredParameters = 1 << 22;
 
-// "sha256:" + SHA-256 of the canonical JSON of the parameter's pieces.
+// "sha256:" + SHA-256 of the canonical JSON of the parameter's pieces (as
+// EngineParametersToJson writes them: a fill piece's "fill" included, so
+// two fills differ; pieces without one hash as before fills existed).
 std::string PiecesId(const EngineParameter& q) {
   std::string out;
   internal::CanonicalJsonWriter w(&out);
   w.BeginArray();
   for (const ParameterPiece& piece : q.pieces) {
     w.BeginObject();
+    if (!piece.fill.empty()) w.KeyString("fill", internal::HexOf(piece.fill));
     w.Key("fragment");
     if (piece.padding()) {
       w.Null();

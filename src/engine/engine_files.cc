@@ -11,6 +11,7 @@
 #include <map>
 #include <utility>
 
+#include "engine/padding.h"
 #include "reshard/engine.h"
 #include "util/dims_text.h"
 #include "util/file_io.h"
@@ -39,11 +40,11 @@ Result<ParameterMemory> ParameterMemory::Allocate(const EngineParticipant& p) {
       return Status::ResourceExhausted("cannot allocate " + std::to_string(n) +
                                        " bytes for parameter " + q.name);
     }
-    // Only the padding is written here: the rest is the caller's to fill,
-    // and its first write faults the pages in (huge ones when large).
+    // Only the padding (zeros, fills) is written here: the rest is the
+    // caller's to fill, and its first write faults the pages in (huge ones
+    // when large).
     for (const ParameterPiece& piece : q.pieces) {
-      if (piece.padding())
-        std::memset(data.get() + piece.offset, 0, piece.nbytes);
+      if (piece.padding()) internal::WritePadding(data.get(), piece);
     }
     m.buffers_[q.name] = {data.get(), n};
     m.blocks_.emplace_back(data.release());

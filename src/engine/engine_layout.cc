@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/padding.h"
 #include "reshard/engine.h"
 #include "util/canonical_json.h"
 #include "util/dims_text.h"
@@ -70,7 +71,7 @@ Status CheckParameterShape(const EngineParticipant& p,
 // The pieces tile the parameter at whole elements (offsets and sizes
 // multiples of the itemsize, which a fragment piece's tensor shares); each
 // fragment piece is one of the participant's fragments, of the
-// parameter's dtype, used once.
+// parameter's dtype, used once; a fill is one element, on padding only.
 Status CheckPieces(const EngineParticipant& p, const EngineParameter& q,
                    const WeightPlacementManifest& placement,
                    std::unordered_set<std::string>* used) {
@@ -105,7 +106,21 @@ Status CheckPieces(const EngineParticipant& p, const EngineParameter& q,
           std::to_string(q.itemsize) + "-byte itemsize");
     }
     at += piece.nbytes;
+    if (!piece.fill.empty() && piece.fill.size() != item) {
+      return Status::InvalidArgument(
+          Where(p, q) + "the fill of piece " + std::to_string(k) + " (" +
+          std::to_string(piece.nbytes) + " bytes at byte " +
+          std::to_string(piece.offset) + ") is " +
+          std::to_string(piece.fill.size()) + " bytes, not one " +
+          std::to_string(q.itemsize) + "-byte " + q.dtype + " element");
+    }
     if (piece.padding()) continue;
+    if (!piece.fill.empty()) {
+      return Status::InvalidArgument(Where(p, q) + "piece " +
+                                     std::to_string(k) + " has both fragment " +
+                                     Printable(piece.placement_fragment_id) +
+                                     " and a fill (a fill is padding's)");
+    }
     const PlacementFragment* f =
         placement.FindFragment(piece.placement_fragment_id);
     const WeightPlacementPart* part = placement.FindPart(p.participant_id);
@@ -302,9 +317,8 @@ Status ZeroParameterPadding(const EngineLayout& layout,
   RESHARD_RETURN_NOT_OK(st);
   RESHARD_ASSIGN_OR_RETURN(auto matched, MatchBuffers(p, buffers));
   for (size_t i = 0; i < p.parameters.size(); ++i) {
-    auto* base = static_cast<char*>(matched[i]->data);
     for (const ParameterPiece& piece : p.parameters[i].pieces) {
-      if (piece.padding()) std::memset(base + piece.offset, 0, piece.nbytes);
+      if (piece.padding()) internal::WritePadding(matched[i]->data, piece);
     }
   }
   return Status::OK();
@@ -335,6 +349,8 @@ std::string ParameterMapsJson(const EngineLayout& layout,
       w.BeginArray();
       for (const ParameterPiece& piece : q.pieces) {
         w.BeginObject();
+        if (!piece.fill.empty())
+          w.KeyString("fill", internal::HexOf(piece.fill));
         w.Key("fragment");
         if (piece.padding()) {
           w.Null();
@@ -377,13 +393,26 @@ namespace {
 Result<ParameterPiece> ReadPiece(internal::JsonElement e,
                                  const internal::JsonPath& path) {
   RESHARD_ASSIGN_OR_RETURN(
-      auto obj, internal::StrictObject::Make(e, path, "parameter piece",
-                                             {"fragment", "nbytes", "offset"}));
+      auto obj,
+      internal::StrictObject::Make(e, path, "parameter piece",
+                                   {"fragment", "nbytes", "offset"}, {"fill"}));
   ParameterPiece piece;
   RESHARD_ASSIGN_OR_RETURN(piece.offset, obj.U64("offset"));
   RESHARD_ASSIGN_OR_RETURN(piece.nbytes, obj.U64("nbytes"));
   if (!obj.Get("fragment").is_null()) {
     RESHARD_ASSIGN_OR_RETURN(piece.placement_fragment_id, obj.Id("fragment"));
+  }
+  if (obj.Has("fill")) {
+    // Lowercase hex of at least one byte, as EngineParametersToJson writes
+    // it (an empty fill is written as no key).
+    RESHARD_ASSIGN_OR_RETURN(std::string_view hex, obj.String("fill"));
+    auto bytes = internal::BytesOfHex(hex);
+    if (!bytes.has_value() || bytes->empty()) {
+      return Status::InvalidArgument(
+          obj.FieldPath("fill").ToString() + ": \"" + Printable(hex) +
+          "\" is not the lowercase hex of an element's bytes");
+    }
+    piece.fill = std::move(*bytes);
   }
   return piece;
 }

@@ -222,6 +222,143 @@ TEST(EngineLayoutTest, BindsByNameZeroesPaddingAndRoundTripsItsJson) {
   EXPECT_EQ(EngineParametersToJson(back), json);
 }
 
+// A fill piece (vLLM's KV-cache scales: 0-dim, -1.0 in the model dtype)
+// tiles like padding and holds one element repeated: checked by Make,
+// written by ZeroParameterPadding and ParameterMemory::Allocate, carried
+// by the JSON (strictly) and by the parameter-map ids.
+TEST(EngineLayoutTest, FillPiecesHoldTheirElementEverywherePaddingIsWritten) {
+  ASSERT_OK_AND_ASSIGN(const Tiny t, MakeTiny());
+  const std::string minus_one("\x80\xbf", 2);  // bfloat16 -1.0
+  auto make = [&](std::string fill) {
+    return EngineParticipant{
+        "p-d0-p0-e0-t0",
+        {{"w", {4, 2}, "uint8", 1, {{0, 4, t.f0}, {4, 4, t.f1}}},
+         {"attn.q_scale", {}, "bfloat16", 2, {{0, 2, "", fill}}},
+         {"pad", {3}, "bfloat16", 2, {{0, 6, "", fill}}},
+         {"zeros", {2}, "bfloat16", 2, {{0, 4, ""}}},
+         {"none", {0, 3}, "bfloat16", 2, {}}}};
+  };
+  const EngineParticipant p = make(minus_one);
+  ASSERT_OK_AND_ASSIGN(auto layout,
+                       EngineLayout::Make("test", t.placement, {p}));
+  std::vector<uint8_t> w(8, 0xAA), q(2, 0x11), pad(6, 0x22), zeros(4, 0x33);
+  ParameterBuffers buffers{{"w", {w.data(), 8}},
+                           {"attn.q_scale", {q.data(), 2}},
+                           {"pad", {pad.data(), 6}},
+                           {"zeros", {zeros.data(), 4}},
+                           {"none", {nullptr, 0}}};
+  ASSERT_OK_AND_ASSIGN(auto binding,
+                       BindParameters(layout, p.participant_id, buffers));
+  EXPECT_EQ(binding.fragments().size(), 2u);  // a fill is never moved
+  ASSERT_OK(ZeroParameterPadding(layout, p.participant_id, buffers));
+  EXPECT_EQ(q, (std::vector<uint8_t>{0x80, 0xBF}));
+  EXPECT_EQ(pad, (std::vector<uint8_t>{0x80, 0xBF, 0x80, 0xBF, 0x80, 0xBF}));
+  EXPECT_EQ(zeros, std::vector<uint8_t>(4, 0));
+  EXPECT_EQ(w, std::vector<uint8_t>(8, 0xAA));
+
+  ASSERT_OK_AND_ASSIGN(auto memory, ParameterMemory::Allocate(p));
+  auto bytes = [&](const char* name) {
+    const ParameterBuffer& b = memory.buffers().at(name);
+    const auto* d = static_cast<const uint8_t*>(b.data);
+    return std::vector<uint8_t>(d, d + b.nbytes);
+  };
+  EXPECT_EQ(bytes("attn.q_scale"), (std::vector<uint8_t>{0x80, 0xBF}));
+  EXPECT_EQ(bytes("pad"),
+            (std::vector<uint8_t>{0x80, 0xBF, 0x80, 0xBF, 0x80, 0xBF}));
+  EXPECT_EQ(bytes("zeros"), std::vector<uint8_t>(4, 0));
+
+  // The JSON carries the fill as the lowercase hex of its bytes, only on
+  // fill pieces; it reads back to the same maps.
+  const std::string json = EngineParametersToJson(layout);
+  EXPECT_THAT(json, HasSubstr(R"({"fill":"80bf","fragment":null,"nbytes":2,)"
+                              R"("offset":0})"));
+  EXPECT_THAT(json, HasSubstr(R"({"fragment":null,"nbytes":4,"offset":0})"));
+  ASSERT_OK_AND_ASSIGN(auto back, EngineParametersFromJson(json, t.placement));
+  EXPECT_EQ(back.participants()[0].parameters, p.parameters);
+  EXPECT_EQ(EngineParametersToJson(back), json);
+
+  // Two fills are two maps: the map id and the declared pieces differ.
+  ASSERT_OK_AND_ASSIGN(auto other,
+                       EngineLayout::Make("test", t.placement,
+                                          {make(std::string("\x00\x3c", 2))}));
+  EXPECT_NE(EngineParameterMapId(other), EngineParameterMapId(layout));
+  const DeclaredParticipantMap a =
+      DeclareParticipantMap(layout, layout.participants()[0]);
+  const DeclaredParticipantMap b =
+      DeclareParticipantMap(other, other.participants()[0]);
+  EXPECT_NE(a.parameters[1].pieces_id, b.parameters[1].pieces_id);
+  EXPECT_EQ(a.parameters[3].pieces_id, b.parameters[3].pieces_id);
+  ASSERT_OK_AND_ASSIGN(auto declared, DeclareParameterMaps(other));
+  EXPECT_THAT(CheckDeclaredParameterMaps(layout, declared, "the target"),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("parameter 1: attn.q_scale is filled from "
+                                 "other bytes")));
+  // Padding without a fill hashes as it did before fills existed.
+  ASSERT_OK_AND_ASSIGN(auto plain,
+                       EngineLayout::Make("test", t.placement, {make("")}));
+  EXPECT_THAT(EngineParametersToJson(plain), ::testing::Not(HasSubstr("fill")));
+}
+
+TEST(EngineLayoutTest, FillsOfTheWrongSizeOrOnFragmentsAreRefused) {
+  ASSERT_OK_AND_ASSIGN(const Tiny t, MakeTiny());
+  auto error = [&](std::vector<ParameterPiece> scale_pieces, Dims shape = {}) {
+    EngineParticipant p{
+        "p-d0-p0-e0-t0",
+        {{"w", {4, 2}, "uint8", 1, {{0, 4, t.f0}, {4, 4, t.f1}}},
+         {"attn.k_scale", std::move(shape), "float32", 4,
+          std::move(scale_pieces)}}};
+    auto l = EngineLayout::Make("test", t.placement, {p});
+    return l.ok() ? "OK" : l.status().message();
+  };
+  const std::string where =
+      "parameter attn.k_scale of participant p-d0-p0-e0-t0: ";
+  EXPECT_EQ(error({{0, 4, "", std::string("\0\0\x80\xbf", 4)}}), "OK");
+  EXPECT_EQ(error({{0, 4, "", std::string("\x80\xbf", 2)}}),
+            where +
+                "the fill of piece 0 (4 bytes at byte 0) is 2 bytes, not "
+                "one 4-byte float32 element");
+  EXPECT_EQ(error({{0, 8, "", std::string(8, '\1')}}, {2}),
+            where +
+                "the fill of piece 0 (8 bytes at byte 0) is 8 bytes, not "
+                "one 4-byte float32 element");
+  {
+    EngineParticipant p{"p-d0-p0-e0-t0",
+                        {{"w",
+                          {4, 2},
+                          "uint8",
+                          1,
+                          {{0, 4, t.f0, std::string(1, '\1')}, {4, 4, t.f1}}}}};
+    auto l = EngineLayout::Make("test", t.placement, {p});
+    EXPECT_THAT(l.status(),
+                StatusIs(StatusCode::kInvalidArgument,
+                         "parameter w of participant p-d0-p0-e0-t0: piece 0 "
+                         "has both fragment " +
+                             t.f0 + " and a fill (a fill is padding's)"));
+  }
+  // The JSON reader is as strict: lowercase hex of whole bytes, then Make.
+  EngineParticipant ok{
+      "p-d0-p0-e0-t0",
+      {{"w", {4, 2}, "uint8", 1, {{0, 4, t.f0}, {4, 4, t.f1}}},
+       {"s", {}, "float32", 4, {{0, 4, "", std::string("\0\0\x80\xbf", 4)}}}}};
+  ASSERT_OK_AND_ASSIGN(auto layout,
+                       EngineLayout::Make("test", t.placement, {ok}));
+  const std::string json = EngineParametersToJson(layout);
+  ASSERT_THAT(json, HasSubstr(R"("fill":"000080bf")"));
+  auto with = [&](const std::string& fill) {
+    std::string j = json;
+    j.replace(j.find("000080bf"), 8, fill);
+    auto l = EngineParametersFromJson(j, t.placement);
+    return l.ok() ? "OK" : l.status().message();
+  };
+  EXPECT_EQ(with("000080bf"), "OK");
+  EXPECT_THAT(with("000080BF"), HasSubstr("is not the lowercase hex"));
+  EXPECT_THAT(with("000080b"), HasSubstr("is not the lowercase hex"));
+  EXPECT_THAT(with(""), HasSubstr("is not the lowercase hex"));
+  EXPECT_THAT(with("80bf"),
+              HasSubstr("the fill of piece 0 (4 bytes at byte 0) is 2 bytes, "
+                        "not one 4-byte float32 element"));
+}
+
 // ---------------------------------------------------------------------------
 // Presets.
 

@@ -35,10 +35,11 @@ const std::vector<Preset>& Presets() {
     p.push_back(
         {"megatron", {{{}, {}, {"megatron", "megatron", false, true}}}});
     p.push_back({"sglang", {{{}, {}, {"sglang", "sglang", false, true}}}});
-    p.push_back({"vllm",
-                 {{{0, 33}, {0, 34}, {"vllm", "vllm@0.33", true, true}},
-                  {{0, 10, 2}, {0, 33}, {"vllm", "vllm@<0.33", false, true}},
-                  {{}, {0, 10, 2}, {"vllm", "vllm@<0.10.2", false, false}}}});
+    p.push_back(
+        {"vllm",
+         {{{0, 33}, {0, 34}, {"vllm", "vllm@0.33", true, true, true}},
+          {{0, 10, 2}, {0, 33}, {"vllm", "vllm@<0.33", false, true, true}},
+          {{}, {0, 10, 2}, {"vllm", "vllm@<0.10.2", false, false, true}}}});
     return p;
   }();
   return kPresets;

@@ -220,6 +220,24 @@ Status EngineBuilder::Padding(size_t r, std::string name, Dims shape,
   return Status::OK();
 }
 
+Status EngineBuilder::Fill(size_t r, std::string name, Dims shape,
+                           const std::string& dtype, std::string fill) {
+  const SafetensorsDtype* dt = FindSafetensorsDtypeByPlacement(dtype);
+  if (dt == nullptr || fill.size() != static_cast<size_t>(dt->itemsize)) {
+    return Status::Internal("engine preset " + engine_ + ": parameter " + name +
+                            " is filled with " + std::to_string(fill.size()) +
+                            " bytes, not one " + dtype + " element");
+  }
+  Begin(r, std::move(name), std::move(shape));
+  current_->dtype = dtype;
+  current_->itemsize = dt->itemsize;
+  if (const uint64_t n = current_->nbytes(); n != 0) {
+    current_->pieces.push_back({0, n, "", std::move(fill)});
+  }
+  current_ = nullptr;
+  return Status::OK();
+}
+
 Result<EngineLayout> EngineBuilder::Build(const HfConfig& c,
                                           const EngineLayoutOptions& o) {
   ParallelTopologySpec topo;

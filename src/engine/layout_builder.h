@@ -102,6 +102,12 @@ class EngineBuilder {
   // dtype of `like`, with no pieces: what an engine rank without routed
   // experts holds. Internal when `shape` is not zero-size.
   Status Empty(size_t r, std::string name, Dims shape, const HfTensor& like);
+  // Parameter `name` of rank `r` of shape `shape` and dtype `dtype`
+  // (placement name) whose every element is `fill` (that element's bytes):
+  // a constant the engine allocates, of no canonical tensor; one fill
+  // piece (none when zero-size). Internal when `fill` is not one element.
+  Status Fill(size_t r, std::string name, Dims shape, const std::string& dtype,
+              std::string fill);
 
   Result<EngineLayout> Build(const HfConfig& config,
                              const EngineLayoutOptions& options);

@@ -44,6 +44,12 @@ class PresetWriter {
   // NAME, which the checkpoint lacks" when the model has none.
   Result<const HfTensor*> Get(const std::string& name) const;
 
+  // Parameter `name` of shape `shape` and dtype `dtype` whose every
+  // element is `fill` (EngineBuilder::Fill): a constant the engine holds.
+  Status Fill(const std::string& name, Dims shape, const std::string& dtype,
+              std::string fill) {
+    return b_->Fill(rank_, name, std::move(shape), dtype, std::move(fill));
+  }
   // Parameter `name` whole from tensor `hf`.
   Status Whole(const std::string& name, const std::string& hf,
                const TensorAxes& axes);

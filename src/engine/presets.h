@@ -26,6 +26,14 @@ struct EngineRelease {
   // expert_bias) are float32 whatever the model dtype; a load from a
   // 16-bit checkpoint widens them exactly.
   bool f32_router_bias = false;
+  // With a block-FP8 quant config, every attention layer but MLA holds
+  // the KV-cache scale parameters attn.q_scale, k_scale, v_scale and
+  // prob_scale (0-dim, the model dtype, -1.0 until a checkpoint's scales
+  // replace them; none are in the checkpoints reshard reads): vLLM's
+  // BaseKVCacheMethod.create_weights. Checked against vLLM 0.33; the older
+  // vllm ranges follow the same rule (SGLang's k_scale/v_scale, float32
+  // and on MLA's attention too, are not modelled).
+  bool kv_cache_scales = false;
 };
 
 // `spec` resolved: NAME (the newest range), NAME@RELEASE (the range that

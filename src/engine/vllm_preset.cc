@@ -2,13 +2,41 @@
 // load_weights, for Llama (and Mistral), Qwen2, Qwen3, Qwen3-MoE, Mixtral
 // and DeepSeek-V2/V3, block-FP8 included.
 
+#include <cstring>
+#include <numeric>
+
 #include "engine/preset_common.h"
 #include "engine/presets.h"
+#include "util/float_convert.h"
 
 namespace reshard::internal {
 namespace {
 
 using Ep = TensorAxes::Ep;
+
+// The bytes of -1.0 in float dtype `dtype` (memory order): what vLLM's
+// KV-cache scale parameters hold until a checkpoint's scales replace them.
+Result<std::string> MinusOne(const std::string& dtype) {
+  std::string out;
+  auto put = [&out](const auto& v) {
+    out.resize(sizeof(v));
+    std::memcpy(out.data(), &v, sizeof(v));
+  };
+  if (dtype == "float32") {
+    put(-1.0f);
+  } else if (dtype == "float64") {
+    put(-1.0);
+  } else if (dtype == "bfloat16") {
+    put(internal::FloatToBFloat16(-1.0f));
+  } else if (dtype == "float16") {
+    put(internal::FloatToFloat16(-1.0f));
+  } else {
+    return Status::InvalidArgument(
+        "vllm holds its KV-cache scales in the model dtype, which is " + dtype +
+        " here, not a float dtype");
+  }
+  return out;
+}
 
 // The rank d * tp + t is EP rank d * tp + t under expert parallelism.
 int64_t VllmEp(const ParallelSizes& n, int64_t d, int64_t t) {
@@ -33,12 +61,20 @@ class Vllm {
  private:
   Status Rank(const GridRank& r);
   Status Attention(const GridRank& r, const std::string& p);
+  // vLLM's KV-cache scales of the attention of layer prefix `p` (after its
+  // linear layers), where the release and quant config give them.
+  Status KvCacheScales(const std::string& p);
   Status Mla(const GridRank& r, const std::string& p);
   // A dense MLP of `width` rows, TP-split; whole on every rank with
   // `whole` (shared experts under sequence-parallel MoE, disable_tp).
   Status Mlp(const GridRank& r, const std::string& p, int64_t width,
              bool whole = false);
   Status Moe(const GridRank& r, const std::string& p);
+  // What vLLM's Fp8MoEMethod does with block-FP8 experts of which each
+  // rank holds rows [row0, row0 + il) (parameter `name`): holds them as the
+  // checkpoint's blocks (OK), refines the blocks (refine_fp8_moe_block_shape;
+  // refused here, not modelled) or refuses them (validate_fp8_block_shape_moe).
+  Status Fp8Experts(const std::string& name, int64_t row0, int64_t il) const;
   // [lo, hi): the layers of stage p (get_pp_indices).
   std::pair<int64_t, int64_t> Stage(int64_t p) const;
   // Qwen3-MoE and Mixtral keep embedding, norm and head on every stage.
@@ -155,10 +191,36 @@ Status Vllm::Attention(const GridRank& r, const std::string& p) {
   const int64_t in = c_.heads * d;
   RESHARD_RETURN_NOT_OK(w_.Cols(a + "o_proj.weight", a + "o_proj.weight",
                                 Split(1), r.t * in / n_.tp, in / n_.tp));
-  for (const char* name : {"o_proj.bias", "q_norm.weight", "k_norm.weight"}) {
+  if (T(a + "o_proj.bias") != nullptr) {
+    RESHARD_RETURN_NOT_OK(
+        w_.Whole(a + "o_proj.bias", a + "o_proj.bias", Replicated()));
+  }
+  // Registration order: Qwen2Attention builds its (optional) norms before
+  // its Attention module, Qwen3's after; Llama and Mixtral have none.
+  const bool norms_first = c_.arch == HfArch::kQwen2;
+  if (!norms_first) RESHARD_RETURN_NOT_OK(KvCacheScales(p));
+  for (const char* name : {"q_norm.weight", "k_norm.weight"}) {
     if (T(a + name) != nullptr) {
       RESHARD_RETURN_NOT_OK(w_.Whole(a + name, a + name, Replicated()));
     }
+  }
+  if (norms_first) RESHARD_RETURN_NOT_OK(KvCacheScales(p));
+  return Status::OK();
+}
+
+Status Vllm::KvCacheScales(const std::string& p) {
+  // Fp8Config gives every Attention module (not MLAAttention, which
+  // DeepSeek's MLA layers build) BaseKVCacheMethod, whose create_weights
+  // registers four 0-dim parameters of the default dtype (the model dtype
+  // while vLLM builds the model), each -1.0; load_weights leaves them so
+  // when the checkpoint holds no KV-cache scales.
+  if (!release_.kv_cache_scales || !c_.fp8) return Status::OK();
+  RESHARD_ASSIGN_OR_RETURN(const HfTensor* norm,
+                           w_.Get(p + "input_layernorm.weight"));
+  RESHARD_ASSIGN_OR_RETURN(std::string fill, MinusOne(norm->dtype));
+  for (const char* name : {"q_scale", "k_scale", "v_scale", "prob_scale"}) {
+    RESHARD_RETURN_NOT_OK(
+        w_.Fill(p + "self_attn.attn." + name, {}, norm->dtype, fill));
   }
   return Status::OK();
 }
@@ -220,6 +282,55 @@ Status Vllm::Mlp(const GridRank& r, const std::string& p, int64_t width,
   return Status::OK();
 }
 
+Status Vllm::Fp8Experts(const std::string& name, int64_t row0,
+                        int64_t il) const {
+  const int64_t bn = c_.block_rows, bk = c_.block_cols;
+  // FusedMoE's TP: TP without EP (DP > 1 without EP is refused above),
+  // 1 with EP, where every expert is whole.
+  const int64_t moe_tp = n_.ep > 1 ? 1 : n_.tp;
+  const std::string rows =
+      "[" + std::to_string(row0) + ", " + std::to_string(row0 + il) + ")";
+  const std::string shard =
+      il % bn != 0
+          ? name + ": it holds rows " + rows +
+                " of every expert's gate_proj and up_proj, not whole " +
+                std::to_string(bn) + "-row blocks of their weight_scale_inv"
+          : name + ": its w2_weight holds columns " + rows +
+                " of every expert's down_proj, not whole " +
+                std::to_string(bk) + "-column blocks of its weight_scale_inv";
+  if (!(il % bn == 0 && (moe_tp == 1 || il % bk == 0))) {
+    const int64_t refine = std::gcd(std::gcd(bn, bk), std::gcd(il, c_.hidden));
+    if (refine >= 32) {
+      // Each stored scale then covers (bn / refine) x (bk / refine) refined
+      // blocks and is repeated into every one of them (repeat_interleave):
+      // a parameter no box copy of the scale tensor fills.
+      const int64_t all = c_.moe_intermediate;
+      const bool ep_whole = all % bn == 0 && all % bk == 0;
+      return Status::Unimplemented(
+          "the " + release_.name + " preset does not lay out " +
+          ("block-FP8 experts " + shard) +
+          "; vLLM 0.33 loads them with its MoE scale blocks refined to " +
+          std::to_string(refine) + "x" + std::to_string(refine) +
+          " (refine_fp8_moe_block_shape), each stored weight_scale_inv "
+          "value repeated over the " +
+          std::to_string(bn / refine) + "x" + std::to_string(bk / refine) +
+          " refined blocks it covers, which reshard does not model (a "
+          "parameter's pieces are boxes of the checkpoint's tensors)" +
+          (ep_whole
+               ? "; expert parallelism (--ep " + std::to_string(n_.tp * n_.dp) +
+                     ") keeps every expert whole"
+               : std::string()));
+    }
+  }
+  if (il % bn != 0 || (n_.tp > 1 && il % bk != 0)) {
+    return Status::InvalidArgument(
+        release_.name + " refuses block-FP8 experts " + shard +
+        " (as vLLM does: validate_fp8_block_shape_moe, no refined block of "
+        "32 or more divides them)");
+  }
+  return Status::OK();
+}
+
 Status Vllm::Moe(const GridRank& r, const std::string& p) {
   const bool mixtral = c_.arch == HfArch::kMixtral;
   const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
@@ -270,6 +381,10 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
     w13.push_back({{T(e + g + ".weight"), gate_up, row0, il},
                    {T(e + u + ".weight"), gate_up, row0, il}});
     w2.push_back(e + dn + ".weight");
+  }
+  if (w13[0][0].w != nullptr &&
+      w_.canon().ScaleOf(w13[0][0].w->name) != nullptr) {
+    RESHARD_RETURN_NOT_OK(Fp8Experts(x + "w13_weight", row0, il));
   }
   RESHARD_RETURN_NOT_OK(
       w_.StackedRows(x + "w13_weight", count, w13, PresetWriter::kWeight));

@@ -418,6 +418,34 @@ def layout(A, cfg, engine, tp=1, pp=1, ep=1, dp=1, vocab_multiple=None):
     return out
 
 
+# [vllm] BaseKVCacheMethod.create_weights (vLLM 0.33, kv_cache.py): with
+# a block-FP8 quant config every Attention module (not DeepSeek's
+# MLAAttention) registers q_scale, k_scale, v_scale, prob_scale: 0-dim,
+# torch.tensor(-1.0) under the model dtype, which load_weights leaves when
+# the checkpoint holds no KV-cache scales. SGLang registers others.
+KV_CACHE_SCALES = ("q_scale", "k_scale", "v_scale", "prob_scale")
+MINUS_ONE = {"BF16": b"\x80\xbf", "F16": b"\x00\xbc",
+             "F32": b"\x00\x00\x80\xbf"}
+
+
+def _kv_cache_scales(tensors, cfg, engine, params):
+    """{name: (st_dtype, [], bytes)} of the KV-cache scales of the rank
+    holding `params`."""
+    m = _Model(cfg)
+    if engine not in VLLM_RELEASES or engine == "sglang" or m.mla or \
+            not m.block:
+        return {}
+    out = {}
+    for n in params:
+        x = re.fullmatch(r"(model\.layers\.\d+\.)self_attn\.o_proj\.weight", n)
+        if x:
+            dt = tensors[x.group(1) + "input_layernorm.weight"][0]
+            for s in KV_CACHE_SCALES:
+                out[x.group(1) + "self_attn.attn." + s] = (dt, [],
+                                                           MINUS_ONE[dt])
+    return out
+
+
 def _widen(dt, b):
     """16-bit float bytes as float32 bytes, exactly."""
     x = np.frombuffer(b, "<u2").astype(np.uint32)
@@ -430,7 +458,9 @@ def expected(tensors, cfg, engine, tp=1, pp=1, ep=1, dp=1,
              vocab_multiple=None):
     """{participant_id: {param_name: (st_dtype, shape_list, bytes)}}.
     Router biases are float32 where the engine keeps them so: a 16-bit
-    checkpoint's are widened exactly."""
+    checkpoint's are widened exactly. vLLM's KV-cache scales (constants of
+    no checkpoint tensor) are added here, after `layout`, whose arrays
+    trace checkpoint bytes."""
     f32_bias = engine == "megatron" or VLLM_RELEASES.get(engine, (0, 0))[1]
     tensors = dict(tensors)
     for n, (dt, shape, b) in list(tensors.items()):
@@ -441,8 +471,9 @@ def expected(tensors, cfg, engine, tp=1, pp=1, ep=1, dp=1,
         list(shape) + [hfc.ITEMSIZE[dt]])) for n, (dt, shape, b) in
         tensors.items()}
     got = layout(A, cfg, engine, tp, pp, ep, dp, vocab_multiple)
-    return {pid: {n: (dt, list(x.shape[:-1]), np.ascontiguousarray(x)
-                      .tobytes()) for n, (dt, x) in params.items()}
+    return {pid: dict({n: (dt, list(x.shape[:-1]), np.ascontiguousarray(x)
+                           .tobytes()) for n, (dt, x) in params.items()},
+                      **_kv_cache_scales(tensors, cfg, engine, params))
             for pid, params in got.items()}
 
 
