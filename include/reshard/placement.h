@@ -100,6 +100,12 @@ class ParallelAxis {
   // Ranks [0, ranks) partition the dimension, ranks [ranks, n) hold no
   // fragment of the tensor.
   int64_t ranks() const { return ranks_; }
+  // A spanning split (SpanningSplitAxis): the axis kind whose ranks the
+  // split also spans (dp for a tp split); nullopt for every other axis. A
+  // participant's split coordinate is rank(over) * size(kind) + rank(kind)
+  // and the dimension has size(over) * size(kind) parts; the tensor
+  // declares no axis of that kind.
+  std::optional<AxisKind> over() const { return over_; }
 
   friend bool operator==(const ParallelAxis&, const ParallelAxis&) = default;
 
@@ -118,6 +124,8 @@ class ParallelAxis {
                                                int64_t shards);
   friend Result<ParallelAxis> PartialSplitAxis(AxisKind kind, int64_t dim,
                                                int64_t ranks);
+  friend Result<ParallelAxis> SpanningSplitAxis(AxisKind kind, int64_t dim,
+                                                AxisKind over);
   friend ParallelAxis ReplicatedAxis(AxisKind kind);
   friend ParallelAxis OwnershipAxis(AxisKind kind);
   ParallelAxis(AxisSemantics s, AxisKind k, int64_t d, int64_t shards = 0)
@@ -128,6 +136,7 @@ class ParallelAxis {
   int64_t dim_;
   int64_t shards_;
   int64_t ranks_ = 0;
+  std::optional<AxisKind> over_;
 };
 
 // Ranks of `kind` jointly partition the tensor along `dim`. Only ep and tp
@@ -152,6 +161,17 @@ Result<ParallelAxis> GroupedSplitAxis(AxisKind kind, int64_t dim,
 // other implementations of the specification refuse it.
 Result<ParallelAxis> PartialSplitAxis(AxisKind kind, int64_t dim,
                                       int64_t ranks);
+// A split along `dim` over the ranks of `kind` and `over` together: the
+// participant at (over rank o, kind rank k) holds part o * size(kind) + k
+// of size(over) * size(kind) parts, and the tensor declares no `over`
+// axis (the split consumes it: no replicas over it). vLLM's routed experts
+// at DP > 1 without EP, whose FusedMoE flattens TP across DP. Only a tp
+// split over dp; the placement requires an over axis of size 2 or more.
+// An extension of the specification like GroupedSplitAxis: the wire
+// carries "over" only for these axes, and other implementations of the
+// specification refuse it.
+Result<ParallelAxis> SpanningSplitAxis(AxisKind kind, int64_t dim,
+                                       AxisKind over);
 // Every rank of `kind` holds a complete independent copy.
 ParallelAxis ReplicatedAxis(AxisKind kind);
 // Only the ranks named by fragments hold the tensor (PP layer ownership,

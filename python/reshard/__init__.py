@@ -45,6 +45,7 @@ from reshard._reshard import (  # noqa: F401
     ReplicatedAxis,
     ResourceExhaustedError,
     RuntimeBindingFragment,
+    SpanningSplitAxis,
     SplitAxis,
     StoredFragment,
     StoredWeightManifest,

@@ -20,6 +20,9 @@ void WriteAxis(const ParallelAxis& axis, CanonicalJsonWriter* w) {
   w->BeginObject();
   if (axis.semantics() == AxisSemantics::kSplit) w->KeyInt("dim", axis.dim());
   w->KeyString("kind", AxisKindName(axis.kind()));
+  if (axis.over().has_value()) {
+    w->KeyString("over", AxisKindName(*axis.over()));
+  }
   if (axis.ranks() > 0) w->KeyInt("ranks", axis.ranks());
   w->KeyString("semantics", AxisSemanticsName(axis.semantics()));
   if (axis.shards() > 0) w->KeyInt("shards", axis.shards());
@@ -119,11 +122,56 @@ Result<ParallelRank> ReadRank(JsonElement e, const JsonPath& path) {
   return r;
 }
 
+// The split axis `obj` describes: plain, grouped ("shards"), partial
+// ("ranks") or spanning ("over"), at most one of the three extensions.
+Result<ParallelAxis> ReadSplitAxis(const StrictObject& obj, AxisKind kind,
+                                   const JsonPath& path) {
+  if (!obj.Has("dim")) {
+    return Status::InvalidArgument(
+        path.ToString() +
+        ": parallel axis schema fields do not match contract: split axis "
+        "requires \"dim\"");
+  }
+  RESHARD_ASSIGN_OR_RETURN(int64_t d, obj.I64("dim"));
+  if (obj.Has("shards") && obj.Has("ranks")) {
+    return Status::InvalidArgument(
+        path.ToString() +
+        ": parallel axis schema fields do not match contract: a split axis "
+        "carries \"shards\" or \"ranks\", not both");
+  }
+  if (obj.Has("over") && (obj.Has("shards") || obj.Has("ranks"))) {
+    return Status::InvalidArgument(
+        path.ToString() +
+        ": parallel axis schema fields do not match contract: a split axis "
+        "carrying \"over\" carries neither \"shards\" nor \"ranks\"");
+  }
+  int64_t shards = 0, ranks = 0;
+  if (obj.Has("shards")) {
+    RESHARD_ASSIGN_OR_RETURN(shards, obj.I64("shards"));
+  }
+  if (obj.Has("ranks")) {
+    RESHARD_ASSIGN_OR_RETURN(ranks, obj.I64("ranks"));
+  }
+  Result<ParallelAxis> axis = Status::Internal("unset");
+  if (obj.Has("over")) {
+    RESHARD_ASSIGN_OR_RETURN(std::string_view over_name, obj.String("over"));
+    auto over = ParseAxisKind(over_name);
+    if (!over.ok()) return over.status().WithContext(path.ToString());
+    axis = SpanningSplitAxis(kind, d, *over);
+  } else {
+    axis = obj.Has("shards")  ? GroupedSplitAxis(kind, d, shards)
+           : obj.Has("ranks") ? PartialSplitAxis(kind, d, ranks)
+                              : SplitAxis(kind, d);
+  }
+  if (!axis.ok()) return axis.status().WithContext(path.ToString());
+  return *axis;
+}
+
 Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
   RESHARD_ASSIGN_OR_RETURN(
       auto obj,
       StrictObject::Make(e, path, "parallel axis", {"kind", "semantics"},
-                         {"dim", "shards", "ranks"}));
+                         {"dim", "shards", "ranks", "over"}));
   RESHARD_ASSIGN_OR_RETURN(std::string_view sem, obj.String("semantics"));
   RESHARD_ASSIGN_OR_RETURN(std::string_view kind_name, obj.String("kind"));
   auto kind = ParseAxisKind(kind_name);
@@ -133,38 +181,18 @@ Result<ParallelAxis> ReadAxis(JsonElement e, const JsonPath& path) {
                                    ": unsupported parallel axis semantics \"" +
                                    std::string(sem) + "\"");
   }
-  if (sem == "split") {
-    if (!obj.Has("dim")) {
-      return Status::InvalidArgument(
-          path.ToString() +
-          ": parallel axis schema fields do not match contract: split axis "
-          "requires \"dim\"");
-    }
-    RESHARD_ASSIGN_OR_RETURN(int64_t d, obj.I64("dim"));
-    if (obj.Has("shards") && obj.Has("ranks")) {
-      return Status::InvalidArgument(
-          path.ToString() +
-          ": parallel axis schema fields do not match contract: a split axis "
-          "carries \"shards\" or \"ranks\", not both");
-    }
-    int64_t shards = 0, ranks = 0;
-    if (obj.Has("shards")) {
-      RESHARD_ASSIGN_OR_RETURN(shards, obj.I64("shards"));
-    }
-    if (obj.Has("ranks")) {
-      RESHARD_ASSIGN_OR_RETURN(ranks, obj.I64("ranks"));
-    }
-    auto axis = obj.Has("shards")  ? GroupedSplitAxis(*kind, d, shards)
-                : obj.Has("ranks") ? PartialSplitAxis(*kind, d, ranks)
-                                   : SplitAxis(*kind, d);
-    if (!axis.ok()) return axis.status().WithContext(path.ToString());
-    return *axis;
-  }
+  if (sem == "split") return ReadSplitAxis(obj, *kind, path);
   if (obj.Has("dim") || obj.Has("shards") || obj.Has("ranks")) {
     return Status::InvalidArgument(
         path.ToString() +
         ": parallel axis schema fields do not match contract: only split "
         "axes carry \"dim\", \"shards\" and \"ranks\"");
+  }
+  if (obj.Has("over")) {
+    return Status::InvalidArgument(
+        path.ToString() +
+        ": parallel axis schema fields do not match contract: only split "
+        "axes carry \"over\"");
   }
   if (sem == "replicated") return ReplicatedAxis(*kind);
   return OwnershipAxis(*kind);

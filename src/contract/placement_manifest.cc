@@ -57,11 +57,17 @@ AxisKey Project(const ParallelRank& r, KindMask mask) {
 // key and rank % group in the replica key: the ranks of one shard are its
 // replicas. Per kind also the ranks that hold a partial split (0 for
 // every other kind): the participants beyond them hold no fragment of the
-// tensor and are no part of its expectation.
+// tensor and are no part of its expectation. Per kind also the size of a
+// spanning split's kind and the kind it spans (0 and -1 for every other
+// kind): its coordinate is rank(spans) * stride + rank(kind), and the
+// spanned kind is in no mask (it is neither owned, replicated nor split
+// on its own).
 struct Projection {
   KindMask owner = 0, replica = 0, split = 0;
   std::array<int64_t, 4> group = {0, 0, 0, 0};
   std::array<int64_t, 4> held = {0, 0, 0, 0};
+  std::array<int64_t, 4> stride = {0, 0, 0, 0};
+  std::array<int64_t, 4> spans = {-1, -1, -1, -1};
 
   AxisKey Owner(const ParallelRank& r) const { return Project(r, owner); }
   AxisKey Replica(const ParallelRank& r) const {
@@ -75,6 +81,9 @@ struct Projection {
     AxisKey k = Project(r, split);
     for (size_t a = 0; a < 4; ++a) {
       if (group[a] > 0) k[a] = r.Get(static_cast<AxisKind>(a)) / group[a];
+      if (stride[a] > 0) {
+        k[a] += r.Get(static_cast<AxisKind>(spans[a])) * stride[a];
+      }
     }
     return k;
   }
@@ -99,6 +108,8 @@ struct Projection {
     for (size_t a = 0; a < 4; ++a) {
       k = k * 1000003u + static_cast<uint64_t>(group[a]);
       k = k * 1000003u + static_cast<uint64_t>(held[a]);
+      k = k * 1000003u + static_cast<uint64_t>(stride[a]);
+      k = k * 1000003u + static_cast<uint64_t>(spans[a] + 1);
     }
     return k;
   }
@@ -179,6 +190,8 @@ class GlobalValidator {
  public:
   explicit GlobalValidator(const ParallelTopology& topo) : topo_(topo) {
     for (AxisKind kind : kAllAxisKinds) packable_ &= topo.size(kind) < 65535;
+    // A spanning split's coordinates reach dp x tp.
+    packable_ &= topo.size(AxisKind::kDp) * topo.size(AxisKind::kTp) < 65535;
   }
 
   Status CheckTensor(const TensorDescriptor& t,
@@ -261,6 +274,22 @@ Result<Projection> GlobalValidator::ProjectionOf(
     }
     pr.held[static_cast<size_t>(axis.kind())] = axis.ranks();
   }
+  for (const auto& axis : t.parallel_axes()) {
+    if (!axis.over().has_value()) continue;
+    const int64_t over_size = topo_.size(*axis.over());
+    if (over_size < 2) {
+      const std::string over(AxisKindName(*axis.over()));
+      return Status::InvalidArgument(
+          "spanning split axis of " + t.tensor_id() + ": " +
+          std::string(AxisKindName(axis.kind())) + " split over " + over +
+          " of size " + std::to_string(over_size) +
+          " spans nothing (use a "
+          "plain split)");
+    }
+    const auto a = static_cast<size_t>(axis.kind());
+    pr.stride[a] = topo_.size(axis.kind());
+    pr.spans[a] = static_cast<int64_t>(*axis.over());
+  }
   return pr;
 }
 
@@ -270,6 +299,10 @@ Status GlobalValidator::CheckUndeclaredAxes(
   KindMask declared = 0;
   for (const auto& axis : t.parallel_axes()) {
     declared |= 1u << static_cast<unsigned>(axis.kind());
+    // A spanning split consumes the axis it spans.
+    if (axis.over().has_value()) {
+      declared |= 1u << static_cast<unsigned>(*axis.over());
+    }
   }
   for (AxisKind kind : kAllAxisKinds) {
     if (declared & (1u << static_cast<unsigned>(kind))) continue;
@@ -326,9 +359,15 @@ Status GlobalValidator::CheckSplitGeometry(
     // A grouped split's ranks of one shard count as one.
     const int64_t group =
         axis.shards() > 0 ? topo_.size(axis.kind()) / axis.shards() : 1;
+    // A spanning split's coordinate counts the ranks it spans.
+    const int64_t stride =
+        axis.over().has_value() ? topo_.size(axis.kind()) : 0;
     iv.clear();
     for (const auto* f : frags) {
-      iv.push_back({f->rank().Get(axis.kind()) / group, f->global_offset()[dim],
+      const int64_t spanned =
+          stride > 0 ? f->rank().Get(*axis.over()) * stride : 0;
+      iv.push_back({spanned + f->rank().Get(axis.kind()) / group,
+                    f->global_offset()[dim],
                     f->global_offset()[dim] + f->local_shape()[dim]});
     }
     std::sort(iv.begin(), iv.end());
@@ -519,13 +558,17 @@ bool GlobalValidator::SplitValuesComplete(const std::vector<AxisKey>& splits,
                                           const Projection& pr,
                                           std::vector<int64_t>* values) const {
   // Per split kind the participants' values must be {0..size-1} (a grouped
-  // split's: {0..shards-1}; a partial split's: {0..ranks-1}).
+  // split's: {0..shards-1}; a partial split's: {0..ranks-1}; a spanning
+  // split's: {0..size * size(spanned)-1}).
   for (AxisKind kind : kAllAxisKinds) {
     const auto a = static_cast<size_t>(kind);
     if (!(pr.split & (1u << a))) continue;
-    const int64_t n = pr.group[a] > 0  ? topo_.size(kind) / pr.group[a]
-                      : pr.held[a] > 0 ? pr.held[a]
-                                       : topo_.size(kind);
+    const int64_t n =
+        pr.group[a] > 0  ? topo_.size(kind) / pr.group[a]
+        : pr.held[a] > 0 ? pr.held[a]
+        : pr.stride[a] > 0
+            ? topo_.size(kind) * topo_.size(static_cast<AxisKind>(pr.spans[a]))
+            : topo_.size(kind);
     values->clear();
     for (const auto& key : splits) values->push_back(key[a]);
     std::sort(values->begin(), values->end());

@@ -98,6 +98,19 @@ Result<ParallelAxis> PartialSplitAxis(AxisKind kind, int64_t dim,
   return axis;
 }
 
+Result<ParallelAxis> SpanningSplitAxis(AxisKind kind, int64_t dim,
+                                       AxisKind over) {
+  RESHARD_ASSIGN_OR_RETURN(ParallelAxis axis, SplitAxis(kind, dim));
+  if (kind != AxisKind::kTp || over != AxisKind::kDp) {
+    return Status::InvalidArgument(
+        "a spanning split axis splits tp over dp, not " +
+        std::string(AxisKindName(kind)) + " over " +
+        std::string(AxisKindName(over)));
+  }
+  axis.over_ = over;
+  return axis;
+}
+
 ParallelAxis ReplicatedAxis(AxisKind kind) {
   return ParallelAxis(AxisSemantics::kReplicated, kind, -1);
 }
@@ -171,6 +184,16 @@ Result<TensorDescriptor> TensorDescriptor::Make(TensorDescriptorSpec s) {
           "not an EP split");
     }
   }
+  for (const ParallelAxis& axis : s.parallel_axes) {
+    if (!axis.over().has_value()) continue;
+    for (const ParallelAxis& other : s.parallel_axes) {
+      if (other.kind() != *axis.over()) continue;
+      const std::string over(AxisKindName(*axis.over()));
+      return fail(std::string(AxisKindName(axis.kind())) + " split over " +
+                  over + " consumes the " + over + " axis, which the tensor " +
+                  "must not declare too");
+    }
+  }
   std::sort(split_dims.begin(), split_dims.end());
   if (split_dims != s.shard_dims) {
     return fail("parallel axis split dimensions conflict with shard_dims");
@@ -226,6 +249,9 @@ std::string AxesText(const std::vector<ParallelAxis>& axes) {
     }
     if (axes[i].ranks() > 0) {
       s += " over its first " + std::to_string(axes[i].ranks()) + " ranks";
+    }
+    if (axes[i].over().has_value()) {
+      s += " over " + std::string(AxisKindName(*axes[i].over()));
     }
   }
   return s + "]";

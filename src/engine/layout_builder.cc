@@ -104,7 +104,21 @@ Status EngineBuilder::Declare(const HfTensor& tensor, const TensorAxes& axes) {
   t.layout_fingerprint = tensor.dtype + ":row-major";
   t.layer_id = tensor.layer;
   t.expert_id = tensor.expert;
-  if (sizes_.dp > 1) t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kDp));
+  if (axes.tp_over_dp) {
+    if (axes.tp_dim < 0 || sizes_.dp < 2) {
+      return Status::Internal("engine preset " + engine_ + " splits " +
+                              tensor.name +
+                              " over DP without a TP dimension "
+                              "or DP above 1");
+    }
+    RESHARD_ASSIGN_OR_RETURN(
+        auto axis,
+        SpanningSplitAxis(AxisKind::kTp, axes.tp_dim, AxisKind::kDp));
+    t.parallel_axes.push_back(axis);
+    t.shard_dims.push_back(axes.tp_dim);
+  } else if (sizes_.dp > 1) {
+    t.parallel_axes.push_back(ReplicatedAxis(AxisKind::kDp));
+  }
   if (sizes_.pp > 1) {
     t.parallel_axes.push_back(axes.pp_owned ? OwnershipAxis(AxisKind::kPp)
                                             : ReplicatedAxis(AxisKind::kPp));
@@ -117,7 +131,7 @@ Status EngineBuilder::Declare(const HfTensor& tensor, const TensorAxes& axes) {
     t.parallel_axes.push_back(axis);
     t.shard_dims.push_back(0);  // before any TP dimension: sorted
   }
-  if (sizes_.tp > 1) {
+  if (sizes_.tp > 1 && !axes.tp_over_dp) {
     if (axes.tp_dim >= 0) {
       auto axis =
           axes.tp_shards > 0

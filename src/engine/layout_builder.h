@@ -34,6 +34,11 @@ struct TensorAxes {
   // (the ranks after them hold no box of the tensor); TP or above: a plain
   // split.
   int64_t tp_ranks = 0;
+  // The TP split spans DP too (a spanning split): rank (d, t) holds part
+  // d * tp + t of dp * tp along tp_dim, and the tensor has no DP replicas
+  // (vLLM's routed experts at DP > 1 without EP). Only with tp_dim >= 0
+  // and DP > 1.
+  bool tp_over_dp = false;
   friend bool operator==(const TensorAxes&, const TensorAxes&) = default;
 };
 

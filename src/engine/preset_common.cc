@@ -219,7 +219,7 @@ Status PresetWriter::StackedRows(
 Status PresetWriter::FusedExperts(const std::string& w13, const std::string& w2,
                                   const std::string& x, int64_t first,
                                   int64_t count, int64_t row0, int64_t il,
-                                  bool tp_split, bool stacked) {
+                                  bool tp_split, bool stacked, bool over_dp) {
   RESHARD_ASSIGN_OR_RETURN(const HfTensor* gate_up, Get(x + "gate_up_proj"));
   RESHARD_ASSIGN_OR_RETURN(const HfTensor* down, Get(x + "down_proj"));
   if (c_.fp8 || c_.fp8_channel) {
@@ -231,8 +231,9 @@ Status PresetWriter::FusedExperts(const std::string& w13, const std::string& w2,
   }
   const int64_t h = gate_up->shape[2], i = gate_up->shape[1] / 2;
   using Ep = TensorAxes::Ep;
-  const TensorAxes rows{tp_split ? 1 : -1, 0, true, Ep::kSplit};
-  const TensorAxes cols{tp_split ? 2 : -1, 0, true, Ep::kSplit};
+  TensorAxes rows{tp_split ? 1 : -1, 0, true, Ep::kSplit};
+  TensorAxes cols{tp_split ? 2 : -1, 0, true, Ep::kSplit};
+  rows.tp_over_dp = cols.tp_over_dp = tp_split && over_dp;
   const bool whole = row0 == 0 && il == i;
   if (count == 0) {  // an EP rank without experts
     RESHARD_RETURN_NOT_OK(b_->Empty(rank_, w13, {0, 2 * il, h}, *gate_up));

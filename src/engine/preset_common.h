@@ -97,12 +97,14 @@ class PresetWriter {
   // expert (gate_up_proj's sections along dim 1, down_proj along dim 2),
   // else each rank holds its experts whole; EP ranks split dim 0. `count`
   // 0 (a rank without experts): both parameters zero-size, no pieces.
+  // `over_dp` (with `tp_split`): the split spans DP too
+  // (TensorAxes::tp_over_dp; row0 and il then count dp x tp parts).
   // Unimplemented for an FP8 model: the fused form carries no block
   // scales, and the engine would hold FP8 experts.
   Status FusedExperts(const std::string& w13, const std::string& w2,
                       const std::string& x, int64_t first, int64_t count,
                       int64_t row0, int64_t il, bool tp_split,
-                      bool stacked = true);
+                      bool stacked = true, bool over_dp = false);
 
  private:
   // InvalidArgument naming `name` as a tensor the engine needs.

@@ -115,7 +115,10 @@ Status VllmHybrid::CheckTp() {
                                    " experts of " + c_.architecture);
   }
   if (n_.ep == 1) {
-    RESHARD_RETURN_NOT_OK(Divisible(e, "TP", n_.tp, "moe_intermediate_size",
+    // Without EP FusedMoE flattens TP across DP: dp x tp ranks split every
+    // expert.
+    RESHARD_RETURN_NOT_OK(Divisible(e, n_.dp > 1 ? "DP x TP" : "TP",
+                                    n_.dp * n_.tp, "moe_intermediate_size",
                                     c_.moe_intermediate));
   }
   if (!SequenceParallelMoe()) {
@@ -153,13 +156,6 @@ Status VllmHybrid::Check() {
     return Status::InvalidArgument("EP " + std::to_string(n_.ep) +
                                    " needs routed experts; " + c_.architecture +
                                    " has none");
-  }
-  if (c_.experts > 0 && n_.ep == 1 && n_.dp > 1) {
-    return Status::InvalidArgument(
-        e + " without expert parallelism splits the experts over DP x TP (" +
-        std::to_string(n_.dp * n_.tp) +
-        " ways), which this preset does not model: use --ep " +
-        std::to_string(n_.tp * n_.dp) + " or --dp 1");
   }
   if (c_.experts > 0 && n_.ep > c_.experts) {
     return Status::InvalidArgument(
@@ -303,21 +299,24 @@ Status VllmHybrid::Moe(const GridRank& r, const std::string& m) {
                             c_.shared_expert_intermediate,
                             SequenceParallelMoe()));
   const std::string to = m + Experts();
-  // Linear expert placement (determine_expert_map) under EP; every expert
-  // TP-split otherwise.
+  // Linear expert placement (determine_expert_map) under EP; otherwise
+  // every expert split over TP flattened across DP: rank (d, t) holds part
+  // d * tp + t of dp * tp.
   const bool ep = n_.ep > 1;
   const int64_t base = c_.experts / n_.ep, rem = c_.experts % n_.ep;
   const int64_t count = ep ? base + (r.e < rem ? 1 : 0) : c_.experts;
   const int64_t first = ep ? r.e * base + std::min(r.e, rem) : 0;
-  const int64_t il = ep ? c_.moe_intermediate : c_.moe_intermediate / n_.tp;
-  const int64_t row0 = ep ? 0 : r.t * il;
+  const bool over_dp = !ep && n_.dp > 1;
+  const int64_t il =
+      ep ? c_.moe_intermediate : c_.moe_intermediate / (n_.dp * n_.tp);
+  const int64_t row0 = ep ? 0 : (r.d * n_.tp + r.t) * il;
   if (c_.fused_experts) {
     return w_.FusedExperts(to + "w13_weight", to + "w2_weight", m + "experts.",
-                           first, count, row0, il, !ep);
+                           first, count, row0, il, !ep, true, over_dp);
   }
-  const TensorAxes gate_up =
-      ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
-  const TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
+  TensorAxes gate_up = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
+  TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
+  gate_up.tp_over_dp = down.tp_over_dp = over_dp;
   std::vector<std::vector<RowSlice>> w13;
   std::vector<std::string> w2;
   for (int64_t x = first; x < first + count; ++x) {

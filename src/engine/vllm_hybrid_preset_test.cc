@@ -411,6 +411,33 @@ TEST(VllmHybridPresetTest, SequenceParallelMoeKeepsTheSharedExpertWhole) {
                           "[0, 4] [16, 4]"));
 }
 
+// Without EP FusedMoE flattens TP across DP: rank (d, t) holds part
+// d * tp + t of every expert's dp * tp parts; the shared expert splits over
+// TP only.
+TEST(VllmHybridPresetTest, ExpertsWithoutEpSplitOverDpTimesTp) {
+  ASSERT_OK_AND_ASSIGN(auto l, MakeEngineLayout(kNext, Grid(2, 1, 1, 2)));
+  EXPECT_THAT(Params(l, "p-d1-p0-e0-t0", "0.mlp.experts."),
+              ElementsAre("0.mlp.experts.routed_experts.w13_weight [2, 4, 16] "
+                          "bfloat16: 0.mlp.experts.0.gate_proj.weight [4, 0] "
+                          "[2, 16], 0.mlp.experts.0.up_proj.weight [4, 0] "
+                          "[2, 16], 0.mlp.experts.1.gate_proj.weight [4, 0] "
+                          "[2, 16], 0.mlp.experts.1.up_proj.weight [4, 0] "
+                          "[2, 16]",
+                          "0.mlp.experts.routed_experts.w2_weight [2, 16, 2] "
+                          "bfloat16: 0.mlp.experts.0.down_proj.weight [0, 4] "
+                          "[16, 2], 0.mlp.experts.1.down_proj.weight [0, 4] "
+                          "[16, 2]"));
+  EXPECT_THAT(Params(l, "p-d1-p0-e0-t0", "0.mlp.shared_expert.down"),
+              ElementsAre("0.mlp.shared_expert.down_proj.weight [16, 4] "
+                          "bfloat16: 0.mlp.shared_expert.down_proj.weight "
+                          "[0, 0] [16, 4]"));
+  const TensorDescriptor* gate =
+      l.placement().FindTensor("model.layers.0.mlp.experts.0.gate_proj.weight");
+  ASSERT_NE(gate, nullptr);
+  ASSERT_EQ(gate->parallel_axes().size(), 1u);
+  EXPECT_EQ(gate->parallel_axes()[0].over(), AxisKind::kDp);
+}
+
 TEST(VllmHybridPresetTest, Refusals) {
   EXPECT_THAT(
       MakeEngineLayout(Replace(kNext, R"("linear_key_head_dim": 4)",
@@ -428,11 +455,10 @@ TEST(VllmHybridPresetTest, Refusals) {
               StatusIs(StatusCode::kInvalidArgument,
                        "EP 2 needs routed experts; Qwen3_5ForCausalLM has "
                        "none"));
-  EXPECT_THAT(MakeEngineLayout(kNext, Grid(1, 1, 1, 2)).status(),
+  EXPECT_THAT(MakeEngineLayout(kNext, Grid(1, 1, 1, 3)).status(),
               StatusIs(StatusCode::kInvalidArgument,
-                       "vllm without expert parallelism splits the experts "
-                       "over DP x TP (2 ways), which this preset does not "
-                       "model: use --ep 2 or --dp 1"));
+                       "vllm refuses DP x TP 3: moe_intermediate_size = 8 is "
+                       "not divisible by 3"));
   EXPECT_THAT(MakeEngineLayout(kNext, Grid(2, 1, 4, 2)).status(),
               StatusIs(StatusCode::kInvalidArgument,
                        "EP 4 leaves ranks without any of the 2 routed "

@@ -115,15 +115,6 @@ Status Vllm::Check() {
   }
   RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
   RESHARD_ASSIGN_OR_RETURN(sp_moe_, VllmSequenceParallelMoe(e, o_));
-  if (c_.experts > 0 && n_.ep == 1 && n_.dp > 1) {
-    return Status::InvalidArgument(
-        e +
-        " without expert parallelism splits the experts over DP x TP "
-        "(" +
-        std::to_string(n_.dp * n_.tp) +
-        " ways), which this preset does not model: use --ep " +
-        std::to_string(n_.tp * n_.dp) + " or --dp 1");
-  }
   if (c_.arch == HfArch::kQwen3Moe && n_.tp > c_.experts) {
     return Status::InvalidArgument(e + " refuses TP " + std::to_string(n_.tp) +
                                    " above the " + std::to_string(c_.experts) +
@@ -146,7 +137,10 @@ Status Vllm::Check() {
   RESHARD_RETURN_NOT_OK(
       Divisible(e, "TP", n_.tp, "intermediate_size", c_.intermediate));
   if (c_.experts > 0 && n_.ep == 1) {
-    RESHARD_RETURN_NOT_OK(Divisible(e, "TP", n_.tp, "moe_intermediate_size",
+    // Without EP FusedMoE flattens TP across DP: dp x tp ranks split every
+    // expert.
+    RESHARD_RETURN_NOT_OK(Divisible(e, n_.dp > 1 ? "DP x TP" : "TP",
+                                    n_.dp * n_.tp, "moe_intermediate_size",
                                     c_.moe_intermediate));
   }
   if (n_.pp > c_.layers) {
@@ -285,9 +279,9 @@ Status Vllm::Mlp(const GridRank& r, const std::string& p, int64_t width,
 Status Vllm::Fp8Experts(const std::string& name, int64_t row0,
                         int64_t il) const {
   const int64_t bn = c_.block_rows, bk = c_.block_cols;
-  // FusedMoE's TP: TP without EP (DP > 1 without EP is refused above),
-  // 1 with EP, where every expert is whole.
-  const int64_t moe_tp = n_.ep > 1 ? 1 : n_.tp;
+  // FusedMoE's TP: DP x TP without EP (it flattens TP across DP), 1 with
+  // EP, where every expert is whole.
+  const int64_t moe_tp = n_.ep > 1 ? 1 : n_.dp * n_.tp;
   const std::string rows =
       "[" + std::to_string(row0) + ", " + std::to_string(row0 + il) + ")";
   const std::string shard =
@@ -322,7 +316,7 @@ Status Vllm::Fp8Experts(const std::string& name, int64_t row0,
                : std::string()));
     }
   }
-  if (il % bn != 0 || (n_.tp > 1 && il % bk != 0)) {
+  if (il % bn != 0 || (moe_tp > 1 && il % bk != 0)) {
     return Status::InvalidArgument(
         release_.name + " refuses block-FP8 experts " + shard +
         " (as vLLM does: validate_fp8_block_shape_moe, no refined block of "
@@ -348,25 +342,28 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
                               c_.shared_experts * c_.moe_intermediate,
                               sp_moe_));
   }
-  // Linear expert placement (determine_expert_map) under EP; every expert
-  // TP-split otherwise.
+  // Linear expert placement (determine_expert_map) under EP; otherwise
+  // every expert split over TP flattened across DP: rank (d, t) holds part
+  // d * tp + t of dp * tp.
   const bool ep = n_.ep > 1;
   const int64_t base = c_.experts / n_.ep, rem = c_.experts % n_.ep;
   const int64_t count = ep ? base + (r.e < rem ? 1 : 0) : c_.experts;
   const int64_t first = ep ? r.e * base + std::min(r.e, rem) : 0;
-  const int64_t il = ep ? c_.moe_intermediate : c_.moe_intermediate / n_.tp;
-  const int64_t row0 = ep ? 0 : r.t * il;
+  const bool over_dp = !ep && n_.dp > 1;
+  const int64_t il =
+      ep ? c_.moe_intermediate : c_.moe_intermediate / (n_.dp * n_.tp);
+  const int64_t row0 = ep ? 0 : (r.d * n_.tp + r.t) * il;
   // vLLM 0.33's FusedMoE keeps its parameters in its routed_experts
   // submodule; the FP8 method registers both weights, then both scales.
   const std::string x =
       m + (release_.routed_experts ? "experts.routed_experts." : "experts.");
   if (c_.fused_experts) {
     return w_.FusedExperts(x + "w13_weight", x + "w2_weight", hm + "experts.",
-                           first, count, row0, il, !ep);
+                           first, count, row0, il, !ep, true, over_dp);
   }
-  const TensorAxes gate_up =
-      ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
-  const TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
+  TensorAxes gate_up = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
+  TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
+  gate_up.tp_over_dp = down.tp_over_dp = over_dp;
   const char* g = mixtral ? "w1" : "gate_proj";
   const char* u = mixtral ? "w3" : "up_proj";
   const char* dn = mixtral ? "w2" : "down_proj";

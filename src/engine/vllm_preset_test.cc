@@ -281,5 +281,64 @@ TEST(VllmPresetTest, Fp8ExpertsVllmRefinesAreRefusedNamingTheRefinement) {
                        "or more divides them)"));
 }
 
+// Without EP FusedMoE flattens TP across DP: rank (d, t) holds rows
+// [(d * tp + t) * il, ...) of every expert, il = I / (dp * tp), declared a
+// TP split spanning DP; the shared experts split over TP only. Block-FP8
+// experts must be whole blocks of the dp * tp shard.
+TEST(VllmPresetTest, ExpertsWithoutEpSplitOverDpTimesTp) {
+  ASSERT_OK_AND_ASSIGN(auto l, MakeEngineLayout(kDeepseekV3, Grid(2, 1, 2)));
+  const EngineParticipant* p = l.FindParticipant("p-d1-p0-e0-t0");
+  ASSERT_NE(p, nullptr);
+  std::vector<std::string> w13;
+  for (const EngineParameter& q : p->parameters) {
+    if (q.name != "model.layers.1.mlp.experts.routed_experts.w13_weight") {
+      continue;
+    }
+    EXPECT_EQ(Text(q.shape), "[4, 4, 16]");
+    for (const auto& piece : q.pieces) {
+      const PlacementFragment* f =
+          l.placement().FindFragment(piece.placement_fragment_id);
+      ASSERT_NE(f, nullptr);
+      w13.push_back(f->tensor_id() + " " + Text(f->global_offset()) + " " +
+                    Text(f->local_shape()));
+    }
+  }
+  ASSERT_EQ(w13.size(), 8u);
+  EXPECT_EQ(w13[0],
+            "model.layers.1.mlp.experts.0.gate_proj.weight [4, 0] [2, 16]");
+  EXPECT_EQ(w13[1],
+            "model.layers.1.mlp.experts.0.up_proj.weight [4, 0] [2, 16]");
+  EXPECT_EQ(SharedExperts(l, "p-d1-p0-e0-t0"),
+            (std::vector<std::string>{
+                "model.layers.1.mlp.shared_experts.gate_up_proj.weight [8, 16] "
+                "2",
+                "model.layers.1.mlp.shared_experts.down_proj.weight [16, 4] "
+                "1"}));
+  const TensorDescriptor* down =
+      l.placement().FindTensor("model.layers.1.mlp.experts.3.down_proj.weight");
+  ASSERT_NE(down, nullptr);
+  ASSERT_EQ(down->parallel_axes().size(), 1u);
+  EXPECT_EQ(down->parallel_axes()[0].over(), AxisKind::kDp);
+  EXPECT_EQ(down->parallel_axes()[0].dim(), 1);
+  // 128 rows over DP 2 x TP 2: 32-row shards of 64-row blocks, as at TP 4.
+  EXPECT_THAT(MakeEngineLayout(Qwen3MoeFp8(128, 64), Grid(2, 1, 2)).status(),
+              StatusIs(StatusCode::kUnimplemented,
+                       ::testing::HasSubstr("holds rows [0, 32) of every "
+                                            "expert's gate_proj and up_proj, "
+                                            "not whole 64-row blocks")));
+  ASSERT_OK_AND_ASSIGN(auto fp8,
+                       MakeEngineLayout(Qwen3MoeFp8(256, 64), Grid(2, 1, 2)));
+  for (const EngineParameter& q : fp8.participants()[3].parameters) {
+    if (q.name ==
+        "model.layers.0.mlp.experts.routed_experts.w13_weight_scale_inv") {
+      EXPECT_EQ(Text(q.shape), "[4, 2, 2]");
+    }
+  }
+  EXPECT_THAT(MakeEngineLayout(kDeepseekV3, Grid(1, 1, 3)).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "vllm refuses DP x TP 3: moe_intermediate_size = 8 is "
+                       "not divisible by 3"));
+}
+
 }  // namespace
 }  // namespace reshard

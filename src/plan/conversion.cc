@@ -283,11 +283,17 @@ Status ConversionPlanBuilder::StageTensors() {
       // Whole on every participant of the weight: each axis that splits
       // the weight replicates its scale.
       s.shard_dims.clear();
+      std::vector<ParallelAxis> spanned;
       for (ParallelAxis& axis : s.parallel_axes) {
-        if (axis.semantics() == AxisSemantics::kSplit) {
-          axis = ReplicatedAxis(axis.kind());
+        if (axis.semantics() != AxisSemantics::kSplit) continue;
+        // A split spanning DP leaves the scale replicated over DP too.
+        if (axis.over().has_value()) {
+          spanned.push_back(ReplicatedAxis(*axis.over()));
         }
+        axis = ReplicatedAxis(axis.kind());
       }
+      s.parallel_axes.insert(s.parallel_axes.end(), spanned.begin(),
+                             spanned.end());
     }
     RESHARD_ASSIGN_OR_RETURN(TensorDescriptor scale_tensor,
                              TensorDescriptor::Make(std::move(s)));

@@ -90,6 +90,44 @@ void RegisterGroupedSplitAxis(py::module_& m) {
       py::arg("kind"), py::arg("dim"), py::arg("ranks"),
       "The first `ranks` ranks of `kind` split the tensor along `dim`; the "
       "ranks after them hold no fragment of it.");
+  m.def(
+      "SpanningSplitAxis",
+      [](py::object kind, py::object dim, py::object over) {
+        return Unwrap(
+            SpanningSplitAxis(KindOf(kind, "SpanningSplitAxis.kind"),
+                              ToI64(dim, "SpanningSplitAxis.dim"),
+                              KindOf(over, "SpanningSplitAxis.over")));
+      },
+      py::arg("kind"), py::arg("dim"), py::arg("over"),
+      "Ranks of `kind` and `over` together split the tensor along `dim`: "
+      "rank (o, k) holds part o * size(kind) + k (only tp over dp); the "
+      "tensor declares no `over` axis.");
+}
+
+// The Python constructor call that makes `a`.
+std::string AxisRepr(const ParallelAxis& a) {
+  const std::string kind(AxisKindName(a.kind()));
+  switch (a.semantics()) {
+    case AxisSemantics::kSplit:
+      if (a.shards() > 0) {
+        return "GroupedSplitAxis('" + kind + "', " + std::to_string(a.dim()) +
+               ", " + std::to_string(a.shards()) + ")";
+      }
+      if (a.ranks() > 0) {
+        return "PartialSplitAxis('" + kind + "', " + std::to_string(a.dim()) +
+               ", " + std::to_string(a.ranks()) + ")";
+      }
+      if (a.over().has_value()) {
+        return "SpanningSplitAxis('" + kind + "', " + std::to_string(a.dim()) +
+               ", '" + std::string(AxisKindName(*a.over())) + "')";
+      }
+      return "SplitAxis('" + kind + "', " + std::to_string(a.dim()) + ")";
+    case AxisSemantics::kReplicated:
+      return "ReplicatedAxis('" + kind + "')";
+    case AxisSemantics::kOwnership:
+      break;
+  }
+  return "OwnershipAxis('" + kind + "')";
 }
 
 void RegisterAxes(py::module_& m) {
@@ -121,36 +159,22 @@ void RegisterAxes(py::module_& m) {
                                if (a.ranks() == 0) return py::none();
                                return py::int_(a.ranks());
                              })
+      .def_property_readonly(
+          "over",
+          [](const ParallelAxis& a) -> py::object {
+            if (!a.over().has_value()) return py::none();
+            return py::str(std::string(AxisKindName(*a.over())));
+          })
       .def("__eq__",
            [](const ParallelAxis& a, const ParallelAxis& b) { return a == b; })
       .def("__hash__",
            [](const ParallelAxis& a) {
-             return py::hash(py::make_tuple(static_cast<int>(a.semantics()),
-                                            static_cast<int>(a.kind()), a.dim(),
-                                            a.shards(), a.ranks()));
+             return py::hash(py::make_tuple(
+                 static_cast<int>(a.semantics()), static_cast<int>(a.kind()),
+                 a.dim(), a.shards(), a.ranks(),
+                 a.over().has_value() ? static_cast<int>(*a.over()) : -1));
            })
-      .def("__repr__", [](const ParallelAxis& a) {
-        const std::string kind(AxisKindName(a.kind()));
-        switch (a.semantics()) {
-          case AxisSemantics::kSplit:
-            if (a.shards() > 0) {
-              return "GroupedSplitAxis('" + kind + "', " +
-                     std::to_string(a.dim()) + ", " +
-                     std::to_string(a.shards()) + ")";
-            }
-            if (a.ranks() > 0) {
-              return "PartialSplitAxis('" + kind + "', " +
-                     std::to_string(a.dim()) + ", " +
-                     std::to_string(a.ranks()) + ")";
-            }
-            return "SplitAxis('" + kind + "', " + std::to_string(a.dim()) + ")";
-          case AxisSemantics::kReplicated:
-            return "ReplicatedAxis('" + kind + "')";
-          case AxisSemantics::kOwnership:
-            break;
-        }
-        return "OwnershipAxis('" + kind + "')";
-      });
+      .def("__repr__", &AxisRepr);
   m.def(
       "SplitAxis",
       [](py::object kind, py::object dim) {

@@ -271,7 +271,8 @@ struct Candidate {
 using BindingsByParticipant =
     std::map<std::string_view, const WeightRuntimeBindingManifest*>;
 
-// Rule 64: the store holds one replica of replicated weights only.
+// Rule 64: the store holds one replica of replicated weights only (one
+// DP replica holds all of every tensor: none DP-owned or split over DP).
 Status RejectDpOwnedTensors(const WeightPlacementManifest& source) {
   for (const auto& t : source.tensors()) {
     for (const auto& axis : t.parallel_axes()) {
@@ -280,6 +281,13 @@ Status RejectDpOwnedTensors(const WeightPlacementManifest& source) {
         return Status::InvalidArgument(
             "Weight Store upload requires replicated DP source tensors; "
             "DP-owned tensor snapshots are not supported: " +
+            t.tensor_id());
+      }
+      // One DP replica holds only its part of a split spanning DP.
+      if (axis.over() == AxisKind::kDp) {
+        return Status::InvalidArgument(
+            "Weight Store upload requires replicated DP source tensors; "
+            "tensors split over DP are not supported: " +
             t.tensor_id());
       }
     }

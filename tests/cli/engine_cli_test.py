@@ -506,10 +506,9 @@ def load_refusals():
         ("qwen3_moe", "vllm", (2, 1, 2, 2),
          "%s: vllm expert parallelism spans TP x DP: --ep must be 1 or 4, "
          "not 2"),
-        ("qwen3_moe", "vllm", (1, 1, 1, 2),
-         "%s: vllm without expert parallelism splits the experts over DP x "
-         "TP (2 ways), which this preset does not model: use --ep 2 or "
-         "--dp 1"),
+        ("qwen3_moe", "vllm", (1, 1, 1, 3),
+         "%s: vllm refuses DP x TP 3: moe_intermediate_size = 16 is not "
+         "divisible by 3"),
         ("deepseek_v3", "megatron", (1, 1, 1, 1),
          "%s: megatron holds unquantized weights, but the model is "
          "block-FP8: lay it out with --dtype bfloat16 (and load with "

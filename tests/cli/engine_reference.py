@@ -118,9 +118,11 @@ def _pp_indices(L, p, pp):
     return range(sum(parts[:p]), sum(parts[:p + 1]))
 
 
-def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True, sp=False):
+def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True, sp=False, d=0, dp=1):
     out, blk = {}, m.block
-    moe_tp, moe_r = (1, 0) if ep > 1 else (tp, t)  # [vllm] FusedMoE
+    # [vllm] FusedMoE: without EP it flattens TP across DP (tp_size dp*tp,
+    # rank d*tp + t).
+    moe_tp, moe_r = (1, 0) if ep > 1 else (dp * tp, d * tp + t)
 
     def whole(name):  # replicated: norms, routers, correction bias
         out[name] = A[name]
@@ -258,8 +260,6 @@ VLLM_RELEASES = {"vllm": (True, True), "vllm@0.33": (True, True),
 
 def _vllm_check(m, tp, pp, ep, dp):
     _refuse(ep not in (1, tp * dp), "vLLM: ep must be 1 or tp*dp")
-    _refuse(m.E and ep == 1 and dp > 1,
-            "vLLM without EP splits experts dp*tp ways: not supported")
     _refuse(m.E and ep > m.E, "vLLM: an EP rank without experts")
     _refuse(m.arch == "Qwen3MoeForCausalLM" and tp > m.E,
             "Qwen3-MoE refuses tp > num_experts")
@@ -395,15 +395,18 @@ def layout(A, cfg, engine, tp=1, pp=1, ep=1, dp=1, vocab_multiple=None):
         # [vllm] use_sequence_parallel_moe under the default all2all
         # backend: EP, tp > 1 and dp > 1.
         sp = ep > 1 and tp > 1 and dp > 1
-        build = lambda p, t, e: _vllm_rank(  # noqa: E731
-            A, m, p, t, e, tp, pp, ep, VLLM_RELEASES[engine][0], sp)
+        build = lambda p, t, e, d: _vllm_rank(  # noqa: E731
+            A, m, p, t, e, tp, pp, ep, VLLM_RELEASES[engine][0], sp, d, dp)
+        # Without EP the DP replicas hold different parts of the experts.
+        by_d = bool(m.E) and ep == 1 and dp > 1
     elif engine == "megatron":
         _megatron_check(m, tp, pp, ep, dp)
         mult = tp * (vocab_multiple or 128)
         Vp = -(-m.V // mult) * mult  # [mcore §3] vocab_size_with_padding
         coord = lambda d, t: (d * tp + t) % ep  # noqa: E731
-        build = lambda p, t, e: _megatron_rank(  # noqa: E731
+        build = lambda p, t, e, d: _megatron_rank(  # noqa: E731
             A, m, p, t, e, tp, pp, ep, Vp)
+        by_d = False
     else:
         raise ValueError("unknown engine " + repr(engine))
     _div(m.H, tp, "attention heads over tp")  # both engines
@@ -412,9 +415,10 @@ def layout(A, cfg, engine, tp=1, pp=1, ep=1, dp=1, vocab_multiple=None):
         for p in range(pp):
             for t in range(tp):
                 e = coord(d, t)
-                if (p, e, t) not in held:
-                    held[p, e, t] = build(p, t, e)
-                out["p-d%d-p%d-e%d-t%d" % (d, p, e, t)] = held[p, e, t]
+                key = (p, e, t, d if by_d else 0)
+                if key not in held:
+                    held[key] = build(p, t, e, d)
+                out["p-d%d-p%d-e%d-t%d" % (d, p, e, t)] = held[key]
     return out
 
 
@@ -575,6 +579,9 @@ CASES = {
         ("mixtral", dict(tp=2, ep=2, pp=2)), ("deepseek_v3", {}),
         ("deepseek_v3", dict(tp=2, pp=2)), ("deepseek_v3", dict(pp=3)),
         ("deepseek_v3", dict(tp=2, dp=2, ep=4)),
+        # Without EP FusedMoE flattens TP across DP: rank d*tp + t of dp*tp.
+        ("qwen3_moe", dict(tp=2, dp=2)), ("qwen3_moe", dict(dp=2, pp=2)),
+        ("mixtral", dict(tp=2, dp=2)), ("deepseek_v3_bf16", dict(dp=4)),
     ],
     "vllm@<0.33": [("qwen3_moe", dict(tp=2)), ("deepseek_v3", dict(tp=2))],
     "sglang": [("mixtral", dict(tp=2, ep=2))],
@@ -599,7 +606,7 @@ REFUSED = [
     ("vllm", "deepseek_v3", dict(tp=4), "q_b_proj partition of 12 rows"),
     ("vllm", "deepseek_v3_moe12", {}, "MoE I_local 12"),
     ("vllm", "llama", dict(tp=2, ep=3), "ep must be 1 or tp*dp"),
-    ("vllm", "qwen3_moe", dict(dp=2), "splits experts"),
+    ("vllm", "qwen3_moe", dict(dp=3), "not divisible by 3"),
     ("vllm", "qwen3_moe", dict(tp=8), "num_experts"),
     ("vllm", "qwen3_moe", dict(dp=8, ep=8), "without experts"),
     ("megatron", "llama", dict(tp=4, vocab_multiple=1), "query groups"),

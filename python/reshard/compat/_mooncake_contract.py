@@ -598,6 +598,12 @@ def _axis_from_native(native):
             f"over its first {native.ranks} ranks) is a reshard extension "
             "the prototype contract cannot express; use reshard's own API "
             "for this placement")
+    if getattr(native, "over", None) is not None:
+        raise ValueError(
+            f"spanning split axis ({native.kind} split on dim {native.dim} "
+            f"over {native.over}) is a reshard extension the prototype "
+            "contract cannot express; use reshard's own API for this "
+            "placement")
     cls = _AXIS_BY_SEMANTICS[native.semantics]
     fields = {"kind": native.kind}
     if cls is SplitAxis:
