@@ -280,6 +280,22 @@ Status PresetWriter::Vocab(const std::string& name, const std::string& hf,
   return b_->End();
 }
 
+int64_t VllmEpRank(const ParallelSizes& n, int64_t d, int64_t t) {
+  return n.ep > 1 ? d * n.tp + t : 0;
+}
+
+std::pair<int64_t, int64_t> VllmStageLayers(int64_t layers, int64_t pp,
+                                            int64_t p) {
+  std::vector<int64_t> parts(static_cast<size_t>(pp), layers / pp);
+  const int64_t rem = layers % pp;
+  for (int64_t i = 2; i < rem + 2; ++i) {
+    ++parts[static_cast<size_t>(pp - i)];
+  }
+  int64_t lo = 0;
+  for (int64_t i = 0; i < p; ++i) lo += parts[static_cast<size_t>(i)];
+  return {lo, lo + parts[static_cast<size_t>(p)]};
+}
+
 Result<int64_t> VocabChunk(std::string_view engine, const std::string& tensor,
                            int64_t vocab, int64_t multiple, int64_t tp,
                            const std::string& how, PaddingRanks padding_ranks) {

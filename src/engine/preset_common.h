@@ -8,6 +8,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/layout_builder.h"
@@ -128,6 +129,16 @@ class PresetWriter {
 // VocabParallelEmbedding holds them (PresetWriter::Vocab), the Megatron
 // preset refuses them.
 enum class PaddingRanks { kRefuse, kHold };
+
+// vLLM's EP rank of the rank (dp rank d, tp rank t): d * tp + t under
+// expert parallelism, 0 without.
+int64_t VllmEpRank(const ParallelSizes& n, int64_t d, int64_t t);
+
+// [lo, hi): the decoder layers vLLM's stage p of pp holds
+// (get_pp_indices: even stages, the remainder to the stages before the
+// last).
+std::pair<int64_t, int64_t> VllmStageLayers(int64_t layers, int64_t pp,
+                                            int64_t p);
 
 // Rows per vocabulary-parallel rank of a table of `vocab` rows padded to a
 // multiple of `multiple` (`how`: why that multiple), TP `tp`;

@@ -20,11 +20,6 @@ namespace {
 
 using Ep = TensorAxes::Ep;
 
-// The rank d * tp + t is EP rank d * tp + t under expert parallelism.
-int64_t HybridEp(const ParallelSizes& n, int64_t d, int64_t t) {
-  return n.ep > 1 ? d * n.tp + t : 0;
-}
-
 class VllmHybrid {
  public:
   VllmHybrid(const HfConfig& c, const CanonTensors& canon,
@@ -33,7 +28,7 @@ class VllmHybrid {
         o_(o),
         release_(release),
         n_(o.sizes),
-        ranks_(GridRanks(n_, &HybridEp)),
+        ranks_(GridRanks(n_, &VllmEpRank)),
         b_(release.name, release.spec, n_, ranks_),
         w_(release.name, c, canon, &b_) {}
 
@@ -193,14 +188,7 @@ Status VllmHybrid::Check() {
 }
 
 std::pair<int64_t, int64_t> VllmHybrid::Stage(int64_t p) const {
-  std::vector<int64_t> parts(static_cast<size_t>(n_.pp), c_.layers / n_.pp);
-  const int64_t rem = c_.layers % n_.pp;
-  for (int64_t i = 2; i < rem + 2; ++i) {
-    ++parts[static_cast<size_t>(n_.pp - i)];
-  }
-  int64_t lo = 0;
-  for (int64_t i = 0; i < p; ++i) lo += parts[static_cast<size_t>(i)];
-  return {lo, lo + parts[static_cast<size_t>(p)]};
+  return VllmStageLayers(c_.layers, n_.pp, p);
 }
 
 Status VllmHybrid::LinearAttention(const GridRank& r, const std::string& a) {
