@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "engine/padding.h"
+#include "engine/maps_json.h"
 #include "reshard/engine.h"
 #include "util/canonical_json.h"
 #include "util/dims_text.h"
@@ -29,21 +29,7 @@ constexpr size_t kMaxDeclaredParameters = 1 << 22;
 std::string PiecesId(const EngineParameter& q) {
   std::string out;
   internal::CanonicalJsonWriter w(&out);
-  w.BeginArray();
-  for (const ParameterPiece& piece : q.pieces) {
-    w.BeginObject();
-    if (!piece.fill.empty()) w.KeyString("fill", internal::HexOf(piece.fill));
-    w.Key("fragment");
-    if (piece.padding()) {
-      w.Null();
-    } else {
-      w.String(piece.placement_fragment_id);
-    }
-    w.KeyUInt("nbytes", piece.nbytes);
-    w.KeyUInt("offset", piece.offset);
-    w.EndObject();
-  }
-  w.EndArray();
+  internal::WritePiecesJson(q.pieces, &w);
   return internal::Sha256Id(out);
 }
 

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/maps_json.h"
 #include "engine/padding.h"
 #include "reshard/engine.h"
 #include "util/canonical_json.h"
@@ -324,6 +325,25 @@ Status ZeroParameterPadding(const EngineLayout& layout,
   return Status::OK();
 }
 
+void internal::WritePiecesJson(const std::vector<ParameterPiece>& pieces,
+                               internal::CanonicalJsonWriter* w) {
+  w->BeginArray();
+  for (const ParameterPiece& piece : pieces) {
+    w->BeginObject();
+    if (!piece.fill.empty()) w->KeyString("fill", internal::HexOf(piece.fill));
+    w->Key("fragment");
+    if (piece.padding()) {
+      w->Null();
+    } else {
+      w->String(piece.placement_fragment_id);
+    }
+    w->KeyUInt("nbytes", piece.nbytes);
+    w->KeyUInt("offset", piece.offset);
+    w->EndObject();
+  }
+  w->EndArray();
+}
+
 namespace {
 
 // The canonical JSON of the maps, with the placement id or without it
@@ -346,22 +366,7 @@ std::string ParameterMapsJson(const EngineLayout& layout,
       w.KeyString("dtype", q.dtype);
       w.KeyString("name", q.name);
       w.Key("pieces");
-      w.BeginArray();
-      for (const ParameterPiece& piece : q.pieces) {
-        w.BeginObject();
-        if (!piece.fill.empty())
-          w.KeyString("fill", internal::HexOf(piece.fill));
-        w.Key("fragment");
-        if (piece.padding()) {
-          w.Null();
-        } else {
-          w.String(piece.placement_fragment_id);
-        }
-        w.KeyUInt("nbytes", piece.nbytes);
-        w.KeyUInt("offset", piece.offset);
-        w.EndObject();
-      }
-      w.EndArray();
+      internal::WritePiecesJson(q.pieces, &w);
       w.Key("shape");
       w.IntArray(q.shape);
       w.EndObject();
