@@ -395,16 +395,24 @@ Result<ReplicaSelection> SelectSourceReplicas(
 using Box = std::tuple<std::string, Dims, Dims>;
 using BoxCopies = std::map<Box, std::vector<Candidate>>;
 
-// The stored fragments: the boxes of the lowest eligible replica; their
-// possible writers: every eligible copy of each box.
+// The stored fragments: each tensor's boxes in the lowest eligible
+// replica that holds it (every tensor's in the lowest replica when each
+// DP replica is a whole copy; where expert parallelism spans DP, as
+// engines lay it out, an expert's tensors live in one DP replica only);
+// their possible writers: every eligible copy of each box.
 BoxCopies GroupStoredBoxes(const ReplicaSelection& sel) {
   BoxCopies boxes;
   auto box_of = [](const Candidate& c) {
     return Box{c.fragment->tensor_id(), c.fragment->global_offset(),
                c.fragment->local_shape()};
   };
-  for (const Candidate& c : sel.replicas.at(sel.eligible.front())) {
-    boxes[box_of(c)];
+  std::map<std::string_view, int64_t> holder;  // tensor -> its DP replica
+  for (int64_t dp : sel.eligible) {
+    for (const Candidate& c : sel.replicas.at(dp)) {
+      if (holder.emplace(c.fragment->tensor_id(), dp).first->second == dp) {
+        boxes[box_of(c)];
+      }
+    }
   }
   for (int64_t dp : sel.eligible) {
     for (const Candidate& c : sel.replicas.at(dp)) {
@@ -710,18 +718,21 @@ namespace {
 
 constexpr std::string_view kImportWriter = "import";
 
-// The fragments of the lowest DP replica, by box, and the participant
-// holding each.
+// Each tensor's fragments in the lowest DP replica holding it (as
+// GroupStoredBoxes chooses), by box, and the participant holding each.
 BoxCopies ImportBoxes(const WeightPlacementManifest& source,
                       std::map<std::string_view, std::string_view>* owner) {
-  int64_t dp = INT64_MAX;
+  std::map<std::string_view, int64_t> holder;  // tensor -> lowest DP rank
   for (const auto& part : source.parts()) {
-    if (!part.fragments().empty()) dp = std::min(dp, part.rank().dp);
+    for (const auto& f : part.fragments()) {
+      auto [it, added] = holder.emplace(f.tensor_id(), part.rank().dp);
+      if (!added) it->second = std::min(it->second, part.rank().dp);
+    }
   }
   BoxCopies boxes;
   for (const auto& part : source.parts()) {
-    if (part.rank().dp != dp) continue;
     for (const auto& f : part.fragments()) {
+      if (holder.at(f.tensor_id()) != part.rank().dp) continue;
       auto& copies =
           boxes[Box{f.tensor_id(), f.global_offset(), f.local_shape()}];
       if (!copies.empty()) continue;  // a replica over another axis

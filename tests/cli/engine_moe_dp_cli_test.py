@@ -222,4 +222,22 @@ def reshard_into_and_out_of_the_grid():
                  "model.layers.1.mlp.experts.0.down_proj.weight")
 
 
+@SUITE.test
+def a_store_takes_experts_from_the_dp_replica_that_holds_them():
+    # Megatron EP 4 over TP 2 x DP 2: each expert's tensors live in one DP
+    # replica only, so the upload stores each tensor from the lowest DP
+    # replica holding it; the load equals the local reshard and the
+    # reference.
+    frm = ("megatron", (2, 1, 4, 2, 8))
+    to = ("vllm", (2, 1, 1, 1))
+    src = load("qwen3_moe", *frm)
+    want = read_dir(load("qwen3_moe", *to))
+    for k, via in enumerate(("local", "fs://" + path("store-ep-over-dp"))):
+        out = path("reshard-ep-over-dp-%d" % k)
+        expect_ok(reshard("qwen3_moe", src, frm, to, out, via),
+                  "engine reshard %s -> %s via %s" % (frm, to, via))
+        same_params(read_dir(out), want, "qwen3_moe %s -> %s via %s" %
+                    (frm, to, via))
+
+
 sys.exit(SUITE.run("reshard-moedp-", lambda t: TMP.update(dir=t)))
