@@ -472,6 +472,15 @@ TEST(EnginePresetTest, EngineSpecsNameTheReleaseRange) {
       {"vllm@0.x",
        "engine vllm@0.x: a release is NAME@X.Y[.Z] or "
        "NAME@<X.Y[.Z] (decimal numbers)"},
+      {"vllm@-1",
+       "engine vllm@-1: a release is NAME@X.Y[.Z] or "
+       "NAME@<X.Y[.Z] (decimal numbers)"},
+      {"vllm@<+0.33",
+       "engine vllm@<+0.33: a release is NAME@X.Y[.Z] or "
+       "NAME@<X.Y[.Z] (decimal numbers)"},
+      {"vllm@0.33.0.1",
+       "engine vllm@0.33.0.1: a release is NAME@X.Y[.Z] or "
+       "NAME@<X.Y[.Z] (decimal numbers)"},
       {"megatron@0.12",
        "engine megatron@0.12: the megatron preset has one layout for every "
        "release; name it without a release"},

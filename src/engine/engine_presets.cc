@@ -45,14 +45,18 @@ const std::vector<Preset>& Presets() {
   return kPresets;
 }
 
-// "0.33", "0.33.1": dot-separated decimal numbers; nullopt otherwise.
+// "0.33", "0.33.1": one to three dot-separated decimal numbers (digits
+// only, at most nine each); nullopt otherwise.
 std::optional<Version> ParseVersion(std::string_view s) {
   Version v;
   while (true) {
     const size_t dot = s.find('.');
     const std::string_view part = s.substr(0, dot);
     int64_t n = 0;
-    if (part.empty() || part.size() > 9) return std::nullopt;
+    if (part.empty() || part.size() > 9 || v.size() == 3 ||
+        part.find_first_not_of("0123456789") != std::string_view::npos) {
+      return std::nullopt;
+    }
     auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), n);
     if (ec != std::errc() || end != part.data() + part.size()) {
       return std::nullopt;
