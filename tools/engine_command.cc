@@ -192,8 +192,10 @@ Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
   // a 16-bit checkpoint's exactly when they load it: so does the load,
   // without --convert. Any other dtype difference needs it.
   if (!a.convert) {
+    RESHARD_ASSIGN_OR_RETURN(const internal::HfConfig hf,
+                             internal::ParseHfConfig(config));
     if (const TensorDescriptor* t =
-            internal::FirstConversionBeyondWidening(ckpt, *layout)) {
+            internal::FirstConversionBeyondWidening(ckpt, *layout, hf.arch)) {
       return Status::InvalidArgument(
           "tensor " + t->tensor_id() + " is " +
           ckpt.FindTensor(t->tensor_id())->dtype + " in the checkpoint but " +

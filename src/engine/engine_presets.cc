@@ -138,7 +138,12 @@ Result<EngineRelease> ResolveEngine(std::string_view spec) {
                            " is newer than the newest the preset describes");
 }
 
-bool HoldsFloat32(const EngineRelease& release, std::string_view tensor_id) {
+bool HoldsFloat32(const EngineRelease& release, HfArch arch,
+                  std::string_view tensor_id) {
+  if (release.name == "vllm" && arch == HfArch::kGlm4Moe &&
+      tensor_id.ends_with(".mlp.gate.weight")) {
+    return true;
+  }
   if (release.f32_router_bias &&
       tensor_id.ends_with(".gate.e_score_correction_bias")) {
     return true;
@@ -148,12 +153,12 @@ bool HoldsFloat32(const EngineRelease& release, std::string_view tensor_id) {
 }
 
 const TensorDescriptor* FirstConversionBeyondWidening(
-    const HfCheckpoint& checkpoint, const EngineLayout& layout) {
+    const HfCheckpoint& checkpoint, const EngineLayout& layout, HfArch arch) {
   const Result<EngineRelease> release = ResolveEngine(layout.engine());
   for (const TensorDescriptor& t : layout.placement().tensors()) {
     const CheckpointTensor* c = checkpoint.FindTensor(t.tensor_id());
     if (c == nullptr || c->dtype == t.dtype()) continue;
-    if (release.ok() && HoldsFloat32(*release, t.tensor_id()) &&
+    if (release.ok() && HoldsFloat32(*release, arch, t.tensor_id()) &&
         t.dtype() == "float32" &&
         (c->dtype == "bfloat16" || c->dtype == "float16")) {
       continue;
@@ -274,8 +279,8 @@ Result<EngineLayout> MakeEngineLayout(std::string_view config_json,
   }
   RESHARD_ASSIGN_OR_RETURN(
       auto canon, internal::CanonTensors::Make(&c, checkpoint, options));
-  canon.SetFloat32([&release](std::string_view name) {
-    return internal::HoldsFloat32(release, name);
+  canon.SetFloat32([&release, &c](std::string_view name) {
+    return internal::HoldsFloat32(release, c.arch, name);
   });
   if (release.name == "megatron") {
     return internal::MegatronLayout(c, canon, options, release);

@@ -97,10 +97,18 @@ TEST(HoldsFloat32Test, RouterBiasesAndALogPerRelease) {
       {"megatron", true, false},     {"hf", false, false}};
   for (const auto& [spec, holds_bias, holds_a_log] : cases) {
     ASSERT_OK_AND_ASSIGN(EngineRelease release, ResolveEngine(spec));
-    EXPECT_EQ(HoldsFloat32(release, bias), holds_bias) << spec;
-    EXPECT_EQ(HoldsFloat32(release, a_log), holds_a_log) << spec;
+    EXPECT_EQ(HoldsFloat32(release, HfArch::kDeepseekV3, bias), holds_bias)
+        << spec;
+    EXPECT_EQ(HoldsFloat32(release, HfArch::kQwen3Next, a_log), holds_a_log)
+        << spec;
+    // vLLM's GLM-4.5 router weight; DeepSeek's follows the model.
+    EXPECT_EQ(HoldsFloat32(release, HfArch::kGlm4Moe,
+                           "model.layers.1.mlp.gate.weight"),
+              std::string(spec).starts_with("vllm"))
+        << spec;
     for (const std::string& other : others) {
-      EXPECT_FALSE(HoldsFloat32(release, other)) << spec << " " << other;
+      EXPECT_FALSE(HoldsFloat32(release, HfArch::kDeepseekV3, other))
+          << spec << " " << other;
     }
   }
 }

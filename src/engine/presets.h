@@ -53,8 +53,11 @@ std::vector<std::string> EngineSpecs();
 // without --convert (FirstConversionBeyondWidening). Router biases
 // (DeepSeek's mlp.gate.e_score_correction_bias, which Megatron holds as
 // mlp.router.expert_bias) where `f32_router_bias`; the gated DeltaNet's
-// linear_attn.A_log in every vllm and sglang release (Qwen3-Next, Qwen3.5).
-bool HoldsFloat32(const EngineRelease& release, std::string_view tensor_id);
+// linear_attn.A_log in every vllm and sglang release (Qwen3-Next, Qwen3.5);
+// GLM-4.5's router weight (mlp.gate.weight, which vLLM's Glm4MoE builds
+// with params_dtype float32) in every vllm release, for `arch` kGlm4Moe.
+bool HoldsFloat32(const EngineRelease& release, HfArch arch,
+                  std::string_view tensor_id);
 
 Result<EngineLayout> VllmLayout(const HfConfig& config,
                                 const CanonTensors& canon,
@@ -74,11 +77,11 @@ Result<EngineLayout> VllmHybridLayout(const HfConfig& config,
 // The first tensor of `layout` (in placement order) whose dtype differs
 // from the checkpoint's, other than one the engine widens exactly
 // (bfloat16 or float16 in the checkpoint, float32 in the layout, and
-// HoldsFloat32 for the release `layout.engine()` names); nullptr when
-// there is none. A load with none converts without --convert, as the
-// engine itself widens those tensors when it loads.
+// HoldsFloat32 for the release `layout.engine()` names and architecture
+// `arch`); nullptr when there is none. A load with none converts without
+// --convert, as the engine itself widens those tensors when it loads.
 const TensorDescriptor* FirstConversionBeyondWidening(
-    const HfCheckpoint& checkpoint, const EngineLayout& layout);
+    const HfCheckpoint& checkpoint, const EngineLayout& layout, HfArch arch);
 
 }  // namespace reshard::internal
 

@@ -1,6 +1,6 @@
 // The vLLM preset (docs/engines.md): what each vLLM rank holds after
 // load_weights, for Llama (and Mistral), Qwen2, Qwen3, Qwen3-MoE, Mixtral
-// and DeepSeek-V2/V3, block-FP8 included.
+// DeepSeek-V2/V3 and GLM-4.5, block-FP8 included.
 
 #include <cstring>
 #include <numeric>
@@ -433,7 +433,8 @@ Result<EngineLayout> VllmLayout(const HfConfig& config,
   RESHARD_RETURN_NOT_OK(CheckArchitecture(
       config, options,
       {HfArch::kLlama, HfArch::kQwen2, HfArch::kQwen3, HfArch::kQwen3Moe,
-       HfArch::kMixtral, HfArch::kDeepseekV2, HfArch::kDeepseekV3}));
+       HfArch::kMixtral, HfArch::kDeepseekV2, HfArch::kDeepseekV3,
+       HfArch::kGlm4Moe}));
   return Vllm(config, canon, options, release).Run();
 }
 

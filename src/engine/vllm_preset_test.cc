@@ -340,5 +340,93 @@ TEST(VllmPresetTest, ExpertsWithoutEpSplitOverDpTimesTp) {
                        "not divisible by 3"));
 }
 
+constexpr const char* kGlm4Moe = R"({
+  "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+  "hidden_size": 16, "vocab_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+  "intermediate_size": 32, "moe_intermediate_size": 8,
+  "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+  "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+  "attention_bias": true, "use_qk_norm": true,
+  "num_nextn_predict_layers": 0, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16"})";
+
+// "name [shape] dtype pieces" of every parameter of `participant`, in
+// engine order.
+std::vector<std::string> Parameters(const EngineLayout& l,
+                                    const std::string& participant) {
+  std::vector<std::string> out;
+  for (const EngineParameter& q : l.FindParticipant(participant)->parameters) {
+    out.push_back(q.name + " " + Text(q.shape) + " " + q.dtype + " " +
+                  std::to_string(q.pieces.size()));
+  }
+  return out;
+}
+
+// GLM-4.5 as vLLM 0.33's Glm4MoeForCausalLM holds it at TP 2: qkv_proj
+// with its bias, q/k norms after the attention's linear layers, a dense
+// first layer, then the router (weight and correction bias float32
+// whatever the model dtype), shared experts TP-split and the routed
+// experts under routed_experts; named_parameters() order. With EP 2 each
+// rank holds two whole experts; vllm@<0.33 names them without
+// routed_experts.
+TEST(VllmPresetTest, Glm4MoeNamesShapesDtypesAndOrder) {
+  ASSERT_OK_AND_ASSIGN(auto l, MakeEngineLayout(kGlm4Moe, Grid(2, 1, 1)));
+  EXPECT_EQ(l.participants().size(), 2u);
+  const std::vector<std::string> want = {
+      "model.embed_tokens.weight [32, 16] bfloat16 1",
+      "model.layers.0.self_attn.qkv_proj.weight [32, 16] bfloat16 3",
+      "model.layers.0.self_attn.qkv_proj.bias [32] bfloat16 3",
+      "model.layers.0.self_attn.o_proj.weight [16, 16] bfloat16 1",
+      "model.layers.0.self_attn.q_norm.weight [8] bfloat16 1",
+      "model.layers.0.self_attn.k_norm.weight [8] bfloat16 1",
+      "model.layers.0.mlp.gate_up_proj.weight [32, 16] bfloat16 2",
+      "model.layers.0.mlp.down_proj.weight [16, 16] bfloat16 1",
+      "model.layers.0.input_layernorm.weight [16] bfloat16 1",
+      "model.layers.0.post_attention_layernorm.weight [16] bfloat16 1",
+      "model.layers.1.self_attn.qkv_proj.weight [32, 16] bfloat16 3",
+      "model.layers.1.self_attn.qkv_proj.bias [32] bfloat16 3",
+      "model.layers.1.self_attn.o_proj.weight [16, 16] bfloat16 1",
+      "model.layers.1.self_attn.q_norm.weight [8] bfloat16 1",
+      "model.layers.1.self_attn.k_norm.weight [8] bfloat16 1",
+      "model.layers.1.mlp.gate.weight [4, 16] float32 1",
+      "model.layers.1.mlp.gate.e_score_correction_bias [4] float32 1",
+      "model.layers.1.mlp.shared_experts.gate_up_proj.weight [8, 16] "
+      "bfloat16 2",
+      "model.layers.1.mlp.shared_experts.down_proj.weight [16, 4] bfloat16 1",
+      "model.layers.1.mlp.experts.routed_experts.w13_weight [4, 8, 16] "
+      "bfloat16 8",
+      "model.layers.1.mlp.experts.routed_experts.w2_weight [4, 16, 4] "
+      "bfloat16 4",
+      "model.layers.1.input_layernorm.weight [16] bfloat16 1",
+      "model.layers.1.post_attention_layernorm.weight [16] bfloat16 1",
+      "model.norm.weight [16] bfloat16 1",
+      "lm_head.weight [32, 16] bfloat16 1"};
+  EXPECT_EQ(Parameters(l, "p-d0-p0-e0-t1"), want);
+  ASSERT_OK_AND_ASSIGN(auto ep, MakeEngineLayout(kGlm4Moe, Grid(2, 2, 1)));
+  ASSERT_OK_AND_ASSIGN(
+      auto old,
+      MakeEngineLayout(kGlm4Moe, Grid(2, 2, 1, Spm::kAuto, "vllm@<0.33")));
+  std::vector<std::string> experts, old_experts;
+  for (const std::string& q : Parameters(ep, "p-d0-p0-e1-t1")) {
+    if (q.find("experts.") != std::string::npos) experts.push_back(q);
+  }
+  for (const std::string& q : Parameters(old, "p-d0-p0-e1-t1")) {
+    if (q.find("experts.") != std::string::npos) old_experts.push_back(q);
+  }
+  EXPECT_EQ(experts,
+            (std::vector<std::string>{
+                "model.layers.1.mlp.shared_experts.gate_up_proj.weight "
+                "[8, 16] bfloat16 2",
+                "model.layers.1.mlp.shared_experts.down_proj.weight [16, 4] "
+                "bfloat16 1",
+                "model.layers.1.mlp.experts.routed_experts.w13_weight "
+                "[2, 16, 16] bfloat16 4",
+                "model.layers.1.mlp.experts.routed_experts.w2_weight "
+                "[2, 16, 8] bfloat16 2"}));
+  EXPECT_EQ(old_experts[2],
+            "model.layers.1.mlp.experts.w13_weight [2, 16, 16] bfloat16 4");
+}
+
 }  // namespace
 }  // namespace reshard

@@ -29,8 +29,12 @@ DEEPSEEK_V3_BF16 = {k: v for k, v in hfc.CONFIGS["deepseek_v3"].items()
                     if k != "quantization_config"}
 
 ARCHS = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-         "Qwen3MoeForCausalLM", "MixtralForCausalLM", "DeepseekV3ForCausalLM")
+         "Qwen3MoeForCausalLM", "MixtralForCausalLM", "DeepseekV3ForCausalLM",
+         "Glm4MoeForCausalLM")
 LLAMA_LIKE = ARCHS[:3]
+# [vllm] glm4_moe.py (vLLM 0.33): Glm4MoE's GateLinear with params_dtype
+# float32, so the router weight is float32 whatever the model dtype.
+GLM = "Glm4MoeForCausalLM"
 
 
 def _refuse(cond, why):
@@ -63,13 +67,17 @@ class _Model:
         self.H = cfg["num_attention_heads"]
         self.K = cfg.get("num_key_value_heads") or self.H
         self.mla = self.arch == "DeepseekV3ForCausalLM"
+        # DeepSeek-V3 and GLM-4.5: first_k_dense_replace dense layers, then
+        # MoE with shared experts; MTP layers past num_hidden_layers.
+        self.deepseek_moe = self.mla or self.arch == GLM
         self.E = (cfg.get("num_experts") or cfg.get("num_local_experts")
                   or cfg.get("n_routed_experts") or 0)
         self.tied = bool(cfg.get("tie_word_embeddings", False))
         q = cfg.get("quantization_config") or {}
         self.block = (q.get("weight_block_size")
                       if q.get("quant_method") == "fp8" else None)
-        self.mtp = cfg.get("num_nextn_predict_layers", 0) if self.mla else 0
+        self.mtp = (cfg.get("num_nextn_predict_layers", 0)
+                    if self.deepseek_moe else 0)
 
     def moe_layer(self, i):
         """[vllm] per-architecture table; [mcore §6] which layers are MoE."""
@@ -79,7 +87,7 @@ class _Model:
         if self.arch == "Qwen3MoeForCausalLM":
             return not (i in c.get("mlp_only_layers", [])
                         or (i + 1) % c.get("decoder_sparse_step", 1))
-        if self.mla:
+        if self.deepseek_moe:
             return (i >= c["first_k_dense_replace"]
                     and i % c.get("moe_layer_freq", 1) == 0)
         return False
@@ -224,7 +232,7 @@ def _vllm_rank(A, m, p, t, e, tp, pp, ep, routed=True, sp=False, d=0, dp=1):
             whole(hf + "gate.weight")
             if hf + "gate.e_score_correction_bias" in A:
                 whole(hf + "gate.e_score_correction_bias")
-            if m.mla:
+            if m.deepseek_moe:
                 mlp(hf + "shared_experts.", sp)
             if ep > 1:  # [vllm] determine_expert_map, "linear"
                 base, rem = divmod(m.E, ep)
@@ -461,14 +469,16 @@ def _widen(dt, b):
 def expected(tensors, cfg, engine, tp=1, pp=1, ep=1, dp=1,
              vocab_multiple=None):
     """{participant_id: {param_name: (st_dtype, shape_list, bytes)}}.
-    Router biases are float32 where the engine keeps them so: a 16-bit
-    checkpoint's are widened exactly. vLLM's KV-cache scales (constants of
+    Router biases are float32 where the engine keeps them so, and vLLM's
+    GLM-4.5 router weight: a 16-bit checkpoint's are widened exactly. vLLM's KV-cache scales (constants of
     no checkpoint tensor) are added here, after `layout`, whose arrays
     trace checkpoint bytes."""
     f32_bias = engine == "megatron" or VLLM_RELEASES.get(engine, (0, 0))[1]
+    f32_gate = engine.startswith("vllm") and cfg["architectures"][0] == GLM
     tensors = dict(tensors)
     for n, (dt, shape, b) in list(tensors.items()):
-        if f32_bias and n.endswith(".gate.e_score_correction_bias") and \
+        if ((f32_bias and n.endswith(".gate.e_score_correction_bias")) or
+                (f32_gate and n.endswith(".mlp.gate.weight"))) and \
                 dt in ("BF16", "F16"):
             tensors[n] = ("F32", shape, _widen(dt, b))
     A = {n: (dt, np.frombuffer(b, np.uint8).reshape(
