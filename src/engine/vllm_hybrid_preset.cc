@@ -14,23 +14,18 @@
 
 #include "engine/preset_common.h"
 #include "engine/presets.h"
+#include "engine/vllm_common.h"
 
 namespace reshard::internal {
 namespace {
 
 using Ep = TensorAxes::Ep;
 
-class VllmHybrid {
+class VllmHybrid : private VllmPresetBase {
  public:
   VllmHybrid(const HfConfig& c, const CanonTensors& canon,
              const EngineLayoutOptions& o, const EngineRelease& release)
-      : c_(c),
-        o_(o),
-        release_(release),
-        n_(o.sizes),
-        ranks_(GridRanks(n_, &VllmEpRank)),
-        b_(release.name, release.spec, n_, ranks_),
-        w_(release.name, c, canon, &b_) {}
+      : VllmPresetBase(c, canon, o, release) {}
 
   Result<EngineLayout> Run();
 
@@ -45,47 +40,15 @@ class VllmHybrid {
   Status Mlp(const GridRank& r, const std::string& p, int64_t width,
              bool whole);
   Status Moe(const GridRank& r, const std::string& m);
-  // [lo, hi): the layers of stage p (get_pp_indices).
-  std::pair<int64_t, int64_t> Stage(int64_t p) const;
   bool Next() const { return c_.arch == HfArch::kQwen3Next; }
   // vLLM builds the shared expert whole on every rank under
   // sequence-parallel MoE (VllmSequenceParallelMoe, set by Check).
   bool SequenceParallelMoe() const { return sp_moe_; }
-  // Where FusedMoE keeps its weights: "experts.routed_experts." since vLLM
-  // 0.33, "experts." before.
-  std::string Experts() const {
-    return release_.routed_experts ? "experts.routed_experts." : "experts.";
-  }
-  TensorAxes Split(int64_t dim, bool pp_owned = true) const {
-    return {dim, 0, pp_owned, Ep::kCoupled};
-  }
-  TensorAxes Replicated() const { return {-1, 0, true, Ep::kCoupled}; }
-  const HfTensor* T(const std::string& name) const { return w_.Find(name); }
-
-  const HfConfig& c_;
-  const EngineLayoutOptions& o_;
-  const EngineRelease& release_;
-  const ParallelSizes n_;
-  std::vector<GridRank> ranks_;
-  EngineBuilder b_;
-  PresetWriter w_;
-  int64_t vocab_chunk_ = 0;
-  bool sp_moe_ = false;
 };
 
 Status VllmHybrid::CheckTp() {
   const std::string& e = release_.name;
-  RESHARD_RETURN_NOT_OK(
-      Divisible(e, "TP", n_.tp, "num_attention_heads", c_.heads));
-  if (c_.kv_heads >= n_.tp) {
-    RESHARD_RETURN_NOT_OK(
-        Divisible(e, "TP", n_.tp, "num_key_value_heads", c_.kv_heads));
-  } else if (n_.tp % c_.kv_heads != 0) {
-    return Status::InvalidArgument(
-        e + " refuses TP " + std::to_string(n_.tp) +
-        ": it is neither a divisor nor a multiple of num_key_value_heads (" +
-        std::to_string(c_.kv_heads) + ")");
-  }
+  RESHARD_RETURN_NOT_OK(CheckAttentionHeads());
   // The DeltaNet: vLLM splits its key and value dimensions (conv1d's
   // sections, in_proj_qkvz) and its value heads (A_log, dt_bias), not its
   // key heads: at TP 4 with 2 key heads each rank holds half of one, a
@@ -185,10 +148,6 @@ Status VllmHybrid::Check() {
       VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64, n_.tp,
                  " (a multiple of 64)", PaddingRanks::kHold));
   return Status::OK();
-}
-
-std::pair<int64_t, int64_t> VllmHybrid::Stage(int64_t p) const {
-  return VllmStageLayers(c_.layers, n_.pp, p);
 }
 
 Status VllmHybrid::LinearAttention(const GridRank& r, const std::string& a) {

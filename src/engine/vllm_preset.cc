@@ -7,6 +7,7 @@
 
 #include "engine/preset_common.h"
 #include "engine/presets.h"
+#include "engine/vllm_common.h"
 #include "util/float_convert.h"
 
 namespace reshard::internal {
@@ -38,17 +39,11 @@ Result<std::string> MinusOne(const std::string& dtype) {
   return out;
 }
 
-class Vllm {
+class Vllm : private VllmPresetBase {
  public:
   Vllm(const HfConfig& c, const CanonTensors& canon,
        const EngineLayoutOptions& o, const EngineRelease& release)
-      : c_(c),
-        o_(o),
-        release_(release),
-        n_(o.sizes),
-        ranks_(GridRanks(n_, &VllmEpRank)),
-        b_(release.name, release.spec, n_, ranks_),
-        w_(release.name, c, canon, &b_) {}
+      : VllmPresetBase(c, canon, o, release) {}
 
   Status Check();
   Result<EngineLayout> Run();
@@ -70,30 +65,10 @@ class Vllm {
   // checkpoint's blocks (OK), refines the blocks (refine_fp8_moe_block_shape;
   // refused here, not modelled) or refuses them (validate_fp8_block_shape_moe).
   Status Fp8Experts(const std::string& name, int64_t row0, int64_t il) const;
-  // [lo, hi): the layers of stage p (get_pp_indices).
-  std::pair<int64_t, int64_t> Stage(int64_t p) const;
   // Qwen3-MoE and Mixtral keep embedding, norm and head on every stage.
   bool EveryStage() const {
     return c_.arch == HfArch::kQwen3Moe || c_.arch == HfArch::kMixtral;
   }
-  TensorAxes Split(int64_t dim, bool pp_owned = true) const {
-    return {dim, 0, pp_owned, Ep::kCoupled};
-  }
-  TensorAxes Replicated(bool pp_owned = true) const {
-    return {-1, 0, pp_owned, Ep::kCoupled};
-  }
-  const HfTensor* T(const std::string& name) const { return w_.Find(name); }
-
-  const HfConfig& c_;
-  const EngineLayoutOptions& o_;
-  const EngineRelease& release_;
-  const ParallelSizes n_;
-  std::vector<GridRank> ranks_;
-  EngineBuilder b_;
-  PresetWriter w_;
-  int64_t vocab_chunk_ = 0;
-  // Sequence-parallel MoE: shared experts whole (VllmSequenceParallelMoe).
-  bool sp_moe_ = false;
 };
 
 Status Vllm::Check() {
@@ -115,19 +90,11 @@ Status Vllm::Check() {
                                    " above the " + std::to_string(c_.experts) +
                                    " experts of Qwen3-MoE");
   }
-  RESHARD_RETURN_NOT_OK(
-      Divisible(e, "TP", n_.tp, "num_attention_heads", c_.heads));
-  if (!UsesMla(c_.arch)) {
-    if (c_.kv_heads >= n_.tp) {
-      RESHARD_RETURN_NOT_OK(
-          Divisible(e, "TP", n_.tp, "num_key_value_heads", c_.kv_heads));
-    } else if (n_.tp % c_.kv_heads != 0) {
-      return Status::InvalidArgument(e + " refuses TP " +
-                                     std::to_string(n_.tp) +
-                                     ": it is neither a divisor nor a multiple "
-                                     "of num_key_value_heads (" +
-                                     std::to_string(c_.kv_heads) + ")");
-    }
+  if (UsesMla(c_.arch)) {
+    RESHARD_RETURN_NOT_OK(
+        Divisible(e, "TP", n_.tp, "num_attention_heads", c_.heads));
+  } else {
+    RESHARD_RETURN_NOT_OK(CheckAttentionHeads());
   }
   RESHARD_RETURN_NOT_OK(
       Divisible(e, "TP", n_.tp, "intermediate_size", c_.intermediate));
@@ -148,10 +115,6 @@ Status Vllm::Check() {
       VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64, n_.tp,
                  " (a multiple of 64)", PaddingRanks::kHold));
   return Status::OK();
-}
-
-std::pair<int64_t, int64_t> Vllm::Stage(int64_t p) const {
-  return VllmStageLayers(c_.layers, n_.pp, p);
 }
 
 Status Vllm::Attention(const GridRank& r, const std::string& p) {
@@ -343,8 +306,7 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
   const int64_t row0 = ep ? 0 : (r.d * n_.tp + r.t) * il;
   // vLLM 0.33's FusedMoE keeps its parameters in its routed_experts
   // submodule; the FP8 method registers both weights, then both scales.
-  const std::string x =
-      m + (release_.routed_experts ? "experts.routed_experts." : "experts.");
+  const std::string x = m + Experts();
   if (c_.fused_experts) {
     return w_.FusedExperts(x + "w13_weight", x + "w2_weight", hm + "experts.",
                            first, count, row0, il, !ep, true, over_dp);
