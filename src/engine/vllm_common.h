@@ -8,6 +8,7 @@
 #define RESHARD_ENGINE_VLLM_COMMON_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,27 @@ class VllmPresetBase {
     }
     return Status::OK();
   }
+
+  // Which routed experts FusedMoE gives a rank, and which rows of each:
+  // linear placement under EP (determine_expert_map: E // ep each, the
+  // first E % ep ranks one more, none past E), whole; without EP every
+  // expert, split over TP flattened across DP (part d * tp + t of dp * tp).
+  struct ExpertShare {
+    bool ep = false;
+    int64_t first = 0, count = 0;  // the rank's experts
+    int64_t row0 = 0, il = 0;      // rows of each expert's intermediate dim
+    bool over_dp = false;          // split over DP x TP
+  };
+  ExpertShare ExpertsOf(const GridRank& r) const;
+  // FusedMoE's w13_weight and w2_weight (then both scales, as vLLM's FP8
+  // method registers them) under `to`, from the checkpoint's experts under
+  // `hf` ("<hf><x>.<gate>.weight", ... per expert, or transformers 5's fused
+  // gate_up_proj / down_proj). A rank without experts holds them [0, ...].
+  // `fp8_check` runs first when the experts are block-FP8.
+  Status RoutedExperts(
+      const ExpertShare& s, const std::string& to, const std::string& hf,
+      const char* gate, const char* up, const char* down,
+      const std::function<Status(const std::string& w13)>& fp8_check);
 
   const HfConfig& c_;
   const EngineLayoutOptions& o_;

@@ -19,7 +19,6 @@
 namespace reshard::internal {
 namespace {
 
-using Ep = TensorAxes::Ep;
 
 class VllmHybrid : private VllmPresetBase {
  public:
@@ -114,11 +113,6 @@ Status VllmHybrid::Check() {
     return Status::InvalidArgument("EP " + std::to_string(n_.ep) +
                                    " needs routed experts; " + c_.architecture +
                                    " has none");
-  }
-  if (c_.experts > 0 && n_.ep > c_.experts) {
-    return Status::InvalidArgument(
-        "EP " + std::to_string(n_.ep) + " leaves ranks without any of the " +
-        std::to_string(c_.experts) + " routed experts of " + c_.architecture);
   }
   RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
   RESHARD_ASSIGN_OR_RETURN(sp_moe_, VllmSequenceParallelMoe(e, o_));
@@ -245,35 +239,10 @@ Status VllmHybrid::Moe(const GridRank& r, const std::string& m) {
   RESHARD_RETURN_NOT_OK(Mlp(r, m + "shared_expert.",
                             c_.shared_expert_intermediate,
                             SequenceParallelMoe()));
-  const std::string to = m + Experts();
-  // Linear expert placement (determine_expert_map) under EP; otherwise
-  // every expert split over TP flattened across DP: rank (d, t) holds part
-  // d * tp + t of dp * tp.
-  const bool ep = n_.ep > 1;
-  const int64_t base = c_.experts / n_.ep, rem = c_.experts % n_.ep;
-  const int64_t count = ep ? base + (r.e < rem ? 1 : 0) : c_.experts;
-  const int64_t first = ep ? r.e * base + std::min(r.e, rem) : 0;
-  const bool over_dp = !ep && n_.dp > 1;
-  const int64_t il =
-      ep ? c_.moe_intermediate : c_.moe_intermediate / (n_.dp * n_.tp);
-  const int64_t row0 = ep ? 0 : (r.d * n_.tp + r.t) * il;
-  if (c_.fused_experts) {
-    return w_.FusedExperts(to + "w13_weight", to + "w2_weight", m + "experts.",
-                           first, count, row0, il, !ep, true, over_dp);
-  }
-  TensorAxes gate_up = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
-  TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
-  gate_up.tp_over_dp = down.tp_over_dp = over_dp;
-  std::vector<std::vector<RowSlice>> w13;
-  std::vector<std::string> w2;
-  for (int64_t x = first; x < first + count; ++x) {
-    const std::string e = m + "experts." + std::to_string(x) + ".";
-    w13.push_back({{T(e + "gate_proj.weight"), gate_up, row0, il},
-                   {T(e + "up_proj.weight"), gate_up, row0, il}});
-    w2.push_back(e + "down_proj.weight");
-  }
-  RESHARD_RETURN_NOT_OK(w_.StackedRows(to + "w13_weight", count, w13));
-  return w_.StackedCols(to + "w2_weight", w2, down, row0, il);
+  // FP8 models are refused by Check: the experts hold no scales.
+  return RoutedExperts(ExpertsOf(r), m + Experts(), m + "experts.", "gate_proj",
+                       "up_proj", "down_proj",
+                       [](const std::string&) { return Status::OK(); });
 }
 
 Status VllmHybrid::Rank(const GridRank& r) {

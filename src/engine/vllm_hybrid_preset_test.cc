@@ -459,10 +459,29 @@ TEST(VllmHybridPresetTest, Refusals) {
               StatusIs(StatusCode::kInvalidArgument,
                        "vllm refuses DP x TP 3: moe_intermediate_size = 8 is "
                        "not divisible by 3"));
-  EXPECT_THAT(MakeEngineLayout(kNext, Grid(2, 1, 4, 2)).status(),
-              StatusIs(StatusCode::kInvalidArgument,
-                       "EP 4 leaves ranks without any of the 2 routed "
-                       "experts of Qwen3NextForCausalLM"));
+  // EP above the expert count: vLLM gives the ranks without experts
+  // zero-size FusedMoE parameters, and so does the preset.
+  {
+    ASSERT_OK_AND_ASSIGN(auto l, MakeEngineLayout(kNext, Grid(2, 1, 4, 2)));
+    for (const char* id : {"p-d0-p0-e0-t0", "p-d1-p0-e3-t1"}) {
+      const bool none = std::string(id) == "p-d1-p0-e3-t1";
+      const EngineParticipant* p = l.FindParticipant(id);
+      ASSERT_NE(p, nullptr) << id;
+      int found = 0;
+      for (const EngineParameter& q : p->parameters) {
+        if (q.name == "model.layers.1.mlp.experts.routed_experts.w13_weight") {
+          EXPECT_EQ(q.shape, (Dims{none ? 0 : 1, 16, 16})) << id;
+          EXPECT_EQ(q.pieces.empty(), none) << id;
+          ++found;
+        }
+        if (q.name == "model.layers.1.mlp.experts.routed_experts.w2_weight") {
+          EXPECT_EQ(q.shape, (Dims{none ? 0 : 1, 16, 8})) << id;
+          ++found;
+        }
+      }
+      EXPECT_EQ(found, 2) << id;
+    }
+  }
   EXPECT_THAT(
       MakeEngineLayout(Replace(kNext, R"("tie_word_embeddings": false)",
                                R"("tie_word_embeddings": true)"),

@@ -13,7 +13,6 @@
 namespace reshard::internal {
 namespace {
 
-using Ep = TensorAxes::Ep;
 
 // The bytes of -1.0 in float dtype `dtype` (memory order): what vLLM's
 // KV-cache scale parameters hold until a checkpoint's scales replace them.
@@ -293,54 +292,13 @@ Status Vllm::Moe(const GridRank& r, const std::string& p) {
                               c_.shared_experts * c_.moe_intermediate,
                               sp_moe_));
   }
-  // Linear expert placement (determine_expert_map) under EP; otherwise
-  // every expert split over TP flattened across DP: rank (d, t) holds part
-  // d * tp + t of dp * tp.
-  const bool ep = n_.ep > 1;
-  const int64_t base = c_.experts / n_.ep, rem = c_.experts % n_.ep;
-  const int64_t count = ep ? base + (r.e < rem ? 1 : 0) : c_.experts;
-  const int64_t first = ep ? r.e * base + std::min(r.e, rem) : 0;
-  const bool over_dp = !ep && n_.dp > 1;
-  const int64_t il =
-      ep ? c_.moe_intermediate : c_.moe_intermediate / (n_.dp * n_.tp);
-  const int64_t row0 = ep ? 0 : (r.d * n_.tp + r.t) * il;
   // vLLM 0.33's FusedMoE keeps its parameters in its routed_experts
-  // submodule; the FP8 method registers both weights, then both scales.
-  const std::string x = m + Experts();
-  if (c_.fused_experts) {
-    return w_.FusedExperts(x + "w13_weight", x + "w2_weight", hm + "experts.",
-                           first, count, row0, il, !ep, true, over_dp);
-  }
-  TensorAxes gate_up = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(0);
-  TensorAxes down = ep ? TensorAxes{-1, 0, true, Ep::kOwned} : Split(1);
-  gate_up.tp_over_dp = down.tp_over_dp = over_dp;
-  const char* g = mixtral ? "w1" : "gate_proj";
-  const char* u = mixtral ? "w3" : "up_proj";
-  const char* dn = mixtral ? "w2" : "down_proj";
-  std::vector<std::vector<RowSlice>> w13;
-  std::vector<std::string> w2;
-  // EP above the expert count leaves the last ranks without experts:
-  // vLLM gives them w13_weight [0, 2I, h] (and w2, scales) with no bytes;
-  // expert 0 then stands for the per-expert shape only.
-  const bool none = count == 0;
-  for (int64_t x = none ? 0 : first; x < (none ? 1 : first + count); ++x) {
-    const std::string e = m + "experts." + std::to_string(x) + ".";
-    w13.push_back({{T(e + g + ".weight"), gate_up, row0, il},
-                   {T(e + u + ".weight"), gate_up, row0, il}});
-    w2.push_back(e + dn + ".weight");
-  }
-  if (w13[0][0].w != nullptr &&
-      w_.canon().ScaleOf(w13[0][0].w->name) != nullptr) {
-    RESHARD_RETURN_NOT_OK(Fp8Experts(x + "w13_weight", row0, il));
-  }
-  RESHARD_RETURN_NOT_OK(
-      w_.StackedRows(x + "w13_weight", count, w13, PresetWriter::kWeight));
-  RESHARD_RETURN_NOT_OK(w_.StackedCols(x + "w2_weight", w2, down, row0, il,
-                                       PresetWriter::kWeight, none));
-  RESHARD_RETURN_NOT_OK(
-      w_.StackedRows(x + "w13_weight", count, w13, PresetWriter::kScale));
-  return w_.StackedCols(x + "w2_weight", w2, down, row0, il,
-                        PresetWriter::kScale, none);
+  // submodule.
+  const ExpertShare s = ExpertsOf(r);
+  return RoutedExperts(
+      s, m + Experts(), hm + "experts.", mixtral ? "w1" : "gate_proj",
+      mixtral ? "w3" : "up_proj", mixtral ? "w2" : "down_proj",
+      [&](const std::string& w13) { return Fp8Experts(w13, s.row0, s.il); });
 }
 
 Status Vllm::Rank(const GridRank& r) {

@@ -232,8 +232,14 @@ def vllm_ranks(cfg, ck, tp, pp=1, ep=1, dp=1):
                                                    u[r0:r0 + il]]))
                         w2.append(dn[:, r0:r0 + il])
                 x = m + "experts.routed_experts."
-                emit(x + "w13_weight", np.stack(w13), dtype)
-                emit(x + "w2_weight", np.stack(w2), dtype)
+                if w13:
+                    w13, w2 = np.stack(w13), np.stack(w2)
+                else:  # EP above the expert count: [0, ...]
+                    g, dtype = a(m + "experts.0.gate_proj.weight")
+                    w13 = np.zeros((0, 2 * il, g.shape[1]), g.dtype)
+                    w2 = np.zeros((0, g.shape[1], il), g.dtype)
+                emit(x + "w13_weight", w13, dtype)
+                emit(x + "w2_weight", w2, dtype)
             whole(q + "input_layernorm.weight")
             whole(q + "post_attention_layernorm.weight")
         last = p == pp - 1
@@ -255,14 +261,17 @@ def vllm_ranks(cfg, ck, tp, pp=1, ep=1, dp=1):
 
 
 def read_in_order(file):
-    """[(name, dtype, shape, bytes)] of a parameter file, by data offset."""
+    """[(name, dtype, shape, bytes)] of a parameter file, by data offset
+    (a zero-size parameter before the one that starts where it does; json
+    keeps the header's order among equals)."""
     with open(file, "rb") as f:
         raw = f.read()
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + n])
     header.pop("__metadata__", None)
     base = 8 + n
-    items = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    items = sorted(header.items(),
+                   key=lambda kv: tuple(kv[1]["data_offsets"]))
     return [(k, v["dtype"], v["shape"],
              raw[base + v["data_offsets"][0]:base + v["data_offsets"][1]])
             for k, v in items]
@@ -303,6 +312,13 @@ def qwen3_next_tp2_pp2_and_ep():
 def qwen3_next_sequence_parallel_moe():
     # EP 4 over TP 2 x DP 2: the shared expert whole on every rank.
     load_and_check("next", "next-sp", 2, ep=4, dp=2)
+
+
+@SUITE.test
+def qwen3_next_ep_above_the_expert_count():
+    # 4 experts at EP 8 (TP 2 x DP 4): ranks e4-e7 hold zero-size
+    # w13_weight [0, 2I, h] and w2_weight [0, h, I], as vLLM allocates them.
+    load_and_check("next", "next-ep8", 2, ep=8, dp=4)
 
 
 @SUITE.test
