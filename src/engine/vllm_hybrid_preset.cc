@@ -19,7 +19,6 @@
 namespace reshard::internal {
 namespace {
 
-
 class VllmHybrid : private VllmPresetBase {
  public:
   VllmHybrid(const HfConfig& c, const CanonTensors& canon,

@@ -13,7 +13,6 @@
 namespace reshard::internal {
 namespace {
 
-
 // The bytes of -1.0 in float dtype `dtype` (memory order): what vLLM's
 // KV-cache scale parameters hold until a checkpoint's scales replace them.
 Result<std::string> MinusOne(const std::string& dtype) {
