@@ -6,6 +6,40 @@
 
 namespace reshard::internal {
 
+Status VllmPresetBase::CheckExpertGrid() {
+  const std::string& e = release_.name;
+  if (n_.ep != 1 && n_.ep != n_.tp * n_.dp) {
+    return Status::InvalidArgument(
+        e + " expert parallelism spans TP x DP: --ep must be 1 or " +
+        std::to_string(n_.tp * n_.dp) + ", not " + std::to_string(n_.ep));
+  }
+  if (n_.ep > 1 && c_.experts == 0) {
+    return Status::InvalidArgument("EP " + std::to_string(n_.ep) +
+                                   " needs routed experts; " + c_.architecture +
+                                   " has none");
+  }
+  RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
+  RESHARD_ASSIGN_OR_RETURN(sp_moe_, VllmSequenceParallelMoe(e, o_));
+  return Status::OK();
+}
+
+Status VllmPresetBase::CheckStages() const {
+  if (n_.pp > c_.layers) {
+    return Status::InvalidArgument("PP " + std::to_string(n_.pp) +
+                                   " exceeds the " + std::to_string(c_.layers) +
+                                   " layers of " + c_.architecture);
+  }
+  return Status::OK();
+}
+
+Status VllmPresetBase::SetVocabChunk() {
+  RESHARD_ASSIGN_OR_RETURN(
+      vocab_chunk_,
+      VocabChunk(release_.name, "model.embed_tokens.weight", c_.vocab, 64,
+                 n_.tp, " (a multiple of 64)", PaddingRanks::kHold));
+  return Status::OK();
+}
+
 VllmPresetBase::ExpertShare VllmPresetBase::ExpertsOf(const GridRank& r) const {
   ExpertShare s;
   s.ep = n_.ep > 1;

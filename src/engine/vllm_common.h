@@ -64,6 +64,16 @@ class VllmPresetBase {
     return Status::OK();
   }
 
+  // The expert grid vLLM accepts (EP 1 or tp x dp, routed experts under
+  // EP, fused experts at EP 1 or EP = TP) and its sequence-parallel MoE
+  // rule (sets sp_moe_).
+  Status CheckExpertGrid();
+  // PP must not exceed the layers.
+  Status CheckStages() const;
+  // Rows per rank of the vocabulary padded to a multiple of 64 (sets
+  // vocab_chunk_; ranks holding only padding allowed, as vLLM does).
+  Status SetVocabChunk();
+
   // Which routed experts FusedMoE gives a rank, and which rows of each:
   // linear placement under EP (determine_expert_map: E // ep each, the
   // first E % ep ranks one more, none past E), whole; without EP every

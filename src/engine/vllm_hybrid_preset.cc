@@ -103,18 +103,7 @@ Status VllmHybrid::Check() {
     return Status::Unimplemented("engine preset " + e +
                                  " does not lay out FP8 " + c_.architecture);
   }
-  if (n_.ep != 1 && n_.ep != n_.tp * n_.dp) {
-    return Status::InvalidArgument(
-        e + " expert parallelism spans TP x DP: --ep must be 1 or " +
-        std::to_string(n_.tp * n_.dp) + ", not " + std::to_string(n_.ep));
-  }
-  if (n_.ep > 1 && c_.experts == 0) {
-    return Status::InvalidArgument("EP " + std::to_string(n_.ep) +
-                                   " needs routed experts; " + c_.architecture +
-                                   " has none");
-  }
-  RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
-  RESHARD_ASSIGN_OR_RETURN(sp_moe_, VllmSequenceParallelMoe(e, o_));
+  RESHARD_RETURN_NOT_OK(CheckExpertGrid());
   if (c_.experts > 0 && c_.shared_expert_intermediate == 0) {
     return Status::InvalidArgument(
         e + " builds every sparse block of " + c_.architecture +
@@ -122,11 +111,7 @@ Status VllmHybrid::Check() {
         "shared_expert_intermediate_size must be positive");
   }
   RESHARD_RETURN_NOT_OK(CheckTp());
-  if (n_.pp > c_.layers) {
-    return Status::InvalidArgument("PP " + std::to_string(n_.pp) +
-                                   " exceeds the " + std::to_string(c_.layers) +
-                                   " layers of " + c_.architecture);
-  }
+  RESHARD_RETURN_NOT_OK(CheckStages());
   // vLLM's Qwen3-Next never ties its head: a tied config loads only from
   // a checkpoint that stores lm_head.weight.
   if (Next() && T("lm_head.weight") == nullptr) {
@@ -136,10 +121,7 @@ Status VllmHybrid::Check() {
         " (tie_word_embeddings is not followed): the checkpoint must store "
         "lm_head.weight");
   }
-  RESHARD_ASSIGN_OR_RETURN(
-      vocab_chunk_,
-      VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64, n_.tp,
-                 " (a multiple of 64)", PaddingRanks::kHold));
+  RESHARD_RETURN_NOT_OK(SetVocabChunk());
   return Status::OK();
 }
 

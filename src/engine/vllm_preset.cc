@@ -71,18 +71,7 @@ class Vllm : private VllmPresetBase {
 
 Status Vllm::Check() {
   const std::string& e = release_.name;
-  if (n_.ep != 1 && n_.ep != n_.tp * n_.dp) {
-    return Status::InvalidArgument(
-        e + " expert parallelism spans TP x DP: --ep must be 1 or " +
-        std::to_string(n_.tp * n_.dp) + ", not " + std::to_string(n_.ep));
-  }
-  if (n_.ep > 1 && c_.experts == 0) {
-    return Status::InvalidArgument("EP " + std::to_string(n_.ep) +
-                                   " needs routed experts; " + c_.architecture +
-                                   " has none");
-  }
-  RESHARD_RETURN_NOT_OK(CheckFusedExpertsGrid(e, c_, n_));
-  RESHARD_ASSIGN_OR_RETURN(sp_moe_, VllmSequenceParallelMoe(e, o_));
+  RESHARD_RETURN_NOT_OK(CheckExpertGrid());
   if (c_.arch == HfArch::kQwen3Moe && n_.tp > c_.experts) {
     return Status::InvalidArgument(e + " refuses TP " + std::to_string(n_.tp) +
                                    " above the " + std::to_string(c_.experts) +
@@ -103,15 +92,8 @@ Status Vllm::Check() {
                                     n_.dp * n_.tp, "moe_intermediate_size",
                                     c_.moe_intermediate));
   }
-  if (n_.pp > c_.layers) {
-    return Status::InvalidArgument("PP " + std::to_string(n_.pp) +
-                                   " exceeds the " + std::to_string(c_.layers) +
-                                   " layers of " + c_.architecture);
-  }
-  RESHARD_ASSIGN_OR_RETURN(
-      vocab_chunk_,
-      VocabChunk(e, "model.embed_tokens.weight", c_.vocab, 64, n_.tp,
-                 " (a multiple of 64)", PaddingRanks::kHold));
+  RESHARD_RETURN_NOT_OK(CheckStages());
+  RESHARD_RETURN_NOT_OK(SetVocabChunk());
   return Status::OK();
 }
 
