@@ -143,6 +143,19 @@ struct ReshardReport {
   double transfer_seconds = 0;  // fence, submission and the wait
 };
 
+// Every field of `r`, names sorted (reshard/fields.h): Python's reshard()
+// report is written from it.
+template <typename Visit>
+void VisitFields(const ReshardReport& r, Visit&& visit) {
+  visit("bind_seconds", r.bind_seconds);
+  visit("bytes", r.bytes);
+  visit("operations", r.operations);
+  visit("plan_seconds", r.plan_seconds);
+  visit("regions", r.regions);
+  visit("segments", r.segments);
+  visit("transfer_seconds", r.transfer_seconds);
+}
+
 // Plans `target` from `source`, then reshards with that plan (below).
 Result<ReshardReport> Reshard(
     const WeightPlacementManifest& source,

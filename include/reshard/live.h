@@ -178,79 +178,6 @@ struct LivePeerTraffic {
   uint64_t full_regions_sent = 0;
 };
 
-struct LiveReport {
-  uint64_t regions = 0;           // regions of the whole plan
-  uint64_t operations = 0;        // regions this rank executed as target
-  uint64_t local_operations = 0;  // of those, copied within this rank
-  uint64_t messages_sent = 0;
-  uint64_t gets = 0;             // RMA get requests (pull)
-  uint64_t packed_messages = 0;  // sides packed/unpacked (strided)
-  // Regions that travelled in messages shared with other small regions.
-  uint64_t coalesced_regions = 0;
-  uint64_t bytes_sent = 0;
-  uint64_t bytes_received = 0;  // incl. local copies into targets
-  uint64_t wire_bytes = 0;      // of those, received from other ranks
-  double plan_seconds = 0;      // plan + bind + fence + connect
-  double transfer_seconds = 0;  // this rank's exchange and copies
-  double barrier_seconds = 0;   // waiting for the world
-  double validate_seconds = 0;  // in options.validate_targets
-  double arrival_seconds = 0;   // standing: waiting for every rank's fence
-  // convert: quantizing this rank's sources and converting its targets.
-  double convert_seconds = 0;
-  // delta: regions this rank received as changes and whole, the time its
-  // sources spent encoding and its targets hashing and applying, per peer.
-  uint64_t delta_regions = 0;
-  uint64_t full_regions = 0;
-  double encode_seconds = 0;
-  double apply_seconds = 0;
-  std::vector<LivePeerTraffic> peers;
-  bool ready = false;  // this rank's targets are activation-ready
-};
-
-// Opens the rendezvous named by `uri`: a directory (a plain path or
-// fs://PATH, see OpenDirectoryRecordStore; records are published
-// atomically, not fsynced), or a Redis server (redis://HOST:PORT[/DB][?...]
-// or unix:///PATH, see reshard/backends/redis_store.h; no durability is
-// required of the server), so that ranks on hosts sharing no filesystem can
-// meet. Any other scheme is refused rather than taken for a relative directory.
-Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri);
-
-// Runs this rank's part of a live reshard session; see the file comment.
-// Refuses (AlreadyExists, before publishing anything) a session in which
-// this rank already has records. Every record of another rank is parsed
-// strictly; a malformed one fails the session with an error naming it.
-Result<LiveReport> RunLiveReshard(RecordStore& rendezvous,
-                                  const WeightPlacementManifest& source,
-                                  const WeightPlacementManifest& target,
-                                  const LiveBindings& bindings,
-                                  const LiveSessionOptions& options);
-
-// ---------------------------------------------------------------------------
-// Standing sessions: connect once, update every step.
-//
-// Open publishes this rank's bindings and worker address, plans, binds and
-// connects once (and registers the sources in pull mode); each Update then
-// only rechecks the fence, moves the bytes, validates completion and
-// passes the world barrier, under records scoped to its generation
-// (<session>/u/<generation>/done/<r>, .../ready/<r>) that are removed once
-// every rank is past the next barrier. Close passes a "closed" barrier and
-// removes this rank's records. Every rank of the session opens it with the
-// same key, placements and rank count, and calls Update with the same
-// generations in the same order.
-//
-// Memory contract (allocation guard): while Update runs, UCX may read the
-// sources and write the targets this rank hosts; between updates, and
-// after Close, the session touches neither. After an Update that failed
-// with outcome() == kUncertain it may still do so: those buffers must not
-// be freed or reused while the process lives. A failed session (any
-// failure on any rank) cannot be updated again; open a new one.
-
-enum class LiveOutcome : uint8_t {
-  kOk,         // no update failed
-  kFailed,     // an update failed with nothing of this rank in flight
-  kUncertain,  // an update failed with operations in flight
-};
-
 struct LiveUpdateReport {
   uint64_t generation = 0;
   uint64_t operations = 0;        // regions this rank executed as target
@@ -311,6 +238,66 @@ void VisitFields(const LiveUpdateReport& r, Visit&& visit) {
   visit("validate_seconds", r.validate_seconds);
   visit("wire_bytes", r.wire_bytes);
 }
+
+// A one-shot session's report (RunLiveReshard): an update's report (its
+// generation 0, not rebound; update_seconds 0) plus the plan's fields.
+struct LiveReport : LiveUpdateReport {
+  uint64_t regions = 0;     // regions of the whole plan
+  double plan_seconds = 0;  // plan + bind + fence + connect
+};
+
+// Every field of `r`, names sorted (reshard/fields.h): the update's fields
+// and plan_seconds and regions.
+template <typename Visit>
+void VisitFields(const LiveReport& r, Visit&& visit) {
+  VisitFields(static_cast<const LiveUpdateReport&>(r), visit);
+  visit("plan_seconds", r.plan_seconds);
+  visit("regions", r.regions);
+}
+
+// Opens the rendezvous named by `uri`: a directory (a plain path or
+// fs://PATH, see OpenDirectoryRecordStore; records are published
+// atomically, not fsynced), or a Redis server (redis://HOST:PORT[/DB][?...]
+// or unix:///PATH, see reshard/backends/redis_store.h; no durability is
+// required of the server), so that ranks on hosts sharing no filesystem can
+// meet. Any other scheme is refused rather than taken for a relative directory.
+Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri);
+
+// Runs this rank's part of a live reshard session; see the file comment.
+// Refuses (AlreadyExists, before publishing anything) a session in which
+// this rank already has records. Every record of another rank is parsed
+// strictly; a malformed one fails the session with an error naming it.
+Result<LiveReport> RunLiveReshard(RecordStore& rendezvous,
+                                  const WeightPlacementManifest& source,
+                                  const WeightPlacementManifest& target,
+                                  const LiveBindings& bindings,
+                                  const LiveSessionOptions& options);
+
+// ---------------------------------------------------------------------------
+// Standing sessions: connect once, update every step.
+//
+// Open publishes this rank's bindings and worker address, plans, binds and
+// connects once (and registers the sources in pull mode); each Update then
+// only rechecks the fence, moves the bytes, validates completion and
+// passes the world barrier, under records scoped to its generation
+// (<session>/u/<generation>/done/<r>, .../ready/<r>) that are removed once
+// every rank is past the next barrier. Close passes a "closed" barrier and
+// removes this rank's records. Every rank of the session opens it with the
+// same key, placements and rank count, and calls Update with the same
+// generations in the same order.
+//
+// Memory contract (allocation guard): while Update runs, UCX may read the
+// sources and write the targets this rank hosts; between updates, and
+// after Close, the session touches neither. After an Update that failed
+// with outcome() == kUncertain it may still do so: those buffers must not
+// be freed or reused while the process lives. A failed session (any
+// failure on any rank) cannot be updated again; open a new one.
+
+enum class LiveOutcome : uint8_t {
+  kOk,         // no update failed
+  kFailed,     // an update failed with nothing of this rank in flight
+  kUncertain,  // an update failed with operations in flight
+};
 
 class LiveSession {
  public:

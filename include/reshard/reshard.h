@@ -31,6 +31,7 @@
 #include "reshard/conversion.h"
 #include "reshard/dims.h"
 #include "reshard/engine.h"
+#include "reshard/fields.h"
 #include "reshard/gen.h"
 #include "reshard/hf.h"
 #include "reshard/json.h"

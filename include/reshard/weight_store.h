@@ -240,11 +240,26 @@ struct StoreProblem {
   std::string error;
 };
 
+// Every field of `p`, names sorted (see VisitFields(LoadReport)).
+template <typename Visit>
+void VisitFields(const StoreProblem& p, Visit&& visit) {
+  visit("error", p.error);
+  visit("key", p.key);
+}
+
 struct VerifyReport {
   uint64_t objects = 0;
   uint64_t bytes = 0;
   uint64_t chunks = 0;
 };
+
+// Every field of `r`, names sorted (see VisitFields(LoadReport)).
+template <typename Visit>
+void VisitFields(const VerifyReport& r, Visit&& visit) {
+  visit("bytes", r.bytes);
+  visit("chunks", r.chunks);
+  visit("objects", r.objects);
+}
 
 struct GcReport {
   uint64_t keys_removed = 0;
@@ -258,6 +273,18 @@ struct GcReport {
   // reference anything there) and uploads Gc could not process.
   std::vector<StoreProblem> skipped;
 };
+
+// Every field of `r`, names sorted (see VisitFields(LoadReport)): `store
+// gc --json` and Python's gc() both write it.
+template <typename Visit>
+void VisitFields(const GcReport& r, Visit&& visit) {
+  visit("bytes_removed", r.bytes_removed);
+  visit("keys_removed", r.keys_removed);
+  visit("skipped", r.skipped);
+  visit("temporaries_removed", r.temporaries_removed);
+  visit("transactions_completed", r.transactions_completed);
+  visit("transactions_removed", r.transactions_removed);
+}
 
 // A source of fragment bytes that is not live memory (a checkpoint on
 // disk): WeightStore::Import reads each fragment through it.
