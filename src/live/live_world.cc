@@ -1,4 +1,11 @@
-#include "live/live_rank.h"
+#include "live/live_world.h"
+
+#include <unistd.h>
+
+#include "live/live_records.h"
+#include "live_exchange/peer_exchange.h"
+#include "reshard/sdk/record_store.h"
+#include "util/sha256.h"
 
 namespace reshard::live_internal {
 
@@ -63,7 +70,7 @@ Status ValidateOptions(const LiveSessionOptions& o) {
   return Status::OK();
 }
 
-Result<World> ReadWorld(Session& s, RecordStore& store,
+Result<World> ReadWorld(SessionRecords& s, RecordStore& store,
                         const LiveSessionOptions& o) {
   World w;
   w.addresses.resize(o.ranks);

@@ -18,7 +18,7 @@ using live_internal::LiveRank;
 using live_internal::LiveWire;
 using live_internal::MakeLiveWire;
 using live_internal::Seconds;
-using live_internal::Session;
+using live_internal::SessionRecords;
 using live_internal::ValidateOptions;
 
 struct LiveSession::Impl {
@@ -33,7 +33,7 @@ struct LiveSession::Impl {
   // removed by its own Close).
   Status WaitClosed() {
     const auto deadline = Clock::now() + options.timeout;
-    Session& s = rank.records();
+    SessionRecords& s = rank.records();
     while (true) {
       std::string missing;
       for (uint32_t r = 0; r < options.ranks; ++r) {
@@ -62,7 +62,7 @@ struct LiveSession::Impl {
   Status RemoveOwn() {
     rank.StopHeartbeat();
     RESHARD_ASSIGN_OR_RETURN(auto own, rank.records().OwnRecords());
-    Session& s = rank.records();
+    SessionRecords& s = rank.records();
     const std::string rank_key = s.Key("rank");
     const std::string closed_key = s.Key("closed");
     for (const std::string& key : own) {
@@ -212,7 +212,7 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   // Every rank is past this update's barrier, so nobody reads the previous
   // update's records any more.
   if (!previous.empty()) {
-    Session& s = m.rank.records();
+    SessionRecords& s = m.rank.records();
     for (const char* kind : {"fenced", "done", "ready", "outcome"}) {
       (void)m.store.Delete(s.Key(previous + kind));
     }
@@ -243,9 +243,9 @@ Status LiveSession::Close() {
   if (m.closed) return Status::OK();
   m.closed = true;
   if (m.outcome != LiveOutcome::kOk) return Status::OK();
-  Session& s = m.rank.records();
+  SessionRecords& s = m.rank.records();
   // With this rank's count of updates: a peer still in an update names
-  // this rank as closed at once (Session::CheckClosed).
+  // this rank as closed at once (SessionRecords::CheckClosed).
   RESHARD_RETURN_NOT_OK(
       s.Put(s.Key("closed"),
             internal::EncodeClosedRecord({m.options.rank, m.updates})));

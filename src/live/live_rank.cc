@@ -1,0 +1,163 @@
+// LiveRank's lifecycle (live_rank.h): a one-shot run, a standing
+// session's opening and updates, a rebind, the fence and an abort.
+#include "live/live_rank.h"
+
+#include <chrono>
+
+namespace reshard::live_internal {
+
+LiveRank::~LiveRank() {
+  if (heartbeat_) heartbeat_->Stop(/*remove=*/false);
+  if (!succeeded_ && exchange_) exchange_->Abandon();
+}
+
+Status LiveRank::RefuseRejoin() {
+  const std::string& session = options_.session;
+  RESHARD_ASSIGN_OR_RETURN(auto own, records_.OwnRecords());
+  if (own.empty()) return Status::OK();
+  return Status::AlreadyExists("live session " + session + ": rank " +
+                               std::to_string(options_.rank) + " already has " +
+                               std::to_string(own.size()) + " record(s) (" +
+                               own[0] + (own.size() > 1 ? ", ..." : "") +
+                               ") from an earlier run; use a new session key");
+}
+
+Status LiveRank::Run() {
+  start_ = Clock::now();
+  tag_ = SessionTag(options_.session);
+  RESHARD_RETURN_NOT_OK(Publish());
+  RESHARD_RETURN_NOT_OK(PlanAndBind());
+  RESHARD_RETURN_NOT_OK(Connect());
+  return RunUpdate();
+}
+
+Status LiveRank::Open() {
+  start_ = Clock::now();
+  RESHARD_RETURN_NOT_OK(Publish());
+  RESHARD_RETURN_NOT_OK(PlanAndBind());
+  RESHARD_RETURN_NOT_OK(Connect());
+  // Standing sessions only: a one-shot run has no next update.
+  if (options_.delta) {
+    delta_.emplace(*plan_, source_, options_.delta_threads);
+  }
+  // Wiring up needs both ends to progress: every rank stays until every
+  // rank is connected, so none waits on a peer's caller later.
+  RESHARD_RETURN_NOT_OK(records_.Put(
+      records_.Key("opened"), internal::EncodeMarkerRecord(options_.rank)));
+  RESHARD_RETURN_NOT_OK(
+      records_.WaitForAll("opened", Deadline(), [&]() -> Status {
+        exchange_->Progress(std::chrono::microseconds(200));
+        return Status::OK();
+      }));
+  succeeded_ = true;  // resources are in a clean state
+  return Status::OK();
+}
+
+void LiveRank::BeginUpdate(uint64_t generation) {
+  generation_ = generation;
+  scope_ = "u/" + std::to_string(generation) + "/";
+  tag_ = SessionTag(options_.session + "/" + scope_);
+}
+
+Status LiveRank::RunUpdate() {
+  succeeded_ = false;
+  const LiveReport opened = report_;
+  report_ = LiveReport{};
+  report_.regions = opened.regions;
+  report_.plan_seconds = opened.plan_seconds;
+  RESHARD_RETURN_NOT_OK(Fence());
+  RESHARD_RETURN_NOT_OK(FencedBarrier());
+  RESHARD_RETURN_NOT_OK(Exchange());
+  RESHARD_RETURN_NOT_OK(Complete());
+  RESHARD_RETURN_NOT_OK(Barrier());
+  if (scope_.empty() && heartbeat_) {
+    // A one-shot run is over for this rank; the others no longer watch
+    // it (it voted "done").
+    heartbeat_->Stop(/*remove=*/true);
+  }
+  shadow_.Flip();
+  RESHARD_RETURN_NOT_OK(Ready());
+  succeeded_ = true;
+  delivered_ = true;  // the base of the next delta update
+  delivered_generation_ = generation_;
+  return Status::OK();
+}
+
+Status LiveRank::Rebind(const LiveBindings& now) {
+  RESHARD_RETURN_NOT_OK(
+      SameParticipants(now.sources, bindings_.sources, "source"));
+  RESHARD_RETURN_NOT_OK(
+      SameParticipants(now.targets, bindings_.targets, "target"));
+  bool changed = false;
+  for (size_t i = 0; i < now.sources.size(); ++i) {
+    if (SameBinding(now.sources[i], bindings_.sources[i])) continue;
+    // One rule on one host and across hosts, whichever protocol the
+    // session chose (live.h, movable_sources).
+    if (!options_.movable_sources) {
+      return Status::FailedPrecondition(
+          "live session " + options_.session + ": source participant " +
+          now.sources[i].participant_id() +
+          " moved (its bindings changed since open), and the session was "
+          "opened without movable_sources: keep sources in place, or open "
+          "with movable_sources (push)");
+    }
+    changed = true;
+  }
+  for (size_t i = 0; i < now.targets.size(); ++i) {
+    changed = changed || !SameBinding(now.targets[i], bindings_.targets[i]);
+  }
+  if (!changed) return Status::OK();
+  Replace(now.sources, world_.sources);
+  Replace(now.targets, world_.targets);
+  bindings_ = now;
+  RESHARD_ASSIGN_OR_RETURN(
+      auto bound, BoundTransferPlan::Bind(*plan_, source_, world_.sources,
+                                          target_, world_.targets));
+  RESHARD_RETURN_NOT_OK(
+      bound.RequireMemoryKinds({MemoryKind::kHost}, options_.exchange));
+  ops_.clear();
+  local_.clear();
+  batches_.clear();
+  bound_.emplace(std::move(bound));
+  for (const BoundRegion& br : bound_->regions()) {
+    RESHARD_RETURN_NOT_OK(TakeShareOf(br));
+  }
+  return Status::OK();
+}
+
+Status LiveRank::Abort(Status st) {
+  if (!st.IsAborted()) {
+    Status first = records_.CheckAborts();
+    if (!first.ok()) st = first.WithContext(st.message());
+  }
+  std::string where = "live session " + options_.session + ", rank " +
+                      std::to_string(options_.rank);
+  if (generation_ > 0) where += ", update " + std::to_string(generation_);
+  return records_.Abort(st.WithContext(where), generation_);
+}
+
+void LiveRank::StopHeartbeat() {
+  if (heartbeat_) heartbeat_->Stop(/*remove=*/true);
+}
+
+uint64_t LiveRank::delta_snapshot_bytes() const {
+  return delta_ ? LiveDelta::SnapshotBytes(ops_) : 0;
+}
+
+Status LiveRank::Fence() {
+  LiveBindings current = bindings_;
+  if (options_.current_bindings) {
+    RESHARD_ASSIGN_OR_RETURN(current, options_.current_bindings());
+    if (shadow_.active()) {
+      // The targets the caller names are the serving ones; the plan
+      // writes the shadows.
+      RESHARD_RETURN_NOT_OK(shadow_.SameServing(current.targets));
+      current.targets = bindings_.targets;
+    }
+  }
+  return bound_->CheckCurrentFor(
+      ParticipantsOf(bindings_.sources), current.sources,
+      ParticipantsOf(bindings_.targets), current.targets);
+}
+
+}  // namespace reshard::live_internal
