@@ -512,6 +512,23 @@ std::string WeightPlacementToJson(const WeightPlacementManifest& placement);
 // every rule of the typed factories, then identity checks.
 Result<WeightPlacementManifest> WeightPlacementFromJson(std::string_view json);
 
+// The JSON record of one part, what a framework publishes for the others to
+// assemble (Python's reshard.torch.part_to_json and gather_placement):
+// {"record":"weight-placement-part"} with the part's header, topology_id,
+// participant_id and rank, and its tensors and fragments in the placement
+// wire's forms (docs/wire-format.md). Canonical: sorted keys, compact,
+// ensure_ascii=True, tensors and fragments in the part's order.
+inline constexpr std::string_view kPlacementPartRecord =
+    "weight-placement-part";
+std::string WeightPlacementPartToJson(const WeightPlacementPart& part);
+// Strict reader of that record: exact field sets ("part lacks field(s)
+// rank", "part has unknown field(s) extra"), no duplicate keys, integers
+// only, every rule of the part's factories, errors naming the field's path
+// ("part.tensors[0].itemsize must be an integer"); text that is not the
+// canonical form of the part it describes is refused ("part is not in
+// canonical form ...").
+Result<WeightPlacementPart> WeightPlacementPartFromJson(std::string_view json);
+
 }  // namespace reshard
 
 #endif  // RESHARD_PLACEMENT_H_

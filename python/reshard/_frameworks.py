@@ -1,11 +1,13 @@
 """Framework-neutral pieces of the framework helpers (``reshard.torch``).
 
-* Axis rules (``Split``, ``Replicated``, ``Ownership``) and ``Shard``, the
-  layout of one local tensor;
+* Axis rules (``Split``, ``Replicated``, ``Ownership``: other names of
+  ``reshard.SplitAxis``, ``ReplicatedAxis``, ``OwnershipAxis``, which they
+  return) and ``Shard``, the layout of one local tensor;
 * topologies from axis sizes (``grid_topology``, ``topology_from_ranks``);
 * ``build_part_from_shapes``: one participant's ``WeightPlacementPart``
   from the local shapes and dtypes of its tensors and their layouts;
-* ``part_to_json`` / ``part_from_json``: a strict JSON form of a part;
+* ``part_to_json`` / ``part_from_json``: the JSON record of a part (the
+  native codec, ``WeightPlacementPart.to_json`` / ``from_json``);
 * ``gather_placement``: every process publishes its parts through a
   rendezvous and every process assembles the same placement.
 
@@ -29,7 +31,6 @@ from reshard._api import check_seconds
 
 KINDS = ("dp", "pp", "ep", "tp")  # the contract's axis order
 _KEY_COMPONENT = re.compile(r"^[A-Za-z0-9_~%-][A-Za-z0-9._~%-]*$")
-PART_RECORD = "weight-placement-part"
 GATHER_RECORD = "weight-placement-parts"
 
 
@@ -48,66 +49,63 @@ def _check_kind(kind: Any, what: str) -> str:
 # Axis rules and tensor layouts.
 
 
-@dataclasses.dataclass(frozen=True)
-class Split:
-    """The ranks of axis `kind` (tp or ep) partition the tensor along `dim`:
-    rank r of n holds extent ``local[dim]`` at offset ``r * local[dim]``
-    (an even split; give ``Shard(global_shape=..., global_offset=...)`` for
-    an uneven one). EP splits must use dim 0 (grouped experts)."""
+class _AxisName(type):
+    """The metaclass of the helpers' axis names (``Split``, ``Replicated``,
+    ``Ownership``): each is another name of a native axis factory of the one
+    axis vocabulary (``reshard.SplitAxis``, ``reshard.ReplicatedAxis``,
+    ``reshard.OwnershipAxis``). Calling the name returns the native
+    ``reshard.ParallelAxis``; ``isinstance(a, Split)`` is true of every
+    native axis of that semantics."""
 
-    kind: str
-    dim: int
+    def __call__(cls, kind: Any, *args: Any, **kwargs: Any
+                 ) -> _reshard.ParallelAxis:
+        if cls._semantics != "split":  # their words since 0.1
+            _check_kind(kind, cls.__name__)
+        return cls._factory(kind, *args, **kwargs)
 
-    def __post_init__(self) -> None:
-        self.native()  # the contract's checks, at construction
-
-    def native(self) -> _reshard.ParallelAxis:
-        return _reshard.SplitAxis(self.kind, self.dim)
+    def __instancecheck__(cls, value: Any) -> bool:
+        return (isinstance(value, _reshard.ParallelAxis)
+                and value.semantics == cls._semantics)
 
 
-@dataclasses.dataclass(frozen=True)
-class Replicated:
-    """Every rank of axis `kind` holds a complete, independent copy (e.g.
+class Split(metaclass=_AxisName):
+    """``Split(kind, dim)`` is ``reshard.SplitAxis(kind, dim)``: the ranks of
+    axis `kind` (tp or ep) partition the tensor along `dim`: rank r of n
+    holds extent ``local[dim]`` at offset ``r * local[dim]`` (an even split;
+    give ``Shard(global_shape=..., global_offset=...)`` for an uneven one).
+    EP splits must use dim 0 (grouped experts)."""
+
+    _factory = staticmethod(_reshard.SplitAxis)
+    _semantics = "split"
+
+
+class Replicated(metaclass=_AxisName):
+    """``Replicated(kind)`` is ``reshard.ReplicatedAxis(kind)``: every rank of
+    axis `kind` holds a complete, independent copy (e.g.
     ``Replicated("dp")``, or layer norms under TP: ``Replicated("tp")``)."""
 
-    kind: str
-
-    def __post_init__(self) -> None:
-        _check_kind(self.kind, "Replicated")
-
-    def native(self) -> _reshard.ParallelAxis:
-        return _reshard.ReplicatedAxis(self.kind)
+    _factory = staticmethod(_reshard.ReplicatedAxis)
+    _semantics = "replicated"
 
 
-@dataclasses.dataclass(frozen=True)
-class Ownership:
-    """Only the ranks of axis `kind` that hold the tensor own it: PP stage
-    ownership (``Ownership("pp")``: the tensor exists only on its stage),
-    separately allocated experts (``Ownership("ep")`` with an expert_id)
-    or DP-owned tensors."""
+class Ownership(metaclass=_AxisName):
+    """``Ownership(kind)`` is ``reshard.OwnershipAxis(kind)``: only the ranks
+    of axis `kind` that hold the tensor own it: PP stage ownership
+    (``Ownership("pp")``: the tensor exists only on its stage), separately
+    allocated experts (``Ownership("ep")`` with an expert_id) or DP-owned
+    tensors."""
 
-    kind: str
-
-    def __post_init__(self) -> None:
-        _check_kind(self.kind, "Ownership")
-
-    def native(self) -> _reshard.ParallelAxis:
-        return _reshard.OwnershipAxis(self.kind)
+    _factory = staticmethod(_reshard.OwnershipAxis)
+    _semantics = "ownership"
 
 
-Axis = Union[Split, Replicated, Ownership]
+Axis = _reshard.ParallelAxis
 
 
 def _axis_of(value: Any, what: str) -> Axis:
-    """An axis rule from a helper rule or a native ParallelAxis."""
-    if isinstance(value, (Split, Replicated, Ownership)):
-        return value
+    """A native ParallelAxis, or the error naming `what`."""
     if isinstance(value, _reshard.ParallelAxis):
-        if value.semantics == "split":
-            return Split(value.kind, value.dim)
-        if value.semantics == "replicated":
-            return Replicated(value.kind)
-        return Ownership(value.kind)
+        return value
     raise _error(f"{what}: {value!r} is not an axis rule (Split, Replicated, "
                  "Ownership or a reshard ParallelAxis)")
 
@@ -147,16 +145,14 @@ def as_shard(value: Any, name: str) -> Shard:
     """A layout value as a Shard: a Shard, one axis rule or a sequence of
     axis rules (``[]``: the whole tensor, with the default axes only)."""
     if isinstance(value, Shard):
-        if isinstance(value.axes, (Split, Replicated, Ownership,
-                                   _reshard.ParallelAxis)):
+        if isinstance(value.axes, _reshard.ParallelAxis):
             return dataclasses.replace(value, axes=(value.axes,))
         return value
     if value is None:
         raise _error(f"tensor '{name}' has no layout: give its split axes "
                      "(e.g. Split('tp', dim=0)) or its global shape and "
                      "offset (Shard(global_shape=..., global_offset=...))")
-    if isinstance(value, (Split, Replicated, Ownership,
-                          _reshard.ParallelAxis)):
+    if isinstance(value, _reshard.ParallelAxis):
         return Shard(axes=(value,))
     if isinstance(value, (list, tuple)):
         return Shard(axes=tuple(value))
@@ -407,7 +403,7 @@ def build_pieces(locals_: Sequence[LocalTensor], layout: Any, *,
         descriptor = _reshard.TensorDescriptor(
             tid, list(shape), t.dtype, t.itemsize, split_dims,
             shard.layout_fingerprint or layout_fingerprint,
-            [a.native() for a in axes], shard.layer_id, shard.expert_id)
+            list(axes), shard.layer_id, shard.expert_id)
         fragment = _reshard.PlacementFragment(
             tid, list(offset), list(t.shape), math.prod(t.shape) * t.itemsize,
             rank, list(shard.aliases),
@@ -444,48 +440,9 @@ def assemble(parts: Iterable[_reshard.WeightPlacementPart],
 # JSON form of a part.
 
 
-def _rank_json(r: _reshard.ParallelRank) -> Dict[str, int]:
-    return {"dp": r.dp, "ep": r.ep, "pp": r.pp, "tp": r.tp}
-
-
-def _axis_json(a: _reshard.ParallelAxis) -> Dict[str, Any]:
-    out = {"semantics": a.semantics, "kind": a.kind}
-    if a.semantics == "split":
-        out["dim"] = a.dim
-    return out
-
-
 def part_object(part: _reshard.WeightPlacementPart) -> Dict[str, Any]:
-    """The part as a JSON-ready dict (every field, wire names)."""
-    tensors = [{
-        "tensor_id": t.tensor_id, "global_shape": list(t.global_shape),
-        "dtype": t.dtype, "itemsize": t.itemsize,
-        "shard_dims": list(t.shard_dims),
-        "layout_fingerprint": t.layout_fingerprint,
-        "parallel_axes": [_axis_json(a) for a in t.parallel_axes],
-        "layer_id": t.layer_id, "expert_id": t.expert_id,
-    } for t in part.tensors]
-    fragments = []
-    for f in part.fragments:
-        frag = {
-            "placement_fragment_id": f.placement_fragment_id,
-            "tensor_id": f.tensor_id, "global_offset": list(f.global_offset),
-            "local_shape": list(f.local_shape), "nbytes": f.nbytes,
-            "rank": _rank_json(f.rank), "aliases": list(f.aliases),
-        }
-        if f.pipeline_stage_id is not None:
-            frag["pipeline_stage_id"] = f.pipeline_stage_id
-        fragments.append(frag)
-    return {
-        "record": PART_RECORD, "resource_id": part.resource_id,
-        "revision": part.revision,
-        "weight_generation": part.weight_generation,
-        "placement_set_id": part.placement_set_id,
-        "topology_id": part.topology_id,
-        "participant_id": part.participant_id,
-        "rank": _rank_json(part.rank), "tensors": tensors,
-        "fragments": fragments,
-    }
+    """The part as a JSON-ready dict: the decoded ``part_to_json`` record."""
+    return json.loads(part.to_json())
 
 
 def dumps(obj: Any) -> str:
@@ -494,13 +451,15 @@ def dumps(obj: Any) -> str:
 
 
 def part_to_json(part: _reshard.WeightPlacementPart) -> str:
-    """The canonical JSON of a part (keys sorted, compact); ``part_from_json``
-    reads it back to an equal part."""
-    return dumps(part_object(part))
+    """The canonical JSON of a part (keys sorted, compact; the native
+    ``WeightPlacementPart.to_json``); ``part_from_json`` reads it back to an
+    equal part."""
+    return part.to_json()
 
 
 class _Reader:
-    """Strict reading of decoded JSON; errors name `where` and the field."""
+    """Strict reading of a decoded gather record; errors name `where` and
+    the field."""
 
     def __init__(self, where: str) -> None:
         self.where = where
@@ -508,14 +467,13 @@ class _Reader:
     def fail(self, what: str) -> Exception:
         return _error(f"{self.where}: {what}")
 
-    def fields(self, obj: Any, path: str, required: Sequence[str],
-               optional: Sequence[str] = ()) -> Dict[str, Any]:
+    def fields(self, obj: Any, path: str,
+               required: Sequence[str]) -> Dict[str, Any]:
         if not isinstance(obj, dict):
             raise self.fail(f"{path} must be an object, got "
                             f"{type(obj).__name__}")
         missing = [k for k in required if k not in obj]
-        unknown = sorted(k for k in obj
-                         if k not in required and k not in optional)
+        unknown = sorted(k for k in obj if k not in required)
         if missing:
             raise self.fail(f"{path} lacks field(s) {', '.join(missing)}")
         if unknown:
@@ -523,16 +481,9 @@ class _Reader:
                             f"{', '.join(unknown)}")
         return obj
 
-    def int(self, value: Any, path: str, nullable: bool = False) -> Any:
-        if nullable and value is None:
-            return None
+    def int(self, value: Any, path: str) -> int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise self.fail(f"{path} must be an integer, got {value!r}")
-        return value
-
-    def str(self, value: Any, path: str) -> str:
-        if not isinstance(value, str):
-            raise self.fail(f"{path} must be a string, got {value!r}")
         return value
 
     def list(self, value: Any, path: str) -> list:
@@ -540,34 +491,6 @@ class _Reader:
             raise self.fail(f"{path} must be a list, got "
                             f"{type(value).__name__}")
         return value
-
-    def ints(self, value: Any, path: str) -> List[int]:
-        return [self.int(v, f"{path}[{i}]")
-                for i, v in enumerate(self.list(value, path))]
-
-    def strs(self, value: Any, path: str) -> List[str]:
-        return [self.str(v, f"{path}[{i}]")
-                for i, v in enumerate(self.list(value, path))]
-
-    def rank(self, value: Any, path: str) -> _reshard.ParallelRank:
-        obj = self.fields(value, path, KINDS)
-        return _reshard.ParallelRank(**{k: self.int(obj[k], f"{path}.{k}")
-                                        for k in KINDS})
-
-    def axis(self, value: Any, path: str) -> _reshard.ParallelAxis:
-        sem = value.get("semantics") if isinstance(value, dict) else None
-        obj = self.fields(value, path, ("semantics", "kind") +
-                          (("dim",) if sem == "split" else ()))
-        kind = self.str(obj["kind"], f"{path}.kind")
-        if sem == "split":
-            dim = self.int(obj["dim"], f"{path}.dim")
-            return _reshard.SplitAxis(kind, dim)
-        if sem == "replicated":
-            return _reshard.ReplicatedAxis(kind)
-        if sem == "ownership":
-            return _reshard.OwnershipAxis(kind)
-        raise self.fail(f"{path}.semantics must be split, replicated or "
-                        f"ownership, got {sem!r}")
 
 
 def _strict_loads(text: Union[str, bytes], where: str) -> Any:
@@ -596,69 +519,12 @@ def _strict_loads(text: Union[str, bytes], where: str) -> Any:
 
 def part_from_object(obj: Any, where: str) -> _reshard.WeightPlacementPart:
     """Rebuilds a part from ``part_object`` output through the native
-    constructors (every contract rule applies); errors name `where`."""
-    r = _Reader(where)
-    obj = r.fields(obj, "part", (
-        "record", "resource_id", "revision", "weight_generation",
-        "placement_set_id", "topology_id", "participant_id", "rank",
-        "tensors", "fragments"))
-    if obj["record"] != PART_RECORD:
-        raise r.fail(f"part.record must be {PART_RECORD!r}, got "
-                     f"{obj['record']!r}")
+    reader (``WeightPlacementPart.from_json``: every contract rule, and the
+    part must be in canonical form); errors name `where`."""
     try:
-        tensors = []
-        for i, t in enumerate(r.list(obj["tensors"], "part.tensors")):
-            p = f"part.tensors[{i}]"
-            t = r.fields(t, p, ("tensor_id", "global_shape", "dtype",
-                                "itemsize", "shard_dims", "layout_fingerprint",
-                                "parallel_axes", "layer_id", "expert_id"))
-            axes = [r.axis(a, f"{p}.parallel_axes[{j}]") for j, a in
-                    enumerate(r.list(t["parallel_axes"],
-                                     f"{p}.parallel_axes"))]
-            tensors.append(_reshard.TensorDescriptor(
-                r.str(t["tensor_id"], f"{p}.tensor_id"),
-                r.ints(t["global_shape"], f"{p}.global_shape"),
-                r.str(t["dtype"], f"{p}.dtype"),
-                r.int(t["itemsize"], f"{p}.itemsize"),
-                r.ints(t["shard_dims"], f"{p}.shard_dims"),
-                r.str(t["layout_fingerprint"], f"{p}.layout_fingerprint"),
-                axes, r.int(t["layer_id"], f"{p}.layer_id", True),
-                r.int(t["expert_id"], f"{p}.expert_id", True)))
-        fragments = []
-        for i, f in enumerate(r.list(obj["fragments"], "part.fragments")):
-            p = f"part.fragments[{i}]"
-            f = r.fields(f, p, ("placement_fragment_id", "tensor_id",
-                                "global_offset", "local_shape", "nbytes",
-                                "rank", "aliases"), ("pipeline_stage_id",))
-            fragments.append(_reshard.PlacementFragment(
-                r.str(f["tensor_id"], f"{p}.tensor_id"),
-                r.ints(f["global_offset"], f"{p}.global_offset"),
-                r.ints(f["local_shape"], f"{p}.local_shape"),
-                r.int(f["nbytes"], f"{p}.nbytes"),
-                r.rank(f["rank"], f"{p}.rank"),
-                r.strs(f["aliases"], f"{p}.aliases"),
-                placement_fragment_id=r.str(f["placement_fragment_id"],
-                                            f"{p}.placement_fragment_id"),
-                pipeline_stage_id=r.int(f.get("pipeline_stage_id"),
-                                        f"{p}.pipeline_stage_id", True)))
-        part = _reshard.WeightPlacementPart(
-            r.str(obj["resource_id"], "part.resource_id"),
-            r.str(obj["revision"], "part.revision"),
-            r.int(obj["weight_generation"], "part.weight_generation"),
-            r.str(obj["placement_set_id"], "part.placement_set_id"),
-            r.str(obj["topology_id"], "part.topology_id"),
-            r.str(obj["participant_id"], "part.participant_id"),
-            r.rank(obj["rank"], "part.rank"), tensors, fragments)
+        return _reshard.WeightPlacementPart.from_json(dumps(obj))
     except _reshard.Error as e:
-        if str(e).startswith(where):
-            raise
         raise type(e)(f"{where}: {e}") from None
-    # A part is canonical: its own JSON must be what was read (sorted
-    # tensors and fragments, normalised aliases).
-    if part_object(part) != obj:
-        raise r.fail("part is not in canonical form (tensors, fragments or "
-                     "aliases out of order)")
-    return part
 
 
 def part_from_json(text: Union[str, bytes],

@@ -161,6 +161,24 @@ def test_axes_fields_and_rules():
             make()
 
 
+def test_descriptors_take_reshards_own_axes():
+    # reshard.SplitAxis & co. are the one vocabulary; the prototype's
+    # spellings wrap them, and a descriptor takes either.
+    assert SplitAxis("tp", 1).to_native() == reshard.SplitAxis("tp", 1)
+    mixed = TensorDescriptor("w", [4, 6], "bf16", 2, [1], "fp",
+                             [reshard.SplitAxis("tp", 1),
+                              reshard.ReplicatedAxis("dp")])
+    assert mixed.parallel_axes == (ReplicatedAxis("dp"), SplitAxis("tp", 1))
+    assert mixed == TensorDescriptor("w", [4, 6], "bf16", 2, [1], "fp",
+                                     [SplitAxis("tp", 1),
+                                      ReplicatedAxis("dp")])
+    with pytest.raises(ValueError, match=r"^partial split axis \(tp split on "
+                       r"dim 0 over its first 2 ranks\) is a reshard "
+                       "extension the prototype contract cannot express"):
+        TensorDescriptor("w", [4], "bf16", 2, [0], "fp",
+                         [reshard.PartialSplitAxis("tp", 0, 2)])
+
+
 # ---------------------------------------------------------------- tensors
 
 

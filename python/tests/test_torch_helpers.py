@@ -447,6 +447,31 @@ def test_build_part_refusals_name_the_tensor(tensors, layout, message):
         one(tensors, layout)
 
 
+def test_axis_rules_are_the_native_axes():
+    # Split, Replicated and Ownership are other names of reshard.SplitAxis,
+    # ReplicatedAxis and OwnershipAxis: one axis vocabulary.
+    assert Split("tp", dim=1) == reshard.SplitAxis("tp", 1)
+    assert type(Split(kind="ep", dim=0)) is reshard.ParallelAxis
+    assert Replicated("dp") == reshard.ReplicatedAxis("dp")
+    assert Ownership("pp") == reshard.OwnershipAxis("pp")
+    assert isinstance(reshard.SplitAxis("tp", 0), Split)
+    assert isinstance(reshard.PartialSplitAxis("tp", 0, 2), Split)
+    assert not isinstance(reshard.ReplicatedAxis("tp"), Split)
+    assert isinstance(reshard.OwnershipAxis("ep"), Ownership)
+    assert not isinstance(("tp", 0), Replicated)
+    # Native axes and the names mix in one layout, with the same result.
+    topology = rt.grid_topology(tp=2)
+    rank = reshard.ParallelRank(tp=1)
+    assert (one({"w": torch.zeros(2, 3)}, {"w": Split("tp", 1)}, topology,
+                rank).part.to_json() ==
+            one({"w": torch.zeros(2, 3)}, {"w": reshard.SplitAxis("tp", 1)},
+                topology, rank).part.to_json())
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match="^Ownership: unsupported parallel axis kind "
+                             "'cp' \\(dp, pp, ep or tp\\)$"):
+        Ownership("cp")
+
+
 def test_active_dp_and_pp_axes_need_semantics():
     topology = rt.grid_topology(tp=2, dp=2)
     rank = reshard.ParallelRank(dp=1, tp=0)
@@ -546,6 +571,31 @@ def test_part_json_round_trips_canonically():
     assert rt.part_from_json(text.encode()).fragments == part.fragments
 
 
+def test_part_json_is_the_native_record():
+    part = sample_part()
+    assert rt.part_to_json(part) == part.to_json()
+    assert reshard.WeightPlacementPart.from_json(part.to_json()).fragments \
+        == part.fragments
+
+
+def test_part_json_keeps_axis_extensions():
+    # A partial split (the wire's "ranks") survives the record's round trip.
+    axis = reshard.PartialSplitAxis("tp", 0, 2)
+    tensor = reshard.TensorDescriptor("v", [6, 4], "uint8", 1, [0], "bytes",
+                                      [axis])
+    fragment = reshard.PlacementFragment("v", [4, 0], [2, 4], 8,
+                                         reshard.ParallelRank(tp=1), [])
+    part = reshard.WeightPlacementPart("r", "v1", 3, "s", "sha256:t", "p1",
+                                       reshard.ParallelRank(tp=1), [tensor],
+                                       [fragment])
+    text = rt.part_to_json(part)
+    assert ('"parallel_axes":[{"dim":0,"kind":"tp","ranks":2,'
+            '"semantics":"split"}]') in text
+    back = rt.part_from_json(text)
+    assert back.tensors == (tensor,)
+    assert back.tensors[0].parallel_axes[0].ranks == 2
+
+
 def mutated(edit):
     obj = json.loads(rt.part_to_json(sample_part()))
     edit(obj)
@@ -563,19 +613,21 @@ def mutated(edit):
     (mutated(lambda o: o.update(record="other")),
      "part.record must be 'weight-placement-part'"),
     (mutated(lambda o: o.update(weight_generation=True)),
-     "part.weight_generation must be an integer, got True"),
+     "placement part JSON: part.weight_generation must be an integer$"),
     (mutated(lambda o: o["tensors"][0].update(itemsize="2")),
      r"part.tensors\[0\].itemsize must be an integer"),
     (mutated(lambda o: o["fragments"][0].update(nbytes=7)),
      "fragment byte size mismatch"),
     (mutated(lambda o: o["tensors"][0]["parallel_axes"][0].update(
         semantics="sharded")),
-     r"part.tensors\[0\].parallel_axes\[0\].semantics must be split, "
-     "replicated or ownership"),
+     r"placement part JSON: part.tensors\[0\].parallel_axes\[0\]: "
+     'unsupported parallel axis semantics "sharded"$'),
     (mutated(lambda o: o["fragments"].reverse()),
      "part is not in canonical form"),
-    (mutated(lambda o: o["rank"].update(tp=-1)), "ParallelRank.tp must be "
-     ">= 0"),
+    (mutated(lambda o: o["rank"].update(tp=-1)),
+     "placement part JSON: part.rank.tp must be >= 0$"),
+    (mutated(lambda o: o.update(resource_id="")),
+     "placement part JSON: part.resource_id must be a non-empty string$"),
 ])
 def test_part_json_refuses_malformed_text(text, message):
     with pytest.raises(reshard.InvalidArgumentError, match=message):

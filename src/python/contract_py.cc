@@ -451,6 +451,17 @@ void RegisterPart(py::module_& m) {
                              [](const WeightPlacementPart& p) {
                                return py::tuple(py::cast(p.fragments()));
                              })
+      .def("to_json", &WeightPlacementPartToJson,
+           "The part's canonical JSON record (\"record\": "
+           "\"weight-placement-part\").")
+      .def_static(
+          "from_json",
+          [](const std::string& text) {
+            return Unwrap(WeightPlacementPartFromJson(text));
+          },
+          py::arg("text"),
+          "The part of a to_json record (str); refuses anything else with "
+          "InvalidArgumentError naming the field.")
       .def("__repr__", [](const WeightPlacementPart& p) {
         return "WeightPlacementPart('" + p.participant_id() + "', " +
                std::to_string(p.fragments().size()) + " fragments)";

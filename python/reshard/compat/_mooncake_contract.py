@@ -67,7 +67,10 @@ def _require_kind(kind):
 @dataclass(frozen=True)
 class SplitAxis(NativeBacked):
     """Ranks of `kind` (ep or tp) jointly partition the tensor along `dim`;
-    EP must split dimension 0."""
+    EP must split dimension 0.
+
+    The prototype's spelling of ``reshard.SplitAxis`` (its fields, errors
+    and wire form), backed by it; a descriptor also takes reshard's axes."""
 
     kind: str
     dim: int
@@ -153,6 +156,9 @@ class TensorDescriptor(NativeBacked):
         shard_dims = require_int_tuple(self.shard_dims, "shard_dims", 0)
         axes = require_items(self.parallel_axes,
                              "TensorDescriptor parallel_axes", object)
+        # reshard's own axes (reshard.SplitAxis ...) are the same values.
+        axes = tuple(_axis_from_native(a) if isinstance(a, _R.ParallelAxis)
+                     else a for a in axes)
         if not all(isinstance(a, _AXIS_TYPES) for a in axes):
             raise ValueError(
                 "TensorDescriptor parallel_axes must contain explicit axis "
