@@ -19,6 +19,7 @@
 #include "reshard/placement.h"
 #include "reshard/status.h"
 #include "reshard/weight_store.h"
+#include "tools/record_json.h"
 #include "util/canonical_json.h"
 #include "util/mapped_file.h"
 
@@ -164,69 +165,6 @@ double SecondsSince(std::chrono::steady_clock::time_point t);
 // `key`: `value` with six decimals, written raw (a --json time).
 void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
                 double value);
-
-// Writes every field VisitFields names of `record` (weight_store.h, live.h)
-// as keys of the open object of `w`: the same keys and values Python's
-// dicts hold (src/python/report_dict.h). Doubles are seconds (six
-// decimals).
-template <typename T>
-void WriteField(internal::CanonicalJsonWriter* w, const char* name,
-                const T& value) {
-  if constexpr (std::is_same_v<T, bool>) {
-    w->Key(name);
-    w->Bool(value);
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    w->KeyString(name, value);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    KeySeconds(w, name, value);
-  } else {
-    w->KeyUInt(name, value);
-  }
-}
-template <typename Record>
-void WriteFields(internal::CanonicalJsonWriter* w, const Record& record) {
-  VisitFields(record, [w](const char* name, const auto& value) {
-    WriteField(w, name, value);
-  });
-}
-
-// Keys a command adds around a library record.
-using ExtraFields =
-    std::map<std::string, std::variant<uint64_t, bool, std::string>>;
-
-// `record`'s fields (WriteFields), `seconds` (name -> value, six decimals)
-// and `extra` as one JSON object, keys sorted: a command's --json document
-// around one library record.
-template <typename Record>
-std::string RecordJson(const Record& record,
-                       const std::map<std::string, double>& seconds = {},
-                       const ExtraFields& extra = {}) {
-  std::map<std::string, std::function<void(internal::CanonicalJsonWriter*)>>
-      members;
-  VisitFields(record, [&members](const char* name, const auto& value) {
-    members[name] = [name, value](internal::CanonicalJsonWriter* w) {
-      WriteField(w, name, value);
-    };
-  });
-  // Pairs, not structured bindings: lambdas capture them.
-  for (const auto& field : seconds) {
-    members[field.first] = [&field](internal::CanonicalJsonWriter* w) {
-      KeySeconds(w, field.first.c_str(), field.second);
-    };
-  }
-  for (const auto& field : extra) {
-    members[field.first] = [&field](internal::CanonicalJsonWriter* w) {
-      std::visit([&](const auto& v) { WriteField(w, field.first.c_str(), v); },
-                 field.second);
-    };
-  }
-  std::string out;
-  internal::CanonicalJsonWriter w(&out);
-  w.BeginObject();
-  for (const auto& [name, write] : members) write(&w);
-  w.EndObject();
-  return out;
-}
 
 // Prints "reshard: error: <message>" to stderr and returns exit code 1.
 int Fail(const Status& status);

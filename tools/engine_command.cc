@@ -149,10 +149,24 @@ struct LoadArgs {
   EngineLayoutOptions options;
 };
 
-struct LoadReportTotals {
+// What `engine load` wrote, summed over the participants.
+struct EngineLoadReport {
   uint64_t participants = 0, parameters = 0, bytes = 0, bytes_read = 0;
   uint64_t padding_bytes = 0;
+  double seconds = 0;  // the whole command
 };
+
+// Every field of `r`, names sorted (reshard/fields.h): what `engine load
+// --json` prints.
+template <typename Visit>
+void VisitFields(const EngineLoadReport& r, Visit&& visit) {
+  visit("bytes", r.bytes);
+  visit("bytes_read", r.bytes_read);
+  visit("padding_bytes", r.padding_bytes);
+  visit("parameters", r.parameters);
+  visit("participants", r.participants);
+  visit("seconds", r.seconds);
+}
 
 // With `path` (--declared-maps): the maps `layout` built must be those the
 // engine declares in that file (DeclaredParameterMapsToJson, as `engine
@@ -170,7 +184,7 @@ Status CheckDeclaredMaps(const EngineLayout& layout, const std::string& path) {
 
 // Loads each selected participant's parameters from the checkpoint and
 // writes its file.
-Status RunLoad(const LoadArgs& a, LoadReportTotals* total) {
+Status RunLoad(const LoadArgs& a, EngineLoadReport* total) {
   RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a.checkpoint));
   RESHARD_ASSIGN_OR_RETURN(
       std::string config,
@@ -264,7 +278,7 @@ void AddLoadCommand(CLI::App* engine) {
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a]() {
     const auto t0 = Clock::now();
-    LoadReportTotals total;
+    EngineLoadReport total;
     Status st = RunLoad(*a, &total);
     if (!st.ok()) throw CLI::RuntimeError(Fail(st));
     if (!a->json) {
@@ -275,17 +289,8 @@ void AddLoadCommand(CLI::App* engine) {
                 << a->output << "\n";
       return;
     }
-    std::string out;
-    internal::CanonicalJsonWriter w(&out);
-    w.BeginObject();
-    w.KeyUInt("bytes", total.bytes);
-    w.KeyUInt("bytes_read", total.bytes_read);
-    w.KeyUInt("padding_bytes", total.padding_bytes);
-    w.KeyUInt("parameters", total.parameters);
-    w.KeyUInt("participants", total.participants);
-    KeySeconds(&w, "seconds", SecondsSince(t0));
-    w.EndObject();
-    std::cout << out << "\n";
+    total.seconds = SecondsSince(t0);
+    std::cout << RecordJson(total) << "\n";
   });
 }
 
@@ -297,18 +302,7 @@ void PrintReshard(const EngineReshardReport& r, const EngineReshardArgs& run,
               << " in " << r.seconds << " s\n";
     return;
   }
-  std::string out;
-  internal::CanonicalJsonWriter w(&out);
-  w.BeginObject();
-  w.KeyUInt("bytes", r.bytes);
-  w.KeyUInt("files", r.files);
-  if (!r.manifest_key.empty()) w.KeyString("manifest_key", r.manifest_key);
-  w.KeyUInt("padding_bytes", r.padding_bytes);
-  KeySeconds(&w, "seconds", r.seconds);
-  w.KeyUInt("source_bytes", r.source_bytes);
-  w.KeyString("via", run.via);
-  w.EndObject();
-  std::cout << out << "\n";
+  std::cout << RecordJson(r) << "\n";
 }
 
 void AddReshardCommand(CLI::App* engine) {

@@ -705,6 +705,7 @@ Result<EngineReshardReport> RunEngineReshard(const EngineLayout& source,
   }
   RESHARD_RETURN_NOT_OK(CheckOutputDir(args.target_dir, target));
   EngineReshardReport report;
+  report.via = args.via;
   if (args.via == "ucx") {
     for (const EngineParticipant& p : source.participants()) {
       for (const EngineParameter& q : p.parameters) {

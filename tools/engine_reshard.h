@@ -35,7 +35,22 @@ struct EngineReshardReport {
   uint64_t files = 0;          // target files written
   double seconds = 0;          // the move alone (files excluded)
   std::string manifest_key;    // --via STORE_URI: the uploaded revision
+  std::string via;             // the path taken (EngineReshardArgs::via)
 };
+
+// Every field of `r`, names sorted (reshard/fields.h): what `engine
+// reshard --json` prints; manifest_key only when the bytes went through a
+// store.
+template <typename Visit>
+void VisitFields(const EngineReshardReport& r, Visit&& visit) {
+  visit("bytes", r.bytes);
+  visit("files", r.files);
+  if (!r.manifest_key.empty()) visit("manifest_key", r.manifest_key);
+  visit("padding_bytes", r.padding_bytes);
+  visit("seconds", r.seconds);
+  visit("source_bytes", r.source_bytes);
+  visit("via", r.via);
+}
 
 // Reads every source participant's file, moves the bytes into every target
 // participant's parameters and writes their files. Target files that

@@ -107,17 +107,37 @@ struct ReshardArgs {
   CheckpointLoadOptions load;
 };
 
-struct ReshardResult {
+// What `hf reshard` did: its load and its write.
+struct HfReshardReport {
   LoadReport load;
   CheckpointWriteReport write;
   double load_seconds = 0, write_seconds = 0;
-  size_t tensors = 0, files = 0, side_files = 0;
+  uint64_t tensors = 0, files = 0, side_files = 0;
   uint64_t header_bytes = 0;
 };
 
+// Every field `hf reshard --json` prints, names sorted (reshard/fields.h):
+// the load's bytes and reads (LoadReport), the write's bytes (as
+// bytes_written) and writes (CheckpointWriteReport), and the command's own.
+template <typename Visit>
+void VisitFields(const HfReshardReport& r, Visit&& visit) {
+  visit("bytes", r.load.bytes);
+  visit("bytes_read", r.load.bytes_read);
+  visit("bytes_written", r.write.bytes);
+  visit("files", r.files);
+  visit("header_bytes", r.header_bytes);
+  visit("load_seconds", r.load_seconds);
+  visit("read_requests", r.load.read_requests);
+  visit("regions", r.load.regions);
+  visit("side_files", r.side_files);
+  visit("tensors", r.tensors);
+  visit("write_seconds", r.write_seconds);
+  visit("writes", r.write.writes);
+}
+
 // Loads every target fragment from the checkpoint into host buffers, then
 // writes the output checkpoint from those buffers alone.
-Result<ReshardResult> RunReshard(const ReshardArgs& a) {
+Result<HfReshardReport> RunReshard(const ReshardArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto ckpt, HfCheckpoint::Open(a.checkpoint));
   RESHARD_ASSIGN_OR_RETURN(auto target, LoadPlacement(a.target));
   // config.json and the other side files go beside the output as they are;
@@ -125,7 +145,7 @@ Result<ReshardResult> RunReshard(const ReshardArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto side, ReadHfSideFiles(a.checkpoint));
   RESHARD_ASSIGN_OR_RETURN(auto buffers,
                            internal::AllocateHostBuffers(target, "hf-reshard"));
-  ReshardResult r;
+  HfReshardReport r;
   r.side_files = side.size();
   r.tensors = target.tensors().size();
   r.header_bytes = ckpt.header_bytes();
@@ -157,7 +177,7 @@ Result<ReshardResult> RunReshard(const ReshardArgs& a) {
   return r;
 }
 
-void PrintReshard(const ReshardArgs& a, const ReshardResult& r) {
+void PrintReshard(const ReshardArgs& a, const HfReshardReport& r) {
   if (!a.json) {
     std::cout << "loaded " << r.tensors << " tensors (" << r.load.bytes
               << " bytes, " << r.load.bytes_read << " bytes read from "
@@ -169,23 +189,7 @@ void PrintReshard(const ReshardArgs& a, const ReshardResult& r) {
     std::cout << "\n";
     return;
   }
-  std::string out;
-  internal::CanonicalJsonWriter w(&out);
-  w.BeginObject();
-  w.KeyUInt("bytes", r.load.bytes);
-  w.KeyUInt("bytes_read", r.load.bytes_read);
-  w.KeyUInt("bytes_written", r.write.bytes);
-  w.KeyUInt("files", r.files);
-  w.KeyUInt("header_bytes", r.header_bytes);
-  KeySeconds(&w, "load_seconds", r.load_seconds);
-  w.KeyUInt("read_requests", r.load.read_requests);
-  w.KeyUInt("regions", r.load.regions);
-  w.KeyUInt("side_files", r.side_files);
-  w.KeyUInt("tensors", r.tensors);
-  KeySeconds(&w, "write_seconds", r.write_seconds);
-  w.KeyUInt("writes", r.write.writes);
-  w.EndObject();
-  std::cout << out << "\n";
+  std::cout << RecordJson(r) << "\n";
 }
 
 void AddReshardCommand(CLI::App* hf) {

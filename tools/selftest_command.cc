@@ -261,101 +261,6 @@ Result<SelfTestReport> RunSelftest(const SelftestArgs& a, const CLI::App& cmd) {
   return report;
 }
 
-double Gbps(const SelfTestReport& r) {
-  return r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0;
-}
-
-// A number with a fixed count of decimals, written raw (not canonical).
-void KeyFixed(internal::CanonicalJsonWriter* w, const char* key, double value,
-              int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, value);
-  w->Key(key);
-  w->Raw(buf);
-}
-
-// An array of seconds with 6 decimals.
-void KeySeconds(internal::CanonicalJsonWriter* w, const char* key,
-                const std::vector<double>& values) {
-  std::string raw = "[";
-  char buf[64];
-  for (size_t i = 0; i < values.size(); ++i) {
-    std::snprintf(buf, sizeof(buf), "%s%.6f", i ? "," : "", values[i]);
-    raw += buf;
-  }
-  w->Key(key);
-  w->Raw(raw + "]");
-}
-
-// Each update's fixed cost: its time minus its bytes at the session's
-// measured bandwidth (the fastest update's exchange, r.seconds).
-std::vector<double> FixedSeconds(const SelfTestReport& r) {
-  std::vector<double> out;
-  for (double u : r.update_seconds) out.push_back(std::max(0.0, u - r.seconds));
-  return out;
-}
-
-// The --json report: one object, keys sorted; UCX and store runs add
-// their own keys.
-std::string SelftestJson(const SelftestArgs& a, const SelfTestReport& r) {
-  const bool ucx = a.ucx_run();
-  const bool store = a.store_run();
-  std::string out;
-  internal::CanonicalJsonWriter w(&out);
-  w.BeginObject();
-  // delta: per update, the slowest rank's seconds hashing and applying.
-  if (a.delta) KeySeconds(&w, "apply_seconds", r.apply_seconds);
-  w.KeyUInt("bytes", r.bytes);
-  // delta: per update, regions received as changes and whole.
-  auto per_update = [&](const char* key, const std::vector<uint64_t>& v) {
-    w.Key(key);
-    w.BeginArray();
-    for (uint64_t x : v) w.UInt(x);
-    w.EndArray();
-  };
-  if (a.delta) per_update("delta_regions", r.delta_regions);
-  if (a.delta) KeySeconds(&w, "encode_seconds", r.encode_seconds);
-  if (a.updates > 0) KeySeconds(&w, "fixed_seconds", FixedSeconds(r));
-  if (a.delta) per_update("full_regions", r.full_regions);
-  KeyFixed(&w, "gbps", Gbps(r), 3);
-  if (store) KeyFixed(&w, "load_seconds", r.load_seconds, 6);
-  KeyFixed(&w, "memcpy_gbps", r.memcpy_gbps, 3);
-  if (ucx) w.KeyUInt("messages", r.messages);
-  w.KeyString("mismatch", r.mismatch);
-  if (a.updates > 0) KeyFixed(&w, "open_seconds", r.open_seconds, 6);
-  w.KeyUInt("operations", r.operations);
-  if (ucx) w.KeyUInt("packed_messages", r.packed_messages);
-  KeyFixed(&w, "plan_seconds", r.plan_seconds, 6);
-  if (ucx) {
-    w.KeyUInt("procs", a.procs);
-    w.KeyUInt("ranks_ready", r.ranks_ready);
-  }
-  KeyFixed(&w, "seconds", r.seconds, 6);
-  w.KeyUInt("segments", r.segments);
-  if (a.delta) w.KeyUInt("snapshot_bytes", r.snapshot_bytes);
-  w.KeyString("transport", store ? "store" : a.transport);
-  if (a.updates > 0) {
-    KeySeconds(&w, "update_seconds", r.update_seconds);
-    w.KeyUInt("updates", a.updates);
-  }
-  if (store) KeyFixed(&w, "upload_seconds", r.upload_seconds, 6);
-  w.Key("verified");
-  w.Bool(r.verified);
-  if (ucx) {
-    // One entry per update; a number for a single reshard.
-    w.Key("wire_bytes");
-    if (a.updates > 0) {
-      w.BeginArray();
-      for (uint64_t b : r.wire_bytes) w.UInt(b);
-      w.EndArray();
-    } else {
-      w.UInt(r.wire_bytes.empty() ? 0 : r.wire_bytes.front());
-    }
-  }
-  w.EndObject();
-  return out;
-}
-
 void PrintSelftest(const SelftestArgs& a, const SelfTestReport& r) {
   std::printf("selftest: %s\n",
               r.verified ? "every target byte verified" : "MISMATCH");
@@ -375,7 +280,7 @@ void PrintSelftest(const SelftestArgs& a, const SelfTestReport& r) {
   }
   std::printf("  %-26s %14.4f s\n", "plan + bind", r.plan_seconds);
   if (a.updates > 0) {
-    const auto fixed = FixedSeconds(r);
+    const auto fixed = SelfTestFixedSeconds(r);
     std::printf("  %-26s %14.4f s\n", "session open", r.open_seconds);
     std::printf("  %-26s %14u\n", "updates", a.updates);
     double worst = 0;
@@ -387,7 +292,7 @@ void PrintSelftest(const SelftestArgs& a, const SelfTestReport& r) {
     std::printf("  %-26s %14.4f s\n", "load", r.load_seconds);
   }
   std::printf("  %-26s %14.4f s\n", "transfer", r.seconds);
-  std::printf("  %-26s %14.2f GB/s\n", "reshard bandwidth", Gbps(r));
+  std::printf("  %-26s %14.2f GB/s\n", "reshard bandwidth", SelfTestGbps(r));
   std::printf("  %-26s %14.2f GB/s\n", "memcpy (same run)", r.memcpy_gbps);
 }
 
@@ -403,7 +308,8 @@ void AddSelftestCommand(CLI::App& app) {
     auto report = RunSelftest(*a, *cmd);
     if (!report.ok()) throw CLI::RuntimeError(Fail(report.status()));
     if (a->json) {
-      std::cout << SelftestJson(*a, *report) << "\n";
+      // The report's fields for its kind of run (VisitFields, selftest.h).
+      std::cout << RecordJson(*report) << "\n";
     } else {
       PrintSelftest(*a, *report);
     }

@@ -156,12 +156,39 @@ Status RunShow(const StoreArgs& a) {
 
 // ---- store verify
 
+// A revision that did not verify, and why.
+struct CorruptRevision {
+  std::string manifest_key;
+  std::string error;
+};
+
+template <typename Visit>
+void VisitFields(const CorruptRevision& c, Visit&& visit) {
+  visit("error", c.error);
+  visit("manifest_key", c.manifest_key);
+}
+
 // Totals over the revisions that verified, and each one that did not.
 struct VerifyOutcome {
-  size_t revisions = 0;
+  uint64_t revisions = 0;
   VerifyReport total;
   std::vector<std::pair<std::string, Status>> corrupt;
 };
+
+// What `store verify --json` prints: the totals (a VerifyReport's fields,
+// as Python's verify() of one revision), each corrupt revision, the
+// revisions checked and whether every one verified.
+template <typename Visit>
+void VisitFields(const VerifyOutcome& v, Visit&& visit) {
+  VisitFields(v.total, visit);
+  std::vector<CorruptRevision> corrupt;
+  for (const auto& [key, status] : v.corrupt) {
+    corrupt.push_back({key, status.message()});
+  }
+  visit("corrupt", corrupt);
+  visit("revisions", v.revisions);
+  visit("verified", v.corrupt.empty());
+}
 
 // The revision named on the command line, or every READY and CORRUPT one.
 Result<std::vector<std::string>> RevisionsToVerify(WeightStore& s,
@@ -208,34 +235,11 @@ VerifyOutcome VerifyRevisions(WeightStore& s,
   return out;
 }
 
-std::string VerifyJson(const VerifyOutcome& v) {
-  std::string out;
-  internal::CanonicalJsonWriter w(&out);
-  w.BeginObject();
-  w.KeyUInt("bytes", v.total.bytes);
-  w.KeyUInt("chunks", v.total.chunks);
-  w.Key("corrupt");
-  w.BeginArray();
-  for (const auto& [k, st] : v.corrupt) {
-    w.BeginObject();
-    w.KeyString("error", st.message());
-    w.KeyString("manifest_key", k);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.KeyUInt("objects", v.total.objects);
-  w.KeyUInt("revisions", v.revisions);
-  w.Key("verified");
-  w.Bool(v.corrupt.empty());
-  w.EndObject();
-  return out;
-}
-
 Status RunVerify(const StoreArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
   RESHARD_ASSIGN_OR_RETURN(auto keys, RevisionsToVerify(s, a));
   const VerifyOutcome v = VerifyRevisions(s, keys, a);
-  if (a.json) std::cout << VerifyJson(v) << "\n";
+  if (a.json) std::cout << RecordJson(v) << "\n";
   std::cout.flush();
   std::fflush(stdout);
   if (v.corrupt.empty()) return Status::OK();
@@ -260,30 +264,6 @@ Status RunRemove(const StoreArgs& a) {
 
 // ---- store gc
 
-std::string GcJson(const GcReport& r) {
-  std::string out;
-  internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
-  w.BeginObject();
-  w.KeyUInt("bytes_removed", r.bytes_removed);
-  w.KeyUInt("keys_removed", r.keys_removed);
-  w.Key("skipped");
-  w.BeginArray();
-  for (const auto& p : r.skipped) {
-    w.BeginObject();
-    w.KeyString("error", p.error);
-    w.KeyString("key", p.key);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.KeyUInt("temporaries_removed", r.temporaries_removed);
-  w.Key("transactions_removed");
-  w.BeginArray();
-  for (const auto& t : r.transactions_removed) w.String(t);
-  w.EndArray();
-  w.EndObject();
-  return out;
-}
-
 void PrintGc(const GcReport& r) {
   std::printf("gc: removed %llu keys (%llu bytes) of %zu uploads\n",
               static_cast<unsigned long long>(r.keys_removed),
@@ -302,7 +282,8 @@ Status RunGc(const StoreArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto r, s.WithOptions(std::move(options)).Gc());
   line.Finish();
   if (a.json) {
-    std::cout << GcJson(r) << "\n";
+    // GcReport's fields (as Python's gc()); strings as they are.
+    std::cout << RecordJson(r, {}, {}, internal::JsonAscii::kRawUtf8) << "\n";
   } else {
     PrintGc(r);
   }

@@ -242,22 +242,6 @@ py::list List(const PyWeightStore& s) {
   return out;
 }
 
-py::dict GcDict(const GcReport& r) {
-  py::dict d;
-  d["keys_removed"] = r.keys_removed;
-  d["bytes_removed"] = r.bytes_removed;
-  d["transactions_removed"] = r.transactions_removed;
-  d["temporaries_removed"] = r.temporaries_removed;
-  d["transactions_completed"] = r.transactions_completed;
-  py::list skipped;
-  for (const StoreProblem& p : r.skipped) {
-    skipped.append(
-        py::dict(py::arg("key") = p.key, py::arg("error") = p.error));
-  }
-  d["skipped"] = skipped;
-  return d;
-}
-
 void RegisterMaintenance(py::class_<PyWeightStore>& c) {
   c.def("ls", &List, "Every revision with its state (COMMITTED, CORRUPT, ...).")
       .def(
@@ -286,9 +270,7 @@ void RegisterMaintenance(py::class_<PyWeightStore>& c) {
               py::gil_scoped_release release;
               r = Unwrap(s.get().Verify(k));
             }
-            return py::dict(py::arg("objects") = r.objects,
-                            py::arg("bytes") = r.bytes,
-                            py::arg("chunks") = r.chunks);
+            return DictOf(r);
           },
           py::arg("manifest_key"), "Re-reads every byte against checksums.")
       .def(
@@ -307,7 +289,7 @@ void RegisterMaintenance(py::class_<PyWeightStore>& c) {
               py::gil_scoped_release release;
               r = Unwrap(s.get().Gc());
             }
-            return GcDict(r);
+            return DictOf(r);
           },
           "Removes abandoned uploads older than the grace period.");
 }

@@ -12,23 +12,12 @@
 #include "src/python/convert.h"
 #include "src/python/errors.h"
 #include "src/python/module.h"
+#include "src/python/report_dict.h"
 
 namespace reshard::python {
 namespace {
 
 namespace py = pybind11;
-
-py::dict ReportDict(const ReshardReport& r) {
-  py::dict d;
-  d["bytes"] = r.bytes;
-  d["regions"] = r.regions;
-  d["operations"] = r.operations;
-  d["segments"] = r.segments;
-  d["plan_seconds"] = r.plan_seconds;
-  d["bind_seconds"] = r.bind_seconds;
-  d["transfer_seconds"] = r.transfer_seconds;
-  return d;
-}
 
 WeightRuntimeBindingManifest BindOne(const WeightPlacementManifest& placement,
                                      py::object participant_id,
@@ -83,7 +72,7 @@ py::dict ReshardBuffers(const WeightPlacementManifest& source,
       }
     }
   }
-  return ReportDict(Unwrap(std::move(report)));
+  return DictOf(Unwrap(std::move(report)));
 }
 
 }  // namespace

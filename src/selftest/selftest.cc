@@ -106,11 +106,10 @@ Result<SelfTestReport> RunLocalSelfTest(const WeightPlacementManifest& source,
   return report;
 }
 
-}  // namespace
-
-Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
-                                   const WeightPlacementManifest& target,
-                                   const SelfTestOptions& options) {
+// The run RunSelfTest was asked for, its kind not yet in the report.
+Result<SelfTestReport> RunSelfTestOfKind(const WeightPlacementManifest& source,
+                                         const WeightPlacementManifest& target,
+                                         const SelfTestOptions& options) {
   if ((options.delta || options.change_fraction != 1.0) &&
       (!options.via_store.empty() || options.transport == "local")) {
     return Status::InvalidArgument(
@@ -128,6 +127,30 @@ Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
                                  "\" is not available for the self-test");
   }
   return RunLocalSelfTest(source, target, options);
+}
+
+}  // namespace
+
+double SelfTestGbps(const SelfTestReport& r) {
+  return r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0;
+}
+
+std::vector<double> SelfTestFixedSeconds(const SelfTestReport& r) {
+  std::vector<double> out;
+  for (double u : r.update_seconds) out.push_back(std::max(0.0, u - r.seconds));
+  return out;
+}
+
+Result<SelfTestReport> RunSelfTest(const WeightPlacementManifest& source,
+                                   const WeightPlacementManifest& target,
+                                   const SelfTestOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(SelfTestReport report,
+                           RunSelfTestOfKind(source, target, options));
+  report.transport = options.via_store.empty() ? options.transport : "store";
+  report.procs = options.procs;
+  report.updates = options.updates;
+  report.delta = options.delta;
+  return report;
 }
 
 }  // namespace reshard

@@ -136,8 +136,68 @@ struct SelfTestReport {
   std::vector<double> apply_seconds;
   uint64_t snapshot_bytes = 0;
 };
+  // The kind of run, as RunSelfTest was asked for it: the transport
+  // ("local", a peer exchange's name, or "store" for a via_store run), the
+  // procs, updates and delta options. They decide which fields the report
+  // holds (VisitFields below).
+  std::string transport;
+  uint32_t procs = 0;
+  uint32_t updates = 0;
+  bool delta = false;
 
 // The byte the pattern puts at byte `byte` of element `element` (global
+// The transfer's bandwidth in GB/s: bytes over seconds, 0 without time.
+double SelfTestGbps(const SelfTestReport& r);
+
+// Each update's fixed cost in seconds: its time minus its bytes at the
+// session's measured bandwidth (the fastest update's exchange, r.seconds).
+std::vector<double> SelfTestFixedSeconds(const SelfTestReport& r);
+
+// Every field of `r` its kind of run holds, names sorted (reshard/fields.h):
+// what `selftest --json` prints. Every run: bytes, gbps, memcpy_gbps,
+// mismatch, operations, plan_seconds, seconds, segments, transport and
+// verified. A store run adds load_seconds and upload_seconds; a live run
+// (over a peer exchange: ucx, inproc) messages, packed_messages, procs,
+// ranks_ready and wire_bytes (with updates a list, one entry per update;
+// else one number); updates adds fixed_seconds, open_seconds, update_seconds
+// and updates; delta adds apply_seconds, delta_regions, encode_seconds,
+// full_regions and snapshot_bytes.
+template <typename Visit>
+void VisitFields(const SelfTestReport& r, Visit&& visit) {
+  const bool store = r.transport == "store";
+  const bool live = !store && r.transport != "local";
+  const bool updates = r.updates > 0;
+  if (r.delta) visit("apply_seconds", r.apply_seconds);
+  visit("bytes", r.bytes);
+  if (r.delta) visit("delta_regions", r.delta_regions);
+  if (r.delta) visit("encode_seconds", r.encode_seconds);
+  if (updates) visit("fixed_seconds", SelfTestFixedSeconds(r));
+  if (r.delta) visit("full_regions", r.full_regions);
+  visit("gbps", SelfTestGbps(r));
+  if (store) visit("load_seconds", r.load_seconds);
+  visit("memcpy_gbps", r.memcpy_gbps);
+  if (live) visit("messages", r.messages);
+  visit("mismatch", r.mismatch);
+  if (updates) visit("open_seconds", r.open_seconds);
+  visit("operations", r.operations);
+  if (live) visit("packed_messages", r.packed_messages);
+  visit("plan_seconds", r.plan_seconds);
+  if (live) visit("procs", r.procs);
+  if (live) visit("ranks_ready", r.ranks_ready);
+  visit("seconds", r.seconds);
+  visit("segments", r.segments);
+  if (r.delta) visit("snapshot_bytes", r.snapshot_bytes);
+  visit("transport", r.transport);
+  if (updates) visit("update_seconds", r.update_seconds);
+  if (updates) visit("updates", r.updates);
+  if (store) visit("upload_seconds", r.upload_seconds);
+  visit("verified", r.verified);
+  if (live && updates) visit("wire_bytes", r.wire_bytes);
+  if (live && !updates) {
+    visit("wire_bytes", r.wire_bytes.empty() ? uint64_t{0} : r.wire_bytes[0]);
+  }
+}
+
 // row-major index) of the tensor with index `tensor` in sorted tensor order.
 uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte);
 

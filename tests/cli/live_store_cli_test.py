@@ -56,8 +56,9 @@ SHOW_KEYS = ["bytes", "created_at", "fragments", "manifest_digest",
              "tensors", "weight_generation"]
 VERIFY_KEYS = ["bytes", "chunks", "corrupt", "objects", "revisions",
                "verified"]
+# transactions_completed: uploads gc published (as Python's gc() reports).
 GC_KEYS = ["bytes_removed", "keys_removed", "skipped", "temporaries_removed",
-           "transactions_removed"]
+           "transactions_completed", "transactions_removed"]
 
 UCX_LOG = re.compile(r"^\[\d+\.\d+\] \[[^\]]*\] +\S+:\d+ +UCX +[A-Z]+ ")
 
@@ -906,7 +907,8 @@ def store_gc_then_rm():
     check(rc == 0, "gc exit %d: %r" % (rc, err))
     gc = one_json_line(out, GC_KEYS)
     check(gc == {"bytes_removed": 0, "keys_removed": 0, "skipped": [],
-                 "temporaries_removed": 0, "transactions_removed": []},
+                 "temporaries_removed": 0, "transactions_completed": [],
+                 "transactions_removed": []},
           "gc collected something: %r" % gc)
     # gc never touches a published revision.
     rc, out, err = run("store", "verify", uri, key, "--json")
