@@ -39,8 +39,8 @@ void AddGenCommand(CLI::App& app) {
                                ReadFile(a->model, InputKind::kModelSpec));
       auto spec = ModelSpecFromJson(text);
       if (!spec.ok()) return spec.status().WithContext(a->model);
-      a->options.experts = a->experts == "separate" ? ExpertLayout::kSeparate
-                                                    : ExpertLayout::kGrouped;
+      a->options.experts = a->experts == "separate" ? ExpertTensors::kSeparate
+                                                    : ExpertTensors::kGrouped;
       RESHARD_ASSIGN_OR_RETURN(auto placement,
                                GenerateLayout(*spec, a->options));
       const std::string json = WeightPlacementToJson(placement);

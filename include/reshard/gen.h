@@ -49,14 +49,19 @@ struct ModelSpec {
 // Strict decoder of a model spec file.
 Result<ModelSpec> ModelSpecFromJson(std::string_view json);
 
-enum class ExpertLayout {
+// How a model's routed experts are stored as tensors (`reshard gen
+// --experts`).
+enum class ExpertTensors {
   kGrouped,   // one [experts, ...] tensor per projection, EP splits dim 0
   kSeparate,  // one tensor per expert with expert_id, EP ownership
 };
+// Deprecated: the former name of ExpertTensors ("layout" names a parallel
+// layout only, docs/decisions.md).
+using ExpertLayout = ExpertTensors;
 
 struct LayoutOptions {
   ParallelSizes sizes;
-  ExpertLayout experts = ExpertLayout::kGrouped;
+  ExpertTensors experts = ExpertTensors::kGrouped;
   std::string resource_id;  // defaults to the model name
   std::string revision = "step-0";
   uint64_t weight_generation = 0;

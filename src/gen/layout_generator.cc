@@ -72,8 +72,9 @@ class Builder {
     const std::string mlp = p + "mlp.";
     if (m_.experts == 0 || l < m_.dense_layers) return AddDenseMlp(mlp, s, l);
     RESHARD_RETURN_NOT_OK(AddRouterAndSharedExperts(mlp, s, l));
-    return o_.experts == ExpertLayout::kGrouped ? AddGroupedExperts(mlp, s, l)
-                                                : AddSeparateExperts(mlp, s, l);
+    return o_.experts == ExpertTensors::kGrouped
+               ? AddGroupedExperts(mlp, s, l)
+               : AddSeparateExperts(mlp, s, l);
   }
 
   // Grouped-query attention: q/k/v column-parallel, o row-parallel.
@@ -147,7 +148,7 @@ class Builder {
     return Status::OK();
   }
 
-  // ExpertLayout::kGrouped: one [experts, ...] tensor per projection, EP
+  // ExpertTensors::kGrouped: one [experts, ...] tensor per projection, EP
   // splitting dim 0 and TP inside each expert.
   Status AddGroupedExperts(const std::string& mlp, int64_t s, int64_t l) {
     const int64_t h = m_.hidden;
@@ -169,7 +170,7 @@ class Builder {
     return Status::OK();
   }
 
-  // ExpertLayout::kSeparate: one tensor per expert and projection, owned by
+  // ExpertTensors::kSeparate: one tensor per expert and projection, owned by
   // one EP rank (contiguous blocks of experts per rank).
   Status AddSeparateExperts(const std::string& mlp, int64_t s, int64_t l) {
     const int64_t h = m_.hidden;
