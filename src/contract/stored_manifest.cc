@@ -36,7 +36,7 @@ using FragmentsByTensor = std::vector<std::vector<const StoredFragment*>>;
 // revision's other keys (transactions, checksums, leases) are derived from
 // group_id, so it must be the manifest's own group. Returns the prefix every
 // payload object key must extend.
-Result<std::string> CheckKeyLayout(const StoredWeightManifestSpec& s) {
+Result<std::string> CheckKeyScheme(const StoredWeightManifestSpec& s) {
   const std::pair<const char*, const std::string*> ids[] = {
       {"namespace", &s.namespace_},      {"resource_id", &s.resource_id},
       {"revision", &s.revision},         {"group_id", &s.group_id},
@@ -223,7 +223,7 @@ Status CheckObjectRanges(const StoredWeightManifestSpec& s) {
 
 Result<StoredWeightManifest> StoredWeightManifest::Make(
     StoredWeightManifestSpec s) {
-  RESHARD_ASSIGN_OR_RETURN(const std::string payload_prefix, CheckKeyLayout(s));
+  RESHARD_ASSIGN_OR_RETURN(const std::string payload_prefix, CheckKeyScheme(s));
   RESHARD_RETURN_NOT_OK(SortAndCheckTensors(&s));
   std::unordered_map<std::string_view, size_t> index;
   for (size_t t = 0; t < s.tensors.size(); ++t) {
