@@ -44,8 +44,25 @@ enum class PlanSourceKind {
   kStoredManifest,  // LogicalTransferPlan::MakeFromStored: a store revision
 };
 
+// Which copy of a source box serves a region when the source holds several
+// (DP replicas, replicated axes, several owners; docs/planner.md, steps 2
+// and 5).
+enum class ReplicaPolicy {
+  // The tiling most cover groups share; each region from the member whose
+  // participant has served the fewest bytes so far: every replica serves.
+  kBalanced,
+  // The reference prototype's planner: target DP rank d reads the sorted
+  // complete DP replicas' R[d mod |R|] (its smallest owner; a DP-owned
+  // tensor its one owner), each box from its first copy by (dp, pp, ep, tp,
+  // fragment id); intersected with that replica's own boxes. What
+  // reshard.compat.mooncake plans by default. A stored source holds one
+  // copy of each box: both policies plan it alike.
+  kReference,
+};
+
 struct PlanOptions {
   PlanningLimits limits;
+  ReplicaPolicy replica_policy = ReplicaPolicy::kBalanced;
   // Plan only this target participant's fragments (a local target).
   std::optional<std::string> target_participant_id;
   // Convert tensors whose dtype differs (docs/conversion.md): the plan then

@@ -315,3 +315,36 @@ def test_target_participant_without_fragments(cli):
                SCENARIO_DIR / entry["target"], "--target-participant",
                empty[0], "--json", check=False)
     assert proc.returncode != 0 and message in proc.stderr
+
+
+def _replica_scenario(name):
+    return reshard.Placement.from_json(
+        (SCENARIO_DIR / f"{name}.json").read_text("utf-8"))
+
+
+def test_plan_replica_policy():
+    # Two whole DP replicas read by a DP2 x TP2 target: the reference reads
+    # target DP rank d from replica d for both TP halves; the balanced
+    # policy (the default) alternates the replicas region by region.
+    source = _replica_scenario("dp_replicas_dp2tp2_to_dp3tp4_source")
+    target = _replica_scenario("dp_replicas_dp2tp2_to_dp3tp4_target")
+    reference = reshard.plan(source, target, replica_policy="reference")
+    balanced = reshard.plan(source, target)
+    assert reshard.plan(source, target, replica_policy="balanced").regions() \
+        == balanced.regions()
+    assert reference.summary["bytes"] == balanced.summary["bytes"]
+    dp_of = {f.placement_fragment_id: f.rank.dp for f in source.fragments}
+    target_dp = {f.placement_fragment_id: f.rank.dp for f in target.fragments}
+    replicas = sorted({dp_of[f.placement_fragment_id]
+                       for f in source.fragments})
+    for r in reference.regions():
+        want = replicas[target_dp[r["target_fragment_id"]] % len(replicas)]
+        assert dp_of[r["source_fragment_id"]] == want
+    assert {(target_dp[r["target_fragment_id"]], dp_of[r["source_fragment_id"]])
+            for r in balanced.regions()} != {
+        (target_dp[r["target_fragment_id"]], dp_of[r["source_fragment_id"]])
+        for r in reference.regions()}
+    with pytest.raises(reshard.InvalidArgumentError,
+                       match="^plan.replica_policy must be 'balanced' or "
+                             "'reference', got 'first'$"):
+        reshard.plan(source, target, replica_policy="first")

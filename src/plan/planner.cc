@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "plan/geometry.h"
+#include "plan/reference_replicas.h"
 #include "util/claimed_runs.h"
 #include "util/string_sort.h"
 
@@ -258,7 +259,13 @@ void Planner::BuildSourceTilings() {
       continue;
     }
     tensor_boxes_[t] = std::move(tiling).ValueOrDie();
-    box_index_[t].Build(tensor_boxes_[t], desc.ndim());
+    box_index_[t].resize(1);
+    box_index_[t][0].Build(tensor_boxes_[t].data(), tensor_boxes_[t].size(),
+                           desc.ndim());
+  }
+  if (options_.replica_policy == ReplicaPolicy::kReference &&
+      source_.placement != nullptr) {
+    UseReferenceTilings();
   }
   source_participant_.resize(impl_->source_fragments.size());
   for (size_t i = 0; i < source_participant_.size(); ++i) {
@@ -283,6 +290,28 @@ void Planner::BuildSourceTilings() {
     }
   }
   BuildSourceSummaryColumns();
+}
+
+void Planner::UseReferenceTilings() {
+  for (const Status& st : tiling_status_) {
+    if (!st.ok()) return;  // reported first, in tensor order
+  }
+  auto tilings = ReferenceTilings(*source_.placement, impl_->tensors,
+                                  impl_->source_fragments);
+  if (!tilings.ok()) {
+    reference_status_ = tilings.status();
+    return;
+  }
+  for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
+    ReferenceTiling& r = (*tilings)[t];
+    tensor_boxes_[t] = std::move(r.boxes);
+    box_index_[t].assign(r.groups(), BoxIndex());
+    for (size_t g = 0; g < r.groups(); ++g) {
+      box_index_[t][g].Build(tensor_boxes_[t].data() + r.group_first[g],
+                             r.group_first[g + 1] - r.group_first[g],
+                             plan_tensors_[t]->ndim());
+    }
+  }
 }
 
 void Planner::BuildSourceTable(const PlanTensorIndex& index) {
@@ -346,6 +375,8 @@ Status Planner::Intersect() {
   impl_->regions.reserve(impl_->target_fragments.size());
   box_of_.reserve(impl_->target_fragments.size());
   region_bytes_.reserve(impl_->target_fragments.size());
+  // Set only when every tiling succeeded (UseReferenceTilings).
+  RESHARD_RETURN_NOT_OK(reference_status_);
   for (uint32_t t = 0; t < plan_tensors_.size(); ++t) {
     RESHARD_RETURN_NOT_OK(IntersectTensor(t));
   }
@@ -368,7 +399,7 @@ Status Planner::Intersect() {
 Status Planner::IntersectTensor(uint32_t t) {
   RESHARD_RETURN_NOT_OK(tiling_status_[t]);
   const TensorDescriptor& desc = *source_.find_tensor(impl_->tensors[t]);
-  const BoxIndex& index = box_index_[t];
+  const std::vector<BoxIndex>& indexes = box_index_[t];
   const auto itemsize = static_cast<uint64_t>(desc.itemsize());
   auto& regions = impl_->regions;
   const size_t ndim = desc.ndim();
@@ -384,6 +415,12 @@ Status Planner::IntersectTensor(uint32_t t) {
     const int64_t* offset = &target_box_[ti * 2 * box_dims_];
     const int64_t* shape = offset + box_dims_;
     uint64_t covered = 0;
+    // One group but under the reference policy (BuildSourceTilings).
+    const BoxIndex& index =
+        indexes.size() == 1 ? indexes[0]
+                            : indexes[static_cast<uint64_t>(
+                                          impl_->target_fragments[ti].rank.dp) %
+                                      indexes.size()];
     index.Query(offset, shape, [&](const SourceBox& box) {
       TransferRegion r =
           OverlapRegion(t, ti, offset, shape, ndim, box, itemsize);

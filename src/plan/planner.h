@@ -58,6 +58,9 @@ class Planner {
   // the larger target table is built): tilings, their indexes, or the
   // error each tensor's intersection then reports in its turn.
   void BuildSourceTilings();
+  // Step 2 under ReplicaPolicy::kReference, after the tilings (whose errors
+  // come first): the reference groups replace them.
+  void UseReferenceTilings();
   // Steps 2-4: per tensor, the source tiling, candidates and regions.
   Status Intersect();
   Status IntersectTensor(uint32_t t);
@@ -92,8 +95,12 @@ class Planner {
   // The boxes of each tensor's source tiling (region i's is
   // box_by_id_[box_of_[i]]).
   std::vector<std::vector<SourceBox>> tensor_boxes_;
-  std::vector<BoxIndex> box_index_;    // over tensor_boxes_[t]
+  // Per tensor, an index of each group of its boxes: one group (the
+  // tiling) under the balanced policy; under the reference policy the
+  // groups of ReferenceTiling, target DP rank d querying group d % size.
+  std::vector<std::vector<BoxIndex>> box_index_;
   std::vector<Status> tiling_status_;  // SourceTiling's error, if any
+  Status reference_status_;            // ReferenceTilings' error, if any
   // What the balance reads, in compact columns, as the steps before it
   // make them: the balance visits regions in random order. Boxes are
   // numbered tensor by tensor (tensor t's from tensor_first_[t]); box g's

@@ -181,9 +181,9 @@ Result<std::vector<SourceBox>> SourceTiling(
   return ChooseReplicas(classes[best], frags, table);
 }
 
-void BoxIndex::Build(const std::vector<SourceBox>& boxes, size_t ndim) {
+void BoxIndex::Build(const SourceBox* boxes, size_t n, size_t ndim) {
   boxes_.clear();
-  for (const auto& b : boxes) boxes_.push_back(&b);
+  for (size_t i = 0; i < n; ++i) boxes_.push_back(&boxes[i]);
   // Sweep the dimension with the most distinct begin coordinates.
   size_t best = 0;
   size_t best_distinct = 0;

@@ -36,9 +36,9 @@ struct SourceBox {
 // rather than chasing each box to its fragment.
 class BoxIndex {
  public:
-  // Indexes `boxes`, each of `ndim` dimensions. `boxes` must outlive the
-  // index.
-  void Build(const std::vector<SourceBox>& boxes, size_t ndim);
+  // Indexes boxes[0, n), each of `ndim` dimensions. The boxes must
+  // outlive the index.
+  void Build(const SourceBox* boxes, size_t n, size_t ndim);
 
   // Calls f(box) for every box intersecting [offset, offset + shape)
   // (the index's ndim coordinates each).

@@ -58,13 +58,23 @@ LogicalTransferPlan MakePlan(py::object source, py::object target_object,
   return Unwrap(LogicalTransferPlan::Make(placement, target, options));
 }
 
+// ReplicaPolicy by name: "balanced" or "reference".
+ReplicaPolicy ToReplicaPolicy(py::handle value) {
+  const std::string name = ToStr(value, "plan.replica_policy");
+  if (name == "balanced") return ReplicaPolicy::kBalanced;
+  if (name == "reference") return ReplicaPolicy::kReference;
+  ThrowInvalid("plan.replica_policy",
+               "must be 'balanced' or 'reference', got '" + name + "'");
+}
+
 // The plan keeps the two layouts it was made from (for its report).
 py::object Plan(py::object source, py::object target,
                 py::object target_participant_id,
                 py::object max_transfer_regions, py::object max_operations,
-                bool convert, py::object fp8_block) {
+                bool convert, py::object fp8_block, py::object replica_policy) {
   PlanOptions options =
       OptionsOf(target_participant_id, max_transfer_regions, max_operations);
+  options.replica_policy = ToReplicaPolicy(replica_policy);
   options.convert = convert;
   options.fp8_block = ToFp8Block(fp8_block, "plan.fp8_block");
   py::object plan = py::cast(MakePlan(source, target, options));
@@ -336,9 +346,12 @@ void RegisterPlan(py::module_& m) {
         py::arg("max_transfer_regions") = py::none(),
         py::arg("max_operations") = py::none(), py::arg("convert") = false,
         py::arg("fp8_block") = py::none(),
+        py::arg("replica_policy") = "balanced",
         "Plans `target` from `source` (a placement or a stored manifest). "
         "With convert=True, tensors whose dtype differs convert "
         "(docs/conversion.md; fp8_block=(rows, cols), default (128, 128)). "
+        "replica_policy: 'balanced' (every replica serves) or 'reference' "
+        "(the reference prototype's choice; docs/planner.md). "
         "Releases the GIL while planning.");
   m.def(
       "measure_memcpy_gbps",

@@ -10,14 +10,12 @@ offset), plus executors, pipeline routes and the reference's planning
 limits.
 """
 
-import math
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from reshard import _reshard as _R
 from reshard.compat._checks import require_str
 from reshard.compat._mooncake_contract import (
-    OwnershipAxis,
     ParallelRank,
     PlacementFragment,
     WeightPlacementManifest,
@@ -374,11 +372,15 @@ def _require_placement(value, side):
             f"{side} requires one complete WeightPlacementManifest")
 
 
-def _native_plan(source, target, limits, target_participant_id=None):
+def _native_plan(source, target, limits, target_participant_id=None,
+                 source_selection="balanced"):
+    """The native plan; source_selection "reference" is the native
+    replica_policy of the reference planner (docs/planner.md)."""
     try:
         return _R.plan(source.to_native(), target.to_native(),
                        target_participant_id=target_participant_id,
-                       max_transfer_regions=limits.max_transfer_regions)
+                       max_transfer_regions=limits.max_transfer_regions,
+                       replica_policy=source_selection)
     except _R.ResourceExhaustedError as error:
         raise ValueError("logical transfer plan exceeds max_transfer_regions: "
                          f"{limits.max_transfer_regions}") from error
@@ -388,143 +390,7 @@ def _native_plan(source, target, limits, target_participant_id=None):
         raise ValueError(str(error)) from error
 
 
-class _ReferenceSources:
-    """The reference's choice of source fragments for a placement source.
-
-    Per DP rank, a tensor's fragments are grouped by owner key (its
-    OwnershipAxis coordinates); a DP rank is a complete replica when every
-    owner group of every tensor that is not DP-owned covers the tensor
-    (identical boxes counted once). Target DP rank t reads from the sorted
-    complete replicas R[t mod |R|], using the smallest owner key there; a
-    DP-owned tensor reads from its unique complete owner. Among fragments
-    with the same box, the first by (dp, pp, ep, tp, fragment id) serves."""
-
-    def __init__(self, placement):
-        self._table = {}
-        self._dps_by_tensor = {}
-        kinds = {t.tensor_id: tuple(a.kind for a in t.parallel_axes
-                                    if isinstance(a, OwnershipAxis))
-                 for t in placement.tensors}
-        for f in placement.fragments:
-            owner = tuple((k, getattr(f.rank, k)) for k in kinds[f.tensor_id])
-            cell = self._table.get((f.rank.dp, f.tensor_id))
-            if cell is None:
-                cell = self._table[(f.rank.dp, f.tensor_id)] = {}
-                self._dps_by_tensor.setdefault(f.tensor_id, []).append(
-                    f.rank.dp)
-            boxes = cell.setdefault(owner, {})
-            box = (f.global_offset, f.local_shape)
-            current = boxes.get(box)
-            if current is None or _rank_key(f) < _rank_key(current):
-                boxes[box] = f
-        volumes = {t.tensor_id: math.prod(t.global_shape)
-                   for t in placement.tensors}
-        self._dp_owner = self._dp_owners(placement, volumes)
-        self._replicas = self._complete_replicas(placement, volumes)
-        self._replica_dps = sorted(self._replicas)
-
-    @staticmethod
-    def _covers(boxes, volume):
-        return sum(math.prod(shape) for _, shape in boxes) == volume
-
-    def _dp_owners(self, placement, volumes):
-        result = {}
-        for t in placement.tensors:
-            if not any(isinstance(a, OwnershipAxis) and a.kind == "dp"
-                       for a in t.parallel_axes):
-                continue
-            owners = {owner: boxes
-                      for dp in self._dps_by_tensor.get(t.tensor_id, ())
-                      for owner, boxes in self._table[(dp,
-                                                       t.tensor_id)].items()}
-            complete = sorted(o for o, boxes in owners.items()
-                              if self._covers(boxes, volumes[t.tensor_id]))
-            if not complete:
-                raise ValueError("DP-owned source tensor has no complete "
-                                 f"declared owner: {t.tensor_id}")
-            if len(complete) != 1 or len(owners) != 1:
-                raise ValueError("DP-owned source tensor has ambiguous "
-                                 f"declared owners: {t.tensor_id}")
-            result[t.tensor_id] = (dict(complete[0])["dp"], complete[0])
-        return result
-
-    def _complete_replicas(self, placement, volumes):
-        tensors = [t.tensor_id for t in placement.tensors
-                   if t.tensor_id not in self._dp_owner]
-        if not tensors:
-            return {}
-        replicas = {}
-        for dp in sorted({f.rank.dp for f in placement.fragments}):
-            owners = {}
-            for tid in tensors:
-                cell = self._table.get((dp, tid))
-                if not cell or not all(self._covers(b, volumes[tid])
-                                       for b in cell.values()):
-                    break
-                owners[tid] = min(cell)
-            else:
-                replicas[dp] = owners
-        if not replicas:
-            raise ValueError("source manifests have no complete DP replica; "
-                             "tensors are not fully covered")
-        return replicas
-
-    def boxes(self, target):
-        """{(global_offset, local_shape): source fragment} that serve
-        `target` (a target PlacementFragment)."""
-        tid = target.tensor_id
-        if tid in self._dp_owner:
-            dp, owner = self._dp_owner[tid]
-        else:
-            dp = self._replica_dps[target.rank.dp % len(self._replica_dps)]
-            owner = self._replicas[dp][tid]
-        return self._table[(dp, tid)][owner]
-
-
-def _rank_key(f):
-    r = f.rank
-    return (r.dp, r.pp, r.ep, r.tp, f.placement_fragment_id)
-
-
-def _overlap(source, target):
-    offset = tuple(max(a, b) for a, b in
-                   zip(source.global_offset, target.global_offset))
-    end = tuple(min(a + e, b + g) for a, e, b, g in
-                zip(source.global_offset, source.local_shape,
-                    target.global_offset, target.local_shape))
-    shape = tuple(e - o for o, e in zip(offset, end))
-    if any(x <= 0 for x in shape):
-        return None
-    return offset, shape
-
-
-def _reselect(target, found, sources):
-    """The (overlap offset, shape, source) list of `target` with the
-    reference's sources: the native overlaps with each source swapped for
-    the reference's fragment of the same box or, when the reference's
-    replica tiles the tensor differently, the overlaps with its boxes."""
-    boxes = sources.boxes(target)
-    swapped = []
-    for offset, shape, source in found:
-        chosen = boxes.get((source.global_offset, source.local_shape))
-        if chosen is None:
-            break
-        swapped.append((offset, shape, chosen))
-    else:
-        return swapped
-    result = []
-    for source in boxes.values():
-        box = _overlap(source, target)
-        if box is not None:
-            result.append(box + (source,))
-    if sum(math.prod(shape) for _, shape, _ in result) != math.prod(
-            target.local_shape):
-        raise ValueError(
-            f"target fragment is not fully covered: {target.fragment_id}")
-    return result
-
-
-def _operations(native, source_lookup, target, itemsizes, sources=None):
+def _operations(native, source_lookup, target, itemsizes):
     by_target = {}
     for r in native.regions():
         by_target.setdefault(r["target_fragment_id"], []).append(
@@ -533,8 +399,6 @@ def _operations(native, source_lookup, target, itemsizes, sources=None):
     operations = []
     for fid, found in by_target.items():
         fragment = target._fragment_by_id(fid)
-        if sources is not None:
-            found = _reselect(fragment, found, sources)
         itemsize = itemsizes[fragment.tensor_id]
         for offset, shape, source in found:
             operations.append(_region(fragment.tensor_id, source, fragment,
@@ -581,21 +445,16 @@ def _executors(placement, operations, side, participant_ids=None):
 
 
 def _assemble(native, *, source_placement, source_manifest, target_placement,
-              target_tensors, limits, target_participant_ids=None,
-              source_selection="reference"):
+              target_tensors, limits, target_participant_ids=None):
     itemsizes = {t.tensor_id: t.itemsize for t in target_tensors}
-    sources = None
     if source_placement is not None:
         lookup = source_placement._fragment_by_id
         source_tensors = source_placement.tensors
-        if source_selection == "reference":
-            sources = _ReferenceSources(source_placement)
     else:
         lookup = source_manifest._fragment_by_id
         source_tensors = tuple(sorted(source_manifest.tensors,
                                       key=lambda t: t.tensor_id))
-    operations = _operations(native, lookup, target_placement, itemsizes,
-                             sources)
+    operations = _operations(native, lookup, target_placement, itemsizes)
     _check_limits(operations, limits)
     return LogicalTransferPlan._from_planner(
         native,
@@ -625,17 +484,18 @@ def plan_placement_transfer(source_placement, target_placement, *,
     `source_selection` (an extension): "reference" (default) serves each
     target DP rank from one complete source DP replica, round-robin, and
     each box from its first fragment by (dp, pp, ep, tp, id), as the
-    reference planner; "balanced" keeps the native planner's choice, which
-    spreads the bytes over every replica and replicated copy."""
+    reference planner; "balanced" the native planner's default choice,
+    which spreads the bytes over every replica and replicated copy. Both
+    are the native planner's replica_policy (docs/planner.md)."""
     limits = _limits(planning_limits)
     _require_selection(source_selection)
     _require_placement(source_placement, "source")
     _require_placement(target_placement, "target")
-    native = _native_plan(source_placement, target_placement, limits)
+    native = _native_plan(source_placement, target_placement, limits,
+                          source_selection=source_selection)
     return _assemble(native, source_placement=source_placement,
                      source_manifest=None, target_placement=target_placement,
-                     target_tensors=target_placement.tensors, limits=limits,
-                     source_selection=source_selection)
+                     target_tensors=target_placement.tensors, limits=limits)
 
 
 def plan_placement_transfer_to_local_target(source_placement,
@@ -663,12 +523,11 @@ def plan_placement_transfer_to_local_target(source_placement,
         raise ValueError(
             f"unknown target participant: {target_participant_id}")
     native = _native_plan(source_placement, target_placement, limits,
-                          target_participant_id)
+                          target_participant_id, source_selection)
     plan = _assemble(native, source_placement=source_placement,
                      source_manifest=None, target_placement=target_placement,
                      target_tensors=part.tensors, limits=limits,
-                     target_participant_ids=frozenset({target_participant_id}),
-                     source_selection=source_selection)
+                     target_participant_ids=frozenset({target_participant_id}))
     if len(plan.target_executors) != 1:
         raise ValueError(
             "local target placement must describe exactly one executor")
