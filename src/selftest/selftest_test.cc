@@ -14,6 +14,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "reshard/gen.h"
@@ -394,6 +395,91 @@ TEST(LaunchDeadlineTest, SelftestTimeoutDeadlineScalesWithUpdates) {
   o.updates = UINT32_MAX;
   EXPECT_EQ(internal::LaunchDeadline(o),
             std::chrono::milliseconds(int64_t{1} << 40));
+}
+
+// The names a report's visitor gives, in order, and whether wire_bytes is
+// a list.
+struct VisitedNames {
+  std::vector<std::string> names;
+  bool wire_bytes_is_list = false;
+};
+VisitedNames NamesOf(const SelfTestReport& r) {
+  VisitedNames out;
+  VisitFields(r, [&out](const char* name, const auto& value) {
+    out.names.push_back(name);
+    if (std::string(name) == "wire_bytes") {
+      out.wire_bytes_is_list =
+          std::is_same_v<std::decay_t<decltype(value)>, std::vector<uint64_t>>;
+    }
+  });
+  return out;
+}
+
+// One record for every kind of run: the fields follow the transport,
+// updates and delta, names sorted (what selftest --json prints).
+TEST(SelfTestReportTest, FieldsFollowTheKindOfRun) {
+  SelfTestReport r;
+  r.transport = "local";
+  const std::vector<std::string> local = {
+      "bytes",        "gbps",    "memcpy_gbps", "mismatch",  "operations",
+      "plan_seconds", "seconds", "segments",    "transport", "verified"};
+  EXPECT_EQ(NamesOf(r).names, local);
+  r.transport = "store";
+  EXPECT_EQ(NamesOf(r).names,
+            std::vector<std::string>(
+                {"bytes", "gbps", "load_seconds", "memcpy_gbps", "mismatch",
+                 "operations", "plan_seconds", "seconds", "segments",
+                 "transport", "upload_seconds", "verified"}));
+  r.transport = "inproc";
+  VisitedNames live = NamesOf(r);
+  EXPECT_EQ(
+      live.names,
+      std::vector<std::string>(
+          {"bytes", "gbps", "memcpy_gbps", "messages", "mismatch", "operations",
+           "packed_messages", "plan_seconds", "procs", "ranks_ready", "seconds",
+           "segments", "transport", "verified", "wire_bytes"}));
+  EXPECT_FALSE(live.wire_bytes_is_list);
+  r.transport = "ucx";
+  r.updates = 3;
+  r.delta = true;
+  VisitedNames delta = NamesOf(r);
+  EXPECT_EQ(delta.names, std::vector<std::string>({"apply_seconds",
+                                                   "bytes",
+                                                   "delta_regions",
+                                                   "encode_seconds",
+                                                   "fixed_seconds",
+                                                   "full_regions",
+                                                   "gbps",
+                                                   "memcpy_gbps",
+                                                   "messages",
+                                                   "mismatch",
+                                                   "open_seconds",
+                                                   "operations",
+                                                   "packed_messages",
+                                                   "plan_seconds",
+                                                   "procs",
+                                                   "ranks_ready",
+                                                   "seconds",
+                                                   "segments",
+                                                   "snapshot_bytes",
+                                                   "transport",
+                                                   "update_seconds",
+                                                   "updates",
+                                                   "verified",
+                                                   "wire_bytes"}));
+  EXPECT_TRUE(delta.wire_bytes_is_list);
+}
+
+// The derived fields: bandwidth (0 without time) and each update's time
+// past its bytes at the measured bandwidth (never negative).
+TEST(SelfTestReportTest, DerivedFields) {
+  SelfTestReport r;
+  EXPECT_EQ(SelfTestGbps(r), 0);
+  r.bytes = 3'000'000'000;
+  r.seconds = 1.5;
+  EXPECT_EQ(SelfTestGbps(r), 2.0);
+  r.update_seconds = {2.0, 1.0, 1.75};
+  EXPECT_EQ(SelfTestFixedSeconds(r), std::vector<double>({0.5, 0.0, 0.25}));
 }
 
 }  // namespace
