@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench/bench_stats.h"
+#include "reshard/backends/ucx_options.h"
 #include "reshard/plan.h"
 #include "selftest/selftest.h"
 #include "testing/placement_builders.h"
@@ -173,8 +174,8 @@ Status RunCase(const Args& args, const TransportCase& t, const Case& c,
   SelfTestOptions o;
   o.transport = "ucx";
   o.procs = 2;
-  o.ucx.tls = t.tls;
-  o.ucx.net_devices = t.devices;
+  o.exchange_options =
+      ToPeerExchangeOptions(UcxOptions{.tls = t.tls, .net_devices = t.devices});
   o.measure_memcpy = false;
   o.max_in_flight = args.window;
   o.protocol = protocol;

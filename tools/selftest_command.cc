@@ -11,7 +11,9 @@
 #include <optional>
 #include <string>
 
+#include "reshard/backends/ucx_options.h"
 #include "reshard/placement.h"
+#include "reshard/sdk/peer_exchange.h"
 #include "selftest/selftest.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
@@ -36,7 +38,8 @@ struct SelftestArgs {
   std::string change_fraction = "1";  // as given: NumberFlag checks it
   Fp8Block block;
   std::optional<uint32_t> rank;
-  std::string timeout = "60";  // as given: NumberFlag checks it
+  std::vector<std::string> exchange_options;  // NAME=VALUE
+  std::string timeout = "60";                 // as given: NumberFlag checks it
   ProgressMode progress = ProgressMode::kAuto;
 
   // A multi-process UCX run (not a store round trip).
@@ -44,11 +47,35 @@ struct SelftestArgs {
   bool store_run() const { return !via_store.empty(); }
 };
 
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// --transport: "local" or a registered peer exchange; the error lists
+// them.
+CLI::Validator TransportCheck() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (value == "local") return "";
+        for (const std::string& name : RegisteredPeerExchanges()) {
+          if (value == name) return "";
+        }
+        return "unknown transport " + value +
+               " (local, or a registered peer exchange: " +
+               JoinNames(RegisteredPeerExchanges()) + ")";
+      },
+      "TRANSPORT");
+}
+
 void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
   cmd->add_option("SOURCE", a->source, "source placement (JSON)")->required();
   cmd->add_option("TARGET", a->target, "target placement (JSON)")->required();
-  cmd->add_option("--transport", a->transport, "executor")
-      ->check(CLI::IsMember({"local", "ucx"}));
+  cmd->add_option("--transport", a->transport,
+                  "executor: local, or a registered peer exchange (" +
+                      JoinNames(RegisteredPeerExchanges()) + ")")
+      ->check(TransportCheck());
   cmd->add_option("--threads", a->threads, "copy threads")
       ->check(CLI::Range(1u, 1024u));
   cmd->add_flag("--json", a->json, "print one JSON object");
@@ -69,6 +96,10 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
                   "ucx: seconds to wait for any peer, 0.001 to 86400 "
                   "(default 60); the launcher ends ranks still running after "
                   "3 x timeout x (1 + updates)");
+  cmd->add_option("--exchange-option", a->exchange_options,
+                  "NAME=VALUE: a setting of the peer exchange, as its "
+                  "backend states them (repeatable; for ucx, --ucx-tls T is "
+                  "--exchange-option tls=T)");
   cmd->add_option("--ucx-tls", a->ucx_tls,
                   "ucx: transports (UCX_TLS), e.g. cma,tcp or tcp");
   cmd->add_option("--ucx-net-devices", a->ucx_net_devices,
@@ -123,20 +154,24 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   if (a.rank && a.session.empty()) {
     return Status::InvalidArgument("--rank needs --session");
   }
-  const bool ucx = a.transport == "ucx";
+  // A live run over a peer exchange (ucx, or inproc: ranks as threads).
+  const bool live = a.transport != "local";
   for (const char* flag :
        {"--procs", "--rendezvous", "--session", "--rank", "--ucx-tls",
         "--ucx-net-devices", "--ucx-error-handling", "--ucx-protocol",
         "--max-in-flight", "--inject-fault", "--updates", "--delta",
-        "--change-fraction"}) {
-    if (!ucx && cmd.count(flag) > 0) {
+        "--change-fraction", "--exchange-option"}) {
+    const bool settings_of_ucx = std::string_view(flag).starts_with("--ucx-") &&
+                                 std::string_view(flag) != "--ucx-protocol";
+    if ((!live || (settings_of_ucx && a.transport != "ucx")) &&
+        cmd.count(flag) > 0) {
       return Status::InvalidArgument(std::string(flag) +
                                      " needs --transport ucx");
     }
   }
-  if (ucx && !a.via_store.empty()) {
+  if (live && !a.via_store.empty()) {
     return Status::InvalidArgument(
-        "--via-store runs in one process; drop --transport ucx");
+        "--via-store runs in one process; drop --transport " + a.transport);
   }
   if (a.keep_revision && a.via_store.empty()) {
     return Status::InvalidArgument("--keep-revision needs --via-store");
@@ -163,6 +198,24 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   return Status::OK();
 }
 
+// The exchange's settings: the --ucx-* flags through the UCX backend's
+// options (its header states them), then every --exchange-option in order.
+PeerExchangeOptions ExchangeOptionsOf(const SelftestArgs& a) {
+  UcxOptions ucx;
+  ucx.tls = a.ucx_tls;
+  ucx.net_devices = a.ucx_net_devices;
+  if (a.ucx_errors == "peer") ucx.error_handling = UcxErrorHandling::kPeer;
+  if (a.ucx_errors == "none") ucx.error_handling = UcxErrorHandling::kNone;
+  PeerExchangeOptions out;
+  if (a.transport == "ucx") out = ToPeerExchangeOptions(ucx);
+  for (const std::string& setting : a.exchange_options) {
+    const size_t eq = setting.find('=');
+    out.Set(setting.substr(0, eq),
+            eq == std::string::npos ? "" : setting.substr(eq + 1));
+  }
+  return out;
+}
+
 SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
   SelfTestOptions options;
   options.transport = a.transport;
@@ -173,18 +226,12 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
   options.rank = a.rank;
   options.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(ParseFiniteNumber(a.timeout).value() * 1000));
-  options.ucx.tls = a.ucx_tls;
-  options.ucx.net_devices = a.ucx_net_devices;
   options.max_in_flight = a.max_in_flight;
   options.via_store = a.via_store;
   options.keep_revision = a.keep_revision;
   if (a.ucx_protocol == "pull") options.protocol = LiveProtocol::kPull;
   if (a.ucx_protocol == "push") options.protocol = LiveProtocol::kPush;
-  if (a.ucx_errors == "peer") {
-    options.ucx.error_handling = UcxErrorHandling::kPeer;
-  } else if (a.ucx_errors == "none") {
-    options.ucx.error_handling = UcxErrorHandling::kNone;
-  }
+  options.exchange_options = ExchangeOptionsOf(a);
   if (a.fault == "kill-source") options.fault = SelfTestFault::kKillSource;
   if (a.fault == "kill-target") options.fault = SelfTestFault::kKillTarget;
   if (a.fault == "stale-generation") {

@@ -1,7 +1,8 @@
-// Live reshard between processes and hosts over UCX.
+// Live reshard between processes and hosts over a peer exchange
+// (sdk/peer_exchange.h; "ucx" by default).
 //
 // Every process of a session (a "rank") hosts some source and/or target
-// participants. It publishes its runtime bindings and UCX worker address in
+// participants. It publishes its runtime bindings and exchange address in
 // a rendezvous RecordStore under the session key, derives the same plan
 // as every other rank from the two placements, binds it with everybody's
 // bindings, rechecks its own generations and leases, and then moves only
@@ -15,7 +16,7 @@
 //  2. plan + bind + fence (generation and lease recheck at execution);
 //  3. connect: one endpoint per peer this rank exchanges with, wired up
 //     before any transfer;
-//  4. exchange: one UCX message (push) or get (pull; per row for strided
+//  4. exchange: one message (push) or get (pull; per row for strided
 //     regions) per region, bounded window of operations this rank starts;
 //  5. completion: targets check every receive (and the caller's validator),
 //     then record "done";
@@ -30,9 +31,10 @@
 // bindings/<r>/<side>-<i>, address/<r>, rkeys/<r> (pull), done/<r>,
 // ready/<r>, abort/<r>. Each is a canonical JSON record that other ranks
 // parse strictly (exact fields, the rank in the record equal to the rank in
-// the key; UCX addresses and keys with their SHA-256, checked before UCX
-// sees them); docs/live.md lists them. A session key names one run: a rank
-// refuses to join a session in which it already has records.
+// the key; exchange addresses and keys with their SHA-256, checked before
+// the exchange sees them); docs/live.md lists them. A session key names
+// one run: a rank refuses to join a session in which it already has
+// records.
 
 #ifndef RESHARD_LIVE_H_
 #define RESHARD_LIVE_H_
@@ -46,10 +48,10 @@
 #include <utility>
 #include <vector>
 
-#include "reshard/backends/ucx_options.h"
 #include "reshard/binding.h"
 #include "reshard/conversion.h"
 #include "reshard/placement.h"
+#include "reshard/sdk/peer_exchange.h"
 #include "reshard/sdk/record_store.h"
 #include "reshard/status.h"
 
@@ -62,12 +64,14 @@ struct LiveBindings {
 };
 
 // Who moves the bytes. kPush: sources send tagged messages, targets
-// receive (two-sided; UCX uses CMA zero-copy on one host). kPull: sources
+// receive (two-sided; "ucx" uses CMA zero-copy on one host). kPull: sources
 // register their fragments and publish remote keys, targets read with RMA
 // get (regions with contiguous sides or rows of at least 256 KiB; the rest
-// are still pushed). kAuto: pull when every rank is on one host and UCX
-// chooses its transports (shared memory: pull measured 9.1 GB/s, push 7.3),
-// else push (RMA over TCP is far slower than tagged messages). Measured in
+// are still pushed). kAuto: pull when every rank is on one host and the
+// exchange reads faster than it sends there
+// (PeerExchangeCapabilities::pull_on_one_host; "ucx" does when UCX chooses
+// its transports: shared memory, pull measured 9.1 GB/s, push 7.3), else
+// push (RMA over TCP is far slower than tagged messages). Measured in
 // docs/live.md.
 enum class LiveProtocol : uint8_t { kAuto, kPush, kPull };
 
@@ -82,11 +86,16 @@ struct LiveSessionOptions {
   uint32_t max_in_flight = 64;
   LiveProtocol protocol = LiveProtocol::kAuto;
   // The peer exchange that moves the bytes between ranks, by registered
-  // name: "ucx" (between processes and hosts; settings in `ucx`) or
-  // "inproc" (every rank a thread of one process: tests of the session's
-  // protocol without UCX). Every rank of a session names the same.
+  // name (RegisteredPeerExchanges()): "ucx" (between processes and hosts)
+  // or "inproc" (every rank a thread of one process: tests of the
+  // session's protocol without a network). Every rank of a session names
+  // the same.
   std::string exchange = "ucx";
-  UcxOptions ucx;
+  // The exchange's own settings, by name, as its backend header states
+  // them (reshard/backends/ucx_options.h for "ucx":
+  // ToPeerExchangeOptions(UcxOptions)); checked at open, before anything
+  // is published. Empty: the exchange's defaults.
+  PeerExchangeOptions exchange_options;
   // The bindings current right before execution (the fence); when empty,
   // the published ones are taken as current.
   std::function<Result<LiveBindings>()> current_bindings;
@@ -286,9 +295,9 @@ Result<LiveReport> RunLiveReshard(RecordStore& rendezvous,
 // same key, placements and rank count, and calls Update with the same
 // generations in the same order.
 //
-// Memory contract (allocation guard): while Update runs, UCX may read the
-// sources and write the targets this rank hosts; between updates, and
-// after Close, the session touches neither. After an Update that failed
+// Memory contract (allocation guard): while Update runs, the exchange may
+// read the sources and write the targets this rank hosts; between updates,
+// and after Close, the session touches neither. After an Update that failed
 // with outcome() == kUncertain it may still do so: those buffers must not
 // be freed or reused while the process lives. A failed session (any
 // failure on any rank) cannot be updated again; open a new one.

@@ -7,7 +7,8 @@ exactly the needed bytes between caller tensors:
 
 * local, in this process: ``reshard(source, source_tensors, target,
   target_tensors)``;
-* live, between processes over UCX: ``LiveSession``;
+* live, between processes over a peer exchange (UCX by default;
+  ``registered_exchanges()``): ``LiveSession``;
 * through a store, as immutable revisions: ``WeightStore(uri).upload(...)``
   and ``.load(...)``.
 
@@ -60,6 +61,7 @@ from reshard._reshard import (  # noqa: F401
     WeightRuntimeBindingManifest,
     measure_memcpy_gbps,
     plan,
+    registered_exchanges,
     validate_runtime_binding,
     validate_runtime_bindings,
 )

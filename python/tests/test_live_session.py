@@ -1,9 +1,12 @@
-"""LiveSession between two processes over UCX: every update byte-exact,
+"""LiveSession between two processes over UCX (and two threads over the
+in-process exchange): every update byte-exact,
 a rank whose own tensors are refused fails that step for everybody at
 once without desynchronising later steps, and a process that closes early
 is named by the other at once."""
 import multiprocessing as mp
 import os
+import queue
+import threading
 import time
 
 import torch
@@ -37,12 +40,13 @@ def _box(placement, frag, step, sparse=False):
 
 
 def _rank(rank, rendezvous, bad_step, results, move_targets=False,
-          shadow=False, delta=False):
+          shadow=False, delta=False, exchange="ucx"):
     src, dst = _load("source"), _load("target")
     spart, tpart = src.parts[rank], dst.parts[rank]
     session = reshard.LiveSession(rendezvous, "steps", rank=rank, ranks=2,
                                   source=src, target=dst, timeout=20,
-                                  shadow_targets=shadow, delta=delta)
+                                  shadow_targets=shadow, delta=delta,
+                                  exchange=exchange)
     targets = {f.placement_fragment_id: torch.zeros(f.local_shape,
                                                     dtype=torch.bfloat16)
                for f in tpart.fragments}
@@ -194,6 +198,54 @@ def test_early_close_is_named_within_seconds(tmp_path):
     assert out[0] == ("AbortedError", named, True)
     assert out[1] == ("AbortedError", "live session early.000001 aborted by "
                       "rank 0: Aborted: " + named, True)
+
+
+def test_in_process_exchange_runs_the_ranks_as_threads(tmp_path):
+    """exchange="inproc": both ranks are threads of this process; every
+    update byte-exact, as over UCX."""
+    results = queue.Queue()
+    threads = [threading.Thread(target=_rank,
+                                args=(r, str(tmp_path), None, results),
+                                kwargs=dict(exchange="inproc"))
+               for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    out = dict(results.get(timeout=1) for _ in threads)
+    for rank in (0, 1):
+        assert out[rank] == [(1, "ok", 1), (2, "ok", 2), (3, "ok", 3)]
+
+
+def test_exchanges_are_listed_and_chosen_by_name(tmp_path):
+    """registered_exchanges() lists what LiveSession(exchange=...) takes;
+    an unknown name is refused listing them; settings go to the exchange,
+    which refuses one it does not take; ucx_tls is the "tls" setting."""
+    assert reshard.registered_exchanges() == ["inproc", "ucx"]
+    src, dst = _load("source"), _load("target")
+    try:
+        reshard.LiveSession(str(tmp_path), "x", rank=0, ranks=1, source=src,
+                            target=dst, exchange="nccl")
+    except reshard.InvalidArgumentError as error:
+        assert str(error) == (
+            "LiveSession.exchange: unknown peer exchange 'nccl' "
+            "(registered: inproc, ucx)")
+    else:
+        raise AssertionError("an unknown exchange was accepted")
+    alias = reshard.LiveSession(str(tmp_path), "x", rank=0, ranks=1,
+                                source=src, target=dst, ucx_tls="tcp")
+    assert alias.exchange == "ucx"
+    assert alias.exchange_options == {"tls": "tcp"}
+    try:
+        reshard._reshard.StandingSession(
+            str(tmp_path), src, dst, {}, {}, session="opts", rank=0,
+            ranks=1, exchange="inproc", exchange_options={"tls": "tcp"})
+    except reshard.InvalidArgumentError as error:
+        assert str(error) == ('live session: peer exchange "inproc" has no '
+                              'setting "tls" (it takes none)')
+    else:
+        raise AssertionError("a setting inproc does not take was accepted")
+    assert not os.listdir(tmp_path)
 
 
 def test_concurrent_update_on_one_session_is_refused(tmp_path):

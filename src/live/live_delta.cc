@@ -23,7 +23,6 @@ namespace reshard::live_internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using internal::ExchangeOp;
 using internal::SideStream;
 using internal::StridedSide;
 
@@ -63,8 +62,7 @@ LivePeerTraffic& PeerOf(LiveReport* report, uint32_t peer) {
 // application of the previous, few enough that each stays a large batch.
 constexpr uint64_t kParts = 8;
 
-void AddStats(const internal::ExchangeStats& part,
-              internal::ExchangeStats* total) {
+void AddStats(const ExchangeStats& part, ExchangeStats* total) {
   total->messages_sent += part.messages_sent;
   total->messages_received += part.messages_received;
   total->bytes_sent += part.bytes_sent;
@@ -184,12 +182,12 @@ Status LiveDelta::Snapshot(const std::vector<ExchangeOp>& ops) {
   return Status::OK();
 }
 
-Status LiveDelta::Run(internal::PeerExchange& exchange,
+Status LiveDelta::Run(PeerExchange& exchange,
                       const std::vector<ExchangeOp>& ops,
-                      const internal::ExchangeOptions& base_round,
-                      const internal::ExchangeOptions& data_round,
+                      const ExchangeRunOptions& base_round,
+                      const ExchangeRunOptions& data_round,
                       uint64_t base_generation, LiveReport* report,
-                      internal::ExchangeStats* stats) {
+                      ExchangeStats* stats) {
   if (buffers_ == nullptr) {
     return Status::FailedPrecondition("delta state abandoned by a failure");
   }
@@ -210,7 +208,7 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
   for (size_t i = 0; i < n; ++i) {
     parts[ops[i].region->region * kParts / regions].push_back(i);
   }
-  internal::ExchangeOptions xo = data_round;
+  ExchangeRunOptions xo = data_round;
   for (const std::vector<size_t>& part : parts) {
     if (part.empty()) continue;
     RESHARD_RETURN_NOT_OK(Encode(ops, part, base_generation, report));
@@ -223,7 +221,7 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
   // its sources which (one byte per region, every message), and those
   // regions come again whole. The flags are bookkeeping, not messages of
   // the update: only their bytes count (wire bytes).
-  internal::ExchangeStats flags;
+  ExchangeStats flags;
   Status st = Exchange(exchange, StaleRound(ops), base_round, &flags);
   stats->abandoned_in_flight = flags.abandoned_in_flight;
   report->wire_bytes += flags.bytes_received;
@@ -242,12 +240,12 @@ Status LiveDelta::Run(internal::PeerExchange& exchange,
   return Apply(ops, resend, base_generation, report, /*whole=*/true);
 }
 
-Status LiveDelta::Exchange(internal::PeerExchange& exchange,
+Status LiveDelta::Exchange(PeerExchange& exchange,
                            const std::vector<ExchangeOp>& round,
-                           const internal::ExchangeOptions& options,
-                           internal::ExchangeStats* stats) {
+                           const ExchangeRunOptions& options,
+                           ExchangeStats* stats) {
   if (round.empty()) return Status::OK();
-  internal::ExchangeStats part;
+  ExchangeStats part;
   Status st = exchange.Run(round, options, &part);
   AddStats(part, stats);
   return st;
@@ -346,7 +344,7 @@ Status LiveDelta::Encode(const std::vector<ExchangeOp>& ops,
     if (i >= b.snapshots.bytes.size() || b.snapshots.bytes[i] != op.bytes() ||
         b.snapshot_hashes[i].size() != 1 + op.more.size()) {
       return Status::Internal("delta update without a snapshot of " +
-                              internal::DescribeExchangeOp(op, PeerName(op)));
+                              DescribeExchangeOp(op, PeerName(op)));
     }
     sends.push_back(i);
     total += op.bytes();
@@ -406,13 +404,13 @@ Status LiveDelta::Resend(const std::vector<ExchangeOp>& ops,
     const size_t regions = 1 + op.more.size();
     if (b.stale_received[i] != regions) {
       return Status::DataLoss(
-          internal::DescribeExchangeOp(op, PeerName(op)) +
-          ": the target sent " + std::to_string(b.stale_received[i]) +
+          DescribeExchangeOp(op, PeerName(op)) + ": the target sent " +
+          std::to_string(b.stale_received[i]) +
           " bytes of stale-region flags, expected " + std::to_string(regions));
     }
     for (uint8_t flag : b.stale[i]) {
       if (flag > 1) {
-        return Status::DataLoss(internal::DescribeExchangeOp(op, PeerName(op)) +
+        return Status::DataLoss(DescribeExchangeOp(op, PeerName(op)) +
                                 ": malformed stale-region flag " +
                                 std::to_string(flag));
       }
@@ -490,14 +488,13 @@ Status LiveDelta::Apply(const std::vector<ExchangeOp>& ops,
         },
         &modes, &direct, whole ? nullptr : &base);
     for (internal::StreamWriter& w : writers) w.Flush();
-    RESHARD_RETURN_NOT_OK(
-        st.WithContext(internal::DescribeExchangeOp(op, PeerName(op))));
+    RESHARD_RETURN_NOT_OK(st.WithContext(DescribeExchangeOp(op, PeerName(op))));
     LivePeerTraffic& peer = PeerOf(report, op.peer);
     peer.wire_bytes_received += b.received[i];
     for (size_t r = 0; r < modes.size(); ++r) {
       if (whole && stale[r] && modes[r] != DeltaMode::kRaw) {
         return Status::DataLoss(
-            internal::DescribeExchangeOp(op, PeerName(op)) + ": region " +
+            DescribeExchangeOp(op, PeerName(op)) + ": region " +
             std::to_string(r) +
             " of the message holds another base and did not come whole");
       }

@@ -27,10 +27,10 @@
 #include <memory>
 #include <vector>
 
-#include "live_exchange/peer_exchange.h"
 #include "reshard/live.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "reshard/sdk/peer_exchange.h"
 
 namespace reshard::live_internal {
 
@@ -47,24 +47,22 @@ class LiveDelta {
 
   // The snapshot memory `ops` need: the bytes of every message this rank
   // sends.
-  static uint64_t SnapshotBytes(const std::vector<internal::ExchangeOp>& ops);
+  static uint64_t SnapshotBytes(const std::vector<ExchangeOp>& ops);
 
   // After a full update: the snapshot of every message this rank sent
   // (its sources as they were sent). `ops` are the update's operations.
   // ResourceExhausted when the snapshot cannot be allocated.
-  Status Snapshot(const std::vector<internal::ExchangeOp>& ops);
+  Status Snapshot(const std::vector<ExchangeOp>& ops);
 
   // One delta update over `ops` (the full update's operations, push):
   // the stale-region flags with `base_round`'s tags, the messages with
   // `data_round`'s. `base_generation` is the generation of the last update
   // (every delta names it; a target refuses another). Counters and times
   // go to `report`; exchange statistics of every round to `stats`.
-  Status Run(internal::PeerExchange& exchange,
-             const std::vector<internal::ExchangeOp>& ops,
-             const internal::ExchangeOptions& base_round,
-             const internal::ExchangeOptions& data_round,
-             uint64_t base_generation, LiveReport* report,
-             internal::ExchangeStats* stats);
+  Status Run(PeerExchange& exchange, const std::vector<ExchangeOp>& ops,
+             const ExchangeRunOptions& base_round,
+             const ExchangeRunOptions& data_round, uint64_t base_generation,
+             LiveReport* report, ExchangeStats* stats);
 
   // Gives up the message buffers (never freed) after a failed exchange
   // left operations in flight: the exchange may still write into them.
@@ -75,37 +73,34 @@ class LiveDelta {
   uint32_t ItemSize(const BoundRegion& region) const;
   // The receive buffer of every message (once; each sized for its regions
   // raw).
-  Status AllocateInbox(const std::vector<internal::ExchangeOp>& ops);
+  Status AllocateInbox(const std::vector<ExchangeOp>& ops);
   // Runs `round` (nothing if empty), adding its statistics to `stats`.
-  static Status Exchange(internal::PeerExchange& exchange,
-                         const std::vector<internal::ExchangeOp>& round,
-                         const internal::ExchangeOptions& options,
-                         internal::ExchangeStats* stats);
+  static Status Exchange(PeerExchange& exchange,
+                         const std::vector<ExchangeOp>& round,
+                         const ExchangeRunOptions& options,
+                         ExchangeStats* stats);
   // The messages' operations `which` (indices into ops): encoded messages
   // out, receive buffers in.
-  std::vector<internal::ExchangeOp> MessageRound(
-      const std::vector<internal::ExchangeOp>& ops,
-      const std::vector<size_t>& which);
+  std::vector<ExchangeOp> MessageRound(const std::vector<ExchangeOp>& ops,
+                                       const std::vector<size_t>& which);
   // Every operation's stale-region flags: targets send theirs, sources
   // receive them.
-  std::vector<internal::ExchangeOp> StaleRound(
-      const std::vector<internal::ExchangeOp>& ops);
+  std::vector<ExchangeOp> StaleRound(const std::vector<ExchangeOp>& ops);
   // Encodes the send operations among `which` against their snapshots.
-  Status Encode(const std::vector<internal::ExchangeOp>& ops,
+  Status Encode(const std::vector<ExchangeOp>& ops,
                 const std::vector<size_t>& which, uint64_t base_generation,
                 LiveReport* report);
   // Encodes send operation `op` (index i) against its snapshot.
-  void EncodeOp(const internal::ExchangeOp& op, size_t i,
-                uint64_t base_generation);
+  void EncodeOp(const ExchangeOp& op, size_t i, uint64_t base_generation);
   // After the stale round: checks every source's flags, and encodes the
   // send operations `which` (those with a stale region) again: stale
   // regions whole, the others unchanged.
-  Status Resend(const std::vector<internal::ExchangeOp>& ops,
+  Status Resend(const std::vector<ExchangeOp>& ops,
                 const std::vector<size_t>& which, uint64_t base_generation,
                 LiveReport* report);
   // Checks and applies the received messages of `which`; `whole`: the
   // resent messages (no base check; stale regions must come raw).
-  Status Apply(const std::vector<internal::ExchangeOp>& ops,
+  Status Apply(const std::vector<ExchangeOp>& ops,
                const std::vector<size_t>& which, uint64_t base_generation,
                LiveReport* report, bool whole = false);
 

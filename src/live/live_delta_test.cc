@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "live_exchange/peer_exchange.h"
 #include "reshard/bound_plan.h"
 #include "reshard/plan.h"
+#include "reshard/sdk/peer_exchange.h"
 #include "selftest/host_buffers.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
@@ -28,7 +28,6 @@ using ::reshard::testing::Must;
 using ::reshard::testing::StatusIs;
 using ::testing::HasSubstr;
 
-using internal::ExchangeOp;
 using Kind = ExchangeOp::Kind;
 
 constexpr uint32_t kBaseTag = 11;
@@ -44,10 +43,8 @@ struct SourceRank {
   LogicalTransferPlan plan = Must(LogicalTransferPlan::Make(source, target));
   BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
       plan, source, src.bindings, target, dst.bindings));
-  std::unique_ptr<internal::PeerExchange> zero =
-      Must(internal::MakePeerExchange("inproc", {0}));
-  std::unique_ptr<internal::PeerExchange> one =
-      Must(internal::MakePeerExchange("inproc", {1}));
+  std::unique_ptr<PeerExchange> zero = Must(MakePeerExchange("inproc", {0}));
+  std::unique_ptr<PeerExchange> one = Must(MakePeerExchange("inproc", {1}));
   std::vector<ExchangeOp> sends;
 
   SourceRank() {
@@ -58,8 +55,8 @@ struct SourceRank {
     }
   }
 
-  static internal::ExchangeOptions Round(uint32_t tag) {
-    internal::ExchangeOptions o;
+  static ExchangeRunOptions Round(uint32_t tag) {
+    ExchangeRunOptions o;
     o.session_tag = tag;
     o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     return o;
@@ -77,7 +74,7 @@ struct SourceRank {
       x.buffer_bytes = flags.size();
       answer.push_back(std::move(x));
     }
-    internal::ExchangeStats stats;
+    ExchangeStats stats;
     ASSERT_OK(one->Run(answer, Round(kBaseTag), &stats));
   }
 
@@ -106,7 +103,7 @@ TEST(LiveDeltaTest, MalformedStaleFlagsFromATargetFailNamingTheMessage) {
     ASSERT_OK(delta.Snapshot(rank.sends));
     rank.AnswerStaleRound(c.flags);
     LiveReport report;
-    internal::ExchangeStats stats;
+    ExchangeStats stats;
     const Status st =
         delta.Run(*rank.zero, rank.sends, SourceRank::Round(kBaseTag),
                   SourceRank::Round(kDataTag), 1, &report, &stats);

@@ -27,10 +27,10 @@
 #include "live/live_world.h"
 #include "live/session_records.h"
 #include "live/shadow_targets.h"
-#include "live_exchange/peer_exchange.h"
 #include "reshard/bound_plan.h"
 #include "reshard/live.h"
 #include "reshard/plan.h"
+#include "reshard/sdk/peer_exchange.h"
 
 namespace reshard::live_internal {
 
@@ -144,8 +144,8 @@ class LiveRank {
 
   // A message of its own, or a place in the peer's open batch of small
   // regions (a new batch once it would exceed kMaxCoalescedBytes).
-  void AddMessage(const BoundRegion& br, uint32_t peer,
-                  internal::ExchangeOp::Kind kind, bool small);
+  void AddMessage(const BoundRegion& br, uint32_t peer, ExchangeOp::Kind kind,
+                  bool small);
 
   // Connects to rank `r` on first use.
   Status Peer(uint32_t r);
@@ -161,8 +161,7 @@ class LiveRank {
   // This rank's operations: in full, or (delta, after a delivered update)
   // as the changes since it; a full update of a delta session snapshots
   // what it sent.
-  Status RunOps(const internal::ExchangeOptions& xo,
-                internal::ExchangeStats* stats);
+  Status RunOps(const ExchangeRunOptions& xo, ExchangeStats* stats);
 
   // live_rank_outcome.cc
   // Standing sessions: every rank's fence passed before anybody posts an
@@ -219,7 +218,7 @@ class LiveRank {
   uint64_t abandoned_in_flight_ = 0;
   // Shadow mode: the caller's target bindings and their shadows.
   ShadowTargets shadow_;
-  std::unique_ptr<internal::PeerExchange> exchange_;
+  std::unique_ptr<PeerExchange> exchange_;
   // delta: the snapshots and encodings; whether an update was delivered
   // (the next one sends deltas on its generation).
   std::optional<LiveDelta> delta_;
@@ -232,7 +231,7 @@ class LiveRank {
   std::map<uint32_t, std::vector<RemoteRange>> ranges_;  // pull, by rank
   // Pull: imported keys by (rank, index of its range).
   std::map<std::pair<uint32_t, size_t>, uint64_t> unpacked_;
-  std::vector<internal::ExchangeOp> ops_;
+  std::vector<ExchangeOp> ops_;
   std::vector<const BoundRegion*> local_;
   // Open batch of small regions per (peer, direction): op index, bytes.
   std::map<std::pair<uint32_t, int>, std::pair<size_t, uint64_t>> batches_;

@@ -34,9 +34,9 @@ Status LiveRank::TakeShareOf(const BoundRegion& br) {
   }
   const uint32_t from = from_it->second;
   const uint32_t to = to_it->second;
-  using Kind = internal::ExchangeOp::Kind;
-  const bool small = br.bytes <= internal::kMaxCoalescedRegion;
-  const bool pulled = pull_ && !small && internal::PulledRegion(br);
+  using Kind = ExchangeOp::Kind;
+  const bool small = br.bytes <= kMaxCoalescedRegion;
+  const bool pulled = pull_ && !small && PulledRegion(br);
   if (from == options_.rank && to == options_.rank) {
     local_.push_back(&br);
   } else if (from == options_.rank) {
@@ -55,7 +55,7 @@ Status LiveRank::TakeShareOf(const BoundRegion& br) {
 }
 
 void LiveRank::AddMessage(const BoundRegion& br, uint32_t peer,
-                          internal::ExchangeOp::Kind kind, bool small) {
+                          ExchangeOp::Kind kind, bool small) {
   if (!small) {
     ops_.push_back({&br, {}, peer, kind});
     return;
@@ -63,7 +63,7 @@ void LiveRank::AddMessage(const BoundRegion& br, uint32_t peer,
   const auto key = std::make_pair(peer, static_cast<int>(kind));
   auto it = batches_.find(key);
   if (it != batches_.end() &&
-      it->second.second + br.bytes <= internal::kMaxCoalescedBytes) {
+      it->second.second + br.bytes <= kMaxCoalescedBytes) {
     ops_[it->second.first].more.push_back(&br);
     it->second.second += br.bytes;
     return;
@@ -107,7 +107,7 @@ Result<uint64_t> LiveRank::RemoteKey(uint32_t r, const BoundRegion& br) {
 
 Status LiveRank::Exchange() {
   const auto t0 = Clock::now();
-  internal::ExchangeOptions xo;
+  ExchangeRunOptions xo;
   xo.session_tag = tag_;
   xo.max_in_flight = options_.max_in_flight;
   xo.deadline = Deadline();
@@ -118,13 +118,13 @@ Status LiveRank::Exchange() {
     report_.bytes_received += br->bytes;
   }
   report_.local_operations = local_.size();
-  internal::ExchangeStats stats;
+  ExchangeStats stats;
   Status exchanged = RunOps(xo, &stats);
   abandoned_in_flight_ = stats.abandoned_in_flight;
   RESHARD_RETURN_NOT_OK(exchanged);
   uint64_t regions_in = 0, bytes_in = 0;
   for (const auto& op : ops_) {
-    if (op.kind != internal::ExchangeOp::Kind::kSend) {
+    if (op.kind != ExchangeOp::Kind::kSend) {
       regions_in += 1 + op.more.size();
       bytes_in += op.bytes();
     }
@@ -142,14 +142,13 @@ Status LiveRank::Exchange() {
   return Status::OK();
 }
 
-Status LiveRank::RunOps(const internal::ExchangeOptions& xo,
-                        internal::ExchangeStats* stats) {
+Status LiveRank::RunOps(const ExchangeRunOptions& xo, ExchangeStats* stats) {
   if (!delta_ || !delivered_) {
     Status st = exchange_->Run(ops_, xo, stats);
     if (st.ok() && delta_) st = delta_->Snapshot(ops_);
     return st;
   }
-  internal::ExchangeOptions base_round = xo;
+  ExchangeRunOptions base_round = xo;
   base_round.session_tag = SessionTag(options_.session + "/" + scope_ + "base");
   base_round.on_first_completion = nullptr;
   Status st = delta_->Run(*exchange_, ops_, base_round, xo,

@@ -10,8 +10,8 @@ namespace reshard::live_internal {
 
 Status LiveRank::Publish() {
   RESHARD_ASSIGN_OR_RETURN(
-      exchange_, internal::MakePeerExchange(options_.exchange,
-                                            {options_.rank, options_.ucx}));
+      exchange_, MakePeerExchange(options_.exchange,
+                                  {options_.rank, options_.exchange_options}));
   RESHARD_ASSIGN_OR_RETURN(std::string address, exchange_->Address());
   for (size_t i = 0; i < bindings_.sources.size(); ++i) {
     RESHARD_RETURN_NOT_OK(
@@ -27,10 +27,10 @@ Status LiveRank::Publish() {
       records_.Put(records_.Key("address"),
                    internal::EncodeAddressRecord(options_.rank, address)));
   // Deltas are pushed (a source encodes what it sends).
-  may_pull_ =
-      options_.protocol == LiveProtocol::kPull ||
-      (options_.protocol == LiveProtocol::kAuto && options_.ucx.tls.empty() &&
-       !options_.movable_sources && !options_.delta);
+  may_pull_ = options_.protocol == LiveProtocol::kPull ||
+              (options_.protocol == LiveProtocol::kAuto &&
+               exchange_->capabilities().pull_on_one_host &&
+               !options_.movable_sources && !options_.delta);
   if (may_pull_ && !bindings_.sources.empty()) {
     RESHARD_RETURN_NOT_OK(RegisterSources());
   }

@@ -22,13 +22,14 @@
 #include <vector>
 
 #include "live/live_records.h"
-#include "live_exchange/peer_exchange.h"
 #include "reshard/backends/fs_store.h"
+#include "reshard/backends/ucx_options.h"
 #include "reshard/binding.h"
 #include "reshard/gen.h"
 #include "reshard/live.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
+#include "reshard/sdk/peer_exchange.h"
 #include "reshard/sdk/record_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
@@ -83,7 +84,7 @@ SelfTestOptions Ucx(const UcxOptions& ucx, uint32_t procs,
   SelfTestOptions o;
   o.transport = "ucx";
   o.procs = procs;
-  o.ucx = ucx;
+  o.exchange_options = ToPeerExchangeOptions(ucx);
   o.protocol = protocol;
   o.timeout = std::chrono::seconds(30);
   o.measure_memcpy = false;
@@ -177,9 +178,9 @@ uint64_t ExpectedPushedMessages(const LogicalTransferPlan& plan) {
   uint64_t messages = 0, open = 0;
   bool have_open = false;
   for (const TransferRegion& r : plan.regions()) {
-    if (r.bytes > internal::kMaxCoalescedRegion) {
+    if (r.bytes > kMaxCoalescedRegion) {
       ++messages;
-    } else if (have_open && open + r.bytes <= internal::kMaxCoalescedBytes) {
+    } else if (have_open && open + r.bytes <= kMaxCoalescedBytes) {
       open += r.bytes;
     } else {
       ++messages;
@@ -234,7 +235,7 @@ TEST(LiveSessionTest, Dim0ToDim2IsOneMessagePerRegion) {
   const auto plan = Must(LogicalTransferPlan::Make(source, target));
   ASSERT_EQ(plan.regions().size(), 16u);
   ASSERT_EQ(plan.summary().segments, 8u * 64 * 4);
-  ASSERT_GT(plan.regions()[0].bytes, internal::kMaxCoalescedRegion);
+  ASSERT_GT(plan.regions()[0].bytes, kMaxCoalescedRegion);
   for (const NamedUcx& t : Exchanges()) {
     SCOPED_TRACE(t.name);
     ASSERT_OK_AND_ASSIGN(auto report, RunSelfTest(source, target, Over(t, 2)));
@@ -704,6 +705,21 @@ TEST(LiveSessionTest, InvalidSessionOptions) {
   EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
                           "live session: unknown peer exchange \"nccl\" "
                           "(registered: inproc, ucx)"));
+  // Each exchange checks its own settings before anything is published.
+  o.exchange = "inproc";
+  o.exchange_options.Set("tls", "tcp");
+  r = RunLiveReshard(*store, source, target, {}, o);
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                          "live session: peer exchange \"inproc\" has no "
+                          "setting \"tls\" (it takes none)"));
+  o.exchange = "ucx";
+  o.exchange_options = {};
+  o.exchange_options.Set("tsl", "tcp");
+  r = RunLiveReshard(*store, source, target, {}, o);
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
+                          HasSubstr("live session: peer exchange \"ucx\" has "
+                                    "no setting \"tsl\"")));
+  o.exchange_options = {};
   SelfTestOptions threads = Ucx({}, 2);
   threads.transport = "inproc";
   threads.rank = 1;
@@ -721,8 +737,7 @@ TEST(LiveSessionTest, InvalidSessionOptions) {
   EXPECT_EQ(rep.status().message(),
             "--rank needs --rendezvous DIR shared by every rank");
   // UCX 1.13 keeps a shared-memory fragment's length in 16 bits.
-  so = Ucx({}, 2);
-  so.ucx.shm_segment_bytes = 65536;
+  so = Ucx({.shm_segment_bytes = 65536}, 2);
   rep = RunSelfTest(source, target, so);
   const std::string why =
       "UCX shared-memory segment of 65536 bytes: UCX 1.13 needs it below "
@@ -1180,7 +1195,7 @@ TEST(StandingSessionTest, RefusedUpdateNeverDesynchronisesTheRanks) {
         LiveSessionOptions lo;
         lo.rank = rank;
         lo.ranks = 3;
-        lo.ucx = t.ucx;
+        lo.exchange_options = ToPeerExchangeOptions(t.ucx);
         lo.protocol = t.protocol;
         lo.timeout = std::chrono::seconds(20);
         lo.current_bindings = [&]() -> Result<LiveBindings> {
@@ -1252,7 +1267,7 @@ TEST(StandingSessionTest, TargetDeclarationsAreCheckedAtOpen) {
       lo.session = "d";
       lo.rank = rank;
       lo.ranks = 3;
-      lo.ucx = Transports()[0].ucx;
+      lo.exchange_options = ToPeerExchangeOptions(Transports()[0].ucx);
       lo.timeout = std::chrono::seconds(20);
       if (rank == 1) lo.target_declaration = refuse ? "maps v2" : "maps v1";
       std::string seen;
@@ -1332,7 +1347,7 @@ TEST(StandingSessionTest, KilledRankIsNamedWithinTwoSeconds) {
       lo.session = "killed";
       lo.rank = rank;
       lo.ranks = 3;
-      lo.ucx = c.transport.ucx;
+      lo.exchange_options = ToPeerExchangeOptions(c.transport.ucx);
       lo.protocol = c.transport.protocol;
       lo.timeout = std::chrono::seconds(60);
       const auto now_ns = [] {
@@ -1398,7 +1413,7 @@ TEST(StandingSessionTest, EarlyClosedRankIsNamedWithinTwoSeconds) {
       lo.session = "early";
       lo.rank = rank;
       lo.ranks = 2;
-      lo.ucx = t.ucx;
+      lo.exchange_options = ToPeerExchangeOptions(t.ucx);
       lo.protocol = t.protocol;
       lo.timeout = std::chrono::seconds(60);
       auto session =

@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include "live/live_records.h"
-#include "live_exchange/peer_exchange.h"
+#include "reshard/sdk/peer_exchange.h"
 #include "reshard/sdk/record_store.h"
 #include "util/sha256.h"
 
@@ -20,6 +20,26 @@ std::vector<std::string> ParticipantsOf(
   return out;
 }
 
+namespace {
+
+// The exchange is registered (the error lists those that are) and takes
+// the settings.
+Status CheckExchange(const LiveSessionOptions& o) {
+  auto found = FindPeerExchange(o.exchange);
+  if (!found.ok()) return found.status().WithContext("live session");
+  const PeerExchangeBackend& backend = **found;
+  if (backend.check_options) {
+    return backend.check_options(o.exchange_options)
+        .WithContext("live session");
+  }
+  if (o.exchange_options.empty()) return Status::OK();
+  return Status::InvalidArgument("live session: peer exchange \"" + o.exchange +
+                                 "\" takes no settings (got " +
+                                 o.exchange_options.settings[0].first + ")");
+}
+
+}  // namespace
+
 Status ValidateOptions(const LiveSessionOptions& o) {
   if (o.session.empty() || o.session.find('/') != std::string::npos) {
     return Status::InvalidArgument(
@@ -33,12 +53,7 @@ Status ValidateOptions(const LiveSessionOptions& o) {
                                    std::to_string(o.rank) + " is not below " +
                                    std::to_string(o.ranks) + " ranks");
   }
-  if (!internal::PeerExchangeRegistered(o.exchange)) {
-    // The error lists the registered exchanges.
-    return internal::MakePeerExchange(o.exchange, {})
-        .status()
-        .WithContext("live session");
-  }
+  RESHARD_RETURN_NOT_OK(CheckExchange(o));
   if (o.max_in_flight == 0) {
     return Status::InvalidArgument("live session: max_in_flight is 0");
   }

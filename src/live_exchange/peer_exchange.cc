@@ -1,23 +1,18 @@
-#include "live_exchange/peer_exchange.h"
+#include "reshard/sdk/peer_exchange.h"
 
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "bind/strided_stream.h"
+#include "reshard/sdk/backend_registry.h"
 
-namespace reshard::internal {
+namespace reshard {
 namespace {
-
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, PeerExchangeFactory, std::less<>> by_name;
-};
 
 // Built on first use: implementations register from static initialisers
 // of other files, in an order nobody controls.
-Registry& TheRegistry() {
-  static Registry* registry = new Registry;
+NameRegistry<PeerExchangeBackend>& TheRegistry() {
+  static auto* registry =
+      new NameRegistry<PeerExchangeBackend>("peer exchange");
   return *registry;
 }
 
@@ -31,8 +26,8 @@ uint64_t ExchangeOp::bytes() const {
 }
 
 bool PulledRegion(const BoundRegion& region) {
-  return (StridedSide::Source(region).contiguous() &&
-          StridedSide::Target(region).contiguous()) ||
+  return (internal::StridedSide::Source(region).contiguous() &&
+          internal::StridedSide::Target(region).contiguous()) ||
          region.inner_bytes >= kMinPulledRow;
 }
 
@@ -50,46 +45,32 @@ std::string DescribeExchangeOp(const ExchangeOp& op,
   return std::string(verb) + regions + (send ? " to " : " from ") + peer_name;
 }
 
-bool RegisterPeerExchange(std::string name, PeerExchangeFactory factory) {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.by_name.emplace(std::move(name), std::move(factory));
-  return true;
+Status RegisterPeerExchange(PeerExchangeBackend backend) {
+  if (!backend.make) {
+    return Status::InvalidArgument("peer exchange \"" + backend.name +
+                                   "\": a registration needs a factory");
+  }
+  std::string name = backend.name;
+  return TheRegistry().Add(std::move(name), std::move(backend));
+}
+
+Result<const PeerExchangeBackend*> FindPeerExchange(std::string_view name) {
+  const PeerExchangeBackend* found = TheRegistry().Find(name);
+  if (found != nullptr) return found;
+  return Status::InvalidArgument(
+      "unknown peer exchange \"" + std::string(name) +
+      "\" (registered: " + TheRegistry().NameList() + ")");
 }
 
 Result<std::unique_ptr<PeerExchange>> MakePeerExchange(
     std::string_view name, const PeerExchangeConfig& config) {
-  PeerExchangeFactory factory;
-  {
-    Registry& r = TheRegistry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.by_name.find(name);
-    if (it != r.by_name.end()) factory = it->second;
-  }
-  if (!factory) {
-    std::string known;
-    for (const std::string& n : RegisteredPeerExchanges()) {
-      known += (known.empty() ? "" : ", ") + n;
-    }
-    return Status::InvalidArgument(
-        "unknown peer exchange \"" + std::string(name) +
-        "\" (registered: " + (known.empty() ? "none" : known) + ")");
-  }
-  return factory(config);
-}
-
-bool PeerExchangeRegistered(std::string_view name) {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  return r.by_name.find(name) != r.by_name.end();
+  RESHARD_ASSIGN_OR_RETURN(const PeerExchangeBackend* backend,
+                           FindPeerExchange(name));
+  return backend->make(config);
 }
 
 std::vector<std::string> RegisteredPeerExchanges() {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<std::string> out;
-  for (const auto& [name, f] : r.by_name) out.push_back(name);
-  return out;
+  return TheRegistry().Names();
 }
 
-}  // namespace reshard::internal
+}  // namespace reshard

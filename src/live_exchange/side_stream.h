@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bind/strided_stream.h"
-#include "live_exchange/peer_exchange.h"
+#include "reshard/sdk/peer_exchange.h"
 
 namespace reshard::internal {
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "bind/row_walker.h"
-#include "live_exchange/peer_exchange.h"
 #include "live_exchange/side_stream.h"
+#include "reshard/sdk/peer_exchange.h"
 
 namespace reshard::internal {
 namespace {
@@ -52,6 +52,14 @@ struct Peer {
   std::string name;
 };
 
+// The in-process exchange takes no settings.
+Status CheckOptions(const PeerExchangeOptions& options) {
+  if (options.empty()) return Status::OK();
+  return Status::InvalidArgument("peer exchange \"inproc\" has no setting \"" +
+                                 options.settings[0].first +
+                                 "\" (it takes none)");
+}
+
 struct Range {
   uint32_t peer;
   uint64_t address, length;
@@ -59,7 +67,9 @@ struct Range {
 
 class InprocExchange final : public PeerExchange {
  public:
-  static Result<std::unique_ptr<PeerExchange>> Make(const PeerExchangeConfig&) {
+  static Result<std::unique_ptr<PeerExchange>> Make(
+      const PeerExchangeConfig& config) {
+    RESHARD_RETURN_NOT_OK(CheckOptions(config.options));
     auto ex = std::unique_ptr<InprocExchange>(new InprocExchange);
     Fabric& f = TheFabric();
     std::lock_guard<std::mutex> lock(f.mu);
@@ -72,6 +82,12 @@ class InprocExchange final : public PeerExchange {
     Fabric& f = TheFabric();
     std::lock_guard<std::mutex> lock(f.mu);
     f.nodes.erase(address_);
+  }
+
+  // Reads and messages are both memory copies: reading skips the
+  // mailbox.
+  PeerExchangeCapabilities capabilities() const override {
+    return {.pull_on_one_host = true};
   }
 
   Result<std::string> Address() override { return address_; }
@@ -135,8 +151,8 @@ class InprocExchange final : public PeerExchange {
         std::min<std::chrono::microseconds>(idle_wait, kLongestWait));
   }
 
-  Status Run(const std::vector<ExchangeOp>& ops, const ExchangeOptions& options,
-             ExchangeStats* stats) override {
+  Status Run(const std::vector<ExchangeOp>& ops,
+             const ExchangeRunOptions& options, ExchangeStats* stats) override {
     ExchangeStats unused;
     ExchangeStats& st = stats != nullptr ? *stats : unused;
     bool first = true;
@@ -182,7 +198,7 @@ class InprocExchange final : public PeerExchange {
     return true;
   }
 
-  static uint64_t Tag(const ExchangeOp& op, const ExchangeOptions& options) {
+  static uint64_t Tag(const ExchangeOp& op, const ExchangeRunOptions& options) {
     return (uint64_t{options.session_tag} << 32) | op.region->region;
   }
 
@@ -201,7 +217,7 @@ class InprocExchange final : public PeerExchange {
     return &it->second;
   }
 
-  Status Send(const ExchangeOp& op, const ExchangeOptions& options,
+  Status Send(const ExchangeOp& op, const ExchangeRunOptions& options,
               ExchangeStats& st) {
     RESHARD_ASSIGN_OR_RETURN(const Peer* peer, PeerOf(op));
     if (peer->node->lost) {
@@ -246,7 +262,7 @@ class InprocExchange final : public PeerExchange {
 
   // Waits for the message of `op`'s tag, polling the deadline, the peer's
   // health and `poll_abort`.
-  Status Receive(const ExchangeOp& op, const ExchangeOptions& options,
+  Status Receive(const ExchangeOp& op, const ExchangeRunOptions& options,
                  ExchangeStats& st) {
     RESHARD_ASSIGN_OR_RETURN(const Peer* peer, PeerOf(op));
     const uint64_t tag = Tag(op, options);
@@ -312,6 +328,10 @@ class InprocExchange final : public PeerExchange {
 
 // Nothing names this file: the library links its layer whole.
 static const bool kRegistered =
-    RegisterPeerExchange("inproc", &InprocExchange::Make);
+    RegisterPeerExchange({"inproc",
+                          "ranks as threads of one process (tests of the "
+                          "session without a network)",
+                          &InprocExchange::Make, &CheckOptions})
+        .ok();
 
 }  // namespace reshard::internal

@@ -10,12 +10,13 @@
 #include <memory>
 #include <vector>
 
-#include "live_exchange/peer_exchange.h"
 #include "reshard/bound_plan.h"
 #include "reshard/plan.h"
+#include "reshard/sdk/peer_exchange.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
 #include "testing/must.h"
+#include "testing/peer_exchange_conformance.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
 
@@ -37,8 +38,9 @@ struct Pair {
   LogicalTransferPlan plan = Must(LogicalTransferPlan::Make(source, target));
   BoundTransferPlan bound = Must(BoundTransferPlan::Bind(
       plan, source, src.bindings, target, dst.bindings));
-  std::unique_ptr<PeerExchange> zero = Must(MakePeerExchange("inproc", {0}));
-  std::unique_ptr<PeerExchange> one = Must(MakePeerExchange("inproc", {1}));
+  std::unique_ptr<PeerExchange> zero =
+      Must(MakePeerExchange("inproc", {0, {}}));
+  std::unique_ptr<PeerExchange> one = Must(MakePeerExchange("inproc", {1, {}}));
   const std::unordered_map<std::string_view, uint64_t> tensors =
       TensorIndex(source);
 
@@ -51,8 +53,8 @@ struct Pair {
     EXPECT_OK(one->Connect(0, Must(zero->Address()), "rank 0"));
   }
 
-  ExchangeOptions Options() const {
-    ExchangeOptions o;
+  ExchangeRunOptions Options() const {
+    ExchangeRunOptions o;
     o.session_tag = 7;
     o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     return o;
@@ -128,7 +130,7 @@ TEST(InprocExchangeTest, FailuresNameTheRegionAndThePeer) {
                    std::to_string(p.bound.regions()[0].bytes) +
                    " bytes, expected " + std::to_string(receive.bytes())));
   // Nothing arrives before the deadline.
-  ExchangeOptions soon = p.Options();
+  ExchangeRunOptions soon = p.Options();
   soon.deadline = std::chrono::steady_clock::now();
   EXPECT_THAT(p.one->Run({{&p.bound.regions()[1], {}, 0, Kind::kReceive}}, soon,
                          nullptr),
@@ -156,6 +158,38 @@ TEST(InprocExchangeTest, FailuresNameTheRegionAndThePeer) {
                        "unknown peer exchange \"nixl\" (registered: inproc, "
                        "ucx)"));
 }
+
+// The registry refuses a second "inproc" and keeps the first; settings
+// the in-process exchange does not take are refused.
+TEST(InprocExchangeTest, RegistryRefusesADuplicateNameAndUnknownSettings) {
+  const Status again =
+      RegisterPeerExchange({"inproc", "another", [](const PeerExchangeConfig&) {
+                              return Result<std::unique_ptr<PeerExchange>>(
+                                  Status::Internal("must not be called"));
+                            }});
+  EXPECT_THAT(again, StatusIs(StatusCode::kAlreadyExists,
+                              "peer exchange \"inproc\" is already "
+                              "registered"));
+  EXPECT_EQ(Must(FindPeerExchange("inproc"))->description,
+            "ranks as threads of one process (tests of the session without "
+            "a network)");
+  EXPECT_OK(MakePeerExchange("inproc", {0, {}}).status());
+  EXPECT_THAT(RegisterPeerExchange({"", "nameless", nullptr}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "peer exchange \"\": a registration needs a factory"));
+  PeerExchangeConfig config;
+  config.options.Set("tls", "tcp");
+  EXPECT_THAT(MakePeerExchange("inproc", config),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "peer exchange \"inproc\" has no setting \"tls\" "
+                       "(it takes none)"));
+  EXPECT_THAT(RegisteredPeerExchanges(),
+              ::testing::ElementsAre("inproc", "ucx"));
+}
+
+using ::reshard::testing::PeerExchangeConformance;
+INSTANTIATE_TEST_SUITE_P(Inproc, PeerExchangeConformance,
+                         ::testing::Values("inproc"));
 
 }  // namespace
 }  // namespace reshard::internal

@@ -178,7 +178,7 @@ namespace {
 class Exchange {
  public:
   Exchange(UcxWorker& worker, const UcxEndpointsByRank& endpoints,
-           const std::vector<ExchangeOp>& ops, const ExchangeOptions& options,
+           const std::vector<ExchangeOp>& ops, const ExchangeRunOptions& options,
            ExchangeStats* stats)
       : worker_(worker),
         endpoints_(endpoints),
@@ -447,7 +447,7 @@ class Exchange {
   UcxWorker& worker_;
   const UcxEndpointsByRank& endpoints_;
   const std::vector<ExchangeOp>& ops_;
-  const ExchangeOptions& options_;
+  const ExchangeRunOptions& options_;
   ExchangeStats unused_stats_;
   ExchangeStats* stats_;
   // Heap-held so that requests still posted after a failure can keep them.
@@ -474,7 +474,7 @@ class Exchange {
 
 Status RunUcxExchange(UcxWorker& worker, const UcxEndpointsByRank& endpoints,
                       const std::vector<ExchangeOp>& ops,
-                      const ExchangeOptions& options, ExchangeStats* stats) {
+                      const ExchangeRunOptions& options, ExchangeStats* stats) {
   return Exchange(worker, endpoints, ops, options, stats).Run();
 }
 

@@ -19,7 +19,7 @@
 #include <functional>
 #include <vector>
 
-#include "live_exchange/peer_exchange.h"
+#include "reshard/sdk/peer_exchange.h"
 #include "live_ucx/ucx_handles.h"
 
 namespace reshard::internal {
@@ -44,7 +44,7 @@ Status WireUp(UcxWorker& worker, const std::vector<UcxEndpoint*>& peers,
 // issues them).
 Status RunUcxExchange(UcxWorker& worker, const UcxEndpointsByRank& endpoints,
                       const std::vector<ExchangeOp>& ops,
-                      const ExchangeOptions& options, ExchangeStats* stats);
+                      const ExchangeRunOptions& options, ExchangeStats* stats);
 
 }  // namespace reshard::internal
 

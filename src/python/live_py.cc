@@ -1,5 +1,5 @@
 // The live path (live.h): a rank's seat in a standing session between
-// processes over UCX, its rendezvous, and AbortLiveSession.
+// processes over a peer exchange, its rendezvous, and AbortLiveSession.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -120,10 +120,29 @@ class PyStandingSession {
   BufferBindingOptions binding_options;
 };
 
+// None, or a mapping of setting names to values (str() of each value),
+// in the mapping's order.
+PeerExchangeOptions ExchangeOptionsOf(py::object settings) {
+  PeerExchangeOptions out;
+  if (settings.is_none()) return out;
+  if (!py::isinstance<py::dict>(settings)) {
+    ThrowInvalid(
+        "exchange_options",
+        "must be a dict of setting names to values, not " +
+            std::string(py::str(settings.get_type().attr("__name__"))));
+  }
+  for (auto [name, value] : settings.cast<py::dict>()) {
+    out.Set(ToStr(py::reinterpret_borrow<py::object>(name), "exchange_options"),
+            std::string(py::str(value)));
+  }
+  return out;
+}
+
 LiveSessionOptions SessionOptionsOf(py::object session, py::object rank,
                                     py::object ranks, double timeout_seconds,
                                     py::object max_in_flight,
-                                    py::object protocol, py::object ucx_tls) {
+                                    py::object protocol, py::object exchange,
+                                    py::object exchange_options) {
   LiveSessionOptions o;
   o.session = ToStr(session, "session");
   o.rank = static_cast<uint32_t>(ToU64(rank, "rank"));
@@ -138,7 +157,8 @@ LiveSessionOptions SessionOptionsOf(py::object session, py::object rank,
   o.max_in_flight =
       static_cast<uint32_t>(ToU64(max_in_flight, "max_in_flight"));
   o.protocol = ProtocolOf(ToStr(protocol, "protocol"));
-  o.ucx.tls = ToStr(ucx_tls, "ucx_tls");
+  o.exchange = ToStr(exchange, "exchange");
+  o.exchange_options = ExchangeOptionsOf(exchange_options);
   return o;
 }
 
@@ -147,14 +167,15 @@ std::unique_ptr<PyStandingSession> OpenStanding(
     const WeightPlacementManifest& target, py::dict sources, py::dict targets,
     py::object session, py::object rank, py::object ranks,
     double timeout_seconds, py::object max_in_flight, py::object protocol,
-    py::object options, py::object ucx_tls, bool shadow_targets,
-    bool movable_sources, double heartbeat_seconds, double peer_timeout_seconds,
-    bool convert, py::object fp8_block, bool delta,
+    py::object options, py::object exchange, py::object exchange_options,
+    bool shadow_targets, bool movable_sources, double heartbeat_seconds,
+    double peer_timeout_seconds, bool convert, py::object fp8_block, bool delta,
     py::object target_declaration, py::object expected_target_maps) {
   auto s = std::make_unique<PyStandingSession>(
       PyStandingSession{nullptr, nullptr, source, target, {}});
-  LiveSessionOptions o = SessionOptionsOf(session, rank, ranks, timeout_seconds,
-                                          max_in_flight, protocol, ucx_tls);
+  LiveSessionOptions o =
+      SessionOptionsOf(session, rank, ranks, timeout_seconds, max_in_flight,
+                       protocol, exchange, exchange_options);
   o.shadow_targets = shadow_targets;
   o.movable_sources = movable_sources;
   o.convert = convert;
@@ -227,17 +248,18 @@ void RegisterStanding(py::module_& m) {
       m, "StandingSession",
       "A standing live session (LiveSession): open once, update many "
       "times, close.")
-      .def(py::init(&OpenStanding), py::arg("rendezvous"), py::arg("source"),
-           py::arg("target"), py::arg("sources"), py::arg("targets"),
-           py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
-           py::arg("timeout") = 60.0, py::arg("max_in_flight") = 64,
-           py::arg("protocol") = "auto", py::arg("options") = py::none(),
-           py::arg("ucx_tls") = "", py::arg("shadow_targets") = false,
-           py::arg("movable_sources") = false,
-           py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5,
-           py::arg("convert") = false, py::arg("fp8_block") = py::none(),
-           py::arg("delta") = false, py::arg("target_declaration") = "",
-           py::arg("expected_target_maps") = py::none())
+      .def(
+          py::init(&OpenStanding), py::arg("rendezvous"), py::arg("source"),
+          py::arg("target"), py::arg("sources"), py::arg("targets"),
+          py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
+          py::arg("timeout") = 60.0, py::arg("max_in_flight") = 64,
+          py::arg("protocol") = "auto", py::arg("options") = py::none(),
+          py::arg("exchange") = "ucx", py::arg("exchange_options") = py::none(),
+          py::arg("shadow_targets") = false, py::arg("movable_sources") = false,
+          py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5,
+          py::arg("convert") = false, py::arg("fp8_block") = py::none(),
+          py::arg("delta") = false, py::arg("target_declaration") = "",
+          py::arg("expected_target_maps") = py::none())
       .def("update", &UpdateStanding, py::arg("generation"),
            py::arg("sources") = py::none(), py::arg("targets") = py::none(),
            "One update; sources and targets ({participant: {fragment: "
@@ -281,6 +303,9 @@ void RegisterStanding(py::module_& m) {
 void RegisterLive(py::module_& m) {
   RegisterStanding(m);
   RegisterRendezvous(m);
+  m.def("registered_exchanges", &RegisteredPeerExchanges,
+        "The registered peer exchanges by name, sorted (what "
+        "LiveSession(exchange=...) takes).");
   m.def(
       "abort_live",
       [](py::object rendezvous, py::object session, py::object rank,

@@ -213,7 +213,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   lo.exchange = options.transport == "inproc" ? "inproc" : "ucx";
   lo.delta = options.delta;
   lo.delta_threads = options.delta_threads;
-  lo.ucx = options.ucx;
+  lo.exchange_options = options.exchange_options;
   lo.convert = options.convert;
   lo.fp8_block = options.fp8_block;
   std::unique_ptr<ConvertedPatternCheck> check;

@@ -64,7 +64,8 @@ struct SelfTestOptions {
   uint32_t max_in_flight = 64;
   // ucx: sources push (tagged messages) or targets pull (RMA get).
   LiveProtocol protocol = LiveProtocol::kAuto;
-  UcxOptions ucx;
+  // The exchange's own settings (LiveSessionOptions::exchange_options).
+  PeerExchangeOptions exchange_options;
   SelfTestFault fault = SelfTestFault::kNone;
   // ucx: 0, one RunLiveReshard; K >= 1, one standing LiveSession with K
   // updates, the source pattern of update k depending on k, every target

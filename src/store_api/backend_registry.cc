@@ -1,32 +1,22 @@
 #include "reshard/sdk/backend_registry.h"
 
-#include <map>
-#include <mutex>
 #include <utility>
 
 namespace reshard {
 namespace {
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, StoreBackend, std::less<>> by_scheme;
-};
-
 // Built on first use: backends register from static initialisers of other
 // files, in an order nobody controls.
-Registry& TheRegistry() {
-  static Registry* registry = new Registry;
+NameRegistry<StoreBackend>& TheRegistry() {
+  static auto* registry = new NameRegistry<StoreBackend>("store scheme");
   return *registry;
 }
 
 }  // namespace
 
-bool RegisterStoreBackend(StoreBackend backend) {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+Status RegisterStoreBackend(StoreBackend backend) {
   std::string scheme = backend.scheme;
-  r.by_scheme.emplace(std::move(scheme), std::move(backend));
-  return true;
+  return TheRegistry().Add(std::move(scheme), std::move(backend));
 }
 
 Result<const StoreBackend*> FindStoreBackend(std::string_view uri,
@@ -35,14 +25,13 @@ Result<const StoreBackend*> FindStoreBackend(std::string_view uri,
   const std::string_view scheme =
       sep == std::string_view::npos ? "fs" : uri.substr(0, sep);
   const bool rendezvous = role == BackendRole::kRendezvous;
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.by_scheme.find(scheme);
-  if (it != r.by_scheme.end() && (!rendezvous || it->second.open_rendezvous)) {
-    return &it->second;
+  const StoreBackend* found = TheRegistry().Find(scheme);
+  if (found != nullptr && (!rendezvous || found->open_rendezvous)) {
+    return found;
   }
   std::string supported;
-  for (const auto& [name, b] : r.by_scheme) {
+  for (const auto& [name, entry] : TheRegistry().Entries()) {
+    const StoreBackend& b = *entry;
     if (rendezvous && !b.open_rendezvous) continue;
     const std::string& usage = rendezvous && !b.rendezvous_usage.empty()
                                    ? b.rendezvous_usage
@@ -56,11 +45,7 @@ Result<const StoreBackend*> FindStoreBackend(std::string_view uri,
 }
 
 std::vector<std::string> RegisteredStoreSchemes() {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<std::string> out;
-  for (const auto& [name, b] : r.by_scheme) out.push_back(name);
-  return out;
+  return TheRegistry().Names();
 }
 
 std::string RedactUriPassword(std::string_view uri) {

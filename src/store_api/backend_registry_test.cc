@@ -33,12 +33,32 @@ TEST(BackendRegistryTest, BuiltInBackendsRegisteredThemselves) {
             "unix");
 }
 
+// The one registry template of stores and exchanges: the first
+// registration of a name stands, a second is AlreadyExists.
+TEST(BackendRegistryTest, NameRegistryRefusesADuplicateName) {
+  NameRegistry<int> registry("widget");
+  EXPECT_OK(registry.Add("b", 2));
+  EXPECT_OK(registry.Add("a", 1));
+  EXPECT_THAT(registry.Add("b", 3),
+              StatusIs(StatusCode::kAlreadyExists,
+                       "widget \"b\" is already registered"));
+  EXPECT_THAT(registry.Add("", 4),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "widget: a registration needs a name"));
+  ASSERT_NE(registry.Find("b"), nullptr);
+  EXPECT_EQ(*registry.Find("b"), 2);
+  EXPECT_EQ(registry.Find("c"), nullptr);
+  EXPECT_EQ(registry.Names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(registry.NameList(), "a, b");
+  EXPECT_EQ(NameRegistry<int>("empty").NameList(), "none");
+}
+
 // In a child process: the registration must not outlive the test (other
 // tests state the built-in list).
 TEST(BackendRegistryTest, OneRegistrationAddsAScheme) {
   const std::string outcome = ::reshard::testing::InChild([] {
     // A backend that serves weight stores only (no rendezvous).
-    RegisterStoreBackend(
+    const Status added = RegisterStoreBackend(
         {"memtest", "memtest://NAME", "",
          [](std::string_view uri,
             const BackendOpenOptions&) -> Result<std::unique_ptr<ObjectStore>> {
@@ -46,6 +66,7 @@ TEST(BackendRegistryTest, OneRegistrationAddsAScheme) {
                new ::reshard::testing::MemoryObjectStore(std::string(uri)));
          },
          nullptr});
+    if (!added.ok()) return "register: " + added.ToString();
     auto store = OpenObjectStore("memtest://a");
     if (!store.ok()) return "open: " + store.status().ToString();
     const bool put = (*store)->Put("k", "v").ok();
@@ -56,8 +77,13 @@ TEST(BackendRegistryTest, OneRegistrationAddsAScheme) {
     if (!WeightStore::Open("memtest://b").ok()) {
       return std::string("WeightStore::Open refused memtest://b");
     }
-    // Its first registration stands.
-    RegisterStoreBackend({"memtest", "other", "", nullptr, nullptr});
+    // Its first registration stands; the second is refused.
+    const Status again =
+        RegisterStoreBackend({"memtest", "other", "", nullptr, nullptr});
+    if (again.ToString() !=
+        "AlreadyExists: store scheme \"memtest\" is already registered") {
+      return "a second registration: " + again.ToString();
+    }
     auto found = FindStoreBackend("memtest://c", BackendRole::kStore);
     if (!found.ok() || (*found)->usage != "memtest://NAME") {
       return std::string("a second registration replaced the first");

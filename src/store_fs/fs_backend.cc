@@ -23,20 +23,22 @@ Result<std::string> DirectoryOf(std::string_view uri, std::string_view what) {
   return std::string(path);
 }
 
-const bool kRegistered = RegisterStoreBackend(
-    {"fs", "fs://PATH", "fs://PATH or a directory",
-     [](std::string_view uri, const BackendOpenOptions& options)
-         -> Result<std::unique_ptr<ObjectStore>> {
-       RESHARD_ASSIGN_OR_RETURN(std::string dir, DirectoryOf(uri, "store"));
-       return OpenFsObjectStore(
-           dir, {.create_if_missing = options.create_if_missing});
-     },
-     [](std::string_view uri) -> Result<std::unique_ptr<RecordStore>> {
-       RESHARD_ASSIGN_OR_RETURN(std::string dir,
-                                DirectoryOf(uri, "rendezvous"));
-       return OpenDirectoryRecordStore(dir,
-                                       {.durability = Durability::kAtNextSync});
-     }});
+const bool kRegistered =
+    RegisterStoreBackend(
+        {"fs", "fs://PATH", "fs://PATH or a directory",
+         [](std::string_view uri, const BackendOpenOptions& options)
+             -> Result<std::unique_ptr<ObjectStore>> {
+           RESHARD_ASSIGN_OR_RETURN(std::string dir, DirectoryOf(uri, "store"));
+           return OpenFsObjectStore(
+               dir, {.create_if_missing = options.create_if_missing});
+         },
+         [](std::string_view uri) -> Result<std::unique_ptr<RecordStore>> {
+           RESHARD_ASSIGN_OR_RETURN(std::string dir,
+                                    DirectoryOf(uri, "rendezvous"));
+           return OpenDirectoryRecordStore(
+               dir, {.durability = Durability::kAtNextSync});
+         }})
+        .ok();
 
 }  // namespace
 }  // namespace reshard

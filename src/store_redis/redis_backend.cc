@@ -23,9 +23,11 @@ Result<std::unique_ptr<RecordStore>> OpenRendezvous(std::string_view uri) {
 }
 
 const bool kRegistered = RegisterStoreBackend({"redis", "redis://HOST:PORT", "",
-                                               OpenStore, OpenRendezvous}) &&
+                                               OpenStore, OpenRendezvous})
+                             .ok() &&
                          RegisterStoreBackend({"unix", "unix:///PATH", "",
-                                               OpenStore, OpenRendezvous});
+                                               OpenStore, OpenRendezvous})
+                             .ok();
 
 }  // namespace
 }  // namespace reshard

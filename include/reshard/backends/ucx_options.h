@@ -1,5 +1,15 @@
-// Settings of the UCX transport (src/live_ucx/), applied on top of UCX's
-// own configuration. Live sessions take them in LiveSessionOptions::ucx.
+// The "ucx" peer exchange's options (src/live_ucx/, the only code that
+// knows UCX): settings applied on top of UCX's own configuration. A live
+// session takes them as neutral settings by name
+// (LiveSessionOptions::exchange_options, PeerExchangeOptions); the
+// functions below convert between the two. Its settings:
+//   tls                UCX_TLS, e.g. "cma,tcp" or "tcp"
+//   net_devices        UCX_NET_DEVICES, e.g. "lo"
+//   shm_segment_bytes  decimal, below 65536 (0: UCX's own)
+//   error_handling     "auto", "peer" or "none"
+//   <NAME>             any other UCX setting, by its name in capitals
+//                      without the UCX_ prefix ("RNDV_THRESH")
+// Anything else is refused, naming the setting.
 
 #ifndef RESHARD_BACKENDS_UCX_OPTIONS_H_
 #define RESHARD_BACKENDS_UCX_OPTIONS_H_
@@ -8,6 +18,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "reshard/sdk/peer_exchange.h"
+#include "reshard/status.h"
 
 namespace reshard {
 
@@ -42,6 +55,15 @@ struct UcxOptions {
   uint32_t shm_segment_bytes = 32768;
   UcxErrorHandling error_handling = UcxErrorHandling::kAuto;
 };
+
+// `options` as the "ucx" exchange's settings: only those that differ from
+// a default UcxOptions, then `config` in order.
+PeerExchangeOptions ToPeerExchangeOptions(const UcxOptions& options);
+
+// The UcxOptions that `options` state (see the file comment); a setting
+// the "ucx" exchange does not take, or a malformed value, is
+// InvalidArgument naming it.
+Result<UcxOptions> UcxOptionsFromSettings(const PeerExchangeOptions& options);
 
 }  // namespace reshard
 

@@ -1,24 +1,46 @@
-// The peer exchange: how a live session's ranks reach each other (connect,
-// register memory, exchange a bound plan's regions, abandon on failure).
-// The session (src/live/) speaks only this interface; an implementation
-// lives in a folder of its own (UCX in src/live_ucx/, an in-process one for
-// tests in src/live_inproc/) and registers itself by name, so a new
-// wire between processes touches neither the session nor its records.
+// Peer exchanges (backend SDK): how a live session's ranks reach each
+// other. A live session (live.h) speaks only this interface; an
+// implementation lives in a library of its own ("ucx" between processes
+// and hosts, "inproc" for ranks that are threads of one process), registers
+// itself by name (RegisterPeerExchange) and is chosen by name
+// (LiveSessionOptions::exchange), so a new wire between processes touches
+// neither the session nor its records, and can be written outside this
+// tree against the installed headers.
 //
-// Contract for implementations:
+// Contract for implementations (testing/peer_exchange_conformance.h checks
+// it; an implementation joins that suite with one line):
 //  - One exchange serves one rank of one session and is used from one
 //    thread. Address() is what the others connect to (published in the
-//    rank's address record); peers are named by rank.
+//    rank's address record, at most 64 KiB); peers are named by rank.
+//    Connect() to the same peer again is a no-op.
 //  - Run() moves every operation of `ops` or fails with the first error,
-//    naming the region and the peer. On failure it may leave operations
-//    in flight (counted in ExchangeStats::abandoned_in_flight): their
+//    naming the operation (DescribeExchangeOp) and the peer. Errors keep
+//    their kind: Unavailable for a lost peer or the deadline, DataLoss for
+//    a message whose size differs from what the receiver expects,
+//    whatever `poll_abort` returned for an abort. On failure it may leave
+//    operations in flight (ExchangeStats::abandoned_in_flight): their
 //    buffers must be treated as in use, and the owner calls Abandon()
 //    instead of destroying resources normally.
 //  - A kSend and the matching kReceive list the same regions in the same
-//    order; the message is their byte streams concatenated.
+//    order; the message is their byte streams (each region's side, row by
+//    row) concatenated, and is matched by (session_tag, first region).
+//    Each rank runs all of its operations of one update in one Run, and
+//    the ranks' Runs proceed concurrently (a thread or process each): a
+//    send may wait for its receiver to run.
+//  - kGet reads the peer's source side through a key the peer registered
+//    (RegisterMemory) and this rank imported (ImportRemoteKey), for any
+//    region (a strided one row by row); a session reads only the regions
+//    for which PulledRegion() holds and pushes the others.
+//  - Progress() must be called by a rank that waits while peers may still
+//    read from it (pull) or complete messages to it.
+//  - capabilities() is constant for the life of the exchange.
+//
+// Options: each implementation documents its own settings in its backend
+// header (reshard/backends/ucx_options.h for "ucx") and refuses one it does
+// not know, naming it; the session passes them through unread.
 
-#ifndef RESHARD_LIVE_EXCHANGE_PEER_EXCHANGE_H_
-#define RESHARD_LIVE_EXCHANGE_PEER_EXCHANGE_H_
+#ifndef RESHARD_SDK_PEER_EXCHANGE_H_
+#define RESHARD_SDK_PEER_EXCHANGE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -26,13 +48,13 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "reshard/backends/ucx_options.h"
 #include "reshard/bound_plan.h"
 #include "reshard/status.h"
 
-namespace reshard::internal {
+namespace reshard {
 
 struct ExchangeOp {
   enum class Kind : uint8_t {
@@ -63,20 +85,22 @@ struct ExchangeOp {
   uint64_t bytes() const;
 };
 
-// Regions of at most this many bytes between the same two ranks are
-// coalesced into shared messages of at most kMaxCoalescedBytes (push; in
-// pull mode they are pushed too), so a layout with tens of thousands of
-// small tensors costs a few messages per pair of ranks.
+// How a live session forms operations (an implementation need not know):
+// regions of at most kMaxCoalescedRegion bytes between the same two ranks
+// share messages of at most kMaxCoalescedBytes (push; in pull mode they
+// are pushed too), so a layout with tens of thousands of small tensors
+// costs a few messages per pair of ranks.
 constexpr uint64_t kMaxCoalescedRegion = uint64_t{64} << 10;
 constexpr uint64_t kMaxCoalescedBytes = uint64_t{4} << 20;
 
-// Regions read with a remote get in pull mode: both sides contiguous (one
-// get), or rows of at least this many bytes (one get per row). The others
-// are pushed as messages, so small rows never become one get each.
+// Regions read with kGet: both sides contiguous (one get), or rows of at
+// least kMinPulledRow bytes (one get per row). The others are pushed as
+// messages, so small rows never become one get each.
 constexpr uint64_t kMinPulledRow = uint64_t{256} << 10;
 bool PulledRegion(const BoundRegion& region);
 
-struct ExchangeOptions {
+// The options of one Run.
+struct ExchangeRunOptions {
   // High 32 bits of every message tag (the region index fills the low 32),
   // so that messages of another session or update never match.
   uint32_t session_tag = 0;
@@ -108,9 +132,20 @@ struct ExchangeStats {
 std::string DescribeExchangeOp(const ExchangeOp& op,
                                const std::string& peer_name);
 
+// What an exchange is good at, for the session's choices.
+struct PeerExchangeCapabilities {
+  // Under LiveProtocol::kAuto, when every rank of the session runs on one
+  // host: read with kGet (pull) rather than push messages. An exchange
+  // that moves messages through memory shared between processes reads
+  // faster than it sends; one over a network sends faster.
+  bool pull_on_one_host = false;
+};
+
 class PeerExchange {
  public:
   virtual ~PeerExchange() = default;
+
+  virtual PeerExchangeCapabilities capabilities() const = 0;
 
   // This rank's address, published for the peers.
   virtual Result<std::string> Address() = 0;
@@ -145,7 +180,8 @@ class PeerExchange {
 
   // Runs `ops` to completion (see the contract above).
   virtual Status Run(const std::vector<ExchangeOp>& ops,
-                     const ExchangeOptions& options, ExchangeStats* stats) = 0;
+                     const ExchangeRunOptions& options,
+                     ExchangeStats* stats) = 0;
 
   // Gives every resource up without progressing or tearing it down: after
   // a failed session, buffers of operations left in flight may still be
@@ -153,28 +189,58 @@ class PeerExchange {
   virtual void Abandon() = 0;
 };
 
+// One exchange's settings by name, in order (a later one overrides an
+// earlier one of the same name). Which names an exchange takes is stated
+// by its backend header; empty keeps its defaults.
+struct PeerExchangeOptions {
+  std::vector<std::pair<std::string, std::string>> settings;
+
+  PeerExchangeOptions& Set(std::string name, std::string value) {
+    settings.emplace_back(std::move(name), std::move(value));
+    return *this;
+  }
+  bool empty() const { return settings.empty(); }
+};
+
 // What an implementation is made with.
 struct PeerExchangeConfig {
   uint32_t rank = 0;
-  UcxOptions ucx;  // the UCX implementation's settings
+  PeerExchangeOptions options;
 };
 
-using PeerExchangeFactory = std::function<Result<std::unique_ptr<PeerExchange>>(
-    const PeerExchangeConfig& config)>;
+// One registered implementation.
+struct PeerExchangeBackend {
+  std::string name;  // what LiveSessionOptions::exchange names: "ucx"
+  // One line for listings (the CLI's --help): what it is for.
+  std::string description;
+  // A new exchange for one rank; refuses unknown or malformed settings
+  // with InvalidArgument naming them.
+  std::function<Result<std::unique_ptr<PeerExchange>>(
+      const PeerExchangeConfig& config)>
+      make;
+  // Checks settings without making anything (a session checks them
+  // before it publishes); empty: every setting is refused.
+  std::function<Status(const PeerExchangeOptions& options)> check_options;
+};
 
-// Registers the implementation `name` (once per name; the first wins);
-// returns true, for `static const bool kRegistered = ...` in its folder.
-bool RegisterPeerExchange(std::string name, PeerExchangeFactory factory);
+// Registers `backend`; an implementation's folder registers itself with
+// `static const bool kRegistered = RegisterPeerExchange(...).ok()`. A name
+// registered before keeps its first implementation: AlreadyExists `peer
+// exchange "<name>" is already registered`.
+Status RegisterPeerExchange(PeerExchangeBackend backend);
 
-// A new exchange of implementation `name`, or InvalidArgument naming it
-// and the registered ones.
+// The implementation `name`, or InvalidArgument `unknown peer exchange
+// "<name>" (registered: <names>)`.
+Result<const PeerExchangeBackend*> FindPeerExchange(std::string_view name);
+
+// A new exchange of implementation `name` (FindPeerExchange's errors, then
+// the implementation's).
 Result<std::unique_ptr<PeerExchange>> MakePeerExchange(
     std::string_view name, const PeerExchangeConfig& config);
 
-// Whether `name` is registered, and the registered names, sorted.
-bool PeerExchangeRegistered(std::string_view name);
+// The registered names, sorted.
 std::vector<std::string> RegisteredPeerExchanges();
 
-}  // namespace reshard::internal
+}  // namespace reshard
 
-#endif  // RESHARD_LIVE_EXCHANGE_PEER_EXCHANGE_H_
+#endif  // RESHARD_SDK_PEER_EXCHANGE_H_
