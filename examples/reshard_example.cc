@@ -125,9 +125,9 @@ reshard::Status Run() {
   }
 
   // Plan, bind, fence and copy in this process.
-  RESHARD_ASSIGN_OR_RETURN(
-      reshard::ReshardReport report,
-      reshard::Reshard(source, source_bindings, target, target_bindings));
+  RESHARD_ASSIGN_OR_RETURN(reshard::ReshardReport report,
+                           reshard::Reshard(source, source_bindings.bindings(),
+                                            target, target_bindings));
 
   for (const reshard::PlacementFragment* f : target.fragments()) {
     const float* data = target_memory[f->placement_fragment_id()].data();

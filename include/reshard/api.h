@@ -9,7 +9,9 @@
 //   auto report = reshard::Reshard(source, {*src}, target, {*dst}, transport);
 //
 // BindBuffers turns "placement fragment id -> pointer" into a validated
-// runtime binding (binding.h), so nobody fills binding specs by hand.
+// runtime binding (binding.h), so nobody fills binding specs by hand;
+// BindCheckedBuffers and BindAllBuffers return it as CheckedBindings,
+// which Reshard does not check again.
 // Reshard checks both sides' bindings, plans (plan.h), binds the plan to
 // absolute addresses (bound_plan.h), fences the generation and lease right
 // before execution, submits to a Transport (transport.h) and waits. Nothing
@@ -95,12 +97,28 @@ Result<WeightRuntimeBindingManifest> BindBuffers(
     const std::unordered_map<std::string, void*>& buffers,
     const BufferBindingOptions& options = {});
 
+// BindBuffers' binding as checked bindings of one participant (coverage
+// kSubset), with the same errors. Reshard, WeightStore and LoadCheckpoint
+// take checked bindings without checking them again, so a binding made
+// here is checked once per operation; several participants' are one set
+// through CheckedBindings::Merge.
+Result<CheckedBindings> BindCheckedBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const FragmentBufferLookup& buffer_of,
+    const BufferBindingOptions& options = {});
+Result<CheckedBindings> BindCheckedBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const std::map<std::string, void*>& buffers,
+    const BufferBindingOptions& options = {});
+
 // One binding per participant of `placement` that owns fragments, in
 // participant order: a process that holds a whole layout (a test, a
 // single-host tool). Every binding gets the same options, so all buffers
 // are in one address space and those of different participants must not
-// overlap either (except exact declared aliases).
-Result<std::vector<WeightRuntimeBindingManifest>> BindAllBuffers(
+// overlap either (except exact declared aliases). Checked as one set with
+// coverage kEveryOwner (`bindings()` lists them); each binding is checked
+// once.
+Result<CheckedBindings> BindAllBuffers(
     const WeightPlacementManifest& placement,
     const FragmentBufferLookup& buffer_of,
     const BufferBindingOptions& options = {});
@@ -157,12 +175,23 @@ void VisitFields(const ReshardReport& r, Visit&& visit) {
 }
 
 // Plans `target` from `source`, then reshards with that plan (below).
+//
+// Every Reshard takes plain bindings, checked once here, or
+// CheckedBindings (BindAllBuffers, BindCheckedBuffers, CheckedBindings::
+// Make), which are not checked again: only that they were checked for
+// these placements. Coverage (options.coverage) is checked either way.
 Result<ReshardReport> Reshard(
     const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     Transport& transport, const ReshardOptions& options = {});
+Result<ReshardReport> Reshard(const WeightPlacementManifest& source,
+                              const CheckedBindings& source_bindings,
+                              const WeightPlacementManifest& target,
+                              const CheckedBindings& target_bindings,
+                              Transport& transport,
+                              const ReshardOptions& options = {});
 
 // Reshards with a plan made earlier for these two placements
 // (LogicalTransferPlan::Make), so that a caller resharding every step
@@ -178,6 +207,13 @@ Result<ReshardReport> Reshard(
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     Transport& transport, const ReshardOptions& options = {});
+Result<ReshardReport> Reshard(const LogicalTransferPlan& plan,
+                              const WeightPlacementManifest& source,
+                              const CheckedBindings& source_bindings,
+                              const WeightPlacementManifest& target,
+                              const CheckedBindings& target_bindings,
+                              Transport& transport,
+                              const ReshardOptions& options = {});
 
 // Plans and reshards in this process with a LocalTransport of
 // options.threads threads (host memory only).
@@ -187,6 +223,11 @@ Result<ReshardReport> Reshard(
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const ReshardOptions& options = {});
+Result<ReshardReport> Reshard(const WeightPlacementManifest& source,
+                              const CheckedBindings& source_bindings,
+                              const WeightPlacementManifest& target,
+                              const CheckedBindings& target_bindings,
+                              const ReshardOptions& options = {});
 
 // ---------------------------------------------------------------------------
 // Converting into bound targets from another source (a checkpoint, a store

@@ -154,9 +154,76 @@ enum class BindingCoverage {
   kSubset,      // any subset of them (a partial live set)
 };
 
-// Rules 37-38 plus every binding: unique participants, runtime fragment ids
-// unique across participants, address rules across bindings sharing an
-// instance, and the participants `coverage` asks for.
+// Bindings proven valid for one placement, the way a placement is valid by
+// construction: made only by Make (or Merge, Replace, of values made so),
+// never modified. Carries what it was checked for: the placement's id and
+// digest, the bindings, and the coverage of the cross-binding proof
+// (kEveryOwner: every participant owning fragments is bound; kSubset: any
+// of them). The rules hold for as long as the value lives, since bindings
+// are immutable and the placement is named by its digest.
+//
+// The contract for consumers (Reshard, BoundTransferPlan::Bind, the store's
+// uploads and loads, checkpoint loads and writes): take a CheckedBindings,
+// call RequireFor with their placement, and never check the bindings
+// again. Each binding is thus checked once per operation; functions that
+// take plain bindings make a CheckedBindings once and hand it down.
+//
+// Cheap to copy: copies share one immutable state.
+class CheckedBindings {
+ public:
+  // Checks every binding against `placement` once (rules 30-36), then the
+  // set: bindings only for participants that own fragments (rule 50),
+  // unique participants and runtime fragment ids (rule 37), the address
+  // rules across bindings of one instance (rules 35-36) and the
+  // participants `coverage` asks for (rule 38). Errors as
+  // ValidateRuntimeBindings.
+  static Result<CheckedBindings> Make(
+      const WeightPlacementManifest& placement,
+      std::vector<WeightRuntimeBindingManifest> bindings,
+      BindingCoverage coverage = BindingCoverage::kEveryOwner);
+
+  // Sets checked for `placement` on their own (for example one per
+  // participant) as one set. No binding is checked again; only the set
+  // rules are (rules 50, 37, 35-36 across the sets, and `coverage`).
+  static Result<CheckedBindings> Merge(
+      const WeightPlacementManifest& placement,
+      const std::vector<CheckedBindings>& sets,
+      BindingCoverage coverage = BindingCoverage::kEveryOwner);
+
+  // This set with each binding of `now` in the place of its participant's
+  // (appended when the participant had none): a binding equal to the one
+  // held is not checked again, a moved one is (rules 30-36); the set rules
+  // are checked over the result, with this set's coverage.
+  Result<CheckedBindings> Replace(
+      const WeightPlacementManifest& placement,
+      const std::vector<WeightRuntimeBindingManifest>& now) const;
+
+  // The bindings of the participants in `participant_ids` (those this set
+  // has): a subset of a checked set needs no check. Coverage kSubset.
+  CheckedBindings Only(const std::vector<std::string>& participant_ids) const;
+
+  // OK when this set was checked for `placement` (id and digest); else
+  // InvalidArgument "runtime bindings were checked for placement <a>, not
+  // <b>". What a consumer does instead of checking the bindings.
+  Status RequireFor(const WeightPlacementManifest& placement) const;
+
+  const std::string& placement_id() const;
+  const std::string& placement_digest() const;
+  BindingCoverage coverage() const;
+  const std::vector<WeightRuntimeBindingManifest>& bindings() const;
+  // The binding of `participant_id`, or nullptr.
+  const WeightRuntimeBindingManifest* Find(
+      std::string_view participant_id) const;
+
+ private:
+  struct State;
+  explicit CheckedBindings(std::shared_ptr<const State> state)
+      : state_(std::move(state)) {}
+  std::shared_ptr<const State> state_;
+};
+
+// CheckedBindings::Make(placement, bindings, coverage).status(): rules
+// 37-38 plus every binding, for callers that need no proof to hand on.
 Status ValidateRuntimeBindings(
     const WeightPlacementManifest& placement,
     const std::vector<WeightRuntimeBindingManifest>& bindings,

@@ -34,15 +34,35 @@ struct BoundRegion {
 
 class BoundTransferPlan {
  public:
-  // Checks that the plan was made for these placements (ids), validates
-  // every binding against its placement (rules 29-38), requires a binding
+  // Checks that the plan was made for these placements (ids), that the
+  // bindings are valid for their placements (rules 29-38), requires a binding
   // for every fragment a region touches, and rejects in-place reshard
   // (source and target storage overlapping in one address space).
+  // Checks each side's bindings once (CheckedBindings::Make, coverage
+  // kSubset; errors prefixed "source bindings: " or "target bindings: "),
+  // then binds as below.
   static Result<BoundTransferPlan> Bind(
       const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
       const std::vector<WeightRuntimeBindingManifest>& source_bindings,
       const WeightPlacementManifest& target,
       const std::vector<WeightRuntimeBindingManifest>& target_bindings);
+  // The same with bindings checked already: no binding is checked again,
+  // only that each side's were checked for its placement.
+  static Result<BoundTransferPlan> Bind(const LogicalTransferPlan& plan,
+                                        const WeightPlacementManifest& source,
+                                        const CheckedBindings& source_bindings,
+                                        const WeightPlacementManifest& target,
+                                        const CheckedBindings& target_bindings);
+
+  // Binds `plan` again after some buffers moved: the bindings this plan
+  // was bound with, each binding of `source_bindings` and
+  // `target_bindings` in the place of its participant's
+  // (CheckedBindings::Replace: only a binding that changed is checked).
+  Result<BoundTransferPlan> Rebind(
+      const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
+      const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+      const WeightPlacementManifest& target,
+      const std::vector<WeightRuntimeBindingManifest>& target_bindings) const;
 
   const std::vector<BoundRegion>& regions() const;
   uint64_t bytes() const;

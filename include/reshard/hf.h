@@ -190,10 +190,16 @@ Status CheckCheckpointLoad(const HfCheckpoint& checkpoint,
 // Plans the fragments `target_bindings` bind (host memory) from the
 // checkpoint and reads them straight into their buffers
 // (LoadReport::bytes_read: tensor bytes actually read from the files).
+// Plain bindings are checked once here; CheckedBindings are not checked
+// again, only that they were checked for `target`.
 Result<LoadReport> LoadCheckpoint(
     const HfCheckpoint& checkpoint, const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const CheckpointLoadOptions& options = {});
+Result<LoadReport> LoadCheckpoint(const HfCheckpoint& checkpoint,
+                                  const WeightPlacementManifest& target,
+                                  const CheckedBindings& target_bindings,
+                                  const CheckpointLoadOptions& options = {});
 
 // ---------------------------------------------------------------------------
 // Any placement back to a checkpoint.
@@ -276,10 +282,16 @@ void VisitFields(const CheckpointWriteReport& r, Visit&& visit) {
 // (host memory) into the partial files with positional writes; strided
 // fragments go through a gather window of staging_bytes. Participants may
 // write from any number of processes at once.
+// Plain bindings are checked once here; CheckedBindings are not checked
+// again.
 Result<CheckpointWriteReport> WriteCheckpointFragments(
     const CheckpointWritePlan& plan, const WeightPlacementManifest& placement,
     const std::vector<WeightRuntimeBindingManifest>& bindings,
     const std::string& dir, const CheckpointWriteOptions& options = {});
+Result<CheckpointWriteReport> WriteCheckpointFragments(
+    const CheckpointWritePlan& plan, const WeightPlacementManifest& placement,
+    const CheckedBindings& bindings, const std::string& dir,
+    const CheckpointWriteOptions& options = {});
 
 // Once, after every participant wrote: makes the files durable, gives them
 // their final names and writes model.safetensors.index.json last, so a

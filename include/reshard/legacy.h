@@ -25,6 +25,9 @@ struct LegacyImportOptions {
 struct LegacyImport {
   WeightPlacementManifest placement;
   std::vector<WeightRuntimeBindingManifest> bindings;
+  // `bindings`, checked once for `placement` (every owner bound): Reshard
+  // and the store take them without checking them again.
+  CheckedBindings checked;
 };
 
 // Converts inventories (JSON text, one per participant) into a complete,

@@ -327,16 +327,27 @@ class WeightStore {
   // defaults as in Open.
   WeightStore WithOptions(WeightStoreOptions options) const;
 
+  // Plain bindings are checked once here (errors prefixed "source
+  // bindings: "); CheckedBindings (for example from BindAllBuffers) are
+  // not checked again, only that they were checked for `source`.
   Result<UploadPlan> PrepareUpload(
       const WeightPlacementManifest& source,
       const std::vector<WeightRuntimeBindingManifest>& bindings);
+  Result<UploadPlan> PrepareUpload(const WeightPlacementManifest& source,
+                                   const CheckedBindings& bindings);
   // Writes the fragments assigned to `binding`'s participant, after
-  // re-checking its generation, instance, lease and fragments (memory kind
-  // and geometry) against the plan. Refused once the transaction decided
-  // to abort; after a commit decision only identical bytes are accepted.
+  // checking the binding (once) and its generation, instance, lease and
+  // fragments (memory kind and geometry) against the plan. Refused once
+  // the transaction decided to abort; after a commit decision only
+  // identical bytes are accepted.
   Result<std::vector<UploadReceipt>> Upload(
       const UploadPlan& plan, const WeightPlacementManifest& source,
       const WeightRuntimeBindingManifest& binding);
+  // The same for every binding of a checked set (not checked again), every
+  // writer fenced before the first byte is written, one progress over all.
+  Result<std::vector<UploadReceipt>> Upload(
+      const UploadPlan& plan, const WeightPlacementManifest& source,
+      const CheckedBindings& bindings);
   Status Commit(const UploadPlan& plan,
                 const std::vector<UploadReceipt>& receipts);
 
@@ -393,10 +404,15 @@ class WeightStore {
   // Plans `target` from the manifest and reads straight into the bound
   // target buffers, verifying every delivered chunk. Holds a lease for the
   // duration. On error the targets are not loaded (contents unspecified).
+  // Plain bindings are checked once here; CheckedBindings are not checked
+  // again, only that they were checked for `target`.
   Result<LoadReport> Load(
       const StoredWeightManifest& manifest,
       const WeightPlacementManifest& target,
       const std::vector<WeightRuntimeBindingManifest>& target_bindings);
+  Result<LoadReport> Load(const StoredWeightManifest& manifest,
+                          const WeightPlacementManifest& target,
+                          const CheckedBindings& target_bindings);
 
   // Every revision under the key prefix; a manifest that cannot be read is
   // listed as CORRUPT (with its error), not an error of the listing.
@@ -425,10 +441,9 @@ class WeightStore {
       const std::vector<WeightRuntimeBindingManifest>& target_bindings);
   // PrepareUpload under a given transaction id; a started record already
   // there (written by another process of the upload) is kept.
-  Result<UploadPlan> PrepareUploadAs(
-      const WeightPlacementManifest& source,
-      const std::vector<WeightRuntimeBindingManifest>& bindings,
-      std::string transaction_id);
+  Result<UploadPlan> PrepareUploadAs(const WeightPlacementManifest& source,
+                                     const CheckedBindings& bindings,
+                                     std::string transaction_id);
   // UploadShare's two halves (share_upload.cc).
   Result<UploadPlan> ShareUploadPlan(const WeightPlacementManifest& source,
                                      internal::ShareUpload& u);

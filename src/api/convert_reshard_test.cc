@@ -94,11 +94,12 @@ Memory Allocate(const WeightPlacementManifest& p,
   BufferBindingOptions o;
   o.instance_id = instance;
   m.bindings = Must(BindAllBuffers(
-      p,
-      [&](std::string_view id) -> void* {
-        return m.buffers.find(id)->second.data();
-      },
-      o));
+                        p,
+                        [&](std::string_view id) -> void* {
+                          return m.buffers.find(id)->second.data();
+                        },
+                        o))
+                   .bindings();
   return m;
 }
 

@@ -69,10 +69,11 @@ RuntimeBindingFragmentSpec ViewOf(const PlacementFragment& f,
   return r;
 }
 
-// One participant's fragments, each bound where `find` says.
-Result<WeightRuntimeBindingManifest> BindWith(
-    const WeightPlacementManifest& placement, std::string_view participant_id,
-    const BufferFinder& find, const BufferBindingOptions& options) {
+// One participant's fragments, each bound where `find` says, checked once.
+Result<CheckedBindings> BindWith(const WeightPlacementManifest& placement,
+                                 std::string_view participant_id,
+                                 const BufferFinder& find,
+                                 const BufferBindingOptions& options) {
   RESHARD_ASSIGN_OR_RETURN(const WeightPlacementPart* part,
                            PartToBind(placement, participant_id));
   const std::string context = BindContext(participant_id);
@@ -98,9 +99,17 @@ Result<WeightRuntimeBindingManifest> BindWith(
   }
   auto binding = WeightRuntimeBindingManifest::Make(std::move(spec));
   if (!binding.ok()) return binding.status().WithContext(context);
-  RESHARD_RETURN_NOT_OK(
-      ValidateRuntimeBinding(placement, *binding).WithContext(context));
-  return binding;
+  auto checked = CheckedBindings::Make(
+      placement, {std::move(binding).ValueOrDie()}, BindingCoverage::kSubset);
+  if (!checked.ok()) return checked.status().WithContext(context);
+  return checked;
+}
+
+// The one binding of a set BindWith made.
+Result<WeightRuntimeBindingManifest> OnlyBinding(
+    Result<CheckedBindings> checked) {
+  RESHARD_RETURN_NOT_OK(checked.status());
+  return checked->bindings().front();
 }
 
 template <typename Map>
@@ -114,7 +123,8 @@ BufferFinder FinderOf(const Map& buffers) {
 
 // kEveryOwner: one binding for every participant with fragments
 // (the message of ValidateRuntimeBindings' require-all rule, with the
-// side); the bindings themselves are validated by Bind.
+// side); the bindings themselves are checked by Bind (or were, when they
+// come as CheckedBindings).
 Status CheckSideCoverage(
     const WeightPlacementManifest& placement,
     const std::vector<WeightRuntimeBindingManifest>& bindings,
@@ -132,17 +142,27 @@ Status CheckSideCoverage(
   return Status::OK();
 }
 
-Status CheckCoverage(
-    const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
-    const WeightPlacementManifest& target,
-    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
-    const ReshardOptions& options) {
+const std::vector<WeightRuntimeBindingManifest>& ListOf(
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  return bindings;
+}
+const std::vector<WeightRuntimeBindingManifest>& ListOf(
+    const CheckedBindings& bindings) {
+  return bindings.bindings();
+}
+
+template <typename Bindings>
+Status CheckCoverage(const WeightPlacementManifest& source,
+                     const Bindings& source_bindings,
+                     const WeightPlacementManifest& target,
+                     const Bindings& target_bindings,
+                     const ReshardOptions& options) {
   if (options.coverage != BindingCoverage::kEveryOwner) {
     return Status::OK();
   }
-  RESHARD_RETURN_NOT_OK(CheckSideCoverage(source, source_bindings, "source"));
-  return CheckSideCoverage(target, target_bindings, "target");
+  RESHARD_RETURN_NOT_OK(
+      CheckSideCoverage(source, ListOf(source_bindings), "source"));
+  return CheckSideCoverage(target, ListOf(target_bindings), "target");
 }
 
 // The generation and lease fence, right before the bytes move. Without a
@@ -160,13 +180,16 @@ Status Transfer(const BoundTransferPlan& bound, Transport& transport) {
   return transport.Wait(id);
 }
 
-// Bind, fence, submit, wait: everything after the plan.
-Result<ReshardReport> BindAndTransfer(
-    const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
-    const WeightPlacementManifest& target,
-    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
-    Transport& transport, const ReshardOptions& options) {
+// Bind, fence, submit, wait: everything after the plan. Plain bindings
+// are checked once by Bind; CheckedBindings are not checked again.
+template <typename Bindings>
+Result<ReshardReport> BindAndTransfer(const LogicalTransferPlan& plan,
+                                      const WeightPlacementManifest& source,
+                                      const Bindings& source_bindings,
+                                      const WeightPlacementManifest& target,
+                                      const Bindings& target_bindings,
+                                      Transport& transport,
+                                      const ReshardOptions& options) {
   ReshardReport report;
   auto start = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(
@@ -187,7 +210,7 @@ Result<ReshardReport> BindAndTransfer(
 
 }  // namespace
 
-Result<WeightRuntimeBindingManifest> BindBuffers(
+Result<CheckedBindings> BindCheckedBuffers(
     const WeightPlacementManifest& placement, std::string_view participant_id,
     const FragmentBufferLookup& buffer_of,
     const BufferBindingOptions& options) {
@@ -205,6 +228,14 @@ Result<WeightRuntimeBindingManifest> BindBuffers(
 
 Result<WeightRuntimeBindingManifest> BindBuffers(
     const WeightPlacementManifest& placement, std::string_view participant_id,
+    const FragmentBufferLookup& buffer_of,
+    const BufferBindingOptions& options) {
+  return OnlyBinding(
+      BindCheckedBuffers(placement, participant_id, buffer_of, options));
+}
+
+Result<CheckedBindings> BindCheckedBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
     const std::map<std::string, void*>& buffers,
     const BufferBindingOptions& options) {
   return BindWith(placement, participant_id, FinderOf(buffers), options);
@@ -212,36 +243,56 @@ Result<WeightRuntimeBindingManifest> BindBuffers(
 
 Result<WeightRuntimeBindingManifest> BindBuffers(
     const WeightPlacementManifest& placement, std::string_view participant_id,
-    const std::unordered_map<std::string, void*>& buffers,
+    const std::map<std::string, void*>& buffers,
     const BufferBindingOptions& options) {
-  return BindWith(placement, participant_id, FinderOf(buffers), options);
+  return OnlyBinding(
+      BindWith(placement, participant_id, FinderOf(buffers), options));
 }
 
-Result<std::vector<WeightRuntimeBindingManifest>> BindAllBuffers(
-    const WeightPlacementManifest& placement,
-    const FragmentBufferLookup& buffer_of,
+Result<WeightRuntimeBindingManifest> BindBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const std::unordered_map<std::string, void*>& buffers,
     const BufferBindingOptions& options) {
-  std::vector<WeightRuntimeBindingManifest> out;
+  return OnlyBinding(
+      BindWith(placement, participant_id, FinderOf(buffers), options));
+}
+
+Result<CheckedBindings> BindAllBuffers(const WeightPlacementManifest& placement,
+                                       const FragmentBufferLookup& buffer_of,
+                                       const BufferBindingOptions& options) {
+  std::vector<CheckedBindings> parts;
   for (const WeightPlacementPart& part : placement.parts()) {
     if (part.fragments().empty()) continue;
     RESHARD_ASSIGN_OR_RETURN(
-        auto binding,
-        BindBuffers(placement, part.participant_id(), buffer_of, options));
-    out.push_back(std::move(binding));
+        auto binding, BindCheckedBuffers(placement, part.participant_id(),
+                                         buffer_of, options));
+    parts.push_back(std::move(binding));
   }
-  return out;
+  auto all = CheckedBindings::Merge(placement, parts);
+  if (!all.ok()) {
+    return all.status().WithContext("cannot bind buffers of placement " +
+                                    placement.placement_id());
+  }
+  return all;
 }
 
-Result<ReshardReport> Reshard(
-    const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
-    const WeightPlacementManifest& target,
-    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
-    Transport& transport, const ReshardOptions& options) {
+namespace {
+
+// The Reshard overloads, for plain bindings (checked once, by Bind) and
+// checked ones alike.
+template <typename Bindings>
+Result<ReshardReport> ReshardWithPlan(const LogicalTransferPlan& plan,
+                                      const WeightPlacementManifest& source,
+                                      const Bindings& source_bindings,
+                                      const WeightPlacementManifest& target,
+                                      const Bindings& target_bindings,
+                                      Transport& transport,
+                                      const ReshardOptions& options) {
   if (plan.conversion() != nullptr &&
       target.placement_id() != plan.target_placement_id()) {
-    return internal::ReshardConverting(plan, source, source_bindings, target,
-                                       target_bindings, transport, options);
+    return internal::ReshardConverting(plan, source, ListOf(source_bindings),
+                                       target, ListOf(target_bindings),
+                                       transport, options);
   }
   RESHARD_RETURN_NOT_OK(
       CheckCoverage(source, source_bindings, target, target_bindings, options));
@@ -249,12 +300,13 @@ Result<ReshardReport> Reshard(
                          transport, options);
 }
 
-Result<ReshardReport> Reshard(
-    const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
-    const WeightPlacementManifest& target,
-    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
-    Transport& transport, const ReshardOptions& options) {
+template <typename Bindings>
+Result<ReshardReport> PlanAndReshard(const WeightPlacementManifest& source,
+                                     const Bindings& source_bindings,
+                                     const WeightPlacementManifest& target,
+                                     const Bindings& target_bindings,
+                                     Transport& transport,
+                                     const ReshardOptions& options) {
   // Missing bindings are reported before the (longer) planning.
   RESHARD_RETURN_NOT_OK(
       CheckCoverage(source, source_bindings, target, target_bindings, options));
@@ -266,12 +318,68 @@ Result<ReshardReport> Reshard(
   RESHARD_ASSIGN_OR_RETURN(
       ReshardReport report,
       plan.conversion() != nullptr
-          ? internal::ReshardConverting(plan, source, source_bindings, target,
-                                        target_bindings, transport, options)
+          ? internal::ReshardConverting(plan, source, ListOf(source_bindings),
+                                        target, ListOf(target_bindings),
+                                        transport, options)
           : BindAndTransfer(plan, source, source_bindings, target,
                             target_bindings, transport, options));
   report.plan_seconds = plan_seconds;
   return report;
+}
+
+template <typename Bindings>
+Result<ReshardReport> ReshardLocally(const WeightPlacementManifest& source,
+                                     const Bindings& source_bindings,
+                                     const WeightPlacementManifest& target,
+                                     const Bindings& target_bindings,
+                                     const ReshardOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(std::unique_ptr<LocalTransport> transport,
+                           LocalTransport::Make({.threads = options.threads}));
+  return PlanAndReshard(source, source_bindings, target, target_bindings,
+                        *transport, options);
+}
+
+}  // namespace
+
+Result<ReshardReport> Reshard(
+    const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    Transport& transport, const ReshardOptions& options) {
+  return ReshardWithPlan(plan, source, source_bindings, target, target_bindings,
+                         transport, options);
+}
+
+Result<ReshardReport> Reshard(const LogicalTransferPlan& plan,
+                              const WeightPlacementManifest& source,
+                              const CheckedBindings& source_bindings,
+                              const WeightPlacementManifest& target,
+                              const CheckedBindings& target_bindings,
+                              Transport& transport,
+                              const ReshardOptions& options) {
+  return ReshardWithPlan(plan, source, source_bindings, target, target_bindings,
+                         transport, options);
+}
+
+Result<ReshardReport> Reshard(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    Transport& transport, const ReshardOptions& options) {
+  return PlanAndReshard(source, source_bindings, target, target_bindings,
+                        transport, options);
+}
+
+Result<ReshardReport> Reshard(const WeightPlacementManifest& source,
+                              const CheckedBindings& source_bindings,
+                              const WeightPlacementManifest& target,
+                              const CheckedBindings& target_bindings,
+                              Transport& transport,
+                              const ReshardOptions& options) {
+  return PlanAndReshard(source, source_bindings, target, target_bindings,
+                        transport, options);
 }
 
 Result<ReshardReport> Reshard(
@@ -280,10 +388,17 @@ Result<ReshardReport> Reshard(
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const ReshardOptions& options) {
-  RESHARD_ASSIGN_OR_RETURN(std::unique_ptr<LocalTransport> transport,
-                           LocalTransport::Make({.threads = options.threads}));
-  return Reshard(source, source_bindings, target, target_bindings, *transport,
-                 options);
+  return ReshardLocally(source, source_bindings, target, target_bindings,
+                        options);
+}
+
+Result<ReshardReport> Reshard(const WeightPlacementManifest& source,
+                              const CheckedBindings& source_bindings,
+                              const WeightPlacementManifest& target,
+                              const CheckedBindings& target_bindings,
+                              const ReshardOptions& options) {
+  return ReshardLocally(source, source_bindings, target, target_bindings,
+                        options);
 }
 
 }  // namespace reshard

@@ -111,7 +111,7 @@ struct Memory {
 
   std::vector<WeightRuntimeBindingManifest> BindAll(
       const BufferBindingOptions& options = {}) {
-    return Must(BindAllBuffers(placement, Lookup(), options));
+    return Must(BindAllBuffers(placement, Lookup(), options)).bindings();
   }
 
   // Fills every fragment from the global element index. Tensor numbers
@@ -450,13 +450,21 @@ TEST(ReshardTest, BindAllBuffersNamesTheParticipantWithoutABuffer) {
 
 TEST(ReshardTest, BuffersOfTwoParticipantsMustNotOverlap) {
   // One address space for the whole layout: a buffer handed to two
-  // participants is found when the bindings meet.
+  // participants is found when the bindings meet, by BindAllBuffers (which
+  // checks them as one set) or by Reshard (bindings bound one by one).
   const auto source = CubeLayout(2, 0, {4, 4});
   const auto target = CubeLayout(2, 1, {4, 4});
   Memory memory(source);
   void* shared = memory.pointers.begin()->second;
-  auto sources = Must(
-      BindAllBuffers(source, [shared](std::string_view) { return shared; }));
+  auto same = [shared](std::string_view) { return shared; };
+  EXPECT_THAT(
+      BindAllBuffers(source, same).status().message(),
+      StartsWith("cannot bind buffers of placement " + source.placement_id() +
+                 ": runtime binding address ranges overlap: "));
+  std::vector<WeightRuntimeBindingManifest> sources;
+  for (const WeightPlacementPart& part : source.parts()) {
+    sources.push_back(Must(BindBuffers(source, part.participant_id(), same)));
+  }
   Memory dst(target);
   auto report = Reshard(source, sources, target, dst.BindAll());
   EXPECT_THAT(report.status().message(),

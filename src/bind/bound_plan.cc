@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -25,6 +26,9 @@ struct BoundTransferPlan::State {
   uint64_t bytes = 0;
   std::vector<BindingSnapshot> sources;
   std::vector<BindingSnapshot> targets;
+  // What Bind was given, for Rebind.
+  std::optional<CheckedBindings> source_bindings;
+  std::optional<CheckedBindings> target_bindings;
 };
 
 namespace {
@@ -101,21 +105,48 @@ struct Bound {
   const WeightRuntimeBindingManifest* binding;
 };
 
-// placement_fragment_id -> its runtime view, across all bindings of a side.
+// placement_fragment_id -> its runtime view, across all bindings of a side
+// (checked already: only that they were checked for `placement`).
 Result<std::unordered_map<std::string_view, Bound>> IndexBindings(
-    const WeightPlacementManifest& placement,
-    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    const WeightPlacementManifest& placement, const CheckedBindings& bindings,
     std::string_view side) {
-  auto st =
-      ValidateRuntimeBindings(placement, bindings, BindingCoverage::kSubset);
+  auto st = bindings.RequireFor(placement);
   if (!st.ok()) return st.WithContext(std::string(side) + " bindings");
   std::unordered_map<std::string_view, Bound> index;
-  for (const auto& b : bindings) {
+  for (const auto& b : bindings.bindings()) {
     for (const auto& f : b.fragments()) {
       index.emplace(f.placement_fragment_id(), Bound{&f, &b});
     }
   }
   return index;
+}
+
+// The plan was made for these placements.
+Status CheckPlanIds(const LogicalTransferPlan& plan,
+                    const WeightPlacementManifest& source,
+                    const WeightPlacementManifest& target) {
+  if (plan.source_placement_id() != source.placement_id()) {
+    return Status::InvalidArgument(
+        "logical plan and source placement IDs differ");
+  }
+  if (plan.target_placement_id() != target.placement_id()) {
+    return Status::InvalidArgument(
+        "logical plan and target placement IDs differ");
+  }
+  return Status::OK();
+}
+
+// Bindings of one side checked once, errors prefixed with the side.
+Result<CheckedBindings> CheckSideBindings(
+    const WeightPlacementManifest& placement,
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    std::string_view side) {
+  auto checked =
+      CheckedBindings::Make(placement, bindings, BindingCoverage::kSubset);
+  if (!checked.ok()) {
+    return checked.status().WithContext(std::string(side) + " bindings");
+  }
+  return checked;
 }
 
 // Rule 53: no source and target storage allocation may overlap in one
@@ -222,14 +253,34 @@ Result<BoundTransferPlan> BoundTransferPlan::Bind(
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
-  if (plan.source_placement_id() != source.placement_id()) {
-    return Status::InvalidArgument(
-        "logical plan and source placement IDs differ");
-  }
-  if (plan.target_placement_id() != target.placement_id()) {
-    return Status::InvalidArgument(
-        "logical plan and target placement IDs differ");
-  }
+  RESHARD_RETURN_NOT_OK(CheckPlanIds(plan, source, target));
+  RESHARD_ASSIGN_OR_RETURN(
+      CheckedBindings sources,
+      CheckSideBindings(source, source_bindings, "source"));
+  RESHARD_ASSIGN_OR_RETURN(
+      CheckedBindings targets,
+      CheckSideBindings(target, target_bindings, "target"));
+  return Bind(plan, source, sources, target, targets);
+}
+
+Result<BoundTransferPlan> BoundTransferPlan::Rebind(
+    const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings) const {
+  auto sources = state_->source_bindings->Replace(source, source_bindings);
+  if (!sources.ok()) return sources.status().WithContext("source bindings");
+  auto targets = state_->target_bindings->Replace(target, target_bindings);
+  if (!targets.ok()) return targets.status().WithContext("target bindings");
+  return Bind(plan, source, *sources, target, *targets);
+}
+
+Result<BoundTransferPlan> BoundTransferPlan::Bind(
+    const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
+    const CheckedBindings& source_bindings,
+    const WeightPlacementManifest& target,
+    const CheckedBindings& target_bindings) {
+  RESHARD_RETURN_NOT_OK(CheckPlanIds(plan, source, target));
   RESHARD_ASSIGN_OR_RETURN(auto sources,
                            IndexBindings(source, source_bindings, "source"));
   RESHARD_ASSIGN_OR_RETURN(auto targets,
@@ -267,8 +318,10 @@ Result<BoundTransferPlan> BoundTransferPlan::Bind(
                         r.inner_bytes, r.loops, r.bytes, i});
     bytes += r.bytes;
   }
-  state->sources = Snapshot(source_bindings, used_sources);
-  state->targets = Snapshot(target_bindings, used_targets);
+  state->sources = Snapshot(source_bindings.bindings(), used_sources);
+  state->targets = Snapshot(target_bindings.bindings(), used_targets);
+  state->source_bindings = source_bindings;
+  state->target_bindings = target_bindings;
   return BoundTransferPlan(std::move(state));
 }
 

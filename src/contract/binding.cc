@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "contract/binding_checks.h"
 #include "util/sha256.h"
 #include "util/sorted_find.h"
 
@@ -222,11 +223,13 @@ const RuntimeBindingFragment* WeightRuntimeBindingManifest::FindFragment(
 
 namespace {
 
-struct View {
-  const std::string* instance;
-  const RuntimeBindingFragment* runtime;
-  const PlacementFragment* logical;
-};
+using View = internal::BindingView;
+
+// The test observer of binding checks (binding_checks.h).
+internal::BindingCheckObserver& CheckObserver() {
+  static internal::BindingCheckObserver observer;
+  return observer;
+}
 
 // Exact declared alias (rule 35): same range, same alias group containing
 // both tensors, same box, descriptors identical except tensor_id.
@@ -253,72 +256,6 @@ bool ExactDeclaredAlias(const WeightPlacementManifest& placement, const View& a,
          ta->layer_id() == tb->layer_id() &&
          ta->expert_id() == tb->expert_id() &&
          ta->layout_fingerprint() == tb->layout_fingerprint();
-}
-
-// Rules 35-36 over views of one or more bindings. Address spaces are
-// (instance_id, worker_id, device); the endpoint is routing only.
-Status CheckAddressRanges(const WeightPlacementManifest& placement,
-                          std::vector<View>* views) {
-  auto space_less = [](const View& a, const View& b) {
-    return std::tie(*a.instance, a.runtime->worker_id(), a.runtime->device()) <
-           std::tie(*b.instance, b.runtime->worker_id(), b.runtime->device());
-  };
-  auto same_space = [&](const View& a, const View& b) {
-    return !space_less(a, b) && !space_less(b, a);
-  };
-  std::sort(views->begin(), views->end(), [&](const View& a, const View& b) {
-    if (space_less(a, b)) return true;
-    if (space_less(b, a)) return false;
-    return std::make_pair(a.runtime->address(), a.runtime->nbytes()) <
-           std::make_pair(b.runtime->address(), b.runtime->nbytes());
-  });
-  const View* widest = nullptr;  // the view with the largest end so far
-  for (size_t i = 0; i < views->size(); ++i) {
-    const View& v = (*views)[i];
-    if (widest != nullptr && !same_space(*widest, v)) widest = nullptr;
-    if (widest != nullptr &&
-        v.runtime->address() <
-            widest->runtime->address() + widest->runtime->nbytes() &&
-        !ExactDeclaredAlias(placement, *widest, v)) {
-      return Status::InvalidArgument(
-          "runtime binding address ranges overlap: " +
-          widest->logical->placement_fragment_id() + " and " +
-          v.logical->placement_fragment_id() + " (worker " +
-          v.runtime->worker_id() + ", device " + v.runtime->device() + ")");
-    }
-    if (widest == nullptr ||
-        v.runtime->address() + v.runtime->nbytes() >
-            widest->runtime->address() + widest->runtime->nbytes()) {
-      widest = &v;
-    }
-  }
-  // Allocations: identical or disjoint.
-  std::sort(views->begin(), views->end(), [&](const View& a, const View& b) {
-    if (space_less(a, b)) return true;
-    if (space_less(b, a)) return false;
-    return std::make_pair(a.runtime->storage_address(),
-                          a.runtime->storage_nbytes()) <
-           std::make_pair(b.runtime->storage_address(),
-                          b.runtime->storage_nbytes());
-  });
-  for (size_t i = 1; i < views->size(); ++i) {
-    const View& p = (*views)[i - 1];
-    const View& v = (*views)[i];
-    if (!same_space(p, v)) continue;
-    if (p.runtime->storage_address() == v.runtime->storage_address() &&
-        p.runtime->storage_nbytes() == v.runtime->storage_nbytes()) {
-      continue;
-    }
-    if (v.runtime->storage_address() <
-        p.runtime->storage_address() + p.runtime->storage_nbytes()) {
-      return Status::InvalidArgument(
-          "runtime binding storage allocation ranges overlap: " +
-          p.logical->placement_fragment_id() + " and " +
-          v.logical->placement_fragment_id() + " (worker " +
-          v.runtime->worker_id() + ", device " + v.runtime->device() + ")");
-    }
-  }
-  return Status::OK();
 }
 
 // Rule 30: the binding attests this placement (resource, placement id and
@@ -381,10 +318,85 @@ Status CheckViewGeometry(const WeightPlacementManifest& placement,
   return Status::OK();
 }
 
+}  // namespace
+
+namespace internal {
+
+void SetBindingCheckObserverForTesting(BindingCheckObserver observer) {
+  CheckObserver() = std::move(observer);
+}
+
+// Rules 35-36 over views of one or more bindings. Address spaces are
+// (instance_id, worker_id, device); the endpoint is routing only.
+Status CheckAddressRanges(const WeightPlacementManifest& placement,
+                          std::vector<BindingView>* views) {
+  auto space_less = [](const View& a, const View& b) {
+    return std::tie(*a.instance, a.runtime->worker_id(), a.runtime->device()) <
+           std::tie(*b.instance, b.runtime->worker_id(), b.runtime->device());
+  };
+  auto same_space = [&](const View& a, const View& b) {
+    return !space_less(a, b) && !space_less(b, a);
+  };
+  std::sort(views->begin(), views->end(), [&](const View& a, const View& b) {
+    if (space_less(a, b)) return true;
+    if (space_less(b, a)) return false;
+    return std::make_pair(a.runtime->address(), a.runtime->nbytes()) <
+           std::make_pair(b.runtime->address(), b.runtime->nbytes());
+  });
+  const View* widest = nullptr;  // the view with the largest end so far
+  for (size_t i = 0; i < views->size(); ++i) {
+    const View& v = (*views)[i];
+    if (widest != nullptr && !same_space(*widest, v)) widest = nullptr;
+    if (widest != nullptr &&
+        v.runtime->address() <
+            widest->runtime->address() + widest->runtime->nbytes() &&
+        !ExactDeclaredAlias(placement, *widest, v)) {
+      return Status::InvalidArgument(
+          "runtime binding address ranges overlap: " +
+          widest->logical->placement_fragment_id() + " and " +
+          v.logical->placement_fragment_id() + " (worker " +
+          v.runtime->worker_id() + ", device " + v.runtime->device() + ")");
+    }
+    if (widest == nullptr ||
+        v.runtime->address() + v.runtime->nbytes() >
+            widest->runtime->address() + widest->runtime->nbytes()) {
+      widest = &v;
+    }
+  }
+  // Allocations: identical or disjoint.
+  std::sort(views->begin(), views->end(), [&](const View& a, const View& b) {
+    if (space_less(a, b)) return true;
+    if (space_less(b, a)) return false;
+    return std::make_pair(a.runtime->storage_address(),
+                          a.runtime->storage_nbytes()) <
+           std::make_pair(b.runtime->storage_address(),
+                          b.runtime->storage_nbytes());
+  });
+  for (size_t i = 1; i < views->size(); ++i) {
+    const View& p = (*views)[i - 1];
+    const View& v = (*views)[i];
+    if (!same_space(p, v)) continue;
+    if (p.runtime->storage_address() == v.runtime->storage_address() &&
+        p.runtime->storage_nbytes() == v.runtime->storage_nbytes()) {
+      continue;
+    }
+    if (v.runtime->storage_address() <
+        p.runtime->storage_address() + p.runtime->storage_nbytes()) {
+      return Status::InvalidArgument(
+          "runtime binding storage allocation ranges overlap: " +
+          p.logical->placement_fragment_id() + " and " +
+          v.logical->placement_fragment_id() + " (worker " +
+          v.runtime->worker_id() + ", device " + v.runtime->device() + ")");
+    }
+  }
+  return Status::OK();
+}
+
 // Rules 30-34 for one binding; appends its views.
-Status CheckOneBinding(const WeightPlacementManifest& placement,
-                       const WeightRuntimeBindingManifest& b,
-                       std::vector<View>* views) {
+Status CheckBinding(const WeightPlacementManifest& placement,
+                    const WeightRuntimeBindingManifest& b,
+                    std::vector<BindingView>* views) {
+  if (CheckObserver()) CheckObserver()(b);
   RESHARD_RETURN_NOT_OK(CheckAttestation(placement, b));
   const WeightPlacementPart* part = placement.FindPart(b.participant_id());
   if (part == nullptr) {
@@ -422,54 +434,13 @@ Status CheckOneBinding(const WeightPlacementManifest& placement,
   return Status::OK();
 }
 
-}  // namespace
+}  // namespace internal
 
 Status ValidateRuntimeBinding(const WeightPlacementManifest& placement,
                               const WeightRuntimeBindingManifest& binding) {
   std::vector<View> views;
-  RESHARD_RETURN_NOT_OK(CheckOneBinding(placement, binding, &views));
-  return CheckAddressRanges(placement, &views);
-}
-
-Status ValidateRuntimeBindings(
-    const WeightPlacementManifest& placement,
-    const std::vector<WeightRuntimeBindingManifest>& bindings,
-    BindingCoverage coverage) {
-  std::vector<View> views;
-  std::unordered_set<std::string_view> seen;
-  std::unordered_set<std::string_view> runtime_ids;
-  for (const auto& b : bindings) {
-    {
-      // Rule 50: bindings are only for participants that own fragments.
-      const WeightPlacementPart* part = placement.FindPart(b.participant_id());
-      if (part != nullptr && part->fragments().empty()) {
-        return Status::InvalidArgument(
-            "unknown runtime binding participant: " + b.participant_id() +
-            " owns no fragments and needs no binding");
-      }
-    }
-    if (!seen.insert(b.participant_id()).second) {
-      return Status::InvalidArgument("duplicate runtime binding participant: " +
-                                     b.participant_id());
-    }
-    RESHARD_RETURN_NOT_OK(CheckOneBinding(placement, b, &views));
-    for (const auto& f : b.fragments()) {
-      if (!runtime_ids.insert(f.runtime_fragment_id()).second) {
-        return Status::InvalidArgument(
-            "duplicate runtime fragment_id across participants: " +
-            f.runtime_fragment_id());
-      }
-    }
-  }
-  if (coverage == BindingCoverage::kEveryOwner) {
-    for (const auto& part : placement.parts()) {
-      if (!part.fragments().empty() && !seen.count(part.participant_id())) {
-        return Status::InvalidArgument("missing runtime binding participant: " +
-                                       part.participant_id());
-      }
-    }
-  }
-  return CheckAddressRanges(placement, &views);
+  RESHARD_RETURN_NOT_OK(internal::CheckBinding(placement, binding, &views));
+  return internal::CheckAddressRanges(placement, &views);
 }
 
 }  // namespace reshard

@@ -285,7 +285,7 @@ Result<LegacyImport> LegacyImporter::Finish(ParallelTopology topology) {
       auto placement,
       WeightPlacementManifest::FromFragments(
           header_, topology, std::move(tensor_list), std::move(fragments_)));
-  LegacyImport out{placement, {}};
+  std::vector<WeightRuntimeBindingManifest> bindings;
   for (auto& p : pending_) {
     p.spec.resource_id = placement.resource_id();
     p.spec.placement_id = placement.placement_id();
@@ -297,10 +297,11 @@ Result<LegacyImport> LegacyImporter::Finish(ParallelTopology topology) {
     }
     RESHARD_ASSIGN_OR_RETURN(
         auto b, WeightRuntimeBindingManifest::Make(std::move(p.spec)));
-    out.bindings.push_back(std::move(b));
+    bindings.push_back(std::move(b));
   }
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBindings(out.placement, out.bindings));
-  return out;
+  RESHARD_ASSIGN_OR_RETURN(CheckedBindings checked,
+                           CheckedBindings::Make(placement, bindings));
+  return LegacyImport{placement, std::move(bindings), std::move(checked)};
 }
 
 }  // namespace

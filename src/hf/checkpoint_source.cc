@@ -235,9 +235,19 @@ Result<LoadReport> LoadCheckpoint(
     const HfCheckpoint& checkpoint, const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const CheckpointLoadOptions& options) {
+  auto checked =
+      CheckedBindings::Make(target, target_bindings, BindingCoverage::kSubset);
+  if (!checked.ok()) return checked.status().WithContext("target bindings");
+  return LoadCheckpoint(checkpoint, target, *checked, options);
+}
+
+Result<LoadReport> LoadCheckpoint(const HfCheckpoint& checkpoint,
+                                  const WeightPlacementManifest& target,
+                                  const CheckedBindings& checked,
+                                  const CheckpointLoadOptions& options) {
   RESHARD_RETURN_NOT_OK(
-      ValidateRuntimeBindings(target, target_bindings, BindingCoverage::kSubset)
-          .WithContext("target bindings"));
+      checked.RequireFor(target).WithContext("target bindings"));
+  const auto& target_bindings = checked.bindings();
   if (const TensorDescriptor* t = FirstDtypeDifference(checkpoint, target)) {
     if (!options.convert) return NeedsConvert(checkpoint, *t);
     RESHARD_ASSIGN_OR_RETURN(

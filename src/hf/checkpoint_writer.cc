@@ -256,19 +256,42 @@ Status CreateCheckpointFiles(const CheckpointWritePlan& plan,
   return Status::OK();
 }
 
-Result<CheckpointWriteReport> WriteCheckpointFragments(
-    const CheckpointWritePlan& plan, const WeightPlacementManifest& placement,
-    const std::vector<WeightRuntimeBindingManifest>& bindings,
-    const std::string& dir, const CheckpointWriteOptions& options) {
+namespace {
+
+// The plan was made for `placement`.
+Status CheckWritePlanFor(const CheckpointWritePlan& plan,
+                         const WeightPlacementManifest& placement) {
   const CheckpointWritePlan::State& s = *plan.state();
   if (!s.plan || placement.placement_id() != s.source_placement_id) {
     return Status::InvalidArgument(
         "checkpoint write plan was made for placement " +
         s.source_placement_id + ", not " + placement.placement_id());
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<CheckpointWriteReport> WriteCheckpointFragments(
+    const CheckpointWritePlan& plan, const WeightPlacementManifest& placement,
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    const std::string& dir, const CheckpointWriteOptions& options) {
+  RESHARD_RETURN_NOT_OK(CheckWritePlanFor(plan, placement));
+  auto checked =
+      CheckedBindings::Make(placement, bindings, BindingCoverage::kSubset);
+  if (!checked.ok()) return checked.status().WithContext("source bindings");
+  return WriteCheckpointFragments(plan, placement, *checked, dir, options);
+}
+
+Result<CheckpointWriteReport> WriteCheckpointFragments(
+    const CheckpointWritePlan& plan, const WeightPlacementManifest& placement,
+    const CheckedBindings& checked, const std::string& dir,
+    const CheckpointWriteOptions& options) {
+  RESHARD_RETURN_NOT_OK(CheckWritePlanFor(plan, placement));
   RESHARD_RETURN_NOT_OK(
-      ValidateRuntimeBindings(placement, bindings, BindingCoverage::kSubset)
-          .WithContext("source bindings"));
+      checked.RequireFor(placement).WithContext("source bindings"));
+  const CheckpointWritePlan::State& s = *plan.state();
+  const auto& bindings = checked.bindings();
   RESHARD_ASSIGN_OR_RETURN(auto files, CollectWrites(s, bindings));
   RESHARD_ASSIGN_OR_RETURN(FileDescriptor dfd, OpenDir(dir));
   CheckpointWriteReport report;

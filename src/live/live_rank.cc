@@ -110,9 +110,10 @@ Status LiveRank::Rebind(const LiveBindings& now) {
   Replace(now.sources, world_.sources);
   Replace(now.targets, world_.targets);
   bindings_ = now;
+  // Only the bindings that moved are checked again.
   RESHARD_ASSIGN_OR_RETURN(
-      auto bound, BoundTransferPlan::Bind(*plan_, source_, world_.sources,
-                                          target_, world_.targets));
+      auto bound,
+      bound_->Rebind(*plan_, source_, world_.sources, target_, world_.targets));
   RESHARD_RETURN_NOT_OK(
       bound.RequireMemoryKinds({MemoryKind::kHost}, options_.exchange));
   ops_.clear();

@@ -70,8 +70,8 @@ Memory Allocate(const WeightPlacementManifest& p) {
     m.buffers[f->placement_fragment_id()].assign(f->nbytes(), 0xD7);
   }
   m.bindings = Must(BindAllBuffers(p, [&](std::string_view id) -> void* {
-    return m.buffers.find(id)->second.data();
-  }));
+                 return m.buffers.find(id)->second.data();
+               })).bindings();
   return m;
 }
 

@@ -10,6 +10,7 @@
 // plus the protocol's own plan, receipts, decision and manifest.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,6 +99,8 @@ class ShareUpload {
   const ShareUploadOptions& options() const { return o_; }
   const RevisionKeys& keys() const { return keys_; }
   const std::string& txn() const { return txn_; }
+  // Rank 0: every rank's bindings, checked once while planning.
+  std::optional<CheckedBindings>& all() { return all_; }
 
   std::string Where() const {
     return "upload " + o_.upload_id + " (transaction " + txn_ + ")";
@@ -145,6 +148,7 @@ class ShareUpload {
   const ShareUploadOptions& o_;
   RevisionKeys keys_;
   std::string txn_;
+  std::optional<CheckedBindings> all_;
   Clock::time_point deadline_;
 };
 
@@ -179,7 +183,13 @@ Result<UploadPlan> WeightStore::ShareUploadPlan(
       if (!share.ok()) return u.Fail(share.status());
       all.insert(all.end(), share->begin(), share->end());
     }
-    auto prepared = PrepareUploadAs(source, all, txn);
+    auto checked =
+        CheckedBindings::Make(source, std::move(all), BindingCoverage::kSubset);
+    if (!checked.ok()) {
+      return u.Fail(checked.status().WithContext("source bindings"));
+    }
+    u.all() = *checked;
+    auto prepared = PrepareUploadAs(source, *checked, txn);
     if (!prepared.ok()) return u.Fail(prepared.status());
     plan = std::move(*prepared);
     if (Status p = PublishUploadPlan(plan); !p.ok()) return u.Fail(p);
@@ -291,17 +301,20 @@ Result<StoredWeightManifest> WeightStore::UploadShare(
 
   RESHARD_ASSIGN_OR_RETURN(UploadPlan plan, ShareUploadPlan(source, u));
 
-  // Every rank: its own fragments, then its receipts.
-  std::vector<UploadReceipt> mine;
-  for (const auto& b : bindings) {
-    auto r = Upload(plan, source, b);
-    if (!r.ok()) {
-      if (options.rank == 0) (void)Abort(plan);
-      return u.Fail(r.status());
-    }
-    mine.insert(mine.end(), r->begin(), r->end());
+  // Every rank: its own fragments, then its receipts. Rank 0 checked its
+  // bindings with everybody's; the others check theirs here, once.
+  std::vector<std::string> own;
+  for (const auto& b : bindings) own.push_back(b.participant_id());
+  auto mine = u.all() ? Result<CheckedBindings>(u.all()->Only(own))
+                      : CheckedBindings::Make(source, bindings,
+                                              BindingCoverage::kSubset);
+  auto r = mine.ok() ? Upload(plan, source, *mine)
+                     : Result<std::vector<UploadReceipt>>(mine.status());
+  if (!r.ok()) {
+    if (options.rank == 0) (void)Abort(plan);
+    return u.Fail(r.status());
   }
-  if (Status p = PublishReceipts(plan, mine); !p.ok()) {
+  if (Status p = PublishReceipts(plan, *r); !p.ok()) {
     if (options.rank == 0) (void)Abort(plan);
     return u.Fail(p);
   }

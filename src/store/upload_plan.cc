@@ -284,19 +284,25 @@ std::map<std::string, uint64_t> AssignWriters(
 Result<UploadPlan> WeightStore::PrepareUpload(
     const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  auto checked =
+      CheckedBindings::Make(source, bindings, BindingCoverage::kSubset);
+  if (!checked.ok()) return checked.status().WithContext("source bindings");
+  return PrepareUploadAs(source, *checked, options_.new_transaction_id());
+}
+
+Result<UploadPlan> WeightStore::PrepareUpload(
+    const WeightPlacementManifest& source, const CheckedBindings& bindings) {
   return PrepareUploadAs(source, bindings, options_.new_transaction_id());
 }
 
 Result<UploadPlan> WeightStore::PrepareUploadAs(
-    const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    const WeightPlacementManifest& source, const CheckedBindings& bindings,
     std::string transaction_id) {
   RESHARD_RETURN_NOT_OK(
-      ValidateRuntimeBindings(source, bindings, BindingCoverage::kSubset)
-          .WithContext("source bindings"));
+      bindings.RequireFor(source).WithContext("source bindings"));
   RESHARD_RETURN_NOT_OK(RejectDpOwnedTensors(source));
   BindingsByParticipant by_part;
-  for (const auto& b : bindings) by_part[b.participant_id()] = &b;
+  for (const auto& b : bindings.bindings()) by_part[b.participant_id()] = &b;
   RESHARD_ASSIGN_OR_RETURN(ReplicaSelection selection,
                            SelectSourceReplicas(source, by_part));
   const BoxCopies boxes = GroupStoredBoxes(selection);

@@ -92,16 +92,21 @@ Result<const UploadWriter*> FenceWriter(
   return writer;
 }
 
-// A stored fragment and the bound source memory it is written from.
-using UploadWork = std::vector<
-    std::pair<const StoredFragment*, const RuntimeBindingFragment*>>;
+// A stored fragment, the bound source memory it is written from and the
+// participant writing it.
+struct UploadItem {
+  const StoredFragment* stored;
+  const RuntimeBindingFragment* fragment;
+  const std::string* participant_id;
+};
+using UploadWork = std::vector<UploadItem>;
 
 // The participant's operations, every one checked before the first byte
-// is written.
-Result<UploadWork> CollectUploadWork(
-    const UploadPlan& plan, const WeightPlacementManifest& source,
-    const WeightRuntimeBindingManifest& binding) {
-  UploadWork work;
+// is written; appended to `work`.
+Status CollectUploadWork(const UploadPlan& plan,
+                         const WeightPlacementManifest& source,
+                         const WeightRuntimeBindingManifest& binding,
+                         UploadWork* work) {
   for (const UploadOperation& op : plan.operations()) {
     if (op.participant_id != binding.participant_id()) continue;
     const StoredFragment& s = plan.manifest().fragments()[op.stored_fragment];
@@ -119,9 +124,9 @@ Result<UploadWork> CollectUploadWork(
     RESHARD_RETURN_NOT_OK(RequireMemoryKind(*f, {MemoryKind::kHost},
                                             "store upload", "source",
                                             binding.participant_id()));
-    work.emplace_back(&s, f);
+    work->push_back({&s, f, &binding.participant_id()});
   }
-  return work;
+  return Status::OK();
 }
 
 // No writes into a transaction that chose abort (a late writer would leave
@@ -173,25 +178,39 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
   if (source.placement_id() != plan.source_placement_id_) {
     return Status::InvalidArgument("source placement identity mismatch");
   }
-  RESHARD_RETURN_NOT_OK(ValidateRuntimeBinding(source, binding));
-  RESHARD_ASSIGN_OR_RETURN(const UploadWriter* writer,
-                           FenceWriter(plan, binding));
-  if (writer == nullptr) return std::vector<UploadReceipt>{};
-  RESHARD_ASSIGN_OR_RETURN(UploadWork work,
-                           CollectUploadWork(plan, source, binding));
+  RESHARD_ASSIGN_OR_RETURN(
+      CheckedBindings checked,
+      CheckedBindings::Make(source, {binding}, BindingCoverage::kSubset));
+  return Upload(plan, source, checked);
+}
+
+Result<std::vector<UploadReceipt>> WeightStore::Upload(
+    const UploadPlan& plan, const WeightPlacementManifest& source,
+    const CheckedBindings& bindings) {
+  if (source.placement_id() != plan.source_placement_id_) {
+    return Status::InvalidArgument("source placement identity mismatch");
+  }
+  RESHARD_RETURN_NOT_OK(bindings.RequireFor(source));
+  UploadWork work;
+  for (const WeightRuntimeBindingManifest& binding : bindings.bindings()) {
+    RESHARD_ASSIGN_OR_RETURN(const UploadWriter* writer,
+                             FenceWriter(plan, binding));
+    if (writer == nullptr) continue;
+    RESHARD_RETURN_NOT_OK(CollectUploadWork(plan, source, binding, &work));
+  }
   uint64_t total = 0;
-  for (const auto& [s, f] : work) total += s->nbytes;
+  for (const UploadItem& w : work) total += w.stored->nbytes;
   internal::ProgressMeter progress(options_.progress, total);
   std::vector<UploadReceipt> receipts;
-  for (const auto& [s, f] : work) {
+  for (const UploadItem& w : work) {
+    const StoredFragment& s = *w.stored;
     RESHARD_RETURN_NOT_OK(RequireNotAborted(*backend_, plan));
-    RESHARD_RETURN_NOT_OK(
-        WriteStoredFragment(*backend_, options_, plan, *s,
-                            reinterpret_cast<const uint8_t*>(f->address())));
+    RESHARD_RETURN_NOT_OK(WriteStoredFragment(
+        *backend_, options_, plan, s,
+        reinterpret_cast<const uint8_t*>(w.fragment->address())));
     if (options_.on_stage) options_.on_stage("payload");
-    receipts.push_back(
-        {s->stored_fragment_id, s->object_key, binding.participant_id()});
-    progress.Add(s->nbytes);
+    receipts.push_back({s.stored_fragment_id, s.object_key, *w.participant_id});
+    progress.Add(s.nbytes);
   }
   progress.Finish();
   return receipts;

@@ -15,9 +15,9 @@
 namespace reshard {
 namespace {
 
-Status CheckLoadIdentity(
-    const StoredWeightManifest& manifest, const WeightPlacementManifest& target,
-    const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
+// The target is a placement of the stored revision.
+Status CheckLoadRevision(const StoredWeightManifest& manifest,
+                         const WeightPlacementManifest& target) {
   if (manifest.resource_id() != target.resource_id() ||
       manifest.revision() != target.revision()) {
     return Status::InvalidArgument(
@@ -25,9 +25,14 @@ Status CheckLoadIdentity(
         "@" + manifest.revision() + ", target " + target.resource_id() + "@" +
         target.revision());
   }
-  return ValidateRuntimeBindings(target, target_bindings,
-                                 BindingCoverage::kSubset)
-      .WithContext("target bindings");
+  return Status::OK();
+}
+
+Status CheckLoadIdentity(const StoredWeightManifest& manifest,
+                         const WeightPlacementManifest& target,
+                         const CheckedBindings& target_bindings) {
+  RESHARD_RETURN_NOT_OK(CheckLoadRevision(manifest, target));
+  return target_bindings.RequireFor(target).WithContext("target bindings");
 }
 
 // The revision's tensors as a conversion source.
@@ -45,7 +50,18 @@ SourceTensorLookup StoredTensorLookup(const StoredWeightManifest& manifest) {
 Result<LoadReport> WeightStore::Load(
     const StoredWeightManifest& manifest, const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings) {
-  RESHARD_RETURN_NOT_OK(CheckLoadIdentity(manifest, target, target_bindings));
+  RESHARD_RETURN_NOT_OK(CheckLoadRevision(manifest, target));
+  auto checked =
+      CheckedBindings::Make(target, target_bindings, BindingCoverage::kSubset);
+  if (!checked.ok()) return checked.status().WithContext("target bindings");
+  return Load(manifest, target, *checked);
+}
+
+Result<LoadReport> WeightStore::Load(const StoredWeightManifest& manifest,
+                                     const WeightPlacementManifest& target,
+                                     const CheckedBindings& checked) {
+  RESHARD_RETURN_NOT_OK(CheckLoadIdentity(manifest, target, checked));
+  const auto& target_bindings = checked.bindings();
   bool converts = false;
   for (const TensorDescriptor& t : target.tensors()) {
     const TensorDescriptor* s = manifest.FindTensor(t.tensor_id());

@@ -1,0 +1,198 @@
+// Each runtime binding is checked once per operation: a store upload
+// (prepare, write, commit; and a shared upload), a local reshard, a store
+// load and a live session's open; a live rebind checks only the bindings
+// that moved. The contract layer's check observer counts every binding
+// checked (rules 30-36), so a second check anywhere on these paths fails
+// these tests.
+
+#include "contract/binding_checks.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "reshard/api.h"
+#include "reshard/backends/fs_store.h"
+#include "reshard/live.h"
+#include "reshard/weight_store.h"
+#include "testing/memory_object_store.h"
+#include "testing/must.h"
+#include "testing/placement_builders.h"
+#include "testing/status_testing.h"
+#include "testing/temp_dir.h"
+
+namespace reshard {
+namespace {
+
+using ::reshard::testing::CubeLayout;
+using ::reshard::testing::Must;
+
+using Counts = std::map<std::string, int>;
+
+// Counts the bindings checked while it lives, by "<instance>/<participant>".
+class CheckCounter {
+ public:
+  CheckCounter() {
+    internal::SetBindingCheckObserverForTesting(
+        [this](const WeightRuntimeBindingManifest& b) {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++counts_[b.instance_id() + "/" + b.participant_id()];
+        });
+  }
+  ~CheckCounter() { internal::SetBindingCheckObserverForTesting(nullptr); }
+  CheckCounter(const CheckCounter&) = delete;
+  CheckCounter& operator=(const CheckCounter&) = delete;
+
+  // The counts so far; starts counting afresh.
+  Counts Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Counts out;
+    out.swap(counts_);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  Counts counts_;
+};
+
+// Host memory for every fragment of a placement, bound under `instance`.
+struct Memory {
+  Memory(const WeightPlacementManifest& placement, std::string instance)
+      : placement(placement), instance(std::move(instance)) {
+    for (const PlacementFragment* f : placement.fragments()) {
+      bytes[f->placement_fragment_id()].assign(f->nbytes(), 0);
+    }
+  }
+
+  CheckedBindings Bind() {
+    BufferBindingOptions o;
+    o.instance_id = instance;
+    o.worker_id = instance;
+    return Must(BindAllBuffers(
+        placement,
+        [this](std::string_view id) -> void* {
+          return bytes.at(std::string(id)).data();
+        },
+        o));
+  }
+
+  // Every participant once, under this memory's instance.
+  Counts Once() const {
+    Counts out;
+    for (const WeightPlacementPart& p : placement.parts()) {
+      if (!p.fragments().empty()) out[instance + "/" + p.participant_id()] = 1;
+    }
+    return out;
+  }
+
+  const WeightPlacementManifest& placement;
+  std::string instance;
+  std::map<std::string, std::vector<uint8_t>> bytes;
+};
+
+Counts Sum(Counts a, const Counts& b) {
+  for (const auto& [k, v] : b) a[k] += v;
+  return a;
+}
+
+class BindingChecksTest : public ::testing::Test {
+ protected:
+  const WeightPlacementManifest source_ = CubeLayout(2, 0, {4, 4});
+  const WeightPlacementManifest target_ = CubeLayout(2, 1, {4, 4});
+};
+
+TEST_F(BindingChecksTest, LocalReshardChecksEachBindingOnce) {
+  CheckCounter counter;
+  Memory src(source_, "source");
+  Memory dst(target_, "target");
+  // Bound and checked once each, then resharded without a second check.
+  const CheckedBindings sb = src.Bind();
+  const CheckedBindings tb = dst.Bind();
+  ASSERT_OK(Reshard(source_, sb, target_, tb));
+  EXPECT_EQ(counter.Take(), Sum(src.Once(), dst.Once()));
+  // Plain bindings (say, decoded from their wire form) are checked once,
+  // by Reshard.
+  ASSERT_OK(Reshard(source_, sb.bindings(), target_, tb.bindings()));
+  EXPECT_EQ(counter.Take(), Sum(src.Once(), dst.Once()));
+}
+
+TEST_F(BindingChecksTest, StoreUploadAndLoadCheckEachBindingOnce) {
+  CheckCounter counter;
+  auto store =
+      Must(WeightStore::Open(std::make_shared<testing::MemoryObjectStore>()));
+  Memory src(source_, "source");
+  const CheckedBindings sb = src.Bind();
+  const UploadPlan plan = Must(store.PrepareUpload(source_, sb));
+  const auto receipts = Must(store.Upload(plan, source_, sb));
+  ASSERT_OK(store.Commit(plan, receipts));
+  EXPECT_EQ(counter.Take(), src.Once());
+
+  Memory dst(target_, "target");
+  const CheckedBindings tb = dst.Bind();
+  ASSERT_OK(store.Load(plan.manifest(), target_, tb));
+  EXPECT_EQ(counter.Take(), dst.Once());
+  // Plain bindings: checked once, by Load.
+  ASSERT_OK(store.Load(plan.manifest(), target_, tb.bindings()));
+  EXPECT_EQ(counter.Take(), dst.Once());
+}
+
+TEST_F(BindingChecksTest, SharedUploadChecksEachBindingOnce) {
+  CheckCounter counter;
+  auto store =
+      Must(WeightStore::Open(std::make_shared<testing::MemoryObjectStore>()));
+  Memory src(source_, "source");
+  const std::vector<WeightRuntimeBindingManifest> bindings =
+      src.Bind().bindings();
+  counter.Take();
+  ShareUploadOptions o;
+  o.upload_id = "one";
+  o.rank = 0;
+  o.ranks = 1;
+  ASSERT_OK(store.UploadShare(source_, bindings, o));
+  EXPECT_EQ(counter.Take(), src.Once());
+}
+
+TEST_F(BindingChecksTest, LiveOpenChecksOnceAndARebindOnlyWhatMoved) {
+  CheckCounter counter;
+  testing::TempDir dir("reshard-binding-checks");
+  auto records = Must(OpenDirectoryRecordStore(dir.path()));
+  Memory src(source_, "source");
+  Memory dst(target_, "target");
+  LiveBindings bindings{src.Bind().bindings(), dst.Bind().bindings()};
+  counter.Take();
+  LiveSessionOptions o;
+  o.session = "checks";
+  o.rank = 0;
+  o.ranks = 1;
+  o.timeout = std::chrono::seconds(10);
+  auto session =
+      Must(LiveSession::Open(*records, source_, target_, bindings, o));
+  EXPECT_EQ(counter.Take(), Sum(src.Once(), dst.Once()));
+  ASSERT_OK(session->Update(1));
+  EXPECT_EQ(counter.Take(), Counts{});
+
+  // One target participant's buffers move: only its binding is checked.
+  Memory moved(target_, "target");
+  LiveBindings now = bindings;
+  const WeightRuntimeBindingManifest& old = bindings.targets[1];
+  now.targets[1] =
+      Must(BindBuffers(target_, old.participant_id(),
+                       [&moved](std::string_view id) -> void* {
+                         return moved.bytes.at(std::string(id)).data();
+                       },
+                       {.instance_id = "target", .worker_id = "target"}));
+  counter.Take();
+  const LiveUpdateReport report = Must(session->Update(2, &now));
+  EXPECT_TRUE(report.rebound);
+  EXPECT_EQ(counter.Take(), (Counts{{"target/" + old.participant_id(), 1}}));
+  ASSERT_OK(session->Close());
+}
+
+}  // namespace
+}  // namespace reshard
