@@ -1,6 +1,8 @@
 # Fails when a file under src/ outside src/live_ucx/ includes a UCX header
 # (ucp/, ucs/, uct/) or one of live_ucx/: the live session and the other
-# exchanges know UCX only through the peer-exchange interface.
+# exchanges know UCX only through the peer-exchange interface. The
+# identifiers, and include/, tools/ and python/reshard/ too, are checked by
+# scripts/ucx_confined.py (ctest layering_ucx_identifiers).
 #   cmake -DSOURCE_DIR=<repo> -P ucx_confined.cmake
 file(GLOB_RECURSE files ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cc)
 set(offenders)
