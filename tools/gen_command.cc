@@ -29,8 +29,9 @@ void AddGenCommand(CLI::App& app) {
   cmd->add_option("--resource-id", a->options.resource_id,
                   "resource id (default: the model name)");
   cmd->add_option("--revision", a->options.revision, "revision");
-  cmd->add_option("--generation", a->options.weight_generation,
-                  "weight generation");
+  cmd->add_option(
+      "--generation,--weight-generation", a->options.weight_generation,
+      "weight generation (--weight-generation: the library's name)");
   cmd->add_option("-o,--output", a->output, "output file ('-' for stdout)")
       ->required();
   cmd->callback([a]() {

@@ -43,8 +43,9 @@ void AddLayoutCommand(CLI::App* hf) {
   cmd->add_option("--resource-id", a->options.resource_id,
                   "resource id (default: the config's model_type)");
   cmd->add_option("--revision", a->options.revision, "revision");
-  cmd->add_option("--generation", a->options.weight_generation,
-                  "weight generation");
+  cmd->add_option(
+      "--generation,--weight-generation", a->options.weight_generation,
+      "weight generation (--weight-generation: the library's name)");
   cmd->add_option("-o,--output", a->output, "output file ('-' for stdout)")
       ->required();
   cmd->callback([a]() {
@@ -244,8 +245,9 @@ void AddImportCommand(CLI::App* hf) {
   cmd->add_option("--resource-id", a->options.resource_id,
                   "resource id (default: the config's model_type)");
   cmd->add_option("--revision", a->options.revision, "revision");
-  cmd->add_option("--generation", a->options.weight_generation,
-                  "weight generation");
+  cmd->add_option(
+      "--generation,--weight-generation", a->options.weight_generation,
+      "weight generation (--weight-generation: the library's name)");
   cmd->add_option("--max-fragment-bytes", a->options.max_fragment_bytes,
                   "largest stored fragment (slab) and so the memory used "
                   "(default 64 MiB)")

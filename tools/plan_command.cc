@@ -197,8 +197,10 @@ void AddPlanCommand(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   cmd->add_option("SOURCE", a->source, "source placement (JSON)")->required();
   cmd->add_option("TARGET", a->target, "target placement (JSON)")->required();
-  cmd->add_option("--target-participant", a->participant,
-                  "plan only this target participant's fragments");
+  cmd->add_option("--target-participant,--target-participant-id",
+                  a->participant,
+                  "plan only this target participant's fragments "
+                  "(--target-participant-id: the library's name)");
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->add_option("--html", a->html,
                   "write a self-contained HTML report of the plan");

@@ -131,7 +131,7 @@ class WeightStore:
 
     Opening never creates a store directory: until the first ``upload``
     creates it (with its parents), every read of an ``fs://`` store whose
-    directory does not exist (``wait``, ``load``, ``ls``, ...) raises
+    directory does not exist (``wait``, ``load``, ``list``, ...) raises
     ``NotFoundError`` ("store directory PATH does not exist") at once.
     """
 
@@ -326,17 +326,25 @@ class WeightStore:
             yield found
             revision = found
 
-    def ls(self) -> list:
-        """Every revision: manifest_key, resource_id, revision, state, ..."""
+    def list(self) -> list:
+        """Every revision: manifest_key, resource_id, revision, state, ...
+        (C++ ``WeightStore::List``; ``ls`` is another name, as the CLI's
+        ``store ls``)."""
         return [Report(r) for r in self._store.ls()]
+
+    ls = list
 
     def verify(self, manifest_key: str) -> Report:
         """Re-reads every byte of a revision against its checksums."""
         return Report(self._store.verify(manifest_key))
 
-    def rm(self, manifest_key: str) -> None:
-        """Removes a revision (refused while a load holds a lease)."""
+    def remove(self, manifest_key: str) -> None:
+        """Removes a revision (refused while a load holds a lease; C++
+        ``WeightStore::Remove``; ``rm`` is another name, as the CLI's
+        ``store rm``)."""
         self._store.rm(manifest_key)
+
+    rm = remove
 
     def gc(self) -> Report:
         """Removes abandoned uploads older than the grace period."""
@@ -354,9 +362,7 @@ class LiveSession:
     and placements, and its own `rank`. The first ``update()`` opens the
     session (publishes, plans, binds and connects once); each ``update()``
     then moves the current contents of the source tensors this process
-    hosts into the target tensors it hosts, over the peer exchange
-    `exchange` (``"ucx"`` by default; ``reshard.registered_exchanges()``
-    lists them), and returns when
+    hosts into the target tensors it hosts, over UCX, and returns when
     every process has finished, or raises naming the rank that failed (no
     target of that update is marked ready). Tensors that moved since the
     previous update are rebound (targets always; sources only when the
@@ -384,8 +390,6 @@ class LiveSession:
                  delta: bool = False, declare_maps: Any = None,
                  expect_maps: Any = None) -> None:
         # Checked here, before anything is opened: a timeout that can never
-                 exchange: str = "ucx",
-                 exchange_options: Optional[Mapping] = None,
         # expire (NaN, infinite) or is negative is refused at once.
         timeout = check_seconds("LiveSession", "timeout", timeout,
                                 above_minimum=True, maximum=WEEK_SECONDS)
@@ -409,19 +413,6 @@ class LiveSession:
         # Source tensors may move between updates (rebound; the session
         # then pushes, also on one host). Without it a moved source is
         # refused, on one host and across hosts alike.
-        # The peer exchange and its own settings by name (as its backend
-        # states them: for "ucx", tls, net_devices, shm_segment_bytes,
-        # error_handling). ucx_tls="T" is another name for
-        # exchange_options={"tls": "T"} (kept for callers of the first
-        # release).
-        if exchange not in _reshard.registered_exchanges():
-            raise _reshard.InvalidArgumentError(
-                f"LiveSession.exchange: unknown peer exchange {exchange!r} "
-                f"(registered: {', '.join(_reshard.registered_exchanges())})")
-        self.exchange = exchange
-        self.exchange_options = dict(exchange_options or {})
-        if ucx_tls:
-            self.exchange_options.setdefault("tls", ucx_tls)
         self.movable_sources = movable_sources
         # Liveness: a process whose heartbeat (every heartbeat_interval
         # seconds, from a native thread) stands still for peer_timeout
@@ -479,8 +470,7 @@ class LiveSession:
             self.rendezvous, self.source, self.target, src, dst,
             session=self.session_key, rank=self.rank, ranks=self.ranks,
             timeout=self.timeout, max_in_flight=self.max_in_flight,
-            protocol=self.protocol, options=options, exchange=self.exchange,
-            exchange_options=self.exchange_options,
+            protocol=self.protocol, options=options, ucx_tls=self.ucx_tls,
             shadow_targets=self.shadow_targets,
             movable_sources=self.movable_sources,
             heartbeat_interval=self.heartbeat_interval,
