@@ -362,7 +362,9 @@ class LiveSession:
     and placements, and its own `rank`. The first ``update()`` opens the
     session (publishes, plans, binds and connects once); each ``update()``
     then moves the current contents of the source tensors this process
-    hosts into the target tensors it hosts, over UCX, and returns when
+    hosts into the target tensors it hosts, over the peer exchange
+    `exchange` (``"ucx"`` by default; ``reshard.registered_exchanges()``
+    lists them), and returns when
     every process has finished, or raises naming the rank that failed (no
     target of that update is marked ready). Tensors that moved since the
     previous update are rebound (targets always; sources only when the
@@ -390,6 +392,8 @@ class LiveSession:
                  delta: bool = False, declare_maps: Any = None,
                  expect_maps: Any = None) -> None:
         # Checked here, before anything is opened: a timeout that can never
+                 exchange: str = "ucx",
+                 exchange_options: Optional[Mapping] = None,
         # expire (NaN, infinite) or is negative is refused at once.
         timeout = check_seconds("LiveSession", "timeout", timeout,
                                 above_minimum=True, maximum=WEEK_SECONDS)
@@ -413,6 +417,19 @@ class LiveSession:
         # Source tensors may move between updates (rebound; the session
         # then pushes, also on one host). Without it a moved source is
         # refused, on one host and across hosts alike.
+        # The peer exchange and its own settings by name (as its backend
+        # states them: for "ucx", tls, net_devices, shm_segment_bytes,
+        # error_handling). ucx_tls="T" is another name for
+        # exchange_options={"tls": "T"} (kept for callers of the first
+        # release).
+        if exchange not in _reshard.registered_exchanges():
+            raise _reshard.InvalidArgumentError(
+                f"LiveSession.exchange: unknown peer exchange {exchange!r} "
+                f"(registered: {', '.join(_reshard.registered_exchanges())})")
+        self.exchange = exchange
+        self.exchange_options = dict(exchange_options or {})
+        if ucx_tls:
+            self.exchange_options.setdefault("tls", ucx_tls)
         self.movable_sources = movable_sources
         # Liveness: a process whose heartbeat (every heartbeat_interval
         # seconds, from a native thread) stands still for peer_timeout
@@ -470,7 +487,8 @@ class LiveSession:
             self.rendezvous, self.source, self.target, src, dst,
             session=self.session_key, rank=self.rank, ranks=self.ranks,
             timeout=self.timeout, max_in_flight=self.max_in_flight,
-            protocol=self.protocol, options=options, ucx_tls=self.ucx_tls,
+            protocol=self.protocol, options=options, exchange=self.exchange,
+            exchange_options=self.exchange_options,
             shadow_targets=self.shadow_targets,
             movable_sources=self.movable_sources,
             heartbeat_interval=self.heartbeat_interval,
