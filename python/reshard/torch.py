@@ -33,6 +33,11 @@ Layouts (``build_part``'s `layout`, per local name):
   give the box explicitly (uneven splits), rename the tensor (stage-local
   PP names to global ones) or set descriptor fields.
 
+``Split``, ``Replicated`` and ``Ownership`` are other names of
+``reshard.SplitAxis``, ``ReplicatedAxis`` and ``OwnershipAxis`` and return
+those values: either spelling (and the contract's extensions, e.g.
+``reshard.PartialSplitAxis``) may stand in a layout.
+
 Every active DP and PP axis needs explicit semantics on every tensor
 (``default_axes=[Replicated("dp")]`` is the usual one); an active TP or EP
 axis may stay undeclared only where it is coupled to a declared one (EP
