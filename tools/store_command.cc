@@ -70,16 +70,12 @@ CLI::App* Sub(CLI::App* store, const char* name, const char* help,
 
 // ---- store ls
 
+// Each revision's fields (VisitFields, weight_store.h), as Python's ls();
+// strings as they are.
 std::string RevisionsJson(const std::vector<RevisionInfo>& revs) {
   std::string out;
   internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
-  w.BeginArray();
-  for (const auto& r : revs) {
-    w.BeginObject();
-    WriteFields(&w, r);
-    w.EndObject();
-  }
-  w.EndArray();
+  WriteFieldValue(&w, "revisions", revs);
   return out;
 }
 
@@ -118,16 +114,6 @@ uint64_t TotalBytes(const StoredWeightManifest& m) {
   return bytes;
 }
 
-// The revision's summary fields (VisitFields, stored_manifest.h).
-std::string ManifestSummaryJson(const StoredWeightManifest& m) {
-  std::string out;
-  internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
-  w.BeginObject();
-  WriteFields(&w, m);
-  w.EndObject();
-  return out;
-}
-
 // Ids come from the manifest: shown escaped.
 void PrintManifestSummary(const StoredWeightManifest& m) {
   std::printf("revision %s (%s@%s, generation %llu)\n",
@@ -147,7 +133,8 @@ Status RunShow(const StoreArgs& a) {
   RESHARD_ASSIGN_OR_RETURN(auto s, OpenStore(a));
   RESHARD_ASSIGN_OR_RETURN(auto m, s.ReadManifest(a.key));
   if (a.json) {
-    std::cout << ManifestSummaryJson(m) << "\n";
+    // The revision's summary fields (VisitFields, stored_manifest.h).
+    std::cout << RecordJson(m, {}, {}, internal::JsonAscii::kRawUtf8) << "\n";
   } else {
     PrintManifestSummary(m);
   }
