@@ -37,9 +37,12 @@ BufferBindingOptions BindingOptionsOf(py::handle options) {
   return o;
 }
 
-std::vector<WeightRuntimeBindingManifest> BindParticipants(
-    const WeightPlacementManifest& placement, py::handle buffers,
-    const BufferBindingOptions& options, std::string_view side) {
+namespace {
+
+// {participant: {fragment id: address}}, in participant order.
+using ParticipantBuffers = std::map<std::string, std::map<std::string, void*>>;
+
+ParticipantBuffers BuffersOf(py::handle buffers, std::string_view side) {
   const std::string what = std::string(side) + " buffers";
   if (!py::isinstance<py::dict>(buffers)) ThrowInvalid(what, "must be a dict");
   // Participant order, whatever the dict's order.
@@ -56,11 +59,33 @@ std::vector<WeightRuntimeBindingManifest> BindParticipants(
       map[id] = reinterpret_cast<void*>(static_cast<uintptr_t>(address));
     }
   }
+  return by_participant;
+}
+
+}  // namespace
+
+std::vector<WeightRuntimeBindingManifest> BindParticipants(
+    const WeightPlacementManifest& placement, py::handle buffers,
+    const BufferBindingOptions& options, std::string_view side) {
   std::vector<WeightRuntimeBindingManifest> out;
-  for (const auto& [participant, map] : by_participant) {
+  for (const auto& [participant, map] : BuffersOf(buffers, side)) {
     out.push_back(Unwrap(BindBuffers(placement, participant, map, options)));
   }
   return out;
+}
+
+CheckedBindings BindCheckedParticipants(
+    const WeightPlacementManifest& placement, py::handle buffers,
+    const BufferBindingOptions& options, std::string_view side,
+    std::string_view context) {
+  std::vector<CheckedBindings> parts;
+  for (const auto& [participant, map] : BuffersOf(buffers, side)) {
+    parts.push_back(
+        Unwrap(BindCheckedBuffers(placement, participant, map, options)));
+  }
+  auto all = CheckedBindings::Merge(placement, parts, BindingCoverage::kSubset);
+  if (!all.ok()) ThrowIfError(all.status().WithContext(context));
+  return std::move(all).ValueOrDie();
 }
 
 }  // namespace reshard::python

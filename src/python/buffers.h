@@ -27,6 +27,15 @@ std::vector<WeightRuntimeBindingManifest> BindParticipants(
     const WeightPlacementManifest& placement, pybind11::handle buffers,
     const BufferBindingOptions& options, std::string_view side);
 
+// The same as one checked set (coverage kSubset), each binding checked
+// once, so that the consumer does not check it again; buffers shared by two
+// participants are refused as the consumer would refuse them, prefixed
+// with `context` (for example "source bindings"). Needs the GIL.
+CheckedBindings BindCheckedParticipants(
+    const WeightPlacementManifest& placement, pybind11::handle buffers,
+    const BufferBindingOptions& options, std::string_view side,
+    std::string_view context);
+
 }  // namespace reshard::python
 
 #endif  // RESHARD_PYTHON_BUFFERS_H_

@@ -84,8 +84,9 @@ WeightPlacementManifest Layout(py::object config, py::object tp, py::object pp,
 py::dict Load(const HfCheckpoint& c, const WeightPlacementManifest& target,
               py::dict buffers, py::object options, py::object progress_fn,
               bool convert, py::object fp8_block) {
-  const auto bindings = BindParticipants(
-      target, buffers, BindingOptionsOf(options), "checkpoint load target");
+  const CheckedBindings bindings =
+      BindCheckedParticipants(target, buffers, BindingOptionsOf(options),
+                              "checkpoint load target", "target bindings");
   PyProgress progress(std::move(progress_fn));
   CheckpointLoadOptions o;
   o.progress = progress.Callback();
@@ -114,8 +115,9 @@ py::dict Write(const WeightPlacementManifest& placement, py::dict buffers,
                py::object out_dir, py::object max_file_bytes,
                py::object staging_bytes, py::object options,
                py::object progress_fn) {
-  const auto bindings = BindParticipants(
-      placement, buffers, BindingOptionsOf(options), "checkpoint write source");
+  const CheckedBindings bindings =
+      BindCheckedParticipants(placement, buffers, BindingOptionsOf(options),
+                              "checkpoint write source", "source bindings");
   PyProgress progress(std::move(progress_fn));
   CheckpointWriteOptions o = WriteOptions(max_file_bytes, staging_bytes);
   o.progress = progress.Callback();
@@ -175,9 +177,9 @@ void RegisterWriteSteps(py::module_& m) {
       [](const CheckpointWritePlan& plan,
          const WeightPlacementManifest& placement, py::dict buffers,
          py::object out_dir, py::object staging_bytes, py::object options) {
-        const auto bindings =
-            BindParticipants(placement, buffers, BindingOptionsOf(options),
-                             "checkpoint write source");
+        const CheckedBindings bindings = BindCheckedParticipants(
+            placement, buffers, BindingOptionsOf(options),
+            "checkpoint write source", "source bindings");
         CheckpointWriteOptions o;
         o.staging_bytes =
             ToU64(staging_bytes, "write_checkpoint.staging_bytes");

@@ -92,31 +92,17 @@ PyWeightStore Open(py::object uri, py::object key_prefix, py::object ns,
   return PyWeightStore(ToStr(uri, "WeightStore.uri"), std::move(o));
 }
 
-// Writes every binding's fragments and commits, reporting the bytes of
-// all of them as one progress.
+// Writes every binding's fragments (one Upload: one progress over all of
+// them) and commits.
 Status UploadAll(WeightStore& store, const UploadPlan& plan,
                  const WeightPlacementManifest& placement,
-                 const std::vector<WeightRuntimeBindingManifest>& bindings,
+                 const CheckedBindings& bindings,
                  const ProgressCallback& progress) {
-  uint64_t total = 0, offset = 0, last = 0;
-  for (const UploadOperation& op : plan.operations()) {
-    total += plan.manifest().fragments()[op.stored_fragment].nbytes;
-  }
   WeightStoreOptions o = store.options();
-  if (progress) {
-    o.progress = [&](uint64_t done, uint64_t) {
-      last = done;
-      progress(offset + done, total);
-    };
-  }
+  if (progress) o.progress = progress;
   WeightStore reporting = store.WithOptions(std::move(o));
-  std::vector<UploadReceipt> receipts;
-  for (const auto& b : bindings) {
-    last = 0;
-    RESHARD_ASSIGN_OR_RETURN(auto r, reporting.Upload(plan, placement, b));
-    offset += last;
-    receipts.insert(receipts.end(), r.begin(), r.end());
-  }
+  RESHARD_ASSIGN_OR_RETURN(auto receipts,
+                           reporting.Upload(plan, placement, bindings));
   return store.Commit(plan, receipts);
 }
 
@@ -151,11 +137,18 @@ StoredWeightManifest Upload(const PyWeightStore& s,
                             py::dict buffers, py::object options,
                             py::object progress_fn, py::object quantize_to,
                             py::object fp8_block) {
-  const auto given = BindParticipants(
-      source, buffers, BindingOptionsOf(options), "upload source");
-  const auto q = QuantizeForUpload(source, given, quantize_to, fp8_block);
+  // Each binding is checked once: the caller's here, the quantized ones
+  // (bindings of another placement) once made.
+  const CheckedBindings given =
+      BindCheckedParticipants(source, buffers, BindingOptionsOf(options),
+                              "upload source", "source bindings");
+  const auto q =
+      QuantizeForUpload(source, given.bindings(), quantize_to, fp8_block);
   const WeightPlacementManifest& placement = q ? q->placement() : source;
-  const auto& bindings = q ? q->bindings() : given;
+  const CheckedBindings bindings =
+      q ? Unwrap(CheckedBindings::Make(placement, q->bindings(),
+                                       BindingCoverage::kSubset))
+        : given;
   PyProgress progress(std::move(progress_fn));
   std::optional<UploadPlan> plan;
   Status st;
@@ -209,8 +202,9 @@ py::dict Load(const PyWeightStore& s, py::object manifest,
               const WeightPlacementManifest& target, py::dict buffers,
               py::object options, py::object progress_fn, bool convert,
               py::object fp8_block) {
-  const auto bindings = BindParticipants(
-      target, buffers, BindingOptionsOf(options), "load target");
+  const CheckedBindings bindings =
+      BindCheckedParticipants(target, buffers, BindingOptionsOf(options),
+                              "load target", "target bindings");
   std::optional<StoredWeightManifest> m;
   if (py::isinstance<StoredWeightManifest>(manifest)) {
     m = manifest.cast<StoredWeightManifest>();

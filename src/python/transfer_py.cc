@@ -48,8 +48,11 @@ py::dict ReshardBuffers(const WeightPlacementManifest& source,
       subset ? BindingCoverage::kSubset : BindingCoverage::kEveryOwner;
   BufferBindingOptions so = BindingOptionsOf(source_options);
   BufferBindingOptions to = BindingOptionsOf(target_options);
-  const auto sources = BindParticipants(source, source_buffers, so, "source");
-  const auto targets = BindParticipants(target, target_buffers, to, "target");
+  // Each binding is checked once, here; Reshard takes them as checked.
+  const CheckedBindings sources = BindCheckedParticipants(
+      source, source_buffers, so, "source", "source bindings");
+  const CheckedBindings targets = BindCheckedParticipants(
+      target, target_buffers, to, "target", "target bindings");
   const LogicalTransferPlan* logical = nullptr;
   if (!plan.is_none()) {
     if (!py::isinstance<LogicalTransferPlan>(plan)) {
