@@ -8,7 +8,7 @@
 
 #include "fuzz/fuzz_check.h"
 #include "reshard/weight_store.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "testing/memory_object_store.h"
 
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "store/layout.h"
+#include "store/keys.h"
 
 namespace reshard::testing {
 

@@ -17,7 +17,7 @@
 #include "hf/checkpoint_state.h"
 #include "hf/write_plan_state.h"
 #include "reshard/weight_store.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "store/lease.h"
 #include "store/ranged_load.h"
 #include "store/revision_files.h"

@@ -13,7 +13,7 @@
 #include "reshard/plan.h"
 #include "reshard/weight_store.h"
 #include "store/checksum.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "store/progress.h"
 #include "store/records.h"
 #include "store/revision_files.h"

@@ -8,7 +8,7 @@
 
 #include "reshard/sdk/object_store.h"
 #include "reshard/weight_store.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "store/records.h"
 
 namespace reshard::internal {

@@ -28,7 +28,7 @@
 #include "reshard/sdk/object_store.h"
 #include "reshard/status.h"
 #include "reshard/stored_manifest.h"
-#include "store/layout.h"
+#include "store/keys.h"
 
 namespace reshard::internal {
 

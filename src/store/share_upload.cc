@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "reshard/weight_store.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "store/records.h"
 #include "util/canonical_json.h"
 #include "util/json_reader.h"

@@ -11,7 +11,7 @@
 //    revision's group, a manifest that is a link) is listed as CORRUPT,
 //    verify/gc carry on with the others, and rm removes it, touching only
 //    keys under its own revision;
-//  - links planted at every directory level of the key layout, then every
+//  - links planted at every directory level of the key scheme, then every
 //    store operation: a snapshot of the sentinel directory the links point
 //    to (every path, type, size, content hash and mtime) is unchanged.
 
@@ -503,7 +503,7 @@ TEST(StoreConfinementTest, GcDoesNotRollForwardATamperedPendingManifest) {
 }
 
 // The "must show" test: links to the sentinel planted at every directory
-// level of the key layout and where records and objects should be, then
+// level of the key scheme and where records and objects should be, then
 // every store operation; the sentinel is exactly as it was.
 TEST(StoreConfinementTest, LinksAtEveryLevelNeverReachTheSentinel) {
   Fixture f;

@@ -48,7 +48,7 @@
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"

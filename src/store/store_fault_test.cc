@@ -41,7 +41,7 @@
 #include "reshard/weight_store.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "testing/fault_injection_store.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"

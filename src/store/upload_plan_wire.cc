@@ -6,7 +6,7 @@
 #include <map>
 
 #include "reshard/weight_store.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "util/canonical_json.h"
 #include "util/json_reader.h"
 
@@ -85,7 +85,7 @@ Result<std::vector<UploadWriter>> ParseWriters(JsonElement element,
 }
 
 // Rule 65: every stored fragment written by exactly one operation, into an
-// object the transaction owns, under the group this store's key layout
+// object the transaction owns, under the group this store's key scheme
 // gives the revision.
 Status CheckPlanOwnership(const StoredWeightManifest& m,
                           const std::vector<UploadOperation>& ops,

@@ -8,7 +8,7 @@
 #include "reshard/api.h"
 #include "reshard/weight_store.h"
 #include "store/converting_load.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "store/lease.h"
 #include "store/ranged_load.h"
 

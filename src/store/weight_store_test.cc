@@ -47,7 +47,7 @@
 #include "reshard/plan.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
-#include "store/layout.h"
+#include "store/keys.h"
 #include "store/records.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"

@@ -1,3 +1,3 @@
 // Must not compile with the include roots of the contract layer: the store
 // is above it (tests/layering/, cmake/layers.cmake).
-#include "store/layout.h"
+#include "store/keys.h"

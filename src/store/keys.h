@@ -1,4 +1,4 @@
-// The key layout of the weight store (docs/store-format.md, "Keys"): the one
+// The key scheme of the weight store (docs/store-format.md, "Keys"): the one
 // place that builds the key of every record and object of a revision, and
 // the one place that takes a listed key apart again (Classify), for List,
 // Gc and Remove alike.
@@ -11,8 +11,8 @@
 //     transactions/<txn>/receipts/<name>
 //     leases/<lease_id>
 
-#ifndef RESHARD_STORE_LAYOUT_H_
-#define RESHARD_STORE_LAYOUT_H_
+#ifndef RESHARD_STORE_KEYS_H_
+#define RESHARD_STORE_KEYS_H_
 
 #include <cstdint>
 #include <optional>
@@ -96,7 +96,7 @@ class RevisionKeys {
   std::string base_;
 };
 
-// The key layout below a key prefix and namespace.
+// The key scheme below a key prefix and namespace.
 class StoreKeys {
  public:
   StoreKeys(std::string prefix, std::string namespace_id)
@@ -138,4 +138,4 @@ std::string RandomHex(size_t bytes);
 
 }  // namespace reshard::internal
 
-#endif  // RESHARD_STORE_LAYOUT_H_
+#endif  // RESHARD_STORE_KEYS_H_

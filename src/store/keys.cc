@@ -1,4 +1,4 @@
-#include "store/layout.h"
+#include "store/keys.h"
 
 #include <unistd.h>
 

@@ -1,16 +1,16 @@
-// The store key layout: every key of a revision built in one place, and
+// The store key scheme: every key of a revision built in one place, and
 // Classify taking listed keys apart as List, Gc and Remove need.
 
-#include "store/layout.h"
+#include "store/keys.h"
 
 #include <gtest/gtest.h>
 
 namespace reshard::internal {
 namespace {
 
-TEST(StoreLayoutTest, BuildsEveryKeyOfARevision) {
-  const StoreKeys layout("weights", "team a");
-  const RevisionKeys keys = layout.Revision("org/model", ".v1", 3);
+TEST(StoreKeysTest, BuildsEveryKeyOfARevision) {
+  const StoreKeys store_keys("weights", "team a");
+  const RevisionKeys keys = store_keys.Revision("org/model", ".v1", 3);
   EXPECT_EQ(keys.base(), "weights/team%20a/org%2Fmodel/%2Ev1/3");
   const std::string b = keys.base();
   EXPECT_EQ(keys.Manifest(), b + "/manifest");
@@ -29,9 +29,9 @@ TEST(StoreLayoutTest, BuildsEveryKeyOfARevision) {
   EXPECT_FALSE(RevisionKeys::OfManifestKey("/manifest"));
 }
 
-TEST(StoreLayoutTest, ClassifiesEveryKeyOfARevision) {
-  const StoreKeys layout("weights", "default");
-  const RevisionKeys keys = layout.Revision("m", "r", 1);
+TEST(StoreKeysTest, ClassifiesEveryKeyOfARevision) {
+  const StoreKeys store_keys("weights", "default");
+  const RevisionKeys keys = store_keys.Revision("m", "r", 1);
   struct Case {
     std::string key;
     RevisionKeyKind kind;
@@ -57,7 +57,7 @@ TEST(StoreLayoutTest, ClassifiesEveryKeyOfARevision) {
            {keys.base() + "/zz-link", RevisionKeyKind::kOther, "", ""},
        }) {
     SCOPED_TRACE(c.key);
-    auto got = layout.Classify(c.key);
+    auto got = store_keys.Classify(c.key);
     ASSERT_TRUE(got.has_value());
     EXPECT_EQ(got->kind, c.kind);
     EXPECT_EQ(got->base, keys.base());
@@ -67,11 +67,11 @@ TEST(StoreLayoutTest, ClassifiesEveryKeyOfARevision) {
   for (const std::string outside :
        {"weights", "weights/default/m/r/1", "weights/default/m/r",
         "weightsx/default/m/r/1/manifest", "other/default/m/r/1/manifest"}) {
-    EXPECT_FALSE(layout.Classify(outside).has_value()) << outside;
+    EXPECT_FALSE(store_keys.Classify(outside).has_value()) << outside;
   }
 }
 
-TEST(StoreLayoutTest, StoredFragmentIdsAreTheReferences) {
+TEST(StoreKeysTest, StoredFragmentIdsAreTheReferences) {
   // "<tensor>|<offset>|<shape>" with Python tuple rendering.
   EXPECT_EQ(StoredFragmentId("w", {0, 4}, {8}).size(), 24u);
   EXPECT_NE(StoredFragmentId("w", {0, 4}, {8}),
