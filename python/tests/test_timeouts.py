@@ -258,7 +258,8 @@ def _cli_timeout_flags(command=()):
     section = text.split("Subcommands:\n", 1)
     if len(section) == 2:
         for line in section[1].splitlines():
-            match = re.match(r"^  (\S+)", line)
+            # "  ls, list   ...": a subcommand, then its aliases.
+            match = re.match(r"^  ([^\s,]+)", line)
             if match:
                 flags |= _cli_timeout_flags(command + (match.group(1),))
     return flags
