@@ -57,8 +57,8 @@ COVERAGE = {
 }
 
 _VISITOR = re.compile(
-    r"void VisitFields\(const (\w+)&\s*\w+,\s*Visit&&\s*visit\)\s*\{"
-    r"(.*?)\n\}\n", re.S)
+    r"void VisitFields\(const (?:\w+::)*(\w+)&\s*\w+,\s*\w+&&\s*(\w+)\)"
+    r"\s*\{(.*?)\n\}\n", re.S)
 
 
 def _visitors():
@@ -69,13 +69,18 @@ def _visitors():
         for path in sorted((ROOT / folder).rglob("*")):
             if path.suffix not in (".h", ".cc") or path.stem.endswith("_test"):
                 continue
-            for m in _VISITOR.finditer(path.read_text()):
-                assert m.group(1) not in bodies, f"two visitors of {m.group(1)}"
-                bodies[m.group(1)] = m.group(2)
+            text = path.read_text()
+            found = _VISITOR.findall(text)
+            # Every definition is parsed: none escapes by its spelling.
+            assert len(found) == len(re.findall(
+                r"^void VisitFields\(", text, re.M)), path
+            for record, visit, body in found:
+                assert record not in bodies, f"two visitors of {record}"
+                bodies[record] = (visit, body)
 
     def names(record):
-        body = bodies[record]
-        out = set(re.findall(r'visit\("(\w+)"', body))
+        visit, body = bodies[record]
+        out = set(re.findall(visit + r'\("(\w+)"', body))
         for base in re.findall(r"VisitFields\(static_cast<const (\w+)&>",
                                body):
             out |= names(base)
