@@ -384,6 +384,8 @@ class LiveSession:
                  target: _reshard.WeightPlacementManifest,
                  timeout: float = 60.0, protocol: str = "auto",
                  max_in_flight: int = 64, instance_id: Optional[str] = None,
+                 exchange: str = "ucx",
+                 exchange_options: Optional[Mapping] = None,
                  ucx_tls: str = "", shadow_targets: bool = False,
                  movable_sources: bool = False,
                  heartbeat_interval: float = 0.2,
@@ -392,8 +394,6 @@ class LiveSession:
                  delta: bool = False, declare_maps: Any = None,
                  expect_maps: Any = None) -> None:
         # Checked here, before anything is opened: a timeout that can never
-                 exchange: str = "ucx",
-                 exchange_options: Optional[Mapping] = None,
         # expire (NaN, infinite) or is negative is refused at once.
         timeout = check_seconds("LiveSession", "timeout", timeout,
                                 above_minimum=True, maximum=WEEK_SECONDS)
@@ -409,14 +409,6 @@ class LiveSession:
         self.protocol = protocol
         self.max_in_flight = max_in_flight
         self.instance_id = instance_id or _default_instance()
-        self.ucx_tls = ucx_tls
-        # Receive into shadow buffers, flipped into the targets after the
-        # world barrier: a failed update leaves the targets untouched (as
-        # many bytes again as this process's targets, one copy per update).
-        self.shadow_targets = shadow_targets
-        # Source tensors may move between updates (rebound; the session
-        # then pushes, also on one host). Without it a moved source is
-        # refused, on one host and across hosts alike.
         # The peer exchange and its own settings by name (as its backend
         # states them: for "ucx", tls, net_devices, shm_segment_bytes,
         # error_handling). ucx_tls="T" is another name for
@@ -430,6 +422,14 @@ class LiveSession:
         self.exchange_options = dict(exchange_options or {})
         if ucx_tls:
             self.exchange_options.setdefault("tls", ucx_tls)
+        self.ucx_tls = ucx_tls
+        # Receive into shadow buffers, flipped into the targets after the
+        # world barrier: a failed update leaves the targets untouched (as
+        # many bytes again as this process's targets, one copy per update).
+        self.shadow_targets = shadow_targets
+        # Source tensors may move between updates (rebound; the session
+        # then pushes, also on one host). Without it a moved source is
+        # refused, on one host and across hosts alike.
         self.movable_sources = movable_sources
         # Liveness: a process whose heartbeat (every heartbeat_interval
         # seconds, from a native thread) stands still for peer_timeout
