@@ -136,13 +136,14 @@ Status MoveThroughStore(const EngineLayout& source, const Side& src,
                   args.convert ? target.placement() : source.placement(),
                   src.bindings, quantize));
   RESHARD_RETURN_NOT_OK(q.Quantize(args.threads));
+  // Checked once, for the upload's prepare and writes alike.
+  RESHARD_ASSIGN_OR_RETURN(CheckedBindings bindings,
+                           CheckedBindings::Make(q.placement(), q.bindings(),
+                                                 BindingCoverage::kSubset));
   RESHARD_ASSIGN_OR_RETURN(auto upload,
-                           store.PrepareUpload(q.placement(), q.bindings()));
-  std::vector<UploadReceipt> receipts;
-  for (const auto& b : q.bindings()) {
-    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(upload, q.placement(), b));
-    receipts.insert(receipts.end(), r.begin(), r.end());
-  }
+                           store.PrepareUpload(q.placement(), bindings));
+  RESHARD_ASSIGN_OR_RETURN(auto receipts,
+                           store.Upload(upload, q.placement(), bindings));
   RESHARD_RETURN_NOT_OK(store.Commit(upload, receipts));
   report->manifest_key = upload.manifest().manifest_key();
   RESHARD_ASSIGN_OR_RETURN(auto manifest,

@@ -37,6 +37,7 @@ Result<HostBuffers> AllocateHostBuffers(
     const WeightPlacementManifest& m, const std::string& instance,
     const std::vector<std::string>& participants) {
   HostBuffers side;
+  std::vector<CheckedBindings> parts;
   auto buffer_of = [&side](std::string_view id) -> void* {
     auto it = side.data.find(id);
     return it == side.data.end() ? nullptr : it->second;
@@ -50,16 +51,19 @@ Result<HostBuffers> AllocateHostBuffers(
       side.buffers.push_back(std::move(buf));
     }
     // Each participant is its own worker in the instance.
-    RESHARD_ASSIGN_OR_RETURN(auto binding,
-                             BindBuffers(m, part.participant_id(), buffer_of,
+    RESHARD_ASSIGN_OR_RETURN(
+        auto binding, BindCheckedBuffers(m, part.participant_id(), buffer_of,
                                          {.instance_id = instance,
                                           .generation = 1,
                                           .lease_id = "host-lease",
                                           .worker_id = part.participant_id(),
                                           .endpoint = "local",
                                           .device = "cpu"}));
-    side.bindings.push_back(std::move(binding));
+    side.bindings.push_back(binding.bindings().front());
+    parts.push_back(std::move(binding));
   }
+  RESHARD_ASSIGN_OR_RETURN(
+      side.checked, CheckedBindings::Merge(m, parts, BindingCoverage::kSubset));
   return side;
 }
 

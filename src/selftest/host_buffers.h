@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -21,10 +22,12 @@ namespace reshard::internal {
 // One 64-byte-aligned allocation per fragment and one binding per
 // participant with fragments, made by BindBuffers (instance `instance`,
 // generation 1, lease "host-lease", the participant as worker, device
-// "cpu").
+// "cpu"). `checked` holds the same bindings as one checked set (coverage
+// kSubset; each binding checked once) for consumers that take it.
 struct HostBuffers {
   std::vector<HostBuffer> buffers;
   std::vector<WeightRuntimeBindingManifest> bindings;
+  std::optional<CheckedBindings> checked;
   std::unordered_map<std::string_view, uint8_t*> data;  // by fragment id
 };
 

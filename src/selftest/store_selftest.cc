@@ -26,15 +26,12 @@ double SecondsSince(Clock::time_point t) {
 }
 
 // Uploads every source binding's fragments and commits the revision.
-Result<UploadPlan> UploadAndCommit(
-    WeightStore& store, const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+Result<UploadPlan> UploadAndCommit(WeightStore& store,
+                                   const WeightPlacementManifest& source,
+                                   const CheckedBindings& bindings) {
   RESHARD_ASSIGN_OR_RETURN(auto upload, store.PrepareUpload(source, bindings));
-  std::vector<UploadReceipt> receipts;
-  for (const auto& b : bindings) {
-    RESHARD_ASSIGN_OR_RETURN(auto r, store.Upload(upload, source, b));
-    receipts.insert(receipts.end(), r.begin(), r.end());
-  }
+  RESHARD_ASSIGN_OR_RETURN(auto receipts,
+                           store.Upload(upload, source, bindings));
   RESHARD_RETURN_NOT_OK(store.Commit(upload, receipts));
   return upload;
 }
@@ -111,14 +108,21 @@ Result<SelfTestReport> RunStoreSelfTest(const WeightPlacementManifest& source,
       SourceQuantization::Make(source, options.convert ? target : source,
                                src.bindings, quantize));
   RESHARD_RETURN_NOT_OK(q.Quantize(options.threads));
-  RESHARD_ASSIGN_OR_RETURN(auto upload,
-                           UploadAndCommit(store, q.placement(), q.bindings()));
+  // The bindings checked when bound, or the quantized ones (of another
+  // placement) checked once here.
+  RESHARD_ASSIGN_OR_RETURN(
+      CheckedBindings upload_bindings,
+      q.quantizes() ? CheckedBindings::Make(q.placement(), q.bindings(),
+                                            BindingCoverage::kSubset)
+                    : Result<CheckedBindings>(*src.checked));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto upload, UploadAndCommit(store, q.placement(), upload_bindings));
   report.upload_seconds = SecondsSince(t0);
 
   t0 = Clock::now();
   RESHARD_ASSIGN_OR_RETURN(
       auto manifest, store.ReadManifest(upload.manifest().manifest_key()));
-  auto loaded = store.Load(manifest, target, dst.bindings);
+  auto loaded = store.Load(manifest, target, *dst.checked);
   report.load_seconds = SecondsSince(t0);
   report.seconds = report.upload_seconds + report.load_seconds;
   const Status removed = options.keep_revision
