@@ -115,19 +115,15 @@ reshard::Status Run() {
       auto source_bindings,
       reshard::BindAllBuffers(source, buffer_of(source_memory),
                               {.instance_id = "trainer"}));
-  std::vector<reshard::WeightRuntimeBindingManifest> target_bindings;
-  for (const auto& part : target.parts()) {
-    RESHARD_ASSIGN_OR_RETURN(auto binding,
-                             reshard::BindBuffers(target, part.participant_id(),
-                                                  buffer_of(target_memory),
-                                                  {.instance_id = "rollout"}));
-    target_bindings.push_back(std::move(binding));
-  }
+  RESHARD_ASSIGN_OR_RETURN(
+      auto target_bindings,
+      reshard::BindAllBuffers(target, buffer_of(target_memory),
+                              {.instance_id = "rollout"}));
 
   // Plan, bind, fence and copy in this process.
-  RESHARD_ASSIGN_OR_RETURN(reshard::ReshardReport report,
-                           reshard::Reshard(source, source_bindings.bindings(),
-                                            target, target_bindings));
+  RESHARD_ASSIGN_OR_RETURN(
+      reshard::ReshardReport report,
+      reshard::Reshard(source, source_bindings, target, target_bindings));
 
   for (const reshard::PlacementFragment* f : target.fragments()) {
     const float* data = target_memory[f->placement_fragment_id()].data();
