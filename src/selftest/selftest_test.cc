@@ -102,6 +102,9 @@ ModelSpec TinyMoe() {
       ModelSpecFromJson(ReadTestData("../../examples/models/tiny-moe.json")));
 }
 
+// ExpertLayout, the former name of ExpertTensors, still compiles.
+static_assert(std::is_same_v<ExpertLayout, ExpertTensors>);
+
 TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
   const ModelSpec model = TinyMoe();
   std::mt19937 rng(1234);
@@ -110,8 +113,8 @@ TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
   const int64_t eps[] = {1, 2, 4, 8};
   const int64_t dps[] = {1, 2, 3};
   // Grouped and separate experts are different tensor sets: both sides of
-  // a pair use the same expert layout.
-  auto random_layout = [&](ExpertLayout experts) {
+  // a pair store their experts alike.
+  auto random_layout = [&](ExpertTensors experts) {
     LayoutOptions o;
     o.sizes.tp = tps[rng() % 4];
     o.sizes.pp = pps[rng() % 3];
@@ -124,13 +127,13 @@ TEST(SelfTestTest, GeneratedTinyMoeLayoutsVerify) {
     return "tp" + std::to_string(o.sizes.tp) + " pp" +
            std::to_string(o.sizes.pp) + " ep" + std::to_string(o.sizes.ep) +
            " dp" + std::to_string(o.sizes.dp) +
-           (o.experts == ExpertLayout::kGrouped ? " grouped" : " separate");
+           (o.experts == ExpertTensors::kGrouped ? " grouped" : " separate");
   };
   size_t ran = 0;
   std::set<std::string> shapes;
   for (int i = 0; i < 30; ++i) {
-    const ExpertLayout experts =
-        rng() % 2 == 0 ? ExpertLayout::kGrouped : ExpertLayout::kSeparate;
+    const ExpertTensors experts =
+        rng() % 2 == 0 ? ExpertTensors::kGrouped : ExpertTensors::kSeparate;
     const LayoutOptions so = random_layout(experts);
     const LayoutOptions to = random_layout(experts);
     SCOPED_TRACE(describe(so) + " -> " + describe(to));
