@@ -379,9 +379,15 @@ class WeightStore {
   // process fails naming that rank and its error. Waiting longer than
   // options.timeout at any step is DeadlineExceeded naming the ranks
   // waited for.
+  // Each binding is checked once: rank 0 checks every rank's bindings
+  // (not its own again when they come as CheckedBindings), the other ranks
+  // their own (none when they come as CheckedBindings).
   Result<StoredWeightManifest> UploadShare(
       const WeightPlacementManifest& source,
       const std::vector<WeightRuntimeBindingManifest>& bindings,
+      const ShareUploadOptions& options);
+  Result<StoredWeightManifest> UploadShare(
+      const WeightPlacementManifest& source, const CheckedBindings& bindings,
       const ShareUploadOptions& options);
 
   // Imports from a FragmentReader instead of live memory. PrepareImport
@@ -444,6 +450,11 @@ class WeightStore {
   Result<UploadPlan> PrepareUploadAs(const WeightPlacementManifest& source,
                                      const CheckedBindings& bindings,
                                      std::string transaction_id);
+  // UploadShare of `bindings`, checked already when `checked` is given.
+  Result<StoredWeightManifest> UploadShareOf(
+      const WeightPlacementManifest& source,
+      const std::vector<WeightRuntimeBindingManifest>& bindings,
+      const CheckedBindings* checked, const ShareUploadOptions& options);
   // UploadShare's two halves (share_upload.cc).
   Result<UploadPlan> ShareUploadPlan(const WeightPlacementManifest& source,
                                      internal::ShareUpload& u);

@@ -184,18 +184,22 @@ StoredWeightManifest UploadShare(const PyWeightStore& s,
                                    std::to_string(kMaxShareTimeoutMs) +
                                    " milliseconds, not " + std::to_string(ms));
   }
-  const auto given = BindParticipants(
-      source, buffers, BindingOptionsOf(options), "upload source");
-  const auto q = QuantizeForUpload(source, given, quantize_to, fp8_block);
-  const WeightPlacementManifest& placement = q ? q->placement() : source;
-  const auto& bindings = q ? q->bindings() : given;
+  // Each binding is checked once: the caller's here, the quantized ones
+  // (bindings of another placement) by UploadShare.
+  const CheckedBindings given =
+      BindCheckedParticipants(source, buffers, BindingOptionsOf(options),
+                              "upload source", "source bindings");
+  const auto q =
+      QuantizeForUpload(source, given.bindings(), quantize_to, fp8_block);
   ShareUploadOptions o;
   o.upload_id = ToStr(upload_id, "upload_id");
   o.rank = static_cast<int>(ToI64(rank, "rank"));
   o.ranks = static_cast<int>(ToI64(ranks, "ranks"));
   o.timeout = std::chrono::milliseconds(ms);
   py::gil_scoped_release release;
-  return Unwrap(s.get_for_write().UploadShare(placement, bindings, o));
+  return Unwrap(
+      q ? s.get_for_write().UploadShare(q->placement(), q->bindings(), o)
+        : s.get_for_write().UploadShare(source, given, o));
 }
 
 py::dict Load(const PyWeightStore& s, py::object manifest,

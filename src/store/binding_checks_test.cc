@@ -147,14 +147,19 @@ TEST_F(BindingChecksTest, SharedUploadChecksEachBindingOnce) {
   auto store =
       Must(WeightStore::Open(std::make_shared<testing::MemoryObjectStore>()));
   Memory src(source_, "source");
-  const std::vector<WeightRuntimeBindingManifest> bindings =
-      src.Bind().bindings();
-  counter.Take();
+  // Bound and checked once, then uploaded without a second check.
+  const CheckedBindings checked = src.Bind();
   ShareUploadOptions o;
-  o.upload_id = "one";
+  o.upload_id = "checked";
   o.rank = 0;
   o.ranks = 1;
-  ASSERT_OK(store.UploadShare(source_, bindings, o));
+  ASSERT_OK(store.UploadShare(source_, checked, o));
+  EXPECT_EQ(counter.Take(), src.Once());
+  // Plain bindings: checked once, by UploadShare (into another store: the
+  // revision is published already).
+  auto other =
+      Must(WeightStore::Open(std::make_shared<testing::MemoryObjectStore>()));
+  ASSERT_OK(other.UploadShare(source_, checked.bindings(), o));
   EXPECT_EQ(counter.Take(), src.Once());
 }
 

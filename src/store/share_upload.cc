@@ -101,6 +101,8 @@ class ShareUpload {
   const std::string& txn() const { return txn_; }
   // Rank 0: every rank's bindings, checked once while planning.
   std::optional<CheckedBindings>& all() { return all_; }
+  // This rank's bindings when the caller checked them.
+  std::optional<CheckedBindings>& own() { return own_; }
 
   std::string Where() const {
     return "upload " + o_.upload_id + " (transaction " + txn_ + ")";
@@ -149,6 +151,7 @@ class ShareUpload {
   RevisionKeys keys_;
   std::string txn_;
   std::optional<CheckedBindings> all_;
+  std::optional<CheckedBindings> own_;
   Clock::time_point deadline_;
 };
 
@@ -183,8 +186,11 @@ Result<UploadPlan> WeightStore::ShareUploadPlan(
       if (!share.ok()) return u.Fail(share.status());
       all.insert(all.end(), share->begin(), share->end());
     }
-    auto checked =
-        CheckedBindings::Make(source, std::move(all), BindingCoverage::kSubset);
+    // This rank's own bindings are not checked again when the caller
+    // checked them.
+    auto checked = u.own() ? u.own()->Replace(source, all)
+                           : CheckedBindings::Make(source, std::move(all),
+                                                   BindingCoverage::kSubset);
     if (!checked.ok()) {
       return u.Fail(checked.status().WithContext("source bindings"));
     }
@@ -268,6 +274,21 @@ Result<StoredWeightManifest> WeightStore::UploadShare(
     const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& bindings,
     const ShareUploadOptions& options) {
+  return UploadShareOf(source, bindings, nullptr, options);
+}
+
+Result<StoredWeightManifest> WeightStore::UploadShare(
+    const WeightPlacementManifest& source, const CheckedBindings& bindings,
+    const ShareUploadOptions& options) {
+  RESHARD_RETURN_NOT_OK(
+      bindings.RequireFor(source).WithContext("source bindings"));
+  return UploadShareOf(source, bindings.bindings(), &bindings, options);
+}
+
+Result<StoredWeightManifest> WeightStore::UploadShareOf(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    const CheckedBindings* checked, const ShareUploadOptions& options) {
   if (options.ranks < 1 || options.rank < 0 || options.rank >= options.ranks) {
     return Status::InvalidArgument(
         "upload rank " + std::to_string(options.rank) + " is not in [0, " +
@@ -285,6 +306,7 @@ Result<StoredWeightManifest> WeightStore::UploadShare(
           .Revision(source.resource_id(), source.revision(),
                     source.weight_generation());
   internal::ShareUpload u(*backend_, options, keys, txn);
+  if (checked != nullptr) u.own() = *checked;
   // The started record first, so that Gc's grace covers the share records.
   Status st = backend_->Put(keys.Started(txn),
                             internal::StartedRecord(options_.now_seconds()));
@@ -305,9 +327,10 @@ Result<StoredWeightManifest> WeightStore::UploadShare(
   // bindings with everybody's; the others check theirs here, once.
   std::vector<std::string> own;
   for (const auto& b : bindings) own.push_back(b.participant_id());
-  auto mine = u.all() ? Result<CheckedBindings>(u.all()->Only(own))
-                      : CheckedBindings::Make(source, bindings,
-                                              BindingCoverage::kSubset);
+  auto mine = u.all()   ? Result<CheckedBindings>(u.all()->Only(own))
+              : u.own() ? Result<CheckedBindings>(*u.own())
+                        : CheckedBindings::Make(source, bindings,
+                                                BindingCoverage::kSubset);
   auto r = mine.ok() ? Upload(plan, source, *mine)
                      : Result<std::vector<UploadReceipt>>(mine.status());
   if (!r.ok()) {
