@@ -260,7 +260,7 @@ Result<LoadReport> LoadCheckpoint(const HfCheckpoint& checkpoint,
         conversion, target_bindings, options.convert_staging_bytes,
         std::clamp(std::thread::hardware_concurrency(), 1u, 8u),
         [&](const WeightPlacementManifest& part,
-            const std::vector<WeightRuntimeBindingManifest>& bindings) {
+            const CheckedBindings& bindings) {
           return LoadCheckpoint(checkpoint, part, bindings, plain);
         });
   }

@@ -90,7 +90,7 @@ class GroupLoad {
     RESHARD_ASSIGN_OR_RETURN(auto part, PartOf(plan_.staging(), tensors));
     std::vector<HostBuffer> owned;
     std::unordered_map<std::string, void*> staged;
-    Bindings bindings;
+    std::vector<CheckedBindings> bindings;
     uint64_t bytes = 0;
     for (const auto& b : targets_) {
       const WeightPlacementPart* p = part.FindPart(b.participant_id());
@@ -111,7 +111,7 @@ class GroupLoad {
       o.generation = b.generation();
       o.lease_id = b.lease_id();
       RESHARD_ASSIGN_OR_RETURN(
-          auto bound, BindBuffers(
+          auto bound, BindCheckedBuffers(
                           part, b.participant_id(),
                           [&](std::string_view id) -> void* {
                             auto it = staged.find(std::string(id));
@@ -122,7 +122,10 @@ class GroupLoad {
     }
     if (bindings.empty()) return Status::OK();
     report->conversion_bytes = std::max(report->conversion_bytes, bytes);
-    RESHARD_ASSIGN_OR_RETURN(LoadReport loaded, load(part, bindings));
+    RESHARD_ASSIGN_OR_RETURN(
+        CheckedBindings checked,
+        CheckedBindings::Merge(part, bindings, BindingCoverage::kSubset));
+    RESHARD_ASSIGN_OR_RETURN(LoadReport loaded, load(part, checked));
     AddLoadReport(loaded, report);
     // The targets of this group's tensors (and of the scales their
     // quantization produces).
@@ -203,7 +206,12 @@ Result<LoadReport> LoadConverting(const ConversionPlan& plan,
     RESHARD_ASSIGN_OR_RETURN(auto bindings,
                              PlainBindings(plan, part, target_bindings));
     if (!bindings.empty()) {
-      RESHARD_ASSIGN_OR_RETURN(LoadReport loaded, load(part, bindings));
+      // The targets' own views under staging ids: bindings of `part`,
+      // checked once here.
+      auto checked = CheckedBindings::Make(part, std::move(bindings),
+                                           BindingCoverage::kSubset);
+      if (!checked.ok()) return checked.status().WithContext("target bindings");
+      RESHARD_ASSIGN_OR_RETURN(LoadReport loaded, load(part, *checked));
       AddLoadReport(loaded, &report);
     }
   }

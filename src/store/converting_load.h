@@ -16,10 +16,10 @@
 namespace reshard::internal {
 
 // Loads `placement` (a part of the staging placement: whole tensors, every
-// fragment of each) into `bindings` (the caller's participants).
+// fragment of each) into `bindings` (the caller's participants), checked
+// once by LoadConverting and not to be checked again.
 using PartLoad = std::function<Result<LoadReport>(
-    const WeightPlacementManifest& placement,
-    const std::vector<WeightRuntimeBindingManifest>& bindings)>;
+    const WeightPlacementManifest& placement, const CheckedBindings& bindings)>;
 
 // Adds the counts of `part` to `total` (staging_bytes: the larger).
 void AddLoadReport(const LoadReport& part, LoadReport* total);

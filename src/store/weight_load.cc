@@ -76,12 +76,11 @@ Result<LoadReport> WeightStore::Load(const StoredWeightManifest& manifest,
         conversion, target_bindings, options_.convert_staging_bytes,
         std::clamp(std::thread::hardware_concurrency(), 1u, 8u),
         [&](const WeightPlacementManifest& part,
-            const std::vector<WeightRuntimeBindingManifest>& bindings)
-            -> Result<LoadReport> {
+            const CheckedBindings& bindings) -> Result<LoadReport> {
           // One participant at a time: a part holds some of the revision's
           // tensors, which only a participant's plan allows.
           LoadReport total;
-          for (const auto& b : bindings) {
+          for (const auto& b : bindings.bindings()) {
             RESHARD_ASSIGN_OR_RETURN(LoadReport one,
                                      LoadUnconverted(manifest, part, {b}));
             internal::AddLoadReport(one, &total);
