@@ -252,6 +252,10 @@ class ConversionStaging {
 
   // One binding of plan.staging() per target binding's participant.
   const std::vector<WeightRuntimeBindingManifest>& bindings() const;
+  // The same, checked once when bound (coverage kSubset): hand these to
+  // LoadCheckpoint, WeightStore::Load or Reshard and they are not checked
+  // again.
+  const CheckedBindings& checked_bindings() const;
   // Host bytes this object holds for converting fragments.
   uint64_t staging_bytes() const;
   // Converts every converting target fragment on `threads` threads.

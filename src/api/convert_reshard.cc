@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "bind/apply_conversion.h"
@@ -89,17 +90,18 @@ Result<Staging> StagingBuffers(const ConversionPlan& conversion,
   return out;
 }
 
-Result<std::vector<WeightRuntimeBindingManifest>> BindStaging(
-    const ConversionPlan& conversion, const TargetMemory& memory,
-    const Staging& staging) {
-  std::vector<WeightRuntimeBindingManifest> out;
+// Each participant's staging bound and checked once, as one set.
+Result<CheckedBindings> BindStaging(const ConversionPlan& conversion,
+                                    const TargetMemory& memory,
+                                    const Staging& staging) {
+  std::vector<CheckedBindings> out;
   for (const auto& [participant, binding] : memory.by_participant) {
     BufferBindingOptions o;
     o.instance_id = binding->instance_id();
     o.generation = binding->generation();
     o.lease_id = binding->lease_id();
     RESHARD_ASSIGN_OR_RETURN(
-        auto b, BindBuffers(
+        auto b, BindCheckedBuffers(
                     conversion.staging(), participant,
                     [&](std::string_view id) -> void* {
                       auto it = staging.by_fragment.find(std::string(id));
@@ -109,7 +111,8 @@ Result<std::vector<WeightRuntimeBindingManifest>> BindStaging(
                     o));
     out.push_back(std::move(b));
   }
-  return out;
+  return CheckedBindings::Merge(conversion.staging(), out,
+                                BindingCoverage::kSubset);
 }
 
 }  // namespace
@@ -122,7 +125,7 @@ struct ConversionStaging::Impl {
   const ConversionPlan* plan;
   internal::TargetMemory memory;
   internal::Staging staging;
-  std::vector<WeightRuntimeBindingManifest> bindings;
+  std::optional<CheckedBindings> bindings;
 };
 
 ConversionStaging::ConversionStaging(std::unique_ptr<Impl> impl)
@@ -143,12 +146,17 @@ Result<ConversionStaging> ConversionStaging::Make(
                            internal::StagingBuffers(plan, impl->memory));
   RESHARD_ASSIGN_OR_RETURN(
       impl->bindings, internal::BindStaging(plan, impl->memory, impl->staging));
+
   return ConversionStaging(std::move(impl));
 }
 
 const std::vector<WeightRuntimeBindingManifest>& ConversionStaging::bindings()
     const {
-  return impl_->bindings;
+  return impl_->bindings->bindings();
+}
+
+const CheckedBindings& ConversionStaging::checked_bindings() const {
+  return *impl_->bindings;
 }
 
 uint64_t ConversionStaging::staging_bytes() const {
@@ -168,7 +176,7 @@ namespace reshard::internal {
 
 Result<ReshardReport> ReshardConverting(
     const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const CheckedBindings& source_bindings,
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     Transport& transport, const ReshardOptions& options) {
@@ -189,7 +197,7 @@ Result<ReshardReport> ReshardConverting(
   RESHARD_ASSIGN_OR_RETURN(
       ReshardReport report,
       Reshard(plan, source, source_bindings, conversion.staging(),
-              staging.bindings(), transport, options));
+              staging.checked_bindings(), transport, options));
   const auto start = Clock::now();
   RESHARD_RETURN_NOT_OK(staging.Apply(options.threads));
   report.transfer_seconds +=

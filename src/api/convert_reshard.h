@@ -18,7 +18,7 @@ namespace reshard::internal {
 // is refused (the fence of a converting reshard is not supported yet).
 Result<ReshardReport> ReshardConverting(
     const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
-    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const CheckedBindings& source_bindings,
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     Transport& transport, const ReshardOptions& options);

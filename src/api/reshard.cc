@@ -151,6 +151,37 @@ const std::vector<WeightRuntimeBindingManifest>& ListOf(
   return bindings.bindings();
 }
 
+// The source side of a converting reshard, checked once (if it is not
+// yet).
+Result<CheckedBindings> CheckedSource(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  auto checked =
+      CheckedBindings::Make(source, bindings, BindingCoverage::kSubset);
+  if (!checked.ok()) return checked.status().WithContext("source bindings");
+  return checked;
+}
+Result<CheckedBindings> CheckedSource(const WeightPlacementManifest&,
+                                      const CheckedBindings& bindings) {
+  return bindings;
+}
+
+// A converting reshard (plan.conversion()).
+template <typename Bindings>
+Result<ReshardReport> Converting(const LogicalTransferPlan& plan,
+                                 const WeightPlacementManifest& source,
+                                 const Bindings& source_bindings,
+                                 const WeightPlacementManifest& target,
+                                 const Bindings& target_bindings,
+                                 Transport& transport,
+                                 const ReshardOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(CheckedBindings sources,
+                           CheckedSource(source, source_bindings));
+  return internal::ReshardConverting(plan, source, sources, target,
+                                     ListOf(target_bindings), transport,
+                                     options);
+}
+
 template <typename Bindings>
 Status CheckCoverage(const WeightPlacementManifest& source,
                      const Bindings& source_bindings,
@@ -290,9 +321,8 @@ Result<ReshardReport> ReshardWithPlan(const LogicalTransferPlan& plan,
                                       const ReshardOptions& options) {
   if (plan.conversion() != nullptr &&
       target.placement_id() != plan.target_placement_id()) {
-    return internal::ReshardConverting(plan, source, ListOf(source_bindings),
-                                       target, ListOf(target_bindings),
-                                       transport, options);
+    return Converting(plan, source, source_bindings, target, target_bindings,
+                      transport, options);
   }
   RESHARD_RETURN_NOT_OK(
       CheckCoverage(source, source_bindings, target, target_bindings, options));
@@ -318,9 +348,8 @@ Result<ReshardReport> PlanAndReshard(const WeightPlacementManifest& source,
   RESHARD_ASSIGN_OR_RETURN(
       ReshardReport report,
       plan.conversion() != nullptr
-          ? internal::ReshardConverting(plan, source, ListOf(source_bindings),
-                                        target, ListOf(target_bindings),
-                                        transport, options)
+          ? Converting(plan, source, source_bindings, target, target_bindings,
+                       transport, options)
           : BindAndTransfer(plan, source, source_bindings, target,
                             target_bindings, transport, options));
   report.plan_seconds = plan_seconds;

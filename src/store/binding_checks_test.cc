@@ -1,5 +1,6 @@
 // Each runtime binding is checked once per operation: a store upload
-// (prepare, write, commit; and a shared upload), a local reshard, a store
+// (prepare, write, commit; and a shared upload), a local reshard (and a
+// converting one, whose staging bindings are checked once too), a store
 // load and a live session's open; a live rebind checks only the bindings
 // that moved. The contract layer's check observer counts every binding
 // checked (rules 30-36), so a second check anywhere on these paths fails
@@ -34,14 +35,21 @@ using ::reshard::testing::Must;
 
 using Counts = std::map<std::string, int>;
 
-// Counts the bindings checked while it lives, by "<instance>/<participant>".
+// A binding's key: its placement, instance and participant.
+std::string KeyOf(const std::string& placement_id, const std::string& instance,
+                  const std::string& participant_id) {
+  return placement_id + "|" + instance + "/" + participant_id;
+}
+
+// Counts the bindings checked while it lives, by KeyOf.
 class CheckCounter {
  public:
   CheckCounter() {
     internal::SetBindingCheckObserverForTesting(
         [this](const WeightRuntimeBindingManifest& b) {
           std::lock_guard<std::mutex> lock(mu_);
-          ++counts_[b.instance_id() + "/" + b.participant_id()];
+          ++counts_[KeyOf(b.placement_id(), b.instance_id(),
+                          b.participant_id())];
         });
   }
   ~CheckCounter() { internal::SetBindingCheckObserverForTesting(nullptr); }
@@ -86,7 +94,9 @@ struct Memory {
   Counts Once() const {
     Counts out;
     for (const WeightPlacementPart& p : placement.parts()) {
-      if (!p.fragments().empty()) out[instance + "/" + p.participant_id()] = 1;
+      if (!p.fragments().empty()) {
+        out[KeyOf(placement.placement_id(), instance, p.participant_id())] = 1;
+      }
     }
     return out;
   }
@@ -120,6 +130,40 @@ TEST_F(BindingChecksTest, LocalReshardChecksEachBindingOnce) {
   // by Reshard.
   ASSERT_OK(Reshard(source_, sb.bindings(), target_, tb.bindings()));
   EXPECT_EQ(counter.Take(), Sum(src.Once(), dst.Once()));
+}
+
+TEST_F(BindingChecksTest, ConvertingReshardChecksEachBindingOnce) {
+  // float16 -> bfloat16: the targets are filled through staging buffers,
+  // bindings of the staging placement, each checked once when bound.
+  auto layout = [](int64_t tp, const std::string& dtype) {
+    auto draft = testing::GridDraft({1, 1, 1, tp});
+    testing::AddTensor(&draft, {.tensor_id = "w",
+                                .shape = {8, 8},
+                                .dtype = dtype,
+                                .itemsize = 2,
+                                .tp_dim = 0});
+    return Must(draft.Build());
+  };
+  const auto source = layout(2, "float16");
+  const auto target = layout(4, "bfloat16");
+  CheckCounter counter;
+  Memory src(source, "source");
+  Memory dst(target, "target");
+  const CheckedBindings sb = src.Bind();
+  const CheckedBindings tb = dst.Bind();
+  ReshardOptions options;
+  options.plan.convert = true;
+  ASSERT_OK(Reshard(source, sb, target, tb, options));
+  const Counts counts = counter.Take();
+  Counts expected = Sum(src.Once(), dst.Once());
+  const auto plan =
+      Must(LogicalTransferPlan::Make(source, target, options.plan));
+  ASSERT_NE(plan.conversion(), nullptr);
+  for (const WeightPlacementPart& p : target.parts()) {
+    expected[KeyOf(plan.conversion()->staging().placement_id(), "target",
+                   p.participant_id())] = 1;
+  }
+  EXPECT_EQ(counts, expected);
 }
 
 TEST_F(BindingChecksTest, StoreUploadAndLoadCheckEachBindingOnce) {
@@ -195,7 +239,10 @@ TEST_F(BindingChecksTest, LiveOpenChecksOnceAndARebindOnlyWhatMoved) {
   counter.Take();
   const LiveUpdateReport report = Must(session->Update(2, &now));
   EXPECT_TRUE(report.rebound);
-  EXPECT_EQ(counter.Take(), (Counts{{"target/" + old.participant_id(), 1}}));
+  EXPECT_EQ(
+      counter.Take(),
+      (Counts{
+          {KeyOf(target_.placement_id(), "target", old.participant_id()), 1}}));
   ASSERT_OK(session->Close());
 }
 
