@@ -157,7 +157,7 @@ Result<HfReshardReport> RunReshard(const ReshardArgs& a) {
   load.convert = a.convert;
   load.fp8_block = a.block;
   RESHARD_ASSIGN_OR_RETURN(
-      r.load, LoadCheckpoint(ckpt, target, buffers.bindings, load));
+      r.load, LoadCheckpoint(ckpt, target, *buffers.checked, load));
   loading.Finish();
   r.load_seconds = SecondsSince(t0);
   t0 = Clock::now();
@@ -168,7 +168,7 @@ Result<HfReshardReport> RunReshard(const ReshardArgs& a) {
   CheckpointWriteOptions write = a.write;
   write.progress = writing.Callback();
   RESHARD_ASSIGN_OR_RETURN(
-      r.write, WriteCheckpointFragments(plan, target, buffers.bindings,
+      r.write, WriteCheckpointFragments(plan, target, *buffers.checked,
                                         a.output, write));
   writing.Finish();
   RESHARD_RETURN_NOT_OK(WriteHfSideFiles(side, a.output));
