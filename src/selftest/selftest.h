@@ -136,7 +136,6 @@ struct SelfTestReport {
   std::vector<double> encode_seconds;
   std::vector<double> apply_seconds;
   uint64_t snapshot_bytes = 0;
-};
   // The kind of run, as RunSelfTest was asked for it: the transport
   // ("local", a peer exchange's name, or "store" for a via_store run), the
   // procs, updates and delta options. They decide which fields the report
@@ -145,8 +144,8 @@ struct SelfTestReport {
   uint32_t procs = 0;
   uint32_t updates = 0;
   bool delta = false;
+};
 
-// The byte the pattern puts at byte `byte` of element `element` (global
 // The transfer's bandwidth in GB/s: bytes over seconds, 0 without time.
 double SelfTestGbps(const SelfTestReport& r);
 
@@ -199,6 +198,7 @@ void VisitFields(const SelfTestReport& r, Visit&& visit) {
   }
 }
 
+// The byte the pattern puts at byte `byte` of element `element` (global
 // row-major index) of the tensor with index `tensor` in sorted tensor order.
 uint8_t SelfTestPatternByte(uint64_t tensor, uint64_t element, uint64_t byte);
 
