@@ -111,6 +111,17 @@ Result<CheckedBindings> BindCheckedBuffers(
     const std::map<std::string, void*>& buffers,
     const BufferBindingOptions& options = {});
 
+// BindBuffers' binding before its check against the placement (rules
+// 30-36); the errors BindBuffers reports while building it (an unknown
+// participant, a null or missing buffer, ...) are the same. For a
+// consumer that checks plain bindings itself, as every one that takes them
+// does, so that each binding is checked once, there: LiveSession::Update
+// checks only the bindings that moved.
+Result<WeightRuntimeBindingManifest> DescribeBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const std::map<std::string, void*>& buffers,
+    const BufferBindingOptions& options = {});
+
 // One binding per participant of `placement` that owns fragments, in
 // participant order: a process that holds a whole layout (a test, a
 // single-host tool). Every binding gets the same options, so all buffers

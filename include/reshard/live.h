@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,6 +62,17 @@ namespace reshard {
 struct LiveBindings {
   std::vector<WeightRuntimeBindingManifest> sources;
   std::vector<WeightRuntimeBindingManifest> targets;
+  // Optional proofs that bindings of `sources` / `targets` were checked
+  // already (BindCheckedBuffers, CheckedBindings::Merge), for the source /
+  // target placement: a binding equal to one its proof holds is not
+  // checked again when the session binds its plan; every other binding,
+  // the other ranks' included, is checked once there. A proof for another
+  // placement fails the open naming both. Of() fills both from checked
+  // sets.
+  std::optional<CheckedBindings> checked_sources;
+  std::optional<CheckedBindings> checked_targets;
+
+  static LiveBindings Of(CheckedBindings sources, CheckedBindings targets);
 };
 
 // Who moves the bytes. kPush: sources send tagged messages, targets

@@ -69,11 +69,10 @@ RuntimeBindingFragmentSpec ViewOf(const PlacementFragment& f,
   return r;
 }
 
-// One participant's fragments, each bound where `find` says, checked once.
-Result<CheckedBindings> BindWith(const WeightPlacementManifest& placement,
-                                 std::string_view participant_id,
-                                 const BufferFinder& find,
-                                 const BufferBindingOptions& options) {
+// One participant's fragments, each bound where `find` says, unchecked.
+Result<WeightRuntimeBindingManifest> DescribeWith(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const BufferFinder& find, const BufferBindingOptions& options) {
   RESHARD_ASSIGN_OR_RETURN(const WeightPlacementPart* part,
                            PartToBind(placement, participant_id));
   const std::string context = BindContext(participant_id);
@@ -99,9 +98,22 @@ Result<CheckedBindings> BindWith(const WeightPlacementManifest& placement,
   }
   auto binding = WeightRuntimeBindingManifest::Make(std::move(spec));
   if (!binding.ok()) return binding.status().WithContext(context);
-  auto checked = CheckedBindings::Make(
-      placement, {std::move(binding).ValueOrDie()}, BindingCoverage::kSubset);
-  if (!checked.ok()) return checked.status().WithContext(context);
+  return binding;
+}
+
+// The same, checked once.
+Result<CheckedBindings> BindWith(const WeightPlacementManifest& placement,
+                                 std::string_view participant_id,
+                                 const BufferFinder& find,
+                                 const BufferBindingOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(
+      WeightRuntimeBindingManifest binding,
+      DescribeWith(placement, participant_id, find, options));
+  auto checked = CheckedBindings::Make(placement, {std::move(binding)},
+                                       BindingCoverage::kSubset);
+  if (!checked.ok()) {
+    return checked.status().WithContext(BindContext(participant_id));
+  }
   return checked;
 }
 
@@ -286,6 +298,13 @@ Result<WeightRuntimeBindingManifest> BindBuffers(
     const BufferBindingOptions& options) {
   return OnlyBinding(
       BindWith(placement, participant_id, FinderOf(buffers), options));
+}
+
+Result<WeightRuntimeBindingManifest> DescribeBuffers(
+    const WeightPlacementManifest& placement, std::string_view participant_id,
+    const std::map<std::string, void*>& buffers,
+    const BufferBindingOptions& options) {
+  return DescribeWith(placement, participant_id, FinderOf(buffers), options);
 }
 
 Result<CheckedBindings> BindAllBuffers(const WeightPlacementManifest& placement,

@@ -8,7 +8,7 @@ namespace reshard::live_internal {
 
 LiveRank::~LiveRank() {
   if (heartbeat_) heartbeat_->Stop(/*remove=*/false);
-  if (!succeeded_ && exchange_) exchange_->Abandon();
+  if (!succeeded_ && wired_ && exchange_) exchange_->Abandon();
 }
 
 Status LiveRank::RefuseRejoin() {

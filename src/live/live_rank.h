@@ -215,6 +215,11 @@ class LiveRank {
   bool may_pull_ = false;      // by the options (before the world is known)
   bool pull_ = false;          // decided with the world's hosts
   bool succeeded_ = false;
+  // Set when wire-up starts: from then on a failure gives the exchange up
+  // (Abandon) instead of tearing it down, since peers may hold endpoints
+  // to it or operations may be in flight. A failure before that (a
+  // binding refused when the plan is bound) releases it normally.
+  bool wired_ = false;
   uint64_t abandoned_in_flight_ = 0;
   // Shadow mode: the caller's target bindings and their shadows.
   ShadowTargets shadow_;

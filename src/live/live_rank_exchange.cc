@@ -11,6 +11,7 @@
 namespace reshard::live_internal {
 
 Status LiveRank::Connect() {
+  wired_ = true;
   for (const BoundRegion& br : bound_->regions()) {
     RESHARD_RETURN_NOT_OK(TakeShareOf(br));
   }

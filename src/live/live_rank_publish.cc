@@ -67,6 +67,30 @@ Status LiveRank::RegisterSources() {
                       internal::EncodeRemoteKeysRecord(options_.rank, ranges));
 }
 
+namespace {
+
+// Every rank's bindings of one side as one checked set: those equal to a
+// binding of `proof` (this rank's, checked when bound) keep their proof,
+// the others are checked once here (CheckedBindings::Replace). Errors as
+// BoundTransferPlan::Bind's: "<side> bindings: ...".
+Result<CheckedBindings> CheckWorldSide(
+    const WeightPlacementManifest& placement,
+    const std::vector<WeightRuntimeBindingManifest>& world,
+    const std::optional<CheckedBindings>& proof, std::string_view side) {
+  const std::string context = std::string(side) + " bindings";
+  Result<CheckedBindings> checked = Status::Internal("not checked");
+  if (proof.has_value()) {
+    Status st = proof->RequireFor(placement);
+    checked = st.ok() ? proof->Replace(placement, world) : st;
+  } else {
+    checked = CheckedBindings::Make(placement, world, BindingCoverage::kSubset);
+  }
+  if (!checked.ok()) return checked.status().WithContext(context);
+  return checked;
+}
+
+}  // namespace
+
 Status LiveRank::PlanAndBind() {
   RESHARD_ASSIGN_OR_RETURN(auto plan,
                            LogicalTransferPlan::Make(source_, target_));
@@ -89,9 +113,15 @@ Status LiveRank::PlanAndBind() {
                              shadow_.Shadow(bindings_.targets));
     Replace(bindings_.targets, world_.targets);
   }
+  RESHARD_ASSIGN_OR_RETURN(CheckedBindings sources,
+                           CheckWorldSide(source_, world_.sources,
+                                          bindings_.checked_sources, "source"));
+  RESHARD_ASSIGN_OR_RETURN(CheckedBindings targets,
+                           CheckWorldSide(target_, world_.targets,
+                                          bindings_.checked_targets, "target"));
   RESHARD_ASSIGN_OR_RETURN(
-      auto bound, BoundTransferPlan::Bind(*plan_, source_, world_.sources,
-                                          target_, world_.targets));
+      auto bound,
+      BoundTransferPlan::Bind(*plan_, source_, sources, target_, targets));
   bound_.emplace(std::move(bound));
   // Host memory only, on every rank alike: a device pointer is never
   // handed to UCX as host memory.

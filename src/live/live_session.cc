@@ -1,4 +1,4 @@
-// RunLiveReshard: rendezvous, plan, bind, fence, UCX exchange, completion
+// RunLiveReshard: rendezvous, plan, bind, fence, exchange, completion
 // barrier (see include/reshard/live.h for the lifecycle); AbortLiveSession
 // and OpenRendezvous.
 #include <string>
@@ -12,6 +12,15 @@ namespace reshard {
 
 using live_internal::LiveRank;
 using live_internal::ValidateOptions;
+
+LiveBindings LiveBindings::Of(CheckedBindings sources,
+                              CheckedBindings targets) {
+  LiveBindings out{sources.bindings(), targets.bindings(), std::nullopt,
+                   std::nullopt};
+  out.checked_sources = std::move(sources);
+  out.checked_targets = std::move(targets);
+  return out;
+}
 
 Result<LiveReport> RunLiveReshard(RecordStore& store,
                                   const WeightPlacementManifest& source,

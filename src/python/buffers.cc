@@ -64,12 +64,13 @@ ParticipantBuffers BuffersOf(py::handle buffers, std::string_view side) {
 
 }  // namespace
 
-std::vector<WeightRuntimeBindingManifest> BindParticipants(
+std::vector<WeightRuntimeBindingManifest> DescribeParticipants(
     const WeightPlacementManifest& placement, py::handle buffers,
     const BufferBindingOptions& options, std::string_view side) {
   std::vector<WeightRuntimeBindingManifest> out;
   for (const auto& [participant, map] : BuffersOf(buffers, side)) {
-    out.push_back(Unwrap(BindBuffers(placement, participant, map, options)));
+    out.push_back(
+        Unwrap(DescribeBuffers(placement, participant, map, options)));
   }
   return out;
 }

@@ -21,9 +21,11 @@ namespace reshard::python {
 // instance_id, generation, lease_id, worker_id, endpoint, device.
 BufferBindingOptions BindingOptionsOf(pybind11::handle options);
 
-// Binds every participant of `buffers` ({participant: {fragment: address}})
-// in participant order. Needs the GIL.
-std::vector<WeightRuntimeBindingManifest> BindParticipants(
+// The binding of every participant of `buffers` ({participant: {fragment:
+// address}}) in participant order, not yet checked against the placement
+// (DescribeBuffers): for a consumer that checks plain bindings itself.
+// Needs the GIL.
+std::vector<WeightRuntimeBindingManifest> DescribeParticipants(
     const WeightPlacementManifest& placement, pybind11::handle buffers,
     const BufferBindingOptions& options, std::string_view side);
 

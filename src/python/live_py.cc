@@ -205,11 +205,12 @@ std::unique_ptr<PyStandingSession> OpenStanding(
   o.peer_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(peer_timeout_seconds * 1e3));
   s->binding_options = BindingOptionsOf(options);
-  LiveBindings bindings;
-  bindings.sources =
-      BindParticipants(source, sources, s->binding_options, "source");
-  bindings.targets =
-      BindParticipants(target, targets, s->binding_options, "target");
+  // Checked here, before anything is published, and not again by Open.
+  LiveBindings bindings = LiveBindings::Of(
+      BindCheckedParticipants(source, sources, s->binding_options, "source",
+                              "source bindings"),
+      BindCheckedParticipants(target, targets, s->binding_options, "target",
+                              "target bindings"));
   const std::string uri = ToStr(rendezvous, "rendezvous");
   py::gil_scoped_release release;
   s->store = Unwrap(OpenRendezvous(uri));
@@ -226,11 +227,12 @@ py::dict UpdateStanding(PyStandingSession& s, py::object generation,
     if (sources.is_none() || targets.is_none()) {
       ThrowInvalid("update", "takes both sources and targets, or neither");
     }
+    // Update checks the bindings that moved, and only those.
     now.emplace();
     now->sources =
-        BindParticipants(s.source, sources, s.binding_options, "source");
+        DescribeParticipants(s.source, sources, s.binding_options, "source");
     now->targets =
-        BindParticipants(s.target, targets, s.binding_options, "target");
+        DescribeParticipants(s.target, targets, s.binding_options, "target");
   }
   Result<LiveUpdateReport> r = Status::Internal("not run");
   {

@@ -202,7 +202,8 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
       std::memset(p, 0xD7, target.FindFragment(id)->nbytes());
     }
   }
-  LiveBindings bindings{src.bindings, dst.bindings};
+  // Checked when allocated; the session does not check them again.
+  LiveBindings bindings{src.bindings, dst.bindings, src.checked, dst.checked};
   LiveSessionOptions lo;
   lo.session = session;
   lo.rank = rank;

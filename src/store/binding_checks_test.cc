@@ -213,8 +213,9 @@ TEST_F(BindingChecksTest, LiveOpenChecksOnceAndARebindOnlyWhatMoved) {
   auto records = Must(OpenDirectoryRecordStore(dir.path()));
   Memory src(source_, "source");
   Memory dst(target_, "target");
-  LiveBindings bindings{src.Bind().bindings(), dst.Bind().bindings()};
-  counter.Take();
+  // Checked when bound, and not again by Open, which checks only what
+  // another rank would have published.
+  LiveBindings bindings = LiveBindings::Of(src.Bind(), dst.Bind());
   LiveSessionOptions o;
   o.session = "checks";
   o.rank = 0;
@@ -226,17 +227,20 @@ TEST_F(BindingChecksTest, LiveOpenChecksOnceAndARebindOnlyWhatMoved) {
   ASSERT_OK(session->Update(1));
   EXPECT_EQ(counter.Take(), Counts{});
 
-  // One target participant's buffers move: only its binding is checked.
+  // One target participant's buffers move: described without a check,
+  // only its binding is checked, by Update.
   Memory moved(target_, "target");
-  LiveBindings now = bindings;
+  LiveBindings now{bindings.sources, bindings.targets};
   const WeightRuntimeBindingManifest& old = bindings.targets[1];
+  std::map<std::string, void*> buffers;
+  for (const auto& f : old.fragments()) {
+    buffers[f.placement_fragment_id()] =
+        moved.bytes.at(f.placement_fragment_id()).data();
+  }
   now.targets[1] =
-      Must(BindBuffers(target_, old.participant_id(),
-                       [&moved](std::string_view id) -> void* {
-                         return moved.bytes.at(std::string(id)).data();
-                       },
-                       {.instance_id = "target", .worker_id = "target"}));
-  counter.Take();
+      Must(DescribeBuffers(target_, old.participant_id(), buffers,
+                           {.instance_id = "target", .worker_id = "target"}));
+  EXPECT_EQ(counter.Take(), Counts{});
   const LiveUpdateReport report = Must(session->Update(2, &now));
   EXPECT_TRUE(report.rebound);
   EXPECT_EQ(
@@ -244,6 +248,50 @@ TEST_F(BindingChecksTest, LiveOpenChecksOnceAndARebindOnlyWhatMoved) {
       (Counts{
           {KeyOf(target_.placement_id(), "target", old.participant_id()), 1}}));
   ASSERT_OK(session->Close());
+}
+
+TEST_F(BindingChecksTest, LiveOpenChecksPlainBindingsOnce) {
+  // Bindings without a proof (say, decoded from their wire form): Open
+  // checks each once, with the other ranks'.
+  Memory src(source_, "source");
+  Memory dst(target_, "target");
+  LiveBindings bindings{src.Bind().bindings(), dst.Bind().bindings()};
+  CheckCounter counter;
+  testing::TempDir dir("reshard-binding-checks");
+  auto records = Must(OpenDirectoryRecordStore(dir.path()));
+  LiveSessionOptions o;
+  o.session = "plain";
+  o.rank = 0;
+  o.ranks = 1;
+  o.timeout = std::chrono::seconds(10);
+  auto session =
+      Must(LiveSession::Open(*records, source_, target_, bindings, o));
+  EXPECT_EQ(counter.Take(), Sum(src.Once(), dst.Once()));
+  ASSERT_OK(session->Close());
+}
+
+TEST_F(BindingChecksTest, LiveOpenRefusesAProofForAnotherPlacement) {
+  Memory src(source_, "source");
+  Memory dst(target_, "target");
+  // The target's proof handed over as the source's.
+  const CheckedBindings targets = dst.Bind();
+  LiveBindings bindings{src.Bind().bindings(), targets.bindings(), targets,
+                        targets};
+  testing::TempDir dir("reshard-binding-checks");
+  auto records = Must(OpenDirectoryRecordStore(dir.path()));
+  LiveSessionOptions o;
+  o.session = "proof";
+  o.rank = 0;
+  o.ranks = 1;
+  o.timeout = std::chrono::seconds(10);
+  EXPECT_THAT(
+      LiveSession::Open(*records, source_, target_, bindings, o).status(),
+      testing::StatusIs(StatusCode::kInvalidArgument,
+                        "live session proof, rank 0: source bindings: "
+                        "runtime bindings were checked for "
+                        "placement " +
+                            target_.placement_id() + ", not " +
+                            source_.placement_id()));
 }
 
 }  // namespace
