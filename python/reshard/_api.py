@@ -357,7 +357,8 @@ class WeightStore:
 class LiveSession:
     """One process's seat in a standing live session between process groups.
 
-    Every process of the session creates one with the same `name`,
+    Every process of the session creates one with the same `session` key
+    (``name``, positional, is its older name),
     `rendezvous` (a directory or ``fs://DIR`` every process sees), `ranks`
     and placements, and its own `rank`. The first ``update()`` opens the
     session (publishes, plans, binds and connects once); each ``update()``
@@ -379,7 +380,8 @@ class LiveSession:
     flight, the buffers must not be reused).
     """
 
-    def __init__(self, rendezvous: str, name: str, *, rank: int, ranks: int,
+    def __init__(self, rendezvous: str, name: Optional[str] = None, *,
+                 session: Optional[str] = None, rank: int, ranks: int,
                  source: _reshard.WeightPlacementManifest,
                  target: _reshard.WeightPlacementManifest,
                  timeout: float = 60.0, protocol: str = "auto",
@@ -399,8 +401,16 @@ class LiveSession:
                                 above_minimum=True, maximum=WEEK_SECONDS)
         peer_timeout = check_seconds("LiveSession", "peer_timeout",
                                      peer_timeout, maximum=3600.0)
+        # `session` is the library's name (LiveSessionOptions::session, the
+        # CLI's --session); `name`, positional, is kept for callers of the
+        # first release. One of them, not both.
+        if (name is None) == (session is None):
+            raise _reshard.InvalidArgumentError(
+                "LiveSession: give the session's key as session= (or name=, "
+                "its older name), once")
         self.rendezvous = rendezvous
-        self.name = name
+        self.session = session if session is not None else name
+        self.name = self.session
         self.rank = rank
         self.ranks = ranks
         self.source = source

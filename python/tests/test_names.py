@@ -78,3 +78,24 @@ def test_cli_flag_aliases(tmp_path):
     assert old == new
     assert [p["participant_id"] for p in new["target_participants"]] == [
         participant]
+
+
+def test_live_session_key_is_session_and_name_its_alias(tmp_path):
+    source = _scenario("tp_split_4_to_8_source")
+    target = _scenario("tp_split_4_to_8_target")
+    common = dict(rank=0, ranks=1, source=source, target=target)
+    by_keyword = reshard.LiveSession(str(tmp_path), session="steps", **common)
+    assert (by_keyword.session, by_keyword.name) == ("steps", "steps")
+    by_position = reshard.LiveSession(str(tmp_path), "steps", **common)
+    assert (by_position.session, by_position.name) == ("steps", "steps")
+    by_old_keyword = reshard.LiveSession(str(tmp_path), name="old", **common)
+    assert by_old_keyword.session == "old"
+    message = ("LiveSession: give the session's key as session= (or name=, "
+               "its older name), once")
+    for kwargs in ({}, {"name": "a", "session": "b"}):
+        try:
+            reshard.LiveSession(str(tmp_path), **kwargs, **common)
+        except reshard.InvalidArgumentError as e:
+            assert str(e) == message
+        else:
+            raise AssertionError(f"accepted {kwargs}")

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reshard/api.h"
@@ -109,6 +110,16 @@ struct Memory {
 Counts Sum(Counts a, const Counts& b) {
   for (const auto& [k, v] : b) a[k] += v;
   return a;
+}
+
+// A session of one rank named `session`.
+LiveSessionOptions OneRank(std::string session) {
+  LiveSessionOptions o;
+  o.session = std::move(session);
+  o.rank = 0;
+  o.ranks = 1;
+  o.timeout = std::chrono::seconds(10);
+  return o;
 }
 
 class BindingChecksTest : public ::testing::Test {
@@ -216,11 +227,7 @@ TEST_F(BindingChecksTest, LiveOpenChecksOnceAndARebindOnlyWhatMoved) {
   // Checked when bound, and not again by Open, which checks only what
   // another rank would have published.
   LiveBindings bindings = LiveBindings::Of(src.Bind(), dst.Bind());
-  LiveSessionOptions o;
-  o.session = "checks";
-  o.rank = 0;
-  o.ranks = 1;
-  o.timeout = std::chrono::seconds(10);
+  const LiveSessionOptions o = OneRank("checks");
   auto session =
       Must(LiveSession::Open(*records, source_, target_, bindings, o));
   EXPECT_EQ(counter.Take(), Sum(src.Once(), dst.Once()));
@@ -259,11 +266,7 @@ TEST_F(BindingChecksTest, LiveOpenChecksPlainBindingsOnce) {
   CheckCounter counter;
   testing::TempDir dir("reshard-binding-checks");
   auto records = Must(OpenDirectoryRecordStore(dir.path()));
-  LiveSessionOptions o;
-  o.session = "plain";
-  o.rank = 0;
-  o.ranks = 1;
-  o.timeout = std::chrono::seconds(10);
+  const LiveSessionOptions o = OneRank("plain");
   auto session =
       Must(LiveSession::Open(*records, source_, target_, bindings, o));
   EXPECT_EQ(counter.Take(), Sum(src.Once(), dst.Once()));
@@ -279,11 +282,7 @@ TEST_F(BindingChecksTest, LiveOpenRefusesAProofForAnotherPlacement) {
                         targets};
   testing::TempDir dir("reshard-binding-checks");
   auto records = Must(OpenDirectoryRecordStore(dir.path()));
-  LiveSessionOptions o;
-  o.session = "proof";
-  o.rank = 0;
-  o.ranks = 1;
-  o.timeout = std::chrono::seconds(10);
+  const LiveSessionOptions o = OneRank("proof");
   EXPECT_THAT(
       LiveSession::Open(*records, source_, target_, bindings, o).status(),
       testing::StatusIs(StatusCode::kInvalidArgument,
