@@ -233,14 +233,15 @@ Status RunLoad(const LoadArgs& a, EngineLoadReport* total) {
       continue;
     }
     RESHARD_ASSIGN_OR_RETURN(auto memory, ParameterMemory::Allocate(p));
+    // Checked once, here; the load does not check it again.
     RESHARD_ASSIGN_OR_RETURN(
-        auto binding,
-        BindParameters(*layout, p.participant_id, memory.buffers(), bo));
+        CheckedBindings binding,
+        BindCheckedParameters(*layout, p.participant_id, memory.buffers(), bo));
     CheckpointLoadOptions lo;
     lo.convert = convert;
     lo.fp8_block = a.options.block;
     RESHARD_ASSIGN_OR_RETURN(
-        auto loaded, LoadCheckpoint(ckpt, layout->placement(), {binding}, lo));
+        auto loaded, LoadCheckpoint(ckpt, layout->placement(), binding, lo));
     RESHARD_RETURN_NOT_OK(
         ZeroParameterPadding(*layout, p.participant_id, memory.buffers()));
     RESHARD_RETURN_NOT_OK(WriteParameterFile(

@@ -30,10 +30,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using internal::Printable;
 
-// Every participant's parameters in host memory, bound.
+// Every participant's parameters in host memory, bound; `checked` holds
+// the same bindings, each checked once, for consumers that take them so.
 struct Side {
   std::vector<ParameterMemory> memory;
   std::vector<WeightRuntimeBindingManifest> bindings;
+  std::optional<CheckedBindings> checked;
 };
 
 // Every participant's parameters in host memory from `make`, bound.
@@ -44,14 +46,20 @@ Result<Side> BindSide(
   Side side;
   BufferBindingOptions bo;
   bo.instance_id = instance;
+  std::vector<CheckedBindings> parts;
   for (const EngineParticipant& p : layout.participants()) {
     RESHARD_ASSIGN_OR_RETURN(auto m, make(p));
     bo.worker_id = p.participant_id;
     RESHARD_ASSIGN_OR_RETURN(
-        auto b, BindParameters(layout, p.participant_id, m.buffers(), bo));
+        CheckedBindings b,
+        BindCheckedParameters(layout, p.participant_id, m.buffers(), bo));
     side.memory.push_back(std::move(m));
-    side.bindings.push_back(std::move(b));
+    side.bindings.push_back(b.bindings().front());
+    parts.push_back(std::move(b));
   }
+  RESHARD_ASSIGN_OR_RETURN(side.checked,
+                           CheckedBindings::Merge(layout.placement(), parts,
+                                                  BindingCoverage::kSubset));
   return side;
 }
 
@@ -113,8 +121,8 @@ Status MoveLocal(const EngineLayout& source, const Side& src,
   ro.threads = args.threads;
   ro.plan.convert = args.convert;
   ro.plan.fp8_block = args.block;
-  return Reshard(source.placement(), src.bindings, target.placement(),
-                 dst.bindings, ro)
+  return Reshard(source.placement(), *src.checked, target.placement(),
+                 *dst.checked, ro)
       .status();
 }
 
@@ -148,7 +156,7 @@ Status MoveThroughStore(const EngineLayout& source, const Side& src,
   report->manifest_key = upload.manifest().manifest_key();
   RESHARD_ASSIGN_OR_RETURN(auto manifest,
                            store.ReadManifest(report->manifest_key));
-  return store.Load(manifest, target.placement(), dst.bindings).status();
+  return store.Load(manifest, target.placement(), *dst.checked).status();
 }
 
 // One of the two live processes: rank 0 holds every source participant,
@@ -177,11 +185,13 @@ Status LiveRank(const EngineLayout& source, const EngineLayout& target,
     if (!side.ok()) return abort(side.status());
     src = std::move(*side);
     bindings.sources = src.bindings;
+    bindings.checked_sources = src.checked;
   } else {
     auto side = AllocateSide(target, instance);
     if (!side.ok()) return abort(side.status());
     dst = std::move(*side);
     bindings.targets = dst.bindings;
+    bindings.checked_targets = dst.checked;
   }
   LiveSessionOptions lo;
   lo.session = session;

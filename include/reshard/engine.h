@@ -169,8 +169,15 @@ Result<std::map<std::string, void*>> ParameterFragmentBuffers(
     const EngineLayout& layout, std::string_view participant_id,
     const ParameterBuffers& buffers);
 
-// ParameterFragmentBuffers, then BindBuffers: the participant's runtime
-// binding of `layout.placement()`.
+// ParameterFragmentBuffers, then BindCheckedBuffers: the participant's
+// runtime binding of `layout.placement()`, checked once, as consumers
+// take it without checking it again.
+Result<CheckedBindings> BindCheckedParameters(
+    const EngineLayout& layout, std::string_view participant_id,
+    const ParameterBuffers& buffers, const BufferBindingOptions& options = {});
+
+// The same binding, plain (checked, though a consumer given it plain
+// checks it again).
 Result<WeightRuntimeBindingManifest> BindParameters(
     const EngineLayout& layout, std::string_view participant_id,
     const ParameterBuffers& buffers, const BufferBindingOptions& options = {});

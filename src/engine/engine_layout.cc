@@ -301,13 +301,23 @@ Result<std::map<std::string, void*>> ParameterFragmentBuffers(
   return out;
 }
 
-Result<WeightRuntimeBindingManifest> BindParameters(
+Result<CheckedBindings> BindCheckedParameters(
     const EngineLayout& layout, std::string_view participant_id,
     const ParameterBuffers& buffers, const BufferBindingOptions& options) {
   RESHARD_ASSIGN_OR_RETURN(
       auto fragments,
       ParameterFragmentBuffers(layout, participant_id, buffers));
-  return BindBuffers(layout.placement(), participant_id, fragments, options);
+  return BindCheckedBuffers(layout.placement(), participant_id, fragments,
+                            options);
+}
+
+Result<WeightRuntimeBindingManifest> BindParameters(
+    const EngineLayout& layout, std::string_view participant_id,
+    const ParameterBuffers& buffers, const BufferBindingOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(
+      CheckedBindings checked,
+      BindCheckedParameters(layout, participant_id, buffers, options));
+  return checked.bindings().front();
 }
 
 Status ZeroParameterPadding(const EngineLayout& layout,
