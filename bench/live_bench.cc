@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "bench/bench_stats.h"
-#include "reshard/backends/ucx_options.h"
 #include "reshard/plan.h"
 #include "selftest/selftest.h"
 #include "testing/placement_builders.h"
@@ -174,8 +173,9 @@ Status RunCase(const Args& args, const TransportCase& t, const Case& c,
   SelfTestOptions o;
   o.transport = "ucx";
   o.procs = 2;
-  o.exchange_options =
-      ToPeerExchangeOptions(UcxOptions{.tls = t.tls, .net_devices = t.devices});
+  // The exchange's settings by name (reshard/backends/ucx_options.h).
+  if (*t.tls) o.exchange_options.Set("tls", t.tls);
+  if (*t.devices) o.exchange_options.Set("net_devices", t.devices);
   o.measure_memcpy = false;
   o.max_in_flight = args.window;
   o.protocol = protocol;

@@ -3,18 +3,18 @@
 
 Usage: ucx_confined.py --tree ROOT
 
-Scans the C++ under ROOT's include/, src/ and tools/ and the Python under
-python/reshard/, tests excepted (*_test.cc files; python/tests/). Once
+Scans the C++ under ROOT's include/, src/, tools/, testing/, bench/,
+examples/ and fuzz/ and the Python under python/reshard/, tests excepted
+(*_test.cc files; python/tests/). Once
 comments and string literals are removed, no identifier may contain "ucx"
 in any case, and no #include may name a UCX header (ucp/, ucs/, uct/),
 live_ucx/ or reshard/backends/ucx_options.h. Exempt:
   - src/live_ucx/ and include/reshard/backends/ucx_options.h: the UCX
     exchange and its options;
-  - a tools/ file that includes reshard/backends/ucx_options.h: the CLI
-    takes the UCX options (--ucx-tls, ...) through the backend header only;
   - the documented aliases in ALIASES (a name users already call).
-So the live session, the SDK, the self-test, the Python bindings and the
-package reach UCX only through the neutral peer exchange
+So the live session, the SDK, the self-test, the CLI (whose --ucx-* flags
+are the exchange's own, PeerExchangeBackend::flags), the Python bindings
+and the package reach UCX only through the neutral peer exchange
 (reshard/sdk/peer_exchange.h): an exchange by name, its settings by name.
 Prints "PATH:LINE: what" for each offence and exits 1 when there is one.
 """
@@ -48,15 +48,12 @@ def blank(match):
     return '\n' * match.group(0).count('\n')
 
 
-def cpp_offences(text, allow_identifiers):
+def cpp_offences(text):
     out = []
     for m in INCLUDE.finditer(text):
-        if UCX_INCLUDE.match(m.group(1)) and not (
-                allow_identifiers and m.group(1) == BACKEND_HEADER):
+        if UCX_INCLUDE.match(m.group(1)):
             out.append((text.count('\n', 0, m.start()) + 1,
                         '#include "' + m.group(1) + '"'))
-    if allow_identifiers:
-        return out
     code = CPP_NOISE.sub(blank, INCLUDE.sub('', text))
     for line_no, line in enumerate(code.split('\n'), 1):
         for ident in IDENT.findall(line):
@@ -78,6 +75,10 @@ def python_offences(text, aliases):
 def tree_files(root):
     for top, suffixes in (('include', ('.h',)), ('src', ('.h', '.cc')),
                           ('tools', ('.h', '.cc')),
+                          ('testing', ('.h', '.cc')),
+                          ('bench', ('.h', '.cc')),
+                          ('examples', ('.h', '.cc')),
+                          ('fuzz', ('.h', '.cc')),
                           (os.path.join('python', 'reshard'), ('.py',))):
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
             dirnames[:] = sorted(d for d in dirnames
@@ -99,9 +100,7 @@ def offences(root):
         if rel.endswith('.py'):
             hits = python_offences(text, ALIASES.get(rel, set()))
         else:
-            tool_with_header = (rel.startswith('tools' + os.sep) and
-                                BACKEND_HEADER in text)
-            hits = cpp_offences(text, tool_with_header)
+            hits = cpp_offences(text)
         found.extend(f'{rel}:{line}: {what}' for line, what in hits)
     return found, scanned
 

@@ -43,18 +43,23 @@ class UcxConfinedTest(unittest.TestCase):
             'tools/x.cc:1: ucx',
         ])
 
-    def test_exempts_the_exchange_its_header_and_the_cli_through_it(self):
+    def test_exempts_only_the_exchange_and_its_header(self):
         with tempfile.TemporaryDirectory() as root:
             write(root, 'src/live_ucx/ucx.cc', '#include <ucp/api/ucp.h>\n')
             write(root, 'include/reshard/backends/ucx_options.h',
                   'struct UcxOptions {};\n')
             write(root, 'tools/selftest.cc',
                   '#include "reshard/backends/ucx_options.h"\nUcxOptions o;\n')
+            write(root, 'bench/live_bench.cc', 'auto f = "--ucx-tls";\n')
             write(root, 'src/live/b_test.cc', 'UcxOptions o;\n')
             write(root, 'src/live/c.cc', '#include <ucs/type/status.h>\n')
             found, scanned = ucx_confined.offences(root)
-        self.assertEqual(scanned, 2)
-        self.assertEqual(found, ['src/live/c.cc:1: #include "ucs/type/status.h"'])
+        self.assertEqual(scanned, 3)
+        self.assertEqual(found, [
+            'src/live/c.cc:1: #include "ucs/type/status.h"',
+            'tools/selftest.cc:1: #include "reshard/backends/ucx_options.h"',
+            'tools/selftest.cc:2: UcxOptions',
+        ])
 
 
 if __name__ == '__main__':

@@ -3,15 +3,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <future>
 #include <iostream>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "reshard/backends/ucx_options.h"
 #include "reshard/placement.h"
 #include "reshard/sdk/peer_exchange.h"
 #include "selftest/selftest.h"
@@ -29,8 +30,8 @@ struct SelftestArgs {
   bool json = false;
   bool keep_revision = false;
   uint32_t procs = 2;
-  std::string rendezvous, session, ucx_tls, ucx_net_devices, fault = "none";
-  std::string ucx_errors = "auto", ucx_protocol = "auto", via_store;
+  std::string rendezvous, session, fault = "none";
+  std::string protocol = "auto", via_store;
   uint32_t max_in_flight = 64;
   uint32_t updates = 0;  // 0: one RunLiveReshard
   bool convert = false;
@@ -39,11 +40,19 @@ struct SelftestArgs {
   Fp8Block block;
   std::optional<uint32_t> rank;
   std::vector<std::string> exchange_options;  // NAME=VALUE
-  std::string timeout = "60";                 // as given: NumberFlag checks it
+  // The registered exchanges' own flags (--<exchange>-<setting>), as given.
+  struct ExchangeFlag {
+    std::string flag, exchange, setting, value;
+  };
+  std::list<ExchangeFlag> exchange_flags;  // stable addresses for CLI11
+  std::string timeout = "60";              // as given: NumberFlag checks it
   ProgressMode progress = ProgressMode::kAuto;
 
-  // A multi-process UCX run (not a store round trip).
-  bool ucx_run() const { return transport == "ucx" && via_store.empty(); }
+  // A run of ranks in processes of their own (not threads of this one, not
+  // a store round trip).
+  bool multi_process_run() const {
+    return transport == "ucx" && via_store.empty();
+  }
   bool store_run() const { return !via_store.empty(); }
 };
 
@@ -67,6 +76,23 @@ CLI::Validator TransportCheck() {
                JoinNames(RegisteredPeerExchanges()) + ")";
       },
       "TRANSPORT");
+}
+
+// Every registered exchange's flags (PeerExchangeBackend::flags), as
+// --<exchange>-<setting>.
+void AddExchangeFlags(CLI::App* cmd, SelftestArgs* a) {
+  for (const std::string& name : RegisteredPeerExchanges()) {
+    const PeerExchangeBackend* backend = FindPeerExchange(name).ValueOrDie();
+    for (const PeerExchangeFlag& f : backend->flags) {
+      std::string flag = "--" + name + "-" + f.setting;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      auto& given = a->exchange_flags.emplace_back(
+          SelftestArgs::ExchangeFlag{flag, name, f.setting, ""});
+      CLI::Option* option =
+          cmd->add_option(flag, given.value, name + ": " + f.help);
+      if (!f.choices.empty()) option->check(CLI::IsMember(f.choices));
+    }
+  }
 }
 
 void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
@@ -100,15 +126,8 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
                   "NAME=VALUE: a setting of the peer exchange, as its "
                   "backend states them (repeatable; for ucx, --ucx-tls T is "
                   "--exchange-option tls=T)");
-  cmd->add_option("--ucx-tls", a->ucx_tls,
-                  "ucx: transports (UCX_TLS), e.g. cma,tcp or tcp");
-  cmd->add_option("--ucx-net-devices", a->ucx_net_devices,
-                  "ucx: network devices (UCX_NET_DEVICES), e.g. lo");
-  cmd->add_option("--ucx-error-handling", a->ucx_errors,
-                  "ucx: peer (UCX reports peer failures; excludes CMA and "
-                  "shared memory), none, or auto (peer for tcp only)")
-      ->check(CLI::IsMember({"auto", "peer", "none"}));
-  cmd->add_option("--ucx-protocol", a->ucx_protocol,
+  AddExchangeFlags(cmd, a);
+  cmd->add_option("--ucx-protocol", a->protocol,
                   "ucx: push (sources send tagged messages), pull "
                   "(targets read with RMA get) or auto (pull on one host "
                   "with UCX's own transports, else push)")
@@ -157,16 +176,19 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   // A live run over a peer exchange (ucx, or inproc: ranks as threads).
   const bool live = a.transport != "local";
   for (const char* flag :
-       {"--procs", "--rendezvous", "--session", "--rank", "--ucx-tls",
-        "--ucx-net-devices", "--ucx-error-handling", "--ucx-protocol",
+       {"--procs", "--rendezvous", "--session", "--rank", "--ucx-protocol",
         "--max-in-flight", "--inject-fault", "--updates", "--delta",
         "--change-fraction", "--exchange-option"}) {
-    const bool settings_of_ucx = std::string_view(flag).starts_with("--ucx-") &&
-                                 std::string_view(flag) != "--ucx-protocol";
-    if ((!live || (settings_of_ucx && a.transport != "ucx")) &&
-        cmd.count(flag) > 0) {
+    if (!live && cmd.count(flag) > 0) {
       return Status::InvalidArgument(std::string(flag) +
                                      " needs --transport ucx");
+    }
+  }
+  // An exchange's own flags need that exchange.
+  for (const SelftestArgs::ExchangeFlag& f : a.exchange_flags) {
+    if (a.transport != f.exchange && cmd.count(f.flag) > 0) {
+      return Status::InvalidArgument(f.flag + " needs --transport " +
+                                     f.exchange);
     }
   }
   if (live && !a.via_store.empty()) {
@@ -198,16 +220,16 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   return Status::OK();
 }
 
-// The exchange's settings: the --ucx-* flags through the UCX backend's
-// options (its header states them), then every --exchange-option in order.
-PeerExchangeOptions ExchangeOptionsOf(const SelftestArgs& a) {
-  UcxOptions ucx;
-  ucx.tls = a.ucx_tls;
-  ucx.net_devices = a.ucx_net_devices;
-  if (a.ucx_errors == "peer") ucx.error_handling = UcxErrorHandling::kPeer;
-  if (a.ucx_errors == "none") ucx.error_handling = UcxErrorHandling::kNone;
+// The exchange's settings: its own flags that were given, in the order
+// it lists them, then every --exchange-option in order.
+PeerExchangeOptions ExchangeOptionsOf(const SelftestArgs& a,
+                                      const CLI::App& cmd) {
   PeerExchangeOptions out;
-  if (a.transport == "ucx") out = ToPeerExchangeOptions(ucx);
+  for (const SelftestArgs::ExchangeFlag& f : a.exchange_flags) {
+    if (f.exchange == a.transport && cmd.count(f.flag) > 0) {
+      out.Set(f.setting, f.value);
+    }
+  }
   for (const std::string& setting : a.exchange_options) {
     const size_t eq = setting.find('=');
     out.Set(setting.substr(0, eq),
@@ -216,7 +238,7 @@ PeerExchangeOptions ExchangeOptionsOf(const SelftestArgs& a) {
   return out;
 }
 
-SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
+SelfTestOptions ToSelfTestOptions(const SelftestArgs& a, const CLI::App& cmd) {
   SelfTestOptions options;
   options.transport = a.transport;
   options.threads = a.threads;
@@ -229,9 +251,9 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a) {
   options.max_in_flight = a.max_in_flight;
   options.via_store = a.via_store;
   options.keep_revision = a.keep_revision;
-  if (a.ucx_protocol == "pull") options.protocol = LiveProtocol::kPull;
-  if (a.ucx_protocol == "push") options.protocol = LiveProtocol::kPush;
-  options.exchange_options = ExchangeOptionsOf(a);
+  if (a.protocol == "pull") options.protocol = LiveProtocol::kPull;
+  if (a.protocol == "push") options.protocol = LiveProtocol::kPush;
+  options.exchange_options = ExchangeOptionsOf(a, cmd);
   if (a.fault == "kill-source") options.fault = SelfTestFault::kKillSource;
   if (a.fault == "kill-target") options.fault = SelfTestFault::kKillTarget;
   if (a.fault == "stale-generation") {
@@ -285,7 +307,7 @@ Result<SelfTestReport> RunSelftest(const SelftestArgs& a, const CLI::App& cmd) {
   RESHARD_ASSIGN_OR_RETURN(auto src, LoadPlacement(a.source));
   RESHARD_ASSIGN_OR_RETURN(auto dst, target.get());
   RESHARD_RETURN_NOT_OK(ValidateSelftestArgs(a, cmd));
-  SelfTestOptions options = ToSelfTestOptions(a);
+  SelfTestOptions options = ToSelfTestOptions(a, cmd);
   PhaseProgress progress(a.progress);
   if (ProgressEnabled(a.progress)) {
     options.progress = [&progress](std::string_view phase, double fraction) {
@@ -315,7 +337,7 @@ void PrintSelftest(const SelftestArgs& a, const SelfTestReport& r) {
               static_cast<unsigned long long>(r.bytes));
   std::printf("  %-26s %14llu\n", "operations",
               static_cast<unsigned long long>(r.operations));
-  if (a.ucx_run()) {
+  if (a.multi_process_run()) {
     std::printf("  %-26s %14u\n", "processes", a.procs);
     std::printf("  %-26s %14llu\n", "UCX messages",
                 static_cast<unsigned long long>(r.messages));

@@ -130,11 +130,18 @@ class UcxPeerExchange final : public PeerExchange {
 // Nothing names this file: the library links its layer whole.
 static const bool kRegistered =
     RegisterPeerExchange(
-        {"ucx", "between processes and hosts (UCX: shared memory, CMA, TCP)",
+        {"ucx",
+         "between processes and hosts (UCX: shared memory, CMA, TCP)",
          &UcxPeerExchange::Make,
          [](const PeerExchangeOptions& options) {
            return UcxOptionsFromSettings(options).status();
-         }})
+         },
+         {{"tls", "transports (UCX_TLS), e.g. cma,tcp or tcp", {}},
+          {"net_devices", "network devices (UCX_NET_DEVICES), e.g. lo", {}},
+          {"error_handling",
+           "peer (UCX reports peer failures; excludes CMA and shared "
+           "memory), none, or auto (peer for tcp only)",
+           {"auto", "peer", "none"}}}})
         .ok();
 
 }  // namespace reshard::internal

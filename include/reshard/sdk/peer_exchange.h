@@ -208,6 +208,15 @@ struct PeerExchangeConfig {
   PeerExchangeOptions options;
 };
 
+// A setting an implementation offers on command lines, as the flag
+// --<exchange>-<setting> ('_' spelled '-'): "ucx"'s tls is --ucx-tls.
+struct PeerExchangeFlag {
+  std::string setting;  // the setting's name, as check_options takes it
+  std::string help;     // one line for --help
+  // The values it takes, when they are a fixed set (else any).
+  std::vector<std::string> choices;
+};
+
 // One registered implementation.
 struct PeerExchangeBackend {
   std::string name;  // what LiveSessionOptions::exchange names: "ucx"
@@ -221,6 +230,8 @@ struct PeerExchangeBackend {
   // Checks settings without making anything (a session checks them
   // before it publishes); empty: every setting is refused.
   std::function<Status(const PeerExchangeOptions& options)> check_options;
+  // Settings offered as command-line flags (the CLI's selftest), in order.
+  std::vector<PeerExchangeFlag> flags;
 };
 
 // Registers `backend`; an implementation's folder registers itself with
