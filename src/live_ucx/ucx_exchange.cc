@@ -2,12 +2,25 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "bind/row_walker.h"
 #include "live_exchange/side_stream.h"
 
 namespace reshard::internal {
 namespace {
+
+// What an abandoned operation leaves with UCX (its state, the completion
+// queue, the datatype): UCX may still write into it, so it lives until the
+// process exits, held here rather than dropped (it is kept on purpose,
+// which leak checkers then see).
+void KeepUntilExit(void* kept) {
+  static std::mutex mu;
+  static auto* const held = new std::vector<void*>();
+  std::lock_guard<std::mutex> lock(mu);
+  held->push_back(kept);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -163,7 +176,7 @@ Status WireUp(UcxWorker& worker, const std::vector<UcxEndpoint*>& peers,
     if (s->done) {
       ucp_request_free(s->request);
     } else {
-      s.release();  // still owned by UCX (the session is abandoned)
+      KeepUntilExit(s.release());  // UCX's still (the session is abandoned)
     }
   }
   return failure;
@@ -178,8 +191,8 @@ namespace {
 class Exchange {
  public:
   Exchange(UcxWorker& worker, const UcxEndpointsByRank& endpoints,
-           const std::vector<ExchangeOp>& ops, const ExchangeRunOptions& options,
-           ExchangeStats* stats)
+           const std::vector<ExchangeOp>& ops,
+           const ExchangeRunOptions& options, ExchangeStats* stats)
       : worker_(worker),
         endpoints_(endpoints),
         ops_(ops),
@@ -434,12 +447,12 @@ class Exchange {
     for (size_t i = 0; i < ops_.size(); ++i) {
       if (!settled_[i] && state_[i]->posted && state_[i]->done) Settle(i);
     }
-    (void)completed_.release();
-    (void)generic_.release();
+    KeepUntilExit(completed_.release());
+    KeepUntilExit(generic_.release());
     for (size_t i = 0; i < ops_.size(); ++i) {
       if (!settled_[i] && state_[i]->posted) {
         ++stats_->abandoned_in_flight;
-        (void)state_[i].release();
+        KeepUntilExit(state_[i].release());
       }
     }
   }
