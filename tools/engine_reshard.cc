@@ -30,11 +30,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using internal::Printable;
 
-// Every participant's parameters in host memory, bound; `checked` holds
-// the same bindings, each checked once, for consumers that take them so.
+// Every participant's parameters in host memory, bound: each binding
+// checked once, for consumers that take them so (set once bound).
 struct Side {
   std::vector<ParameterMemory> memory;
-  std::vector<WeightRuntimeBindingManifest> bindings;
   std::optional<CheckedBindings> checked;
 };
 
@@ -54,7 +53,6 @@ Result<Side> BindSide(
         CheckedBindings b,
         BindCheckedParameters(layout, p.participant_id, m.buffers(), bo));
     side.memory.push_back(std::move(m));
-    side.bindings.push_back(b.bindings().front());
     parts.push_back(std::move(b));
   }
   RESHARD_ASSIGN_OR_RETURN(side.checked,
@@ -142,12 +140,16 @@ Status MoveThroughStore(const EngineLayout& source, const Side& src,
       auto q, SourceQuantization::Make(
                   source.placement(),
                   args.convert ? target.placement() : source.placement(),
-                  src.bindings, quantize));
+                  src.checked->bindings(), quantize));
   RESHARD_RETURN_NOT_OK(q.Quantize(args.threads));
-  // Checked once, for the upload's prepare and writes alike.
-  RESHARD_ASSIGN_OR_RETURN(CheckedBindings bindings,
-                           CheckedBindings::Make(q.placement(), q.bindings(),
-                                                 BindingCoverage::kSubset));
+  // Checked once, for the upload's prepare and writes alike: bindings the
+  // quantization left as they were (the same placement) keep their proof.
+  RESHARD_ASSIGN_OR_RETURN(
+      CheckedBindings bindings,
+      src.checked->RequireFor(q.placement()).ok()
+          ? src.checked->Replace(q.placement(), q.bindings())
+          : CheckedBindings::Make(q.placement(), q.bindings(),
+                                  BindingCoverage::kSubset));
   RESHARD_ASSIGN_OR_RETURN(auto upload,
                            store.PrepareUpload(q.placement(), bindings));
   RESHARD_ASSIGN_OR_RETURN(auto receipts,
@@ -184,13 +186,13 @@ Status LiveRank(const EngineLayout& source, const EngineLayout& target,
         MapSources(source, instance, args.source_dir, args.trust_file_names);
     if (!side.ok()) return abort(side.status());
     src = std::move(*side);
-    bindings.sources = src.bindings;
+    bindings.sources = src.checked->bindings();
     bindings.checked_sources = src.checked;
   } else {
     auto side = AllocateSide(target, instance);
     if (!side.ok()) return abort(side.status());
     dst = std::move(*side);
-    bindings.targets = dst.bindings;
+    bindings.targets = dst.checked->bindings();
     bindings.checked_targets = dst.checked;
   }
   LiveSessionOptions lo;
