@@ -87,6 +87,25 @@ struct LiveBindings {
 // docs/live.md.
 enum class LiveProtocol : uint8_t { kAuto, kPush, kPull };
 
+// The weights a target rank serves after a successful update (a standing
+// session's version): the update's generation, the source placement it
+// came from, the caller's tag (LiveSession::Update; for example the
+// trainer step) and the digest of the update (XXH3-64 over the ranks'
+// digests of the regions' hashes they verified, in rank order: every rank
+// of the session holds the same; 0 when the session does not verify).
+// A failed update changes nothing.
+struct LiveVersion {
+  uint64_t generation = 0;
+  std::string source_placement_id;
+  std::string tag;
+  uint64_t digest = 0;
+
+  friend bool operator==(const LiveVersion&, const LiveVersion&) = default;
+};
+
+// The longest version tag (UTF-8, no control characters).
+inline constexpr size_t kMaxVersionTagBytes = 256;
+
 struct LiveSessionOptions {
   // Session key: one record-key component ([A-Za-z0-9._~%-]).
   std::string session;
@@ -184,6 +203,37 @@ struct LiveSessionOptions {
   std::string target_declaration;
   std::function<Status(uint32_t rank, std::string_view declaration)>
       check_target_declaration;
+  // Verified on arrival (docs/live.md, "When things fail"): every region a
+  // rank receives is checked against the XXH3-64 its source computed over
+  // the bytes it sent (the converted bytes when the source quantizes; in a
+  // delta update, the region as it is after the change), before the
+  // rank's vote. The hashes travel in one message per pair of ranks after
+  // the data. A difference fails the update on every rank, naming the
+  // region, its tensor, the target participant and the peer; shadow
+  // targets then keep serving the last good generation. Every rank of a
+  // session sets the same.
+  bool verify = true;
+  // Standing sessions: a rank found dead (silent heartbeat, lost endpoint,
+  // or a rank that had to leave after an uncertain update) is waited for
+  // this long, from the moment it was found, to rejoin (a new process
+  // opening with `rejoin`) before the update fails. Zero fails at once.
+  std::chrono::milliseconds rejoin_timeout{30000};
+  // Standing sessions: this process takes the place of rank `rank` of the
+  // open session `session`, whose process died or left (same rank and
+  // participants; its bindings and address may be new, on another host).
+  // The surviving ranks reconnect to it alone; its first update is a full
+  // one (delta updates resume after it). Without it, a rank with records
+  // in the session is refused (AlreadyExists).
+  bool rejoin = false;
+  // Standing sessions, ranks hosting targets: called after every
+  // successful update, once the targets hold the new weights (after the
+  // shadow flip and conversions), with the version they now serve.
+  std::function<void(const LiveVersion&)> on_version;
+  // Fault injection (tests; `selftest --inject-fault corrupt-message`): in
+  // the update at this generation (1 for a one-shot run; 0: never), this
+  // rank flips one byte of the first region it received from another rank
+  // once it arrived, as a byte flipped on the wire would be.
+  uint64_t corrupt_received_in_update = 0;
 };
 
 // The largest target declaration a rank may publish.
@@ -229,6 +279,11 @@ struct LiveUpdateReport {
   double apply_seconds = 0;
   std::vector<LivePeerTraffic> peers;
   bool ready = false;  // this rank's targets are activation-ready
+  // verify: regions this rank received (from peers and from itself) and
+  // checked against their source's hash; hashing what it received and
+  // the hash round (its source hashes run while the data moves).
+  uint64_t verified_regions = 0;
+  double verify_seconds = 0;
 };
 
 // Calls visit(name, value) for every field of `r`, names sorted: the one
@@ -257,6 +312,8 @@ void VisitFields(const LiveUpdateReport& r, Visit&& visit) {
   visit("transfer_seconds", r.transfer_seconds);
   visit("update_seconds", r.update_seconds);
   visit("validate_seconds", r.validate_seconds);
+  visit("verified_regions", r.verified_regions);
+  visit("verify_seconds", r.verify_seconds);
   visit("wire_bytes", r.wire_bytes);
 }
 
@@ -311,13 +368,26 @@ Result<LiveReport> RunLiveReshard(RecordStore& rendezvous,
 // read the sources and write the targets this rank hosts; between updates,
 // and after Close, the session touches neither. After an Update that failed
 // with outcome() == kUncertain it may still do so: those buffers must not
-// be freed or reused while the process lives. A failed session (any
-// failure on any rank) cannot be updated again; open a new one.
+// be freed or reused while the process lives.
+//
+// Failures (docs/live.md, "When things fail"). An update fails alike on
+// every rank (its recorded outcome). When it failed before any byte moved
+// (a refused fence or binding, a tag that differs between ranks, a rank
+// that did not come back in time) or after every byte arrived (a region
+// that failed verification, the caller's validator), nothing is in flight
+// anywhere: the session stays open, shadow targets still serve the last
+// good generation, and the next Update (a new generation, or the same one
+// again) runs over the same connections. A failure in the middle of the
+// exchange (a peer that died, a lost connection) ends the session on the
+// ranks with operations in flight (outcome() kUncertain: they must leave
+// and rejoin, a new process with LiveSessionOptions::rejoin) and on the
+// rank that aborted it; the others stay, and their next update waits up to
+// rejoin_timeout for the missing ranks to rejoin.
 
 enum class LiveOutcome : uint8_t {
-  kOk,         // no update failed
-  kFailed,     // an update failed with nothing of this rank in flight
-  kUncertain,  // an update failed with operations in flight
+  kOk,         // the last update succeeded (or none ran yet)
+  kFailed,     // the last update failed with nothing of this rank in flight
+  kUncertain,  // an update failed with operations of this rank in flight
 };
 
 class LiveSession {
@@ -332,19 +402,25 @@ class LiveSession {
       WeightPlacementManifest target, LiveBindings bindings,
       LiveSessionOptions options);
 
-  // Closes (errors ignored) unless Close was called or an update failed.
+  // Closes (errors ignored) unless Close was called or the session is no
+  // longer usable().
   ~LiveSession();
   LiveSession(const LiveSession&) = delete;
   LiveSession& operator=(const LiveSession&) = delete;
 
-  // One update at `generation`, strictly above the previous update's. When
+  // One update at `generation`, strictly above the last successful
+  // update's (a failed one may be retried at its generation). When
   // `bindings` is given it is this rank's bindings now: fragments that
   // moved are rebound locally before anything moves (push), or refused
-  // (FailedPrecondition) for sources registered at open (pull). On error
-  // the session is over (outcome() tells whether buffers may still be in
-  // use) and the other ranks fail too, naming this rank.
+  // (FailedPrecondition) for sources registered at open (pull). `tag`
+  // (kMaxVersionTagBytes of UTF-8, no control characters) goes into the
+  // version the update publishes; ranks that pass one must pass the same
+  // (usually the sources pass the trainer step and the targets none). On
+  // error the other ranks fail too, naming this rank; usable() tells
+  // whether the session can be updated again.
   Result<LiveUpdateReport> Update(uint64_t generation,
-                                  const LiveBindings* bindings = nullptr);
+                                  const LiveBindings* bindings = nullptr,
+                                  std::string_view tag = {});
 
   // Gives up the session without an update (for example this rank's own
   // inputs for the next update were refused): records `reason` for the
@@ -364,6 +440,17 @@ class LiveSession {
   Status Close();
 
   LiveOutcome outcome() const;
+  // Whether Update may be called: not closed, not aborted, and no update
+  // left operations of this rank in flight.
+  bool usable() const;
+  // The weights this rank's targets hold since the last successful update
+  // (nullopt before the first).
+  std::optional<LiveVersion> version() const;
+  // Connections this rank's exchange made (one per peer at open, one more
+  // per reconnection to a rank that rejoined).
+  uint64_t connections() const;
+  // Ranks that rejoined this session since this rank opened it.
+  uint64_t rejoins() const;
   // Plan + bind + connect, and the whole Open call, in seconds.
   double plan_seconds() const;
   double open_seconds() const;

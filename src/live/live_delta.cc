@@ -16,6 +16,7 @@
 
 #include "bind/strided_stream.h"
 #include "live/delta_codec.h"
+#include "live/region_hash.h"
 #include "live_exchange/side_stream.h"
 #include "util/host_memory.h"
 
@@ -28,17 +29,6 @@ using internal::StridedSide;
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// XXH3-64 of a side's stream, read where its rows lie (the same value as
-// the hash of the packed stream).
-uint64_t HashSide(const StridedSide& side, XXH3_state_t* state) {
-  if (side.contiguous()) return XXH3_64bits(side.base, side.total_bytes);
-  XXH3_64bits_reset(state);
-  internal::ForEachStreamRow(side, [&](const uint8_t* p, uint64_t, uint64_t n) {
-    XXH3_64bits_update(state, p, n);
-  });
-  return XXH3_64bits_digest(state);
 }
 
 const BoundRegion& RegionOf(const ExchangeOp& op, size_t r) {
@@ -514,5 +504,18 @@ Status LiveDelta::Apply(const std::vector<ExchangeOp>& ops,
 }
 
 void LiveDelta::Abandon() { (void)buffers_.release(); }
+
+void LiveDelta::SentHashes(const std::vector<ExchangeOp>& ops,
+                           std::vector<uint64_t>* by_region) const {
+  const Buffers& b = *buffers_;
+  for (size_t i = 0; i < ops.size() && i < b.snapshot_hashes.size(); ++i) {
+    const ExchangeOp& op = ops[i];
+    if (op.kind != ExchangeOp::Kind::kSend) continue;
+    const auto& hashes = b.snapshot_hashes[i];
+    for (size_t r = 0; r < hashes.size() && r < 1 + op.more.size(); ++r) {
+      (*by_region)[RegionOf(op, r).region] = hashes[r];
+    }
+  }
+}
 
 }  // namespace reshard::live_internal

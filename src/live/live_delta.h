@@ -64,6 +64,12 @@ class LiveDelta {
              const ExchangeRunOptions& data_round, uint64_t base_generation,
              LiveReport* report, ExchangeStats* stats);
 
+  // The hash of every region this rank sent in the last update (its
+  // snapshot's, which the update brought up to date: what the target holds
+  // after applying), into (*by_region)[region index]; sized by the caller.
+  void SentHashes(const std::vector<ExchangeOp>& ops,
+                  std::vector<uint64_t>* by_region) const;
+
   // Gives up the message buffers (never freed) after a failed exchange
   // left operations in flight: the exchange may still write into them.
   void Abandon();

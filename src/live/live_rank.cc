@@ -53,27 +53,53 @@ Status LiveRank::Open() {
   return Status::OK();
 }
 
-void LiveRank::BeginUpdate(uint64_t generation) {
+void LiveRank::BeginUpdate(uint64_t generation, uint64_t attempt,
+                           std::string tag) {
   generation_ = generation;
-  scope_ = "u/" + std::to_string(generation) + "/";
+  scope_ = "u/" + std::to_string(generation) +
+           (attempt == 0 ? "" : "r" + std::to_string(attempt)) + "/";
   tag_ = SessionTag(options_.session + "/" + scope_);
+  tag_text_ = std::move(tag);
 }
 
 Status LiveRank::RunUpdate() {
   succeeded_ = false;
+  certain_ = false;
+  followed_failure_ = false;
   const LiveReport opened = report_;
   report_ = LiveReport{};
   report_.regions = opened.regions;
   report_.plan_seconds = opened.plan_seconds;
-  RESHARD_RETURN_NOT_OK(Fence());
-  RESHARD_RETURN_NOT_OK(FencedBarrier());
-  RESHARD_RETURN_NOT_OK(Exchange());
-  RESHARD_RETURN_NOT_OK(Complete());
-  RESHARD_RETURN_NOT_OK(Barrier());
-  if (scope_.empty() && heartbeat_) {
-    // A one-shot run is over for this rank; the others no longer watch
-    // it (it voted "done").
-    heartbeat_->Stop(/*remove=*/true);
+  if (scope_.empty()) {
+    // A one-shot run: any failure ends it.
+    RESHARD_RETURN_NOT_OK(Fence());
+    RESHARD_RETURN_NOT_OK(Exchange());
+    RESHARD_RETURN_NOT_OK(Verify());
+    RESHARD_RETURN_NOT_OK(Complete());
+    RESHARD_RETURN_NOT_OK(Barrier());
+    // Over for this rank; the others no longer watch it (it voted).
+    if (heartbeat_) heartbeat_->Stop(/*remove=*/true);
+  } else {
+    // Before the fenced barrier passes nothing is posted anywhere, and
+    // after this rank's exchange and verification nothing of it is in
+    // flight: a failure there leaves the session usable (FailUpdate). One
+    // in the exchange ends it (it may leave operations in flight).
+    Status st = Fence();
+    if (st.ok()) st = FencedBarrier();
+    if (!st.ok()) return FailUpdate(std::move(st));
+    RESHARD_RETURN_NOT_OK(Exchange());
+    st = Verify();
+    if (st.ok()) st = Complete();
+    if (!st.ok()) {
+      return abandoned_in_flight_ > 0 ? st : FailUpdate(std::move(st));
+    }
+    st = Barrier();
+    if (!st.ok()) {
+      // This rank voted: nothing of it is in flight.
+      delivered_ = false;
+      Status settled = Settle();
+      return settled.ok() ? st : st.WithContext(settled.message());
+    }
   }
   shadow_.Flip();
   RESHARD_RETURN_NOT_OK(Ready());
@@ -119,6 +145,7 @@ Status LiveRank::Rebind(const LiveBindings& now) {
   ops_.clear();
   local_.clear();
   batches_.clear();
+  if (verify_) verify_->Clear();
   bound_.emplace(std::move(bound));
   for (const BoundRegion& br : bound_->regions()) {
     RESHARD_RETURN_NOT_OK(TakeShareOf(br));
@@ -139,6 +166,10 @@ Status LiveRank::Abort(Status st) {
 
 void LiveRank::StopHeartbeat() {
   if (heartbeat_) heartbeat_->Stop(/*remove=*/true);
+}
+
+LiveVersion LiveRank::version() const {
+  return {generation_, source_.placement_id(), agreed_tag_, digest_};
 }
 
 uint64_t LiveRank::delta_snapshot_bytes() const {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "live/heartbeat.h"
 #include "live/live_delta.h"
 #include "live/live_records.h"
+#include "live/live_verify.h"
 #include "live/live_world.h"
 #include "live/session_records.h"
 #include "live/shadow_targets.h"
@@ -73,11 +75,24 @@ class LiveRank {
   // Nothing moves until RunUpdate.
   Status Open();
 
-  // Scopes the next RunUpdate's records and tags to `generation`.
-  void BeginUpdate(uint64_t generation);
+  // Scopes the next RunUpdate's records and tags to `generation` (its
+  // `attempt`-th try: 0 the first, counting up while it is retried) and
+  // takes the caller's version tag for it (checked: CheckVersionTag).
+  void BeginUpdate(uint64_t generation, uint64_t attempt, std::string tag);
 
-  // One update: fence, exchange, completion, barrier, ready.
+  // One update: fence, exchange, verification, completion, barrier, ready.
   Status RunUpdate();
+
+  // After a failed RunUpdate of a standing session: it failed alike on
+  // every rank (the recorded outcome) with nothing of this rank in flight
+  // and every other rank settled, so the session may go on.
+  bool failed_certainly() const { return certain_; }
+
+  // After a successful RunUpdate: what this rank's targets now hold.
+  LiveVersion version() const;
+
+  // Connections this rank's exchange made.
+  uint64_t connections() const { return connections_; }
 
   // Takes `now` as this rank's bindings from the next update on. Changed
   // fragments are rebound locally: in push mode each side only ever uses
@@ -169,6 +184,28 @@ class LiveRank {
   // refused tensors) fails it for everybody with nothing in flight.
   Status FencedBarrier();
 
+  // Verification on arrival (live_verify.h), after this rank's exchange.
+  Status Verify();
+
+  // "region 7 (tensor t, target participant p) from rank 1 (host h)".
+  std::string DescribeRegion(const BoundRegion& br, uint32_t peer) const;
+
+  // A standing session's update failed before any byte moved or after
+  // every byte arrived: records it as the update's outcome (unless a rank
+  // did first), settles, and returns the failure as this rank saw it (or
+  // as the deciding rank did).
+  Status FailUpdate(Status st);
+
+  // Waits until every rank is past the update's exchange (its "done" or
+  // "failed" vote, an abort, a close, or a silent heartbeat), so that no
+  // rank still reads or writes another's buffers when this one returns.
+  // Sets certain_ when it got there.
+  Status Settle();
+
+  // The fenced records of every rank: the update's tag (they must agree)
+  // and whether it is a delta update (every rank names the same base).
+  Status ReadFenced();
+
   // 5. Completion: the caller's validator, then "done".
   Status Complete();
 
@@ -183,8 +220,9 @@ class LiveRank {
   //    it). Still progressing meanwhile: peers may still read from us.
   Status Barrier();
 
-  // Every vote of `done` is a well-formed marker of its rank.
-  Status CheckVotes(const std::string& done);
+  // Every vote of `done` is a well-formed vote of its rank; *digest is
+  // the update's (CombineDigests of the votes'; 0 without verification).
+  Status CheckVotes(const std::string& done, uint64_t* digest);
 
   // Records `outcome` unless another rank recorded one first.
   Status Decide(const internal::OutcomeRecord& outcome,
@@ -229,6 +267,17 @@ class LiveRank {
   std::optional<LiveDelta> delta_;
   bool delivered_ = false;
   uint64_t delivered_generation_ = 0;
+  bool delta_round_ = false;  // this update sends deltas (ReadFenced)
+  // verify: hashes and the check (live_verify.h).
+  std::optional<LiveVerify> verify_;
+  std::string tag_text_;           // the caller's tag for this update
+  std::string agreed_tag_;         // the update's tag (ReadFenced)
+  uint64_t digest_ = 0;            // the update's digest (its commit)
+  uint64_t incarnation_ = 0;       // of this rank's process (rejoin)
+  bool certain_ = false;           // failed_certainly()
+  bool followed_failure_ = false;  // this update's recorded outcome failed
+  uint64_t connections_ = 0;
+  std::set<uint32_t> connected_;
   // The plan and this rank's share of it.
   std::optional<LogicalTransferPlan> plan_;
   std::optional<BoundTransferPlan> bound_;

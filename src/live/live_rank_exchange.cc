@@ -12,6 +12,7 @@ namespace reshard::live_internal {
 
 Status LiveRank::Connect() {
   wired_ = true;
+  if (options_.verify) verify_.emplace(plan_->regions().size());
   for (const BoundRegion& br : bound_->regions()) {
     RESHARD_RETURN_NOT_OK(TakeShareOf(br));
   }
@@ -40,11 +41,14 @@ Status LiveRank::TakeShareOf(const BoundRegion& br) {
   const bool pulled = pull_ && !small && PulledRegion(br);
   if (from == options_.rank && to == options_.rank) {
     local_.push_back(&br);
+    if (verify_) verify_->Local(&br);
   } else if (from == options_.rank) {
     RESHARD_RETURN_NOT_OK(Peer(to));
+    if (verify_) verify_->Outgoing(to, &br);
     if (!pulled) AddMessage(br, to, Kind::kSend, small);
   } else if (to == options_.rank) {
     RESHARD_RETURN_NOT_OK(Peer(from));
+    if (verify_) verify_->Incoming(from, &br);
     if (!pulled) {
       AddMessage(br, from, Kind::kReceive, small);
     } else {
@@ -74,7 +78,12 @@ void LiveRank::AddMessage(const BoundRegion& br, uint32_t peer,
 }
 
 Status LiveRank::Peer(uint32_t r) {
-  return exchange_->Connect(r, world_.addresses[r], RankName(r, world_));
+  if (connected_.count(r)) return Status::OK();
+  RESHARD_RETURN_NOT_OK(
+      exchange_->Connect(r, world_.addresses[r], RankName(r, world_)));
+  connected_.insert(r);
+  ++connections_;
+  return Status::OK();
 }
 
 Result<uint64_t> LiveRank::RemoteKey(uint32_t r, const BoundRegion& br) {
@@ -114,6 +123,9 @@ Status LiveRank::Exchange() {
   xo.deadline = Deadline();
   xo.poll_abort = [&] { return records_.CheckPeers(); };
   xo.on_first_completion = [&] { Stage("transfer"); };
+  // The sources are read-only until the update ends: they hash while the
+  // data moves (a delta session's encoding hashes what it sends).
+  if (verify_) verify_->Start(/*sent_known=*/delta_.has_value(), 0);
   for (const BoundRegion* br : local_) {
     internal::CopyRegionSegments(*br, 0, internal::RowCount(*br));
     report_.bytes_received += br->bytes;
@@ -122,6 +134,7 @@ Status LiveRank::Exchange() {
   ExchangeStats stats;
   Status exchanged = RunOps(xo, &stats);
   abandoned_in_flight_ = stats.abandoned_in_flight;
+  if (!exchanged.ok() && verify_) verify_->Cancel();
   RESHARD_RETURN_NOT_OK(exchanged);
   uint64_t regions_in = 0, bytes_in = 0;
   for (const auto& op : ops_) {
@@ -144,7 +157,7 @@ Status LiveRank::Exchange() {
 }
 
 Status LiveRank::RunOps(const ExchangeRunOptions& xo, ExchangeStats* stats) {
-  if (!delta_ || !delivered_) {
+  if (!delta_ || !delta_round_) {
     Status st = exchange_->Run(ops_, xo, stats);
     if (st.ok() && delta_) st = delta_->Snapshot(ops_);
     return st;
@@ -156,6 +169,49 @@ Status LiveRank::RunOps(const ExchangeRunOptions& xo, ExchangeStats* stats) {
                           delivered_generation_, &report_, stats);
   if (!st.ok() && stats->abandoned_in_flight > 0) delta_->Abandon();
   return st;
+}
+
+}  // namespace reshard::live_internal
+
+namespace reshard::live_internal {
+
+Status LiveRank::Verify() {
+  if (!verify_) return Status::OK();
+  const auto t0 = Clock::now();
+  if (delta_) delta_->SentHashes(ops_, &verify_->sent());
+  ExchangeRunOptions round;
+  round.session_tag = SessionTag(options_.session + "/" + scope_ + "hashes");
+  round.max_in_flight = options_.max_in_flight;
+  round.deadline = Deadline();
+  round.poll_abort = [&] { return records_.CheckPeers(); };
+  const uint64_t corrupt_at = options_.corrupt_received_in_update;
+  const bool corrupt =
+      corrupt_at != 0 && corrupt_at == (scope_.empty() ? 1 : generation_);
+  ExchangeStats stats;
+  Status st = verify_->Finish(
+      *exchange_, round, 0, corrupt,
+      [&](const BoundRegion& br, uint32_t peer) {
+        return DescribeRegion(br, peer);
+      },
+      &stats);
+  abandoned_in_flight_ = stats.abandoned_in_flight;
+  report_.verify_seconds = Seconds(t0);
+  report_.verified_regions = verify_->verified();
+  return st;
+}
+
+std::string LiveRank::DescribeRegion(const BoundRegion& br,
+                                     uint32_t peer) const {
+  const TransferRegion& lr = plan_->regions()[br.region];
+  std::string out =
+      "region " + std::to_string(br.region) + " (tensor " +
+      plan_->tensors()[lr.tensor] + ", target participant " +
+      std::string(
+          plan_->target_fragments()[lr.target_fragment].participant_id) +
+      ")";
+  if (peer >= options_.ranks)
+    return out + ", copied within rank " + std::to_string(options_.rank);
+  return out + " from " + RankName(peer, world_);
 }
 
 }  // namespace reshard::live_internal

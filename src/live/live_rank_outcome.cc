@@ -9,18 +9,52 @@ namespace reshard::live_internal {
 
 Status LiveRank::FencedBarrier() {
   if (scope_.empty()) return Status::OK();
-  RESHARD_RETURN_NOT_OK(
-      records_.Put(records_.Key(scope_ + "fenced"),
-                   internal::EncodeMarkerRecord(options_.rank)));
+  RESHARD_RETURN_NOT_OK(records_.Put(
+      records_.Key(scope_ + "fenced"),
+      internal::EncodeFencedRecord({options_.rank,
+                                    delivered_ ? delivered_generation_ : 0,
+                                    incarnation_, tag_text_})));
+  const std::string decision = records_.Key(scope_ + "outcome", 0);
   const auto t0 = Clock::now();
   Status all =
       records_.WaitForAll(scope_ + "fenced", Deadline(), [&]() -> Status {
         RESHARD_RETURN_NOT_OK(exchange_->PeerFailure());
+        // A rank that failed its fence recorded the update's outcome.
+        auto recorded = records_.Get(decision);
+        if (recorded.ok()) return Follow(*recorded, decision, t0);
         exchange_->Progress(std::chrono::microseconds(200));
         return Status::OK();
       });
   report_.arrival_seconds = Seconds(t0);
-  return all;
+  RESHARD_RETURN_NOT_OK(all);
+  return ReadFenced();
+}
+
+Status LiveRank::ReadFenced() {
+  agreed_tag_.clear();
+  uint32_t tag_rank = 0;
+  bool same_base = delivered_;
+  for (uint32_t r = 0; r < options_.ranks; ++r) {
+    const std::string key = records_.Key(scope_ + "fenced", r);
+    RESHARD_ASSIGN_OR_RETURN(std::string text, records_.Get(key));
+    RESHARD_ASSIGN_OR_RETURN(auto fenced,
+                             internal::DecodeFencedRecord(text, key, r));
+    same_base = same_base && fenced.base == delivered_generation_;
+    if (fenced.tag.empty()) continue;
+    if (agreed_tag_.empty()) {
+      agreed_tag_ = fenced.tag;
+      tag_rank = r;
+    } else if (fenced.tag != agreed_tag_) {
+      return Status::InvalidArgument(
+          "the ranks' version tags for the update differ: rank " +
+          std::to_string(tag_rank) + " \"" + agreed_tag_ + "\", rank " +
+          std::to_string(r) + " \"" + fenced.tag + "\"");
+    }
+  }
+  // A delta update needs every rank's delta state at the same delivered
+  // update (a rank that rejoined or a failed update makes it a full one).
+  delta_round_ = delta_.has_value() && same_base;
+  return Status::OK();
 }
 
 Status LiveRank::Complete() {
@@ -31,9 +65,13 @@ Status LiveRank::Complete() {
     report_.validate_seconds = Seconds(t0);
     RESHARD_RETURN_NOT_OK(valid);
   }
-  RESHARD_RETURN_NOT_OK(
-      records_.Put(records_.Key(scope_ + "done"),
-                   internal::EncodeMarkerRecord(options_.rank)));
+  internal::DoneRecord vote{options_.rank};
+  if (verify_) {
+    vote.digest = verify_->digest();
+    vote.verified = verify_->verified();
+  }
+  RESHARD_RETURN_NOT_OK(records_.Put(records_.Key(scope_ + "done"),
+                                     internal::EncodeDoneRecord(vote)));
   Stage("done");
   return Status::OK();
 }
@@ -52,9 +90,11 @@ Status LiveRank::Barrier() {
     RESHARD_ASSIGN_OR_RETURN(auto keys, records_.List(done));
     Status failed = Status::OK();
     if (keys.size() >= options_.ranks) {
-      failed = CheckVotes(done);
+      uint64_t digest = 0;
+      failed = CheckVotes(done, &digest);
       if (failed.ok()) {
-        RESHARD_RETURN_NOT_OK(Decide({true, options_.rank, ""}, decision));
+        RESHARD_RETURN_NOT_OK(
+            Decide({true, options_.rank, "", digest}, decision));
         continue;
       }
     }
@@ -90,12 +130,16 @@ Status LiveRank::Barrier() {
   }
 }
 
-Status LiveRank::CheckVotes(const std::string& done) {
+Status LiveRank::CheckVotes(const std::string& done, uint64_t* digest) {
+  std::vector<uint64_t> digests;
   for (uint32_t r = 0; r < options_.ranks; ++r) {
     const std::string key = records_.Key(done, r);
     RESHARD_ASSIGN_OR_RETURN(std::string text, records_.Get(key));
-    RESHARD_RETURN_NOT_OK(internal::DecodeMarkerRecord(text, key, r));
+    RESHARD_ASSIGN_OR_RETURN(auto vote,
+                             internal::DecodeDoneRecord(text, key, r));
+    digests.push_back(vote.digest);
   }
+  *digest = options_.verify ? CombineDigests(digests) : 0;
   return Status::OK();
 }
 
@@ -111,7 +155,11 @@ Status LiveRank::Follow(const std::string& text, const std::string& decision,
   RESHARD_ASSIGN_OR_RETURN(auto outcome, internal::DecodeOutcomeRecord(
                                              text, decision, options_.ranks));
   report_.barrier_seconds = Seconds(since);
-  if (outcome.commit) return Status::OK();
+  if (outcome.commit) {
+    digest_ = outcome.digest;
+    return Status::OK();
+  }
+  followed_failure_ = true;
   return Status::Aborted(
       "live session " + options_.session + " failed as decided by rank " +
       std::to_string(outcome.decided_by) + ": " + outcome.reason);
@@ -124,6 +172,74 @@ Status LiveRank::Ready() {
                    internal::EncodeMarkerRecord(options_.rank)));
   report_.ready = true;
   return Status::OK();
+}
+
+}  // namespace reshard::live_internal
+
+namespace reshard::live_internal {
+
+Status LiveRank::FailUpdate(Status st) {
+  const std::string decision = records_.Key(scope_ + "outcome", 0);
+  const std::string where = "live session " + options_.session + ", rank " +
+                            std::to_string(options_.rank) + ", update " +
+                            std::to_string(generation_);
+  if (!followed_failure_) {
+    // Ours, unless a rank recorded the update's outcome first.
+    Status decided = Decide(
+        {false, options_.rank, st.WithContext(where).ToString()}, decision);
+    if (!decided.ok()) return st;
+    auto text = records_.Get(decision);
+    if (!text.ok()) return st;
+    auto outcome =
+        internal::DecodeOutcomeRecord(*text, decision, options_.ranks);
+    if (!outcome.ok()) return outcome.status();
+    if (outcome->commit) {
+      return Status::Internal(decision +
+                              " records a commit this rank did not vote for");
+    }
+    if (outcome->decided_by != options_.rank) {
+      st = Follow(*text, decision, Clock::now());
+    }
+  }
+  delivered_ = false;  // the next update is a full one
+  Status settled = Settle();
+  if (!settled.ok()) return st.WithContext(settled.message());
+  return st;
+}
+
+Status LiveRank::Settle() {
+  const std::string done = scope_ + "done";
+  const std::string failed = scope_ + "failed";
+  if (!records_.Get(records_.Key(done)).ok()) {
+    const Status put = records_.Put(
+        records_.Key(failed), internal::EncodeMarkerRecord(options_.rank));
+    if (!put.ok() && !put.IsAlreadyExists()) return put;
+  }
+  const auto deadline = Deadline();
+  auto sleep = std::chrono::microseconds(200);
+  while (true) {
+    std::string missing;
+    for (uint32_t r = 0; r < options_.ranks; ++r) {
+      if (r == options_.rank || records_.Get(records_.Key(done, r)).ok() ||
+          records_.Get(records_.Key(failed, r)).ok()) {
+        continue;
+      }
+      RESHARD_ASSIGN_OR_RETURN(bool gone, records_.Gone(r));
+      if (!gone) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (missing.empty()) {
+      certain_ = true;
+      return Status::OK();
+    }
+    if (Clock::now() >= deadline) {
+      return Status::Unavailable("timed out after " +
+                                 std::to_string(options_.timeout.count()) +
+                                 " ms waiting for rank(s) " + missing +
+                                 " to finish the failed update");
+    }
+    exchange_->Progress(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
+  }
 }
 
 }  // namespace reshard::live_internal

@@ -67,6 +67,31 @@ Result<Parsed> Parse(std::string_view text, std::string_view kind,
   return Parsed{std::move(doc).ValueOrDie(), std::move(obj).ValueOrDie()};
 }
 
+// A 64-bit hash as recorded: 16 lowercase hex digits.
+std::string HashText(uint64_t hash) {
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, hash >>= 4) out[i] = kHex[hash & 15];
+  return out;
+}
+
+Result<uint64_t> HashField(const WideStrictObject& obj, std::string_view name,
+                           std::string_view kind, std::string_view key) {
+  auto text = obj.String(name);
+  if (!text.ok()) return text.status().WithContext(What(kind, key));
+  uint64_t out = 0;
+  bool ok = text->size() == 16;
+  for (char c : *text) {
+    const int d = HexDigit(c);
+    ok = ok && d >= 0;
+    out = (out << 4) | static_cast<uint64_t>(d < 0 ? 0 : d);
+  }
+  if (!ok) {
+    return Status::InvalidArgument(What(kind, key) + ": " + std::string(name) +
+                                   " is not 16 lowercase hex digits");
+  }
+  return out;
+}
+
 // Checks the "rank" field against the rank in the record's key.
 Status CheckRank(const WideStrictObject& obj, std::string_view kind,
                  std::string_view key, uint32_t rank) {
@@ -289,6 +314,117 @@ Status DecodeMarkerRecord(std::string_view text, std::string_view key,
   return CheckRank(p.obj, kKind, key, rank);
 }
 
+std::string EncodeDoneRecord(const DoneRecord& record) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyString("digest", HashText(record.digest));
+  w.KeyUInt("rank", record.rank);
+  w.KeyUInt("verified", record.verified);
+  w.EndObject();
+  return out;
+}
+
+Result<DoneRecord> DecodeDoneRecord(std::string_view text, std::string_view key,
+                                    uint32_t rank) {
+  constexpr std::string_view kKind = "done";
+  RESHARD_ASSIGN_OR_RETURN(
+      auto p, Parse(text, kKind, key, {"digest", "rank", "verified"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  DoneRecord out;
+  out.rank = rank;
+  RESHARD_ASSIGN_OR_RETURN(out.digest, HashField(p.obj, "digest", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(out.verified,
+                           U64Field(p.obj, "verified", kKind, key));
+  return out;
+}
+
+Status CheckVersionTag(std::string_view tag) {
+  if (tag.size() > kMaxVersionTagBytes) {
+    return Status::InvalidArgument(
+        "version tag of " + std::to_string(tag.size()) + " bytes (at most " +
+        std::to_string(kMaxVersionTagBytes) + ")");
+  }
+  for (size_t i = 0; i < tag.size(); ++i) {
+    const auto c = static_cast<unsigned char>(tag[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return Status::InvalidArgument("version tag holds control character " +
+                                     std::to_string(c) + " at byte " +
+                                     std::to_string(i));
+    }
+  }
+  if (!simdjson::validate_utf8(tag.data(), tag.size())) {
+    return Status::InvalidArgument("version tag is not valid UTF-8");
+  }
+  return Status::OK();
+}
+
+std::string EncodeFencedRecord(const FencedRecord& record) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyUInt("base", record.base);
+  w.KeyUInt("incarnation", record.incarnation);
+  w.KeyUInt("rank", record.rank);
+  w.KeyString("tag", record.tag);
+  w.EndObject();
+  return out;
+}
+
+Result<FencedRecord> DecodeFencedRecord(std::string_view text,
+                                        std::string_view key, uint32_t rank) {
+  constexpr std::string_view kKind = "fenced";
+  RESHARD_ASSIGN_OR_RETURN(
+      auto p, Parse(text, kKind, key, {"base", "incarnation", "rank", "tag"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  FencedRecord out;
+  out.rank = rank;
+  RESHARD_ASSIGN_OR_RETURN(out.base, U64Field(p.obj, "base", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(out.incarnation,
+                           U64Field(p.obj, "incarnation", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(out.tag, StringField(p.obj, "tag", kKind, key));
+  Status tag = CheckVersionTag(out.tag);
+  if (!tag.ok()) return tag.WithContext(What(kKind, key));
+  return out;
+}
+
+std::string EncodeVersionRecord(const VersionRecord& record) {
+  std::string out;
+  CanonicalJsonWriter w(&out);
+  w.BeginObject();
+  w.KeyString("digest", HashText(record.version.digest));
+  w.KeyUInt("generation", record.version.generation);
+  w.KeyUInt("rank", record.rank);
+  w.KeyString("source_placement_id",
+              ValidUtf8(record.version.source_placement_id));
+  w.KeyString("tag", ValidUtf8(record.version.tag));
+  w.EndObject();
+  return out;
+}
+
+Result<VersionRecord> DecodeVersionRecord(std::string_view text,
+                                          std::string_view key, uint32_t rank) {
+  constexpr std::string_view kKind = "version";
+  RESHARD_ASSIGN_OR_RETURN(auto p, Parse(text, kKind, key,
+                                         {"digest", "generation", "rank",
+                                          "source_placement_id", "tag"}));
+  RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
+  VersionRecord out;
+  out.rank = rank;
+  RESHARD_ASSIGN_OR_RETURN(out.version.digest,
+                           HashField(p.obj, "digest", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(out.version.generation,
+                           U64Field(p.obj, "generation", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(
+      out.version.source_placement_id,
+      StringField(p.obj, "source_placement_id", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(out.version.tag,
+                           StringField(p.obj, "tag", kKind, key));
+  Status tag = CheckVersionTag(out.version.tag);
+  if (!tag.ok()) return tag.WithContext(What(kKind, key));
+  return out;
+}
+
 std::string EncodeClosedRecord(const ClosedRecord& record) {
   std::string out;
   CanonicalJsonWriter w(&out);
@@ -352,6 +488,7 @@ std::string EncodeOutcomeRecord(const OutcomeRecord& record) {
   w.Key("commit");
   w.Bool(record.commit);
   w.KeyUInt("decided_by", record.decided_by);
+  w.KeyString("digest", HashText(record.digest));
   w.KeyString("reason", ValidUtf8(Shorten(record.reason, kMaxRecordedText)));
   w.EndObject();
   return out;
@@ -362,8 +499,10 @@ Result<OutcomeRecord> DecodeOutcomeRecord(std::string_view text,
                                           uint32_t ranks) {
   constexpr std::string_view kKind = "outcome";
   RESHARD_ASSIGN_OR_RETURN(
-      auto p, Parse(text, kKind, key, {"commit", "decided_by", "reason"}));
+      auto p,
+      Parse(text, kKind, key, {"commit", "decided_by", "digest", "reason"}));
   OutcomeRecord out;
+  RESHARD_ASSIGN_OR_RETURN(out.digest, HashField(p.obj, "digest", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(out.commit, BoolField(p.obj, "commit", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(uint64_t by,
                            U64Field(p.obj, "decided_by", kKind, key));

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/live.h"
 #include "reshard/status.h"
 
 namespace reshard::internal {
@@ -66,6 +67,53 @@ std::string EncodeMarkerRecord(uint32_t rank);
 Status DecodeMarkerRecord(std::string_view text, std::string_view key,
                           uint32_t rank);
 
+// done/<r> (one-shot) and u/<generation>/done/<r>: the rank's vote that
+// everything it received arrived (and was verified: `verified` regions,
+// its digest, LiveVerify; 0 and 0 without verification).
+// {"digest":"<16 hex>","rank":R,"verified":N}
+struct DoneRecord {
+  uint32_t rank = 0;
+  uint64_t digest = 0;
+  uint64_t verified = 0;
+};
+std::string EncodeDoneRecord(const DoneRecord& record);
+Result<DoneRecord> DecodeDoneRecord(std::string_view text, std::string_view key,
+                                    uint32_t rank);
+
+// u/<generation>/fenced/<r> (standing session): the rank passed its fence
+// and may exchange. `base`: the generation its delta state was last
+// delivered at (0: none; an update is a delta update only when every rank
+// names the same non-zero base); `incarnation`: which process holds the
+// rank (0 the one that opened, counting up with each rejoin); `tag`: the
+// caller's version tag for the update ("" when it gave none; the ranks
+// that give one must agree).
+// {"base":G,"incarnation":I,"rank":R,"tag":"..."}
+struct FencedRecord {
+  uint32_t rank = 0;
+  uint64_t base = 0;
+  uint64_t incarnation = 0;
+  std::string tag;
+};
+std::string EncodeFencedRecord(const FencedRecord& record);
+Result<FencedRecord> DecodeFencedRecord(std::string_view text,
+                                        std::string_view key, uint32_t rank);
+
+// A version tag: at most kMaxVersionTagBytes (live.h) of UTF-8 without control
+// characters.
+Status CheckVersionTag(std::string_view tag);
+
+// version/<r> (standing session, target ranks): the weights the rank
+// serves since its last successful update (LiveVersion).
+// {"digest":"<16 hex>","generation":G,"rank":R,"source_placement_id":"...",
+//  "tag":"..."}
+struct VersionRecord {
+  uint32_t rank = 0;
+  LiveVersion version;
+};
+std::string EncodeVersionRecord(const VersionRecord& record);
+Result<VersionRecord> DecodeVersionRecord(std::string_view text,
+                                          std::string_view key, uint32_t rank);
+
 // closed/<r> (standing session): the rank closed the session after
 // `updates` successful updates; a rank still waiting for it in an update
 // names it at once instead of waiting out the timeout.
@@ -102,13 +150,15 @@ Result<std::string> DecodeAbortRecord(std::string_view text,
 // (every "done" present: commit; a rank that failed before its "done", a
 // silent rank or the deadline: abort), and followed by every rank that
 // reaches the world barrier, so that all of them end the update alike.
-// {"commit":bool,"decided_by":R,"reason":"..."}; a commit has an empty
-// reason, an abort a non-empty one. Kept under rank 0's key component
-// (rank 0 removes it) whoever decided.
+// {"commit":bool,"decided_by":R,"digest":"<16 hex>","reason":"..."}; a commit
+// has an empty reason, an abort a non-empty one. Kept under rank 0's key
+// component (rank 0 removes it) whoever decided.
 struct OutcomeRecord {
   bool commit = false;
   uint32_t decided_by = 0;
   std::string reason;
+  // A commit: the update's digest (CombineDigests of the ranks' votes).
+  uint64_t digest = 0;
 };
 std::string EncodeOutcomeRecord(const OutcomeRecord& record);
 // Also checks that decided_by is below `ranks`.

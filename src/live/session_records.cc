@@ -121,6 +121,14 @@ Status SessionRecords::CheckSilent(
       std::to_string(watch_->SilentMillis(*silent)) + " ms; it died or hangs)");
 }
 
+Result<bool> SessionRecords::Gone(uint32_t r) {
+  if (Get(Key("abort", r)).ok() || Get(Key("closed", r)).ok()) return true;
+  if (!watch_) return false;
+  RESHARD_ASSIGN_OR_RETURN(
+      auto silent, watch_->FirstSilent([r](uint32_t x) { return x != r; }));
+  return silent.has_value();
+}
+
 Status SessionRecords::CheckPeers(const std::function<bool(uint32_t)>& exempt) {
   RESHARD_RETURN_NOT_OK(CheckAborts(exempt));
   RESHARD_RETURN_NOT_OK(CheckClosed(exempt));

@@ -83,6 +83,10 @@ class SessionRecords {
   // peer_timeout, unless `exempt` excuses it.
   Status CheckSilent(const std::function<bool(uint32_t)>& exempt = nullptr);
 
+  // Whether rank `r` left the session: it recorded an abort or closed, or
+  // its heartbeat stood still for peer_timeout.
+  Result<bool> Gone(uint32_t r);
+
   // CheckAborts, CheckClosed, then CheckSilent; `exempt` excuses ranks of
   // all three.
   Status CheckPeers(const std::function<bool(uint32_t)>& exempt = nullptr);

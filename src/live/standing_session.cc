@@ -8,6 +8,7 @@
 
 #include "live/live_conversion.h"
 #include "live/live_rank.h"
+#include "live/live_records.h"
 #include "reshard/live.h"
 
 namespace reshard {
@@ -73,14 +74,126 @@ struct LiveSession::Impl {
     return store.Delete(closed_key);
   }
 
+  // The arguments of an update, before anything is recorded.
+  Status CheckUpdate(const std::string& name, uint64_t generation,
+                     std::string_view tag) const {
+    if (closed) return Status::FailedPrecondition(name + " is closed");
+    if (over) {
+      return Status::FailedPrecondition(
+          name + (outcome == LiveOutcome::kUncertain
+                      ? " left operations of this rank in flight in an "
+                        "earlier update; this rank must rejoin (a new "
+                        "process opening with rejoin)"
+                      : " ended in an earlier update; open a new session"));
+    }
+    if (updated && generation <= last_generation) {
+      return Status::InvalidArgument(name + ": update generation " +
+                                     std::to_string(generation) +
+                                     " is not above the previous update's " +
+                                     std::to_string(last_generation));
+    }
+    Status checked = internal::CheckVersionTag(tag);
+    if (!checked.ok()) return checked.WithContext(name);
+    return Status::OK();
+  }
+
+  // Rebind, quantize, the update, the conversion of shadow targets.
+  Status Run(const LiveBindings* bindings, LiveUpdateReport* out) {
+    LiveConversion* conversion = wire->conversion.get();
+    Status st = Status::OK();
+    if (bindings != nullptr) {
+      if (conversion == nullptr) {
+        st = rank.Rebind(*bindings);
+      } else {
+        auto wired = conversion->Translate(*bindings, /*adopt=*/true);
+        st = wired.ok() ? rank.Rebind(*wired) : wired.status();
+      }
+      out->rebound = st.ok();
+    }
+    if (st.ok() && conversion != nullptr) {
+      st = conversion->Quantize(wire->threads);
+    }
+    if (st.ok()) st = rank.RunUpdate();
+    if (st.ok() && conversion != nullptr && options.shadow_targets) {
+      // The flip wrote the staging buffers; the targets convert from them.
+      st = conversion->Apply(wire->threads);
+    }
+    return st;
+  }
+
+  // A failed update: the session goes on when it failed alike everywhere
+  // with nothing in flight (LiveRank::failed_certainly), else it is over
+  // for this rank and its failure is recorded for the others.
+  Status Failed(Status st, uint64_t generation) {
+    stale_scopes.push_back(rank.scope());
+    if (rank.failed_certainly()) {
+      outcome = LiveOutcome::kFailed;
+      attempts = failed_generation == generation ? attempts + 1 : 1;
+      failed_generation = generation;
+      return st.WithContext(
+          "the session stays open: retry the update or "
+          "run the next one");
+    }
+    over = true;
+    outcome = rank.abandoned_in_flight() > 0 ? LiveOutcome::kUncertain
+                                             : LiveOutcome::kFailed;
+    Status recorded = rank.Abort(std::move(st));
+    if (outcome == LiveOutcome::kUncertain) {
+      recorded = recorded.WithContext(
+          "outcome uncertain (" + std::to_string(rank.abandoned_in_flight()) +
+          " operation(s) in flight: do not free or reuse this rank's buffers; "
+          "rank " +
+          std::to_string(options.rank) +
+          " must rejoin, a new process opening with rejoin)");
+    }
+    return recorded;
+  }
+
+  // This rank's records of earlier updates (each rank removes its own;
+  // rank 0 the outcome records).
+  void RemoveScopes() {
+    SessionRecords& s = rank.records();
+    for (const std::string& scope : stale_scopes) {
+      for (const char* kind :
+           {"fenced", "done", "failed", "ready", "outcome"}) {
+        (void)store.Delete(s.Key(scope + kind));
+      }
+    }
+    stale_scopes.clear();
+  }
+
+  // The version the targets now hold: the record version/<r> replaced,
+  // then the caller's callback.
+  Status Publish() {
+    version = rank.version();
+    if (wire->bindings.targets.empty()) return Status::OK();
+    SessionRecords& s = rank.records();
+    const std::string key = s.Key("version");
+    RESHARD_RETURN_NOT_OK(store.Delete(key));
+    RESHARD_RETURN_NOT_OK(store.Put(
+        key, internal::EncodeVersionRecord({options.rank, *version})));
+    if (options.on_version) options.on_version(*version);
+    return Status::OK();
+  }
+
   RecordStore& store;
   std::unique_ptr<LiveWire> wire;  // placements, bindings, conversions
   const LiveSessionOptions& options;
   LiveRank rank;
   LiveOutcome outcome = LiveOutcome::kOk;
   bool closed = false;
+  // Set when the session can no longer be updated (an update left
+  // operations in flight or ended it, or Abort).
+  bool over = false;
   uint64_t last_generation = 0;
   bool updated = false;
+  // A failed update's generation and tries, so a retry of it gets records
+  // of its own; scopes of failed updates, removed after the next success.
+  uint64_t failed_generation = 0;
+  uint64_t attempts = 0;
+  std::vector<std::string> stale_scopes;
+  std::optional<LiveVersion> version;
+  uint64_t rejoins = 0;
   uint64_t updates = 0;  // successful ones, recorded when closing
   double open_seconds = 0;
   // Set while an Update runs: a second concurrent caller is refused.
@@ -110,6 +223,8 @@ void CopyCounters(const LiveReport& r, LiveUpdateReport* out) {
   out->apply_seconds = r.apply_seconds;
   out->peers = r.peers;
   out->ready = r.ready;
+  out->verified_regions = r.verified_regions;
+  out->verify_seconds = r.verify_seconds;
 }
 
 }  // namespace
@@ -117,10 +232,7 @@ void CopyCounters(const LiveReport& r, LiveUpdateReport* out) {
 LiveSession::LiveSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 LiveSession::~LiveSession() {
-  if (impl_ != nullptr && !impl_->closed &&
-      impl_->outcome == LiveOutcome::kOk) {
-    (void)Close();
-  }
+  if (impl_ != nullptr && !impl_->closed && !impl_->over) (void)Close();
 }
 
 Result<std::unique_ptr<LiveSession>> LiveSession::Open(
@@ -143,6 +255,7 @@ Result<std::unique_ptr<LiveSession>> LiveSession::Open(
   RESHARD_RETURN_NOT_OK(impl->rank.RefuseRejoin());
   if (Status st = impl->rank.Open(); !st.ok()) {
     impl->outcome = LiveOutcome::kFailed;
+    impl->over = true;
     return impl->rank.Abort(std::move(st));
   }
   impl->open_seconds = Seconds(t0);
@@ -150,7 +263,8 @@ Result<std::unique_ptr<LiveSession>> LiveSession::Open(
 }
 
 Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
-                                             const LiveBindings* bindings) {
+                                             const LiveBindings* bindings,
+                                             std::string_view tag) {
   Impl& m = *impl_;
   const std::string name = "live session " + m.options.session;
   if (m.in_update.exchange(true)) {
@@ -163,75 +277,40 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
     std::atomic<bool>& flag;
     ~Clear() { flag = false; }
   } clear{m.in_update};
-  if (m.closed) return Status::FailedPrecondition(name + " is closed");
-  if (m.outcome != LiveOutcome::kOk) {
-    return Status::FailedPrecondition(
-        name + " failed in an earlier update; open a new session");
-  }
-  if (m.updated && generation <= m.last_generation) {
-    return Status::InvalidArgument(name + ": update generation " +
-                                   std::to_string(generation) +
-                                   " is not above the previous update's " +
-                                   std::to_string(m.last_generation));
-  }
+  RESHARD_RETURN_NOT_OK(m.CheckUpdate(name, generation, tag));
   const auto t0 = Clock::now();
   LiveUpdateReport out;
   out.generation = generation;
   const std::string previous = m.rank.scope();
-  m.rank.BeginUpdate(generation);
-  LiveConversion* conversion = m.wire->conversion.get();
-  Status st = Status::OK();
-  if (bindings != nullptr) {
-    if (conversion == nullptr) {
-      st = m.rank.Rebind(*bindings);
-    } else {
-      auto wired = conversion->Translate(*bindings, /*adopt=*/true);
-      st = wired.ok() ? m.rank.Rebind(*wired) : wired.status();
-    }
-    out.rebound = st.ok();
-  }
-  if (st.ok() && conversion != nullptr) {
-    st = conversion->Quantize(m.wire->threads);
-  }
-  if (st.ok()) st = m.rank.RunUpdate();
-  if (st.ok() && conversion != nullptr && m.options.shadow_targets) {
-    // The flip wrote the staging buffers; the targets convert from them.
-    st = conversion->Apply(m.wire->threads);
-  }
-  if (!st.ok()) {
-    m.outcome = m.rank.abandoned_in_flight() > 0 ? LiveOutcome::kUncertain
-                                                 : LiveOutcome::kFailed;
-    Status recorded = m.rank.Abort(std::move(st));
-    if (m.outcome == LiveOutcome::kUncertain) {
-      recorded = recorded.WithContext(
-          "outcome uncertain (" + std::to_string(m.rank.abandoned_in_flight()) +
-          " operation(s) in flight: do not free or reuse this rank's buffers)");
-    }
-    return recorded;
-  }
-  // Every rank is past this update's barrier, so nobody reads the previous
-  // update's records any more.
-  if (!previous.empty()) {
-    SessionRecords& s = m.rank.records();
-    for (const char* kind : {"fenced", "done", "ready", "outcome"}) {
-      (void)m.store.Delete(s.Key(previous + kind));
-    }
-  }
+  const uint64_t attempt =
+      m.failed_generation == generation && m.attempts > 0 ? m.attempts : 0;
+  m.rank.BeginUpdate(generation, attempt, std::string(tag));
+  Status st = m.Run(bindings, &out);
+  if (!st.ok()) return m.Failed(std::move(st), generation);
+  m.outcome = LiveOutcome::kOk;
+  m.failed_generation = 0;
+  m.attempts = 0;
+  // Every rank is past this update's barrier, so nobody reads the records
+  // of the updates before it any more.
+  if (!previous.empty()) m.stale_scopes.push_back(previous);
+  m.RemoveScopes();
   m.updated = true;
   ++m.updates;
   m.last_generation = generation;
   CopyCounters(m.rank.report(), &out);
-  if (conversion != nullptr) {
-    out.convert_seconds =
-        conversion->quantize_seconds() + conversion->apply_seconds();
+  if (m.wire->conversion != nullptr) {
+    out.convert_seconds = m.wire->conversion->quantize_seconds() +
+                          m.wire->conversion->apply_seconds();
   }
+  RESHARD_RETURN_NOT_OK(m.Publish());
   out.update_seconds = Seconds(t0);
   return out;
 }
 
 Status LiveSession::Abort(const Status& reason) {
   Impl& m = *impl_;
-  if (m.closed || m.outcome != LiveOutcome::kOk) return Status::OK();
+  if (m.closed || m.over) return Status::OK();
+  m.over = true;
   m.outcome = LiveOutcome::kFailed;
   const Status recorded = m.rank.Abort(reason);
   (void)recorded;
@@ -242,7 +321,7 @@ Status LiveSession::Close() {
   Impl& m = *impl_;
   if (m.closed) return Status::OK();
   m.closed = true;
-  if (m.outcome != LiveOutcome::kOk) return Status::OK();
+  if (m.over) return Status::OK();
   SessionRecords& s = m.rank.records();
   // With this rank's count of updates: a peer still in an update names
   // this rank as closed at once (SessionRecords::CheckClosed).
@@ -254,6 +333,12 @@ Status LiveSession::Close() {
 }
 
 LiveOutcome LiveSession::outcome() const { return impl_->outcome; }
+bool LiveSession::usable() const { return !impl_->closed && !impl_->over; }
+std::optional<LiveVersion> LiveSession::version() const {
+  return impl_->version;
+}
+uint64_t LiveSession::connections() const { return impl_->rank.connections(); }
+uint64_t LiveSession::rejoins() const { return impl_->rejoins; }
 double LiveSession::plan_seconds() const {
   return impl_->rank.report().plan_seconds;
 }

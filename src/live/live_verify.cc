@@ -1,0 +1,188 @@
+#include "live/live_verify.h"
+
+#include <xxhash.h>
+#if RESHARD_HAVE_XXH_DISPATCH
+#include <xxh_x86dispatch.h>
+#endif
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include "bind/strided_stream.h"
+#include "live/region_hash.h"
+
+namespace reshard::live_internal {
+
+namespace {
+constexpr uint32_t kThisRank = std::numeric_limits<uint32_t>::max();
+}  // namespace
+
+LiveVerify::LiveVerify(size_t regions) : sent_(regions, 0) {}
+
+LiveVerify::~LiveVerify() { Cancel(); }
+
+void LiveVerify::Clear() {
+  Cancel();
+  peers_.clear();
+  local_.clear();
+}
+
+void LiveVerify::Outgoing(uint32_t peer, const BoundRegion* region) {
+  peers_[peer].out.push_back(region);
+}
+
+void LiveVerify::Incoming(uint32_t peer, const BoundRegion* region) {
+  peers_[peer].in.push_back(region);
+}
+
+void LiveVerify::Local(const BoundRegion* region) { local_.push_back(region); }
+
+void LiveVerify::Start(bool sent_known, uint32_t threads) {
+  Cancel();
+  hashing_ = std::thread(
+      [this, sent_known, threads] { HashSources(sent_known, threads); });
+}
+
+void LiveVerify::Cancel() {
+  if (hashing_.joinable()) hashing_.join();
+}
+
+void LiveVerify::HashSources(bool sent_known, uint32_t threads) {
+  std::vector<const BoundRegion*> regions;
+  if (!sent_known) {
+    for (const auto& [peer, p] : peers_) {
+      regions.insert(regions.end(), p.out.begin(), p.out.end());
+    }
+  }
+  regions.insert(regions.end(), local_.begin(), local_.end());
+  std::vector<uint64_t> hashes(regions.size());
+  HashRegions(regions, RegionSide::kSource, threads, hashes.data());
+  for (size_t i = 0; i < regions.size(); ++i) {
+    sent_[regions[i]->region] = hashes[i];
+  }
+}
+
+std::vector<ExchangeOp> LiveVerify::Round() {
+  std::vector<ExchangeOp> ops;
+  for (auto& [peer, p] : peers_) {
+    if (!p.out.empty()) {
+      p.out_hashes.resize(p.out.size());
+      for (size_t i = 0; i < p.out.size(); ++i) {
+        p.out_hashes[i] = sent_[p.out[i]->region];
+      }
+      ExchangeOp op{p.out[0], {}, peer, ExchangeOp::Kind::kSend};
+      op.buffer = reinterpret_cast<uint8_t*>(p.out_hashes.data());
+      op.buffer_bytes = p.out_hashes.size() * sizeof(uint64_t);
+      ops.push_back(std::move(op));
+    }
+    if (!p.in.empty()) {
+      p.in_hashes.assign(p.in.size(), 0);
+      p.received = 0;
+      ExchangeOp op{p.in[0], {}, peer, ExchangeOp::Kind::kReceive};
+      op.buffer = reinterpret_cast<uint8_t*>(p.in_hashes.data());
+      op.buffer_bytes = p.in_hashes.size() * sizeof(uint64_t);
+      op.received = &p.received;
+      ops.push_back(std::move(op));
+    }
+  }
+  return ops;
+}
+
+Status LiveVerify::Finish(
+    PeerExchange& exchange, const ExchangeRunOptions& round, uint32_t threads,
+    bool corrupt,
+    const std::function<std::string(const BoundRegion&, uint32_t peer)>&
+        describe,
+    ExchangeStats* stats) {
+  Cancel();
+  verified_ = 0;
+  digest_ = 0;
+  const std::vector<ExchangeOp> ops = Round();
+  if (!ops.empty()) {
+    ExchangeStats round_stats;
+    Status st = exchange.Run(ops, round, &round_stats);
+    stats->messages_sent += round_stats.messages_sent;
+    stats->abandoned_in_flight = round_stats.abandoned_in_flight;
+    RESHARD_RETURN_NOT_OK(st);
+  }
+  std::vector<const BoundRegion*> got;
+  std::vector<uint64_t> expected;
+  std::vector<uint32_t> from;
+  for (const auto& [peer, p] : peers_) {
+    if (p.in.empty()) continue;
+    if (p.received != p.in.size() * sizeof(uint64_t)) {
+      return Status::DataLoss(
+          "the hashes of rank " + std::to_string(peer) + " came as " +
+          std::to_string(p.received) + " bytes, " +
+          std::to_string(p.in.size() * sizeof(uint64_t)) + " expected (" +
+          std::to_string(p.in.size()) + " regions)");
+    }
+    got.insert(got.end(), p.in.begin(), p.in.end());
+    expected.insert(expected.end(), p.in_hashes.begin(), p.in_hashes.end());
+    from.insert(from.end(), p.in.size(), peer);
+  }
+  if (corrupt) {
+    const BoundRegion* first = nullptr;
+    for (const BoundRegion* r : got) {
+      if (r->bytes > 0 && (first == nullptr || r->region < first->region)) {
+        first = r;
+      }
+    }
+    if (first != nullptr) {
+      internal::StridedSide::Target(*first).base[0] ^= 0x5A;
+    }
+  }
+  for (const BoundRegion* r : local_) {
+    got.push_back(r);
+    expected.push_back(sent_[r->region]);
+    from.push_back(kThisRank);
+  }
+  return Compare(got, expected, from, describe, threads);
+}
+
+Status LiveVerify::Compare(
+    const std::vector<const BoundRegion*>& got,
+    const std::vector<uint64_t>& expected, const std::vector<uint32_t>& from,
+    const std::function<std::string(const BoundRegion&, uint32_t peer)>&
+        describe,
+    uint32_t threads) {
+  std::vector<uint64_t> held(got.size());
+  HashRegions(got, RegionSide::kTarget, threads, held.data());
+  size_t worst = got.size();
+  std::vector<std::pair<uint64_t, uint64_t>> pairs(got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    pairs[i] = {got[i]->region, held[i]};
+    if (held[i] != expected[i] &&
+        (worst == got.size() || got[i]->region < got[worst]->region)) {
+      worst = i;
+    }
+  }
+  if (worst != got.size()) {
+    const uint32_t peer = from[worst];
+    return Status::DataLoss(
+        describe(*got[worst], peer) +
+        ": the bytes received differ from what the source sent (XXH3-64 " +
+        HashHex(held[worst]) + " here, " + HashHex(expected[worst]) +
+        " at the source)");
+  }
+  std::sort(pairs.begin(), pairs.end());
+  verified_ = got.size();
+  digest_ = XXH3_64bits(pairs.data(), pairs.size() * sizeof(pairs[0]));
+  return Status::OK();
+}
+
+uint64_t CombineDigests(const std::vector<uint64_t>& rank_digests) {
+  return XXH3_64bits(rank_digests.data(),
+                     rank_digests.size() * sizeof(uint64_t));
+}
+
+std::string HashHex(uint64_t hash) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(hash));
+  return buf;
+}
+
+}  // namespace reshard::live_internal

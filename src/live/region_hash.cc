@@ -1,0 +1,73 @@
+#include "live/region_hash.h"
+
+#include <xxhash.h>
+#if RESHARD_HAVE_XXH_DISPATCH
+// Routes XXH3_64bits* to the run-time AVX2/AVX-512 dispatcher.
+#include <xxh_x86dispatch.h>
+#endif
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+
+namespace reshard::live_internal {
+
+uint64_t HashSide(const internal::StridedSide& side, void* state) {
+  if (side.contiguous()) return XXH3_64bits(side.base, side.total_bytes);
+  auto* s = static_cast<XXH3_state_t*>(state);
+  XXH3_64bits_reset(s);
+  internal::ForEachStreamRow(side, [&](const uint8_t* p, uint64_t, uint64_t n) {
+    XXH3_64bits_update(s, p, n);
+  });
+  return XXH3_64bits_digest(s);
+}
+
+namespace {
+
+void HashShare(const std::vector<const BoundRegion*>& regions, size_t first,
+               size_t last, RegionSide side, uint64_t* out) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(
+      XXH3_createState(), &XXH3_freeState);
+  for (size_t i = first; i < last; ++i) {
+    const BoundRegion& r = *regions[i];
+    const auto s = side == RegionSide::kSource
+                       ? internal::StridedSide::Source(r).Merged()
+                       : internal::StridedSide::Target(r).Merged();
+    out[i] = HashSide(s, state.get());
+  }
+}
+
+}  // namespace
+
+void HashRegions(const std::vector<const BoundRegion*>& regions,
+                 RegionSide side, uint32_t threads, uint64_t* out) {
+  uint64_t total = 0;
+  for (const BoundRegion* r : regions) total += r->bytes;
+  if (threads == 0) {
+    const uint64_t by_size = 1 + total / (uint64_t{256} << 20);
+    const uint64_t cores =
+        std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, 8);
+    threads = static_cast<uint32_t>(std::min(by_size, cores));
+  }
+  std::vector<std::thread> workers;
+  size_t next = 0;
+  uint64_t done = 0;
+  for (uint32_t t = 0; t < threads; ++t) {
+    const uint64_t goal = total * (t + 1) / threads;
+    const size_t first = next;
+    while (next < regions.size() && (done < goal || t + 1 == threads)) {
+      done += regions[next]->bytes;
+      ++next;
+    }
+    if (t + 1 == threads) {
+      HashShare(regions, first, next, side, out);
+    } else {
+      workers.emplace_back([&, first, last = next] {
+        HashShare(regions, first, last, side, out);
+      });
+    }
+  }
+  for (std::thread& w : workers) w.join();
+}
+
+}  // namespace reshard::live_internal
