@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,14 +31,15 @@ using ::reshard::internal::FillPattern;
 using ::reshard::internal::HostBuffers;
 using ::reshard::internal::TensorIndex;
 using ::reshard::internal::VerifyPattern;
+using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 // Rank 0 holds the sources, rank 1 the targets, of a dim0 -> dim1 reshard
 // of 8 x 64 x 1024 bytes (strided regions on both sides).
 struct Pair {
-  explicit Pair(const std::string& exchange)
-      : zero(Must(MakePeerExchange(exchange, {0, {}}))),
-        one(Must(MakePeerExchange(exchange, {1, {}}))) {
+  explicit Pair(const ExchangeUnderTest& exchange)
+      : zero(Must(MakePeerExchange(exchange.name, {0, exchange.options}))),
+        one(Must(MakePeerExchange(exchange.name, {1, exchange.options}))) {
     FillPattern(source, tensors, src);
     for (const auto& [id, p] : dst.data) {
       std::memset(p, 0xD7, target.FindFragment(id)->nbytes());
@@ -226,17 +228,153 @@ TEST_P(PeerExchangeConformance, DeadlineAndAbortEndARun) {
   EXPECT_THAT(aborted, StatusIs(StatusCode::kAborted, "rank 0 gave up"));
 }
 
+// Bytes derived from their index, different for each `seed`.
+std::vector<uint8_t> IndexBytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<uint8_t>((i * 7 + i / 251 + seed) & 0xFF);
+  }
+  return v;
+}
+
+constexpr size_t kMessageBytes = 100000;
+
+// Rank 0 (p.zero) and rank 1 (`one`) connect where not yet connected,
+// wire up and swap one message each way, tagged `session_tag`: rank r
+// sends IndexBytes(kMessageBytes, seed + r) named by region r, and each
+// message must arrive byte for byte.
+void SwapMessages(Pair& p, PeerExchange& one, uint32_t session_tag,
+                  uint8_t seed) {
+  const std::string zero_address = Must(p.zero->Address());
+  const std::string one_address = Must(one.Address());
+  std::vector<uint8_t> sent[2], received[2];
+  uint64_t lengths[2] = {0, 0};
+  auto rank = [&](PeerExchange& ex, uint32_t r,
+                  const std::string& at) -> Status {
+    const uint32_t peer = 1 - r;
+    sent[r] = IndexBytes(kMessageBytes, static_cast<uint8_t>(seed + r));
+    received[r].assign(kMessageBytes, 0xD7);
+    ExchangeOp send{&p.bound.regions()[r], {}, peer, Kind::kSend};
+    send.buffer = sent[r].data();
+    send.buffer_bytes = sent[r].size();
+    ExchangeOp receive{&p.bound.regions()[peer], {}, peer, Kind::kReceive};
+    receive.buffer = received[r].data();
+    receive.buffer_bytes = received[r].size();
+    receive.received = &lengths[r];
+    ExchangeRunOptions options = p.Options();
+    options.session_tag = session_tag;
+    RESHARD_RETURN_NOT_OK(ex.Connect(peer, at, "rank " + std::to_string(peer)));
+    RESHARD_RETURN_NOT_OK(
+        ex.WireUp(options.deadline, [] { return Status::OK(); }));
+    return ex.Run({send, receive}, options, nullptr);
+  };
+  Status zero_status, one_status;
+  std::thread t0([&] { zero_status = rank(*p.zero, 0, one_address); });
+  std::thread t1([&] { one_status = rank(one, 1, zero_address); });
+  t0.join();
+  t1.join();
+  ASSERT_OK(zero_status);
+  ASSERT_OK(one_status);
+  EXPECT_EQ(lengths[0], kMessageBytes);
+  EXPECT_EQ(lengths[1], kMessageBytes);
+  EXPECT_TRUE(received[0] == sent[1]) << "rank 0 received other bytes";
+  EXPECT_TRUE(received[1] == sent[0]) << "rank 1 received other bytes";
+}
+
+// Rank 1 dies (its exchange destroyed) and a new rank-1 exchange starts
+// at a new address; rank 0 forgets the old connection and makes one to
+// the new address, over the same exchange.
+TEST_P(PeerExchangeConformance,
+       APeerReplacedAtANewAddressIsReachedAfterDisconnectAndConnect) {
+  Pair p(GetParam());
+  EXPECT_EQ(p.zero->connections_made(), 0u);
+  const std::string first_address = Must(p.one->Address());
+  ASSERT_NO_FATAL_FAILURE(SwapMessages(p, *p.one, 7, 1));
+  EXPECT_EQ(p.zero->connections_made(), 1u);
+  p.one.reset();
+  std::unique_ptr<PeerExchange> restarted =
+      Must(MakePeerExchange(GetParam().name, {1, GetParam().options}));
+  EXPECT_NE(Must(restarted->Address()), first_address);
+  ASSERT_OK(p.zero->Disconnect(1));
+  ASSERT_NO_FATAL_FAILURE(SwapMessages(p, *restarted, 8, 101));
+  EXPECT_OK(p.zero->PeerFailure());
+  EXPECT_OK(restarted->PeerFailure());
+  EXPECT_EQ(p.zero->connections_made(), 2u);
+  EXPECT_EQ(restarted->connections_made(), 1u);
+}
+
+// Disconnecting a peer never connected does nothing; connecting to a peer
+// already connected makes no new connection; a disconnected peer's keys
+// cannot be imported until it is connected again.
+TEST_P(PeerExchangeConformance,
+       DisconnectOfANeverConnectedPeerIsOkAndConnectingAgainCountsOnce) {
+  Pair p(GetParam());
+  EXPECT_OK(p.zero->Disconnect(1));
+  EXPECT_OK(p.zero->Disconnect(5));
+  EXPECT_EQ(p.zero->connections_made(), 0u);
+  const std::string key = Must(p.one->RegisterMemory(
+      p.src.data.begin()->second,
+      p.source.FindFragment(p.src.data.begin()->first)->nbytes()));
+  const std::string at = Must(p.one->Address());
+  ASSERT_OK(p.zero->Connect(1, at, "rank 1"));
+  ASSERT_OK(p.zero->Connect(1, at, "again"));
+  EXPECT_EQ(p.zero->connections_made(), 1u);
+  ASSERT_OK(p.zero->Disconnect(1));
+  EXPECT_OK(p.zero->Disconnect(1));
+  EXPECT_OK(p.zero->PeerFailure());
+  EXPECT_EQ(p.zero->connections_made(), 1u);
+  EXPECT_THAT(
+      p.zero->ImportRemoteKey(1, key),
+      StatusIs(StatusCode::kInternal, "remote key of unconnected rank 1"));
+}
+
+// Rank 1's exchange is destroyed with no close agreed with rank 0 first:
+// rank 0, progressing, sees the peer lost (when the exchange can see it),
+// until it disconnects the peer.
+TEST_P(PeerExchangeConformance,
+       ADeadPeerIsNamedByPeerFailureUntilDisconnected) {
+  Pair p(GetParam());
+  ASSERT_NO_FATAL_FAILURE(SwapMessages(p, *p.one, 7, 1));
+  p.one.reset();
+  const auto until = std::chrono::steady_clock::now() +
+                     (GetParam().sees_dead_peers ? std::chrono::seconds(20)
+                                                 : std::chrono::seconds(1));
+  Status failure;
+  while ((failure = p.zero->PeerFailure()).ok() &&
+         std::chrono::steady_clock::now() < until) {
+    p.zero->Progress(std::chrono::milliseconds(1));
+  }
+  if (GetParam().sees_dead_peers) {
+    EXPECT_EQ(failure.code(), StatusCode::kUnavailable) << failure.ToString();
+    EXPECT_THAT(failure.message(), HasSubstr("rank 1"));
+  } else {
+    EXPECT_OK(failure);
+  }
+  ASSERT_OK(p.zero->Disconnect(1));
+  EXPECT_OK(p.zero->PeerFailure());
+  EXPECT_EQ(p.zero->connections_made(), 1u);
+}
+
 TEST_P(PeerExchangeConformance,
        RegisteredUnderItsNameAndUnknownSettingsRefused) {
   const std::vector<std::string> names = RegisteredPeerExchanges();
-  EXPECT_NE(std::find(names.begin(), names.end(), GetParam()), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), GetParam().name),
+            names.end());
   PeerExchangeConfig config;
   config.options.Set("no_such_setting", "1");
-  auto made = MakePeerExchange(GetParam(), config);
+  auto made = MakePeerExchange(GetParam().name, config);
   EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument)
       << made.status().ToString();
   EXPECT_THAT(made.status().message(), ::testing::HasSubstr("no_such_setting"));
 }
 
 }  // namespace
+
+void PrintTo(const ExchangeUnderTest& exchange, std::ostream* os) {
+  *os << exchange.name;
+  for (const auto& [name, value] : exchange.options.settings) {
+    *os << " " << name << "=" << value;
+  }
+}
+
 }  // namespace reshard::testing

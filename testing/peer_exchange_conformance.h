@@ -4,24 +4,52 @@
 // message, and by remote reads (kGet) of registered memory; a short
 // message is DataLoss naming the operation, the deadline is Unavailable,
 // an abort polled during a run is returned as it is, and connecting again
-// is a no-op.
+// is a no-op. A peer replaced by a new exchange at a new address is
+// reached again after Disconnect and Connect (connections_made() counting
+// the reconnect); a dead peer is named by PeerFailure() until it is
+// disconnected.
 //
 // An exchange joins it with one line, naming its registered name:
 //
 //   INSTANTIATE_TEST_SUITE_P(MyExchange, PeerExchangeConformance,
 //                            ::testing::Values("my-exchange"));
+//
+// or, to run it with settings, an ExchangeUnderTest in Values().
 
 #ifndef RESHARD_TESTING_PEER_EXCHANGE_CONFORMANCE_H_
 #define RESHARD_TESTING_PEER_EXCHANGE_CONFORMANCE_H_
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
+#include <utility>
+
+#include "reshard/sdk/peer_exchange.h"
 
 namespace reshard::testing {
 
-// The parameter is the exchange's registered name.
-class PeerExchangeConformance : public ::testing::TestWithParam<std::string> {};
+// An exchange by its registered name, with settings.
+struct ExchangeUnderTest {
+  ExchangeUnderTest(const char* name) : name(name) {}  // NOLINT: implicit
+  ExchangeUnderTest(std::string name, PeerExchangeOptions options,
+                    bool sees_dead_peers = true)
+      : name(std::move(name)),
+        options(std::move(options)),
+        sees_dead_peers(sees_dead_peers) {}
+
+  std::string name;
+  PeerExchangeOptions options;
+  // Whether PeerFailure() names a peer whose exchange was destroyed (UCX
+  // does only with peer error handling; without it a session relies on
+  // its heartbeats). When false, the suite checks that it stays OK.
+  bool sees_dead_peers = true;
+};
+
+void PrintTo(const ExchangeUnderTest& exchange, std::ostream* os);
+
+class PeerExchangeConformance
+    : public ::testing::TestWithParam<ExchangeUnderTest> {};
 
 }  // namespace reshard::testing
 

@@ -3,8 +3,10 @@
 // mailbox of the receiving rank and a get reads the source directly. It
 // runs the live session's protocol (records, fences, barriers, shadows,
 // rebinding, conversion) without UCX, for tests; it is not a transport
-// between processes. A rank that abandons its exchange is seen by its
-// peers as lost, as UCX reports a peer that died.
+// between processes. A rank that abandons or destroys its exchange is
+// seen by its peers as lost, as UCX reports a peer that died; a rank
+// restarted in its place is a new exchange at a new address, which a
+// survivor reaches with Disconnect and Connect.
 
 #include <algorithm>
 #include <atomic>
@@ -27,15 +29,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A message and the exchange that sent it (Node::id).
+struct Message {
+  uint64_t from = 0;
+  std::vector<uint8_t> bytes;
+};
+
 // One rank's end: the messages sent to it, by tag.
 struct Node {
+  uint64_t id = 0;  // its address's number, never reused
   std::mutex mu;
   std::condition_variable arrived;
-  std::map<uint64_t, std::vector<uint8_t>> mailbox;
+  std::map<uint64_t, Message> mailbox;
   std::atomic<bool> lost{false};
 };
 
-// The process's nodes by address.
+// The process's nodes by address. Addresses are never reused, so a rank
+// made again (a restarted rank) has an address of its own, and one that
+// was abandoned (still listed) shadows nothing.
 struct Fabric {
   std::mutex mu;
   std::map<std::string, std::weak_ptr<Node>> nodes;
@@ -63,6 +74,7 @@ Status CheckOptions(const PeerExchangeOptions& options) {
 struct Range {
   uint32_t peer;
   uint64_t address, length;
+  bool dropped = false;  // its peer was disconnected
 };
 
 class InprocExchange final : public PeerExchange {
@@ -73,12 +85,15 @@ class InprocExchange final : public PeerExchange {
     auto ex = std::unique_ptr<InprocExchange>(new InprocExchange);
     Fabric& f = TheFabric();
     std::lock_guard<std::mutex> lock(f.mu);
-    ex->address_ = "inproc:" + std::to_string(f.next++);
+    ex->node_->id = f.next++;
+    ex->address_ = "inproc:" + std::to_string(ex->node_->id);
     f.nodes[ex->address_] = ex->node_;
     return std::unique_ptr<PeerExchange>(std::move(ex));
   }
 
+  // A destroyed exchange is gone: its peers see it lost.
   ~InprocExchange() override {
+    node_->lost = true;
     Fabric& f = TheFabric();
     std::lock_guard<std::mutex> lock(f.mu);
     f.nodes.erase(address_);
@@ -113,8 +128,28 @@ class InprocExchange final : public PeerExchange {
                                  address + "\" in this process");
     }
     peers_.emplace(peer, Peer{std::move(node), std::move(name)});
+    ++connections_made_;
     return Status::OK();
   }
+
+  // Drops the peer, its keys and the messages its exchange left in this
+  // rank's mailbox (not those of a replacement that may already have
+  // sent); nothing waits on the peer.
+  Status Disconnect(uint32_t peer) override {
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return Status::OK();
+    const uint64_t gone = it->second.node->id;
+    peers_.erase(it);
+    for (Range& r : ranges_) {
+      if (r.peer == peer) r.dropped = true;
+    }
+    std::lock_guard<std::mutex> lock(node_->mu);
+    std::erase_if(node_->mailbox,
+                  [&](const auto& m) { return m.second.from == gone; });
+    return Status::OK();
+  }
+
+  uint64_t connections_made() const override { return connections_made_; }
 
   Status WireUp(Clock::time_point, const std::function<Status()>&) override {
     return PeerFailure();
@@ -122,6 +157,10 @@ class InprocExchange final : public PeerExchange {
 
   Result<uint64_t> ImportRemoteKey(uint32_t peer,
                                    const std::string& packed) override {
+    if (!peers_.count(peer)) {
+      return Status::Internal("remote key of unconnected rank " +
+                              std::to_string(peer));
+    }
     const size_t colon = packed.find(':');
     uint64_t address = 0, length = 0;
     if (colon == std::string::npos ||
@@ -140,7 +179,7 @@ class InprocExchange final : public PeerExchange {
       if (p.node->lost) {
         return Status::Unavailable(p.name +
                                    " was lost (its exchange was "
-                                   "abandoned)");
+                                   "abandoned or destroyed)");
       }
     }
     return Status::OK();
@@ -230,7 +269,7 @@ class InprocExchange final : public PeerExchange {
     CountShape(op, stream, st);
     {
       std::lock_guard<std::mutex> lock(peer->node->mu);
-      peer->node->mailbox[Tag(op, options)] = std::move(message);
+      peer->node->mailbox[Tag(op, options)] = {node_->id, std::move(message)};
     }
     peer->node->arrived.notify_all();
     ++st.messages_sent;
@@ -244,6 +283,7 @@ class InprocExchange final : public PeerExchange {
     const BoundRegion& region = *op.region;
     if (op.remote_key >= ranges_.size() ||
         ranges_[op.remote_key].peer != op.peer ||
+        ranges_[op.remote_key].dropped ||
         region.source_address < ranges_[op.remote_key].address ||
         region.source_address >=
             ranges_[op.remote_key].address + ranges_[op.remote_key].length) {
@@ -277,7 +317,7 @@ class InprocExchange final : public PeerExchange {
           it = node_->mailbox.find(tag);
         }
         if (it != node_->mailbox.end()) {
-          message = std::move(it->second);
+          message = std::move(it->second.bytes);
           node_->mailbox.erase(it);
           break;
         }
@@ -322,6 +362,7 @@ class InprocExchange final : public PeerExchange {
   std::string address_;
   std::map<uint32_t, Peer> peers_;
   std::vector<Range> ranges_;  // imported keys, by handle
+  uint64_t connections_made_ = 0;
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The in-process exchange on its own: with two ranks' exchanges in one
 // thread, a message of the wrong size, an abandoned peer, an unknown
 // address, a malformed key and the deadline fail naming what went wrong
-// in its own words; its registration. The transfers themselves (pushed,
+// in its own words; a destroyed peer's leftovers go when it is
+// disconnected; its registration. The transfers themselves (pushed,
 // coalesced, read, byte for byte) are the conformance suite's, run below.
 
 #include <gmock/gmock.h>
@@ -87,7 +88,8 @@ TEST(InprocExchangeTest, FailuresNameTheRegionAndThePeer) {
   p.zero->Abandon();
   EXPECT_THAT(p.one->PeerFailure(),
               StatusIs(StatusCode::kUnavailable,
-                       "rank 0 was lost (its exchange was abandoned)"));
+                       "rank 0 was lost (its exchange was abandoned or "
+                       "destroyed)"));
   EXPECT_THAT(p.one->Run({{&p.bound.regions()[1], {}, 0, Kind::kReceive}},
                          p.Options(), nullptr),
               StatusIs(StatusCode::kUnavailable,
@@ -104,6 +106,55 @@ TEST(InprocExchangeTest, FailuresNameTheRegionAndThePeer) {
               StatusIs(StatusCode::kInvalidArgument,
                        "unknown peer exchange \"nixl\" (registered: inproc, "
                        "ucx)"));
+}
+
+// A destroyed exchange is lost to its peers. Disconnecting it drops what it
+// left behind: its message waiting in this rank's mailbox and the key
+// imported for it, but not what the new exchange for its rank sent
+// already; that one is reached afresh.
+TEST(InprocExchangeTest, DisconnectDropsTheLostPeersMessagesAndKeys) {
+  Pair p;
+  const BoundRegion& first = p.bound.regions()[0];
+  const std::string_view id =
+      p.plan.source_fragments()[p.plan.regions()[first.region].source_fragment]
+          .fragment_id;
+  const uint64_t key = Must(p.one->ImportRemoteKey(
+      0, Must(p.zero->RegisterMemory(p.src.data.at(id),
+                                     p.source.FindFragment(id)->nbytes()))));
+  ASSERT_OK(p.zero->Run({{&first, {}, 1, Kind::kSend}}, p.Options(), nullptr));
+  p.zero.reset();
+  EXPECT_THAT(p.one->PeerFailure(),
+              StatusIs(StatusCode::kUnavailable,
+                       "rank 0 was lost (its exchange was abandoned or "
+                       "destroyed)"));
+  // The restarted rank 0 sends region 1 before rank 1 disconnects the old
+  // one: that message stays, the old one's (region 0) goes.
+  std::unique_ptr<PeerExchange> restarted =
+      Must(MakePeerExchange("inproc", {0, {}}));
+  ASSERT_OK(restarted->Connect(1, Must(p.one->Address()), "rank 1"));
+  const BoundRegion& second = p.bound.regions()[1];
+  ASSERT_OK(
+      restarted->Run({{&second, {}, 1, Kind::kSend}}, p.Options(), nullptr));
+  ASSERT_OK(p.one->Disconnect(0));
+  EXPECT_OK(p.one->PeerFailure());
+  ASSERT_OK(p.one->Connect(0, Must(restarted->Address()), "rank 0"));
+  ASSERT_OK(
+      p.one->Run({{&second, {}, 0, Kind::kReceive}}, p.Options(), nullptr));
+  ExchangeRunOptions soon = p.Options();
+  soon.deadline = std::chrono::steady_clock::now();
+  EXPECT_THAT(p.one->Run({{&first, {}, 0, Kind::kReceive}}, soon, nullptr),
+              StatusIs(StatusCode::kUnavailable,
+                       "timed out receiving region 0 from rank 0"));
+  EXPECT_THAT(
+      p.one->Run({{&first, {}, 0, Kind::kGet, key}}, p.Options(), nullptr),
+      StatusIs(StatusCode::kInvalidArgument,
+               "reading region 0 from rank 0: no key of the peer "
+               "covers its source"));
+  ASSERT_OK(
+      restarted->Run({{&first, {}, 1, Kind::kSend}}, p.Options(), nullptr));
+  EXPECT_OK(
+      p.one->Run({{&first, {}, 0, Kind::kReceive}}, p.Options(), nullptr));
+  EXPECT_EQ(p.one->connections_made(), 2u);
 }
 
 // The registry refuses a second "inproc" and keeps the first; settings

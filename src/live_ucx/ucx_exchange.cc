@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "bind/row_walker.h"
@@ -12,15 +11,8 @@ namespace reshard::internal {
 namespace {
 
 // What an abandoned operation leaves with UCX (its state, the completion
-// queue, the datatype): UCX may still write into it, so it lives until the
-// process exits, held here rather than dropped (it is kept on purpose,
-// which leak checkers then see).
-void KeepUntilExit(void* kept) {
-  static std::mutex mu;
-  static auto* const held = new std::vector<void*>();
-  std::lock_guard<std::mutex> lock(mu);
-  held->push_back(kept);
-}
+// queue, the datatype) UCX may still write into: it is kept until exit
+// (KeepUntilExit, ucx_handles.h).
 
 using Clock = std::chrono::steady_clock;
 

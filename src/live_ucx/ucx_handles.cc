@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace reshard::internal {
 
@@ -262,6 +265,30 @@ UcxEndpoint::~UcxEndpoint() {
     }
     ucp_request_free(req);
   }
+}
+
+bool UcxEndpoint::Close(std::chrono::microseconds wait) {
+  if (handle_ == nullptr) return true;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* req = ucp_ep_close_nbx(std::exchange(handle_, nullptr), &param);
+  if (!UCS_PTR_IS_PTR(req)) return true;  // closed at once (or failed)
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS &&
+         std::chrono::steady_clock::now() < deadline) {
+    ucp_worker_progress(worker_);
+  }
+  const bool closed = ucp_request_check_status(req) != UCS_INPROGRESS;
+  ucp_request_free(req);  // UCX releases a pending one when it completes
+  return closed;
+}
+
+void KeepUntilExit(void* kept) {
+  static std::mutex mu;
+  static auto* const held = new std::vector<void*>();
+  std::lock_guard<std::mutex> lock(mu);
+  held->push_back(kept);
 }
 
 Result<std::unique_ptr<UcxMemory>> UcxMemory::Map(const UcxContext& context,

@@ -35,6 +35,12 @@ Status CheckWorkerAddress(std::string_view peer, std::string_view own);
 // bytes.
 Status CheckPackedRemoteKey(std::string_view packed);
 
+// Holds `kept` until the process exits, never freeing it: what UCX may
+// still use (an abandoned operation's state, the argument of an endpoint
+// whose close is still pending). Held rather than dropped, so leak
+// checkers see it as kept on purpose.
+void KeepUntilExit(void* kept);
+
 // Resolves kAuto (see UcxErrorHandling): kPeer or kNone.
 UcxErrorHandling ResolveErrorHandling(const UcxOptions& options);
 
@@ -109,6 +115,12 @@ class UcxEndpoint {
   const Status& failure() const { return failure_; }
   // Gives the endpoint up without closing it (see UcxWorker::Abandon).
   void Abandon() { handle_ = nullptr; }
+  // Closes the endpoint forcefully (never waiting on the peer) and
+  // progresses the worker for at most `wait` while UCX completes the
+  // close. Returns false when UCX still holds the close then: UCX frees
+  // its request when done, but this object (its error handler's argument)
+  // must outlive it, so the caller keeps it until exit (KeepUntilExit).
+  bool Close(std::chrono::microseconds wait);
 
  private:
   UcxEndpoint(ucp_worker_h worker, std::string peer_name)

@@ -1,11 +1,14 @@
 // The peer exchange over UCX (registered as "ucx"): a context and a worker
 // per rank, an endpoint per peer, registrations of the sources a pull
-// session reads and the peers' keys unpacked once per range.
+// session reads and the peers' keys unpacked once per range, kept by peer
+// so that a peer can be disconnected (and reconnected at a new address)
+// alone.
 
 #include <map>
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "live_ucx/ucx_exchange.h"
 #include "live_ucx/ucx_handles.h"
@@ -64,8 +67,30 @@ class UcxPeerExchange final : public PeerExchange {
     if (endpoints_.size() <= peer) endpoints_.resize(peer + 1, nullptr);
     endpoints_[peer] = ep.get();
     peers_.emplace(peer, std::move(ep));
+    ++connections_made_;
     return Status::OK();
   }
+
+  // The peer's keys go before its endpoint (they were unpacked for it).
+  // The close is forced: a healthy endpoint gets up to a second of
+  // progress to finish it, one in error none (its peer is gone, and UCX
+  // 1.13's TCP transport is best not progressed on its account). An
+  // endpoint whose close UCX still holds is kept until exit.
+  Status Disconnect(uint32_t peer) override {
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return Status::OK();
+    rkeys_.erase(peer);
+    endpoints_[peer] = nullptr;
+    std::unique_ptr<UcxEndpoint> ep = std::move(it->second);
+    peers_.erase(it);
+    const auto wait = ep->failure().ok()
+                          ? std::chrono::microseconds(std::chrono::seconds(1))
+                          : std::chrono::microseconds(0);
+    if (!ep->Close(wait)) KeepUntilExit(ep.release());
+    return Status::OK();
+  }
+
+  uint64_t connections_made() const override { return connections_made_; }
 
   Status WireUp(std::chrono::steady_clock::time_point deadline,
                 const std::function<Status()>& poll_abort) override {
@@ -83,8 +108,9 @@ class UcxPeerExchange final : public PeerExchange {
     }
     RESHARD_ASSIGN_OR_RETURN(auto key,
                              UcxRemoteKey::Unpack(*it->second, packed));
-    rkeys_.push_back(std::move(key));
-    return reinterpret_cast<uint64_t>(rkeys_.back()->get());
+    const auto handle = reinterpret_cast<uint64_t>(key->get());
+    rkeys_[peer].push_back(std::move(key));
+    return handle;
   }
 
   Status PeerFailure() const override {
@@ -106,7 +132,9 @@ class UcxPeerExchange final : public PeerExchange {
   // See UcxWorker::Abandon: after a peer failure UCX 1.13 may assert when
   // its resources are progressed or torn down again.
   void Abandon() override {
-    for (auto& k : rkeys_) k->Abandon();
+    for (auto& [r, keys] : rkeys_) {
+      for (auto& k : keys) k->Abandon();
+    }
     for (auto& m : mems_) m->Abandon();
     for (auto& [r, ep] : peers_) ep->Abandon();
     if (worker_) worker_->Abandon();
@@ -122,7 +150,9 @@ class UcxPeerExchange final : public PeerExchange {
   std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers_;
   UcxEndpointsByRank endpoints_;  // peers_ by rank
   std::vector<std::unique_ptr<UcxMemory>> mems_;
-  std::vector<std::unique_ptr<UcxRemoteKey>> rkeys_;
+  // Keys unpacked for each peer's endpoint.
+  std::map<uint32_t, std::vector<std::unique_ptr<UcxRemoteKey>>> rkeys_;
+  uint64_t connections_made_ = 0;
 };
 
 }  // namespace

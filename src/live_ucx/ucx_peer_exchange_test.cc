@@ -1,5 +1,6 @@
 // The UCX exchange passes the peer-exchange conformance suite (two ranks,
-// each a thread of this process, over UCX's own choice of transports).
+// each a thread of this process), over UCX's own choice of transports and
+// over TCP.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -76,9 +77,17 @@ TEST(UcxOptionsTest, PullOnOneHostOnlyWithUcxsOwnTransports) {
       Must(MakePeerExchange("ucx", tcp))->capabilities().pull_on_one_host);
 }
 
+// UCX's own choice of transports (shared memory and CMA here: no peer
+// error handling, so a dead peer is not reported) and TCP over loopback
+// (peer error handling, which reports it).
+using ::reshard::testing::ExchangeUnderTest;
 using ::reshard::testing::PeerExchangeConformance;
-INSTANTIATE_TEST_SUITE_P(Ucx, PeerExchangeConformance,
-                         ::testing::Values("ucx"));
+INSTANTIATE_TEST_SUITE_P(
+    Ucx, PeerExchangeConformance,
+    ::testing::Values(ExchangeUnderTest("ucx", {}, /*sees_dead_peers=*/false),
+                      ExchangeUnderTest("ucx", PeerExchangeOptions()
+                                                   .Set("tls", "tcp")
+                                                   .Set("net_devices", "lo"))));
 
 }  // namespace
 }  // namespace reshard::internal

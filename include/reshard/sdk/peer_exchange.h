@@ -13,6 +13,18 @@
 //    thread. Address() is what the others connect to (published in the
 //    rank's address record, at most 64 KiB); peers are named by rank.
 //    Connect() to the same peer again is a no-op.
+//  - Disconnect(peer) forgets the connection to a peer that died, left or
+//    is being replaced (a restarted rank, at a new address), leaving the
+//    other peers' connections as they are. No operation with that peer may
+//    be in flight (a session calls it between updates, or after a Run that
+//    completed or failed leaving nothing in flight). An endpoint in error
+//    is closed without waiting on the peer, and what the implementation
+//    cannot release at once it keeps until exit. Afterwards PeerFailure()
+//    no longer reports that peer, its imported remote keys are gone
+//    (ImportRemoteKey again after reconnecting), and the next Connect() to
+//    it makes a new connection. connections_made() counts the connections
+//    made, so a session can show that it reconnected only to the peers it
+//    replaced.
 //  - Run() moves every operation of `ops` or fails with the first error,
 //    naming the operation (DescribeExchangeOp) and the peer. Errors keep
 //    their kind: Unavailable for a lost peer or the deadline, DataLoss for
@@ -159,6 +171,19 @@ class PeerExchange {
   // again is a no-op). `name` names the peer in errors.
   virtual Status Connect(uint32_t peer, const std::string& address,
                          std::string name) = 0;
+
+  // Forgets the connection to rank `peer` (see the contract above): no
+  // operation with it may be in flight; an endpoint in error is closed
+  // without waiting on the peer, what cannot be released at once is kept
+  // until exit; PeerFailure() then no longer reports it, keys imported for
+  // it are dropped, and the next Connect(peer, ...) makes a new connection.
+  // A peer never connected is OK (nothing to do).
+  virtual Status Disconnect(uint32_t peer) = 0;
+
+  // The connections this exchange has made: each Connect() that made a
+  // new one counts 1 (a Connect() after Disconnect() counts again; one to
+  // a peer already connected does not).
+  virtual uint64_t connections_made() const = 0;
 
   // Completes the connections made so far, so that transfers start on
   // wired-up connections and a peer that dies later is seen as lost, not
