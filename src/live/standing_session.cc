@@ -130,9 +130,10 @@ struct LiveSession::Impl {
       outcome = LiveOutcome::kFailed;
       attempts = failed_generation == generation ? attempts + 1 : 1;
       failed_generation = generation;
-      return st.WithContext(
-          "the session stays open: retry the update or "
-          "run the next one");
+      return Status(st.code(),
+                    st.message() +
+                        " (the session stays open: retry the update or run "
+                        "the next one)");
     }
     over = true;
     outcome = rank.abandoned_in_flight() > 0 ? LiveOutcome::kUncertain

@@ -1,0 +1,305 @@
+// Standing sessions that survive failure: every region verified on
+// arrival, a byte flipped in flight failing the update on every rank while
+// shadow targets keep serving the last good generation, updates that fail
+// before any byte moved or after every byte arrived retried on the same
+// session and connections, version tags that must agree, and the version
+// every rank reads after each successful update.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "live/live_records.h"
+#include "live/live_verify.h"
+#include "reshard/backends/fs_store.h"
+#include "reshard/backends/ucx_options.h"
+#include "reshard/live.h"
+#include "reshard/plan.h"
+#include "selftest/host_buffers.h"
+#include "selftest/pattern.h"
+#include "testing/children.h"
+#include "testing/must.h"
+#include "testing/placement_builders.h"
+#include "testing/status_testing.h"
+#include "testing/temp_dir.h"
+
+namespace reshard {
+namespace {
+
+using ::reshard::testing::InChildren;
+using ::reshard::testing::Must;
+using ::testing::HasSubstr;
+
+struct Wire {
+  std::string name;
+  std::string exchange;
+  UcxOptions ucx;
+  LiveProtocol protocol;
+};
+
+// UCX over shared memory and TCP on loopback, pushed and pulled, and the
+// in-process exchange.
+std::vector<Wire> Wires() {
+  const UcxOptions tcp{.tls = "tcp", .net_devices = "lo"};
+  return {{"shm pull", "ucx", {}, LiveProtocol::kPull},
+          {"shm push", "ucx", {}, LiveProtocol::kPush},
+          {"tcp push", "ucx", tcp, LiveProtocol::kPush},
+          {"tcp pull", "ucx", tcp, LiveProtocol::kPull},
+          {"inproc push", "inproc", {}, LiveProtocol::kPush},
+          {"inproc pull", "inproc", {}, LiveProtocol::kPull}};
+}
+
+// body(0) and body(1) at once: threads of this process for the in-process
+// exchange, else child processes (a rank that initialised UCX must not
+// fork later tests' ranks).
+std::vector<std::string> TwoRanks(
+    const Wire& w, const std::function<std::string(uint32_t)>& body) {
+  if (w.exchange != "inproc") return InChildren(2, body);
+  std::vector<std::string> out(2);
+  std::thread other([&] { out[1] = body(1); });
+  out[0] = body(0);
+  other.join();
+  return out;
+}
+
+LiveSessionOptions Options(const Wire& w, const std::string& session,
+                           uint32_t rank) {
+  LiveSessionOptions lo;
+  lo.session = session;
+  lo.rank = rank;
+  lo.ranks = 2;
+  lo.timeout = std::chrono::seconds(10);
+  lo.exchange = w.exchange;
+  if (w.exchange == "ucx") lo.exchange_options = ToPeerExchangeOptions(w.ucx);
+  lo.protocol = w.protocol;
+  return lo;
+}
+
+// Rank 0 hosts the sources, rank 1 the targets.
+struct Seat {
+  internal::HostBuffers buffers;
+  LiveBindings bindings;
+};
+
+Seat SeatOf(const WeightPlacementManifest& source,
+            const WeightPlacementManifest& target, uint32_t rank,
+            const std::string& instance) {
+  Seat s;
+  if (rank == 0) {
+    s.buffers = Must(internal::AllocateHostBuffers(source, instance));
+    s.bindings.sources = s.buffers.bindings;
+  } else {
+    s.buffers = Must(internal::AllocateHostBuffers(target, instance));
+    s.bindings.targets = s.buffers.bindings;
+  }
+  return s;
+}
+
+std::string VersionText(const std::optional<LiveVersion>& v) {
+  if (!v) return "none";
+  return std::to_string(v->generation) + " " + v->tag + " " +
+         live_internal::HashHex(v->digest);
+}
+
+// A byte of update 2 flipped after the source hashed it: update 2 fails
+// on both ranks naming the region; the serving (shadow) targets still hold
+// update 1; updates 3 and 4 verify every region on the same session and
+// connections; the version names update 4 on both ranks, and the target's
+// version record and callback agree.
+TEST(LiveRecoveryTest, FlippedByteFailsEveryRankAndTheSessionGoesOn) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  const auto tensors = internal::TensorIndex(source);
+  const auto plan = Must(LogicalTransferPlan::Make(source, target));
+  std::vector<Wire> wires = Wires();
+  wires.push_back({"shm push, delta", "ucx", {}, LiveProtocol::kPush});
+  for (const Wire& w : wires) {
+    SCOPED_TRACE(w.name);
+    const bool delta = w.name.ends_with("delta");
+    testing::TempDir dir;
+    const auto out = TwoRanks(w, [&](uint32_t rank) -> std::string {
+      auto store = Must(OpenDirectoryRecordStore(dir.path()));
+      Seat seat = SeatOf(source, target, rank, "flip-" + std::to_string(rank));
+      LiveSessionOptions lo = Options(w, "flip", rank);
+      lo.shadow_targets = true;
+      lo.delta = delta;
+      if (rank == 1) lo.corrupt_received_in_update = 2;
+      std::string seen;
+      lo.on_version = [&](const LiveVersion& v) { seen = VersionText(v); };
+      auto session =
+          LiveSession::Open(*store, source, target, seat.bindings, lo);
+      if (!session.ok()) return "open: " + session.status().ToString();
+      std::string out;
+      for (uint64_t g = 1; g <= 4; ++g) {
+        internal::FillPattern(source, tensors, seat.buffers, nullptr, g);
+        const std::string tag = rank == 0 ? "step-" + std::to_string(g) : "";
+        auto u = (*session)->Update(g, nullptr, tag);
+        if (!u.ok()) {
+          const std::string m = u.status().ToString();
+          out += m.find("region 0 (tensor ") != std::string::npos &&
+                         m.find(
+                             "the bytes received differ from what the "
+                             "source sent") != std::string::npos &&
+                         m.find("the session stays open") != std::string::npos
+                     ? "failed naming region 0|"
+                     : "failed: " + m + "|";
+          if (rank == 1) {
+            out += internal::VerifyPattern(target, tensors, seat.buffers,
+                                           nullptr, g - 1)
+                           .empty()
+                       ? "serving holds " + std::to_string(g - 1) + "|"
+                       : "serving changed|";
+          }
+          continue;
+        }
+        out += "ok " + std::to_string(u->verified_regions) + "|";
+        if (rank == 1 &&
+            !internal::VerifyPattern(target, tensors, seat.buffers, nullptr, g)
+                 .empty()) {
+          out += "wrong bytes|";
+        }
+      }
+      out += VersionText((*session)->version()) + "|" +
+             std::to_string((*session)->connections()) + " connection(s)|" +
+             ((*session)->usable() ? "usable" : "over");
+      if (rank == 1) {
+        const auto record = Must(store->Get("flip/version/1"));
+        const auto decoded =
+            Must(internal::DecodeVersionRecord(record, "flip/version/1", 1));
+        out += decoded.version == *(*session)->version() ? "|record agrees"
+                                                         : "|record differs";
+        out += seen == VersionText((*session)->version()) ? "|callback agrees"
+                                                          : "|callback differs";
+      }
+      if (Status closed = (*session)->Close(); !closed.ok()) {
+        out += "|close: " + closed.ToString();
+      }
+      return out;
+    });
+    const std::string n = std::to_string(plan.regions().size());
+    const std::string tail = "|4 step-4 ";
+    ASSERT_EQ(out[0].substr(0, out[0].find(tail)),
+              "ok 0|failed naming region 0|ok 0|ok 0");
+    ASSERT_EQ(out[1].substr(0, out[1].find(tail)),
+              "ok " + n + "|failed naming region 0|serving holds 1|ok " + n +
+                  "|ok " + n);
+    // The same version (and digest) on both ranks; one connection each.
+    const std::string version0 = out[0].substr(out[0].find(tail));
+    EXPECT_EQ(out[1].substr(out[1].find(tail)),
+              version0.substr(0, version0.find("|usable")) +
+                  "|usable|record agrees|callback agrees");
+    EXPECT_THAT(version0, HasSubstr("|1 connection(s)|usable"));
+  }
+}
+
+// A rank whose validator refuses update 2 fails it on both ranks; update
+// 2 again (a retry at the same generation) succeeds on the same session,
+// and the failed attempt's records are gone after it.
+TEST(LiveRecoveryTest, AFailedUpdateIsRetriedAtItsGeneration) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  const auto tensors = internal::TensorIndex(source);
+  const Wire w = Wires()[4];  // inproc push
+  testing::TempDir dir;
+  const auto out = TwoRanks(w, [&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(source, target, rank, "retry-" + std::to_string(rank));
+    LiveSessionOptions lo = Options(w, "retry", rank);
+    int refusals = rank == 1 ? 1 : 0;
+    lo.validate_targets = [&]() -> Status {
+      if (refusals-- > 0) return Status::DataLoss("refused once");
+      return Status::OK();
+    };
+    auto session = LiveSession::Open(*store, source, target, seat.bindings, lo);
+    if (!session.ok()) return "open: " + session.status().ToString();
+    std::string out;
+    for (uint64_t g : {1, 1, 2}) {
+      internal::FillPattern(source, tensors, seat.buffers, nullptr, g);
+      auto u = (*session)->Update(g);
+      out += u.ok() ? "ok|" : "failed|";
+      if (!u.ok() &&
+          u.status().message().find("refused once") == std::string::npos) {
+        out += u.status().ToString() + "|";
+      }
+    }
+    if (rank == 1) {
+      out += internal::VerifyPattern(target, tensors, seat.buffers, nullptr, 2);
+    }
+    if (Status closed = (*session)->Close(); !closed.ok()) {
+      out += closed.ToString() + "|";
+    }
+    return out;
+  });
+  EXPECT_EQ(out[0], "failed|ok|ok|");
+  EXPECT_EQ(out[1], "failed|ok|ok|");
+  // Every update's records, the failed attempt's included, are gone once
+  // both ranks closed.
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  EXPECT_THAT(Must(store->List("retry/")), ::testing::IsEmpty());
+}
+
+// Ranks that pass different tags fail the update before any byte moves,
+// naming both; a tag with a control character is refused before anything
+// is recorded; the session goes on either way.
+TEST(LiveRecoveryTest, VersionTagsMustAgreeAndBePrintable) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  const Wire w = Wires()[4];
+  testing::TempDir dir;
+  const auto out = TwoRanks(w, [&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(source, target, rank, "tags-" + std::to_string(rank));
+    auto session = LiveSession::Open(*store, source, target, seat.bindings,
+                                     Options(w, "tags", rank));
+    if (!session.ok()) return "open: " + session.status().ToString();
+    std::string out;
+    auto bad = (*session)->Update(1, nullptr, std::string("a\nb"));
+    out += bad.status().ToString() + "|";
+    auto split = (*session)->Update(1, nullptr, rank == 0 ? "a" : "b");
+    out += split.ok() ? "ok|" : "failed|";
+    if (rank == 0 && !split.ok()) out += split.status().ToString() + "|";
+    auto same = (*session)->Update(2, nullptr, "a");
+    out += same.ok() ? "ok " + VersionText((*session)->version()).substr(0, 3)
+                     : same.status().ToString();
+    (void)(*session)->Close();
+    return out;
+  });
+  EXPECT_THAT(out[0], HasSubstr("InvalidArgument: live session tags: version "
+                                "tag holds control character 10 at byte 1|"));
+  EXPECT_THAT(out[0], HasSubstr("the ranks' version tags for the update "
+                                "differ: rank 0 \"a\", rank 1 \"b\""));
+  EXPECT_THAT(out[0], ::testing::EndsWith("the next one)|ok 2 a"));
+  EXPECT_THAT(out[1], ::testing::EndsWith("failed|ok 2 a"));
+}
+
+// Without verification no region is checked and the version's digest is 0.
+TEST(LiveRecoveryTest, VerificationCanBeTurnedOff) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  const Wire w = Wires()[4];
+  testing::TempDir dir;
+  const auto out = TwoRanks(w, [&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(source, target, rank, "off-" + std::to_string(rank));
+    LiveSessionOptions lo = Options(w, "off", rank);
+    lo.verify = false;
+    lo.corrupt_received_in_update = rank == 1 ? 1 : 0;
+    auto session = LiveSession::Open(*store, source, target, seat.bindings, lo);
+    if (!session.ok()) return "open: " + session.status().ToString();
+    auto u = (*session)->Update(1);
+    std::string out = u.ok() ? std::to_string(u->verified_regions) + " " +
+                                   VersionText((*session)->version())
+                             : u.status().ToString();
+    (void)(*session)->Close();
+    return out;
+  });
+  EXPECT_EQ(out[0], "0 1  0000000000000000");
+  EXPECT_EQ(out[1], "0 1  0000000000000000");
+}
+
+}  // namespace
+}  // namespace reshard
