@@ -86,7 +86,8 @@ Status LiveRank::RunUpdate() {
     // in the exchange ends it (it may leave operations in flight).
     Status st = Fence();
     if (st.ok()) st = FencedBarrier();
-    if (!st.ok()) return FailUpdate(std::move(st));
+    // A rank that closed the session ends it.
+    if (!st.ok()) return records_.saw_close() ? st : FailUpdate(std::move(st));
     RESHARD_RETURN_NOT_OK(Exchange());
     st = Verify();
     if (st.ok()) st = Complete();

@@ -185,8 +185,8 @@ Status LiveRank::FailUpdate(Status st) {
                             std::to_string(generation_);
   if (!followed_failure_) {
     // Ours, unless a rank recorded the update's outcome first.
-    Status decided = Decide(
-        {false, options_.rank, st.WithContext(where).ToString()}, decision);
+    st = st.WithContext(where);
+    Status decided = Decide({false, options_.rank, st.ToString()}, decision);
     if (!decided.ok()) return st;
     auto text = records_.Get(decision);
     if (!text.ok()) return st;

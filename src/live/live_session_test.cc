@@ -852,12 +852,15 @@ TEST(StandingSessionTest, RankKilledBetweenUpdatesFailsTheNextUpdate) {
                 HasSubstr("rank 0 died of signal 9"));
     auto store = Must(OpenDirectoryRecordStore(dir.path()));
     EXPECT_TRUE(Must(store->List("dies/u/2/ready/")).empty());
-    // The survivor recorded why it stopped: rank 0 is gone.
-    auto abort = store->Get("dies/abort/1");
-    ASSERT_OK(abort.status());
-    const std::string reason =
-        Must(internal::DecodeAbortRecord(*abort, "dies/abort/1", 1));
-    EXPECT_THAT(reason, HasSubstr("rank 0"));
+    // The survivor recorded why update 2 failed (rank 0 is gone) as the
+    // update's outcome; nothing of it was in flight, so it did not abort
+    // the session.
+    const auto outcome = Must(internal::DecodeOutcomeRecord(
+        Must(store->Get("dies/u/2/outcome/0")), "dies/u/2/outcome/0", 2));
+    EXPECT_FALSE(outcome.commit);
+    EXPECT_EQ(outcome.decided_by, 1u);
+    EXPECT_THAT(outcome.reason, HasSubstr("rank 0"));
+    EXPECT_TRUE(store->Get("dies/abort/1").status().IsNotFound());
   }
 }
 
@@ -1106,8 +1109,13 @@ TEST(StandingSessionTest, PeerDeathMidUpdateIsUncertainForTheSender) {
     EXPECT_THAT(out[0], HasSubstr("ok|"));
     EXPECT_THAT(out[0], HasSubstr("outcome uncertain ("));
     EXPECT_THAT(out[0], HasSubstr("do not free or reuse this rank's buffers"));
-    EXPECT_THAT(out[0], HasSubstr("|uncertain|FailedPrecondition: live session "
-                                  "midway failed in an earlier update"));
+    EXPECT_THAT(out[0], HasSubstr("rank 0 must rejoin, a new process opening "
+                                  "with rejoin"));
+    EXPECT_THAT(out[0],
+                HasSubstr("|uncertain|FailedPrecondition: live session midway "
+                          "left operations of this rank in flight in an "
+                          "earlier update; this rank must rejoin (a new "
+                          "process opening with rejoin)"));
     EXPECT_EQ(out[1], "");  // killed
     auto store = Must(OpenDirectoryRecordStore(dir.path()));
     EXPECT_TRUE(Must(store->List("midway/u/2/ready/")).empty());

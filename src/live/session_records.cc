@@ -102,6 +102,7 @@ Status SessionRecords::CheckClosed(
     RESHARD_RETURN_NOT_OK(text.status());
     RESHARD_ASSIGN_OR_RETURN(auto closed,
                              internal::DecodeClosedRecord(*text, key, who));
+    saw_close_ = true;
     return Status::Aborted("live session " + options_.session + ": rank " +
                            std::to_string(who) + " closed the session after " +
                            std::to_string(closed.updates) +

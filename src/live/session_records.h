@@ -79,6 +79,10 @@ class SessionRecords {
   // (they only matter to a rank that waits).
   Status CheckClosed(const std::function<bool(uint32_t)>& exempt = nullptr);
 
+  // Whether CheckClosed ever named a rank that closed the session (a
+  // session a rank closed cannot go on).
+  bool saw_close() const { return saw_close_; }
+
   // An error naming the first rank whose heartbeat stood still for
   // peer_timeout, unless `exempt` excuses it.
   Status CheckSilent(const std::function<bool(uint32_t)>& exempt = nullptr);
@@ -107,6 +111,7 @@ class SessionRecords {
   std::string prefix_;
   std::optional<PeerWatch> watch_;
   Clock::time_point next_closed_list_{};
+  bool saw_close_ = false;
 };
 
 }  // namespace reshard::live_internal
