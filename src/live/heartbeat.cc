@@ -8,12 +8,12 @@ namespace reshard::live_internal {
 
 Result<std::unique_ptr<Heartbeat>> Heartbeat::Start(
     RecordStore& store, std::string prefix, uint32_t rank,
-    std::chrono::milliseconds interval) {
+    std::chrono::milliseconds interval, uint64_t first) {
   std::unique_ptr<Heartbeat> h(
       new Heartbeat(store, std::move(prefix), rank, interval));
-  h->beat_ = 1;
+  h->beat_ = std::max<uint64_t>(first, 1);
   RESHARD_RETURN_NOT_OK(
-      store.Put(h->Key(1), internal::EncodeMarkerRecord(rank)));
+      store.Put(h->Key(h->beat_), internal::EncodeMarkerRecord(rank)));
   h->thread_ = std::thread([p = h.get()] { p->Run(); });
   return h;
 }
@@ -126,6 +126,10 @@ Result<std::optional<uint32_t>> PeerWatch::FirstSilent(
     return std::optional<uint32_t>(r);
   }
   return std::optional<uint32_t>();
+}
+
+void PeerWatch::Forget(uint32_t r) {
+  if (r < seen_.size()) seen_[r] = Seen{};
 }
 
 int64_t PeerWatch::SilentMillis(uint32_t r) const {

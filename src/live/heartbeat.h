@@ -35,9 +35,12 @@ class Heartbeat {
   // Publishes the first beat before returning (an error if that Put
   // fails), then beats every `interval` until Stop. `prefix` is
   // "<session>/".
+  // The counter starts at `first` (a process that takes the place of an
+  // earlier one of the same rank starts above every counter the watchers
+  // saw of it, so they see it move).
   static Result<std::unique_ptr<Heartbeat>> Start(
       RecordStore& store, std::string prefix, uint32_t rank,
-      std::chrono::milliseconds interval);
+      std::chrono::milliseconds interval, uint64_t first = 1);
 
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
@@ -81,6 +84,10 @@ class PeerWatch {
   // the session or carries no counter.
   Result<std::optional<uint32_t>> FirstSilent(
       const std::function<bool(uint32_t rank)>& exempt);
+
+  // Rank `r` is a new process (it rejoined): what was seen of the earlier
+  // one no longer counts; it is judged from its first heartbeat seen.
+  void Forget(uint32_t r);
 
   // For messages: how long rank `r` has been silent, in milliseconds.
   int64_t SilentMillis(uint32_t r) const;

@@ -3,6 +3,8 @@
 #include "live/live_rank.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <random>
 
 namespace reshard::live_internal {
 
@@ -53,15 +55,60 @@ Status LiveRank::Open() {
   return Status::OK();
 }
 
-void LiveRank::BeginUpdate(uint64_t generation, uint64_t attempt,
-                           std::string tag) {
+Status LiveRank::BeginUpdate(uint64_t generation, std::string tag) {
   generation_ = generation;
-  scope_ = "u/" + std::to_string(generation) +
-           (attempt == 0 ? "" : "r" + std::to_string(attempt)) + "/";
-  tag_ = SessionTag(options_.session + "/" + scope_);
   tag_text_ = std::move(tag);
+  for (uint64_t attempt = 0;; ++attempt) {
+    scope_ = "u/" + std::to_string(generation) +
+             (attempt == 0 ? "" : "r" + std::to_string(attempt)) + "/";
+    const std::string decision = records_.Key(scope_ + "outcome", 0);
+    auto recorded = records_.Get(decision);
+    if (recorded.status().IsNotFound()) break;
+    RESHARD_RETURN_NOT_OK(recorded.status());
+    RESHARD_ASSIGN_OR_RETURN(
+        auto outcome,
+        internal::DecodeOutcomeRecord(*recorded, decision, options_.ranks));
+    if (outcome.commit) {
+      return Status::FailedPrecondition(
+          "live session " + options_.session + ": update " +
+          std::to_string(generation) + " succeeded already (" + decision + ")");
+    }
+  }
+  tag_ = SessionTag(options_.session + "/" + scope_);
+  return Status::OK();
 }
 
+Status LiveRank::TakeSeat() {
+  RESHARD_ASSIGN_OR_RETURN(auto own, records_.OwnRecords());
+  const std::string prefix = options_.session + "/";
+  const std::string beats =
+      prefix + "alive/" + std::to_string(options_.rank) + "/";
+  uint64_t last_beat = 0;
+  for (const std::string& key : own) {
+    // Updates' records stay: they tell every rank which try of a
+    // generation comes next.
+    if (key.compare(prefix.size(), 2, "u/") == 0) continue;
+    if (key.starts_with(beats)) {
+      last_beat = std::max<uint64_t>(
+          last_beat, std::strtoull(key.c_str() + beats.size(), nullptr, 10));
+    }
+    RESHARD_RETURN_NOT_OK(store_.Delete(key));
+  }
+  // Above every beat the watchers saw of the earlier process (one that
+  // left cleanly removed its last; the clock's milliseconds are above any
+  // counter that started at 1).
+  const auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  first_beat_ = std::max<uint64_t>(last_beat + 1, wall.count());
+  // Any value but the earlier process's: peers compare them for equality.
+  std::random_device random;
+  do {
+    incarnation_ =
+        (uint64_t{random()} << 32) ^ random() ^
+        static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  } while (incarnation_ == 0);
+  return Status::OK();
+}
 Status LiveRank::RunUpdate() {
   succeeded_ = false;
   certain_ = false;
@@ -141,6 +188,10 @@ Status LiveRank::Rebind(const LiveBindings& now) {
   RESHARD_ASSIGN_OR_RETURN(
       auto bound,
       bound_->Rebind(*plan_, source_, world_.sources, target_, world_.targets));
+  return Reshare(std::move(bound));
+}
+
+Status LiveRank::Reshare(BoundTransferPlan bound) {
   RESHARD_RETURN_NOT_OK(
       bound.RequireMemoryKinds({MemoryKind::kHost}, options_.exchange));
   ops_.clear();
@@ -151,6 +202,27 @@ Status LiveRank::Rebind(const LiveBindings& now) {
   for (const BoundRegion& br : bound_->regions()) {
     RESHARD_RETURN_NOT_OK(TakeShareOf(br));
   }
+  return Status::OK();
+}
+
+Status LiveRank::Reconnect(uint32_t r) {
+  RESHARD_RETURN_NOT_OK(exchange_->Disconnect(r));
+  records_.ForgetPeer(r);
+  connected_.erase(r);
+  ranges_.erase(r);
+  std::erase_if(unpacked_, [r](const auto& e) { return e.first.first == r; });
+  RESHARD_ASSIGN_OR_RETURN(World w, ReadWorld(records_, store_, options_));
+  // This rank's own bindings as bound (its shadows in shadow mode).
+  Replace(bindings_.sources, w.sources);
+  Replace(bindings_.targets, w.targets);
+  world_ = std::move(w);
+  RESHARD_ASSIGN_OR_RETURN(
+      auto bound,
+      bound_->Rebind(*plan_, source_, world_.sources, target_, world_.targets));
+  RESHARD_RETURN_NOT_OK(Reshare(std::move(bound)));
+  RESHARD_RETURN_NOT_OK(
+      exchange_->WireUp(Deadline(), [&] { return records_.CheckPeers(); }));
+  ++rejoins_;
   return Status::OK();
 }
 

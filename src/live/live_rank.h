@@ -75,10 +75,16 @@ class LiveRank {
   // Nothing moves until RunUpdate.
   Status Open();
 
-  // Scopes the next RunUpdate's records and tags to `generation` (its
-  // `attempt`-th try: 0 the first, counting up while it is retried) and
-  // takes the caller's version tag for it (checked: CheckVersionTag).
-  void BeginUpdate(uint64_t generation, uint64_t attempt, std::string tag);
+  // Rejoin (LiveSessionOptions::rejoin): takes the seat of this rank's
+  // earlier process, whose records (but those of updates) it removes, with
+  // a new incarnation.
+  Status TakeSeat();
+
+  // Scopes the next RunUpdate's records and tags to `generation`, in the
+  // first try of it whose outcome is not recorded (every failed try of a
+  // generation recorded its failure), and takes the caller's version tag
+  // for it (checked: CheckVersionTag).
+  Status BeginUpdate(uint64_t generation, std::string tag);
 
   // One update: fence, exchange, verification, completion, barrier, ready.
   Status RunUpdate();
@@ -93,6 +99,8 @@ class LiveRank {
 
   // Connections this rank's exchange made.
   uint64_t connections() const { return connections_; }
+  // Ranks this rank reconnected to after they rejoined.
+  uint64_t rejoins() const { return rejoins_; }
 
   // Takes `now` as this rank's bindings from the next update on. Changed
   // fragments are rebound locally: in push mode each side only ever uses
@@ -202,9 +210,22 @@ class LiveRank {
   // Sets certain_ when it got there.
   Status Settle();
 
-  // The fenced records of every rank: the update's tag (they must agree)
-  // and whether it is a delta update (every rank names the same base).
+  // The fenced records of every rank: the update's tag (they must agree),
+  // whether it is a delta update (every rank names the same base), and the
+  // ranks that rejoined since this rank last connected to them.
   Status ReadFenced();
+
+  // Waits for every rank's fenced record; a rank that left the session
+  // (SessionRecords::Departure) is waited for up to rejoin_timeout.
+  Status WaitFenced(const std::string& decision, Clock::time_point since);
+
+  // Rank `r` rejoined (a new process): forgets the connection to the old
+  // one, reads what the new one published, binds the plan again and
+  // connects to it alone.
+  Status Reconnect(uint32_t r);
+
+  // This rank's share of `bound` (Connect's, again after a rebind).
+  Status Reshare(BoundTransferPlan bound);
 
   // 5. Completion: the caller's validator, then "done".
   Status Complete();
@@ -277,6 +298,8 @@ class LiveRank {
   bool certain_ = false;           // failed_certainly()
   bool followed_failure_ = false;  // this update's recorded outcome failed
   uint64_t connections_ = 0;
+  uint64_t rejoins_ = 0;
+  uint64_t first_beat_ = 1;  // of this rank's heartbeat (TakeSeat)
   std::set<uint32_t> connected_;
   // The plan and this rank's share of it.
   std::optional<LogicalTransferPlan> plan_;

@@ -2,6 +2,7 @@
 // barrier: votes, the update's recorded outcome, ready.
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "live/live_rank.h"
 
@@ -16,18 +17,54 @@ Status LiveRank::FencedBarrier() {
                                     incarnation_, tag_text_})));
   const std::string decision = records_.Key(scope_ + "outcome", 0);
   const auto t0 = Clock::now();
-  Status all =
-      records_.WaitForAll(scope_ + "fenced", Deadline(), [&]() -> Status {
-        RESHARD_RETURN_NOT_OK(exchange_->PeerFailure());
-        // A rank that failed its fence recorded the update's outcome.
-        auto recorded = records_.Get(decision);
-        if (recorded.ok()) return Follow(*recorded, decision, t0);
-        exchange_->Progress(std::chrono::microseconds(200));
-        return Status::OK();
-      });
+  Status all = WaitFenced(decision, t0);
   report_.arrival_seconds = Seconds(t0);
   RESHARD_RETURN_NOT_OK(all);
   return ReadFenced();
+}
+
+Status LiveRank::WaitFenced(const std::string& decision,
+                            Clock::time_point since) {
+  const std::string kind = scope_ + "fenced";
+  auto deadline = Deadline();
+  std::map<uint32_t, Clock::time_point> departed;  // since when
+  auto sleep = std::chrono::microseconds(200);
+  while (true) {
+    RESHARD_ASSIGN_OR_RETURN(auto keys, records_.List(kind));
+    std::vector<bool> fenced(options_.ranks, false);
+    for (const std::string& key : keys) {
+      RESHARD_ASSIGN_OR_RETURN(uint32_t r, records_.RankOfKey(key));
+      fenced[r] = true;
+    }
+    if (keys.size() >= options_.ranks) return Status::OK();
+    // A rank that failed its fence recorded the update's outcome.
+    auto recorded = records_.Get(decision);
+    if (recorded.ok()) return Follow(*recorded, decision, since);
+    // A rank that closed the session ends it.
+    RESHARD_RETURN_NOT_OK(records_.CheckClosed());
+    const auto now = Clock::now();
+    for (uint32_t r = 0; r < options_.ranks; ++r) {
+      if (r == options_.rank || fenced[r]) continue;
+      RESHARD_ASSIGN_OR_RETURN(auto why, records_.Departure(r));
+      if (!why) {
+        // Back (a new process) or never gone: the timeout runs anew.
+        if (departed.erase(r) > 0) deadline = Deadline();
+        continue;
+      }
+      const auto left = departed.try_emplace(r, now).first->second;
+      if (now - left >= options_.rejoin_timeout) {
+        return Status::Unavailable(
+            "live session " + options_.session + ": rank " + std::to_string(r) +
+            " left the session (" + *why + ") and did not rejoin within " +
+            std::to_string(options_.rejoin_timeout.count()) + " ms");
+      }
+    }
+    if (departed.empty() && now >= deadline) {
+      return records_.WaitForAll(kind, now, nullptr);  // names the missing
+    }
+    exchange_->Progress(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
+  }
 }
 
 Status LiveRank::ReadFenced() {
@@ -40,6 +77,9 @@ Status LiveRank::ReadFenced() {
     RESHARD_ASSIGN_OR_RETURN(auto fenced,
                              internal::DecodeFencedRecord(text, key, r));
     same_base = same_base && fenced.base == delivered_generation_;
+    if (r != options_.rank && fenced.incarnation != world_.incarnations[r]) {
+      RESHARD_RETURN_NOT_OK(Reconnect(r));
+    }
     if (fenced.tag.empty()) continue;
     if (agreed_tag_.empty()) {
       agreed_tag_ = fenced.tag;

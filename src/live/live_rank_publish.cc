@@ -38,16 +38,17 @@ Status LiveRank::Publish() {
     RESHARD_ASSIGN_OR_RETURN(
         heartbeat_,
         Heartbeat::Start(store_, options_.session + "/", options_.rank,
-                         options_.heartbeat_interval));
+                         options_.heartbeat_interval, first_beat_));
   }
   if (!options_.target_declaration.empty()) {
     RESHARD_RETURN_NOT_OK(
         records_.Put(records_.Key("declared"), options_.target_declaration));
   }
   records_.WatchPeers();
-  RESHARD_RETURN_NOT_OK(records_.Put(
-      records_.Key("rank"),
-      internal::EncodeRankRecord({HostName(), options_.rank, options_.ranks})));
+  RESHARD_RETURN_NOT_OK(
+      records_.Put(records_.Key("rank"),
+                   internal::EncodeRankRecord({HostName(), options_.rank,
+                                               options_.ranks, incarnation_})));
   Stage("published");
   return Status::OK();
 }

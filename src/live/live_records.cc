@@ -178,6 +178,7 @@ std::string EncodeRankRecord(const RankRecord& record) {
   CanonicalJsonWriter w(&out);
   w.BeginObject();
   w.KeyString("host", ValidUtf8(Shorten(record.host, 255)));
+  w.KeyUInt("incarnation", record.incarnation);
   w.KeyUInt("rank", record.rank);
   w.KeyUInt("ranks", record.ranks);
   w.EndObject();
@@ -187,12 +188,15 @@ std::string EncodeRankRecord(const RankRecord& record) {
 Result<RankRecord> DecodeRankRecord(std::string_view text, std::string_view key,
                                     uint32_t rank, uint32_t ranks) {
   constexpr std::string_view kKind = "rank";
-  RESHARD_ASSIGN_OR_RETURN(auto p,
-                           Parse(text, kKind, key, {"host", "rank", "ranks"}));
+  RESHARD_ASSIGN_OR_RETURN(
+      auto p,
+      Parse(text, kKind, key, {"host", "incarnation", "rank", "ranks"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   RankRecord r;
   r.rank = rank;
   RESHARD_ASSIGN_OR_RETURN(r.host, StringField(p.obj, "host", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.incarnation,
+                           U64Field(p.obj, "incarnation", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(uint64_t n, U64Field(p.obj, "ranks", kKind, key));
   if (n != ranks) {
     return Status::InvalidArgument(
@@ -535,23 +539,37 @@ std::string EncodeReportRecord(const ReportRecord& r) {
   w.Key("encode_ns");
   w.IntArray(r.encode_ns);
   w.KeyString("error", ValidUtf8(Shorten(r.error, kMaxRecordedText)));
+  w.Key("failed_updates");
+  w.IntArray(r.failed_updates);
+  w.Key("failures");
+  w.BeginArray();
+  for (const std::string& f : r.failures) {
+    w.String(ValidUtf8(Shorten(f, kMaxRecordedText)));
+  }
+  w.EndArray();
   w.Key("full_regions");
   w.IntArray(r.full_regions);
   w.KeyUInt("messages", r.messages);
   w.KeyString("mismatch", ValidUtf8(Shorten(r.mismatch, kMaxRecordedText)));
   w.KeyUInt("open_ns", r.open_ns);
+  w.KeyUInt("opens", r.opens);
   w.KeyUInt("operations", r.operations);
   w.KeyUInt("packed_messages", r.packed_messages);
   w.KeyUInt("plan_ns", r.plan_ns);
   w.KeyUInt("rank", r.rank);
   w.Key("ready");
   w.Bool(r.ready);
+  w.KeyUInt("rejoins", r.rejoins);
   w.KeyUInt("snapshot_bytes", r.snapshot_bytes);
   w.KeyUInt("transfer_ns", r.transfer_ns);
   w.Key("update_ns");
   w.IntArray(r.update_ns);
   w.Key("verified");
   w.Bool(r.verified);
+  w.Key("verified_regions");
+  w.IntArray(r.verified_regions);
+  w.Key("verify_ns");
+  w.IntArray(r.verify_ns);
   w.Key("wire_bytes");
   w.IntArray(r.wire_bytes);
   w.EndObject();
@@ -563,11 +581,15 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   constexpr std::string_view kKind = "report";
   RESHARD_ASSIGN_OR_RETURN(
       auto p,
-      Parse(text, kKind, key,
-            {"apply_ns", "bytes", "delta_regions", "encode_ns", "error",
-             "full_regions", "messages", "mismatch", "open_ns", "operations",
-             "packed_messages", "plan_ns", "rank", "ready", "snapshot_bytes",
-             "transfer_ns", "update_ns", "verified", "wire_bytes"}));
+      Parse(
+          text, kKind, key,
+          {"apply_ns",   "bytes",           "delta_regions",    "encode_ns",
+           "error",      "failed_updates",  "failures",         "full_regions",
+           "messages",   "mismatch",        "open_ns",          "opens",
+           "operations", "packed_messages", "plan_ns",          "rank",
+           "ready",      "rejoins",         "snapshot_bytes",   "transfer_ns",
+           "update_ns",  "verified",        "verified_regions", "verify_ns",
+           "wire_bytes"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   ReportRecord r;
   r.rank = rank;
@@ -583,19 +605,25 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   RESHARD_ASSIGN_OR_RETURN(r.open_ns, U64Field(p.obj, "open_ns", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(r.snapshot_bytes,
                            U64Field(p.obj, "snapshot_bytes", kKind, key));
-  auto updates = p.obj.IntArray("update_ns");
-  if (!updates.ok()) return updates.status().WithContext(What(kKind, key));
-  r.update_ns = updates->ToVector();
-  auto wire = p.obj.IntArray("wire_bytes");
-  if (!wire.ok()) return wire.status().WithContext(What(kKind, key));
-  r.wire_bytes = wire->ToVector();
-  for (auto [name, out] : {std::pair{"delta_regions", &r.delta_regions},
+  RESHARD_ASSIGN_OR_RETURN(r.opens, U64Field(p.obj, "opens", kKind, key));
+  RESHARD_ASSIGN_OR_RETURN(r.rejoins, U64Field(p.obj, "rejoins", kKind, key));
+  for (auto [name, out] : {std::pair{"update_ns", &r.update_ns},
+                           std::pair{"wire_bytes", &r.wire_bytes},
+                           std::pair{"delta_regions", &r.delta_regions},
                            std::pair{"full_regions", &r.full_regions},
                            std::pair{"encode_ns", &r.encode_ns},
-                           std::pair{"apply_ns", &r.apply_ns}}) {
+                           std::pair{"apply_ns", &r.apply_ns},
+                           std::pair{"verified_regions", &r.verified_regions},
+                           std::pair{"verify_ns", &r.verify_ns},
+                           std::pair{"failed_updates", &r.failed_updates}}) {
     auto list = p.obj.IntArray(name);
     if (!list.ok()) return list.status().WithContext(What(kKind, key));
     *out = list->ToVector();
+  }
+  auto failures = p.obj.StringArray("failures");
+  if (!failures.ok()) return failures.status().WithContext(What(kKind, key));
+  for (const std::string& f : *failures) {
+    r.failures.push_back(Shorten(f, kMaxReadText));
   }
   RESHARD_ASSIGN_OR_RETURN(r.ready, BoolField(p.obj, "ready", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(r.verified,
@@ -612,6 +640,12 @@ Result<ReportRecord> DecodeReportRecord(std::string_view text,
   if (!r.mismatch.empty() && r.verified) {
     return Status::InvalidArgument(What(kKind, key) +
                                    ": verified with a mismatch");
+  }
+  if (r.failures.size() != r.failed_updates.size()) {
+    return Status::InvalidArgument(
+        What(kKind, key) + ": " + std::to_string(r.failures.size()) +
+        " failures for " + std::to_string(r.failed_updates.size()) +
+        " failed updates");
   }
   return r;
 }

@@ -26,12 +26,15 @@ inline constexpr size_t kMaxRemoteKeyBytes = 4 * 1024;
 // Reasons and error strings longer than this are cut when recorded.
 inline constexpr size_t kMaxRecordedText = 4 * 1024;
 
-// rank/<r>: the rank's publication marker, written last.
-// {"host":"...","rank":R,"ranks":N}
+// rank/<r>: the rank's publication marker, written last. `incarnation`:
+// 0 for the process that opened the session, one more for each process
+// that rejoined in its place (LiveSessionOptions::rejoin).
+// {"host":"...","incarnation":I,"rank":R,"ranks":N}
 struct RankRecord {
   std::string host;
   uint32_t rank = 0;
   uint32_t ranks = 0;
+  uint64_t incarnation = 0;
 };
 std::string EncodeRankRecord(const RankRecord& record);
 // Also checks that the record's rank is `rank` and its world size `ranks`.
@@ -198,6 +201,17 @@ struct ReportRecord {
   std::vector<int64_t> encode_ns;
   std::vector<int64_t> apply_ns;
   uint64_t snapshot_bytes = 0;
+  // Regions verified on arrival and the rank's nanoseconds verifying, per
+  // update (one entry for a single reshard).
+  std::vector<int64_t> verified_regions;
+  std::vector<int64_t> verify_ns;
+  // Standing session: Open calls without rejoin (0 for a process that
+  // rejoined), ranks the rank saw rejoin, and the updates that failed with
+  // the session still usable: their generations and "update G: <error>".
+  uint64_t opens = 0;
+  uint64_t rejoins = 0;
+  std::vector<int64_t> failed_updates;
+  std::vector<std::string> failures;
   std::string mismatch;
   std::string error;
 };

@@ -6,6 +6,7 @@
 
 #include "live/live_records.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -21,11 +22,13 @@ namespace {
 using ::reshard::testing::StatusIs;
 
 TEST(LiveRecordsTest, RoundTrips) {
-  const RankRecord rank{"host-a", 1, 3};
-  EXPECT_EQ(EncodeRankRecord(rank), R"({"host":"host-a","rank":1,"ranks":3})");
+  const RankRecord rank{"host-a", 1, 3, 7};
+  EXPECT_EQ(EncodeRankRecord(rank),
+            R"({"host":"host-a","incarnation":7,"rank":1,"ranks":3})");
   ASSERT_OK_AND_ASSIGN(
       auto r, DecodeRankRecord(EncodeRankRecord(rank), "s/rank/1", 1, 3));
   EXPECT_EQ(r.host, "host-a");
+  EXPECT_EQ(r.incarnation, 7u);
 
   const std::string address("\x20\x01\x02\x03\x04\x05\x06\x07\x08\x09", 10);
   ASSERT_OK_AND_ASSIGN(
@@ -65,11 +68,11 @@ TEST(LiveRecordsTest, RoundTrips) {
   const std::string text = EncodeReportRecord(report);
   EXPECT_EQ(
       text,
-      R"({"apply_ns":[],"bytes":1048576,"delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":7,"mismatch":"",)"
-      R"("open_ns":0,"operations":7,"packed_messages":2,)"
-      R"("plan_ns":1500,"rank":1,"ready":true,"snapshot_bytes":0,)"
+      R"({"apply_ns":[],"bytes":1048576,"delta_regions":[],"encode_ns":[],"error":"","failed_updates":[],"failures":[],"full_regions":[],"messages":7,"mismatch":"",)"
+      R"("open_ns":0,"opens":0,"operations":7,"packed_messages":2,)"
+      R"("plan_ns":1500,"rank":1,"ready":true,"rejoins":0,"snapshot_bytes":0,)"
       R"("transfer_ns":123456789,"update_ns":[],"verified":true,)"
-      R"("wire_bytes":[]})");
+      R"("verified_regions":[],"verify_ns":[],"wire_bytes":[]})");
   ASSERT_OK_AND_ASSIGN(auto back, DecodeReportRecord(text, "s/report/1", 1));
   EXPECT_EQ(back.bytes, report.bytes);
   EXPECT_EQ(back.transfer_ns, report.transfer_ns);
@@ -87,6 +90,21 @@ TEST(LiveRecordsTest, RoundTrips) {
   EXPECT_EQ(back.snapshot_bytes, 4096u);
   EXPECT_EQ(back.encode_ns, report.encode_ns);
   EXPECT_EQ(back.apply_ns, report.apply_ns);
+  // Verification, opens, rejoins and the updates that failed.
+  report.verified_regions = {16, 0, 16};
+  report.verify_ns = {900, 0, 800};
+  report.opens = 1;
+  report.rejoins = 1;
+  report.failed_updates = {2};
+  report.failures = {"update 2: DataLoss: region 3 differs"};
+  ASSERT_OK_AND_ASSIGN(
+      back, DecodeReportRecord(EncodeReportRecord(report), "s/report/1", 1));
+  EXPECT_EQ(back.verified_regions, report.verified_regions);
+  EXPECT_EQ(back.verify_ns, report.verify_ns);
+  EXPECT_EQ(back.opens, 1u);
+  EXPECT_EQ(back.rejoins, 1u);
+  EXPECT_EQ(back.failed_updates, report.failed_updates);
+  EXPECT_EQ(back.failures, report.failures);
 }
 
 // The launcher used to read "key=value" lines with stoull: a malformed
@@ -101,34 +119,41 @@ TEST(LiveRecordsTest, MalformedReportsAreErrorsNamingTheRecord) {
       {"verified=1\nbytes=lots\n",
        "malformed report record s/report/1: invalid JSON: "},
       {"", "malformed report record s/report/1: invalid JSON: "},
-      {R"({"apply_ns":[],"bytes":"1","delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
-       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"snapshot_bytes":0,)"
+      {R"({"apply_ns":[],"bytes":"1","delta_regions":[],"encode_ns":[],"error":"","failed_updates":[],"failures":[],"full_regions":[],"messages":0,"mismatch":"","open_ns":0,"opens":0,"operations":0,)"
+       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"rejoins":0,"snapshot_bytes":0,)"
        R"("transfer_ns":0,"update_ns":[],"verified":true,)"
-       R"("wire_bytes":[]})",
+       R"("verified_regions":[],"verify_ns":[],"wire_bytes":[]})",
        "malformed report record s/report/1: bytes must be an integer"},
-      {R"({"apply_ns":[],"bytes":-1,"delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
-       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"snapshot_bytes":0,)"
+      {R"({"apply_ns":[],"bytes":-1,"delta_regions":[],"encode_ns":[],"error":"","failed_updates":[],"failures":[],"full_regions":[],"messages":0,"mismatch":"","open_ns":0,"opens":0,"operations":0,)"
+       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"rejoins":0,"snapshot_bytes":0,)"
        R"("transfer_ns":0,"update_ns":[],"verified":true,)"
-       R"("wire_bytes":[]})",
+       R"("verified_regions":[],"verify_ns":[],"wire_bytes":[]})",
        "malformed report record s/report/1: bytes must fit in an unsigned "
        "64-bit integer"},
-      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
-       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"snapshot_bytes":0,)"
+      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"","failed_updates":[],"failures":[],"full_regions":[],"messages":0,"mismatch":"","open_ns":0,"opens":0,"operations":0,)"
+       R"("packed_messages":0,"plan_ns":0,"rank":1,"ready":false,"rejoins":0,"snapshot_bytes":0,)"
        R"("transfer_ns":0,"update_ns":[],"verified":1,)"
-       R"("wire_bytes":[]})",
+       R"("verified_regions":[],"verify_ns":[],"wire_bytes":[]})",
        "malformed report record s/report/1: verified must be a boolean"},
-      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"","full_regions":[],"messages":0,"mismatch":"","open_ns":0,"operations":0,)"
-       R"("packed_messages":0,"plan_ns":0,"rank":0,"ready":false,"snapshot_bytes":0,)"
+      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"","failed_updates":[],"failures":[],"full_regions":[],"messages":0,"mismatch":"","open_ns":0,"opens":0,"operations":0,)"
+       R"("packed_messages":0,"plan_ns":0,"rank":0,"ready":false,"rejoins":0,"snapshot_bytes":0,)"
        R"("transfer_ns":0,"update_ns":[],"verified":true,)"
-       R"("wire_bytes":[]})",
+       R"("verified_regions":[],"verify_ns":[],"wire_bytes":[]})",
        "malformed report record s/report/1: rank 0 under the key of rank 1"},
-      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"boom","full_regions":[],)"
+      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"boom","failed_updates":[],"failures":[],"full_regions":[],)"
        R"("messages":0,"mismatch":"",)"
-       R"("open_ns":0,"operations":0,"packed_messages":0,"plan_ns":0,"rank":1,)"
-       R"("ready":false,"snapshot_bytes":0,"transfer_ns":0,"update_ns":[],)"
+       R"("open_ns":0,"opens":0,"operations":0,"packed_messages":0,"plan_ns":0,"rank":1,)"
+       R"("ready":false,"rejoins":0,"snapshot_bytes":0,"transfer_ns":0,"update_ns":[],)"
        R"("verified":true,)"
-       R"("wire_bytes":[]})",
+       R"("verified_regions":[],"verify_ns":[],"wire_bytes":[]})",
        "malformed report record s/report/1: verified with an error"},
+      {R"({"apply_ns":[],"bytes":0,"delta_regions":[],"encode_ns":[],"error":"","failed_updates":[2,3],"failures":["update 2: x"],"full_regions":[],)"
+       R"("messages":0,"mismatch":"",)"
+       R"("open_ns":0,"opens":1,"operations":0,"packed_messages":0,"plan_ns":0,"rank":1,)"
+       R"("ready":false,"rejoins":0,"snapshot_bytes":0,"transfer_ns":0,"update_ns":[],)"
+       R"("verified":true,)"
+       R"("verified_regions":[],"verify_ns":[],"wire_bytes":[]})",
+       "malformed report record s/report/1: 1 failures for 2 failed updates"},
       {valid.substr(0, valid.size() - 1),
        "malformed report record s/report/1: invalid JSON: "},
       {valid.substr(0, valid.size() - 1) + R"(,"extra":0})",
@@ -281,6 +306,72 @@ TEST(LiveRecordsTest, RendezvousUriNamesADirectory) {
     EXPECT_THAT(store, StatusIs(StatusCode::kInvalidArgument, c.message));
   }
   EXPECT_FALSE(std::filesystem::exists("redis:"));
+}
+
+// The records of verification, retries and versions: exact encodings,
+// round trips, and strict refusals naming the record.
+TEST(LiveRecordsTest, VotesFencesOutcomesAndVersions) {
+  const DoneRecord done{2, 0x0123456789abcdefULL, 17};
+  EXPECT_EQ(EncodeDoneRecord(done),
+            R"({"digest":"0123456789abcdef","rank":2,"verified":17})");
+  ASSERT_OK_AND_ASSIGN(
+      auto d, DecodeDoneRecord(EncodeDoneRecord(done), "s/u/3/done/2", 2));
+  EXPECT_EQ(d.digest, done.digest);
+  EXPECT_EQ(d.verified, 17u);
+  EXPECT_THAT(
+      DecodeDoneRecord(R"({"digest":"0123456789ABCDEF","rank":2,"verified":1})",
+                       "s/u/3/done/2", 2),
+      StatusIs(StatusCode::kInvalidArgument,
+               "malformed done record s/u/3/done/2: digest is not 16 "
+               "lowercase hex digits"));
+  EXPECT_THAT(
+      DecodeDoneRecord(R"({"rank":2})", "s/u/3/done/2", 2),
+      StatusIs(StatusCode::kInvalidArgument,
+               ::testing::HasSubstr("malformed done record s/u/3/done/2")));
+
+  const FencedRecord fenced{1, 4, 99, "step-4"};
+  EXPECT_EQ(EncodeFencedRecord(fenced),
+            R"({"base":4,"incarnation":99,"rank":1,"tag":"step-4"})");
+  ASSERT_OK_AND_ASSIGN(auto f, DecodeFencedRecord(EncodeFencedRecord(fenced),
+                                                  "s/u/5/fenced/1", 1));
+  EXPECT_EQ(f.base, 4u);
+  EXPECT_EQ(f.incarnation, 99u);
+  EXPECT_EQ(f.tag, "step-4");
+  EXPECT_THAT(
+      DecodeFencedRecord(
+          R"({"base":0,"incarnation":0,"rank":1,"tag":"a\u0007"})",
+          "s/u/5/fenced/1", 1),
+      StatusIs(StatusCode::kInvalidArgument,
+               "malformed fenced record s/u/5/fenced/1: version tag holds "
+               "control character 7 at byte 1"));
+  EXPECT_THAT(
+      DecodeFencedRecord(EncodeFencedRecord(fenced), "s/u/5/fenced/0", 0),
+      StatusIs(StatusCode::kInvalidArgument,
+               "malformed fenced record s/u/5/fenced/0: rank 1 under "
+               "the key of rank 0"));
+  EXPECT_THAT(CheckVersionTag(std::string(kMaxVersionTagBytes + 1, 'x')),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "version tag of 257 bytes (at most 256)"));
+  EXPECT_OK(CheckVersionTag(std::string(kMaxVersionTagBytes, 'x')));
+  EXPECT_THAT(
+      CheckVersionTag("\xff"),
+      StatusIs(StatusCode::kInvalidArgument, "version tag is not valid UTF-8"));
+
+  const OutcomeRecord commit{true, 1, "", 0xfedcba9876543210ULL};
+  EXPECT_EQ(EncodeOutcomeRecord(commit),
+            R"({"commit":true,"decided_by":1,"digest":"fedcba9876543210",)"
+            R"("reason":""})");
+  ASSERT_OK_AND_ASSIGN(auto o, DecodeOutcomeRecord(EncodeOutcomeRecord(commit),
+                                                   "s/u/5/outcome/0", 2));
+  EXPECT_EQ(o.digest, commit.digest);
+
+  const VersionRecord version{1, {5, "placement-x", "step-5", 42}};
+  EXPECT_EQ(EncodeVersionRecord(version),
+            R"({"digest":"000000000000002a","generation":5,"rank":1,)"
+            R"("source_placement_id":"placement-x","tag":"step-5"})");
+  ASSERT_OK_AND_ASSIGN(auto v, DecodeVersionRecord(EncodeVersionRecord(version),
+                                                   "s/version/1", 1));
+  EXPECT_EQ(v.version, version.version);
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <functional>
 #include <string>
@@ -29,6 +32,8 @@
 
 namespace reshard {
 namespace {
+
+using namespace std::chrono_literals;
 
 using ::reshard::testing::InChildren;
 using ::reshard::testing::Must;
@@ -299,6 +304,183 @@ TEST(LiveRecoveryTest, VerificationCanBeTurnedOff) {
   });
   EXPECT_EQ(out[0], "0 1  0000000000000000");
   EXPECT_EQ(out[1], "0 1  0000000000000000");
+}
+
+// Forks a process running body(rank, false) for each of two ranks; when
+// rank `restarted`'s process has died, forks body(restarted, true) in its
+// place. Returns what the survivor, the first process of `restarted` and
+// its replacement wrote, in that order.
+std::vector<std::string> TwoRanksOneRestarted(
+    uint32_t restarted,
+    const std::function<std::string(uint32_t rank, bool rejoin)>& body) {
+  struct Child {
+    pid_t pid;
+    int read;
+  };
+  auto fork_one = [&](uint32_t rank, bool rejoin) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      const std::string out = body(rank, rejoin);
+      (void)!::write(fds[1], out.data(), out.size());
+      std::_Exit(0);
+    }
+    ::close(fds[1]);
+    return Child{pid, fds[0]};
+  };
+  auto collect = [](Child c) {
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(c.read, buf, sizeof buf)) > 0) out.append(buf, n);
+    ::close(c.read);
+    int status = 0;
+    ::waitpid(c.pid, &status, 0);
+    return out;
+  };
+  Child survivor = fork_one(1 - restarted, false);
+  Child first = fork_one(restarted, false);
+  std::string first_out = collect(first);  // it dies after update 2
+  Child second = fork_one(restarted, true);
+  std::string second_out = collect(second);
+  return {collect(survivor), first_out, second_out};
+}
+
+// A rank killed between updates 2 and 3 and started again with rejoin (a
+// source, then a target; pushed and pulled over shared memory, pushed over
+// TCP, and with delta updates): the survivor's update 3 waits for it and
+// succeeds without reopening, having connected again only to the restarted
+// rank; every update verifies every region, the restarted rank's first
+// update is a full one and deltas resume after it.
+TEST(LiveRecoveryTest, ARestartedRankRejoinsWithoutAReopen) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  const auto tensors = internal::TensorIndex(source);
+  const auto plan = Must(LogicalTransferPlan::Make(source, target));
+  const std::string n = std::to_string(plan.regions().size());
+  std::vector<Wire> wires = {Wires()[0], Wires()[1], Wires()[2]};
+  wires.push_back({"shm push, delta", "ucx", {}, LiveProtocol::kPush});
+  // Restarted after its heartbeat fell silent: the survivor saw it leave.
+  wires.push_back({"shm push, late", "ucx", {}, LiveProtocol::kPush});
+  for (const Wire& w : wires) {
+    const bool delta = w.name.ends_with("delta");
+    const bool late = w.name.ends_with("late");
+    const double fraction = delta ? 0.01 : 1.0;
+    for (uint32_t restarted : {0u, 1u}) {
+      SCOPED_TRACE(w.name + ", rank " + std::to_string(restarted));
+      testing::TempDir dir;
+      const auto out = TwoRanksOneRestarted(
+          restarted, [&](uint32_t rank, bool rejoin) -> std::string {
+            if (rejoin && late) std::this_thread::sleep_for(2500ms);
+            auto store = Must(OpenDirectoryRecordStore(dir.path()));
+            Seat seat = SeatOf(
+                source, target, rank,
+                "again-" + std::to_string(rank) + (rejoin ? "-rejoined" : ""));
+            LiveSessionOptions lo = Options(w, "again", rank);
+            lo.rejoin = rejoin;
+            lo.delta = delta;
+            auto session =
+                LiveSession::Open(*store, source, target, seat.bindings, lo);
+            if (!session.ok()) return "open: " + session.status().ToString();
+            std::string out;
+            for (uint64_t g = rejoin ? 3 : 1; g <= 4; ++g) {
+              internal::FillPattern(source, tensors, seat.buffers, nullptr, g,
+                                    fraction);
+              auto u = (*session)->Update(g);
+              if (!u.ok()) return out + u.status().ToString();
+              out += "ok " + std::to_string(u->verified_regions);
+              if (delta && rank == 1) {
+                out += u->delta_regions > 0 ? " delta" : " full";
+              }
+              out += "|";
+              if (rank == 1 &&
+                  !internal::VerifyPattern(target, tensors, seat.buffers,
+                                           nullptr, g, fraction)
+                       .empty()) {
+                out += "wrong bytes|";
+              }
+              if (g == 2 && rank == restarted && !rejoin) ::raise(SIGKILL);
+            }
+            out += std::to_string((*session)->connections()) +
+                   " connection(s), " + std::to_string((*session)->rejoins()) +
+                   " rejoin(s)";
+            if (Status closed = (*session)->Close(); !closed.ok()) {
+              out += "|close: " + closed.ToString();
+            }
+            return out;
+          });
+      const std::string t = restarted == 1 ? n : "0";  // target's verified
+      const std::string s = restarted == 1 ? "0" : n;  // survivor's
+      const std::string kind1 = delta ? " full" : "";
+      const std::string kind = delta ? " delta" : "";
+      const bool survivor_targets = restarted == 0;
+      EXPECT_EQ(out[0], "ok " + s + (survivor_targets ? kind1 : "") + "|ok " +
+                            s + (survivor_targets ? kind : "") + "|ok " + s +
+                            (survivor_targets ? kind1 : "") + "|ok " + s +
+                            (survivor_targets ? kind : "") +
+                            "|2 connection(s), 1 rejoin(s)");
+      EXPECT_EQ(out[1], "");  // killed
+      EXPECT_EQ(out[2], "ok " + t + (survivor_targets ? "" : kind1) + "|ok " +
+                            t + (survivor_targets ? "" : kind) +
+                            "|1 connection(s), 0 rejoin(s)");
+    }
+  }
+}
+
+// Options and arguments refused before anything is published.
+TEST(LiveRecoveryTest, NegativeRejoinTimeoutIsRefused) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  testing::TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  LiveSessionOptions lo = Options(Wires()[4], "negative", 0);
+  lo.rejoin_timeout = -1ms;
+  EXPECT_THAT(LiveSession::Open(*store, source, target, {}, lo),
+              testing::StatusIs(StatusCode::kInvalidArgument,
+                                "live session: rejoin_timeout (-1 ms) is "
+                                "negative"));
+  EXPECT_THAT(Must(store->List("negative/")), ::testing::IsEmpty());
+}
+
+// A rank killed between updates that never comes back: the survivor's
+// next update fails once rejoin_timeout passed after its heartbeat fell
+// silent, naming it, with nothing in flight, so the session stays usable
+// (and closes).
+TEST(LiveRecoveryTest, ARankThatDoesNotRejoinFailsTheUpdateAfterTheWait) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  const auto tensors = internal::TensorIndex(source);
+  const Wire w = Wires()[1];
+  testing::TempDir dir;
+  const auto out = InChildren(2, [&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(source, target, rank, "gone-" + std::to_string(rank));
+    LiveSessionOptions lo = Options(w, "gone", rank);
+    lo.rejoin_timeout = 1s;
+    auto session = LiveSession::Open(*store, source, target, seat.bindings, lo);
+    if (!session.ok()) return "open: " + session.status().ToString();
+    internal::FillPattern(source, tensors, seat.buffers, nullptr, 1);
+    auto u1 = (*session)->Update(1);
+    if (!u1.ok()) return u1.status().ToString();
+    if (rank == 1) ::raise(SIGKILL);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto u2 = (*session)->Update(2);
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    std::string out = u2.ok() ? "ok" : u2.status().ToString();
+    out += waited >= 2.0 && waited < 6.0 ? "|waited" : "|did not wait";
+    out += (*session)->usable() ? "|usable" : "|over";
+    return out;
+  });
+  EXPECT_THAT(out[0], HasSubstr("rank 1 left the session (no heartbeat for "));
+  EXPECT_THAT(out[0],
+              HasSubstr("ms; it died or hangs) and did not rejoin within "
+                        "1000 ms (the session stays open"));
+  EXPECT_THAT(out[0], ::testing::EndsWith("|waited|usable"));
+  EXPECT_EQ(out[1], "");
 }
 
 }  // namespace

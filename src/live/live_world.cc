@@ -72,6 +72,11 @@ Status ValidateOptions(const LiveSessionOptions& o) {
         " ms) must be at least twice heartbeat_interval (" +
         std::to_string(o.heartbeat_interval.count()) + " ms)");
   }
+  if (o.rejoin_timeout.count() < 0) {
+    return Status::InvalidArgument("live session: rejoin_timeout (" +
+                                   std::to_string(o.rejoin_timeout.count()) +
+                                   " ms) is negative");
+  }
   if (o.delta && o.protocol == LiveProtocol::kPull) {
     return Status::InvalidArgument(
         "live session: delta needs push (a source encodes the changes it "
@@ -90,6 +95,7 @@ Result<World> ReadWorld(SessionRecords& s, RecordStore& store,
   World w;
   w.addresses.resize(o.ranks);
   w.hosts.resize(o.ranks);
+  w.incarnations.resize(o.ranks);
   for (uint32_t r = 0; r < o.ranks; ++r) {
     const std::string rank_key = s.Key("rank", r);
     RESHARD_ASSIGN_OR_RETURN(std::string rank_text, s.Get(rank_key));
@@ -97,6 +103,7 @@ Result<World> ReadWorld(SessionRecords& s, RecordStore& store,
         auto rank_record,
         internal::DecodeRankRecord(rank_text, rank_key, r, o.ranks));
     w.hosts[r] = std::move(rank_record.host);
+    w.incarnations[r] = rank_record.incarnation;
     const std::string address_key = s.Key("address", r);
     RESHARD_ASSIGN_OR_RETURN(std::string address_text, s.Get(address_key));
     RESHARD_ASSIGN_OR_RETURN(w.addresses[r], internal::DecodeAddressRecord(

@@ -23,6 +23,7 @@ struct World {
   std::map<std::string, uint32_t, std::less<>> source_rank, target_rank;
   std::vector<std::string> addresses;  // by rank
   std::vector<std::string> hosts;      // by rank
+  std::vector<uint64_t> incarnations;  // by rank (RankRecord)
 };
 
 double Seconds(Clock::time_point since);

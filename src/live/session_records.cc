@@ -123,11 +123,29 @@ Status SessionRecords::CheckSilent(
 }
 
 Result<bool> SessionRecords::Gone(uint32_t r) {
-  if (Get(Key("abort", r)).ok() || Get(Key("closed", r)).ok()) return true;
-  if (!watch_) return false;
+  RESHARD_ASSIGN_OR_RETURN(auto why, Departure(r));
+  return why.has_value();
+}
+
+Result<std::optional<std::string>> SessionRecords::Departure(uint32_t r) {
+  const std::string abort_key = Key("abort", r);
+  auto abort = Get(abort_key);
+  if (abort.ok()) {
+    auto reason = internal::DecodeAbortRecord(*abort, abort_key, r);
+    return std::optional<std::string>(
+        "it recorded an abort: " +
+        (reason.ok() ? *reason : reason.status().ToString()));
+  }
+  if (Get(Key("closed", r)).ok()) {
+    return std::optional<std::string>("it closed the session");
+  }
+  if (!watch_) return std::optional<std::string>();
   RESHARD_ASSIGN_OR_RETURN(
       auto silent, watch_->FirstSilent([r](uint32_t x) { return x != r; }));
-  return silent.has_value();
+  if (!silent) return std::optional<std::string>();
+  return std::optional<std::string>("no heartbeat for " +
+                                    std::to_string(watch_->SilentMillis(r)) +
+                                    " ms; it died or hangs");
 }
 
 Status SessionRecords::CheckPeers(const std::function<bool(uint32_t)>& exempt) {

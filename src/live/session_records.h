@@ -71,6 +71,11 @@ class SessionRecords {
   // Watches the other ranks' heartbeats from now on (heartbeat.h).
   void WatchPeers();
 
+  // Rank `r` rejoined: its heartbeat is judged anew (PeerWatch::Forget).
+  void ForgetPeer(uint32_t r) {
+    if (watch_) watch_->Forget(r);
+  }
+
   // An error naming the first other rank that closed the session (its
   // closed record), unless `exempt` excuses it: a standing session's rank
   // that closed after fewer updates than this one never joins this
@@ -90,6 +95,10 @@ class SessionRecords {
   // Whether rank `r` left the session: it recorded an abort or closed, or
   // its heartbeat stood still for peer_timeout.
   Result<bool> Gone(uint32_t r);
+
+  // Why rank `r` left the session ("it recorded an abort: <reason>", "no
+  // heartbeat for N ms"), or nullopt while it is in it.
+  Result<std::optional<std::string>> Departure(uint32_t r);
 
   // CheckAborts, CheckClosed, then CheckSilent; `exempt` excuses ranks of
   // all three.

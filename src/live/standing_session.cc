@@ -124,12 +124,10 @@ struct LiveSession::Impl {
   // A failed update: the session goes on when it failed alike everywhere
   // with nothing in flight (LiveRank::failed_certainly), else it is over
   // for this rank and its failure is recorded for the others.
-  Status Failed(Status st, uint64_t generation) {
+  Status Failed(Status st) {
     stale_scopes.push_back(rank.scope());
     if (rank.failed_certainly()) {
       outcome = LiveOutcome::kFailed;
-      attempts = failed_generation == generation ? attempts + 1 : 1;
-      failed_generation = generation;
       return Status(st.code(),
                     st.message() +
                         " (the session stays open: retry the update or run "
@@ -188,13 +186,9 @@ struct LiveSession::Impl {
   bool over = false;
   uint64_t last_generation = 0;
   bool updated = false;
-  // A failed update's generation and tries, so a retry of it gets records
-  // of its own; scopes of failed updates, removed after the next success.
-  uint64_t failed_generation = 0;
-  uint64_t attempts = 0;
+  // Scopes of updates before the last, removed after the next success.
   std::vector<std::string> stale_scopes;
   std::optional<LiveVersion> version;
-  uint64_t rejoins = 0;
   uint64_t updates = 0;  // successful ones, recorded when closing
   double open_seconds = 0;
   // Set while an Update runs: a second concurrent caller is refused.
@@ -253,7 +247,8 @@ Result<std::unique_ptr<LiveSession>> LiveSession::Open(
   }
   auto wire = std::move(made).ValueOrDie();
   auto impl = std::make_unique<Impl>(rendezvous, std::move(wire));
-  RESHARD_RETURN_NOT_OK(impl->rank.RefuseRejoin());
+  RESHARD_RETURN_NOT_OK(impl->options.rejoin ? impl->rank.TakeSeat()
+                                             : impl->rank.RefuseRejoin());
   if (Status st = impl->rank.Open(); !st.ok()) {
     impl->outcome = LiveOutcome::kFailed;
     impl->over = true;
@@ -283,14 +278,10 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   LiveUpdateReport out;
   out.generation = generation;
   const std::string previous = m.rank.scope();
-  const uint64_t attempt =
-      m.failed_generation == generation && m.attempts > 0 ? m.attempts : 0;
-  m.rank.BeginUpdate(generation, attempt, std::string(tag));
+  RESHARD_RETURN_NOT_OK(m.rank.BeginUpdate(generation, std::string(tag)));
   Status st = m.Run(bindings, &out);
-  if (!st.ok()) return m.Failed(std::move(st), generation);
+  if (!st.ok()) return m.Failed(std::move(st));
   m.outcome = LiveOutcome::kOk;
-  m.failed_generation = 0;
-  m.attempts = 0;
   // Every rank is past this update's barrier, so nobody reads the records
   // of the updates before it any more.
   if (!previous.empty()) m.stale_scopes.push_back(previous);
@@ -339,7 +330,7 @@ std::optional<LiveVersion> LiveSession::version() const {
   return impl_->version;
 }
 uint64_t LiveSession::connections() const { return impl_->rank.connections(); }
-uint64_t LiveSession::rejoins() const { return impl_->rejoins; }
+uint64_t LiveSession::rejoins() const { return impl_->rank.rejoins(); }
 double LiveSession::plan_seconds() const {
   return impl_->rank.report().plan_seconds;
 }
