@@ -424,9 +424,10 @@ class LiveSession {
 
   // Gives up the session without an update (for example this rank's own
   // inputs for the next update were refused): records `reason` for the
-  // other ranks, which then fail their update naming this rank; the
-  // session cannot be updated again. Nothing of this rank is in flight
-  // between updates, so outcome() becomes kFailed.
+  // other ranks, which then fail their next update naming this rank once
+  // rejoin_timeout passed without a process rejoining in its place; this
+  // session object cannot be updated again. Nothing of this rank is in
+  // flight between updates, so outcome() becomes kFailed.
   Status Abort(const Status& reason);
 
   // "closed" barrier with every rank (up to the timeout), then removes
