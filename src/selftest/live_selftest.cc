@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -26,6 +28,7 @@
 #include "reshard/sdk/record_store.h"
 #include "selftest/converted_pattern.h"
 #include "selftest/host_buffers.h"
+#include "selftest/live_reports.h"
 #include "selftest/pattern.h"
 
 namespace reshard::internal {
@@ -74,38 +77,142 @@ Result<WeightRuntimeBindingManifest> WithGeneration(
   return WeightRuntimeBindingManifest::Make(std::move(spec));
 }
 
+// restart-rank: the first target rank dies after this update and a new
+// process takes its place for the next; corrupt-message: the update that
+// fails.
+constexpr uint32_t kRestartAfterUpdate = 2;
+constexpr uint64_t kCorruptedUpdate = 2;
+
+// The first rank that hosts targets (rank 0 when everything is there).
+uint32_t FirstTargetRank(uint32_t procs) {
+  return procs >= 2 ? std::max<uint32_t>(1, procs / 2) : 0;
+}
+
+// One process's seat in a standing session: rank `rank` of `procs`,
+// opened, or (rejoin) taken over from a process that died after update
+// kRestartAfterUpdate.
+struct Seat {
+  uint32_t rank = 0;
+  uint32_t procs = 1;
+  bool rejoin = false;
+
+  uint32_t first_update() const { return rejoin ? kRestartAfterUpdate + 1 : 1; }
+  // Whether this process dies (restart-rank) before update k.
+  bool DiesBefore(const SelfTestOptions& options, uint32_t k) const {
+    return options.fault == SelfTestFault::kRestartRank && !rejoin &&
+           rank == FirstTargetRank(procs) && k == kRestartAfterUpdate + 1;
+  }
+};
+
+// Adds update `k`'s figures to the rank's per-update lists.
+void AddUpdate(const LiveUpdateReport& u, uint32_t k, const Seat& seat,
+               SelfTestReport* report) {
+  // From the last rank's arrival on: the session's own time.
+  report->update_seconds.push_back(u.update_seconds - u.arrival_seconds);
+  report->bytes = u.bytes_received;
+  report->wire_bytes.push_back(u.wire_bytes);
+  report->delta_regions.push_back(u.delta_regions);
+  report->full_regions.push_back(u.full_regions);
+  report->encode_seconds.push_back(u.encode_seconds);
+  report->apply_seconds.push_back(u.apply_seconds);
+  report->verified_regions.push_back(u.verified_regions);
+  report->verify_seconds.push_back(u.verify_seconds);
+  report->operations = u.operations;
+  report->messages = u.messages_sent + u.gets;
+  report->packed_messages = u.packed_messages;
+  report->ranks_ready = u.ready ? 1 : 0;
+  // The fastest update's exchange: the session's transfer time.
+  const bool first = report->seconds == 0 && k == seat.first_update();
+  if (first || u.transfer_seconds < report->seconds) {
+    report->seconds = u.transfer_seconds;
+  }
+}
+
+// An update that failed with the session still usable: 0 in every
+// per-update list, and its error.
+void AddFailedUpdate(uint32_t k, const Status& error, SelfTestReport* report) {
+  for (auto* list : {&report->update_seconds, &report->encode_seconds,
+                     &report->apply_seconds, &report->verify_seconds}) {
+    list->push_back(0);
+  }
+  for (auto* list : {&report->wire_bytes, &report->delta_regions,
+                     &report->full_regions, &report->verified_regions}) {
+    list->push_back(0);
+  }
+  report->failed_updates.push_back(k);
+  report->failures.push_back("update " + std::to_string(k) + ": " +
+                             error.ToString());
+}
+
+// What is wrong with the targets after update k ("" when nothing): the
+// pattern check, or the injected corruption that did not fail the update.
+std::string CheckUpdate(
+    const WeightPlacementManifest& target, const SelfTestOptions& options,
+    const std::unordered_map<std::string_view, uint64_t>& tensors,
+    const HostBuffers& dst, const ConvertedPatternCheck* check, uint32_t k) {
+  if (options.fault == SelfTestFault::kCorruptMessage &&
+      k == kCorruptedUpdate) {
+    return "succeeded although --inject-fault corrupt-message flipped a "
+           "byte a target rank received";
+  }
+  return check != nullptr ? check->Verify(tensors, k)
+                          : VerifyPattern(target, tensors, dst, nullptr, k,
+                                          options.change_fraction);
+}
+
 // One standing session with options.updates updates: update k fills the
 // sources with generation k's pattern, and every target rank checks
 // generation k's bytes after the update returned (so a region skipped in
 // update k, still holding k - 1's bytes, is caught). The check runs outside
-// the update so that update times are the session's own.
+// the update so that update times are the session's own. The injected
+// corrupt-message update fails on every rank and the session goes on; a
+// restart-rank process records what it ran before it dies.
 Result<SelfTestReport> RunUpdates(
     RecordStore& store, const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, const SelfTestOptions& options,
     LiveSessionOptions lo, const LiveBindings& bindings,
     const std::unordered_map<std::string_view, uint64_t>& tensors,
     const HostBuffers& src, const HostBuffers& dst,
-    const ConvertedPatternCheck* check, uint32_t rank) {
+    const ConvertedPatternCheck* check, const Seat& seat) {
   lo.validate_targets = nullptr;
+  lo.rejoin = seat.rejoin;
+  lo.rejoin_timeout = options.rejoin_timeout;
+  if (options.fault == SelfTestFault::kCorruptMessage &&
+      seat.rank == FirstTargetRank(seat.procs)) {
+    lo.corrupt_received_in_update = kCorruptedUpdate;
+  }
   RESHARD_ASSIGN_OR_RETURN(
       auto session, LiveSession::Open(store, source, target, bindings, lo));
   SelfTestReport report;
   report.verified = true;
+  report.opens = seat.rejoin ? 0 : 1;
   report.open_seconds = session->open_seconds();
   report.snapshot_bytes = session->delta_snapshot_bytes();
   report.plan_seconds = session->plan_seconds();
-  if (rank == 0 && options.progress) options.progress("updates", 0);
-  for (uint32_t k = 1; k <= options.updates; ++k) {
-    if (options.fault == SelfTestFault::kKillBetweenUpdates && rank == 0 &&
+  const bool draws = seat.rank == 0 && options.progress != nullptr;
+  if (draws) options.progress("updates", 0);
+  for (uint32_t k = seat.first_update(); k <= options.updates; ++k) {
+    if (options.fault == SelfTestFault::kKillBetweenUpdates && seat.rank == 0 &&
         k == 2) {
       ::raise(SIGKILL);
     }
+    if (seat.DiesBefore(options, k)) {
+      report.rejoins = session->rejoins();
+      (void)store.Put(SelfTestPartialReportKey(lo.session, seat.rank),
+                      ReportOf(seat.rank, report));
+      ::raise(SIGKILL);
+    }
     FillPattern(source, tensors, src, nullptr, k, options.change_fraction);
-    RESHARD_ASSIGN_OR_RETURN(auto u, session->Update(k));
+    auto u = session->Update(k);
+    if (!u.ok()) {
+      const bool injected = options.fault == SelfTestFault::kCorruptMessage &&
+                            k == kCorruptedUpdate;
+      if (!injected || !session->usable()) return u.status();
+      AddFailedUpdate(k, u.status(), &report);
+      continue;
+    }
     const std::string mismatch =
-        check != nullptr ? check->Verify(tensors, k)
-                         : VerifyPattern(target, tensors, dst, nullptr, k,
-                                         options.change_fraction);
+        CheckUpdate(target, options, tensors, dst, check, k);
     if (mismatch.empty() && k == 1 &&
         options.fault == SelfTestFault::kOverwriteTargets) {
       for (const auto& [id, p] : dst.data) {
@@ -119,26 +226,10 @@ Result<SelfTestReport> RunUpdates(
       return report;
     }
     // Rank 0 alone draws (the ranks share the terminal).
-    if (rank == 0 && options.progress) {
-      options.progress("updates", double(k) / options.updates);
-    }
-    // From the last rank's arrival on: the session's own time.
-    report.update_seconds.push_back(u.update_seconds - u.arrival_seconds);
-    report.bytes = u.bytes_received;
-    report.wire_bytes.push_back(u.wire_bytes);
-    report.delta_regions.push_back(u.delta_regions);
-    report.full_regions.push_back(u.full_regions);
-    report.encode_seconds.push_back(u.encode_seconds);
-    report.apply_seconds.push_back(u.apply_seconds);
-    report.operations = u.operations;
-    report.messages = u.messages_sent + u.gets;
-    report.packed_messages = u.packed_messages;
-    report.ranks_ready = u.ready ? 1 : 0;
-    // The fastest update's exchange: the session's transfer time.
-    if (k == 1 || u.transfer_seconds < report.seconds) {
-      report.seconds = u.transfer_seconds;
-    }
+    if (draws) options.progress("updates", double(k) / options.updates);
+    AddUpdate(*u, k, seat, &report);
   }
+  report.rejoins = session->rejoins();
   RESHARD_RETURN_NOT_OK(session->Close());
   return report;
 }
@@ -148,8 +239,7 @@ Result<SelfTestReport> RunUpdates(
 // `bindings` must outlive the session.
 void InjectFault(const SelfTestOptions& options, uint32_t procs, uint32_t rank,
                  const LiveBindings& bindings, LiveSessionOptions& lo) {
-  const uint32_t first_target_rank =
-      procs >= 2 ? std::max<uint32_t>(1, procs / 2) : 0;
+  const uint32_t first_target_rank = FirstTargetRank(procs);
   if (options.fault == SelfTestFault::kKillSource && rank == 0) {
     // A pushing source dies after its first message; a source that is
     // read (pull) has no operations of its own and dies while its targets
@@ -181,7 +271,8 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
                                const WeightPlacementManifest& target,
                                const SelfTestOptions& options,
                                RecordStore& store, const std::string& session,
-                               uint32_t procs, uint32_t rank) {
+                               uint32_t procs, uint32_t rank,
+                               bool rejoin = false) {
   const RankShare share = ShareOf(source, target, procs, rank);
   const std::string instance = session + "-rank" + std::to_string(rank);
   HostBuffers src, dst;
@@ -238,7 +329,8 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   InjectFault(options, procs, rank, bindings, lo);
   if (options.updates > 0) {
     return RunUpdates(store, source, target, options, std::move(lo), bindings,
-                      tensors, src, dst, check.get(), rank);
+                      tensors, src, dst, check.get(),
+                      Seat{rank, procs, rejoin});
   }
   auto live = RunLiveReshard(store, source, target, bindings, lo);
   SelfTestReport report;
@@ -250,6 +342,8 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   report.verified = true;
   report.bytes = live->bytes_received;
   report.wire_bytes.push_back(live->wire_bytes);
+  report.verified_regions.push_back(live->verified_regions);
+  report.verify_seconds.push_back(live->verify_seconds);
   report.operations = live->operations;
   report.messages = live->messages_sent + live->gets;
   report.packed_messages = live->packed_messages;
@@ -257,45 +351,6 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   report.seconds = live->transfer_seconds;
   report.plan_seconds = live->plan_seconds;
   return report;
-}
-
-// Rank `r`'s report record: its outcome, or `error`.
-std::string ReportOf(uint32_t r, const Result<SelfTestReport>& report) {
-  internal::ReportRecord rec;
-  rec.rank = r;
-  if (!report.ok()) {
-    rec.error = report.status().ToString();
-    return EncodeReportRecord(rec);
-  }
-  rec.verified = report->verified;
-  rec.ready = report->ranks_ready > 0;
-  rec.bytes = report->bytes;
-  rec.operations = report->operations;
-  rec.messages = report->messages;
-  rec.packed_messages = report->packed_messages;
-  rec.plan_ns = static_cast<uint64_t>(report->plan_seconds * 1e9);
-  rec.transfer_ns = static_cast<uint64_t>(report->seconds * 1e9);
-  rec.open_ns = static_cast<uint64_t>(report->open_seconds * 1e9);
-  auto nanos = [](const std::vector<double>& seconds) {
-    std::vector<int64_t> out;
-    for (double s : seconds) out.push_back(static_cast<int64_t>(s * 1e9));
-    return out;
-  };
-  rec.update_ns = nanos(report->update_seconds);
-  rec.encode_ns = nanos(report->encode_seconds);
-  rec.apply_ns = nanos(report->apply_seconds);
-  for (uint64_t w : report->wire_bytes) {
-    rec.wire_bytes.push_back(static_cast<int64_t>(w));
-  }
-  for (uint64_t d : report->delta_regions) {
-    rec.delta_regions.push_back(static_cast<int64_t>(d));
-  }
-  for (uint64_t f : report->full_regions) {
-    rec.full_regions.push_back(static_cast<int64_t>(f));
-  }
-  rec.snapshot_bytes = report->snapshot_bytes;
-  rec.mismatch = report->mismatch;
-  return EncodeReportRecord(rec);
 }
 
 // The ranks a self-test may run: at most kMaxSelfTestProcs, and no more
@@ -353,6 +408,40 @@ std::string DescribeExit(int status) {
   return "exited with status " + std::to_string(WEXITSTATUS(status));
 }
 
+// The fault the run injects against the run: a rank is killed only in a
+// process of its own, and the recovery faults need a session whose update
+// 2 has updates after it and a target rank apart from the sources.
+Status CheckFault(const SelfTestOptions& options) {
+  const SelfTestFault f = options.fault;
+  const bool kills = f == SelfTestFault::kKillSource ||
+                     f == SelfTestFault::kKillTarget ||
+                     f == SelfTestFault::kKillBetweenUpdates ||
+                     f == SelfTestFault::kRestartRank;
+  if (options.transport == "inproc" && (options.rank || kills)) {
+    return Status::InvalidArgument(
+        "the inproc transport runs every rank as a thread of one process: "
+        "it cannot run a single --rank or kill a rank (use ucx)");
+  }
+  if (f != SelfTestFault::kCorruptMessage && f != SelfTestFault::kRestartRank) {
+    return Status::OK();
+  }
+  const std::string name = f == SelfTestFault::kCorruptMessage
+                               ? "--inject-fault corrupt-message"
+                               : "--inject-fault restart-rank";
+  if (options.updates < 3 || options.procs < 2) {
+    return Status::InvalidArgument(name +
+                                   " needs --updates 3 or more and --procs 2 "
+                                   "or more");
+  }
+  if (f == SelfTestFault::kRestartRank && options.rank) {
+    return Status::InvalidArgument(
+        name +
+        " needs the launcher, which starts the killed rank again "
+        "(not --rank)");
+  }
+  return Status::OK();
+}
+
 // The process count and, for a single-rank run, the rank and a shared
 // rendezvous.
 Status CheckLaunch(const WeightPlacementManifest& source,
@@ -365,14 +454,7 @@ Status CheckLaunch(const WeightPlacementManifest& source,
                                    " is not below --procs " +
                                    std::to_string(procs));
   }
-  if (options.transport == "inproc" &&
-      (options.rank || options.fault == SelfTestFault::kKillSource ||
-       options.fault == SelfTestFault::kKillTarget ||
-       options.fault == SelfTestFault::kKillBetweenUpdates)) {
-    return Status::InvalidArgument(
-        "the inproc transport runs every rank as a thread of one process: "
-        "it cannot run a single --rank or kill a rank (use ucx)");
-  }
+  RESHARD_RETURN_NOT_OK(CheckFault(options));
   if (!(options.change_fraction >= 0 && options.change_fraction <= 1)) {
     return Status::InvalidArgument("--change-fraction must be in [0, 1]");
   }
@@ -450,42 +532,46 @@ Status RefuseUsedSession(RecordStore& store, const std::string& session,
   return Status::OK();
 }
 
-std::string ReportKey(const std::string& session, uint32_t rank) {
-  return session + "/report/" + std::to_string(rank);
+// Forks the process of rank `r` (a new one in the place of a dead one
+// when `rejoin`): it runs its rank, writes its report record and exits.
+// Returns its process id, or -1 when fork failed.
+pid_t ForkRank(const WeightPlacementManifest& source,
+               const WeightPlacementManifest& target,
+               const SelfTestOptions& options, RecordStore& store,
+               const std::string& session, uint32_t r, bool rejoin) {
+  // Nothing buffered may be inherited (and written again) by the ranks.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  // The launcher owns stdout (a --json report); UCX logs to stdout by
+  // default, so a rank's stdout goes to stderr.
+  ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  auto report = RunRank(source, target, options, store, session, options.procs,
+                        r, rejoin);
+  const Status put =
+      store.Put(SelfTestReportKey(session, r), ReportOf(r, report));
+  std::fflush(stdout);
+  std::_Exit(report.ok() && put.ok() ? 0 : 1);
 }
 
-// Forks one process per rank; each runs its rank, writes its report record
-// and exits. Returns the ranks' process ids.
+// Forks one process per rank. Returns the ranks' process ids.
 Result<std::vector<pid_t>> LaunchRanks(const WeightPlacementManifest& source,
                                        const WeightPlacementManifest& target,
                                        const SelfTestOptions& options,
                                        RecordStore& store,
                                        const std::string& session) {
-  const uint32_t procs = options.procs;
-  // Nothing buffered may be inherited (and written again) by the ranks.
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids(procs, -1);
-  for (uint32_t r = 0; r < procs; ++r) {
-    const pid_t pid = ::fork();
-    if (pid < 0) {
+  std::vector<pid_t> pids(options.procs, -1);
+  for (uint32_t r = 0; r < options.procs; ++r) {
+    pids[r] = ForkRank(source, target, options, store, session, r, false);
+    if (pids[r] < 0) {
+      const int error = errno;
       for (pid_t p : pids) {
         if (p > 0) ::kill(p, SIGKILL);
       }
       return Status::IOError(std::string("fork failed: ") +
-                             std::strerror(errno));
+                             std::strerror(error));
     }
-    if (pid == 0) {
-      // The launcher owns stdout (a --json report); UCX logs to stdout by
-      // default, so a rank's stdout goes to stderr.
-      std::fflush(stdout);
-      ::dup2(STDERR_FILENO, STDOUT_FILENO);
-      auto report = RunRank(source, target, options, store, session, procs, r);
-      const Status put = store.Put(ReportKey(session, r), ReportOf(r, report));
-      std::fflush(stdout);
-      std::_Exit(report.ok() && put.ok() ? 0 : 1);
-    }
-    pids[r] = pid;
   }
   return pids;
 }
@@ -503,7 +589,8 @@ std::vector<std::string> RunRankThreads(const WeightPlacementManifest& source,
   for (uint32_t r = 0; r < procs; ++r) {
     threads.emplace_back([&, r] {
       auto report = RunRank(source, target, options, store, session, procs, r);
-      const Status put = store.Put(ReportKey(session, r), ReportOf(r, report));
+      const Status put =
+          store.Put(SelfTestReportKey(session, r), ReportOf(r, report));
       if (!report.ok() || !put.ok()) exits[r] = "failed";
     });
   }
@@ -511,14 +598,21 @@ std::vector<std::string> RunRankThreads(const WeightPlacementManifest& source,
   return exits;
 }
 
+// Starts a new process in the place of dead rank r: its process id, or
+// -1 when the rank is not to be restarted.
+using RestartRank = std::function<pid_t(uint32_t r)>;
+
 // Waits for every rank; a rank that dies without a report gets an abort
-// record so that the others stop at once instead of at their timeout.
-// Ranks still running after `limit` are killed, and said to have been
-// ended at the deadline. Returns, per rank, how it ended when that was not
-// a clean exit ("" otherwise).
+// record so that the others stop at once instead of at their timeout (or,
+// in a standing session, wait for it to rejoin), and then, when `restart`
+// starts a new process in its place, is waited for again. Ranks still
+// running after `limit` are killed, and said to have been ended at the
+// deadline. Returns, per rank, how it ended when that was not a clean exit
+// ("" otherwise).
 std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
                                    const std::string& session,
-                                   std::chrono::milliseconds limit) {
+                                   std::chrono::milliseconds limit,
+                                   const RestartRank& restart) {
   const auto deadline = Clock::now() + limit;
   bool killed = false;
   const uint32_t procs = static_cast<uint32_t>(pids.size());
@@ -539,10 +633,15 @@ std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
                              " s: 3 x --timeout x (1 + updates)) and was "
                              "ended"
                        : DescribeExit(status);
-        if (!store.Get(ReportKey(session, r)).ok()) {
-          (void)store.Put(session + "/abort/" + std::to_string(r),
-                          internal::EncodeAbortRecord(
-                              r, "rank " + std::to_string(r) + " " + exits[r]));
+        if (store.Get(SelfTestReportKey(session, r)).ok()) continue;
+        (void)store.Put(session + "/abort/" + std::to_string(r),
+                        internal::EncodeAbortRecord(
+                            r, "rank " + std::to_string(r) + " " + exits[r]));
+        const pid_t again = killed ? -1 : restart(r);
+        if (again > 0) {
+          pids[r] = again;
+          ++running;
+          exits[r].clear();
         }
       }
       continue;
@@ -556,109 +655,6 @@ std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return exits;
-}
-
-// Adds a rank's per-update counts into the ranks' totals.
-void AddPerUpdate(const std::vector<int64_t>& rank,
-                  std::vector<uint64_t>* total) {
-  if (total->size() < rank.size()) total->resize(rank.size(), 0);
-  for (size_t k = 0; k < rank.size(); ++k) {
-    (*total)[k] += static_cast<uint64_t>(rank[k]);
-  }
-}
-
-// Per update, the slowest rank's nanoseconds as seconds.
-void MaxPerUpdate(const std::vector<int64_t>& rank,
-                  std::vector<double>* slowest) {
-  if (slowest->size() < rank.size()) slowest->resize(rank.size(), 0.0);
-  for (size_t k = 0; k < rank.size(); ++k) {
-    (*slowest)[k] = std::max((*slowest)[k], rank[k] / 1e9);
-  }
-}
-
-// The ranks' reports summed, and why the run failed if it did: a rank that
-// died or failed without a report, else a rank's own error (a malformed
-// report is one), else an echo of another rank's abort.
-class ReportCollector {
- public:
-  ReportCollector() { total_.verified = true; }
-
-  // Adds rank `r`'s report record (or its absence) and exit description.
-  void Add(uint32_t r, const std::string& key, const Result<std::string>& text,
-           const std::string& exit) {
-    const bool exited_ok = exit.empty();
-    if (!text.ok()) {
-      if (died_.empty()) {
-        died_ = "rank " + std::to_string(r) + " " +
-                (exited_ok ? "exited with status 0 but left no report" : exit);
-      }
-      return;
-    }
-    auto rec = internal::DecodeReportRecord(*text, key, r);
-    std::string error;
-    if (!rec.ok()) {
-      error = rec.status().ToString();
-    } else if (!rec->error.empty()) {
-      error = rec->error;
-    } else if (!exited_ok) {
-      // A rank that did not exit with status 0 fails the run whatever its
-      // report says.
-      error = exit + " (its report record holds no error)";
-    }
-    if (!error.empty()) {
-      const bool echo = rec.ok() && !rec->error.empty() &&
-                        error.find("aborted by rank") != std::string::npos;
-      std::string& slot = echo ? other_ : root_cause_;
-      if (slot.empty()) slot = "rank " + std::to_string(r) + ": " + error;
-      return;
-    }
-    total_.verified = total_.verified && rec->verified;
-    if (total_.mismatch.empty()) total_.mismatch = rec->mismatch;
-    total_.bytes += rec->bytes;
-    total_.operations += rec->operations;
-    total_.messages += rec->messages;
-    total_.packed_messages += rec->packed_messages;
-    total_.ranks_ready += rec->ready ? 1 : 0;
-    total_.seconds = std::max(total_.seconds, rec->transfer_ns / 1e9);
-    total_.open_seconds = std::max(total_.open_seconds, rec->open_ns / 1e9);
-    MaxPerUpdate(rec->update_ns, &total_.update_seconds);
-    MaxPerUpdate(rec->encode_ns, &total_.encode_seconds);
-    MaxPerUpdate(rec->apply_ns, &total_.apply_seconds);
-    AddPerUpdate(rec->wire_bytes, &total_.wire_bytes);
-    AddPerUpdate(rec->delta_regions, &total_.delta_regions);
-    AddPerUpdate(rec->full_regions, &total_.full_regions);
-    total_.snapshot_bytes += rec->snapshot_bytes;
-  }
-
-  // The summed report, or Aborted naming the root cause. A rank whose
-  // targets differ aborts the others: that is reported as the mismatch.
-  Result<SelfTestReport> Finish() && {
-    if (!died_.empty() || !root_cause_.empty() ||
-        (!other_.empty() && total_.mismatch.empty())) {
-      return Status::Aborted("live self-test failed: " + (!died_.empty() ? died_
-                                                          : !root_cause_.empty()
-                                                              ? root_cause_
-                                                              : other_));
-    }
-    if (!total_.mismatch.empty()) total_.verified = false;
-    return std::move(total_);
-  }
-
- private:
-  SelfTestReport total_;
-  std::string died_, root_cause_, other_;
-};
-
-// Reads every rank's report record after the ranks have ended.
-Result<SelfTestReport> CollectReports(RecordStore& store,
-                                      const std::string& session,
-                                      const std::vector<std::string>& exits) {
-  ReportCollector collector;
-  for (uint32_t r = 0; r < exits.size(); ++r) {
-    const std::string key = ReportKey(session, r);
-    collector.Add(r, key, store.Get(key), exits[r]);
-  }
-  return std::move(collector).Finish();
 }
 
 // The plan of what the ranks move: with convert, between the session's
@@ -713,17 +709,30 @@ Result<SelfTestReport> RunLiveSelfTest(const WeightPlacementManifest& source,
   }
   RESHARD_RETURN_NOT_OK(RefuseUsedSession(*store, session, dir->path()));
   std::vector<std::string> exits;
+  std::map<uint32_t, std::string> partials;  // restart-rank
   if (options.transport == "inproc") {
     exits = RunRankThreads(source, target, options, *store, session);
   } else {
     RESHARD_ASSIGN_OR_RETURN(
         std::vector<pid_t> pids,
         LaunchRanks(source, target, options, *store, session));
-    exits =
-        ReapRanks(std::move(pids), *store, session, LaunchDeadline(options));
+    // restart-rank: the rank that died after writing its partial report
+    // is started again, once; the new process removes the records of the
+    // one it replaces, so the launcher takes the report first.
+    const RestartRank restart = [&](uint32_t r) -> pid_t {
+      if (options.fault != SelfTestFault::kRestartRank || !partials.empty()) {
+        return -1;
+      }
+      auto partial = store->Get(SelfTestPartialReportKey(session, r));
+      if (!partial.ok()) return -1;
+      partials[r] = *std::move(partial);
+      return ForkRank(source, target, options, *store, session, r, true);
+    };
+    exits = ReapRanks(std::move(pids), *store, session, LaunchDeadline(options),
+                      restart);
   }
   RESHARD_ASSIGN_OR_RETURN(SelfTestReport total,
-                           CollectReports(*store, session, exits));
+                           CollectReports(*store, session, exits, partials));
   CompleteReport(plan, plan_seconds, options, &total);
   return total;
 }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "reshard/conversion.h"
@@ -33,6 +34,15 @@ enum class SelfTestFault : uint8_t {
   kOverwriteTargets,    // updates >= 2: every target rank overwrites its
                         // target buffers after update 1 (delta: the next
                         // update must send those regions whole)
+  kCorruptMessage,      // updates >= 3, procs >= 2: the first target rank
+                        // flips one byte of the first region it received
+                        // from another rank in update 2
+                        // (LiveSessionOptions::corrupt_received_in_update):
+                        // update 2 fails on every rank, the session goes on
+  kRestartRank,         // updates >= 3, procs >= 2, ucx launcher: the first
+                        // target rank dies (SIGKILL) after update 2 and
+                        // the launcher starts a new process in its place
+                        // (LiveSessionOptions::rejoin) for updates 3..K
 };
 
 struct SelfTestOptions {
@@ -96,6 +106,9 @@ struct SelfTestOptions {
   // changes (deterministic per generation; SelfTestElementGeneration); 1
   // changes all. In [0, 1]; not with convert.
   double change_fraction = 1.0;
+  // updates: how long the other ranks wait for a dead rank to rejoin
+  // (LiveSessionOptions::rejoin_timeout).
+  std::chrono::milliseconds rejoin_timeout{30000};
 };
 
 struct SelfTestReport {
@@ -136,6 +149,24 @@ struct SelfTestReport {
   std::vector<double> encode_seconds;
   std::vector<double> apply_seconds;
   uint64_t snapshot_bytes = 0;
+  // Live runs (verification on arrival): regions the targets checked
+  // against their source's hash, summed over the ranks, and the slowest
+  // rank's seconds verifying; one entry per update (one for a single
+  // reshard). A failed update's entries, here and in every per-update
+  // list above, are 0.
+  std::vector<uint64_t> verified_regions;
+  std::vector<double> verify_seconds;
+  // updates: sessions opened (the most Open calls of any rank that did
+  // not rejoin: 1 when nothing was reopened), ranks that rejoined (a new
+  // process in the place of a dead one; the most any rank saw), the
+  // updates that failed while the session stayed usable (generations,
+  // ascending) and, for each, "update G: <error>" as the lowest rank
+  // reported it. Such an update's target bytes are not checked (without
+  // shadow targets they may hold anything); the updates after it are.
+  uint64_t opens = 0;
+  uint64_t rejoins = 0;
+  std::vector<uint64_t> failed_updates;
+  std::vector<std::string> failures;
   // The kind of run, as RunSelfTest was asked for it: the transport
   // ("local", a peer exchange's name, or "store" for a via_store run), the
   // procs, updates and delta options. They decide which fields the report
@@ -158,10 +189,11 @@ std::vector<double> SelfTestFixedSeconds(const SelfTestReport& r);
 // mismatch, operations, plan_seconds, seconds, segments, transport and
 // verified. A store run adds load_seconds and upload_seconds; a live run
 // (over a peer exchange: ucx, inproc) messages, packed_messages, procs,
-// ranks_ready and wire_bytes (with updates a list, one entry per update;
-// else one number); updates adds fixed_seconds, open_seconds, update_seconds
-// and updates; delta adds apply_seconds, delta_regions, encode_seconds,
-// full_regions and snapshot_bytes.
+// ranks_ready, verified_regions, verify_seconds and wire_bytes (with updates
+// lists, one entry per update; else one number each); updates adds
+// failed_updates, failures, fixed_seconds, open_seconds, opens, rejoins,
+// update_seconds and updates; delta adds apply_seconds, delta_regions,
+// encode_seconds, full_regions and snapshot_bytes.
 template <typename Visit>
 void VisitFields(const SelfTestReport& r, Visit&& visit) {
   const bool store = r.transport == "store";
@@ -171,6 +203,8 @@ void VisitFields(const SelfTestReport& r, Visit&& visit) {
   visit("bytes", r.bytes);
   if (r.delta) visit("delta_regions", r.delta_regions);
   if (r.delta) visit("encode_seconds", r.encode_seconds);
+  if (updates) visit("failed_updates", r.failed_updates);
+  if (updates) visit("failures", r.failures);
   if (updates) visit("fixed_seconds", SelfTestFixedSeconds(r));
   if (r.delta) visit("full_regions", r.full_regions);
   visit("gbps", SelfTestGbps(r));
@@ -179,11 +213,13 @@ void VisitFields(const SelfTestReport& r, Visit&& visit) {
   if (live) visit("messages", r.messages);
   visit("mismatch", r.mismatch);
   if (updates) visit("open_seconds", r.open_seconds);
+  if (updates) visit("opens", r.opens);
   visit("operations", r.operations);
   if (live) visit("packed_messages", r.packed_messages);
   visit("plan_seconds", r.plan_seconds);
   if (live) visit("procs", r.procs);
   if (live) visit("ranks_ready", r.ranks_ready);
+  if (updates) visit("rejoins", r.rejoins);
   visit("seconds", r.seconds);
   visit("segments", r.segments);
   if (r.delta) visit("snapshot_bytes", r.snapshot_bytes);
@@ -192,9 +228,19 @@ void VisitFields(const SelfTestReport& r, Visit&& visit) {
   if (updates) visit("updates", r.updates);
   if (store) visit("upload_seconds", r.upload_seconds);
   visit("verified", r.verified);
-  if (live && updates) visit("wire_bytes", r.wire_bytes);
+  if (live && updates) {
+    visit("verified_regions", r.verified_regions);
+    visit("verify_seconds", r.verify_seconds);
+    visit("wire_bytes", r.wire_bytes);
+  }
   if (live && !updates) {
-    visit("wire_bytes", r.wire_bytes.empty() ? uint64_t{0} : r.wire_bytes[0]);
+    auto first = [](const auto& list) {
+      using T = typename std::decay_t<decltype(list)>::value_type;
+      return list.empty() ? T{0} : list[0];
+    };
+    visit("verified_regions", first(r.verified_regions));
+    visit("verify_seconds", first(r.verify_seconds));
+    visit("wire_bytes", first(r.wire_bytes));
   }
 }
 

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "reshard/fields.h"
 #include "reshard/gen.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
@@ -400,19 +401,18 @@ TEST(LaunchDeadlineTest, SelftestTimeoutDeadlineScalesWithUpdates) {
             std::chrono::milliseconds(int64_t{1} << 40));
 }
 
-// The names a report's visitor gives, in order, and whether wire_bytes is
-// a list.
+// The names a report's visitor gives, in order, and those of them whose
+// value is a list.
 struct VisitedNames {
   std::vector<std::string> names;
-  bool wire_bytes_is_list = false;
+  std::vector<std::string> lists;
 };
 VisitedNames NamesOf(const SelfTestReport& r) {
   VisitedNames out;
   VisitFields(r, [&out](const char* name, const auto& value) {
     out.names.push_back(name);
-    if (std::string(name) == "wire_bytes") {
-      out.wire_bytes_is_list =
-          std::is_same_v<std::decay_t<decltype(value)>, std::vector<uint64_t>>;
+    if (kIsFieldList<std::decay_t<decltype(value)>>) {
+      out.lists.push_back(name);
     }
   });
   return out;
@@ -435,42 +435,59 @@ TEST(SelfTestReportTest, FieldsFollowTheKindOfRun) {
                  "transport", "upload_seconds", "verified"}));
   r.transport = "inproc";
   VisitedNames live = NamesOf(r);
-  EXPECT_EQ(
-      live.names,
-      std::vector<std::string>(
-          {"bytes", "gbps", "memcpy_gbps", "messages", "mismatch", "operations",
-           "packed_messages", "plan_seconds", "procs", "ranks_ready", "seconds",
-           "segments", "transport", "verified", "wire_bytes"}));
-  EXPECT_FALSE(live.wire_bytes_is_list);
+  EXPECT_EQ(live.names,
+            std::vector<std::string>(
+                {"bytes", "gbps", "memcpy_gbps", "messages", "mismatch",
+                 "operations", "packed_messages", "plan_seconds", "procs",
+                 "ranks_ready", "seconds", "segments", "transport", "verified",
+                 "verified_regions", "verify_seconds", "wire_bytes"}));
+  EXPECT_EQ(live.lists, std::vector<std::string>());
   r.transport = "ucx";
   r.updates = 3;
+  VisitedNames updates = NamesOf(r);
+  EXPECT_EQ(updates.names, std::vector<std::string>({"bytes",
+                                                     "failed_updates",
+                                                     "failures",
+                                                     "fixed_seconds",
+                                                     "gbps",
+                                                     "memcpy_gbps",
+                                                     "messages",
+                                                     "mismatch",
+                                                     "open_seconds",
+                                                     "opens",
+                                                     "operations",
+                                                     "packed_messages",
+                                                     "plan_seconds",
+                                                     "procs",
+                                                     "ranks_ready",
+                                                     "rejoins",
+                                                     "seconds",
+                                                     "segments",
+                                                     "transport",
+                                                     "update_seconds",
+                                                     "updates",
+                                                     "verified",
+                                                     "verified_regions",
+                                                     "verify_seconds",
+                                                     "wire_bytes"}));
+  EXPECT_EQ(updates.lists, std::vector<std::string>(
+                               {"failed_updates", "failures", "fixed_seconds",
+                                "update_seconds", "verified_regions",
+                                "verify_seconds", "wire_bytes"}));
   r.delta = true;
   VisitedNames delta = NamesOf(r);
-  EXPECT_EQ(delta.names, std::vector<std::string>({"apply_seconds",
-                                                   "bytes",
-                                                   "delta_regions",
-                                                   "encode_seconds",
-                                                   "fixed_seconds",
-                                                   "full_regions",
-                                                   "gbps",
-                                                   "memcpy_gbps",
-                                                   "messages",
-                                                   "mismatch",
-                                                   "open_seconds",
-                                                   "operations",
-                                                   "packed_messages",
-                                                   "plan_seconds",
-                                                   "procs",
-                                                   "ranks_ready",
-                                                   "seconds",
-                                                   "segments",
-                                                   "snapshot_bytes",
-                                                   "transport",
-                                                   "update_seconds",
-                                                   "updates",
-                                                   "verified",
-                                                   "wire_bytes"}));
-  EXPECT_TRUE(delta.wire_bytes_is_list);
+  EXPECT_EQ(delta.names,
+            std::vector<std::string>(
+                {"apply_seconds",    "bytes",          "delta_regions",
+                 "encode_seconds",   "failed_updates", "failures",
+                 "fixed_seconds",    "full_regions",   "gbps",
+                 "memcpy_gbps",      "messages",       "mismatch",
+                 "open_seconds",     "opens",          "operations",
+                 "packed_messages",  "plan_seconds",   "procs",
+                 "ranks_ready",      "rejoins",        "seconds",
+                 "segments",         "snapshot_bytes", "transport",
+                 "update_seconds",   "updates",        "verified",
+                 "verified_regions", "verify_seconds", "wire_bytes"}));
 }
 
 // The derived fields: bandwidth (0 without time) and each update's time
