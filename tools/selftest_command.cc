@@ -1,5 +1,6 @@
-// `reshard selftest SOURCE.json TARGET.json [--transport local|ucx]
-//  [--threads N] [--procs N] [--rendezvous DIR] [--rank R] [--json]`.
+// `reshard selftest SOURCE.json TARGET.json [--transport local|ucx|inproc]
+//  [--threads N] [--procs N] [--rendezvous DIR] [--rank R] [--updates K]
+//  [--inject-fault FAULT] [--json]`.
 
 #include <unistd.h>
 
@@ -140,11 +141,18 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
                   "commit, load into the target layout, check every byte");
   cmd->add_flag("--keep-revision", a->keep_revision,
                 "with --via-store: keep the revision afterwards");
-  cmd->add_option("--inject-fault", a->fault,
-                  "ucx: kill-source, kill-target, stale-generation or "
-                  "kill-between-updates (failure-path tests)")
+  cmd->add_option(
+         "--inject-fault", a->fault,
+         "failure-path tests: kill-source, kill-target, stale-generation "
+         "(ucx), kill-between-updates (ucx, --updates 2+), corrupt-message "
+         "(one "
+         "byte a target rank received in update 2 flipped: update 2 fails "
+         "on every rank, the session goes on; --updates 3+, --procs 2+) or "
+         "restart-rank (ucx: the first target rank dies after update 2 and "
+         "a new process rejoins in its place; --updates 3+, --procs 2+)")
       ->check(CLI::IsMember({"none", "kill-source", "kill-target",
-                             "stale-generation", "kill-between-updates"}));
+                             "stale-generation", "kill-between-updates",
+                             "corrupt-message", "restart-rank"}));
   cmd->add_option("--updates", a->updates,
                   "ucx: open one standing session and run K updates, the "
                   "source pattern changing with each, every byte checked")
@@ -262,6 +270,10 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a, const CLI::App& cmd) {
   if (a.fault == "kill-between-updates") {
     options.fault = SelfTestFault::kKillBetweenUpdates;
   }
+  if (a.fault == "corrupt-message") {
+    options.fault = SelfTestFault::kCorruptMessage;
+  }
+  if (a.fault == "restart-rank") options.fault = SelfTestFault::kRestartRank;
   options.updates = a.updates;
   options.convert = a.convert;
   options.fp8_block = a.block;
@@ -352,6 +364,12 @@ void PrintSelftest(const SelftestArgs& a, const SelfTestReport& r) {
     const auto fixed = SelfTestFixedSeconds(r);
     std::printf("  %-26s %14.4f s\n", "session open", r.open_seconds);
     std::printf("  %-26s %14u\n", "updates", a.updates);
+    std::printf("  %-26s %14zu\n", "failed updates", r.failed_updates.size());
+    for (const std::string& f : r.failures) std::printf("    %s\n", f.c_str());
+    std::printf("  %-26s %14llu\n", "sessions opened",
+                static_cast<unsigned long long>(r.opens));
+    std::printf("  %-26s %14llu\n", "ranks rejoined",
+                static_cast<unsigned long long>(r.rejoins));
     double worst = 0;
     for (double f : fixed) worst = std::max(worst, f);
     std::printf("  %-26s %14.4f s\n", "worst fixed cost per update", worst);

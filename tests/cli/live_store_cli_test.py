@@ -43,7 +43,11 @@ CROSS_DIM = ("cross_dim_ep2_to_tp2_source.json",
 UCX_KEYS = ["bytes", "gbps", "memcpy_gbps", "messages", "mismatch",
             "operations", "packed_messages", "plan_seconds", "procs",
             "ranks_ready", "seconds", "segments", "transport", "verified",
-            "wire_bytes"]
+            "verified_regions", "verify_seconds", "wire_bytes"]
+# --updates K adds the standing session's keys.
+UPDATES_KEYS = sorted(UCX_KEYS + ["failed_updates", "failures",
+                                  "fixed_seconds", "open_seconds", "opens",
+                                  "rejoins", "update_seconds", "updates"])
 STORE_KEYS = ["bytes", "gbps", "load_seconds", "memcpy_gbps", "mismatch",
               "operations", "plan_seconds", "seconds", "segments",
               "transport", "upload_seconds", "verified"]
@@ -246,11 +250,9 @@ def ucx_selftest_json(pair_paths, procs, *extra):
 # selftest --delta: only changed elements travel after the first update
 # ---------------------------------------------------------------------------
 
-DELTA_KEYS = sorted(UCX_KEYS + ["apply_seconds", "delta_regions",
-                                "encode_seconds", "fixed_seconds",
-                                "full_regions", "open_seconds",
-                                "snapshot_bytes", "update_seconds",
-                                "updates"])
+DELTA_KEYS = sorted(UPDATES_KEYS + ["apply_seconds", "delta_regions",
+                                    "encode_seconds", "full_regions",
+                                    "snapshot_bytes"])
 
 
 def small_moe_pair():
@@ -322,6 +324,166 @@ def delta_flags_are_refused_without_updates_or_ucx():
         rc, out, err = run("selftest", src, dst, *args)
         check(rc != 0 and out == b"", "accepted %r" % args)
         check(message in err.decode(), "%r: %r" % (args, err))
+
+
+# ---------------------------------------------------------------------------
+# selftest --updates: verified on arrival, failed updates, rejoined ranks
+# ---------------------------------------------------------------------------
+
+def updates_selftest_json(transport, procs, updates, *extra):
+    """A standing self-test's --json report (exit 0, nothing on stderr,
+    the rendezvous removed), checked against the plan like any live run."""
+    src, dst = scenario(FOUR_AXIS)
+    tmpdir = tempfile.mkdtemp(dir=TMP, prefix="tmpdir_")
+    env = dict(os.environ, TMPDIR=tmpdir)
+    rc, out, err = run("selftest", src, dst, "--transport", transport,
+                       "--procs", str(procs), "--updates", str(updates),
+                       "--session", "s", "--timeout", "20", "--json", *extra,
+                       env=env, timeout=180)
+    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    check(err == b"", "stderr must be empty: %r" % err)
+    report = one_json_line(out, UPDATES_KEYS)
+    p = plan(src, dst)
+    check(report["verified"] is True and report["mismatch"] == "",
+          "not verified: %r" % report)
+    check(report["transport"] == transport and report["procs"] == procs and
+          report["updates"] == updates, "%r" % report)
+    check(report["bytes"] == p["bytes"], "bytes %r" % report["bytes"])
+    check(report["operations"] == p["regions"], "%r" % report["operations"])
+    check(report["ranks_ready"] == expected_ranks_ready(dst, procs),
+          "ranks_ready %r" % report["ranks_ready"])
+    for key in ("verify_seconds", "update_seconds", "fixed_seconds"):
+        check(len(report[key]) == updates and
+              all(isinstance(v, float) and v >= 0 for v in report[key]),
+              "%s: %r" % (key, report[key]))
+    check(os.listdir(tmpdir) == [],
+          "rendezvous left behind in TMPDIR: %r" % os.listdir(tmpdir))
+    return report, p
+
+
+@test
+def updates_report_verified_regions_and_one_open():
+    for transport in ("ucx", "inproc"):
+        report, p = updates_selftest_json(transport, 3, 3)
+        n, b = p["regions"], p["bytes"]
+        check(report["verified_regions"] == [n, n, n],
+              "%s: verified_regions %r, want every region of every update"
+              % (transport, report["verified_regions"]))
+        check(report["wire_bytes"] == [b, b, b], "%r" % report["wire_bytes"])
+        check(report["opens"] == 1 and report["rejoins"] == 0 and
+              report["failed_updates"] == [] and report["failures"] == [],
+              "%s: %r" % (transport, report))
+
+
+@test
+def one_shot_reports_verified_regions():
+    report = ucx_selftest_json(scenario(FOUR_AXIS), 3)
+    p = plan(*scenario(FOUR_AXIS))
+    check(report["verified_regions"] == p["regions"],
+          "verified_regions %r, want %d" % (report["verified_regions"],
+                                            p["regions"]))
+    check(isinstance(report["verify_seconds"], float) and
+          report["verify_seconds"] >= 0, "%r" % report["verify_seconds"])
+
+
+CORRUPT_PREFIX = ("update 2: Aborted: live session s failed as decided by "
+                  "rank 1: DataLoss: live session s, rank 1, update 2: "
+                  "region ")
+
+
+@test
+def corrupt_message_fails_update_two_and_the_session_recovers():
+    for transport, extra in (("ucx", []),
+                             ("ucx", ["--ucx-tls", "tcp", "--ucx-net-devices",
+                                      "lo"]),
+                             ("inproc", [])):
+        report, p = updates_selftest_json(
+            transport, 3, 4, "--inject-fault", "corrupt-message", *extra)
+        n, b = p["regions"], p["bytes"]
+        what = "%s %s" % (transport, extra)
+        check(report["failed_updates"] == [2],
+              "%s: failed_updates %r" % (what, report["failed_updates"]))
+        failures = report["failures"]
+        check(len(failures) == 1 and failures[0].startswith(CORRUPT_PREFIX),
+              "%s: failures %r" % (what, failures))
+        # The region, its tensor, the target participant and the peer.
+        check(re.match(re.escape(CORRUPT_PREFIX) +
+                       r"\d+ \(tensor layers\.\d\.[\w.]+, target "
+                       r"participant p-d0-p1-e0-t\d\) from rank 0 \(source "
+                       r"p-d0-p0-e0-t0 and 127 more\): the bytes received "
+                       r"differ from what the source sent \(XXH3-64 "
+                       r"[0-9a-f]{16} here, [0-9a-f]{16} at the source\) "
+                       r"\(the session stays open: retry the update or run "
+                       r"the next one\)$", failures[0]),
+              "%s: failure %r" % (what, failures[0]))
+        check(report["verified_regions"] == [n, 0, n, n],
+              "%s: verified_regions %r" % (what, report["verified_regions"]))
+        check(report["wire_bytes"] == [b, 0, b, b],
+              "%s: wire_bytes %r" % (what, report["wire_bytes"]))
+        check(report["update_seconds"][1] == 0, "%r" % report)
+        check(report["opens"] == 1 and report["rejoins"] == 0,
+              "%s: opens %r, rejoins %r" % (what, report["opens"],
+                                            report["rejoins"]))
+
+
+@test
+def restart_rank_rejoins_the_session():
+    for extra in ([], ["--ucx-protocol", "push"],
+                  ["--ucx-tls", "tcp", "--ucx-net-devices", "lo"]):
+        report, p = updates_selftest_json(
+            "ucx", 3, 4, "--inject-fault", "restart-rank", *extra)
+        n, b = p["regions"], p["bytes"]
+        check(report["rejoins"] == 1 and report["opens"] == 1,
+              "%s: rejoins %r, opens %r" % (extra, report["rejoins"],
+                                            report["opens"]))
+        check(report["failed_updates"] == [] and report["failures"] == [],
+              "%s: %r" % (extra, report["failures"]))
+        check(report["verified_regions"] == [n, n, n, n],
+              "%s: verified_regions %r" % (extra, report["verified_regions"]))
+        check(report["wire_bytes"] == [b, b, b, b],
+              "%s: wire_bytes %r" % (extra, report["wire_bytes"]))
+
+
+@test
+def recovery_faults_human_output():
+    src, dst = scenario(FOUR_AXIS)
+    rc, out, err = run("selftest", src, dst, "--transport", "ucx", "--procs",
+                       "3", "--updates", "3", "--session", "s",
+                       "--inject-fault", "corrupt-message", timeout=180)
+    check(rc == 0, "exit %d, stderr %r" % (rc, err))
+    lines = out.decode("utf-8").splitlines()
+    check(lines[0] == "selftest: every target byte verified", "%r" % lines)
+    want = [re.compile(r"^  failed updates +1$"),
+            re.compile("^    " + re.escape(CORRUPT_PREFIX)),
+            re.compile(r"^  sessions opened +1$"),
+            re.compile(r"^  ranks rejoined +0$")]
+    at = [i for w in want for i, line in enumerate(lines) if w.match(line)]
+    check(len(at) == 4 and at == sorted(at), "lines %r" % lines)
+
+
+@test
+def recovery_faults_are_refused_where_they_cannot_run():
+    src, dst = scenario(FOUR_AXIS)
+    for args, message in (
+            (["--transport", "inproc", "--procs", "3", "--updates", "3",
+              "--inject-fault", "restart-rank"],
+             "the inproc transport runs every rank as a thread of one "
+             "process: it cannot run a single --rank or kill a rank (use "
+             "ucx)"),
+            (["--transport", "ucx", "--procs", "3", "--updates", "2",
+              "--inject-fault", "corrupt-message"],
+             "--inject-fault corrupt-message needs --updates 3 or more and "
+             "--procs 2 or more"),
+            (["--transport", "ucx", "--procs", "1", "--updates", "3",
+              "--inject-fault", "restart-rank"],
+             "--inject-fault restart-rank needs --updates 3 or more and "
+             "--procs 2 or more"),
+            (["--inject-fault", "restart-rank"],
+             "--inject-fault needs --transport ucx")):
+        rc, out, err = run("selftest", src, dst, *args)
+        line = expect_one_line_error(rc, out, err, message)
+        check(line == "reshard: error: " + message,
+              "%r: unexpected line %r" % (args, line))
 
 
 # ---------------------------------------------------------------------------
@@ -623,7 +785,8 @@ def ucx_failed_rank_fails_the_run_whatever_its_report_says():
         "rank": 1, "ready": True, "transfer_ns": 1, "update_ns": [],
         "wire_bytes": [], "delta_regions": [], "full_regions": [],
         "encode_ns": [], "apply_ns": [], "snapshot_bytes": 0,
-        "verified": True},
+        "verified": True, "verified_regions": [], "verify_ns": [],
+        "opens": 0, "rejoins": 0, "failed_updates": [], "failures": []},
         sort_keys=True, separators=(",", ":")).encode()
     # Rank 1 reports well after it publishes; should it ever report before
     # the forged record lands, run again.
