@@ -55,12 +55,17 @@ Status LiveRank::Open() {
   return Status::OK();
 }
 
-Status LiveRank::BeginUpdate(uint64_t generation, std::string tag) {
+Status LiveRank::BeginUpdate(uint64_t generation, std::string tag,
+                             std::optional<uint64_t> attempt) {
   generation_ = generation;
+  certain_ = false;
+  followed_failure_ = false;
   tag_text_ = std::move(tag);
-  for (uint64_t attempt = 0;; ++attempt) {
+  for (uint64_t a = attempt.value_or(0);; ++a) {
     scope_ = "u/" + std::to_string(generation) +
-             (attempt == 0 ? "" : "r" + std::to_string(attempt)) + "/";
+             (a == 0 ? "" : "r" + std::to_string(a)) + "/";
+    attempt_ = a;
+    if (attempt.has_value()) break;
     const std::string decision = records_.Key(scope_ + "outcome", 0);
     auto recorded = records_.Get(decision);
     if (recorded.status().IsNotFound()) break;
@@ -226,7 +231,7 @@ Status LiveRank::Reconnect(uint32_t r) {
   return Status::OK();
 }
 
-Status LiveRank::Abort(Status st) {
+Status LiveRank::Abort(Status st, bool final) {
   if (!st.IsAborted()) {
     Status first = records_.CheckAborts();
     if (!first.ok()) st = first.WithContext(st.message());
@@ -234,7 +239,7 @@ Status LiveRank::Abort(Status st) {
   std::string where = "live session " + options_.session + ", rank " +
                       std::to_string(options_.rank);
   if (generation_ > 0) where += ", update " + std::to_string(generation_);
-  return records_.Abort(st.WithContext(where), generation_);
+  return records_.Abort(st.WithContext(where), generation_, final);
 }
 
 void LiveRank::StopHeartbeat() {

@@ -80,11 +80,14 @@ class LiveRank {
   // a new incarnation.
   Status TakeSeat();
 
-  // Scopes the next RunUpdate's records and tags to `generation`, in the
-  // first try of it whose outcome is not recorded (every failed try of a
-  // generation recorded its failure), and takes the caller's version tag
-  // for it (checked: CheckVersionTag).
-  Status BeginUpdate(uint64_t generation, std::string tag);
+  // Scopes the next RunUpdate's records and tags to try `attempt` of
+  // `generation` (0 the first; every rank takes part in every try, so
+  // each counts them alike), or, without one (a rank that rejoined and
+  // has not counted), to the first try whose outcome is not recorded
+  // (every failed try recorded its failure); takes the caller's version
+  // tag for it (checked: CheckVersionTag).
+  Status BeginUpdate(uint64_t generation, std::string tag,
+                     std::optional<uint64_t> attempt);
 
   // One update: fence, exchange, verification, completion, barrier, ready.
   Status RunUpdate();
@@ -113,12 +116,16 @@ class LiveRank {
   // (their buffers may still be read or written).
   uint64_t abandoned_in_flight() const { return abandoned_in_flight_; }
   const std::string& scope() const { return scope_; }
+  // The update BeginUpdate scoped: its generation and try.
+  uint64_t generation() const { return generation_; }
+  uint64_t attempt() const { return attempt_; }
   SessionRecords& records() { return records_; }
 
   // Records `st` as this rank's abort and returns it. When another rank
   // failed first (its death or abort explains ours, e.g. an endpoint that
   // cannot connect to it), that cause is reported.
-  Status Abort(Status st);
+  // `final`: this rank gives up for good (AbortRecord::final).
+  Status Abort(Status st, bool final = false);
 
   // Stops this rank's heartbeat and removes its record (a rank leaving
   // the session cleanly).
@@ -201,9 +208,12 @@ class LiveRank {
   // A standing session's update failed before any byte moved or after
   // every byte arrived: records it as the update's outcome (unless a rank
   // did first), settles, and returns the failure as this rank saw it (or
-  // as the deciding rank did).
+  // as the deciding rank did). Also for a refusal of this rank's inputs
+  // between BeginUpdate and RunUpdate (a moved binding, a conversion).
+ public:
   Status FailUpdate(Status st);
 
+ private:
   // Waits until every rank is past the update's exchange (its "done" or
   // "failed" vote, an abort, a close, or a silent heartbeat), so that no
   // rank still reads or writes another's buffers when this one returns.
@@ -267,6 +277,7 @@ class LiveRank {
   // ready/<r>), "u/<generation>/" in a standing session.
   std::string scope_;
   uint64_t generation_ = 0;  // of the current update; 0 outside updates
+  uint64_t attempt_ = 0;     // its try (BeginUpdate)
   std::unique_ptr<Heartbeat> heartbeat_;
   uint32_t tag_ = 0;  // high 32 bits of this update's message tags
   Clock::time_point start_;

@@ -45,7 +45,13 @@ Status LiveRank::WaitFenced(const std::string& decision,
     const auto now = Clock::now();
     for (uint32_t r = 0; r < options_.ranks; ++r) {
       if (r == options_.rank || fenced[r]) continue;
-      RESHARD_ASSIGN_OR_RETURN(auto why, records_.Departure(r));
+      bool final = false;
+      RESHARD_ASSIGN_OR_RETURN(auto why, records_.Departure(r, &final));
+      if (why && final) {
+        return Status::Aborted("live session " + options_.session + ": rank " +
+                               std::to_string(r) + " left the session (" +
+                               *why + ")");
+      }
       if (!why) {
         // Back (a new process) or never gone: the timeout runs anew.
         if (departed.erase(r) > 0) deadline = Deadline();

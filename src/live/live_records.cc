@@ -452,10 +452,12 @@ Result<ClosedRecord> DecodeClosedRecord(std::string_view text,
 }
 
 std::string EncodeAbortRecord(uint32_t rank, std::string_view reason,
-                              uint64_t generation) {
+                              uint64_t generation, bool final) {
   std::string out;
   CanonicalJsonWriter w(&out);
   w.BeginObject();
+  w.Key("final");
+  w.Bool(final);
   w.KeyUInt("generation", generation);
   w.KeyUInt("rank", rank);
   w.KeyString("reason", ValidUtf8(Shorten(reason, kMaxRecordedText)));
@@ -467,10 +469,12 @@ Result<AbortRecord> DecodeAbort(std::string_view text, std::string_view key,
                                 uint32_t rank) {
   constexpr std::string_view kKind = "abort";
   RESHARD_ASSIGN_OR_RETURN(
-      auto p, Parse(text, kKind, key, {"generation", "rank", "reason"}));
+      auto p,
+      Parse(text, kKind, key, {"final", "generation", "rank", "reason"}));
   RESHARD_RETURN_NOT_OK(CheckRank(p.obj, kKind, key, rank));
   AbortRecord out;
   out.rank = rank;
+  RESHARD_ASSIGN_OR_RETURN(out.final, BoolField(p.obj, "final", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(out.generation,
                            U64Field(p.obj, "generation", kKind, key));
   RESHARD_ASSIGN_OR_RETURN(std::string reason,

@@ -130,18 +130,22 @@ std::string EncodeClosedRecord(const ClosedRecord& record);
 Result<ClosedRecord> DecodeClosedRecord(std::string_view text,
                                         std::string_view key, uint32_t rank);
 
-// abort/<r>: {"generation":G,"rank":R,"reason":"..."}; the reason is cut
-// at kMaxRecordedText bytes. G is the standing session's update the rank
+// abort/<r>: {"final":bool,"generation":G,"rank":R,"reason":"..."}; the reason
+// is cut at kMaxRecordedText bytes. G is the standing session's update the rank
 // failed in (or the last it completed, for an abort between updates); 0
 // while opening and in a one-shot run. One per rank and session: a failed
 // standing session is over for every rank.
+// `final`: the rank gave up for good (LiveSession::Abort,
+// AbortLiveSession): the others fail at once instead of waiting up to
+// rejoin_timeout for a process to rejoin in its place.
 struct AbortRecord {
   uint32_t rank = 0;
   uint64_t generation = 0;
   std::string reason;
+  bool final = false;
 };
 std::string EncodeAbortRecord(uint32_t rank, std::string_view reason,
-                              uint64_t generation = 0);
+                              uint64_t generation = 0, bool final = false);
 Result<AbortRecord> DecodeAbort(std::string_view text, std::string_view key,
                                 uint32_t rank);
 // The reason alone.

@@ -57,8 +57,9 @@ Status AbortLiveSession(RecordStore& rendezvous, std::string_view session,
   const std::string key =
       std::string(session) + "/abort/" + std::to_string(rank);
   RESHARD_RETURN_NOT_OK(ValidateRecordKey(key));
-  const Status put =
-      rendezvous.Put(key, internal::EncodeAbortRecord(rank, reason.ToString()));
+  const Status put = rendezvous.Put(
+      key, internal::EncodeAbortRecord(rank, reason.ToString(), 0,
+                                       /*final=*/true));
   return put.IsAlreadyExists() ? Status::OK() : put;
 }
 

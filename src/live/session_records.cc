@@ -47,9 +47,11 @@ Result<std::vector<std::string>> SessionRecords::OwnRecords() {
   return own;
 }
 
-Status SessionRecords::Abort(const Status& st, uint64_t generation) {
-  (void)store_.Put(Key("abort"), internal::EncodeAbortRecord(
-                                     options_.rank, st.ToString(), generation));
+Status SessionRecords::Abort(const Status& st, uint64_t generation,
+                             bool final) {
+  (void)store_.Put(Key("abort"),
+                   internal::EncodeAbortRecord(options_.rank, st.ToString(),
+                                               generation, final));
   return st;
 }
 
@@ -127,16 +129,21 @@ Result<bool> SessionRecords::Gone(uint32_t r) {
   return why.has_value();
 }
 
-Result<std::optional<std::string>> SessionRecords::Departure(uint32_t r) {
+Result<std::optional<std::string>> SessionRecords::Departure(uint32_t r,
+                                                             bool* final) {
+  if (final != nullptr) *final = false;
   const std::string abort_key = Key("abort", r);
   auto abort = Get(abort_key);
   if (abort.ok()) {
-    auto reason = internal::DecodeAbortRecord(*abort, abort_key, r);
+    auto record = internal::DecodeAbort(*abort, abort_key, r);
+    // A malformed record is taken for a final one.
+    if (final != nullptr) *final = !record.ok() || record->final;
     return std::optional<std::string>(
         "it recorded an abort: " +
-        (reason.ok() ? *reason : reason.status().ToString()));
+        (record.ok() ? record->reason : record.status().ToString()));
   }
   if (Get(Key("closed", r)).ok()) {
+    if (final != nullptr) *final = true;
     return std::optional<std::string>("it closed the session");
   }
   if (!watch_) return std::optional<std::string>();

@@ -58,7 +58,8 @@ class SessionRecords {
 
   // Records this rank's failure in update `generation` (0: opening or a
   // one-shot run) for the others (first reason wins) and returns `st`.
-  Status Abort(const Status& st, uint64_t generation);
+  // `final`: AbortRecord::final.
+  Status Abort(const Status& st, uint64_t generation, bool final = false);
 
   // A predicate over ranks: those with a record of `kind`.
   std::function<bool(uint32_t)> Having(const std::string& kind);
@@ -97,8 +98,11 @@ class SessionRecords {
   Result<bool> Gone(uint32_t r);
 
   // Why rank `r` left the session ("it recorded an abort: <reason>", "no
-  // heartbeat for N ms"), or nullopt while it is in it.
-  Result<std::optional<std::string>> Departure(uint32_t r);
+  // heartbeat for N ms"), or nullopt while it is in it; *final when it
+  // left for good (a final abort, a close) and no process will take its
+  // place.
+  Result<std::optional<std::string>> Departure(uint32_t r,
+                                               bool* final = nullptr);
 
   // CheckAborts, CheckClosed, then CheckSilent; `exempt` excuses ranks of
   // all three.

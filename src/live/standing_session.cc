@@ -113,7 +113,8 @@ struct LiveSession::Impl {
     if (st.ok() && conversion != nullptr) {
       st = conversion->Quantize(wire->threads);
     }
-    if (st.ok()) st = rank.RunUpdate();
+    if (!st.ok()) return rank.FailUpdate(std::move(st));
+    st = rank.RunUpdate();
     if (st.ok() && conversion != nullptr && options.shadow_targets) {
       // The flip wrote the staging buffers; the targets convert from them.
       st = conversion->Apply(wire->threads);
@@ -126,6 +127,9 @@ struct LiveSession::Impl {
   // for this rank and its failure is recorded for the others.
   Status Failed(Status st) {
     stale_scopes.push_back(rank.scope());
+    // The next try of this generation.
+    tried_generation = rank.generation();
+    tries = rank.attempt() + 1;
     if (rank.failed_certainly()) {
       outcome = LiveOutcome::kFailed;
       return Status(st.code(),
@@ -188,6 +192,9 @@ struct LiveSession::Impl {
   bool updated = false;
   // Scopes of updates before the last, removed after the next success.
   std::vector<std::string> stale_scopes;
+  // Tries of a generation that failed so far (the next try's number).
+  uint64_t tried_generation = 0;
+  uint64_t tries = 0;
   std::optional<LiveVersion> version;
   uint64_t updates = 0;  // successful ones, recorded when closing
   double open_seconds = 0;
@@ -278,10 +285,19 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   LiveUpdateReport out;
   out.generation = generation;
   const std::string previous = m.rank.scope();
-  RESHARD_RETURN_NOT_OK(m.rank.BeginUpdate(generation, std::string(tag)));
+  // A rank that rejoined finds the try the others are in; every other
+  // rank took part in every try of the generation.
+  std::optional<uint64_t> attempt;
+  if (m.updated || !m.options.rejoin || m.tried_generation != 0) {
+    attempt = m.tried_generation == generation ? m.tries : 0;
+  }
+  RESHARD_RETURN_NOT_OK(
+      m.rank.BeginUpdate(generation, std::string(tag), attempt));
   Status st = m.Run(bindings, &out);
   if (!st.ok()) return m.Failed(std::move(st));
   m.outcome = LiveOutcome::kOk;
+  m.tried_generation = 0;
+  m.tries = 0;
   // Every rank is past this update's barrier, so nobody reads the records
   // of the updates before it any more.
   if (!previous.empty()) m.stale_scopes.push_back(previous);
@@ -304,7 +320,7 @@ Status LiveSession::Abort(const Status& reason) {
   if (m.closed || m.over) return Status::OK();
   m.over = true;
   m.outcome = LiveOutcome::kFailed;
-  const Status recorded = m.rank.Abort(reason);
+  const Status recorded = m.rank.Abort(reason, /*final=*/true);
   (void)recorded;
   return Status::OK();
 }
