@@ -20,7 +20,7 @@ PASSES=${CHECK_PASSES:-asan tsan fuzz}
 # placements hash their identity on a second thread), and checkpoint loads
 # and writes (the ranged loader copies out on a helper thread; writers in
 # several processes).
-TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:ReshardTest.*:CopyRegionTest.*:SelfTestTest.*:LiveSessionTest.*:LiveFaultTest.*:StandingSessionTest.*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:PlacementWireTest.*:PlacementManifestTest.*:HfCheckpointTest.*:HfStoreBridgeTest.*:CheckpointWriterTest.*:CanonicalPartsTest.*:*StagedWindowsSharedByTwoThreads*:*DirectReadGroupsSharedByTwoThreads*:ClaimedRunsTest.*:PlannerOracleTest.*:StoredPlanTest.*:*Race*:*Concurren*'}
+TSAN_TESTS=${TSAN_TESTS:-'LocalTransportTest.*:ReshardTest.*:CopyRegionTest.*:SelfTestTest.*:LiveSessionTest.*:LiveFaultTest.*:StandingSessionTest.*:LiveRecoveryTest.Flipped*:LiveRecoveryTest.AFailed*:LiveRecoveryTest.VersionTags*:StoreCrash*:FsObjectStore*:DirectoryRecordStore*:*ObjectStoreConformance*:WeightStoreMultiProcessTest.*:PlacementWireTest.*:PlacementManifestTest.*:HfCheckpointTest.*:HfStoreBridgeTest.*:CheckpointWriterTest.*:CanonicalPartsTest.*:*StagedWindowsSharedByTwoThreads*:*DirectReadGroupsSharedByTwoThreads*:ClaimedRunsTest.*:PlannerOracleTest.*:StoredPlanTest.*:*Race*:*Concurren*'}
 SUPP=$PWD/scripts/sanitizers
 # -O1 with line tables: sanitizer reports with file:line, at less
 # compile time than the default -O2 -g.
