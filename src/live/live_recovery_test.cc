@@ -429,6 +429,64 @@ TEST(LiveRecoveryTest, ARestartedRankRejoinsWithoutAReopen) {
   }
 }
 
+// A RecordStore that writes garbage in place of one record: a peer
+// process gone wrong.
+class GarbageStore : public RecordStore {
+ public:
+  GarbageStore(RecordStore& base, std::string key)
+      : base_(base), key_(std::move(key)) {}
+  Status Put(std::string_view key, std::string_view value) override {
+    return base_.Put(key, key == key_ ? "{\"rank\":1,\"tag\":7}" : value);
+  }
+  Result<std::string> Get(std::string_view key) override {
+    return base_.Get(key);
+  }
+  Result<std::vector<std::string>> List(std::string_view prefix) override {
+    return base_.List(prefix);
+  }
+  Status Delete(std::string_view key) override { return base_.Delete(key); }
+
+ private:
+  RecordStore& base_;
+  std::string key_;
+};
+
+// A malformed fenced record fails its update on every rank naming the
+// record, before any byte moves; the next update runs on the same session.
+TEST(LiveRecoveryTest, AGarbledFenceFailsTheUpdateNamingTheRecord) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  const auto tensors = internal::TensorIndex(source);
+  const Wire w = Wires()[4];
+  testing::TempDir dir;
+  const auto out = TwoRanks(w, [&](uint32_t rank) -> std::string {
+    auto base = Must(OpenDirectoryRecordStore(dir.path()));
+    GarbageStore store(*base, "garbled/u/2/fenced/1");
+    Seat seat = SeatOf(source, target, rank, "garbled-" + std::to_string(rank));
+    auto session = LiveSession::Open(store, source, target, seat.bindings,
+                                     Options(w, "garbled", rank));
+    if (!session.ok()) return "open: " + session.status().ToString();
+    std::string out;
+    for (uint64_t g = 1; g <= 3; ++g) {
+      internal::FillPattern(source, tensors, seat.buffers, nullptr, g);
+      auto u = (*session)->Update(g);
+      out += u.ok() ? "ok|" : u.status().ToString() + "|";
+    }
+    if (rank == 1) {
+      out += internal::VerifyPattern(target, tensors, seat.buffers, nullptr, 3);
+    }
+    (void)(*session)->Close();
+    return out;
+  });
+  for (uint32_t r = 0; r < 2; ++r) {
+    SCOPED_TRACE(out[r]);
+    EXPECT_TRUE(out[r].starts_with("ok|")) << out[r];
+    EXPECT_THAT(out[r],
+                HasSubstr("malformed fenced record garbled/u/2/fenced/1"));
+    EXPECT_TRUE(out[r].ends_with("the next one)|ok|")) << out[r];
+  }
+}
+
 // Options and arguments refused before anything is published.
 TEST(LiveRecoveryTest, NegativeRejoinTimeoutIsRefused) {
   const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
