@@ -598,17 +598,21 @@ std::vector<std::string> RunRankThreads(const WeightPlacementManifest& source,
   return exits;
 }
 
-// Starts a new process in the place of dead rank r: its process id, or
-// -1 when the rank is not to be restarted.
-using RestartRank = std::function<pid_t(uint32_t r)>;
+// Which dead ranks get a new process in their place (restart-rank), and
+// starting one: its process id, or -1 when fork failed.
+struct RestartRank {
+  std::function<bool(uint32_t r)> wanted;
+  std::function<pid_t(uint32_t r)> start;
+};
 
 // Waits for every rank; a rank that dies without a report gets an abort
-// record so that the others stop at once instead of at their timeout (or,
-// in a standing session, wait for it to rejoin), and then, when `restart`
-// starts a new process in its place, is waited for again. Ranks still
-// running after `limit` are killed, and said to have been ended at the
-// deadline. Returns, per rank, how it ended when that was not a clean exit
-// ("" otherwise).
+// record so that the others stop at once instead of at their timeout:
+// final, unless `restart` wants a new process in its place (the others of
+// a standing session then wait for it to rejoin), which is started once
+// the abort is recorded and waited for in turn. Ranks still running after
+// `limit` are killed, and said to have been ended at the deadline.
+// Returns, per rank, how it ended when that was not a clean exit ("" when
+// it was).
 std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
                                    const std::string& session,
                                    std::chrono::milliseconds limit,
@@ -634,10 +638,12 @@ std::vector<std::string> ReapRanks(std::vector<pid_t> pids, RecordStore& store,
                              "ended"
                        : DescribeExit(status);
         if (store.Get(SelfTestReportKey(session, r)).ok()) continue;
+        const bool rejoins = !killed && restart.wanted(r);
         (void)store.Put(session + "/abort/" + std::to_string(r),
                         internal::EncodeAbortRecord(
-                            r, "rank " + std::to_string(r) + " " + exits[r]));
-        const pid_t again = killed ? -1 : restart(r);
+                            r, "rank " + std::to_string(r) + " " + exits[r], 0,
+                            /*final=*/!rejoins));
+        const pid_t again = rejoins ? restart.start(r) : -1;
         if (again > 0) {
           pids[r] = again;
           ++running;
@@ -719,13 +725,16 @@ Result<SelfTestReport> RunLiveSelfTest(const WeightPlacementManifest& source,
     // restart-rank: the rank that died after writing its partial report
     // is started again, once; the new process removes the records of the
     // one it replaces, so the launcher takes the report first.
-    const RestartRank restart = [&](uint32_t r) -> pid_t {
+    RestartRank restart;
+    restart.wanted = [&](uint32_t r) {
       if (options.fault != SelfTestFault::kRestartRank || !partials.empty()) {
-        return -1;
+        return false;
       }
       auto partial = store->Get(SelfTestPartialReportKey(session, r));
-      if (!partial.ok()) return -1;
-      partials[r] = *std::move(partial);
+      if (partial.ok()) partials[r] = *std::move(partial);
+      return partial.ok();
+    };
+    restart.start = [&](uint32_t r) {
       return ForkRank(source, target, options, *store, session, r, true);
     };
     exits = ReapRanks(std::move(pids), *store, session, LaunchDeadline(options),

@@ -2,7 +2,8 @@
 // update on every rank and the session goes on (UCX shared memory push and
 // pull, TCP, in-process); a target rank killed after update 2 is started
 // again and rejoins the open session, and every update verifies every
-// region (UCX shared memory push and pull, TCP, delta). Both are refused
+// region (UCX shared memory push and pull, TCP, delta); a rank killed and
+// not started again ends the session at once. Both faults are refused
 // where they cannot run.
 
 #include <gmock/gmock.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "live/live_records.h"
 #include "reshard/live.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
@@ -172,6 +174,32 @@ TEST(SelfTestRecoveryTest, RestartedRankRejoinsADeltaSession) {
   ASSERT_EQ(r.delta_regions.size(), 4u);
   EXPECT_EQ(r.delta_regions[0], 0u);
   EXPECT_EQ(r.delta_regions[2], 0u);
+}
+
+// A rank that dies and is not started again: the launcher's abort for it
+// is final, so the survivor fails at once instead of waiting the
+// rejoin_timeout (30 s) for a process to take its place.
+TEST(SelfTestRecoveryTest, ARankNotStartedAgainEndsTheSessionAtOnce) {
+  const auto source = Source();
+  const auto target = Target();
+  testing::TempDir dir("reshard-selftest");
+  SelfTestOptions o =
+      Options(kShmPush, 2, SelfTestFault::kKillBetweenUpdates, dir.path());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto report = RunSelfTest(source, target, o);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_THAT(report, StatusIs(StatusCode::kAborted,
+                               "live self-test failed: rank 0 died of signal "
+                               "9 (Killed)"));
+  EXPECT_LT(seconds, 10.0);
+  auto store = Must(OpenRendezvous(dir.path()));
+  ASSERT_OK_AND_ASSIGN(
+      internal::AbortRecord abort,
+      internal::DecodeAbort(Must(store->Get("s/abort/0")), "s/abort/0", 0));
+  EXPECT_TRUE(abort.final);
+  EXPECT_EQ(abort.reason, "rank 0 died of signal 9 (Killed)");
 }
 
 TEST(SelfTestRecoveryTest, RecoveryFaultsAreRefusedWhereTheyCannotRun) {
