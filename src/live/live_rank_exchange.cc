@@ -124,8 +124,18 @@ Status LiveRank::Exchange() {
   xo.poll_abort = [&] { return records_.CheckPeers(); };
   xo.on_first_completion = [&] { Stage("transfer"); };
   // The sources are read-only until the update ends: they hash while the
-  // data moves (a delta session's encoding hashes what it sends).
-  if (verify_) verify_->Start(/*sent_known=*/delta_.has_value(), 0);
+  // data moves (a delta session's encoding hashes what it sends), and so
+  // does every target region once its operation completed (a delta
+  // update's apply after the exchange: those are hashed after it).
+  if (verify_) {
+    const uint64_t corrupt_at = options_.corrupt_received_in_update;
+    verify_->Start(
+        /*sent_known=*/delta_.has_value(), /*early_targets=*/!delta_,
+        corrupt_at != 0 && corrupt_at == (scope_.empty() ? 1 : generation_), 0);
+    if (!delta_) {
+      xo.on_completion = [this](size_t i) { verify_->Arrived(ops_[i]); };
+    }
+  }
   for (const BoundRegion* br : local_) {
     internal::CopyRegionSegments(*br, 0, internal::RowCount(*br));
     report_.bytes_received += br->bytes;
@@ -184,12 +194,9 @@ Status LiveRank::Verify() {
   round.max_in_flight = options_.max_in_flight;
   round.deadline = Deadline();
   round.poll_abort = [&] { return records_.CheckPeers(); };
-  const uint64_t corrupt_at = options_.corrupt_received_in_update;
-  const bool corrupt =
-      corrupt_at != 0 && corrupt_at == (scope_.empty() ? 1 : generation_);
   ExchangeStats stats;
   Status st = verify_->Finish(
-      *exchange_, round, 0, corrupt,
+      *exchange_, round, 0,
       [&](const BoundRegion& br, uint32_t peer) {
         return DescribeRegion(br, peer);
       },

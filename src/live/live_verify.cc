@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <utility>
 
 #include "bind/strided_stream.h"
@@ -19,7 +20,8 @@ namespace {
 constexpr uint32_t kThisRank = std::numeric_limits<uint32_t>::max();
 }  // namespace
 
-LiveVerify::LiveVerify(size_t regions) : sent_(regions, 0) {}
+LiveVerify::LiveVerify(size_t regions)
+    : sent_(regions, 0), held_(regions, 0), stamp_(regions, 0) {}
 
 LiveVerify::~LiveVerify() { Cancel(); }
 
@@ -39,14 +41,80 @@ void LiveVerify::Incoming(uint32_t peer, const BoundRegion* region) {
 
 void LiveVerify::Local(const BoundRegion* region) { local_.push_back(region); }
 
-void LiveVerify::Start(bool sent_known, uint32_t threads) {
+void LiveVerify::Start(bool sent_known, bool early_targets, bool corrupt,
+                       uint32_t threads) {
   Cancel();
+  ++update_;
+  corrupt_ = nullptr;
+  if (corrupt) {
+    for (const auto& [peer, p] : peers_) {
+      for (const BoundRegion* r : p.in) {
+        if (r->bytes > 0 &&
+            (corrupt_ == nullptr || r->region < corrupt_->region)) {
+          corrupt_ = r;
+        }
+      }
+    }
+  }
   hashing_ = std::thread(
       [this, sent_known, threads] { HashSources(sent_known, threads); });
+  if (early_targets) {
+    closing_ = false;
+    targets_ = std::thread([this] { HashArrivals(); });
+  }
+}
+
+void LiveVerify::Arrived(const ExchangeOp& op) {
+  if (!targets_.joinable() || op.kind == ExchangeOp::Kind::kSend ||
+      op.buffer != nullptr) {
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    arrived_.push_back(&op);
+  }
+  wake_.notify_one();
+}
+
+void LiveVerify::HashArrivals() {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(
+      XXH3_createState(), &XXH3_freeState);
+  auto hash = [&](const BoundRegion* r) {
+    CorruptOnce(r);
+    held_[r->region] =
+        HashSide(internal::StridedSide::Target(*r).Merged(), state.get());
+    stamp_[r->region] = update_;
+  };
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [&] { return closing_ || !arrived_.empty(); });
+    if (arrived_.empty()) return;
+    const ExchangeOp* op = arrived_.front();
+    arrived_.pop_front();
+    lock.unlock();
+    hash(op->region);
+    for (const BoundRegion* r : op->more) hash(r);
+    lock.lock();
+  }
+}
+
+void LiveVerify::CorruptOnce(const BoundRegion* region) {
+  if (region != corrupt_ || corrupt_ == nullptr) return;
+  internal::StridedSide::Target(*corrupt_).base[0] ^= 0x5A;
+  corrupt_ = nullptr;
 }
 
 void LiveVerify::Cancel() {
   if (hashing_.joinable()) hashing_.join();
+  if (targets_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    wake_.notify_one();
+    targets_.join();
+    arrived_.clear();
+  }
 }
 
 void LiveVerify::HashSources(bool sent_known, uint32_t threads) {
@@ -92,7 +160,6 @@ std::vector<ExchangeOp> LiveVerify::Round() {
 
 Status LiveVerify::Finish(
     PeerExchange& exchange, const ExchangeRunOptions& round, uint32_t threads,
-    bool corrupt,
     const std::function<std::string(const BoundRegion&, uint32_t peer)>&
         describe,
     ExchangeStats* stats) {
@@ -123,16 +190,9 @@ Status LiveVerify::Finish(
     expected.insert(expected.end(), p.in_hashes.begin(), p.in_hashes.end());
     from.insert(from.end(), p.in.size(), peer);
   }
-  if (corrupt) {
-    const BoundRegion* first = nullptr;
-    for (const BoundRegion* r : got) {
-      if (r->bytes > 0 && (first == nullptr || r->region < first->region)) {
-        first = r;
-      }
-    }
-    if (first != nullptr) {
-      internal::StridedSide::Target(*first).base[0] ^= 0x5A;
-    }
+  // A region the target thread did not see (delta updates).
+  if (corrupt_ != nullptr && stamp_[corrupt_->region] != update_) {
+    CorruptOnce(corrupt_);
   }
   for (const BoundRegion* r : local_) {
     got.push_back(r);
@@ -148,8 +208,16 @@ Status LiveVerify::Compare(
     const std::function<std::string(const BoundRegion&, uint32_t peer)>&
         describe,
     uint32_t threads) {
+  // What the target thread hashed already; the rest now.
+  std::vector<const BoundRegion*> rest;
+  for (const BoundRegion* r : got) {
+    if (stamp_[r->region] != update_) rest.push_back(r);
+  }
+  std::vector<uint64_t> late(rest.size());
+  HashRegions(rest, RegionSide::kTarget, threads, late.data());
+  for (size_t i = 0; i < rest.size(); ++i) held_[rest[i]->region] = late[i];
   std::vector<uint64_t> held(got.size());
-  HashRegions(got, RegionSide::kTarget, threads, held.data());
+  for (size_t i = 0; i < got.size(); ++i) held[i] = held_[got[i]->region];
   size_t worst = got.size();
   std::vector<std::pair<uint64_t, uint64_t>> pairs(got.size());
   for (size_t i = 0; i < got.size(); ++i) {

@@ -11,17 +11,23 @@
 //    to one message with their hashes in plan order (the hash round, on the
 //    session's connections, tagged apart from the data), and receives
 //    theirs;
-//  - each rank hashes what it received and compares, region by region. The
-//    first difference fails the update, naming the region, its tensor, the
-//    target participant and the peer.
+//  - each rank hashes what it received and compares, region by region:
+//    a region that arrived whole in the exchange (a receive or get that
+//    completed) is hashed on a thread of its own while the rest moves, the
+//    others (delta updates, which apply after the exchange) once it is
+//    over. The first difference fails the update, naming the region, its
+//    tensor, the target participant and the peer.
 // Each rank's digest (XXH3-64 of its received regions' index and hash, in
 // plan order) goes into its vote; the update's digest combines them.
 #ifndef RESHARD_LIVE_LIVE_VERIFY_H_
 #define RESHARD_LIVE_LIVE_VERIFY_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,25 +56,32 @@ class LiveVerify {
 
   // Starts hashing the source sides this rank sends (unless `sent_known`:
   // a delta update's encoding hashed them, see sent()) and of its local
-  // copies, on a thread of its own. Pairs with Finish or Cancel.
-  void Start(bool sent_known, uint32_t threads);
+  // copies, on a thread of its own; with `early_targets`, also a thread
+  // that hashes what Arrived hands it. `corrupt`: fault injection, one
+  // byte of the first region (lowest index) received from another rank
+  // flipped once it arrived, before it is hashed. Pairs with Finish or
+  // Cancel.
+  void Start(bool sent_known, bool early_targets, bool corrupt,
+             uint32_t threads);
+
+  // A receive or get of the exchange completed: its target bytes are
+  // final; they are hashed on the target thread (Start's early_targets).
+  void Arrived(const ExchangeOp& op);
 
   // Hashes of the regions this rank sent, by region index, to fill in
   // when Start was told they are known.
   std::vector<uint64_t>& sent() { return sent_; }
 
-  // Waits for the source hashes (after a failed exchange, before its
+  // Waits for the hashing threads (after a failed exchange, before its
   // buffers may change).
   void Cancel();
 
   // After the data exchange: the hash round over `exchange` with
   // `round`'s tags, then the check of everything received. `describe`
   // names a region for errors ("region 7 (tensor t, target participant p)
-  // from rank 1 (host h)"); `corrupt`, when set, flips one byte of the
-  // first region received from another rank before it is hashed (fault
-  // injection: a byte flipped on the wire). DataLoss on a difference.
+  // from rank 1 (host h)"). DataLoss on a difference.
   Status Finish(PeerExchange& exchange, const ExchangeRunOptions& round,
-                uint32_t threads, bool corrupt,
+                uint32_t threads,
                 const std::function<std::string(const BoundRegion&,
                                                 uint32_t peer)>& describe,
                 ExchangeStats* stats);
@@ -84,6 +97,11 @@ class LiveVerify {
     uint64_t received = 0;
   };
   void HashSources(bool sent_known, uint32_t threads);
+  // The target thread: hashes the regions of every operation Arrived
+  // queued until Cancel.
+  void HashArrivals();
+  // Flips the fault's byte once (Start's `corrupt`).
+  void CorruptOnce(const BoundRegion* region);
   // The hash round's operations: one message per peer each way.
   std::vector<ExchangeOp> Round();
   // The first region whose target hash differs, as an error.
@@ -98,6 +116,16 @@ class LiveVerify {
   std::vector<const BoundRegion*> local_;
   std::vector<uint64_t> sent_;  // by region index
   std::thread hashing_;
+  // Early target hashes by region index, valid where stamp_ is update_.
+  std::vector<uint64_t> held_;
+  std::vector<uint32_t> stamp_;
+  uint32_t update_ = 0;
+  std::thread targets_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<const ExchangeOp*> arrived_;  // guarded by mu_
+  bool closing_ = false;                   // guarded by mu_
+  const BoundRegion* corrupt_ = nullptr;   // the fault's region until flipped
   uint64_t verified_ = 0;
   uint64_t digest_ = 0;
 };

@@ -195,23 +195,26 @@ class InprocExchange final : public PeerExchange {
     ExchangeStats unused;
     ExchangeStats& st = stats != nullptr ? *stats : unused;
     bool first = true;
-    auto completed = [&] {
+    auto completed = [&](size_t i) {
       if (first && options.on_first_completion) options.on_first_completion();
       first = false;
+      if (options.on_completion) options.on_completion(i);
     };
     // Sends never block (mailboxes are unbounded), so every rank posts all
     // of its sends before it waits for a receive: no cycle can deadlock.
-    for (const ExchangeOp& op : ops) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const ExchangeOp& op = ops[i];
       if (op.kind == ExchangeOp::Kind::kReceive) continue;
       RESHARD_RETURN_NOT_OK(op.kind == ExchangeOp::Kind::kSend
                                 ? Send(op, options, st)
                                 : Get(op, st));
-      completed();
+      completed(i);
     }
-    for (const ExchangeOp& op : ops) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const ExchangeOp& op = ops[i];
       if (op.kind != ExchangeOp::Kind::kReceive) continue;
       RESHARD_RETURN_NOT_OK(Receive(op, options, st));
-      completed();
+      completed(i);
     }
     return Status::OK();
   }

@@ -407,8 +407,10 @@ class Exchange {
         }
         ++stats_->messages_received;
         stats_->bytes_received += s.received;
+        if (!failure_.ok()) return;
         break;
     }
+    if (options_.on_completion) options_.on_completion(i);
   }
 
   // A lost peer, the deadline or another rank's abort (polled about every

@@ -124,6 +124,12 @@ struct ExchangeRunOptions {
   std::chrono::milliseconds abort_poll_interval{20};
   // Called once, after the first operation completed successfully.
   std::function<void()> on_first_completion;
+  // Called with the index (into Run's `ops`) of every operation that
+  // completed successfully (a receive: with the expected size), once, on
+  // the thread that runs Run, as soon as the exchange sees it complete: a
+  // receive's or get's target bytes are final from then on (a session
+  // hashes them while the rest moves).
+  std::function<void(size_t op)> on_completion;
 };
 
 struct ExchangeStats {
