@@ -103,15 +103,24 @@ TEST_P(PeerExchangeConformance, PushedRegionsArriveByteForByte) {
   Pair p(GetParam());
   ASSERT_GT(p.bound.regions().size(), 1u);
   ExchangeStats sent, received;
+  // Every operation is reported complete once, on each side.
+  std::vector<int> sends_done(p.bound.regions().size(), 0);
+  std::vector<int> receives_done(p.bound.regions().size(), 0);
   auto [zero, one] = p.OnTwoThreads(
       [&](PeerExchange& ex) {
-        return ex.Run(p.Ops(Kind::kSend, 1), p.Options(), &sent);
+        ExchangeRunOptions o = p.Options();
+        o.on_completion = [&](size_t i) { ++sends_done.at(i); };
+        return ex.Run(p.Ops(Kind::kSend, 1), o, &sent);
       },
       [&](PeerExchange& ex) {
-        return ex.Run(p.Ops(Kind::kReceive, 0), p.Options(), &received);
+        ExchangeRunOptions o = p.Options();
+        o.on_completion = [&](size_t i) { ++receives_done.at(i); };
+        return ex.Run(p.Ops(Kind::kReceive, 0), o, &received);
       });
   ASSERT_OK(zero);
   ASSERT_OK(one);
+  EXPECT_EQ(sends_done, std::vector<int>(p.bound.regions().size(), 1));
+  EXPECT_EQ(receives_done, std::vector<int>(p.bound.regions().size(), 1));
   EXPECT_EQ(VerifyPattern(p.target, p.tensors, p.dst), "");
   EXPECT_EQ(sent.messages_sent, p.plan.regions().size());
   EXPECT_EQ(sent.bytes_sent, p.plan.summary().bytes);
