@@ -35,6 +35,11 @@ memory. A delta session's first update is full and its second allocates
 its receive buffers, so its median is taken from the third update on.
 Also --rounds rounds of (full session, delta session), alternating.
 
+Verification on arrival (on by default, so the rows above include it):
+the Qwen3 layout's median full update with verification against the same
+session with `--no-verify`, --rounds interleaved rounds; goal: at most
+1.15x.
+
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/standing_bench.py
     --cli build/reshard [--updates K] [--rounds R]
 """
@@ -80,9 +85,9 @@ def contiguous_pair(nbytes, out_dir):
     return paths
 
 
-def session(cli, src, dst, updates):
+def session(cli, src, dst, updates, *extra):
     out = run(cli, "selftest", src, dst, "--transport", "ucx", "--procs",
-              "2", "--updates", str(updates), "--json")
+              "2", "--updates", str(updates), "--json", *extra)
     r = json.loads(out)
     if not r["verified"]:
         sys.exit(f"selftest {src} -> {dst}: {r['mismatch']}")
@@ -137,6 +142,27 @@ def case(cli, name, src, dst, updates, tmp, target_ratio, fixed_goal,
             f"{spread(fixed, '{:.1f}')}{fixed_verdict} | {gbps:.2f} | "
             f"{base_gbps:.2f} | {spread(ratios, '{:.3f}')}x (>= {target_ratio}, "
             f"median {verdict}) |")
+
+
+def verify_row(cli, src, dst, updates, rounds):
+    """`rounds` rounds of (verifying session, --no-verify session), the
+    order alternating; the verdict on the median of the rounds' ratios."""
+    ons, offs, ratios, fixed = [], [], [], []
+    for r in range(rounds):
+        kinds = ("on", "off") if r % 2 == 0 else ("off", "on")
+        runs = {}
+        for kind in kinds:
+            extra = [] if kind == "on" else ["--no-verify"]
+            runs[kind] = session(cli, src, dst, updates, *extra)
+        ons.append(runs["on"]["update"] * 1e3)
+        offs.append(runs["off"]["update"] * 1e3)
+        fixed.append(runs["on"]["fixed"] * 1e3)
+        ratios.append(runs["on"]["update"] / runs["off"]["update"])
+    ratio = statistics.median(ratios)
+    verdict = "meets" if ratio <= 1.15 else "misses"
+    return (f"| {statistics.median(offs):.0f} | {statistics.median(ons):.0f} "
+            f"| {spread(ratios, '{:.3f}')}x (<= 1.15x, median {verdict}) | "
+            f"{spread(fixed, '{:.1f}')} |")
 
 
 def delta_rows(cli, src, dst, updates, rounds):
@@ -209,6 +235,9 @@ def main():
                  gen(small, (8, 4, 2, 4), "s_dst.json"), a.updates, tmp, 0.8,
                  None, a.small_rounds),
         ]
+        verify = verify_row(a.cli, os.path.join(tmp, "q_src.json"),
+                            os.path.join(tmp, "q_dst.json"), a.updates,
+                            a.rounds)
         deltas = delta_rows(a.cli, os.path.join(tmp, "q_src.json"),
                             os.path.join(tmp, "q_dst.json"), a.delta_updates,
                             a.rounds)
@@ -223,6 +252,15 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         print(row)
+    print()
+    print("Verification on arrival, Qwen3-235B-A22B structure (scaled), "
+          "full updates: median update without and with verification, same "
+          f"run; {a.rounds} interleaved rounds (ratio and fixed cost with "
+          "verification: min / median / max)")
+    print()
+    print("| without ms | with ms | ratio | fixed ms/update with |")
+    print("| --- | --- | --- | --- |")
+    print(verify)
     print()
     print("Delta updates, Qwen3-235B-A22B structure (scaled), 1% of the "
           "elements changed per update: median delta update vs median full "

@@ -37,6 +37,7 @@ struct SelftestArgs {
   uint32_t updates = 0;  // 0: one RunLiveReshard
   bool convert = false;
   bool delta = false;
+  bool no_verify = false;
   std::string change_fraction = "1";  // as given: NumberFlag checks it
   Fp8Block block;
   std::optional<uint32_t> rank;
@@ -166,6 +167,10 @@ void AddSelftestOptions(CLI::App* cmd, SelftestArgs* a) {
   cmd->add_flag("--delta", a->delta,
                 "ucx --updates: delta updates (after the first, only changed "
                 "elements travel; docs/live.md)");
+  cmd->add_flag("--no-verify", a->no_verify,
+                "live: do not check received regions against their source's "
+                "hashes (on by default; docs/live.md, \"Verified on "
+                "arrival\")");
   cmd->add_option("--change-fraction", a->change_fraction,
                   "ucx --updates: each update from the second on changes "
                   "this fraction of the source elements (deterministic), in "
@@ -186,7 +191,7 @@ Status ValidateSelftestArgs(const SelftestArgs& a, const CLI::App& cmd) {
   for (const char* flag :
        {"--procs", "--rendezvous", "--session", "--rank", "--ucx-protocol",
         "--max-in-flight", "--inject-fault", "--updates", "--delta",
-        "--change-fraction", "--exchange-option"}) {
+        "--no-verify", "--change-fraction", "--exchange-option"}) {
     if (!live && cmd.count(flag) > 0) {
       return Status::InvalidArgument(std::string(flag) +
                                      " needs --transport ucx");
@@ -278,6 +283,7 @@ SelfTestOptions ToSelfTestOptions(const SelftestArgs& a, const CLI::App& cmd) {
   options.convert = a.convert;
   options.fp8_block = a.block;
   options.delta = a.delta;
+  options.verify = !a.no_verify;
   options.change_fraction = ParseFiniteNumber(a.change_fraction).value();
   return options;
 }

@@ -305,6 +305,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   lo.exchange = options.transport == "inproc" ? "inproc" : "ucx";
   lo.delta = options.delta;
   lo.delta_threads = options.delta_threads;
+  lo.verify = options.verify;
   lo.exchange_options = options.exchange_options;
   lo.convert = options.convert;
   lo.fp8_block = options.fp8_block;

@@ -102,6 +102,9 @@ struct SelfTestOptions {
   // updates >= 2 (ucx, inproc): delta updates (LiveSessionOptions::delta).
   bool delta = false;
   uint32_t delta_threads = 0;  // LiveSessionOptions::delta_threads
+  // Live runs: every received region checked against its source's hash
+  // (LiveSessionOptions::verify); false measures the session without it.
+  bool verify = true;
   // updates: the fraction of elements each update from the second on
   // changes (deterministic per generation; SelfTestElementGeneration); 1
   // changes all. In [0, 1]; not with convert.

@@ -386,6 +386,20 @@ def one_shot_reports_verified_regions():
           report["verify_seconds"] >= 0, "%r" % report["verify_seconds"])
 
 
+@test
+def no_verify_checks_no_region():
+    """--no-verify: no region is checked on arrival (every target byte is
+    still checked by the self-test); it needs a live transport."""
+    report, p = updates_selftest_json("ucx", 3, 2, "--no-verify")
+    check(report["verified"] and report["verified_regions"] == [0, 0],
+          "verified_regions %r" % report["verified_regions"])
+    src, dst = scenario(FOUR_AXIS)
+    rc, out, err = run("selftest", src, dst, "--no-verify")
+    check(rc != 0 and err.decode("utf-8").strip() ==
+          "reshard: error: --no-verify needs --transport ucx",
+          "exit %d, stderr %r" % (rc, err))
+
+
 CORRUPT_PREFIX = ("update 2: Aborted: live session s failed as decided by "
                   "rank 1: DataLoss: live session s, rank 1, update 2: "
                   "region ")
