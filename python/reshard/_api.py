@@ -7,7 +7,7 @@ import numbers
 import os
 import socket
 import threading
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 from reshard import _reshard
 from reshard._tensors import fragment_views
@@ -354,6 +354,36 @@ class WeightStore:
         return f"WeightStore({self.uri!r})"
 
 
+# The longest version tag (live.h, kMaxVersionTagBytes).
+MAX_VERSION_TAG_BYTES = 256
+
+
+def _checked_tag(tag: Optional[str]) -> str:
+    """`tag` ('' for None) when the library takes it as a version tag (at
+    most MAX_VERSION_TAG_BYTES of UTF-8, no control characters), else
+    ``InvalidArgumentError`` naming the rule it breaks."""
+    if tag is None:
+        return ""
+    if not isinstance(tag, str):
+        raise _reshard.InvalidArgumentError(
+            f"LiveSession.update: tag must be a str, not {type(tag).__name__}")
+    try:
+        data = tag.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _reshard.InvalidArgumentError(
+            "LiveSession.update: version tag is not valid UTF-8") from None
+    if len(data) > MAX_VERSION_TAG_BYTES:
+        raise _reshard.InvalidArgumentError(
+            f"LiveSession.update: version tag of {len(data)} bytes (at most "
+            f"{MAX_VERSION_TAG_BYTES})")
+    for i, c in enumerate(data):
+        if c < 0x20 or c == 0x7F:
+            raise _reshard.InvalidArgumentError(
+                "LiveSession.update: version tag holds control character "
+                f"{c} at byte {i}")
+    return tag
+
+
 class LiveSession:
     """One process's seat in a standing live session between process groups.
 
@@ -374,10 +404,23 @@ class LiveSession:
     Every process must call ``update()`` the same number of times; use the
     session as a context manager, or call ``close()``.
 
-    A failed update ends the native session; the next ``update()`` opens a
-    fresh one (``<name>.<attempt>``) on every process, unless the failure's
-    outcome was uncertain (``UncertainOutcomeError``: operations were in
-    flight, the buffers must not be reused).
+    Every region a process receives is checked against the hash its source
+    computed over the bytes it sent (``verify=True``, the default; the
+    report's ``verified_regions``). An update that fails before any byte
+    moved or after every byte arrived (a region that differs, refused
+    tensors, a refused fence) fails alike on every process and leaves the
+    session usable: shadow targets still serve the last good update and the
+    next ``update()`` runs on the same connections. An update that fails in
+    the middle of the exchange ends the native session on the processes
+    with operations in flight (``UncertainOutcomeError``: the buffers must
+    not be reused; such a process must leave, and a new one may take its
+    place with ``rejoin=True``); a process whose native session ended
+    otherwise opens a fresh one (``<name>.<attempt>``) at its next
+    ``update()``.
+
+    Each successful update publishes a version (``version``: generation,
+    source_placement_id, tag, digest), passed to ``on_version`` on the
+    processes hosting targets once they hold it.
     """
 
     def __init__(self, rendezvous: str, name: Optional[str] = None, *,
@@ -394,13 +437,22 @@ class LiveSession:
                  peer_timeout: float = 1.5, convert: bool = False,
                  fp8_block: Optional[tuple] = None,
                  delta: bool = False, declare_maps: Any = None,
-                 expect_maps: Any = None) -> None:
+                 expect_maps: Any = None, verify: bool = True,
+                 rejoin_timeout: float = 30.0, rejoin: bool = False,
+                 on_version: Optional[Callable[[Report], Any]] = None,
+                 corrupt_received_in_update: int = 0) -> None:
         # Checked here, before anything is opened: a timeout that can never
         # expire (NaN, infinite) or is negative is refused at once.
         timeout = check_seconds("LiveSession", "timeout", timeout,
                                 above_minimum=True, maximum=WEEK_SECONDS)
         peer_timeout = check_seconds("LiveSession", "peer_timeout",
                                      peer_timeout, maximum=3600.0)
+        rejoin_timeout = check_seconds("LiveSession", "rejoin_timeout",
+                                       rejoin_timeout, maximum=WEEK_SECONDS)
+        if on_version is not None and not callable(on_version):
+            raise _reshard.InvalidArgumentError(
+                "LiveSession.on_version must be a callable (version) or "
+                f"None, not {type(on_version).__name__}")
         # `session` is the library's name (LiveSessionOptions::session, the
         # CLI's --session); `name`, positional, is kept for callers of the
         # first release. One of them, not both.
@@ -470,6 +522,25 @@ class LiveSession:
                     f"{type(value).__name__}")
         self.declare_maps = declare_maps
         self.expect_maps = expect_maps
+        # Verified on arrival (docs/live.md, "When things fail"): every
+        # region received is checked against its source's hash; every
+        # process sets the same.
+        self.verify = verify
+        # A process found dead is waited for this long to rejoin before
+        # an update fails; rejoin=True makes this process take the place
+        # of `rank` in the session already open under `session`.
+        self.rejoin_timeout = rejoin_timeout
+        self.rejoin = rejoin
+        # Called with the version (a Report) on the processes hosting
+        # targets after each successful update, on the thread that called
+        # update(); an exception it raises is raised by that update() once
+        # the update is done (it succeeded: `version` names it).
+        self.on_version = on_version
+        # Fault injection, for tests only: in the update at this step this
+        # process flips one byte of the first region it received from
+        # another process after it arrived (0: never).
+        self.corrupt_received_in_update = corrupt_received_in_update
+        self._version = None
         self._busy = threading.Lock()
         self.step = 0
         self.attempt = 0
@@ -483,8 +554,57 @@ class LiveSession:
         """The rendezvous key of the native session now (or next) open."""
         return f"{self.name}.{max(self.attempt, 1):06d}"
 
+    @property
+    def version(self) -> Optional[Report]:
+        """The weights this process's targets hold since the last successful
+        update: generation, source_placement_id, tag and digest (an int, 0
+        without verification); None before the first. A failed update
+        leaves it as it was."""
+        if self._native is not None:
+            found = self._native.version
+            if found is not None:
+                self._version = Report(found)
+        return self._version
+
+    @property
+    def usable(self) -> bool:
+        """Whether update() may be called: not closed, and no update left
+        operations of this process in flight (a session that ended
+        otherwise is reopened by the next update())."""
+        return not self._uncertain and (self._native is None or
+                                        self._native.usable)
+
+    @property
+    def connections(self) -> int:
+        """Connections the open native session's exchange made: one per peer
+        at open, one more per reconnection to a process that rejoined (0
+        before the first update)."""
+        return 0 if self._native is None else self._native.connections
+
+    @property
+    def rejoins(self) -> int:
+        """Processes that rejoined the open native session since this one
+        opened it."""
+        return 0 if self._native is None else self._native.rejoins
+
+    def _rejoin_attempt(self) -> int:
+        """The attempt of the native session `rejoin` takes a place in: the
+        latest ``<name>.<attempt>`` with records in the rendezvous."""
+        prefix = f"{self.name}."
+        found = 0
+        for key in _reshard.Rendezvous(self.rendezvous).list(prefix):
+            attempt = key[len(prefix):].split("/", 1)[0]
+            if len(attempt) == 6 and attempt.isdigit():
+                found = max(found, int(attempt))
+        if not found:
+            raise _reshard.NotFoundError(
+                f"live session {self.name}: rejoin=True, but no session "
+                f"{self.name}.<attempt> has records in {self.rendezvous}")
+        return found
+
     def _open(self, src, dst) -> None:
-        self.attempt += 1
+        rejoin = self.rejoin and self.attempt == 0
+        self.attempt = self._rejoin_attempt() if rejoin else self.attempt + 1
         options = dict(instance_id=self.instance_id, generation=1,
                        lease_id=f"{self.session_key}")
         declaration = ""
@@ -504,20 +624,35 @@ class LiveSession:
             heartbeat_interval=self.heartbeat_interval,
             peer_timeout=self.peer_timeout, convert=self.convert,
             fp8_block=self.fp8_block, delta=self.delta,
-            target_declaration=declaration, expected_target_maps=expected)
+            target_declaration=declaration, expected_target_maps=expected,
+            verify=self.verify, rejoin_timeout=self.rejoin_timeout,
+            rejoin=rejoin, on_version=self._version_callback(),
+            corrupt_received_in_update=self.corrupt_received_in_update)
         self.open_seconds = self._native.open_seconds
         # delta: host bytes of this process's snapshot of what it sends.
         self.delta_snapshot_bytes = self._native.delta_snapshot_bytes
         self._addresses = (src, dst)
 
     def update(self, sources: Optional[Mapping] = None,
-               targets: Optional[Mapping] = None) -> Report:
+               targets: Optional[Mapping] = None, *,
+               tag: Optional[str] = None, step: Optional[int] = None
+               ) -> Report:
         """One update: {participant: {tensor id: tensor}} of the source and
         target participants this process hosts.
 
+        `tag` (at most 256 bytes of UTF-8, no control characters; for
+        example the trainer step) goes into the version the update
+        publishes; processes that pass one must pass the same (usually the
+        sources pass it and the targets none). A tag refused here raises
+        ``InvalidArgumentError`` before anything happens (the step does not
+        advance). `step` is the update's generation, by default the
+        previous step + 1: a failed update may be retried at its step, and
+        a process that rejoined passes the step the others run next.
+
         The step advances whether or not the update succeeds, so that every
         process stays in step: a process whose own tensors are refused
-        records an abort (its peers fail at once, naming it) and raises.
+        fails that update on every process (its peers fail at once, naming
+        it), raises, and the session goes on.
         One update at a time: a call while another thread's update() runs
         on this object is refused.
         """
@@ -526,46 +661,72 @@ class LiveSession:
                 f"live session {self.name}: update() is already running in "
                 "another thread; updates of one session are sequential")
         try:
-            return self._update(sources, targets)
+            return self._update(sources, targets, _checked_tag(tag), step)
         finally:
             self._busy.release()
 
+    def _version_callback(self):
+        if self.on_version is None:
+            return None
+        on_version = self.on_version
+        return lambda version: on_version(Report(version))
+
+    def _refused(self, error: Exception) -> None:
+        """This process's own tensors were refused for this step: the
+        update fails on every process, naming it."""
+        reason = f"rank {self.rank} refused its tensors: {error}"
+        if self._native is None:
+            # Not open yet: the others' open fails naming this process,
+            # and every process opens afresh at the next step.
+            self.attempt += 1
+            _reshard.abort_live(self.rendezvous, self.session_key,
+                                self.rank, reason)
+            return
+        try:
+            self._native.refuse(self.step, reason)
+        except _reshard.UncertainOutcomeError:  # pragma: no cover
+            self._uncertain = True
+        except _reshard.Error:
+            pass  # the update's failure, expected
+        if not self._native.usable:
+            self._native = None
+
     def _update(self, sources: Optional[Mapping],
-                targets: Optional[Mapping]) -> Report:
+                targets: Optional[Mapping], tag: str,
+                step: Optional[int]) -> Report:
         if self._uncertain:
             raise _reshard.FailedPreconditionError(
                 f"live session {self.name}: an earlier update's outcome was "
                 "uncertain; its buffers may still be in use")
-        self.step += 1
+        self.step = self.step + 1 if step is None else step
         try:
             src, keep_src = fragment_views(self.source, sources or {},
                                            "source", False)
             dst, keep_dst = fragment_views(self.target, targets or {},
                                            "target", True)
         except Exception as error:
-            reason = f"rank {self.rank} refused its tensors: {error}"
-            if self._native is None:
-                self.attempt += 1
-                _reshard.abort_live(self.rendezvous, self.session_key,
-                                    self.rank, reason)
-            else:
-                self._native.abort(reason)
-            self._native = None  # this session is over for everybody
+            self._refused(error)
             raise
         try:
             if self._native is None:
                 self._open(src, dst)
-                report = self._native.update(self.step)
+                report = self._native.update(self.step, tag=tag)
             elif (src, dst) != self._addresses:
-                report = self._native.update(self.step, src, dst)
+                report = self._native.update(self.step, src, dst, tag=tag)
                 self._addresses = (src, dst)
             else:
-                report = self._native.update(self.step)
+                report = self._native.update(self.step, tag=tag)
         except _reshard.UncertainOutcomeError:
             self._uncertain = True
             raise
         except _reshard.Error:
-            self._native = None
+            # A failure before any byte moved or after every byte arrived
+            # leaves the session usable on every process; else this
+            # process opens afresh at its next update.
+            if self._native is not None:
+                self._version = self.version
+                if not self._native.usable:
+                    self._native = None
             raise
         finally:
             del keep_src, keep_dst

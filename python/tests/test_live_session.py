@@ -1,8 +1,8 @@
 """LiveSession between two processes over UCX (and two threads over the
 in-process exchange): every update byte-exact,
 a rank whose own tensors are refused fails that step for everybody at
-once without desynchronising later steps, and a process that closes early
-is named by the other at once."""
+once without desynchronising later steps or reopening the session, and a
+process that closes early is named by the other at once."""
 import multiprocessing as mp
 import os
 import queue
@@ -105,17 +105,25 @@ def test_three_updates_each_checked(tmp_path):
 
 def test_refused_tensor_fails_the_step_everywhere_and_next_step_works(
         tmp_path):
+    """Process 1's own tensors are refused in step 2: it raises their
+    error, its fence fails the update on both processes before any byte
+    moves (process 0 names it and its reason), and step 3 runs on the same
+    session: nothing is reopened."""
     out = _run(tmp_path, bad_step=2)
     assert out[0][0] == (1, "ok", 1) and out[1][0] == (1, "ok", 1)
     step, kind, message = out[1][1]
     assert (step, kind) == (2, "InvalidArgumentError")
     assert "target tensor" in message and "is too small: 6 bytes" in message
     step, kind, message = out[0][1]
-    assert step == 2 and kind in ("AbortedError", "UnavailableError",
-                                  "FailedPreconditionError")
-    assert "aborted by rank 1" in message
-    assert "rank 1 refused its tensors" in message
+    assert (step, kind) == (2, "AbortedError")
+    assert message.startswith(
+        "live session steps.000001 failed as decided by rank 1: "
+        "FailedPrecondition: live session steps.000001, rank 1, update 2: "
+        "rank 1 refused its tensors: target tensor "), message
+    assert message.endswith(
+        "(the session stays open: retry the update or run the next one)")
     assert out[0][2] == (3, "ok", 3) and out[1][2] == (3, "ok", 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["steps.000001"]
 
 
 def test_moved_targets_are_rebound_and_shadowed_updates_land(tmp_path):

@@ -5,9 +5,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "reshard/live.h"
 #include "src/python/buffers.h"
@@ -110,6 +113,53 @@ const char* OutcomeName(LiveOutcome o) {
   return "uncertain";
 }
 
+// A version as a dict: generation, source_placement_id, tag, digest (an
+// int; 0 when the session does not verify). Needs the GIL.
+py::dict VersionDict(const LiveVersion& v) {
+  py::dict d;
+  d["generation"] = v.generation;
+  d["source_placement_id"] = v.source_placement_id;
+  d["tag"] = v.tag;
+  d["digest"] = v.digest;
+  return d;
+}
+
+// What the session's callbacks share with the Python object: the caller's
+// bindings as of now and a refusal to fail the next update with (the
+// fence, LiveSessionOptions::current_bindings), and the on_version
+// callable with the first exception it raised. Called on the thread that
+// runs Update, with the GIL released; destroyed with the GIL held (the
+// Python object keeps a reference, and copies of the options hold only
+// this pointer).
+struct SessionHooks {
+  std::mutex mu;
+  LiveBindings current;           // plain bindings, as the caller gave them
+  std::optional<Status> refusal;  // fails the next fence
+  py::object on_version;          // None, or callable(dict)
+  std::exception_ptr error;       // on_version's first exception
+
+  Result<LiveBindings> Fence() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (refusal) return std::exchange(refusal, std::nullopt).value();
+    return current;
+  }
+
+  void Version(const LiveVersion& v) {
+    py::gil_scoped_acquire gil;
+    if (error) return;
+    try {
+      on_version(VersionDict(v));
+    } catch (...) {  // never through the library's frames
+      error = std::current_exception();
+    }
+  }
+
+  // With the GIL held: raises on_version's first exception, if any.
+  void Rethrow() {
+    if (error) std::rethrow_exception(std::exchange(error, nullptr));
+  }
+};
+
 // A standing session and the rendezvous it lives in (declared after the
 // store, so that the session is destroyed first).
 class PyStandingSession {
@@ -118,6 +168,7 @@ class PyStandingSession {
   std::unique_ptr<LiveSession> session;
   WeightPlacementManifest source, target;
   BufferBindingOptions binding_options;
+  std::shared_ptr<SessionHooks> hooks;
 };
 
 // None, or a mapping of setting names to values (str() of each value),
@@ -162,6 +213,34 @@ LiveSessionOptions SessionOptionsOf(py::object session, py::object rank,
   return o;
 }
 
+// verify, rejoin, rejoin_timeout, the fault hook and on_version; the
+// fence and the callback go through the session's hooks.
+void SetRecoveryOptions(PyStandingSession& s, bool verify,
+                        double rejoin_timeout_seconds, bool rejoin,
+                        py::object on_version, py::object corrupt_in_update,
+                        LiveSessionOptions& o) {
+  o.verify = verify;
+  if (!(rejoin_timeout_seconds >= 0) ||
+      !(rejoin_timeout_seconds <= 7 * 86400.0)) {
+    ThrowInvalid("rejoin_timeout", "must be between 0 and 604800 seconds" +
+                                       NotSeconds(rejoin_timeout_seconds));
+  }
+  o.rejoin_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(rejoin_timeout_seconds * 1e3));
+  o.rejoin = rejoin;
+  o.corrupt_received_in_update =
+      ToU64(corrupt_in_update, "corrupt_received_in_update");
+  std::shared_ptr<SessionHooks> hooks = s.hooks;
+  o.current_bindings = [hooks] { return hooks->Fence(); };
+  if (!on_version.is_none()) {
+    if (!PyCallable_Check(on_version.ptr())) {
+      ThrowInvalid("on_version", "must be a callable (version) or None");
+    }
+    hooks->on_version = std::move(on_version);
+    o.on_version = [hooks](const LiveVersion& v) { hooks->Version(v); };
+  }
+}
+
 std::unique_ptr<PyStandingSession> OpenStanding(
     py::object rendezvous, const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, py::dict sources, py::dict targets,
@@ -170,12 +249,16 @@ std::unique_ptr<PyStandingSession> OpenStanding(
     py::object options, py::object exchange, py::object exchange_options,
     bool shadow_targets, bool movable_sources, double heartbeat_seconds,
     double peer_timeout_seconds, bool convert, py::object fp8_block, bool delta,
-    py::object target_declaration, py::object expected_target_maps) {
-  auto s = std::make_unique<PyStandingSession>(
-      PyStandingSession{nullptr, nullptr, source, target, {}});
+    py::object target_declaration, py::object expected_target_maps, bool verify,
+    double rejoin_timeout_seconds, bool rejoin, py::object on_version,
+    py::object corrupt_received_in_update) {
+  auto s = std::make_unique<PyStandingSession>(PyStandingSession{
+      nullptr, nullptr, source, target, {}, std::make_shared<SessionHooks>()});
   LiveSessionOptions o =
       SessionOptionsOf(session, rank, ranks, timeout_seconds, max_in_flight,
                        protocol, exchange, exchange_options);
+  SetRecoveryOptions(*s, verify, rejoin_timeout_seconds, rejoin,
+                     std::move(on_version), corrupt_received_in_update, o);
   o.shadow_targets = shadow_targets;
   o.movable_sources = movable_sources;
   o.convert = convert;
@@ -211,6 +294,8 @@ std::unique_ptr<PyStandingSession> OpenStanding(
                               "source bindings"),
       BindCheckedParticipants(target, targets, s->binding_options, "target",
                               "target bindings"));
+  s->hooks->current = {bindings.sources, bindings.targets, std::nullopt,
+                       std::nullopt};
   const std::string uri = ToStr(rendezvous, "rendezvous");
   py::gil_scoped_release release;
   s->store = Unwrap(OpenRendezvous(uri));
@@ -219,9 +304,28 @@ std::unique_ptr<PyStandingSession> OpenStanding(
   return s;
 }
 
+// Update at `g` with `tag`, the GIL released; raises UncertainError when
+// it left operations in flight, on_version's exception after a success.
+py::dict RunUpdate(PyStandingSession& s, uint64_t g, const LiveBindings* now,
+                   const std::string& tag) {
+  Result<LiveUpdateReport> r = Status::Internal("not run");
+  {
+    py::gil_scoped_release release;
+    r = s.session->Update(g, now, tag);
+  }
+  if (!r.ok() && s.session->outcome() == LiveOutcome::kUncertain) {
+    throw UncertainError(r.status());
+  }
+  py::dict out = UpdateDict(Unwrap(std::move(r)));
+  s.hooks->Rethrow();
+  return out;
+}
+
 py::dict UpdateStanding(PyStandingSession& s, py::object generation,
-                        py::object sources, py::object targets) {
+                        py::object sources, py::object targets,
+                        py::object tag) {
   const uint64_t g = ToU64(generation, "generation");
+  const std::string t = ToStr(tag, "tag");
   std::optional<LiveBindings> now;
   if (!sources.is_none() || !targets.is_none()) {
     if (sources.is_none() || targets.is_none()) {
@@ -233,16 +337,38 @@ py::dict UpdateStanding(PyStandingSession& s, py::object generation,
         DescribeParticipants(s.source, sources, s.binding_options, "source");
     now->targets =
         DescribeParticipants(s.target, targets, s.binding_options, "target");
+    // The fence of this update and the next ones.
+    std::lock_guard<std::mutex> lock(s.hooks->mu);
+    s.hooks->current = *now;
   }
-  Result<LiveUpdateReport> r = Status::Internal("not run");
+  return RunUpdate(s, g, now ? &*now : nullptr, t);
+}
+
+// The update at `generation` fails at this rank's fence with `reason`
+// before any byte moves, on every rank alike (the session stays usable).
+void RefuseStanding(PyStandingSession& s, py::object generation,
+                    py::object reason) {
+  const uint64_t g = ToU64(generation, "generation");
+  const std::string why = ToStr(reason, "reason");
   {
-    py::gil_scoped_release release;
-    r = s.session->Update(g, now ? &*now : nullptr);
+    std::lock_guard<std::mutex> lock(s.hooks->mu);
+    s.hooks->refusal = Status::FailedPrecondition(why);
   }
-  if (!r.ok() && s.session->outcome() == LiveOutcome::kUncertain) {
-    throw UncertainError(r.status());
+  // A refusal the fence never took (the update stopped before it) must not
+  // fail a later update.
+  const auto drop = [&s] {
+    std::lock_guard<std::mutex> lock(s.hooks->mu);
+    s.hooks->refusal.reset();
+  };
+  try {
+    RunUpdate(s, g, nullptr, "");
+  } catch (...) {
+    drop();
+    throw;
   }
-  return UpdateDict(Unwrap(std::move(r)));
+  drop();
+  ThrowIfError(Status::Internal("live session: refused update " +
+                                std::to_string(g) + " succeeded"));
 }
 
 void RegisterStanding(py::module_& m) {
@@ -261,11 +387,20 @@ void RegisterStanding(py::module_& m) {
           py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5,
           py::arg("convert") = false, py::arg("fp8_block") = py::none(),
           py::arg("delta") = false, py::arg("target_declaration") = "",
-          py::arg("expected_target_maps") = py::none())
+          py::arg("expected_target_maps") = py::none(),
+          py::arg("verify") = true, py::arg("rejoin_timeout") = 30.0,
+          py::arg("rejoin") = false, py::arg("on_version") = py::none(),
+          py::arg("corrupt_received_in_update") = 0)
       .def("update", &UpdateStanding, py::arg("generation"),
            py::arg("sources") = py::none(), py::arg("targets") = py::none(),
+           py::arg("tag") = "",
            "One update; sources and targets ({participant: {fragment: "
-           "address}}) when this rank's buffers moved.")
+           "address}}) when this rank's buffers moved; `tag` goes into the "
+           "version it publishes.")
+      .def("refuse", &RefuseStanding, py::arg("generation"), py::arg("reason"),
+           "Fails the update at `generation` on every rank at this rank's "
+           "fence, naming `reason`, before any byte moves; raises the "
+           "update's error (the session stays usable).")
       .def(
           "abort",
           [](PyStandingSession& s, py::object reason) {
@@ -294,6 +429,22 @@ void RegisterStanding(py::module_& m) {
       .def_property_readonly(
           "regions",
           [](const PyStandingSession& s) { return s.session->regions(); })
+      .def_property_readonly(
+          "usable",
+          [](const PyStandingSession& s) { return s.session->usable(); })
+      .def_property_readonly("version",
+                             [](const PyStandingSession& s) -> py::object {
+                               const std::optional<LiveVersion> v =
+                                   s.session->version();
+                               if (!v) return py::none();
+                               return VersionDict(*v);
+                             })
+      .def_property_readonly(
+          "connections",
+          [](const PyStandingSession& s) { return s.session->connections(); })
+      .def_property_readonly(
+          "rejoins",
+          [](const PyStandingSession& s) { return s.session->rejoins(); })
       .def_property_readonly("delta_snapshot_bytes",
                              [](const PyStandingSession& s) {
                                return s.session->delta_snapshot_bytes();
