@@ -48,9 +48,8 @@ Status LiveRank::WaitFenced(const std::string& decision,
       bool final = false;
       RESHARD_ASSIGN_OR_RETURN(auto why, records_.Departure(r, &final));
       if (why && final) {
-        return Status::Aborted("live session " + options_.session + ": rank " +
-                               std::to_string(r) + " left the session (" +
-                               *why + ")");
+        // Gone for good: the session cannot go on (saw_close).
+        return records_.LeftForGood(r);
       }
       if (!why) {
         // Back (a new process) or never gone: the timeout runs anew.

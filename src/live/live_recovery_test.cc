@@ -487,6 +487,42 @@ TEST(LiveRecoveryTest, AGarbledFenceFailsTheUpdateNamingTheRecord) {
   }
 }
 
+// A rank that gives up (LiveSession::Abort) left for good: the other's
+// next update fails at once naming it, without waiting for a rejoin, and
+// the session is over there too.
+TEST(LiveRecoveryTest, ARankThatAbortsEndsTheSessionAtOnce) {
+  const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});
+  const auto target = testing::CubeLayout(2, 1, {8, 64, 1024});
+  const Wire w = Wires()[4];
+  testing::TempDir dir;
+  const auto out = TwoRanks(w, [&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(source, target, rank, "quit-" + std::to_string(rank));
+    LiveSessionOptions lo = Options(w, "quit", rank);
+    auto session = LiveSession::Open(*store, source, target, seat.bindings, lo);
+    if (!session.ok()) return "open: " + session.status().ToString();
+    auto u1 = (*session)->Update(1);
+    if (!u1.ok()) return u1.status().ToString();
+    if (rank == 1) {
+      (void)(*session)->Abort(Status::Aborted("the engine shuts down"));
+      return std::string((*session)->usable() ? "usable" : "over");
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto u2 = (*session)->Update(2);
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    return (u2.ok() ? std::string("ok") : u2.status().ToString()) +
+           (waited < 2.0 ? "|at once|" : "|waited|") +
+           ((*session)->usable() ? "usable" : "over");
+  });
+  EXPECT_EQ(out[1], "over");
+  EXPECT_EQ(out[0],
+            "Aborted: live session quit, rank 0, update 2: live session quit "
+            "aborted by rank 1: Aborted: live session quit, rank 1, update 1: "
+            "the engine shuts down|at once|over");
+}
+
 // Options and arguments refused before anything is published.
 TEST(LiveRecoveryTest, NegativeRejoinTimeoutIsRefused) {
   const auto source = testing::CubeLayout(2, 0, {8, 64, 1024});

@@ -124,6 +124,16 @@ Status SessionRecords::CheckSilent(
       std::to_string(watch_->SilentMillis(*silent)) + " ms; it died or hangs)");
 }
 
+Status SessionRecords::LeftForGood(uint32_t r) {
+  saw_close_ = true;
+  auto others = [r](uint32_t x) { return x != r; };
+  next_closed_list_ = {};
+  RESHARD_RETURN_NOT_OK(CheckClosed(others));
+  RESHARD_RETURN_NOT_OK(CheckAborts(others));
+  return Status::Aborted("live session " + options_.session + ": rank " +
+                         std::to_string(r) + " left the session");
+}
+
 Result<bool> SessionRecords::Gone(uint32_t r) {
   RESHARD_ASSIGN_OR_RETURN(auto why, Departure(r));
   return why.has_value();

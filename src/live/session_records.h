@@ -85,9 +85,15 @@ class SessionRecords {
   // (they only matter to a rank that waits).
   Status CheckClosed(const std::function<bool(uint32_t)>& exempt = nullptr);
 
-  // Whether CheckClosed ever named a rank that closed the session (a
-  // session a rank closed cannot go on).
+  // Whether CheckClosed or LeftForGood ever named a rank that left the
+  // session for good (it closed it or recorded a final abort): the
+  // session cannot go on.
   bool saw_close() const { return saw_close_; }
+
+  // The error naming rank `r`, which left the session for good
+  // (Departure's *final): CheckClosed's for a rank that closed, CheckAborts'
+  // for a final abort; saw_close() is true from then on.
+  Status LeftForGood(uint32_t r);
 
   // An error naming the first rank whose heartbeat stood still for
   // peer_timeout, unless `exempt` excuses it.

@@ -267,6 +267,27 @@ void InjectFault(const SelfTestOptions& options, uint32_t procs, uint32_t rank,
   }
 }
 
+// The session options of rank `rank` of a self-test run.
+LiveSessionOptions SessionOptionsOf(const SelfTestOptions& options,
+                                    const std::string& session, uint32_t procs,
+                                    uint32_t rank) {
+  LiveSessionOptions lo;
+  lo.session = session;
+  lo.rank = rank;
+  lo.ranks = procs;
+  lo.timeout = options.timeout;
+  lo.max_in_flight = options.max_in_flight;
+  lo.protocol = options.protocol;
+  lo.exchange = options.transport == "inproc" ? "inproc" : "ucx";
+  lo.delta = options.delta;
+  lo.delta_threads = options.delta_threads;
+  lo.verify = options.verify;
+  lo.exchange_options = options.exchange_options;
+  lo.convert = options.convert;
+  lo.fp8_block = options.fp8_block;
+  return lo;
+}
+
 Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
                                const WeightPlacementManifest& target,
                                const SelfTestOptions& options,
@@ -295,20 +316,7 @@ Result<SelfTestReport> RunRank(const WeightPlacementManifest& source,
   }
   // Checked when allocated; the session does not check them again.
   LiveBindings bindings{src.bindings, dst.bindings, src.checked, dst.checked};
-  LiveSessionOptions lo;
-  lo.session = session;
-  lo.rank = rank;
-  lo.ranks = procs;
-  lo.timeout = options.timeout;
-  lo.max_in_flight = options.max_in_flight;
-  lo.protocol = options.protocol;
-  lo.exchange = options.transport == "inproc" ? "inproc" : "ucx";
-  lo.delta = options.delta;
-  lo.delta_threads = options.delta_threads;
-  lo.verify = options.verify;
-  lo.exchange_options = options.exchange_options;
-  lo.convert = options.convert;
-  lo.fp8_block = options.fp8_block;
+  LiveSessionOptions lo = SessionOptionsOf(options, session, procs, rank);
   std::unique_ptr<ConvertedPatternCheck> check;
   if (options.convert && !dst.data.empty()) {
     auto made =
