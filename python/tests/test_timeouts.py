@@ -51,6 +51,9 @@ PYTHON = {
         "LiveSession: timeout must be > 0 and at most 604800 seconds, not {}",
     ("reshard._api.LiveSession.__init__", "peer_timeout"):
         "LiveSession: peer_timeout must be between 0 and 3600 seconds, not {}",
+    ("reshard._api.LiveSession.__init__", "rejoin_timeout"):
+        "LiveSession: rejoin_timeout must be between 0 and 604800 seconds, "
+        "not {}",
     ("reshard.hf.write", "timeout"):
         "hf.write: timeout must be a finite number of seconds >= 0, not {}",
     ("reshard._frameworks.gather_placement", "timeout"):
@@ -89,6 +92,9 @@ NATIVE = {
     ("reshard._reshard.StandingSession.__init__", "peer_timeout"): (
         _standing,
         "peer_timeout must be between 0 and 3600 seconds, not {}".format),
+    ("reshard._reshard.StandingSession.__init__", "rejoin_timeout"): (
+        _standing,
+        "rejoin_timeout must be between 0 and 604800 seconds, not {}".format),
     ("reshard._reshard.WeightStore.upload_share_buffers", "timeout_ms"): (
         _share_upload, _ms_refusal),
 }
