@@ -736,8 +736,9 @@ class LiveSession:
 
     def close(self) -> None:
         """Closes the session with every process and removes this process's
-        rendezvous records."""
+        rendezvous records (``version`` still names the last update)."""
         if self._native is not None:
+            self._version = self.version
             native, self._native = self._native, None
             native.close()
 

@@ -427,4 +427,6 @@ def test_on_version_runs_on_the_updating_thread_and_its_error_is_raised(
     assert _mismatch(targets, 2) == ""
     assert calls == [(1, "a", True), (2, "b", True)]
     assert session.version.digest != 0
+    version = session.version
     session.close()
+    assert session.version == version and session.connections == 0
