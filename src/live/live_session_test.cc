@@ -852,15 +852,15 @@ TEST(StandingSessionTest, RankKilledBetweenUpdatesFailsTheNextUpdate) {
                 HasSubstr("rank 0 died of signal 9"));
     auto store = Must(OpenDirectoryRecordStore(dir.path()));
     EXPECT_TRUE(Must(store->List("dies/u/2/ready/")).empty());
-    // The survivor recorded why update 2 failed (rank 0 is gone) as the
-    // update's outcome; nothing of it was in flight, so it did not abort
-    // the session.
-    const auto outcome = Must(internal::DecodeOutcomeRecord(
-        Must(store->Get("dies/u/2/outcome/0")), "dies/u/2/outcome/0", 2));
-    EXPECT_FALSE(outcome.commit);
-    EXPECT_EQ(outcome.decided_by, 1u);
-    EXPECT_THAT(outcome.reason, HasSubstr("rank 0"));
-    EXPECT_TRUE(store->Get("dies/abort/1").status().IsNotFound());
+    // The launcher recorded rank 0's death as final (it is not started
+    // again), so the survivor's session is over at once: it recorded why
+    // it stopped, naming rank 0.
+    auto abort = store->Get("dies/abort/1");
+    ASSERT_OK(abort.status());
+    const std::string reason =
+        Must(internal::DecodeAbortRecord(*abort, "dies/abort/1", 1));
+    EXPECT_THAT(reason,
+                HasSubstr("aborted by rank 0: rank 0 died of signal 9"));
   }
 }
 
