@@ -18,6 +18,7 @@
 #include "live/delta_codec.h"
 #include "live/region_hash.h"
 #include "live_exchange/side_stream.h"
+#include "util/byte_shares.h"
 #include "util/host_memory.h"
 
 namespace reshard::live_internal {
@@ -351,28 +352,13 @@ Status LiveDelta::Encode(const std::vector<ExchangeOp>& ops,
                   ? 1
                   : std::clamp(std::thread::hardware_concurrency() / 2, 2u, 8u);
   }
-  std::vector<std::thread> workers;
-  size_t next = 0;
-  uint64_t done = 0;
-  for (size_t t = 0; t < threads; ++t) {
-    const uint64_t goal = total * (t + 1) / threads;
-    const size_t first = next;
-    while (next < sends.size() && (done < goal || t + 1 == threads)) {
-      done += ops[sends[next]].bytes();
-      ++next;
-    }
-    auto share = [&, first, last = next] {
-      for (size_t k = first; k < last; ++k) {
-        EncodeOp(ops[sends[k]], sends[k], base_generation);
-      }
-    };
-    if (t + 1 == threads) {
-      share();
-    } else {
-      workers.emplace_back(share);
-    }
-  }
-  for (std::thread& w : workers) w.join();
+  internal::RunInByteShares(
+      sends.size(), threads, [&](size_t k) { return ops[sends[k]].bytes(); },
+      [&](size_t first, size_t last) {
+        for (size_t k = first; k < last; ++k) {
+          EncodeOp(ops[sends[k]], sends[k], base_generation);
+        }
+      });
   for (size_t i : sends) {
     LivePeerTraffic& peer = PeerOf(report, ops[i].peer);
     for (uint8_t raw : b.sent_raw[i]) {

@@ -25,6 +25,7 @@
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
 #include "testing/children.h"
+#include "testing/live_seats.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -84,25 +85,8 @@ LiveSessionOptions Options(const Wire& w, const std::string& session,
   return lo;
 }
 
-// Rank 0 hosts the sources, rank 1 the targets.
-struct Seat {
-  internal::HostBuffers buffers;
-  LiveBindings bindings;
-};
-
-Seat SeatOf(const WeightPlacementManifest& source,
-            const WeightPlacementManifest& target, uint32_t rank,
-            const std::string& instance) {
-  Seat s;
-  if (rank == 0) {
-    s.buffers = Must(internal::AllocateHostBuffers(source, instance));
-    s.bindings.sources = s.buffers.bindings;
-  } else {
-    s.buffers = Must(internal::AllocateHostBuffers(target, instance));
-    s.bindings.targets = s.buffers.bindings;
-  }
-  return s;
-}
+using ::reshard::testing::Seat;
+using ::reshard::testing::SeatOf;
 
 std::string VersionText(const std::optional<LiveVersion>& v) {
   if (!v) return "none";

@@ -35,6 +35,7 @@
 #include "selftest/pattern.h"
 #include "selftest/selftest.h"
 #include "testing/children.h"
+#include "testing/live_seats.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/sanitizer.h"
@@ -871,24 +872,8 @@ std::vector<std::string> TwoRanks(
   return InChildren(2, body);
 }
 
-struct Seat {
-  internal::HostBuffers buffers;
-  LiveBindings bindings;
-};
-
-Seat SeatOf(const WeightPlacementManifest& source,
-            const WeightPlacementManifest& target, uint32_t rank,
-            const std::string& instance) {
-  Seat s;
-  if (rank == 0) {
-    s.buffers = Must(internal::AllocateHostBuffers(source, instance));
-    s.bindings.sources = s.buffers.bindings;
-  } else {
-    s.buffers = Must(internal::AllocateHostBuffers(target, instance));
-    s.bindings.targets = s.buffers.bindings;
-  }
-  return s;
-}
+using ::reshard::testing::Seat;
+using ::reshard::testing::SeatOf;
 
 // A rank that re-allocates its buffers between updates passes the new
 // bindings to Update. Targets are rebound locally under push and pull

@@ -10,6 +10,8 @@
 #include <memory>
 #include <thread>
 
+#include "util/byte_shares.h"
+
 namespace reshard::live_internal {
 
 uint64_t HashSide(const internal::StridedSide& side, void* state) {
@@ -49,25 +51,11 @@ void HashRegions(const std::vector<const BoundRegion*>& regions,
         std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, 8);
     threads = static_cast<uint32_t>(std::min(by_size, cores));
   }
-  std::vector<std::thread> workers;
-  size_t next = 0;
-  uint64_t done = 0;
-  for (uint32_t t = 0; t < threads; ++t) {
-    const uint64_t goal = total * (t + 1) / threads;
-    const size_t first = next;
-    while (next < regions.size() && (done < goal || t + 1 == threads)) {
-      done += regions[next]->bytes;
-      ++next;
-    }
-    if (t + 1 == threads) {
-      HashShare(regions, first, next, side, out);
-    } else {
-      workers.emplace_back([&, first, last = next] {
+  internal::RunInByteShares(
+      regions.size(), threads, [&](size_t i) { return regions[i]->bytes; },
+      [&](size_t first, size_t last) {
         HashShare(regions, first, last, side, out);
       });
-    }
-  }
-  for (std::thread& w : workers) w.join();
 }
 
 }  // namespace reshard::live_internal
