@@ -116,8 +116,6 @@ Status LiveRank::TakeSeat() {
 }
 Status LiveRank::RunUpdate() {
   succeeded_ = false;
-  certain_ = false;
-  followed_failure_ = false;
   const LiveReport opened = report_;
   report_ = LiveReport{};
   report_.regions = opened.regions;
@@ -236,10 +234,14 @@ Status LiveRank::Abort(Status st, bool final) {
     Status first = records_.CheckAborts();
     if (!first.ok()) st = first.WithContext(st.message());
   }
+  return records_.Abort(st.WithContext(Where()), generation_, final);
+}
+
+std::string LiveRank::Where() const {
   std::string where = "live session " + options_.session + ", rank " +
                       std::to_string(options_.rank);
   if (generation_ > 0) where += ", update " + std::to_string(generation_);
-  return records_.Abort(st.WithContext(where), generation_, final);
+  return where;
 }
 
 void LiveRank::StopHeartbeat() {

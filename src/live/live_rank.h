@@ -127,6 +127,10 @@ class LiveRank {
   // `final`: this rank gives up for good (AbortRecord::final).
   Status Abort(Status st, bool final = false);
 
+  // "live session S, rank R[, update G]": the context of this rank's own
+  // failures.
+  std::string Where() const;
+
   // Stops this rank's heartbeat and removes its record (a rank leaving
   // the session cleanly).
   void StopHeartbeat();

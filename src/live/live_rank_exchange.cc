@@ -181,10 +181,6 @@ Status LiveRank::RunOps(const ExchangeRunOptions& xo, ExchangeStats* stats) {
   return st;
 }
 
-}  // namespace reshard::live_internal
-
-namespace reshard::live_internal {
-
 Status LiveRank::Verify() {
   if (!verify_) return Status::OK();
   const auto t0 = Clock::now();
@@ -216,8 +212,9 @@ std::string LiveRank::DescribeRegion(const BoundRegion& br,
       std::string(
           plan_->target_fragments()[lr.target_fragment].participant_id) +
       ")";
-  if (peer >= options_.ranks)
+  if (peer >= options_.ranks) {
     return out + ", copied within rank " + std::to_string(options_.rank);
+  }
   return out + " from " + RankName(peer, world_);
 }
 

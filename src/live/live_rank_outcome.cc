@@ -219,18 +219,11 @@ Status LiveRank::Ready() {
   return Status::OK();
 }
 
-}  // namespace reshard::live_internal
-
-namespace reshard::live_internal {
-
 Status LiveRank::FailUpdate(Status st) {
   const std::string decision = records_.Key(scope_ + "outcome", 0);
-  const std::string where = "live session " + options_.session + ", rank " +
-                            std::to_string(options_.rank) + ", update " +
-                            std::to_string(generation_);
   if (!followed_failure_) {
     // Ours, unless a rank recorded the update's outcome first.
-    st = st.WithContext(where);
+    st = st.WithContext(Where());
     Status decided = Decide({false, options_.rank, st.ToString()}, decision);
     if (!decided.ok()) return st;
     auto text = records_.Get(decision);
@@ -269,7 +262,7 @@ Status LiveRank::Settle() {
           records_.Get(records_.Key(failed, r)).ok()) {
         continue;
       }
-      RESHARD_ASSIGN_OR_RETURN(bool gone, records_.Gone(r));
+      RESHARD_ASSIGN_OR_RETURN(auto gone, records_.Departure(r));
       if (!gone) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
     if (missing.empty()) {

@@ -134,11 +134,6 @@ Status SessionRecords::LeftForGood(uint32_t r) {
                          std::to_string(r) + " left the session");
 }
 
-Result<bool> SessionRecords::Gone(uint32_t r) {
-  RESHARD_ASSIGN_OR_RETURN(auto why, Departure(r));
-  return why.has_value();
-}
-
 Result<std::optional<std::string>> SessionRecords::Departure(uint32_t r,
                                                              bool* final) {
   if (final != nullptr) *final = false;

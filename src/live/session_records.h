@@ -99,10 +99,6 @@ class SessionRecords {
   // peer_timeout, unless `exempt` excuses it.
   Status CheckSilent(const std::function<bool(uint32_t)>& exempt = nullptr);
 
-  // Whether rank `r` left the session: it recorded an abort or closed, or
-  // its heartbeat stood still for peer_timeout.
-  Result<bool> Gone(uint32_t r);
-
   // Why rank `r` left the session ("it recorded an abort: <reason>", "no
   // heartbeat for N ms"), or nullopt while it is in it; *final when it
   // left for good (a final abort, a close) and no process will take its

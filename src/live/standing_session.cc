@@ -127,9 +127,6 @@ struct LiveSession::Impl {
   // for this rank and its failure is recorded for the others.
   Status Failed(Status st) {
     stale_scopes.push_back(rank.scope());
-    // The next try of this generation.
-    tried_generation = rank.generation();
-    tries = rank.attempt() + 1;
     if (rank.failed_certainly()) {
       outcome = LiveOutcome::kFailed;
       return Status(st.code(),
@@ -190,11 +187,9 @@ struct LiveSession::Impl {
   bool over = false;
   uint64_t last_generation = 0;
   bool updated = false;
-  // Scopes of updates before the last, removed after the next success.
+  // Scopes of ended updates, removed after the next success (every rank
+  // is then past their barriers).
   std::vector<std::string> stale_scopes;
-  // Tries of a generation that failed so far (the next try's number).
-  uint64_t tried_generation = 0;
-  uint64_t tries = 0;
   std::optional<LiveVersion> version;
   uint64_t updates = 0;  // successful ones, recorded when closing
   double open_seconds = 0;
@@ -284,24 +279,24 @@ Result<LiveUpdateReport> LiveSession::Update(uint64_t generation,
   const auto t0 = Clock::now();
   LiveUpdateReport out;
   out.generation = generation;
-  const std::string previous = m.rank.scope();
-  // A rank that rejoined finds the try the others are in; every other
-  // rank took part in every try of the generation.
+  // Every rank takes part in every try of a generation (the next after a
+  // failed one of the same generation); a rank that rejoined and has not
+  // run an update finds the try the others are in.
   std::optional<uint64_t> attempt;
-  if (m.updated || !m.options.rejoin || m.tried_generation != 0) {
-    attempt = m.tried_generation == generation ? m.tries : 0;
+  const bool retry = m.outcome == LiveOutcome::kFailed;
+  if (m.updated || !m.options.rejoin || retry) {
+    attempt =
+        retry && m.rank.generation() == generation ? m.rank.attempt() + 1 : 0;
   }
   RESHARD_RETURN_NOT_OK(
       m.rank.BeginUpdate(generation, std::string(tag), attempt));
   Status st = m.Run(bindings, &out);
   if (!st.ok()) return m.Failed(std::move(st));
   m.outcome = LiveOutcome::kOk;
-  m.tried_generation = 0;
-  m.tries = 0;
   // Every rank is past this update's barrier, so nobody reads the records
-  // of the updates before it any more.
-  if (!previous.empty()) m.stale_scopes.push_back(previous);
+  // of the updates before it any more; this one's go after the next.
   m.RemoveScopes();
+  m.stale_scopes.push_back(m.rank.scope());
   m.updated = true;
   ++m.updates;
   m.last_generation = generation;
