@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bind/strided_stream.h"
 #include "reshard/bound_plan.h"
 #include "reshard/plan.h"
 #include "reshard/sdk/peer_exchange.h"
@@ -149,6 +150,61 @@ TEST_P(PeerExchangeConformance, CoalescedRegionsTravelAsOneMessage) {
   EXPECT_EQ(received.messages_received, 1u);
   EXPECT_EQ(received.bytes_received, p.plan.summary().bytes);
   EXPECT_EQ(received.coalesced_regions, p.bound.regions().size());
+}
+
+// Pieces (on_piece), where an exchange hands them, are the operation's
+// stream: the source bytes a send packed, the bytes a receive unpacked
+// into its targets; every byte once, each in stream order on its own.
+TEST_P(PeerExchangeConformance, PiecesAreTheStreamsThatMoved) {
+  Pair p(GetParam());
+  const size_t n = p.bound.regions().size();
+  struct Seen {
+    std::vector<uint8_t> bytes;
+    uint64_t next = 0, pieces = 0;
+    bool in_order = true;
+  };
+  std::vector<Seen> sent(n), received(n);
+  auto collect = [&](std::vector<Seen>& seen) {
+    return [&seen, &p](size_t i, uint64_t offset, const uint8_t* bytes,
+                       uint64_t length) {
+      Seen& s = seen.at(i);
+      s.bytes.resize(p.bound.regions()[i].bytes);
+      ASSERT_LE(offset + length, s.bytes.size());
+      std::memcpy(s.bytes.data() + offset, bytes, length);
+      s.in_order = s.in_order && offset == s.next;
+      s.next = offset + length;
+      ++s.pieces;
+    };
+  };
+  auto [zero, one] = p.OnTwoThreads(
+      [&](PeerExchange& ex) {
+        ExchangeRunOptions o = p.Options();
+        o.on_piece = collect(sent);
+        return ex.Run(p.Ops(Kind::kSend, 1), o, nullptr);
+      },
+      [&](PeerExchange& ex) {
+        ExchangeRunOptions o = p.Options();
+        o.on_piece = collect(received);
+        return ex.Run(p.Ops(Kind::kReceive, 0), o, nullptr);
+      });
+  ASSERT_OK(zero);
+  ASSERT_OK(one);
+  ASSERT_EQ(VerifyPattern(p.target, p.tensors, p.dst), "");
+  uint64_t pieces = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const BoundRegion& br = p.bound.regions()[i];
+    std::vector<uint8_t> stream(br.bytes);
+    const auto source = ::reshard::internal::StridedSide::Source(br);
+    ::reshard::internal::PackStream(source, 0, stream.data(), br.bytes);
+    for (const Seen* s : {&sent[i], &received[i]}) {
+      pieces += s->pieces;
+      if (s->pieces == 0) continue;
+      EXPECT_TRUE(s->in_order) << "region " << i;
+      EXPECT_EQ(s->next, br.bytes) << "region " << i;
+      EXPECT_TRUE(s->bytes == stream) << "region " << i;
+    }
+  }
+  EXPECT_EQ(pieces > 0, GetParam().hands_pieces);
 }
 
 // Rank 0 registers its sources and publishes the keys; rank 1 reads every

@@ -4,10 +4,10 @@
 // message, and by remote reads (kGet) of registered memory; a short
 // message is DataLoss naming the operation, the deadline is Unavailable,
 // an abort polled during a run is returned as it is, and connecting again
-// is a no-op. A peer replaced by a new exchange at a new address is
-// reached again after Disconnect and Connect (connections_made() counting
-// the reconnect); a dead peer is named by PeerFailure() until it is
-// disconnected.
+// is a no-op. Pieces handed to on_piece are the streams that moved. A peer
+// replaced by a new exchange at a new address is reached again after Disconnect
+// and Connect (connections_made() counting the reconnect); a dead peer is named
+// by PeerFailure() until it is disconnected.
 //
 // An exchange joins it with one line, naming its registered name:
 //
@@ -33,10 +33,11 @@ namespace reshard::testing {
 struct ExchangeUnderTest {
   ExchangeUnderTest(const char* name) : name(name) {}  // NOLINT: implicit
   ExchangeUnderTest(std::string name, PeerExchangeOptions options,
-                    bool sees_dead_peers = true)
+                    bool sees_dead_peers = true, bool hands_pieces = false)
       : name(std::move(name)),
         options(std::move(options)),
-        sees_dead_peers(sees_dead_peers) {}
+        sees_dead_peers(sees_dead_peers),
+        hands_pieces(hands_pieces) {}
 
   std::string name;
   PeerExchangeOptions options;
@@ -44,6 +45,10 @@ struct ExchangeUnderTest {
   // does only with peer error handling; without it a session relies on
   // its heartbeats). When false, the suite checks that it stays OK.
   bool sees_dead_peers = true;
+  // Whether it hands the pieces of strided streams to on_piece (an
+  // exchange that packs them itself should); the suite checks that it
+  // does, or that it hands none.
+  bool hands_pieces = false;
 };
 
 void PrintTo(const ExchangeUnderTest& exchange, std::ostream* os);

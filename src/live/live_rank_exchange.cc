@@ -126,18 +126,24 @@ Status LiveRank::Exchange() {
   // The sources are read-only until the update ends: they hash while the
   // data moves (a delta session's encoding hashes what it sends), and so
   // does every target region once its operation completed (a delta
-  // update's apply after the exchange: those are hashed after it).
+  // update's apply after the exchange: those are hashed after it); local
+  // copies as each is made.
   if (verify_) {
     const uint64_t corrupt_at = options_.corrupt_received_in_update;
     verify_->Start(
-        /*sent_known=*/delta_.has_value(), /*early_targets=*/!delta_,
+        /*sent_known=*/delta_.has_value(), delta_ ? nullptr : &ops_,
         corrupt_at != 0 && corrupt_at == (scope_.empty() ? 1 : generation_), 0);
     if (!delta_) {
-      xo.on_completion = [this](size_t i) { verify_->Arrived(ops_[i]); };
+      xo.on_completion = [this](size_t i) { verify_->Arrived(i); };
+      xo.on_piece = [this](size_t i, uint64_t offset, const uint8_t* bytes,
+                           uint64_t length) {
+        verify_->Piece(i, offset, bytes, length);
+      };
     }
   }
   for (const BoundRegion* br : local_) {
     internal::CopyRegionSegments(*br, 0, internal::RowCount(*br));
+    if (verify_) verify_->Copied(*br);
     report_.bytes_received += br->bytes;
   }
   report_.local_operations = local_.size();

@@ -21,7 +21,12 @@ constexpr uint32_t kThisRank = std::numeric_limits<uint32_t>::max();
 }  // namespace
 
 LiveVerify::LiveVerify(size_t regions)
-    : sent_(regions, 0), held_(regions, 0), stamp_(regions, 0) {}
+    : sent_(regions, 0),
+      held_(regions, 0),
+      stamp_(regions, 0),
+      on_send_(regions, 0),
+      state_(XXH3_createState(),
+             [](void* p) { XXH3_freeState(static_cast<XXH3_state_t*>(p)); }) {}
 
 LiveVerify::~LiveVerify() { Cancel(); }
 
@@ -41,10 +46,11 @@ void LiveVerify::Incoming(uint32_t peer, const BoundRegion* region) {
 
 void LiveVerify::Local(const BoundRegion* region) { local_.push_back(region); }
 
-void LiveVerify::Start(bool sent_known, bool early_targets, bool corrupt,
-                       uint32_t threads) {
+void LiveVerify::Start(bool sent_known, const std::vector<ExchangeOp>* early,
+                       bool corrupt, uint32_t threads) {
   Cancel();
   ++update_;
+  early_ = early != nullptr;
   corrupt_ = nullptr;
   if (corrupt) {
     for (const auto& [peer, p] : peers_) {
@@ -56,46 +62,77 @@ void LiveVerify::Start(bool sent_known, bool early_targets, bool corrupt,
       }
     }
   }
+  ops_ = early;
+  pieces_.Reset(early);
+  for (size_t i = 0; early != nullptr && i < early->size(); ++i) {
+    const ExchangeOp& op = (*early)[i];
+    if (op.buffer != nullptr) continue;
+    if (op.kind == ExchangeOp::Kind::kSend && !sent_known) {
+      on_send_[op.region->region] = update_;
+      for (const BoundRegion* r : op.more) on_send_[r->region] = update_;
+    }
+    // The fault's region is flipped in memory and hashed from there.
+    if (corrupt_ != nullptr && op.kind != ExchangeOp::Kind::kSend &&
+        (op.region == corrupt_ || std::find(op.more.begin(), op.more.end(),
+                                            corrupt_) != op.more.end())) {
+      pieces_.GiveUp(i);
+    }
+  }
   hashing_ = std::thread(
       [this, sent_known, threads] { HashSources(sent_known, threads); });
-  if (early_targets) {
-    closing_ = false;
-    targets_ = std::thread([this] { HashArrivals(); });
+}
+
+bool LiveVerify::Hashes(const ExchangeOp& op) const {
+  return early_ && op.buffer == nullptr &&
+         (op.kind != ExchangeOp::Kind::kSend ||
+          on_send_[op.region->region] == update_);
+}
+
+void LiveVerify::Piece(size_t i, uint64_t offset, const uint8_t* bytes,
+                       uint64_t length) {
+  const ExchangeOp& op = ops_->at(i);
+  if (!Hashes(op)) return;
+  const bool send = op.kind == ExchangeOp::Kind::kSend;
+  pieces_.Piece(i, offset, bytes, length,
+                [&](const BoundRegion& r, uint64_t hash) {
+                  if (send) {
+                    sent_[r.region] = hash;
+                  } else {
+                    held_[r.region] = hash;
+                    stamp_[r.region] = update_;
+                  }
+                });
+}
+
+void LiveVerify::Arrived(size_t i) {
+  const ExchangeOp& op = ops_->at(i);
+  if (!Hashes(op)) return;
+  const size_t count = op.more.size() + 1;
+  for (size_t k = pieces_.Hashed(i); k < count; ++k) {
+    const BoundRegion& r = k == 0 ? *op.region : *op.more[k - 1];
+    if (op.kind == ExchangeOp::Kind::kSend) {
+      sent_[r.region] = HashSource(r);
+    } else {
+      HashTarget(r);
+    }
   }
 }
 
-void LiveVerify::Arrived(const ExchangeOp& op) {
-  if (!targets_.joinable() || op.kind == ExchangeOp::Kind::kSend ||
-      op.buffer != nullptr) {
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    arrived_.push_back(&op);
-  }
-  wake_.notify_one();
+void LiveVerify::Copied(const BoundRegion& region) {
+  if (!early_) return;
+  sent_[region.region] = HashSource(region);
+  HashTarget(region);
 }
 
-void LiveVerify::HashArrivals() {
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(
-      XXH3_createState(), &XXH3_freeState);
-  auto hash = [&](const BoundRegion* r) {
-    CorruptOnce(r);
-    held_[r->region] =
-        HashSide(internal::StridedSide::Target(*r).Merged(), state.get());
-    stamp_[r->region] = update_;
-  };
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    wake_.wait(lock, [&] { return closing_ || !arrived_.empty(); });
-    if (arrived_.empty()) return;
-    const ExchangeOp* op = arrived_.front();
-    arrived_.pop_front();
-    lock.unlock();
-    hash(op->region);
-    for (const BoundRegion* r : op->more) hash(r);
-    lock.lock();
-  }
+uint64_t LiveVerify::HashSource(const BoundRegion& region) {
+  return HashSide(internal::StridedSide::Source(region).Merged(), state_.get());
+}
+
+void LiveVerify::HashTarget(const BoundRegion& region) {
+  CorruptOnce(&region);
+  held_[region.region] =
+      HashSide(internal::StridedSide::Target(region).Merged(), state_.get());
+  stamp_[region.region] = update_;
 }
 
 void LiveVerify::CorruptOnce(const BoundRegion* region) {
@@ -106,25 +143,19 @@ void LiveVerify::CorruptOnce(const BoundRegion* region) {
 
 void LiveVerify::Cancel() {
   if (hashing_.joinable()) hashing_.join();
-  if (targets_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closing_ = true;
-    }
-    wake_.notify_one();
-    targets_.join();
-    arrived_.clear();
-  }
 }
 
 void LiveVerify::HashSources(bool sent_known, uint32_t threads) {
   std::vector<const BoundRegion*> regions;
   if (!sent_known) {
     for (const auto& [peer, p] : peers_) {
-      regions.insert(regions.end(), p.out.begin(), p.out.end());
+      for (const BoundRegion* r : p.out) {
+        if (on_send_[r->region] != update_) regions.push_back(r);
+      }
     }
   }
-  regions.insert(regions.end(), local_.begin(), local_.end());
+  // Local copies hash their two sides right after they copy (Copied).
+  if (!early_) regions.insert(regions.end(), local_.begin(), local_.end());
   std::vector<uint64_t> hashes(regions.size());
   HashRegions(regions, RegionSide::kSource, threads, hashes.data());
   for (size_t i = 0; i < regions.size(); ++i) {

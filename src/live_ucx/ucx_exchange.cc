@@ -28,30 +28,42 @@ struct OpState {
   uint64_t pending = 0;  // kGet: get requests not yet completed
   size_t index = 0;
   std::vector<size_t>* completed = nullptr;  // completion queue
+  // ExchangeRunOptions::on_piece, or null.
+  const std::function<void(size_t, uint64_t, const uint8_t*, uint64_t)>*
+      on_piece = nullptr;
 };
 
-// Generic datatype callbacks: the "buffer" UCX hands back is the
-// SideStream of the operation.
+// Generic datatype callbacks: the "buffer" UCX hands back is the OpState
+// of the operation.
 void* StartPack(void*, const void* buffer, size_t) {
   return const_cast<void*>(buffer);
 }
 void* StartUnpack(void*, void* buffer, size_t) { return buffer; }
 size_t PackedSize(void* state) {
-  return static_cast<const SideStream*>(state)->total_bytes;
+  return static_cast<const OpState*>(state)->stream.total_bytes;
 }
 size_t Pack(void* state, size_t offset, void* dest, size_t max_length) {
-  const auto* stream = static_cast<const SideStream*>(state);
-  if (offset >= stream->total_bytes) return 0;
+  const auto* op = static_cast<const OpState*>(state);
+  if (offset >= op->stream.total_bytes) return 0;
   const uint64_t n =
-      std::min<uint64_t>(max_length, stream->total_bytes - offset);
-  stream->Pack(offset, n, static_cast<uint8_t*>(dest));
+      std::min<uint64_t>(max_length, op->stream.total_bytes - offset);
+  op->stream.Pack(offset, n, static_cast<uint8_t*>(dest));
+  if (op->on_piece != nullptr) {
+    (*op->on_piece)(op->index, offset, static_cast<const uint8_t*>(dest), n);
+  }
   return n;
 }
 ucs_status_t Unpack(void* state, size_t offset, const void* src,
                     size_t length) {
-  const auto* stream = static_cast<const SideStream*>(state);
-  if (offset + length > stream->total_bytes) return UCS_ERR_MESSAGE_TRUNCATED;
-  stream->Unpack(offset, length, static_cast<const uint8_t*>(src));
+  const auto* op = static_cast<const OpState*>(state);
+  if (offset + length > op->stream.total_bytes) {
+    return UCS_ERR_MESSAGE_TRUNCATED;
+  }
+  op->stream.Unpack(offset, length, static_cast<const uint8_t*>(src));
+  if (op->on_piece != nullptr) {
+    (*op->on_piece)(op->index, offset, static_cast<const uint8_t*>(src),
+                    length);
+  }
   return UCS_OK;
 }
 void Finish(void*) {}
@@ -222,6 +234,7 @@ class Exchange {
       state_[i] = std::make_unique<OpState>();
       state_[i]->index = i;
       state_[i]->completed = completed_.get();
+      if (options_.on_piece) state_[i]->on_piece = &options_.on_piece;
       if (op.peer >= endpoints_.size() || endpoints_[op.peer] == nullptr) {
         return Status::Internal("exchange operation names unconnected rank " +
                                 std::to_string(op.peer));
@@ -276,7 +289,7 @@ class Exchange {
       count = s.stream.total_bytes;
     } else {
       param.datatype = generic_->get();
-      buffer = &s.stream;
+      buffer = &s;
       count = 1;
       ++stats_->packed_messages;
     }

@@ -84,10 +84,14 @@ using ::reshard::testing::ExchangeUnderTest;
 using ::reshard::testing::PeerExchangeConformance;
 INSTANTIATE_TEST_SUITE_P(
     Ucx, PeerExchangeConformance,
-    ::testing::Values(ExchangeUnderTest("ucx", {}, /*sees_dead_peers=*/false),
-                      ExchangeUnderTest("ucx", PeerExchangeOptions()
-                                                   .Set("tls", "tcp")
-                                                   .Set("net_devices", "lo"))));
+    ::testing::Values(ExchangeUnderTest("ucx", {}, /*sees_dead_peers=*/false,
+                                        /*hands_pieces=*/true),
+                      ExchangeUnderTest("ucx",
+                                        PeerExchangeOptions()
+                                            .Set("tls", "tcp")
+                                            .Set("net_devices", "lo"),
+                                        /*sees_dead_peers=*/true,
+                                        /*hands_pieces=*/true)));
 
 }  // namespace
 }  // namespace reshard::internal

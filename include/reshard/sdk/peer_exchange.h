@@ -130,6 +130,20 @@ struct ExchangeRunOptions {
   // receive's or get's target bytes are final from then on (a session
   // hashes them while the rest moves).
   std::function<void(size_t op)> on_completion;
+  // Called, on the thread that runs Run, with every piece of an operation's
+  // stream (SideStream order: its regions' sides one after another, each
+  // row by row) that passes through this rank's memory on its way: a
+  // send's piece right after the exchange packed it, a receive's right
+  // after it was unpacked into the targets. `bytes` are the stream's
+  // `length` bytes from `offset`, valid during the call only. A session
+  // hashes them there, while they are in cache, instead of reading the
+  // regions from memory again. Pieces come in no promised order and an
+  // implementation may hand none at all (zero-copy moves, or an exchange
+  // that does not pack): a caller keeps on_completion for whatever its
+  // pieces did not cover.
+  std::function<void(size_t op, uint64_t offset, const uint8_t* bytes,
+                     uint64_t length)>
+      on_piece;
 };
 
 struct ExchangeStats {
