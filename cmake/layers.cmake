@@ -150,10 +150,25 @@ function(reshard_register_tests)
   endforeach()
 endfunction()
 
+# reshard_register_gpu_tests(<file>...): tests that need a CUDA device,
+# compiled into reshard_gpu_tests, whose ctest entries carry the label
+# `gpu` and report skipped (GTEST_SKIP) where there is no device.
+function(reshard_register_gpu_tests)
+  foreach(file IN LISTS ARGN)
+    set(path ${CMAKE_CURRENT_SOURCE_DIR}/${file})
+    if(NOT EXISTS ${path})
+      message(FATAL_ERROR "${CMAKE_CURRENT_LIST_FILE}: no test ${file}")
+    endif()
+    set_property(GLOBAL APPEND PROPERTY RESHARD_GPU_TEST_SOURCES ${path})
+  endforeach()
+endfunction()
+
 # Fails the configure if a *_test.cc under src/ or testing/ is registered
 # by no folder (it would never build or run).
 function(reshard_check_registered_tests)
   get_property(registered GLOBAL PROPERTY RESHARD_TEST_SOURCES)
+  get_property(gpu GLOBAL PROPERTY RESHARD_GPU_TEST_SOURCES)
+  list(APPEND registered ${gpu})
   file(GLOB_RECURSE present CONFIGURE_DEPENDS
     ${PROJECT_SOURCE_DIR}/src/*_test.cc ${PROJECT_SOURCE_DIR}/testing/*_test.cc)
   foreach(file IN LISTS present)

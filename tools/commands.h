@@ -17,6 +17,7 @@ void AddStoreCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddHfCommand(CLI::App& app);
 void AddEngineCommand(CLI::App& app);
+void AddInfoCommand(CLI::App& app);
 
 }  // namespace reshard::cli
 

@@ -388,6 +388,7 @@ int main(int argc, char** argv) {
   reshard::cli::AddDemoCommand(app);
   reshard::cli::AddHfCommand(app);
   reshard::cli::AddEngineCommand(app);
+  reshard::cli::AddInfoCommand(app);
   int code = 0;
   try {
     app.parse(argc, argv);

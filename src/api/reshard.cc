@@ -5,8 +5,10 @@
 #include <optional>
 #include <unordered_set>
 
+#include "api/auto_transport.h"
 #include "api/convert_reshard.h"
 #include "reshard/api.h"
+#include "reshard/backends/cuda_transport.h"
 #include "reshard/backends/local_transport.h"
 #include "reshard/bound_plan.h"
 
@@ -381,8 +383,10 @@ Result<ReshardReport> ReshardLocally(const WeightPlacementManifest& source,
                                      const WeightPlacementManifest& target,
                                      const Bindings& target_bindings,
                                      const ReshardOptions& options) {
-  RESHARD_ASSIGN_OR_RETURN(std::unique_ptr<LocalTransport> transport,
-                           LocalTransport::Make({.threads = options.threads}));
+  RESHARD_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> transport,
+      internal::MakeAutoTransport({.threads = options.threads},
+                                  [] { return MakeCudaTransport(); }));
   return PlanAndReshard(source, source_bindings, target, target_bindings,
                         *transport, options);
 }
