@@ -59,6 +59,10 @@ foreach(layer IN LISTS _layers)
     list(PREPEND RESHARD_PC_LIBS -lreshard_${layer})
   endif()
 endforeach()
+if(RESHARD_CUDA)
+  # The toolkit ships no pkg-config file for cudart: its library directly.
+  list(APPEND RESHARD_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcudart")
+endif()
 list(JOIN RESHARD_PC_LIBS " " RESHARD_PC_LIBS)
 file(RELATIVE_PATH RESHARD_PC_PREFIX
   /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
