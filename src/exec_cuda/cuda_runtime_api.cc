@@ -74,6 +74,17 @@ class CudaRuntimeApi final : public DeviceApi {
 
   Status Free(void* ptr) override { return Check(cudaFree(ptr), "cudaFree"); }
 
+  Result<void*> MallocHost(size_t bytes) override {
+    if (bytes == 0) return static_cast<void*>(nullptr);
+    void* p = nullptr;
+    RESHARD_RETURN_NOT_OK(Check(cudaMallocHost(&p, bytes), "cudaMallocHost"));
+    return p;
+  }
+
+  Status FreeHost(void* ptr) override {
+    return Check(cudaFreeHost(ptr), "cudaFreeHost");
+  }
+
   Result<StreamHandle> CreateStream(int device) override {
     RESHARD_RETURN_NOT_OK(Check(cudaSetDevice(device), "cudaSetDevice"));
     cudaStream_t s = nullptr;

@@ -1,7 +1,7 @@
 // The device-API seam of the CUDA executor: the few CUDA runtime calls it
 // makes (streams, events, 2D/3D asynchronous copies between host and
-// device pointers, peer access, the gather/scatter kernel), as an
-// interface with two implementations:
+// device pointers, pinned host memory, peer access, the gather/scatter
+// kernel), as an interface with two implementations:
 //  - CudaRuntimeApi (cuda_runtime_api.h, built where the CUDA toolkit is),
 //    which calls the CUDA runtime;
 //  - HostDeviceApi (host_device_api.h), an emulation over host memory that
@@ -86,6 +86,12 @@ class DeviceApi {
   // cudaMalloc on `device` (null for 0 bytes) and cudaFree (null: no-op).
   virtual Result<void*> Malloc(int device, size_t bytes) = 0;
   virtual Status Free(void* ptr) = 0;
+  // cudaMallocHost: page-locked (pinned) host memory, which Pointer()
+  // reports as host memory and copies reach at the bus's full speed (null
+  // for 0 bytes); cudaFreeHost (null: no-op) of a pointer MallocHost
+  // returned, refused for any other.
+  virtual Result<void*> MallocHost(size_t bytes) = 0;
+  virtual Status FreeHost(void* ptr) = 0;
 
   virtual Result<StreamHandle> CreateStream(int device) = 0;
   virtual Status DestroyStream(StreamHandle stream) = 0;

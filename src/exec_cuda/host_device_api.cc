@@ -264,6 +264,9 @@ HostDeviceApi::~HostDeviceApi() {
   for (const auto& [base, allocation] : allocations_) {
     std::free(reinterpret_cast<void*>(base));
   }
+  for (const auto& [base, bytes] : pinned_) {
+    std::free(reinterpret_cast<void*>(base));
+  }
 }
 
 Status HostDeviceApi::Log(std::string line, Status status) {
@@ -371,6 +374,42 @@ Status HostDeviceApi::Free(void* ptr) {
   return Log("Free device=" + std::to_string(a.device) +
                  " bytes=" + std::to_string(a.bytes),
              Status::OK());
+}
+
+Result<void*> HostDeviceApi::MallocHost(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string line = "MallocHost bytes=" + std::to_string(bytes);
+  void* p = nullptr;
+  if (bytes > 0 && bytes <= SIZE_MAX - 4095) {
+    p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (p == nullptr) {
+      return Log(line, Status::ResourceExhausted(
+                           "cudaErrorMemoryAllocation: MallocHost of " +
+                           std::to_string(bytes) + " bytes failed"));
+    }
+    std::memset(p, 0xDB, bytes);
+    pinned_[reinterpret_cast<uintptr_t>(p)] = bytes;
+  }
+  calls_.push_back(line);
+  return p;
+}
+
+Status HostDeviceApi::FreeHost(void* ptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ptr == nullptr) return Log("FreeHost null", Status::OK());
+  auto it = pinned_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == pinned_.end()) {
+    return Log("FreeHost",
+               Refuse("cudaErrorInvalidValue",
+                      "FreeHost: the pointer is not one that MallocHost of "
+                      "this HostDeviceApi returned (or it was freed)"));
+  }
+  // The work queued so far may still read or write it: it runs first.
+  for (auto& [handle, stream] : streams_) RunStream(stream, stream.queued);
+  const size_t bytes = it->second;
+  pinned_.erase(it);
+  std::free(ptr);
+  return Log("FreeHost bytes=" + std::to_string(bytes), Status::OK());
 }
 
 Result<int> HostDeviceApi::DeviceCount() { return options_.devices; }

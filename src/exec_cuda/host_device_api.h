@@ -81,6 +81,12 @@ class HostDeviceApi final : public DeviceApi {
   // cudaFree: runs every stream's queued work first, then releases `ptr`,
   // which must be a pointer Malloc returned (null is a no-op).
   Status Free(void* ptr);
+  // cudaMallocHost: 4096-byte aligned host memory whose bytes read 0xDB
+  // until written; Pointer() reports it as host memory (-1). FreeHost runs
+  // every stream's queued work first (as Free does), then releases `ptr`,
+  // which must be a pointer MallocHost returned (null is a no-op).
+  Result<void*> MallocHost(size_t bytes) override;
+  Status FreeHost(void* ptr) override;
 
   Result<int> DeviceCount() override;
   std::string RuntimeVersion() override;  // "emulated"
@@ -120,7 +126,8 @@ class HostDeviceApi final : public DeviceApi {
   //   "RecordEvent stream=1 -> event=1", "EventDone event=1 -> false"
   //   "Synchronize stream=1", "DestroyEvent event=1", "DestroyStream
   //   stream=1", "EnablePeerAccess device=0 peer=1", "Malloc device=0
-  //   bytes=4096", "Free device=0 bytes=4096"
+  //   bytes=4096", "Free device=0 bytes=4096", "MallocHost bytes=4096",
+  //   "FreeHost bytes=4096"
   std::vector<std::string> calls() const;
   HostDeviceApiCounters counters() const;
 
@@ -181,6 +188,7 @@ class HostDeviceApi final : public DeviceApi {
   mutable std::mutex mu_;
   std::map<uintptr_t, Allocation> allocations_;  // by base address
   std::vector<size_t> allocated_;                // bytes per device
+  std::map<uintptr_t, size_t> pinned_;           // MallocHost: base, bytes
   std::map<StreamHandle, Stream> streams_;
   std::map<EventHandle, Event> events_;
   std::set<std::pair<int, int>> peer_enabled_;  // (device, peer)

@@ -168,6 +168,47 @@ TEST_F(HostDeviceApiStreamsTest, DestroyStreamAndFreeRunQueuedWork) {
   EXPECT_EQ(out, a);
 }
 
+// Pinned host memory: host memory to Pointer() and the copy kinds,
+// released only after the work that may touch it, and only once.
+TEST_F(HostDeviceApiStreamsTest, PinnedHostMemory) {
+  auto api = HostDeviceApi::Make({.devices = 1});
+  const StreamHandle s = api->CreateStream(0).ValueOrDie();
+  auto* pinned = static_cast<uint8_t*>(api->MallocHost(100).ValueOrDie());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pinned) % 4096, 0u);
+  EXPECT_EQ(Bytes(pinned, 100), std::vector<uint8_t>(100, 0xDB));
+  EXPECT_EQ(api->Pointer(pinned).ValueOrDie().device, -1);
+  EXPECT_EQ(api->MallocHost(0).ValueOrDie(), nullptr);
+  auto* dev = static_cast<uint8_t*>(api->Malloc(0, 100).ValueOrDie());
+  const std::vector<uint8_t> a = Source(100, 3);
+  std::memcpy(dev, a.data(), 100);
+  ASSERT_OK(api->Copy2DAsync(pinned, 100, dev, 100, 100, 1,
+                             CopyKind::kDeviceToHost, s));
+  EXPECT_EQ(api->counters().bytes_copied, 0u);
+  ASSERT_OK(api->FreeHost(pinned));  // runs the queued copy first
+  EXPECT_EQ(api->counters().bytes_copied, 100u);
+  EXPECT_OK(api->FreeHost(nullptr));
+  const std::string refused =
+      "cudaErrorInvalidValue: FreeHost: the pointer is not one that "
+      "MallocHost of this HostDeviceApi returned (or it was freed)";
+  EXPECT_THAT(api->FreeHost(pinned),
+              StatusIs(StatusCode::kInvalidArgument, refused));
+  EXPECT_THAT(api->FreeHost(dev),
+              StatusIs(StatusCode::kInvalidArgument, refused));
+  ASSERT_OK(api->Free(dev));
+  const std::vector<std::string> calls = api->calls();
+  const std::vector<std::string> want = {
+      "MallocHost bytes=100",
+      "MallocHost bytes=0",
+      "Malloc device=0 bytes=100",
+      "Copy2DAsync stream=1 kind=DeviceToHost width=100 height=1",
+      "FreeHost bytes=100",
+      "FreeHost null",
+      "FreeHost refused: cudaErrorInvalidValue",
+      "FreeHost refused: cudaErrorInvalidValue",
+      "Free device=0 bytes=100"};
+  EXPECT_EQ(std::vector<std::string>(calls.begin() + 1, calls.end()), want);
+}
+
 TEST_F(HostDeviceApiStreamsTest, CallLog) {
   auto api = HostDeviceApi::Make({.devices = 2});
   auto* dev = static_cast<uint8_t*>(api->Malloc(0, 64).ValueOrDie());

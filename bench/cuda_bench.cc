@@ -1,0 +1,337 @@
+// CUDA executor benchmark: reshards through MakeCudaTransport() on device
+// 0 and compares each with one contiguous copy of the same bytes measured
+// in the same run (the project's rule: ratios against a baseline of the
+// same run):
+//  - D2D: the small-moe layouts (TP4/PP2/EP8/DP2 -> TP8/PP4/EP2/DP4),
+//    every fragment a cudaMalloc of device 0, against one device-to-device
+//    copy of the bytes the plan moves;
+//  - H2D and D2H: a [64, 2048, 4096] uint8 cube, TP4 on dimension 0 in
+//    pinned host memory (cudaMallocHost) to TP8 on dimension 1 in device
+//    memory and back, against one pinned copy of the same bytes.
+// The baseline is cudaMemcpy2DAsync of height 1 (one per MaxPitch bytes)
+// and a stream synchronisation. Each case plans once (as a trainer
+// resharding every step does) and times Reshard(plan, ..., transport):
+// binding, submission and the wait. After one untimed round of each,
+// rounds interleave (baseline, reshard, baseline, reshard, ...); the
+// figures are medians and ratio = baseline ms / reshard ms (goal >= 0.8).
+// Bytes are not checked here (the `gpu` tests check them).
+//
+// Usage: reshard_bench_cuda [--rounds N] [--json]
+// Prints a markdown table (and with --json one JSON object per case); on a
+// machine without a CUDA device prints one line saying so and exits 0.
+// Exits 1 on an error, whatever the goals.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench_stats.h"
+#include "exec_cuda/cuda_transport.h"
+#include "exec_cuda/device_api.h"
+#include "reshard/api.h"
+#include "reshard/backends/cuda_transport.h"
+#include "reshard/gen.h"
+#include "reshard/plan.h"
+#include "testing/placement_builders.h"
+
+namespace {
+
+using namespace reshard;  // NOLINT
+using cuda::CopyKind;
+using cuda::DeviceApi;
+using cuda::StreamHandle;
+
+constexpr double kGoal = 0.8;
+
+// Where a side's fragments live.
+enum class Memory { kDevice0, kPinnedHost };
+
+// Every fragment of a placement in one allocation of its own (cudaMalloc
+// on device 0 or cudaMallocHost), bound per participant as "cuda:0" or
+// "cpu"; released when destroyed.
+class Side {
+ public:
+  static Result<std::unique_ptr<Side>> Make(DeviceApi& api,
+                                            const WeightPlacementManifest& m,
+                                            Memory memory,
+                                            const std::string& instance) {
+    std::unique_ptr<Side> side = Bare(api, memory);
+    std::map<std::string, std::map<std::string, void*>> by_participant;
+    for (const WeightPlacementPart& part : m.parts()) {
+      for (const PlacementFragment& f : part.fragments()) {
+        RESHARD_ASSIGN_OR_RETURN(void* p, side->Allocate(f.nbytes()));
+        by_participant[part.participant_id()][f.placement_fragment_id()] = p;
+      }
+    }
+    BufferBindingOptions o;
+    o.instance_id = instance;
+    o.device = memory == Memory::kDevice0 ? "cuda:0" : "cpu";
+    for (const auto& [participant, buffers] : by_participant) {
+      RESHARD_ASSIGN_OR_RETURN(auto binding,
+                               BindBuffers(m, participant, buffers, o));
+      side->bindings_.push_back(std::move(binding));
+    }
+    return side;
+  }
+
+  // A side with no fragments, for buffers Allocate adds.
+  static std::unique_ptr<Side> Bare(DeviceApi& api, Memory memory) {
+    return std::unique_ptr<Side>(new Side(api, memory));
+  }
+
+  ~Side() {
+    for (void* p : ptrs_) {
+      const Status st =
+          memory_ == Memory::kDevice0 ? api_.Free(p) : api_.FreeHost(p);
+      if (!st.ok()) std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    }
+  }
+
+  const std::vector<WeightRuntimeBindingManifest>& bindings() const {
+    return bindings_;
+  }
+
+  // `bytes` of this side's memory, released with the side; pinned host
+  // bytes are written once so that no round pays a first touch.
+  Result<void*> Allocate(size_t bytes) {
+    Result<void*> p = memory_ == Memory::kDevice0 ? api_.Malloc(0, bytes)
+                                                  : api_.MallocHost(bytes);
+    if (!p.ok()) return p.status();
+    if (*p == nullptr) return *p;  // 0 bytes
+    ptrs_.push_back(*p);
+    if (memory_ == Memory::kPinnedHost) std::memset(*p, 0x5A, bytes);
+    return *p;
+  }
+
+ private:
+  Side(DeviceApi& api, Memory memory) : api_(api), memory_(memory) {}
+
+  DeviceApi& api_;
+  const Memory memory_;
+  std::vector<void*> ptrs_;
+  std::vector<WeightRuntimeBindingManifest> bindings_;
+};
+
+// Milliseconds `run` took, or its error.
+Result<double> TimeMs(const std::function<Status()>& run) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RESHARD_RETURN_NOT_OK(run());
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+// The baseline: `bytes` from `src` to `dst` as contiguous copies of height
+// 1 (one per MaxPitch bytes), then the stream's synchronisation.
+Status ContiguousCopy(DeviceApi& api, void* dst, const void* src,
+                      uint64_t bytes, CopyKind kind, StreamHandle stream) {
+  const uint64_t chunk = api.MaxPitch();
+  for (uint64_t at = 0; at < bytes; at += chunk) {
+    const size_t n = static_cast<size_t>(std::min(chunk, bytes - at));
+    RESHARD_RETURN_NOT_OK(api.Copy2DAsync(static_cast<char*>(dst) + at, n,
+                                          static_cast<const char*>(src) + at, n,
+                                          n, 1, kind, stream));
+  }
+  return api.SynchronizeStream(stream);
+}
+
+struct CaseResult {
+  std::string name;
+  uint64_t bytes = 0;
+  bench::Spread reshard_ms, baseline_ms;
+  double ratio() const { return baseline_ms.median / reshard_ms.median; }
+  bool met() const { return ratio() >= kGoal; }
+};
+
+// One source -> target reshard against the contiguous copy of the bytes
+// it moves between two buffers of the same memory kinds.
+struct Case {
+  std::string name;
+  WeightPlacementManifest source, target;
+  Memory from, to;
+};
+
+CopyKind KindOf(Memory from, Memory to) {
+  if (from == Memory::kPinnedHost) {
+    return to == Memory::kPinnedHost ? CopyKind::kHostToHost
+                                     : CopyKind::kHostToDevice;
+  }
+  return to == Memory::kPinnedHost ? CopyKind::kDeviceToHost
+                                   : CopyKind::kDeviceToDevice;
+}
+
+// Warms both up once, then `rounds` interleaved rounds of each.
+Result<CaseResult> Measure(const std::function<Status()>& baseline,
+                           const std::function<Status()>& reshard, int rounds) {
+  RESHARD_RETURN_NOT_OK(baseline());
+  RESHARD_RETURN_NOT_OK(reshard());
+  std::vector<double> base_ms, reshard_ms;
+  for (int round = 0; round < rounds; ++round) {
+    RESHARD_ASSIGN_OR_RETURN(const double b, TimeMs(baseline));
+    RESHARD_ASSIGN_OR_RETURN(const double r, TimeMs(reshard));
+    base_ms.push_back(b);
+    reshard_ms.push_back(r);
+  }
+  CaseResult result;
+  result.baseline_ms = bench::SpreadOf(base_ms);
+  result.reshard_ms = bench::SpreadOf(reshard_ms);
+  return result;
+}
+
+Result<CaseResult> RunCase(DeviceApi& api, Transport& transport, const Case& c,
+                           int rounds) {
+  RESHARD_ASSIGN_OR_RETURN(const LogicalTransferPlan plan,
+                           LogicalTransferPlan::Make(c.source, c.target));
+  RESHARD_ASSIGN_OR_RETURN(auto src, Side::Make(api, c.source, c.from, "src"));
+  RESHARD_ASSIGN_OR_RETURN(auto dst, Side::Make(api, c.target, c.to, "dst"));
+  uint64_t bytes = 0;
+  auto reshard = [&]() -> Status {
+    RESHARD_ASSIGN_OR_RETURN(const ReshardReport report,
+                             Reshard(plan, c.source, src->bindings(), c.target,
+                                     dst->bindings(), transport));
+    bytes = report.bytes;
+    return Status::OK();
+  };
+  RESHARD_RETURN_NOT_OK(reshard());  // the byte count the baseline copies
+  const std::unique_ptr<Side> base_src = Side::Bare(api, c.from);
+  const std::unique_ptr<Side> base_dst = Side::Bare(api, c.to);
+  RESHARD_ASSIGN_OR_RETURN(void* from, base_src->Allocate(bytes));
+  RESHARD_ASSIGN_OR_RETURN(void* to, base_dst->Allocate(bytes));
+  RESHARD_ASSIGN_OR_RETURN(const StreamHandle stream, api.CreateStream(0));
+  auto baseline = [&] {
+    return ContiguousCopy(api, to, from, bytes, KindOf(c.from, c.to), stream);
+  };
+  Result<CaseResult> result = Measure(baseline, reshard, rounds);
+  RESHARD_RETURN_NOT_OK(api.DestroyStream(stream));
+  if (!result.ok()) return result.status();
+  result->name = c.name;
+  result->bytes = bytes;
+  return result;
+}
+
+Result<std::vector<Case>> Cases() {
+  RESHARD_ASSIGN_OR_RETURN(const ModelSpec model,
+                           ModelSpecFromJson(testing::ReadTestData(
+                               "../../examples/models/small-moe.json")));
+  RESHARD_ASSIGN_OR_RETURN(
+      WeightPlacementManifest trainer,
+      GenerateLayout(model, {.sizes = {.tp = 4, .pp = 2, .ep = 8, .dp = 2}}));
+  RESHARD_ASSIGN_OR_RETURN(
+      WeightPlacementManifest rollout,
+      GenerateLayout(model, {.sizes = {.tp = 8, .pp = 4, .ep = 2, .dp = 4}}));
+  const Dims shape{64, 2048, 4096};
+  const auto tp4 = testing::CubeLayout(4, 0, shape);
+  const auto tp8 = testing::CubeLayout(8, 1, shape);
+  std::vector<Case> cases;
+  cases.push_back({"D2D small-moe TP4/PP2/EP8/DP2 -> TP8/PP4/EP2/DP4",
+                   std::move(trainer), std::move(rollout), Memory::kDevice0,
+                   Memory::kDevice0});
+  cases.push_back({"H2D cube [64,2048,4096] TP4 dim 0 -> TP8 dim 1", tp4, tp8,
+                   Memory::kPinnedHost, Memory::kDevice0});
+  cases.push_back({"D2H cube [64,2048,4096] TP8 dim 1 -> TP4 dim 0", tp8, tp4,
+                   Memory::kDevice0, Memory::kPinnedHost});
+  return cases;
+}
+
+void PrintTable(const std::vector<CaseResult>& results, int rounds) {
+  std::printf(
+      "CUDA executor on device 0 against one contiguous copy of the same "
+      "bytes, medians of %d interleaved rounds\n\n",
+      rounds);
+  std::printf(
+      "| case | bytes | reshard ms | baseline ms | ratio | goal | met |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+  for (const CaseResult& r : results) {
+    std::printf("| %s | %llu | %.3f | %.3f | %.3f | >= %.1f | %s |\n",
+                r.name.c_str(), static_cast<unsigned long long>(r.bytes),
+                r.reshard_ms.median, r.baseline_ms.median, r.ratio(), kGoal,
+                r.met() ? "met" : "not met");
+  }
+}
+
+void PrintJson(const std::vector<CaseResult>& results, int rounds) {
+  for (const CaseResult& r : results) {
+    std::printf(
+        "{\"case\": \"%s\", \"bytes\": %llu, \"reshard_ms\": %.4f, "
+        "\"reshard_ms_min\": %.4f, \"reshard_ms_max\": %.4f, "
+        "\"baseline_ms\": %.4f, \"baseline_ms_min\": %.4f, "
+        "\"baseline_ms_max\": %.4f, \"ratio\": %.4f, \"goal\": %.1f, "
+        "\"met\": %s, \"rounds\": %d}\n",
+        r.name.c_str(), static_cast<unsigned long long>(r.bytes),
+        r.reshard_ms.median, r.reshard_ms.min, r.reshard_ms.max,
+        r.baseline_ms.median, r.baseline_ms.min, r.baseline_ms.max, r.ratio(),
+        kGoal, r.met() ? "true" : "false", rounds);
+  }
+}
+
+struct Flags {
+  int rounds = 5;
+  bool json = false;
+};
+
+// The flags, or a usage line on stderr and false.
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      flags->rounds = std::atoi(argv[++i]);
+      if (flags->rounds >= 1) continue;
+    } else if (!std::strcmp(argv[i], "--json")) {
+      flags->json = true;
+      continue;
+    }
+    std::fprintf(stderr, "usage: %s [--rounds N (N >= 1)] [--json]\n", argv[0]);
+    return false;
+  }
+  return true;
+}
+
+// Every case through `transport`, whose memory `api` allocates.
+Status Run(const Flags& flags, DeviceApi& api, Transport& transport) {
+  RESHARD_ASSIGN_OR_RETURN(const std::vector<Case> cases, Cases());
+  std::vector<CaseResult> results;
+  for (const Case& c : cases) {
+    Result<CaseResult> r = RunCase(api, transport, c, flags.rounds);
+    if (!r.ok()) return r.status().WithContext(c.name);
+    results.push_back(std::move(*r));
+  }
+  PrintTable(results, flags.rounds);
+  if (flags.json) PrintJson(results, flags.rounds);
+  return Status::OK();
+}
+
+// The runtime's device API and executor.
+Status RunOnCuda(const Flags& flags) {
+  RESHARD_ASSIGN_OR_RETURN(std::shared_ptr<DeviceApi> api,
+                           cuda::RuntimeDeviceApi());
+  RESHARD_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
+                           MakeCudaTransport());
+  return Run(flags, *api, *transport);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) return 2;
+  const CudaInfo info = QueryCuda();
+  if (info.devices == 0) {
+    std::printf(
+        "reshard_bench_cuda: no CUDA device on this machine%s; "
+        "nothing measured\n",
+        info.built ? "" : " (this build has no CUDA backend)");
+    return 0;
+  }
+  const Status st = RunOnCuda(flags);
+  if (!st.ok()) {
+    std::fprintf(stderr, "reshard_bench_cuda: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
