@@ -138,29 +138,29 @@ function(reshard_add_umbrella)
   endforeach()
 endfunction()
 
-# reshard_register_tests(<file>...): the calling folder's unit tests, by
-# name relative to the folder; they are compiled into reshard_tests.
-function(reshard_register_tests)
+# Appends the calling folder's test files `files` to global property
+# `property`, failing the configure for a file that does not exist.
+function(_reshard_register_test_files property)
   foreach(file IN LISTS ARGN)
     set(path ${CMAKE_CURRENT_SOURCE_DIR}/${file})
     if(NOT EXISTS ${path})
       message(FATAL_ERROR "${CMAKE_CURRENT_LIST_FILE}: no test ${file}")
     endif()
-    set_property(GLOBAL APPEND PROPERTY RESHARD_TEST_SOURCES ${path})
+    set_property(GLOBAL APPEND PROPERTY ${property} ${path})
   endforeach()
+endfunction()
+
+# reshard_register_tests(<file>...): the calling folder's unit tests, by
+# name relative to the folder; they are compiled into reshard_tests.
+function(reshard_register_tests)
+  _reshard_register_test_files(RESHARD_TEST_SOURCES ${ARGN})
 endfunction()
 
 # reshard_register_gpu_tests(<file>...): tests that need a CUDA device,
 # compiled into reshard_gpu_tests, whose ctest entries carry the label
 # `gpu` and report skipped (GTEST_SKIP) where there is no device.
 function(reshard_register_gpu_tests)
-  foreach(file IN LISTS ARGN)
-    set(path ${CMAKE_CURRENT_SOURCE_DIR}/${file})
-    if(NOT EXISTS ${path})
-      message(FATAL_ERROR "${CMAKE_CURRENT_LIST_FILE}: no test ${file}")
-    endif()
-    set_property(GLOBAL APPEND PROPERTY RESHARD_GPU_TEST_SOURCES ${path})
-  endforeach()
+  _reshard_register_test_files(RESHARD_GPU_TEST_SOURCES ${ARGN})
 endfunction()
 
 # Fails the configure if a *_test.cc under src/ or testing/ is registered

@@ -43,7 +43,7 @@ std::string ParticipantId(const ParallelRank& rank);
 PlacementDraft GridDraft(Sizes sizes);
 
 // How one tensor is laid out on the grid (shared with the generator).
-using TensorLayout = internal::TensorLayout;
+using TensorLayout = ::reshard::internal::TensorLayout;
 
 // Adds the tensor and one fragment per participant that holds it; aborts
 // on a layout that cannot be split (a bug in the test itself).

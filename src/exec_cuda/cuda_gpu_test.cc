@@ -17,6 +17,7 @@
 #include "reshard/gen.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
+#include "testing/device_sides.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -34,33 +35,7 @@ using ::reshard::testing::Must;
     if (info.devices == 0) GTEST_SKIP() << "no CUDA device here"; \
   } while (0)
 
-// A placement's fragments in memory of `device`, bound as "cuda:<device>".
-struct DeviceSide {
-  DeviceSide(DeviceApi& api, const WeightPlacementManifest& m, int device,
-             const std::string& instance)
-      : api(api) {
-    std::map<std::string, std::map<std::string, void*>> by_participant;
-    for (const WeightPlacementPart& part : m.parts()) {
-      for (const PlacementFragment& f : part.fragments()) {
-        void* p = Must(api.Malloc(device, f.nbytes()));
-        ptrs[f.placement_fragment_id()] = p;
-        by_participant[part.participant_id()][f.placement_fragment_id()] = p;
-      }
-    }
-    BufferBindingOptions o;
-    o.instance_id = instance;
-    o.device = "cuda:" + std::to_string(device);
-    for (const auto& [participant, buffers] : by_participant) {
-      bindings.push_back(Must(BindBuffers(m, participant, buffers, o)));
-    }
-  }
-  ~DeviceSide() {
-    for (auto& [id, p] : ptrs) EXPECT_OK(api.Free(p));
-  }
-  DeviceApi& api;
-  std::map<std::string, void*> ptrs;
-  std::vector<WeightRuntimeBindingManifest> bindings;
-};
+using DeviceSide = testing::DeviceSide;
 
 // Moves host fragments to or from a device side with the executor itself
 // (a reshard between identical placements is a copy of every fragment).

@@ -18,6 +18,7 @@
 #include "reshard/gen.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
+#include "testing/device_sides.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -29,47 +30,19 @@ using ::reshard::internal::AllocateHostBuffers;
 using ::reshard::internal::HostBuffers;
 using ::reshard::testing::Must;
 
-constexpr int kHost = -1;
+constexpr int kHost = testing::kHostMemory;
 
-// One side's fragments in emulated memory of `device` (kHost: host
-// memory), bound per participant as "cuda:<device>" or "cpu".
-struct Side {
+// One side in emulated memory of `device` (kHost: host memory), every
+// byte 0xD7 first (emulated device memory is host memory the test may
+// write).
+struct Side : testing::DeviceSide {
   Side(HostDeviceApi& api, const WeightPlacementManifest& m, int device,
        const std::string& instance)
-      : api(api) {
-    std::map<std::string, std::map<std::string, void*>> by_participant;
-    for (const WeightPlacementPart& part : m.parts()) {
-      for (const PlacementFragment& f : part.fragments()) {
-        void* p = nullptr;
-        if (device == kHost) {
-          host.push_back(std::vector<uint8_t>(f.nbytes() + 1, 0xD7));
-          p = host.back().data();
-        } else {
-          p = Must(api.Malloc(device, f.nbytes()));
-          device_ptrs.push_back(p);
-          std::memset(p, 0xD7, f.nbytes());
-        }
-        data[std::string(f.placement_fragment_id())] = static_cast<uint8_t*>(p);
-        by_participant[part.participant_id()]
-                      [std::string(f.placement_fragment_id())] = p;
-      }
-    }
-    BufferBindingOptions o;
-    o.instance_id = instance;
-    o.device = device == kHost ? "cpu" : "cuda:" + std::to_string(device);
-    for (const auto& [participant, buffers] : by_participant) {
-      bindings.push_back(Must(BindBuffers(m, participant, buffers, o)));
+      : DeviceSide(api, m, device, instance) {
+    for (const PlacementFragment* f : m.fragments()) {
+      std::memset(data.at(f->placement_fragment_id()), 0xD7, f->nbytes());
     }
   }
-  ~Side() {
-    for (void* p : device_ptrs) EXPECT_OK(api.Free(p));
-  }
-
-  HostDeviceApi& api;
-  std::vector<std::vector<uint8_t>> host;
-  std::vector<void*> device_ptrs;
-  std::map<std::string, uint8_t*> data;
-  std::vector<WeightRuntimeBindingManifest> bindings;
 };
 
 // Reshards source -> target on the CPU executor (host buffers, pattern

@@ -458,15 +458,23 @@ Result<EventHandle> HostDeviceApi::RecordEvent(StreamHandle stream) {
   return handle;
 }
 
+namespace {
+
+Status UnknownEvent(EventHandle event) {
+  return Refuse("cudaErrorInvalidResourceHandle",
+                "event " + std::to_string(event) +
+                    " is not a live event of this HostDeviceApi (never "
+                    "recorded, or destroyed)");
+}
+
+}  // namespace
+
 Result<bool> HostDeviceApi::EventDone(EventHandle event) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string line = "EventDone event=" + std::to_string(event);
   auto it = events_.find(event);
   if (it == events_.end()) {
-    return Log(line, Refuse("cudaErrorInvalidResourceHandle",
-                            "event " + std::to_string(event) +
-                                " is not a live event of this HostDeviceApi "
-                                "(never recorded, or destroyed)"));
+    return Log(line, UnknownEvent(event));
   }
   Event& e = it->second;
   auto s = streams_.find(e.stream);  // a destroyed stream ran all its work
@@ -484,10 +492,7 @@ Status HostDeviceApi::DestroyEvent(EventHandle event) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string line = "DestroyEvent event=" + std::to_string(event);
   if (events_.erase(event) == 0) {
-    return Log(line, Refuse("cudaErrorInvalidResourceHandle",
-                            "event " + std::to_string(event) +
-                                " is not a live event of this HostDeviceApi "
-                                "(never recorded, or destroyed)"));
+    return Log(line, UnknownEvent(event));
   }
   return Log(line, Status::OK());
 }
