@@ -130,6 +130,36 @@ def expect_invalid(path, needle):
 # ---------------------------------------------------------------------------
 
 @test
+def info_json_reports_the_cuda_backend():
+    rc, out, err = run("info", "--json")
+    check(rc == 0 and err == b"", "exit %d, stderr %r" % (rc, err))
+    check(out.endswith(b"\n") and out.count(b"\n") == 1,
+          "one line: %r" % out)
+    info = json.loads(out)
+    check(sorted(info) == ["cuda"], "keys %r" % sorted(info))
+    cuda = info["cuda"]
+    check(sorted(cuda) == ["built", "devices", "runtime"],
+          "cuda keys %r" % sorted(cuda))
+    check(isinstance(cuda["built"], bool), "built %r" % cuda["built"])
+    check(isinstance(cuda["devices"], int) and cuda["devices"] >= 0,
+          "devices %r" % cuda["devices"])
+    if cuda["built"]:
+        major, _, minor = cuda["runtime"].partition(".")
+        check(major.isdigit() and minor.isdigit(),
+              "runtime %r is not MAJOR.MINOR" % cuda["runtime"])
+        text = "cuda: built, runtime %s, %d device%s\n" % (
+            cuda["runtime"], cuda["devices"],
+            "" if cuda["devices"] == 1 else "s")
+    else:
+        check(cuda["runtime"] == "" and cuda["devices"] == 0,
+              "without CUDA: %r" % cuda)
+        text = "cuda: not built (configure with -DRESHARD_CUDA=ON)\n"
+    # The human form says the same.
+    rc, out, err = run("info")
+    check(rc == 0 and out.decode() == text, "info printed %r" % out)
+
+
+@test
 def validate_human_output_has_ids():
     want = expected()
     rc, out, err = run("validate", fixture_path())
