@@ -77,10 +77,10 @@ class HostDeviceApi final : public DeviceApi {
   // cudaMalloc on `device`: 256-byte aligned memory whose bytes read 0xDB
   // until written (cudaMalloc leaves them unspecified). Zero bytes give a
   // null pointer, as cudaMalloc does.
-  Result<void*> Malloc(int device, size_t bytes);
+  Result<void*> Malloc(int device, size_t bytes) override;
   // cudaFree: runs every stream's queued work first, then releases `ptr`,
   // which must be a pointer Malloc returned (null is a no-op).
-  Status Free(void* ptr);
+  Status Free(void* ptr) override;
   // cudaMallocHost: 4096-byte aligned host memory whose bytes read 0xDB
   // until written; Pointer() reports it as host memory (-1). FreeHost runs
   // every stream's queued work first (as Free does), then releases `ptr`,
