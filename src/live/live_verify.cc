@@ -107,9 +107,9 @@ void LiveVerify::Piece(size_t i, uint64_t offset, const uint8_t* bytes,
 void LiveVerify::Arrived(size_t i) {
   const ExchangeOp& op = ops_->at(i);
   if (!Hashes(op)) return;
-  const size_t count = op.more.size() + 1;
-  for (size_t k = pieces_.Hashed(i); k < count; ++k) {
-    const BoundRegion& r = k == 0 ? *op.region : *op.more[k - 1];
+  const uint32_t count = RegionCount(op);
+  for (auto k = static_cast<uint32_t>(pieces_.Hashed(i)); k < count; ++k) {
+    const BoundRegion& r = RegionAt(op, k);
     if (op.kind == ExchangeOp::Kind::kSend) {
       sent_[r.region] = HashSource(r);
     } else {
@@ -125,13 +125,12 @@ void LiveVerify::Copied(const BoundRegion& region) {
 }
 
 uint64_t LiveVerify::HashSource(const BoundRegion& region) {
-  return HashSide(internal::StridedSide::Source(region).Merged(), state_.get());
+  return HashRegion(region, RegionSide::kSource, state_.get());
 }
 
 void LiveVerify::HashTarget(const BoundRegion& region) {
   CorruptOnce(&region);
-  held_[region.region] =
-      HashSide(internal::StridedSide::Target(region).Merged(), state_.get());
+  held_[region.region] = HashRegion(region, RegionSide::kTarget, state_.get());
   stamp_[region.region] = update_;
 }
 

@@ -10,8 +10,6 @@
 
 namespace reshard::live_internal {
 
-namespace {
-
 const BoundRegion& RegionAt(const ExchangeOp& op, uint32_t k) {
   return k == 0 ? *op.region : *op.more[k - 1];
 }
@@ -19,8 +17,6 @@ const BoundRegion& RegionAt(const ExchangeOp& op, uint32_t k) {
 uint32_t RegionCount(const ExchangeOp& op) {
   return static_cast<uint32_t>(op.more.size() + 1);
 }
-
-}  // namespace
 
 PieceHasher::PieceHasher() = default;
 PieceHasher::~PieceHasher() = default;

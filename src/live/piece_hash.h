@@ -17,6 +17,10 @@
 
 namespace reshard::live_internal {
 
+// The regions of `op` in stream order: op.region, then op.more.
+uint32_t RegionCount(const ExchangeOp& op);
+const BoundRegion& RegionAt(const ExchangeOp& op, uint32_t k);
+
 class PieceHasher {
  public:
   PieceHasher();

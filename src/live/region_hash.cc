@@ -24,6 +24,13 @@ uint64_t HashSide(const internal::StridedSide& side, void* state) {
   return XXH3_64bits_digest(s);
 }
 
+uint64_t HashRegion(const BoundRegion& region, RegionSide side, void* state) {
+  const auto s = side == RegionSide::kSource
+                     ? internal::StridedSide::Source(region).Merged()
+                     : internal::StridedSide::Target(region).Merged();
+  return HashSide(s, state);
+}
+
 namespace {
 
 void HashShare(const std::vector<const BoundRegion*>& regions, size_t first,
@@ -31,11 +38,7 @@ void HashShare(const std::vector<const BoundRegion*>& regions, size_t first,
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(
       XXH3_createState(), &XXH3_freeState);
   for (size_t i = first; i < last; ++i) {
-    const BoundRegion& r = *regions[i];
-    const auto s = side == RegionSide::kSource
-                       ? internal::StridedSide::Source(r).Merged()
-                       : internal::StridedSide::Target(r).Merged();
-    out[i] = HashSide(s, state.get());
+    out[i] = HashRegion(*regions[i], side, state.get());
   }
 }
 

@@ -20,6 +20,9 @@ uint64_t HashSide(const internal::StridedSide& side, void* state);
 
 enum class RegionSide : uint8_t { kSource, kTarget };
 
+// HashSide of `region`'s `side` (merged into as few runs as possible).
+uint64_t HashRegion(const BoundRegion& region, RegionSide side, void* state);
+
 // out[i] = the hash of regions[i]'s `side`, on up to `threads` threads
 // (0: one per 256 MiB, at most the machine's cores and 8) in shares of
 // about equal bytes.
