@@ -54,6 +54,10 @@
 
 namespace reshard {
 
+namespace cuda {
+class DeviceApi;  // the CUDA executor's device-API seam (internal)
+}  // namespace cuda
+
 // Progress of a long operation: `done` of `total` bytes (0 <= done <=
 // total; total fixed for the operation). Called on the operation's own
 // threads (never two calls at once), first with done == 0 and last with
@@ -119,6 +123,18 @@ struct WeightStoreOptions {
   // revision's dtype), each converted before the next is read: the memory
   // a converting load adds (a larger tensor is a group of its own).
   uint64_t convert_staging_bytes = uint64_t{256} << 20;
+  // CUDA memory (fragments bound to "cuda" or "cuda:<ordinal>"): loads
+  // read into pinned host staging and copy it to the devices, in groups of
+  // whole tensors whose CUDA fragments (this process's) take at most this
+  // many bytes (a larger tensor is a group of its own); uploads copy one
+  // CUDA source fragment at a time into pinned staging and write it from
+  // there. Without a CUDA executor (a build without CUDA, a machine
+  // without a device) both refuse CUDA fragments before writing anything,
+  // naming the first (docs/gpu.md).
+  uint64_t device_staging_bytes = uint64_t{256} << 20;
+  // Internal: the device API that staging goes through; empty: the CUDA
+  // runtime's. Tests set the host emulation (src/exec_cuda/).
+  std::shared_ptr<cuda::DeviceApi> device_api;
 };
 
 struct UploadOperation {

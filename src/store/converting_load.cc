@@ -18,22 +18,6 @@ namespace {
 using Bindings = std::vector<WeightRuntimeBindingManifest>;
 using TensorSet = std::set<std::string, std::less<>>;
 
-// The staging placement's tensors `tensors` with every fragment of each.
-Result<WeightPlacementManifest> PartOf(const WeightPlacementManifest& staging,
-                                       const TensorSet& tensors) {
-  std::vector<TensorDescriptor> descriptors;
-  for (const TensorDescriptor& t : staging.tensors()) {
-    if (tensors.count(t.tensor_id())) descriptors.push_back(t);
-  }
-  std::vector<PlacementFragment> fragments;
-  for (const PlacementFragment* f : staging.fragments()) {
-    if (tensors.count(f->tensor_id())) fragments.push_back(*f);
-  }
-  return WeightPlacementManifest::FromFragments(
-      staging.header(), staging.topology(), std::move(descriptors),
-      std::move(fragments));
-}
-
 // The caller's bindings of the tensors that do not convert, as bindings
 // of `part` (their staging fragments are the targets themselves).
 Result<Bindings> PlainBindings(const ConversionPlan& plan,
@@ -61,6 +45,21 @@ Result<Bindings> PlainBindings(const ConversionPlan& plan,
 }
 
 }  // namespace
+
+Result<WeightPlacementManifest> PartOf(const WeightPlacementManifest& staging,
+                                       const TensorSet& tensors) {
+  std::vector<TensorDescriptor> descriptors;
+  for (const TensorDescriptor& t : staging.tensors()) {
+    if (tensors.count(t.tensor_id())) descriptors.push_back(t);
+  }
+  std::vector<PlacementFragment> fragments;
+  for (const PlacementFragment* f : staging.fragments()) {
+    if (tensors.count(f->tensor_id())) fragments.push_back(*f);
+  }
+  return WeightPlacementManifest::FromFragments(
+      staging.header(), staging.topology(), std::move(descriptors),
+      std::move(fragments));
+}
 
 void AddLoadReport(const LoadReport& part, LoadReport* total) {
   total->bytes += part.bytes;

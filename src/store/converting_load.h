@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "reshard/conversion.h"
@@ -20,6 +22,12 @@ namespace reshard::internal {
 // once by LoadConverting and not to be checked again.
 using PartLoad = std::function<Result<LoadReport>(
     const WeightPlacementManifest& placement, const CheckedBindings& bindings)>;
+
+// `staging`'s tensors `tensors` with every fragment of each, as a
+// placement of its own (a part a load fills on its own).
+Result<WeightPlacementManifest> PartOf(
+    const WeightPlacementManifest& staging,
+    const std::set<std::string, std::less<>>& tensors);
 
 // Adds the counts of `part` to `total` (staging_bytes: the larger).
 void AddLoadReport(const LoadReport& part, LoadReport* total);

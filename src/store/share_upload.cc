@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "reshard/weight_store.h"
+#include "store/device_staging.h"
 #include "store/keys.h"
 #include "store/records.h"
 #include "util/canonical_json.h"
@@ -305,6 +306,10 @@ Result<StoredWeightManifest> WeightStore::UploadShareOf(
       internal::StoreKeys(options_.key_prefix, options_.namespace_)
           .Revision(source.resource_id(), source.revision(),
                     source.weight_generation());
+  // CUDA sources without a device: refused before any record.
+  RESHARD_RETURN_NOT_OK(internal::DeviceApiFor(bindings, "store upload",
+                                               "source", options_.device_api)
+                            .status());
   internal::ShareUpload u(*backend_, options, keys, txn);
   if (checked != nullptr) u.own() = *checked;
   // The started record first, so that Gc's grace covers the share records.

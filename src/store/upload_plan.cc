@@ -13,6 +13,7 @@
 #include "reshard/plan.h"
 #include "reshard/weight_store.h"
 #include "store/checksum.h"
+#include "store/device_staging.h"
 #include "store/keys.h"
 #include "store/progress.h"
 #include "store/records.h"
@@ -301,6 +302,11 @@ Result<UploadPlan> WeightStore::PrepareUploadAs(
   RESHARD_RETURN_NOT_OK(
       bindings.RequireFor(source).WithContext("source bindings"));
   RESHARD_RETURN_NOT_OK(RejectDpOwnedTensors(source));
+  // CUDA sources without a device: refused before the started record.
+  RESHARD_RETURN_NOT_OK(internal::DeviceApiFor(bindings.bindings(),
+                                               "store upload", "source",
+                                               options_.device_api)
+                            .status());
   BindingsByParticipant by_part;
   for (const auto& b : bindings.bindings()) by_part[b.participant_id()] = &b;
   RESHARD_ASSIGN_OR_RETURN(ReplicaSelection selection,

@@ -10,9 +10,11 @@
 #include <set>
 #include <tuple>
 
+#include "exec_cuda/fragment_staging.h"
 #include "reshard/plan.h"
 #include "reshard/weight_store.h"
 #include "store/checksum.h"
+#include "store/device_staging.h"
 #include "store/keys.h"
 #include "store/progress.h"
 #include "store/records.h"
@@ -102,11 +104,13 @@ struct UploadItem {
 using UploadWork = std::vector<UploadItem>;
 
 // The participant's operations, every one checked before the first byte
-// is written; appended to `work`.
+// is written; appended to `work`. CUDA sources only with `device_staging`.
 Status CollectUploadWork(const UploadPlan& plan,
                          const WeightPlacementManifest& source,
                          const WeightRuntimeBindingManifest& binding,
-                         UploadWork* work) {
+                         bool device_staging, UploadWork* work) {
+  std::vector<MemoryKind> movable = {MemoryKind::kHost};
+  if (device_staging) movable.push_back(MemoryKind::kCuda);
   for (const UploadOperation& op : plan.operations()) {
     if (op.participant_id != binding.participant_id()) continue;
     const StoredFragment& s = plan.manifest().fragments()[op.stored_fragment];
@@ -121,9 +125,8 @@ Status CollectUploadWork(const UploadPlan& plan,
                                         op.placement_fragment_id);
     }
     RESHARD_RETURN_NOT_OK(CheckOperationGeometry(source, op, s));
-    RESHARD_RETURN_NOT_OK(RequireMemoryKind(*f, {MemoryKind::kHost},
-                                            "store upload", "source",
-                                            binding.participant_id()));
+    RESHARD_RETURN_NOT_OK(RequireMemoryKind(
+        *f, movable, "store upload", "source", binding.participant_id()));
     work->push_back({&s, f, &binding.participant_id()});
   }
   return Status::OK();
@@ -191,23 +194,30 @@ Result<std::vector<UploadReceipt>> WeightStore::Upload(
     return Status::InvalidArgument("source placement identity mismatch");
   }
   RESHARD_RETURN_NOT_OK(bindings.RequireFor(source));
+  // CUDA sources need a device to stage from: refused before any write.
+  RESHARD_ASSIGN_OR_RETURN(
+      std::shared_ptr<cuda::DeviceApi> device,
+      internal::DeviceApiFor(bindings.bindings(), "store upload", "source",
+                             options_.device_api));
   UploadWork work;
   for (const WeightRuntimeBindingManifest& binding : bindings.bindings()) {
     RESHARD_ASSIGN_OR_RETURN(const UploadWriter* writer,
                              FenceWriter(plan, binding));
     if (writer == nullptr) continue;
-    RESHARD_RETURN_NOT_OK(CollectUploadWork(plan, source, binding, &work));
+    RESHARD_RETURN_NOT_OK(
+        CollectUploadWork(plan, source, binding, device != nullptr, &work));
   }
   uint64_t total = 0;
   for (const UploadItem& w : work) total += w.stored->nbytes;
   internal::ProgressMeter progress(options_.progress, total);
+  internal::UploadStaging staging(std::move(device));
   std::vector<UploadReceipt> receipts;
   for (const UploadItem& w : work) {
     const StoredFragment& s = *w.stored;
     RESHARD_RETURN_NOT_OK(RequireNotAborted(*backend_, plan));
-    RESHARD_RETURN_NOT_OK(WriteStoredFragment(
-        *backend_, options_, plan, s,
-        reinterpret_cast<const uint8_t*>(w.fragment->address())));
+    RESHARD_ASSIGN_OR_RETURN(const uint8_t* data, staging.Host(*w.fragment));
+    RESHARD_RETURN_NOT_OK(
+        WriteStoredFragment(*backend_, options_, plan, s, data));
     if (options_.on_stage) options_.on_stage("payload");
     receipts.push_back({s.stored_fragment_id, s.object_key, *w.participant_id});
     progress.Add(s.nbytes);

@@ -8,6 +8,7 @@
 #include "reshard/api.h"
 #include "reshard/weight_store.h"
 #include "store/converting_load.h"
+#include "store/device_staging.h"
 #include "store/keys.h"
 #include "store/lease.h"
 #include "store/ranged_load.h"
@@ -62,6 +63,24 @@ Result<LoadReport> WeightStore::Load(const StoredWeightManifest& manifest,
                                      const CheckedBindings& checked) {
   RESHARD_RETURN_NOT_OK(CheckLoadIdentity(manifest, target, checked));
   const auto& target_bindings = checked.bindings();
+  // CUDA targets need a device to stage into: refused before the lease.
+  RESHARD_ASSIGN_OR_RETURN(
+      std::shared_ptr<cuda::DeviceApi> device,
+      internal::DeviceApiFor(target_bindings, "store load", "target",
+                             options_.device_api));
+  // One participant at a time: a part holds some of the revision's
+  // tensors, which only a participant's plan allows.
+  const internal::PartLoad by_participant =
+      [&](const WeightPlacementManifest& part,
+          const CheckedBindings& bindings) -> Result<LoadReport> {
+    LoadReport total;
+    for (const auto& b : bindings.bindings()) {
+      RESHARD_ASSIGN_OR_RETURN(LoadReport one,
+                               LoadUnconverted(manifest, part, {b}));
+      internal::AddLoadReport(one, &total);
+    }
+    return total;
+  };
   bool converts = false;
   for (const TensorDescriptor& t : target.tensors()) {
     const TensorDescriptor* s = manifest.FindTensor(t.tensor_id());
@@ -75,18 +94,12 @@ Result<LoadReport> WeightStore::Load(const StoredWeightManifest& manifest,
     return internal::LoadConverting(
         conversion, target_bindings, options_.convert_staging_bytes,
         std::clamp(std::thread::hardware_concurrency(), 1u, 8u),
-        [&](const WeightPlacementManifest& part,
-            const CheckedBindings& bindings) -> Result<LoadReport> {
-          // One participant at a time: a part holds some of the revision's
-          // tensors, which only a participant's plan allows.
-          LoadReport total;
-          for (const auto& b : bindings.bindings()) {
-            RESHARD_ASSIGN_OR_RETURN(LoadReport one,
-                                     LoadUnconverted(manifest, part, {b}));
-            internal::AddLoadReport(one, &total);
-          }
-          return total;
-        });
+        by_participant);
+  }
+  if (device != nullptr) {
+    return internal::LoadThroughDeviceStaging(
+        target, target_bindings, std::move(device),
+        options_.device_staging_bytes, by_participant);
   }
   return LoadUnconverted(manifest, target, target_bindings);
 }
