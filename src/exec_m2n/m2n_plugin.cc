@@ -1,0 +1,166 @@
+// libreshard_m2n.so: the calls into NCCL M2N (nccl_m2n.h, API version 2)
+// behind M2nPlugin. Built only with the M2N wheel and CUDA
+// (cmake/m2n.cmake), against the NCCL headers of the nvidia-nccl wheel
+// (nccl_m2n.h needs NCCL 2.30.5 or newer); loaded by M2nBackend.
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <nccl_m2n.h>
+
+#include <string>
+#include <vector>
+
+#include "exec_m2n/m2n_backend.h"
+
+namespace reshard::m2n {
+namespace {
+
+static_assert(NCCL_RESHARD_MAX_MESH_DIMS == kMaxMeshDims);
+static_assert(NCCL_RESHARD_MAX_TENSOR_DIMS == kMaxTensorDims);
+static_assert(NCCL_RESHARD_REPLICATE == kReplicate);
+
+ncclDataType_t NcclDtype(M2nDtype dtype) {
+  switch (dtype) {
+    case M2nDtype::kInt8:
+      return ncclInt8;
+    case M2nDtype::kUint8:
+      return ncclUint8;
+    case M2nDtype::kFloat8e4m3:
+      return ncclFloat8e4m3;
+    case M2nDtype::kFloat8e5m2:
+      return ncclFloat8e5m2;
+    case M2nDtype::kFloat16:
+      return ncclFloat16;
+    case M2nDtype::kBfloat16:
+      return ncclBfloat16;
+    case M2nDtype::kInt32:
+      return ncclInt32;
+    case M2nDtype::kUint32:
+      return ncclUint32;
+    case M2nDtype::kFloat32:
+      return ncclFloat32;
+    case M2nDtype::kInt64:
+      return ncclInt64;
+    case M2nDtype::kUint64:
+      return ncclUint64;
+    case M2nDtype::kFloat64:
+      return ncclFloat64;
+  }
+  return ncclUint8;
+}
+
+std::string NcclError(const char* what, ncclResult_t r) {
+  std::string detail = ncclM2nGetLastError();
+  return std::string(what) + ": " + ncclGetErrorString(r) +
+         (detail.empty() ? "" : " (" + detail + ")");
+}
+
+struct Session {
+  ncclComm_t comm = nullptr;
+  bool owns_comm = false;
+  ncclM2nHandle_t handle = nullptr;
+};
+
+// The descriptors of one side; the arrays they point into live here, as
+// long as the call that reads them.
+struct SideDescriptor {
+  std::vector<int> dims;
+  std::vector<int> placements;
+  std::vector<size_t> local_shape;
+  ncclMesh_t mesh = NCCL_M2N_MESH_INITIALIZER;
+  ncclDistTensor_t tensor = NCCL_M2N_DIST_TENSOR_INITIALIZER;
+
+  SideDescriptor(const M2nSide& side, M2nDtype dtype, void* data)
+      : dims(side.mesh.dims),
+        placements(side.placements),
+        local_shape(side.local_shape.begin(), side.local_shape.end()) {
+    mesh.ndims = static_cast<int>(dims.size());
+    mesh.dims = dims.data();
+    mesh.startRank = side.mesh.start_rank;
+    tensor.dataPtr = data;
+    tensor.localShape = local_shape.data();
+    tensor.ndims = static_cast<int>(local_shape.size());
+    tensor.dtype = NcclDtype(dtype);
+    tensor.mesh = &mesh;
+    tensor.placements = placements.data();
+  }
+  SideDescriptor(const SideDescriptor&) = delete;
+  SideDescriptor& operator=(const SideDescriptor&) = delete;
+};
+
+class Plugin final : public M2nPlugin {
+ public:
+  std::string Version() override {
+    return "nccl-m2n " + std::to_string(NCCL_M2N_MAJOR) + "." +
+           std::to_string(NCCL_M2N_MINOR) + "." +
+           std::to_string(NCCL_M2N_PATCH) + ", nccl " +
+           std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+           std::to_string(NCCL_PATCH);
+  }
+
+  std::string Open(void* comm, int device, void** out) override {
+    auto* s = new Session;
+    if (comm != nullptr) {
+      s->comm = static_cast<ncclComm_t>(comm);
+    } else {
+      ncclResult_t r = ncclCommInitAll(&s->comm, 1, &device);
+      if (r != ncclSuccess) {
+        delete s;
+        return NcclError("ncclCommInitAll", r);
+      }
+      s->owns_comm = true;
+    }
+    ncclResult_t r = ncclM2nInit(&s->handle, nullptr);
+    if (r != ncclSuccess) {
+      Close(s);
+      return NcclError("ncclM2nInit", r);
+    }
+    *out = s;
+    return "";
+  }
+
+  std::string Run(void* session, const std::vector<M2nTensor>& tensors,
+                  const std::vector<M2nBuffers>& buffers,
+                  void* stream) override {
+    auto* s = static_cast<Session*>(session);
+    auto st = static_cast<cudaStream_t>(stream);
+    ncclM2nGroupStart();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      // Grouped calls copy the descriptors while recording.
+      SideDescriptor src(tensors[i].source, tensors[i].dtype,
+                         buffers[i].source);
+      SideDescriptor dst(tensors[i].target, tensors[i].dtype,
+                         buffers[i].target);
+      ncclResult_t r =
+          ncclReshard(s->handle, s->comm, &src.tensor, &dst.tensor, st);
+      if (r != ncclSuccess) {
+        ncclM2nGroupAbort();
+        return NcclError(("ncclReshard of " + tensors[i].tensor_id).c_str(), r);
+      }
+    }
+    ncclResult_t r = ncclM2nGroupEnd();
+    return r == ncclSuccess ? "" : NcclError("ncclM2nGroupEnd", r);
+  }
+
+  std::string Synchronize(void* stream) override {
+    cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    return e == cudaSuccess ? "" : std::string(cudaGetErrorString(e));
+  }
+
+  void Close(void* session) override {
+    auto* s = static_cast<Session*>(session);
+    if (s == nullptr) return;
+    if (s->handle != nullptr) ncclM2nFinalize(s->handle);
+    if (s->owns_comm) ncclCommDestroy(s->comm);
+    delete s;
+  }
+};
+
+}  // namespace
+}  // namespace reshard::m2n
+
+extern "C" __attribute__((visibility("default"))) reshard::m2n::M2nPlugin*
+ReshardM2nPlugin() {
+  static reshard::m2n::Plugin plugin;
+  return &plugin;
+}
