@@ -195,8 +195,8 @@ Status LiveRank::Rebind(const LiveBindings& now) {
 }
 
 Status LiveRank::Reshare(BoundTransferPlan bound) {
-  RESHARD_RETURN_NOT_OK(
-      bound.RequireMemoryKinds({MemoryKind::kHost}, options_.exchange));
+  RESHARD_RETURN_NOT_OK(bound.RequireMemoryKinds(
+      exchange_->capabilities().memory_kinds, options_.exchange));
   ops_.clear();
   local_.clear();
   batches_.clear();

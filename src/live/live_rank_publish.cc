@@ -124,9 +124,11 @@ Status LiveRank::PlanAndBind() {
       auto bound,
       BoundTransferPlan::Bind(*plan_, source_, sources, target_, targets));
   bound_.emplace(std::move(bound));
-  // Host memory only, on every rank alike: a device pointer is never
-  // handed to UCX as host memory.
-  return bound_->RequireMemoryKinds({MemoryKind::kHost}, options_.exchange);
+  // Only the memory kinds the exchange moves, on every rank alike: a
+  // device pointer is never handed to an exchange that takes it for host
+  // memory.
+  return bound_->RequireMemoryKinds(exchange_->capabilities().memory_kinds,
+                                    options_.exchange);
 }
 
 Status LiveRank::CheckDeclarations() {

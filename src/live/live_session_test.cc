@@ -678,10 +678,16 @@ TEST(LiveSessionTest, DeviceMemoryIsRefusedBeforeAnyTransfer) {
     }
     return out;
   });
+  // The first target binding's first fragment (participants and their
+  // fragments in order), in one line.
+  const auto& first = on_gpu[0];
   EXPECT_THAT(
-      error, ::testing::AllOf(HasSubstr("ucx executor cannot move cuda memory: "
-                                        "target fragment sha256:"),
-                              ::testing::EndsWith("(device \"cuda:0\")")));
+      error,
+      ::testing::EndsWith(
+          "ucx executor cannot move cuda memory: target fragment " +
+          first.fragments()[0].placement_fragment_id() + " of participant " +
+          first.participant_id() + " (device \"cuda:0\")"));
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
 }
 
 // Session options are checked before anything is published.
@@ -954,6 +960,49 @@ TEST(StandingSessionTest, MovedBuffersFollowOneRuleUnderEveryProtocol) {
                                     "failed as decided by rank 0: "));
     }
   }
+}
+
+// Targets rebound into CUDA memory at an update are refused by the rank
+// that moved them, naming the fragment, before anything moves: the
+// exchange ("ucx") moves host memory only (PeerExchangeCapabilities::
+// memory_kinds).
+TEST(StandingSessionTest, DeviceMemoryAtAnUpdateIsRefusedNamingTheFragment) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  TempDir dir;
+  std::string fragment, participant;  // rank 1's first target fragment
+  {
+    Seat seat = SeatOf(source, target, 1, "gpu-1");
+    fragment = seat.bindings.targets[0].fragments()[0].placement_fragment_id();
+    participant = seat.bindings.targets[0].participant_id();
+  }
+  const auto out = TwoRanks([&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(source, target, rank, "gpu-" + std::to_string(rank));
+    LiveSessionOptions lo;
+    lo.session = "gpu-update";
+    lo.rank = rank;
+    lo.ranks = 2;
+    lo.timeout = std::chrono::seconds(10);
+    auto session = LiveSession::Open(*store, source, target, seat.bindings, lo);
+    if (!session.ok()) return "open: " + session.status().ToString();
+    if (auto u1 = (*session)->Update(1); !u1.ok()) {
+      return "update 1: " + u1.status().ToString();
+    }
+    LiveBindings now = seat.bindings;
+    for (auto& b : now.targets) {
+      b = Must(WithBindingChanges(b, {.device = "cuda:0"}));
+    }
+    auto u2 = (*session)->Update(2, &now);
+    return u2.ok() ? std::string("update 2: ok") : u2.status().message();
+  });
+  EXPECT_EQ(out[1],
+            "live session gpu-update, rank 1, update 2: ucx executor cannot "
+            "move cuda memory: target fragment " +
+                fragment + " of participant " + participant +
+                " (device \"cuda:0\") (the session stays open: retry the "
+                "update or run the next one)");
+  EXPECT_THAT(out[0], HasSubstr("failed as decided by rank 1: "));
 }
 
 // Generations only go up; a closed or failed session refuses updates.

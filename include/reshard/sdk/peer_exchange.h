@@ -171,6 +171,12 @@ struct PeerExchangeCapabilities {
   // that moves messages through memory shared between processes reads
   // faster than it sends; one over a network sends faster.
   bool pull_on_one_host = false;
+  // The memory kinds the exchange reads and writes (RuntimeBindingFragment
+  // devices "cpu", "cuda", "cuda:<ordinal>"). A session binding fragments
+  // of any other kind is refused at open and at every update, on every
+  // rank alike, naming the first such fragment, before the exchange sees
+  // a pointer.
+  std::vector<MemoryKind> memory_kinds = {MemoryKind::kHost};
 };
 
 class PeerExchange {
