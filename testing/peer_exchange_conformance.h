@@ -4,10 +4,11 @@
 // message, and by remote reads (kGet) of registered memory; a short
 // message is DataLoss naming the operation, the deadline is Unavailable,
 // an abort polled during a run is returned as it is, and connecting again
-// is a no-op. Pieces handed to on_piece are the streams that moved. A peer
-// replaced by a new exchange at a new address is reached again after Disconnect
-// and Connect (connections_made() counting the reconnect); a dead peer is named
-// by PeerFailure() until it is disconnected.
+// is a no-op (remote reads: where the exchange offers them). Pieces handed to
+// on_piece are the streams that moved. A peer replaced by a new exchange at a
+// new address is reached again after Disconnect and Connect (connections_made()
+// counting the reconnect); a dead peer is named by PeerFailure() until it is
+// disconnected.
 //
 // An exchange joins it with one line, naming its registered name:
 //
@@ -33,11 +34,13 @@ namespace reshard::testing {
 struct ExchangeUnderTest {
   ExchangeUnderTest(const char* name) : name(name) {}  // NOLINT: implicit
   ExchangeUnderTest(std::string name, PeerExchangeOptions options,
-                    bool sees_dead_peers = true, bool hands_pieces = false)
+                    bool sees_dead_peers = true, bool hands_pieces = false,
+                    bool reads_remote = true)
       : name(std::move(name)),
         options(std::move(options)),
         sees_dead_peers(sees_dead_peers),
-        hands_pieces(hands_pieces) {}
+        hands_pieces(hands_pieces),
+        reads_remote(reads_remote) {}
 
   std::string name;
   PeerExchangeOptions options;
@@ -49,6 +52,11 @@ struct ExchangeUnderTest {
   // exchange that packs them itself should); the suite checks that it
   // does, or that it hands none.
   bool hands_pieces = false;
+  // Whether it offers remote reads (kGet, RegisterMemory, ImportRemoteKey).
+  // One that does not ("nccl": NCCL has sends and receives only) must say
+  // so: RegisterMemory Unimplemented, and its capabilities never ask a
+  // session to pull; the suite checks that instead of the reads.
+  bool reads_remote = true;
 };
 
 void PrintTo(const ExchangeUnderTest& exchange, std::ostream* os);

@@ -707,11 +707,11 @@ TEST(LiveSessionTest, InvalidSessionOptions) {
   r = RunLiveReshard(*store, source, target, {}, o);
   EXPECT_EQ(r.status().message(), "live session: rank 2 is not below 2 ranks");
   o.rank = 0;
-  o.exchange = "nccl";
+  o.exchange = "nixl";
   r = RunLiveReshard(*store, source, target, {}, o);
   EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
-                          "live session: unknown peer exchange \"nccl\" "
-                          "(registered: inproc, ucx)"));
+                          "live session: unknown peer exchange \"nixl\" "
+                          "(registered: inproc, nccl, ucx)"));
   // Each exchange checks its own settings before anything is published.
   o.exchange = "inproc";
   o.exchange_options.Set("tls", "tcp");

@@ -105,7 +105,7 @@ TEST(InprocExchangeTest, FailuresNameTheRegionAndThePeer) {
   EXPECT_THAT(MakePeerExchange("nixl", {}),
               StatusIs(StatusCode::kInvalidArgument,
                        "unknown peer exchange \"nixl\" (registered: inproc, "
-                       "ucx)"));
+                       "nccl, ucx)"));
 }
 
 // A destroyed exchange is lost to its peers. Disconnecting it drops what it
@@ -182,7 +182,7 @@ TEST(InprocExchangeTest, RegistryRefusesADuplicateNameAndUnknownSettings) {
                        "peer exchange \"inproc\" has no setting \"tls\" "
                        "(it takes none)"));
   EXPECT_THAT(RegisteredPeerExchanges(),
-              ::testing::ElementsAre("inproc", "ucx"));
+              ::testing::ElementsAre("inproc", "nccl", "ucx"));
 }
 
 using ::reshard::testing::PeerExchangeConformance;

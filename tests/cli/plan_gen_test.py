@@ -169,7 +169,7 @@ with tempfile.TemporaryDirectory() as tmp:
         check("selftest bytes == plan bytes", plan is not None and
               j["bytes"] == plan["bytes"] and j["operations"] == plan["operations"],
               (j, plan and plan["bytes"]))
-    r = run("selftest", "--transport", "nccl", os.path.join(tmp, "s.json"),
+    r = run("selftest", "--transport", "nixl", os.path.join(tmp, "s.json"),
             os.path.join(tmp, "t.json"))
     check("selftest unknown transport", r.returncode != 0, r.stderr)
     for name in ("four_axis", "cross_dim_ep4_to_tp4_uint8", "fp8_fused_moe",
