@@ -12,7 +12,7 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 
 .PHONY: all build bootstrap configure demo test check fuzz bench install format
-.PHONY: install-python pip-check conformance
+.PHONY: install-python pip-check conformance m2n-venv
 .PHONY: clean
 
 all: build
@@ -34,6 +34,13 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The NCCL M2N backend's build-only venv, $(BUILD)/m2n-venv (the
+# nccl-extensions and nvidia-nccl-cu13 wheels, scripts/m2n_venv.sh): a
+# configure that finds it builds the backend's plugin (cmake/m2n.cmake).
+# `make test` does not need it; CI makes it first.
+m2n-venv:
+	scripts/m2n_venv.sh $(BUILD)/m2n-venv
 
 # Sanitizer trees build-asan and build-tsan, then the fuzzers for
 # FUZZ_SECONDS each (see scripts/check.sh for the knobs).

@@ -1,10 +1,12 @@
 // `reshard info [--json]`: what this build and machine offer, for scripts
 // that choose a path before they move anything: the CUDA backend (built,
-// the runtime's version, the devices visible).
+// the runtime's version, the devices visible) and the NCCL M2N backend
+// (whether its plugin was built, and where).
 
 #include <cstdio>
 #include <string>
 
+#include "exec_m2n/m2n_backend.h"
 #include "reshard/backends/cuda_transport.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
@@ -25,6 +27,12 @@ std::string InfoJson(const CudaInfo& cuda) {
   w.KeyInt("devices", cuda.devices);
   w.KeyString("runtime", cuda.runtime);
   w.EndObject();
+  w.Key("nccl_m2n");
+  w.BeginObject();
+  w.Key("built");
+  w.Bool(m2n::M2nBuilt());
+  w.KeyString("plugin", m2n::M2nPluginPath());
+  w.EndObject();
   w.EndObject();
   return out;
 }
@@ -33,7 +41,8 @@ std::string InfoJson(const CudaInfo& cuda) {
 
 void AddInfoCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "info", "What this build and machine offer (the CUDA backend)");
+      "info",
+      "What this build and machine offer (the CUDA and NCCL M2N backends)");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([json]() {
@@ -48,6 +57,11 @@ void AddInfoCommand(CLI::App& app) {
       std::printf("cuda: built, runtime %s, %d device%s\n",
                   cuda.runtime.c_str(), cuda.devices,
                   cuda.devices == 1 ? "" : "s");
+    }
+    if (!m2n::M2nBuilt()) {
+      std::printf("nccl m2n: not built (make m2n-venv, then configure)\n");
+    } else {
+      std::printf("nccl m2n: built, plugin %s\n", m2n::M2nPluginPath().c_str());
     }
   });
 }

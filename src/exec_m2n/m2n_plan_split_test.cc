@@ -269,6 +269,24 @@ TEST(M2nPlanSplitTest, DefaultRanksPutSourcesFirstInRankOrder) {
                "t p-d0-p0-e0-t1 3", "t p-d0-p0-e0-t2 4", "t p-d0-p0-e0-t3 5"}));
 }
 
+TEST(M2nPlanSplitTest, StoreSourceRefusesEveryTensor) {
+  const WeightPlacementManifest source =
+      testing::CubeLayout(2, 0, Dims{4, 4, 4});
+  const WeightPlacementManifest target =
+      testing::CubeLayout(4, 1, Dims{4, 4, 4});
+  const StoredWeightManifest stored =
+      Must(StoredWeightManifest::Make(testing::StoredSpecFrom(source)));
+  const LogicalTransferPlan plan =
+      Must(LogicalTransferPlan::MakeFromStored(stored, target));
+  const std::vector<M2nDecision> decisions = Must(
+      SplitPlanForM2n(plan, source, target, DefaultM2nRanks(source, target)));
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions[0].rule, "live-source");
+  EXPECT_EQ(decisions[0].reason,
+            "tensor \"w\": not lowered to ncclReshard: rule live-source: the "
+            "source is a store revision, not ranks of the communicator");
+}
+
 TEST(M2nPlanSplitTest, RefusesOtherPlacementsAndUnrankedParticipants) {
   const WeightPlacementManifest source =
       testing::CubeLayout(2, 0, Dims{4, 4, 4});

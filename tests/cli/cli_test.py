@@ -130,13 +130,13 @@ def expect_invalid(path, needle):
 # ---------------------------------------------------------------------------
 
 @test
-def info_json_reports_the_cuda_backend():
+def info_json_reports_the_cuda_and_m2n_backends():
     rc, out, err = run("info", "--json")
     check(rc == 0 and err == b"", "exit %d, stderr %r" % (rc, err))
     check(out.endswith(b"\n") and out.count(b"\n") == 1,
           "one line: %r" % out)
     info = json.loads(out)
-    check(sorted(info) == ["cuda"], "keys %r" % sorted(info))
+    check(sorted(info) == ["cuda", "nccl_m2n"], "keys %r" % sorted(info))
     cuda = info["cuda"]
     check(sorted(cuda) == ["built", "devices", "runtime"],
           "cuda keys %r" % sorted(cuda))
@@ -154,6 +154,16 @@ def info_json_reports_the_cuda_backend():
         check(cuda["runtime"] == "" and cuda["devices"] == 0,
               "without CUDA: %r" % cuda)
         text = "cuda: not built (configure with -DRESHARD_CUDA=ON)\n"
+    m2n = info["nccl_m2n"]
+    check(sorted(m2n) == ["built", "plugin"], "nccl_m2n keys %r" % sorted(m2n))
+    check(isinstance(m2n["built"], bool), "m2n built %r" % m2n["built"])
+    if m2n["built"]:
+        check(m2n["plugin"].endswith("/libreshard_m2n.so"),
+              "plugin %r" % m2n["plugin"])
+        text += "nccl m2n: built, plugin %s\n" % m2n["plugin"]
+    else:
+        check(m2n["plugin"] == "", "without M2N: %r" % m2n)
+        text += "nccl m2n: not built (make m2n-venv, then configure)\n"
     # The human form says the same.
     rc, out, err = run("info")
     check(rc == 0 and out.decode() == text, "info printed %r" % out)
