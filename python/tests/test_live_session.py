@@ -231,7 +231,7 @@ def test_exchanges_are_listed_and_chosen_by_name(tmp_path):
     """registered_exchanges() lists what LiveSession(exchange=...) takes;
     an unknown name is refused listing them; settings go to the exchange,
     which refuses one it does not take; ucx_tls is the "tls" setting."""
-    assert reshard.registered_exchanges() == ["inproc", "nccl", "ucx"]
+    assert reshard.registered_exchanges() == ["cuda-ipc", "inproc", "nccl", "ucx"]
     src, dst = _load("source"), _load("target")
     try:
         reshard.LiveSession(str(tmp_path), "x", rank=0, ranks=1, source=src,
@@ -239,7 +239,7 @@ def test_exchanges_are_listed_and_chosen_by_name(tmp_path):
     except reshard.InvalidArgumentError as error:
         assert str(error) == (
             "LiveSession.exchange: unknown peer exchange 'nixl' "
-            "(registered: inproc, nccl, ucx)")
+            "(registered: cuda-ipc, inproc, nccl, ucx)")
     else:
         raise AssertionError("an unknown exchange was accepted")
     alias = reshard.LiveSession(str(tmp_path), "x", rank=0, ranks=1,

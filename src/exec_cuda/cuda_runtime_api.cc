@@ -4,6 +4,7 @@
 // call and the runtime's error string.
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -189,3 +190,60 @@ Result<std::shared_ptr<DeviceApi>> RuntimeDeviceApi() {
 }
 
 }  // namespace reshard::cuda
+  Result<AllocationRange> AllocationOf(const void* ptr) override {
+    // The runtime has no call for it: the driver's, through the runtime's
+    // entry-point query (no link against libcuda).
+    using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
+    static GetRange get_range = [] {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
+                                           cudaEnableDefault,
+                                           &found) != cudaSuccess ||
+          found != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        fn = nullptr;
+      }
+      return reinterpret_cast<GetRange>(fn);
+    }();
+    if (get_range == nullptr) {
+      return Status::Internal("cuMemGetAddressRange: not found in the driver");
+    }
+    unsigned long long base = 0;
+    size_t bytes = 0;
+    const int e =
+        get_range(&base, &bytes, reinterpret_cast<unsigned long long>(ptr));
+    if (e != 0) {
+      return Status::InvalidArgument("cuMemGetAddressRange: CUresult " +
+                                     std::to_string(e) +
+                                     " (not device memory)");
+    }
+    return AllocationRange{reinterpret_cast<void*>(base), bytes};
+  }
+
+  Result<IpcMemHandle> IpcGetMemHandle(void* base) override {
+    cudaIpcMemHandle_t h{};
+    RESHARD_RETURN_NOT_OK(
+        Check(cudaIpcGetMemHandle(&h, base), "cudaIpcGetMemHandle"));
+    IpcMemHandle out;
+    static_assert(sizeof(h) == sizeof(out.bytes));
+    std::memcpy(out.bytes, &h, sizeof(h));
+    return out;
+  }
+
+  Result<void*> IpcOpenMemHandle(int device,
+                                 const IpcMemHandle& handle) override {
+    RESHARD_RETURN_NOT_OK(Check(cudaSetDevice(device), "cudaSetDevice"));
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, handle.bytes, sizeof(h));
+    void* p = nullptr;
+    RESHARD_RETURN_NOT_OK(
+        Check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
+              "cudaIpcOpenMemHandle"));
+    return p;
+  }
+
+  Status IpcCloseMemHandle(void* ptr) override {
+    return Check(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle");
+  }
+

@@ -1,7 +1,7 @@
 // The device-API seam of the CUDA executor: the few CUDA runtime calls it
 // makes (streams, events, 2D/3D asynchronous copies between host and
 // device pointers, pinned host memory, peer access, the gather/scatter
-// kernel), as an interface with two implementations:
+// kernel, CUDA IPC handles), as an interface with two implementations:
 //  - CudaRuntimeApi (cuda_runtime_api.h, built where the CUDA toolkit is),
 //    which calls the CUDA runtime;
 //  - HostDeviceApi (host_device_api.h), an emulation over host memory that
@@ -71,6 +71,18 @@ struct PointerInfo {
 };
 
 using StreamHandle = uint64_t;  // 0 is never a stream
+// cudaIpcMemHandle_t: 64 opaque bytes that name a device allocation to
+// another process (CUDA IPC between processes of one host).
+struct IpcMemHandle {
+  uint8_t bytes[64] = {};
+};
+
+// A device allocation: its base and size (cuMemGetAddressRange).
+struct AllocationRange {
+  void* base = nullptr;
+  size_t bytes = 0;
+};
+
 using EventHandle = uint64_t;   // 0 is never an event
 
 class DeviceApi {
@@ -126,3 +138,18 @@ class DeviceApi {
 }  // namespace reshard::cuda
 
 #endif  // RESHARD_EXEC_CUDA_DEVICE_API_H_
+  // CUDA IPC. AllocationOf: the device allocation holding `ptr`
+  // (cuMemGetAddressRange), refused for a pointer into none.
+  // IpcGetMemHandle: cudaIpcGetMemHandle of the base of an allocation
+  // Malloc made. IpcOpenMemHandle: cudaIpcOpenMemHandle on `device` (with
+  // cudaIpcMemLazyEnablePeerAccess) of a handle another process exported;
+  // opening one handle again in this process returns the same pointer and
+  // counts a reference. IpcCloseMemHandle: cudaIpcCloseMemHandle of a
+  // pointer IpcOpenMemHandle returned: drops a reference, unmaps at the
+  // last.
+  virtual Result<AllocationRange> AllocationOf(const void* ptr) = 0;
+  virtual Result<IpcMemHandle> IpcGetMemHandle(void* base) = 0;
+  virtual Result<void*> IpcOpenMemHandle(int device,
+                                         const IpcMemHandle& handle) = 0;
+  virtual Status IpcCloseMemHandle(void* ptr) = 0;
+

@@ -262,7 +262,7 @@ std::unique_ptr<HostDeviceApi> HostDeviceApi::Make(
 HostDeviceApi::~HostDeviceApi() {
   // Work still queued is dropped: nobody can observe it any more.
   for (const auto& [base, allocation] : allocations_) {
-    std::free(reinterpret_cast<void*>(base));
+    ReleaseMemory(reinterpret_cast<void*>(base), allocation.bytes);
   }
   for (const auto& [base, bytes] : pinned_) {
     std::free(reinterpret_cast<void*>(base));
@@ -334,7 +334,7 @@ Result<void*> HostDeviceApi::Malloc(int device, size_t bytes) {
       options_.memory_per_device - std::min(used, options_.memory_per_device);
   void* p = nullptr;
   if (bytes <= free_bytes && bytes <= SIZE_MAX - 255) {
-    p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    p = AllocateMemory(bytes);
   }
   if (p == nullptr) {
     return Log(line, Status::ResourceExhausted(
@@ -354,6 +354,9 @@ Status HostDeviceApi::Free(void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ptr == nullptr) return Log("Free null", Status::OK());
   auto it = allocations_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (imports_.count(reinterpret_cast<uintptr_t>(ptr)) != 0) {
+    return Log("Free", host_emulation::FreeOfImport());
+  }
   if (it == allocations_.end()) {
     const Location at = Locate(ptr);
     const std::string where =
@@ -370,7 +373,7 @@ Status HostDeviceApi::Free(void* ptr) {
   const Allocation a = it->second;
   allocated_[static_cast<size_t>(a.device)] -= a.bytes;
   allocations_.erase(it);
-  std::free(ptr);
+  ReleaseMemory(ptr, a.bytes);
   return Log("Free device=" + std::to_string(a.device) +
                  " bytes=" + std::to_string(a.bytes),
              Status::OK());

@@ -42,6 +42,8 @@ namespace reshard::cuda {
 
 namespace host_emulation {
 struct CopySide;  // one side of a copy, checked (host_device_api.cc)
+// Free's refusal of memory IpcOpenMemHandle mapped (host_device_ipc.cc).
+Status FreeOfImport();
 }  // namespace host_emulation
 
 struct HostDeviceApiOptions {
@@ -56,6 +58,12 @@ struct HostDeviceApiOptions {
   // Bytes that Malloc may hold per device (cudaErrorMemoryAllocation
   // beyond).
   size_t memory_per_device = SIZE_MAX;
+  // Whether Malloc's memory can be exported with IpcGetMemHandle and
+  // opened by another process (host_device_ipc.cc): each allocation is
+  // then a memfd mapped shared, page-aligned. Without it allocations are
+  // private memory and IpcGetMemHandle is refused (cudaErrorNotSupported,
+  // as on a device without IPC support).
+  bool ipc_shareable = false;
 };
 
 // What the emulation has run so far (work that ran, not work queued).
@@ -135,6 +143,35 @@ class HostDeviceApi final : public DeviceApi {
   using Side = host_emulation::CopySide;
 
   struct Allocation {
+  // CUDA IPC over real shared memory (host_device_ipc.cc), between
+  // processes that each have a HostDeviceApi. A handle names a shared
+  // allocation by the exporting process's id, its descriptor and a serial
+  // number, so another process opens exactly that memory (through
+  // /proc/<pid>/fd) or is refused. As the runtime documents:
+  //  - IpcGetMemHandle takes the base of an allocation Malloc made
+  //    (cudaErrorInvalidValue for any other pointer, an interior one
+  //    included, and for memory IpcOpenMemHandle mapped);
+  //  - IpcOpenMemHandle refuses a handle that is not one
+  //    (cudaErrorInvalidValue), one exported by this process
+  //    (cudaErrorDeviceUninitialized, "invalid device context"), one whose
+  //    allocation was freed or whose process exited
+  //    (cudaErrorInvalidResourceHandle); opening a handle open already
+  //    returns the same pointer and counts a reference. The memory is
+  //    device memory of `device` here (Pointer(), copies), and Free of it
+  //    is refused (cudaErrorInvalidValue: it is closed, not freed);
+  //  - IpcCloseMemHandle of a pointer not open (never opened, closed, or
+  //    an interior pointer) is cudaErrorInvalidValue; the last close runs
+  //    every stream's queued work first (it may touch the memory), then
+  //    unmaps. The exporter's memory is unaffected.
+  // Logged as "IpcGetMemHandle device=0 bytes=4096", "IpcOpenMemHandle
+  // device=0 bytes=4096 -> refs=1", "IpcCloseMemHandle bytes=4096 ->
+  // refs=0".
+  Result<AllocationRange> AllocationOf(const void* ptr) override;
+  Result<IpcMemHandle> IpcGetMemHandle(void* base) override;
+  Result<void*> IpcOpenMemHandle(int device,
+                                 const IpcMemHandle& handle) override;
+  Status IpcCloseMemHandle(void* ptr) override;
+
     int device;
     size_t bytes;
   };
@@ -175,8 +212,26 @@ class HostDeviceApi final : public DeviceApi {
   Status CheckPeer(StreamHandle handle, const Stream& stream, int device,
                    std::string_view touches) const;
   void QueueCopy(Stream& stream, const Side& src, const Side& dst, size_t width,
+  // A shared allocation (ipc_shareable): its memfd and serial number.
+  struct Shared {
+    int fd;
+    uint64_t serial;
+  };
+  // Memory IpcOpenMemHandle mapped: whose, and the references to it.
+  struct Import {
+    int32_t pid;
+    uint64_t serial;
+    uint64_t refs;
+  };
+
                  size_t height, size_t depth);
   Status CheckKernelSide(StreamHandle handle, const Stream& stream,
+  // Malloc's memory: private (aligned_alloc) or, with ipc_shareable, a
+  // shared memfd mapping recorded in shared_; null on failure. Release
+  // gives back either, or an import's mapping. Called with mu_ held.
+  void* AllocateMemory(size_t bytes);
+  void ReleaseMemory(void* ptr, size_t bytes);
+
                          const GatherScatterArgs& args, bool src);
   Status Copy3DLocked(const Copy3D& copy, StreamHandle handle);
   Status Copy2DLocked(void* dst, size_t dpitch, const void* src, size_t spitch,
@@ -201,3 +256,5 @@ class HostDeviceApi final : public DeviceApi {
 }  // namespace reshard::cuda
 
 #endif  // RESHARD_EXEC_CUDA_HOST_DEVICE_API_H_
+  std::map<uintptr_t, Shared> shared_;           // exportable allocations
+  std::map<uintptr_t, Import> imports_;  // opened handles (in allocations_)

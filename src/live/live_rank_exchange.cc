@@ -38,7 +38,9 @@ Status LiveRank::TakeShareOf(const BoundRegion& br) {
   const uint32_t to = to_it->second;
   using Kind = ExchangeOp::Kind;
   const bool small = br.bytes <= kMaxCoalescedRegion;
-  const bool pulled = pull_ && !small && PulledRegion(br);
+  const bool pulled =
+      pull_ && (exchange_->capabilities().pull_every_region ||
+                (!small && PulledRegion(br)));
   if (from == options_.rank && to == options_.rank) {
     local_.push_back(&br);
     if (verify_) verify_->Local(&br);

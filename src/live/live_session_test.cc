@@ -711,7 +711,7 @@ TEST(LiveSessionTest, InvalidSessionOptions) {
   r = RunLiveReshard(*store, source, target, {}, o);
   EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
                           "live session: unknown peer exchange \"nixl\" "
-                          "(registered: inproc, nccl, ucx)"));
+                          "(registered: cuda-ipc, inproc, nccl, ucx)"));
   // Each exchange checks its own settings before anything is published.
   o.exchange = "inproc";
   o.exchange_options.Set("tls", "tcp");

@@ -104,8 +104,8 @@ TEST(InprocExchangeTest, FailuresNameTheRegionAndThePeer) {
                        "malformed in-process remote key \"12:x\" of rank 0"));
   EXPECT_THAT(MakePeerExchange("nixl", {}),
               StatusIs(StatusCode::kInvalidArgument,
-                       "unknown peer exchange \"nixl\" (registered: inproc, "
-                       "nccl, ucx)"));
+                       "unknown peer exchange \"nixl\" (registered: "
+                       "cuda-ipc, inproc, nccl, ucx)"));
 }
 
 // A destroyed exchange is lost to its peers. Disconnecting it drops what it
@@ -182,7 +182,7 @@ TEST(InprocExchangeTest, RegistryRefusesADuplicateNameAndUnknownSettings) {
                        "peer exchange \"inproc\" has no setting \"tls\" "
                        "(it takes none)"));
   EXPECT_THAT(RegisteredPeerExchanges(),
-              ::testing::ElementsAre("inproc", "nccl", "ucx"));
+              ::testing::ElementsAre("cuda-ipc", "inproc", "nccl", "ucx"));
 }
 
 using ::reshard::testing::PeerExchangeConformance;

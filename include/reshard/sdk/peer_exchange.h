@@ -42,7 +42,8 @@
 //  - kGet reads the peer's source side through a key the peer registered
 //    (RegisterMemory) and this rank imported (ImportRemoteKey), for any
 //    region (a strided one row by row); a session reads only the regions
-//    for which PulledRegion() holds and pushes the others.
+//    for which PulledRegion() holds and pushes the others (every region,
+//    when capabilities() says pull_every_region).
 //  - Progress() must be called by a rank that waits while peers may still
 //    read from it (pull) or complete messages to it.
 //  - capabilities() is constant for the life of the exchange.
@@ -171,6 +172,14 @@ struct PeerExchangeCapabilities {
   // that moves messages through memory shared between processes reads
   // faster than it sends; one over a network sends faster.
   bool pull_on_one_host = false;
+  // When the session pulls: read every region with kGet, small and
+  // strided ones included (else only those PulledRegion() holds for), so
+  // that such an exchange is never sent a message. For an exchange whose
+  // gets are copies in the reader's own device ("cuda-ipc": a strided
+  // region is one device copy or kernel, not one get per row), and which
+  // may then refuse kSend and kReceive (a pushing session: protocol push,
+  // delta updates, movable sources).
+  bool pull_every_region = false;
   // The memory kinds the exchange reads and writes (RuntimeBindingFragment
   // devices "cpu", "cuda", "cuda:<ordinal>"). A session binding fragments
   // of any other kind is refused at open and at every update, on every
