@@ -31,7 +31,9 @@
 // flight, and those connections then report the failure until they are
 // disconnected. kGet is not offered (capabilities: no pull; RegisterMemory
 // and ImportRemoteKey are Unimplemented), so sessions push. Pieces are not
-// handed to on_piece.
+// handed to on_piece. The capabilities' memory kinds are CUDA memory for
+// the library and host memory for the emulation: a session refuses
+// fragments of the other kind before the exchange sees them.
 //
 // Settings (PeerExchangeOptions):
 //   api     "nccl" (default): the NCCL library, on CUDA device memory

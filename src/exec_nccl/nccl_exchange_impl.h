@@ -36,8 +36,10 @@ class NcclExchange final : public PeerExchange {
                std::unique_ptr<NcclMemory> memory, int device);
   ~NcclExchange() override;
 
+  // Never pull (no kGet); the memory kind of the memory implementation
+  // (CUDA for the library, host for the emulation).
   PeerExchangeCapabilities capabilities() const override {
-    return {.pull_on_one_host = false};
+    return {.pull_on_one_host = false, .memory_kinds = {memory_->kind()}};
   }
   Result<std::string> Address() override;
   Result<std::string> RegisterMemory(void* address, uint64_t length) override;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec_cuda/host_device_api.h"
 #include "exec_nccl/nccl_host_api.h"
 #include "reshard/backends/fs_store.h"
 #include "reshard/live.h"
@@ -95,6 +96,14 @@ TEST(NcclExchangeTest, AnAddressCarriesAUniqueIdPerLowerRank) {
               StatusIs(StatusCode::kInvalidArgument,
                        "cannot connect to rank 1: malformed nccl address "
                        "\"ucx:abc\""));
+  EXPECT_FALSE(two->capabilities().pull_on_one_host);
+  EXPECT_EQ(two->capabilities().memory_kinds,
+            std::vector<MemoryKind>{MemoryKind::kHost});
+  auto device_side =
+      MakeNcclExchange(0, std::make_shared<HostNcclApi>(),
+                       MakeDeviceMemory(cuda::HostDeviceApi::Make({}), 0), 0);
+  EXPECT_EQ(device_side->capabilities().memory_kinds,
+            std::vector<MemoryKind>{MemoryKind::kCuda});
   EXPECT_THAT(
       two->RegisterMemory(nullptr, 1),
       StatusIs(StatusCode::kUnimplemented,

@@ -19,6 +19,8 @@ class HostMemory final : public NcclMemory {
   explicit HostMemory(std::shared_ptr<HostNcclApi> api)
       : api_(std::move(api)) {}
 
+  MemoryKind kind() const override { return MemoryKind::kHost; }
+
   Result<cuda::StreamHandle> CreateStream() override {
     return api_->CreateStream();
   }
@@ -92,6 +94,8 @@ class DeviceMemory final : public NcclMemory {
  public:
   DeviceMemory(std::shared_ptr<cuda::DeviceApi> api, int device)
       : api_(std::move(api)), device_(device) {}
+
+  MemoryKind kind() const override { return MemoryKind::kCuda; }
 
   Result<cuda::StreamHandle> CreateStream() override {
     return api_->CreateStream(device_);

@@ -32,6 +32,11 @@ class NcclMemory {
  public:
   virtual ~NcclMemory() = default;
 
+  // The memory kind of the regions it moves (kCuda for the device
+  // implementation, kHost for the emulation's), which the exchange
+  // declares in its capabilities.
+  virtual MemoryKind kind() const = 0;
+
   virtual Result<cuda::StreamHandle> CreateStream() = 0;
   virtual void DestroyStream(cuda::StreamHandle stream) = 0;
   // True once the work queued on `stream` so far has finished.
