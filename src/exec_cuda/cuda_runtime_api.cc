@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "exec_cuda/convert_kernel_launch.h"
 #include "exec_cuda/cuda_transport.h"
 #include "exec_cuda/device_api.h"
 #include "exec_cuda/gather_scatter_kernel.h"
@@ -29,6 +30,10 @@ cudaMemcpyKind ToCuda(CopyKind kind) {
 
 cudaStream_t S(StreamHandle h) {
   return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(h));
+}
+// A stream handle as the kernel launchers take it.
+void* V(StreamHandle h) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(h));
 }
 cudaEvent_t E(EventHandle h) {
   return reinterpret_cast<cudaEvent_t>(static_cast<uintptr_t>(h));
@@ -160,6 +165,37 @@ class CudaRuntimeApi final : public DeviceApi {
       return Status::OK();
     }
     return Check(e, "cudaDeviceEnablePeerAccess");
+  }
+
+  // The FP8 and delta kernels (convert_kernel_launch.h): each launch's
+  // error, refusals of arguments left to the runtime (a bad pointer shows
+  // as the kernel's error at the next synchronisation).
+  Status LaunchCast(const CastArgs& args, StreamHandle stream) override {
+    return Check(static_cast<cudaError_t>(LaunchCastKernel(args, V(stream))),
+                 "cast kernel launch");
+  }
+  Status LaunchQuantizeE4m3(const QuantizeArgs& args,
+                            StreamHandle stream) override {
+    return Check(
+        static_cast<cudaError_t>(LaunchQuantizeE4m3Kernel(args, V(stream))),
+        "quantize kernel launch");
+  }
+  Status LaunchDequantizeE4m3(const DequantizeArgs& args,
+                              StreamHandle stream) override {
+    return Check(
+        static_cast<cudaError_t>(LaunchDequantizeE4m3Kernel(args, V(stream))),
+        "dequantize kernel launch");
+  }
+  Status LaunchDeltaEncode(const DeltaArgs& args,
+                           StreamHandle stream) override {
+    return Check(
+        static_cast<cudaError_t>(LaunchDeltaEncodeKernel(args, V(stream))),
+        "delta encode kernel launch");
+  }
+  Status LaunchDeltaApply(const DeltaArgs& args, StreamHandle stream) override {
+    return Check(
+        static_cast<cudaError_t>(LaunchDeltaApplyKernel(args, V(stream))),
+        "delta apply kernel launch");
   }
 
   Status LaunchGatherScatter(const GatherScatterArgs& args,

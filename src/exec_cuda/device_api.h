@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <string>
 
+#include "exec_cuda/convert_kernels.h"
 #include "exec_cuda/gather_scatter.h"
 #include "reshard/status.h"
 
@@ -125,6 +126,27 @@ class DeviceApi {
   // enabled pair is not an error here).
   virtual Result<bool> CanAccessPeer(int device, int peer) = 0;
   virtual Status EnablePeerAccess(int device, int peer) = 0;
+
+  // The FP8 and delta kernels (convert_kernels.h) on `stream`, every
+  // phase in order; the pointers are device memory of the stream's device
+  // (or of a peer with access enabled) or host memory the device reaches.
+  // Refused at once (nothing queued) for arguments the kernels cannot run:
+  // a null pointer, a zero block, a row stride below the row, a quantized
+  // source that is not float32/bfloat16/float16, a zero itemsize, sizes
+  // whose products overflow. Casts (CastElements), block quantization with
+  // scales (QuantizeE4m3Blocks; args.workspace holds
+  // QuantizeWorkspaceWords), dequantization (DequantizeE4m3Blocks), and the
+  // delta's kBitmap form: encode (map, values, base updated) and apply
+  // (args.tile_counts holds DeltaWorkspaceWords).
+  virtual Status LaunchCast(const CastArgs& args, StreamHandle stream) = 0;
+  virtual Status LaunchQuantizeE4m3(const QuantizeArgs& args,
+                                    StreamHandle stream) = 0;
+  virtual Status LaunchDequantizeE4m3(const DequantizeArgs& args,
+                                      StreamHandle stream) = 0;
+  virtual Status LaunchDeltaEncode(const DeltaArgs& args,
+                                   StreamHandle stream) = 0;
+  virtual Status LaunchDeltaApply(const DeltaArgs& args,
+                                  StreamHandle stream) = 0;
 
   // The gather/scatter kernel (gather_scatter.h) on `stream`: every row
   // of `args`, GatherScatterBlocks blocks of kGatherScatterThreads.

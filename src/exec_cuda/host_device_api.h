@@ -122,6 +122,25 @@ class HostDeviceApi final : public DeviceApi {
   Status LaunchGatherScatter(const GatherScatterArgs& args,
                              StreamHandle stream) override;
 
+  // The FP8 and delta kernels (host_device_api_convert.cc): arguments
+  // checked as DeviceApi states, then every phase queued as one piece of
+  // the stream's work that runs the kernel's grid block by block and
+  // thread by thread. Every pointer range a launch touches must lie within
+  // its allocation where it is device memory (cudaErrorInvalidValue, the
+  // GPU would fault), and device memory of another device needs peer
+  // access (cudaErrorPeerAccessNotEnabled). Logged as "LaunchCast stream=1
+  // elements=65536", "LaunchQuantizeE4m3 stream=1 rows=4 cols=8",
+  // "LaunchDequantizeE4m3 stream=1 rows=4 cols=8", "LaunchDeltaEncode
+  // stream=1 elements=100 item=2", "LaunchDeltaApply stream=1 elements=100
+  // item=2".
+  Status LaunchCast(const CastArgs& args, StreamHandle stream) override;
+  Status LaunchQuantizeE4m3(const QuantizeArgs& args,
+                            StreamHandle stream) override;
+  Status LaunchDequantizeE4m3(const DequantizeArgs& args,
+                              StreamHandle stream) override;
+  Status LaunchDeltaEncode(const DeltaArgs& args, StreamHandle stream) override;
+  Status LaunchDeltaApply(const DeltaArgs& args, StreamHandle stream) override;
+
   size_t MaxPitch() override;
 
   // One line per call that changes state or polls it, in call order
@@ -238,6 +257,13 @@ class HostDeviceApi final : public DeviceApi {
                       size_t width, size_t height, CopyKind kind,
                       StreamHandle handle);
   Status LaunchLocked(const GatherScatterArgs& args, StreamHandle handle);
+  // The FP8 and delta kernels (host_device_api_convert.cc): `bytes` at
+  // `ptr`, named `name` in messages, checked as a launch of `kernel`
+  // touches them; and the queueing of a checked launch's work.
+  Status CheckKernelRange(StreamHandle handle, const Stream& stream,
+                          const void* ptr, uint64_t bytes,
+                          const std::string& name, std::string_view kernel);
+  Status QueueKernel(Stream* stream, std::function<void()> work);
 
   const HostDeviceApiOptions options_;
   mutable std::mutex mu_;

@@ -10,12 +10,18 @@
 #include <cstring>
 #include <utility>
 
+#include "util/delta_bits.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 namespace reshard::live_internal {
 namespace {
+
+using internal::DeltaBit;
+using internal::DeltaBitsSet;
+using internal::SetDeltaBit;
 
 // Little-endian integers, as every integer of a delta message is written.
 void StoreLe64(uint8_t* p, uint64_t v) {
@@ -321,8 +327,8 @@ void DeltaRegionEncoder::Piece(const uint8_t* now, uint64_t position,
         break;
     }
     for (uint64_t b = scanned; b < take; b += item_) {
-      if (std::memcmp(p + b, base_ + at + b, item_) != 0) {
-        std::memcpy(base_ + at + b, p + b, item_);
+      if (internal::DeltaElementChanged(p + b, base_ + at + b, 0, item_)) {
+        internal::DeltaCopyElement(p + b, 0, base_ + at + b, 0, item_);
         Changed((at + b) / item_);
       }
     }
@@ -367,9 +373,7 @@ DeltaMode DeltaRegionEncoder::Finish(uint64_t* changed, uint64_t* base_hash) {
     GetVarint(&p, stop, &gap);
     GetVarint(&p, stop, &k);
     e += gap;
-    for (uint64_t j = e; j < e + k; ++j) {
-      map[j / 8] |= static_cast<uint8_t>(1u << (j % 8));
-    }
+    for (uint64_t j = e; j < e + k; ++j) SetDeltaBit(map, j);
     std::memcpy(values, p, k * item_);
     values += k * item_;
     p += k * item_;
@@ -441,10 +445,7 @@ Status DecodeBitmap(size_t i, const uint8_t* p, uint64_t payload,
                     uint64_t elements, uint32_t item, const Apply& apply) {
   const uint64_t map_bytes = (elements + 7) / 8;
   if (payload < map_bytes) return Malformed(i, "bitmap shorter than region");
-  uint64_t set = 0;
-  for (uint64_t b = 0; b < map_bytes; ++b) {
-    set += static_cast<uint64_t>(__builtin_popcount(p[b]));
-  }
+  const uint64_t set = DeltaBitsSet(p, 0, map_bytes);
   if (elements % 8 != 0 && (p[map_bytes - 1] >> (elements % 8)) != 0) {
     return Malformed(i, "bits set past the region's elements");
   }
@@ -455,12 +456,12 @@ Status DecodeBitmap(size_t i, const uint8_t* p, uint64_t payload,
   const uint8_t* values = p + map_bytes;
   uint64_t k = 0;
   while (k < elements) {
-    if ((p[k / 8] >> (k % 8) & 1) == 0) {
+    if (!DeltaBit(p, k)) {
       ++k;
       continue;
     }
     uint64_t n = 1;
-    while (k + n < elements && (p[(k + n) / 8] >> ((k + n) % 8) & 1)) ++n;
+    while (k + n < elements && DeltaBit(p, k + n)) ++n;
     apply(k * item, values, n * item);
     values += n * item;
     k += n;

@@ -26,110 +26,15 @@
 namespace reshard::internal {
 namespace {
 
-// Rounds 0 <= t < 2^22 to the nearest integer, ties to even: adding 2^23
-// leaves no fraction bits, so the float32 addition itself rounds (IEEE
-// round-to-nearest-even, the default mode; no fast-math in this build).
-inline float RoundHalfEvenSmall(float t) {
-  constexpr float kMagic = 8388608.0f;  // 2^23
-  return (t + kMagic) - kMagic;
-}
-
-constexpr float E4m3Value(uint8_t q) {
-  const int exponent = (q >> 3) & 0xF;
-  const int mantissa = q & 0x7;
-  float magnitude = 0;
-  if (exponent == 0) {
-    magnitude = static_cast<float>(mantissa) / 512.0f;  // m * 2^-9
-  } else if (exponent == 15 && mantissa == 7) {
-    magnitude = std::bit_cast<float>(uint32_t{0x7FC00000});
-  } else {
-    magnitude = 1.0f + static_cast<float>(mantissa) / 8.0f;
-    for (int e = exponent - 7; e > 0; --e) magnitude *= 2.0f;
-    for (int e = exponent - 7; e < 0; ++e) magnitude /= 2.0f;
-  }
-  return (q & 0x80) ? -magnitude : magnitude;
-}
-
+// float8_e4m3fn values by code: a load per element instead of the bit
+// construction (the CPU's row loops do not vectorize that one better).
 constexpr std::array<float, 256> MakeE4m3Table() {
   std::array<float, 256> table{};
-  for (int q = 0; q < 256; ++q) table[q] = E4m3Value(static_cast<uint8_t>(q));
+  for (int q = 0; q < 256; ++q) table[q] = E4m3ToF32(static_cast<uint8_t>(q));
   return table;
 }
 
 constexpr std::array<float, 256> kE4m3Table = MakeE4m3Table();
-
-// The element conversions, inline here so that the row loops below do not
-// call out per element (an exported function of a shared library is
-// interposable and would not be inlined).
-inline float Bf16ToF32(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
-
-// Both paths computed and one selected (no branch), so that row loops
-// vectorize; integer-to-float conversions are signed ones, which every
-// vector unit has.
-inline float F16ToF32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1F;
-  const uint32_t mantissa = h & 0x3FF;
-  // Zero or subnormal: m * 2^-24, exact in float32.
-  const float m = static_cast<float>(static_cast<int32_t>(mantissa)) *
-                  5.9604644775390625e-08f;
-  const uint32_t subnormal = std::bit_cast<uint32_t>(m) | sign;
-  // Exponent 31 (infinity, NaN) becomes 0xFF: 31 + 112 = 0x8F, ORed.
-  const uint32_t e32 = (exponent + 112) | ((0u - (exponent == 31)) & 0xFF);
-  const uint32_t normal = sign | (e32 << 23) | (mantissa << 13);
-  const uint32_t is_subnormal = 0u - (exponent == 0);
-  return std::bit_cast<float>((subnormal & is_subnormal) |
-                              (normal & ~is_subnormal));
-}
-
-inline uint16_t F32ToBf16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  if ((x & 0x7FFFFFFF) > 0x7F800000) return sign | 0x7FC0;
-  const uint32_t rounded = x + 0x7FFF + ((x >> 16) & 1);
-  return static_cast<uint16_t>(rounded >> 16);
-}
-
-inline uint16_t F32ToF16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t a = x & 0x7FFFFFFF;
-  if (a > 0x7F800000) return sign | 0x7E00;
-  if (a >= 0x477FF000) return sign | 0x7C00;  // >= 65520 rounds up to inf
-  if (a >= 0x38800000) {                      // >= 2^-14: normal
-    uint32_t v = a - (112u << 23);            // exponent bias 127 -> 15
-    v += 0xFFF + ((v >> 13) & 1);
-    return sign | static_cast<uint16_t>(v >> 13);
-  }
-  // Subnormal (or zero): m * 2^-24 with m = round(|f| * 2^24) < 2^10; the
-  // scaling by a power of two is exact. m = 1024 is the smallest normal.
-  const float t = std::bit_cast<float>(a) * 16777216.0f;
-  return sign | static_cast<uint16_t>(RoundHalfEvenSmall(t));
-}
-
-// Branch-free (every path computed, one selected) so that row loops
-// vectorize; the subnormal path only ever sees magnitudes below 2^-6.
-inline uint8_t F32ToE4m3(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (x >> 24) & 0x80;
-  const uint32_t a = x & 0x7FFFFFFF;
-  // >= 2^-6: normal; exponent bias 127 -> 7, round to nearest even.
-  uint32_t v = a - (120u << 23);
-  v += 0x7FFFF + ((v >> 20) & 1);
-  const uint32_t normal = (v >> 20) & 0x7F;
-  // Subnormal: m * 2^-9 with m = round(|f| * 512) <= 8 (8 is 2^-6, code
-  // 0x08); |f| <= 2^-10 rounds to m = 0.
-  const uint32_t clamped = a < 0x3C800000u ? a : 0x3C800000u;
-  const float small = std::bit_cast<float>(clamped);
-  const auto sub = static_cast<uint32_t>(
-      static_cast<int32_t>(RoundHalfEvenSmall(small * 512.0f)));
-  uint32_t q = a >= 0x3C800000 ? normal : sub;
-  q = a >= 0x43E00000 ? 0x7Eu : q;  // >= 448, infinity: saturate
-  q = a > 0x7F800000 ? 0x7Fu : q;   // NaN
-  return static_cast<uint8_t>(sign | q);
-}
 
 // One row of `n` elements of `from` widened to float32 (exact).
 void Widen(FloatType from, const void* src, float* out, size_t n) {
@@ -187,14 +92,10 @@ const char* RowAt(const void* base, FloatType type, int64_t row,
 
 // The largest |x| of each column block of the `rows` rows of `band`
 // (float32, `cols` a row): `amax` holds one value per column block; NaN
-// elements leave the maximum as it was. Compared as bit patterns: for
-// magnitudes (sign cleared) that are not NaN, the integer order is the
-// float order, and an integer maximum vectorizes (a float one that must
-// skip NaN does not).
-inline uint32_t Magnitude(float x) {
-  const uint32_t a = std::bit_cast<uint32_t>(x) & 0x7FFFFFFF;
-  return a > 0x7F800000 ? 0 : a;  // NaN: no magnitude
-}
+// elements leave the maximum as it was. Compared as bit patterns
+// (MagnitudeBits): an integer maximum vectorizes (a float one that must
+// skip NaN does not). The sixteen-lane loop applies MagnitudeBits' rule to
+// a vector of lanes at once (a function of one float cannot take a vector).
 
 void BandAmax(const float* band, int64_t rows, int64_t cols, int64_t block_cols,
               std::vector<float>* amax) {
@@ -217,7 +118,7 @@ void BandAmax(const float* band, int64_t rows, int64_t cols, int64_t block_cols,
         a &= ~(a > 0x7F800000);  // NaN: no magnitude
         lanes = lanes > a ? lanes : a;
       }
-      for (; c < c1; ++c) lanes[0] = std::max(lanes[0], Magnitude(row[c]));
+      for (; c < c1; ++c) lanes[0] = std::max(lanes[0], MagnitudeBits(row[c]));
       uint32_t m = 0;
       for (int64_t j = 0; j < kLanes; ++j) m = std::max(m, lanes[j]);
       (*amax)[b] = std::bit_cast<float>(m);
@@ -301,9 +202,9 @@ RESHARD_KERNEL void QuantizeE4m3Blocks(FloatType from, const void* src,
     BandAmax(band.data(), r1 - r0, shape.cols, block_cols, &amax);
     float* scale_row = scales + (r0 / block_rows) * scale_row_stride;
     for (int64_t b = 0; b < col_blocks; ++b) {
-      const float m = std::max(amax[b], 1e-4f);
-      factor[b] = 448.0f / m;
-      scale_row[b] = m / 448.0f;
+      const float m = ClampedAmax(std::bit_cast<uint32_t>(amax[b]));
+      factor[b] = QuantizeFactor(m);
+      scale_row[b] = QuantizeScale(m);
     }
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = band.data() + (r - r0) * shape.cols;
@@ -312,7 +213,7 @@ RESHARD_KERNEL void QuantizeE4m3Blocks(FloatType from, const void* src,
         const int64_t c0 = b * block_cols;
         const int64_t c1 = std::min(shape.cols, c0 + block_cols);
         const float k = factor[b];
-        for (int64_t c = c0; c < c1; ++c) out[c] = F32ToE4m3(row[c] * k);
+        for (int64_t c = c0; c < c1; ++c) out[c] = QuantizeElement(row[c], k);
       }
     }
   }
@@ -331,7 +232,9 @@ RESHARD_KERNEL void DequantizeE4m3Blocks(const uint8_t* src,
     for (int64_t c0 = 0; c0 < shape.cols; c0 += block_cols) {
       const int64_t c1 = std::min(shape.cols, c0 + block_cols);
       const float s = scale_row[c0 / block_cols];
-      for (int64_t c = c0; c < c1; ++c) row[c] = kE4m3Table[in[c]] * s;
+      for (int64_t c = c0; c < c1; ++c) {
+        row[c] = DequantizeElement(kE4m3Table[in[c]], s);
+      }
     }
     char* out = static_cast<char*>(dst) +
                 static_cast<size_t>(r * dst_row_stride) * SizeOf(to);

@@ -4,7 +4,9 @@
 //
 // Every kernel is a plain loop over contiguous rows so that the compiler
 // vectorizes it; each is also exact in scalar code (no fast-math, no
-// rounding-mode dependence: rounding is done on the bits).
+// rounding-mode dependence: rounding is done on the bits). The arithmetic
+// per element and per block is float_math.h's, which the CUDA kernels
+// (exec_cuda/convert_kernels.h) share.
 
 #ifndef RESHARD_UTIL_FLOAT_CONVERT_H_
 #define RESHARD_UTIL_FLOAT_CONVERT_H_
@@ -14,14 +16,9 @@
 #include <optional>
 #include <string_view>
 
-namespace reshard::internal {
+#include "util/float_math.h"  // FloatType; the element arithmetic
 
-enum class FloatType : uint8_t {
-  kFloat32,
-  kBFloat16,
-  kFloat16,
-  kFloat8E4M3,  // float8_e4m3fn: no infinities, 0x7F/0xFF NaN
-};
+namespace reshard::internal {
 
 // The placement dtype names: float32, bfloat16, float16, float8_e4m3fn;
 // nullopt for any other dtype (integers, float64, float8_e5m2).
