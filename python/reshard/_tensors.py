@@ -3,9 +3,11 @@
 Anything with DLPack (``__dlpack__``/``__dlpack_device__``), the buffer
 protocol or ``__array_interface__`` is accepted: torch tensors, numpy
 arrays, bytearrays, memoryviews. Every tensor is checked against the
-fragment it backs before the core sees its address: host memory (a
-tensor on a device this build cannot move is refused, never taken for
-host memory), C-contiguous, the fragment's itemsize and, where both are
+fragment it backs before the core sees its address: host memory or CUDA
+memory (a torch ``cuda`` tensor or a DLPack device of type kDLCUDA becomes
+a ``cuda:<ordinal>`` fragment, which the core's path moves or refuses
+naming the fragment; a tensor on any other device is refused, never taken
+for host memory), C-contiguous, the fragment's itemsize and, where both are
 known, its dtype, exactly the fragment's byte size, and writable for
 targets. Errors are ``reshard.InvalidArgumentError`` (a ``ValueError``)
 naming the tensor, its participant and fragment.
@@ -44,6 +46,7 @@ _ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
 
 # DLPack device types (dlpack.h DLDeviceType).
 _DL_CPU = 1
+_DL_CUDA = 2
 _DL_DEVICE_NAMES = {2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan",
                     8: "metal", 9: "vpi", 10: "rocm", 11: "rocm_host",
                     13: "cuda_managed", 14: "oneapi"}
@@ -58,6 +61,7 @@ class HostView:
     itemsize: Optional[int]  # None: untyped bytes (a bytearray, bytes)
     dtype: Optional[str]  # canonical name when known
     keepalive: Any
+    device: str = "cpu"  # or "cuda:<ordinal>" (with cuda=True only)
 
 
 # float8, which neither torch 1.13 nor numpy can represent, travels in
@@ -89,10 +93,13 @@ def _is_torch(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
 
 
-def _torch_view(t: Any, what: str, writable: bool) -> HostView:
-    if t.device.type != "cpu":
-        raise _error(f"{what} is on device {t.device}; this build moves host "
-                     "memory only")
+def _torch_view(t: Any, what: str, writable: bool,
+                cuda: bool = False) -> HostView:
+    device = "cpu"
+    if cuda and t.device.type == "cuda":
+        device = f"cuda:{t.device.index or 0}"
+    elif t.device.type != "cpu":
+        raise _error(f"{what} is on device {t.device}; {_moves(cuda)}")
     if not t.is_contiguous():
         raise _error(f"{what} is not contiguous (strides {tuple(t.stride())} "
                      f"for shape {tuple(t.shape)}); pass .contiguous()")
@@ -104,7 +111,7 @@ def _torch_view(t: Any, what: str, writable: bool) -> HostView:
         raise _error(f"{what} has an unresolved negative bit")
     dtype = str(t.dtype).replace("torch.", "")
     return HostView(t.data_ptr(), t.numel() * t.element_size(),
-                    t.element_size(), canonical_dtype(dtype), t)
+                    t.element_size(), canonical_dtype(dtype), t, device)
 
 
 def _numpy_view(a: np.ndarray, what: str, writable: bool) -> HostView:
@@ -118,23 +125,31 @@ def _numpy_view(a: np.ndarray, what: str, writable: bool) -> HostView:
                     canonical_dtype(a.dtype.name), a)
 
 
-def _dlpack_view(obj: Any, what: str) -> HostView:
+def _dlpack_view(obj: Any, what: str, cuda: bool = False) -> HostView:
     # Read from the capsule (DLPack has no read-only flag; producers such as
     # numpy refuse to export read-only memory).
     v = _reshard.dlpack_view(obj, what)
-    _require_host(v["device_type"], v["device_id"], what)
+    _require_host(v["device_type"], v["device_id"], what, cuda)
     if not v["contiguous"]:
         raise _error(f"{what} is not contiguous")
     return HostView(v["address"], v["nbytes"], v["itemsize"],
-                    canonical_dtype(v["dtype"] or None), (obj, v["keepalive"]))
+                    canonical_dtype(v["dtype"] or None), (obj, v["keepalive"]),
+                    v["device"])
 
 
-def _require_host(device_type: int, device_id: int, what: str) -> None:
-    """Refuses memory on a DLPack device other than the CPU."""
-    if device_type != _DL_CPU:
+def _moves(cuda: bool) -> str:
+    return ("reshard moves host and CUDA memory only" if cuda else
+            "this build moves host memory only")
+
+
+def _require_host(device_type: int, device_id: int, what: str,
+                  cuda: bool = False) -> None:
+    """Refuses memory on a DLPack device other than the CPU (and CUDA,
+    with `cuda`)."""
+    if device_type != _DL_CPU and not (cuda and device_type == _DL_CUDA):
         name = _DL_DEVICE_NAMES.get(device_type, f"type {device_type}")
-        raise _error(f"{what} is on device {name}:{device_id}; this build "
-                     "moves host memory only")
+        raise _error(f"{what} is on device {name}:{device_id}; "
+                     f"{_moves(cuda)}")
 
 
 def _dlpack_device(obj: Any) -> Optional[Tuple[int, int]]:
@@ -145,17 +160,19 @@ def _dlpack_device(obj: Any) -> Optional[Tuple[int, int]]:
     return int(device[0]), int(device[1])
 
 
-def host_view(obj: Any, what: str, writable: bool) -> HostView:
-    """Checks `obj` is contiguous host memory and returns where it is."""
+def host_view(obj: Any, what: str, writable: bool,
+              cuda: bool = False) -> HostView:
+    """Checks `obj` is contiguous host memory (or CUDA memory, with `cuda`)
+    and returns where it is."""
     if _is_torch(obj):
-        return _torch_view(obj, what, writable)
+        return _torch_view(obj, what, writable, cuda)
     if isinstance(obj, np.ndarray):
         return _numpy_view(obj, what, writable)
     device = _dlpack_device(obj)
     if device is not None:
-        _require_host(device[0], device[1], what)
+        _require_host(device[0], device[1], what, cuda)
     if device is not None and hasattr(obj, "__dlpack__"):
-        return _dlpack_view(obj, what)
+        return _dlpack_view(obj, what, cuda)
     if hasattr(obj, "__array_interface__"):
         return _numpy_view(np.asarray(obj), what, writable)
     try:
@@ -294,7 +311,7 @@ def _add(out, keep, frag: _Fragment, tensor, side: str,
             f"'{frag.participant_id}', fragment {frag.placement_fragment_id})")
     if frag.placement_fragment_id in out.get(frag.participant_id, {}):
         raise _error(f"{what} is given more than once")
-    view = host_view(tensor, what, writable)
+    view = host_view(tensor, what, writable, cuda=True)
     if view.itemsize is not None and view.itemsize != frag.itemsize:
         raise _error(f"{what} has itemsize {view.itemsize}; the placement "
                      f"declares {frag.dtype} with itemsize {frag.itemsize}")
@@ -312,6 +329,8 @@ def _add(out, keep, frag: _Fragment, tensor, side: str,
                      f"bytes for {frag.nbytes} (shape {frag.local_shape})")
     if view.address == 0:
         raise _error(f"{what} has no storage (address 0)")
+    # Device memory travels with its device: the core binds the
+    # participant there (one device per participant).
     out.setdefault(frag.participant_id, {})[frag.placement_fragment_id] = \
-        view.address
+        view.address if view.device == "cpu" else (view.address, view.device)
     keep.append(view.keepalive)

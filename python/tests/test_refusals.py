@@ -198,25 +198,26 @@ class _OnDevice:
 
 
 def test_device_tensors(pair):
+    # (CUDA tensors bind as cuda fragments: test_cuda_tensors.py.)
     c = Case(pair, "torch")
-    c.refused(_OnDevice((2, 0)),
-              f"{c.prefix} is on device cuda:0; this build moves host memory "
-              "only")
     c.refused(_OnDevice((10, 1)),
-              f"{c.prefix} is on device rocm:1; this build moves host memory "
-              "only")
+              f"{c.prefix} is on device rocm:1; reshard moves host and CUDA "
+              "memory only")
+    c.refused(_OnDevice((4, 0)),
+              f"{c.prefix} is on device opencl:0; reshard moves host and "
+              "CUDA memory only")
     c.refused(torch.zeros(c.shape, dtype=torch.bfloat16, device="meta"),
-              f"{c.prefix} is on device meta; this build moves host memory "
-              "only")
+              f"{c.prefix} is on device meta; reshard moves host and CUDA "
+              "memory only")
     # A source on a device, too.
     sources = c.sources.by_fragment()
     sid = c.src.parts[0].fragments[0].placement_fragment_id
-    sources[sid] = _OnDevice((2, 3))
+    sources[sid] = _OnDevice((10, 3))
     with pytest.raises(reshard.InvalidArgumentError) as e:
         reshard.reshard(c.src, sources, c.dst, c.targets.by_fragment())
     assert "source tensor '" in str(e.value)
-    assert str(e.value).endswith(f"fragment {sid}) is on device cuda:3; this "
-                                 "build moves host memory only")
+    assert str(e.value).endswith(f"fragment {sid}) is on device rocm:3; "
+                                 "reshard moves host and CUDA memory only")
     c.nothing_written()
 
 

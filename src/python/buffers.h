@@ -1,13 +1,17 @@
 // Caller memory handed over by the Python package: for each participant a
-// dict {placement fragment id: address}. The package (python/reshard/
-// _tensors.py) derives the addresses from tensors and has already checked
-// device, dtype, size and contiguity; here they become validated runtime
-// bindings through the public BindBuffers.
+// dict {placement fragment id: address}, or {placement fragment id:
+// (address, device)} for memory of a device ("cuda:1"). The package
+// (python/reshard/_tensors.py) derives the addresses from tensors and has
+// already checked device, dtype, size and contiguity; here they become
+// validated runtime bindings through the public BindBuffers, bound to the
+// participant's device (the executor then moves that memory or refuses it
+// naming the fragment).
 #ifndef RESHARD_PYTHON_BUFFERS_H_
 #define RESHARD_PYTHON_BUFFERS_H_
 
 #include <pybind11/pybind11.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,18 @@ namespace reshard::python {
 // `options` (a dict or None) overrides BufferBindingOptions fields:
 // instance_id, generation, lease_id, worker_id, endpoint, device.
 BufferBindingOptions BindingOptionsOf(pybind11::handle options);
+
+// One participant's {fragment id: address or (address, device)}: the
+// addresses; `device` set to the tuples' device (unchanged where every
+// value is a plain address). Fragments of two devices, or of a device and
+// host memory, are refused (one binding is on one device).
+std::map<std::string, void*> AddressesOf(pybind11::handle buffers,
+                                         const std::string& what,
+                                         std::string* device);
+
+// `options` bound to `device` where it is not "".
+BufferBindingOptions OnDevice(BufferBindingOptions options,
+                              const std::string& device);
 
 // The binding of every participant of `buffers` ({participant: {fragment:
 // address}}) in participant order, not yet checked against the placement

@@ -71,6 +71,11 @@ py::dict DlpackView(py::object obj, std::string_view what) {
   d["dtype"] = DtypeName(t.dtype);
   d["device_type"] = static_cast<int>(t.device.device_type);
   d["device_id"] = t.device.device_id;
+  // The binding's device: "cpu", "cuda:<ordinal>" (kDLCUDA), else "".
+  d["device"] = t.device.device_type == kDLCPU ? std::string("cpu")
+                : t.device.device_type == kDLCUDA
+                    ? "cuda:" + std::to_string(t.device.device_id)
+                    : std::string();
   d["contiguous"] = IsContiguous(t);
   d["keepalive"] = capsule;
   return d;
@@ -85,8 +90,9 @@ void RegisterDlpack(py::module_& m) {
         return DlpackView(obj, ToStr(what, "what"));
       },
       py::arg("obj"), py::arg("what"),
-      "address, nbytes, itemsize, dtype, device_type, device_id, contiguous "
-      "and keepalive (the capsule) of obj.__dlpack__().");
+      "address, nbytes, itemsize, dtype, device_type, device_id, device "
+      "(\"cpu\", \"cuda:<ordinal>\" or \"\"), contiguous and keepalive (the "
+      "capsule) of obj.__dlpack__().");
 }
 
 }  // namespace reshard::python

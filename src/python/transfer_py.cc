@@ -22,14 +22,11 @@ namespace py = pybind11;
 WeightRuntimeBindingManifest BindOne(const WeightPlacementManifest& placement,
                                      py::object participant_id,
                                      py::dict buffers, py::object options) {
-  std::map<std::string, void*> map;
-  for (auto f : buffers) {
-    const std::string id = ToStr(f.first, "buffers fragment id");
-    map[id] = reinterpret_cast<void*>(
-        static_cast<uintptr_t>(ToU64(f.second, "buffers address of " + id)));
-  }
+  std::string device;
+  const std::map<std::string, void*> map =
+      AddressesOf(buffers, "buffers", &device);
   return Unwrap(BindBuffers(placement, ToStr(participant_id, "participant_id"),
-                            map, BindingOptionsOf(options)));
+                            map, OnDevice(BindingOptionsOf(options), device)));
 }
 
 py::dict ReshardBuffers(const WeightPlacementManifest& source,
