@@ -63,6 +63,10 @@ if(RESHARD_CUDA)
   # The toolkit ships no pkg-config file for cudart: its library directly.
   list(APPEND RESHARD_PC_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcudart")
 endif()
+if(RESHARD_NCCL)
+  # The NCCL exchange's library (cmake/nccl.cmake), by its path.
+  list(APPEND RESHARD_PC_LIBS "${RESHARD_NCCL_LIBRARY}")
+endif()
 list(JOIN RESHARD_PC_LIBS " " RESHARD_PC_LIBS)
 file(RELATIVE_PATH RESHARD_PC_PREFIX
   /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)

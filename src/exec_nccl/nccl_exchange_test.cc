@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -197,6 +198,110 @@ TEST(NcclExchangeTest, AHigherRankCannotReuseItsIdForARestartedLowerRank) {
                        "restarted lower rank is reached only by a restarted "
                        "higher rank)"));
   EXPECT_EQ(p.one->connections_made(), 1u);
+}
+
+// Three ranks on threads, each sending a message to both others and
+// receiving one from each in one Run: the pairs run on streams of their
+// own, so no rank waits on a pair another rank has not reached yet.
+TEST(NcclExchangeTest, ThreeRanksSwapMessagesInOneRunEach) {
+  Pair p;  // its regions name the messages
+  std::vector<std::unique_ptr<PeerExchange>> ex;
+  for (uint32_t r = 0; r < 3; ++r) {
+    ex.push_back(Must(MakePeerExchange("nccl", {r, Host()})));
+  }
+  std::vector<std::string> at;
+  for (auto& e : ex) at.push_back(Must(e->Address()));
+  // out[r][peer]: what r sends to peer; in[r][peer]: what r got from it.
+  std::vector<std::vector<std::vector<uint8_t>>> out(3), in(3);
+  std::vector<std::vector<uint64_t>> lengths(3, std::vector<uint64_t>(3));
+  Status status[3];
+  auto rank = [&](uint32_t r) {
+    std::vector<ExchangeOp> ops;
+    out[r].resize(3);
+    in[r].resize(3);
+    for (uint32_t peer = 0; peer < 3; ++peer) {
+      if (peer == r) continue;
+      status[r] =
+          ex[r]->Connect(peer, at[peer], "rank " + std::to_string(peer));
+      if (!status[r].ok()) return;
+      out[r][peer].assign(1000 + 10 * r + peer,
+                          static_cast<uint8_t>(r * 3 + peer));
+      in[r][peer].assign(2000, 0xD7);
+      ExchangeOp send{&p.bound.regions()[r], {}, peer, Kind::kSend};
+      send.buffer = out[r][peer].data();
+      send.buffer_bytes = out[r][peer].size();
+      ExchangeOp receive{&p.bound.regions()[peer], {}, peer, Kind::kReceive};
+      receive.buffer = in[r][peer].data();
+      receive.buffer_bytes = in[r][peer].size();
+      receive.received = &lengths[r][peer];
+      ops.push_back(send);
+      ops.push_back(receive);
+    }
+    status[r] = ex[r]->WireUp(p.Options().deadline, nullptr);
+    if (status[r].ok()) status[r] = ex[r]->Run(ops, p.Options(), nullptr);
+  };
+  std::thread t1([&] { rank(1); });
+  std::thread t2([&] { rank(2); });
+  rank(0);
+  t1.join();
+  t2.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_OK(status[r]);
+    for (uint32_t peer = 0; peer < 3; ++peer) {
+      if (peer == r) continue;
+      const std::vector<uint8_t>& sent = out[peer][r];
+      EXPECT_EQ(lengths[r][peer], sent.size()) << r << " from " << peer;
+      EXPECT_TRUE(std::equal(sent.begin(), sent.end(), in[r][peer].begin()))
+          << r << " from " << peer;
+      EXPECT_EQ(in[r][peer][sent.size()], 0xD7) << r << " from " << peer;
+    }
+  }
+}
+
+// A receive the peer sent nothing for, and a message longer than the
+// receive's buffer, are DataLoss naming the receive; the sender's run
+// completes (its messages are received and dropped).
+TEST(NcclExchangeTest, MissingAndOversizedMessagesAreDataLoss) {
+  Pair p;
+  ASSERT_OK(p.zero->Connect(1, Must(p.one->Address()), "rank 1"));
+  ASSERT_OK(p.one->Connect(0, Must(p.zero->Address()), "rank 0"));
+  const BoundRegion& r0 = p.bound.regions()[0];
+  const BoundRegion& r1 = p.bound.regions()[1];
+  auto run = [&](const std::vector<ExchangeOp>& sends,
+                 const std::vector<ExchangeOp>& receives) {
+    Status zero;
+    std::thread t([&] { zero = p.zero->Run(sends, p.Options(), nullptr); });
+    Status one = p.one->Run(receives, p.Options(), nullptr);
+    t.join();
+    EXPECT_OK(zero);
+    return one;
+  };
+  EXPECT_THAT(run({{&r0, {}, 1, Kind::kSend}}, {{&r1, {}, 0, Kind::kReceive}}),
+              StatusIs(StatusCode::kDataLoss,
+                       "receiving region 1 from rank 0: the peer sent no such "
+                       "message in this run"));
+  std::vector<uint8_t> big(100, 7), small(50, 0);
+  uint64_t length = 0;
+  ExchangeOp send{&r0, {}, 1, Kind::kSend};
+  send.buffer = big.data();
+  send.buffer_bytes = big.size();
+  ExchangeOp receive{&r0, {}, 0, Kind::kReceive};
+  receive.buffer = small.data();
+  receive.buffer_bytes = small.size();
+  receive.received = &length;
+  EXPECT_THAT(run({send}, {receive}),
+              StatusIs(StatusCode::kDataLoss,
+                       "receiving region 0 from rank 0: received 100 bytes, "
+                       "expected at most 50"));
+  EXPECT_EQ(small, std::vector<uint8_t>(50, 0));
+  // The connection still works.
+  receive.buffer_bytes = 0;
+  small.assign(100, 0);
+  receive.buffer = small.data();
+  receive.buffer_bytes = small.size();
+  EXPECT_OK(run({send}, {receive}));
+  EXPECT_EQ(small, big);
+  EXPECT_EQ(length, 100u);
 }
 
 // A live session of two ranks on threads, over the emulation: every
