@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "exec_cuda/fragment_staging.h"
 #include "exec_cuda/host_device_api.h"
 #include "reshard/backends/cuda_transport.h"
 #include "reshard/weight_store.h"
@@ -206,6 +207,80 @@ TEST(StoreDeviceStagingTest, UploadsFromAndLoadsIntoEmulatedDevices) {
     }
   }
   EXPECT_EQ(internal::VerifyPattern(target, dst_tensors, check), "");
+}
+
+// The staging copies of exec_cuda/fragment_staging.h on strided device
+// views (a row pitch wider than the rows; a transposed view), both ways:
+// every element where its strides put it, the bytes between untouched.
+TEST(FragmentStagingTest, StridedDeviceViewsBothWays) {
+  std::shared_ptr<cuda::HostDeviceApi> api =
+      cuda::HostDeviceApi::Make({.devices = 2});
+  cuda::FragmentStaging staging(api);
+  struct View {
+    Dims strides;
+    uint64_t storage;
+  };
+  // [4, 6] elements of 2 bytes: rows 32 bytes apart; column-major.
+  for (const View& v : {View{{32, 2}, 4 * 32}, View{{2, 8}, 4 * 6 * 2}}) {
+    SCOPED_TRACE(v.strides[0]);
+    auto* device = static_cast<uint8_t*>(Must(api->Malloc(1, v.storage)));
+    RuntimeBindingFragmentSpec spec;
+    spec.placement_fragment_id = "w/0";
+    spec.runtime_fragment_id = "w/0";
+    spec.address = reinterpret_cast<uintptr_t>(device);
+    spec.nbytes = 4 * 6 * 2;
+    spec.worker_id = "worker";
+    spec.endpoint = "local";
+    spec.device = "cuda:1";
+    spec.itemsize = 2;
+    spec.local_shape = {4, 6};
+    spec.strides_bytes = v.strides;
+    spec.storage_address = spec.address;
+    spec.storage_nbytes = v.storage;
+    const auto f = Must(RuntimeBindingFragment::Make(spec));
+    std::vector<uint8_t> host(spec.nbytes);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i);
+    ASSERT_OK(staging.ToFragment(host.data(), f));
+    std::vector<bool> covered(v.storage, false);
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t c = 0; c < 6; ++c) {
+        const uint64_t at = r * v.strides[0] + c * v.strides[1];
+        const uint64_t from = (r * 6 + c) * 2;
+        EXPECT_EQ(device[at], host[from]) << r << "," << c;
+        EXPECT_EQ(device[at + 1], host[from + 1]) << r << "," << c;
+        covered[at] = covered[at + 1] = true;
+      }
+    }
+    for (uint64_t i = 0; i < v.storage; ++i) {
+      if (!covered[i]) {
+        EXPECT_EQ(device[i], 0xDB) << "byte " << i;
+      }
+    }
+    std::vector<uint8_t> back(spec.nbytes, 0);
+    ASSERT_OK(staging.FromFragment(f, back.data()));
+    EXPECT_EQ(back, host);
+    ASSERT_OK(api->Free(device));
+  }
+  // A fragment said to be on a device whose memory is not.
+  std::vector<uint8_t> plain(8);
+  RuntimeBindingFragmentSpec spec;
+  spec.placement_fragment_id = "w/1";
+  spec.runtime_fragment_id = "w/1";
+  spec.address = reinterpret_cast<uintptr_t>(plain.data());
+  spec.nbytes = 8;
+  spec.worker_id = "worker";
+  spec.endpoint = "local";
+  spec.device = "cuda:0";
+  spec.itemsize = 1;
+  spec.local_shape = {8};
+  spec.strides_bytes = {1};
+  spec.storage_address = spec.address;
+  spec.storage_nbytes = 8;
+  EXPECT_THAT(staging.FromFragment(Must(RuntimeBindingFragment::Make(spec)),
+                                   plain.data()),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "fragment w/1 (device \"cuda:0\") is not in CUDA "
+                       "device memory"));
 }
 
 }  // namespace
