@@ -3,10 +3,12 @@
 // device 1 (NCCL takes one device per rank of a communicator), strided on
 // both sides (packed and unpacked on the devices), one message per region
 // and then all regions coalesced into one; every target byte checked.
-// Skipped without CUDA, NCCL or two devices.
+// Skipped without CUDA, NCCL or two devices. And the seam alone on one
+// device: a communicator of one rank sending to itself.
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -47,6 +49,51 @@ void CopyAll(cuda::DeviceApi& api, const WeightPlacementManifest& m,
   }
   ASSERT_OK(api.SynchronizeStream(stream));
   ASSERT_OK(api.DestroyStream(stream));
+}
+
+// The library behind the seam on device 0: non-blocking initialisation of
+// a one-rank communicator, a group of a send to itself and the receive,
+// completion on the stream, every byte.
+TEST(NcclGpuTest, OneRankSendsToItselfThroughTheLibrary) {
+  const CudaInfo info = QueryCuda();
+  if (!info.built) GTEST_SKIP() << "this build has no CUDA";
+  if (!NcclLibraryBuilt()) GTEST_SKIP() << "this build has no NCCL";
+  if (info.devices < 1) GTEST_SKIP() << "no CUDA device here";
+  std::shared_ptr<cuda::DeviceApi> device = Must(cuda::RuntimeDeviceApi());
+  std::unique_ptr<NcclApi> nccl = Must(MakeNcclLibraryApi());
+  const NcclUniqueId id = Must(nccl->GetUniqueId());
+  const CommHandle comm = Must(nccl->CommInitRank(1, id, 0, 0));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Must(nccl->CommGetAsyncError(comm)) == AsyncState::kInProgress) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "init";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  constexpr size_t kBytes = 1 << 20;
+  std::vector<uint8_t> host(kBytes), back(kBytes, 0);
+  for (size_t i = 0; i < kBytes; ++i) host[i] = static_cast<uint8_t>(i * 7);
+  const cuda::StreamHandle stream = Must(device->CreateStream(0));
+  void* a = Must(device->Malloc(0, kBytes));
+  void* b = Must(device->Malloc(0, kBytes));
+  ASSERT_OK(device->Copy2DAsync(a, kBytes, host.data(), kBytes, kBytes, 1,
+                                cuda::CopyKind::kHostToDevice, stream));
+  ASSERT_OK(nccl->GroupStart());
+  ASSERT_OK(nccl->Send(a, kBytes, NcclDataType::kUint8, 0, comm, stream));
+  ASSERT_OK(nccl->Recv(b, kBytes / 4, NcclDataType::kUint32, 0, comm, stream));
+  ASSERT_OK(nccl->GroupEnd());
+  while (Must(nccl->CommGetAsyncError(comm)) == AsyncState::kInProgress) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "group";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_OK(device->SynchronizeStream(stream));
+  ASSERT_OK(device->Copy2DAsync(back.data(), kBytes, b, kBytes, kBytes, 1,
+                                cuda::CopyKind::kDeviceToHost, stream));
+  ASSERT_OK(device->SynchronizeStream(stream));
+  EXPECT_TRUE(back == host);
+  EXPECT_OK(nccl->CommDestroy(comm));
+  EXPECT_OK(device->Free(a));
+  EXPECT_OK(device->Free(b));
+  EXPECT_OK(device->DestroyStream(stream));
 }
 
 TEST(NcclGpuTest, StridedRegionsMoveBetweenTwoDevices) {
