@@ -4,9 +4,9 @@
 // A published key is kKeyBytes: a magic, the IPC handle of the allocation
 // holding the registered range, the allocation's base in the exporting
 // process, and the range's address and length there. A peer's address is
-// "cuda-ipc:<process id>": ranks of one process cannot open each other's
-// handles (CUDA refuses a handle in the process that exported it), so
-// Connect refuses a peer of this process.
+// "cuda-ipc:<process id>:<mailbox>": ranks of one process cannot open
+// each other's handles (CUDA refuses a handle in the process that exported
+// it), so Connect refuses a peer of this process.
 #include "live_cuda_ipc/cuda_ipc_exchange.h"
 
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 
 #include "exec_cuda/copy_lowering.h"
 #include "exec_cuda/cuda_transport.h"
+#include "live_cuda_ipc/ipc_mailbox.h"
 
 namespace reshard::internal {
 namespace {
@@ -89,12 +91,17 @@ struct Key {
 
 struct Peer {
   std::string name;
+  std::string mailbox;  // its IpcMailbox's name
 };
 
 class CudaIpcExchange final : public PeerExchange {
  public:
-  CudaIpcExchange(std::shared_ptr<cuda::DeviceApi> api, int device)
-      : api_(std::move(api)), device_(device) {}
+  CudaIpcExchange(std::shared_ptr<cuda::DeviceApi> api, int device,
+                  uint32_t rank, std::unique_ptr<IpcMailbox> mailbox)
+      : api_(std::move(api)),
+        device_(device),
+        rank_(rank),
+        mailbox_(std::move(mailbox)) {}
 
   ~CudaIpcExchange() override {
     if (abandoned_) return;
@@ -106,8 +113,9 @@ class CudaIpcExchange final : public PeerExchange {
     return {.pull_on_one_host = true, .pull_every_region = true};
   }
 
+  // "cuda-ipc:<pid>:<mailbox name>".
   Result<std::string> Address() override {
-    return "cuda-ipc:" + std::to_string(::getpid());
+    return "cuda-ipc:" + std::to_string(::getpid()) + ":" + mailbox_->name();
   }
 
   Result<std::string> RegisterMemory(void* address, uint64_t length) override;
@@ -118,6 +126,7 @@ class CudaIpcExchange final : public PeerExchange {
   Status Disconnect(uint32_t peer) override {
     if (!peers_.count(peer)) return Status::OK();
     Status st = CloseOpened(peer);
+    mailbox_->Drop(peer);
     peers_.erase(peer);
     return st;
   }
@@ -151,6 +160,14 @@ class CudaIpcExchange final : public PeerExchange {
  private:
   static constexpr std::chrono::microseconds kLongestWait{2000};
 
+  Result<const Peer*> PeerOf(const ExchangeOp& op) const;
+  Status CheckKinds(const std::vector<ExchangeOp>& ops) const;
+  Status RunGets(const std::vector<ExchangeOp>& ops,
+                 const ExchangeRunOptions& options,
+                 const std::function<void(size_t)>& completed,
+                 ExchangeStats& st);
+  Status RunMessage(const ExchangeOp& op, const ExchangeRunOptions& options,
+                    ExchangeStats& st);
   Status CloseOpened(uint32_t peer);
   Result<size_t> Open(uint32_t peer, const cuda::IpcMemHandle& handle);
   Status QueueGet(const ExchangeOp& op, const std::string& peer_name);
@@ -159,6 +176,8 @@ class CudaIpcExchange final : public PeerExchange {
 
   std::shared_ptr<cuda::DeviceApi> api_;
   const int device_;
+  const uint32_t rank_;
+  std::unique_ptr<IpcMailbox> mailbox_;
   cuda::StreamHandle stream_ = 0;
   std::map<uintptr_t, cuda::IpcMemHandle> exported_;  // by allocation base
   std::map<uint32_t, Peer> peers_;
@@ -201,8 +220,11 @@ Status CudaIpcExchange::Connect(uint32_t peer, const std::string& address,
   if (peers_.count(peer)) return Status::OK();
   constexpr std::string_view kPrefix = "cuda-ipc:";
   uint64_t pid = 0;
-  if (address.rfind(kPrefix, 0) != 0 ||
-      !ParseNumber(address.substr(kPrefix.size()), &pid)) {
+  const size_t colon = address.find(':', kPrefix.size());
+  if (address.rfind(kPrefix, 0) != 0 || colon == std::string::npos ||
+      !ParseNumber(address.substr(kPrefix.size(), colon - kPrefix.size()),
+                   &pid) ||
+      colon + 1 == address.size()) {
     return Status::InvalidArgument("cannot connect to " + name + ": \"" +
                                    address + "\" is not a cuda-ipc address");
   }
@@ -213,7 +235,7 @@ Status CudaIpcExchange::Connect(uint32_t peer, const std::string& address,
         "), and CUDA IPC connects processes (a process cannot open the "
         "handles it exported)");
   }
-  peers_.emplace(peer, Peer{std::move(name)});
+  peers_.emplace(peer, Peer{std::move(name), address.substr(colon + 1)});
   ++connections_made_;
   return Status::OK();
 }
@@ -328,49 +350,129 @@ Status CudaIpcExchange::QueueGet(const ExchangeOp& op,
   return Status::OK();
 }
 
+Result<const Peer*> CudaIpcExchange::PeerOf(const ExchangeOp& op) const {
+  auto p = peers_.find(op.peer);
+  if (p == peers_.end()) {
+    return Status::Internal("exchange operation names unconnected rank " +
+                            std::to_string(op.peer));
+  }
+  return &p->second;
+}
+
+// Refuses, before anything moves, an operation this exchange does not
+// carry: a message of regions (only buffers travel as messages).
+Status CudaIpcExchange::CheckKinds(const std::vector<ExchangeOp>& ops) const {
+  for (const ExchangeOp& op : ops) {
+    RESHARD_ASSIGN_OR_RETURN(const Peer* peer, PeerOf(op));
+    if (op.kind != ExchangeOp::Kind::kGet && op.buffer == nullptr) {
+      return Status::Unimplemented(
+          DescribeExchangeOp(op, peer->name) +
+          ": peer exchange \"cuda-ipc\" reads every region and sends none "
+          "in messages (a session over it pulls: protocol auto or pull, no "
+          "delta updates, no movable sources)");
+    }
+  }
+  return Status::OK();
+}
+
+// Gets in batches of max_in_flight, each waited for before the next, with
+// the deadline and the abort polled between them.
+Status CudaIpcExchange::RunGets(const std::vector<ExchangeOp>& ops,
+                                const ExchangeRunOptions& options,
+                                const std::function<void(size_t)>& completed,
+                                ExchangeStats& st) {
+  std::vector<size_t> gets;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == ExchangeOp::Kind::kGet) gets.push_back(i);
+  }
+  if (gets.empty()) return Status::OK();
+  if (stream_ == 0) {
+    RESHARD_ASSIGN_OR_RETURN(stream_, api_->CreateStream(device_));
+  }
+  const size_t batch = std::max<uint32_t>(options.max_in_flight, 1);
+  for (size_t begin = 0; begin < gets.size(); begin += batch) {
+    const size_t end = std::min(gets.size(), begin + batch);
+    for (size_t k = begin; k < end; ++k) {
+      const ExchangeOp& op = ops[gets[k]];
+      RESHARD_ASSIGN_OR_RETURN(const Peer* peer, PeerOf(op));
+      RESHARD_RETURN_NOT_OK(QueueGet(op, peer->name));
+    }
+    RESHARD_RETURN_NOT_OK(api_->SynchronizeStream(stream_));
+    for (size_t k = begin; k < end; ++k) {
+      ++st.gets;
+      ++st.messages_received;
+      st.bytes_received += ops[gets[k]].region->bytes;
+      completed(gets[k]);
+    }
+    if (Clock::now() >= options.deadline && end < gets.size()) {
+      return Status::Unavailable("timed out reading from the peers (" +
+                                 std::to_string(gets.size() - end) +
+                                 " reads left)");
+    }
+    if (options.poll_abort) RESHARD_RETURN_NOT_OK(options.poll_abort());
+  }
+  return Status::OK();
+}
+
+// A buffer message (ExchangeOp::buffer): sent, or received into the buffer.
+Status CudaIpcExchange::RunMessage(const ExchangeOp& op,
+                                   const ExchangeRunOptions& options,
+                                   ExchangeStats& st) {
+  RESHARD_ASSIGN_OR_RETURN(const Peer* peer, PeerOf(op));
+  const uint64_t tag =
+      (uint64_t{options.session_tag} << 32) | op.region->region;
+  if (op.kind == ExchangeOp::Kind::kSend) {
+    Status sent = mailbox_->Send(peer->mailbox, rank_, tag, op.buffer,
+                                 op.buffer_bytes, options.deadline);
+    if (!sent.ok()) return sent.WithContext(DescribeExchangeOp(op, peer->name));
+    ++st.messages_sent;
+    st.bytes_sent += op.buffer_bytes;
+    return Status::OK();
+  }
+  Result<std::vector<uint8_t>> got =
+      mailbox_->Receive(op.peer, tag, options.deadline, options.poll_abort,
+                        options.abort_poll_interval);
+  if (!got.ok()) {
+    return got.status().WithContext(DescribeExchangeOp(op, peer->name));
+  }
+  if (got->size() > op.buffer_bytes) {
+    return Status::DataLoss(DescribeExchangeOp(op, peer->name) + ": received " +
+                            std::to_string(got->size()) +
+                            " bytes, expected at most " +
+                            std::to_string(op.buffer_bytes));
+  }
+  if (!got->empty()) std::memcpy(op.buffer, got->data(), got->size());
+  *op.received = got->size();
+  ++st.messages_received;
+  st.bytes_received += got->size();
+  return Status::OK();
+}
+
+// Sends first (they never wait on a receiver), then gets, then receives.
 Status CudaIpcExchange::Run(const std::vector<ExchangeOp>& ops,
                             const ExchangeRunOptions& options,
                             ExchangeStats* stats) {
   ExchangeStats unused;
   ExchangeStats& st = stats != nullptr ? *stats : unused;
-  if (stream_ == 0 && !ops.empty()) {
-    RESHARD_ASSIGN_OR_RETURN(stream_, api_->CreateStream(device_));
-  }
-  // Batches of max_in_flight gets, each waited for before the next, with
-  // the deadline and the abort polled between them.
-  const size_t batch = std::max<uint32_t>(options.max_in_flight, 1);
-  for (size_t begin = 0; begin < ops.size(); begin += batch) {
-    const size_t end = std::min(ops.size(), begin + batch);
-    for (size_t i = begin; i < end; ++i) {
-      const ExchangeOp& op = ops[i];
-      auto p = peers_.find(op.peer);
-      if (p == peers_.end()) {
-        return Status::Internal("exchange operation names unconnected rank " +
-                                std::to_string(op.peer));
-      }
-      if (op.kind != ExchangeOp::Kind::kGet) {
-        return Status::Unimplemented(
-            DescribeExchangeOp(op, p->second.name) +
-            ": peer exchange \"cuda-ipc\" reads every region and sends no "
-            "messages (a session over it pulls: protocol auto or pull, no "
-            "delta updates, no movable sources)");
-      }
-      RESHARD_RETURN_NOT_OK(QueueGet(op, p->second.name));
+  RESHARD_RETURN_NOT_OK(CheckKinds(ops));
+  bool first = true;
+  const auto completed = [&](size_t i) {
+    if (first && options.on_first_completion) options.on_first_completion();
+    first = false;
+    if (options.on_completion) options.on_completion(i);
+  };
+  for (const ExchangeOp::Kind kind :
+       {ExchangeOp::Kind::kSend, ExchangeOp::Kind::kGet,
+        ExchangeOp::Kind::kReceive}) {
+    if (kind == ExchangeOp::Kind::kGet) {
+      RESHARD_RETURN_NOT_OK(RunGets(ops, options, completed, st));
+      continue;
     }
-    RESHARD_RETURN_NOT_OK(api_->SynchronizeStream(stream_));
-    for (size_t i = begin; i < end; ++i) {
-      ++st.gets;
-      ++st.messages_received;
-      st.bytes_received += ops[i].region->bytes;
-      if (i == 0 && options.on_first_completion) options.on_first_completion();
-      if (options.on_completion) options.on_completion(i);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind != kind) continue;
+      RESHARD_RETURN_NOT_OK(RunMessage(ops[i], options, st));
+      completed(i);
     }
-    if (Clock::now() >= options.deadline && end < ops.size()) {
-      return Status::Unavailable("timed out reading from the peers (" +
-                                 std::to_string(ops.size() - end) +
-                                 " operations left)");
-    }
-    if (options.poll_abort) RESHARD_RETURN_NOT_OK(options.poll_abort());
   }
   return Status::OK();
 }
@@ -384,8 +486,9 @@ Status CheckCudaIpcOptions(const PeerExchangeOptions& options) {
 Result<std::unique_ptr<PeerExchange>> MakeCudaIpcExchangeOver(
     std::shared_ptr<cuda::DeviceApi> api, const PeerExchangeConfig& config) {
   RESHARD_ASSIGN_OR_RETURN(int device, DeviceSetting(config.options));
-  return std::unique_ptr<PeerExchange>(
-      new CudaIpcExchange(std::move(api), device));
+  RESHARD_ASSIGN_OR_RETURN(auto mailbox, IpcMailbox::Open());
+  return std::unique_ptr<PeerExchange>(new CudaIpcExchange(
+      std::move(api), device, config.rank, std::move(mailbox)));
 }
 
 namespace {

@@ -13,10 +13,12 @@
 // straight from its memory into this rank's targets.
 //
 // Every region is read: capabilities() says pull_every_region, so a
-// session pulls every region it receives and sends no messages. kSend and
-// kReceive are refused (Unimplemented) naming the operation: a session
-// that pushes (LiveProtocol::kPush, delta updates, movable sources) cannot
-// run over this exchange.
+// session pulls every region it receives. What a session sends besides
+// the data (ExchangeOp::buffer: its verification hashes) travels through
+// a mailbox of each rank (ipc_mailbox.h). A kSend or kReceive of regions
+// is refused (Unimplemented) naming the operation: a session that pushes
+// (LiveProtocol::kPush, delta updates, movable sources) cannot run over
+// this exchange.
 //
 // Settings: "device", the CUDA device ordinal this rank's memory is on
 // and its copies run on (default 0).

@@ -90,7 +90,10 @@ struct Exporter {
 TEST(CudaIpcExchangeTest, ReadsContiguousAndStridedRegionsOfAnotherProcess) {
   Exporter zero;
   const std::string address = Must(zero.exchange->Address());
-  EXPECT_EQ(address, "cuda-ipc:" + std::to_string(::getpid()));
+  EXPECT_THAT(address,
+              ::testing::MatchesRegex("cuda-ipc:" + std::to_string(::getpid()) +
+                                      ":reshard-cuda-ipc-" +
+                                      std::to_string(::getpid()) + "-[0-9]+"));
   EXPECT_EQ(zero.key.size(), 96u);
   const std::string out = InChild([&] {
     auto api = Emulated();
@@ -205,9 +208,9 @@ TEST(CudaIpcExchangeTest, RefusesGarbageAndStaleKeysNamingThePeer) {
                   "process exited\\)"));
   EXPECT_EQ(lines[3],
             "Unimplemented: sending region 4 to rank 0 (host a): peer "
-            "exchange \"cuda-ipc\" reads every region and sends no messages "
-            "(a session over it pulls: protocol auto or pull, no delta "
-            "updates, no movable sources)");
+            "exchange \"cuda-ipc\" reads every region and sends none in "
+            "messages (a session over it pulls: protocol auto or pull, no "
+            "delta updates, no movable sources)");
   EXPECT_EQ(lines[4],
             "InvalidArgument: reading region 5 from rank 0 (host a): no key of "
             "the peer covers its source");
@@ -216,6 +219,73 @@ TEST(CudaIpcExchangeTest, RefusesGarbageAndStaleKeysNamingThePeer) {
             "IpcOpenMemHandle device=0 bytes=512 refused: "
             "cudaErrorInvalidResourceHandle | IpcOpenMemHandle device=0 "
             "bytes=4096 -> refs=1 | IpcCloseMemHandle bytes=4096 -> refs=0");
+}
+
+// Writes `s` to `fd` length first; ReadString reads it back.
+void WriteString(int fd, const std::string& s) {
+  const uint64_t n = s.size();
+  ASSERT_EQ(::write(fd, &n, sizeof n), static_cast<ssize_t>(sizeof n));
+  ASSERT_EQ(::write(fd, s.data(), n), static_cast<ssize_t>(n));
+}
+std::string ReadString(int fd) {
+  uint64_t n = 0;
+  if (::read(fd, &n, sizeof n) != sizeof n) return "";
+  std::string s(n, '\0');
+  for (size_t got = 0; got < n;) {
+    const ssize_t r = ::read(fd, s.data() + got, n - got);
+    if (r <= 0) return "";
+    got += static_cast<size_t>(r);
+  }
+  return s;
+}
+
+// What a session sends besides the data (its hashes, as buffers) travels
+// between the ranks' mailboxes: 100000 bytes one way (several datagrams),
+// 16 back, both ranks sending before they receive; a message longer than
+// the buffer is DataLoss and one that never comes times out, each naming
+// the operation.
+TEST(CudaIpcExchangeTest, BufferMessagesTravelBetweenProcesses) {
+  int to_one[2], to_zero[2];
+  ASSERT_EQ(::pipe(to_one), 0);
+  ASSERT_EQ(::pipe(to_zero), 0);
+  const std::vector<std::string> out = testing::InChildren(2, [&](uint32_t r) {
+    auto ex = Exchange(Emulated(), r);
+    WriteString(r == 0 ? to_one[1] : to_zero[1], Must(ex->Address()));
+    const uint32_t peer = 1 - r;
+    MustOk(ex->Connect(peer, ReadString(r == 0 ? to_zero[0] : to_one[0]),
+                       "rank " + std::to_string(peer)));
+    BoundRegion region{0, 0, 1, {}, 1, 9};  // names the message (its tag)
+    std::vector<uint8_t> mine(r == 0 ? 100000 : 16), theirs(100000, 0);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = Pattern(i + r);
+    uint64_t received = 0;
+    ExchangeOp send{&region, {}, peer, Kind::kSend};
+    send.buffer = mine.data();
+    send.buffer_bytes = mine.size();
+    ExchangeOp receive{&region, {}, peer, Kind::kReceive};
+    receive.buffer = theirs.data();
+    receive.buffer_bytes = r == 0 ? 8 : theirs.size();
+    receive.received = &received;
+    ExchangeStats stats;
+    std::string log = ex->Run({send, receive}, Within30s(), &stats).ToString();
+    const size_t n = r == 0 ? 16 : 100000;
+    bool exact = r == 0 || received == n;
+    for (size_t i = 0; i < received; ++i)
+      exact &= theirs[i] == Pattern(i + peer);
+    log += exact ? " exact" : " WRONG";
+    log += " sent " + std::to_string(stats.messages_sent) + "/" +
+           std::to_string(stats.bytes_sent);
+    ExchangeRunOptions soon = Within30s();
+    soon.deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    return log + " | " + ex->Run({receive}, soon, nullptr).ToString();
+  });
+  EXPECT_EQ(out[0],
+            "DataLoss: receiving region 9 from rank 1: received 16 bytes, "
+            "expected at most 8 exact sent 1/100000 | Unavailable: receiving "
+            "region 9 from rank 1: timed out");
+  EXPECT_EQ(out[1],
+            "OK exact sent 1/16 | Unavailable: receiving region 9 from rank "
+            "0: timed out");
 }
 
 // The settings it takes.
@@ -246,8 +316,8 @@ constexpr uint64_t kSlot = 8192;
 
 std::string SessionRank(uint32_t rank, const std::string& dir,
                         const WeightPlacementManifest& source,
-                        const WeightPlacementManifest& target,
-                        uint64_t updates) {
+                        const WeightPlacementManifest& target, uint64_t updates,
+                        uint64_t corrupt_update = 0) {
   auto api = Emulated();
   // Only in this child: the exchange made by name over the emulation.
   MustOk(RegisterPeerExchange({"cuda-ipc-emulated",
@@ -281,7 +351,7 @@ std::string SessionRank(uint32_t rank, const std::string& dir,
   o.ranks = 2;
   o.exchange = "cuda-ipc-emulated";
   o.timeout = std::chrono::seconds(20);
-  o.verify = false;  // its hash round is messages
+  o.corrupt_received_in_update = corrupt_update;
   LiveBindings bindings;
   (rank == 0 ? bindings.sources : bindings.targets) = buffers.bindings;
   if (rank == 0) FillPattern(source, tensors, buffers, nullptr, 1);
@@ -291,7 +361,11 @@ std::string SessionRank(uint32_t rank, const std::string& dir,
   for (uint64_t g = 1; g <= updates; ++g) {
     if (rank == 0 && g > 1) FillPattern(source, tensors, buffers, nullptr, g);
     Result<LiveUpdateReport> r = session->Update(g);
-    out += r.ok() ? "updated " + std::to_string(g) : r.status().ToString();
+    out += r.ok() ? "updated " + std::to_string(g) + " gets " +
+                        std::to_string(r->gets) + " messages " +
+                        std::to_string(r->messages_sent) + " verified " +
+                        std::to_string(r->verified_regions)
+                  : r.status().ToString();
     if (rank == 1) {
       const std::string wrong =
           VerifyPattern(target, tensors, buffers, nullptr, g);
@@ -320,14 +394,55 @@ TEST(CudaIpcSessionTest, StandingSessionMovesDeviceMemoryBetweenProcesses) {
     return SessionRank(r, dir.path(), source, target, 3);
   });
   EXPECT_EQ(out[0],
-            "updated 1; updated 2; updated 3; IpcGetMemHandle device=0 "
-            "bytes=8192; IpcGetMemHandle device=0 bytes=8192");
-  // Open while the session is, closed once it is gone.
+            "updated 1 gets 0 messages 0 verified 0; updated 2 gets 0 messages "
+            "0 verified 0; updated 3 gets 0 messages 0 verified 0; "
+            "IpcGetMemHandle device=0 bytes=8192; IpcGetMemHandle device=0 "
+            "bytes=8192");
+  // Both regions read and verified each time; the handle open while the
+  // session is, closed once it is gone.
   EXPECT_EQ(out[1],
-            "updated 1 exact; updated 2 exact; updated 3 exact; "
+            "updated 1 gets 2 messages 0 verified 2 exact; updated 2 gets 2 "
+            "messages 0 verified 2 exact; updated 3 gets 2 messages 0 verified "
+            "2 exact; "
             "IpcOpenMemHandle device=0 bytes=8192 -> refs=1; "
             "IpcOpenMemHandle device=0 bytes=8192 -> refs=1 | "
             "IpcCloseMemHandle bytes=8192 -> refs=0");
+}
+
+// The verification hashes travel through the mailboxes: a byte flipped
+// in update 2 after it arrived fails that update on both ranks naming the
+// region; update 3 then verifies again.
+TEST(CudaIpcSessionTest, AByteFlippedOnArrivalFailsTheUpdateOnBothRanks) {
+  const auto source = testing::CubeLayout(1, 0, {8, 16, 64});
+  const auto target = testing::CubeLayout(2, 1, {8, 16, 64});
+  testing::TempDir dir;
+  const std::vector<std::string> out = testing::InChildren(2, [&](uint32_t r) {
+    return SessionRank(r, dir.path(), source, target, 3, 2);
+  });
+  const std::string failure =
+      "region 0 (tensor w, target participant p-d0-p0-e0-t0) from rank 0 "
+      "(source p-d0-p0-e0-t0): the bytes received differ from what the "
+      "source sent (XXH3-64 a19cc2da3648e2cd here, c054a52c7c577065 at the "
+      "source) (the session stays open: retry the update or run the next "
+      "one)";
+  EXPECT_EQ(out[0],
+            "updated 1 gets 0 messages 0 verified 0; Aborted: live session ipc "
+            "failed as decided by rank 1: DataLoss: live session ipc, rank 1, "
+            "update 2: " +
+                failure +
+                "; updated 3 gets 0 messages 0 verified 0; IpcGetMemHandle "
+                "device=0 bytes=8192; IpcGetMemHandle device=0 bytes=8192");
+  EXPECT_EQ(out[1],
+            "updated 1 gets 2 messages 0 verified 2 exact; DataLoss: live "
+            "session ipc, rank 1, update 2: " +
+                failure +
+                " tensor w, fragment "
+                "sha256:0aaa3dbd21b4940e6755caddeae9bdf7297d3620f194c1c4d605b5"
+                "af322608b8, global element 0, byte 0: expected 60, got 102; "
+                "updated 3 gets 2 messages 0 verified 2 exact; "
+                "IpcOpenMemHandle device=0 bytes=8192 -> refs=1; "
+                "IpcOpenMemHandle device=0 bytes=8192 -> refs=1 | "
+                "IpcCloseMemHandle bytes=8192 -> refs=0");
 }
 
 }  // namespace
