@@ -226,8 +226,11 @@ Result<ReshardReport> Reshard(const LogicalTransferPlan& plan,
                               Transport& transport,
                               const ReshardOptions& options = {});
 
-// Plans and reshards in this process with a LocalTransport of
-// options.threads threads (host memory only).
+// Plans and reshards in this process: a plan of host memory on a
+// LocalTransport of options.threads threads, a plan touching CUDA memory
+// on the CUDA executor (backends/cuda_transport.h); where there is none,
+// refused before a byte moves in one line naming the first CUDA fragment
+// and why.
 Result<ReshardReport> Reshard(
     const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,
@@ -235,6 +238,13 @@ Result<ReshardReport> Reshard(
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
     const ReshardOptions& options = {});
 Result<ReshardReport> Reshard(const WeightPlacementManifest& source,
+                              const CheckedBindings& source_bindings,
+                              const WeightPlacementManifest& target,
+                              const CheckedBindings& target_bindings,
+                              const ReshardOptions& options = {});
+// The same with a plan made earlier for these placements.
+Result<ReshardReport> Reshard(const LogicalTransferPlan& plan,
+                              const WeightPlacementManifest& source,
                               const CheckedBindings& source_bindings,
                               const WeightPlacementManifest& target,
                               const CheckedBindings& target_bindings,

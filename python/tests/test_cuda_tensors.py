@@ -130,12 +130,17 @@ def test_local_reshard_into_cuda_targets_is_refused_naming_the_fragment(pair):
     fakes = _on_device(dst, part, 1)
     given = targets.by_fragment()
     given.update(fakes)
+    line = ("local executor cannot move cuda memory: target fragment "
+            f"{_first(fakes)} of participant {part.participant_id} (device "
+            f"\"cuda:1\"); {NO_DEVICE}")
     with pytest.raises(reshard.FailedPreconditionError) as e:
         reshard.reshard(src, sources.by_fragment(), dst, given)
-    assert str(e.value) == (
-        "local executor cannot move cuda memory: target fragment "
-        f"{_first(fakes)} of participant {part.participant_id} (device "
-        f"\"cuda:1\"); {NO_DEVICE}")
+    assert str(e.value) == line
+    # With a plan made earlier: the same executor choice, the same line.
+    with pytest.raises(reshard.FailedPreconditionError) as e:
+        reshard.reshard(src, sources.by_fragment(), dst, given,
+                        plan=reshard.plan(src, dst))
+    assert str(e.value) == line
     assert all(f.untouched() for f in fakes.values())
     for b in targets.fragments.values():
         assert bool((b.raw.view(np.uint8) == 0xD7).all())

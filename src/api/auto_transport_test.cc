@@ -117,11 +117,20 @@ TEST(AutoTransportTest, ReshardWithoutATransportRefusesCudaHereInOneLine) {
       info.built ? "CUDA executor unavailable: no CUDA device on this machine"
                  : "CUDA executor unavailable: this build has no CUDA backend "
                    "(configure with -DRESHARD_CUDA=ON where nvcc is installed)";
-  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition,
-                           "local executor cannot move cuda memory: target "
-                           "fragment " +
-                               dst.id + " of participant " + dst.participant +
-                               " (device \"cuda:1\"); " + why));
+  const std::string line =
+      "local executor cannot move cuda memory: target "
+      "fragment " +
+      dst.id + " of participant " + dst.participant + " (device \"cuda:1\"); " +
+      why;
+  EXPECT_THAT(st, StatusIs(StatusCode::kFailedPrecondition, line));
+  // With a plan made earlier, the same executor and the same line.
+  const auto plan = Must(LogicalTransferPlan::Make(src.m, dst.m));
+  const auto sources =
+      Must(CheckedBindings::Make(src.m, {src.Bind("cpu", "a")}));
+  const auto targets =
+      Must(CheckedBindings::Make(dst.m, {dst.Bind("cuda:1", "b")}));
+  EXPECT_THAT(Reshard(plan, src.m, sources, dst.m, targets),
+              StatusIs(StatusCode::kFailedPrecondition, line));
 }
 
 }  // namespace

@@ -393,6 +393,20 @@ Result<ReshardReport> ReshardLocally(const WeightPlacementManifest& source,
 
 }  // namespace
 
+Result<ReshardReport> Reshard(const LogicalTransferPlan& plan,
+                              const WeightPlacementManifest& source,
+                              const CheckedBindings& source_bindings,
+                              const WeightPlacementManifest& target,
+                              const CheckedBindings& target_bindings,
+                              const ReshardOptions& options) {
+  RESHARD_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> transport,
+      internal::MakeAutoTransport({.threads = options.threads},
+                                  [] { return MakeCudaTransport(); }));
+  return ReshardWithPlan(plan, source, source_bindings, target, target_bindings,
+                         *transport, options);
+}
+
 Result<ReshardReport> Reshard(
     const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
     const std::vector<WeightRuntimeBindingManifest>& source_bindings,

@@ -63,13 +63,7 @@ py::dict ReshardBuffers(const WeightPlacementManifest& source,
     if (logical == nullptr) {
       report = Reshard(source, sources, target, targets, options);
     } else {
-      auto transport = LocalTransport::Make({.threads = options.threads});
-      if (!transport.ok()) {
-        report = transport.status();
-      } else {
-        report = Reshard(*logical, source, sources, target, targets,
-                         **transport, options);
-      }
+      report = Reshard(*logical, source, sources, target, targets, options);
     }
   }
   return DictOf(Unwrap(std::move(report)));
