@@ -157,6 +157,32 @@ TEST(ConvertKernelsTest, DeltaApplyReadsTheCpuBitmapPayload) {
   EXPECT_EQ(Must(testing::RunDeltaApply(*api, map, values, base, 2)), two);
 }
 
+TEST(ConvertKernelsTest, LaunchesRunOnTheStreamsDeferredQueue) {
+  // Queued at the launch, run when the stream is synchronised: device
+  // memory keeps Malloc's 0xDB until then.
+  auto api = Api();
+  const StreamHandle s = Must(api->CreateStream(0));
+  const uint16_t in[4] = {0x3F80, 0xBF80, 0x7F80, 0x0001};  // bfloat16
+  auto* out = static_cast<uint8_t*>(Must(api->Malloc(0, 4)));
+  CastArgs c;
+  c.src = in;
+  c.from = FloatType::kBFloat16;
+  c.dst = out;
+  c.to = FloatType::kFloat8E4M3;
+  c.elements = 4;
+  ASSERT_OK(api->LaunchCast(c, s));
+  EXPECT_EQ(std::vector<uint8_t>(out, out + 4),
+            (std::vector<uint8_t>{0xDB, 0xDB, 0xDB, 0xDB}));
+  EXPECT_EQ(api->counters().kernels_run, 0u);
+  ASSERT_OK(api->SynchronizeStream(s));
+  // 1, -1, infinity saturated to 448, a subnormal bfloat16 to zero.
+  EXPECT_EQ(std::vector<uint8_t>(out, out + 4),
+            (std::vector<uint8_t>{0x38, 0xB8, 0x7E, 0x00}));
+  EXPECT_EQ(api->counters().kernels_run, 1u);
+  EXPECT_EQ(api->calls()[2], "LaunchCast stream=1 elements=4");
+  ASSERT_OK(api->Free(out));
+}
+
 constexpr StatusCode kInvalid = StatusCode::kInvalidArgument;
 
 TEST(ConvertKernelsTest, QuantizeAndCastLaunchesRefuseBadArguments) {
