@@ -248,6 +248,11 @@ void LiveRank::StopHeartbeat() {
   if (heartbeat_) heartbeat_->Stop(/*remove=*/true);
 }
 
+void LiveRank::ReleaseExchange() {
+  if (!succeeded_ && wired_ && exchange_) exchange_->Abandon();
+  exchange_.reset();
+}
+
 LiveVersion LiveRank::version() const {
   return {generation_, source_.placement_id(), agreed_tag_, digest_};
 }

@@ -135,6 +135,12 @@ class LiveRank {
   // the session cleanly).
   void StopHeartbeat();
 
+  // Gives the exchange up once every rank closed (no peer reads this
+  // rank's memory or sends to it any more), as the destructor would: it is
+  // destroyed, releasing what it holds (opened CUDA IPC handles,
+  // registrations, connections), or abandoned after a failed update.
+  void ReleaseExchange();
+
   const LiveReport& report() const { return report_; }
   uint64_t delta_snapshot_bytes() const;
 

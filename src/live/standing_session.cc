@@ -332,6 +332,8 @@ Status LiveSession::Close() {
       s.Put(s.Key("closed"),
             internal::EncodeClosedRecord({m.options.rank, m.updates})));
   RESHARD_RETURN_NOT_OK(m.WaitClosed());
+  // Every rank closed: nobody reads this rank's memory any more.
+  m.rank.ReleaseExchange();
   return m.RemoveOwn();
 }
 

@@ -375,7 +375,7 @@ std::string SessionRank(uint32_t rank, const std::string& dir,
   }
   MustOk(session->Close());
   out += IpcCalls(*api) + "; ";
-  session.reset();  // the session's exchange goes with it
+  session.reset();  // nothing more is released
   return out + IpcCalls(*api);
 }
 
@@ -398,13 +398,14 @@ TEST(CudaIpcSessionTest, StandingSessionMovesDeviceMemoryBetweenProcesses) {
             "0 verified 0; updated 3 gets 0 messages 0 verified 0; "
             "IpcGetMemHandle device=0 bytes=8192; IpcGetMemHandle device=0 "
             "bytes=8192");
-  // Both regions read and verified each time; the handle open while the
-  // session is, closed once it is gone.
+  // Both regions read and verified each time; the handle opened once for
+  // the session and closed at Close.
   EXPECT_EQ(out[1],
             "updated 1 gets 2 messages 0 verified 2 exact; updated 2 gets 2 "
             "messages 0 verified 2 exact; updated 3 gets 2 messages 0 verified "
             "2 exact; "
-            "IpcOpenMemHandle device=0 bytes=8192 -> refs=1; "
+            "IpcOpenMemHandle device=0 bytes=8192 -> refs=1 | "
+            "IpcCloseMemHandle bytes=8192 -> refs=0; "
             "IpcOpenMemHandle device=0 bytes=8192 -> refs=1 | "
             "IpcCloseMemHandle bytes=8192 -> refs=0");
 }
@@ -440,7 +441,8 @@ TEST(CudaIpcSessionTest, AByteFlippedOnArrivalFailsTheUpdateOnBothRanks) {
                 "sha256:0aaa3dbd21b4940e6755caddeae9bdf7297d3620f194c1c4d605b5"
                 "af322608b8, global element 0, byte 0: expected 60, got 102; "
                 "updated 3 gets 2 messages 0 verified 2 exact; "
-                "IpcOpenMemHandle device=0 bytes=8192 -> refs=1; "
+                "IpcOpenMemHandle device=0 bytes=8192 -> refs=1 | "
+                "IpcCloseMemHandle bytes=8192 -> refs=0; "
                 "IpcOpenMemHandle device=0 bytes=8192 -> refs=1 | "
                 "IpcCloseMemHandle bytes=8192 -> refs=0");
 }
