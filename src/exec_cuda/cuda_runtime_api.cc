@@ -206,26 +206,6 @@ class CudaRuntimeApi final : public DeviceApi {
         "gather/scatter kernel launch");
   }
 
-  size_t MaxPitch() override {
-    int device = 0, pitch = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device) !=
-            cudaSuccess) {
-      return 2147483647;
-    }
-    return static_cast<size_t>(pitch);
-  }
-};
-
-}  // namespace
-
-Result<std::shared_ptr<DeviceApi>> RuntimeDeviceApi() {
-  static const std::shared_ptr<DeviceApi> api =
-      std::make_shared<CudaRuntimeApi>();
-  return api;
-}
-
-}  // namespace reshard::cuda
   Result<AllocationRange> AllocationOf(const void* ptr) override {
     // The runtime has no call for it: the driver's, through the runtime's
     // entry-point query (no link against libcuda).
@@ -283,3 +263,23 @@ Result<std::shared_ptr<DeviceApi>> RuntimeDeviceApi() {
     return Check(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle");
   }
 
+  size_t MaxPitch() override {
+    int device = 0, pitch = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device) !=
+            cudaSuccess) {
+      return 2147483647;
+    }
+    return static_cast<size_t>(pitch);
+  }
+};
+
+}  // namespace
+
+Result<std::shared_ptr<DeviceApi>> RuntimeDeviceApi() {
+  static const std::shared_ptr<DeviceApi> api =
+      std::make_shared<CudaRuntimeApi>();
+  return api;
+}
+
+}  // namespace reshard::cuda

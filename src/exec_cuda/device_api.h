@@ -71,7 +71,6 @@ struct PointerInfo {
   bool on_device() const { return device >= 0; }
 };
 
-using StreamHandle = uint64_t;  // 0 is never a stream
 // cudaIpcMemHandle_t: 64 opaque bytes that name a device allocation to
 // another process (CUDA IPC between processes of one host).
 struct IpcMemHandle {
@@ -84,6 +83,7 @@ struct AllocationRange {
   size_t bytes = 0;
 };
 
+using StreamHandle = uint64_t;  // 0 is never a stream
 using EventHandle = uint64_t;   // 0 is never an event
 
 class DeviceApi {
@@ -153,13 +153,6 @@ class DeviceApi {
   virtual Status LaunchGatherScatter(const GatherScatterArgs& args,
                                      StreamHandle stream) = 0;
 
-  // The largest pitch a copy may have (cudaDevAttrMaxPitch).
-  virtual size_t MaxPitch() = 0;
-};
-
-}  // namespace reshard::cuda
-
-#endif  // RESHARD_EXEC_CUDA_DEVICE_API_H_
   // CUDA IPC. AllocationOf: the device allocation holding `ptr`
   // (cuMemGetAddressRange), refused for a pointer into none.
   // IpcGetMemHandle: cudaIpcGetMemHandle of the base of an allocation
@@ -175,3 +168,10 @@ class DeviceApi {
                                          const IpcMemHandle& handle) = 0;
   virtual Status IpcCloseMemHandle(void* ptr) = 0;
 
+  // The largest pitch a copy may have (cudaDevAttrMaxPitch).
+  virtual size_t MaxPitch() = 0;
+};
+
+}  // namespace reshard::cuda
+
+#endif  // RESHARD_EXEC_CUDA_DEVICE_API_H_

@@ -143,25 +143,6 @@ class HostDeviceApi final : public DeviceApi {
 
   size_t MaxPitch() override;
 
-  // One line per call that changes state or polls it, in call order
-  // (queries such as Pointer, CanAccessPeer and DeviceCount are not
-  // logged); a refused call ends with " refused: <CUDA error>". E.g.
-  //   "CreateStream device=0 -> stream=1"
-  //   "Copy3DAsync stream=1 kind=DeviceToDevice extent=64x8x2"
-  //   "Copy2DAsync stream=1 kind=HostToDevice width=64 height=8"
-  //   "LaunchGatherScatter stream=2 rows=12 blocks=12"
-  //   "RecordEvent stream=1 -> event=1", "EventDone event=1 -> false"
-  //   "Synchronize stream=1", "DestroyEvent event=1", "DestroyStream
-  //   stream=1", "EnablePeerAccess device=0 peer=1", "Malloc device=0
-  //   bytes=4096", "Free device=0 bytes=4096", "MallocHost bytes=4096",
-  //   "FreeHost bytes=4096"
-  std::vector<std::string> calls() const;
-  HostDeviceApiCounters counters() const;
-
- private:
-  using Side = host_emulation::CopySide;
-
-  struct Allocation {
   // CUDA IPC over real shared memory (host_device_ipc.cc), between
   // processes that each have a HostDeviceApi. A handle names a shared
   // allocation by the exporting process's id, its descriptor and a serial
@@ -191,6 +172,25 @@ class HostDeviceApi final : public DeviceApi {
                                  const IpcMemHandle& handle) override;
   Status IpcCloseMemHandle(void* ptr) override;
 
+  // One line per call that changes state or polls it, in call order
+  // (queries such as Pointer, CanAccessPeer and DeviceCount are not
+  // logged); a refused call ends with " refused: <CUDA error>". E.g.
+  //   "CreateStream device=0 -> stream=1"
+  //   "Copy3DAsync stream=1 kind=DeviceToDevice extent=64x8x2"
+  //   "Copy2DAsync stream=1 kind=HostToDevice width=64 height=8"
+  //   "LaunchGatherScatter stream=2 rows=12 blocks=12"
+  //   "RecordEvent stream=1 -> event=1", "EventDone event=1 -> false"
+  //   "Synchronize stream=1", "DestroyEvent event=1", "DestroyStream
+  //   stream=1", "EnablePeerAccess device=0 peer=1", "Malloc device=0
+  //   bytes=4096", "Free device=0 bytes=4096", "MallocHost bytes=4096",
+  //   "FreeHost bytes=4096"
+  std::vector<std::string> calls() const;
+  HostDeviceApiCounters counters() const;
+
+ private:
+  using Side = host_emulation::CopySide;
+
+  struct Allocation {
     int device;
     size_t bytes;
   };
@@ -212,7 +212,25 @@ class HostDeviceApi final : public DeviceApi {
     size_t bytes = 0;
   };
 
+  // A shared allocation (ipc_shareable): its memfd and serial number.
+  struct Shared {
+    int fd;
+    uint64_t serial;
+  };
+  // Memory IpcOpenMemHandle mapped: whose, and the references to it.
+  struct Import {
+    int32_t pid;
+    uint64_t serial;
+    uint64_t refs;
+  };
+
   explicit HostDeviceApi(HostDeviceApiOptions options);
+
+  // Malloc's memory: private (aligned_alloc) or, with ipc_shareable, a
+  // shared memfd mapping recorded in shared_; null on failure. Release
+  // gives back either, or an import's mapping. Called with mu_ held.
+  void* AllocateMemory(size_t bytes);
+  void ReleaseMemory(void* ptr, size_t bytes);
 
   Status CheckDevice(int device, std::string_view what) const;
   Result<Stream*> FindStream(StreamHandle stream);
@@ -231,26 +249,8 @@ class HostDeviceApi final : public DeviceApi {
   Status CheckPeer(StreamHandle handle, const Stream& stream, int device,
                    std::string_view touches) const;
   void QueueCopy(Stream& stream, const Side& src, const Side& dst, size_t width,
-  // A shared allocation (ipc_shareable): its memfd and serial number.
-  struct Shared {
-    int fd;
-    uint64_t serial;
-  };
-  // Memory IpcOpenMemHandle mapped: whose, and the references to it.
-  struct Import {
-    int32_t pid;
-    uint64_t serial;
-    uint64_t refs;
-  };
-
                  size_t height, size_t depth);
   Status CheckKernelSide(StreamHandle handle, const Stream& stream,
-  // Malloc's memory: private (aligned_alloc) or, with ipc_shareable, a
-  // shared memfd mapping recorded in shared_; null on failure. Release
-  // gives back either, or an import's mapping. Called with mu_ held.
-  void* AllocateMemory(size_t bytes);
-  void ReleaseMemory(void* ptr, size_t bytes);
-
                          const GatherScatterArgs& args, bool src);
   Status Copy3DLocked(const Copy3D& copy, StreamHandle handle);
   Status Copy2DLocked(void* dst, size_t dpitch, const void* src, size_t spitch,
@@ -270,6 +270,8 @@ class HostDeviceApi final : public DeviceApi {
   std::map<uintptr_t, Allocation> allocations_;  // by base address
   std::vector<size_t> allocated_;                // bytes per device
   std::map<uintptr_t, size_t> pinned_;           // MallocHost: base, bytes
+  std::map<uintptr_t, Shared> shared_;           // exportable allocations
+  std::map<uintptr_t, Import> imports_;  // opened handles (in allocations_)
   std::map<StreamHandle, Stream> streams_;
   std::map<EventHandle, Event> events_;
   std::set<std::pair<int, int>> peer_enabled_;  // (device, peer)
@@ -282,5 +284,3 @@ class HostDeviceApi final : public DeviceApi {
 }  // namespace reshard::cuda
 
 #endif  // RESHARD_EXEC_CUDA_HOST_DEVICE_API_H_
-  std::map<uintptr_t, Shared> shared_;           // exportable allocations
-  std::map<uintptr_t, Import> imports_;  // opened handles (in allocations_)
