@@ -99,6 +99,19 @@ class Plugin final : public M2nPlugin {
   }
 
   std::string Open(void* comm, int device, void** out) override {
+    // The process has one libnccl.so.2: whichever was loaded first (a
+    // framework's, the toolkit's) serves this plugin too, and NCCL M2N
+    // needs a newer one than some of those.
+    int version = 0;
+    if (ncclGetVersion(&version) == ncclSuccess &&
+        version < NCCL_M2N_MIN_NCCL_VERSION_CODE) {
+      return "NCCL M2N needs NCCL 2.30.5 or newer, and this process loaded "
+             "NCCL " +
+             std::to_string(version / 10000) + "." +
+             std::to_string(version / 100 % 100) + "." +
+             std::to_string(version % 100) +
+             " (load the newer libnccl.so.2 before reshard)";
+    }
     auto* s = new Session;
     if (comm != nullptr) {
       s->comm = static_cast<ncclComm_t>(comm);
