@@ -58,6 +58,10 @@
 
 namespace reshard {
 
+namespace cuda {
+class DeviceApi;  // the CUDA executor's device-API seam (internal)
+}  // namespace cuda
+
 // The bindings of the participants one rank hosts.
 struct LiveBindings {
   std::vector<WeightRuntimeBindingManifest> sources;
@@ -137,6 +141,22 @@ struct LiveSessionOptions {
   // leaves the targets (the serving weights) untouched; the price is the
   // memory and one local copy of this rank's target bytes per update.
   bool shadow_targets = false;
+  // CUDA fragments over an exchange that moves host memory only ("ucx",
+  // "inproc"; PeerExchangeCapabilities::memory_kinds): where a CUDA
+  // executor is available, each CUDA fragment of this rank is mirrored in
+  // a pinned host buffer the session allocates (at most this many bytes
+  // in all; a layout whose CUDA fragments take more is refused at open or
+  // at the update that binds them, naming the first fragment past the
+  // bound). Before each update the CUDA sources are copied device to host
+  // into their mirrors; the exchange and the verification run on the
+  // mirrors; once the update succeeded on every rank (after the world
+  // barrier and any shadow flip) the target mirrors are copied host to
+  // device. A failed update leaves CUDA targets untouched. Without a CUDA
+  // executor CUDA fragments are refused as before (docs/gpu.md).
+  uint64_t device_staging_bytes = uint64_t{256} << 20;
+  // Internal: the device API the mirrors copy through; empty: the CUDA
+  // runtime's. Tests set the host emulation (src/exec_cuda/).
+  std::shared_ptr<cuda::DeviceApi> device_api;
   // Called after every receive of this rank completed, before "done";
   // an error aborts the session (no target becomes ready).
   std::function<Status()> validate_targets;

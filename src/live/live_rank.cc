@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <random>
 
+#include "exec_cuda/fragment_staging.h"
+
 namespace reshard::live_internal {
 
 LiveRank::~LiveRank() {
@@ -122,6 +124,7 @@ Status LiveRank::RunUpdate() {
   report_.plan_seconds = opened.plan_seconds;
   if (scope_.empty()) {
     // A one-shot run: any failure ends it.
+    if (mirrors_) RESHARD_RETURN_NOT_OK(mirrors_->SourcesToHost());
     RESHARD_RETURN_NOT_OK(Fence());
     RESHARD_RETURN_NOT_OK(Exchange());
     RESHARD_RETURN_NOT_OK(Verify());
@@ -134,7 +137,8 @@ Status LiveRank::RunUpdate() {
     // after this rank's exchange and verification nothing of it is in
     // flight: a failure there leaves the session usable (FailUpdate). One
     // in the exchange ends it (it may leave operations in flight).
-    Status st = Fence();
+    Status st = mirrors_ ? mirrors_->SourcesToHost() : Status::OK();
+    if (st.ok()) st = Fence();
     if (st.ok()) st = FencedBarrier();
     // A rank that closed the session ends it.
     if (!st.ok()) return records_.saw_close() ? st : FailUpdate(std::move(st));
@@ -153,6 +157,8 @@ Status LiveRank::RunUpdate() {
     }
   }
   shadow_.Flip();
+  // The update succeeded everywhere: CUDA targets take their mirrors.
+  if (mirrors_) RESHARD_RETURN_NOT_OK(mirrors_->TargetsToDevice());
   RESHARD_RETURN_NOT_OK(Ready());
   succeeded_ = true;
   delivered_ = true;  // the base of the next delta update
@@ -160,7 +166,9 @@ Status LiveRank::RunUpdate() {
   return Status::OK();
 }
 
-Status LiveRank::Rebind(const LiveBindings& now) {
+Status LiveRank::Rebind(const LiveBindings& given) {
+  RESHARD_ASSIGN_OR_RETURN(const LiveBindings now,
+                           Mirrored(given, /*adopt=*/true));
   RESHARD_RETURN_NOT_OK(
       SameParticipants(now.sources, bindings_.sources, "source"));
   RESHARD_RETURN_NOT_OK(
@@ -265,6 +273,7 @@ Status LiveRank::Fence() {
   LiveBindings current = bindings_;
   if (options_.current_bindings) {
     RESHARD_ASSIGN_OR_RETURN(current, options_.current_bindings());
+    RESHARD_ASSIGN_OR_RETURN(current, Mirrored(current, /*adopt=*/false));
     if (shadow_.active()) {
       // The targets the caller names are the serving ones; the plan
       // writes the shadows.
@@ -275,6 +284,31 @@ Status LiveRank::Fence() {
   return bound_->CheckCurrentFor(
       ParticipantsOf(bindings_.sources), current.sources,
       ParticipantsOf(bindings_.targets), current.targets);
+}
+
+Result<LiveBindings> LiveRank::Mirrored(const LiveBindings& b, bool adopt) {
+  if (!mirrors_) {
+    if (!adopt || exchange_ == nullptr) return b;
+    if (!HasCudaFragment(b.sources) && !HasCudaFragment(b.targets)) return b;
+    for (MemoryKind kind : exchange_->capabilities().memory_kinds) {
+      if (kind == MemoryKind::kCuda) return b;  // the exchange moves it
+    }
+    auto api = cuda::StagingDeviceApi(options_.device_api);
+    // No CUDA executor: the bound plan refuses the fragment, as before.
+    if (!api.ok()) return b;
+    mirrors_ = std::make_unique<DeviceMirrors>(options_.session,
+                                               std::move(api).ValueOrDie(),
+                                               options_.device_staging_bytes);
+  }
+  LiveBindings out = b;
+  RESHARD_ASSIGN_OR_RETURN(
+      out.sources, mirrors_->Mirror(b.sources, source_, "source", adopt));
+  RESHARD_ASSIGN_OR_RETURN(
+      out.targets, mirrors_->Mirror(b.targets, target_, "target", adopt));
+  // The mirrors are other memory than the proof was made for.
+  if (HasCudaFragment(b.sources)) out.checked_sources.reset();
+  if (HasCudaFragment(b.targets)) out.checked_targets.reset();
+  return out;
 }
 
 }  // namespace reshard::live_internal

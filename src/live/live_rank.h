@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "live/device_mirrors.h"
 #include "live/heartbeat.h"
 #include "live/live_delta.h"
 #include "live/live_records.h"
@@ -276,6 +277,13 @@ class LiveRank {
   // 7. Ready: target ranks record activation-ready.
   Status Ready();
 
+  // `b` with its CUDA fragments replaced by their pinned host mirrors
+  // (DeviceMirrors::Mirror; `adopt` as there), where the exchange moves
+  // host memory only and a CUDA executor is available (the mirrors are
+  // made on the first CUDA fragment adopted); else `b` as it is, and the
+  // bound plan refuses its CUDA fragments by the exchange's memory kinds.
+  Result<LiveBindings> Mirrored(const LiveBindings& b, bool adopt);
+
   SessionRecords records_;
   RecordStore& store_;
   const WeightPlacementManifest& source_;
@@ -303,6 +311,9 @@ class LiveRank {
   uint64_t abandoned_in_flight_ = 0;
   // Shadow mode: the caller's target bindings and their shadows.
   ShadowTargets shadow_;
+  // CUDA fragments over a host-only exchange: their pinned host mirrors
+  // (Mirrored). Declared before the exchange: they outlive it.
+  std::unique_ptr<DeviceMirrors> mirrors_;
   std::unique_ptr<PeerExchange> exchange_;
   // delta: the snapshots and encodings; whether an update was delivered
   // (the next one sends deltas on its generation).

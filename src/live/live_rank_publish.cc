@@ -13,6 +13,8 @@ Status LiveRank::Publish() {
       exchange_, MakePeerExchange(options_.exchange,
                                   {options_.rank, options_.exchange_options}));
   RESHARD_ASSIGN_OR_RETURN(std::string address, exchange_->Address());
+  // Peers read and write the mirrors of CUDA fragments, not the devices.
+  RESHARD_ASSIGN_OR_RETURN(bindings_, Mirrored(bindings_, /*adopt=*/true));
   for (size_t i = 0; i < bindings_.sources.size(); ++i) {
     RESHARD_RETURN_NOT_OK(
         records_.Put(records_.Key("bindings") + "/source-" + std::to_string(i),
