@@ -187,5 +187,51 @@ TEST(LiveDeviceMirrorsTest, FragmentsPastTheBoundAreRefusedNamingOne) {
   EXPECT_THAT(out[0], ::testing::HasSubstr("rank 1"));
 }
 
+// Targets opened in host memory and passed to update 2 in emulated device
+// memory (the rebind adopts mirrors for them): update 2 lands in the
+// device buffers, byte for byte, and the host buffers keep update 1.
+TEST(LiveDeviceMirrorsTest, TargetsReboundIntoDeviceMemoryAtAnUpdate) {
+  const auto source = Cube(2, 0);
+  const auto target = Cube(2, 1);
+  const auto tensors = internal::TensorIndex(source);
+  TempDir dir;
+  const auto out = InChildren(2, [&](uint32_t rank) -> std::string {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    std::shared_ptr<cuda::HostDeviceApi> api =
+        cuda::HostDeviceApi::Make({.devices = 1});
+    const auto& side = rank == 0 ? source : target;
+    const std::string instance = "rebound-" + std::to_string(rank);
+    DeviceSeat seat(*api, side, instance);
+    LiveBindings bindings;
+    (rank == 0 ? bindings.sources : bindings.targets) = seat.host.bindings;
+    auto session = LiveSession::Open(*store, source, target, bindings,
+                                     Options("rebound", rank, api));
+    if (!session.ok()) return "open: " + session.status().ToString();
+    std::string out;
+    for (uint64_t generation = 1; generation <= 2; ++generation) {
+      if (rank == 0) {
+        internal::FillPattern(source, tensors, seat.host, nullptr, generation);
+      }
+      LiveBindings now = bindings;
+      if (rank == 1 && generation == 2) now.targets = seat.device.bindings;
+      auto u = (*session)->Update(generation, &now);
+      if (!u.ok()) return u.status().ToString();
+      out += "ok|";
+    }
+    if (rank == 1) {
+      out += internal::VerifyPattern(target, tensors, seat.host, nullptr, 1)
+                     .empty()
+                 ? "host holds 1|"
+                 : "host changed|";
+      seat.FromDevice(target);
+      out += internal::VerifyPattern(target, tensors, seat.host, nullptr, 2);
+    }
+    if (Status st = (*session)->Close(); !st.ok()) return st.ToString();
+    return out;
+  });
+  EXPECT_EQ(out[0], "ok|ok|");
+  EXPECT_EQ(out[1], "ok|ok|host holds 1|");
+}
+
 }  // namespace
 }  // namespace reshard

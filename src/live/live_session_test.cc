@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "live/live_records.h"
+#include "reshard/backends/cuda_transport.h"
 #include "reshard/backends/fs_store.h"
 #include "reshard/backends/ucx_options.h"
 #include "reshard/binding.h"
@@ -652,6 +653,10 @@ TEST(LiveSessionTest, UnsupportedRendezvousUriIsRefused) {
 // A binding on CUDA memory is refused before UCX sees its pointer (the
 // exchange used to send it as host memory).
 TEST(LiveSessionTest, DeviceMemoryIsRefusedBeforeAnyTransfer) {
+  if (QueryCuda().devices > 0) {
+    GTEST_SKIP() << "this machine has a CUDA device: CUDA fragments are "
+                    "mirrored in pinned host memory, not refused";
+  }
   const auto source = Cube(2, 0);
   const auto target = Cube(4, 1);
   auto src = Must(internal::AllocateHostBuffers(source, "source"));
@@ -965,8 +970,13 @@ TEST(StandingSessionTest, MovedBuffersFollowOneRuleUnderEveryProtocol) {
 // Targets rebound into CUDA memory at an update are refused by the rank
 // that moved them, naming the fragment, before anything moves: the
 // exchange ("ucx") moves host memory only (PeerExchangeCapabilities::
-// memory_kinds).
+// memory_kinds) and there is no CUDA executor to mirror them through
+// pinned host memory (device_mirrors_test.cc).
 TEST(StandingSessionTest, DeviceMemoryAtAnUpdateIsRefusedNamingTheFragment) {
+  if (QueryCuda().devices > 0) {
+    GTEST_SKIP() << "this machine has a CUDA device: CUDA fragments are "
+                    "mirrored in pinned host memory, not refused";
+  }
   const auto source = Cube(2, 0);
   const auto target = Cube(2, 1);
   TempDir dir;
