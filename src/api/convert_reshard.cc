@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
+#include "api/device_conversion.h"
 #include "bind/apply_conversion.h"
 #include "bind/binding_copy.h"
+#include "exec_cuda/fragment_staging.h"
 #include "reshard/bound_plan.h"
 #include "util/host_memory.h"
 
@@ -17,16 +21,53 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Target buffers by placement fragment id, and each participant's binding.
+// Target buffers by placement fragment id (all, those in host memory, and
+// those in CUDA memory), each participant's binding, and the device of the
+// participants whose targets are CUDA memory ("cuda:1").
 struct TargetMemory {
   std::unordered_map<std::string, void*> by_fragment;
+  std::unordered_map<std::string, void*> on_host;
+  std::unordered_map<std::string, void*> on_device;
   std::map<std::string, const WeightRuntimeBindingManifest*, std::less<>>
       by_participant;
+  std::map<std::string, std::string, std::less<>> cuda_device;
 };
 
+bool IsCuda(const RuntimeBindingFragment& f) {
+  const auto kind = MemoryKindOfDevice(f.device());
+  return kind.ok() && *kind == MemoryKind::kCuda;
+}
+
+// A CUDA target fragment `f` of `b`: contiguous, and every fragment of its
+// participant on the same device (the staging binding has one device).
+Status CheckCudaTarget(const RuntimeBindingFragment& f,
+                       const WeightRuntimeBindingManifest& b) {
+  const auto canonical = CanonicalStrides(f.local_shape(), f.itemsize());
+  if (!canonical.has_value() || *canonical != f.strides_bytes()) {
+    return Status::Unimplemented(
+        "a converting reshard into CUDA memory needs contiguous fragments: "
+        "target fragment " +
+        f.placement_fragment_id() + " of " + b.participant_id());
+  }
+  for (const RuntimeBindingFragment& other : b.fragments()) {
+    if (other.device() != f.device()) {
+      return Status::Unimplemented(
+          "a converting reshard into CUDA memory needs every target fragment "
+          "of a participant on one device: target fragment " +
+          other.placement_fragment_id() + " of " + b.participant_id() +
+          " is on " + other.device() + ", " + f.placement_fragment_id() +
+          " on " + f.device());
+    }
+  }
+  return Status::OK();
+}
+
+// `allow_cuda`: CUDA targets are taken (the device path); else every
+// target must be contiguous host memory.
 Result<TargetMemory> TargetBuffers(
     const WeightPlacementManifest& target,
-    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    bool allow_cuda = false) {
   TargetMemory out;
   for (const WeightRuntimeBindingManifest& b : bindings) {
     if (b.placement_id() != target.placement_id()) {
@@ -37,10 +78,17 @@ Result<TargetMemory> TargetBuffers(
     }
     out.by_participant[b.participant_id()] = &b;
     for (const RuntimeBindingFragment& f : b.fragments()) {
+      void* at = reinterpret_cast<void*>(f.address());
+      out.by_fragment[f.placement_fragment_id()] = at;
+      if (allow_cuda && IsCuda(f)) {
+        RESHARD_RETURN_NOT_OK(CheckCudaTarget(f, b));
+        out.on_device[f.placement_fragment_id()] = at;
+        out.cuda_device[b.participant_id()] = f.device();
+        continue;
+      }
       RESHARD_RETURN_NOT_OK(RequireContiguousHost(
           f, "a converting reshard", "target", b.participant_id()));
-      out.by_fragment[f.placement_fragment_id()] =
-          reinterpret_cast<void*>(f.address());
+      out.on_host[f.placement_fragment_id()] = at;
     }
   }
   return out;
@@ -54,8 +102,19 @@ struct Staging {
   uint64_t bytes = 0;
 };
 
+// The ordinal of a CUDA device string ("cuda" is device 0).
+int OrdinalOf(std::string_view device) {
+  const size_t colon = device.find(':');
+  return colon == std::string_view::npos
+             ? 0
+             : std::atoi(std::string(device.substr(colon + 1)).c_str());
+}
+
+// The staging of a participant whose targets are CUDA memory is device
+// memory of that device, allocated (and owned) by `device`.
 Result<Staging> StagingBuffers(const ConversionPlan& conversion,
-                               const TargetMemory& memory) {
+                               const TargetMemory& memory,
+                               DeviceConverter* device = nullptr) {
   Staging out;
   std::unordered_map<std::string_view, std::string_view> target_of;
   for (const auto* f : conversion.target().fragments()) {
@@ -74,6 +133,13 @@ Result<Staging> StagingBuffers(const ConversionPlan& conversion,
       if (t != target_of.end()) {
         auto m = memory.by_fragment.find(std::string(t->second));
         if (m != memory.by_fragment.end()) out.by_fragment[id] = m->second;
+        continue;
+      }
+      auto on = memory.cuda_device.find(part.participant_id());
+      if (device != nullptr && on != memory.cuda_device.end()) {
+        RESHARD_ASSIGN_OR_RETURN(
+            out.by_fragment[id],
+            device->Allocate(OrdinalOf(on->second), f.nbytes()));
         continue;
       }
       // Huge pages when large: the fill faults them in 2 MiB at a time.
@@ -100,6 +166,8 @@ Result<CheckedBindings> BindStaging(const ConversionPlan& conversion,
     o.instance_id = binding->instance_id();
     o.generation = binding->generation();
     o.lease_id = binding->lease_id();
+    auto on = memory.cuda_device.find(participant);
+    if (on != memory.cuda_device.end()) o.device = on->second;
     RESHARD_ASSIGN_OR_RETURN(
         auto b, BindCheckedBuffers(
                     conversion.staging(), participant,
@@ -173,13 +241,63 @@ Status ConversionStaging::Apply(uint32_t threads) const {
 }  // namespace reshard
 
 namespace reshard::internal {
+namespace {
+
+// The first target fragment in CUDA memory, and its participant; null
+// where every target is host memory.
+std::pair<const RuntimeBindingFragment*, const std::string*> FirstCudaTarget(
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  for (const WeightRuntimeBindingManifest& b : bindings) {
+    for (const RuntimeBindingFragment& f : b.fragments()) {
+      if (IsCuda(f)) return {&f, &b.participant_id()};
+    }
+  }
+  return {nullptr, nullptr};
+}
+
+// The device path: staging on the targets' devices, the bytes moved there
+// by `transport`, the kernels converting into the device targets; host
+// targets (participants of host memory) still convert on the CPU.
+Result<ReshardReport> ReshardIntoDevices(
+    const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
+    const CheckedBindings& source_bindings,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    std::shared_ptr<cuda::DeviceApi> api, Transport& transport,
+    const ReshardOptions& options) {
+  const ConversionPlan& conversion = *plan.conversion();
+  DeviceConverter converter(std::move(api));
+  RESHARD_ASSIGN_OR_RETURN(
+      TargetMemory memory,
+      TargetBuffers(conversion.target(), target_bindings, true));
+  RESHARD_ASSIGN_OR_RETURN(Staging staging,
+                           StagingBuffers(conversion, memory, &converter));
+  RESHARD_ASSIGN_OR_RETURN(CheckedBindings bound,
+                           BindStaging(conversion, memory, staging));
+  RESHARD_ASSIGN_OR_RETURN(
+      ReshardReport report,
+      Reshard(plan, source, source_bindings, conversion.staging(), bound,
+              transport, options));
+  const auto start = Clock::now();
+  const FragmentMemory staging_of = FragmentMemoryIn(staging.by_fragment);
+  RESHARD_RETURN_NOT_OK(
+      ApplyConversions(conversion, staging_of, FragmentMemoryIn(memory.on_host),
+                       std::max<uint32_t>(1, options.threads)));
+  RESHARD_RETURN_NOT_OK(converter.Apply(conversion, staging_of,
+                                        FragmentMemoryIn(memory.on_device)));
+  report.transfer_seconds +=
+      std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
+}  // namespace
 
 Result<ReshardReport> ReshardConverting(
     const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
     const CheckedBindings& source_bindings,
     const WeightPlacementManifest& target,
     const std::vector<WeightRuntimeBindingManifest>& target_bindings,
-    Transport& transport, const ReshardOptions& options) {
+    Transport& transport, const ReshardOptions& options,
+    std::shared_ptr<cuda::DeviceApi> device_api) {
   const ConversionPlan& conversion = *plan.conversion();
   if (options.current_bindings) {
     return Status::Unimplemented(
@@ -189,6 +307,20 @@ Result<ReshardReport> ReshardConverting(
   if (conversion.target().placement_id() != target.placement_id()) {
     return Status::InvalidArgument(
         "logical plan and target placement IDs differ");
+  }
+  const auto [on_cuda, participant] = FirstCudaTarget(target_bindings);
+  if (on_cuda != nullptr) {
+    Result<std::shared_ptr<cuda::DeviceApi>> api =
+        cuda::StagingDeviceApi(std::move(device_api));
+    if (!api.ok()) {
+      return Status::FailedPrecondition(
+          "a converting reshard into CUDA memory needs the CUDA executor: "
+          "target fragment " +
+          on_cuda->placement_fragment_id() + " of participant " + *participant +
+          " (device \"" + on_cuda->device() + "\"); " + api.status().message());
+    }
+    return ReshardIntoDevices(plan, source, source_bindings, target_bindings,
+                              std::move(*api), transport, options);
   }
   RESHARD_ASSIGN_OR_RETURN(
       auto staging, ConversionStaging::Make(conversion, target_bindings));
