@@ -202,6 +202,17 @@ TEST(DeviceConversionTest, Float32ToBFloat16CastIntoDeviceTargets) {
   EXPECT_EQ(ExpectDeviceSameAsCpu(source, target, 1, "LaunchCast"), 4u);
 }
 
+TEST(DeviceConversionTest, Fp8BlocksToBFloat16IntoShardsThatSplitBlocks) {
+  // bfloat16 scales (widened by a cast launch); TP2 on rows cuts block row
+  // 1 at row 150, so the second shard dequantizes in two launches.
+  const auto source = Layout(1, {"float8_e4m3fn", 1, -1}, {"bfloat16", 2, -1},
+                             Tensor{"bfloat16", 2, -1});
+  const auto target =
+      Layout(2, {"bfloat16", 2, 0}, {"bfloat16", 2, -1}, std::nullopt);
+  EXPECT_EQ(ExpectDeviceSameAsCpu(source, target, 0, "LaunchDequantizeE4m3"),
+            3u);
+}
+
 // Without a CUDA executor (this build or machine has none) a converting
 // plan with a CUDA target is refused before a byte moves, naming the
 // fragment.
