@@ -1,20 +1,52 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with a CUDA GPU, builds reshard with the
-# CUDA backend, runs every `gpu` test (ctest -L gpu), the CUDA benchmark
-# (reshard_bench_cuda: ratios against contiguous copies measured in the
-# same run), the executor's emulation tests, and prints a summary to paste
-# into docs/gpu.md (which paths ran on a GPU, with the date, and the
-# benchmark's table). A benchmark goal not met is reported, not a
-# failure; the benchmark failing to run is one. Meant to finish
-# in well under 8 minutes on one GPU; needs the Debian packages of
-# `make bootstrap` and the CUDA toolkit (nvcc on PATH).
+# CUDA backend (and the NCCL M2N plugin where its wheels are at hand),
+# runs every `gpu` test (ctest -L gpu), the GPU benchmarks (ratios
+# against baselines measured in the same run: reshard_bench_cuda,
+# reshard_bench_cuda_ipc, reshard_bench_m2n), the executor's emulation
+# tests, and prints a summary to paste into docs/gpu.md (which paths ran
+# on a GPU, with the date, and the benchmarks' tables). A benchmark goal
+# not met is reported, not a failure; a benchmark failing to run is one.
+# Every step has a timeout and all of them share one budget (GPU_CHECK_
+# SECONDS, default 470), so the check ends within 8 minutes on one GPU.
+# Needs the Debian packages of `make bootstrap` and the CUDA toolkit (nvcc
+# on PATH); no network. Without a GPU it still builds and runs: the gpu
+# tests report Skipped and each benchmark prints its no-device line.
 #
-#   scripts/gpu-check.sh [BUILD_DIR]     (default build-gpu)
+#   scripts/gpu-check.sh [BUILD_DIR] [M2N_PATH]    (default build-gpu)
+#
+# M2N_PATH (or RESHARD_M2N_PATH): the NCCL M2N wheels for the plugin,
+# either a venv or site-packages folder holding them installed (`make
+# m2n-venv` makes build/m2n-venv), or a folder of the two .whl files
+# (nccl-extensions, nvidia-nccl-cu13), installed offline into
+# BUILD_DIR/m2n-venv. Without it BUILD_DIR/m2n-venv, then build/m2n-venv,
+# are used where they exist; otherwise the plugin is not built and the
+# M2N benchmark says so. JOBS sets the build's parallelism (default nproc).
 set -uo pipefail
 BUILD=${1:-build-gpu}
-JOBS=$(nproc 2>/dev/null || echo 4)
+M2N_PATH=${2:-${RESHARD_M2N_PATH:-}}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 started=$(date +%s)
+deadline=$((started + ${GPU_CHECK_SECONDS:-470}))
 log() { printf '== %s\n' "$*"; }
+# Seconds for a step: at most CAP, leaving RESERVE for the steps after it
+# (at least 5).
+budget() {
+  local left=$((deadline - $(date +%s) - $2))
+  ((left > $1)) && left=$1
+  ((left < 5)) && left=5
+  echo "$left"
+}
+# What a step's output says it did: "ran", "not run (...)" or "FAILED".
+outcome() {  # exit status, log file
+  if [[ $1 -eq 124 ]]; then echo "FAILED (timed out)"
+  elif [[ $1 -ne 0 ]]; then echo "FAILED (exit $1)"
+  elif grep -q 'nothing measured' "$2"; then
+    echo "not run ($(grep -o 'no CUDA device[^;]*\|this build has no [^(;]*' \
+      "$2" | head -1 | sed 's/ *$//'))"
+  else echo "ran"
+  fi
+}
 
 log "machine"
 date -u +%Y-%m-%dT%H:%M:%SZ
@@ -22,46 +54,97 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
   2>/dev/null || echo "nvidia-smi: not found"
 command -v nvcc >/dev/null && nvcc --version | tail -1 || echo "nvcc: not found"
 
-log "build (RESHARD_CUDA=ON)"
-if ! cmake -S . -B "$BUILD" -DRESHARD_CUDA=ON -DRESHARD_BUILD_PYTHON=OFF \
-  -DRESHARD_BUILD_BENCH=ON >"$BUILD.configure.log" 2>&1; then
+log "NCCL M2N wheels"
+m2n_root="$BUILD/m2n-venv"
+if [[ -n "$M2N_PATH" ]] && compgen -G "$M2N_PATH/*.whl" >/dev/null; then
+  PIP_NO_INDEX=1 PIP_FIND_LINKS="$M2N_PATH" timeout "$(budget 120 400)" \
+    scripts/m2n_venv.sh "$m2n_root" || echo "m2n venv from $M2N_PATH failed"
+elif [[ -n "$M2N_PATH" ]]; then
+  m2n_root="$M2N_PATH"
+elif [[ ! -d "$m2n_root" && -d build/m2n-venv ]]; then
+  m2n_root=build/m2n-venv
+fi
+m2n_root=$(realpath -m "$m2n_root")
+echo "RESHARD_M2N_ROOT=$m2n_root"
+
+log "build (RESHARD_CUDA=ON, -j$JOBS)"
+if ! timeout "$(budget 120 350)" cmake -S . -B "$BUILD" -DRESHARD_CUDA=ON \
+  -DRESHARD_BUILD_PYTHON=OFF -DRESHARD_BUILD_BENCH=ON \
+  -DRESHARD_M2N_ROOT="$m2n_root" >"$BUILD.configure.log" 2>&1; then
   tail -30 "$BUILD.configure.log"
   echo "SUMMARY: configure failed"
   exit 1
 fi
-if ! cmake --build "$BUILD" -j"$JOBS" --target reshard_cli reshard_tests \
-  reshard_gpu_tests reshard_bench_cuda >"$BUILD.build.log" 2>&1; then
+m2n_line=$(grep -o 'NCCL M2N backend .*' "$BUILD.configure.log" | tail -1)
+echo "$m2n_line"
+if ! timeout "$(budget 420 200)" cmake --build "$BUILD" -j"$JOBS" --target \
+  reshard_cli reshard_tests reshard_gpu_tests reshard_bench_cuda \
+  reshard_bench_cuda_ipc reshard_bench_m2n >"$BUILD.build.log" 2>&1; then
   grep -E "error|Error" "$BUILD.build.log" | head -30
-  echo "SUMMARY: build failed"
+  tail -3 "$BUILD.build.log"
+  echo "SUMMARY: build failed (or ran out of its time)"
   exit 1
 fi
+# NCCL M2N needs NCCL 2.30.5 or newer and reshard links the toolkit's
+# libnccl.so.2: the M2N test and benchmark load the wheel's first.
+m2n_env=()
+nccl_lib=$(ls -d "$m2n_root"/lib/python3*/site-packages/nvidia/nccl/lib \
+  "$m2n_root"/nvidia/nccl/lib 2>/dev/null | head -1)
+[[ -n "$nccl_lib" ]] &&
+  m2n_env=(env "LD_LIBRARY_PATH=$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 
 log "reshard info --json"
 "$BUILD/reshard" info --json
 
-log "gpu tests (ctest -L gpu)"
-ctest --test-dir "$BUILD" -L gpu --output-on-failure 2>&1 | tail -40
-gpu_status=${PIPESTATUS[0]}
-skipped=$(ctest --test-dir "$BUILD" -L gpu -N 2>/dev/null | grep -c "Test *#")
+log "gpu tests (ctest -L gpu; M2nGpuTest with the wheel's NCCL)"
+timeout "$(budget 150 150)" ctest --test-dir "$BUILD" -L gpu -E M2nGpuTest \
+  --timeout 60 --output-on-failure >"$BUILD.gpu-tests.log" 2>&1
+gpu_status=$?
+timeout "$(budget 60 120)" "${m2n_env[@]}" ctest --test-dir "$BUILD" \
+  -R M2nGpuTest --timeout 50 --output-on-failure >>"$BUILD.gpu-tests.log" 2>&1
+m2n_test_status=$?
+grep -E 'Test +#|tests passed|No tests' "$BUILD.gpu-tests.log" | tail -40
 
-log "benchmark (reshard_bench_cuda --json)"
-timeout 240 "$BUILD/reshard_bench_cuda" --json 2>&1 | tee "$BUILD.bench.log"
-bench_status=${PIPESTATUS[0]}
+benches=(reshard_bench_cuda reshard_bench_cuda_ipc reshard_bench_m2n)
+declare -A bench_status
+for b in "${benches[@]}"; do
+  log "benchmark ($b --json)"
+  prefix=()
+  reserve=60
+  if [[ $b == reshard_bench_m2n ]]; then
+    prefix=("${m2n_env[@]}")
+    reserve=20
+  fi
+  timeout "$(budget 90 "$reserve")" \
+    "${prefix[@]}" "$BUILD/$b" --json >"$BUILD.$b.log" 2>&1
+  bench_status[$b]=$?
+  cat "$BUILD.$b.log"
+done
 
 log "the executor over the host emulation (no GPU needed)"
-"$BUILD/reshard_tests" \
+timeout "$(budget 60 0)" "$BUILD/reshard_tests" \
   --gtest_filter='CudaTransport*:CopyLowering*:HostDeviceApi*:CudaUnavailable*' \
   --gtest_brief=1 2>&1 | tail -5
 emulation_status=${PIPESTATUS[0]}
 
 log "summary"
-echo "gpu tests: $skipped registered, ctest exit $gpu_status"
+gpu_ran=$(grep -hc ' Passed ' "$BUILD.gpu-tests.log")
+gpu_skipped=$(grep -hc '\*\*\*Skipped' "$BUILD.gpu-tests.log")
+gpu_failed=$(grep -hcE '\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception' \
+  "$BUILD.gpu-tests.log")
+echo "gpu tests: $gpu_ran passed, $gpu_skipped skipped, $gpu_failed failed" \
+  "(ctest exit $gpu_status, M2nGpuTest exit $m2n_test_status)"
+echo "NCCL M2N plugin: ${m2n_line:-unknown}" \
+  "${nccl_lib:+(wheel NCCL for M2N: $nccl_lib)}"
+for b in "${benches[@]}"; do
+  echo "$b: $(outcome "${bench_status[$b]}" "$BUILD.$b.log")"
+  grep -E '^\|' "$BUILD.$b.log"
+done
 echo "emulation tests: exit $emulation_status"
-echo "benchmark: exit $bench_status"
-grep -E '^\|' "$BUILD.bench.log" || tail -1 "$BUILD.bench.log"
-echo "seconds: $(( $(date +%s) - started ))"
-if [[ $gpu_status -ne 0 || $emulation_status -ne 0 || $bench_status -ne 0 ]]
-then
+echo "seconds: $(($(date +%s) - started))"
+failed=$((gpu_status || m2n_test_status || emulation_status))
+for b in "${benches[@]}"; do ((bench_status[$b])) && failed=1; done
+if ((failed)); then
   echo "SUMMARY: FAILED"
   exit 1
 fi
