@@ -22,10 +22,13 @@
 # BUILD_DIR/m2n-venv. Without it BUILD_DIR/m2n-venv, then build/m2n-venv,
 # are used where they exist; otherwise the plugin is not built and the
 # M2N benchmark says so. JOBS sets the build's parallelism (default nproc).
+# Each step's full output is kept in BUILD_DIR/gpu-check/.
 set -uo pipefail
 BUILD=${1:-build-gpu}
 M2N_PATH=${2:-${RESHARD_M2N_PATH:-}}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+LOGS="$BUILD/gpu-check"  # every step's output, inside the build tree
+mkdir -p "$LOGS"
 started=$(date +%s)
 deadline=$((started + ${GPU_CHECK_SECONDS:-470}))
 log() { printf '== %s\n' "$*"; }
@@ -70,18 +73,18 @@ echo "RESHARD_M2N_ROOT=$m2n_root"
 log "build (RESHARD_CUDA=ON, -j$JOBS)"
 if ! timeout "$(budget 120 350)" cmake -S . -B "$BUILD" -DRESHARD_CUDA=ON \
   -DRESHARD_BUILD_PYTHON=OFF -DRESHARD_BUILD_BENCH=ON \
-  -DRESHARD_M2N_ROOT="$m2n_root" >"$BUILD.configure.log" 2>&1; then
-  tail -30 "$BUILD.configure.log"
+  -DRESHARD_M2N_ROOT="$m2n_root" >"$LOGS/configure.log" 2>&1; then
+  tail -30 "$LOGS/configure.log"
   echo "SUMMARY: configure failed"
   exit 1
 fi
-m2n_line=$(grep -o 'NCCL M2N backend .*' "$BUILD.configure.log" | tail -1)
+m2n_line=$(grep -o 'NCCL M2N backend .*' "$LOGS/configure.log" | tail -1)
 echo "$m2n_line"
 if ! timeout "$(budget 420 200)" cmake --build "$BUILD" -j"$JOBS" --target \
   reshard_cli reshard_tests reshard_gpu_tests reshard_bench_cuda \
-  reshard_bench_cuda_ipc reshard_bench_m2n >"$BUILD.build.log" 2>&1; then
-  grep -E "error|Error" "$BUILD.build.log" | head -30
-  tail -3 "$BUILD.build.log"
+  reshard_bench_cuda_ipc reshard_bench_m2n >"$LOGS/build.log" 2>&1; then
+  grep -E "error|Error" "$LOGS/build.log" | head -30
+  tail -3 "$LOGS/build.log"
   echo "SUMMARY: build failed (or ran out of its time)"
   exit 1
 fi
@@ -98,12 +101,12 @@ log "reshard info --json"
 
 log "gpu tests (ctest -L gpu; M2nGpuTest with the wheel's NCCL)"
 timeout "$(budget 150 150)" ctest --test-dir "$BUILD" -L gpu -E M2nGpuTest \
-  --timeout 60 --output-on-failure >"$BUILD.gpu-tests.log" 2>&1
+  --timeout 60 --output-on-failure >"$LOGS/gpu-tests.log" 2>&1
 gpu_status=$?
 timeout "$(budget 60 120)" "${m2n_env[@]}" ctest --test-dir "$BUILD" \
-  -R M2nGpuTest --timeout 50 --output-on-failure >>"$BUILD.gpu-tests.log" 2>&1
+  -R M2nGpuTest --timeout 50 --output-on-failure >>"$LOGS/gpu-tests.log" 2>&1
 m2n_test_status=$?
-grep -E 'Test +#|tests passed|No tests' "$BUILD.gpu-tests.log" | tail -40
+grep -E 'Test +#|tests passed|No tests' "$LOGS/gpu-tests.log" | tail -40
 
 benches=(reshard_bench_cuda reshard_bench_cuda_ipc reshard_bench_m2n)
 declare -A bench_status
@@ -116,9 +119,9 @@ for b in "${benches[@]}"; do
     reserve=20
   fi
   timeout "$(budget 90 "$reserve")" \
-    "${prefix[@]}" "$BUILD/$b" --json >"$BUILD.$b.log" 2>&1
+    "${prefix[@]}" "$BUILD/$b" --json >"$LOGS/$b.log" 2>&1
   bench_status[$b]=$?
-  cat "$BUILD.$b.log"
+  cat "$LOGS/$b.log"
 done
 
 log "the executor over the host emulation (no GPU needed)"
@@ -128,17 +131,17 @@ timeout "$(budget 60 0)" "$BUILD/reshard_tests" \
 emulation_status=${PIPESTATUS[0]}
 
 log "summary"
-gpu_ran=$(grep -hc ' Passed ' "$BUILD.gpu-tests.log")
-gpu_skipped=$(grep -hc '\*\*\*Skipped' "$BUILD.gpu-tests.log")
+gpu_ran=$(grep -hc ' Passed ' "$LOGS/gpu-tests.log")
+gpu_skipped=$(grep -hc '\*\*\*Skipped' "$LOGS/gpu-tests.log")
 gpu_failed=$(grep -hcE '\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception' \
-  "$BUILD.gpu-tests.log")
+  "$LOGS/gpu-tests.log")
 echo "gpu tests: $gpu_ran passed, $gpu_skipped skipped, $gpu_failed failed" \
   "(ctest exit $gpu_status, M2nGpuTest exit $m2n_test_status)"
 echo "NCCL M2N plugin: ${m2n_line:-unknown}" \
   "${nccl_lib:+(wheel NCCL for M2N: $nccl_lib)}"
 for b in "${benches[@]}"; do
-  echo "$b: $(outcome "${bench_status[$b]}" "$BUILD.$b.log")"
-  grep -E '^\|' "$BUILD.$b.log"
+  echo "$b: $(outcome "${bench_status[$b]}" "$LOGS/$b.log")"
+  grep -E '^\|' "$LOGS/$b.log"
 done
 echo "emulation tests: exit $emulation_status"
 echo "seconds: $(($(date +%s) - started))"
