@@ -30,10 +30,12 @@
 // machine without a CUDA device prints one line saying so and exits 0.
 // Exits 1 on an error, whatever the goals.
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -283,6 +285,9 @@ std::vector<std::string> RunRanks(const Flags& flags) {
   int zero_to_one[2], one_to_zero[2];
   if (::pipe(zero_to_one) != 0 || ::pipe(one_to_zero) != 0) return {};
   return testing::InChildren(2, [&](uint32_t r) -> std::string {
+    // A rank waiting on the other must not outlive this process when it
+    // is killed (a timeout), holding the device.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (r == 0) {
       const Status st = Exporter(zero_to_one[1], one_to_zero[0]);
       if (st.ok()) return "";
