@@ -84,7 +84,8 @@ LiveSessionOptions Options(const std::string& session, uint32_t rank,
 // the target's validator after its bytes arrived in the mirrors, and the
 // device targets still hold update 3, byte for byte; update 5 succeeds.
 // The emulation copied exactly: on rank 0 the sources once per update, on
-// rank 1 the targets once at open and once per successful update.
+// rank 1 the targets once at open and once per successful update. The
+// fence is given the device bindings as current (current_bindings).
 TEST(LiveDeviceMirrorsTest, DeviceSourcesIntoDeviceTargetsOverUcx) {
   const auto source = Cube(2, 0);
   const auto target = Cube(2, 1);
@@ -104,6 +105,8 @@ TEST(LiveDeviceMirrorsTest, DeviceSourcesIntoDeviceTargetsOverUcx) {
       LiveSessionOptions lo = Options("mirrors", rank, api);
       lo.shadow_targets = shadow;
       lo.device_staging_bytes = Bytes(side);  // exactly enough
+      // The fence takes the device bindings for the mirrors they have.
+      lo.current_bindings = [&]() -> Result<LiveBindings> { return bindings; };
       if (rank == 1) {
         lo.validate_targets = [&]() -> Status {
           return generation == 4 ? Status::DataLoss("refused by the validator")
