@@ -64,9 +64,7 @@ std::string Named(std::string_view name, uint64_t value) {
   return std::string(name) + " " + std::to_string(value);
 }
 
-Status Refuse(std::string_view error, const std::string& detail) {
-  return Status::InvalidArgument(std::string(error) + ": " + detail);
-}
+using host_emulation::Refuse;
 
 Status Overflow(const std::string& expression, std::string_view type) {
   return Refuse("cudaErrorInvalidValue",

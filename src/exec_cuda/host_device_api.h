@@ -28,11 +28,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -44,6 +46,11 @@ namespace host_emulation {
 struct CopySide;  // one side of a copy, checked (host_device_api.cc)
 // Free's refusal of memory IpcOpenMemHandle mapped (host_device_ipc.cc).
 Status FreeOfImport();
+// The emulation's refusals: InvalidArgument "<error>: <detail>", `error`
+// the cudaError_t the runtime returns.
+inline Status Refuse(std::string_view error, const std::string& detail) {
+  return Status::InvalidArgument(std::string(error) + ": " + detail);
+}
 }  // namespace host_emulation
 
 struct HostDeviceApiOptions {
@@ -257,12 +264,24 @@ class HostDeviceApi final : public DeviceApi {
                       size_t width, size_t height, CopyKind kind,
                       StreamHandle handle);
   Status LaunchLocked(const GatherScatterArgs& args, StreamHandle handle);
-  // The FP8 and delta kernels (host_device_api_convert.cc): `bytes` at
-  // `ptr`, named `name` in messages, checked as a launch of `kernel`
-  // touches them; and the queueing of a checked launch's work.
+  // The FP8 and delta kernels (host_device_api_convert.cc). A range a
+  // launch touches: `bytes` at `ptr`, named `name` in messages.
+  struct KernelRange {
+    const void* ptr;
+    uint64_t bytes;
+    std::string_view name;
+  };
+  // Each range checked, in order, as a launch of `kernel` touches it.
+  Status CheckKernelRanges(StreamHandle handle, const Stream& stream,
+                           std::string_view kernel,
+                           std::initializer_list<KernelRange> ranges);
   Status CheckKernelRange(StreamHandle handle, const Stream& stream,
-                          const void* ptr, uint64_t bytes,
-                          const std::string& name, std::string_view kernel);
+                          const KernelRange& range, std::string_view kernel);
+  // Under mu_: `check(stream)` on the launch's stream (which checks the
+  // arguments and queues the work), logged as `line`.
+  template <typename Check>
+  Status LaunchKernel(StreamHandle handle, const std::string& line,
+                      const Check& check);
   Status QueueKernel(Stream* stream, std::function<void()> work);
 
   const HostDeviceApiOptions options_;

@@ -12,7 +12,7 @@ namespace reshard::cuda {
 namespace {
 
 Status Invalid(const std::string& detail) {
-  return Status::InvalidArgument("cudaErrorInvalidValue: " + detail);
+  return host_emulation::Refuse("cudaErrorInvalidValue", detail);
 }
 
 std::string Num(uint64_t v) { return std::to_string(v); }
@@ -71,18 +71,21 @@ Status CheckBlock(uint64_t block_rows, uint64_t block_cols) {
 }  // namespace
 
 Status HostDeviceApi::CheckKernelRange(StreamHandle handle,
-                                       const Stream& stream, const void* ptr,
-                                       uint64_t bytes, const std::string& name,
+                                       const Stream& stream,
+                                       const KernelRange& range,
                                        std::string_view kernel) {
+  const std::string name(range.name);
+  const uint64_t bytes = range.bytes;
   if (bytes == 0) return Status::OK();  // touches nothing
-  if (ptr == nullptr) return Invalid(name + " is null");
+  if (range.ptr == nullptr) return Invalid(name + " is null");
+  const auto ptr = reinterpret_cast<uintptr_t>(range.ptr);
   uintptr_t end = 0;
-  if (__builtin_add_overflow(reinterpret_cast<uintptr_t>(ptr), bytes, &end)) {
+  if (__builtin_add_overflow(ptr, bytes, &end)) {
     return Invalid(name + " + " + Num(bytes) + " overflows the address space");
   }
-  const Location at = Locate(ptr);
+  const Location at = Locate(range.ptr);
   if (at.device < 0) return Status::OK();
-  const uint64_t left = at.bytes - (reinterpret_cast<uintptr_t>(ptr) - at.base);
+  const uint64_t left = at.bytes - (ptr - at.base);
   if (bytes > left) {
     return Invalid("the " + std::string(kernel) + " kernel reaches " +
                    Num(bytes) + " bytes past " + name +
@@ -92,6 +95,24 @@ Status HostDeviceApi::CheckKernelRange(StreamHandle handle,
   }
   return CheckPeer(handle, stream, at.device,
                    "runs the " + std::string(kernel) + " kernel on " + name);
+}
+
+Status HostDeviceApi::CheckKernelRanges(
+    StreamHandle handle, const Stream& stream, std::string_view kernel,
+    std::initializer_list<KernelRange> ranges) {
+  for (const KernelRange& range : ranges) {
+    RESHARD_RETURN_NOT_OK(CheckKernelRange(handle, stream, range, kernel));
+  }
+  return Status::OK();
+}
+
+template <typename Check>
+Status HostDeviceApi::LaunchKernel(StreamHandle handle, const std::string& line,
+                                   const Check& check) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Result<Stream*> stream = FindStream(handle);
+  Status status = stream.ok() ? check(*stream) : stream.status();
+  return Log(line, std::move(status));
 }
 
 Status HostDeviceApi::QueueKernel(Stream* stream, std::function<void()> work) {
@@ -104,105 +125,99 @@ Status HostDeviceApi::QueueKernel(Stream* stream, std::function<void()> work) {
 }
 
 Status HostDeviceApi::LaunchCast(const CastArgs& a, StreamHandle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto run = [&]() -> Status {
-    RESHARD_ASSIGN_OR_RETURN(Stream * stream, FindStream(handle));
-    RESHARD_ASSIGN_OR_RETURN(
-        uint64_t in,
-        Product(a.elements, internal::ElementBytes(a.from), "src's bytes"));
-    RESHARD_ASSIGN_OR_RETURN(
-        uint64_t out,
-        Product(a.elements, internal::ElementBytes(a.to), "dst's bytes"));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.src, in, "src", "cast"));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.dst, out, "dst", "cast"));
-    return QueueKernel(stream, [a] {
-      RunGrid(
-          1, [&](int) { return a.elements; },
-          [&](int, uint64_t i) { CastItem(a, i); });
-    });
-  };
-  return Log(
+  return LaunchKernel(
+      handle,
       "LaunchCast stream=" + Num(handle) + " elements=" + Num(a.elements),
-      run());
+      [&](Stream* stream) -> Status {
+        RESHARD_ASSIGN_OR_RETURN(
+            uint64_t in,
+            Product(a.elements, internal::ElementBytes(a.from), "src's bytes"));
+        RESHARD_ASSIGN_OR_RETURN(
+            uint64_t out,
+            Product(a.elements, internal::ElementBytes(a.to), "dst's bytes"));
+        RESHARD_RETURN_NOT_OK(
+            CheckKernelRanges(handle, *stream, "cast",
+                              {{a.src, in, "src"}, {a.dst, out, "dst"}}));
+        return QueueKernel(stream, [a] {
+          RunGrid(
+              1, [&](int) { return a.elements; },
+              [&](int, uint64_t i) { CastItem(a, i); });
+        });
+      });
 }
 
 Status HostDeviceApi::LaunchQuantizeE4m3(const QuantizeArgs& a,
                                          StreamHandle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto run = [&]() -> Status {
-    RESHARD_ASSIGN_OR_RETURN(Stream * stream, FindStream(handle));
-    if (a.from == FloatType::kFloat8E4M3) {
-      return Invalid(
-          "the quantized source is float8_e4m3fn, not float32, "
-          "bfloat16 or float16");
-    }
-    RESHARD_RETURN_NOT_OK(CheckBlock(a.block_rows, a.block_cols));
-    RESHARD_ASSIGN_OR_RETURN(
-        uint64_t in, MatrixBytes(a.rows, a.cols, a.src_row_stride,
-                                 internal::ElementBytes(a.from), "src"));
-    RESHARD_ASSIGN_OR_RETURN(
-        uint64_t out, MatrixBytes(a.rows, a.cols, a.dst_row_stride, 1, "dst"));
-    const uint64_t col_blocks = a.cols == 0 ? 0 : QuantizeColBlocks(a);
-    RESHARD_ASSIGN_OR_RETURN(uint64_t scales,
-                             MatrixBytes(QuantizeRowBlocks(a), col_blocks,
-                                         a.scale_row_stride, 4, "scales"));
-    RESHARD_ASSIGN_OR_RETURN(uint64_t work,
-                             Product(a.rows, col_blocks, "the workspace"));
-    RESHARD_ASSIGN_OR_RETURN(work, Product(work, 4, "the workspace's bytes"));
-    const std::string_view k = "quantize";
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.src, in, "src", k));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.dst, out, "dst", k));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.scales, scales, "scales", k));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.workspace, work, "workspace", k));
-    return QueueKernel(stream, [a] {
-      RunGrid(
-          kQuantizePhases, [&](int phase) { return QuantizeItems(a, phase); },
-          [&](int phase, uint64_t i) { QuantizeItem(a, phase, i); });
-    });
-  };
-  return Log("LaunchQuantizeE4m3 stream=" + Num(handle) +
-                 " rows=" + Num(a.rows) + " cols=" + Num(a.cols),
-             run());
+  return LaunchKernel(
+      handle,
+      "LaunchQuantizeE4m3 stream=" + Num(handle) + " rows=" + Num(a.rows) +
+          " cols=" + Num(a.cols),
+      [&](Stream* stream) -> Status {
+        if (a.from == FloatType::kFloat8E4M3) {
+          return Invalid(
+              "the quantized source is float8_e4m3fn, not float32, "
+              "bfloat16 or float16");
+        }
+        RESHARD_RETURN_NOT_OK(CheckBlock(a.block_rows, a.block_cols));
+        RESHARD_ASSIGN_OR_RETURN(
+            uint64_t in, MatrixBytes(a.rows, a.cols, a.src_row_stride,
+                                     internal::ElementBytes(a.from), "src"));
+        RESHARD_ASSIGN_OR_RETURN(
+            uint64_t out,
+            MatrixBytes(a.rows, a.cols, a.dst_row_stride, 1, "dst"));
+        const uint64_t col_blocks = a.cols == 0 ? 0 : QuantizeColBlocks(a);
+        RESHARD_ASSIGN_OR_RETURN(uint64_t scales,
+                                 MatrixBytes(QuantizeRowBlocks(a), col_blocks,
+                                             a.scale_row_stride, 4, "scales"));
+        RESHARD_ASSIGN_OR_RETURN(uint64_t work,
+                                 Product(a.rows, col_blocks, "the workspace"));
+        RESHARD_ASSIGN_OR_RETURN(work,
+                                 Product(work, 4, "the workspace's bytes"));
+        RESHARD_RETURN_NOT_OK(
+            CheckKernelRanges(handle, *stream, "quantize",
+                              {{a.src, in, "src"},
+                               {a.dst, out, "dst"},
+                               {a.scales, scales, "scales"},
+                               {a.workspace, work, "workspace"}}));
+        return QueueKernel(stream, [a] {
+          RunGrid(
+              kQuantizePhases,
+              [&](int phase) { return QuantizeItems(a, phase); },
+              [&](int phase, uint64_t i) { QuantizeItem(a, phase, i); });
+        });
+      });
 }
 
 Status HostDeviceApi::LaunchDequantizeE4m3(const DequantizeArgs& a,
                                            StreamHandle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto run = [&]() -> Status {
-    RESHARD_ASSIGN_OR_RETURN(Stream * stream, FindStream(handle));
-    RESHARD_RETURN_NOT_OK(CheckBlock(a.block_rows, a.block_cols));
-    RESHARD_ASSIGN_OR_RETURN(
-        uint64_t in, MatrixBytes(a.rows, a.cols, a.src_row_stride, 1, "src"));
-    RESHARD_ASSIGN_OR_RETURN(uint64_t out,
-                             MatrixBytes(a.rows, a.cols, a.dst_row_stride,
-                                         internal::ElementBytes(a.to), "dst"));
-    const uint64_t row_blocks = (a.rows + a.block_rows - 1) / a.block_rows;
-    const uint64_t col_blocks = (a.cols + a.block_cols - 1) / a.block_cols;
-    RESHARD_ASSIGN_OR_RETURN(
-        uint64_t scales,
-        MatrixBytes(row_blocks, col_blocks, a.scale_row_stride, 4, "scales"));
-    const std::string_view k = "dequantize";
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.src, in, "src", k));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.dst, out, "dst", k));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.scales, scales, "scales", k));
-    return QueueKernel(stream, [a] {
-      RunGrid(
-          1, [&](int) { return a.rows * a.cols; },
-          [&](int, uint64_t i) { DequantizeItem(a, i); });
-    });
-  };
-  return Log("LaunchDequantizeE4m3 stream=" + Num(handle) +
-                 " rows=" + Num(a.rows) + " cols=" + Num(a.cols),
-             run());
+  return LaunchKernel(
+      handle,
+      "LaunchDequantizeE4m3 stream=" + Num(handle) + " rows=" + Num(a.rows) +
+          " cols=" + Num(a.cols),
+      [&](Stream* stream) -> Status {
+        RESHARD_RETURN_NOT_OK(CheckBlock(a.block_rows, a.block_cols));
+        RESHARD_ASSIGN_OR_RETURN(
+            uint64_t in,
+            MatrixBytes(a.rows, a.cols, a.src_row_stride, 1, "src"));
+        RESHARD_ASSIGN_OR_RETURN(
+            uint64_t out, MatrixBytes(a.rows, a.cols, a.dst_row_stride,
+                                      internal::ElementBytes(a.to), "dst"));
+        const uint64_t row_blocks = (a.rows + a.block_rows - 1) / a.block_rows;
+        const uint64_t col_blocks = (a.cols + a.block_cols - 1) / a.block_cols;
+        RESHARD_ASSIGN_OR_RETURN(uint64_t scales,
+                                 MatrixBytes(row_blocks, col_blocks,
+                                             a.scale_row_stride, 4, "scales"));
+        RESHARD_RETURN_NOT_OK(
+            CheckKernelRanges(handle, *stream, "dequantize",
+                              {{a.src, in, "src"},
+                               {a.dst, out, "dst"},
+                               {a.scales, scales, "scales"}}));
+        return QueueKernel(stream, [a] {
+          RunGrid(
+              1, [&](int) { return a.rows * a.cols; },
+              [&](int, uint64_t i) { DequantizeItem(a, i); });
+        });
+      });
 }
 
 namespace {
@@ -224,65 +239,59 @@ Result<DeltaBytes> DeltaSizes(const DeltaArgs& a) {
   return b;
 }
 
+// A delta launch's line in the log.
+std::string DeltaLine(std::string_view call, const DeltaArgs& a,
+                      StreamHandle handle) {
+  return std::string(call) + " stream=" + Num(handle) +
+         " elements=" + Num(a.elements) + " item=" + Num(a.item);
+}
+
 }  // namespace
 
 Status HostDeviceApi::LaunchDeltaEncode(const DeltaArgs& a,
                                         StreamHandle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto run = [&]() -> Status {
-    RESHARD_ASSIGN_OR_RETURN(Stream * stream, FindStream(handle));
-    RESHARD_ASSIGN_OR_RETURN(DeltaBytes b, DeltaSizes(a));
-    const std::string_view k = "delta encode";
-    if (a.value_bytes < b.region) {
-      return Invalid("value_bytes " + Num(a.value_bytes) +
-                     " is below the region's " + Num(b.region) +
-                     " bytes (every element may have changed)");
-    }
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.now, b.region, "now", k));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.base, b.region, "base", k));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.map, b.map, "map", k));
-    RESHARD_RETURN_NOT_OK(CheckKernelRange(handle, *stream, a.values,
-                                           a.value_bytes, "values", k));
-    RESHARD_RETURN_NOT_OK(CheckKernelRange(handle, *stream, a.tile_counts,
-                                           b.work, "tile_counts", k));
-    return QueueKernel(stream, [a] {
-      RunGrid(
-          kDeltaPhases, [&](int phase) { return DeltaItems(a, phase); },
-          [&](int phase, uint64_t i) { DeltaEncodeItem(a, phase, i); });
-    });
-  };
-  return Log("LaunchDeltaEncode stream=" + Num(handle) +
-                 " elements=" + Num(a.elements) + " item=" + Num(a.item),
-             run());
+  return LaunchKernel(
+      handle, DeltaLine("LaunchDeltaEncode", a, handle),
+      [&](Stream* stream) -> Status {
+        RESHARD_ASSIGN_OR_RETURN(DeltaBytes b, DeltaSizes(a));
+        if (a.value_bytes < b.region) {
+          return Invalid("value_bytes " + Num(a.value_bytes) +
+                         " is below the region's " + Num(b.region) +
+                         " bytes (every element may have changed)");
+        }
+        RESHARD_RETURN_NOT_OK(
+            CheckKernelRanges(handle, *stream, "delta encode",
+                              {{a.now, b.region, "now"},
+                               {a.base, b.region, "base"},
+                               {a.map, b.map, "map"},
+                               {a.values, a.value_bytes, "values"},
+                               {a.tile_counts, b.work, "tile_counts"}}));
+        return QueueKernel(stream, [a] {
+          RunGrid(
+              kDeltaPhases, [&](int phase) { return DeltaItems(a, phase); },
+              [&](int phase, uint64_t i) { DeltaEncodeItem(a, phase, i); });
+        });
+      });
 }
 
 Status HostDeviceApi::LaunchDeltaApply(const DeltaArgs& a,
                                        StreamHandle handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto run = [&]() -> Status {
-    RESHARD_ASSIGN_OR_RETURN(Stream * stream, FindStream(handle));
-    RESHARD_ASSIGN_OR_RETURN(DeltaBytes b, DeltaSizes(a));
-    const std::string_view k = "delta apply";
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.map, b.map, "map", k));
-    RESHARD_RETURN_NOT_OK(CheckKernelRange(handle, *stream, a.values,
-                                           a.value_bytes, "values", k));
-    RESHARD_RETURN_NOT_OK(
-        CheckKernelRange(handle, *stream, a.dst, b.region, "dst", k));
-    RESHARD_RETURN_NOT_OK(CheckKernelRange(handle, *stream, a.tile_counts,
-                                           b.work, "tile_counts", k));
-    return QueueKernel(stream, [a] {
-      RunGrid(
-          kDeltaPhases, [&](int phase) { return DeltaItems(a, phase); },
-          [&](int phase, uint64_t i) { DeltaApplyItem(a, phase, i); });
-    });
-  };
-  return Log("LaunchDeltaApply stream=" + Num(handle) +
-                 " elements=" + Num(a.elements) + " item=" + Num(a.item),
-             run());
+  return LaunchKernel(
+      handle, DeltaLine("LaunchDeltaApply", a, handle),
+      [&](Stream* stream) -> Status {
+        RESHARD_ASSIGN_OR_RETURN(DeltaBytes b, DeltaSizes(a));
+        RESHARD_RETURN_NOT_OK(
+            CheckKernelRanges(handle, *stream, "delta apply",
+                              {{a.map, b.map, "map"},
+                               {a.values, a.value_bytes, "values"},
+                               {a.dst, b.region, "dst"},
+                               {a.tile_counts, b.work, "tile_counts"}}));
+        return QueueKernel(stream, [a] {
+          RunGrid(
+              kDeltaPhases, [&](int phase) { return DeltaItems(a, phase); },
+              [&](int phase, uint64_t i) { DeltaApplyItem(a, phase, i); });
+        });
+      });
 }
 
 }  // namespace reshard::cuda

@@ -38,9 +38,7 @@ static_assert(sizeof(HandleBody) == sizeof(IpcMemHandle::bytes));
 
 std::atomic<uint64_t> next_serial{1};
 
-Status Refuse(std::string_view error, const std::string& detail) {
-  return Status::InvalidArgument(std::string(error) + ": " + detail);
-}
+using host_emulation::Refuse;
 
 std::string MemfdName(int32_t pid, uint64_t serial) {
   return "reshard-emulated-" + std::to_string(pid) + "-" +
