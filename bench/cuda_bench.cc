@@ -22,7 +22,6 @@
 // Exits 1 on an error, whatever the goals.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_stats.h"
+#include "bench/bench_compare.h"
 #include "exec_cuda/cuda_transport.h"
 #include "exec_cuda/device_api.h"
 #include "reshard/api.h"
@@ -119,37 +118,6 @@ class Side {
   std::vector<WeightRuntimeBindingManifest> bindings_;
 };
 
-// Milliseconds `run` took, or its error.
-Result<double> TimeMs(const std::function<Status()>& run) {
-  const auto t0 = std::chrono::steady_clock::now();
-  RESHARD_RETURN_NOT_OK(run());
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now() - t0)
-      .count();
-}
-
-// The baseline: `bytes` from `src` to `dst` as contiguous copies of height
-// 1 (one per MaxPitch bytes), then the stream's synchronisation.
-Status ContiguousCopy(DeviceApi& api, void* dst, const void* src,
-                      uint64_t bytes, CopyKind kind, StreamHandle stream) {
-  const uint64_t chunk = api.MaxPitch();
-  for (uint64_t at = 0; at < bytes; at += chunk) {
-    const size_t n = static_cast<size_t>(std::min(chunk, bytes - at));
-    RESHARD_RETURN_NOT_OK(api.Copy2DAsync(static_cast<char*>(dst) + at, n,
-                                          static_cast<const char*>(src) + at, n,
-                                          n, 1, kind, stream));
-  }
-  return api.SynchronizeStream(stream);
-}
-
-struct CaseResult {
-  std::string name;
-  uint64_t bytes = 0;
-  bench::Spread reshard_ms, baseline_ms;
-  double ratio() const { return baseline_ms.median / reshard_ms.median; }
-  bool met() const { return ratio() >= kGoal; }
-};
-
 // One source -> target reshard against the contiguous copy of the bytes
 // it moves between two buffers of the same memory kinds.
 struct Case {
@@ -167,26 +135,8 @@ CopyKind KindOf(Memory from, Memory to) {
                                    : CopyKind::kDeviceToDevice;
 }
 
-// Warms both up once, then `rounds` interleaved rounds of each.
-Result<CaseResult> Measure(const std::function<Status()>& baseline,
-                           const std::function<Status()>& reshard, int rounds) {
-  RESHARD_RETURN_NOT_OK(baseline());
-  RESHARD_RETURN_NOT_OK(reshard());
-  std::vector<double> base_ms, reshard_ms;
-  for (int round = 0; round < rounds; ++round) {
-    RESHARD_ASSIGN_OR_RETURN(const double b, TimeMs(baseline));
-    RESHARD_ASSIGN_OR_RETURN(const double r, TimeMs(reshard));
-    base_ms.push_back(b);
-    reshard_ms.push_back(r);
-  }
-  CaseResult result;
-  result.baseline_ms = bench::SpreadOf(base_ms);
-  result.reshard_ms = bench::SpreadOf(reshard_ms);
-  return result;
-}
-
-Result<CaseResult> RunCase(DeviceApi& api, Transport& transport, const Case& c,
-                           int rounds) {
+Result<bench::Comparison> RunCase(DeviceApi& api, Transport& transport,
+                                  const Case& c, int rounds) {
   RESHARD_ASSIGN_OR_RETURN(const LogicalTransferPlan plan,
                            LogicalTransferPlan::Make(c.source, c.target));
   RESHARD_ASSIGN_OR_RETURN(auto src, Side::Make(api, c.source, c.from, "src"));
@@ -206,9 +156,11 @@ Result<CaseResult> RunCase(DeviceApi& api, Transport& transport, const Case& c,
   RESHARD_ASSIGN_OR_RETURN(void* to, base_dst->Allocate(bytes));
   RESHARD_ASSIGN_OR_RETURN(const StreamHandle stream, api.CreateStream(0));
   auto baseline = [&] {
-    return ContiguousCopy(api, to, from, bytes, KindOf(c.from, c.to), stream);
+    return bench::ContiguousCopy(api, to, from, bytes, KindOf(c.from, c.to),
+                                 stream);
   };
-  Result<CaseResult> result = Measure(baseline, reshard, rounds);
+  Result<bench::Comparison> result =
+      bench::MeasureInterleaved(baseline, reshard, rounds);
   RESHARD_RETURN_NOT_OK(api.DestroyStream(stream));
   if (!result.ok()) return result.status();
   result->name = c.name;
@@ -240,74 +192,34 @@ Result<std::vector<Case>> Cases() {
   return cases;
 }
 
-void PrintTable(const std::vector<CaseResult>& results, int rounds) {
-  std::printf(
+void Print(const std::vector<bench::Comparison>& results,
+           const bench::CompareFlags& flags) {
+  const bench::CompareTable table{
       "CUDA executor on device 0 against one contiguous copy of the same "
-      "bytes, medians of %d interleaved rounds\n\n",
-      rounds);
-  std::printf(
-      "| case | bytes | reshard ms | baseline ms | ratio | goal | met |\n"
-      "| --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
-  for (const CaseResult& r : results) {
-    std::printf("| %s | %llu | %.3f | %.3f | %.3f | >= %.1f | %s |\n",
-                r.name.c_str(), static_cast<unsigned long long>(r.bytes),
-                r.reshard_ms.median, r.baseline_ms.median, r.ratio(), kGoal,
-                r.met() ? "met" : "not met");
-  }
-}
-
-void PrintJson(const std::vector<CaseResult>& results, int rounds) {
-  for (const CaseResult& r : results) {
-    std::printf(
-        "{\"case\": \"%s\", \"bytes\": %llu, \"reshard_ms\": %.4f, "
-        "\"reshard_ms_min\": %.4f, \"reshard_ms_max\": %.4f, "
-        "\"baseline_ms\": %.4f, \"baseline_ms_min\": %.4f, "
-        "\"baseline_ms_max\": %.4f, \"ratio\": %.4f, \"goal\": %.1f, "
-        "\"met\": %s, \"rounds\": %d}\n",
-        r.name.c_str(), static_cast<unsigned long long>(r.bytes),
-        r.reshard_ms.median, r.reshard_ms.min, r.reshard_ms.max,
-        r.baseline_ms.median, r.baseline_ms.min, r.baseline_ms.max, r.ratio(),
-        kGoal, r.met() ? "true" : "false", rounds);
-  }
-}
-
-struct Flags {
-  int rounds = 5;
-  bool json = false;
-};
-
-// The flags, or a usage line on stderr and false.
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
-      flags->rounds = std::atoi(argv[++i]);
-      if (flags->rounds >= 1) continue;
-    } else if (!std::strcmp(argv[i], "--json")) {
-      flags->json = true;
-      continue;
-    }
-    std::fprintf(stderr, "usage: %s [--rounds N (N >= 1)] [--json]\n", argv[0]);
-    return false;
-  }
-  return true;
+      "bytes, medians of " +
+          std::to_string(flags.rounds) + " interleaved rounds",
+      "reshard", "baseline", kGoal};
+  std::fputs(
+      bench::ComparisonReport(table, results, flags.rounds, flags.json).c_str(),
+      stdout);
 }
 
 // Every case through `transport`, whose memory `api` allocates.
-Status Run(const Flags& flags, DeviceApi& api, Transport& transport) {
+Status Run(const bench::CompareFlags& flags, DeviceApi& api,
+           Transport& transport) {
   RESHARD_ASSIGN_OR_RETURN(const std::vector<Case> cases, Cases());
-  std::vector<CaseResult> results;
+  std::vector<bench::Comparison> results;
   for (const Case& c : cases) {
-    Result<CaseResult> r = RunCase(api, transport, c, flags.rounds);
+    Result<bench::Comparison> r = RunCase(api, transport, c, flags.rounds);
     if (!r.ok()) return r.status().WithContext(c.name);
     results.push_back(std::move(*r));
   }
-  PrintTable(results, flags.rounds);
-  if (flags.json) PrintJson(results, flags.rounds);
+  Print(results, flags);
   return Status::OK();
 }
 
 // The runtime's device API and executor.
-Status RunOnCuda(const Flags& flags) {
+Status RunOnCuda(const bench::CompareFlags& flags) {
   RESHARD_ASSIGN_OR_RETURN(std::shared_ptr<DeviceApi> api,
                            cuda::RuntimeDeviceApi());
   RESHARD_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
@@ -318,8 +230,9 @@ Status RunOnCuda(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) return 2;
+  bench::CompareFlags flags;
+  flags.rounds = 5;
+  if (!bench::ParseCompareFlags(argc, argv, &flags)) return 2;
   const CudaInfo info = QueryCuda();
   if (info.devices == 0) {
     std::printf(

@@ -44,7 +44,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_stats.h"
+#include "bench/bench_compare.h"
 #include "exec_cuda/cuda_transport.h"
 #include "exec_cuda/device_api.h"
 #include "reshard/backends/cuda_transport.h"
@@ -56,15 +56,11 @@ namespace {
 using namespace reshard;  // NOLINT
 using cuda::DeviceApi;
 using cuda::StreamHandle;
+using Flags = bench::CompareFlags;
 
 constexpr double kGoal = 0.8;
 constexpr uint64_t kBytes = uint64_t{256} << 20;
 constexpr uint64_t kChunk = uint64_t{64} << 10;
-
-struct Flags {
-  int rounds = 10;
-  bool json = false;
-};
 
 // Writes a length-prefixed string to a pipe.
 void WriteAll(int fd, const std::string& s) {
@@ -126,87 +122,16 @@ std::vector<Case> Cases(uint64_t base, uint64_t dst) {
   return cases;
 }
 
-struct CaseResult {
-  std::string name;
-  uint64_t bytes = 0;
-  bench::Spread get_ms, baseline_ms;
-  double ratio() const { return baseline_ms.median / get_ms.median; }
-};
-
-Result<double> TimeMs(const std::function<Status()>& run) {
-  const auto t0 = std::chrono::steady_clock::now();
-  RESHARD_RETURN_NOT_OK(run());
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now() - t0)
-      .count();
-}
-
-// One warm-up of each, then `rounds` interleaved rounds.
-Result<CaseResult> Measure(const std::function<Status()>& baseline,
-                           const std::function<Status()>& get, int rounds) {
-  RESHARD_RETURN_NOT_OK(baseline());
-  RESHARD_RETURN_NOT_OK(get());
-  std::vector<double> base_ms, get_ms;
-  for (int round = 0; round < rounds; ++round) {
-    RESHARD_ASSIGN_OR_RETURN(const double b, TimeMs(baseline));
-    RESHARD_ASSIGN_OR_RETURN(const double g, TimeMs(get));
-    base_ms.push_back(b);
-    get_ms.push_back(g);
-  }
-  CaseResult result;
-  result.baseline_ms = bench::SpreadOf(base_ms);
-  result.get_ms = bench::SpreadOf(get_ms);
-  return result;
-}
-
-// The baseline: `bytes` from `src` to `dst` in copies of height 1.
-Status DeviceCopy(DeviceApi& api, void* dst, const void* src, uint64_t bytes,
-                  StreamHandle stream) {
-  const uint64_t chunk = api.MaxPitch();
-  for (uint64_t at = 0; at < bytes; at += chunk) {
-    const size_t n = static_cast<size_t>(std::min(chunk, bytes - at));
-    RESHARD_RETURN_NOT_OK(api.Copy2DAsync(
-        static_cast<char*>(dst) + at, n, static_cast<const char*>(src) + at, n,
-        n, 1, cuda::CopyKind::kDeviceToDevice, stream));
-  }
-  return api.SynchronizeStream(stream);
-}
-
-std::string Table(const std::vector<CaseResult>& results, const Flags& f) {
-  std::string out;
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "cuda-ipc kGet between two processes on device 0 against one "
-                "device-to-device copy of the same bytes in the reader, "
-                "medians of %d interleaved rounds (exchange driven directly: "
-                "live sessions over CUDA memory are not supported yet)\n\n"
-                "| case | bytes | get ms | baseline ms | ratio | goal | met |\n"
-                "| --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
-                f.rounds);
-  out += line;
-  for (const CaseResult& r : results) {
-    std::snprintf(line, sizeof line,
-                  "| %s | %llu | %.3f | %.3f | %.3f | >= %.1f | %s |\n",
-                  r.name.c_str(), static_cast<unsigned long long>(r.bytes),
-                  r.get_ms.median, r.baseline_ms.median, r.ratio(), kGoal,
-                  r.ratio() >= kGoal ? "met" : "not met");
-    out += line;
-  }
-  if (!f.json) return out;
-  for (const CaseResult& r : results) {
-    std::snprintf(
-        line, sizeof line,
-        "{\"case\": \"%s\", \"bytes\": %llu, \"get_ms\": %.4f, "
-        "\"get_ms_min\": %.4f, \"get_ms_max\": %.4f, \"baseline_ms\": %.4f, "
-        "\"baseline_ms_min\": %.4f, \"baseline_ms_max\": %.4f, "
-        "\"ratio\": %.4f, \"goal\": %.1f, \"met\": %s, \"rounds\": %d}\n",
-        r.name.c_str(), static_cast<unsigned long long>(r.bytes),
-        r.get_ms.median, r.get_ms.min, r.get_ms.max, r.baseline_ms.median,
-        r.baseline_ms.min, r.baseline_ms.max, r.ratio(), kGoal,
-        r.ratio() >= kGoal ? "true" : "false", f.rounds);
-    out += line;
-  }
-  return out;
+std::string Table(const std::vector<bench::Comparison>& results,
+                  const Flags& f) {
+  const bench::CompareTable table{
+      "cuda-ipc kGet between two processes on device 0 against one "
+      "device-to-device copy of the same bytes in the reader, medians of " +
+          std::to_string(f.rounds) +
+          " interleaved rounds (exchange driven directly: live sessions over "
+          "CUDA memory are not supported yet)",
+      "get", "baseline", kGoal};
+  return bench::ComparisonReport(table, results, f.rounds, f.json);
 }
 
 // Every case read from rank 0's memory at `base` through `exchange`.
@@ -215,7 +140,7 @@ Result<std::string> Measured(DeviceApi& api, PeerExchange& exchange,
   RESHARD_ASSIGN_OR_RETURN(void* dst, api.Malloc(0, kBytes));
   RESHARD_ASSIGN_OR_RETURN(void* src, api.Malloc(0, kBytes));
   RESHARD_ASSIGN_OR_RETURN(const StreamHandle stream, api.CreateStream(0));
-  std::vector<CaseResult> results;
+  std::vector<bench::Comparison> results;
   Status st;
   for (const Case& c : Cases(base, reinterpret_cast<uint64_t>(dst))) {
     std::vector<ExchangeOp> ops;
@@ -227,8 +152,12 @@ Result<std::string> Measured(DeviceApi& api, PeerExchange& exchange,
       o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       return exchange.Run(ops, o, nullptr);
     };
-    auto baseline = [&] { return DeviceCopy(api, dst, src, c.bytes, stream); };
-    Result<CaseResult> r = Measure(baseline, get, f.rounds);
+    auto baseline = [&] {
+      return bench::ContiguousCopy(api, dst, src, c.bytes,
+                                   cuda::CopyKind::kDeviceToDevice, stream);
+    };
+    Result<bench::Comparison> r =
+        bench::MeasureInterleaved(baseline, get, f.rounds);
     if (!r.ok()) {
       st = r.status().WithContext(c.name);
       break;
@@ -265,21 +194,6 @@ Result<std::string> Importer(int from_zero, int to_zero, const Flags& f) {
   return out;
 }
 
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
-      flags->rounds = std::atoi(argv[++i]);
-      if (flags->rounds >= 1) continue;
-    } else if (!std::strcmp(argv[i], "--json")) {
-      flags->json = true;
-      continue;
-    }
-    std::fprintf(stderr, "usage: %s [--rounds N (N >= 1)] [--json]\n", argv[0]);
-    return false;
-  }
-  return true;
-}
-
 // Both ranks in children; rank 1's output prefixed "ok\n" or "error\n".
 std::vector<std::string> RunRanks(const Flags& flags) {
   int zero_to_one[2], one_to_zero[2];
@@ -305,7 +219,7 @@ std::vector<std::string> RunRanks(const Flags& flags) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) return 2;
+  if (!bench::ParseCompareFlags(argc, argv, &flags)) return 2;
   const std::string devices = testing::InChild([] {
     const CudaInfo info = QueryCuda();
     return info.built ? std::to_string(info.devices) : "not built";

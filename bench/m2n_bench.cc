@@ -27,7 +27,6 @@
 
 #include <dlfcn.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_stats.h"
+#include "bench/bench_compare.h"
 #include "exec_cuda/cuda_transport.h"
 #include "exec_cuda/device_api.h"
 #include "exec_m2n/m2n_backend.h"
@@ -54,25 +53,7 @@ using namespace reshard::m2n;  // NOLINT
 
 constexpr double kGoal = 0.9;
 
-struct Flags {
-  int rounds = 10;
-  bool json = false;
-};
-
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
-      flags->rounds = std::atoi(argv[++i]);
-      if (flags->rounds >= 1) continue;
-    } else if (!std::strcmp(argv[i], "--json")) {
-      flags->json = true;
-      continue;
-    }
-    std::fprintf(stderr, "usage: %s [--rounds N (N >= 1)] [--json]\n", argv[0]);
-    return false;
-  }
-  return true;
-}
+using Flags = bench::CompareFlags;
 
 #ifdef RESHARD_BENCH_M2N_DIRECT
 
@@ -80,13 +61,6 @@ struct Case {
   std::string name;
   size_t count;
   Dims shape;
-};
-
-struct CaseResult {
-  std::string name;
-  uint64_t bytes = 0;
-  bench::Spread backend_ms, direct_ms;
-  double ratio() const { return direct_ms.median / backend_ms.median; }
 };
 
 // A one-rank self-copy of a float32 tensor of `shape`, as lowered.
@@ -98,18 +72,10 @@ Result<M2nTensor> SelfCopy(const std::string& id, const Dims& shape) {
   return *d.m2n;
 }
 
-Result<double> TimeMs(const std::function<Status()>& run) {
-  const auto t0 = std::chrono::steady_clock::now();
-  RESHARD_RETURN_NOT_OK(run());
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now() - t0)
-      .count();
-}
-
 // The tensors of `c` in fresh device buffers, direct against backend.
-Result<CaseResult> RunCase(cuda::DeviceApi& api, M2nBackend& backend,
-                           bench::DirectM2n& direct, const Case& c,
-                           int rounds) {
+Result<bench::Comparison> RunCase(cuda::DeviceApi& api, M2nBackend& backend,
+                                  bench::DirectM2n& direct, const Case& c,
+                                  int rounds) {
   std::vector<M2nTensor> tensors;
   std::vector<M2nBuffers> buffers;
   uint64_t bytes = 4;
@@ -131,56 +97,29 @@ Result<CaseResult> RunCase(cuda::DeviceApi& api, M2nBackend& backend,
     const std::string e = direct.Run(tensors, buffers);
     return e.empty() ? Status::OK() : Status::Internal(e);
   };
-  std::vector<double> backend_ms, direct_ms;
-  if (st.ok()) st = by_direct();
-  if (st.ok()) st = by_backend();
-  for (int round = 0; round < rounds && st.ok(); ++round) {
-    Result<double> d = TimeMs(by_direct);
-    Result<double> b = d.ok() ? TimeMs(by_backend) : d;
-    st = b.status();
-    if (st.ok()) direct_ms.push_back(*d);
-    if (st.ok()) backend_ms.push_back(*b);
-  }
+  Result<bench::Comparison> r =
+      st.ok() ? bench::MeasureInterleaved(by_direct, by_backend, rounds)
+              : Result<bench::Comparison>(st);
   for (const M2nBuffers& b : buffers) {
     (void)api.Free(b.source);
     if (b.target != nullptr) (void)api.Free(b.target);
   }
-  RESHARD_RETURN_NOT_OK(st);
-  CaseResult r;
-  r.name = c.name;
-  r.bytes = bytes * c.count;
-  r.backend_ms = bench::SpreadOf(backend_ms);
-  r.direct_ms = bench::SpreadOf(direct_ms);
+  if (!r.ok()) return r.status();
+  r->name = c.name;
+  r->bytes = bytes * c.count;
   return r;
 }
 
-void Print(const std::vector<CaseResult>& results, const std::string& version,
-           const Flags& f) {
-  std::printf(
+void Print(const std::vector<bench::Comparison>& results,
+           const std::string& version, const Flags& f) {
+  const bench::CompareTable table{
       "NCCL M2N through M2nBackend against ncclReshard called directly, one-"
-      "rank self-copy on device 0 (%s), medians of %d interleaved rounds\n\n"
-      "| case | bytes | backend ms | direct ms | ratio | goal | met |\n"
-      "| --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
-      version.c_str(), f.rounds);
-  for (const CaseResult& r : results) {
-    std::printf("| %s | %llu | %.3f | %.3f | %.3f | >= %.1f | %s |\n",
-                r.name.c_str(), static_cast<unsigned long long>(r.bytes),
-                r.backend_ms.median, r.direct_ms.median, r.ratio(), kGoal,
-                r.ratio() >= kGoal ? "met" : "not met");
-  }
-  for (const CaseResult& r : results) {
-    if (!f.json) break;
-    std::printf(
-        "{\"case\": \"%s\", \"bytes\": %llu, \"backend_ms\": %.4f, "
-        "\"backend_ms_min\": %.4f, \"backend_ms_max\": %.4f, "
-        "\"direct_ms\": %.4f, \"direct_ms_min\": %.4f, "
-        "\"direct_ms_max\": %.4f, \"ratio\": %.4f, \"goal\": %.1f, "
-        "\"met\": %s, \"rounds\": %d}\n",
-        r.name.c_str(), static_cast<unsigned long long>(r.bytes),
-        r.backend_ms.median, r.backend_ms.min, r.backend_ms.max,
-        r.direct_ms.median, r.direct_ms.min, r.direct_ms.max, r.ratio(), kGoal,
-        r.ratio() >= kGoal ? "true" : "false", f.rounds);
-  }
+      "rank self-copy on device 0 (" +
+          version + "), medians of " + std::to_string(f.rounds) +
+          " interleaved rounds",
+      "backend", "direct", kGoal};
+  std::fputs(bench::ComparisonReport(table, results, f.rounds, f.json).c_str(),
+             stdout);
 }
 
 // The baseline's module, opened.
@@ -205,10 +144,11 @@ Status Run(const Flags& flags) {
   const std::vector<Case> cases = {
       {"8 tensors [4096, 4096] float32", 8, Dims{4096, 4096}},
       {"256 tensors [256, 1024] float32", 256, Dims{256, 1024}}};
-  std::vector<CaseResult> results;
+  std::vector<bench::Comparison> results;
   Status st;
   for (const Case& c : cases) {
-    Result<CaseResult> r = RunCase(*api, *backend, *direct, c, flags.rounds);
+    Result<bench::Comparison> r =
+        RunCase(*api, *backend, *direct, c, flags.rounds);
     if (!r.ok()) {
       st = r.status().WithContext(c.name);
       break;
@@ -227,7 +167,7 @@ Status Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) return 2;
+  if (!bench::ParseCompareFlags(argc, argv, &flags)) return 2;
   const reshard::CudaInfo info = reshard::QueryCuda();
   if (info.devices == 0) {
     std::printf(
