@@ -39,6 +39,25 @@ bool HasCudaFragment(
   return false;
 }
 
+Status RefuseDirectDeviceMemory(
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    std::string_view side, const std::string& session,
+    const std::string& exchange) {
+  for (const auto& b : bindings) {
+    for (const auto& f : b.fragments()) {
+      if (!IsCuda(f)) continue;
+      return Status::FailedPrecondition(
+          "live session " + session + ": " + std::string(side) + " fragment " +
+          f.placement_fragment_id() + " of participant " + b.participant_id() +
+          " (device \"" + f.device() + "\"): exchange \"" + exchange +
+          "\" moves CUDA memory, but a session's own work on it "
+          "(verification, same-rank copies, deltas) runs on the host and "
+          "is not built for device memory yet");
+    }
+  }
+  return Status::OK();
+}
+
 Result<DeviceMirrors::Entry*> DeviceMirrors::EntryOf(
     const Key& key, const RuntimeBindingFragment& f, std::string_view side,
     std::string_view participant, bool adopt) {

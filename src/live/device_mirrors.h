@@ -25,6 +25,17 @@ namespace reshard::live_internal {
 // Whether a fragment of `bindings` is CUDA memory.
 bool HasCudaFragment(const std::vector<WeightRuntimeBindingManifest>& bindings);
 
+// Refuses, naming the first CUDA fragment of `bindings` (side "source" or
+// "target"), memory that an exchange would move on the device directly
+// ("nccl" with the NCCL library): the session's own work on a rank's
+// fragments (verification hashes, same-rank copies, deltas, shadow flips)
+// reads and writes them on the host, which device memory is not, and no
+// device-side version of that work is built yet. OK where there is none.
+Status RefuseDirectDeviceMemory(
+    const std::vector<WeightRuntimeBindingManifest>& bindings,
+    std::string_view side, const std::string& session,
+    const std::string& exchange);
+
 class DeviceMirrors {
  public:
   // `session` names the session in errors; `budget` bounds the mirrors'

@@ -291,7 +291,12 @@ Result<LiveBindings> LiveRank::Mirrored(const LiveBindings& b, bool adopt) {
     if (!adopt || exchange_ == nullptr) return b;
     if (!HasCudaFragment(b.sources) && !HasCudaFragment(b.targets)) return b;
     for (MemoryKind kind : exchange_->capabilities().memory_kinds) {
-      if (kind == MemoryKind::kCuda) return b;  // the exchange moves it
+      if (kind != MemoryKind::kCuda) continue;
+      // The exchange would move it, but the session itself cannot.
+      RESHARD_RETURN_NOT_OK(RefuseDirectDeviceMemory(
+          b.sources, "source", options_.session, options_.exchange));
+      RESHARD_RETURN_NOT_OK(RefuseDirectDeviceMemory(
+          b.targets, "target", options_.session, options_.exchange));
     }
     auto api = cuda::StagingDeviceApi(options_.device_api);
     // No CUDA executor: the bound plan refuses the fragment, as before.
