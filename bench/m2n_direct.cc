@@ -1,6 +1,6 @@
 // libreshard_bench_m2n_direct.so: reshard_bench_m2n's baseline, the
 // NCCL M2N calls made directly (see m2n_direct.h). The descriptors are
-// built as the plugin builds them (src/exec_m2n/m2n_plugin.cc), so both
+// built by the plugin's own code (exec_m2n/m2n_nccl_descriptor.h), so both
 // sides of the benchmark move the same tensors with the same descriptors.
 
 #include "bench/m2n_direct.h"
@@ -12,38 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "exec_m2n/m2n_nccl_descriptor.h"
+
 namespace reshard::bench {
 namespace {
 
-std::string NcclError(const char* what, ncclResult_t r) {
-  return std::string(what) + ": " + ncclGetErrorString(r) + " (" +
-         ncclM2nGetLastError() + ")";
-}
-
-// One side's descriptor and the arrays it points into.
-struct Side {
-  std::vector<int> dims, placements;
-  std::vector<size_t> local_shape;
-  ncclMesh_t mesh = NCCL_M2N_MESH_INITIALIZER;
-  ncclDistTensor_t tensor = NCCL_M2N_DIST_TENSOR_INITIALIZER;
-
-  Side(const m2n::M2nSide& side, ncclDataType_t dtype, void* data)
-      : dims(side.mesh.dims),
-        placements(side.placements),
-        local_shape(side.local_shape.begin(), side.local_shape.end()) {
-    mesh.ndims = static_cast<int>(dims.size());
-    mesh.dims = dims.data();
-    mesh.startRank = side.mesh.start_rank;
-    tensor.dataPtr = data;
-    tensor.localShape = local_shape.data();
-    tensor.ndims = static_cast<int>(local_shape.size());
-    tensor.dtype = dtype;
-    tensor.mesh = &mesh;
-    tensor.placements = placements.data();
-  }
-  Side(const Side&) = delete;
-  Side& operator=(const Side&) = delete;
-};
+using m2n::NcclError;
+using m2n::SideDescriptor;
 
 class Direct final : public DirectM2n {
  public:
@@ -63,10 +38,10 @@ class Direct final : public DirectM2n {
         ncclM2nGroupAbort();
         return "the baseline moves float32 and uint8 tensors only";
       }
-      const ncclDataType_t dtype =
-          tensors[i].dtype == m2n::M2nDtype::kFloat32 ? ncclFloat32 : ncclUint8;
-      Side src(tensors[i].source, dtype, buffers[i].source);
-      Side dst(tensors[i].target, dtype, buffers[i].target);
+      SideDescriptor src(tensors[i].source, tensors[i].dtype,
+                         buffers[i].source);
+      SideDescriptor dst(tensors[i].target, tensors[i].dtype,
+                         buffers[i].target);
       const ncclResult_t r =
           ncclReshard(handle_, comm_, &src.tensor, &dst.tensor, nullptr);
       if (r != ncclSuccess) {
