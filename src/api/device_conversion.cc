@@ -73,29 +73,15 @@ Status DeviceConverter::Quantize(const Job& job, const void* src,
   // The block box's scales into every scale fragment of the participant
   // inside it (as ScatterScales on the host), after the kernel on the
   // same stream.
-  for (const PlacementFragment& s : job.part->fragments()) {
-    if (s.tensor_id() != c.scale_tensor_id) continue;
-    const Dims& o = s.global_offset();
-    const Dims& m = s.local_shape();
-    if (o[0] < first[0] || o[1] < first[1] ||
-        o[0] + m[0] > first[0] + count[0] ||
-        o[1] + m[1] > first[1] + count[1]) {
-      continue;
-    }
-    void* out = target_of(s.placement_fragment_id());
-    if (out == nullptr) {
-      return Status::InvalidArgument("no target buffer for scale fragment " +
-                                     s.placement_fragment_id() + " of " +
-                                     s.tensor_id());
-    }
-    const float* from =
-        a.scales + (o[0] - first[0]) * count[1] + (o[1] - first[1]);
-    RESHARD_RETURN_NOT_OK(api_->Copy2DAsync(
-        out, static_cast<size_t>(m[1]) * 4, from,
-        static_cast<size_t>(count[1]) * 4, static_cast<size_t>(m[1]) * 4,
-        static_cast<size_t>(m[0]), CopyKind::kDefault, stream));
-  }
-  return Status::OK();
+  return ForEachScaleFragmentIn(
+      *job.part, c.scale_tensor_id, first, count, target_of,
+      [&](const PlacementFragment& s, void* out, int64_t scale_at) {
+        const Dims& m = s.local_shape();
+        return api_->Copy2DAsync(
+            out, static_cast<size_t>(m[1]) * 4, a.scales + scale_at,
+            static_cast<size_t>(count[1]) * 4, static_cast<size_t>(m[1]) * 4,
+            static_cast<size_t>(m[0]), CopyKind::kDefault, stream);
+      });
 }
 
 Status DeviceConverter::Dequantize(const ConversionPlan& plan, const Job& job,
@@ -104,17 +90,12 @@ Status DeviceConverter::Dequantize(const ConversionPlan& plan, const Job& job,
                                    const FragmentMemory& staging_of) {
   const PlacementFragment& f = *job.fragment;
   const TensorConversion& c = *job.conversion;
-  const std::string& scale_id = plan.StagingScaleOf(staged_id);
-  const void* staged_scales = staging_of(scale_id);
-  const PlacementFragment* scale_box = plan.staging().FindFragment(scale_id);
-  if (staged_scales == nullptr || scale_box == nullptr) {
-    return Status::InvalidArgument("no staging buffer for the scales of " +
-                                   f.tensor_id() + " fragment " +
-                                   f.placement_fragment_id());
-  }
+  RESHARD_ASSIGN_OR_RETURN(const StagedScales staged_scales,
+                           StagedScalesOf(plan, staged_id, f, staging_of));
+  const PlacementFragment* scale_box = staged_scales.box;
   RESHARD_ASSIGN_OR_RETURN(StreamHandle stream, StreamOf(job.device));
   const Dims& scale_shape = scale_box->local_shape();
-  const auto* scales = static_cast<const float*>(staged_scales);
+  const auto* scales = static_cast<const float*>(staged_scales.data);
   const FloatType scale_type = *FloatTypeOf(c.scale_dtype);
   if (scale_type != FloatType::kFloat32) {
     // 16-bit scales widen exactly to float32 first.
@@ -122,44 +103,28 @@ Status DeviceConverter::Dequantize(const ConversionPlan& plan, const Job& job,
         static_cast<uint64_t>(scale_shape[0] * scale_shape[1]);
     RESHARD_ASSIGN_OR_RETURN(void* wide, Allocate(job.device, count * 4));
     RESHARD_RETURN_NOT_OK(api_->LaunchCast(
-        {staged_scales, scale_type, wide, FloatType::kFloat32, count}, stream));
+        {staged_scales.data, scale_type, wide, FloatType::kFloat32, count},
+        stream));
     scales = static_cast<const float*>(wide);
   }
-  // The regions of DequantizeBox (bind/apply_conversion.cc): the box cut
-  // at the weight's block boundaries, each region with its blocks' scales.
   const Dims& n = f.local_shape();
-  const Dims& offset = f.global_offset();
-  const int64_t bn = c.block.rows, bk = c.block.cols;
-  const int64_t head_rows = std::min(n[0], (bn - offset[0] % bn) % bn);
-  const int64_t head_cols = std::min(n[1], (bk - offset[1] % bk) % bk);
-  const int64_t rows[2][3] = {{0, head_rows, head_rows},
-                              {head_rows, n[0] - head_rows, bn}};
-  const int64_t cols[2][3] = {{0, head_cols, head_cols},
-                              {head_cols, n[1] - head_cols, bk}};
   const FloatType to = *FloatTypeOf(c.target_dtype);
-  for (const auto& r : rows) {
-    if (r[1] == 0) continue;
-    for (const auto& col : cols) {
-      if (col[1] == 0) continue;
-      const int64_t block_row =
-          (offset[0] + r[0]) / bn - scale_box->global_offset()[0];
-      const int64_t block_col =
-          (offset[1] + col[0]) / bk - scale_box->global_offset()[1];
-      const int64_t at = r[0] * n[1] + col[0];
-      cuda::DequantizeArgs a;
-      a.src = static_cast<const uint8_t*>(src) + at;
-      a.rows = static_cast<uint64_t>(r[1]);
-      a.cols = static_cast<uint64_t>(col[1]);
-      a.src_row_stride = a.dst_row_stride = static_cast<uint64_t>(n[1]);
-      a.block_rows = static_cast<uint64_t>(r[2]);
-      a.block_cols = static_cast<uint64_t>(col[2]);
-      a.scales = scales + block_row * scale_shape[1] + block_col;
-      a.scale_row_stride = static_cast<uint64_t>(scale_shape[1]);
-      a.to = to;
-      a.dst =
-          static_cast<char*>(job.target) + static_cast<size_t>(at) * SizeOf(to);
-      RESHARD_RETURN_NOT_OK(api_->LaunchDequantizeE4m3(a, stream));
-    }
+  for (const DequantizeRegion& r :
+       DequantizeRegions(f.global_offset(), n, c.block,
+                         scale_box->global_offset(), scale_shape[1])) {
+    cuda::DequantizeArgs a;
+    a.src = static_cast<const uint8_t*>(src) + r.at;
+    a.rows = static_cast<uint64_t>(r.rows);
+    a.cols = static_cast<uint64_t>(r.cols);
+    a.src_row_stride = a.dst_row_stride = static_cast<uint64_t>(n[1]);
+    a.block_rows = static_cast<uint64_t>(r.block_rows);
+    a.block_cols = static_cast<uint64_t>(r.block_cols);
+    a.scales = scales + r.scale_at;
+    a.scale_row_stride = static_cast<uint64_t>(scale_shape[1]);
+    a.to = to;
+    a.dst =
+        static_cast<char*>(job.target) + static_cast<size_t>(r.at) * SizeOf(to);
+    RESHARD_RETURN_NOT_OK(api_->LaunchDequantizeE4m3(a, stream));
   }
   return Status::OK();
 }
@@ -169,14 +134,9 @@ Status DeviceConverter::Run(const ConversionPlan& plan, const Job& job,
                             const FragmentMemory& target_of) {
   const PlacementFragment& f = *job.fragment;
   const TensorConversion& c = *job.conversion;
-  const std::string& staged_id =
-      plan.StagingFragmentOf(f.placement_fragment_id());
-  const void* src = staging_of(staged_id);
-  if (src == nullptr) {
-    return Status::InvalidArgument("no staging buffer for fragment " +
-                                   f.placement_fragment_id() + " of " +
-                                   f.tensor_id());
-  }
+  RESHARD_ASSIGN_OR_RETURN(const StagedSource staged,
+                           StagedSourceOf(plan, f, staging_of));
+  const void* src = staged.data;
   if (c.kind == ConversionKind::kCast) {
     uint64_t elements = 1;
     for (int64_t e : f.local_shape()) elements *= static_cast<uint64_t>(e);
@@ -188,7 +148,7 @@ Status DeviceConverter::Run(const ConversionPlan& plan, const Job& job,
   if (c.kind == ConversionKind::kQuantize) {
     return Quantize(job, src, target_of);
   }
-  return Dequantize(plan, job, staged_id, src, staging_of);
+  return Dequantize(plan, job, *staged.id, src, staging_of);
 }
 
 Status DeviceConverter::Apply(const ConversionPlan& plan,

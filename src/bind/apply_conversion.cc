@@ -26,62 +26,34 @@ struct Job {
 Status ScatterScales(const Job& job, const std::vector<float>& scales,
                      const Dims& first, const Dims& count,
                      const FragmentMemory& target_of) {
-  for (const PlacementFragment& s : job.part->fragments()) {
-    if (s.tensor_id() != job.conversion->scale_tensor_id) continue;
-    const Dims& o = s.global_offset();
-    const Dims& n = s.local_shape();
-    if (o[0] < first[0] || o[1] < first[1] ||
-        o[0] + n[0] > first[0] + count[0] ||
-        o[1] + n[1] > first[1] + count[1]) {
-      continue;
-    }
-    auto* out = static_cast<float*>(target_of(s.placement_fragment_id()));
-    if (out == nullptr) {
-      return Status::InvalidArgument("no target buffer for scale fragment " +
-                                     s.placement_fragment_id() + " of " +
-                                     s.tensor_id());
-    }
-    for (int64_t r = 0; r < n[0]; ++r) {
-      const float* from =
-          scales.data() + (o[0] - first[0] + r) * count[1] + (o[1] - first[1]);
-      std::memcpy(out + r * n[1], from, static_cast<size_t>(n[1]) * 4);
-    }
-  }
-  return Status::OK();
+  return ForEachScaleFragmentIn(
+      *job.part, job.conversion->scale_tensor_id, first, count, target_of,
+      [&](const PlacementFragment& s, void* out, int64_t scale_at) {
+        const Dims& n = s.local_shape();
+        for (int64_t r = 0; r < n[0]; ++r) {
+          std::memcpy(static_cast<float*>(out) + r * n[1],
+                      scales.data() + scale_at + r * count[1],
+                      static_cast<size_t>(n[1]) * 4);
+        }
+        return Status::OK();
+      });
 }
 
 // Dequantizes the row-major weight box at global `offset` of shape `n`
-// (`src` FP8, `dst` of type `to`, both n[1] elements a row). Blocks are
-// anchored at the weight's element (0, 0), not the box's: the box is cut at
-// block boundaries into at most four regions (the rest of a first block
-// row and column the box splits, then whole blocks), each dequantized with
-// the scales of its blocks. `scales` is the row-major scale box at global
-// block `scale_offset`, `scale_cols` wide, covering every block the weight
-// box overlaps.
+// (`src` FP8, `dst` of type `to`, both n[1] elements a row), region by
+// region (DequantizeRegions), each with the scales of its blocks. `scales`
+// is the row-major scale box at global block `scale_offset`, `scale_cols`
+// wide, covering every block the weight box overlaps.
 void DequantizeBox(const uint8_t* src, const Dims& offset, const Dims& n,
                    const Fp8Block& block, const float* scales,
                    const Dims& scale_offset, int64_t scale_cols, FloatType to,
                    void* dst) {
-  const int64_t bn = block.rows, bk = block.cols;
-  const int64_t head_rows = std::min(n[0], (bn - offset[0] % bn) % bn);
-  const int64_t head_cols = std::min(n[1], (bk - offset[1] % bk) % bk);
-  // (first local row or column, count, block extent of the region)
-  const int64_t rows[2][3] = {{0, head_rows, head_rows},
-                              {head_rows, n[0] - head_rows, bn}};
-  const int64_t cols[2][3] = {{0, head_cols, head_cols},
-                              {head_cols, n[1] - head_cols, bk}};
-  for (const auto& r : rows) {
-    if (r[1] == 0) continue;
-    for (const auto& c : cols) {
-      if (c[1] == 0) continue;
-      const int64_t block_row = (offset[0] + r[0]) / bn - scale_offset[0];
-      const int64_t block_col = (offset[1] + c[0]) / bk - scale_offset[1];
-      const int64_t at = r[0] * n[1] + c[0];
-      DequantizeE4m3Blocks(
-          src + at, MatrixView{r[1], c[1], n[1]}, r[2], c[2],
-          scales + block_row * scale_cols + block_col, scale_cols, to,
-          static_cast<char*>(dst) + static_cast<size_t>(at) * SizeOf(to), n[1]);
-    }
+  for (const DequantizeRegion& r :
+       DequantizeRegions(offset, n, block, scale_offset, scale_cols)) {
+    DequantizeE4m3Blocks(
+        src + r.at, MatrixView{r.rows, r.cols, n[1]}, r.block_rows,
+        r.block_cols, scales + r.scale_at, scale_cols, to,
+        static_cast<char*>(dst) + static_cast<size_t>(r.at) * SizeOf(to), n[1]);
   }
 }
 
@@ -90,14 +62,9 @@ Status RunJob(const ConversionPlan& plan, const Job& job,
               const FragmentMemory& target_of) {
   const PlacementFragment& f = *job.fragment;
   const TensorConversion& c = *job.conversion;
-  const std::string& staged_id =
-      plan.StagingFragmentOf(f.placement_fragment_id());
-  const void* src = staging_of(staged_id);
-  if (src == nullptr) {
-    return Status::InvalidArgument("no staging buffer for fragment " +
-                                   f.placement_fragment_id() + " of " +
-                                   f.tensor_id());
-  }
+  RESHARD_ASSIGN_OR_RETURN(const StagedSource staged,
+                           StagedSourceOf(plan, f, staging_of));
+  const void* src = staged.data;
   const FloatType from = *FloatTypeOf(c.source_dtype);
   const FloatType to = *FloatTypeOf(c.target_dtype);
   const Dims& n = f.local_shape();
@@ -121,23 +88,18 @@ Status RunJob(const ConversionPlan& plan, const Job& job,
   }
   // The staged scales: the blocks of this fragment, or (where the target's
   // fragments split blocks) the whole scale tensor.
-  const std::string& scale_id = plan.StagingScaleOf(staged_id);
-  const void* staged_scales = staging_of(scale_id);
-  const PlacementFragment* scale_box = plan.staging().FindFragment(scale_id);
-  if (staged_scales == nullptr || scale_box == nullptr) {
-    return Status::InvalidArgument("no staging buffer for the scales of " +
-                                   f.tensor_id() + " fragment " +
-                                   f.placement_fragment_id());
-  }
+  RESHARD_ASSIGN_OR_RETURN(const StagedScales staged_scales,
+                           StagedScalesOf(plan, *staged.id, f, staging_of));
+  const PlacementFragment* scale_box = staged_scales.box;
   const Dims& scale_shape = scale_box->local_shape();
   // 16-bit scales widen exactly to float32 first.
   std::vector<float> widened;
-  const auto* scales = static_cast<const float*>(staged_scales);
+  const auto* scales = static_cast<const float*>(staged_scales.data);
   const FloatType scale_type = *FloatTypeOf(c.scale_dtype);
   if (scale_type != FloatType::kFloat32) {
     widened.resize(static_cast<size_t>(scale_shape[0] * scale_shape[1]));
-    CastElements(scale_type, staged_scales, FloatType::kFloat32, widened.data(),
-                 widened.size());
+    CastElements(scale_type, staged_scales.data, FloatType::kFloat32,
+                 widened.data(), widened.size());
     scales = widened.data();
   }
   DequantizeBox(static_cast<const uint8_t*>(src), f.global_offset(), n, c.block,
@@ -168,6 +130,87 @@ FragmentMemory FragmentMemoryIn(
     auto it = map.find(std::string(id));
     return it == map.end() ? nullptr : it->second;
   };
+}
+
+Result<StagedSource> StagedSourceOf(const ConversionPlan& plan,
+                                    const PlacementFragment& f,
+                                    const FragmentMemory& staging_of) {
+  const std::string& id = plan.StagingFragmentOf(f.placement_fragment_id());
+  const void* data = staging_of(id);
+  if (data == nullptr) {
+    return Status::InvalidArgument("no staging buffer for fragment " +
+                                   f.placement_fragment_id() + " of " +
+                                   f.tensor_id());
+  }
+  return StagedSource{&id, data};
+}
+
+Result<StagedScales> StagedScalesOf(const ConversionPlan& plan,
+                                    const std::string& staged_id,
+                                    const PlacementFragment& f,
+                                    const FragmentMemory& staging_of) {
+  const std::string& scale_id = plan.StagingScaleOf(staged_id);
+  const void* data = staging_of(scale_id);
+  const PlacementFragment* box = plan.staging().FindFragment(scale_id);
+  if (data == nullptr || box == nullptr) {
+    return Status::InvalidArgument("no staging buffer for the scales of " +
+                                   f.tensor_id() + " fragment " +
+                                   f.placement_fragment_id());
+  }
+  return StagedScales{data, box};
+}
+
+std::vector<DequantizeRegion> DequantizeRegions(const Dims& offset,
+                                                const Dims& n,
+                                                const Fp8Block& block,
+                                                const Dims& scale_offset,
+                                                int64_t scale_cols) {
+  const int64_t bn = block.rows, bk = block.cols;
+  const int64_t head_rows = std::min(n[0], (bn - offset[0] % bn) % bn);
+  const int64_t head_cols = std::min(n[1], (bk - offset[1] % bk) % bk);
+  // (first local row or column, count, block extent of the region)
+  const int64_t rows[2][3] = {{0, head_rows, head_rows},
+                              {head_rows, n[0] - head_rows, bn}};
+  const int64_t cols[2][3] = {{0, head_cols, head_cols},
+                              {head_cols, n[1] - head_cols, bk}};
+  std::vector<DequantizeRegion> regions;
+  for (const auto& r : rows) {
+    if (r[1] == 0) continue;
+    for (const auto& c : cols) {
+      if (c[1] == 0) continue;
+      const int64_t block_row = (offset[0] + r[0]) / bn - scale_offset[0];
+      const int64_t block_col = (offset[1] + c[0]) / bk - scale_offset[1];
+      regions.push_back({r[0] * n[1] + c[0], r[1], c[1], r[2], c[2],
+                         block_row * scale_cols + block_col});
+    }
+  }
+  return regions;
+}
+
+Status ForEachScaleFragmentIn(const WeightPlacementPart& part,
+                              const std::string& scale_tensor_id,
+                              const Dims& first, const Dims& count,
+                              const FragmentMemory& target_of,
+                              const ScaleCopy& copy) {
+  for (const PlacementFragment& s : part.fragments()) {
+    if (s.tensor_id() != scale_tensor_id) continue;
+    const Dims& o = s.global_offset();
+    const Dims& n = s.local_shape();
+    if (o[0] < first[0] || o[1] < first[1] ||
+        o[0] + n[0] > first[0] + count[0] ||
+        o[1] + n[1] > first[1] + count[1]) {
+      continue;
+    }
+    void* out = target_of(s.placement_fragment_id());
+    if (out == nullptr) {
+      return Status::InvalidArgument("no target buffer for scale fragment " +
+                                     s.placement_fragment_id() + " of " +
+                                     s.tensor_id());
+    }
+    RESHARD_RETURN_NOT_OK(
+        copy(s, out, (o[0] - first[0]) * count[1] + (o[1] - first[1])));
+  }
+  return Status::OK();
 }
 
 Status ApplyConversions(const ConversionPlan& plan,
