@@ -57,31 +57,12 @@ using namespace reshard;  // NOLINT
 using cuda::DeviceApi;
 using cuda::StreamHandle;
 using Flags = bench::CompareFlags;
+using reshard::testing::ReadMessage;
+using reshard::testing::WriteMessage;
 
 constexpr double kGoal = 0.8;
 constexpr uint64_t kBytes = uint64_t{256} << 20;
 constexpr uint64_t kChunk = uint64_t{64} << 10;
-
-// Writes a length-prefixed string to a pipe.
-void WriteAll(int fd, const std::string& s) {
-  const uint64_t n = s.size();
-  (void)!::write(fd, &n, sizeof n);
-  (void)!::write(fd, s.data(), s.size());
-}
-
-// Reads one WriteAll string; empty when the writer died first.
-std::string ReadAll(int fd) {
-  uint64_t n = 0;
-  if (::read(fd, &n, sizeof n) != sizeof n) return "";
-  std::string s(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(fd, s.data() + got, n - got);
-    if (r <= 0) return "";
-    got += static_cast<size_t>(r);
-  }
-  return s;
-}
 
 // Rank 0: kBytes of device memory, registered; waits for rank 1.
 Status Exporter(int to_one, int from_one) {
@@ -93,10 +74,10 @@ Status Exporter(int to_one, int from_one) {
   RESHARD_ASSIGN_OR_RETURN(const std::string address, (*exchange)->Address());
   RESHARD_ASSIGN_OR_RETURN(const std::string key,
                            (*exchange)->RegisterMemory(p, kBytes));
-  WriteAll(to_one, address);
-  WriteAll(to_one, key);
-  WriteAll(to_one, std::to_string(reinterpret_cast<uint64_t>(p)));
-  ReadAll(from_one);  // rank 1 is done with the memory
+  WriteMessage(to_one, address);
+  WriteMessage(to_one, key);
+  WriteMessage(to_one, std::to_string(reinterpret_cast<uint64_t>(p)));
+  ReadMessage(from_one);  // rank 1 is done with the memory
   return api->Free(p);
 }
 
@@ -175,9 +156,9 @@ Result<std::string> Measured(DeviceApi& api, PeerExchange& exchange,
 
 // Rank 1: imports rank 0's key and measures; the table, or an error.
 Result<std::string> Importer(int from_zero, int to_zero, const Flags& f) {
-  const std::string address = ReadAll(from_zero);
-  const std::string packed = ReadAll(from_zero);
-  const std::string base = ReadAll(from_zero);
+  const std::string address = ReadMessage(from_zero);
+  const std::string packed = ReadMessage(from_zero);
+  const std::string base = ReadMessage(from_zero);
   if (base.empty()) return Status::Unavailable("rank 0 published no memory");
   RESHARD_ASSIGN_OR_RETURN(std::shared_ptr<DeviceApi> api,
                            cuda::RuntimeDeviceApi());
@@ -189,7 +170,7 @@ Result<std::string> Importer(int from_zero, int to_zero, const Flags& f) {
   Result<std::string> out =
       Measured(*api, **exchange, key, std::stoull(base), f);
   const Status closed = (*exchange)->Disconnect(0);
-  WriteAll(to_zero, "done");
+  WriteMessage(to_zero, "done");
   if (out.ok() && !closed.ok()) return closed;
   return out;
 }
@@ -207,7 +188,7 @@ std::vector<std::string> RunRanks(const Flags& flags) {
       if (st.ok()) return "";
       // Unblocks rank 1 if this rank failed before publishing: it reads
       // an empty base and gives up.
-      for (int i = 0; i < 3; ++i) WriteAll(zero_to_one[1], "");
+      for (int i = 0; i < 3; ++i) WriteMessage(zero_to_one[1], "");
       return st.ToString();
     }
     Result<std::string> out = Importer(zero_to_one[0], one_to_zero[1], flags);

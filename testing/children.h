@@ -53,6 +53,28 @@ inline std::string InChild(const std::function<std::string()>& f) {
   return InChildren(1, [&](uint32_t) { return f(); })[0];
 }
 
+// Writes `s` to the pipe `fd`, its length first, for ReadMessage.
+inline void WriteMessage(int fd, const std::string& s) {
+  const uint64_t n = s.size();
+  (void)!::write(fd, &n, sizeof n);
+  (void)!::write(fd, s.data(), s.size());
+}
+
+// Reads one WriteMessage string from `fd`; empty when the writer died
+// first.
+inline std::string ReadMessage(int fd) {
+  uint64_t n = 0;
+  if (::read(fd, &n, sizeof n) != sizeof n) return "";
+  std::string s(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, s.data() + got, n - got);
+    if (r <= 0) return "";
+    got += static_cast<size_t>(r);
+  }
+  return s;
+}
+
 }  // namespace reshard::testing
 
 #endif  // RESHARD_TESTING_CHILDREN_H_

@@ -29,29 +29,12 @@ using ::reshard::testing::InChild;
 using ::reshard::testing::InChildren;
 using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
+using ::reshard::testing::ReadMessage;
+using ::reshard::testing::WriteMessage;
 
 constexpr size_t kBytes = size_t{1} << 20;
 
 uint8_t Pattern(size_t i) { return static_cast<uint8_t>(i * 29 + (i >> 9)); }
-
-void WriteAll(int fd, const std::string& s) {
-  const uint64_t n = s.size();
-  (void)!::write(fd, &n, sizeof n);
-  (void)!::write(fd, s.data(), s.size());
-}
-
-std::string ReadAll(int fd) {
-  uint64_t n = 0;
-  if (::read(fd, &n, sizeof n) != sizeof n) return "";
-  std::string s(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(fd, s.data() + got, n - got);
-    if (r <= 0) return "";
-    got += static_cast<size_t>(r);
-  }
-  return s;
-}
 
 // Rank 0: the pattern in device memory, registered; waits for rank 1.
 std::string Exporter(int to_one, int from_one) {
@@ -64,20 +47,20 @@ std::string Exporter(int to_one, int from_one) {
                           cuda::CopyKind::kHostToDevice, s));
   MustOk(api->SynchronizeStream(s));
   auto zero = Must(MakePeerExchange("cuda-ipc", {0, {}}));
-  WriteAll(to_one, Must(zero->Address()));
-  WriteAll(to_one, Must(zero->RegisterMemory(static_cast<char*>(p) + 4096,
-                                             kBytes - 4096)));
-  WriteAll(to_one, std::to_string(reinterpret_cast<uint64_t>(p)));
-  const std::string done = ReadAll(from_one);
+  WriteMessage(to_one, Must(zero->Address()));
+  WriteMessage(to_one, Must(zero->RegisterMemory(static_cast<char*>(p) + 4096,
+                                                 kBytes - 4096)));
+  WriteMessage(to_one, std::to_string(reinterpret_cast<uint64_t>(p)));
+  const std::string done = ReadMessage(from_one);
   MustOk(api->Free(p));
   return done;
 }
 
 // Rank 1: reads two regions of rank 0's memory into its own.
 std::string Importer(int from_zero, int to_zero) {
-  const std::string address = ReadAll(from_zero);
-  const std::string packed = ReadAll(from_zero);
-  const uint64_t base = std::stoull(ReadAll(from_zero));
+  const std::string address = ReadMessage(from_zero);
+  const std::string packed = ReadMessage(from_zero);
+  const uint64_t base = std::stoull(ReadMessage(from_zero));
   std::shared_ptr<cuda::DeviceApi> api = Must(cuda::RuntimeDeviceApi());
   auto* dst = static_cast<uint8_t*>(Must(api->Malloc(0, 8192)));
   auto one = Must(MakePeerExchange("cuda-ipc", {1, {}}));
@@ -107,7 +90,7 @@ std::string Importer(int from_zero, int to_zero) {
   out += exact ? " exact" : " WRONG";
   out += " " + one->Disconnect(0).ToString();
   MustOk(api->Free(dst));
-  WriteAll(to_zero, "done");
+  WriteMessage(to_zero, "done");
   return out;
 }
 
