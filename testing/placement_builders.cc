@@ -331,6 +331,24 @@ WeightPlacementManifest CubeLayout(int64_t tp, int64_t dim, const Dims& shape) {
   return *std::move(m);
 }
 
+WeightPlacementManifest TpLayout(int64_t dp, int64_t tp) {
+  auto d = GridDraft({.dp = dp, .tp = tp});
+  AddTensor(&d, {.tensor_id = "attn.qkv", .shape = {64, 48}, .tp_dim = 0});
+  AddTensor(&d, {.tensor_id = "attn.out", .shape = {32, 96}, .tp_dim = 1});
+  AddTensor(&d, {.tensor_id = "norm", .shape = {96}});
+  AddTensor(&d, {.tensor_id = "bias",
+                 .shape = {40},
+                 .dtype = "float32",
+                 .itemsize = 4,
+                 .tp_dim = 0});
+  auto m = d.Build();
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(m);
+}
+
 namespace {
 
 std::string Ints(const Dims& d) {

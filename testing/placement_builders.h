@@ -68,6 +68,12 @@ std::vector<ScenarioPair> ScenarioPairs(uint64_t max_bytes);
 // benchmarks' and transfer tests' reshard cube); aborts on invalid input.
 WeightPlacementManifest CubeLayout(int64_t tp, int64_t dim, const Dims& shape);
 
+// The store tests' tensor-parallel layout, `dp` replicas of `tp` ranks:
+// attn.qkv [64, 48] split on dimension 0, attn.out [32, 96] on dimension
+// 1, norm [96] replicated (all bfloat16) and bias [40] float32 on
+// dimension 0; aborts on invalid input.
+WeightPlacementManifest TpLayout(int64_t dp, int64_t tp);
+
 // The runtime bindings of a placement for tests, built through the real
 // factories: one binding per participant with fragments, every fragment a
 // contiguous view (FakeRuntimeFragment). Without options, each binding is

@@ -64,6 +64,7 @@ using ::reshard::testing::Must;
 using ::reshard::testing::MustOk;
 using ::reshard::testing::ReadTestData;
 using ::reshard::testing::StatusIs;
+using ::reshard::testing::TpLayout;
 using ::reshard::testing::WithBindingChanges;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -305,21 +306,6 @@ void RoundTripAllOptions(const WeightPlacementManifest& source,
 }
 
 // ---------------------------------------------------------------- layouts
-
-WeightPlacementManifest TpLayout(int64_t dp, int64_t tp) {
-  auto d = testing::GridDraft({.dp = dp, .tp = tp});
-  testing::AddTensor(&d,
-                     {.tensor_id = "attn.qkv", .shape = {64, 48}, .tp_dim = 0});
-  testing::AddTensor(&d,
-                     {.tensor_id = "attn.out", .shape = {32, 96}, .tp_dim = 1});
-  testing::AddTensor(&d, {.tensor_id = "norm", .shape = {96}});
-  testing::AddTensor(&d, {.tensor_id = "bias",
-                          .shape = {40},
-                          .dtype = "float32",
-                          .itemsize = 4,
-                          .tp_dim = 0});
-  return Build(d);
-}
 
 WeightPlacementManifest SmallTensor(int64_t dp, int64_t tp) {
   auto d = testing::GridDraft({.dp = dp, .tp = tp});
