@@ -17,6 +17,7 @@
 #include "bind/binding_copy.h"
 #include "reshard/api.h"
 #include "reshard/plan.h"
+#include "testing/fp8_layout.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -26,39 +27,19 @@ namespace reshard {
 namespace {
 
 using ::reshard::internal::FloatType;
-using ::reshard::testing::AddTensor;
-using ::reshard::testing::GridDraft;
 using ::reshard::testing::Must;
 using ::reshard::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int64_t kRows = 300, kCols = 256;  // rows: two blocks and 44
-const std::string kWeight = "model.layers.0.mlp.up_proj.weight";
-const std::string kScale = "model.layers.0.mlp.up_proj.weight_scale_inv";
+constexpr int64_t kRows = testing::kFp8Rows, kCols = testing::kFp8Cols;
+const std::string& kWeight = testing::kFp8Weight;
+const std::string& kScale = testing::kFp8Scale;
+using Tensor = testing::Fp8Tensor;
 
-struct Tensor {
-  std::string dtype;
-  int64_t itemsize;
-  int64_t tp_dim;
-};
-
-WeightPlacementManifest Layout(int64_t tp, Tensor weight,
-                               std::optional<Tensor> scale) {
-  auto draft = GridDraft({1, 1, 1, tp});
-  AddTensor(&draft, {.tensor_id = kWeight,
-                     .shape = {kRows, kCols},
-                     .dtype = weight.dtype,
-                     .itemsize = weight.itemsize,
-                     .tp_dim = weight.tp_dim});
-  AddTensor(&draft, {.tensor_id = "model.norm.weight", .shape = {kCols}});
-  if (scale.has_value()) {
-    AddTensor(&draft, {.tensor_id = kScale,
-                       .shape = {3, 2},
-                       .dtype = scale->dtype,
-                       .itemsize = scale->itemsize,
-                       .tp_dim = scale->tp_dim});
-  }
-  return Must(draft.Build());
+// The FP8 model with a bfloat16 norm.
+WeightPlacementManifest Layout(int64_t tp, const Tensor& weight,
+                               const std::optional<Tensor>& scale) {
+  return testing::Fp8Layout(tp, weight, {"bfloat16", 2}, scale);
 }
 
 // Host memory of every fragment of a placement, filled from whole tensors.

@@ -21,6 +21,7 @@
 #include "reshard/api.h"
 #include "reshard/plan.h"
 #include "testing/device_sides.h"
+#include "testing/fp8_layout.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -30,46 +31,17 @@ namespace reshard {
 namespace {
 
 using ::reshard::internal::FloatType;
-using ::reshard::testing::AddTensor;
 using ::reshard::testing::DeviceSide;
-using ::reshard::testing::GridDraft;
 using ::reshard::testing::kHostMemory;
 using ::reshard::testing::Must;
 
-constexpr int64_t kRows = 300, kCols = 256;  // rows: two blocks and 44
-const std::string kWeight = "model.layers.0.mlp.up_proj.weight";
-const std::string kScale = "model.layers.0.mlp.up_proj.weight_scale_inv";
-const std::string kNorm = "model.norm.weight";
-
-struct Tensor {
-  std::string dtype;
-  int64_t itemsize;
-  int64_t tp_dim;
-};
-
-// The weight [300, 256], the norm [256] (`norm` dtype, replicated) and,
-// where given, the scales [3, 2].
-WeightPlacementManifest Layout(int64_t tp, Tensor weight, Tensor norm,
-                               std::optional<Tensor> scale) {
-  auto draft = GridDraft({1, 1, 1, tp});
-  AddTensor(&draft, {.tensor_id = kWeight,
-                     .shape = {kRows, kCols},
-                     .dtype = weight.dtype,
-                     .itemsize = weight.itemsize,
-                     .tp_dim = weight.tp_dim});
-  AddTensor(&draft, {.tensor_id = kNorm,
-                     .shape = {kCols},
-                     .dtype = norm.dtype,
-                     .itemsize = norm.itemsize});
-  if (scale.has_value()) {
-    AddTensor(&draft, {.tensor_id = kScale,
-                       .shape = {3, 2},
-                       .dtype = scale->dtype,
-                       .itemsize = scale->itemsize,
-                       .tp_dim = scale->tp_dim});
-  }
-  return Must(draft.Build());
-}
+constexpr int64_t kRows = testing::kFp8Rows, kCols = testing::kFp8Cols;
+const std::string& kWeight = testing::kFp8Weight;
+const std::string& kScale = testing::kFp8Scale;
+const std::string& kNorm = testing::kFp8Norm;
+using Tensor = testing::Fp8Tensor;
+// The weight, the norm (`norm` dtype) and, where given, the scales.
+constexpr auto& Layout = testing::Fp8Layout;
 
 // Element i (global row-major index) of a tensor: a value of i alone,
 // both signs, magnitudes 0 to about 2.5.
