@@ -45,6 +45,13 @@ inline bool ParseCompareFlags(int argc, char** argv, CompareFlags* flags) {
   return true;
 }
 
+// The line a benchmark prints, exiting 0, on a machine without a CUDA
+// device; `built`: whether this build has the CUDA backend.
+inline void PrintNoDevice(const char* benchmark, bool built) {
+  std::printf("%s: no CUDA device on this machine%s; nothing measured\n",
+              benchmark, built ? "" : " (this build has no CUDA backend)");
+}
+
 // Milliseconds `run` took, or its error.
 inline Result<double> TimeMs(const std::function<Status()>& run) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -235,10 +235,7 @@ int main(int argc, char** argv) {
   if (!bench::ParseCompareFlags(argc, argv, &flags)) return 2;
   const CudaInfo info = QueryCuda();
   if (info.devices == 0) {
-    std::printf(
-        "reshard_bench_cuda: no CUDA device on this machine%s; "
-        "nothing measured\n",
-        info.built ? "" : " (this build has no CUDA backend)");
+    bench::PrintNoDevice("reshard_bench_cuda", info.built);
     return 0;
   }
   const Status st = RunOnCuda(flags);

@@ -206,10 +206,7 @@ int main(int argc, char** argv) {
     return info.built ? std::to_string(info.devices) : "not built";
   });
   if (devices == "0" || devices == "not built" || devices.empty()) {
-    std::printf(
-        "reshard_bench_cuda_ipc: no CUDA device on this machine%s; "
-        "nothing measured\n",
-        devices == "not built" ? " (this build has no CUDA backend)" : "");
+    bench::PrintNoDevice("reshard_bench_cuda_ipc", devices != "not built");
     return 0;
   }
   const std::vector<std::string> out = RunRanks(flags);

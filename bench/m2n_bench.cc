@@ -170,10 +170,7 @@ int main(int argc, char** argv) {
   if (!bench::ParseCompareFlags(argc, argv, &flags)) return 2;
   const reshard::CudaInfo info = reshard::QueryCuda();
   if (info.devices == 0) {
-    std::printf(
-        "reshard_bench_m2n: no CUDA device on this machine%s; nothing "
-        "measured\n",
-        info.built ? "" : " (this build has no CUDA backend)");
+    reshard::bench::PrintNoDevice("reshard_bench_m2n", info.built);
     return 0;
   }
 #ifdef RESHARD_BENCH_M2N_DIRECT
