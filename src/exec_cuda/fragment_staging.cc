@@ -3,10 +3,25 @@
 #include <string>
 #include <utility>
 
+#include "bind/binding_copy.h"
 #include "exec_cuda/copy_lowering.h"
 #include "exec_cuda/cuda_transport.h"
 
 namespace reshard::cuda {
+
+Result<RuntimeBindingFragment> HostStagingFragment(
+    const RuntimeBindingFragment& f, uint8_t* address) {
+  RuntimeBindingFragmentSpec spec = internal::SpecOf(f);
+  const auto at = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(address));
+  spec.address = at;
+  spec.storage_address = at;
+  spec.storage_offset_bytes = 0;
+  spec.storage_nbytes = f.nbytes();
+  spec.device = "cpu";
+  spec.strides_bytes = *CanonicalStrides(f.local_shape(), f.itemsize());
+  spec.owner = nullptr;
+  return RuntimeBindingFragment::Make(std::move(spec));
+}
 
 Result<std::shared_ptr<DeviceApi>> StagingDeviceApi(
     std::shared_ptr<DeviceApi> injected) {

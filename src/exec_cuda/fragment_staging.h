@@ -25,6 +25,12 @@ namespace reshard::cuda {
 Result<std::shared_ptr<DeviceApi>> StagingDeviceApi(
     std::shared_ptr<DeviceApi> injected);
 
+// A binding of `f`'s elements contiguous in host memory at `address`
+// (its nbytes bytes, row-major, device "cpu"): what a staged or mirrored
+// fragment is bound as in place of the device memory.
+Result<RuntimeBindingFragment> HostStagingFragment(
+    const RuntimeBindingFragment& f, uint8_t* address);
+
 // Page-locked host memory (DeviceApi::MallocHost), freed when destroyed.
 class PinnedBuffer {
  public:

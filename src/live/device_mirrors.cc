@@ -12,21 +12,6 @@ bool IsCuda(const RuntimeBindingFragment& f) {
   return kind.ok() && *kind == MemoryKind::kCuda;
 }
 
-// A contiguous host binding of `f`'s elements at `address`.
-Result<RuntimeBindingFragment> HostFragment(const RuntimeBindingFragment& f,
-                                            uint8_t* address) {
-  RuntimeBindingFragmentSpec spec = internal::SpecOf(f);
-  const auto at = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(address));
-  spec.address = at;
-  spec.storage_address = at;
-  spec.storage_offset_bytes = 0;
-  spec.storage_nbytes = f.nbytes();
-  spec.device = "cpu";
-  spec.strides_bytes = *CanonicalStrides(f.local_shape(), f.itemsize());
-  spec.owner = nullptr;
-  return RuntimeBindingFragment::Make(std::move(spec));
-}
-
 }  // namespace
 
 bool HasCudaFragment(
@@ -86,7 +71,7 @@ Result<DeviceMirrors::Entry*> DeviceMirrors::EntryOf(
       cuda::PinnedBuffer buffer,
       cuda::PinnedBuffer::Make(staging_.api(), f.nbytes()));
   RESHARD_ASSIGN_OR_RETURN(RuntimeBindingFragment host,
-                           HostFragment(f, buffer.data()));
+                           cuda::HostStagingFragment(f, buffer.data()));
   if (side == "target") {
     // Whatever the plan leaves unwritten keeps the device's bytes.
     RESHARD_RETURN_NOT_OK(staging_.FromFragment(f, buffer.data()));

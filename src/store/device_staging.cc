@@ -19,21 +19,6 @@ bool IsCuda(const RuntimeBindingFragment& f) {
   return kind.ok() && *kind == MemoryKind::kCuda;
 }
 
-// A contiguous host binding of `f`'s elements at `address`.
-Result<RuntimeBindingFragment> StagingFragment(const RuntimeBindingFragment& f,
-                                               uint8_t* address) {
-  RuntimeBindingFragmentSpec spec = SpecOf(f);
-  const auto at = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(address));
-  spec.address = at;
-  spec.storage_address = at;
-  spec.storage_offset_bytes = 0;
-  spec.storage_nbytes = f.nbytes();
-  spec.device = "cpu";
-  spec.strides_bytes = *CanonicalStrides(f.local_shape(), f.itemsize());
-  spec.owner = nullptr;
-  return RuntimeBindingFragment::Make(std::move(spec));
-}
-
 // One group: the caller's bindings of `part`, CUDA fragments replaced by
 // pinned staging, loaded, then copied to the devices.
 Status LoadGroup(const WeightPlacementManifest& target, const Bindings& all,
@@ -55,7 +40,8 @@ Status LoadGroup(const WeightPlacementManifest& target, const Bindings& all,
       RESHARD_ASSIGN_OR_RETURN(
           cuda::PinnedBuffer buffer,
           cuda::PinnedBuffer::Make(staging.api(), f.nbytes()));
-      RESHARD_ASSIGN_OR_RETURN(auto staged, StagingFragment(f, buffer.data()));
+      RESHARD_ASSIGN_OR_RETURN(auto staged,
+                               cuda::HostStagingFragment(f, buffer.data()));
       fragments.push_back(std::move(staged));
       to_device.emplace_back(&f, buffer.data());
       pinned.push_back(std::move(buffer));
