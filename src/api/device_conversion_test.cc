@@ -36,9 +36,7 @@ using ::reshard::testing::kHostMemory;
 using ::reshard::testing::Must;
 
 constexpr int64_t kRows = testing::kFp8Rows, kCols = testing::kFp8Cols;
-const std::string& kWeight = testing::kFp8Weight;
 const std::string& kScale = testing::kFp8Scale;
-const std::string& kNorm = testing::kFp8Norm;
 using Tensor = testing::Fp8Tensor;
 // The weight, the norm (`norm` dtype) and, where given, the scales.
 constexpr auto& Layout = testing::Fp8Layout;
