@@ -47,3 +47,12 @@ def fixtures(data_dir):
         "plans": plans,
         "plan_expected": json.loads((plans / "expected.json").read_text()),
     }
+
+
+@pytest.fixture(scope="module")
+def tp_split_pair():
+    """tp_split_4_to_8: a bf16 [64, 16] weight and a uint8 [8] bias."""
+    from patterns import load_scenario
+
+    return (load_scenario("tp_split_4_to_8_source.json"),
+            load_scenario("tp_split_4_to_8_target.json"))

@@ -18,6 +18,8 @@ float8.
 from __future__ import annotations
 
 import dataclasses
+import os
+import pathlib
 import zlib
 from typing import Any, Dict, Iterable, Optional
 
@@ -27,6 +29,10 @@ try:
     import torch
 except ImportError:  # pragma: no cover - torch is part of the test image
     torch = None
+
+# The scenario placements of tests/data (ctest sets RESHARD_TEST_DATA).
+SCENARIO_DIR = pathlib.Path(os.environ.get("RESHARD_TEST_DATA",
+                                           "tests/data")) / "scenarios"
 
 UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 SIGNED = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
@@ -258,3 +264,11 @@ def split_placement(tensor_id: str, global_shape, dtype: str, itemsize: int,
             tensor_id, offset, shape, nbytes, reshard.ParallelRank(tp=r)))
     return reshard.WeightPlacementManifest.from_fragments(
         resource_id, revision, 1, set_id, topology, [desc], fragments)
+
+
+def load_scenario(name: str):
+    """The placement of scenario file `name` (tests/data/scenarios)."""
+    import reshard
+
+    return reshard.Placement.from_json(
+        (SCENARIO_DIR / name).read_text("utf-8"))

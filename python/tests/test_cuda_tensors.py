@@ -8,8 +8,6 @@ path refuses before a byte moves, with the library's exact message.
 """
 
 import ctypes
-import os
-import pathlib
 
 import numpy as np
 import pytest
@@ -17,8 +15,6 @@ import pytest
 import reshard
 from patterns import Buffers
 
-DATA = pathlib.Path(os.environ.get("RESHARD_TEST_DATA", "tests/data"))
-SCENARIO_DIR = DATA / "scenarios"
 NO_DEVICE = "CUDA executor unavailable: no CUDA device on this machine"
 
 # dlpack.h's DLDataType codes and bits of the placement dtypes used here.
@@ -83,16 +79,9 @@ class FakeCudaTensor:
         return bool((self.host == 0xD7).all())
 
 
-def _load(name):
-    return reshard.Placement.from_json(
-        (SCENARIO_DIR / name).read_text("utf-8"))
-
-
 @pytest.fixture(scope="module")
-def pair():
-    """tp_split_4_to_8: a bf16 [64, 16] weight and a uint8 [8] bias."""
-    return (_load("tp_split_4_to_8_source.json"),
-            _load("tp_split_4_to_8_target.json"))
+def pair(tp_split_pair):
+    return tp_split_pair
 
 
 def _on_device(placement, part, ordinal):

@@ -26,16 +26,9 @@ FIXTURE = DATA / "fixtures" / "placements" / "placement_100.json"
 LIBS = ["torch", "numpy"]
 
 
-def _load(name):
-    return reshard.Placement.from_json(
-        (SCENARIO_DIR / name).read_text("utf-8"))
-
-
 @pytest.fixture(scope="module")
-def pair():
-    """tp_split_4_to_8: a bf16 [64, 16] weight and a uint8 [8] bias."""
-    return (_load("tp_split_4_to_8_source.json"),
-            _load("tp_split_4_to_8_target.json"))
+def pair(tp_split_pair):
+    return tp_split_pair
 
 
 class Case:

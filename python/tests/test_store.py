@@ -11,31 +11,23 @@ as CORRUPT or refuses naming the key, and never follows.
 
 import json
 import os
-import pathlib
 import shutil
 
 import pytest
 
 import reshard
 from deadlines import raised_within
-from patterns import Buffers, split_placement
+from patterns import Buffers, SCENARIO_DIR, load_scenario, split_placement
 
-DATA = pathlib.Path(os.environ.get("RESHARD_TEST_DATA", "tests/data"))
-SCENARIO_DIR = DATA / "scenarios"
 SCENARIOS = json.loads((SCENARIO_DIR / "expected.json").read_text())["plans"]
 PAIRS = ["tp_split_4_to_8", "ep_regroup_2_to_8", "cross_dim_ep2_to_tp2",
          "dp_replicas_dp2tp2_to_dp3tp4", "fp8_weight_scale_tp4_to_tp8",
          "four_axis", "aliases_tied_embeddings", "pp_routing_mod_4_to_2"]
 
 
-def _load(name):
-    return reshard.Placement.from_json(
-        (SCENARIO_DIR / name).read_text("utf-8"))
-
-
 def _pair(name):
     entry = SCENARIOS[name]
-    return _load(entry["source"]), _load(entry["target"])
+    return load_scenario(entry["source"]), load_scenario(entry["target"])
 
 
 def _files(root):

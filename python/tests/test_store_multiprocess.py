@@ -12,27 +12,18 @@ upload whose peer never arrives times out naming it.
 
 import json
 import multiprocessing as mp
-import os
-import pathlib
 
 import pytest
 
 import reshard
-from patterns import Buffers, split_placement
+from patterns import Buffers, SCENARIO_DIR, load_scenario, split_placement
 
-DATA = pathlib.Path(os.environ.get("RESHARD_TEST_DATA", "tests/data"))
-SCENARIO_DIR = DATA / "scenarios"
 PAIR = json.loads((SCENARIO_DIR / "expected.json").read_text())["plans"][
     "tp_split_4_to_8"]
 
 
-def _load(name):
-    return reshard.Placement.from_json(
-        (SCENARIO_DIR / name).read_text("utf-8"))
-
-
 def _layouts():
-    return _load(PAIR["source"]), _load(PAIR["target"])
+    return load_scenario(PAIR["source"]), load_scenario(PAIR["target"])
 
 
 def _share(placement, rank, ranks):
