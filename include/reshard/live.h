@@ -275,6 +275,10 @@ struct LiveUpdateReport {
   uint64_t local_operations = 0;  // of those, copied within this rank
   uint64_t messages_sent = 0;
   uint64_t gets = 0;
+  // Tensors the exchange moved whole, collectively over every rank (the
+  // "nccl" exchange's NCCL M2N), their regions in no operation; the same
+  // on every rank.
+  uint64_t m2n_tensors = 0;
   uint64_t packed_messages = 0;
   uint64_t coalesced_regions = 0;
   uint64_t bytes_sent = 0;
@@ -324,6 +328,7 @@ void VisitFields(const LiveUpdateReport& r, Visit&& visit) {
   visit("generation", r.generation);
   visit("gets", r.gets);
   visit("local_operations", r.local_operations);
+  visit("m2n_tensors", r.m2n_tensors);
   visit("messages_sent", r.messages_sent);
   visit("operations", r.operations);
   visit("packed_messages", r.packed_messages);

@@ -1,7 +1,9 @@
 #include "exec_m2n/m2n_plan_split.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -103,6 +105,80 @@ Result<std::vector<M2nDecision>> SplitPlanForM2n(
     out.push_back(LowerTensorToM2n(in));
   }
   return out;
+}
+
+bool ContiguousView(const RuntimeBindingFragment& view,
+                    const PlacementFragment& fragment) {
+  if (view.local_shape() != fragment.local_shape()) return false;
+  const std::optional<Dims> strides =
+      CanonicalStrides(fragment.local_shape(), view.itemsize());
+  return strides.has_value() && *strides == view.strides_bytes() &&
+         view.nbytes() == fragment.nbytes();
+}
+
+namespace {
+
+// The first participant of `m` whose binding of a fragment of `tensor` is
+// missing or not contiguous, as the refusal's detail; "" when none.
+std::string NotContiguous(
+    const WeightPlacementManifest& m,
+    const std::map<std::string_view, const WeightRuntimeBindingManifest*>&
+        bindings,
+    const std::string& tensor, std::string_view side) {
+  for (const WeightPlacementPart& part : m.parts()) {
+    for (const PlacementFragment& f : part.fragments()) {
+      if (f.tensor_id() != tensor) continue;
+      auto it = bindings.find(part.participant_id());
+      const RuntimeBindingFragment* view =
+          it == bindings.end()
+              ? nullptr
+              : it->second->FindFragment(f.placement_fragment_id());
+      if (view == nullptr || !ContiguousView(*view, f)) {
+        std::string shape = "[";
+        for (size_t d = 0; d < f.local_shape().size(); ++d) {
+          shape += (d == 0 ? "" : ",") + std::to_string(f.local_shape()[d]);
+        }
+        return std::string(side) + " participant " + part.participant_id() +
+               " fragment " + f.placement_fragment_id() +
+               (view == nullptr ? " has no binding"
+                                : " is not one contiguous row-major buffer "
+                                  "of its local shape " +
+                                      shape + "]");
+      }
+    }
+  }
+  return "";
+}
+
+std::map<std::string_view, const WeightRuntimeBindingManifest*> ByParticipant(
+    const std::vector<WeightRuntimeBindingManifest>& bindings) {
+  std::map<std::string_view, const WeightRuntimeBindingManifest*> out;
+  for (const auto& b : bindings) out.emplace(b.participant_id(), &b);
+  return out;
+}
+
+}  // namespace
+
+void RequireContiguousBindings(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    std::vector<M2nDecision>* decisions) {
+  const auto sources = ByParticipant(source_bindings);
+  const auto targets = ByParticipant(target_bindings);
+  for (M2nDecision& d : *decisions) {
+    if (!d.m2n) continue;
+    std::string why = NotContiguous(source, sources, d.tensor_id, "source");
+    if (why.empty())
+      why = NotContiguous(target, targets, d.tensor_id, "target");
+    if (why.empty()) continue;
+    d.m2n.reset();
+    d.rule = "contiguous-binding";
+    d.reason =
+        "tensor \"" + d.tensor_id +
+        "\": not lowered to ncclReshard: rule contiguous-binding: " + why;
+  }
 }
 
 }  // namespace reshard::m2n

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exec_m2n/m2n_lowering.h"
+#include "reshard/binding.h"
 #include "reshard/placement.h"
 #include "reshard/plan.h"
 #include "reshard/status.h"
@@ -40,6 +41,27 @@ M2nRanks DefaultM2nRanks(const WeightPlacementManifest& source,
 Result<std::vector<M2nDecision>> SplitPlanForM2n(
     const LogicalTransferPlan& plan, const WeightPlacementManifest& source,
     const WeightPlacementManifest& target, const M2nRanks& ranks);
+
+// Whether `view` is one contiguous row-major buffer of `fragment`'s local
+// shape (what ncclReshard takes: one pointer per rank and side).
+bool ContiguousView(const RuntimeBindingFragment& view,
+                    const PlacementFragment& fragment);
+
+// Rule contiguous-binding: refuses, in place, each lowered decision of
+// which some participant's binding (`source_bindings` over `source`,
+// `target_bindings` over `target`: every participant's, as published, so
+// that every rank that applies it decides alike) is missing or not a
+// ContiguousView of its fragment. The reason names the side, participant
+// and fragment:
+//   tensor "w": not lowered to ncclReshard: rule contiguous-binding:
+//   target participant p fragment f is not one contiguous row-major
+//   buffer of its local shape [4,8]
+void RequireContiguousBindings(
+    const WeightPlacementManifest& source,
+    const std::vector<WeightRuntimeBindingManifest>& source_bindings,
+    const WeightPlacementManifest& target,
+    const std::vector<WeightRuntimeBindingManifest>& target_bindings,
+    std::vector<M2nDecision>* decisions);
 
 }  // namespace reshard::m2n
 

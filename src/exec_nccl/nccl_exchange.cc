@@ -41,21 +41,31 @@ Result<NcclExchangeSettings> ParseNcclSettings(
             value + "\"");
       }
       s.device = std::stoi(value);
+    } else if (name == "m2n") {
+      if (value != "auto" && value != "off") {
+        return Status::InvalidArgument(
+            "peer exchange \"nccl\": setting \"m2n\" takes auto or off, got "
+            "\"" +
+            value + "\"");
+      }
+      s.m2n = value == "auto";
     } else {
       return Status::InvalidArgument(
           "peer exchange \"nccl\" has no setting \"" + name +
-          "\" (it takes api, device)");
+          "\" (it takes api, device, m2n)");
     }
   }
   return s;
 }
 
 NcclExchange::NcclExchange(uint32_t rank, std::shared_ptr<NcclApi> api,
-                           std::unique_ptr<NcclMemory> memory, int device)
+                           std::unique_ptr<NcclMemory> memory, int device,
+                           M2nMode m2n)
     : rank_(rank),
       api_(std::move(api)),
       memory_(std::move(memory)),
-      device_(device) {}
+      device_(device),
+      m2n_(m2n) {}
 
 // Healthy communicators are destroyed, the others aborted; an abandoned
 // exchange releases nothing (work may still be in flight).
@@ -70,7 +80,8 @@ NcclExchange::~NcclExchange() {
   }
 }
 
-// "nccl:<incarnation>:<rank>:<id for rank 0>,<id for rank 1>,...".
+// "nccl:<incarnation>:<rank>:<id for rank 0>,<id for rank 1>,...", and
+// when it offers M2N "/m2n" (rank 0: "/m2n:<the M2N communicator's id>").
 Result<std::string> NcclExchange::Address() {
   if (!address_.empty()) return address_;
   if (rank_ > kMaxNcclRank) {
@@ -92,8 +103,19 @@ Result<std::string> NcclExchange::Address() {
   const uint64_t incarnation =
       (uint64_t{random()} << 32) ^ random() ^
       static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  std::string m2n;
+  if (m2n_ != M2nMode::kOff) {
+    NcclUniqueId world;
+    if (rank_ == 0) {
+      RESHARD_ASSIGN_OR_RETURN(world, api_->GetUniqueId());
+    }
+    mover_ =
+        std::make_unique<NcclM2nMover>(rank_, api_.get(), m2n_, device_, world);
+    m2n =
+        std::string(kM2nMark) + (rank_ == 0 ? ":" + UniqueIdToHex(world) : "");
+  }
   address_ = "nccl:" + std::to_string(incarnation) + ":" +
-             std::to_string(rank_) + ":" + ids;
+             std::to_string(rank_) + ":" + ids + m2n;
   return address_;
 }
 
@@ -135,9 +157,11 @@ Status ParseAddress(const std::string& address, const std::string& name,
   }
   *rank = static_cast<uint32_t>(std::stoul(r));
   ids->clear();
-  for (size_t at = b + 1; at < address.size();) {
+  // The M2N suffix (nccl_m2n_mover.h) is the mover's.
+  const size_t last = std::min(address.find(kM2nMark, b), address.size());
+  for (size_t at = b + 1; at < last;) {
     size_t end = address.find(',', at);
-    if (end == std::string::npos) end = address.size();
+    if (end == std::string::npos || end > last) end = last;
     ids->push_back(address.substr(at, end - at));
     at = end + 1;
   }
@@ -198,6 +222,7 @@ Status NcclExchange::Disconnect(uint32_t peer) {
   if (c.comm != 0) (void)api_->CommAbort(c.comm);
   if (c.stream != 0) memory_->DestroyStream(c.stream);
   peers_.erase(it);
+  if (mover_) mover_->Break(peer);
   return Status::OK();
 }
 
@@ -231,6 +256,13 @@ Status NcclExchange::WireUp(Clock::time_point deadline,
     for (auto& [peer, c] : peers_) {
       RESHARD_ASSIGN_OR_RETURN(bool ready, Ready(c));
       if (!ready) waiting += (waiting.empty() ? "" : ", ") + c.name;
+    }
+    if (mover_) {
+      RESHARD_ASSIGN_OR_RETURN(bool ready, mover_->Ready());
+      if (!ready) {
+        waiting += (waiting.empty() ? "" : ", ") +
+                   std::string("every rank (the M2N communicator)");
+      }
     }
     if (waiting.empty()) return Status::OK();
     const auto now = Clock::now();
@@ -268,9 +300,9 @@ void NcclExchange::Progress(std::chrono::microseconds idle_wait) {
 
 std::unique_ptr<PeerExchange> MakeNcclExchange(
     uint32_t rank, std::shared_ptr<NcclApi> api,
-    std::unique_ptr<NcclMemory> memory, int device) {
+    std::unique_ptr<NcclMemory> memory, int device, M2nMode m2n) {
   return std::make_unique<NcclExchange>(rank, std::move(api), std::move(memory),
-                                        device);
+                                        device, m2n);
 }
 
 namespace {
@@ -282,7 +314,7 @@ Result<std::unique_ptr<PeerExchange>> Make(const PeerExchangeConfig& config) {
     auto api = std::make_shared<HostNcclApi>();
     auto memory = MakeHostMemory(api);
     return MakeNcclExchange(config.rank, std::move(api), std::move(memory),
-                            s.device);
+                            s.device, s.m2n ? M2nMode::kHost : M2nMode::kOff);
   }
   Result<std::unique_ptr<NcclApi>> library = MakeNcclLibraryApi();
   if (!library.ok()) {
@@ -290,9 +322,10 @@ Result<std::unique_ptr<PeerExchange>> Make(const PeerExchangeConfig& config) {
   }
   RESHARD_ASSIGN_OR_RETURN(std::shared_ptr<cuda::DeviceApi> device,
                            cuda::RuntimeDeviceApi());
-  return MakeNcclExchange(config.rank, std::move(*library),
-                          MakeDeviceMemory(std::move(device), s.device),
-                          s.device);
+  return MakeNcclExchange(
+      config.rank, std::move(*library),
+      MakeDeviceMemory(std::move(device), s.device), s.device,
+      s.m2n && m2n::M2nBuilt() ? M2nMode::kLibrary : M2nMode::kOff);
 }
 
 Status CheckOptions(const PeerExchangeOptions& options) {

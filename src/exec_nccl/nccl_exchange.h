@@ -42,6 +42,12 @@
 //           are threads of one process, on host memory
 //   device  the CUDA device of the library's communicators, streams and
 //           staging buffers (default 0)
+//   m2n     "auto" (default): whole tensors that NCCL M2N's ncclReshard
+//           takes move through it, collectively over every rank (the
+//           exchange's TensorMover, nccl_m2n_mover.h): with api=host
+//           through its host emulation, with the library through the M2N
+//           plugin where this build has it (else nothing does: every
+//           tensor moves by send/recv); "off": never
 
 #ifndef RESHARD_EXEC_NCCL_NCCL_EXCHANGE_H_
 #define RESHARD_EXEC_NCCL_NCCL_EXCHANGE_H_
@@ -51,6 +57,7 @@
 #include <string>
 
 #include "exec_nccl/nccl_api.h"
+#include "exec_nccl/nccl_m2n_mover.h"
 #include "exec_nccl/nccl_memory.h"
 #include "reshard/sdk/peer_exchange.h"
 
@@ -59,6 +66,7 @@ namespace reshard::nccl {
 struct NcclExchangeSettings {
   bool host_emulation = false;  // api=host
   int device = 0;
+  bool m2n = true;  // m2n=auto
 };
 
 // The settings by name; InvalidArgument naming an unknown setting or a
@@ -67,10 +75,12 @@ Result<NcclExchangeSettings> ParseNcclSettings(
     const PeerExchangeOptions& options);
 
 // The exchange of `rank` over `api` and `memory` (which must go together:
-// HostNcclApi with MakeHostMemory over it, the library with device memory).
+// HostNcclApi with MakeHostMemory over it, the library with device memory),
+// moving whole tensors as `m2n` says (kHost with HostNcclApi only).
 std::unique_ptr<PeerExchange> MakeNcclExchange(
     uint32_t rank, std::shared_ptr<NcclApi> api,
-    std::unique_ptr<NcclMemory> memory, int device);
+    std::unique_ptr<NcclMemory> memory, int device,
+    M2nMode m2n = M2nMode::kOff);
 
 // The largest rank an address can serve: its ids must fit the 64 KiB of an
 // address record.

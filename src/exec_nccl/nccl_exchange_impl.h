@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exec_nccl/nccl_api.h"
+#include "exec_nccl/nccl_m2n_mover.h"
 #include "exec_nccl/nccl_memory.h"
 #include "reshard/sdk/peer_exchange.h"
 
@@ -33,7 +34,7 @@ struct PairRun;  // one peer's part of a Run (nccl_run.cc)
 class NcclExchange final : public PeerExchange {
  public:
   NcclExchange(uint32_t rank, std::shared_ptr<NcclApi> api,
-               std::unique_ptr<NcclMemory> memory, int device);
+               std::unique_ptr<NcclMemory> memory, int device, M2nMode m2n);
   ~NcclExchange() override;
 
   // Never pull (no kGet); the memory kind of the memory implementation
@@ -55,7 +56,13 @@ class NcclExchange final : public PeerExchange {
   void Progress(std::chrono::microseconds idle_wait) override;
   Status Run(const std::vector<ExchangeOp>& ops,
              const ExchangeRunOptions& options, ExchangeStats* stats) override;
-  void Abandon() override { abandoned_ = true; }
+  void Abandon() override {
+    abandoned_ = true;
+    if (mover_) mover_->Abandon();
+  }
+  // The M2N mover, when the exchange offers M2N (m2n=auto and a way to
+  // run it).
+  TensorMover* tensor_mover() override { return mover_.get(); }
 
  private:
   // Ready once the communicator finished initialising (false while it
@@ -87,6 +94,10 @@ class NcclExchange final : public PeerExchange {
   std::map<uint32_t, Connection> peers_;
   uint64_t connections_made_ = 0;
   bool abandoned_ = false;
+  M2nMode m2n_;
+  // Made with the address (rank 0's carries its communicator's id); after
+  // api_, so that it is destroyed first.
+  std::unique_ptr<NcclM2nMover> mover_;
 };
 
 }  // namespace reshard::nccl

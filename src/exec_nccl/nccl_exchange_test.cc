@@ -66,11 +66,19 @@ TEST(NcclExchangeTest, SettingsAreCheckedByName) {
       MakePeerExchange("nccl", {0, PeerExchangeOptions().Set("tls", "tcp")}),
       StatusIs(StatusCode::kInvalidArgument,
                "peer exchange \"nccl\" has no setting \"tls\" (it "
-               "takes api, device)"));
+               "takes api, device, m2n)"));
+  EXPECT_THAT(
+      MakePeerExchange("nccl", {0, PeerExchangeOptions().Set("m2n", "on")}),
+      StatusIs(StatusCode::kInvalidArgument,
+               "peer exchange \"nccl\": setting \"m2n\" takes auto or off, "
+               "got \"on\""));
   const NcclExchangeSettings s = Must(ParseNcclSettings(
       PeerExchangeOptions().Set("api", "host").Set("device", "3")));
   EXPECT_TRUE(s.host_emulation);
   EXPECT_EQ(s.device, 3);
+  EXPECT_TRUE(s.m2n);
+  EXPECT_FALSE(
+      Must(ParseNcclSettings(PeerExchangeOptions().Set("m2n", "off"))).m2n);
   if (!NcclLibraryBuilt()) {
     EXPECT_THAT(MakePeerExchange("nccl", {0, {}}),
                 StatusIs(StatusCode::kUnimplemented,
@@ -88,7 +96,9 @@ TEST(NcclExchangeTest, AnAddressCarriesAUniqueIdPerLowerRank) {
   ASSERT_TRUE(address.starts_with("nccl:")) << address;
   const size_t ids = address.rfind(":2:");
   ASSERT_NE(ids, std::string::npos) << address;
-  EXPECT_EQ(address.size() - ids - 3, 2 * 256 + 1);  // two ids and a comma
+  // Two ids and a comma, and the mark of an exchange that offers M2N.
+  EXPECT_EQ(address.size() - ids - 3, 2 * 256 + 1 + 4);
+  EXPECT_TRUE(address.ends_with("/m2n")) << address;
   EXPECT_THAT(two->Connect(1, "nccl:5:0:", "rank 1"),
               StatusIs(StatusCode::kInvalidArgument,
                        "cannot connect to rank 1: the address is rank 0's, "

@@ -204,6 +204,19 @@ class LiveRank {
   // what it sent.
   Status RunOps(const ExchangeRunOptions& xo, ExchangeStats* stats);
 
+  // live_rank_tensor_moves.cc
+  // Connect: the tensors the exchange moves whole (its TensorMover), the
+  // same on every rank; none in delta, converting or shadow sessions.
+  Status AdoptTensorMoves();
+  // Whether `br`'s tensor is moved whole by the exchange.
+  bool MovedWhole(const BoundRegion& br) const;
+  // TakeShareOf for such a region: no operation; verification and the
+  // connection its hash round needs.
+  Status ShareMovedWhole(const BoundRegion& br, uint32_t from, uint32_t to);
+  // Exchange: the mover's collective (every rank, every update), then the
+  // moved regions' bytes and local hashes.
+  Status RunTensorMoves(const ExchangeRunOptions& xo);
+
   // live_rank_outcome.cc
   // Standing sessions: every rank's fence passed before anybody posts an
   // operation, so a rank that refuses an update (a stale or moved binding,
@@ -342,6 +355,8 @@ class LiveRank {
   std::map<std::pair<uint32_t, size_t>, uint64_t> unpacked_;
   std::vector<ExchangeOp> ops_;
   std::vector<const BoundRegion*> local_;
+  // By plan tensor index: moved whole by the exchange (AdoptTensorMoves).
+  std::vector<bool> moved_whole_;
   // Open batch of small regions per (peer, direction): op index, bytes.
   std::map<std::pair<uint32_t, int>, std::pair<size_t, uint64_t>> batches_;
 };

@@ -13,6 +13,7 @@ namespace reshard::live_internal {
 Status LiveRank::Connect() {
   wired_ = true;
   if (options_.verify) verify_.emplace(plan_->regions().size());
+  RESHARD_RETURN_NOT_OK(AdoptTensorMoves());
   for (const BoundRegion& br : bound_->regions()) {
     RESHARD_RETURN_NOT_OK(TakeShareOf(br));
   }
@@ -36,6 +37,7 @@ Status LiveRank::TakeShareOf(const BoundRegion& br) {
   }
   const uint32_t from = from_it->second;
   const uint32_t to = to_it->second;
+  if (MovedWhole(br)) return ShareMovedWhole(br, from, to);
   using Kind = ExchangeOp::Kind;
   const bool small = br.bytes <= kMaxCoalescedRegion;
   const bool pulled =
@@ -149,6 +151,10 @@ Status LiveRank::Exchange() {
     report_.bytes_received += br->bytes;
   }
   report_.local_operations = local_.size();
+  if (Status moved = RunTensorMoves(xo); !moved.ok()) {
+    if (verify_) verify_->Cancel();
+    return moved;
+  }
   ExchangeStats stats;
   Status exchanged = RunOps(xo, &stats);
   abandoned_in_flight_ = stats.abandoned_in_flight;

@@ -58,6 +58,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -188,9 +189,59 @@ struct PeerExchangeCapabilities {
   std::vector<MemoryKind> memory_kinds = {MemoryKind::kHost};
 };
 
+// Optional, tensor-level: an exchange that moves whole tensors itself, as
+// one collective over every rank of the session (the "nccl" exchange:
+// NCCL M2N's ncclReshard), instead of as the session's regions. What a
+// session hands it once, after plan and bind (every pointer valid for the
+// call only).
+struct TensorMoveSetup {
+  const LogicalTransferPlan* plan = nullptr;
+  const WeightPlacementManifest* source = nullptr;
+  const WeightPlacementManifest* target = nullptr;
+  // Every participant's session rank, as published.
+  const std::map<std::string, uint32_t, std::less<>>* source_rank = nullptr;
+  const std::map<std::string, uint32_t, std::less<>>* target_rank = nullptr;
+  // Every participant's bindings, as published.
+  const std::vector<WeightRuntimeBindingManifest>* source_bindings = nullptr;
+  const std::vector<WeightRuntimeBindingManifest>* target_bindings = nullptr;
+  // Every rank's published address (Address()), by rank.
+  const std::vector<std::string>* addresses = nullptr;
+  uint32_t rank = 0;   // this rank
+  uint32_t ranks = 0;  // the session's ranks
+};
+
+class TensorMover {
+ public:
+  virtual ~TensorMover() = default;
+
+  // Once per session, before WireUp (which then also readies what the
+  // mover needs): one entry per tensor of setup.plan->tensors(), "" for a
+  // tensor this mover moves, else why not in one line naming a rule.
+  // Every rank must get the same answers, so they depend on the setup's
+  // published data only: the session leaves the regions of the tensors
+  // adopted here out of Run() on every rank. An error fails the session.
+  virtual Result<std::vector<std::string>> Adopt(
+      const TensorMoveSetup& setup) = 0;
+
+  // Moves every adopted tensor whole (every rank that holds or wants it
+  // takes part): a collective, called once per update by every rank when
+  // any tensor was adopted, with this rank's current bindings (its
+  // buffers are found there; each must still be what Adopt accepted, else
+  // FailedPrecondition naming the rule). Keeps `options`' deadline
+  // (Unavailable) and poll_abort (its status); other fields are unused.
+  // Fails leaving nothing in flight.
+  virtual Status Run(const std::vector<WeightRuntimeBindingManifest>& sources,
+                     const std::vector<WeightRuntimeBindingManifest>& targets,
+                     const ExchangeRunOptions& options) = 0;
+};
+
 class PeerExchange {
  public:
   virtual ~PeerExchange() = default;
+
+  // The exchange's tensor mover, or null (the default): every tensor
+  // moves as regions through Run().
+  virtual TensorMover* tensor_mover() { return nullptr; }
 
   virtual PeerExchangeCapabilities capabilities() const = 0;
 
