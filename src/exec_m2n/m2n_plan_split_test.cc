@@ -306,5 +306,53 @@ TEST(M2nPlanSplitTest, RefusesOtherPlacementsAndUnrankedParticipants) {
                        "rank"));
 }
 
+// Rule contiguous-binding: a lowered tensor stays lowered while every
+// participant's binding of it is contiguous row-major; a transposed view
+// or a missing binding refuses it, naming the side, participant and
+// fragment.
+TEST(M2nPlanSplitTest, BindingsMustBeContiguousRowMajor) {
+  const auto source = testing::CubeLayout(2, 0, {4, 8});
+  const auto target = testing::CubeLayout(2, 1, {4, 8});
+  const LogicalTransferPlan plan =
+      Must(LogicalTransferPlan::Make(source, target));
+  const auto split = Must(
+      SplitPlanForM2n(plan, source, target, DefaultM2nRanks(source, target)));
+  const auto sources = Must(testing::BindingBuilder(source).Build());
+  const auto targets = Must(testing::BindingBuilder(target).Build());
+  std::vector<M2nDecision> kept = split;
+  RequireContiguousBindings(source, sources, target, targets, &kept);
+  EXPECT_EQ(Lines(kept), Lines(split));
+  ASSERT_TRUE(kept[0].m2n.has_value());
+
+  const std::string t1 = "p-d0-p0-e0-t1";
+  const auto transposed = Must(
+      testing::BindingBuilder(target)
+          .AdjustEach([&](const std::string& p, RuntimeBindingFragmentSpec* v) {
+            if (p == t1) v->strides_bytes = Dims({1, 4});
+          })
+          .Build());
+  std::vector<M2nDecision> refused = split;
+  RequireContiguousBindings(source, sources, target, transposed, &refused);
+  const std::string fragment =
+      target.FindPart(t1)->fragments()[0].placement_fragment_id();
+  EXPECT_FALSE(refused[0].m2n.has_value());
+  EXPECT_EQ(refused[0].rule, "contiguous-binding");
+  EXPECT_EQ(refused[0].reason,
+            "tensor \"w\": not lowered to ncclReshard: rule "
+            "contiguous-binding: target participant " +
+                t1 + " fragment " + fragment +
+                " is not one contiguous row-major buffer of its local shape "
+                "[4,4]");
+
+  std::vector<M2nDecision> unbound = split;
+  RequireContiguousBindings(source, {sources[1]}, target, targets, &unbound);
+  const std::string t0_fragment =
+      source.FindPart("p-d0-p0-e0-t0")->fragments()[0].placement_fragment_id();
+  EXPECT_EQ(unbound[0].reason,
+            "tensor \"w\": not lowered to ncclReshard: rule "
+            "contiguous-binding: source participant p-d0-p0-e0-t0 fragment " +
+                t0_fragment + " has no binding");
+}
+
 }  // namespace
 }  // namespace reshard::m2n

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,8 +67,54 @@ struct Outcome {
   std::string pattern;  // VerifyPattern of its targets ("" when right)
 };
 
+struct Seat {
+  internal::HostBuffers buffers;
+  LiveBindings bindings;
+};
+
 // Ranks 0 and 1 hold the sources (TP 2), ranks 2 to 5 the targets (DP 2
-// x TP 2), each a thread; `m2n` the exchange's setting; rank 2 flips a
+// x TP 2).
+Seat SeatOf(uint32_t r, const WeightPlacementManifest& source,
+            const WeightPlacementManifest& target) {
+  Seat s;
+  const std::string instance = "m2n-" + std::to_string(r);
+  if (r < 2) {
+    const std::string p =
+        testing::ParticipantId({.tp = static_cast<int64_t>(r)});
+    s.buffers = Must(internal::AllocateHostBuffers(source, instance, {p}));
+    s.bindings.sources = s.buffers.bindings;
+  } else {
+    const std::string p =
+        testing::ParticipantId({.dp = static_cast<int64_t>((r - 2) / 2),
+                                .tp = static_cast<int64_t>((r - 2) % 2)});
+    s.buffers = Must(internal::AllocateHostBuffers(target, instance, {p}));
+    s.bindings.targets = s.buffers.bindings;
+  }
+  return s;
+}
+
+LiveSessionOptions Options(const std::string& session, uint32_t r,
+                           const std::string& m2n) {
+  LiveSessionOptions o;
+  o.session = session;
+  o.rank = r;
+  o.ranks = kRanks;
+  o.timeout = std::chrono::seconds(10);
+  o.exchange = "nccl";
+  o.exchange_options = PeerExchangeOptions().Set("api", "host").Set("m2n", m2n);
+  o.verify = true;
+  return o;
+}
+
+// Every rank on a thread of its own.
+void RunRanks(const std::function<void(uint32_t)>& rank) {
+  std::vector<std::thread> threads;
+  for (uint32_t r = 1; r < kRanks; ++r) threads.emplace_back(rank, r);
+  rank(0);
+  for (auto& t : threads) t.join();
+}
+
+// A one-shot session; `m2n` the exchange's setting; rank 2 flips a
 // received byte when `corrupt` (every tensor lowered then: the flipped
 // byte is in a region ncclReshard moved).
 std::vector<Outcome> RunSession(const std::string& m2n, bool corrupt) {
@@ -77,35 +124,13 @@ std::vector<Outcome> RunSession(const std::string& m2n, bool corrupt) {
   const auto tensors = internal::TensorIndex(source);
   testing::TempDir dir;
   std::vector<Outcome> out(kRanks);
-  auto rank = [&](uint32_t r) {
+  RunRanks([&](uint32_t r) {
     auto store = Must(OpenDirectoryRecordStore(dir.path()));
-    internal::HostBuffers buffers;
-    LiveBindings bindings;
-    const std::string instance = "m2n-" + std::to_string(r);
-    if (r < 2) {
-      const std::string p =
-          testing::ParticipantId({.tp = static_cast<int64_t>(r)});
-      buffers = Must(internal::AllocateHostBuffers(source, instance, {p}));
-      internal::FillPattern(source, tensors, buffers);
-      bindings.sources = buffers.bindings;
-    } else {
-      const std::string p =
-          testing::ParticipantId({.dp = static_cast<int64_t>((r - 2) / 2),
-                                  .tp = static_cast<int64_t>((r - 2) % 2)});
-      buffers = Must(internal::AllocateHostBuffers(target, instance, {p}));
-      bindings.targets = buffers.bindings;
-    }
-    LiveSessionOptions o;
-    o.session = "m2n";
-    o.rank = r;
-    o.ranks = kRanks;
-    o.timeout = std::chrono::seconds(10);
-    o.exchange = "nccl";
-    o.exchange_options =
-        PeerExchangeOptions().Set("api", "host").Set("m2n", m2n);
-    o.verify = true;
+    Seat seat = SeatOf(r, source, target);
+    if (r < 2) internal::FillPattern(source, tensors, seat.buffers);
+    LiveSessionOptions o = Options("m2n", r, m2n);
     if (corrupt && r == 2) o.corrupt_received_in_update = 1;
-    auto report = RunLiveReshard(*store, source, target, bindings, o);
+    auto report = RunLiveReshard(*store, source, target, seat.bindings, o);
     if (!report.ok()) {
       out[r].status = report.status().ToString();
       return;
@@ -113,13 +138,10 @@ std::vector<Outcome> RunSession(const std::string& m2n, bool corrupt) {
     out[r].status = "ok";
     out[r].m2n_tensors = report->m2n_tensors;
     out[r].verified_regions = report->verified_regions;
-    if (r >= 2)
-      out[r].pattern = internal::VerifyPattern(target, tensors, buffers);
-  };
-  std::vector<std::thread> threads;
-  for (uint32_t r = 1; r < kRanks; ++r) threads.emplace_back(rank, r);
-  rank(0);
-  for (auto& t : threads) t.join();
+    if (r >= 2) {
+      out[r].pattern = internal::VerifyPattern(target, tensors, seat.buffers);
+    }
+  });
   return out;
 }
 
@@ -169,6 +191,51 @@ TEST(NcclM2nSessionTest, VerificationCatchesACorruptedMove) {
       << out[2].status;
   for (uint32_t r = 0; r < kRanks; ++r) {
     EXPECT_NE(out[r].status, "ok") << "rank " << r;
+  }
+}
+
+// A standing session: each update moves the lowered tensors through
+// ncclReshard again (one group each), and the targets hold each update's
+// pattern.
+TEST(NcclM2nSessionTest, EveryUpdateOfAStandingSessionMovesThemAgain) {
+  const WeightPlacementManifest source = Layout({.tp = 2}, false);
+  const WeightPlacementManifest target = Layout({.dp = 2, .tp = 2}, true);
+  const auto tensors = internal::TensorIndex(source);
+  testing::TempDir dir;
+  std::vector<std::string> out(kRanks);
+  RunRanks([&](uint32_t r) {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(r, source, target);
+    auto session = LiveSession::Open(*store, source, target, seat.bindings,
+                                     Options("m2n-standing", r, "auto"));
+    if (!session.ok()) {
+      out[r] = session.status().ToString();
+      return;
+    }
+    for (uint64_t g = 1; g <= 2; ++g) {
+      if (r < 2) internal::FillPattern(source, tensors, seat.buffers, {}, g);
+      auto u = (*session)->Update(g);
+      if (!u.ok()) {
+        out[r] += u.status().ToString();
+        return;
+      }
+      out[r] += "update " + std::to_string(g) + ": " +
+                std::to_string(u->m2n_tensors) + " moved whole";
+      if (r >= 2) {
+        out[r] += "; " +
+                  internal::VerifyPattern(target, tensors, seat.buffers, {}, g);
+      }
+      out[r] += "\n";
+    }
+    Status closed = (*session)->Close();
+    if (!closed.ok()) out[r] += closed.ToString();
+  });
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(out[r], r < 2 ? "update 1: 2 moved whole\n"
+                              "update 2: 2 moved whole\n"
+                            : "update 1: 2 moved whole; \n"
+                              "update 2: 2 moved whole; \n")
+        << "rank " << r;
   }
 }
 

@@ -205,6 +205,7 @@ void CopyCounters(const LiveReport& r, LiveUpdateReport* out) {
   out->local_operations = r.local_operations;
   out->messages_sent = r.messages_sent;
   out->gets = r.gets;
+  out->m2n_tensors = r.m2n_tensors;
   out->packed_messages = r.packed_messages;
   out->coalesced_regions = r.coalesced_regions;
   out->bytes_sent = r.bytes_sent;
