@@ -27,7 +27,7 @@ bool HasCudaFragment(
 Status RefuseDirectDeviceMemory(
     const std::vector<WeightRuntimeBindingManifest>& bindings,
     std::string_view side, const std::string& session,
-    const std::string& exchange) {
+    const std::string& exchange, std::string_view reason) {
   for (const auto& b : bindings) {
     for (const auto& f : b.fragments()) {
       if (!IsCuda(f)) continue;
@@ -35,9 +35,8 @@ Status RefuseDirectDeviceMemory(
           "live session " + session + ": " + std::string(side) + " fragment " +
           f.placement_fragment_id() + " of participant " + b.participant_id() +
           " (device \"" + f.device() + "\"): exchange \"" + exchange +
-          "\" moves CUDA memory, but a session's own work on it "
-          "(verification, same-rank copies, deltas) runs on the host and "
-          "is not built for device memory yet");
+          "\" moves CUDA memory directly, and " + std::string(reason) +
+          ", which is not built for device memory");
     }
   }
   return Status::OK();

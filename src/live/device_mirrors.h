@@ -26,15 +26,15 @@ namespace reshard::live_internal {
 bool HasCudaFragment(const std::vector<WeightRuntimeBindingManifest>& bindings);
 
 // Refuses, naming the first CUDA fragment of `bindings` (side "source" or
-// "target"), memory that an exchange would move on the device directly
-// ("nccl" with the NCCL library): the session's own work on a rank's
-// fragments (verification hashes, same-rank copies, deltas, shadow flips)
-// reads and writes them on the host, which device memory is not, and no
-// device-side version of that work is built yet. OK where there is none.
+// "target"), memory that exchange `exchange` would move on the device
+// directly (DeviceRegions, device_regions.h) but that part of the
+// session's own work on it cannot reach: `reason` says which work and why
+// ("delta updates (delta) snapshot, encode and apply on the host"). OK
+// where there is none.
 Status RefuseDirectDeviceMemory(
     const std::vector<WeightRuntimeBindingManifest>& bindings,
     std::string_view side, const std::string& session,
-    const std::string& exchange);
+    const std::string& exchange, std::string_view reason);
 
 class DeviceMirrors {
  public:

@@ -236,28 +236,29 @@ TEST(LiveDeviceMirrorsTest, TargetsReboundIntoDeviceMemoryAtAnUpdate) {
   EXPECT_EQ(out[1], "ok|ok|host holds 1|");
 }
 
-// An exchange that would move CUDA memory itself ("nccl" over the NCCL
-// library) is not handed device fragments by a session, whose own work on
-// them (hashes, same-rank copies, deltas) runs on the host: refused naming
-// the first one, host bindings accepted.
-TEST(LiveDeviceMirrorsTest, DeviceMemoryForADeviceExchangeIsRefused) {
+// RefuseDirectDeviceMemory, for the work a session cannot do on device
+// memory that an exchange moves directly (delta updates, shadow targets):
+// names the first CUDA fragment and the reason; host bindings pass.
+TEST(LiveDeviceMirrorsTest, DirectDeviceMemoryRefusalNamesFragmentAndReason) {
   const auto target = Cube(2, 1);
   auto api = cuda::HostDeviceApi::Make({.devices = 1});
   testing::DeviceSide device(*api, target, 0, "direct");
   testing::DeviceSide host(*api, target, testing::kHostMemory, "direct-host");
   const auto& first = device.bindings[0];
-  EXPECT_EQ(live_internal::RefuseDirectDeviceMemory(device.bindings, "target",
-                                                    "s1", "nccl")
+  EXPECT_EQ(live_internal::RefuseDirectDeviceMemory(
+                device.bindings, "target", "s1", "nccl",
+                "delta updates (delta) snapshot, encode and apply a rank's "
+                "bytes on the host")
                 .ToString(),
             "FailedPrecondition: live session s1: target fragment " +
                 first.fragments()[0].placement_fragment_id() +
                 " of participant " + first.participant_id() +
-                " (device \"cuda:0\"): exchange \"nccl\" moves CUDA memory, "
-                "but a session's own work on it (verification, same-rank "
-                "copies, deltas) runs on the host and is not built for "
-                "device memory yet");
-  EXPECT_OK(live_internal::RefuseDirectDeviceMemory(host.bindings, "target",
-                                                    "s1", "nccl"));
+                " (device \"cuda:0\"): exchange \"nccl\" moves CUDA memory "
+                "directly, and delta updates (delta) snapshot, encode and "
+                "apply a rank's bytes on the host, which is not built for "
+                "device memory");
+  EXPECT_OK(live_internal::RefuseDirectDeviceMemory(
+      host.bindings, "target", "s1", "nccl", "any reason"));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // session's opening and updates, a rebind, the fence and an abort.
 #include "live/live_rank.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <random>
@@ -210,6 +211,8 @@ Status LiveRank::Reshare(BoundTransferPlan bound) {
   batches_.clear();
   if (verify_) verify_->Clear();
   bound_.emplace(std::move(bound));
+  if (device_) RESHARD_RETURN_NOT_OK(device_->Classify(bound_->regions()));
+  if (verify_) verify_->UseDevice(device_.get());
   for (const BoundRegion& br : bound_->regions()) {
     RESHARD_RETURN_NOT_OK(TakeShareOf(br));
   }
@@ -290,13 +293,12 @@ Result<LiveBindings> LiveRank::Mirrored(const LiveBindings& b, bool adopt) {
   if (!mirrors_) {
     if (!adopt || exchange_ == nullptr) return b;
     if (!HasCudaFragment(b.sources) && !HasCudaFragment(b.targets)) return b;
-    for (MemoryKind kind : exchange_->capabilities().memory_kinds) {
-      if (kind != MemoryKind::kCuda) continue;
-      // The exchange would move it, but the session itself cannot.
-      RESHARD_RETURN_NOT_OK(RefuseDirectDeviceMemory(
-          b.sources, "source", options_.session, options_.exchange));
-      RESHARD_RETURN_NOT_OK(RefuseDirectDeviceMemory(
-          b.targets, "target", options_.session, options_.exchange));
+    const auto& kinds = exchange_->capabilities().memory_kinds;
+    if (std::find(kinds.begin(), kinds.end(), MemoryKind::kCuda) !=
+        kinds.end()) {
+      // The exchange moves the device memory itself.
+      RESHARD_RETURN_NOT_OK(DirectDevice(b));
+      return b;
     }
     auto api = cuda::StagingDeviceApi(options_.device_api);
     // No CUDA executor: the bound plan refuses the fragment, as before.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "live/device_mirrors.h"
+#include "live/device_regions.h"
 #include "live/heartbeat.h"
 #include "live/live_delta.h"
 #include "live/live_records.h"
@@ -199,6 +200,17 @@ class LiveRank {
   //    receives and gets.
   Status Exchange();
 
+  // live_rank_device.cc
+  // The regions with both ends on this rank: on the host, or through
+  // device_ where a side is device memory; each hashed once copied.
+  Status CopyLocal();
+
+  // An exchange that moves CUDA memory takes `b`'s CUDA fragments as
+  // they are (device_regions.h): makes device_ on the first, and refuses
+  // (naming the first fragment) what the session cannot do on device
+  // memory: delta updates, shadow targets.
+  Status DirectDevice(const LiveBindings& b);
+
   // This rank's operations: in full, or (delta, after a delivered update)
   // as the changes since it; a full update of a delta session snapshots
   // what it sent.
@@ -293,7 +305,8 @@ class LiveRank {
   // `b` with its CUDA fragments replaced by their pinned host mirrors
   // (DeviceMirrors::Mirror; `adopt` as there), where the exchange moves
   // host memory only and a CUDA executor is available (the mirrors are
-  // made on the first CUDA fragment adopted); else `b` as it is, and the
+  // made on the first CUDA fragment adopted); `b` as it is where the
+  // exchange moves CUDA memory (DirectDevice); else `b` as it is, and the
   // bound plan refuses its CUDA fragments by the exchange's memory kinds.
   Result<LiveBindings> Mirrored(const LiveBindings& b, bool adopt);
 
@@ -327,6 +340,9 @@ class LiveRank {
   // CUDA fragments over a host-only exchange: their pinned host mirrors
   // (Mirrored). Declared before the exchange: they outlive it.
   std::unique_ptr<DeviceMirrors> mirrors_;
+  // CUDA fragments over an exchange that moves CUDA memory: this rank's
+  // own copies and hashes of them on the device (DirectDevice).
+  std::unique_ptr<DeviceRegions> device_;
   std::unique_ptr<PeerExchange> exchange_;
   // delta: the snapshots and encodings; whether an update was delivered
   // (the next one sends deltas on its generation).

@@ -13,6 +13,7 @@ namespace reshard::live_internal {
 Status LiveRank::Connect() {
   wired_ = true;
   if (options_.verify) verify_.emplace(plan_->regions().size());
+  if (verify_) verify_->UseDevice(device_.get());
   RESHARD_RETURN_NOT_OK(AdoptTensorMoves());
   for (const BoundRegion& br : bound_->regions()) {
     RESHARD_RETURN_NOT_OK(TakeShareOf(br));
@@ -145,10 +146,9 @@ Status LiveRank::Exchange() {
       };
     }
   }
-  for (const BoundRegion* br : local_) {
-    internal::CopyRegionSegments(*br, 0, internal::RowCount(*br));
-    if (verify_) verify_->Copied(*br);
-    report_.bytes_received += br->bytes;
+  if (Status copied = CopyLocal(); !copied.ok()) {
+    if (verify_) verify_->Cancel();
+    return copied;
   }
   report_.local_operations = local_.size();
   if (Status moved = RunTensorMoves(xo); !moved.ok()) {

@@ -50,6 +50,10 @@ void LiveVerify::Start(bool sent_known, const std::vector<ExchangeOp>* early,
                        bool corrupt, uint32_t threads) {
   Cancel();
   ++update_;
+  {
+    std::lock_guard<std::mutex> lock(device_mu_);
+    device_error_ = Status::OK();
+  }
   early_ = early != nullptr;
   corrupt_ = nullptr;
   if (corrupt) {
@@ -125,18 +129,57 @@ void LiveVerify::Copied(const BoundRegion& region) {
 }
 
 uint64_t LiveVerify::HashSource(const BoundRegion& region) {
-  return HashRegion(region, RegionSide::kSource, state_.get());
+  return HashOneSide(region, RegionSide::kSource);
+}
+
+uint64_t LiveVerify::HashOneSide(const BoundRegion& region, RegionSide side) {
+  if (device_ == nullptr || !device_->OnDevice(region, side)) {
+    return HashRegion(region, side, state_.get());
+  }
+  Result<uint64_t> hash = device_->Hash(region, side);
+  if (hash.ok()) return *hash;
+  std::lock_guard<std::mutex> lock(device_mu_);
+  if (device_error_.ok()) device_error_ = hash.status();
+  return 0;
+}
+
+void LiveVerify::HashAll(const std::vector<const BoundRegion*>& regions,
+                         RegionSide side, uint32_t threads, uint64_t* out) {
+  std::vector<const BoundRegion*> host;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    if (device_ != nullptr && device_->OnDevice(*regions[i], side)) {
+      out[i] = HashOneSide(*regions[i], side);  // one staging at a time
+    } else {
+      host.push_back(regions[i]);
+      at.push_back(i);
+    }
+  }
+  std::vector<uint64_t> hashes(host.size());
+  HashRegions(host, side, threads, hashes.data());
+  for (size_t k = 0; k < host.size(); ++k) out[at[k]] = hashes[k];
+}
+
+Status LiveVerify::DeviceError() {
+  std::lock_guard<std::mutex> lock(device_mu_);
+  return device_error_;
 }
 
 void LiveVerify::HashTarget(const BoundRegion& region) {
   CorruptOnce(&region);
-  held_[region.region] = HashRegion(region, RegionSide::kTarget, state_.get());
+  held_[region.region] = HashOneSide(region, RegionSide::kTarget);
   stamp_[region.region] = update_;
 }
 
 void LiveVerify::CorruptOnce(const BoundRegion* region) {
   if (region != corrupt_ || corrupt_ == nullptr) return;
-  internal::StridedSide::Target(*corrupt_).base[0] ^= 0x5A;
+  if (device_ != nullptr && device_->OnDevice(*corrupt_, RegionSide::kTarget)) {
+    Status st = device_->FlipFirstTargetByte(*corrupt_, 0x5A);
+    std::lock_guard<std::mutex> lock(device_mu_);
+    if (device_error_.ok() && !st.ok()) device_error_ = st;
+  } else {
+    internal::StridedSide::Target(*corrupt_).base[0] ^= 0x5A;
+  }
   corrupt_ = nullptr;
 }
 
@@ -156,7 +199,7 @@ void LiveVerify::HashSources(bool sent_known, uint32_t threads) {
   // Local copies hash their two sides right after they copy (Copied).
   if (!early_) regions.insert(regions.end(), local_.begin(), local_.end());
   std::vector<uint64_t> hashes(regions.size());
-  HashRegions(regions, RegionSide::kSource, threads, hashes.data());
+  HashAll(regions, RegionSide::kSource, threads, hashes.data());
   for (size_t i = 0; i < regions.size(); ++i) {
     sent_[regions[i]->region] = hashes[i];
   }
@@ -244,7 +287,9 @@ Status LiveVerify::Compare(
     if (stamp_[r->region] != update_) rest.push_back(r);
   }
   std::vector<uint64_t> late(rest.size());
-  HashRegions(rest, RegionSide::kTarget, threads, late.data());
+  HashAll(rest, RegionSide::kTarget, threads, late.data());
+  // A device side that could not be read has no hash to compare.
+  RESHARD_RETURN_NOT_OK(DeviceError());
   for (size_t i = 0; i < rest.size(); ++i) held_[rest[i]->region] = late[i];
   std::vector<uint64_t> held(got.size());
   for (size_t i = 0; i < got.size(); ++i) held[i] = held_[got[i]->region];

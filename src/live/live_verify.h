@@ -21,6 +21,9 @@
 //    and the peer.
 // Each rank's digest (XXH3-64 of its received regions' index and hash, in
 // plan order) goes into its vote; the update's digest combines them.
+// Region sides in CUDA device memory (an exchange that moves device memory,
+// device_regions.h) are hashed through DeviceRegions' staged reads, at the
+// same points and to the same values; a failed read fails Finish.
 #ifndef RESHARD_LIVE_LIVE_VERIFY_H_
 #define RESHARD_LIVE_LIVE_VERIFY_H_
 
@@ -28,10 +31,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "live/device_regions.h"
 #include "live/piece_hash.h"
 #include "reshard/bound_plan.h"
 #include "reshard/sdk/peer_exchange.h"
@@ -46,6 +51,11 @@ class LiveVerify {
   ~LiveVerify();
   LiveVerify(const LiveVerify&) = delete;
   LiveVerify& operator=(const LiveVerify&) = delete;
+
+  // Where this rank's regions may lie in device memory: their device sides
+  // are hashed (and the fault flipped) through `device` (kept by pointer;
+  // null: every side is host memory, the default).
+  void UseDevice(DeviceRegions* device) { device_ = device; }
 
   // This rank's share, in plan order (Connect and every rebind form it
   // anew): regions it sends to (or that are read by) `peer`, regions it
@@ -121,6 +131,14 @@ class LiveVerify {
   // buffer: the hash round or a delta message).
   bool Hashes(const ExchangeOp& op) const;
   uint64_t HashSource(const BoundRegion& region);
+  // `side` of `region`, from host memory or through device_ (whose
+  // failure is kept for Finish, the hash then 0).
+  uint64_t HashOneSide(const BoundRegion& region, RegionSide side);
+  // HashRegions with the device sides read through device_.
+  void HashAll(const std::vector<const BoundRegion*>& regions, RegionSide side,
+               uint32_t threads, uint64_t* out);
+  // The first failure of a staged read since Start.
+  Status DeviceError();
   // Hashes what arrived in `region` into held_ (after the fault, if any).
   void HashTarget(const BoundRegion& region);
   // Flips the fault's byte once (Start's `corrupt`).
@@ -151,6 +169,9 @@ class LiveVerify {
   PieceHasher pieces_;
   std::unique_ptr<void, void (*)(void*)> state_;  // XXH3_state_t scratch
   const BoundRegion* corrupt_ = nullptr;  // the fault's region until flipped
+  DeviceRegions* device_ = nullptr;       // UseDevice
+  std::mutex device_mu_;                  // device_error_
+  Status device_error_;
   uint64_t verified_ = 0;
   uint64_t digest_ = 0;
 };

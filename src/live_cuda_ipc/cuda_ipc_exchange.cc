@@ -110,7 +110,11 @@ class CudaIpcExchange final : public PeerExchange {
   }
 
   PeerExchangeCapabilities capabilities() const override {
-    return {.pull_on_one_host = true, .pull_every_region = true};
+    // Sources are device allocations (RegisterMemory exports them);
+    // a get writes into device or host memory.
+    return {.pull_on_one_host = true,
+            .pull_every_region = true,
+            .memory_kinds = {MemoryKind::kCuda, MemoryKind::kHost}};
   }
 
   // "cuda-ipc:<pid>:<mailbox name>".

@@ -20,6 +20,12 @@
 // (LiveProtocol::kPush, delta updates, movable sources) cannot run over
 // this exchange.
 //
+// Memory kinds (capabilities().memory_kinds): CUDA and host. A session
+// hands it its CUDA fragments as they are (their device addresses, no
+// host mirrors; live/device_regions.h); a source must lie in a device
+// allocation (RegisterMemory refuses any other), a target may be host
+// memory (the get copies device to host).
+//
 // Settings: "device", the CUDA device ordinal this rank's memory is on
 // and its copies run on (default 0).
 #ifndef RESHARD_LIVE_CUDA_IPC_CUDA_IPC_EXCHANGE_H_
