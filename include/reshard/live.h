@@ -153,9 +153,15 @@ struct LiveSessionOptions {
   // barrier and any shadow flip) the target mirrors are copied host to
   // device. A failed update leaves CUDA targets untouched. Without a CUDA
   // executor CUDA fragments are refused as before (docs/gpu.md).
+  // Over an exchange that moves CUDA memory ("cuda-ipc"; "nccl" over the
+  // library) CUDA fragments are not mirrored: the exchange moves them,
+  // same-rank copies run on the device, and verification reads each
+  // device region's bytes through one pinned staging buffer of at most
+  // this many bytes (delta updates and shadow targets are refused there).
   uint64_t device_staging_bytes = uint64_t{256} << 20;
-  // Internal: the device API the mirrors copy through; empty: the CUDA
-  // runtime's. Tests set the host emulation (src/exec_cuda/).
+  // Internal: the device API the mirrors, the staging and the same-rank
+  // device copies go through; empty: the CUDA runtime's. Tests set the
+  // host emulation (src/exec_cuda/).
   std::shared_ptr<cuda::DeviceApi> device_api;
   // Called after every receive of this rank completed, before "done";
   // an error aborts the session (no target becomes ready).
