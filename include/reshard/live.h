@@ -157,7 +157,8 @@ struct LiveSessionOptions {
   // library) CUDA fragments are not mirrored: the exchange moves them,
   // same-rank copies run on the device, and verification reads each
   // device region's bytes through one pinned staging buffer of at most
-  // this many bytes (delta updates and shadow targets are refused there).
+  // this many bytes (delta updates are refused there; shadow targets of
+  // CUDA targets are device memory).
   uint64_t device_staging_bytes = uint64_t{256} << 20;
   // Internal: the device API the mirrors, the staging and the same-rank
   // device copies go through; empty: the CUDA runtime's. Tests set the

@@ -6,8 +6,8 @@
 // memory IPC). Targets are checked byte for byte against the pattern of
 // each update (values from the global element index); the emulation's
 // counters show every byte the session itself copied or read on the
-// device. Then the work a session refuses on such memory (delta updates,
-// shadow targets), refused at open naming the fragment.
+// device. Shadow targets there are device memory flipped on the device;
+// delta updates are refused at open naming the fragment.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -206,41 +206,86 @@ std::string FirstFragment(const WeightPlacementManifest& m, size_t index) {
          b.participant_id() + " (device \"cuda:0\")";
 }
 
-// What a session cannot do on device memory the exchange moves directly
-// is refused at open on every rank holding such a fragment, naming it,
-// before any byte moves: delta updates (the sources first), shadow
-// targets.
-TEST(DirectDeviceTest, DeltaUpdatesAndShadowTargetsAreRefusedAtOpen) {
+// Delta updates on device memory the exchange moves directly are refused
+// at open on every rank holding such a fragment, naming its first source
+// fragment, before any byte moves.
+TEST(DirectDeviceTest, DeltaUpdatesAreRefusedAtOpenNamingTheFragment) {
   RegisterNcclDevice();
-  for (const bool delta : {true, false}) {
-    SCOPED_TRACE(delta ? "delta" : "shadow targets");
-    TempDir dir;
-    std::string out[2];
-    LiveSessionOptions o =
-        NcclDeviceOptions(delta ? "nccl-delta" : "nccl-shadow");
-    (delta ? o.delta : o.shadow_targets) = true;
-    std::thread one([&] { out[1] = NcclDeviceRank(1, dir.path(), o); });
-    out[0] = NcclDeviceRank(0, dir.path(), o);
-    one.join();
-    for (uint32_t r = 0; r < 2; ++r) {
-      const std::string refusal =
-          delta ? "source fragment " + FirstFragment(Source(), r) +
-                      ": exchange \"nccl-device\" moves CUDA memory "
-                      "directly, and delta updates (delta) snapshot, encode "
-                      "and apply a rank's bytes on the host, which is not "
-                      "built for device memory"
-                : "target fragment " + FirstFragment(Target(), r) +
-                      ": exchange \"nccl-device\" moves CUDA memory "
-                      "directly, and shadow targets (shadow_targets) are "
-                      "host buffers flipped on the host, which is not built "
-                      "for device memory";
-      // Its own refusal, whichever rank's abort the other saw first.
-      const std::string session = o.session;
-      EXPECT_THAT(out[r],
-                  ::testing::HasSubstr("live session " + session + ", rank " +
-                                       std::to_string(r) + ": live session " +
-                                       session + ": " + refusal));
+  TempDir dir;
+  std::string out[2];
+  LiveSessionOptions o = NcclDeviceOptions("nccl-delta");
+  o.delta = true;
+  std::thread one([&] { out[1] = NcclDeviceRank(1, dir.path(), o); });
+  out[0] = NcclDeviceRank(0, dir.path(), o);
+  one.join();
+  for (uint32_t r = 0; r < 2; ++r) {
+    // Its own refusal, whichever rank's abort the other saw first.
+    EXPECT_THAT(out[r],
+                ::testing::HasSubstr(
+                    "live session nccl-delta, rank " + std::to_string(r) +
+                    ": live session nccl-delta: source fragment " +
+                    FirstFragment(Source(), r) +
+                    ": exchange \"nccl-device\" moves CUDA memory directly, "
+                    "and delta updates (delta) snapshot, encode and apply a "
+                    "rank's bytes on the host, which is not built for device "
+                    "memory"));
+  }
+}
+
+// Shadow targets of CUDA targets are device memory (the exchange refuses
+// any other) flipped on the device after the world barrier: updates 1 and
+// 3 land byte for byte in the serving targets; update 2, refused by rank
+// 1's validator after its bytes arrived in the shadows, leaves every
+// serving target at update 1.
+TEST(DirectDeviceTest, ShadowTargetsOnTheDeviceFlipOnlyAfterSuccess) {
+  RegisterNcclDevice();
+  TempDir dir;
+  std::string out[2];
+  auto rank = [&](uint32_t r) {
+    const auto source = Source();
+    const auto target = Target();
+    const auto tensors = internal::TensorIndex(source);
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    const std::string instance = "shadow-" + std::to_string(r);
+    DeviceSide sources(*NcclDevice(), source, 0, instance + "-s");
+    DeviceSide targets(*NcclDevice(), target, 0, instance + "-t");
+    LiveBindings bindings;
+    bindings.sources = {sources.bindings[r]};
+    bindings.targets = {targets.bindings[r]};
+    const auto mine = ViewOf(source, sources, sources.bindings[r]);
+    const auto serving = ViewOf(target, targets, targets.bindings[r]);
+    uint64_t g = 0;
+    LiveSessionOptions o = NcclDeviceOptions("nccl-shadow");
+    o.rank = r;
+    o.shadow_targets = true;
+    if (r == 1) {
+      o.validate_targets = [&]() -> Status {
+        return g == 2 ? Status::DataLoss("refused by the validator")
+                      : Status::OK();
+      };
     }
+    auto session = LiveSession::Open(*store, source, target, bindings, o);
+    if (!session.ok()) {
+      out[r] = session.status().ToString();
+      return;
+    }
+    for (g = 1; g <= 3; ++g) {
+      internal::FillPattern(source, tensors, mine, nullptr, g);
+      const bool ok = (*session)->Update(g).ok();
+      const uint64_t holds = g == 2 ? 1 : g;
+      const std::string bad =
+          internal::VerifyPattern(target, tensors, serving, nullptr, holds);
+      out[r] += std::string(ok ? "ok" : "failed") + " holds " +
+                std::to_string(holds) + (bad.empty() ? "" : " " + bad) + "|";
+    }
+    Status closed = (*session)->Close();
+    if (!closed.ok()) out[r] += closed.ToString();
+  };
+  std::thread one([&] { rank(1); });
+  rank(0);
+  one.join();
+  for (const std::string& r : out) {
+    EXPECT_EQ(r, "ok holds 1|failed holds 1|ok holds 3|");
   }
 }
 

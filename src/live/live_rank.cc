@@ -157,7 +157,7 @@ Status LiveRank::RunUpdate() {
       return settled.ok() ? st : st.WithContext(settled.message());
     }
   }
-  shadow_.Flip();
+  RESHARD_RETURN_NOT_OK(shadow_.Flip());
   // The update succeeded everywhere: CUDA targets take their mirrors.
   if (mirrors_) RESHARD_RETURN_NOT_OK(mirrors_->TargetsToDevice());
   RESHARD_RETURN_NOT_OK(Ready());

@@ -206,9 +206,9 @@ class LiveRank {
   Status CopyLocal();
 
   // An exchange that moves CUDA memory takes `b`'s CUDA fragments as
-  // they are (device_regions.h): makes device_ on the first, and refuses
-  // (naming the first fragment) what the session cannot do on device
-  // memory: delta updates, shadow targets.
+  // they are (device_regions.h): makes device_ on the first (and gives
+  // shadow targets its device API), and refuses (naming the first
+  // fragment) what the session cannot do on device memory: delta updates.
   Status DirectDevice(const LiveBindings& b);
 
   // This rank's operations: in full, or (delta, after a delivered update)

@@ -22,12 +22,6 @@ Status LiveRank::DirectDevice(const LiveBindings& b) {
     RESHARD_RETURN_NOT_OK(RefuseDirectDeviceMemory(b.targets, "target", session,
                                                    exchange, kDelta));
   }
-  if (options_.shadow_targets) {
-    RESHARD_RETURN_NOT_OK(RefuseDirectDeviceMemory(
-        b.targets, "target", session, exchange,
-        "shadow targets (shadow_targets) are host buffers flipped on the "
-        "host"));
-  }
   if (device_) return Status::OK();
   Result<std::shared_ptr<cuda::DeviceApi>> api =
       cuda::StagingDeviceApi(options_.device_api);
@@ -38,6 +32,8 @@ Status LiveRank::DirectDevice(const LiveBindings& b) {
   }
   device_ = std::make_unique<DeviceRegions>(
       session, std::move(api).ValueOrDie(), options_.device_staging_bytes);
+  // Shadows of CUDA targets are device memory, flipped on the device.
+  shadow_.UseDevice(device_->api());
   return Status::OK();
 }
 

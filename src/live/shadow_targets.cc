@@ -1,7 +1,9 @@
 #include "live/shadow_targets.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "bind/binding_copy.h"
 #include "live/live_world.h"
@@ -22,6 +24,41 @@ Result<std::vector<WeightRuntimeBindingManifest>> ShadowTargets::Shadow(
   return out;
 }
 
+ShadowTargets::~ShadowTargets() {
+  if (api_ == nullptr) return;
+  for (auto& [device, stream] : streams_) {
+    (void)api_->SynchronizeStream(stream);
+    (void)api_->DestroyStream(stream);
+  }
+  for (auto& [id, shadow] : device_shadows_) (void)api_->Free(shadow.first);
+}
+
+Result<uint8_t*> ShadowTargets::ShadowBuffer(const RuntimeBindingFragment& f,
+                                             int* device) {
+  const std::string& id = f.placement_fragment_id();
+  auto kind = MemoryKindOfDevice(f.device());
+  if (api_ != nullptr && kind.ok() && *kind == MemoryKind::kCuda) {
+    auto it = device_shadows_.find(id);
+    if (it == device_shadows_.end()) {
+      RESHARD_ASSIGN_OR_RETURN(
+          cuda::PointerInfo where,
+          api_->Pointer(reinterpret_cast<const void*>(f.address())));
+      const int on = std::max(where.device, 0);
+      RESHARD_ASSIGN_OR_RETURN(
+          void* p, api_->Malloc(on, std::max<uint64_t>(f.nbytes(), 1)));
+      it = device_shadows_
+               .emplace(id, std::make_pair(static_cast<uint8_t*>(p), on))
+               .first;
+    }
+    *device = it->second.second;
+    return it->second.first;
+  }
+  auto& owned = shadows_[id];
+  if (owned == nullptr) owned = std::make_unique<uint8_t[]>(f.nbytes());
+  *device = -1;
+  return owned.get();
+}
+
 Result<WeightRuntimeBindingManifest> ShadowTargets::ShadowOf(
     const WeightRuntimeBindingManifest& b,
     std::map<std::pair<uint64_t, uint64_t>, uint8_t*>& by_range) {
@@ -30,13 +67,10 @@ Result<WeightRuntimeBindingManifest> ShadowTargets::ShadowOf(
     const auto range = std::make_pair(f.address(), f.nbytes());
     uint8_t*& shadow = by_range[range];
     if (shadow == nullptr) {
-      auto& owned = shadows_[f.placement_fragment_id()];
-      if (owned == nullptr) {
-        owned = std::make_unique<uint8_t[]>(f.nbytes());
-      }
-      shadow = owned.get();
-      flips_.push_back(
-          {reinterpret_cast<uint8_t*>(f.address()), shadow, f.nbytes()});
+      int device = -1;
+      RESHARD_ASSIGN_OR_RETURN(shadow, ShadowBuffer(f, &device));
+      flips_.push_back({reinterpret_cast<uint8_t*>(f.address()), shadow,
+                        f.nbytes(), device});
     }
     RuntimeBindingFragmentSpec spec = internal::SpecOf(f);
     spec.runtime_fragment_id += ":shadow";
@@ -68,10 +102,40 @@ Status ShadowTargets::SameServing(
   return Status::OK();
 }
 
-void ShadowTargets::Flip() const {
+Status ShadowTargets::Flip() {
+  std::vector<cuda::StreamHandle> used;
+  Status st;
   for (const ShadowCopy& f : flips_) {
-    std::memcpy(f.serving, f.shadow, f.bytes);
+    if (f.device < 0) {
+      std::memcpy(f.serving, f.shadow, f.bytes);
+      continue;
+    }
+    if (f.bytes == 0) continue;
+    auto it = streams_.find(f.device);
+    if (it == streams_.end()) {
+      Result<cuda::StreamHandle> made = api_->CreateStream(f.device);
+      if (!made.ok()) {
+        st = made.status();
+        break;
+      }
+      it = streams_.emplace(f.device, *made).first;
+    }
+    if (std::find(used.begin(), used.end(), it->second) == used.end()) {
+      used.push_back(it->second);
+    }
+    st = api_->Copy2DAsync(f.serving, f.bytes, f.shadow, f.bytes, f.bytes, 1,
+                           cuda::CopyKind::kDeviceToDevice, it->second);
+    if (!st.ok()) break;
   }
+  for (cuda::StreamHandle stream : used) {
+    Status waited = api_->SynchronizeStream(stream);
+    if (st.ok()) st = waited;
+  }
+  if (!st.ok()) {
+    return st.WithContext("live session " + session_ +
+                          ": copying the device shadows into the targets");
+  }
+  return Status::OK();
 }
 
 }  // namespace reshard::live_internal
