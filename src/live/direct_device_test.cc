@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "selftest/pattern.h"
 #include "testing/children.h"
 #include "testing/device_sides.h"
+#include "testing/fp8_layout.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -287,6 +289,34 @@ TEST(DirectDeviceTest, ShadowTargetsOnTheDeviceFlipOnlyAfterSuccess) {
   for (const std::string& r : out) {
     EXPECT_EQ(r, "ok holds 1|failed holds 1|ok holds 3|");
   }
+}
+
+// A converting session's converted fragments must be contiguous host
+// memory (the conversion runs on the host): a rank holding one in CUDA
+// memory is refused at open, naming it, before it publishes anything.
+TEST(DirectDeviceTest, ConvertedFragmentsInDeviceMemoryAreRefusedAtOpen) {
+  RegisterNcclDevice();
+  const auto source =
+      testing::Fp8Layout(1, {"bfloat16", 2, 0}, {"bfloat16", 2}, std::nullopt);
+  const auto target = testing::Fp8Layout(1, {"float8_e4m3fn", 1, 0},
+                                         {"bfloat16", 2}, {{"float32", 4, 0}});
+  DeviceSide sources(*NcclDevice(), source, 0, "convert-s");
+  DeviceSide targets(*NcclDevice(), target, 0, "convert-t");
+  TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  LiveSessionOptions o = NcclDeviceOptions("nccl-convert");
+  o.ranks = 1;
+  o.convert = true;
+  auto session = LiveSession::Open(*store, source, target,
+                                   {sources.bindings, targets.bindings}, o);
+  std::string weight;  // the weight's fragment: [300, 256]
+  for (const RuntimeBindingFragment& f : sources.bindings[0].fragments()) {
+    if (f.local_shape().size() == 2) weight = f.placement_fragment_id();
+  }
+  EXPECT_EQ(session.status().ToString(),
+            "InvalidArgument: quantizing needs contiguous host memory: source "
+            "fragment " +
+                weight + " of " + sources.bindings[0].participant_id());
 }
 
 // One rank of a session between processes over "cuda-ipc" on this
