@@ -68,6 +68,32 @@ void RegisterNcclDevice() {
   ASSERT_TRUE(registered);
 }
 
+// The emulated device memory of "nccl-device" declares CUDA memory and,
+// as the library's does, refuses a region side that is not device memory
+// of the emulation, naming the operation; a buffer (host memory) passes.
+TEST(DirectDeviceTest, EmulatedDeviceMemoryRefusesHostSides) {
+  auto memory = nccl::MakeEmulatedDeviceMemory(
+      std::make_shared<nccl::HostNcclApi>(), NcclDevice());
+  EXPECT_EQ(memory->kind(), MemoryKind::kCuda);
+  std::vector<uint8_t> host(64);
+  auto* device = static_cast<uint8_t*>(Must(NcclDevice()->Malloc(0, 64)));
+  const auto at = [](const uint8_t* p) {
+    return reinterpret_cast<uint64_t>(p);
+  };
+  const BoundRegion into_host{at(device), at(host.data()), 64, {}, 64, 3};
+  const BoundRegion into_device{at(host.data()), at(device), 64, {}, 64, 4};
+  ExchangeOp receive{&into_host, {}, 1, ExchangeOp::Kind::kReceive};
+  EXPECT_EQ(memory->CheckReachable(receive, "receive from rank 1").ToString(),
+            "InvalidArgument: receive from rank 1: region 3's target is host "
+            "memory; the nccl exchange moves device memory only");
+  EXPECT_OK(memory->CheckReachable(
+      {&into_device, {}, 1, ExchangeOp::Kind::kReceive}, "receive"));
+  receive.buffer = host.data();
+  receive.buffer_bytes = host.size();
+  EXPECT_OK(memory->CheckReachable(receive, "receive"));
+  EXPECT_OK(NcclDevice()->Free(device));
+}
+
 // The pattern's view of `binding`'s fragments in `side`'s memory (the
 // emulation's device memory is host memory the test may read).
 internal::HostBuffers ViewOf(const WeightPlacementManifest& m,
