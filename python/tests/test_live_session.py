@@ -302,3 +302,48 @@ def test_timeouts_and_liveness_options_are_checked(tmp_path):
         else:
             raise AssertionError(f"{kwargs} was accepted")
     assert not os.listdir(tmp_path)
+
+
+def _m2n_rank(rank, rendezvous, m2n, results):
+    """Ranks 0 and 1 hold the sources, 2 and 3 the targets (the sides of
+    NCCL M2N's communicator must not overlap); one update."""
+    src, dst = _load("source"), _load("target")
+    session = reshard.LiveSession(
+        rendezvous, "m2n", rank=rank, ranks=4, source=src, target=dst,
+        timeout=20, exchange="nccl",
+        exchange_options={"api": "host", "m2n": m2n})
+    sources, targets, ok = {}, {}, True
+    if rank < 2:
+        part = src.parts[rank]
+        sources = {part.participant_id: {f.tensor_id: _box(src, f, 1)
+                                         for f in part.fragments}}
+    else:
+        part = dst.parts[rank - 2]
+        held = {f.tensor_id: torch.zeros(f.local_shape, dtype=torch.bfloat16)
+                for f in part.fragments}
+        targets = {part.participant_id: held}
+    report = session.update(sources, targets)
+    if rank >= 2:
+        ok = all(torch.equal(held[f.tensor_id], _box(dst, f, 1))
+                 for f in part.fragments)
+    session.close()
+    results.put((rank, ok, report.m2n_tensors))
+
+
+def test_nccl_host_emulation_moves_whole_tensors_through_m2n(tmp_path):
+    """exchange="nccl" with api=host (ranks as threads): both tensors of
+    the EP2 -> TP2 scenario move whole through the emulated ncclReshard
+    (the update's m2n_tensors), byte-exact; m2n=off moves the same bytes
+    by send/recv."""
+    for m2n, moved in (("auto", 2), ("off", 0)):
+        results = queue.Queue()
+        threads = [threading.Thread(target=_m2n_rank,
+                                    args=(r, str(tmp_path / m2n), m2n,
+                                          results))
+                   for r in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        out = sorted(results.get(timeout=1) for _ in threads)
+        assert out == [(r, True, moved) for r in range(4)], m2n
