@@ -115,6 +115,28 @@ UcxContext::~UcxContext() {
   if (handle_ != nullptr) ucp_cleanup(handle_);
 }
 
+Result<uint64_t> UcxContext::MemoryTypes() const {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  RESHARD_RETURN_NOT_OK(FromUcs(ucp_context_query(handle_, &attr),
+                                "cannot query the UCX context"));
+  return attr.memory_types;
+}
+
+Result<std::vector<MemoryKind>> UcxMemoryKinds(uint64_t memory_types,
+                                               UcxMemorySetting setting) {
+  const bool cuda = (memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  if (setting == UcxMemorySetting::kCuda && !cuda) {
+    return Status::FailedPrecondition(
+        "peer exchange \"ucx\": setting memory=\"cuda\", but this UCX has "
+        "no CUDA support (its context reports no CUDA memory type)");
+  }
+  if (cuda && setting != UcxMemorySetting::kHost) {
+    return std::vector<MemoryKind>{MemoryKind::kHost, MemoryKind::kCuda};
+  }
+  return std::vector<MemoryKind>{MemoryKind::kHost};
+}
+
 Result<UcxWorker> UcxWorker::Make(const UcxContext& context) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -182,7 +204,7 @@ Status CheckWorkerAddress(std::string_view peer, std::string_view own) {
   return Status::OK();
 }
 
-Status CheckPackedRemoteKey(std::string_view packed) {
+Status CheckPackedRemoteKey(std::string_view packed, bool accept_cuda) {
   constexpr size_t kMapBytes = 8;
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("packed UCX remote key of " +
@@ -194,9 +216,12 @@ Status CheckPackedRemoteKey(std::string_view packed) {
   std::memcpy(&md_map, packed.data(), kMapBytes);
   if (md_map == 0) return bad("no memory domain");
   const auto memory_type = static_cast<unsigned char>(packed[kMapBytes]);
-  if (memory_type != UCS_MEMORY_TYPE_HOST) {
-    return bad("memory type " + std::to_string(memory_type) +
-               " is not host memory");
+  const bool cuda = memory_type == UCS_MEMORY_TYPE_CUDA ||
+                    memory_type == UCS_MEMORY_TYPE_CUDA_MANAGED;
+  if (memory_type != UCS_MEMORY_TYPE_HOST && !(accept_cuda && cuda)) {
+    return bad(
+        "memory type " + std::to_string(memory_type) +
+        (accept_cuda ? " is not host or CUDA memory" : " is not host memory"));
   }
   size_t at = kMapBytes + 1;
   for (int i = 0; i < __builtin_popcountll(md_map); ++i) {
@@ -296,6 +321,10 @@ Result<std::unique_ptr<UcxMemory>> UcxMemory::Map(const UcxContext& context,
                                                   uint64_t length) {
   std::unique_ptr<UcxMemory> m(new UcxMemory(
       context.get(), reinterpret_cast<uint64_t>(address), length));
+  // The memory type is left to UCX's detection (no
+  // UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE): a registration is handed an
+  // address only, and UCX built with CUDA support recognises device
+  // memory itself and packs a key of its type (CheckPackedRemoteKey).
   ucp_mem_map_params_t params{};
   params.field_mask =
       UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -319,8 +348,8 @@ UcxMemory::~UcxMemory() {
 }
 
 Result<std::unique_ptr<UcxRemoteKey>> UcxRemoteKey::Unpack(
-    const UcxEndpoint& endpoint, const std::string& packed) {
-  Status valid = CheckPackedRemoteKey(packed);
+    const UcxEndpoint& endpoint, const std::string& packed, bool accept_cuda) {
+  Status valid = CheckPackedRemoteKey(packed, accept_cuda);
   if (!valid.ok()) {
     return valid.WithContext("cannot unpack the remote key of " +
                              endpoint.peer_name());

@@ -31,9 +31,17 @@ Status CheckWorkerAddress(std::string_view peer, std::string_view own);
 // Checks a peer's packed remote key before UCX unpacks it: UCX 1.13 packs
 // a 64-bit memory-domain map, a memory-type byte and one length-prefixed
 // key per memory domain in the map. The map must be non-empty, the memory
-// host memory (the only kind sessions register) and every key within the
-// bytes.
-Status CheckPackedRemoteKey(std::string_view packed);
+// host memory (or, with `accept_cuda`, for an exchange that declared CUDA
+// memory, CUDA or CUDA managed memory) and every key within the bytes.
+Status CheckPackedRemoteKey(std::string_view packed, bool accept_cuda);
+
+// The memory kinds the "ucx" exchange declares, from `memory_types` (what
+// ucp_context_query reports: a mask of UCS_BIT(ucs_memory_type_t)) and the
+// "memory" setting: {kHost, kCuda} where UCX supports UCS_MEMORY_TYPE_CUDA
+// and the setting is auto or cuda, {kHost} for host or where UCX lacks it;
+// cuda without UCX support is FailedPrecondition naming the setting.
+Result<std::vector<MemoryKind>> UcxMemoryKinds(uint64_t memory_types,
+                                               UcxMemorySetting setting);
 
 // Holds `kept` until the process exits, never freeing it: what UCX may
 // still use (an abandoned operation's state, the argument of an endpoint
@@ -56,6 +64,10 @@ class UcxContext {
   ~UcxContext();
 
   ucp_context_h get() const { return handle_; }
+  // The memory types UCX moves (ucp_context_attr_t::memory_types, a mask
+  // of UCS_BIT(ucs_memory_type_t)): host, and CUDA where UCX was built
+  // with CUDA support and its CUDA transports loaded.
+  Result<uint64_t> MemoryTypes() const;
   // Gives the handle up without cleanup (see UcxWorker::Abandon).
   void Abandon() { handle_ = nullptr; }
 
@@ -159,8 +171,9 @@ class UcxMemory {
 // A peer's key, unpacked for one endpoint.
 class UcxRemoteKey {
  public:
+  // `accept_cuda` as CheckPackedRemoteKey's.
   static Result<std::unique_ptr<UcxRemoteKey>> Unpack(
-      const UcxEndpoint& endpoint, const std::string& packed);
+      const UcxEndpoint& endpoint, const std::string& packed, bool accept_cuda);
   UcxRemoteKey(const UcxRemoteKey&) = delete;
   UcxRemoteKey& operator=(const UcxRemoteKey&) = delete;
   ~UcxRemoteKey();

@@ -3,14 +3,20 @@
 
 #include "live_ucx/ucx_handles.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
+#include "testing/must.h"
 #include "testing/status_testing.h"
 
 namespace reshard::internal {
 namespace {
+
+using ::reshard::testing::Must;
+using ::reshard::testing::StatusIs;
 
 TEST(UcxHandlesTest, WorkerAddressesAreCheckedBeforeUcx) {
   // Well-formed records of bytes UCX did not write.
@@ -28,21 +34,72 @@ TEST(UcxHandlesTest, RemoteKeysAreCheckedBeforeUcx) {
   // memory domain.
   const std::string shm("\x13\0\0\0\0\0\0\0\0\0\0\0", 12);
   const std::string tcp("\x01\0\0\0\0\0\0\0\0\0", 10);
-  EXPECT_OK(CheckPackedRemoteKey(shm));
-  EXPECT_OK(CheckPackedRemoteKey(tcp));
-  EXPECT_EQ(CheckPackedRemoteKey(std::string(64, '\x02')).message(),
+  EXPECT_OK(CheckPackedRemoteKey(shm, false));
+  EXPECT_OK(CheckPackedRemoteKey(tcp, false));
+  EXPECT_EQ(CheckPackedRemoteKey(std::string(64, '\x02'), false).message(),
             "packed UCX remote key of 64 bytes: memory type 2 is not host "
             "memory");
-  EXPECT_EQ(CheckPackedRemoteKey(std::string(9, '\0')).message(),
+  EXPECT_EQ(CheckPackedRemoteKey(std::string(9, '\0'), false).message(),
             "packed UCX remote key of 9 bytes: no memory domain");
-  EXPECT_EQ(CheckPackedRemoteKey("\x01").message(),
+  EXPECT_EQ(CheckPackedRemoteKey("\x01", false).message(),
             "packed UCX remote key of 1 bytes: too short");
-  EXPECT_EQ(CheckPackedRemoteKey(std::string("\x01\0\0\0\0\0\0\0\0\x05", 10))
-                .message(),
-            "packed UCX remote key of 10 bytes: keys run past the end");
   EXPECT_EQ(
-      CheckPackedRemoteKey(std::string("\xff\0\0\0\0\0\0\0\0", 9)).message(),
-      "packed UCX remote key of 9 bytes: keys run past the end");
+      CheckPackedRemoteKey(std::string("\x01\0\0\0\0\0\0\0\0\x05", 10), false)
+          .message(),
+      "packed UCX remote key of 10 bytes: keys run past the end");
+  EXPECT_EQ(CheckPackedRemoteKey(std::string("\xff\0\0\0\0\0\0\0\0", 9), false)
+                .message(),
+            "packed UCX remote key of 9 bytes: keys run past the end");
+}
+
+// A key whose memory-type byte (after the 8-byte md map) is CUDA (1) or
+// CUDA managed (2) is accepted only by an exchange that declared CUDA
+// memory; ROCm (3) never.
+TEST(UcxHandlesTest, CudaRemoteKeysOnlyWhereCudaIsDeclared) {
+  const std::string cuda("\x01\0\0\0\0\0\0\0\x01\x02\xaa\xbb", 12);
+  const std::string managed("\x01\0\0\0\0\0\0\0\x02\0", 10);
+  const std::string rocm("\x01\0\0\0\0\0\0\0\x03\0", 10);
+  EXPECT_OK(CheckPackedRemoteKey(cuda, true));
+  EXPECT_OK(CheckPackedRemoteKey(managed, true));
+  EXPECT_EQ(CheckPackedRemoteKey(cuda, false).message(),
+            "packed UCX remote key of 12 bytes: memory type 1 is not host "
+            "memory");
+  EXPECT_EQ(CheckPackedRemoteKey(managed, false).message(),
+            "packed UCX remote key of 10 bytes: memory type 2 is not host "
+            "memory");
+  EXPECT_EQ(CheckPackedRemoteKey(rocm, true).message(),
+            "packed UCX remote key of 10 bytes: memory type 3 is not host or "
+            "CUDA memory");
+  // Declaring CUDA relaxes the memory type only.
+  EXPECT_EQ(
+      CheckPackedRemoteKey(std::string("\x01\0\0\0\0\0\0\0\x01\x05", 10), true)
+          .message(),
+      "packed UCX remote key of 10 bytes: keys run past the end");
+}
+
+// Every memory-type mask UCX may report against every "memory" setting.
+TEST(UcxHandlesTest, MemoryKindsFromUcxMemoryTypesAndTheSetting) {
+  using K = std::vector<MemoryKind>;
+  const K host{MemoryKind::kHost};
+  const K both{MemoryKind::kHost, MemoryKind::kCuda};
+  const uint64_t h = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+  const uint64_t c = UCS_BIT(UCS_MEMORY_TYPE_CUDA);
+  const uint64_t m = UCS_BIT(UCS_MEMORY_TYPE_CUDA_MANAGED);
+  const uint64_t r = UCS_BIT(UCS_MEMORY_TYPE_ROCM);
+  const std::string refused =
+      "peer exchange \"ucx\": setting memory=\"cuda\", but this UCX has no "
+      "CUDA support (its context reports no CUDA memory type)";
+  for (uint64_t types : {h, h | r, h | m, uint64_t{0}}) {
+    EXPECT_EQ(Must(UcxMemoryKinds(types, UcxMemorySetting::kAuto)), host);
+    EXPECT_EQ(Must(UcxMemoryKinds(types, UcxMemorySetting::kHost)), host);
+    EXPECT_THAT(UcxMemoryKinds(types, UcxMemorySetting::kCuda),
+                StatusIs(StatusCode::kFailedPrecondition, refused));
+  }
+  for (uint64_t types : {h | c, h | c | m, h | c | m | r, c}) {
+    EXPECT_EQ(Must(UcxMemoryKinds(types, UcxMemorySetting::kAuto)), both);
+    EXPECT_EQ(Must(UcxMemoryKinds(types, UcxMemorySetting::kHost)), host);
+    EXPECT_EQ(Must(UcxMemoryKinds(types, UcxMemorySetting::kCuda)), both);
+  }
 }
 
 }  // namespace

@@ -20,6 +20,18 @@ const char* ErrorHandlingName(UcxErrorHandling e) {
   return "auto";
 }
 
+const char* MemorySettingName(UcxMemorySetting m) {
+  switch (m) {
+    case UcxMemorySetting::kHost:
+      return "host";
+    case UcxMemorySetting::kCuda:
+      return "cuda";
+    case UcxMemorySetting::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 // A UCX setting's own name: capitals, digits and '_', starting with a
 // capital.
 bool IsUcxSettingName(const std::string& name) {
@@ -63,13 +75,23 @@ Status Apply(const std::string& name, const std::string& value, UcxOptions& o) {
     } else {
       return Malformed(name, value, "auto, peer or none");
     }
+  } else if (name == "memory") {
+    if (value == "auto") {
+      o.memory = UcxMemorySetting::kAuto;
+    } else if (value == "host") {
+      o.memory = UcxMemorySetting::kHost;
+    } else if (value == "cuda") {
+      o.memory = UcxMemorySetting::kCuda;
+    } else {
+      return Malformed(name, value, "auto, host or cuda");
+    }
   } else if (IsUcxSettingName(name)) {
     o.config.emplace_back(name, value);
   } else {
     return Status::InvalidArgument(
         "peer exchange \"ucx\" has no setting \"" + name +
-        "\" (it takes tls, net_devices, shm_segment_bytes, error_handling "
-        "and UCX settings by their names in capitals)");
+        "\" (it takes tls, net_devices, shm_segment_bytes, error_handling, "
+        "memory and UCX settings by their names in capitals)");
   }
   return Status::OK();
 }
@@ -88,6 +110,9 @@ PeerExchangeOptions ToPeerExchangeOptions(const UcxOptions& options) {
   }
   if (options.error_handling != defaults.error_handling) {
     out.Set("error_handling", ErrorHandlingName(options.error_handling));
+  }
+  if (options.memory != defaults.memory) {
+    out.Set("memory", MemorySettingName(options.memory));
   }
   for (const auto& [name, value] : options.config) out.Set(name, value);
   return out;

@@ -4,6 +4,7 @@
 // so that a peer can be disconnected (and reconnected at a new address)
 // alone.
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,8 +25,10 @@ class UcxPeerExchange final : public PeerExchange {
     RESHARD_ASSIGN_OR_RETURN(UcxOptions options,
                              UcxOptionsFromSettings(config.options));
     RESHARD_ASSIGN_OR_RETURN(auto context, UcxContext::Make(options));
+    RESHARD_ASSIGN_OR_RETURN(const uint64_t types, context.MemoryTypes());
+    RESHARD_ASSIGN_OR_RETURN(auto kinds, UcxMemoryKinds(types, options.memory));
     auto ex = std::unique_ptr<UcxPeerExchange>(
-        new UcxPeerExchange(std::move(options)));
+        new UcxPeerExchange(std::move(options), std::move(kinds)));
     ex->context_.emplace(std::move(context));
     RESHARD_ASSIGN_OR_RETURN(auto worker, UcxWorker::Make(*ex->context_));
     ex->worker_.emplace(std::move(worker));
@@ -45,8 +48,9 @@ class UcxPeerExchange final : public PeerExchange {
   // UCX chooses its transports (shared memory and CMA on one host): its
   // RMA gets beat its tagged messages there (pull 9.1 GB/s, push 7.3;
   // docs/live.md). With the transports named (TCP, say) messages win.
+  // CUDA memory where UCX supports it and the "memory" setting allows.
   PeerExchangeCapabilities capabilities() const override {
-    return {.pull_on_one_host = ucx_.tls.empty()};
+    return {.pull_on_one_host = ucx_.tls.empty(), .memory_kinds = kinds_};
   }
 
   Result<std::string> Address() override { return worker_->Address(); }
@@ -106,8 +110,8 @@ class UcxPeerExchange final : public PeerExchange {
       return Status::Internal("remote key of unconnected rank " +
                               std::to_string(peer));
     }
-    RESHARD_ASSIGN_OR_RETURN(auto key,
-                             UcxRemoteKey::Unpack(*it->second, packed));
+    RESHARD_ASSIGN_OR_RETURN(
+        auto key, UcxRemoteKey::Unpack(*it->second, packed, MovesCudaMemory()));
     const auto handle = reinterpret_cast<uint64_t>(key->get());
     rkeys_[peer].push_back(std::move(key));
     return handle;
@@ -142,9 +146,16 @@ class UcxPeerExchange final : public PeerExchange {
   }
 
  private:
-  explicit UcxPeerExchange(UcxOptions ucx) : ucx_(std::move(ucx)) {}
+  UcxPeerExchange(UcxOptions ucx, std::vector<MemoryKind> kinds)
+      : ucx_(std::move(ucx)), kinds_(std::move(kinds)) {}
+
+  bool MovesCudaMemory() const {
+    return std::find(kinds_.begin(), kinds_.end(), MemoryKind::kCuda) !=
+           kinds_.end();
+  }
 
   const UcxOptions ucx_;
+  const std::vector<MemoryKind> kinds_;  // UcxMemoryKinds
   std::optional<UcxContext> context_;
   std::optional<UcxWorker> worker_;
   std::map<uint32_t, std::unique_ptr<UcxEndpoint>> peers_;

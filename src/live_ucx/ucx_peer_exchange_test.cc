@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "live_ucx/ucx_handles.h"
 #include "reshard/backends/ucx_options.h"
 #include "testing/must.h"
 #include "testing/peer_exchange_conformance.h"
@@ -25,6 +26,7 @@ TEST(UcxOptionsTest, SettingsByNameRoundTrip) {
   o.net_devices = "lo";
   o.shm_segment_bytes = 0;
   o.error_handling = UcxErrorHandling::kPeer;
+  o.memory = UcxMemorySetting::kHost;
   o.config = {{"RNDV_THRESH", "8192"}};
   const PeerExchangeOptions settings = ToPeerExchangeOptions(o);
   EXPECT_EQ(settings.settings,
@@ -33,12 +35,18 @@ TEST(UcxOptionsTest, SettingsByNameRoundTrip) {
                 {"net_devices", "lo"},
                 {"shm_segment_bytes", "0"},
                 {"error_handling", "peer"},
+                {"memory", "host"},
                 {"RNDV_THRESH", "8192"}}));
   const UcxOptions back = Must(UcxOptionsFromSettings(settings));
   EXPECT_EQ(back.tls, "tcp");
   EXPECT_EQ(back.net_devices, "lo");
   EXPECT_EQ(back.shm_segment_bytes, 0u);
   EXPECT_EQ(back.error_handling, UcxErrorHandling::kPeer);
+  EXPECT_EQ(back.memory, UcxMemorySetting::kHost);
+  PeerExchangeOptions cuda;
+  cuda.Set("memory", "cuda");
+  EXPECT_EQ(ToPeerExchangeOptions(Must(UcxOptionsFromSettings(cuda))).settings,
+            cuda.settings);
   EXPECT_EQ(back.config, o.config);
 }
 
@@ -49,8 +57,14 @@ TEST(UcxOptionsTest, UnknownAndMalformedSettingsAreRefusedByName) {
               StatusIs(StatusCode::kInvalidArgument,
                        "peer exchange \"ucx\" has no setting \"tsl\" (it "
                        "takes tls, net_devices, shm_segment_bytes, "
-                       "error_handling and UCX settings by their names in "
-                       "capitals)"));
+                       "error_handling, memory and UCX settings by their "
+                       "names in capitals)"));
+  PeerExchangeOptions memory;
+  memory.Set("memory", "device");
+  EXPECT_THAT(UcxOptionsFromSettings(memory),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "peer exchange \"ucx\": setting memory=\"device\" is "
+                       "not auto, host or cuda"));
   PeerExchangeOptions errors;
   errors.Set("error_handling", "always");
   EXPECT_THAT(UcxOptionsFromSettings(errors),
@@ -75,6 +89,36 @@ TEST(UcxOptionsTest, PullOnOneHostOnlyWithUcxsOwnTransports) {
   tcp.options.Set("tls", "tcp").Set("net_devices", "lo");
   EXPECT_FALSE(
       Must(MakePeerExchange("ucx", tcp))->capabilities().pull_on_one_host);
+}
+
+// The exchange declares what its UCX context reports: Debian's UCX (cma,
+// ib, rdmacm; this machine's) has no CUDA transports, so host memory under
+// auto and host, and no exchange under cuda, naming the setting. A UCX
+// with CUDA support declares CUDA under auto and cuda.
+TEST(UcxOptionsTest, MemoryKindsFollowThisUcxAndTheMemorySetting) {
+  const uint64_t types =
+      Must(Must(UcxContext::Make(UcxOptions{})).MemoryTypes());
+  const bool ucx_cuda = (types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  const std::vector<MemoryKind> host{MemoryKind::kHost};
+  const std::vector<MemoryKind> both{MemoryKind::kHost, MemoryKind::kCuda};
+  EXPECT_EQ(Must(MakePeerExchange("ucx", {0, {}}))->capabilities().memory_kinds,
+            ucx_cuda ? both : host);
+  PeerExchangeConfig staged;
+  staged.options.Set("memory", "host");
+  EXPECT_EQ(Must(MakePeerExchange("ucx", staged))->capabilities().memory_kinds,
+            host);
+  PeerExchangeConfig cuda;
+  cuda.options.Set("memory", "cuda");
+  if (ucx_cuda) {
+    EXPECT_EQ(Must(MakePeerExchange("ucx", cuda))->capabilities().memory_kinds,
+              both);
+    return;
+  }
+  EXPECT_THAT(MakePeerExchange("ucx", cuda),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       "peer exchange \"ucx\": setting memory=\"cuda\", but "
+                       "this UCX has no CUDA support (its context reports no "
+                       "CUDA memory type)"));
 }
 
 // UCX's own choice of transports (shared memory and CMA here: no peer

@@ -7,6 +7,7 @@
 //   net_devices        UCX_NET_DEVICES, e.g. "lo"
 //   shm_segment_bytes  decimal, below 65536 (0: UCX's own)
 //   error_handling     "auto", "peer" or "none"
+//   memory             "auto", "host" or "cuda" (UcxMemorySetting)
 //   <NAME>             any other UCX setting, by its name in capitals
 //                      without the UCX_ prefix ("RNDV_THRESH")
 // Anything else is refused, naming the setting.
@@ -36,6 +37,16 @@ enum class UcxErrorHandling : uint8_t {
   kNone,
 };
 
+// Which memory kinds the exchange declares (PeerExchangeCapabilities::
+// memory_kinds). UCX built with CUDA support (its cuda_copy, cuda_ipc and
+// gdr_copy transports) moves device memory itself, so a session hands it
+// CUDA fragments directly instead of mirroring them in pinned host memory.
+enum class UcxMemorySetting : uint8_t {
+  kAuto,  // host, and CUDA where the UCX context reports CUDA memory
+  kHost,  // host only: CUDA fragments are mirrored (staged) in host memory
+  kCuda,  // host and CUDA; the exchange is not made where UCX lacks CUDA
+};
+
 // UCX settings applied on top of UCX's own configuration (UCX_* variables).
 struct UcxOptions {
   std::string tls;          // UCX_TLS, e.g. "cma,tcp" or "tcp"; empty: UCX's
@@ -54,6 +65,7 @@ struct UcxOptions {
   // in steps of 512 segments (UCX_MM_RX_BUFS_GROW), 16 MiB at 32 KiB.
   uint32_t shm_segment_bytes = 32768;
   UcxErrorHandling error_handling = UcxErrorHandling::kAuto;
+  UcxMemorySetting memory = UcxMemorySetting::kAuto;
 };
 
 // `options` as the "ucx" exchange's settings: only those that differ from
