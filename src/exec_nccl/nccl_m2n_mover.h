@@ -17,10 +17,15 @@
 // exchange's WireUp waits for it. A Disconnect (a rank replaced) breaks it
 // for good: later Runs fail naming the rank.
 //
+// The binding contract already makes every checked view the canonical
+// contiguous one of its fragment, so contiguous-binding refuses only
+// bindings that bypassed those checks.
+//
 // Run: this rank's buffers are its current bindings' views of the adopted
-// tensors' fragments, each still one contiguous row-major buffer of its
-// local shape (else FailedPrecondition, rule contiguous-binding: a rank
-// that rebound an adopted tensor to a strided view cannot fall back alone).
+// tensors' fragments (buffers moved by a rebind are followed), each still
+// one contiguous row-major buffer of its local shape (else
+// FailedPrecondition, rule contiguous-binding: a rank cannot fall back to
+// regions alone).
 // With api=host the bytes move through the host emulation
 // (m2n_host_emulation.h), polled against the deadline and poll_abort;
 // with the library through M2nBackend (the plugin), on the default stream,

@@ -239,5 +239,79 @@ TEST(NcclM2nSessionTest, EveryUpdateOfAStandingSessionMovesThemAgain) {
   }
 }
 
+// `b` with tensor "a"'s fragment viewed transposed (column-major over the
+// same bytes): not the canonical contiguous view the binding contract
+// requires (and ncclReshard takes).
+WeightRuntimeBindingManifest Transposed(const WeightRuntimeBindingManifest& b,
+                                        const WeightPlacementManifest& m) {
+  WeightRuntimeBindingManifestSpec spec = testing::SpecOf(b);
+  for (RuntimeBindingFragment& f : spec.fragments) {
+    if (m.FindFragment(f.placement_fragment_id())->tensor_id() != "a") continue;
+    RuntimeBindingFragmentSpec view = testing::SpecOf(f);
+    view.strides_bytes = Dims({4, 32});  // local [8, 6] int32
+    f = Must(RuntimeBindingFragment::Make(view));
+  }
+  return Must(WeightRuntimeBindingManifest::Make(spec));
+}
+
+// Rebinds of a tensor moved whole: one to a strided view is refused by the
+// binding checks before anything moves (so rule contiguous-binding holds
+// for every bound view), the update failing on every rank and the session
+// staying usable; the retry with the target moved to fresh buffers moves
+// through ncclReshard into them (the mover takes this rank's current
+// views at every run).
+TEST(NcclM2nSessionTest, ARebindOfAMovedTensorIsFollowedOrRefusedAlike) {
+  const WeightPlacementManifest source = Layout({.tp = 2}, false);
+  const WeightPlacementManifest target = Layout({.dp = 2, .tp = 2}, true);
+  const auto tensors = internal::TensorIndex(source);
+  testing::TempDir dir;
+  std::vector<std::string> out(kRanks);
+  RunRanks([&](uint32_t r) {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    Seat seat = SeatOf(r, source, target);
+    auto session = Must(LiveSession::Open(*store, source, target, seat.bindings,
+                                          Options("m2n-rebind", r, "auto")));
+    if (r < 2) internal::FillPattern(source, tensors, seat.buffers, {}, 1);
+    const std::string first = session->Update(1).status().ToString();
+    LiveBindings strided = seat.bindings;
+    if (r == 2) strided.targets[0] = Transposed(strided.targets[0], target);
+    auto refused = session->Update(2, r == 2 ? &strided : nullptr);
+    out[r] = first + " | " +
+             (r == 2 ? refused.status().ToString()
+                     : std::string(StatusCodeName(refused.status().code()))) +
+             " | usable " + (session->usable() ? "yes" : "no");
+    if (r < 2) internal::FillPattern(source, tensors, seat.buffers, {}, 2);
+    Seat moved = SeatOf(r, source, target);
+    auto retried = session->Update(2, r == 2 ? &moved.bindings : nullptr);
+    out[r] += " | " + (retried.ok() ? std::to_string(retried->m2n_tensors) +
+                                          " moved whole"
+                                    : retried.status().ToString());
+    if (r == 2) {
+      out[r] +=
+          "; " + internal::VerifyPattern(target, tensors, moved.buffers, {}, 2);
+    }
+    (void)session->Close();
+  });
+  std::string fragment;  // rank 2's fragment of "a"
+  for (const PlacementFragment& f :
+       target.FindPart("p-d0-p0-e0-t0")->fragments()) {
+    if (f.tensor_id() == "a") fragment = f.placement_fragment_id();
+  }
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    if (r == 2) {
+      EXPECT_EQ(out[r],
+                "OK | InvalidArgument: live session m2n-rebind, rank 2, "
+                "update 2: target bindings: runtime binding stride does not "
+                "describe a canonical contiguous view: " +
+                    fragment +
+                    " (the session stays open: retry the update or run the "
+                    "next one) | usable yes | 2 moved whole; ");
+    } else {
+      EXPECT_EQ(out[r], "OK | Aborted | usable yes | 2 moved whole")
+          << "rank " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace reshard::nccl
