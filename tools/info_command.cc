@@ -1,13 +1,19 @@
 // `reshard info [--json]`: what this build and machine offer, for scripts
 // that choose a path before they move anything: the CUDA backend (built,
-// the runtime's version, the devices visible) and the NCCL M2N backend
-// (whether its plugin was built, and where).
+// the runtime's version, the devices visible), the NCCL M2N backend
+// (whether its plugin was built, and where) and whether the "ucx" peer
+// exchange moves CUDA memory itself (its UCX built with CUDA support).
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "exec_m2n/m2n_backend.h"
 #include "reshard/backends/cuda_transport.h"
+#include "reshard/sdk/peer_exchange.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
 #include "util/canonical_json.h"
@@ -16,7 +22,21 @@ namespace reshard::cli {
 
 namespace {
 
-std::string InfoJson(const CudaInfo& cuda) {
+// Whether the exchange `name`, made with its default settings, declares
+// CUDA memory (PeerExchangeCapabilities::memory_kinds): for "ucx", whether
+// its UCX context reports CUDA memory (UCX_* variables apply). False where
+// it cannot be made.
+bool ExchangeMovesCudaMemory(std::string_view name) {
+  Result<std::unique_ptr<PeerExchange>> exchange =
+      MakePeerExchange(name, PeerExchangeConfig{});
+  if (!exchange.ok()) return false;
+  const std::vector<MemoryKind> kinds =
+      (*exchange)->capabilities().memory_kinds;
+  return std::find(kinds.begin(), kinds.end(), MemoryKind::kCuda) !=
+         kinds.end();
+}
+
+std::string InfoJson(const CudaInfo& cuda, bool cuda_exchange) {
   std::string out;
   internal::CanonicalJsonWriter w(&out, internal::JsonAscii::kRawUtf8);
   w.BeginObject();
@@ -33,6 +53,11 @@ std::string InfoJson(const CudaInfo& cuda) {
   w.Bool(m2n::M2nBuilt());
   w.KeyString("plugin", m2n::M2nPluginPath());
   w.EndObject();
+  w.Key("ucx");
+  w.BeginObject();
+  w.Key("cuda_memory");
+  w.Bool(cuda_exchange);
+  w.EndObject();
   w.EndObject();
   return out;
 }
@@ -47,8 +72,9 @@ void AddInfoCommand(CLI::App& app) {
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([json]() {
     const CudaInfo cuda = QueryCuda();
+    const bool cuda_exchange = ExchangeMovesCudaMemory("ucx");
     if (*json) {
-      std::printf("%s\n", InfoJson(cuda).c_str());
+      std::printf("%s\n", InfoJson(cuda, cuda_exchange).c_str());
       return;
     }
     if (!cuda.built) {
@@ -63,6 +89,10 @@ void AddInfoCommand(CLI::App& app) {
     } else {
       std::printf("nccl m2n: built, plugin %s\n", m2n::M2nPluginPath().c_str());
     }
+    std::printf("ucx: %s\n", cuda_exchange
+                                 ? "host and CUDA memory (UCX with CUDA)"
+                                 : "host memory only (CUDA fragments "
+                                   "staged in pinned host memory)");
   });
 }
 

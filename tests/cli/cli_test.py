@@ -130,13 +130,13 @@ def expect_invalid(path, needle):
 # ---------------------------------------------------------------------------
 
 @test
-def info_json_reports_the_cuda_and_m2n_backends():
+def info_json_reports_the_cuda_and_m2n_backends_and_ucx_cuda_memory():
     rc, out, err = run("info", "--json")
     check(rc == 0 and err == b"", "exit %d, stderr %r" % (rc, err))
     check(out.endswith(b"\n") and out.count(b"\n") == 1,
           "one line: %r" % out)
     info = json.loads(out)
-    check(sorted(info) == ["cuda", "nccl_m2n"], "keys %r" % sorted(info))
+    check(sorted(info) == ["cuda", "nccl_m2n", "ucx"], "keys %r" % sorted(info))
     cuda = info["cuda"]
     check(sorted(cuda) == ["built", "devices", "runtime"],
           "cuda keys %r" % sorted(cuda))
@@ -164,6 +164,11 @@ def info_json_reports_the_cuda_and_m2n_backends():
     else:
         check(m2n["plugin"] == "", "without M2N: %r" % m2n)
         text += "nccl m2n: not built (make m2n-venv, then configure)\n"
+    # Whether "ucx" moves CUDA memory: this machine's UCX (Debian's: cma, ib,
+    # rdmacm transports) has no CUDA support.
+    check(info["ucx"] == {"cuda_memory": False}, "ucx %r" % info["ucx"])
+    text += ("ucx: host memory only (CUDA fragments staged in pinned host "
+             "memory)\n")
     # The human form says the same.
     rc, out, err = run("info")
     check(rc == 0 and out.decode() == text, "info printed %r" % out)
