@@ -283,8 +283,9 @@ struct LiveUpdateReport {
   uint64_t messages_sent = 0;
   uint64_t gets = 0;
   // Tensors the exchange moved whole, collectively over every rank (the
-  // "nccl" exchange's NCCL M2N), their regions in no operation; the same
-  // on every rank.
+  // "nccl" exchange's NCCL M2N); the same on every rank. Their regions
+  // count in bytes_received and verified_regions, not in operations,
+  // messages or wire_bytes.
   uint64_t m2n_tensors = 0;
   uint64_t packed_messages = 0;
   uint64_t coalesced_regions = 0;

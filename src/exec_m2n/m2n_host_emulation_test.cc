@@ -223,5 +223,29 @@ TEST(M2nHostEmulationTest, RefusedAndDifferingGroupsFailOnEveryRank) {
                        "ranks, not 3"));
 }
 
+// A rank that gives up withdraws its group (its buffers are never
+// touched, the others' group never completes); once every rank posted,
+// the group is done and can no longer be withdrawn.
+TEST(M2nHostEmulationTest, AWithdrawnGroupNeverMoves) {
+  const M2nTensor t{"w", M2nDtype::kInt32, Side({1}, 0, {kReplicate}, {2, 2}),
+                    Side({1}, 1, {kReplicate}, {2, 2})};
+  Buffers b = Fill(t, 2);
+  auto comm = Must(HostM2nComm::Join("withdrawn", 2));
+  const std::vector<M2nBuffers> zero{{b.source[0].data(), nullptr}};
+  const std::vector<M2nBuffers> one{{nullptr, b.target[1].data()}};
+  EXPECT_OK(comm->Post(1, {t}, one));
+  EXPECT_FALSE(Must(comm->Poll(1)));
+  EXPECT_TRUE(comm->Abort(1));
+  EXPECT_OK(comm->Post(0, {t}, zero));
+  EXPECT_FALSE(Must(comm->Poll(0)));
+  EXPECT_EQ(b.target[1], std::vector<int32_t>(4, -1));
+  // Rank 1 posts again: the group completes, and is done for both.
+  EXPECT_OK(comm->Post(1, {t}, one));
+  EXPECT_TRUE(Must(comm->Poll(1)));
+  EXPECT_FALSE(comm->Abort(0));
+  EXPECT_TRUE(Must(comm->Poll(0)));
+  EXPECT_EQ(b.target[1], std::vector<int32_t>({0, 1, 2, 3}));
+}
+
 }  // namespace
 }  // namespace reshard::m2n
