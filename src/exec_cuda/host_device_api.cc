@@ -390,6 +390,9 @@ Result<void*> HostDeviceApi::MallocHost(size_t bytes) {
     }
     std::memset(p, 0xDB, bytes);
     pinned_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    counters_.pinned_bytes += bytes;
+    counters_.pinned_peak =
+        std::max(counters_.pinned_peak, counters_.pinned_bytes);
   }
   calls_.push_back(line);
   return p;
@@ -409,6 +412,7 @@ Status HostDeviceApi::FreeHost(void* ptr) {
   for (auto& [handle, stream] : streams_) RunStream(stream, stream.queued);
   const size_t bytes = it->second;
   pinned_.erase(it);
+  counters_.pinned_bytes -= bytes;
   std::free(ptr);
   return Log("FreeHost bytes=" + std::to_string(bytes), Status::OK());
 }

@@ -79,6 +79,8 @@ struct HostDeviceApiCounters {
   uint64_t bytes_copied = 0;  // by those copies
   uint64_t kernels_run = 0;   // gather/scatter launches
   uint64_t kernel_bytes = 0;  // rows * inner_bytes of those launches
+  uint64_t pinned_bytes = 0;  // MallocHost bytes held now
+  uint64_t pinned_peak = 0;   // the most MallocHost bytes held at once
 };
 
 class HostDeviceApi final : public DeviceApi {
