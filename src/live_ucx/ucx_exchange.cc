@@ -492,6 +492,31 @@ class Exchange {
 
 }  // namespace
 
+Status RefusePackedDeviceMemory(const UcxContext& context,
+                                const UcxEndpointsByRank& endpoints,
+                                const std::vector<ExchangeOp>& ops) {
+  for (const ExchangeOp& op : ops) {
+    if (op.kind == ExchangeOp::Kind::kGet || op.buffer != nullptr) continue;
+    const SideStream stream = SideStream::Of(op);
+    if (stream.contiguous()) continue;
+    for (const StridedSide& side : stream.sides) {
+      RESHARD_ASSIGN_OR_RETURN(const ucs_memory_type_t type,
+                               DetectMemoryType(context, side.base));
+      if (type == UCS_MEMORY_TYPE_HOST) continue;
+      const UcxEndpoint* ep =
+          op.peer < endpoints.size() ? endpoints[op.peer] : nullptr;
+      return Status::FailedPrecondition(
+          DescribeExchangeOp(op, ep != nullptr
+                                     ? ep->peer_name()
+                                     : "rank " + std::to_string(op.peer)) +
+          ": a packed message (strided, or regions coalesced) of CUDA "
+          "memory, which the ucx exchange packs on the host; the setting "
+          "memory=host stages CUDA fragments in host memory");
+    }
+  }
+  return Status::OK();
+}
+
 Status RunUcxExchange(UcxWorker& worker, const UcxEndpointsByRank& endpoints,
                       const std::vector<ExchangeOp>& ops,
                       const ExchangeRunOptions& options, ExchangeStats* stats) {

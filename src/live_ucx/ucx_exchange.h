@@ -46,6 +46,17 @@ Status RunUcxExchange(UcxWorker& worker, const UcxEndpointsByRank& endpoints,
                       const std::vector<ExchangeOp>& ops,
                       const ExchangeRunOptions& options, ExchangeStats* stats);
 
+// For an exchange that declared CUDA memory, before Run: a message that
+// RunUcxExchange packs (a strided side, or coalesced regions that are not
+// one run) goes through a generic datatype whose callbacks copy with the
+// CPU, which cannot read device memory. FailedPrecondition naming the
+// first such operation one of whose sides UCX detects as other than host
+// memory (DetectMemoryType); contiguous messages and gets are left to UCX,
+// which moves device memory itself.
+Status RefusePackedDeviceMemory(const UcxContext& context,
+                                const UcxEndpointsByRank& endpoints,
+                                const std::vector<ExchangeOp>& ops);
+
 }  // namespace reshard::internal
 
 #endif  // RESHARD_LIVE_UCX_UCX_EXCHANGE_H_

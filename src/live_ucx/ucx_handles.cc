@@ -343,6 +343,24 @@ Result<std::unique_ptr<UcxMemory>> UcxMemory::Map(const UcxContext& context,
   return m;
 }
 
+Result<ucs_memory_type_t> DetectMemoryType(const UcxContext& context,
+                                           const void* address) {
+  ucp_mem_map_params_t params{};
+  params.field_mask =
+      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = const_cast<void*>(address);
+  params.length = 1;
+  ucp_mem_h memh = nullptr;
+  RESHARD_RETURN_NOT_OK(FromUcs(ucp_mem_map(context.get(), &params, &memh),
+                                "cannot register 1 byte with UCX"));
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_MEM_TYPE;
+  const ucs_status_t st = ucp_mem_query(memh, &attr);
+  ucp_mem_unmap(context.get(), memh);
+  RESHARD_RETURN_NOT_OK(FromUcs(st, "cannot query a UCX registration"));
+  return attr.mem_type;
+}
+
 UcxMemory::~UcxMemory() {
   if (handle_ != nullptr) ucp_mem_unmap(context_, handle_);
 }

@@ -145,6 +145,13 @@ class UcxEndpoint {
   Status failure_;
 };
 
+// The memory type UCX detects at `address`: its first byte is registered
+// and the registration released at once. Host memory is
+// UCS_MEMORY_TYPE_HOST; device memory is CUDA only where UCX has CUDA
+// support (without it UCX cannot tell device memory from host memory).
+Result<ucs_memory_type_t> DetectMemoryType(const UcxContext& context,
+                                           const void* address);
+
 // A registration of local memory for remote access, with its packed key.
 class UcxMemory {
  public:

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "live_ucx/ucx_exchange.h"
 #include "testing/must.h"
 #include "testing/status_testing.h"
 
@@ -100,6 +101,25 @@ TEST(UcxHandlesTest, MemoryKindsFromUcxMemoryTypesAndTheSetting) {
     EXPECT_EQ(Must(UcxMemoryKinds(types, UcxMemorySetting::kHost)), host);
     EXPECT_EQ(Must(UcxMemoryKinds(types, UcxMemorySetting::kCuda)), both);
   }
+}
+
+// This machine's UCX detects host memory as host memory, and a packed
+// (strided) message of host memory passes the check an exchange that
+// declared CUDA memory makes before Run; the refusal of device memory
+// needs a UCX with CUDA support (not here).
+TEST(UcxHandlesTest, PackedMessagesOfHostMemoryPassTheDeviceCheck) {
+  const UcxContext context = Must(UcxContext::Make(UcxOptions{}));
+  std::vector<uint8_t> source(8192), target(8192);
+  EXPECT_EQ(Must(DetectMemoryType(context, source.data())),
+            UCS_MEMORY_TYPE_HOST);
+  const auto from = reinterpret_cast<uint64_t>(source.data());
+  const auto to = reinterpret_cast<uint64_t>(target.data());
+  // 16 rows of 256 bytes, 512 apart at the source, packed at the target.
+  const BoundRegion strided{from, to, 256, {{16, 512, 256}}, 4096, 3};
+  const std::vector<ExchangeOp> ops = {
+      {&strided, {}, 1, ExchangeOp::Kind::kSend},
+      {&strided, {}, 1, ExchangeOp::Kind::kReceive}};
+  EXPECT_OK(RefusePackedDeviceMemory(context, {}, ops));
 }
 
 }  // namespace

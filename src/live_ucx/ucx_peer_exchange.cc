@@ -130,6 +130,10 @@ class UcxPeerExchange final : public PeerExchange {
 
   Status Run(const std::vector<ExchangeOp>& ops,
              const ExchangeRunOptions& options, ExchangeStats* stats) override {
+    if (MovesCudaMemory()) {
+      RESHARD_RETURN_NOT_OK(
+          RefusePackedDeviceMemory(*context_, endpoints_, ops));
+    }
     return RunUcxExchange(*worker_, endpoints_, ops, options, stats);
   }
 
