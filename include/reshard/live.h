@@ -91,6 +91,18 @@ struct LiveBindings {
 // docs/live.md.
 enum class LiveProtocol : uint8_t { kAuto, kPush, kPull };
 
+// How a session moves CUDA fragments over an exchange that moves host
+// memory only ("ucx", "inproc"; LiveSessionOptions::device_staging).
+// kPipeline: when the session pushes and sends no deltas (protocol push;
+// or auto with movable_sources or an exchange that does not pull on one
+// host), the fragments stay in device memory and every message naming a
+// CUDA region side travels in chunks of 4 MiB through at most
+// device_staging_bytes of pinned host memory per rank, whatever the
+// model's size (docs/gpu.md); otherwise as kMirror. kMirror: each CUDA
+// fragment is mirrored whole in pinned host memory (at most
+// device_staging_bytes in all).
+enum class DeviceStaging : uint8_t { kPipeline, kMirror };
+
 // The weights a target rank serves after a successful update (a standing
 // session's version): the update's generation, the source placement it
 // came from, the caller's tag (LiveSession::Update; for example the
@@ -160,6 +172,15 @@ struct LiveSessionOptions {
   // this many bytes (delta updates are refused there; shadow targets of
   // CUDA targets are device memory).
   uint64_t device_staging_bytes = uint64_t{256} << 20;
+  // CUDA fragments over an exchange that moves host memory only: staged
+  // through a bounded pipeline of pinned chunks (the default, where the
+  // session pushes without deltas) or mirrored whole (DeviceStaging).
+  // Every rank of a session names the same. Under the pipeline,
+  // device_staging_bytes bounds the chunks (at least one chunk of 4 MiB,
+  // else the session is refused at open naming device_staging_bytes), and
+  // the session treats the CUDA fragments as over an exchange that moves
+  // CUDA memory (above).
+  DeviceStaging device_staging = DeviceStaging::kPipeline;
   // Internal: the device API the mirrors, the staging and the same-rank
   // device copies go through; empty: the CUDA runtime's. Tests set the
   // host emulation (src/exec_cuda/).

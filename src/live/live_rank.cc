@@ -204,6 +204,7 @@ Status LiveRank::Rebind(const LiveBindings& given) {
 }
 
 Status LiveRank::Reshare(BoundTransferPlan bound) {
+  RESHARD_RETURN_NOT_OK(StageDeviceRegions());
   RESHARD_RETURN_NOT_OK(bound.RequireMemoryKinds(
       exchange_->capabilities().memory_kinds, options_.exchange));
   ops_.clear();
@@ -295,8 +296,9 @@ Result<LiveBindings> LiveRank::Mirrored(const LiveBindings& b, bool adopt) {
     if (!HasCudaFragment(b.sources) && !HasCudaFragment(b.targets)) return b;
     const auto& kinds = exchange_->capabilities().memory_kinds;
     if (std::find(kinds.begin(), kinds.end(), MemoryKind::kCuda) !=
-        kinds.end()) {
-      // The exchange moves the device memory itself.
+            kinds.end() ||
+        PipelineStaging()) {
+      // The exchange moves the device memory itself (or will, staged).
       RESHARD_RETURN_NOT_OK(DirectDevice(b));
       return b;
     }

@@ -211,6 +211,15 @@ class LiveRank {
   // fragment) what the session cannot do on device memory: delta updates.
   Status DirectDevice(const LiveBindings& b);
 
+  // Whether CUDA fragments of this session travel through the staged
+  // pipeline (LiveSessionOptions::device_staging): by session-wide options
+  // and the exchange's capabilities only, so every rank answers alike.
+  bool PipelineStaging() const;
+  // Under the pipeline, after every bind: which regions have a CUDA side
+  // (from every rank's published bindings), and on the first such region
+  // the exchange wrapped in the staged exchange (staged_exchange.h).
+  Status StageDeviceRegions();
+
   // This rank's operations: in full, or (delta, after a delivered update)
   // as the changes since it; a full update of a delta session snapshots
   // what it sent.
@@ -344,6 +353,10 @@ class LiveRank {
   // own copies and hashes of them on the device (DirectDevice).
   std::unique_ptr<DeviceRegions> device_;
   std::unique_ptr<PeerExchange> exchange_;
+  // The pipeline (StageDeviceRegions): whether exchange_ is wrapped, and
+  // by region index whether its messages are staged.
+  bool staged_exchange_ = false;
+  std::vector<uint8_t> staged_regions_;
   // delta: the snapshots and encodings; whether an update was delivered
   // (the next one sends deltas on its generation).
   std::optional<LiveDelta> delta_;

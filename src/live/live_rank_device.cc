@@ -1,10 +1,13 @@
-// LiveRank (live_rank.h) over an exchange that moves CUDA memory itself:
-// the CUDA fragments stay as bound (no mirrors) and this rank's own work
-// on them runs through DeviceRegions (device_regions.h).
+// LiveRank (live_rank.h) over an exchange that moves CUDA memory itself,
+// or over a host-only one wrapped in the staged pipeline
+// (staged_exchange.h; LiveSessionOptions::device_staging): the CUDA
+// fragments stay as bound (no mirrors) and this rank's own work on them
+// runs through DeviceRegions (device_regions.h).
 #include "bind/binding_copy.h"
 #include "bind/row_walker.h"
 #include "exec_cuda/fragment_staging.h"
 #include "live/live_rank.h"
+#include "live/staged_exchange.h"
 
 namespace reshard::live_internal {
 
@@ -55,6 +58,89 @@ Status LiveRank::CopyLocal() {
     if (verify_) verify_->Copied(*br);
     report_.bytes_received += br->bytes;
   }
+  return Status::OK();
+}
+
+bool LiveRank::PipelineStaging() const {
+  if (staged_exchange_) return true;
+  if (options_.device_staging != DeviceStaging::kPipeline || options_.delta ||
+      exchange_ == nullptr) {
+    return false;
+  }
+  const PeerExchangeCapabilities caps = exchange_->capabilities();
+  if (std::find(caps.memory_kinds.begin(), caps.memory_kinds.end(),
+                MemoryKind::kCuda) != caps.memory_kinds.end()) {
+    return false;  // the exchange moves CUDA memory itself
+  }
+  // Only where the session is sure to push (pull is decided later, by the
+  // ranks' hosts).
+  switch (options_.protocol) {
+    case LiveProtocol::kPush:
+      return true;
+    case LiveProtocol::kPull:
+      return false;
+    case LiveProtocol::kAuto:
+      return options_.movable_sources || !caps.pull_on_one_host;
+  }
+  return false;
+}
+
+namespace {
+
+// Placement fragment ids of `side`'s CUDA fragments.
+std::set<std::string> CudaFragments(
+    const std::vector<WeightRuntimeBindingManifest>& side) {
+  std::set<std::string> ids;
+  for (const WeightRuntimeBindingManifest& b : side) {
+    for (const RuntimeBindingFragment& f : b.fragments()) {
+      auto kind = MemoryKindOfDevice(f.device());
+      if (kind.ok() && *kind == MemoryKind::kCuda) {
+        ids.insert(f.placement_fragment_id());
+      }
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+Status LiveRank::StageDeviceRegions() {
+  if (!PipelineStaging()) return Status::OK();
+  const std::set<std::string> sources = CudaFragments(world_.sources);
+  const std::set<std::string> targets = CudaFragments(world_.targets);
+  std::vector<uint8_t> staged(plan_->regions().size(), 0);
+  bool any = false;
+  for (size_t k = 0; k < staged.size(); ++k) {
+    const TransferRegion& r = plan_->regions()[k];
+    const std::string_view s =
+        plan_->source_fragments()[r.source_fragment].fragment_id;
+    const std::string_view t =
+        plan_->target_fragments()[r.target_fragment].fragment_id;
+    staged[k] =
+        sources.count(std::string(s)) > 0 || targets.count(std::string(t)) > 0;
+    any = any || staged[k] != 0;
+  }
+  staged_regions_ = std::move(staged);
+  if (!any || staged_exchange_) return Status::OK();
+  if (Status st = CheckStagedBudget(options_.device_staging_bytes); !st.ok()) {
+    return st.WithContext("live session " + options_.session);
+  }
+  // Every rank wraps (the same world): a rank without a CUDA executor,
+  // whose sides are all host memory, stages through host memory.
+  Result<std::shared_ptr<cuda::DeviceApi>> api =
+      cuda::StagingDeviceApi(options_.device_api);
+  StagedExchangeOptions so;
+  so.budget = options_.device_staging_bytes;
+  so.staged = [this](uint32_t region) {
+    return region < staged_regions_.size() && staged_regions_[region] != 0;
+  };
+  Result<std::unique_ptr<PeerExchange>> wrapped = MakeStagedExchange(
+      std::move(exchange_), api.ok() ? *api : nullptr, std::move(so));
+  if (!wrapped.ok()) {
+    return wrapped.status().WithContext("live session " + options_.session);
+  }
+  exchange_ = std::move(wrapped).ValueOrDie();
+  staged_exchange_ = true;
   return Status::OK();
 }
 

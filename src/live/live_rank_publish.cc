@@ -127,6 +127,7 @@ Status LiveRank::PlanAndBind() {
       BoundTransferPlan::Bind(*plan_, source_, sources, target_, targets));
   bound_.emplace(std::move(bound));
   if (device_) RESHARD_RETURN_NOT_OK(device_->Classify(bound_->regions()));
+  RESHARD_RETURN_NOT_OK(StageDeviceRegions());
   // Only the memory kinds the exchange moves, on every rank alike: a
   // device pointer is never handed to an exchange that takes it for host
   // memory.

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "bind/binding_copy.h"
+#include "bind/row_walker.h"
 #include "exec_cuda/copy_lowering.h"
 #include "exec_cuda/fragment_staging.h"
 #include "live/region_hash.h"
@@ -125,7 +127,8 @@ class StagedExchange final : public PeerExchange {
     }
     // Slots of a window left in flight may still be written: kept.
     if (abandoned_) {
-      for (auto& slot : slots_) (void)slot.release();
+      for (auto& slot : pinned_) (void)slot.release();
+      new std::vector<std::vector<uint8_t>>(std::move(host_));
     }
   }
 
@@ -210,7 +213,10 @@ class StagedExchange final : public PeerExchange {
   std::shared_ptr<cuda::DeviceApi> api_;
   StagedExchangeOptions options_;
   size_t max_slots_;
-  std::vector<std::unique_ptr<cuda::PinnedBuffer>> slots_;
+  // The slots: pinned memory of api_, or host memory without one.
+  std::vector<uint8_t*> slots_;
+  std::vector<std::unique_ptr<cuda::PinnedBuffer>> pinned_;
+  std::vector<std::vector<uint8_t>> host_;
   std::map<int, cuda::StreamHandle> streams_;
   std::vector<cuda::StreamHandle> used_;  // streams with queued copies
   bool abandoned_ = false;
@@ -317,7 +323,7 @@ Status StagedExchange::BuildWindow(RunState* run, size_t begin, size_t end,
       w->slot_of.push_back(nullptr);
       continue;
     }
-    uint8_t* buffer = slots_[slot++]->data();
+    uint8_t* buffer = slots_[slot++];
     w->slot_of.push_back(buffer);
     ExchangeOp x;
     x.region = op.region;
@@ -438,6 +444,12 @@ Status StagedExchange::Queue(const ExchangeOp& op, const Message& m,
 
 Status StagedExchange::CopyPiece(const BoundRegion& piece, uint64_t host,
                                  bool pack) {
+  const BoundRegion copy =
+      pack ? PackedAt(piece, host) : UnpackedFrom(piece, host);
+  if (api_ == nullptr) {  // host memory on both sides
+    internal::CopyRegionSegments(copy, 0, internal::RowCount(copy));
+    return Status::OK();
+  }
   RESHARD_ASSIGN_OR_RETURN(cuda::PointerInfo info,
                            api_->Pointer(At(piece.source_address)));
   const bool device = info.on_device();
@@ -450,10 +462,8 @@ Status StagedExchange::CopyPiece(const BoundRegion& piece, uint64_t host,
   cuda::LoweringLimits limits;
   limits.max_pitch = api_->MaxPitch();
   limits.kernel_allowed = false;  // one side is host memory
-  RESHARD_ASSIGN_OR_RETURN(
-      cuda::RegionWork work,
-      cuda::LowerRegion(
-          pack ? PackedAt(piece, host) : UnpackedFrom(piece, host), limits));
+  RESHARD_ASSIGN_OR_RETURN(cuda::RegionWork work,
+                           cuda::LowerRegion(copy, limits));
   for (cuda::Copy3D& c : work.copies) {
     c.kind = kind;
     RESHARD_RETURN_NOT_OK(
@@ -490,10 +500,16 @@ Result<cuda::StreamHandle> StagedExchange::StreamOf(int device) {
 
 Status StagedExchange::EnsureSlots(size_t n) {
   while (slots_.size() < n) {
+    if (api_ == nullptr) {
+      host_.emplace_back(options_.chunk_bytes);
+      slots_.push_back(host_.back().data());
+      continue;
+    }
     RESHARD_ASSIGN_OR_RETURN(
         cuda::PinnedBuffer buffer,
         cuda::PinnedBuffer::Make(api_, options_.chunk_bytes));
-    slots_.push_back(std::make_unique<cuda::PinnedBuffer>(std::move(buffer)));
+    pinned_.push_back(std::make_unique<cuda::PinnedBuffer>(std::move(buffer)));
+    slots_.push_back(pinned_.back()->data());
   }
   return Status::OK();
 }
@@ -504,17 +520,18 @@ uint32_t ChunkTag(uint32_t tag, uint64_t chunk) {
   return chunk == 0 ? tag : tag ^ static_cast<uint32_t>(chunk * 0x9E3779B1u);
 }
 
+Status CheckStagedBudget(uint64_t budget, uint64_t chunk_bytes) {
+  if (chunk_bytes > 0 && budget >= chunk_bytes) return Status::OK();
+  return Status::InvalidArgument(
+      "device_staging_bytes (" + std::to_string(budget) +
+      ") is smaller than one staged chunk (" + std::to_string(chunk_bytes) +
+      " bytes): the pipeline through pinned host buffers needs at least one");
+}
+
 Result<std::unique_ptr<PeerExchange>> MakeStagedExchange(
     std::unique_ptr<PeerExchange> inner, std::shared_ptr<cuda::DeviceApi> api,
     StagedExchangeOptions options) {
-  if (options.chunk_bytes == 0 || options.budget < options.chunk_bytes) {
-    return Status::InvalidArgument(
-        "device_staging_bytes (" + std::to_string(options.budget) +
-        ") is smaller than one staged chunk (" +
-        std::to_string(options.chunk_bytes) +
-        " bytes): the pipeline through pinned host buffers needs at least "
-        "one");
-  }
+  RESHARD_RETURN_NOT_OK(CheckStagedBudget(options.budget, options.chunk_bytes));
   return std::unique_ptr<PeerExchange>(std::make_unique<StagedExchange>(
       std::move(inner), std::move(api), std::move(options)));
 }

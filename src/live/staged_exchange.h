@@ -95,7 +95,13 @@ struct StagedExchangeOptions {
 // The session tag of chunk `chunk` of a staged message (chunk 0: `tag`).
 uint32_t ChunkTag(uint32_t tag, uint64_t chunk);
 
-// `inner` carrying staged messages through pinned slots of `api`.
+// OK when `budget` holds a chunk, else MakeStagedExchange's refusal.
+Status CheckStagedBudget(uint64_t budget,
+                         uint64_t chunk_bytes = kStagedChunkBytes);
+
+// `inner` carrying staged messages through pinned slots of `api`; with a
+// null `api` (a rank without a CUDA executor, whose every region side is
+// host memory) the slots are host memory and the copies host copies.
 // InvalidArgument when the budget holds no chunk: "device_staging_bytes
 // (B) is smaller than one staged chunk (C bytes): the pipeline through
 // pinned host buffers needs at least one".
