@@ -52,6 +52,12 @@ bool M2nBuilt() { return std::string(RESHARD_M2N_PLUGIN) != ""; }
 
 std::string M2nPluginPath() { return RESHARD_M2N_PLUGIN; }
 
+Status M2nUsable() {
+  RESHARD_ASSIGN_OR_RETURN(M2nPlugin * plugin, LoadPlugin());
+  const std::string why = plugin->Check();
+  return why.empty() ? Status::OK() : Status::Unavailable(why);
+}
+
 Result<std::unique_ptr<M2nBackend>> M2nBackend::Open(void* comm, int device) {
   RESHARD_ASSIGN_OR_RETURN(M2nPlugin * plugin, LoadPlugin());
   void* session = nullptr;

@@ -33,6 +33,8 @@ class M2nPlugin {
   virtual ~M2nPlugin() = default;
   // "nccl-m2n 0.2.0, nccl 2.32.6" (the versions compiled against).
   virtual std::string Version() = 0;
+  // Whether this process can run NCCL M2N (its NCCL is new enough).
+  virtual std::string Check() = 0;
   // A session over `comm` (an ncclComm_t the caller keeps), or, when comm
   // is null, over a one-rank communicator on `device` that the session
   // owns (ncclReshard's one-rank self-copy).
@@ -47,6 +49,10 @@ class M2nPlugin {
 // Whether this build made the plugin, and where.
 bool M2nBuilt();
 std::string M2nPluginPath();
+// OK when this process can run NCCL M2N: the plugin is built and loads,
+// and the process's NCCL is new enough; else why not (Unavailable, one
+// line). Loads the plugin the first time.
+Status M2nUsable();
 
 class M2nBackend {
  public:

@@ -24,6 +24,30 @@ TEST(M2nBackendTest, WithoutThePluginRefusesInOneLine) {
                        "the M2N wheel installed: cmake/m2n.cmake)"));
 }
 
+// M2nUsable says why not in one line, and a backend is then refused with
+// the same status; here the plugin is absent, or present but cannot load
+// (no driver) or run (an older NCCL).
+TEST(M2nBackendTest, UsableSaysWhyNot) {
+  const Status usable = M2nUsable();
+  if (!M2nBuilt()) {
+    EXPECT_THAT(usable,
+                StatusIs(StatusCode::kUnavailable,
+                         "this build has no NCCL M2N backend (configure with "
+                         "the M2N wheel installed: cmake/m2n.cmake)"));
+  }
+  if (usable.ok()) GTEST_SKIP() << "this machine runs NCCL M2N";
+  EXPECT_EQ(usable.code(), StatusCode::kUnavailable);
+  const std::string why(usable.message());
+  EXPECT_TRUE(why.rfind("this build has no NCCL M2N backend", 0) == 0 ||
+              why.rfind("cannot load the NCCL M2N backend: ", 0) == 0 ||
+              why.rfind("NCCL M2N needs NCCL 2.30.5 or newer", 0) == 0)
+      << why;
+  if (why.rfind("NCCL M2N needs", 0) != 0) {
+    EXPECT_THAT(M2nBackend::MakeSingleRank(0),
+                StatusIs(StatusCode::kUnavailable, why));
+  }
+}
+
 TEST(M2nBackendTest, NullCommunicatorRefused) {
   EXPECT_THAT(M2nBackend::Make(nullptr),
               StatusIs(StatusCode::kInvalidArgument,

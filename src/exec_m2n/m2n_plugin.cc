@@ -36,10 +36,10 @@ class Plugin final : public M2nPlugin {
            std::to_string(NCCL_PATCH);
   }
 
-  std::string Open(void* comm, int device, void** out) override {
-    // The process has one libnccl.so.2: whichever was loaded first (a
-    // framework's, the toolkit's) serves this plugin too, and NCCL M2N
-    // needs a newer one than some of those.
+  // The process has one libnccl.so.2: whichever was loaded first (a
+  // framework's, the toolkit's) serves this plugin too, and NCCL M2N
+  // needs a newer one than some of those.
+  std::string Check() override {
     int version = 0;
     if (ncclGetVersion(&version) == ncclSuccess &&
         version < NCCL_M2N_MIN_NCCL_VERSION_CODE) {
@@ -50,6 +50,11 @@ class Plugin final : public M2nPlugin {
              std::to_string(version % 100) +
              " (load the newer libnccl.so.2 before reshard)";
     }
+    return "";
+  }
+
+  std::string Open(void* comm, int device, void** out) override {
+    if (std::string why = Check(); !why.empty()) return why;
     auto* s = new Session;
     if (comm != nullptr) {
       s->comm = static_cast<ncclComm_t>(comm);

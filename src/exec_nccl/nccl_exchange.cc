@@ -325,7 +325,10 @@ Result<std::unique_ptr<PeerExchange>> Make(const PeerExchangeConfig& config) {
   return MakeNcclExchange(
       config.rank, std::move(*library),
       MakeDeviceMemory(std::move(device), s.device), s.device,
-      s.m2n && m2n::M2nBuilt() ? M2nMode::kLibrary : M2nMode::kOff);
+      // A rank that cannot run M2N (no plugin, no driver, an older NCCL
+      // loaded first) does not offer it, so the whole session moves every
+      // tensor by send/recv (rule m2n-everywhere) instead of failing.
+      s.m2n && m2n::M2nUsable().ok() ? M2nMode::kLibrary : M2nMode::kOff);
 }
 
 Status CheckOptions(const PeerExchangeOptions& options) {
