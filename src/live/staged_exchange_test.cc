@@ -183,16 +183,20 @@ std::vector<std::string> RunAll(
   return out;
 }
 
+// With `host_only`, every rank's staged exchange has no device API: its
+// slots are host memory and its copies host copies (the emulation's device
+// memory is host memory).
 std::vector<std::unique_ptr<PeerExchange>> Staged(World& w, uint64_t budget,
-                                                  uint64_t chunk) {
+                                                  uint64_t chunk,
+                                                  bool host_only = false) {
   std::vector<std::unique_ptr<PeerExchange>> staged;
   for (uint32_t r = 0; r < w.n; ++r) {
     StagedExchangeOptions o;
     o.budget = budget;
     o.chunk_bytes = chunk;
     o.staged = [](uint32_t region) { return region % 2 == 0; };
-    staged.push_back(
-        Must(MakeStagedExchange(std::move(w.exchanges[r]), w.apis[r], o)));
+    staged.push_back(Must(MakeStagedExchange(
+        std::move(w.exchanges[r]), host_only ? nullptr : w.apis[r], o)));
   }
   return staged;
 }
@@ -220,6 +224,26 @@ TEST(StagedExchangeTest, StridedRegionsMoveThroughChunksWithinTheBudget) {
   }
   for (uint32_t r = 0; r < w.n; ++r) {
     EXPECT_EQ(w.apis[r]->counters().pinned_peak, 3000u) << r;
+  }
+}
+
+// Without a device API (a rank without a CUDA executor, all its sides in
+// host memory) the same moves stage through host memory: exact, and no
+// pinned memory taken.
+TEST(StagedExchangeTest, WithoutADeviceApiChunksStageThroughHostMemory) {
+  World w(testing::CubeLayout(4, 0, {8, 32, 64}),
+          testing::CubeLayout(4, 1, {8, 32, 64}), 4, 1);
+  auto staged = Staged(w, 3000, 1000, /*host_only=*/true);
+  const auto tensors = internal::TensorIndex(w.source);
+  internal::FillPattern(w.source, tensors, w.source_view, nullptr, 1);
+  w.CopyLocal();
+  const auto out = RunAll(w, staged, 150);
+  for (uint32_t r = 0; r < w.n; ++r) EXPECT_EQ(out[r], "OK") << r;
+  EXPECT_EQ(
+      internal::VerifyPattern(w.target, tensors, w.target_view, nullptr, 1),
+      "");
+  for (uint32_t r = 0; r < w.n; ++r) {
+    EXPECT_EQ(w.apis[r]->counters().pinned_peak, 0u) << r;
   }
 }
 

@@ -20,6 +20,7 @@
 #include "reshard/live.h"
 #include "selftest/host_buffers.h"
 #include "selftest/pattern.h"
+#include "testing/children.h"
 #include "testing/device_sides.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
@@ -124,6 +125,23 @@ TEST(StagedSessionTest, DeviceFragmentsMoveThroughOneChunkOfPinnedMemory) {
   for (const RankResult& r : out) {
     EXPECT_EQ(r.pinned_peak, live_internal::kStagedChunkBytes);
   }
+}
+
+// The same over "ucx" (real UCX over shared memory or TCP), the ranks two
+// processes: the chunks travel as UCX tagged messages under their chunk
+// tags.
+TEST(StagedSessionTest, DeviceFragmentsMoveThroughChunksOverUcx) {
+  LiveSessionOptions o = StagedOptions("staged-ucx");
+  o.exchange = "ucx";
+  TempDir dir;
+  const auto out = testing::InChildren(2, [&](uint32_t r) -> std::string {
+    const RankResult result = StagedRank(r, dir.path(), o);
+    return result.out + " peak " + std::to_string(result.pinned_peak);
+  });
+  const std::string peak =
+      " peak " + std::to_string(live_internal::kStagedChunkBytes);
+  EXPECT_EQ(out[0], "verified 0|verified 0|" + peak);
+  EXPECT_EQ(out[1], "verified 4 exact|verified 4 exact|" + peak);
 }
 
 // A byte flipped in rank 1's device memory after its first region arrived
