@@ -296,9 +296,14 @@ Result<LiveBindings> LiveRank::Mirrored(const LiveBindings& b, bool adopt) {
     if (!HasCudaFragment(b.sources) && !HasCudaFragment(b.targets)) return b;
     const auto& kinds = exchange_->capabilities().memory_kinds;
     if (std::find(kinds.begin(), kinds.end(), MemoryKind::kCuda) !=
-            kinds.end() ||
-        PipelineStaging()) {
-      // The exchange moves the device memory itself (or will, staged).
+        kinds.end()) {
+      // The exchange moves the device memory itself.
+      RESHARD_RETURN_NOT_OK(DirectDevice(b));
+      return b;
+    }
+    if (PipelineStaging()) {
+      // It will, staged (StageDeviceRegions), where a CUDA executor is.
+      RESHARD_RETURN_NOT_OK(RequireStagingExecutor(b));
       RESHARD_RETURN_NOT_OK(DirectDevice(b));
       return b;
     }

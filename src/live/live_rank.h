@@ -219,6 +219,11 @@ class LiveRank {
   // (from every rank's published bindings), and on the first such region
   // the exchange wrapped in the staged exchange (staged_exchange.h).
   Status StageDeviceRegions();
+  // Under the pipeline, without a CUDA executor: `b`'s first CUDA
+  // fragment refused as the bound plan refuses it over a host-only
+  // exchange ("<exchange> executor cannot move cuda memory: ..."), before
+  // anything is published.
+  Status RequireStagingExecutor(const LiveBindings& b) const;
 
   // This rank's operations: in full, or (delta, after a delivered update)
   // as the changes since it; a full update of a delta session snapshots

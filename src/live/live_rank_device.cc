@@ -104,6 +104,21 @@ std::set<std::string> CudaFragments(
 
 }  // namespace
 
+Status LiveRank::RequireStagingExecutor(const LiveBindings& b) const {
+  if (cuda::StagingDeviceApi(options_.device_api).ok()) return Status::OK();
+  const std::vector<MemoryKind> host = {MemoryKind::kHost};
+  for (const auto* side : {&b.sources, &b.targets}) {
+    const char* name = side == &b.sources ? "source" : "target";
+    for (const WeightRuntimeBindingManifest& binding : *side) {
+      for (const RuntimeBindingFragment& f : binding.fragments()) {
+        RESHARD_RETURN_NOT_OK(RequireMemoryKind(
+            f, host, options_.exchange, name, binding.participant_id()));
+      }
+    }
+  }
+  return Status::OK();
+}
+
 Status LiveRank::StageDeviceRegions() {
   if (!PipelineStaging()) return Status::OK();
   const std::set<std::string> sources = CudaFragments(world_.sources);

@@ -16,6 +16,7 @@
 
 #include "exec_cuda/host_device_api.h"
 #include "live/staged_exchange.h"
+#include "reshard/backends/cuda_transport.h"
 #include "reshard/backends/fs_store.h"
 #include "reshard/live.h"
 #include "selftest/host_buffers.h"
@@ -180,6 +181,48 @@ TEST(StagedSessionTest, BudgetUnderOneChunkIsRefusedAtOpen) {
   const auto mirrored = RunBoth(o);
   EXPECT_THAT(mirrored[1].out,
               ::testing::HasSubstr("past device_staging_bytes (1048576)"));
+}
+
+// Without a CUDA executor (no device API given, no device here) a rank
+// binding CUDA targets in a pushing session is refused at open in the
+// bound plan's words, naming its first CUDA fragment, before any byte
+// moves; its peer fails too.
+TEST(StagedSessionTest, WithoutACudaExecutorCudaFragmentsAreRefused) {
+  if (QueryCuda().devices > 0) {
+    GTEST_SKIP() << "this machine has a CUDA device: the fragments stage";
+  }
+  const auto source = Source();
+  const auto target = Target();
+  auto src = Must(internal::AllocateHostBuffers(source, "source"));
+  auto dst = Must(internal::AllocateHostBuffers(target, "target"));
+  std::vector<WeightRuntimeBindingManifest> on_gpu;
+  for (const auto& b : dst.bindings) {
+    on_gpu.push_back(
+        Must(testing::WithBindingChanges(b, {.device = "cuda:0"})));
+  }
+  LiveSessionOptions o = StagedOptions("staged-no-executor");
+  o.timeout = std::chrono::seconds(3);
+  TempDir dir;
+  std::string out[2];
+  const auto open = [&](uint32_t r) {
+    auto store = Must(OpenDirectoryRecordStore(dir.path()));
+    LiveSessionOptions mine = o;
+    mine.rank = r;
+    LiveBindings b;
+    (r == 0 ? b.sources : b.targets) = r == 0 ? src.bindings : on_gpu;
+    auto s = LiveSession::Open(*store, source, target, b, mine);
+    out[r] = s.ok() ? "open" : s.status().ToString();
+  };
+  std::thread one([&] { open(1); });
+  open(0);
+  one.join();
+  EXPECT_EQ(out[1],
+            "FailedPrecondition: live session staged-no-executor, rank 1: "
+            "inproc executor cannot move cuda memory: target fragment " +
+                on_gpu[0].fragments()[0].placement_fragment_id() +
+                " of participant " + on_gpu[0].participant_id() +
+                " (device \"cuda:0\")");
+  EXPECT_NE(out[0], "open");
 }
 
 }  // namespace
