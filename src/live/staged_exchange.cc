@@ -312,7 +312,10 @@ Status StagedExchange::BuildWindow(RunState* run, size_t begin, size_t end,
                                    Window* w) {
   const auto& ops = *run->ops;
   w->received.assign(end - begin, 0);
-  RESHARD_RETURN_NOT_OK(EnsureSlots(max_slots_));
+  // Slots as the windows need them (at most max_slots_), kept.
+  RESHARD_RETURN_NOT_OK(EnsureSlots(static_cast<size_t>(
+      std::count_if(run->messages.begin() + begin, run->messages.begin() + end,
+                    [](const Message& m) { return m.staged; }))));
   size_t slot = 0;
   for (size_t k = begin; k < end; ++k) {
     const Message& m = run->messages[k];

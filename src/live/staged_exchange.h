@@ -30,7 +30,7 @@
 //    A get of a staged region is refused (FailedPrecondition): the
 //    decorator offers no pull.
 //  - Bound: at most budget / chunk_bytes slots, each chunk_bytes of pinned
-//    memory, allocated on first use and kept. The messages (chunk
+//    memory, allocated as windows first need them and kept. The messages (chunk
 //    messages and passed-through operations, one each) run in windows of
 //    at most that many chunk messages, one inner Run per window, in order.
 //  - Order, and why windows cannot deadlock: every message carries the
@@ -63,6 +63,10 @@
 //    slots of a window left in flight are never freed (Abandon's rule).
 //    A received chunk of another size than expected is DataLoss naming the
 //    operation. Deadline and poll_abort reach every inner Run.
+//  - Not overlapped: a window packs (and waits), then moves its chunks,
+//    then unpacks (and waits); the next window starts after. One chunk
+//    index per window also means a message of n chunks takes n windows
+//    in turn. Throughput against the mirrors is not measured.
 #ifndef RESHARD_LIVE_STAGED_EXCHANGE_H_
 #define RESHARD_LIVE_STAGED_EXCHANGE_H_
 
