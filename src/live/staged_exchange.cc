@@ -118,7 +118,9 @@ class StagedExchange final : public PeerExchange {
       : inner_(std::move(inner)),
         api_(std::move(api)),
         options_(std::move(options)),
-        max_slots_(options_.budget / options_.chunk_bytes) {}
+        max_slots_(options_.budget / options_.chunk_bytes),
+        double_(max_slots_ >= 2),
+        per_window_(double_ ? max_slots_ / 2 : 1) {}
 
   ~StagedExchange() override {
     for (auto& [device, stream] : streams_) {
@@ -193,11 +195,23 @@ class StagedExchange final : public PeerExchange {
     std::vector<size_t> which;      // the message of each operation
     std::vector<uint8_t*> slot_of;  // its slot (staged chunks only)
     std::vector<uint64_t> received;
+    uint64_t chunk = 0;  // the chunk index of its messages
   };
-  Status BuildWindow(RunState* run, size_t begin, size_t end, Window* w);
-  Status RunWindow(RunState* run, size_t begin, size_t end);
-  // Checks and unpacks the window's received chunks, then reports them.
-  Status Unpack(RunState* run, const Window& w);
+  // Runs every window in order (the pipeline below Run).
+  Status RunWindows(RunState* run);
+  // Lays out messages [begin, end) on slots from `base` and queues the
+  // sends' packing (waited for by the caller).
+  Status BuildWindow(RunState* run, size_t begin, size_t end, size_t base,
+                     Window* w);
+  // The window's inner Run, its callbacks mapped to the caller's
+  // operations.
+  Status RunInner(RunState* run, Window* w);
+  // Checks the window's received chunks and queues their unpacking.
+  Status QueueUnpack(RunState* run, const Window& w);
+  // After the packing (sends) or unpacking (receives) was waited for:
+  // on_piece, and on_completion of received operations now whole.
+  void ReportSent(RunState* run, const Window& w);
+  void ReportReceived(RunState* run, const Window& w);
   void Done(RunState* run, const Message& m);
   // Queues the copies between `m`'s stream range of `op` and `slot`:
   // into the slot (pack) or out of it into the targets.
@@ -213,6 +227,10 @@ class StagedExchange final : public PeerExchange {
   std::shared_ptr<cuda::DeviceApi> api_;
   StagedExchangeOptions options_;
   size_t max_slots_;
+  // Two halves of the slots, used by windows in turn (the next window
+  // packs while one moves), where at least two slots fit; else one slot.
+  bool double_;
+  size_t per_window_;  // staged chunks per window
   // The slots: pinned memory of api_, or host memory without one.
   std::vector<uint8_t*> slots_;
   std::vector<std::unique_ptr<cuda::PinnedBuffer>> pinned_;
@@ -273,7 +291,7 @@ size_t StagedExchange::WindowEnd(const RunState& run, size_t begin) const {
   for (; end < run.messages.size(); ++end) {
     const Message& m = run.messages[end];
     if (m.chunk != chunk) break;
-    if (m.staged && staged == max_slots_) break;
+    if (m.staged && staged == per_window_) break;
     staged += m.staged ? 1 : 0;
   }
   return end;
@@ -291,12 +309,7 @@ Status StagedExchange::Run(const std::vector<ExchangeOp>& ops,
   const bool any = std::any_of(run.messages.begin(), run.messages.end(),
                                [](const Message& m) { return m.staged; });
   if (!any) return inner_->Run(ops, options, stats);
-  Status st;
-  for (size_t begin = 0; begin < run.messages.size() && st.ok();) {
-    const size_t end = WindowEnd(run, begin);
-    st = RunWindow(&run, begin, end);
-    begin = end;
-  }
+  Status st = RunWindows(&run);
   *stats = run.stats;
   if (!st.ok() && stats->abandoned_in_flight > 0) abandoned_ = true;
   return st;
@@ -308,15 +321,57 @@ void StagedExchange::Done(RunState* run, const Message& m) {
   }
 }
 
+Status StagedExchange::RunWindows(RunState* run) {
+  std::vector<std::pair<size_t, size_t>> bounds;
+  for (size_t begin = 0; begin < run->messages.size();) {
+    bounds.emplace_back(begin, WindowEnd(*run, begin));
+    begin = bounds.back().second;
+  }
+  std::vector<Window> w(bounds.size());
+  std::vector<bool> built(bounds.size(), false);
+  const auto base = [&](size_t k) { return double_ ? k % 2 * per_window_ : 0; };
+  constexpr std::string_view kCopies = "staging chunks through pinned memory";
+  Status st;
+  for (size_t k = 0; k < bounds.size() && st.ok(); ++k) {
+    // Window k's packing (queued while k - 1 moved) and k - 1's unpacking.
+    st = Wait(kCopies);
+    if (st.ok() && k > 0) {
+      ReportReceived(run, w[k - 1]);
+      w[k - 1] = Window{};
+    }
+    if (st.ok() && !built[k]) {
+      st = BuildWindow(run, bounds[k].first, bounds[k].second, base(k), &w[k]);
+      if (st.ok()) st = Wait(kCopies);
+    }
+    if (!st.ok()) break;
+    ReportSent(run, w[k]);
+    // The next window packs into the other half while this one moves.
+    if (double_ && k + 1 < bounds.size()) {
+      built[k + 1] = true;
+      st = BuildWindow(run, bounds[k + 1].first, bounds[k + 1].second,
+                       base(k + 1), &w[k + 1]);
+    }
+    if (st.ok()) st = RunInner(run, &w[k]);
+    if (st.ok()) st = QueueUnpack(run, w[k]);
+  }
+  // Nothing queued is left running, whatever failed.
+  Status waited = Wait(kCopies);
+  if (st.ok()) st = waited;
+  if (st.ok() && !w.empty()) ReportReceived(run, w.back());
+  return st;
+}
+
 Status StagedExchange::BuildWindow(RunState* run, size_t begin, size_t end,
-                                   Window* w) {
+                                   size_t base, Window* w) {
   const auto& ops = *run->ops;
   w->received.assign(end - begin, 0);
+  w->chunk = run->messages[begin].chunk;
   // Slots as the windows need them (at most max_slots_), kept.
-  RESHARD_RETURN_NOT_OK(EnsureSlots(static_cast<size_t>(
-      std::count_if(run->messages.begin() + begin, run->messages.begin() + end,
-                    [](const Message& m) { return m.staged; }))));
-  size_t slot = 0;
+  RESHARD_RETURN_NOT_OK(EnsureSlots(
+      base + static_cast<size_t>(std::count_if(
+                 run->messages.begin() + begin, run->messages.begin() + end,
+                 [](const Message& m) { return m.staged; }))));
+  size_t slot = base;
   for (size_t k = begin; k < end; ++k) {
     const Message& m = run->messages[k];
     const ExchangeOp& op = ops[m.op];
@@ -341,23 +396,26 @@ Status StagedExchange::BuildWindow(RunState* run, size_t begin, size_t end,
     }
     w->ops.push_back(std::move(x));
   }
-  RESHARD_RETURN_NOT_OK(Wait("packing staged chunks into pinned host memory"));
-  const ExchangeRunOptions& options = *run->options;
-  for (size_t j = 0; j < w->ops.size() && options.on_piece; ++j) {
-    const Message& m = run->messages[w->which[j]];
-    if (m.staged && w->ops[j].kind == ExchangeOp::Kind::kSend) {
-      options.on_piece(m.op, m.offset, w->slot_of[j], m.length);
-    }
-  }
   return Status::OK();
 }
 
-Status StagedExchange::RunWindow(RunState* run, size_t begin, size_t end) {
+void StagedExchange::ReportSent(RunState* run, const Window& w) {
   const ExchangeRunOptions& options = *run->options;
-  Window w;
-  RESHARD_RETURN_NOT_OK(BuildWindow(run, begin, end, &w));
+  for (size_t j = 0; j < w.ops.size(); ++j) {
+    const Message& m = run->messages[w.which[j]];
+    if (!m.staged || w.ops[j].kind != ExchangeOp::Kind::kSend) continue;
+    ++run->stats.packed_messages;
+    if (options.on_piece) {
+      options.on_piece(m.op, m.offset, w.slot_of[j], m.length);
+    }
+  }
+}
+
+Status StagedExchange::RunInner(RunState* run, Window* window) {
+  const ExchangeRunOptions& options = *run->options;
+  Window& w = *window;
   ExchangeRunOptions io = options;
-  io.session_tag = ChunkTag(options.session_tag, run->messages[begin].chunk);
+  io.session_tag = ChunkTag(options.session_tag, w.chunk);
   io.on_first_completion = [&] {
     if (run->first) return;
     run->first = true;
@@ -385,11 +443,10 @@ Status StagedExchange::RunWindow(RunState* run, size_t begin, size_t end) {
   total.coalesced_regions += ws.coalesced_regions;
   total.abandoned_in_flight += ws.abandoned_in_flight;
   total.gets += ws.gets;
-  RESHARD_RETURN_NOT_OK(st);
-  return Unpack(run, w);
+  return st;
 }
 
-Status StagedExchange::Unpack(RunState* run, const Window& w) {
+Status StagedExchange::QueueUnpack(RunState* run, const Window& w) {
   const auto& ops = *run->ops;
   for (size_t j = 0; j < w.ops.size(); ++j) {
     const Message& m = run->messages[w.which[j]];
@@ -397,30 +454,26 @@ Status StagedExchange::Unpack(RunState* run, const Window& w) {
     const ExchangeOp& op = ops[m.op];
     const uint64_t got = w.received[j];
     if (got != m.length) {
-      (void)Wait("unpacking staged chunks");
       return Status::DataLoss(DescribeExchangeOp(op, PeerName(op.peer)) +
                               ": staged chunk " + std::to_string(m.chunk) +
                               " holds " + std::to_string(got) +
                               " bytes, expected " + std::to_string(m.length));
     }
-    ++run->stats.packed_messages;
     RESHARD_RETURN_NOT_OK(Queue(op, m, w.slot_of[j], /*pack=*/false));
   }
-  RESHARD_RETURN_NOT_OK(
-      Wait("unpacking staged chunks from pinned host memory"));
+  return Status::OK();
+}
+
+void StagedExchange::ReportReceived(RunState* run, const Window& w) {
   for (size_t j = 0; j < w.ops.size(); ++j) {
     const Message& m = run->messages[w.which[j]];
-    if (!m.staged) continue;
-    if (w.ops[j].kind == ExchangeOp::Kind::kSend) {
-      ++run->stats.packed_messages;
-      continue;
-    }
+    if (!m.staged || w.ops[j].kind != ExchangeOp::Kind::kReceive) continue;
+    ++run->stats.packed_messages;
     if (run->options->on_piece) {
       run->options->on_piece(m.op, m.offset, w.slot_of[j], m.length);
     }
     Done(run, m);
   }
-  return Status::OK();
 }
 
 Status StagedExchange::Queue(const ExchangeOp& op, const Message& m,

@@ -30,9 +30,13 @@
 //    A get of a staged region is refused (FailedPrecondition): the
 //    decorator offers no pull.
 //  - Bound: at most budget / chunk_bytes slots, each chunk_bytes of pinned
-//    memory, allocated as windows first need them and kept. The messages (chunk
-//    messages and passed-through operations, one each) run in windows of
-//    at most that many chunk messages, one inner Run per window, in order.
+//    memory, allocated as windows first need them and kept. The messages
+//    (chunk messages and passed-through operations, one each) run in
+//    windows, one inner Run per window, in order. Where two slots fit,
+//    the slots form two halves and windows of at most half of them
+//    alternate between the halves: while window k moves, window k + 1's
+//    sends are packed into the other half (a pipeline of two stages);
+//    with one slot, windows of one chunk run one after another.
 //  - Order, and why windows cannot deadlock: every message carries the
 //    key (chunk index, first region index) (a passed-through operation:
 //    chunk 0); the region is the plan's, so both ends of a message compute
@@ -63,10 +67,10 @@
 //    slots of a window left in flight are never freed (Abandon's rule).
 //    A received chunk of another size than expected is DataLoss naming the
 //    operation. Deadline and poll_abort reach every inner Run.
-//  - Not overlapped: a window packs (and waits), then moves its chunks,
-//    then unpacks (and waits); the next window starts after. One chunk
-//    index per window also means a message of n chunks takes n windows
-//    in turn. Throughput against the mirrors is not measured.
+//  - Overlap is partial: window k's unpacking and window k + 1's packing
+//    are waited for together before window k + 1 moves. One chunk index
+//    per window also means a message of n chunks takes n windows in
+//    turn. Throughput against the mirrors is not measured.
 #ifndef RESHARD_LIVE_STAGED_EXCHANGE_H_
 #define RESHARD_LIVE_STAGED_EXCHANGE_H_
 

@@ -129,18 +129,21 @@ TEST(StagedSessionTest, DeviceFragmentsMoveThroughOneChunkOfPinnedMemory) {
 }
 
 // The same over "ucx" (real UCX over shared memory or TCP), the ranks two
-// processes: the chunks travel as UCX tagged messages under their chunk
-// tags.
+// processes, with a budget of two chunks (one window packs while the other
+// moves; still half of a rank's 16 MiB of CUDA fragments, which the
+// mirrors would refuse): the chunks travel as UCX tagged messages under
+// their chunk tags; each rank's pinned peak is the two chunks.
 TEST(StagedSessionTest, DeviceFragmentsMoveThroughChunksOverUcx) {
   LiveSessionOptions o = StagedOptions("staged-ucx");
   o.exchange = "ucx";
+  o.device_staging_bytes = 2 * live_internal::kStagedChunkBytes;
   TempDir dir;
   const auto out = testing::InChildren(2, [&](uint32_t r) -> std::string {
     const RankResult result = StagedRank(r, dir.path(), o);
     return result.out + " peak " + std::to_string(result.pinned_peak);
   });
   const std::string peak =
-      " peak " + std::to_string(live_internal::kStagedChunkBytes);
+      " peak " + std::to_string(2 * live_internal::kStagedChunkBytes);
   EXPECT_EQ(out[0], "verified 0|verified 0|" + peak);
   EXPECT_EQ(out[1], "verified 4 exact|verified 4 exact|" + peak);
 }
