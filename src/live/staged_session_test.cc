@@ -56,9 +56,17 @@ struct RankResult {
 
 // Rank r (0: every source, 1: every target) runs updates 1 and 2 and
 // reports per update its outcome and whether its targets hold the
-// pattern.
-RankResult StagedRank(uint32_t r, const std::string& dir,
-                      LiveSessionOptions o) {
+// pattern. With `refused`, rank 1's validator refuses that update; with
+// shadow targets the targets are then checked to hold the update before.
+RankResult StagedRank(uint32_t r, const std::string& dir, LiveSessionOptions o,
+                      uint64_t refused = 0) {
+  uint64_t current = 0;
+  if (refused != 0 && r == 1) {
+    o.validate_targets = [&current, refused]() -> Status {
+      return current == refused ? Status::DataLoss("refused by the validator")
+                                : Status::OK();
+    };
+  }
   const auto source = Source();
   const auto target = Target();
   const auto tensors = internal::TensorIndex(source);
@@ -76,10 +84,17 @@ RankResult StagedRank(uint32_t r, const std::string& dir,
   auto session = LiveSession::Open(*store, source, target, bindings, o);
   if (!session.ok()) return {session.status().ToString()};
   for (uint64_t g = 1; g <= 2; ++g) {
+    current = g;
     if (r == 0) internal::FillPattern(source, tensors, view, nullptr, g);
     auto u = (*session)->Update(g);
     if (!u.ok()) {
-      result.out += u.status().ToString() + "|";
+      result.out += u.status().ToString();
+      if (r == 1 && o.shadow_targets) {
+        const std::string bad =
+            internal::VerifyPattern(target, tensors, view, nullptr, g - 1);
+        result.out += bad.empty() ? " holds " + std::to_string(g - 1) : bad;
+      }
+      result.out += "|";
       continue;
     }
     result.out += "verified " + std::to_string(u->verified_regions);
@@ -184,6 +199,24 @@ TEST(StagedSessionTest, BudgetUnderOneChunkIsRefusedAtOpen) {
   const auto mirrored = RunBoth(o);
   EXPECT_THAT(mirrored[1].out,
               ::testing::HasSubstr("past device_staging_bytes (1048576)"));
+}
+
+// Shadow targets of the device targets are device memory the staged
+// exchange unpacks into: update 2, refused by rank 1's validator after
+// its bytes arrived, leaves the serving device targets at update 1, byte
+// for byte.
+TEST(StagedSessionTest, ShadowTargetsKeepServingDeviceTargetsOnFailure) {
+  LiveSessionOptions o = StagedOptions("staged-shadow");
+  o.shadow_targets = true;
+  TempDir dir;
+  std::vector<RankResult> out(2);
+  std::thread one([&] { out[1] = StagedRank(1, dir.path(), o, 2); });
+  out[0] = StagedRank(0, dir.path(), o, 2);
+  one.join();
+  EXPECT_EQ(out[1].out,
+            "verified 4 exact|DataLoss: live session staged-shadow, rank 1, "
+            "update 2: refused by the validator (the session stays open: "
+            "retry the update or run the next one) holds 1|");
 }
 
 // Without a CUDA executor (no device API given, no device here) a rank
