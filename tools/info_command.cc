@@ -22,13 +22,16 @@ namespace reshard::cli {
 
 namespace {
 
-// Whether the exchange `name`, made with its default settings, declares
-// CUDA memory (PeerExchangeCapabilities::memory_kinds): for "ucx", whether
-// its UCX context reports CUDA memory (UCX_* variables apply). False where
-// it cannot be made.
-bool ExchangeMovesCudaMemory(std::string_view name) {
+// Whether the exchange `name`, made with `options`, declares CUDA memory
+// (PeerExchangeCapabilities::memory_kinds): for "ucx" with memory=auto,
+// whether its UCX context reports CUDA memory (UCX_* variables apply).
+// False where it cannot be made.
+bool ExchangeMovesCudaMemory(std::string_view name,
+                             const PeerExchangeOptions& options) {
+  PeerExchangeConfig config;
+  config.options = options;
   Result<std::unique_ptr<PeerExchange>> exchange =
-      MakePeerExchange(name, PeerExchangeConfig{});
+      MakePeerExchange(name, config);
   if (!exchange.ok()) return false;
   const std::vector<MemoryKind> kinds =
       (*exchange)->capabilities().memory_kinds;
@@ -72,7 +75,9 @@ void AddInfoCommand(CLI::App& app) {
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([json]() {
     const CudaInfo cuda = QueryCuda();
-    const bool cuda_exchange = ExchangeMovesCudaMemory("ucx");
+    PeerExchangeOptions as_reported;
+    as_reported.Set("memory", "auto");
+    const bool cuda_exchange = ExchangeMovesCudaMemory("ucx", as_reported);
     if (*json) {
       std::printf("%s\n", InfoJson(cuda, cuda_exchange).c_str());
       return;

@@ -26,7 +26,7 @@ TEST(UcxOptionsTest, SettingsByNameRoundTrip) {
   o.net_devices = "lo";
   o.shm_segment_bytes = 0;
   o.error_handling = UcxErrorHandling::kPeer;
-  o.memory = UcxMemorySetting::kHost;
+  o.memory = UcxMemorySetting::kAuto;
   o.config = {{"RNDV_THRESH", "8192"}};
   const PeerExchangeOptions settings = ToPeerExchangeOptions(o);
   EXPECT_EQ(settings.settings,
@@ -35,14 +35,14 @@ TEST(UcxOptionsTest, SettingsByNameRoundTrip) {
                 {"net_devices", "lo"},
                 {"shm_segment_bytes", "0"},
                 {"error_handling", "peer"},
-                {"memory", "host"},
+                {"memory", "auto"},
                 {"RNDV_THRESH", "8192"}}));
   const UcxOptions back = Must(UcxOptionsFromSettings(settings));
   EXPECT_EQ(back.tls, "tcp");
   EXPECT_EQ(back.net_devices, "lo");
   EXPECT_EQ(back.shm_segment_bytes, 0u);
   EXPECT_EQ(back.error_handling, UcxErrorHandling::kPeer);
-  EXPECT_EQ(back.memory, UcxMemorySetting::kHost);
+  EXPECT_EQ(back.memory, UcxMemorySetting::kAuto);
   PeerExchangeOptions cuda;
   cuda.Set("memory", "cuda");
   EXPECT_EQ(ToPeerExchangeOptions(Must(UcxOptionsFromSettings(cuda))).settings,
@@ -101,8 +101,14 @@ TEST(UcxOptionsTest, MemoryKindsFollowThisUcxAndTheMemorySetting) {
   const bool ucx_cuda = (types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   const std::vector<MemoryKind> host{MemoryKind::kHost};
   const std::vector<MemoryKind> both{MemoryKind::kHost, MemoryKind::kCuda};
+  // By default host only, whatever this UCX moves.
   EXPECT_EQ(Must(MakePeerExchange("ucx", {0, {}}))->capabilities().memory_kinds,
-            ucx_cuda ? both : host);
+            host);
+  PeerExchangeConfig as_reported;
+  as_reported.options.Set("memory", "auto");
+  EXPECT_EQ(
+      Must(MakePeerExchange("ucx", as_reported))->capabilities().memory_kinds,
+      ucx_cuda ? both : host);
   PeerExchangeConfig staged;
   staged.options.Set("memory", "host");
   EXPECT_EQ(Must(MakePeerExchange("ucx", staged))->capabilities().memory_kinds,

@@ -40,10 +40,13 @@ enum class UcxErrorHandling : uint8_t {
 // Which memory kinds the exchange declares (PeerExchangeCapabilities::
 // memory_kinds). UCX built with CUDA support (its cuda_copy, cuda_ipc and
 // gdr_copy transports) moves device memory itself, so a session hands it
-// CUDA fragments directly instead of mirroring them in pinned host memory.
+// CUDA fragments directly instead of staging them in pinned host memory.
+// The default is host: the exchange cannot pack strided or coalesced
+// device regions (its generic datatype copies with the CPU), which the
+// staged path takes, so declaring CUDA is the caller's choice.
 enum class UcxMemorySetting : uint8_t {
   kAuto,  // host, and CUDA where the UCX context reports CUDA memory
-  kHost,  // host only: CUDA fragments are mirrored (staged) in host memory
+  kHost,  // host only (the default): CUDA fragments are staged in host memory
   kCuda,  // host and CUDA; the exchange is not made where UCX lacks CUDA
 };
 
@@ -65,7 +68,7 @@ struct UcxOptions {
   // in steps of 512 segments (UCX_MM_RX_BUFS_GROW), 16 MiB at 32 KiB.
   uint32_t shm_segment_bytes = 32768;
   UcxErrorHandling error_handling = UcxErrorHandling::kAuto;
-  UcxMemorySetting memory = UcxMemorySetting::kAuto;
+  UcxMemorySetting memory = UcxMemorySetting::kHost;
 };
 
 // `options` as the "ucx" exchange's settings: only those that differ from
