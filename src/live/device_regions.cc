@@ -11,17 +11,7 @@
 #include "exec_cuda/copy_lowering.h"
 
 namespace reshard::live_internal {
-namespace {
 
-constexpr uint8_t kSourceOnDevice = 1;
-constexpr uint8_t kTargetOnDevice = 2;
-
-const void* At(uint64_t address) {
-  return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
-}
-
-// `side` of `region` as the source of a region of its own (the target
-// side left for the caller to place).
 BoundRegion SideAsSource(const BoundRegion& region, RegionSide side) {
   BoundRegion s = region;
   if (side == RegionSide::kTarget) {
@@ -33,8 +23,6 @@ BoundRegion SideAsSource(const BoundRegion& region, RegionSide side) {
   return s;
 }
 
-// `piece` with its target packed contiguously at `address` (row by row,
-// in stream order).
 BoundRegion PackedAt(BoundRegion piece, uint64_t address) {
   uint64_t stride = piece.inner_bytes;
   for (size_t i = piece.loops.size(); i-- > 0;) {
@@ -43,6 +31,15 @@ BoundRegion PackedAt(BoundRegion piece, uint64_t address) {
   }
   piece.target_address = address;
   return piece;
+}
+
+namespace {
+
+constexpr uint8_t kSourceOnDevice = 1;
+constexpr uint8_t kTargetOnDevice = 2;
+
+const void* At(uint64_t address) {
+  return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
 }
 
 // `region`'s source side cut, in stream order, into pieces of at most

@@ -39,6 +39,14 @@
 
 namespace reshard::live_internal {
 
+// `side` of `region` as the source of a region of its own (the target
+// side left for the caller to place): what staging reads a side through.
+BoundRegion SideAsSource(const BoundRegion& region, RegionSide side);
+
+// `piece` with its target packed contiguously at `address` (row by row,
+// in stream order).
+BoundRegion PackedAt(BoundRegion piece, uint64_t address);
+
 class DeviceRegions {
  public:
   // `session` names the session in errors; `staging_bytes` bounds the

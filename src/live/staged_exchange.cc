@@ -10,6 +10,7 @@
 #include "bind/row_walker.h"
 #include "exec_cuda/copy_lowering.h"
 #include "exec_cuda/fragment_staging.h"
+#include "live/device_regions.h"
 #include "live/region_hash.h"
 
 namespace reshard::live_internal {
@@ -17,30 +18,6 @@ namespace {
 
 const void* At(uint64_t address) {
   return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
-}
-
-// `side` of `region` as the source of a region of its own (the target left
-// for the caller to place).
-BoundRegion SideAsSource(const BoundRegion& region, RegionSide side) {
-  BoundRegion s = region;
-  if (side == RegionSide::kTarget) {
-    s.source_address = region.target_address;
-    for (OuterLoop& loop : s.loops) loop.source_stride = loop.target_stride;
-  }
-  s.target_address = 0;
-  for (OuterLoop& loop : s.loops) loop.target_stride = 0;
-  return s;
-}
-
-// `piece` with its target packed contiguously at `address`, row by row.
-BoundRegion PackedAt(BoundRegion piece, uint64_t address) {
-  uint64_t stride = piece.inner_bytes;
-  for (size_t i = piece.loops.size(); i-- > 0;) {
-    piece.loops[i].target_stride = stride;
-    stride *= piece.loops[i].count;
-  }
-  piece.target_address = address;
-  return piece;
 }
 
 // The copy from packed bytes at `address` into `piece`'s source side.
