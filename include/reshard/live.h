@@ -93,9 +93,10 @@ enum class LiveProtocol : uint8_t { kAuto, kPush, kPull };
 
 // How a session moves CUDA fragments over an exchange that moves host
 // memory only ("ucx", "inproc"; LiveSessionOptions::device_staging).
-// kPipeline: when the session pushes and sends no deltas (protocol push;
-// or auto with movable_sources or an exchange that does not pull on one
-// host), the fragments stay in device memory and every message naming a
+// kPipeline: when the session sends no deltas and its protocol is push or
+// auto (auto then pushes wherever a published binding holds a CUDA
+// fragment, even with every rank on one host), the fragments stay in
+// device memory and every message naming a
 // CUDA region side travels in chunks of 4 MiB through at most
 // device_staging_bytes of pinned host memory per rank, whatever the
 // model's size (docs/gpu.md); otherwise as kMirror. kMirror: each CUDA

@@ -76,6 +76,8 @@ LiveSessionOptions Options(const std::string& session, uint32_t rank,
   lo.ranks = 2;
   lo.timeout = std::chrono::seconds(10);
   lo.device_api = std::move(api);
+  // The whole-fragment mirrors (the default pipeline: staged_session_test).
+  lo.device_staging = DeviceStaging::kMirror;
   return lo;
 }
 

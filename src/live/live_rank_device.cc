@@ -72,17 +72,10 @@ bool LiveRank::PipelineStaging() const {
                 MemoryKind::kCuda) != caps.memory_kinds.end()) {
     return false;  // the exchange moves CUDA memory itself
   }
-  // Only where the session is sure to push (pull is decided later, by the
-  // ranks' hosts).
-  switch (options_.protocol) {
-    case LiveProtocol::kPush:
-      return true;
-    case LiveProtocol::kPull:
-      return false;
-    case LiveProtocol::kAuto:
-      return options_.movable_sources || !caps.pull_on_one_host;
-  }
-  return false;
+  // Not where the caller asked for pulls; under auto, a session whose
+  // published bindings hold a CUDA fragment pushes (PlanAndBind), so that
+  // the pipeline takes them wherever the ranks run.
+  return options_.protocol != LiveProtocol::kPull;
 }
 
 namespace {

@@ -33,7 +33,12 @@ Status LiveRank::Publish() {
               (options_.protocol == LiveProtocol::kAuto &&
                exchange_->capabilities().pull_on_one_host &&
                !options_.movable_sources && !options_.delta);
-  if (may_pull_ && !bindings_.sources.empty()) {
+  // CUDA sources that the pipeline stages are never read by a peer: a
+  // session with any CUDA fragment pushes (PlanAndBind), and a host-only
+  // exchange could not register device memory.
+  const bool staged_sources =
+      PipelineStaging() && HasCudaFragment(bindings_.sources);
+  if (may_pull_ && !bindings_.sources.empty() && !staged_sources) {
     RESHARD_RETURN_NOT_OK(RegisterSources());
   }
   if (options_.heartbeat_interval.count() > 0) {
@@ -109,6 +114,12 @@ Status LiveRank::PlanAndBind() {
     pull_ = true;  // when every rank runs on this host
     for (uint32_t r = 0; r < options_.ranks && pull_; ++r) {
       pull_ = world_.hosts[r] == HostName();
+    }
+    // The pipeline moves CUDA fragments by push only: decided alike on
+    // every rank, from the published bindings.
+    if (pull_ && PipelineStaging() &&
+        (HasCudaFragment(world_.sources) || HasCudaFragment(world_.targets))) {
+      pull_ = false;
     }
   }
   if (options_.shadow_targets && !bindings_.targets.empty()) {

@@ -143,6 +143,21 @@ TEST(StagedSessionTest, DeviceFragmentsMoveThroughOneChunkOfPinnedMemory) {
   }
 }
 
+// Under protocol auto over an exchange that pulls on one host (inproc),
+// with both ranks on this host: the CUDA fragments in the published
+// bindings make the session push through the pipeline (the mirrors would
+// refuse 8 MiB fragments under a one-chunk budget), on both ranks alike.
+TEST(StagedSessionTest, AutoProtocolPushesCudaFragmentsThroughThePipeline) {
+  LiveSessionOptions o = StagedOptions("staged-auto");
+  o.protocol = LiveProtocol::kAuto;
+  const auto out = RunBoth(o);
+  EXPECT_EQ(out[0].out, "verified 0|verified 0|");
+  EXPECT_EQ(out[1].out, "verified 4 exact|verified 4 exact|");
+  for (const RankResult& r : out) {
+    EXPECT_EQ(r.pinned_peak, live_internal::kStagedChunkBytes);
+  }
+}
+
 // The same over "ucx" (real UCX over shared memory or TCP), the ranks two
 // processes, with a budget of two chunks (one window packs while the other
 // moves; still half of a rank's 16 MiB of CUDA fragments, which the
