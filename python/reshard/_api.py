@@ -440,7 +440,9 @@ class LiveSession:
                  expect_maps: Any = None, verify: bool = True,
                  rejoin_timeout: float = 30.0, rejoin: bool = False,
                  on_version: Optional[Callable[[Report], Any]] = None,
-                 corrupt_received_in_update: int = 0) -> None:
+                 corrupt_received_in_update: int = 0,
+                 device_staging: str = "pipeline",
+                 device_staging_bytes: int = 256 << 20) -> None:
         # Checked here, before anything is opened: a timeout that can never
         # expire (NaN, infinite) or is negative is refused at once.
         timeout = check_seconds("LiveSession", "timeout", timeout,
@@ -540,6 +542,12 @@ class LiveSession:
         # process flips one byte of the first region it received from
         # another process after it arrived (0: never).
         self.corrupt_received_in_update = corrupt_received_in_update
+        # CUDA tensors over an exchange that moves host memory only
+        # (docs/gpu.md): "pipeline" stages them through at most
+        # device_staging_bytes of pinned host memory in 4 MiB chunks,
+        # "mirror" mirrors each whole (at most device_staging_bytes in all).
+        self.device_staging = device_staging
+        self.device_staging_bytes = device_staging_bytes
         self._version = None
         self._busy = threading.Lock()
         self.step = 0
@@ -627,7 +635,9 @@ class LiveSession:
             target_declaration=declaration, expected_target_maps=expected,
             verify=self.verify, rejoin_timeout=self.rejoin_timeout,
             rejoin=rejoin, on_version=self._version_callback(),
-            corrupt_received_in_update=self.corrupt_received_in_update)
+            corrupt_received_in_update=self.corrupt_received_in_update,
+            device_staging=self.device_staging,
+            device_staging_bytes=self.device_staging_bytes)
         self.open_seconds = self._native.open_seconds
         # delta: host bytes of this process's snapshot of what it sends.
         self.delta_snapshot_bytes = self._native.delta_snapshot_bytes

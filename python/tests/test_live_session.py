@@ -292,7 +292,10 @@ def test_timeouts_and_liveness_options_are_checked(tmp_path):
             (dict(peer_timeout=float("inf")),
              "peer_timeout must be between 0 and 3600 seconds"),
             (dict(heartbeat_interval=-1.0),
-             "heartbeat_interval must be between 0 and 3600 seconds")):
+             "heartbeat_interval must be between 0 and 3600 seconds"),
+            (dict(device_staging="pinned"),
+             'device_staging must be "pipeline" or "mirror", got "pinned"'),
+            (dict(device_staging_bytes=-1), "device_staging_bytes")):
         try:
             reshard._reshard.StandingSession(
                 str(tmp_path), src, dst, {}, {}, session="opts", rank=0,

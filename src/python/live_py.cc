@@ -189,6 +189,15 @@ PeerExchangeOptions ExchangeOptionsOf(py::object settings) {
   return out;
 }
 
+// "pipeline" or "mirror" (LiveSessionOptions::device_staging).
+DeviceStaging DeviceStagingOf(py::object value) {
+  const std::string name = ToStr(value, "device_staging");
+  if (name == "pipeline") return DeviceStaging::kPipeline;
+  if (name == "mirror") return DeviceStaging::kMirror;
+  ThrowInvalid("device_staging",
+               "must be \"pipeline\" or \"mirror\", got \"" + name + "\"");
+}
+
 LiveSessionOptions SessionOptionsOf(py::object session, py::object rank,
                                     py::object ranks, double timeout_seconds,
                                     py::object max_in_flight,
@@ -251,7 +260,8 @@ std::unique_ptr<PyStandingSession> OpenStanding(
     double peer_timeout_seconds, bool convert, py::object fp8_block, bool delta,
     py::object target_declaration, py::object expected_target_maps, bool verify,
     double rejoin_timeout_seconds, bool rejoin, py::object on_version,
-    py::object corrupt_received_in_update) {
+    py::object corrupt_received_in_update, py::object device_staging,
+    py::object device_staging_bytes) {
   auto s = std::make_unique<PyStandingSession>(PyStandingSession{
       nullptr, nullptr, source, target, {}, std::make_shared<SessionHooks>()});
   LiveSessionOptions o =
@@ -261,6 +271,8 @@ std::unique_ptr<PyStandingSession> OpenStanding(
                      std::move(on_version), corrupt_received_in_update, o);
   o.shadow_targets = shadow_targets;
   o.movable_sources = movable_sources;
+  o.device_staging = DeviceStagingOf(device_staging);
+  o.device_staging_bytes = ToU64(device_staging_bytes, "device_staging_bytes");
   o.convert = convert;
   o.fp8_block = ToFp8Block(fp8_block, "LiveSession.fp8_block");
   o.delta = delta;
@@ -390,7 +402,10 @@ void RegisterStanding(py::module_& m) {
           py::arg("expected_target_maps") = py::none(),
           py::arg("verify") = true, py::arg("rejoin_timeout") = 30.0,
           py::arg("rejoin") = false, py::arg("on_version") = py::none(),
-          py::arg("corrupt_received_in_update") = 0)
+          py::arg("corrupt_received_in_update") = 0,
+          py::arg("device_staging") = "pipeline",
+          py::arg("device_staging_bytes") =
+              LiveSessionOptions{}.device_staging_bytes)
       .def("update", &UpdateStanding, py::arg("generation"),
            py::arg("sources") = py::none(), py::arg("targets") = py::none(),
            py::arg("tag") = "",
