@@ -90,6 +90,12 @@ Status M2nBackend::Run(const std::vector<M2nTensor>& tensors,
   return FromPlugin(plugin_->Run(session_, tensors, buffers, stream));
 }
 
+Result<bool> M2nBackend::Query(void* stream) {
+  bool done = false;
+  RESHARD_RETURN_NOT_OK(FromPlugin(plugin_->Query(stream, &done)));
+  return done;
+}
+
 Status M2nBackend::Synchronize(void* stream) {
   return FromPlugin(plugin_->Synchronize(stream));
 }

@@ -42,6 +42,8 @@ class M2nPlugin {
   virtual std::string Run(void* session, const std::vector<M2nTensor>& tensors,
                           const std::vector<M2nBuffers>& buffers,
                           void* stream) = 0;
+  // Whether `stream` finished its work (*done), without waiting.
+  virtual std::string Query(void* stream, bool* done) = 0;
   virtual std::string Synchronize(void* stream) = 0;
   virtual void Close(void* session) = 0;
 };
@@ -69,6 +71,8 @@ class M2nBackend {
   // are this rank's of tensors[i].
   Status Run(const std::vector<M2nTensor>& tensors,
              const std::vector<M2nBuffers>& buffers, void* stream);
+  // Whether `stream` finished, without waiting.
+  Result<bool> Query(void* stream);
   // Waits for `stream`.
   Status Synchronize(void* stream);
 

@@ -98,6 +98,14 @@ class Plugin final : public M2nPlugin {
     return r == ncclSuccess ? "" : NcclError("ncclM2nGroupEnd", r);
   }
 
+  std::string Query(void* stream, bool* done) override {
+    cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream));
+    *done = e == cudaSuccess;
+    return e == cudaSuccess || e == cudaErrorNotReady
+               ? ""
+               : std::string(cudaGetErrorString(e));
+  }
+
   std::string Synchronize(void* stream) override {
     cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
     return e == cudaSuccess ? "" : std::string(cudaGetErrorString(e));

@@ -206,14 +206,63 @@ Status NcclM2nMover::Run(
   }
   RESHARD_ASSIGN_OR_RETURN(auto buffers, Buffers(sources, targets));
   if (mode_ == M2nMode::kHost) return RunHost(buffers, options);
+  return RunLibrary(buffers, options);
+}
+
+Status NcclM2nMover::RunLibrary(const std::vector<m2n::M2nBuffers>& buffers,
+                                const ExchangeRunOptions& options) {
   std::vector<m2n::M2nTensor> tensors;
   for (const Adopted& a : adopted_) tensors.push_back(a.tensor);
   RESHARD_RETURN_NOT_OK(backend_->Run(tensors, buffers, nullptr));
-  RESHARD_RETURN_NOT_OK(backend_->Synchronize(nullptr));
-  if (Clock::now() > options.deadline) {
-    return Status::Unavailable("ncclReshard finished past the deadline");
+  auto done = [&]() -> Result<bool> {
+    Result<AsyncState> state = api_->CommGetAsyncError(comm_);
+    if (!state.ok()) {
+      return Status::Unavailable("ncclReshard failed: " +
+                                 std::string(state.status().message()));
+    }
+    return backend_->Query(nullptr);
+  };
+  auto withdraw = [&] {
+    // Aborting the communicator ends the group on this rank; the peers'
+    // parts fail with it.
+    (void)api_->CommAbort(comm_);
+    comm_ = 0;
+    backend_.reset();
+    broken_ = Status::Unavailable(
+        "the M2N communicator over every rank was aborted by a failed "
+        "update; tensors moved by ncclReshard cannot move in this session "
+        "any more");
+    return true;
+  };
+  Status st = AwaitM2nGroup(done, withdraw, options,
+                    "timed out in ncclReshard: not every rank finished the "
+                    "group of " +
+                        std::to_string(tensors.size()) + " tensors");
+  if (!st.ok() && comm_ != 0) (void)withdraw();
+  return st;
+}
+
+Status AwaitM2nGroup(const std::function<Result<bool>()>& done,
+                     const std::function<bool()>& withdraw,
+                     const ExchangeRunOptions& options,
+                     const std::string& timeout) {
+  auto last_poll = Clock::now();
+  while (true) {
+    RESHARD_ASSIGN_OR_RETURN(bool finished, done());
+    if (finished) return Status::OK();
+    const auto now = Clock::now();
+    Status stop;
+    if (now >= options.deadline) {
+      stop = Status::Unavailable(timeout);
+    } else if (options.poll_abort &&
+               now - last_poll >= options.abort_poll_interval) {
+      last_poll = now;
+      stop = options.poll_abort();
+    }
+    // Finished meanwhile when it cannot be withdrawn: wait on.
+    if (!stop.ok() && withdraw()) return stop;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  return Status::OK();
 }
 
 Status NcclM2nMover::RunHost(const std::vector<m2n::M2nBuffers>& buffers,
@@ -222,33 +271,20 @@ Status NcclM2nMover::RunHost(const std::vector<m2n::M2nBuffers>& buffers,
   for (const Adopted& a : adopted_) tensors.push_back(a.tensor);
   const int me = static_cast<int>(rank_);
   RESHARD_RETURN_NOT_OK(host_->Post(me, tensors, buffers));
-  auto last_poll = Clock::now();
-  while (true) {
-    Result<bool> done = host_->Poll(me);
-    if (!done.ok()) {
+  auto done = [&]() -> Result<bool> {
+    Result<bool> finished = host_->Poll(me);
+    if (!finished.ok()) {
       return Status::Internal("ncclReshard (host emulation) failed: " +
-                              std::string(done.status().message()));
+                              std::string(finished.status().message()));
     }
-    if (*done) return Status::OK();
-    const auto now = Clock::now();
-    Status stop;
-    if (now >= options.deadline) {
-      stop = Status::Unavailable(
-          "timed out in ncclReshard (host emulation): not every rank joined "
-          "the group of " +
-          std::to_string(tensors.size()) + " tensors");
-    } else if (options.poll_abort &&
-               now - last_poll >= options.abort_poll_interval) {
-      last_poll = now;
-      stop = options.poll_abort();
-    }
-    if (!stop.ok()) {
-      if (host_->Abort(me)) return stop;
-      // Done meanwhile: the last rank posted before the withdrawal.
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+    return *finished;
+  };
+  // Not withdrawn when done meanwhile: the last rank posted first.
+  auto withdraw = [&] { return host_->Abort(me); };
+  return AwaitM2nGroup(done, withdraw, options,
+               "timed out in ncclReshard (host emulation): not every rank "
+               "joined the group of " +
+                   std::to_string(tensors.size()) + " tensors");
 }
 
 }  // namespace reshard::nccl

@@ -29,13 +29,16 @@
 // With api=host the bytes move through the host emulation
 // (m2n_host_emulation.h), polled against the deadline and poll_abort;
 // with the library through M2nBackend (the plugin), on the default stream,
-// waited for by M2nBackend::Synchronize (which does not poll: the deadline
-// is checked only before and after).
+// its completion polled (M2nBackend::Query) with the communicator's
+// asynchronous error against the same deadline and poll_abort; a wait
+// that gives up aborts the communicator (ncclCommAbort), so nothing is
+// left in flight, and it is broken for good.
 
 #ifndef RESHARD_EXEC_NCCL_NCCL_M2N_MOVER_H_
 #define RESHARD_EXEC_NCCL_NCCL_M2N_MOVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +61,16 @@ enum class M2nMode : uint8_t {
 
 // The address's suffix: "/m2n:<id hex>" on rank 0, "/m2n" on the others.
 inline constexpr char kM2nMark[] = "/m2n";
+
+// Waits for this rank's part of a posted ncclReshard group, polling
+// `done` against options' deadline (Unavailable, `timeout`) and
+// poll_abort (its status); on either it calls `withdraw`, which returns
+// false when the group finished meanwhile (the wait then goes on). The
+// emulation's and the library's waits are this one loop.
+Status AwaitM2nGroup(const std::function<Result<bool>()>& done,
+                     const std::function<bool()>& withdraw,
+                     const ExchangeRunOptions& options,
+                     const std::string& timeout);
 
 class NcclM2nMover final : public TensorMover {
  public:
@@ -98,6 +111,8 @@ class NcclM2nMover final : public TensorMover {
       const std::vector<WeightRuntimeBindingManifest>& targets) const;
   Status RunHost(const std::vector<m2n::M2nBuffers>& buffers,
                  const ExchangeRunOptions& options);
+  Status RunLibrary(const std::vector<m2n::M2nBuffers>& buffers,
+                    const ExchangeRunOptions& options);
 
   uint32_t rank_;
   NcclApi* api_;
