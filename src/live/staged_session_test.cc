@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "selftest/pattern.h"
 #include "testing/children.h"
 #include "testing/device_sides.h"
+#include "testing/fp8_layout.h"
 #include "testing/must.h"
 #include "testing/placement_builders.h"
 #include "testing/status_testing.h"
@@ -274,6 +276,51 @@ TEST(StagedSessionTest, WithoutACudaExecutorCudaFragmentsAreRefused) {
                 " of participant " + on_gpu[0].participant_id() +
                 " (device \"cuda:0\")");
   EXPECT_NE(out[0], "open");
+}
+
+// A converting session (bfloat16 into FP8 with its block scales, on one
+// rank) converts on the host, before the staging or the mirrors see the
+// bindings: CUDA fragments are refused at open, naming the first, over a
+// host-only exchange as over one that moves CUDA memory, and nothing
+// moves (the targets keep their poison).
+TEST(StagedSessionTest, AConvertingSessionRefusesCudaFragments) {
+  const auto source =
+      testing::Fp8Layout(1, {"bfloat16", 2, 0}, {"bfloat16", 2}, std::nullopt);
+  const auto target = testing::Fp8Layout(1, {"float8_e4m3fn", 1, 0},
+                                         {"bfloat16", 2}, {{"float32", 4, 0}});
+  std::shared_ptr<cuda::HostDeviceApi> api =
+      cuda::HostDeviceApi::Make({.devices = 1});
+  DeviceSide sources(*api, source, 0, "convert-s");
+  DeviceSide targets(*api, target, 0, "convert-t");
+  for (const auto& [id, p] : targets.data) {
+    std::memset(p, 0xA5, target.FindFragment(id)->nbytes());
+  }
+  TempDir dir;
+  auto store = Must(OpenDirectoryRecordStore(dir.path()));
+  LiveSessionOptions o = StagedOptions("staged-convert");
+  o.ranks = 1;
+  o.convert = true;
+  o.device_api = api;
+  for (DeviceStaging mode :
+       {DeviceStaging::kPipeline, DeviceStaging::kMirror}) {
+    o.device_staging = mode;
+    auto session = LiveSession::Open(*store, source, target,
+                                     {sources.bindings, targets.bindings}, o);
+    std::string weight;  // the weight's fragment: [300, 256]
+    for (const RuntimeBindingFragment& f : sources.bindings[0].fragments()) {
+      if (f.local_shape().size() == 2) weight = f.placement_fragment_id();
+    }
+    EXPECT_EQ(session.status().ToString(),
+              "InvalidArgument: quantizing needs contiguous host memory: "
+              "source fragment " +
+                  weight + " of " + sources.bindings[0].participant_id());
+  }
+  for (const auto& [id, p] : targets.data) {
+    const auto* bytes = static_cast<const uint8_t*>(p);
+    for (uint64_t k = 0; k < target.FindFragment(id)->nbytes(); ++k) {
+      ASSERT_EQ(bytes[k], 0xA5) << id << " byte " << k;
+    }
+  }
 }
 
 }  // namespace
