@@ -383,61 +383,13 @@ void RefuseStanding(PyStandingSession& s, py::object generation,
                                 std::to_string(g) + " succeeded"));
 }
 
-void RegisterStanding(py::module_& m) {
-  py::class_<PyStandingSession>(
-      m, "StandingSession",
-      "A standing live session (LiveSession): open once, update many "
-      "times, close.")
-      .def(
-          py::init(&OpenStanding), py::arg("rendezvous"), py::arg("source"),
-          py::arg("target"), py::arg("sources"), py::arg("targets"),
-          py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
-          py::arg("timeout") = 60.0, py::arg("max_in_flight") = 64,
-          py::arg("protocol") = "auto", py::arg("options") = py::none(),
-          py::arg("exchange") = "ucx", py::arg("exchange_options") = py::none(),
-          py::arg("shadow_targets") = false, py::arg("movable_sources") = false,
-          py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5,
-          py::arg("convert") = false, py::arg("fp8_block") = py::none(),
-          py::arg("delta") = false, py::arg("target_declaration") = "",
-          py::arg("expected_target_maps") = py::none(),
-          py::arg("verify") = true, py::arg("rejoin_timeout") = 30.0,
-          py::arg("rejoin") = false, py::arg("on_version") = py::none(),
-          py::arg("corrupt_received_in_update") = 0,
-          py::arg("device_staging") = "pipeline",
-          py::arg("device_staging_bytes") =
-              LiveSessionOptions{}.device_staging_bytes)
-      .def("update", &UpdateStanding, py::arg("generation"),
-           py::arg("sources") = py::none(), py::arg("targets") = py::none(),
-           py::arg("tag") = "",
-           "One update; sources and targets ({participant: {fragment: "
-           "address}}) when this rank's buffers moved; `tag` goes into the "
-           "version it publishes.")
-      .def("refuse", &RefuseStanding, py::arg("generation"), py::arg("reason"),
-           "Fails the update at `generation` on every rank at this rank's "
-           "fence, naming `reason`, before any byte moves; raises the "
-           "update's error (the session stays usable).")
-      .def(
-          "abort",
-          [](PyStandingSession& s, py::object reason) {
-            const std::string why = ToStr(reason, "reason");
-            py::gil_scoped_release release;
-            ThrowIfError(s.session->Abort(Status::Aborted(why)));
-          },
-          py::arg("reason"),
-          "Gives up the session; the other ranks fail naming this rank.")
-      .def(
-          "close",
-          [](PyStandingSession& s) {
-            py::gil_scoped_release release;
-            ThrowIfError(s.session->Close());
-          },
-          "Closes (a barrier with every rank) and removes this rank's "
-          "records.")
-      .def_property_readonly(
-          "outcome",
-          [](const PyStandingSession& s) {
-            return std::string(OutcomeName(s.session->outcome()));
-          })
+// StandingSession's read-only properties.
+void AddStandingProperties(py::class_<PyStandingSession>& c) {
+  c.def_property_readonly(
+       "outcome",
+       [](const PyStandingSession& s) {
+         return std::string(OutcomeName(s.session->outcome()));
+       })
       .def_property_readonly(
           "open_seconds",
           [](const PyStandingSession& s) { return s.session->open_seconds(); })
@@ -464,6 +416,58 @@ void RegisterStanding(py::module_& m) {
                              [](const PyStandingSession& s) {
                                return s.session->delta_snapshot_bytes();
                              });
+}
+
+void RegisterStanding(py::module_& m) {
+  py::class_<PyStandingSession> c(
+      m, "StandingSession",
+      "A standing live session (LiveSession): open once, update many "
+      "times, close.");
+  c.def(py::init(&OpenStanding), py::arg("rendezvous"), py::arg("source"),
+        py::arg("target"), py::arg("sources"), py::arg("targets"),
+        py::kw_only(), py::arg("session"), py::arg("rank"), py::arg("ranks"),
+        py::arg("timeout") = 60.0, py::arg("max_in_flight") = 64,
+        py::arg("protocol") = "auto", py::arg("options") = py::none(),
+        py::arg("exchange") = "ucx", py::arg("exchange_options") = py::none(),
+        py::arg("shadow_targets") = false, py::arg("movable_sources") = false,
+        py::arg("heartbeat_interval") = 0.2, py::arg("peer_timeout") = 1.5,
+        py::arg("convert") = false, py::arg("fp8_block") = py::none(),
+        py::arg("delta") = false, py::arg("target_declaration") = "",
+        py::arg("expected_target_maps") = py::none(), py::arg("verify") = true,
+        py::arg("rejoin_timeout") = 30.0, py::arg("rejoin") = false,
+        py::arg("on_version") = py::none(),
+        py::arg("corrupt_received_in_update") = 0,
+        py::arg("device_staging") = "pipeline",
+        py::arg("device_staging_bytes") =
+            LiveSessionOptions{}.device_staging_bytes)
+      .def("update", &UpdateStanding, py::arg("generation"),
+           py::arg("sources") = py::none(), py::arg("targets") = py::none(),
+           py::arg("tag") = "",
+           "One update; sources and targets ({participant: {fragment: "
+           "address}}) when this rank's buffers moved; `tag` goes into the "
+           "version it publishes.")
+      .def("refuse", &RefuseStanding, py::arg("generation"), py::arg("reason"),
+           "Fails the update at `generation` on every rank at this rank's "
+           "fence, naming `reason`, before any byte moves; raises the "
+           "update's error (the session stays usable).")
+      .def(
+          "abort",
+          [](PyStandingSession& s, py::object reason) {
+            const std::string why = ToStr(reason, "reason");
+            py::gil_scoped_release release;
+            ThrowIfError(s.session->Abort(Status::Aborted(why)));
+          },
+          py::arg("reason"),
+          "Gives up the session; the other ranks fail naming this rank.")
+      .def(
+          "close",
+          [](PyStandingSession& s) {
+            py::gil_scoped_release release;
+            ThrowIfError(s.session->Close());
+          },
+          "Closes (a barrier with every rank) and removes this rank's "
+          "records.");
+  AddStandingProperties(c);
 }
 
 }  // namespace
