@@ -20,10 +20,8 @@ struct DeviceConverter::Job {
 };
 
 DeviceConverter::~DeviceConverter() {
-  for (auto& [device, stream] : streams_) {
-    (void)api_->SynchronizeStream(stream);
-    (void)api_->DestroyStream(stream);
-  }
+  // Queued work ends before its memory is freed.
+  (void)streams_.SynchronizeAll();
   for (void* p : owned_) (void)api_->Free(p);
 }
 
@@ -34,11 +32,7 @@ Result<void*> DeviceConverter::Allocate(int device, size_t bytes) {
 }
 
 Result<StreamHandle> DeviceConverter::StreamOf(int device) {
-  auto it = streams_.find(device);
-  if (it != streams_.end()) return it->second;
-  RESHARD_ASSIGN_OR_RETURN(StreamHandle s, api_->CreateStream(device));
-  streams_[device] = s;
-  return s;
+  return streams_.Of(device);
 }
 
 Status DeviceConverter::Quantize(const Job& job, const void* src,
@@ -169,11 +163,7 @@ Status DeviceConverter::Apply(const ConversionPlan& plan,
     if (!first_error.ok()) break;
   }
   // What was queued may still run: wait for it before returning.
-  for (auto& [device, stream] : streams_) {
-    Status st = api_->SynchronizeStream(stream);
-    if (first_error.ok()) first_error = std::move(st);
-  }
-  return first_error;
+  return streams_.SynchronizeAll(std::move(first_error));
 }
 
 }  // namespace reshard::internal

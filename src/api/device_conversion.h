@@ -16,6 +16,7 @@
 
 #include "bind/apply_conversion.h"
 #include "exec_cuda/device_api.h"
+#include "exec_cuda/device_streams.h"
 #include "reshard/conversion.h"
 
 namespace reshard::internal {
@@ -55,7 +56,7 @@ class DeviceConverter {
                     const FragmentMemory& staging_of);
 
   std::shared_ptr<cuda::DeviceApi> api_;
-  std::map<int, cuda::StreamHandle> streams_;
+  cuda::DeviceStreams streams_{api_};
   std::vector<void*> owned_;
 };
 

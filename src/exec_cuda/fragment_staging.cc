@@ -64,12 +64,7 @@ void PinnedBuffer::Release() {
   size_ = 0;
 }
 
-FragmentStaging::~FragmentStaging() {
-  for (auto& [device, stream] : streams_) {
-    (void)api_->SynchronizeStream(stream);
-    (void)api_->DestroyStream(stream);
-  }
-}
+FragmentStaging::~FragmentStaging() = default;
 
 Status FragmentStaging::ToFragment(const uint8_t* host,
                                    const RuntimeBindingFragment& fragment) {
@@ -82,12 +77,7 @@ Status FragmentStaging::FromFragment(const RuntimeBindingFragment& fragment,
 }
 
 Result<StreamHandle> FragmentStaging::StreamOf(int device) {
-  auto it = streams_.find(device);
-  if (it == streams_.end()) {
-    RESHARD_ASSIGN_OR_RETURN(StreamHandle h, api_->CreateStream(device));
-    it = streams_.emplace(device, h).first;
-  }
-  return it->second;
+  return streams_.Of(device);
 }
 
 namespace {

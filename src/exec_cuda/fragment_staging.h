@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "exec_cuda/device_api.h"
+#include "exec_cuda/device_streams.h"
 #include "reshard/binding.h"
 
 namespace reshard::cuda {
@@ -77,7 +78,7 @@ class FragmentStaging {
   Result<StreamHandle> StreamOf(int device);
 
   std::shared_ptr<DeviceApi> api_;
-  std::map<int, StreamHandle> streams_;
+  DeviceStreams streams_{api_};
 };
 
 }  // namespace reshard::cuda

@@ -118,10 +118,8 @@ DeviceRegions::DeviceRegions(std::string session,
       state_(XXH3_createState()) {}
 
 DeviceRegions::~DeviceRegions() {
-  for (auto& [device, stream] : streams_) {
-    (void)api_->SynchronizeStream(stream);
-    (void)api_->DestroyStream(stream);
-  }
+  // Queued copies end before the staging they may write is freed.
+  (void)streams_.SynchronizeAll();
   staging_.reset();
   XXH3_freeState(static_cast<XXH3_state_t*>(state_));
 }
@@ -155,12 +153,7 @@ bool DeviceRegions::OnDevice(const BoundRegion& region) const {
 }
 
 Result<cuda::StreamHandle> DeviceRegions::StreamOf(int device) {
-  auto it = streams_.find(device);
-  if (it == streams_.end()) {
-    RESHARD_ASSIGN_OR_RETURN(cuda::StreamHandle h, api_->CreateStream(device));
-    it = streams_.emplace(device, h).first;
-  }
-  return it->second;
+  return streams_.Of(device);
 }
 
 Result<int> DeviceRegions::DeviceOf(uint64_t address) {
@@ -170,7 +163,6 @@ Result<int> DeviceRegions::DeviceOf(uint64_t address) {
 
 Status DeviceRegions::Copy(const std::vector<const BoundRegion*>& regions) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<cuda::StreamHandle> used;
   Status st;
   for (const BoundRegion* r : regions) {
     if (r->bytes == 0) continue;
@@ -186,9 +178,6 @@ Status DeviceRegions::Copy(const std::vector<const BoundRegion*>& regions) {
       st = stream.status();
       break;
     }
-    if (std::find(used.begin(), used.end(), *stream) == used.end()) {
-      used.push_back(*stream);
-    }
     cuda::LoweringLimits limits;
     limits.max_pitch = api_->MaxPitch();
     limits.kernel_allowed = s && t;
@@ -197,10 +186,7 @@ Status DeviceRegions::Copy(const std::vector<const BoundRegion*>& regions) {
     if (!st.ok()) break;
   }
   // What was queued runs (or may still run, after a refusal) either way.
-  for (cuda::StreamHandle stream : used) {
-    Status waited = api_->SynchronizeStream(stream);
-    if (st.ok()) st = waited;
-  }
+  st = streams_.SynchronizeAll(std::move(st));
   if (!st.ok()) {
     return st.WithContext("live session " + session_ +
                           ": copying within this rank on the device");

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "exec_cuda/device_api.h"
+#include "exec_cuda/device_streams.h"
 #include "exec_cuda/fragment_staging.h"
 #include "live/region_hash.h"
 #include "reshard/bound_plan.h"
@@ -103,7 +104,7 @@ class DeviceRegions {
   // Bit 0: the source is device memory; bit 1: the target. By region index.
   std::vector<uint8_t> sides_;
   mutable std::mutex mu_;  // the staging buffer, the streams, the counters
-  std::map<int, cuda::StreamHandle> streams_;
+  cuda::DeviceStreams streams_{api_};
   std::unique_ptr<cuda::PinnedBuffer> staging_;
   void* state_ = nullptr;  // XXH3_state_t
   uint64_t staged_ = 0;

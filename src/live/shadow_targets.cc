@@ -26,10 +26,8 @@ Result<std::vector<WeightRuntimeBindingManifest>> ShadowTargets::Shadow(
 
 ShadowTargets::~ShadowTargets() {
   if (api_ == nullptr) return;
-  for (auto& [device, stream] : streams_) {
-    (void)api_->SynchronizeStream(stream);
-    (void)api_->DestroyStream(stream);
-  }
+  // A flip still queued ends before the shadows are freed.
+  (void)streams_->SynchronizeAll();
   for (auto& [id, shadow] : device_shadows_) (void)api_->Free(shadow.first);
 }
 
@@ -103,7 +101,6 @@ Status ShadowTargets::SameServing(
 }
 
 Status ShadowTargets::Flip() {
-  std::vector<cuda::StreamHandle> used;
   Status st;
   for (const ShadowCopy& f : flips_) {
     if (f.device < 0) {
@@ -111,26 +108,16 @@ Status ShadowTargets::Flip() {
       continue;
     }
     if (f.bytes == 0) continue;
-    auto it = streams_.find(f.device);
-    if (it == streams_.end()) {
-      Result<cuda::StreamHandle> made = api_->CreateStream(f.device);
-      if (!made.ok()) {
-        st = made.status();
-        break;
-      }
-      it = streams_.emplace(f.device, *made).first;
-    }
-    if (std::find(used.begin(), used.end(), it->second) == used.end()) {
-      used.push_back(it->second);
+    Result<cuda::StreamHandle> stream = streams_->Of(f.device);
+    if (!stream.ok()) {
+      st = stream.status();
+      break;
     }
     st = api_->Copy2DAsync(f.serving, f.bytes, f.shadow, f.bytes, f.bytes, 1,
-                           cuda::CopyKind::kDeviceToDevice, it->second);
+                           cuda::CopyKind::kDeviceToDevice, *stream);
     if (!st.ok()) break;
   }
-  for (cuda::StreamHandle stream : used) {
-    Status waited = api_->SynchronizeStream(stream);
-    if (st.ok()) st = waited;
-  }
+  if (streams_ != nullptr) st = streams_->SynchronizeAll(std::move(st));
   if (!st.ok()) {
     return st.WithContext("live session " + session_ +
                           ": copying the device shadows into the targets");

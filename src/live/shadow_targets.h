@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "exec_cuda/device_api.h"
+#include "exec_cuda/device_streams.h"
 #include "reshard/binding.h"
 #include "reshard/status.h"
 
@@ -34,6 +35,7 @@ class ShadowTargets {
   // through `api`.
   void UseDevice(std::shared_ptr<cuda::DeviceApi> api) {
     api_ = std::move(api);
+    streams_ = std::make_unique<cuda::DeviceStreams>(api_);
   }
 
   // Whether Shadow was called: the plan writes shadows, not the serving
@@ -83,7 +85,7 @@ class ShadowTargets {
   // id, a stream per device for the flip.
   std::shared_ptr<cuda::DeviceApi> api_;
   std::map<std::string, std::pair<uint8_t*, int>> device_shadows_;
-  std::map<int, cuda::StreamHandle> streams_;
+  std::unique_ptr<cuda::DeviceStreams> streams_;
 };
 
 }  // namespace reshard::live_internal

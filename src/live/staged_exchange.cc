@@ -9,6 +9,7 @@
 #include "bind/binding_copy.h"
 #include "bind/row_walker.h"
 #include "exec_cuda/copy_lowering.h"
+#include "exec_cuda/device_streams.h"
 #include "exec_cuda/fragment_staging.h"
 #include "live/device_regions.h"
 #include "live/region_hash.h"
@@ -100,10 +101,8 @@ class StagedExchange final : public PeerExchange {
         per_window_(double_ ? max_slots_ / 2 : 1) {}
 
   ~StagedExchange() override {
-    for (auto& [device, stream] : streams_) {
-      (void)api_->SynchronizeStream(stream);
-      (void)api_->DestroyStream(stream);
-    }
+    // Copies still queued end before the slots are freed.
+    (void)streams_.SynchronizeAll();
     // Slots of a window left in flight may still be written: kept.
     if (abandoned_) {
       for (auto& slot : pinned_) (void)slot.release();
@@ -212,8 +211,7 @@ class StagedExchange final : public PeerExchange {
   std::vector<uint8_t*> slots_;
   std::vector<std::unique_ptr<cuda::PinnedBuffer>> pinned_;
   std::vector<std::vector<uint8_t>> host_;
-  std::map<int, cuda::StreamHandle> streams_;
-  std::vector<cuda::StreamHandle> used_;  // streams with queued copies
+  cuda::DeviceStreams streams_{api_};  // none made without api_
   bool abandoned_ = false;
 };
 
@@ -509,26 +507,13 @@ Status StagedExchange::CopyPiece(const BoundRegion& piece, uint64_t host,
 }
 
 Status StagedExchange::Wait(std::string_view what) {
-  Status st;
-  for (cuda::StreamHandle stream : used_) {
-    Status waited = api_->SynchronizeStream(stream);
-    if (st.ok()) st = waited;
-  }
-  used_.clear();
+  Status st = streams_.SynchronizeAll();
   if (!st.ok()) return st.WithContext(std::string(what));
   return Status::OK();
 }
 
 Result<cuda::StreamHandle> StagedExchange::StreamOf(int device) {
-  auto it = streams_.find(device);
-  if (it == streams_.end()) {
-    RESHARD_ASSIGN_OR_RETURN(cuda::StreamHandle h, api_->CreateStream(device));
-    it = streams_.emplace(device, h).first;
-  }
-  if (std::find(used_.begin(), used_.end(), it->second) == used_.end()) {
-    used_.push_back(it->second);
-  }
-  return it->second;
+  return streams_.Of(device);
 }
 
 Status StagedExchange::EnsureSlots(size_t n) {
