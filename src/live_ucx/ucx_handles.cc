@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -150,8 +151,52 @@ Result<UcxWorker> UcxWorker::Make(const UcxContext& context) {
   return UcxWorker(worker, efd);
 }
 
+namespace {
+
+// Receives and drops the tagged messages the worker still holds
+// unexpected (a peer's sends of an update this rank failed before
+// receiving them), so that destroying the worker does not warn about
+// each on stderr. Bounded: a message whose rendezvous cannot complete
+// (its sender gone) is cancelled once the time is up.
+void DrainUnexpected(ucp_worker_h worker) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < until) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h message =
+        ucp_tag_probe_nb(worker, 0, 0, /*remove=*/1, &info);
+    if (message == nullptr) return;
+    std::vector<uint8_t> scratch(std::max<size_t>(info.length, 1));
+    ucp_request_param_t param{};
+    ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(
+        worker, scratch.data(), info.length, message, &param);
+    if (request == nullptr || UCS_PTR_IS_ERR(request)) continue;
+    while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < until) {
+      ucp_worker_progress(worker);
+    }
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      ucp_request_cancel(worker, request);
+      for (int spins = 0;
+           spins < 10000 && ucp_request_check_status(request) == UCS_INPROGRESS;
+           ++spins) {
+        ucp_worker_progress(worker);
+      }
+    }
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      // Still writable by UCX until the worker goes: left to it.
+      new std::vector<uint8_t>(std::move(scratch));
+    }
+    ucp_request_free(request);
+  }
+}
+
+}  // namespace
+
 UcxWorker::~UcxWorker() {
-  if (handle_ != nullptr) ucp_worker_destroy(handle_);
+  if (handle_ == nullptr) return;
+  DrainUnexpected(handle_);
+  ucp_worker_destroy(handle_);
 }
 
 Result<std::string> UcxWorker::Address() const {
