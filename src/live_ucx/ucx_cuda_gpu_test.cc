@@ -1,5 +1,10 @@
-// Needs a CUDA device and a UCX built with CUDA support (ctest label
-// `gpu`; skipped without either): a two-rank live session over "ucx" with
+// Live sessions over "ucx" with CUDA fragments on a real device (ctest
+// label `gpu`; skipped without one). The staged paths (the default
+// memory=host: the pipeline of pinned chunks, and the whole-fragment
+// mirrors) need any CUDA device; the direct path needs a UCX built with
+// CUDA support too.
+//
+// Direct: a two-rank live session over "ucx" with
 // the setting memory=cuda, so the exchange declares CUDA memory and the
 // session hands it the CUDA fragments directly (no host mirrors). Rank
 // 0's sources and rank 1's targets are cudaMalloc'd on device 0 (two
@@ -62,10 +67,19 @@ void CopyAll(cuda::DeviceApi& api, const WeightPlacementManifest& m,
   MustOk(api.DestroyStream(stream));
 }
 
+// How a run moves its CUDA fragments: the ucx memory setting, the
+// session's device staging and its budget.
+struct Staging {
+  std::string memory = "cuda";
+  DeviceStaging mode = DeviceStaging::kPipeline;
+  uint64_t budget = uint64_t{256} << 20;
+};
+
 // One rank: "ok holds <g>|" per update on rank 1, "ok|" on rank 0.
 std::string Rank(const std::string& dir, uint32_t rank, LiveProtocol protocol,
                  const WeightPlacementManifest& source,
-                 const WeightPlacementManifest& target) {
+                 const WeightPlacementManifest& target,
+                 const Staging& staging = {}) {
   const auto tensors = TensorIndex(source);
   auto store = Must(OpenDirectoryRecordStore(dir));
   std::shared_ptr<cuda::DeviceApi> api = Must(cuda::RuntimeDeviceApi());
@@ -82,7 +96,9 @@ std::string Rank(const std::string& dir, uint32_t rank, LiveProtocol protocol,
   lo.timeout = std::chrono::seconds(30);
   lo.protocol = protocol;
   lo.exchange = "ucx";
-  lo.exchange_options.Set("memory", "cuda");
+  lo.exchange_options.Set("memory", staging.memory);
+  lo.device_staging = staging.mode;
+  lo.device_staging_bytes = staging.budget;
   auto session = LiveSession::Open(*store, source, target, bindings, lo);
   if (!session.ok()) return "open: " + session.status().ToString();
   std::string out;
@@ -127,6 +143,47 @@ TEST(UcxCudaGpuTest, LiveSessionMovesCudaFragmentsOverUcxDirectly) {
     TempDir dir;
     const std::vector<std::string> out = InChildren(2, [&](uint32_t rank) {
       return Rank(dir.path(), rank, protocol, source, target);
+    });
+    EXPECT_EQ(out[0], "ok|ok|");
+    EXPECT_EQ(out[1], "ok holds 1|ok holds 2|");
+  }
+}
+
+// Staged: the default memory=host over any UCX, strided regions (a split
+// on dimension 0 into one on dimension 1 of float32 [32, 256, 512]: 8 MiB
+// per fragment), through the pipeline with a budget of one 4 MiB chunk
+// (protocol auto and push), and through whole-fragment mirrors.
+TEST(UcxCudaGpuTest, LiveSessionStagesCudaFragmentsOverAnyUcx) {
+  const std::string here = InChild([] {
+    const CudaInfo info = QueryCuda();
+    if (!info.built) return std::string("not built");
+    return std::string(info.devices < 1 ? "no device" : "ready");
+  });
+  if (here == "not built") GTEST_SKIP() << "this build has no CUDA";
+  if (here == "no device") GTEST_SKIP() << "no CUDA device here";
+  ASSERT_EQ(here, "ready");
+  const auto source = testing::CubeLayout(2, 0, {32, 256, 512});
+  const auto target = testing::CubeLayout(2, 1, {32, 256, 512});
+  struct Run {
+    const char* name;
+    LiveProtocol protocol;
+    Staging staging;
+  };
+  const std::vector<Run> runs = {
+      {"pipeline, auto",
+       LiveProtocol::kAuto,
+       {"host", DeviceStaging::kPipeline, uint64_t{4} << 20}},
+      {"pipeline, push",
+       LiveProtocol::kPush,
+       {"host", DeviceStaging::kPipeline, uint64_t{8} << 20}},
+      {"mirrors, auto",
+       LiveProtocol::kAuto,
+       {"host", DeviceStaging::kMirror, uint64_t{64} << 20}}};
+  for (const Run& run : runs) {
+    SCOPED_TRACE(run.name);
+    TempDir dir;
+    const std::vector<std::string> out = InChildren(2, [&](uint32_t rank) {
+      return Rank(dir.path(), rank, run.protocol, source, target, run.staging);
     });
     EXPECT_EQ(out[0], "ok|ok|");
     EXPECT_EQ(out[1], "ok holds 1|ok holds 2|");
