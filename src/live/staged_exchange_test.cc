@@ -54,13 +54,16 @@ struct World {
     for (uint32_t p = 0; p < n; ++p) {
       sb.push_back(sources[p]->bindings[p]);
       tb.push_back(targets[(p + shift) % n]->bindings[p]);
+      // Keyed by the device sides' own ids: `sb` and `tb` reallocate.
       for (const auto& f : sb.back().fragments()) {
-        source_view.data[f.placement_fragment_id()] =
-            sources[p]->data.at(f.placement_fragment_id());
+        const auto& [id, bytes] =
+            *sources[p]->data.find(f.placement_fragment_id());
+        source_view.data[id] = bytes;
       }
       for (const auto& f : tb.back().fragments()) {
-        target_view.data[f.placement_fragment_id()] =
-            targets[(p + shift) % n]->data.at(f.placement_fragment_id());
+        const auto& [id, bytes] =
+            *targets[(p + shift) % n]->data.find(f.placement_fragment_id());
+        target_view.data[id] = bytes;
       }
     }
     plan.emplace(Must(LogicalTransferPlan::Make(source, target)));
