@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +18,20 @@
 
 namespace reshard::live_internal {
 namespace {
+
+// The slots of an abandoned exchange, which a peer may still write: kept,
+// reachable, for the life of the process.
+void KeepForever(std::vector<std::unique_ptr<cuda::PinnedBuffer>> pinned,
+                 std::vector<std::vector<uint8_t>> host) {
+  struct Kept {
+    std::vector<std::unique_ptr<cuda::PinnedBuffer>> pinned;
+    std::vector<std::vector<uint8_t>> host;
+  };
+  static std::mutex* mu = new std::mutex;
+  static std::vector<Kept>* kept = new std::vector<Kept>;
+  std::lock_guard<std::mutex> lock(*mu);
+  kept->push_back({std::move(pinned), std::move(host)});
+}
 
 const void* At(uint64_t address) {
   return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
@@ -104,10 +120,7 @@ class StagedExchange final : public PeerExchange {
     // Copies still queued end before the slots are freed.
     (void)streams_.SynchronizeAll();
     // Slots of a window left in flight may still be written: kept.
-    if (abandoned_) {
-      for (auto& slot : pinned_) (void)slot.release();
-      new std::vector<std::vector<uint8_t>>(std::move(host_));
-    }
+    if (abandoned_) KeepForever(std::move(pinned_), std::move(host_));
   }
 
   TensorMover* tensor_mover() override { return inner_->tensor_mover(); }

@@ -184,8 +184,11 @@ void DrainUnexpected(ucp_worker_h worker) {
       }
     }
     if (ucp_request_check_status(request) == UCS_INPROGRESS) {
-      // Still writable by UCX until the worker goes: left to it.
-      new std::vector<uint8_t>(std::move(scratch));
+      // Still writable by UCX until the worker goes: kept, reachable.
+      static auto* mu = new std::mutex;
+      static auto* kept = new std::vector<std::vector<uint8_t>>;
+      std::lock_guard<std::mutex> lock(*mu);
+      kept->push_back(std::move(scratch));
     }
     ucp_request_free(request);
   }
