@@ -720,9 +720,10 @@ TEST(LiveSessionTest, InvalidSessionOptions) {
   for (const std::string& name : RegisteredPeerExchanges()) {
     registered += (registered.empty() ? "" : ", ") + name;
   }
-  EXPECT_THAT(registered, ::testing::MatchesRegex(
-                              "cuda-ipc(, cuda-ipc-emulated)?, inproc, nccl"
-                              "(, nccl-device)?, ucx"));
+  EXPECT_THAT(registered,
+              ::testing::MatchesRegex("cuda-ipc(, cuda-ipc-direct)?(, "
+                                      "cuda-ipc-emulated)?, inproc, nccl(, "
+                                      "nccl-device)?, ucx"));
   EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument,
                           "live session: unknown peer exchange \"nixl\" "
                           "(registered: " +
